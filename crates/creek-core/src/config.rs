@@ -1,0 +1,80 @@
+//! Replica configuration: `Default` plus `validate`, as everywhere in Creek.
+
+use creek_exec::TxnLimits;
+
+use crate::id::ReplicaId;
+
+/// How a replica behaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// This replica.
+    pub id: ReplicaId,
+    /// Local invocations are refused (with `InvokeError::Overloaded`) while
+    /// the tentative list holds this many ops; remote ops are always accepted.
+    pub tentative_len_max: usize,
+    /// When a weak op has waited this long on the tentative list and this
+    /// replica has no strong op in flight, the stabilizer issues a strong
+    /// no-op (paper §4.4). 0 turns the stabilizer off.
+    pub stabilize_after_us: u64,
+    /// Limits every execution enforces.
+    pub txn_limits: TxnLimits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            id: ReplicaId(0),
+            tentative_len_max: 100_000,
+            stabilize_after_us: 50_000,
+            txn_limits: TxnLimits::default(),
+        }
+    }
+}
+
+/// Why a configuration is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A field is out of its range.
+    #[error("invalid {field}: {reason}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// A default configuration for replica `id`.
+    pub fn for_replica(id: ReplicaId) -> Self {
+        Config {
+            id,
+            ..Config::default()
+        }
+    }
+
+    /// Check every field; replicas are only built from validated config.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.tentative_len_max == 0 {
+            return invalid("tentative_len_max", "must be at least 1");
+        }
+        let l = &self.txn_limits;
+        if l.key_bytes_max == 0 || l.value_bytes_max == 0 {
+            return invalid("txn_limits", "key and value limits must be positive");
+        }
+        if l.write_bytes_max < l.key_bytes_max {
+            return invalid(
+                "txn_limits.write_bytes_max",
+                "must be at least key_bytes_max",
+            );
+        }
+        Ok(())
+    }
+}

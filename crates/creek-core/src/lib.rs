@@ -1,0 +1,47 @@
+//! Creek's replica protocol as a deterministic, I/O-free state machine.
+//!
+//! A [`Replica`] is Algorithm 1 of the Creek paper: ops are stamped with a
+//! hybrid-logical-clock [`Timestamp`] and an [`OpId`], RB-cast to everyone and
+//! kept on a tentative list sorted by `(timestamp, id)`; strong ops also get a
+//! causal context ([`Dvv`]) and are CAB-cast; on CAB delivery their causal
+//! context and then they themselves move to the committed list. Execution is
+//! speculative and multiversioned (`creek_exec`); responses come back as
+//! [`View`]s.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use creek_core::{Config, Effect, ReplicaId, Replica, Request, ViewKind};
+//! use creek_exec::{value::{encode_args, Value}, ProcCall, Registry};
+//!
+//! let registry = Arc::new(Registry::with_builtins());
+//! let mut r = Replica::new(Config::for_replica(ReplicaId(1)), registry).unwrap();
+//! let put = ProcCall::new("kv.put", encode_args(&[Value::from("k"), Value::from("v")]));
+//! let handle = r.invoke(Request::strong(put), 1_000).unwrap();
+//! r.execute_all();
+//! // The tentative view arrives at once; the id goes to CAB.
+//! let effects = r.take_effects();
+//! let cab_id = effects.iter().find_map(|e| match e { Effect::CabCast(id) => Some(*id), _ => None }).unwrap();
+//! assert!(effects.iter().any(|e| matches!(e, Effect::View(v) if v.kind == ViewKind::Tentative)));
+//! // CAB decides it: the execution already done is final, so a confirmation follows.
+//! r.cab_deliver(cab_id);
+//! let effects = r.take_effects();
+//! assert!(effects.iter().any(|e| matches!(e, Effect::View(v) if v.handle == handle && v.kind == ViewKind::Confirmation)));
+//! ```
+//!
+//! Not here: networking, consensus, gossip, persistence (their own crates
+//! drive this one).
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod dvv;
+pub mod hlc;
+pub mod id;
+pub mod op;
+pub mod replica;
+
+pub use config::{Config, ConfigError};
+pub use dvv::Dvv;
+pub use hlc::Hlc;
+pub use id::{OpId, ReplicaId, Timestamp};
+pub use op::{Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
+pub use replica::{Counters, InvokeError, Replica};

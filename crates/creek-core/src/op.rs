@@ -1,0 +1,148 @@
+//! The op record (Algorithm 1's `Req`), its place in the order, what a
+//! client asks for and the views the replica answers with.
+
+use std::sync::Arc;
+
+use creek_exec::{Outcome, ProcCall};
+
+use crate::dvv::Dvv;
+use crate::id::{OpId, Timestamp};
+
+/// One replicated operation: Algorithm 1's `Req`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Op {
+    /// Assigned by the origin replica.
+    pub id: OpId,
+    /// The origin's hybrid-logical-clock time at invoke; ops are ordered by
+    /// `(timestamp, id)` on the tentative list.
+    pub timestamp: Timestamp,
+    /// The procedure call.
+    pub call: ProcCall,
+    /// Strong ops are ordered by CAB and get a stable response.
+    pub strong: bool,
+    /// For a strong op, the ids its origin knew and ordered before it; `None`
+    /// for weak ops.
+    pub causal_context: Option<Dvv>,
+}
+
+impl Op {
+    /// The op's key on the tentative list.
+    pub fn order_key(&self) -> (Timestamp, OpId) {
+        (self.timestamp, self.id)
+    }
+}
+
+/// What the engine knows an execution by: a replicated op, or a weak
+/// read-only op answered locally and never broadcast (paper §4.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExecKey {
+    /// A replicated op.
+    Op(OpId),
+    /// A local read-only op, numbered by this replica.
+    Local(u64),
+}
+
+/// A place in the order committed · tentative. Every committed position
+/// sorts before every tentative one; tentative positions sort by timestamp
+/// and id, exactly as Algorithm 1's `<` on `Req`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pos {
+    /// The n-th op of the committed list (0-based).
+    Committed(u64),
+    /// A tentative op.
+    Tentative(Timestamp, ExecKey),
+}
+
+/// Which views a client wants for one invocation (DESIGN §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Views {
+    /// A preliminary view from the first valid execution.
+    pub tentative: bool,
+    /// A final view once the op's position is committed.
+    pub final_view: bool,
+}
+
+impl Views {
+    /// `[weak]`: one preliminary view.
+    pub const WEAK: Views = Views {
+        tentative: true,
+        final_view: false,
+    };
+    /// `[strong]`: the final view only.
+    pub const STRONG: Views = Views {
+        tentative: false,
+        final_view: true,
+    };
+    /// `[weak, strong]`: both.
+    pub const BOTH: Views = Views {
+        tentative: true,
+        final_view: true,
+    };
+}
+
+/// A client's request to a replica.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// What to run.
+    pub call: ProcCall,
+    /// Order it by CAB (strong) or by timestamp only (weak).
+    pub strong: bool,
+    /// Views the client wants.
+    pub views: Views,
+}
+
+impl Request {
+    /// A weak op with one preliminary view.
+    pub fn weak(call: ProcCall) -> Self {
+        Request {
+            call,
+            strong: false,
+            views: Views::WEAK,
+        }
+    }
+
+    /// A strong op with a preliminary and a final view.
+    pub fn strong(call: ProcCall) -> Self {
+        Request {
+            call,
+            strong: true,
+            views: Views::BOTH,
+        }
+    }
+}
+
+/// The kind of a view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewKind {
+    /// The result of a valid execution at a tentative position.
+    Tentative,
+    /// The result at the op's committed position, differing from the last
+    /// tentative view sent (or with none sent).
+    Stable,
+    /// The committed result equals the last tentative view sent; the payload
+    /// is not repeated.
+    Confirmation,
+}
+
+/// A response for the client of an op invoked on this replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    /// The invocation (as returned by `invoke`).
+    pub handle: ExecKey,
+    /// Its kind.
+    pub kind: ViewKind,
+    /// The result; for a confirmation, the confirmed result. A deterministic
+    /// abort is an `Err` here and reaches the client as an error.
+    pub outcome: Outcome,
+}
+
+/// What the replica asks its driver to do.
+#[derive(Clone, Debug)]
+pub enum Effect {
+    /// Reliable-broadcast this op to every other replica.
+    RbCast(Arc<Op>),
+    /// Submit this strong op's id to conditional atomic broadcast.
+    CabCast(OpId),
+    /// Send this view to the op's client.
+    View(View),
+}

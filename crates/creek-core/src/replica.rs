@@ -1,0 +1,578 @@
+//! The Creek replica: Algorithm 1 of the paper, with the high-performance
+//! execution of §4.4 behind the [`Engine`] seam.
+//!
+//! Inputs are [`Replica::invoke`], [`Replica::rb_deliver`],
+//! [`Replica::cab_deliver`] and [`Replica::tick`]; executions are pulled with
+//! [`Replica::next_execution`], run with [`Replica::run`] and handed back with
+//! [`Replica::complete`]. Outputs accumulate as [`Effect`]s, taken with
+//! [`Replica::take_effects`]. Nothing here reads a clock, touches a socket
+//! or starts a thread.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use creek_exec::builtins::NOOP;
+use creek_exec::mvcc::MvccExecutor;
+use creek_exec::{CallError, Completion, Engine, ExecCounters, Outcome, ProcCall, Registry, Settled, Task};
+use rustc_hash::FxHashMap;
+
+use crate::config::{Config, ConfigError};
+use crate::dvv::Dvv;
+use crate::hlc::Hlc;
+use crate::id::{OpId, ReplicaId, Timestamp};
+use crate::op::{Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
+
+/// Why an invocation is refused. Nothing is applied or broadcast.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvokeError {
+    /// Unknown procedure or malformed arguments.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The request asks for no view at all.
+    #[error("the request asks for no view")]
+    NoView,
+    /// The tentative list is full; retry later.
+    #[error("replica overloaded: {0} ops on the tentative list")]
+    Overloaded(usize),
+}
+
+/// Protocol counters of one replica.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Weak ops invoked here (local reads included).
+    pub invoked_weak: u64,
+    /// Strong ops invoked here (stabilizer no-ops excluded).
+    pub invoked_strong: u64,
+    /// Weak read-only ops answered without broadcast.
+    pub local_reads: u64,
+    /// Remote ops RB-delivered.
+    pub rb_delivered: u64,
+    /// Duplicate RB or CAB deliveries ignored.
+    pub duplicates: u64,
+    /// Strong ids CAB-delivered (committed).
+    pub cab_delivered: u64,
+    /// Ops moved to the committed list.
+    pub committed: u64,
+    /// Strong no-ops issued by the stabilizer.
+    pub stabilizer_noops: u64,
+    /// Views sent.
+    pub views: u64,
+    /// Ops invoked here whose first tentative view was checked against their
+    /// final result.
+    pub accuracy_checked: u64,
+    /// Of those, how many were equal.
+    pub accuracy_hits: u64,
+}
+
+/// What the origin remembers of an op until its final result
+/// (Algorithm 1's `reqsAwaitingResp`).
+#[derive(Debug)]
+struct Awaiting {
+    strong: bool,
+    views: Views,
+    /// Whether a client waits (stabilizer no-ops have none).
+    client: bool,
+    first_tentative: Option<Outcome>,
+    last_sent: Option<Outcome>,
+}
+
+/// One Creek replica. `E` is the execution engine: the multiversion executor
+/// in production, the basic undo-log engine as a test oracle.
+pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
+    config: Config,
+    registry: Arc<Registry>,
+    hlc: Hlc,
+    /// Algorithm 1's `currEventNo`.
+    curr_event_no: u64,
+    next_local: u64,
+    /// The committed list (ids; payloads leave once final).
+    committed: Vec<OpId>,
+    /// The tentative list, sorted by `(timestamp, id)`.
+    tentative: BTreeSet<(Timestamp, OpId)>,
+    /// Known ops that are not yet final.
+    ops: FxHashMap<OpId, Arc<Op>>,
+    /// Algorithm 1's `causalCtx`: RB-delivered weak ids and CAB-delivered
+    /// strong ids.
+    causal_ctx: Dvv,
+    awaiting: FxHashMap<ExecKey, Awaiting>,
+    /// Ids decided by CAB, waiting for `check_dep` (conditional delivery).
+    decided: VecDeque<OpId>,
+    /// Weak ops on the tentative list by the tick at which they arrived.
+    weak_since: BTreeSet<(u64, OpId)>,
+    weak_arrival: FxHashMap<OpId, u64>,
+    own_strong_in_flight: usize,
+    now_us: u64,
+    engine: E,
+    effects: Vec<Effect>,
+    settled: Vec<Settled<ExecKey>>,
+    counters: Counters,
+}
+
+impl Replica {
+    /// A replica with the multiversion executor.
+    pub fn new(config: Config, registry: Arc<Registry>) -> Result<Self, ConfigError> {
+        let engine = MvccExecutor::new(registry.clone(), config.txn_limits);
+        Self::with_engine(config, registry, engine)
+    }
+}
+
+impl<E: Engine<ExecKey, Pos>> Replica<E> {
+    /// A replica with the given engine.
+    pub fn with_engine(
+        config: Config,
+        registry: Arc<Registry>,
+        engine: E,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Replica {
+            config,
+            registry,
+            hlc: Hlc::new(),
+            curr_event_no: 0,
+            next_local: 0,
+            committed: Vec::new(),
+            tentative: BTreeSet::new(),
+            ops: FxHashMap::default(),
+            causal_ctx: Dvv::new(),
+            awaiting: FxHashMap::default(),
+            decided: VecDeque::new(),
+            weak_since: BTreeSet::new(),
+            weak_arrival: FxHashMap::default(),
+            own_strong_in_flight: 0,
+            now_us: 0,
+            engine,
+            effects: Vec::new(),
+            settled: Vec::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// This replica's id.
+    pub fn id(&self) -> ReplicaId {
+        self.config.id
+    }
+
+    /// Algorithm 1, `invoke` (lines 15–25). `now_us` is the driver's clock.
+    /// Returns the handle its views will carry.
+    pub fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
+        let procedure = self.registry.check(&request.call)?;
+        if !request.views.tentative && !request.views.final_view {
+            return Err(InvokeError::NoView);
+        }
+        if self.tentative.len() >= self.config.tentative_len_max {
+            return Err(InvokeError::Overloaded(self.tentative.len()));
+        }
+        self.now_us = self.now_us.max(now_us);
+        if request.strong {
+            self.counters.invoked_strong += 1;
+        } else {
+            self.counters.invoked_weak += 1;
+        }
+        let read_only = procedure.read_only;
+        if !request.strong && read_only && !request.views.final_view {
+            return Ok(self.invoke_local_read(request.call, now_us));
+        }
+        Ok(self.invoke_op(request.call, request.strong, request.views, true, now_us))
+    }
+
+    /// A weak read-only op: executed at the end of the current order and
+    /// answered, never broadcast nor committed (paper §4.4).
+    fn invoke_local_read(&mut self, call: ProcCall, now_us: u64) -> ExecKey {
+        self.counters.local_reads += 1;
+        self.next_local += 1;
+        let key = ExecKey::Local(self.next_local);
+        let ts = self.hlc.now(now_us);
+        self.engine
+            .insert(key, Pos::Tentative(ts, key), Arc::new(call));
+        self.awaiting.insert(
+            key,
+            Awaiting {
+                strong: false,
+                views: Views::WEAK,
+                client: true,
+                first_tentative: None,
+                last_sent: None,
+            },
+        );
+        self.process_settled();
+        key
+    }
+
+    fn invoke_op(
+        &mut self,
+        call: ProcCall,
+        strong: bool,
+        views: Views,
+        client: bool,
+        now_us: u64,
+    ) -> ExecKey {
+        self.curr_event_no += 1;
+        let id = OpId {
+            origin: self.config.id,
+            seq: self.curr_event_no,
+        };
+        let timestamp = self.hlc.now(now_us);
+        let causal_context = if strong {
+            // Line 19: known ids minus the tentative ops ordered after this one.
+            let mut ctx = self.causal_ctx.clone();
+            for (_, later) in self.tentative.range((timestamp, id)..) {
+                ctx.remove(*later);
+            }
+            self.effects.push(Effect::CabCast(id)); // line 20
+            self.own_strong_in_flight += 1;
+            Some(ctx)
+        } else {
+            self.causal_ctx.insert(id); // line 22
+            None
+        };
+        let op = Arc::new(Op {
+            id,
+            timestamp,
+            call,
+            strong,
+            causal_context,
+        });
+        self.effects.push(Effect::RbCast(op.clone())); // line 23
+        self.awaiting.insert(
+            ExecKey::Op(id),
+            Awaiting {
+                strong,
+                views,
+                client,
+                first_tentative: None,
+                last_sent: None,
+            },
+        ); // line 25
+        self.adjust_tentative_order(op); // line 24
+        self.process_settled();
+        ExecKey::Op(id)
+    }
+
+    /// Algorithm 1, `RB-deliver` (lines 26–31). Duplicates and the replica's
+    /// own ops are ignored.
+    pub fn rb_deliver(&mut self, op: Arc<Op>) {
+        if op.id.origin == self.config.id {
+            return; // line 27: delivered locally at invoke
+        }
+        if self.ops.contains_key(&op.id) || self.causal_ctx.contains(op.id) {
+            self.counters.duplicates += 1;
+            return;
+        }
+        self.counters.rb_delivered += 1;
+        self.hlc.observe(op.timestamp);
+        if !op.strong {
+            self.causal_ctx.insert(op.id); // line 30
+        }
+        self.adjust_tentative_order(op); // line 31
+        self.deliver_decided();
+        self.process_settled();
+    }
+
+    /// Algorithm 1, `adjustTentativeOrder` (lines 36–41): insert at the op's
+    /// `(timestamp, id)` place; the engine's `adjustExecution` follows.
+    fn adjust_tentative_order(&mut self, op: Arc<Op>) {
+        let key = ExecKey::Op(op.id);
+        self.tentative.insert(op.order_key());
+        if !op.strong {
+            self.weak_since.insert((self.now_us, op.id));
+            self.weak_arrival.insert(op.id, self.now_us);
+        }
+        self.engine.insert(
+            key,
+            Pos::Tentative(op.timestamp, key),
+            Arc::new(op.call.clone()),
+        );
+        self.ops.insert(op.id, op);
+    }
+
+    /// Algorithm 1, `checkDep` (lines 10–14): the op is known here and so is
+    /// its whole causal context.
+    pub fn check_dep(&self, id: OpId) -> bool {
+        match self.ops.get(&id) {
+            Some(op) => op
+                .causal_context
+                .as_ref()
+                .is_none_or(|ctx| ctx.is_subset(&self.causal_ctx)),
+            // Final ops leave the table; a committed op satisfied its check.
+            None => self.is_committed(id),
+        }
+    }
+
+    /// Committed ids are in the causal set and off the tentative list (weak
+    /// tentative ops are in the causal set too; final ops have left the table).
+    fn is_committed(&self, id: OpId) -> bool {
+        self.causal_ctx.contains(id)
+            && !self
+                .ops
+                .get(&id)
+                .is_some_and(|op| self.tentative.contains(&op.order_key()))
+    }
+
+    /// Algorithm 1, `CAB-deliver` (lines 32–35), for the next id CAB decided.
+    /// Delivery is conditional: a decided id is committed once `check_dep`
+    /// holds here, and decided ids commit strictly in decision order.
+    /// Already committed ids are ignored.
+    pub fn cab_deliver(&mut self, id: OpId) {
+        if self.is_committed(id) || self.decided.contains(&id) {
+            self.counters.duplicates += 1;
+            return;
+        }
+        self.decided.push_back(id);
+        self.deliver_decided();
+        self.process_settled();
+    }
+
+    fn deliver_decided(&mut self) {
+        while let Some(&id) = self.decided.front() {
+            if !self.check_dep(id) {
+                return;
+            }
+            self.decided.pop_front();
+            let Some(op) = self.ops.get(&id).cloned() else {
+                continue;
+            };
+            if !op.strong {
+                // CAB carries strong ids only; a weak id is a driver bug.
+                debug_assert!(false, "weak id {id} CAB-delivered");
+                continue;
+            }
+            self.counters.cab_delivered += 1;
+            self.causal_ctx.insert(id); // line 34
+            self.commit(&op); // line 35
+        }
+    }
+
+    /// Algorithm 1, `commit` (lines 48–57): the tentative ops in `r`'s causal
+    /// context move, in their current relative order, to the end of the
+    /// committed list, then `r` itself. Stable responses follow from the
+    /// engine once the committed executions are settled (lines 55–56, 72–73).
+    fn commit(&mut self, r: &Op) {
+        let ctx = r.causal_context.as_ref();
+        let committed_ext: Vec<(Timestamp, OpId)> = self
+            .tentative
+            .iter()
+            .filter(|(_, id)| *id != r.id && ctx.is_some_and(|c| c.contains(*id)))
+            .copied()
+            .collect(); // line 49
+        for entry in committed_ext.into_iter().chain([r.order_key()]) {
+            let removed = self.tentative.remove(&entry); // line 50
+            debug_assert!(removed, "committing {} which is not tentative", entry.1);
+            let id = entry.1;
+            let pos = Pos::Committed(self.committed.len() as u64);
+            self.committed.push(id); // line 51
+            self.counters.committed += 1;
+            if let Some(since) = self.weak_arrival.remove(&id) {
+                self.weak_since.remove(&(since, id));
+            }
+            if id.origin == self.config.id && self.ops.get(&id).is_some_and(|op| op.strong) {
+                self.own_strong_in_flight = self.own_strong_in_flight.saturating_sub(1);
+            }
+            self.engine.reposition(ExecKey::Op(id), pos); // line 54
+        }
+        self.engine
+            .set_committed_bound(Pos::Committed(self.committed.len() as u64));
+    }
+
+    /// Advance the driver's clock. Runs the stabilizer: when a weak op has
+    /// waited longer than `stabilize_after_us` and no strong op of this
+    /// replica is in flight, issue a strong no-op that commits every weak op
+    /// this replica knows (paper §4.4).
+    pub fn tick(&mut self, now_us: u64) {
+        self.now_us = self.now_us.max(now_us);
+        let delay = self.config.stabilize_after_us;
+        if delay == 0 || self.own_strong_in_flight > 0 {
+            return;
+        }
+        let oldest = self.weak_since.first().map(|(t, _)| *t);
+        if oldest.is_some_and(|t| self.now_us.saturating_sub(t) >= delay) {
+            self.counters.stabilizer_noops += 1;
+            let call = ProcCall::new(NOOP, creek_exec::value::encode_args(&[]));
+            self.invoke_op(call, true, Views::STRONG, false, now_us);
+        }
+    }
+
+    /// The next execution to run, if any is ready. Call repeatedly to run
+    /// several at once.
+    pub fn next_execution(&mut self) -> Option<Task<ExecKey>> {
+        self.engine.next_task()
+    }
+
+    /// Run a task against its snapshot. Takes `&self`: a driver may run many
+    /// tasks concurrently under a shared borrow.
+    pub fn run(&self, task: &Task<ExecKey>) -> Completion<ExecKey> {
+        self.engine.run(task)
+    }
+
+    /// Hand a finished execution back: it is validated, installed (or rerun)
+    /// and the views it settles are emitted.
+    pub fn complete(&mut self, completion: Completion<ExecKey>) {
+        self.engine.complete(completion);
+        self.process_settled();
+    }
+
+    /// Run every ready execution to completion, one at a time. Convenience
+    /// for drivers without a worker pool.
+    pub fn execute_all(&mut self) {
+        while let Some(task) = self.next_execution() {
+            let done = self.run(&task);
+            self.complete(done);
+        }
+    }
+
+    /// Take the effects produced so far.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    fn process_settled(&mut self) {
+        let mut settled = std::mem::take(&mut self.settled);
+        self.engine.drain_settled(&mut settled);
+        for s in settled.drain(..) {
+            self.on_settled(s);
+        }
+        self.settled = settled;
+    }
+
+    /// Responses (Algorithm 1, lines 55–56 and 62–74, with the final-view
+    /// rule): a tentative view for a valid execution at a tentative position
+    /// (weak ops: the first only; strong ops: whenever the result changes); at
+    /// the committed position, a confirmation when the result equals the last
+    /// view sent, the stable result otherwise.
+    fn on_settled(&mut self, s: Settled<ExecKey>) {
+        if s.committed {
+            if let ExecKey::Op(id) = s.key {
+                self.ops.remove(&id);
+            }
+        }
+        let Some(a) = self.awaiting.get_mut(&s.key) else {
+            return;
+        };
+        let mut send = None;
+        if !s.committed {
+            let first = a.last_sent.is_none();
+            let changed = a.last_sent.as_ref() != Some(&s.outcome);
+            if a.first_tentative.is_none() {
+                a.first_tentative = Some(s.outcome.clone());
+            }
+            if a.views.tentative && changed && (first || a.strong) {
+                a.last_sent = Some(s.outcome.clone());
+                send = Some(ViewKind::Tentative);
+            }
+        } else {
+            if let Some(first) = &a.first_tentative {
+                self.counters.accuracy_checked += 1;
+                if *first == s.outcome {
+                    self.counters.accuracy_hits += 1;
+                }
+            }
+            if a.views.final_view {
+                send = Some(if a.last_sent.as_ref() == Some(&s.outcome) {
+                    ViewKind::Confirmation
+                } else {
+                    ViewKind::Stable
+                });
+            } else if a.last_sent.is_none() && a.views.tentative {
+                send = Some(ViewKind::Tentative);
+            }
+        }
+        let client = a.client;
+        let local = matches!(s.key, ExecKey::Local(_));
+        if s.committed || local {
+            self.awaiting.remove(&s.key);
+        }
+        if local {
+            self.engine.remove(s.key);
+        }
+        if let (Some(kind), true) = (send, client) {
+            self.counters.views += 1;
+            self.effects.push(Effect::View(View {
+                handle: s.key,
+                kind,
+                outcome: s.outcome,
+            }));
+        }
+    }
+
+    /// The committed list.
+    pub fn committed(&self) -> &[OpId] {
+        &self.committed
+    }
+
+    /// The tentative list, in order.
+    pub fn tentative(&self) -> Vec<OpId> {
+        self.tentative.iter().map(|(_, id)| *id).collect()
+    }
+
+    /// Algorithm 1's `causalCtx`.
+    pub fn causal_context(&self) -> &Dvv {
+        &self.causal_ctx
+    }
+
+    /// A known, not yet final op.
+    pub fn op(&self, id: OpId) -> Option<&Arc<Op>> {
+        self.ops.get(&id)
+    }
+
+    /// Ids CAB decided that wait for their causal context here.
+    pub fn decided_waiting(&self) -> usize {
+        self.decided.len()
+    }
+
+    /// Protocol counters.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Execution counters.
+    pub fn exec_counters(&self) -> ExecCounters {
+        self.engine.counters()
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
+    /// The state produced by the final executions of the committed list.
+    pub fn committed_state(&self) -> BTreeMap<Bytes, Bytes> {
+        self.engine.committed_state()
+    }
+
+    /// Whether nothing is left to do: no tentative op, no decided id waiting,
+    /// no execution pending or running.
+    pub fn is_quiescent(&self) -> bool {
+        self.tentative.is_empty()
+            && self.decided.is_empty()
+            && self.engine.running() == 0
+            && self.ops.is_empty()
+    }
+
+    /// Check the protocol invariants; `Err` says which one broke.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (_, id) in &self.tentative {
+            let op = self
+                .ops
+                .get(id)
+                .ok_or_else(|| format!("tentative {id} has no payload"))?;
+            // An op is never on both lists: a tentative strong op is not yet
+            // in the causal set, which CAB-delivery alone adds it to.
+            if op.strong && self.causal_ctx.contains(*id) {
+                return Err(format!("strong {id} is tentative and committed"));
+            }
+            if !op.strong && !self.causal_ctx.contains(*id) {
+                return Err(format!("weak {id} is tentative but not in the causal set"));
+            }
+        }
+        for id in &self.committed {
+            if !self.causal_ctx.contains(*id) {
+                return Err(format!("committed {id} missing from the causal set"));
+            }
+        }
+        if self.weak_since.len() != self.weak_arrival.len() {
+            return Err("stabilizer bookkeeping out of sync".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! The basic algorithm's execution: Algorithm 2's `StateObject` (one
+//! database plus an undo log) driven the way Algorithm 1's
+//! `adjustExecution` prescribes — ops execute one at a time in the current
+//! order; when the order changes, everything executed after the longest common
+//! prefix of old and new order is rolled back, newest first, and redone.
+//!
+//! It is obviously right and slow, which makes it the test oracle for
+//! [`crate::mvcc::MvccExecutor`] (DESIGN §3) and the engine of the Bayou
+//! baseline. [`replay`] is the plain sequential execution used by checkers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+
+use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
+use crate::registry::{execute_call, ProcCall, Registry};
+use crate::txn::{Outcome, SnapshotRead, TxnLimits, VersionNo};
+
+/// A plain key-value database as a snapshot.
+struct Db<'a>(&'a BTreeMap<Bytes, Bytes>);
+
+impl SnapshotRead for Db<'_> {
+    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        (self.0.get(key).cloned(), VersionNo::ABSENT)
+    }
+}
+
+/// Apply `writes` to `db`, returning the undo map (Algorithm 2, `write`).
+fn apply(
+    db: &mut BTreeMap<Bytes, Bytes>,
+    writes: Vec<(Bytes, Option<Bytes>)>,
+) -> Vec<(Bytes, Option<Bytes>)> {
+    let mut undo = Vec::with_capacity(writes.len());
+    for (k, v) in writes {
+        let old = match v {
+            Some(v) => db.insert(k.clone(), v),
+            None => db.remove(&k),
+        };
+        undo.push((k, old));
+    }
+    undo
+}
+
+/// Revert one execution (Algorithm 2, `rollback`).
+fn rollback(db: &mut BTreeMap<Bytes, Bytes>, undo: Vec<(Bytes, Option<Bytes>)>) {
+    for (k, old) in undo.into_iter().rev() {
+        match old {
+            Some(v) => db.insert(k, v),
+            None => db.remove(&k),
+        };
+    }
+}
+
+/// Execute `calls` one after another from an empty state: the outcome of each
+/// and the final state.
+pub fn replay<'a>(
+    registry: &Registry,
+    limits: TxnLimits,
+    calls: impl IntoIterator<Item = &'a ProcCall>,
+) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
+    let mut db = BTreeMap::new();
+    let mut outcomes = Vec::new();
+    for call in calls {
+        let e = execute_call(registry, &Db(&db), limits, call);
+        apply(&mut db, e.writes);
+        outcomes.push(e.outcome);
+    }
+    (outcomes, db)
+}
+
+struct Done<K> {
+    key: K,
+    undo: Vec<(Bytes, Option<Bytes>)>,
+    outcome: Outcome,
+}
+
+/// The undo-log engine. See the module documentation.
+pub struct BasicEngine<K, P> {
+    registry: Arc<Registry>,
+    limits: TxnLimits,
+    ops: FxHashMap<K, (P, Arc<ProcCall>)>,
+    order: BTreeMap<P, K>,
+    /// Algorithm 1's `executed`: a prefix of the order, oldest first.
+    executed: Vec<Done<K>>,
+    db: BTreeMap<Bytes, Bytes>,
+    committed_bound: Option<P>,
+    running: Option<(K, u64)>,
+    next_gen: u64,
+    ever_executed: FxHashMap<K, ()>,
+    settled: Vec<Settled<K>>,
+    counters: ExecCounters,
+}
+
+impl<K: OpKey, P: Position> BasicEngine<K, P> {
+    /// An empty engine running procedures from `registry`.
+    pub fn new(registry: Arc<Registry>, limits: TxnLimits) -> Self {
+        BasicEngine {
+            registry,
+            limits,
+            ops: FxHashMap::default(),
+            order: BTreeMap::new(),
+            executed: Vec::new(),
+            db: BTreeMap::new(),
+            committed_bound: None,
+            running: None,
+            next_gen: 0,
+            ever_executed: FxHashMap::default(),
+            settled: Vec::new(),
+            counters: ExecCounters::default(),
+        }
+    }
+
+    fn is_committed(&self, pos: P) -> bool {
+        self.committed_bound.is_some_and(|b| pos < b)
+    }
+
+    /// Algorithm 1, `adjustExecution`: keep the longest common prefix of
+    /// `executed` and the order, roll back the rest newest first.
+    fn adjust_execution(&mut self) {
+        let in_order = self
+            .executed
+            .iter()
+            .zip(self.order.values())
+            .take_while(|(done, key)| done.key == **key)
+            .count();
+        while self.executed.len() > in_order {
+            if let Some(done) = self.executed.pop() {
+                rollback(&mut self.db, done.undo);
+                self.counters.invalidations += 1;
+            }
+        }
+        if let Some((key, _)) = self.running {
+            if self.next_op() != Some(key) {
+                self.running = None;
+            }
+        }
+    }
+
+    fn next_op(&self) -> Option<K> {
+        self.order.values().nth(self.executed.len()).copied()
+    }
+}
+
+impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
+    fn insert(&mut self, key: K, pos: P, call: Arc<ProcCall>) {
+        if self.ops.contains_key(&key) || self.order.contains_key(&pos) {
+            debug_assert!(false, "duplicate insert of {key:?} at {pos:?}");
+            return;
+        }
+        self.ops.insert(key, (pos, call));
+        self.order.insert(pos, key);
+        self.counters.ops += 1;
+        self.adjust_execution();
+    }
+
+    fn reposition(&mut self, key: K, pos: P) {
+        let Some(entry) = self.ops.get_mut(&key) else {
+            return;
+        };
+        let old = std::mem::replace(&mut entry.0, pos);
+        self.order.remove(&old);
+        self.order.insert(pos, key);
+        self.adjust_execution();
+    }
+
+    fn remove(&mut self, key: K) {
+        if let Some((pos, _)) = self.ops.remove(&key) {
+            self.order.remove(&pos);
+            self.adjust_execution();
+        }
+    }
+
+    fn set_committed_bound(&mut self, bound: P) {
+        self.committed_bound = Some(bound);
+    }
+
+    fn next_task(&mut self) -> Option<Task<K>> {
+        if self.running.is_some() {
+            return None;
+        }
+        let key = self.next_op()?;
+        let (_, call) = self.ops.get(&key)?;
+        self.next_gen += 1;
+        self.running = Some((key, self.next_gen));
+        self.counters.executions += 1;
+        if self.ever_executed.insert(key, ()).is_some() {
+            self.counters.reexecutions += 1;
+        }
+        Some(Task {
+            key,
+            gen: self.next_gen,
+            call: call.clone(),
+        })
+    }
+
+    fn run(&self, task: &Task<K>) -> Completion<K> {
+        Completion {
+            key: task.key,
+            gen: task.gen,
+            executed: execute_call(&self.registry, &Db(&self.db), self.limits, &task.call),
+        }
+    }
+
+    fn complete(&mut self, completion: Completion<K>) {
+        if self.running != Some((completion.key, completion.gen)) {
+            self.counters.stale += 1;
+            return;
+        }
+        self.running = None;
+        let undo = apply(&mut self.db, completion.executed.writes);
+        let outcome = completion.executed.outcome;
+        let committed = self
+            .ops
+            .get(&completion.key)
+            .is_some_and(|(p, _)| self.is_committed(*p));
+        if !committed {
+            self.settled.push(Settled {
+                key: completion.key,
+                outcome: outcome.clone(),
+                committed: false,
+            });
+        }
+        self.executed.push(Done {
+            key: completion.key,
+            undo,
+            outcome,
+        });
+    }
+
+    fn drain_settled(&mut self, out: &mut Vec<Settled<K>>) {
+        // Executed ops at committed positions are final; the undo log is
+        // truncated to the tentative part (Algorithm 2's remark).
+        let final_count = self
+            .executed
+            .iter()
+            .take_while(|d| {
+                self.ops
+                    .get(&d.key)
+                    .is_some_and(|(p, _)| self.is_committed(*p))
+            })
+            .count();
+        for done in self.executed.drain(..final_count) {
+            if let Some((pos, _)) = self.ops.remove(&done.key) {
+                self.order.remove(&pos);
+            }
+            self.ever_executed.remove(&done.key);
+            self.settled.push(Settled {
+                key: done.key,
+                outcome: done.outcome,
+                committed: true,
+            });
+        }
+        out.append(&mut self.settled);
+    }
+
+    fn counters(&self) -> ExecCounters {
+        self.counters
+    }
+
+    fn committed_state(&self) -> BTreeMap<Bytes, Bytes> {
+        let mut db = self.db.clone();
+        let tentative_from = self
+            .executed
+            .iter()
+            .position(|d| {
+                !self
+                    .ops
+                    .get(&d.key)
+                    .is_some_and(|(p, _)| self.is_committed(*p))
+            })
+            .unwrap_or(self.executed.len());
+        for done in self.executed[tentative_from..].iter().rev() {
+            rollback(&mut db, done.undo.clone());
+        }
+        db
+    }
+
+    fn running(&self) -> usize {
+        usize::from(self.running.is_some())
+    }
+}

@@ -1,0 +1,115 @@
+//! The seam between the replica protocol and an execution engine.
+//!
+//! The protocol owns the *order* (committed · tentative) and tells the
+//! engine where each op stands: [`Engine::insert`], [`Engine::reposition`],
+//! [`Engine::set_committed_bound`]. The engine decides what to (re)execute and
+//! reports, through [`Settled`], when an op's execution is valid for the
+//! current order with every earlier op valid too — the moment the paper's
+//! Algorithm 1 would have it on its `executed` list.
+//!
+//! Execution is split in three so a driver can run many at once:
+//! [`Engine::next_task`] hands out work, [`Engine::run`] executes it against a
+//! snapshot through a shared reference (a worker thread or the simulator's
+//! virtual core), and [`Engine::complete`] validates and installs the result.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::registry::{Executed, ProcCall};
+use crate::txn::Outcome;
+
+/// What identifies an op to an engine (the replica uses its `OpId`).
+pub trait OpKey: Copy + Eq + Hash + Debug {}
+impl<T: Copy + Eq + Hash + Debug> OpKey for T {}
+
+/// A place in the order; the protocol keeps positions unique and totally
+/// ordered. Moving an op means giving it a new position.
+pub trait Position: Copy + Ord + Debug {}
+impl<T: Copy + Ord + Debug> Position for T {}
+
+/// One execution handed to a driver.
+#[derive(Clone, Debug)]
+pub struct Task<K> {
+    /// The op.
+    pub key: K,
+    /// The op's execution generation when the task was handed out; a
+    /// completion from an older generation is discarded.
+    pub gen: u64,
+    /// What to run.
+    pub call: Arc<ProcCall>,
+}
+
+/// The result of running a [`Task`], to be handed back to [`Engine::complete`].
+#[derive(Clone, Debug)]
+pub struct Completion<K> {
+    /// The op.
+    pub key: K,
+    /// Generation of the task.
+    pub gen: u64,
+    /// Reads, writes and outcome.
+    pub executed: Executed,
+}
+
+/// An op's execution became valid for the current order, with every op
+/// before it valid too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled<K> {
+    /// The op.
+    pub key: K,
+    /// Its result at its current position.
+    pub outcome: Outcome,
+    /// The op lies below the committed bound: this result is final and the
+    /// engine has forgotten the op. Reported exactly once per op.
+    pub committed: bool,
+}
+
+/// Execution counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecCounters {
+    /// Ops ever inserted.
+    pub ops: u64,
+    /// Executions started (every task handed out).
+    pub executions: u64,
+    /// Executions beyond the first of each op.
+    pub reexecutions: u64,
+    /// Installed executions later invalidated (rolled back).
+    pub invalidations: u64,
+    /// Completions rejected at validation because a read had changed.
+    pub conflicts: u64,
+    /// Completions discarded because the op had been invalidated meanwhile.
+    pub stale: u64,
+    /// Versions currently stored.
+    pub versions_alive: u64,
+}
+
+/// An execution engine driven by the replica protocol.
+pub trait Engine<K: OpKey, P: Position> {
+    /// A new op at `pos` (no op may hold `pos`).
+    fn insert(&mut self, key: K, pos: P, call: Arc<ProcCall>);
+    /// Move a known op to an unused position `pos`.
+    fn reposition(&mut self, key: K, pos: P);
+    /// Forget an op that is not committed (a local read-only op once answered).
+    fn remove(&mut self, key: K);
+    /// Every position below `bound` is committed and will never move again.
+    /// Only grows.
+    fn set_committed_bound(&mut self, bound: P);
+    /// The next execution to run, if any is ready.
+    fn next_task(&mut self) -> Option<Task<K>>;
+    /// Run `task` against its snapshot. Pure: the engine is not modified.
+    fn run(&self, task: &Task<K>) -> Completion<K>;
+    /// Validate and install a completed execution.
+    fn complete(&mut self, completion: Completion<K>);
+    /// Move the settled notifications accumulated so far into `out`.
+    fn drain_settled(&mut self, out: &mut Vec<Settled<K>>);
+    /// Counters so far.
+    fn counters(&self) -> ExecCounters;
+    /// The committed state: the newest committed value of every key whose
+    /// writer has been reported committed.
+    fn committed_state(&self) -> BTreeMap<Bytes, Bytes>;
+    /// Tasks handed out and not yet completed (or known to be stale).
+    fn running(&self) -> usize;
+}

@@ -1,0 +1,23 @@
+//! Creek's execution room: the multiversion speculative executor (Creek
+//! paper §4.4), the procedure registry with its built-ins, and the undo-log
+//! engine of the basic algorithm (Algorithm 2), kept as a reference and test
+//! oracle.
+//!
+//! This crate knows nothing of replicas, clocks or broadcasts: the caller
+//! keeps a total order of positions and tells an [`Engine`] how it changes.
+//! It does no I/O and starts no threads.
+#![deny(missing_docs)]
+
+pub mod basic;
+pub mod builtins;
+pub mod engine;
+pub mod mvcc;
+pub mod registry;
+pub mod txn;
+pub mod value;
+
+pub use engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
+pub use registry::{
+    execute_call, CallError, ClientRequestId, Executed, ProcCall, Procedure, Registry,
+};
+pub use txn::{Abort, Outcome, SnapshotRead, Txn, TxnLimits, VersionNo};

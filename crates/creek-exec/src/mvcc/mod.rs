@@ -1,0 +1,578 @@
+//! The multiversion speculative executor (Creek paper §4.4).
+//!
+//! * **Multiversioning.** Every execution reads a snapshot made of exactly
+//!   the versions installed by executions positioned before it; its writes
+//!   become versions tagged with its position once it is installed.
+//! * **Rollback only if necessary.** Installed executions record what they
+//!   read. When the order changes or a version appears or disappears, only the
+//!   readers whose visible version changed are invalidated; invalidation hides
+//!   (removes) their versions, which cascades to *their* readers — through
+//!   reads, never through positions.
+//! * **Concurrent execution.** [`Engine::next_task`] hands out any number of
+//!   executions; [`Engine::complete`] validates each result against the
+//!   current state and reruns it on a conflict.
+//! * **Garbage collection.** Ops below the committed bound whose execution is
+//!   settled are final: their reader entries go, and on each key they wrote
+//!   only the newest final version survives.
+//!
+//! Invariant (checked by [`MvccExecutor::check_invariants`]): every installed
+//! execution's recorded reads equal the versions visible at its current
+//! position. An op is *settled* when it and every op before it are installed;
+//! only then is its outcome reported, so every reported outcome equals the
+//! result of executing the current order sequentially.
+
+mod store;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+
+use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
+use crate::registry::{execute_call, Executed, ProcCall, Registry};
+use crate::txn::{Outcome, SnapshotRead, TxnLimits, VersionNo};
+use store::{Keys, Version};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpState {
+    /// Waiting to be (re)executed.
+    Pending,
+    /// A task is out.
+    Running,
+    /// Its execution is installed and valid for its current position.
+    Installed,
+}
+
+#[derive(Debug)]
+struct OpEntry<P> {
+    pos: P,
+    call: Arc<ProcCall>,
+    gen: u64,
+    state: OpState,
+    executions: u64,
+    /// Reads of the installed execution.
+    reads: Vec<(Bytes, VersionNo)>,
+    /// Keys of the versions the installed execution holds at `pos`.
+    writes: Vec<Bytes>,
+    outcome: Option<Outcome>,
+}
+
+impl<P> OpEntry<P> {
+    fn recorded_read(&self, key: &[u8]) -> Option<VersionNo> {
+        self.reads
+            .iter()
+            .find(|(k, _)| k.as_ref() == key)
+            .map(|(_, v)| *v)
+    }
+}
+
+/// The multiversion executor. See the module documentation.
+pub struct MvccExecutor<K, P> {
+    registry: Arc<Registry>,
+    limits: TxnLimits,
+    ops: FxHashMap<K, OpEntry<P>>,
+    order: BTreeMap<P, K>,
+    /// Positions of ops that are not installed; the first one is the frontier
+    /// below which everything is settled.
+    not_installed: BTreeSet<P>,
+    /// Positions of pending ops without a task out, lowest first.
+    runnable: BTreeSet<P>,
+    /// Installed ops whose current execution has not been reported.
+    unannounced: BTreeSet<P>,
+    keys: Keys<P, K>,
+    committed_bound: Option<P>,
+    next_version: u64,
+    settled: Vec<Settled<K>>,
+    counters: ExecCounters,
+    running: usize,
+}
+
+struct SnapshotAt<'a, P, K> {
+    keys: &'a Keys<P, K>,
+    pos: P,
+}
+
+impl<P: Position, K: OpKey> SnapshotRead for SnapshotAt<'_, P, K> {
+    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        match self.keys.get(key) {
+            Some(ks) => {
+                let (v, no) = ks.visible(self.pos);
+                (v.cloned(), no)
+            }
+            None => (None, VersionNo::ABSENT),
+        }
+    }
+}
+
+impl<K: OpKey, P: Position> MvccExecutor<K, P> {
+    /// An empty executor running procedures from `registry`.
+    pub fn new(registry: Arc<Registry>, limits: TxnLimits) -> Self {
+        MvccExecutor {
+            registry,
+            limits,
+            ops: FxHashMap::default(),
+            order: BTreeMap::new(),
+            not_installed: BTreeSet::new(),
+            runnable: BTreeSet::new(),
+            unannounced: BTreeSet::new(),
+            keys: Keys::default(),
+            committed_bound: None,
+            next_version: 1,
+            settled: Vec::new(),
+            counters: ExecCounters::default(),
+            running: 0,
+        }
+    }
+
+    /// Ops the executor still tracks (not yet final).
+    pub fn ops_alive(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn visible_no(&self, key: &[u8], pos: P) -> VersionNo {
+        self.keys
+            .get(key)
+            .map_or(VersionNo::ABSENT, |ks| ks.visible(pos).1)
+    }
+
+    fn is_committed(&self, pos: P) -> bool {
+        self.committed_bound.is_some_and(|b| pos < b)
+    }
+
+    /// Readers (other than `except`) whose recorded read of `key` differs from
+    /// what they see now, among those in `candidates`.
+    fn stale_readers(&self, key: &[u8], candidates: Vec<(P, K)>, except: K, out: &mut Vec<K>) {
+        for (rpos, rkey) in candidates {
+            if rkey == except {
+                continue;
+            }
+            let recorded = self.ops.get(&rkey).and_then(|op| op.recorded_read(key));
+            debug_assert!(recorded.is_some(), "reader index out of sync for {rkey:?}");
+            if recorded != Some(self.visible_no(key, rpos)) {
+                out.push(rkey);
+            }
+        }
+    }
+
+    fn install(&mut self, key: K, executed: Executed) {
+        let Some(op) = self.ops.get_mut(&key) else {
+            return;
+        };
+        let pos = op.pos;
+        op.state = OpState::Installed;
+        op.outcome = Some(executed.outcome);
+        op.reads = executed.reads;
+        op.writes = executed.writes.iter().map(|(k, _)| k.clone()).collect();
+        self.not_installed.remove(&pos);
+        self.unannounced.insert(pos);
+        for (k, _) in &op.reads {
+            self.keys
+                .entry(k.clone())
+                .or_default()
+                .readers
+                .insert(pos, key);
+        }
+        let mut invalid = Vec::new();
+        for (k, value) in executed.writes {
+            let no = VersionNo(self.next_version);
+            self.next_version += 1;
+            let ks = self.keys.entry(k.clone()).or_default();
+            let previous = ks.versions.insert(pos, Version { no, value });
+            debug_assert!(previous.is_none(), "two versions at one position");
+            self.counters.versions_alive += 1;
+            let candidates = ks.readers_affected(pos, pos);
+            self.stale_readers(&k, candidates, key, &mut invalid);
+        }
+        self.invalidate(invalid);
+    }
+
+    /// Roll back the installed executions in `worklist`, and transitively
+    /// every installed execution that read a version they held.
+    fn invalidate(&mut self, mut worklist: Vec<K>) {
+        while let Some(key) = worklist.pop() {
+            let Some(op) = self.ops.get_mut(&key) else {
+                continue;
+            };
+            if op.state != OpState::Installed {
+                continue;
+            }
+            op.state = OpState::Pending;
+            op.gen += 1;
+            op.outcome = None;
+            let pos = op.pos;
+            let reads = std::mem::take(&mut op.reads);
+            let writes = std::mem::take(&mut op.writes);
+            self.counters.invalidations += 1;
+            self.not_installed.insert(pos);
+            self.runnable.insert(pos);
+            self.unannounced.remove(&pos);
+            for (k, _) in reads {
+                self.drop_reader(&k, pos);
+            }
+            for k in writes {
+                let Some(ks) = self.keys.get_mut(&k) else {
+                    continue;
+                };
+                let removed = ks.versions.remove(&pos);
+                debug_assert!(removed.is_some(), "installed write without a version");
+                if removed.is_some() {
+                    self.counters.versions_alive -= 1;
+                }
+                let candidates = ks.readers_affected(pos, pos);
+                let empty = ks.is_empty();
+                self.stale_readers(&k, candidates, key, &mut worklist);
+                if empty {
+                    self.keys.remove(&k);
+                }
+            }
+        }
+    }
+
+    fn drop_reader(&mut self, key: &[u8], pos: P) {
+        if let Some(ks) = self.keys.get_mut(key) {
+            ks.readers.remove(&pos);
+            if ks.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// Report newly settled ops and finalize the committed, settled prefix.
+    fn announce(&mut self) {
+        let frontier = self.not_installed.first().copied();
+        let settled_at = |p: P| frontier.is_none_or(|f| p < f);
+        while let Some(&pos) = self.unannounced.first() {
+            if !settled_at(pos) {
+                break;
+            }
+            self.unannounced.pop_first();
+            if self.is_committed(pos) {
+                continue; // reported as final below
+            }
+            let Some(&key) = self.order.get(&pos) else {
+                continue;
+            };
+            if let Some(outcome) = self.ops.get(&key).and_then(|op| op.outcome.clone()) {
+                self.settled.push(Settled {
+                    key,
+                    outcome,
+                    committed: false,
+                });
+            }
+        }
+        while let Some((&pos, &key)) = self.order.first_key_value() {
+            if !(self.is_committed(pos) && settled_at(pos)) {
+                break;
+            }
+            self.finalize(key);
+        }
+    }
+
+    /// The op is committed and settled: report it, drop its reader entries
+    /// and every version its writes supersede.
+    fn finalize(&mut self, key: K) {
+        let Some(op) = self.ops.remove(&key) else {
+            return;
+        };
+        let pos = op.pos;
+        self.order.remove(&pos);
+        self.unannounced.remove(&pos);
+        for (k, _) in &op.reads {
+            self.drop_reader(k, pos);
+        }
+        for k in &op.writes {
+            let Some(ks) = self.keys.get_mut(k) else {
+                continue;
+            };
+            let newer = ks.versions.split_off(&pos);
+            self.counters.versions_alive -= ks.versions.len() as u64;
+            ks.versions = newer;
+            let lone_tombstone = ks.versions.len() == 1
+                && ks.readers.is_empty()
+                && ks.versions.values().all(|v| v.value.is_none());
+            if lone_tombstone {
+                self.counters.versions_alive -= 1;
+                self.keys.remove(k);
+            }
+        }
+        if let Some(outcome) = op.outcome {
+            self.settled.push(Settled {
+                key,
+                outcome,
+                committed: true,
+            });
+        }
+    }
+
+    /// Check the executor's invariants; `Err` describes the first violation.
+    /// Used by tests and the simulator.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.order.len() != self.ops.len() {
+            return Err(format!(
+                "order has {} ops, table has {}",
+                self.order.len(),
+                self.ops.len()
+            ));
+        }
+        let mut versions = 0u64;
+        for ks in self.keys.values() {
+            versions += ks.versions.len() as u64;
+        }
+        if versions != self.counters.versions_alive {
+            return Err(format!(
+                "versions_alive {} but {} stored",
+                self.counters.versions_alive, versions
+            ));
+        }
+        for (pos, key) in &self.order {
+            let op = self
+                .ops
+                .get(key)
+                .ok_or_else(|| format!("{key:?} in order but not in table"))?;
+            if op.pos != *pos {
+                return Err(format!("{key:?} at {pos:?} but records {:?}", op.pos));
+            }
+            let installed = op.state == OpState::Installed;
+            if installed == self.not_installed.contains(pos) {
+                return Err(format!("{key:?}: not_installed out of sync"));
+            }
+            if self.runnable.contains(pos) != (op.state == OpState::Pending) {
+                return Err(format!("{key:?}: runnable out of sync"));
+            }
+            if !installed {
+                continue;
+            }
+            for (k, recorded) in &op.reads {
+                let now = self.visible_no(k, *pos);
+                if now != *recorded {
+                    return Err(format!(
+                        "{key:?} read {k:?} as {recorded:?} but {now:?} is visible at {pos:?}"
+                    ));
+                }
+                if self.keys.get(k).and_then(|ks| ks.readers.get(pos)) != Some(key) {
+                    return Err(format!("{key:?} missing from reader index of {k:?}"));
+                }
+            }
+            for k in &op.writes {
+                if !self.keys.get(k).is_some_and(|ks| ks.versions.contains_key(pos)) {
+                    return Err(format!("{key:?} lost its version of {k:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
+    fn insert(&mut self, key: K, pos: P, call: Arc<ProcCall>) {
+        debug_assert!(!self.is_committed(pos) || self.order.is_empty() || self.order.last_key_value().is_some_and(|(p, _)| *p < pos));
+        if self.ops.contains_key(&key) || self.order.contains_key(&pos) {
+            debug_assert!(false, "duplicate insert of {key:?} at {pos:?}");
+            return;
+        }
+        self.ops.insert(
+            key,
+            OpEntry {
+                pos,
+                call,
+                gen: 0,
+                state: OpState::Pending,
+                executions: 0,
+                reads: Vec::new(),
+                writes: Vec::new(),
+                outcome: None,
+            },
+        );
+        self.order.insert(pos, key);
+        self.not_installed.insert(pos);
+        self.runnable.insert(pos);
+        self.counters.ops += 1;
+    }
+
+    fn reposition(&mut self, key: K, new: P) {
+        let Some(op) = self.ops.get_mut(&key) else {
+            debug_assert!(false, "reposition of unknown {key:?}");
+            return;
+        };
+        let old = op.pos;
+        if old == new {
+            return;
+        }
+        op.pos = new;
+        let state = op.state;
+        let reads: Vec<Bytes> = op.reads.iter().map(|(k, _)| k.clone()).collect();
+        let writes = op.writes.clone();
+        self.order.remove(&old);
+        let (lo, hi) = if old < new { (old, new) } else { (new, old) };
+        // Nothing between the two places: the relative order is unchanged and
+        // no snapshot can differ; only the keys change.
+        let crosses = self
+            .order
+            .range((std::ops::Bound::Excluded(lo), std::ops::Bound::Excluded(hi)))
+            .next()
+            .is_some();
+        let clash = self.order.insert(new, key);
+        debug_assert!(clash.is_none(), "reposition onto an occupied position");
+        for set in [&mut self.not_installed, &mut self.runnable, &mut self.unannounced] {
+            if set.remove(&old) {
+                set.insert(new);
+            }
+        }
+        if state != OpState::Installed {
+            return;
+        }
+        for k in &reads {
+            if let Some(ks) = self.keys.get_mut(k) {
+                ks.readers.remove(&old);
+                ks.readers.insert(new, key);
+            }
+        }
+        for k in &writes {
+            if let Some(ks) = self.keys.get_mut(k) {
+                if let Some(v) = ks.versions.remove(&old) {
+                    ks.versions.insert(new, v);
+                }
+            }
+        }
+        if !crosses {
+            return;
+        }
+        let mut invalid = Vec::new();
+        if let Some(op) = self.ops.get(&key) {
+            if op.reads.iter().any(|(k, v)| self.visible_no(k, new) != *v) {
+                invalid.push(key);
+            }
+        }
+        for k in &writes {
+            if let Some(ks) = self.keys.get(k) {
+                let candidates = ks.readers_affected(lo, hi);
+                self.stale_readers(k, candidates, key, &mut invalid);
+            }
+        }
+        self.invalidate(invalid);
+    }
+
+    fn remove(&mut self, key: K) {
+        let Some(op) = self.ops.get(&key) else {
+            return;
+        };
+        debug_assert!(!self.is_committed(op.pos), "removing a committed op");
+        if op.state == OpState::Installed {
+            self.invalidate(vec![key]);
+        }
+        if let Some(op) = self.ops.remove(&key) {
+            self.order.remove(&op.pos);
+            self.not_installed.remove(&op.pos);
+            self.runnable.remove(&op.pos);
+            self.unannounced.remove(&op.pos);
+        }
+    }
+
+    fn set_committed_bound(&mut self, bound: P) {
+        debug_assert!(self.committed_bound.is_none_or(|b| b <= bound));
+        self.committed_bound = Some(bound);
+    }
+
+    fn next_task(&mut self) -> Option<Task<K>> {
+        let pos = self.runnable.pop_first()?;
+        let key = *self.order.get(&pos)?;
+        let op = self.ops.get_mut(&key)?;
+        op.state = OpState::Running;
+        if op.executions > 0 {
+            self.counters.reexecutions += 1;
+        }
+        op.executions += 1;
+        self.counters.executions += 1;
+        self.running += 1;
+        Some(Task {
+            key,
+            gen: op.gen,
+            call: op.call.clone(),
+        })
+    }
+
+    fn run(&self, task: &Task<K>) -> Completion<K> {
+        let pos = match self.ops.get(&task.key) {
+            Some(op) => op.pos,
+            None => {
+                return Completion {
+                    key: task.key,
+                    gen: task.gen,
+                    executed: Executed {
+                        reads: Vec::new(),
+                        writes: Vec::new(),
+                        outcome: Err(crate::txn::Abort::new("op no longer tracked")),
+                    },
+                }
+            }
+        };
+        let snapshot = SnapshotAt {
+            keys: &self.keys,
+            pos,
+        };
+        Completion {
+            key: task.key,
+            gen: task.gen,
+            executed: execute_call(&self.registry, &snapshot, self.limits, &task.call),
+        }
+    }
+
+    fn complete(&mut self, completion: Completion<K>) {
+        self.running = self.running.saturating_sub(1);
+        let Some(op) = self.ops.get(&completion.key) else {
+            self.counters.stale += 1;
+            return;
+        };
+        if op.gen != completion.gen || op.state != OpState::Running {
+            self.counters.stale += 1;
+            return;
+        }
+        let pos = op.pos;
+        let valid = completion
+            .executed
+            .reads
+            .iter()
+            .all(|(k, v)| self.visible_no(k, pos) == *v);
+        if !valid {
+            self.counters.conflicts += 1;
+            if let Some(op) = self.ops.get_mut(&completion.key) {
+                op.state = OpState::Pending;
+            }
+            self.runnable.insert(pos);
+            return;
+        }
+        self.install(completion.key, completion.executed);
+    }
+
+    fn drain_settled(&mut self, out: &mut Vec<Settled<K>>) {
+        self.announce();
+        out.append(&mut self.settled);
+    }
+
+    fn counters(&self) -> ExecCounters {
+        self.counters
+    }
+
+    fn committed_state(&self) -> BTreeMap<Bytes, Bytes> {
+        let first_live = self.order.first_key_value().map(|(p, _)| *p);
+        let mut out = BTreeMap::new();
+        for (k, ks) in &self.keys {
+            let newest = match first_live {
+                Some(p) => ks.versions.range(..p).next_back(),
+                None => ks.versions.last_key_value(),
+            };
+            if let Some((_, Version { value: Some(v), .. })) = newest {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+        out
+    }
+
+    fn running(&self) -> usize {
+        self.running
+    }
+}
+
+#[cfg(test)]
+mod tests;

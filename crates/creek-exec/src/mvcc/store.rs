@@ -1,0 +1,73 @@
+//! The version store: per key, the versions installed by executions, indexed
+//! by the writer's position in the order, and the readers that depend on them.
+//!
+//! A reader at position `p` sees the newest version strictly before `p`. The
+//! reader index is what makes "rollback only if necessary" cheap: when a
+//! version appears or disappears at position `w`, only readers between `w` and
+//! the next version of that key can see a difference.
+
+use std::collections::BTreeMap;
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+
+use crate::engine::Position;
+use crate::txn::VersionNo;
+
+/// One installed version.
+#[derive(Clone, Debug)]
+pub(crate) struct Version {
+    pub(crate) no: VersionNo,
+    /// `None` is a delete (a tombstone).
+    pub(crate) value: Option<Bytes>,
+}
+
+/// Everything known about one key.
+#[derive(Debug)]
+pub(crate) struct KeyState<P, K> {
+    /// Versions by writer position.
+    pub(crate) versions: BTreeMap<P, Version>,
+    /// Installed, not yet committed executions that read this key, by position.
+    pub(crate) readers: BTreeMap<P, K>,
+}
+
+impl<P, K> Default for KeyState<P, K> {
+    fn default() -> Self {
+        KeyState {
+            versions: BTreeMap::new(),
+            readers: BTreeMap::new(),
+        }
+    }
+}
+
+impl<P: Position, K: Copy> KeyState<P, K> {
+    /// The version a reader at `pos` sees.
+    pub(crate) fn visible(&self, pos: P) -> (Option<&Bytes>, VersionNo) {
+        match self.versions.range(..pos).next_back() {
+            Some((_, v)) => (v.value.as_ref(), v.no),
+            None => (None, VersionNo::ABSENT),
+        }
+    }
+
+    /// Readers whose visible version may change when versions between `lo`
+    /// and `hi` (inclusive) change or move: those after `lo` up to and
+    /// including the next version's writer after `hi`.
+    pub(crate) fn readers_affected(&self, lo: P, hi: P) -> Vec<(P, K)> {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let next_writer = self.versions.range((Excluded(hi), Unbounded)).next();
+        let upper = match next_writer {
+            Some((p, _)) => Included(*p),
+            None => Unbounded,
+        };
+        self.readers
+            .range((Excluded(lo), upper))
+            .map(|(p, k)| (*p, *k))
+            .collect()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.versions.is_empty() && self.readers.is_empty()
+    }
+}
+
+/// All keys.
+pub(crate) type Keys<P, K> = FxHashMap<Bytes, KeyState<P, K>>;

@@ -1,0 +1,247 @@
+//! The procedure registry and the one function every engine uses to run a
+//! call: [`execute_call`], which also applies the replicated deduplication
+//! table of client request ids.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::txn::{Abort, Outcome, SnapshotRead, Txn, TxnLimits, VersionNo, Write};
+
+/// A deterministic stored procedure: no clocks, randomness or I/O inside.
+pub type ProcFn = dyn Fn(&mut Txn<'_>, &[u8]) -> Outcome + Send + Sync;
+
+/// Validation of a call's arguments before the op is accepted, so malformed
+/// input is rejected at invoke time and nothing is broadcast or applied.
+pub type CheckArgs = fn(&[u8]) -> Result<(), String>;
+
+/// One registered procedure.
+#[derive(Clone)]
+pub struct Procedure {
+    /// A read-only procedure never writes; a weak call to it runs locally
+    /// without being broadcast (Creek paper §4.4).
+    pub read_only: bool,
+    /// Argument validation run at invoke time.
+    pub check_args: CheckArgs,
+    /// The body.
+    pub run: Arc<ProcFn>,
+}
+
+impl std::fmt::Debug for Procedure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Procedure")
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A client's idempotency key: retries carrying the same id take effect once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClientRequestId {
+    /// The client (a random 64-bit id chosen by the client library).
+    pub client: u64,
+    /// The request's number within that client.
+    pub seq: u64,
+}
+
+/// A procedure invocation as it travels with an op.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProcCall {
+    /// Registered procedure name.
+    pub name: Arc<str>,
+    /// Encoded arguments; the procedure decides the encoding.
+    pub args: Bytes,
+    /// Idempotency key, if the client supplied one.
+    pub request_id: Option<ClientRequestId>,
+}
+
+impl ProcCall {
+    /// A call without a client request id.
+    pub fn new(name: &str, args: impl Into<Bytes>) -> Self {
+        ProcCall {
+            name: Arc::from(name),
+            args: args.into(),
+            request_id: None,
+        }
+    }
+}
+
+/// Why a call is refused before it becomes an op.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// No procedure of that name is registered.
+    #[error("unknown procedure {0:?}")]
+    UnknownProcedure(String),
+    /// The arguments do not decode as the procedure expects.
+    #[error("malformed arguments for {name}: {reason}")]
+    MalformedArgs {
+        /// The procedure.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The set of procedures a replica can run. All replicas of a cluster must
+/// hold the same registry.
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    procs: HashMap<Arc<str>, Procedure>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry holding the built-in procedures (see [`crate::builtins`]).
+    pub fn with_builtins() -> Self {
+        let mut r = Self::new();
+        crate::builtins::register_all(&mut r);
+        r
+    }
+
+    /// Register (or replace) `name`.
+    pub fn register(&mut self, name: &str, procedure: Procedure) {
+        self.procs.insert(Arc::from(name), procedure);
+    }
+
+    /// Register a procedure from a closure.
+    pub fn register_fn(
+        &mut self,
+        name: &str,
+        read_only: bool,
+        check_args: CheckArgs,
+        run: impl Fn(&mut Txn<'_>, &[u8]) -> Outcome + Send + Sync + 'static,
+    ) {
+        self.register(
+            name,
+            Procedure {
+                read_only,
+                check_args,
+                run: Arc::new(run),
+            },
+        );
+    }
+
+    /// Look a procedure up.
+    pub fn get(&self, name: &str) -> Option<&Procedure> {
+        self.procs.get(name)
+    }
+
+    /// Check that `call` names a known procedure with well-formed arguments.
+    pub fn check(&self, call: &ProcCall) -> Result<&Procedure, CallError> {
+        let p = self
+            .get(&call.name)
+            .ok_or_else(|| CallError::UnknownProcedure(call.name.to_string()))?;
+        (p.check_args)(&call.args).map_err(|reason| CallError::MalformedArgs {
+            name: call.name.to_string(),
+            reason,
+        })?;
+        Ok(p)
+    }
+
+    /// Names of all registered procedures, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.procs.keys().map(|k| k.as_ref()).collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// Everything one execution produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Executed {
+    /// Keys read from the snapshot, with the version seen.
+    pub reads: Vec<(Bytes, VersionNo)>,
+    /// Buffered writes, sorted by key; empty on abort.
+    pub writes: Vec<Write>,
+    /// The result.
+    pub outcome: Outcome,
+}
+
+/// Prefix of keys reserved for Creek's own replicated tables. Built-in
+/// procedures refuse user keys starting with it.
+pub const INTERNAL_KEY_PREFIX: u8 = 0;
+
+fn dedup_key(id: ClientRequestId) -> Bytes {
+    let mut k = BytesMut::with_capacity(24);
+    k.put_u8(INTERNAL_KEY_PREFIX);
+    k.put_slice(b"dedup/");
+    k.put_u64(id.client);
+    k.put_u64(id.seq);
+    k.freeze()
+}
+
+fn encode_outcome(o: &Outcome) -> Bytes {
+    let mut b = BytesMut::new();
+    match o {
+        Ok(v) => {
+            b.put_u8(0);
+            b.put_slice(v);
+        }
+        Err(a) => {
+            b.put_u8(1);
+            b.put_slice(a.0.as_bytes());
+        }
+    }
+    b.freeze()
+}
+
+fn decode_outcome(b: &Bytes) -> Outcome {
+    match b.first() {
+        Some(0) => Ok(b.slice(1..)),
+        Some(1) => Err(Abort(String::from_utf8_lossy(&b[1..]).into_owned())),
+        _ => Err(Abort::new("corrupt deduplication record")),
+    }
+}
+
+/// Run `call` on `snapshot`.
+///
+/// Deduplication: when the call carries a client request id and the
+/// procedure writes, the replicated table under [`INTERNAL_KEY_PREFIX`]
+/// `dedup/` is read first. A hit returns the recorded outcome of the first
+/// execution in the order and writes nothing; a miss runs the procedure and
+/// records its outcome (aborts included: a retry must not turn a reported
+/// failure into a success). The table is ordinary versioned state, so every
+/// replica reaches the same verdict for the same order.
+pub fn execute_call(
+    registry: &Registry,
+    snapshot: &dyn SnapshotRead,
+    limits: TxnLimits,
+    call: &ProcCall,
+) -> Executed {
+    let Some(procedure) = registry.get(&call.name) else {
+        return Executed {
+            reads: Vec::new(),
+            writes: Vec::new(),
+            outcome: Err(Abort::new(format!("unknown procedure {:?}", call.name))),
+        };
+    };
+    let dedup = call.request_id.filter(|_| !procedure.read_only).map(dedup_key);
+    let mut txn = Txn::new(snapshot, limits, procedure.read_only);
+    if let Some(key) = &dedup {
+        if let Some(record) = txn.get(key) {
+            let (reads, _, _) = txn.finish(Ok(Bytes::new()));
+            return Executed {
+                reads,
+                writes: Vec::new(),
+                outcome: decode_outcome(&record),
+            };
+        }
+    }
+    let result = (procedure.run)(&mut txn, &call.args);
+    let (reads, mut writes, outcome) = txn.finish(result);
+    if let Some(key) = dedup {
+        let pos = writes.partition_point(|(k, _)| k < &key);
+        writes.insert(pos, (key, Some(encode_outcome(&outcome))));
+    }
+    Executed {
+        reads,
+        writes,
+        outcome,
+    }
+}

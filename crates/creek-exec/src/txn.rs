@@ -1,0 +1,176 @@
+//! The transaction handle a procedure runs against.
+//!
+//! A [`Txn`] reads a snapshot through a [`SnapshotRead`] supplied by the
+//! engine and buffers its writes; nothing reaches the store until the engine
+//! installs the completed execution. Every read is recorded with the version it
+//! saw, which is what lets the multiversion engine re-execute only the
+//! executions whose reads changed (Creek paper §4.4).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+/// Identity of one installed version of a key. `VersionNo::ABSENT` is the
+/// "never written" version; every installed write gets a fresh number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VersionNo(pub u64);
+
+impl VersionNo {
+    /// The version of a key nobody has written.
+    pub const ABSENT: VersionNo = VersionNo(0);
+}
+
+/// Read access to one snapshot: the newest visible version of `key`.
+pub trait SnapshotRead {
+    /// The value (None for absent or deleted) and the identity of the version.
+    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo);
+}
+
+/// Limits a transaction enforces; exceeding one aborts the execution
+/// deterministically (same limits on every replica).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxnLimits {
+    /// Largest key, in bytes.
+    pub key_bytes_max: usize,
+    /// Largest value, in bytes.
+    pub value_bytes_max: usize,
+    /// Largest total of keys and values written by one execution, in bytes.
+    pub write_bytes_max: usize,
+}
+
+impl Default for TxnLimits {
+    fn default() -> Self {
+        TxnLimits {
+            key_bytes_max: 4 * 1024,
+            value_bytes_max: 1024 * 1024,
+            write_bytes_max: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// A deterministic user abort: the execution's writes are discarded and the
+/// client gets this message as an error response.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Abort(pub String);
+
+impl Abort {
+    /// An abort with the given message.
+    pub fn new(msg: impl Into<String>) -> Self {
+        Abort(msg.into())
+    }
+}
+
+impl std::fmt::Display for Abort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What one execution of a procedure answers: a result or a deterministic abort.
+pub type Outcome = Result<Bytes, Abort>;
+
+/// One write in an execution's write set; `None` deletes the key.
+pub type Write = (Bytes, Option<Bytes>);
+
+/// The handle a procedure uses: snapshot reads, buffered writes.
+pub struct Txn<'a> {
+    snapshot: &'a dyn SnapshotRead,
+    limits: TxnLimits,
+    read_only: bool,
+    reads: Vec<(Bytes, VersionNo)>,
+    writes: BTreeMap<Bytes, Option<Bytes>>,
+    write_bytes: usize,
+    violation: Option<Abort>,
+}
+
+impl<'a> Txn<'a> {
+    /// A transaction over `snapshot`. A read-only transaction aborts on its
+    /// first write.
+    pub fn new(snapshot: &'a dyn SnapshotRead, limits: TxnLimits, read_only: bool) -> Self {
+        Txn {
+            snapshot,
+            limits,
+            read_only,
+            reads: Vec::new(),
+            writes: BTreeMap::new(),
+            write_bytes: 0,
+            violation: None,
+        }
+    }
+
+    /// The current value of `key`: this transaction's own write if any, else
+    /// the snapshot's version (recorded in the read set).
+    pub fn get(&mut self, key: &[u8]) -> Option<Bytes> {
+        if let Some(own) = self.writes.get(key) {
+            return own.clone();
+        }
+        let (value, version) = self.snapshot.read(key);
+        if !self.reads.iter().any(|(k, _)| k.as_ref() == key) {
+            self.reads.push((Bytes::copy_from_slice(key), version));
+        }
+        value
+    }
+
+    /// Write `value` under `key` (visible to later reads of this transaction).
+    pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) {
+        let (key, value) = (key.into(), value.into());
+        if self.admit(&key, Some(&value)) {
+            self.writes.insert(key, Some(value));
+        }
+    }
+
+    /// Delete `key`.
+    pub fn delete(&mut self, key: impl Into<Bytes>) {
+        let key = key.into();
+        if self.admit(&key, None) {
+            self.writes.insert(key, None);
+        }
+    }
+
+    fn admit(&mut self, key: &Bytes, value: Option<&Bytes>) -> bool {
+        if self.violation.is_some() {
+            return false;
+        }
+        let value_len = value.map_or(0, |v| v.len());
+        self.violation = if self.read_only {
+            Some(Abort::new("read-only procedure attempted a write"))
+        } else if key.len() > self.limits.key_bytes_max {
+            Some(Abort::new(format!(
+                "key of {} bytes exceeds the limit of {}",
+                key.len(),
+                self.limits.key_bytes_max
+            )))
+        } else if value_len > self.limits.value_bytes_max {
+            Some(Abort::new(format!(
+                "value of {} bytes exceeds the limit of {}",
+                value_len, self.limits.value_bytes_max
+            )))
+        } else if self.write_bytes + key.len() + value_len > self.limits.write_bytes_max {
+            Some(Abort::new(format!(
+                "transaction writes exceed the limit of {} bytes",
+                self.limits.write_bytes_max
+            )))
+        } else {
+            None
+        };
+        if self.violation.is_none() {
+            self.write_bytes += key.len() + value_len;
+        }
+        self.violation.is_none()
+    }
+
+    /// Consume the transaction: the read set, the write set (empty when the
+    /// procedure aborted or broke a limit) and the outcome.
+    pub(crate) fn finish(self, result: Outcome) -> (Vec<(Bytes, VersionNo)>, Vec<Write>, Outcome) {
+        let outcome = match (self.violation, result) {
+            (Some(abort), _) => Err(abort),
+            (None, r) => r,
+        };
+        let writes = if outcome.is_ok() {
+            self.writes.into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        (self.reads, writes, outcome)
+    }
+}
