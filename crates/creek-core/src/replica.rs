@@ -99,9 +99,9 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     awaiting: FxHashMap<ExecKey, Awaiting>,
     /// Ids decided by CAB, waiting for `check_dep` (conditional delivery).
     decided: VecDeque<OpId>,
-    /// Weak ops on the tentative list by the tick at which they arrived.
-    weak_since: BTreeSet<(u64, OpId)>,
-    weak_arrival: FxHashMap<OpId, u64>,
+    /// Weak ops in arrival order with the clock at arrival, for the
+    /// stabilizer; entries of ops no longer tentative are skipped lazily.
+    weak_arrivals: VecDeque<(u64, OpId)>,
     own_strong_in_flight: usize,
     now_us: u64,
     engine: E,
@@ -138,8 +138,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             causal_ctx: Dvv::new(),
             awaiting: FxHashMap::default(),
             decided: VecDeque::new(),
-            weak_since: BTreeSet::new(),
-            weak_arrival: FxHashMap::default(),
+            weak_arrivals: VecDeque::new(),
             own_strong_in_flight: 0,
             now_us: 0,
             engine,
@@ -276,8 +275,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let key = ExecKey::Op(op.id);
         self.tentative.insert(op.order_key());
         if !op.strong {
-            self.weak_since.insert((self.now_us, op.id));
-            self.weak_arrival.insert(op.id, self.now_us);
+            self.weak_arrivals.push_back((self.now_us, op.id));
         }
         self.engine.insert(
             key,
@@ -363,16 +361,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             let pos = Pos::Committed(self.committed.len() as u64);
             self.committed.push(id); // line 51
             self.counters.committed += 1;
-            if let Some(since) = self.weak_arrival.remove(&id) {
-                self.weak_since.remove(&(since, id));
-            }
             if id.origin == self.config.id && self.ops.get(&id).is_some_and(|op| op.strong) {
                 self.own_strong_in_flight = self.own_strong_in_flight.saturating_sub(1);
             }
-            self.engine.reposition(ExecKey::Op(id), pos); // line 54
+            self.engine.commit(ExecKey::Op(id), pos); // line 54
         }
-        self.engine
-            .set_committed_bound(Pos::Committed(self.committed.len() as u64));
     }
 
     /// Advance the driver's clock. Runs the stabilizer: when a weak op has
@@ -385,7 +378,13 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if delay == 0 || self.own_strong_in_flight > 0 {
             return;
         }
-        let oldest = self.weak_since.first().map(|(t, _)| *t);
+        while let Some(&(_, id)) = self.weak_arrivals.front() {
+            if self.ops.get(&id).is_some_and(|op| self.tentative.contains(&op.order_key())) {
+                break;
+            }
+            self.weak_arrivals.pop_front();
+        }
+        let oldest = self.weak_arrivals.front().map(|(t, _)| *t);
         if oldest.is_some_and(|t| self.now_us.saturating_sub(t) >= delay) {
             self.counters.stabilizer_noops += 1;
             let call = ProcCall::new(NOOP, creek_exec::value::encode_args(&[]));
@@ -569,9 +568,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             if !self.causal_ctx.contains(*id) {
                 return Err(format!("committed {id} missing from the causal set"));
             }
-        }
-        if self.weak_since.len() != self.weak_arrival.len() {
-            return Err("stabilizer bookkeeping out of sync".into());
         }
         Ok(())
     }

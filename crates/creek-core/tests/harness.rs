@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use creek_core::{Config, Effect, ExecKey, Op, OpId, Pos, Replica, ReplicaId, Request, View, ViewKind};
+use creek_core::{
+    Config, Effect, ExecKey, Op, OpId, Pos, Replica, ReplicaId, Request, View, ViewKind,
+};
 use creek_exec::basic::{replay, BasicEngine};
 use creek_exec::mvcc::MvccExecutor;
 use creek_exec::{Completion, Engine, Outcome, ProcCall, Registry, Task, TxnLimits};
@@ -71,8 +73,12 @@ impl<E: TestEngine> Cluster<E> {
                     ..Config::for_replica(ReplicaId(i as u16 + 1))
                 };
                 Node {
-                    replica: Replica::with_engine(config, registry.clone(), E::build(registry.clone()))
-                        .unwrap(),
+                    replica: Replica::with_engine(
+                        config,
+                        registry.clone(),
+                        E::build(registry.clone()),
+                    )
+                    .unwrap(),
                     running: Vec::new(),
                     views: BTreeMap::new(),
                     cab_next: 0,
@@ -138,7 +144,10 @@ impl<E: TestEngine> Cluster<E> {
 
     pub fn invoke(&mut self, i: usize, request: Request) -> Option<ExecKey> {
         self.now_us += 10;
-        let h = self.nodes[i].replica.invoke(request.clone(), self.now_us).ok()?;
+        let h = self.nodes[i]
+            .replica
+            .invoke(request.clone(), self.now_us)
+            .ok()?;
         self.requests.insert((i, h), request);
         self.absorb(i);
         Some(h)
@@ -254,7 +263,8 @@ impl<E: TestEngine> Cluster<E> {
         let canonical = self.nodes[0].replica.committed().to_vec();
         let calls: Vec<&ProcCall> = canonical.iter().map(|id| &self.ops[id].call).collect();
         let (outcomes, state) = replay(&self.registry, TxnLimits::default(), calls);
-        let outcome_of: BTreeMap<OpId, &Outcome> = canonical.iter().copied().zip(outcomes.iter()).collect();
+        let outcome_of: BTreeMap<OpId, &Outcome> =
+            canonical.iter().copied().zip(outcomes.iter()).collect();
         // No op lost, duplicated or invented.
         let unique: BTreeSet<OpId> = canonical.iter().copied().collect();
         assert_eq!(unique.len(), canonical.len(), "an op committed twice");
@@ -262,26 +272,54 @@ impl<E: TestEngine> Cluster<E> {
         assert_eq!(unique, cast, "committed ops differ from broadcast ops");
         for (i, n) in self.nodes.iter().enumerate() {
             let r = &n.replica;
-            assert_eq!(r.committed(), &canonical[..], "node {i} committed list differs");
-            assert!(r.tentative().is_empty(), "node {i} has tentative ops after settling");
+            assert_eq!(
+                r.committed(),
+                &canonical[..],
+                "node {i} committed list differs"
+            );
+            assert!(
+                r.tentative().is_empty(),
+                "node {i} has tentative ops after settling"
+            );
             assert!(r.is_quiescent(), "node {i} not quiescent");
-            assert_eq!(r.committed_state(), state, "node {i} state differs from replay");
+            assert_eq!(
+                r.committed_state(),
+                state,
+                "node {i} state differs from replay"
+            );
             r.check_invariants().unwrap();
             r.engine().invariants().unwrap();
             // Views at the origin.
             for (h, views) in &n.views {
                 let req = &self.requests[&(i, *h)];
-                let tentative: Vec<&View> = views.iter().filter(|v| v.kind == ViewKind::Tentative).collect();
-                let finals: Vec<&View> = views.iter().filter(|v| v.kind != ViewKind::Tentative).collect();
-                assert!(req.views.tentative || tentative.is_empty(), "unrequested tentative view");
+                let tentative: Vec<&View> = views
+                    .iter()
+                    .filter(|v| v.kind == ViewKind::Tentative)
+                    .collect();
+                let finals: Vec<&View> = views
+                    .iter()
+                    .filter(|v| v.kind != ViewKind::Tentative)
+                    .collect();
+                assert!(
+                    req.views.tentative || tentative.is_empty(),
+                    "unrequested tentative view"
+                );
                 if !req.strong {
                     assert!(tentative.len() <= 1, "weak op answered tentatively twice");
                 }
                 if let Some(f) = finals.first() {
                     assert_eq!(finals.len(), 1, "two final views for {h:?}");
-                    assert!(std::ptr::eq(*f, views.last().unwrap()), "a view after the final one");
-                    let ExecKey::Op(id) = h else { panic!("final view of a local read") };
-                    assert_eq!(&f.outcome, outcome_of[id], "final view of {id} differs from replay");
+                    assert!(
+                        std::ptr::eq(*f, views.last().unwrap()),
+                        "a view after the final one"
+                    );
+                    let ExecKey::Op(id) = h else {
+                        panic!("final view of a local read")
+                    };
+                    assert_eq!(
+                        &f.outcome, outcome_of[id],
+                        "final view of {id} differs from replay"
+                    );
                     if f.kind == ViewKind::Confirmation {
                         assert_eq!(tentative.last().map(|v| &v.outcome), Some(&f.outcome));
                     }

@@ -85,7 +85,7 @@ pub struct BasicEngine<K, P> {
     /// Algorithm 1's `executed`: a prefix of the order, oldest first.
     executed: Vec<Done<K>>,
     db: BTreeMap<Bytes, Bytes>,
-    committed_bound: Option<P>,
+    committed_upto: Option<P>,
     running: Option<(K, u64)>,
     next_gen: u64,
     ever_executed: FxHashMap<K, ()>,
@@ -103,7 +103,7 @@ impl<K: OpKey, P: Position> BasicEngine<K, P> {
             order: BTreeMap::new(),
             executed: Vec::new(),
             db: BTreeMap::new(),
-            committed_bound: None,
+            committed_upto: None,
             running: None,
             next_gen: 0,
             ever_executed: FxHashMap::default(),
@@ -113,7 +113,7 @@ impl<K: OpKey, P: Position> BasicEngine<K, P> {
     }
 
     fn is_committed(&self, pos: P) -> bool {
-        self.committed_bound.is_some_and(|b| pos < b)
+        self.committed_upto.is_some_and(|b| pos <= b)
     }
 
     /// Algorithm 1, `adjustExecution`: keep the longest common prefix of
@@ -172,8 +172,9 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
         }
     }
 
-    fn set_committed_bound(&mut self, bound: P) {
-        self.committed_bound = Some(bound);
+    fn commit(&mut self, key: K, pos: P) {
+        self.committed_upto = Some(pos);
+        self.reposition(key, pos);
     }
 
     fn next_task(&mut self) -> Option<Task<K>> {

@@ -2,7 +2,7 @@
 //!
 //! The protocol owns the *order* (committed · tentative) and tells the
 //! engine where each op stands: [`Engine::insert`], [`Engine::reposition`],
-//! [`Engine::set_committed_bound`]. The engine decides what to (re)execute and
+//! [`Engine::commit`]. The engine decides what to (re)execute and
 //! reports, through [`Settled`], when an op's execution is valid for the
 //! current order with every earlier op valid too — the moment the paper's
 //! Algorithm 1 would have it on its `executed` list.
@@ -62,8 +62,8 @@ pub struct Settled<K> {
     pub key: K,
     /// Its result at its current position.
     pub outcome: Outcome,
-    /// The op lies below the committed bound: this result is final and the
-    /// engine has forgotten the op. Reported exactly once per op.
+    /// The op is committed: this result is final and the engine has
+    /// forgotten the op. Reported exactly once per op.
     pub committed: bool,
 }
 
@@ -94,9 +94,10 @@ pub trait Engine<K: OpKey, P: Position> {
     fn reposition(&mut self, key: K, pos: P);
     /// Forget an op that is not committed (a local read-only op once answered).
     fn remove(&mut self, key: K);
-    /// Every position below `bound` is committed and will never move again.
-    /// Only grows.
-    fn set_committed_bound(&mut self, bound: P);
+    /// Move a known op to committed position `pos`: every position up to and
+    /// including `pos` is committed and will never move again. Successive
+    /// calls use increasing positions, all below every uncommitted one.
+    fn commit(&mut self, key: K, pos: P);
     /// The next execution to run, if any is ready.
     fn next_task(&mut self) -> Option<Task<K>>;
     /// Run `task` against its snapshot. Pure: the engine is not modified.

@@ -2,10 +2,10 @@
 //! call: [`execute_call`], which also applies the replicated deduplication
 //! table of client request ids.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use rustc_hash::FxHashMap;
 
 use crate::txn::{Abort, Outcome, SnapshotRead, Txn, TxnLimits, VersionNo, Write};
 
@@ -88,7 +88,7 @@ pub enum CallError {
 /// hold the same registry.
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
-    procs: HashMap<Arc<str>, Procedure>,
+    procs: FxHashMap<Arc<str>, Procedure>,
 }
 
 impl Registry {

@@ -6,8 +6,6 @@
 //! saw, which is what lets the multiversion engine re-execute only the
 //! executions whose reads changed (Creek paper §4.4).
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 
 /// Identity of one installed version of a key. `VersionNo::ABSENT` is the
@@ -78,7 +76,9 @@ pub struct Txn<'a> {
     limits: TxnLimits,
     read_only: bool,
     reads: Vec<(Bytes, VersionNo)>,
-    writes: BTreeMap<Bytes, Option<Bytes>>,
+    /// Buffered writes, one per key, in first-write order (transactions write
+    /// few keys, so a vector beats a map here).
+    writes: Vec<Write>,
     write_bytes: usize,
     violation: Option<Abort>,
 }
@@ -92,7 +92,7 @@ impl<'a> Txn<'a> {
             limits,
             read_only,
             reads: Vec::new(),
-            writes: BTreeMap::new(),
+            writes: Vec::new(),
             write_bytes: 0,
             violation: None,
         }
@@ -101,7 +101,7 @@ impl<'a> Txn<'a> {
     /// The current value of `key`: this transaction's own write if any, else
     /// the snapshot's version (recorded in the read set).
     pub fn get(&mut self, key: &[u8]) -> Option<Bytes> {
-        if let Some(own) = self.writes.get(key) {
+        if let Some((_, own)) = self.writes.iter().find(|(k, _)| k.as_ref() == key) {
             return own.clone();
         }
         let (value, version) = self.snapshot.read(key);
@@ -115,7 +115,7 @@ impl<'a> Txn<'a> {
     pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) {
         let (key, value) = (key.into(), value.into());
         if self.admit(&key, Some(&value)) {
-            self.writes.insert(key, Some(value));
+            self.buffer(key, Some(value));
         }
     }
 
@@ -123,7 +123,14 @@ impl<'a> Txn<'a> {
     pub fn delete(&mut self, key: impl Into<Bytes>) {
         let key = key.into();
         if self.admit(&key, None) {
-            self.writes.insert(key, None);
+            self.buffer(key, None);
+        }
+    }
+
+    fn buffer(&mut self, key: Bytes, value: Option<Bytes>) {
+        match self.writes.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.writes.push((key, value)),
         }
     }
 
@@ -167,7 +174,9 @@ impl<'a> Txn<'a> {
             (None, r) => r,
         };
         let writes = if outcome.is_ok() {
-            self.writes.into_iter().collect()
+            let mut w = self.writes;
+            w.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            w
         } else {
             Vec::new()
         };

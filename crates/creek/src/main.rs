@@ -1,1 +1,46 @@
-fn main() {}
+//! The `creek` command. Today: `creek bench executor`. The server, the
+//! simulator and the client CLI join as their issues land.
+
+mod bench_executor;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "creek", version, about = "Creek: mixed-consistency transactional replication")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a benchmark and print its result.
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// The replica core and multiversion executor on a synthetic key-value stream.
+    Executor(bench_executor::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench {
+            which: Bench::Executor(args),
+        } => bench_executor::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("creek: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

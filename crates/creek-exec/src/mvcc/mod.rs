@@ -81,7 +81,8 @@ pub struct MvccExecutor<K, P> {
     /// Installed ops whose current execution has not been reported.
     unannounced: BTreeSet<P>,
     keys: Keys<P, K>,
-    committed_bound: Option<P>,
+    /// Every position up to this one is committed.
+    committed_upto: Option<P>,
     next_version: u64,
     settled: Vec<Settled<K>>,
     counters: ExecCounters,
@@ -117,7 +118,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             runnable: BTreeSet::new(),
             unannounced: BTreeSet::new(),
             keys: Keys::default(),
-            committed_bound: None,
+            committed_upto: None,
             next_version: 1,
             settled: Vec::new(),
             counters: ExecCounters::default(),
@@ -137,7 +138,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
     }
 
     fn is_committed(&self, pos: P) -> bool {
-        self.committed_bound.is_some_and(|b| pos < b)
+        self.committed_upto.is_some_and(|b| pos <= b)
     }
 
     /// Readers (other than `except`) whose recorded read of `key` differs from
@@ -220,11 +221,8 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                     self.counters.versions_alive -= 1;
                 }
                 let candidates = ks.readers_affected(pos, pos);
-                let empty = ks.is_empty();
                 self.stale_readers(&k, candidates, key, &mut worklist);
-                if empty {
-                    self.keys.remove(&k);
-                }
+                self.drop_if_empty(&k);
             }
         }
     }
@@ -232,8 +230,15 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
     fn drop_reader(&mut self, key: &[u8], pos: P) {
         if let Some(ks) = self.keys.get_mut(key) {
             ks.readers.remove(&pos);
-            if ks.is_empty() {
-                self.keys.remove(key);
+        }
+        self.drop_if_empty(key);
+    }
+
+    /// Forget a key that holds nothing a reader could tell from absence.
+    fn drop_if_empty(&mut self, key: &[u8]) {
+        if self.keys.get(key).is_some_and(|ks| ks.is_empty()) {
+            if let Some(ks) = self.keys.remove(key) {
+                self.counters.versions_alive -= ks.version_count();
             }
         }
     }
@@ -285,14 +290,18 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             let Some(ks) = self.keys.get_mut(k) else {
                 continue;
             };
-            let newer = ks.versions.split_off(&pos);
-            self.counters.versions_alive -= ks.versions.len() as u64;
-            ks.versions = newer;
-            let lone_tombstone = ks.versions.len() == 1
-                && ks.readers.is_empty()
-                && ks.versions.values().all(|v| v.value.is_none());
-            if lone_tombstone {
-                self.counters.versions_alive -= 1;
+            // Every op before this one is final, so its version is the oldest
+            // live one: it becomes the base, superseding the previous base.
+            match ks.versions.remove(&pos) {
+                Some(version) => {
+                    if ks.base.replace(version).is_some() {
+                        self.counters.versions_alive -= 1;
+                    }
+                }
+                None => debug_assert!(false, "final op without its version"),
+            }
+            if ks.is_empty() {
+                self.counters.versions_alive -= ks.version_count();
                 self.keys.remove(k);
             }
         }
@@ -315,10 +324,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 self.ops.len()
             ));
         }
-        let mut versions = 0u64;
-        for ks in self.keys.values() {
-            versions += ks.versions.len() as u64;
-        }
+        let versions: u64 = self.keys.values().map(|ks| ks.version_count()).sum();
         if versions != self.counters.versions_alive {
             return Err(format!(
                 "versions_alive {} but {} stored",
@@ -366,7 +372,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
 
 impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
     fn insert(&mut self, key: K, pos: P, call: Arc<ProcCall>) {
-        debug_assert!(!self.is_committed(pos) || self.order.is_empty() || self.order.last_key_value().is_some_and(|(p, _)| *p < pos));
+        debug_assert!(!self.is_committed(pos), "insert at a committed position");
         if self.ops.contains_key(&key) || self.order.contains_key(&pos) {
             debug_assert!(false, "duplicate insert of {key:?} at {pos:?}");
             return;
@@ -469,9 +475,18 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         }
     }
 
-    fn set_committed_bound(&mut self, bound: P) {
-        debug_assert!(self.committed_bound.is_none_or(|b| b <= bound));
-        self.committed_bound = Some(bound);
+    fn commit(&mut self, key: K, pos: P) {
+        debug_assert!(self.committed_upto.is_none_or(|b| b < pos));
+        self.committed_upto = Some(pos);
+        // Fast path: the first op in the order, installed, is settled; it
+        // becomes final where it stands, without re-keying its versions.
+        let first = self.order.first_key_value().map(|(_, k)| *k);
+        let installed = self.ops.get(&key).is_some_and(|op| op.state == OpState::Installed);
+        if first == Some(key) && installed {
+            self.finalize(key);
+            return;
+        }
+        self.reposition(key, pos);
     }
 
     fn next_task(&mut self) -> Option<Task<K>> {
@@ -555,18 +570,13 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
     }
 
     fn committed_state(&self) -> BTreeMap<Bytes, Bytes> {
-        let first_live = self.order.first_key_value().map(|(p, _)| *p);
-        let mut out = BTreeMap::new();
-        for (k, ks) in &self.keys {
-            let newest = match first_live {
-                Some(p) => ks.versions.range(..p).next_back(),
-                None => ks.versions.last_key_value(),
-            };
-            if let Some((_, Version { value: Some(v), .. })) = newest {
-                out.insert(k.clone(), v.clone());
-            }
-        }
-        out
+        self.keys
+            .iter()
+            .filter_map(|(k, ks)| {
+                let value = ks.base.as_ref()?.value.clone()?;
+                Some((k.clone(), value))
+            })
+            .collect()
     }
 
     fn running(&self) -> usize {

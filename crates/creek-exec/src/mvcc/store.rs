@@ -24,7 +24,10 @@ pub(crate) struct Version {
 /// Everything known about one key.
 #[derive(Debug)]
 pub(crate) struct KeyState<P, K> {
-    /// Versions by writer position.
+    /// The newest version written by a final (committed and settled) op. It
+    /// lies before every live position; older final versions are collected.
+    pub(crate) base: Option<Version>,
+    /// Versions of live ops, by writer position.
     pub(crate) versions: BTreeMap<P, Version>,
     /// Installed, not yet committed executions that read this key, by position.
     pub(crate) readers: BTreeMap<P, K>,
@@ -33,6 +36,7 @@ pub(crate) struct KeyState<P, K> {
 impl<P, K> Default for KeyState<P, K> {
     fn default() -> Self {
         KeyState {
+            base: None,
             versions: BTreeMap::new(),
             readers: BTreeMap::new(),
         }
@@ -44,7 +48,10 @@ impl<P: Position, K: Copy> KeyState<P, K> {
     pub(crate) fn visible(&self, pos: P) -> (Option<&Bytes>, VersionNo) {
         match self.versions.range(..pos).next_back() {
             Some((_, v)) => (v.value.as_ref(), v.no),
-            None => (None, VersionNo::ABSENT),
+            None => match &self.base {
+                Some(v) => (v.value.as_ref(), v.no),
+                None => (None, VersionNo::ABSENT),
+            },
         }
     }
 
@@ -64,8 +71,17 @@ impl<P: Position, K: Copy> KeyState<P, K> {
             .collect()
     }
 
+    /// Nothing worth keeping: no live version or reader, and no final value
+    /// (a final tombstone reads the same as an absent key).
     pub(crate) fn is_empty(&self) -> bool {
-        self.versions.is_empty() && self.readers.is_empty()
+        self.versions.is_empty()
+            && self.readers.is_empty()
+            && self.base.as_ref().is_none_or(|v| v.value.is_none())
+    }
+
+    /// Versions held, the base included.
+    pub(crate) fn version_count(&self) -> u64 {
+        self.versions.len() as u64 + u64::from(self.base.is_some())
     }
 }
 
