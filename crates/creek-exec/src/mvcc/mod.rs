@@ -21,6 +21,7 @@
 //! only then is its outcome reported, so every reported outcome equals the
 //! result of executing the current order sequentially.
 
+mod sorted;
 mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,7 +33,7 @@ use rustc_hash::FxHashMap;
 use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
 use crate::registry::{execute_call, Executed, ProcCall, Registry};
 use crate::txn::{Outcome, SnapshotRead, TxnLimits, VersionNo};
-use store::{Keys, Version};
+use store::{KeyState, Keys, Version};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpState {
@@ -106,6 +107,18 @@ impl<P: Position, K: OpKey> SnapshotRead for SnapshotAt<'_, P, K> {
     }
 }
 
+/// The state of `k`, created on first use (without cloning the key when it
+/// exists, the common case).
+fn key_state<'a, P, K>(keys: &'a mut Keys<P, K>, k: &Bytes) -> &'a mut KeyState<P, K> {
+    if !keys.contains_key(k) {
+        keys.insert(k.clone(), KeyState::default());
+    }
+    match keys.get_mut(k) {
+        Some(ks) => ks,
+        None => unreachable!("inserted above"),
+    }
+}
+
 impl<K: OpKey, P: Position> MvccExecutor<K, P> {
     /// An empty executor running procedures from `registry`.
     pub fn new(registry: Arc<Registry>, limits: TxnLimits) -> Self {
@@ -164,26 +177,39 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         op.state = OpState::Installed;
         op.outcome = Some(executed.outcome);
         op.reads = executed.reads;
-        op.writes = executed.writes.iter().map(|(k, _)| k.clone()).collect();
         self.not_installed.remove(&pos);
-        self.unannounced.insert(pos);
         for (k, _) in &op.reads {
-            self.keys
-                .entry(k.clone())
-                .or_default()
-                .readers
-                .insert(pos, key);
+            key_state(&mut self.keys, k).readers.insert(pos, key);
         }
         let mut invalid = Vec::new();
+        let mut written = Vec::with_capacity(executed.writes.len());
         for (k, value) in executed.writes {
             let no = VersionNo(self.next_version);
             self.next_version += 1;
-            let ks = self.keys.entry(k.clone()).or_default();
+            let ks = key_state(&mut self.keys, &k);
             let previous = ks.versions.insert(pos, Version { no, value });
             debug_assert!(previous.is_none(), "two versions at one position");
             self.counters.versions_alive += 1;
             let candidates = ks.readers_affected(pos, pos);
             self.stale_readers(&k, candidates, key, &mut invalid);
+            written.push(k);
+        }
+        if let Some(op) = self.ops.get_mut(&key) {
+            op.writes = written;
+        }
+        // Common case: installed in order at the frontier with nothing
+        // waiting to be reported: report it now, skipping the queue.
+        let settled = self.not_installed.first().is_none_or(|f| pos < *f);
+        if invalid.is_empty() && settled && self.unannounced.is_empty() && !self.is_committed(pos) {
+            if let Some(outcome) = self.ops.get(&key).and_then(|op| op.outcome.clone()) {
+                self.settled.push(Settled {
+                    key,
+                    outcome,
+                    committed: false,
+                });
+            }
+        } else {
+            self.unannounced.insert(pos);
         }
         self.invalidate(invalid);
     }

@@ -6,11 +6,11 @@
 //! version appears or disappears at position `w`, only readers between `w` and
 //! the next version of that key can see a difference.
 
-use std::collections::BTreeMap;
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use crate::engine::Position;
+use super::sorted::SortedDeque;
 use crate::txn::VersionNo;
 
 /// One installed version.
@@ -28,17 +28,17 @@ pub(crate) struct KeyState<P, K> {
     /// lies before every live position; older final versions are collected.
     pub(crate) base: Option<Version>,
     /// Versions of live ops, by writer position.
-    pub(crate) versions: BTreeMap<P, Version>,
+    pub(crate) versions: SortedDeque<P, Version>,
     /// Installed, not yet committed executions that read this key, by position.
-    pub(crate) readers: BTreeMap<P, K>,
+    pub(crate) readers: SortedDeque<P, K>,
 }
 
 impl<P, K> Default for KeyState<P, K> {
     fn default() -> Self {
         KeyState {
             base: None,
-            versions: BTreeMap::new(),
-            readers: BTreeMap::new(),
+            versions: SortedDeque::default(),
+            readers: SortedDeque::default(),
         }
     }
 }
@@ -46,8 +46,8 @@ impl<P, K> Default for KeyState<P, K> {
 impl<P: Position, K: Copy> KeyState<P, K> {
     /// The version a reader at `pos` sees.
     pub(crate) fn visible(&self, pos: P) -> (Option<&Bytes>, VersionNo) {
-        match self.versions.range(..pos).next_back() {
-            Some((_, v)) => (v.value.as_ref(), v.no),
+        match self.versions.last_before(pos) {
+            Some(v) => (v.value.as_ref(), v.no),
             None => match &self.base {
                 Some(v) => (v.value.as_ref(), v.no),
                 None => (None, VersionNo::ABSENT),
@@ -59,16 +59,8 @@ impl<P: Position, K: Copy> KeyState<P, K> {
     /// and `hi` (inclusive) change or move: those after `lo` up to and
     /// including the next version's writer after `hi`.
     pub(crate) fn readers_affected(&self, lo: P, hi: P) -> Vec<(P, K)> {
-        use std::ops::Bound::{Excluded, Included, Unbounded};
-        let next_writer = self.versions.range((Excluded(hi), Unbounded)).next();
-        let upper = match next_writer {
-            Some((p, _)) => Included(*p),
-            None => Unbounded,
-        };
-        self.readers
-            .range((Excluded(lo), upper))
-            .map(|(p, k)| (*p, *k))
-            .collect()
+        let next_writer = self.versions.first_after(hi);
+        self.readers.after_up_to(lo, next_writer).copied().collect()
     }
 
     /// Nothing worth keeping: no live version or reader, and no final value
