@@ -14,7 +14,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_exec::builtins::NOOP;
 use creek_exec::mvcc::MvccExecutor;
-use creek_exec::{CallError, Completion, Engine, ExecCounters, Outcome, ProcCall, Registry, Settled, Task};
+use creek_exec::{
+    CallError, Completion, Engine, ExecCounters, Outcome, ProcCall, Registry, Settled, Task,
+};
 use rustc_hash::FxHashMap;
 
 use crate::config::{Config, ConfigError};
@@ -101,7 +103,9 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     decided: VecDeque<OpId>,
     /// Weak ops in arrival order with the clock at arrival, for the
     /// stabilizer; entries of ops no longer tentative are skipped lazily.
-    weak_arrivals: VecDeque<(u64, OpId)>,
+    /// RB delivery carries no clock, so a remote op's arrival is stamped at
+    /// the next tick (`None` until then): the delay is never cut short.
+    weak_arrivals: VecDeque<(Option<u64>, OpId)>,
     own_strong_in_flight: usize,
     now_us: u64,
     engine: E,
@@ -275,7 +279,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let key = ExecKey::Op(op.id);
         self.tentative.insert(op.order_key());
         if !op.strong {
-            self.weak_arrivals.push_back((self.now_us, op.id));
+            let stamp = (op.id.origin == self.config.id).then_some(self.now_us);
+            self.weak_arrivals.push_back((stamp, op.id));
         }
         self.engine.insert(
             key,
@@ -374,17 +379,27 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// this replica knows (paper §4.4).
     pub fn tick(&mut self, now_us: u64) {
         self.now_us = self.now_us.max(now_us);
+        for (stamp, _) in self.weak_arrivals.iter_mut().rev() {
+            if stamp.is_some() {
+                break;
+            }
+            *stamp = Some(self.now_us);
+        }
         let delay = self.config.stabilize_after_us;
         if delay == 0 || self.own_strong_in_flight > 0 {
             return;
         }
         while let Some(&(_, id)) = self.weak_arrivals.front() {
-            if self.ops.get(&id).is_some_and(|op| self.tentative.contains(&op.order_key())) {
+            if self
+                .ops
+                .get(&id)
+                .is_some_and(|op| self.tentative.contains(&op.order_key()))
+            {
                 break;
             }
             self.weak_arrivals.pop_front();
         }
-        let oldest = self.weak_arrivals.front().map(|(t, _)| *t);
+        let oldest = self.weak_arrivals.front().and_then(|(t, _)| *t);
         if oldest.is_some_and(|t| self.now_us.saturating_sub(t) >= delay) {
             self.counters.stabilizer_noops += 1;
             let call = ProcCall::new(NOOP, creek_exec::value::encode_args(&[]));
@@ -460,7 +475,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 send = Some(ViewKind::Tentative);
             }
         } else {
-            if let Some(first) = &a.first_tentative {
+            if let (Some(first), true) = (&a.first_tentative, a.client) {
                 self.counters.accuracy_checked += 1;
                 if *first == s.outcome {
                     self.counters.accuracy_hits += 1;

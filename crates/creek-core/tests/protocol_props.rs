@@ -24,13 +24,35 @@ use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
 enum Action {
-    Invoke { node: u8, proc_: u8, key: u8, arg: u8, strong: bool, views: u8, retry: Option<u8> },
-    DeliverRb { from: u8, to: u8 },
-    Decide { pick: u8 },
-    DeliverCab { node: u8 },
-    StartExec { node: u8 },
-    CompleteExec { node: u8, pick: u8 },
-    Tick { advance_ms: u8 },
+    Invoke {
+        node: u8,
+        proc_: u8,
+        key: u8,
+        arg: u8,
+        strong: bool,
+        views: u8,
+        retry: Option<u8>,
+    },
+    DeliverRb {
+        from: u8,
+        to: u8,
+    },
+    Decide {
+        pick: u8,
+    },
+    DeliverCab {
+        node: u8,
+    },
+    StartExec {
+        node: u8,
+    },
+    CompleteExec {
+        node: u8,
+        pick: u8,
+    },
+    Tick {
+        advance_ms: u8,
+    },
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -52,8 +74,25 @@ fn call(proc_: u8, key: u8, arg: u8) -> ProcCall {
     let (name, args) = match proc_ {
         0 => ("kv.get", vec![k]),
         1 => ("kv.put", vec![k, v]),
-        2 => ("kv.incr", vec![Value::from(format!("n{key}").as_str()), Value::Int(i64::from(arg % 7) - 2)]),
-        3 => ("kv.cas", vec![k, if arg % 2 == 0 { Value::Nil } else { Value::from(format!("v{}", arg / 2).as_str()) }, v]),
+        2 => (
+            "kv.incr",
+            vec![
+                Value::from(format!("n{key}").as_str()),
+                Value::Int(i64::from(arg % 7) - 2),
+            ],
+        ),
+        3 => (
+            "kv.cas",
+            vec![
+                k,
+                if arg.is_multiple_of(2) {
+                    Value::Nil
+                } else {
+                    Value::from(format!("v{}", arg / 2).as_str())
+                },
+                v,
+            ],
+        ),
         4 => ("kv.delete", vec![k]),
         5 => ("queue.enqueue", vec![Value::from("q"), v]),
         6 => ("queue.dequeue", vec![Value::from("q")]),
@@ -68,15 +107,33 @@ fn run<E: TestEngine>(n: usize, actions: &[Action]) -> Cluster<E> {
     let node = |x: u8| usize::from(x) % n;
     for a in actions {
         match *a {
-            Action::Invoke { node: i, proc_, key, arg, strong, views, retry } => {
+            Action::Invoke {
+                node: i,
+                proc_,
+                key,
+                arg,
+                strong,
+                views,
+                retry,
+            } => {
                 let mut call = call(proc_, key, arg);
-                call.request_id = retry.map(|seq| ClientRequestId { client: 7, seq: u64::from(seq) });
+                call.request_id = retry.map(|seq| ClientRequestId {
+                    client: 7,
+                    seq: u64::from(seq),
+                });
                 let views = match (strong, views) {
                     (true, 0) => Views::STRONG,
                     (_, 1) => Views::BOTH,
                     _ => Views::WEAK,
                 };
-                c.invoke(node(i), Request { call, strong, views });
+                c.invoke(
+                    node(i),
+                    Request {
+                        call,
+                        strong,
+                        views,
+                    },
+                );
             }
             Action::DeliverRb { from, to } => {
                 c.deliver_rb(node(from), node(to));

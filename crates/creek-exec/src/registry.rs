@@ -221,7 +221,10 @@ pub fn execute_call(
             outcome: Err(Abort::new(format!("unknown procedure {:?}", call.name))),
         };
     };
-    let dedup = call.request_id.filter(|_| !procedure.read_only).map(dedup_key);
+    let dedup = call
+        .request_id
+        .filter(|_| !procedure.read_only)
+        .map(dedup_key);
     let mut txn = Txn::new(snapshot, limits, procedure.read_only);
     if let Some(key) = &dedup {
         if let Some(record) = txn.get(key) {

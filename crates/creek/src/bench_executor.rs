@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use creek_core::{Config, Effect, Op, OpId, ReplicaId, Replica, Request, Timestamp, Views};
+use creek_core::{Config, Effect, Op, OpId, Replica, ReplicaId, Request, Timestamp, Views};
 use creek_exec::builtins::NOOP;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
@@ -81,10 +81,17 @@ fn build(args: &Args) -> Stream {
     let mut hot = Vec::with_capacity(n);
     for i in 0..args.ops {
         let is_hot = rng.chance(args.overlap);
-        let key = if is_hot { Value::from("hot") } else { Value::from(format!("k{}", i % args.keys).as_str()) };
+        let key = if is_hot {
+            Value::from("hot")
+        } else {
+            Value::from(format!("k{}", i % args.keys).as_str())
+        };
         let origin = ReplicaId((i % ORIGINS) as u16 + 2);
         by_ts.push(Arc::new(Op {
-            id: OpId { origin, seq: i / ORIGINS + 1 },
+            id: OpId {
+                origin,
+                seq: i / ORIGINS + 1,
+            },
             timestamp: Timestamp::new(1_000 + i, 0),
             call: ProcCall::new("kv.incr", encode_args(&[key, Value::Int(1)])),
             strong: false,
@@ -96,7 +103,11 @@ fn build(args: &Args) -> Stream {
     // overtake it come from other origins, so per-origin FIFO holds.
     let mut slots: Vec<(u64, usize)> = (0..n)
         .map(|j| {
-            let delay = if rng.chance(args.reorder) { 2 * LATE_BY as u64 + 1 } else { 0 };
+            let delay = if rng.chance(args.reorder) {
+                2 * LATE_BY as u64 + 1
+            } else {
+                0
+            };
             (2 * j as u64 + delay, j)
         })
         .collect();
@@ -120,7 +131,11 @@ fn build(args: &Args) -> Stream {
 
 fn commit(replica: &mut Replica, now_us: u64) -> Result<(), String> {
     let noop = ProcCall::new(NOOP, encode_args(&[]));
-    let request = Request { call: noop, strong: true, views: Views::STRONG };
+    let request = Request {
+        call: noop,
+        strong: true,
+        views: Views::STRONG,
+    };
     replica.invoke(request, now_us).map_err(|e| e.to_string())?;
     for effect in replica.take_effects() {
         if let Effect::CabCast(id) = effect {
@@ -141,11 +156,17 @@ pub fn run(args: &Args) -> Result<(), String> {
         return Err("--ops and --commit-every must be positive".into());
     }
     if args.keys < 2 * args.commit_every {
-        return Err("--keys must be at least twice --commit-every so own keys stay disjoint".into());
+        return Err(
+            "--keys must be at least twice --commit-every so own keys stay disjoint".into(),
+        );
     }
     let stream = build(args);
-    let config = Config { stabilize_after_us: 0, ..Config::for_replica(ReplicaId(1)) };
-    let mut replica = Replica::new(config, Arc::new(Registry::with_builtins())).map_err(|e| e.to_string())?;
+    let config = Config {
+        stabilize_after_us: 0,
+        ..Config::for_replica(ReplicaId(1))
+    };
+    let mut replica =
+        Replica::new(config, Arc::new(Registry::with_builtins())).map_err(|e| e.to_string())?;
 
     // The order forces a rerun of every executed, still tentative hot op that
     // a late hot op lands before.
@@ -155,12 +176,15 @@ pub fn run(args: &Args) -> Result<(), String> {
     let start = Instant::now();
     for (i, op) in stream.ops.iter().enumerate() {
         if stream.hot[i] {
-            forced += tentative_hot_after.iter().filter(|(ts, h)| *h && *ts > op.timestamp).count() as u64;
+            forced += tentative_hot_after
+                .iter()
+                .filter(|(ts, h)| *h && *ts > op.timestamp)
+                .count() as u64;
         }
         tentative_hot_after.push((op.timestamp, stream.hot[i]));
         replica.rb_deliver(op.clone());
         replica.execute_all();
-        if (i as u64 + 1) % args.commit_every == 0 {
+        if (i as u64 + 1).is_multiple_of(args.commit_every) {
             commit(&mut replica, op.timestamp.physical_us())?;
             tentative_hot_after.clear();
             versions_max = versions_max.max(replica.exec_counters().versions_alive);
@@ -198,7 +222,10 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.json {
         println!("{report}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
     }
     Ok(())
 }

@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "creek", version, about = "Creek: mixed-consistency transactional replication")]
+#[command(
+    name = "creek",
+    version,
+    about = "Creek: mixed-consistency transactional replication"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -218,39 +218,48 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
     /// every installed execution that read a version they held.
     fn invalidate(&mut self, mut worklist: Vec<K>) {
         while let Some(key) = worklist.pop() {
-            let Some(op) = self.ops.get_mut(&key) else {
-                continue;
-            };
-            if op.state != OpState::Installed {
-                continue;
-            }
-            op.state = OpState::Pending;
-            op.gen += 1;
-            op.outcome = None;
-            let pos = op.pos;
-            let reads = std::mem::take(&mut op.reads);
-            let writes = std::mem::take(&mut op.writes);
-            self.counters.invalidations += 1;
-            self.not_installed.insert(pos);
-            self.runnable.insert(pos);
-            self.unannounced.remove(&pos);
-            for (k, _) in reads {
-                self.drop_reader(&k, pos);
-            }
-            for k in writes {
-                let Some(ks) = self.keys.get_mut(&k) else {
-                    continue;
-                };
-                let removed = ks.versions.remove(&pos);
-                debug_assert!(removed.is_some(), "installed write without a version");
-                if removed.is_some() {
-                    self.counters.versions_alive -= 1;
-                }
-                let candidates = ks.readers_affected(pos, pos);
-                self.stale_readers(&k, candidates, key, &mut worklist);
-                self.drop_if_empty(&k);
+            if self.uninstall(key, &mut worklist) {
+                self.counters.invalidations += 1;
             }
         }
+    }
+
+    /// Take an installed execution out: its versions are hidden and the
+    /// readers of those versions are pushed onto `cascade`. Returns whether
+    /// there was an installed execution.
+    fn uninstall(&mut self, key: K, cascade: &mut Vec<K>) -> bool {
+        let Some(op) = self.ops.get_mut(&key) else {
+            return false;
+        };
+        if op.state != OpState::Installed {
+            return false;
+        }
+        op.state = OpState::Pending;
+        op.gen += 1;
+        op.outcome = None;
+        let pos = op.pos;
+        let reads = std::mem::take(&mut op.reads);
+        let writes = std::mem::take(&mut op.writes);
+        self.not_installed.insert(pos);
+        self.runnable.insert(pos);
+        self.unannounced.remove(&pos);
+        for (k, _) in reads {
+            self.drop_reader(&k, pos);
+        }
+        for k in writes {
+            let Some(ks) = self.keys.get_mut(&k) else {
+                continue;
+            };
+            let removed = ks.versions.remove(&pos);
+            debug_assert!(removed.is_some(), "installed write without a version");
+            if removed.is_some() {
+                self.counters.versions_alive -= 1;
+            }
+            let candidates = ks.readers_affected(pos, pos);
+            self.stale_readers(&k, candidates, key, cascade);
+            self.drop_if_empty(&k);
+        }
+        true
     }
 
     fn drop_reader(&mut self, key: &[u8], pos: P) {
@@ -387,7 +396,11 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 }
             }
             for k in &op.writes {
-                if !self.keys.get(k).is_some_and(|ks| ks.versions.contains_key(pos)) {
+                if !self
+                    .keys
+                    .get(k)
+                    .is_some_and(|ks| ks.versions.contains_key(pos))
+                {
                     return Err(format!("{key:?} lost its version of {k:?}"));
                 }
             }
@@ -446,7 +459,11 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
             .is_some();
         let clash = self.order.insert(new, key);
         debug_assert!(clash.is_none(), "reposition onto an occupied position");
-        for set in [&mut self.not_installed, &mut self.runnable, &mut self.unannounced] {
+        for set in [
+            &mut self.not_installed,
+            &mut self.runnable,
+            &mut self.unannounced,
+        ] {
             if set.remove(&old) {
                 set.insert(new);
             }
@@ -490,9 +507,11 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
             return;
         };
         debug_assert!(!self.is_committed(op.pos), "removing a committed op");
-        if op.state == OpState::Installed {
-            self.invalidate(vec![key]);
-        }
+        // Removing is not a rollback: only the executions that read its
+        // versions (none, for a read-only op) count as invalidated.
+        let mut cascade = Vec::new();
+        self.uninstall(key, &mut cascade);
+        self.invalidate(cascade);
         if let Some(op) = self.ops.remove(&key) {
             self.order.remove(&op.pos);
             self.not_installed.remove(&op.pos);
@@ -507,7 +526,10 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         // Fast path: the first op in the order, installed, is settled; it
         // becomes final where it stands, without re-keying its versions.
         let first = self.order.first_key_value().map(|(_, k)| *k);
-        let installed = self.ops.get(&key).is_some_and(|op| op.state == OpState::Installed);
+        let installed = self
+            .ops
+            .get(&key)
+            .is_some_and(|op| op.state == OpState::Installed);
         if first == Some(key) && installed {
             self.finalize(key);
             return;

@@ -58,7 +58,10 @@ impl<P: Ord + Copy, V> SortedDeque<P, V> {
 
     /// The value at `pos`.
     pub(crate) fn get(&self, pos: &P) -> Option<&V> {
-        self.find(pos).ok().and_then(|i| self.items.get(i)).map(|(_, v)| v)
+        self.find(pos)
+            .ok()
+            .and_then(|i| self.items.get(i))
+            .map(|(_, v)| v)
     }
 
     /// Whether `pos` holds an entry.

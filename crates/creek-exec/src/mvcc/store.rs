@@ -9,8 +9,8 @@
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
-use crate::engine::Position;
 use super::sorted::SortedDeque;
+use crate::engine::Position;
 use crate::txn::VersionNo;
 
 /// One installed version.
