@@ -187,8 +187,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.next_local += 1;
         let key = ExecKey::Local(self.next_local);
         let ts = self.hlc.now(now_us);
-        self.engine
-            .insert(key, Pos::Tentative(ts, key), Arc::new(call));
+        self.engine.insert(key, Pos::Tentative(ts, key), call);
         self.awaiting.insert(
             key,
             Awaiting {
@@ -282,11 +281,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             let stamp = (op.id.origin == self.config.id).then_some(self.now_us);
             self.weak_arrivals.push_back((stamp, op.id));
         }
-        self.engine.insert(
-            key,
-            Pos::Tentative(op.timestamp, key),
-            Arc::new(op.call.clone()),
-        );
+        self.engine
+            .insert(key, Pos::Tentative(op.timestamp, key), op.call.clone());
         self.ops.insert(op.id, op);
     }
 

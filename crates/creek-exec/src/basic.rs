@@ -80,7 +80,7 @@ struct Done<K> {
 pub struct BasicEngine<K, P> {
     registry: Arc<Registry>,
     limits: TxnLimits,
-    ops: FxHashMap<K, (P, Arc<ProcCall>)>,
+    ops: FxHashMap<K, (P, ProcCall)>,
     order: BTreeMap<P, K>,
     /// Algorithm 1's `executed`: a prefix of the order, oldest first.
     executed: Vec<Done<K>>,
@@ -144,7 +144,7 @@ impl<K: OpKey, P: Position> BasicEngine<K, P> {
 }
 
 impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
-    fn insert(&mut self, key: K, pos: P, call: Arc<ProcCall>) {
+    fn insert(&mut self, key: K, pos: P, call: ProcCall) {
         if self.ops.contains_key(&key) || self.order.contains_key(&pos) {
             debug_assert!(false, "duplicate insert of {key:?} at {pos:?}");
             return;

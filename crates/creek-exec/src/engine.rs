@@ -15,7 +15,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -40,7 +39,7 @@ pub struct Task<K> {
     /// completion from an older generation is discarded.
     pub gen: u64,
     /// What to run.
-    pub call: Arc<ProcCall>,
+    pub call: ProcCall,
 }
 
 /// The result of running a [`Task`], to be handed back to [`Engine::complete`].
@@ -89,7 +88,7 @@ pub struct ExecCounters {
 /// An execution engine driven by the replica protocol.
 pub trait Engine<K: OpKey, P: Position> {
     /// A new op at `pos` (no op may hold `pos`).
-    fn insert(&mut self, key: K, pos: P, call: Arc<ProcCall>);
+    fn insert(&mut self, key: K, pos: P, call: ProcCall);
     /// Move a known op to an unused position `pos`.
     fn reposition(&mut self, key: K, pos: P);
     /// Forget an op that is not committed (a local read-only op once answered).

@@ -10,7 +10,9 @@ use rustc_hash::FxHashMap;
 use crate::txn::{Abort, Outcome, SnapshotRead, Txn, TxnLimits, VersionNo, Write};
 
 /// A deterministic stored procedure: no clocks, randomness or I/O inside.
-pub type ProcFn = dyn Fn(&mut Txn<'_>, &[u8]) -> Outcome + Send + Sync;
+/// It receives the call's encoded arguments as shared bytes, so it can keep
+/// slices of them (keys, values) without copying.
+pub type ProcFn = dyn Fn(&mut Txn<'_>, &Bytes) -> Outcome + Send + Sync;
 
 /// Validation of a call's arguments before the op is accepted, so malformed
 /// input is rejected at invoke time and nothing is broadcast or applied.
@@ -115,7 +117,7 @@ impl Registry {
         name: &str,
         read_only: bool,
         check_args: CheckArgs,
-        run: impl Fn(&mut Txn<'_>, &[u8]) -> Outcome + Send + Sync + 'static,
+        run: impl Fn(&mut Txn<'_>, &Bytes) -> Outcome + Send + Sync + 'static,
     ) {
         self.register(
             name,

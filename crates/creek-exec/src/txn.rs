@@ -70,6 +70,60 @@ pub type Outcome = Result<Bytes, Abort>;
 /// One write in an execution's write set; `None` deletes the key.
 pub type Write = (Bytes, Option<Bytes>);
 
+/// Something usable as a key: borrowed as bytes for lookups, turned into
+/// shared bytes when a read must be remembered (`Bytes` without a copy).
+pub trait KeyRef {
+    /// The key's bytes.
+    fn key_bytes(&self) -> &[u8];
+    /// An owned copy (a reference-count increment for `Bytes`).
+    fn to_key(&self) -> Bytes;
+}
+
+impl KeyRef for Bytes {
+    fn key_bytes(&self) -> &[u8] {
+        self
+    }
+    fn to_key(&self) -> Bytes {
+        self.clone()
+    }
+}
+
+impl KeyRef for [u8] {
+    fn key_bytes(&self) -> &[u8] {
+        self
+    }
+    fn to_key(&self) -> Bytes {
+        Bytes::copy_from_slice(self)
+    }
+}
+
+impl<const N: usize> KeyRef for [u8; N] {
+    fn key_bytes(&self) -> &[u8] {
+        self
+    }
+    fn to_key(&self) -> Bytes {
+        Bytes::copy_from_slice(self)
+    }
+}
+
+impl KeyRef for Vec<u8> {
+    fn key_bytes(&self) -> &[u8] {
+        self
+    }
+    fn to_key(&self) -> Bytes {
+        Bytes::copy_from_slice(self)
+    }
+}
+
+impl KeyRef for str {
+    fn key_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+    fn to_key(&self) -> Bytes {
+        Bytes::copy_from_slice(self.as_bytes())
+    }
+}
+
 /// The handle a procedure uses: snapshot reads, buffered writes.
 pub struct Txn<'a> {
     snapshot: &'a dyn SnapshotRead,
@@ -100,13 +154,14 @@ impl<'a> Txn<'a> {
 
     /// The current value of `key`: this transaction's own write if any, else
     /// the snapshot's version (recorded in the read set).
-    pub fn get(&mut self, key: &[u8]) -> Option<Bytes> {
-        if let Some((_, own)) = self.writes.iter().find(|(k, _)| k.as_ref() == key) {
+    pub fn get<Q: KeyRef + ?Sized>(&mut self, key: &Q) -> Option<Bytes> {
+        let bytes = key.key_bytes();
+        if let Some((_, own)) = self.writes.iter().find(|(k, _)| k.as_ref() == bytes) {
             return own.clone();
         }
-        let (value, version) = self.snapshot.read(key);
-        if !self.reads.iter().any(|(k, _)| k.as_ref() == key) {
-            self.reads.push((Bytes::copy_from_slice(key), version));
+        let (value, version) = self.snapshot.read(bytes);
+        if !self.reads.iter().any(|(k, _)| k.as_ref() == bytes) {
+            self.reads.push((key.to_key(), version));
         }
         value
     }

@@ -150,7 +150,21 @@ impl Value {
 
     /// Decode one value that must span all of `input`. Never panics.
     pub fn decode(input: &[u8]) -> Result<Value, DecodeError> {
-        let mut r = Reader { buf: input, pos: 0 };
+        Self::decode_from(input, None)
+    }
+
+    /// Like [`Value::decode`], but byte strings in the result share `input`'s
+    /// memory instead of being copied.
+    pub fn decode_shared(input: &Bytes) -> Result<Value, DecodeError> {
+        Self::decode_from(input, Some(input))
+    }
+
+    fn decode_from(input: &[u8], shared: Option<&Bytes>) -> Result<Value, DecodeError> {
+        let mut r = Reader {
+            buf: input,
+            shared,
+            pos: 0,
+        };
         let v = r.value(0)?;
         if r.pos < input.len() {
             return Err(DecodeError::TrailingBytes {
@@ -224,7 +238,16 @@ pub fn encode_args(args: &[Value]) -> Bytes {
 /// Decode procedure arguments encoded by [`encode_args`]: the whole input
 /// must be one `List`. Never panics.
 pub fn decode_args(b: &[u8]) -> Result<Vec<Value>, DecodeError> {
-    match Value::decode(b)? {
+    into_args(Value::decode(b)?)
+}
+
+/// Like [`decode_args`], sharing `b`'s memory for byte-string arguments.
+pub fn decode_args_shared(b: &Bytes) -> Result<Vec<Value>, DecodeError> {
+    into_args(Value::decode_shared(b)?)
+}
+
+fn into_args(v: Value) -> Result<Vec<Value>, DecodeError> {
+    match v {
         Value::List(items) => Ok(items),
         other => Err(DecodeError::NotAList { kind: other.kind() }),
     }
@@ -249,6 +272,8 @@ fn put_varint(out: &mut BytesMut, mut v: u64) {
 /// A cursor over the input; every access is bounds-checked.
 struct Reader<'a> {
     buf: &'a [u8],
+    /// The same bytes as `buf`, when byte strings may share them.
+    shared: Option<&'a Bytes>,
     pos: usize,
 }
 
@@ -316,8 +341,12 @@ impl Reader<'_> {
                     .buf
                     .get(self.pos..end)
                     .ok_or(DecodeError::UnexpectedEnd { offset: self.pos })?;
+                let value = match self.shared {
+                    Some(shared) => shared.slice(self.pos..end),
+                    None => Bytes::copy_from_slice(bytes),
+                };
                 self.pos = end;
-                Ok(Value::Bytes(Bytes::copy_from_slice(bytes)))
+                Ok(Value::Bytes(value))
             }
             TAG_LIST => {
                 if depth >= MAX_DEPTH {

@@ -110,7 +110,7 @@ fn len_value(items: &[Bytes]) -> Result<Value, Abort> {
 }
 
 /// The name argument of `sig`.
-fn name_arg(sig: &Sig, raw: &[u8]) -> Result<Bytes, Abort> {
+fn name_arg(sig: &Sig, raw: &Bytes) -> Result<Bytes, Abort> {
     match sig.args(raw)?.as_slice() {
         [Value::Bytes(name)] => Ok(name.clone()),
         _ => Err(sig.mismatch()),
@@ -118,7 +118,7 @@ fn name_arg(sig: &Sig, raw: &[u8]) -> Result<Bytes, Abort> {
 }
 
 /// The name and item arguments of `sig`.
-fn name_item_args(sig: &Sig, raw: &[u8]) -> Result<(Bytes, Bytes), Abort> {
+fn name_item_args(sig: &Sig, raw: &Bytes) -> Result<(Bytes, Bytes), Abort> {
     match sig.args(raw)?.as_slice() {
         [Value::Bytes(name), Value::Bytes(item)] => Ok((name.clone(), item.clone())),
         _ => Err(sig.mismatch()),
@@ -126,7 +126,7 @@ fn name_item_args(sig: &Sig, raw: &[u8]) -> Result<(Bytes, Bytes), Abort> {
 }
 
 /// `list.append(list, item)` → the new length.
-fn list_append(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn list_append(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (name, item) = name_item_args(&LIST_APPEND, raw)?;
     let key = key(b'l', &name);
     let mut items = load(txn, &key, false)?;
@@ -137,19 +137,19 @@ fn list_append(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
 }
 
 /// `list.read(list)` → its items, oldest first.
-fn list_read(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn list_read(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let name = name_arg(&LIST_READ, raw)?;
     Ok(items_value(load(txn, &key(b'l', &name), false)?).encode())
 }
 
 /// `list.len(list)` → how many items it holds.
-fn list_len(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn list_len(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let name = name_arg(&LIST_LEN, raw)?;
     Ok(len_value(&load(txn, &key(b'l', &name), false)?)?.encode())
 }
 
 /// `set.add(set, item)` → whether the item was new.
-fn set_add(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn set_add(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (name, item) = name_item_args(&SET_ADD, raw)?;
     let key = key(b's', &name);
     let mut items = load(txn, &key, true)?;
@@ -162,7 +162,7 @@ fn set_add(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
 }
 
 /// `set.remove(set, item)` → whether the item was there.
-fn set_remove(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn set_remove(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (name, item) = name_item_args(&SET_REMOVE, raw)?;
     let key = key(b's', &name);
     let mut items = load(txn, &key, true)?;
@@ -179,14 +179,14 @@ fn set_remove(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
 }
 
 /// `set.contains(set, item)` → whether the item is there.
-fn set_contains(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn set_contains(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (name, item) = name_item_args(&SET_CONTAINS, raw)?;
     let items = load(txn, &key(b's', &name), true)?;
     Ok(Value::Bool(items.binary_search(&item).is_ok()).encode())
 }
 
 /// `set.read(set)` → its items, sorted.
-fn set_read(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn set_read(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let name = name_arg(&SET_READ, raw)?;
     Ok(items_value(load(txn, &key(b's', &name), true)?).encode())
 }

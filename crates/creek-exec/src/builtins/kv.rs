@@ -50,7 +50,7 @@ pub(super) fn register(r: &mut Registry) {
 }
 
 /// `kv.get(key)` → the value, or nil if absent.
-fn get(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn get(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = GET.args(raw)?;
     let [Value::Bytes(key)] = args.as_slice() else {
         return Err(GET.mismatch());
@@ -59,7 +59,7 @@ fn get(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
 }
 
 /// `kv.put(key, value)` → nil.
-fn put(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn put(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = PUT.args(raw)?;
     let [Value::Bytes(key), Value::Bytes(value)] = args.as_slice() else {
         return Err(PUT.mismatch());
@@ -69,7 +69,7 @@ fn put(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
 }
 
 /// `kv.delete(key)` → whether the key existed.
-fn delete(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn delete(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = DELETE.args(raw)?;
     let [Value::Bytes(key)] = args.as_slice() else {
         return Err(DELETE.mismatch());
@@ -83,7 +83,7 @@ fn delete(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
 
 /// `kv.cas(key, expected, new)` → whether the swap happened. A nil
 /// `expected` means "absent"; a nil `new` deletes.
-fn cas(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn cas(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = CAS.args(raw)?;
     let [Value::Bytes(key), expected, new] = args.as_slice() else {
         return Err(CAS.mismatch());
@@ -113,7 +113,7 @@ fn bytes_or_nil(v: &Value) -> Option<Option<Bytes>> {
 }
 
 /// `kv.incr(key, delta)` → the new value; absent counts as 0.
-fn incr(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn incr(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = INCR.args(raw)?;
     let [Value::Bytes(key), Value::Int(delta)] = args.as_slice() else {
         return Err(INCR.mismatch());

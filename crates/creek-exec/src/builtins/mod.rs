@@ -30,6 +30,8 @@
 //! byte [`INTERNAL_KEY_PREFIX`] are reserved and refused; the collections
 //! keep their state under keys with that prefix.
 
+use bytes::Bytes;
+
 use crate::registry::{Registry, INTERNAL_KEY_PREFIX};
 use crate::txn::{Abort, Outcome, Txn};
 use crate::value::{decode_args, Value};
@@ -64,7 +66,7 @@ fn check_noop(raw: &[u8]) -> Result<(), String> {
     NOOP_SIG.check(raw)
 }
 
-fn noop(_txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn noop(_txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     check_noop(raw).map_err(Abort)?;
     Ok(Value::Nil.encode())
 }
@@ -129,6 +131,12 @@ impl Sig {
     fn parse(&self, raw: &[u8]) -> Result<Vec<Value>, String> {
         let args =
             decode_args(raw).map_err(|e| format!("{}: malformed arguments: {e}", self.name))?;
+        self.check_values(&args)?;
+        Ok(args)
+    }
+
+    /// Check arity, types and the first argument of decoded arguments.
+    fn check_values(&self, args: &[Value]) -> Result<(), String> {
         if args.len() != self.params.len() {
             let plural = if args.len() == 1 { "" } else { "s" };
             return Err(format!(
@@ -177,7 +185,7 @@ impl Sig {
             }
             Subject::Key | Subject::Name(None) => {}
         }
-        Ok(args)
+        Ok(())
     }
 
     /// A `check_args` for this signature.
@@ -186,8 +194,11 @@ impl Sig {
     }
 
     /// The arguments for a body: parse failures become aborts.
-    fn args(&self, raw: &[u8]) -> Result<Vec<Value>, Abort> {
-        self.parse(raw).map_err(Abort)
+    fn args(&self, raw: &Bytes) -> Result<Vec<Value>, Abort> {
+        let args = crate::value::decode_args_shared(raw)
+            .map_err(|e| Abort(format!("{}: malformed arguments: {e}", self.name)))?;
+        self.check_values(&args).map_err(Abort)?;
+        Ok(args)
     }
 
     /// The abort for arguments that passed [`Sig::parse`] but not a body's

@@ -92,7 +92,7 @@ fn store(txn: &mut Txn<'_>, name: &[u8], head: i64, tail: i64) {
 }
 
 /// The single argument of `sig`: the queue name.
-fn name_arg(sig: &Sig, raw: &[u8]) -> Result<Bytes, Abort> {
+fn name_arg(sig: &Sig, raw: &Bytes) -> Result<Bytes, Abort> {
     match sig.args(raw)?.as_slice() {
         [Value::Bytes(name)] => Ok(name.clone()),
         _ => Err(sig.mismatch()),
@@ -100,7 +100,7 @@ fn name_arg(sig: &Sig, raw: &[u8]) -> Result<Bytes, Abort> {
 }
 
 /// `queue.enqueue(queue, item)` → the item's position.
-fn enqueue(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn enqueue(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = ENQUEUE.args(raw)?;
     let [Value::Bytes(name), Value::Bytes(item)] = args.as_slice() else {
         return Err(ENQUEUE.mismatch());
@@ -115,7 +115,7 @@ fn enqueue(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
 }
 
 /// `queue.dequeue(queue)` → the oldest item, removed, or nil when empty.
-fn dequeue(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn dequeue(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let name = name_arg(&DEQUEUE, raw)?;
     let (head, tail) = load(txn, &name)?;
     if head == tail {
@@ -131,14 +131,14 @@ fn dequeue(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
 }
 
 /// `queue.len(queue)` → how many items it holds.
-fn len(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn len(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let name = name_arg(&LEN, raw)?;
     let (head, tail) = load(txn, &name)?;
     Ok(Value::Int(tail - head).encode())
 }
 
 /// `queue.peek(queue)` → the oldest item, or nil when empty.
-fn peek(txn: &mut Txn<'_>, raw: &[u8]) -> Outcome {
+fn peek(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let name = name_arg(&PEEK, raw)?;
     let (head, tail) = load(txn, &name)?;
     if head == tail {

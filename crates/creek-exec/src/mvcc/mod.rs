@@ -48,7 +48,7 @@ enum OpState {
 #[derive(Debug)]
 struct OpEntry<P> {
     pos: P,
-    call: Arc<ProcCall>,
+    call: ProcCall,
     gen: u64,
     state: OpState,
     executions: u64,
@@ -410,7 +410,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
 }
 
 impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
-    fn insert(&mut self, key: K, pos: P, call: Arc<ProcCall>) {
+    fn insert(&mut self, key: K, pos: P, call: ProcCall) {
         debug_assert!(!self.is_committed(pos), "insert at a committed position");
         if self.ops.contains_key(&key) || self.order.contains_key(&pos) {
             debug_assert!(false, "duplicate insert of {key:?} at {pos:?}");

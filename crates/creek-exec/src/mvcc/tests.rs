@@ -14,23 +14,23 @@ fn executor() -> Ex {
     MvccExecutor::new(Arc::new(Registry::with_builtins()), TxnLimits::default())
 }
 
-fn call(name: &str, args: &[Value]) -> Arc<ProcCall> {
-    Arc::new(ProcCall::new(name, encode_args(args)))
+fn call(name: &str, args: &[Value]) -> ProcCall {
+    ProcCall::new(name, encode_args(args))
 }
 
-fn incr(key: &str, delta: i64) -> Arc<ProcCall> {
+fn incr(key: &str, delta: i64) -> ProcCall {
     call("kv.incr", &[Value::from(key), Value::Int(delta)])
 }
 
-fn put(key: &str, value: &str) -> Arc<ProcCall> {
+fn put(key: &str, value: &str) -> ProcCall {
     call("kv.put", &[Value::from(key), Value::from(value)])
 }
 
-fn get(key: &str) -> Arc<ProcCall> {
+fn get(key: &str) -> ProcCall {
     call("kv.get", &[Value::from(key)])
 }
 
-fn delete(key: &str) -> Arc<ProcCall> {
+fn delete(key: &str) -> ProcCall {
     call("kv.delete", &[Value::from(key)])
 }
 
@@ -44,7 +44,7 @@ fn check(e: &Ex) {
     }
 }
 
-fn insert(e: &mut Ex, key: u32, pos: u64, call: &Arc<ProcCall>) {
+fn insert(e: &mut Ex, key: u32, pos: u64, call: &ProcCall) {
     e.insert(key, pos, call.clone());
     check(e);
 }
@@ -93,11 +93,11 @@ fn committed(key: u32, outcome: Outcome) -> Settled<u32> {
 }
 
 /// Sequential execution of `calls` in order: outcomes and final state.
-fn sequential(calls: &[&Arc<ProcCall>]) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
+fn sequential(calls: &[&ProcCall]) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
     replay(
         &Registry::with_builtins(),
         TxnLimits::default(),
-        calls.iter().map(|c| c.as_ref()),
+        calls.iter().copied(),
     )
 }
 
