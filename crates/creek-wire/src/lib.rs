@@ -1,0 +1,59 @@
+//! The messages replicas send each other, and their encoding.
+//!
+//! Two protocols share one connection: gossip (reliable broadcast of op
+//! payloads, [`GossipMessage`]) and conditional atomic broadcast (consensus on
+//! strong-op ids, [`CabMessage`]). Every frame is versioned and size-limited;
+//! decoding any byte string yields a message or an error, never a panic.
+#![deny(missing_docs)]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use creek_core::{Op, OpId, ReplicaId};
+
+pub mod codec;
+
+pub use codec::{decode, encode, DecodeError, Limits, WIRE_VERSION};
+
+/// One replica-to-replica message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerMessage {
+    /// Reliable broadcast of op payloads.
+    Gossip(GossipMessage),
+    /// Conditional atomic broadcast of strong-op ids.
+    Cab(CabMessage),
+}
+
+/// Gossip (RB): eager push plus anti-entropy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GossipMessage {
+    /// Op payloads: an eager push of new ops, or the answer to a digest or a
+    /// pull. Ops of one origin appear in increasing `seq` order.
+    Ops(Vec<Arc<Op>>),
+    /// Anti-entropy: for each origin, the sender has delivered every op with
+    /// `seq <= counter`. The receiver answers with the ops the sender lacks
+    /// and learns what the sender lacks of its own knowledge.
+    Digest {
+        /// `(origin, contiguous counter)`, sorted by origin.
+        delivered: Vec<(ReplicaId, u64)>,
+    },
+    /// A request for specific ops (e.g. a strong op's causal context that
+    /// CAB is waiting for).
+    Pull {
+        /// The ids wanted.
+        ids: Vec<OpId>,
+    },
+}
+
+/// CAB: the consensus library's own messages plus id forwarding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CabMessage {
+    /// A message of the consensus library, in the library's own encoding
+    /// (opaque here; the CAB crate parses it and rejects what it cannot).
+    Raft(Bytes),
+    /// Strong-op ids cast at a non-leader, forwarded to the leader.
+    Forward {
+        /// The ids, in cast order.
+        ids: Vec<OpId>,
+    },
+}
