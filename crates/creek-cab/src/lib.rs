@@ -1,1 +1,614 @@
-//! CAB (placeholder).
+//! Conditional atomic broadcast (CAB) of strong-op ids, built on the `raft`
+//! crate (tikv/raft-rs), sans-IO.
+//!
+//! CAB orders strong-op ids only; payloads travel by gossip (paper §5,
+//! indirect consensus). It evaluates two predicates of the replica: *holds*
+//! (the op and the ops of its causal context have arrived here — indirect
+//! consensus's "received") and *deps* (the paper's `check_dep`: additionally,
+//! the context is in the causal set, i.e. its strong ops are delivered). The
+//! library's log carries batches of ids ([`entry`]), and CAB adds three things
+//! on top of it:
+//!
+//! * **No loss.** A leader proposes only ids it holds; a follower holds back
+//!   an incoming append (it is not stepped into the library, exactly as if the
+//!   network were slow) until it holds every id in it, and the caller pulls
+//!   what is missing by gossip. So every log that contains an id — in
+//!   particular every majority that decided it, and every future leader —
+//!   holds its payload and causal context, and no undecided entry can wedge a
+//!   new leader. (Acceptance cannot wait for *deps*: a lagging follower may
+//!   receive a strong op together with the earlier strong ops of its context,
+//!   which only their own delivery puts in the causal set.)
+//! * **Conditional delivery.** Decided ids are delivered strictly in log
+//!   order, each only once *deps* holds here; an id decided twice
+//!   (re-proposed after a leader change) is delivered at its first place only,
+//!   which every replica computes identically.
+//! * **Casting from anywhere.** A non-leader forwards ids to the leader it
+//!   knows; the caster re-forwards until the id is decided, so a lost forward
+//!   or a leader change loses nothing.
+//!
+//! Time and randomness are pinned: every replica has a fixed election timeout
+//! (the library draws from `[election_tick, election_tick + 1)`), and the
+//! caller drives [`Cab::tick`]. A run is reproducible from its inputs.
+#![deny(missing_docs)]
+
+pub mod entry;
+pub mod storage;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use creek_core::{OpId, ReplicaId};
+use creek_wire::CabMessage;
+use protobuf::Message as _;
+use raft::eraftpb::{EntryType, Message, MessageType};
+use raft::{RawNode, StateRole};
+use rustc_hash::FxHashSet;
+
+pub use storage::{CabStorage, MemCabStorage};
+
+/// A predicate of the replica over ids (*holds* or *deps*, see the crate
+/// documentation).
+pub type Deps<'a> = &'a dyn Fn(OpId) -> bool;
+
+/// Configuration of one CAB node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CabConfig {
+    /// This replica.
+    pub me: ReplicaId,
+    /// Every replica of the group, this one included.
+    pub replicas: Vec<ReplicaId>,
+    /// This replica's election timeout in ticks (fixed: no randomness).
+    pub election_tick: usize,
+    /// Leader heartbeat interval in ticks.
+    pub heartbeat_tick: usize,
+    /// Most ids in one log entry.
+    pub batch_ids_max: usize,
+    /// A cast id not decided after this many ticks is forwarded again.
+    pub forward_retry_ticks: u64,
+    /// Most appends held back waiting for payloads; newer ones are dropped
+    /// (the leader sends them again).
+    pub held_appends_max: usize,
+    /// Most append messages in flight to one follower.
+    pub inflight_msgs_max: usize,
+}
+
+impl CabConfig {
+    /// Defaults for `me` in a group: election timeouts are staggered by the
+    /// replica's rank (10, 13, 16, … ticks) so elections rarely collide.
+    pub fn for_group(me: ReplicaId, replicas: &[ReplicaId]) -> Self {
+        let mut sorted = replicas.to_vec();
+        sorted.sort_unstable();
+        let rank = sorted.iter().position(|r| *r == me).unwrap_or(0);
+        CabConfig {
+            me,
+            replicas: sorted,
+            election_tick: 10 + 3 * rank,
+            heartbeat_tick: 2,
+            batch_ids_max: 4096,
+            forward_retry_ticks: 20,
+            held_appends_max: 1024,
+            inflight_msgs_max: 256,
+        }
+    }
+
+    /// Check every field.
+    pub fn validate(&self) -> Result<(), CabError> {
+        let bad = |why: &str| Err(CabError::Config(why.to_owned()));
+        if !self.replicas.contains(&self.me) {
+            return bad("replicas must include me");
+        }
+        let unique: FxHashSet<ReplicaId> = self.replicas.iter().copied().collect();
+        if unique.len() != self.replicas.len() {
+            return bad("replicas must be distinct");
+        }
+        if self.heartbeat_tick == 0 || self.election_tick <= self.heartbeat_tick {
+            return bad("election_tick must exceed heartbeat_tick, which must be positive");
+        }
+        if self.batch_ids_max == 0 || self.held_appends_max == 0 || self.inflight_msgs_max == 0 {
+            return bad("batch_ids_max, held_appends_max and inflight_msgs_max must be positive");
+        }
+        if self.forward_retry_ticks == 0 {
+            return bad("forward_retry_ticks must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CabError {
+    /// The configuration is invalid.
+    #[error("invalid CAB configuration: {0}")]
+    Config(String),
+    /// The consensus library refused to start.
+    #[error("consensus library: {0}")]
+    Raft(#[from] raft::Error),
+    /// A storage write failed; the node has stopped.
+    #[error("storage failed, CAB stopped: {0}")]
+    Storage(String),
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CabStats {
+    /// Library messages sent and their encoded bytes.
+    pub raft_msgs_sent: u64,
+    /// Bytes of library messages sent.
+    pub raft_bytes_sent: u64,
+    /// Forward messages sent.
+    pub forwards_sent: u64,
+    /// Log entries proposed by this node as leader.
+    pub entries_proposed: u64,
+    /// Ids proposed by this node as leader.
+    pub ids_proposed: u64,
+    /// Distinct ids decided.
+    pub ids_decided: u64,
+    /// Decided ids skipped because decided before (re-proposals).
+    pub duplicates_decided: u64,
+    /// Appends held back for missing payloads (cumulative).
+    pub appends_held: u64,
+    /// Appends dropped because the hold queue was full.
+    pub appends_dropped: u64,
+    /// Incoming messages refused (malformed, misaddressed, unsupported).
+    pub refused: u64,
+    /// Ids delivered.
+    pub delivered: u64,
+}
+
+fn raft_id(r: ReplicaId) -> u64 {
+    u64::from(r.0) + 1
+}
+
+fn replica_of(id: u64) -> Option<ReplicaId> {
+    id.checked_sub(1)
+        .and_then(|v| u16::try_from(v).ok())
+        .map(ReplicaId)
+}
+
+/// One CAB node.
+pub struct Cab<S: CabStorage> {
+    config: CabConfig,
+    node: RawNode<S>,
+    /// Leader only: ids to propose, in arrival order.
+    pending: VecDeque<OpId>,
+    /// Ids in `pending` or proposed by this leader and not yet decided.
+    in_flight: FxHashSet<OpId>,
+    /// Ids cast here and not yet decided, with the tick of the last forward.
+    unconfirmed: BTreeMap<OpId, u64>,
+    /// Ids to forward to the leader at the next poll.
+    to_forward: Vec<OpId>,
+    /// Appends waiting for payloads, in arrival order.
+    held: VecDeque<Message>,
+    /// Decided ids waiting for conditional delivery, in log order, with the
+    /// index of their entry.
+    decided: VecDeque<(OpId, u64)>,
+    /// Every id ever decided (first occurrences).
+    seen: FxHashSet<OpId>,
+    ticks: u64,
+    was_leader: bool,
+    out: Vec<(ReplicaId, CabMessage)>,
+    stats: CabStats,
+    failed: Option<String>,
+}
+
+impl<S: CabStorage> Cab<S> {
+    /// Start (or restart) a node on `storage`. `applied` is the last log
+    /// index whose ids the caller has already consumed (0 on a fresh start);
+    /// decided ids after it are delivered again.
+    pub fn new(config: CabConfig, storage: S, applied: u64) -> Result<Self, CabError> {
+        config.validate()?;
+        let raft_config = raft::Config {
+            id: raft_id(config.me),
+            election_tick: config.election_tick,
+            heartbeat_tick: config.heartbeat_tick,
+            min_election_tick: config.election_tick,
+            max_election_tick: config.election_tick + 1,
+            applied,
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: config.inflight_msgs_max,
+            check_quorum: true,
+            pre_vote: true,
+            ..raft::Config::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        // Ids decided before `applied` are not delivered again; remember them
+        // so a later re-proposal of one of them is recognised as a duplicate.
+        let mut seen = FxHashSet::default();
+        let first = storage.first_index()?;
+        if applied >= first {
+            let ctx = raft::GetEntriesContext::empty(false);
+            for e in storage.entries(first, applied + 1, None, ctx)? {
+                if e.get_entry_type() == EntryType::EntryNormal {
+                    seen.extend(entry::decode_ids(&e.data).unwrap_or_default());
+                }
+            }
+        }
+        let node = RawNode::new(&raft_config, storage, &logger)?;
+        Ok(Cab {
+            config,
+            node,
+            pending: VecDeque::new(),
+            in_flight: FxHashSet::default(),
+            unconfirmed: BTreeMap::new(),
+            to_forward: Vec::new(),
+            held: VecDeque::new(),
+            decided: VecDeque::new(),
+            seen,
+            ticks: 0,
+            was_leader: false,
+            out: Vec::new(),
+            stats: CabStats::default(),
+            failed: None,
+        })
+    }
+
+    /// CAB-cast the id of a strong op invoked at this replica.
+    pub fn cast(&mut self, id: OpId) {
+        if self.seen.contains(&id) {
+            return;
+        }
+        self.unconfirmed.insert(id, self.ticks);
+        self.route(id);
+    }
+
+    /// Queue `id` for proposal here if leader, else for forwarding.
+    fn route(&mut self, id: OpId) {
+        if self.is_leader() {
+            if !self.seen.contains(&id) && self.in_flight.insert(id) {
+                self.pending.push_back(id);
+            }
+        } else {
+            self.to_forward.push(id);
+        }
+    }
+
+    /// A CAB message from peer `from`; `holds` decides whether an append can
+    /// be accepted now.
+    pub fn on_message(&mut self, from: ReplicaId, msg: CabMessage, holds: Deps<'_>) {
+        if self.failed.is_some() {
+            return;
+        }
+        match msg {
+            CabMessage::Forward { ids } => {
+                if self.is_leader() {
+                    for id in ids {
+                        self.route(id);
+                    }
+                } else if self
+                    .leader()
+                    .is_some_and(|l| l != from && l != self.config.me)
+                {
+                    self.to_forward.extend(ids);
+                }
+            }
+            CabMessage::Raft(bytes) => {
+                let Ok(m) = Message::parse_from_bytes(&bytes) else {
+                    self.stats.refused += 1;
+                    return;
+                };
+                let addressed = m.to == raft_id(self.config.me)
+                    && m.from == raft_id(from)
+                    && self.config.replicas.contains(&from);
+                // No snapshots: CAB never compacts its log, so one can only
+                // come from a faulty peer.
+                if !addressed || m.get_msg_type() == MessageType::MsgSnapshot {
+                    self.stats.refused += 1;
+                    return;
+                }
+                if m.get_msg_type() == MessageType::MsgAppend
+                    && (!self.held.is_empty() || !append_ready(&m, holds))
+                {
+                    if self.held.len() < self.config.held_appends_max {
+                        self.stats.appends_held += 1;
+                        self.held.push_back(m);
+                    } else {
+                        self.stats.appends_dropped += 1;
+                    }
+                    return;
+                }
+                if self.node.step(m).is_err() {
+                    self.stats.refused += 1;
+                }
+            }
+        }
+    }
+
+    /// Advance logical time by one tick.
+    pub fn tick(&mut self) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.ticks += 1;
+        self.node.tick();
+        let retry = self.config.forward_retry_ticks;
+        let due: Vec<OpId> = self
+            .unconfirmed
+            .iter()
+            .filter(|(_, last)| self.ticks - **last >= retry)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.unconfirmed.insert(id, self.ticks);
+            if !self.in_flight.contains(&id) {
+                self.route(id);
+            }
+        }
+    }
+
+    /// Start an election now (tests and operators).
+    pub fn campaign(&mut self) {
+        let _ = self.node.campaign();
+    }
+
+    /// Do all pending work: release held appends whose payloads arrived,
+    /// propose held ids, forward, run the library's Ready loop. Messages to
+    /// send are appended to `out`.
+    pub fn poll(&mut self, holds: Deps<'_>, out: &mut Vec<(ReplicaId, CabMessage)>) {
+        if self.failed.is_none() {
+            while self.held.front().is_some_and(|m| append_ready(m, holds)) {
+                if let Some(m) = self.held.pop_front() {
+                    if self.node.step(m).is_err() {
+                        self.stats.refused += 1;
+                    }
+                }
+            }
+            self.propose(holds);
+            self.forward();
+            if let Err(e) = self.handle_ready() {
+                self.failed = Some(e);
+            }
+        }
+        out.append(&mut self.out);
+    }
+
+    /// Leader: propose the pending ids it holds, in batches.
+    fn propose(&mut self, holds: Deps<'_>) {
+        if !self.is_leader() {
+            return;
+        }
+        let mut waiting = VecDeque::new();
+        let mut batch = Vec::new();
+        while let Some(id) = self.pending.pop_front() {
+            if self.seen.contains(&id) {
+                self.in_flight.remove(&id);
+            } else if holds(id) {
+                batch.push(id);
+                if batch.len() == self.config.batch_ids_max {
+                    self.propose_batch(std::mem::take(&mut batch));
+                }
+            } else {
+                waiting.push_back(id);
+            }
+        }
+        if !batch.is_empty() {
+            self.propose_batch(batch);
+        }
+        self.pending = waiting;
+    }
+
+    fn propose_batch(&mut self, batch: Vec<OpId>) {
+        match self.node.propose(vec![], entry::encode_ids(&batch)) {
+            Ok(()) => {
+                self.stats.entries_proposed += 1;
+                self.stats.ids_proposed += batch.len() as u64;
+            }
+            // Not leader any more (or transferring): the casters retry.
+            Err(_) => {
+                for id in batch {
+                    self.in_flight.remove(&id);
+                }
+            }
+        }
+    }
+
+    fn forward(&mut self) {
+        if self.to_forward.is_empty() {
+            return;
+        }
+        if self.is_leader() {
+            for id in std::mem::take(&mut self.to_forward) {
+                self.route(id);
+            }
+            return;
+        }
+        let Some(leader) = self.leader() else {
+            return; // kept until a leader is known
+        };
+        let mut ids = std::mem::take(&mut self.to_forward);
+        ids.sort_unstable();
+        ids.dedup();
+        ids.retain(|id| !self.seen.contains(id));
+        if !ids.is_empty() {
+            self.stats.forwards_sent += 1;
+            self.out.push((leader, CabMessage::Forward { ids }));
+        }
+    }
+
+    /// The library's Ready loop: send, persist, collect decided ids.
+    fn handle_ready(&mut self) -> Result<(), String> {
+        while self.node.has_ready() {
+            let mut rd = self.node.ready();
+            if let Some(ss) = rd.ss() {
+                let leader = ss.raft_state == StateRole::Leader;
+                if self.was_leader && !leader {
+                    // Lost leadership: what was not proposed goes to the new
+                    // leader; proposed-but-undecided ids are retried by their
+                    // casters.
+                    let pending: Vec<OpId> = self.pending.drain(..).collect();
+                    self.in_flight.clear();
+                    self.to_forward.extend(pending);
+                }
+                self.was_leader = leader;
+            }
+            self.send(rd.take_messages());
+            self.decide(rd.take_committed_entries());
+            let store = self.node.mut_store();
+            if !rd.entries().is_empty() {
+                store.append(rd.entries()).map_err(|e| e.to_string())?;
+            }
+            if let Some(hs) = rd.hs() {
+                store
+                    .set_hard_state(hs.clone())
+                    .map_err(|e| e.to_string())?;
+            }
+            self.send(rd.take_persisted_messages());
+            let mut light = self.node.advance(rd);
+            if let Some(commit) = light.commit_index() {
+                self.node
+                    .mut_store()
+                    .set_commit(commit)
+                    .map_err(|e| e.to_string())?;
+            }
+            self.send(light.take_messages());
+            self.decide(light.take_committed_entries());
+            self.node.advance_apply();
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, msgs: Vec<Message>) {
+        for m in msgs {
+            let Some(to) = replica_of(m.to) else {
+                continue;
+            };
+            let Ok(bytes) = m.write_to_bytes() else {
+                continue;
+            };
+            self.stats.raft_msgs_sent += 1;
+            self.stats.raft_bytes_sent += bytes.len() as u64;
+            self.out.push((to, CabMessage::Raft(Bytes::from(bytes))));
+        }
+    }
+
+    /// Committed entries, in log order: their ids join the decided queue at
+    /// their first occurrence.
+    fn decide(&mut self, entries: Vec<raft::eraftpb::Entry>) {
+        for e in entries {
+            if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+                continue;
+            }
+            // Malformed data decodes the same way everywhere: skipped.
+            let Some(ids) = entry::decode_ids(&e.data) else {
+                continue;
+            };
+            for id in ids {
+                self.in_flight.remove(&id);
+                self.unconfirmed.remove(&id);
+                if self.seen.insert(id) {
+                    self.stats.ids_decided += 1;
+                    self.decided.push_back((id, e.index));
+                } else {
+                    self.stats.duplicates_decided += 1;
+                }
+            }
+        }
+    }
+
+    /// Decided ids deliverable now: strictly in decision order, each once its
+    /// predicate holds (conditional delivery).
+    pub fn take_deliverable(&mut self, deps: Deps<'_>) -> Vec<OpId> {
+        let mut out = Vec::new();
+        while let Some(&(id, _)) = self.decided.front() {
+            if !deps(id) {
+                break;
+            }
+            self.decided.pop_front();
+            out.push(id);
+        }
+        self.stats.delivered += out.len() as u64;
+        out
+    }
+
+    /// Ids CAB waits on: those of the first held append and the pending
+    /// proposals that `holds` rejects, and the next decided id if `deps`
+    /// rejects it. The caller should fetch their payloads and causal contexts
+    /// by gossip.
+    pub fn waiting_for(&self, holds: Deps<'_>, deps: Deps<'_>) -> Vec<OpId> {
+        let mut ids: Vec<OpId> = Vec::new();
+        if let Some(batch) = self.held.front().and_then(append_ids) {
+            ids.extend(batch.into_iter().filter(|id| !holds(*id)));
+        }
+        ids.extend(self.pending.iter().copied().filter(|id| !holds(*id)));
+        ids.extend(
+            self.decided
+                .front()
+                .map(|(id, _)| *id)
+                .filter(|id| !deps(*id)),
+        );
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// The leader this node knows of.
+    pub fn leader(&self) -> Option<ReplicaId> {
+        match self.node.raft.leader_id {
+            raft::INVALID_ID => None,
+            id => replica_of(id),
+        }
+    }
+
+    /// Whether this node is the leader.
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    /// The last log index all of whose ids have been delivered: what a
+    /// restarted node passes as `applied` (a durable driver persists it with
+    /// the state those deliveries produced).
+    pub fn delivered_through(&self) -> u64 {
+        match self.decided.front() {
+            Some((_, index)) => index - 1,
+            None => self.node.raft.raft_log.applied,
+        }
+    }
+
+    /// Decided ids still waiting for their predicate.
+    pub fn decided_waiting(&self) -> usize {
+        self.decided.len()
+    }
+
+    /// Cast ids not yet decided.
+    pub fn unconfirmed(&self) -> usize {
+        self.unconfirmed.len()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CabStats {
+        self.stats
+    }
+
+    /// The storage failure that stopped this node, if any.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// The storage (for restarts in tests and for the server).
+    pub fn store(&self) -> &S {
+        self.node.store()
+    }
+}
+
+/// All ids of an append's normal entries, or `None` if it carries none.
+fn append_ids(m: &Message) -> Option<Vec<OpId>> {
+    let mut ids = Vec::new();
+    for e in m.get_entries() {
+        if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
+            if let Some(batch) = entry::decode_ids(&e.data) {
+                ids.extend(batch);
+            }
+        }
+    }
+    (!ids.is_empty()).then_some(ids)
+}
+
+/// An append may be stepped once this replica holds every id in it.
+fn append_ready(m: &Message, holds: Deps<'_>) -> bool {
+    append_ids(m).is_none_or(|ids| ids.into_iter().all(holds))
+}

@@ -157,25 +157,26 @@ impl Dvv {
     /// Allocates one entry per id of the result; meant for differences that
     /// are known to be small (e.g. between replicas that are nearly in sync).
     pub fn difference(&self, other: &Dvv) -> Vec<OpId> {
-        let mut out = Vec::new();
-        for (&origin, e) in &self.entries {
+        self.difference_iter(other).collect()
+    }
+
+    /// The ids in `self` that are not in `other`, lazily, in `(origin, seq)`
+    /// order. Each step costs O(log n); stop early to bound the work on a
+    /// context from an untrusted peer (a huge counter is a huge range).
+    pub fn difference_iter<'a>(&'a self, other: &'a Dvv) -> impl Iterator<Item = OpId> + 'a {
+        self.entries.iter().flat_map(move |(&origin, e)| {
             let o = other.entry(origin);
-            let missing = |s: &u64| !o.exceptions.contains(s);
-            if e.counter > o.counter {
-                out.extend(
-                    (o.counter + 1..=e.counter)
-                        .filter(missing)
-                        .map(|seq| OpId { origin, seq }),
-                );
-            }
-            out.extend(
-                e.exceptions
-                    .range((Excluded(o.counter), Unbounded))
-                    .filter(|s| missing(s))
-                    .map(|&seq| OpId { origin, seq }),
-            );
-        }
-        out
+            let missing = move |s: &u64| !o.exceptions.contains(s);
+            let contiguous = (o.counter.saturating_add(1)..=e.counter).filter(missing);
+            let exceptions = e
+                .exceptions
+                .range((Excluded(o.counter), Unbounded))
+                .copied()
+                .filter(missing);
+            contiguous
+                .chain(exceptions)
+                .map(move |seq| OpId { origin, seq })
+        })
     }
 
     /// Number of ids in the set (saturating at `u64::MAX`).
@@ -221,14 +222,32 @@ impl Dvv {
         }
     }
 
-    /// Builds a normalized set from wire entries (possibly untrusted:
-    /// duplicated origins, overlapping or zero seqs are all accepted).
-    fn from_wire(wire: Vec<WireEntry>) -> Dvv {
+    /// The set as `(origin, contiguous counter, sorted exception seqs)`
+    /// records, one per origin with any id, in origin order.
+    ///
+    /// The records are normalized: every counter or exception list is
+    /// non-empty, and every exception is `> counter + 1`, strictly
+    /// increasing. [`Dvv::from_records`] rebuilds an equal set.
+    pub fn to_records(&self) -> Vec<(ReplicaId, u64, Vec<u64>)> {
+        self.entries
+            .iter()
+            .map(|(&origin, e)| (origin, e.counter, e.exceptions.iter().copied().collect()))
+            .collect()
+    }
+
+    /// Builds a normalized set from `(origin, counter, exceptions)` records,
+    /// each meaning the seqs `1..=counter` plus `exceptions` of `origin`.
+    ///
+    /// Accepts untrusted input: duplicated origins (their ids are merged),
+    /// unsorted, duplicated, zero or counter-covered exception seqs and empty
+    /// records are all accepted and normalized. Memory stays proportional to
+    /// the input (a counter is never expanded into seqs).
+    pub fn from_records(records: impl IntoIterator<Item = (ReplicaId, u64, Vec<u64>)>) -> Dvv {
         let mut dvv = Dvv::new();
-        for w in wire {
-            let e = dvv.entries.entry(w.origin).or_default();
-            e.counter = e.counter.max(w.counter);
-            e.exceptions.extend(w.exceptions);
+        for (origin, counter, exceptions) in records {
+            let e = dvv.entries.entry(origin).or_default();
+            e.counter = e.counter.max(counter);
+            e.exceptions.extend(exceptions);
         }
         dvv.entries.retain(|_, e| {
             e.normalize();
@@ -285,7 +304,11 @@ impl Serialize for Dvv {
 /// Accepts any sequence of records and normalizes it.
 impl<'de> Deserialize<'de> for Dvv {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Dvv, D::Error> {
-        Vec::<WireEntry>::deserialize(deserializer).map(Dvv::from_wire)
+        let wire = Vec::<WireEntry>::deserialize(deserializer)?;
+        Ok(Dvv::from_records(
+            wire.into_iter()
+                .map(|w| (w.origin, w.counter, w.exceptions)),
+        ))
     }
 }
 
@@ -374,13 +397,9 @@ mod tests {
     }
 
     #[test]
-    fn from_wire_normalizes_untrusted_input() {
-        let w = |origin, counter, exceptions: Vec<u64>| WireEntry {
-            origin: ReplicaId(origin),
-            counter,
-            exceptions,
-        };
-        let d = Dvv::from_wire(vec![
+    fn from_records_normalizes_untrusted_input() {
+        let w = |origin, counter, exceptions: Vec<u64>| (ReplicaId(origin), counter, exceptions);
+        let d = Dvv::from_records(vec![
             w(1, 2, vec![0, 1, 3, 4, 9]),
             w(2, 0, vec![]),
             w(1, 1, vec![6]),
@@ -391,6 +410,12 @@ mod tests {
         assert_eq!(d.exceptions(), 2);
         assert_eq!(d.len(), u64::MAX);
         assert!(!d.entries.contains_key(&ReplicaId(2)));
+        assert_eq!(
+            d.to_records(),
+            vec![w(1, 4, vec![6, 9]), w(3, u64::MAX, vec![])]
+        );
+        assert_eq!(Dvv::from_records(d.to_records()), d);
+        assert_eq!(Dvv::new().to_records(), vec![]);
     }
 
     type Model = BTreeSet<OpId>;
@@ -435,6 +460,14 @@ mod tests {
             counters += c;
         }
         prop_assert_eq!(d.exceptions() as u64, m.len() as u64 - counters);
+        // Records round-trip and are normalized.
+        let records = d.to_records();
+        for (_, counter, exceptions) in &records {
+            prop_assert!(*counter > 0 || !exceptions.is_empty());
+            prop_assert!(exceptions.windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(exceptions.iter().all(|&s| s > counter + 1));
+        }
+        prop_assert_eq!(&Dvv::from_records(records), d);
         // Normalization: any construction of the same set is `==`.
         prop_assert_eq!(d, &m.iter().rev().copied().collect::<Dvv>());
         Ok(())

@@ -299,6 +299,22 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
     }
 
+    /// The op and every op of its causal context have been RB-delivered here
+    /// (strong context ops need not be committed yet). This is CAB's
+    /// acceptance predicate — the "received" test of indirect consensus
+    /// (paper §5): a replica that accepts an id can hand its payload and
+    /// context to anyone, so a decided id is never lost. Delivery still waits
+    /// for [`Replica::check_dep`].
+    pub fn holds_payloads(&self, id: OpId) -> bool {
+        match self.ops.get(&id) {
+            Some(op) => op.causal_context.as_ref().is_none_or(|ctx| {
+                ctx.difference_iter(&self.causal_ctx)
+                    .all(|missing| self.ops.contains_key(&missing))
+            }),
+            None => self.is_committed(id),
+        }
+    }
+
     /// Committed ids are in the causal set and off the tentative list (weak
     /// tentative ops are in the causal set too; final ops have left the table).
     fn is_committed(&self, id: OpId) -> bool {

@@ -4,6 +4,11 @@
 //! payloads, [`GossipMessage`]) and conditional atomic broadcast (consensus on
 //! strong-op ids, [`CabMessage`]). Every frame is versioned and size-limited;
 //! decoding any byte string yields a message or an error, never a panic.
+//!
+//! [`encode`] turns a [`PeerMessage`] into one frame and [`decode`] (or the
+//! zero-copy [`decode_bytes`]) turns a frame back into a message, both under
+//! the same [`Limits`]. The frame layout is specified in the [`codec`]
+//! module docs.
 #![deny(missing_docs)]
 
 use std::sync::Arc;
@@ -13,7 +18,10 @@ use creek_core::{Op, OpId, ReplicaId};
 
 pub mod codec;
 
-pub use codec::{decode, encode, DecodeError, Limits, WIRE_VERSION};
+pub use codec::{
+    decode, decode_bytes, encode, encoded_len, DecodeError, EncodeError, Limit, Limits,
+    LimitsError, WIRE_VERSION,
+};
 
 /// One replica-to-replica message.
 #[derive(Clone, Debug, PartialEq, Eq)]

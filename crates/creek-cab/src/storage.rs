@@ -1,0 +1,78 @@
+//! Where CAB keeps the consensus log and hard state.
+//!
+//! [`CabStorage`] extends the library's read-side `raft::Storage` with the
+//! writes the Ready loop performs. Contract: when a write returns `Ok`, what it
+//! wrote survives a crash (the durable implementation arrives with the
+//! server; [`MemCabStorage`] survives only a simulated restart, because the
+//! test keeps a handle to it). An `Err` means the write may not have happened;
+//! CAB stops rather than guess.
+
+use raft::eraftpb::{ConfState, Entry, HardState};
+use raft::storage::MemStorage;
+use raft::{RaftState, Storage};
+
+/// Storage for one CAB node.
+pub trait CabStorage: Storage {
+    /// Append (or overwrite from the first entry's index on) log entries.
+    fn append(&mut self, entries: &[Entry]) -> raft::Result<()>;
+    /// Persist the hard state (term, vote, commit).
+    fn set_hard_state(&mut self, hs: HardState) -> raft::Result<()>;
+    /// Persist a new commit index.
+    fn set_commit(&mut self, commit: u64) -> raft::Result<()>;
+}
+
+/// In-memory storage. Clones share the same log, so a test can drop a node
+/// and build a new one from the same storage to simulate a restart.
+#[derive(Clone)]
+pub struct MemCabStorage {
+    inner: MemStorage,
+}
+
+impl MemCabStorage {
+    /// A fresh log for a group of `voters` (raft ids).
+    pub fn new(voters: Vec<u64>) -> Self {
+        let inner = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
+        MemCabStorage { inner }
+    }
+}
+
+impl Storage for MemCabStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        self.inner.initial_state()
+    }
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: raft::GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.inner.entries(low, high, max_size, context)
+    }
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        self.inner.term(idx)
+    }
+    fn first_index(&self) -> raft::Result<u64> {
+        self.inner.first_index()
+    }
+    fn last_index(&self) -> raft::Result<u64> {
+        self.inner.last_index()
+    }
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<raft::eraftpb::Snapshot> {
+        self.inner.snapshot(request_index, to)
+    }
+}
+
+impl CabStorage for MemCabStorage {
+    fn append(&mut self, entries: &[Entry]) -> raft::Result<()> {
+        self.inner.wl().append(entries)
+    }
+    fn set_hard_state(&mut self, hs: HardState) -> raft::Result<()> {
+        self.inner.wl().set_hardstate(hs);
+        Ok(())
+    }
+    fn set_commit(&mut self, commit: u64) -> raft::Result<()> {
+        self.inner.wl().mut_hard_state().set_commit(commit);
+        Ok(())
+    }
+}

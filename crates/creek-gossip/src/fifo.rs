@@ -1,0 +1,217 @@
+//! The receive side: per-origin delivered counters and the bounded buffer of
+//! ops that arrived before an earlier op of their origin.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use creek_core::{Op, OpId, ReplicaId};
+
+/// What became of one received op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Received {
+    /// Delivered, possibly with buffered successors after it.
+    Delivered,
+    /// Kept until the ops before it arrive.
+    Buffered,
+    /// Already delivered or already buffered.
+    Duplicate,
+    /// Refused: seq 0 is never valid.
+    Invalid,
+    /// Dropped to keep the buffer bounded (the incoming op, or, when the
+    /// incoming op is older, the newest buffered op of its origin).
+    Overflow,
+}
+
+/// Per-origin FIFO delivery. Invariants: every buffered `(o, s)` has
+/// `s > counter(o) + 1` (an op that becomes next is delivered at once), and
+/// the buffer holds at most `buffer_max` ops.
+#[derive(Debug)]
+pub(crate) struct Fifo {
+    /// Per origin, every seq `1..=counter` is delivered.
+    delivered: BTreeMap<ReplicaId, u64>,
+    /// Ops waiting for an earlier op of their origin.
+    buffer: BTreeMap<OpId, Arc<Op>>,
+    /// The bound on `buffer`.
+    buffer_max: usize,
+}
+
+impl Fifo {
+    pub(crate) fn new(buffer_max: usize) -> Self {
+        Fifo {
+            delivered: BTreeMap::new(),
+            buffer: BTreeMap::new(),
+            buffer_max,
+        }
+    }
+
+    /// The contiguous delivered counter of `origin`.
+    pub(crate) fn counter(&self, origin: ReplicaId) -> u64 {
+        self.delivered.get(&origin).copied().unwrap_or(0)
+    }
+
+    /// `(origin, counter)` for every origin with a delivered op, by origin.
+    pub(crate) fn counters(&self) -> impl Iterator<Item = (ReplicaId, u64)> + '_ {
+        self.delivered.iter().map(|(&o, &c)| (o, c))
+    }
+
+    pub(crate) fn has_delivered(&self, id: OpId) -> bool {
+        id.seq != 0 && id.seq <= self.counter(id.origin)
+    }
+
+    pub(crate) fn buffered(&self, id: OpId) -> Option<&Arc<Op>> {
+        self.buffer.get(&id)
+    }
+
+    pub(crate) fn buffered_len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Marks this replica's own op as delivered. Own seqs are contiguous by
+    /// contract; a gap is jumped over (the counter only increases). Returns
+    /// `false` for an op at or below the counter.
+    pub(crate) fn deliver_own(&mut self, id: OpId) -> bool {
+        if id.seq <= self.counter(id.origin) {
+            return false;
+        }
+        self.delivered.insert(id.origin, id.seq);
+        // A remote copy buffered earlier (there should be none) is obsolete.
+        let stale: Vec<OpId> = self
+            .buffer
+            .range(OpId::new(id.origin, 0)..=id)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in stale {
+            self.buffer.remove(&k);
+        }
+        true
+    }
+
+    /// Receives a remote op. Ops that become deliverable are appended to
+    /// `deliver` in order (the op itself, then buffered successors).
+    pub(crate) fn receive(&mut self, op: Arc<Op>, deliver: &mut Vec<Arc<Op>>) -> Received {
+        let id = op.id;
+        if id.seq == 0 {
+            return Received::Invalid;
+        }
+        let counter = self.counter(id.origin);
+        if id.seq <= counter || self.buffer.contains_key(&id) {
+            return Received::Duplicate;
+        }
+        if id.seq - 1 == counter {
+            self.delivered.insert(id.origin, id.seq);
+            deliver.push(op);
+            self.drain(id.origin, deliver);
+            return Received::Delivered;
+        }
+        // Out of order: seq >= counter + 2. The ops from counter + 2 up to
+        // this one would all have to be buffered before it can be delivered.
+        let needed = id.seq - counter - 1;
+        if usize::try_from(needed).map_or(true, |n| n > self.buffer_max) {
+            return Received::Overflow;
+        }
+        if self.buffer.len() >= self.buffer_max {
+            // Full: keep the older of the incoming op and the newest buffered
+            // op of the same origin; drop the incoming op otherwise.
+            let newest = self
+                .buffer
+                .range(id..=OpId::new(id.origin, u64::MAX))
+                .next_back()
+                .map(|(&k, _)| k);
+            match newest {
+                Some(k) => {
+                    self.buffer.remove(&k);
+                }
+                None => return Received::Overflow,
+            }
+            self.buffer.insert(id, op);
+            return Received::Overflow;
+        }
+        self.buffer.insert(id, op);
+        Received::Buffered
+    }
+
+    /// Delivers the buffered ops of `origin` that now follow its counter.
+    fn drain(&mut self, origin: ReplicaId, deliver: &mut Vec<Arc<Op>>) {
+        loop {
+            let c = self.counter(origin);
+            let Some(next) = c.checked_add(1) else { return };
+            let Some(op) = self.buffer.remove(&OpId::new(origin, next)) else {
+                return;
+            };
+            self.delivered.insert(origin, next);
+            deliver.push(op);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use creek_core::Timestamp;
+    use creek_exec::ProcCall;
+
+    fn op(origin: u16, seq: u64) -> Arc<Op> {
+        Arc::new(Op {
+            id: OpId::new(ReplicaId(origin), seq),
+            timestamp: Timestamp::new(seq, 0),
+            call: ProcCall::new("kv.put", Vec::new()),
+            strong: false,
+            causal_context: None,
+        })
+    }
+
+    fn seqs(ops: &[Arc<Op>]) -> Vec<u64> {
+        ops.iter().map(|o| o.id.seq).collect()
+    }
+
+    #[test]
+    fn delivers_in_order_and_drains_the_buffer() {
+        let mut f = Fifo::new(10);
+        let mut d = Vec::new();
+        assert_eq!(f.receive(op(1, 3), &mut d), Received::Buffered);
+        assert_eq!(f.receive(op(1, 2), &mut d), Received::Buffered);
+        assert_eq!(f.receive(op(1, 2), &mut d), Received::Duplicate);
+        assert!(d.is_empty());
+        assert_eq!(f.receive(op(1, 1), &mut d), Received::Delivered);
+        assert_eq!(seqs(&d), [1, 2, 3]);
+        assert_eq!(f.counter(ReplicaId(1)), 3);
+        assert_eq!(f.buffered_len(), 0);
+        assert_eq!(f.receive(op(1, 2), &mut d), Received::Duplicate);
+        assert_eq!(f.receive(op(1, 0), &mut d), Received::Invalid);
+    }
+
+    #[test]
+    fn buffer_is_bounded_and_prefers_older_ops() {
+        let mut f = Fifo::new(2);
+        let mut d = Vec::new();
+        assert_eq!(f.receive(op(1, 2), &mut d), Received::Buffered);
+        // Beyond the distance bound.
+        assert_eq!(f.receive(op(1, 4), &mut d), Received::Overflow);
+        assert_eq!(f.receive(op(1, u64::MAX), &mut d), Received::Overflow);
+        assert_eq!(f.receive(op(2, 3), &mut d), Received::Buffered);
+        // Full; origin 3 has nothing buffered: the incoming op is dropped.
+        assert_eq!(f.receive(op(3, 2), &mut d), Received::Overflow);
+        assert_eq!(f.buffered_len(), 2);
+        assert!(f.buffered(OpId::new(ReplicaId(3), 2)).is_none());
+        // Full; origin 2 has a newer op buffered: it makes room.
+        assert_eq!(f.receive(op(2, 2), &mut d), Received::Overflow);
+        assert!(f.buffered(OpId::new(ReplicaId(2), 3)).is_none());
+        assert!(f.buffered(OpId::new(ReplicaId(2), 2)).is_some());
+        assert_eq!(f.buffered_len(), 2);
+        assert_eq!(f.receive(op(2, 1), &mut d), Received::Delivered);
+        assert_eq!(seqs(&d), [1, 2]);
+    }
+
+    #[test]
+    fn own_ops_advance_the_counter() {
+        let mut f = Fifo::new(4);
+        let mut d = Vec::new();
+        assert!(f.deliver_own(OpId::new(ReplicaId(0), 1)));
+        assert!(!f.deliver_own(OpId::new(ReplicaId(0), 1)));
+        assert_eq!(f.receive(op(0, 3), &mut d), Received::Buffered);
+        assert!(f.deliver_own(OpId::new(ReplicaId(0), 3)));
+        assert_eq!(f.buffered_len(), 0);
+        assert!(f.has_delivered(OpId::new(ReplicaId(0), 3)));
+        assert!(!f.has_delivered(OpId::new(ReplicaId(0), 0)));
+    }
+}

@@ -1,0 +1,374 @@
+//! The gossip state machine: eager push, anti-entropy digests, pulls.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use creek_core::{Op, OpId, ReplicaId};
+use creek_wire::GossipMessage;
+
+use crate::config::{ConfigError, GossipConfig};
+use crate::fifo::{Fifo, Received};
+use crate::store::Store;
+
+/// Messages to send: `(destination, message)`, in order.
+pub type Outbox = Vec<(ReplicaId, GossipMessage)>;
+
+/// Counters for monitoring and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GossipStats {
+    /// Delivered payloads still held (to answer peers), own ops included.
+    pub payloads_held: usize,
+    /// Ops buffered until an earlier op of their origin arrives.
+    pub buffered: usize,
+    /// Own ops queued for the next [`Gossip::flush`].
+    pub pushes_queued: usize,
+    /// Ops sent (each copy to each peer counts).
+    pub ops_sent: u64,
+    /// Ops received in `Ops` messages.
+    pub ops_received: u64,
+    /// Remote ops delivered (handed to the replica).
+    pub ops_delivered: u64,
+    /// Received or broadcast ops already delivered or buffered.
+    pub duplicates: u64,
+    /// Refused input: ops claiming this replica as origin, seq 0, a
+    /// broadcast of another origin's op, messages claiming to be from us.
+    pub rejected: u64,
+    /// `Pull` messages sent.
+    pub pulls_sent: u64,
+    /// `Digest` messages sent (periodic and answers).
+    pub digests_sent: u64,
+    /// Payloads dropped by garbage collection.
+    pub gc_dropped: u64,
+    /// Ops dropped to keep the out-of-order buffer bounded.
+    pub overflow_dropped: u64,
+}
+
+/// Reliable broadcast of op payloads (paper's RB, DESIGN §5) as a
+/// deterministic, I/O-free state machine. See the [crate docs](crate).
+#[derive(Debug)]
+pub struct Gossip {
+    config: GossipConfig,
+    /// `config.peers`, sorted: the order of every output.
+    peers: BTreeSet<ReplicaId>,
+    fifo: Fifo,
+    store: Store,
+    /// Own ops not yet pushed.
+    pushes: Vec<Arc<Op>>,
+    /// Ticks so far.
+    now: u64,
+    /// The tick of the next periodic digest.
+    next_digest: u64,
+    /// Id → tick it was last pulled at (entries expire).
+    pulled: BTreeMap<OpId, u64>,
+    /// Senders answered with our digest during the current tick.
+    digested_back: BTreeSet<ReplicaId>,
+    stats: GossipStats,
+}
+
+impl Gossip {
+    /// A gossip room with nothing delivered yet.
+    pub fn new(config: GossipConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Gossip {
+            peers: config.peers.iter().copied().collect(),
+            fifo: Fifo::new(config.out_of_order_max),
+            store: Store::default(),
+            pushes: Vec::new(),
+            now: 0,
+            next_digest: u64::from(config.anti_entropy_every_ticks),
+            pulled: BTreeMap::new(),
+            digested_back: BTreeSet::new(),
+            stats: GossipStats::default(),
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GossipConfig {
+        &self.config
+    }
+
+    /// A new op of this replica (from the core's `Effect::RbCast`): held as
+    /// delivered and queued for an eager push to every peer. Its seq must
+    /// follow the previous own op's (a gap would leave peers waiting for
+    /// ops nobody has). Ops of another origin, seq 0 and repeats are
+    /// ignored.
+    pub fn broadcast(&mut self, op: Arc<Op>) {
+        if op.id.origin != self.config.me || op.id.seq == 0 {
+            self.stats.rejected += 1;
+            return;
+        }
+        if !self.fifo.deliver_own(op.id) {
+            self.stats.duplicates += 1;
+            return;
+        }
+        self.store.insert(op.clone());
+        if !self.peers.is_empty() {
+            self.pushes.push(op);
+        }
+        self.collect();
+    }
+
+    /// Emits the queued eager pushes: to every peer, the ops in seq order,
+    /// split into messages of at most `ops_per_message_max`.
+    pub fn flush(&mut self, out: &mut Outbox) {
+        let pushes = std::mem::take(&mut self.pushes);
+        if pushes.is_empty() {
+            return;
+        }
+        let peers: Vec<ReplicaId> = self.peers.iter().copied().collect();
+        for peer in peers {
+            self.send_ops(peer, &pushes, out);
+        }
+    }
+
+    /// A message from a peer. Ops that become deliverable (per-origin FIFO;
+    /// duplicates, already-delivered ops and ops claiming this replica as
+    /// origin are ignored) are appended to `deliver` in delivery order;
+    /// replies go to `out`. Never panics, whatever the message holds.
+    pub fn on_message(
+        &mut self,
+        from: ReplicaId,
+        msg: GossipMessage,
+        deliver: &mut Vec<Arc<Op>>,
+        out: &mut Outbox,
+    ) {
+        if from == self.config.me {
+            self.stats.rejected += 1;
+            return;
+        }
+        match msg {
+            GossipMessage::Ops(ops) => self.on_ops(ops, deliver),
+            GossipMessage::Digest { delivered } => self.on_digest(from, delivered, out),
+            GossipMessage::Pull { ids } => self.on_pull(from, ids, out),
+        }
+    }
+
+    /// Periodic: every `anti_entropy_every_ticks` ticks, a digest of the
+    /// delivered counters to every peer.
+    pub fn tick(&mut self, out: &mut Outbox) {
+        self.now += 1;
+        self.digested_back.clear();
+        let (now, every) = (self.now, u64::from(self.config.pull_every_ticks));
+        let fifo = &self.fifo;
+        self.pulled
+            .retain(|&id, &mut at| now.saturating_sub(at) < every && !fifo.has_delivered(id));
+        if self.now >= self.next_digest {
+            self.next_digest = now.saturating_add(u64::from(self.config.anti_entropy_every_ticks));
+            let digest = self.digest();
+            for &peer in &self.peers {
+                out.push((peer, digest.clone()));
+                self.stats.digests_sent += 1;
+            }
+        }
+    }
+
+    /// Asks every peer for these ops (e.g. a strong op's causal context that
+    /// CAB waits for). Ids already delivered or buffered, own ids, seq 0 and
+    /// ids pulled less than `pull_every_ticks` ticks ago are skipped; the
+    /// rest go, sorted, in `Pull` messages of at most `ops_per_message_max`
+    /// ids to every peer.
+    pub fn pull(&mut self, ids: &[OpId], out: &mut Outbox) {
+        let every = u64::from(self.config.pull_every_ticks);
+        let wanted: BTreeSet<OpId> = ids
+            .iter()
+            .copied()
+            .filter(|&id| {
+                id.seq != 0
+                    && id.origin != self.config.me
+                    && !self.fifo.has_delivered(id)
+                    && self.fifo.buffered(id).is_none()
+                    && self
+                        .pulled
+                        .get(&id)
+                        .is_none_or(|&at| self.now.saturating_sub(at) >= every)
+            })
+            .collect();
+        for &id in &wanted {
+            self.pulled.insert(id, self.now);
+        }
+        let wanted: Vec<OpId> = wanted.into_iter().collect();
+        for &peer in &self.peers {
+            for chunk in wanted.chunks(self.config.ops_per_message_max) {
+                let ids = chunk.to_vec();
+                out.push((peer, GossipMessage::Pull { ids }));
+                self.stats.pulls_sent += 1;
+            }
+        }
+    }
+
+    /// These ops are committed at this replica. A held payload is dropped
+    /// once it is committed here and every peer has reported (in a digest)
+    /// that it holds it. Ids may come before or after delivery.
+    pub fn committed(&mut self, ids: impl IntoIterator<Item = OpId>) {
+        for id in ids {
+            self.store.commit(id);
+        }
+        self.collect();
+    }
+
+    /// Per-origin contiguous delivered counters, sorted by origin, as in a
+    /// digest (own ops included; origins with nothing delivered omitted).
+    pub fn delivered(&self) -> Vec<(ReplicaId, u64)> {
+        self.fifo.counters().filter(|&(_, c)| c > 0).collect()
+    }
+
+    /// Whether `id` is delivered here (own ops: broadcast).
+    pub fn has_delivered(&self, id: OpId) -> bool {
+        self.fifo.has_delivered(id)
+    }
+
+    /// The payload of a delivered op, while it is held.
+    pub fn op(&self, id: OpId) -> Option<&Arc<Op>> {
+        self.store.get(id)
+    }
+
+    /// The digest this replica sends.
+    pub fn digest(&self) -> GossipMessage {
+        GossipMessage::Digest {
+            delivered: self.delivered(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> GossipStats {
+        GossipStats {
+            payloads_held: self.store.len(),
+            buffered: self.fifo.buffered_len(),
+            pushes_queued: self.pushes.len(),
+            ..self.stats
+        }
+    }
+
+    fn on_ops(&mut self, ops: Vec<Arc<Op>>, deliver: &mut Vec<Arc<Op>>) {
+        let start = deliver.len();
+        for op in ops {
+            self.stats.ops_received += 1;
+            if op.id.origin == self.config.me {
+                self.stats.rejected += 1;
+                continue;
+            }
+            match self.fifo.receive(op, deliver) {
+                Received::Delivered | Received::Buffered => {}
+                Received::Duplicate => self.stats.duplicates += 1,
+                Received::Invalid => self.stats.rejected += 1,
+                Received::Overflow => self.stats.overflow_dropped += 1,
+            }
+        }
+        let new = deliver.get(start..).unwrap_or_default();
+        if new.is_empty() {
+            return;
+        }
+        for op in new {
+            self.store.insert(op.clone());
+        }
+        self.stats.ops_delivered += new.len() as u64;
+        self.collect();
+    }
+
+    fn on_digest(&mut self, from: ReplicaId, reported: Vec<(ReplicaId, u64)>, out: &mut Outbox) {
+        let mut theirs: BTreeMap<ReplicaId, u64> = BTreeMap::new();
+        for (origin, counter) in reported {
+            let c = theirs.entry(origin).or_insert(0);
+            *c = (*c).max(counter);
+        }
+        let is_peer = self.peers.contains(&from);
+        if is_peer {
+            for (&origin, &counter) in &theirs {
+                self.store.ack(from, origin, counter);
+            }
+            self.collect();
+        }
+        self.answer_digest(from, is_peer, &theirs, out);
+        // The sender knows ops we lack: our digest makes it push them. Only
+        // when it knows strictly more (no ping-pong), once per tick.
+        let me = self.config.me;
+        let knows_more = theirs
+            .iter()
+            .any(|(&o, &c)| o != me && c > self.fifo.counter(o));
+        if knows_more && self.digested_back.insert(from) {
+            out.push((from, self.digest()));
+            self.stats.digests_sent += 1;
+        }
+    }
+
+    /// Sends `to` the held ops it lacks according to its digest (and, for a
+    /// peer, everything it ever reported): oldest first per origin, each
+    /// origin with a fair share of `reply_ops_max`, the leftover share going
+    /// to origins in order.
+    fn answer_digest(
+        &mut self,
+        to: ReplicaId,
+        is_peer: bool,
+        theirs: &BTreeMap<ReplicaId, u64>,
+        out: &mut Outbox,
+    ) {
+        // (origin, first seq it lacks, our counter)
+        let mut lacking: Vec<(ReplicaId, u64, u64)> = Vec::new();
+        for (origin, ours) in self.fifo.counters() {
+            if origin == to {
+                continue; // a replica's own ops come from itself
+            }
+            let mut has = theirs.get(&origin).copied().unwrap_or(0);
+            if is_peer {
+                has = has.max(self.store.acked(to, origin));
+            }
+            if has < ours {
+                lacking.push((origin, has + 1, ours));
+            }
+        }
+        if lacking.is_empty() {
+            return;
+        }
+        let mut left = self.config.reply_ops_max();
+        let share = (left / lacking.len()).max(1);
+        let mut picked: Vec<Vec<Arc<Op>>> = vec![Vec::new(); lacking.len()];
+        for (ops, &(origin, from, upto)) in picked.iter_mut().zip(&lacking) {
+            ops.extend(
+                self.store
+                    .range(origin, from, upto)
+                    .take(share.min(left))
+                    .cloned(),
+            );
+            left -= ops.len();
+        }
+        for (ops, &(origin, from, upto)) in picked.iter_mut().zip(&lacking) {
+            let next = match ops.last() {
+                Some(op) => match op.id.seq.checked_add(1) {
+                    Some(n) => n,
+                    None => continue,
+                },
+                None => from,
+            };
+            let before = ops.len();
+            ops.extend(self.store.range(origin, next, upto).take(left).cloned());
+            left -= ops.len() - before;
+        }
+        let ops: Vec<Arc<Op>> = picked.into_iter().flatten().collect();
+        self.send_ops(to, &ops, out);
+    }
+
+    /// Answers a pull with the requested ops held or buffered here, sorted
+    /// by id, at most `reply_ops_max`.
+    fn on_pull(&mut self, from: ReplicaId, ids: Vec<OpId>, out: &mut Outbox) {
+        let wanted: BTreeSet<OpId> = ids.into_iter().filter(|id| id.origin != from).collect();
+        let ops: Vec<Arc<Op>> = wanted
+            .into_iter()
+            .filter_map(|id| self.store.get(id).or_else(|| self.fifo.buffered(id)))
+            .take(self.config.reply_ops_max())
+            .cloned()
+            .collect();
+        self.send_ops(from, &ops, out);
+    }
+
+    fn send_ops(&mut self, to: ReplicaId, ops: &[Arc<Op>], out: &mut Outbox) {
+        for chunk in ops.chunks(self.config.ops_per_message_max) {
+            self.stats.ops_sent += chunk.len() as u64;
+            out.push((to, GossipMessage::Ops(chunk.to_vec())));
+        }
+    }
+
+    fn collect(&mut self) {
+        self.stats.gc_dropped += self.store.collect(&self.peers);
+    }
+}

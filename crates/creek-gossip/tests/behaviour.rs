@@ -1,0 +1,388 @@
+//! Unit-level behaviour of one gossip room through its public API.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{id, ids, op};
+use creek_core::{Op, ReplicaId};
+use creek_gossip::{Gossip, GossipConfig, Outbox};
+use creek_wire::GossipMessage;
+
+const A: ReplicaId = ReplicaId(1);
+const B: ReplicaId = ReplicaId(2);
+const C: ReplicaId = ReplicaId(3);
+
+fn node(me: ReplicaId, tweak: impl Fn(&mut GossipConfig)) -> Gossip {
+    let mut c = GossipConfig::new(me, [A, B, C].into_iter().filter(|&p| p != me));
+    tweak(&mut c);
+    Gossip::new(c).unwrap()
+}
+
+/// Feeds one message; returns (delivered ids, replies).
+fn feed(g: &mut Gossip, from: ReplicaId, msg: GossipMessage) -> (Vec<Arc<Op>>, Outbox) {
+    let (mut d, mut out) = (Vec::new(), Outbox::new());
+    g.on_message(from, msg, &mut d, &mut out);
+    (d, out)
+}
+
+fn ops_msg(list: &[(u16, u64)]) -> GossipMessage {
+    GossipMessage::Ops(list.iter().map(|&(o, s)| op(o, s)).collect())
+}
+
+fn digest(list: &[(ReplicaId, u64)]) -> GossipMessage {
+    GossipMessage::Digest {
+        delivered: list.to_vec(),
+    }
+}
+
+/// The ops of every `Ops` message in `out`, with destinations.
+fn sent_ops(out: &Outbox) -> Vec<(ReplicaId, Vec<(u16, u64)>)> {
+    out.iter()
+        .filter_map(|(to, m)| match m {
+            GossipMessage::Ops(ops) => {
+                Some((*to, ops.iter().map(|o| (o.id.origin.0, o.id.seq)).collect()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn digests_to(out: &Outbox) -> Vec<ReplicaId> {
+    out.iter()
+        .filter(|(_, m)| matches!(m, GossipMessage::Digest { .. }))
+        .map(|(to, _)| *to)
+        .collect()
+}
+
+#[test]
+fn config_is_validated() {
+    let bad = GossipConfig {
+        peers: vec![A],
+        ..GossipConfig::new(A, [])
+    };
+    assert!(Gossip::new(bad).is_err());
+}
+
+#[test]
+fn broadcast_pushes_to_every_peer_in_batches() {
+    let mut a = node(A, |c| c.ops_per_message_max = 2);
+    for s in 1..=3 {
+        a.broadcast(op(1, s));
+    }
+    assert_eq!(a.stats().pushes_queued, 3);
+    assert!(a.has_delivered(id(1, 3)));
+    assert_eq!(a.delivered(), vec![(A, 3)]);
+    let mut out = Outbox::new();
+    a.flush(&mut out);
+    assert_eq!(
+        sent_ops(&out),
+        vec![
+            (B, vec![(1, 1), (1, 2)]),
+            (B, vec![(1, 3)]),
+            (C, vec![(1, 1), (1, 2)]),
+            (C, vec![(1, 3)]),
+        ]
+    );
+    let mut again = Outbox::new();
+    a.flush(&mut again);
+    assert!(again.is_empty());
+    // Repeats, foreign origins and seq 0 are not broadcast.
+    a.broadcast(op(1, 2));
+    a.broadcast(op(2, 1));
+    a.broadcast(op(1, 0));
+    assert_eq!(a.stats().pushes_queued, 0);
+    assert_eq!(a.stats().duplicates, 1);
+    assert_eq!(a.stats().rejected, 2);
+}
+
+#[test]
+fn out_of_order_ops_wait_for_the_gap() {
+    let mut b = node(B, |_| {});
+    let (d, _) = feed(&mut b, A, ops_msg(&[(1, 3), (1, 2), (3, 2)]));
+    assert!(d.is_empty());
+    assert_eq!(b.stats().buffered, 3);
+    let (d, _) = feed(&mut b, C, ops_msg(&[(1, 1), (3, 1), (1, 2)]));
+    assert_eq!(
+        ids(&d),
+        vec![id(1, 1), id(1, 2), id(1, 3), id(3, 1), id(3, 2)]
+    );
+    assert_eq!(b.stats().buffered, 0);
+    assert_eq!(b.stats().duplicates, 1);
+    assert_eq!(b.stats().ops_delivered, 5);
+    assert_eq!(b.delivered(), vec![(A, 3), (C, 2)]);
+}
+
+#[test]
+fn buffer_bound_is_respected() {
+    let mut b = node(B, |c| c.out_of_order_max = 4);
+    let flood: Vec<(u16, u64)> = (2..=50).map(|s| (1, s)).collect();
+    let (d, _) = feed(&mut b, A, ops_msg(&flood));
+    assert!(d.is_empty());
+    assert_eq!(b.stats().buffered, 4);
+    assert!(b.stats().overflow_dropped >= 45);
+    // Other origins cannot push in while it is full.
+    let (d, _) = feed(&mut b, C, ops_msg(&[(3, 2)]));
+    assert!(d.is_empty());
+    assert_eq!(b.stats().buffered, 4);
+    // The gap fills: the buffered ops follow; the rest comes in order.
+    let (d, _) = feed(&mut b, A, ops_msg(&[(1, 1)]));
+    assert_eq!(ids(&d), (1..=5).map(|s| id(1, s)).collect::<Vec<_>>());
+    let rest: Vec<(u16, u64)> = (6..=50).map(|s| (1, s)).collect();
+    let (d, _) = feed(&mut b, A, ops_msg(&rest));
+    assert_eq!(d.len(), 45);
+    assert_eq!(b.delivered(), vec![(A, 50)]);
+}
+
+#[test]
+fn digest_is_answered_oldest_first_within_the_reply_bound() {
+    let mut a = node(A, |c| {
+        c.ops_per_message_max = 3;
+        c.reply_messages_max = 2;
+    });
+    for s in 1..=10 {
+        a.broadcast(op(1, s));
+    }
+    a.flush(&mut Outbox::new());
+    let (_, out) = feed(&mut a, B, digest(&[(A, 2)]));
+    assert_eq!(
+        sent_ops(&out),
+        vec![
+            (B, vec![(1, 3), (1, 4), (1, 5)]),
+            (B, vec![(1, 6), (1, 7), (1, 8)])
+        ]
+    );
+    assert!(digests_to(&out).is_empty(), "B knows nothing we lack");
+    // B's next digest (it now has up to 8) continues.
+    let (_, out) = feed(&mut a, B, digest(&[(A, 8)]));
+    assert_eq!(sent_ops(&out), vec![(B, vec![(1, 9), (1, 10)])]);
+    // A stale digest does not make A resend what B reported before.
+    let (_, out) = feed(&mut a, B, digest(&[(A, 2)]));
+    assert_eq!(sent_ops(&out), vec![(B, vec![(1, 9), (1, 10)])]);
+    let (_, out) = feed(&mut a, B, digest(&[(A, 10)]));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn digest_answer_shares_the_budget_between_origins() {
+    let mut a = node(A, |c| {
+        c.ops_per_message_max = 4;
+        c.reply_messages_max = 1;
+    });
+    let (d, _) = feed(
+        &mut a,
+        C,
+        ops_msg(&[(3, 1), (3, 2), (3, 3), (3, 4), (3, 5)]),
+    );
+    assert_eq!(d.len(), 5);
+    a.broadcast(op(1, 1));
+    let (_, out) = feed(&mut a, B, digest(&[]));
+    // Two origins lacking: two each would be fair, but A has only one op of
+    // its own, so origin 3 gets the leftover.
+    assert_eq!(
+        sent_ops(&out),
+        vec![(B, vec![(1, 1), (3, 1), (3, 2), (3, 3)])]
+    );
+    // Ops of the digest's sender are never sent back to it.
+    let (_, out) = feed(&mut a, C, digest(&[]));
+    assert_eq!(sent_ops(&out), vec![(C, vec![(1, 1)])]);
+}
+
+#[test]
+fn digest_back_only_when_the_sender_knows_strictly_more() {
+    let mut a = node(A, |_| {});
+    feed(&mut a, C, ops_msg(&[(3, 1), (3, 2)]));
+    // Less: ops, no digest.
+    let (_, out) = feed(&mut a, B, digest(&[(C, 1)]));
+    assert_eq!(sent_ops(&out), vec![(B, vec![(3, 2)])]);
+    assert!(digests_to(&out).is_empty());
+    // Equal knowledge: no digest back.
+    let (_, out) = feed(&mut a, B, digest(&[(C, 2)]));
+    assert!(out.is_empty());
+    // More: our digest goes back, once per tick.
+    let (_, out) = feed(&mut a, B, digest(&[(C, 5)]));
+    assert_eq!(digests_to(&out), vec![B]);
+    assert_eq!(out[0].1, digest(&[(C, 2)]));
+    let (_, out) = feed(&mut a, B, digest(&[(C, 5)]));
+    assert!(out.is_empty());
+    a.tick(&mut Outbox::new());
+    let (_, out) = feed(&mut a, B, digest(&[(C, 5)]));
+    assert_eq!(digests_to(&out), vec![B]);
+    // Claims about our own ops are no reason.
+    a.tick(&mut Outbox::new());
+    let (_, out) = feed(&mut a, B, digest(&[(A, 99), (C, 2)]));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn tick_sends_periodic_digests() {
+    let mut a = node(A, |c| c.anti_entropy_every_ticks = 3);
+    a.broadcast(op(1, 1));
+    let mut out = Outbox::new();
+    for _ in 0..6 {
+        a.tick(&mut out);
+    }
+    assert_eq!(digests_to(&out), vec![B, C, B, C]);
+    assert_eq!(out[0].1, digest(&[(A, 1)]));
+    assert_eq!(a.stats().digests_sent, 4);
+}
+
+#[test]
+fn pull_retrieves_a_specific_op_and_is_rate_limited() {
+    let mut a = node(A, |c| c.pull_every_ticks = 2);
+    let mut c = node(C, |_| {});
+    for s in 1..=3 {
+        c.broadcast(op(3, s));
+    }
+    let mut out = Outbox::new();
+    a.pull(&[id(3, 2), id(3, 2), id(1, 1), id(3, 0)], &mut out);
+    assert_eq!(
+        out,
+        vec![
+            (
+                B,
+                GossipMessage::Pull {
+                    ids: vec![id(3, 2)]
+                }
+            ),
+            (
+                C,
+                GossipMessage::Pull {
+                    ids: vec![id(3, 2)]
+                }
+            ),
+        ]
+    );
+    // Rate-limited until pull_every_ticks ticks have passed.
+    let mut again = Outbox::new();
+    a.pull(&[id(3, 2)], &mut again);
+    assert!(again.is_empty());
+    a.tick(&mut again);
+    a.pull(&[id(3, 2)], &mut again);
+    assert!(again.is_empty());
+    a.tick(&mut again);
+    a.pull(&[id(3, 2)], &mut again);
+    assert_eq!(again.len(), 2);
+    // C answers with exactly that op; A buffers it (3.1 is missing).
+    let (_, reply) = feed(&mut c, A, out[1].1.clone());
+    assert_eq!(sent_ops(&reply), vec![(A, vec![(3, 2)])]);
+    let (d, _) = feed(&mut a, C, reply[0].1.clone());
+    assert!(d.is_empty());
+    assert_eq!(a.stats().buffered, 1);
+    // A buffered or delivered id is not pulled again.
+    let mut none = Outbox::new();
+    a.tick(&mut none);
+    a.tick(&mut none);
+    a.pull(&[id(3, 2)], &mut none);
+    assert!(none
+        .iter()
+        .all(|(_, m)| !matches!(m, GossipMessage::Pull { .. })));
+    assert_eq!(a.stats().pulls_sent, 4);
+    // B holds nothing: an empty answer.
+    let mut b = node(B, |_| {});
+    let (_, reply) = feed(
+        &mut b,
+        A,
+        GossipMessage::Pull {
+            ids: vec![id(3, 2)],
+        },
+    );
+    assert!(reply.is_empty());
+}
+
+#[test]
+fn gc_waits_for_commit_and_every_peer() {
+    let mut a = node(A, |_| {});
+    for s in 1..=3 {
+        a.broadcast(op(1, s));
+    }
+    feed(&mut a, B, ops_msg(&[(2, 1)]));
+    assert_eq!(a.stats().payloads_held, 4);
+    a.committed([id(1, 1), id(1, 2), id(2, 1)]);
+    assert_eq!(a.stats().payloads_held, 4, "no peer has reported");
+    feed(&mut a, B, digest(&[(A, 3), (B, 1)]));
+    assert_eq!(a.stats().payloads_held, 4, "C has not reported");
+    feed(&mut a, C, digest(&[(A, 1), (B, 1)]));
+    assert_eq!(a.stats().payloads_held, 2);
+    assert!(a.op(id(1, 1)).is_none());
+    assert!(a.op(id(2, 1)).is_none());
+    assert!(a.op(id(1, 2)).is_some());
+    feed(&mut a, C, digest(&[(A, 3)]));
+    assert_eq!(a.stats().payloads_held, 1, "1.3 is not committed");
+    a.committed([id(1, 3)]);
+    assert_eq!(a.stats().payloads_held, 0);
+    assert_eq!(a.stats().gc_dropped, 4);
+    // Delivery state survives the payloads.
+    assert_eq!(a.delivered(), vec![(A, 3), (B, 1)]);
+    let (d, _) = feed(&mut a, B, ops_msg(&[(2, 1)]));
+    assert!(d.is_empty());
+}
+
+#[test]
+fn gc_without_peers_and_commit_before_delivery() {
+    let mut solo = Gossip::new(GossipConfig::new(A, [])).unwrap();
+    solo.committed([id(1, 1)]);
+    solo.broadcast(op(1, 1));
+    solo.broadcast(op(1, 2));
+    assert_eq!(solo.stats().payloads_held, 1);
+    let mut out = Outbox::new();
+    solo.flush(&mut out);
+    solo.tick(&mut out);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn hostile_input_neither_panics_nor_breaks_fifo() {
+    let mut b = node(B, |c| c.out_of_order_max = 8);
+    // Ops claiming B as origin, seq 0, huge seqs, duplicates.
+    let (d, out) = feed(
+        &mut b,
+        A,
+        ops_msg(&[
+            (2, 1),
+            (2, 2),
+            (1, 0),
+            (1, u64::MAX),
+            (1, u64::MAX - 1),
+            (1, 1),
+            (1, 1),
+        ]),
+    );
+    assert_eq!(ids(&d), vec![id(1, 1)]);
+    assert!(out.is_empty());
+    assert!(!b.has_delivered(id(2, 1)));
+    assert_eq!(b.delivered(), vec![(A, 1)]);
+    // Unknown origins are fine.
+    let (d, _) = feed(&mut b, A, ops_msg(&[(77, 1)]));
+    assert_eq!(ids(&d), vec![id(77, 1)]);
+    // Hostile digests: unsorted, repeated, huge counters, unknown origins.
+    let (_, out) = feed(
+        &mut b,
+        C,
+        digest(&[(A, u64::MAX), (A, 0), (ReplicaId(9), 5), (B, u64::MAX)]),
+    );
+    assert_eq!(digests_to(&out), vec![C]);
+    // An unknown sender is answered but not trusted for GC.
+    let (_, out) = feed(&mut b, ReplicaId(42), digest(&[]));
+    assert_eq!(sent_ops(&out), vec![(ReplicaId(42), vec![(1, 1), (77, 1)])]);
+    b.committed([id(1, 1), id(77, 1)]);
+    assert_eq!(b.stats().payloads_held, 2, "A has not reported");
+    // Garbage pulls and messages from ourselves.
+    let (_, out) = feed(
+        &mut b,
+        C,
+        GossipMessage::Pull {
+            ids: vec![id(1, 0), id(1, u64::MAX), id(1, 1), id(1, 1)],
+        },
+    );
+    assert_eq!(sent_ops(&out), vec![(C, vec![(1, 1)])]);
+    let (d, out) = feed(&mut b, B, ops_msg(&[(1, 2)]));
+    assert!(d.is_empty() && out.is_empty());
+    // FIFO is intact afterwards.
+    let (d, _) = feed(&mut b, A, ops_msg(&[(1, 3), (1, 2)]));
+    assert_eq!(ids(&d), vec![id(1, 2), id(1, 3)]);
+    let s = b.stats();
+    assert!(s.buffered <= 8);
+    assert!(s.rejected >= 4);
+}
