@@ -70,6 +70,11 @@ pub struct CabConfig {
     pub held_appends_max: usize,
     /// Most append messages in flight to one follower.
     pub inflight_msgs_max: usize,
+    /// The leader proposes a new entry only while fewer than this many
+    /// entries are uncommitted; ids arriving meanwhile wait and go out as one
+    /// batch. An idle leader proposes at once, so latency at low load is
+    /// unchanged; under load, entries carry many ids.
+    pub uncommitted_entries_max: u64,
 }
 
 impl CabConfig {
@@ -88,6 +93,7 @@ impl CabConfig {
             forward_retry_ticks: 20,
             held_appends_max: 1024,
             inflight_msgs_max: 256,
+            uncommitted_entries_max: 2,
         }
     }
 
@@ -104,8 +110,12 @@ impl CabConfig {
         if self.heartbeat_tick == 0 || self.election_tick <= self.heartbeat_tick {
             return bad("election_tick must exceed heartbeat_tick, which must be positive");
         }
-        if self.batch_ids_max == 0 || self.held_appends_max == 0 || self.inflight_msgs_max == 0 {
-            return bad("batch_ids_max, held_appends_max and inflight_msgs_max must be positive");
+        if self.batch_ids_max == 0
+            || self.held_appends_max == 0
+            || self.inflight_msgs_max == 0
+            || self.uncommitted_entries_max == 0
+        {
+            return bad("batch, hold, in-flight and uncommitted limits must be positive");
         }
         if self.forward_retry_ticks == 0 {
             return bad("forward_retry_ticks must be positive");
@@ -364,8 +374,13 @@ impl<S: CabStorage> Cab<S> {
 
     /// Leader: propose the pending ids it holds, in batches.
     fn propose(&mut self, holds: Deps<'_>) {
-        if !self.is_leader() {
+        if !self.is_leader() || self.pending.is_empty() {
             return;
+        }
+        let log = &self.node.raft.raft_log;
+        let uncommitted = log.last_index().saturating_sub(log.committed);
+        if uncommitted >= self.config.uncommitted_entries_max {
+            return; // proposed once an entry commits (poll runs again then)
         }
         let mut waiting = VecDeque::new();
         let mut batch = Vec::new();

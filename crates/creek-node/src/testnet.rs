@@ -167,6 +167,11 @@ impl TestNet {
         }
     }
 
+    /// The mean link latency.
+    pub fn latency_us(&self) -> u64 {
+        (self.config.latency_us.0 + self.config.latency_us.1) / 2
+    }
+
     /// Number of replicas.
     pub fn len(&self) -> usize {
         self.ids.len()

@@ -1,6 +1,7 @@
 //! The `creek` command. Today: `creek bench executor`. The server, the
 //! simulator and the client CLI join as their issues land.
 
+mod bench_cab;
 mod bench_executor;
 
 // The executor allocates small objects at a high rate (versions, read sets,
@@ -37,6 +38,8 @@ enum Command {
 enum Bench {
     /// The replica core and multiversion executor on a synthetic key-value stream.
     Executor(bench_executor::Args),
+    /// CAB and gossip on an in-process network: bytes per op and message delays.
+    Cab(bench_cab::Args),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: Bench::Executor(args),
         } => bench_executor::run(&args),
+        Command::Bench {
+            which: Bench::Cab(args),
+        } => bench_cab::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
