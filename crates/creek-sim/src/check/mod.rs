@@ -1,0 +1,1 @@
+//! The checkers run at the end of every simulation.

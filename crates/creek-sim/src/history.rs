@@ -1,0 +1,59 @@
+//! What clients observed: every invocation with its views and their times.
+//! The checkers work on this and on the replicas' final state.
+
+use creek_core::{OpId, ViewKind};
+use creek_exec::{Outcome, ProcCall};
+
+/// One view a client received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenView {
+    /// Virtual time of receipt, microseconds.
+    pub at_us: u64,
+    /// Tentative, stable or confirmation.
+    pub kind: ViewKind,
+    /// The result carried (for a confirmation, the confirmed result).
+    pub outcome: Outcome,
+}
+
+/// One client invocation.
+#[derive(Clone, Debug)]
+pub struct OpRecord {
+    /// The client (session) that issued it.
+    pub client: u32,
+    /// The replica it was submitted to.
+    pub replica: usize,
+    /// The op's id, or `None` for a local read (never replicated).
+    pub id: Option<OpId>,
+    /// What was called.
+    pub call: ProcCall,
+    /// Ordered by CAB.
+    pub strong: bool,
+    /// Whether the client asked for a final view.
+    pub wants_final: bool,
+    /// Virtual time of the invocation.
+    pub invoked_at_us: u64,
+    /// Views received, in order.
+    pub views: Vec<SeenView>,
+    /// The origin replica crashed before the op got its final view (the
+    /// client never learnt the final outcome).
+    pub origin_crashed: bool,
+}
+
+impl OpRecord {
+    /// The final view (stable or confirmation), if received.
+    pub fn final_view(&self) -> Option<&SeenView> {
+        self.views.iter().find(|v| v.kind != ViewKind::Tentative)
+    }
+
+    /// The first tentative view, if received.
+    pub fn first_tentative(&self) -> Option<&SeenView> {
+        self.views.iter().find(|v| v.kind == ViewKind::Tentative)
+    }
+}
+
+/// Everything the clients saw in one run.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    /// Invocations in invocation order.
+    pub ops: Vec<OpRecord>,
+}
