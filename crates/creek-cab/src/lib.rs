@@ -75,6 +75,10 @@ pub struct CabConfig {
     /// batch. An idle leader proposes at once, so latency at low load is
     /// unchanged; under load, entries carry many ids.
     pub uncommitted_entries_max: u64,
+    /// Planted bug (the simulator's `--plant-bug stable-before-durable`): the
+    /// leader delivers ids as it proposes them, before a majority holds them.
+    /// Only for validating the checkers; never set in production.
+    pub planted_deliver_on_propose: bool,
 }
 
 impl CabConfig {
@@ -94,6 +98,7 @@ impl CabConfig {
             held_appends_max: 1024,
             inflight_msgs_max: 256,
             uncommitted_entries_max: 2,
+            planted_deliver_on_propose: false,
         }
     }
 
@@ -407,6 +412,14 @@ impl<S: CabStorage> Cab<S> {
             Ok(()) => {
                 self.stats.entries_proposed += 1;
                 self.stats.ids_proposed += batch.len() as u64;
+                if self.config.planted_deliver_on_propose {
+                    let index = self.node.raft.raft_log.last_index();
+                    for id in batch {
+                        if self.seen.insert(id) {
+                            self.decided.push_back((id, index));
+                        }
+                    }
+                }
             }
             // Not leader any more (or transferring): the casters retry.
             Err(_) => {

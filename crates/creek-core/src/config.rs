@@ -18,6 +18,16 @@ pub struct Config {
     pub stabilize_after_us: u64,
     /// Limits every execution enforces.
     pub txn_limits: TxnLimits,
+    /// Planted bug (the simulator's `--plant-bug skip-invalidation`): the
+    /// executor never invalidates readers. Only for validating the checkers;
+    /// never set in production.
+    pub planted_skip_invalidation: bool,
+    /// Planted bug (`deliver-without-cab`): an origin commits its own strong
+    /// op at once, without CAB. Never set in production.
+    pub planted_deliver_without_cab: bool,
+    /// Planted bug (`ignore-causal-context`): strong ops carry an empty
+    /// causal context. Never set in production.
+    pub planted_ignore_causal_context: bool,
 }
 
 impl Default for Config {
@@ -27,6 +37,9 @@ impl Default for Config {
             tentative_len_max: 100_000,
             stabilize_after_us: 50_000,
             txn_limits: TxnLimits::default(),
+            planted_skip_invalidation: false,
+            planted_deliver_without_cab: false,
+            planted_ignore_causal_context: false,
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct Counters {
     pub stabilizer_noops: u64,
     /// Views sent.
     pub views: u64,
+    /// Committed ops whose final execution is known (a prefix of the
+    /// committed list; `committed_state` reflects exactly these).
+    pub finalized: u64,
     /// Ops invoked here whose first tentative view was checked against their
     /// final result.
     pub accuracy_checked: u64,
@@ -117,7 +120,8 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
 impl Replica {
     /// A replica with the multiversion executor.
     pub fn new(config: Config, registry: Arc<Registry>) -> Result<Self, ConfigError> {
-        let engine = MvccExecutor::new(registry.clone(), config.txn_limits);
+        let mut engine = MvccExecutor::new(registry.clone(), config.txn_limits);
+        engine.planted_skip_invalidation = config.planted_skip_invalidation;
         Self::with_engine(config, registry, engine)
     }
 }
@@ -224,6 +228,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             }
             self.effects.push(Effect::CabCast(id)); // line 20
             self.own_strong_in_flight += 1;
+            if self.config.planted_ignore_causal_context {
+                ctx = Dvv::new();
+            }
             Some(ctx)
         } else {
             self.causal_ctx.insert(id); // line 22
@@ -248,6 +255,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             },
         ); // line 25
         self.adjust_tentative_order(op); // line 24
+        if strong && self.config.planted_deliver_without_cab {
+            self.decided.push_back(id);
+            self.deliver_decided();
+        }
         self.process_settled();
         ExecKey::Op(id)
     }
@@ -447,6 +458,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
     }
 
+    /// Forget the executions handed out (a crash lost them); they run again.
+    pub fn abandon_running(&mut self) {
+        self.engine.abandon_running();
+    }
+
     /// Take the effects produced so far.
     pub fn take_effects(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.effects)
@@ -470,7 +486,13 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if s.committed {
             if let ExecKey::Op(id) = s.key {
                 self.ops.remove(&id);
+                debug_assert_eq!(
+                    self.committed.get(self.counters.finalized as usize),
+                    Some(&id),
+                    "ops become final in committed order"
+                );
             }
+            self.counters.finalized += 1;
         }
         let Some(a) = self.awaiting.get_mut(&s.key) else {
             return;

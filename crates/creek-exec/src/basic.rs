@@ -281,4 +281,8 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
     fn running(&self) -> usize {
         usize::from(self.running.is_some())
     }
+
+    fn abandon_running(&mut self) {
+        self.running = None;
+    }
 }

@@ -112,4 +112,7 @@ pub trait Engine<K: OpKey, P: Position> {
     fn committed_state(&self) -> BTreeMap<Bytes, Bytes>;
     /// Tasks handed out and not yet completed (or known to be stale).
     fn running(&self) -> usize;
+    /// Forget every task handed out: their completions will be discarded and
+    /// the ops run again (after a crash lost the executions in flight).
+    fn abandon_running(&mut self);
 }

@@ -79,7 +79,16 @@ pub struct Node<S: CabStorage> {
     views: Vec<View>,
     /// Frames refused by the decoder.
     refused_frames: u64,
+    /// Ticks since the last adoption sweep.
+    ticks_since_adoption: u64,
 }
+
+/// Every this many ticks, a replica CAB-casts the strong ops that are still
+/// tentative here, whatever their origin: an origin that crashed (or lost
+/// its volatile CAB state) before its id was decided would otherwise leave
+/// the op tentative everywhere forever. CAB delivers an id at its first
+/// occurrence only, so extra casts are harmless.
+const ADOPTION_TICKS: u64 = 200;
 
 impl<S: CabStorage> Node<S> {
     /// Start a node. `applied` is CAB's restart point (0 for a fresh node;
@@ -105,6 +114,7 @@ impl<S: CabStorage> Node<S> {
             outbox: Vec::new(),
             views: Vec::new(),
             refused_frames: 0,
+            ticks_since_adoption: 0,
         })
     }
 
@@ -167,7 +177,25 @@ impl<S: CabStorage> Node<S> {
         self.gossip.tick(&mut out);
         self.push_gossip(out);
         self.cab.tick();
+        self.ticks_since_adoption += 1;
+        if self.ticks_since_adoption >= ADOPTION_TICKS {
+            self.ticks_since_adoption = 0;
+            self.adopt_tentative_strong_ops();
+        }
         self.pump();
+    }
+
+    /// CAB-cast every strong op still tentative here (see [`ADOPTION_TICKS`]).
+    fn adopt_tentative_strong_ops(&mut self) {
+        let orphans: Vec<OpId> = self
+            .replica
+            .tentative()
+            .into_iter()
+            .filter(|id| self.replica.op(*id).is_some_and(|op| op.strong))
+            .collect();
+        for id in orphans {
+            self.cab.cast(id);
+        }
     }
 
     /// The next execution to run, if any.
@@ -336,7 +364,9 @@ impl<S: CabStorage> Node<S> {
         limits: Limits,
     ) -> Result<Self, NodeError> {
         let committed_told = replica.committed().len();
-        Ok(Node {
+        let mut replica = replica;
+        replica.abandon_running();
+        let mut node = Node {
             replica,
             gossip,
             cab: Cab::new(cab_config, storage, applied)?,
@@ -345,6 +375,10 @@ impl<S: CabStorage> Node<S> {
             outbox: Vec::new(),
             views: Vec::new(),
             refused_frames: 0,
-        })
+            ticks_since_adoption: 0,
+        };
+        // CAB's record of what this replica cast was volatile: cast again.
+        node.adopt_tentative_strong_ops();
+        Ok(node)
     }
 }

@@ -3,6 +3,7 @@
 
 mod bench_cab;
 mod bench_executor;
+mod sim_cmd;
 
 // The executor allocates small objects at a high rate (versions, read sets,
 // outcomes); mimalloc serves that pattern markedly faster than the system
@@ -27,6 +28,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the deterministic cluster simulator with faults and checkers.
+    Sim(sim_cmd::Args),
     /// Run a benchmark and print its result.
     Bench {
         #[command(subcommand)]
@@ -45,6 +48,11 @@ enum Bench {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Sim(args) => match sim_cmd::run(&args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         Command::Bench {
             which: Bench::Executor(args),
         } => bench_executor::run(&args),

@@ -88,6 +88,9 @@ pub struct MvccExecutor<K, P> {
     settled: Vec<Settled<K>>,
     counters: ExecCounters,
     running: usize,
+    /// Planted bug for validating the simulator's checkers: installing a
+    /// version never invalidates its readers. Never set in production.
+    pub planted_skip_invalidation: bool,
 }
 
 struct SnapshotAt<'a, P, K> {
@@ -136,6 +139,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             settled: Vec::new(),
             counters: ExecCounters::default(),
             running: 0,
+            planted_skip_invalidation: false,
         }
     }
 
@@ -191,7 +195,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             debug_assert!(previous.is_none(), "two versions at one position");
             self.counters.versions_alive += 1;
             let candidates = ks.readers_affected(pos, pos);
-            self.stale_readers(&k, candidates, key, &mut invalid);
+            if !self.planted_skip_invalidation {
+                self.stale_readers(&k, candidates, key, &mut invalid);
+            }
             written.push(k);
         }
         if let Some(op) = self.ops.get_mut(&key) {
@@ -629,6 +635,17 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
 
     fn running(&self) -> usize {
         self.running
+    }
+
+    fn abandon_running(&mut self) {
+        for op in self.ops.values_mut() {
+            if op.state == OpState::Running {
+                op.state = OpState::Pending;
+                op.gen += 1;
+                self.runnable.insert(op.pos);
+            }
+        }
+        self.running = 0;
     }
 }
 

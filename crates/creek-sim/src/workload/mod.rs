@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use creek_exec::{ProcCall, Registry};
+use creek_exec::value::{decode_args, Value};
+use creek_exec::{ClientRequestId, ProcCall, Registry};
 
-use crate::history::History;
+use crate::history::{History, OpRecord};
 use crate::rng::Rng;
 
 /// One op a client wants to issue.
@@ -36,4 +37,261 @@ pub trait Workload {
     /// Workload invariants over what clients saw and the converged committed
     /// state; each violation is described in one line.
     fn check(&self, history: &History, committed_state: &BTreeMap<Bytes, Bytes>) -> Vec<String>;
+}
+
+pub mod bank;
+pub mod kv;
+pub mod list;
+pub mod queue;
+
+/// The names [`by_name`] knows, in a fixed order.
+pub const NAMES: &[&str] = &["kv", "bank", "list", "queue"];
+
+/// Most lines a workload's [`Workload::check`] returns; further violations
+/// are summarised in the last line.
+pub const MAX_VIOLATION_LINES: usize = 20;
+
+/// Parameters shared by the workloads (each uses the ones it needs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadConfig {
+    /// `kv`: registers `r0..` and counters `n0..`; `list`: lists `l0..`.
+    pub keys: usize,
+    /// Share of ops issued strong.
+    pub strong_share: f64,
+    /// Share of weak ops that also ask for the final view.
+    pub final_share: f64,
+    /// `bank`: number of accounts.
+    pub accounts: usize,
+    /// `bank`: opening balance of every account.
+    pub initial_balance: i64,
+    /// `queue`: tickets enqueued by the setup.
+    pub tickets: usize,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        WorkloadConfig {
+            keys: 8,
+            strong_share: 0.5,
+            final_share: 0.3,
+            accounts: 8,
+            initial_balance: 100,
+            tickets: 200,
+        }
+    }
+}
+
+/// The workload called `name` (see [`NAMES`]), or `None` if unknown.
+pub fn by_name(name: &str, config: &WorkloadConfig) -> Option<Box<dyn Workload>> {
+    match name {
+        "kv" => Some(Box::new(kv::KvWorkload::new(config))),
+        "bank" => Some(Box::new(bank::BankWorkload::new(config))),
+        "list" => Some(Box::new(list::ListWorkload::new(config))),
+        "queue" => Some(Box::new(queue::QueueWorkload::new(config))),
+        _ => None,
+    }
+}
+
+/// Keep at most [`MAX_VIOLATION_LINES`] lines, the last one counting the
+/// lines left out.
+pub(crate) fn bounded(mut lines: Vec<String>) -> Vec<String> {
+    if lines.len() > MAX_VIOLATION_LINES {
+        let kept = MAX_VIOLATION_LINES - 1;
+        let more = lines.len() - kept;
+        lines.truncate(kept);
+        lines.push(format!("... and {more} more violations"));
+    }
+    lines
+}
+
+/// Strong or weak, and for a weak op whether it asks for the final view
+/// (a strong op always gets one, so it reports `true`).
+pub(crate) fn pick_mode(rng: &mut Rng, strong_share: f64, final_share: f64) -> (bool, bool) {
+    if rng.chance(strong_share) {
+        (true, true)
+    } else {
+        (false, rng.chance(final_share))
+    }
+}
+
+/// Strong with `strong_share`, else weak; always with a final view.
+pub(crate) fn pick_final(rng: &mut Rng, strong_share: f64) -> (bool, bool) {
+    (rng.chance(strong_share), true)
+}
+
+/// `op r0.3 (client 2)`, or `local read (client 2)` for an op without id.
+pub(crate) fn describe(op: &OpRecord) -> String {
+    match op.id {
+        Some(id) => format!("op {id} (client {})", op.client),
+        None => format!("local read (client {})", op.client),
+    }
+}
+
+/// Bytes shown as a value (quoted text, or hex).
+pub(crate) fn show(b: &Bytes) -> String {
+    Value::Bytes(b.clone()).to_string()
+}
+
+/// The call's decoded arguments, if they decode.
+pub(crate) fn args_of(call: &ProcCall) -> Option<Vec<Value>> {
+    decode_args(&call.args).ok()
+}
+
+/// The call's first argument, if it is bytes.
+pub(crate) fn first_bytes_arg(call: &ProcCall) -> Option<Bytes> {
+    match args_of(call)?.into_iter().next()? {
+        Value::Bytes(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// The decoded result of the op's final view: `None` without a final view
+/// or when it is an abort; `Some(Err)` when the result does not decode.
+pub(crate) fn final_result(op: &OpRecord) -> Option<Result<Value, String>> {
+    let raw = op.final_view()?.outcome.as_ref().ok()?;
+    Some(Value::decode(raw).map_err(|e| format!("undecodable result ({e})")))
+}
+
+/// Records grouped into logical requests: records carrying the same client
+/// request id (retries) form one group, every other record its own. Groups
+/// are in order of first appearance.
+pub(crate) fn logical_ops(history: &History) -> Vec<Vec<&OpRecord>> {
+    let mut groups: Vec<Vec<&OpRecord>> = Vec::new();
+    let mut by_request: BTreeMap<ClientRequestId, usize> = BTreeMap::new();
+    for op in &history.ops {
+        match op.call.request_id {
+            Some(rid) => match by_request.get(&rid) {
+                Some(&g) => groups[g].push(op),
+                None => {
+                    by_request.insert(rid, groups.len());
+                    groups.push(vec![op]);
+                }
+            },
+            None => groups.push(vec![op]),
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+pub(crate) mod testkit {
+    //! Helpers for the workloads' tests.
+
+    use std::collections::BTreeMap;
+
+    use bytes::Bytes;
+    use creek_core::{OpId, ReplicaId, ViewKind};
+    use creek_exec::basic::replay;
+    use creek_exec::value::{encode_args, Value};
+    use creek_exec::{Outcome, ProcCall, Registry, TxnLimits};
+
+    use super::Workload;
+    use crate::history::{History, OpRecord, SeenView};
+    use crate::rng::Rng;
+
+    /// A call with encoded arguments.
+    pub fn call(name: &str, args: &[Value]) -> ProcCall {
+        ProcCall::new(name, encode_args(args))
+    }
+
+    /// A record of `call` by client 0 with the given views.
+    pub fn record(seq: u64, call: ProcCall, views: Vec<(ViewKind, Outcome)>) -> OpRecord {
+        OpRecord {
+            client: 0,
+            replica: 0,
+            id: Some(OpId::new(ReplicaId(0), seq)),
+            call,
+            strong: true,
+            wants_final: true,
+            invoked_at_us: seq,
+            views: views
+                .into_iter()
+                .enumerate()
+                .map(|(i, (kind, outcome))| SeenView {
+                    at_us: seq + i as u64 + 1,
+                    kind,
+                    outcome,
+                })
+                .collect(),
+            origin_crashed: false,
+        }
+    }
+
+    /// A record whose only view is a stable one with result `v`.
+    pub fn stable(seq: u64, call: ProcCall, v: Value) -> OpRecord {
+        record(seq, call, vec![(ViewKind::Stable, Ok(v.encode()))])
+    }
+
+    /// A history of the given records.
+    pub fn history(ops: Vec<OpRecord>) -> History {
+        History { ops }
+    }
+
+    /// Setup plus `n` generated ops run sequentially: the final state and
+    /// the history of a perfect sequential run (every generated op with a
+    /// stable view of its outcome). Asserts that the registry accepts every
+    /// call.
+    pub fn run_sequential(
+        w: &mut dyn Workload,
+        seed: u64,
+        n: usize,
+    ) -> (BTreeMap<Bytes, Bytes>, History) {
+        let mut registry = Registry::with_builtins();
+        w.register(&mut registry);
+        let setup = w.setup();
+        let mut rng = Rng::new(seed);
+        let generated: Vec<_> = (0..n).map(|i| w.next_op(&mut rng, i as u32 % 5)).collect();
+        let calls: Vec<ProcCall> = setup
+            .iter()
+            .cloned()
+            .chain(generated.iter().map(|op| op.call.clone()))
+            .collect();
+        for c in &calls {
+            let checked = registry.check(c);
+            assert!(checked.is_ok(), "{} refused: {checked:?}", c.name);
+        }
+        let (outcomes, state) = replay(&registry, TxnLimits::default(), &calls);
+        let ops = generated
+            .iter()
+            .zip(&outcomes[setup.len()..])
+            .enumerate()
+            .map(|(i, (op, outcome))| {
+                let mut r = record(i as u64 + 1, op.call.clone(), vec![]);
+                r.client = i as u32 % 5;
+                r.strong = op.strong;
+                r.wants_final = op.wants_final;
+                r.views.push(SeenView {
+                    at_us: i as u64 + 2,
+                    kind: ViewKind::Stable,
+                    outcome: outcome.clone(),
+                });
+                r
+            })
+            .collect();
+        (state, History { ops })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_name_knows_every_workload() {
+        let config = WorkloadConfig::default();
+        for name in NAMES {
+            let w = by_name(name, &config);
+            assert_eq!(w.map(|w| w.name()), Some(*name));
+        }
+        assert!(by_name("nope", &config).is_none());
+    }
+
+    #[test]
+    fn output_is_bounded() {
+        let lines: Vec<String> = (0..50).map(|i| i.to_string()).collect();
+        let out = bounded(lines);
+        assert_eq!(out.len(), MAX_VIOLATION_LINES);
+        assert_eq!(out[19], "... and 31 more violations");
+        assert_eq!(bounded(vec!["a".into()]), vec!["a".to_string()]);
+    }
 }

@@ -1,0 +1,178 @@
+//! Simulation settings: `Default` + `validate`, and the fault classes.
+
+use std::collections::BTreeMap;
+
+/// Fault classes that can be switched on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Network partitions (isolate one, majority/minority, ring, asymmetric, flapping).
+    pub partition: bool,
+    /// Replica crashes and restarts.
+    pub crash: bool,
+    /// Clock offsets, drift and backward jumps.
+    pub clock: bool,
+    /// Message loss, duplication and reordering.
+    pub loss: bool,
+}
+
+impl Faults {
+    /// Parse `partition,crash,clock,loss`, `all` or `none`.
+    pub fn parse(s: &str) -> Result<Faults, String> {
+        let mut f = Faults::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "all" => {
+                    f = Faults {
+                        partition: true,
+                        crash: true,
+                        clock: true,
+                        loss: true,
+                    }
+                }
+                "none" => f = Faults::default(),
+                "partition" => f.partition = true,
+                "crash" => f.crash = true,
+                "clock" => f.clock = true,
+                "loss" => f.loss = true,
+                other => {
+                    return Err(format!(
+                        "unknown fault class {other:?} (partition, crash, clock, loss, all, none)"
+                    ))
+                }
+            }
+        }
+        Ok(f)
+    }
+
+    /// Whether any class is on.
+    pub fn any(&self) -> bool {
+        self.partition || self.crash || self.clock || self.loss
+    }
+}
+
+/// A protocol bug planted on purpose to show the checkers can fail. Never for
+/// production.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// The executor does not invalidate readers when it installs a version.
+    SkipInvalidation,
+    /// An origin commits its own strong op without waiting for CAB.
+    DeliverWithoutCab,
+    /// Strong ops carry an empty causal context.
+    IgnoreCausalContext,
+    /// The CAB leader delivers ids when it proposes them, before a majority
+    /// has them.
+    StableBeforeDurable,
+}
+
+impl PlantedBug {
+    /// Every planted bug with its command-line name.
+    pub const ALL: [(&'static str, PlantedBug); 4] = [
+        ("skip-invalidation", PlantedBug::SkipInvalidation),
+        ("deliver-without-cab", PlantedBug::DeliverWithoutCab),
+        ("ignore-causal-context", PlantedBug::IgnoreCausalContext),
+        ("stable-before-durable", PlantedBug::StableBeforeDurable),
+    ];
+
+    /// Parse a command-line name.
+    pub fn parse(s: &str) -> Result<PlantedBug, String> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|(_, b)| *b)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
+                format!("unknown bug {s:?}; one of {}", names.join(", "))
+            })
+    }
+}
+
+/// Everything a run depends on; a run is a function of this value.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Replicas (3..=9).
+    pub replicas: usize,
+    /// Cores per replica.
+    pub cores: usize,
+    /// PRNG seed.
+    pub seed: u64,
+    /// Workload name (`kv`, `bank`, `list`, `queue`).
+    pub workload: String,
+    /// Virtual time clients run, microseconds.
+    pub duration_us: u64,
+    /// Closed-loop client sessions (spread over the replicas).
+    pub clients: usize,
+    /// Pause between a session's ops, microseconds.
+    pub think_us: u64,
+    /// One-way link latency, uniform in `[min, max]` microseconds.
+    pub latency_us: (u64, u64),
+    /// Link bandwidth, bits per second (serialization delay by frame size).
+    pub bandwidth_bps: u64,
+    /// Fault classes.
+    pub faults: Faults,
+    /// Execution cost per procedure name, microseconds; others cost
+    /// `default_cost_us`.
+    pub cost_us: BTreeMap<String, u64>,
+    /// Cost of procedures not in `cost_us`.
+    pub default_cost_us: u64,
+    /// Interval between replica ticks.
+    pub tick_us: u64,
+    /// A bug to plant, to validate the checkers.
+    pub plant_bug: Option<PlantedBug>,
+    /// Search budget of the linearizability checker.
+    pub lin_budget_steps: u64,
+    /// Check every replica's and executor's invariants after every event
+    /// (slow; for hunting a bug to its first bad step).
+    pub check_invariants: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            replicas: 5,
+            cores: 4,
+            seed: 1,
+            workload: "kv".into(),
+            duration_us: 2_000_000,
+            clients: 20,
+            think_us: 1_000,
+            latency_us: (200, 300),
+            bandwidth_bps: 1_000_000_000,
+            faults: Faults::default(),
+            cost_us: BTreeMap::new(),
+            default_cost_us: 20,
+            tick_us: 1_000,
+            plant_bug: None,
+            lin_budget_steps: 2_000_000,
+            check_invariants: false,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Check every field.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(3..=9).contains(&self.replicas) {
+            return Err("replicas must be between 3 and 9".into());
+        }
+        if self.cores == 0 || self.clients == 0 {
+            return Err("cores and clients must be positive".into());
+        }
+        if self.latency_us.0 > self.latency_us.1 || self.latency_us.1 == 0 {
+            return Err("latency range must be non-empty and positive".into());
+        }
+        if self.bandwidth_bps == 0 || self.tick_us == 0 || self.duration_us == 0 {
+            return Err("bandwidth, tick and duration must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// The execution cost of a procedure.
+    pub fn cost_of(&self, proc_name: &str) -> u64 {
+        self.cost_us
+            .get(proc_name)
+            .copied()
+            .unwrap_or(self.default_cost_us)
+            .max(1)
+    }
+}

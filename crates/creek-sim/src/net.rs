@@ -1,0 +1,98 @@
+//! The network model: per-link latency, bandwidth (serialization delay by
+//! frame size, FIFO per link), loss, duplication, reordering, directed
+//! partitions.
+
+use std::collections::BTreeSet;
+
+use crate::rng::Rng;
+
+/// Network state.
+#[derive(Clone, Debug)]
+pub struct Network {
+    n: usize,
+    latency_us: (u64, u64),
+    bandwidth_bps: u64,
+    /// Probability of losing a message.
+    pub loss: f64,
+    /// Probability of delivering a message twice.
+    pub duplicate: f64,
+    /// Probability of an extra delay (up to 10× the latency) that reorders.
+    pub reorder: f64,
+    blocked: BTreeSet<(usize, usize)>,
+    /// When each directed link is free to start sending the next frame.
+    busy_until: Vec<u64>,
+}
+
+impl Network {
+    /// `n` nodes, all links up.
+    pub fn new(n: usize, latency_us: (u64, u64), bandwidth_bps: u64) -> Self {
+        Network {
+            n,
+            latency_us,
+            bandwidth_bps,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            blocked: BTreeSet::new(),
+            busy_until: vec![0; n * n],
+        }
+    }
+
+    /// Arrival times of a frame of `bytes` sent now from `from` to `to`
+    /// (empty when lost or blocked; two when duplicated).
+    pub fn send(
+        &mut self,
+        rng: &mut Rng,
+        now: u64,
+        from: usize,
+        to: usize,
+        bytes: usize,
+    ) -> Vec<u64> {
+        if self.blocked.contains(&(from, to)) {
+            return Vec::new();
+        }
+        // Serialization: the link sends one frame at a time.
+        let link = from * self.n + to;
+        let start = now.max(self.busy_until[link]);
+        let wire_us = (bytes as u64 * 8 * 1_000_000).div_ceil(self.bandwidth_bps);
+        self.busy_until[link] = start + wire_us;
+        if rng.chance(self.loss) {
+            return Vec::new();
+        }
+        let copies = if rng.chance(self.duplicate) { 2 } else { 1 };
+        (0..copies)
+            .map(|_| {
+                let mut at = start + wire_us + rng.range(self.latency_us.0, self.latency_us.1);
+                if rng.chance(self.reorder) {
+                    at += rng.range(0, 10 * self.latency_us.1);
+                }
+                at
+            })
+            .collect()
+    }
+
+    /// Block `from → to`.
+    pub fn block(&mut self, from: usize, to: usize) {
+        self.blocked.insert((from, to));
+    }
+
+    /// Remove every block.
+    pub fn heal(&mut self) {
+        self.blocked.clear();
+    }
+
+    /// Whether any link is blocked.
+    pub fn partitioned(&self) -> bool {
+        !self.blocked.is_empty()
+    }
+
+    /// Nodes count.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}

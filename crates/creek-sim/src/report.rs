@@ -1,0 +1,310 @@
+//! Runs every checker over a finished simulation and builds its report.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use creek_core::OpId;
+use creek_exec::basic::replay;
+use creek_exec::{Outcome as ExecOutcome, ProcCall, TxnLimits};
+use serde_json::{json, Value};
+
+use crate::check::{linearizable, order};
+use crate::config::SimConfig;
+use crate::sim::Outcome;
+use crate::workload::Workload;
+
+/// The verdict of one checker.
+#[derive(Clone, Debug)]
+pub struct Check {
+    /// Its name in the report.
+    pub name: &'static str,
+    /// Whether it passed.
+    pub ok: bool,
+    /// What failed, one line each (bounded).
+    pub violations: Vec<String>,
+    /// How conclusive the check was (e.g. the linearizability search).
+    pub note: Option<String>,
+}
+
+fn check(name: &'static str, violations: Vec<String>) -> Check {
+    let mut violations = violations;
+    violations.truncate(20);
+    Check {
+        name,
+        ok: violations.is_empty(),
+        violations,
+        note: None,
+    }
+}
+
+/// All checkers.
+pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
+    let workload: &dyn Workload = out.workload.as_ref();
+    let mut checks = Vec::new();
+    let lists: Vec<&[OpId]> = out.nodes.iter().map(|n| n.replica().committed()).collect();
+    let canonical: Vec<OpId> = lists
+        .iter()
+        .max_by_key(|l| l.len())
+        .map(|l| l.to_vec())
+        .unwrap_or_default();
+
+    // Committed prefix: seen during the run, and at the end.
+    let mut prefix = Vec::new();
+    if let Some(v) = &out.prefix_violation {
+        prefix.push(v.clone());
+    }
+    for (i, l) in lists.iter().enumerate() {
+        if !canonical.starts_with(l) {
+            prefix.push(format!(
+                "replica {i}'s committed list is not a prefix of the longest"
+            ));
+        }
+    }
+    checks.push(check("committed_prefix", prefix));
+
+    // Convergence after heal and quiescence.
+    let mut conv = Vec::new();
+    if !out.settled {
+        conv.push("the cluster did not settle within the time limit".to_string());
+    }
+    let states: Vec<_> = out
+        .nodes
+        .iter()
+        .map(|n| n.replica().committed_state())
+        .collect();
+    for (i, n) in out.nodes.iter().enumerate() {
+        if n.replica().committed() != canonical.as_slice() {
+            conv.push(format!(
+                "replica {i} committed {} ops, the longest list has {}",
+                n.replica().committed().len(),
+                canonical.len()
+            ));
+        }
+        let r = n.replica();
+        if r.counters().finalized != r.committed().len() as u64 {
+            conv.push(format!(
+                "replica {i} has {} committed ops without a final execution",
+                r.committed().len() as u64 - r.counters().finalized
+            ));
+        }
+        if !n.replica().tentative().is_empty() {
+            conv.push(format!(
+                "replica {i} still has {} tentative ops",
+                n.replica().tentative().len()
+            ));
+        }
+        if states.first() != Some(&states[i]) {
+            conv.push(format!(
+                "replica {i}'s committed state differs from replica 0's"
+            ));
+        }
+    }
+    checks.push(check("converged", conv));
+
+    // Replay: nothing lost, duplicated or invented; every final view and the
+    // state equal a sequential execution of the committed order.
+    let mut replay_v = Vec::new();
+    let unique: BTreeSet<OpId> = canonical.iter().copied().collect();
+    if unique.len() != canonical.len() {
+        replay_v.push("an op appears twice in the committed order".into());
+    }
+    let mut calls: Vec<&ProcCall> = Vec::new();
+    for id in &canonical {
+        match out.ops.get(id) {
+            Some(op) => calls.push(&op.call),
+            None => replay_v.push(format!("{id} committed but never broadcast (invented)")),
+        }
+    }
+    let (outcomes, state) = replay(&out.registry, TxnLimits::default(), calls);
+    let outcome_of: BTreeMap<OpId, &ExecOutcome> =
+        canonical.iter().copied().zip(outcomes.iter()).collect();
+    for r in &out.history.ops {
+        let (Some(id), Some(f)) = (r.id, r.final_view()) else {
+            continue;
+        };
+        match outcome_of.get(&id) {
+            Some(o) if **o == f.outcome => {}
+            Some(o) => replay_v.push(format!(
+                "final view of {id} ({}) is {:?}; replay gives {:?}",
+                r.call.name, f.outcome, o
+            )),
+            None => replay_v.push(format!("{id} got a final view but is not committed")),
+        }
+    }
+    if states.first().is_some_and(|s| *s != state) {
+        replay_v.push("the committed state differs from a replay of the committed order".into());
+    }
+    checks.push(check("replay_matches", replay_v));
+
+    // No acknowledged op lost.
+    let mut lost = Vec::new();
+    for id in out.ops.keys() {
+        if !unique.contains(id) {
+            lost.push(format!("{id} was broadcast but never committed"));
+        }
+    }
+    for r in &out.history.ops {
+        let Some(id) = r.id else { continue };
+        let acked = r.final_view().is_some() || (!r.views.is_empty() && !r.origin_crashed);
+        if acked && !unique.contains(&id) {
+            lost.push(format!(
+                "{id} ({}) was acknowledged but is not in the final order",
+                r.call.name
+            ));
+        }
+    }
+    checks.push(check("no_lost_acks", lost));
+
+    // Linearizability of strong ops.
+    // Strong ops with their observed final outcomes, plus the replicated weak
+    // ops as ops of unknown outcome that take effect at some point after
+    // their invocation: Creek promises linearizable strong ops in an order
+    // that also contains the weak ones (paper §4.3), not that weak ops are
+    // absent.
+    let mut lin_ops = linearizable::strong_ops(&out.history);
+    for (index, r) in out.history.ops.iter().enumerate() {
+        if !r.strong && r.id.is_some() {
+            lin_ops.push(linearizable::LinOp {
+                index,
+                call: r.call.clone(),
+                invoked_at_us: r.invoked_at_us,
+                completed: None,
+            });
+        }
+    }
+    let keys = |c: &ProcCall| workload.keys(c);
+    let (lin, note) = match linearizable::check(
+        &lin_ops,
+        &keys,
+        &out.registry,
+        TxnLimits::default(),
+        cfg.lin_budget_steps,
+    ) {
+        linearizable::LinResult::Ok { partitions, ops } => (
+            Vec::new(),
+            format!("linearizable: {ops} ops in {partitions} partitions"),
+        ),
+        linearizable::LinResult::Violation(v) => {
+            let note = format!("violation on keys {:?}", v.keys);
+            (
+                vec![format!(
+                    "not linearizable on keys {:?}: {}",
+                    v.keys, v.reason
+                )],
+                note,
+            )
+        }
+        linearizable::LinResult::Inconclusive { reason } => {
+            (Vec::new(), format!("inconclusive: {reason}"))
+        }
+    };
+    let mut lin_check = check("linearizable", lin);
+    lin_check.note = Some(note);
+    checks.push(lin_check);
+    checks.push(check(
+        "real_time",
+        order::check_real_time(&out.history, &canonical),
+    ));
+    checks.push(check(
+        "session_order",
+        order::check_session_order(&out.history, &canonical),
+    ));
+    checks.push(check("workload", workload.check(&out.history, &state)));
+    checks
+}
+
+fn percentiles(mut xs: Vec<u64>) -> Value {
+    if xs.is_empty() {
+        return json!(null);
+    }
+    xs.sort_unstable();
+    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    json!({ "p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0), "count": xs.len() })
+}
+
+/// The JSON report of one run.
+pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
+    let h = &out.history.ops;
+    let strong = h.iter().filter(|r| r.strong).count();
+    let local = h.iter().filter(|r| r.id.is_none()).count();
+    let weak = h.len() - strong;
+    let mut tentative = Vec::new();
+    let mut stable = Vec::new();
+    let mut completed = 0u64;
+    for r in h {
+        if let Some(v) = r.first_tentative() {
+            tentative.push(v.at_us - r.invoked_at_us);
+        }
+        if let Some(v) = r.final_view() {
+            if r.strong {
+                stable.push(v.at_us - r.invoked_at_us);
+            }
+        }
+        let done = if r.wants_final {
+            r.final_view().is_some()
+        } else {
+            !r.views.is_empty()
+        };
+        completed += u64::from(done);
+    }
+    let (mut hits, mut checked, mut executions, mut inserted) = (0u64, 0u64, 0u64, 0u64);
+    for n in &out.nodes {
+        let c = n.replica().counters();
+        hits += c.accuracy_hits;
+        checked += c.accuracy_checked;
+        let e = n.replica().exec_counters();
+        executions += e.executions;
+        inserted += e.ops;
+    }
+    let replicated = h.iter().filter(|r| r.id.is_some()).count().max(1);
+    let checks_obj: serde_json::Map<String, Value> = checks
+        .iter()
+        .map(|c| (c.name.to_string(), json!(c.ok)))
+        .collect();
+    let mut checks_obj = checks_obj;
+    checks_obj.insert("ok".into(), json!(checks.iter().all(|c| c.ok)));
+    let violations: Vec<String> = checks
+        .iter()
+        .flat_map(|c| c.violations.iter().map(move |v| format!("{}: {v}", c.name)))
+        .take(10)
+        .collect();
+    json!({
+        "seed": cfg.seed,
+        "workload": cfg.workload,
+        "replicas": cfg.replicas,
+        "cores": cfg.cores,
+        "duration_us": out.duration_us,
+        "ops": { "total": h.len(), "weak": weak, "strong": strong, "local_reads": local },
+        "faults": out.faults,
+        "checks": checks_obj,
+        "violations": violations,
+        "notes": checks.iter().filter_map(|c| c.note.clone()).collect::<Vec<_>>(),
+        "accuracy": if checked == 0 { json!(null) } else { json!(hits as f64 / checked as f64) },
+        "execution_ratio": if inserted == 0 { json!(null) } else { json!(executions as f64 / inserted as f64) },
+        "latency_us": { "tentative": percentiles(tentative), "stable": percentiles(stable) },
+        "throughput_ops_per_sec": completed as f64 / (out.duration_us as f64 / 1e6),
+        "bytes": {
+            "consensus": out.traffic.cab_bytes,
+            "gossip": out.traffic.gossip_bytes,
+            "consensus_per_strong_op": out.traffic.cab_bytes as f64 / strong.max(1) as f64,
+            "gossip_per_op": out.traffic.gossip_bytes as f64 / replicated as f64,
+        },
+        "plant_bug": cfg.plant_bug.map(|b| format!("{b:?}")),
+        "trace_hash": format!("{:016x}", out.trace_hash),
+    })
+}
+
+/// Run one simulation end to end: build, run, check, report.
+pub fn simulate(cfg: &SimConfig) -> Result<(Value, bool), String> {
+    let workload =
+        crate::workload::by_name(&cfg.workload, &crate::workload::WorkloadConfig::default())
+            .ok_or_else(|| {
+                format!(
+                    "unknown workload {:?} (kv, bank, list, queue)",
+                    cfg.workload
+                )
+            })?;
+    let outcome = crate::sim::Sim::new(cfg.clone(), workload)?.run();
+    let checks = run_checks(cfg, &outcome);
+    let ok = checks.iter().all(|c| c.ok);
+    Ok((report(cfg, &outcome, &checks), ok))
+}

@@ -1,0 +1,775 @@
+//! The simulation engine: one thread, virtual time, one seeded PRNG, one
+//! event queue. It runs N replicas of the same `creek_node::Node` the server
+//! runs, on a modelled network and modelled CPUs, with faults and
+//! closed-loop clients, and records what the clients saw.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use creek_cab::MemCabStorage;
+use creek_core::{ExecKey, Op, OpId, Replica, ReplicaId, Request, Views};
+use creek_exec::{Completion, Registry};
+use creek_gossip::Gossip;
+use creek_node::{Node, NodeConfig};
+use creek_wire::{GossipMessage, PeerMessage};
+
+use crate::config::{PlantedBug, SimConfig};
+use crate::history::{History, OpRecord, SeenView};
+use crate::net::Network;
+use crate::rng::Rng;
+use crate::workload::Workload;
+
+enum Ev {
+    Deliver {
+        from: usize,
+        to: usize,
+        frame: Bytes,
+    },
+    Tick,
+    ExecDone {
+        node: usize,
+        epoch: u64,
+        done: Completion<ExecKey>,
+    },
+    Client {
+        client: usize,
+    },
+    Chaos,
+    Heal,
+    Restart {
+        node: usize,
+    },
+    End,
+}
+
+impl Ev {
+    fn code(&self) -> u64 {
+        match self {
+            Ev::Deliver { from, to, .. } => 1 + 16 * (*from as u64) + 256 * (*to as u64),
+            Ev::Tick => 2,
+            Ev::ExecDone { node, .. } => 3 + 16 * (*node as u64),
+            Ev::Client { client } => 4 + 16 * (*client as u64),
+            Ev::Chaos => 5,
+            Ev::Heal => 6,
+            Ev::Restart { node } => 7 + 16 * (*node as u64),
+            Ev::End => 8,
+        }
+    }
+}
+
+struct Down {
+    replica: Replica,
+    gossip: Gossip,
+    applied: u64,
+}
+
+struct SimNode {
+    node: Option<Node<MemCabStorage>>,
+    down: Option<Down>,
+    storage: MemCabStorage,
+    config: NodeConfig,
+    busy_cores: usize,
+    epoch: u64,
+    clock_offset_us: i64,
+    clock_drift_ppm: i64,
+    handles: BTreeMap<ExecKey, usize>,
+}
+
+struct Client {
+    replica: usize,
+    pending: Option<usize>,
+}
+
+/// Counts of injected faults by class.
+pub type FaultCounts = BTreeMap<&'static str, u64>;
+
+/// Bytes on the wire by protocol.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Traffic {
+    /// Gossip frame bytes.
+    pub gossip_bytes: u64,
+    /// CAB frame bytes.
+    pub cab_bytes: u64,
+}
+
+/// What a run produced, for the checkers and the report.
+pub struct Outcome {
+    /// What clients saw.
+    pub history: History,
+    /// Every op seen on the wire, by id.
+    pub ops: BTreeMap<OpId, Arc<Op>>,
+    /// The final nodes (all up after the run).
+    pub nodes: Vec<Node<MemCabStorage>>,
+    /// A violation of the committed-prefix property seen during the run.
+    pub prefix_violation: Option<String>,
+    /// Faults injected.
+    pub faults: FaultCounts,
+    /// Bytes on the wire.
+    pub traffic: Traffic,
+    /// Hash of the sequence of processed events and the final orders.
+    pub trace_hash: u64,
+    /// The registry the replicas ran.
+    pub registry: Arc<Registry>,
+    /// Virtual time clients ran.
+    pub duration_us: u64,
+    /// Whether the cluster converged before the time limit.
+    pub settled: bool,
+    /// The workload (for its checker).
+    pub workload: Box<dyn Workload>,
+}
+
+/// One simulation.
+pub struct Sim {
+    cfg: SimConfig,
+    registry: Arc<Registry>,
+    workload: Box<dyn Workload>,
+    rng: Rng,
+    now: u64,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    events: BTreeMap<u64, Ev>,
+    seq: u64,
+    nodes: Vec<SimNode>,
+    net: Network,
+    clients: Vec<Client>,
+    history: History,
+    ops: BTreeMap<OpId, Arc<Op>>,
+    canonical: Vec<OpId>,
+    checked_len: Vec<usize>,
+    prefix_violation: Option<String>,
+    trace: u64,
+    faults: FaultCounts,
+    traffic: Traffic,
+    running_clients: bool,
+    ended: bool,
+    next_state_check: u64,
+}
+
+const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
+
+impl Sim {
+    /// Build a simulation; `workload` must already be chosen.
+    pub fn new(cfg: SimConfig, workload: Box<dyn Workload>) -> Result<Self, String> {
+        cfg.validate()?;
+        let mut registry = Registry::with_builtins();
+        workload.register(&mut registry);
+        let registry = Arc::new(registry);
+        let mut rng = Rng::new(cfg.seed);
+        let ids: Vec<ReplicaId> = (1..=cfg.replicas as u16).map(ReplicaId).collect();
+        let voters: Vec<u64> = ids.iter().map(|r| u64::from(r.0) + 1).collect();
+        let mut nodes = Vec::new();
+        for &me in &ids {
+            let mut config = NodeConfig::for_group(me, &ids);
+            match cfg.plant_bug {
+                Some(PlantedBug::SkipInvalidation) => {
+                    config.replica.planted_skip_invalidation = true
+                }
+                Some(PlantedBug::DeliverWithoutCab) => {
+                    config.replica.planted_deliver_without_cab = true
+                }
+                Some(PlantedBug::IgnoreCausalContext) => {
+                    config.replica.planted_ignore_causal_context = true
+                }
+                Some(PlantedBug::StableBeforeDurable) => {
+                    config.cab.planted_deliver_on_propose = true
+                }
+                None => {}
+            }
+            let storage = MemCabStorage::new(voters.clone());
+            let node = Node::new(config.clone(), registry.clone(), storage.clone(), 0)
+                .map_err(|e| e.to_string())?;
+            let (offset, drift) = if cfg.faults.clock {
+                (
+                    rng.range(0, 100_000) as i64 - 50_000,
+                    rng.range(0, 2_000) as i64 - 1_000,
+                )
+            } else {
+                (0, 0)
+            };
+            nodes.push(SimNode {
+                node: Some(node),
+                down: None,
+                storage,
+                config,
+                busy_cores: 0,
+                epoch: 0,
+                clock_offset_us: offset,
+                clock_drift_ppm: drift,
+                handles: BTreeMap::new(),
+            });
+        }
+        let mut net = Network::new(cfg.replicas, cfg.latency_us, cfg.bandwidth_bps);
+        let mut faults = FaultCounts::new();
+        if cfg.faults.loss {
+            net.loss = 0.02;
+            net.duplicate = 0.01;
+            net.reorder = 0.05;
+            faults.insert("loss", 1);
+        }
+        if cfg.faults.clock {
+            faults.insert("clock_skew", 1);
+        }
+        let clients = (0..cfg.clients)
+            .map(|c| Client {
+                replica: c % cfg.replicas,
+                pending: None,
+            })
+            .collect();
+        Ok(Sim {
+            checked_len: vec![0; cfg.replicas],
+            cfg,
+            registry,
+            workload,
+            rng,
+            now: 0,
+            queue: BinaryHeap::new(),
+            events: BTreeMap::new(),
+            seq: 0,
+            nodes,
+            net,
+            clients,
+            history: History::default(),
+            ops: BTreeMap::new(),
+            canonical: Vec::new(),
+            prefix_violation: None,
+            trace: 0xCBF2_9CE4_8422_2325,
+            faults,
+            traffic: Traffic::default(),
+            running_clients: true,
+            ended: false,
+            next_state_check: 0,
+        })
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq)));
+        self.events.insert(self.seq, ev);
+    }
+
+    fn local_time(&self, i: usize) -> u64 {
+        let n = &self.nodes[i];
+        let drift = (self.now as i128 * n.clock_drift_ppm as i128 / 1_000_000) as i64;
+        (self.now as i64 + n.clock_offset_us + drift + 1_000_000).max(0) as u64
+    }
+
+    fn hash(&mut self, x: u64) {
+        for b in x.to_le_bytes() {
+            self.trace ^= u64::from(b);
+            self.trace = self.trace.wrapping_mul(FNV_PRIME);
+        }
+    }
+
+    /// Run to the end: setup, clients for `duration_us` with faults, then
+    /// heal, restart everyone and run until the cluster settles.
+    pub fn run(mut self) -> Outcome {
+        self.setup();
+        self.schedule(self.cfg.tick_us, Ev::Tick);
+        for c in 0..self.clients.len() {
+            let at = self.rng.range(0, self.cfg.think_us);
+            self.schedule(1_000 + at, Ev::Client { client: c });
+        }
+        if self.cfg.faults.partition || self.cfg.faults.crash || self.cfg.faults.clock {
+            let at = self.rng.range(50_000, 150_000);
+            self.schedule(at, Ev::Chaos);
+        }
+        self.schedule(self.cfg.duration_us, Ev::End);
+        let limit = self.cfg.duration_us + 30_000_000;
+        let mut settled = false;
+        let mut next_settle_check = self.cfg.duration_us;
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            if at > limit {
+                break;
+            }
+            self.now = at;
+            let Some(ev) = self.events.remove(&seq) else {
+                continue;
+            };
+            self.hash(at);
+            self.hash(ev.code());
+            self.handle(ev);
+            if self.ended && self.now >= next_settle_check {
+                next_settle_check = self.now + 50_000;
+                if self.settled() {
+                    settled = true;
+                    break;
+                }
+            }
+        }
+        self.finish(settled)
+    }
+
+    /// The workload's setup calls run strongly at replica 0 before clients
+    /// start, recorded in the history like any op.
+    fn setup(&mut self) {
+        for call in self.workload.setup() {
+            let request = Request {
+                call,
+                strong: true,
+                views: Views::BOTH,
+            };
+            self.invoke(0, None, request, false);
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver { from, to, frame } => {
+                let sender = ReplicaId(from as u16 + 1);
+                if let Some(node) = self.nodes[to].node.as_mut() {
+                    let _ = node.on_frame(sender, &frame);
+                    self.after(to);
+                }
+            }
+            Ev::Tick => {
+                for i in 0..self.nodes.len() {
+                    let now = self.local_time(i);
+                    if let Some(node) = self.nodes[i].node.as_mut() {
+                        node.tick(now);
+                        self.after(i);
+                    }
+                }
+                self.schedule(self.now + self.cfg.tick_us, Ev::Tick);
+            }
+            Ev::ExecDone { node, epoch, done } => {
+                let n = &mut self.nodes[node];
+                if n.epoch == epoch {
+                    n.busy_cores = n.busy_cores.saturating_sub(1);
+                    if let Some(live) = n.node.as_mut() {
+                        live.complete(done);
+                        self.after(node);
+                    }
+                }
+            }
+            Ev::Client { client } => self.client_next(client),
+            Ev::Chaos => self.chaos(),
+            Ev::Heal => {
+                self.net.heal();
+            }
+            Ev::Restart { node } => self.restart(node),
+            Ev::End => {
+                self.ended = true;
+                self.running_clients = false;
+                self.net.heal();
+                self.net.loss = 0.0;
+                self.net.duplicate = 0.0;
+                self.net.reorder = 0.0;
+                for i in 0..self.nodes.len() {
+                    self.restart(i);
+                }
+            }
+        }
+    }
+
+    fn client_next(&mut self, c: usize) {
+        if !self.running_clients || self.clients[c].pending.is_some() {
+            return;
+        }
+        let replica = self.clients[c].replica;
+        if self.nodes[replica].node.is_none() {
+            let at = self.now + 10 * self.cfg.think_us;
+            self.schedule(at, Ev::Client { client: c });
+            return;
+        }
+        let next = self.workload.next_op(&mut self.rng, c as u32);
+        let views = if next.strong || next.wants_final {
+            Views::BOTH
+        } else {
+            Views::WEAK
+        };
+        let request = Request {
+            call: next.call,
+            strong: next.strong,
+            views,
+        };
+        if !self.invoke(replica, Some(c), request, next.wants_final) {
+            let at = self.now + self.cfg.think_us;
+            self.schedule(at, Ev::Client { client: c });
+        }
+    }
+
+    fn invoke(
+        &mut self,
+        i: usize,
+        client: Option<usize>,
+        request: Request,
+        wants_final: bool,
+    ) -> bool {
+        let now = self.local_time(i);
+        let Some(node) = self.nodes[i].node.as_mut() else {
+            return false;
+        };
+        let call = request.call.clone();
+        let strong = request.strong;
+        let Ok(handle) = node.invoke(request, now) else {
+            return false;
+        };
+        let index = self.history.ops.len();
+        self.history.ops.push(OpRecord {
+            client: client.map_or(u32::MAX, |c| c as u32),
+            replica: i,
+            id: match handle {
+                ExecKey::Op(id) => Some(id),
+                ExecKey::Local(_) => None,
+            },
+            call,
+            strong,
+            wants_final: strong || wants_final,
+            invoked_at_us: self.now,
+            views: Vec::new(),
+            origin_crashed: false,
+        });
+        self.nodes[i].handles.insert(handle, index);
+        if let Some(c) = client {
+            self.clients[c].pending = Some(index);
+        }
+        self.after(i);
+        true
+    }
+
+    /// After node `i` handled an input: views to clients, messages to the
+    /// network, free cores to executions, and the committed-prefix check.
+    fn after(&mut self, i: usize) {
+        let Some(node) = self.nodes[i].node.as_mut() else {
+            return;
+        };
+        let views = node.take_views();
+        let outbox = node.take_outbox();
+        for v in views {
+            let Some(&index) = self.nodes[i].handles.get(&v.handle) else {
+                continue;
+            };
+            let record = &mut self.history.ops[index];
+            let is_final = v.kind != creek_core::ViewKind::Tentative;
+            record.views.push(SeenView {
+                at_us: self.now,
+                kind: v.kind,
+                outcome: v.outcome,
+            });
+            let done = is_final || !record.wants_final;
+            if is_final || matches!(v.handle, ExecKey::Local(_)) {
+                self.nodes[i].handles.remove(&v.handle);
+            }
+            if done {
+                let client = record.client as usize;
+                if let Some(c) = self.clients.get_mut(client) {
+                    if c.pending == Some(index) {
+                        c.pending = None;
+                        let at = self.now + self.cfg.think_us;
+                        self.schedule(at, Ev::Client { client });
+                    }
+                }
+            }
+        }
+        for (to, msg) in outbox {
+            self.send(i, usize::from(to.0).saturating_sub(1), msg);
+        }
+        self.fill_cores(i);
+        self.check_prefix(i);
+        if self.cfg.check_invariants && self.now >= self.next_state_check {
+            self.next_state_check = self.now + 10_000;
+            for (j, n) in self.nodes.iter().enumerate() {
+                let Some(node) = n.node.as_ref() else {
+                    continue;
+                };
+                let r = node.replica();
+                let finalized = r.counters().finalized as usize;
+                let prefix = &r.committed()[..finalized.min(r.committed().len())];
+                let calls: Vec<&creek_exec::ProcCall> = prefix
+                    .iter()
+                    .filter_map(|id| self.ops.get(id).map(|o| &o.call))
+                    .collect();
+                if calls.len() == prefix.len() {
+                    let (_, state) = creek_exec::basic::replay(
+                        &self.registry,
+                        creek_exec::TxnLimits::default(),
+                        calls,
+                    );
+                    if state != r.committed_state() {
+                        panic!("replica {j} at {} us: committed state differs from a replay of its {} committed ops", self.now, r.committed().len());
+                    }
+                }
+            }
+        }
+        if self.cfg.check_invariants {
+            if let Some(node) = self.nodes[i].node.as_ref() {
+                let r = node.replica();
+                if let Err(e) = r
+                    .check_invariants()
+                    .and_then(|_| r.engine().check_invariants())
+                {
+                    panic!("replica {i} at {} us: invariant broken: {e}", self.now);
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, from: usize, to: usize, msg: PeerMessage) {
+        if let PeerMessage::Gossip(GossipMessage::Ops(ops)) = &msg {
+            for op in ops {
+                self.ops.entry(op.id).or_insert_with(|| op.clone());
+            }
+        }
+        let limits = self.nodes[from].config.wire;
+        let Ok(frame) = creek_wire::encode(&msg, &limits) else {
+            return;
+        };
+        match msg {
+            PeerMessage::Gossip(_) => self.traffic.gossip_bytes += frame.len() as u64,
+            PeerMessage::Cab(_) => self.traffic.cab_bytes += frame.len() as u64,
+        }
+        for at in self
+            .net
+            .send(&mut self.rng, self.now, from, to, frame.len())
+        {
+            self.schedule(
+                at,
+                Ev::Deliver {
+                    from,
+                    to,
+                    frame: frame.clone(),
+                },
+            );
+        }
+    }
+
+    /// The CPU model: a free core takes the next execution, reads its
+    /// snapshot now and completes after the procedure's cost.
+    fn fill_cores(&mut self, i: usize) {
+        loop {
+            let cores = self.cfg.cores;
+            let n = &mut self.nodes[i];
+            if n.busy_cores >= cores {
+                return;
+            }
+            let Some(node) = n.node.as_mut() else { return };
+            let Some(task) = node.next_execution() else {
+                return;
+            };
+            let done = node.run(&task);
+            n.busy_cores += 1;
+            let epoch = n.epoch;
+            let at = self.now + self.cfg.cost_of(&task.call.name);
+            self.schedule(
+                at,
+                Ev::ExecDone {
+                    node: i,
+                    epoch,
+                    done,
+                },
+            );
+        }
+    }
+
+    /// Every replica's committed list must be a prefix of one order.
+    fn check_prefix(&mut self, i: usize) {
+        let Some(node) = self.nodes[i].node.as_ref() else {
+            return;
+        };
+        let committed = node.replica().committed();
+        let from = self.checked_len[i];
+        for (pos, id) in committed.iter().enumerate().skip(from) {
+            match self.canonical.get(pos) {
+                Some(c) if c != id => {
+                    if self.prefix_violation.is_none() {
+                        self.prefix_violation = Some(format!(
+                            "replica {i} committed {id} at position {pos} where another replica committed {c}"
+                        ));
+                    }
+                }
+                Some(_) => {}
+                None => self.canonical.push(*id),
+            }
+        }
+        self.checked_len[i] = committed.len();
+    }
+
+    fn chaos(&mut self) {
+        if self.ended {
+            return;
+        }
+        let n = self.nodes.len();
+        let mut classes = Vec::new();
+        if self.cfg.faults.partition {
+            classes.push("partition");
+        }
+        if self.cfg.faults.crash {
+            classes.push("crash");
+        }
+        if self.cfg.faults.clock {
+            classes.push("clock");
+        }
+        let class = classes[self.rng.index(classes.len())];
+        match class {
+            "partition" if !self.net.partitioned() => {
+                *self.faults.entry("partition").or_default() += 1;
+                let kind = self.rng.index(5);
+                let victim = self.rng.index(n);
+                match kind {
+                    0 => {
+                        for j in 0..n {
+                            if j != victim {
+                                self.net.block(victim, j);
+                                self.net.block(j, victim);
+                            }
+                        }
+                    }
+                    1 => {
+                        let minority = (n - 1) / 2;
+                        for a in 0..minority {
+                            for b in minority..n {
+                                self.net.block(a, b);
+                                self.net.block(b, a);
+                            }
+                        }
+                    }
+                    2 => {
+                        // Ring: each node reaches only its neighbours.
+                        for a in 0..n {
+                            for b in 0..n {
+                                let d = (a + n - b) % n;
+                                if d > 1 && d < n - 1 {
+                                    self.net.block(a, b);
+                                }
+                            }
+                        }
+                    }
+                    3 => {
+                        // Asymmetric: the victim hears everyone, nobody hears it.
+                        for j in 0..n {
+                            if j != victim {
+                                self.net.block(victim, j);
+                            }
+                        }
+                    }
+                    _ => {
+                        // Flapping: short cuts of one node, healed quickly.
+                        for j in 0..n {
+                            if j != victim {
+                                self.net.block(victim, j);
+                                self.net.block(j, victim);
+                            }
+                        }
+                        let at = self.now + self.rng.range(5_000, 20_000);
+                        self.schedule(at, Ev::Heal);
+                    }
+                }
+                let at = self.now + self.rng.range(50_000, 400_000);
+                self.schedule(at, Ev::Heal);
+            }
+            "crash" => {
+                let down = self.nodes.iter().filter(|x| x.node.is_none()).count();
+                let victim = self.rng.index(n);
+                if down < (n - 1) / 2 && self.nodes[victim].node.is_some() {
+                    self.crash(victim);
+                    // A third stay down until the clients stop (crash-stop
+                    // for the run); the others recover.
+                    if self.rng.chance(1.0 / 3.0) {
+                        *self.faults.entry("crash_stop").or_default() += 1;
+                    } else {
+                        *self.faults.entry("crash_recovery").or_default() += 1;
+                        let at = self.now + self.rng.range(100_000, 800_000);
+                        self.schedule(at, Ev::Restart { node: victim });
+                    }
+                }
+            }
+            "clock" => {
+                *self.faults.entry("clock_jump").or_default() += 1;
+                let victim = self.rng.index(n);
+                self.nodes[victim].clock_offset_us -= self.rng.range(1_000, 50_000) as i64;
+            }
+            _ => {}
+        }
+        let at = self.now + self.rng.range(100_000, 300_000);
+        self.schedule(at, Ev::Chaos);
+    }
+
+    /// Crash-recovery: the replica and gossip state survive as a durable
+    /// driver keeps them, CAB keeps its storage; executions in flight,
+    /// messages to the node, leadership and held appends are lost, and the
+    /// clients waiting on it learn nothing more.
+    fn crash(&mut self, i: usize) {
+        if self.cfg.check_invariants {
+            eprintln!("crash replica {i} at {} us", self.now);
+        }
+        let n = &mut self.nodes[i];
+        let Some(node) = n.node.take() else { return };
+        n.epoch += 1;
+        n.busy_cores = 0;
+        let applied = node.cab_delivered_through();
+        let (replica, gossip) = node.into_parts();
+        n.down = Some(Down {
+            replica,
+            gossip,
+            applied,
+        });
+        for (_, index) in std::mem::take(&mut n.handles) {
+            let record = &mut self.history.ops[index];
+            record.origin_crashed = true;
+            let client = record.client as usize;
+            if let Some(c) = self.clients.get_mut(client) {
+                if c.pending == Some(index) {
+                    c.pending = None;
+                    let at = self.now + self.cfg.think_us;
+                    self.schedule(at, Ev::Client { client });
+                }
+            }
+        }
+    }
+
+    fn restart(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        let Some(d) = n.down.take() else { return };
+        if self.cfg.check_invariants {
+            eprintln!("restart replica {i} at {} us", self.now);
+        }
+        let restarted = Node::restart(
+            d.replica,
+            d.gossip,
+            n.config.cab.clone(),
+            n.storage.clone(),
+            d.applied,
+            n.config.wire,
+        );
+        n.node = restarted.ok();
+        self.after(i);
+    }
+
+    fn settled(&self) -> bool {
+        let mut lists = self.nodes.iter().filter_map(|n| n.node.as_ref());
+        let Some(first) = lists.next() else {
+            return false;
+        };
+        let quiet = |n: &Node<MemCabStorage>| {
+            let r = n.replica();
+            r.tentative().is_empty()
+                && n.cab().decided_waiting() == 0
+                && r.counters().finalized == r.committed().len() as u64
+        };
+        self.nodes.iter().all(|n| n.node.is_some())
+            && quiet(first)
+            && lists.all(|n| quiet(n) && n.replica().committed() == first.replica().committed())
+    }
+
+    fn finish(mut self, settled: bool) -> Outcome {
+        let ids: Vec<OpId> = self.canonical.clone();
+        for id in &ids {
+            self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
+        }
+        let nodes = self.nodes.into_iter().filter_map(|n| n.node).collect();
+        Outcome {
+            history: self.history,
+            ops: self.ops,
+            nodes,
+            prefix_violation: self.prefix_violation,
+            faults: self.faults,
+            traffic: self.traffic,
+            trace_hash: self.trace,
+            registry: self.registry,
+            duration_us: self.cfg.duration_us,
+            settled,
+            workload: self.workload,
+        }
+    }
+}

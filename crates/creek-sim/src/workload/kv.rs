@@ -1,0 +1,379 @@
+//! `kv`: registers and counters over the built-in `kv.*` procedures.
+//!
+//! Registers `r0..r{keys-1}` are read with `kv.get`, written with `kv.put`
+//! and `kv.cas` (every written value is unique: `c{client}-{n}`); counters
+//! `n0..n{keys-1}` are bumped by one with `kv.incr`.
+//!
+//! Invariants:
+//! - a final view of `kv.get` on a register returns nil or a value some
+//!   `kv.put`/`kv.cas` wrote to that register; so does the committed state;
+//! - a counter's committed value lies between the increments known to be
+//!   applied (final view with a result) and those possibly applied (every
+//!   invocation without a final abort or result).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use creek_exec::value::{encode_args, Value};
+use creek_exec::{ProcCall, Registry};
+
+use super::{
+    args_of, bounded, describe, final_result, first_bytes_arg, logical_ops, pick_mode, show,
+    NextOp, Workload, WorkloadConfig,
+};
+use crate::history::History;
+use crate::rng::Rng;
+
+/// `kv.get(key)`.
+pub const GET: &str = "kv.get";
+/// `kv.put(key, value)`.
+pub const PUT: &str = "kv.put";
+/// `kv.incr(key, delta)`.
+pub const INCR: &str = "kv.incr";
+/// `kv.cas(key, expected, new)`.
+pub const CAS: &str = "kv.cas";
+
+/// The key of register `i`.
+pub fn register_key(i: usize) -> Bytes {
+    Bytes::from(format!("r{i}"))
+}
+
+/// The key of counter `i`.
+pub fn counter_key(i: usize) -> Bytes {
+    Bytes::from(format!("n{i}"))
+}
+
+/// The `kv` workload.
+#[derive(Clone, Debug)]
+pub struct KvWorkload {
+    keys: usize,
+    strong_share: f64,
+    final_share: f64,
+    /// Values generated so far (makes every written value unique).
+    next_value: u64,
+    /// The last value generated for each register, used as a plausible
+    /// `expected` of `kv.cas`.
+    last_written: Vec<Option<Bytes>>,
+}
+
+impl KvWorkload {
+    /// The workload for `config` (`keys`, `strong_share`, `final_share`).
+    pub fn new(config: &WorkloadConfig) -> Self {
+        let keys = config.keys.max(1);
+        KvWorkload {
+            keys,
+            strong_share: config.strong_share,
+            final_share: config.final_share,
+            next_value: 0,
+            last_written: vec![None; keys],
+        }
+    }
+
+    fn fresh_value(&mut self, client: u32) -> Bytes {
+        self.next_value += 1;
+        Bytes::from(format!("c{client}-{}", self.next_value))
+    }
+}
+
+/// Where each written value went: register key → values.
+fn written_values<'a>(
+    calls: impl Iterator<Item = &'a ProcCall>,
+) -> BTreeMap<Bytes, BTreeSet<Bytes>> {
+    let mut written: BTreeMap<Bytes, BTreeSet<Bytes>> = BTreeMap::new();
+    for call in calls {
+        let value = match (call.name.as_ref(), args_of(call).as_deref()) {
+            (PUT, Some([Value::Bytes(k), Value::Bytes(v)])) => Some((k.clone(), v.clone())),
+            (CAS, Some([Value::Bytes(k), _, Value::Bytes(v)])) => Some((k.clone(), v.clone())),
+            _ => None,
+        };
+        if let Some((k, v)) = value {
+            written.entry(k).or_default().insert(v);
+        }
+    }
+    written
+}
+
+/// The counter and delta of a `kv.incr` call.
+fn incr_args(call: &ProcCall) -> Option<(Bytes, i64)> {
+    if call.name.as_ref() != INCR {
+        return None;
+    }
+    match args_of(call).as_deref() {
+        Some([Value::Bytes(k), Value::Int(d)]) => Some((k.clone(), *d)),
+        _ => None,
+    }
+}
+
+impl Workload for KvWorkload {
+    fn name(&self) -> &'static str {
+        "kv"
+    }
+
+    fn register(&self, _registry: &mut Registry) {}
+
+    fn setup(&self) -> Vec<ProcCall> {
+        Vec::new()
+    }
+
+    fn next_op(&mut self, rng: &mut Rng, client: u32) -> NextOp {
+        let (strong, wants_final) = pick_mode(rng, self.strong_share, self.final_share);
+        let roll = rng.index(100);
+        let i = rng.index(self.keys);
+        let call = if roll < 35 {
+            ProcCall::new(GET, encode_args(&[Value::Bytes(register_key(i))]))
+        } else if roll < 65 {
+            let v = self.fresh_value(client);
+            self.last_written[i] = Some(v.clone());
+            ProcCall::new(
+                PUT,
+                encode_args(&[Value::Bytes(register_key(i)), Value::Bytes(v)]),
+            )
+        } else if roll < 85 {
+            ProcCall::new(
+                INCR,
+                encode_args(&[Value::Bytes(counter_key(i)), Value::Int(1)]),
+            )
+        } else {
+            let expected = self.last_written[i]
+                .clone()
+                .map_or(Value::Nil, Value::Bytes);
+            let v = self.fresh_value(client);
+            self.last_written[i] = Some(v.clone());
+            ProcCall::new(
+                CAS,
+                encode_args(&[Value::Bytes(register_key(i)), expected, Value::Bytes(v)]),
+            )
+        };
+        NextOp {
+            call,
+            strong,
+            wants_final,
+        }
+    }
+
+    fn keys(&self, call: &ProcCall) -> Vec<Bytes> {
+        match call.name.as_ref() {
+            GET | PUT | INCR | CAS => first_bytes_arg(call).into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn check(&self, history: &History, committed_state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
+        let setup = self.setup();
+        let all_calls = || setup.iter().chain(history.ops.iter().map(|op| &op.call));
+        let written = written_values(all_calls());
+        let incremented: BTreeSet<Bytes> = all_calls()
+            .filter_map(|c| incr_args(c).map(|(k, _)| k))
+            .collect();
+        let mut out = Vec::new();
+
+        // Final reads return a written value.
+        for op in history.ops.iter().filter(|op| op.call.name.as_ref() == GET) {
+            let (Some(key), Some(result)) = (first_bytes_arg(&op.call), final_result(op)) else {
+                continue;
+            };
+            if incremented.contains(&key) {
+                continue;
+            }
+            let what = describe(op);
+            match result {
+                Ok(Value::Nil) => {}
+                Ok(Value::Bytes(v)) if written.get(&key).is_some_and(|s| s.contains(&v)) => {}
+                Ok(v) => out.push(format!(
+                    "kv: final view of kv.get({}) by {what} returned {v}, which no kv.put or kv.cas wrote there",
+                    show(&key)
+                )),
+                Err(e) => out.push(format!(
+                    "kv: final view of kv.get({}) by {what}: {e}",
+                    show(&key)
+                )),
+            }
+        }
+
+        // Committed registers hold a written value.
+        let registers: BTreeSet<Bytes> = (0..self.keys)
+            .map(register_key)
+            .chain(written.keys().cloned())
+            .filter(|k| !incremented.contains(k))
+            .collect();
+        for key in &registers {
+            if let Some(v) = committed_state.get(key) {
+                if !written.get(key).is_some_and(|s| s.contains(v)) {
+                    out.push(format!(
+                        "kv: committed {} = {}, which no kv.put or kv.cas wrote there",
+                        show(key),
+                        show(v)
+                    ));
+                }
+            }
+        }
+
+        // Counters: applied ≤ committed value ≤ possibly applied (bounds on
+        // the sum of deltas; an op without a final view may or may not have
+        // been applied, one with a final abort was not).
+        let mut bounds: BTreeMap<Bytes, (i128, i128)> =
+            (0..self.keys).map(|i| (counter_key(i), (0, 0))).collect();
+        for call in &setup {
+            if let Some((k, d)) = incr_args(call) {
+                let b = bounds.entry(k).or_default();
+                b.0 += i128::from(d.min(0));
+                b.1 += i128::from(d.max(0));
+            }
+        }
+        for group in logical_ops(history) {
+            let Some((k, d)) = group.first().and_then(|op| incr_args(&op.call)) else {
+                continue;
+            };
+            let d = i128::from(d);
+            let finals: Vec<bool> = group
+                .iter()
+                .filter_map(|op| op.final_view().map(|v| v.outcome.is_ok()))
+                .collect();
+            let b = bounds.entry(k).or_default();
+            if finals.contains(&true) {
+                b.0 += d;
+                b.1 += d;
+            } else if finals.is_empty() {
+                b.0 += d.min(0);
+                b.1 += d.max(0);
+            }
+        }
+        for (key, (lo, hi)) in &bounds {
+            let value = match committed_state.get(key) {
+                None => 0,
+                Some(raw) => match std::str::from_utf8(raw)
+                    .ok()
+                    .and_then(|s| s.parse::<i64>().ok())
+                {
+                    Some(n) => i128::from(n),
+                    None => {
+                        out.push(format!(
+                            "kv: committed counter {} = {} is not an integer",
+                            show(key),
+                            show(raw)
+                        ));
+                        continue;
+                    }
+                },
+            };
+            if value < *lo || value > *hi {
+                out.push(format!(
+                    "kv: committed counter {} = {value}, outside [{lo}, {hi}] (increments with a final view .. increments invoked)",
+                    show(key)
+                ));
+            }
+        }
+        bounded(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use creek_core::ViewKind;
+    use creek_exec::Abort;
+
+    use super::*;
+    use crate::workload::testkit::{call, history, record, run_sequential, stable};
+
+    fn b(s: &str) -> Value {
+        Value::from(s)
+    }
+
+    fn state(pairs: &[(&str, &str)]) -> BTreeMap<Bytes, Bytes> {
+        pairs
+            .iter()
+            .map(|(k, v)| (Bytes::from(k.to_string()), Bytes::from(v.to_string())))
+            .collect()
+    }
+
+    fn w() -> KvWorkload {
+        KvWorkload::new(&WorkloadConfig {
+            keys: 2,
+            ..WorkloadConfig::default()
+        })
+    }
+
+    fn honest_ops() -> Vec<crate::history::OpRecord> {
+        vec![
+            stable(1, call(PUT, &[b("r0"), b("c0-1")]), Value::Nil),
+            stable(2, call(GET, &[b("r0")]), b("c0-1")),
+            stable(3, call(GET, &[b("r1")]), Value::Nil),
+            stable(
+                4,
+                call(CAS, &[b("r0"), b("c0-1"), b("c0-2")]),
+                Value::Bool(true),
+            ),
+            stable(5, call(GET, &[b("r0")]), b("c0-2")),
+            stable(6, call(INCR, &[b("n0"), Value::Int(1)]), Value::Int(1)),
+            // No final view: may or may not have been applied.
+            record(7, call(INCR, &[b("n0"), Value::Int(1)]), vec![]),
+            // A tentative view of an unwritten value is not checked.
+            record(
+                8,
+                call(GET, &[b("r1")]),
+                vec![(ViewKind::Tentative, Ok(b("zzz").encode()))],
+            ),
+            record(
+                9,
+                call(INCR, &[b("n1"), Value::Int(1)]),
+                vec![(ViewKind::Stable, Err(Abort::new("x")))],
+            ),
+        ]
+    }
+
+    #[test]
+    fn honest_history_passes() {
+        let h = history(honest_ops());
+        for n0 in ["1", "2"] {
+            let s = state(&[("r0", "c0-2"), ("n0", n0)]);
+            assert_eq!(w().check(&h, &s), Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn violations_are_flagged() {
+        let mut ops = honest_ops();
+        ops.push(stable(10, call(GET, &[b("r1")]), b("c0-1")));
+        let h = history(ops);
+        let out = w().check(&h, &state(&[("r0", "c0-2"), ("n0", "1")]));
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(out[0].contains("kv.get(\"r1\") by op r0.10"), "{out:?}");
+
+        let h = history(honest_ops());
+        let out = w().check(&h, &state(&[("r0", "c9-9"), ("n0", "3"), ("n1", "1")]));
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert!(out[0].contains("committed \"r0\" = \"c9-9\""), "{out:?}");
+        assert!(out[1].contains("\"n0\" = 3, outside [1, 2]"), "{out:?}");
+        assert!(out[2].contains("\"n1\" = 1, outside [0, 0]"), "{out:?}");
+        let out = w().check(&h, &state(&[("r0", "c0-2")]));
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(out[0].contains("\"n0\" = 0, outside [1, 2]"), "{out:?}");
+    }
+
+    #[test]
+    fn keys_are_the_key_argument() {
+        let w = w();
+        assert_eq!(
+            w.keys(&call(CAS, &[b("r1"), Value::Nil, b("x")])),
+            vec![Bytes::from_static(b"r1")]
+        );
+        assert!(w.keys(&call("list.read", &[b("r1")])).is_empty());
+    }
+
+    #[test]
+    fn sequential_run_passes() {
+        let mut w = w();
+        let (state, h) = run_sequential(&mut w, 7, 400);
+        assert_eq!(w.check(&h, &state), Vec::<String>::new());
+        let names: BTreeSet<&str> = h.ops.iter().map(|op| op.call.name.as_ref()).collect();
+        assert_eq!(names, BTreeSet::from([GET, PUT, INCR, CAS]));
+        let swapped = h
+            .ops
+            .iter()
+            .filter(|op| op.call.name.as_ref() == CAS)
+            .filter(|op| matches!(final_result(op), Some(Ok(Value::Bool(true)))))
+            .count();
+        assert!(swapped > 0);
+        assert!(h.ops.iter().any(|op| op.strong) && h.ops.iter().any(|op| !op.strong));
+    }
+}

@@ -1,0 +1,148 @@
+//! `creek sim`: run the deterministic simulator (one seed, or a swarm).
+
+use creek_sim::config::{Faults, PlantedBug, SimConfig};
+use creek_sim::report::simulate;
+
+/// Arguments of `creek sim`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Replicas.
+    #[arg(long, default_value_t = 5)]
+    replicas: usize,
+    /// Cores per replica.
+    #[arg(long, default_value_t = 4)]
+    cores: usize,
+    /// Workload: kv, bank, list, queue.
+    #[arg(long, default_value = "kv")]
+    workload: String,
+    /// Seed of a single run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A swarm: run every seed in `A..B` and print one line per seed.
+    #[arg(long)]
+    seeds: Option<String>,
+    /// Virtual time clients run, e.g. `10s`, `500ms`.
+    #[arg(long, default_value = "2s")]
+    duration: String,
+    /// Fault classes: partition,crash,clock,loss, `all` or `none`.
+    #[arg(long, default_value = "none")]
+    faults: String,
+    /// Closed-loop client sessions.
+    #[arg(long, default_value_t = 20)]
+    clients: usize,
+    /// Break the protocol in a named way to show the checkers catch it (a
+    /// tool for validating the checkers, never for production).
+    #[arg(long)]
+    plant_bug: Option<String>,
+    /// Print one JSON object per run.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1_000)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1_000_000)
+    } else {
+        return Err(format!("duration {s:?} needs a unit: s, ms or us"));
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad duration {s:?}"))?;
+    if !(n > 0.0) {
+        return Err(format!("duration {s:?} must be positive"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+fn parse_seeds(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once("..").ok_or("--seeds takes A..B")?;
+    let a: u64 = a.trim().parse().map_err(|_| "bad seed range start")?;
+    let b: u64 = b.trim().parse().map_err(|_| "bad seed range end")?;
+    if b <= a {
+        return Err("--seeds A..B needs A < B".into());
+    }
+    Ok((a, b))
+}
+
+/// Run `creek sim`; `Ok(false)` when a check failed.
+pub fn run(args: &Args) -> Result<bool, String> {
+    let base = SimConfig {
+        replicas: args.replicas,
+        cores: args.cores,
+        seed: args.seed,
+        workload: args.workload.clone(),
+        duration_us: parse_duration(&args.duration)?,
+        clients: args.clients,
+        faults: Faults::parse(&args.faults)?,
+        plant_bug: args
+            .plant_bug
+            .as_deref()
+            .map(PlantedBug::parse)
+            .transpose()?,
+        ..SimConfig::default()
+    };
+    base.validate()?;
+    let Some(range) = &args.seeds else {
+        let (report, ok) = simulate(&base)?;
+        if args.json {
+            println!("{report}");
+        } else {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+            );
+        }
+        return Ok(ok);
+    };
+    let (a, b) = parse_seeds(range)?;
+    let mut failed = Vec::new();
+    for seed in a..b {
+        let cfg = SimConfig {
+            seed,
+            ..base.clone()
+        };
+        let (report, ok) = simulate(&cfg)?;
+        if args.json {
+            println!("{report}");
+        } else {
+            println!(
+                "seed {seed}: {} ops={} faults={} hash={}",
+                if ok { "ok  " } else { "FAIL" },
+                report["ops"]["total"],
+                report["faults"],
+                report["trace_hash"].as_str().unwrap_or("?")
+            );
+        }
+        if !ok {
+            eprintln!(
+                "  reproduce: creek sim --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {}{} --seed {seed}\n  {}",
+                args.replicas,
+                args.cores,
+                args.workload,
+                args.duration,
+                args.faults,
+                args.clients,
+                args.plant_bug.as_ref().map(|b| format!(" --plant-bug {b}")).unwrap_or_default(),
+                report["violations"]
+            );
+            failed.push(seed);
+        }
+    }
+    eprintln!(
+        "{} of {} seeds failed{}",
+        failed.len(),
+        b - a,
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(": {failed:?}")
+        }
+    );
+    Ok(failed.is_empty())
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The CI swarm: 200 seeds with every fault class, 50 per workload, two
+# workloads at a time (2 cores). Exits non-zero if any seed fails; each
+# failure prints the command that reproduces it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=./target/release/creek
+[ -x "$bin" ] || cargo build --release -p creek
+run() { "$bin" sim --replicas 5 --workload "$1" --seeds "$2" --duration 500ms --faults all > "/tmp/swarm-$1.log" 2>&1; }
+status=0
+run kv 1000..1050 & a=$!
+run queue 1000..1050 & b=$!
+wait $a || status=1; wait $b || status=1
+run bank 1000..1050 & a=$!
+run list 1000..1050 & b=$!
+wait $a || status=1; wait $b || status=1
+for w in kv queue bank list; do
+  tail -n 1 "/tmp/swarm-$w.log" | sed "s/^/$w: /"
+  grep -A1 "FAIL" "/tmp/swarm-$w.log" || true
+done
+exit $status
