@@ -104,6 +104,9 @@ pub struct SimConfig {
     pub clients: usize,
     /// Pause between a session's ops, microseconds.
     pub think_us: u64,
+    /// Open-loop arrivals (ops per second, Poisson, each at a random
+    /// replica, independent of answers) on top of the sessions; 0 = none.
+    pub open_rate_per_sec: f64,
     /// One-way link latency, uniform in `[min, max]` microseconds.
     pub latency_us: (u64, u64),
     /// Link bandwidth, bits per second (serialization delay by frame size).
@@ -136,6 +139,7 @@ impl Default for SimConfig {
             duration_us: 2_000_000,
             clients: 20,
             think_us: 1_000,
+            open_rate_per_sec: 0.0,
             latency_us: (200, 300),
             bandwidth_bps: 1_000_000_000,
             faults: Faults::default(),
@@ -157,6 +161,9 @@ impl SimConfig {
         }
         if self.cores == 0 || self.clients == 0 {
             return Err("cores and clients must be positive".into());
+        }
+        if !self.open_rate_per_sec.is_finite() || self.open_rate_per_sec < 0.0 {
+            return Err("open-loop rate must be a finite, non-negative number".into());
         }
         if self.latency_us.0 > self.latency_us.1 || self.latency_us.1 == 0 {
             return Err("latency range must be non-empty and positive".into());

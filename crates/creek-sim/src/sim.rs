@@ -36,6 +36,7 @@ enum Ev {
     Client {
         client: usize,
     },
+    Arrival,
     Chaos,
     Heal,
     Restart {
@@ -51,6 +52,7 @@ impl Ev {
             Ev::Tick => 2,
             Ev::ExecDone { node, .. } => 3 + 16 * (*node as u64),
             Ev::Client { client } => 4 + 16 * (*client as u64),
+            Ev::Arrival => 9,
             Ev::Chaos => 5,
             Ev::Heal => 6,
             Ev::Restart { node } => 7 + 16 * (*node as u64),
@@ -270,6 +272,10 @@ impl Sim {
             let at = self.rng.range(0, self.cfg.think_us);
             self.schedule(1_000 + at, Ev::Client { client: c });
         }
+        if self.cfg.open_rate_per_sec > 0.0 {
+            let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec) as u64;
+            self.schedule(1_000 + gap, Ev::Arrival);
+        }
         if self.cfg.faults.partition || self.cfg.faults.crash || self.cfg.faults.clock {
             let at = self.rng.range(50_000, 150_000);
             self.schedule(at, Ev::Chaos);
@@ -343,6 +349,7 @@ impl Sim {
                 }
             }
             Ev::Client { client } => self.client_next(client),
+            Ev::Arrival => self.arrival(),
             Ev::Chaos => self.chaos(),
             Ev::Heal => {
                 self.net.heal();
@@ -387,6 +394,33 @@ impl Sim {
             let at = self.now + self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
         }
+    }
+
+    /// An open-loop arrival: a one-op session at a random replica.
+    fn arrival(&mut self) {
+        if !self.running_clients {
+            return;
+        }
+        let replica = self.rng.index(self.nodes.len());
+        let session = self.cfg.clients + self.history.ops.len();
+        let next = self.workload.next_op(&mut self.rng, session as u32);
+        let views = if next.strong || next.wants_final {
+            Views::BOTH
+        } else {
+            Views::WEAK
+        };
+        let request = Request {
+            call: next.call,
+            strong: next.strong,
+            views,
+        };
+        if self.invoke(replica, None, request, next.wants_final) {
+            if let Some(r) = self.history.ops.last_mut() {
+                r.client = session as u32;
+            }
+        }
+        let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec).max(1.0) as u64;
+        self.schedule(self.now + gap, Ev::Arrival);
     }
 
     fn invoke(

@@ -27,7 +27,10 @@ fn same_seed_same_trace() {
     let (c, _) = simulate(&config("kv", 12)).unwrap();
     assert_eq!(a["trace_hash"], b["trace_hash"]);
     assert_eq!(a["ops"], b["ops"]);
-    assert_ne!(a["trace_hash"], c["trace_hash"], "different seeds should differ");
+    assert_ne!(
+        a["trace_hash"], c["trace_hash"],
+        "different seeds should differ"
+    );
 }
 
 #[test]
@@ -36,7 +39,10 @@ fn small_swarm_with_all_faults_passes_every_check() {
         for seed in 0..3 {
             let (report, ok) = simulate(&config(workload, seed)).unwrap();
             assert!(ok, "{workload} seed {seed}: {}", report["violations"]);
-            assert!(report["ops"]["total"].as_u64().unwrap() > 100, "{workload} seed {seed}: too few ops");
+            assert!(
+                report["ops"]["total"].as_u64().unwrap() > 100,
+                "{workload} seed {seed}: too few ops"
+            );
         }
     }
 }
@@ -46,7 +52,11 @@ fn small_swarm_with_all_faults_passes_every_check() {
 fn planted_bugs_are_caught() {
     for (name, bug) in PlantedBug::ALL {
         let caught = (0..6).any(|seed| {
-            let cfg = SimConfig { replicas: 5, plant_bug: Some(bug), ..config("kv", seed) };
+            let cfg = SimConfig {
+                replicas: 5,
+                plant_bug: Some(bug),
+                ..config("kv", seed)
+            };
             !simulate(&cfg).unwrap().1
         });
         assert!(caught, "planted bug {name} went unnoticed in 6 seeds");
@@ -59,7 +69,12 @@ fn planted_bugs_are_caught() {
 /// that stay tentative).
 #[test]
 fn regression_orphaned_strong_op_is_adopted() {
-    let cfg = SimConfig { replicas: 5, duration_us: 2_000_000, clients: 20, ..config("kv", 3) };
+    let cfg = SimConfig {
+        replicas: 5,
+        duration_us: 2_000_000,
+        clients: 20,
+        ..config("kv", 3)
+    };
     let (report, ok) = simulate(&cfg).unwrap();
     assert!(ok, "{}", report["violations"]);
 }

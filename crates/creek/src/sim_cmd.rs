@@ -30,6 +30,9 @@ pub struct Args {
     /// Closed-loop client sessions.
     #[arg(long, default_value_t = 20)]
     clients: usize,
+    /// Open-loop arrivals per second on top of the sessions (0 = none).
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
     /// Break the protocol in a named way to show the checkers catch it (a
     /// tool for validating the checkers, never for production).
     #[arg(long)]
@@ -54,7 +57,7 @@ fn parse_duration(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("bad duration {s:?}"))?;
-    if !(n > 0.0) {
+    if n.is_nan() || n <= 0.0 {
         return Err(format!("duration {s:?} must be positive"));
     }
     Ok((n * mult as f64) as u64)
@@ -79,6 +82,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         workload: args.workload.clone(),
         duration_us: parse_duration(&args.duration)?,
         clients: args.clients,
+        open_rate_per_sec: args.rate,
         faults: Faults::parse(&args.faults)?,
         plant_bug: args
             .plant_bug
@@ -121,13 +125,14 @@ pub fn run(args: &Args) -> Result<bool, String> {
         }
         if !ok {
             eprintln!(
-                "  reproduce: creek sim --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {}{} --seed {seed}\n  {}",
+                "  reproduce: creek sim --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
                 args.replicas,
                 args.cores,
                 args.workload,
                 args.duration,
                 args.faults,
                 args.clients,
+                args.rate,
                 args.plant_bug.as_ref().map(|b| format!(" --plant-bug {b}")).unwrap_or_default(),
                 report["violations"]
             );

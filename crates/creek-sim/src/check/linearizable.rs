@@ -800,7 +800,7 @@ impl<'a> Search<'a> {
             } else {
                 let (start, stop) = (level.start, level.stop);
                 let depth = self.levels.len() - 1;
-                if stop != NIL && self.blame.as_ref().map_or(true, |b| depth > b.depth) {
+                if stop != NIL && self.blame.as_ref().is_none_or(|b| depth > b.depth) {
                     let j = self.events.nodes[stop].op;
                     self.blame = Some(Blame {
                         op: j,
@@ -1069,6 +1069,51 @@ mod tests {
     }
 
     #[test]
+    fn retried_request_takes_effect_once() {
+        let id = creek_exec::ClientRequestId { client: 7, seq: 1 };
+        let retry = |index, from, completed| LinOp {
+            index,
+            call: ProcCall {
+                request_id: Some(id),
+                ..incr("n", 1)
+            },
+            invoked_at_us: from,
+            completed,
+        };
+        let history = |seen: i64| {
+            vec![
+                retry(0, 0, None),
+                retry(1, 10, Some((20, ok(1)))),
+                op(2, get("n"), 30, 31, ok(seen.to_string().as_str())),
+            ]
+        };
+        assert!(matches!(run(&history(1)), LinResult::Ok { .. }));
+        assert!(matches!(run(&history(2)), LinResult::Violation(_)));
+    }
+
+    #[test]
+    fn deletes_and_failed_cas() {
+        let del = |k: &str| call("kv.delete", &[Value::from(k)]);
+        let ops = vec![
+            op(0, put("k", "a"), 0, 10, nil()),
+            op(1, cas("k", Some("b"), Some("c")), 1, 11, ok(false)),
+            op(2, del("k"), 2, 12, ok(true)),
+            op(3, cas("k", None, Some("d")), 3, 13, ok(true)),
+            op(4, get("k"), 20, 21, ok("d")),
+            op(5, del("k"), 22, 23, ok(true)),
+            op(6, del("k"), 24, 25, ok(false)),
+            op(7, get("k"), 26, 27, nil()),
+        ];
+        assert!(matches!(run(&ops), LinResult::Ok { .. }));
+        // The failed cas cannot be explained once "b" is the only value.
+        let ops = vec![
+            op(0, put("k", "b"), 0, 1, nil()),
+            op(1, cas("k", Some("b"), Some("c")), 2, 3, ok(false)),
+        ];
+        assert!(matches!(run(&ops), LinResult::Violation(_)));
+    }
+
+    #[test]
     fn independent_keys_are_separate_partitions() {
         let ops = vec![
             op(0, put("a", "1"), 0, 10, nil()),
@@ -1185,55 +1230,87 @@ mod tests {
         assert_eq!(ops[1].completed, None);
     }
 
+    /// What became of a generated op.
+    #[derive(Clone, Copy, Debug)]
+    enum Fate {
+        /// Answered.
+        Known,
+        /// Took effect, but the client never learnt its outcome.
+        UnknownApplied,
+        /// Never took effect, and the client never learnt it.
+        UnknownLost,
+    }
+
     /// A history from a real sequential execution: op `i` takes effect at
-    /// time `10 * (i + 1)` and its interval contains that point.
-    fn generated(
-        specs: &[(u8, u8, u8)],
-        spans: &[(u64, u64)],
-        unknown_mask: &[bool],
-    ) -> Vec<LinOp> {
+    /// time `10 * i + 50` and its interval `[point - before, point + after]`
+    /// contains that point. Ops that were lost are left out of the
+    /// execution. Two answered reads of `k` and `l` close the history.
+    fn generated(specs: &[(u8, u8, u8)], spans: &[(u64, u64)], fates: &[Fate]) -> Vec<LinOp> {
         let keys = ["k", "l"];
         let vals = ["a", "b", "c"];
-        let calls: Vec<ProcCall> = specs
+        let mut calls: Vec<ProcCall> = specs
             .iter()
             .map(|&(kind, key, val)| {
                 let k = keys[key as usize % keys.len()];
                 let v = vals[val as usize % vals.len()];
-                match kind % 5 {
+                match kind % 6 {
                     0 => put(k, v),
                     1 | 2 => get(k),
                     3 => incr(k, 1),
+                    4 => call("kv.delete", &[Value::from(k)]),
                     _ => cas(k, Some(v), Some(vals[(val as usize + 1) % vals.len()])),
                 }
             })
             .collect();
+        let mut fates = fates.to_vec();
+        let mut spans = spans.to_vec();
+        for k in keys {
+            calls.push(get(k));
+            fates.push(Fate::Known);
+            spans.push((0, 0));
+        }
+        let applied: Vec<&ProcCall> = calls
+            .iter()
+            .zip(&fates)
+            .filter(|(_, f)| !matches!(f, Fate::UnknownLost))
+            .map(|(c, _)| c)
+            .collect();
         let (outcomes, _) =
-            creek_exec::basic::replay(&Registry::with_builtins(), TxnLimits::default(), &calls);
-        calls
-            .into_iter()
-            .zip(outcomes)
-            .enumerate()
-            .map(|(i, (c, o))| {
-                let point = 10 * (i as u64 + 1);
-                let (before, after) = spans[i];
-                let from = point - before;
-                if unknown_mask[i] {
-                    unknown(i, c, from)
-                } else {
-                    op(i, c, from, point + after, o)
+            creek_exec::basic::replay(&Registry::with_builtins(), TxnLimits::default(), applied);
+        let mut outcomes = outcomes.into_iter();
+        let mut ops = Vec::new();
+        for (i, c) in calls.into_iter().enumerate() {
+            let point = 10 * i as u64 + 50;
+            let (before, after) = spans[i];
+            let from = point - before;
+            match fates[i] {
+                Fate::Known => {
+                    let o = outcomes.next().unwrap();
+                    ops.push(op(i, c, from, point + after, o));
                 }
-            })
-            .collect()
+                Fate::UnknownApplied => {
+                    outcomes.next();
+                    ops.push(unknown(i, c, from));
+                }
+                Fate::UnknownLost => ops.push(unknown(i, c, from)),
+            }
+        }
+        ops
     }
 
     fn history_strategy() -> impl Strategy<Value = Vec<LinOp>> {
-        (1usize..120).prop_flat_map(|n| {
+        let fate = prop_oneof![
+            16 => Just(Fate::Known),
+            1 => Just(Fate::UnknownApplied),
+            1 => Just(Fate::UnknownLost),
+        ];
+        (1usize..120).prop_flat_map(move |n| {
             (
-                proptest::collection::vec((0u8..5, 0u8..2, 0u8..3), n),
-                proptest::collection::vec((0u64..10, 0u64..60), n),
-                proptest::collection::vec(proptest::bool::weighted(0.1), n),
+                proptest::collection::vec((0u8..6, 0u8..2, 0u8..3), n),
+                proptest::collection::vec((0u64..40, 0u64..60), n),
+                proptest::collection::vec(fate.clone(), n),
             )
-                .prop_map(|(specs, spans, unk)| generated(&specs, &spans, &unk))
+                .prop_map(|(specs, spans, fates)| generated(&specs, &spans, &fates))
         })
     }
 
@@ -1249,17 +1326,6 @@ mod tests {
         #[test]
         fn corrupted_read_is_a_violation(ops in history_strategy(), pick in any::<prop::sample::Index>()) {
             let mut ops = ops;
-            // Append a known read so there is always one to corrupt.
-            let n = ops.len() as u64;
-            let mut calls: Vec<ProcCall> = ops.iter().map(|o| o.call.clone()).collect();
-            calls.push(get("k"));
-            let (outcomes, _) = creek_exec::basic::replay(
-                &Registry::with_builtins(),
-                TxnLimits::default(),
-                &calls,
-            );
-            let last = outcomes.last().cloned().unwrap();
-            ops.push(op(ops.len(), get("k"), 10 * (n + 1), 10 * (n + 1) + 5, last));
             let reads: Vec<usize> = ops
                 .iter()
                 .enumerate()
@@ -1280,13 +1346,19 @@ mod tests {
 
     #[test]
     fn long_history_with_modest_concurrency_is_fast() {
-        // 3000 ops on one key, each spanning 20 neighbours.
+        // 3000 ops checked as one partition, each spanning about 11 neighbours.
         let specs: Vec<(u8, u8, u8)> = (0..3000u32)
             .map(|i| ((i * 7 % 5) as u8, 0, (i % 3) as u8))
             .collect();
         let spans: Vec<(u64, u64)> = (0..3000u64).map(|i| (i % 10, 100 + i % 7)).collect();
-        let unk: Vec<bool> = (0..3000).map(|i| i % 97 == 0).collect();
-        let ops = generated(&specs, &spans, &unk);
+        let fates: Vec<Fate> = (0..3000)
+            .map(|i| match i % 97 {
+                0 => Fate::UnknownApplied,
+                1 => Fate::UnknownLost,
+                _ => Fate::Known,
+            })
+            .collect();
+        let ops = generated(&specs, &spans, &fates);
         let r = check(
             &ops,
             &|_: &ProcCall| vec![Bytes::from_static(b"all")],

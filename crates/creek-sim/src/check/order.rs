@@ -75,7 +75,7 @@ pub fn check_real_time(history: &History, committed: &[OpId]) -> Vec<String> {
             if t >= b.invoked_at_us {
                 break;
             }
-            if latest.map_or(true, |(_, l)| invoked[a].pos > invoked[l].pos) {
+            if latest.is_none_or(|(_, l)| invoked[a].pos > invoked[l].pos) {
                 latest = Some((t, a));
             }
             next += 1;
@@ -292,5 +292,89 @@ mod tests {
         let v = check_session_order(&h, &[id(1), id(3), id(2), id(4)]);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("issued op r0.2"), "{}", v[0]);
+    }
+
+    /// Random histories against quadratic oracles: how many ops each check
+    /// flags (each violating `b` is reported once).
+    mod oracle {
+        use super::*;
+        use proptest::prelude::*;
+
+        type Spec = (u32, bool, u64, u64, bool, bool);
+
+        fn build(specs: &[Spec], order: &[usize]) -> (History, Vec<OpId>) {
+            let ops = specs
+                .iter()
+                .enumerate()
+                .map(|(i, &(client, strong, from, len, answered, _))| {
+                    rec(
+                        client % 3,
+                        i as u64 + 1,
+                        strong,
+                        from,
+                        answered.then_some(from + len),
+                    )
+                })
+                .collect();
+            let committed = order
+                .iter()
+                .filter(|&&i| specs[i].5)
+                .map(|&i| id(i as u64 + 1))
+                .collect();
+            (history(ops), committed)
+        }
+
+        fn position(committed: &[OpId], r: &OpRecord) -> Option<usize> {
+            committed.iter().position(|c| Some(*c) == r.id)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(300))]
+
+            #[test]
+            fn checks_match_oracles(
+                specs in proptest::collection::vec(
+                    (0u32..3, any::<bool>(), 0u64..50, 0u64..20, any::<bool>(), proptest::bool::weighted(0.9)),
+                    0..15,
+                ),
+                seed in any::<u64>(),
+            ) {
+                let mut order: Vec<usize> = (0..specs.len()).collect();
+                // A seeded shuffle of the committed order.
+                let mut x = seed | 1;
+                for i in (1..order.len()).rev() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    order.swap(i, (x % (i as u64 + 1)) as usize);
+                }
+                let (h, committed) = build(&specs, &order);
+
+                let mut rt = 0;
+                let mut session = 0;
+                for (bi, b) in h.ops.iter().enumerate() {
+                    let Some(pb) = position(&committed, b) else { continue };
+                    let late = |a: &OpRecord| position(&committed, a).is_some_and(|pa| pa > pb);
+                    if b.strong
+                        && h.ops.iter().any(|a| {
+                            a.strong
+                                && late(a)
+                                && a.final_view().is_some_and(|v| v.at_us < b.invoked_at_us)
+                        })
+                    {
+                        rt += 1;
+                    }
+                    if h.ops.iter().enumerate().any(|(ai, a)| {
+                        a.client == b.client
+                            && (a.invoked_at_us, ai) < (b.invoked_at_us, bi)
+                            && late(a)
+                    }) {
+                        session += 1;
+                    }
+                }
+                prop_assert_eq!(check_real_time(&h, &committed).len(), rt);
+                prop_assert_eq!(check_session_order(&h, &committed).len(), session);
+            }
+        }
     }
 }
