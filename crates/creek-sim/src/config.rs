@@ -129,6 +129,22 @@ pub struct SimConfig {
     pub check_invariants: bool,
 }
 
+/// Default execution costs, calibrated to the Creek paper's TPC-C setting
+/// (§6.2: weak transactions execute in about 0.5 ms, Payment in about
+/// 0.1 ms). The TPC-C procedures register under these names.
+pub fn default_costs_us() -> BTreeMap<String, u64> {
+    [
+        ("tpcc.new_order", 500),
+        ("tpcc.payment", 100),
+        ("tpcc.order_status", 500),
+        ("tpcc.delivery", 500),
+        ("tpcc.stock_level", 500),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
@@ -143,7 +159,7 @@ impl Default for SimConfig {
             latency_us: (200, 300),
             bandwidth_bps: 1_000_000_000,
             faults: Faults::default(),
-            cost_us: BTreeMap::new(),
+            cost_us: default_costs_us(),
             default_cost_us: 20,
             tick_us: 1_000,
             plant_bug: None,

@@ -486,14 +486,7 @@ impl Sim {
                 self.nodes[i].handles.remove(&v.handle);
             }
             if done {
-                let client = record.client as usize;
-                if let Some(c) = self.clients.get_mut(client) {
-                    if c.pending == Some(index) {
-                        c.pending = None;
-                        let at = self.now + self.cfg.think_us;
-                        self.schedule(at, Ev::Client { client });
-                    }
-                }
+                self.release_client(index);
             }
         }
         for (to, msg) in outbox {
@@ -535,6 +528,18 @@ impl Sim {
                 {
                     panic!("replica {i} at {} us: invariant broken: {e}", self.now);
                 }
+            }
+        }
+    }
+
+    /// The session waiting on history record `index` may issue its next op.
+    fn release_client(&mut self, index: usize) {
+        let client = self.history.ops[index].client as usize;
+        if let Some(c) = self.clients.get_mut(client) {
+            if c.pending == Some(index) {
+                c.pending = None;
+                let at = self.now + self.cfg.think_us;
+                self.schedule(at, Ev::Client { client });
             }
         }
     }
@@ -739,16 +744,8 @@ impl Sim {
             applied,
         });
         for (_, index) in std::mem::take(&mut n.handles) {
-            let record = &mut self.history.ops[index];
-            record.origin_crashed = true;
-            let client = record.client as usize;
-            if let Some(c) = self.clients.get_mut(client) {
-                if c.pending == Some(index) {
-                    c.pending = None;
-                    let at = self.now + self.cfg.think_us;
-                    self.schedule(at, Ev::Client { client });
-                }
-            }
+            self.history.ops[index].origin_crashed = true;
+            self.release_client(index);
         }
     }
 

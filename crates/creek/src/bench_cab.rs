@@ -177,14 +177,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         "idle_consensus_bytes_per_sec": idle_cab_bytes_per_sec,
         "seed": args.seed,
     });
-    if args.json {
-        println!("{report}");
-    } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    }
+    crate::print_report(&report, args.json)?;
     if !(agreed && all_committed) {
         return Err("the run did not converge: replicas disagree or ops were not committed".into());
     }

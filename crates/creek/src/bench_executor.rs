@@ -20,6 +20,7 @@ use creek_core::{Config, Effect, Op, OpId, Replica, ReplicaId, Request, Timestam
 use creek_exec::builtins::NOOP;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
+use creek_node::testnet::Rng;
 
 /// Arguments of `creek bench executor`.
 #[derive(clap::Args, Debug)]
@@ -51,22 +52,6 @@ pub struct Args {
 const ORIGINS: u64 = 8;
 const LATE_BY: usize = 4;
 
-/// SplitMix64: small, seeded, good enough to pick shares.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
-    }
-}
-
 struct Stream {
     ops: Vec<Arc<Op>>,
     hot: Vec<bool>,
@@ -75,12 +60,12 @@ struct Stream {
 
 /// Ops in timestamp order, then the delivery order with late arrivals.
 fn build(args: &Args) -> Stream {
-    let mut rng = Rng(args.seed);
+    let mut rng = Rng::new(args.seed);
     let n = args.ops as usize;
     let mut by_ts = Vec::with_capacity(n);
     let mut hot = Vec::with_capacity(n);
     for i in 0..args.ops {
-        let is_hot = rng.chance(args.overlap);
+        let is_hot = rng.unit() > 1.0 - args.overlap;
         let key = if is_hot {
             Value::from("hot")
         } else {
@@ -103,7 +88,7 @@ fn build(args: &Args) -> Stream {
     // overtake it come from other origins, so per-origin FIFO holds.
     let mut slots: Vec<(u64, usize)> = (0..n)
         .map(|j| {
-            let delay = if rng.chance(args.reorder) {
+            let delay = if rng.unit() > 1.0 - args.reorder {
                 2 * LATE_BY as u64 + 1
             } else {
                 0
@@ -219,13 +204,6 @@ pub fn run(args: &Args) -> Result<(), String> {
         "commit_every": args.commit_every,
         "keys": args.keys,
     });
-    if args.json {
-        println!("{report}");
-    } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    }
+    crate::print_report(&report, args.json)?;
     Ok(())
 }

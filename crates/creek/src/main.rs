@@ -45,6 +45,19 @@ enum Bench {
     Cab(bench_cab::Args),
 }
 
+/// Print a report: one JSON line with `--json`, indented otherwise.
+pub(crate) fn print_report(report: &serde_json::Value, json: bool) -> Result<(), String> {
+    if json {
+        println!("{report}");
+    } else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

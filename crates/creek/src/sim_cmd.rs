@@ -94,14 +94,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
     base.validate()?;
     let Some(range) = &args.seeds else {
         let (report, ok) = simulate(&base)?;
-        if args.json {
-            println!("{report}");
-        } else {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-            );
-        }
+        crate::print_report(&report, args.json)?;
         return Ok(ok);
     };
     let (a, b) = parse_seeds(range)?;
