@@ -122,6 +122,23 @@ pub struct Outcome {
     pub workload: Box<dyn Workload>,
 }
 
+/// The request a workload op becomes: strong ops and weak ops that want a
+/// final view ask for both views; other weak ops for the preliminary one.
+fn request_of(next: crate::workload::NextOp) -> (Request, bool) {
+    let views = if next.strong || next.wants_final {
+        Views::BOTH
+    } else {
+        Views::WEAK
+    };
+    let wants_final = next.wants_final;
+    let request = Request {
+        call: next.call,
+        strong: next.strong,
+        views,
+    };
+    (request, wants_final)
+}
+
 /// One simulation.
 pub struct Sim {
     cfg: SimConfig,
@@ -380,17 +397,8 @@ impl Sim {
             return;
         }
         let next = self.workload.next_op(&mut self.rng, c as u32);
-        let views = if next.strong || next.wants_final {
-            Views::BOTH
-        } else {
-            Views::WEAK
-        };
-        let request = Request {
-            call: next.call,
-            strong: next.strong,
-            views,
-        };
-        if !self.invoke(replica, Some(c), request, next.wants_final) {
+        let (request, wants_final) = request_of(next);
+        if !self.invoke(replica, Some(c), request, wants_final) {
             let at = self.now + self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
         }
@@ -404,17 +412,8 @@ impl Sim {
         let replica = self.rng.index(self.nodes.len());
         let session = self.cfg.clients + self.history.ops.len();
         let next = self.workload.next_op(&mut self.rng, session as u32);
-        let views = if next.strong || next.wants_final {
-            Views::BOTH
-        } else {
-            Views::WEAK
-        };
-        let request = Request {
-            call: next.call,
-            strong: next.strong,
-            views,
-        };
-        if self.invoke(replica, None, request, next.wants_final) {
+        let (request, wants_final) = request_of(next);
+        if self.invoke(replica, None, request, wants_final) {
             if let Some(r) = self.history.ops.last_mut() {
                 r.client = session as u32;
             }
