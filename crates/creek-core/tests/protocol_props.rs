@@ -160,8 +160,16 @@ fn run<E: TestEngine>(n: usize, actions: &[Action]) -> Cluster<E> {
 type Mvcc = MvccExecutor<creek_core::ExecKey, creek_core::Pos>;
 type Basic = BasicEngine<creek_core::ExecKey, creek_core::Pos>;
 
+/// 3,000 cases in the normal run; `CREEK_PROP_CASES=100000` for a soak.
+fn cases() -> u32 {
+    std::env::var("CREEK_PROP_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 2000, ..ProptestConfig::default() })]
 
     #[test]
     fn multiversion_executor_matches_sequential_and_basic_algorithm(
