@@ -62,6 +62,9 @@ pub enum NodeError {
     /// CAB.
     #[error("cab: {0}")]
     Cab(#[from] CabError),
+    /// The wire limits.
+    #[error("wire limits: {0}")]
+    Wire(#[from] creek_wire::LimitsError),
     /// The configurations disagree.
     #[error("inconsistent configuration: {0}")]
     Inconsistent(String),
@@ -100,6 +103,7 @@ impl<S: CabStorage> Node<S> {
         applied: u64,
     ) -> Result<Self, NodeError> {
         let me = config.replica.id;
+        config.wire.validate()?;
         if config.gossip.me != me || config.cab.me != me {
             return Err(NodeError::Inconsistent(
                 "replica, gossip and cab must name the same replica".into(),
