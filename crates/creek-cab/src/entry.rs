@@ -1,8 +1,8 @@
 //! The payload of a CAB log entry: a batch of strong-op ids, never op
 //! payloads (paper §5, indirect consensus).
 //!
-//! Layout: version byte `1`, then a LEB128 count, then per id a LEB128
-//! origin and a LEB128 seq. Entries reach a replica from peers, so decoding
+//! Layout: version byte `1`, then a count, then per id an origin and a seq,
+//! all as canonical varints (`creek_exec::varint`). Entries reach a replica from peers, so decoding
 //! is total: malformed data decodes to an error, never a panic, and every
 //! replica makes the same decision about the same bytes.
 
@@ -10,25 +10,12 @@ use creek_core::{OpId, ReplicaId};
 
 const VERSION: u8 = 1;
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+fn put_varint(out: &mut Vec<u8>, v: u64) {
+    creek_exec::varint::put(out, v);
 }
 
 fn get_varint(input: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let b = *input.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(b & 0x7f).checked_shl(shift)?;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
+    creek_exec::varint::get(input, pos).ok()
 }
 
 /// Encode a batch of ids.

@@ -548,6 +548,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         &self.committed
     }
 
+    /// How many ops are on the tentative list.
+    pub fn tentative_len(&self) -> usize {
+        self.tentative.len()
+    }
+
     /// The tentative list, in order.
     pub fn tentative(&self) -> Vec<OpId> {
         self.tentative.iter().map(|(_, id)| *id).collect()

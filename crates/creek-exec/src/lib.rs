@@ -15,6 +15,7 @@ pub mod mvcc;
 pub mod registry;
 pub mod txn;
 pub mod value;
+pub mod varint;
 
 pub use engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
 pub use registry::{

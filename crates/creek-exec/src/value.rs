@@ -261,12 +261,8 @@ fn unzigzag(u: u64) -> i64 {
     ((u >> 1) as i64) ^ -((u & 1) as i64)
 }
 
-fn put_varint(out: &mut BytesMut, mut v: u64) {
-    while v >= 0x80 {
-        out.put_u8((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    out.put_u8(v as u8);
+fn put_varint(out: &mut BytesMut, v: u64) {
+    crate::varint::put(out, v);
 }
 
 /// A cursor over the input; every access is bounds-checked.
@@ -293,22 +289,13 @@ impl Reader<'_> {
 
     fn varint(&mut self) -> Result<u64, DecodeError> {
         let offset = self.pos;
-        let mut v: u64 = 0;
-        for i in 0..10u32 {
-            let byte = self.byte()?;
-            // The tenth byte holds only the 64th bit.
-            if i == 9 && byte > 1 {
-                return Err(DecodeError::VarintOverflow { offset });
+        crate::varint::get(self.buf, &mut self.pos).map_err(|e| match e {
+            crate::varint::VarintError::UnexpectedEnd => {
+                DecodeError::UnexpectedEnd { offset: self.pos }
             }
-            v |= u64::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                if byte == 0 && i > 0 {
-                    return Err(DecodeError::NonCanonicalVarint { offset });
-                }
-                return Ok(v);
-            }
-        }
-        Err(DecodeError::VarintOverflow { offset })
+            crate::varint::VarintError::Overflow => DecodeError::VarintOverflow { offset },
+            crate::varint::VarintError::NonCanonical => DecodeError::NonCanonicalVarint { offset },
+        })
     }
 
     /// A length or count, checked against what is left of the input given

@@ -95,3 +95,23 @@ mod store;
 
 pub use config::{ConfigError, GossipConfig};
 pub use gossip::{Gossip, GossipStats, Outbox};
+
+/// Helpers shared by the unit tests.
+#[cfg(test)]
+mod testkit {
+    use std::sync::Arc;
+
+    use creek_core::{Op, OpId, ReplicaId, Timestamp};
+    use creek_exec::ProcCall;
+
+    /// A weak op of `origin` with the given seq.
+    pub(crate) fn op(origin: u16, seq: u64) -> Arc<Op> {
+        Arc::new(Op {
+            id: OpId::new(ReplicaId(origin), seq),
+            timestamp: Timestamp::new(seq, 0),
+            call: ProcCall::new("kv.put", Vec::new()),
+            strong: false,
+            causal_context: None,
+        })
+    }
+}

@@ -123,18 +123,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use creek_core::Timestamp;
-    use creek_exec::ProcCall;
-
-    fn op(origin: u16, seq: u64) -> Arc<Op> {
-        Arc::new(Op {
-            id: OpId::new(ReplicaId(origin), seq),
-            timestamp: Timestamp::new(seq, 0),
-            call: ProcCall::new("kv.put", Vec::new()),
-            strong: false,
-            causal_context: None,
-        })
-    }
+    use crate::testkit::op;
 
     fn id(origin: u16, seq: u64) -> OpId {
         OpId::new(ReplicaId(origin), seq)

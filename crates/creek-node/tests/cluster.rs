@@ -75,7 +75,7 @@ fn check(net: &TestNet, label: &str) {
     for i in 0..net.len() {
         let n = net.node(i).unwrap();
         assert!(
-            n.replica().tentative().is_empty(),
+            n.replica().tentative_len() == 0,
             "{label}: node {i} has tentative ops"
         );
         assert_eq!(

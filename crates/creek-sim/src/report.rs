@@ -86,10 +86,10 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
                 r.committed().len() as u64 - r.counters().finalized
             ));
         }
-        if !n.replica().tentative().is_empty() {
+        if n.replica().tentative_len() > 0 {
             conv.push(format!(
                 "replica {i} still has {} tentative ops",
-                n.replica().tentative().len()
+                n.replica().tentative_len()
             ));
         }
         if states.first() != Some(&states[i]) {

@@ -773,7 +773,7 @@ impl Sim {
         };
         let quiet = |n: &Node<MemCabStorage>| {
             let r = n.replica();
-            r.tentative().is_empty()
+            r.tentative_len() == 0
                 && n.cab().decided_waiting() == 0
                 && r.counters().finalized == r.committed().len() as u64
         };

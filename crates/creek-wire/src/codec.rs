@@ -547,12 +547,8 @@ impl Sink for BytesMut {
         self.put_u64_le(v);
     }
 
-    fn put_varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.put_u8((v as u8 & 0x7f) | 0x80);
-            v >>= 7;
-        }
-        self.put_u8(v as u8);
+    fn put_varint(&mut self, v: u64) {
+        creek_exec::varint::put(self, v);
     }
 }
 
@@ -572,9 +568,7 @@ impl Sink for Counter {
     }
 
     fn put_varint(&mut self, v: u64) {
-        // 1 byte per started group of 7 bits, at least 1.
-        let bits = 64 - (v | 1).leading_zeros() as usize;
-        self.0 += bits.div_ceil(7);
+        self.0 += creek_exec::varint::len(v);
     }
 }
 
@@ -740,23 +734,13 @@ impl<'a> Reader<'a> {
     }
 
     fn varint(&mut self) -> Result<u64, DecodeError> {
+        use creek_exec::varint::{get, VarintError};
         let offset = self.pos;
-        let mut v: u64 = 0;
-        for i in 0..10u32 {
-            let byte = self.byte()?;
-            // The tenth byte holds only the 64th bit.
-            if i == 9 && byte > 1 {
-                return Err(DecodeError::VarintOverflow { offset });
-            }
-            v |= u64::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                if byte == 0 && i > 0 {
-                    return Err(DecodeError::NonCanonicalVarint { offset });
-                }
-                return Ok(v);
-            }
-        }
-        Err(DecodeError::VarintOverflow { offset })
+        get(self.buf, &mut self.pos).map_err(|e| match e {
+            VarintError::UnexpectedEnd => DecodeError::UnexpectedEnd { offset: self.pos },
+            VarintError::Overflow => DecodeError::VarintOverflow { offset },
+            VarintError::NonCanonical => DecodeError::NonCanonicalVarint { offset },
+        })
     }
 
     fn replica(&mut self) -> Result<ReplicaId, DecodeError> {

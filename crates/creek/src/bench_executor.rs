@@ -199,7 +199,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         "versions_alive_max": versions_max,
         "versions_alive_end": c.versions_alive,
         "committed": replica.committed().len(),
-        "tentative_end": replica.tentative().len(),
+        "tentative_end": replica.tentative_len(),
         "seed": args.seed,
         "commit_every": args.commit_every,
         "keys": args.keys,
