@@ -1,1 +1,27 @@
-//! placeholder
+//! One Creek replica as a networked service (`creek serve`).
+//!
+//! The sans-IO [`creek_node::Node`] (replica core, executor, CAB, gossip) is
+//! owned by one thread, the [node loop](node_loop), which the rest feeds
+//! through a channel:
+//!
+//! * [`transport`]: peer TCP connections with the versioned frame format,
+//!   reconnects, bounded queues and [fault injection](faults);
+//! * [`service`]: the gRPC `Creek` and `Admin` services of
+//!   `proto/creek.proto` (tonic);
+//! * a ticker for the protocol clock;
+//! * the persister of `creek-store`, which reports group commits back.
+//!
+//! Executions run on a rayon pool sized to the machine. See
+//! `docs/architecture.md` for why each piece is what it is.
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod faults;
+pub mod metrics;
+pub mod node_loop;
+pub mod server;
+pub mod service;
+pub mod transport;
+
+pub use config::{ConfigError, ReplicaAddr, ServerConfig};
+pub use server::{Server, StartError};

@@ -3,6 +3,7 @@
 
 mod bench_cab;
 mod bench_executor;
+mod serve_cmd;
 mod sim_cmd;
 
 // The executor allocates small objects at a high rate (versions, read sets,
@@ -28,6 +29,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run one replica (see docs/operations.md).
+    Serve(serve_cmd::ServeArgs),
+    /// Run a local cluster on loopback in one process, until Ctrl-C.
+    Dev(serve_cmd::DevArgs),
     /// Run the deterministic cluster simulator with faults and checkers.
     Sim(sim_cmd::Args),
     /// Run a benchmark and print its result.
@@ -61,6 +66,8 @@ pub(crate) fn print_report(report: &serde_json::Value, json: bool) -> Result<(),
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve_cmd::serve(&args),
+        Command::Dev(args) => serve_cmd::dev(&args),
         Command::Sim(args) => match sim_cmd::run(&args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::FAILURE,

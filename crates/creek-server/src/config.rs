@@ -1,0 +1,335 @@
+//! Server configuration: a TOML file, overridable by flags, validated into a
+//! [`ServerConfig`] before anything starts.
+//!
+//! ```toml
+//! id = 1
+//! data_dir = "creek-data/r1"
+//! metrics_addr = "127.0.0.1:9101"   # optional
+//!
+//! [[replicas]]
+//! id = 1
+//! peer_addr = "127.0.0.1:7101"
+//! client_addr = "127.0.0.1:7001"
+//! # … one table per replica of the group, this one included
+//! ```
+//!
+//! This replica listens for peers on its own `peer_addr` and for clients on
+//! its own `client_addr`; every other setting has a default (see
+//! [`ServerConfig`]'s fields and `docs/operations.md`).
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use creek_core::ReplicaId;
+use serde::Deserialize;
+
+/// One replica of the group, as every member knows it.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaAddr {
+    /// Its id (1..=65535, unique in the group).
+    pub id: u16,
+    /// Where it listens for peers.
+    pub peer_addr: SocketAddr,
+    /// Where it serves clients (gRPC).
+    pub client_addr: SocketAddr,
+}
+
+/// A validated server configuration.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// This replica's id; must be one of `replicas`.
+    pub id: u16,
+    /// The group, this replica included.
+    pub replicas: Vec<ReplicaAddr>,
+    /// Where the consensus log, payloads and checkpoints live.
+    pub data_dir: PathBuf,
+    /// Prometheus endpoint (`GET /metrics`); none if unset.
+    #[serde(default)]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Execution worker threads; 0 means one per core.
+    #[serde(default)]
+    pub workers: usize,
+    /// The protocol clock: CAB elections take 10–16 ticks plus 3 per rank,
+    /// heartbeats 2, gossip anti-entropy 10.
+    #[serde(default = "defaults::tick_ms")]
+    pub tick_ms: u64,
+    /// A weak op is committed by the stabilizer at the latest this long
+    /// after it arrived (paper §4.4).
+    #[serde(default = "defaults::stabilize_after_ms")]
+    pub stabilize_after_ms: u64,
+    /// How often a checkpoint of the committed state is written.
+    #[serde(default = "defaults::checkpoint_every_secs")]
+    pub checkpoint_every_secs: u64,
+    /// Largest client request (procedure name and arguments), in bytes.
+    #[serde(default = "defaults::max_request_bytes")]
+    pub max_request_bytes: usize,
+    /// Frames queued toward one peer before new ones are dropped (the
+    /// protocol retransmits: raft resends, gossip repairs by anti-entropy).
+    #[serde(default = "defaults::peer_queue_frames")]
+    pub peer_queue_frames: usize,
+    /// Accept the `Admin.SetFaults` call (tests and benchmarks only).
+    #[serde(default)]
+    pub allow_fault_injection: bool,
+}
+
+mod defaults {
+    pub fn tick_ms() -> u64 {
+        10
+    }
+    pub fn stabilize_after_ms() -> u64 {
+        50
+    }
+    pub fn checkpoint_every_secs() -> u64 {
+        30
+    }
+    pub fn max_request_bytes() -> usize {
+        1 << 20
+    }
+    pub fn peer_queue_frames() -> usize {
+        8192
+    }
+}
+
+/// Why a configuration is refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped keys.
+    #[error("parsing {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (line, column, key).
+        message: String,
+    },
+    /// A value is out of range or the replicas disagree.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl ServerConfig {
+    /// Read and validate a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parse and validate TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: ServerConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::new(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// A configuration with every default, for replica `id` of `replicas`.
+    pub fn new(id: u16, replicas: Vec<ReplicaAddr>, data_dir: PathBuf) -> Self {
+        ServerConfig {
+            id,
+            replicas,
+            data_dir,
+            metrics_addr: None,
+            workers: 0,
+            tick_ms: defaults::tick_ms(),
+            stabilize_after_ms: defaults::stabilize_after_ms(),
+            checkpoint_every_secs: defaults::checkpoint_every_secs(),
+            max_request_bytes: defaults::max_request_bytes(),
+            peer_queue_frames: defaults::peer_queue_frames(),
+            allow_fault_injection: false,
+        }
+    }
+
+    /// A local group of `n` replicas on loopback: replica `i` (1-based)
+    /// listens for clients on `client_base + i - 1` and for peers on
+    /// `peer_base + i - 1`, with data under `data_root/r{i}`.
+    pub fn local_group(
+        n: u16,
+        client_base: u16,
+        peer_base: u16,
+        data_root: &Path,
+    ) -> Result<Vec<ServerConfig>, ConfigError> {
+        if n == 0 {
+            return Err(ConfigError::Invalid("a group needs at least one replica".into()));
+        }
+        let port = |base: u16, i: u16| {
+            base.checked_add(i - 1)
+                .ok_or_else(|| ConfigError::Invalid(format!("port {base} + {i} overflows")))
+        };
+        let replicas = (1..=n)
+            .map(|i| {
+                Ok(ReplicaAddr {
+                    id: i,
+                    peer_addr: SocketAddr::from(([127, 0, 0, 1], port(peer_base, i)?)),
+                    client_addr: SocketAddr::from(([127, 0, 0, 1], port(client_base, i)?)),
+                })
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        (1..=n)
+            .map(|i| {
+                let c = ServerConfig::new(i, replicas.clone(), data_root.join(format!("r{i}")));
+                c.validate()?;
+                Ok(c)
+            })
+            .collect()
+    }
+
+    /// Check every field and the group's consistency.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.replicas.is_empty() {
+            return bad("`replicas` is empty: list every replica of the group".into());
+        }
+        let mut ids = BTreeSet::new();
+        let mut addrs = BTreeSet::new();
+        for r in &self.replicas {
+            if r.id == 0 {
+                return bad("replica id 0 is reserved; ids start at 1".into());
+            }
+            if !ids.insert(r.id) {
+                return bad(format!("replica id {} is listed twice", r.id));
+            }
+            for a in [r.peer_addr, r.client_addr] {
+                if !addrs.insert(a) {
+                    return bad(format!("address {a} is used twice"));
+                }
+            }
+        }
+        if !ids.contains(&self.id) {
+            return bad(format!(
+                "id {} is not among the replicas {:?}",
+                self.id, ids
+            ));
+        }
+        if let Some(m) = self.metrics_addr {
+            if addrs.contains(&m) {
+                return bad(format!("metrics address {m} is also a replica address"));
+            }
+        }
+        if self.tick_ms == 0 || self.tick_ms > 1000 {
+            return bad(format!("tick_ms = {} must be within 1..=1000", self.tick_ms));
+        }
+        if self.checkpoint_every_secs == 0 {
+            return bad("checkpoint_every_secs must be at least 1".into());
+        }
+        if self.max_request_bytes < 64 || self.max_request_bytes > 4 << 20 {
+            return bad(format!(
+                "max_request_bytes = {} must be within 64..=4194304",
+                self.max_request_bytes
+            ));
+        }
+        if self.peer_queue_frames == 0 {
+            return bad("peer_queue_frames must be at least 1".into());
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return bad("data_dir is empty".into());
+        }
+        Ok(())
+    }
+
+    /// This replica's entry.
+    pub fn me(&self) -> &ReplicaAddr {
+        // validate() guarantees presence; fall back to the first entry.
+        self.replicas
+            .iter()
+            .find(|r| r.id == self.id)
+            .unwrap_or(&self.replicas[0])
+    }
+
+    /// This replica's id.
+    pub fn replica_id(&self) -> ReplicaId {
+        ReplicaId(self.id)
+    }
+
+    /// Every replica id of the group.
+    pub fn group(&self) -> Vec<ReplicaId> {
+        self.replicas.iter().map(|r| ReplicaId(r.id)).collect()
+    }
+
+    /// The protocol tick.
+    pub fn tick(&self) -> Duration {
+        Duration::from_millis(self.tick_ms)
+    }
+
+    /// Execution workers to start.
+    pub fn worker_threads(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        id = 2
+        data_dir = "/tmp/x"
+        [[replicas]]
+        id = 1
+        peer_addr = "127.0.0.1:7101"
+        client_addr = "127.0.0.1:7001"
+        [[replicas]]
+        id = 2
+        peer_addr = "127.0.0.1:7102"
+        client_addr = "127.0.0.1:7002"
+    "#;
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let c = ServerConfig::from_toml(GOOD).expect("valid");
+        assert_eq!(c.id, 2);
+        assert_eq!(c.tick_ms, 10);
+        assert_eq!(c.me().client_addr.port(), 7002);
+        assert!(!c.allow_fault_injection);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let unknown = format!("{GOOD}\nbogus = 1");
+        let e = ServerConfig::from_toml(&unknown).expect_err("unknown key");
+        assert!(e.to_string().contains("bogus"), "{e}");
+        let wrong_id = GOOD.replace("id = 2\n        data_dir", "id = 9\n        data_dir");
+        let e = ServerConfig::from_toml(&wrong_id).expect_err("id not listed");
+        assert!(e.to_string().contains("id 9 is not among"), "{e}");
+        let dup = GOOD.replace("7102", "7101");
+        let e = ServerConfig::from_toml(&dup).expect_err("duplicate address");
+        assert!(e.to_string().contains("used twice"), "{e}");
+        let tick = format!("tick_ms = 0\n{GOOD}");
+        let e = ServerConfig::from_toml(&tick).expect_err("tick 0");
+        assert!(e.to_string().contains("tick_ms"), "{e}");
+    }
+
+    #[test]
+    fn local_groups_are_valid_and_distinct() {
+        let g = ServerConfig::local_group(3, 7001, 7101, Path::new("/tmp/d")).expect("group");
+        assert_eq!(g.len(), 3);
+        assert_eq!(g[2].me().client_addr.port(), 7003);
+        assert_eq!(g[1].data_dir, Path::new("/tmp/d/r2"));
+    }
+}

@@ -1,0 +1,218 @@
+//! Prometheus metrics, served as text on `GET /metrics`.
+//!
+//! Counters and histograms are updated where things happen (the client
+//! service, the node loop); gauges are refreshed from the node's counters
+//! every few ticks.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Labels of the op counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    /// `weak` or `strong`.
+    pub level: &'static str,
+    /// `ok`, `abort` (the procedure aborted), `rejected` (bad input,
+    /// overload), `deadline`, `cancelled` (the client went away),
+    /// `unavailable`.
+    pub outcome: &'static str,
+}
+
+/// Labels of the response latency histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViewLabels {
+    /// `tentative` or `stable` (confirmations included).
+    pub view: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    // 10 µs … ~5 s.
+    Histogram::new(exponential_buckets(10e-6, 2.0, 20))
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Every metric of one replica.
+pub struct Metrics {
+    registry: Registry,
+    /// Ops by level and outcome.
+    pub ops: Family<OpLabels, Counter>,
+    /// Server-side latency from receipt to each view, in seconds.
+    pub view_latency: Family<ViewLabels, Histogram, fn() -> Histogram>,
+    /// Share of first tentative views equal to the final result.
+    pub accuracy: FloatGauge,
+    /// Executions per op (1.0 means nothing was re-executed).
+    pub execution_ratio: FloatGauge,
+    /// Executions beyond the first of each op.
+    pub reexecutions: Gauge,
+    /// 2 leader, 1 follower, 0 no known leader.
+    pub consensus_role: Gauge,
+    /// The consensus term.
+    pub consensus_term: Gauge,
+    /// Length of the committed list.
+    pub committed: Gauge,
+    /// Length of the tentative list.
+    pub tentative: Gauge,
+    /// Ops gossip holds out of order or has not pushed yet.
+    pub gossip_backlog: Gauge,
+    /// Payloads gossip holds for peers.
+    pub gossip_payloads_held: Gauge,
+    /// Decided ids waiting for their causal context.
+    pub decided_waiting: Gauge,
+    /// Group commits (durable batches).
+    pub durable_batches: Counter,
+    /// Peer frames dropped (full queues and injected faults).
+    pub peer_frames_dropped: Gauge,
+    /// Peer bytes sent.
+    pub peer_bytes_sent: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Register every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("creek");
+        let m = Metrics {
+            ops: Family::default(),
+            view_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            accuracy: FloatGauge::default(),
+            execution_ratio: FloatGauge::default(),
+            reexecutions: Gauge::default(),
+            consensus_role: Gauge::default(),
+            consensus_term: Gauge::default(),
+            committed: Gauge::default(),
+            tentative: Gauge::default(),
+            gossip_backlog: Gauge::default(),
+            gossip_payloads_held: Gauge::default(),
+            decided_waiting: Gauge::default(),
+            durable_batches: Counter::default(),
+            peer_frames_dropped: Gauge::default(),
+            peer_bytes_sent: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register("ops", "Client ops by level and outcome", m.ops.clone());
+        registry.register(
+            "view_latency_seconds",
+            "Latency from request receipt to each view, by view",
+            m.view_latency.clone(),
+        );
+        registry.register(
+            "accuracy_ratio",
+            "Share of first tentative views equal to the final result",
+            m.accuracy.clone(),
+        );
+        registry.register(
+            "execution_ratio",
+            "Executions per op (1 means no re-execution)",
+            m.execution_ratio.clone(),
+        );
+        registry.register(
+            "reexecutions",
+            "Executions beyond the first of each op",
+            m.reexecutions.clone(),
+        );
+        registry.register(
+            "consensus_role",
+            "2 leader, 1 follower, 0 no known leader",
+            m.consensus_role.clone(),
+        );
+        registry.register("consensus_term", "Consensus term", m.consensus_term.clone());
+        registry.register("committed_ops", "Length of the committed list", m.committed.clone());
+        registry.register("tentative_ops", "Length of the tentative list", m.tentative.clone());
+        registry.register(
+            "gossip_backlog",
+            "Ops gossip buffers out of order or has yet to push",
+            m.gossip_backlog.clone(),
+        );
+        registry.register(
+            "gossip_payloads_held",
+            "Payloads gossip holds for peers",
+            m.gossip_payloads_held.clone(),
+        );
+        registry.register(
+            "decided_waiting",
+            "Decided ids waiting for their causal context",
+            m.decided_waiting.clone(),
+        );
+        registry.register(
+            "durable_batches",
+            "Group commits written to disk",
+            m.durable_batches.clone(),
+        );
+        registry.register(
+            "peer_frames_dropped",
+            "Peer frames dropped (full queues, injected faults)",
+            m.peer_frames_dropped.clone(),
+        );
+        registry.register("peer_bytes_sent", "Peer bytes sent", m.peer_bytes_sent.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Count one finished op.
+    pub fn op(&self, strong: bool, outcome: &'static str) {
+        let level = if strong { "strong" } else { "weak" };
+        self.ops.get_or_create(&OpLabels { level, outcome }).inc();
+    }
+
+    /// Record the latency of a view.
+    pub fn view(&self, stable: bool, seconds: f64) {
+        let view = if stable { "stable" } else { "tentative" };
+        self.view_latency
+            .get_or_create(&ViewLabels { view })
+            .observe(seconds);
+    }
+}
+
+/// Serve `GET /metrics` on `addr` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    m.encode(),
+                )
+            }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Where metrics are served, for the startup banner.
+pub fn url(addr: SocketAddr) -> String {
+    format!("http://{addr}/metrics")
+}

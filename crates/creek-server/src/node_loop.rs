@@ -1,0 +1,504 @@
+//! The node loop: one OS thread that owns the replica's [`Node`] and drives
+//! it with everything that happens — client invocations, peer frames, ticks
+//! and the persister's durability reports — then runs the executions the
+//! node hands out on a worker pool and sends what comes out.
+//!
+//! # Group commit and the hold rule
+//!
+//! Each turn of the loop handles every event already queued, runs the
+//! executions, and then submits one batch to the persister: the new op
+//! payloads and the consensus log writes of the turn. The persister writes
+//! all batches queued meanwhile in one transaction with one fsync.
+//!
+//! Nothing that depends on a write leaves the replica before the write is
+//! durable: every peer message and every stable view produced in a turn is
+//! held until the persister reports the turn's batch (or a later one)
+//! durable. Raft's contract follows (a vote or an append acknowledgement is
+//! sent only once persisted), and with it the rule: an op's final
+//! view is sent only when its position and payload are durable on a
+//! majority (CAB accepts an id only where its payload is held, and that
+//! payload was persisted no later than the acknowledgement). Tentative views
+//! are speculative and go out at once.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use creek_core::{ExecKey, InvokeError, Request, View, ViewKind, Views};
+use creek_node::Node;
+use creek_store::{Batch, DurableCabStorage, Persister};
+use creek_wire::Limits;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::metrics::Metrics;
+use crate::transport::Transport;
+
+/// What the node loop reacts to.
+pub enum Event {
+    /// A client invocation.
+    Invoke(Invocation),
+    /// A frame from a peer.
+    Frame {
+        /// The sender.
+        from: creek_core::ReplicaId,
+        /// The frame, as received.
+        frame: Bytes,
+    },
+    /// The persister made batches durable through this sequence number, or
+    /// failed.
+    Durable(Result<u64, String>),
+    /// The protocol clock.
+    Tick,
+    /// A status request.
+    Status(oneshot::Sender<StatusSnapshot>),
+    /// Stop after making everything durable.
+    Shutdown,
+}
+
+/// One client invocation and where its replies go.
+pub struct Invocation {
+    /// The op.
+    pub request: Request,
+    /// Replies, in order.
+    pub reply: mpsc::UnboundedSender<Reply>,
+    /// When the server received it.
+    pub received: Instant,
+}
+
+/// What a client stream receives from the node loop.
+#[derive(Debug)]
+pub enum Reply {
+    /// The op was accepted; views follow.
+    Accepted,
+    /// The op was refused; nothing was applied.
+    Rejected(InvokeError),
+    /// A view.
+    View(View),
+    /// The replica cannot finish the op (disk failure, shutdown). Whether it
+    /// was applied is unknown; a retry with the same request id is safe.
+    Failed(String),
+}
+
+/// A replica's state, for `Status` and the status table.
+#[derive(Clone, Debug, Default)]
+pub struct StatusSnapshot {
+    /// `leader`, `follower` or `electing`.
+    pub role: &'static str,
+    /// The known leader (0 if none).
+    pub leader: u16,
+    /// Consensus term.
+    pub term: u64,
+    /// Length of the committed list.
+    pub committed: u64,
+    /// Length of the tentative list.
+    pub tentative: u64,
+    /// Counters by name.
+    pub counters: BTreeMap<String, u64>,
+}
+
+struct Route {
+    reply: mpsc::UnboundedSender<Reply>,
+    views: Views,
+    strong: bool,
+    received: Instant,
+}
+
+/// Output held until a batch is durable.
+struct Held {
+    seq: u64,
+    frames: Vec<(creek_core::ReplicaId, Bytes)>,
+    views: Vec<View>,
+}
+
+/// How the loop is set up.
+pub struct LoopConfig {
+    /// Worker threads for executions.
+    pub workers: usize,
+    /// How often to write a checkpoint.
+    pub checkpoint_every: Duration,
+    /// Wire limits for encoding peer frames.
+    pub limits: Limits,
+}
+
+/// The node loop's state (owned by its thread).
+pub struct NodeLoop {
+    node: Node<DurableCabStorage>,
+    persister: Option<Persister>,
+    transport: Arc<Transport>,
+    metrics: Arc<Metrics>,
+    pool: Option<rayon::ThreadPool>,
+    limits: Limits,
+    routes: HashMap<ExecKey, Route>,
+    held: VecDeque<Held>,
+    submitted: u64,
+    durable: u64,
+    failed: Option<String>,
+    epoch: Instant,
+    ticks: u64,
+    checkpoint_every: Duration,
+    last_checkpoint: Instant,
+    checkpointed_len: u64,
+    stopping: bool,
+}
+
+impl NodeLoop {
+    /// A loop around `node`; `persister` receives its batches.
+    pub fn new(
+        node: Node<DurableCabStorage>,
+        persister: Persister,
+        transport: Arc<Transport>,
+        metrics: Arc<Metrics>,
+        config: LoopConfig,
+    ) -> Self {
+        let pool = (config.workers > 1)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(config.workers)
+                    .thread_name(|i| format!("creek-exec-{i}"))
+                    .build()
+                    .ok()
+            })
+            .flatten();
+        let checkpointed_len = node.replica().committed_len();
+        NodeLoop {
+            node,
+            persister: Some(persister),
+            transport,
+            metrics,
+            pool,
+            limits: config.limits,
+            routes: HashMap::new(),
+            held: VecDeque::new(),
+            submitted: 0,
+            durable: 0,
+            failed: None,
+            epoch: Instant::now(),
+            ticks: 0,
+            checkpoint_every: config.checkpoint_every,
+            last_checkpoint: Instant::now(),
+            checkpointed_len,
+            stopping: false,
+        }
+    }
+
+    /// Run until `Shutdown` or until every sender is gone.
+    pub fn run(mut self, mut events: mpsc::Receiver<Event>) {
+        while let Some(event) = events.blocking_recv() {
+            self.handle(event);
+            // Group everything already queued into this turn.
+            for _ in 0..4096 {
+                match events.try_recv() {
+                    Ok(event) => self.handle(event),
+                    Err(_) => break,
+                }
+            }
+            self.execute();
+            self.flush();
+            if self.stopping {
+                break;
+            }
+        }
+        self.stop();
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Invoke(inv) => self.invoke(inv),
+            Event::Frame { from, frame } => {
+                if self.node.on_frame(from, &frame).is_err() {
+                    tracing::debug!(%from, "refused a malformed peer frame");
+                }
+            }
+            Event::Durable(Ok(seq)) => {
+                self.metrics.durable_batches.inc();
+                self.durable = self.durable.max(seq);
+                self.release();
+            }
+            Event::Durable(Err(e)) => self.fail(format!("disk failure: {e}")),
+            Event::Tick => self.tick(),
+            Event::Status(reply) => {
+                let _ = reply.send(self.status());
+            }
+            Event::Shutdown => self.stopping = true,
+        }
+    }
+
+    fn invoke(&mut self, inv: Invocation) {
+        if let Some(why) = &self.failed {
+            let _ = inv.reply.send(Reply::Failed(why.clone()));
+            return;
+        }
+        let strong = inv.request.strong;
+        let views = inv.request.views;
+        match self.node.invoke(inv.request, self.now_us()) {
+            Ok(handle) => {
+                let _ = inv.reply.send(Reply::Accepted);
+                self.routes.insert(
+                    handle,
+                    Route {
+                        reply: inv.reply,
+                        views,
+                        strong,
+                        received: inv.received,
+                    },
+                );
+            }
+            Err(e) => {
+                self.metrics.op(strong, "rejected");
+                let _ = inv.reply.send(Reply::Rejected(e));
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        self.ticks += 1;
+        let now = self.now_us();
+        self.node.tick(now);
+        // Clients that went away.
+        self.routes.retain(|_, r| !r.reply.is_closed());
+        if self.ticks % 10 == 0 {
+            self.refresh_gauges();
+        }
+    }
+
+    /// Run every ready execution: on the worker pool when several are
+    /// ready, inline otherwise (a hand-off costs more than a small op).
+    fn execute(&mut self) {
+        loop {
+            let mut tasks = Vec::new();
+            while let Some(t) = self.node.next_execution() {
+                tasks.push(t);
+                if tasks.len() >= 1024 {
+                    break;
+                }
+            }
+            if tasks.is_empty() {
+                return;
+            }
+            let replica = self.node.replica();
+            let done = match (&self.pool, tasks.len()) {
+                (Some(pool), n) if n > 1 => pool.install(|| {
+                    use rayon::prelude::*;
+                    tasks.par_iter().map(|t| replica.run(t)).collect::<Vec<_>>()
+                }),
+                _ => tasks.iter().map(|t| replica.run(t)).collect(),
+            };
+            for c in done {
+                self.node.complete(c);
+            }
+        }
+    }
+
+    /// End of a turn: tentative views go out; the turn's writes are
+    /// submitted as one batch; messages and stable views wait for it.
+    fn flush(&mut self) {
+        let mut held_views = Vec::new();
+        for v in self.node.take_views() {
+            if v.kind == ViewKind::Tentative {
+                self.route(v);
+            } else {
+                held_views.push(v);
+            }
+        }
+        let mut batch = Batch {
+            log: self.node.cab_mut().store_mut().take_writes(),
+            ops: self.node.take_new_payloads(),
+            checkpoint: None,
+        };
+        if self.last_checkpoint.elapsed() >= self.checkpoint_every {
+            if let Some(ckpt) = self.node.checkpoint() {
+                let dropped = self.committed_ids_since(self.checkpointed_len, ckpt.committed_len);
+                self.checkpointed_len = ckpt.committed_len;
+                self.last_checkpoint = Instant::now();
+                tracing::debug!(committed = ckpt.committed_len, "checkpoint");
+                batch.checkpoint = Some((ckpt, dropped));
+            }
+        }
+        if !batch.is_empty() {
+            if let Some(p) = &self.persister {
+                self.submitted = p.submit(batch);
+            }
+        }
+        let mut frames = Vec::new();
+        for (to, msg) in self.node.take_outbox() {
+            match creek_wire::encode(&msg, &self.limits) {
+                Ok(frame) => frames.push((to, frame)),
+                Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
+            }
+        }
+        if frames.is_empty() && held_views.is_empty() {
+            return;
+        }
+        self.held.push_back(Held {
+            seq: self.submitted,
+            frames,
+            views: held_views,
+        });
+        self.release();
+    }
+
+    fn committed_ids_since(&self, from: u64, to: u64) -> Vec<creek_core::OpId> {
+        let r = self.node.replica();
+        let list = r.committed();
+        let base = r.committed_len() - list.len() as u64;
+        let lo = from.saturating_sub(base) as usize;
+        let hi = (to.saturating_sub(base) as usize).min(list.len());
+        list.get(lo..hi).map(<[_]>::to_vec).unwrap_or_default()
+    }
+
+    /// Send whatever the durable batches allow.
+    fn release(&mut self) {
+        if self.failed.is_some() {
+            return;
+        }
+        while self.held.front().is_some_and(|h| h.seq <= self.durable) {
+            let Some(h) = self.held.pop_front() else {
+                break;
+            };
+            for (to, frame) in h.frames {
+                self.transport.send(to, frame);
+            }
+            for v in h.views {
+                self.route(v);
+            }
+        }
+    }
+
+    fn route(&mut self, v: View) {
+        let Some(route) = self.routes.get(&v.handle) else {
+            return;
+        };
+        let stable = v.kind != ViewKind::Tentative;
+        self.metrics
+            .view(stable, route.received.elapsed().as_secs_f64());
+        let last = stable || !route.views.final_view;
+        let outcome = if v.outcome.is_ok() { "ok" } else { "abort" };
+        let strong = route.strong;
+        let gone = route.reply.send(Reply::View(v.clone())).is_err();
+        if last || gone {
+            self.routes.remove(&v.handle);
+            self.metrics
+                .op(strong, if gone { "cancelled" } else { outcome });
+        }
+    }
+
+    /// The disk failed: stop acknowledging anything; every waiting client
+    /// learns it.
+    fn fail(&mut self, why: String) {
+        tracing::error!(error = %why, "replica stops serving");
+        for (_, r) in self.routes.drain() {
+            self.metrics.op(r.strong, "unavailable");
+            let _ = r.reply.send(Reply::Failed(why.clone()));
+        }
+        self.held.clear();
+        self.failed = Some(why);
+    }
+
+    fn stop(&mut self) {
+        self.flush();
+        if let Some(p) = self.persister.take() {
+            match p.close() {
+                Ok(()) => {
+                    self.durable = self.submitted;
+                    self.release();
+                }
+                Err(e) => self.fail(format!("disk failure at shutdown: {e}")),
+            }
+        }
+        for (_, r) in self.routes.drain() {
+            self.metrics.op(r.strong, "unavailable");
+            let _ = r.reply.send(Reply::Failed(
+                "the replica shut down before the op's final view".into(),
+            ));
+        }
+    }
+
+    fn refresh_gauges(&self) {
+        let m = &self.metrics;
+        let r = self.node.replica();
+        let c = r.counters();
+        let e = r.exec_counters();
+        if c.accuracy_checked > 0 {
+            m.accuracy
+                .set(c.accuracy_hits as f64 / c.accuracy_checked as f64);
+        }
+        if e.ops > 0 {
+            m.execution_ratio.set(e.executions as f64 / e.ops as f64);
+        }
+        m.reexecutions.set(e.reexecutions as i64);
+        let cab = self.node.cab();
+        m.consensus_role.set(if cab.is_leader() {
+            2
+        } else if cab.leader().is_some() {
+            1
+        } else {
+            0
+        });
+        m.consensus_term.set(cab.term() as i64);
+        m.committed.set(r.committed_len() as i64);
+        m.tentative.set(r.tentative_len() as i64);
+        let g = self.node.gossip_stats();
+        m.gossip_backlog.set((g.buffered + g.pushes_queued) as i64);
+        m.gossip_payloads_held.set(g.payloads_held as i64);
+        m.decided_waiting.set(r.decided_waiting() as i64);
+        let t = self.transport.stats();
+        use std::sync::atomic::Ordering::Relaxed;
+        m.peer_frames_dropped
+            .set((t.dropped_full.load(Relaxed) + t.dropped_faults.load(Relaxed)) as i64);
+        m.peer_bytes_sent.set(t.bytes_sent.load(Relaxed) as i64);
+    }
+
+    fn status(&self) -> StatusSnapshot {
+        let r = self.node.replica();
+        let cab = self.node.cab();
+        let c = r.counters();
+        let e = r.exec_counters();
+        let g = self.node.gossip_stats();
+        let s = self.node.cab_stats();
+        let mut counters = BTreeMap::new();
+        let mut put = |k: &str, v: u64| {
+            counters.insert(k.to_owned(), v);
+        };
+        put("invoked_weak", c.invoked_weak);
+        put("invoked_strong", c.invoked_strong);
+        put("local_reads", c.local_reads);
+        put("rb_delivered", c.rb_delivered);
+        put("cab_delivered", c.cab_delivered);
+        put("stabilizer_noops", c.stabilizer_noops);
+        put("views", c.views);
+        put("finalized", c.finalized);
+        put("accuracy_checked", c.accuracy_checked);
+        put("accuracy_hits", c.accuracy_hits);
+        put("executions", e.executions);
+        put("reexecutions", e.reexecutions);
+        put("exec_ops", e.ops);
+        put("gossip_ops_sent", g.ops_sent);
+        put("gossip_payloads_held", g.payloads_held as u64);
+        put("cab_entries_proposed", s.entries_proposed);
+        put("cab_ids_decided", s.ids_decided);
+        put("decided_waiting", r.decided_waiting() as u64);
+        put("durable_seq", self.durable);
+        put("submitted_seq", self.submitted);
+        put("refused_frames", self.node.refused_frames());
+        put("failed", u64::from(self.failed.is_some()));
+        StatusSnapshot {
+            role: if cab.is_leader() {
+                "leader"
+            } else if cab.leader().is_some() {
+                "follower"
+            } else {
+                "electing"
+            },
+            leader: cab.leader().map_or(0, |l| l.0),
+            term: cab.term(),
+            committed: r.committed_len(),
+            tentative: r.tentative_len() as u64,
+            counters,
+        }
+    }
+}

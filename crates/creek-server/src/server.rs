@@ -1,0 +1,287 @@
+//! Starting and stopping one replica: open the data directory, recover the
+//! node, bind the sockets, start the transport, the node loop, the ticker,
+//! the gRPC server and the metrics endpoint.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use creek_core::ReplicaId;
+use creek_exec::Registry;
+use creek_node::{Node, NodeConfig};
+use creek_proto::pb;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::ServerConfig;
+use crate::faults::Faults;
+use crate::metrics::Metrics;
+use crate::node_loop::{Event, LoopConfig, NodeLoop};
+use crate::service::{AdminService, CreekService};
+use crate::transport::Transport;
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The configuration.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The data directory.
+    #[error("data directory {dir}: {source}")]
+    Store {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        source: creek_store::StoreError,
+    },
+    /// Recovering the node from its data.
+    #[error("recovering the replica: {0}")]
+    Node(#[from] creek_node::NodeError),
+    /// A socket could not be bound.
+    #[error("binding {what} address {addr}: {source}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A thread could not be started.
+    #[error("starting the node loop: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A running replica.
+pub struct Server {
+    id: ReplicaId,
+    client_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    events: mpsc::Sender<Event>,
+    shutdown: watch::Sender<bool>,
+    stopping: Arc<AtomicBool>,
+    node_thread: Option<std::thread::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Server {
+    /// Start a replica with the built-in procedures. Must be called inside
+    /// a tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
+        Self::start_with(config, Arc::new(Registry::with_builtins())).await
+    }
+
+    /// Start a replica with the given procedures (every replica of the
+    /// group must hold the same).
+    pub async fn start_with(
+        config: ServerConfig,
+        registry: Arc<Registry>,
+    ) -> Result<Server, StartError> {
+        config.validate()?;
+        let me = config.replica_id();
+        let group = config.group();
+        let voters: Vec<u64> = group.iter().map(|r| u64::from(r.0)).collect();
+        let (events_tx, events_rx) = mpsc::channel::<Event>(16 * 1024);
+
+        // Durability reports go to the node loop; the persister thread may
+        // block briefly when the loop is behind.
+        let durable_tx = events_tx.clone();
+        let on_durable = Box::new(move |r: Result<u64, creek_store::StoreError>| {
+            let _ = durable_tx.blocking_send(Event::Durable(r.map_err(|e| e.to_string())));
+        });
+        let opened = creek_store::open(&config.data_dir, voters, on_durable).map_err(|source| {
+            StartError::Store {
+                dir: config.data_dir.clone(),
+                source,
+            }
+        })?;
+        let mut node_config = NodeConfig::for_group(me, &group);
+        node_config.replica.stabilize_after_us = config.stabilize_after_ms * 1000;
+        let limits = node_config.wire.clone();
+        let recovered_ops = opened.recovered.ops.len();
+        let from_checkpoint = opened.recovered.checkpoint.as_ref().map(|c| c.committed_len);
+        let node = Node::recover(
+            node_config,
+            registry,
+            opened.storage,
+            opened.recovered.checkpoint,
+            opened.recovered.ops,
+        )?;
+        tracing::info!(
+            replica = %me,
+            recovered_ops,
+            checkpoint = ?from_checkpoint,
+            "recovered from the data directory"
+        );
+
+        let me_addr = config.me().clone();
+        let bind = |what, addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Bind { what, addr, source })
+        };
+        let peer_listener = bind("peer", me_addr.peer_addr).await?;
+        let client_listener = bind("client", me_addr.client_addr).await?;
+        let client_addr = client_listener
+            .local_addr()
+            .map_err(|source| StartError::Bind {
+                what: "client",
+                addr: me_addr.client_addr,
+                source,
+            })?;
+        let metrics_listener = match config.metrics_addr {
+            Some(a) => Some(bind("metrics", a).await?),
+            None => None,
+        };
+        let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
+
+        let faults = Arc::new(Faults::default());
+        let peers: Vec<(ReplicaId, SocketAddr)> = config
+            .replicas
+            .iter()
+            .filter(|r| r.id != config.id)
+            .map(|r| (ReplicaId(r.id), r.peer_addr))
+            .collect();
+        let transport = Arc::new(Transport::start(
+            me,
+            &peers,
+            peer_listener,
+            events_tx.clone(),
+            faults.clone(),
+            config.peer_queue_frames,
+            limits.frame_bytes_max,
+        ));
+        let metrics = Arc::new(Metrics::new());
+        let node_loop = NodeLoop::new(
+            node,
+            opened.persister,
+            transport.clone(),
+            metrics.clone(),
+            LoopConfig {
+                workers: config.worker_threads(),
+                checkpoint_every: std::time::Duration::from_secs(config.checkpoint_every_secs),
+                limits,
+            },
+        );
+        let node_thread = std::thread::Builder::new()
+            .name(format!("creek-node-{}", me.0))
+            .spawn(move || node_loop.run(events_rx))
+            .map_err(StartError::Thread)?;
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+
+        // The protocol clock. A full queue skips a tick rather than block.
+        let tick_tx = events_tx.clone();
+        let tick = config.tick();
+        tasks.push(tokio::spawn(async move {
+            let mut iv = tokio::time::interval(tick);
+            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                iv.tick().await;
+                if tick_tx.is_closed() {
+                    return;
+                }
+                let _ = tick_tx.try_send(Event::Tick);
+            }
+        }));
+
+        let service = CreekService {
+            events: events_tx.clone(),
+            metrics: metrics.clone(),
+            transport,
+            me,
+            client_addrs: config
+                .replicas
+                .iter()
+                .map(|r| (u32::from(r.id), r.client_addr.to_string()))
+                .collect(),
+            max_request_bytes: config.max_request_bytes,
+            stopping: stopping.clone(),
+        };
+        let admin = AdminService {
+            faults,
+            allowed: config.allow_fault_injection,
+            peers: peers.iter().map(|(id, _)| *id).collect(),
+        };
+        let limit = config.max_request_bytes * 2 + 4096;
+        let mut grpc_shutdown = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener);
+            let result = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(
+                    pb::creek_server::CreekServer::new(service).max_decoding_message_size(limit),
+                )
+                .add_service(pb::admin_server::AdminServer::new(admin))
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = grpc_shutdown.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "the client API stopped");
+            }
+        }));
+        if let Some(listener) = metrics_listener {
+            let m = metrics.clone();
+            let mut rx = shutdown_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                let stop = async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                };
+                if let Err(e) = crate::metrics::serve(listener, m, stop).await {
+                    tracing::error!(error = %e, "the metrics endpoint stopped");
+                }
+            }));
+        }
+        tracing::info!(replica = %me, %client_addr, peer_addr = %me_addr.peer_addr, "replica serving");
+        Ok(Server {
+            id: me,
+            client_addr,
+            metrics_addr,
+            events: events_tx,
+            shutdown,
+            stopping,
+            node_thread: Some(node_thread),
+            tasks,
+            metrics,
+        })
+    }
+
+    /// This replica.
+    pub fn id(&self) -> ReplicaId {
+        self.id
+    }
+
+    /// Where clients connect.
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    /// Where metrics are served, if anywhere.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Stop cleanly: refuse new ops, stop the client API, make everything
+    /// durable and join the node loop.
+    pub async fn shutdown(mut self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        let _ = self.events.send(Event::Shutdown).await;
+        if let Some(t) = self.node_thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        let _ = self.shutdown.send(true);
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! The gRPC services of `proto/creek.proto`: `Creek` for clients and
+//! `Admin` for fault injection.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use creek_core::{ReplicaId, Request, ViewKind, Views};
+use creek_exec::{CallError, ClientRequestId, ProcCall};
+use creek_proto::pb;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::Stream;
+use tonic::{Code, Status};
+
+use crate::faults::{Faults, LinkFault};
+use crate::metrics::Metrics;
+use crate::node_loop::{Event, Invocation, Reply};
+use crate::transport::Transport;
+
+/// The stream of views of one invocation.
+pub type ViewStream = Pin<Box<dyn Stream<Item = Result<pb::View, Status>> + Send>>;
+
+/// The `Creek` service of one replica.
+#[derive(Clone)]
+pub struct CreekService {
+    pub(crate) events: mpsc::Sender<Event>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) transport: Arc<Transport>,
+    pub(crate) me: ReplicaId,
+    pub(crate) client_addrs: HashMap<u32, String>,
+    pub(crate) max_request_bytes: usize,
+    pub(crate) stopping: Arc<AtomicBool>,
+}
+
+/// The op a request asks for: (strong, views).
+fn levels(req: &pb::InvokeRequest) -> Result<(bool, Views), Status> {
+    let mut weak = false;
+    let mut strong = false;
+    for l in &req.levels {
+        match pb::Level::try_from(*l) {
+            Ok(pb::Level::Weak) => weak = true,
+            Ok(pb::Level::Strong) => strong = true,
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown level {l}: use WEAK, STRONG or both"
+                )))
+            }
+        }
+    }
+    Ok(match (weak, strong) {
+        (true, false) => (
+            false,
+            Views {
+                tentative: true,
+                final_view: req.weak_final,
+            },
+        ),
+        (false, true) => (true, Views::STRONG),
+        _ => (true, Views::BOTH),
+    })
+}
+
+/// The grpc-timeout header (e.g. `250m`, `5S`), if any.
+fn deadline(meta: &tonic::metadata::MetadataMap) -> Result<Option<Duration>, Status> {
+    let Some(v) = meta.get("grpc-timeout") else {
+        return Ok(None);
+    };
+    let bad = || Status::invalid_argument("malformed grpc-timeout header");
+    let s = v.to_str().map_err(|_| bad())?;
+    if s.len() < 2 || s.len() > 9 {
+        return Err(bad());
+    }
+    let (digits, unit) = s.split_at(s.len() - 1);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return Err(bad()),
+    };
+    Ok(Some(d))
+}
+
+/// The gRPC status for a refused invocation.
+fn rejected(e: creek_core::InvokeError) -> Status {
+    use creek_core::InvokeError as E;
+    match e {
+        E::Call(CallError::UnknownProcedure(p)) => {
+            Status::invalid_argument(format!("unknown procedure {p:?}"))
+        }
+        E::Call(c @ CallError::MalformedArgs { .. }) => Status::invalid_argument(c.to_string()),
+        E::NoView => Status::invalid_argument("the request asks for no view"),
+        E::Overloaded(n) => Status::resource_exhausted(format!(
+            "replica overloaded: {n} ops on the tentative list; retry later"
+        )),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+fn to_pb_view(v: &creek_core::View) -> pb::View {
+    use pb::view::{Kind, Outcome};
+    let kind = match v.kind {
+        ViewKind::Tentative => Kind::Preliminary,
+        ViewKind::Stable => Kind::Final,
+        ViewKind::Confirmation => Kind::Confirmed,
+    };
+    let outcome = if v.kind == ViewKind::Confirmation {
+        None
+    } else {
+        Some(match &v.outcome {
+            Ok(bytes) => match creek_exec::value::Value::decode(bytes) {
+                Ok(val) => Outcome::Value(creek_proto::to_wire(&val)),
+                // A user procedure returning raw bytes.
+                Err(_) => Outcome::Value(creek_proto::to_wire(&creek_exec::value::Value::Bytes(
+                    bytes.clone(),
+                ))),
+            },
+            Err(abort) => Outcome::Abort(abort.0.clone()),
+        })
+    };
+    pb::View {
+        kind: kind as i32,
+        outcome,
+    }
+}
+
+#[tonic::async_trait]
+impl pb::creek_server::Creek for CreekService {
+    type InvokeStream = ViewStream;
+
+    async fn invoke(
+        &self,
+        request: tonic::Request<pb::InvokeRequest>,
+    ) -> Result<tonic::Response<ViewStream>, Status> {
+        let received = Instant::now();
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err(Status::unavailable("the replica is shutting down"));
+        }
+        let timeout = deadline(request.metadata())?;
+        let req = request.into_inner();
+        let (strong, views) = levels(&req)?;
+        if req.procedure.is_empty() {
+            return Err(Status::invalid_argument("no procedure named"));
+        }
+        let args = req
+            .args
+            .iter()
+            .map(creek_proto::from_wire)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Status::invalid_argument(format!("malformed arguments: {e}")))?;
+        let encoded = creek_exec::value::encode_args(&args);
+        let size = encoded.len() + req.procedure.len();
+        if size > self.max_request_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "request of {size} bytes exceeds the limit of {} bytes",
+                self.max_request_bytes
+            )));
+        }
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Status::deadline_exceeded("the deadline passed before the op was accepted"));
+        }
+        let mut call = ProcCall::new(&req.procedure, encoded);
+        if req.client_id != 0 {
+            call.request_id = Some(ClientRequestId {
+                client: req.client_id,
+                seq: req.request_seq,
+            });
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let inv = Invocation {
+            request: Request { call, strong, views },
+            reply: tx,
+            received,
+        };
+        self.events
+            .send(Event::Invoke(inv))
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        match rx.recv().await {
+            Some(Reply::Accepted) => {}
+            Some(Reply::Rejected(e)) => return Err(rejected(e)),
+            Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
+            Some(Reply::View(_)) | None => {
+                return Err(Status::unavailable("the replica is shutting down"))
+            }
+        }
+        let metrics = self.metrics.clone();
+        let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
+        let stream = async_stream(rx, until, metrics, strong);
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+
+    async fn status(
+        &self,
+        _request: tonic::Request<pb::StatusRequest>,
+    ) -> Result<tonic::Response<pb::StatusReply>, Status> {
+        let (tx, rx) = oneshot::channel();
+        self.events
+            .send(Event::Status(tx))
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let s = rx
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let peers = self
+            .transport
+            .peers()
+            .into_iter()
+            .map(|(id, addr, connected)| pb::PeerStatus {
+                replica: u32::from(id.0),
+                address: addr.to_string(),
+                connected,
+            })
+            .collect();
+        Ok(tonic::Response::new(pb::StatusReply {
+            replica: u32::from(self.me.0),
+            role: s.role.to_owned(),
+            leader: u32::from(s.leader),
+            term: s.term,
+            committed: s.committed,
+            tentative: s.tentative,
+            counters: s.counters.into_iter().collect(),
+            peers,
+            client_addrs: self.client_addrs.clone(),
+        }))
+    }
+}
+
+/// Views from the node loop as a gRPC stream, ended by the last view, a
+/// failure or the deadline.
+fn async_stream(
+    mut rx: mpsc::UnboundedReceiver<Reply>,
+    until: Option<tokio::time::Instant>,
+    metrics: Arc<Metrics>,
+    strong: bool,
+) -> impl Stream<Item = Result<pb::View, Status>> + Send {
+    let (tx, out) = mpsc::channel::<Result<pb::View, Status>>(8);
+    tokio::spawn(async move {
+        loop {
+            let next = match until {
+                Some(t) => match tokio::time::timeout_at(t, rx.recv()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        metrics.op(strong, "deadline");
+                        let _ = tx
+                            .send(Err(Status::new(
+                                Code::DeadlineExceeded,
+                                "deadline exceeded before the final view; the op may still \
+                                 commit — retry with the same request id to learn its result",
+                            )))
+                            .await;
+                        return;
+                    }
+                },
+                None => rx.recv().await,
+            };
+            match next {
+                Some(Reply::View(v)) => {
+                    if tx.send(Ok(to_pb_view(&v))).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Reply::Failed(why)) => {
+                    let _ = tx.send(Err(Status::unavailable(why))).await;
+                    return;
+                }
+                Some(Reply::Accepted) | Some(Reply::Rejected(_)) => {}
+                None => return, // the last view was sent
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(out)
+}
+
+/// The `Admin` service.
+#[derive(Clone)]
+pub struct AdminService {
+    pub(crate) faults: Arc<Faults>,
+    pub(crate) allowed: bool,
+    pub(crate) peers: Vec<ReplicaId>,
+}
+
+#[tonic::async_trait]
+impl pb::admin_server::Admin for AdminService {
+    async fn set_faults(
+        &self,
+        request: tonic::Request<pb::SetFaultsRequest>,
+    ) -> Result<tonic::Response<pb::SetFaultsReply>, Status> {
+        if !self.allowed {
+            return Err(Status::permission_denied(
+                "fault injection is disabled; start the server with allow_fault_injection",
+            ));
+        }
+        let mut table = HashMap::new();
+        for l in request.into_inner().links {
+            let peer = u16::try_from(l.peer)
+                .ok()
+                .map(ReplicaId)
+                .filter(|p| self.peers.contains(p))
+                .ok_or_else(|| Status::invalid_argument(format!("{} is not a peer", l.peer)))?;
+            if !(0.0..=1.0).contains(&l.loss) {
+                return Err(Status::invalid_argument("loss must be within 0.0..=1.0"));
+            }
+            if l.delay_us > 60_000_000 {
+                return Err(Status::invalid_argument("delay_us must be at most 60 s"));
+            }
+            table.insert(
+                peer,
+                LinkFault {
+                    delay: Duration::from_micros(l.delay_us),
+                    loss: l.loss,
+                    partitioned: l.partitioned,
+                },
+            );
+        }
+        tracing::info!(links = table.len(), "transport faults replaced");
+        self.faults.set(table);
+        Ok(tonic::Response::new(pb::SetFaultsReply {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_map_to_ops_and_views() {
+        let mk = |levels: Vec<pb::Level>, weak_final| pb::InvokeRequest {
+            levels: levels.into_iter().map(|l| l as i32).collect(),
+            weak_final,
+            ..Default::default()
+        };
+        assert_eq!(levels(&mk(vec![pb::Level::Weak], false)).ok(), Some((false, Views::WEAK)));
+        assert_eq!(levels(&mk(vec![pb::Level::Weak], true)).ok(), Some((false, Views::BOTH)));
+        assert_eq!(levels(&mk(vec![pb::Level::Strong], false)).ok(), Some((true, Views::STRONG)));
+        assert_eq!(levels(&mk(vec![], false)).ok(), Some((true, Views::BOTH)));
+        let bad = pb::InvokeRequest { levels: vec![7], ..Default::default() };
+        assert_eq!(levels(&bad).map_err(|s| s.code()).err(), Some(Code::InvalidArgument));
+    }
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        let mut m = tonic::metadata::MetadataMap::new();
+        assert_eq!(deadline(&m).ok(), Some(None));
+        m.insert("grpc-timeout", "250m".parse().expect("ascii"));
+        assert_eq!(deadline(&m).ok(), Some(Some(Duration::from_millis(250))));
+        m.insert("grpc-timeout", "5x".parse().expect("ascii"));
+        assert!(deadline(&m).is_err());
+    }
+}

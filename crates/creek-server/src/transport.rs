@@ -1,0 +1,348 @@
+//! Peer transport over TCP.
+//!
+//! Each replica keeps one outbound connection to every peer and accepts one
+//! inbound connection from each. A connection opens with a handshake —
+//! `b"CRK"`, the wire version, the sender's id and the receiver's id (u16,
+//! big-endian) — and then carries frames: a u32 big-endian length and one
+//! `creek-wire` frame (which carries its own version byte).
+//!
+//! Backpressure and bounds: frames toward a peer wait in a bounded queue of
+//! `peer_queue_frames`; when it is full (the peer is slow or unreachable) new
+//! frames are dropped and counted. The protocol tolerates loss — raft
+//! retransmits, gossip repairs by anti-entropy and pulls — so dropping is
+//! safe, and it keeps the node loop from ever blocking on a socket. Inbound
+//! frames go to the node loop through a bounded channel; when the loop is
+//! behind, the reader stops reading and TCP pushes back on the sender.
+//!
+//! Outbound connections are retried with exponential backoff (50 ms to
+//! 1 s); frames queued while a peer is down are dropped at the queue bound.
+//!
+//! Faults ([`crate::faults`]) are applied here on this replica's side of
+//! each link: loss and partitions drop frames in both directions; latency
+//! is added to the frames this replica sends, which keep their order.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use creek_core::ReplicaId;
+use creek_wire::WIRE_VERSION;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::faults::{Faults, Verdict};
+use crate::node_loop::Event;
+
+const MAGIC: &[u8; 3] = b"CRK";
+const HANDSHAKE_LEN: usize = 8;
+
+/// Transport counters.
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    /// Frames written to sockets.
+    pub frames_sent: AtomicU64,
+    /// Bytes written (frame headers included).
+    pub bytes_sent: AtomicU64,
+    /// Frames received and handed to the node.
+    pub frames_received: AtomicU64,
+    /// Frames dropped because a peer's queue was full.
+    pub dropped_full: AtomicU64,
+    /// Frames dropped by injected faults.
+    pub dropped_faults: AtomicU64,
+    /// Inbound connections refused (bad handshake, unknown peer).
+    pub refused_connections: AtomicU64,
+}
+
+struct Peer {
+    queue: mpsc::Sender<(Instant, Bytes)>,
+    connected: Arc<AtomicBool>,
+    addr: SocketAddr,
+}
+
+/// The peer transport of one replica.
+pub struct Transport {
+    me: ReplicaId,
+    peers: HashMap<ReplicaId, Peer>,
+    faults: Arc<Faults>,
+    stats: Arc<TransportStats>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Transport {
+    /// Start connecting to `peers` and accepting on `listener`; inbound
+    /// frames go to `inbound`. Must run inside a tokio runtime.
+    pub fn start(
+        me: ReplicaId,
+        peers: &[(ReplicaId, SocketAddr)],
+        listener: TcpListener,
+        inbound: mpsc::Sender<Event>,
+        faults: Arc<Faults>,
+        queue_frames: usize,
+        frame_bytes_max: usize,
+    ) -> Transport {
+        let stats = Arc::new(TransportStats::default());
+        let mut tasks = Vec::new();
+        let mut table = HashMap::new();
+        for &(id, addr) in peers {
+            let (tx, rx) = mpsc::channel(queue_frames);
+            let connected = Arc::new(AtomicBool::new(false));
+            tasks.push(tokio::spawn(outbound(
+                me,
+                id,
+                addr,
+                rx,
+                connected.clone(),
+                stats.clone(),
+            )));
+            table.insert(
+                id,
+                Peer {
+                    queue: tx,
+                    connected,
+                    addr,
+                },
+            );
+        }
+        let known: Vec<ReplicaId> = peers.iter().map(|(id, _)| *id).collect();
+        tasks.push(tokio::spawn(accept(
+            me,
+            listener,
+            known,
+            inbound,
+            faults.clone(),
+            stats.clone(),
+            frame_bytes_max,
+        )));
+        Transport {
+            me,
+            peers: table,
+            faults,
+            stats,
+            tasks,
+        }
+    }
+
+    /// Queue a frame for `to`; never blocks. Dropped (and counted) when the
+    /// peer's queue is full, the peer is unknown or a fault says so.
+    pub fn send(&self, to: ReplicaId, frame: Bytes) {
+        let Some(peer) = self.peers.get(&to) else {
+            return;
+        };
+        let due = match self.faults.judge(to) {
+            Verdict::Drop => {
+                self.stats.dropped_faults.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Verdict::Pass(delay) => Instant::now() + delay,
+        };
+        if peer.queue.try_send((due, frame)).is_err() {
+            self.stats.dropped_full.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Each peer: address and whether the outbound connection is up.
+    pub fn peers(&self) -> Vec<(ReplicaId, SocketAddr, bool)> {
+        let mut v: Vec<_> = self
+            .peers
+            .iter()
+            .map(|(id, p)| (*id, p.addr, p.connected.load(Ordering::Relaxed)))
+            .collect();
+        v.sort_by_key(|(id, _, _)| *id);
+        v
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Arc<TransportStats> {
+        &self.stats
+    }
+
+    /// This replica.
+    pub fn me(&self) -> ReplicaId {
+        self.me
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn handshake(from: ReplicaId, to: ReplicaId) -> [u8; HANDSHAKE_LEN] {
+    let mut h = [0u8; HANDSHAKE_LEN];
+    h[..3].copy_from_slice(MAGIC);
+    h[3] = WIRE_VERSION;
+    h[4..6].copy_from_slice(&from.0.to_be_bytes());
+    h[6..8].copy_from_slice(&to.0.to_be_bytes());
+    h
+}
+
+async fn outbound(
+    me: ReplicaId,
+    peer: ReplicaId,
+    addr: SocketAddr,
+    mut rx: mpsc::Receiver<(Instant, Bytes)>,
+    connected: Arc<AtomicBool>,
+    stats: Arc<TransportStats>,
+) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let stream = match TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%peer, %addr, error = %e, "peer connect failed");
+                // Frames for an unreachable peer are stale by the next try.
+                while rx.try_recv().is_ok() {}
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let mut w = BufWriter::with_capacity(64 << 10, stream);
+        if w.write_all(&handshake(me, peer)).await.is_err() || w.flush().await.is_err() {
+            continue;
+        }
+        tracing::info!(%peer, %addr, "connected to peer");
+        connected.store(true, Ordering::Relaxed);
+        backoff = Duration::from_millis(50);
+        let result: std::io::Result<()> = async {
+            while let Some((due, frame)) = rx.recv().await {
+                if due > Instant::now() {
+                    w.flush().await?;
+                    tokio::time::sleep_until(due).await;
+                }
+                write_frame(&mut w, &frame, &stats).await?;
+                // Batch: write what is already queued, then flush once.
+                while let Ok((due, frame)) = rx.try_recv() {
+                    if due > Instant::now() {
+                        w.flush().await?;
+                        tokio::time::sleep_until(due).await;
+                    }
+                    write_frame(&mut w, &frame, &stats).await?;
+                }
+                w.flush().await?;
+            }
+            Ok(())
+        }
+        .await;
+        connected.store(false, Ordering::Relaxed);
+        match result {
+            Ok(()) => return, // the transport is shutting down
+            Err(e) => {
+                tracing::info!(%peer, %addr, error = %e, "peer connection lost; reconnecting");
+            }
+        }
+    }
+}
+
+async fn write_frame(
+    w: &mut BufWriter<TcpStream>,
+    frame: &Bytes,
+    stats: &TransportStats,
+) -> std::io::Result<()> {
+    let len = u32::try_from(frame.len())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "frame too large"))?;
+    w.write_all(&len.to_be_bytes()).await?;
+    w.write_all(frame).await?;
+    stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+    stats
+        .bytes_sent
+        .fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
+    Ok(())
+}
+
+async fn accept(
+    me: ReplicaId,
+    listener: TcpListener,
+    known: Vec<ReplicaId>,
+    inbound: mpsc::Sender<Event>,
+    faults: Arc<Faults>,
+    stats: Arc<TransportStats>,
+    frame_bytes_max: usize,
+) {
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a peer connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(inbound_conn(
+            me,
+            stream,
+            remote,
+            known.clone(),
+            inbound.clone(),
+            faults.clone(),
+            stats.clone(),
+            frame_bytes_max,
+        ));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn inbound_conn(
+    me: ReplicaId,
+    mut stream: TcpStream,
+    remote: SocketAddr,
+    known: Vec<ReplicaId>,
+    inbound: mpsc::Sender<Event>,
+    faults: Arc<Faults>,
+    stats: Arc<TransportStats>,
+    frame_bytes_max: usize,
+) {
+    let mut h = [0u8; HANDSHAKE_LEN];
+    let hs = tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut h)).await;
+    let from = ReplicaId(u16::from_be_bytes([h[4], h[5]]));
+    let to = ReplicaId(u16::from_be_bytes([h[6], h[7]]));
+    let ok = matches!(hs, Ok(Ok(_)))
+        && &h[..3] == MAGIC
+        && h[3] == WIRE_VERSION
+        && to == me
+        && known.contains(&from);
+    if !ok {
+        stats.refused_connections.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%remote, "refused a peer connection: bad handshake (not a Creek peer of this group, or another wire version)");
+        return;
+    }
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    loop {
+        let mut len = [0u8; 4];
+        if stream.read_exact(&mut len).await.is_err() {
+            return;
+        }
+        let len = u32::from_be_bytes(len) as usize;
+        if len > frame_bytes_max {
+            tracing::warn!(%from, len, "peer sent an oversized frame; closing the connection");
+            return;
+        }
+        buf.resize(len, 0);
+        if stream.read_exact(&mut buf[..]).await.is_err() {
+            return;
+        }
+        let frame = buf.split().freeze();
+        match faults.judge(from) {
+            Verdict::Drop => {
+                stats.dropped_faults.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            // Latency is added on the sending side only.
+            Verdict::Pass(_) => {}
+        }
+        stats.frames_received.fetch_add(1, Ordering::Relaxed);
+        if inbound.send(Event::Frame { from, frame }).await.is_err() {
+            return; // the node loop has stopped
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! A cluster of real `creek serve` processes on loopback for end-to-end
+//! tests: free ports, one data directory per replica, SIGKILL and restart,
+//! transport faults through `Admin.SetFaults`. Every process is killed and
+//! every directory removed when the cluster is dropped.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use creek_proto::pb;
+use creek_proto::pb::admin_client::AdminClient;
+use creek_proto::pb::creek_client::CreekClient;
+use tonic::transport::Channel;
+
+pub use creek_exec::value::Value;
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub clients: Vec<SocketAddr>,
+    peers: Vec<SocketAddr>,
+    procs: Vec<Option<Child>>,
+}
+
+fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+impl Cluster {
+    /// Start `n` replicas and wait until they have a leader.
+    pub async fn start(n: usize) -> Cluster {
+        let dir = std::env::temp_dir().join(format!(
+            "creek-e2e-{}-{}",
+            std::process::id(),
+            free_addr().port()
+        ));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let clients: Vec<_> = (0..n).map(|_| free_addr()).collect();
+        let peers: Vec<_> = (0..n).map(|_| free_addr()).collect();
+        let mut c = Cluster {
+            dir,
+            clients,
+            peers,
+            procs: (0..n).map(|_| None).collect(),
+        };
+        for i in 0..n {
+            c.write_config(i);
+            c.spawn(i);
+        }
+        c.wait_for_leader(Duration::from_secs(20)).await;
+        c
+    }
+
+    fn write_config(&self, i: usize) {
+        let mut toml = format!(
+            "id = {}\ndata_dir = {:?}\nallow_fault_injection = true\nworkers = 1\ncheckpoint_every_secs = 1\n",
+            i + 1,
+            self.dir.join(format!("r{}", i + 1))
+        );
+        for j in 0..self.clients.len() {
+            toml.push_str(&format!(
+                "[[replicas]]\nid = {}\npeer_addr = \"{}\"\nclient_addr = \"{}\"\n",
+                j + 1,
+                self.peers[j],
+                self.clients[j]
+            ));
+        }
+        std::fs::write(self.dir.join(format!("r{}.toml", i + 1)), toml).expect("config");
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("r{}.log", i + 1)))
+            .expect("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_creek"))
+            .arg("serve")
+            .arg("--config")
+            .arg(self.dir.join(format!("r{}.toml", i + 1)))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn creek serve");
+        self.procs[i] = Some(child);
+    }
+
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// SIGKILL replica `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.procs[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start replica `i` again from its data directory and wait until it
+    /// answers.
+    pub async fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.status(i).await.is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("replica {} did not come back; see {}", i + 1, self.dir.display());
+    }
+
+    pub async fn client(&self, i: usize) -> CreekClient<Channel> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match CreekClient::connect(format!("http://{}", self.clients[i])).await {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > deadline => panic!("connect to replica {}: {e}", i + 1),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    pub async fn status(&self, i: usize) -> Option<pb::StatusReply> {
+        let mut c = CreekClient::connect(format!("http://{}", self.clients[i]))
+            .await
+            .ok()?;
+        c.status(pb::StatusRequest {}).await.ok().map(|r| r.into_inner())
+    }
+
+    /// Index of the replica that is leader, once one is known to all live
+    /// replicas.
+    pub async fn wait_for_leader(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            for i in 0..self.len() {
+                if self.procs[i].is_none() {
+                    continue;
+                }
+                if let Some(s) = self.status(i).await {
+                    if s.role == "leader" {
+                        return i;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no leader within {within:?}; logs in {}", self.dir.display());
+    }
+
+    /// Cut replica `i` off from every other replica (or heal it).
+    pub async fn isolate(&self, i: usize, partitioned: bool) {
+        let mut admin = AdminClient::connect(format!("http://{}", self.clients[i]))
+            .await
+            .expect("admin");
+        let links = (0..self.len())
+            .filter(|j| *j != i && partitioned)
+            .map(|j| pb::LinkFault {
+                peer: (j + 1) as u32,
+                partitioned: true,
+                ..Default::default()
+            })
+            .collect();
+        admin
+            .set_faults(pb::SetFaultsRequest { links })
+            .await
+            .expect("set faults");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.procs.len() {
+            self.kill(i);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("cluster logs kept in {}", self.dir.display());
+        }
+    }
+}
+
+pub fn b(s: &str) -> Value {
+    Value::Bytes(bytes::Bytes::copy_from_slice(s.as_bytes()))
+}
+
+pub fn req(proc_: &str, args: &[Value], levels: &[pb::Level]) -> pb::InvokeRequest {
+    pb::InvokeRequest {
+        procedure: proc_.to_owned(),
+        args: args.iter().map(creek_proto::to_wire).collect(),
+        levels: levels.iter().map(|l| *l as i32).collect(),
+        ..Default::default()
+    }
+}
+
+/// A view as the test reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Got {
+    Preliminary(Result<Value, String>),
+    Final(Result<Value, String>),
+    Confirmed,
+}
+
+fn got(v: pb::View) -> Got {
+    use pb::view::{Kind, Outcome};
+    let outcome = match v.outcome {
+        Some(Outcome::Value(v)) => Ok(creek_proto::from_wire(&v).expect("valid value")),
+        Some(Outcome::Abort(a)) => Err(a),
+        None => Ok(Value::Nil),
+    };
+    match Kind::try_from(v.kind).expect("kind") {
+        Kind::Preliminary => Got::Preliminary(outcome),
+        Kind::Final => Got::Final(outcome),
+        Kind::Confirmed => Got::Confirmed,
+        Kind::Unspecified => panic!("unspecified view kind"),
+    }
+}
+
+/// Invoke and collect every view until the stream ends (or `within`).
+pub async fn call(
+    c: &mut CreekClient<Channel>,
+    r: pb::InvokeRequest,
+    within: Duration,
+) -> Result<Vec<Got>, tonic::Status> {
+    let mut request = tonic::Request::new(r);
+    request.set_timeout(within);
+    let mut stream = c.invoke(request).await?.into_inner();
+    let mut views = Vec::new();
+    while let Some(v) = stream.message().await? {
+        views.push(got(v));
+    }
+    Ok(views)
+}
+
+/// The last outcome in `views` (a confirmation repeats the preliminary).
+pub fn result(views: &[Got]) -> Result<Value, String> {
+    let mut last = Err("no view".to_owned());
+    for v in views {
+        match v {
+            Got::Preliminary(o) | Got::Final(o) => last = o.clone(),
+            Got::Confirmed => {}
+        }
+    }
+    last
+}
+
+/// Read `key` at replica `i` with a strong op's final view.
+pub async fn strong_get(cluster: &Cluster, i: usize, key: &str) -> Value {
+    let mut c = cluster.client(i).await;
+    let views = call(
+        &mut c,
+        req("kv.get", &[b(key)], &[pb::Level::Strong]),
+        Duration::from_secs(20),
+    )
+    .await
+    .expect("strong get");
+    result(&views).expect("get never aborts")
+}
