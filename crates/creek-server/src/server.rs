@@ -82,7 +82,7 @@ impl Server {
         config.validate()?;
         let me = config.replica_id();
         let group = config.group();
-        let voters: Vec<u64> = group.iter().map(|r| u64::from(r.0)).collect();
+        let voters: Vec<u64> = group.iter().map(|r| creek_cab::raft_id(*r)).collect();
         let (events_tx, events_rx) = mpsc::channel::<Event>(16 * 1024);
 
         // Durability reports go to the node loop; the persister thread may

@@ -1,0 +1,301 @@
+//! `creek bench cluster`: start a local cluster of `creek serve` processes
+//! on loopback (no injected delay), measure client-observed latency at one
+//! client and throughput at several client counts, for weak and strong ops,
+//! and print one JSON object.
+//!
+//! Weak ops are timed to their preliminary view, strong ops (levels
+//! `[strong]`) to their final view. Latency runs at one client connected to
+//! the leader; throughput runs closed-loop clients spread round-robin over
+//! the replicas, each with its own connection, after a warm-up.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use creek_client::Client;
+use creek_exec::value::Value;
+use serde_json::json;
+
+/// Arguments of `creek bench cluster`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Replicas in the cluster.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Ops timed sequentially for the latency percentiles (per level).
+    #[arg(long, default_value_t = 3000)]
+    latency_ops: usize,
+    /// Measured seconds per throughput point.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Client counts for the throughput points.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    clients: Vec<usize>,
+    /// Distinct keys written.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 16)]
+    value_bytes: usize,
+    /// Print one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Procs {
+    dir: PathBuf,
+    children: Vec<Child>,
+    clients: Vec<SocketAddr>,
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_addr() -> Result<SocketAddr, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("finding a free port: {e}"))
+}
+
+fn start_cluster(n: usize) -> Result<Procs, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = std::env::temp_dir().join(format!("creek-bench-cluster-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let clients = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
+    let peers = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
+    let mut procs = Procs {
+        dir: dir.clone(),
+        children: Vec::new(),
+        clients: clients.clone(),
+    };
+    for i in 0..n {
+        let mut toml = format!(
+            "id = {}\ndata_dir = {:?}\n",
+            i + 1,
+            dir.join(format!("r{}", i + 1))
+        );
+        for j in 0..n {
+            toml.push_str(&format!(
+                "[[replicas]]\nid = {}\npeer_addr = \"{}\"\nclient_addr = \"{}\"\n",
+                j + 1,
+                peers[j],
+                clients[j]
+            ));
+        }
+        let cfg = dir.join(format!("r{}.toml", i + 1));
+        std::fs::write(&cfg, toml).map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(dir.join(format!("r{}.log", i + 1)))
+            .map_err(|e| e.to_string())?;
+        let child = Command::new(&exe)
+            .arg("serve")
+            .arg("--config")
+            .arg(&cfg)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("starting creek serve: {e}"))?;
+        procs.children.push(child);
+    }
+    Ok(procs)
+}
+
+async fn find_leader(addrs: &[SocketAddr]) -> Result<usize, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        for (i, a) in addrs.iter().enumerate() {
+            if let Ok(c) = Client::connect([a.to_string()]).await {
+                if let Ok(s) = c.status().await {
+                    if s.role == "leader" {
+                        return Ok(i);
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the cluster elected no leader within 30 s".into())
+}
+
+fn key(n: u64) -> Value {
+    Value::Bytes(format!("bench-{n}").into_bytes().into())
+}
+
+/// One op, timed to the view that counts for its level.
+async fn one_op(c: &Client, strong: bool, n: u64, value: &Value) -> Result<Duration, String> {
+    let start = Instant::now();
+    let args = vec![key(n), value.clone()];
+    if strong {
+        let op = c
+            .invoke_strong("kv.put", args)
+            .await
+            .map_err(|e| e.to_string())?;
+        op.final_view().await.map_err(|e| e.to_string())?;
+    } else {
+        let op = c
+            .invoke_weak("kv.put", args)
+            .await
+            .map_err(|e| e.to_string())?;
+        op.preliminary().await.map_err(|e| e.to_string())?;
+    }
+    Ok(start.elapsed())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)].as_micros() as u64
+}
+
+async fn latency(
+    addr: SocketAddr,
+    strong: bool,
+    ops: usize,
+    keys: u64,
+    value: &Value,
+) -> Result<(u64, u64), String> {
+    let c = Client::connect([addr.to_string()])
+        .await
+        .map_err(|e| e.to_string())?;
+    let warmup = (ops / 10).max(50);
+    let mut samples = Vec::with_capacity(ops);
+    for i in 0..(warmup + ops) as u64 {
+        let d = one_op(&c, strong, i % keys, value).await?;
+        if i as usize >= warmup {
+            samples.push(d);
+        }
+    }
+    samples.sort_unstable();
+    Ok((percentile(&samples, 0.5), percentile(&samples, 0.99)))
+}
+
+async fn throughput(
+    addrs: &[SocketAddr],
+    strong: bool,
+    clients: usize,
+    seconds: f64,
+    keys: u64,
+    value: &Value,
+) -> Result<f64, String> {
+    let mut conns = Vec::with_capacity(clients);
+    for i in 0..clients {
+        let a = addrs[i % addrs.len()];
+        conns.push(
+            Client::connect([a.to_string()])
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for (i, c) in conns.into_iter().enumerate() {
+        let (measuring, stop, done, errors) = (
+            measuring.clone(),
+            stop.clone(),
+            done.clone(),
+            errors.clone(),
+        );
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = i as u64 * 7919;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                match one_op(&c, strong, n % keys, &value).await {
+                    Ok(_) if measuring.load(Ordering::Relaxed) => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // warm-up
+    measuring.store(true, Ordering::Relaxed);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    measuring.store(false, Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    let count = done.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let e = errors.load(Ordering::Relaxed);
+    if e > 0 {
+        eprintln!(
+            "bench cluster: {e} ops failed at {clients} clients ({})",
+            if strong { "strong" } else { "weak" }
+        );
+    }
+    Ok(count as f64 / elapsed)
+}
+
+/// Run the benchmark.
+pub fn run(args: &Args) -> Result<(), String> {
+    if args.replicas == 0 || args.clients.is_empty() || args.latency_ops == 0 {
+        return Err("--replicas, --clients and --latency-ops must be positive".into());
+    }
+    let procs = start_cluster(args.replicas)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let value = Value::Bytes(vec![b'v'; args.value_bytes].into());
+    let report = rt.block_on(async {
+        let leader = find_leader(&procs.clients).await?;
+        let mut levels = serde_json::Map::new();
+        for (name, strong) in [("weak", false), ("strong", true)] {
+            eprintln!("bench cluster: {name} latency at 1 client…");
+            let (p50, p99) = latency(
+                procs.clients[leader],
+                strong,
+                args.latency_ops,
+                args.keys,
+                &value,
+            )
+            .await?;
+            let mut tput = serde_json::Map::new();
+            for &n in &args.clients {
+                eprintln!("bench cluster: {name} throughput at {n} clients…");
+                let t =
+                    throughput(&procs.clients, strong, n, args.seconds, args.keys, &value).await?;
+                tput.insert(format!("clients_{n}"), json!(t.round()));
+            }
+            levels.insert(
+                name.to_owned(),
+                json!({"p50_us": p50, "p99_us": p99, "throughput_ops_per_sec": tput}),
+            );
+        }
+        Ok::<_, String>(levels)
+    })?;
+    drop(procs);
+    let mut out = serde_json::Map::new();
+    out.insert("bench".into(), json!("cluster"));
+    out.insert("replicas".into(), json!(args.replicas));
+    out.insert("value_bytes".into(), json!(args.value_bytes));
+    out.insert(
+        "cores".into(),
+        json!(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    );
+    out.extend(report);
+    crate::print_report(&serde_json::Value::Object(out), args.json)
+}
