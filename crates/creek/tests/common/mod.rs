@@ -112,7 +112,11 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("replica {} did not come back; see {}", i + 1, self.dir.display());
+        panic!(
+            "replica {} did not come back; see {}",
+            i + 1,
+            self.dir.display()
+        );
     }
 
     pub async fn client(&self, i: usize) -> CreekClient<Channel> {
@@ -130,7 +134,10 @@ impl Cluster {
         let mut c = CreekClient::connect(format!("http://{}", self.clients[i]))
             .await
             .ok()?;
-        c.status(pb::StatusRequest {}).await.ok().map(|r| r.into_inner())
+        c.status(pb::StatusRequest {})
+            .await
+            .ok()
+            .map(|r| r.into_inner())
     }
 
     /// Index of the replica that is leader, once one is known to all live
@@ -150,7 +157,10 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("no leader within {within:?}; logs in {}", self.dir.display());
+        panic!(
+            "no leader within {within:?}; logs in {}",
+            self.dir.display()
+        );
     }
 
     /// Cut replica `i` off from every other replica (or heal it).
