@@ -171,7 +171,8 @@ pub struct CabStats {
     pub delivered: u64,
 }
 
-fn raft_id(r: ReplicaId) -> u64 {
+/// The raft id of a replica (raft reserves 0).
+pub fn raft_id(r: ReplicaId) -> u64 {
     u64::from(r.0) + 1
 }
 
@@ -620,6 +621,14 @@ impl<S: CabStorage> Cab<S> {
     /// The storage (for restarts in tests and for the server).
     pub fn store(&self) -> &S {
         self.node.store()
+    }
+
+    /// The storage, mutably: a durable driver takes the writes of the last
+    /// Ready rounds from it to persist them (e.g. `take_writes` of
+    /// `creek-store`'s `DurableCabStorage`). Writing entries or state through
+    /// it bypasses consensus; don't.
+    pub fn store_mut(&mut self) -> &mut S {
+        self.node.mut_store()
     }
 }
 

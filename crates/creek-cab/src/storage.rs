@@ -2,9 +2,11 @@
 //!
 //! [`CabStorage`] extends the library's read-side `raft::Storage` with the
 //! writes the Ready loop performs. Contract: when a write returns `Ok`, what it
-//! wrote survives a crash (the durable implementation arrives with the
-//! server; [`MemCabStorage`] survives only a simulated restart, because the
-//! test keeps a handle to it). An `Err` means the write may not have happened;
+//! wrote either survives a crash, or the store defers durability to its
+//! driver, which then lets nothing that depends on the write leave the process
+//! before it is durable (`creek-store`'s `DurableCabStorage` and its hold
+//! rule). [`MemCabStorage`] survives only a simulated restart, because the
+//! test keeps a handle to it. An `Err` means the write may not have happened;
 //! CAB stops rather than guess.
 
 use raft::eraftpb::{ConfState, Entry, HardState};

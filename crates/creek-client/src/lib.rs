@@ -1,1 +1,55 @@
-//! placeholder
+//! The Rust client of Creek (DESIGN §7): invoke procedures on a replicated
+//! store and receive each op's views as a [`Correctable`] — a fast
+//! preliminary view from the replica's tentative execution, then the final
+//! view once the op's position is committed.
+//!
+//! ```no_run
+//! use creek_client::{Client, Levels, ViewKind};
+//! use creek_exec::value::Value;
+//!
+//! # async fn tour() -> Result<(), creek_client::Error> {
+//! // Any replica of the cluster; later calls fail over to the others.
+//! let client = Client::connect(["127.0.0.1:7001", "127.0.0.1:7002"]).await?;
+//!
+//! // A strong op with a preliminary view first (the default levels).
+//! let op = client.kv_incr("visits", 1).await?;
+//! let early = op.preliminary().await?; // tentative: may still change
+//! let settled = op.final_view().await?; // stable
+//! if settled.kind == ViewKind::Confirmed {
+//!     // The preliminary view held; `settled.outcome == early.outcome`.
+//! }
+//!
+//! // Start dependent work on the preliminary view; it is redone only if
+//! // the final view differs.
+//! let page = client
+//!     .invoke("kv.get", vec![Value::from("greeting")], Levels::Both)
+//!     .await?
+//!     .speculate(|view| view.outcome.clone().map(|v| Value::from(format!("<p>{v}</p>").as_str())));
+//! println!("{:?}", page.final_view().await?.outcome);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Aborts are outcomes, not errors: a procedure that aborts produces views
+//! whose [`View::outcome`] is `Err(message)`. An [`Error`] means the outcome
+//! is unknown (refused, deadline passed, replica gone).
+//!
+//! This crate is not a connection pool or a load balancer: a [`Client`]
+//! talks to one replica at a time and moves on only when it fails.
+#![deny(missing_docs)]
+
+mod client;
+mod correctable;
+mod error;
+mod speculate;
+mod stream;
+mod view;
+
+pub use client::{CallOptions, Client};
+pub use correctable::{Correctable, State, Views};
+pub use creek_proto::pb;
+pub use error::Error;
+pub use view::{Level, Levels, Outcome, View, ViewKind};
+
+#[cfg(test)]
+mod tests;

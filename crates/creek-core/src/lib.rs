@@ -28,10 +28,15 @@
 //! assert!(effects.iter().any(|e| matches!(e, Effect::View(v) if v.handle == handle && v.kind == ViewKind::Confirmation)));
 //! ```
 //!
+//! A replica at a clean point yields a [`Checkpoint`] of its committed state
+//! ([`Replica::checkpoint`]); [`Replica::restore`] rebuilds one from a
+//! checkpoint and the op payloads kept beside it.
+//!
 //! Not here: networking, consensus, gossip, persistence (their own crates
-//! drive this one).
+//! drive this one; `creek-store` encodes and keeps checkpoints).
 #![deny(missing_docs)]
 
+pub mod checkpoint;
 pub mod config;
 pub mod dvv;
 pub mod hlc;
@@ -39,6 +44,7 @@ pub mod id;
 pub mod op;
 pub mod replica;
 
+pub use checkpoint::Checkpoint;
 pub use config::{Config, ConfigError};
 pub use dvv::Dvv;
 pub use hlc::Hlc;

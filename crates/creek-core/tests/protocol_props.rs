@@ -14,144 +14,15 @@
 
 mod harness;
 
-use creek_core::{Request, Views};
 use creek_exec::basic::BasicEngine;
 use creek_exec::mvcc::MvccExecutor;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ClientRequestId, ProcCall};
-use harness::{Cluster, TestEngine};
+use harness::{action, Action, Cluster, TestEngine};
 use proptest::prelude::*;
-
-#[derive(Clone, Debug)]
-enum Action {
-    Invoke {
-        node: u8,
-        proc_: u8,
-        key: u8,
-        arg: u8,
-        strong: bool,
-        views: u8,
-        retry: Option<u8>,
-    },
-    DeliverRb {
-        from: u8,
-        to: u8,
-    },
-    Decide {
-        pick: u8,
-    },
-    DeliverCab {
-        node: u8,
-    },
-    StartExec {
-        node: u8,
-    },
-    CompleteExec {
-        node: u8,
-        pick: u8,
-    },
-    Tick {
-        advance_ms: u8,
-    },
-}
-
-fn action() -> impl Strategy<Value = Action> {
-    prop_oneof![
-        3 => (any::<u8>(), 0u8..9, 0u8..3, any::<u8>(), any::<bool>(), 0u8..3, proptest::option::weighted(0.15, 0u8..4))
-            .prop_map(|(node, proc_, key, arg, strong, views, retry)| Action::Invoke { node, proc_, key, arg, strong, views, retry }),
-        4 => (any::<u8>(), any::<u8>()).prop_map(|(from, to)| Action::DeliverRb { from, to }),
-        1 => any::<u8>().prop_map(|pick| Action::Decide { pick }),
-        2 => any::<u8>().prop_map(|node| Action::DeliverCab { node }),
-        3 => any::<u8>().prop_map(|node| Action::StartExec { node }),
-        3 => (any::<u8>(), any::<u8>()).prop_map(|(node, pick)| Action::CompleteExec { node, pick }),
-        1 => (0u8..4).prop_map(|advance_ms| Action::Tick { advance_ms }),
-    ]
-}
-
-fn call(proc_: u8, key: u8, arg: u8) -> ProcCall {
-    let k = Value::from(format!("k{key}").as_str());
-    let v = Value::from(format!("v{arg}").as_str());
-    let (name, args) = match proc_ {
-        0 => ("kv.get", vec![k]),
-        1 => ("kv.put", vec![k, v]),
-        2 => (
-            "kv.incr",
-            vec![
-                Value::from(format!("n{key}").as_str()),
-                Value::Int(i64::from(arg % 7) - 2),
-            ],
-        ),
-        3 => (
-            "kv.cas",
-            vec![
-                k,
-                if arg.is_multiple_of(2) {
-                    Value::Nil
-                } else {
-                    Value::from(format!("v{}", arg / 2).as_str())
-                },
-                v,
-            ],
-        ),
-        4 => ("kv.delete", vec![k]),
-        5 => ("queue.enqueue", vec![Value::from("q"), v]),
-        6 => ("queue.dequeue", vec![Value::from("q")]),
-        7 => ("list.append", vec![Value::from("l"), v]),
-        _ => ("list.read", vec![Value::from("l")]),
-    };
-    ProcCall::new(name, encode_args(&args))
-}
 
 fn run<E: TestEngine>(n: usize, actions: &[Action]) -> Cluster<E> {
     let mut c: Cluster<E> = Cluster::new(n, 2_000);
-    let node = |x: u8| usize::from(x) % n;
     for a in actions {
-        match *a {
-            Action::Invoke {
-                node: i,
-                proc_,
-                key,
-                arg,
-                strong,
-                views,
-                retry,
-            } => {
-                let mut call = call(proc_, key, arg);
-                call.request_id = retry.map(|seq| ClientRequestId {
-                    client: 7,
-                    seq: u64::from(seq),
-                });
-                let views = match (strong, views) {
-                    (true, 0) => Views::STRONG,
-                    (_, 1) => Views::BOTH,
-                    _ => Views::WEAK,
-                };
-                c.invoke(
-                    node(i),
-                    Request {
-                        call,
-                        strong,
-                        views,
-                    },
-                );
-            }
-            Action::DeliverRb { from, to } => {
-                c.deliver_rb(node(from), node(to));
-            }
-            Action::Decide { pick } => {
-                c.decide(usize::from(pick));
-            }
-            Action::DeliverCab { node: i } => {
-                c.deliver_cab(node(i));
-            }
-            Action::StartExec { node: i } => {
-                c.start_exec(node(i));
-            }
-            Action::CompleteExec { node: i, pick } => {
-                c.complete_exec(node(i), usize::from(pick));
-            }
-            Action::Tick { advance_ms } => c.tick(u64::from(advance_ms) * 1000),
-        }
+        c.apply(a);
     }
     c.settle();
     c

@@ -66,6 +66,14 @@ impl Fifo {
         self.buffer.len()
     }
 
+    /// Resumes `origin` at `counter` after a restart (the counter only
+    /// increases).
+    pub(crate) fn resume(&mut self, origin: ReplicaId, counter: u64) {
+        if counter > self.counter(origin) {
+            self.delivered.insert(origin, counter);
+        }
+    }
+
     /// Marks this replica's own op as delivered. Own seqs are contiguous by
     /// contract; a gap is jumped over (the counter only increases). Returns
     /// `false` for an op at or below the counter.

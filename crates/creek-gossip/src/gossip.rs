@@ -83,6 +83,33 @@ impl Gossip {
         })
     }
 
+    /// A gossip room after a restart, resuming from what the replica kept
+    /// on disk. `delivered` gives, per origin (this replica included), the
+    /// highest seq up to which every op is held by the replica — in its
+    /// checkpoint or as a kept payload — so per-origin FIFO delivery, digests
+    /// and this replica's own broadcast seqs continue from there (a missing
+    /// origin or a repeated one resumes at the largest counter given).
+    /// `held` are kept payloads peers may still lack; those at or below their
+    /// origin's counter are held again, to answer digests and pulls, until
+    /// garbage collection drops them (report them [`Gossip::committed`] as
+    /// usual). Others are ignored: peers send them again.
+    pub fn restore(
+        config: GossipConfig,
+        delivered: impl IntoIterator<Item = (ReplicaId, u64)>,
+        held: impl IntoIterator<Item = Arc<Op>>,
+    ) -> Result<Self, ConfigError> {
+        let mut gossip = Gossip::new(config)?;
+        for (origin, counter) in delivered {
+            gossip.fifo.resume(origin, counter);
+        }
+        for op in held {
+            if gossip.fifo.has_delivered(op.id) {
+                gossip.store.insert(op);
+            }
+        }
+        Ok(gossip)
+    }
+
     /// The configuration.
     pub fn config(&self) -> &GossipConfig {
         &self.config

@@ -7,6 +7,16 @@
 //! The server and the simulator drive the same [`Node`]: they hand it
 //! invocations, peer messages and ticks, run the executions it hands out,
 //! and carry its outgoing messages and views.
+//!
+//! # Durable drivers
+//!
+//! A node built with [`Node::recover`] (from what a data directory kept: a
+//! checkpoint and op payloads, and CAB's storage) also tracks what must be
+//! persisted: after each step the driver takes [`Node::take_new_payloads`],
+//! the consensus-log writes from its storage ([`Node::storage_mut`]) and,
+//! now and then, a [`Node::checkpoint`], persists them, and releases the
+//! step's messages and views only once they are durable (`creek-store`
+//! documents the rule). This crate does no I/O itself.
 #![deny(missing_docs)]
 
 pub mod testnet;
@@ -15,7 +25,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use creek_cab::{Cab, CabConfig, CabError, CabStats, CabStorage};
-use creek_core::{Config, Effect, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
+use creek_core::{
+    Checkpoint, Config, Effect, ExecKey, InvokeError, Op, OpId, Replica, ReplicaId, Request, View,
+};
 use creek_exec::{Completion, Registry, Task};
 use creek_gossip::{Gossip, GossipConfig, GossipStats};
 use creek_wire::{GossipMessage, Limits, PeerMessage};
@@ -84,6 +96,9 @@ pub struct Node<S: CabStorage> {
     refused_frames: u64,
     /// Ticks since the last adoption sweep.
     ticks_since_adoption: u64,
+    /// Payloads newly accepted since the last `take_new_payloads`; tracked
+    /// only for durable drivers (`recover`), so other drivers keep nothing.
+    new_payloads: Option<Vec<Arc<Op>>>,
 }
 
 /// Every this many ticks, a replica CAB-casts the strong ops that are still
@@ -119,7 +134,83 @@ impl<S: CabStorage> Node<S> {
             views: Vec::new(),
             refused_frames: 0,
             ticks_since_adoption: 0,
+            new_payloads: None,
         })
+    }
+
+    /// Start a node from what a durable driver kept (DESIGN §8): the last
+    /// checkpoint (`None` before the first, or for a fresh data directory),
+    /// the op payloads kept beside it (`ops`, in any order) and CAB's
+    /// storage, which holds the consensus log.
+    ///
+    /// The replica is restored (`Replica::restore`); gossip resumes its
+    /// per-origin counters at what the replica holds (checkpoint ids ∪ kept
+    /// payloads, own ops included, so own broadcast seqs continue) and holds
+    /// the kept payloads again for peers; CAB restarts at the checkpoint's
+    /// `cab_applied` (or 0), so every id decided after it is delivered again
+    /// and re-commits, in the same order, what was committed after the
+    /// checkpoint. Tentative strong ops are CAB-cast again, as after
+    /// [`Node::restart`]. The node tracks new payloads for
+    /// [`Node::take_new_payloads`].
+    ///
+    /// Refused: a storage created for another group (its raft voters differ
+    /// from the configured replicas, raft id = replica id + 1), or a
+    /// checkpoint past the stored consensus log.
+    pub fn recover(
+        config: NodeConfig,
+        registry: Arc<Registry>,
+        storage: S,
+        checkpoint: Option<Checkpoint>,
+        ops: Vec<Arc<Op>>,
+    ) -> Result<Self, NodeError> {
+        let me = config.replica.id;
+        config.wire.validate()?;
+        if config.gossip.me != me || config.cab.me != me {
+            return Err(NodeError::Inconsistent(
+                "replica, gossip and cab must name the same replica".into(),
+            ));
+        }
+        let applied = checkpoint.as_ref().map_or(0, |c| c.cab_applied);
+        check_storage(&config.cab, &storage, applied)?;
+        // Everything the replica holds, per origin: the checkpoint's
+        // committed ids and the kept payloads.
+        let checkpointed = checkpoint
+            .as_ref()
+            .map(|c| c.causal_ctx.clone())
+            .unwrap_or_default();
+        let mut held_ids = checkpointed.clone();
+        for op in &ops {
+            held_ids.insert(op.id);
+        }
+        let covered: Vec<OpId> = ops
+            .iter()
+            .map(|op| op.id)
+            .filter(|id| checkpointed.contains(*id))
+            .collect();
+        let delivered: Vec<(ReplicaId, u64)> = held_ids
+            .to_records()
+            .into_iter()
+            .map(|(origin, counter, _)| (origin, counter))
+            .collect();
+        let mut gossip = Gossip::restore(config.gossip, delivered, ops.iter().cloned())?;
+        // Kept payloads the checkpoint covers are committed already: peers
+        // may still pull them until garbage collection drops them.
+        gossip.committed(covered);
+        let replica = Replica::restore(config.replica, registry, checkpoint, ops)?;
+        let mut node = Node {
+            replica,
+            gossip,
+            cab: Cab::new(config.cab, storage, applied)?,
+            limits: config.wire,
+            committed_told: 0,
+            outbox: Vec::new(),
+            views: Vec::new(),
+            refused_frames: 0,
+            ticks_since_adoption: 0,
+            new_payloads: Some(Vec::new()),
+        };
+        node.adopt_tentative_strong_ops();
+        Ok(node)
     }
 
     /// This replica.
@@ -143,7 +234,10 @@ impl<S: CabStorage> Node<S> {
                 self.gossip.on_message(from, m, &mut delivered, &mut out);
                 self.push_gossip(out);
                 for op in delivered {
-                    self.replica.rb_deliver(op);
+                    let accepted = self.replica.rb_deliver(op.clone());
+                    if let (true, Some(new)) = (accepted, self.new_payloads.as_mut()) {
+                        new.push(op);
+                    }
                 }
             }
             PeerMessage::Cab(m) => {
@@ -248,7 +342,12 @@ impl<S: CabStorage> Node<S> {
             for effect in self.replica.take_effects() {
                 progress = true;
                 match effect {
-                    Effect::RbCast(op) => self.gossip.broadcast(op),
+                    Effect::RbCast(op) => {
+                        if let Some(new) = self.new_payloads.as_mut() {
+                            new.push(op.clone());
+                        }
+                        self.gossip.broadcast(op);
+                    }
                     Effect::CabCast(id) => self.cab.cast(id),
                     Effect::View(v) => self.views.push(v),
                 }
@@ -325,6 +424,58 @@ impl<S: CabStorage> Node<S> {
         &self.cab
     }
 
+    /// CAB, mutably (a durable driver reaches its storage through it).
+    pub fn cab_mut(&mut self) -> &mut Cab<S> {
+        &mut self.cab
+    }
+
+    /// CAB's storage, mutably: a durable driver takes the consensus-log
+    /// writes of each step from it.
+    pub fn storage_mut(&mut self) -> &mut S {
+        self.cab.store_mut()
+    }
+
+    /// The op payloads this replica newly accepted since the last call, in
+    /// acceptance order: its own ops (as RB-cast) and remote ops gossip
+    /// delivered that were new to the replica. A durable driver persists
+    /// them before releasing any message or view that followed. Empty on
+    /// nodes not built by [`Node::recover`], which track nothing.
+    pub fn take_new_payloads(&mut self) -> Vec<Arc<Op>> {
+        self.new_payloads
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// A checkpoint of the committed state with CAB's restart point, or
+    /// `None` if this is not a clean point (`Replica::checkpoint`; try again
+    /// after the pending executions ran). `cab_applied` is
+    /// `Cab::delivered_through`: every id of the log up to it has been
+    /// delivered, and the replica committed each id CAB delivered (it
+    /// has no decided id waiting), so the checkpoint reflects exactly the
+    /// deliveries up to that index; a restart redelivers what follows (ids
+    /// of a partly delivered entry included, which the replica then ignores
+    /// as already committed).
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        let mut checkpoint = self.replica.checkpoint()?;
+        checkpoint.cab_applied = self.cab.delivered_through();
+        Some(checkpoint)
+    }
+
+    /// The ids committed at global positions `from_len..committed_len()`
+    /// (see `Replica::committed_len`): after a checkpoint at
+    /// `checkpoint.committed_len`, `committed_since(previous_len)` lists the
+    /// payloads it makes unnecessary for a restart. Positions before the
+    /// checkpoint this node was recovered from are not known here (their
+    /// payloads went with that checkpoint) and are skipped.
+    pub fn committed_since(&self, from_len: u64) -> Vec<OpId> {
+        let list = self.replica.committed();
+        let base = self.replica.committed_len() - list.len() as u64;
+        let skip = from_len.saturating_sub(base);
+        let skip = usize::try_from(skip).map_or(list.len(), |s| s.min(list.len()));
+        list.get(skip..).map(<[OpId]>::to_vec).unwrap_or_default()
+    }
+
     /// Gossip counters.
     pub fn gossip_stats(&self) -> GossipStats {
         self.gossip.stats()
@@ -380,9 +531,40 @@ impl<S: CabStorage> Node<S> {
             views: Vec::new(),
             refused_frames: 0,
             ticks_since_adoption: 0,
+            new_payloads: None,
         };
         // CAB's record of what this replica cast was volatile: cast again.
         node.adopt_tentative_strong_ops();
         Ok(node)
     }
+}
+
+/// CAB's storage must belong to the configured group and hold the log up to
+/// the restart point (the library would abort otherwise).
+fn check_storage<S: CabStorage>(
+    config: &CabConfig,
+    storage: &S,
+    applied: u64,
+) -> Result<(), NodeError> {
+    let state = storage.initial_state().map_err(CabError::from)?;
+    let mut stored = state.conf_state.voters.clone();
+    stored.sort_unstable();
+    // CAB's raft id of a replica is its id + 1 (raft reserves 0).
+    let mut configured: Vec<u64> = config.replicas.iter().map(|r| u64::from(r.0) + 1).collect();
+    configured.sort_unstable();
+    if stored != configured {
+        return Err(NodeError::Inconsistent(format!(
+            "the CAB storage was created for raft voters {stored:?}, but the configured \
+             replicas need {configured:?} (raft id = replica id + 1)"
+        )));
+    }
+    let last = storage.last_index().map_err(CabError::from)?;
+    let commit = state.hard_state.commit;
+    if applied > commit || applied > last {
+        return Err(NodeError::Inconsistent(format!(
+            "the checkpoint was taken at consensus index {applied}, past the stored log \
+             (commit {commit}, last index {last})"
+        )));
+    }
+    Ok(())
 }

@@ -172,7 +172,9 @@ impl ServerConfig {
         data_root: &Path,
     ) -> Result<Vec<ServerConfig>, ConfigError> {
         if n == 0 {
-            return Err(ConfigError::Invalid("a group needs at least one replica".into()));
+            return Err(ConfigError::Invalid(
+                "a group needs at least one replica".into(),
+            ));
         }
         let port = |base: u16, i: u16| {
             base.checked_add(i - 1)
@@ -229,7 +231,10 @@ impl ServerConfig {
             }
         }
         if self.tick_ms == 0 || self.tick_ms > 1000 {
-            return bad(format!("tick_ms = {} must be within 1..=1000", self.tick_ms));
+            return bad(format!(
+                "tick_ms = {} must be within 1..=1000",
+                self.tick_ms
+            ));
         }
         if self.checkpoint_every_secs == 0 {
             return bad("checkpoint_every_secs must be at least 1".into());

@@ -41,7 +41,7 @@ impl Default for Faults {
     fn default() -> Self {
         Faults {
             links: RwLock::new(HashMap::new()),
-            rng: std::sync::Mutex::new(Rng::new(0x6372_6565_6b)),
+            rng: std::sync::Mutex::new(Rng::new(0x0063_7265_656b)),
         }
     }
 }
@@ -70,7 +70,11 @@ impl Faults {
             return Verdict::Drop;
         }
         if f.loss > 0.0 {
-            let dropped = self.rng.lock().map(|mut r| r.chance(f.loss)).unwrap_or(false);
+            let dropped = self
+                .rng
+                .lock()
+                .map(|mut r| r.chance(f.loss))
+                .unwrap_or(false);
             if dropped {
                 return Verdict::Drop;
             }
@@ -89,15 +93,28 @@ mod tests {
         let (a, b) = (ReplicaId(1), ReplicaId(2));
         assert_eq!(f.judge(a), Verdict::Pass(Duration::ZERO));
         let mut t = HashMap::new();
-        t.insert(a, LinkFault { partitioned: true, ..LinkFault::default() });
+        t.insert(
+            a,
+            LinkFault {
+                partitioned: true,
+                ..LinkFault::default()
+            },
+        );
         t.insert(
             b,
-            LinkFault { delay: Duration::from_millis(3), loss: 0.5, partitioned: false },
+            LinkFault {
+                delay: Duration::from_millis(3),
+                loss: 0.5,
+                partitioned: false,
+            },
         );
         f.set(t);
         assert_eq!(f.judge(a), Verdict::Drop);
         let dropped = (0..1000).filter(|_| f.judge(b) == Verdict::Drop).count();
-        assert!((350..650).contains(&dropped), "{dropped} of 1000 dropped at 50% loss");
+        assert!(
+            (350..650).contains(&dropped),
+            "{dropped} of 1000 dropped at 50% loss"
+        );
         assert!((0..10).any(|_| f.judge(b) == Verdict::Pass(Duration::from_millis(3))));
         f.set(HashMap::new());
         assert_eq!(f.judge(a), Verdict::Pass(Duration::ZERO));

@@ -130,8 +130,16 @@ impl Metrics {
             m.consensus_role.clone(),
         );
         registry.register("consensus_term", "Consensus term", m.consensus_term.clone());
-        registry.register("committed_ops", "Length of the committed list", m.committed.clone());
-        registry.register("tentative_ops", "Length of the tentative list", m.tentative.clone());
+        registry.register(
+            "committed_ops",
+            "Length of the committed list",
+            m.committed.clone(),
+        );
+        registry.register(
+            "tentative_ops",
+            "Length of the tentative list",
+            m.tentative.clone(),
+        );
         registry.register(
             "gossip_backlog",
             "Ops gossip buffers out of order or has yet to push",
@@ -157,7 +165,11 @@ impl Metrics {
             "Peer frames dropped (full queues, injected faults)",
             m.peer_frames_dropped.clone(),
         );
-        registry.register("peer_bytes_sent", "Peer bytes sent", m.peer_bytes_sent.clone());
+        registry.register(
+            "peer_bytes_sent",
+            "Peer bytes sent",
+            m.peer_bytes_sent.clone(),
+        );
         Metrics { registry, ..m }
     }
 

@@ -45,15 +45,54 @@ pub enum Event {
         /// The frame, as received.
         frame: Bytes,
     },
-    /// The persister made batches durable through this sequence number, or
-    /// failed.
-    Durable(Result<u64, String>),
+    /// The persister made more batches durable, or failed (read
+    /// [`Durability`]).
+    Durable,
     /// The protocol clock.
     Tick,
     /// A status request.
     Status(oneshot::Sender<StatusSnapshot>),
     /// Stop after making everything durable.
     Shutdown,
+}
+
+/// What the persister has made durable, shared with its callback. The
+/// callback never blocks: it records the report here and nudges the loop
+/// with `try_send` (a full channel means the loop is busy and will look
+/// anyway), so closing the persister from the loop cannot deadlock.
+#[derive(Debug, Default)]
+pub struct Durability {
+    durable: std::sync::atomic::AtomicU64,
+    failure: std::sync::Mutex<Option<String>>,
+}
+
+impl Durability {
+    /// The persister's callback for `events`.
+    pub fn callback(self: &Arc<Self>, events: mpsc::Sender<Event>) -> creek_store::OnDurable {
+        let me = self.clone();
+        Box::new(move |r| {
+            match r {
+                Ok(seq) => {
+                    me.durable
+                        .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
+                }
+                Err(e) => {
+                    if let Ok(mut f) = me.failure.lock() {
+                        f.get_or_insert(e.to_string());
+                    }
+                }
+            }
+            let _ = events.try_send(Event::Durable);
+        })
+    }
+
+    fn durable(&self) -> u64 {
+        self.durable.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
 }
 
 /// One client invocation and where its replies go.
@@ -125,6 +164,7 @@ pub struct LoopConfig {
 pub struct NodeLoop {
     node: Node<DurableCabStorage>,
     persister: Option<Persister>,
+    durability: Arc<Durability>,
     transport: Arc<Transport>,
     metrics: Arc<Metrics>,
     pool: Option<rayon::ThreadPool>,
@@ -147,6 +187,7 @@ impl NodeLoop {
     pub fn new(
         node: Node<DurableCabStorage>,
         persister: Persister,
+        durability: Arc<Durability>,
         transport: Arc<Transport>,
         metrics: Arc<Metrics>,
         config: LoopConfig,
@@ -164,6 +205,7 @@ impl NodeLoop {
         NodeLoop {
             node,
             persister: Some(persister),
+            durability,
             transport,
             metrics,
             pool,
@@ -214,12 +256,7 @@ impl NodeLoop {
                     tracing::debug!(%from, "refused a malformed peer frame");
                 }
             }
-            Event::Durable(Ok(seq)) => {
-                self.metrics.durable_batches.inc();
-                self.durable = self.durable.max(seq);
-                self.release();
-            }
-            Event::Durable(Err(e)) => self.fail(format!("disk failure: {e}")),
+            Event::Durable => self.check_durable(),
             Event::Tick => self.tick(),
             Event::Status(reply) => {
                 let _ = reply.send(self.status());
@@ -261,7 +298,7 @@ impl NodeLoop {
         self.node.tick(now);
         // Clients that went away.
         self.routes.retain(|_, r| !r.reply.is_closed());
-        if self.ticks % 10 == 0 {
+        if self.ticks.is_multiple_of(10) {
             self.refresh_gauges();
         }
     }
@@ -332,6 +369,7 @@ impl NodeLoop {
             }
         }
         if frames.is_empty() && held_views.is_empty() {
+            self.check_durable();
             return;
         }
         self.held.push_back(Held {
@@ -339,6 +377,7 @@ impl NodeLoop {
             frames,
             views: held_views,
         });
+        self.check_durable();
         self.release();
     }
 
@@ -349,6 +388,22 @@ impl NodeLoop {
         let lo = from.saturating_sub(base) as usize;
         let hi = (to.saturating_sub(base) as usize).min(list.len());
         list.get(lo..hi).map(<[_]>::to_vec).unwrap_or_default()
+    }
+
+    /// Take in the persister's reports.
+    fn check_durable(&mut self) {
+        if self.failed.is_none() {
+            if let Some(e) = self.durability.failure() {
+                self.fail(format!("disk failure: {e}"));
+                return;
+            }
+        }
+        let seq = self.durability.durable();
+        if seq > self.durable {
+            self.metrics.durable_batches.inc();
+            self.durable = seq;
+            self.release();
+        }
     }
 
     /// Send whatever the durable batches allow.

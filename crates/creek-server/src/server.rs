@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use crate::config::ServerConfig;
 use crate::faults::Faults;
 use crate::metrics::Metrics;
-use crate::node_loop::{Event, LoopConfig, NodeLoop};
+use crate::node_loop::{Durability, Event, LoopConfig, NodeLoop};
 use crate::service::{AdminService, CreekService};
 use crate::transport::Transport;
 
@@ -85,12 +85,10 @@ impl Server {
         let voters: Vec<u64> = group.iter().map(|r| creek_cab::raft_id(*r)).collect();
         let (events_tx, events_rx) = mpsc::channel::<Event>(16 * 1024);
 
-        // Durability reports go to the node loop; the persister thread may
-        // block briefly when the loop is behind.
-        let durable_tx = events_tx.clone();
-        let on_durable = Box::new(move |r: Result<u64, creek_store::StoreError>| {
-            let _ = durable_tx.blocking_send(Event::Durable(r.map_err(|e| e.to_string())));
-        });
+        // Durability reports reach the node loop without ever blocking the
+        // persister thread.
+        let durability = Arc::new(Durability::default());
+        let on_durable = durability.callback(events_tx.clone());
         let opened = creek_store::open(&config.data_dir, voters, on_durable).map_err(|source| {
             StartError::Store {
                 dir: config.data_dir.clone(),
@@ -99,9 +97,13 @@ impl Server {
         })?;
         let mut node_config = NodeConfig::for_group(me, &group);
         node_config.replica.stabilize_after_us = config.stabilize_after_ms * 1000;
-        let limits = node_config.wire.clone();
+        let limits = node_config.wire;
         let recovered_ops = opened.recovered.ops.len();
-        let from_checkpoint = opened.recovered.checkpoint.as_ref().map(|c| c.committed_len);
+        let from_checkpoint = opened
+            .recovered
+            .checkpoint
+            .as_ref()
+            .map(|c| c.committed_len);
         let node = Node::recover(
             node_config,
             registry,
@@ -157,6 +159,7 @@ impl Server {
         let node_loop = NodeLoop::new(
             node,
             opened.persister,
+            durability,
             transport.clone(),
             metrics.clone(),
             LoopConfig {
@@ -210,9 +213,18 @@ impl Server {
         let limit = config.max_request_bytes * 2 + 4096;
         let mut grpc_shutdown = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener);
+            use tokio_stream::StreamExt as _;
+            // Our own listener: tonic's tcp_nodelay applies only to sockets
+            // it accepts itself, and Nagle's algorithm would hold each view
+            // for a delayed ACK (~40 ms).
+            let incoming =
+                tokio_stream::wrappers::TcpListenerStream::new(client_listener).map(|conn| {
+                    if let Ok(s) = &conn {
+                        let _ = s.set_nodelay(true);
+                    }
+                    conn
+                });
             let result = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
                 .add_service(
                     pb::creek_server::CreekServer::new(service).max_decoding_message_size(limit),
                 )

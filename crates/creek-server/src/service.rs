@@ -1,6 +1,10 @@
 //! The gRPC services of `proto/creek.proto`: `Creek` for clients and
 //! `Admin` for fault injection.
 
+// tonic's handlers return `Status` by value; boxing it in the helpers would
+// only move the allocation.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -162,7 +166,9 @@ impl pb::creek_server::Creek for CreekService {
             )));
         }
         if timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Status::deadline_exceeded("the deadline passed before the op was accepted"));
+            return Err(Status::deadline_exceeded(
+                "the deadline passed before the op was accepted",
+            ));
         }
         let mut call = ProcCall::new(&req.procedure, encoded);
         if req.client_id != 0 {
@@ -173,7 +179,11 @@ impl pb::creek_server::Creek for CreekService {
         }
         let (tx, mut rx) = mpsc::unbounded_channel();
         let inv = Invocation {
-            request: Request { call, strong, views },
+            request: Request {
+                call,
+                strong,
+                views,
+            },
             reply: tx,
             received,
         };
@@ -335,12 +345,27 @@ mod tests {
             weak_final,
             ..Default::default()
         };
-        assert_eq!(levels(&mk(vec![pb::Level::Weak], false)).ok(), Some((false, Views::WEAK)));
-        assert_eq!(levels(&mk(vec![pb::Level::Weak], true)).ok(), Some((false, Views::BOTH)));
-        assert_eq!(levels(&mk(vec![pb::Level::Strong], false)).ok(), Some((true, Views::STRONG)));
+        assert_eq!(
+            levels(&mk(vec![pb::Level::Weak], false)).ok(),
+            Some((false, Views::WEAK))
+        );
+        assert_eq!(
+            levels(&mk(vec![pb::Level::Weak], true)).ok(),
+            Some((false, Views::BOTH))
+        );
+        assert_eq!(
+            levels(&mk(vec![pb::Level::Strong], false)).ok(),
+            Some((true, Views::STRONG))
+        );
         assert_eq!(levels(&mk(vec![], false)).ok(), Some((true, Views::BOTH)));
-        let bad = pb::InvokeRequest { levels: vec![7], ..Default::default() };
-        assert_eq!(levels(&bad).map_err(|s| s.code()).err(), Some(Code::InvalidArgument));
+        let bad = pb::InvokeRequest {
+            levels: vec![7],
+            ..Default::default()
+        };
+        assert_eq!(
+            levels(&bad).map_err(|s| s.code()).err(),
+            Some(Code::InvalidArgument)
+        );
     }
 
     #[test]

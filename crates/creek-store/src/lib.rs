@@ -1,66 +1,149 @@
-//! Durable storage for CAB ([`creek_cab::CabStorage`]) on the `redb`
-//! embedded database.
+//! Creek's durable state (DESIGN §8) in one `redb` database per replica:
+//! the consensus log and hard state, the op payloads the replica accepted,
+//! and the last checkpoint of its committed state. A replica killed at any
+//! moment comes back from its data directory without losing anything it
+//! acknowledged.
 //!
-//! # What is stored
+//! # The pieces
 //!
-//! One redb file per node holds two tables:
+//! [`open`] loads a data directory and returns an [`Opened`]:
 //!
-//! * `raft_log` (`u64 -> &[u8]`): the consensus log, one row per entry, keyed
-//!   by its index; each value is the entry encoded by rust-protobuf
-//!   (`Message::write_to_bytes`). The log is never compacted, so it always
-//!   starts at index 1 (or is empty).
-//! * `raft_meta` (`&str -> &[u8]`): the hard state (term, vote, commit) under
-//!   `"hard_state"` and the conf state (the voters) under `"conf_state"`, both
-//!   protobuf-encoded. The conf state is written once, when the file is
-//!   created, and loaded on every reopen.
+//! * [`DurableCabStorage`] — CAB's storage. It serves the consensus library
+//!   from memory and records every write; [`DurableCabStorage::take_writes`]
+//!   hands the recorded writes over.
+//! * [`Persister`] — a thread that owns the database. [`Persister::submit`]
+//!   queues a [`Batch`] (log writes, new op payloads, maybe a checkpoint)
+//!   and returns its sequence number at once; the thread writes **every
+//!   batch queued so far in one transaction with one fsync** (group commit)
+//!   and then calls the `on_durable` callback with the highest sequence
+//!   number now durable.
+//! * [`Recovered`] — the checkpoint and op payloads found on disk, which
+//!   `creek_node::Node::recover` (with the storage) turns back into a node.
+//!
+//! ```
+//! use std::sync::mpsc;
+//! use creek_cab::CabStorage;
+//! use creek_store::Batch;
+//! use raft::{eraftpb::Entry, Storage};
+//!
+//! let dir = std::env::temp_dir().join(format!("creek-store-doc-{}", std::process::id()));
+//! let (tx, durable) = mpsc::channel();
+//! let report = move |r: Result<u64, creek_store::StoreError>| {
+//!     let _ = tx.send(r.map_err(|e| e.to_string()));
+//! };
+//! let opened = creek_store::open(&dir, vec![1], Box::new(report))?;
+//! let (mut storage, persister) = (opened.storage, opened.persister);
+//! // CAB's Ready loop writes to the log: in memory at once, not yet durable.
+//! storage.append(&[Entry { index: 1, term: 1, ..Default::default() }])?;
+//! let seq = persister.submit(Batch { log: storage.take_writes(), ..Batch::default() });
+//! // The driver holds this step's messages and views until `seq` is durable.
+//! assert_eq!(durable.recv()?, Ok(seq));
+//! persister.close()?;
+//! let reopened = creek_store::open(&dir, vec![1], Box::new(|_| {}))?;
+//! assert_eq!(reopened.storage.last_index()?, 1);
+//! # drop(reopened);
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Durability contract
 //!
-//! Every write ([`CabStorage::append`], [`CabStorage::set_hard_state`],
-//! [`CabStorage::set_commit`]) is one redb write transaction, committed with
-//! redb's default (immediate, fsynced) durability before the call returns.
-//! So when a write returns `Ok`, it survives a crash; an `Err` means it may
-//! not have happened (the transaction is rolled back and the in-memory view
-//! is left unchanged). An `append` that overwrites a suffix of the log
-//! removes the old suffix and writes the new entries in the same
-//! transaction: a crash leaves either the old log or the new one.
+//! **Nothing is durable until the persister reports it**: a write to
+//! [`DurableCabStorage`] or a submitted batch may be lost by a crash until
+//! `on_durable(Ok(s))` arrives with `s` at or above that batch's sequence
+//! number. Batches become durable in submission order, whole or not at all.
+//! `on_durable(Err(_))` means the disk failed: that group and every later
+//! batch is refused, nothing of them will ever be reported durable, and the
+//! replica must stop acknowledging (a failed disk is never reported as
+//! durable).
 //!
-//! Every write pays its own fsync: there is no group commit (batching the
-//! writes of several Ready rounds into one transaction) yet.
+//! Hence the **hold rule** for a driver: after each step it submits one
+//! batch with the step's log writes, new payloads and (sometimes) a
+//! checkpoint, and it **holds every outgoing peer message and every view
+//! produced up to that point until the persister reports a sequence number at
+//! or above the last one submitted before that output**. So a peer never
+//! learns of an op, an acceptance or a vote that a crash could take back;
+//! a stable view is only sent once a majority has durably accepted its
+//! decision (each follower's acknowledgement is held until durable, and so
+//! is the leader's view); and a client never sees a result of an op that a
+//! crash could erase (a driver may release tentative views early, accepting
+//! that such a view can belong to an op that a crash before its batch
+//! erases).
 //!
-//! # What is not stored yet
+//! # What is stored
 //!
-//! Only the consensus state lives here. Op payloads, the replica's state
-//! (what deliveries produced, and the `applied` index to restart from) and
-//! checkpoints are not stored; they arrive with issue 5. Until then a
-//! restarted node rebuilds from `applied = 0` and is redelivered every
-//! decided id.
+//! One file, `creek.redb`, in the data directory:
 //!
-//! The hard state, conf state and first/last index are cached in memory;
-//! entries and terms are read from the file.
+//! | table | key → value |
+//! |---|---|
+//! | `raft_log` | index (`u64`) → entry, protobuf |
+//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf |
+//! | `ops` | (origin `u16`, seq `u64`) → op, `creek_wire::encode_op` |
+//! | `checkpoint` | `"latest"` → the last checkpoint ([`codec`]) |
+//!
+//! The log is never compacted yet (the consensus log holds only id batches);
+//! a checkpoint deletes the payloads of the ops it covers. Decoding anything
+//! stored that is damaged gives [`StoreError::Corrupt`], never a panic. A
+//! second process opening the same directory gets [`StoreError::InUse`].
+//!
+//! Not here: *when* to checkpoint or submit (the driver), what a checkpoint
+//! holds (`creek_core::Checkpoint`), how a node recovers (`creek-node`).
 #![deny(missing_docs)]
 
-use std::path::Path;
+pub mod codec;
+mod persister;
+mod storage;
 
-use creek_cab::CabStorage;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use creek_core::{Checkpoint, Op};
 use protobuf::Message as _;
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
-use raft::{GetEntriesContext, RaftState, Storage, StorageError};
-use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use raft::eraftpb::{ConfState, Entry, HardState};
+use redb::{Database, DatabaseError, ReadableTable, StorageBackend, TableDefinition};
 
-const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
-const HARD_STATE: &str = "hard_state";
-const CONF_STATE: &str = "conf_state";
+pub use persister::{Batch, OnDurable, Persister};
+pub use storage::{DurableCabStorage, LogWrites};
 
-/// What can go wrong opening the store.
+/// The database file inside a data directory.
+pub const FILE_NAME: &str = "creek.redb";
+
+pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+pub(crate) const OPS: TableDefinition<(u16, u64), &[u8]> = TableDefinition::new("ops");
+pub(crate) const CHECKPOINT: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoint");
+pub(crate) const HARD_STATE: &str = "hard_state";
+pub(crate) const CONF_STATE: &str = "conf_state";
+pub(crate) const LATEST: &str = "latest";
+
+/// What can go wrong with the store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The database failed (I/O, locking, a damaged file).
+    /// The data directory is open in another process (or another store in
+    /// this one).
+    #[error(
+        "data directory {} is in use: another creek process holds its database file {FILE_NAME} open",
+        dir.display()
+    )]
+    InUse {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The data directory cannot be created.
+    #[error("cannot create data directory {}: {source}", dir.display())]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The database failed (I/O, a damaged file).
     #[error("redb: {0}")]
     Db(Box<redb::Error>),
-    /// A stored record does not decode.
+    /// A stored record does not decode, or the records contradict each
+    /// other.
     #[error("corrupt store: {0}")]
     Corrupt(String),
     /// The file was created for a different group.
@@ -71,283 +154,199 @@ pub enum StoreError {
         /// Voters passed to `open`.
         configured: Vec<u64>,
     },
+    /// The persister stopped after a write failure (or could not start);
+    /// nothing submitted since is durable.
+    #[error("persister stopped: {0}")]
+    Stopped(String),
 }
 
-fn db_err(e: impl Into<redb::Error>) -> StoreError {
+pub(crate) fn db_err(e: impl Into<redb::Error>) -> StoreError {
     StoreError::Db(Box::new(e.into()))
 }
 
-/// A storage failure as the consensus library's error.
-fn raft_err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> raft::Error {
-    raft::Error::Store(StorageError::Other(e.into()))
+fn corrupt(why: String) -> StoreError {
+    StoreError::Corrupt(why)
 }
 
-impl From<StoreError> for raft::Error {
-    fn from(e: StoreError) -> Self {
-        raft_err(e)
-    }
+/// What a data directory held at open, for `creek_node::Node::recover`.
+#[derive(Clone, Debug, Default)]
+pub struct Recovered {
+    /// The last checkpoint written, if any.
+    pub checkpoint: Option<Checkpoint>,
+    /// The op payloads kept (not deleted by a checkpoint), by id.
+    pub ops: Vec<Arc<Op>>,
 }
 
-/// A durable [`CabStorage`] in one redb file.
-pub struct RedbCabStorage {
-    db: Database,
-    hard_state: HardState,
-    conf_state: ConfState,
-    /// Index of the first stored entry, or 1 if the log is empty.
-    first: u64,
-    /// Index of the last stored entry, or 0 if the log is empty.
-    last: u64,
+/// An opened data directory.
+#[derive(Debug)]
+pub struct Opened {
+    /// CAB's storage, loaded with the stored log.
+    pub storage: DurableCabStorage,
+    /// The writer of every later batch.
+    pub persister: Persister,
+    /// The stored checkpoint and payloads.
+    pub recovered: Recovered,
 }
 
-impl std::fmt::Debug for RedbCabStorage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedbCabStorage")
-            .field("hard_state", &self.hard_state)
-            .field("conf_state", &self.conf_state)
-            .field("first", &self.first)
-            .field("last", &self.last)
-            .finish_non_exhaustive()
-    }
-}
-
-fn decode_entry(key: u64, bytes: &[u8]) -> Result<Entry, StoreError> {
-    let e = Entry::parse_from_bytes(bytes)
-        .map_err(|err| StoreError::Corrupt(format!("log entry {key}: {err}")))?;
-    if e.index != key {
-        return Err(StoreError::Corrupt(format!(
-            "log entry under key {key} has index {}",
-            e.index
-        )));
-    }
-    Ok(e)
-}
-
-fn encode<M: protobuf::Message>(what: &str, m: &M) -> Result<Vec<u8>, StoreError> {
-    m.write_to_bytes()
-        .map_err(|err| StoreError::Corrupt(format!("encoding {what}: {err}")))
-}
-
-impl RedbCabStorage {
-    /// Open the store at `path`, creating it (with the conf state `voters`
-    /// and an empty hard state) if it does not exist. On reopen the stored
-    /// state is loaded; `voters` must match the stored ones.
-    pub fn open(path: &Path, voters: Vec<u64>) -> Result<Self, StoreError> {
-        let db = Database::create(path).map_err(db_err)?;
-        let txn = db.begin_write().map_err(db_err)?;
-        let (hard_state, conf_state, first, last);
-        {
-            let mut meta = txn.open_table(META).map_err(db_err)?;
-            let log = txn.open_table(LOG).map_err(db_err)?;
-            let stored_hs = meta
-                .get(HARD_STATE)
-                .map_err(db_err)?
-                .map(|v| v.value().to_vec());
-            let stored_cs = meta
-                .get(CONF_STATE)
-                .map_err(db_err)?
-                .map(|v| v.value().to_vec());
-            match (stored_hs, stored_cs) {
-                (Some(hs), Some(cs)) => {
-                    hard_state = HardState::parse_from_bytes(&hs)
-                        .map_err(|e| StoreError::Corrupt(format!("hard state: {e}")))?;
-                    conf_state = ConfState::parse_from_bytes(&cs)
-                        .map_err(|e| StoreError::Corrupt(format!("conf state: {e}")))?;
-                    if conf_state.voters != voters {
-                        return Err(StoreError::VotersMismatch {
-                            stored: conf_state.voters.clone(),
-                            configured: voters,
-                        });
-                    }
-                }
-                (None, None) => {
-                    hard_state = HardState::default();
-                    conf_state = ConfState::from((voters, vec![]));
-                    meta.insert(HARD_STATE, encode("hard state", &hard_state)?.as_slice())
-                        .map_err(db_err)?;
-                    meta.insert(CONF_STATE, encode("conf state", &conf_state)?.as_slice())
-                        .map_err(db_err)?;
-                }
-                _ => {
-                    return Err(StoreError::Corrupt(
-                        "only one of hard state and conf state is stored".to_owned(),
-                    ))
-                }
-            }
-            let first_key = log.first().map_err(db_err)?.map(|(k, _)| k.value());
-            let last_key = log.last().map_err(db_err)?.map(|(k, _)| k.value());
-            (first, last) = match (first_key, last_key) {
-                (Some(f), Some(l)) => {
-                    let expected = l.checked_sub(f).and_then(|d| d.checked_add(1));
-                    if expected != Some(log.len().map_err(db_err)?) {
-                        return Err(StoreError::Corrupt(format!("log {f}..={l} has gaps")));
-                    }
-                    (f, l)
-                }
-                _ => (1, 0),
-            };
+/// Open (or create) the data directory `dir` of a replica whose CAB group
+/// has the raft ids `voters` (stored at creation; a later open with other
+/// voters is refused). `on_durable` receives the persister's reports (see
+/// the crate docs) on the persister's thread.
+pub fn open(dir: &Path, voters: Vec<u64>, on_durable: OnDurable) -> Result<Opened, StoreError> {
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let db = match Database::create(dir.join(FILE_NAME)) {
+        Ok(db) => db,
+        Err(DatabaseError::DatabaseAlreadyOpen) => {
+            return Err(StoreError::InUse {
+                dir: dir.to_path_buf(),
+            })
         }
-        txn.commit().map_err(db_err)?;
-        Ok(RedbCabStorage {
-            db,
-            hard_state,
-            conf_state,
-            first,
-            last,
-        })
-    }
+        Err(e) => return Err(db_err(e)),
+    };
+    start(db, voters, on_durable)
+}
 
-    /// Entries `[low, high)` as stored, without bounds checks.
-    fn read_range(&self, low: u64, high: u64) -> Result<Vec<Entry>, StoreError> {
-        if low >= high {
-            return Ok(Vec::new());
-        }
-        let txn = self.db.begin_read().map_err(db_err)?;
+/// Like [`open`], on a redb storage backend instead of a directory (an
+/// in-memory or fault-injecting backend, for tests).
+pub fn open_backend(
+    backend: impl StorageBackend,
+    voters: Vec<u64>,
+    on_durable: OnDurable,
+) -> Result<Opened, StoreError> {
+    let db = Database::builder()
+        .create_with_backend(backend)
+        .map_err(db_err)?;
+    start(db, voters, on_durable)
+}
+
+fn start(db: Database, voters: Vec<u64>, on_durable: OnDurable) -> Result<Opened, StoreError> {
+    let (storage, recovered) = load(&db, voters)?;
+    let persister = Persister::start(db, on_durable)?;
+    Ok(Opened {
+        storage,
+        persister,
+        recovered,
+    })
+}
+
+/// Read everything, creating the tables (and the initial conf and hard
+/// state) in a fresh database.
+fn load(db: &Database, voters: Vec<u64>) -> Result<(DurableCabStorage, Recovered), StoreError> {
+    let txn = db.begin_write().map_err(db_err)?;
+    let loaded = {
+        let mut meta = txn.open_table(META).map_err(db_err)?;
         let log = txn.open_table(LOG).map_err(db_err)?;
-        let mut out = Vec::new();
-        for row in log.range(low..high).map_err(db_err)? {
-            let (k, v) = row.map_err(db_err)?;
-            out.push(decode_entry(k.value(), v.value())?);
-        }
-        if out.len() as u64 != high - low {
-            return Err(StoreError::Corrupt(format!(
-                "log {low}..{high} is missing entries"
-            )));
-        }
-        Ok(out)
-    }
-
-    fn write_hard_state(&mut self, hs: HardState) -> Result<(), StoreError> {
-        let bytes = encode("hard state", &hs)?;
-        let txn = self.db.begin_write().map_err(db_err)?;
-        {
-            let mut meta = txn.open_table(META).map_err(db_err)?;
-            meta.insert(HARD_STATE, bytes.as_slice()).map_err(db_err)?;
-        }
-        txn.commit().map_err(db_err)?;
-        self.hard_state = hs;
-        Ok(())
-    }
-
-    fn write_entries(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
-        let Some(head) = entries.first() else {
-            return Ok(());
+        let ops = txn.open_table(OPS).map_err(db_err)?;
+        let checkpoint = txn.open_table(CHECKPOINT).map_err(db_err)?;
+        let stored_hs = meta
+            .get(HARD_STATE)
+            .map_err(db_err)?
+            .map(|v| v.value().to_vec());
+        let stored_cs = meta
+            .get(CONF_STATE)
+            .map_err(db_err)?
+            .map(|v| v.value().to_vec());
+        let (hard_state, conf_state) = match (stored_hs, stored_cs) {
+            (Some(hs), Some(cs)) => {
+                let hs = HardState::parse_from_bytes(&hs)
+                    .map_err(|e| corrupt(format!("hard state: {e}")))?;
+                let cs = ConfState::parse_from_bytes(&cs)
+                    .map_err(|e| corrupt(format!("conf state: {e}")))?;
+                if cs.voters != voters {
+                    return Err(StoreError::VotersMismatch {
+                        stored: cs.voters.clone(),
+                        configured: voters,
+                    });
+                }
+                (hs, cs)
+            }
+            (None, None) => {
+                let hs = HardState::default();
+                let cs = ConfState::from((voters, vec![]));
+                let encode = |m: &dyn protobuf::Message| {
+                    m.write_to_bytes()
+                        .map_err(|e| corrupt(format!("encoding initial state: {e}")))
+                };
+                meta.insert(HARD_STATE, encode(&hs)?.as_slice())
+                    .map_err(db_err)?;
+                meta.insert(CONF_STATE, encode(&cs)?.as_slice())
+                    .map_err(db_err)?;
+                (hs, cs)
+            }
+            _ => {
+                return Err(corrupt(
+                    "only one of hard state and conf state is stored".to_owned(),
+                ))
+            }
         };
-        let from = head.index;
-        if from < self.first || from > self.last + 1 {
-            return Err(StoreError::Corrupt(format!(
-                "append at {from} outside the log {}..={} (+1)",
-                self.first, self.last
+        let entries = load_log(&log)?;
+        let last = entries.last().map_or(0, |e| e.index);
+        if hard_state.commit > last {
+            return Err(corrupt(format!(
+                "hard state commits index {} but the log ends at {last}",
+                hard_state.commit
             )));
         }
-        let mut encoded = Vec::with_capacity(entries.len());
-        for (i, e) in entries.iter().enumerate() {
-            if Some(e.index) != from.checked_add(i as u64) {
-                return Err(StoreError::Corrupt(format!(
-                    "appended entries are not contiguous at index {}",
-                    e.index
-                )));
-            }
-            encoded.push((e.index, encode("log entry", e)?));
-        }
-        let txn = self.db.begin_write().map_err(db_err)?;
-        {
-            let mut log = txn.open_table(LOG).map_err(db_err)?;
-            if from <= self.last {
-                log.retain_in(from.., |_, _| false).map_err(db_err)?;
-            }
-            for (index, bytes) in &encoded {
-                log.insert(*index, bytes.as_slice()).map_err(db_err)?;
-            }
-        }
-        txn.commit().map_err(db_err)?;
-        if self.last == 0 {
-            self.first = from;
-        }
-        self.last = from + entries.len() as u64 - 1;
-        Ok(())
-    }
+        let storage = DurableCabStorage::loaded(conf_state, hard_state, &entries);
+        let recovered = Recovered {
+            checkpoint: match checkpoint.get(LATEST).map_err(db_err)? {
+                Some(v) => Some(codec::decode_checkpoint(v.value())?),
+                None => None,
+            },
+            ops: load_ops(&ops)?,
+        };
+        (storage, recovered)
+    };
+    txn.commit().map_err(db_err)?;
+    Ok(loaded)
 }
 
-impl Storage for RedbCabStorage {
-    fn initial_state(&self) -> raft::Result<RaftState> {
-        Ok(RaftState::new(
-            self.hard_state.clone(),
-            self.conf_state.clone(),
-        ))
-    }
-
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        _context: GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        if low < self.first {
-            return Err(raft::Error::Store(StorageError::Compacted));
+fn load_log(log: &impl ReadableTable<u64, &'static [u8]>) -> Result<Vec<Entry>, StoreError> {
+    let mut entries: Vec<Entry> = Vec::new();
+    for row in log.iter().map_err(db_err)? {
+        let (k, v) = row.map_err(db_err)?;
+        let index = k.value();
+        let e = Entry::parse_from_bytes(v.value())
+            .map_err(|err| corrupt(format!("log entry {index}: {err}")))?;
+        if e.index != index {
+            return Err(corrupt(format!(
+                "log entry under key {index} has index {}",
+                e.index
+            )));
         }
-        // MemStorage panics here; a durable store reports instead.
-        if high > self.last + 1 || low > high {
-            return Err(raft::Error::Store(StorageError::Unavailable));
+        // Never compacted: the log starts at 1 and has no gaps.
+        let expected = entries.last().map_or(1, |p| p.index + 1);
+        if index != expected {
+            return Err(corrupt(format!(
+                "log entry {index} where {expected} was expected"
+            )));
         }
-        let mut ents = self.read_range(low, high)?;
-        raft::util::limit_size(&mut ents, max_size.into());
-        Ok(ents)
+        entries.push(e);
     }
-
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        // The log is never compacted: the entry before the first is the
-        // empty snapshot at index 0, term 0.
-        if idx == 0 {
-            return Ok(0);
-        }
-        if idx < self.first {
-            return Err(raft::Error::Store(StorageError::Compacted));
-        }
-        if idx > self.last {
-            return Err(raft::Error::Store(StorageError::Unavailable));
-        }
-        let ents = self.read_range(idx, idx + 1)?;
-        match ents.first() {
-            Some(e) => Ok(e.term),
-            None => Err(raft::Error::Store(StorageError::Unavailable)),
-        }
-    }
-
-    fn first_index(&self) -> raft::Result<u64> {
-        Ok(self.first)
-    }
-
-    fn last_index(&self) -> raft::Result<u64> {
-        Ok(self.last)
-    }
-
-    /// CAB never compacts its log, so the only snapshot is the empty one at
-    /// the commit index (as `MemStorage` builds it).
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        let mut snap = Snapshot::default();
-        let commit = self.hard_state.commit;
-        let term = self.term(commit)?;
-        let meta = snap.mut_metadata();
-        meta.index = commit.max(request_index);
-        meta.term = term;
-        meta.set_conf_state(self.conf_state.clone());
-        Ok(snap)
-    }
+    Ok(entries)
 }
 
-impl CabStorage for RedbCabStorage {
-    fn append(&mut self, entries: &[Entry]) -> raft::Result<()> {
-        Ok(self.write_entries(entries)?)
+fn load_ops(
+    ops: &impl ReadableTable<(u16, u64), &'static [u8]>,
+) -> Result<Vec<Arc<Op>>, StoreError> {
+    let limits = codec::stored_op_limits();
+    let mut out = Vec::new();
+    for row in ops.iter().map_err(db_err)? {
+        let (k, v) = row.map_err(db_err)?;
+        let (origin, seq) = k.value();
+        let bytes = Bytes::copy_from_slice(v.value());
+        let op = creek_wire::decode_op(&bytes, &limits)
+            .map_err(|e| corrupt(format!("op r{origin}.{seq}: {e}")))?;
+        if (op.id.origin.0, op.id.seq) != (origin, seq) {
+            return Err(corrupt(format!(
+                "op under key r{origin}.{seq} is {}",
+                op.id
+            )));
+        }
+        out.push(Arc::new(op));
     }
-
-    fn set_hard_state(&mut self, hs: HardState) -> raft::Result<()> {
-        Ok(self.write_hard_state(hs)?)
-    }
-
-    fn set_commit(&mut self, commit: u64) -> raft::Result<()> {
-        let mut hs = self.hard_state.clone();
-        hs.commit = commit;
-        Ok(self.write_hard_state(hs)?)
-    }
+    Ok(out)
 }

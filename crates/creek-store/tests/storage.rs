@@ -1,46 +1,17 @@
-//! `RedbCabStorage` against the in-memory reference, across reopen, and under
-//! a CAB group.
+//! `DurableCabStorage` against raft's in-memory reference, across reopen and
+//! crashes (persisted at random points), and under a CAB group restarting
+//! from disk.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod common;
 
+use common::{log_batch, open_sync, TempDir};
 use creek_cab::{Cab, CabConfig, CabStorage, MemCabStorage};
 use creek_core::{OpId, ReplicaId};
-use creek_store::RedbCabStorage;
+use creek_store::{DurableCabStorage, StoreError};
 use proptest::prelude::*;
 use raft::eraftpb::{Entry, HardState};
 use raft::{GetEntriesContext, Storage};
-
-/// A fresh temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "creek-store-{tag}-{}-{n}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
     Entry {
@@ -57,112 +28,156 @@ fn ctx() -> GetEntriesContext {
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Append `len` entries at a position derived from `at` (within
-    /// `1..=last + 1`), terms starting at `term`, data of `size` bytes.
+    /// Append `len` entries at a position derived from `at` (after the
+    /// commit index, within `..=last + 1`: raft never rewrites committed
+    /// entries), terms starting at `term`, data of `size` bytes.
     Append {
         at: u64,
         len: u64,
         term: u64,
         size: usize,
     },
+    /// A hard state whose commit index is derived from `commit` (within the
+    /// log, as raft's is).
     SetHardState {
         term: u64,
         vote: u64,
         commit: u64,
     },
     SetCommit(u64),
+    /// Hand the writes so far to the persister and wait for durability.
+    Persist,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (any::<u64>(), 1..5u64, 1..6u64, 0..40usize)
             .prop_map(|(at, len, term, size)| Op::Append { at, len, term, size }),
-        1 => (0..10u64, 0..4u64, 0..20u64)
+        1 => (0..10u64, 0..4u64, any::<u64>())
             .prop_map(|(term, vote, commit)| Op::SetHardState { term, vote, commit }),
-        1 => (0..20u64).prop_map(Op::SetCommit),
+        1 => any::<u64>().prop_map(Op::SetCommit),
+        2 => Just(Op::Persist),
     ]
 }
 
-fn compare(redb: &RedbCabStorage, mem: &MemCabStorage) {
-    let (rs, ms) = (redb.initial_state().unwrap(), mem.initial_state().unwrap());
+fn compare(durable: &DurableCabStorage, mem: &MemCabStorage) {
+    let (rs, ms) = (
+        durable.initial_state().unwrap(),
+        mem.initial_state().unwrap(),
+    );
     assert_eq!(rs.hard_state, ms.hard_state);
     assert_eq!(rs.conf_state, ms.conf_state);
     let first = mem.first_index().unwrap();
     let last = mem.last_index().unwrap();
-    assert_eq!(redb.first_index().unwrap(), first);
-    assert_eq!(redb.last_index().unwrap(), last);
+    assert_eq!(durable.first_index().unwrap(), first);
+    assert_eq!(durable.last_index().unwrap(), last);
     for i in 0..=last + 2 {
-        assert_eq!(redb.term(i), mem.term(i), "term({i})");
+        assert_eq!(durable.term(i), mem.term(i), "term({i})");
     }
     if last < first {
-        return; // MemStorage panics on any entries() of an empty log
+        // MemStorage panics on any entries() of an empty log; we answer.
+        assert_eq!(durable.entries(1, 1, None, ctx()).unwrap(), vec![]);
+        assert!(durable.entries(1, 2, None, ctx()).is_err());
+        return;
     }
     for lo in first..=last + 1 {
         for hi in lo..=last + 1 {
             for max in [None, Some(0), Some(15), Some(60), Some(u64::MAX)] {
-                let r = redb.entries(lo, hi, max, ctx()).unwrap();
+                let r = durable.entries(lo, hi, max, ctx()).unwrap();
                 let m = mem.entries(lo, hi, max, ctx()).unwrap();
                 assert_eq!(r, m, "entries({lo}, {hi}, {max:?})");
             }
         }
     }
-    // Below the first index: compacted, as MemStorage says.
-    if first > 0 {
-        assert_eq!(
-            redb.entries(first - 1, last + 1, None, ctx()).unwrap_err(),
-            mem.entries(first - 1, last + 1, None, ctx()).unwrap_err()
-        );
+    // Past the end: an error where MemStorage panics.
+    assert!(durable.entries(first, last + 2, None, ctx()).is_err());
+}
+
+/// A copy of `mem` that later writes to `mem` do not change.
+fn snapshot(mem: &MemCabStorage, voters: &[u64]) -> MemCabStorage {
+    let copy = MemCabStorage::new(voters.to_vec());
+    let mut c = copy.clone();
+    let first = mem.first_index().unwrap();
+    let last = mem.last_index().unwrap();
+    if last >= first {
+        c.append(&mem.entries(first, last + 1, None, ctx()).unwrap())
+            .unwrap();
     }
+    c.set_hard_state(mem.initial_state().unwrap().hard_state)
+        .unwrap();
+    copy
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(48))]
 
+    /// Reads equal raft's `MemStorage` after any writes; after a clean close
+    /// the reopened store equals it; after a crash, it equals the state at
+    /// the last persist.
     #[test]
-    fn matches_mem_storage(ops in prop::collection::vec(op(), 1..16)) {
+    fn matches_mem_storage_across_reopen_and_crash(
+        ops in prop::collection::vec(op(), 1..20),
+        crash in any::<bool>(),
+    ) {
         let dir = TempDir::new("prop");
-        let path = dir.file("log.redb");
         let voters = vec![1, 2, 3];
-        let mut redb = RedbCabStorage::open(&path, voters.clone()).unwrap();
+        let (mut durable, mut persister, recovered) = open_sync(dir.path(), voters.clone());
+        prop_assert!(recovered.checkpoint.is_none() && recovered.ops.is_empty());
         let mut mem = MemCabStorage::new(voters.clone());
-        compare(&redb, &mem);
+        let mut at_persist = snapshot(&mem, &voters);
+        compare(&durable, &mem);
         for op in &ops {
+            let last = mem.last_index().unwrap();
+            let commit = mem.initial_state().unwrap().hard_state.commit;
             match *op {
                 Op::Append { at, len, term, size } => {
-                    let last = mem.last_index().unwrap();
-                    let start = 1 + at % (last + 1);
+                    let start = commit + 1 + at % (last + 1 - commit);
                     let ents: Vec<Entry> = (0..len)
                         .map(|i| {
                             let data = vec![(start + i) as u8; size + i as usize];
                             entry(start + i, term + i / 2, &data)
                         })
                         .collect();
-                    redb.append(&ents).unwrap();
+                    durable.append(&ents).unwrap();
                     mem.append(&ents).unwrap();
                 }
                 Op::SetHardState { term, vote, commit } => {
+                    let commit = commit % (last + 1);
                     let hs = HardState { term, vote, commit, ..Default::default() };
-                    redb.set_hard_state(hs.clone()).unwrap();
+                    durable.set_hard_state(hs.clone()).unwrap();
                     mem.set_hard_state(hs).unwrap();
                 }
                 Op::SetCommit(c) => {
-                    redb.set_commit(c).unwrap();
+                    let c = c % (last + 1);
+                    durable.set_commit(c).unwrap();
                     mem.set_commit(c).unwrap();
                 }
+                Op::Persist => {
+                    persister.persist(log_batch(&mut durable));
+                    at_persist = snapshot(&mem, &voters);
+                }
             }
-            compare(&redb, &mem);
+            compare(&durable, &mem);
         }
-        // And everything survives a reopen.
-        drop(redb);
-        let redb = RedbCabStorage::open(&path, voters).unwrap();
-        compare(&redb, &mem);
+        let rest = log_batch(&mut durable);
+        drop(durable);
+        let expected = if crash {
+            // Writes not yet persisted are lost.
+            persister.crash();
+            at_persist
+        } else {
+            persister.persist(rest);
+            persister.persister.take().unwrap().close().unwrap();
+            mem
+        };
+        let (reopened, _p, _) = open_sync(dir.path(), voters);
+        compare(&reopened, &expected);
     }
 }
 
 #[test]
 fn reopen_restores_everything() {
     let dir = TempDir::new("reopen");
-    let path = dir.file("log.redb");
     let voters = vec![1, 2, 3];
     let ents: Vec<Entry> = (1..=5).map(|i| entry(i, 1 + i / 3, b"abc")).collect();
     let mut hs = HardState {
@@ -172,15 +187,19 @@ fn reopen_restores_everything() {
         ..Default::default()
     };
     {
-        let mut s = RedbCabStorage::open(&path, voters.clone()).unwrap();
+        let (mut s, mut p, _) = open_sync(dir.path(), voters.clone());
         s.append(&ents).unwrap();
+        p.persist(log_batch(&mut s));
         // Overwrite a suffix, then restore it: the final log is `ents`.
         s.append(&[entry(4, 9, b"x")]).unwrap();
+        p.persist(log_batch(&mut s));
         s.append(&ents[3..]).unwrap();
         s.set_hard_state(hs.clone()).unwrap();
         s.set_commit(5).unwrap();
+        p.persist(log_batch(&mut s));
+        p.persister.take().unwrap().close().unwrap();
     }
-    let s = RedbCabStorage::open(&path, voters.clone()).unwrap();
+    let (s, _p, _) = open_sync(dir.path(), voters.clone());
     let state = s.initial_state().unwrap();
     hs.commit = 5;
     assert_eq!(state.hard_state, hs);
@@ -191,21 +210,22 @@ fn reopen_restores_everything() {
     for e in &ents {
         assert_eq!(s.term(e.index).unwrap(), e.term);
     }
-    drop(s);
+    drop((s, _p));
     // A different group is refused.
-    assert!(RedbCabStorage::open(&path, vec![1, 2]).is_err());
+    let e = creek_store::open(dir.path(), vec![1, 2], Box::new(|_| {})).unwrap_err();
+    assert!(matches!(e, StoreError::VotersMismatch { .. }), "{e}");
 }
 
 #[test]
 fn corrupt_entry_is_an_error_not_a_panic() {
     let dir = TempDir::new("corrupt");
-    let path = dir.file("log.redb");
     {
-        let mut s = RedbCabStorage::open(&path, vec![1]).unwrap();
+        let (mut s, mut p, _) = open_sync(dir.path(), vec![1]);
         s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
+        p.persist(log_batch(&mut s));
     }
     {
-        let db = redb::Database::create(&path).unwrap();
+        let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
         let txn = db.begin_write().unwrap();
         {
             let def: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("raft_log");
@@ -214,10 +234,11 @@ fn corrupt_entry_is_an_error_not_a_panic() {
         }
         txn.commit().unwrap();
     }
-    let s = RedbCabStorage::open(&path, vec![1]).unwrap();
-    assert!(s.entries(1, 3, None, ctx()).is_err());
-    assert!(s.term(2).is_err());
-    assert_eq!(s.term(1).unwrap(), 1);
+    let e = creek_store::open(dir.path(), vec![1], Box::new(|_| {})).unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Corrupt(m) if m.contains("log entry 2")),
+        "{e}"
+    );
 }
 
 const N: usize = 3;
@@ -231,41 +252,46 @@ fn replicas() -> Vec<ReplicaId> {
     (0..N as u16).map(ReplicaId).collect()
 }
 
-fn node(dir: &TempDir, i: usize) -> Cab<RedbCabStorage> {
-    let store = RedbCabStorage::open(&dir.file(&format!("node{i}.redb")), voters()).unwrap();
-    let config = CabConfig::for_group(ReplicaId(i as u16), &replicas());
-    Cab::new(config, store, 0).unwrap()
+struct Member {
+    cab: Cab<DurableCabStorage>,
+    persister: common::SyncPersister,
 }
 
-/// Poll every live node and deliver their messages, `rounds` times; collect
-/// what each node delivers.
-fn run(
-    nodes: &mut [Option<Cab<RedbCabStorage>>],
-    delivered: &mut [Vec<OpId>],
-    rounds: usize,
-    tick: bool,
-) {
+fn member(dir: &TempDir, i: usize) -> Member {
+    let (storage, persister, _) = open_sync(&dir.sub(&format!("node{i}")), voters());
+    let config = CabConfig::for_group(ReplicaId(i as u16), &replicas());
+    Member {
+        cab: Cab::new(config, storage, 0).unwrap(),
+        persister,
+    }
+}
+
+/// Poll every live node, persist its writes (synchronously: the messages of
+/// a step leave only once its writes are durable) and deliver its messages,
+/// `rounds` times; collect what each node delivers.
+fn run(nodes: &mut [Option<Member>], delivered: &mut [Vec<OpId>], rounds: usize, tick: bool) {
     for _ in 0..rounds {
         let mut msgs = Vec::new();
         for (i, n) in nodes.iter_mut().enumerate() {
             if let Some(n) = n {
                 if tick {
-                    n.tick();
+                    n.cab.tick();
                 }
                 let mut out = Vec::new();
-                n.poll(ALWAYS, &mut out);
-                assert!(n.failure().is_none(), "{:?}", n.failure());
+                n.cab.poll(ALWAYS, &mut out);
+                assert!(n.cab.failure().is_none(), "{:?}", n.cab.failure());
+                n.persister.persist(log_batch(n.cab.store_mut()));
                 msgs.extend(out.into_iter().map(|(to, m)| (i, to, m)));
             }
         }
         for (from, to, m) in msgs {
             if let Some(n) = nodes[usize::from(to.0)].as_mut() {
-                n.on_message(ReplicaId(from as u16), m, ALWAYS);
+                n.cab.on_message(ReplicaId(from as u16), m, ALWAYS);
             }
         }
         for (i, n) in nodes.iter_mut().enumerate() {
             if let Some(n) = n {
-                delivered[i].extend(n.take_deliverable(ALWAYS));
+                delivered[i].extend(n.cab.take_deliverable(ALWAYS));
             }
         }
     }
@@ -274,18 +300,18 @@ fn run(
 #[test]
 fn cab_group_restarts_from_disk() {
     let dir = TempDir::new("cab");
-    let mut nodes: Vec<Option<Cab<RedbCabStorage>>> = (0..N).map(|i| Some(node(&dir, i))).collect();
+    let mut nodes: Vec<Option<Member>> = (0..N).map(|i| Some(member(&dir, i))).collect();
     let mut delivered = vec![Vec::new(); N];
-    nodes[0].as_mut().unwrap().campaign();
+    nodes[0].as_mut().unwrap().cab.campaign();
     run(&mut nodes, &mut delivered, 10, false);
-    assert!(nodes[0].as_ref().unwrap().is_leader());
+    assert!(nodes[0].as_ref().unwrap().cab.is_leader());
 
     let ids: Vec<OpId> = (1..=6)
         .map(|s| OpId::new(ReplicaId((s % N as u64) as u16), s))
         .collect();
     for (k, id) in ids.iter().enumerate() {
         // Cast at different nodes; followers forward to the leader.
-        nodes[k % N].as_mut().unwrap().cast(*id);
+        nodes[k % N].as_mut().unwrap().cab.cast(*id);
         run(&mut nodes, &mut delivered, 3, false);
     }
     run(&mut nodes, &mut delivered, 20, true);
@@ -299,12 +325,21 @@ fn cab_group_restarts_from_disk() {
         assert_eq!(d, &delivered[0]);
     }
 
-    // Restart node 2 from its file with nothing applied: it delivers every
-    // decided id again, in the same order.
-    nodes[2] = None;
-    let before = std::mem::take(&mut delivered[2]);
-    nodes[2] = Some(node(&dir, 2));
-    run(&mut nodes, &mut delivered, 20, true);
-    assert_eq!(delivered[2], before);
-    assert_eq!(delivered[2], delivered[0]);
+    // Kill node 2 (no close) and restart it from its directory with
+    // nothing applied: it delivers every decided id again, in the same
+    // order. So does the leader.
+    for victim in [2, 0] {
+        nodes[victim] = None;
+        let before = std::mem::take(&mut delivered[victim]);
+        nodes[victim] = Some(member(&dir, victim));
+        run(&mut nodes, &mut delivered, 40, true);
+        assert_eq!(delivered[victim], before, "node {victim}");
+    }
+    // And the group still decides.
+    let late = OpId::new(ReplicaId(1), 99);
+    nodes[1].as_mut().unwrap().cab.cast(late);
+    run(&mut nodes, &mut delivered, 40, true);
+    for d in &delivered {
+        assert_eq!(d.last(), Some(&late));
+    }
 }

@@ -640,6 +640,19 @@ fn write_op<S: Sink>(s: &mut S, op: &Op) {
     }
 }
 
+/// Encodes one op on its own, exactly as it appears inside an `Ops` frame
+/// (the *op* fields of the module docs, without a frame header). For storing
+/// payloads (`creek-store`); no limit is checked, so decode with limits at
+/// least as large as anything the node accepted.
+pub fn encode_op(op: &Op) -> Bytes {
+    let mut counter = Counter(0);
+    write_op(&mut counter, op);
+    let mut out = BytesMut::with_capacity(counter.0);
+    write_op(&mut out, op);
+    debug_assert_eq!(out.len(), counter.0);
+    out.freeze()
+}
+
 fn write_dvv<S: Sink>(s: &mut S, dvv: &Dvv) {
     let records = dvv.to_records();
     s.put_len(records.len());
@@ -688,6 +701,26 @@ pub fn decode_bytes(frame: &Bytes, limits: &Limits) -> Result<PeerMessage, Decod
         limits,
     }
     .frame()
+}
+
+/// Decodes one op encoded by [`encode_op`]; the whole input must be that
+/// op. Byte strings of the op share `bytes`. Never panics.
+pub fn decode_op(bytes: &Bytes, limits: &Limits) -> Result<Op, DecodeError> {
+    let mut reader = Reader {
+        buf: bytes,
+        shared: Some(bytes),
+        pos: 0,
+        limits,
+    };
+    let op = reader.op()?;
+    let count = reader.remaining();
+    if count > 0 {
+        return Err(DecodeError::TrailingBytes {
+            count,
+            offset: reader.pos,
+        });
+    }
+    Ok(op)
 }
 
 /// A cursor over the frame; every access is bounds-checked.

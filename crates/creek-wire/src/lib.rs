@@ -19,8 +19,8 @@ use creek_core::{Op, OpId, ReplicaId};
 pub mod codec;
 
 pub use codec::{
-    decode, decode_bytes, encode, encoded_len, DecodeError, EncodeError, Limit, Limits,
-    LimitsError, WIRE_VERSION,
+    decode, decode_bytes, decode_op, encode, encode_op, encoded_len, DecodeError, EncodeError,
+    Limit, Limits, LimitsError, WIRE_VERSION,
 };
 
 /// One replica-to-replica message.

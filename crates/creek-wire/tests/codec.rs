@@ -7,8 +7,8 @@ use bytes::Bytes;
 use creek_core::{Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::{ClientRequestId, ProcCall};
 use creek_wire::{
-    decode, decode_bytes, encode, encoded_len, CabMessage, DecodeError, EncodeError, GossipMessage,
-    Limit, Limits, LimitsError, PeerMessage, WIRE_VERSION,
+    decode, decode_bytes, decode_op, encode, encode_op, encoded_len, CabMessage, DecodeError,
+    EncodeError, GossipMessage, Limit, Limits, LimitsError, PeerMessage, WIRE_VERSION,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -222,6 +222,26 @@ proptest! {
             Ok(PeerMessage::Cab(CabMessage::Raft(b))) => prop_assert!(inside(&b)),
             _ => {}
         }
+    }
+
+    /// A lone op (as `creek-store` keeps payloads) is the op of a one-op
+    /// `Ops` frame, round-trips, and any prefix or extension is refused.
+    #[test]
+    fn lone_op_round_trip(op in arb_op(), junk in any::<u8>()) {
+        let bytes = encode_op(&op);
+        let frame = enc(&PeerMessage::Gossip(GossipMessage::Ops(vec![Arc::new(op.clone())])));
+        prop_assert_eq!(&frame[3..], &bytes[..]);
+        prop_assert_eq!(decode_op(&bytes, &limits()), Ok(op));
+        for n in 0..bytes.len() {
+            prop_assert!(decode_op(&bytes.slice(..n), &limits()).is_err());
+        }
+        let mut longer = bytes.to_vec();
+        longer.push(junk);
+        let is_trailing = matches!(
+            decode_op(&Bytes::from(longer), &limits()),
+            Err(DecodeError::TrailingBytes { count: 1, .. })
+        );
+        prop_assert!(is_trailing);
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! simulator and the client CLI join as their issues land.
 
 mod bench_cab;
+mod bench_cluster;
 mod bench_executor;
+mod call_cmd;
 mod serve_cmd;
 mod sim_cmd;
+mod status_cmd;
 
 // The executor allocates small objects at a high rate (versions, read sets,
 // outcomes); mimalloc serves that pattern markedly faster than the system
@@ -35,6 +38,10 @@ enum Command {
     Dev(serve_cmd::DevArgs),
     /// Run the deterministic cluster simulator with faults and checkers.
     Sim(sim_cmd::Args),
+    /// Invoke a procedure on a running cluster and print each view as it arrives.
+    Call(call_cmd::Args),
+    /// Print each replica's role, term, log lengths and counters.
+    Status(status_cmd::Args),
     /// Run a benchmark and print its result.
     Bench {
         #[command(subcommand)]
@@ -48,6 +55,8 @@ enum Bench {
     Executor(bench_executor::Args),
     /// CAB and gossip on an in-process network: bytes per op and message delays.
     Cab(bench_cab::Args),
+    /// A local cluster of `creek serve` processes: client-observed latency and throughput.
+    Cluster(bench_cluster::Args),
 }
 
 /// Print a report: one JSON line with `--json`, indented otherwise.
@@ -73,12 +82,17 @@ fn main() -> ExitCode {
             Ok(false) => return ExitCode::FAILURE,
             Err(e) => Err(e),
         },
+        Command::Call(args) => call_cmd::run(&args),
+        Command::Status(args) => status_cmd::run(&args),
         Command::Bench {
             which: Bench::Executor(args),
         } => bench_executor::run(&args),
         Command::Bench {
             which: Bench::Cab(args),
         } => bench_cab::run(&args),
+        Command::Bench {
+            which: Bench::Cluster(args),
+        } => bench_cluster::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

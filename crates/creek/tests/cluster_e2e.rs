@@ -208,7 +208,11 @@ async fn a_minority_partition_keeps_weak_ops_and_stalls_strong_ones_until_healed
     // healed its result changes (a strong op gets a new preliminary view
     // whenever its tentative result changes), and the stable result counts
     // the majority's three increments.
-    assert_eq!(views.first(), Some(&Got::Preliminary(Ok(Value::Int(1100)))), "{views:?}");
+    assert_eq!(
+        views.first(),
+        Some(&Got::Preliminary(Ok(Value::Int(1100)))),
+        "{views:?}"
+    );
     assert_eq!(result(&views), Ok(Value::Int(1103)), "{views:?}");
     assert!(
         matches!(views.last(), Some(Got::Final(_) | Got::Confirmed)),

@@ -8,11 +8,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use creek_core::{
-    Config, Effect, ExecKey, Op, OpId, Pos, Replica, ReplicaId, Request, View, ViewKind,
+    Config, Effect, ExecKey, Op, OpId, Pos, Replica, ReplicaId, Request, View, ViewKind, Views,
 };
 use creek_exec::basic::{replay, BasicEngine};
 use creek_exec::mvcc::MvccExecutor;
+use creek_exec::value::{encode_args, Value};
+use creek_exec::ClientRequestId;
 use creek_exec::{Completion, Engine, Outcome, ProcCall, Registry, Task, TxnLimits};
+use proptest::prelude::*;
 
 /// An engine the harness can build.
 pub trait TestEngine: Engine<ExecKey, Pos> + Sized {
@@ -44,6 +47,20 @@ pub struct Node<E> {
     pub views: BTreeMap<ExecKey, Vec<View>>,
     /// How many decided ids this node has been given.
     pub cab_next: usize,
+    /// The committed ops before `replica.committed()`: those of the
+    /// checkpoint the replica was restored from (empty otherwise).
+    pub base: Vec<OpId>,
+}
+
+impl<E: Engine<ExecKey, Pos>> Node<E> {
+    /// The whole committed list, checkpointed prefix included.
+    pub fn committed(&self) -> Vec<OpId> {
+        self.base
+            .iter()
+            .chain(self.replica.committed())
+            .copied()
+            .collect()
+    }
 }
 
 pub struct Cluster<E> {
@@ -82,6 +99,7 @@ impl<E: TestEngine> Cluster<E> {
                     running: Vec::new(),
                     views: BTreeMap::new(),
                     cab_next: 0,
+                    base: Vec::new(),
                 }
             })
             .collect();
@@ -130,7 +148,11 @@ impl<E: TestEngine> Cluster<E> {
     fn check_tentative_view(&self, i: usize, v: &View) {
         let ExecKey::Op(id) = v.handle else { return };
         let r = &self.nodes[i].replica;
-        let order: Vec<OpId> = r.committed().iter().copied().chain(r.tentative()).collect();
+        let order: Vec<OpId> = self.nodes[i]
+            .committed()
+            .into_iter()
+            .chain(r.tentative())
+            .collect();
         let Some(idx) = order.iter().position(|x| *x == id) else {
             panic!("view for {id} which is not in the order");
         };
@@ -260,7 +282,7 @@ impl<E: TestEngine> Cluster<E> {
 
     /// After `settle`: the whole-cluster checks.
     pub fn check_final(&self) -> Vec<OpId> {
-        let canonical = self.nodes[0].replica.committed().to_vec();
+        let canonical = self.nodes[0].committed();
         let calls: Vec<&ProcCall> = canonical.iter().map(|id| &self.ops[id].call).collect();
         let (outcomes, state) = replay(&self.registry, TxnLimits::default(), calls);
         let outcome_of: BTreeMap<OpId, &Outcome> =
@@ -272,11 +294,8 @@ impl<E: TestEngine> Cluster<E> {
         assert_eq!(unique, cast, "committed ops differ from broadcast ops");
         for (i, n) in self.nodes.iter().enumerate() {
             let r = &n.replica;
-            assert_eq!(
-                r.committed(),
-                &canonical[..],
-                "node {i} committed list differs"
-            );
+            assert_eq!(n.committed(), canonical, "node {i} committed list differs");
+            assert_eq!(r.committed_len(), canonical.len() as u64);
             assert!(
                 r.tentative().is_empty(),
                 "node {i} has tentative ops after settling"
@@ -356,5 +375,140 @@ impl<E: TestEngine> Cluster<E> {
 
     pub fn state(&self, i: usize) -> BTreeMap<Bytes, Bytes> {
         self.nodes[i].replica.committed_state()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Action {
+    Invoke {
+        node: u8,
+        proc_: u8,
+        key: u8,
+        arg: u8,
+        strong: bool,
+        views: u8,
+        retry: Option<u8>,
+    },
+    DeliverRb {
+        from: u8,
+        to: u8,
+    },
+    Decide {
+        pick: u8,
+    },
+    DeliverCab {
+        node: u8,
+    },
+    StartExec {
+        node: u8,
+    },
+    CompleteExec {
+        node: u8,
+        pick: u8,
+    },
+    Tick {
+        advance_ms: u8,
+    },
+}
+
+pub fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        3 => (any::<u8>(), 0u8..9, 0u8..3, any::<u8>(), any::<bool>(), 0u8..3, proptest::option::weighted(0.15, 0u8..4))
+            .prop_map(|(node, proc_, key, arg, strong, views, retry)| Action::Invoke { node, proc_, key, arg, strong, views, retry }),
+        4 => (any::<u8>(), any::<u8>()).prop_map(|(from, to)| Action::DeliverRb { from, to }),
+        1 => any::<u8>().prop_map(|pick| Action::Decide { pick }),
+        2 => any::<u8>().prop_map(|node| Action::DeliverCab { node }),
+        3 => any::<u8>().prop_map(|node| Action::StartExec { node }),
+        3 => (any::<u8>(), any::<u8>()).prop_map(|(node, pick)| Action::CompleteExec { node, pick }),
+        1 => (0u8..4).prop_map(|advance_ms| Action::Tick { advance_ms }),
+    ]
+}
+
+pub fn call(proc_: u8, key: u8, arg: u8) -> ProcCall {
+    let k = Value::from(format!("k{key}").as_str());
+    let v = Value::from(format!("v{arg}").as_str());
+    let (name, args) = match proc_ {
+        0 => ("kv.get", vec![k]),
+        1 => ("kv.put", vec![k, v]),
+        2 => (
+            "kv.incr",
+            vec![
+                Value::from(format!("n{key}").as_str()),
+                Value::Int(i64::from(arg % 7) - 2),
+            ],
+        ),
+        3 => (
+            "kv.cas",
+            vec![
+                k,
+                if arg.is_multiple_of(2) {
+                    Value::Nil
+                } else {
+                    Value::from(format!("v{}", arg / 2).as_str())
+                },
+                v,
+            ],
+        ),
+        4 => ("kv.delete", vec![k]),
+        5 => ("queue.enqueue", vec![Value::from("q"), v]),
+        6 => ("queue.dequeue", vec![Value::from("q")]),
+        7 => ("list.append", vec![Value::from("l"), v]),
+        _ => ("list.read", vec![Value::from("l")]),
+    };
+    ProcCall::new(name, encode_args(&args))
+}
+
+impl<E: TestEngine> Cluster<E> {
+    /// Apply one random action (node indexes are taken modulo the size).
+    pub fn apply(&mut self, a: &Action) {
+        let n = self.nodes.len();
+        let c = self;
+        let node = |x: u8| usize::from(x) % n;
+        match *a {
+            Action::Invoke {
+                node: i,
+                proc_,
+                key,
+                arg,
+                strong,
+                views,
+                retry,
+            } => {
+                let mut call = call(proc_, key, arg);
+                call.request_id = retry.map(|seq| ClientRequestId {
+                    client: 7,
+                    seq: u64::from(seq),
+                });
+                let views = match (strong, views) {
+                    (true, 0) => Views::STRONG,
+                    (_, 1) => Views::BOTH,
+                    _ => Views::WEAK,
+                };
+                c.invoke(
+                    node(i),
+                    Request {
+                        call,
+                        strong,
+                        views,
+                    },
+                );
+            }
+            Action::DeliverRb { from, to } => {
+                c.deliver_rb(node(from), node(to));
+            }
+            Action::Decide { pick } => {
+                c.decide(usize::from(pick));
+            }
+            Action::DeliverCab { node: i } => {
+                c.deliver_cab(node(i));
+            }
+            Action::StartExec { node: i } => {
+                c.start_exec(node(i));
+            }
+            Action::CompleteExec { node: i, pick } => {
+                c.complete_exec(node(i), usize::from(pick));
+            }
+            Action::Tick { advance_ms } => c.tick(u64::from(advance_ms) * 1000),
+        }
     }
 }

@@ -143,6 +143,39 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         }
     }
 
+    /// Start from a committed state, as restored from a checkpoint: every
+    /// `(key, value)` becomes the final (base) version of its key, and every
+    /// position up to `committed_upto` counts as committed, so later
+    /// [`Engine::commit`]s continue after it. Call on a fresh executor, before
+    /// any op is inserted (then the state is exactly `state`); on a used one
+    /// it is a caller bug (asserted in debug builds) and the loaded values
+    /// override the final ones.
+    pub fn load_committed(
+        &mut self,
+        state: impl IntoIterator<Item = (Bytes, Bytes)>,
+        committed_upto: Option<P>,
+    ) {
+        debug_assert!(
+            self.ops.is_empty() && self.keys.is_empty() && self.committed_upto.is_none(),
+            "load_committed on a used executor"
+        );
+        for (k, value) in state {
+            let no = VersionNo(self.next_version);
+            self.next_version += 1;
+            let ks = key_state(&mut self.keys, &k);
+            let version = Version {
+                no,
+                value: Some(value),
+            };
+            if ks.base.replace(version).is_none() {
+                self.counters.versions_alive += 1;
+            }
+        }
+        if committed_upto.is_some() {
+            self.committed_upto = committed_upto;
+        }
+    }
+
     /// Ops the executor still tracks (not yet final).
     pub fn ops_alive(&self) -> usize {
         self.ops.len()

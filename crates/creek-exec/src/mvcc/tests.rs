@@ -396,3 +396,39 @@ fn settled_waits_for_every_earlier_op() {
     check(&e);
     assert_eq!(settled(&mut e), [tentative(1, ok(1)), tentative(2, ok(1))]);
 }
+
+/// A state loaded as committed (a restored checkpoint) is what later ops
+/// read, and commits continue after the loaded bound: the result equals a
+/// sequential execution of the whole history.
+#[test]
+fn loaded_committed_state_is_the_base_of_later_ops() {
+    let before = [put("k", "a"), incr("n", 5), put("t", "x")];
+    let after = [incr("n", 2), get("k"), delete("t"), put("u", "y")];
+    let (_, state) = sequential(&before.iter().collect::<Vec<_>>());
+    let mut e = executor();
+    e.load_committed(state.clone(), Some(3));
+    check(&e);
+    assert_eq!(e.committed_state(), state);
+    assert_eq!(e.counters().versions_alive, 3);
+    // Tentative first, then committed one by one after position 3.
+    for (i, c) in after.iter().enumerate() {
+        insert(&mut e, i as u32 + 1, 100 + i as u64, c);
+    }
+    run_all(&mut e);
+    for key in 1..=after.len() as u32 {
+        commit(&mut e, key, 3 + u64::from(key));
+        run_all(&mut e);
+    }
+    let all: Vec<&ProcCall> = before.iter().chain(after.iter()).collect();
+    let (outcomes, want) = sequential(&all);
+    let finals: Vec<Settled<u32>> = settled(&mut e)
+        .into_iter()
+        .filter(|s| s.committed)
+        .collect();
+    let expected: Vec<Settled<u32>> = (1..=after.len() as u32)
+        .zip(outcomes[before.len()..].iter().cloned())
+        .map(|(k, o)| committed(k, o))
+        .collect();
+    assert_eq!(finals, expected);
+    assert_eq!(e.committed_state(), want);
+}

@@ -6,7 +6,9 @@
 //! [`Replica::next_execution`], run with [`Replica::run`] and handed back with
 //! [`Replica::complete`]. Outputs accumulate as [`Effect`]s, taken with
 //! [`Replica::take_effects`]. Nothing here reads a clock, touches a socket
-//! or starts a thread.
+//! or starts a thread. A replica can be checkpointed at a clean point and
+//! restored from a checkpoint plus its op payloads ([`Replica::checkpoint`],
+//! [`Replica::restore`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -24,6 +26,8 @@ use crate::dvv::Dvv;
 use crate::hlc::Hlc;
 use crate::id::{OpId, ReplicaId, Timestamp};
 use crate::op::{Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
+
+mod restore;
 
 /// Why an invocation is refused. Nothing is applied or broadcast.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -55,14 +59,16 @@ pub struct Counters {
     pub duplicates: u64,
     /// Strong ids CAB-delivered (committed).
     pub cab_delivered: u64,
-    /// Ops moved to the committed list.
+    /// Ops moved to the committed list (after a restore, counting the
+    /// checkpoint's).
     pub committed: u64,
     /// Strong no-ops issued by the stabilizer.
     pub stabilizer_noops: u64,
     /// Views sent.
     pub views: u64,
     /// Committed ops whose final execution is known (a prefix of the
-    /// committed list; `committed_state` reflects exactly these).
+    /// committed list; `committed_state` reflects exactly these). Counted
+    /// like `Replica::committed_len`, the checkpoint's ops included.
     pub finalized: u64,
     /// Ops invoked here whose first tentative view was checked against their
     /// final result.
@@ -92,8 +98,12 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     /// Algorithm 1's `currEventNo`.
     curr_event_no: u64,
     next_local: u64,
-    /// The committed list (ids; payloads leave once final).
+    /// The committed list after the first `committed_base` ops (ids;
+    /// payloads leave once final).
     committed: Vec<OpId>,
+    /// Committed ops before `committed`: those of the checkpoint this
+    /// replica was restored from (0 otherwise).
+    committed_base: u64,
     /// The tentative list, sorted by `(timestamp, id)`.
     tentative: BTreeSet<(Timestamp, OpId)>,
     /// Known ops that are not yet final.
@@ -141,6 +151,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             curr_event_no: 0,
             next_local: 0,
             committed: Vec::new(),
+            committed_base: 0,
             tentative: BTreeSet::new(),
             ops: FxHashMap::default(),
             causal_ctx: Dvv::new(),
@@ -264,14 +275,15 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     }
 
     /// Algorithm 1, `RB-deliver` (lines 26–31). Duplicates and the replica's
-    /// own ops are ignored.
-    pub fn rb_deliver(&mut self, op: Arc<Op>) {
+    /// own ops are ignored. Returns whether the op was new here (a durable
+    /// driver persists exactly those payloads).
+    pub fn rb_deliver(&mut self, op: Arc<Op>) -> bool {
         if op.id.origin == self.config.id {
-            return; // line 27: delivered locally at invoke
+            return false; // line 27: delivered locally at invoke
         }
         if self.ops.contains_key(&op.id) || self.causal_ctx.contains(op.id) {
             self.counters.duplicates += 1;
-            return;
+            return false;
         }
         self.counters.rb_delivered += 1;
         self.hlc.observe(op.timestamp);
@@ -281,6 +293,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.adjust_tentative_order(op); // line 31
         self.deliver_decided();
         self.process_settled();
+        true
     }
 
     /// Algorithm 1, `adjustTentativeOrder` (lines 36–41): insert at the op's
@@ -386,7 +399,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             let removed = self.tentative.remove(&entry); // line 50
             debug_assert!(removed, "committing {} which is not tentative", entry.1);
             let id = entry.1;
-            let pos = Pos::Committed(self.committed.len() as u64);
+            let pos = Pos::Committed(self.committed_len());
             self.committed.push(id); // line 51
             self.counters.committed += 1;
             if id.origin == self.config.id && self.ops.get(&id).is_some_and(|op| op.strong) {
@@ -486,8 +499,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if s.committed {
             if let ExecKey::Op(id) = s.key {
                 self.ops.remove(&id);
+                let at = self.counters.finalized.saturating_sub(self.committed_base);
                 debug_assert_eq!(
-                    self.committed.get(self.counters.finalized as usize),
+                    self.committed.get(at as usize),
                     Some(&id),
                     "ops become final in committed order"
                 );
@@ -543,9 +557,19 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
     }
 
-    /// The committed list.
+    /// The committed list. After [`Replica::restore`] from a checkpoint,
+    /// only the ops committed after it: the first element sits at global
+    /// position `committed_len() - committed().len()`.
     pub fn committed(&self) -> &[OpId] {
         &self.committed
+    }
+
+    /// How many ops are committed in total, the ops of the checkpoint this
+    /// replica was restored from included: the global position the next
+    /// committed op gets.
+    pub fn committed_len(&self) -> u64 {
+        self.committed_base
+            .saturating_add(self.committed.len() as u64)
     }
 
     /// How many ops are on the tentative list.

@@ -1,0 +1,336 @@
+//! [`Client`]: a connection to a Creek cluster that fails over between
+//! replicas and numbers its requests so retries are applied at most once.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use creek_exec::value::Value;
+use creek_proto::{pb, to_wire};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+use crate::correctable::Correctable;
+use crate::stream::{read_views, Expect};
+use crate::view::Levels;
+use crate::Error;
+
+/// Longest wait for a TCP connection to one replica.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 pings on an open connection, so a replica that vanished without
+/// closing its sockets fails the calls waiting on it.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options of one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Deadline for the closing view, from the invocation. Sent to the
+    /// server as the gRPC timeout and enforced here too; when it passes
+    /// the Correctable closes with [`Error::DeadlineExceeded`].
+    pub timeout: Option<Duration>,
+    /// With [`Levels::Weak`]: also receive the weak op's final view once it
+    /// is committed, so the caller learns whether its preliminary view held.
+    pub weak_final: bool,
+}
+
+/// A client of a Creek cluster. Cheap to clone and share across tasks:
+/// clones share the connection, the client id and the request numbering.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    replicas: Vec<Replica>,
+    current: Mutex<Connected>,
+    /// Serializes failovers, so concurrent calls that see the same replica
+    /// fail move together to one new replica.
+    failover: tokio::sync::Mutex<()>,
+    client_id: u64,
+    next_seq: AtomicU64,
+}
+
+struct Replica {
+    addr: String,
+    endpoint: Endpoint,
+}
+
+#[derive(Clone)]
+struct Connected {
+    index: usize,
+    channel: Channel,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Client {
+    /// Connect to the first of `addrs` that answers. Each address is a
+    /// replica's client endpoint, `http://host:port` or `host:port`. Later
+    /// calls fail over to the other replicas, in order, when the current
+    /// one is unavailable.
+    pub async fn connect<I, S>(addrs: I) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let replicas = addrs
+            .into_iter()
+            .map(|a| Replica::new(a.into()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if replicas.is_empty() {
+            return Err(Error::InvalidArgument("no replica address given".into()));
+        }
+        let current = connect_from(&replicas, 0).await?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                replicas,
+                current: Mutex::new(current),
+                failover: tokio::sync::Mutex::new(()),
+                client_id: random_client_id(),
+                next_seq: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// This client's id, sent with every request (never zero).
+    pub fn client_id(&self) -> u64 {
+        self.inner.client_id
+    }
+
+    /// The address of the replica calls currently go to.
+    pub fn replica_addr(&self) -> String {
+        let index = lock(&self.inner.current).index;
+        self.inner.replicas[index].addr.clone()
+    }
+
+    /// Invoke `procedure` at `levels` ([`Levels::Both`] is the usual
+    /// choice: a fast preliminary view, then the final one).
+    pub async fn invoke(
+        &self,
+        procedure: impl Into<String>,
+        args: Vec<Value>,
+        levels: Levels,
+    ) -> Result<Correctable, Error> {
+        self.invoke_with(procedure, args, levels, CallOptions::default())
+            .await
+    }
+
+    /// Invoke a weak op: one preliminary view, which closes the Correctable.
+    pub async fn invoke_weak(
+        &self,
+        procedure: impl Into<String>,
+        args: Vec<Value>,
+    ) -> Result<Correctable, Error> {
+        self.invoke(procedure, args, Levels::Weak).await
+    }
+
+    /// Invoke a strong op and receive its final view only.
+    pub async fn invoke_strong(
+        &self,
+        procedure: impl Into<String>,
+        args: Vec<Value>,
+    ) -> Result<Correctable, Error> {
+        self.invoke(procedure, args, Levels::Strong).await
+    }
+
+    /// Invoke `procedure` with per-call options.
+    ///
+    /// Returns once a replica accepted the request; errors before that
+    /// (bad arguments, overload, no replica reachable) are returned here,
+    /// later ones close the Correctable. A replica that is unavailable is
+    /// left for the next one, and the request is sent again with the same
+    /// `(client_id, request_seq)`, so the cluster applies it at most once.
+    pub async fn invoke_with(
+        &self,
+        procedure: impl Into<String>,
+        args: Vec<Value>,
+        levels: Levels,
+        options: CallOptions,
+    ) -> Result<Correctable, Error> {
+        let start = Instant::now();
+        let deadline = options.timeout.map(|t| start + t);
+        let request = pb::InvokeRequest {
+            procedure: procedure.into(),
+            args: args.iter().map(to_wire).collect(),
+            levels: levels.to_wire(),
+            weak_final: options.weak_final,
+            client_id: self.inner.client_id,
+            request_seq: self.inner.next_seq.fetch_add(1, Ordering::Relaxed),
+        };
+        let call = self.with_failover(|channel| {
+            let mut req = tonic::Request::new(request.clone());
+            if let Some(d) = deadline {
+                req.set_timeout(d.saturating_duration_since(Instant::now()));
+            }
+            async move {
+                pb::creek_client::CreekClient::new(channel)
+                    .invoke(req)
+                    .await
+            }
+        });
+        let stream = within(deadline, options.timeout, call).await?.into_inner();
+        let (feeder, correctable) = Correctable::channel();
+        let expect = Expect {
+            final_view: levels != Levels::Weak || options.weak_final,
+            start,
+            deadline,
+            timeout: options.timeout,
+        };
+        tokio::spawn(read_views(stream, feeder, expect));
+        Ok(correctable)
+    }
+
+    /// `kv.get(key)`: the value, or nil if absent.
+    pub async fn kv_get(&self, key: impl AsRef<[u8]>) -> Result<Correctable, Error> {
+        self.invoke("kv.get", vec![bytes(key)], Levels::Both).await
+    }
+
+    /// `kv.put(key, value)`: nil.
+    pub async fn kv_put(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<Correctable, Error> {
+        self.invoke("kv.put", vec![bytes(key), bytes(value)], Levels::Both)
+            .await
+    }
+
+    /// `kv.incr(key, delta)`: the counter's new value (absent counts as 0).
+    pub async fn kv_incr(&self, key: impl AsRef<[u8]>, delta: i64) -> Result<Correctable, Error> {
+        self.invoke("kv.incr", vec![bytes(key), Value::Int(delta)], Levels::Both)
+            .await
+    }
+
+    /// The status of the replica calls currently go to.
+    pub async fn status(&self) -> Result<pb::StatusReply, Error> {
+        let reply = self
+            .with_failover(|channel| async move {
+                pb::creek_client::CreekClient::new(channel)
+                    .status(pb::StatusRequest {})
+                    .await
+            })
+            .await?;
+        Ok(reply.into_inner())
+    }
+
+    /// Run `call` on the current replica; while it fails as unavailable,
+    /// move to the next replica and run it again, trying each at most once.
+    async fn with_failover<T, Fut>(&self, mut call: impl FnMut(Channel) -> Fut) -> Result<T, Error>
+    where
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let mut conn = lock(&self.inner.current).clone();
+        let mut attempts = 0;
+        loop {
+            let error = match call(conn.channel.clone()).await {
+                Ok(t) => return Ok(t),
+                Err(status) => Error::from(status),
+            };
+            attempts += 1;
+            if !error.is_unavailable() || attempts >= self.inner.replicas.len() {
+                return Err(error);
+            }
+            conn = self.fail_over(conn.index).await?;
+        }
+    }
+
+    /// Leave replica `failed` for the next one that answers (unless another
+    /// call already did).
+    async fn fail_over(&self, failed: usize) -> Result<Connected, Error> {
+        let _one_at_a_time = self.inner.failover.lock().await;
+        {
+            let current = lock(&self.inner.current);
+            if current.index != failed {
+                return Ok(current.clone());
+            }
+        }
+        let next = connect_from(&self.inner.replicas, failed + 1).await?;
+        *lock(&self.inner.current) = next.clone();
+        Ok(next)
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("client_id", &self.inner.client_id)
+            .field("replica", &self.replica_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    fn new(addr: String) -> Result<Replica, Error> {
+        let uri = if addr.contains("://") {
+            addr.clone()
+        } else {
+            format!("http://{addr}")
+        };
+        let endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| Error::InvalidArgument(format!("bad replica address {addr:?}: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        Ok(Replica { addr, endpoint })
+    }
+}
+
+/// Connect to the first replica that answers, trying them all in order
+/// from `first` (wrapping around).
+async fn connect_from(replicas: &[Replica], first: usize) -> Result<Connected, Error> {
+    let mut failures = Vec::new();
+    for k in 0..replicas.len() {
+        let index = (first + k) % replicas.len();
+        let replica = &replicas[index];
+        match replica.endpoint.connect().await {
+            Ok(channel) => return Ok(Connected { index, channel }),
+            Err(e) => failures.push(format!("{}: {}", replica.addr, Error::from(e))),
+        }
+    }
+    Err(Error::Unavailable(format!(
+        "no replica answered: {}",
+        failures.join("; ")
+    )))
+}
+
+/// Run `f`, failing with [`Error::DeadlineExceeded`] if `deadline` passes.
+async fn within<T>(
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+    f: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    match deadline {
+        None => f.await,
+        Some(d) => tokio::time::timeout_at(tokio::time::Instant::from_std(d), f)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::DeadlineExceeded(format!(
+                    "no replica accepted the call within {:?}",
+                    timeout.unwrap_or_default()
+                )))
+            }),
+    }
+}
+
+fn bytes(b: impl AsRef<[u8]>) -> Value {
+    Value::Bytes(Bytes::copy_from_slice(b.as_ref()))
+}
+
+/// A random nonzero id. `RandomState` is seeded from the OS's randomness
+/// once per process; the time and process id separate clients further.
+fn random_client_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}

@@ -1,0 +1,161 @@
+//! Why a call failed.
+//!
+//! An abort is *not* an error: a procedure that aborts deterministically
+//! produces a view whose outcome is `Err(message)` (see [`crate::View`]).
+//! An [`Error`] means the client could not learn the op's outcome: the
+//! request was refused, the deadline passed, or the replica or the network
+//! failed.
+
+use std::error::Error as StdError;
+
+use tonic::{Code, Status};
+
+/// Why an invocation or a status query failed. The server's message is kept
+/// verbatim in every variant that comes from a gRPC status.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The request was malformed: an unknown procedure, bad arguments or
+    /// levels, or a bad replica address given to [`crate::Client::connect`].
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The request was too large or the replica is overloaded.
+    #[error("resource exhausted: {0}")]
+    ResourceExhausted(String),
+    /// The call's deadline passed before its final view.
+    #[error("deadline exceeded: {0}")]
+    DeadlineExceeded(String),
+    /// The replica is shutting down, its disk failed, or it could not be
+    /// reached.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The connection failed in a way gRPC does not classify.
+    #[error("transport error: {0}")]
+    Transport(String),
+    /// The server broke the protocol: the stream ended before the final
+    /// view, or a view was malformed.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Any other gRPC status.
+    #[error("{code:?}: {message}")]
+    Rpc {
+        /// The gRPC status code.
+        code: Code,
+        /// The server's message.
+        message: String,
+    },
+}
+
+impl Error {
+    /// Whether a new attempt at another replica may succeed: the replica
+    /// could not be reached or refuses service. The request was then not
+    /// started there, or its retry is deduplicated by its request id.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Unavailable(_) | Error::Transport(_))
+    }
+}
+
+impl From<Status> for Error {
+    fn from(status: Status) -> Self {
+        let message = if status.message().is_empty() {
+            status.code().description().to_string()
+        } else {
+            status.message().to_string()
+        };
+        match status.code() {
+            Code::InvalidArgument => Error::InvalidArgument(message),
+            Code::ResourceExhausted => Error::ResourceExhausted(message),
+            Code::DeadlineExceeded => Error::DeadlineExceeded(message),
+            Code::Unavailable => Error::Unavailable(message),
+            // tonic's own client-side timeout surfaces as CANCELLED.
+            Code::Cancelled if caused_by::<tonic::TimeoutExpired>(&status) => {
+                Error::DeadlineExceeded(message)
+            }
+            Code::Unknown if caused_by::<tonic::transport::Error>(&status) => {
+                Error::Transport(message)
+            }
+            code => Error::Rpc { code, message },
+        }
+    }
+}
+
+impl From<tonic::transport::Error> for Error {
+    fn from(e: tonic::transport::Error) -> Self {
+        // `Display` of a transport error is only "transport error"; the
+        // cause (connection refused, ...) is in its source chain, where
+        // several layers repeat the same words.
+        let mut parts: Vec<String> = Vec::new();
+        let mut source = e.source();
+        while let Some(s) = source {
+            let part = s.to_string();
+            if !part.is_empty() && !parts.iter().any(|p| p.contains(&part)) {
+                parts.push(part);
+            }
+            source = s.source();
+        }
+        if parts.is_empty() {
+            parts.push(e.to_string());
+        }
+        Error::Transport(parts.join(": "))
+    }
+}
+
+/// Whether `T` is in `status`'s source chain.
+fn caused_by<T: StdError + 'static>(status: &Status) -> bool {
+    let mut source = status.source();
+    while let Some(e) = source {
+        if e.is::<T>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_map_to_variants_with_the_server_message() {
+        let cases = [
+            (
+                Status::invalid_argument("unknown procedure \"x\""),
+                Error::InvalidArgument("unknown procedure \"x\"".into()),
+            ),
+            (
+                Status::resource_exhausted("full"),
+                Error::ResourceExhausted("full".into()),
+            ),
+            (
+                Status::deadline_exceeded("late"),
+                Error::DeadlineExceeded("late".into()),
+            ),
+            (
+                Status::unavailable("stopping"),
+                Error::Unavailable("stopping".into()),
+            ),
+            (
+                Status::internal("boom"),
+                Error::Rpc {
+                    code: Code::Internal,
+                    message: "boom".into(),
+                },
+            ),
+        ];
+        for (status, want) in cases {
+            assert_eq!(Error::from(status), want);
+        }
+        assert!(Error::Unavailable(String::new()).is_unavailable());
+        assert!(!Error::InvalidArgument(String::new()).is_unavailable());
+    }
+
+    #[test]
+    fn an_empty_message_is_replaced_by_the_code_description() {
+        let e = Error::from(Status::new(Code::Unavailable, ""));
+        assert_eq!(
+            e,
+            Error::Unavailable("The service is currently unavailable".into())
+        );
+    }
+}

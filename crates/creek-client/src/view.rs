@@ -1,0 +1,122 @@
+//! Views: what a [`crate::Correctable`] learns about an op, one at a time.
+
+use std::time::Duration;
+
+use creek_exec::value::Value;
+use creek_proto::{from_wire, pb};
+
+use crate::Error;
+
+/// The outcome of a procedure: its result, or the message it aborted with.
+/// An abort is deterministic (every replica aborts the same way), so it is
+/// an outcome like a result, not an [`Error`].
+pub type Outcome = Result<Value, String>;
+
+/// The consistency level a view was produced at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Level {
+    /// From the replica's tentative execution: fast, may still change.
+    Weak,
+    /// From the op's committed position: stable.
+    Strong,
+}
+
+/// Which levels a request asks for (DESIGN §7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Levels {
+    /// A weak op: one preliminary view, which also closes the Correctable
+    /// (unless [`crate::CallOptions::weak_final`] asks for its final view).
+    Weak,
+    /// A strong op, final view only.
+    Strong,
+    /// A strong op: preliminary view(s), then the final view.
+    #[default]
+    Both,
+}
+
+impl Levels {
+    /// The wire form (`InvokeRequest.levels`).
+    pub(crate) fn to_wire(self) -> Vec<i32> {
+        match self {
+            Levels::Weak => vec![pb::Level::Weak as i32],
+            Levels::Strong => vec![pb::Level::Strong as i32],
+            Levels::Both => vec![pb::Level::Weak as i32, pb::Level::Strong as i32],
+        }
+    }
+}
+
+/// What kind of view this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ViewKind {
+    /// A tentative response.
+    Preliminary,
+    /// The stable response, differing from the last preliminary view (or
+    /// with none before it).
+    Final,
+    /// The stable response, equal to the last preliminary view.
+    Confirmed,
+}
+
+impl ViewKind {
+    /// Whether this is a stable view (final or confirmed).
+    pub fn is_stable(self) -> bool {
+        matches!(self, ViewKind::Final | ViewKind::Confirmed)
+    }
+}
+
+/// One view of an op's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    /// The level the view was produced at.
+    pub level: Level,
+    /// Preliminary, final or confirmed.
+    pub kind: ViewKind,
+    /// The result or abort message. For a [`ViewKind::Confirmed`] view the
+    /// server does not repeat it; the client fills it in from the last
+    /// preliminary view.
+    pub outcome: Outcome,
+    /// Time from the invocation to this view's arrival.
+    pub latency: Duration,
+}
+
+impl View {
+    /// Convert a view from the wire. `last_preliminary` supplies the
+    /// outcome of a CONFIRMED view, which the server omits.
+    pub(crate) fn from_wire(
+        v: pb::View,
+        last_preliminary: Option<&Outcome>,
+        latency: Duration,
+    ) -> Result<View, Error> {
+        let kind = match pb::view::Kind::try_from(v.kind) {
+            Ok(pb::view::Kind::Preliminary) => ViewKind::Preliminary,
+            Ok(pb::view::Kind::Final) => ViewKind::Final,
+            Ok(pb::view::Kind::Confirmed) => ViewKind::Confirmed,
+            Ok(pb::view::Kind::Unspecified) | Err(_) => {
+                return Err(Error::Protocol(format!(
+                    "a view of unknown kind {}",
+                    v.kind
+                )))
+            }
+        };
+        let outcome = match (v.outcome, kind) {
+            (Some(pb::view::Outcome::Value(value)), _) => Ok(from_wire(&value)
+                .map_err(|e| Error::Protocol(format!("a view with a bad value: {e}")))?),
+            (Some(pb::view::Outcome::Abort(message)), _) => Err(message),
+            (None, ViewKind::Confirmed) => last_preliminary.cloned().ok_or_else(|| {
+                Error::Protocol("a confirmed view with no preliminary view before it".into())
+            })?,
+            (None, _) => return Err(Error::Protocol(format!("a {kind:?} view with no outcome"))),
+        };
+        let level = if kind.is_stable() {
+            Level::Strong
+        } else {
+            Level::Weak
+        };
+        Ok(View {
+            level,
+            kind,
+            outcome,
+            latency,
+        })
+    }
+}
