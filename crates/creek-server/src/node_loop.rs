@@ -11,14 +11,21 @@
 //! all batches queued meanwhile in one transaction with one fsync.
 //!
 //! Nothing that depends on a write leaves the replica before the write is
-//! durable: every peer message and every stable view produced in a turn is
-//! held until the persister reports the turn's batch (or a later one)
-//! durable. Raft's contract follows (a vote or an append acknowledgement is
-//! sent only once persisted), and with it the rule: an op's final
-//! view is sent only when its position and payload are durable on a
-//! majority (CAB accepts an id only where its payload is held, and that
-//! payload was persisted no later than the acknowledgement). Tentative views
-//! are speculative and go out at once.
+//! durable: every peer message produced in a turn is held until the
+//! persister reports the turn's batch (or a later one) durable. Raft's
+//! contract follows (a vote or an append acknowledgement is sent only once
+//! persisted; the leader's appends go out only once its own log is
+//! durable), and so does gossip's (an op is never seen by a peer before its
+//! origin can remember it, so a restarted origin never reuses its id).
+//!
+//! Views are not held. A final view follows a commit, and a commit means a
+//! majority acknowledged the op's log entry — each acknowledgement sent only
+//! after that replica's batch holding the entry, and the payloads CAB
+//! required it to hold, was durable, the leader's own included (its appends
+//! wait for its fsync). So the op's position and payload are durable on a
+//! majority before any replica learns of the commit, which is the rule for a
+//! final view; waiting for the local disk as well would only add an fsync.
+//! Tentative views are speculative and go out at once.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -108,7 +115,8 @@ pub struct Invocation {
 /// What a client stream receives from the node loop.
 #[derive(Debug)]
 pub enum Reply {
-    /// The op was accepted; views follow.
+    /// The op was accepted; views follow. Sent only for ops that asked for
+    /// no tentative view (otherwise the first view says as much, sooner).
     Accepted,
     /// The op was refused; nothing was applied.
     Rejected(InvokeError),
@@ -143,11 +151,10 @@ struct Route {
     received: Instant,
 }
 
-/// Output held until a batch is durable.
+/// Peer messages held until a batch is durable.
 struct Held {
     seq: u64,
     frames: Vec<(creek_core::ReplicaId, Bytes)>,
-    views: Vec<View>,
 }
 
 /// How the loop is set up.
@@ -274,7 +281,9 @@ impl NodeLoop {
         let views = inv.request.views;
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
-                let _ = inv.reply.send(Reply::Accepted);
+                if !views.tentative {
+                    let _ = inv.reply.send(Reply::Accepted);
+                }
                 self.routes.insert(
                     handle,
                     Route {
@@ -331,16 +340,11 @@ impl NodeLoop {
         }
     }
 
-    /// End of a turn: tentative views go out; the turn's writes are
-    /// submitted as one batch; messages and stable views wait for it.
+    /// End of a turn: views go out; the turn's writes are submitted as one
+    /// batch; peer messages wait for it.
     fn flush(&mut self) {
-        let mut held_views = Vec::new();
         for v in self.node.take_views() {
-            if v.kind == ViewKind::Tentative {
-                self.route(v);
-            } else {
-                held_views.push(v);
-            }
+            self.route(v);
         }
         let mut batch = Batch {
             log: self.node.cab_mut().store_mut().take_writes(),
@@ -368,14 +372,13 @@ impl NodeLoop {
                 Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
             }
         }
-        if frames.is_empty() && held_views.is_empty() {
+        if frames.is_empty() {
             self.check_durable();
             return;
         }
         self.held.push_back(Held {
             seq: self.submitted,
             frames,
-            views: held_views,
         });
         self.check_durable();
         self.release();
@@ -417,9 +420,6 @@ impl NodeLoop {
             };
             for (to, frame) in h.frames {
                 self.transport.send(to, frame);
-            }
-            for v in h.views {
-                self.route(v);
             }
         }
     }

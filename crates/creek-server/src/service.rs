@@ -191,17 +191,17 @@ impl pb::creek_server::Creek for CreekService {
             .send(Event::Invoke(inv))
             .await
             .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-        match rx.recv().await {
-            Some(Reply::Accepted) => {}
+        // The first reply says whether the op was accepted: `Accepted`, or
+        // already its first view.
+        let first = match rx.recv().await {
+            Some(Reply::Accepted) => None,
+            Some(Reply::View(v)) => Some(v),
             Some(Reply::Rejected(e)) => return Err(rejected(e)),
             Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
-            Some(Reply::View(_)) | None => {
-                return Err(Status::unavailable("the replica is shutting down"))
-            }
-        }
-        let metrics = self.metrics.clone();
+            None => return Err(Status::unavailable("the replica is shutting down")),
+        };
         let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let stream = async_stream(rx, until, metrics, strong);
+        let stream = view_stream(first, rx, until, self.metrics.clone(), strong);
         Ok(tonic::Response::new(Box::pin(stream)))
     }
 
@@ -241,50 +241,42 @@ impl pb::creek_server::Creek for CreekService {
     }
 }
 
-/// Views from the node loop as a gRPC stream, ended by the last view, a
-/// failure or the deadline.
-fn async_stream(
-    mut rx: mpsc::UnboundedReceiver<Reply>,
+/// Views from the node loop as a gRPC stream, ended by the last view (the
+/// node loop drops its sender), a failure or the deadline.
+fn view_stream(
+    first: Option<creek_core::View>,
+    rx: mpsc::UnboundedReceiver<Reply>,
     until: Option<tokio::time::Instant>,
     metrics: Arc<Metrics>,
     strong: bool,
 ) -> impl Stream<Item = Result<pb::View, Status>> + Send {
-    let (tx, out) = mpsc::channel::<Result<pb::View, Status>>(8);
-    tokio::spawn(async move {
-        loop {
-            let next = match until {
-                Some(t) => match tokio::time::timeout_at(t, rx.recv()).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        metrics.op(strong, "deadline");
-                        let _ = tx
-                            .send(Err(Status::new(
-                                Code::DeadlineExceeded,
-                                "deadline exceeded before the final view; the op may still \
-                                 commit — retry with the same request id to learn its result",
-                            )))
-                            .await;
-                        return;
-                    }
-                },
-                None => rx.recv().await,
-            };
-            match next {
-                Some(Reply::View(v)) => {
-                    if tx.send(Ok(to_pb_view(&v))).await.is_err() {
-                        return;
-                    }
+    let head = tokio_stream::iter(first.map(|v| Ok(to_pb_view(&v))));
+    let state = Some((rx, until, metrics));
+    let tail = futures_util::stream::unfold(state, move |state| async move {
+        let (mut rx, until, metrics) = state?;
+        let next = match until {
+            Some(t) => match tokio::time::timeout_at(t, rx.recv()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    metrics.op(strong, "deadline");
+                    let e = Status::new(
+                        Code::DeadlineExceeded,
+                        "deadline exceeded before the final view; the op may still commit — \
+                         retry with the same request id to learn its result",
+                    );
+                    return Some((Err(e), None));
                 }
-                Some(Reply::Failed(why)) => {
-                    let _ = tx.send(Err(Status::unavailable(why))).await;
-                    return;
-                }
-                Some(Reply::Accepted) | Some(Reply::Rejected(_)) => {}
-                None => return, // the last view was sent
-            }
+            },
+            None => rx.recv().await,
+        };
+        match next? {
+            Reply::View(v) => Some((Ok(to_pb_view(&v)), Some((rx, until, metrics)))),
+            Reply::Failed(why) => Some((Err(Status::unavailable(why)), None)),
+            // Not sent after the first reply.
+            Reply::Accepted | Reply::Rejected(_) => None,
         }
     });
-    tokio_stream::wrappers::ReceiverStream::new(out)
+    tokio_stream::StreamExt::chain(head, tail)
 }
 
 /// The `Admin` service.

@@ -40,6 +40,13 @@ pub struct Args {
     /// Value size in bytes.
     #[arg(long, default_value_t = 16)]
     value_bytes: usize,
+    /// Measure a running cluster at these client addresses instead of
+    /// starting one (e.g. `creek dev`'s 127.0.0.1:7001,127.0.0.1:7002,…).
+    #[arg(long, value_delimiter = ',')]
+    attach: Vec<SocketAddr>,
+    /// Levels to measure.
+    #[arg(long, value_delimiter = ',', default_value = "weak,strong")]
+    levels: Vec<String>,
     /// Print one JSON line.
     #[arg(long)]
     json: bool,
@@ -57,7 +64,9 @@ impl Drop for Procs {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.children.is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -254,7 +263,15 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.replicas == 0 || args.clients.is_empty() || args.latency_ops == 0 {
         return Err("--replicas, --clients and --latency-ops must be positive".into());
     }
-    let procs = start_cluster(args.replicas)?;
+    let procs = if args.attach.is_empty() {
+        start_cluster(args.replicas)?
+    } else {
+        Procs {
+            dir: PathBuf::new(),
+            children: Vec::new(),
+            clients: args.attach.clone(),
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -264,6 +281,9 @@ pub fn run(args: &Args) -> Result<(), String> {
         let leader = find_leader(&procs.clients).await?;
         let mut levels = serde_json::Map::new();
         for (name, strong) in [("weak", false), ("strong", true)] {
+            if !args.levels.iter().any(|l| l == name) {
+                continue;
+            }
             eprintln!("bench cluster: {name} latency at 1 client…");
             let (p50, p99) = latency(
                 procs.clients[leader],
@@ -287,10 +307,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         }
         Ok::<_, String>(levels)
     })?;
+    let procs_len = procs.clients.len();
     drop(procs);
     let mut out = serde_json::Map::new();
     out.insert("bench".into(), json!("cluster"));
-    out.insert("replicas".into(), json!(args.replicas));
+    out.insert("replicas".into(), json!(procs_len));
     out.insert("value_bytes".into(), json!(args.value_bytes));
     out.insert(
         "cores".into(),
