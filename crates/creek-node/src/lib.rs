@@ -352,6 +352,12 @@ impl<S: CabStorage> Node<S> {
                     Effect::View(v) => self.views.push(v),
                 }
             }
+            // Payloads go out before the consensus messages that name them,
+            // so a follower finds an op's payload already there when the
+            // append arrives (instead of holding the append and pulling).
+            let mut gossip_out = Vec::new();
+            self.gossip.flush(&mut gossip_out);
+            self.push_gossip(gossip_out);
             let mut cab_out = Vec::new();
             let replica = &self.replica;
             self.cab

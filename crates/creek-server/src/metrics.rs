@@ -68,7 +68,7 @@ pub struct Metrics {
     /// Decided ids waiting for their causal context.
     pub decided_waiting: Gauge,
     /// Group commits (durable batches).
-    pub durable_batches: Counter,
+    pub durable_batches: Gauge,
     /// Peer frames dropped (full queues and injected faults).
     pub peer_frames_dropped: Gauge,
     /// Peer bytes sent.
@@ -98,7 +98,7 @@ impl Metrics {
             gossip_backlog: Gauge::default(),
             gossip_payloads_held: Gauge::default(),
             decided_waiting: Gauge::default(),
-            durable_batches: Counter::default(),
+            durable_batches: Gauge::default(),
             peer_frames_dropped: Gauge::default(),
             peer_bytes_sent: Gauge::default(),
             registry: Registry::default(),

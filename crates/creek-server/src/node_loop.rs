@@ -28,6 +28,7 @@
 //! Tentative views are speculative and go out at once.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,38 +64,90 @@ pub enum Event {
     Shutdown,
 }
 
-/// What the persister has made durable, shared with its callback. The
-/// callback never blocks: it records the report here and nudges the loop
-/// with `try_send` (a full channel means the loop is busy and will look
-/// anyway), so closing the persister from the loop cannot deadlock.
-#[derive(Debug, Default)]
+/// What the persister has made durable, shared with its callback, and the
+/// peer messages waiting for it. The callback runs on the persister's
+/// thread and sends the frames a report releases itself (the transport's
+/// `send` never blocks), so a release does not wait for the node loop to
+/// be free. It never blocks either: failures are recorded here and the
+/// loop is nudged with `try_send` (a full channel means the loop is busy
+/// and will look anyway), so closing the persister from the loop cannot
+/// deadlock.
+#[derive(Default)]
 pub struct Durability {
     durable: std::sync::atomic::AtomicU64,
+    batches: std::sync::atomic::AtomicU64,
     failure: std::sync::Mutex<Option<String>>,
+    held: std::sync::Mutex<VecDeque<Held>>,
+    transport: std::sync::OnceLock<Arc<Transport>>,
 }
 
 impl Durability {
     /// The persister's callback for `events`.
     pub fn callback(self: &Arc<Self>, events: mpsc::Sender<Event>) -> creek_store::OnDurable {
         let me = self.clone();
-        Box::new(move |r| {
-            match r {
-                Ok(seq) => {
-                    me.durable
-                        .fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
-                }
-                Err(e) => {
-                    if let Ok(mut f) = me.failure.lock() {
-                        f.get_or_insert(e.to_string());
-                    }
-                }
+        Box::new(move |r| match r {
+            Ok(seq) => {
+                me.batches.fetch_add(1, Ordering::Relaxed);
+                me.durable.fetch_max(seq, Ordering::AcqRel);
+                me.release();
             }
-            let _ = events.try_send(Event::Durable);
+            Err(e) => {
+                if let Ok(mut f) = me.failure.lock() {
+                    f.get_or_insert(e.to_string());
+                }
+                let _ = events.try_send(Event::Durable);
+            }
         })
     }
 
+    /// Where released frames go (set once, before the node loop starts).
+    pub fn set_transport(&self, transport: Arc<Transport>) {
+        let _ = self.transport.set(transport);
+    }
+
+    /// Hold `frames` until batch `seq` is durable (or send them now).
+    fn hold(&self, seq: u64, frames: Vec<(creek_core::ReplicaId, Bytes)>) {
+        if let Ok(mut q) = self.held.lock() {
+            q.push_back(Held { seq, frames });
+        }
+        self.release();
+    }
+
+    /// Send every held frame the durable batches allow, in order.
+    fn release(&self) {
+        if self.failure().is_some() {
+            return;
+        }
+        let Some(transport) = self.transport.get() else {
+            return;
+        };
+        let Ok(mut q) = self.held.lock() else {
+            return;
+        };
+        let durable = self.durable();
+        // Everything released now goes out as one write per peer.
+        let mut by_peer: BTreeMap<creek_core::ReplicaId, Vec<Bytes>> = BTreeMap::new();
+        while q.front().is_some_and(|h| h.seq <= durable) {
+            if let Some(h) = q.pop_front() {
+                for (to, frame) in h.frames {
+                    by_peer.entry(to).or_default().push(frame);
+                }
+            }
+        }
+        drop(q);
+        for (to, frames) in by_peer {
+            transport.send_all(to, frames);
+        }
+    }
+
+    fn drop_held(&self) {
+        if let Ok(mut q) = self.held.lock() {
+            q.clear();
+        }
+    }
+
     fn durable(&self) -> u64 {
-        self.durable.load(std::sync::atomic::Ordering::Acquire)
+        self.durable.load(Ordering::Acquire)
     }
 
     fn failure(&self) -> Option<String> {
@@ -177,9 +230,7 @@ pub struct NodeLoop {
     pool: Option<rayon::ThreadPool>,
     limits: Limits,
     routes: HashMap<ExecKey, Route>,
-    held: VecDeque<Held>,
     submitted: u64,
-    durable: u64,
     failed: Option<String>,
     epoch: Instant,
     ticks: u64,
@@ -218,9 +269,7 @@ impl NodeLoop {
             pool,
             limits: config.limits,
             routes: HashMap::new(),
-            held: VecDeque::new(),
             submitted: 0,
-            durable: 0,
             failed: None,
             epoch: Instant::now(),
             ticks: 0,
@@ -372,16 +421,9 @@ impl NodeLoop {
                 Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
             }
         }
-        if frames.is_empty() {
-            self.check_durable();
-            return;
+        if !frames.is_empty() {
+            self.durability.hold(self.submitted, frames);
         }
-        self.held.push_back(Held {
-            seq: self.submitted,
-            frames,
-        });
-        self.check_durable();
-        self.release();
     }
 
     fn committed_ids_since(&self, from: u64, to: u64) -> Vec<creek_core::OpId> {
@@ -393,33 +435,11 @@ impl NodeLoop {
         list.get(lo..hi).map(<[_]>::to_vec).unwrap_or_default()
     }
 
-    /// Take in the persister's reports.
+    /// Take in a failure report of the persister.
     fn check_durable(&mut self) {
         if self.failed.is_none() {
             if let Some(e) = self.durability.failure() {
                 self.fail(format!("disk failure: {e}"));
-                return;
-            }
-        }
-        let seq = self.durability.durable();
-        if seq > self.durable {
-            self.metrics.durable_batches.inc();
-            self.durable = seq;
-            self.release();
-        }
-    }
-
-    /// Send whatever the durable batches allow.
-    fn release(&mut self) {
-        if self.failed.is_some() {
-            return;
-        }
-        while self.held.front().is_some_and(|h| h.seq <= self.durable) {
-            let Some(h) = self.held.pop_front() else {
-                break;
-            };
-            for (to, frame) in h.frames {
-                self.transport.send(to, frame);
             }
         }
     }
@@ -450,19 +470,15 @@ impl NodeLoop {
             self.metrics.op(r.strong, "unavailable");
             let _ = r.reply.send(Reply::Failed(why.clone()));
         }
-        self.held.clear();
+        self.durability.drop_held();
         self.failed = Some(why);
     }
 
     fn stop(&mut self) {
         self.flush();
         if let Some(p) = self.persister.take() {
-            match p.close() {
-                Ok(()) => {
-                    self.durable = self.submitted;
-                    self.release();
-                }
-                Err(e) => self.fail(format!("disk failure at shutdown: {e}")),
+            if let Err(e) = p.close() {
+                self.fail(format!("disk failure at shutdown: {e}"));
             }
         }
         for (_, r) in self.routes.drain() {
@@ -506,6 +522,8 @@ impl NodeLoop {
         m.peer_frames_dropped
             .set((t.dropped_full.load(Relaxed) + t.dropped_faults.load(Relaxed)) as i64);
         m.peer_bytes_sent.set(t.bytes_sent.load(Relaxed) as i64);
+        m.durable_batches
+            .set(self.durability.batches.load(Relaxed) as i64);
     }
 
     fn status(&self) -> StatusSnapshot {
@@ -537,7 +555,7 @@ impl NodeLoop {
         put("cab_entries_proposed", s.entries_proposed);
         put("cab_ids_decided", s.ids_decided);
         put("decided_waiting", r.decided_waiting() as u64);
-        put("durable_seq", self.durable);
+        put("durable_seq", self.durability.durable());
         put("submitted_seq", self.submitted);
         put("refused_frames", self.node.refused_frames());
         put("failed", u64::from(self.failed.is_some()));

@@ -155,6 +155,7 @@ impl Server {
             config.peer_queue_frames,
             limits.frame_bytes_max,
         ));
+        durability.set_transport(transport.clone());
         let metrics = Arc::new(Metrics::new());
         let node_loop = NodeLoop::new(
             node,

@@ -58,8 +58,11 @@ pub struct TransportStats {
     pub refused_connections: AtomicU64,
 }
 
+/// Frames queued together go out in one write.
+type Queued = (Instant, Vec<Bytes>);
+
 struct Peer {
-    queue: mpsc::Sender<(Instant, Bytes)>,
+    queue: mpsc::Sender<Queued>,
     connected: Arc<AtomicBool>,
     addr: SocketAddr,
 }
@@ -130,18 +133,31 @@ impl Transport {
     /// Queue a frame for `to`; never blocks. Dropped (and counted) when the
     /// peer's queue is full, the peer is unknown or a fault says so.
     pub fn send(&self, to: ReplicaId, frame: Bytes) {
+        self.send_all(to, vec![frame]);
+    }
+
+    /// Queue frames for `to` to go out in one write (so the peer reads them
+    /// in one go and handles them in one turn). As [`Transport::send`];
+    /// faults judge the frames as one.
+    pub fn send_all(&self, to: ReplicaId, frames: Vec<Bytes>) {
+        if frames.is_empty() {
+            return;
+        }
         let Some(peer) = self.peers.get(&to) else {
             return;
         };
         let due = match self.faults.judge(to) {
             Verdict::Drop => {
-                self.stats.dropped_faults.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .dropped_faults
+                    .fetch_add(frames.len() as u64, Ordering::Relaxed);
                 return;
             }
             Verdict::Pass(delay) => Instant::now() + delay,
         };
-        if peer.queue.try_send((due, frame)).is_err() {
-            self.stats.dropped_full.fetch_add(1, Ordering::Relaxed);
+        let n = frames.len() as u64;
+        if peer.queue.try_send((due, frames)).is_err() {
+            self.stats.dropped_full.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -188,7 +204,7 @@ async fn outbound(
     me: ReplicaId,
     peer: ReplicaId,
     addr: SocketAddr,
-    mut rx: mpsc::Receiver<(Instant, Bytes)>,
+    mut rx: mpsc::Receiver<Queued>,
     connected: Arc<AtomicBool>,
     stats: Arc<TransportStats>,
 ) {
@@ -214,19 +230,22 @@ async fn outbound(
         connected.store(true, Ordering::Relaxed);
         backoff = Duration::from_millis(50);
         let result: std::io::Result<()> = async {
-            while let Some((due, frame)) = rx.recv().await {
+            while let Some((due, frames)) = rx.recv().await {
                 if due > Instant::now() {
-                    w.flush().await?;
                     tokio::time::sleep_until(due).await;
                 }
-                write_frame(&mut w, &frame, &stats).await?;
+                for f in &frames {
+                    write_frame(&mut w, f, &stats).await?;
+                }
                 // Batch: write what is already queued, then flush once.
-                while let Ok((due, frame)) = rx.try_recv() {
+                while let Ok((due, frames)) = rx.try_recv() {
                     if due > Instant::now() {
                         w.flush().await?;
                         tokio::time::sleep_until(due).await;
                     }
-                    write_frame(&mut w, &frame, &stats).await?;
+                    for f in &frames {
+                        write_frame(&mut w, f, &stats).await?;
+                    }
                 }
                 w.flush().await?;
             }

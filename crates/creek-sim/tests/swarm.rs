@@ -54,6 +54,7 @@ fn planted_bugs_are_caught() {
         let caught = (0..6).any(|seed| {
             let cfg = SimConfig {
                 replicas: 5,
+                duration_us: 1_000_000,
                 plant_bug: Some(bug),
                 ..config("kv", seed)
             };

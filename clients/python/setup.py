@@ -1,0 +1,87 @@
+"""Build of the `creek` package.
+
+The gRPC stubs (`creek._pb.creek_pb2`, `creek_pb2_grpc`) are generated here,
+at build time, from the repository's one `proto/creek.proto`; they are never
+committed. pip builds a local directory in place (pip >= 21.3), so the proto
+is found two levels up. An sdist carries a copy of it (see `SdistWithProto`),
+so a wheel built from the sdist gets the same stubs.
+"""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+HERE = Path(__file__).resolve().parent
+# In the repository: the proto the server and every client share.
+REPO_PROTO = HERE.parent.parent / "proto" / "creek.proto"
+# In an sdist: the copy `SdistWithProto` put there.
+SDIST_PROTO = HERE / "proto" / "creek.proto"
+# Where the stubs go inside the package. The proto is staged at this path
+# for protoc, so the generated modules import each other as `creek._pb.…`.
+STUB_DIR = Path("creek") / "_pb"
+
+
+def proto_source() -> Path:
+    for path in (REPO_PROTO, SDIST_PROTO):
+        if path.is_file():
+            return path
+    raise SystemExit(
+        f"creek.proto not found (looked for {REPO_PROTO} and {SDIST_PROTO}); "
+        "build the package from the Creek repository (pip >= 21.3 builds in place)"
+    )
+
+
+def generate_stubs(build_lib: Path) -> None:
+    # Imported here: grpcio-tools is a build requirement, not a runtime one.
+    import grpc_tools
+    from grpc_tools import protoc
+
+    source = proto_source()
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    out = build_lib / STUB_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / STUB_DIR / "creek.proto"
+        staged.parent.mkdir(parents=True)
+        shutil.copyfile(source, staged)
+        rc = protoc.main(
+            [
+                "grpc_tools.protoc",
+                f"-I{tmp}",
+                f"-I{well_known}",
+                f"--python_out={build_lib}",
+                f"--pyi_out={build_lib}",
+                f"--grpc_python_out={build_lib}",
+                str(staged),
+            ]
+        )
+    if rc != 0:
+        raise SystemExit(f"protoc failed on {source} (exit {rc})")
+    # Ship the proto the stubs came from, so a test can check they match.
+    shutil.copyfile(source, out / "creek.proto")
+
+
+class BuildPyWithStubs(build_py):
+    """`build_py`, then the gRPC stubs into the build directory."""
+
+    def run(self):
+        super().run()
+        if not self.dry_run:
+            generate_stubs(Path(self.build_lib))
+
+
+class SdistWithProto(sdist):
+    """`sdist`, with a copy of the repository's proto in `proto/`."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        target = Path(base_dir) / "proto" / "creek.proto"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(proto_source(), target)
+
+
+setup(cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProto})

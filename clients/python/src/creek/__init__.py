@@ -1,0 +1,64 @@
+"""The Python client of Creek (DESIGN §7), with the Correctables API.
+
+Invoke procedures on a replicated store and receive each op's views as a
+`Correctable`: a fast preliminary view from the replica's tentative
+execution, then the final view once the op's position is committed.
+
+    import asyncio, creek
+
+    async def main():
+        async with creek.Client(["127.0.0.1:7001", "127.0.0.1:7002"]) as c:
+            op = c.kv_incr("visits", 1)            # a strong op, both views
+            early = await op.preliminary()         # tentative: may change
+            settled = await op.final()             # stable
+            print(early.value, settled.value, settled.is_confirmation)
+
+            # Start dependent work on the preliminary view; it is redone
+            # (and `abort` called) only if the final view differs.
+            page = c.kv_get("greeting").speculate(lambda v: f"<p>{v.value}</p>")
+            print((await page).value)
+
+    asyncio.run(main())
+
+Without asyncio, `BlockingClient` gives the same calls; read their
+Correctables with `final_blocking()`, `preliminary_blocking()` and
+`views_blocking()`.
+
+Aborts are outcomes, not errors: a procedure that aborts produces views
+whose `abort` holds its message. A `CreekError` means the outcome is unknown
+(refused, deadline passed, no replica reachable).
+"""
+
+from .blocking import BlockingClient
+from .client import Client
+from .correctable import Correctable, State
+from .errors import (
+    CreekError,
+    DeadlineExceeded,
+    InvalidArgument,
+    ProcedureAborted,
+    ProtocolError,
+    ResourceExhausted,
+    Unavailable,
+)
+from .views import BOTH, STRONG, WEAK, Level, View, ViewKind
+
+__all__ = [
+    "BOTH",
+    "BlockingClient",
+    "Client",
+    "Correctable",
+    "CreekError",
+    "DeadlineExceeded",
+    "InvalidArgument",
+    "Level",
+    "ProcedureAborted",
+    "ProtocolError",
+    "ResourceExhausted",
+    "STRONG",
+    "State",
+    "Unavailable",
+    "View",
+    "ViewKind",
+    "WEAK",
+]

@@ -1,0 +1,124 @@
+"""`BlockingClient`: the twin of `Client` for scripts without asyncio.
+
+It runs a `Client` on a private event loop in a daemon thread. Its calls
+return the same `Correctable`s; read them with the `*_blocking` methods
+(`final_blocking()`, `preliminary_blocking()`, `views_blocking()`) or with
+callbacks. Speculation functions that are plain functions run in a worker
+thread, so they may block (e.g. on another call's `final_blocking()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Optional, Sequence, Union
+
+from ._pb import creek_pb2 as pb
+from .builtins import Builtins
+from .client import DEFAULT, Client
+from .correctable import Correctable
+from .views import BOTH, STRONG, LevelsArg
+
+#: Longest wait for the private loop to run a short step (creating a call).
+STEP_TIMEOUT_S = 30.0
+
+
+class BlockingClient(Builtins):
+    """A client of a Creek cluster for blocking code. Same arguments as
+    `Client`; close it (or use `with`) to stop its thread.
+
+        with creek.BlockingClient(["127.0.0.1:7001"]) as c:
+            print(c.kv_incr("visits", 1).final_blocking().value)
+    """
+
+    def __init__(
+        self,
+        addresses: Union[str, Sequence[str]],
+        *,
+        timeout: Optional[float] = None,
+        client_id: Optional[int] = None,
+    ):
+        self._client = Client(addresses, timeout=timeout, client_id=client_id)
+        self._client._fns_in_thread = True
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="creek-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    @property
+    def client_id(self) -> int:
+        return self._client.client_id
+
+    @property
+    def replica_address(self) -> str:
+        """The replica calls currently go to."""
+        return self._client.replica_address
+
+    def invoke(
+        self,
+        procedure: str,
+        *args,
+        levels: LevelsArg = BOTH,
+        weak_final: bool = False,
+        timeout=DEFAULT,
+    ) -> Correctable:
+        """`Client.invoke`: returns the Correctable once the call started."""
+        return self._step(
+            lambda: self._client.invoke(
+                procedure, *args, levels=levels, weak_final=weak_final, timeout=timeout
+            )
+        )
+
+    def invoke_weak(self, procedure: str, *args, weak_final: bool = False, timeout=DEFAULT) -> Correctable:
+        return self._client_call(self._client.invoke_weak, procedure, *args, weak_final=weak_final, timeout=timeout)
+
+    def invoke_strong(self, procedure: str, *args, timeout=DEFAULT) -> Correctable:
+        return self._client_call(self._client.invoke_strong, procedure, *args, timeout=timeout)
+
+    def call(self, procedure: str, *args, levels: LevelsArg = STRONG, timeout=DEFAULT):
+        """Invoke and return the closing view's result (by default a strong
+        op's final view); `ProcedureAborted` if it aborted."""
+        return self.invoke(procedure, *args, levels=levels, timeout=timeout).final_blocking().result()
+
+    def status(self, timeout: Optional[float] = 5.0) -> pb.StatusReply:
+        """`Client.status`."""
+        return self._await(self._client.status(timeout=timeout))
+
+    def close(self) -> None:
+        """Close the connections and stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._await(self._client.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=STEP_TIMEOUT_S)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    def __enter__(self) -> "BlockingClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---------------------------------------------------------- internals
+
+    def _client_call(self, method, *args, **kwargs) -> Correctable:
+        return self._step(lambda: method(*args, **kwargs))
+
+    def _step(self, fn):
+        """Run `fn()` in the loop's thread (the async client's calls must be
+        made there) and return its result or raise its exception."""
+
+        async def run():
+            return fn()
+
+        return self._await(run())
+
+    def _await(self, coro):
+        if self._closed and not self._thread.is_alive():
+            coro.close()
+            raise RuntimeError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

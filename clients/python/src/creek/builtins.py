@@ -1,0 +1,153 @@
+"""Typed helpers for the built-in procedures (crates/creek-exec/src/builtins).
+
+Each helper invokes one procedure and returns its `Correctable`, at the
+levels asked for (default: a strong op with a preliminary view first).
+Names and items may be `str` (sent as UTF-8) or `bytes`; results come back
+as the table below says. For user procedures use `invoke` (or `call`).
+
+| helper          | result                                 |
+|-----------------|----------------------------------------|
+| `kv_get`        | bytes, or None if absent               |
+| `kv_put`        | None                                   |
+| `kv_delete`     | bool: the key existed                  |
+| `kv_cas`        | bool: swapped (None expected = absent, None new = delete) |
+| `kv_incr`       | int: the new value (stored as decimal text) |
+| `queue_enqueue` | int: the item's position               |
+| `queue_dequeue` | bytes, or None if empty                |
+| `queue_len`     | int                                    |
+| `queue_peek`    | bytes, or None if empty                |
+| `list_append`   | int: the new length                    |
+| `list_read`     | list of bytes                          |
+| `list_len`      | int                                    |
+| `set_add`       | bool: added                            |
+| `set_remove`    | bool: removed                          |
+| `set_contains`  | bool                                   |
+| `set_read`      | sorted list of bytes                   |
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from .correctable import Correctable
+from .views import BOTH, LevelsArg
+
+Bytes = Union[str, bytes]
+
+
+def _bytes(what: str, value) -> Union[str, bytes]:
+    if not isinstance(value, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be str or bytes, not {type(value).__name__}")
+    return value
+
+
+def _bytes_or_none(what: str, value):
+    return None if value is None else _bytes(what, value)
+
+
+class Builtins:
+    """Mixed into the clients: needs `self.invoke(procedure, *args, levels=)`."""
+
+    def invoke(self, procedure: str, *args, levels: LevelsArg = BOTH, **options) -> Correctable:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ kv
+
+    def kv_get(self, key: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.get(key)`: the value, or None if absent."""
+        return self.invoke("kv.get", _bytes("key", key), levels=levels, **options)
+
+    def kv_put(self, key: Bytes, value: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.put(key, value)`: None."""
+        return self.invoke(
+            "kv.put", _bytes("key", key), _bytes("value", value), levels=levels, **options
+        )
+
+    def kv_delete(self, key: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.delete(key)`: whether the key existed."""
+        return self.invoke("kv.delete", _bytes("key", key), levels=levels, **options)
+
+    def kv_cas(
+        self,
+        key: Bytes,
+        expected: Optional[Bytes],
+        new: Optional[Bytes],
+        *,
+        levels: LevelsArg = BOTH,
+        **options,
+    ) -> Correctable:
+        """`kv.cas(key, expected, new)`: whether the swap happened. None as
+        `expected` means "absent"; None as `new` deletes the key."""
+        return self.invoke(
+            "kv.cas",
+            _bytes("key", key),
+            _bytes_or_none("expected", expected),
+            _bytes_or_none("new", new),
+            levels=levels,
+            **options,
+        )
+
+    def kv_incr(self, key: Bytes, delta: int = 1, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.incr(key, delta)`: the counter's new value (absent counts as 0;
+        the counter is stored as decimal text, so `kv_get` shows b"42")."""
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise TypeError(f"delta must be an int, not {type(delta).__name__}")
+        return self.invoke("kv.incr", _bytes("key", key), delta, levels=levels, **options)
+
+    # --------------------------------------------------------------- queue
+
+    def queue_enqueue(self, queue: Bytes, item: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`queue.enqueue(queue, item)`: the item's position."""
+        return self.invoke(
+            "queue.enqueue", _bytes("queue", queue), _bytes("item", item), levels=levels, **options
+        )
+
+    def queue_dequeue(self, queue: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`queue.dequeue(queue)`: the oldest item, or None if empty."""
+        return self.invoke("queue.dequeue", _bytes("queue", queue), levels=levels, **options)
+
+    def queue_len(self, queue: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`queue.len(queue)`: how many items it holds."""
+        return self.invoke("queue.len", _bytes("queue", queue), levels=levels, **options)
+
+    def queue_peek(self, queue: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`queue.peek(queue)`: the oldest item, or None if empty."""
+        return self.invoke("queue.peek", _bytes("queue", queue), levels=levels, **options)
+
+    # ---------------------------------------------------------------- list
+
+    def list_append(self, name: Bytes, item: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`list.append(list, item)`: the list's new length."""
+        return self.invoke(
+            "list.append", _bytes("list", name), _bytes("item", item), levels=levels, **options
+        )
+
+    def list_read(self, name: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`list.read(list)`: its items, oldest first."""
+        return self.invoke("list.read", _bytes("list", name), levels=levels, **options)
+
+    def list_len(self, name: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`list.len(list)`: how many items it holds."""
+        return self.invoke("list.len", _bytes("list", name), levels=levels, **options)
+
+    # ----------------------------------------------------------------- set
+
+    def set_add(self, name: Bytes, item: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`set.add(set, item)`: whether it was added (absent before)."""
+        return self.invoke("set.add", _bytes("set", name), _bytes("item", item), levels=levels, **options)
+
+    def set_remove(self, name: Bytes, item: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`set.remove(set, item)`: whether it was removed (present before)."""
+        return self.invoke(
+            "set.remove", _bytes("set", name), _bytes("item", item), levels=levels, **options
+        )
+
+    def set_contains(self, name: Bytes, item: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`set.contains(set, item)`: whether it holds the item."""
+        return self.invoke(
+            "set.contains", _bytes("set", name), _bytes("item", item), levels=levels, **options
+        )
+
+    def set_read(self, name: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`set.read(set)`: its items, sorted."""
+        return self.invoke("set.read", _bytes("set", name), levels=levels, **options)

@@ -1,0 +1,379 @@
+"""`Client`: an asyncio connection to a Creek cluster that fails over between
+replicas and numbers its requests so that retries are applied at most once.
+
+This is not a connection pool or a load balancer: a client talks to one
+replica at a time and moves on only when it is unavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from typing import Awaitable, Callable, Dict, List, Optional, Sequence, Set, TypeVar, Union
+
+import grpc
+
+from ._pb import creek_pb2 as pb
+from ._pb import creek_pb2_grpc as pb_grpc
+from .builtins import Builtins
+from .correctable import Correctable
+from .errors import CreekError, DeadlineExceeded, ProtocolError, Unavailable, from_rpc_error
+from .values import to_wire
+from .views import BOTH, STRONG, Level, LevelsArg, View, levels_to_wire, parse_levels, view_from_wire
+
+T = TypeVar("T")
+
+#: HTTP/2 pings on a connection with calls open, so a replica that vanished
+#: without closing its sockets fails the calls waiting on it.
+KEEPALIVE_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+#: Reconnection backoff: a replica that comes back is used again soon.
+RECONNECT_BACKOFF_MAX_MS = 2_000
+#: After the closing view, how long to wait for the stream's clean end, and
+#: how many stray messages to read (the server sends none; this bounds a
+#: faulty one).
+DRAIN_TIMEOUT_S = 1.0
+DRAIN_MESSAGES_MAX = 4
+
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+]
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "<client default>"
+
+
+#: "Use the client's default timeout."
+DEFAULT = _Default()
+
+
+def _address(a: str) -> str:
+    if not isinstance(a, str) or not a:
+        raise ValueError(f"bad replica address {a!r}: expected 'host:port'")
+    for scheme in ("http://", "grpc://"):
+        if a.startswith(scheme):
+            a = a[len(scheme):]
+    return a.rstrip("/")
+
+
+class Client(Builtins):
+    """A client of a Creek cluster, for asyncio code.
+
+    `addresses` are replicas' client endpoints (`host:port`), tried in order:
+    calls go to one replica and move to the next when it is unavailable,
+    sending the same request again with the same `(client_id,
+    request_seq)`, so the cluster applies it at most once. Nothing connects
+    until the first call. Use it from one event loop (the first it is used
+    in); `BlockingClient` is the twin for scripts without asyncio.
+
+        async with creek.Client(["127.0.0.1:7001", "127.0.0.1:7002"]) as c:
+            view = await c.kv_incr("visits", 1).final()
+
+    `timeout` (seconds, None for none) is the default deadline of each call's
+    closing view.
+    """
+
+    def __init__(
+        self,
+        addresses: Union[str, Sequence[str]],
+        *,
+        timeout: Optional[float] = None,
+        client_id: Optional[int] = None,
+    ):
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        self._addresses: List[str] = [_address(a) for a in addresses]
+        if not self._addresses:
+            raise ValueError("no replica address given")
+        if client_id is not None and not 0 < client_id < 2**64:
+            raise ValueError("client_id must be in 1..2**64-1 (0 means no id)")
+        self._client_id = client_id if client_id is not None else secrets.randbits(64) or 1
+        self._timeout = timeout
+        self._next_seq = 1
+        self._seq_lock = threading.Lock()
+        self._current = 0
+        self._channels: Dict[int, grpc.aio.Channel] = {}
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._tasks: Set[asyncio.Task] = set()
+        self._closed = False
+        # Set by BlockingClient: speculation functions run in worker threads.
+        self._fns_in_thread = False
+
+    # ------------------------------------------------------------ identity
+
+    @property
+    def client_id(self) -> int:
+        """This client's id, sent with every request (never zero)."""
+        return self._client_id
+
+    @property
+    def replica_address(self) -> str:
+        """The replica calls currently go to."""
+        return self._addresses[self._current]
+
+    @property
+    def addresses(self) -> List[str]:
+        return list(self._addresses)
+
+    # --------------------------------------------------------------- calls
+
+    def invoke(
+        self,
+        procedure: str,
+        *args,
+        levels: LevelsArg = BOTH,
+        weak_final: bool = False,
+        timeout=DEFAULT,
+    ) -> Correctable:
+        """Invoke `procedure(*args)` and return its Correctable at once.
+
+        `levels`: `BOTH` (default: a strong op, preliminary view(s) then the
+        final one), `STRONG` (final view only) or `WEAK` (a weak op, one
+        preliminary view; `weak_final=True` also streams its final view).
+        Arguments are converted as `creek.values` says (`TypeError` or
+        `ValueError` here if one cannot be). Errors of the call (refusal,
+        deadline, no replica) close the Correctable.
+        """
+        loop = self._bind_loop()
+        if not isinstance(procedure, str):
+            raise TypeError(f"procedure must be a str, not {type(procedure).__name__}")
+        wanted = parse_levels(levels)
+        if weak_final and wanted != {Level.WEAK}:
+            raise ValueError("weak_final applies to levels=WEAK only")
+        request = pb.InvokeRequest(
+            procedure=procedure,
+            args=[to_wire(a) for a in args],
+            levels=levels_to_wire(wanted),
+            weak_final=weak_final,
+            client_id=self._client_id,
+            request_seq=self._take_seq(),
+        )
+        timeout = self._timeout if timeout is DEFAULT else timeout
+        correctable = Correctable(loop, threading.get_ident(), fns_in_thread=self._fns_in_thread)
+        closing_is_stable = wanted != {Level.WEAK} or weak_final
+        self._spawn(self._run_invoke(request, correctable, closing_is_stable, timeout))
+        return correctable
+
+    def invoke_weak(self, procedure: str, *args, weak_final: bool = False, timeout=DEFAULT) -> Correctable:
+        """A weak op: one preliminary view, which closes the Correctable
+        (unless `weak_final`, which also streams its final view)."""
+        return self.invoke(procedure, *args, levels=Level.WEAK, weak_final=weak_final, timeout=timeout)
+
+    def invoke_strong(self, procedure: str, *args, timeout=DEFAULT) -> Correctable:
+        """A strong op, final view only."""
+        return self.invoke(procedure, *args, levels=Level.STRONG, timeout=timeout)
+
+    async def call(self, procedure: str, *args, levels: LevelsArg = STRONG, timeout=DEFAULT):
+        """Invoke and return the result of the closing view (by default a
+        strong op's final view); `ProcedureAborted` if it aborted."""
+        view = await self.invoke(procedure, *args, levels=levels, timeout=timeout).final()
+        return view.result()
+
+    async def status(self, timeout: Optional[float] = 5.0) -> pb.StatusReply:
+        """The status of the replica calls currently go to (or, if it is
+        unavailable, of the next that answers)."""
+        self._bind_loop()
+
+        def one(channel: grpc.aio.Channel) -> Awaitable[pb.StatusReply]:
+            return pb_grpc.CreekStub(channel).Status(pb.StatusRequest(), timeout=timeout)
+
+        return await self._unary_with_failover(one)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        """Close the connections; open Correctables fail with a CreekError."""
+        self._closed = True
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close(grace=None)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------- internals
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "creek.Client is for asyncio code (call it inside a coroutine); "
+                "scripts without asyncio can use creek.BlockingClient"
+            ) from None
+        if self._closed:
+            raise CreekError("the client is closed")
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError("a creek.Client belongs to the event loop it was first used in")
+        return loop
+
+    def _take_seq(self) -> int:
+        with self._seq_lock:
+            seq = self._next_seq
+            self._next_seq += 1
+            return seq
+
+    def _spawn(self, coro) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _channel(self, index: int) -> grpc.aio.Channel:
+        channel = self._channels.get(index)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(self._addresses[index], options=_CHANNEL_OPTIONS)
+            self._channels[index] = channel
+        return channel
+
+    def _next_replica(self, failed: int, tried: Set[int]) -> int:
+        """Leave replica `failed` for the next one this call has not tried,
+        unless another call already moved to such a replica."""
+        if self._current not in tried:
+            return self._current
+        n = len(self._addresses)
+        for k in range(1, n + 1):
+            j = (failed + k) % n
+            if j not in tried:
+                self._current = j
+                return j
+        return self._current
+
+    async def _unary_with_failover(self, one: Callable[[grpc.aio.Channel], Awaitable[T]]) -> T:
+        tried: Set[int] = set()
+        failures: List[str] = []
+        index = self._current
+        while True:
+            tried.add(index)
+            try:
+                return await one(self._channel(index))
+            except grpc.aio.AioRpcError as e:
+                error = from_rpc_error(e)
+            if not isinstance(error, Unavailable):
+                raise error
+            failures.append(f"{self._addresses[index]}: {error.message}")
+            if len(tried) >= len(self._addresses):
+                raise Unavailable("no replica could serve the call: " + "; ".join(failures), error.code)
+            index = self._next_replica(index, tried)
+
+    async def _run_invoke(
+        self,
+        request: pb.InvokeRequest,
+        c: Correctable,
+        closing_is_stable: bool,
+        timeout: Optional[float],
+    ) -> None:
+        """Send `request` until a replica streams its closing view; feed `c`."""
+        deadline = None if timeout is None else c._start + timeout
+        tried: Set[int] = set()
+        failures: List[str] = []
+        index = self._current
+        reader = _Reader(c, closing_is_stable)
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    c._fail(
+                        DeadlineExceeded(
+                            f"no final view within {timeout} s", grpc.StatusCode.DEADLINE_EXCEEDED
+                        )
+                    )
+                    return
+                tried.add(index)
+                try:
+                    await reader.attempt(self._channel(index), request, remaining)
+                    return
+                except grpc.aio.AioRpcError as e:
+                    error = from_rpc_error(e)
+                if not isinstance(error, Unavailable):
+                    c._fail(error)
+                    return
+                failures.append(f"{self._addresses[index]}: {error.message}")
+                if len(tried) >= len(self._addresses):
+                    c._fail(
+                        Unavailable("no replica could serve the call: " + "; ".join(failures), error.code)
+                    )
+                    return
+                # Same (client_id, request_seq): applied at most once.
+                index = self._next_replica(index, tried)
+        except asyncio.CancelledError:
+            c._fail(CreekError("the call was cancelled: the client was closed"))
+            raise
+        except CreekError as e:
+            c._fail(e)
+        except Exception as e:  # a bug: never leave a Correctable hanging
+            c._fail(e)
+            raise
+
+
+class _Reader:
+    """Turns `Invoke` streams (one per attempt) into one Correctable's views."""
+
+    def __init__(self, c: Correctable, closing_is_stable: bool):
+        self.c = c
+        # Whether a stable view will come; if not, the first view closes.
+        self.closing_is_stable = closing_is_stable
+        self.last_preliminary: Optional[View] = None
+
+    async def attempt(self, channel: grpc.aio.Channel, request: pb.InvokeRequest, timeout) -> None:
+        call = pb_grpc.CreekStub(channel).Invoke(request, timeout=timeout)
+        preliminary_in_stream = False
+        try:
+            while True:
+                wire = await call.read()
+                if wire is grpc.aio.EOF:
+                    break
+                if wire.kind == pb.View.CONFIRMED and not preliminary_in_stream:
+                    raise ProtocolError("a confirmed view with no preliminary view before it")
+                view = view_from_wire(wire, self.last_preliminary, time.monotonic() - self.c._start)
+                closes = view.is_stable or not self.closing_is_stable
+                if view.is_preliminary:
+                    preliminary_in_stream = True
+                    if not closes and self.last_preliminary is not None and view.same_outcome(
+                        self.last_preliminary
+                    ):
+                        # A retry at another replica repeating what we know.
+                        continue
+                    self.last_preliminary = view
+                self.c._push(view, closes)
+                if closes:
+                    await _drain(call)
+                    return
+        except BaseException:
+            call.cancel()
+            raise
+        raise ProtocolError("the server ended the stream before the final view")
+
+
+async def _drain(call) -> None:
+    """Read the stream to its end, so the call finishes rather than being
+    cancelled (a cancelled call looks like a failure in the server's
+    metrics)."""
+
+    async def rest() -> None:
+        for _ in range(DRAIN_MESSAGES_MAX):
+            if await call.read() is grpc.aio.EOF:
+                return
+
+    try:
+        await asyncio.wait_for(rest(), DRAIN_TIMEOUT_S)
+    except Exception:
+        call.cancel()

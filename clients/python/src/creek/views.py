@@ -1,0 +1,155 @@
+"""Views: what a `Correctable` learns about an op, one at a time, and the
+consistency levels a request asks for (DESIGN §7)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Tuple, Union
+
+from ._pb import creek_pb2 as pb
+from .errors import ProcedureAborted, ProtocolError
+from .values import canonical
+from .values import from_wire as value_from_wire
+
+
+class Level(enum.Enum):
+    """A consistency level."""
+
+    #: From the replica's tentative execution: fast, may still change.
+    WEAK = "weak"
+    #: From the op's committed position: stable.
+    STRONG = "strong"
+
+
+WEAK = Level.WEAK
+STRONG = Level.STRONG
+#: The default of `invoke`: a strong op with preliminary view(s) first.
+BOTH: Tuple[Level, ...] = (Level.WEAK, Level.STRONG)
+
+LevelsArg = Union[Level, Iterable[Level]]
+
+
+def parse_levels(levels: LevelsArg) -> frozenset:
+    """The set of levels a request asks for; `ValueError` if empty or not
+    made of `Level`s."""
+    if isinstance(levels, Level):
+        return frozenset([levels])
+    try:
+        got = frozenset(levels)
+    except TypeError:
+        raise ValueError(f"levels must be a Level or a list of Levels, not {levels!r}") from None
+    if not got:
+        raise ValueError("levels is empty: ask for WEAK, STRONG or both")
+    for level in got:
+        if not isinstance(level, Level):
+            raise ValueError(f"{level!r} is not a creek.Level (WEAK or STRONG)")
+    return got
+
+
+def levels_to_wire(levels: frozenset) -> list:
+    return [pb.Level.Value(level.name) for level in (Level.WEAK, Level.STRONG) if level in levels]
+
+
+class ViewKind(enum.Enum):
+    """What kind of view this is."""
+
+    #: A tentative result (weak level).
+    PRELIMINARY = "preliminary"
+    #: The stable result, differing from the last preliminary view (or with
+    #: no preliminary view before it).
+    FINAL = "final"
+    #: The stable result, equal to the last preliminary view: a confirmation.
+    CONFIRMED = "confirmed"
+
+
+@dataclass(frozen=True)
+class View:
+    """One view of an op's outcome: its result (`value`), or the message the
+    procedure aborted with (`abort`, else None).
+
+    A CONFIRMED view carries the result too: the server does not repeat it,
+    the client fills it in from the last preliminary view.
+    """
+
+    kind: ViewKind
+    level: Level
+    value: Any
+    abort: Optional[str]
+    #: Seconds from the invocation to this view's arrival.
+    latency: float
+
+    @property
+    def is_preliminary(self) -> bool:
+        return self.kind is ViewKind.PRELIMINARY
+
+    @property
+    def is_stable(self) -> bool:
+        """Whether this is the op's stable result (FINAL or CONFIRMED)."""
+        return self.kind is not ViewKind.PRELIMINARY
+
+    @property
+    def is_confirmation(self) -> bool:
+        """Whether this stable view confirms the last preliminary view."""
+        return self.kind is ViewKind.CONFIRMED
+
+    @property
+    def aborted(self) -> bool:
+        return self.abort is not None
+
+    def result(self) -> Any:
+        """The value; `ProcedureAborted` if the procedure aborted."""
+        if self.abort is not None:
+            raise ProcedureAborted(self.abort)
+        return self.value
+
+    def same_outcome(self, other: "View") -> bool:
+        """Whether both views hold the same result or abort (exactly, as
+        wire values: `True` is not `1`)."""
+        return self._outcome_key() == other._outcome_key()
+
+    def _outcome_key(self) -> tuple:
+        if self.abort is not None:
+            return ("abort", self.abort)
+        return ("value", canonical(self.value))
+
+    def __repr__(self) -> str:
+        what = f"abort={self.abort!r}" if self.abort is not None else f"value={self.value!r}"
+        return f"View({self.kind.name}, {what}, {self.latency * 1000:.1f} ms)"
+
+
+def view_from_wire(
+    wire: pb.View,
+    last_preliminary: Optional[View],
+    latency: float,
+) -> View:
+    """A view from the wire. `last_preliminary` is the last preliminary view
+    of this Correctable: it supplies a CONFIRMED view's outcome, and decides
+    whether a stable view confirms it (after a failover the new replica's
+    kinds refer to its own stream, so the client recomputes them)."""
+    if wire.kind == pb.View.PRELIMINARY:
+        kind = ViewKind.PRELIMINARY
+    elif wire.kind in (pb.View.FINAL, pb.View.CONFIRMED):
+        kind = ViewKind.FINAL
+    else:
+        raise ProtocolError(f"a view of unknown kind {wire.kind}")
+    outcome = wire.WhichOneof("outcome")
+    if outcome == "value":
+        try:
+            value, abort = value_from_wire(wire.value), None
+        except ValueError as e:
+            raise ProtocolError(f"a view with a bad value: {e}") from None
+    elif outcome == "abort":
+        value, abort = None, wire.abort
+    elif wire.kind == pb.View.CONFIRMED:
+        if last_preliminary is None:
+            raise ProtocolError("a confirmed view with no preliminary view before it")
+        value, abort = last_preliminary.value, last_preliminary.abort
+    else:
+        raise ProtocolError(f"a {kind.name} view with no outcome")
+    level = Level.WEAK if kind is ViewKind.PRELIMINARY else Level.STRONG
+    view = View(kind, level, value, abort, latency)
+    if kind is ViewKind.FINAL and last_preliminary is not None and view.same_outcome(last_preliminary):
+        view = View(ViewKind.CONFIRMED, level, value, abort, latency)
+    return view
+

@@ -1,0 +1,277 @@
+"""Every call of the client against a real `creek dev` cluster: the views of
+each level in order, confirmations, callbacks, the blocking twins, the
+typed helpers, aborts, bad input and speculation that holds."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+import creek
+from creek import ViewKind
+from conftest import run
+
+T = 20.0  # seconds: bound of every call here
+
+
+def key(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def kinds(views):
+    return [(v.kind, v.value) for v in views]
+
+
+def test_a_strong_op_streams_its_preliminary_view_then_its_confirmation(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k = key("both")
+            put = c.kv_put(k, "v1")
+            views = [v async for v in put]
+            assert kinds(views) == [(ViewKind.PRELIMINARY, None), (ViewKind.CONFIRMED, None)]
+            assert [v.level for v in views] == [creek.Level.WEAK, creek.Level.STRONG]
+            assert [v.is_confirmation for v in views] == [False, True]
+            assert views[0].latency <= views[1].latency
+            assert put.state is creek.State.FINAL
+
+            # A confirmation does not repeat the result: the client fills it
+            # in from the last preliminary view.
+            incr = c.kv_incr(k + "-n", 5)
+            early = await incr.preliminary()
+            settled = await incr.final()
+            assert (early.kind, early.value) == (ViewKind.PRELIMINARY, 5)
+            assert (settled.kind, settled.value) == (ViewKind.CONFIRMED, 5)
+            assert settled.is_stable and settled.is_confirmation
+            # Reading again replays, nothing was consumed.
+            assert kinds([v async for v in incr]) == [(ViewKind.PRELIMINARY, 5), (ViewKind.CONFIRMED, 5)]
+            assert incr.received == (early, settled)
+
+    run(body())
+
+
+def test_weak_and_strong_levels(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k = key("levels")
+            # [WEAK]: one preliminary view, which closes the Correctable.
+            weak = c.invoke_weak("kv.incr", k, 2)
+            views = [v async for v in weak]
+            assert kinds(views) == [(ViewKind.PRELIMINARY, 2)]
+            assert weak.state is creek.State.FINAL and (await weak.final()).value == 2
+
+            # [WEAK] with weak_final: its final view too.
+            views = [v async for v in c.invoke_weak("kv.incr", k, 1, weak_final=True)]
+            assert [v.kind for v in views][0] is ViewKind.PRELIMINARY and views[0].value == 3
+            assert views[1].is_stable and views[1].value == 3
+
+            # [STRONG]: the final view alone; the weak ops are in it.
+            views = [v async for v in c.invoke_strong("kv.get", k)]
+            assert kinds(views) == [(ViewKind.FINAL, b"3")]
+            assert views[0].level is creek.Level.STRONG and not views[0].is_confirmation
+
+            # The same through `levels=`.
+            views = [v async for v in c.invoke("kv.get", k, levels=[creek.STRONG])]
+            assert kinds(views) == [(ViewKind.FINAL, b"3")]
+            assert (await c.invoke("kv.get", k, levels=creek.WEAK).final()).value == b"3"
+
+    run(body())
+
+
+def test_callbacks_run_in_order_and_late_ones_replay(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            events = []
+            op = c.kv_incr(key("cb"), 7).set_callbacks(
+                on_update=lambda v: events.append(("update", v.kind, v.value)),
+                on_final=lambda v: events.append(("final", v.kind, v.value)),
+                on_error=lambda e: events.append(("error", e)),
+            )
+            await op
+            assert events == [("update", ViewKind.PRELIMINARY, 7), ("final", ViewKind.CONFIRMED, 7)]
+            late = []
+            op.set_callbacks(on_final=lambda v: late.append(v.value))
+            assert late == [7]
+
+            errors = []
+            bad = c.invoke("no.such.proc").set_callbacks(on_error=errors.append)
+            with pytest.raises(creek.InvalidArgument):
+                await bad.final()
+            assert len(errors) == 1 and isinstance(errors[0], creek.InvalidArgument)
+            assert bad.state is creek.State.ERROR
+
+    run(body())
+
+
+def test_the_blocking_client_and_blocking_twins(dev):
+    with creek.BlockingClient(dev.clients, timeout=T) as c:
+        k = key("blocking")
+        op = c.kv_incr(k, 4)
+        assert op.preliminary_blocking(timeout=T).value == 4
+        assert op.final_blocking(timeout=T).is_confirmation
+        assert kinds(op.views_blocking(timeout=T)) == [(ViewKind.PRELIMINARY, 4), (ViewKind.CONFIRMED, 4)]
+        assert c.call("kv.get", k) == b"4"
+        assert c.invoke_weak("kv.incr", k, 1).final_blocking(timeout=T).value == 5
+        assert c.invoke_strong("kv.get", k).final_blocking(timeout=T).kind is ViewKind.FINAL
+        assert c.status().replica in (1, 2, 3)
+
+        # A blocking speculation function runs in a worker thread, so it may
+        # itself wait on the client.
+        spec = c.kv_get(k).speculate(lambda v: c.call("kv.get", k) + b"!")
+        assert spec.final_blocking(timeout=T).value == b"5!"
+
+        # A Correctable of the blocking client can be read from several
+        # threads at once.
+        op = c.kv_incr(k, 1)
+        got = []
+        threads = [threading.Thread(target=lambda: got.append(op.final_blocking(timeout=T).value)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(T)
+        assert got == [6, 6, 6]
+
+
+def test_every_typed_helper(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k, q, lst, st = key("kv"), key("q"), key("l"), key("s")
+
+            async def result(op):
+                return (await op).result()
+
+            assert await result(c.kv_get(k)) is None
+            assert await result(c.kv_put(k, b"\x00bin")) is None
+            assert await result(c.kv_get(k)) == b"\x00bin"
+            assert await result(c.kv_cas(k, b"wrong", "x")) is False
+            assert await result(c.kv_cas(k, b"\x00bin", "x")) is True
+            assert await result(c.kv_cas(k, "x", None)) is True  # None deletes
+            assert await result(c.kv_cas(k, None, "y")) is True  # None: absent
+            assert await result(c.kv_delete(k)) is True
+            assert await result(c.kv_delete(k)) is False
+            assert await result(c.kv_incr(k + "n", -3)) == -3
+            assert await result(c.kv_get(k + "n")) == b"-3"
+
+            assert await result(c.queue_enqueue(q, "a")) == 0
+            assert await result(c.queue_enqueue(q, "b")) == 1
+            assert await result(c.queue_len(q)) == 2
+            assert await result(c.queue_peek(q)) == b"a"
+            assert await result(c.queue_dequeue(q)) == b"a"
+            assert await result(c.queue_dequeue(q)) == b"b"
+            assert await result(c.queue_dequeue(q)) is None
+
+            assert await result(c.list_append(lst, "x")) == 1
+            assert await result(c.list_append(lst, "y")) == 2
+            assert await result(c.list_read(lst)) == [b"x", b"y"]
+            assert await result(c.list_len(lst)) == 2
+
+            assert await result(c.set_add(st, "b")) is True
+            assert await result(c.set_add(st, "a")) is True
+            assert await result(c.set_add(st, "a")) is False
+            assert await result(c.set_contains(st, "a")) is True
+            assert await result(c.set_read(st)) == [b"a", b"b"]
+            assert await result(c.set_remove(st, "a")) is True
+            assert await result(c.set_remove(st, "a")) is False
+            assert await result(c.set_contains(st, "a")) is False
+
+            # The generic call, for any procedure.
+            assert await c.call("list.len", lst) == 2
+            assert await c.call("sys.noop") is None
+            assert (await c.status()).client_addrs[1] == dev.clients[0]
+
+            with pytest.raises(TypeError):
+                c.kv_incr(k, "1")
+            with pytest.raises(TypeError):
+                c.kv_put(k, 3)
+
+    run(body())
+
+
+def test_an_abort_is_a_view_not_an_error(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k = key("abort")
+            await c.kv_put(k, "not a number")
+            op = c.kv_incr(k, 1)
+            views = [v async for v in op]
+            assert [v.kind for v in views] == [ViewKind.PRELIMINARY, ViewKind.CONFIRMED]
+            assert all(v.aborted and "not an integer" in v.abort for v in views)
+            assert op.state is creek.State.FINAL
+            with pytest.raises(creek.ProcedureAborted, match="not an integer"):
+                views[-1].result()
+            with pytest.raises(creek.ProcedureAborted, match="not an integer"):
+                await c.call("kv.incr", k, 1)
+
+    run(body())
+
+
+def test_bad_input_fails_with_the_server_message_and_changes_nothing(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k = key("bad")
+            op = c.invoke("no.such.proc", "x")
+            with pytest.raises(creek.InvalidArgument) as e:
+                await op.preliminary()
+            assert 'unknown procedure "no.such.proc"' in e.value.message
+            assert e.value.code.name == "INVALID_ARGUMENT" and op.error is e.value
+
+            with pytest.raises(creek.InvalidArgument, match="kv.put"):
+                await c.invoke("kv.put", k)  # wrong arity
+            with pytest.raises(creek.InvalidArgument):
+                await c.invoke("kv.incr", k, "one")  # wrong type
+
+            big = b"\x07" * (1024 * 1024 + 1)
+            with pytest.raises(creek.ResourceExhausted, match="exceeds the limit of 1048576 bytes"):
+                await c.kv_put(k, big)
+            assert await c.call("kv.get", k) is None  # nothing was applied
+
+            with pytest.raises(ValueError):
+                c.invoke("kv.get", k, levels=[])
+            with pytest.raises(ValueError):
+                c.invoke("kv.get", k, weak_final=True)  # needs levels=WEAK
+            with pytest.raises(TypeError):
+                c.invoke("kv.put", k, {"a": 1})
+
+    run(body())
+
+
+def test_speculation_that_holds_runs_once(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k = key("spec")
+            await c.kv_put(k, "hello")
+            ran, undone = [], []
+
+            async def render(view):
+                ran.append(view.kind)
+                return f"<p>{view.value.decode()}</p>"
+
+            page = c.kv_get(k).speculate(render, abort=undone.append)
+            views = [v async for v in page]
+            assert kinds(views) == [(ViewKind.PRELIMINARY, "<p>hello</p>"), (ViewKind.CONFIRMED, "<p>hello</p>")]
+            assert ran == [ViewKind.PRELIMINARY] and undone == []
+
+            # An error of the source reaches the speculation.
+            failed = c.invoke("no.such.proc").speculate(lambda v: v)
+            with pytest.raises(creek.InvalidArgument):
+                await failed
+
+    run(body())
+
+
+def test_the_examples_run_against_the_cluster(dev):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for script, expect in (("tickets.py", "none sold twice, none oversold"), ("ads.py", "round 2")):
+        out = subprocess.run(
+            [sys.executable, str(examples / script), "--addresses", ",".join(dev.clients)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert expect in out.stdout, out.stdout
