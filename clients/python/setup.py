@@ -26,7 +26,9 @@ STUB_DIR = Path("creek") / "_pb"
 
 
 def proto_source() -> Path:
-    for path in (REPO_PROTO, SDIST_PROTO):
+    # An sdist's own copy first: outside the repository, two levels up may
+    # hold anything.
+    for path in (SDIST_PROTO, REPO_PROTO):
         if path.is_file():
             return path
     raise SystemExit(

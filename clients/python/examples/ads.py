@@ -42,8 +42,6 @@ async def main(addresses: List[str]) -> int:
         await asyncio.gather(*(near.kv_put(f"ad:{tag}:{k}", v, levels=creek.STRONG) for k, v in ADS.items()))
         user = f"user:{tag}:42"
         await near.kv_put(user, "a1,a2", levels=creek.STRONG)
-        # Let the references reach every replica before the quiet round.
-        await asyncio.sleep(0.2)
 
         async def get_ads(refs_view: creek.View) -> List[str]:
             """Fetch and post-process the ads a view of the references names."""
@@ -60,9 +58,9 @@ async def main(addresses: List[str]) -> int:
             undone: list = []
             delivered: list = []
             if concurrent_change:
-                # Once the change runs tentatively at the other replica, its
-                # commit is under way; the read below is ordered after it
-                # but its preliminary view may not have seen it yet.
+                # The change is under way (it ran tentatively at the other
+                # replica); the read below races its commit, so the read's
+                # preliminary and final views may disagree.
                 change = other.kv_put(user, "a3,a4")
                 await change.preliminary()
             ads = fetch_ads_by_user_id(user, delivered.append, undone.append)

@@ -13,7 +13,12 @@ Retailers, each near a different replica, sell them to buyers with one
 
 The final views decide who holds which ticket; the run ends with an audit
 that no ticket was sold twice and that everyone sold a ticket on a
-preliminary view holds one. Run it against `creek dev`:
+preliminary view holds one. Selling on a preliminary view is safe only while
+the sales a replica has not yet heard of are fewer than THRESHOLD; each
+retailer therefore keeps one dequeue in flight (its buyer may already have
+been answered). Without that, three retailers selling a ticket per
+millisecond outrun the replicas' gossip, every preliminary view looks full,
+and the audit catches the overselling. Run it against `creek dev`:
 
     python clients/python/examples/tickets.py [--addresses 127.0.0.1:7001,...]
 """
@@ -81,11 +86,19 @@ def purchase_ticket(client: creek.Client, event: str, sale: Sale) -> creek.Corre
 
 
 async def retailer(client: creek.Client, event: str, sales: List[Sale], ops: list) -> None:
-    """Serve buyers one after another: the next buyer is served as soon as
-    the previous one has an answer."""
+    """Serve buyers one after another. A buyer may be answered on the
+    preliminary view, but the retailer starts the next dequeue only once the
+    previous one completed: with one dequeue in flight per retailer, a
+    replica's preliminary view misses at most about one sale per other
+    retailer, far fewer than THRESHOLD, so selling on it cannot oversell."""
     for sale in sales:
-        ops.append(purchase_ticket(client, event, sale))
+        op = purchase_ticket(client, event, sale)
+        ops.append(op)
         await sale.decided.wait()
+        try:
+            await op.final()
+        except creek.CreekError:
+            pass  # on_error recorded it
 
 
 async def main(addresses: List[str], stock: int, buyers: int) -> int:

@@ -72,10 +72,20 @@ def _port_free(port: int) -> bool:
             return False
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> List[int]:
+    """`n` distinct free ports (all held open until each is chosen, so none
+    repeats; another process may still take one before a replica binds it,
+    which `start` retries)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def free_port_run(n: int, avoid: List[int] = ()) -> int:
@@ -103,6 +113,20 @@ def set_faults(address: str, links: List[pb.LinkFault]) -> None:
         pb_grpc.AdminStub(channel).SetFaults(pb.SetFaultsRequest(links=links), timeout=5)
 
 
+class StartFailed(RuntimeError):
+    """A replica exited while the cluster started (e.g. its port was taken)."""
+
+
+def start(kind, attempts: int = 3):
+    """`kind()` (a cluster class), retried when a replica exits at start."""
+    for attempt in range(attempts):
+        try:
+            return kind()
+        except StartFailed:
+            if attempt == attempts - 1:
+                raise
+
+
 class _Cluster:
     dir: Path
     clients: List[str]
@@ -116,6 +140,8 @@ class _Cluster:
         live = list(range(len(self))) if live is None else live
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
+            if self.exited():
+                raise StartFailed(f"a replica exited while starting; logs in {self.dir}:\n{self.log_tail(5)}")
             replies = [status(self.clients[i]) for i in live]
             if all(r is not None for r in replies):
                 leaders = {r.leader for r in replies}
@@ -124,6 +150,10 @@ class _Cluster:
                     return live[roles.index("leader")]
             time.sleep(0.05)
         raise RuntimeError(f"no leader within {within} s; logs in {self.dir}")
+
+    def exited(self) -> bool:
+        """Whether a process that should be running has exited."""
+        raise NotImplementedError
 
     def isolate(self, i: int, partitioned: bool = True) -> None:
         """Cut replica `i` off from every other replica (or heal it)."""
@@ -166,9 +196,15 @@ class DevCluster(_Cluster):
         )
         try:
             self.wait_for_leader()
+        except StartFailed:
+            self.stop()
+            raise
         except BaseException:
             self.stop(keep_logs=True)
             raise
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
 
     def stop(self, keep_logs: bool = False) -> None:
         _stop(self.proc)
@@ -181,8 +217,9 @@ class ServeCluster(_Cluster):
 
     def __init__(self, replicas: int = 3):
         self.dir = Path(tempfile.mkdtemp(prefix="creek-py-serve-"))
-        self.clients = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
-        self.peers = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
+        ports = free_ports(2 * replicas)
+        self.clients = [f"127.0.0.1:{p}" for p in ports[:replicas]]
+        self.peers = [f"127.0.0.1:{p}" for p in ports[replicas:]]
         self.ids = list(range(1, replicas + 1))
         self.procs: List[Optional[subprocess.Popen]] = [None] * replicas
         for i in range(replicas):
@@ -190,6 +227,9 @@ class ServeCluster(_Cluster):
             self._spawn(i)
         try:
             self.wait_for_leader()
+        except StartFailed:
+            self.stop()
+            raise
         except BaseException:
             self.stop(keep_logs=True)
             raise
@@ -224,6 +264,9 @@ class ServeCluster(_Cluster):
             proc.kill()
             proc.wait(timeout=STOP_TIMEOUT_S)
             _PROCS.discard(proc)
+
+    def exited(self) -> bool:
+        return any(p is not None and p.poll() is not None for p in self.procs)
 
     def live(self) -> List[int]:
         return [i for i, p in enumerate(self.procs) if p is not None]

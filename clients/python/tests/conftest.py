@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import cluster  # noqa: E402
-from cluster import DevCluster, ServeCluster  # noqa: E402
+from cluster import DevCluster, ServeCluster, start  # noqa: E402
 
 #: Hard limit for one test, fixtures included.
 TEST_TIMEOUT_S = 180
@@ -70,7 +70,7 @@ def pytest_runtest_makereport(item, call):
 def dev():
     """A `creek dev` cluster shared by the tests that do not inject faults
     (each uses its own keys)."""
-    cluster = DevCluster()
+    cluster = start(DevCluster)
     yield cluster
     cluster.stop()
 
@@ -78,7 +78,7 @@ def dev():
 @pytest.fixture
 def serve(request):
     """Three `creek serve` processes, for tests that partition or kill."""
-    cluster = ServeCluster()
+    cluster = start(ServeCluster)
     yield cluster
     failed = getattr(request.node, "failed_call", False)
     if failed:

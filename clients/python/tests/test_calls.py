@@ -4,8 +4,13 @@ typed helpers, aborts, bad input and speculation that holds."""
 
 from __future__ import annotations
 
+import asyncio
+import re
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -120,6 +125,9 @@ def test_the_blocking_client_and_blocking_twins(dev):
         # itself wait on the client.
         spec = c.kv_get(k).speculate(lambda v: c.call("kv.get", k) + b"!")
         assert spec.final_blocking(timeout=T).value == b"5!"
+
+        # Its Correctables can be awaited from another event loop, too.
+        assert asyncio.run(c.kv_get(k).final(timeout=T)).value == b"5"
 
         # A Correctable of the blocking client can be read from several
         # threads at once.
@@ -260,15 +268,25 @@ def test_speculation_that_holds_runs_once(dev):
     run(body())
 
 
-def test_the_examples_run_against_the_cluster(dev):
-    import subprocess
-    import sys
-    from pathlib import Path
-
+def test_the_examples_and_the_readme_example_run_against_the_cluster(dev, tmp_path):
     examples = Path(__file__).resolve().parents[1] / "examples"
-    for script, expect in (("tickets.py", "none sold twice, none oversold"), ("ads.py", "round 2")):
+    scripts = [
+        (examples / "tickets.py", "none sold twice, none oversold"),
+        (examples / "ads.py", "round 2"),
+    ]
+    # The README's example, pointed at this cluster.
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    block = re.search(r"## Python\n.*?```python\n(.*?)```", readme, re.S)
+    assert block, "README.md has a Python section with an example"
+    code = block.group(1)
+    for i, address in enumerate(dev.clients):
+        code = code.replace(f"127.0.0.1:700{i + 1}", address)
+    (tmp_path / "readme_example.py").write_text(code)
+    scripts.append((tmp_path / "readme_example.py", "confirmed"))
+
+    for script, expect in scripts:
         out = subprocess.run(
-            [sys.executable, str(examples / script), "--addresses", ",".join(dev.clients)],
+            [sys.executable, str(script), "--addresses", ",".join(dev.clients)],
             capture_output=True,
             text=True,
             timeout=120,

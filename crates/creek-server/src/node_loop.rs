@@ -238,6 +238,8 @@ pub struct NodeLoop {
     last_checkpoint: Instant,
     checkpointed_len: u64,
     stopping: bool,
+    /// Take even lazy (commit-index-only) log writes at the next flush.
+    sync_lazy_writes: bool,
 }
 
 impl NodeLoop {
@@ -277,6 +279,7 @@ impl NodeLoop {
             last_checkpoint: Instant::now(),
             checkpointed_len,
             stopping: false,
+            sync_lazy_writes: false,
         }
     }
 
@@ -317,7 +320,10 @@ impl NodeLoop {
             Event::Status(reply) => {
                 let _ = reply.send(self.status());
             }
-            Event::Shutdown => self.stopping = true,
+            Event::Shutdown => {
+                self.stopping = true;
+                self.sync_lazy_writes = true;
+            }
         }
     }
 
@@ -352,6 +358,7 @@ impl NodeLoop {
 
     fn tick(&mut self) {
         self.ticks += 1;
+        self.sync_lazy_writes = true;
         let now = self.now_us();
         self.node.tick(now);
         // Clients that went away.
@@ -395,19 +402,35 @@ impl NodeLoop {
         for v in self.node.take_views() {
             self.route(v);
         }
+        let ops = self.node.take_new_payloads();
+        let checkpoint = if self.last_checkpoint.elapsed() >= self.checkpoint_every {
+            self.node.checkpoint()
+        } else {
+            None
+        };
+        let store = self.node.cab_mut().store_mut();
+        // A commit-index-only change rides with the next batch (at the
+        // latest the next tick's): syncing it alone would cost every strong
+        // op three extra fsyncs across the group. A checkpoint takes every
+        // pending write, so the stored commit index is never behind it.
+        let take = store.must_sync() || !ops.is_empty() || checkpoint.is_some();
+        let log = if take || self.sync_lazy_writes {
+            store.take_writes()
+        } else {
+            creek_store::LogWrites::default()
+        };
+        self.sync_lazy_writes = false;
         let mut batch = Batch {
-            log: self.node.cab_mut().store_mut().take_writes(),
-            ops: self.node.take_new_payloads(),
+            log,
+            ops,
             checkpoint: None,
         };
-        if self.last_checkpoint.elapsed() >= self.checkpoint_every {
-            if let Some(ckpt) = self.node.checkpoint() {
-                let dropped = self.committed_ids_since(self.checkpointed_len, ckpt.committed_len);
-                self.checkpointed_len = ckpt.committed_len;
-                self.last_checkpoint = Instant::now();
-                tracing::debug!(committed = ckpt.committed_len, "checkpoint");
-                batch.checkpoint = Some((ckpt, dropped));
-            }
+        if let Some(ckpt) = checkpoint {
+            let dropped = self.committed_ids_since(self.checkpointed_len, ckpt.committed_len);
+            self.checkpointed_len = ckpt.committed_len;
+            self.last_checkpoint = Instant::now();
+            tracing::debug!(committed = ckpt.committed_len, "checkpoint");
+            batch.checkpoint = Some((ckpt, dropped));
         }
         if !batch.is_empty() {
             if let Some(p) = &self.persister {

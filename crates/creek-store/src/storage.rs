@@ -77,6 +77,8 @@ impl LogWrites {
 pub struct DurableCabStorage {
     mem: MemStorage,
     pending: LogWrites,
+    /// The hard state last handed over (or loaded).
+    taken_hard_state: HardState,
 }
 
 impl std::fmt::Debug for DurableCabStorage {
@@ -104,17 +106,37 @@ impl DurableCabStorage {
                 // Contiguous from 1, checked by the loader: cannot fail.
                 let _ = core.append(entries);
             }
-            core.set_hardstate(hard_state);
+            core.set_hardstate(hard_state.clone());
         }
         DurableCabStorage {
             mem,
             pending: LogWrites::default(),
+            taken_hard_state: hard_state,
         }
     }
 
     /// The writes made since the last call, for the next batch.
     pub fn take_writes(&mut self) -> LogWrites {
-        std::mem::take(&mut self.pending)
+        let w = std::mem::take(&mut self.pending);
+        if let Some(hs) = &w.hard_state {
+            self.taken_hard_state = hs.clone();
+        }
+        w
+    }
+
+    /// Whether the pending writes must be durable before the output that
+    /// follows them may leave: entries (or a truncation), or a new term or
+    /// vote. A hard state that differs only in its commit index need not be
+    /// synced at once — a restarted node learns the commit index again from
+    /// the leader (the rule etcd's raft calls `MustSync`) — so a driver may
+    /// leave it pending to ride with a later batch instead of paying an
+    /// fsync for it alone.
+    pub fn must_sync(&self) -> bool {
+        self.pending.truncate_from.is_some()
+            || !self.pending.entries.is_empty()
+            || self.pending.hard_state.as_ref().is_some_and(|hs| {
+                hs.term != self.taken_hard_state.term || hs.vote != self.taken_hard_state.vote
+            })
     }
 
     /// First and last index (the `Storage` answers, which cannot fail).

@@ -86,9 +86,3 @@ def from_rpc_error(e: grpc.RpcError) -> CreekError:
     message = details or code.name.replace("_", " ").lower()
     return _BY_CODE.get(code, CreekError)(message, code)
 
-
-def is_unavailable(e: BaseException) -> bool:
-    """Whether another replica may succeed where this error happened: the
-    replica could not be reached or refuses service. The request was then
-    not started there, or a retry with the same request id is deduplicated."""
-    return isinstance(e, Unavailable)
