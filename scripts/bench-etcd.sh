@@ -77,7 +77,7 @@ ensure_binaries() {
     build_from_tree "$tmp/src" "$(git -C "$ETCD_SRC" rev-parse "$ETCD_VERSION^{commit}")"
   elif [[ -n ${ETCD_SRC:-} && -f $ETCD_SRC/server/main.go ]]; then
     build_from_tree "$ETCD_SRC" unknown
-  elif git clone -q --depth 1 --branch "$ETCD_VERSION" https://github.com/etcd-io/etcd.git "$tmp/src" 2>/dev/null; then
+  elif GIT_TERMINAL_PROMPT=0 timeout 300 git clone -q --depth 1 --branch "$ETCD_VERSION" https://github.com/etcd-io/etcd.git "$tmp/src" 2>/dev/null; then
     build_from_tree "$tmp/src" "$(git -C "$tmp/src" rev-parse HEAD)"
   else
     build_from_proxy "$tmp"
@@ -95,10 +95,33 @@ DATA=$(mktemp -d "${TMPDIR:-/tmp}/creek-bench-etcd.XXXXXX")
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  # a stopping leader tries to hand leadership over first, which can take
+  # a few seconds once its peers are gone; SIGKILL after 20 s
+  for _ in $(seq 200); do
+    local alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   rm -rf "$DATA"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Disk fdatasync latency in the data dir (informational, stderr): 4 KiB
+# overwrites of a preallocated file, like etcd's WAL segments.
+python3 - "$DATA" <<'EOF' >&2 || true
+import os, sys, tempfile, time
+fd, p = tempfile.mkstemp(dir=sys.argv[1])
+os.posix_fallocate(fd, 0, 64 << 20); os.fsync(fd)
+lat = []
+for _ in range(1000):
+    os.write(fd, b"x" * 4096)
+    t = time.perf_counter_ns(); os.fdatasync(fd); lat.append((time.perf_counter_ns() - t) / 1e3)
+os.close(fd); os.unlink(p); lat.sort()
+print("bench-etcd: fdatasync 4KiB x1000: p50=%.0fus p99=%.0fus mean=%.0fus" % (lat[500], lat[990], sum(lat) / 1000))
+EOF
 
 client_url() { echo "http://127.0.0.1:$((PORT + 2 * ($1 - 1)))"; }
 peer_url() { echo "http://127.0.0.1:$((PORT + 2 * ($1 - 1) + 1))"; }
@@ -144,7 +167,7 @@ EOF
 log "cluster up, leader $LEADER, data in $DATA"
 
 # ------------------------------------------------------------ measure --
-# field <output> <label> : pull a number out of benchmark's summary.
+# pull numbers out of benchmark's summary / latency distribution
 rps() { awk '/Requests\/sec:/ {print $2}' <<<"$1"; }
 secs() { awk '$1 == "Total:" {print $2}' <<<"$1"; }
 pct() { awk -v p="$2%" '$1 == p && $2 == "in" {printf "%.0f", $3 * 1e6}' <<<"$1"; }
@@ -159,7 +182,7 @@ run() { # args passed to benchmark; raw output to stderr, returned on stdout
 PUT=(put --key-size=8 --key-space-size=$KEYS --sequential-keys --val-size=$VAL)
 
 log "latency at 1 client (leader)"
-# warm-up (also writes all 10k keys once)
+# warm-up
 run --endpoints="$LEADER" --conns=1 --clients=1 "${PUT[@]}" --total=300 >/dev/null
 out=$(run --endpoints="$LEADER" --conns=1 --clients=1 "${PUT[@]}" --total=3000)
 P50=$(pct "$out" 50)
