@@ -42,6 +42,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::metrics::Metrics;
 use crate::transport::Transport;
 
+/// Ready executions below this count run inline on the node loop thread.
+const POOL_MIN_TASKS: usize = 16;
+
 /// What the node loop reacts to.
 pub enum Event {
     /// A client invocation.
@@ -368,8 +371,8 @@ impl NodeLoop {
         }
     }
 
-    /// Run every ready execution: on the worker pool when several are
-    /// ready, inline otherwise (a hand-off costs more than a small op).
+    /// Run every ready execution: on the worker pool when many are ready,
+    /// inline otherwise (waking the pool costs more than a few small ops).
     fn execute(&mut self) {
         loop {
             let mut tasks = Vec::new();
@@ -384,7 +387,7 @@ impl NodeLoop {
             }
             let replica = self.node.replica();
             let done = match (&self.pool, tasks.len()) {
-                (Some(pool), n) if n > 1 => pool.install(|| {
+                (Some(pool), n) if n >= POOL_MIN_TASKS => pool.install(|| {
                     use rayon::prelude::*;
                     tasks.par_iter().map(|t| replica.run(t)).collect::<Vec<_>>()
                 }),

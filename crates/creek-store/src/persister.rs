@@ -30,7 +30,22 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.log.is_empty() && self.ops.is_empty() && self.checkpoint.is_none()
     }
+
+    /// Whether something waits on this batch promptly: consensus writes
+    /// (a vote, an acknowledgement, a leader's appends) or a checkpoint.
+    /// A batch of payloads alone only delays gossip, so the persister may
+    /// linger briefly to write it with others ([`LINGER`]).
+    pub fn is_urgent(&self) -> bool {
+        !self.log.is_empty() || self.checkpoint.is_some()
+    }
 }
+
+/// How long the persister waits to gather more when everything queued is
+/// payloads alone (weak ops). One transaction per weak op would cost each
+/// replica an fsync and a B-tree commit per op; gathering for up to this
+/// long lets one cover many, at the price of gossiping those ops this much
+/// later. Any urgent batch ends the wait at once.
+pub const LINGER: std::time::Duration = std::time::Duration::from_micros(1000);
 
 /// How the persister reports: `Ok(seq)` when every batch up to `seq` is
 /// durable, `Err` when a write failed (nothing of that group is durable, and
@@ -179,6 +194,23 @@ fn run(db: Database, shared: &Shared, on_durable: OnDurable) {
                     return; // closing, and everything is written
                 }
                 q = shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+            // Payloads alone: linger for more, unless something urgent or a
+            // stop arrives.
+            let deadline = std::time::Instant::now() + LINGER;
+            while q.stop.is_none() && !q.batches.iter().any(|(_, b)| b.is_urgent()) {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                q = shared
+                    .wake
+                    .wait_timeout(q, deadline - now)
+                    .map(|(q, _)| q)
+                    .unwrap_or_else(|e| e.into_inner().0);
+            }
+            if q.stop == Some(Stop::Abandon) {
+                return;
             }
             (std::mem::take(&mut q.batches), q.failed.clone())
         };
