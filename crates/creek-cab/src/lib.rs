@@ -578,6 +578,17 @@ impl<S: CabStorage> Cab<S> {
         }
     }
 
+    /// This node's consensus role: `leader`, `follower`, `candidate` or
+    /// `pre-candidate`.
+    pub fn role(&self) -> &'static str {
+        match self.node.raft.state {
+            StateRole::Leader => "leader",
+            StateRole::Follower => "follower",
+            StateRole::Candidate => "candidate",
+            StateRole::PreCandidate => "pre-candidate",
+        }
+    }
+
     /// Whether this node is the leader.
     pub fn is_leader(&self) -> bool {
         self.node.raft.state == StateRole::Leader

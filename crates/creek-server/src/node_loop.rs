@@ -186,7 +186,7 @@ pub enum Reply {
 /// A replica's state, for `Status` and the status table.
 #[derive(Clone, Debug, Default)]
 pub struct StatusSnapshot {
-    /// `leader`, `follower` or `electing`.
+    /// `leader`, `follower`, `candidate` or `pre-candidate`.
     pub role: &'static str,
     /// The known leader (0 if none).
     pub leader: u16,
@@ -586,13 +586,7 @@ impl NodeLoop {
         put("refused_frames", self.node.refused_frames());
         put("failed", u64::from(self.failed.is_some()));
         StatusSnapshot {
-            role: if cab.is_leader() {
-                "leader"
-            } else if cab.leader().is_some() {
-                "follower"
-            } else {
-                "electing"
-            },
+            role: cab.role(),
             leader: cab.leader().map_or(0, |l| l.0),
             term: cab.term(),
             committed: r.committed_len(),
