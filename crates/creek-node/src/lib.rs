@@ -124,18 +124,36 @@ impl<S: CabStorage> Node<S> {
                 "replica, gossip and cab must name the same replica".into(),
             ));
         }
-        Ok(Node {
-            replica: Replica::new(config.replica, registry)?,
-            gossip: Gossip::new(config.gossip)?,
-            cab: Cab::new(config.cab, storage, applied)?,
-            limits: config.wire,
-            committed_told: 0,
+        Ok(Self::assemble(
+            Replica::new(config.replica, registry)?,
+            Gossip::new(config.gossip)?,
+            Cab::new(config.cab, storage, applied)?,
+            config.wire,
+            None,
+        ))
+    }
+
+    /// A node from its rooms; `committed_told` starts at what the replica
+    /// already committed (gossip was told of it before).
+    fn assemble(
+        replica: Replica,
+        gossip: Gossip,
+        cab: Cab<S>,
+        limits: Limits,
+        new_payloads: Option<Vec<Arc<Op>>>,
+    ) -> Self {
+        Node {
+            committed_told: replica.committed().len(),
+            replica,
+            gossip,
+            cab,
+            limits,
             outbox: Vec::new(),
             views: Vec::new(),
             refused_frames: 0,
             ticks_since_adoption: 0,
-            new_payloads: None,
-        })
+            new_payloads,
+        }
     }
 
     /// Start a node from what a durable driver kept (DESIGN §8): the last
@@ -197,18 +215,8 @@ impl<S: CabStorage> Node<S> {
         // may still pull them until garbage collection drops them.
         gossip.committed(covered);
         let replica = Replica::restore(config.replica, registry, checkpoint, ops)?;
-        let mut node = Node {
-            replica,
-            gossip,
-            cab: Cab::new(config.cab, storage, applied)?,
-            limits: config.wire,
-            committed_told: 0,
-            outbox: Vec::new(),
-            views: Vec::new(),
-            refused_frames: 0,
-            ticks_since_adoption: 0,
-            new_payloads: Some(Vec::new()),
-        };
+        let cab = Cab::new(config.cab, storage, applied)?;
+        let mut node = Self::assemble(replica, gossip, cab, config.wire, Some(Vec::new()));
         node.adopt_tentative_strong_ops();
         Ok(node)
     }
@@ -524,21 +532,10 @@ impl<S: CabStorage> Node<S> {
         applied: u64,
         limits: Limits,
     ) -> Result<Self, NodeError> {
-        let committed_told = replica.committed().len();
         let mut replica = replica;
         replica.abandon_running();
-        let mut node = Node {
-            replica,
-            gossip,
-            cab: Cab::new(cab_config, storage, applied)?,
-            limits,
-            committed_told,
-            outbox: Vec::new(),
-            views: Vec::new(),
-            refused_frames: 0,
-            ticks_since_adoption: 0,
-            new_payloads: None,
-        };
+        let cab = Cab::new(cab_config, storage, applied)?;
+        let mut node = Self::assemble(replica, gossip, cab, limits, None);
         // CAB's record of what this replica cast was volatile: cast again.
         node.adopt_tentative_strong_ops();
         Ok(node)
