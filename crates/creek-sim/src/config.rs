@@ -96,7 +96,7 @@ pub struct SimConfig {
     pub cores: usize,
     /// PRNG seed.
     pub seed: u64,
-    /// Workload name (`kv`, `bank`, `list`, `queue`).
+    /// Workload name (`kv`, `bank`, `list`, `queue`, `tpcc`).
     pub workload: String,
     /// Virtual time clients run, microseconds.
     pub duration_us: u64,

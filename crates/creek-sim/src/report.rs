@@ -299,7 +299,7 @@ pub fn simulate(cfg: &SimConfig) -> Result<(Value, bool), String> {
         crate::workload::by_name(&cfg.workload, &crate::workload::WorkloadConfig::default())
             .ok_or_else(|| {
                 format!(
-                    "unknown workload {:?} (kv, bank, list, queue)",
+                    "unknown workload {:?} (kv, bank, list, queue, tpcc)",
                     cfg.workload
                 )
             })?;

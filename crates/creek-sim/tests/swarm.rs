@@ -79,3 +79,23 @@ fn regression_orphaned_strong_op_is_adopted() {
     let (report, ok) = simulate(&cfg).unwrap();
     assert!(ok, "{}", report["violations"]);
 }
+
+/// TPC-C in the simulator with every fault class: the consistency
+/// conditions of clause 3.3.2 hold on the converged committed state, and
+/// no final view aborts except New-Order's deliberate rollback.
+#[test]
+fn tpcc_with_all_faults_stays_consistent() {
+    for seed in 0..2 {
+        let cfg = SimConfig {
+            duration_us: 500_000,
+            ..config("tpcc", seed)
+        };
+        let (report, ok) = simulate(&cfg).unwrap();
+        assert!(ok, "tpcc seed {seed}: {}", report["violations"]);
+        assert!(
+            report["ops"]["total"].as_u64().unwrap() > 100,
+            "tpcc seed {seed}: too few ops: {}",
+            report["ops"]
+        );
+    }
+}

@@ -43,9 +43,10 @@ pub mod bank;
 pub mod kv;
 pub mod list;
 pub mod queue;
+pub mod tpcc;
 
 /// The names [`by_name`] knows, in a fixed order.
-pub const NAMES: &[&str] = &["kv", "bank", "list", "queue"];
+pub const NAMES: &[&str] = &["kv", "bank", "list", "queue", "tpcc"];
 
 /// Most lines a workload's [`Workload::check`] returns; further violations
 /// are summarised in the last line.
@@ -88,6 +89,7 @@ pub fn by_name(name: &str, config: &WorkloadConfig) -> Option<Box<dyn Workload>>
         "bank" => Some(Box::new(bank::BankWorkload::new(config))),
         "list" => Some(Box::new(list::ListWorkload::new(config))),
         "queue" => Some(Box::new(queue::QueueWorkload::new(config))),
+        "tpcc" => Some(Box::new(tpcc::TpccWorkload::new(config))),
         _ => None,
     }
 }

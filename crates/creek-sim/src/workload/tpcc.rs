@@ -1,0 +1,167 @@
+//! `tpcc`: the TPC-C transactions of `creek_workloads::tpcc` on a small
+//! database, with the consistency conditions of clause 3.3.2 checked on the
+//! converged committed state.
+//!
+//! Each client is one terminal (home warehouse `client % warehouses + 1`)
+//! with its own input generator seeded from the simulator's PRNG. Payment
+//! runs strong, the other transactions weak (Creek paper §6.2), a share of
+//! the weak ones asking for the final view.
+//!
+//! Checks: the consistency conditions hold on the committed state, and no
+//! final view is an abort other than New-Order's deliberate rollback
+//! (TPC-C inputs are always valid, so any other abort is a bug).
+//! Results are not checked for linearizability ([`Workload::keys`] is
+//! empty): the transactions touch too many keys for the checker to be
+//! useful.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use creek_exec::{ProcCall, Registry};
+use creek_workloads::tpcc::{self, load, new_order, Generator, GeneratorConfig, NuRandC};
+
+use super::{bounded, describe, NextOp, Workload, WorkloadConfig};
+use crate::history::History;
+use crate::rng::Rng;
+
+/// Bytes of records per setup call.
+const SETUP_CALL_BYTES_MAX: usize = 64 * 1024;
+
+/// The simulator's database: two warehouses, shrunk so setup stays fast.
+pub const SIM_SCALE: tpcc::TpccScale = tpcc::TpccScale {
+    warehouses: 2,
+    districts_per_warehouse: 3,
+    customers_per_district: 30,
+    items: 200,
+    orders_per_district: 30,
+};
+
+/// The `tpcc` workload.
+#[derive(Debug)]
+pub struct TpccWorkload {
+    scale: tpcc::TpccScale,
+    setup: Vec<ProcCall>,
+    constants: NuRandC,
+    terminals: BTreeMap<u32, Generator>,
+    final_share: f64,
+    ops_issued: i64,
+}
+
+impl TpccWorkload {
+    /// The workload for `config` (uses `final_share`) at [`SIM_SCALE`].
+    pub fn new(config: &WorkloadConfig) -> Self {
+        let scale = SIM_SCALE;
+        let mut rng = tpcc::Rng::new(0x7c0c);
+        let mut setup = Vec::new();
+        let load_c = load::load_calls(&scale, &mut rng, 1, SETUP_CALL_BYTES_MAX, |c| {
+            setup.push(c);
+        })
+        .expect("SIM_SCALE is a valid scale");
+        TpccWorkload {
+            scale,
+            setup,
+            constants: NuRandC::for_run(load_c, &mut rng),
+            terminals: BTreeMap::new(),
+            final_share: config.final_share,
+            ops_issued: 0,
+        }
+    }
+}
+
+impl Workload for TpccWorkload {
+    fn name(&self) -> &'static str {
+        "tpcc"
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        tpcc::register(registry);
+    }
+
+    fn setup(&self) -> Vec<ProcCall> {
+        self.setup.clone()
+    }
+
+    fn next_op(&mut self, rng: &mut Rng, client: u32) -> NextOp {
+        let scale = self.scale;
+        let constants = self.constants;
+        let terminal = self.terminals.entry(client).or_insert_with(|| {
+            let w = client % u32::from(scale.warehouses) + 1;
+            let d = client % u32::from(scale.districts_per_warehouse) + 1;
+            let cfg = GeneratorConfig {
+                scale,
+                home_w_id: w as u16,
+                stock_level_d_id: d as u8,
+                constants,
+            };
+            Generator::new(cfg, rng.next_u64())
+                .expect("the terminal's warehouse and district are in SIM_SCALE")
+        });
+        self.ops_issued += 1;
+        // Dates start after the load's (1) and grow with every op.
+        let call = terminal.next(1 + self.ops_issued);
+        let strong = call.is_payment;
+        let wants_final = strong || rng.chance(self.final_share);
+        NextOp {
+            call: ProcCall::new(call.name, call.args),
+            strong,
+            wants_final,
+        }
+    }
+
+    fn keys(&self, _call: &ProcCall) -> Vec<Bytes> {
+        Vec::new()
+    }
+
+    fn check(&self, history: &History, committed_state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
+        let mut out: Vec<String> = tpcc::check::consistency(committed_state)
+            .into_iter()
+            .map(|v| format!("tpcc: {v}"))
+            .collect();
+        for op in &history.ops {
+            let Some(view) = op.final_view() else {
+                continue;
+            };
+            match &view.outcome {
+                Err(e)
+                    if !(op.call.name.as_ref() == tpcc::NEW_ORDER
+                        && e.0 == new_order::UNUSED_ITEM) =>
+                {
+                    out.push(format!(
+                        "tpcc: final view of {} by {} aborted: {e}",
+                        op.call.name,
+                        describe(op)
+                    ));
+                }
+                _ => {}
+            }
+        }
+        bounded(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::testkit::run_sequential;
+
+    #[test]
+    fn sequential_run_passes_and_a_broken_state_fails() {
+        let mut w = TpccWorkload::new(&WorkloadConfig::default());
+        let (mut state, h) = run_sequential(&mut w, 5, 600);
+        assert_eq!(w.check(&h, &state), Vec::<String>::new());
+        let payments = h
+            .ops
+            .iter()
+            .filter(|op| op.call.name.as_ref() == tpcc::PAYMENT)
+            .count();
+        assert!(
+            payments > 150
+                && h.ops
+                    .iter()
+                    .all(|op| op.strong == (op.call.name.as_ref() == tpcc::PAYMENT))
+        );
+        state.remove(&tpcc::keys::order_line(1, 1, 1, 1));
+        let out = w.check(&h, &state);
+        assert!(out.iter().any(|l| l.contains("O_OL_CNT")), "{out:?}");
+    }
+}

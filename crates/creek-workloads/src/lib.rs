@@ -1,0 +1,23 @@
+//! Benchmark workloads for Creek, written as ordinary stored procedures so
+//! the same code runs in the simulator and against a real cluster.
+//!
+//! [`tpcc`] is the TPC-C benchmark the Creek paper evaluates with (§6):
+//! the nine tables laid out on Creek's key-value state, the five
+//! transactions, the initial population, an input generator and the
+//! consistency conditions.
+//!
+//! ```
+//! use creek_exec::Registry;
+//! use creek_workloads::tpcc;
+//!
+//! let mut registry = Registry::with_builtins();
+//! tpcc::register(&mut registry);
+//! assert!(registry.get(tpcc::NEW_ORDER).is_some());
+//! ```
+//!
+//! This crate is not a bench harness: it neither drives clients nor measures
+//! anything.
+#![deny(missing_docs)]
+
+pub mod tpcc;
+pub mod ycsb;

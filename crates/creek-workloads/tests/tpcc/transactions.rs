@@ -1,0 +1,356 @@
+//! Each transaction against a hand-checked case.
+
+use bytes::Bytes;
+use creek_exec::value::Value;
+use creek_workloads::tpcc::rows::{
+    self, Customer, District, History, Order, OrderLine, Stock, Warehouse,
+};
+use creek_workloads::tpcc::{
+    self, check, delivery, keys, new_order, order_status, payment, stock_level, CustomerSelector,
+    TpccScale,
+};
+
+use super::*;
+
+#[test]
+fn new_order_hand_checked() {
+    let mut db = hand_state();
+    let before = db.state.clone();
+    let result = db.ok(tpcc::NEW_ORDER, hand_order(1).encode());
+    // Amounts 6×200 + 3×1000 + 2×200 = 4600 cents; ×0.9 discount ×1.15 tax.
+    let list = result.as_list().expect("list").to_vec();
+    assert_eq!(list[0], Value::Int(11));
+    assert_eq!(list[1], Value::Int(4761));
+    assert_eq!(list[2], Value::from("BGG"));
+
+    assert_eq!(db.row(keys::district(1, 2), District::decode).next_o_id, 12);
+    let order = db.row(keys::order(1, 2, 11), Order::decode);
+    assert_eq!(
+        (
+            order.c_id,
+            order.entry_d,
+            order.carrier_id,
+            order.ol_cnt,
+            order.all_local
+        ),
+        (3, 777, 0, 3, 0)
+    );
+    assert!(db.state.contains_key(&keys::new_order(1, 2, 11)));
+    let last = db.state.get(&keys::customer_last_order(1, 2, 3)).cloned();
+    assert_eq!(last.map(|b| rows::decode_id(&b)), Some(Ok(11)));
+
+    // 15 < 6 + 10, so the stock is replenished: 15 − 6 + 91.
+    let s = db.row(keys::stock(1, 1), Stock::decode);
+    assert_eq!(
+        (s.quantity, s.ytd, s.order_cnt, s.remote_cnt),
+        (100, 6, 1, 0)
+    );
+    let s = db.row(keys::stock(1, 2), Stock::decode);
+    assert_eq!(
+        (s.quantity, s.ytd, s.order_cnt, s.remote_cnt),
+        (47, 3, 1, 0)
+    );
+    let s = db.row(keys::stock(2, 1), Stock::decode);
+    assert_eq!(
+        (s.quantity, s.ytd, s.order_cnt, s.remote_cnt),
+        (10, 2, 1, 1)
+    );
+
+    let lines: Vec<OrderLine> = (1..=3)
+        .map(|ol| db.row(keys::order_line(1, 2, 11, ol), OrderLine::decode))
+        .collect();
+    let got: Vec<(i64, i64, i64, i64, i64)> = lines
+        .iter()
+        .map(|l| (l.i_id, l.supply_w_id, l.quantity, l.amount, l.delivery_d))
+        .collect();
+    assert_eq!(
+        got,
+        [(1, 1, 6, 1200, 0), (2, 1, 3, 3000, 0), (1, 2, 2, 400, 0)]
+    );
+    assert!(lines.iter().all(|l| l.dist_info == "dist-02"));
+    assert!(!db.state.contains_key(&keys::order_line(1, 2, 11, 4)));
+    // Exactly the rows above changed: district, order, new-order, index,
+    // three stocks, three lines.
+    let changed = db
+        .state
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(*v))
+        .count();
+    assert_eq!(changed, 10);
+    assert!(check::consistency(&db.state).is_empty());
+}
+
+#[test]
+fn new_order_on_unused_item_rolls_back_and_writes_nothing() {
+    let mut db = hand_state();
+    let ex = db.exec(tpcc::NEW_ORDER, hand_order(TINY.items + 1).encode());
+    assert_eq!(
+        ex.outcome.map_err(|e| e.0),
+        Err(new_order::UNUSED_ITEM.to_string())
+    );
+    assert!(ex.writes.is_empty());
+    assert_eq!(db.row(keys::district(1, 2), District::decode).next_o_id, 11);
+    // The next order still gets the id the rolled-back one would have had.
+    let result = db.ok(tpcc::NEW_ORDER, hand_order(1).encode());
+    assert_eq!(result.as_list().map(|l| l[0].clone()), Some(Value::Int(11)));
+}
+
+#[test]
+fn payment_by_last_name_picks_the_middle_customer_and_updates_totals() {
+    let mut db = Db::new(&TINY, 9);
+    let last = shared_last_name(&mut db);
+    let mut c = db.row(keys::customer(1, 1, 1), Customer::decode);
+    c.credit = Bytes::from_static(b"BC");
+    c.data = Bytes::from_static(b"old data");
+    db.set(keys::customer(1, 1, 1), c.clone().encode());
+    let w_before = db.row(keys::warehouse(1), Warehouse::decode);
+    let d_before = db.row(keys::district(1, 1), District::decode);
+
+    let input = payment::Input {
+        w_id: 1,
+        d_id: 1,
+        c_w_id: 1,
+        c_d_id: 1,
+        customer: CustomerSelector::LastName(last),
+        amount: 1234,
+        date: 4242,
+    };
+    // Four customers sorted ALF, BOB, CAT, ZED: position ceil(4/2) = 2 is BOB.
+    let result = db.ok(tpcc::PAYMENT, input.encode());
+    assert_eq!(ints(&result), [1, c.balance - 1234]);
+
+    let w = db.row(keys::warehouse(1), Warehouse::decode);
+    assert_eq!(w.ytd, w_before.ytd + 1234);
+    let d = db.row(keys::district(1, 1), District::decode);
+    assert_eq!(d.ytd, d_before.ytd + 1234);
+    let after = db.row(keys::customer(1, 1, 1), Customer::decode);
+    assert_eq!(after.balance, -1000 - 1234);
+    assert_eq!(after.ytd_payment, 1000 + 1234);
+    assert_eq!(after.payment_cnt, 2);
+    assert_eq!(after.data, "1 1 1 1 1 12.34 old data");
+    let h = db.row(keys::history(1, 1, 1, 2), History::decode);
+    assert_eq!(
+        (h.c_id, h.d_id, h.w_id, h.date, h.amount),
+        (1, 1, 1, 4242, 1234)
+    );
+    let mut h_data = w.name.to_vec();
+    h_data.extend_from_slice(b"    ");
+    h_data.extend_from_slice(&d.name);
+    assert_eq!(h.data, h_data);
+    assert!(check::consistency(&db.state).is_empty());
+}
+
+#[test]
+fn remote_payment_by_id_pays_the_remote_customer_to_the_home_warehouse() {
+    let mut db = Db::new(&TINY, 9);
+    let mut c = db.row(keys::customer(2, 2, 5), Customer::decode);
+    c.credit = Bytes::from_static(b"GC");
+    db.set(keys::customer(2, 2, 5), c.clone().encode());
+    let w2_before = db.row(keys::warehouse(2), Warehouse::decode);
+    let input = payment::Input {
+        w_id: 1,
+        d_id: 2,
+        c_w_id: 2,
+        c_d_id: 2,
+        customer: CustomerSelector::Id(5),
+        amount: 500,
+        date: 1,
+    };
+    db.ok(tpcc::PAYMENT, input.encode());
+    let after = db.row(keys::customer(2, 2, 5), Customer::decode);
+    assert_eq!((after.balance, after.payment_cnt), (c.balance - 500, 2));
+    assert_eq!(after.data, c.data, "good credit keeps C_DATA");
+    assert_eq!(db.row(keys::warehouse(2), Warehouse::decode), w2_before);
+    let h = db.row(keys::history(2, 2, 5, 2), History::decode);
+    assert_eq!((h.c_w_id, h.c_d_id, h.w_id, h.d_id), (2, 2, 1, 2));
+    assert!(check::consistency(&db.state).is_empty());
+}
+
+#[test]
+fn order_status_reports_the_customers_last_order() {
+    let mut db = hand_state();
+    db.ok(tpcc::NEW_ORDER, hand_order(1).encode());
+    let input = order_status::Input {
+        w_id: 1,
+        d_id: 2,
+        customer: CustomerSelector::Id(3),
+    };
+    let ex = db.exec(tpcc::ORDER_STATUS, input.encode());
+    assert!(ex.writes.is_empty());
+    let v = Value::decode(&ex.outcome.expect("ok")).expect("decodes");
+    let fields = v.as_list().expect("list");
+    let balance = db.row(keys::customer(1, 2, 3), Customer::decode).balance;
+    assert_eq!(fields[..5], [3, balance, 11, 777, 0].map(Value::Int));
+    let lines: Vec<Vec<i64>> = fields[5]
+        .as_list()
+        .expect("lines")
+        .iter()
+        .map(ints)
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            vec![1, 1, 6, 1200, 0],
+            vec![2, 1, 3, 3000, 0],
+            vec![1, 2, 2, 400, 0]
+        ]
+    );
+
+    // A customer without orders (10 orders among 12 customers).
+    let mut db = Db::new(&TINY, 9);
+    let lonely = (1..=12u32)
+        .find(|c| !db.state.contains_key(&keys::customer_last_order(1, 1, *c)))
+        .expect("two customers have no order");
+    let input = order_status::Input {
+        w_id: 1,
+        d_id: 1,
+        customer: CustomerSelector::Id(lonely),
+    };
+    let v = db.ok(tpcc::ORDER_STATUS, input.encode());
+    let fields = v.as_list().expect("list");
+    assert_eq!(
+        fields[2..],
+        [
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(0),
+            Value::List(vec![])
+        ]
+    );
+
+    // By last name, through the index; every customer has an order here.
+    let scale = TpccScale {
+        orders_per_district: 12,
+        ..TINY
+    };
+    let mut db = Db::new(&scale, 9);
+    let last = shared_last_name(&mut db);
+    let input = order_status::Input {
+        w_id: 1,
+        d_id: 1,
+        customer: CustomerSelector::LastName(last),
+    };
+    let v = db.ok(tpcc::ORDER_STATUS, input.encode());
+    let fields = v.as_list().expect("list");
+    assert_eq!(fields[0], Value::Int(1));
+    let o_id = fields[2].as_int().expect("o_id");
+    let order = db.row(keys::order(1, 1, o_id as u32), Order::decode);
+    assert_eq!(order.c_id, 1);
+    let lines = fields[5].as_list().expect("lines");
+    assert_eq!(lines.len() as i64, order.ol_cnt);
+}
+
+#[test]
+fn delivery_delivers_the_oldest_order_of_every_district() {
+    let mut db = Db::new(&TINY, 11);
+    // 10 orders: 1..=7 delivered at load, 8..=10 waiting.
+    assert_eq!(TINY.first_undelivered(), 8);
+    let order = db.row(keys::order(1, 2, 8), Order::decode);
+    let customer_key = keys::customer(1, 2, order.c_id as u32);
+    let before = db.row(customer_key.clone(), Customer::decode);
+    let total: i64 = (1..=order.ol_cnt)
+        .map(|ol| {
+            db.row(keys::order_line(1, 2, 8, ol as u8), OrderLine::decode)
+                .amount
+        })
+        .sum();
+    assert!(total > 0);
+
+    let input = delivery::Input {
+        w_id: 1,
+        carrier_id: 7,
+        delivery_d: 5555,
+        districts: 2,
+    };
+    assert_eq!(ints(&db.ok(tpcc::DELIVERY, input.encode())), [8, 8]);
+    assert!(!db.state.contains_key(&keys::new_order(1, 2, 8)));
+    assert!(db.state.contains_key(&keys::new_order(1, 2, 9)));
+    assert_eq!(db.row(keys::order(1, 2, 8), Order::decode).carrier_id, 7);
+    for ol in 1..=order.ol_cnt {
+        let line = db.row(keys::order_line(1, 2, 8, ol as u8), OrderLine::decode);
+        assert_eq!(line.delivery_d, 5555);
+    }
+    let after = db.row(customer_key, Customer::decode);
+    assert_eq!(after.balance, before.balance + total);
+    assert_eq!(after.delivery_cnt, before.delivery_cnt + 1);
+    assert!(check::consistency(&db.state).is_empty());
+
+    assert_eq!(ints(&db.ok(tpcc::DELIVERY, input.encode())), [9, 9]);
+    assert_eq!(ints(&db.ok(tpcc::DELIVERY, input.encode())), [10, 10]);
+    // Nothing left: the districts are skipped and nothing is written.
+    let ex = db.exec(tpcc::DELIVERY, input.encode());
+    assert!(ex.writes.is_empty());
+    assert_eq!(
+        ex.outcome.ok().map(|b| Value::decode(&b)),
+        Some(Ok(Value::List(vec![Value::Int(0), Value::Int(0)])))
+    );
+    assert!(check::consistency(&db.state).is_empty());
+    // A new order after a full drain is delivered next.
+    let mut db2 = db;
+    let no = new_order::Input {
+        w_id: 1,
+        d_id: 1,
+        c_id: 1,
+        entry_d: 1,
+        lines: vec![new_order::Line {
+            i_id: 3,
+            supply_w_id: 1,
+            quantity: 1,
+        }],
+    };
+    db2.ok(tpcc::NEW_ORDER, no.encode());
+    assert_eq!(ints(&db2.ok(tpcc::DELIVERY, input.encode())), [11, 0]);
+    assert!(check::consistency(&db2.state).is_empty());
+}
+
+#[test]
+fn stock_level_counts_distinct_low_items_of_the_last_20_orders() {
+    let scale = TpccScale {
+        orders_per_district: 25,
+        ..TINY
+    };
+    let mut db = Db::new(&scale, 13);
+    // Orders 6..=25 are the last 20 of district (1, 1); collect their items.
+    let mut recent = std::collections::BTreeSet::new();
+    for o in 6..=25u32 {
+        let order = db.row(keys::order(1, 1, o), Order::decode);
+        for ol in 1..=order.ol_cnt {
+            recent.insert(
+                db.row(keys::order_line(1, 1, o, ol as u8), OrderLine::decode)
+                    .i_id,
+            );
+        }
+    }
+    let mut items = recent.iter().copied();
+    let (low_a, low_b) = (
+        items.next().expect("an item"),
+        items.next().expect("two items"),
+    );
+    for i in 1..=scale.items {
+        let key = keys::stock(1, i);
+        let mut s = db.row(key.clone(), Stock::decode);
+        // Everything plentiful except two recent items and one item that
+        // appears in no recent order.
+        s.quantity = if i64::from(i) == low_a || i64::from(i) == low_b {
+            9
+        } else if !recent.contains(&i64::from(i)) {
+            1
+        } else {
+            50
+        };
+        db.set(key, s.encode());
+    }
+    let input = |threshold| stock_level::Input {
+        w_id: 1,
+        d_id: 1,
+        threshold,
+    };
+    assert_eq!(db.ok(tpcc::STOCK_LEVEL, input(10).encode()), Value::Int(2));
+    assert_eq!(db.ok(tpcc::STOCK_LEVEL, input(9).encode()), Value::Int(0));
+    assert_eq!(
+        db.ok(tpcc::STOCK_LEVEL, input(51).encode()),
+        Value::Int(recent.len() as i64)
+    );
+    let ex = db.exec(tpcc::STOCK_LEVEL, input(10).encode());
+    assert!(ex.writes.is_empty());
+}
