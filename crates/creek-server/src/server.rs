@@ -67,10 +67,13 @@ pub struct Server {
 }
 
 impl Server {
-    /// Start a replica with the built-in procedures. Must be called inside
-    /// a tokio runtime.
+    /// Start a replica with the built-in procedures and the benchmark
+    /// workloads' (`tpcc.*`, `ycsb.load`). Must be called inside a tokio
+    /// runtime.
     pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
-        Self::start_with(config, Arc::new(Registry::with_builtins())).await
+        let mut registry = Registry::with_builtins();
+        creek_workloads::register_all(&mut registry);
+        Self::start_with(config, Arc::new(registry)).await
     }
 
     /// Start a replica with the given procedures (every replica of the

@@ -4,7 +4,8 @@
 //! [`tpcc`] is the TPC-C benchmark the Creek paper evaluates with (§6):
 //! the nine tables laid out on Creek's key-value state, the five
 //! transactions, the initial population, an input generator and the
-//! consistency conditions.
+//! consistency conditions. [`ycsb`] is YCSB's core workloads A, B and C
+//! over the key-value built-ins (Correctables §6).
 //!
 //! ```
 //! use creek_exec::Registry;
@@ -21,3 +22,10 @@
 
 pub mod tpcc;
 pub mod ycsb;
+
+/// Register every workload's procedures (TPC-C and YCSB loading) beside
+/// whatever `registry` holds.
+pub fn register_all(registry: &mut creek_exec::Registry) {
+    tpcc::register(registry);
+    ycsb::register(registry);
+}

@@ -57,6 +57,18 @@ async fn weak_and_strong_ops_share_keys_and_views_arrive_in_order() {
     let v = call(&mut c1, req("queue.dequeue", &[b("empty-queue")], BOTH), T).await;
     assert!(v.is_ok(), "{v:?}");
 
+    // The benchmark workloads' procedures are served too.
+    let load = req(
+        "ycsb.load",
+        &[Value::Int(0), Value::Int(10), Value::Int(8)],
+        STRONG,
+    );
+    call(&mut c1, load, T).await.expect("ycsb.load");
+    match strong_get(&cluster, 1, "user7").await {
+        Value::Bytes(v) => assert_eq!(v.len(), 8),
+        other => panic!("user7 holds {other:?}"),
+    }
+
     // Status answers with a role and the committed length.
     let s = cluster.status(0).await.expect("status");
     assert!(s.committed >= 3, "{s:?}");
