@@ -19,7 +19,8 @@ for _ in $(seq 1 100); do
     cat "$dir/err" >&2
     exit 1
   fi
-  if $bin status $addrs 2>/dev/null | grep -q leader; then
+  status=$($bin status $addrs 2>/dev/null || true)
+  if grep -q leader <<<"$status"; then
     break
   fi
   sleep 0.1
@@ -29,7 +30,9 @@ $bin call --addr 127.0.0.1:$c2 kv.put smoke '"ok"'
 $bin call --addr 127.0.0.1:$c3 --level strong kv.get smoke | tee "$dir/get"
 grep -q '"ok"' "$dir/get"
 $bin status $addrs
-curl -sf "http://127.0.0.1:$((base + 201))/metrics" | grep -q "creek_ops_total{"
+# (into a file first: `grep -q` closing the pipe early would fail curl)
+curl -sf "http://127.0.0.1:$((base + 201))/metrics" -o "$dir/metrics"
+grep -q "creek_ops_total{" "$dir/metrics"
 kill -TERM $pid
 for _ in $(seq 1 100); do
   kill -0 $pid 2>/dev/null || break
