@@ -20,7 +20,7 @@ for _ in $(seq 1 100); do
     exit 1
   fi
   status=$($bin status $addrs 2>/dev/null || true)
-  if grep -q leader <<<"$status"; then
+  if grep -qE '^[0-9]+ +[^ ]+ +leader ' <<<"$status"; then
     break
   fi
   sleep 0.1
