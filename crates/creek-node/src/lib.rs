@@ -46,6 +46,19 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// The parts agree on the replica, and the wire limits make sense (the
+    /// rooms check their own settings when they start).
+    pub fn validate(&self) -> Result<(), NodeError> {
+        self.wire.validate()?;
+        let me = self.replica.id;
+        if self.gossip.me != me || self.cab.me != me {
+            return Err(NodeError::Inconsistent(
+                "replica, gossip and cab must name the same replica".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Defaults for replica `me` of the group `replicas`.
     pub fn for_group(me: ReplicaId, replicas: &[ReplicaId]) -> Self {
         NodeConfig {
@@ -117,13 +130,7 @@ impl<S: CabStorage> Node<S> {
         storage: S,
         applied: u64,
     ) -> Result<Self, NodeError> {
-        let me = config.replica.id;
-        config.wire.validate()?;
-        if config.gossip.me != me || config.cab.me != me {
-            return Err(NodeError::Inconsistent(
-                "replica, gossip and cab must name the same replica".into(),
-            ));
-        }
+        config.validate()?;
         Ok(Self::assemble(
             Replica::new(config.replica, registry)?,
             Gossip::new(config.gossip)?,
@@ -181,13 +188,7 @@ impl<S: CabStorage> Node<S> {
         checkpoint: Option<Checkpoint>,
         ops: Vec<Arc<Op>>,
     ) -> Result<Self, NodeError> {
-        let me = config.replica.id;
-        config.wire.validate()?;
-        if config.gossip.me != me || config.cab.me != me {
-            return Err(NodeError::Inconsistent(
-                "replica, gossip and cab must name the same replica".into(),
-            ));
-        }
+        config.validate()?;
         let applied = checkpoint.as_ref().map_or(0, |c| c.cab_applied);
         check_storage(&config.cab, &storage, applied)?;
         // Everything the replica holds, per origin: the checkpoint's

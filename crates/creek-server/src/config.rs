@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use creek_core::ReplicaId;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// One replica of the group, as every member knows it.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ReplicaAddr {
     /// Its id (1..=65535, unique in the group).
@@ -38,7 +38,7 @@ pub struct ReplicaAddr {
 }
 
 /// A validated server configuration.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// This replica's id; must be one of `replicas`.
@@ -171,31 +171,54 @@ impl ServerConfig {
         peer_base: u16,
         data_root: &Path,
     ) -> Result<Vec<ServerConfig>, ConfigError> {
-        if n == 0 {
+        let ports = |base: u16| {
+            (0..n)
+                .map(|i| {
+                    base.checked_add(i)
+                        .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+                        .ok_or_else(|| ConfigError::Invalid(format!("port {base} + {i} overflows")))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Self::group_on(&ports(peer_base)?, &ports(client_base)?, data_root)
+    }
+
+    /// One configuration per replica of a group whose replica `i` (1-based)
+    /// listens for peers on `peers[i - 1]` and for clients on
+    /// `clients[i - 1]`, with data under `data_root/r{i}`.
+    pub fn group_on(
+        peers: &[SocketAddr],
+        clients: &[SocketAddr],
+        data_root: &Path,
+    ) -> Result<Vec<ServerConfig>, ConfigError> {
+        if peers.is_empty() || peers.len() != clients.len() || peers.len() > usize::from(u16::MAX) {
             return Err(ConfigError::Invalid(
-                "a group needs at least one replica".into(),
+                "a group needs as many peer as client addresses, at least one".into(),
             ));
         }
-        let port = |base: u16, i: u16| {
-            base.checked_add(i - 1)
-                .ok_or_else(|| ConfigError::Invalid(format!("port {base} + {i} overflows")))
-        };
-        let replicas = (1..=n)
-            .map(|i| {
-                Ok(ReplicaAddr {
-                    id: i,
-                    peer_addr: SocketAddr::from(([127, 0, 0, 1], port(peer_base, i)?)),
-                    client_addr: SocketAddr::from(([127, 0, 0, 1], port(client_base, i)?)),
-                })
+        let replicas: Vec<ReplicaAddr> = (1..)
+            .zip(peers.iter().zip(clients))
+            .map(|(id, (&peer_addr, &client_addr))| ReplicaAddr {
+                id,
+                peer_addr,
+                client_addr,
             })
-            .collect::<Result<Vec<_>, ConfigError>>()?;
-        (1..=n)
-            .map(|i| {
-                let c = ServerConfig::new(i, replicas.clone(), data_root.join(format!("r{i}")));
+            .collect();
+        replicas
+            .iter()
+            .map(|r| {
+                let c =
+                    ServerConfig::new(r.id, replicas.clone(), data_root.join(format!("r{}", r.id)));
                 c.validate()?;
                 Ok(c)
             })
             .collect()
+    }
+
+    /// The configuration as a TOML file (what [`ServerConfig::from_toml`]
+    /// reads back).
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        toml::to_string(self).map_err(|e| ConfigError::Invalid(format!("writing TOML: {e}")))
     }
 
     /// Check every field and the group's consistency.
@@ -328,6 +351,15 @@ mod tests {
         let tick = format!("tick_ms = 0\n{GOOD}");
         let e = ServerConfig::from_toml(&tick).expect_err("tick 0");
         assert!(e.to_string().contains("tick_ms"), "{e}");
+    }
+
+    #[test]
+    fn a_configuration_survives_writing_and_reading() {
+        let mut g = ServerConfig::local_group(3, 7001, 7101, Path::new("/tmp/d")).expect("group");
+        g[1].metrics_addr = Some("127.0.0.1:9102".parse().expect("addr"));
+        g[1].allow_fault_injection = true;
+        let text = g[1].to_toml().expect("toml");
+        assert_eq!(ServerConfig::from_toml(&text).expect("parses"), g[1]);
     }
 
     #[test]

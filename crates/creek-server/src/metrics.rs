@@ -4,7 +4,6 @@
 //! service, the node loop); gauges are refreshed from the node's counters
 //! every few ticks.
 
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -222,9 +221,4 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-/// Where metrics are served, for the startup banner.
-pub fn url(addr: SocketAddr) -> String {
-    format!("http://{addr}/metrics")
 }

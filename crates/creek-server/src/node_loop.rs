@@ -56,9 +56,9 @@ pub enum Event {
         /// The frame, as received.
         frame: Bytes,
     },
-    /// The persister made more batches durable, or failed (read
-    /// [`Durability`]).
-    Durable,
+    /// The persister failed (the message is in [`Durability`]). Successes
+    /// need no event: the persister's callback releases held frames itself.
+    DiskFailure,
     /// The protocol clock.
     Tick,
     /// A status request.
@@ -98,7 +98,7 @@ impl Durability {
                 if let Ok(mut f) = me.failure.lock() {
                     f.get_or_insert(e.to_string());
                 }
-                let _ = events.try_send(Event::Durable);
+                let _ = events.try_send(Event::DiskFailure);
             }
         })
     }
@@ -318,7 +318,7 @@ impl NodeLoop {
                     tracing::debug!(%from, "refused a malformed peer frame");
                 }
             }
-            Event::Durable => self.check_durable(),
+            Event::DiskFailure => self.check_disk(),
             Event::Tick => self.tick(),
             Event::Status(reply) => {
                 let _ = reply.send(self.status());
@@ -462,7 +462,7 @@ impl NodeLoop {
     }
 
     /// Take in a failure report of the persister.
-    fn check_durable(&mut self) {
+    fn check_disk(&mut self) {
         if self.failed.is_none() {
             if let Some(e) = self.durability.failure() {
                 self.fail(format!("disk failure: {e}"));

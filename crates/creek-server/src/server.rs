@@ -63,7 +63,6 @@ pub struct Server {
     stopping: Arc<AtomicBool>,
     node_thread: Option<std::thread::JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    metrics: Arc<Metrics>,
 }
 
 impl Server {
@@ -263,7 +262,6 @@ impl Server {
             stopping,
             node_thread: Some(node_thread),
             tasks,
-            metrics,
         })
     }
 
@@ -280,11 +278,6 @@ impl Server {
     /// Where metrics are served, if anywhere.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
-    }
-
-    /// The metrics.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
     }
 
     /// Stop cleanly: refuse new ops, stop the client API, make everything

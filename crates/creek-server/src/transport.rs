@@ -69,7 +69,6 @@ struct Peer {
 
 /// The peer transport of one replica.
 pub struct Transport {
-    me: ReplicaId,
     peers: HashMap<ReplicaId, Peer>,
     faults: Arc<Faults>,
     stats: Arc<TransportStats>,
@@ -122,7 +121,6 @@ impl Transport {
             frame_bytes_max,
         )));
         Transport {
-            me,
             peers: table,
             faults,
             stats,
@@ -130,15 +128,10 @@ impl Transport {
         }
     }
 
-    /// Queue a frame for `to`; never blocks. Dropped (and counted) when the
-    /// peer's queue is full, the peer is unknown or a fault says so.
-    pub fn send(&self, to: ReplicaId, frame: Bytes) {
-        self.send_all(to, vec![frame]);
-    }
-
     /// Queue frames for `to` to go out in one write (so the peer reads them
-    /// in one go and handles them in one turn). As [`Transport::send`];
-    /// faults judge the frames as one.
+    /// in one go and handles them in one turn); never blocks. Dropped (and
+    /// counted) when the peer's queue is full, the peer is unknown or a
+    /// fault says so; faults judge the frames as one.
     pub fn send_all(&self, to: ReplicaId, frames: Vec<Bytes>) {
         if frames.is_empty() {
             return;
@@ -175,11 +168,6 @@ impl Transport {
     /// Counters.
     pub fn stats(&self) -> &Arc<TransportStats> {
         &self.stats
-    }
-
-    /// This replica.
-    pub fn me(&self) -> ReplicaId {
-        self.me
     }
 }
 

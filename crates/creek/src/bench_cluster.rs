@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use creek_client::Client;
 use creek_exec::value::Value;
+use creek_server::ServerConfig;
 use serde_json::json;
 
 /// Arguments of `creek bench cluster`.
@@ -88,21 +89,10 @@ fn start_cluster(n: usize) -> Result<Procs, String> {
         children: Vec::new(),
         clients: clients.clone(),
     };
-    for i in 0..n {
-        let mut toml = format!(
-            "id = {}\ndata_dir = {:?}\n",
-            i + 1,
-            dir.join(format!("r{}", i + 1))
-        );
-        for j in 0..n {
-            toml.push_str(&format!(
-                "[[replicas]]\nid = {}\npeer_addr = \"{}\"\nclient_addr = \"{}\"\n",
-                j + 1,
-                peers[j],
-                clients[j]
-            ));
-        }
+    let configs = ServerConfig::group_on(&peers, &clients, &dir).map_err(|e| e.to_string())?;
+    for (i, config) in configs.iter().enumerate() {
         let cfg = dir.join(format!("r{}.toml", i + 1));
+        let toml = config.to_toml().map_err(|e| e.to_string())?;
         std::fs::write(&cfg, toml).map_err(|e| e.to_string())?;
         let log = std::fs::File::create(dir.join(format!("r{}.log", i + 1)))
             .map_err(|e| e.to_string())?;

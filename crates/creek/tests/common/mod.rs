@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use creek_proto::pb;
 use creek_proto::pb::admin_client::AdminClient;
 use creek_proto::pb::creek_client::CreekClient;
+use creek_server::ServerConfig;
 use tonic::transport::Channel;
 
 pub use creek_exec::value::Value;
@@ -54,19 +55,12 @@ impl Cluster {
     }
 
     fn write_config(&self, i: usize) {
-        let mut toml = format!(
-            "id = {}\ndata_dir = {:?}\nallow_fault_injection = true\nworkers = 1\ncheckpoint_every_secs = 1\n",
-            i + 1,
-            self.dir.join(format!("r{}", i + 1))
-        );
-        for j in 0..self.clients.len() {
-            toml.push_str(&format!(
-                "[[replicas]]\nid = {}\npeer_addr = \"{}\"\nclient_addr = \"{}\"\n",
-                j + 1,
-                self.peers[j],
-                self.clients[j]
-            ));
-        }
+        let group = ServerConfig::group_on(&self.peers, &self.clients, &self.dir).expect("group");
+        let mut c = group[i].clone();
+        c.allow_fault_injection = true;
+        c.workers = 1;
+        c.checkpoint_every_secs = 1;
+        let toml = c.to_toml().expect("toml");
         std::fs::write(self.dir.join(format!("r{}.toml", i + 1)), toml).expect("config");
     }
 
