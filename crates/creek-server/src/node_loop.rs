@@ -429,7 +429,9 @@ impl NodeLoop {
             checkpoint: None,
         };
         if let Some(ckpt) = checkpoint {
-            let dropped = self.committed_ids_since(self.checkpointed_len, ckpt.committed_len);
+            // A checkpoint covers the whole committed list, so the payloads
+            // it frees are those committed since the previous one.
+            let dropped = self.node.committed_since(self.checkpointed_len);
             self.checkpointed_len = ckpt.committed_len;
             self.last_checkpoint = Instant::now();
             tracing::debug!(committed = ckpt.committed_len, "checkpoint");
@@ -450,15 +452,6 @@ impl NodeLoop {
         if !frames.is_empty() {
             self.durability.hold(self.submitted, frames);
         }
-    }
-
-    fn committed_ids_since(&self, from: u64, to: u64) -> Vec<creek_core::OpId> {
-        let r = self.node.replica();
-        let list = r.committed();
-        let base = r.committed_len() - list.len() as u64;
-        let lo = from.saturating_sub(base) as usize;
-        let hi = (to.saturating_sub(base) as usize).min(list.len());
-        list.get(lo..hi).map(<[_]>::to_vec).unwrap_or_default()
     }
 
     /// Take in a failure report of the persister.
