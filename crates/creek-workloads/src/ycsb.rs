@@ -23,8 +23,7 @@
 use bytes::Bytes;
 use creek_exec::value::{decode_args_shared, encode_args, Value};
 use creek_exec::{Abort, Outcome, ProcCall, Registry, Txn};
-
-use crate::tpcc::Rng;
+use creek_rng::Rng;
 
 /// `ycsb.load(first, count, value_bytes)`: writes records `first ..
 /// first + count` with their load-time values; returns nil.
@@ -213,7 +212,7 @@ impl Zipfian {
     }
 
     fn next(&self, rng: &mut Rng) -> u64 {
-        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let u = rng.unit();
         let uz = u * self.zeta_n;
         if uz < 1.0 {
             return 0;
@@ -302,8 +301,9 @@ impl Ycsb {
     pub fn next_op(&mut self) -> YcsbOp {
         let record = self.next_record();
         let read = self.rng.next_u64() % 100 < self.config.mix.read_percent();
-        let strong =
-            (self.rng.next_u64() >> 11) as f64 / ((1u64 << 53) as f64) < self.config.strong_share;
+        // `unit`, not `chance`: a share of 0 still draws, so the sequence does
+        // not depend on the share.
+        let strong = self.rng.unit() < self.config.strong_share;
         let call = if read {
             ProcCall::new("kv.get", encode_args(&[Value::Bytes(key(record))]))
         } else {

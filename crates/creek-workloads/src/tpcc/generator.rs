@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 
-use super::random::{last_name, NuRandC, Rng};
+use super::random::{last_name, NuRandC, Rng, TpccRandom};
 use super::{delivery, new_order, order_status, payment, stock_level};
 use super::{
     CustomerSelector, ScaleError, TpccScale, DELIVERY, NEW_ORDER, ORDER_STATUS, PAYMENT,

@@ -13,15 +13,27 @@ use bytes::Bytes;
 use creek_exec::value::{decode_args_shared, encode_args, Value};
 use creek_exec::{Abort, Outcome, ProcCall, Txn};
 
-use super::random::{last_name, NuRandC, Rng};
+use super::random::{last_name, NuRandC, Rng, TpccRandom};
 use super::rows::{self, Customer, District, History, Item, Order, OrderLine, Stock, Warehouse};
 use super::{keys, ScaleError, TpccScale, LOAD};
 
 /// The default byte budget of one `tpcc.load` call.
 pub const CALL_BYTES_MAX: usize = 512 * 1024;
 
+/// D_YTD of every district at load, in cents (30,000.00); a warehouse's
+/// W_YTD starts at this times its districts (300,000.00 for ten).
+pub const D_YTD_AT_LOAD: i64 = 3_000_000;
+
+/// The payment number (the last field of a history key) of the one history
+/// row the load writes per customer: C_PAYMENT_CNT starts at 1, so the
+/// Payment transaction numbers its rows from 2.
+pub const LOAD_PAYMENT_NO: u32 = 1;
+
 /// Emit every record of the initial database for `scale`, in a fixed
-/// order. `load_date` is the timestamp of C_SINCE, H_DATE and O_ENTRY_D.
+/// order. `load_date` is the timestamp of C_SINCE, H_DATE, O_ENTRY_D and
+/// the delivered orders' OL_DELIVERY_D; it should be at least 1, since 0
+/// stands for a null OL_DELIVERY_D (a load at 0 breaks consistency
+/// condition 7).
 /// Returns the NURand constants used for C_LAST, which a run's
 /// [`NuRandC::for_run`] needs, or why the scale is refused (nothing is
 /// emitted then).
@@ -47,7 +59,7 @@ pub fn populate(
             name: Bytes::from(rng.astring(6, 10)),
             address: rng.address(),
             tax: rng.uniform(0, 2000),
-            ytd: 30_000_000 * i64::from(scale.districts_per_warehouse) / 10,
+            ytd: D_YTD_AT_LOAD * i64::from(scale.districts_per_warehouse),
         };
         emit(keys::warehouse(w), warehouse.encode());
         for i in 1..=scale.items {
@@ -81,7 +93,7 @@ fn populate_district(
         name: Bytes::from(rng.astring(6, 10)),
         address: rng.address(),
         tax: rng.uniform(0, 2000),
-        ytd: 3_000_000,
+        ytd: D_YTD_AT_LOAD,
         next_o_id: i64::from(scale.orders_per_district) + 1,
     };
     emit(keys::district(w, d), district.encode());
@@ -125,7 +137,7 @@ fn populate_district(
             amount: 1000,
             data: Bytes::from(rng.astring(12, 24)),
         };
-        emit(keys::history(w, d, c_id, 1), history.encode());
+        emit(keys::history(w, d, c_id, LOAD_PAYMENT_NO), history.encode());
     }
     for (last, mut entries) in by_last {
         entries.sort();

@@ -43,7 +43,7 @@ pub mod rows;
 pub mod stock_level;
 
 pub use generator::{Generator, GeneratorConfig, TpccCall};
-pub use random::{last_name, NuRandC, Rng};
+pub use random::{last_name, NuRandC, Rng, TpccRandom};
 
 /// Name of the New-Order procedure.
 pub const NEW_ORDER: &str = "tpcc.new_order";

@@ -1,14 +1,14 @@
 //! The consistency conditions of clause 3.3.2 under generated load, and
 //! argument checking.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::ProcCall;
-use creek_workloads::tpcc::rows::{District, Warehouse};
+use creek_workloads::tpcc::rows::{self, Customer, District, History, Order, OrderLine, Warehouse};
 use creek_workloads::tpcc::{
-    self, check, delivery, keys, new_order, Generator, GeneratorConfig, NuRandC, Rng,
+    self, check, delivery, keys, load, new_order, Generator, GeneratorConfig, NuRandC, Rng,
 };
 
 use super::*;
@@ -44,9 +44,10 @@ fn malformed_arguments_are_refused() {
     );
 }
 
-#[test]
-fn generated_mix_keeps_the_database_consistent() {
-    let mut db = Db::new(&TINY, 31);
+/// Run `runs` generated transactions (one terminal per warehouse, in turn)
+/// against `db`; returns the calls per procedure, the New-Order rollbacks
+/// and the Payments.
+fn run_mix(db: &mut Db, runs: usize) -> (BTreeMap<&'static str, u32>, u32, u32) {
     let mut rng = Rng::new(99);
     let constants = NuRandC::for_run(db.load_c, &mut rng);
     let mut terminals: Vec<Generator> = (1..=TINY.warehouses)
@@ -62,7 +63,6 @@ fn generated_mix_keeps_the_database_consistent() {
         .collect();
     let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
     let (mut rollbacks, mut payments) = (0u32, 0u32);
-    let runs = 3000;
     for n in 0..runs {
         let t = n % terminals.len();
         let call = terminals[t].next(2000 + n as i64);
@@ -75,6 +75,14 @@ fn generated_mix_keeps_the_database_consistent() {
             Err(e) => panic!("{} aborted: {e}", call.name),
         }
     }
+    (counts, rollbacks, payments)
+}
+
+#[test]
+fn generated_mix_keeps_the_database_consistent() {
+    let mut db = Db::new(&TINY, 31);
+    let runs = 3000;
+    let (counts, rollbacks, payments) = run_mix(&mut db, runs);
     let violations = check::consistency(&db.state);
     assert!(violations.is_empty(), "{violations:?}");
     let share = |name| f64::from(counts[name]) / runs as f64;
@@ -88,6 +96,177 @@ fn generated_mix_keeps_the_database_consistent() {
     assert!((3..40).contains(&rollbacks), "{rollbacks}");
     let w = db.row(keys::warehouse(1), Warehouse::decode);
     assert!(w.ytd > 6_000_000, "payments reached warehouse 1");
+}
+
+/// A consistent state after a generated mix that exercised the paths the
+/// conditions 5 to 12 follow: remote payments, and deliveries of orders
+/// with non-zero amounts.
+fn mixed_state() -> BTreeMap<Bytes, Bytes> {
+    let mut db = Db::new(&TINY, 51);
+    run_mix(&mut db, 600);
+    let violations = check::consistency(&db.state);
+    assert!(violations.is_empty(), "{violations:?}");
+    let remote_payment = payment_history(&db.state)
+        .iter()
+        .any(|(_, h)| (h.w_id, h.d_id) != (h.c_w_id, h.c_d_id));
+    assert!(remote_payment, "the mix made a remote payment");
+    let delivered_amounts = db.state.iter().any(|(k, v)| {
+        k[1] == keys::tag::CUSTOMER
+            && Customer::decode(v).is_ok_and(|c| c.balance + c.ytd_payment > 0)
+    });
+    assert!(delivered_amounts, "the mix delivered an order with amounts");
+    db.state
+}
+
+/// Payment's history rows (payment number 2 and up), by key.
+fn payment_history(state: &BTreeMap<Bytes, Bytes>) -> Vec<(Bytes, History)> {
+    state
+        .iter()
+        .filter(|(k, _)| {
+            k.len() == 13
+                && k[1] == keys::tag::HISTORY
+                && u32::from_be_bytes([k[9], k[10], k[11], k[12]]) > load::LOAD_PAYMENT_NO
+        })
+        .map(|(k, v)| (k.clone(), History::decode(v).expect("history row")))
+        .collect()
+}
+
+/// The conditions `edit` breaks in [`mixed_state`], by their `[…]` tags.
+fn broken_by(edit: impl FnOnce(&mut BTreeMap<Bytes, Bytes>)) -> BTreeSet<String> {
+    let mut state = mixed_state();
+    edit(&mut state);
+    let violations = check::consistency(&state);
+    let named: BTreeSet<String> = violations
+        .iter()
+        .filter_map(|v| Some(v.strip_prefix('[')?.split_once(']')?.0.to_string()))
+        .collect();
+    assert!(
+        violations.iter().all(|v| v.starts_with('[')),
+        "every violation names its condition: {violations:?}"
+    );
+    named
+}
+
+fn conditions(numbers: &[u8]) -> BTreeSet<String> {
+    numbers.iter().map(|n| format!("3.3.2.{n}")).collect()
+}
+
+fn edit_row<T>(
+    state: &mut BTreeMap<Bytes, Bytes>,
+    key: Bytes,
+    decode: fn(&Bytes) -> Result<T, creek_exec::Abort>,
+    encode: fn(&T) -> Bytes,
+    change: impl FnOnce(&mut T),
+) {
+    let mut row = decode(&state[&key]).expect("row decodes");
+    change(&mut row);
+    state.insert(key, encode(&row));
+}
+
+/// The oldest undelivered order of warehouse 1 district 1.
+fn undelivered_order(state: &BTreeMap<Bytes, Bytes>) -> u32 {
+    let head = rows::decode_id(&state[&keys::new_order_head(1, 1)]).expect("head");
+    assert!(state.contains_key(&keys::new_order(1, 1, head)));
+    head
+}
+
+#[test]
+fn condition_5_a_carrier_on_an_undelivered_order_is_reported() {
+    let broken = broken_by(|s| {
+        let o = undelivered_order(s);
+        edit_row(s, keys::order(1, 1, o), Order::decode, Order::encode, |r| {
+            r.carrier_id = 4
+        });
+    });
+    // Its lines are still undelivered, which condition 7 sees too.
+    assert_eq!(broken, conditions(&[5, 7]));
+}
+
+#[test]
+fn condition_6_an_ol_cnt_off_by_one_is_reported() {
+    let broken = broken_by(|s| {
+        edit_row(s, keys::order(1, 2, 3), Order::decode, Order::encode, |r| {
+            r.ol_cnt += 1
+        });
+    });
+    assert_eq!(broken, conditions(&[4, 6]));
+}
+
+#[test]
+fn condition_7_an_undelivered_line_of_a_delivered_order_is_reported() {
+    // Order 2 was delivered at load, with zero amounts: only the date
+    // changes what any condition sees.
+    let broken = broken_by(|s| {
+        edit_row(
+            s,
+            keys::order_line(2, 1, 2, 1),
+            OrderLine::decode,
+            OrderLine::encode,
+            |r| r.delivery_d = 0,
+        );
+    });
+    assert_eq!(broken, conditions(&[7]));
+}
+
+#[test]
+fn condition_8_a_warehouse_ytd_off_by_a_cent_is_reported() {
+    let broken = broken_by(|s| {
+        edit_row(
+            s,
+            keys::warehouse(2),
+            Warehouse::decode,
+            Warehouse::encode,
+            |r| r.ytd += 1,
+        );
+    });
+    assert_eq!(broken, conditions(&[1, 8]));
+}
+
+#[test]
+fn condition_9_a_payment_booked_to_the_wrong_district_is_reported() {
+    // The warehouse total stands; the two districts' do not.
+    let broken = broken_by(|s| {
+        let (key, _) = payment_history(s).remove(0);
+        edit_row(s, key, History::decode, History::encode, |h| {
+            h.d_id = 3 - h.d_id
+        });
+    });
+    assert_eq!(broken, conditions(&[9]));
+}
+
+#[test]
+fn condition_10_a_payment_of_the_wrong_customer_is_reported() {
+    let broken = broken_by(|s| {
+        let (key, _) = payment_history(s).remove(0);
+        edit_row(s, key, History::decode, History::encode, |h| {
+            h.c_id = h.c_id % i64::from(TINY.customers_per_district) + 1
+        });
+    });
+    assert_eq!(broken, conditions(&[10]));
+}
+
+#[test]
+fn condition_11_a_missing_delivered_order_is_reported() {
+    // Order 2 of warehouse 1 district 2 was delivered at load.
+    let broken = broken_by(|s| {
+        s.remove(&keys::order(1, 2, 2));
+    });
+    // Its lines lose their order (4 and 6); the order count drops (11).
+    assert_eq!(broken, conditions(&[4, 6, 11]));
+}
+
+#[test]
+fn condition_12_a_ytd_payment_off_by_a_cent_is_reported() {
+    let broken = broken_by(|s| {
+        edit_row(
+            s,
+            keys::customer(1, 1, 1),
+            Customer::decode,
+            Customer::encode,
+            |c| c.ytd_payment += 1,
+        );
+    });
+    assert_eq!(broken, conditions(&[12]));
 }
 
 #[test]

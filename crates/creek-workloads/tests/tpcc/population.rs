@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{execute_call, ProcCall, TxnLimits};
-use creek_workloads::tpcc::rows::{Customer, Order};
+use creek_workloads::tpcc::rows::{Customer, History, Order, Warehouse};
 use creek_workloads::tpcc::{
     self, check, keys, load, Generator, GeneratorConfig, NuRandC, Rng, TpccScale,
 };
@@ -111,6 +111,20 @@ fn full_scale_population_fits_the_limits() {
         .count();
     assert_eq!(customers, 30_000);
     assert!(check::consistency(&records).is_empty());
+    // At full scale the specification's own forms of conditions 8 and 11
+    // hold too: W_YTD = Σ H_AMOUNT, and 2100 delivered orders per district.
+    let table = |tag: u8| records.iter().filter(move |(k, _)| k[1] == tag);
+    let history: i64 = table(keys::tag::HISTORY)
+        .map(|(_, v)| History::decode(v).expect("history").amount)
+        .sum();
+    let w = Warehouse::decode(&records[&keys::warehouse(1)]).expect("warehouse");
+    assert_eq!(w.ytd, history);
+    for d in 1..=scale.districts_per_warehouse {
+        let in_district = |k: &Bytes| k[2..5] == [0, 1, d];
+        let orders = table(keys::tag::ORDER).filter(|(k, _)| in_district(k));
+        let new_orders = table(keys::tag::NEW_ORDER).filter(|(k, _)| in_district(k));
+        assert_eq!(orders.count() - new_orders.count(), 2100);
+    }
 }
 
 #[test]
