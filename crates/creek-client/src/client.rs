@@ -1,6 +1,7 @@
 //! [`Client`]: a connection to a Creek cluster that fails over between
 //! replicas and numbers its requests so retries are applied at most once.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -216,6 +217,26 @@ impl Client {
             })
             .await?;
         Ok(reply.into_inner())
+    }
+
+    /// The connected replica's committed key-value state (`Admin.Dump`),
+    /// with the committed length it reflects. Meant for checks after a run
+    /// and for small databases: the whole state is held in memory.
+    pub async fn dump(&self) -> Result<(u64, BTreeMap<Bytes, Bytes>), Error> {
+        let conn = lock(&self.inner.current).clone();
+        let mut stream = pb::admin_client::AdminClient::new(conn.channel.clone())
+            .dump(pb::DumpRequest {})
+            .await
+            .map_err(Error::from)?
+            .into_inner();
+        let (mut committed, mut state) = (0, BTreeMap::new());
+        while let Some(chunk) = stream.message().await.map_err(Error::from)? {
+            committed = chunk.committed;
+            for r in chunk.records {
+                state.insert(r.key, r.value);
+            }
+        }
+        Ok((committed, state))
     }
 
     /// Run `call` on the current replica; while it fails as unavailable,

@@ -60,7 +60,17 @@ pub fn replay<'a>(
     limits: TxnLimits,
     calls: impl IntoIterator<Item = &'a ProcCall>,
 ) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
-    let mut db = BTreeMap::new();
+    replay_from(registry, limits, BTreeMap::new(), calls)
+}
+
+/// [`replay`] from the state `initial`.
+pub fn replay_from<'a>(
+    registry: &Registry,
+    limits: TxnLimits,
+    initial: BTreeMap<Bytes, Bytes>,
+    calls: impl IntoIterator<Item = &'a ProcCall>,
+) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
+    let mut db = initial;
     let mut outcomes = Vec::new();
     for call in calls {
         let e = execute_call(registry, &Db(&db), limits, call);

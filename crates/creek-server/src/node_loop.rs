@@ -63,6 +63,8 @@ pub enum Event {
     Tick,
     /// A status request.
     Status(oneshot::Sender<StatusSnapshot>),
+    /// The committed state and the committed length it reflects.
+    Dump(oneshot::Sender<(u64, Vec<(Bytes, Bytes)>)>),
     /// Stop after making everything durable.
     Shutdown,
 }
@@ -323,6 +325,10 @@ impl NodeLoop {
             Event::Status(reply) => {
                 let _ = reply.send(self.status());
             }
+            Event::Dump(reply) => {
+                let r = self.node.replica();
+                let _ = reply.send((r.committed_len(), r.committed_state().into_iter().collect()));
+            }
             Event::Shutdown => {
                 self.stopping = true;
                 self.sync_lazy_writes = true;
@@ -577,6 +583,13 @@ impl NodeLoop {
         put("durable_seq", self.durability.durable());
         put("submitted_seq", self.submitted);
         put("refused_frames", self.node.refused_frames());
+        put(
+            "peer_bytes_sent",
+            self.transport
+                .stats()
+                .bytes_sent
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
         put("failed", u64::from(self.failed.is_some()));
         StatusSnapshot {
             role: cab.role(),

@@ -209,6 +209,7 @@ impl Server {
             stopping: stopping.clone(),
         };
         let admin = AdminService {
+            events: events_tx.clone(),
             faults,
             allowed: config.allow_fault_injection,
             peers: peers.iter().map(|(id, _)| *id).collect(),

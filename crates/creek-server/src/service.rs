@@ -1,5 +1,5 @@
 //! The gRPC services of `proto/creek.proto`: `Creek` for clients and
-//! `Admin` for fault injection.
+//! `Admin` for fault injection and state dumps.
 
 // tonic's handlers return `Status` by value; boxing it in the helpers would
 // only move the allocation.
@@ -282,13 +282,60 @@ fn view_stream(
 /// The `Admin` service.
 #[derive(Clone)]
 pub struct AdminService {
+    pub(crate) events: mpsc::Sender<Event>,
     pub(crate) faults: Arc<Faults>,
     pub(crate) allowed: bool,
     pub(crate) peers: Vec<ReplicaId>,
 }
 
+/// Bytes of records per `Dump` chunk (well under gRPC's 4 MiB message limit).
+const DUMP_CHUNK_BYTES: usize = 1 << 20;
+
+/// The stream of a `Dump`.
+pub type DumpStream = Pin<Box<dyn Stream<Item = Result<pb::DumpChunk, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl pb::admin_server::Admin for AdminService {
+    type DumpStream = DumpStream;
+
+    async fn dump(
+        &self,
+        _request: tonic::Request<pb::DumpRequest>,
+    ) -> Result<tonic::Response<DumpStream>, Status> {
+        let (tx, rx) = oneshot::channel();
+        self.events
+            .send(Event::Dump(tx))
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let (committed, state) = rx
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let mut chunks = Vec::new();
+        let mut chunk = pb::DumpChunk {
+            committed,
+            records: Vec::new(),
+        };
+        let mut size = 0;
+        for (key, value) in state {
+            size += key.len() + value.len() + 8;
+            chunk.records.push(pb::Record { key, value });
+            if size >= DUMP_CHUNK_BYTES {
+                size = 0;
+                chunks.push(Ok(std::mem::replace(
+                    &mut chunk,
+                    pb::DumpChunk {
+                        committed,
+                        records: Vec::new(),
+                    },
+                )));
+            }
+        }
+        if !chunk.records.is_empty() || chunks.is_empty() {
+            chunks.push(Ok(chunk));
+        }
+        Ok(tonic::Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
     async fn set_faults(
         &self,
         request: tonic::Request<pb::SetFaultsRequest>,

@@ -100,7 +100,11 @@ pub struct SimConfig {
     pub workload: String,
     /// Virtual time clients run, microseconds.
     pub duration_us: u64,
-    /// Closed-loop client sessions (spread over the replicas).
+    /// Virtual time at the start excluded from the measurements (ops
+    /// invoked earlier are not measured; counters are read from here on).
+    pub warmup_us: u64,
+    /// Closed-loop client sessions (spread over the replicas); may be 0
+    /// with an open-loop rate.
     pub clients: usize,
     /// Pause between a session's ops, microseconds.
     pub think_us: u64,
@@ -153,6 +157,7 @@ impl Default for SimConfig {
             seed: 1,
             workload: "kv".into(),
             duration_us: 2_000_000,
+            warmup_us: 0,
             clients: 20,
             think_us: 1_000,
             open_rate_per_sec: 0.0,
@@ -175,8 +180,11 @@ impl SimConfig {
         if !(3..=9).contains(&self.replicas) {
             return Err("replicas must be between 3 and 9".into());
         }
-        if self.cores == 0 || self.clients == 0 {
-            return Err("cores and clients must be positive".into());
+        if self.cores == 0 {
+            return Err("cores must be positive".into());
+        }
+        if self.clients == 0 && self.open_rate_per_sec == 0.0 {
+            return Err("a run needs closed-loop clients or an open-loop rate".into());
         }
         if !self.open_rate_per_sec.is_finite() || self.open_rate_per_sec < 0.0 {
             return Err("open-loop rate must be a finite, non-negative number".into());
@@ -186,6 +194,9 @@ impl SimConfig {
         }
         if self.bandwidth_bps == 0 || self.tick_us == 0 || self.duration_us == 0 {
             return Err("bandwidth, tick and duration must be positive".into());
+        }
+        if self.warmup_us >= self.duration_us {
+            return Err("the warm-up must be shorter than the run".into());
         }
         Ok(())
     }

@@ -1,6 +1,10 @@
-//! Deterministic simulator for Creek (placeholder while being written).
+//! Creek's deterministic cluster simulator: N replicas of the real
+//! `creek_node::Node` on a modelled network and modelled CPUs, with faults,
+//! closed- and open-loop clients, consistency checkers (`report`) and the
+//! benchmark measurements shared with the cluster target (`bench`).
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod check;
 pub mod config;
 pub mod history;

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use creek_core::OpId;
-use creek_exec::basic::replay;
+use creek_exec::basic::replay_from;
 use creek_exec::{Outcome as ExecOutcome, ProcCall, TxnLimits};
 use serde_json::{json, Value};
 
@@ -114,7 +114,12 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
             None => replay_v.push(format!("{id} committed but never broadcast (invented)")),
         }
     }
-    let (outcomes, state) = replay(&out.registry, TxnLimits::default(), calls);
+    let initial = if out.preloaded {
+        workload.preload().into_iter().collect()
+    } else {
+        BTreeMap::new()
+    };
+    let (outcomes, state) = replay_from(&out.registry, TxnLimits::default(), initial, calls);
     let outcome_of: BTreeMap<OpId, &ExecOutcome> =
         canonical.iter().copied().zip(outcomes.iter()).collect();
     for r in &out.history.ops {
@@ -212,15 +217,6 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     checks
 }
 
-fn percentiles(mut xs: Vec<u64>) -> Value {
-    if xs.is_empty() {
-        return json!(null);
-    }
-    xs.sort_unstable();
-    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
-    json!({ "p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0), "count": xs.len() })
-}
-
 /// The JSON report of one run.
 pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
     let h = &out.history.ops;
@@ -280,7 +276,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         "notes": checks.iter().filter_map(|c| c.note.clone()).collect::<Vec<_>>(),
         "accuracy": if checked == 0 { json!(null) } else { json!(hits as f64 / checked as f64) },
         "execution_ratio": if inserted == 0 { json!(null) } else { json!(executions as f64 / inserted as f64) },
-        "latency_us": { "tentative": percentiles(tentative), "stable": percentiles(stable) },
+        "latency_us": { "tentative": crate::bench::percentiles(tentative), "stable": crate::bench::percentiles(stable) },
         "throughput_ops_per_sec": completed as f64 / (out.duration_us as f64 / 1e6),
         "bytes": {
             "consensus": out.traffic.cab_bytes,
@@ -296,13 +292,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
 /// Run one simulation end to end: build, run, check, report.
 pub fn simulate(cfg: &SimConfig) -> Result<(Value, bool), String> {
     let workload =
-        crate::workload::by_name(&cfg.workload, &crate::workload::WorkloadConfig::default())
-            .ok_or_else(|| {
-                format!(
-                    "unknown workload {:?} (kv, bank, list, queue, tpcc)",
-                    cfg.workload
-                )
-            })?;
+        crate::workload::by_name(&cfg.workload, &crate::workload::WorkloadConfig::default())?;
     let outcome = crate::sim::Sim::new(cfg.clone(), workload)?.run();
     let checks = run_checks(cfg, &outcome);
     let ok = checks.iter().all(|c| c.ok);

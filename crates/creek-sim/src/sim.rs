@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
-use creek_core::{ExecKey, Op, OpId, Replica, ReplicaId, Request, Views};
+use creek_core::{Checkpoint, ExecKey, Op, OpId, Replica, ReplicaId, Request, Views};
 use creek_exec::{Completion, Registry};
 use creek_gossip::Gossip;
 use creek_node::{Node, NodeConfig};
@@ -37,6 +37,7 @@ enum Ev {
         client: usize,
     },
     Arrival,
+    Warmup,
     Chaos,
     Heal,
     Restart {
@@ -53,6 +54,7 @@ impl Ev {
             Ev::ExecDone { node, .. } => 3 + 16 * (*node as u64),
             Ev::Client { client } => 4 + 16 * (*client as u64),
             Ev::Arrival => 9,
+            Ev::Warmup => 10,
             Ev::Chaos => 5,
             Ev::Heal => 6,
             Ev::Restart { node } => 7 + 16 * (*node as u64),
@@ -73,6 +75,8 @@ struct SimNode {
     storage: MemCabStorage,
     config: NodeConfig,
     busy_cores: usize,
+    /// Core-microseconds of executions started.
+    busy_us: u64,
     epoch: u64,
     clock_offset_us: i64,
     clock_drift_ppm: i64,
@@ -94,6 +98,56 @@ pub struct Traffic {
     pub gossip_bytes: u64,
     /// CAB frame bytes.
     pub cab_bytes: u64,
+}
+
+/// Cumulative counters over every replica at one moment, for measuring a
+/// window of a run (differences of two readings).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Totals {
+    /// Virtual time of the reading.
+    pub at_us: u64,
+    /// Executions started.
+    pub executions: u64,
+    /// Ops inserted into the executors.
+    pub ops: u64,
+    /// Tentative results compared with the final ones at their origin.
+    pub accuracy_checked: u64,
+    /// ... of which equal.
+    pub accuracy_hits: u64,
+    /// Core-microseconds of executions started.
+    pub busy_us: u64,
+    /// Bytes on the wire.
+    pub traffic: Traffic,
+}
+
+impl Totals {
+    /// `self − earlier`, field by field (`at_us` stays `self`'s).
+    pub fn since(&self, earlier: &Totals) -> Totals {
+        Totals {
+            at_us: self.at_us,
+            executions: self.executions - earlier.executions,
+            ops: self.ops - earlier.ops,
+            accuracy_checked: self.accuracy_checked - earlier.accuracy_checked,
+            accuracy_hits: self.accuracy_hits - earlier.accuracy_hits,
+            busy_us: self.busy_us - earlier.busy_us,
+            traffic: Traffic {
+                gossip_bytes: self.traffic.gossip_bytes - earlier.traffic.gossip_bytes,
+                cab_bytes: self.traffic.cab_bytes - earlier.traffic.cab_bytes,
+            },
+        }
+    }
+}
+
+/// Readings of [`Totals`] at the end of the warm-up, when the clients stop
+/// and when the run settled.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Readings {
+    /// At the end of the warm-up (all zero without one).
+    pub warmup: Totals,
+    /// When the clients stopped.
+    pub end: Totals,
+    /// When the run ended (settled or out of time).
+    pub finish: Totals,
 }
 
 /// What a run produced, for the checkers and the report.
@@ -120,6 +174,11 @@ pub struct Outcome {
     pub settled: bool,
     /// The workload (for its checker).
     pub workload: Box<dyn Workload>,
+    /// Counter readings for measuring the window after the warm-up.
+    pub readings: Readings,
+    /// Whether the replicas started from the workload's preloaded state
+    /// (a replay of the committed order then starts from that state).
+    pub preloaded: bool,
 }
 
 /// The request a workload op becomes: strong ops and weak ops that want a
@@ -163,6 +222,11 @@ pub struct Sim {
     running_clients: bool,
     ended: bool,
     next_state_check: u64,
+    readings: Readings,
+    preloaded: bool,
+    /// The preloaded state, kept only for `check_invariants`' replays.
+    initial_state: BTreeMap<Bytes, Bytes>,
+    progress: Option<Box<dyn FnMut(u64, u64)>>,
 }
 
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
@@ -175,6 +239,19 @@ impl Sim {
         workload.register(&mut registry);
         let registry = Arc::new(registry);
         let mut rng = Rng::new(cfg.seed);
+        // A bulk-loaded initial state, as if every replica were restored
+        // from the same backup: the checkpoint of an empty history.
+        let preload = workload.preload();
+        let preloaded = !preload.is_empty();
+        let initial_state = if cfg.check_invariants {
+            preload.iter().cloned().collect()
+        } else {
+            BTreeMap::new()
+        };
+        let initial = preloaded.then(|| Checkpoint {
+            state: preload,
+            ..Checkpoint::default()
+        });
         let ids: Vec<ReplicaId> = (1..=cfg.replicas as u16).map(ReplicaId).collect();
         let voters: Vec<u64> = ids.iter().map(|r| u64::from(r.0) + 1).collect();
         let mut nodes = Vec::new();
@@ -196,8 +273,17 @@ impl Sim {
                 None => {}
             }
             let storage = MemCabStorage::new(voters.clone());
-            let node = Node::new(config.clone(), registry.clone(), storage.clone(), 0)
-                .map_err(|e| e.to_string())?;
+            let node = match &initial {
+                None => Node::new(config.clone(), registry.clone(), storage.clone(), 0),
+                Some(c) => Node::recover(
+                    config.clone(),
+                    registry.clone(),
+                    storage.clone(),
+                    Some(c.clone()),
+                    Vec::new(),
+                ),
+            }
+            .map_err(|e| e.to_string())?;
             let (offset, drift) = if cfg.faults.clock {
                 (
                     rng.range(0, 100_000) as i64 - 50_000,
@@ -212,6 +298,7 @@ impl Sim {
                 storage,
                 config,
                 busy_cores: 0,
+                busy_us: 0,
                 epoch: 0,
                 clock_offset_us: offset,
                 clock_drift_ppm: drift,
@@ -258,7 +345,17 @@ impl Sim {
             running_clients: true,
             ended: false,
             next_state_check: 0,
+            readings: Readings::default(),
+            preloaded,
+            initial_state,
+            progress: None,
         })
+    }
+
+    /// Call `f(now_us, duration_us)` every 10 ms of virtual time while the
+    /// clients run (for a progress bar).
+    pub fn on_progress(&mut self, f: impl FnMut(u64, u64) + 'static) {
+        self.progress = Some(Box::new(f));
     }
 
     fn schedule(&mut self, at: u64, ev: Ev) {
@@ -297,15 +394,25 @@ impl Sim {
             let at = self.rng.range(50_000, 150_000);
             self.schedule(at, Ev::Chaos);
         }
+        if self.cfg.warmup_us > 0 {
+            self.schedule(self.cfg.warmup_us, Ev::Warmup);
+        }
         self.schedule(self.cfg.duration_us, Ev::End);
         let limit = self.cfg.duration_us + 30_000_000;
         let mut settled = false;
         let mut next_settle_check = self.cfg.duration_us;
+        let mut next_progress = 0;
         while let Some(Reverse((at, seq))) = self.queue.pop() {
             if at > limit {
                 break;
             }
             self.now = at;
+            if at >= next_progress {
+                next_progress = at + 10_000;
+                if let Some(f) = self.progress.as_mut() {
+                    f(at.min(self.cfg.duration_us), self.cfg.duration_us);
+                }
+            }
             let Some(ev) = self.events.remove(&seq) else {
                 continue;
             };
@@ -367,12 +474,14 @@ impl Sim {
             }
             Ev::Client { client } => self.client_next(client),
             Ev::Arrival => self.arrival(),
+            Ev::Warmup => self.readings.warmup = self.totals(),
             Ev::Chaos => self.chaos(),
             Ev::Heal => {
                 self.net.heal();
             }
             Ev::Restart { node } => self.restart(node),
             Ev::End => {
+                self.readings.end = self.totals();
                 self.ended = true;
                 self.running_clients = false;
                 self.net.heal();
@@ -507,9 +616,10 @@ impl Sim {
                     .filter_map(|id| self.ops.get(id).map(|o| &o.call))
                     .collect();
                 if calls.len() == prefix.len() {
-                    let (_, state) = creek_exec::basic::replay(
+                    let (_, state) = creek_exec::basic::replay_from(
                         &self.registry,
                         creek_exec::TxnLimits::default(),
+                        self.initial_state.clone(),
                         calls,
                     );
                     if state != r.committed_state() {
@@ -586,9 +696,11 @@ impl Sim {
                 return;
             };
             let done = node.run(&task);
+            let cost = self.cfg.cost_of(&task.call.name);
             n.busy_cores += 1;
+            n.busy_us += cost;
             let epoch = n.epoch;
-            let at = self.now + self.cfg.cost_of(&task.call.name);
+            let at = self.now + cost;
             self.schedule(
                 at,
                 Ev::ExecDone {
@@ -782,7 +894,32 @@ impl Sim {
             && lists.all(|n| quiet(n) && n.replica().committed() == first.replica().committed())
     }
 
+    /// The counters now, summed over every replica (up or down).
+    fn totals(&self) -> Totals {
+        let mut t = Totals {
+            at_us: self.now,
+            traffic: self.traffic,
+            ..Totals::default()
+        };
+        for n in &self.nodes {
+            let replica = match (&n.node, &n.down) {
+                (Some(node), _) => node.replica(),
+                (None, Some(d)) => &d.replica,
+                (None, None) => continue,
+            };
+            let c = replica.counters();
+            let e = replica.exec_counters();
+            t.executions += e.executions;
+            t.ops += e.ops;
+            t.accuracy_checked += c.accuracy_checked;
+            t.accuracy_hits += c.accuracy_hits;
+            t.busy_us += n.busy_us;
+        }
+        t
+    }
+
     fn finish(mut self, settled: bool) -> Outcome {
+        self.readings.finish = self.totals();
         let ids: Vec<OpId> = self.canonical.clone();
         for id in &ids {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
@@ -800,6 +937,8 @@ impl Sim {
             duration_us: self.cfg.duration_us,
             settled,
             workload: self.workload,
+            readings: self.readings,
+            preloaded: self.preloaded,
         }
     }
 }

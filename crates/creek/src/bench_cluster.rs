@@ -53,10 +53,29 @@ pub struct Args {
     json: bool,
 }
 
-struct Procs {
+/// `creek serve` processes started for a benchmark (stopped and their
+/// data removed on drop), or a running cluster attached to.
+pub(crate) struct Procs {
     dir: PathBuf,
     children: Vec<Child>,
-    clients: Vec<SocketAddr>,
+    /// The replicas' client endpoints.
+    pub(crate) clients: Vec<SocketAddr>,
+}
+
+impl Procs {
+    /// A running cluster at `clients`, not ours to stop.
+    pub(crate) fn attached(clients: Vec<SocketAddr>) -> Procs {
+        Procs {
+            dir: PathBuf::new(),
+            children: Vec::new(),
+            clients,
+        }
+    }
+
+    /// The process ids of the servers started (none when attached).
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
 }
 
 impl Drop for Procs {
@@ -77,7 +96,8 @@ fn free_addr() -> Result<SocketAddr, String> {
         .map_err(|e| format!("finding a free port: {e}"))
 }
 
-fn start_cluster(n: usize) -> Result<Procs, String> {
+/// Start `n` `creek serve` processes on free loopback ports.
+pub(crate) fn start_cluster(n: usize) -> Result<Procs, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = std::env::temp_dir().join(format!("creek-bench-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -110,7 +130,8 @@ fn start_cluster(n: usize) -> Result<Procs, String> {
     Ok(procs)
 }
 
-async fn find_leader(addrs: &[SocketAddr]) -> Result<usize, String> {
+/// The index of the replica that reports itself leader (waits up to 30 s).
+pub(crate) async fn find_leader(addrs: &[SocketAddr]) -> Result<usize, String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         for (i, a) in addrs.iter().enumerate() {
@@ -256,11 +277,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let procs = if args.attach.is_empty() {
         start_cluster(args.replicas)?
     } else {
-        Procs {
-            dir: PathBuf::new(),
-            children: Vec::new(),
-            clients: args.attach.clone(),
-        }
+        Procs::attached(args.attach.clone())
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,9 +1,10 @@
-//! The `creek` command. Today: `creek bench executor`. The server, the
-//! simulator and the client CLI join as their issues land.
+//! The `creek` command: the server (`serve`, `dev`), the client CLI
+//! (`call`, `status`), the simulator (`sim`) and the benchmarks (`bench`).
 
 mod bench_cab;
 mod bench_cluster;
 mod bench_executor;
+mod bench_load;
 mod call_cmd;
 mod serve_cmd;
 mod sim_cmd;
@@ -57,6 +58,12 @@ enum Bench {
     Cab(bench_cab::Args),
     /// A local cluster of `creek serve` processes: client-observed latency and throughput.
     Cluster(bench_cluster::Args),
+    /// TPC-C in the simulator or on a local cluster: a rate or client sweep.
+    Tpcc(bench_load::TpccArgs),
+    /// YCSB A/B/C, with the divergence of preliminary from final views.
+    Ycsb(bench_load::YcsbArgs),
+    /// Ticket selling (Correctables §4): preliminary views while stock lasts.
+    Tickets(bench_load::TicketsArgs),
 }
 
 /// Print a report: one JSON line with `--json`, indented otherwise.
@@ -93,6 +100,15 @@ fn main() -> ExitCode {
         Command::Bench {
             which: Bench::Cluster(args),
         } => bench_cluster::run(&args),
+        Command::Bench {
+            which: Bench::Tpcc(args),
+        } => bench_load::tpcc(&args),
+        Command::Bench {
+            which: Bench::Ycsb(args),
+        } => bench_load::ycsb(&args),
+        Command::Bench {
+            which: Bench::Tickets(args),
+        } => bench_load::tickets(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use creek_exec::value::{decode_args, Value};
 use creek_exec::{ClientRequestId, ProcCall, Registry};
+use creek_workloads::ycsb::YcsbConfig;
 
 use crate::history::{History, OpRecord};
 use crate::rng::Rng;
@@ -20,14 +21,22 @@ pub struct NextOp {
     pub wants_final: bool,
 }
 
-/// A workload: what clients do and what must hold afterwards.
-pub trait Workload {
+/// A workload: what clients do and what must hold afterwards. The same
+/// value drives the simulator and `creek bench --target cluster`.
+pub trait Workload: Send {
     /// Its name on the command line.
     fn name(&self) -> &'static str;
     /// Register any procedures beyond the built-ins (same on every replica).
     fn register(&self, registry: &mut Registry);
     /// Calls run once, strong, before clients start (initial data).
     fn setup(&self) -> Vec<ProcCall>;
+    /// Records every replica starts with instead of running setup calls
+    /// (a bulk load, as from a shared backup); empty for most workloads.
+    /// The simulator restores each replica from them; a cluster target
+    /// loads them with setup calls instead.
+    fn preload(&self) -> Vec<(Bytes, Bytes)> {
+        Vec::new()
+    }
     /// The next op of `client`.
     fn next_op(&mut self, rng: &mut Rng, client: u32) -> NextOp;
     /// The keys a call touches, for partitioning the linearizability check
@@ -37,16 +46,24 @@ pub trait Workload {
     /// Workload invariants over what clients saw and the converged committed
     /// state; each violation is described in one line.
     fn check(&self, history: &History, committed_state: &BTreeMap<Bytes, Bytes>) -> Vec<String>;
+    /// Workload-specific measurements over the measured ops (e.g. YCSB's
+    /// divergence of preliminary from final views), as named JSON values
+    /// added to a benchmark point.
+    fn measure(&self, _ops: &[&OpRecord]) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
 }
 
 pub mod bank;
 pub mod kv;
 pub mod list;
 pub mod queue;
+pub mod tickets;
 pub mod tpcc;
+pub mod ycsb;
 
 /// The names [`by_name`] knows, in a fixed order.
-pub const NAMES: &[&str] = &["kv", "bank", "list", "queue", "tpcc"];
+pub const NAMES: &[&str] = &["kv", "bank", "list", "queue", "tpcc", "ycsb", "tickets"];
 
 /// Most lines a workload's [`Workload::check`] returns; further violations
 /// are summarised in the last line.
@@ -65,8 +82,24 @@ pub struct WorkloadConfig {
     pub accounts: usize,
     /// `bank`: opening balance of every account.
     pub initial_balance: i64,
-    /// `queue`: tickets enqueued by the setup.
+    /// `queue`: tickets enqueued by the setup; `tickets`: per event.
     pub tickets: usize,
+    /// `tickets`: events, each with its own stock.
+    pub events: usize,
+    /// `tickets`: a sale is confirmed on the preliminary view while its
+    /// ticket number (the tickets left) is above this.
+    pub ticket_threshold: usize,
+    /// `tpcc`: warehouses at the specification's cardinalities; `None`:
+    /// the small [`tpcc::SIM_SCALE`] database.
+    pub tpcc_warehouses: Option<u16>,
+    /// `tpcc`: share of transactions run strong, picked at random; `None`:
+    /// Payment strong and the others weak (the Creek paper's setting).
+    pub tpcc_strong_share: Option<f64>,
+    /// Start every replica from the initial data (a bulk load) instead of
+    /// running setup calls; for workloads whose data is large (`tpcc`).
+    pub preload: bool,
+    /// `ycsb`: the generator's settings.
+    pub ycsb: YcsbConfig,
 }
 
 impl Default for WorkloadConfig {
@@ -78,20 +111,32 @@ impl Default for WorkloadConfig {
             accounts: 8,
             initial_balance: 100,
             tickets: 200,
+            events: 4,
+            ticket_threshold: 20,
+            tpcc_warehouses: None,
+            tpcc_strong_share: None,
+            preload: false,
+            ycsb: YcsbConfig {
+                records: 1_000,
+                ..YcsbConfig::default()
+            },
         }
     }
 }
 
-/// The workload called `name` (see [`NAMES`]), or `None` if unknown.
-pub fn by_name(name: &str, config: &WorkloadConfig) -> Option<Box<dyn Workload>> {
-    match name {
-        "kv" => Some(Box::new(kv::KvWorkload::new(config))),
-        "bank" => Some(Box::new(bank::BankWorkload::new(config))),
-        "list" => Some(Box::new(list::ListWorkload::new(config))),
-        "queue" => Some(Box::new(queue::QueueWorkload::new(config))),
-        "tpcc" => Some(Box::new(tpcc::TpccWorkload::new(config))),
-        _ => None,
-    }
+/// The workload called `name` (see [`NAMES`]) with `config`, or why it
+/// cannot be built (an unknown name, settings it refuses).
+pub fn by_name(name: &str, config: &WorkloadConfig) -> Result<Box<dyn Workload>, String> {
+    Ok(match name {
+        "kv" => Box::new(kv::KvWorkload::new(config)),
+        "bank" => Box::new(bank::BankWorkload::new(config)),
+        "list" => Box::new(list::ListWorkload::new(config)),
+        "queue" => Box::new(queue::QueueWorkload::new(config)),
+        "tpcc" => Box::new(tpcc::TpccWorkload::new(config)?),
+        "ycsb" => Box::new(ycsb::YcsbWorkload::new(config)?),
+        "tickets" => Box::new(tickets::TicketsWorkload::new(config)?),
+        _ => return Err(format!("unknown workload {name:?} ({})", NAMES.join(", "))),
+    })
 }
 
 /// Keep at most [`MAX_VIOLATION_LINES`] lines, the last one counting the
@@ -283,9 +328,9 @@ mod tests {
         let config = WorkloadConfig::default();
         for name in NAMES {
             let w = by_name(name, &config);
-            assert_eq!(w.map(|w| w.name()), Some(*name));
+            assert_eq!(w.map(|w| w.name()), Ok(*name));
         }
-        assert!(by_name("nope", &config).is_none());
+        assert!(by_name("nope", &config).is_err());
     }
 
     #[test]

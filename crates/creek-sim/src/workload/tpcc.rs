@@ -5,7 +5,14 @@
 //! Each client is one terminal (home warehouse `client % warehouses + 1`)
 //! with its own input generator seeded from the simulator's PRNG. Payment
 //! runs strong, the other transactions weak (Creek paper §6.2), a share of
-//! the weak ones asking for the final view.
+//! the weak ones asking for the final view; or, with
+//! [`WorkloadConfig::tpcc_strong_share`], each transaction is strong with
+//! that probability whatever its type (the paper's §6.3 variations).
+//!
+//! The database is [`SIM_SCALE`] (loaded by setup calls, fast enough for
+//! checking many seeds), or with [`WorkloadConfig::tpcc_warehouses`] the
+//! specification's cardinalities for that many warehouses, bulk-loaded into
+//! every replica when [`WorkloadConfig::preload`] is set (benchmarks).
 //!
 //! Checks: the consistency conditions hold on the committed state, and no
 //! final view is an abort other than New-Order's deliberate rollback
@@ -41,30 +48,48 @@ pub const SIM_SCALE: tpcc::TpccScale = tpcc::TpccScale {
 pub struct TpccWorkload {
     scale: tpcc::TpccScale,
     setup: Vec<ProcCall>,
+    preload: Vec<(Bytes, Bytes)>,
     constants: NuRandC,
     terminals: BTreeMap<u32, Generator>,
     final_share: f64,
+    strong_share: Option<f64>,
     ops_issued: i64,
 }
 
 impl TpccWorkload {
-    /// The workload for `config` (uses `final_share`) at [`SIM_SCALE`].
-    pub fn new(config: &WorkloadConfig) -> Self {
-        let scale = SIM_SCALE;
+    /// The workload for `config` (uses `final_share`, `tpcc_warehouses`,
+    /// `tpcc_strong_share` and `preload`).
+    pub fn new(config: &WorkloadConfig) -> Result<Self, String> {
+        let scale = match config.tpcc_warehouses {
+            None => SIM_SCALE,
+            Some(warehouses) => tpcc::TpccScale {
+                warehouses,
+                ..tpcc::TpccScale::default()
+            },
+        };
+        if let Some(p) = config.tpcc_strong_share {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("tpcc strong share {p} is not within 0..=1"));
+            }
+        }
         let mut rng = tpcc::Rng::new(0x7c0c);
-        let mut setup = Vec::new();
-        let load_c = load::load_calls(&scale, &mut rng, 1, SETUP_CALL_BYTES_MAX, |c| {
-            setup.push(c);
-        })
-        .expect("SIM_SCALE is a valid scale");
-        TpccWorkload {
+        let (mut setup, mut preload) = (Vec::new(), Vec::new());
+        let load_c = if config.preload {
+            load::populate(&scale, &mut rng, 1, |k, v| preload.push((k, v)))
+        } else {
+            load::load_calls(&scale, &mut rng, 1, SETUP_CALL_BYTES_MAX, |c| setup.push(c))
+        }
+        .map_err(|e| format!("tpcc: {e}"))?;
+        Ok(TpccWorkload {
             scale,
             setup,
+            preload,
             constants: NuRandC::for_run(load_c, &mut rng),
             terminals: BTreeMap::new(),
             final_share: config.final_share,
+            strong_share: config.tpcc_strong_share,
             ops_issued: 0,
-        }
+        })
     }
 }
 
@@ -81,12 +106,20 @@ impl Workload for TpccWorkload {
         self.setup.clone()
     }
 
+    fn preload(&self) -> Vec<(Bytes, Bytes)> {
+        self.preload.clone()
+    }
+
     fn next_op(&mut self, rng: &mut Rng, client: u32) -> NextOp {
         let scale = self.scale;
         let constants = self.constants;
-        let terminal = self.terminals.entry(client).or_insert_with(|| {
-            let w = client % u32::from(scale.warehouses) + 1;
-            let d = client % u32::from(scale.districts_per_warehouse) + 1;
+        // Ten terminals per warehouse (clause 4.2.2); open-loop arrivals,
+        // each its own session, share them.
+        let slot = client % (10 * u32::from(scale.warehouses));
+        let terminal = self.terminals.entry(slot).or_insert_with(|| {
+            let w = slot % u32::from(scale.warehouses) + 1;
+            let d =
+                slot / u32::from(scale.warehouses) % u32::from(scale.districts_per_warehouse) + 1;
             let cfg = GeneratorConfig {
                 scale,
                 home_w_id: w as u16,
@@ -99,7 +132,10 @@ impl Workload for TpccWorkload {
         self.ops_issued += 1;
         // Dates start after the load's (1) and grow with every op.
         let call = terminal.next(1 + self.ops_issued);
-        let strong = call.is_payment;
+        let strong = match self.strong_share {
+            None => call.is_payment,
+            Some(p) => rng.chance(p),
+        };
         let wants_final = strong || rng.chance(self.final_share);
         NextOp {
             call: ProcCall::new(call.name, call.args),
@@ -146,7 +182,7 @@ mod tests {
 
     #[test]
     fn sequential_run_passes_and_a_broken_state_fails() {
-        let mut w = TpccWorkload::new(&WorkloadConfig::default());
+        let mut w = TpccWorkload::new(&WorkloadConfig::default()).expect("valid");
         let (mut state, h) = run_sequential(&mut w, 5, 600);
         assert_eq!(w.check(&h, &state), Vec::<String>::new());
         let payments = h

@@ -1,0 +1,146 @@
+//! `ycsb`: the YCSB core workloads of `creek_workloads::ycsb` (A, B, C;
+//! uniform, zipfian or latest) on `kv.get` / `kv.put`.
+//!
+//! Each client is one YCSB client with its own generator seeded from the
+//! simulator's PRNG. Every op asks for both views, so that the benchmark can
+//! measure how often a preliminary view diverges from the final one
+//! (Correctables §6.2.1): [`Workload::measure`] reports `divergence`, the
+//! share of reads with both views whose preliminary result differs from the
+//! final one.
+//!
+//! Checks: strong ops are linearizable per key (the generic checker, keyed
+//! by the record); there is no workload-specific invariant (any value a put
+//! wrote is a valid value).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use creek_exec::{ProcCall, Registry};
+use creek_workloads::ycsb::{self, Ycsb, YcsbConfig};
+use serde_json::{json, Map, Value as Json};
+
+use super::{first_bytes_arg, NextOp, Workload, WorkloadConfig};
+use crate::history::{History, OpRecord};
+use crate::rng::Rng;
+
+/// The `ycsb` workload.
+#[derive(Debug)]
+pub struct YcsbWorkload {
+    config: YcsbConfig,
+    clients: BTreeMap<u32, Ycsb>,
+}
+
+impl YcsbWorkload {
+    /// The workload for `config.ycsb` (its `strong_share` included).
+    pub fn new(config: &WorkloadConfig) -> Result<Self, String> {
+        // Validate once here, so building a client's generator cannot fail.
+        Ycsb::new(config.ycsb.clone(), 0).map_err(|e| e.to_string())?;
+        Ok(YcsbWorkload {
+            config: config.ycsb.clone(),
+            clients: BTreeMap::new(),
+        })
+    }
+}
+
+/// The share of `ops` with a preliminary and a final view whose results
+/// differ, and how many such ops there were; `None` without any.
+pub fn divergence<'a>(ops: impl IntoIterator<Item = &'a OpRecord>) -> (Option<f64>, u64) {
+    let (mut both, mut differ) = (0u64, 0u64);
+    for op in ops {
+        if let (Some(t), Some(f)) = (op.first_tentative(), op.final_view()) {
+            both += 1;
+            differ += u64::from(t.outcome != f.outcome);
+        }
+    }
+    ((both > 0).then(|| differ as f64 / both as f64), both)
+}
+
+impl Workload for YcsbWorkload {
+    fn name(&self) -> &'static str {
+        "ycsb"
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        ycsb::register(registry);
+    }
+
+    fn setup(&self) -> Vec<ProcCall> {
+        Ycsb::new(self.config.clone(), 0)
+            .map(|g| g.load_calls().collect())
+            .unwrap_or_default()
+    }
+
+    fn next_op(&mut self, rng: &mut Rng, client: u32) -> NextOp {
+        let config = &self.config;
+        // Open-loop arrivals, each its own session, share 64 generators.
+        let generator = self.clients.entry(client % 64).or_insert_with(|| {
+            Ycsb::new(config.clone(), rng.next_u64()).expect("validated in YcsbWorkload::new")
+        });
+        let op = generator.next_op();
+        NextOp {
+            call: op.call,
+            strong: op.strong,
+            wants_final: true,
+        }
+    }
+
+    fn keys(&self, call: &ProcCall) -> Vec<Bytes> {
+        first_bytes_arg(call).into_iter().collect()
+    }
+
+    fn check(&self, _history: &History, _state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn measure(&self, ops: &[&OpRecord]) -> Map<String, Json> {
+        let reads = ops
+            .iter()
+            .copied()
+            .filter(|op| op.call.name.as_ref() == "kv.get");
+        let (read_divergence, reads_compared) = divergence(reads);
+        let (all_divergence, _) = divergence(ops.iter().copied());
+        let mut m = Map::new();
+        m.insert("divergence".into(), json!(read_divergence));
+        m.insert("divergence_reads_compared".into(), json!(reads_compared));
+        m.insert("divergence_all_ops".into(), json!(all_divergence));
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use creek_core::ViewKind;
+    use creek_exec::value::Value;
+
+    use super::*;
+    use crate::workload::testkit::{call, record, run_sequential};
+
+    #[test]
+    fn sequential_run_never_diverges_and_divergence_counts_differences() {
+        let mut w = YcsbWorkload::new(&WorkloadConfig::default()).expect("valid");
+        let (state, h) = run_sequential(&mut w, 4, 300);
+        assert!(w.check(&h, &state).is_empty());
+        assert!(h.ops.iter().all(|op| op.wants_final));
+
+        let get = call("kv.get", &[Value::from("user1")]);
+        let same = record(
+            1,
+            get.clone(),
+            vec![
+                (ViewKind::Tentative, Ok(Value::Nil.encode())),
+                (ViewKind::Confirmation, Ok(Value::Nil.encode())),
+            ],
+        );
+        let differ = record(
+            2,
+            get,
+            vec![
+                (ViewKind::Tentative, Ok(Value::Nil.encode())),
+                (ViewKind::Stable, Ok(Value::from("x").encode())),
+            ],
+        );
+        let m = w.measure(&[&same, &differ]);
+        assert_eq!(m["divergence"], json!(0.5));
+        assert_eq!(m["divergence_reads_compared"], json!(2));
+    }
+}

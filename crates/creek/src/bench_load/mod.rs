@@ -1,0 +1,396 @@
+//! `creek bench tpcc|ycsb|tickets`: one harness, two targets.
+//!
+//! The workload code is the simulator's [`Workload`] (the same generator,
+//! setup and checks); `--target sim` runs it in the deterministic
+//! simulator, `--target cluster` against real `creek serve` processes on
+//! loopback through the Rust client. Both record what clients saw as a
+//! [`creek_sim::history::History`] and measure it with
+//! [`creek_sim::bench`], so a point means the same on both.
+//!
+//! A run is a sweep: open-loop rates (`--rate 5000,10000,…`, Poisson
+//! arrivals independent of answers) or closed-loop client counts
+//! (`--clients 1,16,64`, each client waiting for its op before the next).
+//! Each point runs `--warmup` then `--duration`; only the ops invoked after
+//! the warm-up are measured. One JSON object per point (`--json`: one line
+//! each), with a progress bar on stderr when it is a terminal.
+
+mod cluster;
+mod sim;
+
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+use creek_sim::workload::{self, Workload, WorkloadConfig};
+use creek_workloads::ycsb::{Distribution, Mix, YcsbConfig};
+use serde_json::{json, Map, Value as Json};
+
+use crate::sim_cmd::parse_duration;
+
+/// Where the workload runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// The deterministic simulator (modelled network and CPUs).
+    Sim,
+    /// `creek serve` processes on loopback (or `--attach`ed ones).
+    Cluster,
+}
+
+/// Arguments every `creek bench <workload>` takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Common {
+    /// Where to run.
+    #[arg(long, value_enum, default_value = "sim")]
+    target: Target,
+    /// Replicas.
+    #[arg(long)]
+    replicas: Option<usize>,
+    /// Cores per replica (sim).
+    #[arg(long, default_value_t = 16)]
+    cores: usize,
+    /// One-way link latency range in microseconds, `MIN-MAX` (sim).
+    #[arg(long, default_value = "200-300")]
+    link_us: String,
+    /// Open-loop rates to sweep, ops per second (e.g. `5000,10000,20000`).
+    #[arg(long, value_delimiter = ',')]
+    rate: Vec<f64>,
+    /// Closed-loop client counts to sweep (used when no `--rate` is given).
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    clients: Vec<usize>,
+    /// Measured time per point, e.g. `5s`.
+    #[arg(long, default_value = "5s")]
+    duration: String,
+    /// Warm-up per point, not measured.
+    #[arg(long, default_value = "1s")]
+    warmup: String,
+    /// Seed of the simulation and the generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Measure a running cluster at these client addresses instead of
+    /// starting one (cluster target).
+    #[arg(long, value_delimiter = ',')]
+    attach: Vec<std::net::SocketAddr>,
+    /// A label naming this variant in the output (for the plots).
+    #[arg(long)]
+    label: Option<String>,
+    /// One JSON line per point.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `creek bench tpcc`.
+#[derive(clap::Args, Debug)]
+pub struct TpccArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Warehouses (the specification's cardinalities per warehouse).
+    #[arg(long, default_value_t = 5)]
+    warehouses: u16,
+    /// Share of transactions run strong, picked at random; default:
+    /// Payment strong, the others weak.
+    #[arg(long)]
+    strong_share: Option<f64>,
+}
+
+/// `creek bench ycsb`.
+#[derive(clap::Args, Debug)]
+pub struct YcsbArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Core workload: a (50% reads), b (95%), c (100%).
+    #[arg(long, default_value = "a")]
+    workload: String,
+    /// Request distribution: uniform, zipfian, latest.
+    #[arg(long, default_value = "zipfian")]
+    distribution: String,
+    /// Records loaded.
+    #[arg(long, default_value_t = 1_000)]
+    records: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Share of ops issued strong.
+    #[arg(long, default_value_t = 0.1)]
+    strong_share: f64,
+}
+
+/// `creek bench tickets`.
+#[derive(clap::Args, Debug)]
+pub struct TicketsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Events on sale, each with its own stock.
+    #[arg(long, default_value_t = 4)]
+    events: usize,
+    /// Tickets per event.
+    #[arg(long, default_value_t = 500)]
+    tickets: usize,
+    /// Sell on the preliminary view while more tickets than this are left.
+    #[arg(long, default_value_t = 20)]
+    threshold: usize,
+}
+
+/// One point of a sweep.
+#[derive(Clone, Copy, Debug)]
+pub enum Load {
+    /// Poisson arrivals at this rate (ops/s).
+    Open(f64),
+    /// This many clients, each with one op in flight.
+    Closed(usize),
+}
+
+/// A validated run: which workload with which settings, and the sweep.
+pub struct Plan {
+    bench: &'static str,
+    config: WorkloadConfig,
+    common: Common,
+    replicas: usize,
+    link_us: (u64, u64),
+    warmup_us: u64,
+    duration_us: u64,
+    loads: Vec<Load>,
+    /// Settings echoed in every point.
+    settings: Map<String, Json>,
+}
+
+impl Plan {
+    /// A fresh workload for one point (same settings every time).
+    fn workload(&self) -> Result<Box<dyn Workload>, String> {
+        workload::by_name(self.bench, &self.config)
+    }
+}
+
+fn parse_link(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let a: u64 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad --link-us {s:?}"))?;
+    let b: u64 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad --link-us {s:?}"))?;
+    if a > b || b == 0 {
+        return Err(format!(
+            "--link-us {s:?} must be MIN-MAX with 0 < MAX and MIN <= MAX"
+        ));
+    }
+    Ok((a, b))
+}
+
+fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<Plan, String> {
+    let loads: Vec<Load> = if common.rate.is_empty() {
+        common.clients.iter().map(|&c| Load::Closed(c)).collect()
+    } else {
+        common.rate.iter().map(|&r| Load::Open(r)).collect()
+    };
+    for l in &loads {
+        match *l {
+            Load::Open(r) if !(r.is_finite() && r > 0.0) => {
+                return Err(format!("--rate {r} must be a positive number"))
+            }
+            Load::Closed(0) => return Err("--clients must be positive".into()),
+            _ => {}
+        }
+    }
+    let replicas = common.replicas.unwrap_or(match common.target {
+        Target::Sim => 5,
+        Target::Cluster => 3,
+    });
+    if !(1..=9).contains(&replicas) || common.cores == 0 {
+        return Err("--replicas must be within 1..=9 and --cores positive".into());
+    }
+    let warmup_us = if common.warmup.trim() == "0" {
+        0
+    } else {
+        parse_duration(&common.warmup)?
+    };
+    // Build one workload now so that bad settings fail before any run.
+    workload::by_name(bench, &config)?;
+    let mut settings = Map::new();
+    settings.insert("bench".into(), json!(bench));
+    settings.insert(
+        "target".into(),
+        json!(match common.target {
+            Target::Sim => "sim",
+            Target::Cluster => "cluster",
+        }),
+    );
+    settings.insert("protocol".into(), json!("creek"));
+    if let Some(l) = &common.label {
+        settings.insert("label".into(), json!(l));
+    }
+    settings.insert("replicas".into(), json!(replicas));
+    Ok(Plan {
+        bench,
+        link_us: parse_link(&common.link_us)?,
+        warmup_us,
+        duration_us: parse_duration(&common.duration)?,
+        config,
+        common: common.clone(),
+        replicas,
+        loads,
+        settings,
+    })
+}
+
+/// Run `creek bench tpcc`.
+pub fn tpcc(args: &TpccArgs) -> Result<(), String> {
+    let config = WorkloadConfig {
+        tpcc_warehouses: Some(args.warehouses),
+        tpcc_strong_share: args.strong_share,
+        // Every transaction asks for its final view too, so that accuracy
+        // and the final latencies are measured for all of them.
+        final_share: 1.0,
+        preload: args.common.target == Target::Sim,
+        ..WorkloadConfig::default()
+    };
+    let mut p = plan("tpcc", &args.common, config)?;
+    p.settings
+        .insert("warehouses".into(), json!(args.warehouses));
+    p.settings.insert(
+        "strong_share".into(),
+        args.strong_share.map_or(json!("payment"), |s| json!(s)),
+    );
+    run(&p)
+}
+
+/// Run `creek bench ycsb`.
+pub fn ycsb(args: &YcsbArgs) -> Result<(), String> {
+    let mix = Mix::parse(&args.workload).ok_or("--workload must be a, b or c")?;
+    let distribution = Distribution::parse(&args.distribution)
+        .ok_or("--distribution must be uniform, zipfian or latest")?;
+    let config = WorkloadConfig {
+        ycsb: YcsbConfig {
+            mix,
+            records: args.records,
+            value_bytes: args.value_bytes,
+            distribution,
+            strong_share: args.strong_share,
+        },
+        ..WorkloadConfig::default()
+    };
+    let mut p = plan("ycsb", &args.common, config)?;
+    p.settings
+        .insert("workload".into(), json!(args.workload.to_ascii_lowercase()));
+    p.settings
+        .insert("distribution".into(), json!(args.distribution));
+    p.settings.insert("records".into(), json!(args.records));
+    p.settings
+        .insert("strong_share".into(), json!(args.strong_share));
+    run(&p)
+}
+
+/// Run `creek bench tickets`.
+pub fn tickets(args: &TicketsArgs) -> Result<(), String> {
+    let config = WorkloadConfig {
+        events: args.events,
+        tickets: args.tickets,
+        ticket_threshold: args.threshold,
+        ..WorkloadConfig::default()
+    };
+    let mut p = plan("tickets", &args.common, config)?;
+    p.settings.insert("events".into(), json!(args.events));
+    p.settings.insert("tickets".into(), json!(args.tickets));
+    p.settings.insert("threshold".into(), json!(args.threshold));
+    run(&p)
+}
+
+fn run(p: &Plan) -> Result<(), String> {
+    let progress = Progress::new(p.loads.len());
+    let points = match p.common.target {
+        Target::Sim => sim::run(p, &progress)?,
+        Target::Cluster => cluster::run(p, &progress)?,
+    };
+    progress.finish();
+    let mut failed = false;
+    for point in points {
+        failed |= point.get("consistency_ok") == Some(&json!(false));
+        crate::print_report(&Json::Object(point), p.common.json)?;
+    }
+    if failed {
+        return Err("a point's consistency check failed (consistency_ok: false)".into());
+    }
+    Ok(())
+}
+
+/// The settings of one point, in front of its measurements.
+fn point_header(p: &Plan, load: Load) -> Map<String, Json> {
+    let mut m = p.settings.clone();
+    match load {
+        Load::Open(r) => {
+            m.insert("mode".into(), json!("open"));
+            m.insert("offered_rate".into(), json!(r));
+            m.insert("clients".into(), json!(null));
+        }
+        Load::Closed(c) => {
+            m.insert("mode".into(), json!("closed"));
+            m.insert("offered_rate".into(), json!(null));
+            m.insert("clients".into(), json!(c));
+        }
+    }
+    m.insert("warmup_s".into(), json!(p.warmup_us as f64 / 1e6));
+    m.insert("duration_s".into(), json!(p.duration_us as f64 / 1e6));
+    m
+}
+
+/// A progress bar on stderr (a line per point when stderr is not a
+/// terminal).
+#[derive(Clone, Copy)]
+pub struct Progress {
+    points: usize,
+    tty: bool,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(points: usize) -> Self {
+        Progress {
+            points,
+            tty: std::io::stderr().is_terminal(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Point `i` (0-based) is `fraction` done; `what` names it.
+    fn update(&self, i: usize, fraction: f64, what: &str) {
+        if !self.tty {
+            return;
+        }
+        let total = (i as f64 + fraction.clamp(0.0, 1.0)) / self.points as f64;
+        let width = 30;
+        let filled = (total * width as f64) as usize;
+        eprint!(
+            "\r[{}{}] {:>3.0}%  point {}/{} {what}  {:.0}s ",
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            total * 100.0,
+            i + 1,
+            self.points,
+            self.started.elapsed().as_secs_f64()
+        );
+        let _ = std::io::stderr().flush();
+    }
+
+    /// Point `i` starts.
+    fn start(&self, i: usize, what: &str) {
+        if self.tty {
+            self.update(i, 0.0, what);
+        } else {
+            eprintln!("bench: point {}/{} {what}", i + 1, self.points);
+        }
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}
+
+/// How a load is shown in the progress line.
+fn describe(load: Load) -> String {
+    match load {
+        Load::Open(r) => format!("at {r} ops/s"),
+        Load::Closed(c) => format!("with {c} clients"),
+    }
+}

@@ -1,0 +1,48 @@
+//! The simulator target: one simulation per point, no faults, the paper's
+//! network and CPU model (`--replicas`, `--cores`, `--link-us`, 1 Gbps
+//! links, the per-procedure execution costs of `SimConfig::default`).
+
+use creek_sim::bench::sim_point;
+use creek_sim::config::SimConfig;
+use creek_sim::sim::Sim;
+use serde_json::{json, Map, Value as Json};
+
+use super::{describe, point_header, Load, Plan, Progress};
+
+pub(super) fn run(p: &Plan, progress: &Progress) -> Result<Vec<Map<String, Json>>, String> {
+    let mut points = Vec::new();
+    for (i, &load) in p.loads.iter().enumerate() {
+        let what = describe(load);
+        progress.start(i, &what);
+        let (clients, rate) = match load {
+            Load::Open(r) => (0, r),
+            Load::Closed(c) => (c, 0.0),
+        };
+        let cfg = SimConfig {
+            replicas: p.replicas,
+            cores: p.common.cores,
+            seed: p.common.seed,
+            workload: p.bench.into(),
+            duration_us: p.warmup_us + p.duration_us,
+            warmup_us: p.warmup_us,
+            clients,
+            think_us: 0,
+            open_rate_per_sec: rate,
+            latency_us: p.link_us,
+            ..SimConfig::default()
+        };
+        let mut sim = Sim::new(cfg.clone(), p.workload()?)?;
+        let bar = *progress;
+        sim.on_progress(move |now, total| bar.update(i, now as f64 / total as f64, &what));
+        let wall = std::time::Instant::now();
+        let out = sim.run();
+        let mut point = point_header(p, load);
+        point.insert("cores".into(), json!(p.common.cores));
+        point.insert("link_us".into(), json!([p.link_us.0, p.link_us.1]));
+        point.insert("seed".into(), json!(p.common.seed));
+        point.extend(sim_point(&out, p.replicas, p.common.cores));
+        point.insert("wall_s".into(), json!(wall.elapsed().as_secs_f64()));
+        points.push(point);
+    }
+    Ok(points)
+}
