@@ -108,6 +108,11 @@ pub struct SimConfig {
     pub clients: usize,
     /// Pause between a session's ops, microseconds.
     pub think_us: u64,
+    /// A session goes on after a weak op's first view even when it also
+    /// asked for the final one (which it still records): how applications
+    /// use Correctables, and what benchmarks measure. Off for checking, where
+    /// a session waits for every view it asked for.
+    pub weak_answer_on_preliminary: bool,
     /// Open-loop arrivals (ops per second, Poisson, each at a random
     /// replica, independent of answers) on top of the sessions; 0 = none.
     pub open_rate_per_sec: f64,
@@ -160,6 +165,7 @@ impl Default for SimConfig {
             warmup_us: 0,
             clients: 20,
             think_us: 1_000,
+            weak_answer_on_preliminary: false,
             open_rate_per_sec: 0.0,
             latency_us: (200, 300),
             bandwidth_bps: 1_000_000_000,

@@ -589,7 +589,9 @@ impl Sim {
                 kind: v.kind,
                 outcome: v.outcome,
             });
-            let done = is_final || !record.wants_final;
+            let done = is_final
+                || !record.wants_final
+                || (!record.strong && self.cfg.weak_answer_on_preliminary);
             if is_final || matches!(v.handle, ExecKey::Local(_)) {
                 self.nodes[i].handles.remove(&v.handle);
             }

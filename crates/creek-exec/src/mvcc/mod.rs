@@ -159,16 +159,30 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             self.ops.is_empty() && self.keys.is_empty() && self.committed_upto.is_none(),
             "load_committed on a used executor"
         );
+        // One hash lookup per key, room reserved up front: checkpoints hold
+        // millions of keys.
+        let state = state.into_iter();
+        self.keys.reserve(state.size_hint().0);
         for (k, value) in state {
             let no = VersionNo(self.next_version);
             self.next_version += 1;
-            let ks = key_state(&mut self.keys, &k);
             let version = Version {
                 no,
                 value: Some(value),
             };
-            if ks.base.replace(version).is_none() {
-                self.counters.versions_alive += 1;
+            match self.keys.entry(k) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    if e.get_mut().base.replace(version).is_none() {
+                        self.counters.versions_alive += 1;
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(KeyState {
+                        base: Some(version),
+                        ..KeyState::default()
+                    });
+                    self.counters.versions_alive += 1;
+                }
             }
         }
         if committed_upto.is_some() {

@@ -104,12 +104,38 @@ struct Shared {
     source: Mutex<Source>,
     records: Mutex<Vec<OpRecord>>,
     errors: Mutex<BTreeMap<String, u64>>,
+    /// Ops whose record is not complete yet (views still to come).
+    open_records: AtomicU64,
     t0: Instant,
 }
 
 impl Shared {
     fn now_us(&self) -> u64 {
         self.t0.elapsed().as_micros() as u64
+    }
+
+    /// Record a view (or count an error).
+    fn seen(&self, record: &mut OpRecord, view: Result<creek_client::View, creek_client::Error>) {
+        match view {
+            Ok(v) => record.views.push(SeenView {
+                at_us: self.now_us(),
+                kind: match v.kind {
+                    ViewKind::Preliminary => creek_core::ViewKind::Tentative,
+                    ViewKind::Final => creek_core::ViewKind::Stable,
+                    ViewKind::Confirmed => creek_core::ViewKind::Confirmation,
+                },
+                outcome: v.outcome.map(|x| x.encode()).map_err(Abort),
+            }),
+            Err(e) => self.error(&e),
+        }
+    }
+
+    /// A record is complete.
+    fn close(&self, record: OpRecord) {
+        if let Ok(mut records) = self.records.lock() {
+            records.push(record);
+        }
+        self.open_records.fetch_sub(1, Ordering::Relaxed);
     }
 
     fn error(&self, e: &creek_client::Error) {
@@ -122,7 +148,10 @@ impl Shared {
 }
 
 /// One op from the workload, sent through `client`, its views recorded.
-async fn one_op(shared: &Shared, client: &Client, session: u32, replica: usize) {
+/// Returns when the client has its answer: a weak op's first view (its
+/// final view, if asked for, is recorded in the background), a strong op's
+/// final view.
+async fn one_op(shared: &Arc<Shared>, client: &Client, session: u32, replica: usize) {
     let next = {
         let Ok(mut s) = shared.source.lock() else {
             return;
@@ -153,35 +182,36 @@ async fn one_op(shared: &Shared, client: &Client, session: u32, replica: usize) 
         views: Vec::new(),
         origin_crashed: false,
     };
-    match client
+    shared.open_records.fetch_add(1, Ordering::Relaxed);
+    let op = match client
         .invoke_with(next.call.name.to_string(), args, levels, options)
         .await
     {
-        Ok(op) => {
-            let mut views = op.views();
-            while let Some(v) = views.next_view().await {
-                match v {
-                    Ok(v) => record.views.push(SeenView {
-                        at_us: shared.now_us(),
-                        kind: match v.kind {
-                            ViewKind::Preliminary => creek_core::ViewKind::Tentative,
-                            ViewKind::Final => creek_core::ViewKind::Stable,
-                            ViewKind::Confirmed => creek_core::ViewKind::Confirmation,
-                        },
-                        outcome: v.outcome.map(|x| x.encode()).map_err(Abort),
-                    }),
-                    Err(e) => {
-                        shared.error(&e);
-                        break;
-                    }
-                }
-            }
+        Ok(op) => op,
+        Err(e) => {
+            shared.error(&e);
+            shared.close(record);
+            return;
         }
-        Err(e) => shared.error(&e),
+    };
+    let mut views = op.views();
+    if !next.strong {
+        if let Some(v) = views.next_view().await {
+            shared.seen(&mut record, v);
+        }
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while let Some(v) = views.next_view().await {
+                shared.seen(&mut record, v);
+            }
+            shared.close(record);
+        });
+        return;
     }
-    if let Ok(mut records) = shared.records.lock() {
-        records.push(record);
+    while let Some(v) = views.next_view().await {
+        shared.seen(&mut record, v);
     }
+    shared.close(record);
 }
 
 /// Counters summed over the replicas' `Status`.
@@ -257,11 +287,11 @@ async fn measure(
         }),
         records: Mutex::new(Vec::new()),
         errors: Mutex::new(BTreeMap::new()),
+        open_records: AtomicU64::new(0),
         t0: Instant::now(),
     });
     let total_us = p.warmup_us + p.duration_us;
     let stop = Arc::new(AtomicBool::new(false));
-    let in_flight = Arc::new(AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     match load {
         Load::Closed(_) => {
@@ -275,7 +305,7 @@ async fn measure(
             }
         }
         Load::Open(rate) => {
-            let (shared, stop, in_flight) = (shared.clone(), stop.clone(), in_flight.clone());
+            let (shared, stop) = (shared.clone(), stop.clone());
             let mut rng = Rng::new(p.common.seed ^ 0x0BE7);
             tasks.spawn(async move {
                 let conns: Vec<Arc<(Client, usize)>> = conns.into_iter().map(Arc::new).collect();
@@ -286,11 +316,9 @@ async fn measure(
                     next_at += Duration::from_secs_f64(rng.exp(1.0 / rate));
                     tokio::time::sleep_until((shared.t0 + next_at).into()).await;
                     let conn = conns[session as usize % conns.len()].clone();
-                    let (shared, in_flight) = (shared.clone(), in_flight.clone());
-                    in_flight.fetch_add(1, Ordering::Relaxed);
+                    let shared = shared.clone();
                     ops.spawn(async move {
                         one_op(&shared, &conn.0, session, conn.1).await;
-                        in_flight.fetch_sub(1, Ordering::Relaxed);
                     });
                     session = session.wrapping_add(1);
                 }
@@ -318,9 +346,14 @@ async fn measure(
     let cpu_after = cpu_seconds(&procs.pids());
     let window_end = shared.now_us();
     stop.store(true, Ordering::Relaxed);
-    let drained = tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} })
-        .await
-        .is_ok();
+    let drained = tokio::time::timeout(DRAIN, async {
+        while tasks.join_next().await.is_some() {}
+        while shared.open_records.load(Ordering::Relaxed) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok();
     tasks.abort_all();
     let after = counters(addrs).await?;
     let states = committed_states(addrs).await;

@@ -27,6 +27,7 @@ pub(super) fn run(p: &Plan, progress: &Progress) -> Result<Vec<Map<String, Json>
             warmup_us: p.warmup_us,
             clients,
             think_us: 0,
+            weak_answer_on_preliminary: true,
             open_rate_per_sec: rate,
             latency_us: p.link_us,
             ..SimConfig::default()
