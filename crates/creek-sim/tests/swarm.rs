@@ -35,7 +35,7 @@ fn same_seed_same_trace() {
 
 #[test]
 fn small_swarm_with_all_faults_passes_every_check() {
-    for workload in ["kv", "bank", "list", "queue"] {
+    for workload in ["kv", "bank", "list", "queue", "ycsb", "tickets"] {
         for seed in 0..3 {
             let (report, ok) = simulate(&config(workload, seed)).unwrap();
             assert!(ok, "{workload} seed {seed}: {}", report["violations"]);

@@ -9,11 +9,13 @@
 //! `ticket_threshold` (many tickets left: the sale is safe); otherwise on
 //! the final view, which either holds a ticket or says sold out.
 //!
-//! Checks (stable results): no ticket is sold twice, no event sells more
-//! than its stock, and every buyer answered on a preliminary view holds a
-//! ticket in the final view (the preliminary promise was kept — "never
-//! oversold"). [`Workload::measure`] reports how buyers were answered and
-//! when.
+//! Checks (stable results, under any faults): no ticket is sold twice, no
+//! event sells more than its stock, every ticket sold was stocked.
+//! [`Workload::measure`] reports how buyers were answered and when, and
+//! `oversold_promises`: buyers answered on a preliminary view whose final
+//! view says sold out. That bet is safe while fewer than the threshold's
+//! worth of sales are unknown to the replica (Correctables §4); a
+//! partitioned replica can lose it, so it is measured, not checked.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -152,14 +154,6 @@ impl Workload for TicketsWorkload {
                     ));
                 }
             }
-            if let Some(Decision::Preliminary(n, _)) = self.decision(op) {
-                if let Some(None) = final_ticket {
-                    out.push(format!(
-                        "oversold: {} was promised ticket {n} on the preliminary view; the final view says sold out",
-                        describe(op)
-                    ));
-                }
-            }
         }
         for (queue, tickets) in &sold {
             if tickets.len() > self.stock {
@@ -235,7 +229,7 @@ mod tests {
     }
 
     #[test]
-    fn sequential_sales_pass_and_broken_promises_fail() {
+    fn sequential_sales_pass_and_double_sales_fail() {
         let mut w = TicketsWorkload::new(&config()).expect("valid");
         let (state, h) = run_sequential(&mut w, 3, 100);
         assert_eq!(w.check(&h, &state), Vec::<String>::new());
@@ -251,8 +245,11 @@ mod tests {
         assert_eq!(w.decision(&kept), Some(Decision::Preliminary(9, 5)));
         assert_eq!(w.decision(&low), Some(Decision::Final(Some(2), 7)));
 
-        // Promised #9 on the preliminary view, sold out in the final one.
+        // Promised #9 on the preliminary view, sold out in the final one:
+        // measured. Ticket #3 sold twice in final views: a violation.
         let broken = buy(1, Value::from("9"), Value::Nil);
+        let m = w.measure(&[&broken]);
+        assert_eq!(m["oversold_promises"].as_u64(), Some(1), "{m:?}");
         let twice = [
             buy(2, Value::from("3"), Value::from("3")),
             buy(3, Value::from("3"), Value::from("3")),
@@ -261,7 +258,7 @@ mod tests {
             ops: vec![broken, twice[0].clone(), twice[1].clone()],
         };
         let out = w.check(&h, &state);
-        assert!(out.iter().any(|l| l.contains("oversold")), "{out:?}");
         assert!(out.iter().any(|l| l.contains("sold twice")), "{out:?}");
+        assert_eq!(out.len(), 1, "{out:?}");
     }
 }

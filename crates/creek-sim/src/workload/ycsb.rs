@@ -2,11 +2,12 @@
 //! uniform, zipfian or latest) on `kv.get` / `kv.put`.
 //!
 //! Each client is one YCSB client with its own generator seeded from the
-//! simulator's PRNG. Every op asks for both views, so that the benchmark can
-//! measure how often a preliminary view diverges from the final one
-//! (Correctables §6.2.1): [`Workload::measure`] reports `divergence`, the
-//! share of reads with both views whose preliminary result differs from the
-//! final one.
+//! simulator's PRNG. Strong ops and a share of the weak ones
+//! ([`WorkloadConfig::final_share`]; the benchmark uses 1) ask for both
+//! views, so that the benchmark can measure how often a preliminary view
+//! diverges from the final one (Correctables §6.2.1): [`Workload::measure`]
+//! reports `divergence`, the share of reads with both views whose
+//! preliminary result differs from the final one.
 //!
 //! Checks: strong ops are linearizable per key (the generic checker, keyed
 //! by the record); there is no workload-specific invariant (any value a put
@@ -19,7 +20,9 @@ use creek_exec::{ProcCall, Registry};
 use creek_workloads::ycsb::{self, Ycsb, YcsbConfig};
 use serde_json::{json, Map, Value as Json};
 
-use super::{first_bytes_arg, NextOp, Workload, WorkloadConfig};
+use creek_exec::value::Value;
+
+use super::{args_of, first_bytes_arg, NextOp, Workload, WorkloadConfig};
 use crate::history::{History, OpRecord};
 use crate::rng::Rng;
 
@@ -27,6 +30,7 @@ use crate::rng::Rng;
 #[derive(Debug)]
 pub struct YcsbWorkload {
     config: YcsbConfig,
+    final_share: f64,
     clients: BTreeMap<u32, Ycsb>,
 }
 
@@ -37,6 +41,7 @@ impl YcsbWorkload {
         Ycsb::new(config.ycsb.clone(), 0).map_err(|e| e.to_string())?;
         Ok(YcsbWorkload {
             config: config.ycsb.clone(),
+            final_share: config.final_share,
             clients: BTreeMap::new(),
         })
     }
@@ -77,14 +82,23 @@ impl Workload for YcsbWorkload {
             Ycsb::new(config.clone(), rng.next_u64()).expect("validated in YcsbWorkload::new")
         });
         let op = generator.next_op();
+        let wants_final = op.strong || rng.chance(self.final_share);
         NextOp {
             call: op.call,
             strong: op.strong,
-            wants_final: true,
+            wants_final,
         }
     }
 
     fn keys(&self, call: &ProcCall) -> Vec<Bytes> {
+        if call.name.as_ref() == ycsb::LOAD {
+            // `ycsb.load(first, count, _)` writes records first..first+count.
+            if let Some([Value::Int(first), Value::Int(count), _]) = args_of(call).as_deref() {
+                return (*first..first + count)
+                    .map(|n| ycsb::key(n as u64))
+                    .collect();
+            }
+        }
         first_bytes_arg(call).into_iter().collect()
     }
 
@@ -110,14 +124,17 @@ impl Workload for YcsbWorkload {
 #[cfg(test)]
 mod tests {
     use creek_core::ViewKind;
-    use creek_exec::value::Value;
 
     use super::*;
     use crate::workload::testkit::{call, record, run_sequential};
 
     #[test]
     fn sequential_run_never_diverges_and_divergence_counts_differences() {
-        let mut w = YcsbWorkload::new(&WorkloadConfig::default()).expect("valid");
+        let config = WorkloadConfig {
+            final_share: 1.0,
+            ..WorkloadConfig::default()
+        };
+        let mut w = YcsbWorkload::new(&config).expect("valid");
         let (state, h) = run_sequential(&mut w, 4, 300);
         assert!(w.check(&h, &state).is_empty());
         assert!(h.ops.iter().all(|op| op.wants_final));

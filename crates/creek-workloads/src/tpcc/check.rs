@@ -3,9 +3,11 @@
 //!
 //! Each violation is one line that starts with the condition it breaks,
 //! `[3.3.2.N]` (or `[head]` for our own condition below); only malformed
-//! keys, undecodable rows and rows whose district or customer is missing
-//! are reported without a tag. Money is in cents and 0 is null, as in
-//! [`rows`].
+//! keys, undecodable rows and records, rows whose warehouse, district or
+//! customer is missing, and a missing W_YTD, D_YTD or D_NEXT_O_ID record
+//! are reported without a tag (the conditions that need the missing value
+//! are then not checked for that warehouse or district). Money is in cents and 0 is
+//! null, as in [`rows`].
 //!
 //! 1. W_YTD = Σ D_YTD of the warehouse's districts.
 //! 2. D_NEXT_O_ID − 1 = max(O_ID) = max(NO_O_ID) of the district (the
@@ -52,16 +54,23 @@
 //!   oldest undelivered one are exactly the delivered ones. At a full-scale
 //!   load that is 2100.
 //!
-//! No condition is skipped: our rows keep every column the conditions
-//! read.
+//! No condition is skipped: our records keep every column the conditions
+//! read. W_YTD, D_YTD and D_NEXT_O_ID are read from their own records
+//! ([`keys::warehouse_ytd`], [`keys::district_ytd`],
+//! [`keys::district_next_o_id`]), not from the warehouse and district rows
+//! (see [Physical layout](super#physical-layout)).
 //!
 //! # Cost
 //!
 //! One pass over the TPC-C keys, decoding customers, history rows, orders
 //! and order lines. Keys sort by table (`L` < `N` < `O`), so an order's
 //! lines and new-order row arrive before the order: they are folded into a
-//! small per-order tally until the order row consumes it. Memory is a few
-//! words per order, customer and district, never per order line.
+//! small per-order tally until the order row consumes it. Everything else
+//! (the YTD and D_NEXT_O_ID records included, which sort after every
+//! table) only adds to
+//! per-warehouse, per-district and per-customer tallies that are compared
+//! after the pass, so its order does not matter. Memory is a few words per
+//! order, customer and district, never per order line.
 //!
 //! This module checks; it repairs nothing and says nothing about states
 //! other workloads write (the pass stops at the first non-TPC-C key).
@@ -75,9 +84,21 @@ use super::load;
 use super::rows::{self, Customer, District, History, Order, OrderLine, Warehouse};
 
 #[derive(Default)]
+struct WarehouseTally {
+    /// The warehouse row is present.
+    row: bool,
+    /// W_YTD, from its own record.
+    ytd: Option<i64>,
+}
+
+#[derive(Default)]
 struct DistrictTally {
-    /// (D_YTD, D_NEXT_O_ID).
-    row: Option<(i64, i64)>,
+    /// The district row is present.
+    row: bool,
+    /// D_NEXT_O_ID, from its own record.
+    next_o_id: Option<i64>,
+    /// D_YTD, from its own record.
+    ytd: Option<i64>,
     max_o_id: Option<u32>,
     orders: i64,
     ol_cnt_sum: i64,
@@ -109,7 +130,7 @@ struct CustomerTally {
 /// consistent.
 pub fn consistency(state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
     let mut out = Vec::new();
-    let mut warehouses: BTreeMap<u16, i64> = BTreeMap::new();
+    let mut warehouses: BTreeMap<u16, WarehouseTally> = BTreeMap::new();
     let mut districts: BTreeMap<(u16, u8), DistrictTally> = BTreeMap::new();
     let mut orders: BTreeMap<(u16, u8, u32), OrderTally> = BTreeMap::new();
     let mut customers: BTreeMap<(u16, u8, u32), CustomerTally> = BTreeMap::new();
@@ -117,7 +138,11 @@ pub fn consistency(state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
     for (key, value) in state.range(start..) {
         let Some(p) = keys::parse(key) else { break };
         let scope = p.district();
-        if scope.is_none() && p.tag != tag::WAREHOUSE && p.tag != tag::ITEM && p.tag != tag::STOCK {
+        let unscoped = matches!(
+            p.tag,
+            tag::WAREHOUSE | tag::WAREHOUSE_YTD | tag::ITEM | tag::STOCK
+        );
+        if scope.is_none() && !unscoped {
             out.push(format!("malformed key {key:?}"));
             continue;
         }
@@ -125,18 +150,38 @@ pub fn consistency(state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
         let id = scope.zip(p.u32_at(3)).map(|((w, d), id)| (w, d, id));
         match p.tag {
             tag::WAREHOUSE => match (p.warehouse(), Warehouse::decode(value)) {
-                (Some(w), Ok(row)) => {
-                    warehouses.insert(w, row.ytd);
-                }
+                (Some(w), Ok(_)) => warehouses.entry(w).or_default().row = true,
                 _ => out.push(format!("corrupt warehouse {key:?}")),
             },
-            tag::DISTRICT => match District::decode(value) {
-                Ok(row) => {
-                    if let Some(t) = scope.map(|wd| districts.entry(wd).or_default()) {
-                        t.row = Some((row.ytd, row.next_o_id));
-                    }
+            tag::WAREHOUSE_YTD => {
+                let w = p.warehouse().filter(|_| p.rest.len() == 2);
+                match (w, rows::decode_ytd(value)) {
+                    (Some(w), Ok(ytd)) => warehouses.entry(w).or_default().ytd = Some(ytd),
+                    (None, _) => out.push(format!("malformed key {key:?}")),
+                    (_, Err(e)) => out.push(format!("{e} at {key:?}")),
                 }
-                Err(e) => out.push(format!("{e} at {key:?}")),
+            }
+            tag::DISTRICT => match (scope, District::decode(value)) {
+                (Some(wd), Ok(_)) => districts.entry(wd).or_default().row = true,
+                (None, _) => out.push(format!("malformed key {key:?}")),
+                (_, Err(e)) => out.push(format!("{e} at {key:?}")),
+            },
+            tag::DISTRICT_YTD => {
+                match (scope.filter(|_| p.rest.len() == 3), rows::decode_ytd(value)) {
+                    (Some(wd), Ok(ytd)) => districts.entry(wd).or_default().ytd = Some(ytd),
+                    (None, _) => out.push(format!("malformed key {key:?}")),
+                    (_, Err(e)) => out.push(format!("{e} at {key:?}")),
+                }
+            }
+            tag::DISTRICT_NEXT_O_ID => match (
+                scope.filter(|_| p.rest.len() == 3),
+                rows::decode_next_o_id(value),
+            ) {
+                (Some(wd), Ok(next)) => {
+                    districts.entry(wd).or_default().next_o_id = Some(i64::from(next));
+                }
+                (None, _) => out.push(format!("malformed key {key:?}")),
+                (_, Err(e)) => out.push(format!("{e} at {key:?}")),
             },
             tag::CUSTOMER => match (id, Customer::decode(value)) {
                 (Some(c), Ok(row)) => {
@@ -277,22 +322,98 @@ fn check_order(out: &mut Vec<String>, (w, d, o): (u16, u8, u32), row: &Order, t:
     }
 }
 
+/// What a warehouse's districts add up to.
+struct DistrictSums {
+    /// Σ D_YTD; `None` when a district has no D_YTD record.
+    ytd: Option<i64>,
+    /// District rows.
+    rows: i64,
+    /// Σ H_AMOUNT of Payment's history rows naming the districts.
+    payments: i64,
+}
+
+impl Default for DistrictSums {
+    fn default() -> Self {
+        DistrictSums {
+            ytd: Some(0),
+            rows: 0,
+            payments: 0,
+        }
+    }
+}
+
 /// Conditions 1, 2, 3, 4, 8, 9, 11 and the head index.
 fn check_districts(
     out: &mut Vec<String>,
     districts: &BTreeMap<(u16, u8), DistrictTally>,
-    warehouses: &BTreeMap<u16, i64>,
+    warehouses: &BTreeMap<u16, WarehouseTally>,
 ) {
-    // Per warehouse: Σ D_YTD, district rows, Σ Payment H_AMOUNT.
-    let mut sums: BTreeMap<u16, (i64, i64, i64)> = BTreeMap::new();
+    let mut sums: BTreeMap<u16, DistrictSums> = BTreeMap::new();
     for ((w, d), t) in districts {
         let at = format!("warehouse {w} district {d}");
-        let Some((ytd, next_o_id)) = t.row else {
-            out.push(format!("{at}: rows without a district"));
+        if !t.row {
+            out.push(format!("{at}: records without a district"));
+            continue;
+        }
+        let sum = sums.entry(*w).or_default();
+        sum.rows += 1;
+        sum.payments += t.payments;
+        sum.ytd = sum.ytd.zip(t.ytd).map(|(a, b)| a + b);
+        match t.ytd {
+            Some(ytd) => {
+                let expected = load::D_YTD_AT_LOAD + t.payments;
+                if ytd != expected {
+                    out.push(format!(
+                        "[3.3.2.9] {at}: D_YTD = {ytd} but D_YTD at load + sum(H_AMOUNT) of payments = {expected}"
+                    ));
+                }
+            }
+            None => out.push(format!("{at}: no D_YTD record")),
+        }
+        if t.next_o_id.is_none() {
+            out.push(format!("{at}: no D_NEXT_O_ID record"));
+        }
+        check_order_ids(out, &at, t);
+        if t.ol_cnt_sum != t.order_lines {
+            out.push(format!(
+                "[3.3.2.4] {at}: sum(O_OL_CNT) = {} but {} order lines",
+                t.ol_cnt_sum, t.order_lines
+            ));
+        }
+    }
+    for (w, t) in warehouses {
+        let sum = sums.remove(w).unwrap_or_default();
+        if !t.row {
+            out.push(format!("warehouse {w}: records without a warehouse"));
+            continue;
+        }
+        let Some(ytd) = t.ytd else {
+            out.push(format!("warehouse {w}: no W_YTD record"));
             continue;
         };
-        let sum = sums.entry(*w).or_default();
-        *sum = (sum.0 + ytd, sum.1 + 1, sum.2 + t.payments);
+        if let Some(district_ytd) = sum.ytd {
+            if ytd != district_ytd {
+                out.push(format!(
+                    "[3.3.2.1] warehouse {w}: W_YTD = {ytd} but sum(D_YTD) = {district_ytd}"
+                ));
+            }
+        }
+        let expected = load::D_YTD_AT_LOAD * sum.rows + sum.payments;
+        if ytd != expected {
+            out.push(format!(
+                "[3.3.2.8] warehouse {w}: W_YTD = {ytd} but W_YTD at load + sum(H_AMOUNT) of payments = {expected}"
+            ));
+        }
+    }
+    for w in sums.keys() {
+        out.push(format!("warehouse {w}: records without a warehouse"));
+    }
+}
+
+/// Conditions 2, 3 and 11 and the head index of one district. Those that
+/// need D_NEXT_O_ID are not checked when its record is missing.
+fn check_order_ids(out: &mut Vec<String>, at: &str, t: &DistrictTally) {
+    if let Some(next_o_id) = t.next_o_id {
         let max_o = t.max_o_id.map_or(0, i64::from);
         if next_o_id - 1 != max_o {
             out.push(format!(
@@ -300,73 +421,48 @@ fn check_districts(
                 next_o_id - 1
             ));
         }
-        // Keys sort by O_ID, so the new-orders arrive in ascending order.
-        let delivered =
-            if let (Some(&min_no), Some(&max_no)) = (t.new_orders.first(), t.new_orders.last()) {
-                if i64::from(max_no) != next_o_id - 1 {
-                    out.push(format!(
-                        "[3.3.2.2] {at}: D_NEXT_O_ID - 1 = {} but max(NO_O_ID) = {max_no}",
-                        next_o_id - 1
-                    ));
-                }
-                let span = i64::from(max_no) - i64::from(min_no) + 1;
-                if t.new_orders.len() as i64 != span {
-                    out.push(format!(
-                        "[3.3.2.3] {at}: {} new-order rows but max - min + 1 = {span}",
-                        t.new_orders.len()
-                    ));
-                }
-                if t.head != Some(min_no) {
-                    out.push(format!(
-                        "[head] {at}: new-order head {:?} but min(NO_O_ID) = {min_no}",
-                        t.head
-                    ));
-                }
-                ("min(NO_O_ID) - 1", i64::from(min_no) - 1)
-            } else {
-                if t.head.map(i64::from) != Some(next_o_id) {
-                    out.push(format!(
-                        "[head] {at}: no new-orders but head {:?} != D_NEXT_O_ID {next_o_id}",
-                        t.head
-                    ));
-                }
-                ("D_NEXT_O_ID - 1", next_o_id - 1)
-            };
-        if t.ol_cnt_sum != t.order_lines {
-            out.push(format!(
-                "[3.3.2.4] {at}: sum(O_OL_CNT) = {} but {} order lines",
-                t.ol_cnt_sum, t.order_lines
-            ));
-        }
-        let expected = load::D_YTD_AT_LOAD + t.payments;
-        if ytd != expected {
-            out.push(format!(
-                "[3.3.2.9] {at}: D_YTD = {ytd} but D_YTD at load + sum(H_AMOUNT) of payments = {expected}"
-            ));
-        }
-        let undelivered = t.new_orders.len() as i64;
-        if t.orders - undelivered != delivered.1 {
-            out.push(format!(
-                "[3.3.2.11] {at}: count(ORDER) - count(NEW-ORDER) = {} but {} = {}",
-                t.orders - undelivered,
-                delivered.0,
-                delivered.1
-            ));
-        }
     }
-    for (w, ytd) in warehouses {
-        let (district_ytd, district_rows, payments) = sums.get(w).copied().unwrap_or_default();
-        if *ytd != district_ytd {
-            out.push(format!(
-                "[3.3.2.1] warehouse {w}: W_YTD = {ytd} but sum(D_YTD) = {district_ytd}"
-            ));
-        }
-        let expected = load::D_YTD_AT_LOAD * district_rows + payments;
-        if *ytd != expected {
-            out.push(format!(
-                "[3.3.2.8] warehouse {w}: W_YTD = {ytd} but W_YTD at load + sum(H_AMOUNT) of payments = {expected}"
-            ));
-        }
+    // Keys sort by O_ID, so the new-orders arrive in ascending order.
+    let (what, delivered) =
+        if let (Some(&min_no), Some(&max_no)) = (t.new_orders.first(), t.new_orders.last()) {
+            match t.next_o_id {
+                Some(next_o_id) if i64::from(max_no) != next_o_id - 1 => out.push(format!(
+                    "[3.3.2.2] {at}: D_NEXT_O_ID - 1 = {} but max(NO_O_ID) = {max_no}",
+                    next_o_id - 1
+                )),
+                _ => {}
+            }
+            let span = i64::from(max_no) - i64::from(min_no) + 1;
+            if t.new_orders.len() as i64 != span {
+                out.push(format!(
+                    "[3.3.2.3] {at}: {} new-order rows but max - min + 1 = {span}",
+                    t.new_orders.len()
+                ));
+            }
+            if t.head != Some(min_no) {
+                out.push(format!(
+                    "[head] {at}: new-order head {:?} but min(NO_O_ID) = {min_no}",
+                    t.head
+                ));
+            }
+            ("min(NO_O_ID) - 1", i64::from(min_no) - 1)
+        } else if let Some(next_o_id) = t.next_o_id {
+            if t.head.map(i64::from) != Some(next_o_id) {
+                out.push(format!(
+                    "[head] {at}: no new-orders but head {:?} != D_NEXT_O_ID {next_o_id}",
+                    t.head
+                ));
+            }
+            ("D_NEXT_O_ID - 1", next_o_id - 1)
+        } else {
+            return;
+        };
+    let undelivered = t.new_orders.len() as i64;
+    if t.orders - undelivered != delivered {
+        out.push(format!(
+            "[3.3.2.11] {at}: count(ORDER) - count(NEW-ORDER) = {} but {what} = {delivered}",
+            t.orders - undelivered
+        ));
     }
 }
 

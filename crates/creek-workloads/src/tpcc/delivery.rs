@@ -11,7 +11,8 @@
 //! new-order head index ([`keys::new_order_head`]): New-Order hands out
 //! consecutive O_IDs and Delivery removes them oldest first, so the
 //! undelivered orders are always the contiguous range from the head to
-//! D_NEXT_O_ID − 1.
+//! D_NEXT_O_ID − 1. Delivery reads neither D_NEXT_O_ID
+//! ([`keys::district_next_o_id`]) nor the district row.
 
 use bytes::Bytes;
 use creek_exec::value::{encode_args, Value};

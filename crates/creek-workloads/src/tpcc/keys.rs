@@ -4,12 +4,16 @@
 //! primary key as big-endian integers, so keys of one table sort by primary
 //! key and rows of one district are contiguous. Creek's transactions have
 //! no range scan, so the range-like accesses of the transactions go through
-//! index records the procedures maintain themselves:
+//! index records the procedures maintain themselves. Upper-case tags are
+//! the tables; lower-case tags are records outside the logical schema:
+//! the three columns stored apart from their rows, W_YTD, D_YTD and
+//! D_NEXT_O_ID (see [Physical layout](super#physical-layout)), and the
+//! indexes.
 //!
 //! | tag   | record                         | key after the tag          |
 //! |-------|--------------------------------|----------------------------|
-//! | `W`   | warehouse                      | `w:u16`                    |
-//! | `D`   | district                       | `w:u16 d:u8`               |
+//! | `W`   | warehouse (without W_YTD)      | `w:u16`                    |
+//! | `D`   | district (without D_YTD, D_NEXT_O_ID) | `w:u16 d:u8`        |
 //! | `C`   | customer                       | `w:u16 d:u8 c:u32`         |
 //! | `H`   | history (keyed by the payment) | `w:u16 d:u8 c:u32 n:u32`   |
 //! | `N`   | new-order                      | `w:u16 d:u8 o:u32`         |
@@ -17,12 +21,21 @@
 //! | `L`   | order line                     | `w:u16 d:u8 o:u32 ol:u8`   |
 //! | `I`   | item                           | `i:u32`                    |
 //! | `S`   | stock                          | `w:u16 i:u32`              |
+//! | `w`   | W_YTD of a warehouse (Payment) | `w:u16`                    |
+//! | `d`   | D_YTD of a district (Payment)  | `w:u16 d:u8`               |
+//! | `x`   | D_NEXT_O_ID of a district (New-Order) | `w:u16 d:u8`        |
 //! | `q`   | index: oldest new-order of a district (Delivery)     | `w:u16 d:u8` |
 //! | `o`   | index: last order of a customer (Order-Status)       | `w:u16 d:u8 c:u32` |
 //! | `n`   | index: customers with a last name, by first name (Payment, Order-Status) | `w:u16 d:u8 last` |
 //!
 //! History has no primary key in the specification; its key uses the
 //! customer's payment count, which makes it unique and deterministic.
+//!
+//! Keys sort by tag first (all upper-case tags before all lower-case
+//! ones), which [`check`](super::check) relies on for order lines (`L`)
+//! and new-orders (`N`) to arrive before their order (`O`). The records of
+//! the columns stored apart (`w`, `d`, `x`) sort after every table; the
+//! check only tallies them, so where they sort does not matter to it.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -49,6 +62,13 @@ pub mod tag {
     pub const ITEM: u8 = b'I';
     /// Stock.
     pub const STOCK: u8 = b'S';
+    /// W_YTD of a warehouse, stored apart from the warehouse row.
+    pub const WAREHOUSE_YTD: u8 = b'w';
+    /// D_YTD of a district, stored apart from the district row.
+    pub const DISTRICT_YTD: u8 = b'd';
+    /// D_NEXT_O_ID of a district, stored apart from the district row
+    /// (`x` for ne*x*t: `n` is the by-last-name index).
+    pub const DISTRICT_NEXT_O_ID: u8 = b'x';
     /// Index: the oldest undelivered order id of a district.
     pub const NEW_ORDER_HEAD: u8 = b'q';
     /// Index: the last order id of a customer.
@@ -81,6 +101,23 @@ pub fn warehouse(w: u16) -> Bytes {
 /// District `d` of warehouse `w`.
 pub fn district(w: u16, d: u8) -> Bytes {
     district_key(tag::DISTRICT, w, d, 0).freeze()
+}
+
+/// W_YTD of warehouse `w`.
+pub fn warehouse_ytd(w: u16) -> Bytes {
+    let mut k = start(tag::WAREHOUSE_YTD, 2);
+    k.put_u16(w);
+    k.freeze()
+}
+
+/// D_YTD of district `d` of warehouse `w`.
+pub fn district_ytd(w: u16, d: u8) -> Bytes {
+    district_key(tag::DISTRICT_YTD, w, d, 0).freeze()
+}
+
+/// D_NEXT_O_ID of district `d` of warehouse `w`.
+pub fn district_next_o_id(w: u16, d: u8) -> Bytes {
+    district_key(tag::DISTRICT_NEXT_O_ID, w, d, 0).freeze()
 }
 
 /// Customer `c`.

@@ -1,11 +1,12 @@
 //! The initial population of clause 4.3.3.1, for any [`TpccScale`].
 //!
 //! [`populate`] streams the records in a fixed order (items, then per
-//! warehouse: the warehouse, its stock, and per district the district,
-//! customers, history, orders, order lines and new-orders, plus the index
-//! records); the same seed gives the same records. [`load_calls`] batches
-//! them into `tpcc.load` calls so population goes through the ordinary op
-//! path, each call below a byte budget.
+//! warehouse: the warehouse and its W_YTD, its stock, and per district the
+//! district, its D_YTD and D_NEXT_O_ID, customers, history, orders, order
+//! lines and new-orders, plus the index records); the same seed gives the
+//! same records. [`load_calls`] batches them into `tpcc.load` calls so
+//! population goes through the ordinary op path, each call below a byte
+//! budget.
 
 use std::collections::BTreeMap;
 
@@ -59,9 +60,12 @@ pub fn populate(
             name: Bytes::from(rng.astring(6, 10)),
             address: rng.address(),
             tax: rng.uniform(0, 2000),
-            ytd: D_YTD_AT_LOAD * i64::from(scale.districts_per_warehouse),
         };
         emit(keys::warehouse(w), warehouse.encode());
+        emit(
+            keys::warehouse_ytd(w),
+            rows::encode_ytd(D_YTD_AT_LOAD * i64::from(scale.districts_per_warehouse)),
+        );
         for i in 1..=scale.items {
             let stock = Stock {
                 quantity: rng.uniform(10, 100),
@@ -93,10 +97,13 @@ fn populate_district(
         name: Bytes::from(rng.astring(6, 10)),
         address: rng.address(),
         tax: rng.uniform(0, 2000),
-        ytd: D_YTD_AT_LOAD,
-        next_o_id: i64::from(scale.orders_per_district) + 1,
     };
     emit(keys::district(w, d), district.encode());
+    emit(keys::district_ytd(w, d), rows::encode_ytd(D_YTD_AT_LOAD));
+    emit(
+        keys::district_next_o_id(w, d),
+        rows::encode_next_o_id(scale.orders_per_district + 1),
+    );
 
     let mut by_last: BTreeMap<Bytes, Vec<(Bytes, u32)>> = BTreeMap::new();
     for c_id in 1..=scale.customers_per_district {

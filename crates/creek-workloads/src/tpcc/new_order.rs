@@ -5,6 +5,10 @@
 //! `brand_generic` holds one byte `B` or `G` per line. An unused item id
 //! aborts with [`UNUSED_ITEM`], which discards every write (the 1%
 //! rollback of clause 2.4.2.3).
+//!
+//! D_NEXT_O_ID is read-modify-written in its own record
+//! ([`keys::district_next_o_id`]); the warehouse and district rows are only
+//! read, for W_TAX and D_TAX (see [Physical layout](super#physical-layout)).
 
 use bytes::Bytes;
 use creek_exec::value::{encode_args, Value};
@@ -112,14 +116,15 @@ pub(super) fn run(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let input = Input::decode(raw).map_err(Abort)?;
     let (w, d) = (input.w_id, input.d_id);
     let warehouse = read_row(txn, &keys::warehouse(w), "warehouse", Warehouse::decode)?;
-    let district_key = keys::district(w, d);
-    let mut district = read_row(txn, &district_key, "district", District::decode)?;
+    let district = read_row(txn, &keys::district(w, d), "district", District::decode)?;
+    let next_o_id_key = keys::district_next_o_id(w, d);
+    let o_id = read_row(txn, &next_o_id_key, "D_NEXT_O_ID", rows::decode_next_o_id)?;
+    let next_o_id = o_id
+        .checked_add(1)
+        .ok_or_else(|| Abort::new("corrupt D_NEXT_O_ID record: overflow"))?;
+    txn.put(next_o_id_key, rows::encode_next_o_id(next_o_id));
     let customer_key = keys::customer(w, d, input.c_id);
     let customer = read_row(txn, &customer_key, "customer", Customer::decode)?;
-
-    let o_id = u32::try_from(district.next_o_id).map_err(|_| Abort::new("corrupt district"))?;
-    district.next_o_id += 1;
-    txn.put(district_key, district.encode());
 
     let all_local = input.lines.iter().all(|l| l.supply_w_id == w);
     let order = Order {

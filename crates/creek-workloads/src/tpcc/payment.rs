@@ -3,12 +3,20 @@
 //! Arguments: `[w_id, d_id, c_w_id, c_d_id, customer, h_amount_cents,
 //! h_date]` where `customer` is a C_ID (int) or a C_LAST (bytes). Result:
 //! `[c_id, c_balance_cents]`.
+//!
+//! W_YTD and D_YTD are read-modify-written in their own records
+//! ([`keys::warehouse_ytd`], [`keys::district_ytd`]); the warehouse and
+//! district rows are only read, for the names that make up H_DATA. So a
+//! Payment writes nothing a New-Order reads and reads nothing a New-Order
+//! writes (D_NEXT_O_ID has a record of its own too), except the customer
+//! row when both are for the same customer (see
+//! [Physical layout](super#physical-layout)).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{Abort, Outcome, Txn};
 
-use super::rows::{Customer, District, History, Warehouse};
+use super::rows::{self, Customer, District, History, Warehouse};
 use super::{keys, read_row, resolve_customer, Args, CustomerSelector, D_MAX, PAYMENT, W_MAX};
 
 /// The input of one Payment.
@@ -67,17 +75,23 @@ pub(super) fn check_args(raw: &[u8]) -> Result<(), String> {
 /// Longest C_DATA (clause 1.3.1).
 const C_DATA_MAX: usize = 500;
 
+/// `ytd + amount`; a stored YTD so large that the sum overflows is corrupt.
+fn add_ytd(ytd: i64, amount: i64) -> Result<i64, Abort> {
+    ytd.checked_add(amount)
+        .ok_or_else(|| Abort::new("corrupt YTD record: overflow"))
+}
+
 pub(super) fn run(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let input = Input::decode(raw).map_err(Abort)?;
     let (w, d) = (input.w_id, input.d_id);
-    let warehouse_key = keys::warehouse(w);
-    let mut warehouse = read_row(txn, &warehouse_key, "warehouse", Warehouse::decode)?;
-    warehouse.ytd += input.amount;
-    txn.put(warehouse_key, warehouse.encode());
-    let district_key = keys::district(w, d);
-    let mut district = read_row(txn, &district_key, "district", District::decode)?;
-    district.ytd += input.amount;
-    txn.put(district_key, district.encode());
+    let warehouse = read_row(txn, &keys::warehouse(w), "warehouse", Warehouse::decode)?;
+    let w_ytd_key = keys::warehouse_ytd(w);
+    let w_ytd = read_row(txn, &w_ytd_key, "W_YTD", rows::decode_ytd)?;
+    txn.put(w_ytd_key, rows::encode_ytd(add_ytd(w_ytd, input.amount)?));
+    let district = read_row(txn, &keys::district(w, d), "district", District::decode)?;
+    let d_ytd_key = keys::district_ytd(w, d);
+    let d_ytd = read_row(txn, &d_ytd_key, "D_YTD", rows::decode_ytd)?;
+    txn.put(d_ytd_key, rows::encode_ytd(add_ytd(d_ytd, input.amount)?));
 
     let (c_w, c_d) = (input.c_w_id, input.c_d_id);
     let c_id = resolve_customer(txn, c_w, c_d, &input.customer)?;

@@ -6,6 +6,13 @@
 //! Timestamps are whatever the caller passed in (the procedures never read
 //! a clock); `0` stands for the specification's null carrier and delivery
 //! date.
+//!
+//! W_YTD, D_YTD and D_NEXT_O_ID are not fields of [`Warehouse`] and
+//! [`District`]: each is a record of its own, under
+//! [`keys::warehouse_ytd`](super::keys::warehouse_ytd) and
+//! [`keys::district_ytd`](super::keys::district_ytd) ([`encode_ytd`]) and
+//! [`keys::district_next_o_id`](super::keys::district_next_o_id)
+//! ([`encode_next_o_id`]); see [Physical layout](super#physical-layout).
 
 use bytes::Bytes;
 use creek_exec::value::Value;
@@ -84,7 +91,8 @@ macro_rules! row {
 }
 
 row! {
-    /// A WAREHOUSE row.
+    /// A WAREHOUSE row, without W_YTD (a record of its own:
+    /// [`encode_ytd`]).
     Warehouse {
         /// W_NAME.
         name: Bytes,
@@ -92,13 +100,12 @@ row! {
         address: Vec<Bytes>,
         /// W_TAX in 1/10000.
         tax: i64,
-        /// W_YTD in cents.
-        ytd: i64,
     }
 }
 
 row! {
-    /// A DISTRICT row.
+    /// A DISTRICT row, without D_YTD and D_NEXT_O_ID (records of their
+    /// own: [`encode_ytd`], [`encode_next_o_id`]).
     District {
         /// D_NAME.
         name: Bytes,
@@ -106,10 +113,6 @@ row! {
         address: Vec<Bytes>,
         /// D_TAX in 1/10000.
         tax: i64,
-        /// D_YTD in cents.
-        ytd: i64,
-        /// D_NEXT_O_ID.
-        next_o_id: i64,
     }
 }
 
@@ -281,6 +284,30 @@ pub fn decode_id(raw: &Bytes) -> Result<u32, Abort> {
         .and_then(|v| v.as_int())
         .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| Abort::new("corrupt id index"))
+}
+
+/// A W_YTD or D_YTD record: the year-to-date amount in cents.
+pub fn encode_ytd(cents: i64) -> Bytes {
+    Value::Int(cents).encode()
+}
+
+/// Decode [`encode_ytd`].
+pub fn decode_ytd(raw: &Bytes) -> Result<i64, Abort> {
+    Value::decode(raw)
+        .ok()
+        .and_then(|v| v.as_int())
+        .ok_or_else(|| Abort::new("corrupt YTD record"))
+}
+
+/// A D_NEXT_O_ID record: the id the district's next order gets. Encoded
+/// like [`encode_id`].
+pub fn encode_next_o_id(o_id: u32) -> Bytes {
+    encode_id(o_id)
+}
+
+/// Decode [`encode_next_o_id`].
+pub fn decode_next_o_id(raw: &Bytes) -> Result<u32, Abort> {
+    decode_id(raw).map_err(|_| Abort::new("corrupt D_NEXT_O_ID record"))
 }
 
 /// The value of a new-order row (the key says everything).

@@ -3,6 +3,10 @@
 //! Arguments: `[w_id, d_id, threshold]`. Result: the number of distinct
 //! items in the district's last 20 orders whose stock in the warehouse is
 //! below `threshold`.
+//!
+//! D_NEXT_O_ID comes from its own record ([`keys::district_next_o_id`]);
+//! the district row is not read (see
+//! [Physical layout](super#physical-layout)).
 
 use std::collections::BTreeSet;
 
@@ -10,7 +14,7 @@ use bytes::Bytes;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{Abort, Outcome, Txn};
 
-use super::rows::{District, Order, OrderLine, Stock};
+use super::rows::{self, Order, OrderLine, Stock};
 use super::{keys, read_row, Args, D_MAX, STOCK_LEVEL, W_MAX};
 
 /// The input of one Stock-Level.
@@ -52,8 +56,8 @@ pub(super) fn check_args(raw: &[u8]) -> Result<(), String> {
 pub(super) fn run(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let input = Input::decode(raw).map_err(Abort)?;
     let (w, d) = (input.w_id, input.d_id);
-    let district = read_row(txn, &keys::district(w, d), "district", District::decode)?;
-    let next = u32::try_from(district.next_o_id).map_err(|_| Abort::new("corrupt district"))?;
+    let next_o_id_key = keys::district_next_o_id(w, d);
+    let next = read_row(txn, &next_o_id_key, "D_NEXT_O_ID", rows::decode_next_o_id)?;
     let mut items = BTreeSet::new();
     for o_id in next.saturating_sub(20).max(1)..next {
         let order = read_row(txn, &keys::order(w, d, o_id), "order", Order::decode)?;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::ProcCall;
-use creek_workloads::tpcc::rows::{self, Customer, District, History, Order, OrderLine, Warehouse};
+use creek_workloads::tpcc::rows::{self, Customer, History, Order, OrderLine};
 use creek_workloads::tpcc::{
     self, check, delivery, keys, load, new_order, Generator, GeneratorConfig, NuRandC, Rng,
 };
@@ -94,8 +94,11 @@ fn generated_mix_keeps_the_database_consistent() {
     assert_eq!(payments, counts[tpcc::PAYMENT]);
     // About 1% of ~1350 New-Orders roll back.
     assert!((3..40).contains(&rollbacks), "{rollbacks}");
-    let w = db.row(keys::warehouse(1), Warehouse::decode);
-    assert!(w.ytd > 6_000_000, "payments reached warehouse 1");
+    let w_ytd = db.ytd(keys::warehouse_ytd(1));
+    assert!(
+        w_ytd > 2 * load::D_YTD_AT_LOAD,
+        "payments reached warehouse 1"
+    );
 }
 
 /// A consistent state after a generated mix that exercised the paths the
@@ -145,6 +148,18 @@ fn broken_by(edit: impl FnOnce(&mut BTreeMap<Bytes, Bytes>)) -> BTreeSet<String>
         "every violation names its condition: {violations:?}"
     );
     named
+}
+
+/// The `[…]` tags of `violations`, in order; `"-"` for an untagged one.
+fn broken_tags(violations: &[String]) -> Vec<&str> {
+    violations
+        .iter()
+        .map(|v| {
+            v.strip_prefix('[')
+                .and_then(|r| r.split_once(']'))
+                .map_or("-", |(t, _)| t)
+        })
+        .collect()
 }
 
 fn conditions(numbers: &[u8]) -> BTreeSet<String> {
@@ -208,18 +223,23 @@ fn condition_7_an_undelivered_line_of_a_delivered_order_is_reported() {
     assert_eq!(broken, conditions(&[7]));
 }
 
+/// Add `cents` to a W_YTD or D_YTD record.
+fn add_to_ytd(state: &mut BTreeMap<Bytes, Bytes>, key: Bytes, cents: i64) {
+    let ytd = rows::decode_ytd(&state[&key]).expect("YTD record decodes");
+    state.insert(key, rows::encode_ytd(ytd + cents));
+}
+
 #[test]
 fn condition_8_a_warehouse_ytd_off_by_a_cent_is_reported() {
-    let broken = broken_by(|s| {
-        edit_row(
-            s,
-            keys::warehouse(2),
-            Warehouse::decode,
-            Warehouse::encode,
-            |r| r.ytd += 1,
-        );
-    });
+    let broken = broken_by(|s| add_to_ytd(s, keys::warehouse_ytd(2), 1));
     assert_eq!(broken, conditions(&[1, 8]));
+}
+
+#[test]
+fn condition_9_a_district_ytd_off_by_a_cent_is_reported() {
+    let broken = broken_by(|s| add_to_ytd(s, keys::district_ytd(2, 1), 1));
+    // W_YTD no longer equals the districts' sum either.
+    assert_eq!(broken, conditions(&[1, 9]));
 }
 
 #[test]
@@ -278,21 +298,12 @@ fn broken_states_are_reported() {
         let v = check::consistency(&state);
         assert!(v.iter().any(|s| s.contains(expect)), "{expect}: {v:?}");
     };
-    let district =
-        |s: &BTreeMap<Bytes, Bytes>| District::decode(&s[&keys::district(1, 2)]).expect("district");
+    broken(&|s| add_to_ytd(s, keys::district_ytd(1, 2), 1), "W_YTD");
     broken(
         &|s| {
-            let mut d = district(s);
-            d.ytd += 1;
-            s.insert(keys::district(1, 2), d.encode());
-        },
-        "W_YTD",
-    );
-    broken(
-        &|s| {
-            let mut d = district(s);
-            d.next_o_id += 1;
-            s.insert(keys::district(1, 2), d.encode());
+            let key = keys::district_next_o_id(1, 2);
+            let next = rows::decode_next_o_id(&s[&key]).expect("D_NEXT_O_ID");
+            s.insert(key, rows::encode_next_o_id(next + 1));
         },
         "max(O_ID)",
     );
@@ -319,5 +330,209 @@ fn broken_states_are_reported() {
             s.insert(keys::order(1, 1, 3), Bytes::from_static(b"junk"));
         },
         "corrupt",
+    );
+}
+
+/// W_YTD and D_YTD live in records of their own (`tpcc` module docs,
+/// Physical layout); a missing or malformed one is reported by name, and
+/// the conditions that need it are not checked for its warehouse or
+/// district.
+#[test]
+fn missing_and_malformed_ytd_records_are_reported() {
+    let db = Db::new(&TINY, 41);
+    assert!(check::consistency(&db.state).is_empty());
+    let violations = |edit: &dyn Fn(&mut BTreeMap<Bytes, Bytes>)| {
+        let mut state = db.state.clone();
+        edit(&mut state);
+        check::consistency(&state)
+    };
+    assert_eq!(
+        violations(&|s| {
+            s.remove(&keys::warehouse_ytd(2));
+        }),
+        ["warehouse 2: no W_YTD record"]
+    );
+    assert_eq!(
+        violations(&|s| {
+            s.remove(&keys::district_ytd(1, 2));
+        }),
+        ["warehouse 1 district 2: no D_YTD record"]
+    );
+    let junk = Bytes::from_static(b"junk");
+    assert_eq!(
+        violations(&|s| {
+            s.insert(keys::district_ytd(1, 2), junk.clone());
+        }),
+        [
+            format!("corrupt YTD record at {:?}", keys::district_ytd(1, 2)),
+            "warehouse 1 district 2: no D_YTD record".to_string(),
+        ]
+    );
+    assert_eq!(
+        violations(&|s| {
+            s.insert(keys::warehouse_ytd(1), junk.clone());
+        }),
+        [
+            format!("corrupt YTD record at {:?}", keys::warehouse_ytd(1)),
+            "warehouse 1: no W_YTD record".to_string(),
+        ]
+    );
+    // A YTD key one byte too long, and records of a warehouse that has no
+    // row.
+    let long = Bytes::from([keys::district_ytd(1, 2).as_ref(), &[0]].concat());
+    assert_eq!(
+        violations(&|s| {
+            s.insert(long.clone(), rows::encode_ytd(0));
+        }),
+        [format!("malformed key {long:?}")]
+    );
+    assert_eq!(
+        violations(&|s| {
+            s.insert(keys::warehouse_ytd(3), rows::encode_ytd(0));
+        }),
+        ["warehouse 3: records without a warehouse"]
+    );
+    assert_eq!(
+        violations(&|s| {
+            s.remove(&keys::warehouse(1));
+        }),
+        ["warehouse 1: records without a warehouse"]
+    );
+
+    // Payment needs both records: without one it aborts and writes nothing.
+    let mut db = Db::new(&TINY, 41);
+    db.state.remove(&keys::district_ytd(1, 1));
+    let input = tpcc::payment::Input {
+        w_id: 1,
+        d_id: 1,
+        c_w_id: 1,
+        c_d_id: 1,
+        customer: tpcc::CustomerSelector::Id(1),
+        amount: 100,
+        date: 1,
+    };
+    let ex = db.exec(tpcc::PAYMENT, input.encode());
+    assert_eq!(
+        ex.outcome.map_err(|e| e.0),
+        Err("D_YTD not found".to_string())
+    );
+    assert!(ex.writes.is_empty());
+}
+
+/// D_NEXT_O_ID lives in a record of its own too (`tpcc` module docs,
+/// Physical layout); a missing, corrupt or malformed one is reported like
+/// the YTD records, and the conditions that need it are not checked for
+/// its district.
+#[test]
+fn missing_and_malformed_next_o_id_records_are_reported() {
+    let db = Db::new(&TINY, 41);
+    assert!(check::consistency(&db.state).is_empty());
+    let violations = |edit: &dyn Fn(&mut BTreeMap<Bytes, Bytes>)| {
+        let mut state = db.state.clone();
+        edit(&mut state);
+        check::consistency(&state)
+    };
+    let key = keys::district_next_o_id(1, 2);
+    // Conditions 3, 4, 11 and the head index need no D_NEXT_O_ID while
+    // the district has new-orders, and still hold.
+    assert_eq!(
+        violations(&|s| {
+            s.remove(&key);
+        }),
+        ["warehouse 1 district 2: no D_NEXT_O_ID record"]
+    );
+    assert_eq!(
+        violations(&|s| {
+            s.insert(key.clone(), Bytes::from_static(b"junk"));
+        }),
+        [
+            format!("corrupt D_NEXT_O_ID record at {key:?}"),
+            "warehouse 1 district 2: no D_NEXT_O_ID record".to_string(),
+        ]
+    );
+    // A negative id is no order id.
+    assert_eq!(
+        violations(&|s| {
+            s.insert(key.clone(), rows::encode_ytd(-1));
+        }),
+        [
+            format!("corrupt D_NEXT_O_ID record at {key:?}"),
+            "warehouse 1 district 2: no D_NEXT_O_ID record".to_string(),
+        ]
+    );
+    let long = Bytes::from([key.as_ref(), &[0]].concat());
+    assert_eq!(
+        violations(&|s| {
+            s.insert(long.clone(), rows::encode_next_o_id(11));
+        }),
+        [format!("malformed key {long:?}")]
+    );
+    assert_eq!(
+        violations(&|s| {
+            s.insert(keys::district_next_o_id(1, 3), rows::encode_next_o_id(1));
+        }),
+        ["warehouse 1 district 3: records without a district"]
+    );
+    // Without its row the district leaves its warehouse's sums too.
+    let v = violations(&|s| {
+        s.remove(&keys::district(1, 2));
+    });
+    assert_eq!(v[0], "warehouse 1 district 2: records without a district");
+    assert_eq!(broken_tags(&v[1..]), ["3.3.2.1", "3.3.2.8"]);
+
+    // New-Order and Stock-Level need the record: without it they abort
+    // and write nothing.
+    let mut db = hand_state();
+    db.state.remove(&keys::district_next_o_id(1, 2));
+    let ex = db.exec(tpcc::NEW_ORDER, hand_order(1).encode());
+    assert_eq!(
+        ex.outcome.map_err(|e| e.0),
+        Err("D_NEXT_O_ID not found".to_string())
+    );
+    assert!(ex.writes.is_empty());
+    let input = tpcc::stock_level::Input {
+        w_id: 1,
+        d_id: 2,
+        threshold: 10,
+    };
+    let ex = db.exec(tpcc::STOCK_LEVEL, input.encode());
+    assert_eq!(
+        ex.outcome.map_err(|e| e.0),
+        Err("D_NEXT_O_ID not found".to_string())
+    );
+}
+
+/// With every order of a district delivered, conditions 11 and the head
+/// index compare against D_NEXT_O_ID; without the record they are not
+/// checked, and only the missing record is reported.
+#[test]
+fn a_drained_district_without_next_o_id_reports_only_the_record() {
+    let mut db = Db::new(&TINY, 41);
+    let input = delivery::Input {
+        w_id: 1,
+        carrier_id: 1,
+        delivery_d: 5,
+        districts: 2,
+    };
+    for _ in TINY.first_undelivered()..=TINY.orders_per_district {
+        db.ok(tpcc::DELIVERY, input.encode());
+    }
+    assert!(!db
+        .state
+        .keys()
+        .any(|k| k[1] == keys::tag::NEW_ORDER && k[2..5] == [0, 1, 2]));
+    assert!(check::consistency(&db.state).is_empty());
+    let mut state = db.state.clone();
+    let key = keys::district_next_o_id(1, 2);
+    let next = rows::decode_next_o_id(&state[&key]).expect("D_NEXT_O_ID");
+    state.insert(key.clone(), rows::encode_next_o_id(next + 1));
+    let v = check::consistency(&state);
+    for tag in ["[3.3.2.2]", "[3.3.2.11]", "[head]"] {
+        assert!(v.iter().any(|s| s.starts_with(tag)), "{tag}: {v:?}");
+    }
+    state.remove(&key);
+    assert_eq!(
+        check::consistency(&state),
+        ["warehouse 1 district 2: no D_NEXT_O_ID record"]
     );
 }

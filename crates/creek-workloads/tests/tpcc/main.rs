@@ -74,6 +74,16 @@ impl Db {
         decode(raw).expect("row decodes")
     }
 
+    /// A W_YTD or D_YTD record.
+    pub fn ytd(&self, key: Bytes) -> i64 {
+        self.row(key, rows::decode_ytd)
+    }
+
+    /// The D_NEXT_O_ID record of district `d` of warehouse `w`.
+    pub fn next_o_id(&self, w: u16, d: u8) -> u32 {
+        self.row(keys::district_next_o_id(w, d), rows::decode_next_o_id)
+    }
+
     pub fn set(&mut self, key: Bytes, value: Bytes) {
         self.state.insert(key, value);
     }

@@ -34,6 +34,20 @@ fn population_is_deterministic_and_shaped_per_clause_4_3() {
     assert_eq!(count(tag::WAREHOUSE), 2);
     assert_eq!(count(tag::STOCK), 60);
     assert_eq!(count(tag::DISTRICT), 4);
+    // W_YTD and D_YTD are records of their own, with the load's amounts.
+    assert_eq!(count(tag::WAREHOUSE_YTD), 2);
+    assert_eq!(count(tag::DISTRICT_YTD), 4);
+    // So is D_NEXT_O_ID: the id after the load's last order.
+    assert_eq!(count(tag::DISTRICT_NEXT_O_ID), 4);
+    for w in 1..=2 {
+        let ytd = |key| rows::decode_ytd(&a[&key]).expect("YTD record");
+        assert_eq!(ytd(keys::warehouse_ytd(w)), 2 * load::D_YTD_AT_LOAD);
+        for d in 1..=2 {
+            assert_eq!(ytd(keys::district_ytd(w, d)), load::D_YTD_AT_LOAD);
+            let next = rows::decode_next_o_id(&a[&keys::district_next_o_id(w, d)]);
+            assert_eq!(next, Ok(11));
+        }
+    }
     assert_eq!(count(tag::CUSTOMER), 48);
     assert_eq!(count(tag::HISTORY), 48);
     assert_eq!(count(tag::ORDER), 40);
@@ -117,9 +131,13 @@ fn full_scale_population_fits_the_limits() {
     let history: i64 = table(keys::tag::HISTORY)
         .map(|(_, v)| History::decode(v).expect("history").amount)
         .sum();
-    let w = Warehouse::decode(&records[&keys::warehouse(1)]).expect("warehouse");
-    assert_eq!(w.ytd, history);
+    assert!(Warehouse::decode(&records[&keys::warehouse(1)]).is_ok());
+    let w_ytd = rows::decode_ytd(&records[&keys::warehouse_ytd(1)]).expect("W_YTD");
+    assert_eq!(w_ytd, 30_000_000, "300,000.00");
+    assert_eq!(w_ytd, history);
     for d in 1..=scale.districts_per_warehouse {
+        let next = rows::decode_next_o_id(&records[&keys::district_next_o_id(1, d)]);
+        assert_eq!(next, Ok(3001));
         let in_district = |k: &Bytes| k[2..5] == [0, 1, d];
         let orders = table(keys::tag::ORDER).filter(|(k, _)| in_district(k));
         let new_orders = table(keys::tag::NEW_ORDER).filter(|(k, _)| in_district(k));

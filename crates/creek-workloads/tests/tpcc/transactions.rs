@@ -1,7 +1,10 @@
 //! Each transaction against a hand-checked case.
 
+use std::collections::BTreeSet;
+
 use bytes::Bytes;
 use creek_exec::value::Value;
+use creek_exec::{execute_call, ProcCall, TxnLimits};
 use creek_workloads::tpcc::rows::{
     self, Customer, District, History, Order, OrderLine, Stock, Warehouse,
 };
@@ -23,7 +26,7 @@ fn new_order_hand_checked() {
     assert_eq!(list[1], Value::Int(4761));
     assert_eq!(list[2], Value::from("BGG"));
 
-    assert_eq!(db.row(keys::district(1, 2), District::decode).next_o_id, 12);
+    assert_eq!(db.next_o_id(1, 2), 12);
     let order = db.row(keys::order(1, 2, 11), Order::decode);
     assert_eq!(
         (
@@ -69,14 +72,17 @@ fn new_order_hand_checked() {
     );
     assert!(lines.iter().all(|l| l.dist_info == "dist-02"));
     assert!(!db.state.contains_key(&keys::order_line(1, 2, 11, 4)));
-    // Exactly the rows above changed: district, order, new-order, index,
-    // three stocks, three lines.
-    let changed = db
+    // Exactly the records above changed: D_NEXT_O_ID, order, new-order,
+    // index, three stocks, three lines; the district row was only read.
+    let changed: Vec<Bytes> = db
         .state
         .iter()
         .filter(|(k, v)| before.get(*k) != Some(*v))
-        .count();
-    assert_eq!(changed, 10);
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(changed.len(), 10);
+    assert!(changed.contains(&keys::district_next_o_id(1, 2)));
+    assert!(!changed.contains(&keys::district(1, 2)));
     assert!(check::consistency(&db.state).is_empty());
 }
 
@@ -89,7 +95,7 @@ fn new_order_on_unused_item_rolls_back_and_writes_nothing() {
         Err(new_order::UNUSED_ITEM.to_string())
     );
     assert!(ex.writes.is_empty());
-    assert_eq!(db.row(keys::district(1, 2), District::decode).next_o_id, 11);
+    assert_eq!(db.next_o_id(1, 2), 11);
     // The next order still gets the id the rolled-back one would have had.
     let result = db.ok(tpcc::NEW_ORDER, hand_order(1).encode());
     assert_eq!(result.as_list().map(|l| l[0].clone()), Some(Value::Int(11)));
@@ -103,8 +109,9 @@ fn payment_by_last_name_picks_the_middle_customer_and_updates_totals() {
     c.credit = Bytes::from_static(b"BC");
     c.data = Bytes::from_static(b"old data");
     db.set(keys::customer(1, 1, 1), c.clone().encode());
-    let w_before = db.row(keys::warehouse(1), Warehouse::decode);
-    let d_before = db.row(keys::district(1, 1), District::decode);
+    let before = db.state.clone();
+    let w_ytd = db.ytd(keys::warehouse_ytd(1));
+    let d_ytd = db.ytd(keys::district_ytd(1, 1));
 
     let input = payment::Input {
         w_id: 1,
@@ -119,10 +126,10 @@ fn payment_by_last_name_picks_the_middle_customer_and_updates_totals() {
     let result = db.ok(tpcc::PAYMENT, input.encode());
     assert_eq!(ints(&result), [1, c.balance - 1234]);
 
+    assert_eq!(db.ytd(keys::warehouse_ytd(1)), w_ytd + 1234);
+    assert_eq!(db.ytd(keys::district_ytd(1, 1)), d_ytd + 1234);
     let w = db.row(keys::warehouse(1), Warehouse::decode);
-    assert_eq!(w.ytd, w_before.ytd + 1234);
     let d = db.row(keys::district(1, 1), District::decode);
-    assert_eq!(d.ytd, d_before.ytd + 1234);
     let after = db.row(keys::customer(1, 1, 1), Customer::decode);
     assert_eq!(after.balance, -1000 - 1234);
     assert_eq!(after.ytd_payment, 1000 + 1234);
@@ -137,6 +144,22 @@ fn payment_by_last_name_picks_the_middle_customer_and_updates_totals() {
     h_data.extend_from_slice(b"    ");
     h_data.extend_from_slice(&d.name);
     assert_eq!(h.data, h_data);
+    // Exactly W_YTD, D_YTD, the customer and the new history row changed;
+    // the warehouse and district rows were only read.
+    let changed: Vec<Bytes> = db
+        .state
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut expected = vec![
+        keys::warehouse_ytd(1),
+        keys::district_ytd(1, 1),
+        keys::customer(1, 1, 1),
+        keys::history(1, 1, 1, 2),
+    ];
+    expected.sort();
+    assert_eq!(changed, expected);
     assert!(check::consistency(&db.state).is_empty());
 }
 
@@ -146,7 +169,15 @@ fn remote_payment_by_id_pays_the_remote_customer_to_the_home_warehouse() {
     let mut c = db.row(keys::customer(2, 2, 5), Customer::decode);
     c.credit = Bytes::from_static(b"GC");
     db.set(keys::customer(2, 2, 5), c.clone().encode());
-    let w2_before = db.row(keys::warehouse(2), Warehouse::decode);
+    let ytd = |db: &Db| {
+        [
+            db.ytd(keys::warehouse_ytd(1)),
+            db.ytd(keys::district_ytd(1, 2)),
+            db.ytd(keys::warehouse_ytd(2)),
+            db.ytd(keys::district_ytd(2, 2)),
+        ]
+    };
+    let [w1, d12, w2, d22] = ytd(&db);
     let input = payment::Input {
         w_id: 1,
         d_id: 2,
@@ -160,10 +191,75 @@ fn remote_payment_by_id_pays_the_remote_customer_to_the_home_warehouse() {
     let after = db.row(keys::customer(2, 2, 5), Customer::decode);
     assert_eq!((after.balance, after.payment_cnt), (c.balance - 500, 2));
     assert_eq!(after.data, c.data, "good credit keeps C_DATA");
-    assert_eq!(db.row(keys::warehouse(2), Warehouse::decode), w2_before);
+    // The terminal's warehouse and district are paid, not the customer's.
+    assert_eq!(ytd(&db), [w1 + 500, d12 + 500, w2, d22]);
     let h = db.row(keys::history(2, 2, 5, 2), History::decode);
     assert_eq!((h.c_w_id, h.c_d_id, h.w_id, h.d_id), (2, 2, 1, 2));
     assert!(check::consistency(&db.state).is_empty());
+}
+
+/// The point of the physical layout (`tpcc` module docs, Physical
+/// layout): the executor detects conflicts per key, and a New-Order and a
+/// Payment of the same district for different customers touch no common
+/// record that either writes. Both only read the warehouse and district
+/// rows; Payment writes W_YTD and D_YTD, New-Order D_NEXT_O_ID. For the
+/// same customer they do conflict, on the customer row.
+#[test]
+fn payment_and_new_order_of_one_district_share_no_written_record() {
+    let db = hand_state();
+    let run = |name: &str, args: Bytes| {
+        let call = ProcCall::new(name, args);
+        let ex = execute_call(&db.reg, &Snap(&db.state), TxnLimits::default(), &call);
+        assert!(ex.outcome.is_ok(), "{name}: {:?}", ex.outcome);
+        let reads: BTreeSet<Bytes> = ex.reads.into_iter().map(|(k, _)| k).collect();
+        let writes: BTreeSet<Bytes> = ex.writes.into_iter().map(|(k, _)| k).collect();
+        (reads, writes)
+    };
+    let payment_by = |c_id| payment::Input {
+        w_id: 1,
+        d_id: 2,
+        c_w_id: 1,
+        c_d_id: 2,
+        customer: CustomerSelector::Id(c_id),
+        amount: 100,
+        date: 1,
+    };
+    // The records one of two transactions writes and the other touches.
+    let shared = |(a_reads, a_writes): &(BTreeSet<Bytes>, BTreeSet<Bytes>),
+                  (b_reads, b_writes): &(BTreeSet<Bytes>, BTreeSet<Bytes>)| {
+        let a_touches: BTreeSet<Bytes> = a_reads.union(a_writes).cloned().collect();
+        let b_touches: BTreeSet<Bytes> = b_reads.union(b_writes).cloned().collect();
+        let mut shared: BTreeSet<Bytes> = a_writes.intersection(&b_touches).cloned().collect();
+        shared.extend(b_writes.intersection(&a_touches).cloned());
+        shared.into_iter().collect::<Vec<_>>()
+    };
+    // New-Order for customer 3 of warehouse 1 district 2; a local Payment
+    // by customer 5 of the same district.
+    let new_order = run(tpcc::NEW_ORDER, hand_order(1).encode());
+    let payment = run(tpcc::PAYMENT, payment_by(5).encode());
+    let (no_reads, no_writes) = &new_order;
+    let (p_reads, p_writes) = &payment;
+
+    // Both read both rows; neither writes them.
+    for row in [keys::warehouse(1), keys::district(1, 2)] {
+        assert!(no_reads.contains(&row) && p_reads.contains(&row));
+        assert!(!no_writes.contains(&row) && !p_writes.contains(&row));
+    }
+    for ytd in [keys::warehouse_ytd(1), keys::district_ytd(1, 2)] {
+        assert!(p_writes.contains(&ytd));
+        assert!(!no_reads.contains(&ytd));
+    }
+    let next_o_id = keys::district_next_o_id(1, 2);
+    assert!(no_writes.contains(&next_o_id));
+    assert!(!p_reads.contains(&next_o_id));
+    assert_eq!(shared(&new_order, &payment), Vec::<Bytes>::new());
+
+    // The same customer is the one exception.
+    let same_customer = run(tpcc::PAYMENT, payment_by(3).encode());
+    assert_eq!(
+        shared(&new_order, &same_customer),
+        [keys::customer(1, 2, 3)]
+    );
 }
 
 #[test]

@@ -122,7 +122,7 @@ pub struct TicketsArgs {
     #[arg(long, default_value_t = 4)]
     events: usize,
     /// Tickets per event.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 2_000)]
     tickets: usize,
     /// Sell on the preliminary view while more tickets than this are left.
     #[arg(long, default_value_t = 20)]
@@ -267,6 +267,8 @@ pub fn ycsb(args: &YcsbArgs) -> Result<(), String> {
             distribution,
             strong_share: args.strong_share,
         },
+        // Every op asks for both views: divergence is measured on all.
+        final_share: 1.0,
         ..WorkloadConfig::default()
     };
     let mut p = plan("ycsb", &args.common, config)?;
