@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The CI swarm: 200 seeds with every fault class, 50 per workload, two
-# workloads at a time (2 cores). Exits non-zero if any seed fails; each
+# The CI swarm: 260 seeds with every fault class, 50 per checking workload
+# and 30 each for the benchmark workloads (ycsb, tickets), two at a time
+# (2 cores). Exits non-zero if any seed fails; each
 # failure prints the command that reproduces it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,10 @@ wait $a || status=1; wait $b || status=1
 run bank 1000..1050 & a=$!
 run list 1000..1050 & b=$!
 wait $a || status=1; wait $b || status=1
-for w in kv queue bank list; do
+run ycsb 1000..1030 & a=$!
+run tickets 1000..1030 & b=$!
+wait $a || status=1; wait $b || status=1
+for w in kv queue bank list ycsb tickets; do
   tail -n 1 "/tmp/swarm-$w.log" | sed "s/^/$w: /"
   grep -A1 "FAIL" "/tmp/swarm-$w.log" || true
 done

@@ -23,7 +23,7 @@ pub struct NextOp {
 
 /// A workload: what clients do and what must hold afterwards. The same
 /// value drives the simulator and `creek bench --target cluster`.
-pub trait Workload: Send {
+pub trait Workload: Send + Sync {
     /// Its name on the command line.
     fn name(&self) -> &'static str;
     /// Register any procedures beyond the built-ins (same on every replica).

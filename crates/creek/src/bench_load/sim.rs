@@ -32,17 +32,23 @@ pub(super) fn run(p: &Plan, progress: &Progress) -> Result<Vec<Map<String, Json>
             latency_us: p.link_us,
             ..SimConfig::default()
         };
+        let wall = std::time::Instant::now();
         let mut sim = Sim::new(cfg.clone(), p.workload()?)?;
+        let setup_s = wall.elapsed().as_secs_f64();
         let bar = *progress;
         sim.on_progress(move |now, total| bar.update(i, now as f64 / total as f64, &what));
-        let wall = std::time::Instant::now();
         let out = sim.run();
+        let run_s = wall.elapsed().as_secs_f64() - setup_s;
         let mut point = point_header(p, load);
         point.insert("cores".into(), json!(p.common.cores));
         point.insert("link_us".into(), json!([p.link_us.0, p.link_us.1]));
         point.insert("seed".into(), json!(p.common.seed));
         point.extend(sim_point(&out, p.replicas, p.common.cores));
-        point.insert("wall_s".into(), json!(wall.elapsed().as_secs_f64()));
+        let measure_s = wall.elapsed().as_secs_f64() - setup_s - run_s;
+        point.insert(
+            "wall_s".into(),
+            json!({"setup": setup_s, "run": run_s, "measure": measure_s}),
+        );
         points.push(point);
     }
     Ok(points)
