@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{Faults, Net};
+use common::{below, chance, Faults, Net};
 use creek_core::ReplicaId;
 use proptest::prelude::*;
 
@@ -82,12 +82,12 @@ fn run(s: &Scenario) -> Net {
     let replicas = net.replicas();
     let parts: Vec<Partition> = (0..s.partitions)
         .map(|_| Partition {
-            start: net.rng.below(s.fault_ticks),
-            len: 5 + net.rng.below(30),
+            start: below(&mut net.rng, s.fault_ticks),
+            len: 5 + below(&mut net.rng, 30),
             side: replicas
                 .iter()
                 .copied()
-                .filter(|_| net.rng.chance(50))
+                .filter(|_| chance(&mut net.rng, 50))
                 .collect(),
         })
         .collect();
@@ -102,8 +102,8 @@ fn run(s: &Scenario) -> Net {
             }
         }
         for &r in &replicas {
-            if net.rng.chance(s.cast_pct) {
-                for _ in 0..=net.rng.below(3) {
+            if chance(&mut net.rng, s.cast_pct) {
+                for _ in 0..=below(&mut net.rng, 3) {
                     net.broadcast(r);
                 }
             }

@@ -33,35 +33,17 @@ pub fn ids(ops: &[Arc<Op>]) -> Vec<OpId> {
     ops.iter().map(|o| o.id).collect()
 }
 
-/// Splitmix64: the test network's only source of choices, seeded by proptest.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
+/// The test network's only source of choices, seeded by proptest.
+pub use creek_rng::Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
+/// True with probability `pct` percent.
+pub fn chance(rng: &mut Rng, pct: u32) -> bool {
+    rng.chance(f64::from(pct) / 100.0)
+}
 
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `pct` percent.
-    pub fn chance(&mut self, pct: u32) -> bool {
-        self.next() % 100 < u64::from(pct)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
+/// Uniform in `0..n` (0 when `n == 0`).
+pub fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.range(0, n.saturating_sub(1))
 }
 
 /// Message faults of the network.
@@ -131,16 +113,16 @@ impl Net {
 
     fn send(&mut self, from: ReplicaId, out: Outbox) {
         for (to, msg) in out {
-            if self.cut.contains(&(from, to)) || self.rng.chance(self.faults.drop_pct) {
+            if self.cut.contains(&(from, to)) || chance(&mut self.rng, self.faults.drop_pct) {
                 continue;
             }
-            let copies = if self.rng.chance(self.faults.dup_pct) {
+            let copies = if chance(&mut self.rng, self.faults.dup_pct) {
                 2
             } else {
                 1
             };
             for _ in 0..copies {
-                let due = self.now + 1 + self.rng.below(self.faults.delay_max + 1);
+                let due = self.now + 1 + below(&mut self.rng, self.faults.delay_max + 1);
                 self.serial += 1;
                 self.flight
                     .insert((due, self.serial), (from, to, msg.clone()));

@@ -27,7 +27,7 @@ use creek_sim::rng::Rng;
 use creek_sim::workload::Workload;
 use serde_json::{json, Map, Value as Json};
 
-use super::{describe, point_header, Load, Plan, Progress};
+use super::{describe, point_header, Emit, Load, Plan, Progress};
 use crate::bench_cluster::{find_leader, start_cluster, Procs};
 
 /// How long in-flight ops may take to finish after the clients stop.
@@ -35,13 +35,12 @@ const DRAIN: Duration = Duration::from_secs(15);
 /// Connections an open-loop run spreads its arrivals over, per replica.
 const OPEN_CONNS_PER_REPLICA: usize = 4;
 
-pub(super) fn run(p: &Plan, progress: &Progress) -> Result<Vec<Map<String, Json>>, String> {
+pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let attached = !p.common.attach.is_empty();
-    let mut points = Vec::new();
     let mut loaded = false;
     for (i, &load) in p.loads.iter().enumerate() {
         let what = describe(load);
@@ -63,9 +62,9 @@ pub(super) fn run(p: &Plan, progress: &Progress) -> Result<Vec<Map<String, Json>
             point.extend(measure(p, load, &procs, &mut workload, i, &what, progress).await?);
             Ok::<_, String>(point)
         })?;
-        points.push(point);
+        emit(point)?;
     }
-    Ok(points)
+    Ok(())
 }
 
 /// A workload call as the client sends it.

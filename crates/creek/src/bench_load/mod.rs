@@ -297,17 +297,20 @@ pub fn tickets(args: &TicketsArgs) -> Result<(), String> {
     run(&p)
 }
 
+/// Where each point goes as soon as it is measured.
+type Emit<'a> = &'a mut dyn FnMut(Map<String, Json>) -> Result<(), String>;
+
 fn run(p: &Plan) -> Result<(), String> {
     let progress = Progress::new(p.loads.len());
-    let points = match p.common.target {
-        Target::Sim => sim::run(p, &progress)?,
-        Target::Cluster => cluster::run(p, &progress)?,
-    };
-    progress.finish();
     let mut failed = false;
-    for point in points {
+    let mut emit = |point: Map<String, Json>| {
         failed |= point.get("consistency_ok") == Some(&json!(false));
-        crate::print_report(&Json::Object(point), p.common.json)?;
+        progress.finish();
+        crate::print_report(&Json::Object(point), p.common.json)
+    };
+    match p.common.target {
+        Target::Sim => sim::run(p, &progress, &mut emit)?,
+        Target::Cluster => cluster::run(p, &progress, &mut emit)?,
     }
     if failed {
         return Err("a point's consistency check failed (consistency_ok: false)".into());
@@ -382,6 +385,7 @@ impl Progress {
         }
     }
 
+    /// End the bar's line (before a point is printed).
     fn finish(&self) {
         if self.tty {
             eprintln!();

@@ -5,12 +5,11 @@
 use creek_sim::bench::sim_point;
 use creek_sim::config::SimConfig;
 use creek_sim::sim::Sim;
-use serde_json::{json, Map, Value as Json};
+use serde_json::json;
 
-use super::{describe, point_header, Load, Plan, Progress};
+use super::{describe, point_header, Emit, Load, Plan, Progress};
 
-pub(super) fn run(p: &Plan, progress: &Progress) -> Result<Vec<Map<String, Json>>, String> {
-    let mut points = Vec::new();
+pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), String> {
     for (i, &load) in p.loads.iter().enumerate() {
         let what = describe(load);
         progress.start(i, &what);
@@ -49,7 +48,7 @@ pub(super) fn run(p: &Plan, progress: &Progress) -> Result<Vec<Map<String, Json>
             "wall_s".into(),
             json!({"setup": setup_s, "run": run_s, "measure": measure_s}),
         );
-        points.push(point);
+        emit(point)?;
     }
-    Ok(points)
+    Ok(())
 }
