@@ -2,12 +2,18 @@
 //! state in one pass.
 //!
 //! Each violation is one line that starts with the condition it breaks,
-//! `[3.3.2.N]` (or `[head]` for our own condition below); only malformed
+//! `[3.3.2.N]` (or `[head]`, `[shard]` for our own conditions below); only malformed
 //! keys, undecodable rows and records, rows whose warehouse, district or
-//! customer is missing, and a missing W_YTD, D_YTD or D_NEXT_O_ID record
-//! are reported without a tag (the conditions that need the missing value
-//! are then not checked for that warehouse or district). Money is in cents and 0 is
-//! null, as in [`rows`].
+//! customer is missing, and a missing W_YTD shard, D_YTD or D_NEXT_O_ID
+//! record are reported without a tag (the conditions that need the missing
+//! value are then not checked for that warehouse or district). Money is in
+//! cents and 0 is null, as in [`rows`].
+//!
+//! W_YTD is the sum of the warehouse's W_YTD shards, one per district
+//! ([`keys::warehouse_ytd_shard`]); a warehouse must have exactly one per
+//! district that has a row. A shard whose district has no row is reported
+//! like the district's other records, and is left out of the sum with
+//! that district's D_YTD.
 //!
 //! 1. W_YTD = Σ D_YTD of the warehouse's districts.
 //! 2. D_NEXT_O_ID − 1 = max(O_ID) = max(NO_O_ID) of the district (the
@@ -28,8 +34,11 @@
 //! 12. C_BALANCE + C_YTD_PAYMENT = Σ OL_AMOUNT of the customer's delivered
 //!     order lines.
 //!
-//! and one of our own (`[head]`): the new-order head index names
-//! min(NO_O_ID), or D_NEXT_O_ID once everything is delivered.
+//! and two of our own: `[head]`, the new-order head index names
+//! min(NO_O_ID), or D_NEXT_O_ID once everything is delivered; `[shard]`,
+//! each W_YTD shard = its value at load + Σ H_AMOUNT of the payments made
+//! in its district (conditions 1 and 8 only see the sum, so a payment
+//! booked into the wrong shard of the right warehouse would pass them).
 //!
 //! # Where we differ from the specification's wording
 //!
@@ -56,9 +65,13 @@
 //!
 //! No condition is skipped: our records keep every column the conditions
 //! read. W_YTD, D_YTD and D_NEXT_O_ID are read from their own records
-//! ([`keys::warehouse_ytd`], [`keys::district_ytd`],
-//! [`keys::district_next_o_id`]), not from the warehouse and district rows
-//! (see [Physical layout](super#physical-layout)).
+//! ([`keys::warehouse_ytd_shard`], summed per warehouse;
+//! [`keys::district_ytd`]; [`keys::district_next_o_id`]), not from the
+//! warehouse and district rows (see
+//! [Physical layout](super#physical-layout)). Since Payment adds to a
+//! district's W_YTD shard and its D_YTD together, condition 1 holds by
+//! construction of Payment; it is still checked, because it catches a
+//! Payment that updates one and not the other, and corruption.
 //!
 //! # Cost
 //!
@@ -75,7 +88,7 @@
 //! This module checks; it repairs nothing and says nothing about states
 //! other workloads write (the pass stops at the first non-TPC-C key).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
@@ -84,21 +97,15 @@ use super::load;
 use super::rows::{self, Customer, District, History, Order, OrderLine, Warehouse};
 
 #[derive(Default)]
-struct WarehouseTally {
-    /// The warehouse row is present.
-    row: bool,
-    /// W_YTD, from its own record.
-    ytd: Option<i64>,
-}
-
-#[derive(Default)]
 struct DistrictTally {
     /// The district row is present.
     row: bool,
     /// D_NEXT_O_ID, from its own record.
     next_o_id: Option<i64>,
     /// D_YTD, from its own record.
-    ytd: Option<i64>,
+    d_ytd: Option<i64>,
+    /// The district's W_YTD shard.
+    w_ytd_shard: Option<i64>,
     max_o_id: Option<u32>,
     orders: i64,
     ol_cnt_sum: i64,
@@ -130,7 +137,8 @@ struct CustomerTally {
 /// consistent.
 pub fn consistency(state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
     let mut out = Vec::new();
-    let mut warehouses: BTreeMap<u16, WarehouseTally> = BTreeMap::new();
+    // The warehouses with a row.
+    let mut warehouses: BTreeSet<u16> = BTreeSet::new();
     let mut districts: BTreeMap<(u16, u8), DistrictTally> = BTreeMap::new();
     let mut orders: BTreeMap<(u16, u8, u32), OrderTally> = BTreeMap::new();
     let mut customers: BTreeMap<(u16, u8, u32), CustomerTally> = BTreeMap::new();
@@ -138,10 +146,7 @@ pub fn consistency(state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
     for (key, value) in state.range(start..) {
         let Some(p) = keys::parse(key) else { break };
         let scope = p.district();
-        let unscoped = matches!(
-            p.tag,
-            tag::WAREHOUSE | tag::WAREHOUSE_YTD | tag::ITEM | tag::STOCK
-        );
+        let unscoped = matches!(p.tag, tag::WAREHOUSE | tag::ITEM | tag::STOCK);
         if scope.is_none() && !unscoped {
             out.push(format!("malformed key {key:?}"));
             continue;
@@ -150,13 +155,16 @@ pub fn consistency(state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
         let id = scope.zip(p.u32_at(3)).map(|((w, d), id)| (w, d, id));
         match p.tag {
             tag::WAREHOUSE => match (p.warehouse(), Warehouse::decode(value)) {
-                (Some(w), Ok(_)) => warehouses.entry(w).or_default().row = true,
+                (Some(w), Ok(_)) => {
+                    warehouses.insert(w);
+                }
                 _ => out.push(format!("corrupt warehouse {key:?}")),
             },
-            tag::WAREHOUSE_YTD => {
-                let w = p.warehouse().filter(|_| p.rest.len() == 2);
-                match (w, rows::decode_ytd(value)) {
-                    (Some(w), Ok(ytd)) => warehouses.entry(w).or_default().ytd = Some(ytd),
+            tag::WAREHOUSE_YTD_SHARD => {
+                match (scope.filter(|_| p.rest.len() == 3), rows::decode_ytd(value)) {
+                    (Some(wd), Ok(ytd)) => {
+                        districts.entry(wd).or_default().w_ytd_shard = Some(ytd);
+                    }
                     (None, _) => out.push(format!("malformed key {key:?}")),
                     (_, Err(e)) => out.push(format!("{e} at {key:?}")),
                 }
@@ -168,7 +176,7 @@ pub fn consistency(state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
             },
             tag::DISTRICT_YTD => {
                 match (scope.filter(|_| p.rest.len() == 3), rows::decode_ytd(value)) {
-                    (Some(wd), Ok(ytd)) => districts.entry(wd).or_default().ytd = Some(ytd),
+                    (Some(wd), Ok(ytd)) => districts.entry(wd).or_default().d_ytd = Some(ytd),
                     (None, _) => out.push(format!("malformed key {key:?}")),
                     (_, Err(e)) => out.push(format!("{e} at {key:?}")),
                 }
@@ -325,7 +333,10 @@ fn check_order(out: &mut Vec<String>, (w, d, o): (u16, u8, u32), row: &Order, t:
 /// What a warehouse's districts add up to.
 struct DistrictSums {
     /// Σ D_YTD; `None` when a district has no D_YTD record.
-    ytd: Option<i64>,
+    d_ytd: Option<i64>,
+    /// W_YTD: Σ of the districts' W_YTD shards; `None` when a district
+    /// has no shard.
+    w_ytd: Option<i64>,
     /// District rows.
     rows: i64,
     /// Σ H_AMOUNT of Payment's history rows naming the districts.
@@ -335,7 +346,8 @@ struct DistrictSums {
 impl Default for DistrictSums {
     fn default() -> Self {
         DistrictSums {
-            ytd: Some(0),
+            d_ytd: Some(0),
+            w_ytd: Some(0),
             rows: 0,
             payments: 0,
         }
@@ -346,7 +358,7 @@ impl Default for DistrictSums {
 fn check_districts(
     out: &mut Vec<String>,
     districts: &BTreeMap<(u16, u8), DistrictTally>,
-    warehouses: &BTreeMap<u16, WarehouseTally>,
+    warehouses: &BTreeSet<u16>,
 ) {
     let mut sums: BTreeMap<u16, DistrictSums> = BTreeMap::new();
     for ((w, d), t) in districts {
@@ -358,8 +370,20 @@ fn check_districts(
         let sum = sums.entry(*w).or_default();
         sum.rows += 1;
         sum.payments += t.payments;
-        sum.ytd = sum.ytd.zip(t.ytd).map(|(a, b)| a + b);
-        match t.ytd {
+        sum.d_ytd = sum.d_ytd.zip(t.d_ytd).map(|(a, b)| a + b);
+        sum.w_ytd = sum.w_ytd.zip(t.w_ytd_shard).map(|(a, b)| a + b);
+        match t.w_ytd_shard {
+            None => out.push(format!("{at}: no W_YTD shard record")),
+            Some(shard) => {
+                let expected = load::W_YTD_SHARD_AT_LOAD + t.payments;
+                if shard != expected {
+                    out.push(format!(
+                        "[shard] {at}: W_YTD shard = {shard} but its value at load + sum(H_AMOUNT) of the district's payments = {expected}"
+                    ));
+                }
+            }
+        }
+        match t.d_ytd {
             Some(ytd) => {
                 let expected = load::D_YTD_AT_LOAD + t.payments;
                 if ytd != expected {
@@ -381,24 +405,20 @@ fn check_districts(
             ));
         }
     }
-    for (w, t) in warehouses {
+    for w in warehouses {
         let sum = sums.remove(w).unwrap_or_default();
-        if !t.row {
-            out.push(format!("warehouse {w}: records without a warehouse"));
-            continue;
-        }
-        let Some(ytd) = t.ytd else {
-            out.push(format!("warehouse {w}: no W_YTD record"));
+        // A missing shard was reported with its district.
+        let Some(ytd) = sum.w_ytd else {
             continue;
         };
-        if let Some(district_ytd) = sum.ytd {
+        if let Some(district_ytd) = sum.d_ytd {
             if ytd != district_ytd {
                 out.push(format!(
                     "[3.3.2.1] warehouse {w}: W_YTD = {ytd} but sum(D_YTD) = {district_ytd}"
                 ));
             }
         }
-        let expected = load::D_YTD_AT_LOAD * sum.rows + sum.payments;
+        let expected = load::W_YTD_SHARD_AT_LOAD * sum.rows + sum.payments;
         if ytd != expected {
             out.push(format!(
                 "[3.3.2.8] warehouse {w}: W_YTD = {ytd} but W_YTD at load + sum(H_AMOUNT) of payments = {expected}"

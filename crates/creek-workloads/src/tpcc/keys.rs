@@ -6,9 +6,9 @@
 //! no range scan, so the range-like accesses of the transactions go through
 //! index records the procedures maintain themselves. Upper-case tags are
 //! the tables; lower-case tags are records outside the logical schema:
-//! the three columns stored apart from their rows, W_YTD, D_YTD and
-//! D_NEXT_O_ID (see [Physical layout](super#physical-layout)), and the
-//! indexes.
+//! the three columns stored apart from their rows, W_YTD (as one shard
+//! per district), D_YTD and D_NEXT_O_ID (see
+//! [Physical layout](super#physical-layout)), and the indexes.
 //!
 //! | tag   | record                         | key after the tag          |
 //! |-------|--------------------------------|----------------------------|
@@ -21,7 +21,7 @@
 //! | `L`   | order line                     | `w:u16 d:u8 o:u32 ol:u8`   |
 //! | `I`   | item                           | `i:u32`                    |
 //! | `S`   | stock                          | `w:u16 i:u32`              |
-//! | `w`   | W_YTD of a warehouse (Payment) | `w:u16`                    |
+//! | `w`   | W_YTD shard of a district (Payment) | `w:u16 d:u8`          |
 //! | `d`   | D_YTD of a district (Payment)  | `w:u16 d:u8`               |
 //! | `x`   | D_NEXT_O_ID of a district (New-Order) | `w:u16 d:u8`        |
 //! | `q`   | index: oldest new-order of a district (Delivery)     | `w:u16 d:u8` |
@@ -30,6 +30,12 @@
 //!
 //! History has no primary key in the specification; its key uses the
 //! customer's payment count, which makes it unique and deterministic.
+//!
+//! A warehouse's W_YTD is the sum of its `w` records, one per district
+//! (a sharded counter, see [Physical layout](super#physical-layout)): the
+//! the shard of district `d` grows with the Payments made in `d`, the
+//! same Payments that add to its D_YTD. A `w` key without the district
+//! (`w:u16` alone) is malformed.
 //!
 //! Keys sort by tag first (all upper-case tags before all lower-case
 //! ones), which [`check`](super::check) relies on for order lines (`L`)
@@ -62,8 +68,9 @@ pub mod tag {
     pub const ITEM: u8 = b'I';
     /// Stock.
     pub const STOCK: u8 = b'S';
-    /// W_YTD of a warehouse, stored apart from the warehouse row.
-    pub const WAREHOUSE_YTD: u8 = b'w';
+    /// A shard of a warehouse's W_YTD, one per district, stored apart from
+    /// the warehouse row.
+    pub const WAREHOUSE_YTD_SHARD: u8 = b'w';
     /// D_YTD of a district, stored apart from the district row.
     pub const DISTRICT_YTD: u8 = b'd';
     /// D_NEXT_O_ID of a district, stored apart from the district row
@@ -103,11 +110,10 @@ pub fn district(w: u16, d: u8) -> Bytes {
     district_key(tag::DISTRICT, w, d, 0).freeze()
 }
 
-/// W_YTD of warehouse `w`.
-pub fn warehouse_ytd(w: u16) -> Bytes {
-    let mut k = start(tag::WAREHOUSE_YTD, 2);
-    k.put_u16(w);
-    k.freeze()
+/// The shard of warehouse `w`'s W_YTD that Payments in district `d` add
+/// to; W_YTD is the sum of the warehouse's shards.
+pub fn warehouse_ytd_shard(w: u16, d: u8) -> Bytes {
+    district_key(tag::WAREHOUSE_YTD_SHARD, w, d, 0).freeze()
 }
 
 /// D_YTD of district `d` of warehouse `w`.

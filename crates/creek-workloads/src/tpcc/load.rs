@@ -1,10 +1,10 @@
 //! The initial population of clause 4.3.3.1, for any [`TpccScale`].
 //!
 //! [`populate`] streams the records in a fixed order (items, then per
-//! warehouse: the warehouse and its W_YTD, its stock, and per district the
-//! district, its D_YTD and D_NEXT_O_ID, customers, history, orders, order
-//! lines and new-orders, plus the index records); the same seed gives the
-//! same records. [`load_calls`] batches them into `tpcc.load` calls so
+//! warehouse: the warehouse and its W_YTD shards, its stock, and per
+//! district the district, its D_YTD and D_NEXT_O_ID, customers, history,
+//! orders, order lines and new-orders, plus the index records); the same
+//! seed gives the same records (the YTD records draw no random numbers). [`load_calls`] batches them into `tpcc.load` calls so
 //! population goes through the ordinary op path, each call below a byte
 //! budget.
 
@@ -24,6 +24,13 @@ pub const CALL_BYTES_MAX: usize = 512 * 1024;
 /// D_YTD of every district at load, in cents (30,000.00); a warehouse's
 /// W_YTD starts at this times its districts (300,000.00 for ten).
 pub const D_YTD_AT_LOAD: i64 = 3_000_000;
+
+/// Every W_YTD shard at load, in cents: the warehouse's W_YTD at load
+/// ([`D_YTD_AT_LOAD`] × its districts) split evenly over its districts'
+/// shards, which is [`D_YTD_AT_LOAD`]. So the logical W_YTD at load is
+/// what it would be in one record, and each shard starts equal to its
+/// district's D_YTD.
+pub const W_YTD_SHARD_AT_LOAD: i64 = D_YTD_AT_LOAD;
 
 /// The payment number (the last field of a history key) of the one history
 /// row the load writes per customer: C_PAYMENT_CNT starts at 1, so the
@@ -62,10 +69,12 @@ pub fn populate(
             tax: rng.uniform(0, 2000),
         };
         emit(keys::warehouse(w), warehouse.encode());
-        emit(
-            keys::warehouse_ytd(w),
-            rows::encode_ytd(D_YTD_AT_LOAD * i64::from(scale.districts_per_warehouse)),
-        );
+        for d in 1..=scale.districts_per_warehouse {
+            emit(
+                keys::warehouse_ytd_shard(w, d),
+                rows::encode_ytd(W_YTD_SHARD_AT_LOAD),
+            );
+        }
         for i in 1..=scale.items {
             let stock = Stock {
                 quantity: rng.uniform(10, 100),

@@ -4,12 +4,15 @@
 //! h_date]` where `customer` is a C_ID (int) or a C_LAST (bytes). Result:
 //! `[c_id, c_balance_cents]`.
 //!
-//! W_YTD and D_YTD are read-modify-written in their own records
-//! ([`keys::warehouse_ytd`], [`keys::district_ytd`]); the warehouse and
-//! district rows are only read, for the names that make up H_DATA. So a
-//! Payment writes nothing a New-Order reads and reads nothing a New-Order
-//! writes (D_NEXT_O_ID has a record of its own too), except the customer
-//! row when both are for the same customer (see
+//! W_YTD and D_YTD are read-modify-written in their own records: W_YTD in
+//! the shard of the district paid in ([`keys::warehouse_ytd_shard`] of
+//! W_ID, D_ID: the warehouse's W_YTD is the sum of its shards), D_YTD in
+//! [`keys::district_ytd`] of the same district. The warehouse and district
+//! rows are only read, for the names that make up H_DATA. So a Payment
+//! writes nothing a New-Order reads and reads nothing a New-Order writes
+//! (D_NEXT_O_ID has a record of its own too), except the customer row when
+//! both are for the same customer; and two Payments made in different
+//! districts write no common record unless they pay one customer (see
 //! [Physical layout](super#physical-layout)).
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -85,8 +88,10 @@ pub(super) fn run(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let input = Input::decode(raw).map_err(Abort)?;
     let (w, d) = (input.w_id, input.d_id);
     let warehouse = read_row(txn, &keys::warehouse(w), "warehouse", Warehouse::decode)?;
-    let w_ytd_key = keys::warehouse_ytd(w);
-    let w_ytd = read_row(txn, &w_ytd_key, "W_YTD", rows::decode_ytd)?;
+    // W_YTD grows in the shard of the district paid in, so Payments in
+    // different districts of one warehouse write different records.
+    let w_ytd_key = keys::warehouse_ytd_shard(w, d);
+    let w_ytd = read_row(txn, &w_ytd_key, "W_YTD shard", rows::decode_ytd)?;
     txn.put(w_ytd_key, rows::encode_ytd(add_ytd(w_ytd, input.amount)?));
     let district = read_row(txn, &keys::district(w, d), "district", District::decode)?;
     let d_ytd_key = keys::district_ytd(w, d);

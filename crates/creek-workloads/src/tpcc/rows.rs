@@ -8,9 +8,11 @@
 //! date.
 //!
 //! W_YTD, D_YTD and D_NEXT_O_ID are not fields of [`Warehouse`] and
-//! [`District`]: each is a record of its own, under
-//! [`keys::warehouse_ytd`](super::keys::warehouse_ytd) and
-//! [`keys::district_ytd`](super::keys::district_ytd) ([`encode_ytd`]) and
+//! [`District`]: they are stored in records of their own, W_YTD as one
+//! shard per district under
+//! [`keys::warehouse_ytd_shard`](super::keys::warehouse_ytd_shard) and
+//! D_YTD under [`keys::district_ytd`](super::keys::district_ytd) (both
+//! [`encode_ytd`]), and D_NEXT_O_ID under
 //! [`keys::district_next_o_id`](super::keys::district_next_o_id)
 //! ([`encode_next_o_id`]); see [Physical layout](super#physical-layout).
 
@@ -91,8 +93,8 @@ macro_rules! row {
 }
 
 row! {
-    /// A WAREHOUSE row, without W_YTD (a record of its own:
-    /// [`encode_ytd`]).
+    /// A WAREHOUSE row, without W_YTD (the sum of its shards, records of
+    /// their own: [`encode_ytd`]).
     Warehouse {
         /// W_NAME.
         name: Bytes,
@@ -286,7 +288,7 @@ pub fn decode_id(raw: &Bytes) -> Result<u32, Abort> {
         .ok_or_else(|| Abort::new("corrupt id index"))
 }
 
-/// A W_YTD or D_YTD record: the year-to-date amount in cents.
+/// A W_YTD shard or D_YTD record: the year-to-date amount in cents.
 pub fn encode_ytd(cents: i64) -> Bytes {
     Value::Int(cents).encode()
 }

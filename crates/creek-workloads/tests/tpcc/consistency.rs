@@ -94,11 +94,18 @@ fn generated_mix_keeps_the_database_consistent() {
     assert_eq!(payments, counts[tpcc::PAYMENT]);
     // About 1% of ~1350 New-Orders roll back.
     assert!((3..40).contains(&rollbacks), "{rollbacks}");
-    let w_ytd = db.ytd(keys::warehouse_ytd(1));
-    assert!(
-        w_ytd > 2 * load::D_YTD_AT_LOAD,
-        "payments reached warehouse 1"
-    );
+    // Payments reached every W_YTD shard, each through its own district.
+    for w in 1..=TINY.warehouses {
+        assert!(db.w_ytd(w) > 2 * load::D_YTD_AT_LOAD);
+        for d in 1..=TINY.districts_per_warehouse {
+            let shard = db.ytd(keys::warehouse_ytd_shard(w, d));
+            assert!(
+                shard > load::W_YTD_SHARD_AT_LOAD,
+                "warehouse {w} district {d}"
+            );
+            assert_eq!(shard, db.ytd(keys::district_ytd(w, d)));
+        }
+    }
 }
 
 /// A consistent state after a generated mix that exercised the paths the
@@ -223,16 +230,32 @@ fn condition_7_an_undelivered_line_of_a_delivered_order_is_reported() {
     assert_eq!(broken, conditions(&[7]));
 }
 
-/// Add `cents` to a W_YTD or D_YTD record.
+/// Add `cents` to a W_YTD shard or a D_YTD record.
 fn add_to_ytd(state: &mut BTreeMap<Bytes, Bytes>, key: Bytes, cents: i64) {
     let ytd = rows::decode_ytd(&state[&key]).expect("YTD record decodes");
     state.insert(key, rows::encode_ytd(ytd + cents));
 }
 
+/// W_YTD is the sum of its shards, so a shard off by a cent is a W_YTD
+/// off by a cent; condition 1 sees it too, as it would a Payment that
+/// updated D_YTD and not the shard; so does our own per-shard condition.
 #[test]
-fn condition_8_a_warehouse_ytd_off_by_a_cent_is_reported() {
-    let broken = broken_by(|s| add_to_ytd(s, keys::warehouse_ytd(2), 1));
-    assert_eq!(broken, conditions(&[1, 8]));
+fn condition_8_a_warehouse_ytd_shard_off_by_a_cent_is_reported() {
+    let broken = broken_by(|s| add_to_ytd(s, keys::warehouse_ytd_shard(2, 1), 1));
+    let mut expected = conditions(&[1, 8]);
+    expected.insert("shard".into());
+    assert_eq!(broken, expected);
+}
+
+/// A payment booked into the wrong shard of the right warehouse keeps the
+/// warehouse's sum: only the per-shard condition sees it.
+#[test]
+fn a_payment_booked_into_another_shard_of_its_warehouse_is_reported() {
+    let broken = broken_by(|s| {
+        add_to_ytd(s, keys::warehouse_ytd_shard(2, 1), -1);
+        add_to_ytd(s, keys::warehouse_ytd_shard(2, 2), 1);
+    });
+    assert_eq!(broken, BTreeSet::from(["shard".to_string()]));
 }
 
 #[test]
@@ -244,14 +267,17 @@ fn condition_9_a_district_ytd_off_by_a_cent_is_reported() {
 
 #[test]
 fn condition_9_a_payment_booked_to_the_wrong_district_is_reported() {
-    // The warehouse total stands; the two districts' do not.
+    // The warehouse total stands; the two districts' do not, nor do their
+    // W_YTD shards.
     let broken = broken_by(|s| {
         let (key, _) = payment_history(s).remove(0);
         edit_row(s, key, History::decode, History::encode, |h| {
             h.d_id = 3 - h.d_id
         });
     });
-    assert_eq!(broken, conditions(&[9]));
+    let mut expected = conditions(&[9]);
+    expected.insert("shard".into());
+    assert_eq!(broken, expected);
 }
 
 #[test]
@@ -334,9 +360,9 @@ fn broken_states_are_reported() {
 }
 
 /// W_YTD and D_YTD live in records of their own (`tpcc` module docs,
-/// Physical layout); a missing or malformed one is reported by name, and
-/// the conditions that need it are not checked for its warehouse or
-/// district.
+/// Physical layout), W_YTD as one shard per district; a missing, corrupt or
+/// malformed one is reported by name, and the conditions that need it are
+/// not checked for its warehouse or district.
 #[test]
 fn missing_and_malformed_ytd_records_are_reported() {
     let db = Db::new(&TINY, 41);
@@ -346,11 +372,13 @@ fn missing_and_malformed_ytd_records_are_reported() {
         edit(&mut state);
         check::consistency(&state)
     };
+    // Without one of its shards the warehouse has no W_YTD: conditions 1
+    // and 8 are not checked for it.
     assert_eq!(
         violations(&|s| {
-            s.remove(&keys::warehouse_ytd(2));
+            s.remove(&keys::warehouse_ytd_shard(2, 1));
         }),
-        ["warehouse 2: no W_YTD record"]
+        ["warehouse 2 district 1: no W_YTD shard record"]
     );
     assert_eq!(
         violations(&|s| {
@@ -368,17 +396,18 @@ fn missing_and_malformed_ytd_records_are_reported() {
             "warehouse 1 district 2: no D_YTD record".to_string(),
         ]
     );
+    let shard = keys::warehouse_ytd_shard(1, 2);
     assert_eq!(
         violations(&|s| {
-            s.insert(keys::warehouse_ytd(1), junk.clone());
+            s.insert(shard.clone(), junk.clone());
         }),
         [
-            format!("corrupt YTD record at {:?}", keys::warehouse_ytd(1)),
-            "warehouse 1: no W_YTD record".to_string(),
+            format!("corrupt YTD record at {shard:?}"),
+            "warehouse 1 district 2: no W_YTD shard record".to_string(),
         ]
     );
-    // A YTD key one byte too long, and records of a warehouse that has no
-    // row.
+    // YTD keys one byte too long, and a W_YTD key without its district
+    // (one record per warehouse, not a shard).
     let long = Bytes::from([keys::district_ytd(1, 2).as_ref(), &[0]].concat());
     assert_eq!(
         violations(&|s| {
@@ -386,11 +415,31 @@ fn missing_and_malformed_ytd_records_are_reported() {
         }),
         [format!("malformed key {long:?}")]
     );
+    let long = Bytes::from([shard.as_ref(), &[0]].concat());
+    let short = shard.slice(..shard.len() - 1);
     assert_eq!(
         violations(&|s| {
-            s.insert(keys::warehouse_ytd(3), rows::encode_ytd(0));
+            s.insert(long.clone(), rows::encode_ytd(0));
+            s.insert(short.clone(), rows::encode_ytd(0));
         }),
-        ["warehouse 3: records without a warehouse"]
+        [
+            format!("malformed key {short:?}"),
+            format!("malformed key {long:?}")
+        ]
+    );
+    // One shard per district that exists: a shard of a district or a
+    // warehouse that has no row is reported, and counts for no W_YTD.
+    assert_eq!(
+        violations(&|s| {
+            s.insert(keys::warehouse_ytd_shard(1, 3), rows::encode_ytd(0));
+        }),
+        ["warehouse 1 district 3: records without a district"]
+    );
+    assert_eq!(
+        violations(&|s| {
+            s.insert(keys::warehouse_ytd_shard(3, 1), rows::encode_ytd(0));
+        }),
+        ["warehouse 3 district 1: records without a district"]
     );
     assert_eq!(
         violations(&|s| {
@@ -399,9 +448,8 @@ fn missing_and_malformed_ytd_records_are_reported() {
         ["warehouse 1: records without a warehouse"]
     );
 
-    // Payment needs both records: without one it aborts and writes nothing.
-    let mut db = Db::new(&TINY, 41);
-    db.state.remove(&keys::district_ytd(1, 1));
+    // Payment needs both records of its district: without one it aborts
+    // and writes nothing.
     let input = tpcc::payment::Input {
         w_id: 1,
         d_id: 1,
@@ -411,12 +459,25 @@ fn missing_and_malformed_ytd_records_are_reported() {
         amount: 100,
         date: 1,
     };
-    let ex = db.exec(tpcc::PAYMENT, input.encode());
-    assert_eq!(
-        ex.outcome.map_err(|e| e.0),
-        Err("D_YTD not found".to_string())
-    );
-    assert!(ex.writes.is_empty());
+    for (key, what) in [
+        (keys::district_ytd(1, 1), "D_YTD"),
+        (keys::warehouse_ytd_shard(1, 1), "W_YTD shard"),
+    ] {
+        let mut db = Db::new(&TINY, 41);
+        db.state.remove(&key);
+        let ex = db.exec(tpcc::PAYMENT, input.encode());
+        assert_eq!(
+            ex.outcome.map_err(|e| e.0),
+            Err(format!("{what} not found"))
+        );
+        assert!(ex.writes.is_empty());
+        // The other district's shard is enough for a Payment made there.
+        let there = tpcc::payment::Input {
+            d_id: 2,
+            ..input.clone()
+        };
+        assert!(db.exec(tpcc::PAYMENT, there.encode()).outcome.is_ok());
+    }
 }
 
 /// D_NEXT_O_ID lives in a record of its own too (`tpcc` module docs,
@@ -473,12 +534,25 @@ fn missing_and_malformed_next_o_id_records_are_reported() {
         }),
         ["warehouse 1 district 3: records without a district"]
     );
-    // Without its row the district leaves its warehouse's sums too.
+    // Without its row the district leaves its warehouse's sums: its W_YTD
+    // shard and its D_YTD together, so conditions 1 and 8 still hold for
+    // the districts left.
+    assert_eq!(
+        violations(&|s| {
+            s.remove(&keys::district(1, 2));
+        }),
+        ["warehouse 1 district 2: records without a district"]
+    );
+    // Unless the two disagreed: then condition 1 (and 8) see it.
     let v = violations(&|s| {
         s.remove(&keys::district(1, 2));
+        add_to_ytd(s, keys::warehouse_ytd_shard(1, 1), 1);
     });
-    assert_eq!(v[0], "warehouse 1 district 2: records without a district");
-    assert_eq!(broken_tags(&v[1..]), ["3.3.2.1", "3.3.2.8"]);
+    // (and the shard's own condition, reported with district 1 first).
+    assert_eq!(v[1], "warehouse 1 district 2: records without a district");
+    let mut tags = broken_tags(&v);
+    tags.remove(1);
+    assert_eq!(tags, ["shard", "3.3.2.1", "3.3.2.8"]);
 
     // New-Order and Stock-Level need the record: without it they abort
     // and write nothing.

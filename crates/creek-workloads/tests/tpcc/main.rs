@@ -74,9 +74,14 @@ impl Db {
         decode(raw).expect("row decodes")
     }
 
-    /// A W_YTD or D_YTD record.
+    /// A W_YTD shard or D_YTD record.
     pub fn ytd(&self, key: Bytes) -> i64 {
         self.row(key, rows::decode_ytd)
+    }
+
+    /// The logical W_YTD of warehouse `w`: the sum of its shards.
+    pub fn w_ytd(&self, w: u16) -> i64 {
+        w_ytd(&self.state, w)
     }
 
     /// The D_NEXT_O_ID record of district `d` of warehouse `w`.
@@ -87,6 +92,20 @@ impl Db {
     pub fn set(&mut self, key: Bytes, value: Bytes) {
         self.state.insert(key, value);
     }
+}
+
+/// The logical W_YTD of warehouse `w` in `state`: the sum of its shards
+/// (every `w` record of the warehouse).
+pub fn w_ytd(state: &BTreeMap<Bytes, Bytes>, w: u16) -> i64 {
+    state
+        .iter()
+        .filter(|(k, _)| {
+            k.len() > 4
+                && k[..2] == [keys::PREFIX, keys::tag::WAREHOUSE_YTD_SHARD]
+                && k[2..4] == w.to_be_bytes()
+        })
+        .map(|(_, v)| rows::decode_ytd(v).expect("W_YTD shard decodes"))
+        .sum()
 }
 
 pub fn ints(v: &Value) -> Vec<i64> {

@@ -34,15 +34,19 @@ fn population_is_deterministic_and_shaped_per_clause_4_3() {
     assert_eq!(count(tag::WAREHOUSE), 2);
     assert_eq!(count(tag::STOCK), 60);
     assert_eq!(count(tag::DISTRICT), 4);
-    // W_YTD and D_YTD are records of their own, with the load's amounts.
-    assert_eq!(count(tag::WAREHOUSE_YTD), 2);
+    // W_YTD and D_YTD are records of their own, with the load's amounts;
+    // W_YTD as one shard per district.
+    assert_eq!(count(tag::WAREHOUSE_YTD_SHARD), 4);
     assert_eq!(count(tag::DISTRICT_YTD), 4);
     // So is D_NEXT_O_ID: the id after the load's last order.
     assert_eq!(count(tag::DISTRICT_NEXT_O_ID), 4);
     for w in 1..=2 {
         let ytd = |key| rows::decode_ytd(&a[&key]).expect("YTD record");
-        assert_eq!(ytd(keys::warehouse_ytd(w)), 2 * load::D_YTD_AT_LOAD);
+        // The logical W_YTD at load is what one record held before the
+        // sharding: D_YTD at load times the districts.
+        assert_eq!(w_ytd(&a, w), 2 * load::D_YTD_AT_LOAD);
         for d in 1..=2 {
+            assert_eq!(ytd(keys::warehouse_ytd_shard(w, d)), load::D_YTD_AT_LOAD);
             assert_eq!(ytd(keys::district_ytd(w, d)), load::D_YTD_AT_LOAD);
             let next = rows::decode_next_o_id(&a[&keys::district_next_o_id(w, d)]);
             assert_eq!(next, Ok(11));
@@ -132,7 +136,12 @@ fn full_scale_population_fits_the_limits() {
         .map(|(_, v)| History::decode(v).expect("history").amount)
         .sum();
     assert!(Warehouse::decode(&records[&keys::warehouse(1)]).is_ok());
-    let w_ytd = rows::decode_ytd(&records[&keys::warehouse_ytd(1)]).expect("W_YTD");
+    // W_YTD is the sum of ten shards of 30,000.00 each.
+    let shards = table(keys::tag::WAREHOUSE_YTD_SHARD)
+        .map(|(_, v)| rows::decode_ytd(v).expect("W_YTD shard"))
+        .collect::<Vec<i64>>();
+    assert_eq!(shards, [3_000_000; 10]);
+    let w_ytd = w_ytd(&records, 1);
     assert_eq!(w_ytd, 30_000_000, "300,000.00");
     assert_eq!(w_ytd, history);
     for d in 1..=scale.districts_per_warehouse {

@@ -110,7 +110,8 @@ fn payment_by_last_name_picks_the_middle_customer_and_updates_totals() {
     c.data = Bytes::from_static(b"old data");
     db.set(keys::customer(1, 1, 1), c.clone().encode());
     let before = db.state.clone();
-    let w_ytd = db.ytd(keys::warehouse_ytd(1));
+    let w_ytd = db.w_ytd(1);
+    let [shard_1, shard_2] = [1, 2].map(|d| db.ytd(keys::warehouse_ytd_shard(1, d)));
     let d_ytd = db.ytd(keys::district_ytd(1, 1));
 
     let input = payment::Input {
@@ -126,7 +127,10 @@ fn payment_by_last_name_picks_the_middle_customer_and_updates_totals() {
     let result = db.ok(tpcc::PAYMENT, input.encode());
     assert_eq!(ints(&result), [1, c.balance - 1234]);
 
-    assert_eq!(db.ytd(keys::warehouse_ytd(1)), w_ytd + 1234);
+    // W_YTD grows by the amount, in the shard of the district paid in.
+    assert_eq!(db.w_ytd(1), w_ytd + 1234);
+    assert_eq!(db.ytd(keys::warehouse_ytd_shard(1, 1)), shard_1 + 1234);
+    assert_eq!(db.ytd(keys::warehouse_ytd_shard(1, 2)), shard_2);
     assert_eq!(db.ytd(keys::district_ytd(1, 1)), d_ytd + 1234);
     let w = db.row(keys::warehouse(1), Warehouse::decode);
     let d = db.row(keys::district(1, 1), District::decode);
@@ -144,8 +148,9 @@ fn payment_by_last_name_picks_the_middle_customer_and_updates_totals() {
     h_data.extend_from_slice(b"    ");
     h_data.extend_from_slice(&d.name);
     assert_eq!(h.data, h_data);
-    // Exactly W_YTD, D_YTD, the customer and the new history row changed;
-    // the warehouse and district rows were only read.
+    // Exactly the district's W_YTD shard, its D_YTD, the customer and the
+    // new history row changed; the warehouse and district rows were only
+    // read.
     let changed: Vec<Bytes> = db
         .state
         .iter()
@@ -153,7 +158,7 @@ fn payment_by_last_name_picks_the_middle_customer_and_updates_totals() {
         .map(|(k, _)| k.clone())
         .collect();
     let mut expected = vec![
-        keys::warehouse_ytd(1),
+        keys::warehouse_ytd_shard(1, 1),
         keys::district_ytd(1, 1),
         keys::customer(1, 1, 1),
         keys::history(1, 1, 1, 2),
@@ -171,13 +176,15 @@ fn remote_payment_by_id_pays_the_remote_customer_to_the_home_warehouse() {
     db.set(keys::customer(2, 2, 5), c.clone().encode());
     let ytd = |db: &Db| {
         [
-            db.ytd(keys::warehouse_ytd(1)),
+            db.w_ytd(1),
+            db.ytd(keys::warehouse_ytd_shard(1, 2)),
             db.ytd(keys::district_ytd(1, 2)),
-            db.ytd(keys::warehouse_ytd(2)),
+            db.w_ytd(2),
+            db.ytd(keys::warehouse_ytd_shard(2, 2)),
             db.ytd(keys::district_ytd(2, 2)),
         ]
     };
-    let [w1, d12, w2, d22] = ytd(&db);
+    let [w1, s12, d12, w2, s22, d22] = ytd(&db);
     let input = payment::Input {
         w_id: 1,
         d_id: 2,
@@ -192,51 +199,63 @@ fn remote_payment_by_id_pays_the_remote_customer_to_the_home_warehouse() {
     assert_eq!((after.balance, after.payment_cnt), (c.balance - 500, 2));
     assert_eq!(after.data, c.data, "good credit keeps C_DATA");
     // The terminal's warehouse and district are paid, not the customer's.
-    assert_eq!(ytd(&db), [w1 + 500, d12 + 500, w2, d22]);
+    assert_eq!(ytd(&db), [w1 + 500, s12 + 500, d12 + 500, w2, s22, d22]);
     let h = db.row(keys::history(2, 2, 5, 2), History::decode);
     assert_eq!((h.c_w_id, h.c_d_id, h.w_id, h.d_id), (2, 2, 1, 2));
     assert!(check::consistency(&db.state).is_empty());
+}
+
+/// The keys a transaction reads and the keys it writes.
+type Footprint = (BTreeSet<Bytes>, BTreeSet<Bytes>);
+
+/// Execute `name` against `db`'s state without applying its writes.
+fn footprint(db: &Db, name: &str, args: Bytes) -> Footprint {
+    let call = ProcCall::new(name, args);
+    let ex = execute_call(&db.reg, &Snap(&db.state), TxnLimits::default(), &call);
+    assert!(ex.outcome.is_ok(), "{name}: {:?}", ex.outcome);
+    let reads = ex.reads.into_iter().map(|(k, _)| k).collect();
+    let writes = ex.writes.into_iter().map(|(k, _)| k).collect();
+    (reads, writes)
+}
+
+/// The records one of two transactions writes and the other reads or
+/// writes: what per-key conflict detection makes them conflict on.
+fn shared((a_reads, a_writes): &Footprint, (b_reads, b_writes): &Footprint) -> Vec<Bytes> {
+    let a_touches: BTreeSet<Bytes> = a_reads.union(a_writes).cloned().collect();
+    let b_touches: BTreeSet<Bytes> = b_reads.union(b_writes).cloned().collect();
+    let mut shared: BTreeSet<Bytes> = a_writes.intersection(&b_touches).cloned().collect();
+    shared.extend(b_writes.intersection(&a_touches).cloned());
+    shared.into_iter().collect()
+}
+
+/// A local Payment of 1.00 by customer `c_id` of district `d_id` of
+/// warehouse 1.
+fn local_payment(d_id: u8, c_id: u32) -> payment::Input {
+    payment::Input {
+        w_id: 1,
+        d_id,
+        c_w_id: 1,
+        c_d_id: d_id,
+        customer: CustomerSelector::Id(c_id),
+        amount: 100,
+        date: 1,
+    }
 }
 
 /// The point of the physical layout (`tpcc` module docs, Physical
 /// layout): the executor detects conflicts per key, and a New-Order and a
 /// Payment of the same district for different customers touch no common
 /// record that either writes. Both only read the warehouse and district
-/// rows; Payment writes W_YTD and D_YTD, New-Order D_NEXT_O_ID. For the
-/// same customer they do conflict, on the customer row.
+/// rows; Payment writes the district's W_YTD shard and its D_YTD,
+/// New-Order D_NEXT_O_ID. For the same customer they do conflict, on the
+/// customer row.
 #[test]
 fn payment_and_new_order_of_one_district_share_no_written_record() {
     let db = hand_state();
-    let run = |name: &str, args: Bytes| {
-        let call = ProcCall::new(name, args);
-        let ex = execute_call(&db.reg, &Snap(&db.state), TxnLimits::default(), &call);
-        assert!(ex.outcome.is_ok(), "{name}: {:?}", ex.outcome);
-        let reads: BTreeSet<Bytes> = ex.reads.into_iter().map(|(k, _)| k).collect();
-        let writes: BTreeSet<Bytes> = ex.writes.into_iter().map(|(k, _)| k).collect();
-        (reads, writes)
-    };
-    let payment_by = |c_id| payment::Input {
-        w_id: 1,
-        d_id: 2,
-        c_w_id: 1,
-        c_d_id: 2,
-        customer: CustomerSelector::Id(c_id),
-        amount: 100,
-        date: 1,
-    };
-    // The records one of two transactions writes and the other touches.
-    let shared = |(a_reads, a_writes): &(BTreeSet<Bytes>, BTreeSet<Bytes>),
-                  (b_reads, b_writes): &(BTreeSet<Bytes>, BTreeSet<Bytes>)| {
-        let a_touches: BTreeSet<Bytes> = a_reads.union(a_writes).cloned().collect();
-        let b_touches: BTreeSet<Bytes> = b_reads.union(b_writes).cloned().collect();
-        let mut shared: BTreeSet<Bytes> = a_writes.intersection(&b_touches).cloned().collect();
-        shared.extend(b_writes.intersection(&a_touches).cloned());
-        shared.into_iter().collect::<Vec<_>>()
-    };
     // New-Order for customer 3 of warehouse 1 district 2; a local Payment
     // by customer 5 of the same district.
-    let new_order = run(tpcc::NEW_ORDER, hand_order(1).encode());
-    let payment = run(tpcc::PAYMENT, payment_by(5).encode());
+    let new_order = footprint(&db, tpcc::NEW_ORDER, hand_order(1).encode());
+    let payment = footprint(&db, tpcc::PAYMENT, local_payment(2, 5).encode());
     let (no_reads, no_writes) = &new_order;
     let (p_reads, p_writes) = &payment;
 
@@ -245,7 +264,7 @@ fn payment_and_new_order_of_one_district_share_no_written_record() {
         assert!(no_reads.contains(&row) && p_reads.contains(&row));
         assert!(!no_writes.contains(&row) && !p_writes.contains(&row));
     }
-    for ytd in [keys::warehouse_ytd(1), keys::district_ytd(1, 2)] {
+    for ytd in [keys::warehouse_ytd_shard(1, 2), keys::district_ytd(1, 2)] {
         assert!(p_writes.contains(&ytd));
         assert!(!no_reads.contains(&ytd));
     }
@@ -255,11 +274,49 @@ fn payment_and_new_order_of_one_district_share_no_written_record() {
     assert_eq!(shared(&new_order, &payment), Vec::<Bytes>::new());
 
     // The same customer is the one exception.
-    let same_customer = run(tpcc::PAYMENT, payment_by(3).encode());
+    let same_customer = footprint(&db, tpcc::PAYMENT, local_payment(2, 3).encode());
     assert_eq!(
         shared(&new_order, &same_customer),
         [keys::customer(1, 2, 3)]
     );
+}
+
+/// The point of sharding W_YTD (`tpcc` module docs, W_YTD is a sharded
+/// counter): two Payments made in different districts of one warehouse
+/// write no common record, so they do not conflict; in one district they
+/// still share that district's W_YTD shard and D_YTD.
+#[test]
+fn payments_in_different_districts_of_one_warehouse_share_no_written_record() {
+    let db = Db::new(&TINY, 9);
+    let in_1 = footprint(&db, tpcc::PAYMENT, local_payment(1, 5).encode());
+    let in_2 = footprint(&db, tpcc::PAYMENT, local_payment(2, 5).encode());
+    // Each writes its own district's shard and neither touches the other's.
+    let (reads_1, writes_1) = &in_1;
+    let (reads_2, writes_2) = &in_2;
+    assert!(writes_1.contains(&keys::warehouse_ytd_shard(1, 1)));
+    assert!(writes_2.contains(&keys::warehouse_ytd_shard(1, 2)));
+    assert!(!reads_1.contains(&keys::warehouse_ytd_shard(1, 2)));
+    assert!(!reads_2.contains(&keys::warehouse_ytd_shard(1, 1)));
+    // Both read the warehouse row, and only read it.
+    assert!(reads_1.contains(&keys::warehouse(1)) && reads_2.contains(&keys::warehouse(1)));
+    assert_eq!(shared(&in_1, &in_2), Vec::<Bytes>::new());
+
+    // A remote Payment made in district 2 for a customer of district 1
+    // shares nothing with a local one in district 1 either.
+    let remote = payment::Input {
+        c_w_id: 2,
+        c_d_id: 1,
+        ..local_payment(2, 5)
+    };
+    let remote = footprint(&db, tpcc::PAYMENT, remote.encode());
+    assert_eq!(shared(&in_1, &remote), Vec::<Bytes>::new());
+
+    // In one district, for different customers, they conflict on the
+    // district's YTD records only.
+    let also_in_1 = footprint(&db, tpcc::PAYMENT, local_payment(1, 6).encode());
+    let mut expected = vec![keys::warehouse_ytd_shard(1, 1), keys::district_ytd(1, 1)];
+    expected.sort();
+    assert_eq!(shared(&in_1, &also_in_1), expected);
 }
 
 #[test]
