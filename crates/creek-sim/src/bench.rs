@@ -56,12 +56,12 @@ pub fn completed_at(op: &OpRecord) -> Option<u64> {
     }
 }
 
-/// The ops invoked in `window`.
+/// The ops invoked in `window` (setup calls are never measured).
 pub fn measured(history: &History, window: Window) -> Vec<&OpRecord> {
     history
         .ops
         .iter()
-        .filter(|op| window.contains(op.invoked_at_us))
+        .filter(|op| !op.is_setup() && window.contains(op.invoked_at_us))
         .collect()
 }
 
@@ -99,6 +99,7 @@ pub fn client_side(
     let done = history
         .ops
         .iter()
+        .filter(|op| !op.is_setup())
         .filter_map(completed_at)
         .filter(|&at| window.contains(at))
         .count();

@@ -39,7 +39,15 @@ pub struct OpRecord {
     pub origin_crashed: bool,
 }
 
+/// The `client` of the workload's setup calls (no session issued them).
+pub const SETUP_CLIENT: u32 = u32::MAX;
+
 impl OpRecord {
+    /// Whether this is one of the workload's setup calls.
+    pub fn is_setup(&self) -> bool {
+        self.client == SETUP_CLIENT
+    }
+
     /// The final view (stable or confirmation), if received.
     pub fn final_view(&self) -> Option<&SeenView> {
         self.views.iter().find(|v| v.kind != ViewKind::Tentative)

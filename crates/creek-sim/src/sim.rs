@@ -549,7 +549,7 @@ impl Sim {
         };
         let index = self.history.ops.len();
         self.history.ops.push(OpRecord {
-            client: client.map_or(u32::MAX, |c| c as u32),
+            client: client.map_or(crate::history::SETUP_CLIENT, |c| c as u32),
             replica: i,
             id: match handle {
                 ExecKey::Op(id) => Some(id),

@@ -101,6 +101,12 @@ fn tickets_are_never_oversold_and_promises_hold_without_faults() {
         assert!(c.ok, "{}: {:?}", c.name, c.violations);
     }
     let p = sim_point(&out, cfg.replicas, cfg.cores);
+    // The 2,000 setup enqueues are neither measured nor counted as done.
+    let purchases = out.history.ops.iter().filter(|op| !op.is_setup()).count();
+    assert_eq!(out.history.ops.len() - purchases, 2_000);
+    assert_eq!(p["ops"]["measured"].as_u64().unwrap() as usize, purchases);
+    let tput = p["throughput_ops_per_sec"].as_f64().unwrap();
+    assert!(tput <= purchases as f64 / 0.6 + 1.0, "{p:?}");
     assert!(p["decided_on_preliminary"].as_u64().unwrap() > 0, "{p:?}");
     assert!(p["sold_out_answers"].as_u64().unwrap() > 0, "{p:?}");
     assert_eq!(p["oversold_promises"], 0, "{p:?}");
