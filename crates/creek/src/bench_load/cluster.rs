@@ -52,14 +52,14 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
         };
         let point = rt.block_on(async {
             find_leader(&procs.clients).await?;
-            let mut workload = p.workload()?;
+            let workload = p.workload()?;
             // An attached cluster is loaded once; points then share its data.
             if !(attached && loaded) {
                 setup(&procs.clients, workload.as_ref()).await?;
                 loaded = true;
             }
             let mut point = point_header(p, load);
-            point.extend(measure(p, load, &procs, &mut workload, i, &what, progress).await?);
+            point.extend(measure(p, load, &procs, workload, i, &what, progress).await?);
             Ok::<_, String>(point)
         })?;
         emit(point)?;
@@ -260,7 +260,7 @@ async fn measure(
     p: &Plan,
     load: Load,
     procs: &Procs,
-    workload: &mut Box<dyn Workload>,
+    workload: Box<dyn Workload>,
     point: usize,
     what: &str,
     progress: &Progress,
@@ -278,10 +278,9 @@ async fn measure(
             .map_err(|e| e.to_string())?;
         conns.push((c, i % addrs.len()));
     }
-    let placeholder: Box<dyn Workload> = creek_sim::workload::by_name(p.bench, &p.config)?;
     let shared = Arc::new(Shared {
         source: Mutex::new(Source {
-            workload: std::mem::replace(workload, placeholder),
+            workload,
             rng: Rng::new(p.common.seed),
         }),
         records: Mutex::new(Vec::new()),
@@ -371,11 +370,10 @@ async fn measure(
     let shared =
         Arc::try_unwrap(shared).map_err(|_| "client tasks still hold the workload".to_string())?;
     let errors = shared.errors.into_inner().unwrap_or_default();
-    let Source { workload: w, .. } = shared
+    let Source { workload, .. } = shared
         .source
         .into_inner()
         .map_err(|_| "a client task panicked".to_string())?;
-    *workload = w;
     let mut m = client_side(&history, window, workload.as_ref());
     m.insert(
         "accuracy".into(),
