@@ -41,7 +41,7 @@ pub struct Common {
     /// Where to run.
     #[arg(long, value_enum, default_value = "sim")]
     target: Target,
-    /// Replicas.
+    /// Replicas (default: 5 in the simulator, 3 on a cluster).
     #[arg(long)]
     replicas: Option<usize>,
     /// Cores per replica (sim).
