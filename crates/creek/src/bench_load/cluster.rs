@@ -45,6 +45,8 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
     for (i, &load) in p.loads.iter().enumerate() {
         let what = describe(load);
         progress.start(i, &what);
+        // Built first: bad settings fail before a cluster starts.
+        let workload = p.workload()?;
         let procs = if attached {
             Procs::attached(p.common.attach.clone())
         } else {
@@ -52,7 +54,6 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
         };
         let point = rt.block_on(async {
             find_leader(&procs.clients).await?;
-            let workload = p.workload()?;
             // An attached cluster is loaded once; points then share its data.
             if !(attached && loaded) {
                 setup(&procs.clients, workload.as_ref()).await?;

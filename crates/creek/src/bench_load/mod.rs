@@ -204,8 +204,6 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
     } else {
         parse_duration(&common.warmup)?
     };
-    // Build one workload now so that bad settings fail before any run.
-    workload::by_name(bench, &config)?;
     let mut settings = Map::new();
     settings.insert("bench".into(), json!(bench));
     settings.insert(
