@@ -11,12 +11,12 @@ cd "$(dirname "$0")/.."
 cargo build --release -p creek
 bin=./target/release/creek
 out=docs/bench
-rates=2500,5000,10000,15000,20000,25000,30000,35000
+rates=2500,5000,10000,15000,20000,25000,30000,35000,40000
 "$bin" bench tpcc --target sim --replicas 5 --cores 16 --warehouses 5 \
   --rate "$rates" --duration 2s --warmup 500ms --json > "$out/tpcc-sim.jsonl"
 for share in 0.1 0.5; do
   "$bin" bench tpcc --target sim --replicas 5 --cores 16 --warehouses 5 --strong-share "$share" \
-    --rate 5000,15000,25000 --duration 2s --warmup 500ms --label "$share strong" --json
+    --rate 5000,20000,35000 --duration 2s --warmup 500ms --label "$share strong" --json
 done > "$out/tpcc-sim-strong-share.jsonl"
 "$bin" bench tpcc --target cluster --replicas 3 --warehouses 1 \
   --clients 1,4,16,32 --duration 5s --warmup 2s --json > "$out/tpcc-cluster.jsonl"

@@ -352,8 +352,9 @@ impl Sim {
         })
     }
 
-    /// Call `f(now_us, duration_us)` every 10 ms of virtual time while the
-    /// clients run (for a progress bar).
+    /// Call `f(now_us, duration_us)` every 10 ms of virtual time, `now_us`
+    /// capped at `duration_us` (the run goes on past it until it settles),
+    /// for a progress bar.
     pub fn on_progress(&mut self, f: impl FnMut(u64, u64) + 'static) {
         self.progress = Some(Box::new(f));
     }

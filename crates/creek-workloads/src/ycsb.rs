@@ -264,11 +264,6 @@ impl Ycsb {
         })
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &YcsbConfig {
-        &self.config
-    }
-
     /// The calls that load the database, in order.
     pub fn load_calls(&self) -> impl Iterator<Item = ProcCall> + '_ {
         let records = self.config.records;

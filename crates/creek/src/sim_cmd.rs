@@ -42,8 +42,20 @@ pub struct Args {
     json: bool,
 }
 
+/// A positive duration with a unit (`10s`, `500ms`, `300us`), microseconds.
 pub(crate) fn parse_duration(s: &str) -> Result<u64, String> {
+    match parse_duration_or_zero(s)? {
+        0 => Err(format!("duration {:?} must be positive", s.trim())),
+        us => Ok(us),
+    }
+}
+
+/// Like [`parse_duration`], also accepting zero (`0` alone, or `0s`).
+pub(crate) fn parse_duration_or_zero(s: &str) -> Result<u64, String> {
     let s = s.trim();
+    if s == "0" {
+        return Ok(0);
+    }
     let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
         (n, 1_000)
     } else if let Some(n) = s.strip_suffix("us") {
@@ -57,8 +69,8 @@ pub(crate) fn parse_duration(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("bad duration {s:?}"))?;
-    if n.is_nan() || n <= 0.0 {
-        return Err(format!("duration {s:?} must be positive"));
+    if n.is_nan() || n < 0.0 {
+        return Err(format!("duration {s:?} must not be negative"));
     }
     Ok((n * mult as f64) as u64)
 }

@@ -133,7 +133,7 @@ impl Workload for TpccWorkload {
         // Dates start after the load's (1) and grow with every op.
         let call = terminal.next(1 + self.ops_issued);
         let strong = match self.strong_share {
-            None => call.is_payment,
+            None => call.is_payment(),
             Some(p) => rng.chance(p),
         };
         let wants_final = strong || rng.chance(self.final_share);

@@ -135,9 +135,10 @@ mod tests {
             ..WorkloadConfig::default()
         };
         let mut w = YcsbWorkload::new(&config).expect("valid");
-        let (state, h) = run_sequential(&mut w, 4, 300);
-        assert!(w.check(&h, &state).is_empty());
+        let (_, h) = run_sequential(&mut w, 4, 300);
         assert!(h.ops.iter().all(|op| op.wants_final));
+        // Only stable views in a sequential run: nothing to compare.
+        assert_eq!(divergence(h.ops.iter()), (None, 0));
 
         let get = call("kv.get", &[Value::from("user1")]);
         let same = record(

@@ -2,8 +2,8 @@
 //! state in one pass.
 //!
 //! Each violation is one line that starts with the condition it breaks,
-//! `[3.3.2.N]` (or `[head]`, `[shard]` for our own conditions below); only malformed
-//! keys, undecodable rows and records, rows whose warehouse, district or
+//! `[3.3.2.N]` (or `[head]`, `[shard]` for our own conditions below);
+//! only malformed keys, undecodable rows and records, rows whose warehouse, district or
 //! customer is missing, and a missing W_YTD shard, D_YTD or D_NEXT_O_ID
 //! record are reported without a tag (the conditions that need the missing
 //! value are then not checked for that warehouse or district). Money is in
@@ -80,9 +80,8 @@
 //! lines and new-order row arrive before the order: they are folded into a
 //! small per-order tally until the order row consumes it. Everything else
 //! (the YTD and D_NEXT_O_ID records included, which sort after every
-//! table) only adds to
-//! per-warehouse, per-district and per-customer tallies that are compared
-//! after the pass, so its order does not matter. Memory is a few words per
+//! table) only adds to per-warehouse, per-district and per-customer
+//! tallies that are compared after the pass, so its order does not matter. Memory is a few words per
 //! order, customer and district, never per order line.
 //!
 //! This module checks; it repairs nothing and says nothing about states

@@ -61,8 +61,13 @@ pub struct TpccCall {
     pub name: &'static str,
     /// Its encoded arguments.
     pub args: Bytes,
+}
+
+impl TpccCall {
     /// Whether this is a Payment.
-    pub is_payment: bool,
+    pub fn is_payment(&self) -> bool {
+        self.name == PAYMENT
+    }
 }
 
 /// A terminal's input generator.
@@ -93,11 +98,7 @@ impl Generator {
             93..=96 => (DELIVERY, self.delivery(now).encode()),
             _ => (STOCK_LEVEL, self.stock_level().encode()),
         };
-        TpccCall {
-            name,
-            args,
-            is_payment: name == PAYMENT,
-        }
+        TpccCall { name, args }
     }
 
     fn district(&mut self) -> u8 {

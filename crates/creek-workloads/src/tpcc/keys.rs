@@ -33,7 +33,7 @@
 //!
 //! A warehouse's W_YTD is the sum of its `w` records, one per district
 //! (a sharded counter, see [Physical layout](super#physical-layout)): the
-//! the shard of district `d` grows with the Payments made in `d`, the
+//! shard of district `d` grows with the Payments made in `d`, the
 //! same Payments that add to its D_YTD. A `w` key without the district
 //! (`w:u16` alone) is malformed.
 //!

@@ -4,9 +4,9 @@
 //! warehouse: the warehouse and its W_YTD shards, its stock, and per
 //! district the district, its D_YTD and D_NEXT_O_ID, customers, history,
 //! orders, order lines and new-orders, plus the index records); the same
-//! seed gives the same records (the YTD records draw no random numbers). [`load_calls`] batches them into `tpcc.load` calls so
-//! population goes through the ordinary op path, each call below a byte
-//! budget.
+//! seed gives the same records (the YTD records draw no random numbers).
+//! [`load_calls`] batches them into `tpcc.load` calls so population goes
+//! through the ordinary op path, each call below a byte budget.
 
 use std::collections::BTreeMap;
 

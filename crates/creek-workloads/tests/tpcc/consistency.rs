@@ -67,7 +67,7 @@ fn run_mix(db: &mut Db, runs: usize) -> (BTreeMap<&'static str, u32>, u32, u32) 
         let t = n % terminals.len();
         let call = terminals[t].next(2000 + n as i64);
         *counts.entry(call.name).or_default() += 1;
-        payments += u32::from(call.is_payment);
+        payments += u32::from(call.is_payment());
         let ex = db.exec(call.name, call.args);
         match ex.outcome {
             Ok(_) => {}

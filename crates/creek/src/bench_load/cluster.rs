@@ -177,7 +177,7 @@ async fn one_op(shared: &Arc<Shared>, client: &Client, session: u32, replica: us
         id: None,
         call: next.call.clone(),
         strong: next.strong,
-        wants_final: next.strong || next.wants_final,
+        wants_final: next.wants_final,
         invoked_at_us: shared.now_us(),
         views: Vec::new(),
         origin_crashed: false,
@@ -383,14 +383,12 @@ async fn measure(
             delta(&after, &before, "accuracy_checked"),
         ),
     );
-    let exec_ops = delta(&after, &before, "exec_ops");
     m.insert(
         "execution_ratio".into(),
-        if exec_ops == 0 {
-            json!(null)
-        } else {
-            json!(delta(&after, &before, "executions") as f64 / exec_ops as f64)
-        },
+        ratio(
+            delta(&after, &before, "executions"),
+            delta(&after, &before, "exec_ops"),
+        ),
     );
     let machine_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     m.insert(
@@ -409,9 +407,11 @@ async fn measure(
         "bytes".into(),
         json!({"peer": peer_bytes, "per_op": peer_bytes as f64 / measured as f64}),
     );
-    let mut e = history_errors(&history, window, drained);
-    e["by_kind"] = json!(errors);
-    m.insert("errors".into(), e);
+    // Unanswered ops are in `ops.unanswered` (client_side).
+    m.insert(
+        "errors".into(),
+        json!({"by_kind": errors, "drained": drained}),
+    );
     m.insert(
         "consistency_ok".into(),
         match states {
@@ -425,18 +425,6 @@ async fn measure(
         },
     );
     Ok(m)
-}
-
-/// Ops invoked in the window that never completed, and whether the run
-/// drained in time.
-fn history_errors(history: &History, window: Window, drained: bool) -> Json {
-    let unanswered = history
-        .ops
-        .iter()
-        .filter(|op| op.invoked_at_us >= window.start_us && op.invoked_at_us < window.end_us)
-        .filter(|op| creek_sim::bench::completed_at(op).is_none())
-        .count();
-    json!({"unanswered": unanswered, "drained": drained})
 }
 
 /// Every replica's committed state, once all replicas committed the same

@@ -24,7 +24,7 @@ use creek_sim::workload::{self, Workload, WorkloadConfig};
 use creek_workloads::ycsb::{Distribution, Mix, YcsbConfig};
 use serde_json::{json, Map, Value as Json};
 
-use crate::sim_cmd::parse_duration;
+use crate::sim_cmd::{parse_duration, parse_duration_or_zero};
 
 /// Where the workload runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -196,14 +196,16 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
         Target::Sim => 5,
         Target::Cluster => 3,
     });
-    if !(1..=9).contains(&replicas) || common.cores == 0 {
-        return Err("--replicas must be within 1..=9 and --cores positive".into());
-    }
-    let warmup_us = if common.warmup.trim() == "0" {
-        0
-    } else {
-        parse_duration(&common.warmup)?
+    let least = match common.target {
+        Target::Sim => 3,
+        Target::Cluster => 1,
     };
+    if !(least..=9).contains(&replicas) || common.cores == 0 {
+        return Err(format!(
+            "--replicas must be within {least}..=9 for this target and --cores positive"
+        ));
+    }
+    let warmup_us = parse_duration_or_zero(&common.warmup)?;
     let mut settings = Map::new();
     settings.insert("bench".into(), json!(bench));
     settings.insert(
