@@ -67,9 +67,15 @@ pub fn measured(history: &History, window: Window) -> Vec<&OpRecord> {
 
 /// Latency percentiles by level and view: `weak_tentative`, `weak_final`,
 /// `strong_tentative`, `strong_stable` (time from invocation to the first
-/// tentative view, and to the final view, whether stable or confirmation).
+/// tentative view, and to the final view, whether stable or confirmation),
+/// and `response`: every op, to the view its client waited for
+/// ([`completed_at`]) — the one latency of protocols that answer once.
 pub fn latency_series(ops: &[&OpRecord]) -> Json {
     let mut series: [Vec<u64>; 4] = Default::default();
+    let response: Vec<u64> = ops
+        .iter()
+        .filter_map(|op| completed_at(op).map(|at| at - op.invoked_at_us))
+        .collect();
     for op in ops {
         let base = if op.strong { 2 } else { 0 };
         if let Some(v) = op.first_tentative() {
@@ -85,6 +91,7 @@ pub fn latency_series(ops: &[&OpRecord]) -> Json {
         "weak_final": percentiles(wf),
         "strong_tentative": percentiles(st),
         "strong_stable": percentiles(ss),
+        "response": percentiles(response),
     })
 }
 

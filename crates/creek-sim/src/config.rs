@@ -87,9 +87,62 @@ impl PlantedBug {
     }
 }
 
+/// The replication protocol the simulated replicas run (DESIGN §10): Creek,
+/// or one of the baselines it is measured against, all on the same network,
+/// CPU model, store and workloads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// Creek (`creek_node::Node`).
+    #[default]
+    Creek,
+    /// State machine replication: total-order broadcast of whole ops,
+    /// sequential execution after delivery, one response.
+    Smr,
+    /// Bayou: speculative sequential execution in timestamp order, final
+    /// order by a primary, rollback and redo through the undo log.
+    Bayou,
+    /// Archie: optimistic atomic broadcast (the leader's order is the
+    /// optimistic one), speculative concurrent multiversion execution from
+    /// optimistic delivery, responses after final delivery.
+    Archie,
+}
+
+impl Protocol {
+    /// Every protocol with its command-line name.
+    pub const ALL: [(&'static str, Protocol); 4] = [
+        ("creek", Protocol::Creek),
+        ("smr", Protocol::Smr),
+        ("bayou", Protocol::Bayou),
+        ("archie", Protocol::Archie),
+    ];
+
+    /// Parse a command-line name.
+    pub fn parse(s: &str) -> Result<Protocol, String> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|(_, p)| *p)
+            .ok_or_else(|| format!("unknown protocol {s:?}; one of creek, smr, bayou, archie"))
+    }
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, p)| *p == self)
+            .map_or("creek", |(n, _)| n)
+    }
+}
+
 /// Everything a run depends on; a run is a function of this value.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
+    /// The protocol the replicas run.
+    pub protocol: Protocol,
+    /// Archie's bound on speculation: an op starts executing only while
+    /// fewer than this many ops precede it among the optimistically
+    /// delivered, not yet committed ones.
+    pub archie_window: usize,
     /// Replicas (3..=9).
     pub replicas: usize,
     /// Cores per replica.
@@ -157,6 +210,8 @@ pub fn default_costs_us() -> BTreeMap<String, u64> {
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
+            protocol: Protocol::Creek,
+            archie_window: 64,
             replicas: 5,
             cores: 4,
             seed: 1,
@@ -185,6 +240,9 @@ impl SimConfig {
     pub fn validate(&self) -> Result<(), String> {
         if !(3..=9).contains(&self.replicas) {
             return Err("replicas must be between 3 and 9".into());
+        }
+        if self.archie_window == 0 {
+            return Err("archie_window must be positive".into());
         }
         if self.cores == 0 {
             return Err("cores must be positive".into());
