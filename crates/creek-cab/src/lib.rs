@@ -609,6 +609,40 @@ impl<S: CabStorage> Cab<S> {
         }
     }
 
+    /// Where this node's log stands: (last index, its term, commit index). A
+    /// change says [`Cab::undecided_log`] may have changed.
+    pub fn log_mark(&self) -> (u64, u64, u64) {
+        let log = &self.node.raft.raft_log;
+        (log.last_index(), log.last_term(), log.committed)
+    }
+
+    /// The ids of this node's log entries past the commit index, in log
+    /// order, each with its entry's index and its place in the entry: at the
+    /// leader what it proposed, at a follower what the leader's appends
+    /// brought. That is the leader's order before consensus ends: the
+    /// optimistic delivery of an optimistic atomic broadcast (the Archie
+    /// baseline). A later leader may overwrite any of it.
+    pub fn undecided_log(&self) -> Vec<(u64, usize, OpId)> {
+        let log = &self.node.raft.raft_log;
+        let from = log.committed + 1;
+        if from > log.last_index() {
+            return Vec::new();
+        }
+        let Ok(entries) = log.entries(from, None, raft::GetEntriesContext::empty(false)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in entries {
+            if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+                continue;
+            }
+            if let Some(ids) = entry::decode_ids(&e.data) {
+                out.extend(ids.into_iter().enumerate().map(|(k, id)| (e.index, k, id)));
+            }
+        }
+        out
+    }
+
     /// Decided ids still waiting for their predicate.
     pub fn decided_waiting(&self) -> usize {
         self.decided.len()

@@ -122,6 +122,16 @@ impl<K: OpKey, P: Position> BasicEngine<K, P> {
         }
     }
 
+    /// Start from a committed state (a bulk load): call on a fresh engine,
+    /// before any op is inserted.
+    pub fn load_committed(&mut self, state: impl IntoIterator<Item = (Bytes, Bytes)>) {
+        debug_assert!(
+            self.ops.is_empty() && self.executed.is_empty(),
+            "load_committed on a used engine"
+        );
+        self.db.extend(state);
+    }
+
     fn is_committed(&self, pos: P) -> bool {
         self.committed_upto.is_some_and(|b| pos <= b)
     }
@@ -135,14 +145,19 @@ impl<K: OpKey, P: Position> BasicEngine<K, P> {
             .zip(self.order.values())
             .take_while(|(done, key)| done.key == **key)
             .count();
+        let rolled_back = self.executed.len() > in_order;
         while self.executed.len() > in_order {
             if let Some(done) = self.executed.pop() {
                 rollback(&mut self.db, done.undo);
                 self.counters.invalidations += 1;
             }
         }
+        // The running execution read the database as it was: it stays valid
+        // only if nothing was rolled back under it and its op is still next
+        // (an op moved ahead of executed ones would otherwise complete on a
+        // snapshot holding their effects).
         if let Some((key, _)) = self.running {
-            if self.next_op() != Some(key) {
+            if rolled_back || self.next_op() != Some(key) {
                 self.running = None;
             }
         }
@@ -294,5 +309,47 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
 
     fn abandon_running(&mut self) {
         self.running = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::value::{encode_args, Value};
+
+    fn incr(key: &str, delta: i64) -> ProcCall {
+        ProcCall::new(
+            "kv.incr",
+            encode_args(&[Value::from(key), Value::Int(delta)]),
+        )
+    }
+
+    /// An op moved ahead of executed ones while it runs: its execution read
+    /// their effects, so its completion is stale and it runs again.
+    #[test]
+    fn a_running_op_moved_ahead_of_executed_ones_runs_again() {
+        let mut e: BasicEngine<u32, u64> =
+            BasicEngine::new(Arc::new(Registry::with_builtins()), TxnLimits::default());
+        e.insert(1, 10, incr("x", 1));
+        e.insert(2, 20, incr("x", 10));
+        let a = e.next_task().unwrap();
+        let done = e.run(&a);
+        e.complete(done);
+        let b = e.next_task().unwrap();
+        assert_eq!(b.key, 2);
+        let stale = e.run(&b); // reads x = 1
+        e.commit(2, 0); // 2 now precedes 1: 1 is rolled back
+        e.complete(stale);
+        assert_eq!(e.counters().stale, 1);
+        let mut settled = Vec::new();
+        while let Some(t) = e.next_task() {
+            let done = e.run(&t);
+            e.complete(done);
+        }
+        e.drain_settled(&mut settled);
+        let first = settled.iter().find(|s| s.key == 2 && s.committed).unwrap();
+        assert_eq!(first.outcome, Ok(Value::Int(10).encode()));
     }
 }

@@ -192,7 +192,7 @@ pub fn consistency_ok(out: &Outcome) -> bool {
             .map(|n| {
                 s.spawn(move || {
                     workload
-                        .check(&out.history, &n.replica().committed_state())
+                        .check(&out.history, &n.committed_state())
                         .is_empty()
                 })
             })

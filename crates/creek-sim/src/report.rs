@@ -40,7 +40,7 @@ fn check(name: &'static str, violations: Vec<String>) -> Check {
 pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
     let mut checks = Vec::new();
-    let lists: Vec<&[OpId]> = out.nodes.iter().map(|n| n.replica().committed()).collect();
+    let lists: Vec<&[OpId]> = out.nodes.iter().map(|n| n.committed()).collect();
     let canonical: Vec<OpId> = lists
         .iter()
         .max_by_key(|l| l.len())
@@ -66,30 +66,25 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     if !out.settled {
         conv.push("the cluster did not settle within the time limit".to_string());
     }
-    let states: Vec<_> = out
-        .nodes
-        .iter()
-        .map(|n| n.replica().committed_state())
-        .collect();
+    let states: Vec<_> = out.nodes.iter().map(|n| n.committed_state()).collect();
     for (i, n) in out.nodes.iter().enumerate() {
-        if n.replica().committed() != canonical.as_slice() {
+        if n.committed() != canonical.as_slice() {
             conv.push(format!(
                 "replica {i} committed {} ops, the longest list has {}",
-                n.replica().committed().len(),
+                n.committed().len(),
                 canonical.len()
             ));
         }
-        let r = n.replica();
-        if r.counters().finalized != r.committed().len() as u64 {
+        if n.finalized() != n.committed().len() as u64 {
             conv.push(format!(
                 "replica {i} has {} committed ops without a final execution",
-                r.committed().len() as u64 - r.counters().finalized
+                n.committed().len() as u64 - n.finalized()
             ));
         }
-        if n.replica().tentative_len() > 0 {
+        if n.pending_len() > 0 {
             conv.push(format!(
-                "replica {i} still has {} tentative ops",
-                n.replica().tentative_len()
+                "replica {i} still has {} uncommitted ops",
+                n.pending_len()
             ));
         }
         if states.first() != Some(&states[i]) {
@@ -244,12 +239,11 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
     }
     let (mut hits, mut checked, mut executions, mut inserted) = (0u64, 0u64, 0u64, 0u64);
     for n in &out.nodes {
-        let c = n.replica().counters();
+        let c = n.counts();
         hits += c.accuracy_hits;
         checked += c.accuracy_checked;
-        let e = n.replica().exec_counters();
-        executions += e.executions;
-        inserted += e.ops;
+        executions += c.executions;
+        inserted += c.ops;
     }
     let replicated = h.iter().filter(|r| r.id.is_some()).count().max(1);
     let checks_obj: serde_json::Map<String, Value> = checks
@@ -265,6 +259,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         .collect();
     json!({
         "seed": cfg.seed,
+        "protocol": cfg.protocol.name(),
         "workload": cfg.workload,
         "replicas": cfg.replicas,
         "cores": cfg.cores,

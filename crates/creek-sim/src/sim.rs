@@ -1,7 +1,9 @@
 //! The simulation engine: one thread, virtual time, one seeded PRNG, one
-//! event queue. It runs N replicas of the same `creek_node::Node` the server
-//! runs, on a modelled network and modelled CPUs, with faults and
-//! closed-loop clients, and records what the clients saw.
+//! event queue. It runs N replicas of one protocol — Creek's
+//! `creek_node::Node`, the one the server runs, or a baseline
+//! (`crate::baseline`) — on a modelled network and modelled CPUs, with
+//! faults and closed- and open-loop clients, and records what the clients
+//! saw.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -9,15 +11,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
-use creek_core::{Checkpoint, ExecKey, Op, OpId, Replica, ReplicaId, Request, Views};
+use creek_core::{Checkpoint, ExecKey, Op, OpId, ReplicaId, Request, Views};
 use creek_exec::{Completion, Registry};
-use creek_gossip::Gossip;
-use creek_node::{Node, NodeConfig};
-use creek_wire::{GossipMessage, PeerMessage};
+use creek_node::NodeConfig;
+use creek_wire::{GossipMessage, Limits, PeerMessage};
 
-use crate::config::{PlantedBug, SimConfig};
+use crate::baseline::BaselineNode;
+use crate::config::{PlantedBug, Protocol, SimConfig};
 use crate::history::{History, OpRecord, SeenView};
 use crate::net::Network;
+use crate::replica::{CreekReplica, SimReplica};
 use crate::rng::Rng;
 use crate::workload::Workload;
 
@@ -63,17 +66,8 @@ impl Ev {
     }
 }
 
-struct Down {
-    replica: Replica,
-    gossip: Gossip,
-    applied: u64,
-}
-
 struct SimNode {
-    node: Option<Node<MemCabStorage>>,
-    down: Option<Down>,
-    storage: MemCabStorage,
-    config: NodeConfig,
+    node: Box<dyn SimReplica>,
     busy_cores: usize,
     /// Core-microseconds of executions started.
     busy_us: u64,
@@ -156,8 +150,8 @@ pub struct Outcome {
     pub history: History,
     /// Every op seen on the wire, by id.
     pub ops: BTreeMap<OpId, Arc<Op>>,
-    /// The final nodes (all up after the run).
-    pub nodes: Vec<Node<MemCabStorage>>,
+    /// The final replicas (all up after a run that settled).
+    pub nodes: Vec<Box<dyn SimReplica>>,
     /// A violation of the committed-prefix property seen during the run.
     pub prefix_violation: Option<String>,
     /// Faults injected.
@@ -273,17 +267,27 @@ impl Sim {
                 None => {}
             }
             let storage = MemCabStorage::new(voters.clone());
-            let node = match &initial {
-                None => Node::new(config.clone(), registry.clone(), storage.clone(), 0),
-                Some(c) => Node::recover(
-                    config.clone(),
+            let node: Box<dyn SimReplica> = match cfg.protocol {
+                Protocol::Creek => Box::new(CreekReplica::new(
+                    config,
                     registry.clone(),
-                    storage.clone(),
-                    Some(c.clone()),
-                    Vec::new(),
-                ),
-            }
-            .map_err(|e| e.to_string())?;
+                    storage,
+                    initial.clone(),
+                )?),
+                baseline => Box::new(BaselineNode::new(
+                    baseline,
+                    me,
+                    config.gossip,
+                    config.cab,
+                    storage,
+                    registry.clone(),
+                    initial
+                        .as_ref()
+                        .map(|c| c.state.clone())
+                        .unwrap_or_default(),
+                    cfg.archie_window,
+                )?),
+            };
             let (offset, drift) = if cfg.faults.clock {
                 (
                     rng.range(0, 100_000) as i64 - 50_000,
@@ -293,10 +297,7 @@ impl Sim {
                 (0, 0)
             };
             nodes.push(SimNode {
-                node: Some(node),
-                down: None,
-                storage,
-                config,
+                node,
                 busy_cores: 0,
                 busy_us: 0,
                 epoch: 0,
@@ -448,15 +449,17 @@ impl Sim {
         match ev {
             Ev::Deliver { from, to, frame } => {
                 let sender = ReplicaId(from as u16 + 1);
-                if let Some(node) = self.nodes[to].node.as_mut() {
-                    let _ = node.on_frame(sender, &frame);
+                let node = &mut self.nodes[to].node;
+                if node.is_up() {
+                    node.on_frame(sender, &frame);
                     self.after(to);
                 }
             }
             Ev::Tick => {
                 for i in 0..self.nodes.len() {
                     let now = self.local_time(i);
-                    if let Some(node) = self.nodes[i].node.as_mut() {
+                    let node = &mut self.nodes[i].node;
+                    if node.is_up() {
                         node.tick(now);
                         self.after(i);
                     }
@@ -467,8 +470,8 @@ impl Sim {
                 let n = &mut self.nodes[node];
                 if n.epoch == epoch {
                     n.busy_cores = n.busy_cores.saturating_sub(1);
-                    if let Some(live) = n.node.as_mut() {
-                        live.complete(done);
+                    if n.node.is_up() {
+                        n.node.complete(done);
                         self.after(node);
                     }
                 }
@@ -501,7 +504,7 @@ impl Sim {
             return;
         }
         let replica = self.clients[c].replica;
-        if self.nodes[replica].node.is_none() {
+        if !self.nodes[replica].node.is_up() {
             let at = self.now + 10 * self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
             return;
@@ -540,9 +543,10 @@ impl Sim {
         wants_final: bool,
     ) -> bool {
         let now = self.local_time(i);
-        let Some(node) = self.nodes[i].node.as_mut() else {
+        let node = &mut self.nodes[i].node;
+        if !node.is_up() {
             return false;
-        };
+        }
         let call = request.call.clone();
         let strong = request.strong;
         let Ok(handle) = node.invoke(request, now) else {
@@ -574,9 +578,10 @@ impl Sim {
     /// After node `i` handled an input: views to clients, messages to the
     /// network, free cores to executions, and the committed-prefix check.
     fn after(&mut self, i: usize) {
-        let Some(node) = self.nodes[i].node.as_mut() else {
+        let node = &mut self.nodes[i].node;
+        if !node.is_up() {
             return;
-        };
+        }
         let views = node.take_views();
         let outbox = node.take_outbox();
         for v in views {
@@ -608,11 +613,8 @@ impl Sim {
         if self.cfg.check_invariants && self.now >= self.next_state_check {
             self.next_state_check = self.now + 10_000;
             for (j, n) in self.nodes.iter().enumerate() {
-                let Some(node) = n.node.as_ref() else {
-                    continue;
-                };
-                let r = node.replica();
-                let finalized = r.counters().finalized as usize;
+                let r = &n.node;
+                let finalized = r.finalized() as usize;
                 let prefix = &r.committed()[..finalized.min(r.committed().len())];
                 let calls: Vec<&creek_exec::ProcCall> = prefix
                     .iter()
@@ -632,14 +634,8 @@ impl Sim {
             }
         }
         if self.cfg.check_invariants {
-            if let Some(node) = self.nodes[i].node.as_ref() {
-                let r = node.replica();
-                if let Err(e) = r
-                    .check_invariants()
-                    .and_then(|_| r.engine().check_invariants())
-                {
-                    panic!("replica {i} at {} us: invariant broken: {e}", self.now);
-                }
+            if let Err(e) = self.nodes[i].node.check_invariants() {
+                panic!("replica {i} at {} us: invariant broken: {e}", self.now);
             }
         }
     }
@@ -662,8 +658,7 @@ impl Sim {
                 self.ops.entry(op.id).or_insert_with(|| op.clone());
             }
         }
-        let limits = self.nodes[from].config.wire;
-        let Ok(frame) = creek_wire::encode(&msg, &limits) else {
+        let Ok(frame) = creek_wire::encode(&msg, &Limits::default()) else {
             return;
         };
         match msg {
@@ -694,11 +689,13 @@ impl Sim {
             if n.busy_cores >= cores {
                 return;
             }
-            let Some(node) = n.node.as_mut() else { return };
-            let Some(task) = node.next_execution() else {
+            if !n.node.is_up() {
+                return;
+            }
+            let Some(task) = n.node.next_execution() else {
                 return;
             };
-            let done = node.run(&task);
+            let done = n.node.run(&task);
             let cost = self.cfg.cost_of(&task.call.name);
             n.busy_cores += 1;
             n.busy_us += cost;
@@ -717,10 +714,11 @@ impl Sim {
 
     /// Every replica's committed list must be a prefix of one order.
     fn check_prefix(&mut self, i: usize) {
-        let Some(node) = self.nodes[i].node.as_ref() else {
+        let node = &self.nodes[i].node;
+        if !node.is_up() {
             return;
-        };
-        let committed = node.replica().committed();
+        }
+        let committed = node.committed();
         let from = self.checked_len[i];
         for (pos, id) in committed.iter().enumerate().skip(from) {
             match self.canonical.get(pos) {
@@ -812,9 +810,9 @@ impl Sim {
                 self.schedule(at, Ev::Heal);
             }
             "crash" => {
-                let down = self.nodes.iter().filter(|x| x.node.is_none()).count();
+                let down = self.nodes.iter().filter(|x| !x.node.is_up()).count();
                 let victim = self.rng.index(n);
-                if down < (n - 1) / 2 && self.nodes[victim].node.is_some() {
+                if down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
                     self.crash(victim);
                     // A third stay down until the clients stop (crash-stop
                     // for the run); the others recover.
@@ -847,16 +845,12 @@ impl Sim {
             eprintln!("crash replica {i} at {} us", self.now);
         }
         let n = &mut self.nodes[i];
-        let Some(node) = n.node.take() else { return };
+        if !n.node.is_up() {
+            return;
+        }
+        n.node.crash();
         n.epoch += 1;
         n.busy_cores = 0;
-        let applied = node.cab_delivered_through();
-        let (replica, gossip) = node.into_parts();
-        n.down = Some(Down {
-            replica,
-            gossip,
-            applied,
-        });
         for (_, index) in std::mem::take(&mut n.handles) {
             self.history.ops[index].origin_crashed = true;
             self.release_client(index);
@@ -864,37 +858,26 @@ impl Sim {
     }
 
     fn restart(&mut self, i: usize) {
-        let n = &mut self.nodes[i];
-        let Some(d) = n.down.take() else { return };
+        let node = &mut self.nodes[i].node;
+        if node.is_up() {
+            return;
+        }
         if self.cfg.check_invariants {
             eprintln!("restart replica {i} at {} us", self.now);
         }
-        let restarted = Node::restart(
-            d.replica,
-            d.gossip,
-            n.config.cab.clone(),
-            n.storage.clone(),
-            d.applied,
-            n.config.wire,
-        );
-        n.node = restarted.ok();
+        // A replica that cannot restart stays down; the run then does not
+        // settle and the checkers say so.
+        let _ = node.restart();
         self.after(i);
     }
 
     fn settled(&self) -> bool {
-        let mut lists = self.nodes.iter().filter_map(|n| n.node.as_ref());
-        let Some(first) = lists.next() else {
+        let Some(first) = self.nodes.first() else {
             return false;
         };
-        let quiet = |n: &Node<MemCabStorage>| {
-            let r = n.replica();
-            r.tentative_len() == 0
-                && n.cab().decided_waiting() == 0
-                && r.counters().finalized == r.committed().len() as u64
-        };
-        self.nodes.iter().all(|n| n.node.is_some())
-            && quiet(first)
-            && lists.all(|n| quiet(n) && n.replica().committed() == first.replica().committed())
+        self.nodes
+            .iter()
+            .all(|n| n.node.quiet() && n.node.committed() == first.node.committed())
     }
 
     /// The counters now, summed over every replica (up or down).
@@ -905,15 +888,9 @@ impl Sim {
             ..Totals::default()
         };
         for n in &self.nodes {
-            let replica = match (&n.node, &n.down) {
-                (Some(node), _) => node.replica(),
-                (None, Some(d)) => &d.replica,
-                (None, None) => continue,
-            };
-            let c = replica.counters();
-            let e = replica.exec_counters();
-            t.executions += e.executions;
-            t.ops += e.ops;
+            let c = n.node.counts();
+            t.executions += c.executions;
+            t.ops += c.ops;
             t.accuracy_checked += c.accuracy_checked;
             t.accuracy_hits += c.accuracy_hits;
             t.busy_us += n.busy_us;
@@ -927,7 +904,7 @@ impl Sim {
         for id in &ids {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
         }
-        let nodes = self.nodes.into_iter().filter_map(|n| n.node).collect();
+        let nodes = self.nodes.into_iter().map(|n| n.node).collect();
         Outcome {
             history: self.history,
             ops: self.ops,

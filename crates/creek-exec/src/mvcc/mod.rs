@@ -190,6 +190,12 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         }
     }
 
+    /// The position of the op [`Engine::next_task`] would hand out next (the
+    /// first runnable one in the order), if any.
+    pub fn next_runnable(&self) -> Option<P> {
+        self.runnable.first().copied()
+    }
+
     /// Ops the executor still tracks (not yet final).
     pub fn ops_alive(&self) -> usize {
         self.ops.len()
