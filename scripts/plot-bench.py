@@ -3,7 +3,7 @@
 
 Usage:
   scripts/plot.sh [--stat mean|p50|p90|p99] [--title T] [--out FILE.png] [--table]
-                  FILE.jsonl [FILE2.jsonl ...]
+                  [--label L] [--series [PROTOCOL:]SERIES,...] FILE.jsonl [FILE2.jsonl ...]
 
 (plot.sh runs this file in a venv that has matplotlib; run it directly if
 you already have matplotlib.)
@@ -25,6 +25,10 @@ One colour per (protocol, label); in (a) one marker per series, dashed for
 tentative series. When the points come from more than one bench or target,
 those are put in front of the curve names so they are not merged.
 
+--label keeps only the points with that label (e.g. one variation of
+`creek bench paper`'s paper.jsonl). --series keeps only the listed latency
+series, each for every protocol or, as PROTOCOL:SERIES, for one (e.g.
+creek:weak_tentative,creek:strong_stable,archie:response).
 --stat defaults to mean; --out to the first input with .png for .jsonl.
 --table prints a Markdown table of the points to stdout instead of plotting
 (plotting too if --out is given); it does not need matplotlib.
@@ -79,6 +83,18 @@ def load(paths):
                     points.append(p)
     if not points:
         die("no usable points in " + ", ".join(paths))
+    return points
+
+
+def keep_series(points, spec):
+    """Drop the latency series of each point that spec (PROTOCOL:SERIES or
+    SERIES, comma-separated) does not list."""
+    wanted = [w.strip() for w in spec.split(",") if w.strip()]
+    for p in points:
+        lat = p.get("latency_us")
+        if isinstance(lat, dict):
+            proto = str(p.get("protocol") or "?")
+            p["latency_us"] = {s: v for s, v in lat.items() if s in wanted or f"{proto}:{s}" in wanted}
     return points
 
 
@@ -215,9 +231,17 @@ def main():
     ap.add_argument("--title", help="figure title (default: the benches and targets)")
     ap.add_argument("--out", help="PNG to write (default: first FILE with .png)")
     ap.add_argument("--table", action="store_true", help="print a Markdown table of the points")
+    ap.add_argument("--label", help="keep only the points with this label")
+    ap.add_argument("--series", help="latency series to keep: [PROTOCOL:]SERIES,...")
     args = ap.parse_args()
 
     points = load(args.files)
+    if args.label is not None:
+        points = [p for p in points if str(p.get("label") or "") == args.label]
+        if not points:
+            die(f"no point has label {args.label!r}")
+    if args.series:
+        points = keep_series(points, args.series)
     prefix_fields = [f for f in ("bench", "target") if len({p.get(f) for p in points}) > 1]
     if args.table:
         table(points, args.stat, prefix_fields)

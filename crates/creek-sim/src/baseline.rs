@@ -133,6 +133,7 @@ pub struct BaselineNode {
     accuracy_hits: u64,
     outbox: Vec<(ReplicaId, PeerMessage)>,
     views: Vec<View>,
+    /// Ticks since the last adoption sweep.
     ticks: u64,
 }
 
@@ -470,7 +471,8 @@ impl SimReplica for BaselineNode {
         self.push_gossip(out);
         self.cab.tick();
         self.ticks += 1;
-        if self.ticks % ADOPTION_TICKS == 0 {
+        if self.ticks >= ADOPTION_TICKS {
+            self.ticks = 0;
             self.cast_uncommitted(false);
         }
         self.pump();

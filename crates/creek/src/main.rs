@@ -64,6 +64,10 @@ enum Bench {
     Ycsb(bench_load::YcsbArgs),
     /// Ticket selling (Correctables §4): preliminary views while stock lasts.
     Tickets(bench_load::TicketsArgs),
+    /// The Creek paper's evaluation (§6) in the simulator: TPC-C for creek,
+    /// smr, bayou and archie across rate sweeps, its variations, a report
+    /// beside the paper's numbers.
+    Paper(bench_load::PaperArgs),
 }
 
 /// Print a report: one JSON line with `--json`, indented otherwise.
@@ -109,6 +113,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: Bench::Tickets(args),
         } => bench_load::tickets(&args),
+        Command::Bench {
+            which: Bench::Paper(args),
+        } => bench_load::paper(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

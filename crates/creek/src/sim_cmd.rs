@@ -1,11 +1,14 @@
 //! `creek sim`: run the deterministic simulator (one seed, or a swarm).
 
-use creek_sim::config::{Faults, PlantedBug, SimConfig};
+use creek_sim::config::{Faults, PlantedBug, Protocol, SimConfig};
 use creek_sim::report::simulate;
 
 /// Arguments of `creek sim`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    /// What the replicas run: creek, or a baseline (smr, bayou, archie).
+    #[arg(long, default_value = "creek", value_parser = Protocol::parse)]
+    protocol: Protocol,
     /// Replicas.
     #[arg(long, default_value_t = 5)]
     replicas: usize,
@@ -88,6 +91,7 @@ fn parse_seeds(s: &str) -> Result<(u64, u64), String> {
 /// Run `creek sim`; `Ok(false)` when a check failed.
 pub fn run(args: &Args) -> Result<bool, String> {
     let base = SimConfig {
+        protocol: args.protocol,
         replicas: args.replicas,
         cores: args.cores,
         seed: args.seed,
@@ -130,7 +134,8 @@ pub fn run(args: &Args) -> Result<bool, String> {
         }
         if !ok {
             eprintln!(
-                "  reproduce: creek sim --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
+                "  reproduce: creek sim --protocol {} --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
+                args.protocol.name(),
                 args.replicas,
                 args.cores,
                 args.workload,

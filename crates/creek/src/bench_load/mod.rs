@@ -13,13 +13,21 @@
 //! Each point runs `--warmup` then `--duration`; only the ops invoked after
 //! the warm-up are measured. One JSON object per point (`--json`: one line
 //! each), with a progress bar on stderr when it is a terminal.
+//!
+//! `--protocol` picks what the simulated replicas run: Creek or one of the
+//! baselines it is measured against (a cluster always runs Creek).
+//! `creek bench paper` (`paper.rs`) sweeps all four at the paper's setting.
 
 mod cluster;
+mod paper;
 mod sim;
+
+pub use paper::{paper, PaperArgs};
 
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
+use creek_sim::config::Protocol;
 use creek_sim::workload::{self, Workload, WorkloadConfig};
 use creek_workloads::ycsb::{Distribution, Mix, YcsbConfig};
 use serde_json::{json, Map, Value as Json};
@@ -41,6 +49,10 @@ pub struct Common {
     /// Where to run.
     #[arg(long, value_enum, default_value = "sim")]
     target: Target,
+    /// What the replicas run: creek, or a baseline (smr, bayou, archie;
+    /// sim target only).
+    #[arg(long, default_value = "creek", value_parser = Protocol::parse)]
+    protocol: Protocol,
     /// Replicas (default: 5 in the simulator, 3 on a cluster).
     #[arg(long)]
     replicas: Option<usize>,
@@ -192,6 +204,12 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
             _ => {}
         }
     }
+    if common.target == Target::Cluster && common.protocol != Protocol::Creek {
+        return Err(format!(
+            "--protocol {} runs only in the simulator (--target sim); a cluster runs creek",
+            common.protocol.name()
+        ));
+    }
     let replicas = common.replicas.unwrap_or(match common.target {
         Target::Sim => 5,
         Target::Cluster => 3,
@@ -215,7 +233,7 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
             Target::Cluster => "cluster",
         }),
     );
-    settings.insert("protocol".into(), json!("creek"));
+    settings.insert("protocol".into(), json!(common.protocol.name()));
     if let Some(l) = &common.label {
         settings.insert("label".into(), json!(l));
     }
