@@ -18,6 +18,14 @@ pub struct Config {
     pub stabilize_after_us: u64,
     /// Limits every execution enforces.
     pub txn_limits: TxnLimits,
+    /// Answer an op's first preliminary view as soon as one of its
+    /// executions is installed and valid, without waiting for the ops
+    /// before it to finish executing (paper §6.2: tentative latency is the
+    /// execution time). Its result is then over the ops executed before it
+    /// (a serialization of a subset of the order, as fluctuating eventual
+    /// consistency allows); off, the first view waits until every earlier
+    /// op has executed and equals the result of the whole tentative order.
+    pub early_tentative_views: bool,
     /// Planted bug (the simulator's `--plant-bug skip-invalidation`): the
     /// executor never invalidates readers. Only for validating the checkers;
     /// never set in production.
@@ -37,6 +45,7 @@ impl Default for Config {
             tentative_len_max: 100_000,
             stabilize_after_us: 50_000,
             txn_limits: TxnLimits::default(),
+            early_tentative_views: true,
             planted_skip_invalidation: false,
             planted_deliver_without_cab: false,
             planted_ignore_causal_context: false,

@@ -103,6 +103,30 @@ fn replica(n: u16) -> Replica {
     Replica::new(Config::for_replica(ReplicaId(n)), registry).unwrap()
 }
 
+/// A first preliminary view comes as soon as the op's own execution is valid,
+/// while an op before it is still running (the default; paper §6.2: the
+/// tentative latency is the execution time); the strict mode waits for it.
+#[test]
+fn a_first_view_does_not_wait_for_an_earlier_op_still_running() {
+    for early in [true, false] {
+        let mut c = C::with_views(2, DELAY, early);
+        let a = inv(&mut c, 0, WEAK, incr("x", 1));
+        let b = inv(&mut c, 0, WEAK, incr("y", 1));
+        assert!(c.start_exec(0) && c.start_exec(0));
+        assert!(c.complete_exec(0, 1), "b finishes first");
+        let expected = if early {
+            vec![(Tentative, ok(1))]
+        } else {
+            vec![]
+        };
+        assert_eq!(views(&c, 0, b), expected, "early: {early}");
+        assert!(views(&c, 0, a).is_empty());
+        assert!(c.complete_exec(0, 0));
+        assert_eq!(views(&c, 0, a), [(Tentative, ok(1))]);
+        assert_eq!(views(&c, 0, b), [(Tentative, ok(1))], "one first view");
+    }
+}
+
 /// Scenario 1: Algorithm 1 lines 26–31 (RB-deliver, adjustTentativeOrder) with
 /// §4.4's "rollback only if necessary": a weak op arriving late with an older
 /// timestamp re-executes only the executions that read what it writes.

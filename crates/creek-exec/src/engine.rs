@@ -105,6 +105,17 @@ pub trait Engine<K: OpKey, P: Position> {
     fn complete(&mut self, completion: Completion<K>);
     /// Move the settled notifications accumulated so far into `out`.
     fn drain_settled(&mut self, out: &mut Vec<Settled<K>>);
+    /// Move into `out` the outcomes of executions installed since the last
+    /// call that are valid but not yet settled, because an op before them
+    /// has not executed yet: each is the result at the op's position over
+    /// the ops installed before it — a serialization of a subset of the
+    /// order, which the settled result may still change. A driver may answer
+    /// a preliminary view with it at once (the paper's tentative response
+    /// after an execution). Engines that settle every execution when they
+    /// install it report nothing here.
+    fn drain_installed(&mut self, out: &mut Vec<(K, Outcome)>) {
+        let _ = out;
+    }
     /// Counters so far.
     fn counters(&self) -> ExecCounters;
     /// The committed state: the newest committed value of every key whose

@@ -482,12 +482,40 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     }
 
     fn process_settled(&mut self) {
+        if self.config.early_tentative_views {
+            let mut early = Vec::new();
+            self.engine.drain_installed(&mut early);
+            for (key, outcome) in early {
+                self.on_installed(key, outcome);
+            }
+        }
         let mut settled = std::mem::take(&mut self.settled);
         self.engine.drain_settled(&mut settled);
         for s in settled.drain(..) {
             self.on_settled(s);
         }
         self.settled = settled;
+    }
+
+    /// An execution valid over the ops before it that have executed: the
+    /// op's first preliminary view, if it wants one and has none yet.
+    fn on_installed(&mut self, key: ExecKey, outcome: Outcome) {
+        let Some(a) = self.awaiting.get_mut(&key) else {
+            return;
+        };
+        if !a.views.tentative || a.last_sent.is_some() {
+            return;
+        }
+        a.first_tentative = Some(outcome.clone());
+        a.last_sent = Some(outcome.clone());
+        if a.client {
+            self.counters.views += 1;
+            self.effects.push(Effect::View(View {
+                handle: key,
+                kind: ViewKind::Tentative,
+                outcome,
+            }));
+        }
     }
 
     /// Responses (Algorithm 1, lines 55–56 and 62–74, with the final-view

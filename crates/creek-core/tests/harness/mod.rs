@@ -81,12 +81,21 @@ pub struct Cluster<E> {
 }
 
 impl<E: TestEngine> Cluster<E> {
+    /// `n` replicas whose first preliminary views wait for the ops before
+    /// them (each tentative view is checked against a replay of the order).
     pub fn new(n: usize, stabilize_after_us: u64) -> Self {
+        Self::with_views(n, stabilize_after_us, false)
+    }
+
+    /// `n` replicas; with `early_views`, a first preliminary view comes as
+    /// soon as the op's execution is valid (the default configuration).
+    pub fn with_views(n: usize, stabilize_after_us: u64, early_views: bool) -> Self {
         let registry = Arc::new(Registry::with_builtins());
         let nodes = (0..n)
             .map(|i| {
                 let config = Config {
                     stabilize_after_us,
+                    early_tentative_views: early_views,
                     ..Config::for_replica(ReplicaId(i as u16 + 1))
                 };
                 Node {
@@ -112,7 +121,7 @@ impl<E: TestEngine> Cluster<E> {
             ops: BTreeMap::new(),
             requests: BTreeMap::new(),
             now_us: 1_000_000,
-            check_each_step: true,
+            check_each_step: !early_views,
         }
     }
 

@@ -81,6 +81,8 @@ pub struct MvccExecutor<K, P> {
     runnable: BTreeSet<P>,
     /// Installed ops whose current execution has not been reported.
     unannounced: BTreeSet<P>,
+    /// Installed, valid, not yet settled executions (`drain_installed`).
+    installed_early: Vec<(K, Outcome)>,
     keys: Keys<P, K>,
     /// Every position up to this one is committed.
     committed_upto: Option<P>,
@@ -133,6 +135,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             not_installed: BTreeSet::new(),
             runnable: BTreeSet::new(),
             unannounced: BTreeSet::new(),
+            installed_early: Vec::new(),
             keys: Keys::default(),
             committed_upto: None,
             next_version: 1,
@@ -269,6 +272,11 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             }
         } else {
             self.unannounced.insert(pos);
+            if !self.is_committed(pos) {
+                if let Some(outcome) = self.ops.get(&key).and_then(|op| op.outcome.clone()) {
+                    self.installed_early.push((key, outcome));
+                }
+            }
         }
         self.invalidate(invalid);
     }
@@ -665,6 +673,10 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
             return;
         }
         self.install(completion.key, completion.executed);
+    }
+
+    fn drain_installed(&mut self, out: &mut Vec<(K, Outcome)>) {
+        out.append(&mut self.installed_early);
     }
 
     fn drain_settled(&mut self, out: &mut Vec<Settled<K>>) {
