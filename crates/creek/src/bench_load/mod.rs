@@ -16,7 +16,7 @@
 //!
 //! `--protocol` picks what the simulated replicas run: Creek or one of the
 //! baselines it is measured against (a cluster always runs Creek).
-//! `creek bench paper` (`paper.rs`) sweeps all four at the paper's setting.
+//! `creek bench paper` (`paper/`) sweeps all four at the paper's setting.
 
 mod cluster;
 mod paper;
