@@ -38,7 +38,7 @@ use std::path::PathBuf;
 use serde_json::Value as Json;
 
 use report::{command_line, machine, markdown, utc_date, Header};
-use run::{cannot_write, open_points_file, run_points, sweep_specs, validate, Point, Sink};
+use run::{cannot_write, open_points_file, run_points, sweep_specs, validate, Point, Run, Sink};
 use summary::{half_peak_specs, summary, variation_summary};
 
 /// `creek bench paper`.
@@ -68,6 +68,12 @@ pub struct PaperArgs {
     /// Seed of every simulation.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Simulate nothing: recompute paper-summary.json and paper.md from the
+    /// points in `<out>/paper.jsonl` (after writing paper-notes.md, or after
+    /// appending the points of another run, e.g. `--only wh20` run apart
+    /// for its memory).
+    #[arg(long)]
+    report_only: bool,
     /// A tiny setting for tests (the simulator's small TPC-C database, three
     /// rates, 50 ms points); its numbers mean nothing.
     #[arg(long, hide = true)]
@@ -88,6 +94,9 @@ pub fn paper(args: &PaperArgs) -> Result<(), String> {
 /// check failed.
 fn execute(args: &PaperArgs) -> Result<(Json, bool), String> {
     let run = validate(args)?;
+    if args.report_only {
+        return report_only(run);
+    }
     let jsonl = match &run.out {
         Some(dir) => Some(open_points_file(dir)?),
         None => None,
@@ -129,26 +138,90 @@ fn execute(args: &PaperArgs) -> Result<(Json, bool), String> {
     }
     let summary = summary(&done);
     if let Some(dir) = &run.out {
+        write_files(dir, &summary, &done, command_line())?;
+    }
+    Ok((summary, sink.failed))
+}
+
+/// `--report-only`: the summary and paper.md of the points already in
+/// `<out>/paper.jsonl`, by variation in the paper's order.
+fn report_only(run: Run) -> Result<(Json, bool), String> {
+    let dir = run
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("docs/bench"));
+    let path = dir.join("paper.jsonl");
+    let text =
+        fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut points: Vec<Point> = Vec::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let p: Point = serde_json::from_str(line)
+            .map_err(|e| format!("{}:{}: not a point: {e}", path.display(), n + 1))?;
+        points.push(p);
+    }
+    let failed = points
+        .iter()
+        .any(|p| p.get("consistency_ok") == Some(&Json::Bool(false)));
+    let mut done = Vec::new();
+    let mut labels = Vec::new();
+    for v in &run.variations {
+        let mine: Vec<Point> = points
+            .iter()
+            .filter(|p| p.get("label").and_then(Json::as_str) == Some(v.label))
+            .cloned()
+            .collect();
+        if !mine.is_empty() {
+            labels.push(v.label);
+            done.push((*v, variation_summary(&run, v, &mine)));
+        }
+    }
+    if done.is_empty() {
+        return Err(format!(
+            "{} holds no point of these variations",
+            path.display()
+        ));
+    }
+    let summary = summary(&done);
+    let command = format!(
+        "creek bench paper --only {} (paper.md re-rendered from paper.jsonl by --report-only)",
+        labels.join(",")
+    );
+    write_files(&dir, &summary, &done, command)?;
+    Ok((summary, failed))
+}
+
+/// Write paper-summary.json and paper.md (with paper-notes.md) into `dir`.
+fn write_files(
+    dir: &std::path::Path,
+    summary: &Json,
+    done: &[(variations::Variation, Json)],
+    command: String,
+) -> Result<(), String> {
+    {
         let write = |name: &str, text: &str| {
             let path = dir.join(name);
             fs::write(&path, text).map_err(|e| cannot_write(&path, &e))
         };
-        let pretty = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+        let pretty = serde_json::to_string_pretty(summary).map_err(|e| e.to_string())?;
         write("paper-summary.json", &(pretty + "\n"))?;
         let notes = fs::read_to_string(dir.join("paper-notes.md")).ok();
         let header = Header {
             date: utc_date(),
             machine: machine(),
-            command: command_line(),
+            command,
             notes,
         };
-        write("paper.md", &markdown(&header, &done))?;
+        write("paper.md", &markdown(&header, done))?;
         eprintln!(
-            "paper: wrote {} (paper.jsonl, paper-summary.json, paper.md)",
+            "paper: wrote {} (paper-summary.json, paper.md)",
             dir.display()
         );
     }
-    Ok((summary, sink.failed))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -241,6 +314,21 @@ mod tests {
         assert_eq!(keys(&written["variations"]), keys(&summary["variations"]));
         let md = fs::read_to_string(dir.join("paper.md")).expect("paper.md");
         assert!(md.contains("(paper: ~32.5k)") && md.contains("Notes kept verbatim."));
+        // --report-only re-renders the same summary from paper.jsonl alone.
+        fs::write(dir.join("paper-notes.md"), "Notes rewritten.\n").expect("notes");
+        let (again, failed) = execute(&PaperArgs {
+            report_only: true,
+            ..args.clone()
+        })
+        .expect("report only");
+        assert!(!failed);
+        assert_eq!(keys(&again["variations"]), keys(&summary["variations"]));
+        assert_eq!(
+            again["protocols"]["creek"]["peak_throughput_ops_per_sec"],
+            summary["protocols"]["creek"]["peak_throughput_ops_per_sec"]
+        );
+        let md = fs::read_to_string(dir.join("paper.md")).expect("paper.md");
+        assert!(md.contains("Notes rewritten.") && md.contains("--report-only"));
         let _ = fs::remove_dir_all(&dir);
     }
 }
