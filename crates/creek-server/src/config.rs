@@ -61,6 +61,12 @@ pub struct ServerConfig {
     /// after it arrived (paper §4.4).
     #[serde(default = "defaults::stabilize_after_ms")]
     pub stabilize_after_ms: u64,
+    /// A preliminary view answers as soon as the op's own execution is
+    /// valid (lowest latency, paper §6.2); `false` waits until every op
+    /// before it executed (the view then equals the whole tentative order's
+    /// result: fewer preliminary views that the final one corrects).
+    #[serde(default = "defaults::early_preliminary_views")]
+    pub early_preliminary_views: bool,
     /// How often a checkpoint of the committed state is written.
     #[serde(default = "defaults::checkpoint_every_secs")]
     pub checkpoint_every_secs: u64,
@@ -82,6 +88,9 @@ mod defaults {
     }
     pub fn stabilize_after_ms() -> u64 {
         50
+    }
+    pub fn early_preliminary_views() -> bool {
+        true
     }
     pub fn checkpoint_every_secs() -> u64 {
         30
@@ -155,6 +164,7 @@ impl ServerConfig {
             workers: 0,
             tick_ms: defaults::tick_ms(),
             stabilize_after_ms: defaults::stabilize_after_ms(),
+            early_preliminary_views: defaults::early_preliminary_views(),
             checkpoint_every_secs: defaults::checkpoint_every_secs(),
             max_request_bytes: defaults::max_request_bytes(),
             peer_queue_frames: defaults::peer_queue_frames(),
@@ -335,6 +345,10 @@ mod tests {
         assert_eq!(c.tick_ms, 10);
         assert_eq!(c.me().client_addr.port(), 7002);
         assert!(!c.allow_fault_injection);
+        assert!(c.early_preliminary_views);
+        let strict = format!("early_preliminary_views = false\n{GOOD}");
+        let c = ServerConfig::from_toml(&strict).expect("valid");
+        assert!(!c.early_preliminary_views);
     }
 
     #[test]

@@ -99,6 +99,7 @@ impl Server {
         })?;
         let mut node_config = NodeConfig::for_group(me, &group);
         node_config.replica.stabilize_after_us = config.stabilize_after_ms * 1000;
+        node_config.replica.early_tentative_views = config.early_preliminary_views;
         let limits = node_config.wire;
         let recovered_ops = opened.recovered.ops.len();
         let from_checkpoint = opened
