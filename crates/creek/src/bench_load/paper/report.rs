@@ -121,6 +121,10 @@ fn main_table(out: &mut String, v: &Variation, s: &Json) {
         table_row(out, std::iter::once(name.to_string()).chain(cells));
     };
     row("peak throughput (tx/s)", &|i, p| peak_cell(v, i, proto(p)));
+    row(
+        "sustained throughput (tx/s; latency ≤ 2× low load)",
+        &|_, p| show_rate(field(proto(p), &["sustained_throughput_ops_per_sec"])),
+    );
     row("latencies read at (offered tx/s)", &|_, p| {
         latency_at_cell(proto(p))
     });

@@ -44,6 +44,40 @@ fn peak_point(points: &[Point], protocol: Protocol) -> Option<&Point> {
         })
 }
 
+/// The highest throughput `protocol` sustained: over the sweep points that
+/// kept up (measured ≥ 95% of offered) with a mean response latency at
+/// most twice the one at its lowest rate — the paper's reading of a peak,
+/// "before the backlog builds up and latency strikes up" (§6.2).
+fn sustained_throughput(points: &[Point], protocol: Protocol) -> Option<f64> {
+    let response = |p: &Point| {
+        field(
+            &Json::Object(p.clone()),
+            &["latency_us", "response", "mean"],
+        )
+    };
+    let sweep: Vec<&Point> = of(points, protocol).filter(|p| is_sweep(p)).collect();
+    let low = sweep
+        .iter()
+        .filter(|p| num(p, "offered_rate").is_some())
+        .min_by(|a, b| {
+            num(a, "offered_rate")
+                .partial_cmp(&num(b, "offered_rate"))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })?;
+    let bound = 2.0 * response(low)?;
+    sweep
+        .iter()
+        .filter(|p| {
+            let (Some(t), Some(r)) = (num(p, "throughput_ops_per_sec"), num(p, "offered_rate"))
+            else {
+                return false;
+            };
+            t >= 0.95 * r && response(p).is_some_and(|l| l <= bound)
+        })
+        .filter_map(|p| num(p, "throughput_ops_per_sec"))
+        .reduce(f64::max)
+}
+
 /// Half of Creek's peak throughput, a whole rate; `None` without one.
 fn creek_half_peak(points: &[Point]) -> Option<f64> {
     let peak = num(
@@ -131,6 +165,10 @@ fn protocol_summary(points: &[Point], protocol: Protocol) -> Json {
         json!(peak.and_then(|p| num(p, "throughput_ops_per_sec"))),
     );
     s.insert("peak_at_rate".into(), json!(peak_rate));
+    s.insert(
+        "sustained_throughput_ops_per_sec".into(),
+        json!(sustained_throughput(points, protocol)),
+    );
     s.insert(
         "peak_at_highest_rate".into(),
         json!(peak_rate.is_some() && peak_rate == sweep_max),
@@ -280,6 +318,26 @@ mod tests {
         assert_eq!(
             protocol_summary(&points, Protocol::Archie)["peak_at_highest_rate"],
             json!(true)
+        );
+    }
+
+    /// Sustained: kept up, and mean response within twice the lowest
+    /// rate's (the made-up response latency is rate / 10).
+    #[test]
+    fn sustained_throughput_stops_where_latency_doubles() {
+        let points = sweep();
+        assert_eq!(
+            sustained_throughput(&points, Protocol::Creek),
+            Some(19_800.0)
+        );
+        assert_eq!(
+            sustained_throughput(&points, Protocol::Archie),
+            Some(9_950.0)
+        );
+        assert_eq!(sustained_throughput(&points, Protocol::Smr), Some(2_000.0));
+        assert_eq!(
+            protocol_summary(&points, Protocol::Creek)["sustained_throughput_ops_per_sec"],
+            json!(19_800.0)
         );
     }
 

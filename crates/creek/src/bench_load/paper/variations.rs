@@ -84,7 +84,7 @@ pub(super) const VARIATIONS: [Variation; 6] = [
         warehouses: 1,
         strong_share: None,
         cost_factor: 1,
-        fast_rates: &[2e3, 4e3, 6e3, 8e3, 10e3, 12e3, 14e3],
+        fast_rates: &[2e3, 4e3, 6e3, 8e3, 10e3, 12e3, 14e3, 17e3, 20e3, 24e3],
         slow_rates: &[1e3, 2e3, 3e3, 3.5e3],
         jobs_max: usize::MAX,
         paper: Paper {
