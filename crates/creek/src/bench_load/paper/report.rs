@@ -255,10 +255,10 @@ pub(super) fn markdown(h: &Header, done: &[(Variation, Json)]) -> String {
     for (v, s) in done {
         if let Some(targets) = s["targets"].as_object() {
             for t in TARGETS.iter().filter_map(|name| targets.get(*name)) {
-                let met = if t["met"] == json!(true) {
-                    "met"
-                } else {
-                    "missed"
+                let met = match t["met"].as_bool() {
+                    Some(true) => "met",
+                    Some(false) => "missed",
+                    None => "(no target here)",
                 };
                 table_row(
                     &mut out,
