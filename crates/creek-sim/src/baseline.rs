@@ -92,6 +92,15 @@ struct Own {
     sent: Option<Outcome>,
 }
 
+/// What consensus waits for before proposing or accepting an id: its
+/// payload here (or the op already committed).
+fn holder<'a>(
+    payloads: &'a FxHashMap<OpId, Arc<Op>>,
+    committed: &'a FxHashSet<OpId>,
+) -> impl Fn(OpId) -> bool + 'a {
+    move |id| payloads.contains_key(&id) || committed.contains(&id)
+}
+
 /// Every this many ticks a replica casts again every op it holds that is
 /// not committed, whatever its origin (an origin that crashed before its
 /// cast reached the leader would otherwise leave it pending).
@@ -198,10 +207,9 @@ impl BaselineNode {
         })
     }
 
-    /// Whether the payload of `id` is here (or it is committed): what
-    /// consensus waits for before proposing or accepting it.
+    /// Whether the payload of `id` is here (or it is committed).
     fn holds(&self, id: OpId) -> bool {
-        self.payloads.contains_key(&id) || self.committed_set.contains(&id)
+        holder(&self.payloads, &self.committed_set)(id)
     }
 
     /// A payload arrived (invocation or gossip); Bayou places it in its
@@ -298,12 +306,13 @@ impl BaselineNode {
             self.gossip.flush(&mut out);
             self.push_gossip(out);
             let mut cab_out = Vec::new();
-            let (payloads, committed) = (&self.payloads, &self.committed_set);
-            let holds = |id: OpId| payloads.contains_key(&id) || committed.contains(&id);
-            self.cab.poll(&holds, &mut cab_out);
+            let delivered = {
+                let holds = holder(&self.payloads, &self.committed_set);
+                self.cab.poll(&holds, &mut cab_out);
+                self.cab.take_deliverable(&holds)
+            };
             self.outbox
                 .extend(cab_out.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
-            let delivered = self.cab.take_deliverable(&holds);
             let progress = !delivered.is_empty();
             for id in delivered {
                 self.deliver(id);
@@ -321,9 +330,10 @@ impl BaselineNode {
 
     /// Ask gossip for the payloads consensus waits on.
     fn pull_missing(&mut self) {
-        let (payloads, committed) = (&self.payloads, &self.committed_set);
-        let holds = |id: OpId| payloads.contains_key(&id) || committed.contains(&id);
-        let wanted = self.cab.waiting_for(&holds, &holds);
+        let wanted = {
+            let holds = holder(&self.payloads, &self.committed_set);
+            self.cab.waiting_for(&holds, &holds)
+        };
         let mut out = Vec::new();
         if !wanted.is_empty() {
             self.gossip.pull(&wanted, &mut out);
@@ -457,8 +467,7 @@ impl SimReplica for BaselineNode {
                 }
             }
             PeerMessage::Cab(m) => {
-                let (payloads, committed) = (&self.payloads, &self.committed_set);
-                let holds = |id: OpId| payloads.contains_key(&id) || committed.contains(&id);
+                let holds = holder(&self.payloads, &self.committed_set);
                 self.cab.on_message(from, m, &holds);
             }
         }
