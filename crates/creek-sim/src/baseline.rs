@@ -349,6 +349,9 @@ impl BaselineNode {
 
     /// Settled executions: finalized counts, accuracy, and the responses.
     fn settle(&mut self) {
+        // Archie answers after final delivery: early results are dropped
+        // (drained, or the engine would keep them).
+        self.exec.get_mut().drain_installed(&mut Vec::new());
         let mut settled = Vec::new();
         self.exec.get_mut().drain_settled(&mut settled);
         for Settled {

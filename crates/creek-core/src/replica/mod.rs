@@ -482,9 +482,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     }
 
     fn process_settled(&mut self) {
+        // Drained either way: the engine keeps them until asked.
+        let mut early = Vec::new();
+        self.engine.drain_installed(&mut early);
         if self.config.early_tentative_views {
-            let mut early = Vec::new();
-            self.engine.drain_installed(&mut early);
             for (key, outcome) in early {
                 self.on_installed(key, outcome);
             }
