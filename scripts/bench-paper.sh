@@ -9,9 +9,9 @@
 #   scripts/bench-paper.sh --only fig1,wh1 --jobs 1
 #   scripts/bench-paper.sh --quick              # a few minutes; prints, plots nothing
 #   scripts/bench-paper.sh --quick --out /tmp/p # ... and writes /tmp/p
-# The full run takes hours on 2 cores (the simulator executes every
-# transaction for real on every replica) and up to ~10 GB of memory with
-# 2 jobs. Put the analysis in docs/bench/paper-notes.md: paper.md includes
+# The full run takes about an hour on 2 cores (the simulator executes
+# every transaction for real on every replica) and ~7 GB with 2 jobs; wh20
+# alone needs ~17 GB (docs/operations.md). Put the analysis in docs/bench/paper-notes.md: paper.md includes
 # it. A relative --out is taken from the repository root. Exits with the
 # command's status, after plotting what was written.
 set -euo pipefail
