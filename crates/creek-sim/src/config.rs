@@ -241,6 +241,9 @@ impl SimConfig {
         if !(3..=9).contains(&self.replicas) {
             return Err("replicas must be between 3 and 9".into());
         }
+        if self.protocol != Protocol::Creek && self.plant_bug.is_some() {
+            return Err("planted bugs are bugs of Creek's protocol: use --protocol creek".into());
+        }
         if self.archie_window == 0 {
             return Err("archie_window must be positive".into());
         }

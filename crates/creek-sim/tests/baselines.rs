@@ -54,3 +54,14 @@ fn every_baseline_passes_the_checkers_under_all_faults() {
         }
     }
 }
+
+#[test]
+fn planted_bugs_are_refused_for_baselines() {
+    let cfg = SimConfig {
+        protocol: Protocol::Archie,
+        plant_bug: Some(creek_sim::config::PlantedBug::SkipInvalidation),
+        ..SimConfig::default()
+    };
+    let err = cfg.validate().unwrap_err();
+    assert!(err.contains("--protocol creek"), "{err}");
+}
