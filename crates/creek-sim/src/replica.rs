@@ -120,6 +120,7 @@ impl SimReplica for CreekReplica {
     fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
         match self.node.as_mut() {
             Some(n) => n.invoke(request, now_us),
+            // Not reached: the simulator never invokes a replica that is down.
             None => Err(InvokeError::Overloaded(0)),
         }
     }

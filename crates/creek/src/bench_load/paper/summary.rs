@@ -49,12 +49,7 @@ fn peak_point(points: &[Point], protocol: Protocol) -> Option<&Point> {
 /// most twice the one at its lowest rate — the paper's reading of a peak,
 /// "before the backlog builds up and latency strikes up" (§6.2).
 fn sustained_throughput(points: &[Point], protocol: Protocol) -> Option<f64> {
-    let response = |p: &Point| {
-        field(
-            &Json::Object(p.clone()),
-            &["latency_us", "response", "mean"],
-        )
-    };
+    let response = |p: &Point| field(p.get("latency_us")?, &["response", "mean"]);
     let sweep: Vec<&Point> = of(points, protocol).filter(|p| is_sweep(p)).collect();
     let low = sweep
         .iter()
