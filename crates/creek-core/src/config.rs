@@ -1,5 +1,6 @@
 //! Replica configuration: `Default` plus `validate`, as everywhere in Creek.
 
+use creek_exec::mvcc::Schedule;
 use creek_exec::TxnLimits;
 
 use crate::id::ReplicaId;
@@ -26,6 +27,8 @@ pub struct Config {
     /// consistency allows); off, the first view waits until every earlier
     /// op has executed and equals the result of the whole tentative order.
     pub early_tentative_views: bool,
+    /// Which waiting execution a free core takes (see [`Schedule`]).
+    pub schedule: Schedule,
     /// Planted bug (the simulator's `--plant-bug skip-invalidation`): the
     /// executor never invalidates readers. Only for validating the checkers;
     /// never set in production.
@@ -46,6 +49,7 @@ impl Default for Config {
             stabilize_after_us: 50_000,
             txn_limits: TxnLimits::default(),
             early_tentative_views: true,
+            schedule: Schedule::default(),
             planted_skip_invalidation: false,
             planted_deliver_without_cab: false,
             planted_ignore_causal_context: false,

@@ -410,18 +410,9 @@ impl<S: CabStorage> Node<S> {
         for id in waiting {
             match self.replica.op(id) {
                 None => wanted.push(id),
-                Some(op) => {
-                    if let Some(ctx) = &op.causal_context {
-                        // Context ops not here (a strong one may be here
-                        // but not yet delivered: nothing to fetch). Bounded:
-                        // a hostile context may name a huge range.
-                        wanted.extend(
-                            ctx.difference_iter(self.replica.causal_context())
-                                .filter(|x| self.replica.op(*x).is_none())
-                                .take(1024),
-                        );
-                    }
-                }
+                // Context ops never here. Bounded: a hostile context may
+                // name a huge range.
+                Some(_) => wanted.extend(self.replica.missing_context(id).take(1024)),
             }
         }
         let mut out = Vec::new();

@@ -41,7 +41,7 @@ use creek_core::{
     Dvv, ExecKey, Hlc, InvokeError, Op, OpId, ReplicaId, Request, View, ViewKind, Views,
 };
 use creek_exec::basic::BasicEngine;
-use creek_exec::mvcc::MvccExecutor;
+use creek_exec::mvcc::{MvccExecutor, Schedule};
 use creek_exec::{Completion, Engine, Outcome, Registry, Settled, Task, TxnLimits};
 use creek_gossip::{Gossip, GossipConfig};
 use creek_wire::{GossipMessage, Limits, PeerMessage};
@@ -160,10 +160,12 @@ impl BaselineNode {
         registry: Arc<Registry>,
         initial: Vec<(Bytes, Bytes)>,
         window: usize,
+        schedule: Schedule,
     ) -> Result<Self, String> {
         let exec = match protocol {
             Protocol::Archie => {
                 let mut e = MvccExecutor::new(registry.clone(), TxnLimits::default());
+                e.set_schedule(schedule);
                 e.load_committed(initial, None);
                 Exec::Mvcc(e)
             }
@@ -558,6 +560,8 @@ impl SimReplica for BaselineNode {
             ops: e.ops,
             accuracy_checked: self.accuracy_checked,
             accuracy_hits: self.accuracy_hits,
+            conflicts: e.conflicts,
+            invalidations: e.invalidations,
         }
     }
 

@@ -156,6 +156,15 @@ pub fn sim_point(out: &Outcome, replicas: usize, cores: usize) -> Map<String, Js
         ratio(run.accuracy_hits, run.accuracy_checked),
     );
     m.insert("execution_ratio".into(), ratio(run.executions, run.ops));
+    // Why executions repeat, per op: a completion rejected because a read
+    // changed while it ran, or an installed execution rolled back later.
+    m.insert(
+        "reexecution_causes".into(),
+        json!({
+            "conflicts_per_op": ratio(run.conflicts, run.ops),
+            "invalidations_per_op": ratio(run.invalidations, run.ops),
+        }),
+    );
     let capacity_us = (cores * replicas) as f64 * (window.seconds() * 1e6);
     m.insert(
         "cpu_busy".into(),

@@ -143,6 +143,9 @@ pub struct SimConfig {
     /// fewer than this many ops precede it among the optimistically
     /// delivered, not yet committed ones.
     pub archie_window: usize,
+    /// How the multiversion executor (Creek's and Archie's) picks its next
+    /// execution; the default is what the server runs.
+    pub schedule: creek_exec::mvcc::Schedule,
     /// Replicas (3..=9).
     pub replicas: usize,
     /// Cores per replica.
@@ -212,6 +215,7 @@ impl Default for SimConfig {
         SimConfig {
             protocol: Protocol::Creek,
             archie_window: 64,
+            schedule: creek_exec::mvcc::Schedule::default(),
             replicas: 5,
             cores: 4,
             seed: 1,

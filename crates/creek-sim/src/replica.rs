@@ -27,6 +27,10 @@ pub struct ReplicaCounts {
     pub accuracy_checked: u64,
     /// ... of which equal.
     pub accuracy_hits: u64,
+    /// Completions rejected at validation (a read changed while running).
+    pub conflicts: u64,
+    /// Installed executions rolled back.
+    pub invalidations: u64,
 }
 
 /// One simulated replica. Crash and restart happen in place: a crashed
@@ -202,6 +206,8 @@ impl SimReplica for CreekReplica {
             ops: e.ops,
             accuracy_checked: c.accuracy_checked,
             accuracy_hits: c.accuracy_hits,
+            conflicts: e.conflicts,
+            invalidations: e.invalidations,
         }
     }
 

@@ -108,6 +108,10 @@ pub struct Totals {
     pub accuracy_checked: u64,
     /// ... of which equal.
     pub accuracy_hits: u64,
+    /// Completions rejected at validation (a read changed while running).
+    pub conflicts: u64,
+    /// Installed executions rolled back.
+    pub invalidations: u64,
     /// Core-microseconds of executions started.
     pub busy_us: u64,
     /// Bytes on the wire.
@@ -123,6 +127,8 @@ impl Totals {
             ops: self.ops - earlier.ops,
             accuracy_checked: self.accuracy_checked - earlier.accuracy_checked,
             accuracy_hits: self.accuracy_hits - earlier.accuracy_hits,
+            conflicts: self.conflicts - earlier.conflicts,
+            invalidations: self.invalidations - earlier.invalidations,
             busy_us: self.busy_us - earlier.busy_us,
             traffic: Traffic {
                 gossip_bytes: self.traffic.gossip_bytes - earlier.traffic.gossip_bytes,
@@ -251,6 +257,7 @@ impl Sim {
         let mut nodes = Vec::new();
         for &me in &ids {
             let mut config = NodeConfig::for_group(me, &ids);
+            config.replica.schedule = cfg.schedule;
             match cfg.plant_bug {
                 Some(PlantedBug::SkipInvalidation) => {
                     config.replica.planted_skip_invalidation = true
@@ -286,6 +293,7 @@ impl Sim {
                         .map(|c| c.state.clone())
                         .unwrap_or_default(),
                     cfg.archie_window,
+                    cfg.schedule,
                 )?),
             };
             let (offset, drift) = if cfg.faults.clock {
@@ -893,6 +901,8 @@ impl Sim {
             t.ops += c.ops;
             t.accuracy_checked += c.accuracy_checked;
             t.accuracy_hits += c.accuracy_hits;
+            t.conflicts += c.conflicts;
+            t.invalidations += c.invalidations;
             t.busy_us += n.busy_us;
         }
         t

@@ -111,6 +111,12 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     /// Algorithm 1's `causalCtx`: RB-delivered weak ids and CAB-delivered
     /// strong ids.
     causal_ctx: Dvv,
+    /// Every id whose payload this replica has held: `causal_ctx` plus the
+    /// strong ops RB-delivered but not yet CAB-delivered. Kept so that
+    /// `holds_payloads` is a subset test instead of a walk over a strong
+    /// op's whole context (a partition piles up strong ops whose contexts
+    /// name each other, and CAB asks about every pending one on each step).
+    delivered: Dvv,
     awaiting: FxHashMap<ExecKey, Awaiting>,
     /// Ids decided by CAB, waiting for `check_dep` (conditional delivery).
     decided: VecDeque<OpId>,
@@ -130,9 +136,16 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
 impl Replica {
     /// A replica with the multiversion executor.
     pub fn new(config: Config, registry: Arc<Registry>) -> Result<Self, ConfigError> {
+        let engine = Self::executor(&config, &registry);
+        Self::with_engine(config, registry, engine)
+    }
+
+    /// The multiversion executor `config` asks for.
+    fn executor(config: &Config, registry: &Arc<Registry>) -> MvccExecutor<ExecKey, Pos> {
         let mut engine = MvccExecutor::new(registry.clone(), config.txn_limits);
         engine.planted_skip_invalidation = config.planted_skip_invalidation;
-        Self::with_engine(config, registry, engine)
+        engine.set_schedule(config.schedule);
+        engine
     }
 }
 
@@ -155,6 +168,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             tentative: BTreeSet::new(),
             ops: FxHashMap::default(),
             causal_ctx: Dvv::new(),
+            delivered: Dvv::new(),
             awaiting: FxHashMap::default(),
             decided: VecDeque::new(),
             weak_arrivals: VecDeque::new(),
@@ -300,6 +314,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// `(timestamp, id)` place; the engine's `adjustExecution` follows.
     fn adjust_tentative_order(&mut self, op: Arc<Op>) {
         let key = ExecKey::Op(op.id);
+        self.delivered.insert(op.id);
         self.tentative.insert(op.order_key());
         if !op.strong {
             let stamp = (op.id.origin == self.config.id).then_some(self.now_us);
@@ -331,12 +346,23 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// for [`Replica::check_dep`].
     pub fn holds_payloads(&self, id: OpId) -> bool {
         match self.ops.get(&id) {
-            Some(op) => op.causal_context.as_ref().is_none_or(|ctx| {
-                ctx.difference_iter(&self.causal_ctx)
-                    .all(|missing| self.ops.contains_key(&missing))
-            }),
+            Some(op) => op
+                .causal_context
+                .as_ref()
+                .is_none_or(|ctx| ctx.is_subset(&self.delivered)),
             None => self.is_committed(id),
         }
+    }
+
+    /// The ids of `id`'s causal context whose payloads this replica has
+    /// never held (what to fetch before it can commit), lazily: stop early
+    /// on a context from an untrusted peer. Empty for an unknown op.
+    pub fn missing_context(&self, id: OpId) -> impl Iterator<Item = OpId> + '_ {
+        self.ops
+            .get(&id)
+            .and_then(|op| op.causal_context.as_ref())
+            .into_iter()
+            .flat_map(|ctx| ctx.difference_iter(&self.delivered))
     }
 
     /// Committed ids are in the causal set and off the tentative list (weak
@@ -675,6 +701,22 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             if !self.causal_ctx.contains(*id) {
                 return Err(format!("committed {id} missing from the causal set"));
             }
+        }
+        // delivered = causal set ∪ ids of known ops.
+        if !self.causal_ctx.is_subset(&self.delivered) {
+            return Err("the causal set is not within the delivered set".into());
+        }
+        if let Some(id) = self.ops.keys().find(|id| !self.delivered.contains(**id)) {
+            return Err(format!("{id} is known but not in the delivered set"));
+        }
+        if let Some(id) = self
+            .delivered
+            .difference_iter(&self.causal_ctx)
+            .find(|id| !self.ops.contains_key(id))
+        {
+            return Err(format!(
+                "{id} is delivered but neither known nor in the causal set"
+            ));
         }
         Ok(())
     }

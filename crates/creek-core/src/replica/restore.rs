@@ -12,7 +12,6 @@
 
 use std::sync::Arc;
 
-use creek_exec::mvcc::MvccExecutor;
 use creek_exec::{Engine, Registry};
 
 use super::Replica;
@@ -50,8 +49,7 @@ impl Replica {
     ) -> Result<Self, ConfigError> {
         config.validate()?;
         let mut checkpoint = checkpoint.unwrap_or_default();
-        let mut engine = MvccExecutor::new(registry.clone(), config.txn_limits);
-        engine.planted_skip_invalidation = config.planted_skip_invalidation;
+        let mut engine = Self::executor(&config, &registry);
         let state = std::mem::take(&mut checkpoint.state);
         let upto = checkpoint.committed_len.checked_sub(1).map(Pos::Committed);
         engine.load_committed(state, upto);
@@ -112,6 +110,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.curr_event_no = checkpoint.next_event_no.saturating_sub(1);
         let covered = checkpoint.causal_ctx;
         self.causal_ctx = covered.clone();
+        self.delivered = covered.clone();
         ops.sort_by_key(|op| op.order_key());
         for op in ops {
             let id = op.id;
@@ -130,6 +129,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 // Stamped at the next tick, like a remote arrival.
                 self.weak_arrivals.push_back((None, id));
             }
+            self.delivered.insert(id);
             self.tentative.insert(op.order_key());
             let key = ExecKey::Op(id);
             self.engine

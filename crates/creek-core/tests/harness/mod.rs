@@ -19,15 +19,18 @@ use proptest::prelude::*;
 
 /// An engine the harness can build.
 pub trait TestEngine: Engine<ExecKey, Pos> + Sized {
-    fn build(registry: Arc<Registry>) -> Self;
+    /// The engine a replica with `config` runs.
+    fn build(registry: Arc<Registry>, config: &Config) -> Self;
     fn invariants(&self) -> Result<(), String> {
         Ok(())
     }
 }
 
 impl TestEngine for MvccExecutor<ExecKey, Pos> {
-    fn build(registry: Arc<Registry>) -> Self {
-        MvccExecutor::new(registry, TxnLimits::default())
+    fn build(registry: Arc<Registry>, config: &Config) -> Self {
+        let mut e = MvccExecutor::new(registry, TxnLimits::default());
+        e.set_schedule(config.schedule);
+        e
     }
     fn invariants(&self) -> Result<(), String> {
         self.check_invariants()
@@ -35,14 +38,16 @@ impl TestEngine for MvccExecutor<ExecKey, Pos> {
 }
 
 impl TestEngine for BasicEngine<ExecKey, Pos> {
-    fn build(registry: Arc<Registry>) -> Self {
+    fn build(registry: Arc<Registry>, _: &Config) -> Self {
         BasicEngine::new(registry, TxnLimits::default())
     }
 }
 
 pub struct Node<E> {
     pub replica: Replica<E>,
-    pub running: Vec<Task<ExecKey>>,
+    /// Executions handed out: the task, and its result if it read its
+    /// snapshot when it started (else it reads it when it completes).
+    pub running: Vec<(Task<ExecKey>, Option<Completion<ExecKey>>)>,
     /// Views received for this node's invocations, by handle.
     pub views: BTreeMap<ExecKey, Vec<View>>,
     /// How many decided ids this node has been given.
@@ -90,21 +95,29 @@ impl<E: TestEngine> Cluster<E> {
     /// `n` replicas; with `early_views`, a first preliminary view comes as
     /// soon as the op's execution is valid (the default configuration).
     pub fn with_views(n: usize, stabilize_after_us: u64, early_views: bool) -> Self {
+        Self::with_config(
+            n,
+            Config {
+                stabilize_after_us,
+                early_tentative_views: early_views,
+                ..Config::default()
+            },
+        )
+    }
+
+    /// `n` replicas configured as `template` (each with its own id).
+    pub fn with_config(n: usize, template: Config) -> Self {
         let registry = Arc::new(Registry::with_builtins());
+        let early_views = template.early_tentative_views;
         let nodes = (0..n)
             .map(|i| {
                 let config = Config {
-                    stabilize_after_us,
-                    early_tentative_views: early_views,
-                    ..Config::for_replica(ReplicaId(i as u16 + 1))
+                    id: ReplicaId(i as u16 + 1),
+                    ..template.clone()
                 };
+                let engine = E::build(registry.clone(), &config);
                 Node {
-                    replica: Replica::with_engine(
-                        config,
-                        registry.clone(),
-                        E::build(registry.clone()),
-                    )
-                    .unwrap(),
+                    replica: Replica::with_engine(config, registry.clone(), engine).unwrap(),
                     running: Vec::new(),
                     views: BTreeMap::new(),
                     cab_next: 0,
@@ -214,11 +227,19 @@ impl<E: TestEngine> Cluster<E> {
     }
 
     pub fn start_exec(&mut self, i: usize) -> bool {
+        self.start_exec_reading(i, false)
+    }
+
+    /// Start an execution; with `read_now` it reads its snapshot at once
+    /// (and its result is validated when it completes, after whatever
+    /// happened meanwhile), else when it completes.
+    pub fn start_exec_reading(&mut self, i: usize, read_now: bool) -> bool {
         let n = &mut self.nodes[i];
         let Some(task) = n.replica.next_execution() else {
             return false;
         };
-        n.running.push(task);
+        let done = read_now.then(|| n.replica.run(&task));
+        n.running.push((task, done));
         true
     }
 
@@ -227,8 +248,8 @@ impl<E: TestEngine> Cluster<E> {
         if n.running.is_empty() {
             return false;
         }
-        let task = n.running.remove(pick % n.running.len());
-        let done: Completion<ExecKey> = n.replica.run(&task);
+        let (task, done) = n.running.remove(pick % n.running.len());
+        let done: Completion<ExecKey> = done.unwrap_or_else(|| n.replica.run(&task));
         n.replica.complete(done);
         self.absorb(i);
         true
@@ -410,6 +431,8 @@ pub enum Action {
     },
     StartExec {
         node: u8,
+        /// Read the snapshot at start rather than at completion.
+        read_now: bool,
     },
     CompleteExec {
         node: u8,
@@ -427,7 +450,7 @@ pub fn action() -> impl Strategy<Value = Action> {
         4 => (any::<u8>(), any::<u8>()).prop_map(|(from, to)| Action::DeliverRb { from, to }),
         1 => any::<u8>().prop_map(|pick| Action::Decide { pick }),
         2 => any::<u8>().prop_map(|node| Action::DeliverCab { node }),
-        3 => any::<u8>().prop_map(|node| Action::StartExec { node }),
+        3 => (any::<u8>(), any::<bool>()).prop_map(|(node, read_now)| Action::StartExec { node, read_now }),
         3 => (any::<u8>(), any::<u8>()).prop_map(|(node, pick)| Action::CompleteExec { node, pick }),
         1 => (0u8..4).prop_map(|advance_ms| Action::Tick { advance_ms }),
     ]
@@ -511,8 +534,8 @@ impl<E: TestEngine> Cluster<E> {
             Action::DeliverCab { node: i } => {
                 c.deliver_cab(node(i));
             }
-            Action::StartExec { node: i } => {
-                c.start_exec(node(i));
+            Action::StartExec { node: i, read_now } => {
+                c.start_exec_reading(node(i), read_now);
             }
             Action::CompleteExec { node: i, pick } => {
                 c.complete_exec(node(i), usize::from(pick));

@@ -35,18 +35,60 @@ use crate::registry::{execute_call, Executed, ProcCall, Registry};
 use crate::txn::{Outcome, SnapshotRead, TxnLimits, VersionNo};
 use store::{KeyState, Keys, Version};
 
+/// Which waiting execution a free core takes.
+///
+/// Whatever the schedule, every reported outcome equals the sequential
+/// execution of the order (the executor's invariant); the schedule only
+/// changes how soon ops are answered and how many executions are wasted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// Committed ops first (in order), then ops never executed (in order),
+    /// then re-executions of tentative ops (in order). Otherwise the first
+    /// waiting op in the order goes first: near saturation, re-executions
+    /// after a reorder then hold back every new op, and with it its first
+    /// (preliminary) answer.
+    pub fresh_first: bool,
+    /// An execution rejected at validation waits, before running again,
+    /// for a running execution at an earlier position whose op last wrote
+    /// a key it read: run at once, it would most likely be rejected again
+    /// when that execution installs, so a chain of ops on one hot key would
+    /// cost a quadratic number of executions.
+    pub hold_reruns: bool,
+}
+
+impl Schedule {
+    /// The first waiting op in the order goes first; reruns never wait.
+    pub const LOWEST_FIRST: Schedule = Schedule {
+        fresh_first: false,
+        hold_reruns: false,
+    };
+}
+
+impl Default for Schedule {
+    /// Fresh ops first, reruns held.
+    fn default() -> Self {
+        Schedule {
+            fresh_first: true,
+            hold_reruns: true,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpState {
     /// Waiting to be (re)executed.
     Pending,
     /// A task is out.
     Running,
+    /// Waiting to be re-executed once the running execution it conflicted
+    /// with completes ([`Schedule::hold_reruns`]).
+    Waiting,
     /// Its execution is installed and valid for its current position.
     Installed,
 }
 
 #[derive(Debug)]
-struct OpEntry<P> {
+struct OpEntry<K, P> {
     pos: P,
     call: ProcCall,
     gen: u64,
@@ -56,10 +98,15 @@ struct OpEntry<P> {
     reads: Vec<(Bytes, VersionNo)>,
     /// Keys of the versions the installed execution holds at `pos`.
     writes: Vec<Bytes>,
+    /// Keys the latest completed execution wrote, installed or not: what a
+    /// re-execution will likely write again.
+    footprint: Vec<Bytes>,
+    /// The running op this one waits for (state `Waiting`).
+    blocked_by: Option<K>,
     outcome: Option<Outcome>,
 }
 
-impl<P> OpEntry<P> {
+impl<K, P> OpEntry<K, P> {
     fn recorded_read(&self, key: &[u8]) -> Option<VersionNo> {
         self.reads
             .iter()
@@ -72,13 +119,20 @@ impl<P> OpEntry<P> {
 pub struct MvccExecutor<K, P> {
     registry: Arc<Registry>,
     limits: TxnLimits,
-    ops: FxHashMap<K, OpEntry<P>>,
+    ops: FxHashMap<K, OpEntry<K, P>>,
     order: BTreeMap<P, K>,
     /// Positions of ops that are not installed; the first one is the frontier
     /// below which everything is settled.
     not_installed: BTreeSet<P>,
     /// Positions of pending ops without a task out, lowest first.
     runnable: BTreeSet<P>,
+    /// The runnable ops never executed (a subset of `runnable`).
+    fresh: BTreeSet<P>,
+    schedule: Schedule,
+    /// Positions of ops with a task out.
+    running_at: BTreeSet<P>,
+    /// Running op → the ops waiting for its completion.
+    waiters: FxHashMap<K, Vec<K>>,
     /// Installed ops whose current execution has not been reported.
     unannounced: BTreeSet<P>,
     /// Installed, valid, not yet settled executions (`drain_installed`).
@@ -134,6 +188,10 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             order: BTreeMap::new(),
             not_installed: BTreeSet::new(),
             runnable: BTreeSet::new(),
+            fresh: BTreeSet::new(),
+            schedule: Schedule::default(),
+            running_at: BTreeSet::new(),
+            waiters: FxHashMap::default(),
             unannounced: BTreeSet::new(),
             installed_early: Vec::new(),
             keys: Keys::default(),
@@ -193,10 +251,19 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         }
     }
 
-    /// The position of the op [`Engine::next_task`] would hand out next (the
-    /// first runnable one in the order), if any.
+    /// How free cores pick executions from now on (see [`Schedule`]).
+    pub fn set_schedule(&mut self, schedule: Schedule) {
+        self.schedule = schedule;
+    }
+
+    /// The position of the op [`Engine::next_task`] would hand out next, if
+    /// any.
     pub fn next_runnable(&self) -> Option<P> {
-        self.runnable.first().copied()
+        let first = *self.runnable.first()?;
+        if !self.schedule.fresh_first || self.is_committed(first) {
+            return Some(first);
+        }
+        Some(self.fresh.first().copied().unwrap_or(first))
     }
 
     /// Ops the executor still tracks (not yet final).
@@ -416,6 +483,45 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         }
     }
 
+    /// The nearest running op before `pos` whose latest execution wrote a
+    /// key among `reads`.
+    fn running_writer_before(&self, pos: P, reads: &[(Bytes, VersionNo)]) -> Option<K> {
+        self.running_at.range(..pos).rev().find_map(|p| {
+            let key = *self.order.get(p)?;
+            let op = self.ops.get(&key)?;
+            op.footprint
+                .iter()
+                .any(|w| reads.iter().any(|(r, _)| r == w))
+                .then_some(key)
+        })
+    }
+
+    /// The ops waiting for `key` become runnable.
+    fn release_waiters(&mut self, key: K) {
+        for w in self.waiters.remove(&key).unwrap_or_default() {
+            if let Some(op) = self.ops.get_mut(&w) {
+                if op.state == OpState::Waiting && op.blocked_by == Some(key) {
+                    op.state = OpState::Pending;
+                    op.blocked_by = None;
+                    self.runnable.insert(op.pos);
+                }
+            }
+        }
+    }
+
+    /// `key` no longer waits (it is going away).
+    fn stop_waiting(&mut self, key: K) {
+        let Some(b) = self.ops.get_mut(&key).and_then(|op| op.blocked_by.take()) else {
+            return;
+        };
+        if let Some(w) = self.waiters.get_mut(&b) {
+            w.retain(|k| *k != key);
+            if w.is_empty() {
+                self.waiters.remove(&b);
+            }
+        }
+    }
+
     /// Check the executor's invariants; `Err` describes the first violation.
     /// Used by tests and the simulator.
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -447,6 +553,27 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             }
             if self.runnable.contains(pos) != (op.state == OpState::Pending) {
                 return Err(format!("{key:?}: runnable out of sync"));
+            }
+            if self.fresh.contains(pos) != (op.state == OpState::Pending && op.executions == 0) {
+                return Err(format!("{key:?}: fresh out of sync"));
+            }
+            if self.running_at.contains(pos) != (op.state == OpState::Running) {
+                return Err(format!("{key:?}: running_at out of sync"));
+            }
+            match (op.state, op.blocked_by) {
+                (OpState::Waiting, Some(b)) => {
+                    let running = self.ops.get(&b).map(|o| o.state) == Some(OpState::Running);
+                    let listed = self.waiters.get(&b).is_some_and(|w| w.contains(key));
+                    if !(running && listed) {
+                        return Err(format!(
+                            "{key:?} waits for {b:?}, not running or not listed"
+                        ));
+                    }
+                }
+                (OpState::Waiting, None) | (_, Some(_)) => {
+                    return Err(format!("{key:?}: waiting out of sync"));
+                }
+                _ => {}
             }
             if !installed {
                 continue;
@@ -493,12 +620,15 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
                 executions: 0,
                 reads: Vec::new(),
                 writes: Vec::new(),
+                footprint: Vec::new(),
+                blocked_by: None,
                 outcome: None,
             },
         );
         self.order.insert(pos, key);
         self.not_installed.insert(pos);
         self.runnable.insert(pos);
+        self.fresh.insert(pos);
         self.counters.ops += 1;
     }
 
@@ -529,6 +659,8 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         for set in [
             &mut self.not_installed,
             &mut self.runnable,
+            &mut self.fresh,
+            &mut self.running_at,
             &mut self.unannounced,
         ] {
             if set.remove(&old) {
@@ -579,10 +711,14 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         let mut cascade = Vec::new();
         self.uninstall(key, &mut cascade);
         self.invalidate(cascade);
+        self.stop_waiting(key);
+        self.release_waiters(key);
         if let Some(op) = self.ops.remove(&key) {
+            self.running_at.remove(&op.pos);
             self.order.remove(&op.pos);
             self.not_installed.remove(&op.pos);
             self.runnable.remove(&op.pos);
+            self.fresh.remove(&op.pos);
             self.unannounced.remove(&op.pos);
         }
     }
@@ -605,7 +741,10 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
     }
 
     fn next_task(&mut self) -> Option<Task<K>> {
-        let pos = self.runnable.pop_first()?;
+        let pos = self.next_runnable()?;
+        self.runnable.remove(&pos);
+        self.fresh.remove(&pos);
+        self.running_at.insert(pos);
         let key = *self.order.get(&pos)?;
         let op = self.ops.get_mut(&key)?;
         op.state = OpState::Running;
@@ -659,20 +798,47 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
             return;
         }
         let pos = op.pos;
+        let key = completion.key;
+        self.running_at.remove(&pos);
         let valid = completion
             .executed
             .reads
             .iter()
             .all(|(k, v)| self.visible_no(k, pos) == *v);
-        if !valid {
-            self.counters.conflicts += 1;
-            if let Some(op) = self.ops.get_mut(&completion.key) {
-                op.state = OpState::Pending;
-            }
-            self.runnable.insert(pos);
-            return;
+        let footprint = completion
+            .executed
+            .writes
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect();
+        if let Some(op) = self.ops.get_mut(&key) {
+            op.footprint = footprint;
         }
-        self.install(completion.key, completion.executed);
+        if valid {
+            self.install(key, completion.executed);
+        } else {
+            self.counters.conflicts += 1;
+            let blocker = if self.schedule.hold_reruns {
+                self.running_writer_before(pos, &completion.executed.reads)
+            } else {
+                None
+            };
+            if let Some(op) = self.ops.get_mut(&key) {
+                op.state = if blocker.is_some() {
+                    OpState::Waiting
+                } else {
+                    OpState::Pending
+                };
+                op.blocked_by = blocker;
+            }
+            match blocker {
+                Some(b) => self.waiters.entry(b).or_default().push(key),
+                None => {
+                    self.runnable.insert(pos);
+                }
+            }
+        }
+        self.release_waiters(key);
     }
 
     fn drain_installed(&mut self, out: &mut Vec<(K, Outcome)>) {
@@ -705,11 +871,16 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
     fn abandon_running(&mut self) {
         for op in self.ops.values_mut() {
             if op.state == OpState::Running {
-                op.state = OpState::Pending;
                 op.gen += 1;
+            }
+            if matches!(op.state, OpState::Running | OpState::Waiting) {
+                op.state = OpState::Pending;
+                op.blocked_by = None;
                 self.runnable.insert(op.pos);
             }
         }
+        self.running_at.clear();
+        self.waiters.clear();
         self.running = 0;
     }
 }

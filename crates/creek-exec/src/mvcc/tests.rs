@@ -10,8 +10,12 @@ use crate::value::{encode_args, Value};
 
 type Ex = MvccExecutor<u32, u64>;
 
+/// The lowest-first executor without held reruns (tests of the schedule set
+/// their own).
 fn executor() -> Ex {
-    MvccExecutor::new(Arc::new(Registry::with_builtins()), TxnLimits::default())
+    let mut e = MvccExecutor::new(Arc::new(Registry::with_builtins()), TxnLimits::default());
+    e.set_schedule(Schedule::LOWEST_FIRST);
+    e
 }
 
 fn call(name: &str, args: &[Value]) -> ProcCall {
@@ -431,4 +435,133 @@ fn loaded_committed_state_is_the_base_of_later_ops() {
         .collect();
     assert_eq!(finals, expected);
     assert_eq!(e.committed_state(), want);
+}
+
+#[test]
+fn fresh_first_runs_committed_then_new_ops_then_reexecutions() {
+    let mut e = executor();
+    e.set_schedule(Schedule {
+        fresh_first: true,
+        hold_reruns: false,
+    });
+    // Ops 1 and 2 execute; 3 is inserted ahead of them and writes what
+    // both read, so both wait to re-execute; 4 and 5 are new.
+    insert(&mut e, 1, 20, &incr("k", 1));
+    insert(&mut e, 2, 30, &get("k"));
+    run_all(&mut e);
+    insert(&mut e, 3, 10, &put("k", "7"));
+    let task = e.next_task().unwrap();
+    assert_eq!(task.key, 3, "the only new op goes first");
+    let done = e.run(&task);
+    e.complete(done);
+    check(&e);
+    insert(&mut e, 4, 40, &get("j"));
+    insert(&mut e, 5, 50, &put("j", "x"));
+    assert_eq!(e.next_runnable(), Some(40), "new ops before re-executions");
+    // Commit 2 (moving it first): committed work goes before anything.
+    commit(&mut e, 2, 1);
+    let order: Vec<u32> = std::iter::from_fn(|| {
+        let t = e.next_task()?;
+        check(&e);
+        Some(t.key)
+    })
+    .collect();
+    assert_eq!(order, vec![2, 4, 5, 1]);
+    assert_eq!(e.counters().reexecutions, 2);
+}
+
+#[test]
+fn rerun_waits_for_the_running_writer_it_conflicted_with() {
+    for hold in [false, true] {
+        let mut e = executor();
+        e.set_schedule(Schedule {
+            fresh_first: false,
+            hold_reruns: hold,
+        });
+        for key in 1..=3u32 {
+            insert(&mut e, key, u64::from(key) * 10, &incr("k", 1));
+        }
+        // Three executions of one hot key at once, on empty snapshots.
+        let first: Vec<_> = (0..3).map(|_| e.next_task().unwrap()).collect();
+        let runs: Vec<_> = first.iter().map(|t| e.run(t)).collect();
+        let mut runs = runs.into_iter();
+        e.complete(runs.next().unwrap()); // 1 installs
+        e.complete(runs.next().unwrap()); // 2 conflicts, nothing earlier runs
+        check(&e);
+        let rerun2 = e.next_task().unwrap();
+        assert_eq!(rerun2.key, 2);
+        let done2 = e.run(&rerun2);
+        e.complete(runs.next().unwrap()); // 3 conflicts while 2 reruns
+        check(&e);
+        if hold {
+            assert!(e.next_task().is_none(), "3 waits for 2");
+            e.complete(done2);
+            check(&e);
+            run_all(&mut e);
+        } else {
+            let rerun3 = e.next_task().unwrap();
+            let done3 = e.run(&rerun3); // reads 1's version: doomed
+            e.complete(done2);
+            e.complete(done3);
+            check(&e);
+            run_all(&mut e);
+        }
+        let want = if hold { 5 } else { 6 };
+        assert_eq!(e.counters().executions, want, "hold {hold}");
+        let outcomes: Vec<Outcome> = settled(&mut e).into_iter().map(|s| s.outcome).collect();
+        assert_eq!(outcomes, vec![ok(1), ok(2), ok(3)]);
+    }
+}
+
+#[test]
+fn removing_a_blocker_or_a_waiter_keeps_the_wait_lists_right() {
+    // Ops 1..=3 increment one key at once; 3 ends up waiting for 2's rerun.
+    let setup = || {
+        let mut e = executor();
+        e.set_schedule(Schedule {
+            fresh_first: false,
+            hold_reruns: true,
+        });
+        for key in 1..=3u32 {
+            insert(&mut e, key, u64::from(key) * 10, &incr("k", 1));
+        }
+        let tasks: Vec<_> = (0..3).map(|_| e.next_task().unwrap()).collect();
+        let done: Vec<_> = tasks.iter().map(|t| e.run(t)).collect();
+        let mut done = done.into_iter();
+        e.complete(done.next().unwrap());
+        e.complete(done.next().unwrap());
+        let rerun2 = e.next_task().unwrap();
+        let done2 = e.run(&rerun2);
+        e.complete(done.next().unwrap());
+        check(&e);
+        assert!(e.next_task().is_none(), "3 waits for 2");
+        (e, done2)
+    };
+    let outcomes =
+        |e: &mut Ex| -> Vec<Outcome> { settled(e).into_iter().map(|s| s.outcome).collect() };
+    // The blocker goes away while running: its waiter becomes runnable and
+    // the blocker's completion is stale.
+    let (mut e, done2) = setup();
+    e.remove(2);
+    check(&e);
+    assert_eq!(e.next_runnable(), Some(30));
+    e.complete(done2);
+    check(&e);
+    assert_eq!(e.counters().stale, 1);
+    run_all(&mut e);
+    assert_eq!(outcomes(&mut e), vec![ok(1), ok(2)]);
+    // The waiter goes away: the blocker's completion releases nobody.
+    let (mut e, done2) = setup();
+    e.remove(3);
+    check(&e);
+    e.complete(done2);
+    check(&e);
+    run_all(&mut e);
+    assert_eq!(outcomes(&mut e), vec![ok(1), ok(2)]);
+    // A crash abandons the running and the waiting alike.
+    let (mut e, _) = setup();
+    e.abandon_running();
+    check(&e);
+    run_all(&mut e);
+    assert_eq!(outcomes(&mut e), vec![ok(1), ok(2), ok(3)]);
 }

@@ -35,6 +35,7 @@ mod variations;
 use std::fs;
 use std::path::PathBuf;
 
+use creek_exec::mvcc::Schedule;
 use serde_json::Value as Json;
 
 use report::{command_line, machine, markdown, utc_date, Header};
@@ -68,6 +69,20 @@ pub struct PaperArgs {
     /// Seed of every simulation.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Protocols to run, e.g. `creek,archie` (default: all four). The
+    /// half-peak points need creek among them.
+    #[arg(long, value_delimiter = ',', value_parser = creek_sim::config::Protocol::parse)]
+    protocols: Vec<creek_sim::config::Protocol>,
+    /// Rates to sweep, tx/s, e.g. `30000,35000` (default: each variation's
+    /// own, by protocol). Every protocol run sweeps these.
+    #[arg(long, value_delimiter = ',')]
+    rates: Vec<f64>,
+    /// How the multiversion executor (creek's and archie's) picks its next
+    /// execution: `default` (fresh ops first, reruns held behind the
+    /// running writer they conflicted with), `lowest-first`, `fresh-first`,
+    /// `hold-reruns`. For measuring what each part of the default brings.
+    #[arg(long, default_value = "default", value_parser = parse_schedule)]
+    schedule: Schedule,
     /// Simulate nothing: recompute paper-summary.json and paper.md from the
     /// points in `<out>/paper.jsonl` (after writing paper-notes.md, or after
     /// appending the points of another run, e.g. `--only wh20` run apart
@@ -78,6 +93,52 @@ pub struct PaperArgs {
     /// rates, 50 ms points); its numbers mean nothing.
     #[arg(long, hide = true)]
     tiny: bool,
+}
+
+/// A `--schedule` name.
+fn parse_schedule(name: &str) -> Result<Schedule, String> {
+    SCHEDULES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = SCHEDULES.iter().map(|(n, _)| *n).collect();
+            format!("unknown schedule {name:?}; one of {}", names.join(", "))
+        })
+}
+
+/// The `--schedule` names.
+const SCHEDULES: [(&str, Schedule); 4] = [
+    (
+        "default",
+        Schedule {
+            fresh_first: true,
+            hold_reruns: true,
+        },
+    ),
+    ("lowest-first", Schedule::LOWEST_FIRST),
+    (
+        "fresh-first",
+        Schedule {
+            fresh_first: true,
+            hold_reruns: false,
+        },
+    ),
+    (
+        "hold-reruns",
+        Schedule {
+            fresh_first: false,
+            hold_reruns: true,
+        },
+    ),
+];
+
+/// The `--schedule` name of `s`.
+pub(super) fn schedule_name(s: Schedule) -> &'static str {
+    SCHEDULES
+        .iter()
+        .find(|(_, x)| *x == s)
+        .map_or("default", |(n, _)| n)
 }
 
 /// Run `creek bench paper`.
@@ -228,6 +289,8 @@ fn write_files(
 mod tests {
     use serde_json::json;
 
+    use creek_sim::config::Protocol;
+
     use super::variations::{PROTOCOLS, VARIATIONS};
     use super::*;
 
@@ -259,6 +322,37 @@ mod tests {
         let err = execute(&args(&|a| a.out = Some(out.clone()))).expect_err("unwritable");
         assert!(err.contains("cannot create --out"), "{err}");
         let _ = fs::remove_file(&file);
+        let err = execute(&args(&|a| a.rates = vec![1000.0, 0.0])).expect_err("zero rate");
+        assert!(err.contains("--rates"), "{err}");
+        let err = parse_schedule("fastest").expect_err("unknown schedule");
+        assert!(err.contains("lowest-first"), "{err}");
+    }
+
+    /// `--protocols` and `--rates` narrow the sweep; every schedule name
+    /// parses back to itself.
+    #[test]
+    fn protocols_and_rates_narrow_the_sweep() {
+        let args = PaperArgs {
+            protocols: vec![Protocol::Archie, Protocol::Creek],
+            rates: vec![1000.0, 3000.0],
+            ..PaperArgs::default()
+        };
+        let run = validate(&args).expect("valid");
+        let specs = sweep_specs(&run, &VARIATIONS[0]);
+        let got: Vec<(&str, f64)> = specs.iter().map(|s| (s.protocol.name(), s.rate)).collect();
+        assert_eq!(
+            got,
+            [
+                ("creek", 1000.0),
+                ("creek", 3000.0),
+                ("archie", 1000.0),
+                ("archie", 3000.0)
+            ]
+        );
+        for (name, schedule) in SCHEDULES {
+            assert_eq!(parse_schedule(name), Ok(schedule));
+            assert_eq!(schedule_name(schedule), name);
+        }
     }
 
     /// The whole command on the tiny setting: every point simulated,

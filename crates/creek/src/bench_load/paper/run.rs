@@ -9,13 +9,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
+use creek_exec::mvcc::Schedule;
 use creek_sim::config::{default_costs_us, Protocol, SimConfig};
 use creek_sim::workload::{self, WorkloadConfig};
 use serde_json::{json, Map, Value as Json};
 
 use super::summary::num;
 use super::variations::{select, strong_share_json, Variation, PROTOCOLS};
-use super::PaperArgs;
+use super::{schedule_name, PaperArgs};
 use crate::bench_load::sim::sim_point_for;
 
 /// Replicas in every point (the paper's cluster, §6).
@@ -86,6 +87,12 @@ pub(super) struct Run {
     pub(super) seed: u64,
     pub(super) jobs: usize,
     pub(super) variations: Vec<Variation>,
+    /// The protocols run, in [`PROTOCOLS`] order.
+    pub(super) protocols: Vec<Protocol>,
+    /// Rates every protocol sweeps instead of the variation's own.
+    pub(super) rates: Option<Vec<f64>>,
+    /// The multiversion executor's schedule.
+    pub(super) schedule: Schedule,
     /// Where files go, if anywhere.
     pub(super) out: Option<PathBuf>,
 }
@@ -109,6 +116,14 @@ pub(super) fn validate(args: &PaperArgs) -> Result<Run, String> {
         Some(j) => j,
         None => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
     };
+    let protocols: Vec<Protocol> = PROTOCOLS
+        .into_iter()
+        .filter(|p| args.protocols.is_empty() || args.protocols.contains(p))
+        .collect();
+    if let Some(bad) = args.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        return Err(format!("--rates must be positive rates, not {bad}"));
+    }
+    let rates = (!args.rates.is_empty()).then(|| args.rates.clone());
     let out = match (&args.out, mode) {
         (Some(dir), _) => Some(dir.clone()),
         (None, Mode::Full) => Some(PathBuf::from("docs/bench")),
@@ -119,6 +134,9 @@ pub(super) fn validate(args: &PaperArgs) -> Result<Run, String> {
         seed: args.seed,
         jobs,
         variations,
+        protocols,
+        rates,
+        schedule: args.schedule,
         out,
     })
 }
@@ -139,13 +157,17 @@ pub(super) struct Spec {
     pub(super) half_peak: bool,
 }
 
-/// The sweep of `v`: every protocol at each of its rates, in
+/// The sweep of `v`: every protocol run at each of its rates, in
 /// [`PROTOCOLS`] order.
 pub(super) fn sweep_specs(run: &Run, v: &Variation) -> Vec<Spec> {
-    PROTOCOLS
+    run.protocols
         .iter()
         .flat_map(|&protocol| {
-            run.mode.rates(v, protocol).iter().map(move |&rate| Spec {
+            let rates = run
+                .rates
+                .as_deref()
+                .unwrap_or_else(|| run.mode.rates(v, protocol));
+            rates.iter().map(move |&rate| Spec {
                 variation: *v,
                 protocol,
                 rate,
@@ -178,6 +200,7 @@ fn sim_config(run: &Run, spec: &Spec) -> SimConfig {
         latency_us: LINK_US,
         cost_us,
         default_cost_us: defaults.default_cost_us * factor,
+        schedule: run.schedule,
         ..defaults
     }
 }
@@ -226,6 +249,7 @@ fn point_header(run: &Run, spec: &Spec, cfg: &SimConfig) -> Point {
         json!((cfg.duration_us - cfg.warmup_us) as f64 / 1e6),
     );
     m.insert("seed".into(), json!(cfg.seed));
+    m.insert("schedule".into(), json!(schedule_name(cfg.schedule)));
     m
 }
 

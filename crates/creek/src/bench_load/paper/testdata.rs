@@ -1,11 +1,12 @@
 //! Made-up points and a run for the tests of the summary, the targets and
 //! the report.
 
+use creek_exec::mvcc::Schedule;
 use creek_sim::config::Protocol;
 use serde_json::{json, Map, Value as Json};
 
 use super::run::{Mode, Point, Run};
-use super::variations::{Variation, VARIATIONS};
+use super::variations::{Variation, PROTOCOLS, VARIATIONS};
 
 /// Figure 1's variation.
 pub(super) fn fig1() -> Variation {
@@ -74,6 +75,9 @@ pub(super) fn run() -> Run {
         seed: 1,
         jobs: 1,
         variations: vec![fig1()],
+        protocols: PROTOCOLS.to_vec(),
+        rates: None,
+        schedule: Schedule::default(),
         out: None,
     }
 }
