@@ -97,11 +97,12 @@ fn execution_ratio_cell(ps: &Json) -> String {
     show(field(ps, &["execution_ratio"]), 3)
 }
 
+/// "-" for a protocol without points (nothing checked).
 fn consistency(ps: &Json) -> &'static str {
-    if ps.get("consistency_ok") == Some(&json!(true)) {
-        "ok"
-    } else {
-        "FAILED"
+    match ps.get("consistency_ok").and_then(Json::as_bool) {
+        Some(true) => "ok",
+        Some(false) => "FAILED",
+        None => "-",
     }
 }
 

@@ -205,11 +205,10 @@ fn protocol_summary(points: &[Point], protocol: Protocol) -> Json {
         json!(values("execution_ratio").reduce(f64::max)),
     );
     let ok = |key: &str| all.iter().all(|p| p.get(key) == Some(&json!(true)));
-    s.insert(
-        "consistency_ok".into(),
-        json!(!all.is_empty() && ok("consistency_ok")),
-    );
-    s.insert("settled".into(), json!(!all.is_empty() && ok("settled")));
+    // Null without points: nothing was checked.
+    let checked = |key: &str| json!((!all.is_empty()).then(|| ok(key)));
+    s.insert("consistency_ok".into(), checked("consistency_ok"));
+    s.insert("settled".into(), checked("settled"));
     s.insert("points".into(), json!(all.len()));
     Json::Object(s)
 }

@@ -187,6 +187,8 @@ mod tests {
         // Creek's accuracy is missing without its half-peak point: unmet.
         assert_eq!(t["creek_accuracy"]["value"], json!(null));
         assert_eq!(t["creek_accuracy"]["met"], json!(false));
-        assert_eq!(s["protocols"]["smr"]["consistency_ok"], json!(false));
+        // No smr point: nothing checked, nothing failed.
+        assert_eq!(s["protocols"]["smr"]["consistency_ok"], json!(null));
+        assert_eq!(s["protocols"]["creek"]["consistency_ok"], json!(true));
     }
 }
