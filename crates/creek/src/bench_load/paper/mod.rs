@@ -191,7 +191,7 @@ fn execute(args: &PaperArgs) -> Result<(Json, bool), String> {
         run_points(&run, &sweep, jobs, &mut |spec, p| {
             sink.keep(spec, p, &mut points)
         })?;
-        let extra = half_peak_specs(v, &points);
+        let extra = half_peak_specs(v, &run.protocols, &points);
         run_points(&run, &extra, jobs, &mut |spec, p| {
             sink.keep(spec, p, &mut points)
         })?;

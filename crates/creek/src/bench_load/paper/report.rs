@@ -6,7 +6,7 @@ use std::fs;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use creek_sim::config::Protocol;
-use serde_json::{json, Value as Json};
+use serde_json::Value as Json;
 
 use super::summary::{field, judged_series, primary};
 use super::targets::TARGETS;

@@ -83,14 +83,20 @@ fn creek_half_peak(points: &[Point]) -> Option<f64> {
     (half > 0.0).then_some(half)
 }
 
-/// The extra points of a variation after its sweep: creek and archie at
-/// half of Creek's peak, unless a sweep point has exactly that rate.
-pub(super) fn half_peak_specs(v: &Variation, points: &[Point]) -> Vec<Spec> {
+/// The extra points of a variation after its sweep: creek and archie (those
+/// of them among `protocols`) at half of Creek's peak, unless a sweep point
+/// has exactly that rate.
+pub(super) fn half_peak_specs(
+    v: &Variation,
+    protocols: &[Protocol],
+    points: &[Point],
+) -> Vec<Spec> {
     let Some(half) = creek_half_peak(points) else {
         return Vec::new();
     };
     [Protocol::Creek, Protocol::Archie]
         .into_iter()
+        .filter(|p| protocols.contains(p))
         .filter(|&p| !of(points, p).any(|pt| num(pt, "offered_rate") == Some(half)))
         .map(|protocol| Spec {
             variation: *v,
@@ -339,7 +345,7 @@ mod tests {
     fn half_peak_points_are_added_for_creek_and_archie_unless_swept() {
         let mut points = sweep();
         assert_eq!(creek_half_peak(&points), Some(12_500.0));
-        let extra = half_peak_specs(&fig1(), &points);
+        let extra = half_peak_specs(&fig1(), &PROTOCOLS, &points);
         let got: Vec<(Protocol, f64, bool)> = extra
             .iter()
             .map(|s| (s.protocol, s.rate, s.half_peak))
@@ -353,9 +359,11 @@ mod tests {
         );
         // A sweep point at exactly that rate is used instead.
         points.push(point(Protocol::Archie, 12_500.0, 12_400.0, false));
-        let extra = half_peak_specs(&fig1(), &points);
+        let extra = half_peak_specs(&fig1(), &PROTOCOLS, &points);
         assert_eq!(extra.len(), 1);
         assert_eq!(extra[0].protocol, Protocol::Creek);
+        // Only the protocols the run runs.
+        assert!(half_peak_specs(&fig1(), &[Protocol::Archie], &points).is_empty());
     }
 
     #[test]
