@@ -65,12 +65,11 @@ impl Schedule {
 }
 
 impl Default for Schedule {
-    /// Fresh ops first, reruns held.
+    /// Lowest first, reruns not held: the simulator's swarm found a session
+    /// order violation with fresh-first (kv, seed 1027, all faults, crash
+    /// recovery), not yet understood, so fresh-first is opt-in until it is.
     fn default() -> Self {
-        Schedule {
-            fresh_first: true,
-            hold_reruns: true,
-        }
+        Schedule::LOWEST_FIRST
     }
 }
 
