@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 pub mod entry;
+mod log_store;
 pub mod storage;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -44,6 +45,7 @@ use raft::eraftpb::{EntryType, Message, MessageType};
 use raft::{RawNode, StateRole};
 use rustc_hash::FxHashSet;
 
+pub use log_store::{LogStore, LogWrites};
 pub use storage::{CabStorage, MemCabStorage};
 
 /// A predicate of the replica over ids (*holds* or *deps*, see the crate
@@ -668,12 +670,16 @@ impl<S: CabStorage> Cab<S> {
         self.node.store()
     }
 
-    /// The storage, mutably: a durable driver takes the writes of the last
-    /// Ready rounds from it to persist them (e.g. `take_writes` of
-    /// `creek-store`'s `DurableCabStorage`). Writing entries or state through
-    /// it bypasses consensus; don't.
-    pub fn store_mut(&mut self) -> &mut S {
-        self.node.mut_store()
+    /// The log writes of the Ready rounds since the last call, for the
+    /// node's next write (empty on a synchronous store).
+    pub fn take_writes(&mut self) -> LogWrites {
+        self.node.mut_store().take_writes()
+    }
+
+    /// Whether the pending log writes must be durable before the output that
+    /// follows them may leave (`CabStorage::must_sync`).
+    pub fn must_sync(&self) -> bool {
+        self.node.store().must_sync()
     }
 }
 

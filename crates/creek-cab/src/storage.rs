@@ -2,9 +2,11 @@
 //!
 //! [`CabStorage`] extends the library's read-side `raft::Storage` with the
 //! writes the Ready loop performs. Contract: when a write returns `Ok`, what it
-//! wrote either survives a crash, or the store defers durability to its
-//! driver, which then lets nothing that depends on the write leave the process
-//! before it is durable (`creek-store`'s `DurableCabStorage` and its hold
+//! wrote either survives a crash (a synchronous store: [`CabStorage::take_writes`]
+//! hands over nothing), or the store defers durability to its driver and
+//! records the write for [`CabStorage::take_writes`]
+//! ([`LogStore`](crate::LogStore)); the node then lets nothing that depends on
+//! the write leave before the driver reports it durable (`creek-node`'s hold
 //! rule). [`MemCabStorage`] survives only a simulated restart, because the
 //! test keeps a handle to it. An `Err` means the write may not have happened;
 //! CAB stops rather than guess.
@@ -12,6 +14,8 @@
 use raft::eraftpb::{ConfState, Entry, HardState};
 use raft::storage::MemStorage;
 use raft::{RaftState, Storage};
+
+use crate::LogWrites;
 
 /// Storage for one CAB node.
 pub trait CabStorage: Storage {
@@ -21,6 +25,18 @@ pub trait CabStorage: Storage {
     fn set_hard_state(&mut self, hs: HardState) -> raft::Result<()>;
     /// Persist a new commit index.
     fn set_commit(&mut self, commit: u64) -> raft::Result<()>;
+    /// The writes made since the last call, which the driver must make
+    /// durable. A synchronous store (every write durable when it returns)
+    /// has none.
+    fn take_writes(&mut self) -> LogWrites {
+        LogWrites::default()
+    }
+    /// Whether the pending writes must be durable before the output that
+    /// follows them may leave (see `LogStore`); `false` for a synchronous
+    /// store.
+    fn must_sync(&self) -> bool {
+        false
+    }
 }
 
 /// In-memory storage. Clones share the same log, so a test can drop a node

@@ -6,19 +6,15 @@
 //!
 //! The server and the simulator drive the same [`Node`]: they hand it
 //! invocations, peer messages and ticks, run the executions it hands out,
-//! and carry its outgoing messages and views.
-//!
-//! # Durable drivers
-//!
-//! A node built with [`Node::recover`] (from what a data directory kept: a
-//! checkpoint and op payloads, and CAB's storage) also tracks what must be
-//! persisted: after each step the driver takes [`Node::take_new_payloads`],
-//! the consensus-log writes from its storage ([`Node::storage_mut`]) and,
-//! now and then, a [`Node::checkpoint`], persists them, and releases the
-//! step's messages and views only once they are durable (`creek-store`
-//! documents the rule). This crate does no I/O itself.
+//! and then carry out its [`Ready`]: writes to persist, messages that may
+//! leave now or once a write is durable, views for clients (the cycle and
+//! the hold rule are in [`ready`]). Durability is an output of the node, so
+//! a driver only does I/O; a simulated crash that loses what was not yet
+//! durable and restarts through [`Node::recover`] tests exactly what
+//! `creek serve` runs. This crate does no I/O itself.
 #![deny(missing_docs)]
 
+pub mod ready;
 pub mod testnet;
 
 use std::sync::Arc;
@@ -32,6 +28,8 @@ use creek_exec::{Completion, Registry, Task};
 use creek_gossip::{Gossip, GossipConfig, GossipStats};
 use creek_wire::{GossipMessage, Limits, PeerMessage};
 
+pub use ready::{HoldQueue, Ready, Write};
+
 /// Configuration of a node.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -43,6 +41,13 @@ pub struct NodeConfig {
     pub cab: CabConfig,
     /// Wire limits.
     pub wire: Limits,
+    /// Every this many ticks, a checkpoint of the committed state goes into
+    /// the next write (at the first clean point); 0: never.
+    pub checkpoint_every_ticks: u64,
+    /// Planted bug (the simulator's `--plant-bug send-before-durable`): peer
+    /// messages leave at once instead of waiting for their write. Only for
+    /// validating the checkers; never set in production.
+    pub planted_send_before_durable: bool,
 }
 
 impl NodeConfig {
@@ -70,6 +75,8 @@ impl NodeConfig {
             },
             cab: CabConfig::for_group(me, replicas),
             wire: Limits::default(),
+            checkpoint_every_ticks: 0,
+            planted_send_before_durable: false,
         }
     }
 }
@@ -109,9 +116,28 @@ pub struct Node<S: CabStorage> {
     refused_frames: u64,
     /// Ticks since the last adoption sweep.
     ticks_since_adoption: u64,
-    /// Payloads newly accepted since the last `take_new_payloads`; tracked
-    /// only for durable drivers (`recover`), so other drivers keep nothing.
-    new_payloads: Option<Vec<Arc<Op>>>,
+    /// Payloads newly accepted since the last write.
+    new_payloads: Vec<Arc<Op>>,
+    durability: Durability,
+}
+
+/// What the node knows of its writes.
+#[derive(Default)]
+struct Durability {
+    /// The last write handed out.
+    written: u64,
+    /// The last write reported durable (`<= written`).
+    durable: u64,
+    /// A write failed: nothing more leaves, nothing is written.
+    failed: Option<String>,
+    /// Take even a lazy (commit-index-only) log write at the next `ready`.
+    sync_lazy: bool,
+    checkpoint_every_ticks: u64,
+    ticks_since_checkpoint: u64,
+    checkpoint_requested: bool,
+    /// The committed length the last checkpoint covered.
+    checkpointed_len: u64,
+    send_before_durable: bool,
 }
 
 /// Every this many ticks, a replica CAB-casts the strong ops that are still
@@ -120,6 +146,20 @@ pub struct Node<S: CabStorage> {
 /// the op tentative everywhere forever. CAB delivers an id at its first
 /// occurrence only, so extra casts are harmless.
 const ADOPTION_TICKS: u64 = 200;
+
+/// The most rounds one pump may take (see [`Node::pump`]'s assertion).
+const PUMP_ROUNDS_MAX: usize = 1000;
+
+impl Durability {
+    fn new(config: &NodeConfig, checkpointed_len: u64) -> Self {
+        Durability {
+            checkpoint_every_ticks: config.checkpoint_every_ticks,
+            checkpointed_len,
+            send_before_durable: config.planted_send_before_durable,
+            ..Durability::default()
+        }
+    }
+}
 
 impl<S: CabStorage> Node<S> {
     /// Start a node. `applied` is CAB's restart point (0 for a fresh node;
@@ -131,12 +171,13 @@ impl<S: CabStorage> Node<S> {
         applied: u64,
     ) -> Result<Self, NodeError> {
         config.validate()?;
+        let durability = Durability::new(&config, 0);
         Ok(Self::assemble(
             Replica::new(config.replica, registry)?,
             Gossip::new(config.gossip)?,
             Cab::new(config.cab, storage, applied)?,
             config.wire,
-            None,
+            durability,
         ))
     }
 
@@ -147,7 +188,7 @@ impl<S: CabStorage> Node<S> {
         gossip: Gossip,
         cab: Cab<S>,
         limits: Limits,
-        new_payloads: Option<Vec<Arc<Op>>>,
+        durability: Durability,
     ) -> Self {
         Node {
             committed_told: replica.committed().len(),
@@ -159,7 +200,8 @@ impl<S: CabStorage> Node<S> {
             views: Vec::new(),
             refused_frames: 0,
             ticks_since_adoption: 0,
-            new_payloads,
+            new_payloads: Vec::new(),
+            durability,
         }
     }
 
@@ -175,8 +217,7 @@ impl<S: CabStorage> Node<S> {
     /// `cab_applied` (or 0), so every id decided after it is delivered again
     /// and re-commits, in the same order, what was committed after the
     /// checkpoint. Tentative strong ops are CAB-cast again, as after
-    /// [`Node::restart`]. The node tracks new payloads for
-    /// [`Node::take_new_payloads`].
+    /// [`Node::restart`]. Writes are numbered from 1 again.
     ///
     /// Refused: a storage created for another group (its raft voters differ
     /// from the configured replicas, raft id = replica id + 1), or a
@@ -191,6 +232,8 @@ impl<S: CabStorage> Node<S> {
         config.validate()?;
         let applied = checkpoint.as_ref().map_or(0, |c| c.cab_applied);
         check_storage(&config.cab, &storage, applied)?;
+        let checkpointed_len = checkpoint.as_ref().map_or(0, |c| c.committed_len);
+        let durability = Durability::new(&config, checkpointed_len);
         // Everything the replica holds, per origin: the checkpoint's
         // committed ids and the kept payloads.
         let checkpointed = checkpoint
@@ -217,7 +260,7 @@ impl<S: CabStorage> Node<S> {
         gossip.committed(covered);
         let replica = Replica::restore(config.replica, registry, checkpoint, ops)?;
         let cab = Cab::new(config.cab, storage, applied)?;
-        let mut node = Self::assemble(replica, gossip, cab, config.wire, Some(Vec::new()));
+        let mut node = Self::assemble(replica, gossip, cab, config.wire, durability);
         node.adopt_tentative_strong_ops();
         Ok(node)
     }
@@ -243,9 +286,8 @@ impl<S: CabStorage> Node<S> {
                 self.gossip.on_message(from, m, &mut delivered, &mut out);
                 self.push_gossip(out);
                 for op in delivered {
-                    let accepted = self.replica.rb_deliver(op.clone());
-                    if let (true, Some(new)) = (accepted, self.new_payloads.as_mut()) {
-                        new.push(op);
+                    if self.replica.rb_deliver(op.clone()) {
+                        self.new_payloads.push(op);
                     }
                 }
             }
@@ -284,6 +326,9 @@ impl<S: CabStorage> Node<S> {
         self.gossip.tick(&mut out);
         self.push_gossip(out);
         self.cab.tick();
+        // A commit-index-only log write waits at most a tick.
+        self.durability.sync_lazy = true;
+        self.durability.ticks_since_checkpoint += 1;
         self.ticks_since_adoption += 1;
         if self.ticks_since_adoption >= ADOPTION_TICKS {
             self.ticks_since_adoption = 0;
@@ -329,14 +374,126 @@ impl<S: CabStorage> Node<S> {
         }
     }
 
-    /// Messages to send, with their destinations.
-    pub fn take_outbox(&mut self) -> Vec<(ReplicaId, PeerMessage)> {
-        std::mem::take(&mut self.outbox)
+    /// Everything the driver must do now (see [`ready`]): the step's write,
+    /// the messages that may leave now or once a write is durable, and the
+    /// views. Call after every step; what is not taken accumulates.
+    pub fn ready(&mut self) -> Ready {
+        let views = std::mem::take(&mut self.views);
+        let out = std::mem::take(&mut self.outbox);
+        if self.durability.failed.is_some() {
+            // The disk failed: nothing may leave that a write backs, and
+            // nothing more is written (views of tentative results still go).
+            self.new_payloads.clear();
+            return Ready {
+                views,
+                ..Ready::default()
+            };
+        }
+        let write = self.take_write();
+        let d = &self.durability;
+        let (messages, held) = if d.durable >= d.written || d.send_before_durable {
+            (out, Vec::new())
+        } else {
+            (Vec::new(), out)
+        };
+        Ready {
+            write,
+            messages,
+            held,
+            hold_until: self.durability.written,
+            views,
+        }
     }
 
-    /// Views for this replica's clients.
-    pub fn take_views(&mut self) -> Vec<View> {
-        std::mem::take(&mut self.views)
+    /// The step's write, if there is anything to persist. A commit-index-only
+    /// hard state rides with the next write (at the latest the next tick's):
+    /// a restarted node learns the commit index again from the leader
+    /// (etcd's `MustSync` rule), and syncing it alone would cost every strong
+    /// op extra fsyncs across the group. A checkpoint takes every pending log
+    /// write, so the stored commit index is never behind it.
+    fn take_write(&mut self) -> Option<Write> {
+        let ops = std::mem::take(&mut self.new_payloads);
+        let d = &mut self.durability;
+        let checkpoint = if d.checkpoint_requested
+            || (d.checkpoint_every_ticks > 0
+                && d.ticks_since_checkpoint >= d.checkpoint_every_ticks)
+        {
+            self.checkpoint()
+        } else {
+            None
+        };
+        let d = &mut self.durability;
+        let take_log = d.sync_lazy || self.cab.must_sync() || !ops.is_empty() || checkpoint.is_some();
+        d.sync_lazy = false;
+        let log = if take_log {
+            self.cab.take_writes()
+        } else {
+            creek_cab::LogWrites::default()
+        };
+        let checkpoint = checkpoint.map(|c| {
+            // A checkpoint covers the whole committed list, so the payloads
+            // it frees are those committed since the previous one.
+            let dropped = self.committed_since(self.durability.checkpointed_len);
+            self.durability.checkpointed_len = c.committed_len;
+            self.durability.ticks_since_checkpoint = 0;
+            self.durability.checkpoint_requested = false;
+            (c, dropped)
+        });
+        if log.is_empty() && ops.is_empty() && checkpoint.is_none() {
+            return None;
+        }
+        self.durability.written += 1;
+        Some(Write {
+            seq: self.durability.written,
+            log,
+            ops,
+            checkpoint,
+        })
+    }
+
+    /// The next [`Node::ready`] (or the first after it at a clean point)
+    /// writes a checkpoint, whatever the schedule.
+    pub fn request_checkpoint(&mut self) {
+        self.durability.checkpoint_requested = true;
+    }
+
+    /// The next [`Node::ready`] takes every pending log write, lazy ones
+    /// included (before a clean shutdown).
+    pub fn sync_pending_writes(&mut self) {
+        self.durability.sync_lazy = true;
+    }
+
+    /// Writes up to `seq` are durable (reports may come late or repeat).
+    pub fn on_durable(&mut self, seq: u64) {
+        // Paired with `take_write`: only a write handed out can be durable.
+        assert!(
+            seq <= self.durability.written,
+            "write {seq} reported durable, but only {} were handed out",
+            self.durability.written
+        );
+        self.durability.durable = self.durability.durable.max(seq);
+    }
+
+    /// A write failed: the replica must stop (after an fsync error nothing
+    /// is known about what is on disk). Nothing more is written or sent.
+    pub fn on_disk_failure(&mut self, why: String) {
+        self.durability.failed.get_or_insert(why);
+        self.outbox.clear();
+    }
+
+    /// The disk failure that stopped this node, if any.
+    pub fn disk_failure(&self) -> Option<&str> {
+        self.durability.failed.as_deref()
+    }
+
+    /// The last write reported durable.
+    pub fn durable_write(&self) -> u64 {
+        self.durability.durable
+    }
+
+    /// The last write handed out.
+    pub fn written(&self) -> u64 {
+        self.durability.written
     }
 
     fn push_gossip(&mut self, out: Vec<(ReplicaId, GossipMessage)>) {
@@ -346,15 +503,19 @@ impl<S: CabStorage> Node<S> {
 
     /// Move work between the rooms until nothing changes.
     fn pump(&mut self) {
-        for _ in 0..1000 {
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            // Each round after the first runs only because the previous one
+            // delivered or emitted something, which the rooms consume: a
+            // long run means two rooms feed each other forever.
+            assert!(rounds <= PUMP_ROUNDS_MAX, "the pump did not settle");
             let mut progress = false;
             for effect in self.replica.take_effects() {
                 progress = true;
                 match effect {
                     Effect::RbCast(op) => {
-                        if let Some(new) = self.new_payloads.as_mut() {
-                            new.push(op.clone());
-                        }
+                        self.new_payloads.push(op.clone());
                         self.gossip.broadcast(op);
                     }
                     Effect::CabCast(id) => self.cab.cast(id),
@@ -430,28 +591,6 @@ impl<S: CabStorage> Node<S> {
         &self.cab
     }
 
-    /// CAB, mutably (a durable driver reaches its storage through it).
-    pub fn cab_mut(&mut self) -> &mut Cab<S> {
-        &mut self.cab
-    }
-
-    /// CAB's storage, mutably: a durable driver takes the consensus-log
-    /// writes of each step from it.
-    pub fn storage_mut(&mut self) -> &mut S {
-        self.cab.store_mut()
-    }
-
-    /// The op payloads this replica newly accepted since the last call, in
-    /// acceptance order: its own ops (as RB-cast) and remote ops gossip
-    /// delivered that were new to the replica. A durable driver persists
-    /// them before releasing any message or view that followed. Empty on
-    /// nodes not built by [`Node::recover`], which track nothing.
-    pub fn take_new_payloads(&mut self) -> Vec<Arc<Op>> {
-        self.new_payloads
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
-    }
 
     /// A checkpoint of the committed state with CAB's restart point, or
     /// `None` if this is not a clean point (`Replica::checkpoint`; try again
@@ -527,7 +666,10 @@ impl<S: CabStorage> Node<S> {
         let mut replica = replica;
         replica.abandon_running();
         let cab = Cab::new(cab_config, storage, applied)?;
-        let mut node = Self::assemble(replica, gossip, cab, limits, None);
+        // Only the in-memory test network restarts this way: its storage is
+        // synchronous, so there is nothing to re-number.
+        let durability = Durability::default();
+        let mut node = Self::assemble(replica, gossip, cab, limits, durability);
         // CAB's record of what this replica cast was volatile: cast again.
         node.adopt_tentative_strong_ops();
         Ok(node)

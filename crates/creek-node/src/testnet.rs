@@ -304,7 +304,13 @@ impl TestNet {
             return;
         };
         node.execute_all();
-        for v in node.take_views() {
+        // Storage here is synchronous (`MemCabStorage`): every write is
+        // durable at once, so held messages leave with the others.
+        let ready = node.ready();
+        if let Some(w) = &ready.write {
+            node.on_durable(w.seq);
+        }
+        for v in ready.views {
             self.views.push((i, now, v));
         }
         let committed = node.replica().committed();
@@ -312,8 +318,7 @@ impl TestNet {
             self.committed_at.entry((i, *id)).or_insert(now);
         }
         self.committed_seen[i] = committed.len();
-        let outbox = node.take_outbox();
-        for (to_id, msg) in outbox {
+        for (to_id, msg) in ready.messages.into_iter().chain(ready.held) {
             let to = usize::from(to_id.0).saturating_sub(1);
             self.send(i, to, msg);
         }

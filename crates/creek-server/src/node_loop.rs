@@ -6,36 +6,25 @@
 //! # Group commit and the hold rule
 //!
 //! Each turn of the loop handles every event already queued, runs the
-//! executions, and then submits one batch to the persister: the new op
-//! payloads and the consensus log writes of the turn. The persister writes
-//! all batches queued meanwhile in one transaction with one fsync.
-//!
-//! Nothing that depends on a write leaves the replica before the write is
-//! durable: every peer message produced in a turn is held until the
-//! persister reports the turn's batch (or a later one) durable. Raft's
-//! contract follows (a vote or an append acknowledgement is sent only once
-//! persisted; the leader's appends go out only once its own log is
-//! durable), and so does gossip's (an op is never seen by a peer before its
-//! origin can remember it, so a restarted origin never reuses its id).
-//!
-//! Views are not held. A final view follows a commit, and a commit means a
-//! majority acknowledged the op's log entry — each acknowledgement sent only
-//! after that replica's batch holding the entry, and the payloads CAB
-//! required it to hold, was durable, the leader's own included (its appends
-//! wait for its fsync). So the op's position and payload are durable on a
-//! majority before any replica learns of the commit, which is the rule for a
-//! final view; waiting for the local disk as well would only add an fsync.
-//! Tentative views are speculative and go out at once.
+//! executions, and then carries out the node's `Ready`: views go to their
+//! clients, the turn's write goes to the persister (which writes every
+//! write queued meanwhile in one transaction with one fsync), messages the
+//! node lets go leave now, and the messages it holds wait in a
+//! [`HoldQueue`] until the persister reports their write durable. The node
+//! decides what waits for what (`creek_node::ready` states the rule and why
+//! views are never held); this loop only carries it out. Released frames
+//! are sent from the persister's callback, so a release does not wait for
+//! the node loop to be free.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use creek_core::{ExecKey, InvokeError, Request, View, ViewKind, Views};
-use creek_node::Node;
-use creek_store::{Batch, DurableCabStorage, Persister};
+use creek_node::{HoldQueue, Node};
+use creek_store::{LogStore, Persister};
 use creek_wire::Limits;
 use tokio::sync::{mpsc, oneshot};
 
@@ -82,7 +71,7 @@ pub struct Durability {
     durable: std::sync::atomic::AtomicU64,
     batches: std::sync::atomic::AtomicU64,
     failure: std::sync::Mutex<Option<String>>,
-    held: std::sync::Mutex<VecDeque<Held>>,
+    held: std::sync::Mutex<HoldQueue<(creek_core::ReplicaId, Bytes)>>,
     transport: std::sync::OnceLock<Arc<Transport>>,
 }
 
@@ -110,10 +99,11 @@ impl Durability {
         let _ = self.transport.set(transport);
     }
 
-    /// Hold `frames` until batch `seq` is durable (or send them now).
+    /// Hold `frames` until write `seq` is durable (or send them now, if it
+    /// already is).
     fn hold(&self, seq: u64, frames: Vec<(creek_core::ReplicaId, Bytes)>) {
         if let Ok(mut q) = self.held.lock() {
-            q.push_back(Held { seq, frames });
+            q.hold(seq, frames);
         }
         self.release();
     }
@@ -129,20 +119,9 @@ impl Durability {
         let Ok(mut q) = self.held.lock() else {
             return;
         };
-        let durable = self.durable();
-        // Everything released now goes out as one write per peer.
-        let mut by_peer: BTreeMap<creek_core::ReplicaId, Vec<Bytes>> = BTreeMap::new();
-        while q.front().is_some_and(|h| h.seq <= durable) {
-            if let Some(h) = q.pop_front() {
-                for (to, frame) in h.frames {
-                    by_peer.entry(to).or_default().push(frame);
-                }
-            }
-        }
+        let released = q.release(self.durable());
         drop(q);
-        for (to, frames) in by_peer {
-            transport.send_all(to, frames);
-        }
+        send_grouped(transport, released);
     }
 
     fn drop_held(&self) {
@@ -157,6 +136,17 @@ impl Durability {
 
     fn failure(&self) -> Option<String> {
         self.failure.lock().ok().and_then(|f| f.clone())
+    }
+}
+
+/// Send `frames` as one write per peer, in order.
+fn send_grouped(transport: &Transport, frames: Vec<(creek_core::ReplicaId, Bytes)>) {
+    let mut by_peer: BTreeMap<creek_core::ReplicaId, Vec<Bytes>> = BTreeMap::new();
+    for (to, frame) in frames {
+        by_peer.entry(to).or_default().push(frame);
+    }
+    for (to, frames) in by_peer {
+        transport.send_all(to, frames);
     }
 }
 
@@ -209,25 +199,17 @@ struct Route {
     received: Instant,
 }
 
-/// Peer messages held until a batch is durable.
-struct Held {
-    seq: u64,
-    frames: Vec<(creek_core::ReplicaId, Bytes)>,
-}
-
 /// How the loop is set up.
 pub struct LoopConfig {
     /// Worker threads for executions.
     pub workers: usize,
-    /// How often to write a checkpoint.
-    pub checkpoint_every: Duration,
     /// Wire limits for encoding peer frames.
     pub limits: Limits,
 }
 
 /// The node loop's state (owned by its thread).
 pub struct NodeLoop {
-    node: Node<DurableCabStorage>,
+    node: Node<LogStore>,
     persister: Option<Persister>,
     durability: Arc<Durability>,
     transport: Arc<Transport>,
@@ -235,22 +217,16 @@ pub struct NodeLoop {
     pool: Option<rayon::ThreadPool>,
     limits: Limits,
     routes: HashMap<ExecKey, Route>,
-    submitted: u64,
     failed: Option<String>,
     epoch: Instant,
     ticks: u64,
-    checkpoint_every: Duration,
-    last_checkpoint: Instant,
-    checkpointed_len: u64,
     stopping: bool,
-    /// Take even lazy (commit-index-only) log writes at the next flush.
-    sync_lazy_writes: bool,
 }
 
 impl NodeLoop {
     /// A loop around `node`; `persister` receives its batches.
     pub fn new(
-        node: Node<DurableCabStorage>,
+        node: Node<LogStore>,
         persister: Persister,
         durability: Arc<Durability>,
         transport: Arc<Transport>,
@@ -266,7 +242,6 @@ impl NodeLoop {
                     .ok()
             })
             .flatten();
-        let checkpointed_len = node.replica().committed_len();
         NodeLoop {
             node,
             persister: Some(persister),
@@ -276,15 +251,10 @@ impl NodeLoop {
             pool,
             limits: config.limits,
             routes: HashMap::new(),
-            submitted: 0,
             failed: None,
             epoch: Instant::now(),
             ticks: 0,
-            checkpoint_every: config.checkpoint_every,
-            last_checkpoint: Instant::now(),
-            checkpointed_len,
             stopping: false,
-            sync_lazy_writes: false,
         }
     }
 
@@ -331,7 +301,7 @@ impl NodeLoop {
             }
             Event::Shutdown => {
                 self.stopping = true;
-                self.sync_lazy_writes = true;
+                self.node.sync_pending_writes();
             }
         }
     }
@@ -367,7 +337,6 @@ impl NodeLoop {
 
     fn tick(&mut self) {
         self.ticks += 1;
-        self.sync_lazy_writes = true;
         let now = self.now_us();
         self.node.tick(now);
         // Clients that went away.
@@ -405,65 +374,43 @@ impl NodeLoop {
         }
     }
 
-    /// End of a turn: views go out; the turn's writes are submitted as one
-    /// batch; peer messages wait for it.
+    /// End of a turn: carry out the node's `Ready`.
     fn flush(&mut self) {
-        for v in self.node.take_views() {
+        self.node.on_durable(self.durability.durable());
+        let ready = self.node.ready();
+        for v in ready.views {
             self.route(v);
         }
-        let ops = self.node.take_new_payloads();
-        let checkpoint = if self.last_checkpoint.elapsed() >= self.checkpoint_every {
-            self.node.checkpoint()
-        } else {
-            None
-        };
-        let store = self.node.cab_mut().store_mut();
-        // A commit-index-only change rides with the next batch (at the
-        // latest the next tick's): syncing it alone would cost every strong
-        // op three extra fsyncs across the group. A checkpoint takes every
-        // pending write, so the stored commit index is never behind it.
-        let take = store.must_sync() || !ops.is_empty() || checkpoint.is_some();
-        let log = if take || self.sync_lazy_writes {
-            store.take_writes()
-        } else {
-            creek_store::LogWrites::default()
-        };
-        self.sync_lazy_writes = false;
-        let mut batch = Batch {
-            log,
-            ops,
-            checkpoint: None,
-        };
-        if let Some(ckpt) = checkpoint {
-            // A checkpoint covers the whole committed list, so the payloads
-            // it frees are those committed since the previous one.
-            let dropped = self.node.committed_since(self.checkpointed_len);
-            self.checkpointed_len = ckpt.committed_len;
-            self.last_checkpoint = Instant::now();
-            tracing::debug!(committed = ckpt.committed_len, "checkpoint");
-            batch.checkpoint = Some((ckpt, dropped));
+        if let (Some(write), Some(p)) = (ready.write, &self.persister) {
+            p.submit(write);
         }
-        if !batch.is_empty() {
-            if let Some(p) = &self.persister {
-                self.submitted = p.submit(batch);
-            }
+        let now = self.encode(ready.messages);
+        send_grouped(&self.transport, now);
+        let held = self.encode(ready.held);
+        if !held.is_empty() {
+            self.durability.hold(ready.hold_until, held);
         }
-        let mut frames = Vec::new();
-        for (to, msg) in self.node.take_outbox() {
+    }
+
+    fn encode(
+        &self,
+        messages: Vec<(creek_core::ReplicaId, creek_wire::PeerMessage)>,
+    ) -> Vec<(creek_core::ReplicaId, Bytes)> {
+        let mut frames = Vec::with_capacity(messages.len());
+        for (to, msg) in messages {
             match creek_wire::encode(&msg, &self.limits) {
                 Ok(frame) => frames.push((to, frame)),
                 Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
             }
         }
-        if !frames.is_empty() {
-            self.durability.hold(self.submitted, frames);
-        }
+        frames
     }
 
     /// Take in a failure report of the persister.
     fn check_disk(&mut self) {
         if self.failed.is_none() {
             if let Some(e) = self.durability.failure() {
+                self.node.on_disk_failure(e.clone());
                 self.fail(format!("disk failure: {e}"));
             }
         }
@@ -581,7 +528,7 @@ impl NodeLoop {
         put("cab_ids_decided", s.ids_decided);
         put("decided_waiting", r.decided_waiting() as u64);
         put("durable_seq", self.durability.durable());
-        put("submitted_seq", self.submitted);
+        put("submitted_seq", self.node.written());
         put("refused_frames", self.node.refused_frames());
         put(
             "peer_bytes_sent",

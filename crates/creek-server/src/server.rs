@@ -100,6 +100,8 @@ impl Server {
         let mut node_config = NodeConfig::for_group(me, &group);
         node_config.replica.stabilize_after_us = config.stabilize_after_ms * 1000;
         node_config.replica.early_tentative_views = config.early_preliminary_views;
+        node_config.checkpoint_every_ticks =
+            (config.checkpoint_every_secs * 1000 / config.tick_ms).max(1);
         let limits = node_config.wire;
         let recovered_ops = opened.recovered.ops.len();
         let from_checkpoint = opened
@@ -168,7 +170,6 @@ impl Server {
             metrics.clone(),
             LoopConfig {
                 workers: config.worker_threads(),
-                checkpoint_every: std::time::Duration::from_secs(config.checkpoint_every_secs),
                 limits,
             },
         );

@@ -599,7 +599,7 @@ impl SimReplica for BaselineNode {
     /// Executions in flight, unsent messages and views, and the consensus
     /// node's volatile state are lost; the rest is what a durable driver
     /// keeps (payloads, orders, executor state, gossip state, the log).
-    fn crash(&mut self) {
+    fn crash(&mut self, _torn: &mut dyn FnMut(usize) -> usize) {
         if !self.up {
             return;
         }

@@ -13,10 +13,13 @@ pub struct Faults {
     pub clock: bool,
     /// Message loss, duplication and reordering.
     pub loss: bool,
+    /// Disk faults: a crash while writes are not yet synced (they are lost),
+    /// a torn last write, an fsync that fails (the replica stops).
+    pub disk: bool,
 }
 
 impl Faults {
-    /// Parse `partition,crash,clock,loss`, `all` or `none`.
+    /// Parse `partition,crash,clock,loss,disk`, `all` or `none`.
     pub fn parse(s: &str) -> Result<Faults, String> {
         let mut f = Faults::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -27,6 +30,7 @@ impl Faults {
                         crash: true,
                         clock: true,
                         loss: true,
+                        disk: true,
                     }
                 }
                 "none" => f = Faults::default(),
@@ -34,9 +38,10 @@ impl Faults {
                 "crash" => f.crash = true,
                 "clock" => f.clock = true,
                 "loss" => f.loss = true,
+                "disk" => f.disk = true,
                 other => {
                     return Err(format!(
-                        "unknown fault class {other:?} (partition, crash, clock, loss, all, none)"
+                        "unknown fault class {other:?} (partition, crash, clock, loss, disk, all, none)"
                     ))
                 }
             }
@@ -46,7 +51,12 @@ impl Faults {
 
     /// Whether any class is on.
     pub fn any(&self) -> bool {
-        self.partition || self.crash || self.clock || self.loss
+        self.partition || self.crash || self.clock || self.loss || self.disk
+    }
+
+    /// Whether a replica can go down (and come back through recovery).
+    pub fn crashes(&self) -> bool {
+        self.crash || self.disk
     }
 }
 
@@ -63,15 +73,22 @@ pub enum PlantedBug {
     /// The CAB leader delivers ids when it proposes them, before a majority
     /// has them.
     StableBeforeDurable,
+    /// Peer messages leave before the write they depend on is synced.
+    SendBeforeDurable,
+    /// The disk reports a write durable when it is issued, not when its
+    /// fsync completes: recovery then trusts writes a crash took.
+    ForgetUnsyncedTail,
 }
 
 impl PlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, PlantedBug); 4] = [
+    pub const ALL: [(&'static str, PlantedBug); 6] = [
         ("skip-invalidation", PlantedBug::SkipInvalidation),
         ("deliver-without-cab", PlantedBug::DeliverWithoutCab),
         ("ignore-causal-context", PlantedBug::IgnoreCausalContext),
         ("stable-before-durable", PlantedBug::StableBeforeDurable),
+        ("send-before-durable", PlantedBug::SendBeforeDurable),
+        ("forget-unsynced-tail", PlantedBug::ForgetUnsyncedTail),
     ];
 
     /// Parse a command-line name.
@@ -185,6 +202,18 @@ pub struct SimConfig {
     pub default_cost_us: u64,
     /// Interval between replica ticks.
     pub tick_us: u64,
+    /// How long one fsync of the simulated disk takes, uniform in
+    /// `[min, max]` microseconds (Creek only: its replicas write through
+    /// `creek-store` onto a simulated disk; the baselines keep state in
+    /// memory).
+    pub fsync_us: (u64, u64),
+    /// How long a replica's disk waits to gather more when only payloads
+    /// are queued (the server's persister lingers `creek_store::LINGER_US`).
+    pub linger_us: u64,
+    /// Every this much virtual time, a replica checkpoints its committed
+    /// state into its write (only in runs where replicas can crash: a
+    /// checkpoint matters only to a recovery); 0: never.
+    pub checkpoint_every_us: u64,
     /// A bug to plant, to validate the checkers.
     pub plant_bug: Option<PlantedBug>,
     /// Search budget of the linearizability checker.
@@ -232,6 +261,9 @@ impl Default for SimConfig {
             cost_us: default_costs_us(),
             default_cost_us: 20,
             tick_us: 1_000,
+            fsync_us: (20, 400),
+            linger_us: creek_store::LINGER_US,
+            checkpoint_every_us: 100_000,
             plant_bug: None,
             lin_budget_steps: 2_000_000,
             check_invariants: false,
@@ -265,6 +297,9 @@ impl SimConfig {
         }
         if self.bandwidth_bps == 0 || self.tick_us == 0 || self.duration_us == 0 {
             return Err("bandwidth, tick and duration must be positive".into());
+        }
+        if self.fsync_us.0 > self.fsync_us.1 {
+            return Err("fsync range must be non-empty".into());
         }
         if self.warmup_us >= self.duration_us {
             return Err("the warm-up must be shorter than the run".into());

@@ -9,11 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use creek_cab::MemCabStorage;
 use creek_core::{Checkpoint, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
 use creek_exec::{Completion, Registry, Task};
-use creek_gossip::Gossip;
-use creek_node::{Node, NodeConfig};
+use creek_node::{HoldQueue, Node, NodeConfig, Write};
+use creek_store::{LogStore, SimDisk, Store};
 use creek_wire::PeerMessage;
 
 /// Cumulative counters of one replica.
@@ -33,9 +32,22 @@ pub struct ReplicaCounts {
     pub invalidations: u64,
 }
 
+/// What a replica's disk asks of the simulator after a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskPoll {
+    /// Nothing to write, or a sync is already in flight.
+    Idle,
+    /// A sync started: call [`SimReplica::sync_done`] once it has taken its
+    /// time.
+    SyncStarted,
+    /// Payloads wait to be gathered: poll again at this virtual time.
+    LingerUntil(u64),
+    /// The sync failed: the replica stopped (it is down now).
+    Failed,
+}
+
 /// One simulated replica. Crash and restart happen in place: a crashed
-/// replica keeps what a durable driver would keep and takes no input until
-/// restarted.
+/// replica takes no input until restarted.
 pub trait SimReplica: Send + Sync {
     /// A client invocation; the handle its views will carry.
     fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError>;
@@ -53,7 +65,15 @@ pub trait SimReplica: Send + Sync {
     fn take_views(&mut self) -> Vec<View>;
     /// Messages to send.
     fn take_outbox(&mut self) -> Vec<(ReplicaId, PeerMessage)>;
-    /// The committed order.
+    /// Start the disk's next sync if it can start at virtual time `now_us`
+    /// (a replica without a disk is always idle).
+    fn poll_disk(&mut self, _now_us: u64) -> DiskPoll {
+        DiskPoll::Idle
+    }
+    /// The sync in flight completed.
+    fn sync_done(&mut self) {}
+    /// The committed order (every position, also those a recovery took
+    /// from a checkpoint).
     fn committed(&self) -> &[OpId];
     /// How many committed ops have their final execution (a prefix).
     fn finalized(&self) -> u64;
@@ -63,82 +83,205 @@ pub trait SimReplica: Send + Sync {
     fn quiet(&self) -> bool;
     /// The state the committed ops' final executions produced.
     fn committed_state(&self) -> BTreeMap<Bytes, Bytes>;
-    /// Counters so far.
+    /// Counters so far (over every life of the replica).
     fn counts(&self) -> ReplicaCounts;
     /// The protocol's and its executor's invariants.
     fn check_invariants(&self) -> Result<(), String>;
     /// Whether the replica is up.
     fn is_up(&self) -> bool;
-    /// Crash: executions in flight, unsent messages and views and volatile
-    /// consensus state are lost.
-    fn crash(&mut self);
+    /// Crash: executions in flight, unsynced messages and views and volatile
+    /// state are lost. A replica with a disk loses every write not yet
+    /// synced, except, for a torn write, the first `torn(n)` of its `n`
+    /// unsynced disk changes (the last of them only in part).
+    fn crash(&mut self, torn: &mut dyn FnMut(usize) -> usize);
     /// Restart from what was kept.
     fn restart(&mut self) -> Result<(), String>;
+    /// Recovery counters (replicas with a disk).
+    fn disk_counts(&self) -> DiskCounts {
+        DiskCounts::default()
+    }
+    /// The next sync fails (a disk fault; replicas with a disk).
+    fn fail_next_sync(&mut self) {}
+    /// Whether a write is queued or being synced.
+    fn has_unsynced(&self) -> bool {
+        false
+    }
 }
 
-struct Down {
-    replica: Replica,
-    gossip: Gossip,
-    applied: u64,
+/// What a replica's disk went through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskCounts {
+    /// Restarts that ran `Node::recover` on what the disk kept.
+    pub recoveries: u64,
+    /// Writes the node handed out that a crash took before they were synced.
+    pub unsynced_writes_lost: u64,
+    /// Disk changes a torn write persisted although not synced.
+    pub torn_changes_kept: u64,
+    /// Syncs that failed.
+    pub sync_failures: u64,
+    /// Syncs completed.
+    pub syncs: u64,
 }
 
-/// Creek: the node the server runs.
+/// How a Creek replica's disk is set up.
+#[derive(Clone, Copy, Debug)]
+pub struct DiskSetup {
+    /// Gather payload-only writes this long.
+    pub linger_us: u64,
+    /// Planted bug: a write counts as durable when its sync starts.
+    pub forget_unsynced_tail: bool,
+}
+
+/// Creek: the node the server runs, on `creek-store` over a simulated disk.
+/// Every write the node hands out goes to the disk; a crash throws away the
+/// node and every write not yet synced, and a restart runs
+/// `Node::recover` on what the disk kept — what `creek serve` runs.
 pub struct CreekReplica {
-    node: Option<Node<MemCabStorage>>,
-    down: Option<Down>,
-    storage: MemCabStorage,
+    node: Option<Node<LogStore>>,
+    store: Option<Store>,
+    disk: SimDisk,
+    setup: DiskSetup,
     config: NodeConfig,
+    registry: Arc<Registry>,
+    voters: Vec<u64>,
+    /// Writes not yet in a sync, with the virtual time they were queued
+    /// (`None`: not stamped yet).
+    queued: Vec<(Write, Option<u64>)>,
+    /// The last write of the sync in flight, and how many writes it holds.
+    syncing: Option<(u64, usize)>,
+    held: HoldQueue<(ReplicaId, PeerMessage)>,
+    outbox: Vec<(ReplicaId, PeerMessage)>,
+    views: Vec<View>,
+    /// Every committed id, across lives (a recovered replica lists only
+    /// what it committed after its checkpoint; the simulator saw the rest).
+    committed: Vec<OpId>,
+    /// Counters of earlier lives.
+    counts_before: ReplicaCounts,
+    disk_counts: DiskCounts,
+    /// The last state and finalized count, kept while down.
+    down: Option<(u64, usize)>,
 }
 
 impl CreekReplica {
-    /// A fresh replica, or one restored from `initial` (a bulk load).
+    /// A fresh replica, or one restored from `initial` (a bulk load, as if
+    /// restored from a backup: written to its disk when `durable_initial`,
+    /// i.e. when the run can crash it).
     pub fn new(
         config: NodeConfig,
         registry: Arc<Registry>,
-        storage: MemCabStorage,
+        setup: DiskSetup,
         initial: Option<Checkpoint>,
+        durable_initial: bool,
     ) -> Result<Self, String> {
-        let node = match initial {
-            None => Node::new(config.clone(), registry, storage.clone(), 0),
-            Some(c) => Node::recover(config.clone(), registry, storage.clone(), Some(c), vec![]),
+        let voters: Vec<u64> = config.cab.replicas.iter().map(|r| creek_cab::raft_id(*r)).collect();
+        let disk = SimDisk::new();
+        let loaded = creek_store::load_backend(disk.clone(), voters.clone()).map_err(|e| e.to_string())?;
+        if let (Some(c), true) = (&initial, durable_initial) {
+            let write = Write {
+                checkpoint: Some((c.clone(), Vec::new())),
+                ..Write::default()
+            };
+            loaded.store.write(&[write]).map_err(|e| e.to_string())?;
+            disk.complete_sync();
         }
+        let node = Node::recover(
+            config.clone(),
+            registry.clone(),
+            loaded.storage,
+            initial,
+            Vec::new(),
+        )
         .map_err(|e| e.to_string())?;
-        Ok(CreekReplica {
+        let mut r = CreekReplica {
             node: Some(node),
-            down: None,
-            storage,
+            store: Some(loaded.store),
+            disk,
+            setup,
             config,
-        })
+            registry,
+            voters,
+            queued: Vec::new(),
+            syncing: None,
+            held: HoldQueue::default(),
+            outbox: Vec::new(),
+            views: Vec::new(),
+            committed: Vec::new(),
+            counts_before: ReplicaCounts::default(),
+            disk_counts: DiskCounts::default(),
+            down: None,
+        };
+        r.note_committed();
+        Ok(r)
     }
 
     fn replica(&self) -> Option<&Replica> {
-        match (&self.node, &self.down) {
-            (Some(n), _) => Some(n.replica()),
-            (None, Some(d)) => Some(&d.replica),
-            (None, None) => None,
+        self.node.as_ref().map(Node::replica)
+    }
+
+    /// After a step: carry out the node's `Ready` and note new commits.
+    fn collect(&mut self) {
+        let Some(node) = self.node.as_mut() else {
+            return;
+        };
+        let ready = node.ready();
+        self.views.extend(ready.views);
+        self.outbox.extend(ready.messages);
+        self.held.hold(ready.hold_until, ready.held);
+        if let Some(w) = ready.write {
+            self.queued.push((w, None));
         }
+        self.note_committed();
+    }
+
+    fn note_committed(&mut self) {
+        let Some(r) = self.node.as_ref().map(Node::replica) else {
+            return;
+        };
+        let list = r.committed();
+        let base = r.committed_len() - list.len() as u64;
+        let have = self.committed.len() as u64;
+        // Paired with `restart`: a recovered replica's list starts at its
+        // checkpoint, which covers only positions seen before.
+        assert!(base <= have, "committed positions before {base} were never seen");
+        let skip = (have - base) as usize;
+        if skip < list.len() {
+            self.committed.extend_from_slice(&list[skip..]);
+        }
+    }
+
+    /// Writes up to `seq` are durable: tell the node, release what waited.
+    fn durable(&mut self, seq: u64) {
+        if let Some(node) = self.node.as_mut() {
+            node.on_durable(seq);
+        }
+        let released = self.held.release(seq);
+        self.outbox.extend(released);
     }
 }
 
 impl SimReplica for CreekReplica {
     fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
-        match self.node.as_mut() {
+        let r = match self.node.as_mut() {
             Some(n) => n.invoke(request, now_us),
             // Not reached: the simulator never invokes a replica that is down.
             None => Err(InvokeError::Overloaded(0)),
-        }
+        };
+        self.collect();
+        r
     }
 
     fn on_frame(&mut self, from: ReplicaId, frame: &Bytes) {
         if let Some(n) = self.node.as_mut() {
             let _ = n.on_frame(from, frame);
         }
+        self.collect();
     }
 
     fn tick(&mut self, now_us: u64) {
         if let Some(n) = self.node.as_mut() {
             n.tick(now_us);
         }
+        self.collect();
     }
 
     fn next_execution(&mut self) -> Option<Task<ExecKey>> {
@@ -156,29 +299,85 @@ impl SimReplica for CreekReplica {
         if let Some(n) = self.node.as_mut() {
             n.complete(done);
         }
+        self.collect();
     }
 
     fn take_views(&mut self) -> Vec<View> {
-        self.node.as_mut().map(Node::take_views).unwrap_or_default()
+        std::mem::take(&mut self.views)
     }
 
     fn take_outbox(&mut self) -> Vec<(ReplicaId, PeerMessage)> {
-        self.node
-            .as_mut()
-            .map(Node::take_outbox)
-            .unwrap_or_default()
+        std::mem::take(&mut self.outbox)
+    }
+
+    fn poll_disk(&mut self, now_us: u64) -> DiskPoll {
+        if self.node.is_none() || self.syncing.is_some() || self.queued.is_empty() {
+            return DiskPoll::Idle;
+        }
+        for (_, at) in &mut self.queued {
+            at.get_or_insert(now_us);
+        }
+        let urgent = self.queued.iter().any(|(w, _)| w.is_urgent());
+        let oldest = self.queued.iter().filter_map(|(_, at)| *at).min().unwrap_or(now_us);
+        let until = oldest + self.setup.linger_us;
+        if !urgent && now_us < until {
+            return DiskPoll::LingerUntil(until);
+        }
+        let group: Vec<Write> = self.queued.drain(..).map(|(w, _)| w).collect();
+        let Some(last) = group.last().map(|w| w.seq) else {
+            return DiskPoll::Idle;
+        };
+        let result = match &self.store {
+            Some(store) => store.write(&group),
+            None => return DiskPoll::Idle,
+        };
+        match result {
+            Ok(()) => {
+                self.syncing = Some((last, group.len()));
+                if self.setup.forget_unsynced_tail {
+                    self.durable(last);
+                }
+                DiskPoll::SyncStarted
+            }
+            Err(e) => {
+                // After an fsync error nothing is known about the disk: stop
+                // (what was synced before is still there for a restart).
+                self.disk_counts.sync_failures += 1;
+                if let Some(n) = self.node.as_mut() {
+                    n.on_disk_failure(e.to_string());
+                }
+                self.disk_counts.unsynced_writes_lost += group.len() as u64;
+                self.crash(&mut |_| 0);
+                DiskPoll::Failed
+            }
+        }
+    }
+
+    fn sync_done(&mut self) {
+        let Some((last, _)) = self.syncing.take() else {
+            return;
+        };
+        self.disk.complete_sync();
+        self.disk_counts.syncs += 1;
+        self.durable(last);
     }
 
     fn committed(&self) -> &[OpId] {
-        self.replica().map_or(&[], Replica::committed)
+        &self.committed
     }
 
     fn finalized(&self) -> u64 {
-        self.replica().map_or(0, |r| r.counters().finalized)
+        match self.replica() {
+            Some(r) => r.counters().finalized,
+            None => self.down.map_or(0, |(f, _)| f),
+        }
     }
 
     fn pending_len(&self) -> usize {
-        self.replica().map_or(0, Replica::tentative_len)
+        match self.replica() {
+            Some(r) => r.tentative_len(),
+            None => self.down.map_or(0, |(_, p)| p),
+        }
     }
 
     fn quiet(&self) -> bool {
@@ -186,7 +385,7 @@ impl SimReplica for CreekReplica {
             let r = n.replica();
             r.tentative_len() == 0
                 && n.cab().decided_waiting() == 0
-                && r.counters().finalized == r.committed().len() as u64
+                && r.counters().finalized == r.committed_len()
         })
     }
 
@@ -197,17 +396,18 @@ impl SimReplica for CreekReplica {
     }
 
     fn counts(&self) -> ReplicaCounts {
+        let before = self.counts_before;
         let Some(r) = self.replica() else {
-            return ReplicaCounts::default();
+            return before;
         };
         let (c, e) = (r.counters(), r.exec_counters());
         ReplicaCounts {
-            executions: e.executions,
-            ops: e.ops,
-            accuracy_checked: c.accuracy_checked,
-            accuracy_hits: c.accuracy_hits,
-            conflicts: e.conflicts,
-            invalidations: e.invalidations,
+            executions: before.executions + e.executions,
+            ops: before.ops + e.ops,
+            accuracy_checked: before.accuracy_checked + c.accuracy_checked,
+            accuracy_hits: before.accuracy_hits + c.accuracy_hits,
+            conflicts: before.conflicts + e.conflicts,
+            invalidations: before.invalidations + e.invalidations,
         }
     }
 
@@ -224,34 +424,63 @@ impl SimReplica for CreekReplica {
         self.node.is_some()
     }
 
-    /// The replica and gossip state survive as a durable driver keeps them,
-    /// CAB keeps its storage; leadership and held appends are lost.
-    fn crash(&mut self) {
-        let Some(node) = self.node.take() else { return };
-        let applied = node.cab_delivered_through();
-        let (replica, gossip) = node.into_parts();
-        self.down = Some(Down {
-            replica,
-            gossip,
-            applied,
-        });
+    /// Memory is gone, and with it everything not synced.
+    fn crash(&mut self, torn: &mut dyn FnMut(usize) -> usize) {
+        if self.node.is_none() {
+            return;
+        }
+        self.counts_before = self.counts();
+        self.down = Some((self.finalized(), self.pending_len()));
+        self.node = None;
+        let lost = self.queued.len() + self.syncing.map_or(0, |(_, n)| n);
+        self.disk_counts.unsynced_writes_lost += lost as u64;
+        self.queued.clear();
+        self.syncing = None;
+        self.held.clear();
+        self.outbox.clear();
+        self.views.clear();
+        // The database goes first: nothing may write after the crash.
+        self.store = None;
+        let loss = self.disk.crash(torn(self.disk.unsynced_changes()));
+        self.disk_counts.torn_changes_kept += loss.changes_kept as u64;
     }
 
     fn restart(&mut self) -> Result<(), String> {
-        let Some(d) = self.down.take() else {
+        if self.node.is_some() {
             return Ok(());
-        };
-        let node = Node::restart(
-            d.replica,
-            d.gossip,
-            self.config.cab.clone(),
-            self.storage.clone(),
-            d.applied,
-            self.config.wire,
+        }
+        let loaded = creek_store::load_backend(self.disk.clone(), self.voters.clone())
+            .map_err(|e| format!("the disk does not open: {e}"))?;
+        let node = Node::recover(
+            self.config.clone(),
+            self.registry.clone(),
+            loaded.storage,
+            loaded.recovered.checkpoint,
+            loaded.recovered.ops,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("recovery refused: {e}"))?;
+        // What the simulator saw committed stays; the recovered list picks
+        // up from its checkpoint.
+        let base = node.replica().committed_len() - node.replica().committed().len() as u64;
+        self.committed.truncate(base as usize);
         self.node = Some(node);
+        self.store = Some(loaded.store);
+        self.down = None;
+        self.disk_counts.recoveries += 1;
+        self.collect();
         Ok(())
+    }
+
+    fn disk_counts(&self) -> DiskCounts {
+        self.disk_counts
+    }
+
+    fn fail_next_sync(&mut self) {
+        self.disk.fail_next_sync();
+    }
+
+    fn has_unsynced(&self) -> bool {
+        self.syncing.is_some() || !self.queued.is_empty()
     }
 }
 

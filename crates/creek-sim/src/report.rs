@@ -246,6 +246,15 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         inserted += c.ops;
     }
     let replicated = h.iter().filter(|r| r.id.is_some()).count().max(1);
+    let mut disk = crate::replica::DiskCounts::default();
+    for n in &out.nodes {
+        let d = n.disk_counts();
+        disk.recoveries += d.recoveries;
+        disk.unsynced_writes_lost += d.unsynced_writes_lost;
+        disk.torn_changes_kept += d.torn_changes_kept;
+        disk.sync_failures += d.sync_failures;
+        disk.syncs += d.syncs;
+    }
     let checks_obj: serde_json::Map<String, Value> = checks
         .iter()
         .map(|c| (c.name.to_string(), json!(c.ok)))
@@ -260,6 +269,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
     json!({
         "seed": cfg.seed,
         "protocol": cfg.protocol.name(),
+        "schedule": cfg.schedule.name(),
         "workload": cfg.workload,
         "replicas": cfg.replicas,
         "cores": cfg.cores,
@@ -278,6 +288,13 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             "gossip": out.traffic.gossip_bytes,
             "consensus_per_strong_op": out.traffic.cab_bytes as f64 / strong.max(1) as f64,
             "gossip_per_op": out.traffic.gossip_bytes as f64 / replicated as f64,
+        },
+        "recoveries": disk.recoveries,
+        "unsynced_writes_lost": disk.unsynced_writes_lost,
+        "disk": {
+            "syncs": disk.syncs,
+            "sync_failures": disk.sync_failures,
+            "torn_changes_kept": disk.torn_changes_kept,
         },
         "plant_bug": cfg.plant_bug.map(|b| format!("{b:?}")),
         "trace_hash": format!("{:016x}", out.trace_hash),

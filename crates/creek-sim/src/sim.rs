@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
+use crate::replica::{DiskPoll, DiskSetup};
 use creek_core::{Checkpoint, ExecKey, Op, OpId, ReplicaId, Request, Views};
 use creek_exec::{Completion, Registry};
 use creek_node::NodeConfig;
@@ -46,6 +47,14 @@ enum Ev {
     Restart {
         node: usize,
     },
+    SyncDone {
+        node: usize,
+        epoch: u64,
+    },
+    DiskPoll {
+        node: usize,
+        epoch: u64,
+    },
     End,
 }
 
@@ -61,6 +70,8 @@ impl Ev {
             Ev::Chaos => 5,
             Ev::Heal => 6,
             Ev::Restart { node } => 7 + 16 * (*node as u64),
+            Ev::SyncDone { node, .. } => 11 + 16 * (*node as u64),
+            Ev::DiskPoll { node, .. } => 12 + 16 * (*node as u64),
             Ev::End => 8,
         }
     }
@@ -75,6 +86,8 @@ struct SimNode {
     clock_offset_us: i64,
     clock_drift_ppm: i64,
     handles: BTreeMap<ExecKey, usize>,
+    /// A `DiskPoll` is scheduled for this time.
+    disk_wake_at: Option<u64>,
 }
 
 struct Client {
@@ -255,9 +268,17 @@ impl Sim {
         let ids: Vec<ReplicaId> = (1..=cfg.replicas as u16).map(ReplicaId).collect();
         let voters: Vec<u64> = ids.iter().map(|r| u64::from(r.0) + 1).collect();
         let mut nodes = Vec::new();
+        let durable_initial = cfg.faults.crashes();
         for &me in &ids {
             let mut config = NodeConfig::for_group(me, &ids);
             config.replica.schedule = cfg.schedule;
+            if cfg.faults.crashes() && cfg.checkpoint_every_us > 0 {
+                config.checkpoint_every_ticks = (cfg.checkpoint_every_us / cfg.tick_us).max(1);
+            }
+            let setup = DiskSetup {
+                linger_us: cfg.linger_us,
+                forget_unsynced_tail: cfg.plant_bug == Some(PlantedBug::ForgetUnsyncedTail),
+            };
             match cfg.plant_bug {
                 Some(PlantedBug::SkipInvalidation) => {
                     config.replica.planted_skip_invalidation = true
@@ -271,15 +292,17 @@ impl Sim {
                 Some(PlantedBug::StableBeforeDurable) => {
                     config.cab.planted_deliver_on_propose = true
                 }
-                None => {}
+                Some(PlantedBug::SendBeforeDurable) => config.planted_send_before_durable = true,
+                Some(PlantedBug::ForgetUnsyncedTail) | None => {}
             }
             let storage = MemCabStorage::new(voters.clone());
             let node: Box<dyn SimReplica> = match cfg.protocol {
                 Protocol::Creek => Box::new(CreekReplica::new(
                     config,
                     registry.clone(),
-                    storage,
+                    setup,
                     initial.clone(),
+                    durable_initial,
                 )?),
                 baseline => Box::new(BaselineNode::new(
                     baseline,
@@ -312,6 +335,7 @@ impl Sim {
                 clock_offset_us: offset,
                 clock_drift_ppm: drift,
                 handles: BTreeMap::new(),
+                disk_wake_at: None,
             });
         }
         let mut net = Network::new(cfg.replicas, cfg.latency_us, cfg.bandwidth_bps);
@@ -400,7 +424,10 @@ impl Sim {
             let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec) as u64;
             self.schedule(1_000 + gap, Ev::Arrival);
         }
-        if self.cfg.faults.partition || self.cfg.faults.crash || self.cfg.faults.clock {
+        if self.cfg.faults.partition
+            || self.cfg.faults.crashes()
+            || self.cfg.faults.clock
+        {
             let at = self.rng.range(50_000, 150_000);
             self.schedule(at, Ev::Chaos);
         }
@@ -492,6 +519,20 @@ impl Sim {
                 self.net.heal();
             }
             Ev::Restart { node } => self.restart(node),
+            Ev::SyncDone { node, epoch } => {
+                let n = &mut self.nodes[node];
+                if n.epoch == epoch && n.node.is_up() {
+                    n.node.sync_done();
+                    self.after(node);
+                }
+            }
+            Ev::DiskPoll { node, epoch } => {
+                let n = &mut self.nodes[node];
+                if n.epoch == epoch {
+                    n.disk_wake_at = None;
+                    self.after(node);
+                }
+            }
             Ev::End => {
                 self.readings.end = self.totals();
                 self.ended = true;
@@ -586,6 +627,10 @@ impl Sim {
     /// After node `i` handled an input: views to clients, messages to the
     /// network, free cores to executions, and the committed-prefix check.
     fn after(&mut self, i: usize) {
+        if !self.nodes[i].node.is_up() {
+            return;
+        }
+        self.poll_disk(i);
         let node = &mut self.nodes[i].node;
         if !node.is_up() {
             return;
@@ -644,6 +689,37 @@ impl Sim {
         if self.cfg.check_invariants {
             if let Err(e) = self.nodes[i].node.check_invariants() {
                 panic!("replica {i} at {} us: invariant broken: {e}", self.now);
+            }
+        }
+    }
+
+    /// The disk model: group commit (a sync takes every queued write; the
+    /// next starts when it completes), the linger for payload-only writes,
+    /// and the fsync's time.
+    fn poll_disk(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        let epoch = n.epoch;
+        match n.node.poll_disk(self.now) {
+            DiskPoll::Idle => {}
+            DiskPoll::SyncStarted => {
+                let (lo, hi) = self.cfg.fsync_us;
+                let at = self.now + self.rng.range(lo, hi + 1);
+                self.schedule(at, Ev::SyncDone { node: i, epoch });
+            }
+            DiskPoll::LingerUntil(t) => {
+                if n.disk_wake_at.is_none_or(|w| w > t) {
+                    n.disk_wake_at = Some(t);
+                    self.schedule(t, Ev::DiskPoll { node: i, epoch });
+                }
+            }
+            DiskPoll::Failed => {
+                if self.cfg.check_invariants {
+                    eprintln!("replica {i} stopped at {} us: fsync failed", self.now);
+                }
+                *self.faults.entry("fsync_failure").or_default() += 1;
+                self.went_down(i);
+                let at = self.now + self.rng.range(100_000, 800_000);
+                self.schedule(at, Ev::Restart { node: i });
             }
         }
     }
@@ -759,6 +835,9 @@ impl Sim {
         if self.cfg.faults.clock {
             classes.push("clock");
         }
+        if self.cfg.faults.disk {
+            classes.push("disk");
+        }
         let class = classes[self.rng.index(classes.len())];
         match class {
             "partition" if !self.net.partitioned() => {
@@ -821,7 +900,7 @@ impl Sim {
                 let down = self.nodes.iter().filter(|x| !x.node.is_up()).count();
                 let victim = self.rng.index(n);
                 if down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
-                    self.crash(victim);
+                    self.crash(victim, false);
                     // A third stay down until the clients stop (crash-stop
                     // for the run); the others recover.
                     if self.rng.chance(1.0 / 3.0) {
@@ -829,6 +908,39 @@ impl Sim {
                     } else {
                         *self.faults.entry("crash_recovery").or_default() += 1;
                         let at = self.now + self.rng.range(100_000, 800_000);
+                        self.schedule(at, Ev::Restart { node: victim });
+                    }
+                }
+            }
+            "disk" => {
+                let down = self.nodes.iter().filter(|x| !x.node.is_up()).count();
+                // Aim at a replica with writes in flight: that is where a
+                // crash loses something.
+                let unsynced: Vec<usize> = (0..n)
+                    .filter(|&j| self.nodes[j].node.is_up() && self.nodes[j].node.has_unsynced())
+                    .collect();
+                let victim = if unsynced.is_empty() {
+                    self.rng.index(n)
+                } else {
+                    unsynced[self.rng.index(unsynced.len())]
+                };
+                if down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
+                    match self.rng.index(3) {
+                        0 => {
+                            *self.faults.entry("disk_unsynced_lost").or_default() += 1;
+                            self.crash(victim, false);
+                        }
+                        1 => {
+                            *self.faults.entry("disk_torn_write").or_default() += 1;
+                            self.crash(victim, true);
+                        }
+                        _ => {
+                            *self.faults.entry("disk_fsync_fails").or_default() += 1;
+                            self.nodes[victim].node.fail_next_sync();
+                        }
+                    }
+                    if !self.nodes[victim].node.is_up() {
+                        let at = self.now + self.rng.range(50_000, 400_000);
                         self.schedule(at, Ev::Restart { node: victim });
                     }
                 }
@@ -844,20 +956,29 @@ impl Sim {
         self.schedule(at, Ev::Chaos);
     }
 
-    /// Crash-recovery: the replica and gossip state survive as a durable
-    /// driver keeps them, CAB keeps its storage; executions in flight,
-    /// messages to the node, leadership and held appends are lost, and the
+    /// A crash: memory is gone, and so is every write not yet synced
+    /// (`torn`: except an arbitrary part of them, as a torn write leaves);
+    /// executions in flight and messages to the node are lost, and the
     /// clients waiting on it learn nothing more.
-    fn crash(&mut self, i: usize) {
+    fn crash(&mut self, i: usize, torn: bool) {
         if self.cfg.check_invariants {
             eprintln!("crash replica {i} at {} us", self.now);
         }
-        let n = &mut self.nodes[i];
-        if !n.node.is_up() {
+        if !self.nodes[i].node.is_up() {
             return;
         }
-        n.node.crash();
+        let rng = &mut self.rng;
+        self.nodes[i]
+            .node
+            .crash(&mut |n| if torn { rng.range(0, n as u64 + 1) as usize } else { 0 });
+        self.went_down(i);
+    }
+
+    /// Replica `i` went down: what ran on it is gone.
+    fn went_down(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
         n.epoch += 1;
+        n.disk_wake_at = None;
         n.busy_cores = 0;
         for (_, index) in std::mem::take(&mut n.handles) {
             self.history.ops[index].origin_crashed = true;
@@ -875,7 +996,12 @@ impl Sim {
         }
         // A replica that cannot restart stays down; the run then does not
         // settle and the checkers say so.
-        let _ = node.restart();
+        if let Err(e) = node.restart() {
+            eprintln!("replica {i} cannot restart at {} us: {e}", self.now);
+            *self.faults.entry("restart_refused").or_default() += 1;
+        }
+        let len = self.nodes[i].node.committed().len();
+        self.checked_len[i] = self.checked_len[i].min(len);
         self.after(i);
     }
 

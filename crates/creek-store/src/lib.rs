@@ -8,22 +8,25 @@
 //!
 //! [`open`] loads a data directory and returns an [`Opened`]:
 //!
-//! * [`DurableCabStorage`] — CAB's storage. It serves the consensus library
-//!   from memory and records every write; [`DurableCabStorage::take_writes`]
-//!   hands the recorded writes over.
-//! * [`Persister`] — a thread that owns the database. [`Persister::submit`]
-//!   queues a [`Batch`] (log writes, new op payloads, maybe a checkpoint)
-//!   and returns its sequence number at once; the thread writes **every
-//!   batch queued so far in one transaction with one fsync** (group commit)
-//!   and then calls the `on_durable` callback with the highest sequence
-//!   number now durable.
+//! * [`LogStore`] — CAB's storage, loaded with the stored log. It serves the
+//!   consensus library from memory and records every write, which the node
+//!   hands over in its `Ready` writes ([`creek_node::Write`]).
+//! * [`Persister`] — a thread that owns the [`Store`]. [`Persister::submit`]
+//!   queues a write (log writes, new op payloads, maybe a checkpoint); the
+//!   thread writes **every write queued so far in one transaction with one
+//!   fsync** (group commit) and then calls the `on_durable` callback with the
+//!   highest write number now durable.
 //! * [`Recovered`] — the checkpoint and op payloads found on disk, which
 //!   `creek_node::Node::recover` (with the storage) turns back into a node.
+//!
+//! [`load`] and [`load_backend`] give the [`Store`] itself instead of a
+//! persister: [`Store::write`] writes a group synchronously, for a driver
+//! that schedules its own I/O (the simulator, on [`SimDisk`]).
 //!
 //! ```
 //! use std::sync::mpsc;
 //! use creek_cab::CabStorage;
-//! use creek_store::Batch;
+//! use creek_node::Write;
 //! use raft::{eraftpb::Entry, Storage};
 //!
 //! let dir = std::env::temp_dir().join(format!("creek-store-doc-{}", std::process::id()));
@@ -35,9 +38,9 @@
 //! let (mut storage, persister) = (opened.storage, opened.persister);
 //! // CAB's Ready loop writes to the log: in memory at once, not yet durable.
 //! storage.append(&[Entry { index: 1, term: 1, ..Default::default() }])?;
-//! let seq = persister.submit(Batch { log: storage.take_writes(), ..Batch::default() });
-//! // The driver holds this step's messages and views until `seq` is durable.
-//! assert_eq!(durable.recv()?, Ok(seq));
+//! persister.submit(Write { seq: 1, log: storage.take_writes(), ..Write::default() });
+//! // The driver holds this step's messages until write 1 is durable.
+//! assert_eq!(durable.recv()?, Ok(1));
 //! persister.close()?;
 //! let reopened = creek_store::open(&dir, vec![1], Box::new(|_| {}))?;
 //! assert_eq!(reopened.storage.last_index()?, 1);
@@ -57,18 +60,8 @@
 //! replica must stop acknowledging (a failed disk is never reported as
 //! durable).
 //!
-//! Hence the **hold rule** for a driver: after each step it submits one
-//! batch with the step's log writes, new payloads and (sometimes) a
-//! checkpoint, and it **holds every outgoing peer message and every view
-//! produced up to that point until the persister reports a sequence number at
-//! or above the last one submitted before that output**. So a peer never
-//! learns of an op, an acceptance or a vote that a crash could take back;
-//! a stable view is only sent once a majority has durably accepted its
-//! decision (each follower's acknowledgement is held until durable, and so
-//! is the leader's view); and a client never sees a result of an op that a
-//! crash could erase (a driver may release tentative views early, accepting
-//! that such a view can belong to an op that a crash before its batch
-//! erases).
+//! The node decides what waits for which write (its hold rule, in
+//! `creek_node::ready`); the driver only reports what is durable.
 //!
 //! # What is stored
 //!
@@ -82,7 +75,10 @@
 //! | `checkpoint` | `"latest"` → the last checkpoint ([`codec`]) |
 //!
 //! The log is never compacted yet (the consensus log holds only id batches);
-//! a checkpoint deletes the payloads of the ops it covers. Decoding anything
+//! a checkpoint deletes the payloads of the ops it covers. Every write is
+//! one redb transaction with `Durability::Immediate`: redb's commit is one
+//! fsync, with checksums that let it detect a torn commit at open and fall
+//! back to the previous one. Decoding anything
 //! stored that is damaged gives [`StoreError::Corrupt`], never a panic. A
 //! second process opening the same directory gets [`StoreError::InUse`].
 //!
@@ -92,19 +88,30 @@
 
 pub mod codec;
 mod persister;
-mod storage;
+pub mod sim_disk;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use creek_cab::LogWrites;
 use creek_core::{Checkpoint, Op};
+use creek_node::Write;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState};
-use redb::{Database, DatabaseError, ReadableTable, StorageBackend, TableDefinition};
+use redb::{Database, DatabaseError, ReadableTable, StorageBackend, Table, TableDefinition};
 
-pub use persister::{Batch, OnDurable, Persister};
-pub use storage::{DurableCabStorage, LogWrites};
+pub use creek_cab::LogStore;
+pub use persister::{OnDurable, Persister, LINGER};
+pub use sim_disk::SimDisk;
+
+/// How long a writer waits to gather more when everything queued is
+/// payloads alone (weak ops). One transaction per weak op would cost each
+/// replica an fsync and a B-tree commit per op; gathering for up to this
+/// long lets one cover many, at the price of gossiping those ops this much
+/// later. Any urgent write ends the wait at once. The simulator models the
+/// same linger.
+pub const LINGER_US: u64 = 1000;
 
 /// The database file inside a data directory.
 pub const FILE_NAME: &str = "creek.redb";
@@ -181,7 +188,7 @@ pub struct Recovered {
 #[derive(Debug)]
 pub struct Opened {
     /// CAB's storage, loaded with the stored log.
-    pub storage: DurableCabStorage,
+    pub storage: LogStore,
     /// The writer of every later batch.
     pub persister: Persister,
     /// The stored checkpoint and payloads.
@@ -193,6 +200,40 @@ pub struct Opened {
 /// voters is refused). `on_durable` receives the persister's reports (see
 /// the crate docs) on the persister's thread.
 pub fn open(dir: &Path, voters: Vec<u64>, on_durable: OnDurable) -> Result<Opened, StoreError> {
+    with_persister(load(dir, voters)?, on_durable)
+}
+
+/// Like [`open`], on a redb storage backend instead of a directory (an
+/// in-memory or fault-injecting backend, for tests).
+pub fn open_backend(
+    backend: impl StorageBackend,
+    voters: Vec<u64>,
+    on_durable: OnDurable,
+) -> Result<Opened, StoreError> {
+    with_persister(load_backend(backend, voters)?, on_durable)
+}
+
+fn with_persister(loaded: Loaded, on_durable: OnDurable) -> Result<Opened, StoreError> {
+    Ok(Opened {
+        storage: loaded.storage,
+        persister: Persister::start(loaded.store, on_durable)?,
+        recovered: loaded.recovered,
+    })
+}
+
+/// A loaded store, written synchronously.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Where later writes go.
+    pub store: Store,
+    /// CAB's storage, loaded with the stored log.
+    pub storage: LogStore,
+    /// The stored checkpoint and payloads.
+    pub recovered: Recovered,
+}
+
+/// Load (or create) the data directory `dir` (see [`open`]).
+pub fn load(dir: &Path, voters: Vec<u64>) -> Result<Loaded, StoreError> {
     std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
         dir: dir.to_path_buf(),
         source,
@@ -206,35 +247,98 @@ pub fn open(dir: &Path, voters: Vec<u64>, on_durable: OnDurable) -> Result<Opene
         }
         Err(e) => return Err(db_err(e)),
     };
-    start(db, voters, on_durable)
+    load_db(db, voters)
 }
 
-/// Like [`open`], on a redb storage backend instead of a directory (an
-/// in-memory or fault-injecting backend, for tests).
-pub fn open_backend(
-    backend: impl StorageBackend,
-    voters: Vec<u64>,
-    on_durable: OnDurable,
-) -> Result<Opened, StoreError> {
+/// Load (or create) a store on a redb storage backend.
+pub fn load_backend(backend: impl StorageBackend, voters: Vec<u64>) -> Result<Loaded, StoreError> {
     let db = Database::builder()
         .create_with_backend(backend)
         .map_err(db_err)?;
-    start(db, voters, on_durable)
+    load_db(db, voters)
 }
 
-fn start(db: Database, voters: Vec<u64>, on_durable: OnDurable) -> Result<Opened, StoreError> {
-    let (storage, recovered) = load(&db, voters)?;
-    let persister = Persister::start(db, on_durable)?;
-    Ok(Opened {
+fn load_db(db: Database, voters: Vec<u64>) -> Result<Loaded, StoreError> {
+    let (storage, recovered) = read_all(&db, voters)?;
+    Ok(Loaded {
+        store: Store { db },
         storage,
-        persister,
         recovered,
     })
 }
 
+/// The database of one replica: where its writes go.
+#[derive(Debug)]
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Make `group` durable: one transaction, one fsync, the writes applied
+    /// in order. `Ok` means every write of the group is durable; `Err` means
+    /// none may be, and nothing more should be written (stop the replica).
+    pub fn write(&self, group: &[Write]) -> Result<(), StoreError> {
+        if group.iter().all(is_empty) {
+            return Ok(());
+        }
+        let mut txn = self.db.begin_write().map_err(db_err)?;
+        txn.set_durability(redb::Durability::Immediate);
+        {
+            let mut log = txn.open_table(LOG).map_err(db_err)?;
+            let mut meta = txn.open_table(META).map_err(db_err)?;
+            let mut ops = txn.open_table(OPS).map_err(db_err)?;
+            let mut checkpoint = txn.open_table(CHECKPOINT).map_err(db_err)?;
+            for w in group {
+                write_log(&mut log, &mut meta, &w.log)?;
+                for op in &w.ops {
+                    let bytes = creek_wire::encode_op(op);
+                    ops.insert((op.id.origin.0, op.id.seq), bytes.as_ref())
+                        .map_err(db_err)?;
+                }
+                if let Some((c, gone)) = &w.checkpoint {
+                    checkpoint
+                        .insert(LATEST, codec::encode_checkpoint(c).as_slice())
+                        .map_err(db_err)?;
+                    for id in gone {
+                        ops.remove((id.origin.0, id.seq)).map_err(db_err)?;
+                    }
+                }
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+}
+
+fn is_empty(w: &Write) -> bool {
+    w.log.is_empty() && w.ops.is_empty() && w.checkpoint.is_none()
+}
+
+fn write_log(
+    log: &mut Table<u64, &[u8]>,
+    meta: &mut Table<&str, &[u8]>,
+    w: &LogWrites,
+) -> Result<(), StoreError> {
+    if let Some(from) = w.truncate_from() {
+        log.retain_in(from.., |_, _| false).map_err(db_err)?;
+    }
+    for e in w.entries() {
+        let bytes = e
+            .write_to_bytes()
+            .map_err(|err| StoreError::Corrupt(format!("encoding log entry {}: {err}", e.index)))?;
+        log.insert(e.index, bytes.as_slice()).map_err(db_err)?;
+    }
+    if let Some(hs) = w.hard_state() {
+        let bytes = hs
+            .write_to_bytes()
+            .map_err(|err| StoreError::Corrupt(format!("encoding hard state: {err}")))?;
+        meta.insert(HARD_STATE, bytes.as_slice()).map_err(db_err)?;
+    }
+    Ok(())
+}
+
 /// Read everything, creating the tables (and the initial conf and hard
 /// state) in a fresh database.
-fn load(db: &Database, voters: Vec<u64>) -> Result<(DurableCabStorage, Recovered), StoreError> {
+fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered), StoreError> {
     let txn = db.begin_write().map_err(db_err)?;
     let loaded = {
         let mut meta = txn.open_table(META).map_err(db_err)?;
@@ -290,7 +394,7 @@ fn load(db: &Database, voters: Vec<u64>) -> Result<(DurableCabStorage, Recovered
                 hard_state.commit
             )));
         }
-        let storage = DurableCabStorage::loaded(conf_state, hard_state, &entries);
+        let storage = LogStore::loaded(conf_state, hard_state, &entries);
         let recovered = Recovered {
             checkpoint: match checkpoint.get(LATEST).map_err(db_err)? {
                 Some(v) => Some(codec::decode_checkpoint(v.value())?),

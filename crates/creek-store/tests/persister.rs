@@ -18,7 +18,8 @@ use creek_cab::CabStorage;
 use creek_core::{Checkpoint, Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::value::{encode_args, Value};
 use creek_exec::ProcCall;
-use creek_store::{Batch, StoreError};
+use creek_node::Write;
+use creek_store::StoreError;
 use raft::eraftpb::Entry;
 use raft::Storage;
 
@@ -80,15 +81,15 @@ fn log_ops_and_checkpoint_round_trip_across_reopen() {
         let (mut s, mut p, _) = open_sync(dir.path(), voters.clone());
         s.append(&[entry(1), entry(2), entry(3)]).unwrap();
         s.set_commit(2).unwrap();
-        p.persist(Batch {
+        p.persist(Write {
             log: s.take_writes(),
             ops: all.clone(),
-            checkpoint: None,
+            ..Write::default()
         });
         // The checkpoint covers r1.1 and r1.2: their payloads go with it.
-        p.persist(Batch {
+        p.persist(Write {
             checkpoint: Some((ckpt.clone(), ckpt.causal_ctx.iter().collect())),
-            ..Batch::default()
+            ..Write::default()
         });
         p.persister.take().unwrap().close().unwrap();
     }
@@ -132,24 +133,22 @@ fn batches_queued_while_busy_share_one_transaction() {
     let p = opened.persister;
     let mut storage = opened.storage;
     storage.append(&[entry(1)]).unwrap();
-    assert_eq!(
-        p.submit(Batch {
-            log: storage.take_writes(),
-            ops: vec![op(1, 1, false)],
-            checkpoint: None,
-        }),
-        1
-    );
+    p.submit(Write {
+        seq: 1,
+        log: storage.take_writes(),
+        ops: vec![op(1, 1, false)],
+        checkpoint: None,
+    });
     busy.recv_timeout(Duration::from_secs(60)).unwrap();
     let n = 50u64;
     for s in 2..=n {
         storage.append(&[entry(s)]).unwrap();
-        let seq = p.submit(Batch {
+        p.submit(Write {
+            seq: s,
             log: storage.take_writes(),
             ops: vec![op(1, s, false)],
             checkpoint: None,
         });
-        assert_eq!(seq, s);
     }
     assert_eq!(p.submitted(), n);
     release_tx.send(()).unwrap();
@@ -212,19 +211,20 @@ fn a_failed_disk_is_never_reported_durable() {
     .unwrap();
     let p = opened.persister;
     let next = || reports.recv_timeout(Duration::from_secs(60)).unwrap();
-    let batch = |s| Batch {
+    let batch = |s| Write {
+        seq: s,
         ops: vec![op(1, s, false)],
-        ..Batch::default()
+        ..Write::default()
     };
-    assert_eq!(p.submit(batch(1)), 1);
+    p.submit(batch(1));
     assert_eq!(next(), Ok(1));
     failing.store(true, Ordering::SeqCst);
-    assert_eq!(p.submit(batch(2)), 2);
+    p.submit(batch(2));
     let e = next().unwrap_err();
     assert!(e.contains("disk on fire"), "{e}");
     // The disk recovers, but the persister does not pretend it did.
     failing.store(false, Ordering::SeqCst);
-    assert_eq!(p.submit(batch(3)), 3);
+    p.submit(batch(3));
     let e = next().unwrap_err();
     assert!(e.contains("persister stopped"), "{e}");
     assert!(p.failure().is_some());
@@ -247,9 +247,9 @@ fn corrupt_checkpoint_and_op_are_errors_not_panics() {
     let dir = TempDir::new("corrupt-ckpt");
     {
         let (_s, mut p, _) = open_sync(dir.path(), vec![1]);
-        p.persist(Batch {
+        p.persist(Write {
             checkpoint: Some((checkpoint(&[]), vec![])),
-            ..Batch::default()
+            ..Write::default()
         });
     }
     let mut good = creek_store::codec::encode_checkpoint(&checkpoint(&[]));
@@ -268,9 +268,9 @@ fn corrupt_checkpoint_and_op_are_errors_not_panics() {
     let dir = TempDir::new("corrupt-op");
     {
         let (_s, mut p, _) = open_sync(dir.path(), vec![1]);
-        p.persist(Batch {
+        p.persist(Write {
             ops: vec![op(3, 1, false)],
-            ..Batch::default()
+            ..Write::default()
         });
     }
     {
@@ -325,7 +325,8 @@ fn sigkill_child() {
     for s in 1..=1_000_000u64 {
         storage.append(&[entry(s)]).unwrap();
         storage.set_commit(s).unwrap();
-        p.submit(Batch {
+        p.submit(Write {
+            seq: s,
             log: storage.take_writes(),
             ops: vec![op(1, s, false)],
             checkpoint: (s % 10 == 0).then(|| {

@@ -1,5 +1,5 @@
 //! A replica killed and recovered from its data directory (DESIGN §8): a
-//! 3-node cluster of `creek_node::Node`s on `DurableCabStorage`, driven the
+//! 3-node cluster of `creek_node::Node`s on `LogStore`, driven the
 //! way the server drives it — every step's log writes and new payloads are
 //! persisted (here synchronously) before the step's messages and views are
 //! released. One node checkpoints mid-way, loses a step that never reached
@@ -20,12 +20,12 @@ use creek_core::{ExecKey, OpId, ReplicaId, Request, ViewKind};
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
 use creek_node::{Node, NodeConfig};
-use creek_store::{Batch, DurableCabStorage};
+use creek_store::LogStore;
 
 const N: usize = 3;
 
 struct Member {
-    node: Option<Node<DurableCabStorage>>,
+    node: Option<Node<LogStore>>,
     persister: SyncPersister,
     /// Committed length of the last checkpoint written.
     checkpointed_len: u64,
@@ -99,54 +99,45 @@ impl Cluster {
         }
     }
 
-    fn node(&self, i: usize) -> &Node<DurableCabStorage> {
+    fn node(&self, i: usize) -> &Node<LogStore> {
         self.members[i].node.as_ref().unwrap()
     }
 
-    /// After node `i` handled an input: run its executions, persist the
-    /// step's writes (waiting until durable), then release its messages and
-    /// views.
-    fn step(&mut self, i: usize) {
+    /// After node `i` handled an input: run its executions, carry out its
+    /// `Ready` — persist the write (waiting until durable), report it, then
+    /// release its messages and views. Returns the checkpoint written, if
+    /// any, with the payloads it dropped.
+    fn step(&mut self, i: usize) -> Option<(creek_core::Checkpoint, Vec<OpId>)> {
         let m = &mut self.members[i];
-        let Some(node) = m.node.as_mut() else { return };
+        let node = m.node.as_mut()?;
         node.execute_all();
-        let batch = Batch {
-            log: node.storage_mut().take_writes(),
-            ops: node.take_new_payloads(),
-            checkpoint: None,
-        };
-        m.persister.persist(batch);
-        self.release(i);
-    }
-
-    fn release(&mut self, i: usize) {
-        let node = self.members[i].node.as_mut().unwrap();
-        for v in node.take_views() {
+        let ready = node.ready();
+        let mut written = None;
+        if let Some(w) = ready.write {
+            let seq = w.seq;
+            written = w.checkpoint.clone();
+            m.persister.persist_numbered(w);
+            node.on_durable(seq);
+        }
+        for v in ready.views {
             self.acked.entry((i, v.handle)).or_default().push(v.kind);
         }
-        for (to, msg) in node.take_outbox() {
+        for (to, msg) in ready.messages.into_iter().chain(ready.held) {
             let frame = creek_wire::encode(&msg, &creek_wire::Limits::default()).unwrap();
             self.queue.push_back((i, usize::from(to.0) - 1, frame));
         }
+        written
     }
 
     /// Write a checkpoint of node `i` (at a clean point) with the payloads
     /// it makes unnecessary.
     fn checkpoint(&mut self, i: usize) -> creek_core::Checkpoint {
         let m = &mut self.members[i];
-        let node = m.node.as_mut().unwrap();
-        node.execute_all();
-        let cp = node.checkpoint().expect("a clean point after settling");
-        let gone = node.committed_since(m.checkpointed_len);
+        m.node.as_mut().unwrap().request_checkpoint();
+        let (cp, gone) = self.step(i).expect("a clean point after settling");
+        let m = &mut self.members[i];
         assert_eq!(gone.len() as u64, cp.committed_len - m.checkpointed_len);
         m.checkpointed_len = cp.committed_len;
-        let batch = Batch {
-            log: node.storage_mut().take_writes(),
-            ops: node.take_new_payloads(),
-            checkpoint: Some((cp.clone(), gone)),
-        };
-        m.persister.persist(batch);
-        self.release(i);
         cp
     }
 
@@ -196,7 +187,7 @@ impl Cluster {
         }
     }
 
-    fn up(&self) -> impl Iterator<Item = &Node<DurableCabStorage>> {
+    fn up(&self) -> impl Iterator<Item = &Node<LogStore>> {
         self.members.iter().filter_map(|m| m.node.as_ref())
     }
 
@@ -294,6 +285,7 @@ fn scenario(victim: usize) {
     // lost with the crash.
     let lost = c.invoke(victim, put("lost"), false);
     c.members[victim].node.as_mut().unwrap().execute_all();
+    let _ = c.members[victim].node.as_mut().unwrap().ready();
     c.crash(victim);
 
     // Phase C without the victim (the other two are a majority).
@@ -380,13 +372,9 @@ fn scenario(victim: usize) {
 
     // A clean shutdown and a second recovery keep all of it.
     for i in 0..N {
+        c.members[i].node.as_mut().unwrap().sync_pending_writes();
+        c.step(i);
         let m = &mut c.members[i];
-        let node = m.node.as_mut().unwrap();
-        m.persister.persist(Batch {
-            log: node.storage_mut().take_writes(),
-            ops: node.take_new_payloads(),
-            checkpoint: None,
-        });
         m.node = None;
         m.persister.persister.take().unwrap().close().unwrap();
     }

@@ -1,4 +1,4 @@
-//! `DurableCabStorage` against raft's in-memory reference, across reopen and
+//! `LogStore` against raft's in-memory reference, across reopen and
 //! crashes (persisted at random points), and under a CAB group restarting
 //! from disk.
 #![allow(clippy::unwrap_used)]
@@ -8,7 +8,7 @@ mod common;
 use common::{log_batch, open_sync, TempDir};
 use creek_cab::{Cab, CabConfig, CabStorage, MemCabStorage};
 use creek_core::{OpId, ReplicaId};
-use creek_store::{DurableCabStorage, StoreError};
+use creek_store::{LogStore, StoreError};
 use proptest::prelude::*;
 use raft::eraftpb::{Entry, HardState};
 use raft::{GetEntriesContext, Storage};
@@ -60,7 +60,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn compare(durable: &DurableCabStorage, mem: &MemCabStorage) {
+fn compare(durable: &LogStore, mem: &MemCabStorage) {
     let (rs, ms) = (
         durable.initial_state().unwrap(),
         mem.initial_state().unwrap(),
@@ -253,7 +253,7 @@ fn replicas() -> Vec<ReplicaId> {
 }
 
 struct Member {
-    cab: Cab<DurableCabStorage>,
+    cab: Cab<LogStore>,
     persister: common::SyncPersister,
 }
 
@@ -280,7 +280,10 @@ fn run(nodes: &mut [Option<Member>], delivered: &mut [Vec<OpId>], rounds: usize,
                 let mut out = Vec::new();
                 n.cab.poll(ALWAYS, &mut out);
                 assert!(n.cab.failure().is_none(), "{:?}", n.cab.failure());
-                n.persister.persist(log_batch(n.cab.store_mut()));
+                n.persister.persist(creek_node::Write {
+                    log: n.cab.take_writes(),
+                    ..creek_node::Write::default()
+                });
                 msgs.extend(out.into_iter().map(|(to, m)| (i, to, m)));
             }
         }

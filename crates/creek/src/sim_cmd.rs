@@ -27,7 +27,7 @@ pub struct Args {
     /// Virtual time clients run, e.g. `10s`, `500ms`.
     #[arg(long, default_value = "2s")]
     duration: String,
-    /// Fault classes: partition,crash,clock,loss, `all` or `none`.
+    /// Fault classes: partition,crash,clock,loss,disk, `all` or `none`.
     #[arg(long, default_value = "none")]
     faults: String,
     /// Closed-loop client sessions.
@@ -40,6 +40,10 @@ pub struct Args {
     /// tool for validating the checkers, never for production).
     #[arg(long)]
     plant_bug: Option<String>,
+    /// The multiversion executor's schedule: both (fresh ops first, held
+    /// reruns), lowest-first, fresh-first, held-reruns.
+    #[arg(long, default_value = "both", value_parser = creek_exec::mvcc::Schedule::parse)]
+    schedule: creek_exec::mvcc::Schedule,
     /// Print one JSON object per run.
     #[arg(long)]
     json: bool,
@@ -100,6 +104,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         clients: args.clients,
         open_rate_per_sec: args.rate,
         faults: Faults::parse(&args.faults)?,
+        schedule: args.schedule,
         plant_bug: args
             .plant_bug
             .as_deref()
@@ -134,8 +139,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
         }
         if !ok {
             eprintln!(
-                "  reproduce: creek sim --protocol {} --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
+                "  reproduce: creek sim --protocol {} --schedule {} --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
                 args.protocol.name(),
+                args.schedule.name(),
                 args.replicas,
                 args.cores,
                 args.workload,

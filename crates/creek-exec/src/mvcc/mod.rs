@@ -62,6 +62,54 @@ impl Schedule {
         fresh_first: false,
         hold_reruns: false,
     };
+
+    /// Fresh ops first and held reruns.
+    pub const BOTH: Schedule = Schedule {
+        fresh_first: true,
+        hold_reruns: true,
+    };
+
+    /// Every schedule with its command-line name.
+    pub const NAMED: [(&'static str, Schedule); 4] = [
+        ("both", Schedule::BOTH),
+        ("lowest-first", Schedule::LOWEST_FIRST),
+        (
+            "fresh-first",
+            Schedule {
+                fresh_first: true,
+                hold_reruns: false,
+            },
+        ),
+        (
+            "held-reruns",
+            Schedule {
+                fresh_first: false,
+                hold_reruns: true,
+            },
+        ),
+    ];
+
+    /// Parse a command-line name.
+    pub fn parse(name: &str) -> Result<Schedule, String> {
+        // The benchmark's reports before the name settled.
+        let name = if name == "hold-reruns" { "held-reruns" } else { name };
+        Self::NAMED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::NAMED.iter().map(|(n, _)| *n).collect();
+                format!("unknown schedule {name:?}; one of {}", names.join(", "))
+            })
+    }
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        Self::NAMED
+            .iter()
+            .find(|(_, x)| *x == self)
+            .map_or("both", |(n, _)| n)
+    }
 }
 
 impl Default for Schedule {

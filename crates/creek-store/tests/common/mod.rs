@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
-use creek_store::{Batch, DurableCabStorage, Persister, Recovered};
+use creek_cab::CabStorage;
+use creek_node::Write;
+use creek_store::{LogStore, Persister, Recovered};
 
 /// A fresh temporary directory, removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -42,22 +44,41 @@ impl Drop for TempDir {
     }
 }
 
-/// A persister driven synchronously: `persist` submits and waits until the
-/// batch is reported durable.
+/// A persister driven synchronously: `persist` numbers a write, submits it
+/// and waits until it is reported durable.
 pub struct SyncPersister {
     pub persister: Option<Persister>,
     pub reports: Receiver<Result<u64, String>>,
     pub durable: u64,
+    pub submitted: u64,
 }
 
 impl SyncPersister {
-    /// Submit and wait. Empty batches are not submitted.
-    pub fn persist(&mut self, batch: Batch) {
-        if batch.is_empty() {
-            return;
+    /// Number (after the last), submit and wait. Empty writes are not
+    /// submitted. Returns the write's number.
+    pub fn persist(&mut self, mut write: Write) -> u64 {
+        if write.log.is_empty() && write.ops.is_empty() && write.checkpoint.is_none() {
+            return self.submitted;
         }
-        let seq = self.persister.as_ref().unwrap().submit(batch);
+        let seq = self.submit(std::mem::take(&mut write));
         self.wait(seq);
+        seq
+    }
+
+    /// Submit a write the node numbered and wait until it is durable.
+    pub fn persist_numbered(&mut self, write: Write) {
+        let seq = write.seq;
+        self.submitted = seq;
+        self.persister.as_ref().unwrap().submit(write);
+        self.wait(seq);
+    }
+
+    /// Number (after the last) and submit without waiting.
+    pub fn submit(&mut self, mut write: Write) -> u64 {
+        self.submitted += 1;
+        write.seq = self.submitted;
+        self.persister.as_ref().unwrap().submit(write);
+        self.submitted
     }
 
     pub fn wait(&mut self, seq: u64) {
@@ -84,7 +105,7 @@ impl SyncPersister {
 }
 
 /// Open `dir` with a synchronous persister.
-pub fn open_sync(dir: &Path, voters: Vec<u64>) -> (DurableCabStorage, SyncPersister, Recovered) {
+pub fn open_sync(dir: &Path, voters: Vec<u64>) -> (LogStore, SyncPersister, Recovered) {
     let (tx, rx) = mpsc::channel();
     let opened = creek_store::open(
         dir,
@@ -100,15 +121,16 @@ pub fn open_sync(dir: &Path, voters: Vec<u64>) -> (DurableCabStorage, SyncPersis
             persister: Some(opened.persister),
             reports: rx,
             durable: 0,
+            submitted: 0,
         },
         opened.recovered,
     )
 }
 
-/// A batch of just these log writes.
-pub fn log_batch(storage: &mut DurableCabStorage) -> Batch {
-    Batch {
+/// A write of just these log writes (numbered by `SyncPersister`).
+pub fn log_batch(storage: &mut LogStore) -> Write {
+    Write {
         log: storage.take_writes(),
-        ..Batch::default()
+        ..Write::default()
     }
 }

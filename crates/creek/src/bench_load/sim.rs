@@ -33,6 +33,9 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
             weak_answer_on_preliminary: true,
             open_rate_per_sec: rate,
             latency_us: p.link_us,
+            // The paper's setting: state in memory, no fsync time.
+            fsync_us: (0, 0),
+            linger_us: 0,
             ..SimConfig::default()
         };
         let bar = *progress;

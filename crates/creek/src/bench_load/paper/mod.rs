@@ -98,48 +98,12 @@ pub struct PaperArgs {
 
 /// A `--schedule` name.
 fn parse_schedule(name: &str) -> Result<Schedule, String> {
-    SCHEDULES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .ok_or_else(|| {
-            let names: Vec<&str> = SCHEDULES.iter().map(|(n, _)| *n).collect();
-            format!("unknown schedule {name:?}; one of {}", names.join(", "))
-        })
+    Schedule::parse(name)
 }
-
-/// The `--schedule` names.
-const SCHEDULES: [(&str, Schedule); 4] = [
-    (
-        "both",
-        Schedule {
-            fresh_first: true,
-            hold_reruns: true,
-        },
-    ),
-    ("lowest-first", Schedule::LOWEST_FIRST),
-    (
-        "fresh-first",
-        Schedule {
-            fresh_first: true,
-            hold_reruns: false,
-        },
-    ),
-    (
-        "hold-reruns",
-        Schedule {
-            fresh_first: false,
-            hold_reruns: true,
-        },
-    ),
-];
 
 /// The `--schedule` name of `s`.
 pub(super) fn schedule_name(s: Schedule) -> &'static str {
-    SCHEDULES
-        .iter()
-        .find(|(_, x)| *x == s)
-        .map_or("both", |(n, _)| n)
+    s.name()
 }
 
 /// Run `creek bench paper`.
@@ -350,7 +314,7 @@ mod tests {
                 ("archie", 3000.0)
             ]
         );
-        for (name, schedule) in SCHEDULES {
+        for (name, schedule) in Schedule::NAMED {
             assert_eq!(parse_schedule(name), Ok(schedule));
             assert_eq!(schedule_name(schedule), name);
         }

@@ -201,6 +201,10 @@ fn sim_config(run: &Run, spec: &Spec) -> SimConfig {
         cost_us,
         default_cost_us: defaults.default_cost_us * factor,
         schedule: run.schedule,
+        // The paper's replicas kept their state in memory: no fsync time,
+        // no gathering of writes.
+        fsync_us: (0, 0),
+        linger_us: 0,
         ..defaults
     }
 }

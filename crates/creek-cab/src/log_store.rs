@@ -1,13 +1,16 @@
-//! CAB's storage: the consensus log and hard state in memory, with the
-//! writes not yet handed to the persister recorded on the side.
+//! CAB's storage for a durable driver: the consensus log and hard state in
+//! memory, with the writes not yet handed over for persisting recorded on
+//! the side ([`LogWrites`]). The node puts them in its `Ready` writes; the
+//! driver (the server's persister, the simulator's disk) makes them
+//! durable. No I/O here.
 
-use creek_cab::CabStorage;
+use crate::CabStorage;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
 /// The consensus-log writes of some Ready rounds, to be made durable by the
-/// [`Persister`](crate::Persister) (as part of a [`Batch`](crate::Batch)).
+/// driver (as part of the node's next write).
 ///
 /// Applied to the stored log in this order, they leave it identical to the
 /// in-memory log they were taken from: first every stored entry at or after
@@ -65,26 +68,26 @@ impl LogWrites {
     }
 }
 
-/// CAB's storage on a data directory: raft's `MemStorage` serves every read
+/// CAB's storage for a durable driver: raft's `MemStorage` serves every read
 /// (the log is never compacted yet, so it is loaded whole at open), and every
-/// write also goes to a pending [`LogWrites`], which the driver hands to the
-/// persister with [`DurableCabStorage::take_writes`].
+/// write also goes to a pending [`LogWrites`], taken with
+/// [`CabStorage::take_writes`].
 ///
-/// **Nothing written here is durable when the write returns** (unlike the
-/// `CabStorage` contract for synchronous stores): it is durable once the
-/// persister reports the batch that carried it. The driver holds every
-/// output produced meanwhile (crate docs).
-pub struct DurableCabStorage {
+/// **Nothing written here is durable when the write returns** (unlike
+/// [`MemCabStorage`](crate::MemCabStorage)): it is durable once the driver
+/// reports the write that carried it, and the node holds every message that
+/// depends on it until then (`creek-node`'s hold rule).
+pub struct LogStore {
     mem: MemStorage,
     pending: LogWrites,
     /// The hard state last handed over (or loaded).
     taken_hard_state: HardState,
 }
 
-impl std::fmt::Debug for DurableCabStorage {
+impl std::fmt::Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let core = self.mem.rl();
-        f.debug_struct("DurableCabStorage")
+        f.debug_struct("LogStore")
             .field("hard_state", core.hard_state())
             .field("pending", &self.pending)
             .finish_non_exhaustive()
@@ -95,10 +98,15 @@ fn raft_err(why: String) -> raft::Error {
     raft::Error::Store(StorageError::Other(why.into()))
 }
 
-impl DurableCabStorage {
+impl LogStore {
+    /// A fresh, empty log for a group of `voters` (raft ids).
+    pub fn new(voters: Vec<u64>) -> Self {
+        Self::loaded(ConfState::from((voters, vec![])), HardState::default(), &[])
+    }
+
     /// The state loaded from disk: `entries` must start at index 1 and be
     /// contiguous, `hard_state.commit` within them (checked by the loader).
-    pub(crate) fn loaded(conf_state: ConfState, hard_state: HardState, entries: &[Entry]) -> Self {
+    pub fn loaded(conf_state: ConfState, hard_state: HardState, entries: &[Entry]) -> Self {
         let mem = MemStorage::new_with_conf_state(conf_state);
         {
             let mut core = mem.wl();
@@ -108,35 +116,11 @@ impl DurableCabStorage {
             }
             core.set_hardstate(hard_state.clone());
         }
-        DurableCabStorage {
+        LogStore {
             mem,
             pending: LogWrites::default(),
             taken_hard_state: hard_state,
         }
-    }
-
-    /// The writes made since the last call, for the next batch.
-    pub fn take_writes(&mut self) -> LogWrites {
-        let w = std::mem::take(&mut self.pending);
-        if let Some(hs) = &w.hard_state {
-            self.taken_hard_state = hs.clone();
-        }
-        w
-    }
-
-    /// Whether the pending writes must be durable before the output that
-    /// follows them may leave: entries (or a truncation), or a new term or
-    /// vote. A hard state that differs only in its commit index need not be
-    /// synced at once — a restarted node learns the commit index again from
-    /// the leader (the rule etcd's raft calls `MustSync`) — so a driver may
-    /// leave it pending to ride with a later batch instead of paying an
-    /// fsync for it alone.
-    pub fn must_sync(&self) -> bool {
-        self.pending.truncate_from.is_some()
-            || !self.pending.entries.is_empty()
-            || self.pending.hard_state.as_ref().is_some_and(|hs| {
-                hs.term != self.taken_hard_state.term || hs.vote != self.taken_hard_state.vote
-            })
     }
 
     /// First and last index (the `Storage` answers, which cannot fail).
@@ -147,7 +131,7 @@ impl DurableCabStorage {
     }
 }
 
-impl Storage for DurableCabStorage {
+impl Storage for LogStore {
     fn initial_state(&self) -> raft::Result<RaftState> {
         self.mem.initial_state()
     }
@@ -201,7 +185,31 @@ impl Storage for DurableCabStorage {
     }
 }
 
-impl CabStorage for DurableCabStorage {
+impl CabStorage for LogStore {
+    /// The writes made since the last call, for the next batch.
+    fn take_writes(&mut self) -> LogWrites {
+        let w = std::mem::take(&mut self.pending);
+        if let Some(hs) = &w.hard_state {
+            self.taken_hard_state = hs.clone();
+        }
+        w
+    }
+
+    /// Whether the pending writes must be durable before the output that
+    /// follows them may leave: entries (or a truncation), or a new term or
+    /// vote. A hard state that differs only in its commit index need not be
+    /// synced at once — a restarted node learns the commit index again from
+    /// the leader (the rule etcd's raft calls `MustSync`) — so a driver may
+    /// leave it pending to ride with a later batch instead of paying an
+    /// fsync for it alone.
+    fn must_sync(&self) -> bool {
+        self.pending.truncate_from.is_some()
+            || !self.pending.entries.is_empty()
+            || self.pending.hard_state.as_ref().is_some_and(|hs| {
+                hs.term != self.taken_hard_state.term || hs.vote != self.taken_hard_state.vote
+            })
+    }
+
     /// Appends in memory at once and records the write for the next batch.
     /// Entries must be contiguous and start within `first..=last + 1`.
     fn append(&mut self, entries: &[Entry]) -> raft::Result<()> {
@@ -264,7 +272,7 @@ mod tests {
 
     #[test]
     fn overwrites_record_the_lowest_truncation() {
-        let mut s = DurableCabStorage::loaded(ConfState::default(), HardState::default(), &[]);
+        let mut s = LogStore::loaded(ConfState::default(), HardState::default(), &[]);
         s.append(&run(&[(1, 5)])).unwrap();
         let w = s.take_writes();
         assert_eq!(

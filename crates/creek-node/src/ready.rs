@@ -1,0 +1,179 @@
+//! What a node hands its driver after each step ([`Ready`]), the writes it
+//! asks to be made durable ([`Write`]), and the queue in which a driver
+//! keeps messages until the write they wait for is durable ([`HoldQueue`]).
+//!
+//! # The cycle
+//!
+//! In the style of raft-rs's `RawNode::ready()` / `advance()`:
+//!
+//! 1. feed the node its inputs (invocations, peer frames, ticks, finished
+//!    executions);
+//! 2. [`Node::ready`](crate::Node::ready) returns everything the driver must
+//!    do: a [`Write`] to persist (numbered `1, 2, …`), [`Ready::messages`]
+//!    that may leave now, [`Ready::held`] messages that may leave only once
+//!    write [`Ready::hold_until`] is durable, and the views for clients;
+//! 3. persist writes in order; when the disk reports write `s` durable (and
+//!    with it every earlier one), tell the node with
+//!    [`Node::on_durable`](crate::Node::on_durable) and send what the
+//!    [`HoldQueue`] releases; a failed write goes to
+//!    [`Node::on_disk_failure`](crate::Node::on_disk_failure), and the replica
+//!    stops.
+//!
+//! # The hold rule
+//!
+//! No peer learns anything that a crash could take back: every message is
+//! held until every write handed out before it is durable. Raft's contract
+//! follows (a vote or an append acknowledgement leaves only once it is
+//! persisted; a leader's appends leave only once its own log is durable), and
+//! so does gossip's (a peer never sees an op its origin could forget, so a
+//! restarted origin never reuses an id). Views are never held: a tentative
+//! view is speculative, and a final view follows a commit, which a majority
+//! acknowledged only after persisting the op's position and payload.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use creek_cab::LogWrites;
+use creek_core::{Checkpoint, Op, OpId, ReplicaId, View};
+use creek_wire::PeerMessage;
+
+/// Everything a driver must do after a step.
+#[derive(Debug, Default)]
+#[must_use = "a Ready carries writes, messages and views the driver must act on"]
+pub struct Ready {
+    /// Persist this, after every earlier write.
+    pub write: Option<Write>,
+    /// Messages that may leave now.
+    pub messages: Vec<(ReplicaId, PeerMessage)>,
+    /// Messages that may leave only once write [`Ready::hold_until`] is
+    /// durable.
+    pub held: Vec<(ReplicaId, PeerMessage)>,
+    /// The write `held` waits for (the last one handed out).
+    pub hold_until: u64,
+    /// Views for this replica's clients (never held).
+    pub views: Vec<View>,
+}
+
+impl Ready {
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.write.is_none()
+            && self.messages.is_empty()
+            && self.held.is_empty()
+            && self.views.is_empty()
+    }
+}
+
+/// One write the node asks to be made durable. Writes are numbered from 1
+/// in the order they are handed out, and become durable in that order,
+/// whole or not at all.
+#[derive(Clone, Debug, Default)]
+pub struct Write {
+    /// Its number.
+    pub seq: u64,
+    /// Consensus-log writes (entries, truncation, hard state).
+    pub log: LogWrites,
+    /// Op payloads newly accepted here: own ops as RB-cast, remote ops as
+    /// gossip delivered them.
+    pub ops: Vec<Arc<Op>>,
+    /// A checkpoint of the committed state replacing the stored one, and the
+    /// payloads it makes unnecessary (committed since the previous one),
+    /// deleted with it. Applied after `log` and `ops`.
+    pub checkpoint: Option<(Checkpoint, Vec<OpId>)>,
+}
+
+impl Write {
+    /// Whether something waits on this write promptly: consensus writes (a
+    /// vote, an acknowledgement, a leader's appends) or a checkpoint. A
+    /// write of payloads alone only delays gossip, so a driver may linger
+    /// briefly to make it durable together with others.
+    pub fn is_urgent(&self) -> bool {
+        !self.log.is_empty() || self.checkpoint.is_some()
+    }
+}
+
+/// Messages a driver keeps until the write they wait for is durable, in the
+/// order they were held. Generic over what the driver keeps (the server
+/// keeps encoded frames).
+#[derive(Debug)]
+pub struct HoldQueue<T> {
+    queue: VecDeque<(u64, Vec<T>)>,
+}
+
+impl<T> Default for HoldQueue<T> {
+    fn default() -> Self {
+        HoldQueue {
+            queue: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> HoldQueue<T> {
+    /// Keep `items` until write `seq` is durable.
+    pub fn hold(&mut self, seq: u64, items: Vec<T>) {
+        if items.is_empty() {
+            return;
+        }
+        // Paired with `release`: held in write order, so a release is a
+        // prefix.
+        assert!(
+            self.queue.back().is_none_or(|(s, _)| *s <= seq),
+            "held behind a later write"
+        );
+        self.queue.push_back((seq, items));
+    }
+
+    /// Everything whose write is durable now that writes up to `durable`
+    /// are, in the order it was held.
+    pub fn release(&mut self, durable: u64) -> Vec<T> {
+        let mut out = Vec::new();
+        while self.queue.front().is_some_and(|(s, _)| *s <= durable) {
+            if let Some((_, items)) = self.queue.pop_front() {
+                out.extend(items);
+            }
+        }
+        out
+    }
+
+    /// Drop everything (a crash or a failed disk: nothing held may leave).
+    pub fn clear(&mut self) {
+        self.queue.clear();
+    }
+
+    /// Items held.
+    pub fn len(&self) -> usize {
+        self.queue.iter().map(|(_, v)| v.len()).sum()
+    }
+
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_in_order_up_to_the_durable_write() {
+        let mut q = HoldQueue::default();
+        q.hold(1, vec!['a', 'b']);
+        q.hold(1, vec!['c']);
+        q.hold(3, vec!['d']);
+        q.hold(3, Vec::new());
+        assert_eq!(q.len(), 4);
+        assert!(q.release(0).is_empty());
+        assert_eq!(q.release(2), vec!['a', 'b', 'c']);
+        assert_eq!(q.release(3), vec!['d']);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "held behind a later write")]
+    fn holding_out_of_order_is_a_bug() {
+        let mut q = HoldQueue::default();
+        q.hold(2, vec![1]);
+        q.hold(1, vec![2]);
+    }
+}
