@@ -423,7 +423,8 @@ impl<S: CabStorage> Node<S> {
             None
         };
         let d = &mut self.durability;
-        let take_log = d.sync_lazy || self.cab.must_sync() || !ops.is_empty() || checkpoint.is_some();
+        let take_log =
+            d.sync_lazy || self.cab.must_sync() || !ops.is_empty() || checkpoint.is_some();
         d.sync_lazy = false;
         let log = if take_log {
             self.cab.take_writes()
@@ -590,7 +591,6 @@ impl<S: CabStorage> Node<S> {
     pub fn cab(&self) -> &Cab<S> {
         &self.cab
     }
-
 
     /// A checkpoint of the committed state with CAB's restart point, or
     /// `None` if this is not a clean point (`Replica::checkpoint`; try again

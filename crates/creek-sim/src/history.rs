@@ -37,6 +37,9 @@ pub struct OpRecord {
     /// The origin replica crashed before the op got its final view (the
     /// client never learnt the final outcome).
     pub origin_crashed: bool,
+    /// The op was lost with its origin's unsynced writes (its id, now
+    /// `None`, was issued again): it never took effect.
+    pub lost: bool,
 }
 
 /// The `client` of the workload's setup calls (no session issued them).

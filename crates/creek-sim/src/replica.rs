@@ -100,6 +100,11 @@ pub trait SimReplica: Send + Sync {
     fn disk_counts(&self) -> DiskCounts {
         DiskCounts::default()
     }
+    /// After a restart: the seq of the last own op that survived; own ids
+    /// above it were lost with unsynced writes and will be issued again.
+    fn last_issued_seq(&self) -> Option<u64> {
+        None
+    }
     /// The next sync fails (a disk fault; replicas with a disk).
     fn fail_next_sync(&mut self) {}
     /// Whether a write is queued or being synced.
@@ -173,9 +178,15 @@ impl CreekReplica {
         initial: Option<Checkpoint>,
         durable_initial: bool,
     ) -> Result<Self, String> {
-        let voters: Vec<u64> = config.cab.replicas.iter().map(|r| creek_cab::raft_id(*r)).collect();
+        let voters: Vec<u64> = config
+            .cab
+            .replicas
+            .iter()
+            .map(|r| creek_cab::raft_id(*r))
+            .collect();
         let disk = SimDisk::new();
-        let loaded = creek_store::load_backend(disk.clone(), voters.clone()).map_err(|e| e.to_string())?;
+        let loaded =
+            creek_store::load_backend(disk.clone(), voters.clone()).map_err(|e| e.to_string())?;
         if let (Some(c), true) = (&initial, durable_initial) {
             let write = Write {
                 checkpoint: Some((c.clone(), Vec::new())),
@@ -242,7 +253,10 @@ impl CreekReplica {
         let have = self.committed.len() as u64;
         // Paired with `restart`: a recovered replica's list starts at its
         // checkpoint, which covers only positions seen before.
-        assert!(base <= have, "committed positions before {base} were never seen");
+        assert!(
+            base <= have,
+            "committed positions before {base} were never seen"
+        );
         let skip = (have - base) as usize;
         if skip < list.len() {
             self.committed.extend_from_slice(&list[skip..]);
@@ -318,7 +332,12 @@ impl SimReplica for CreekReplica {
             at.get_or_insert(now_us);
         }
         let urgent = self.queued.iter().any(|(w, _)| w.is_urgent());
-        let oldest = self.queued.iter().filter_map(|(_, at)| *at).min().unwrap_or(now_us);
+        let oldest = self
+            .queued
+            .iter()
+            .filter_map(|(_, at)| *at)
+            .min()
+            .unwrap_or(now_us);
         let until = oldest + self.setup.linger_us;
         if !urgent && now_us < until {
             return DiskPoll::LingerUntil(until);
@@ -477,6 +496,10 @@ impl SimReplica for CreekReplica {
 
     fn fail_next_sync(&mut self) {
         self.disk.fail_next_sync();
+    }
+
+    fn last_issued_seq(&self) -> Option<u64> {
+        self.replica().map(Replica::last_issued_seq)
     }
 
     fn has_unsynced(&self) -> bool {

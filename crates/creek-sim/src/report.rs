@@ -305,7 +305,32 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
 pub fn simulate(cfg: &SimConfig) -> Result<(Value, bool), String> {
     let workload =
         crate::workload::by_name(&cfg.workload, &crate::workload::WorkloadConfig::default())?;
-    let outcome = crate::sim::Sim::new(cfg.clone(), workload)?.run();
+    let sim = crate::sim::Sim::new(cfg.clone(), workload)?;
+    // A replica that panics (a broken assertion, or the consensus library
+    // refusing a state a bug produced) fails the run with its message,
+    // instead of ending a swarm.
+    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.run())) {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "a panic".to_owned());
+            let report = json!({
+                "seed": cfg.seed,
+                "protocol": cfg.protocol.name(),
+                "schedule": cfg.schedule.name(),
+                "workload": cfg.workload,
+                "ops": { "total": 0 },
+                "faults": {},
+                "checks": { "no_panic": false, "ok": false },
+                "violations": [format!("no_panic: {why}")],
+                "trace_hash": "-",
+            });
+            return Ok((report, false));
+        }
+    };
     let checks = run_checks(cfg, &outcome);
     let ok = checks.iter().all(|c| c.ok);
     Ok((report(cfg, &outcome, &checks), ok))

@@ -9,9 +9,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
+use crate::replica::{DiskPoll, DiskSetup};
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
-use crate::replica::{DiskPoll, DiskSetup};
 use creek_core::{Checkpoint, ExecKey, Op, OpId, ReplicaId, Request, Views};
 use creek_exec::{Completion, Registry};
 use creek_node::NodeConfig;
@@ -424,10 +424,7 @@ impl Sim {
             let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec) as u64;
             self.schedule(1_000 + gap, Ev::Arrival);
         }
-        if self.cfg.faults.partition
-            || self.cfg.faults.crashes()
-            || self.cfg.faults.clock
-        {
+        if self.cfg.faults.partition || self.cfg.faults.crashes() || self.cfg.faults.clock {
             let at = self.rng.range(50_000, 150_000);
             self.schedule(at, Ev::Chaos);
         }
@@ -615,6 +612,7 @@ impl Sim {
             invoked_at_us: self.now,
             views: Vec::new(),
             origin_crashed: false,
+            lost: false,
         });
         self.nodes[i].handles.insert(handle, index);
         if let Some(c) = client {
@@ -968,9 +966,13 @@ impl Sim {
             return;
         }
         let rng = &mut self.rng;
-        self.nodes[i]
-            .node
-            .crash(&mut |n| if torn { rng.range(0, n as u64 + 1) as usize } else { 0 });
+        self.nodes[i].node.crash(&mut |n| {
+            if torn {
+                rng.range(0, n as u64 + 1) as usize
+            } else {
+                0
+            }
+        });
         self.went_down(i);
     }
 
@@ -1002,7 +1004,30 @@ impl Sim {
         }
         let len = self.nodes[i].node.committed().len();
         self.checked_len[i] = self.checked_len[i].min(len);
+        if let Some(last) = self.nodes[i].node.last_issued_seq() {
+            self.forget_lost_ops(i, last);
+        }
         self.after(i);
+    }
+
+    /// Ops replica `i` issued after `last` were lost with writes that never
+    /// became durable (no peer saw them: messages wait for the disk), and
+    /// their ids will be issued again. Their records keep what the client
+    /// saw but no longer name an id, so no checker mistakes the new op for
+    /// the old one.
+    fn forget_lost_ops(&mut self, i: usize, last: u64) {
+        let me = ReplicaId(i as u16 + 1);
+        for r in &mut self.history.ops {
+            if r.replica == i && r.id.is_some_and(|id| id.origin == me && id.seq > last) {
+                debug_assert!(
+                    r.origin_crashed,
+                    "a lost op's client knew its origin crashed"
+                );
+                *self.faults.entry("ops_lost_unsynced").or_default() += 1;
+                r.id = None;
+                r.lost = true;
+            }
+        }
     }
 
     fn settled(&self) -> bool {
@@ -1036,6 +1061,8 @@ impl Sim {
 
     fn finish(mut self, settled: bool) -> Outcome {
         self.readings.finish = self.totals();
+        // Lost ops never took effect: the checkers judge what remains.
+        self.history.ops.retain(|r| !r.lost);
         let ids: Vec<OpId> = self.canonical.clone();
         for id in &ids {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);

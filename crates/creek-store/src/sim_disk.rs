@@ -171,7 +171,8 @@ impl StorageBackend for SimDisk {
 
     fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, io::Error> {
         let img = self.image();
-        let start = usize::try_from(offset).map_err(|_| range_error(offset, len, img.data.len()))?;
+        let start =
+            usize::try_from(offset).map_err(|_| range_error(offset, len, img.data.len()))?;
         img.data
             .get(start..start.saturating_add(len))
             .map(<[u8]>::to_vec)
@@ -288,7 +289,10 @@ mod tests {
         let loss = d.crash(2);
         assert_eq!(loss.changes_lost, 1);
         let data = d.read(0, 2048).unwrap();
-        assert!(data[..1024].iter().all(|b| *b == 1), "the first change whole");
+        assert!(
+            data[..1024].iter().all(|b| *b == 1),
+            "the first change whole"
+        );
         assert!(data[1024..1024 + SECTOR_BYTES].iter().all(|b| *b == 2));
         assert!(data[1024 + SECTOR_BYTES..].iter().all(|b| *b == 0), "torn");
     }

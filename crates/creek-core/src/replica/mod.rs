@@ -186,6 +186,14 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.config.id
     }
 
+    /// The seq of the last op this replica issued (its event counter): after
+    /// a recovery, the ids above it that it had issued before were lost with
+    /// writes that never became durable, and no peer saw them, so they are
+    /// issued again.
+    pub fn last_issued_seq(&self) -> u64 {
+        self.curr_event_no
+    }
+
     /// Algorithm 1, `invoke` (lines 15–25). `now_us` is the driver's clock.
     /// Returns the handle its views will carry.
     pub fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {

@@ -92,7 +92,11 @@ impl Schedule {
     /// Parse a command-line name.
     pub fn parse(name: &str) -> Result<Schedule, String> {
         // The benchmark's reports before the name settled.
-        let name = if name == "hold-reruns" { "held-reruns" } else { name };
+        let name = if name == "hold-reruns" {
+            "held-reruns"
+        } else {
+            name
+        };
         Self::NAMED
             .iter()
             .find(|(n, _)| *n == name)

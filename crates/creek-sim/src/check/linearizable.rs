@@ -1206,6 +1206,7 @@ mod tests {
             invoked_at_us: 5,
             views,
             origin_crashed: false,
+            lost: false,
         };
         let history = History {
             ops: vec![

@@ -190,6 +190,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             origin_crashed: false,
+            lost: false,
         }
     }
 
