@@ -99,11 +99,6 @@ fn raft_err(why: String) -> raft::Error {
 }
 
 impl LogStore {
-    /// A fresh, empty log for a group of `voters` (raft ids).
-    pub fn new(voters: Vec<u64>) -> Self {
-        Self::loaded(ConfState::from((voters, vec![])), HardState::default(), &[])
-    }
-
     /// The state loaded from disk: `entries` must start at index 1 and be
     /// contiguous, `hard_state.commit` within them (checked by the loader).
     pub fn loaded(conf_state: ConfState, hard_state: HardState, entries: &[Entry]) -> Self {

@@ -588,3 +588,68 @@ fn deterministic_abort_is_reported_and_writes_nothing() {
     }
     assert_eq!(local_read(&mut c, 1, get("n")), ok("abc"));
 }
+
+/// Swarm kv seed 1027 (fresh-first schedule): CAB orders strong ids as their
+/// casts reach the leader, so an origin's later strong op can be decided
+/// before an earlier one (there: the earlier op's re-cast after a restart
+/// was lost in a partition, the later op's cast was not). The later op's
+/// causal context names the origin's earlier uncommitted strong ops, and
+/// committing it commits them first; the earlier op's own decision, later,
+/// is a duplicate. Delivery never waits for it (it is decided after).
+#[test]
+fn later_strong_op_of_an_origin_commits_its_earlier_ones_first() {
+    let mut c = C::new(3, DELAY);
+    let s1 = inv(&mut c, 0, STRONG, put("k", "old"));
+    let w = inv(&mut c, 0, WEAK, incr("n", 1));
+    let s2 = inv(&mut c, 0, STRONG, put("k", "new"));
+    let ctx = c.ops[&id(s2)].causal_context.clone().unwrap();
+    assert!(ctx.contains(id(s1)) && ctx.contains(id(w)));
+    assert!(!c.ops[&id(s1)]
+        .causal_context
+        .clone()
+        .unwrap()
+        .contains(id(s2)));
+    assert!(c.decide(1), "s2 decided first");
+    for i in 1..3 {
+        while c.deliver_rb(0, i) {}
+    }
+    for i in 0..3 {
+        assert!(c.deliver_cab(i));
+        assert_eq!(c.nodes[i].replica.committed(), ids([s1, w, s2]), "node {i}");
+    }
+    assert!(c.decide(0), "s1 decided after s2");
+    for i in 0..3 {
+        assert!(c.deliver_cab(i));
+        assert_eq!(c.nodes[i].replica.committed(), ids([s1, w, s2]), "node {i}");
+        assert_eq!(c.nodes[i].replica.decided_waiting(), 0);
+    }
+    c.settle();
+    assert_eq!(c.check_final(), ids([s1, w, s2]));
+    assert_eq!(value_of(&c, 1, "k").as_deref(), Some("new"));
+    let last = views(&c, 0, s1).last().map(|v| v.0);
+    assert!(
+        matches!(last, Some(Stable | Confirmation)),
+        "s1 answered finally"
+    );
+}
+
+/// The same with the later op decided at a replica that has not yet received
+/// the earlier op's payload: it waits for it (conditional delivery), then
+/// commits both.
+#[test]
+fn later_strong_op_waits_for_the_payload_of_an_earlier_one() {
+    let mut c = C::new(2, DELAY);
+    let s1 = inv(&mut c, 0, STRONG, put("k", "old"));
+    let s2 = inv(&mut c, 0, STRONG, put("k", "new"));
+    let op_s2 = c.ops[&id(s2)].clone();
+    assert!(c.decide(1));
+    c.nodes[1].replica.rb_deliver(op_s2); // s2's payload overtakes s1's
+    assert!(c.deliver_cab(1));
+    let r = &c.nodes[1].replica;
+    assert!(r.committed().is_empty() && r.decided_waiting() == 1);
+    assert!(!r.holds_payloads(id(s2)) && !r.check_dep(id(s2)));
+    assert!(c.deliver_rb(0, 1));
+    assert_eq!(c.nodes[1].replica.committed(), ids([s1, s2]));
+    c.settle();
+    assert_eq!(c.check_final(), ids([s1, s2]));
+}

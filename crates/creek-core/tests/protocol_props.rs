@@ -24,12 +24,9 @@ fn run<E: TestEngine>(n: usize, actions: &[Action]) -> Cluster<E> {
     run_with(n, actions, Schedule::default())
 }
 
-/// Every schedule but the default (lowest first).
+/// Every schedule but the default (both parts).
 const OTHER_SCHEDULES: [Schedule; 3] = [
-    Schedule {
-        fresh_first: true,
-        hold_reruns: true,
-    },
+    Schedule::LOWEST_FIRST,
     Schedule {
         fresh_first: true,
         hold_reruns: false,

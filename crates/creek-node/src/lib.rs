@@ -482,16 +482,6 @@ impl<S: CabStorage> Node<S> {
         self.outbox.clear();
     }
 
-    /// The disk failure that stopped this node, if any.
-    pub fn disk_failure(&self) -> Option<&str> {
-        self.durability.failed.as_deref()
-    }
-
-    /// The last write reported durable.
-    pub fn durable_write(&self) -> u64 {
-        self.durability.durable
-    }
-
     /// The last write handed out.
     pub fn written(&self) -> u64 {
         self.durability.written

@@ -54,16 +54,6 @@ pub struct Ready {
     pub views: Vec<View>,
 }
 
-impl Ready {
-    /// Nothing to do.
-    pub fn is_empty(&self) -> bool {
-        self.write.is_none()
-            && self.messages.is_empty()
-            && self.held.is_empty()
-            && self.views.is_empty()
-    }
-}
-
 /// One write the node asks to be made durable. Writes are numbered from 1
 /// in the order they are handed out, and become durable in that order,
 /// whole or not at all.
@@ -140,11 +130,6 @@ impl<T> HoldQueue<T> {
         self.queue.clear();
     }
 
-    /// Items held.
-    pub fn len(&self) -> usize {
-        self.queue.iter().map(|(_, v)| v.len()).sum()
-    }
-
     /// Nothing held.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
@@ -162,7 +147,6 @@ mod tests {
         q.hold(1, vec!['c']);
         q.hold(3, vec!['d']);
         q.hold(3, Vec::new());
-        assert_eq!(q.len(), 4);
         assert!(q.release(0).is_empty());
         assert_eq!(q.release(2), vec!['a', 'b', 'c']);
         assert_eq!(q.release(3), vec!['d']);

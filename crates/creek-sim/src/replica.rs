@@ -113,6 +113,17 @@ pub trait SimReplica: Send + Sync {
     }
 }
 
+impl std::ops::AddAssign for ReplicaCounts {
+    fn add_assign(&mut self, o: ReplicaCounts) {
+        self.executions += o.executions;
+        self.ops += o.ops;
+        self.accuracy_checked += o.accuracy_checked;
+        self.accuracy_hits += o.accuracy_hits;
+        self.conflicts += o.conflicts;
+        self.invalidations += o.invalidations;
+    }
+}
+
 /// What a replica's disk went through.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DiskCounts {
@@ -126,6 +137,16 @@ pub struct DiskCounts {
     pub sync_failures: u64,
     /// Syncs completed.
     pub syncs: u64,
+}
+
+impl std::ops::AddAssign for DiskCounts {
+    fn add_assign(&mut self, o: DiskCounts) {
+        self.recoveries += o.recoveries;
+        self.unsynced_writes_lost += o.unsynced_writes_lost;
+        self.torn_changes_kept += o.torn_changes_kept;
+        self.sync_failures += o.sync_failures;
+        self.syncs += o.syncs;
+    }
 }
 
 /// How a Creek replica's disk is set up.
@@ -163,8 +184,6 @@ pub struct CreekReplica {
     /// Counters of earlier lives.
     counts_before: ReplicaCounts,
     disk_counts: DiskCounts,
-    /// The last state and finalized count, kept while down.
-    down: Option<(u64, usize)>,
 }
 
 impl CreekReplica {
@@ -219,7 +238,6 @@ impl CreekReplica {
             committed: Vec::new(),
             counts_before: ReplicaCounts::default(),
             disk_counts: DiskCounts::default(),
-            down: None,
         };
         r.note_committed();
         Ok(r)
@@ -385,18 +403,13 @@ impl SimReplica for CreekReplica {
         &self.committed
     }
 
+    /// 0 while down: its memory is gone.
     fn finalized(&self) -> u64 {
-        match self.replica() {
-            Some(r) => r.counters().finalized,
-            None => self.down.map_or(0, |(f, _)| f),
-        }
+        self.replica().map_or(0, |r| r.counters().finalized)
     }
 
     fn pending_len(&self) -> usize {
-        match self.replica() {
-            Some(r) => r.tentative_len(),
-            None => self.down.map_or(0, |(_, p)| p),
-        }
+        self.replica().map_or(0, Replica::tentative_len)
     }
 
     fn quiet(&self) -> bool {
@@ -415,19 +428,19 @@ impl SimReplica for CreekReplica {
     }
 
     fn counts(&self) -> ReplicaCounts {
-        let before = self.counts_before;
-        let Some(r) = self.replica() else {
-            return before;
-        };
-        let (c, e) = (r.counters(), r.exec_counters());
-        ReplicaCounts {
-            executions: before.executions + e.executions,
-            ops: before.ops + e.ops,
-            accuracy_checked: before.accuracy_checked + c.accuracy_checked,
-            accuracy_hits: before.accuracy_hits + c.accuracy_hits,
-            conflicts: before.conflicts + e.conflicts,
-            invalidations: before.invalidations + e.invalidations,
+        let mut counts = self.counts_before;
+        if let Some(r) = self.replica() {
+            let (c, e) = (r.counters(), r.exec_counters());
+            counts += ReplicaCounts {
+                executions: e.executions,
+                ops: e.ops,
+                accuracy_checked: c.accuracy_checked,
+                accuracy_hits: c.accuracy_hits,
+                conflicts: e.conflicts,
+                invalidations: e.invalidations,
+            };
         }
+        counts
     }
 
     fn check_invariants(&self) -> Result<(), String> {
@@ -449,7 +462,6 @@ impl SimReplica for CreekReplica {
             return;
         }
         self.counts_before = self.counts();
-        self.down = Some((self.finalized(), self.pending_len()));
         self.node = None;
         let lost = self.queued.len() + self.syncing.map_or(0, |(_, n)| n);
         self.disk_counts.unsynced_writes_lost += lost as u64;
@@ -484,7 +496,6 @@ impl SimReplica for CreekReplica {
         self.committed.truncate(base as usize);
         self.node = Some(node);
         self.store = Some(loaded.store);
-        self.down = None;
         self.disk_counts.recoveries += 1;
         self.collect();
         Ok(())

@@ -248,12 +248,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
     let replicated = h.iter().filter(|r| r.id.is_some()).count().max(1);
     let mut disk = crate::replica::DiskCounts::default();
     for n in &out.nodes {
-        let d = n.disk_counts();
-        disk.recoveries += d.recoveries;
-        disk.unsynced_writes_lost += d.unsynced_writes_lost;
-        disk.torn_changes_kept += d.torn_changes_kept;
-        disk.sync_failures += d.sync_failures;
-        disk.syncs += d.syncs;
+        disk += n.disk_counts();
     }
     let checks_obj: serde_json::Map<String, Value> = checks
         .iter()

@@ -74,11 +74,6 @@ impl SimDisk {
         img.requested = 0;
     }
 
-    /// Whether some change is not durable yet.
-    pub fn has_unsynced(&self) -> bool {
-        !self.image().undo.is_empty()
-    }
-
     /// The next `sync_data` fails with an I/O error (and syncs nothing).
     pub fn fail_next_sync(&self) {
         self.image().fail_next_sync = true;
@@ -125,11 +120,6 @@ impl SimDisk {
         img.requested = 0;
         img.fail_next_sync = false;
         loss
-    }
-
-    /// Bytes on the disk (what reads see).
-    pub fn len_bytes(&self) -> u64 {
-        self.image().data.len() as u64
     }
 }
 

@@ -40,9 +40,9 @@ pub struct Args {
     /// tool for validating the checkers, never for production).
     #[arg(long)]
     plant_bug: Option<String>,
-    /// The multiversion executor's schedule: lowest-first (the server's),
-    /// both (fresh ops first and held reruns), fresh-first, held-reruns.
-    #[arg(long, default_value = "lowest-first", value_parser = creek_exec::mvcc::Schedule::parse)]
+    /// The multiversion executor's schedule: both (fresh ops first and held
+    /// reruns; the server's), lowest-first, fresh-first, held-reruns.
+    #[arg(long, default_value = "both", value_parser = creek_exec::mvcc::Schedule::parse)]
     schedule: creek_exec::mvcc::Schedule,
     /// Print one JSON object per run.
     #[arg(long)]

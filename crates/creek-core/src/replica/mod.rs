@@ -125,7 +125,11 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     /// RB delivery carries no clock, so a remote op's arrival is stamped at
     /// the next tick (`None` until then): the delay is never cut short.
     weak_arrivals: VecDeque<(Option<u64>, OpId)>,
-    own_strong_in_flight: usize,
+    /// This replica's own strong ops not yet committed, in tentative order
+    /// (stabilizer no-ops included): what a new strong op of this replica
+    /// must commit with it (see `invoke_op`); the stabilizer waits while
+    /// any is in flight.
+    own_strong_tentative: BTreeSet<(Timestamp, OpId)>,
     now_us: u64,
     engine: E,
     effects: Vec<Effect>,
@@ -172,7 +176,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             awaiting: FxHashMap::default(),
             decided: VecDeque::new(),
             weak_arrivals: VecDeque::new(),
-            own_strong_in_flight: 0,
+            own_strong_tentative: BTreeSet::new(),
             now_us: 0,
             engine,
             effects: Vec::new(),
@@ -259,8 +263,20 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             for (_, later) in self.tentative.range((timestamp, id)..) {
                 ctx.remove(*later);
             }
+            // Beyond the paper: this replica's own earlier strong ops that
+            // are not committed yet. CAB orders strong ids in whatever order
+            // their casts reach the leader (a lost forward, a re-cast after
+            // a restart), so without this a later strong op of this replica
+            // could commit before an earlier one. `commit` moves them along
+            // with this op, in their tentative order, like the weak ops of
+            // the context: the later op never waits for the earlier one's
+            // own CAB decision (which may come after it in the log), and the
+            // earlier one's own delivery, if later, is a duplicate.
+            for (_, earlier) in self.own_strong_tentative.range(..(timestamp, id)) {
+                ctx.insert(*earlier);
+            }
+            self.own_strong_tentative.insert((timestamp, id));
             self.effects.push(Effect::CabCast(id)); // line 20
-            self.own_strong_in_flight += 1;
             if self.config.planted_ignore_causal_context {
                 ctx = Dvv::new();
             }
@@ -334,13 +350,17 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     }
 
     /// Algorithm 1, `checkDep` (lines 10–14): the op is known here and so is
-    /// its whole causal context.
+    /// its whole causal context — in the causal set, or, for the strong ops
+    /// of the op's own origin that its context names (see `invoke_op`),
+    /// held here: `commit` moves those along with it.
     pub fn check_dep(&self, id: OpId) -> bool {
         match self.ops.get(&id) {
-            Some(op) => op
-                .causal_context
-                .as_ref()
-                .is_none_or(|ctx| ctx.is_subset(&self.causal_ctx)),
+            Some(op) => op.causal_context.as_ref().is_none_or(|ctx| {
+                ctx.is_subset(&self.causal_ctx)
+                    || ctx.difference_iter(&self.causal_ctx).all(|dep| {
+                        dep.origin == id.origin && self.ops.get(&dep).is_some_and(|d| d.strong)
+                    })
+            }),
             // Final ops leave the table; a committed op satisfied its check.
             None => self.is_committed(id),
         }
@@ -403,6 +423,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 return;
             }
             self.decided.pop_front();
+            if self.is_committed(id) {
+                // Committed meanwhile with a later strong op of its origin
+                // whose context named it (`commit`).
+                self.counters.duplicates += 1;
+                continue;
+            }
             let Some(op) = self.ops.get(&id).cloned() else {
                 continue;
             };
@@ -436,8 +462,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             let pos = Pos::Committed(self.committed_len());
             self.committed.push(id); // line 51
             self.counters.committed += 1;
-            if id.origin == self.config.id && self.ops.get(&id).is_some_and(|op| op.strong) {
-                self.own_strong_in_flight = self.own_strong_in_flight.saturating_sub(1);
+            if self.ops.get(&id).is_some_and(|op| op.strong) {
+                // A strong op of r's origin committed with r: committed
+                // strong ids are in the causal set, as after line 34.
+                self.causal_ctx.insert(id);
+                self.own_strong_tentative.remove(&entry);
             }
             self.engine.commit(ExecKey::Op(id), pos); // line 54
         }
@@ -456,7 +485,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             *stamp = Some(self.now_us);
         }
         let delay = self.config.stabilize_after_us;
-        if delay == 0 || self.own_strong_in_flight > 0 {
+        if delay == 0 || !self.own_strong_tentative.is_empty() {
             return;
         }
         while let Some(&(_, id)) = self.weak_arrivals.front() {

@@ -121,7 +121,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             if id.origin == self.config.id {
                 self.curr_event_no = self.curr_event_no.max(id.seq);
                 if op.strong {
-                    self.own_strong_in_flight += 1;
+                    self.own_strong_tentative.insert(op.order_key());
                 }
             }
             if !op.strong {

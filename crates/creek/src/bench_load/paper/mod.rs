@@ -79,9 +79,9 @@ pub struct PaperArgs {
     rates: Vec<f64>,
     /// How the multiversion executor (creek's and archie's) picks its next
     /// execution: `both` (fresh ops first, reruns held behind the running
-    /// writer they conflicted with; what docs/bench/paper.md was measured
-    /// with), `lowest-first` (the server's default), `fresh-first`,
-    /// `hold-reruns`.
+    /// writer they conflicted with; the server's default, and what
+    /// docs/bench/paper.md was measured with), `lowest-first`,
+    /// `fresh-first`, `held-reruns`.
     #[arg(long, default_value = "both", value_parser = parse_schedule)]
     schedule: Schedule,
     /// Simulate nothing: recompute paper-summary.json and paper.md from the
