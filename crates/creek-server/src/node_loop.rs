@@ -121,7 +121,14 @@ impl Durability {
         };
         let released = q.release(self.durable());
         drop(q);
-        send_grouped(transport, released);
+        // Everything released now goes out as one write per peer.
+        let mut by_peer: BTreeMap<creek_core::ReplicaId, Vec<Bytes>> = BTreeMap::new();
+        for (to, frame) in released {
+            by_peer.entry(to).or_default().push(frame);
+        }
+        for (to, frames) in by_peer {
+            transport.send_all(to, frames);
+        }
     }
 
     fn drop_held(&self) {
@@ -136,17 +143,6 @@ impl Durability {
 
     fn failure(&self) -> Option<String> {
         self.failure.lock().ok().and_then(|f| f.clone())
-    }
-}
-
-/// Send `frames` as one write per peer, in order.
-fn send_grouped(transport: &Transport, frames: Vec<(creek_core::ReplicaId, Bytes)>) {
-    let mut by_peer: BTreeMap<creek_core::ReplicaId, Vec<Bytes>> = BTreeMap::new();
-    for (to, frame) in frames {
-        by_peer.entry(to).or_default().push(frame);
-    }
-    for (to, frames) in by_peer {
-        transport.send_all(to, frames);
     }
 }
 
@@ -384,26 +380,19 @@ impl NodeLoop {
         if let (Some(write), Some(p)) = (ready.write, &self.persister) {
             p.submit(write);
         }
-        let now = self.encode(ready.messages);
-        send_grouped(&self.transport, now);
-        let held = self.encode(ready.held);
-        if !held.is_empty() {
-            self.durability.hold(ready.hold_until, held);
-        }
-    }
-
-    fn encode(
-        &self,
-        messages: Vec<(creek_core::ReplicaId, creek_wire::PeerMessage)>,
-    ) -> Vec<(creek_core::ReplicaId, Bytes)> {
-        let mut frames = Vec::with_capacity(messages.len());
-        for (to, msg) in messages {
+        // Messages the node lets go now pass through the hold queue too (it
+        // releases them at once): frames held by an earlier turn that the
+        // persister's callback has not sent yet must not be overtaken.
+        let mut frames = Vec::with_capacity(ready.messages.len() + ready.held.len());
+        for (to, msg) in ready.messages.into_iter().chain(ready.held) {
             match creek_wire::encode(&msg, &self.limits) {
                 Ok(frame) => frames.push((to, frame)),
                 Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
             }
         }
-        frames
+        if !frames.is_empty() {
+            self.durability.hold(ready.hold_until, frames);
+        }
     }
 
     /// Take in a failure report of the persister.

@@ -376,13 +376,11 @@ impl SimReplica for CreekReplica {
                 }
                 DiskPoll::SyncStarted
             }
-            Err(e) => {
-                // After an fsync error nothing is known about the disk: stop
-                // (what was synced before is still there for a restart).
+            Err(_) => {
+                // After an fsync error nothing is known about the disk: the
+                // replica stops, as the server does (what was synced before
+                // is still there for a restart).
                 self.disk_counts.sync_failures += 1;
-                if let Some(n) = self.node.as_mut() {
-                    n.on_disk_failure(e.to_string());
-                }
                 self.disk_counts.unsynced_writes_lost += group.len() as u64;
                 self.crash(&mut |_| 0);
                 DiskPoll::Failed
