@@ -147,6 +147,9 @@ struct Durability {
 /// occurrence only, so extra casts are harmless.
 const ADOPTION_TICKS: u64 = 200;
 
+/// The most ids one pump asks gossip to pull.
+const PULL_IDS_MAX: usize = 1024;
+
 /// The most rounds one pump may take (see [`Node::pump`]'s assertion).
 const PUMP_ROUNDS_MAX: usize = 1000;
 
@@ -558,15 +561,19 @@ impl<S: CabStorage> Node<S> {
         if waiting.is_empty() {
             return;
         }
-        let mut wanted: Vec<OpId> = Vec::new();
-        for id in waiting {
-            match self.replica.op(id) {
-                None => wanted.push(id),
-                // Context ops never here. Bounded: a hostile context may
-                // name a huge range.
-                Some(_) => wanted.extend(self.replica.missing_context(id).take(1024)),
-            }
-        }
+        // Bounded in all, not per waiting id: a hostile context may name a
+        // huge range, and many waiting ids may name the same missing ones.
+        let wanted: Vec<OpId> = waiting
+            .into_iter()
+            .flat_map(|id| -> Box<dyn Iterator<Item = OpId> + '_> {
+                match self.replica.op(id) {
+                    None => Box::new(std::iter::once(id)),
+                    // Context ops never here.
+                    Some(_) => Box::new(self.replica.missing_context(id)),
+                }
+            })
+            .take(PULL_IDS_MAX)
+            .collect();
         let mut out = Vec::new();
         self.gossip.pull(&wanted, &mut out);
         self.push_gossip(out);
