@@ -204,6 +204,10 @@ pub struct Cab<S: CabStorage> {
     /// Every id ever decided (first occurrences).
     seen: FxHashSet<OpId>,
     ticks: u64,
+    /// The library ticks once every `tick_scale` calls of [`Cab::tick`].
+    tick_scale: u64,
+    /// Calls of [`Cab::tick`] since the library last ticked.
+    sub_ticks: u64,
     was_leader: bool,
     out: Vec<(ReplicaId, CabMessage)>,
     stats: CabStats,
@@ -254,6 +258,8 @@ impl<S: CabStorage> Cab<S> {
             decided: VecDeque::new(),
             seen,
             ticks: 0,
+            tick_scale: 1,
+            sub_ticks: 0,
             was_leader: false,
             out: Vec::new(),
             stats: CabStats::default(),
@@ -332,11 +338,30 @@ impl<S: CabStorage> Cab<S> {
         }
     }
 
-    /// Advance logical time by one tick.
+    /// Stretch CAB's timing (election timeout, heartbeat interval, forward
+    /// retries) by `scale`: from now on the library ticks once every `scale`
+    /// calls of [`Cab::tick`]. Drivers set it from the measured round trip
+    /// (`creek_node`'s link timing), so elections can finish on slow links.
+    /// Timing only decides liveness, never safety.
+    pub fn set_tick_scale(&mut self, scale: u64) {
+        self.tick_scale = scale.max(1);
+    }
+
+    /// See [`Cab::set_tick_scale`].
+    pub fn tick_scale(&self) -> u64 {
+        self.tick_scale
+    }
+
+    /// Advance logical time by one tick (see [`Cab::set_tick_scale`]).
     pub fn tick(&mut self) {
         if self.failed.is_some() {
             return;
         }
+        self.sub_ticks += 1;
+        if self.sub_ticks < self.tick_scale {
+            return;
+        }
+        self.sub_ticks = 0;
         self.ticks += 1;
         self.node.tick();
         let retry = self.config.forward_retry_ticks;

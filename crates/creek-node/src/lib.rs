@@ -16,6 +16,7 @@
 
 pub mod ready;
 pub mod testnet;
+pub mod timing;
 
 use std::sync::Arc;
 
@@ -29,6 +30,8 @@ use creek_gossip::{Gossip, GossipConfig, GossipStats};
 use creek_wire::{GossipMessage, Limits, PeerMessage};
 
 pub use ready::{HoldQueue, Ready, Write};
+pub use timing::LinkTiming;
+use timing::Timing;
 
 /// Configuration of a node.
 #[derive(Clone, Debug)]
@@ -41,6 +44,9 @@ pub struct NodeConfig {
     pub cab: CabConfig,
     /// Wire limits.
     pub wire: Limits,
+    /// The interval at which the driver calls [`Node::tick`], microseconds
+    /// (the link timing converts measured round trips into ticks).
+    pub tick_us: u64,
     /// Every this many ticks, a checkpoint of the committed state goes into
     /// the next write (at the first clean point); 0: never.
     pub checkpoint_every_ticks: u64,
@@ -55,6 +61,9 @@ impl NodeConfig {
     /// rooms check their own settings when they start).
     pub fn validate(&self) -> Result<(), NodeError> {
         self.wire.validate()?;
+        if self.tick_us == 0 {
+            return Err(NodeError::Inconsistent("tick_us must be positive".into()));
+        }
         let me = self.replica.id;
         if self.gossip.me != me || self.cab.me != me {
             return Err(NodeError::Inconsistent(
@@ -75,6 +84,7 @@ impl NodeConfig {
             },
             cab: CabConfig::for_group(me, replicas),
             wire: Limits::default(),
+            tick_us: 10_000,
             checkpoint_every_ticks: 0,
             planted_send_before_durable: false,
         }
@@ -119,6 +129,7 @@ pub struct Node<S: CabStorage> {
     /// Payloads newly accepted since the last write.
     new_payloads: Vec<Arc<Op>>,
     durability: Durability,
+    timing: Timing,
 }
 
 /// What the node knows of its writes.
@@ -175,12 +186,14 @@ impl<S: CabStorage> Node<S> {
     ) -> Result<Self, NodeError> {
         config.validate()?;
         let durability = Durability::new(&config, 0);
+        let timing = Timing::for_config(&config);
         Ok(Self::assemble(
             Replica::new(config.replica, registry)?,
             Gossip::new(config.gossip)?,
             Cab::new(config.cab, storage, applied)?,
             config.wire,
             durability,
+            timing,
         ))
     }
 
@@ -192,6 +205,7 @@ impl<S: CabStorage> Node<S> {
         cab: Cab<S>,
         limits: Limits,
         durability: Durability,
+        timing: Timing,
     ) -> Self {
         Node {
             committed_told: replica.committed().len(),
@@ -205,6 +219,7 @@ impl<S: CabStorage> Node<S> {
             ticks_since_adoption: 0,
             new_payloads: Vec::new(),
             durability,
+            timing,
         }
     }
 
@@ -237,6 +252,7 @@ impl<S: CabStorage> Node<S> {
         check_storage(&config.cab, &storage, applied)?;
         let checkpointed_len = checkpoint.as_ref().map_or(0, |c| c.committed_len);
         let durability = Durability::new(&config, checkpointed_len);
+        let timing = Timing::for_config(&config);
         // Everything the replica holds, per origin: the checkpoint's
         // committed ids and the kept payloads.
         let checkpointed = checkpoint
@@ -263,7 +279,7 @@ impl<S: CabStorage> Node<S> {
         gossip.committed(covered);
         let replica = Replica::restore(config.replica, registry, checkpoint, ops)?;
         let cab = Cab::new(config.cab, storage, applied)?;
-        let mut node = Self::assemble(replica, gossip, cab, config.wire, durability);
+        let mut node = Self::assemble(replica, gossip, cab, config.wire, durability, timing);
         node.adopt_tentative_strong_ops();
         Ok(node)
     }
@@ -299,6 +315,11 @@ impl<S: CabStorage> Node<S> {
                 self.cab
                     .on_message(from, m, &|id| replica.holds_payloads(id));
             }
+            PeerMessage::Probe(p) => {
+                if let Some(echo) = self.timing.on_probe(from, p) {
+                    self.outbox.push((from, PeerMessage::Probe(echo)));
+                }
+            }
         }
         self.pump();
     }
@@ -328,6 +349,10 @@ impl<S: CabStorage> Node<S> {
         let mut out = Vec::new();
         self.gossip.tick(&mut out);
         self.push_gossip(out);
+        for (to, probe) in self.timing.tick(now_us) {
+            self.outbox.push((to, PeerMessage::Probe(probe)));
+        }
+        self.cab.set_tick_scale(self.timing.update_scale());
         self.cab.tick();
         // A commit-index-only log write waits at most a tick.
         self.durability.sync_lazy = true;
@@ -488,6 +513,12 @@ impl<S: CabStorage> Node<S> {
     /// The last write handed out.
     pub fn written(&self) -> u64 {
         self.durability.written
+    }
+
+    /// The measured round trips and the consensus timing they led to (see
+    /// [`timing`]).
+    pub fn link_timing(&self) -> LinkTiming {
+        self.timing.status()
     }
 
     fn push_gossip(&mut self, out: Vec<(ReplicaId, GossipMessage)>) {
@@ -655,18 +686,18 @@ impl<S: CabStorage> Node<S> {
     pub fn restart(
         replica: Replica,
         gossip: Gossip,
-        cab_config: CabConfig,
+        config: &NodeConfig,
         storage: S,
         applied: u64,
-        limits: Limits,
     ) -> Result<Self, NodeError> {
         let mut replica = replica;
         replica.abandon_running();
-        let cab = Cab::new(cab_config, storage, applied)?;
+        let cab = Cab::new(config.cab.clone(), storage, applied)?;
         // Only the in-memory test network restarts this way: its storage is
         // synchronous, so there is nothing to re-number.
         let durability = Durability::default();
-        let mut node = Self::assemble(replica, gossip, cab, limits, durability);
+        let timing = Timing::for_config(config);
+        let mut node = Self::assemble(replica, gossip, cab, config.wire, durability, timing);
         // CAB's record of what this replica cast was volatile: cast again.
         node.adopt_tentative_strong_ops();
         Ok(node)

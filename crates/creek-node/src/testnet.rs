@@ -57,7 +57,7 @@ pub struct Traffic {
     pub gossip_msgs: u64,
     /// Gossip bytes sent (encoded frames).
     pub gossip_bytes: u64,
-    /// CAB messages sent.
+    /// CAB messages sent (link probes included).
     pub cab_msgs: u64,
     /// CAB bytes sent (encoded frames).
     pub cab_bytes: u64,
@@ -114,6 +114,7 @@ impl TestNet {
         let mut storages = Vec::new();
         for &me in &ids {
             let mut c = NodeConfig::for_group(me, &ids);
+            c.tick_us = config.tick_us;
             tune(&mut c);
             let storage = MemCabStorage::new(voters.clone());
             let node = Node::new(c.clone(), registry.clone(), storage.clone(), 0);
@@ -237,14 +238,7 @@ impl TestNet {
     pub fn restart(&mut self, i: usize) {
         if let Some(d) = self.down.get_mut(i).and_then(Option::take) {
             let c = &self.node_config[i];
-            let node = Node::restart(
-                d.replica,
-                d.gossip,
-                c.cab.clone(),
-                self.storages[i].clone(),
-                d.applied,
-                c.wire,
-            );
+            let node = Node::restart(d.replica, d.gossip, c, self.storages[i].clone(), d.applied);
             self.nodes[i] = node.ok();
         }
     }
@@ -339,7 +333,7 @@ impl TestNet {
                 self.traffic.gossip_msgs += 1;
                 self.traffic.gossip_bytes += frame.len() as u64;
             }
-            PeerMessage::Cab(_) => {
+            PeerMessage::Cab(_) | PeerMessage::Probe(_) => {
                 self.traffic.cab_msgs += 1;
                 self.traffic.cab_bytes += frame.len() as u64;
             }

@@ -72,6 +72,10 @@ pub struct Metrics {
     pub peer_frames_dropped: Gauge,
     /// Peer bytes sent.
     pub peer_bytes_sent: Gauge,
+    /// The largest round trip to a peer measured anywhere in the group (µs).
+    pub peer_rtt_us: Gauge,
+    /// This replica's consensus election timeout now (ms; grows on slow links).
+    pub election_timeout_ms: Gauge,
 }
 
 impl Default for Metrics {
@@ -100,6 +104,8 @@ impl Metrics {
             durable_batches: Gauge::default(),
             peer_frames_dropped: Gauge::default(),
             peer_bytes_sent: Gauge::default(),
+            peer_rtt_us: Gauge::default(),
+            election_timeout_ms: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("ops", "Client ops by level and outcome", m.ops.clone());
@@ -168,6 +174,16 @@ impl Metrics {
             "peer_bytes_sent",
             "Peer bytes sent",
             m.peer_bytes_sent.clone(),
+        );
+        registry.register(
+            "peer_rtt_us",
+            "Largest peer round trip measured in the group (microseconds)",
+            m.peer_rtt_us.clone(),
+        );
+        registry.register(
+            "election_timeout_ms",
+            "Consensus election timeout now (milliseconds; stretched for slow links)",
+            m.election_timeout_ms.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -216,6 +216,8 @@ pub struct NodeLoop {
     failed: Option<String>,
     epoch: Instant,
     ticks: u64,
+    /// The consensus tick scale last logged.
+    timing_scale: u64,
     stopping: bool,
 }
 
@@ -250,6 +252,7 @@ impl NodeLoop {
             failed: None,
             epoch: Instant::now(),
             ticks: 0,
+            timing_scale: 1,
             stopping: false,
         }
     }
@@ -335,6 +338,7 @@ impl NodeLoop {
         self.ticks += 1;
         let now = self.now_us();
         self.node.tick(now);
+        self.log_timing_change();
         // Clients that went away.
         self.routes.retain(|_, r| !r.reply.is_closed());
         if self.ticks.is_multiple_of(10) {
@@ -450,6 +454,38 @@ impl NodeLoop {
         }
     }
 
+    /// Say when the links force consensus timing away from the
+    /// configuration (and when they let it come back).
+    fn log_timing_change(&mut self) {
+        let t = self.node.link_timing();
+        if t.scale == self.timing_scale {
+            return;
+        }
+        let configured_ms = t.election_timeout_us / t.scale / 1000;
+        if t.scale > self.timing_scale && t.scale > 1 {
+            tracing::warn!(
+                round_trip_ms = t.group_rtt_us / 1000,
+                configured_election_timeout_ms = configured_ms,
+                election_timeout_ms = t.election_timeout_us / 1000,
+                heartbeat_ms = t.heartbeat_us / 1000,
+                "peer links are too slow for the configured consensus timing (an election \
+                 needs {} round trips); election timeout and heartbeat stretched ×{}; \
+                 set tick_ms ≥ {} to make this the configured timing",
+                creek_node::timing::ELECTION_RTTS,
+                t.scale,
+                t.scale * t.tick_us / 1000,
+            );
+        } else {
+            tracing::info!(
+                round_trip_ms = t.group_rtt_us / 1000,
+                election_timeout_ms = t.election_timeout_us / 1000,
+                "consensus timing follows faster peer links (×{})",
+                t.scale
+            );
+        }
+        self.timing_scale = t.scale;
+    }
+
     fn refresh_gauges(&self) {
         let m = &self.metrics;
         let r = self.node.replica();
@@ -485,6 +521,10 @@ impl NodeLoop {
         m.peer_bytes_sent.set(t.bytes_sent.load(Relaxed) as i64);
         m.durable_batches
             .set(self.durability.batches.load(Relaxed) as i64);
+        let timing = self.node.link_timing();
+        m.peer_rtt_us.set(timing.group_rtt_us as i64);
+        m.election_timeout_ms
+            .set((timing.election_timeout_us / 1000) as i64);
     }
 
     fn status(&self) -> StatusSnapshot {
@@ -526,6 +566,9 @@ impl NodeLoop {
                 .bytes_sent
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
+        let timing = self.node.link_timing();
+        put("peer_rtt_us", timing.group_rtt_us);
+        put("election_timeout_ms", timing.election_timeout_us / 1000);
         put("failed", u64::from(self.failed.is_some()));
         StatusSnapshot {
             role: cab.role(),

@@ -98,6 +98,7 @@ impl Server {
             }
         })?;
         let mut node_config = NodeConfig::for_group(me, &group);
+        node_config.tick_us = config.tick_ms * 1000;
         node_config.replica.stabilize_after_us = config.stabilize_after_ms * 1000;
         node_config.replica.early_tentative_views = config.early_preliminary_views;
         node_config.checkpoint_every_ticks =

@@ -475,6 +475,8 @@ impl SimReplica for BaselineNode {
                 let holds = holder(&self.payloads, &self.committed_set);
                 self.cab.on_message(from, m, &holds);
             }
+            // The baselines keep the configured consensus timing.
+            PeerMessage::Probe(_) => {}
         }
         self.pump();
     }

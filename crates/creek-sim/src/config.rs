@@ -104,6 +104,43 @@ impl PlantedBug {
     }
 }
 
+/// The links between replicas.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Links {
+    /// Every link's one-way latency in `SimConfig::latency_us`.
+    #[default]
+    Lan,
+    /// Wide-area links: each directed link draws its own one-way latency in
+    /// [`WAN_ONE_WAY_US`] (so `a → b` and `b → a` differ), and each message
+    /// varies within ±[`WAN_JITTER_PERCENT`] of it.
+    Wan,
+}
+
+/// The range a wide-area link's one-way latency is drawn from (µs).
+pub const WAN_ONE_WAY_US: (u64, u64) = (10_000, 150_000);
+
+/// A wide-area message's latency varies by up to this much of its link's.
+pub const WAN_JITTER_PERCENT: u64 = 10;
+
+impl Links {
+    /// Parse `lan` or `wan`.
+    pub fn parse(s: &str) -> Result<Links, String> {
+        match s {
+            "lan" => Ok(Links::Lan),
+            "wan" => Ok(Links::Wan),
+            other => Err(format!("unknown link profile {other:?}; one of lan, wan")),
+        }
+    }
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Links::Lan => "lan",
+            Links::Wan => "wan",
+        }
+    }
+}
+
 /// The replication protocol the simulated replicas run (DESIGN §10): Creek,
 /// or one of the baselines it is measured against, all on the same network,
 /// CPU model, store and workloads.
@@ -189,8 +226,11 @@ pub struct SimConfig {
     /// Open-loop arrivals (ops per second, Poisson, each at a random
     /// replica, independent of answers) on top of the sessions; 0 = none.
     pub open_rate_per_sec: f64,
-    /// One-way link latency, uniform in `[min, max]` microseconds.
+    /// One-way link latency, uniform in `[min, max]` microseconds (on a
+    /// LAN; see [`Links`]).
     pub latency_us: (u64, u64),
+    /// The link profile.
+    pub links: Links,
     /// Link bandwidth, bits per second (serialization delay by frame size).
     pub bandwidth_bps: u64,
     /// Fault classes.
@@ -256,6 +296,7 @@ impl Default for SimConfig {
             weak_answer_on_preliminary: false,
             open_rate_per_sec: 0.0,
             latency_us: (200, 300),
+            links: Links::Lan,
             bandwidth_bps: 1_000_000_000,
             faults: Faults::default(),
             cost_us: default_costs_us(),

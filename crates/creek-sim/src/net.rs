@@ -1,6 +1,8 @@
 //! The network model: per-link latency, bandwidth (serialization delay by
 //! frame size, FIFO per link), loss, duplication, reordering, directed
-//! partitions.
+//! partitions. Every directed link has its own one-way latency range: the
+//! same for all on a LAN, drawn per link (asymmetric, jittered) for a
+//! wide-area profile.
 
 use std::collections::BTreeSet;
 
@@ -10,7 +12,8 @@ use crate::rng::Rng;
 #[derive(Clone, Debug)]
 pub struct Network {
     n: usize,
-    latency_us: (u64, u64),
+    /// One-way latency range of each directed link `from * n + to`.
+    latency_us: Vec<(u64, u64)>,
     bandwidth_bps: u64,
     /// Probability of losing a message.
     pub loss: f64,
@@ -24,8 +27,19 @@ pub struct Network {
 }
 
 impl Network {
-    /// `n` nodes, all links up.
+    /// `n` nodes, all links up, every link's latency in `latency_us`.
     pub fn new(n: usize, latency_us: (u64, u64), bandwidth_bps: u64) -> Self {
+        Self::with_links(n, vec![latency_us; n * n], bandwidth_bps)
+    }
+
+    /// `n` nodes, all links up, link `from → to` with the latency range
+    /// `latency_us[from * n + to]`.
+    pub fn with_links(n: usize, latency_us: Vec<(u64, u64)>, bandwidth_bps: u64) -> Self {
+        assert_eq!(
+            latency_us.len(),
+            n * n,
+            "one latency range per directed link"
+        );
         Network {
             n,
             latency_us,
@@ -62,9 +76,10 @@ impl Network {
         let copies = if rng.chance(self.duplicate) { 2 } else { 1 };
         (0..copies)
             .map(|_| {
-                let mut at = start + wire_us + rng.range(self.latency_us.0, self.latency_us.1);
+                let (lo, hi) = self.latency_us[link];
+                let mut at = start + wire_us + rng.range(lo, hi);
                 if rng.chance(self.reorder) {
-                    at += rng.range(0, 10 * self.latency_us.1);
+                    at += rng.range(0, 10 * hi);
                 }
                 at
             })
@@ -84,6 +99,11 @@ impl Network {
     /// Whether any link is blocked.
     pub fn partitioned(&self) -> bool {
         !self.blocked.is_empty()
+    }
+
+    /// The largest one-way latency of any link (microseconds).
+    pub fn latency_max_us(&self) -> u64 {
+        self.latency_us.iter().map(|l| l.1).max().unwrap_or(0)
     }
 
     /// Nodes count.

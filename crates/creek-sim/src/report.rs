@@ -95,6 +95,20 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     }
     checks.push(check("converged", conv));
 
+    // Liveness: once the faults healed, everything completes within the
+    // documented bound.
+    let mut live = Vec::new();
+    match out.settled_after_us {
+        Some(t) if t > out.liveness_bound_us => live.push(format!(
+            "the cluster settled {} ms after the faults healed; the bound is {} ms",
+            t / 1000,
+            out.liveness_bound_us / 1000
+        )),
+        Some(_) => {}
+        None => live.push("strong ops still incomplete at the time limit".into()),
+    }
+    checks.push(check("liveness", live));
+
     // Replay: nothing lost, duplicated or invented; every final view and the
     // state equal a sequential execution of the committed order.
     let mut replay_v = Vec::new();
@@ -266,6 +280,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         "protocol": cfg.protocol.name(),
         "schedule": cfg.schedule.name(),
         "workload": cfg.workload,
+        "links": cfg.links.name(),
         "replicas": cfg.replicas,
         "cores": cfg.cores,
         "duration_us": out.duration_us,
@@ -284,6 +299,8 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             "consensus_per_strong_op": out.traffic.cab_bytes as f64 / strong.max(1) as f64,
             "gossip_per_op": out.traffic.gossip_bytes as f64 / replicated as f64,
         },
+        "settled_after_ms": out.settled_after_us.map(|t| t as f64 / 1000.0),
+        "liveness_bound_ms": out.liveness_bound_us / 1000,
         "recoveries": disk.recoveries,
         "unsynced_writes_lost": disk.unsynced_writes_lost,
         "disk": {

@@ -18,7 +18,7 @@ use creek_node::NodeConfig;
 use creek_wire::{GossipMessage, Limits, PeerMessage};
 
 use crate::baseline::BaselineNode;
-use crate::config::{PlantedBug, Protocol, SimConfig};
+use crate::config::{Links, PlantedBug, Protocol, SimConfig, WAN_JITTER_PERCENT, WAN_ONE_WAY_US};
 use crate::history::{History, OpRecord, SeenView};
 use crate::net::Network;
 use crate::replica::{CreekReplica, SimReplica};
@@ -103,7 +103,7 @@ pub type FaultCounts = BTreeMap<&'static str, u64>;
 pub struct Traffic {
     /// Gossip frame bytes.
     pub gossip_bytes: u64,
-    /// CAB frame bytes.
+    /// CAB frame bytes (link probes included).
     pub cab_bytes: u64,
 }
 
@@ -185,6 +185,12 @@ pub struct Outcome {
     pub duration_us: u64,
     /// Whether the cluster converged before the time limit.
     pub settled: bool,
+    /// How long after the clients stopped (every fault healed, every
+    /// replica restarted) the cluster settled.
+    pub settled_after_us: Option<u64>,
+    /// The liveness bound: a settled run must settle within this long after
+    /// the faults healed ([`liveness_bound_us`]).
+    pub liveness_bound_us: u64,
     /// The workload (for its checker).
     pub workload: Box<dyn Workload>,
     /// Counter readings for measuring the window after the warm-up.
@@ -193,6 +199,22 @@ pub struct Outcome {
     /// (a replay of the committed order then starts from that state).
     pub preloaded: bool,
 }
+
+/// The liveness bound of a run whose slowest link takes `one_way_us` one
+/// way: once every fault has healed and every replica is up, every strong op
+/// completes (and the cluster settles) within this long. It covers a
+/// replica's recovery, an election under the timing stretched for the
+/// links, re-forwarded casts, pulls of missing payloads and the committed
+/// order reaching everyone.
+pub fn liveness_bound_us(one_way_us: u64) -> u64 {
+    LIVENESS_BASE_US + LIVENESS_ROUND_TRIPS * 2 * one_way_us
+}
+
+/// See [`liveness_bound_us`].
+pub const LIVENESS_BASE_US: u64 = 2_000_000;
+
+/// See [`liveness_bound_us`].
+pub const LIVENESS_ROUND_TRIPS: u64 = 40;
 
 /// The request a workload op becomes: strong ops and weak ops that want a
 /// final view ask for both views; other weak ops for the preliminary one.
@@ -233,6 +255,8 @@ pub struct Sim {
     faults: FaultCounts,
     traffic: Traffic,
     running_clients: bool,
+    /// Setup calls without their final view yet.
+    setup_pending: usize,
     ended: bool,
     next_state_check: u64,
     readings: Readings,
@@ -272,6 +296,7 @@ impl Sim {
         for &me in &ids {
             let mut config = NodeConfig::for_group(me, &ids);
             config.replica.schedule = cfg.schedule;
+            config.tick_us = cfg.tick_us;
             if cfg.faults.crashes() && cfg.checkpoint_every_us > 0 {
                 config.checkpoint_every_ticks = (cfg.checkpoint_every_us / cfg.tick_us).max(1);
             }
@@ -338,7 +363,21 @@ impl Sim {
                 disk_wake_at: None,
             });
         }
-        let mut net = Network::new(cfg.replicas, cfg.latency_us, cfg.bandwidth_bps);
+        let mut net = match cfg.links {
+            Links::Lan => Network::new(cfg.replicas, cfg.latency_us, cfg.bandwidth_bps),
+            Links::Wan => {
+                let n = cfg.replicas;
+                let (lo, hi) = WAN_ONE_WAY_US;
+                let links = (0..n * n)
+                    .map(|_| {
+                        let base = rng.range(lo, hi);
+                        let jitter = base * WAN_JITTER_PERCENT / 100;
+                        (base - jitter, base + jitter)
+                    })
+                    .collect();
+                Network::with_links(n, links, cfg.bandwidth_bps)
+            }
+        };
         let mut faults = FaultCounts::new();
         if cfg.faults.loss {
             net.loss = 0.02;
@@ -376,6 +415,7 @@ impl Sim {
             faults,
             traffic: Traffic::default(),
             running_clients: true,
+            setup_pending: 0,
             ended: false,
             next_state_check: 0,
             readings: Readings::default(),
@@ -416,17 +456,8 @@ impl Sim {
     pub fn run(mut self) -> Outcome {
         self.setup();
         self.schedule(self.cfg.tick_us, Ev::Tick);
-        for c in 0..self.clients.len() {
-            let at = self.rng.range(0, self.cfg.think_us);
-            self.schedule(1_000 + at, Ev::Client { client: c });
-        }
-        if self.cfg.open_rate_per_sec > 0.0 {
-            let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec) as u64;
-            self.schedule(1_000 + gap, Ev::Arrival);
-        }
-        if self.cfg.faults.partition || self.cfg.faults.crashes() || self.cfg.faults.clock {
-            let at = self.rng.range(50_000, 150_000);
-            self.schedule(at, Ev::Chaos);
+        if self.setup_pending == 0 {
+            self.start_load();
         }
         if self.cfg.warmup_us > 0 {
             self.schedule(self.cfg.warmup_us, Ev::Warmup);
@@ -464,8 +495,10 @@ impl Sim {
         self.finish(settled)
     }
 
-    /// The workload's setup calls run strongly at replica 0 before clients
-    /// start, recorded in the history like any op.
+    /// The workload's setup calls run strongly at replica 0, recorded in
+    /// the history like any op; clients and faults start once every one of
+    /// them has its final view (the workloads' checkers count on it, as an
+    /// application that creates its accounts before using them would).
     fn setup(&mut self) {
         for call in self.workload.setup() {
             let request = Request {
@@ -473,7 +506,26 @@ impl Sim {
                 strong: true,
                 views: Views::BOTH,
             };
-            self.invoke(0, None, request, false);
+            if self.invoke(0, None, request, false) {
+                self.setup_pending += 1;
+            }
+        }
+    }
+
+    /// Clients, open-loop arrivals and faults begin (after the setup).
+    fn start_load(&mut self) {
+        let start = self.now + 1_000;
+        for c in 0..self.clients.len() {
+            let at = self.rng.range(0, self.cfg.think_us);
+            self.schedule(start + at, Ev::Client { client: c });
+        }
+        if self.cfg.open_rate_per_sec > 0.0 {
+            let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec) as u64;
+            self.schedule(start + gap, Ev::Arrival);
+        }
+        if self.cfg.faults.partition || self.cfg.faults.crashes() || self.cfg.faults.clock {
+            let at = self.now + self.rng.range(50_000, 150_000);
+            self.schedule(at, Ev::Chaos);
         }
     }
 
@@ -724,6 +776,15 @@ impl Sim {
 
     /// The session waiting on history record `index` may issue its next op.
     fn release_client(&mut self, index: usize) {
+        if self.history.ops[index].is_setup() {
+            // Only a final view releases a setup call (no fault runs yet).
+            debug_assert!(self.setup_pending > 0, "a setup call released twice");
+            self.setup_pending = self.setup_pending.saturating_sub(1);
+            if self.setup_pending == 0 {
+                self.start_load();
+            }
+            return;
+        }
         let client = self.history.ops[index].client as usize;
         if let Some(c) = self.clients.get_mut(client) {
             if c.pending == Some(index) {
@@ -745,7 +806,9 @@ impl Sim {
         };
         match msg {
             PeerMessage::Gossip(_) => self.traffic.gossip_bytes += frame.len() as u64,
-            PeerMessage::Cab(_) => self.traffic.cab_bytes += frame.len() as u64,
+            PeerMessage::Cab(_) | PeerMessage::Probe(_) => {
+                self.traffic.cab_bytes += frame.len() as u64
+            }
         }
         for at in self
             .net
@@ -1068,7 +1131,10 @@ impl Sim {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
         }
         let nodes = self.nodes.into_iter().map(|n| n.node).collect();
+        let settled_after_us = settled.then(|| self.now - self.cfg.duration_us);
         Outcome {
+            settled_after_us,
+            liveness_bound_us: liveness_bound_us(self.net.latency_max_us()),
             history: self.history,
             ops: self.ops,
             nodes,

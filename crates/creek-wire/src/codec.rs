@@ -24,6 +24,8 @@
 //! | 0x03 | [`GossipMessage::Pull`]   | `count` (≤ `ids_per_message_max`), `count` × *id* |
 //! | 0x11 | [`CabMessage::Raft`]      | `len` (≤ `raft_bytes_max`), `len` opaque bytes |
 //! | 0x12 | [`CabMessage::Forward`]   | `count` (≤ `ids_per_message_max`), `count` × *id* |
+//! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
+//! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
 //!
 //! Other kinds are rejected. The `…_max` names are the fields of [`Limits`].
 //!
@@ -79,6 +81,9 @@
 //! `Forward { ids: [r3.17] }` is the frame `01 12 01 03 11`: version 1, kind
 //! 0x12, one id, origin 3, seq 17.
 //!
+//! The echo of a probe stamped 300 µs, from a replica that has measured no
+//! round trip yet, is `01 22 ac 02 00`.
+//!
 //! `Digest { delivered: [(r0, 0), (r300, 128)] }` is
 //! `01 02 02 00 00 ac 02 80 01`.
 //!
@@ -109,7 +114,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use creek_core::{Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::{ClientRequestId, ProcCall};
 
-use crate::{CabMessage, GossipMessage, PeerMessage};
+use crate::{CabMessage, GossipMessage, PeerMessage, Probe};
 
 /// Version of the frame format, the first byte of every frame.
 pub const WIRE_VERSION: u8 = 1;
@@ -119,6 +124,8 @@ const KIND_DIGEST: u8 = 0x02;
 const KIND_PULL: u8 = 0x03;
 const KIND_RAFT: u8 = 0x11;
 const KIND_FORWARD: u8 = 0x12;
+const KIND_PROBE: u8 = 0x21;
+const KIND_PROBE_ECHO: u8 = 0x22;
 
 const FLAG_STRONG: u8 = 0x01;
 const FLAG_CONTEXT: u8 = 0x02;
@@ -514,6 +521,7 @@ fn check(msg: &PeerMessage, limits: &Limits) -> Result<(), EncodeError> {
         PeerMessage::Gossip(GossipMessage::Pull { ids: list })
         | PeerMessage::Cab(CabMessage::Forward { ids: list }) => ids(list),
         PeerMessage::Cab(CabMessage::Raft(payload)) => over(Limit::RaftBytes, payload.len()),
+        PeerMessage::Probe(_) => Ok(()),
     }
 }
 
@@ -602,6 +610,11 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
         PeerMessage::Cab(CabMessage::Forward { ids }) => {
             s.put_byte(KIND_FORWARD);
             write_ids(s, ids);
+        }
+        PeerMessage::Probe(p) => {
+            s.put_byte(if p.echo { KIND_PROBE_ECHO } else { KIND_PROBE });
+            s.put_varint(p.stamp_us);
+            s.put_varint(p.rtt_us);
         }
     }
 }
@@ -863,6 +876,11 @@ impl<'a> Reader<'a> {
             KIND_PULL => PeerMessage::Gossip(GossipMessage::Pull { ids: self.ids()? }),
             KIND_RAFT => PeerMessage::Cab(CabMessage::Raft(self.bytes(Limit::RaftBytes)?)),
             KIND_FORWARD => PeerMessage::Cab(CabMessage::Forward { ids: self.ids()? }),
+            kind @ (KIND_PROBE | KIND_PROBE_ECHO) => PeerMessage::Probe(Probe {
+                stamp_us: self.varint()?,
+                rtt_us: self.varint()?,
+                echo: kind == KIND_PROBE_ECHO,
+            }),
             tag => {
                 return Err(DecodeError::UnknownKind {
                     tag,

@@ -2,7 +2,7 @@
 //!
 //! Two protocols share one connection: gossip (reliable broadcast of op
 //! payloads, [`GossipMessage`]) and conditional atomic broadcast (consensus on
-//! strong-op ids, [`CabMessage`]). Every frame is versioned and size-limited;
+//! strong-op ids, [`CabMessage`]); [`Probe`]s measure the link between them. Every frame is versioned and size-limited;
 //! decoding any byte string yields a message or an error, never a panic.
 //!
 //! [`encode`] turns a [`PeerMessage`] into one frame and [`decode`] (or the
@@ -30,6 +30,24 @@ pub enum PeerMessage {
     Gossip(GossipMessage),
     /// Conditional atomic broadcast of strong-op ids.
     Cab(CabMessage),
+    /// Link timing: a probe and its echo measure the round trip.
+    Probe(Probe),
+}
+
+/// A probe of a link, or its echo. The prober stamps it with its own clock
+/// and measures the round trip when the echo (carrying the same stamp) comes
+/// back, so the two replicas' clocks never meet. Both carry the sender's
+/// largest measured round trip, so every replica learns the group's slowest
+/// link and times consensus for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// The prober's clock when it sent the probe (microseconds).
+    pub stamp_us: u64,
+    /// Whether this is the echo of a probe.
+    pub echo: bool,
+    /// The sender's largest measured round trip to any peer (microseconds;
+    /// 0: none measured yet).
+    pub rtt_us: u64,
 }
 
 /// Gossip (RB): eager push plus anti-entropy.

@@ -8,7 +8,7 @@ use creek_core::{Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::{ClientRequestId, ProcCall};
 use creek_wire::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, CabMessage, DecodeError,
-    EncodeError, GossipMessage, Limit, Limits, LimitsError, PeerMessage, WIRE_VERSION,
+    EncodeError, GossipMessage, Limit, Limits, LimitsError, PeerMessage, Probe, WIRE_VERSION,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -87,6 +87,8 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             .prop_map(|b| PeerMessage::Cab(CabMessage::Raft(Bytes::from(b)))),
         1 => prop::collection::vec(arb_id(), 0..8)
             .prop_map(|ids| PeerMessage::Cab(CabMessage::Forward { ids })),
+        1 => (any::<u64>(), any::<bool>(), any::<u64>())
+            .prop_map(|(stamp_us, echo, rtt_us)| PeerMessage::Probe(Probe { stamp_us, echo, rtt_us })),
     ]
 }
 
@@ -351,6 +353,13 @@ fn golden_frames() {
         ids: vec![OpId::new(ReplicaId(3), 17)],
     });
     assert_eq!(&enc(&fwd)[..], &[0x01, 0x12, 0x01, 0x03, 0x11]);
+
+    let echo = PeerMessage::Probe(Probe {
+        stamp_us: 300,
+        echo: true,
+        rtt_us: 0,
+    });
+    assert_eq!(&enc(&echo)[..], &[0x01, 0x22, 0xac, 0x02, 0x00]);
 
     let ops = PeerMessage::Gossip(GossipMessage::Ops(vec![Arc::new(op_example())]));
     #[rustfmt::skip]

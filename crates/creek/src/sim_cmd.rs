@@ -1,6 +1,6 @@
 //! `creek sim`: run the deterministic simulator (one seed, or a swarm).
 
-use creek_sim::config::{Faults, PlantedBug, Protocol, SimConfig};
+use creek_sim::config::{Faults, Links, PlantedBug, Protocol, SimConfig};
 use creek_sim::report::simulate;
 
 /// Arguments of `creek sim`.
@@ -44,6 +44,10 @@ pub struct Args {
     /// reruns; the server's), lowest-first, fresh-first, held-reruns.
     #[arg(long, default_value = "both", value_parser = creek_exec::mvcc::Schedule::parse)]
     schedule: creek_exec::mvcc::Schedule,
+    /// Links between replicas: lan (0.2–0.3 ms one way), or wan (each
+    /// directed link 10–150 ms one way, asymmetric, jittered).
+    #[arg(long, default_value = "lan", value_parser = Links::parse)]
+    links: Links,
     /// Print one JSON object per run.
     #[arg(long)]
     json: bool,
@@ -105,6 +109,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         open_rate_per_sec: args.rate,
         faults: Faults::parse(&args.faults)?,
         schedule: args.schedule,
+        links: args.links,
         plant_bug: args
             .plant_bug
             .as_deref()
@@ -139,9 +144,10 @@ pub fn run(args: &Args) -> Result<bool, String> {
         }
         if !ok {
             eprintln!(
-                "  reproduce: creek sim --protocol {} --schedule {} --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
+                "  reproduce: creek sim --protocol {} --schedule {} --links {} --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
                 args.protocol.name(),
                 args.schedule.name(),
+                args.links.name(),
                 args.replicas,
                 args.cores,
                 args.workload,

@@ -317,3 +317,55 @@ async fn the_leader_killed_mid_load_and_a_replica_restarted_from_disk_lose_nothi
         }
     }
 }
+
+/// Wide-area round trips, injected in the transport: with 120 ms of one-way
+/// delay on every link (a 240 ms round trip, more than twice the configured
+/// 100 ms election timeout), the group keeps or finds a leader, stretches
+/// its consensus timing for the links it measures, and strong ops keep
+/// completing, without any tuning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strong_ops_keep_completing_over_wide_area_round_trips() {
+    let cluster = Cluster::start(3).await;
+    cluster.delay_all(Duration::from_millis(120)).await;
+    let mut c = cluster.client(0).await;
+    let started = Instant::now();
+    let mut done = 0;
+    while done < 8 {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "only {done} strong ops completed in 40 s"
+        );
+        let r = call(
+            &mut c,
+            req("kv.incr", &[b("wan"), Value::Int(1)], BOTH),
+            Duration::from_secs(10),
+        )
+        .await;
+        if r.is_ok() {
+            done += 1;
+        }
+    }
+    let leader = cluster.wait_for_leader(T).await;
+    let s = cluster.status(leader).await.expect("status");
+    let rtt = s.counters["peer_rtt_us"];
+    let election = s.counters["election_timeout_ms"];
+    // Measured at tick resolution (10 ms).
+    assert!(rtt >= 230_000, "measured round trip {rtt} µs");
+    assert!(
+        election * 1000 >= 4 * rtt,
+        "election timeout {election} ms for a {rtt} µs round trip"
+    );
+    // Once stretched, the leader holds: a few more strong ops, no new term.
+    let term = s.term;
+    for _ in 0..3 {
+        call(
+            &mut c,
+            req("kv.incr", &[b("wan"), Value::Int(1)], BOTH),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("strong op over the slow links");
+    }
+    let s = cluster.status(leader).await.expect("status");
+    assert_eq!(s.term, term, "the leader was lost on stable slow links");
+}

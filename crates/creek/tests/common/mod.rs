@@ -157,6 +157,28 @@ impl Cluster {
         );
     }
 
+    /// Add `delay` of one-way latency to every link, on every replica's
+    /// sending side.
+    pub async fn delay_all(&self, delay: Duration) {
+        for i in 0..self.len() {
+            let mut admin = AdminClient::connect(format!("http://{}", self.clients[i]))
+                .await
+                .expect("admin");
+            let links = (0..self.len())
+                .filter(|j| *j != i)
+                .map(|j| pb::LinkFault {
+                    peer: (j + 1) as u32,
+                    delay_us: delay.as_micros() as u64,
+                    ..Default::default()
+                })
+                .collect();
+            admin
+                .set_faults(pb::SetFaultsRequest { links })
+                .await
+                .expect("set faults");
+        }
+    }
+
     /// Cut replica `i` off from every other replica (or heal it).
     pub async fn isolate(&self, i: usize, partitioned: bool) {
         let mut admin = AdminClient::connect(format!("http://{}", self.clients[i]))

@@ -1,0 +1,299 @@
+//! Consensus timing fitted to the links a replica sees.
+//!
+//! Raft elects a leader only if a candidate's vote requests and their
+//! answers cross the network within one election timeout (with pre-vote,
+//! twice: the pre-vote round, then the vote). A timing that is fine on a LAN
+//! (CAB's election timeout is 10 ticks) cannot elect anyone when the round
+//! trip is longer than the timeout: every candidate times out before its
+//! votes arrive, starts a new term, and the group never has a leader.
+//!
+//! So a node measures its links. Every [`PROBE_EVERY_US`] it sends each peer
+//! a [`Probe`] stamped with its own clock; the echo brings the stamp back and
+//! the difference is one round-trip sample (at tick resolution: the node
+//! knows the time of its last tick). A link's round trip is the median of
+//! its last [`SAMPLES_KEPT`] samples (a message delayed now and then, or a
+//! probe that waited behind a disk write, must not stretch the timing for
+//! everyone; the margin of [`ELECTION_RTTS`] absorbs jitter), and a node's
+//! round trip is that of its slowest link. Probes and echoes carry it, so
+//! every replica learns the group's slowest link, and the group's round
+//! trip is the largest of its own and those reported.
+//!
+//! From the group's round trip follows one *tick scale* `k` shared by the
+//! group: CAB ticks its library once every `k` driver ticks, so every
+//! election timeout and heartbeat interval is stretched by `k`, and the
+//! smallest election timeout ([`ELECTION_TICKS_BASE`] ticks, see
+//! `CabConfig::for_group`) spans at least [`ELECTION_RTTS`] round trips.
+//! Replicas keep their staggered timeouts (10k, 13k, 16k, … ticks). The
+//! scale grows at once and shrinks only once it is twice what the links
+//! need (no flapping). Timing decides liveness only: a scale that is wrong
+//! for a moment delays an election, never breaks safety.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use creek_core::ReplicaId;
+use creek_wire::Probe;
+
+/// How often a node probes each peer (its own clock, microseconds).
+pub const PROBE_EVERY_US: u64 = 200_000;
+
+/// Samples kept per peer; the link's round trip is their median.
+pub const SAMPLES_KEPT: usize = 8;
+
+/// Round trips the smallest election timeout spans (pre-vote round, vote
+/// round, and margin for jitter).
+pub const ELECTION_RTTS: u64 = 4;
+
+/// The smallest election timeout in ticks before scaling (that of
+/// `CabConfig::for_group`'s lowest-ranked replica).
+pub const ELECTION_TICKS_BASE: u64 = 10;
+
+/// A sample above this is a clock jump, not a link (microseconds).
+const SAMPLE_MAX_US: u64 = 10_000_000;
+
+/// What the node knows of its links' timing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkTiming {
+    /// The largest round trip measured by this replica (microseconds; 0:
+    /// none yet).
+    pub own_rtt_us: u64,
+    /// The largest round trip measured anywhere in the group, as reported.
+    pub group_rtt_us: u64,
+    /// CAB's tick scale (1: the configured timing).
+    pub scale: u64,
+    /// This replica's election timeout now (microseconds).
+    pub election_timeout_us: u64,
+    /// The leader's heartbeat interval now (microseconds).
+    pub heartbeat_us: u64,
+    /// The driver's tick (microseconds).
+    pub tick_us: u64,
+}
+
+#[derive(Default)]
+struct Peer {
+    samples: VecDeque<u64>,
+    /// The peer's own round trip, as it last reported it.
+    reported_us: u64,
+}
+
+impl Peer {
+    /// The median sample (the lower one of an even count, so one delayed
+    /// sample of two does not count; 0: none yet).
+    fn rtt_us(&self) -> u64 {
+        let mut sorted: Vec<u64> = self.samples.iter().copied().collect();
+        sorted.sort_unstable();
+        sorted
+            .get(sorted.len().saturating_sub(1) / 2)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// The probing state of one node.
+pub(crate) struct Timing {
+    tick_us: u64,
+    election_tick: u64,
+    heartbeat_tick: u64,
+    peers: BTreeMap<ReplicaId, Peer>,
+    /// The node's clock at its last tick.
+    now_us: u64,
+    next_probe_us: u64,
+    scale: u64,
+}
+
+impl Timing {
+    pub(crate) fn for_config(config: &crate::NodeConfig) -> Self {
+        Timing::new(
+            config.tick_us,
+            config.cab.election_tick as u64,
+            config.cab.heartbeat_tick as u64,
+            config.gossip.peers.iter().copied(),
+        )
+    }
+
+    pub(crate) fn new(
+        tick_us: u64,
+        election_tick: u64,
+        heartbeat_tick: u64,
+        peers: impl IntoIterator<Item = ReplicaId>,
+    ) -> Self {
+        Timing {
+            tick_us: tick_us.max(1),
+            election_tick,
+            heartbeat_tick,
+            peers: peers.into_iter().map(|p| (p, Peer::default())).collect(),
+            now_us: 0,
+            next_probe_us: 0,
+            scale: 1,
+        }
+    }
+
+    /// A tick at `now_us`: the probes due, if any.
+    pub(crate) fn tick(&mut self, now_us: u64) -> Vec<(ReplicaId, Probe)> {
+        self.now_us = now_us;
+        // A clock that jumped back far must not silence the probes.
+        if now_us < self.next_probe_us.saturating_sub(PROBE_EVERY_US) {
+            self.next_probe_us = now_us;
+        }
+        if now_us < self.next_probe_us {
+            return Vec::new();
+        }
+        self.next_probe_us = now_us + PROBE_EVERY_US;
+        let probe = Probe {
+            stamp_us: now_us,
+            echo: false,
+            rtt_us: self.own_rtt_us(),
+        };
+        self.peers.keys().map(|p| (*p, probe)).collect()
+    }
+
+    /// A probe or echo from `from`: the echo to send back, if any.
+    pub(crate) fn on_probe(&mut self, from: ReplicaId, probe: Probe) -> Option<Probe> {
+        let now = self.now_us;
+        let peer = self.peers.get_mut(&from)?;
+        peer.reported_us = probe.rtt_us.min(SAMPLE_MAX_US);
+        if !probe.echo {
+            return Some(Probe {
+                stamp_us: probe.stamp_us,
+                echo: true,
+                rtt_us: self.own_rtt_us(),
+            });
+        }
+        // An echo stamped in the future is from before a backward clock
+        // jump: no sample.
+        if let Some(rtt) = now.checked_sub(probe.stamp_us) {
+            if peer.samples.len() == SAMPLES_KEPT {
+                peer.samples.pop_front();
+            }
+            peer.samples.push_back(rtt.min(SAMPLE_MAX_US));
+        }
+        None
+    }
+
+    fn own_rtt_us(&self) -> u64 {
+        self.peers.values().map(Peer::rtt_us).max().unwrap_or(0)
+    }
+
+    fn group_rtt_us(&self) -> u64 {
+        self.peers
+            .values()
+            .map(|p| p.reported_us)
+            .fold(self.own_rtt_us(), u64::max)
+    }
+
+    /// The tick scale the links need now, with hysteresis applied to the
+    /// current one; the caller hands it to CAB.
+    pub(crate) fn update_scale(&mut self) -> u64 {
+        let base_us = ELECTION_TICKS_BASE * self.tick_us;
+        let needed = (ELECTION_RTTS * self.group_rtt_us())
+            .div_ceil(base_us)
+            .max(1);
+        if needed > self.scale || needed * 2 <= self.scale {
+            self.scale = needed;
+        }
+        self.scale
+    }
+
+    pub(crate) fn status(&self) -> LinkTiming {
+        LinkTiming {
+            own_rtt_us: self.own_rtt_us(),
+            group_rtt_us: self.group_rtt_us(),
+            scale: self.scale,
+            election_timeout_us: self.election_tick * self.scale * self.tick_us,
+            heartbeat_us: self.heartbeat_tick * self.scale * self.tick_us,
+            tick_us: self.tick_us,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn echo_after(t: &mut Timing, from: ReplicaId, rtt_us: u64) {
+        let stamp = t.now_us;
+        t.now_us += rtt_us;
+        let echo = Probe {
+            stamp_us: stamp,
+            echo: true,
+            rtt_us: 0,
+        };
+        assert_eq!(t.on_probe(from, echo), None);
+    }
+
+    #[test]
+    fn a_lan_keeps_the_configured_timing() {
+        let mut t = Timing::new(1_000, 10, 2, [ReplicaId(2), ReplicaId(3)]);
+        assert_eq!(t.tick(0).len(), 2);
+        echo_after(&mut t, ReplicaId(2), 1_000);
+        assert_eq!(t.update_scale(), 1);
+        assert_eq!(t.status().election_timeout_us, 10_000);
+    }
+
+    #[test]
+    fn slow_links_stretch_the_timing_and_the_group_agrees() {
+        let mut t = Timing::new(10_000, 13, 2, [ReplicaId(2), ReplicaId(3)]);
+        t.tick(0);
+        // 240 ms round trip: the smallest election timeout must span 960 ms.
+        echo_after(&mut t, ReplicaId(2), 240_000);
+        assert_eq!(t.update_scale(), 10);
+        let s = t.status();
+        assert_eq!(s.own_rtt_us, 240_000);
+        assert_eq!(s.election_timeout_us, 1_300_000);
+        assert_eq!(s.heartbeat_us, 200_000);
+        // A peer that sees a slower link raises everyone's scale.
+        let probe = Probe {
+            stamp_us: 5,
+            echo: false,
+            rtt_us: 400_000,
+        };
+        let echo = t.on_probe(ReplicaId(3), probe).expect("a probe is echoed");
+        assert!(echo.echo && echo.stamp_us == 5 && echo.rtt_us == 240_000);
+        assert_eq!(t.update_scale(), 16);
+    }
+
+    #[test]
+    fn a_delayed_message_does_not_stretch_the_timing() {
+        let mut t = Timing::new(1_000, 10, 2, [ReplicaId(2)]);
+        t.tick(0);
+        for rtt in [20_000, 1_500_000, 21_000, 19_000, 22_000] {
+            echo_after(&mut t, ReplicaId(2), rtt);
+        }
+        assert_eq!(t.status().own_rtt_us, 21_000);
+        assert_eq!(t.update_scale(), 9);
+    }
+
+    #[test]
+    fn the_scale_shrinks_only_when_far_too_large() {
+        let mut t = Timing::new(1_000, 10, 2, [ReplicaId(2)]);
+        t.tick(0);
+        echo_after(&mut t, ReplicaId(2), 100_000);
+        assert_eq!(t.update_scale(), 40);
+        // The slow samples age out; 60 ms needs 24, not below half of 40.
+        for _ in 0..SAMPLES_KEPT {
+            echo_after(&mut t, ReplicaId(2), 60_000);
+        }
+        assert_eq!(t.update_scale(), 40);
+        for _ in 0..SAMPLES_KEPT {
+            echo_after(&mut t, ReplicaId(2), 10_000);
+        }
+        assert_eq!(t.update_scale(), 4);
+    }
+
+    #[test]
+    fn clock_jumps_give_no_sample_and_do_not_silence_probes() {
+        let mut t = Timing::new(1_000, 10, 2, [ReplicaId(2)]);
+        assert_eq!(t.tick(5_000_000).len(), 1);
+        // The clock jumps back 1 s: the echo of the probe stamped before it
+        // is no sample, and probing resumes at once.
+        assert_eq!(t.tick(4_000_000).len(), 1);
+        let echo = Probe {
+            stamp_us: 5_000_000,
+            echo: true,
+            rtt_us: 0,
+        };
+        assert_eq!(t.on_probe(ReplicaId(2), echo), None);
+        assert_eq!(t.status().own_rtt_us, 0);
+        // Probes from strangers are ignored.
+        assert_eq!(t.on_probe(ReplicaId(9), echo), None);
+    }
+}
