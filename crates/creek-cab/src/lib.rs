@@ -127,6 +127,9 @@ impl CabConfig {
         if self.forward_retry_ticks == 0 {
             return bad("forward_retry_ticks must be positive");
         }
+        if self.planted_deliver_on_propose && !cfg!(feature = "planted-bugs") {
+            return bad(creek_core::PLANTED_BUGS_OFF);
+        }
         Ok(())
     }
 }
@@ -440,7 +443,7 @@ impl<S: CabStorage> Cab<S> {
             Ok(()) => {
                 self.stats.entries_proposed += 1;
                 self.stats.ids_proposed += batch.len() as u64;
-                if self.config.planted_deliver_on_propose {
+                if cfg!(feature = "planted-bugs") && self.config.planted_deliver_on_propose {
                     let index = self.node.raft.raft_log.last_index();
                     for id in batch {
                         if self.seen.insert(id) {

@@ -57,6 +57,12 @@ impl Default for Config {
     }
 }
 
+/// Why a configuration that plants a bug is refused in a build without the
+/// `planted-bugs` cargo feature (every crate with such switches says the
+/// same).
+pub const PLANTED_BUGS_OFF: &str = "planted bugs are compiled out of this build (cargo feature \
+     `planted-bugs`, for validating the simulator's checkers only)";
+
 /// Why a configuration is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -90,6 +96,12 @@ impl Config {
         };
         if self.tentative_len_max == 0 {
             return invalid("tentative_len_max", "must be at least 1");
+        }
+        let planted = self.planted_skip_invalidation
+            || self.planted_deliver_without_cab
+            || self.planted_ignore_causal_context;
+        if planted && !cfg!(feature = "planted-bugs") {
+            return invalid("planted_*", PLANTED_BUGS_OFF);
         }
         let l = &self.txn_limits;
         if l.key_bytes_max == 0 || l.value_bytes_max == 0 {

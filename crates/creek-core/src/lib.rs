@@ -45,7 +45,7 @@ pub mod op;
 pub mod replica;
 
 pub use checkpoint::Checkpoint;
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, PLANTED_BUGS_OFF};
 pub use dvv::Dvv;
 pub use hlc::Hlc;
 pub use id::{OpId, ReplicaId, Timestamp};

@@ -15,7 +15,6 @@
 #![deny(missing_docs)]
 
 pub mod ready;
-pub mod testnet;
 pub mod timing;
 
 use std::sync::Arc;
@@ -32,6 +31,11 @@ use creek_wire::{GossipMessage, Limits, PeerMessage};
 pub use ready::{HoldQueue, Ready, Write};
 pub use timing::LinkTiming;
 use timing::Timing;
+
+/// Whether this build has the bug-planting switches (the `planted-bugs`
+/// cargo feature, which also turns on those of creek-core and creek-cab).
+/// Production builds do not; configurations that set a switch are refused.
+pub const PLANTED_BUGS: bool = cfg!(feature = "planted-bugs");
 
 /// Configuration of a node.
 #[derive(Clone, Debug)]
@@ -63,6 +67,9 @@ impl NodeConfig {
         self.wire.validate()?;
         if self.tick_us == 0 {
             return Err(NodeError::Inconsistent("tick_us must be positive".into()));
+        }
+        if self.planted_send_before_durable && !PLANTED_BUGS {
+            return Err(NodeError::Inconsistent(creek_core::PLANTED_BUGS_OFF.into()));
         }
         let me = self.replica.id;
         if self.gossip.me != me || self.cab.me != me {
@@ -169,7 +176,7 @@ impl Durability {
         Durability {
             checkpoint_every_ticks: config.checkpoint_every_ticks,
             checkpointed_len,
-            send_before_durable: config.planted_send_before_durable,
+            send_before_durable: PLANTED_BUGS && config.planted_send_before_durable,
             ..Durability::default()
         }
     }
@@ -732,4 +739,24 @@ fn check_storage<S: CabStorage>(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bug-planting switch is refused unless the build has them.
+    #[test]
+    fn planted_bugs_need_the_cargo_feature() {
+        let group = [ReplicaId(1), ReplicaId(2), ReplicaId(3)];
+        let mut config = NodeConfig::for_group(ReplicaId(1), &group);
+        assert!(config.validate().is_ok());
+        config.planted_send_before_durable = true;
+        assert_eq!(config.validate().is_ok(), PLANTED_BUGS);
+        let mut config = NodeConfig::for_group(ReplicaId(1), &group);
+        config.cab.planted_deliver_on_propose = true;
+        assert_eq!(config.cab.validate().is_ok(), PLANTED_BUGS);
+        config.replica.planted_ignore_causal_context = true;
+        assert_eq!(config.replica.validate().is_ok(), PLANTED_BUGS);
+    }
 }

@@ -93,7 +93,7 @@ mod tests {
     use super::Rng;
 
     // Pinned from the two generators this crate replaced
-    // (`creek_node::testnet::Rng` and `creek_workloads::tpcc::Rng`, which
+    // (the test network's own and `creek_workloads::tpcc::Rng`, which
     // agreed). Recorded simulator trace hashes and TPC-C populations depend
     // on these sequences: if this test fails, every recorded seed changes.
     #[test]

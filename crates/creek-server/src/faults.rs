@@ -8,7 +8,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use creek_core::ReplicaId;
-use creek_node::testnet::Rng;
+use creek_rng::Rng;
 
 /// Faults on this replica's side of one link (both directions).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -318,6 +318,12 @@ impl SimConfig {
         if !(3..=9).contains(&self.replicas) {
             return Err("replicas must be between 3 and 9".into());
         }
+        if self.plant_bug.is_some() && !creek_node::PLANTED_BUGS {
+            return Err(format!(
+                "{}; build with `cargo build --release -p creek --features planted-bugs`",
+                creek_core::PLANTED_BUGS_OFF
+            ));
+        }
         if self.protocol != Protocol::Creek && self.plant_bug.is_some() {
             return Err("planted bugs are bugs of Creek's protocol: use --protocol creek".into());
         }

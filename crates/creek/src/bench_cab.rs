@@ -7,7 +7,8 @@
 use creek_core::{OpId, Request, Views};
 use creek_exec::value::{encode_args, Value};
 use creek_exec::ProcCall;
-use creek_node::testnet::{NetConfig, Rng, TestNet};
+use creek_sim::rng::Rng;
+use creek_sim::testnet::{NetConfig, TestNet};
 
 /// Arguments of `creek bench cab`.
 #[derive(clap::Args, Debug)]

@@ -20,7 +20,7 @@ use creek_core::{Config, Effect, Op, OpId, Replica, ReplicaId, Request, Timestam
 use creek_exec::builtins::NOOP;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
-use creek_node::testnet::Rng;
+use creek_sim::rng::Rng;
 
 /// Arguments of `creek bench executor`.
 #[derive(clap::Args, Debug)]

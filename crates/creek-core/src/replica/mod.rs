@@ -277,7 +277,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             }
             self.own_strong_tentative.insert((timestamp, id));
             self.effects.push(Effect::CabCast(id)); // line 20
-            if self.config.planted_ignore_causal_context {
+            if cfg!(feature = "planted-bugs") && self.config.planted_ignore_causal_context {
                 ctx = Dvv::new();
             }
             Some(ctx)
@@ -304,7 +304,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             },
         ); // line 25
         self.adjust_tentative_order(op); // line 24
-        if strong && self.config.planted_deliver_without_cab {
+        if cfg!(feature = "planted-bugs") && strong && self.config.planted_deliver_without_cab {
             self.decided.push_back(id);
             self.deliver_decided();
         }

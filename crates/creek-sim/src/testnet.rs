@@ -1,5 +1,5 @@
-//! An in-process network of nodes for tests and measurements (not for
-//! production): virtual time, a seeded PRNG, per-message loss, duplication
+//! An in-process network of nodes for tests and measurements (`creek bench
+//! cab`): virtual time, a seeded PRNG, per-message loss, duplication
 //! and delay (so reordering), directed partitions, crashes and restarts.
 //! Every message is encoded and decoded with the real codec, so bytes on the
 //! wire are counted exactly. The full simulator (CPU model, checkers,
@@ -17,7 +17,7 @@ use creek_exec::Registry;
 use creek_gossip::Gossip;
 use creek_wire::{GossipMessage, PeerMessage};
 
-use crate::{Node, NodeConfig};
+use creek_node::{Node, NodeConfig};
 
 /// Network behaviour.
 #[derive(Clone, Copy, Debug)]
@@ -46,9 +46,7 @@ impl Default for NetConfig {
     }
 }
 
-/// The project's seeded PRNG, re-exported for the harnesses built on this
-/// network (the simulator, `creek bench`, the server's fault injection).
-pub use creek_rng::Rng;
+use crate::rng::Rng;
 
 /// Bytes and messages carried, by protocol.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use creek_core::{OpId, Request, ViewKind, Views};
 use creek_exec::value::{encode_args, Value};
 use creek_exec::ProcCall;
-use creek_node::testnet::{NetConfig, Rng, TestNet};
+use creek_sim::rng::Rng;
+use creek_sim::testnet::{NetConfig, TestNet};
 
 fn call(rng: &mut Rng) -> ProcCall {
     let key = Value::from(format!("k{}", rng.range(0, 4)).as_str());
