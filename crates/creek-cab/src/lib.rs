@@ -389,8 +389,8 @@ impl<S: CabStorage> Cab<S> {
 
     /// Do all pending work: release held appends whose payloads arrived,
     /// propose held ids, forward, run the library's Ready loop. Messages to
-    /// send are appended to `out`.
-    pub fn poll(&mut self, holds: Deps<'_>, out: &mut Vec<(ReplicaId, CabMessage)>) {
+    /// send wait for [`Cab::take_messages`].
+    pub fn poll(&mut self, holds: Deps<'_>) {
         if self.failed.is_none() {
             while self.held.front().is_some_and(|m| append_ready(m, holds)) {
                 if let Some(m) = self.held.pop_front() {
@@ -405,7 +405,14 @@ impl<S: CabStorage> Cab<S> {
                 self.failed = Some(e);
             }
         }
-        out.append(&mut self.out);
+    }
+
+    /// The messages to send, in order, since the last call. (Inputs are
+    /// methods and outputs wait in the room until taken — here, the
+    /// messages and [`Cab::take_deliverable`] — as in gossip and the
+    /// replica core.)
+    pub fn take_messages(&mut self) -> Vec<(ReplicaId, CabMessage)> {
+        std::mem::take(&mut self.out)
     }
 
     /// Leader: propose the pending ids it holds, in batches.

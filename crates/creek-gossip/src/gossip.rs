@@ -13,6 +13,10 @@ use crate::store::Store;
 /// Messages to send: `(destination, message)`, in order.
 pub type Outbox = Vec<(ReplicaId, GossipMessage)>;
 
+// Inputs are methods; outputs accumulate in the room (`outbox`,
+// `delivered_out`) until the driver takes them, the convention of every
+// protocol room (`Replica::take_effects`, `Cab::take_messages`).
+
 /// Counters for monitoring and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GossipStats {
@@ -20,7 +24,7 @@ pub struct GossipStats {
     pub payloads_held: usize,
     /// Ops buffered until an earlier op of their origin arrives.
     pub buffered: usize,
-    /// Own ops queued for the next [`Gossip::flush`].
+    /// Own ops queued for the next [`Gossip::take_messages`].
     pub pushes_queued: usize,
     /// Ops sent (each copy to each peer counts).
     pub ops_sent: u64,
@@ -62,6 +66,10 @@ pub struct Gossip {
     pulled: BTreeMap<OpId, u64>,
     /// Senders answered with our digest during the current tick.
     digested_back: BTreeSet<ReplicaId>,
+    /// Messages not yet taken ([`Gossip::take_messages`]).
+    outbox: Outbox,
+    /// Remote ops delivered and not yet taken ([`Gossip::take_delivered`]).
+    delivered_out: Vec<Arc<Op>>,
     stats: GossipStats,
 }
 
@@ -78,6 +86,8 @@ impl Gossip {
             next_digest: u64::from(config.anti_entropy_every_ticks),
             pulled: BTreeMap::new(),
             digested_back: BTreeSet::new(),
+            outbox: Outbox::new(),
+            delivered_out: Vec::new(),
             stats: GossipStats::default(),
             config,
         })
@@ -136,44 +146,46 @@ impl Gossip {
         self.collect();
     }
 
-    /// Emits the queued eager pushes: to every peer, the ops in seq order,
-    /// split into messages of at most `ops_per_message_max`.
-    pub fn flush(&mut self, out: &mut Outbox) {
+    /// The messages to send, in order: everything emitted since the last
+    /// call, then the queued eager pushes (to every peer, the ops in seq
+    /// order, split into messages of at most `ops_per_message_max`). Drivers
+    /// take them after a batch of inputs, so pushes are batched.
+    pub fn take_messages(&mut self) -> Outbox {
         let pushes = std::mem::take(&mut self.pushes);
-        if pushes.is_empty() {
-            return;
+        if !pushes.is_empty() {
+            let peers: Vec<ReplicaId> = self.peers.iter().copied().collect();
+            for peer in peers {
+                self.send_ops(peer, &pushes);
+            }
         }
-        let peers: Vec<ReplicaId> = self.peers.iter().copied().collect();
-        for peer in peers {
-            self.send_ops(peer, &pushes, out);
-        }
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// The remote ops delivered since the last call, in delivery order
+    /// (per-origin FIFO).
+    pub fn take_delivered(&mut self) -> Vec<Arc<Op>> {
+        std::mem::take(&mut self.delivered_out)
     }
 
     /// A message from a peer. Ops that become deliverable (per-origin FIFO;
     /// duplicates, already-delivered ops and ops claiming this replica as
-    /// origin are ignored) are appended to `deliver` in delivery order;
-    /// replies go to `out`. Never panics, whatever the message holds.
-    pub fn on_message(
-        &mut self,
-        from: ReplicaId,
-        msg: GossipMessage,
-        deliver: &mut Vec<Arc<Op>>,
-        out: &mut Outbox,
-    ) {
+    /// origin are ignored) wait for [`Gossip::take_delivered`]; replies for
+    /// [`Gossip::take_messages`]. Never panics, whatever the message holds.
+    pub fn on_message(&mut self, from: ReplicaId, msg: GossipMessage) {
         if from == self.config.me {
             self.stats.rejected += 1;
             return;
         }
         match msg {
-            GossipMessage::Ops(ops) => self.on_ops(ops, deliver),
-            GossipMessage::Digest { delivered } => self.on_digest(from, delivered, out),
-            GossipMessage::Pull { ids } => self.on_pull(from, ids, out),
+            GossipMessage::Ops(ops) => self.on_ops(ops),
+            GossipMessage::Digest { delivered } => self.on_digest(from, delivered),
+            GossipMessage::Pull { ids } => self.on_pull(from, ids),
         }
     }
 
     /// Periodic: every `anti_entropy_every_ticks` ticks, a digest of the
     /// delivered counters to every peer.
-    pub fn tick(&mut self, out: &mut Outbox) {
+    pub fn tick(&mut self) {
         self.now += 1;
         self.digested_back.clear();
         let (now, every) = (self.now, u64::from(self.config.pull_every_ticks));
@@ -184,7 +196,7 @@ impl Gossip {
             self.next_digest = now.saturating_add(u64::from(self.config.anti_entropy_every_ticks));
             let digest = self.digest();
             for &peer in &self.peers {
-                out.push((peer, digest.clone()));
+                self.outbox.push((peer, digest.clone()));
                 self.stats.digests_sent += 1;
             }
         }
@@ -195,7 +207,7 @@ impl Gossip {
     /// ids pulled less than `pull_every_ticks` ticks ago are skipped; the
     /// rest go, sorted, in `Pull` messages of at most `ops_per_message_max`
     /// ids to every peer.
-    pub fn pull(&mut self, ids: &[OpId], out: &mut Outbox) {
+    pub fn pull(&mut self, ids: &[OpId]) {
         let every = u64::from(self.config.pull_every_ticks);
         let wanted: BTreeSet<OpId> = ids
             .iter()
@@ -218,7 +230,7 @@ impl Gossip {
         for &peer in &self.peers {
             for chunk in wanted.chunks(self.config.ops_per_message_max) {
                 let ids = chunk.to_vec();
-                out.push((peer, GossipMessage::Pull { ids }));
+                self.outbox.push((peer, GossipMessage::Pull { ids }));
                 self.stats.pulls_sent += 1;
             }
         }
@@ -267,7 +279,8 @@ impl Gossip {
         }
     }
 
-    fn on_ops(&mut self, ops: Vec<Arc<Op>>, deliver: &mut Vec<Arc<Op>>) {
+    fn on_ops(&mut self, ops: Vec<Arc<Op>>) {
+        let deliver = &mut self.delivered_out;
         let start = deliver.len();
         for op in ops {
             self.stats.ops_received += 1;
@@ -293,7 +306,7 @@ impl Gossip {
         self.collect();
     }
 
-    fn on_digest(&mut self, from: ReplicaId, reported: Vec<(ReplicaId, u64)>, out: &mut Outbox) {
+    fn on_digest(&mut self, from: ReplicaId, reported: Vec<(ReplicaId, u64)>) {
         let mut theirs: BTreeMap<ReplicaId, u64> = BTreeMap::new();
         for (origin, counter) in reported {
             let c = theirs.entry(origin).or_insert(0);
@@ -306,7 +319,7 @@ impl Gossip {
             }
             self.collect();
         }
-        self.answer_digest(from, is_peer, &theirs, out);
+        self.answer_digest(from, is_peer, &theirs);
         // The sender knows ops we lack: our digest makes it push them. Only
         // when it knows strictly more (no ping-pong), once per tick.
         let me = self.config.me;
@@ -314,7 +327,7 @@ impl Gossip {
             .iter()
             .any(|(&o, &c)| o != me && c > self.fifo.counter(o));
         if knows_more && self.digested_back.insert(from) {
-            out.push((from, self.digest()));
+            self.outbox.push((from, self.digest()));
             self.stats.digests_sent += 1;
         }
     }
@@ -323,13 +336,7 @@ impl Gossip {
     /// peer, everything it ever reported): oldest first per origin, each
     /// origin with a fair share of `reply_ops_max`, the leftover share going
     /// to origins in order.
-    fn answer_digest(
-        &mut self,
-        to: ReplicaId,
-        is_peer: bool,
-        theirs: &BTreeMap<ReplicaId, u64>,
-        out: &mut Outbox,
-    ) {
+    fn answer_digest(&mut self, to: ReplicaId, is_peer: bool, theirs: &BTreeMap<ReplicaId, u64>) {
         // (origin, first seq it lacks, our counter)
         let mut lacking: Vec<(ReplicaId, u64, u64)> = Vec::new();
         for (origin, ours) in self.fifo.counters() {
@@ -372,12 +379,12 @@ impl Gossip {
             left -= ops.len() - before;
         }
         let ops: Vec<Arc<Op>> = picked.into_iter().flatten().collect();
-        self.send_ops(to, &ops, out);
+        self.send_ops(to, &ops);
     }
 
     /// Answers a pull with the requested ops held or buffered here, sorted
     /// by id, at most `reply_ops_max`.
-    fn on_pull(&mut self, from: ReplicaId, ids: Vec<OpId>, out: &mut Outbox) {
+    fn on_pull(&mut self, from: ReplicaId, ids: Vec<OpId>) {
         let wanted: BTreeSet<OpId> = ids.into_iter().filter(|id| id.origin != from).collect();
         let ops: Vec<Arc<Op>> = wanted
             .into_iter()
@@ -385,13 +392,13 @@ impl Gossip {
             .take(self.config.reply_ops_max())
             .cloned()
             .collect();
-        self.send_ops(from, &ops, out);
+        self.send_ops(from, &ops);
     }
 
-    fn send_ops(&mut self, to: ReplicaId, ops: &[Arc<Op>], out: &mut Outbox) {
+    fn send_ops(&mut self, to: ReplicaId, ops: &[Arc<Op>]) {
         for chunk in ops.chunks(self.config.ops_per_message_max) {
             self.stats.ops_sent += chunk.len() as u64;
-            out.push((to, GossipMessage::Ops(chunk.to_vec())));
+            self.outbox.push((to, GossipMessage::Ops(chunk.to_vec())));
         }
     }
 

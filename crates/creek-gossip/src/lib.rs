@@ -6,11 +6,11 @@
 //!
 //! - **Eager push.** [`Gossip::broadcast`] takes a new own op (the core's
 //!   `Effect::RbCast`), counts it as delivered (the replica delivered it
-//!   itself) and queues it; [`Gossip::flush`] sends the queue to every peer
-//!   in `Ops` messages of at most `ops_per_message_max` ops. Drivers flush
-//!   after a batch of inputs so pushes are batched.
-//! - **Per-origin FIFO delivery.** [`Gossip::on_message`] hands out a remote
-//!   op `(o, s)` only after `(o, s-1)`; duplicates, ops at or below the
+//!   itself) and queues it; [`Gossip::take_messages`] sends the queue to
+//!   every peer in `Ops` messages of at most `ops_per_message_max` ops.
+//!   Drivers take messages after a batch of inputs so pushes are batched.
+//! - **Per-origin FIFO delivery.** [`Gossip::on_message`] delivers a remote
+//!   op `(o, s)` ([`Gossip::take_delivered`]) only after `(o, s-1)`; duplicates, ops at or below the
 //!   counter and ops claiming this replica as origin are ignored. An op that
 //!   arrives early waits in a bounded buffer and is delivered as soon as the
 //!   gap fills.
@@ -28,7 +28,7 @@
 //! use std::sync::Arc;
 //! use creek_core::{Op, OpId, ReplicaId, Timestamp};
 //! use creek_exec::ProcCall;
-//! use creek_gossip::{Gossip, GossipConfig, Outbox};
+//! use creek_gossip::{Gossip, GossipConfig};
 //!
 //! let (a, b) = (ReplicaId(1), ReplicaId(2));
 //! let mut ga = Gossip::new(GossipConfig::new(a, [b])).unwrap();
@@ -41,13 +41,10 @@
 //!     causal_context: None,
 //! });
 //! ga.broadcast(op.clone());
-//! let mut out = Outbox::new();
-//! ga.flush(&mut out);
-//! let (to, msg) = out.pop().unwrap();
+//! let (to, msg) = ga.take_messages().pop().unwrap();
 //! assert_eq!(to, b);
-//! let (mut deliver, mut replies) = (Vec::new(), Outbox::new());
-//! gb.on_message(a, msg, &mut deliver, &mut replies);
-//! assert_eq!(deliver, vec![op]);
+//! gb.on_message(a, msg);
+//! assert_eq!(gb.take_delivered(), vec![op]);
 //! ```
 //!
 //! # Bounds

@@ -22,8 +22,8 @@ fn node(me: ReplicaId, tweak: impl Fn(&mut GossipConfig)) -> Gossip {
 
 /// Feeds one message; returns (delivered ids, replies).
 fn feed(g: &mut Gossip, from: ReplicaId, msg: GossipMessage) -> (Vec<Arc<Op>>, Outbox) {
-    let (mut d, mut out) = (Vec::new(), Outbox::new());
-    g.on_message(from, msg, &mut d, &mut out);
+    g.on_message(from, msg);
+    let (d, out) = (g.take_delivered(), g.take_messages());
     (d, out)
 }
 
@@ -75,7 +75,7 @@ fn broadcast_pushes_to_every_peer_in_batches() {
     assert!(a.has_delivered(id(1, 3)));
     assert_eq!(a.delivered(), vec![(A, 3)]);
     let mut out = Outbox::new();
-    a.flush(&mut out);
+    out.extend(a.take_messages());
     assert_eq!(
         sent_ops(&out),
         vec![
@@ -86,7 +86,7 @@ fn broadcast_pushes_to_every_peer_in_batches() {
         ]
     );
     let mut again = Outbox::new();
-    a.flush(&mut again);
+    again.extend(a.take_messages());
     assert!(again.is_empty());
     // Repeats, foreign origins and seq 0 are not broadcast.
     a.broadcast(op(1, 2));
@@ -144,7 +144,7 @@ fn digest_is_answered_oldest_first_within_the_reply_bound() {
     for s in 1..=10 {
         a.broadcast(op(1, s));
     }
-    a.flush(&mut Outbox::new());
+    a.take_messages();
     let (_, out) = feed(&mut a, B, digest(&[(A, 2)]));
     assert_eq!(
         sent_ops(&out),
@@ -177,6 +177,7 @@ fn digest_answer_shares_the_budget_between_origins() {
     );
     assert_eq!(d.len(), 5);
     a.broadcast(op(1, 1));
+    a.take_messages(); // the eager push
     let (_, out) = feed(&mut a, B, digest(&[]));
     // Two origins lacking: two each would be fair, but A has only one op of
     // its own, so origin 3 gets the leftover.
@@ -206,11 +207,13 @@ fn digest_back_only_when_the_sender_knows_strictly_more() {
     assert_eq!(out[0].1, digest(&[(C, 2)]));
     let (_, out) = feed(&mut a, B, digest(&[(C, 5)]));
     assert!(out.is_empty());
-    a.tick(&mut Outbox::new());
+    a.tick();
+    a.take_messages();
     let (_, out) = feed(&mut a, B, digest(&[(C, 5)]));
     assert_eq!(digests_to(&out), vec![B]);
     // Claims about our own ops are no reason.
-    a.tick(&mut Outbox::new());
+    a.tick();
+    a.take_messages();
     let (_, out) = feed(&mut a, B, digest(&[(A, 99), (C, 2)]));
     assert!(out.is_empty());
 }
@@ -219,9 +222,11 @@ fn digest_back_only_when_the_sender_knows_strictly_more() {
 fn tick_sends_periodic_digests() {
     let mut a = node(A, |c| c.anti_entropy_every_ticks = 3);
     a.broadcast(op(1, 1));
+    a.take_messages(); // the eager push
     let mut out = Outbox::new();
     for _ in 0..6 {
-        a.tick(&mut out);
+        a.tick();
+        out.extend(a.take_messages());
     }
     assert_eq!(digests_to(&out), vec![B, C, B, C]);
     assert_eq!(out[0].1, digest(&[(A, 1)]));
@@ -235,8 +240,10 @@ fn pull_retrieves_a_specific_op_and_is_rate_limited() {
     for s in 1..=3 {
         c.broadcast(op(3, s));
     }
+    c.take_messages(); // the eager pushes
     let mut out = Outbox::new();
-    a.pull(&[id(3, 2), id(3, 2), id(1, 1), id(3, 0)], &mut out);
+    a.pull(&[id(3, 2), id(3, 2), id(1, 1), id(3, 0)]);
+    out.extend(a.take_messages());
     assert_eq!(
         out,
         vec![
@@ -256,13 +263,18 @@ fn pull_retrieves_a_specific_op_and_is_rate_limited() {
     );
     // Rate-limited until pull_every_ticks ticks have passed.
     let mut again = Outbox::new();
-    a.pull(&[id(3, 2)], &mut again);
+    a.pull(&[id(3, 2)]);
+    again.extend(a.take_messages());
     assert!(again.is_empty());
-    a.tick(&mut again);
-    a.pull(&[id(3, 2)], &mut again);
+    a.tick();
+    again.extend(a.take_messages());
+    a.pull(&[id(3, 2)]);
+    again.extend(a.take_messages());
     assert!(again.is_empty());
-    a.tick(&mut again);
-    a.pull(&[id(3, 2)], &mut again);
+    a.tick();
+    again.extend(a.take_messages());
+    a.pull(&[id(3, 2)]);
+    again.extend(a.take_messages());
     assert_eq!(again.len(), 2);
     // C answers with exactly that op; A buffers it (3.1 is missing).
     let (_, reply) = feed(&mut c, A, out[1].1.clone());
@@ -272,9 +284,12 @@ fn pull_retrieves_a_specific_op_and_is_rate_limited() {
     assert_eq!(a.stats().buffered, 1);
     // A buffered or delivered id is not pulled again.
     let mut none = Outbox::new();
-    a.tick(&mut none);
-    a.tick(&mut none);
-    a.pull(&[id(3, 2)], &mut none);
+    a.tick();
+    none.extend(a.take_messages());
+    a.tick();
+    none.extend(a.take_messages());
+    a.pull(&[id(3, 2)]);
+    none.extend(a.take_messages());
     assert!(none
         .iter()
         .all(|(_, m)| !matches!(m, GossipMessage::Pull { .. })));
@@ -327,8 +342,9 @@ fn gc_without_peers_and_commit_before_delivery() {
     solo.broadcast(op(1, 2));
     assert_eq!(solo.stats().payloads_held, 1);
     let mut out = Outbox::new();
-    solo.flush(&mut out);
-    solo.tick(&mut out);
+    out.extend(solo.take_messages());
+    solo.tick();
+    out.extend(solo.take_messages());
     assert!(out.is_empty());
 }
 
@@ -408,6 +424,7 @@ fn restore_resumes_counters_and_serves_kept_payloads() {
     b.broadcast(op(2, 2));
     assert_eq!(b.stats().duplicates, 3);
     b.broadcast(op(2, 3));
+    b.take_messages(); // the eager pushes
     assert_eq!(b.delivered(), vec![(A, 5), (B, 3)]);
     // C lacks everything: B answers with what it holds, oldest first.
     let (_, out) = feed(&mut b, C, digest(&[]));

@@ -26,7 +26,7 @@ use creek_core::{
 };
 use creek_exec::{Completion, Registry, Task};
 use creek_gossip::{Gossip, GossipConfig, GossipStats};
-use creek_wire::{GossipMessage, Limits, PeerMessage};
+use creek_wire::{Limits, PeerMessage};
 
 pub use ready::{HoldQueue, Ready, Write};
 pub use timing::LinkTiming;
@@ -307,11 +307,8 @@ impl<S: CabStorage> Node<S> {
     pub fn on_message(&mut self, from: ReplicaId, msg: PeerMessage) {
         match msg {
             PeerMessage::Gossip(m) => {
-                let mut delivered = Vec::new();
-                let mut out = Vec::new();
-                self.gossip.on_message(from, m, &mut delivered, &mut out);
-                self.push_gossip(out);
-                for op in delivered {
+                self.gossip.on_message(from, m);
+                for op in self.gossip.take_delivered() {
                     if self.replica.rb_deliver(op.clone()) {
                         self.new_payloads.push(op);
                     }
@@ -353,9 +350,7 @@ impl<S: CabStorage> Node<S> {
     /// Advance time: the replica's stabilizer, gossip anti-entropy, CAB.
     pub fn tick(&mut self, now_us: u64) {
         self.replica.tick(now_us);
-        let mut out = Vec::new();
-        self.gossip.tick(&mut out);
-        self.push_gossip(out);
+        self.gossip.tick();
         for (to, probe) in self.timing.tick(now_us) {
             self.outbox.push((to, PeerMessage::Probe(probe)));
         }
@@ -528,7 +523,9 @@ impl<S: CabStorage> Node<S> {
         self.timing.status()
     }
 
-    fn push_gossip(&mut self, out: Vec<(ReplicaId, GossipMessage)>) {
+    /// Gossip's messages into the outbox.
+    fn take_gossip_messages(&mut self) {
+        let out = self.gossip.take_messages();
         self.outbox
             .extend(out.into_iter().map(|(to, m)| (to, PeerMessage::Gossip(m))));
     }
@@ -557,15 +554,13 @@ impl<S: CabStorage> Node<S> {
             // Payloads go out before the consensus messages that name them,
             // so a follower finds an op's payload already there when the
             // append arrives (instead of holding the append and pulling).
-            let mut gossip_out = Vec::new();
-            self.gossip.flush(&mut gossip_out);
-            self.push_gossip(gossip_out);
-            let mut cab_out = Vec::new();
+            self.take_gossip_messages();
             let replica = &self.replica;
-            self.cab
-                .poll(&|id| replica.holds_payloads(id), &mut cab_out);
+            self.cab.poll(&|id| replica.holds_payloads(id));
+            let cab_out = self.cab.take_messages();
             self.outbox
                 .extend(cab_out.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
+            let replica = &self.replica;
             let deliverable = self.cab.take_deliverable(&|id| replica.check_dep(id));
             for id in deliverable {
                 progress = true;
@@ -582,9 +577,7 @@ impl<S: CabStorage> Node<S> {
             }
         }
         self.pull_missing();
-        let mut out = Vec::new();
-        self.gossip.flush(&mut out);
-        self.push_gossip(out);
+        self.take_gossip_messages();
     }
 
     /// Ask gossip for what CAB waits on: the strong op itself, or the ops of
@@ -612,9 +605,7 @@ impl<S: CabStorage> Node<S> {
             })
             .take(PULL_IDS_MAX)
             .collect();
-        let mut out = Vec::new();
-        self.gossip.pull(&wanted, &mut out);
-        self.push_gossip(out);
+        self.gossip.pull(&wanted);
     }
 
     /// The replica.

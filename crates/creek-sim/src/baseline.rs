@@ -44,7 +44,7 @@ use creek_exec::basic::BasicEngine;
 use creek_exec::mvcc::{MvccExecutor, Schedule};
 use creek_exec::{Completion, Engine, Outcome, Registry, Settled, Task, TxnLimits};
 use creek_gossip::{Gossip, GossipConfig};
-use creek_wire::{GossipMessage, Limits, PeerMessage};
+use creek_wire::{Limits, PeerMessage};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::config::Protocol;
@@ -304,15 +304,13 @@ impl BaselineNode {
     /// executions into views.
     fn pump(&mut self) {
         for _ in 0..1000 {
-            let mut out = Vec::new();
-            self.gossip.flush(&mut out);
-            self.push_gossip(out);
-            let mut cab_out = Vec::new();
+            self.take_gossip_messages();
             let delivered = {
                 let holds = holder(&self.payloads, &self.committed_set);
-                self.cab.poll(&holds, &mut cab_out);
+                self.cab.poll(&holds);
                 self.cab.take_deliverable(&holds)
             };
+            let cab_out = self.cab.take_messages();
             self.outbox
                 .extend(cab_out.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
             let progress = !delivered.is_empty();
@@ -336,15 +334,14 @@ impl BaselineNode {
             let holds = holder(&self.payloads, &self.committed_set);
             self.cab.waiting_for(&holds, &holds)
         };
-        let mut out = Vec::new();
         if !wanted.is_empty() {
-            self.gossip.pull(&wanted, &mut out);
+            self.gossip.pull(&wanted);
         }
-        self.gossip.flush(&mut out);
-        self.push_gossip(out);
+        self.take_gossip_messages();
     }
 
-    fn push_gossip(&mut self, out: Vec<(ReplicaId, GossipMessage)>) {
+    fn take_gossip_messages(&mut self) {
+        let out = self.gossip.take_messages();
         self.outbox
             .extend(out.into_iter().map(|(to, m)| (to, PeerMessage::Gossip(m))));
     }
@@ -463,11 +460,8 @@ impl SimReplica for BaselineNode {
         };
         match msg {
             PeerMessage::Gossip(m) => {
-                let mut delivered = Vec::new();
-                let mut out = Vec::new();
-                self.gossip.on_message(from, m, &mut delivered, &mut out);
-                self.push_gossip(out);
-                for op in delivered {
+                self.gossip.on_message(from, m);
+                for op in self.gossip.take_delivered() {
                     self.accept(op);
                 }
             }
@@ -482,9 +476,7 @@ impl SimReplica for BaselineNode {
     }
 
     fn tick(&mut self, _now_us: u64) {
-        let mut out = Vec::new();
-        self.gossip.tick(&mut out);
-        self.push_gossip(out);
+        self.gossip.tick();
         self.cab.tick();
         self.ticks += 1;
         if self.ticks >= ADOPTION_TICKS {

@@ -277,8 +277,8 @@ fn run(nodes: &mut [Option<Member>], delivered: &mut [Vec<OpId>], rounds: usize,
                 if tick {
                     n.cab.tick();
                 }
-                let mut out = Vec::new();
-                n.cab.poll(ALWAYS, &mut out);
+                n.cab.poll(ALWAYS);
+                let out = n.cab.take_messages();
                 assert!(n.cab.failure().is_none(), "{:?}", n.cab.failure());
                 n.persister.persist(creek_node::Write {
                     log: n.cab.take_writes(),

@@ -134,8 +134,9 @@ impl Net {
     pub fn step(&mut self) {
         self.now += 1;
         for r in self.replicas() {
-            let mut out = Outbox::new();
-            self.nodes.get_mut(&r).expect("node").tick(&mut out);
+            let node = self.nodes.get_mut(&r).expect("node");
+            node.tick();
+            let out = node.take_messages();
             self.send(r, out);
         }
         while let Some(entry) = self.flight.first_entry() {
@@ -143,9 +144,9 @@ impl Net {
                 break;
             }
             let (from, to, msg) = entry.remove();
-            let (mut deliver, mut out) = (Vec::new(), Outbox::new());
             let node = self.nodes.get_mut(&to).expect("node");
-            node.on_message(from, msg, &mut deliver, &mut out);
+            node.on_message(from, msg);
+            let (deliver, out) = (node.take_delivered(), node.take_messages());
             assert!(node.stats().buffered <= self.buffer_max, "buffer bound");
             self.record(to, &deliver);
             self.send(to, out);
@@ -155,8 +156,7 @@ impl Net {
 
     pub fn flush_all(&mut self) {
         for r in self.replicas() {
-            let mut out = Outbox::new();
-            self.nodes.get_mut(&r).expect("node").flush(&mut out);
+            let out = self.nodes.get_mut(&r).expect("node").take_messages();
             self.send(r, out);
         }
     }
