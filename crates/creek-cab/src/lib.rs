@@ -206,6 +206,12 @@ pub struct Cab<S: CabStorage> {
     decided: VecDeque<(OpId, u64)>,
     /// Every id ever decided (first occurrences).
     seen: FxHashSet<OpId>,
+    /// The last log index whose entry was decided here (committed entries
+    /// arrive once each, in log order: asserted in `decide`).
+    decided_through: u64,
+    /// The entry index of the last id delivered (delivery follows the
+    /// decided order: asserted in `take_deliverable`).
+    delivered_index: u64,
     ticks: u64,
     /// The library ticks once every `tick_scale` calls of [`Cab::tick`].
     tick_scale: u64,
@@ -260,6 +266,8 @@ impl<S: CabStorage> Cab<S> {
             held: VecDeque::new(),
             decided: VecDeque::new(),
             seen,
+            decided_through: applied,
+            delivered_index: applied,
             ticks: 0,
             tick_scale: 1,
             sub_ticks: 0,
@@ -551,6 +559,16 @@ impl<S: CabStorage> Cab<S> {
     /// their first occurrence.
     fn decide(&mut self, entries: Vec<raft::eraftpb::Entry>) {
         for e in entries {
+            // Paired with the library's contract (and with the delivery
+            // order asserted in `take_deliverable`): each committed entry
+            // once, in log order, after the restart point.
+            assert!(
+                e.index > self.decided_through,
+                "entry {} committed again or out of order (decided through {})",
+                e.index,
+                self.decided_through
+            );
+            self.decided_through = e.index;
             if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
                 continue;
             }
@@ -575,10 +593,17 @@ impl<S: CabStorage> Cab<S> {
     /// predicate holds (conditional delivery).
     pub fn take_deliverable(&mut self, deps: Deps<'_>) -> Vec<OpId> {
         let mut out = Vec::new();
-        while let Some(&(id, _)) = self.decided.front() {
+        while let Some(&(id, index)) = self.decided.front() {
             if !deps(id) {
                 break;
             }
+            // Paired with `decide`: ids leave in the order they were decided.
+            assert!(
+                index >= self.delivered_index,
+                "{id} of entry {index} delivered after entry {}",
+                self.delivered_index
+            );
+            self.delivered_index = index;
             self.decided.pop_front();
             out.push(id);
         }
@@ -678,6 +703,30 @@ impl<S: CabStorage> Cab<S> {
             }
         }
         out
+    }
+
+    /// Check CAB's invariants (for the simulator's sampled checks):
+    /// delivery never passes the commit index, the decided queue is in log
+    /// order within what was decided, and every queued id is seen.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let committed = self.node.raft.raft_log.committed;
+        let through = self.delivered_through();
+        if through > committed && !self.config.planted_deliver_on_propose {
+            return Err(format!(
+                "delivered through {through}, past the commit index {committed}"
+            ));
+        }
+        let mut last = self.delivered_index;
+        for &(id, index) in &self.decided {
+            if index < last {
+                return Err(format!("decided queue out of log order at {id}"));
+            }
+            last = index;
+            if !self.seen.contains(&id) {
+                return Err(format!("decided {id} is not among the seen ids"));
+            }
+        }
+        Ok(())
     }
 
     /// Decided ids still waiting for their predicate.

@@ -238,6 +238,13 @@ impl CabStorage for LogStore {
     }
 
     fn set_commit(&mut self, commit: u64) -> raft::Result<()> {
+        // Paired with the library's own check when it learns a commit index:
+        // what is stored as committed is in the stored log.
+        let (_, last) = self.bounds();
+        assert!(
+            commit <= last,
+            "commit index {commit} past the stored log (last {last})"
+        );
         let mut core = self.mem.wl();
         core.mut_hard_state().commit = commit;
         self.pending.hard_state = Some(core.hard_state().clone());

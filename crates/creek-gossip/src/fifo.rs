@@ -62,6 +62,10 @@ impl Fifo {
         self.buffer.get(&id)
     }
 
+    pub(crate) fn buffered_ids(&self) -> impl Iterator<Item = OpId> + '_ {
+        self.buffer.keys().copied()
+    }
+
     pub(crate) fn buffered_len(&self) -> usize {
         self.buffer.len()
     }

@@ -299,7 +299,17 @@ impl Gossip {
         if new.is_empty() {
             return;
         }
+        let mut next: BTreeMap<ReplicaId, u64> = BTreeMap::new();
         for op in new {
+            // Paired with the FIFO's delivery rule: per origin, each seq
+            // once, in order, and counted as delivered.
+            let id = op.id;
+            let expected = next.get(&id.origin).copied();
+            assert!(
+                expected.is_none_or(|s| s == id.seq) && self.fifo.has_delivered(id),
+                "{id} delivered out of per-origin order"
+            );
+            next.insert(id.origin, id.seq + 1);
             self.store.insert(op.clone());
         }
         self.stats.ops_delivered += new.len() as u64;
@@ -400,6 +410,29 @@ impl Gossip {
             self.stats.ops_sent += chunk.len() as u64;
             self.outbox.push((to, GossipMessage::Ops(chunk.to_vec())));
         }
+    }
+
+    /// Check gossip's invariants (for the simulator's sampled checks): every
+    /// held payload is delivered, every buffered op is ahead of its origin's
+    /// counter, the buffer within its bound, queued pushes are own ops.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some(id) = self.store.ids().find(|id| !self.fifo.has_delivered(*id)) {
+            return Err(format!("{id} is held but not delivered"));
+        }
+        if self.fifo.buffered_len() > self.config.out_of_order_max {
+            return Err("the out-of-order buffer is over its bound".into());
+        }
+        if let Some(id) = self
+            .fifo
+            .buffered_ids()
+            .find(|id| self.fifo.has_delivered(*id))
+        {
+            return Err(format!("{id} is buffered but already delivered"));
+        }
+        if let Some(op) = self.pushes.iter().find(|op| op.id.origin != self.config.me) {
+            return Err(format!("{} is queued for a push but not our own", op.id));
+        }
+        Ok(())
     }
 
     fn collect(&mut self) {

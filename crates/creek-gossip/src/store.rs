@@ -28,6 +28,10 @@ impl Store {
         self.held.len()
     }
 
+    pub(crate) fn ids(&self) -> impl Iterator<Item = OpId> + '_ {
+        self.held.keys().copied()
+    }
+
     pub(crate) fn get(&self, id: OpId) -> Option<&Arc<Op>> {
         self.held.get(&id)
     }
@@ -111,6 +115,13 @@ impl Store {
                 self.ready.remove(&origin);
             }
             for seq in gone {
+                // Paired with `commit`/`insert`, which mark only committed
+                // held ops ready: nothing uncommitted is ever dropped.
+                assert!(
+                    self.committed.contains(OpId::new(origin, seq)),
+                    "collecting r{}.{seq}, which is not committed here",
+                    origin.0
+                );
                 if self.held.remove(&OpId::new(origin, seq)).is_some() {
                     dropped += 1;
                 }

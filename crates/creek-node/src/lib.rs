@@ -462,6 +462,14 @@ impl<S: CabStorage> Node<S> {
             creek_cab::LogWrites::default()
         };
         let checkpoint = checkpoint.map(|c| {
+            // Paired with recovery, which restores the latest checkpoint
+            // written: checkpoints only move forward.
+            assert!(
+                c.committed_len >= self.durability.checkpointed_len,
+                "checkpoint at {} behind the previous one at {}",
+                c.committed_len,
+                self.durability.checkpointed_len
+            );
             // A checkpoint covers the whole committed list, so the payloads
             // it frees are those committed since the previous one.
             let dropped = self.committed_since(self.durability.checkpointed_len);
@@ -606,6 +614,33 @@ impl<S: CabStorage> Node<S> {
             .take(PULL_IDS_MAX)
             .collect();
         self.gossip.pull(&wanted);
+    }
+
+    /// Check every room's invariants and the node's own (the simulator
+    /// samples this; it walks the replica's state, so it is not for the
+    /// hot path): the replica core and its executor, CAB, gossip, and
+    /// durability (nothing durable that was not written; gossip told of no
+    /// more than was committed).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.replica.check_invariants()?;
+        self.replica.engine().check_invariants()?;
+        self.cab
+            .check_invariants()
+            .map_err(|e| format!("cab: {e}"))?;
+        self.gossip
+            .check_invariants()
+            .map_err(|e| format!("gossip: {e}"))?;
+        let d = &self.durability;
+        if d.durable > d.written {
+            return Err(format!(
+                "write {} durable, only {} written",
+                d.durable, d.written
+            ));
+        }
+        if self.committed_told > self.replica.committed().len() {
+            return Err("gossip was told of more committed ops than there are".into());
+        }
+        Ok(())
     }
 
     /// The replica.

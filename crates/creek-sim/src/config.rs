@@ -261,6 +261,10 @@ pub struct SimConfig {
     /// Check every replica's and executor's invariants after every event
     /// (slow; for hunting a bug to its first bad step).
     pub check_invariants: bool,
+    /// Sampled invariant checks, on in every run: a replica's invariants
+    /// (core, executor, CAB, gossip, durability) are checked after an event
+    /// at most this often per replica, in virtual microseconds; 0: never.
+    pub invariants_every_us: u64,
 }
 
 /// Default execution costs, calibrated to the Creek paper's TPC-C setting
@@ -308,6 +312,7 @@ impl Default for SimConfig {
             plant_bug: None,
             lin_budget_steps: 2_000_000,
             check_invariants: false,
+            invariants_every_us: 20_000,
         }
     }
 }

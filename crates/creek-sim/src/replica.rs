@@ -442,10 +442,8 @@ impl SimReplica for CreekReplica {
     }
 
     fn check_invariants(&self) -> Result<(), String> {
-        match self.replica() {
-            Some(r) => r
-                .check_invariants()
-                .and_then(|_| r.engine().check_invariants()),
+        match &self.node {
+            Some(n) => n.check_invariants(),
             None => Ok(()),
         }
     }

@@ -88,6 +88,8 @@ struct SimNode {
     handles: BTreeMap<ExecKey, usize>,
     /// A `DiskPoll` is scheduled for this time.
     disk_wake_at: Option<u64>,
+    /// The next sampled invariant check is due after this time.
+    next_invariants_at: u64,
 }
 
 struct Client {
@@ -361,6 +363,7 @@ impl Sim {
                 clock_drift_ppm: drift,
                 handles: BTreeMap::new(),
                 disk_wake_at: None,
+                next_invariants_at: 0,
             });
         }
         let mut net = match cfg.links {
@@ -736,7 +739,10 @@ impl Sim {
                 }
             }
         }
-        if self.cfg.check_invariants {
+        let sampled =
+            self.cfg.invariants_every_us > 0 && self.now >= self.nodes[i].next_invariants_at;
+        if self.cfg.check_invariants || sampled {
+            self.nodes[i].next_invariants_at = self.now + self.cfg.invariants_every_us;
             if let Err(e) = self.nodes[i].node.check_invariants() {
                 panic!("replica {i} at {} us: invariant broken: {e}", self.now);
             }

@@ -321,6 +321,17 @@ fn write_log(
     if let Some(from) = w.truncate_from() {
         log.retain_in(from.., |_, _| false).map_err(db_err)?;
     }
+    // Paired with `LogStore::append`, which accepts only contiguous runs:
+    // the entries stored are one run, starting at or after any truncation.
+    let entries = w.entries();
+    assert!(
+        entries.windows(2).all(|p| p[1].index == p[0].index + 1)
+            && entries
+                .first()
+                .zip(w.truncate_from())
+                .is_none_or(|(e, from)| e.index >= from),
+        "a log write that is not one contiguous run after its truncation"
+    );
     for e in w.entries() {
         let bytes = e
             .write_to_bytes()

@@ -48,6 +48,10 @@ pub struct Args {
     /// directed link 10–150 ms one way, asymmetric, jittered).
     #[arg(long, default_value = "lan", value_parser = Links::parse)]
     links: Links,
+    /// How often each replica's invariants are checked (virtual time, e.g.
+    /// `20ms`; `0` never).
+    #[arg(long, default_value = "20ms")]
+    invariants_every: String,
     /// Print one JSON object per run.
     #[arg(long)]
     json: bool,
@@ -110,6 +114,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         faults: Faults::parse(&args.faults)?,
         schedule: args.schedule,
         links: args.links,
+        invariants_every_us: parse_duration_or_zero(&args.invariants_every)?,
         plant_bug: args
             .plant_bug
             .as_deref()

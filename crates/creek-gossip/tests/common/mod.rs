@@ -148,6 +148,9 @@ impl Net {
             node.on_message(from, msg);
             let (deliver, out) = (node.take_delivered(), node.take_messages());
             assert!(node.stats().buffered <= self.buffer_max, "buffer bound");
+            if let Err(e) = node.check_invariants() {
+                panic!("{to}: {e}");
+            }
             self.record(to, &deliver);
             self.send(to, out);
         }
