@@ -1,32 +1,47 @@
 #!/usr/bin/env bash
-# The CI swarm: 380 seeds with every fault class, 50 per checking workload
-# and 30 each for the benchmark workloads (ycsb, tickets) on Creek, and 20
-# each of kv and bank on every baseline (smr, bayou, archie), two at a time
-# (2 cores). Exits non-zero if any seed fails; each
-# failure prints the command that reproduces it.
+# The CI swarm: 540 seeds, every fault class (the simulated disk included),
+# two runs at a time (2 cores). On Creek: 70 seeds of each checking workload
+# (kv, queue, bank, list) and 40 each of the benchmark workloads (ycsb,
+# tickets) on a LAN, 500 ms each; 40 kv and 20 queue seeds on wide-area
+# links (10-150 ms one way, asymmetric, jittered), 4 s each. On every
+# baseline (smr, bayou, archie): 20 seeds each of kv and bank. Exits
+# non-zero if any seed fails; each failure prints the command that
+# reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=./target/release/creek
 [ -x "$bin" ] || cargo build --release -p creek
-run() { "$bin" sim --replicas 5 --workload "$1" --seeds "$2" --duration 500ms --faults all > "/tmp/swarm-$1.log" 2>&1; }
-baseline() { "$bin" sim --protocol "$1" --replicas 5 --workload "$2" --seeds 1000..1020 --duration 500ms --faults all > "/tmp/swarm-$1-$2.log" 2>&1; }
+logs=${SWARM_LOGS:-/tmp/creek-swarm}
+mkdir -p "$logs"
+rm -f "$logs"/*.log
+
+# name protocol links workload seeds duration
+jobs="bank creek lan bank 1000..1070 500ms
+list creek lan list 1000..1070 500ms
+kv creek lan kv 1000..1070 500ms
+queue creek lan queue 1000..1070 500ms
+ycsb creek lan ycsb 1000..1040 500ms
+tickets creek lan tickets 1000..1040 500ms
+wan-kv creek wan kv 1000..1040 4s
+wan-queue creek wan queue 1000..1020 4s
+smr-kv smr lan kv 1000..1020 500ms
+smr-bank smr lan bank 1000..1020 500ms
+bayou-kv bayou lan kv 1000..1020 500ms
+bayou-bank bayou lan bank 1000..1020 500ms
+archie-kv archie lan kv 1000..1020 500ms
+archie-bank archie lan bank 1000..1020 500ms"
+
+run() {
+  "$bin" sim --protocol "$2" --links "$3" --replicas 5 --workload "$4" --seeds "$5" \
+    --duration "$6" --faults all > "$logs/$1.log" 2>&1
+}
+export -f run
+export bin logs
 status=0
-run kv 1000..1050 & a=$!
-run queue 1000..1050 & b=$!
-wait $a || status=1; wait $b || status=1
-run bank 1000..1050 & a=$!
-run list 1000..1050 & b=$!
-wait $a || status=1; wait $b || status=1
-run ycsb 1000..1030 & a=$!
-run tickets 1000..1030 & b=$!
-wait $a || status=1; wait $b || status=1
-for p in smr bayou archie; do
-  baseline "$p" kv & a=$!
-  baseline "$p" bank & b=$!
-  wait $a || status=1; wait $b || status=1
-done
-for w in kv queue bank list ycsb tickets smr-kv smr-bank bayou-kv bayou-bank archie-kv archie-bank; do
-  tail -n 1 "/tmp/swarm-$w.log" | sed "s/^/$w: /"
-  grep -A1 "FAIL" "/tmp/swarm-$w.log" || true
-done
+echo "$jobs" | xargs -P 2 -L 1 bash -c 'run "$@"' _ || status=1
+while read -r name _; do
+  tail -n 1 "$logs/$name.log" | sed "s/^/$name: /"
+  grep -A1 "FAIL" "$logs/$name.log" || true
+done <<< "$jobs"
+python3 scripts/swarm-summary.py "$logs"/*.log
 exit $status

@@ -466,7 +466,9 @@ impl Sim {
             self.schedule(self.cfg.warmup_us, Ev::Warmup);
         }
         self.schedule(self.cfg.duration_us, Ev::End);
-        let limit = self.cfg.duration_us + 30_000_000;
+        // A run that has not settled by twice its liveness bound has failed
+        // `liveness` already; simulating on would only take time.
+        let limit = self.cfg.duration_us + 2 * liveness_bound_us(self.net.latency_max_us());
         let mut settled = false;
         let mut next_settle_check = self.cfg.duration_us;
         let mut next_progress = 0;
