@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The long swarm, run by hand (docs/reliability.md, "Figures"): 10,000
 # seeds with every fault class, 5 replicas, two runs at a time. Creek on a
-# LAN (500 ms of clients): kv 2,850, queue 1,800, list 1,400, ycsb 1,000,
-# tickets 1,000, bank 600; on wide-area links (4 s): kv 600, queue 300; the
-# baselines (smr, bayou, archie): kv 100 and bank 50 each. Every run's JSON
+# LAN (500 ms of clients): kv 3,800, queue 2,600, tickets 1,000, list 250,
+# bank 250, ycsb 150 (list, bank and ycsb cost 5-8x a kv seed); on
+# wide-area links (4 s): kv 1,000, queue 500; the baselines (smr, bayou,
+# archie): kv 100 and bank 50 each. Every run's JSON
 # report goes to $SWARM_LOGS (default /tmp/creek-hand-swarm); the summary
 # (seeds, ops checked, faults, failures, longest settling time against the
 # liveness bound) is printed at the end. Exits non-zero if any seed fails.
@@ -17,14 +18,14 @@ mkdir -p "$logs"
 rm -f "$logs"/*.jsonl
 
 # name protocol links workload first count duration
-plan="kv creek lan kv 100000 2850 500ms
-queue creek lan queue 100000 1800 500ms
-list creek lan list 100000 1400 500ms
-ycsb creek lan ycsb 100000 1000 500ms
+plan="kv creek lan kv 100000 3800 500ms
+queue creek lan queue 100000 2600 500ms
 tickets creek lan tickets 100000 1000 500ms
-bank creek lan bank 100000 600 500ms
-wan-kv creek wan kv 100000 600 4s
-wan-queue creek wan queue 100000 300 4s
+list creek lan list 100000 250 500ms
+bank creek lan bank 100000 250 500ms
+ycsb creek lan ycsb 100000 150 500ms
+wan-kv creek wan kv 100000 1000 4s
+wan-queue creek wan queue 100000 500 4s
 smr-kv smr lan kv 100000 100 500ms
 smr-bank smr lan bank 100000 50 500ms
 bayou-kv bayou lan kv 100000 100 500ms
