@@ -161,35 +161,36 @@ impl Cluster {
     /// sending side.
     pub async fn delay_all(&self, delay: Duration) {
         for i in 0..self.len() {
-            let mut admin = AdminClient::connect(format!("http://{}", self.clients[i]))
-                .await
-                .expect("admin");
-            let links = (0..self.len())
-                .filter(|j| *j != i)
-                .map(|j| pb::LinkFault {
-                    peer: (j + 1) as u32,
-                    delay_us: delay.as_micros() as u64,
-                    ..Default::default()
-                })
-                .collect();
-            admin
-                .set_faults(pb::SetFaultsRequest { links })
-                .await
-                .expect("set faults");
+            let fault = pb::LinkFault {
+                delay_us: delay.as_micros() as u64,
+                ..Default::default()
+            };
+            self.set_links(i, Some(fault)).await;
         }
     }
 
     /// Cut replica `i` off from every other replica (or heal it).
     pub async fn isolate(&self, i: usize, partitioned: bool) {
+        let fault = pb::LinkFault {
+            partitioned: true,
+            ..Default::default()
+        };
+        self.set_links(i, partitioned.then_some(fault)).await;
+    }
+
+    /// Replica `i`'s links to every other replica get `fault` (`None`:
+    /// no fault).
+    async fn set_links(&self, i: usize, fault: Option<pb::LinkFault>) {
         let mut admin = AdminClient::connect(format!("http://{}", self.clients[i]))
             .await
             .expect("admin");
         let links = (0..self.len())
-            .filter(|j| *j != i && partitioned)
-            .map(|j| pb::LinkFault {
-                peer: (j + 1) as u32,
-                partitioned: true,
-                ..Default::default()
+            .filter(|j| *j != i)
+            .filter_map(|j| {
+                fault.clone().map(|f| pb::LinkFault {
+                    peer: (j + 1) as u32,
+                    ..f
+                })
             })
             .collect();
         admin
