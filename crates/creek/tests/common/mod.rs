@@ -187,7 +187,7 @@ impl Cluster {
         let links = (0..self.len())
             .filter(|j| *j != i)
             .filter_map(|j| {
-                fault.clone().map(|f| pb::LinkFault {
+                fault.map(|f| pb::LinkFault {
                     peer: (j + 1) as u32,
                     ..f
                 })
