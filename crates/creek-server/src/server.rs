@@ -105,6 +105,15 @@ impl Server {
             (config.checkpoint_every_secs * 1000 / config.tick_ms).max(1);
         let limits = node_config.wire;
         let recovered_ops = opened.recovered.ops.len();
+        if opened.recovered.repaired {
+            tracing::warn!(
+                replica = %me,
+                dir = %config.data_dir.display(),
+                "the data directory was not closed cleanly (crash, kill or failed fsync): \
+                 its database was checked and rolled back to its last complete commit; \
+                 a write that was torn or not fully synced is dropped (no peer saw it)"
+            );
+        }
         let from_checkpoint = opened
             .recovered
             .checkpoint

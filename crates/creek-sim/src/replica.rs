@@ -137,6 +137,8 @@ pub struct DiskCounts {
     pub sync_failures: u64,
     /// Syncs completed.
     pub syncs: u64,
+    /// Restarts whose database had to be repaired (not closed cleanly).
+    pub repairs: u64,
 }
 
 impl std::ops::AddAssign for DiskCounts {
@@ -146,6 +148,7 @@ impl std::ops::AddAssign for DiskCounts {
         self.torn_changes_kept += o.torn_changes_kept;
         self.sync_failures += o.sync_failures;
         self.syncs += o.syncs;
+        self.repairs += o.repairs;
     }
 }
 
@@ -478,6 +481,9 @@ impl SimReplica for CreekReplica {
         }
         let loaded = creek_store::load_backend(self.disk.clone(), self.voters.clone())
             .map_err(|e| format!("the disk does not open: {e}"))?;
+        if loaded.recovered.repaired {
+            self.disk_counts.repairs += 1;
+        }
         let node = Node::recover(
             self.config.clone(),
             self.registry.clone(),

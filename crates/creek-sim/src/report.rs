@@ -307,6 +307,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             "syncs": disk.syncs,
             "sync_failures": disk.sync_failures,
             "torn_changes_kept": disk.torn_changes_kept,
+            "repairs": disk.repairs,
         },
         "plant_bug": cfg.plant_bug.map(|b| format!("{b:?}")),
         "trace_hash": format!("{:016x}", out.trace_hash),

@@ -91,6 +91,7 @@ mod persister;
 pub mod sim_disk;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -182,6 +183,11 @@ pub struct Recovered {
     pub checkpoint: Option<Checkpoint>,
     /// The op payloads kept (not deleted by a checkpoint), by id.
     pub ops: Vec<Arc<Op>>,
+    /// The database was not closed cleanly (a crash, a kill, a failed
+    /// fsync): redb checked it at open and rolled back to its last complete
+    /// commit, dropping a write that was torn or never fully synced (whose
+    /// messages the node never let leave). Drivers say so in their log.
+    pub repaired: bool,
 }
 
 /// An opened data directory.
@@ -238,7 +244,8 @@ pub fn load(dir: &Path, voters: Vec<u64>) -> Result<Loaded, StoreError> {
         dir: dir.to_path_buf(),
         source,
     })?;
-    let db = match Database::create(dir.join(FILE_NAME)) {
+    let repaired = Arc::new(AtomicBool::new(false));
+    let db = match builder(&repaired).create(dir.join(FILE_NAME)) {
         Ok(db) => db,
         Err(DatabaseError::DatabaseAlreadyOpen) => {
             return Err(StoreError::InUse {
@@ -247,19 +254,30 @@ pub fn load(dir: &Path, voters: Vec<u64>) -> Result<Loaded, StoreError> {
         }
         Err(e) => return Err(db_err(e)),
     };
-    load_db(db, voters)
+    load_db(db, voters, repaired.load(Ordering::Relaxed))
+}
+
+/// A database builder whose repair callback (run at open when the last
+/// shutdown was not clean) sets `repaired`.
+fn builder(repaired: &Arc<AtomicBool>) -> redb::Builder {
+    let mut builder = Database::builder();
+    let flag = repaired.clone();
+    builder.set_repair_callback(move |_| flag.store(true, Ordering::Relaxed));
+    builder
 }
 
 /// Load (or create) a store on a redb storage backend.
 pub fn load_backend(backend: impl StorageBackend, voters: Vec<u64>) -> Result<Loaded, StoreError> {
-    let db = Database::builder()
+    let repaired = Arc::new(AtomicBool::new(false));
+    let db = builder(&repaired)
         .create_with_backend(backend)
         .map_err(db_err)?;
-    load_db(db, voters)
+    load_db(db, voters, repaired.load(Ordering::Relaxed))
 }
 
-fn load_db(db: Database, voters: Vec<u64>) -> Result<Loaded, StoreError> {
-    let (storage, recovered) = read_all(&db, voters)?;
+fn load_db(db: Database, voters: Vec<u64>, repaired: bool) -> Result<Loaded, StoreError> {
+    let (storage, mut recovered) = read_all(&db, voters)?;
+    recovered.repaired = repaired;
     Ok(Loaded {
         store: Store { db },
         storage,
@@ -412,6 +430,7 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered), St
                 None => None,
             },
             ops: load_ops(&ops)?,
+            repaired: false,
         };
         (storage, recovered)
     };

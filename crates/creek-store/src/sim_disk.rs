@@ -287,6 +287,28 @@ mod tests {
         assert!(data[1024 + SECTOR_BYTES..].iter().all(|b| *b == 0), "torn");
     }
 
+    /// A database not closed cleanly is repaired at open, and the open says
+    /// so (the server logs it); a clean close is not.
+    #[test]
+    fn an_unclean_close_is_reported_as_repaired() {
+        let disk = SimDisk::new();
+        let voters = vec![1, 2, 3];
+        let loaded = crate::load_backend(disk.clone(), voters.clone()).unwrap();
+        assert!(!loaded.recovered.repaired, "a new disk");
+        disk.complete_sync();
+        // Power loss while open: the clean-shutdown mark written as the
+        // database goes never becomes durable.
+        drop(loaded);
+        disk.crash(0);
+        let loaded = crate::load_backend(disk.clone(), voters.clone()).unwrap();
+        assert!(loaded.recovered.repaired, "after a crash");
+        // A clean close: the database's last write is synced.
+        drop(loaded);
+        disk.complete_sync();
+        let loaded = crate::load_backend(disk.clone(), voters).unwrap();
+        assert!(!loaded.recovered.repaired, "after a clean close");
+    }
+
     #[test]
     fn reads_past_the_end_are_errors() {
         let d = SimDisk::new();
