@@ -358,11 +358,6 @@ impl<S: CabStorage> Cab<S> {
         self.tick_scale = scale.max(1);
     }
 
-    /// See [`Cab::set_tick_scale`].
-    pub fn tick_scale(&self) -> u64 {
-        self.tick_scale
-    }
-
     /// Advance logical time by one tick (see [`Cab::set_tick_scale`]).
     pub fn tick(&mut self) {
         if self.failed.is_some() {

@@ -323,6 +323,7 @@ impl<S: CabStorage> Node<S> {
                 if let Some(echo) = self.timing.on_probe(from, p) {
                     self.outbox.push((from, PeerMessage::Probe(echo)));
                 }
+                self.cab.set_tick_scale(self.timing.scale());
             }
         }
         self.pump();
@@ -354,7 +355,6 @@ impl<S: CabStorage> Node<S> {
         for (to, probe) in self.timing.tick(now_us) {
             self.outbox.push((to, PeerMessage::Probe(probe)));
         }
-        self.cab.set_tick_scale(self.timing.update_scale());
         self.cab.tick();
         // A commit-index-only log write waits at most a tick.
         self.durability.sync_lazy = true;

@@ -146,27 +146,31 @@ impl Timing {
         self.peers.keys().map(|p| (*p, probe)).collect()
     }
 
-    /// A probe or echo from `from`: the echo to send back, if any.
+    /// A probe or echo from `from`: the echo to send back, if any. What it
+    /// reports or measures may change the scale ([`Timing::scale`]).
     pub(crate) fn on_probe(&mut self, from: ReplicaId, probe: Probe) -> Option<Probe> {
         let now = self.now_us;
         let peer = self.peers.get_mut(&from)?;
         peer.reported_us = probe.rtt_us.min(SAMPLE_MAX_US);
-        if !probe.echo {
-            return Some(Probe {
-                stamp_us: probe.stamp_us,
-                echo: true,
-                rtt_us: self.own_rtt_us(),
-            });
-        }
         // An echo stamped in the future is from before a backward clock
         // jump: no sample.
-        if let Some(rtt) = now.checked_sub(probe.stamp_us) {
+        if let Some(rtt) = now.checked_sub(probe.stamp_us).filter(|_| probe.echo) {
             if peer.samples.len() == SAMPLES_KEPT {
                 peer.samples.pop_front();
             }
             peer.samples.push_back(rtt.min(SAMPLE_MAX_US));
         }
-        None
+        self.update_scale();
+        (!probe.echo).then(|| Probe {
+            stamp_us: probe.stamp_us,
+            echo: true,
+            rtt_us: self.own_rtt_us(),
+        })
+    }
+
+    /// CAB's tick scale now.
+    pub(crate) fn scale(&self) -> u64 {
+        self.scale
     }
 
     fn own_rtt_us(&self) -> u64 {
@@ -180,9 +184,8 @@ impl Timing {
             .fold(self.own_rtt_us(), u64::max)
     }
 
-    /// The tick scale the links need now, with hysteresis applied to the
-    /// current one; the caller hands it to CAB.
-    pub(crate) fn update_scale(&mut self) -> u64 {
+    /// The tick scale the links need now, with hysteresis applied.
+    fn update_scale(&mut self) {
         let base_us = ELECTION_TICKS_BASE * self.tick_us;
         let needed = (ELECTION_RTTS * self.group_rtt_us())
             .div_ceil(base_us)
@@ -190,7 +193,6 @@ impl Timing {
         if needed > self.scale || needed * 2 <= self.scale {
             self.scale = needed;
         }
-        self.scale
     }
 
     pub(crate) fn status(&self) -> LinkTiming {
@@ -225,7 +227,7 @@ mod tests {
         let mut t = Timing::new(1_000, 10, 2, [ReplicaId(2), ReplicaId(3)]);
         assert_eq!(t.tick(0).len(), 2);
         echo_after(&mut t, ReplicaId(2), 1_000);
-        assert_eq!(t.update_scale(), 1);
+        assert_eq!(t.scale(), 1);
         assert_eq!(t.status().election_timeout_us, 10_000);
     }
 
@@ -235,7 +237,7 @@ mod tests {
         t.tick(0);
         // 240 ms round trip: the smallest election timeout must span 960 ms.
         echo_after(&mut t, ReplicaId(2), 240_000);
-        assert_eq!(t.update_scale(), 10);
+        assert_eq!(t.scale(), 10);
         let s = t.status();
         assert_eq!(s.own_rtt_us, 240_000);
         assert_eq!(s.election_timeout_us, 1_300_000);
@@ -248,7 +250,7 @@ mod tests {
         };
         let echo = t.on_probe(ReplicaId(3), probe).expect("a probe is echoed");
         assert!(echo.echo && echo.stamp_us == 5 && echo.rtt_us == 240_000);
-        assert_eq!(t.update_scale(), 16);
+        assert_eq!(t.scale(), 16);
     }
 
     #[test]
@@ -259,7 +261,7 @@ mod tests {
             echo_after(&mut t, ReplicaId(2), rtt);
         }
         assert_eq!(t.status().own_rtt_us, 21_000);
-        assert_eq!(t.update_scale(), 9);
+        assert_eq!(t.scale(), 9);
     }
 
     #[test]
@@ -267,16 +269,16 @@ mod tests {
         let mut t = Timing::new(1_000, 10, 2, [ReplicaId(2)]);
         t.tick(0);
         echo_after(&mut t, ReplicaId(2), 100_000);
-        assert_eq!(t.update_scale(), 40);
+        assert_eq!(t.scale(), 40);
         // The slow samples age out; 60 ms needs 24, not below half of 40.
         for _ in 0..SAMPLES_KEPT {
             echo_after(&mut t, ReplicaId(2), 60_000);
         }
-        assert_eq!(t.update_scale(), 40);
+        assert_eq!(t.scale(), 40);
         for _ in 0..SAMPLES_KEPT {
             echo_after(&mut t, ReplicaId(2), 10_000);
         }
-        assert_eq!(t.update_scale(), 4);
+        assert_eq!(t.scale(), 4);
     }
 
     #[test]

@@ -455,14 +455,15 @@ impl NodeLoop {
     }
 
     /// Say when the links force consensus timing away from the
-    /// configuration (and when they let it come back).
+    /// configuration (a warning, once) and when they let it come back;
+    /// adjustments in between are debug lines (the gauges show them).
     fn log_timing_change(&mut self) {
         let t = self.node.link_timing();
         if t.scale == self.timing_scale {
             return;
         }
         let configured_ms = t.election_timeout_us / t.scale / 1000;
-        if t.scale > self.timing_scale && t.scale > 1 {
+        if self.timing_scale == 1 {
             tracing::warn!(
                 round_trip_ms = t.group_rtt_us / 1000,
                 configured_election_timeout_ms = configured_ms,
@@ -475,11 +476,17 @@ impl NodeLoop {
                 t.scale,
                 t.scale * t.tick_us / 1000,
             );
-        } else {
+        } else if t.scale == 1 {
             tracing::info!(
                 round_trip_ms = t.group_rtt_us / 1000,
                 election_timeout_ms = t.election_timeout_us / 1000,
-                "consensus timing follows faster peer links (×{})",
+                "peer links are fast again: consensus timing back to the configured one"
+            );
+        } else {
+            tracing::debug!(
+                round_trip_ms = t.group_rtt_us / 1000,
+                election_timeout_ms = t.election_timeout_us / 1000,
+                "consensus timing stretched ×{}",
                 t.scale
             );
         }

@@ -153,16 +153,19 @@ pub fn sim_point(out: &Outcome, replicas: usize, cores: usize) -> Map<String, Js
     let in_window: Totals = out.readings.end.since(&out.readings.warmup);
     m.insert(
         "accuracy".into(),
-        ratio(run.accuracy_hits, run.accuracy_checked),
+        ratio(run.counts.accuracy_hits, run.counts.accuracy_checked),
     );
-    m.insert("execution_ratio".into(), ratio(run.executions, run.ops));
+    m.insert(
+        "execution_ratio".into(),
+        ratio(run.counts.executions, run.counts.ops),
+    );
     // Why executions repeat, per op: a completion rejected because a read
     // changed while it ran, or an installed execution rolled back later.
     m.insert(
         "reexecution_causes".into(),
         json!({
-            "conflicts_per_op": ratio(run.conflicts, run.ops),
-            "invalidations_per_op": ratio(run.invalidations, run.ops),
+            "conflicts_per_op": ratio(run.counts.conflicts, run.counts.ops),
+            "invalidations_per_op": ratio(run.counts.invalidations, run.counts.ops),
         }),
     );
     let capacity_us = (cores * replicas) as f64 * (window.seconds() * 1e6);

@@ -113,6 +113,20 @@ pub trait SimReplica: Send + Sync {
     }
 }
 
+impl ReplicaCounts {
+    /// `self − earlier`, field by field (counters only grow).
+    pub fn since(&self, earlier: &ReplicaCounts) -> ReplicaCounts {
+        ReplicaCounts {
+            executions: self.executions - earlier.executions,
+            ops: self.ops - earlier.ops,
+            accuracy_checked: self.accuracy_checked - earlier.accuracy_checked,
+            accuracy_hits: self.accuracy_hits - earlier.accuracy_hits,
+            conflicts: self.conflicts - earlier.conflicts,
+            invalidations: self.invalidations - earlier.invalidations,
+        }
+    }
+}
+
 impl std::ops::AddAssign for ReplicaCounts {
     fn add_assign(&mut self, o: ReplicaCounts) {
         self.executions += o.executions;

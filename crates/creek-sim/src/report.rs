@@ -251,14 +251,12 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         };
         completed += u64::from(done);
     }
-    let (mut hits, mut checked, mut executions, mut inserted) = (0u64, 0u64, 0u64, 0u64);
+    let mut counts = crate::replica::ReplicaCounts::default();
     for n in &out.nodes {
-        let c = n.counts();
-        hits += c.accuracy_hits;
-        checked += c.accuracy_checked;
-        executions += c.executions;
-        inserted += c.ops;
+        counts += n.counts();
     }
+    let (hits, checked) = (counts.accuracy_hits, counts.accuracy_checked);
+    let (executions, inserted) = (counts.executions, counts.ops);
     let replicated = h.iter().filter(|r| r.id.is_some()).count().max(1);
     let mut disk = crate::replica::DiskCounts::default();
     for n in &out.nodes {

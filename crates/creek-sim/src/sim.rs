@@ -21,7 +21,7 @@ use crate::baseline::BaselineNode;
 use crate::config::{Links, PlantedBug, Protocol, SimConfig, WAN_JITTER_PERCENT, WAN_ONE_WAY_US};
 use crate::history::{History, OpRecord, SeenView};
 use crate::net::Network;
-use crate::replica::{CreekReplica, SimReplica};
+use crate::replica::{CreekReplica, ReplicaCounts, SimReplica};
 use crate::rng::Rng;
 use crate::workload::Workload;
 
@@ -115,18 +115,8 @@ pub struct Traffic {
 pub struct Totals {
     /// Virtual time of the reading.
     pub at_us: u64,
-    /// Executions started.
-    pub executions: u64,
-    /// Ops inserted into the executors.
-    pub ops: u64,
-    /// Tentative results compared with the final ones at their origin.
-    pub accuracy_checked: u64,
-    /// ... of which equal.
-    pub accuracy_hits: u64,
-    /// Completions rejected at validation (a read changed while running).
-    pub conflicts: u64,
-    /// Installed executions rolled back.
-    pub invalidations: u64,
+    /// Every replica's counters, summed.
+    pub counts: ReplicaCounts,
     /// Core-microseconds of executions started.
     pub busy_us: u64,
     /// Bytes on the wire.
@@ -138,12 +128,7 @@ impl Totals {
     pub fn since(&self, earlier: &Totals) -> Totals {
         Totals {
             at_us: self.at_us,
-            executions: self.executions - earlier.executions,
-            ops: self.ops - earlier.ops,
-            accuracy_checked: self.accuracy_checked - earlier.accuracy_checked,
-            accuracy_hits: self.accuracy_hits - earlier.accuracy_hits,
-            conflicts: self.conflicts - earlier.conflicts,
-            invalidations: self.invalidations - earlier.invalidations,
+            counts: self.counts.since(&earlier.counts),
             busy_us: self.busy_us - earlier.busy_us,
             traffic: Traffic {
                 gossip_bytes: self.traffic.gossip_bytes - earlier.traffic.gossip_bytes,
@@ -1118,13 +1103,7 @@ impl Sim {
             ..Totals::default()
         };
         for n in &self.nodes {
-            let c = n.node.counts();
-            t.executions += c.executions;
-            t.ops += c.ops;
-            t.accuracy_checked += c.accuracy_checked;
-            t.accuracy_hits += c.accuracy_hits;
-            t.conflicts += c.conflicts;
-            t.invalidations += c.invalidations;
+            t.counts += n.node.counts();
             t.busy_us += n.busy_us;
         }
         t
