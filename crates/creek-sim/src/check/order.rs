@@ -101,6 +101,14 @@ pub fn check_real_time(history: &History, committed: &[OpId]) -> Vec<String> {
 /// the committed order in the order the client issued them (a client issues
 /// one op at a time to one replica).
 ///
+/// An abandoned op — its origin crashed before the client received a final
+/// view, so the client went on without knowing its outcome — must still
+/// follow the session's earlier ops, but it may take effect after the
+/// session's later ones (as a timed-out request may in any replicated
+/// store: it sits on the crashed origin's disk until that replica returns,
+/// and the session's next ops cannot wait for it without losing
+/// availability).
+///
 /// Issue order is invocation time, ties broken by history index. Each op is
 /// compared with the client's earlier op committed latest, so any inversion
 /// is caught: `O(n log n)` for the sort, linear after.
@@ -149,12 +157,18 @@ pub fn check_session_order(history: &History, committed: &[OpId]) -> Vec<String>
                     break;
                 }
             }
+            _ if is_abandoned(&history.ops[b.index]) => {}
             _ => {
                 latest.insert(b.client, i);
             }
         }
     }
     out
+}
+
+/// The client gave up on the op: its origin crashed before the final view.
+fn is_abandoned(op: &crate::history::OpRecord) -> bool {
+    op.origin_crashed && op.final_view().is_none()
 }
 
 #[cfg(test)]
@@ -295,20 +309,50 @@ mod tests {
         assert!(v[0].contains("issued op r0.2"), "{}", v[0]);
     }
 
+    #[test]
+    fn abandoned_op_may_follow_later_ops_but_not_precede_earlier_ones() {
+        let abandoned = OpRecord {
+            origin_crashed: true,
+            ..rec(0, 2, true, 1, None)
+        };
+        let h = history(vec![
+            rec(0, 1, false, 0, Some(0)),
+            abandoned,
+            rec(0, 3, false, 4, Some(4)),
+        ]);
+        // Committed after the session's later op: allowed.
+        assert!(check_session_order(&h, &[id(1), id(3), id(2)]).is_empty());
+        // Committed before the session's earlier op: still a violation.
+        let v = check_session_order(&h, &[id(2), id(1), id(3)]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("issued op r0.1"), "{}", v[0]);
+        // With a final view the client knew the outcome: order holds.
+        let h = history(vec![
+            rec(0, 1, false, 0, Some(0)),
+            OpRecord {
+                origin_crashed: true,
+                ..rec(0, 2, true, 1, Some(2))
+            },
+            rec(0, 3, false, 4, Some(4)),
+        ]);
+        assert_eq!(check_session_order(&h, &[id(1), id(3), id(2)]).len(), 1);
+    }
+
     /// Random histories against quadratic oracles: how many ops each check
     /// flags (each violating `b` is reported once).
     mod oracle {
         use super::*;
         use proptest::prelude::*;
 
-        type Spec = (u32, bool, u64, u64, bool, bool);
+        type Spec = (u32, bool, u64, u64, bool, bool, bool);
 
         fn build(specs: &[Spec], order: &[usize]) -> (History, Vec<OpId>) {
             let ops = specs
                 .iter()
                 .enumerate()
-                .map(|(i, &(client, strong, from, len, answered, _))| {
-                    rec(
+                .map(|(i, &(client, strong, from, len, answered, _, crashed))| OpRecord {
+                    origin_crashed: crashed,
+                    ..rec(
                         client % 3,
                         i as u64 + 1,
                         strong,
@@ -335,7 +379,7 @@ mod tests {
             #[test]
             fn checks_match_oracles(
                 specs in proptest::collection::vec(
-                    (0u32..3, any::<bool>(), 0u64..50, 0u64..20, any::<bool>(), proptest::bool::weighted(0.9)),
+                    (0u32..3, any::<bool>(), 0u64..50, 0u64..20, any::<bool>(), proptest::bool::weighted(0.9), proptest::bool::weighted(0.2)),
                     0..15,
                 ),
                 seed in any::<u64>(),
@@ -369,6 +413,7 @@ mod tests {
                         a.client == b.client
                             && (a.invoked_at_us, ai) < (b.invoked_at_us, bi)
                             && late(a)
+                            && !(a.origin_crashed && a.final_view().is_none())
                     }) {
                         session += 1;
                     }
