@@ -331,6 +331,11 @@ impl<S: CabStorage> Cab<S> {
                     self.stats.refused += 1;
                     return;
                 }
+                if let Some(why) = self.lost_acknowledged(from, &m) {
+                    self.stats.refused += 1;
+                    self.failed = Some(why);
+                    return;
+                }
                 if m.get_msg_type() == MessageType::MsgAppend
                     && (!self.held.is_empty() || !append_ready(&m, holds))
                 {
@@ -347,6 +352,32 @@ impl<S: CabStorage> Cab<S> {
                 }
             }
         }
+    }
+
+    /// Whether `m` is a heartbeat whose commit index lies past the end of
+    /// this log, which the library would take with a panic (`commit_to`).
+    /// The leader sends the lesser of its commit index and what this replica
+    /// acknowledged, and this replica acknowledges entries only once they
+    /// are durable, so it lost entries it acknowledged (its data directory
+    /// was lost or damaged): it must stop rather than rejoin as if it held
+    /// them. Only heartbeats the library would act on count (a stale term's
+    /// are ignored; term 0 is taken as local). An append cannot trip this:
+    /// the library commits at most through the append's last entry, which
+    /// the log holds once it accepts the append, and an append starting
+    /// below the commit index is answered without committing.
+    fn lost_acknowledged(&self, from: ReplicaId, m: &Message) -> Option<String> {
+        let raft = &self.node.raft;
+        let last = raft.raft_log.last_index();
+        let acted_on = m.term == 0 || m.term >= raft.term;
+        if m.get_msg_type() != MessageType::MsgHeartbeat || !acted_on || m.commit <= last {
+            return None;
+        }
+        Some(format!(
+            "the leader (replica {}) says entries up to index {} are committed here, but this \
+             replica's log ends at {last}: this replica lost data it acknowledged (its data \
+             directory was lost or damaged); it must not rejoin with this log",
+            from.0, m.commit
+        ))
     }
 
     /// Stretch CAB's timing (election timeout, heartbeat interval, forward
@@ -739,7 +770,10 @@ impl<S: CabStorage> Cab<S> {
         self.stats
     }
 
-    /// The storage failure that stopped this node, if any.
+    /// What stopped this node, if anything: a storage write that failed, or
+    /// a leader's commit index past the end of this log (this replica lost
+    /// data it acknowledged). A stopped node takes no more input and sends
+    /// nothing; its driver should take the replica down.
     pub fn failure(&self) -> Option<&str> {
         self.failed.as_deref()
     }
@@ -778,4 +812,66 @@ fn append_ids(m: &Message) -> Option<Vec<OpId>> {
 /// An append may be stepped once this replica holds every id in it.
 fn append_ready(m: &Message, holds: Deps<'_>) -> bool {
     append_ids(m).is_none_or(|ids| ids.into_iter().all(holds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn follower(me: u16) -> Cab<MemCabStorage> {
+        let group: Vec<ReplicaId> = (1..=3).map(ReplicaId).collect();
+        let voters = group.iter().map(|r| raft_id(*r)).collect();
+        let config = CabConfig::for_group(ReplicaId(me), &group);
+        Cab::new(config, MemCabStorage::new(voters), 0).expect("valid config")
+    }
+
+    fn heartbeat(from: u16, to: u16, term: u64, commit: u64) -> CabMessage {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgHeartbeat);
+        m.from = raft_id(ReplicaId(from));
+        m.to = raft_id(ReplicaId(to));
+        m.term = term;
+        m.commit = commit;
+        CabMessage::Raft(Bytes::from(m.write_to_bytes().expect("encodes")))
+    }
+
+    /// The bug report's case: a replica whose data directory was wiped
+    /// restarts with an empty log, and the leader's heartbeat says 3371
+    /// entries it acknowledged are committed. The library would panic; CAB
+    /// stops with the cause instead.
+    #[test]
+    fn a_heartbeat_committing_past_the_log_stops_cab_with_lost_data() {
+        let mut cab = follower(2);
+        cab.on_message(ReplicaId(1), heartbeat(1, 2, 7, 3371), &|_| true);
+        let why = cab.failure().expect("CAB stopped");
+        assert!(why.contains("replica 1"), "{why}");
+        assert!(why.contains("up to index 3371"), "{why}");
+        assert!(why.contains("log ends at 0"), "{why}");
+        assert!(why.contains("lost data it acknowledged"), "{why}");
+        assert_eq!(cab.stats().refused, 1);
+        // Stopped: nothing more goes in or out.
+        cab.on_message(ReplicaId(1), heartbeat(1, 2, 7, 0), &|_| true);
+        cab.tick();
+        cab.poll(&|_| true);
+        assert!(cab.take_messages().is_empty());
+        assert_eq!(cab.term(), 0, "the heartbeat was not stepped");
+    }
+
+    /// A heartbeat within the log is stepped as usual (the follower answers
+    /// it); one from a stale term is the library's to ignore.
+    #[test]
+    fn heartbeats_within_the_log_or_from_a_stale_term_do_not_stop_cab() {
+        let mut cab = follower(2);
+        cab.on_message(ReplicaId(1), heartbeat(1, 2, 7, 0), &|_| true);
+        cab.poll(&|_| true);
+        assert_eq!(cab.failure(), None);
+        assert_eq!(cab.term(), 7);
+        assert_eq!(cab.leader(), Some(ReplicaId(1)));
+        assert!(!cab.take_messages().is_empty(), "the heartbeat is answered");
+
+        cab.on_message(ReplicaId(3), heartbeat(3, 2, 6, 3371), &|_| true);
+        cab.poll(&|_| true);
+        assert_eq!(cab.failure(), None);
+        assert_eq!(cab.term(), 7);
+    }
 }

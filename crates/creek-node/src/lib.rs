@@ -14,6 +14,7 @@
 //! `creek serve` runs. This crate does no I/O itself.
 #![deny(missing_docs)]
 
+pub mod membership;
 pub mod ready;
 pub mod timing;
 
@@ -27,7 +28,9 @@ use creek_core::{
 use creek_exec::{Completion, Registry, Task};
 use creek_gossip::{Gossip, GossipConfig, GossipStats};
 use creek_wire::{Limits, PeerMessage};
+use membership::Membership;
 
+pub use membership::{Identity, Standing};
 pub use ready::{HoldQueue, Ready, Write};
 pub use timing::LinkTiming;
 use timing::Timing;
@@ -58,6 +61,10 @@ pub struct NodeConfig {
     /// messages leave at once instead of waiting for their write. Only for
     /// validating the checkers; never set in production.
     pub planted_send_before_durable: bool,
+    /// Planted bug (the simulator's `--plant-bug amnesiac-voter`): a replica
+    /// told that it lost its data joins anyway, empty, as a voter. Only for
+    /// validating the checkers; never set in production.
+    pub planted_amnesiac_voter: bool,
 }
 
 impl NodeConfig {
@@ -68,7 +75,7 @@ impl NodeConfig {
         if self.tick_us == 0 {
             return Err(NodeError::Inconsistent("tick_us must be positive".into()));
         }
-        if self.planted_send_before_durable && !PLANTED_BUGS {
+        if (self.planted_send_before_durable || self.planted_amnesiac_voter) && !PLANTED_BUGS {
             return Err(NodeError::Inconsistent(creek_core::PLANTED_BUGS_OFF.into()));
         }
         let me = self.replica.id;
@@ -94,6 +101,7 @@ impl NodeConfig {
             tick_us: 10_000,
             checkpoint_every_ticks: 0,
             planted_send_before_durable: false,
+            planted_amnesiac_voter: false,
         }
     }
 }
@@ -137,6 +145,10 @@ pub struct Node<S: CabStorage> {
     new_payloads: Vec<Arc<Op>>,
     durability: Durability,
     timing: Timing,
+    membership: Membership,
+    /// Consensus and gossip frames dropped because their sender is not a
+    /// member of this cluster in good standing (or this replica is not one).
+    refused_non_members: u64,
 }
 
 /// What the node knows of its writes.
@@ -194,6 +206,7 @@ impl<S: CabStorage> Node<S> {
         config.validate()?;
         let durability = Durability::new(&config, 0);
         let timing = Timing::for_config(&config);
+        let membership = membership_of(&config, Identity::founding(&config.cab.replicas), false);
         Ok(Self::assemble(
             Replica::new(config.replica, registry)?,
             Gossip::new(config.gossip)?,
@@ -201,6 +214,7 @@ impl<S: CabStorage> Node<S> {
             config.wire,
             durability,
             timing,
+            membership,
         ))
     }
 
@@ -213,6 +227,7 @@ impl<S: CabStorage> Node<S> {
         limits: Limits,
         durability: Durability,
         timing: Timing,
+        membership: Membership,
     ) -> Self {
         Node {
             committed_told: replica.committed().len(),
@@ -227,6 +242,8 @@ impl<S: CabStorage> Node<S> {
             new_payloads: Vec::new(),
             durability,
             timing,
+            membership,
+            refused_non_members: 0,
         }
     }
 
@@ -244,6 +261,11 @@ impl<S: CabStorage> Node<S> {
     /// checkpoint. Tentative strong ops are CAB-cast again, as after
     /// [`Node::restart`]. Writes are numbered from 1 again.
     ///
+    /// `identity` is the stored one (`None` for a new data directory, which
+    /// takes `fresh_nonce` and joins its cluster: see [`membership`]; a
+    /// directory that holds data but no identity predates identities and
+    /// stays a member).
+    ///
     /// Refused: a storage created for another group (its raft voters differ
     /// from the configured replicas, raft id = replica id + 1), or a
     /// checkpoint past the stored consensus log.
@@ -253,10 +275,24 @@ impl<S: CabStorage> Node<S> {
         storage: S,
         checkpoint: Option<Checkpoint>,
         ops: Vec<Arc<Op>>,
+        identity: Option<Identity>,
+        fresh_nonce: u64,
     ) -> Result<Self, NodeError> {
         config.validate()?;
         let applied = checkpoint.as_ref().map_or(0, |c| c.cab_applied);
         check_storage(&config.cab, &storage, applied)?;
+        let (identity, dirty) = match identity {
+            Some(stored) => (stored, false),
+            None if holds_data(&storage, checkpoint.is_some() || !ops.is_empty())? => (
+                Identity {
+                    nonce: fresh_nonce,
+                    founders: Some(Vec::new()),
+                },
+                true,
+            ),
+            None => (Identity::joining(fresh_nonce), true),
+        };
+        let membership = membership_of(&config, identity, dirty);
         let checkpointed_len = checkpoint.as_ref().map_or(0, |c| c.committed_len);
         let durability = Durability::new(&config, checkpointed_len);
         let timing = Timing::for_config(&config);
@@ -286,7 +322,15 @@ impl<S: CabStorage> Node<S> {
         gossip.committed(covered);
         let replica = Replica::restore(config.replica, registry, checkpoint, ops)?;
         let cab = Cab::new(config.cab, storage, applied)?;
-        let mut node = Self::assemble(replica, gossip, cab, config.wire, durability, timing);
+        let mut node = Self::assemble(
+            replica,
+            gossip,
+            cab,
+            config.wire,
+            durability,
+            timing,
+            membership,
+        );
         node.adopt_tentative_strong_ops();
         Ok(node)
     }
@@ -298,6 +342,25 @@ impl<S: CabStorage> Node<S> {
 
     /// A client invocation.
     pub fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
+        match self.membership.standing() {
+            Standing::Member => {}
+            Standing::Joining { waiting_for } => {
+                return Err(InvokeError::NotServing(format!(
+                    "replica {} is joining its cluster: a new cluster forms once every \
+                     initial member has started (waiting for replicas {waiting_for:?})",
+                    self.id()
+                )))
+            }
+            Standing::Lost { why } => return Err(InvokeError::NotServing(why)),
+        }
+        if request.strong && self.membership.quorum_lost() {
+            return Err(InvokeError::QuorumLostData(format!(
+                "quorum lost data: replicas {:?} lost their data directories, a majority of \
+                 the group, so no strong op can be ordered without risking acknowledged ones; \
+                 weak ops still answer (docs/operations.md, \"Lost a disk\")",
+                self.membership.lost_peers()
+            )));
+        }
         let handle = self.replica.invoke(request, now_us)?;
         self.pump();
         Ok(handle)
@@ -306,6 +369,16 @@ impl<S: CabStorage> Node<S> {
     /// A decoded message from a peer.
     pub fn on_message(&mut self, from: ReplicaId, msg: PeerMessage) {
         match msg {
+            PeerMessage::Hello(h) => {
+                if self.membership.on_hello(from, h) {
+                    // Just joined: consensus and gossip start from here.
+                    self.adopt_tentative_strong_ops();
+                }
+            }
+            PeerMessage::Gossip(_) | PeerMessage::Cab(_) if !self.membership.accepts(from) => {
+                self.refused_non_members += 1;
+                return;
+            }
             PeerMessage::Gossip(m) => {
                 self.gossip.on_message(from, m);
                 for op in self.gossip.take_delivered() {
@@ -350,6 +423,15 @@ impl<S: CabStorage> Node<S> {
 
     /// Advance time: the replica's stabilizer, gossip anti-entropy, CAB.
     pub fn tick(&mut self, now_us: u64) {
+        self.membership.tick();
+        if !self.membership.is_member() {
+            // Not a member yet (or lost): nothing runs but the handshake and
+            // the link probes.
+            for (to, probe) in self.timing.tick(now_us) {
+                self.outbox.push((to, PeerMessage::Probe(probe)));
+            }
+            return;
+        }
         self.replica.tick(now_us);
         self.gossip.tick();
         for (to, probe) in self.timing.tick(now_us) {
@@ -409,7 +491,15 @@ impl<S: CabStorage> Node<S> {
     /// views. Call after every step; what is not taken accumulates.
     pub fn ready(&mut self) -> Ready {
         let views = std::mem::take(&mut self.views);
-        let out = std::mem::take(&mut self.outbox);
+        // Hellos first: a peer verifies this replica before its other
+        // messages arrive.
+        let mut out: Vec<(ReplicaId, PeerMessage)> = self
+            .membership
+            .take_messages()
+            .into_iter()
+            .map(|(to, h)| (to, PeerMessage::Hello(h)))
+            .collect();
+        out.append(&mut self.outbox);
         if self.durability.failed.is_some() {
             // The disk failed: nothing may leave that a write backs, and
             // nothing more is written (views of tentative results still go).
@@ -443,6 +533,7 @@ impl<S: CabStorage> Node<S> {
     /// write, so the stored commit index is never behind it.
     fn take_write(&mut self) -> Option<Write> {
         let ops = std::mem::take(&mut self.new_payloads);
+        let identity = self.membership.take_write();
         let d = &mut self.durability;
         let checkpoint = if d.checkpoint_requested
             || (d.checkpoint_every_ticks > 0
@@ -478,7 +569,7 @@ impl<S: CabStorage> Node<S> {
             self.durability.checkpoint_requested = false;
             (c, dropped)
         });
-        if log.is_empty() && ops.is_empty() && checkpoint.is_none() {
+        if log.is_empty() && ops.is_empty() && checkpoint.is_none() && identity.is_none() {
             return None;
         }
         self.durability.written += 1;
@@ -487,6 +578,7 @@ impl<S: CabStorage> Node<S> {
             log,
             ops,
             checkpoint,
+            identity,
         })
     }
 
@@ -622,6 +714,10 @@ impl<S: CabStorage> Node<S> {
     /// durability (nothing durable that was not written; gossip told of no
     /// more than was committed).
     pub fn check_invariants(&self) -> Result<(), String> {
+        self.membership.check_invariants()?;
+        if !self.membership.is_member() && self.replica.committed_len() > 0 {
+            return Err("a replica that is not a member committed ops".into());
+        }
         self.replica.check_invariants()?;
         self.replica.engine().check_invariants()?;
         self.cab
@@ -697,10 +793,49 @@ impl<S: CabStorage> Node<S> {
         self.refused_frames
     }
 
-    /// Start a CAB election now.
+    /// Start a CAB election now (a member only).
     pub fn campaign(&mut self) {
-        self.cab.campaign();
-        self.pump();
+        if self.membership.is_member() {
+            self.cab.campaign();
+            self.pump();
+        }
+    }
+
+    /// Where this replica stands in its cluster (see [`membership`]).
+    pub fn standing(&self) -> Standing {
+        self.membership.standing()
+    }
+
+    /// This replica's identity, as last handed out to be written.
+    pub fn identity(&self) -> &Identity {
+        self.membership.identity()
+    }
+
+    /// Peers that said they lost their data.
+    pub fn lost_peers(&self) -> Vec<ReplicaId> {
+        self.membership.lost_peers().iter().copied().collect()
+    }
+
+    /// Peers that belong to another cluster.
+    pub fn foreign_peers(&self) -> Vec<ReplicaId> {
+        self.membership.foreign_peers()
+    }
+
+    /// Whether a majority of the group is known to have lost its data
+    /// (strong ops are then refused).
+    pub fn quorum_lost(&self) -> bool {
+        self.membership.quorum_lost()
+    }
+
+    /// Membership changes since the last call, for the driver's log.
+    pub fn take_membership_events(&mut self) -> Vec<membership::Event> {
+        self.membership.take_events()
+    }
+
+    /// Consensus and gossip frames refused because their sender was not a
+    /// member of this cluster in good standing (or this replica is not one).
+    pub fn refused_non_members(&self) -> u64 {
+        self.refused_non_members
     }
 
     /// CAB's restart point (persist it with the replica's state).
@@ -730,11 +865,47 @@ impl<S: CabStorage> Node<S> {
         // synchronous, so there is nothing to re-number.
         let durability = Durability::default();
         let timing = Timing::for_config(config);
-        let mut node = Self::assemble(replica, gossip, cab, config.wire, durability, timing);
+        let membership = membership_of(config, Identity::founding(&config.cab.replicas), false);
+        let mut node = Self::assemble(
+            replica,
+            gossip,
+            cab,
+            config.wire,
+            durability,
+            timing,
+            membership,
+        );
         // CAB's record of what this replica cast was volatile: cast again.
         node.adopt_tentative_strong_ops();
         Ok(node)
     }
+}
+
+/// The membership state machine of a node with `config`.
+fn membership_of(config: &NodeConfig, identity: Identity, dirty: bool) -> Membership {
+    let me = config.replica.id;
+    let peers = config
+        .cab
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| *r != me)
+        .collect();
+    Membership::new(
+        me,
+        peers,
+        identity,
+        dirty,
+        PLANTED_BUGS && config.planted_amnesiac_voter,
+    )
+}
+
+/// Whether a data directory holds anything of a replica that took part:
+/// consensus state, a checkpoint or payloads (`kept`).
+fn holds_data<S: CabStorage>(storage: &S, kept: bool) -> Result<bool, NodeError> {
+    let state = storage.initial_state().map_err(CabError::from)?;
+    let last = storage.last_index().map_err(CabError::from)?;
+    Ok(kept || state.hard_state.term > 0 || state.hard_state.commit > 0 || last > 0)
 }
 
 /// CAB's storage must belong to the configured group and hold the log up to

@@ -37,6 +37,8 @@ use creek_cab::LogWrites;
 use creek_core::{Checkpoint, Op, OpId, ReplicaId, View};
 use creek_wire::PeerMessage;
 
+use crate::membership::Identity;
+
 /// Everything a driver must do after a step.
 #[derive(Debug, Default)]
 #[must_use = "a Ready carries writes, messages and views the driver must act on"]
@@ -70,6 +72,9 @@ pub struct Write {
     /// payloads it makes unnecessary (committed since the previous one),
     /// deleted with it. Applied after `log` and `ops`.
     pub checkpoint: Option<(Checkpoint, Vec<OpId>)>,
+    /// The replica's identity in its cluster, when it changed (a new data
+    /// directory's nonce, then the founders once it joins).
+    pub identity: Option<Identity>,
 }
 
 impl Write {
@@ -78,7 +83,7 @@ impl Write {
     /// write of payloads alone only delays gossip, so a driver may linger
     /// briefly to make it durable together with others.
     pub fn is_urgent(&self) -> bool {
-        !self.log.is_empty() || self.checkpoint.is_some()
+        !self.log.is_empty() || self.checkpoint.is_some() || self.identity.is_some()
     }
 }
 

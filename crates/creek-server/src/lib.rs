@@ -24,4 +24,5 @@ pub mod service;
 pub mod transport;
 
 pub use config::{ConfigError, ReplicaAddr, ServerConfig};
+pub use node_loop::Fatal;
 pub use server::{Server, StartError};

@@ -15,6 +15,15 @@
 //! views are never held); this loop only carries it out. Released frames
 //! are sent from the persister's callback, so a release does not wait for
 //! the node loop to be free.
+//!
+//! # Failure
+//!
+//! The loop ends on a requested shutdown, or with a [`Fatal`] cause: a
+//! failed write (after an fsync error nothing is guessed: the replica
+//! stops), consensus stopping (CAB found that this replica lost data it
+//! acknowledged) or its channel closing without a shutdown request. Waiting
+//! clients learn the cause first; the server then takes the process down
+//! (a replica that stays up refusing everything helps nobody).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -30,6 +39,31 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
 use crate::transport::Transport;
+
+/// Why a replica stopped without being asked to. Every cause ends the
+/// process: a supervisor restarts it or alerts an operator.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Fatal {
+    /// A write to the data directory failed. After a failed fsync what is
+    /// on disk is unknown, so the replica stops rather than guess.
+    #[error("disk failure: {0}")]
+    Disk(String),
+    /// Consensus (CAB) stopped, e.g. because the leader's commit index
+    /// shows that this replica lost data it acknowledged.
+    #[error("consensus stopped: {0}")]
+    Consensus(String),
+    /// The node loop panicked: a bug (the panic hook has printed where, on
+    /// stderr).
+    #[error("the node loop panicked: {0}")]
+    Panic(String),
+    /// The client API stopped serving.
+    #[error("the client API stopped: {0}")]
+    ClientApi(String),
+    /// The node loop's event channel closed without a shutdown request.
+    #[error("the node loop's event channel closed without a shutdown request")]
+    Orphaned,
+}
 
 /// Ready executions below this count run inline on the node loop thread.
 const POOL_MIN_TASKS: usize = 16;
@@ -186,6 +220,14 @@ pub struct StatusSnapshot {
     pub tentative: u64,
     /// Counters by name.
     pub counters: BTreeMap<String, u64>,
+    /// Why the replica is joining or lost (empty for a member).
+    pub standing_detail: String,
+    /// Peers that said they lost their data.
+    pub lost_peers: Vec<u16>,
+    /// The cluster's id (see `creek_node::Identity::cluster_id`).
+    pub cluster_id: u64,
+    /// A majority lost its data.
+    pub quorum_lost: bool,
 }
 
 struct Route {
@@ -213,7 +255,7 @@ pub struct NodeLoop {
     pool: Option<rayon::ThreadPool>,
     limits: Limits,
     routes: HashMap<ExecKey, Route>,
-    failed: Option<String>,
+    failed: Option<Fatal>,
     epoch: Instant,
     ticks: u64,
     /// The consensus tick scale last logged.
@@ -257,9 +299,14 @@ impl NodeLoop {
         }
     }
 
-    /// Run until `Shutdown` or until every sender is gone.
-    pub fn run(mut self, mut events: mpsc::Receiver<Event>) {
-        while let Some(event) = events.blocking_recv() {
+    /// Run until `Shutdown` (`Ok` once everything is durable) or until the
+    /// replica fails: then every waiting client learns why, and so does the
+    /// caller, which must take the process down.
+    pub fn run(mut self, mut events: mpsc::Receiver<Event>) -> Result<(), Fatal> {
+        loop {
+            let Some(event) = events.blocking_recv() else {
+                return self.abandon(Fatal::Orphaned);
+            };
             self.handle(event);
             // Group everything already queued into this turn.
             for _ in 0..4096 {
@@ -270,11 +317,18 @@ impl NodeLoop {
             }
             self.execute();
             self.flush();
+            // A failure report whose nudge found the channel full is seen
+            // here.
+            self.check_disk();
+            self.check_consensus();
+            self.log_membership();
+            if let Some(fatal) = self.failed.clone() {
+                return self.abandon(fatal);
+            }
             if self.stopping {
-                break;
+                return self.stop();
             }
         }
-        self.stop();
     }
 
     fn now_us(&self) -> u64 {
@@ -307,7 +361,7 @@ impl NodeLoop {
 
     fn invoke(&mut self, inv: Invocation) {
         if let Some(why) = &self.failed {
-            let _ = inv.reply.send(Reply::Failed(why.clone()));
+            let _ = inv.reply.send(Reply::Failed(why.to_string()));
             return;
         }
         let strong = inv.request.strong;
@@ -404,7 +458,17 @@ impl NodeLoop {
         if self.failed.is_none() {
             if let Some(e) = self.durability.failure() {
                 self.node.on_disk_failure(e.clone());
-                self.fail(format!("disk failure: {e}"));
+                self.fail(Fatal::Disk(e));
+            }
+        }
+    }
+
+    /// CAB stops for good on what it cannot survive (a leader's commit
+    /// index past the end of this log: lost data); so does the replica.
+    fn check_consensus(&mut self) {
+        if self.failed.is_none() {
+            if let Some(why) = self.node.cab().failure() {
+                self.fail(Fatal::Consensus(why.to_owned()));
             }
         }
     }
@@ -427,23 +491,73 @@ impl NodeLoop {
         }
     }
 
-    /// The disk failed: stop acknowledging anything; every waiting client
-    /// learns it.
-    fn fail(&mut self, why: String) {
-        tracing::error!(error = %why, "replica stops serving");
-        for (_, r) in self.routes.drain() {
-            self.metrics.op(r.strong, "unavailable");
-            let _ = r.reply.send(Reply::Failed(why.clone()));
+    /// Log what the node learnt about its place in the cluster. A replica
+    /// that lost its data stays up (its peers must hear that it is lost)
+    /// but says so as an error: an operator has to rebuild it.
+    fn log_membership(&mut self) {
+        use creek_node::membership::Event as M;
+        for event in self.node.take_membership_events() {
+            match event {
+                M::Joined(cluster) => {
+                    tracing::info!(cluster = %format!("{cluster:016x}"), "member of the cluster");
+                }
+                M::Lost(why) => tracing::error!(
+                    error = %why,
+                    "this replica lost its data directory: it takes no part in the cluster \
+                     until it is rebuilt"
+                ),
+                M::RejoinedDespiteLoss(why) => tracing::warn!(
+                    error = %why,
+                    "this replica lost its data directory and rejoins anyway (a planted bug) \
+                     (acknowledged ops may be lost)"
+                ),
+                M::Foreign(peer, why) => tracing::error!(
+                    %peer,
+                    error = %why,
+                    "a peer belongs to another cluster: its messages are refused"
+                ),
+            }
         }
-        self.durability.drop_held();
-        self.failed = Some(why);
     }
 
-    fn stop(&mut self) {
+    /// The replica failed: stop acknowledging anything (held frames are
+    /// dropped: what backs them may not be durable); every waiting client
+    /// learns why. The loop ends at the end of the turn.
+    fn fail(&mut self, why: Fatal) {
+        let message = why.to_string();
+        for (_, r) in self.routes.drain() {
+            self.metrics.op(r.strong, "unavailable");
+            let _ = r.reply.send(Reply::Failed(message.clone()));
+        }
+        self.durability.drop_held();
+        self.failed.get_or_insert(why);
+    }
+
+    /// End the loop on `why` and hand the cause back. The persister is
+    /// closed (what was submitted is written) unless the disk is what
+    /// failed: then nothing more is written.
+    fn abandon(&mut self, why: Fatal) -> Result<(), Fatal> {
+        self.fail(why.clone());
+        if let Some(p) = self.persister.take() {
+            if matches!(why, Fatal::Disk(_)) {
+                drop(p);
+            } else if let Err(e) = p.close() {
+                tracing::warn!(error = %e, "closing the data directory of a failed replica");
+            }
+        }
+        Err(why)
+    }
+
+    /// The requested stop: make everything durable. A write failing now is
+    /// still a disk failure: not everything acknowledged may be on disk.
+    fn stop(&mut self) -> Result<(), Fatal> {
         self.flush();
+        let mut result = Ok(());
         if let Some(p) = self.persister.take() {
             if let Err(e) = p.close() {
-                self.fail(format!("disk failure at shutdown: {e}"));
+                let why = Fatal::Disk(format!("at shutdown: {e}"));
+                self.fail(why.clone());
+                result = Err(why);
             }
         }
         for (_, r) in self.routes.drain() {
@@ -452,6 +566,7 @@ impl NodeLoop {
                 "the replica shut down before the op's final view".into(),
             ));
         }
+        result
     }
 
     /// Say when the links force consensus timing away from the
@@ -577,13 +692,26 @@ impl NodeLoop {
         put("peer_rtt_us", timing.group_rtt_us);
         put("election_timeout_ms", timing.election_timeout_us / 1000);
         put("failed", u64::from(self.failed.is_some()));
+        put("refused_non_members", self.node.refused_non_members());
+        let (role, standing_detail) = match self.node.standing() {
+            creek_node::Standing::Member => (cab.role(), String::new()),
+            creek_node::Standing::Joining { waiting_for } => (
+                "joining",
+                format!("waiting for replicas {waiting_for:?} to start for the first time"),
+            ),
+            creek_node::Standing::Lost { why } => ("lost", why),
+        };
         StatusSnapshot {
-            role: cab.role(),
+            role,
             leader: cab.leader().map_or(0, |l| l.0),
             term: cab.term(),
             committed: r.committed_len(),
             tentative: r.tentative_len() as u64,
             counters,
+            standing_detail,
+            lost_peers: self.node.lost_peers().iter().map(|r| r.0).collect(),
+            cluster_id: self.node.identity().cluster_id(),
+            quorum_lost: self.node.quorum_lost(),
         }
     }
 }

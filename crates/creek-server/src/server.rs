@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use crate::config::ServerConfig;
 use crate::faults::Faults;
 use crate::metrics::Metrics;
-use crate::node_loop::{Durability, Event, LoopConfig, NodeLoop};
+use crate::node_loop::{Durability, Event, Fatal, LoopConfig, NodeLoop};
 use crate::service::{AdminService, CreekService};
 use crate::transport::Transport;
 
@@ -54,6 +54,13 @@ pub enum StartError {
 }
 
 /// A running replica.
+///
+/// A replica that fails — its node loop panics, a write to its data
+/// directory fails, consensus stops on lost data, its client API stops —
+/// does not go on as a shell refusing every request: [`Server::failed`]
+/// resolves with the cause, and the process should log it and exit
+/// non-zero (`creek serve` does) so that a supervisor restarts it or
+/// alerts.
 pub struct Server {
     id: ReplicaId,
     client_addr: SocketAddr,
@@ -61,8 +68,57 @@ pub struct Server {
     events: mpsc::Sender<Event>,
     shutdown: watch::Sender<bool>,
     stopping: Arc<AtomicBool>,
+    fatal: FatalCell,
     node_thread: Option<std::thread::JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The first fatal failure of a replica, for whoever waits on it.
+type FatalCell = Arc<watch::Sender<Option<Fatal>>>;
+
+/// Record `why` as the replica's failure, unless one is recorded already
+/// (the first cause is the one to report).
+fn publish(fatal: &FatalCell, why: Fatal) {
+    fatal.send_if_modified(|f| {
+        if f.is_some() {
+            return false;
+        }
+        *f = Some(why);
+        true
+    });
+}
+
+/// Run the node loop on this thread until it ends; an end that was not a
+/// requested stop — a failure it reports or a panic — is logged and
+/// published.
+fn run_node_loop(
+    me: ReplicaId,
+    node_loop: NodeLoop,
+    events: mpsc::Receiver<Event>,
+    fatal: &FatalCell,
+) {
+    // The loop owns all the state a panic could leave half-updated, and
+    // that state is dropped with it: nothing observes it afterwards.
+    let ended =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || node_loop.run(events)));
+    let why = match ended {
+        Ok(Ok(())) => return,
+        Ok(Err(why)) => why,
+        Err(panic) => Fatal::Panic(panic_message(panic.as_ref())),
+    };
+    tracing::error!(replica = %me, error = %why, "the replica failed and stops");
+    publish(fatal, why);
+}
+
+/// The message a panic was raised with.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
 }
 
 impl Server {
@@ -125,6 +181,8 @@ impl Server {
             opened.storage,
             opened.recovered.checkpoint,
             opened.recovered.ops,
+            opened.recovered.identity,
+            fresh_nonce(),
         )?;
         tracing::info!(
             replica = %me,
@@ -183,9 +241,11 @@ impl Server {
                 limits,
             },
         );
+        let fatal: FatalCell = Arc::new(watch::channel(None).0);
+        let node_fatal = fatal.clone();
         let node_thread = std::thread::Builder::new()
             .name(format!("creek-node-{}", me.0))
-            .spawn(move || node_loop.run(events_rx))
+            .spawn(move || run_node_loop(me, node_loop, events_rx, &node_fatal))
             .map_err(StartError::Thread)?;
 
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -228,6 +288,8 @@ impl Server {
         };
         let limit = config.max_request_bytes * 2 + 4096;
         let mut grpc_shutdown = shutdown_rx.clone();
+        let grpc_fatal = fatal.clone();
+        let grpc_stopping = stopping.clone();
         tasks.push(tokio::spawn(async move {
             use tokio_stream::StreamExt as _;
             // Our own listener: tonic's tcp_nodelay applies only to sockets
@@ -251,6 +313,9 @@ impl Server {
                 .await;
             if let Err(e) = result {
                 tracing::error!(error = %e, "the client API stopped");
+                if !grpc_stopping.load(Ordering::Relaxed) {
+                    publish(&grpc_fatal, Fatal::ClientApi(e.to_string()));
+                }
             }
         }));
         if let Some(listener) = metrics_listener {
@@ -273,6 +338,7 @@ impl Server {
             events: events_tx,
             shutdown,
             stopping,
+            fatal,
             node_thread: Some(node_thread),
             tasks,
         })
@@ -293,9 +359,35 @@ impl Server {
         self.metrics_addr
     }
 
+    /// Resolves when the replica fails, with the cause (never, while it
+    /// does not). The replica then serves nothing: the process should log
+    /// the cause, [`stop`](Server::stop) and exit non-zero.
+    pub async fn failed(&self) -> Fatal {
+        let mut rx = self.fatal.subscribe();
+        // `self` holds the sender, so the channel cannot close under us.
+        if let Ok(f) = rx.wait_for(Option::is_some).await {
+            if let Some(why) = f.clone() {
+                return why;
+            }
+        }
+        std::future::pending().await
+    }
+
+    /// The failure that stopped the replica, if it failed.
+    pub fn failure(&self) -> Option<Fatal> {
+        self.fatal.borrow().clone()
+    }
+
     /// Stop cleanly: refuse new ops, stop the client API, make everything
     /// durable and join the node loop.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
+        let _ = self.stop().await;
+    }
+
+    /// [`shutdown`](Server::shutdown), saying whether the replica failed,
+    /// before the stop or during it (a write the final flush could not
+    /// make durable).
+    pub async fn stop(mut self) -> Result<(), Fatal> {
         self.stopping.store(true, Ordering::Relaxed);
         let _ = self.events.send(Event::Shutdown).await;
         if let Some(t) = self.node_thread.take() {
@@ -305,5 +397,24 @@ impl Server {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        match self.failure() {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
     }
+}
+
+/// A random nonce for a new data directory (see `creek_node::membership`):
+/// the standard library's per-process random hash keys, over the clock and
+/// the process id.
+fn fresh_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
 }

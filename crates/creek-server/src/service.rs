@@ -102,6 +102,8 @@ fn rejected(e: creek_core::InvokeError) -> Status {
         E::Overloaded(n) => Status::resource_exhausted(format!(
             "replica overloaded: {n} ops on the tentative list; retry later"
         )),
+        E::NotServing(why) => Status::unavailable(why),
+        E::QuorumLostData(why) => Status::failed_precondition(why),
         other => Status::internal(other.to_string()),
     }
 }
@@ -237,6 +239,10 @@ impl pb::creek_server::Creek for CreekService {
             counters: s.counters.into_iter().collect(),
             peers,
             client_addrs: self.client_addrs.clone(),
+            standing_detail: s.standing_detail,
+            lost_peers: s.lost_peers.into_iter().map(u32::from).collect(),
+            cluster_id: s.cluster_id,
+            quorum_lost: s.quorum_lost,
         }))
     }
 }

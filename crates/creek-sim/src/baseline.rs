@@ -469,8 +469,9 @@ impl SimReplica for BaselineNode {
                 let holds = holder(&self.payloads, &self.committed_set);
                 self.cab.on_message(from, m, &holds);
             }
-            // The baselines keep the configured consensus timing.
-            PeerMessage::Probe(_) => {}
+            // The baselines keep the configured consensus timing and a
+            // fixed membership.
+            PeerMessage::Probe(_) | PeerMessage::Hello(_) => {}
         }
         self.pump();
     }

@@ -16,6 +16,9 @@ pub struct Faults {
     /// Disk faults: a crash while writes are not yet synced (they are lost),
     /// a torn last write, an fsync that fails (the replica stops).
     pub disk: bool,
+    /// Disk loss: a crashed replica comes back with an empty disk (at most
+    /// one replica per run; without state transfer it stays lost).
+    pub wipe: bool,
 }
 
 impl Faults {
@@ -31,6 +34,7 @@ impl Faults {
                         clock: true,
                         loss: true,
                         disk: true,
+                        wipe: true,
                     }
                 }
                 "none" => f = Faults::default(),
@@ -39,9 +43,10 @@ impl Faults {
                 "clock" => f.clock = true,
                 "loss" => f.loss = true,
                 "disk" => f.disk = true,
+                "wipe" => f.wipe = true,
                 other => {
                     return Err(format!(
-                        "unknown fault class {other:?} (partition, crash, clock, loss, disk, all, none)"
+                        "unknown fault class {other:?} (partition, crash, clock, loss, disk, wipe, all, none)"
                     ))
                 }
             }
@@ -51,12 +56,12 @@ impl Faults {
 
     /// Whether any class is on.
     pub fn any(&self) -> bool {
-        self.partition || self.crash || self.clock || self.loss || self.disk
+        self.partition || self.crash || self.clock || self.loss || self.disk || self.wipe
     }
 
     /// Whether a replica can go down (and come back through recovery).
     pub fn crashes(&self) -> bool {
-        self.crash || self.disk
+        self.crash || self.disk || self.wipe
     }
 }
 
@@ -78,17 +83,20 @@ pub enum PlantedBug {
     /// The disk reports a write durable when it is issued, not when its
     /// fsync completes: recovery then trusts writes a crash took.
     ForgetUnsyncedTail,
+    /// A replica that lost its disk joins again, empty, as a voter.
+    AmnesiacVoter,
 }
 
 impl PlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, PlantedBug); 6] = [
+    pub const ALL: [(&'static str, PlantedBug); 7] = [
         ("skip-invalidation", PlantedBug::SkipInvalidation),
         ("deliver-without-cab", PlantedBug::DeliverWithoutCab),
         ("ignore-causal-context", PlantedBug::IgnoreCausalContext),
         ("stable-before-durable", PlantedBug::StableBeforeDurable),
         ("send-before-durable", PlantedBug::SendBeforeDurable),
         ("forget-unsynced-tail", PlantedBug::ForgetUnsyncedTail),
+        ("amnesiac-voter", PlantedBug::AmnesiacVoter),
     ];
 
     /// Parse a command-line name.

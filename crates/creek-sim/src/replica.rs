@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_core::{Checkpoint, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
 use creek_exec::{Completion, Registry, Task};
-use creek_node::{HoldQueue, Node, NodeConfig, Write};
+use creek_node::{HoldQueue, Identity, Node, NodeConfig, Standing, Write};
 use creek_store::{LogStore, SimDisk, Store};
 use creek_wire::PeerMessage;
 
@@ -111,6 +111,14 @@ pub trait SimReplica: Send + Sync {
     fn has_unsynced(&self) -> bool {
         false
     }
+    /// While down: the disk is replaced by an empty one (the data directory
+    /// was lost). Replicas without a disk ignore it.
+    fn lose_disk(&mut self) {}
+    /// The replica knows it lost its data and takes no part until rebuilt
+    /// (the checkers leave it out).
+    fn is_lost(&self) -> bool {
+        false
+    }
 }
 
 impl ReplicaCounts {
@@ -153,6 +161,8 @@ pub struct DiskCounts {
     pub syncs: u64,
     /// Restarts whose database had to be repaired (not closed cleanly).
     pub repairs: u64,
+    /// Restarts with an empty disk (the data directory was lost).
+    pub wipes: u64,
 }
 
 impl std::ops::AddAssign for DiskCounts {
@@ -163,6 +173,7 @@ impl std::ops::AddAssign for DiskCounts {
         self.sync_failures += o.sync_failures;
         self.syncs += o.syncs;
         self.repairs += o.repairs;
+        self.wipes += o.wipes;
     }
 }
 
@@ -203,10 +214,17 @@ pub struct CreekReplica {
     disk_counts: DiskCounts,
 }
 
+/// The nonce a data directory gets when a simulated replica starts on an
+/// empty disk: unique per replica and disk.
+fn sim_nonce(me: ReplicaId, wipes: u64) -> u64 {
+    (u64::from(me.0) << 32) | (wipes + 1)
+}
+
 impl CreekReplica {
-    /// A fresh replica, or one restored from `initial` (a bulk load, as if
-    /// restored from a backup: written to its disk when `durable_initial`,
-    /// i.e. when the run can crash it).
+    /// A replica of a group bootstrapped before the run (a member from the
+    /// start), fresh or restored from `initial` (a bulk load, as if restored
+    /// from a backup). Its identity and `initial` are written to its disk
+    /// when `durable_initial`, i.e. when the run can crash it.
     pub fn new(
         config: NodeConfig,
         registry: Arc<Registry>,
@@ -223,9 +241,11 @@ impl CreekReplica {
         let disk = SimDisk::new();
         let loaded =
             creek_store::load_backend(disk.clone(), voters.clone()).map_err(|e| e.to_string())?;
-        if let (Some(c), true) = (&initial, durable_initial) {
+        let identity = Identity::founding(&config.cab.replicas);
+        if durable_initial {
             let write = Write {
-                checkpoint: Some((c.clone(), Vec::new())),
+                checkpoint: initial.clone().map(|c| (c, Vec::new())),
+                identity: Some(identity.clone()),
                 ..Write::default()
             };
             loaded.store.write(&[write]).map_err(|e| e.to_string())?;
@@ -237,6 +257,8 @@ impl CreekReplica {
             loaded.storage,
             initial,
             Vec::new(),
+            Some(identity),
+            0,
         )
         .map_err(|e| e.to_string())?;
         let mut r = CreekReplica {
@@ -504,6 +526,8 @@ impl SimReplica for CreekReplica {
             loaded.storage,
             loaded.recovered.checkpoint,
             loaded.recovered.ops,
+            loaded.recovered.identity,
+            sim_nonce(self.config.replica.id, self.disk_counts.wipes),
         )
         .map_err(|e| format!("recovery refused: {e}"))?;
         // What the simulator saw committed stays; the recovered list picks
@@ -531,6 +555,23 @@ impl SimReplica for CreekReplica {
 
     fn has_unsynced(&self) -> bool {
         self.syncing.is_some() || !self.queued.is_empty()
+    }
+
+    fn lose_disk(&mut self) {
+        if self.node.is_some() {
+            return;
+        }
+        self.disk = SimDisk::new();
+        self.disk_counts.wipes += 1;
+        // What it committed went with the disk: a replica that rejoins
+        // empty (only ever told to) starts its committed list again.
+        self.committed.clear();
+    }
+
+    fn is_lost(&self) -> bool {
+        self.node
+            .as_ref()
+            .is_some_and(|n| matches!(n.standing(), Standing::Lost { .. }))
     }
 }
 

@@ -90,6 +90,9 @@ struct SimNode {
     disk_wake_at: Option<u64>,
     /// The next sampled invariant check is due after this time.
     next_invariants_at: u64,
+    /// Its disk was lost (it restarted empty): its ops from before were not
+    /// lost with unsynced writes, whatever its restarts recover.
+    wiped: bool,
 }
 
 struct Client {
@@ -305,6 +308,7 @@ impl Sim {
                     config.cab.planted_deliver_on_propose = true
                 }
                 Some(PlantedBug::SendBeforeDurable) => config.planted_send_before_durable = true,
+                Some(PlantedBug::AmnesiacVoter) => config.planted_amnesiac_voter = true,
                 Some(PlantedBug::ForgetUnsyncedTail) | None => {}
             }
             let storage = MemCabStorage::new(voters.clone());
@@ -345,6 +349,7 @@ impl Sim {
                 busy_us: 0,
                 epoch: 0,
                 clock_offset_us: offset,
+                wiped: false,
                 clock_drift_ppm: drift,
                 handles: BTreeMap::new(),
                 disk_wake_at: None,
@@ -799,7 +804,7 @@ impl Sim {
         };
         match msg {
             PeerMessage::Gossip(_) => self.traffic.gossip_bytes += frame.len() as u64,
-            PeerMessage::Cab(_) | PeerMessage::Probe(_) => {
+            PeerMessage::Cab(_) | PeerMessage::Probe(_) | PeerMessage::Hello(_) => {
                 self.traffic.cab_bytes += frame.len() as u64
             }
         }
@@ -892,6 +897,9 @@ impl Sim {
         if self.cfg.faults.disk {
             classes.push("disk");
         }
+        if self.cfg.faults.wipe {
+            classes.push("wipe");
+        }
         let class = classes[self.rng.index(classes.len())];
         match class {
             "partition" if !self.net.partitioned() => {
@@ -951,7 +959,7 @@ impl Sim {
                 self.schedule(at, Ev::Heal);
             }
             "crash" => {
-                let down = self.nodes.iter().filter(|x| !x.node.is_up()).count();
+                let down = self.down();
                 let victim = self.rng.index(n);
                 if down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
                     self.crash(victim, false);
@@ -967,7 +975,7 @@ impl Sim {
                 }
             }
             "disk" => {
-                let down = self.nodes.iter().filter(|x| !x.node.is_up()).count();
+                let down = self.down();
                 // Aim at a replica with writes in flight: that is where a
                 // crash loses something.
                 let unsynced: Vec<usize> = (0..n)
@@ -997,6 +1005,22 @@ impl Sim {
                         let at = self.now + self.rng.range(50_000, 400_000);
                         self.schedule(at, Ev::Restart { node: victim });
                     }
+                }
+            }
+            "wipe" => {
+                // At most one lost disk per run: without state transfer a
+                // replica that lost its data stays out for good, so it
+                // counts as down from here on.
+                let wiped = self.nodes.iter().any(|x| x.node.disk_counts().wipes > 0);
+                let down = self.down();
+                let victim = self.rng.index(n);
+                if !wiped && down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
+                    *self.faults.entry("disk_lost").or_default() += 1;
+                    self.crash(victim, false);
+                    self.nodes[victim].node.lose_disk();
+                    self.nodes[victim].wiped = true;
+                    let at = self.now + self.rng.range(50_000, 400_000);
+                    self.schedule(at, Ev::Restart { node: victim });
                 }
             }
             "clock" => {
@@ -1060,7 +1084,8 @@ impl Sim {
         }
         let len = self.nodes[i].node.committed().len();
         self.checked_len[i] = self.checked_len[i].min(len);
-        if let Some(last) = self.nodes[i].node.last_issued_seq() {
+        let wiped = self.nodes[i].wiped;
+        if let Some(last) = self.nodes[i].node.last_issued_seq().filter(|_| !wiped) {
             self.forget_lost_ops(i, last);
         }
         self.after(i);
@@ -1086,13 +1111,23 @@ impl Sim {
         }
     }
 
-    fn settled(&self) -> bool {
-        let Some(first) = self.nodes.first() else {
-            return false;
-        };
+    /// Replicas down, or up but lost (they take no part).
+    fn down(&self) -> usize {
         self.nodes
             .iter()
-            .all(|n| n.node.quiet() && n.node.committed() == first.node.committed())
+            .filter(|x| !x.node.is_up() || x.node.is_lost())
+            .count()
+    }
+
+    /// Every replica that holds its data is quiet, with the same committed
+    /// order (a replica that knows it lost its data is left out).
+    fn settled(&self) -> bool {
+        let mut holding = self.nodes.iter().filter(|n| !n.node.is_lost());
+        let Some(first) = holding.next() else {
+            return false;
+        };
+        first.node.quiet()
+            && holding.all(|n| n.node.quiet() && n.node.committed() == first.node.committed())
     }
 
     /// The counters now, summed over every replica (up or down).

@@ -14,13 +14,18 @@
 //! | committed ids | `count`, then per origin: `origin` (≤ u16), `counter`, `n`, `n` gaps (exception `x1 = counter + g1 + 1`, `xi = x(i-1) + gi + 1`), as `Dvv::to_records` gives them |
 //! | state | `count`, then per key: `len`, key bytes, `len`, value bytes; keys strictly increasing |
 //!
+//! * **Identity** (`creek_node::Identity`): varints — `nonce`, then 0
+//!   (joining) or 1 followed by `count` and `count` × (`replica` ≤ u16,
+//!   `nonce`), the founders in replica order.
+//!
 //! Nothing may follow. Decoding is total: any byte string yields a
-//! checkpoint or [`StoreError::Corrupt`], never a panic, and allocates in
-//! proportion to the input.
+//! checkpoint (or identity) or [`StoreError::Corrupt`], never a panic, and
+//! allocates in proportion to the input.
 
 use bytes::Bytes;
 use creek_core::{Checkpoint, Dvv, ReplicaId, Timestamp};
 use creek_exec::varint;
+use creek_node::Identity;
 use creek_wire::Limits;
 
 use crate::StoreError;
@@ -136,6 +141,53 @@ pub(crate) fn stored_op_limits() -> Limits {
     }
 }
 
+/// Encode a replica's identity.
+pub fn encode_identity(id: &Identity) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16);
+    varint::put(&mut out, id.nonce);
+    match &id.founders {
+        None => out.push(0),
+        Some(founders) => {
+            out.push(1);
+            varint::put(&mut out, founders.len() as u64);
+            for (r, n) in founders {
+                varint::put(&mut out, u64::from(r.0));
+                varint::put(&mut out, *n);
+            }
+        }
+    }
+    out
+}
+
+/// Decode what [`encode_identity`] wrote.
+pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let nonce = r.varint()?;
+    let founders = match r.byte()? {
+        0 => None,
+        1 => {
+            let n = r.count(2)?;
+            let mut founders = Vec::with_capacity(n);
+            for _ in 0..n {
+                let replica = u16::try_from(r.varint()?)
+                    .map_err(|_| corrupt("identity: replica id beyond u16".to_owned()))?;
+                founders.push((ReplicaId(replica), r.varint()?));
+            }
+            if !founders.windows(2).all(|w| w[0].0 < w[1].0) {
+                return Err(corrupt(
+                    "identity: founders not in replica order".to_owned(),
+                ));
+            }
+            Some(founders)
+        }
+        b => return Err(corrupt(format!("identity: unknown founders flag {b}"))),
+    };
+    if r.pos != bytes.len() {
+        return Err(corrupt("identity: trailing bytes".to_owned()));
+    }
+    Ok(Identity { nonce, founders })
+}
+
 fn corrupt(why: String) -> StoreError {
     StoreError::Corrupt(why)
 }
@@ -192,6 +244,26 @@ mod tests {
 
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn identity_round_trips_and_damage_is_refused(
+            nonce in any::<u64>(),
+            founders in proptest::option::of(prop::collection::btree_map(any::<u16>(), any::<u64>(), 0..5)),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let id = Identity {
+                nonce,
+                founders: founders.map(|f| f.into_iter().map(|(r, n)| (ReplicaId(r), n)).collect()),
+            };
+            let bytes = encode_identity(&id);
+            prop_assert_eq!(decode_identity(&bytes).ok(), Some(id));
+            prop_assert!(decode_identity(&bytes[..cut.index(bytes.len())]).is_err());
+            let mut longer = bytes.clone();
+            longer.push(0);
+            prop_assert!(decode_identity(&longer).is_err());
+        }
+    }
 
     fn arb_checkpoint() -> impl Strategy<Value = Checkpoint> {
         let record = (

@@ -70,7 +70,7 @@
 //! | table | key → value |
 //! |---|---|
 //! | `raft_log` | index (`u64`) → entry, protobuf |
-//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf |
+//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"identity"` → the replica's identity in its cluster ([`codec`]) |
 //! | `ops` | (origin `u16`, seq `u64`) → op, `creek_wire::encode_op` |
 //! | `checkpoint` | `"latest"` → the last checkpoint ([`codec`]) |
 //!
@@ -124,6 +124,7 @@ pub(crate) const CHECKPOINT: TableDefinition<&str, &[u8]> = TableDefinition::new
 pub(crate) const HARD_STATE: &str = "hard_state";
 pub(crate) const CONF_STATE: &str = "conf_state";
 pub(crate) const LATEST: &str = "latest";
+pub(crate) const IDENTITY: &str = "identity";
 
 /// What can go wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +184,9 @@ pub struct Recovered {
     pub checkpoint: Option<Checkpoint>,
     /// The op payloads kept (not deleted by a checkpoint), by id.
     pub ops: Vec<Arc<Op>>,
+    /// The replica's identity in its cluster (`None`: a new data directory,
+    /// or one written before identities).
+    pub identity: Option<creek_node::Identity>,
     /// The database was not closed cleanly (a crash, a kill, a failed
     /// fsync): redb checked it at open and rolled back to its last complete
     /// commit, dropping a write that was torn or never fully synced (whose
@@ -307,6 +311,10 @@ impl Store {
             let mut ops = txn.open_table(OPS).map_err(db_err)?;
             let mut checkpoint = txn.open_table(CHECKPOINT).map_err(db_err)?;
             for w in group {
+                if let Some(id) = &w.identity {
+                    meta.insert(IDENTITY, codec::encode_identity(id).as_slice())
+                        .map_err(db_err)?;
+                }
                 write_log(&mut log, &mut meta, &w.log)?;
                 for op in &w.ops {
                     let bytes = creek_wire::encode_op(op);
@@ -328,7 +336,7 @@ impl Store {
 }
 
 fn is_empty(w: &Write) -> bool {
-    w.log.is_empty() && w.ops.is_empty() && w.checkpoint.is_none()
+    w.log.is_empty() && w.ops.is_empty() && w.checkpoint.is_none() && w.identity.is_none()
 }
 
 fn write_log(
@@ -430,6 +438,10 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered), St
                 None => None,
             },
             ops: load_ops(&ops)?,
+            identity: match meta.get(IDENTITY).map_err(db_err)? {
+                Some(v) => Some(codec::decode_identity(v.value())?),
+                None => None,
+            },
             repaired: false,
         };
         (storage, recovered)

@@ -138,6 +138,7 @@ fn batches_queued_while_busy_share_one_transaction() {
         log: storage.take_writes(),
         ops: vec![op(1, 1, false)],
         checkpoint: None,
+        identity: None,
     });
     busy.recv_timeout(Duration::from_secs(60)).unwrap();
     let n = 50u64;
@@ -148,6 +149,7 @@ fn batches_queued_while_busy_share_one_transaction() {
             log: storage.take_writes(),
             ops: vec![op(1, s, false)],
             checkpoint: None,
+            identity: None,
         });
     }
     assert_eq!(p.submitted(), n);
@@ -334,6 +336,7 @@ fn sigkill_child() {
                 c.cab_applied = s;
                 (c, vec![])
             }),
+            identity: None,
         });
         if s % 64 == 0 {
             std::thread::sleep(Duration::from_millis(1));

@@ -89,6 +89,8 @@ impl Cluster {
             storage,
             recovered.checkpoint,
             recovered.ops,
+            recovered.identity,
+            1000 + i as u64,
         )
         .unwrap();
         node.replica().check_invariants().unwrap();

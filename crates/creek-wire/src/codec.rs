@@ -26,6 +26,8 @@
 //! | 0x12 | [`CabMessage::Forward`]   | `count` (≤ `ids_per_message_max`), `count` × *id* |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
+//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`) |
+//! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
 //!
 //! Other kinds are rejected. The `…_max` names are the fields of [`Limits`].
 //!
@@ -114,7 +116,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use creek_core::{Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::{ClientRequestId, ProcCall};
 
-use crate::{CabMessage, GossipMessage, PeerMessage, Probe};
+use crate::{CabMessage, GossipMessage, Hello, MemberState, PeerMessage, Probe};
 
 /// Version of the frame format, the first byte of every frame.
 pub const WIRE_VERSION: u8 = 1;
@@ -126,6 +128,8 @@ const KIND_RAFT: u8 = 0x11;
 const KIND_FORWARD: u8 = 0x12;
 const KIND_PROBE: u8 = 0x21;
 const KIND_PROBE_ECHO: u8 = 0x22;
+const KIND_HELLO: u8 = 0x23;
+const KIND_HELLO_REPLY: u8 = 0x24;
 
 const FLAG_STRONG: u8 = 0x01;
 const FLAG_CONTEXT: u8 = 0x02;
@@ -422,6 +426,14 @@ pub enum DecodeError {
         /// Where the gap starts.
         offset: usize,
     },
+    /// A hello's state byte means nothing.
+    #[error("member state {state} at byte {offset} is not 0, 1 or 2")]
+    UnknownMemberState {
+        /// The byte.
+        state: u8,
+        /// Where it is.
+        offset: usize,
+    },
     /// Bytes follow a complete message.
     #[error("{count} trailing bytes after the message, from byte {offset}")]
     TrailingBytes {
@@ -522,6 +534,7 @@ fn check(msg: &PeerMessage, limits: &Limits) -> Result<(), EncodeError> {
         | PeerMessage::Cab(CabMessage::Forward { ids: list }) => ids(list),
         PeerMessage::Cab(CabMessage::Raft(payload)) => over(Limit::RaftBytes, payload.len()),
         PeerMessage::Probe(_) => Ok(()),
+        PeerMessage::Hello(h) => over(Limit::IdsPerMessage, h.founders.len()),
     }
 }
 
@@ -615,6 +628,24 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
             s.put_byte(if p.echo { KIND_PROBE_ECHO } else { KIND_PROBE });
             s.put_varint(p.stamp_us);
             s.put_varint(p.rtt_us);
+        }
+        PeerMessage::Hello(h) => {
+            s.put_byte(if h.reply {
+                KIND_HELLO_REPLY
+            } else {
+                KIND_HELLO
+            });
+            s.put_u64le(h.nonce);
+            s.put_byte(match h.state {
+                MemberState::Joining => 0,
+                MemberState::Member => 1,
+                MemberState::Lost => 2,
+            });
+            s.put_len(h.founders.len());
+            for &(replica, nonce) in &h.founders {
+                s.put_varint(u64::from(replica.0));
+                s.put_u64le(nonce);
+            }
         }
     }
 }
@@ -851,6 +882,28 @@ impl<'a> Reader<'a> {
         })
     }
 
+    fn hello(&mut self, kind: u8) -> Result<Hello, DecodeError> {
+        let nonce = self.u64le()?;
+        let offset = self.pos;
+        let state = match self.byte()? {
+            0 => MemberState::Joining,
+            1 => MemberState::Member,
+            2 => MemberState::Lost,
+            state => return Err(DecodeError::UnknownMemberState { state, offset }),
+        };
+        // Each founder takes at least 9 bytes (a varint and a u64le).
+        let count = self.length(Some(Limit::IdsPerMessage), 9)?;
+        let founders = (0..count)
+            .map(|_| Ok((self.replica()?, self.u64le()?)))
+            .collect::<Result<_, DecodeError>>()?;
+        Ok(Hello {
+            nonce,
+            state,
+            founders,
+            reply: kind == KIND_HELLO_REPLY,
+        })
+    }
+
     fn frame(mut self) -> Result<PeerMessage, DecodeError> {
         let version = self.byte()?;
         if version != WIRE_VERSION {
@@ -881,6 +934,7 @@ impl<'a> Reader<'a> {
                 rtt_us: self.varint()?,
                 echo: kind == KIND_PROBE_ECHO,
             }),
+            kind @ (KIND_HELLO | KIND_HELLO_REPLY) => PeerMessage::Hello(self.hello(kind)?),
             tag => {
                 return Err(DecodeError::UnknownKind {
                     tag,

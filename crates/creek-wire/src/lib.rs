@@ -2,7 +2,9 @@
 //!
 //! Two protocols share one connection: gossip (reliable broadcast of op
 //! payloads, [`GossipMessage`]) and conditional atomic broadcast (consensus on
-//! strong-op ids, [`CabMessage`]); [`Probe`]s measure the link between them. Every frame is versioned and size-limited;
+//! strong-op ids, [`CabMessage`]); [`Probe`]s measure the link between them
+//! and [`Hello`]s say which cluster each belongs to. Every frame is
+//! versioned and size-limited;
 //! decoding any byte string yields a message or an error, never a panic.
 //!
 //! [`encode`] turns a [`PeerMessage`] into one frame and [`decode`] (or the
@@ -32,6 +34,39 @@ pub enum PeerMessage {
     Cab(CabMessage),
     /// Link timing: a probe and its echo measure the round trip.
     Probe(Probe),
+    /// Cluster identity: who the sender is and whether it holds its data.
+    Hello(Hello),
+}
+
+/// A replica's identity in its cluster. A replica draws a random `nonce`
+/// when its data directory is created and keeps it; a cluster is named by
+/// its founders, the `(replica, nonce)` of every initial member. So a
+/// replica whose data directory was lost comes back with a new nonce and
+/// learns from any member that it is not the replica the cluster knew.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// The sender's nonce.
+    pub nonce: u64,
+    /// Where the sender stands.
+    pub state: MemberState,
+    /// The cluster's founders, sorted by replica (empty unless the sender is
+    /// a member; also empty for a member whose data directory predates
+    /// cluster identities).
+    pub founders: Vec<(ReplicaId, u64)>,
+    /// An answer to a hello (never answered itself).
+    pub reply: bool,
+}
+
+/// Where a replica stands in its cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemberState {
+    /// Its data directory is new and it has not learnt the cluster yet.
+    Joining,
+    /// A member holding its data.
+    Member,
+    /// Its data directory is new but the cluster already exists without it:
+    /// it lost its data and must not take part until it is rebuilt.
+    Lost,
 }
 
 /// A probe of a link, or its echo. The prober stamps it with its own clock

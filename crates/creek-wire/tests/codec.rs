@@ -8,7 +8,8 @@ use creek_core::{Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::{ClientRequestId, ProcCall};
 use creek_wire::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, CabMessage, DecodeError,
-    EncodeError, GossipMessage, Limit, Limits, LimitsError, PeerMessage, Probe, WIRE_VERSION,
+    EncodeError, GossipMessage, Hello, Limit, Limits, LimitsError, MemberState, PeerMessage, Probe,
+    WIRE_VERSION,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -89,6 +90,13 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             .prop_map(|ids| PeerMessage::Cab(CabMessage::Forward { ids })),
         1 => (any::<u64>(), any::<bool>(), any::<u64>())
             .prop_map(|(stamp_us, echo, rtt_us)| PeerMessage::Probe(Probe { stamp_us, echo, rtt_us })),
+        1 => (
+            any::<u64>(),
+            prop_oneof![Just(MemberState::Joining), Just(MemberState::Member), Just(MemberState::Lost)],
+            prop::collection::vec((arb_origin(), any::<u64>()), 0..6),
+            any::<bool>(),
+        )
+            .prop_map(|(nonce, state, founders, reply)| PeerMessage::Hello(Hello { nonce, state, founders, reply })),
     ]
 }
 
@@ -174,6 +182,7 @@ fn usage(msg: &PeerMessage, limit: Limit) -> usize {
             PeerMessage::Gossip(GossipMessage::Pull { ids })
             | PeerMessage::Cab(CabMessage::Forward { ids }),
         ) => ids.len(),
+        (Limit::IdsPerMessage, PeerMessage::Hello(h)) => h.founders.len(),
         (Limit::ProcNameBytes, _) => max_of(&|op| op.call.name.len()),
         (Limit::ArgsBytes, _) => max_of(&|op| op.call.args.len()),
         (Limit::DvvExceptions, _) => {
@@ -257,7 +266,7 @@ proptest! {
     #[test]
     fn decoding_arbitrary_bytes_never_panics(
         b in prop::collection::vec(any::<u8>(), 0..400),
-        kind in prop::sample::select(vec![0x01u8, 0x02, 0x03, 0x11, 0x12]),
+        kind in prop::sample::select(vec![0x01u8, 0x02, 0x03, 0x11, 0x12, 0x21, 0x23]),
     ) {
         check_consistent(&b)?;
         // The same bytes behind a valid header reach the body decoders.

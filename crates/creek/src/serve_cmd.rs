@@ -1,10 +1,25 @@
 //! `creek serve` (one replica) and `creek dev` (a local cluster in one
 //! process).
+//!
+//! Both run until Ctrl-C or SIGTERM, or until a replica fails (its node
+//! loop panics, a write fails, consensus finds lost data) or any thread of
+//! the process panics: then the cause is logged as an ERROR and the process
+//! exits non-zero, so that a supervisor restarts it or alerts. A process
+//! that stayed up refusing every request would hide the failure.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::task::Poll;
+use std::time::Duration;
 
-use creek_server::{ReplicaAddr, Server, ServerConfig};
+use creek_core::ReplicaId;
+use creek_server::{Fatal, ReplicaAddr, Server, ServerConfig};
+use tokio::sync::watch;
+
+/// How long a failed process waits for its replicas to stop before it
+/// exits anyway (a failed disk may not answer at all).
+const STOP_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
 /// `creek serve`.
 #[derive(clap::Args)]
@@ -89,12 +104,85 @@ impl ServeArgs {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
+/// Run `main` on a multi-threaded runtime. The runtime is not waited on
+/// past a second at the end: after a failure, a blocking task may be stuck
+/// on a failed disk, and the process must still exit.
+fn run<F: Future<Output = Result<(), String>>>(main: F) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("creek-io")
         .build()
-        .map_err(|e| format!("starting the runtime: {e}"))
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    let result = runtime.block_on(main);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// From now on, a panic on any thread of the process is reported here, once
+/// (the first), after the default hook has printed it with its place. A
+/// panic in a task of the transport or the client API is otherwise caught
+/// by the runtime and leaves the rest of the process running without it.
+fn watch_panics() -> watch::Receiver<Option<String>> {
+    let (tx, rx) = watch::channel(None);
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let thread = std::thread::current();
+        let why = format!("thread '{}' {info}", thread.name().unwrap_or("<unnamed>"));
+        let why = why.replace('\n', " ");
+        tx.send_if_modified(|first| {
+            if first.is_some() {
+                return false;
+            }
+            *first = Some(why);
+            true
+        });
+    }));
+    rx
+}
+
+/// Resolves with the first panic `watch_panics` reports.
+async fn panicked(mut panics: watch::Receiver<Option<String>>) -> String {
+    // The hook keeps the sender for the life of the process.
+    if let Ok(why) = panics.wait_for(Option::is_some).await {
+        if let Some(why) = why.clone() {
+            return why;
+        }
+    }
+    std::future::pending().await
+}
+
+/// Resolves with the first of `servers` to fail, and why.
+async fn first_failure(servers: &[Server]) -> (ReplicaId, Fatal) {
+    let mut waits: Vec<_> = servers
+        .iter()
+        .map(|s| Box::pin(async move { (s.id(), s.failed().await) }))
+        .collect();
+    std::future::poll_fn(|cx| {
+        for w in &mut waits {
+            if let Poll::Ready(failed) = w.as_mut().poll(cx) {
+                return Poll::Ready(failed);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Stop `servers` after a failure, as far as they let us within
+/// [`STOP_AFTER_FAILURE`].
+async fn stop_after_failure(servers: Vec<Server>) {
+    let stop = async {
+        for s in servers {
+            s.shutdown().await;
+        }
+    };
+    if tokio::time::timeout(STOP_AFTER_FAILURE, stop)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the replicas did not stop in {STOP_AFTER_FAILURE:?}; exiting anyway");
+    }
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).
@@ -130,21 +218,34 @@ async fn stop_signal() {
     }
 }
 
-/// `creek serve`: run one replica until Ctrl-C or SIGTERM.
+/// `creek serve`: run one replica until Ctrl-C or SIGTERM, or until it
+/// fails (then `Err`, after an ERROR line naming the cause).
 pub fn serve(args: &ServeArgs) -> Result<(), String> {
     init_logging();
     let config = args.config()?;
-    runtime()?.block_on(async {
+    let panics = watch_panics();
+    run(async {
         let server = Server::start(config).await.map_err(|e| e.to_string())?;
+        let id = server.id();
         println!(
-            "creek replica {} serving clients on {}",
-            server.id(),
+            "creek replica {id} serving clients on {}",
             server.client_addr()
         );
-        stop_signal().await;
+        let failure = tokio::select! {
+            () = stop_signal() => None,
+            why = server.failed() => Some(why.to_string()),
+            why = panicked(panics) => Some(why),
+        };
+        if let Some(why) = failure {
+            tracing::error!(replica = %id, error = %why, "the replica failed; exiting");
+            stop_after_failure(vec![server]).await;
+            return Err(format!("replica {id} failed: {why}"));
+        }
         tracing::info!("stopping");
-        server.shutdown().await;
-        Ok(())
+        server.stop().await.map_err(|why| {
+            tracing::error!(replica = %id, error = %why, "the replica failed while stopping");
+            format!("replica {id} failed while stopping: {why}")
+        })
     })
 }
 
@@ -194,7 +295,8 @@ pub fn dev(args: &DevArgs) -> Result<(), String> {
             c.metrics_addr = Some(SocketAddr::from(([127, 0, 0, 1], port)));
         }
     }
-    runtime()?.block_on(async {
+    let panics = watch_panics();
+    run(async {
         let mut servers = Vec::new();
         for c in configs {
             match Server::start(c).await {
@@ -220,11 +322,29 @@ pub fn dev(args: &DevArgs) -> Result<(), String> {
             println!("  replica {}  client {}{metrics}", s.id(), s.client_addr());
         }
         println!("try: creek call kv.put greeting hello   (Ctrl-C stops the cluster)");
-        stop_signal().await;
-        println!("stopping…");
-        for s in servers {
-            s.shutdown().await;
+        let failure = tokio::select! {
+            () = stop_signal() => None,
+            (id, why) = first_failure(&servers) => Some(format!("replica {id} failed: {why}")),
+            why = panicked(panics) => Some(why),
+        };
+        if let Some(why) = failure {
+            tracing::error!(error = %why, "a replica failed; stopping the cluster and exiting");
+            stop_after_failure(servers).await;
+            return Err(why);
         }
-        Ok(())
+        println!("stopping…");
+        let mut failed = Vec::new();
+        for s in servers {
+            let id = s.id();
+            if let Err(why) = s.stop().await {
+                tracing::error!(replica = %id, error = %why, "the replica failed while stopping");
+                failed.push(format!("replica {id} failed while stopping: {why}"));
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("; "))
+        }
     })
 }

@@ -42,6 +42,14 @@ pub enum InvokeError {
     /// The tentative list is full; retry later.
     #[error("replica overloaded: {0} ops on the tentative list")]
     Overloaded(usize),
+    /// The replica does not serve: it is joining its cluster, or it lost
+    /// its data and waits to be rebuilt (the text says which).
+    #[error("{0}")]
+    NotServing(String),
+    /// A majority of the replicas lost their data: no strong op can be
+    /// ordered without risking acknowledged ones (the text says what to do).
+    #[error("{0}")]
+    QuorumLostData(String),
 }
 
 /// Protocol counters of one replica.

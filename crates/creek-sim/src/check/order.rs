@@ -350,16 +350,18 @@ mod tests {
             let ops = specs
                 .iter()
                 .enumerate()
-                .map(|(i, &(client, strong, from, len, answered, _, crashed))| OpRecord {
-                    origin_crashed: crashed,
-                    ..rec(
-                        client % 3,
-                        i as u64 + 1,
-                        strong,
-                        from,
-                        answered.then_some(from + len),
-                    )
-                })
+                .map(
+                    |(i, &(client, strong, from, len, answered, _, crashed))| OpRecord {
+                        origin_crashed: crashed,
+                        ..rec(
+                            client % 3,
+                            i as u64 + 1,
+                            strong,
+                            from,
+                            answered.then_some(from + len),
+                        )
+                    },
+                )
                 .collect();
             let committed = order
                 .iter()

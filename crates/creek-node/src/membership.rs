@@ -1,0 +1,584 @@
+//! Who belongs to the cluster, and whether this replica still holds its
+//! data.
+//!
+//! Raft's safety rests on a voter never forgetting what it acknowledged. A
+//! replica whose data directory was lost and that comes back empty under its
+//! old id would vote and acknowledge as if it had never acted: it can elect
+//! a leader that lacks committed entries. A replica cannot tell on its own
+//! whether an empty data directory is new or lost, so it asks its peers.
+//!
+//! # Identity
+//!
+//! A replica draws a random *nonce* when its data directory is created and
+//! keeps it there ([`Identity`]). A cluster is named by its *founders*: the
+//! `(replica, nonce)` of every initial member. An empty replica is
+//! *joining*: it sends [`Hello`]s to its peers (they answer at once) and
+//!
+//! * when it has heard every peer joining too, the founders are everyone's
+//!   nonces: it records them and becomes a *member*;
+//! * when a member answers whose founders hold this replica's nonce, it is a
+//!   founder that learnt late: it records them and becomes a member;
+//! * when a member answers whose founders do not hold its nonce, the cluster
+//!   exists without it — its data directory was lost: it is *lost*. A lost
+//!   replica never votes, campaigns, acknowledges appends or serves views;
+//!   it tells its peers it is lost (they refuse strong ops once a majority
+//!   is) and waits to be rebuilt.
+//!
+//! So a new cluster forms once every initial member has started once with
+//! an empty directory; the identity is persisted (and the hellos held)
+//! before the replica acts on it, like every other write.
+//!
+//! A member refuses consensus and gossip messages from a peer whose hello
+//! named other founders (a data directory of another cluster), and reports
+//! it; a replica's hellos are the first frames it sends on every link (the
+//! node puts them ahead of everything else), so on an ordered link nothing
+//! of a foreign peer gets through before its hello. Messages from a lost
+//! peer are refused too. A data directory written before identities existed
+//! holds a member without founders: it accepts any member.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use creek_core::ReplicaId;
+use creek_wire::{Hello, MemberState};
+
+/// A joining replica hellos its peers every this many ticks; a member hellos
+/// peers it has not heard from every this many ticks too, and every other
+/// peer every [`HELLO_MEMBER_TICKS`].
+const HELLO_RETRY_TICKS: u64 = 10;
+
+/// A member's hello to a peer it already knows, every this many ticks (so a
+/// peer that restarts lost is noticed).
+const HELLO_MEMBER_TICKS: u64 = 100;
+
+/// What a data directory records about its replica's place in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Drawn when the data directory was created.
+    pub nonce: u64,
+    /// The cluster's founders, sorted by replica: `None` while joining;
+    /// `Some(empty)` for a data directory written before identities existed.
+    pub founders: Option<Vec<(ReplicaId, u64)>>,
+}
+
+impl Identity {
+    /// A new data directory's identity.
+    pub fn joining(nonce: u64) -> Self {
+        Identity {
+            nonce,
+            founders: None,
+        }
+    }
+
+    /// A member of a group formed in memory (tests, the in-memory network):
+    /// every replica's nonce is 0.
+    pub fn founding(group: &[ReplicaId]) -> Self {
+        let mut founders: Vec<(ReplicaId, u64)> = group.iter().map(|r| (*r, 0)).collect();
+        founders.sort_unstable();
+        Identity {
+            nonce: 0,
+            founders: Some(founders),
+        }
+    }
+
+    /// The cluster's id: a hash of its founders (0 while joining or for a
+    /// data directory without founders).
+    pub fn cluster_id(&self) -> u64 {
+        match &self.founders {
+            Some(f) if !f.is_empty() => cluster_id(f),
+            _ => 0,
+        }
+    }
+}
+
+/// FNV-1a over the founders: stable across builds and platforms.
+fn cluster_id(founders: &[(ReplicaId, u64)]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (r, n) in founders {
+        for b in r.0.to_le_bytes().into_iter().chain(n.to_le_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Where this replica stands, for status and errors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Waiting to hear that every initial member started, or from a member.
+    Joining {
+        /// Peers not heard from yet.
+        waiting_for: Vec<ReplicaId>,
+    },
+    /// A member holding its data.
+    Member,
+    /// Its data directory was lost: it takes no part until rebuilt.
+    Lost {
+        /// Why it knows (which member said the cluster exists).
+        why: String,
+    },
+}
+
+/// The membership state machine of one node.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    me: ReplicaId,
+    peers: Vec<ReplicaId>,
+    identity: Identity,
+    lost: Option<String>,
+    /// Nonces of peers heard joining.
+    joining_peers: BTreeMap<ReplicaId, u64>,
+    /// Members whose founders match ours.
+    verified: BTreeSet<ReplicaId>,
+    /// Peers that said they are lost.
+    lost_peers: BTreeSet<ReplicaId>,
+    /// Peers of another cluster, with what they said.
+    foreign: BTreeMap<ReplicaId, String>,
+    /// The identity changed and must be written.
+    dirty: bool,
+    ticks: u64,
+    /// Planted bug (`amnesiac-voter`): a lost replica joins anyway.
+    rejoin_when_lost: bool,
+    /// Hellos to send.
+    outbox: Vec<(ReplicaId, Hello)>,
+    /// What happened, for the driver's log (taken by `take_events`).
+    events: Vec<Event>,
+}
+
+/// Something the driver should log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// This replica became a member (cluster id).
+    Joined(u64),
+    /// This replica learnt it lost its data.
+    Lost(String),
+    /// A lost replica rejoined anyway (the planted bug `amnesiac-voter`).
+    RejoinedDespiteLoss(String),
+    /// A peer belongs to another cluster.
+    Foreign(ReplicaId, String),
+}
+
+impl Membership {
+    /// `identity` as stored; `dirty` when it must still be written (a new
+    /// data directory's).
+    pub(crate) fn new(
+        me: ReplicaId,
+        peers: Vec<ReplicaId>,
+        identity: Identity,
+        dirty: bool,
+        rejoin_when_lost: bool,
+    ) -> Self {
+        let mut m = Membership {
+            me,
+            peers,
+            identity,
+            lost: None,
+            joining_peers: BTreeMap::new(),
+            verified: BTreeSet::new(),
+            lost_peers: BTreeSet::new(),
+            foreign: BTreeMap::new(),
+            dirty,
+            ticks: 0,
+            rejoin_when_lost,
+            outbox: Vec::new(),
+            events: Vec::new(),
+        };
+        // A group of one needs nobody.
+        m.try_found();
+        if m.outbox.is_empty() {
+            m.hello_all();
+        }
+        m
+    }
+
+    pub(crate) fn standing(&self) -> Standing {
+        if let Some(why) = &self.lost {
+            return Standing::Lost { why: why.clone() };
+        }
+        if self.identity.founders.is_some() {
+            return Standing::Member;
+        }
+        Standing::Joining {
+            waiting_for: self
+                .peers
+                .iter()
+                .copied()
+                .filter(|p| !self.joining_peers.contains_key(p))
+                .collect(),
+        }
+    }
+
+    /// A member holding its data: it takes part in consensus and gossip.
+    pub(crate) fn is_member(&self) -> bool {
+        self.lost.is_none() && self.identity.founders.is_some()
+    }
+
+    /// Whether consensus and gossip messages from `peer` are accepted: this
+    /// replica is a member and the peer is not known to be of another
+    /// cluster or lost.
+    pub(crate) fn accepts(&self, peer: ReplicaId) -> bool {
+        self.is_member() && !self.foreign.contains_key(&peer) && !self.lost_peers.contains(&peer)
+    }
+
+    pub(crate) fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Peers known to have lost their data.
+    pub(crate) fn lost_peers(&self) -> &BTreeSet<ReplicaId> {
+        &self.lost_peers
+    }
+
+    /// Peers of another cluster.
+    pub(crate) fn foreign_peers(&self) -> Vec<ReplicaId> {
+        self.foreign.keys().copied().collect()
+    }
+
+    /// Whether a majority of the group is known to have lost its data (this
+    /// replica counted if it did).
+    pub(crate) fn quorum_lost(&self) -> bool {
+        let group = self.peers.len() + 1;
+        let lost = self.lost_peers.len() + usize::from(self.lost.is_some());
+        lost > group - (group / 2 + 1)
+    }
+
+    /// The identity to write, if it changed since the last write.
+    pub(crate) fn take_write(&mut self) -> Option<Identity> {
+        std::mem::take(&mut self.dirty).then(|| self.identity.clone())
+    }
+
+    pub(crate) fn take_messages(&mut self) -> Vec<(ReplicaId, Hello)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    pub(crate) fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn state(&self) -> MemberState {
+        if self.lost.is_some() {
+            MemberState::Lost
+        } else if self.identity.founders.is_some() {
+            MemberState::Member
+        } else {
+            MemberState::Joining
+        }
+    }
+
+    fn hello(&mut self, to: ReplicaId, reply: bool) {
+        let founders = if self.is_member() {
+            self.identity.founders.clone().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        self.outbox.push((
+            to,
+            Hello {
+                nonce: self.identity.nonce,
+                state: self.state(),
+                founders,
+                reply,
+            },
+        ));
+    }
+
+    pub(crate) fn tick(&mut self) {
+        self.ticks += 1;
+        for p in self.peers.clone() {
+            let known = self.verified.contains(&p)
+                || self.lost_peers.contains(&p)
+                || self.foreign.contains_key(&p);
+            let every = if self.is_member() && known {
+                HELLO_MEMBER_TICKS
+            } else {
+                HELLO_RETRY_TICKS
+            };
+            if self.ticks.is_multiple_of(every) {
+                self.hello(p, false);
+            }
+        }
+    }
+
+    /// A hello from `from`. Returns whether this replica just became a
+    /// member (the node then starts consensus).
+    pub(crate) fn on_hello(&mut self, from: ReplicaId, h: Hello) -> bool {
+        if !self.peers.contains(&from) {
+            return false;
+        }
+        let was_member = self.is_member();
+        match h.state {
+            MemberState::Lost => {
+                self.lost_peers.insert(from);
+                self.verified.remove(&from);
+            }
+            MemberState::Joining => {
+                self.lost_peers.remove(&from);
+                self.verified.remove(&from);
+                self.joining_peers.insert(from, h.nonce);
+                self.try_found();
+            }
+            MemberState::Member => {
+                self.lost_peers.remove(&from);
+                self.on_member(from, h.founders);
+            }
+        }
+        if !h.reply {
+            self.hello(from, true);
+        }
+        !was_member && self.is_member()
+    }
+
+    /// Every peer was heard joining: the founders are everyone's nonces.
+    fn try_found(&mut self) {
+        if self.identity.founders.is_some()
+            || self.lost.is_some()
+            || self
+                .peers
+                .iter()
+                .any(|p| !self.joining_peers.contains_key(p))
+        {
+            return;
+        }
+        let mut founders: Vec<(ReplicaId, u64)> = self
+            .joining_peers
+            .iter()
+            .filter(|(p, _)| self.peers.contains(p))
+            .map(|(p, n)| (*p, *n))
+            .collect();
+        founders.push((self.me, self.identity.nonce));
+        founders.sort_unstable();
+        self.become_member(founders);
+    }
+
+    fn become_member(&mut self, founders: Vec<(ReplicaId, u64)>) {
+        self.identity.founders = Some(founders);
+        self.dirty = true;
+        self.events.push(Event::Joined(self.identity.cluster_id()));
+        self.hello_all();
+    }
+
+    /// Tell every peer where this replica stands now (they answer, which
+    /// verifies them).
+    fn hello_all(&mut self) {
+        for p in self.peers.clone() {
+            self.hello(p, false);
+        }
+    }
+
+    fn on_member(&mut self, from: ReplicaId, founders: Vec<(ReplicaId, u64)>) {
+        let mine = (self.me, self.identity.nonce);
+        match self.identity.founders.clone() {
+            Some(ours) => {
+                if self.lost.is_some() {
+                    return;
+                }
+                if ours.is_empty() || founders.is_empty() || ours == founders {
+                    self.verified.insert(from);
+                    self.foreign.remove(&from);
+                } else if !self.foreign.contains_key(&from) {
+                    let why = format!(
+                        "replica {from} belongs to another cluster (id {:016x}, this one is \
+                         {:016x}): its messages are refused; check its data directory and the \
+                         configured addresses",
+                        cluster_id(&founders),
+                        self.identity.cluster_id()
+                    );
+                    self.verified.remove(&from);
+                    self.foreign.insert(from, why.clone());
+                    self.events.push(Event::Foreign(from, why));
+                }
+            }
+            None if founders.contains(&mine) => {
+                // A founder that learnt the cluster from a peer.
+                self.become_member(founders);
+                self.verified.insert(from);
+            }
+            None if self.lost.is_none() => {
+                let why = format!(
+                    "replica {me}'s data directory is new, but its cluster (id {:016x}) already \
+                     exists without it (replica {from} says so): this replica lost its data. It \
+                     does not vote, lead, acknowledge or serve; it stays up only to tell its \
+                     peers. This version cannot rebuild a replica from its peers: the others \
+                     serve without it, tolerating one failure fewer (docs/operations.md, \
+                     \"Lost a disk\")",
+                    if founders.is_empty() {
+                        0
+                    } else {
+                        cluster_id(&founders)
+                    },
+                    me = self.me
+                );
+                if self.rejoin_when_lost {
+                    self.events.push(Event::RejoinedDespiteLoss(why));
+                    self.become_member(founders);
+                    self.verified.insert(from);
+                } else {
+                    self.lost = Some(why.clone());
+                    self.events.push(Event::Lost(why));
+                    self.hello_all();
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Check the invariants (sampled by the simulator).
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        if self.lost.is_some() && self.identity.founders.is_some() {
+            return Err("a lost replica recorded founders".into());
+        }
+        if let Some(f) = &self.identity.founders {
+            if !f.is_empty()
+                && !f.contains(&(self.me, self.identity.nonce))
+                && !self.rejoin_when_lost
+            {
+                return Err("a member that is not among its founders".into());
+            }
+            if !f.windows(2).all(|w| w[0].0 < w[1].0) {
+                return Err("founders not sorted by replica".into());
+            }
+        }
+        if !self.verified.is_disjoint(&self.lost_peers) {
+            return Err("a peer both verified and lost".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: u16) -> Vec<ReplicaId> {
+        (1..=n).map(ReplicaId).collect()
+    }
+
+    fn node(me: u16, n: u16, nonce: u64) -> Membership {
+        let peers = ids(n).into_iter().filter(|r| r.0 != me).collect();
+        Membership::new(ReplicaId(me), peers, Identity::joining(nonce), true, false)
+    }
+
+    /// Deliver every hello until none is left.
+    fn run(nodes: &mut [Membership]) {
+        for _ in 0..10 {
+            let mut msgs = Vec::new();
+            for n in nodes.iter_mut() {
+                let from = n.me;
+                msgs.extend(n.take_messages().into_iter().map(|(to, h)| (from, to, h)));
+            }
+            if msgs.is_empty() {
+                return;
+            }
+            for (from, to, h) in msgs {
+                let i = nodes.iter().position(|n| n.me == to).unwrap_or(0);
+                nodes[i].on_hello(from, h);
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_cluster_forms_when_every_member_started() {
+        let mut nodes = vec![node(1, 3, 11), node(2, 3, 22)];
+        run(&mut nodes);
+        assert!(
+            nodes.iter().all(|n| !n.is_member()),
+            "replica 3 not heard yet"
+        );
+        assert_eq!(
+            nodes[0].standing(),
+            Standing::Joining {
+                waiting_for: vec![ReplicaId(3)]
+            }
+        );
+        nodes.push(node(3, 3, 33));
+        run(&mut nodes);
+        assert!(nodes.iter().all(Membership::is_member));
+        let ids: BTreeSet<u64> = nodes.iter().map(|n| n.identity.cluster_id()).collect();
+        assert_eq!(ids.len(), 1);
+        assert!(nodes.iter_mut().all(|n| n.take_write().is_some()));
+        // Everyone verified everyone.
+        for n in &nodes {
+            for p in &n.peers {
+                assert!(n.accepts(*p), "{} does not accept {p}", n.me);
+            }
+        }
+    }
+
+    #[test]
+    fn a_replica_that_lost_its_data_is_told_so_and_stays_out() {
+        let mut nodes = vec![node(1, 3, 11), node(2, 3, 22), node(3, 3, 33)];
+        run(&mut nodes);
+        // Replica 2 comes back with an empty data directory (a new nonce).
+        nodes[1] = node(2, 3, 99);
+        run(&mut nodes);
+        assert!(matches!(nodes[1].standing(), Standing::Lost { .. }));
+        assert!(!nodes[1].is_member());
+        assert_eq!(nodes[1].identity.founders, None);
+        assert!(nodes[0].lost_peers().contains(&ReplicaId(2)));
+        assert!(!nodes[0].accepts(ReplicaId(2)));
+        assert!(!nodes[0].quorum_lost());
+        // A second one: a majority lost its data.
+        nodes[2] = node(3, 3, 98);
+        run(&mut nodes);
+        assert!(nodes[0].quorum_lost());
+        // A restart with the data kept is a member again at once.
+        let id = nodes[0].identity.clone();
+        let mut restarted = Membership::new(
+            ReplicaId(1),
+            vec![ReplicaId(2), ReplicaId(3)],
+            id,
+            false,
+            false,
+        );
+        assert!(restarted.is_member());
+        assert!(restarted.take_write().is_none());
+    }
+
+    #[test]
+    fn a_founder_that_learns_late_joins_and_another_cluster_is_refused() {
+        let mut a = vec![node(1, 2, 1), node(2, 2, 2)];
+        run(&mut a);
+        let mut b = vec![node(1, 2, 5), node(2, 2, 6)];
+        run(&mut b);
+        // Replica 1 of cluster b hears replica 2 of cluster a.
+        let hello = Hello {
+            nonce: 2,
+            state: MemberState::Member,
+            founders: a[1].identity.founders.clone().unwrap_or_default(),
+            reply: false,
+        };
+        b[0].on_hello(ReplicaId(2), hello);
+        assert_eq!(b[0].foreign_peers(), vec![ReplicaId(2)]);
+        assert!(!b[0].accepts(ReplicaId(2)));
+        // A joining founder hears a member naming it.
+        let mut late = node(2, 2, 2);
+        let founders = a[0].identity.founders.clone();
+        let hello = Hello {
+            nonce: 1,
+            state: MemberState::Member,
+            founders: founders.clone().unwrap_or_default(),
+            reply: true,
+        };
+        assert!(late.on_hello(ReplicaId(1), hello));
+        assert_eq!(late.identity.founders, founders);
+    }
+
+    #[test]
+    fn told_to_rejoin_a_lost_replica_becomes_a_member() {
+        let mut nodes = vec![node(1, 2, 1), node(2, 2, 2)];
+        run(&mut nodes);
+        nodes[1] = Membership::new(
+            ReplicaId(2),
+            vec![ReplicaId(1)],
+            Identity::joining(7),
+            true,
+            true,
+        );
+        run(&mut nodes);
+        assert!(nodes[1].is_member());
+        assert!(nodes[1]
+            .take_events()
+            .iter()
+            .any(|e| matches!(e, Event::RejoinedDespiteLoss(_))));
+    }
+}
