@@ -5,6 +5,8 @@
 # from proto/creek.proto) and pytest, then runs the tests against real
 # clusters of target/debug/creek ($CREEK_BIN overrides; built if missing).
 # Extra arguments go to pytest, e.g. `scripts/test-python.sh -k speculation`.
+# Needs Python >= 3.10 with its venv module (Debian/Ubuntu: python3-venv),
+# and PyPI (or a mirror) for grpcio, grpcio-tools, protobuf and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,11 +15,17 @@ python=${PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
     || { echo "test-python.sh: needs Python >= 3.10 ($python is $("$python" --version 2>&1))" >&2; exit 1; }
-  "$python" -m venv "$venv"
+  # Without python3-venv, Debian's venv fails after making bin/python: remove
+  # the half-made venv so the next run does not take it for a good one.
+  "$python" -m venv "$venv" || {
+    rm -rf "$venv"
+    echo "test-python.sh: '$python -m venv' failed; on Debian/Ubuntu install python3-venv" >&2
+    exit 1
+  }
 fi
 pip=("$venv/bin/pip" --disable-pip-version-check -q)
-# setuptools reuses build/ between builds; start clean so nothing stale is packaged.
-rm -rf clients/python/build
+# The build writes nothing into clients/python (setup.py keeps its scratch
+# files in a temporary directory), so every install starts from a clean slate.
 "${pip[@]}" install ./clients/python 'pytest>=7'
 
 bin=${CREEK_BIN:-target/debug/creek}
@@ -26,4 +34,7 @@ if [ ! -x "$bin" ]; then
 fi
 CREEK_BIN=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 export CREEK_BIN
-exec "$venv/bin/python" -m pytest -q clients/python/tests "$@"
+# Leave no test run's files in the source tree either: no bytecode next to
+# the tests, pytest's cache under target/.
+export PYTHONDONTWRITEBYTECODE=1
+exec "$venv/bin/python" -m pytest -q -o cache_dir="$PWD/target/pytest-cache" clients/python/tests "$@"

@@ -5,8 +5,13 @@ at build time, from the repository's one `proto/creek.proto`; they are never
 committed. pip builds a local directory in place (pip >= 21.3), so the proto
 is found two levels up. An sdist carries a copy of it (see `SdistWithProto`),
 so a wheel built from the sdist gets the same stubs.
+
+Nothing is written into the source tree: setuptools' scratch directories
+(`build/`, where the stubs are generated, and the `*.egg-info` metadata) go
+to a temporary directory removed when the build ends (see `scratch_options`).
 """
 
+import atexit
 import shutil
 import tempfile
 from pathlib import Path
@@ -86,4 +91,23 @@ class SdistWithProto(sdist):
         shutil.copyfile(proto_source(), target)
 
 
-setup(cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProto})
+def scratch_options() -> dict:
+    """Defaults that move setuptools' scratch files out of the source tree:
+    `build_base` (build/lib, build/bdist.*, the generated stubs) and
+    `egg_base` (creek.egg-info) into a temporary directory, removed at exit.
+    Options given on the command line (e.g. `--egg-base`, which the PEP 517
+    metadata hook passes) still win."""
+    scratch = tempfile.mkdtemp(prefix="creek-build-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    egg_base = Path(scratch) / "egg-info"
+    egg_base.mkdir()
+    return {
+        "build": {"build_base": str(Path(scratch) / "build")},
+        "egg_info": {"egg_base": str(egg_base)},
+    }
+
+
+setup(
+    cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProto},
+    options=scratch_options(),
+)

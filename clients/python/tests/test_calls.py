@@ -12,6 +12,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import grpc
 import pytest
 
 import creek
@@ -82,6 +83,54 @@ def test_weak_and_strong_levels(dev):
             assert (await c.invoke("kv.get", k, levels=creek.WEAK).final()).value == b"3"
 
     run(body())
+
+
+def test_levels_by_name(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k = key("named")
+            # "weak": a weak op, one preliminary view.
+            views = [v async for v in c.invoke("kv.incr", k, 2, levels="weak")]
+            assert kinds(views) == [(ViewKind.PRELIMINARY, 2)]
+            # ["weak", "strong"]: a strong op, preliminary view then confirmation.
+            views = [v async for v in c.invoke("kv.incr", k, 1, levels=["weak", "strong"])]
+            assert kinds(views) == [(ViewKind.PRELIMINARY, 3), (ViewKind.CONFIRMED, 3)]
+            # Any case, a tuple, mixed with Levels; the helpers and `call` too.
+            views = [v async for v in c.kv_get(k, levels="STRONG")]
+            assert kinds(views) == [(ViewKind.FINAL, b"3")]
+            views = [v async for v in c.kv_get(k, levels=("Weak", creek.STRONG))]
+            assert kinds(views) == [(ViewKind.PRELIMINARY, b"3"), (ViewKind.CONFIRMED, b"3")]
+            assert await c.call("kv.get", k, levels="weak") == b"3"
+            views = [v async for v in c.invoke("kv.incr", k, 1, levels="weak", weak_final=True)]
+            assert views[0].is_preliminary and views[-1].is_stable and views[-1].value == 4
+
+            # Anything else is refused before anything is sent.
+            with pytest.raises(ValueError, match='"weak" or "strong"'):
+                c.invoke("kv.incr", k, 1, levels="eventual")
+            with pytest.raises(ValueError, match="unknown level 'both'"):
+                c.kv_incr(k, 1, levels=["weak", "both"])
+            with pytest.raises(TypeError, match='"weak" or "strong"'):
+                c.invoke("kv.incr", k, 1, levels=1)
+            with pytest.raises(ValueError, match="weak_final"):
+                c.invoke("kv.incr", k, 1, levels="strong", weak_final=True)
+            assert await c.call("kv.get", k) == b"4"  # nothing refused was applied
+
+    run(body())
+
+
+def test_levels_by_name_with_the_blocking_client(dev):
+    with creek.BlockingClient(dev.clients, timeout=T) as c:
+        k = key("named-blocking")
+        assert kinds(c.invoke("kv.incr", k, 2, levels="weak").views_blocking(timeout=T)) == [
+            (ViewKind.PRELIMINARY, 2)
+        ]
+        views = c.kv_incr(k, 1, levels=["weak", "strong"]).views_blocking(timeout=T)
+        assert kinds(views) == [(ViewKind.PRELIMINARY, 3), (ViewKind.CONFIRMED, 3)]
+        assert c.call("kv.get", k, levels="Strong") == b"3"
+        with pytest.raises(ValueError, match='"weak" or "strong"'):
+            c.invoke("kv.get", k, levels="eventual")
+        with pytest.raises(TypeError, match='"weak" or "strong"'):
+            c.call("kv.get", k, levels=object())
 
 
 def test_callbacks_run_in_order_and_late_ones_replay(dev):
@@ -221,8 +270,10 @@ def test_bad_input_fails_with_the_server_message_and_changes_nothing(dev):
             op = c.invoke("no.such.proc", "x")
             with pytest.raises(creek.InvalidArgument) as e:
                 await op.preliminary()
-            assert 'unknown procedure "no.such.proc"' in e.value.message
-            assert e.value.code.name == "INVALID_ARGUMENT" and op.error is e.value
+            assert e.value.message == 'unknown procedure "no.such.proc"'  # the server's words
+            assert e.value.code == "INVALID_ARGUMENT" and op.error is e.value
+            assert e.value.status_code is grpc.StatusCode.INVALID_ARGUMENT
+            assert str(e.value) == f"INVALID_ARGUMENT: {e.value.message}"
 
             with pytest.raises(creek.InvalidArgument, match="kv.put"):
                 await c.invoke("kv.put", k)  # wrong arity

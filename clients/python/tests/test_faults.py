@@ -57,8 +57,9 @@ def test_concurrent_conflicting_ops_force_a_misspeculation_that_is_redone(serve)
             # after its preliminary view.
             stalled = cm.kv_incr("y", 1, timeout=0.8)
             assert (await stalled.preliminary()).value == 1
-            with pytest.raises(creek.DeadlineExceeded):
+            with pytest.raises(creek.DeadlineExceeded) as e:
                 await stalled.final()
+            assert e.value.code == "DEADLINE_EXCEEDED"
             assert stalled.state is creek.State.ERROR
 
             # The majority commits conflicting increments meanwhile.
@@ -104,6 +105,7 @@ def test_failover_when_the_connected_replica_is_killed(serve):
                 await c.call("kv.get", "n")
             for address in serve.clients:
                 assert address in e.value.message
+            assert e.value.code == "UNAVAILABLE" and str(e.value).startswith("UNAVAILABLE: ")
 
     run(body(), timeout=90)
 

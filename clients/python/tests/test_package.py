@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import importlib.resources
+import pickle
 import threading
 
+import grpc
 import pytest
 
 import creek
 from creek import values
 from creek._pb import creek_pb2 as pb
 from creek.correctable import Correctable
+from creek.errors import from_rpc_error
 from creek.views import Level, View, ViewKind, parse_levels
 from cluster import REPO
 from conftest import run
@@ -46,9 +49,60 @@ def test_values_round_trip_and_keep_their_types():
 def test_levels_are_checked():
     assert parse_levels(creek.WEAK) == {Level.WEAK}
     assert parse_levels(creek.BOTH) == {Level.WEAK, Level.STRONG}
-    for bad in ([], ["weak"], 3):
-        with pytest.raises(ValueError):
+    # By name, in any case, alone or in a list/tuple, mixed with Levels.
+    assert parse_levels("weak") == {Level.WEAK}
+    assert parse_levels("STRONG") == {Level.STRONG}
+    assert parse_levels(["weak", "strong"]) == {Level.WEAK, Level.STRONG}
+    assert parse_levels(("Weak", creek.STRONG)) == {Level.WEAK, Level.STRONG}
+    assert parse_levels({creek.STRONG}) == {Level.STRONG}
+    for bad in ([], (), "both", "", ["weak", "eventual"]):
+        with pytest.raises(ValueError, match='"weak" or "strong"'):
             parse_levels(bad)
+    for bad in (3, None, b"weak", {"weak": 1}, ["weak", 3], iter([creek.WEAK])):
+        with pytest.raises(TypeError, match='"weak" or "strong"'):
+            parse_levels(bad)
+
+
+def test_errors_carry_the_status_code_name_and_the_message():
+    e = creek.CreekError("the server said so", grpc.StatusCode.FAILED_PRECONDITION)
+    assert (e.code, e.message, e.status_code) == (
+        "FAILED_PRECONDITION",
+        "the server said so",
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    assert str(e) == "FAILED_PRECONDITION: the server said so"
+    # Each subclass has its code; a name works as well as a grpc.StatusCode.
+    assert creek.Unavailable("gone").code == "UNAVAILABLE"
+    assert str(creek.InvalidArgument("bad")) == "INVALID_ARGUMENT: bad"
+    assert creek.CreekError("x", "resource_exhausted").status_code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    # Errors the client finds itself have no code.
+    assert creek.ProtocolError("short stream").code is None
+    assert str(creek.CreekError("the client is closed")) == "the client is closed"
+    with pytest.raises(ValueError):
+        creek.CreekError("x", "NO_SUCH_CODE")
+    again = pickle.loads(pickle.dumps(e))
+    assert (type(again), again.code, again.message) == (creek.CreekError, e.code, e.message)
+
+    class Failed(grpc.RpcError):
+        def __init__(self, code, details):
+            self._code, self._details = code, details
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return self._details
+
+    for code, cls in [
+        (grpc.StatusCode.INVALID_ARGUMENT, creek.InvalidArgument),
+        (grpc.StatusCode.UNAVAILABLE, creek.Unavailable),
+        (grpc.StatusCode.FAILED_PRECONDITION, creek.CreekError),
+    ]:
+        got = from_rpc_error(Failed(code, "why"))
+        assert type(got) is cls and (got.code, got.message) == (code.name, "why")
+        assert str(got) == f"{code.name}: why"
+    # No message from the server: the code's words.
+    assert from_rpc_error(Failed(grpc.StatusCode.INTERNAL, "")).message == "internal"
 
 
 def test_the_async_client_refuses_to_run_without_an_event_loop():
@@ -109,7 +163,7 @@ def test_an_error_closes_the_correctable_for_every_reader():
             await c.final()
         with pytest.raises(creek.Unavailable):
             await _collect(c)
-        assert [str(e) for e in errors] == ["gone"]
+        assert [str(e) for e in errors] == ["UNAVAILABLE: gone"]
 
     run(body())
 

@@ -138,6 +138,9 @@ class Client(Builtins):
         `levels`: `BOTH` (default: a strong op, preliminary view(s) then the
         final one), `STRONG` (final view only) or `WEAK` (a weak op, one
         preliminary view; `weak_final=True` also streams its final view).
+        A level may also be given by name, in any case (`levels="weak"`,
+        `levels=["weak", "strong"]`); anything else raises `ValueError` (an
+        unknown name, no level) or `TypeError` (another type) here.
         Arguments are converted as `creek.values` says (`TypeError` or
         `ValueError` here if one cannot be). Errors of the call (refusal,
         deadline, no replica) close the Correctable.

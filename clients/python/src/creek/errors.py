@@ -3,8 +3,10 @@
 A `CreekError` means the client could not learn the op's outcome: the
 request was refused (bad input, overload), its deadline passed, or the
 replicas could not be reached. Each subclass matches a gRPC status code the
-server documents (proto/creek.proto) and keeps the server's message verbatim
-in `message`.
+server documents (proto/creek.proto); every error exposes the status code's
+name in `code` (e.g. "FAILED_PRECONDITION" for a code without a subclass,
+which raises a plain `CreekError`) and the server's message verbatim in
+`message`, as the Rust client's `Error` does.
 
 An abort is *not* an error: a procedure that aborts (deterministically, the
 same at every replica) produces a view whose `abort` holds its message.
@@ -14,34 +16,65 @@ is deliberately not a `CreekError`: the outcome is known.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import grpc
 
 
 class CreekError(Exception):
     """The op's outcome is unknown: it was refused, timed out, or no replica
-    answered. `code` is the gRPC status code (None for errors found by the
-    client itself), `message` the server's words."""
+    answered.
 
-    def __init__(self, message: str, code: Optional[grpc.StatusCode] = None):
+    `code` is the name of the gRPC status code (e.g. "UNAVAILABLE",
+    "INVALID_ARGUMENT"; None for errors the client found itself, such as a
+    broken protocol or a closed client), `status_code` the same as a
+    `grpc.StatusCode`, and `message` the server's words, verbatim. `str(e)`
+    is "CODE: message". Each subclass has its code, used when none is given.
+    """
+
+    #: The code of this class's errors when the constructor gets none.
+    default_code: Optional[str] = None
+
+    def __init__(self, message: str, code: Union[grpc.StatusCode, str, None] = None):
         super().__init__(message)
         self.message = message
-        self.code = code
+        self.status_code = _status_code(code if code is not None else self.default_code)
+        self.code: Optional[str] = None if self.status_code is None else self.status_code.name
 
     def __str__(self) -> str:
         if self.code is None:
             return self.message
-        return f"{self.code.name}: {self.message}"
+        return f"{self.code}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.code))
+
+
+def _status_code(code: Union[grpc.StatusCode, str, None]) -> Optional[grpc.StatusCode]:
+    if code is None or isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, str):
+        try:
+            return grpc.StatusCode[code.upper()]
+        except KeyError:
+            pass
+    raise ValueError(f"{code!r} is not a gRPC status code (a grpc.StatusCode or its name)")
 
 
 class InvalidArgument(CreekError):
     """Unknown procedure, malformed arguments or levels. Nothing was applied."""
 
+    default_code = "INVALID_ARGUMENT"
+
 
 class ResourceExhausted(CreekError):
     """The request was too large or the replica is overloaded. Nothing was
     applied."""
+
+    default_code = "RESOURCE_EXHAUSTED"
 
 
 class DeadlineExceeded(CreekError):
@@ -49,10 +82,14 @@ class DeadlineExceeded(CreekError):
     a retry with the same request id (which the client does not make on its
     own after a deadline) would learn its result."""
 
+    default_code = "DEADLINE_EXCEEDED"
+
 
 class Unavailable(CreekError):
     """No replica could serve the call: each was shutting down, had a failed
     disk, or could not be reached."""
+
+    default_code = "UNAVAILABLE"
 
 
 class ProtocolError(CreekError):

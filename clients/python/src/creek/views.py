@@ -27,23 +27,39 @@ STRONG = Level.STRONG
 #: The default of `invoke`: a strong op with preliminary view(s) first.
 BOTH: Tuple[Level, ...] = (Level.WEAK, Level.STRONG)
 
-LevelsArg = Union[Level, Iterable[Level]]
+#: What `levels=` accepts: a `Level` or its name ("weak", "strong", any
+#: case), or a list/tuple (or set) of them.
+LevelsArg = Union[Level, str, Iterable[Union[Level, str]]]
+
+_ACCEPTED = (
+    'a creek.Level (WEAK or STRONG), "weak" or "strong" (any case), '
+    'or a list/tuple of them (e.g. ["weak", "strong"])'
+)
+
+
+def _one_level(level: Any) -> Level:
+    if isinstance(level, Level):
+        return level
+    if isinstance(level, str):
+        try:
+            return Level(level.strip().lower())
+        except ValueError:
+            raise ValueError(f"unknown level {level!r}: levels must be {_ACCEPTED}") from None
+    raise TypeError(f"bad level {level!r} ({type(level).__name__}): levels must be {_ACCEPTED}")
 
 
 def parse_levels(levels: LevelsArg) -> frozenset:
-    """The set of levels a request asks for; `ValueError` if empty or not
-    made of `Level`s."""
-    if isinstance(levels, Level):
-        return frozenset([levels])
-    try:
-        got = frozenset(levels)
-    except TypeError:
-        raise ValueError(f"levels must be a Level or a list of Levels, not {levels!r}") from None
+    """The set of levels a request asks for. `levels` is one level (a
+    `Level`, or "weak"/"strong" in any case) or a list, tuple or set of them.
+    `ValueError` if it is empty or names an unknown level, `TypeError` if it
+    is of another type."""
+    if isinstance(levels, (Level, str)):
+        return frozenset([_one_level(levels)])
+    if not isinstance(levels, (list, tuple, set, frozenset)):
+        raise TypeError(f"bad levels {levels!r} ({type(levels).__name__}): levels must be {_ACCEPTED}")
+    got = frozenset(_one_level(level) for level in levels)
     if not got:
-        raise ValueError("levels is empty: ask for WEAK, STRONG or both")
-    for level in got:
-        if not isinstance(level, Level):
-            raise ValueError(f"{level!r} is not a creek.Level (WEAK or STRONG)")
+        raise ValueError(f"levels is empty: levels must be {_ACCEPTED}")
     return got
 
 
