@@ -252,6 +252,16 @@ impl Gossip {
         self.fifo.counters().filter(|&(_, c)| c > 0).collect()
     }
 
+    /// Whether every peer but those in `except` has reported (in a digest)
+    /// that it holds `id`.
+    pub fn held_by_peers(&self, id: OpId, except: &[ReplicaId]) -> bool {
+        self.config
+            .peers
+            .iter()
+            .filter(|p| !except.contains(p))
+            .all(|&p| self.store.acked(p, id.origin) >= id.seq)
+    }
+
     /// Whether `id` is delivered here (own ops: broadcast).
     pub fn has_delivered(&self, id: OpId) -> bool {
         self.fifo.has_delivered(id)

@@ -18,6 +18,7 @@ pub mod membership;
 pub mod ready;
 pub mod timing;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -146,6 +147,12 @@ pub struct Node<S: CabStorage> {
     durability: Durability,
     timing: Timing,
     membership: Membership,
+    /// Committed payloads a checkpoint covers but kept on disk because some
+    /// peer has not reported holding them (a peer that was down must still
+    /// get them by gossip, also after this replica restarts); deleted by a
+    /// later checkpoint once every peer has them (or past
+    /// [`RETAINED_MAX`]).
+    retained: BTreeSet<OpId>,
     /// Consensus and gossip frames dropped because their sender is not a
     /// member of this cluster in good standing (or this replica is not one).
     refused_non_members: u64,
@@ -179,6 +186,11 @@ const ADOPTION_TICKS: u64 = 200;
 
 /// The most ids one pump asks gossip to pull.
 const PULL_IDS_MAX: usize = 1024;
+
+/// The most committed payloads a checkpoint keeps on disk for peers that
+/// have not reported holding them (a peer down longer than this many ops
+/// behind cannot catch up by gossip and needs state transfer).
+const RETAINED_MAX: usize = 200_000;
 
 /// The most rounds one pump may take (see [`Node::pump`]'s assertion).
 const PUMP_ROUNDS_MAX: usize = 1000;
@@ -243,6 +255,7 @@ impl<S: CabStorage> Node<S> {
             durability,
             timing,
             membership,
+            retained: BTreeSet::new(),
             refused_non_members: 0,
         }
     }
@@ -318,8 +331,9 @@ impl<S: CabStorage> Node<S> {
             .collect();
         let mut gossip = Gossip::restore(config.gossip, delivered, ops.iter().cloned())?;
         // Kept payloads the checkpoint covers are committed already: peers
-        // may still pull them until garbage collection drops them.
-        gossip.committed(covered);
+        // may still pull them until garbage collection drops them, and the
+        // next checkpoint deletes them once every peer has them.
+        gossip.committed(covered.iter().copied());
         let replica = Replica::restore(config.replica, registry, checkpoint, ops)?;
         let cab = Cab::new(config.cab, storage, applied)?;
         let mut node = Self::assemble(
@@ -331,6 +345,7 @@ impl<S: CabStorage> Node<S> {
             timing,
             membership,
         );
+        node.retained = covered.into_iter().collect();
         node.adopt_tentative_strong_ops();
         Ok(node)
     }
@@ -562,8 +577,9 @@ impl<S: CabStorage> Node<S> {
                 self.durability.checkpointed_len
             );
             // A checkpoint covers the whole committed list, so the payloads
-            // it frees are those committed since the previous one.
-            let dropped = self.committed_since(self.durability.checkpointed_len);
+            // it frees are those committed since the previous one, and those
+            // an earlier one kept for peers.
+            let dropped = self.droppable(self.committed_since(self.durability.checkpointed_len));
             self.durability.checkpointed_len = c.committed_len;
             self.durability.ticks_since_checkpoint = 0;
             self.durability.checkpoint_requested = false;
@@ -580,6 +596,30 @@ impl<S: CabStorage> Node<S> {
             checkpoint,
             identity,
         })
+    }
+
+    /// Of the payloads a checkpoint covers (`covered` and those kept by
+    /// earlier ones), those every peer holds — a replica that lost its data
+    /// excepted: it needs state transfer anyway — or, past
+    /// [`RETAINED_MAX`] kept, those with the lowest ids (per origin, the
+    /// oldest). The others stay on disk for the peers that lack them.
+    fn droppable(&mut self, covered: Vec<OpId>) -> Vec<OpId> {
+        let lost = self
+            .membership
+            .lost_peers()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>();
+        self.retained.extend(covered);
+        let (gone, kept): (Vec<OpId>, Vec<OpId>) = self
+            .retained
+            .iter()
+            .partition(|id| self.gossip.held_by_peers(**id, &lost));
+        let excess = kept.len().saturating_sub(RETAINED_MAX);
+        self.retained = kept[excess..].iter().copied().collect();
+        gone.into_iter()
+            .chain(kept[..excess].iter().copied())
+            .collect()
     }
 
     /// The next [`Node::ready`] (or the first after it at a clean point)
@@ -830,6 +870,12 @@ impl<S: CabStorage> Node<S> {
     /// Membership changes since the last call, for the driver's log.
     pub fn take_membership_events(&mut self) -> Vec<membership::Event> {
         self.membership.take_events()
+    }
+
+    /// Committed payloads kept on disk past a checkpoint for peers that have
+    /// not reported holding them.
+    pub fn retained_payloads(&self) -> usize {
+        self.retained.len()
     }
 
     /// Consensus and gossip frames refused because their sender was not a

@@ -693,6 +693,7 @@ impl NodeLoop {
         put("election_timeout_ms", timing.election_timeout_us / 1000);
         put("failed", u64::from(self.failed.is_some()));
         put("refused_non_members", self.node.refused_non_members());
+        put("payloads_retained", self.node.retained_payloads() as u64);
         let (role, standing_detail) = match self.node.standing() {
             creek_node::Standing::Member => (cab.role(), String::new()),
             creek_node::Standing::Joining { waiting_for } => (

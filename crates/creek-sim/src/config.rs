@@ -16,9 +16,11 @@ pub struct Faults {
     /// Disk faults: a crash while writes are not yet synced (they are lost),
     /// a torn last write, an fsync that fails (the replica stops).
     pub disk: bool,
-    /// Disk loss: a crashed replica comes back with an empty disk (at most
-    /// one replica per run; without state transfer it stays lost).
-    pub wipe: bool,
+    /// Disk loss: a crashed replica comes back with an empty disk, at most
+    /// this many replicas per run (`wipe`: 1, `wipe2`: 2), never a majority
+    /// (without state transfer a wiped replica stays lost; the loss of a
+    /// majority is tested over real processes).
+    pub wipes: u8,
 }
 
 impl Faults {
@@ -34,7 +36,7 @@ impl Faults {
                         clock: true,
                         loss: true,
                         disk: true,
-                        wipe: true,
+                        wipes: 1,
                     }
                 }
                 "none" => f = Faults::default(),
@@ -43,10 +45,11 @@ impl Faults {
                 "clock" => f.clock = true,
                 "loss" => f.loss = true,
                 "disk" => f.disk = true,
-                "wipe" => f.wipe = true,
+                "wipe" => f.wipes = f.wipes.max(1),
+                "wipe2" => f.wipes = 2,
                 other => {
                     return Err(format!(
-                        "unknown fault class {other:?} (partition, crash, clock, loss, disk, wipe, all, none)"
+                        "unknown fault class {other:?} (partition, crash, clock, loss, disk, wipe, wipe2, all, none)"
                     ))
                 }
             }
@@ -56,12 +59,12 @@ impl Faults {
 
     /// Whether any class is on.
     pub fn any(&self) -> bool {
-        self.partition || self.crash || self.clock || self.loss || self.disk || self.wipe
+        self.partition || self.crash || self.clock || self.loss || self.disk || self.wipes > 0
     }
 
     /// Whether a replica can go down (and come back through recovery).
     pub fn crashes(&self) -> bool {
-        self.crash || self.disk || self.wipe
+        self.crash || self.disk || self.wipes > 0
     }
 }
 

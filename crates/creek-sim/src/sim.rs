@@ -897,7 +897,8 @@ impl Sim {
         if self.cfg.faults.disk {
             classes.push("disk");
         }
-        if self.cfg.faults.wipe {
+        // Only Creek's replicas have a disk to lose.
+        if self.cfg.faults.wipes > 0 && self.cfg.protocol == Protocol::Creek {
             classes.push("wipe");
         }
         let class = classes[self.rng.index(classes.len())];
@@ -1008,13 +1009,16 @@ impl Sim {
                 }
             }
             "wipe" => {
-                // At most one lost disk per run: without state transfer a
-                // replica that lost its data stays out for good, so it
-                // counts as down from here on.
-                let wiped = self.nodes.iter().any(|x| x.node.disk_counts().wipes > 0);
-                let down = self.down();
+                // Without state transfer a replica that lost its data stays
+                // out for good: every fault counts it as down, so a majority
+                // always holds its data (`wipe2` loses two of five).
+                let wiped = self.nodes.iter().filter(|x| x.wiped).count();
                 let victim = self.rng.index(n);
-                if !wiped && down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
+                if wiped < usize::from(self.cfg.faults.wipes)
+                    && self.down() < (n - 1) / 2
+                    && self.nodes[victim].node.is_up()
+                    && !self.nodes[victim].node.is_lost()
+                {
                     *self.faults.entry("disk_lost").or_default() += 1;
                     self.crash(victim, false);
                     self.nodes[victim].node.lose_disk();
