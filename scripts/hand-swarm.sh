@@ -11,7 +11,7 @@
 # About an hour on the 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=./target/release/creek
+bin=${CREEK_BIN:-./target/release/creek}
 [ -x "$bin" ] || cargo build --release -p creek
 logs=${SWARM_LOGS:-/tmp/creek-hand-swarm}
 mkdir -p "$logs"
