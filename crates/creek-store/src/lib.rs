@@ -132,10 +132,7 @@ pub(crate) const IDENTITY: &str = "identity";
 pub enum StoreError {
     /// The data directory is open in another process (or another store in
     /// this one).
-    #[error(
-        "data directory {} is in use: another creek process holds its database file {FILE_NAME} open",
-        dir.display()
-    )]
+    #[error("in use: another creek process holds its database file {FILE_NAME} open")]
     InUse {
         /// The directory.
         dir: PathBuf,
@@ -147,6 +144,17 @@ pub enum StoreError {
         dir: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The database file is in a storage format this build no longer reads
+    /// (written by an older creek).
+    #[error(
+        "its database is in storage format v{version}, written by an older creek; this creek reads only format v3 and cannot convert it: run the creek that wrote it"
+    )]
+    OldFormat {
+        /// The directory.
+        dir: PathBuf,
+        /// The format found.
+        version: u8,
     },
     /// The database failed (I/O, a damaged file).
     #[error("redb: {0}")]
@@ -248,17 +256,43 @@ pub fn load(dir: &Path, voters: Vec<u64>) -> Result<Loaded, StoreError> {
         dir: dir.to_path_buf(),
         source,
     })?;
-    let repaired = Arc::new(AtomicBool::new(false));
-    let db = match builder(&repaired).create(dir.join(FILE_NAME)) {
-        Ok(db) => db,
-        Err(DatabaseError::DatabaseAlreadyOpen) => {
-            return Err(StoreError::InUse {
-                dir: dir.to_path_buf(),
-            })
-        }
-        Err(e) => return Err(db_err(e)),
-    };
-    load_db(db, voters, repaired.load(Ordering::Relaxed))
+    let file = dir.join(FILE_NAME);
+    survive_damage(move || {
+        let repaired = Arc::new(AtomicBool::new(false));
+        let db = match builder(&repaired).create(file) {
+            Ok(db) => db,
+            Err(DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::InUse {
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Err(DatabaseError::UpgradeRequired(version)) => {
+                return Err(StoreError::OldFormat {
+                    dir: dir.to_path_buf(),
+                    version,
+                })
+            }
+            Err(e) => return Err(db_err(e)),
+        };
+        load_db(db, voters, repaired.load(Ordering::Relaxed))
+    })
+}
+
+/// Run an open. redb checksums what it reads, but some damage to a file
+/// (bytes overwritten outside a commit) still makes it panic while opening
+/// or reading; that is a damaged file, reported as [`StoreError::Corrupt`]
+/// (nothing of the half-opened database is kept).
+fn survive_damage(open: impl FnOnce() -> Result<Loaded, StoreError>) -> Result<Loaded, StoreError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        Err(corrupt(format!(
+            "the database file is damaged: redb failed opening it ({why})"
+        )))
+    })
 }
 
 /// A database builder whose repair callback (run at open when the last
@@ -272,11 +306,13 @@ fn builder(repaired: &Arc<AtomicBool>) -> redb::Builder {
 
 /// Load (or create) a store on a redb storage backend.
 pub fn load_backend(backend: impl StorageBackend, voters: Vec<u64>) -> Result<Loaded, StoreError> {
-    let repaired = Arc::new(AtomicBool::new(false));
-    let db = builder(&repaired)
-        .create_with_backend(backend)
-        .map_err(db_err)?;
-    load_db(db, voters, repaired.load(Ordering::Relaxed))
+    survive_damage(move || {
+        let repaired = Arc::new(AtomicBool::new(false));
+        let db = builder(&repaired)
+            .create_with_backend(backend)
+            .map_err(db_err)?;
+        load_db(db, voters, repaired.load(Ordering::Relaxed))
+    })
 }
 
 fn load_db(db: Database, voters: Vec<u64>, repaired: bool) -> Result<Loaded, StoreError> {
@@ -304,7 +340,8 @@ impl Store {
             return Ok(());
         }
         let mut txn = self.db.begin_write().map_err(db_err)?;
-        txn.set_durability(redb::Durability::Immediate);
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(db_err)?;
         {
             let mut log = txn.open_table(LOG).map_err(db_err)?;
             let mut meta = txn.open_table(META).map_err(db_err)?;

@@ -22,7 +22,7 @@ pub struct SimDisk {
     image: Arc<Mutex<Image>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Image {
     /// What reads see: the durable bytes with the unsynced changes applied.
     data: Vec<u8>,
@@ -35,7 +35,7 @@ struct Image {
 }
 
 /// The bytes a change replaced.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Undo {
     offset: u64,
     old: Vec<u8>,
@@ -64,6 +64,14 @@ impl SimDisk {
 
     fn image(&self) -> MutexGuard<'_, Image> {
         self.image.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An independent copy of this disk, unsynced changes included (to
+    /// crash one state in several ways).
+    pub fn fork(&self) -> SimDisk {
+        SimDisk {
+            image: Arc::new(Mutex::new(self.image().clone())),
+        }
     }
 
     /// Every change up to the last `sync_data` is durable now.
@@ -159,14 +167,15 @@ impl StorageBackend for SimDisk {
         Ok(self.image().data.len() as u64)
     }
 
-    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, io::Error> {
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
         let img = self.image();
-        let start =
-            usize::try_from(offset).map_err(|_| range_error(offset, len, img.data.len()))?;
-        img.data
-            .get(start..start.saturating_add(len))
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| range_error(offset, len, img.data.len()))
+        let len = out.len();
+        let bytes = usize::try_from(offset)
+            .ok()
+            .and_then(|start| img.data.get(start..start.checked_add(len)?))
+            .ok_or_else(|| range_error(offset, len, img.data.len()))?;
+        out.copy_from_slice(bytes);
+        Ok(())
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
@@ -180,7 +189,7 @@ impl StorageBackend for SimDisk {
         Ok(())
     }
 
-    fn sync_data(&self, _eventual: bool) -> Result<(), io::Error> {
+    fn sync_data(&self) -> Result<(), io::Error> {
         let mut img = self.image();
         if std::mem::take(&mut img.fail_next_sync) {
             return Err(io::Error::other("simulated fsync failure"));
@@ -209,37 +218,43 @@ mod tests {
 
     use super::*;
 
+    fn read(d: &SimDisk, offset: u64, len: usize) -> Result<Vec<u8>, io::Error> {
+        let mut out = vec![0; len];
+        d.read(offset, &mut out)?;
+        Ok(out)
+    }
+
     #[test]
     fn a_crash_takes_back_exactly_the_unsynced_changes() {
         let d = SimDisk::new();
         d.write(0, b"hello").unwrap();
-        d.sync_data(false).unwrap();
+        d.sync_data().unwrap();
         d.complete_sync();
         d.write(3, b"p me").unwrap(); // "help me"
         d.set_len(4).unwrap(); // "help"
-        assert_eq!(d.read(0, 4).unwrap(), b"help");
+        assert_eq!(read(&d, 0, 4).unwrap(), b"help");
         let loss = d.crash(0);
         assert_eq!(loss.changes_lost, 2);
         assert_eq!(d.len().unwrap(), 5);
-        assert_eq!(d.read(0, 5).unwrap(), b"hello");
+        assert_eq!(read(&d, 0, 5).unwrap(), b"hello");
     }
 
     #[test]
     fn a_requested_sync_is_durable_only_once_completed() {
         let d = SimDisk::new();
         d.write(0, b"abc").unwrap();
-        d.sync_data(false).unwrap();
+        d.sync_data().unwrap();
         d.write(3, b"def").unwrap();
         // The fsync is still in flight: the crash loses both writes.
         d.crash(0);
         assert_eq!(d.len().unwrap(), 0);
         d.write(0, b"abc").unwrap();
-        d.sync_data(false).unwrap();
+        d.sync_data().unwrap();
         d.write(3, b"def").unwrap();
         d.complete_sync();
         // Completed: the first write stays, the later one does not.
         d.crash(0);
-        assert_eq!(d.read(0, 3).unwrap(), b"abc");
+        assert_eq!(read(&d, 0, 3).unwrap(), b"abc");
         assert_eq!(d.len().unwrap(), 3);
     }
 
@@ -247,12 +262,12 @@ mod tests {
     fn a_shrink_then_grow_comes_back_whole() {
         let d = SimDisk::new();
         d.write(0, b"0123456789").unwrap();
-        d.sync_data(false).unwrap();
+        d.sync_data().unwrap();
         d.complete_sync();
         d.set_len(2).unwrap();
         d.write(4, b"xy").unwrap();
         d.crash(0);
-        assert_eq!(d.read(0, 10).unwrap(), b"0123456789");
+        assert_eq!(read(&d, 0, 10).unwrap(), b"0123456789");
     }
 
     #[test]
@@ -260,7 +275,7 @@ mod tests {
         let d = SimDisk::new();
         d.write(0, b"abc").unwrap();
         d.fail_next_sync();
-        assert!(d.sync_data(false).is_err());
+        assert!(d.sync_data().is_err());
         d.complete_sync();
         d.crash(0);
         assert_eq!(d.len().unwrap(), 0);
@@ -270,7 +285,7 @@ mod tests {
     fn a_torn_crash_keeps_a_prefix_and_one_sector_of_the_next() {
         let d = SimDisk::new();
         d.write(0, &[0u8; 2048]).unwrap();
-        d.sync_data(false).unwrap();
+        d.sync_data().unwrap();
         d.complete_sync();
         d.write(0, &[1u8; 1024]).unwrap();
         d.write(1024, &[2u8; 1024]).unwrap();
@@ -278,7 +293,7 @@ mod tests {
         assert_eq!(d.unsynced_changes(), 3);
         let loss = d.crash(2);
         assert_eq!(loss.changes_lost, 1);
-        let data = d.read(0, 2048).unwrap();
+        let data = read(&d, 0, 2048).unwrap();
         assert!(
             data[..1024].iter().all(|b| *b == 1),
             "the first change whole"
@@ -313,7 +328,7 @@ mod tests {
     fn reads_past_the_end_are_errors() {
         let d = SimDisk::new();
         d.write(0, b"abc").unwrap();
-        assert!(d.read(2, 2).is_err());
-        assert!(d.read(u64::MAX, 1).is_err());
+        assert!(read(&d, 2, 2).is_err());
+        assert!(read(&d, u64::MAX, 1).is_err());
     }
 }
