@@ -45,7 +45,7 @@ use raft::eraftpb::{EntryType, Message, MessageType};
 use raft::{RawNode, StateRole};
 use rustc_hash::FxHashSet;
 
-pub use log_store::{LogStore, LogWrites};
+pub use log_store::{LogBase, LogStore, LogWrites};
 pub use storage::{CabStorage, MemCabStorage};
 
 /// A predicate of the replica over ids (*holds* or *deps*, see the crate

@@ -4,29 +4,53 @@
 //! driver (the server's persister, the simulator's disk) makes them
 //! durable. No I/O here.
 
+use std::collections::VecDeque;
+
 use crate::CabStorage;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
-use raft::storage::MemStorage;
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
 /// The consensus-log writes of some Ready rounds, to be made durable by the
 /// driver (as part of the node's next write).
 ///
 /// Applied to the stored log in this order, they leave it identical to the
-/// in-memory log they were taken from: first every stored entry at or after
-/// [`LogWrites::truncate_from`] is removed (a new leader overwrote a suffix),
-/// then [`LogWrites::entries`] are stored, then the hard state.
+/// in-memory log they were taken from: first every stored entry at or before
+/// [`LogWrites::compacted_through`] is removed and that point recorded as the
+/// log's base, then every stored entry at or after
+/// [`LogWrites::truncate_from`] is removed (a new leader overwrote a
+/// suffix), then [`LogWrites::entries`] are stored, then the hard state.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LogWrites {
+    compacted_through: Option<LogBase>,
     truncate_from: Option<u64>,
     entries: Vec<Entry>,
     hard_state: Option<HardState>,
 }
 
+/// Where a compacted log starts: the last index it no longer holds and that
+/// entry's term (raft's snapshot metadata of the log). `(0, 0)` for a log
+/// never compacted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogBase {
+    /// The last compacted index (the log holds `index + 1 ..`).
+    pub index: u64,
+    /// The term of the entry at `index`.
+    pub term: u64,
+}
+
 impl LogWrites {
     /// Nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.truncate_from.is_none() && self.entries.is_empty() && self.hard_state.is_none()
+        self.compacted_through.is_none()
+            && self.truncate_from.is_none()
+            && self.entries.is_empty()
+            && self.hard_state.is_none()
+    }
+
+    /// Stored entries up to this base's index are removed first, and the
+    /// base recorded.
+    pub fn compacted_through(&self) -> Option<LogBase> {
+        self.compacted_through
     }
 
     /// Stored entries from this index on are removed first.
@@ -68,17 +92,23 @@ impl LogWrites {
     }
 }
 
-/// CAB's storage for a durable driver: raft's `MemStorage` serves every read
-/// (the log is never compacted yet, so it is loaded whole at open), and every
-/// write also goes to a pending [`LogWrites`], taken with
-/// [`CabStorage::take_writes`].
+/// CAB's storage for a durable driver: the log from its base on and the
+/// hard state in memory (loaded whole at open), every write also recorded
+/// in a pending [`LogWrites`], taken with [`CabStorage::take_writes`].
 ///
 /// **Nothing written here is durable when the write returns** (unlike
 /// [`MemCabStorage`](crate::MemCabStorage)): it is durable once the driver
 /// reports the write that carried it, and the node holds every message that
 /// depends on it until then (`creek-node`'s hold rule).
+///
+/// Invariants (checked by [`LogStore::check`]): `entries[i].index ==
+/// base.index + 1 + i`; the commit index is at least the base's index (only
+/// committed entries are compacted) and at most the last index.
 pub struct LogStore {
-    mem: MemStorage,
+    conf_state: ConfState,
+    hard_state: HardState,
+    base: LogBase,
+    entries: VecDeque<Entry>,
     pending: LogWrites,
     /// The hard state last handed over (or loaded).
     taken_hard_state: HardState,
@@ -86,9 +116,10 @@ pub struct LogStore {
 
 impl std::fmt::Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let core = self.mem.rl();
         f.debug_struct("LogStore")
-            .field("hard_state", core.hard_state())
+            .field("hard_state", &self.hard_state)
+            .field("base", &self.base)
+            .field("entries", &self.entries.len())
             .field("pending", &self.pending)
             .finish_non_exhaustive()
     }
@@ -99,36 +130,105 @@ fn raft_err(why: String) -> raft::Error {
 }
 
 impl LogStore {
-    /// The state loaded from disk: `entries` must start at index 1 and be
-    /// contiguous, `hard_state.commit` within them (checked by the loader).
-    pub fn loaded(conf_state: ConfState, hard_state: HardState, entries: &[Entry]) -> Self {
-        let mem = MemStorage::new_with_conf_state(conf_state);
-        {
-            let mut core = mem.wl();
-            if !entries.is_empty() {
-                // Contiguous from 1, checked by the loader: cannot fail.
-                let _ = core.append(entries);
-            }
-            core.set_hardstate(hard_state.clone());
-        }
+    /// The state loaded from disk: `entries` must be contiguous from
+    /// `base.index + 1`, `hard_state.commit` within `base.index..=last`
+    /// (checked by the loader; [`LogStore::check`] says what is wrong).
+    pub fn loaded(
+        conf_state: ConfState,
+        hard_state: HardState,
+        base: LogBase,
+        entries: Vec<Entry>,
+    ) -> Self {
         LogStore {
-            mem,
+            conf_state,
+            taken_hard_state: hard_state.clone(),
+            hard_state,
+            base,
+            entries: entries.into(),
             pending: LogWrites::default(),
-            taken_hard_state: hard_state,
         }
     }
 
-    /// First and last index (the `Storage` answers, which cannot fail).
+    /// The log's base: what compaction removed (see [`LogBase`]).
+    pub fn base(&self) -> LogBase {
+        self.base
+    }
+
+    /// Entries held (after the base).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log holds no entries after its base.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Drop the entries up to `through` (which must be committed and held,
+    /// or already compacted: then nothing happens) and make it the base; the
+    /// write is recorded for the next batch. Raft then serves a peer that
+    /// needs an earlier entry with a snapshot.
+    pub fn compact(&mut self, through: u64) -> raft::Result<()> {
+        if through <= self.base.index {
+            return Ok(());
+        }
+        if through > self.hard_state.commit {
+            return Err(raft_err(format!(
+                "compacting through {through}, past the commit index {}",
+                self.hard_state.commit
+            )));
+        }
+        let term = self.term(through)?;
+        let drop = usize::try_from(through - self.base.index).unwrap_or(usize::MAX);
+        self.entries.drain(..drop.min(self.entries.len()));
+        self.base = LogBase {
+            index: through,
+            term,
+        };
+        // Pending entries it covers are not stored at all.
+        self.pending.entries.retain(|e| e.index > through);
+        self.pending.compacted_through = Some(self.base);
+        Ok(())
+    }
+
+    /// Check the invariants (see the type's documentation).
+    pub fn check(&self) -> Result<(), String> {
+        let mut prev = self.base.index;
+        for e in &self.entries {
+            if e.index != prev + 1 {
+                return Err(format!("log entry {} follows {prev}", e.index));
+            }
+            prev = e.index;
+        }
+        let commit = self.hard_state.commit;
+        if commit < self.base.index || commit > prev {
+            return Err(format!(
+                "commit index {commit} outside the log {}..={prev}",
+                self.base.index
+            ));
+        }
+        Ok(())
+    }
+
+    /// First and last index.
     fn bounds(&self) -> (u64, u64) {
-        let first = self.mem.first_index().unwrap_or(1);
-        let last = self.mem.last_index().unwrap_or(0);
-        (first, last)
+        (
+            self.base.index + 1,
+            self.base.index + self.entries.len() as u64,
+        )
+    }
+
+    fn position(&self, index: u64) -> usize {
+        usize::try_from(index - self.base.index - 1).unwrap_or(usize::MAX)
     }
 }
 
 impl Storage for LogStore {
     fn initial_state(&self) -> raft::Result<RaftState> {
-        self.mem.initial_state()
+        Ok(RaftState::new(
+            self.hard_state.clone(),
+            self.conf_state.clone(),
+        ))
     }
 
     fn entries(
@@ -136,46 +236,55 @@ impl Storage for LogStore {
         low: u64,
         high: u64,
         max_size: impl Into<Option<u64>>,
-        context: GetEntriesContext,
+        _context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
         let (first, last) = self.bounds();
         if low < first {
             return Err(raft::Error::Store(StorageError::Compacted));
         }
-        // MemStorage panics on these; a store reports instead.
         if high > last + 1 || low > high {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
-        if low == high {
-            return Ok(Vec::new());
-        }
-        self.mem.entries(low, high, max_size, context)
+        let mut out: Vec<Entry> = self
+            .entries
+            .range(self.position(low)..self.position(high))
+            .cloned()
+            .collect();
+        raft::util::limit_size(&mut out, max_size.into());
+        Ok(out)
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.mem.term(idx)
+        if idx == self.base.index {
+            return Ok(self.base.term);
+        }
+        let (first, last) = self.bounds();
+        if idx < first {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if idx > last {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        Ok(self.entries[self.position(idx)].term)
     }
 
     fn first_index(&self) -> raft::Result<u64> {
-        self.mem.first_index()
+        Ok(self.bounds().0)
     }
 
     fn last_index(&self) -> raft::Result<u64> {
-        self.mem.last_index()
+        Ok(self.bounds().1)
     }
 
-    /// CAB never compacts its log, so the only snapshot is the empty one at
-    /// the commit index (as `MemStorage` builds it, without its panic when
-    /// the commit index is past the log).
+    /// CAB does not send snapshots yet, so the only snapshot is the empty
+    /// one at the commit index.
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        let state = self.mem.initial_state()?;
-        let commit = state.hard_state.commit;
-        let term = self.term(commit)?;
+        let commit = self.hard_state.commit;
         let mut snap = Snapshot::default();
         let meta = snap.mut_metadata();
         meta.index = commit.max(request_index);
-        meta.term = term;
-        meta.set_conf_state(state.conf_state);
+        meta.term = self.term(commit)?;
+        meta.set_conf_state(self.conf_state.clone());
         Ok(snap)
     }
 }
@@ -226,13 +335,14 @@ impl CabStorage for LogStore {
                 )));
             }
         }
-        self.mem.wl().append(entries)?;
+        self.entries.truncate(self.position(from));
+        self.entries.extend(entries.iter().cloned());
         self.pending.record_append(entries, from <= last);
         Ok(())
     }
 
     fn set_hard_state(&mut self, hs: HardState) -> raft::Result<()> {
-        self.mem.wl().set_hardstate(hs.clone());
+        self.hard_state = hs.clone();
         self.pending.hard_state = Some(hs);
         Ok(())
     }
@@ -245,9 +355,8 @@ impl CabStorage for LogStore {
             commit <= last,
             "commit index {commit} past the stored log (last {last})"
         );
-        let mut core = self.mem.wl();
-        core.mut_hard_state().commit = commit;
-        self.pending.hard_state = Some(core.hard_state().clone());
+        self.hard_state.commit = commit;
+        self.pending.hard_state = Some(self.hard_state.clone());
         Ok(())
     }
 }
@@ -274,7 +383,12 @@ mod tests {
 
     #[test]
     fn overwrites_record_the_lowest_truncation() {
-        let mut s = LogStore::loaded(ConfState::default(), HardState::default(), &[]);
+        let mut s = LogStore::loaded(
+            ConfState::default(),
+            HardState::default(),
+            LogBase::default(),
+            Vec::new(),
+        );
         s.append(&run(&[(1, 5)])).unwrap();
         let w = s.take_writes();
         assert_eq!(
@@ -297,5 +411,59 @@ mod tests {
         assert!(s.append(&[entry(5, 1), entry(7, 1)]).is_err());
         assert!(s.append(&[entry(0, 1)]).is_err());
         assert!(s.take_writes().is_empty());
+    }
+
+    #[test]
+    fn compaction_moves_the_base_and_keeps_the_rest() {
+        let mut s = LogStore::loaded(
+            ConfState::default(),
+            HardState::default(),
+            LogBase::default(),
+            Vec::new(),
+        );
+        s.append(&(1..=10).map(|i| entry(i, 1 + i / 4)).collect::<Vec<_>>())
+            .unwrap();
+        s.set_commit(8).unwrap();
+        // Past the commit index: refused, nothing changes.
+        assert!(s.compact(9).is_err());
+        s.compact(5).unwrap();
+        assert_eq!(s.base(), LogBase { index: 5, term: 2 });
+        assert_eq!(s.first_index().unwrap(), 6);
+        assert_eq!(s.last_index().unwrap(), 10);
+        assert_eq!(s.term(5).unwrap(), 2, "the base keeps its term");
+        assert!(matches!(
+            s.term(4),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+        assert!(matches!(
+            s.entries(5, 7, None, GetEntriesContext::empty(false)),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+        let idx: Vec<u64> = s
+            .entries(6, 11, None, GetEntriesContext::empty(false))
+            .unwrap()
+            .iter()
+            .map(|e| e.index)
+            .collect();
+        assert_eq!(idx, vec![6, 7, 8, 9, 10]);
+        s.check().unwrap();
+        // The write: compaction first, and none of the entries it covers.
+        let w = s.take_writes();
+        assert_eq!(w.compacted_through(), Some(LogBase { index: 5, term: 2 }));
+        let idx: Vec<u64> = w.entries().iter().map(|e| e.index).collect();
+        assert_eq!(idx, vec![6, 7, 8, 9, 10]);
+        // Compacting again below the base does nothing; up to the commit
+        // index empties what is committed.
+        s.compact(3).unwrap();
+        assert!(s.take_writes().is_empty());
+        s.compact(8).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.snapshot(0, 2).unwrap().get_metadata().index, 8);
+        // An append overwriting the uncommitted tail still works.
+        s.append(&[entry(9, 7)]).unwrap();
+        assert_eq!(s.last_index().unwrap(), 9);
+        s.check().unwrap();
+        // Before the base: refused.
+        assert!(s.append(&[entry(8, 7)]).is_err());
     }
 }

@@ -95,7 +95,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use creek_cab::LogWrites;
+use creek_cab::{LogBase, LogWrites};
 use creek_core::{Checkpoint, Op};
 use creek_node::Write;
 use protobuf::Message as _;
@@ -125,6 +125,9 @@ pub(crate) const HARD_STATE: &str = "hard_state";
 pub(crate) const CONF_STATE: &str = "conf_state";
 pub(crate) const LATEST: &str = "latest";
 pub(crate) const IDENTITY: &str = "identity";
+/// The log's base (`LogBase`: index then term, 8 bytes each, little-endian)
+/// once it was compacted.
+pub(crate) const LOG_BASE: &str = "log_base";
 
 /// What can go wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -381,6 +384,13 @@ fn write_log(
     meta: &mut Table<&str, &[u8]>,
     w: &LogWrites,
 ) -> Result<(), StoreError> {
+    if let Some(base) = w.compacted_through() {
+        log.retain_in(..=base.index, |_, _| false).map_err(db_err)?;
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&base.index.to_le_bytes());
+        bytes[8..].copy_from_slice(&base.term.to_le_bytes());
+        meta.insert(LOG_BASE, bytes.as_slice()).map_err(db_err)?;
+    }
     if let Some(from) = w.truncate_from() {
         log.retain_in(from.., |_, _| false).map_err(db_err)?;
     }
@@ -460,15 +470,15 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered), St
                 ))
             }
         };
+        let base = match meta.get(LOG_BASE).map_err(db_err)? {
+            None => LogBase::default(),
+            Some(v) => decode_base(v.value())?,
+        };
         let entries = load_log(&log)?;
-        let last = entries.last().map_or(0, |e| e.index);
-        if hard_state.commit > last {
-            return Err(corrupt(format!(
-                "hard state commits index {} but the log ends at {last}",
-                hard_state.commit
-            )));
-        }
-        let storage = LogStore::loaded(conf_state, hard_state, &entries);
+        let storage = LogStore::loaded(conf_state, hard_state, base, entries);
+        storage
+            .check()
+            .map_err(|why| corrupt(format!("stored log: {why}")))?;
         let recovered = Recovered {
             checkpoint: match checkpoint.get(LATEST).map_err(db_err)? {
                 Some(v) => Some(codec::decode_checkpoint(v.value())?),
@@ -487,6 +497,19 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered), St
     Ok(loaded)
 }
 
+fn decode_base(bytes: &[u8]) -> Result<LogBase, StoreError> {
+    let word = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+    };
+    match (bytes.len(), word(0), word(8)) {
+        (16, Some(index), Some(term)) => Ok(LogBase { index, term }),
+        _ => Err(corrupt(format!("log base of {} bytes", bytes.len()))),
+    }
+}
+
 fn load_log(log: &impl ReadableTable<u64, &'static [u8]>) -> Result<Vec<Entry>, StoreError> {
     let mut entries: Vec<Entry> = Vec::new();
     for row in log.iter().map_err(db_err)? {
@@ -500,14 +523,7 @@ fn load_log(log: &impl ReadableTable<u64, &'static [u8]>) -> Result<Vec<Entry>, 
                 e.index
             )));
         }
-        // Never compacted: the log starts at 1 and has no gaps.
-        let expected = entries.last().map_or(1, |p| p.index + 1);
-        if index != expected {
-            return Err(corrupt(format!(
-                "log entry {index} where {expected} was expected"
-            )));
-        }
-        entries.push(e);
+        entries.push(e); // contiguous from the base: `LogStore::check`
     }
     Ok(entries)
 }

@@ -241,6 +241,54 @@ fn corrupt_entry_is_an_error_not_a_panic() {
     );
 }
 
+/// A compaction is durable with the write that carries it: after a reopen
+/// the log starts after its base, which keeps its term; a crash before the
+/// write leaves the whole log. A gap after the base is corruption.
+#[test]
+fn compaction_survives_a_reopen_and_a_crash_before_it_loses_nothing() {
+    let dir = TempDir::new("compact");
+    let ents: Vec<Entry> = (1..=10).map(|i| entry(i, 1 + i / 4, b"xyz")).collect();
+    {
+        let (mut s, mut p, _) = open_sync(dir.path(), vec![1]);
+        s.append(&ents).unwrap();
+        s.set_commit(8).unwrap();
+        p.persist(log_batch(&mut s));
+        s.compact(6).unwrap();
+        // Not persisted: the crash takes the compaction back.
+        p.crash();
+    }
+    {
+        let (mut s, mut p, _) = open_sync(dir.path(), vec![1]);
+        assert_eq!(s.first_index().unwrap(), 1);
+        assert_eq!(s.last_index().unwrap(), 10);
+        s.compact(6).unwrap();
+        p.persist(log_batch(&mut s));
+        p.persister.take().unwrap().close().unwrap();
+    }
+    let (s, _p, _) = open_sync(dir.path(), vec![1]);
+    assert_eq!(s.base(), creek_cab::LogBase { index: 6, term: 2 });
+    assert_eq!(s.first_index().unwrap(), 7);
+    assert_eq!(s.term(6).unwrap(), 2);
+    assert_eq!(s.entries(7, 11, None, ctx()).unwrap(), ents[6..]);
+    assert_eq!(s.initial_state().unwrap().hard_state.commit, 8);
+    drop((s, _p));
+    // Entry 8 removed behind the store's back: a gap after the base.
+    {
+        let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let def: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("raft_log");
+            txn.open_table(def).unwrap().remove(8u64).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let e = creek_store::open(dir.path(), vec![1], Box::new(|_| {})).unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Corrupt(m) if m.contains("log entry 9 follows 7")),
+        "{e}"
+    );
+}
+
 const N: usize = 3;
 const ALWAYS: &dyn Fn(OpId) -> bool = &|_| true;
 
