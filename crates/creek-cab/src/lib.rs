@@ -25,6 +25,13 @@
 //! * **Casting from anywhere.** A non-leader forwards ids to the leader it
 //!   knows; the caster re-forwards until the id is decided, so a lost forward
 //!   or a leader change loses nothing.
+//! * **Compaction without snapshots.** The leader tells every replica the
+//!   *compaction point*: the last index every replica has acknowledged (its
+//!   `matched` progress), so no replica can ever need an entry up to it from
+//!   anyone. A replica compacts its log to at most that point and its own
+//!   latest checkpoint ([`Cab::compact`]), and forgets the ids decided there.
+//!   The log stays bounded while every replica keeps up; a replica that is
+//!   down holds the point back (its peers keep what it will need).
 //!
 //! Time and randomness are pinned: every replica has a fixed election timeout
 //! (the library draws from `[election_tick, election_tick + 1)`), and the
@@ -43,7 +50,7 @@ use creek_wire::CabMessage;
 use protobuf::Message as _;
 use raft::eraftpb::{EntryType, Message, MessageType};
 use raft::{RawNode, StateRole};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 pub use log_store::{LogBase, LogStore, LogWrites};
 pub use storage::{CabStorage, MemCabStorage};
@@ -176,6 +183,10 @@ pub struct CabStats {
     pub delivered: u64,
 }
 
+/// A leader announces an unchanged compaction point again after this many
+/// ticks, for peers that restarted and forgot it.
+pub const ANNOUNCE_TICKS: u64 = 50;
+
 /// The raft id of a replica (raft reserves 0).
 pub fn raft_id(r: ReplicaId) -> u64 {
     u64::from(r.0) + 1
@@ -204,8 +215,16 @@ pub struct Cab<S: CabStorage> {
     /// Decided ids waiting for conditional delivery, in log order, with the
     /// index of their entry.
     decided: VecDeque<(OpId, u64)>,
-    /// Every id ever decided (first occurrences).
-    seen: FxHashSet<OpId>,
+    /// The ids decided in the log this node holds (first occurrences), with
+    /// their entry's index: compaction forgets those of compacted entries.
+    /// An id decided again after that is delivered again, and the replica
+    /// ignores it as committed (`Replica::cab_deliver`).
+    seen: FxHashMap<OpId, u64>,
+    /// The highest compaction point known (see the crate documentation):
+    /// the leader's own, or the latest a leader announced.
+    compactable: u64,
+    /// Leader: the compaction point last announced, and when (in ticks).
+    announced: (u64, u64),
     /// The last log index whose entry was decided here (committed entries
     /// arrive once each, in log order: asserted in `decide`).
     decided_through: u64,
@@ -245,13 +264,15 @@ impl<S: CabStorage> Cab<S> {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         // Ids decided before `applied` are not delivered again; remember them
         // so a later re-proposal of one of them is recognised as a duplicate.
-        let mut seen = FxHashSet::default();
+        let mut seen = FxHashMap::default();
         let first = storage.first_index()?;
         if applied >= first {
             let ctx = raft::GetEntriesContext::empty(false);
             for e in storage.entries(first, applied + 1, None, ctx)? {
                 if e.get_entry_type() == EntryType::EntryNormal {
-                    seen.extend(entry::decode_ids(&e.data).unwrap_or_default());
+                    for id in entry::decode_ids(&e.data).unwrap_or_default() {
+                        seen.entry(id).or_insert(e.index);
+                    }
                 }
             }
         }
@@ -266,6 +287,8 @@ impl<S: CabStorage> Cab<S> {
             held: VecDeque::new(),
             decided: VecDeque::new(),
             seen,
+            compactable: 0,
+            announced: (0, 0),
             decided_through: applied,
             delivered_index: applied,
             ticks: 0,
@@ -280,7 +303,7 @@ impl<S: CabStorage> Cab<S> {
 
     /// CAB-cast the id of a strong op invoked at this replica.
     pub fn cast(&mut self, id: OpId) {
-        if self.seen.contains(&id) {
+        if self.seen.contains_key(&id) {
             return;
         }
         self.unconfirmed.insert(id, self.ticks);
@@ -290,7 +313,7 @@ impl<S: CabStorage> Cab<S> {
     /// Queue `id` for proposal here if leader, else for forwarding.
     fn route(&mut self, id: OpId) {
         if self.is_leader() {
-            if !self.seen.contains(&id) && self.in_flight.insert(id) {
+            if !self.seen.contains_key(&id) && self.in_flight.insert(id) {
                 self.pending.push_back(id);
             }
         } else {
@@ -315,6 +338,13 @@ impl<S: CabStorage> Cab<S> {
                     .is_some_and(|l| l != from && l != self.config.me)
                 {
                     self.to_forward.extend(ids);
+                }
+            }
+            CabMessage::Compact { through } => {
+                // From a peer of the group only; a later announcement may be
+                // lower (a new leader's progress starts over): keep the max.
+                if self.config.replicas.contains(&from) {
+                    self.compactable = self.compactable.max(through);
                 }
             }
             CabMessage::Raft(bytes) => {
@@ -414,6 +444,54 @@ impl<S: CabStorage> Cab<S> {
                 self.route(id);
             }
         }
+        self.announce_compaction();
+    }
+
+    /// Leader: the compaction point is the least index every replica has
+    /// acknowledged (and at most the commit index). Announced to every peer
+    /// when it moves, and again every [`ANNOUNCE_TICKS`] ticks for peers
+    /// that restarted and forgot it.
+    fn announce_compaction(&mut self) {
+        if !self.is_leader() {
+            return;
+        }
+        let raft = &self.node.raft;
+        let matched = raft.prs().iter().map(|(_, pr)| pr.matched).min();
+        let point = matched.unwrap_or(0).min(raft.raft_log.committed);
+        self.compactable = self.compactable.max(point);
+        let (last, at) = self.announced;
+        if point == 0 || (point == last && self.ticks - at < ANNOUNCE_TICKS) {
+            return;
+        }
+        self.announced = (point, self.ticks);
+        for &peer in &self.config.replicas {
+            if peer != self.config.me {
+                self.out
+                    .push((peer, CabMessage::Compact { through: point }));
+            }
+        }
+    }
+
+    /// The compaction point (see the crate documentation): entries up to it
+    /// are needed by no replica.
+    pub fn compactable(&self) -> u64 {
+        self.compactable
+    }
+
+    /// Compact the log through `through`, which must be at most
+    /// [`Cab::compactable`] and covered by the caller's latest checkpoint
+    /// (handed to the driver before the log writes this produces, so a
+    /// restart finds a checkpoint that covers the compacted log), and forget
+    /// the ids decided there. Returns the log's new base index.
+    pub fn compact(&mut self, through: u64) -> Result<u64, CabError> {
+        let through = through.min(self.compactable).min(self.delivered_through());
+        let store = self.node.mut_store();
+        store
+            .compact(through)
+            .map_err(|e| CabError::Storage(e.to_string()))?;
+        let base = store.first_index().map_err(CabError::from)? - 1;
+        self.seen.retain(|_, index| *index > base);
+        Ok(base)
     }
 
     /// Start an election now (tests and operators).
@@ -462,7 +540,7 @@ impl<S: CabStorage> Cab<S> {
         let mut waiting = VecDeque::new();
         let mut batch = Vec::new();
         while let Some(id) = self.pending.pop_front() {
-            if self.seen.contains(&id) {
+            if self.seen.contains_key(&id) {
                 self.in_flight.remove(&id);
             } else if holds(id) {
                 batch.push(id);
@@ -487,7 +565,7 @@ impl<S: CabStorage> Cab<S> {
                 if cfg!(feature = "planted-bugs") && self.config.planted_deliver_on_propose {
                     let index = self.node.raft.raft_log.last_index();
                     for id in batch {
-                        if self.seen.insert(id) {
+                        if self.seen.insert(id, index).is_none() {
                             self.decided.push_back((id, index));
                         }
                     }
@@ -518,7 +596,7 @@ impl<S: CabStorage> Cab<S> {
         let mut ids = std::mem::take(&mut self.to_forward);
         ids.sort_unstable();
         ids.dedup();
-        ids.retain(|id| !self.seen.contains(id));
+        ids.retain(|id| !self.seen.contains_key(id));
         if !ids.is_empty() {
             self.stats.forwards_sent += 1;
             self.out.push((leader, CabMessage::Forward { ids }));
@@ -605,7 +683,7 @@ impl<S: CabStorage> Cab<S> {
             for id in ids {
                 self.in_flight.remove(&id);
                 self.unconfirmed.remove(&id);
-                if self.seen.insert(id) {
+                if self.seen.insert(id, e.index).is_none() {
                     self.stats.ids_decided += 1;
                     self.decided.push_back((id, e.index));
                 } else {
@@ -748,7 +826,7 @@ impl<S: CabStorage> Cab<S> {
                 return Err(format!("decided queue out of log order at {id}"));
             }
             last = index;
-            if !self.seen.contains(&id) {
+            if !self.seen.contains_key(&id) {
                 return Err(format!("decided {id} is not among the seen ids"));
             }
         }

@@ -164,33 +164,6 @@ impl LogStore {
         self.entries.is_empty()
     }
 
-    /// Drop the entries up to `through` (which must be committed and held,
-    /// or already compacted: then nothing happens) and make it the base; the
-    /// write is recorded for the next batch. Raft then serves a peer that
-    /// needs an earlier entry with a snapshot.
-    pub fn compact(&mut self, through: u64) -> raft::Result<()> {
-        if through <= self.base.index {
-            return Ok(());
-        }
-        if through > self.hard_state.commit {
-            return Err(raft_err(format!(
-                "compacting through {through}, past the commit index {}",
-                self.hard_state.commit
-            )));
-        }
-        let term = self.term(through)?;
-        let drop = usize::try_from(through - self.base.index).unwrap_or(usize::MAX);
-        self.entries.drain(..drop.min(self.entries.len()));
-        self.base = LogBase {
-            index: through,
-            term,
-        };
-        // Pending entries it covers are not stored at all.
-        self.pending.entries.retain(|e| e.index > through);
-        self.pending.compacted_through = Some(self.base);
-        Ok(())
-    }
-
     /// Check the invariants (see the type's documentation).
     pub fn check(&self) -> Result<(), String> {
         let mut prev = self.base.index;
@@ -338,6 +311,33 @@ impl CabStorage for LogStore {
         self.entries.truncate(self.position(from));
         self.entries.extend(entries.iter().cloned());
         self.pending.record_append(entries, from <= last);
+        Ok(())
+    }
+
+    /// Drop the entries up to `through` (which must be committed and held,
+    /// or already compacted: then nothing happens) and make it the base; the
+    /// write is recorded for the next batch. Raft then serves a peer that
+    /// needs an earlier entry with a snapshot.
+    fn compact(&mut self, through: u64) -> raft::Result<()> {
+        if through <= self.base.index {
+            return Ok(());
+        }
+        if through > self.hard_state.commit {
+            return Err(raft_err(format!(
+                "compacting through {through}, past the commit index {}",
+                self.hard_state.commit
+            )));
+        }
+        let term = self.term(through)?;
+        let drop = usize::try_from(through - self.base.index).unwrap_or(usize::MAX);
+        self.entries.drain(..drop.min(self.entries.len()));
+        self.base = LogBase {
+            index: through,
+            term,
+        };
+        // Pending entries it covers are not stored at all.
+        self.pending.entries.retain(|e| e.index > through);
+        self.pending.compacted_through = Some(self.base);
         Ok(())
     }
 

@@ -37,6 +37,12 @@ pub trait CabStorage: Storage {
     fn must_sync(&self) -> bool {
         false
     }
+    /// Drop the committed entries up to `through` (the caller's checkpoint
+    /// covers them). A store may keep them: the in-memory one does.
+    fn compact(&mut self, through: u64) -> raft::Result<()> {
+        let _ = through;
+        Ok(())
+    }
 }
 
 /// In-memory storage. Clones share the same log, so a test can drop a node

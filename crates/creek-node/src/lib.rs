@@ -558,6 +558,16 @@ impl<S: CabStorage> Node<S> {
         } else {
             None
         };
+        if let Some(c) = &checkpoint {
+            // The log up to the checkpoint's restart point is needed by no
+            // one once every replica acknowledged it (CAB's compaction
+            // point): dropped in the same write as the checkpoint, so a
+            // restart always finds a checkpoint covering the compacted log.
+            if let Err(e) = self.cab.compact(c.cab_applied) {
+                self.on_disk_failure(e.to_string());
+                return None;
+            }
+        }
         let d = &mut self.durability;
         let take_log =
             d.sync_lazy || self.cab.must_sync() || !ops.is_empty() || checkpoint.is_some();
@@ -828,6 +838,20 @@ impl<S: CabStorage> Node<S> {
         self.cab.stats()
     }
 
+    /// Entries held in CAB's consensus (raft) log: its last index (unstable
+    /// entries included) less the storage's first index, plus one; 0 when it
+    /// holds none. Read-only, for `Status` and soak benchmarks watching the
+    /// log's growth.
+    pub fn raft_log_entries(&self) -> u64 {
+        let (last, _, _) = self.cab.log_mark();
+        // `LogStore` and `MemCabStorage` always answer; an error would mean
+        // an unreadable log, which holds nothing countable here.
+        self.cab
+            .store()
+            .first_index()
+            .map_or(0, |first| (last + 1).saturating_sub(first))
+    }
+
     /// Frames refused by the decoder.
     pub fn refused_frames(&self) -> u64 {
         self.refused_frames
@@ -979,6 +1003,13 @@ fn check_storage<S: CabStorage>(
         return Err(NodeError::Inconsistent(format!(
             "the checkpoint was taken at consensus index {applied}, past the stored log \
              (commit {commit}, last index {last})"
+        )));
+    }
+    let compacted = storage.first_index().map_err(CabError::from)? - 1;
+    if applied < compacted {
+        return Err(NodeError::Inconsistent(format!(
+            "the checkpoint was taken at consensus index {applied}, but the stored log was \
+             compacted through {compacted}"
         )));
     }
     Ok(())

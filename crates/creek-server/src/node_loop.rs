@@ -228,6 +228,8 @@ pub struct StatusSnapshot {
     pub cluster_id: u64,
     /// A majority lost its data.
     pub quorum_lost: bool,
+    /// Entries held in the consensus log (`Node::raft_log_entries`).
+    pub raft_log_entries: u64,
 }
 
 struct Route {
@@ -713,6 +715,7 @@ impl NodeLoop {
             lost_peers: self.node.lost_peers().iter().map(|r| r.0).collect(),
             cluster_id: self.node.identity().cluster_id(),
             quorum_lost: self.node.quorum_lost(),
+            raft_log_entries: self.node.raft_log_entries(),
         }
     }
 }

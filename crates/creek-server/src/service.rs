@@ -243,6 +243,7 @@ impl pb::creek_server::Creek for CreekService {
             lost_peers: s.lost_peers.into_iter().map(u32::from).collect(),
             cluster_id: s.cluster_id,
             quorum_lost: s.quorum_lost,
+            raft_log_entries: s.raft_log_entries,
         }))
     }
 }

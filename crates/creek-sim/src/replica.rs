@@ -163,6 +163,10 @@ pub struct DiskCounts {
     pub repairs: u64,
     /// Restarts with an empty disk (the data directory was lost).
     pub wipes: u64,
+    /// Consensus-log entries compacted away (the log's base index, now).
+    pub log_compacted: u64,
+    /// Consensus-log entries held (now).
+    pub log_entries: u64,
 }
 
 impl std::ops::AddAssign for DiskCounts {
@@ -174,6 +178,8 @@ impl std::ops::AddAssign for DiskCounts {
         self.syncs += o.syncs;
         self.repairs += o.repairs;
         self.wipes += o.wipes;
+        self.log_compacted += o.log_compacted;
+        self.log_entries += o.log_entries;
     }
 }
 
@@ -542,7 +548,12 @@ impl SimReplica for CreekReplica {
     }
 
     fn disk_counts(&self) -> DiskCounts {
-        self.disk_counts
+        let mut counts = self.disk_counts;
+        if let Some(node) = &self.node {
+            counts.log_entries = node.raft_log_entries();
+            counts.log_compacted = node.cab().store().base().index;
+        }
+        counts
     }
 
     fn fail_next_sync(&mut self) {

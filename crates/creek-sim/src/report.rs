@@ -322,6 +322,8 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             "torn_changes_kept": disk.torn_changes_kept,
             "repairs": disk.repairs,
             "wipes": disk.wipes,
+            "log_compacted": disk.log_compacted,
+            "log_entries": disk.log_entries,
         },
         "plant_bug": cfg.plant_bug.map(|b| format!("{b:?}")),
         "trace_hash": format!("{:016x}", out.trace_hash),

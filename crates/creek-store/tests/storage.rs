@@ -394,3 +394,88 @@ fn cab_group_restarts_from_disk() {
         assert_eq!(d.last(), Some(&late));
     }
 }
+
+/// Compaction over stored logs: while every replica keeps up, the leader's
+/// compaction point follows the commit index and each replica compacts to
+/// it (no further than what it says its checkpoint covers); a replica that
+/// is down holds the point at what it acknowledged, so when it returns it
+/// catches up from its peers' logs (CAB never sends snapshots), and then the
+/// point moves on.
+#[test]
+fn compaction_follows_every_replica_and_waits_for_one_that_is_down() {
+    let dir = TempDir::new("cab-compact");
+    let mut nodes: Vec<Option<Member>> = (0..N).map(|i| Some(member(&dir, i))).collect();
+    let mut delivered = vec![Vec::new(); N];
+    nodes[0].as_mut().unwrap().cab.campaign();
+    run(&mut nodes, &mut delivered, 10, false);
+    let mut seq = 0;
+    let mut cast = |nodes: &mut [Option<Member>], delivered: &mut [Vec<OpId>], n: u64| {
+        for _ in 0..n {
+            seq += 1;
+            nodes[0]
+                .as_mut()
+                .unwrap()
+                .cab
+                .cast(OpId::new(ReplicaId(0), seq));
+            run(nodes, delivered, 3, true);
+        }
+        run(nodes, delivered, 60, true);
+    };
+    // Compact each live node as far as it may (a checkpoint "covers"
+    // everything delivered), persisting the compaction.
+    let compact_all = |nodes: &mut [Option<Member>]| -> Vec<u64> {
+        nodes
+            .iter_mut()
+            .flatten()
+            .map(|n| {
+                let point = n.cab.compactable();
+                let base = n.cab.compact(point).unwrap();
+                n.persister.persist(creek_node::Write {
+                    log: n.cab.take_writes(),
+                    ..creek_node::Write::default()
+                });
+                base
+            })
+            .collect()
+    };
+    cast(&mut nodes, &mut delivered, 10);
+    let bases = compact_all(&mut nodes);
+    let leader_commit = nodes[0].as_ref().unwrap().cab.log_mark().2;
+    assert!(leader_commit >= 10);
+    assert_eq!(
+        bases,
+        vec![leader_commit; N],
+        "all up: compacted to the commit index"
+    );
+
+    // Node 2 goes down; the others decide more, but cannot compact past
+    // what it acknowledged.
+    nodes[2] = None;
+    cast(&mut nodes, &mut delivered, 10);
+    let bases = compact_all(&mut nodes);
+    assert_eq!(
+        bases,
+        vec![leader_commit; 2],
+        "held back by the replica that is down"
+    );
+    let before = delivered[2].len();
+
+    // It comes back (restarting at what it delivered) and catches up from
+    // the logs; then the point moves past everything.
+    nodes[2] = Some({
+        let (storage, persister, _) = open_sync(&dir.sub("node2"), voters());
+        let config = CabConfig::for_group(ReplicaId(2), &replicas());
+        let applied = storage.first_index().unwrap() - 1;
+        delivered[2].truncate(before);
+        Member {
+            cab: Cab::new(config, storage, applied).unwrap(),
+            persister,
+        }
+    });
+    cast(&mut nodes, &mut delivered, 2);
+    assert_eq!(delivered[2].len(), delivered[0].len(), "caught up");
+    let bases = compact_all(&mut nodes);
+    let commit = nodes[0].as_ref().unwrap().cab.log_mark().2;
+    assert!(commit > leader_commit);
+    assert_eq!(bases, vec![commit; N]);
+}

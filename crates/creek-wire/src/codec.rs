@@ -24,6 +24,7 @@
 //! | 0x03 | [`GossipMessage::Pull`]   | `count` (≤ `ids_per_message_max`), `count` × *id* |
 //! | 0x11 | [`CabMessage::Raft`]      | `len` (≤ `raft_bytes_max`), `len` opaque bytes |
 //! | 0x12 | [`CabMessage::Forward`]   | `count` (≤ `ids_per_message_max`), `count` × *id* |
+//! | 0x13 | [`CabMessage::Compact`]   | `through`                                      |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
 //! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`) |
@@ -126,6 +127,7 @@ const KIND_DIGEST: u8 = 0x02;
 const KIND_PULL: u8 = 0x03;
 const KIND_RAFT: u8 = 0x11;
 const KIND_FORWARD: u8 = 0x12;
+const KIND_COMPACT: u8 = 0x13;
 const KIND_PROBE: u8 = 0x21;
 const KIND_PROBE_ECHO: u8 = 0x22;
 const KIND_HELLO: u8 = 0x23;
@@ -533,7 +535,7 @@ fn check(msg: &PeerMessage, limits: &Limits) -> Result<(), EncodeError> {
         PeerMessage::Gossip(GossipMessage::Pull { ids: list })
         | PeerMessage::Cab(CabMessage::Forward { ids: list }) => ids(list),
         PeerMessage::Cab(CabMessage::Raft(payload)) => over(Limit::RaftBytes, payload.len()),
-        PeerMessage::Probe(_) => Ok(()),
+        PeerMessage::Probe(_) | PeerMessage::Cab(CabMessage::Compact { .. }) => Ok(()),
         PeerMessage::Hello(h) => over(Limit::IdsPerMessage, h.founders.len()),
     }
 }
@@ -623,6 +625,10 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
         PeerMessage::Cab(CabMessage::Forward { ids }) => {
             s.put_byte(KIND_FORWARD);
             write_ids(s, ids);
+        }
+        PeerMessage::Cab(CabMessage::Compact { through }) => {
+            s.put_byte(KIND_COMPACT);
+            s.put_varint(*through);
         }
         PeerMessage::Probe(p) => {
             s.put_byte(if p.echo { KIND_PROBE_ECHO } else { KIND_PROBE });
@@ -929,6 +935,9 @@ impl<'a> Reader<'a> {
             KIND_PULL => PeerMessage::Gossip(GossipMessage::Pull { ids: self.ids()? }),
             KIND_RAFT => PeerMessage::Cab(CabMessage::Raft(self.bytes(Limit::RaftBytes)?)),
             KIND_FORWARD => PeerMessage::Cab(CabMessage::Forward { ids: self.ids()? }),
+            KIND_COMPACT => PeerMessage::Cab(CabMessage::Compact {
+                through: self.varint()?,
+            }),
             kind @ (KIND_PROBE | KIND_PROBE_ECHO) => PeerMessage::Probe(Probe {
                 stamp_us: self.varint()?,
                 rtt_us: self.varint()?,

@@ -117,4 +117,12 @@ pub enum CabMessage {
         /// The ids, in cast order.
         ids: Vec<OpId>,
     },
+    /// The leader's compaction point: every replica acknowledged the
+    /// leader's log through this index, so no replica will need an entry up
+    /// to it from anyone; a replica may compact its log that far (and no
+    /// further than its own latest checkpoint).
+    Compact {
+        /// The log index.
+        through: u64,
+    },
 }

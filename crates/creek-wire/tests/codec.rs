@@ -88,6 +88,7 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             .prop_map(|b| PeerMessage::Cab(CabMessage::Raft(Bytes::from(b)))),
         1 => prop::collection::vec(arb_id(), 0..8)
             .prop_map(|ids| PeerMessage::Cab(CabMessage::Forward { ids })),
+        1 => any::<u64>().prop_map(|through| PeerMessage::Cab(CabMessage::Compact { through })),
         1 => (any::<u64>(), any::<bool>(), any::<u64>())
             .prop_map(|(stamp_us, echo, rtt_us)| PeerMessage::Probe(Probe { stamp_us, echo, rtt_us })),
         1 => (
@@ -266,7 +267,7 @@ proptest! {
     #[test]
     fn decoding_arbitrary_bytes_never_panics(
         b in prop::collection::vec(any::<u8>(), 0..400),
-        kind in prop::sample::select(vec![0x01u8, 0x02, 0x03, 0x11, 0x12, 0x21, 0x23]),
+        kind in prop::sample::select(vec![0x01u8, 0x02, 0x03, 0x11, 0x12, 0x13, 0x21, 0x23]),
     ) {
         check_consistent(&b)?;
         // The same bytes behind a valid header reach the body decoders.

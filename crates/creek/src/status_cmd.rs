@@ -82,6 +82,7 @@ fn header() -> Vec<String> {
         "term",
         "committed",
         "tentative",
+        "log",
     ]
     .map(String::from)
     .to_vec();
@@ -107,6 +108,7 @@ fn row(addr: &str, reply: &Result<pb::StatusReply, String>) -> Vec<String> {
         s.term.to_string(),
         s.committed.to_string(),
         s.tentative.to_string(),
+        s.raft_log_entries.to_string(),
     ];
     r.extend(COLUMNS.iter().map(|(_, names)| {
         let values: Vec<u64> = names
