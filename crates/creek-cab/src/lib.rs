@@ -361,6 +361,9 @@ impl<S: CabStorage> Cab<S> {
                     self.stats.refused += 1;
                     return;
                 }
+                if self.stale_reject(&m) {
+                    return;
+                }
                 if let Some(why) = self.lost_acknowledged(from, &m) {
                     self.stats.refused += 1;
                     self.failed = Some(why);
@@ -382,6 +385,27 @@ impl<S: CabStorage> Cab<S> {
                 }
             }
         }
+    }
+
+    /// Whether `m` is a rejected append that the leader already knows to be
+    /// stale: the follower has since acknowledged entries through at least
+    /// the rejected index (its `matched` progress). raft-rs (0.7) steps such
+    /// a late rejection in probe state by moving the follower's next index
+    /// back below what it acknowledged (etcd's raft keeps it above `matched`),
+    /// and with a compacted log that index may be gone: the library would
+    /// then ask for a snapshot, which CAB never sends. The rejection carries
+    /// nothing the acknowledgement did not supersede, so it is dropped.
+    fn stale_reject(&self, m: &Message) -> bool {
+        m.get_msg_type() == MessageType::MsgAppendResponse
+            && m.reject
+            && self.is_leader()
+            && m.term == self.node.raft.term
+            && self
+                .node
+                .raft
+                .prs()
+                .get(m.from)
+                .is_some_and(|pr| pr.matched >= m.index)
     }
 
     /// Whether `m` is a heartbeat whose commit index lies past the end of

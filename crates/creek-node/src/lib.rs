@@ -58,6 +58,11 @@ pub struct NodeConfig {
     /// Every this many ticks, a checkpoint of the committed state goes into
     /// the next write (at the first clean point); 0: never.
     pub checkpoint_every_ticks: u64,
+    /// Client invocations are refused ([`InvokeError::DiskBehind`]) while
+    /// this many writes handed out are not yet durable: a disk that falls
+    /// behind pushes back on clients instead of letting the writes and the
+    /// peer messages they hold grow without bound.
+    pub pending_writes_max: u64,
     /// Planted bug (the simulator's `--plant-bug send-before-durable`): peer
     /// messages leave at once instead of waiting for their write. Only for
     /// validating the checkers; never set in production.
@@ -73,8 +78,10 @@ impl NodeConfig {
     /// rooms check their own settings when they start).
     pub fn validate(&self) -> Result<(), NodeError> {
         self.wire.validate()?;
-        if self.tick_us == 0 {
-            return Err(NodeError::Inconsistent("tick_us must be positive".into()));
+        if self.tick_us == 0 || self.pending_writes_max == 0 {
+            return Err(NodeError::Inconsistent(
+                "tick_us and pending_writes_max must be positive".into(),
+            ));
         }
         if (self.planted_send_before_durable || self.planted_amnesiac_voter) && !PLANTED_BUGS {
             return Err(NodeError::Inconsistent(creek_core::PLANTED_BUGS_OFF.into()));
@@ -101,6 +108,7 @@ impl NodeConfig {
             wire: Limits::default(),
             tick_us: 10_000,
             checkpoint_every_ticks: 0,
+            pending_writes_max: PENDING_WRITES_MAX,
             planted_send_before_durable: false,
             planted_amnesiac_voter: false,
         }
@@ -170,6 +178,8 @@ struct Durability {
     /// Take even a lazy (commit-index-only) log write at the next `ready`.
     sync_lazy: bool,
     checkpoint_every_ticks: u64,
+    /// Refuse client invocations at this many pending writes (0: never).
+    pending_writes_max: u64,
     ticks_since_checkpoint: u64,
     checkpoint_requested: bool,
     /// The committed length the last checkpoint covered.
@@ -192,6 +202,11 @@ const PULL_IDS_MAX: usize = 1024;
 /// behind cannot catch up by gossip and needs state transfer).
 const RETAINED_MAX: usize = 200_000;
 
+/// The default [`NodeConfig::pending_writes_max`]. A healthy disk keeps a
+/// few writes pending (group commit takes all queued writes in one fsync);
+/// this many means it is far behind.
+pub const PENDING_WRITES_MAX: u64 = 1024;
+
 /// The most rounds one pump may take (see [`Node::pump`]'s assertion).
 const PUMP_ROUNDS_MAX: usize = 1000;
 
@@ -199,6 +214,7 @@ impl Durability {
     fn new(config: &NodeConfig, checkpointed_len: u64) -> Self {
         Durability {
             checkpoint_every_ticks: config.checkpoint_every_ticks,
+            pending_writes_max: config.pending_writes_max,
             checkpointed_len,
             send_before_durable: PLANTED_BUGS && config.planted_send_before_durable,
             ..Durability::default()
@@ -375,6 +391,11 @@ impl<S: CabStorage> Node<S> {
                  weak ops still answer (docs/operations.md, \"Lost a disk\")",
                 self.membership.lost_peers()
             )));
+        }
+        let d = &self.durability;
+        let pending = d.written - d.durable;
+        if d.pending_writes_max > 0 && pending >= d.pending_writes_max {
+            return Err(InvokeError::DiskBehind(pending));
         }
         let handle = self.replica.invoke(request, now_us)?;
         self.pump();
@@ -1018,6 +1039,57 @@ fn check_storage<S: CabStorage>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use creek_cab::MemCabStorage;
+    use creek_core::Request;
+    use creek_exec::value::{encode_args, Value};
+    use creek_exec::ProcCall;
+
+    /// A disk that falls behind pushes back on clients: at
+    /// `pending_writes_max` writes not yet durable, invocations are refused
+    /// with `DiskBehind`, and accepted again once the writes are durable.
+    #[test]
+    fn a_disk_that_falls_behind_refuses_clients_until_it_catches_up() {
+        let me = ReplicaId(1);
+        let mut config = NodeConfig::for_group(me, &[me]);
+        config.pending_writes_max = 8;
+        let storage = MemCabStorage::new(vec![creek_cab::raft_id(me)]);
+        let registry = Arc::new(Registry::with_builtins());
+        let identity = Identity::founding(&[me]);
+        let mut node = Node::recover(
+            config,
+            registry,
+            storage,
+            None,
+            Vec::new(),
+            Some(identity),
+            7,
+        )
+        .expect("recovers");
+        let put = |i: u64| {
+            let key = Value::Bytes(Bytes::from(format!("k{i}")));
+            let args = encode_args(&[key, Value::Bytes(Bytes::from_static(b"v"))]);
+            Request::weak(ProcCall::new("kv.put", args))
+        };
+        let mut refused = None;
+        for i in 0..100 {
+            match node.invoke(put(i), i) {
+                Ok(_) => {
+                    node.execute_all();
+                    let _ = node.ready();
+                }
+                Err(e) => {
+                    refused = Some((i, e));
+                    break;
+                }
+            }
+        }
+        let (at, e) = refused.expect("refused before 100 writes");
+        assert!(matches!(e, InvokeError::DiskBehind(8)), "{e}");
+        assert_eq!(node.written(), 8, "refused at the limit (after {at} ops)");
+        // The disk catches up: accepted again.
+        node.on_durable(node.written());
+        assert!(node.invoke(put(1000), 1000).is_ok());
+    }
 
     /// A bug-planting switch is refused unless the build has them.
     #[test]

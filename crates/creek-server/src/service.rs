@@ -90,6 +90,11 @@ fn deadline(meta: &tonic::metadata::MetadataMap) -> Result<Option<Duration>, Sta
     Ok(Some(d))
 }
 
+/// How long a client refused because the disk is behind should wait
+/// (the `retry-after-ms` metadata of the status): a few fsyncs of a slow
+/// disk.
+const DISK_BEHIND_RETRY_MS: u64 = 100;
+
 /// The gRPC status for a refused invocation.
 fn rejected(e: creek_core::InvokeError) -> Status {
     use creek_core::InvokeError as E;
@@ -102,6 +107,16 @@ fn rejected(e: creek_core::InvokeError) -> Status {
         E::Overloaded(n) => Status::resource_exhausted(format!(
             "replica overloaded: {n} ops on the tentative list; retry later"
         )),
+        E::DiskBehind(n) => {
+            let mut status = Status::resource_exhausted(format!(
+                "replica overloaded: {n} writes wait for its disk; retry in about \
+                 {DISK_BEHIND_RETRY_MS} ms"
+            ));
+            status
+                .metadata_mut()
+                .insert("retry-after-ms", DISK_BEHIND_RETRY_MS.into());
+            status
+        }
         E::NotServing(why) => Status::unavailable(why),
         E::QuorumLostData(why) => Status::failed_precondition(why),
         other => Status::internal(other.to_string()),

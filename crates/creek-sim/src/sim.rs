@@ -6,13 +6,13 @@
 //! saw.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use crate::replica::{DiskPoll, DiskSetup};
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
-use creek_core::{Checkpoint, ExecKey, Op, OpId, ReplicaId, Request, Views};
+use creek_core::{Checkpoint, ExecKey, InvokeError, Op, OpId, ReplicaId, Request, Views};
 use creek_exec::{Completion, Registry};
 use creek_node::NodeConfig;
 use creek_wire::{GossipMessage, Limits, PeerMessage};
@@ -93,6 +93,8 @@ struct SimNode {
     /// Its disk was lost (it restarted empty): its ops from before were not
     /// lost with unsynced writes, whatever its restarts recover.
     wiped: bool,
+    /// Its disk is stalled until this time: each fsync takes 20-60 ms.
+    stalled_until: u64,
 }
 
 struct Client {
@@ -100,8 +102,17 @@ struct Client {
     pending: Option<usize>,
 }
 
-/// Counts of injected faults by class.
+/// Counts of injected faults by class (and of what they caused:
+/// `refused_disk_behind`, client invocations refused while a disk was
+/// behind).
 pub type FaultCounts = BTreeMap<&'static str, u64>;
+
+/// How long a `disk_stall` fault lasts.
+const STALL_US: u64 = 300_000;
+/// An fsync's time on a stalled disk.
+const STALLED_FSYNC_US: (u64, u64) = (20_000, 60_000);
+/// Creek nodes' `pending_writes_max` in the simulator.
+const SIM_PENDING_WRITES_MAX: u64 = 32;
 
 /// Bytes on the wire by protocol.
 #[derive(Clone, Copy, Debug, Default)]
@@ -247,6 +258,9 @@ pub struct Sim {
     running_clients: bool,
     /// Setup calls without their final view yet.
     setup_pending: usize,
+    /// Setup calls replica 0 refused for now (its disk was behind), in
+    /// order: issued again as earlier ones finish.
+    setup_backlog: VecDeque<Request>,
     ended: bool,
     next_state_check: u64,
     readings: Readings,
@@ -290,6 +304,8 @@ impl Sim {
             if cfg.faults.crashes() && cfg.checkpoint_every_us > 0 {
                 config.checkpoint_every_ticks = (cfg.checkpoint_every_us / cfg.tick_us).max(1);
             }
+            // Low enough that a stalled disk makes the node push back.
+            config.pending_writes_max = SIM_PENDING_WRITES_MAX;
             let setup = DiskSetup {
                 linger_us: cfg.linger_us,
                 forget_unsynced_tail: cfg.plant_bug == Some(PlantedBug::ForgetUnsyncedTail),
@@ -350,6 +366,7 @@ impl Sim {
                 epoch: 0,
                 clock_offset_us: offset,
                 wiped: false,
+                stalled_until: 0,
                 clock_drift_ppm: drift,
                 handles: BTreeMap::new(),
                 disk_wake_at: None,
@@ -409,6 +426,7 @@ impl Sim {
             traffic: Traffic::default(),
             running_clients: true,
             setup_pending: 0,
+            setup_backlog: VecDeque::new(),
             ended: false,
             next_state_check: 0,
             readings: Readings::default(),
@@ -495,15 +513,32 @@ impl Sim {
     /// them has its final view (the workloads' checkers count on it, as an
     /// application that creates its accounts before using them would).
     fn setup(&mut self) {
-        for call in self.workload.setup() {
-            let request = Request {
+        self.setup_backlog = self
+            .workload
+            .setup()
+            .into_iter()
+            .map(|call| Request {
                 call,
                 strong: true,
                 views: Views::BOTH,
-            };
-            if self.invoke(0, None, request, false) {
-                self.setup_pending += 1;
+            })
+            .collect();
+        self.issue_setup();
+    }
+
+    /// Issue the setup calls waiting, in order, until replica 0 refuses one
+    /// (its disk is behind: the rest wait for earlier calls to finish).
+    fn issue_setup(&mut self) {
+        while let Some(request) = self.setup_backlog.front().cloned() {
+            if !self.invoke(0, None, request, false) {
+                debug_assert!(
+                    self.setup_pending > 0,
+                    "a setup call refused with none running"
+                );
+                return;
             }
+            self.setup_backlog.pop_front();
+            self.setup_pending += 1;
         }
     }
 
@@ -642,8 +677,14 @@ impl Sim {
         }
         let call = request.call.clone();
         let strong = request.strong;
-        let Ok(handle) = node.invoke(request, now) else {
-            return false;
+        let handle = match node.invoke(request, now) {
+            Ok(handle) => handle,
+            Err(e) => {
+                if matches!(e, InvokeError::DiskBehind(_)) {
+                    *self.faults.entry("refused_disk_behind").or_default() += 1;
+                }
+                return false;
+            }
         };
         let index = self.history.ops.len();
         self.history.ops.push(OpRecord {
@@ -750,7 +791,11 @@ impl Sim {
         match n.node.poll_disk(self.now) {
             DiskPoll::Idle => {}
             DiskPoll::SyncStarted => {
-                let (lo, hi) = self.cfg.fsync_us;
+                let (lo, hi) = if self.now < n.stalled_until {
+                    (STALLED_FSYNC_US.0, STALLED_FSYNC_US.1)
+                } else {
+                    self.cfg.fsync_us
+                };
                 let at = self.now + self.rng.range(lo, hi + 1);
                 self.schedule(at, Ev::SyncDone { node: i, epoch });
             }
@@ -778,6 +823,7 @@ impl Sim {
             // Only a final view releases a setup call (no fault runs yet).
             debug_assert!(self.setup_pending > 0, "a setup call released twice");
             self.setup_pending = self.setup_pending.saturating_sub(1);
+            self.issue_setup();
             if self.setup_pending == 0 {
                 self.start_load();
             }
@@ -988,7 +1034,7 @@ impl Sim {
                     unsynced[self.rng.index(unsynced.len())]
                 };
                 if down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
-                    match self.rng.index(3) {
+                    match self.rng.index(4) {
                         0 => {
                             *self.faults.entry("disk_unsynced_lost").or_default() += 1;
                             self.crash(victim, false);
@@ -997,9 +1043,16 @@ impl Sim {
                             *self.faults.entry("disk_torn_write").or_default() += 1;
                             self.crash(victim, true);
                         }
-                        _ => {
+                        2 => {
                             *self.faults.entry("disk_fsync_fails").or_default() += 1;
                             self.nodes[victim].node.fail_next_sync();
+                        }
+                        _ => {
+                            // A disk that falls behind (a slow device, a
+                            // noisy neighbour): writes pile up until the
+                            // node pushes back on its clients.
+                            *self.faults.entry("disk_stall").or_default() += 1;
+                            self.nodes[victim].stalled_until = self.now + STALL_US;
                         }
                     }
                     if !self.nodes[victim].node.is_up() {

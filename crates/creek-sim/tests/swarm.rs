@@ -126,6 +126,31 @@ fn seed_1027_keeps_session_order() {
     }
 }
 
+/// Found by the CI swarm when logs began to be compacted (kv, seeds 1020
+/// and 1031): a follower's late rejection of an append, arriving after it
+/// had acknowledged more, made raft-rs probe below the leader's compacted
+/// log, so the leader asked for a snapshot that CAB never sends and the
+/// follower never caught up (`converged`, `liveness`). CAB now drops a
+/// rejection the follower's acknowledgements superseded.
+#[test]
+fn a_late_rejection_does_not_strand_a_follower_after_compaction() {
+    for seed in [1020, 1031] {
+        let cfg = SimConfig {
+            replicas: 5,
+            cores: 4,
+            clients: 20,
+            duration_us: 500_000,
+            ..config("kv", seed)
+        };
+        let (report, ok) = simulate(&cfg).unwrap();
+        assert!(ok, "kv seed {seed}: {}", report["violations"]);
+        assert!(
+            report["disk"]["log_compacted"].as_u64().unwrap() > 0,
+            "kv seed {seed}: nothing was compacted"
+        );
+    }
+}
+
 /// Wide-area links (each directed link 10–150 ms one way, asymmetric,
 /// jittered): without faults strong ops complete in about a round trip or
 /// two; with every fault the checks pass, strong ops still complete, and

@@ -56,7 +56,9 @@ pub struct Args {
 /// `creek serve` processes started for a benchmark (stopped and their
 /// data removed on drop), or a running cluster attached to.
 pub(crate) struct Procs {
-    dir: PathBuf,
+    /// Where the servers' configurations (`r{i}.toml`), logs (`r{i}.log`)
+    /// and data directories (`r{i}/`) are (empty when attached).
+    pub(crate) dir: PathBuf,
     children: Vec<Child>,
     /// The replicas' client endpoints.
     pub(crate) clients: Vec<SocketAddr>,

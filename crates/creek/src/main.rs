@@ -5,6 +5,7 @@ mod bench_cab;
 mod bench_cluster;
 mod bench_executor;
 mod bench_load;
+mod bench_soak;
 mod call_cmd;
 mod serve_cmd;
 mod sim_cmd;
@@ -68,6 +69,9 @@ enum Bench {
     /// smr, bayou and archie across rate sweeps, its variations, a report
     /// beside the paper's numbers.
     Paper(bench_load::PaperArgs),
+    /// YCSB-A for minutes on a local cluster, sampling each replica's
+    /// memory, disk and consensus-log length (docs/bench/soak.md).
+    Soak(bench_soak::Args),
 }
 
 /// Print a report: one JSON line with `--json`, indented otherwise.
@@ -116,6 +120,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: Bench::Paper(args),
         } => bench_load::paper(&args),
+        Command::Bench {
+            which: Bench::Soak(args),
+        } => bench_soak::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

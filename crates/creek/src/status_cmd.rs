@@ -177,6 +177,7 @@ mod tests {
             term: 4,
             committed: 120,
             tentative: 3,
+            raft_log_entries: 42,
             counters: [("invoked_weak".to_string(), 7), ("views".to_string(), 9)]
                 .into_iter()
                 .collect(),
@@ -202,6 +203,7 @@ mod tests {
                 "4",
                 "120",
                 "3",
+                "42",
                 "7",
                 "-",
                 "9",

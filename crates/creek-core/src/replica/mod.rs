@@ -42,6 +42,10 @@ pub enum InvokeError {
     /// The tentative list is full; retry later.
     #[error("replica overloaded: {0} ops on the tentative list")]
     Overloaded(usize),
+    /// The replica's disk is behind: this many writes wait for their fsync
+    /// (and the peer messages they hold back with them); retry later.
+    #[error("replica overloaded: {0} writes wait for its disk")]
+    DiskBehind(u64),
     /// The replica does not serve: it is joining its cluster, or it lost
     /// its data and waits to be rebuilt (the text says which).
     #[error("{0}")]

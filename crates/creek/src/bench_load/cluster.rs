@@ -69,11 +69,12 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
 }
 
 /// A workload call as the client sends it.
-fn client_args(call: &ProcCall) -> Result<Vec<Value>, String> {
+pub(crate) fn client_args(call: &ProcCall) -> Result<Vec<Value>, String> {
     decode_args(&call.args).map_err(|e| format!("{}: undecodable arguments: {e}", call.name))
 }
 
-async fn setup(addrs: &[SocketAddr], workload: &dyn Workload) -> Result<(), String> {
+/// Run the workload's setup calls, strong, in order, each to its final view.
+pub(crate) async fn setup(addrs: &[SocketAddr], workload: &dyn Workload) -> Result<(), String> {
     let client = Client::connect(addrs.iter().map(|a| a.to_string()))
         .await
         .map_err(|e| e.to_string())?;

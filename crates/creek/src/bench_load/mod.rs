@@ -18,7 +18,7 @@
 //! baselines it is measured against (a cluster always runs Creek).
 //! `creek bench paper` (`paper/`) sweeps all four at the paper's setting.
 
-mod cluster;
+pub(crate) mod cluster;
 mod paper;
 mod sim;
 
@@ -366,7 +366,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    fn new(points: usize) -> Self {
+    pub(crate) fn new(points: usize) -> Self {
         Progress {
             points,
             tty: std::io::stderr().is_terminal(),
@@ -375,7 +375,7 @@ impl Progress {
     }
 
     /// Point `i` (0-based) is `fraction` done; `what` names it.
-    fn update(&self, i: usize, fraction: f64, what: &str) {
+    pub(crate) fn update(&self, i: usize, fraction: f64, what: &str) {
         if !self.tty {
             return;
         }
@@ -404,7 +404,7 @@ impl Progress {
     }
 
     /// End the bar's line (before a point is printed).
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if self.tty {
             eprintln!();
         }

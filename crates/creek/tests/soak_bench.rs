@@ -1,0 +1,117 @@
+//! End-to-end: `creek bench soak` for a quarter of a minute starts a real
+//! cluster, drives YCSB-A through it, samples every replica and reports one
+//! JSON object whose start sample respects the warm-up (docs/bench/soak.md).
+//! The command cleans up its own servers; the test bounds its wait.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Far beyond the run (15 s of load, setup and teardown): only a hang hits it.
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn u(report: &Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {report}"))
+}
+
+#[test]
+fn a_short_soak_reports_samples_and_growth_over_the_replicas() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args([
+            "bench",
+            "soak",
+            "--minutes",
+            "0.25",
+            "--warmup-secs",
+            "5",
+            "--sample-secs",
+            "2",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn creek bench soak");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for creek bench soak") {
+            break status;
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("creek bench soak ran longer than {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .expect("piped stdout")
+        .read_to_string(&mut stdout)
+        .expect("read stdout");
+    child
+        .stderr
+        .take()
+        .expect("piped stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON line expected:\n{stdout}");
+    let r: Value = serde_json::from_str(lines[0]).expect("the report is JSON");
+
+    assert_eq!(r["bench"], "soak");
+    assert_eq!(r["minutes"], 0.25);
+    assert_eq!(u(&r, "replicas"), 3);
+    assert!(u(&r, "ops") > 0, "{r}");
+    for key in [
+        "rss_bytes_start",
+        "rss_bytes_end",
+        "disk_bytes_start",
+        "disk_bytes_end",
+    ] {
+        assert!(u(&r, key) > 0, "{key} in {r}");
+    }
+    for key in ["rss_growth", "disk_growth"] {
+        assert!(r[key].as_f64().is_some_and(|g| g > 0.0), "{key} in {r}");
+    }
+
+    // A sample at 0, every 2 s, and at the end (15 s).
+    let samples = r["samples"].as_array().expect("samples");
+    assert!(samples.len() >= 6, "{} samples", samples.len());
+    // 30% of the ops are strong: their ids went through the consensus log
+    // (which a checkpoint may compact, so any sample will do).
+    assert!(
+        samples
+            .iter()
+            .any(|s| s["raft_log_entries"].as_u64() > Some(0)),
+        "{r}"
+    );
+    let mut last_t = -1.0;
+    for s in samples {
+        let t = s["t_secs"].as_f64().expect("t_secs");
+        assert!(t > last_t, "samples out of order: {samples:?}");
+        last_t = t;
+        for key in ["ops", "rss_bytes", "disk_bytes", "raft_log_entries"] {
+            assert!(s[key].is_u64(), "{key} in {s}");
+        }
+    }
+    // Start is the first sample at or after the 5 s warm-up, end the last.
+    let start_t = r["start_t_secs"].as_f64().expect("start_t_secs");
+    assert!(start_t >= 5.0, "{r}");
+    let first_after_warmup = samples
+        .iter()
+        .find(|s| s["t_secs"].as_f64().is_some_and(|t| t >= 5.0))
+        .expect("a sample after the warm-up");
+    assert_eq!(r["rss_bytes_start"], first_after_warmup["rss_bytes"]);
+    let end = samples.last().expect("a sample");
+    assert_eq!(r["ops"], end["ops"]);
+    assert_eq!(r["disk_bytes_end"], end["disk_bytes"]);
+    assert_eq!(r["notes"].as_array().map(Vec::len), Some(0), "{r}");
+}
