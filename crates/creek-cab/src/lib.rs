@@ -502,11 +502,12 @@ impl<S: CabStorage> Cab<S> {
         self.compactable
     }
 
-    /// Compact the log through `through`, which must be at most
-    /// [`Cab::compactable`] and covered by the caller's latest checkpoint
-    /// (handed to the driver before the log writes this produces, so a
-    /// restart finds a checkpoint that covers the compacted log), and forget
-    /// the ids decided there. Returns the log's new base index.
+    /// Compact the log through `through` — lowered to [`Cab::compactable`]
+    /// and to what was delivered — and forget the ids decided there.
+    /// `through` must be covered by the caller's latest checkpoint, handed to
+    /// the driver no later than the log writes this produces, so a restart
+    /// finds a checkpoint that covers the compacted log. Returns the log's
+    /// new base index.
     pub fn compact(&mut self, through: u64) -> Result<u64, CabError> {
         let through = through.min(self.compactable).min(self.delivered_through());
         let store = self.node.mut_store();

@@ -316,8 +316,8 @@ impl CabStorage for LogStore {
 
     /// Drop the entries up to `through` (which must be committed and held,
     /// or already compacted: then nothing happens) and make it the base; the
-    /// write is recorded for the next batch. Raft then serves a peer that
-    /// needs an earlier entry with a snapshot.
+    /// write is recorded for the next batch. CAB compacts only to what every
+    /// replica acknowledged, so no peer asks for an earlier entry.
     fn compact(&mut self, through: u64) -> raft::Result<()> {
         if through <= self.base.index {
             return Ok(());

@@ -792,7 +792,7 @@ impl Sim {
             DiskPoll::Idle => {}
             DiskPoll::SyncStarted => {
                 let (lo, hi) = if self.now < n.stalled_until {
-                    (STALLED_FSYNC_US.0, STALLED_FSYNC_US.1)
+                    STALLED_FSYNC_US
                 } else {
                     self.cfg.fsync_us
                 };

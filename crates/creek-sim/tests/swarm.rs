@@ -20,6 +20,18 @@ fn config(workload: &str, seed: u64) -> SimConfig {
     }
 }
 
+/// The settings of the CI swarm's LAN runs (`scripts/swarm.sh`), for the
+/// seeds it found.
+fn ci_config(workload: &str, seed: u64) -> SimConfig {
+    SimConfig {
+        replicas: 5,
+        cores: 4,
+        clients: 20,
+        duration_us: 500_000,
+        ..config(workload, seed)
+    }
+}
+
 #[test]
 fn same_seed_same_trace() {
     let (a, _) = simulate(&config("kv", 11)).unwrap();
@@ -114,14 +126,7 @@ fn seed_1027_keeps_session_order() {
         creek_exec::mvcc::Schedule::LOWEST_FIRST
     );
     for (workload, seed) in [("kv", 1027), ("queue", 1007)] {
-        let cfg = SimConfig {
-            replicas: 5,
-            cores: 4,
-            clients: 20,
-            duration_us: 500_000,
-            ..config(workload, seed)
-        };
-        let (report, ok) = simulate(&cfg).unwrap();
+        let (report, ok) = simulate(&ci_config(workload, seed)).unwrap();
         assert!(ok, "{workload} seed {seed}: {}", report["violations"]);
     }
 }
@@ -135,14 +140,7 @@ fn seed_1027_keeps_session_order() {
 #[test]
 fn a_late_rejection_does_not_strand_a_follower_after_compaction() {
     for seed in [1020, 1031] {
-        let cfg = SimConfig {
-            replicas: 5,
-            cores: 4,
-            clients: 20,
-            duration_us: 500_000,
-            ..config("kv", seed)
-        };
-        let (report, ok) = simulate(&cfg).unwrap();
+        let (report, ok) = simulate(&ci_config("kv", seed)).unwrap();
         assert!(ok, "kv seed {seed}: {}", report["violations"]);
         assert!(
             report["disk"]["log_compacted"].as_u64().unwrap() > 0,

@@ -305,11 +305,15 @@ struct Member {
     persister: common::SyncPersister,
 }
 
+/// Node `i` started (or restarted) from its directory, at its log's base:
+/// every decided id after it is delivered again (these tests take no
+/// checkpoint, so that is all the base's checkpoint would cover).
 fn member(dir: &TempDir, i: usize) -> Member {
     let (storage, persister, _) = open_sync(&dir.sub(&format!("node{i}")), voters());
     let config = CabConfig::for_group(ReplicaId(i as u16), &replicas());
+    let applied = storage.first_index().unwrap() - 1;
     Member {
-        cab: Cab::new(config, storage, 0).unwrap(),
+        cab: Cab::new(config, storage, applied).unwrap(),
         persister,
     }
 }
@@ -458,20 +462,10 @@ fn compaction_follows_every_replica_and_waits_for_one_that_is_down() {
         vec![leader_commit; 2],
         "held back by the replica that is down"
     );
-    let before = delivered[2].len();
 
     // It comes back (restarting at what it delivered) and catches up from
     // the logs; then the point moves past everything.
-    nodes[2] = Some({
-        let (storage, persister, _) = open_sync(&dir.sub("node2"), voters());
-        let config = CabConfig::for_group(ReplicaId(2), &replicas());
-        let applied = storage.first_index().unwrap() - 1;
-        delivered[2].truncate(before);
-        Member {
-            cab: Cab::new(config, storage, applied).unwrap(),
-            persister,
-        }
-    });
+    nodes[2] = Some(member(&dir, 2));
     cast(&mut nodes, &mut delivered, 2);
     assert_eq!(delivered[2].len(), delivered[0].len(), "caught up");
     let bases = compact_all(&mut nodes);
