@@ -84,6 +84,10 @@ pub struct CabConfig {
     /// batch. An idle leader proposes at once, so latency at low load is
     /// unchanged; under load, entries carry many ids.
     pub uncommitted_entries_max: u64,
+    /// The leader's compaction point ignores followers that lag more than
+    /// this many entries behind the commit index (down, or far behind): the
+    /// log is compacted past them, and they catch up by state transfer.
+    pub compaction_lag_max: u64,
     /// Planted bug (the simulator's `--plant-bug stable-before-durable`): the
     /// leader delivers ids as it proposes them, before a majority holds them.
     /// Only for validating the checkers; never set in production.
@@ -107,6 +111,7 @@ impl CabConfig {
             held_appends_max: 1024,
             inflight_msgs_max: 256,
             uncommitted_entries_max: 2,
+            compaction_lag_max: 10_000,
             planted_deliver_on_propose: false,
         }
     }
@@ -128,8 +133,9 @@ impl CabConfig {
             || self.held_appends_max == 0
             || self.inflight_msgs_max == 0
             || self.uncommitted_entries_max == 0
+            || self.compaction_lag_max == 0
         {
-            return bad("batch, hold, in-flight and uncommitted limits must be positive");
+            return bad("batch, hold, in-flight, uncommitted and lag limits must be positive");
         }
         if self.forward_retry_ticks == 0 {
             return bad("forward_retry_ticks must be positive");
@@ -187,6 +193,11 @@ pub struct CabStats {
 /// ticks, for peers that restarted and forgot it.
 pub const ANNOUNCE_TICKS: u64 = 50;
 
+/// A leader whose snapshot to a follower was not installed after this many
+/// library ticks sends it again (the follower may have restarted and
+/// forgotten it, or the leader compacted further meanwhile).
+pub const SNAPSHOT_RETRY_TICKS: u64 = 100;
+
 /// The raft id of a replica (raft reserves 0).
 pub fn raft_id(r: ReplicaId) -> u64 {
     u64::from(r.0) + 1
@@ -212,6 +223,14 @@ pub struct Cab<S: CabStorage> {
     to_forward: Vec<OpId>,
     /// Appends waiting for payloads, in arrival order.
     held: VecDeque<Message>,
+    /// A snapshot from the leader, held until the caller's state covers its
+    /// index (state transfer): `(sender, message)`.
+    held_snapshot: Option<(ReplicaId, Message)>,
+    /// Leader: followers (raft ids) the library is sending a snapshot, with
+    /// the library tick it started.
+    snapshots_out: FxHashMap<u64, u64>,
+    /// The library's ticks.
+    raft_ticks: u64,
     /// Decided ids waiting for conditional delivery, in log order, with the
     /// index of their entry.
     decided: VecDeque<(OpId, u64)>,
@@ -285,6 +304,9 @@ impl<S: CabStorage> Cab<S> {
             unconfirmed: BTreeMap::new(),
             to_forward: Vec::new(),
             held: VecDeque::new(),
+            held_snapshot: None,
+            snapshots_out: FxHashMap::default(),
+            raft_ticks: 0,
             decided: VecDeque::new(),
             seen,
             compactable: 0,
@@ -355,10 +377,14 @@ impl<S: CabStorage> Cab<S> {
                 let addressed = m.to == raft_id(self.config.me)
                     && m.from == raft_id(from)
                     && self.config.replicas.contains(&from);
-                // No snapshots: CAB never compacts its log, so one can only
-                // come from a faulty peer.
-                if !addressed || m.get_msg_type() == MessageType::MsgSnapshot {
+                if !addressed {
                     self.stats.refused += 1;
+                    return;
+                }
+                if m.get_msg_type() == MessageType::MsgSnapshot && self.needs_state(&m) {
+                    // Held until the caller's state covers it (a newer
+                    // snapshot replaces it).
+                    self.held_snapshot = Some((from, m));
                     return;
                 }
                 if self.stale_reject(&m) {
@@ -385,6 +411,92 @@ impl<S: CabStorage> Cab<S> {
                 }
             }
         }
+    }
+
+    /// Whether the library would install snapshot `m` (rather than ignore it
+    /// as stale or fast-forward to it within this log): then the caller's
+    /// state must cover its index first.
+    fn needs_state(&self, m: &Message) -> bool {
+        let raft = &self.node.raft;
+        let meta = m.get_snapshot().get_metadata();
+        m.term >= raft.term
+            && meta.index > raft.raft_log.committed
+            && !raft.raft_log.match_term(meta.index, meta.term)
+    }
+
+    /// The snapshot this node waits for, if any: its sender and index. The
+    /// caller fetches a checkpoint covering at least that index (from the
+    /// sender, or any peer), installs it, then calls
+    /// [`Cab::install_snapshot`].
+    pub fn wanted_snapshot(&self) -> Option<(ReplicaId, u64)> {
+        self.held_snapshot
+            .as_ref()
+            .map(|(from, m)| (*from, m.get_snapshot().get_metadata().index))
+    }
+
+    /// The caller's state now covers the held snapshot's index: let the
+    /// library install it (the log becomes empty at that index, and the
+    /// leader's appends continue from there). Delivery restarts after the
+    /// index; ids decided at or before it are forgotten, and one decided
+    /// again later is delivered again, which the replica ignores as
+    /// committed.
+    pub fn install_snapshot(&mut self) {
+        if let Some((_, m)) = self.held_snapshot.take() {
+            if self.node.step(m).is_err() {
+                self.stats.refused += 1;
+            }
+        }
+    }
+
+    /// Rebuild a replica that lost its data from a peer's checkpoint at
+    /// consensus `index` (whose entry has `term`): the log becomes empty at
+    /// that index, as if `from` had sent that snapshot in term `max_term`,
+    /// the highest term any peer reports. The node also records a vote of
+    /// its own in that term: it may have voted in it before it lost its
+    /// data, and no term after it can have seen its vote (every candidate
+    /// that asked for it is a peer whose term is at most `max_term`).
+    pub fn restore_lost(&mut self, from: ReplicaId, index: u64, term: u64, max_term: u64) {
+        let conf_state = match self.node.store().initial_state() {
+            Ok(state) => state.conf_state,
+            Err(e) => {
+                self.failed = Some(format!("storage failed, CAB stopped: {e}"));
+                return;
+            }
+        };
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgSnapshot);
+        m.from = raft_id(from);
+        m.to = raft_id(self.config.me);
+        m.term = max_term.max(term).max(self.node.raft.term);
+        let meta = m.mut_snapshot().mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(conf_state);
+        self.held_snapshot = None;
+        if self.node.step(m).is_err() {
+            self.stats.refused += 1;
+        }
+        self.node.raft.vote = raft_id(self.config.me);
+    }
+
+    /// `peer` lost its data (its peers learnt so from it): whatever it
+    /// acknowledged is gone. A leader forgets its progress — so nothing
+    /// counts its old acknowledgements toward a commit, and no heartbeat
+    /// tells its rebuilt log a commit index past its end — and probes it
+    /// afresh once it takes part again.
+    pub fn forget_peer(&mut self, peer: ReplicaId) {
+        if !self.is_leader() || peer == self.config.me {
+            return;
+        }
+        let id = raft_id(peer);
+        let last = self.node.raft.raft_log.last_index();
+        if let Some(pr) = self.node.raft.mut_prs().get_mut(id) {
+            pr.matched = 0;
+            pr.pending_snapshot = 0;
+            pr.become_probe();
+            pr.next_idx = last + 1;
+        }
+        self.snapshots_out.remove(&id);
     }
 
     /// Whether `m` is a rejected append that the leader already knows to be
@@ -455,6 +567,8 @@ impl<S: CabStorage> Cab<S> {
         self.sub_ticks = 0;
         self.ticks += 1;
         self.node.tick();
+        self.raft_ticks += 1;
+        self.retry_snapshots();
         let retry = self.config.forward_retry_ticks;
         let due: Vec<OpId> = self
             .unconfirmed
@@ -471,6 +585,34 @@ impl<S: CabStorage> Cab<S> {
         self.announce_compaction();
     }
 
+    /// Leader: a snapshot the library started sending a follower and that
+    /// was not installed within [`SNAPSHOT_RETRY_TICKS`] is reported failed,
+    /// so the library sends one again (at the log's base now).
+    fn retry_snapshots(&mut self) {
+        if !self.is_leader() {
+            self.snapshots_out.clear();
+            return;
+        }
+        let now = self.raft_ticks;
+        let sending: Vec<u64> = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(_, pr)| pr.state == raft::ProgressState::Snapshot)
+            .map(|(id, _)| *id)
+            .collect();
+        self.snapshots_out.retain(|id, _| sending.contains(id));
+        for id in sending {
+            let since = *self.snapshots_out.entry(id).or_insert(now);
+            if now - since >= SNAPSHOT_RETRY_TICKS {
+                self.snapshots_out.remove(&id);
+                self.node
+                    .report_snapshot(id, raft::SnapshotStatus::Failure);
+            }
+        }
+    }
+
     /// Leader: the compaction point is the least index every replica has
     /// acknowledged (and at most the commit index). Announced to every peer
     /// when it moves, and again every [`ANNOUNCE_TICKS`] ticks for peers
@@ -480,8 +622,15 @@ impl<S: CabStorage> Cab<S> {
             return;
         }
         let raft = &self.node.raft;
-        let matched = raft.prs().iter().map(|(_, pr)| pr.matched).min();
-        let point = matched.unwrap_or(0).min(raft.raft_log.committed);
+        let commit = raft.raft_log.committed;
+        let lag = self.config.compaction_lag_max;
+        let matched = raft
+            .prs()
+            .iter()
+            .map(|(_, pr)| pr.matched)
+            .filter(|m| m.saturating_add(lag) >= commit)
+            .min();
+        let point = matched.unwrap_or(0).min(commit);
         self.compactable = self.compactable.max(point);
         let (last, at) = self.announced;
         if point == 0 || (point == last && self.ticks - at < ANNOUNCE_TICKS) {
@@ -645,6 +794,9 @@ impl<S: CabStorage> Cab<S> {
                 self.was_leader = leader;
             }
             self.send(rd.take_messages());
+            if !rd.snapshot().is_empty() {
+                self.applied_snapshot(rd.snapshot())?;
+            }
             self.decide(rd.take_committed_entries());
             let store = self.node.mut_store();
             if !rd.entries().is_empty() {
@@ -667,6 +819,22 @@ impl<S: CabStorage> Cab<S> {
             self.decide(light.take_committed_entries());
             self.node.advance_apply();
         }
+        Ok(())
+    }
+
+    /// The library installs a snapshot: the log becomes empty at its index,
+    /// and delivery continues after it (the caller's state covers it).
+    fn applied_snapshot(&mut self, snap: &raft::eraftpb::Snapshot) -> Result<(), String> {
+        let index = snap.get_metadata().index;
+        self.node
+            .mut_store()
+            .apply_snapshot(snap)
+            .map_err(|e| e.to_string())?;
+        self.decided.clear();
+        self.seen.clear();
+        self.decided_through = self.decided_through.max(index);
+        self.delivered_index = self.delivered_index.max(index);
+        self.compactable = self.compactable.max(index);
         Ok(())
     }
 
@@ -856,6 +1024,11 @@ impl<S: CabStorage> Cab<S> {
             }
         }
         Ok(())
+    }
+
+    /// Appends held back for payloads.
+    pub fn held_appends(&self) -> usize {
+        self.held.len()
     }
 
     /// Decided ids still waiting for their predicate.

@@ -249,14 +249,22 @@ impl Storage for LogStore {
         Ok(self.bounds().1)
     }
 
-    /// CAB does not send snapshots yet, so the only snapshot is the empty
-    /// one at the commit index.
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        let commit = self.hard_state.commit;
+    /// The snapshot a leader sends a follower that needs compacted
+    /// entries: the log's base. It carries no data: the node compacts only
+    /// through a checkpoint it wrote, so it always holds a checkpoint at the
+    /// base or later, which the follower fetches by state transfer
+    /// (`creek-node`) before it lets the library install this.
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if self.base.index == 0 {
+            // Never compacted: no follower needs a snapshot.
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
         let mut snap = Snapshot::default();
         let meta = snap.mut_metadata();
-        meta.index = commit.max(request_index);
-        meta.term = self.term(commit)?;
+        meta.index = self.base.index;
+        meta.term = self.base.term;
         meta.set_conf_state(self.conf_state.clone());
         Ok(snap)
     }
@@ -338,6 +346,35 @@ impl CabStorage for LogStore {
         // Pending entries it covers are not stored at all.
         self.pending.entries.retain(|e| e.index > through);
         self.pending.compacted_through = Some(self.base);
+        Ok(())
+    }
+
+    /// The log becomes empty at the snapshot's index and term (a suffix
+    /// that agrees with it is kept, as raft's storages do), the commit
+    /// index at least that index; recorded as a compaction, and a
+    /// truncation of whatever the stored log held past the index.
+    fn apply_snapshot(&mut self, snapshot: &Snapshot) -> raft::Result<()> {
+        let meta = snapshot.get_metadata();
+        let (index, term) = (meta.index, meta.term);
+        if index <= self.base.index {
+            return Ok(());
+        }
+        let (_, last) = self.bounds();
+        let agrees = index <= last && self.term(index).ok() == Some(term);
+        if agrees {
+            let drop = usize::try_from(index - self.base.index).unwrap_or(usize::MAX);
+            self.entries.drain(..drop.min(self.entries.len()));
+            self.pending.entries.retain(|e| e.index > index);
+        } else {
+            self.entries.clear();
+            self.pending.entries.clear();
+            let from = index + 1;
+            self.pending.truncate_from = Some(self.pending.truncate_from.map_or(from, |t| t.min(from)));
+        }
+        self.base = LogBase { index, term };
+        self.pending.compacted_through = Some(self.base);
+        self.hard_state.commit = self.hard_state.commit.max(index);
+        self.pending.hard_state = Some(self.hard_state.clone());
         Ok(())
     }
 

@@ -11,7 +11,7 @@
 //! test keeps a handle to it. An `Err` means the write may not have happened;
 //! CAB stops rather than guess.
 
-use raft::eraftpb::{ConfState, Entry, HardState};
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
 use raft::{RaftState, Storage};
 
@@ -43,6 +43,10 @@ pub trait CabStorage: Storage {
         let _ = through;
         Ok(())
     }
+    /// Install a snapshot: the log becomes empty at the snapshot's index and
+    /// term (entries past it that agree are kept), and the commit index is
+    /// at least that index. The caller's state already covers it.
+    fn apply_snapshot(&mut self, snapshot: &Snapshot) -> raft::Result<()>;
 }
 
 /// In-memory storage. Clones share the same log, so a test can drop a node
@@ -98,5 +102,8 @@ impl CabStorage for MemCabStorage {
     fn set_commit(&mut self, commit: u64) -> raft::Result<()> {
         self.inner.wl().mut_hard_state().set_commit(commit);
         Ok(())
+    }
+    fn apply_snapshot(&mut self, snapshot: &Snapshot) -> raft::Result<()> {
+        self.inner.wl().apply_snapshot(snapshot.clone())
     }
 }

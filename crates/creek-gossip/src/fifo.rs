@@ -25,19 +25,44 @@ pub(crate) enum Received {
 /// Per-origin FIFO delivery. Invariants: every buffered `(o, s)` has
 /// `s > counter(o) + 1` (an op that becomes next is delivered at once), and
 /// the buffer holds at most `buffer_max` ops.
+///
+/// An origin may have a *loose range* (`open`): ops of it in
+/// `base + 1 ..= through` arrive in any order and are delivered at once,
+/// each once. An origin rebuilt from a peer's checkpoint opens one for the
+/// ops it issued before it lost its data: some of them may never come (no
+/// replica kept them), and the FIFO must not wait for them.
 #[derive(Debug)]
 pub(crate) struct Fifo {
-    /// Per origin, every seq `1..=counter` is delivered.
+    /// Per origin, every seq `1..=counter` is delivered (outside a loose
+    /// range).
     delivered: BTreeMap<ReplicaId, u64>,
+    /// Per origin, a loose range `(base, through]` and the seqs delivered
+    /// in it.
+    loose: BTreeMap<ReplicaId, Loose>,
     /// Ops waiting for an earlier op of their origin.
     buffer: BTreeMap<OpId, Arc<Op>>,
     /// The bound on `buffer`.
     buffer_max: usize,
 }
 
+/// A loose range of one origin.
+#[derive(Debug, Default)]
+struct Loose {
+    base: u64,
+    through: u64,
+    got: std::collections::BTreeSet<u64>,
+}
+
+impl Loose {
+    fn covers(&self, seq: u64) -> bool {
+        seq > self.base && seq <= self.through
+    }
+}
+
 impl Fifo {
     pub(crate) fn new(buffer_max: usize) -> Self {
         Fifo {
+            loose: BTreeMap::new(),
             delivered: BTreeMap::new(),
             buffer: BTreeMap::new(),
             buffer_max,
@@ -55,7 +80,58 @@ impl Fifo {
     }
 
     pub(crate) fn has_delivered(&self, id: OpId) -> bool {
-        id.seq != 0 && id.seq <= self.counter(id.origin)
+        match self.loose.get(&id.origin) {
+            Some(l) if l.covers(id.seq) => l.got.contains(&id.seq),
+            _ => id.seq != 0 && id.seq <= self.counter(id.origin),
+        }
+    }
+
+    /// Whether `id` lies in its origin's loose range.
+    pub(crate) fn is_loose(&self, id: OpId) -> bool {
+        self.loose.get(&id.origin).is_some_and(|l| l.covers(id.seq))
+    }
+
+    /// Ops of `origin` after `base` and up to `through` may arrive in any
+    /// order from now on (see the type's docs): those buffered are
+    /// delivered now, into `deliver`, and the counter moves to `through` if
+    /// it was below. `held` says which of them are delivered already.
+    /// Opening again extends the range.
+    pub(crate) fn open(
+        &mut self,
+        origin: ReplicaId,
+        base: u64,
+        through: u64,
+        held: impl Fn(u64) -> bool,
+        deliver: &mut Vec<Arc<Op>>,
+    ) {
+        let counter = self.counter(origin);
+        let base = base.min(counter);
+        if through <= base {
+            return;
+        }
+        let l = self.loose.entry(origin).or_insert_with(|| Loose {
+            base,
+            ..Loose::default()
+        });
+        if through <= l.through {
+            return;
+        }
+        let already = (l.through.max(l.base) + 1)..=through.min(counter);
+        l.got.extend(already.filter(|seq| held(*seq)));
+        l.through = through;
+        let waiting: Vec<OpId> = self
+            .buffer
+            .range(OpId::new(origin, 0)..=OpId::new(origin, through))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in waiting {
+            if let Some(op) = self.buffer.remove(&k) {
+                l.got.insert(k.seq);
+                deliver.push(op);
+            }
+        }
+        self.delivered.insert(origin, through.max(counter));
+        self.drain(origin, deliver);
     }
 
     pub(crate) fn buffered(&self, id: OpId) -> Option<&Arc<Op>> {
@@ -104,6 +180,15 @@ impl Fifo {
         let id = op.id;
         if id.seq == 0 {
             return Received::Invalid;
+        }
+        if let Some(l) = self.loose.get_mut(&id.origin) {
+            if l.covers(id.seq) {
+                if !l.got.insert(id.seq) {
+                    return Received::Duplicate;
+                }
+                deliver.push(op);
+                return Received::Delivered;
+            }
         }
         let counter = self.counter(id.origin);
         if id.seq <= counter || self.buffer.contains_key(&id) {

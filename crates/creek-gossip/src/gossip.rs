@@ -214,7 +214,7 @@ impl Gossip {
             .copied()
             .filter(|&id| {
                 id.seq != 0
-                    && id.origin != self.config.me
+                    && (id.origin != self.config.me || self.fifo.is_loose(id))
                     && !self.fifo.has_delivered(id)
                     && self.fifo.buffered(id).is_none()
                     && self
@@ -241,7 +241,11 @@ impl Gossip {
     /// that it holds it. Ids may come before or after delivery.
     pub fn committed(&mut self, ids: impl IntoIterator<Item = OpId>) {
         for id in ids {
-            self.store.commit(id);
+            // Ops of a loose range stay held: a peer's counter for their
+            // origin does not say which of them it holds.
+            if !self.fifo.is_loose(id) {
+                self.store.commit(id);
+            }
         }
         self.collect();
     }
@@ -250,6 +254,53 @@ impl Gossip {
     /// digest (own ops included; origins with nothing delivered omitted).
     pub fn delivered(&self) -> Vec<(ReplicaId, u64)> {
         self.fifo.counters().filter(|&(_, c)| c > 0).collect()
+    }
+
+    /// `peer` lost its data: what it reported holding is gone (payloads are
+    /// kept for it again until it reports anew).
+    pub fn forget_peer(&mut self, peer: ReplicaId) {
+        self.store.forget(peer);
+    }
+
+    /// The contiguous delivered counter of `origin`.
+    pub fn counter(&self, origin: ReplicaId) -> u64 {
+        self.fifo.counter(origin)
+    }
+
+    /// Ops of `origin` after `base` and up to `through` may arrive in any
+    /// order (a loose range): `origin` lost its data and was rebuilt, and of
+    /// the ops it issued before, those no replica kept will never come.
+    /// Buffered ones are delivered now. This replica's own origin too
+    /// (`base` 0): after it was rebuilt, it takes its own earlier ops back
+    /// from its peers; those held here count as delivered.
+    pub fn open_range(&mut self, origin: ReplicaId, base: u64, through: u64) {
+        let deliver = &mut self.delivered_out;
+        let start = deliver.len();
+        let store = &self.store;
+        self.fifo.open(
+            origin,
+            base,
+            through,
+            |seq| store.get(OpId::new(origin, seq)).is_some(),
+            deliver,
+        );
+        let new: Vec<Arc<Op>> = deliver.get(start..).unwrap_or_default().to_vec();
+        self.stats.ops_delivered += new.len() as u64;
+        for op in new {
+            self.store.insert(op);
+        }
+    }
+
+    /// The highest seq of `origin` received here, delivered or buffered (0:
+    /// none).
+    pub fn highest_seq(&self, origin: ReplicaId) -> u64 {
+        let buffered = self
+            .fifo
+            .buffered_ids()
+            .filter(|id| id.origin == origin)
+            .map(|id| id.seq)
+            .max();
+        self.fifo.counter(origin).max(buffered.unwrap_or(0))
     }
 
     /// Whether every peer but those in `except` has reported (in a digest)
@@ -294,7 +345,7 @@ impl Gossip {
         let start = deliver.len();
         for op in ops {
             self.stats.ops_received += 1;
-            if op.id.origin == self.config.me {
+            if op.id.origin == self.config.me && !self.fifo.is_loose(op.id) {
                 self.stats.rejected += 1;
                 continue;
             }
@@ -315,11 +366,14 @@ impl Gossip {
             // once, in order, and counted as delivered.
             let id = op.id;
             let expected = next.get(&id.origin).copied();
+            let loose = self.fifo.is_loose(id);
             assert!(
-                expected.is_none_or(|s| s == id.seq) && self.fifo.has_delivered(id),
+                (loose || expected.is_none_or(|s| s == id.seq)) && self.fifo.has_delivered(id),
                 "{id} delivered out of per-origin order"
             );
-            next.insert(id.origin, id.seq + 1);
+            if !loose {
+                next.insert(id.origin, id.seq + 1);
+            }
             self.store.insert(op.clone());
         }
         self.stats.ops_delivered += new.len() as u64;
@@ -405,7 +459,9 @@ impl Gossip {
     /// Answers a pull with the requested ops held or buffered here, sorted
     /// by id, at most `reply_ops_max`.
     fn on_pull(&mut self, from: ReplicaId, ids: Vec<OpId>) {
-        let wanted: BTreeSet<OpId> = ids.into_iter().filter(|id| id.origin != from).collect();
+        // A peer asks for its own ops only after it lost its data (its
+        // loose range): answered like any other.
+        let wanted: BTreeSet<OpId> = ids.into_iter().collect();
         let ops: Vec<Arc<Op>> = wanted
             .into_iter()
             .filter_map(|id| self.store.get(id).or_else(|| self.fifo.buffered(id)))

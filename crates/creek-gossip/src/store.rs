@@ -80,6 +80,11 @@ impl Store {
         *c = (*c).max(counter);
     }
 
+    /// Forget what `peer` reported: it lost its data.
+    pub(crate) fn forget(&mut self, peer: ReplicaId) {
+        self.acks.remove(&peer);
+    }
+
     /// The highest counter `peer` has reported for `origin`.
     pub(crate) fn acked(&self, peer: ReplicaId, origin: ReplicaId) -> u64 {
         self.acks

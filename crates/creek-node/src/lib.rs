@@ -17,6 +17,7 @@
 pub mod membership;
 pub mod ready;
 pub mod timing;
+pub mod transfer;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -28,12 +29,14 @@ use creek_core::{
 };
 use creek_exec::{Completion, Registry, Task};
 use creek_gossip::{Gossip, GossipConfig, GossipStats};
-use creek_wire::{Limits, PeerMessage};
+use creek_wire::{Limits, PeerMessage, SnapshotMessage};
 use membership::Membership;
+use transfer::{Fetched, Transfers};
 
 pub use membership::{Identity, Standing};
 pub use ready::{HoldQueue, Ready, Write};
 pub use timing::LinkTiming;
+pub use transfer::{FetchStatus, TransferStats};
 use timing::Timing;
 
 /// Whether this build has the bug-planting switches (the `planted-bugs`
@@ -164,6 +167,15 @@ pub struct Node<S: CabStorage> {
     /// Consensus and gossip frames dropped because their sender is not a
     /// member of this cluster in good standing (or this replica is not one).
     refused_non_members: u64,
+    /// State transfer (see [`transfer`]).
+    transfers: Transfers,
+    /// A checkpoint installed from a peer, for the next write (with the log
+    /// writes that compact the log to it, so a restart finds both or
+    /// neither).
+    installed: Option<Checkpoint>,
+    /// Rebuilt after losing its data: the last own seq from before (told to
+    /// peers in hellos; 0 otherwise).
+    own_floor: u64,
 }
 
 /// What the node knows of its writes.
@@ -257,7 +269,12 @@ impl<S: CabStorage> Node<S> {
         timing: Timing,
         membership: Membership,
     ) -> Self {
+        let me = replica.id();
+        let peers = gossip.config().peers.clone();
         Node {
+            transfers: Transfers::new(me, peers),
+            installed: None,
+            own_floor: 0,
             committed_told: replica.committed().len(),
             replica,
             gossip,
@@ -316,6 +333,7 @@ impl<S: CabStorage> Node<S> {
                 Identity {
                     nonce: fresh_nonce,
                     founders: Some(Vec::new()),
+                    floor: 0,
                 },
                 true,
             ),
@@ -362,6 +380,8 @@ impl<S: CabStorage> Node<S> {
             membership,
         );
         node.retained = covered.into_iter().collect();
+        node.own_floor = node.membership.identity().floor;
+        node.reclaim_own_ops();
         node.adopt_tentative_strong_ops();
         Ok(node)
     }
@@ -406,9 +426,24 @@ impl<S: CabStorage> Node<S> {
     pub fn on_message(&mut self, from: ReplicaId, msg: PeerMessage) {
         match msg {
             PeerMessage::Hello(h) => {
+                let floor = (h.state == creek_wire::MemberState::Member).then_some(h.floor);
+                if h.state == creek_wire::MemberState::Lost {
+                    // What it acknowledged or reported holding is gone.
+                    self.cab.forget_peer(from);
+                    self.gossip.forget_peer(from);
+                }
                 if self.membership.on_hello(from, h) {
                     // Just joined: consensus and gossip start from here.
                     self.adopt_tentative_strong_ops();
+                }
+                if let Some(floor) = floor.filter(|f| *f > 0) {
+                    if self.membership.accepts(from) {
+                        // A peer rebuilt after it lost its data: its ops
+                        // from before may come in any order, or never.
+                        let base = self.gossip.counter(from);
+                        self.gossip.open_range(from, base, floor);
+                        self.deliver_gossip();
+                    }
                 }
             }
             PeerMessage::Gossip(_) | PeerMessage::Cab(_) if !self.membership.accepts(from) => {
@@ -417,11 +452,7 @@ impl<S: CabStorage> Node<S> {
             }
             PeerMessage::Gossip(m) => {
                 self.gossip.on_message(from, m);
-                for op in self.gossip.take_delivered() {
-                    if self.replica.rb_deliver(op.clone()) {
-                        self.new_payloads.push(op);
-                    }
-                }
+                self.deliver_gossip();
             }
             PeerMessage::Cab(m) => {
                 let replica = &self.replica;
@@ -434,8 +465,183 @@ impl<S: CabStorage> Node<S> {
                 }
                 self.cab.set_tick_scale(self.timing.scale());
             }
+            PeerMessage::Snapshot(m) => self.on_snapshot(from, m),
         }
         self.pump();
+    }
+
+    /// Hand what gossip delivered to the replica (RB-deliver).
+    fn deliver_gossip(&mut self) {
+        for op in self.gossip.take_delivered() {
+            if self.replica.rb_deliver(op.clone()) {
+                self.new_payloads.push(op);
+            }
+        }
+    }
+
+    /// State transfer (see [`transfer`]): members serve checkpoints to any
+    /// peer of the cluster (a lost one included); a chunk that completes a
+    /// fetch is installed.
+    fn on_snapshot(&mut self, from: ReplicaId, m: SnapshotMessage) {
+        if self.membership.foreign_peers().contains(&from) {
+            self.refused_non_members += 1;
+            return;
+        }
+        match m {
+            SnapshotMessage::Fetch {
+                transfer,
+                min_index,
+                offset,
+            } => {
+                if !self.membership.is_member() {
+                    return;
+                }
+                let (replica, cab) = (&self.replica, &self.cab);
+                self.transfers
+                    .on_fetch(from, transfer, min_index, offset, || {
+                        let mut c = replica.checkpoint()?;
+                        c.cab_applied = cab.delivered_through();
+                        let term = cab.store().term(c.cab_applied).ok()?;
+                        Some((c, term))
+                    });
+            }
+            SnapshotMessage::Chunk(c) => {
+                if let Some(fetched) = self.transfers.on_chunk(from, c) {
+                    self.install(fetched);
+                }
+            }
+            SnapshotMessage::Refused { transfer, retry } => {
+                self.transfers.on_refused(from, transfer, retry);
+            }
+        }
+    }
+
+    /// Start (or keep up) the fetch this replica needs: a lagging member
+    /// the checkpoint CAB's held snapshot asks for; a lost replica, once
+    /// every peer answered it, any member's.
+    fn want_state(&mut self) {
+        match self.membership.standing() {
+            Standing::Member => match self.cab.wanted_snapshot() {
+                Some((from, index)) => self.transfers.fetch(from, index),
+                None => self.transfers.cancel_fetch(),
+            },
+            Standing::Lost { .. } => {
+                if let Some((_, _, source)) = self.membership.rebuild_marks() {
+                    // Index 1 at least: a cluster that committed nothing has
+                    // nothing to rebuild from yet.
+                    self.transfers.fetch(source, 1);
+                }
+            }
+            Standing::Joining { .. } => {}
+        }
+    }
+
+    /// A verified checkpoint from a peer: a lagging member installs it if
+    /// it still covers what CAB's held snapshot needs; a lost replica is
+    /// rebuilt from it.
+    fn install(&mut self, fetched: Fetched) {
+        let Fetched {
+            from,
+            mut checkpoint,
+            term,
+        } = fetched;
+        let own = self.id();
+        let own_high = checkpoint
+            .causal_ctx
+            .to_records()
+            .into_iter()
+            .find(|(origin, _, _)| *origin == own)
+            .map_or(0, |(_, counter, ex)| ex.last().copied().unwrap_or(counter));
+        match self.membership.standing() {
+            Standing::Member => {
+                let Some((_, wanted)) = self.cab.wanted_snapshot() else {
+                    return;
+                };
+                if checkpoint.cab_applied < wanted
+                    || checkpoint.committed_len < self.replica.committed_len()
+                {
+                    self.transfers.fetch(from, wanted);
+                    return;
+                }
+                // The log restarts at the snapshot's index: entries between
+                // it and the checkpoint's are delivered again, and their ids
+                // ignored as committed.
+                checkpoint.cab_applied = wanted;
+                let next = own_high.max(self.replica.last_issued_seq()) + 1;
+                self.replace_state(checkpoint, next);
+                self.cab.install_snapshot();
+            }
+            Standing::Lost { .. } => {
+                let Some((max_term, max_seq, _)) = self.membership.rebuild_marks() else {
+                    return;
+                };
+                let index = checkpoint.cab_applied;
+                let next = own_high.max(max_seq) + 1;
+                self.own_floor = next - 1;
+                self.replace_state(checkpoint, next);
+                self.cab.restore_lost(from, index, term, max_term);
+                self.membership.rebuilt(self.own_floor);
+            }
+            Standing::Joining { .. } => {}
+        }
+    }
+
+    /// A replica rebuilt after it lost its data takes back its own ops up
+    /// to [`Node::own_floor`] from its peers, in any order; those no peer
+    /// kept were lost with its data.
+    fn reclaim_own_ops(&mut self) {
+        if self.own_floor > 0 {
+            let own = self.id();
+            self.gossip.open_range(own, 0, self.own_floor);
+            self.replica.reclaim_own(self.own_floor);
+            self.deliver_gossip();
+        }
+    }
+
+    /// Replace the replica and gossip state with `checkpoint`'s, keeping the
+    /// ops held here that it does not cover (tentative ones, own ones among
+    /// them), with own seqs resuming at `next_event_no`. Waiting clients
+    /// lose their views (their ops stay, and commit, like a crashed
+    /// replica's). The checkpoint goes into the next write.
+    fn replace_state(&mut self, mut checkpoint: Checkpoint, next_event_no: u64) {
+        let kept: Vec<Arc<Op>> = self
+            .replica
+            .tentative()
+            .into_iter()
+            .filter(|id| !checkpoint.causal_ctx.contains(*id))
+            .filter_map(|id| self.replica.op(id).cloned())
+            .collect();
+        checkpoint.next_event_no = next_event_no;
+        let own = self.id();
+        let mut held_ids = checkpoint.causal_ctx.clone();
+        for op in &kept {
+            held_ids.insert(op.id);
+        }
+        let delivered = held_ids
+            .to_records()
+            .into_iter()
+            .map(|(origin, counter, _)| (origin, counter))
+            .chain(std::iter::once((own, next_event_no - 1)));
+        let config = self.replica.config().clone();
+        let registry = self.replica.registry().clone();
+        let rebuilt = Gossip::restore(self.gossip.config().clone(), delivered, kept.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|g| {
+                Replica::restore(config, registry, Some(checkpoint.clone()), kept)
+                    .map(|r| (r, g))
+                    .map_err(|e| e.to_string())
+            });
+        match rebuilt {
+            Ok((replica, gossip)) => {
+                self.replica = replica;
+                self.gossip = gossip;
+                self.committed_told = self.replica.committed().len();
+                self.installed = Some(checkpoint);
+                self.reclaim_own_ops();
+            }
+            // The configurations were accepted when the node started.
+            Err(e) => self.on_disk_failure(format!("installing a checkpoint: {e}")),
+        }
     }
 
     /// A frame from a peer, as received: decoded (zero-copy) and handled; a
@@ -460,6 +666,8 @@ impl<S: CabStorage> Node<S> {
     /// Advance time: the replica's stabilizer, gossip anti-entropy, CAB.
     pub fn tick(&mut self, now_us: u64) {
         self.membership.tick();
+        self.transfers.tick();
+        self.want_state();
         if !self.membership.is_member() {
             // Not a member yet (or lost): nothing runs but the handshake and
             // the link probes.
@@ -535,7 +743,25 @@ impl<S: CabStorage> Node<S> {
             .into_iter()
             .map(|(to, h)| (to, PeerMessage::Hello(h)))
             .collect();
+        for (to, h) in out.iter_mut() {
+            if let PeerMessage::Hello(h) = h {
+                h.term = if self.membership.is_member() {
+                    self.cab.term()
+                } else {
+                    0
+                };
+                h.peer_seq = self.gossip.highest_seq(*to);
+                h.floor = self.own_floor;
+            }
+        }
         out.append(&mut self.outbox);
+        // Checkpoint chunks and fetches carry committed state only: never
+        // held for this replica's disk.
+        let transfers = self
+            .transfers
+            .take_messages()
+            .into_iter()
+            .map(|(to, m)| (to, PeerMessage::Snapshot(m)));
         if self.durability.failed.is_some() {
             // The disk failed: nothing may leave that a write backs, and
             // nothing more is written (views of tentative results still go).
@@ -547,11 +773,12 @@ impl<S: CabStorage> Node<S> {
         }
         let write = self.take_write();
         let d = &self.durability;
-        let (messages, held) = if d.durable >= d.written || d.send_before_durable {
+        let (mut messages, held) = if d.durable >= d.written || d.send_before_durable {
             (out, Vec::new())
         } else {
             (Vec::new(), out)
         };
+        messages.extend(transfers);
         Ready {
             write,
             messages,
@@ -571,7 +798,9 @@ impl<S: CabStorage> Node<S> {
         let ops = std::mem::take(&mut self.new_payloads);
         let identity = self.membership.take_write();
         let d = &mut self.durability;
-        let checkpoint = if d.checkpoint_requested
+        let checkpoint = if let Some(c) = self.installed.take() {
+            Some(c)
+        } else if d.checkpoint_requested
             || (d.checkpoint_every_ticks > 0
                 && d.ticks_since_checkpoint >= d.checkpoint_every_ticks)
         {
@@ -749,6 +978,7 @@ impl<S: CabStorage> Node<S> {
         }
         self.pull_missing();
         self.take_gossip_messages();
+        self.want_state();
     }
 
     /// Ask gossip for what CAB waits on: the strong op itself, or the ops of
@@ -927,6 +1157,21 @@ impl<S: CabStorage> Node<S> {
     /// member of this cluster in good standing (or this replica is not one).
     pub fn refused_non_members(&self) -> u64 {
         self.refused_non_members
+    }
+
+    /// Gossip's per-origin delivered counters.
+    pub fn gossip_delivered(&self) -> Vec<(ReplicaId, u64)> {
+        self.gossip.delivered()
+    }
+
+    /// State-transfer counters.
+    pub fn transfer_stats(&self) -> TransferStats {
+        self.transfers.stats()
+    }
+
+    /// The checkpoint being fetched from a peer, if any.
+    pub fn fetch_status(&self) -> Option<FetchStatus> {
+        self.transfers.fetch_status()
     }
 
     /// CAB's restart point (persist it with the replica's state).

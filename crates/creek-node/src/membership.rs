@@ -22,7 +22,13 @@
 //!   exists without it — its data directory was lost: it is *lost*. A lost
 //!   replica never votes, campaigns, acknowledges appends or serves views;
 //!   it tells its peers it is lost (they refuse strong ops once a majority
-//!   is) and waits to be rebuilt.
+//!   is) and is *rebuilt*: once every peer has said hello to it (so it
+//!   knows the highest consensus term and the highest seq of its own ops
+//!   that any peer holds), it fetches a member's checkpoint by state
+//!   transfer (`transfer`), installs it, takes back its old nonce and is a
+//!   member again — with a vote of its own recorded in that highest term,
+//!   and its own seqs resuming past what any peer holds, so it neither
+//!   votes twice in a term nor issues an id twice.
 //!
 //! So a new cluster forms once every initial member has started once with
 //! an empty directory; the identity is persisted (and the hellos held)
@@ -58,6 +64,10 @@ pub struct Identity {
     /// The cluster's founders, sorted by replica: `None` while joining;
     /// `Some(empty)` for a data directory written before identities existed.
     pub founders: Option<Vec<(ReplicaId, u64)>>,
+    /// After a rebuild from a peer's checkpoint: the last seq of this
+    /// replica's own ops from before it lost its data, which it takes back
+    /// from its peers (0: never rebuilt).
+    pub floor: u64,
 }
 
 impl Identity {
@@ -66,6 +76,7 @@ impl Identity {
         Identity {
             nonce,
             founders: None,
+            floor: 0,
         }
     }
 
@@ -77,6 +88,7 @@ impl Identity {
         Identity {
             nonce: 0,
             founders: Some(founders),
+            floor: 0,
         }
     }
 
@@ -139,6 +151,12 @@ pub(crate) struct Membership {
     ticks: u64,
     /// Planted bug (`amnesiac-voter`): a lost replica joins anyway.
     rejoin_when_lost: bool,
+    /// Lost: the founders the members named, and the members heard.
+    lost_founders: Vec<(ReplicaId, u64)>,
+    lost_sources: BTreeSet<ReplicaId>,
+    /// Lost: per peer, the consensus term and the highest seq of this
+    /// replica's ops it reported in its latest hello.
+    heard: BTreeMap<ReplicaId, (u64, u64)>,
     /// Hellos to send.
     outbox: Vec<(ReplicaId, Hello)>,
     /// What happened, for the driver's log (taken by `take_events`).
@@ -154,6 +172,8 @@ pub enum Event {
     Lost(String),
     /// A lost replica rejoined anyway (the planted bug `amnesiac-voter`).
     RejoinedDespiteLoss(String),
+    /// A lost replica was rebuilt from a peer's checkpoint (cluster id).
+    Rebuilt(u64),
     /// A peer belongs to another cluster.
     Foreign(ReplicaId, String),
 }
@@ -180,6 +200,9 @@ impl Membership {
             dirty,
             ticks: 0,
             rejoin_when_lost,
+            lost_founders: Vec::new(),
+            lost_sources: BTreeSet::new(),
+            heard: BTreeMap::new(),
             outbox: Vec::new(),
             events: Vec::new(),
         };
@@ -234,6 +257,41 @@ impl Membership {
         self.foreign.keys().copied().collect()
     }
 
+    /// Lost, and every peer has said hello since: the highest consensus
+    /// term and the highest seq of this replica's own ops any peer reported
+    /// (a peer that holds no data reports zeros), and a member to fetch a
+    /// checkpoint from.
+    pub(crate) fn rebuild_marks(&self) -> Option<(u64, u64, ReplicaId)> {
+        self.lost.as_ref()?;
+        if self.peers.iter().any(|p| !self.heard.contains_key(p)) {
+            return None;
+        }
+        let source = *self.lost_sources.iter().next()?;
+        let term = self.heard.values().map(|(t, _)| *t).max().unwrap_or(0);
+        let seq = self.heard.values().map(|(_, s)| *s).max().unwrap_or(0);
+        Some((term, seq, source))
+    }
+
+    /// The lost replica installed a member's checkpoint: it is a member
+    /// again, under its old nonce (a data directory without founders keeps
+    /// the new one), taking back its own ops up to `floor`.
+    pub(crate) fn rebuilt(&mut self, floor: u64) {
+        self.identity.floor = floor;
+        if self.lost.take().is_none() {
+            return;
+        }
+        let founders = std::mem::take(&mut self.lost_founders);
+        if let Some((_, old)) = founders.iter().find(|(r, _)| *r == self.me) {
+            self.identity.nonce = *old;
+        }
+        self.identity.founders = Some(founders);
+        self.dirty = true;
+        self.verified = std::mem::take(&mut self.lost_sources);
+        self.heard.clear();
+        self.events.push(Event::Rebuilt(self.identity.cluster_id()));
+        self.hello_all();
+    }
+
     /// Whether a majority of the group is known to have lost its data (this
     /// replica counted if it did).
     pub(crate) fn quorum_lost(&self) -> bool {
@@ -278,6 +336,9 @@ impl Membership {
                 state: self.state(),
                 founders,
                 reply,
+                term: 0,
+                peer_seq: 0,
+                floor: 0,
             },
         ));
     }
@@ -306,6 +367,13 @@ impl Membership {
             return false;
         }
         let was_member = self.is_member();
+        if self.lost.is_some() {
+            let (term, seq) = match h.state {
+                MemberState::Member => (h.term, h.peer_seq),
+                MemberState::Joining | MemberState::Lost => (0, 0),
+            };
+            self.heard.insert(from, (term, seq));
+        }
         match h.state {
             MemberState::Lost => {
                 self.lost_peers.insert(from);
@@ -369,9 +437,6 @@ impl Membership {
         let mine = (self.me, self.identity.nonce);
         match self.identity.founders.clone() {
             Some(ours) => {
-                if self.lost.is_some() {
-                    return;
-                }
                 if ours.is_empty() || founders.is_empty() || ours == founders {
                     self.verified.insert(from);
                     self.foreign.remove(&from);
@@ -397,10 +462,9 @@ impl Membership {
                 let why = format!(
                     "replica {me}'s data directory is new, but its cluster (id {:016x}) already \
                      exists without it (replica {from} says so): this replica lost its data. It \
-                     does not vote, lead, acknowledge or serve; it stays up only to tell its \
-                     peers. This version cannot rebuild a replica from its peers: the others \
-                     serve without it, tolerating one failure fewer (docs/operations.md, \
-                     \"Lost a disk\")",
+                     does not vote, lead, acknowledge or serve until it is rebuilt from a \
+                     member's checkpoint, which starts once every peer has answered it \
+                     (docs/operations.md, \"Lost a disk\")",
                     if founders.is_empty() {
                         0
                     } else {
@@ -414,11 +478,19 @@ impl Membership {
                     self.verified.insert(from);
                 } else {
                     self.lost = Some(why.clone());
+                    self.lost_founders = founders;
+                    self.lost_sources.insert(from);
                     self.events.push(Event::Lost(why));
                     self.hello_all();
                 }
             }
-            None => {}
+            None => {
+                // Lost: remember the members to rebuild from.
+                if founders == self.lost_founders || self.lost_sources.is_empty() {
+                    self.lost_founders = founders;
+                    self.lost_sources.insert(from);
+                }
+            }
         }
     }
 
@@ -546,6 +618,9 @@ mod tests {
             state: MemberState::Member,
             founders: a[1].identity.founders.clone().unwrap_or_default(),
             reply: false,
+            term: 1,
+            peer_seq: 0,
+            floor: 0,
         };
         b[0].on_hello(ReplicaId(2), hello);
         assert_eq!(b[0].foreign_peers(), vec![ReplicaId(2)]);
@@ -558,6 +633,9 @@ mod tests {
             state: MemberState::Member,
             founders: founders.clone().unwrap_or_default(),
             reply: true,
+            term: 1,
+            peer_seq: 0,
+            floor: 0,
         };
         assert!(late.on_hello(ReplicaId(1), hello));
         assert_eq!(late.identity.founders, founders);

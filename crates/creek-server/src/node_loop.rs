@@ -494,8 +494,8 @@ impl NodeLoop {
     }
 
     /// Log what the node learnt about its place in the cluster. A replica
-    /// that lost its data stays up (its peers must hear that it is lost)
-    /// but says so as an error: an operator has to rebuild it.
+    /// that lost its data says so as a warning and rebuilds itself from a
+    /// member's checkpoint.
     fn log_membership(&mut self) {
         use creek_node::membership::Event as M;
         for event in self.node.take_membership_events() {
@@ -503,10 +503,14 @@ impl NodeLoop {
                 M::Joined(cluster) => {
                     tracing::info!(cluster = %format!("{cluster:016x}"), "member of the cluster");
                 }
-                M::Lost(why) => tracing::error!(
+                M::Lost(why) => tracing::warn!(
                     error = %why,
                     "this replica lost its data directory: it takes no part in the cluster \
-                     until it is rebuilt"
+                     until it is rebuilt from a member's checkpoint"
+                ),
+                M::Rebuilt(cluster) => tracing::info!(
+                    cluster = %format!("{cluster:016x}"),
+                    "rebuilt from a member's checkpoint: a member of the cluster again"
                 ),
                 M::RejoinedDespiteLoss(why) => tracing::warn!(
                     error = %why,

@@ -471,7 +471,7 @@ impl SimReplica for BaselineNode {
             }
             // The baselines keep the configured consensus timing and a
             // fixed membership.
-            PeerMessage::Probe(_) | PeerMessage::Hello(_) => {}
+            PeerMessage::Probe(_) | PeerMessage::Hello(_) | PeerMessage::Snapshot(_) => {}
         }
         self.pump();
     }

@@ -16,9 +16,9 @@ pub struct Faults {
     /// Disk faults: a crash while writes are not yet synced (they are lost),
     /// a torn last write, an fsync that fails (the replica stops).
     pub disk: bool,
-    /// Disk loss: a crashed replica comes back with an empty disk, at most
-    /// this many replicas per run (`wipe`: 1, `wipe2`: 2), never a majority
-    /// (without state transfer a wiped replica stays lost; the loss of a
+    /// Disk loss: a crashed replica comes back with an empty disk and is
+    /// rebuilt from a peer's checkpoint; at most this many replicas at a
+    /// time (`wipe`: 1, `wipe2`: 2), never a majority (the loss of a
     /// majority is tested over real processes).
     pub wipes: u8,
 }

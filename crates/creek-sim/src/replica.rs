@@ -114,10 +114,28 @@ pub trait SimReplica: Send + Sync {
     /// While down: the disk is replaced by an empty one (the data directory
     /// was lost). Replicas without a disk ignore it.
     fn lose_disk(&mut self) {}
+    /// Committed positions this replica took from a peer's checkpoint
+    /// (state transfer) are filled in from `canonical`, the order the
+    /// simulator saw committed: the replica never listed them.
+    fn fill_unseen(&mut self, _canonical: &[OpId]) {}
+    /// State-transfer counters: checkpoints installed, bytes received.
+    fn transfers(&self) -> (u64, u64) {
+        (0, 0)
+    }
     /// The replica knows it lost its data and takes no part until rebuilt
     /// (the checkers leave it out).
     fn is_lost(&self) -> bool {
         false
+    }
+    /// A line on the replica's inner state, for debugging a failed seed
+    /// (`CREEK_SIM_DEBUG=1`).
+    fn debug(&self) -> String {
+        String::new()
+    }
+    /// Up and a member of its cluster holding its data (not joining, not
+    /// lost).
+    fn is_member(&self) -> bool {
+        self.is_up()
     }
 }
 
@@ -214,11 +232,24 @@ pub struct CreekReplica {
     views: Vec<View>,
     /// Every committed id, across lives (a recovered replica lists only
     /// what it committed after its checkpoint; the simulator saw the rest).
+    /// Positions taken from a peer's checkpoint hold [`UNSEEN`] until
+    /// [`SimReplica::fill_unseen`].
     committed: Vec<OpId>,
+    /// The first position holding [`UNSEEN`], if any.
+    unseen_from: Option<usize>,
     /// Counters of earlier lives.
     counts_before: ReplicaCounts,
+    /// State transfers of earlier lives: installed, bytes received.
+    transfers_before: (u64, u64),
     disk_counts: DiskCounts,
 }
+
+/// A committed position a replica took from a peer's checkpoint (seq 0 is
+/// no op's).
+const UNSEEN: OpId = OpId {
+    origin: ReplicaId(0),
+    seq: 0,
+};
 
 /// The nonce a data directory gets when a simulated replica starts on an
 /// empty disk: unique per replica and disk.
@@ -281,7 +312,9 @@ impl CreekReplica {
             outbox: Vec::new(),
             views: Vec::new(),
             committed: Vec::new(),
+            unseen_from: None,
             counts_before: ReplicaCounts::default(),
+            transfers_before: (0, 0),
             disk_counts: DiskCounts::default(),
         };
         r.note_committed();
@@ -314,12 +347,12 @@ impl CreekReplica {
         let list = r.committed();
         let base = r.committed_len() - list.len() as u64;
         let have = self.committed.len() as u64;
-        // Paired with `restart`: a recovered replica's list starts at its
-        // checkpoint, which covers only positions seen before.
-        assert!(
-            base <= have,
-            "committed positions before {base} were never seen"
-        );
+        if base > have {
+            // A checkpoint from a peer: positions this replica never listed.
+            self.unseen_from.get_or_insert(have as usize);
+            self.committed.resize(base as usize, UNSEEN);
+        }
+        let have = self.committed.len() as u64;
         let skip = (have - base) as usize;
         if skip < list.len() {
             self.committed.extend_from_slice(&list[skip..]);
@@ -503,6 +536,7 @@ impl SimReplica for CreekReplica {
             return;
         }
         self.counts_before = self.counts();
+        self.transfers_before = self.transfers();
         self.node = None;
         let lost = self.queued.len() + self.syncing.map_or(0, |(_, n)| n);
         self.disk_counts.unsynced_writes_lost += lost as u64;
@@ -577,12 +611,90 @@ impl SimReplica for CreekReplica {
         // What it committed went with the disk: a replica that rejoins
         // empty (only ever told to) starts its committed list again.
         self.committed.clear();
+        self.unseen_from = None;
     }
 
     fn is_lost(&self) -> bool {
         self.node
             .as_ref()
             .is_some_and(|n| matches!(n.standing(), Standing::Lost { .. }))
+    }
+
+    fn debug(&self) -> String {
+        let Some(n) = &self.node else {
+            return "down".into();
+        };
+        let cab = n.cab();
+        let r = n.replica();
+        let waiting = cab.waiting_for(&|id| r.holds_payloads(id), &|id| r.check_dep(id));
+        let missing: Vec<_> = waiting
+            .iter()
+            .flat_map(|id| match r.op(*id) {
+                None => vec![*id],
+                Some(_) => r.missing_context(*id).take(5).collect(),
+            })
+            .take(10)
+            .collect();
+        format!(
+            "held_appends={} waiting={waiting:?} missing={missing:?} gossip={:?} lost_peers={:?} \
+             foreign={:?} delivered={:?} ",
+            cab.held_appends(),
+            n.gossip_stats(),
+            n.lost_peers(),
+            n.foreign_peers(),
+            n.gossip_delivered(),
+        ) + &format!(
+            "{:?} role={} term={} leader={:?} log={:?} delivered={} decided_waiting={} \
+             wanted={:?} fetch={:?} transfers={:?} committed_len={} tentative={} unconfirmed={}",
+            n.standing(),
+            cab.role(),
+            cab.term(),
+            cab.leader(),
+            cab.log_mark(),
+            cab.delivered_through(),
+            cab.decided_waiting(),
+            cab.wanted_snapshot(),
+            n.fetch_status(),
+            n.transfer_stats(),
+            n.replica().committed_len(),
+            n.replica().tentative_len(),
+            cab.unconfirmed(),
+        )
+    }
+
+    fn is_member(&self) -> bool {
+        self.node
+            .as_ref()
+            .is_some_and(|n| matches!(n.standing(), Standing::Member))
+    }
+
+    fn fill_unseen(&mut self, canonical: &[OpId]) {
+        let Some(from) = self.unseen_from else {
+            return;
+        };
+        let mut rest = None;
+        for (pos, id) in self.committed.iter_mut().enumerate().skip(from) {
+            if *id == UNSEEN {
+                match canonical.get(pos) {
+                    Some(c) => *id = *c,
+                    None => {
+                        rest = Some(pos);
+                        break;
+                    }
+                }
+            }
+        }
+        self.unseen_from = rest;
+    }
+
+    fn transfers(&self) -> (u64, u64) {
+        let mut t = self.transfers_before;
+        if let Some(n) = &self.node {
+            let s = n.transfer_stats();
+            t.0 += s.installed;
+            t.1 += s.bytes_received;
+        }
+        t
     }
 }
 

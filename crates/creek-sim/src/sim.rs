@@ -113,6 +113,8 @@ const STALL_US: u64 = 300_000;
 const STALLED_FSYNC_US: (u64, u64) = (20_000, 60_000);
 /// Creek nodes' `pending_writes_max` in the simulator.
 const SIM_PENDING_WRITES_MAX: u64 = 32;
+/// Creek nodes' `compaction_lag_max` in the simulator.
+const SIM_COMPACTION_LAG_MAX: u64 = 64;
 
 /// Bytes on the wire by protocol.
 #[derive(Clone, Copy, Debug, Default)]
@@ -306,6 +308,9 @@ impl Sim {
             }
             // Low enough that a stalled disk makes the node push back.
             config.pending_writes_max = SIM_PENDING_WRITES_MAX;
+            // Low enough that a replica down for a while is compacted past
+            // and catches up by state transfer.
+            config.cab.compaction_lag_max = SIM_COMPACTION_LAG_MAX;
             let setup = DiskSetup {
                 linger_us: cfg.linger_us,
                 forget_unsynced_tail: cfg.plant_bug == Some(PlantedBug::ForgetUnsyncedTail),
@@ -749,6 +754,7 @@ impl Sim {
         }
         self.fill_cores(i);
         self.check_prefix(i);
+        self.check_rebuilt(i);
         if self.cfg.check_invariants && self.now >= self.next_state_check {
             self.next_state_check = self.now + 10_000;
             for (j, n) in self.nodes.iter().enumerate() {
@@ -850,9 +856,10 @@ impl Sim {
         };
         match msg {
             PeerMessage::Gossip(_) => self.traffic.gossip_bytes += frame.len() as u64,
-            PeerMessage::Cab(_) | PeerMessage::Probe(_) | PeerMessage::Hello(_) => {
-                self.traffic.cab_bytes += frame.len() as u64
-            }
+            PeerMessage::Cab(_)
+            | PeerMessage::Probe(_)
+            | PeerMessage::Hello(_)
+            | PeerMessage::Snapshot(_) => self.traffic.cab_bytes += frame.len() as u64,
         }
         for at in self
             .net
@@ -901,12 +908,31 @@ impl Sim {
         }
     }
 
-    /// Every replica's committed list must be a prefix of one order.
-    fn check_prefix(&mut self, i: usize) {
-        let node = &self.nodes[i].node;
-        if !node.is_up() {
+    /// A wiped replica that rebuilt from a peer's checkpoint resumed its
+    /// own seqs past what its peers held: its ops above that were lost with
+    /// its disk (no peer saw them) and their ids are issued again.
+    fn check_rebuilt(&mut self, i: usize) {
+        let n = &self.nodes[i];
+        if !n.wiped || !n.node.is_member() {
             return;
         }
+        if let Some(last) = n.node.last_issued_seq() {
+            *self.faults.entry("disk_rebuilt").or_default() += 1;
+            self.nodes[i].wiped = false;
+            self.forget_lost_ops(i, last);
+            // Sent, but no peer kept them: the ids are issued again.
+            let me = ReplicaId(i as u16 + 1);
+            self.ops.retain(|id, _| id.origin != me || id.seq <= last);
+        }
+    }
+
+    /// Every replica's committed list must be a prefix of one order.
+    fn check_prefix(&mut self, i: usize) {
+        if !self.nodes[i].node.is_up() {
+            return;
+        }
+        self.nodes[i].node.fill_unseen(&self.canonical);
+        let node = &self.nodes[i].node;
         let committed = node.committed();
         let from = self.checked_len[i];
         for (pos, id) in committed.iter().enumerate().skip(from) {
@@ -1062,9 +1088,10 @@ impl Sim {
                 }
             }
             "wipe" => {
-                // Without state transfer a replica that lost its data stays
-                // out for good: every fault counts it as down, so a majority
-                // always holds its data (`wipe2` loses two of five).
+                // A replica that lost its data takes no part until it is
+                // rebuilt: every fault counts it as down, so a majority
+                // always holds its data (`wipe2` loses two of five at a
+                // time).
                 let wiped = self.nodes.iter().filter(|x| x.wiped).count();
                 let victim = self.rng.index(n);
                 if wiped < usize::from(self.cfg.faults.wipes)
@@ -1176,10 +1203,13 @@ impl Sim {
             .count()
     }
 
-    /// Every replica that holds its data is quiet, with the same committed
-    /// order (a replica that knows it lost its data is left out).
+    /// Every replica holds its data (a lost one was rebuilt) and is quiet,
+    /// with the same committed order.
     fn settled(&self) -> bool {
-        let mut holding = self.nodes.iter().filter(|n| !n.node.is_lost());
+        if self.nodes.iter().any(|n| n.node.is_lost()) {
+            return false;
+        }
+        let mut holding = self.nodes.iter();
         let Some(first) = holding.next() else {
             return false;
         };
@@ -1202,6 +1232,11 @@ impl Sim {
     }
 
     fn finish(mut self, settled: bool) -> Outcome {
+        if std::env::var_os("CREEK_SIM_DEBUG").is_some() {
+            for (i, n) in self.nodes.iter().enumerate() {
+                eprintln!("replica {i}: {}", n.node.debug());
+            }
+        }
         self.readings.finish = self.totals();
         // Lost ops never took effect: the checkers judge what remains.
         self.history.ops.retain(|r| !r.lost);

@@ -331,7 +331,10 @@ impl TestNet {
                 self.traffic.gossip_msgs += 1;
                 self.traffic.gossip_bytes += frame.len() as u64;
             }
-            PeerMessage::Cab(_) | PeerMessage::Probe(_) | PeerMessage::Hello(_) => {
+            PeerMessage::Cab(_)
+            | PeerMessage::Probe(_)
+            | PeerMessage::Hello(_)
+            | PeerMessage::Snapshot(_) => {
                 self.traffic.cab_msgs += 1;
                 self.traffic.cab_bytes += frame.len() as u64;
             }

@@ -4,126 +4,34 @@
 //!   protobuf encoding.
 //! * **Op payloads**: `creek_wire::encode_op`, the op as it travels in a
 //!   gossip frame (one codec for the wire and the disk).
-//! * **Checkpoints**: the layout below, every integer a canonical LEB128
-//!   varint (`creek_exec::varint`):
-//!
-//! | field | encoding |
-//! |---|---|
-//! | format | 1 byte, [`CHECKPOINT_FORMAT`] (= 1) |
-//! | `cab_applied`, `committed_len`, `hlc`, `next_event_no` | 4 varints |
-//! | committed ids | `count`, then per origin: `origin` (≤ u16), `counter`, `n`, `n` gaps (exception `x1 = counter + g1 + 1`, `xi = x(i-1) + gi + 1`), as `Dvv::to_records` gives them |
-//! | state | `count`, then per key: `len`, key bytes, `len`, value bytes; keys strictly increasing |
-//!
+//! * **Checkpoints**: `creek_wire::checkpoint`, the same bytes a replica
+//!   streams to a peer in state transfer.
 //! * **Identity** (`creek_node::Identity`): varints — `nonce`, then 0
 //!   (joining) or 1 followed by `count` and `count` × (`replica` ≤ u16,
-//!   `nonce`), the founders in replica order.
+//!   `nonce`), the founders in replica order; then, only for a replica
+//!   rebuilt from a peer's checkpoint, its `floor` (≥ 1).
 //!
-//! Nothing may follow. Decoding is total: any byte string yields a
-//! checkpoint (or identity) or [`StoreError::Corrupt`], never a panic, and
+//! Nothing may follow. Decoding is total: any byte string yields an
+//! identity or [`StoreError::Corrupt`], never a panic, and
 //! allocates in proportion to the input.
 
-use bytes::Bytes;
-use creek_core::{Checkpoint, Dvv, ReplicaId, Timestamp};
+use creek_core::{Checkpoint, ReplicaId};
 use creek_exec::varint;
 use creek_node::Identity;
 use creek_wire::Limits;
 
 use crate::StoreError;
 
-/// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_FORMAT: u8 = 1;
+pub use creek_wire::checkpoint::FORMAT as CHECKPOINT_FORMAT;
 
-/// Encode a checkpoint.
+/// Encode a checkpoint (`creek_wire::checkpoint`).
 pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
-    let state_bytes: usize = c.state.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
-    let mut out = Vec::with_capacity(64 + state_bytes);
-    out.push(CHECKPOINT_FORMAT);
-    for v in [c.cab_applied, c.committed_len, c.hlc.0, c.next_event_no] {
-        varint::put(&mut out, v);
-    }
-    let records = c.causal_ctx.to_records();
-    varint::put(&mut out, records.len() as u64);
-    for (origin, counter, exceptions) in &records {
-        varint::put(&mut out, u64::from(origin.0));
-        varint::put(&mut out, *counter);
-        varint::put(&mut out, exceptions.len() as u64);
-        let mut prev = *counter;
-        for &x in exceptions {
-            // Normalized records: strictly increasing, above counter + 1.
-            varint::put(&mut out, x.wrapping_sub(prev).wrapping_sub(1));
-            prev = x;
-        }
-    }
-    varint::put(&mut out, c.state.len() as u64);
-    for (k, v) in &c.state {
-        varint::put(&mut out, k.len() as u64);
-        out.extend_from_slice(k);
-        varint::put(&mut out, v.len() as u64);
-        out.extend_from_slice(v);
-    }
-    out
+    creek_wire::checkpoint::encode(c)
 }
 
 /// Decode a checkpoint written by [`encode_checkpoint`].
 pub fn decode_checkpoint(bytes: &[u8]) -> Result<Checkpoint, StoreError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
-    let format = r.byte()?;
-    if format != CHECKPOINT_FORMAT {
-        return Err(corrupt(format!(
-            "checkpoint format {format} (this build reads {CHECKPOINT_FORMAT})"
-        )));
-    }
-    let cab_applied = r.varint()?;
-    let committed_len = r.varint()?;
-    let hlc = Timestamp(r.varint()?);
-    let next_event_no = r.varint()?;
-    // A record takes at least 3 bytes, an exception gap 1.
-    let n_records = r.count(3)?;
-    let mut records = Vec::with_capacity(n_records);
-    for _ in 0..n_records {
-        let origin = r.varint()?;
-        let origin = u16::try_from(origin)
-            .map_err(|_| corrupt(format!("checkpoint origin {origin} exceeds 16 bits")))?;
-        let counter = r.varint()?;
-        let n = r.count(1)?;
-        let mut exceptions = Vec::with_capacity(n);
-        let mut prev = counter;
-        for _ in 0..n {
-            let gap = r.varint()?;
-            prev = prev
-                .checked_add(gap)
-                .and_then(|x| x.checked_add(1))
-                .ok_or_else(|| corrupt("checkpoint exception seq overflows".to_owned()))?;
-            exceptions.push(prev);
-        }
-        records.push((ReplicaId(origin), counter, exceptions));
-    }
-    let causal_ctx = Dvv::from_records(records);
-    // A key-value pair takes at least 2 bytes.
-    let n_state = r.count(2)?;
-    let mut state: Vec<(Bytes, Bytes)> = Vec::with_capacity(n_state);
-    for _ in 0..n_state {
-        let k = r.bytes()?;
-        let v = r.bytes()?;
-        if state.last().is_some_and(|(prev, _)| *prev >= k) {
-            return Err(corrupt("checkpoint keys out of order".to_owned()));
-        }
-        state.push((k, v));
-    }
-    if r.pos != bytes.len() {
-        return Err(corrupt(format!(
-            "{} trailing bytes after the checkpoint",
-            bytes.len() - r.pos
-        )));
-    }
-    Ok(Checkpoint {
-        cab_applied,
-        committed_len,
-        causal_ctx,
-        state,
-        hlc,
-        next_event_no,
-    })
+    creek_wire::checkpoint::decode(bytes).map_err(|e| StoreError::Corrupt(e.0))
 }
 
 /// Limits for decoding stored ops: the store keeps what the node accepted,
@@ -156,6 +64,9 @@ pub fn encode_identity(id: &Identity) -> Vec<u8> {
             }
         }
     }
+    if id.floor > 0 {
+        varint::put(&mut out, id.floor);
+    }
     out
 }
 
@@ -182,10 +93,22 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
         }
         b => return Err(corrupt(format!("identity: unknown founders flag {b}"))),
     };
+    let floor = if r.pos < bytes.len() {
+        match r.varint()? {
+            0 => return Err(corrupt("identity: a floor of 0 is never written".to_owned())),
+            f => f,
+        }
+    } else {
+        0
+    };
     if r.pos != bytes.len() {
         return Err(corrupt("identity: trailing bytes".to_owned()));
     }
-    Ok(Identity { nonce, founders })
+    Ok(Identity {
+        nonce,
+        founders,
+        floor,
+    })
 }
 
 fn corrupt(why: String) -> StoreError {
@@ -202,7 +125,7 @@ impl Reader<'_> {
         let b = *self
             .buf
             .get(self.pos)
-            .ok_or_else(|| corrupt("checkpoint ends early".to_owned()))?;
+            .ok_or_else(|| corrupt("record ends early".to_owned()))?;
         self.pos += 1;
         Ok(b)
     }
@@ -210,7 +133,7 @@ impl Reader<'_> {
     fn varint(&mut self) -> Result<u64, StoreError> {
         let at = self.pos;
         varint::get(self.buf, &mut self.pos)
-            .map_err(|e| corrupt(format!("checkpoint varint at byte {at}: {e:?}")))
+            .map_err(|e| corrupt(format!("varint at byte {at}: {e:?}")))
     }
 
     /// A count of items each taking at least `unit` bytes: never more than
@@ -221,20 +144,9 @@ impl Reader<'_> {
         match usize::try_from(n) {
             Ok(n) if n <= room => Ok(n),
             _ => Err(corrupt(format!(
-                "checkpoint count {n} exceeds the remaining bytes"
+                "count {n} exceeds the remaining bytes"
             ))),
         }
-    }
-
-    fn bytes(&mut self) -> Result<Bytes, StoreError> {
-        let len = self.count(1)?;
-        let end = self.pos + len; // count() bounds len by the input
-        let s = self
-            .buf
-            .get(self.pos..end)
-            .ok_or_else(|| corrupt("checkpoint ends early".to_owned()))?;
-        self.pos = end;
-        Ok(Bytes::copy_from_slice(s))
     }
 }
 
@@ -250,82 +162,26 @@ mod tests {
         fn identity_round_trips_and_damage_is_refused(
             nonce in any::<u64>(),
             founders in proptest::option::of(prop::collection::btree_map(any::<u16>(), any::<u64>(), 0..5)),
+            floor in prop_oneof![Just(0u64), any::<u64>()],
             cut in any::<prop::sample::Index>(),
         ) {
             let id = Identity {
                 nonce,
                 founders: founders.map(|f| f.into_iter().map(|(r, n)| (ReplicaId(r), n)).collect()),
+                floor,
             };
             let bytes = encode_identity(&id);
-            prop_assert_eq!(decode_identity(&bytes).ok(), Some(id));
-            prop_assert!(decode_identity(&bytes[..cut.index(bytes.len())]).is_err());
+            prop_assert_eq!(decode_identity(&bytes).ok(), Some(id.clone()));
+            // A prefix is refused, but for the one without the floor (the
+            // identity of a replica never rebuilt).
+            let unfloored = encode_identity(&Identity { floor: 0, ..id });
+            let prefix = &bytes[..cut.index(bytes.len())];
+            if prefix != unfloored.as_slice() {
+                prop_assert!(decode_identity(prefix).is_err());
+            }
             let mut longer = bytes.clone();
             longer.push(0);
             prop_assert!(decode_identity(&longer).is_err());
-        }
-    }
-
-    fn arb_checkpoint() -> impl Strategy<Value = Checkpoint> {
-        let record = (
-            0u16..4,
-            prop_oneof![0u64..20, any::<u64>()],
-            prop::collection::vec(prop_oneof![0u64..40, any::<u64>()], 0..5),
-        )
-            .prop_map(|(o, c, x)| (ReplicaId(o), c, x));
-        (
-            any::<[u64; 4]>(),
-            prop::collection::vec(record, 0..4),
-            prop::collection::btree_map(
-                prop::collection::vec(any::<u8>(), 0..6),
-                prop::collection::vec(any::<u8>(), 0..10),
-                0..8,
-            ),
-        )
-            .prop_map(|([a, b, c, d], records, state)| Checkpoint {
-                cab_applied: a,
-                committed_len: b,
-                causal_ctx: Dvv::from_records(records),
-                state: state
-                    .into_iter()
-                    .map(|(k, v)| (Bytes::from(k), Bytes::from(v)))
-                    .collect(),
-                hlc: Timestamp(c),
-                next_event_no: d,
-            })
-    }
-
-    proptest! {
-        #[test]
-        fn round_trip_and_prefixes_refused(c in arb_checkpoint()) {
-            let bytes = encode_checkpoint(&c);
-            prop_assert_eq!(decode_checkpoint(&bytes).unwrap(), c);
-            for n in 0..bytes.len() {
-                prop_assert!(decode_checkpoint(&bytes[..n]).is_err(), "prefix {}", n);
-            }
-            let mut longer = bytes.clone();
-            longer.push(0);
-            prop_assert!(decode_checkpoint(&longer).is_err());
-        }
-
-        #[test]
-        fn corrupted_bytes_never_panic(
-            c in arb_checkpoint(),
-            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
-        ) {
-            let mut bytes = encode_checkpoint(&c);
-            for (at, b) in flips {
-                let i = at.index(bytes.len());
-                bytes[i] = b;
-                let _ = decode_checkpoint(&bytes);
-            }
-        }
-
-        #[test]
-        fn arbitrary_bytes_never_panic(b in prop::collection::vec(any::<u8>(), 0..200)) {
-            let _ = decode_checkpoint(&b);
-            let mut framed = vec![CHECKPOINT_FORMAT];
-            framed.extend_from_slice(&b);
-            let _ = decode_checkpoint(&framed);
         }
     }
 

@@ -27,8 +27,11 @@
 //! | 0x13 | [`CabMessage::Compact`]   | `through`                                      |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
-//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`) |
+//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor` |
 //! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
+//! | 0x31 | [`SnapshotMessage::Fetch`] | `transfer`, `min_index`, `offset`            |
+//! | 0x32 | [`SnapshotMessage::Chunk`] | `transfer`, `index`, `term`, `total_len`, `checksum: u32le`, `offset`, `len`, `len` bytes |
+//! | 0x33 | [`SnapshotMessage::Refused`] | `transfer`, `retry` (1 byte: 0 or 1)       |
 //!
 //! Other kinds are rejected. The `…_max` names are the fields of [`Limits`].
 //!
@@ -117,7 +120,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use creek_core::{Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::{ClientRequestId, ProcCall};
 
-use crate::{CabMessage, GossipMessage, Hello, MemberState, PeerMessage, Probe};
+use crate::{
+    CabMessage, GossipMessage, Hello, MemberState, PeerMessage, Probe, SnapshotChunk, SnapshotMessage,
+};
 
 /// Version of the frame format, the first byte of every frame.
 pub const WIRE_VERSION: u8 = 1;
@@ -132,6 +137,9 @@ const KIND_PROBE: u8 = 0x21;
 const KIND_PROBE_ECHO: u8 = 0x22;
 const KIND_HELLO: u8 = 0x23;
 const KIND_HELLO_REPLY: u8 = 0x24;
+const KIND_SNAPSHOT_FETCH: u8 = 0x31;
+const KIND_SNAPSHOT_CHUNK: u8 = 0x32;
+const KIND_SNAPSHOT_REFUSED: u8 = 0x33;
 
 const FLAG_STRONG: u8 = 0x01;
 const FLAG_CONTEXT: u8 = 0x02;
@@ -436,6 +444,14 @@ pub enum DecodeError {
         /// Where it is.
         offset: usize,
     },
+    /// A flag byte is neither 0 nor 1.
+    #[error("flag {value} at byte {offset} is not 0 or 1")]
+    NotABool {
+        /// The byte.
+        value: u8,
+        /// Where it is.
+        offset: usize,
+    },
     /// Bytes follow a complete message.
     #[error("{count} trailing bytes after the message, from byte {offset}")]
     TrailingBytes {
@@ -537,6 +553,7 @@ fn check(msg: &PeerMessage, limits: &Limits) -> Result<(), EncodeError> {
         PeerMessage::Cab(CabMessage::Raft(payload)) => over(Limit::RaftBytes, payload.len()),
         PeerMessage::Probe(_) | PeerMessage::Cab(CabMessage::Compact { .. }) => Ok(()),
         PeerMessage::Hello(h) => over(Limit::IdsPerMessage, h.founders.len()),
+        PeerMessage::Snapshot(_) => Ok(()),
     }
 }
 
@@ -652,6 +669,34 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
                 s.put_varint(u64::from(replica.0));
                 s.put_u64le(nonce);
             }
+            s.put_varint(h.term);
+            s.put_varint(h.peer_seq);
+            s.put_varint(h.floor);
+        }
+        PeerMessage::Snapshot(SnapshotMessage::Fetch {
+            transfer,
+            min_index,
+            offset,
+        }) => {
+            s.put_byte(KIND_SNAPSHOT_FETCH);
+            s.put_varint(*transfer);
+            s.put_varint(*min_index);
+            s.put_varint(*offset);
+        }
+        PeerMessage::Snapshot(SnapshotMessage::Chunk(c)) => {
+            s.put_byte(KIND_SNAPSHOT_CHUNK);
+            for v in [c.transfer, c.index, c.term, c.total_len] {
+                s.put_varint(v);
+            }
+            s.put_bytes(&c.checksum.to_le_bytes());
+            s.put_varint(c.offset);
+            s.put_len(c.data.len());
+            s.put_bytes(&c.data);
+        }
+        PeerMessage::Snapshot(SnapshotMessage::Refused { transfer, retry }) => {
+            s.put_byte(KIND_SNAPSHOT_REFUSED);
+            s.put_varint(*transfer);
+            s.put_byte(u8::from(*retry));
         }
     }
 }
@@ -907,6 +952,39 @@ impl<'a> Reader<'a> {
             state,
             founders,
             reply: kind == KIND_HELLO_REPLY,
+            term: self.varint()?,
+            peer_seq: self.varint()?,
+            floor: self.varint()?,
+        })
+    }
+
+    fn snapshot_chunk(&mut self) -> Result<SnapshotChunk, DecodeError> {
+        let transfer = self.varint()?;
+        let index = self.varint()?;
+        let term = self.varint()?;
+        let total_len = self.varint()?;
+        let checksum = u32::from_le_bytes(
+            self.slice(4)?
+                .try_into()
+                .map_err(|_| DecodeError::UnexpectedEnd { offset: self.pos })?,
+        );
+        let offset = self.varint()?;
+        // Bounded by the frame (checked against `frame_bytes_max` above).
+        let len = self.length(None, 1)?;
+        let start = self.pos;
+        let s = self.slice(len)?;
+        let data = match self.shared {
+            Some(shared) => shared.slice(start..self.pos),
+            None => Bytes::copy_from_slice(s),
+        };
+        Ok(SnapshotChunk {
+            transfer,
+            index,
+            term,
+            total_len,
+            checksum,
+            offset,
+            data,
         })
     }
 
@@ -944,6 +1022,24 @@ impl<'a> Reader<'a> {
                 echo: kind == KIND_PROBE_ECHO,
             }),
             kind @ (KIND_HELLO | KIND_HELLO_REPLY) => PeerMessage::Hello(self.hello(kind)?),
+            KIND_SNAPSHOT_FETCH => PeerMessage::Snapshot(SnapshotMessage::Fetch {
+                transfer: self.varint()?,
+                min_index: self.varint()?,
+                offset: self.varint()?,
+            }),
+            KIND_SNAPSHOT_CHUNK => {
+                PeerMessage::Snapshot(SnapshotMessage::Chunk(self.snapshot_chunk()?))
+            }
+            KIND_SNAPSHOT_REFUSED => {
+                let transfer = self.varint()?;
+                let offset = self.pos;
+                let retry = match self.byte()? {
+                    0 => false,
+                    1 => true,
+                    value => return Err(DecodeError::NotABool { value, offset }),
+                };
+                PeerMessage::Snapshot(SnapshotMessage::Refused { transfer, retry })
+            }
             tag => {
                 return Err(DecodeError::UnknownKind {
                     tag,

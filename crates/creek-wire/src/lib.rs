@@ -18,12 +18,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_core::{Op, OpId, ReplicaId};
 
+pub mod checkpoint;
 pub mod codec;
 
 pub use codec::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, DecodeError, EncodeError,
     Limit, Limits, LimitsError, WIRE_VERSION,
 };
+pub use checkpoint::CheckpointError;
 
 /// One replica-to-replica message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +38,8 @@ pub enum PeerMessage {
     Probe(Probe),
     /// Cluster identity: who the sender is and whether it holds its data.
     Hello(Hello),
+    /// State transfer: a checkpoint fetched from a peer in chunks.
+    Snapshot(SnapshotMessage),
 }
 
 /// A replica's identity in its cluster. A replica draws a random `nonce`
@@ -55,6 +59,67 @@ pub struct Hello {
     pub founders: Vec<(ReplicaId, u64)>,
     /// An answer to a hello (never answered itself).
     pub reply: bool,
+    /// The sender's consensus term (0 unless it is a member).
+    pub term: u64,
+    /// The highest seq of an op of the *receiver's* origin the sender holds
+    /// (0: none). A replica rebuilt from a peer's checkpoint resumes its own
+    /// seqs past what every peer holds, so it never issues an id twice.
+    pub peer_seq: u64,
+    /// A replica rebuilt from a peer's checkpoint: the last seq of its own
+    /// ops from before it lost its data (0: none). Of those, a receiver
+    /// that lacks some takes them in any order, if they ever come (some
+    /// were lost with the data).
+    pub floor: u64,
+}
+
+/// State transfer. A replica that needs a checkpoint — its consensus log is
+/// behind what its peers compacted, or it lost its data — fetches one from a
+/// peer: it asks for one chunk at a time ([`SnapshotMessage::Fetch`]), so
+/// the sender never sends faster than the receiver takes, and a broken
+/// connection resumes at the offset it reached. The bytes are a checkpoint
+/// in [`checkpoint`]'s encoding; the receiver checks their length and
+/// checksum before it decodes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotMessage {
+    /// Ask for the chunk at `offset` of `transfer`; transfer 0 starts a new
+    /// one, of a checkpoint at consensus index `min_index` or later.
+    Fetch {
+        /// The transfer (0: a new one).
+        transfer: u64,
+        /// The least consensus index the checkpoint must cover.
+        min_index: u64,
+        /// The first byte wanted.
+        offset: u64,
+    },
+    /// A chunk of a transfer's bytes.
+    Chunk(SnapshotChunk),
+    /// The sender will not serve `transfer`: not now (`retry`: it holds no
+    /// checkpoint that far yet), or not any more (start a new transfer).
+    Refused {
+        /// The transfer asked for.
+        transfer: u64,
+        /// Ask again later (else: start over).
+        retry: bool,
+    },
+}
+
+/// One chunk of a checkpoint being transferred.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotChunk {
+    /// The transfer (chosen by the sender, never 0).
+    pub transfer: u64,
+    /// The checkpoint's consensus index (its `cab_applied`).
+    pub index: u64,
+    /// The term of the consensus entry at `index`.
+    pub term: u64,
+    /// Length of the whole encoded checkpoint.
+    pub total_len: u64,
+    /// CRC-32 (IEEE) of the whole encoded checkpoint.
+    pub checksum: u32,
+    /// Where `data` starts in it.
+    pub offset: u64,
+    /// The bytes.
+    pub data: Bytes,
 }
 
 /// Where a replica stands in its cluster.

@@ -9,6 +9,7 @@ use creek_exec::{ClientRequestId, ProcCall};
 use creek_wire::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, CabMessage, DecodeError,
     EncodeError, GossipMessage, Hello, Limit, Limits, LimitsError, MemberState, PeerMessage, Probe,
+    SnapshotChunk, SnapshotMessage,
     WIRE_VERSION,
 };
 use proptest::prelude::*;
@@ -96,8 +97,29 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             prop_oneof![Just(MemberState::Joining), Just(MemberState::Member), Just(MemberState::Lost)],
             prop::collection::vec((arb_origin(), any::<u64>()), 0..6),
             any::<bool>(),
+            (any::<u64>(), any::<u64>(), any::<u64>()),
         )
-            .prop_map(|(nonce, state, founders, reply)| PeerMessage::Hello(Hello { nonce, state, founders, reply })),
+            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor))| {
+                PeerMessage::Hello(Hello { nonce, state, founders, reply, term, peer_seq, floor })
+            }),
+        1 => (any::<u64>(), any::<u64>(), any::<u64>())
+            .prop_map(|(transfer, min_index, offset)| {
+                PeerMessage::Snapshot(SnapshotMessage::Fetch { transfer, min_index, offset })
+            }),
+        1 => (any::<[u64; 5]>(), any::<u32>(), prop::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|([transfer, index, term, total_len, offset], checksum, data)| {
+                PeerMessage::Snapshot(SnapshotMessage::Chunk(SnapshotChunk {
+                    transfer,
+                    index,
+                    term,
+                    total_len,
+                    checksum,
+                    offset,
+                    data: Bytes::from(data),
+                }))
+            }),
+        1 => (any::<u64>(), any::<bool>())
+            .prop_map(|(transfer, retry)| PeerMessage::Snapshot(SnapshotMessage::Refused { transfer, retry })),
     ]
 }
 

@@ -143,6 +143,10 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     /// any is in flight.
     own_strong_tentative: BTreeSet<(Timestamp, OpId)>,
     now_us: u64,
+    /// Own ops up to this seq are taken from peers like remote ones: this
+    /// replica was rebuilt from a peer's checkpoint after it lost its data,
+    /// and those it issued before come back from whoever kept them.
+    reclaim_upto: u64,
     engine: E,
     effects: Vec<Effect>,
     settled: Vec<Settled<ExecKey>>,
@@ -190,6 +194,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             weak_arrivals: VecDeque::new(),
             own_strong_tentative: BTreeSet::new(),
             now_us: 0,
+            reclaim_upto: 0,
             engine,
             effects: Vec::new(),
             settled: Vec::new(),
@@ -200,6 +205,23 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// This replica's id.
     pub fn id(&self) -> ReplicaId {
         self.config.id
+    }
+
+    /// This replica was rebuilt from a peer's checkpoint after it lost its
+    /// data, and resumes its own seqs past `upto`: its own ops up to `upto`
+    /// that come back by gossip are taken like remote ones.
+    pub fn reclaim_own(&mut self, upto: u64) {
+        self.reclaim_upto = self.reclaim_upto.max(upto);
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The procedures it runs.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     /// The seq of the last op this replica issued (its event counter): after
@@ -328,7 +350,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// own ops are ignored. Returns whether the op was new here (a durable
     /// driver persists exactly those payloads).
     pub fn rb_deliver(&mut self, op: Arc<Op>) -> bool {
-        if op.id.origin == self.config.id {
+        if op.id.origin == self.config.id && op.id.seq > self.reclaim_upto {
             return false; // line 27: delivered locally at invoke
         }
         if self.ops.contains_key(&op.id) || self.causal_ctx.contains(op.id) {

@@ -1,0 +1,534 @@
+//! State transfer: a replica that needs a checkpoint fetches one from a
+//! peer, in chunks, and installs it.
+//!
+//! Two replicas need one:
+//!
+//! * a **lagging** member: the leader compacted its log past what this
+//!   replica holds (it was down, or far behind) and sent a consensus
+//!   snapshot at its log's base, which CAB holds (`Cab::wanted_snapshot`)
+//!   until this replica's state covers that index;
+//! * a **lost** replica: its data directory was lost (see
+//!   [`membership`](crate::membership)); it takes no part until it is
+//!   rebuilt from a member's checkpoint.
+//!
+//! # The protocol
+//!
+//! The receiver asks for one chunk at a time ([`SnapshotMessage::Fetch`]):
+//! transfer 0 and the least consensus index it needs, then the transfer the
+//! sender named and the offset it reached. The sender serves the encoded
+//! bytes of a checkpoint of its committed state (`creek_wire::checkpoint`),
+//! taken when the first fetch arrives at a clean point, and keeps them while
+//! fetches keep coming ([`SERVE_IDLE_TICKS`]); several receivers share one
+//! transfer when it reaches far enough. Chunks are at most [`CHUNK_BYTES`]:
+//! one request in flight is the backpressure, and a receiver that hears
+//! nothing for [`FETCH_RETRY_TICKS`] asks again at the offset it reached (a
+//! broken connection resumes), moving to another peer after
+//! [`FETCH_TRIES`] silent tries. The receiver checks the total length and
+//! the CRC-32 of the whole before it decodes and installs anything; a
+//! mismatch starts the transfer over.
+//!
+//! A checkpoint holds committed state only — decided by a majority, which
+//! no crash takes back — so chunks leave at once, never held for the
+//! sender's disk.
+
+use bytes::{Bytes, BytesMut};
+use creek_core::{Checkpoint, ReplicaId};
+use creek_wire::{SnapshotChunk, SnapshotMessage};
+
+/// Most bytes of checkpoint in one chunk.
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// A sender drops a transfer nobody fetched for this many ticks.
+pub const SERVE_IDLE_TICKS: u64 = 500;
+
+/// A receiver asks again after this many ticks without an answer.
+pub const FETCH_RETRY_TICKS: u64 = 50;
+
+/// After this many unanswered tries a receiver turns to another peer.
+pub const FETCH_TRIES: u32 = 3;
+
+/// Counters of state transfer, for status and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Checkpoints installed from a peer.
+    pub installed: u64,
+    /// Bytes of checkpoint received.
+    pub bytes_received: u64,
+    /// Chunks served to peers.
+    pub chunks_served: u64,
+    /// Bytes of checkpoint served to peers.
+    pub bytes_served: u64,
+    /// Transfers started over (a checksum or length mismatch, a transfer the
+    /// sender dropped, a checkpoint that did not reach far enough).
+    pub restarts: u64,
+}
+
+/// Where a fetch stands, for status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchStatus {
+    /// The peer fetched from.
+    pub from: ReplicaId,
+    /// Bytes received.
+    pub received: u64,
+    /// Bytes in all (0 until the first chunk).
+    pub total: u64,
+}
+
+/// A checkpoint being served.
+struct Serving {
+    transfer: u64,
+    index: u64,
+    term: u64,
+    bytes: Bytes,
+    checksum: u32,
+    idle_ticks: u64,
+}
+
+/// A checkpoint being fetched.
+struct Fetching {
+    from: ReplicaId,
+    min_index: u64,
+    /// 0 until the sender names it in its first chunk.
+    transfer: u64,
+    index: u64,
+    term: u64,
+    total_len: u64,
+    checksum: u32,
+    buf: BytesMut,
+    /// Ticks since the last request.
+    waiting: u64,
+    /// Requests since the last answer.
+    tries: u32,
+}
+
+/// A complete, verified checkpoint from a peer.
+pub(crate) struct Fetched {
+    pub(crate) from: ReplicaId,
+    pub(crate) checkpoint: Checkpoint,
+    /// The term of the consensus entry at its `cab_applied`.
+    pub(crate) term: u64,
+}
+
+/// The state-transfer room of one node: at most one checkpoint served and
+/// one fetched at a time.
+pub(crate) struct Transfers {
+    me: ReplicaId,
+    peers: Vec<ReplicaId>,
+    serving: Option<Serving>,
+    fetching: Option<Fetching>,
+    /// The last transfer id handed out (ids are `me << 48 | counter`, so a
+    /// receiver never mistakes one sender's transfer for another's).
+    last_transfer: u64,
+    outbox: Vec<(ReplicaId, SnapshotMessage)>,
+    stats: TransferStats,
+}
+
+impl Transfers {
+    pub(crate) fn new(me: ReplicaId, peers: Vec<ReplicaId>) -> Self {
+        Transfers {
+            me,
+            peers,
+            serving: None,
+            fetching: None,
+            last_transfer: 0,
+            outbox: Vec::new(),
+            stats: TransferStats::default(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> TransferStats {
+        self.stats
+    }
+
+    pub(crate) fn take_messages(&mut self) -> Vec<(ReplicaId, SnapshotMessage)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    pub(crate) fn fetch_status(&self) -> Option<FetchStatus> {
+        self.fetching.as_ref().map(|f| FetchStatus {
+            from: f.from,
+            received: f.buf.len() as u64,
+            total: f.total_len,
+        })
+    }
+
+    /// Fetch a checkpoint at `min_index` or later, from `from` first. A
+    /// fetch already running for as much goes on; one for less starts over.
+    pub(crate) fn fetch(&mut self, from: ReplicaId, min_index: u64) {
+        if self.fetching.as_ref().is_some_and(|f| {
+            f.min_index >= min_index || (f.transfer != 0 && f.index >= min_index)
+        }) {
+            return;
+        }
+        if self.fetching.is_some() {
+            self.stats.restarts += 1;
+        }
+        self.fetching = Some(Fetching {
+            from,
+            min_index,
+            transfer: 0,
+            index: 0,
+            term: 0,
+            total_len: 0,
+            checksum: 0,
+            buf: BytesMut::new(),
+            waiting: 0,
+            tries: 0,
+        });
+        self.request();
+    }
+
+    /// Stop fetching (the node no longer needs a checkpoint).
+    pub(crate) fn cancel_fetch(&mut self) {
+        self.fetching = None;
+    }
+
+    /// Ask the current source for the next chunk.
+    fn request(&mut self) {
+        let Some(f) = self.fetching.as_mut() else {
+            return;
+        };
+        f.waiting = 0;
+        f.tries += 1;
+        self.outbox.push((
+            f.from,
+            SnapshotMessage::Fetch {
+                transfer: f.transfer,
+                min_index: f.min_index,
+                offset: f.buf.len() as u64,
+            },
+        ));
+    }
+
+    /// Start the current fetch over, from `from`.
+    fn restart(&mut self, from: ReplicaId) {
+        if let Some(f) = self.fetching.as_mut() {
+            self.stats.restarts += 1;
+            f.from = from;
+            f.transfer = 0;
+            f.buf.clear();
+            f.tries = 0;
+        }
+        self.request();
+    }
+
+    /// The peer after `p` (in the configured order).
+    fn next_peer(&self, p: ReplicaId) -> ReplicaId {
+        let i = self.peers.iter().position(|x| *x == p).map_or(0, |i| i + 1);
+        self.peers.get(i % self.peers.len().max(1)).copied().unwrap_or(p)
+    }
+
+    pub(crate) fn tick(&mut self) {
+        if let Some(s) = self.serving.as_mut() {
+            s.idle_ticks += 1;
+            if s.idle_ticks >= SERVE_IDLE_TICKS {
+                self.serving = None;
+            }
+        }
+        let Some(f) = self.fetching.as_mut() else {
+            return;
+        };
+        f.waiting += 1;
+        if f.waiting < FETCH_RETRY_TICKS {
+            return;
+        }
+        if f.tries >= FETCH_TRIES {
+            let from = f.from;
+            let next = self.next_peer(from);
+            self.restart(next);
+        } else {
+            self.request();
+        }
+    }
+
+    /// A fetch from `peer`. `take` produces a checkpoint of the committed
+    /// state with the term of its index, or `None` when this is not a clean
+    /// point.
+    pub(crate) fn on_fetch(
+        &mut self,
+        peer: ReplicaId,
+        transfer: u64,
+        min_index: u64,
+        offset: u64,
+        take: impl FnOnce() -> Option<(Checkpoint, u64)>,
+    ) {
+        let usable = self.serving.as_ref().is_some_and(|s| {
+            if transfer == 0 {
+                s.index >= min_index
+            } else {
+                s.transfer == transfer
+            }
+        });
+        if !usable {
+            if transfer != 0 {
+                self.outbox.push((
+                    peer,
+                    SnapshotMessage::Refused {
+                        transfer,
+                        retry: false,
+                    },
+                ));
+                return;
+            }
+            match take().filter(|(c, _)| c.cab_applied >= min_index) {
+                Some((c, term)) => {
+                    let bytes = Bytes::from(creek_wire::checkpoint::encode(&c));
+                    self.last_transfer += 1;
+                    self.serving = Some(Serving {
+                        transfer: u64::from(self.me.0) << 48 | self.last_transfer,
+                        index: c.cab_applied,
+                        term,
+                        checksum: crc32fast::hash(&bytes),
+                        bytes,
+                        idle_ticks: 0,
+                    });
+                }
+                None => {
+                    self.outbox.push((
+                        peer,
+                        SnapshotMessage::Refused {
+                            transfer,
+                            retry: true,
+                        },
+                    ));
+                    return;
+                }
+            }
+        }
+        let Some(s) = self.serving.as_mut() else {
+            return;
+        };
+        s.idle_ticks = 0;
+        let total = s.bytes.len();
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
+        let end = start.saturating_add(CHUNK_BYTES).min(total);
+        let data = s.bytes.slice(start..end);
+        self.stats.chunks_served += 1;
+        self.stats.bytes_served += data.len() as u64;
+        self.outbox.push((
+            peer,
+            SnapshotMessage::Chunk(SnapshotChunk {
+                transfer: s.transfer,
+                index: s.index,
+                term: s.term,
+                total_len: total as u64,
+                checksum: s.checksum,
+                offset: start as u64,
+                data,
+            }),
+        ));
+    }
+
+    /// A chunk from `peer`: returns the whole checkpoint once it arrived and
+    /// checked out.
+    pub(crate) fn on_chunk(&mut self, peer: ReplicaId, c: SnapshotChunk) -> Option<Fetched> {
+        let f = self.fetching.as_mut()?;
+        if peer != f.from {
+            return None;
+        }
+        if f.transfer == 0 {
+            if c.offset != 0 || c.index < f.min_index {
+                return None;
+            }
+            f.transfer = c.transfer;
+            f.index = c.index;
+            f.term = c.term;
+            f.total_len = c.total_len;
+            f.checksum = c.checksum;
+        }
+        if c.transfer != f.transfer || c.offset != f.buf.len() as u64 {
+            return None; // a stale or repeated chunk
+        }
+        let within = (f.buf.len() as u64).saturating_add(c.data.len() as u64) <= f.total_len;
+        if !within || (c.data.is_empty() && (f.buf.len() as u64) < f.total_len) {
+            let next = self.next_peer(peer);
+            self.restart(next);
+            return None;
+        }
+        self.stats.bytes_received += c.data.len() as u64;
+        f.buf.extend_from_slice(&c.data);
+        f.tries = 0;
+        if (f.buf.len() as u64) < f.total_len {
+            self.request();
+            return None;
+        }
+        let bytes = std::mem::take(&mut f.buf).freeze();
+        let decoded = if crc32fast::hash(&bytes) == f.checksum {
+            creek_wire::checkpoint::decode(&bytes)
+                .ok()
+                .filter(|cp| cp.cab_applied == f.index)
+        } else {
+            None
+        };
+        match decoded {
+            Some(checkpoint) => {
+                let term = f.term;
+                self.fetching = None;
+                self.stats.installed += 1;
+                Some(Fetched {
+                    from: peer,
+                    checkpoint,
+                    term,
+                })
+            }
+            None => {
+                let next = self.next_peer(peer);
+                self.restart(next);
+                None
+            }
+        }
+    }
+
+    /// A refusal from `peer`.
+    pub(crate) fn on_refused(&mut self, peer: ReplicaId, transfer: u64, retry: bool) {
+        let Some(f) = self.fetching.as_ref() else {
+            return;
+        };
+        if peer != f.from || transfer != f.transfer {
+            return;
+        }
+        if retry {
+            // Asked again after the retry interval; another peer after a
+            // few refusals.
+            return;
+        }
+        self.restart(peer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use creek_core::{Dvv, OpId, Timestamp};
+
+    fn checkpoint(index: u64, keys: usize) -> Checkpoint {
+        let mut ctx = Dvv::default();
+        ctx.insert(OpId {
+            origin: ReplicaId(1),
+            seq: 1,
+        });
+        Checkpoint {
+            cab_applied: index,
+            committed_len: 1,
+            causal_ctx: ctx,
+            state: (0..keys)
+                .map(|i| {
+                    (
+                        Bytes::from(format!("key{i:08}")),
+                        Bytes::from(vec![7u8; 1000]),
+                    )
+                })
+                .collect(),
+            hlc: Timestamp(5),
+            next_event_no: 2,
+        }
+    }
+
+    /// Deliver every message between a receiver (1) and a sender (2) until
+    /// none is left; `cut` drops the n-th message once.
+    fn run(rx: &mut Transfers, tx: &mut Transfers, cp: &Checkpoint, cut: Option<usize>) -> Option<Fetched> {
+        let mut n = 0;
+        for _ in 0..10_000 {
+            let mut progress = false;
+            for (to, m) in rx.take_messages() {
+                assert_eq!(to, ReplicaId(2));
+                n += 1;
+                progress = true;
+                if Some(n) == cut {
+                    continue;
+                }
+                if let SnapshotMessage::Fetch {
+                    transfer,
+                    min_index,
+                    offset,
+                } = m
+                {
+                    tx.on_fetch(ReplicaId(1), transfer, min_index, offset, || {
+                        Some((cp.clone(), 3))
+                    });
+                }
+            }
+            for (_, m) in tx.take_messages() {
+                progress = true;
+                match m {
+                    SnapshotMessage::Chunk(c) => {
+                        if let Some(done) = rx.on_chunk(ReplicaId(2), c) {
+                            return Some(done);
+                        }
+                    }
+                    SnapshotMessage::Refused { transfer, retry } => {
+                        rx.on_refused(ReplicaId(2), transfer, retry)
+                    }
+                    SnapshotMessage::Fetch { .. } => unreachable!(),
+                }
+            }
+            if !progress {
+                rx.tick();
+                tx.tick();
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_checkpoint_arrives_in_chunks_and_resumes_after_a_lost_message() {
+        let cp = checkpoint(40, 3000); // about 3 MB: several chunks
+        for cut in [None, Some(1), Some(3)] {
+            let mut rx = Transfers::new(ReplicaId(1), vec![ReplicaId(2)]);
+            let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1)]);
+            rx.fetch(ReplicaId(2), 30);
+            let done = run(&mut rx, &mut tx, &cp, cut).expect("fetched");
+            assert_eq!(done.checkpoint, cp);
+            assert_eq!(done.term, 3);
+            assert!(tx.stats().chunks_served >= 3);
+        }
+    }
+
+    #[test]
+    fn a_damaged_chunk_is_caught_by_the_checksum_and_the_transfer_starts_over() {
+        let cp = checkpoint(40, 10);
+        let mut rx = Transfers::new(ReplicaId(1), vec![ReplicaId(2)]);
+        let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1)]);
+        rx.fetch(ReplicaId(2), 1);
+        let (_, m) = rx.take_messages().remove(0);
+        let SnapshotMessage::Fetch { transfer, min_index, offset } = m else {
+            panic!("{m:?}")
+        };
+        tx.on_fetch(ReplicaId(1), transfer, min_index, offset, || Some((cp.clone(), 3)));
+        let (_, m) = tx.take_messages().remove(0);
+        let SnapshotMessage::Chunk(mut c) = m else { panic!("{m:?}") };
+        let mut data = c.data.to_vec();
+        data[5] ^= 1;
+        c.data = Bytes::from(data);
+        assert!(rx.on_chunk(ReplicaId(2), c).is_none());
+        assert_eq!(rx.stats().restarts, 1);
+        assert_eq!(rx.stats().installed, 0);
+        // It asks again from the start.
+        let again = rx.take_messages();
+        assert!(matches!(
+            again.as_slice(),
+            [(_, SnapshotMessage::Fetch { transfer: 0, offset: 0, .. })]
+        ));
+    }
+
+    #[test]
+    fn a_sender_without_a_far_enough_checkpoint_refuses_and_the_receiver_retries() {
+        let cp = checkpoint(5, 1);
+        let mut rx = Transfers::new(ReplicaId(1), vec![ReplicaId(2)]);
+        let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1)]);
+        rx.fetch(ReplicaId(2), 10);
+        for (_, m) in rx.take_messages() {
+            if let SnapshotMessage::Fetch { transfer, min_index, offset } = m {
+                tx.on_fetch(ReplicaId(1), transfer, min_index, offset, || Some((cp.clone(), 1)));
+            }
+        }
+        assert!(matches!(
+            tx.take_messages().as_slice(),
+            [(_, SnapshotMessage::Refused { retry: true, .. })]
+        ));
+        for _ in 0..FETCH_RETRY_TICKS {
+            rx.tick();
+        }
+        assert_eq!(rx.take_messages().len(), 1, "asked again");
+    }
+}

@@ -1,0 +1,250 @@
+//! The encoding of a checkpoint (`creek_core::Checkpoint`): one format for
+//! the store (the last checkpoint of a data directory) and for state
+//! transfer (a snapshot streamed to a peer in chunks of these bytes). Every
+//! integer is a canonical LEB128 varint (`creek_exec::varint`):
+//!
+//! | field | encoding |
+//! |---|---|
+//! | format | 1 byte, [`FORMAT`] (= 1) |
+//! | `cab_applied`, `committed_len`, `hlc`, `next_event_no` | 4 varints |
+//! | committed ids | `count`, then per origin: `origin` (≤ u16), `counter`, `n`, `n` gaps (exception `x1 = counter + g1 + 1`, `xi = x(i-1) + gi + 1`), as `Dvv::to_records` gives them |
+//! | state | `count`, then per key: `len`, key bytes, `len`, value bytes; keys strictly increasing |
+//!
+//! Nothing may follow. Decoding is total: any byte string yields a
+//! checkpoint or a [`CheckpointError`], never a panic, and allocates in
+//! proportion to the input.
+
+use bytes::Bytes;
+use creek_core::{Checkpoint, Dvv, ReplicaId, Timestamp};
+use creek_exec::varint;
+
+/// Why bytes are not a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CheckpointError(pub String);
+
+/// The checkpoint format this build writes and reads.
+pub const FORMAT: u8 = 1;
+
+/// Encode a checkpoint.
+pub fn encode(c: &Checkpoint) -> Vec<u8> {
+    let state_bytes: usize = c.state.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
+    let mut out = Vec::with_capacity(64 + state_bytes);
+    out.push(FORMAT);
+    for v in [c.cab_applied, c.committed_len, c.hlc.0, c.next_event_no] {
+        varint::put(&mut out, v);
+    }
+    let records = c.causal_ctx.to_records();
+    varint::put(&mut out, records.len() as u64);
+    for (origin, counter, exceptions) in &records {
+        varint::put(&mut out, u64::from(origin.0));
+        varint::put(&mut out, *counter);
+        varint::put(&mut out, exceptions.len() as u64);
+        let mut prev = *counter;
+        for &x in exceptions {
+            // Normalized records: strictly increasing, above counter + 1.
+            varint::put(&mut out, x.wrapping_sub(prev).wrapping_sub(1));
+            prev = x;
+        }
+    }
+    varint::put(&mut out, c.state.len() as u64);
+    for (k, v) in &c.state {
+        varint::put(&mut out, k.len() as u64);
+        out.extend_from_slice(k);
+        varint::put(&mut out, v.len() as u64);
+        out.extend_from_slice(v);
+    }
+    out
+}
+
+/// Decode a checkpoint written by [`encode`].
+pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let format = r.byte()?;
+    if format != FORMAT {
+        return Err(corrupt(format!(
+            "checkpoint format {format} (this build reads {FORMAT})"
+        )));
+    }
+    let cab_applied = r.varint()?;
+    let committed_len = r.varint()?;
+    let hlc = Timestamp(r.varint()?);
+    let next_event_no = r.varint()?;
+    // A record takes at least 3 bytes, an exception gap 1.
+    let n_records = r.count(3)?;
+    let mut records = Vec::with_capacity(n_records);
+    for _ in 0..n_records {
+        let origin = r.varint()?;
+        let origin = u16::try_from(origin)
+            .map_err(|_| corrupt(format!("checkpoint origin {origin} exceeds 16 bits")))?;
+        let counter = r.varint()?;
+        let n = r.count(1)?;
+        let mut exceptions = Vec::with_capacity(n);
+        let mut prev = counter;
+        for _ in 0..n {
+            let gap = r.varint()?;
+            prev = prev
+                .checked_add(gap)
+                .and_then(|x| x.checked_add(1))
+                .ok_or_else(|| corrupt("checkpoint exception seq overflows".to_owned()))?;
+            exceptions.push(prev);
+        }
+        records.push((ReplicaId(origin), counter, exceptions));
+    }
+    let causal_ctx = Dvv::from_records(records);
+    // A key-value pair takes at least 2 bytes.
+    let n_state = r.count(2)?;
+    let mut state: Vec<(Bytes, Bytes)> = Vec::with_capacity(n_state);
+    for _ in 0..n_state {
+        let k = r.bytes()?;
+        let v = r.bytes()?;
+        if state.last().is_some_and(|(prev, _)| *prev >= k) {
+            return Err(corrupt("checkpoint keys out of order".to_owned()));
+        }
+        state.push((k, v));
+    }
+    if r.pos != bytes.len() {
+        return Err(corrupt(format!(
+            "{} trailing bytes after the checkpoint",
+            bytes.len() - r.pos
+        )));
+    }
+    Ok(Checkpoint {
+        cab_applied,
+        committed_len,
+        causal_ctx,
+        state,
+        hlc,
+        next_event_no,
+    })
+}
+
+fn corrupt(why: String) -> CheckpointError {
+    CheckpointError(why)
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8, CheckpointError> {
+        let b = *self
+            .buf
+            .get(self.pos)
+            .ok_or_else(|| corrupt("checkpoint ends early".to_owned()))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64, CheckpointError> {
+        let at = self.pos;
+        varint::get(self.buf, &mut self.pos)
+            .map_err(|e| corrupt(format!("checkpoint varint at byte {at}: {e:?}")))
+    }
+
+    /// A count of items each taking at least `unit` bytes: never more than
+    /// the rest of the input can hold.
+    fn count(&mut self, unit: usize) -> Result<usize, CheckpointError> {
+        let n = self.varint()?;
+        let room = (self.buf.len() - self.pos.min(self.buf.len())) / unit.max(1);
+        match usize::try_from(n) {
+            Ok(n) if n <= room => Ok(n),
+            _ => Err(corrupt(format!(
+                "checkpoint count {n} exceeds the remaining bytes"
+            ))),
+        }
+    }
+
+    fn bytes(&mut self) -> Result<Bytes, CheckpointError> {
+        let len = self.count(1)?;
+        let end = self.pos + len; // count() bounds len by the input
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or_else(|| corrupt("checkpoint ends early".to_owned()))?;
+        self.pos = end;
+        Ok(Bytes::copy_from_slice(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_checkpoint() -> impl Strategy<Value = Checkpoint> {
+        let record = (
+            0u16..4,
+            prop_oneof![0u64..20, any::<u64>()],
+            prop::collection::vec(prop_oneof![0u64..40, any::<u64>()], 0..5),
+        )
+            .prop_map(|(o, c, x)| (ReplicaId(o), c, x));
+        (
+            any::<[u64; 4]>(),
+            prop::collection::vec(record, 0..4),
+            prop::collection::btree_map(
+                prop::collection::vec(any::<u8>(), 0..6),
+                prop::collection::vec(any::<u8>(), 0..10),
+                0..8,
+            ),
+        )
+            .prop_map(|([a, b, c, d], records, state)| Checkpoint {
+                cab_applied: a,
+                committed_len: b,
+                causal_ctx: Dvv::from_records(records),
+                state: state
+                    .into_iter()
+                    .map(|(k, v)| (Bytes::from(k), Bytes::from(v)))
+                    .collect(),
+                hlc: Timestamp(c),
+                next_event_no: d,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip_and_prefixes_refused(c in arb_checkpoint()) {
+            let bytes = encode(&c);
+            prop_assert_eq!(decode(&bytes).unwrap(), c);
+            for n in 0..bytes.len() {
+                prop_assert!(decode(&bytes[..n]).is_err(), "prefix {}", n);
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            prop_assert!(decode(&longer).is_err());
+        }
+
+        #[test]
+        fn corrupted_bytes_never_panic(
+            c in arb_checkpoint(),
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        ) {
+            let mut bytes = encode(&c);
+            for (at, b) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] = b;
+                let _ = decode(&bytes);
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(b in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&b);
+            let mut framed = vec![FORMAT];
+            framed.extend_from_slice(&b);
+            let _ = decode(&framed);
+        }
+    }
+
+    #[test]
+    fn other_formats_are_refused_by_name() {
+        let mut bytes = encode(&Checkpoint::default());
+        bytes[0] = 2;
+        let e = decode(&bytes).unwrap_err();
+        assert!(e.0.contains("format 2"), "{e}");
+    }
+}
