@@ -51,6 +51,8 @@ struct Loose {
     base: u64,
     through: u64,
     got: std::collections::BTreeSet<u64>,
+    /// No more of the range is expected: it counts as held in digests.
+    closed: bool,
 }
 
 impl Loose {
@@ -83,6 +85,46 @@ impl Fifo {
         match self.loose.get(&id.origin) {
             Some(l) if l.covers(id.seq) => l.got.contains(&id.seq),
             _ => id.seq != 0 && id.seq <= self.counter(id.origin),
+        }
+    }
+
+    /// The counter a digest reports for `origin`: while a loose range is
+    /// open, only up to its first missing op (peers keep what lies above
+    /// for this replica); else the counter.
+    pub(crate) fn held_counter(&self, origin: ReplicaId) -> u64 {
+        match self.loose.get(&origin) {
+            Some(l) if !l.closed => {
+                let mut c = l.base;
+                while c < l.through && l.got.contains(&(c + 1)) {
+                    c += 1;
+                }
+                if c == l.through {
+                    self.counter(origin)
+                } else {
+                    c
+                }
+            }
+            _ => self.counter(origin),
+        }
+    }
+
+    /// The seqs of `origin`'s open loose range not received, at most `max`.
+    pub(crate) fn loose_missing(&self, origin: ReplicaId, max: usize) -> Vec<OpId> {
+        match self.loose.get(&origin) {
+            Some(l) if !l.closed => ((l.base + 1)..=l.through)
+                .filter(|s| !l.got.contains(s))
+                .take(max)
+                .map(|s| OpId::new(origin, s))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Stop expecting the rest of `origin`'s loose range (late arrivals are
+    /// still taken).
+    pub(crate) fn close(&mut self, origin: ReplicaId) {
+        if let Some(l) = self.loose.get_mut(&origin) {
+            l.closed = true;
         }
     }
 

@@ -253,7 +253,24 @@ impl Gossip {
     /// Per-origin contiguous delivered counters, sorted by origin, as in a
     /// digest (own ops included; origins with nothing delivered omitted).
     pub fn delivered(&self) -> Vec<(ReplicaId, u64)> {
-        self.fifo.counters().filter(|&(_, c)| c > 0).collect()
+        self.fifo
+            .counters()
+            .map(|(o, _)| (o, self.fifo.held_counter(o)))
+            .filter(|&(_, c)| c > 0)
+            .collect()
+    }
+
+    /// The ops of `origin`'s open loose range not received yet, at most
+    /// `max`.
+    pub fn loose_missing(&self, origin: ReplicaId, max: usize) -> Vec<OpId> {
+        self.fifo.loose_missing(origin, max)
+    }
+
+    /// Stop expecting the rest of `origin`'s loose range: what did not come
+    /// was lost, and digests report the whole range held (so peers collect
+    /// what lies above it). Late arrivals are still taken.
+    pub fn close_range(&mut self, origin: ReplicaId) {
+        self.fifo.close(origin);
     }
 
     /// `peer` lost its data: what it reported holding is gone (payloads are

@@ -66,6 +66,11 @@ pub struct NodeConfig {
     /// behind pushes back on clients instead of letting the writes and the
     /// peer messages they hold grow without bound.
     pub pending_writes_max: u64,
+    /// A replica that lost its data is rebuilt from the members left even
+    /// when a majority of the group lost its data (they may lack ops only
+    /// the lost replicas acknowledged, which are then gone for good). The
+    /// operator's explicit choice after a majority loss; off by default.
+    pub rebuild_despite_data_loss: bool,
     /// Planted bug (the simulator's `--plant-bug send-before-durable`): peer
     /// messages leave at once instead of waiting for their write. Only for
     /// validating the checkers; never set in production.
@@ -112,6 +117,7 @@ impl NodeConfig {
             tick_us: 10_000,
             checkpoint_every_ticks: 0,
             pending_writes_max: PENDING_WRITES_MAX,
+            rebuild_despite_data_loss: false,
             planted_send_before_durable: false,
             planted_amnesiac_voter: false,
         }
@@ -176,6 +182,9 @@ pub struct Node<S: CabStorage> {
     /// Rebuilt after losing its data: the last own seq from before (told to
     /// peers in hellos; 0 otherwise).
     own_floor: u64,
+    /// Ticks left to take back own ops up to `own_floor` before the rest
+    /// counts as lost (see [`RECLAIM_TICKS`]).
+    reclaim_ticks: u64,
 }
 
 /// What the node knows of its writes.
@@ -218,6 +227,12 @@ const RETAINED_MAX: usize = 200_000;
 /// few writes pending (group commit takes all queued writes in one fsync);
 /// this many means it is far behind.
 pub const PENDING_WRITES_MAX: u64 = 1024;
+
+/// A replica rebuilt after it lost its data pulls its own earlier ops from
+/// its peers for this many ticks; whatever has not come by then was lost
+/// with its data (its digests then report them held, so peers collect the
+/// ops above them). Late arrivals are still taken.
+const RECLAIM_TICKS: u64 = 500;
 
 /// The most rounds one pump may take (see [`Node::pump`]'s assertion).
 const PUMP_ROUNDS_MAX: usize = 1000;
@@ -275,6 +290,7 @@ impl<S: CabStorage> Node<S> {
             transfers: Transfers::new(me, peers),
             installed: None,
             own_floor: 0,
+            reclaim_ticks: 0,
             committed_told: replica.committed().len(),
             replica,
             gossip,
@@ -497,8 +513,9 @@ impl<S: CabStorage> Node<S> {
                     return;
                 }
                 let (replica, cab) = (&self.replica, &self.cab);
+                let current = cab.delivered_through();
                 self.transfers
-                    .on_fetch(from, transfer, min_index, offset, || {
+                    .on_fetch(from, transfer, min_index, offset, current, || {
                         let mut c = replica.checkpoint()?;
                         c.cab_applied = cab.delivered_through();
                         let term = cab.store().term(c.cab_applied).ok()?;
@@ -545,6 +562,19 @@ impl<S: CabStorage> Node<S> {
             mut checkpoint,
             term,
         } = fetched;
+        if std::env::var_os("CREEK_TRACE_INSTALL").is_some() {
+            eprintln!(
+                "TRACE {} install from {from} index {} committed_len {} ctx {:?} standing {:?} wanted {:?} own committed {} ctx {:?}",
+                self.id(),
+                checkpoint.cab_applied,
+                checkpoint.committed_len,
+                checkpoint.causal_ctx.to_records().iter().map(|(o, c, x)| (o.0, *c, x.len())).collect::<Vec<_>>(),
+                self.membership.standing(),
+                self.cab.wanted_snapshot(),
+                self.replica.committed_len(),
+                self.replica.causal_context().to_records().iter().map(|(o, c, x)| (o.0, *c, x.len())).collect::<Vec<_>>(),
+            );
+        }
         let own = self.id();
         let own_high = checkpoint
             .causal_ctx
@@ -595,6 +625,23 @@ impl<S: CabStorage> Node<S> {
             self.gossip.open_range(own, 0, self.own_floor);
             self.replica.reclaim_own(self.own_floor);
             self.deliver_gossip();
+            self.reclaim_ticks = RECLAIM_TICKS;
+        }
+    }
+
+    /// Pull own ops not taken back yet; close the range when time is up.
+    fn reclaim_tick(&mut self) {
+        if self.reclaim_ticks == 0 {
+            return;
+        }
+        self.reclaim_ticks -= 1;
+        let own = self.id();
+        let missing = self.gossip.loose_missing(own, PULL_IDS_MAX);
+        if missing.is_empty() || self.reclaim_ticks == 0 {
+            self.reclaim_ticks = 0;
+            self.gossip.close_range(own);
+        } else {
+            self.gossip.pull(&missing);
         }
     }
 
@@ -666,7 +713,7 @@ impl<S: CabStorage> Node<S> {
     /// Advance time: the replica's stabilizer, gossip anti-entropy, CAB.
     pub fn tick(&mut self, now_us: u64) {
         self.membership.tick();
-        self.transfers.tick();
+        self.transfers.tick(self.timing.scale());
         self.want_state();
         if !self.membership.is_member() {
             // Not a member yet (or lost): nothing runs but the handshake and
@@ -678,6 +725,7 @@ impl<S: CabStorage> Node<S> {
         }
         self.replica.tick(now_us);
         self.gossip.tick();
+        self.reclaim_tick();
         for (to, probe) in self.timing.tick(now_us) {
             self.outbox.push((to, PeerMessage::Probe(probe)));
         }
@@ -1227,13 +1275,15 @@ fn membership_of(config: &NodeConfig, identity: Identity, dirty: bool) -> Member
         .copied()
         .filter(|r| *r != me)
         .collect();
-    Membership::new(
+    let mut m = Membership::new(
         me,
         peers,
         identity,
         dirty,
         PLANTED_BUGS && config.planted_amnesiac_voter,
-    )
+    );
+    m.rebuild_despite_data_loss = config.rebuild_despite_data_loss;
+    m
 }
 
 /// Whether a data directory holds anything of a replica that took part:

@@ -151,6 +151,9 @@ pub(crate) struct Membership {
     ticks: u64,
     /// Planted bug (`amnesiac-voter`): a lost replica joins anyway.
     rejoin_when_lost: bool,
+    /// Rebuild even while a majority of the group holds no data (the
+    /// operator's choice: see `NodeConfig::rebuild_despite_data_loss`).
+    pub(crate) rebuild_despite_data_loss: bool,
     /// Lost: the founders the members named, and the members heard.
     lost_founders: Vec<(ReplicaId, u64)>,
     lost_sources: BTreeSet<ReplicaId>,
@@ -200,6 +203,7 @@ impl Membership {
             dirty,
             ticks: 0,
             rejoin_when_lost,
+            rebuild_despite_data_loss: false,
             lost_founders: Vec::new(),
             lost_sources: BTreeSet::new(),
             heard: BTreeMap::new(),
@@ -261,9 +265,21 @@ impl Membership {
     /// term and the highest seq of this replica's own ops any peer reported
     /// (a peer that holds no data reports zeros), and a member to fetch a
     /// checkpoint from.
+    ///
+    /// `None` too while a majority of the group holds no data (this replica
+    /// and the peers that answered as lost or joining): a minority that
+    /// holds data may lack ops only the lost majority acknowledged, and
+    /// rebuilding from it would hide that loss (the cluster refuses strong
+    /// ops with "quorum lost data" instead).
     pub(crate) fn rebuild_marks(&self) -> Option<(u64, u64, ReplicaId)> {
         self.lost.as_ref()?;
         if self.peers.iter().any(|p| !self.heard.contains_key(p)) {
+            return None;
+        }
+        let group = self.peers.len() + 1;
+        let members = self.lost_sources.len();
+        let empty = group - members;
+        if empty > group - (group / 2 + 1) && !self.rebuild_despite_data_loss {
             return None;
         }
         let source = *self.lost_sources.iter().next()?;
@@ -370,7 +386,10 @@ impl Membership {
         if self.lost.is_some() {
             let (term, seq) = match h.state {
                 MemberState::Member => (h.term, h.peer_seq),
-                MemberState::Joining | MemberState::Lost => (0, 0),
+                MemberState::Joining | MemberState::Lost => {
+                    self.lost_sources.remove(&from);
+                    (0, 0)
+                }
             };
             self.heard.insert(from, (term, seq));
         }
@@ -604,6 +623,46 @@ mod tests {
         );
         assert!(restarted.is_member());
         assert!(restarted.take_write().is_none());
+    }
+
+    #[test]
+    fn a_lost_replica_rebuilds_only_while_a_majority_holds_data() {
+        let mut nodes = vec![node(1, 3, 11), node(2, 3, 22), node(3, 3, 33)];
+        run(&mut nodes);
+        nodes[1] = node(2, 3, 99);
+        run(&mut nodes);
+        let (_, _, source) = nodes[1].rebuild_marks().expect("one of three lost rebuilds");
+        assert_ne!(source, ReplicaId(2));
+        nodes[1].rebuilt(7);
+        assert!(nodes[1].is_member());
+        assert_eq!(nodes[1].identity.nonce, 22, "it takes back its old nonce");
+        assert_eq!(nodes[1].identity.floor, 7);
+        assert!(nodes[1].take_write().is_some());
+        run(&mut nodes);
+        assert!(nodes[0].accepts(ReplicaId(2)) && nodes[2].accepts(ReplicaId(2)));
+        for n in &nodes {
+            n.check_invariants().expect("invariants");
+        }
+        // Two of three lost at once: the one left with data may lack what
+        // only they acknowledged, so neither rebuilds from it.
+        nodes[1] = node(2, 3, 98);
+        nodes[2] = node(3, 3, 97);
+        run(&mut nodes);
+        for _ in 0..3 {
+            for n in nodes.iter_mut() {
+                for _ in 0..HELLO_RETRY_TICKS {
+                    n.tick();
+                }
+            }
+            run(&mut nodes);
+        }
+        assert!(matches!(nodes[1].standing(), Standing::Lost { .. }));
+        assert!(nodes[1].rebuild_marks().is_none());
+        assert!(nodes[2].rebuild_marks().is_none());
+        assert!(nodes[0].quorum_lost());
+        // Unless the operator says so.
+        nodes[1].rebuild_despite_data_loss = true;
+        assert_eq!(nodes[1].rebuild_marks().map(|m| m.2), Some(ReplicaId(1)));
     }
 
     #[test]

@@ -44,8 +44,10 @@ pub const SERVE_IDLE_TICKS: u64 = 500;
 /// A receiver asks again after this many ticks without an answer.
 pub const FETCH_RETRY_TICKS: u64 = 50;
 
-/// After this many unanswered tries a receiver turns to another peer.
-pub const FETCH_TRIES: u32 = 3;
+/// After this many unanswered tries a receiver turns to another peer (a
+/// sender takes a while to answer the first fetch of a large state: it
+/// takes and encodes a checkpoint first).
+pub const FETCH_TRIES: u32 = 10;
 
 /// Counters of state transfer, for status and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,6 +123,9 @@ pub(crate) struct Transfers {
     last_transfer: u64,
     outbox: Vec<(ReplicaId, SnapshotMessage)>,
     stats: TransferStats,
+    /// Calls of [`Transfers::tick`] since the last counted tick (timing
+    /// stretched on slow links, as CAB's).
+    sub_ticks: u64,
 }
 
 impl Transfers {
@@ -133,6 +138,7 @@ impl Transfers {
             last_transfer: 0,
             outbox: Vec::new(),
             stats: TransferStats::default(),
+            sub_ticks: 0,
         }
     }
 
@@ -218,7 +224,14 @@ impl Transfers {
         self.peers.get(i % self.peers.len().max(1)).copied().unwrap_or(p)
     }
 
-    pub(crate) fn tick(&mut self) {
+    /// Advance time: one counted tick every `scale` calls (the node's link
+    /// timing, so retries wait longer on slow links).
+    pub(crate) fn tick(&mut self, scale: u64) {
+        self.sub_ticks += 1;
+        if self.sub_ticks < scale.max(1) {
+            return;
+        }
+        self.sub_ticks = 0;
         if let Some(s) = self.serving.as_mut() {
             s.idle_ticks += 1;
             if s.idle_ticks >= SERVE_IDLE_TICKS {
@@ -243,18 +256,23 @@ impl Transfers {
 
     /// A fetch from `peer`. `take` produces a checkpoint of the committed
     /// state with the term of its index, or `None` when this is not a clean
-    /// point.
+    /// point; `current` is the index such a checkpoint would have now. A new
+    /// transfer shares the one being served only if nothing was delivered
+    /// since it was taken: a receiver should start as close to the present
+    /// as it can (payloads of ops committed after its checkpoint must still
+    /// be found somewhere).
     pub(crate) fn on_fetch(
         &mut self,
         peer: ReplicaId,
         transfer: u64,
         min_index: u64,
         offset: u64,
+        current: u64,
         take: impl FnOnce() -> Option<(Checkpoint, u64)>,
     ) {
         let usable = self.serving.as_ref().is_some_and(|s| {
             if transfer == 0 {
-                s.index >= min_index
+                s.index >= min_index.max(current)
             } else {
                 s.transfer == transfer
             }
@@ -443,7 +461,7 @@ mod tests {
                     offset,
                 } = m
                 {
-                    tx.on_fetch(ReplicaId(1), transfer, min_index, offset, || {
+                    tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
                         Some((cp.clone(), 3))
                     });
                 }
@@ -463,8 +481,8 @@ mod tests {
                 }
             }
             if !progress {
-                rx.tick();
-                tx.tick();
+                rx.tick(1);
+                tx.tick(1);
             }
         }
         None
@@ -494,7 +512,9 @@ mod tests {
         let SnapshotMessage::Fetch { transfer, min_index, offset } = m else {
             panic!("{m:?}")
         };
-        tx.on_fetch(ReplicaId(1), transfer, min_index, offset, || Some((cp.clone(), 3)));
+        tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
+            Some((cp.clone(), 3))
+        });
         let (_, m) = tx.take_messages().remove(0);
         let SnapshotMessage::Chunk(mut c) = m else { panic!("{m:?}") };
         let mut data = c.data.to_vec();
@@ -519,7 +539,9 @@ mod tests {
         rx.fetch(ReplicaId(2), 10);
         for (_, m) in rx.take_messages() {
             if let SnapshotMessage::Fetch { transfer, min_index, offset } = m {
-                tx.on_fetch(ReplicaId(1), transfer, min_index, offset, || Some((cp.clone(), 1)));
+                tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
+                    Some((cp.clone(), 1))
+                });
             }
         }
         assert!(matches!(
@@ -527,7 +549,7 @@ mod tests {
             [(_, SnapshotMessage::Refused { retry: true, .. })]
         ));
         for _ in 0..FETCH_RETRY_TICKS {
-            rx.tick();
+            rx.tick(1);
         }
         assert_eq!(rx.take_messages().len(), 1, "asked again");
     }

@@ -80,6 +80,12 @@ pub struct ServerConfig {
     /// Accept the `Admin.SetFaults` call (tests and benchmarks only).
     #[serde(default)]
     pub allow_fault_injection: bool,
+    /// After a majority of the replicas lost their data directories:
+    /// rebuild this (lost) replica from the replicas left anyway, accepting
+    /// that ops only the lost replicas acknowledged are gone
+    /// (docs/operations.md, "Lost a disk"). Off by default.
+    #[serde(default)]
+    pub rebuild_despite_data_loss: bool,
 }
 
 mod defaults {
@@ -169,6 +175,7 @@ impl ServerConfig {
             max_request_bytes: defaults::max_request_bytes(),
             peer_queue_frames: defaults::peer_queue_frames(),
             allow_fault_injection: false,
+            rebuild_despite_data_loss: false,
         }
     }
 

@@ -159,6 +159,16 @@ impl Server {
         node_config.replica.early_tentative_views = config.early_preliminary_views;
         node_config.checkpoint_every_ticks =
             (config.checkpoint_every_secs * 1000 / config.tick_ms).max(1);
+        node_config.rebuild_despite_data_loss = config.rebuild_despite_data_loss;
+        if config.rebuild_despite_data_loss {
+            tracing::warn!(
+                replica = %me,
+                "rebuild_despite_data_loss is on: if this replica lost its data while a \
+                 majority of the group did too, it is rebuilt from the replicas left, and \
+                 ops only the lost replicas acknowledged are gone for good; turn it off \
+                 once the cluster is whole"
+            );
+        }
         let limits = node_config.wire;
         let recovered_ops = opened.recovered.ops.len();
         if opened.recovered.repaired {

@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// Accept Admin.SetFaults (tests and benchmarks only).
     #[arg(long)]
     allow_fault_injection: bool,
+    /// After a majority lost their data directories: rebuild this lost
+    /// replica from the replicas left anyway (ops only the lost replicas
+    /// acknowledged are gone for good).
+    #[arg(long)]
+    rebuild_despite_data_loss: bool,
 }
 
 fn parse_replica(s: &str) -> Result<ReplicaAddr, String> {
@@ -99,6 +104,7 @@ impl ServeArgs {
             c.tick_ms = t;
         }
         c.allow_fault_injection |= self.allow_fault_injection;
+        c.rebuild_despite_data_loss |= self.rebuild_despite_data_loss;
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }

@@ -55,11 +55,18 @@ impl Cluster {
     }
 
     fn write_config(&self, i: usize) {
+        self.configure(i, |_| {});
+    }
+
+    /// Rewrite replica `i`'s configuration file: the test defaults, then
+    /// `edit` (it takes effect at the next restart).
+    pub fn configure(&self, i: usize, edit: impl FnOnce(&mut ServerConfig)) {
         let group = ServerConfig::group_on(&self.peers, &self.clients, &self.dir).expect("group");
         let mut c = group[i].clone();
         c.allow_fault_injection = true;
         c.workers = 1;
         c.checkpoint_every_secs = 1;
+        edit(&mut c);
         let toml = c.to_toml().expect("toml");
         std::fs::write(self.dir.join(format!("r{}.toml", i + 1)), toml).expect("config");
     }
