@@ -36,8 +36,8 @@ use transfer::{Fetched, Transfers};
 pub use membership::{Identity, Standing};
 pub use ready::{HoldQueue, Ready, Write};
 pub use timing::LinkTiming;
-pub use transfer::{FetchStatus, TransferStats};
 use timing::Timing;
+pub use transfer::{FetchStatus, TransferStats};
 
 /// Whether this build has the bug-planting switches (the `planted-bugs`
 /// cargo feature, which also turns on those of creek-core and creek-cab).
@@ -151,8 +151,9 @@ pub struct Node<S: CabStorage> {
     gossip: Gossip,
     cab: Cab<S>,
     limits: Limits,
-    /// How much of the committed list gossip has been told about.
-    committed_told: usize,
+    /// How much of the committed order gossip has been told about (a
+    /// global position, see `Replica::committed_len`).
+    committed_told: u64,
     outbox: Vec<(ReplicaId, PeerMessage)>,
     views: Vec<View>,
     /// Frames refused by the decoder.
@@ -291,7 +292,7 @@ impl<S: CabStorage> Node<S> {
             installed: None,
             own_floor: 0,
             reclaim_ticks: 0,
-            committed_told: replica.committed().len(),
+            committed_told: replica.committed_len(),
             replica,
             gossip,
             cab,
@@ -562,19 +563,6 @@ impl<S: CabStorage> Node<S> {
             mut checkpoint,
             term,
         } = fetched;
-        if std::env::var_os("CREEK_TRACE_INSTALL").is_some() {
-            eprintln!(
-                "TRACE {} install from {from} index {} committed_len {} ctx {:?} standing {:?} wanted {:?} own committed {} ctx {:?}",
-                self.id(),
-                checkpoint.cab_applied,
-                checkpoint.committed_len,
-                checkpoint.causal_ctx.to_records().iter().map(|(o, c, x)| (o.0, *c, x.len())).collect::<Vec<_>>(),
-                self.membership.standing(),
-                self.cab.wanted_snapshot(),
-                self.replica.committed_len(),
-                self.replica.causal_context().to_records().iter().map(|(o, c, x)| (o.0, *c, x.len())).collect::<Vec<_>>(),
-            );
-        }
         let own = self.id();
         let own_high = checkpoint
             .causal_ctx
@@ -682,7 +670,7 @@ impl<S: CabStorage> Node<S> {
             Ok((replica, gossip)) => {
                 self.replica = replica;
                 self.gossip = gossip;
-                self.committed_told = self.replica.committed().len();
+                self.committed_told = self.replica.committed_len();
                 self.installed = Some(checkpoint);
                 self.reclaim_own_ops();
             }
@@ -889,6 +877,10 @@ impl<S: CabStorage> Node<S> {
             // an earlier one kept for peers.
             let dropped = self.droppable(self.committed_since(self.durability.checkpointed_len));
             self.durability.checkpointed_len = c.committed_len;
+            // The checkpoint covers the committed ids before it: the list
+            // keeps only what follows (and what gossip was not told yet).
+            self.replica
+                .trim_committed(c.committed_len.min(self.committed_told));
             self.durability.ticks_since_checkpoint = 0;
             self.durability.checkpoint_requested = false;
             (c, dropped)
@@ -1014,11 +1006,11 @@ impl<S: CabStorage> Node<S> {
                 progress = true;
                 self.replica.cab_deliver(id);
             }
-            let committed = self.replica.committed();
-            if committed.len() > self.committed_told {
-                self.gossip
-                    .committed(committed[self.committed_told..].iter().copied());
-                self.committed_told = committed.len();
+            let len = self.replica.committed_len();
+            if len > self.committed_told {
+                let told = self.committed_since(self.committed_told);
+                self.gossip.committed(told);
+                self.committed_told = len;
             }
             if !progress {
                 break;
@@ -1082,7 +1074,7 @@ impl<S: CabStorage> Node<S> {
                 d.durable, d.written
             ));
         }
-        if self.committed_told > self.replica.committed().len() {
+        if self.committed_told > self.replica.committed_len() {
             return Err("gossip was told of more committed ops than there are".into());
         }
         Ok(())

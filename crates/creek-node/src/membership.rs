@@ -631,7 +631,9 @@ mod tests {
         run(&mut nodes);
         nodes[1] = node(2, 3, 99);
         run(&mut nodes);
-        let (_, _, source) = nodes[1].rebuild_marks().expect("one of three lost rebuilds");
+        let (_, _, source) = nodes[1]
+            .rebuild_marks()
+            .expect("one of three lost rebuilds");
         assert_ne!(source, ReplicaId(2));
         nodes[1].rebuilt(7);
         assert!(nodes[1].is_member());

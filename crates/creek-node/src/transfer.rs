@@ -161,9 +161,11 @@ impl Transfers {
     /// Fetch a checkpoint at `min_index` or later, from `from` first. A
     /// fetch already running for as much goes on; one for less starts over.
     pub(crate) fn fetch(&mut self, from: ReplicaId, min_index: u64) {
-        if self.fetching.as_ref().is_some_and(|f| {
-            f.min_index >= min_index || (f.transfer != 0 && f.index >= min_index)
-        }) {
+        if self
+            .fetching
+            .as_ref()
+            .is_some_and(|f| f.min_index >= min_index || (f.transfer != 0 && f.index >= min_index))
+        {
             return;
         }
         if self.fetching.is_some() {
@@ -221,7 +223,10 @@ impl Transfers {
     /// The peer after `p` (in the configured order).
     fn next_peer(&self, p: ReplicaId) -> ReplicaId {
         let i = self.peers.iter().position(|x| *x == p).map_or(0, |i| i + 1);
-        self.peers.get(i % self.peers.len().max(1)).copied().unwrap_or(p)
+        self.peers
+            .get(i % self.peers.len().max(1))
+            .copied()
+            .unwrap_or(p)
     }
 
     /// Advance time: one counted tick every `scale` calls (the node's link
@@ -444,7 +449,12 @@ mod tests {
 
     /// Deliver every message between a receiver (1) and a sender (2) until
     /// none is left; `cut` drops the n-th message once.
-    fn run(rx: &mut Transfers, tx: &mut Transfers, cp: &Checkpoint, cut: Option<usize>) -> Option<Fetched> {
+    fn run(
+        rx: &mut Transfers,
+        tx: &mut Transfers,
+        cp: &Checkpoint,
+        cut: Option<usize>,
+    ) -> Option<Fetched> {
         let mut n = 0;
         for _ in 0..10_000 {
             let mut progress = false;
@@ -509,14 +519,21 @@ mod tests {
         let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1)]);
         rx.fetch(ReplicaId(2), 1);
         let (_, m) = rx.take_messages().remove(0);
-        let SnapshotMessage::Fetch { transfer, min_index, offset } = m else {
+        let SnapshotMessage::Fetch {
+            transfer,
+            min_index,
+            offset,
+        } = m
+        else {
             panic!("{m:?}")
         };
         tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
             Some((cp.clone(), 3))
         });
         let (_, m) = tx.take_messages().remove(0);
-        let SnapshotMessage::Chunk(mut c) = m else { panic!("{m:?}") };
+        let SnapshotMessage::Chunk(mut c) = m else {
+            panic!("{m:?}")
+        };
         let mut data = c.data.to_vec();
         data[5] ^= 1;
         c.data = Bytes::from(data);
@@ -527,7 +544,14 @@ mod tests {
         let again = rx.take_messages();
         assert!(matches!(
             again.as_slice(),
-            [(_, SnapshotMessage::Fetch { transfer: 0, offset: 0, .. })]
+            [(
+                _,
+                SnapshotMessage::Fetch {
+                    transfer: 0,
+                    offset: 0,
+                    ..
+                }
+            )]
         ));
     }
 
@@ -538,7 +562,12 @@ mod tests {
         let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1)]);
         rx.fetch(ReplicaId(2), 10);
         for (_, m) in rx.take_messages() {
-            if let SnapshotMessage::Fetch { transfer, min_index, offset } = m {
+            if let SnapshotMessage::Fetch {
+                transfer,
+                min_index,
+                offset,
+            } = m
+            {
                 tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
                     Some((cp.clone(), 1))
                 });

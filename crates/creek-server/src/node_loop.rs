@@ -700,13 +700,30 @@ impl NodeLoop {
         put("failed", u64::from(self.failed.is_some()));
         put("refused_non_members", self.node.refused_non_members());
         put("payloads_retained", self.node.retained_payloads() as u64);
+        let t = self.node.transfer_stats();
+        put("snapshots_installed", t.installed);
+        put("snapshot_bytes_received", t.bytes_received);
+        put("snapshot_bytes_served", t.bytes_served);
+        put("snapshot_restarts", t.restarts);
+        let fetch = self.node.fetch_status();
+        put("snapshot_fetch_received", fetch.map_or(0, |f| f.received));
+        put("snapshot_fetch_total", fetch.map_or(0, |f| f.total));
         let (role, standing_detail) = match self.node.standing() {
             creek_node::Standing::Member => (cab.role(), String::new()),
             creek_node::Standing::Joining { waiting_for } => (
                 "joining",
                 format!("waiting for replicas {waiting_for:?} to start for the first time"),
             ),
-            creek_node::Standing::Lost { why } => ("lost", why),
+            creek_node::Standing::Lost { why } => match fetch {
+                Some(f) => (
+                    "lost",
+                    format!(
+                        "{why}; rebuilding: {} of {} bytes of a checkpoint from replica {}",
+                        f.received, f.total, f.from
+                    ),
+                ),
+                None => ("lost", why),
+            },
         };
         StatusSnapshot {
             role,

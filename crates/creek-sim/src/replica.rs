@@ -327,6 +327,9 @@ impl CreekReplica {
 
     /// After a step: carry out the node's `Ready` and note new commits.
     fn collect(&mut self) {
+        // Before `ready`: a checkpoint written there trims the replica's
+        // committed list.
+        self.note_committed();
         let Some(node) = self.node.as_mut() else {
             return;
         };

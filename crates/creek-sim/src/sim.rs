@@ -1123,7 +1123,7 @@ impl Sim {
     /// executions in flight and messages to the node are lost, and the
     /// clients waiting on it learn nothing more.
     fn crash(&mut self, i: usize, torn: bool) {
-        if self.cfg.check_invariants || std::env::var_os("CREEK_TRACE_INSTALL").is_some() {
+        if self.cfg.check_invariants {
             eprintln!("crash replica {i} at {} us", self.now);
         }
         if !self.nodes[i].node.is_up() {
@@ -1157,7 +1157,7 @@ impl Sim {
         if node.is_up() {
             return;
         }
-        if self.cfg.check_invariants || std::env::var_os("CREEK_TRACE_INSTALL").is_some() {
+        if self.cfg.check_invariants {
             eprintln!("restart replica {i} at {} us", self.now);
         }
         // A replica that cannot restart stays down; the run then does not

@@ -96,9 +96,13 @@ fn log_of(cluster: &Cluster, i: usize) -> String {
 /// with replica `with`'s committed count as it was when the wait began.
 async fn wait_rebuilt(cluster: &Cluster, i: usize, with: usize) {
     let target = cluster.status(with).await.map_or(0, |s| s.committed);
-    wait_status(cluster, i, "rebuilt and caught up", Duration::from_secs(60), |s| {
-        (s.role == "follower" || s.role == "leader") && s.committed >= target
-    })
+    wait_status(
+        cluster,
+        i,
+        "rebuilt and caught up",
+        Duration::from_secs(60),
+        |s| (s.role == "follower" || s.role == "leader") && s.committed >= target,
+    )
     .await;
     assert!(
         log_of(cluster, i)
@@ -142,7 +146,8 @@ async fn load(
                     _ => ("kv.incr", vec![b("n"), Value::Int(1)]),
                 };
                 let Ok(mut c) =
-                    creek_proto::pb::creek_client::CreekClient::connect(format!("http://{at}")).await
+                    creek_proto::pb::creek_client::CreekClient::connect(format!("http://{at}"))
+                        .await
                 else {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
@@ -167,12 +172,13 @@ async fn load(
                     }
                     Err(_) => None,
                 };
+                let unknown = completed.is_none();
                 history.lock().expect("history").push(Recorded {
                     call: ProcCall::new(name, creek_exec::value::encode_args(&args)),
                     invoked_us,
                     completed,
                 });
-                if completed.is_none() {
+                if unknown {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -256,7 +262,10 @@ async fn wiped_replicas_are_rebuilt_under_load_and_nothing_acknowledged_is_lost(
         if counts.iter().all(|c| c.is_some() && *c == counts[0]) && ns.iter().all(|n| *n == ns[0]) {
             break;
         }
-        assert!(Instant::now() < deadline, "no convergence: {counts:?} {ns:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no convergence: {counts:?} {ns:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -270,14 +279,21 @@ async fn wiped_replicas_are_rebuilt_under_load_and_nothing_acknowledged_is_lost(
     cluster.wait_for_leader(T).await;
     let history = std::mem::take(&mut *history.lock().expect("history"));
     let incr = |r: &&Recorded| r.call.name.as_ref() == "kv.incr";
-    let acked = history.iter().filter(incr).filter(|r| r.completed.is_some()).count() as i64;
+    let acked = history
+        .iter()
+        .filter(incr)
+        .filter(|r| r.completed.is_some())
+        .count() as i64;
     let tried = history.iter().filter(incr).count() as i64;
     let n = as_int(&strong_get(&cluster, 0, "n").await);
     assert!(
         (acked..=tried).contains(&n),
         "n = {n}, but {acked} increments were acknowledged and {tried} tried"
     );
-    assert!(acked > 20, "too little load got through: {acked} increments");
+    assert!(
+        acked > 20,
+        "too little load got through: {acked} increments"
+    );
     let verdict = check_linearizable(&history);
     eprintln!("{verdict}; n = {n}, {acked} increments acknowledged");
 }

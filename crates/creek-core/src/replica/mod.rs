@@ -207,6 +207,19 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.config.id
     }
 
+    /// Forget the committed ids at global positions before `len` (at most
+    /// the finalized ones): a checkpoint covers them, and the list would
+    /// otherwise grow by one id per op for as long as the replica runs.
+    /// [`Replica::committed`] then lists from the new base on;
+    /// [`Replica::committed_len`] is unchanged.
+    pub fn trim_committed(&mut self, len: u64) {
+        let upto = len.min(self.counters.finalized);
+        let n = upto.saturating_sub(self.committed_base);
+        let n = usize::try_from(n).map_or(self.committed.len(), |n| n.min(self.committed.len()));
+        self.committed.drain(..n);
+        self.committed_base += n as u64;
+    }
+
     /// This replica was rebuilt from a peer's checkpoint after it lost its
     /// data, and resumes its own seqs past `upto`: its own ops up to `upto`
     /// that come back by gossip are taken like remote ones.
