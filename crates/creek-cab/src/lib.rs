@@ -607,8 +607,7 @@ impl<S: CabStorage> Cab<S> {
             let since = *self.snapshots_out.entry(id).or_insert(now);
             if now - since >= SNAPSHOT_RETRY_TICKS {
                 self.snapshots_out.remove(&id);
-                self.node
-                    .report_snapshot(id, raft::SnapshotStatus::Failure);
+                self.node.report_snapshot(id, raft::SnapshotStatus::Failure);
             }
         }
     }

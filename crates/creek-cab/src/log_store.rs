@@ -369,7 +369,8 @@ impl CabStorage for LogStore {
             self.entries.clear();
             self.pending.entries.clear();
             let from = index + 1;
-            self.pending.truncate_from = Some(self.pending.truncate_from.map_or(from, |t| t.min(from)));
+            self.pending.truncate_from =
+                Some(self.pending.truncate_from.map_or(from, |t| t.min(from)));
         }
         self.base = LogBase { index, term };
         self.pending.compacted_through = Some(self.base);

@@ -95,7 +95,11 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
     };
     let floor = if r.pos < bytes.len() {
         match r.varint()? {
-            0 => return Err(corrupt("identity: a floor of 0 is never written".to_owned())),
+            0 => {
+                return Err(corrupt(
+                    "identity: a floor of 0 is never written".to_owned(),
+                ))
+            }
             f => f,
         }
     } else {
@@ -143,9 +147,7 @@ impl Reader<'_> {
         let room = (self.buf.len() - self.pos.min(self.buf.len())) / unit.max(1);
         match usize::try_from(n) {
             Ok(n) if n <= room => Ok(n),
-            _ => Err(corrupt(format!(
-                "count {n} exceeds the remaining bytes"
-            ))),
+            _ => Err(corrupt(format!("count {n} exceeds the remaining bytes"))),
         }
     }
 }

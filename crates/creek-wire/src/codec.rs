@@ -121,7 +121,8 @@ use creek_core::{Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::{ClientRequestId, ProcCall};
 
 use crate::{
-    CabMessage, GossipMessage, Hello, MemberState, PeerMessage, Probe, SnapshotChunk, SnapshotMessage,
+    CabMessage, GossipMessage, Hello, MemberState, PeerMessage, Probe, SnapshotChunk,
+    SnapshotMessage,
 };
 
 /// Version of the frame format, the first byte of every frame.

@@ -21,11 +21,11 @@ use creek_core::{Op, OpId, ReplicaId};
 pub mod checkpoint;
 pub mod codec;
 
+pub use checkpoint::CheckpointError;
 pub use codec::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, DecodeError, EncodeError,
     Limit, Limits, LimitsError, WIRE_VERSION,
 };
-pub use checkpoint::CheckpointError;
 
 /// One replica-to-replica message.
 #[derive(Clone, Debug, PartialEq, Eq)]

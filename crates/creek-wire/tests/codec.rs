@@ -9,8 +9,7 @@ use creek_exec::{ClientRequestId, ProcCall};
 use creek_wire::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, CabMessage, DecodeError,
     EncodeError, GossipMessage, Hello, Limit, Limits, LimitsError, MemberState, PeerMessage, Probe,
-    SnapshotChunk, SnapshotMessage,
-    WIRE_VERSION,
+    SnapshotChunk, SnapshotMessage, WIRE_VERSION,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
