@@ -39,6 +39,16 @@ pub fn run(args: &Args) -> Result<(), String> {
         rows.push(row(addr, reply));
     }
     print_table(&rows);
+    // Why a replica takes no part (joining, or lost its data and being
+    // rebuilt, with the rebuild's progress).
+    for reply in replies.iter().flatten() {
+        if !reply.standing_detail.is_empty() {
+            println!(
+                "replica {} is {}: {}",
+                reply.replica, reply.role, reply.standing_detail
+            );
+        }
+    }
     if args.counters {
         for (addr, reply) in args.addrs.iter().zip(&replies) {
             if let Ok(s) = reply {
