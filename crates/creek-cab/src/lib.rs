@@ -231,6 +231,10 @@ pub struct Cab<S: CabStorage> {
     snapshots_out: FxHashMap<u64, u64>,
     /// The library's ticks.
     raft_ticks: u64,
+    /// A replica rebuilt after it lost its data: until its commit index
+    /// reaches this, it neither campaigns nor grants a vote to a candidate
+    /// whose log ends before it (see [`Cab::catch_up_to`]).
+    catch_up_to: u64,
     /// Decided ids waiting for conditional delivery, in log order, with the
     /// index of their entry.
     decided: VecDeque<(OpId, u64)>,
@@ -307,6 +311,7 @@ impl<S: CabStorage> Cab<S> {
             held_snapshot: None,
             snapshots_out: FxHashMap::default(),
             raft_ticks: 0,
+            catch_up_to: 0,
             decided: VecDeque::new(),
             seen,
             compactable: 0,
@@ -388,6 +393,17 @@ impl<S: CabStorage> Cab<S> {
                     return;
                 }
                 if self.stale_reject(&m) {
+                    return;
+                }
+                if matches!(
+                    m.get_msg_type(),
+                    MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+                ) && self.catching_up()
+                    && m.index < self.catch_up_to
+                {
+                    // No answer: the candidate may lack entries this
+                    // replica lost (see `catch_up_to`).
+                    self.stats.refused += 1;
                     return;
                 }
                 if let Some(why) = self.lost_acknowledged(from, &m) {
@@ -497,6 +513,22 @@ impl<S: CabStorage> Cab<S> {
             pr.next_idx = last + 1;
         }
         self.snapshots_out.remove(&id);
+    }
+
+    /// This replica was rebuilt after it lost its data, and a peer's log
+    /// reached `index` then. Entries up to there may have been committed
+    /// with acknowledgements the lost data held, so some may now be held by
+    /// fewer than a majority: until this replica's commit index reaches
+    /// `index` it does not campaign, and grants a vote (or pre-vote) only to
+    /// a candidate whose log reaches `index` — else two replicas short of
+    /// those entries could elect one of them and overwrite them.
+    pub fn catch_up_to(&mut self, index: u64) {
+        self.catch_up_to = self.catch_up_to.max(index);
+    }
+
+    /// Still catching up (see [`Cab::catch_up_to`]).
+    pub fn catching_up(&self) -> bool {
+        self.node.raft.raft_log.committed < self.catch_up_to
     }
 
     /// Whether `m` is a rejected append that the leader already knows to be
@@ -838,7 +870,18 @@ impl<S: CabStorage> Cab<S> {
     }
 
     fn send(&mut self, msgs: Vec<Message>) {
+        let catching_up = self.catching_up();
         for m in msgs {
+            if catching_up
+                && matches!(
+                    m.get_msg_type(),
+                    MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+                )
+            {
+                // No campaign while short of what a peer held at the
+                // rebuild (see `catch_up_to`): its candidacy goes nowhere.
+                continue;
+            }
             let Some(to) = replica_of(m.to) else {
                 continue;
             };

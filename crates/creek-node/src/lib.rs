@@ -351,6 +351,7 @@ impl<S: CabStorage> Node<S> {
                     nonce: fresh_nonce,
                     founders: Some(Vec::new()),
                     floor: 0,
+                    catch_up_to: 0,
                 },
                 true,
             ),
@@ -398,6 +399,7 @@ impl<S: CabStorage> Node<S> {
         );
         node.retained = covered.into_iter().collect();
         node.own_floor = node.membership.identity().floor;
+        node.cab.catch_up_to(node.membership.identity().catch_up_to);
         node.reclaim_own_ops();
         node.adopt_tentative_strong_ops();
         Ok(node)
@@ -544,7 +546,7 @@ impl<S: CabStorage> Node<S> {
                 None => self.transfers.cancel_fetch(),
             },
             Standing::Lost { .. } => {
-                if let Some((_, _, source)) = self.membership.rebuild_marks() {
+                if let Some(source) = self.membership.rebuild_marks().map(|m| m.source) {
                     // Index 1 at least: a cluster that committed nothing has
                     // nothing to rebuild from yet.
                     self.transfers.fetch(source, 1);
@@ -590,15 +592,19 @@ impl<S: CabStorage> Node<S> {
                 self.cab.install_snapshot();
             }
             Standing::Lost { .. } => {
-                let Some((max_term, max_seq, _)) = self.membership.rebuild_marks() else {
+                let Some(marks) = self.membership.rebuild_marks() else {
                     return;
                 };
                 let index = checkpoint.cab_applied;
-                let next = own_high.max(max_seq) + 1;
+                let next = own_high.max(marks.own_seq) + 1;
                 self.own_floor = next - 1;
                 self.replace_state(checkpoint, next);
-                self.cab.restore_lost(from, index, term, max_term);
-                self.membership.rebuilt(self.own_floor);
+                self.cab.restore_lost(from, index, term, marks.term);
+                // Entries a peer holds past the checkpoint may be committed
+                // with the lost data's acknowledgements: until this replica
+                // holds them, it must not help a shorter log win.
+                self.cab.catch_up_to(marks.last_index);
+                self.membership.rebuilt(self.own_floor, marks.last_index);
             }
             Standing::Joining { .. } => {}
         }
@@ -788,6 +794,11 @@ impl<S: CabStorage> Node<S> {
                 };
                 h.peer_seq = self.gossip.highest_seq(*to);
                 h.floor = self.own_floor;
+                h.last_index = if self.membership.is_member() {
+                    self.cab.log_mark().0
+                } else {
+                    0
+                };
             }
         }
         out.append(&mut self.outbox);
@@ -1197,6 +1208,11 @@ impl<S: CabStorage> Node<S> {
     /// member of this cluster in good standing (or this replica is not one).
     pub fn refused_non_members(&self) -> u64 {
         self.refused_non_members
+    }
+
+    /// Whether gossip holds the payload of `id` (to answer peers).
+    pub fn gossip_holds(&self, id: OpId) -> bool {
+        self.gossip.op(id).is_some()
     }
 
     /// Gossip's per-origin delivered counters.

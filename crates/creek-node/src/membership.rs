@@ -68,6 +68,10 @@ pub struct Identity {
     /// replica's own ops from before it lost its data, which it takes back
     /// from its peers (0: never rebuilt).
     pub floor: u64,
+    /// After a rebuild: the longest consensus log a peer reported then.
+    /// Until its commit index reaches it, the replica neither campaigns
+    /// nor votes for a candidate whose log is shorter (0: no such limit).
+    pub catch_up_to: u64,
 }
 
 impl Identity {
@@ -77,6 +81,7 @@ impl Identity {
             nonce,
             founders: None,
             floor: 0,
+            catch_up_to: 0,
         }
     }
 
@@ -89,6 +94,7 @@ impl Identity {
             nonce: 0,
             founders: Some(founders),
             floor: 0,
+            catch_up_to: 0,
         }
     }
 
@@ -112,6 +118,19 @@ fn cluster_id(founders: &[(ReplicaId, u64)]) -> u64 {
         }
     }
     h
+}
+
+/// What a lost replica learnt from its peers before it is rebuilt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RebuildMarks {
+    /// The highest consensus term any peer reported.
+    pub(crate) term: u64,
+    /// The highest seq of this replica's own ops any peer holds.
+    pub(crate) own_seq: u64,
+    /// The longest consensus log any peer reported.
+    pub(crate) last_index: u64,
+    /// A member to fetch a checkpoint from.
+    pub(crate) source: ReplicaId,
 }
 
 /// Where this replica stands, for status and errors.
@@ -157,9 +176,10 @@ pub(crate) struct Membership {
     /// Lost: the founders the members named, and the members heard.
     lost_founders: Vec<(ReplicaId, u64)>,
     lost_sources: BTreeSet<ReplicaId>,
-    /// Lost: per peer, the consensus term and the highest seq of this
-    /// replica's ops it reported in its latest hello.
-    heard: BTreeMap<ReplicaId, (u64, u64)>,
+    /// Lost: per peer, the consensus term, the highest seq of this
+    /// replica's ops and the last index of its consensus log, as reported
+    /// in its latest hello.
+    heard: BTreeMap<ReplicaId, (u64, u64, u64)>,
     /// Hellos to send.
     outbox: Vec<(ReplicaId, Hello)>,
     /// What happened, for the driver's log (taken by `take_events`).
@@ -271,7 +291,7 @@ impl Membership {
     /// holds data may lack ops only the lost majority acknowledged, and
     /// rebuilding from it would hide that loss (the cluster refuses strong
     /// ops with "quorum lost data" instead).
-    pub(crate) fn rebuild_marks(&self) -> Option<(u64, u64, ReplicaId)> {
+    pub(crate) fn rebuild_marks(&self) -> Option<RebuildMarks> {
         self.lost.as_ref()?;
         if self.peers.iter().any(|p| !self.heard.contains_key(p)) {
             return None;
@@ -283,16 +303,20 @@ impl Membership {
             return None;
         }
         let source = *self.lost_sources.iter().next()?;
-        let term = self.heard.values().map(|(t, _)| *t).max().unwrap_or(0);
-        let seq = self.heard.values().map(|(_, s)| *s).max().unwrap_or(0);
-        Some((term, seq, source))
+        Some(RebuildMarks {
+            term: self.heard.values().map(|m| m.0).max().unwrap_or(0),
+            own_seq: self.heard.values().map(|m| m.1).max().unwrap_or(0),
+            last_index: self.heard.values().map(|m| m.2).max().unwrap_or(0),
+            source,
+        })
     }
 
     /// The lost replica installed a member's checkpoint: it is a member
     /// again, under its old nonce (a data directory without founders keeps
     /// the new one), taking back its own ops up to `floor`.
-    pub(crate) fn rebuilt(&mut self, floor: u64) {
+    pub(crate) fn rebuilt(&mut self, floor: u64, catch_up_to: u64) {
         self.identity.floor = floor;
+        self.identity.catch_up_to = catch_up_to;
         if self.lost.take().is_none() {
             return;
         }
@@ -355,6 +379,7 @@ impl Membership {
                 term: 0,
                 peer_seq: 0,
                 floor: 0,
+                last_index: 0,
             },
         ));
     }
@@ -384,14 +409,14 @@ impl Membership {
         }
         let was_member = self.is_member();
         if self.lost.is_some() {
-            let (term, seq) = match h.state {
-                MemberState::Member => (h.term, h.peer_seq),
+            let marks = match h.state {
+                MemberState::Member => (h.term, h.peer_seq, h.last_index),
                 MemberState::Joining | MemberState::Lost => {
                     self.lost_sources.remove(&from);
-                    (0, 0)
+                    (0, 0, 0)
                 }
             };
-            self.heard.insert(from, (term, seq));
+            self.heard.insert(from, marks);
         }
         match h.state {
             MemberState::Lost => {
@@ -631,11 +656,12 @@ mod tests {
         run(&mut nodes);
         nodes[1] = node(2, 3, 99);
         run(&mut nodes);
-        let (_, _, source) = nodes[1]
+        let source = nodes[1]
             .rebuild_marks()
-            .expect("one of three lost rebuilds");
+            .expect("one of three lost rebuilds")
+            .source;
         assert_ne!(source, ReplicaId(2));
-        nodes[1].rebuilt(7);
+        nodes[1].rebuilt(7, 40);
         assert!(nodes[1].is_member());
         assert_eq!(nodes[1].identity.nonce, 22, "it takes back its old nonce");
         assert_eq!(nodes[1].identity.floor, 7);
@@ -664,7 +690,10 @@ mod tests {
         assert!(nodes[0].quorum_lost());
         // Unless the operator says so.
         nodes[1].rebuild_despite_data_loss = true;
-        assert_eq!(nodes[1].rebuild_marks().map(|m| m.2), Some(ReplicaId(1)));
+        assert_eq!(
+            nodes[1].rebuild_marks().map(|m| m.source),
+            Some(ReplicaId(1))
+        );
     }
 
     #[test]
@@ -682,6 +711,7 @@ mod tests {
             term: 1,
             peer_seq: 0,
             floor: 0,
+            last_index: 0,
         };
         b[0].on_hello(ReplicaId(2), hello);
         assert_eq!(b[0].foreign_peers(), vec![ReplicaId(2)]);
@@ -697,6 +727,7 @@ mod tests {
             term: 1,
             peer_seq: 0,
             floor: 0,
+            last_index: 0,
         };
         assert!(late.on_hello(ReplicaId(1), hello));
         assert_eq!(late.identity.founders, founders);

@@ -638,8 +638,16 @@ impl SimReplica for CreekReplica {
             })
             .take(10)
             .collect();
+        let me = r.id();
+        let last = r.last_issued_seq();
+        let own: Vec<(u64, bool, bool)> = (last.saturating_sub(6)..=last)
+            .map(|seq| {
+                let id = OpId { origin: me, seq };
+                (seq, r.op(id).is_some(), n.gossip_holds(id))
+            })
+            .collect();
         format!(
-            "held_appends={} waiting={waiting:?} missing={missing:?} gossip={:?} lost_peers={:?} \
+            "own(seq,replica,gossip)={own:?} held_appends={} waiting={waiting:?} missing={missing:?} gossip={:?} lost_peers={:?} \
              foreign={:?} delivered={:?} ",
             cab.held_appends(),
             n.gossip_stats(),

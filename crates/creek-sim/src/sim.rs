@@ -107,6 +107,13 @@ struct Client {
 /// behind).
 pub type FaultCounts = BTreeMap<&'static str, u64>;
 
+/// `CREEK_SIM_DEBUG` set: crashes, restarts, lost disks and the first
+/// prefix violation go to stderr as they happen, and every replica's inner
+/// state at the end (for a failing seed).
+fn debug_log() -> bool {
+    std::env::var_os("CREEK_SIM_DEBUG").is_some()
+}
+
 /// How long a `disk_stall` fault lasts.
 const STALL_US: u64 = 300_000;
 /// An fsync's time on a stalled disk.
@@ -938,6 +945,12 @@ impl Sim {
         for (pos, id) in committed.iter().enumerate().skip(from) {
             match self.canonical.get(pos) {
                 Some(c) if c != id => {
+                    if self.prefix_violation.is_none() && debug_log() {
+                        eprintln!(
+                            "prefix violation at replica {i}, position {pos}, at {} us",
+                            self.now
+                        );
+                    }
                     if self.prefix_violation.is_none() {
                         self.prefix_violation = Some(format!(
                             "replica {i} committed {id} at position {pos} where another replica committed {c}"
@@ -1100,6 +1113,9 @@ impl Sim {
                     && !self.nodes[victim].node.is_lost()
                 {
                     *self.faults.entry("disk_lost").or_default() += 1;
+                    if debug_log() {
+                        eprintln!("wipe replica {victim} at {} us", self.now);
+                    }
                     self.crash(victim, false);
                     self.nodes[victim].node.lose_disk();
                     self.nodes[victim].wiped = true;
@@ -1123,7 +1139,7 @@ impl Sim {
     /// executions in flight and messages to the node are lost, and the
     /// clients waiting on it learn nothing more.
     fn crash(&mut self, i: usize, torn: bool) {
-        if self.cfg.check_invariants {
+        if self.cfg.check_invariants || debug_log() {
             eprintln!("crash replica {i} at {} us", self.now);
         }
         if !self.nodes[i].node.is_up() {
@@ -1157,7 +1173,7 @@ impl Sim {
         if node.is_up() {
             return;
         }
-        if self.cfg.check_invariants {
+        if self.cfg.check_invariants || debug_log() {
             eprintln!("restart replica {i} at {} us", self.now);
         }
         // A replica that cannot restart stays down; the run then does not
@@ -1232,7 +1248,7 @@ impl Sim {
     }
 
     fn finish(mut self, settled: bool) -> Outcome {
-        if std::env::var_os("CREEK_SIM_DEBUG").is_some() {
+        if debug_log() {
             for (i, n) in self.nodes.iter().enumerate() {
                 eprintln!("replica {i}: {}", n.node.debug());
             }

@@ -9,7 +9,7 @@
 //! * **Identity** (`creek_node::Identity`): varints — `nonce`, then 0
 //!   (joining) or 1 followed by `count` and `count` × (`replica` ≤ u16,
 //!   `nonce`), the founders in replica order; then, only for a replica
-//!   rebuilt from a peer's checkpoint, its `floor` (≥ 1).
+//!   rebuilt from a peer's checkpoint, its `floor` and `catch_up_to`.
 //!
 //! Nothing may follow. Decoding is total: any byte string yields an
 //! identity or [`StoreError::Corrupt`], never a panic, and
@@ -64,8 +64,9 @@ pub fn encode_identity(id: &Identity) -> Vec<u8> {
             }
         }
     }
-    if id.floor > 0 {
+    if id.floor > 0 || id.catch_up_to > 0 {
         varint::put(&mut out, id.floor);
+        varint::put(&mut out, id.catch_up_to);
     }
     out
 }
@@ -93,17 +94,10 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
         }
         b => return Err(corrupt(format!("identity: unknown founders flag {b}"))),
     };
-    let floor = if r.pos < bytes.len() {
-        match r.varint()? {
-            0 => {
-                return Err(corrupt(
-                    "identity: a floor of 0 is never written".to_owned(),
-                ))
-            }
-            f => f,
-        }
+    let (floor, catch_up_to) = if r.pos < bytes.len() {
+        (r.varint()?, r.varint()?)
     } else {
-        0
+        (0, 0)
     };
     if r.pos != bytes.len() {
         return Err(corrupt("identity: trailing bytes".to_owned()));
@@ -112,6 +106,7 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
         nonce,
         founders,
         floor,
+        catch_up_to,
     })
 }
 
@@ -165,18 +160,20 @@ mod tests {
             nonce in any::<u64>(),
             founders in proptest::option::of(prop::collection::btree_map(any::<u16>(), any::<u64>(), 0..5)),
             floor in prop_oneof![Just(0u64), any::<u64>()],
+            catch_up_to in prop_oneof![Just(0u64), any::<u64>()],
             cut in any::<prop::sample::Index>(),
         ) {
             let id = Identity {
                 nonce,
                 founders: founders.map(|f| f.into_iter().map(|(r, n)| (ReplicaId(r), n)).collect()),
                 floor,
+                catch_up_to,
             };
             let bytes = encode_identity(&id);
             prop_assert_eq!(decode_identity(&bytes).ok(), Some(id.clone()));
-            // A prefix is refused, but for the one without the floor (the
-            // identity of a replica never rebuilt).
-            let unfloored = encode_identity(&Identity { floor: 0, ..id });
+            // A prefix is refused, but for the one without the rebuild's
+            // marks (the identity of a replica never rebuilt).
+            let unfloored = encode_identity(&Identity { floor: 0, catch_up_to: 0, ..id });
             let prefix = &bytes[..cut.index(bytes.len())];
             if prefix != unfloored.as_slice() {
                 prop_assert!(decode_identity(prefix).is_err());

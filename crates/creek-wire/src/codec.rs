@@ -27,7 +27,7 @@
 //! | 0x13 | [`CabMessage::Compact`]   | `through`                                      |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
-//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor` |
+//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index` |
 //! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
 //! | 0x31 | [`SnapshotMessage::Fetch`] | `transfer`, `min_index`, `offset`            |
 //! | 0x32 | [`SnapshotMessage::Chunk`] | `transfer`, `index`, `term`, `total_len`, `checksum: u32le`, `offset`, `len`, `len` bytes |
@@ -673,6 +673,7 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
             s.put_varint(h.term);
             s.put_varint(h.peer_seq);
             s.put_varint(h.floor);
+            s.put_varint(h.last_index);
         }
         PeerMessage::Snapshot(SnapshotMessage::Fetch {
             transfer,
@@ -956,6 +957,7 @@ impl<'a> Reader<'a> {
             term: self.varint()?,
             peer_seq: self.varint()?,
             floor: self.varint()?,
+            last_index: self.varint()?,
         })
     }
 

@@ -70,6 +70,10 @@ pub struct Hello {
     /// that lacks some takes them in any order, if they ever come (some
     /// were lost with the data).
     pub floor: u64,
+    /// The last index of the sender's consensus log (0 unless it is a
+    /// member): a rebuilt replica votes only for candidates that reach the
+    /// longest log any peer reported, until its own commit index does.
+    pub last_index: u64,
 }
 
 /// State transfer. A replica that needs a checkpoint — its consensus log is

@@ -96,10 +96,19 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             prop_oneof![Just(MemberState::Joining), Just(MemberState::Member), Just(MemberState::Lost)],
             prop::collection::vec((arb_origin(), any::<u64>()), 0..6),
             any::<bool>(),
-            (any::<u64>(), any::<u64>(), any::<u64>()),
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
         )
-            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor))| {
-                PeerMessage::Hello(Hello { nonce, state, founders, reply, term, peer_seq, floor })
+            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index))| {
+                PeerMessage::Hello(Hello {
+                    nonce,
+                    state,
+                    founders,
+                    reply,
+                    term,
+                    peer_seq,
+                    floor,
+                    last_index,
+                })
             }),
         1 => (any::<u64>(), any::<u64>(), any::<u64>())
             .prop_map(|(transfer, min_index, offset)| {
