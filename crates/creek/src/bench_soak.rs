@@ -194,7 +194,7 @@ fn dir_bytes(dir: &Path) -> Result<u64, String> {
 
 /// The last lines of a server's log, for the message that it died (the
 /// log goes with the cluster's directory when the bench ends).
-fn log_tail(path: &Path) -> String {
+pub(crate) fn log_tail(path: &Path) -> String {
     const LINES: usize = 5;
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();

@@ -5,7 +5,9 @@ mod bench_cab;
 mod bench_cluster;
 mod bench_executor;
 mod bench_load;
+mod bench_procs;
 mod bench_soak;
+mod bench_transfer;
 mod call_cmd;
 mod serve_cmd;
 mod sim_cmd;
@@ -72,6 +74,9 @@ enum Bench {
     /// YCSB-A for minutes on a local cluster, sampling each replica's
     /// memory, disk and consensus-log length (docs/bench/soak.md).
     Soak(bench_soak::Args),
+    /// A replica that lost its data rebuilt from a peer's checkpoint on a
+    /// local cluster: transfer rate and client stalls (docs/bench/transfer.md).
+    Transfer(bench_transfer::Args),
 }
 
 /// Print a report: one JSON line with `--json`, indented otherwise.
@@ -123,6 +128,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: Bench::Soak(args),
         } => bench_soak::run(&args),
+        Command::Bench {
+            which: Bench::Transfer(args),
+        } => bench_transfer::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

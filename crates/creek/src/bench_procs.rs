@@ -1,0 +1,178 @@
+//! `creek serve` processes that a benchmark starts with settings of its
+//! own, and kills, wipes and restarts one at a time.
+//!
+//! `bench_cluster::start_cluster` starts a cluster with every server
+//! default and stops it only as a whole; a benchmark that needs another
+//! setting (a checkpoint interval) or that kills and restarts a replica
+//! uses [`Servers`]. The layout is the same: replica `i`'s configuration is
+//! `r{i}.toml`, its log `r{i}.log` and its data directory `r{i}/` in one
+//! temporary directory, which goes with the processes when the value is
+//! dropped (on error and on Ctrl-C too).
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use creek_server::ServerConfig;
+
+/// `creek serve` processes, killed and their directory removed on drop.
+pub(crate) struct Servers {
+    /// Where the configurations, logs and data directories are.
+    pub(crate) dir: PathBuf,
+    /// The replicas' client endpoints (replica `i + 1` at index `i`).
+    pub(crate) clients: Vec<SocketAddr>,
+    /// The running processes (`None`: killed and not restarted).
+    children: Vec<Option<Child>>,
+    /// `RUST_LOG` of the servers.
+    log_filter: String,
+}
+
+fn free_addr() -> Result<SocketAddr, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("finding a free port: {e}"))
+}
+
+impl Servers {
+    /// Start `n` replicas on free loopback ports, in a fresh directory
+    /// named after `name` and this process. Each runs with the server
+    /// defaults, then `edit`; its log keeps `log_filter` (`RUST_LOG`).
+    pub(crate) fn start(
+        n: usize,
+        name: &str,
+        log_filter: &str,
+        edit: impl Fn(&mut ServerConfig),
+    ) -> Result<Servers, String> {
+        let dir = std::env::temp_dir().join(format!("creek-bench-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        // Owned from here: whatever fails below, the drop cleans up.
+        let mut servers = Servers {
+            dir: dir.clone(),
+            clients: Vec::new(),
+            children: (0..n).map(|_| None).collect(),
+            log_filter: log_filter.to_owned(),
+        };
+        let clients = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
+        let peers = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
+        servers.clients = clients.clone();
+        let configs = ServerConfig::group_on(&peers, &clients, &dir).map_err(|e| e.to_string())?;
+        for (i, mut config) in configs.into_iter().enumerate() {
+            edit(&mut config);
+            config.validate().map_err(|e| e.to_string())?;
+            let toml = config.to_toml().map_err(|e| e.to_string())?;
+            std::fs::write(servers.config_path(i), toml)
+                .map_err(|e| format!("writing {}: {e}", servers.config_path(i).display()))?;
+            servers.spawn(i)?;
+        }
+        Ok(servers)
+    }
+
+    /// Replica `i`'s configuration file (0-based `i`).
+    fn config_path(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("r{}.toml", i + 1))
+    }
+
+    /// Replica `i`'s log (0-based `i`); a restart appends to it.
+    pub(crate) fn log_path(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("r{}.log", i + 1))
+    }
+
+    /// Replica `i`'s data directory (0-based `i`), as
+    /// `ServerConfig::group_on` names it.
+    pub(crate) fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("r{}", i + 1))
+    }
+
+    /// Start replica `i` (0-based) from its configuration file and data
+    /// directory. It must not be running.
+    pub(crate) fn spawn(&mut self, i: usize) -> Result<(), String> {
+        match self.children.get(i) {
+            None => return Err(format!("there is no replica {}", i + 1)),
+            Some(Some(_)) => return Err(format!("replica {} is running already", i + 1)),
+            Some(None) => {}
+        }
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .map_err(|e| format!("opening the log of replica {}: {e}", i + 1))?;
+        let child = Command::new(exe)
+            .arg("serve")
+            .arg("--config")
+            .arg(self.config_path(i))
+            .env("RUST_LOG", &self.log_filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("starting creek serve: {e}"))?;
+        self.children[i] = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL replica `i` (0-based) and reap it. Killing one that is not
+    /// running does nothing.
+    pub(crate) fn kill(&mut self, i: usize) -> Result<(), String> {
+        if let Some(mut c) = self.children.get_mut(i).and_then(Option::take) {
+            c.kill()
+                .map_err(|e| format!("killing replica {}: {e}", i + 1))?;
+            c.wait()
+                .map_err(|e| format!("reaping replica {}: {e}", i + 1))?;
+        }
+        Ok(())
+    }
+
+    /// Why replica `i` (0-based) is not running, if it exited by itself
+    /// (`None` while it runs, and for one killed here).
+    pub(crate) fn exited(&mut self, i: usize) -> Option<String> {
+        let child = self.children.get_mut(i)?.as_mut()?;
+        match child.try_wait() {
+            Ok(None) => None,
+            Ok(Some(status)) => Some(format!("it exited ({status})")),
+            Err(e) => Some(format!("it cannot be waited on ({e})")),
+        }
+    }
+
+    /// The first replica that exited by itself, with why and the end of
+    /// its log, as an error.
+    pub(crate) fn check_alive(&mut self) -> Result<(), String> {
+        for i in 0..self.children.len() {
+            if let Some(why) = self.exited(i) {
+                return Err(format!(
+                    "replica {} died: {why}; {}",
+                    i + 1,
+                    crate::bench_soak::log_tail(&self.log_path(i))
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for mut c in self.children.iter_mut().filter_map(Option::take) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_setting_fails_before_any_process_starts_and_leaves_nothing() {
+        let r = Servers::start(3, "procs-test", "warn", |c| c.checkpoint_every_secs = 0);
+        let Err(e) = r else {
+            panic!("checkpoint_every_secs = 0 was accepted");
+        };
+        assert!(e.contains("checkpoint_every_secs"), "{e}");
+        let dir =
+            std::env::temp_dir().join(format!("creek-bench-procs-test-{}", std::process::id()));
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+    }
+}

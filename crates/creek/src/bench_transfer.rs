@@ -1,0 +1,1090 @@
+//! `creek bench transfer`: how fast a replica that lost its data directory
+//! is rebuilt from a member's checkpoint (state transfer), and what the
+//! rebuild costs the clients of the replicas left, on a local cluster of
+//! three `creek serve` processes.
+//!
+//! 1. Three replicas start with checkpoints every `--checkpoint-secs`
+//!    ([`CHECKPOINT_EVERY_SECS`], the server default, unless given); the
+//!    bench waits for a leader (and, should replica 3 lead, restarts it so
+//!    that it follows: the bench kills replica 3 and measures the
+//!    transfer, not an election).
+//! 2. `--mib` of state is loaded: strong `kv.put`s of `--value-kib` values
+//!    under distinct keys, from [`LOADERS`] clients at replicas 1 and 2.
+//! 3. The bench waits a checkpoint interval and two seconds, so that a
+//!    checkpoint covering the load is on disk.
+//! 4. A probe starts: one client issuing strong `kv.incr`s of one key at
+//!    replica 1, back to back, each timed from its start.
+//! 5. After [`BASELINE`] of probing, replica 3 is SIGKILLed, its data
+//!    directory deleted and the process started again with the same
+//!    configuration. Its `Status` is polled every [`POLL`]: the first reply
+//!    with `snapshot_fetch_total > 0` is the first chunk, the first in which
+//!    it is a member again (with `snapshots_installed > 0`) the install.
+//! 6. The probe goes on for [`AFTER`] past the install, then stops.
+//!
+//! Meanwhile every replica's `Status` is polled every [`POLL`] too, to
+//! tell stalls apart: status is answered by the node thread, so a slow
+//! reply is a busy node thread (the sender taking and encoding its
+//! checkpoint, the receiver decoding and installing it); writes submitted
+//! but not yet durable for long (`submitted_seq` ahead of `durable_seq`)
+//! are a busy disk writer (a periodic checkpoint being written), which
+//! holds the replica's acknowledgements and so its strong ops.
+//!
+//! "During" is the rebuild, from the restart to the install: it includes
+//! the checkpoint the sender takes and encodes when the first fetch
+//! arrives, which comes before the first chunk. "Before" is the
+//! [`BASELINE`] before the kill. While replica 3 is out, a strong op needs
+//! both replicas left, so a stall of either shows at the probe.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use creek_client::{CallOptions, Client, Levels};
+use creek_exec::value::Value;
+use serde_json::{json, Value as Json};
+
+use crate::bench_cluster::find_leader;
+use crate::bench_load::Progress;
+use crate::bench_procs::Servers;
+
+/// Replicas in the cluster.
+const REPLICAS: usize = 3;
+/// The replica that loses its data (replica 3).
+const VICTIM: usize = 2;
+/// The replica the probe calls (replica 1).
+const PROBED: usize = 0;
+/// Concurrent loading clients, alternating between replicas 1 and 2.
+const LOADERS: usize = 8;
+/// The servers' checkpoint interval unless `--checkpoint-secs` is given:
+/// the server default. Every checkpoint writes the whole state, so a short
+/// interval with a large state keeps the disk writers busy for good
+/// (docs/bench/transfer.md).
+const CHECKPOINT_EVERY_SECS: u64 = 30;
+/// Longest checkpoint interval accepted (a day).
+const CHECKPOINT_SECS_MAX: u64 = 24 * 3600;
+/// Probing before the kill, the baseline.
+const BASELINE: Duration = Duration::from_secs(5);
+/// Probing after the install.
+const AFTER: Duration = Duration::from_secs(5);
+/// How often the rebuilt replica's status is asked for.
+const POLL: Duration = Duration::from_millis(20);
+/// Deadline of one op.
+const OP_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client's pause after a failed op.
+const ERROR_PAUSE: Duration = Duration::from_millis(50);
+/// Failed puts tolerated (each retried) before the load gives up.
+const LOAD_ERRORS_MAX: u64 = 100;
+/// Largest state accepted (64 GiB) and largest value (the servers accept
+/// requests up to 4 MiB).
+const MIB_MAX: u64 = 64 << 10;
+const VALUE_KIB_MAX: u64 = 2 << 10;
+
+/// Arguments of `creek bench transfer`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// MiB of state loaded before replica 3 loses its data.
+    #[arg(long, default_value_t = 1024)]
+    mib: u64,
+    /// KiB per value (one `kv.put` each, under distinct keys).
+    #[arg(long, default_value_t = 64)]
+    value_kib: u64,
+    /// The servers' checkpoint interval in seconds (`checkpoint_every_secs`);
+    /// the bench waits this and 2 s after the load.
+    #[arg(long, default_value_t = CHECKPOINT_EVERY_SECS)]
+    checkpoint_secs: u64,
+    /// Print one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    fn validate(&self) -> Result<(), String> {
+        if !(1..=MIB_MAX).contains(&self.mib) {
+            return Err(format!("--mib {} must be within 1..={MIB_MAX}", self.mib));
+        }
+        if !(1..=VALUE_KIB_MAX).contains(&self.value_kib) {
+            return Err(format!(
+                "--value-kib {} must be within 1..={VALUE_KIB_MAX}",
+                self.value_kib
+            ));
+        }
+        if !(1..=CHECKPOINT_SECS_MAX).contains(&self.checkpoint_secs) {
+            return Err(format!(
+                "--checkpoint-secs {} must be within 1..={CHECKPOINT_SECS_MAX}",
+                self.checkpoint_secs
+            ));
+        }
+        if self.value_kib > self.mib * 1024 {
+            return Err(format!(
+                "--value-kib {} is more than --mib {} holds",
+                self.value_kib, self.mib
+            ));
+        }
+        Ok(())
+    }
+
+    fn value_bytes(&self) -> usize {
+        // Both bounded by `validate`: no overflow.
+        (self.value_kib * 1024) as usize
+    }
+
+    /// Values loaded: `--mib` in all, the last one counted whole.
+    fn values(&self) -> u64 {
+        (self.mib * 1024).div_ceil(self.value_kib)
+    }
+
+    /// The servers' request limit: the default, or room for one value and
+    /// its key.
+    fn max_request_bytes(&self, default: usize) -> usize {
+        default.max(self.value_bytes() + (64 << 10))
+    }
+}
+
+fn key(n: u64) -> Value {
+    Value::Bytes(format!("transfer-{n:010}").into_bytes().into())
+}
+
+/// A strong op's final view, as an error when it failed or aborted.
+async fn strong(c: &Client, procedure: &str, args: Vec<Value>) -> Result<(), String> {
+    let options = CallOptions {
+        timeout: Some(OP_TIMEOUT),
+        weak_final: false,
+    };
+    let op = c
+        .invoke_with(procedure, args, Levels::Strong, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let view = op.final_view().await.map_err(|e| e.to_string())?;
+    view.outcome
+        .map(drop)
+        .map_err(|abort| format!("{procedure} aborted: {abort}"))
+}
+
+async fn connect(addr: SocketAddr) -> Result<Client, String> {
+    Client::connect([addr.to_string()])
+        .await
+        .map_err(|e| format!("connecting to {addr}: {e}"))
+}
+
+/// The load's outcome.
+struct Loaded {
+    secs: f64,
+    errors: u64,
+}
+
+/// Put `args.values()` values under distinct keys, strong, from
+/// [`LOADERS`] clients at replicas 1 and 2.
+async fn load(addrs: &[SocketAddr], args: &Args, progress: &Progress) -> Result<Loaded, String> {
+    let total = args.values();
+    let value_bytes = args.value_bytes();
+    // Values differ from key to key (slices of one buffer at different
+    // offsets): nothing in the state is a run of one byte.
+    let pattern: Bytes = (0..value_bytes + 251)
+        .map(|i| (i % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into();
+    let next = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let last_error = Arc::new(Mutex::new(String::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..LOADERS {
+        let c = connect(addrs[i % 2]).await?;
+        let (next, done, errors, last_error, pattern) = (
+            next.clone(),
+            done.clone(),
+            errors.clone(),
+            last_error.clone(),
+            pattern.clone(),
+        );
+        tasks.spawn(async move {
+            loop {
+                if errors.load(Ordering::Relaxed) > LOAD_ERRORS_MAX {
+                    return;
+                }
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= total {
+                    return;
+                }
+                let at = (n % 251) as usize;
+                let value = Value::Bytes(pattern.slice(at..at + value_bytes));
+                loop {
+                    match strong(&c, "kv.put", vec![key(n), value.clone()]).await {
+                        Ok(()) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        Err(e) => {
+                            if let Ok(mut last) = last_error.lock() {
+                                *last = e;
+                            }
+                            if errors.fetch_add(1, Ordering::Relaxed) + 1 > LOAD_ERRORS_MAX {
+                                return;
+                            }
+                            tokio::time::sleep(ERROR_PAUSE).await;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    let start = Instant::now();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut tick = tokio::time::interval(Duration::from_millis(if tty { 500 } else { 10_000 }));
+    let line = |start: Instant| {
+        let n = done.load(Ordering::Relaxed);
+        let bytes = n * value_bytes as u64;
+        let secs = start.elapsed().as_secs_f64();
+        (
+            n as f64 / total as f64,
+            format!(
+                "loaded {:.0} of {} MiB ({n} of {total} values, {:.1} MB/s, {:.0} s)",
+                bytes as f64 / (1 << 20) as f64,
+                args.mib,
+                bytes as f64 / 1e6 / secs.max(1e-3),
+                secs
+            ),
+        )
+    };
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                None => break,
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(format!("a loading client failed: {e}")),
+            },
+            _ = tick.tick() => {
+                let (fraction, text) = line(start);
+                if tty {
+                    progress.update(0, fraction, &text);
+                } else {
+                    eprintln!("bench transfer: {text}");
+                }
+            }
+        }
+    }
+    progress.finish();
+    let secs = start.elapsed().as_secs_f64();
+    let errors = errors.load(Ordering::Relaxed);
+    if done.load(Ordering::Relaxed) < total {
+        let last = last_error.lock().map(|l| l.clone()).unwrap_or_default();
+        return Err(format!(
+            "the load failed: {errors} puts failed, the last with: {last}"
+        ));
+    }
+    eprintln!("bench transfer: {}", line(start).1);
+    Ok(Loaded { secs, errors })
+}
+
+/// One probe op.
+#[derive(Clone, Copy, Debug)]
+struct ProbeOp {
+    start: Instant,
+    end: Instant,
+    ok: bool,
+}
+
+/// Strong increments of one key, back to back, until `stop`.
+async fn probe(c: Client, stop: Arc<AtomicBool>) -> (Vec<ProbeOp>, Option<String>) {
+    let mut ops = Vec::new();
+    let mut last_error = None;
+    while !stop.load(Ordering::Relaxed) {
+        let start = Instant::now();
+        let r = strong(&c, "kv.incr", vec![key(u64::MAX), Value::Int(1)]).await;
+        ops.push(ProbeOp {
+            start,
+            end: Instant::now(),
+            ok: r.is_ok(),
+        });
+        if let Err(e) = r {
+            last_error = Some(e);
+            tokio::time::sleep(ERROR_PAUSE).await;
+        }
+    }
+    (ops, last_error)
+}
+
+/// What the rebuilt replica's status showed.
+#[derive(Debug)]
+struct Rebuild {
+    restart: Instant,
+    /// The first reply with `snapshot_fetch_total > 0`, if one was seen.
+    first_chunk: Option<Instant>,
+    /// The last reply before the install (the transfer started after it
+    /// when no first chunk was seen).
+    last_before_install: Instant,
+    /// The last reply with the fetch under way.
+    last_fetching: Option<Instant>,
+    installed: Instant,
+    bytes: u64,
+    restarts: u64,
+    /// The slowest status reply while the replica was out.
+    status_max: Duration,
+}
+
+/// Poll the restarted replica until it is a member again.
+async fn watch_rebuild(
+    servers: &mut Servers,
+    restart: Instant,
+    within: Duration,
+) -> Result<Rebuild, String> {
+    let addr = servers.clients[VICTIM];
+    let deadline = restart + within;
+    let mut client: Option<Client> = None;
+    let mut first_chunk = None;
+    let mut last_fetching = None;
+    let mut last_before_install = restart;
+    let mut last_total = 0;
+    let mut status_max = Duration::ZERO;
+    let mut last_seen = String::from("no status reply");
+    loop {
+        servers.check_alive()?;
+        if Instant::now() > deadline {
+            return Err(format!(
+                "replica {} was not rebuilt within {:.0} s (last status: {last_seen}); {}",
+                VICTIM + 1,
+                within.as_secs_f64(),
+                crate::bench_soak::log_tail(&servers.log_path(VICTIM))
+            ));
+        }
+        let polled = Instant::now();
+        if client.is_none() {
+            client = Client::connect([addr.to_string()]).await.ok();
+        }
+        if let Some(c) = &client {
+            let asked = Instant::now();
+            match tokio::time::timeout(OP_TIMEOUT, c.status()).await {
+                Ok(Ok(s)) => {
+                    let now = Instant::now();
+                    status_max = status_max.max(now - asked);
+                    let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+                    let total = counter("snapshot_fetch_total");
+                    let installed = counter("snapshots_installed");
+                    last_seen = format!(
+                        "role {:?}, {} of {total} bytes fetched, {installed} installed",
+                        s.role,
+                        counter("snapshot_fetch_received")
+                    );
+                    let member = !matches!(s.role.as_str(), "lost" | "joining" | "");
+                    if member && installed > 0 {
+                        let received = counter("snapshot_bytes_received");
+                        return Ok(Rebuild {
+                            restart,
+                            first_chunk,
+                            last_before_install,
+                            last_fetching,
+                            installed: now,
+                            bytes: if last_total > 0 { last_total } else { received },
+                            restarts: counter("snapshot_restarts"),
+                            status_max,
+                        });
+                    }
+                    if total > 0 {
+                        first_chunk.get_or_insert(now);
+                        last_total = total;
+                        last_fetching = Some(now);
+                    }
+                    last_before_install = now;
+                }
+                Ok(Err(e)) => {
+                    last_seen = e.to_string();
+                    client = None;
+                }
+                Err(_) => {
+                    last_seen = format!("no status reply within {OP_TIMEOUT:?}");
+                    client = None;
+                }
+            }
+        }
+        tokio::time::sleep_until((polled + POLL).into()).await;
+    }
+}
+
+/// One status reply of a replica, for the stalls of its node thread
+/// (status is answered there) and of its disk writes.
+#[derive(Clone, Copy, Debug)]
+struct StatusSample {
+    asked: Instant,
+    replied: Instant,
+    /// The last write submitted to the disk, and the last one durable.
+    submitted: u64,
+    durable: u64,
+}
+
+/// Poll `addr`'s status every [`POLL`] until `stop`; a replica that does
+/// not answer (killed, restarting) is asked again at the next poll.
+async fn monitor(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<StatusSample> {
+    let mut samples = Vec::new();
+    let mut client: Option<Client> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let polled = Instant::now();
+        if client.is_none() {
+            client = Client::connect([addr.to_string()]).await.ok();
+        }
+        if let Some(c) = &client {
+            let asked = Instant::now();
+            match tokio::time::timeout(OP_TIMEOUT, c.status()).await {
+                Ok(Ok(s)) => {
+                    let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+                    samples.push(StatusSample {
+                        asked,
+                        replied: Instant::now(),
+                        submitted: counter("submitted_seq"),
+                        durable: counter("durable_seq"),
+                    });
+                }
+                // A new connection after a failure: the replica may have
+                // been restarted.
+                Ok(Err(_)) | Err(_) => client = None,
+            }
+        }
+        tokio::time::sleep_until((polled + POLL).into()).await;
+    }
+    samples
+}
+
+/// A replica's worst stalls in a window, from its status replies.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Stalls {
+    /// The slowest status reply overlapping the window: how long its node
+    /// thread was busy with something else.
+    status_max_us: u64,
+    /// The longest time writes were pending without any becoming durable,
+    /// overlapping the window: how long its disk writer was busy.
+    write_wait_max_us: u64,
+}
+
+fn stalls(samples: &[StatusSample], from: Instant, to: Instant) -> Stalls {
+    let overlaps = |a: Instant, b: Instant| a < to && b > from;
+    let status_max_us = samples
+        .iter()
+        .filter(|s| overlaps(s.asked, s.replied))
+        .map(|s| micros(s.replied - s.asked))
+        .max()
+        .unwrap_or(0);
+    // From the first reply showing a write pending at durable seq `d` to
+    // the first showing a later durable seq.
+    let mut write_wait_max_us = 0;
+    let mut stuck: Option<(u64, Instant)> = None;
+    for s in samples {
+        if let Some((d, since)) = stuck {
+            if s.durable != d {
+                if overlaps(since, s.replied) {
+                    write_wait_max_us = write_wait_max_us.max(micros(s.replied - since));
+                }
+                stuck = None;
+            }
+        }
+        if stuck.is_none() && s.submitted > s.durable {
+            stuck = Some((s.durable, s.replied));
+        }
+    }
+    if let Some((_, since)) = stuck {
+        if let Some(last) = samples.last() {
+            if overlaps(since, last.replied) {
+                write_wait_max_us = write_wait_max_us.max(micros(last.replied - since));
+            }
+        }
+    }
+    Stalls {
+        status_max_us,
+        write_wait_max_us,
+    }
+}
+
+/// Latency percentiles and gaps of the probe ops in a window.
+#[derive(Debug, Default, PartialEq)]
+struct Window {
+    ops: usize,
+    failed: usize,
+    p50_us: u64,
+    p99_us: u64,
+    max_us: u64,
+    /// The longest time between two consecutive successful completions
+    /// where that interval overlaps the window (a stall that began before
+    /// it counts whole).
+    max_gap_us: u64,
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// The ops `within` admits, and the gaps between completions overlapping
+/// `[from, to]`.
+fn window(
+    ops: &[ProbeOp],
+    from: Instant,
+    to: Instant,
+    within: impl Fn(&ProbeOp) -> bool,
+) -> Window {
+    let chosen: Vec<&ProbeOp> = ops.iter().filter(|o| within(o)).collect();
+    let mut latencies: Vec<u64> = chosen
+        .iter()
+        .filter(|o| o.ok)
+        .map(|o| micros(o.end - o.start))
+        .collect();
+    latencies.sort_unstable();
+    let mut ends: Vec<Instant> = ops.iter().filter(|o| o.ok).map(|o| o.end).collect();
+    ends.sort_unstable();
+    let max_gap_us = ends
+        .windows(2)
+        .filter(|w| w[1] > from && w[0] < to)
+        .map(|w| micros(w[1] - w[0]))
+        .max()
+        .unwrap_or(0);
+    Window {
+        ops: chosen.len(),
+        failed: chosen.iter().filter(|o| !o.ok).count(),
+        p50_us: percentile(&latencies, 0.5),
+        p99_us: percentile(&latencies, 0.99),
+        max_us: latencies.last().copied().unwrap_or(0),
+        max_gap_us,
+    }
+}
+
+/// Everything measured in one run.
+struct Measured {
+    loaded: Loaded,
+    rebuild: Rebuild,
+    kill: Instant,
+    probe: Vec<ProbeOp>,
+    probe_error: Option<String>,
+    victim_led: bool,
+    /// The replicas that served the checkpoint (1-based).
+    senders: Vec<usize>,
+    /// Each replica's status replies while the probe ran.
+    status: Vec<Vec<StatusSample>>,
+}
+
+/// The bench on a started cluster.
+async fn transfer(
+    args: &Args,
+    servers: &mut Servers,
+    progress: &Progress,
+) -> Result<Measured, String> {
+    let addrs = servers.clients.clone();
+    let mut leader = find_leader(&addrs).await?;
+    if leader == VICTIM {
+        // Replica 3 follows before anything is measured.
+        eprintln!("bench transfer: replica 3 leads; restarting it so that another one does");
+        servers.kill(VICTIM)?;
+        leader = find_leader(&addrs[..VICTIM]).await?;
+        servers.spawn(VICTIM)?;
+    }
+    eprintln!(
+        "bench transfer: replica {} leads; loading {} MiB in {} values of {} KiB…",
+        leader + 1,
+        args.mib,
+        args.values(),
+        args.value_kib
+    );
+    let loaded = load(&addrs, args, progress).await?;
+    servers.check_alive()?;
+    let settle = Duration::from_secs(args.checkpoint_secs + 2);
+    eprintln!(
+        "bench transfer: waiting {} s for a checkpoint of the load…",
+        settle.as_secs()
+    );
+    tokio::time::sleep(settle).await;
+    servers.check_alive()?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe_task = tokio::spawn(probe(connect(addrs[PROBED]).await?, stop.clone()));
+    let monitors: Vec<_> = addrs
+        .iter()
+        .map(|a| tokio::spawn(monitor(*a, stop.clone())))
+        .collect();
+    let measured = async {
+        tokio::time::sleep(BASELINE).await;
+        let victim_led = connect(addrs[VICTIM])
+            .await?
+            .status()
+            .await
+            .map_err(|e| format!("replica {} status: {e}", VICTIM + 1))?
+            .role
+            == "leader";
+        eprintln!(
+            "bench transfer: killing replica {}, deleting its data, restarting it…",
+            VICTIM + 1
+        );
+        let kill = Instant::now();
+        servers.kill(VICTIM)?;
+        let data = servers.data_dir(VICTIM);
+        std::fs::remove_dir_all(&data).map_err(|e| format!("deleting {}: {e}", data.display()))?;
+        servers.spawn(VICTIM)?;
+        let restart = Instant::now();
+        let within = Duration::from_secs(120 + args.mib / 2);
+        let rebuild = watch_rebuild(servers, restart, within).await?;
+        eprintln!(
+            "bench transfer: replica {} rebuilt {:.1} s after its restart; probing {} s more…",
+            VICTIM + 1,
+            (rebuild.installed - rebuild.restart).as_secs_f64(),
+            AFTER.as_secs()
+        );
+        tokio::time::sleep(AFTER).await;
+        servers.check_alive()?;
+        let mut senders = Vec::new();
+        for (i, a) in addrs.iter().enumerate().filter(|(i, _)| *i != VICTIM) {
+            let s = connect(*a)
+                .await?
+                .status()
+                .await
+                .map_err(|e| format!("replica {} status: {e}", i + 1))?;
+            if s.counters
+                .get("snapshot_bytes_served")
+                .copied()
+                .unwrap_or(0)
+                > 0
+            {
+                senders.push(i + 1);
+            }
+        }
+        Ok::<_, String>((kill, rebuild, victim_led, senders))
+    }
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let (probe, probe_error) =
+        tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(5), probe_task)
+            .await
+            .map_err(|_| "the probe did not stop".to_string())?
+            .map_err(|e| format!("the probe failed: {e}"))?;
+    let mut status = Vec::with_capacity(monitors.len());
+    for m in monitors {
+        status.push(
+            tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(5), m)
+                .await
+                .map_err(|_| "a status monitor did not stop".to_string())?
+                .map_err(|e| format!("a status monitor failed: {e}"))?,
+        );
+    }
+    let (kill, rebuild, victim_led, senders) = measured?;
+    Ok(Measured {
+        loaded,
+        rebuild,
+        kill,
+        probe,
+        probe_error,
+        victim_led,
+        senders,
+        status,
+    })
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
+
+/// The JSON report of a run.
+fn report(args: &Args, m: &Measured) -> Json {
+    let r = &m.rebuild;
+    let mut notes: Vec<String> = Vec::new();
+    // The transfer began after the last reply without a fetch under way
+    // when no reply showed one (a small state, fetched between polls).
+    let first_chunk = r.first_chunk.unwrap_or_else(|| {
+        notes.push(
+            "no status reply showed the fetch under way: the transfer is timed from the \
+             last reply before the install (an overestimate)"
+                .into(),
+        );
+        r.last_before_install
+    });
+    let transfer_secs = (r.installed - first_chunk).as_secs_f64();
+    let rebuild_secs = (r.installed - r.restart).as_secs_f64();
+    let mb_per_s = if transfer_secs > 0.0 {
+        r.bytes as f64 / 1e6 / transfer_secs
+    } else {
+        0.0
+    };
+    let before = window(&m.probe, m.kill - BASELINE, m.kill, |o| {
+        o.start >= m.kill - BASELINE && o.end <= m.kill
+    });
+    let during = window(&m.probe, r.restart, r.installed, |o| {
+        o.start < r.installed && o.end > r.restart
+    });
+    let after_end = r.installed + AFTER;
+    let after = window(&m.probe, r.installed, after_end, |o| {
+        o.start >= r.installed && o.end <= after_end
+    });
+    if r.restarts > 0 {
+        notes.push(format!(
+            "the fetch started over {} times: bytes is the last checkpoint's size",
+            r.restarts
+        ));
+    }
+    if m.victim_led {
+        notes.push("replica 3 led when it was killed: the numbers include an election".into());
+    }
+    let failed = before.failed + during.failed + after.failed;
+    if failed > 0 {
+        notes.push(format!(
+            "{failed} probe ops failed, the last with: {}",
+            m.probe_error.as_deref().unwrap_or("?")
+        ));
+    }
+    // Chunks arrive until the last reply that showed the fetch; decoding
+    // and installing follow (the replica answers no status meanwhile).
+    let (chunks_secs, install_secs) = match r.last_fetching {
+        Some(t) => (
+            round((t - first_chunk).as_secs_f64(), 3),
+            round((r.installed - t).as_secs_f64(), 3),
+        ),
+        None => (0.0, round(transfer_secs, 3)),
+    };
+    let windows = [
+        ("before", m.kill - BASELINE, m.kill),
+        ("during", r.restart, r.installed),
+        ("after", r.installed, after_end),
+    ];
+    let replica_stalls: Vec<Json> = (1..)
+        .zip(&m.status)
+        .flat_map(|(replica, samples): (usize, _)| {
+            windows.iter().map(move |&(name, from, to)| {
+                let s = stalls(samples, from, to);
+                json!({
+                    "replica": replica,
+                    "window": name,
+                    "status_max_us": s.status_max_us,
+                    "write_wait_max_us": s.write_wait_max_us,
+                })
+            })
+        })
+        .collect();
+    json!({
+        "bench": "transfer",
+        "mib": args.mib,
+        "value_kib": args.value_kib,
+        "values": args.values(),
+        "replicas": REPLICAS,
+        "checkpoint_every_secs": args.checkpoint_secs,
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "load_secs": round(m.loaded.secs, 1),
+        "load_mb_per_s": round((args.values() * args.value_kib * 1024) as f64 / 1e6 / m.loaded.secs.max(1e-3), 1),
+        "load_errors": m.loaded.errors,
+        "bytes": r.bytes,
+        "first_chunk_secs": round((first_chunk - r.restart).as_secs_f64(), 3),
+        "transfer_secs": round(transfer_secs, 3),
+        "chunks_secs": chunks_secs,
+        "install_secs": install_secs,
+        "mb_per_s": round(mb_per_s, 1),
+        "rebuild_secs": round(rebuild_secs, 3),
+        "senders": m.senders,
+        "fetch_restarts": r.restarts,
+        "rebuilt_status_max_us": micros(r.status_max),
+        "probe_ops_before": before.ops,
+        "probe_p50_us_before": before.p50_us,
+        "probe_p99_us_before": before.p99_us,
+        "probe_max_us_before": before.max_us,
+        "probe_max_gap_us_before": before.max_gap_us,
+        "probe_ops_during": during.ops,
+        "probe_p50_us_during": during.p50_us,
+        "probe_p99_us_during": during.p99_us,
+        "probe_max_us_during": during.max_us,
+        "probe_max_gap_us_during": during.max_gap_us,
+        "probe_ops_after": after.ops,
+        "probe_p50_us_after": after.p50_us,
+        "probe_p99_us_after": after.p99_us,
+        "probe_max_us_after": after.max_us,
+        "probe_max_gap_us_after": after.max_gap_us,
+        "replica_stalls": replica_stalls,
+        "notes": notes,
+    })
+}
+
+/// The report as a few readable lines.
+fn summary(r: &Json) -> String {
+    let u = |k: &str| r[k].as_u64().unwrap_or(0);
+    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    let ms = |k: &str| u(k) as f64 / 1000.0;
+    let mut out = format!(
+        "transfer: {} MiB in {} KiB values on {} replicas (checkpoints every {} s), \
+         loaded in {:.1} s ({:.1} MB/s)\n",
+        u("mib"),
+        u("value_kib"),
+        u("replicas"),
+        u("checkpoint_every_secs"),
+        f("load_secs"),
+        f("load_mb_per_s"),
+    );
+    out += &format!(
+        "checkpoint {:.1} MB from replica {}: first chunk {:.2} s after the restart, \
+         transferred and installed in {:.2} s ({:.1} MB/s; chunks {:.2} s, decode and \
+         install {:.2} s), rebuilt {:.2} s after the restart\n",
+        u("bytes") as f64 / 1e6,
+        r["senders"]
+            .as_array()
+            .map(|s| s.iter().map(Json::to_string).collect::<Vec<_>>().join("+"))
+            .unwrap_or_default(),
+        f("first_chunk_secs"),
+        f("transfer_secs"),
+        f("mb_per_s"),
+        f("chunks_secs"),
+        f("install_secs"),
+        f("rebuild_secs"),
+    );
+    out += "probe, strong kv.incr at replica 1, in ms:\n";
+    out += &format!(
+        "  {:<7} {:>6} {:>7} {:>7} {:>7} {:>8}\n",
+        "", "ops", "p50", "p99", "max", "max gap"
+    );
+    for w in ["before", "during", "after"] {
+        out += &format!(
+            "  {w:<7} {:>6} {:>7.1} {:>7.1} {:>7.1} {:>8.1}\n",
+            u(&format!("probe_ops_{w}")),
+            ms(&format!("probe_p50_us_{w}")),
+            ms(&format!("probe_p99_us_{w}")),
+            ms(&format!("probe_max_us_{w}")),
+            ms(&format!("probe_max_gap_us_{w}")),
+        );
+    }
+    out += "stalls per replica, in ms (slowest status reply: node thread; longest write wait: disk):\n";
+    out += &format!(
+        "  {:<7} {:>7} {:>12} {:>12}\n",
+        "", "replica", "status max", "write wait"
+    );
+    for s in r["replica_stalls"].as_array().into_iter().flatten() {
+        out += &format!(
+            "  {:<7} {:>7} {:>12.1} {:>12.1}\n",
+            s["window"].as_str().unwrap_or_default(),
+            s["replica"].as_u64().unwrap_or(0),
+            s["status_max_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
+            s["write_wait_max_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
+        );
+    }
+    for n in r["notes"].as_array().into_iter().flatten() {
+        out += &format!("note: {}\n", n.as_str().unwrap_or_default());
+    }
+    out.trim_end().to_string()
+}
+
+/// Run the benchmark.
+pub fn run(args: &Args) -> Result<(), String> {
+    args.validate()?;
+    let mut servers = Servers::start(REPLICAS, "transfer", "info", |c| {
+        c.checkpoint_every_secs = args.checkpoint_secs;
+        c.max_request_bytes = args.max_request_bytes(c.max_request_bytes);
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let progress = Progress::new(1);
+    let measured = rt.block_on(async {
+        tokio::select! {
+            r = transfer(args, &mut servers, &progress) => r,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".to_string()),
+        }
+    });
+    drop(rt);
+    drop(servers);
+    let report = report(args, &measured?);
+    if args.json {
+        crate::print_report(&report, true)
+    } else {
+        println!("{}", summary(&report));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(mib: u64, value_kib: u64) -> Args {
+        Args {
+            mib,
+            value_kib,
+            checkpoint_secs: CHECKPOINT_EVERY_SECS,
+            json: true,
+        }
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_before_anything_starts() {
+        assert!(args(0, 64).validate().is_err());
+        assert!(args(8, 0).validate().is_err());
+        assert!(args(MIB_MAX + 1, 64).validate().is_err());
+        assert!(args(8, VALUE_KIB_MAX + 1).validate().is_err());
+        assert!(args(1, 2048).validate().is_err());
+        assert!(args(1024, 64).validate().is_ok());
+        let mut a = args(8, 64);
+        a.checkpoint_secs = 0;
+        assert!(a.validate().is_err());
+        assert_eq!(args(1024, 64).values(), 16_384);
+        assert_eq!(args(1, 3).values(), 342);
+    }
+
+    #[test]
+    fn the_default_checkpoint_interval_is_the_servers() {
+        let server = creek_server::ServerConfig::new(1, Vec::new(), "d".into());
+        assert_eq!(CHECKPOINT_EVERY_SECS, server.checkpoint_every_secs);
+    }
+
+    #[test]
+    fn the_request_limit_leaves_room_for_a_value() {
+        assert_eq!(args(8, 64).max_request_bytes(1 << 20), 1 << 20);
+        assert_eq!(
+            args(8, 2048).max_request_bytes(1 << 20),
+            (2 << 20) + (64 << 10)
+        );
+    }
+
+    /// Ops of `ms` milliseconds, back to back from `t0 + at`.
+    fn ops(t0: Instant, at_ms: u64, latencies_ms: &[u64]) -> Vec<ProbeOp> {
+        let mut t = t0 + Duration::from_millis(at_ms);
+        latencies_ms
+            .iter()
+            .map(|&l| {
+                let o = ProbeOp {
+                    start: t,
+                    end: t + Duration::from_millis(l),
+                    ok: true,
+                };
+                t = o.end;
+                o
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_window_has_percentiles_of_its_ops_and_the_gaps_that_overlap_it() {
+        let t0 = Instant::now();
+        // Ends at 10, 20, …, 100 ms; then one 300 ms op ending at 400 ms,
+        // then 10 ms ops to 500 ms.
+        let mut all = ops(t0, 0, &[10; 10]);
+        all.extend(ops(t0, 100, &[300]));
+        all.extend(ops(t0, 400, &[10; 10]));
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let overlap = |from: Instant, to: Instant| move |o: &ProbeOp| o.start < to && o.end > from;
+        // A window inside the slow op: it counts whole, as op and gap.
+        let w = window(&all, ms(200), ms(300), overlap(ms(200), ms(300)));
+        assert_eq!(w.ops, 1);
+        assert_eq!(w.max_us, 300_000);
+        assert_eq!(w.max_gap_us, 300_000);
+        // Before it: 10 ms ops only.
+        let w = window(&all, ms(0), ms(100), |o| o.end <= ms(100));
+        assert_eq!(
+            (w.ops, w.p50_us, w.p99_us, w.max_us),
+            (10, 10_000, 10_000, 10_000)
+        );
+        assert_eq!(w.max_gap_us, 10_000);
+        // An empty window is all zeros but for gaps crossing it.
+        let w = window(&[], ms(0), ms(100), |_| true);
+        assert_eq!(w, Window::default());
+    }
+
+    #[test]
+    fn failed_probe_ops_are_counted_not_timed() {
+        let t0 = Instant::now();
+        let mut all = ops(t0, 0, &[10, 10]);
+        all[1].ok = false;
+        let w = window(&all, t0, t0 + Duration::from_secs(1), |_| true);
+        assert_eq!((w.ops, w.failed, w.max_us), (2, 1, 10_000));
+    }
+
+    #[test]
+    fn the_report_has_the_documented_fields_and_falls_back_without_a_chunk_seen() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut probe = ops(t0, 0, &[10; 600]);
+        probe.extend(ops(t0, 6000, &[150]));
+        probe.extend(ops(t0, 6150, &[10; 600]));
+        let m = Measured {
+            loaded: Loaded {
+                secs: 2.0,
+                errors: 0,
+            },
+            rebuild: Rebuild {
+                restart: at(5500),
+                first_chunk: None,
+                last_before_install: at(6000),
+                last_fetching: None,
+                installed: at(6500),
+                bytes: 10_000_000,
+                restarts: 0,
+                status_max: Duration::from_millis(30),
+            },
+            kill: at(5400),
+            probe,
+            probe_error: None,
+            victim_led: false,
+            senders: vec![1],
+            status: vec![Vec::new(); 3],
+        };
+        let r = report(&args(8, 64), &m);
+        for key in [
+            "bytes",
+            "transfer_secs",
+            "mb_per_s",
+            "rebuild_secs",
+            "probe_p50_us_before",
+            "probe_p99_us_before",
+            "probe_max_us_before",
+            "probe_p50_us_during",
+            "probe_p99_us_during",
+            "probe_max_us_during",
+            "probe_max_gap_us_during",
+            "mib",
+            "value_kib",
+        ] {
+            assert!(r[key].is_number(), "{key} in {r}");
+        }
+        assert_eq!(r["transfer_secs"], 0.5);
+        assert_eq!(r["mb_per_s"], 20.0);
+        assert_eq!(r["rebuild_secs"], 1.0);
+        assert_eq!(r["probe_max_us_before"], 10_000);
+        assert_eq!(r["probe_max_us_during"], 150_000);
+        assert_eq!(r["probe_max_gap_us_during"], 150_000);
+        assert_eq!(r["notes"].as_array().map(Vec::len), Some(1), "{r}");
+        assert_eq!(r["replica_stalls"].as_array().map(Vec::len), Some(9), "{r}");
+        assert!(summary(&r).contains("MB/s"));
+    }
+
+    #[test]
+    fn stalls_are_the_slowest_status_reply_and_the_longest_write_wait() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // (asked, replied, submitted, durable), in ms and seqs.
+        let samples: Vec<StatusSample> = [
+            (0, 1, 5, 5),
+            (20, 21, 6, 5),
+            (40, 41, 7, 5),
+            (60, 300, 7, 5),
+            (300, 301, 8, 7),
+            (320, 321, 8, 8),
+        ]
+        .iter()
+        .map(|&(a, r, submitted, durable)| StatusSample {
+            asked: at(a),
+            replied: at(r),
+            submitted,
+            durable,
+        })
+        .collect();
+        // Writes pending from 21 ms, durable again at 301 ms; pending at 7
+        // from 301 ms to 321 ms.
+        let s = stalls(&samples, at(0), at(400));
+        assert_eq!(
+            s,
+            Stalls {
+                status_max_us: 240_000,
+                write_wait_max_us: 280_000,
+            }
+        );
+        // A window after the stalls sees neither.
+        assert_eq!(stalls(&samples, at(310), at(400)).status_max_us, 1_000);
+        assert_eq!(stalls(&samples, at(310), at(400)).write_wait_max_us, 20_000);
+        assert_eq!(stalls(&[], at(0), at(1)), Stalls::default());
+    }
+}
