@@ -926,7 +926,13 @@ impl<'a> Reader<'a> {
 
     /// A length-prefixed byte string, shared with the frame if possible.
     fn bytes(&mut self, limit: Limit) -> Result<Bytes, DecodeError> {
-        let len = self.length(Some(limit), 1)?;
+        self.bytes_within(Some(limit))
+    }
+
+    /// A length-prefixed byte string under `limit`, or under the frame's
+    /// length only (`None`); shared with the frame if possible.
+    fn bytes_within(&mut self, limit: Option<Limit>) -> Result<Bytes, DecodeError> {
+        let len = self.length(limit, 1)?;
         let start = self.pos;
         let s = self.slice(len)?;
         Ok(match self.shared {
@@ -973,13 +979,7 @@ impl<'a> Reader<'a> {
         );
         let offset = self.varint()?;
         // Bounded by the frame (checked against `frame_bytes_max` above).
-        let len = self.length(None, 1)?;
-        let start = self.pos;
-        let s = self.slice(len)?;
-        let data = match self.shared {
-            Some(shared) => shared.slice(start..self.pos),
-            None => Bytes::copy_from_slice(s),
-        };
+        let data = self.bytes_within(None)?;
         Ok(SnapshotChunk {
             transfer,
             index,
