@@ -94,6 +94,9 @@ pub struct CabConfig {
     pub planted_deliver_on_propose: bool,
 }
 
+/// The default [`CabConfig::compaction_lag_max`].
+pub const COMPACTION_LAG_MAX: u64 = 10_000;
+
 impl CabConfig {
     /// Defaults for `me` in a group: election timeouts are staggered by the
     /// replica's rank (10, 13, 16, … ticks) so elections rarely collide.
@@ -111,7 +114,7 @@ impl CabConfig {
             held_appends_max: 1024,
             inflight_msgs_max: 256,
             uncommitted_entries_max: 2,
-            compaction_lag_max: 10_000,
+            compaction_lag_max: COMPACTION_LAG_MAX,
             planted_deliver_on_propose: false,
         }
     }

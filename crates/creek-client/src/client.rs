@@ -52,6 +52,10 @@ struct Inner {
     failover: tokio::sync::Mutex<()>,
     client_id: u64,
     next_seq: AtomicU64,
+    /// Request seqs answered after being sent once, for the next requests
+    /// to acknowledge (the cluster then forgets their deduplication
+    /// entries).
+    acks: Acks,
 }
 
 struct Replica {
@@ -63,6 +67,34 @@ struct Replica {
 struct Connected {
     index: usize,
     channel: Channel,
+}
+
+/// Sequence numbers waiting to be acknowledged, shared with the tasks that
+/// read the views.
+#[derive(Clone, Default)]
+pub(crate) struct Acks(Arc<Mutex<Vec<u64>>>);
+
+/// Acknowledgements one request carries (the server takes this many).
+const ACKS_PER_REQUEST: usize = 256;
+/// Acknowledgements kept waiting at most; older ones are dropped (their
+/// entries then expire instead).
+const ACKS_WAITING_MAX: usize = 4096;
+
+impl Acks {
+    /// `seq` was answered in full.
+    pub(crate) fn push(&self, seq: u64) {
+        let mut acks = lock(&self.0);
+        if acks.len() >= ACKS_WAITING_MAX {
+            acks.drain(..ACKS_PER_REQUEST);
+        }
+        acks.push(seq);
+    }
+
+    fn take(&self) -> Vec<u64> {
+        let mut acks = lock(&self.0);
+        let n = acks.len().min(ACKS_PER_REQUEST);
+        acks.drain(..n).collect()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -94,6 +126,7 @@ impl Client {
                 failover: tokio::sync::Mutex::new(()),
                 client_id: random_client_id(),
                 next_seq: AtomicU64::new(1),
+                acks: Acks::default(),
             }),
         })
     }
@@ -155,15 +188,19 @@ impl Client {
     ) -> Result<Correctable, Error> {
         let start = Instant::now();
         let deadline = options.timeout.map(|t| start + t);
+        let request_seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
         let request = pb::InvokeRequest {
             procedure: procedure.into(),
             args: args.iter().map(to_wire).collect(),
             levels: levels.to_wire(),
             weak_final: options.weak_final,
             client_id: self.inner.client_id,
-            request_seq: self.inner.next_seq.fetch_add(1, Ordering::Relaxed),
+            request_seq,
+            acked: self.inner.acks.take(),
         };
+        let sends = std::sync::atomic::AtomicU32::new(0);
         let call = self.with_failover(|channel| {
+            sends.fetch_add(1, Ordering::Relaxed);
             let mut req = tonic::Request::new(request.clone());
             if let Some(d) = deadline {
                 req.set_timeout(d.saturating_duration_since(Instant::now()));
@@ -181,6 +218,10 @@ impl Client {
             start,
             deadline,
             timeout: options.timeout,
+            // A request sent more than once may have a copy still on its
+            // way: its entry must stay until it expires.
+            ack: (sends.load(Ordering::Relaxed) == 1)
+                .then(|| (self.inner.acks.clone(), request_seq)),
         };
         tokio::spawn(read_views(stream, feeder, expect));
         Ok(correctable)

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use creek_proto::pb;
 use tonic::Streaming;
 
+use crate::client::Acks;
 use crate::correctable::Feeder;
 use crate::view::{Outcome, View, ViewKind};
 use crate::Error;
@@ -26,6 +27,9 @@ pub(crate) struct Expect {
     pub(crate) deadline: Option<Instant>,
     /// The caller's timeout, for the deadline error's message.
     pub(crate) timeout: Option<Duration>,
+    /// Where to acknowledge the request once its closing view arrived, if
+    /// it was sent once.
+    pub(crate) ack: Option<(Acks, u64)>,
 }
 
 /// Read views until the closing one, an error, or the deadline.
@@ -78,6 +82,9 @@ pub(crate) async fn read_views(
         }
         feeder.view(view, closes);
         if closes {
+            if let Some((acks, seq)) = &expect.ack {
+                acks.push(*seq);
+            }
             drop(feeder);
             drain(stream).await;
             return;

@@ -29,6 +29,12 @@ pub struct Config {
     pub early_tentative_views: bool,
     /// Which waiting execution a free core takes (see [`Schedule`]).
     pub schedule: Schedule,
+    /// How long a client's retry of a request is answered from its session
+    /// entry, in µs of op time: an op with a request id that reaches the
+    /// order later than this after it was invoked, and finds no entry, is
+    /// refused as expired; entries are deleted two TTLs after they were
+    /// written (see `creek_exec::session`). 0 keeps every entry forever.
+    pub session_ttl_us: u64,
     /// Planted bug (the simulator's `--plant-bug skip-invalidation`): the
     /// executor never invalidates readers. Only for validating the checkers;
     /// never set in production.
@@ -50,6 +56,7 @@ impl Default for Config {
             txn_limits: TxnLimits::default(),
             early_tentative_views: true,
             schedule: Schedule::default(),
+            session_ttl_us: 3_600_000_000,
             planted_skip_invalidation: false,
             planted_deliver_without_cab: false,
             planted_ignore_causal_context: false,

@@ -121,6 +121,19 @@ pub trait Engine<K: OpKey, P: Position> {
     /// The committed state: the newest committed value of every key whose
     /// writer has been reported committed.
     fn committed_state(&self) -> BTreeMap<Bytes, Bytes>;
+    /// Call `f` with every committed `(key, value)` whose key starts with
+    /// `prefix`, in no particular order.
+    fn committed_with_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&Bytes, &Bytes)) {
+        for (k, v) in self
+            .committed_state()
+            .range(Bytes::copy_from_slice(prefix)..)
+        {
+            if !k.starts_with(prefix) {
+                break;
+            }
+            f(k, v);
+        }
+    }
     /// Tasks handed out and not yet completed (or known to be stale).
     fn running(&self) -> usize;
     /// Forget every task handed out: their completions will be discarded and

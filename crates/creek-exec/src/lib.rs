@@ -13,6 +13,7 @@ pub mod builtins;
 pub mod engine;
 pub mod mvcc;
 pub mod registry;
+pub mod session;
 pub mod txn;
 pub mod value;
 pub mod varint;

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
+use crate::session::{self, Before};
 use crate::txn::{Abort, Outcome, SnapshotRead, Txn, TxnLimits, VersionNo, Write};
 
 /// A deterministic stored procedure: no clocks, randomness or I/O inside.
@@ -56,6 +57,14 @@ pub struct ProcCall {
     pub args: Bytes,
     /// Idempotency key, if the client supplied one.
     pub request_id: Option<ClientRequestId>,
+    /// Sequence numbers of the same client whose answers it has and which
+    /// it sent once: their session entries are deleted with this op's writes
+    /// (see [`crate::session`]). Empty without a request id.
+    pub acked: Vec<u64>,
+    /// The op's time in µs (its timestamp's physical part), set by the
+    /// replica that creates the op and not sent on the wire: session expiry
+    /// compares it with the horizon.
+    pub time_us: u64,
 }
 
 impl ProcCall {
@@ -65,6 +74,8 @@ impl ProcCall {
             name: Arc::from(name),
             args: args.into(),
             request_id: None,
+            acked: Vec::new(),
+            time_us: 0,
         }
     }
 }
@@ -103,6 +114,7 @@ impl Registry {
     pub fn with_builtins() -> Self {
         let mut r = Self::new();
         crate::builtins::register_all(&mut r);
+        crate::session::register(&mut r);
         r
     }
 
@@ -169,47 +181,16 @@ pub struct Executed {
 /// procedures refuse user keys starting with it.
 pub const INTERNAL_KEY_PREFIX: u8 = 0;
 
-fn dedup_key(id: ClientRequestId) -> Bytes {
-    let mut k = BytesMut::with_capacity(24);
-    k.put_u8(INTERNAL_KEY_PREFIX);
-    k.put_slice(b"dedup/");
-    k.put_u64(id.client);
-    k.put_u64(id.seq);
-    k.freeze()
-}
-
-fn encode_outcome(o: &Outcome) -> Bytes {
-    let mut b = BytesMut::new();
-    match o {
-        Ok(v) => {
-            b.put_u8(0);
-            b.put_slice(v);
-        }
-        Err(a) => {
-            b.put_u8(1);
-            b.put_slice(a.0.as_bytes());
-        }
-    }
-    b.freeze()
-}
-
-fn decode_outcome(b: &Bytes) -> Outcome {
-    match b.first() {
-        Some(0) => Ok(b.slice(1..)),
-        Some(1) => Err(Abort(String::from_utf8_lossy(&b[1..]).into_owned())),
-        _ => Err(Abort::new("corrupt deduplication record")),
-    }
-}
-
 /// Run `call` on `snapshot`.
 ///
 /// Deduplication: when the call carries a client request id and the
-/// procedure writes, the replicated table under [`INTERNAL_KEY_PREFIX`]
-/// `dedup/` is read first. A hit returns the recorded outcome of the first
-/// execution in the order and writes nothing; a miss runs the procedure and
-/// records its outcome (aborts included: a retry must not turn a reported
-/// failure into a success). The table is ordinary versioned state, so every
-/// replica reaches the same verdict for the same order.
+/// procedure writes, the client's session entry is looked up first (see
+/// [`crate::session`]): a recorded outcome is returned without running
+/// again, a request past the session horizon is refused, and otherwise the
+/// procedure runs and its outcome is recorded (aborts included: a retry must
+/// not turn a reported failure into a success). The table is ordinary
+/// versioned state, so every replica reaches the same verdict for the same
+/// order.
 pub fn execute_call(
     registry: &Registry,
     snapshot: &dyn SnapshotRead,
@@ -223,26 +204,22 @@ pub fn execute_call(
             outcome: Err(Abort::new(format!("unknown procedure {:?}", call.name))),
         };
     };
-    let dedup = call
-        .request_id
-        .filter(|_| !procedure.read_only)
-        .map(dedup_key);
+    let dedup = call.request_id.filter(|_| !procedure.read_only);
     let mut txn = Txn::new(snapshot, limits, procedure.read_only);
-    if let Some(key) = &dedup {
-        if let Some(record) = txn.get(key) {
+    if let Some(id) = dedup {
+        if let Before::Answer(outcome) = session::before(&mut txn, id, call.time_us) {
             let (reads, _, _) = txn.finish(Ok(Bytes::new()));
             return Executed {
                 reads,
                 writes: Vec::new(),
-                outcome: decode_outcome(&record),
+                outcome,
             };
         }
     }
     let result = (procedure.run)(&mut txn, &call.args);
     let (reads, mut writes, outcome) = txn.finish(result);
-    if let Some(key) = dedup {
-        let pos = writes.partition_point(|(k, _)| k < &key);
-        writes.insert(pos, (key, Some(encode_outcome(&outcome))));
+    if let Some(id) = dedup {
+        session::after(call, id, &outcome, &mut writes);
     }
     Executed {
         reads,

@@ -718,6 +718,7 @@ impl<S: CabStorage> Node<S> {
             return;
         }
         self.replica.tick(now_us);
+        self.replica.expire_sessions(now_us, self.cab.is_leader());
         self.gossip.tick();
         self.reclaim_tick();
         for (to, probe) in self.timing.tick(now_us) {

@@ -70,6 +70,22 @@ pub struct ServerConfig {
     /// How often a checkpoint of the committed state is written.
     #[serde(default = "defaults::checkpoint_every_secs")]
     pub checkpoint_every_secs: u64,
+    /// Client sessions: a retry of a request is answered from the request's
+    /// deduplication entry for this long; a request that reaches the
+    /// committed order later than this after it was invoked, without an
+    /// entry, is refused as expired; entries a client did not acknowledge
+    /// are deleted after twice this (docs/operations.md, "Client
+    /// sessions"). 0 keeps them forever.
+    #[serde(default = "defaults::session_ttl_secs")]
+    pub session_ttl_secs: u64,
+    /// Client invocations are refused (RESOURCE_EXHAUSTED) while this many
+    /// disk writes are handed out and not yet durable.
+    #[serde(default = "defaults::pending_writes_max")]
+    pub pending_writes_max: u64,
+    /// The leader compacts its consensus log past a follower this many
+    /// entries behind and sends it a snapshot instead.
+    #[serde(default = "defaults::compaction_lag_max")]
+    pub compaction_lag_max: u64,
     /// Largest client request (procedure name and arguments), in bytes.
     #[serde(default = "defaults::max_request_bytes")]
     pub max_request_bytes: usize,
@@ -100,6 +116,15 @@ mod defaults {
     }
     pub fn checkpoint_every_secs() -> u64 {
         30
+    }
+    pub fn session_ttl_secs() -> u64 {
+        3600
+    }
+    pub fn pending_writes_max() -> u64 {
+        creek_node::PENDING_WRITES_MAX
+    }
+    pub fn compaction_lag_max() -> u64 {
+        creek_cab::COMPACTION_LAG_MAX
     }
     pub fn max_request_bytes() -> usize {
         1 << 20
@@ -172,6 +197,9 @@ impl ServerConfig {
             stabilize_after_ms: defaults::stabilize_after_ms(),
             early_preliminary_views: defaults::early_preliminary_views(),
             checkpoint_every_secs: defaults::checkpoint_every_secs(),
+            session_ttl_secs: defaults::session_ttl_secs(),
+            pending_writes_max: defaults::pending_writes_max(),
+            compaction_lag_max: defaults::compaction_lag_max(),
             max_request_bytes: defaults::max_request_bytes(),
             peer_queue_frames: defaults::peer_queue_frames(),
             allow_fault_injection: false,
@@ -278,6 +306,18 @@ impl ServerConfig {
         }
         if self.checkpoint_every_secs == 0 {
             return bad("checkpoint_every_secs must be at least 1".into());
+        }
+        if self.session_ttl_secs > 365 * 24 * 3600 {
+            return bad(format!(
+                "session_ttl_secs = {} must be at most a year (0 keeps sessions forever)",
+                self.session_ttl_secs
+            ));
+        }
+        if self.pending_writes_max == 0 {
+            return bad("pending_writes_max must be at least 1".into());
+        }
+        if self.compaction_lag_max == 0 {
+            return bad("compaction_lag_max must be at least 1".into());
         }
         if self.max_request_bytes < 64 || self.max_request_bytes > 4 << 20 {
             return bad(format!(

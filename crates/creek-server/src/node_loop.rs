@@ -705,6 +705,11 @@ impl NodeLoop {
         put("snapshot_bytes_received", t.bytes_received);
         put("snapshot_bytes_served", t.bytes_served);
         put("snapshot_restarts", t.restarts);
+        let sessions = r.session_stats();
+        put("session_entries", sessions.entries);
+        put("session_expiry_ops", sessions.expiry_ops);
+        put("session_entries_expired", sessions.expiry_listed);
+        put("exec_versions_alive", e.versions_alive);
         let fetch = self.node.fetch_status();
         put("snapshot_fetch_received", fetch.map_or(0, |f| f.received));
         put("snapshot_fetch_total", fetch.map_or(0, |f| f.total));

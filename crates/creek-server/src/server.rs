@@ -160,6 +160,9 @@ impl Server {
         node_config.checkpoint_every_ticks =
             (config.checkpoint_every_secs * 1000 / config.tick_ms).max(1);
         node_config.rebuild_despite_data_loss = config.rebuild_despite_data_loss;
+        node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
+        node_config.pending_writes_max = config.pending_writes_max;
+        node_config.cab.compaction_lag_max = config.compaction_lag_max;
         if config.rebuild_despite_data_loss {
             tracing::warn!(
                 replica = %me,

@@ -168,6 +168,16 @@ impl pb::creek_server::Creek for CreekService {
         if req.procedure.is_empty() {
             return Err(Status::invalid_argument("no procedure named"));
         }
+        if req
+            .procedure
+            .starts_with(creek_exec::session::INTERNAL_PROC_PREFIX)
+        {
+            return Err(Status::invalid_argument(format!(
+                "procedure {:?} is internal to the replicas (names starting {:?} are reserved)",
+                req.procedure,
+                creek_exec::session::INTERNAL_PROC_PREFIX
+            )));
+        }
         let args = req
             .args
             .iter()
@@ -193,6 +203,8 @@ impl pb::creek_server::Creek for CreekService {
                 client: req.client_id,
                 seq: req.request_seq,
             });
+            call.acked = req.acked;
+            call.acked.truncate(creek_exec::session::ACKED_MAX);
         }
         let (tx, mut rx) = mpsc::unbounded_channel();
         let inv = Invocation {

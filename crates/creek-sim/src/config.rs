@@ -265,6 +265,9 @@ pub struct SimConfig {
     /// state into its write (only in runs where replicas can crash: a
     /// checkpoint matters only to a recovery); 0: never.
     pub checkpoint_every_us: u64,
+    /// Client sessions' TTL (`creek_core::Config::session_ttl_us`): short,
+    /// so that runs expire entries and refuse late copies.
+    pub session_ttl_us: u64,
     /// A bug to plant, to validate the checkers.
     pub plant_bug: Option<PlantedBug>,
     /// Search budget of the linearizability checker.
@@ -320,6 +323,7 @@ impl Default for SimConfig {
             fsync_us: (20, 400),
             linger_us: creek_store::LINGER_US,
             checkpoint_every_us: 100_000,
+            session_ttl_us: 200_000,
             plant_bug: None,
             lin_budget_steps: 2_000_000,
             check_invariants: false,

@@ -13,7 +13,7 @@ use crate::replica::{DiskPoll, DiskSetup};
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
 use creek_core::{Checkpoint, ExecKey, InvokeError, Op, OpId, ReplicaId, Request, Views};
-use creek_exec::{Completion, Registry};
+use creek_exec::{ClientRequestId, Completion, Registry};
 use creek_node::NodeConfig;
 use creek_wire::{GossipMessage, Limits, PeerMessage};
 
@@ -100,6 +100,10 @@ struct SimNode {
 struct Client {
     replica: usize,
     pending: Option<usize>,
+    /// The last request seq sent; requests carry `(client + 1, seq)`.
+    seq: u64,
+    /// Seqs answered, for the next request to acknowledge.
+    acks: Vec<u64>,
 }
 
 /// Counts of injected faults by class (and of what they caused:
@@ -309,6 +313,7 @@ impl Sim {
         for &me in &ids {
             let mut config = NodeConfig::for_group(me, &ids);
             config.replica.schedule = cfg.schedule;
+            config.replica.session_ttl_us = cfg.session_ttl_us;
             config.tick_us = cfg.tick_us;
             if cfg.faults.crashes() && cfg.checkpoint_every_us > 0 {
                 config.checkpoint_every_ticks = (cfg.checkpoint_every_us / cfg.tick_us).max(1);
@@ -414,6 +419,8 @@ impl Sim {
             .map(|c| Client {
                 replica: c % cfg.replicas,
                 pending: None,
+                seq: 0,
+                acks: Vec::new(),
             })
             .collect();
         Ok(Sim {
@@ -650,7 +657,14 @@ impl Sim {
             return;
         }
         let next = self.workload.next_op(&mut self.rng, c as u32);
-        let (request, wants_final) = request_of(next);
+        let (mut request, wants_final) = request_of(next);
+        let client = &mut self.clients[c];
+        client.seq += 1;
+        request.call.request_id = Some(ClientRequestId {
+            client: c as u64 + 1,
+            seq: client.seq,
+        });
+        request.call.acked = std::mem::take(&mut client.acks);
         if !self.invoke(replica, Some(c), request, wants_final) {
             let at = self.now + self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
@@ -665,7 +679,11 @@ impl Sim {
         let replica = self.rng.index(self.nodes.len());
         let session = self.cfg.clients + self.history.ops.len();
         let next = self.workload.next_op(&mut self.rng, session as u32);
-        let (request, wants_final) = request_of(next);
+        let (mut request, wants_final) = request_of(next);
+        request.call.request_id = Some(ClientRequestId {
+            client: session as u64 + 1,
+            seq: 1,
+        });
         if self.invoke(replica, None, request, wants_final) {
             if let Some(r) = self.history.ops.last_mut() {
                 r.client = session as u32;
@@ -753,6 +771,13 @@ impl Sim {
                 self.nodes[i].handles.remove(&v.handle);
             }
             if done {
+                // Answered after one send: the next request acknowledges it.
+                let (client, rid) = (record.client as usize, record.call.request_id);
+                if let (Some(c), Some(rid)) = (self.clients.get_mut(client), rid) {
+                    if c.pending == Some(index) {
+                        c.acks.push(rid.seq);
+                    }
+                }
                 self.release_client(index);
             }
         }
@@ -1262,6 +1287,32 @@ impl Sim {
         }
         let nodes = self.nodes.into_iter().map(|n| n.node).collect();
         let settled_after_us = settled.then(|| self.now - self.cfg.duration_us);
+        // What client sessions did: expiry ops ordered, late copies refused.
+        let expiries = self
+            .ops
+            .values()
+            .filter(|op| &*op.call.name == creek_exec::session::EXPIRE)
+            .count() as u64;
+        let refused = self
+            .history
+            .ops
+            .iter()
+            .filter(|r| {
+                r.views.iter().any(|v| {
+                    v.outcome
+                        .as_ref()
+                        .is_err_and(|a| a.0.starts_with(creek_exec::session::SESSION_EXPIRED))
+                })
+            })
+            .count() as u64;
+        for (k, n) in [
+            ("session_expiry_ops", expiries),
+            ("session_refused", refused),
+        ] {
+            if n > 0 {
+                self.faults.insert(k, n);
+            }
+        }
         Outcome {
             settled_after_us,
             liveness_bound_us: liveness_bound_us(self.net.latency_max_us()),

@@ -50,10 +50,11 @@
 //! |----------------|------------------------------------------------------------|
 //! | id             | *id*                                                       |
 //! | timestamp      | `u64le`, the raw hybrid-logical-clock value                |
-//! | flags          | 1 byte: bit 0 strong, bit 1 causal context present, bit 2 request id present; bits 3–7 must be 0, and bits 0 and 1 must be equal (a strong op, and only a strong op, carries a causal context) |
+//! | flags          | 1 byte: bit 0 strong, bit 1 causal context present, bit 2 request id present, bit 3 acknowledged seqs present (only with a request id); bits 4–7 must be 0, and bits 0 and 1 must be equal (a strong op, and only a strong op, carries a causal context) |
 //! | name           | `len` (≤ `proc_name_bytes_max`), then the procedure name, UTF-8 |
 //! | args           | `len` (≤ `args_bytes_max`), then the argument bytes        |
 //! | request id     | only if flags bit 2: `client: u64le`, `seq` (any value)    |
+//! | acknowledged   | only if flags bit 3: count, then that many `seq`s: the client's earlier requests whose session entries this op deletes |
 //! | causal context | only if flags bit 1: `count`, then `count` × *record*      |
 //!
 //! A *record* is `origin`, `counter`, `n` (the total of `n` over one
@@ -145,7 +146,8 @@ const KIND_SNAPSHOT_REFUSED: u8 = 0x33;
 const FLAG_STRONG: u8 = 0x01;
 const FLAG_CONTEXT: u8 = 0x02;
 const FLAG_REQUEST_ID: u8 = 0x04;
-const FLAGS_KNOWN: u8 = FLAG_STRONG | FLAG_CONTEXT | FLAG_REQUEST_ID;
+const FLAG_ACKED: u8 = 0x08;
+const FLAGS_KNOWN: u8 = FLAG_STRONG | FLAG_CONTEXT | FLAG_REQUEST_ID | FLAG_ACKED;
 
 /// Fewest bytes an encoded op takes: origin, seq, timestamp, flags, name
 /// length, args length.
@@ -723,6 +725,9 @@ fn write_op<S: Sink>(s: &mut S, op: &Op) {
     if op.call.request_id.is_some() {
         flags |= FLAG_REQUEST_ID;
     }
+    if !op.call.acked.is_empty() {
+        flags |= FLAG_ACKED;
+    }
     s.put_byte(flags);
     s.put_len(op.call.name.len());
     s.put_bytes(op.call.name.as_bytes());
@@ -731,6 +736,12 @@ fn write_op<S: Sink>(s: &mut S, op: &Op) {
     if let Some(rid) = op.call.request_id {
         s.put_u64le(rid.client);
         s.put_varint(rid.seq);
+    }
+    if !op.call.acked.is_empty() {
+        s.put_len(op.call.acked.len());
+        for &seq in &op.call.acked {
+            s.put_varint(seq);
+        }
     }
     if let Some(ctx) = &op.causal_context {
         write_dvv(s, ctx);
@@ -1121,6 +1132,14 @@ impl<'a> Reader<'a> {
         } else {
             None
         };
+        let acked = if flags & FLAG_ACKED != 0 {
+            let n = self.length(None, 1)?;
+            (0..n)
+                .map(|_| self.varint())
+                .collect::<Result<Vec<u64>, _>>()?
+        } else {
+            Vec::new()
+        };
         let causal_context = if strong { Some(self.dvv()?) } else { None };
         Ok(Op {
             id,
@@ -1129,6 +1148,8 @@ impl<'a> Reader<'a> {
                 name,
                 args,
                 request_id,
+                acked,
+                time_us: timestamp.physical_us(),
             },
             strong,
             causal_context,

@@ -51,12 +51,20 @@ fn arb_call() -> impl Strategy<Value = ProcCall> {
     (
         prop::collection::vec(any::<char>(), 0..10),
         prop::collection::vec(any::<u8>(), 0..48),
-        prop::option::of((any::<u64>(), any::<u64>())),
+        prop::option::of((
+            any::<u64>(),
+            any::<u64>(),
+            prop::collection::vec(any::<u64>(), 0..4),
+        )),
     )
         .prop_map(|(name, args, rid)| ProcCall {
             name: Arc::from(name.into_iter().collect::<String>()),
             args: Bytes::from(args),
-            request_id: rid.map(|(client, seq)| ClientRequestId { client, seq }),
+            request_id: rid
+                .as_ref()
+                .map(|&(client, seq, _)| ClientRequestId { client, seq }),
+            acked: rid.map(|(_, _, acked)| acked).unwrap_or_default(),
+            time_us: 0,
         })
 }
 
@@ -67,10 +75,14 @@ fn arb_op() -> impl Strategy<Value = Op> {
         arb_call(),
         prop::option::of(arb_dvv()),
     )
-        .prop_map(|(id, ts, call, ctx)| Op {
+        .prop_map(|(id, ts, mut call, ctx)| Op {
             id,
             timestamp: Timestamp(ts),
-            call,
+            call: {
+                // Not on the wire: the decoder derives it from the timestamp.
+                call.time_us = Timestamp(ts).physical_us();
+                call
+            },
             strong: ctx.is_some(),
             causal_context: ctx,
         })
@@ -375,6 +387,8 @@ fn op_example() -> Op {
             name: Arc::from("inc"),
             args: Bytes::from_static(&[0xaa]),
             request_id: Some(ClientRequestId { client: 7, seq: 2 }),
+            acked: Vec::new(),
+            time_us: Timestamp(0x0102_0304_0506_0708).physical_us(),
         },
         strong: true,
         causal_context: Some(

@@ -28,6 +28,9 @@ use crate::id::{OpId, ReplicaId, Timestamp};
 use crate::op::{Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
 
 mod restore;
+mod sessions;
+
+pub use sessions::SessionStats;
 
 /// Why an invocation is refused. Nothing is applied or broadcast.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +154,7 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     effects: Vec<Effect>,
     settled: Vec<Settled<ExecKey>>,
     counters: Counters,
+    sessions: sessions::Sessions,
 }
 
 impl Replica {
@@ -199,6 +203,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             effects: Vec::new(),
             settled: Vec::new(),
             counters: Counters::default(),
+            sessions: sessions::Sessions::default(),
         })
     }
 
@@ -262,10 +267,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.counters.invoked_weak += 1;
         }
         let read_only = procedure.read_only;
+        let mut call = request.call;
+        self.sessions.route_acks(&mut call, read_only);
         if !request.strong && read_only && !request.views.final_view {
-            return Ok(self.invoke_local_read(request.call, now_us));
+            return Ok(self.invoke_local_read(call, now_us));
         }
-        Ok(self.invoke_op(request.call, request.strong, request.views, true, now_us))
+        Ok(self.invoke_op(call, request.strong, request.views, true, now_us))
     }
 
     /// A weak read-only op: executed at the end of the current order and
@@ -332,6 +339,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.causal_ctx.insert(id); // line 22
             None
         };
+        let mut call = call;
+        call.time_us = timestamp.physical_us();
         let op = Arc::new(Op {
             id,
             timestamp,

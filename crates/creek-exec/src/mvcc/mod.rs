@@ -218,10 +218,12 @@ impl<P: Position, K: OpKey> SnapshotRead for SnapshotAt<'_, P, K> {
 }
 
 /// The state of `k`, created on first use (without cloning the key when it
-/// exists, the common case).
+/// exists, the common case). A new key is copied into its own allocation:
+/// keys arrive as slices of the frame or request they were decoded from, and
+/// a long-lived key must not keep that whole buffer alive.
 fn key_state<'a, P, K>(keys: &'a mut Keys<P, K>, k: &Bytes) -> &'a mut KeyState<P, K> {
     if !keys.contains_key(k) {
-        keys.insert(k.clone(), KeyState::default());
+        keys.insert(Bytes::copy_from_slice(k), KeyState::default());
     }
     match keys.get_mut(k) {
         Some(ks) => ks,
@@ -513,7 +515,13 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             // Every op before this one is final, so its version is the oldest
             // live one: it becomes the base, superseding the previous base.
             match ks.versions.remove(&pos) {
-                Some(version) => {
+                Some(mut version) => {
+                    // A final value may live for the life of the replica:
+                    // detach it from the frame it was decoded from (see
+                    // `key_state`).
+                    if let Some(v) = &version.value {
+                        version.value = Some(Bytes::copy_from_slice(v));
+                    }
                     if ks.base.replace(version).is_some() {
                         self.counters.versions_alive -= 1;
                     }
@@ -913,6 +921,16 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
                 Some((k.clone(), value))
             })
             .collect()
+    }
+
+    fn committed_with_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&Bytes, &Bytes)) {
+        for (k, ks) in &self.keys {
+            if let Some(value) = ks.base.as_ref().and_then(|b| b.value.as_ref()) {
+                if k.starts_with(prefix) {
+                    f(k, value);
+                }
+            }
+        }
     }
 
     fn running(&self) -> usize {

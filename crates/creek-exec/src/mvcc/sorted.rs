@@ -47,13 +47,19 @@ impl<P: Ord + Copy, V> SortedDeque<P, V> {
         }
     }
 
-    /// Remove the entry at `pos`.
+    /// Remove the entry at `pos`. An emptied deque gives its buffer back:
+    /// most keys are written once or rarely, and an empty buffer kept per key
+    /// would cost hundreds of bytes for every key ever written.
     pub(crate) fn remove(&mut self, pos: &P) -> Option<V> {
-        match self.find(pos) {
+        let removed = match self.find(pos) {
             Ok(0) => self.items.pop_front().map(|(_, v)| v),
             Ok(i) => self.items.remove(i).map(|(_, v)| v),
             Err(_) => None,
+        };
+        if self.items.is_empty() && self.items.capacity() > 0 {
+            self.items = VecDeque::new();
         }
+        removed
     }
 
     /// The value at `pos`.
@@ -134,6 +140,9 @@ mod tests {
                 }
                 prop_assert_eq!(d.len(), m.len());
                 prop_assert_eq!(d.is_empty(), m.is_empty());
+                if d.is_empty() {
+                    prop_assert_eq!(d.items.capacity(), 0);
+                }
             }
         }
     }
