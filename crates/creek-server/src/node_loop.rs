@@ -707,6 +707,7 @@ impl NodeLoop {
         put("snapshot_restarts", t.restarts);
         let sessions = r.session_stats();
         put("session_entries", sessions.entries);
+        put("session_expired_clients", sessions.clients);
         put("session_expiry_ops", sessions.expiry_ops);
         put("session_entries_expired", sessions.expiry_listed);
         put("exec_versions_alive", e.versions_alive);

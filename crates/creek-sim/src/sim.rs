@@ -1279,8 +1279,6 @@ impl Sim {
             }
         }
         self.readings.finish = self.totals();
-        // Lost ops never took effect: the checkers judge what remains.
-        self.history.ops.retain(|r| !r.lost);
         let ids: Vec<OpId> = self.canonical.clone();
         for id in &ids {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
@@ -1293,18 +1291,24 @@ impl Sim {
             .values()
             .filter(|op| &*op.call.name == creek_exec::session::EXPIRE)
             .count() as u64;
+        let refused_expired = |r: &crate::history::OpRecord| {
+            r.views.iter().any(|v| {
+                v.kind != creek_core::ViewKind::Tentative
+                    && v.outcome
+                        .as_ref()
+                        .is_err_and(|a| a.0.starts_with(creek_exec::session::SESSION_EXPIRED))
+            })
+        };
         let refused = self
             .history
             .ops
             .iter()
-            .filter(|r| {
-                r.views.iter().any(|v| {
-                    v.outcome
-                        .as_ref()
-                        .is_err_and(|a| a.0.starts_with(creek_exec::session::SESSION_EXPIRED))
-                })
-            })
+            .filter(|r| refused_expired(r))
             .count() as u64;
+        // Lost ops never took effect, nor did ops refused as expired (a sim
+        // client sends each request once, so no copy of them ran): the
+        // checkers judge what remains.
+        self.history.ops.retain(|r| !r.lost && !refused_expired(r));
         for (k, n) in [
             ("session_expiry_ops", expiries),
             ("session_refused", refused),

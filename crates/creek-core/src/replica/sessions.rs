@@ -21,6 +21,9 @@ const ACK_CLIENTS_MAX: usize = 4096;
 pub struct SessionStats {
     /// Committed session entries at the latest scan.
     pub entries: u64,
+    /// Committed client records (clients with expired requests) at the
+    /// latest scan.
+    pub clients: u64,
     /// Entries this replica's expiry ops listed for deletion.
     pub expiry_listed: u64,
     /// Expiry ops this replica ordered.
@@ -72,7 +75,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     }
 
     /// Scan the committed session entries every eighth of the TTL (at most
-    /// every 10 ms, at least every 5 min) and, when `leader`, order the deletion of those older
+    /// every 10 ms, at least every 30 s) and, when `leader`, order the deletion of those older
     /// than two TTLs with a strong internal op that also moves the horizon
     /// to one TTL ago. One expiry op is in flight at a time.
     pub fn expire_sessions(&mut self, now_us: u64, leader: bool) {
@@ -80,7 +83,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if ttl == 0 || now_us < self.sessions.next_scan_us {
             return;
         }
-        self.sessions.next_scan_us = now_us + (ttl / 8).clamp(10_000, 300_000_000);
+        self.sessions.next_scan_us = now_us + (ttl / 8).clamp(10_000, 30_000_000);
         if let Some((id, since)) = self.sessions.expiring {
             let pending = self.awaiting.contains_key(&ExecKey::Op(id));
             if pending && now_us.saturating_sub(since) < ttl {
@@ -100,12 +103,29 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                     }
                 }
             });
+        let mut clients = 0u64;
+        let mut old_clients: BTreeSet<u64> = BTreeSet::new();
+        self.engine
+            .committed_with_prefix(session::CLIENT_PREFIX, &mut |k, v| {
+                clients += 1;
+                let stale = session::decode_client(v).is_none_or(|r| r.time_us < delete_before);
+                if let Some(c) = session::parse_client_key(k).filter(|_| stale) {
+                    old_clients.insert(c);
+                }
+            });
         self.sessions.stats.entries = entries;
-        if !leader || old.is_empty() {
+        self.sessions.stats.clients = clients;
+        if !leader || (old.is_empty() && old_clients.is_empty()) {
             return;
         }
         let ids: Vec<ClientRequestId> = old.into_iter().take(EXPIRE_BATCH_MAX).collect();
-        let call = session::expire_call(now_us.saturating_sub(ttl), delete_before, &ids);
+        let old_clients: Vec<u64> = old_clients.into_iter().take(EXPIRE_BATCH_MAX).collect();
+        let call = session::expire_call(
+            now_us.saturating_sub(ttl),
+            delete_before,
+            &ids,
+            &old_clients,
+        );
         self.sessions.stats.expiry_listed += ids.len() as u64;
         self.sessions.stats.expiry_ops += 1;
         if let ExecKey::Op(id) = self.invoke_op(call, true, Views::STRONG, false, now_us) {

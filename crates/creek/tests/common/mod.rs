@@ -32,6 +32,12 @@ fn free_addr() -> SocketAddr {
 impl Cluster {
     /// Start `n` replicas and wait until they have a leader.
     pub async fn start(n: usize) -> Cluster {
+        Self::start_with(n, |_| {}).await
+    }
+
+    /// Like [`Cluster::start`], with `edit` applied to every replica's
+    /// configuration.
+    pub async fn start_with(n: usize, edit: impl Fn(&mut ServerConfig)) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "creek-e2e-{}-{}",
             std::process::id(),
@@ -47,15 +53,11 @@ impl Cluster {
             procs: (0..n).map(|_| None).collect(),
         };
         for i in 0..n {
-            c.write_config(i);
+            c.configure(i, &edit);
             c.spawn(i);
         }
         c.wait_for_leader(Duration::from_secs(20)).await;
         c
-    }
-
-    fn write_config(&self, i: usize) {
-        self.configure(i, |_| {});
     }
 
     /// Rewrite replica `i`'s configuration file: the test defaults, then
