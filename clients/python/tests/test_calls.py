@@ -344,3 +344,28 @@ def test_the_examples_and_the_readme_example_run_against_the_cluster(dev, tmp_pa
         )
         assert out.returncode == 0, out.stdout + out.stderr
         assert expect in out.stdout, out.stdout
+
+
+def test_answered_requests_are_acknowledged_by_the_next_ones(dev):
+    """A request answered after one send is acknowledged by the client's
+    next request, so the cluster can forget its deduplication entry."""
+
+    async def acks_become(c, want):
+        for _ in range(200):
+            if c._acks == want:
+                return
+            await asyncio.sleep(0.01)
+        assert c._acks == want
+
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k = key("acks")
+            for seq in range(1, 4):
+                # Each request takes the waiting acknowledgement with it;
+                # its own waits for the next.
+                await c.kv_put(k, "v").final()
+                await acks_become(c, [seq])
+            await c.kv_get(k).final()
+            await acks_become(c, [4])
+
+    run(body())

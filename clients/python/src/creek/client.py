@@ -36,6 +36,10 @@ RECONNECT_BACKOFF_MAX_MS = 2_000
 #: faulty one).
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_MESSAGES_MAX = 4
+# Acknowledgements one request carries (the server takes this many), and
+# how many wait at most (older ones are dropped: their entries expire).
+ACKS_PER_REQUEST = 256
+ACKS_WAITING_MAX = 4096
 
 _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", KEEPALIVE_MS),
@@ -99,6 +103,9 @@ class Client(Builtins):
         self._timeout = timeout
         self._next_seq = 1
         self._seq_lock = threading.Lock()
+        # Seqs answered after one send: the next requests acknowledge them,
+        # and the cluster forgets their deduplication entries.
+        self._acks: List[int] = []
         self._current = 0
         self._channels: Dict[int, grpc.aio.Channel] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -158,6 +165,7 @@ class Client(Builtins):
             weak_final=weak_final,
             client_id=self._client_id,
             request_seq=self._take_seq(),
+            acked=self._take_acks(),
         )
         timeout = self._timeout if timeout is DEFAULT else timeout
         correctable = Correctable(loop, threading.get_ident(), fns_in_thread=self._fns_in_thread)
@@ -227,6 +235,17 @@ class Client(Builtins):
         elif self._loop is not loop:
             raise RuntimeError("a creek.Client belongs to the event loop it was first used in")
         return loop
+
+    def _take_acks(self) -> List[int]:
+        with self._seq_lock:
+            taken, self._acks = self._acks[:ACKS_PER_REQUEST], self._acks[ACKS_PER_REQUEST:]
+            return taken
+
+    def _ack(self, seq: int) -> None:
+        with self._seq_lock:
+            if len(self._acks) >= ACKS_WAITING_MAX:
+                del self._acks[:ACKS_PER_REQUEST]
+            self._acks.append(seq)
 
     def _take_seq(self) -> int:
         with self._seq_lock:
@@ -303,6 +322,9 @@ class Client(Builtins):
                 tried.add(index)
                 try:
                     await reader.attempt(self._channel(index), request, remaining)
+                    if len(tried) == 1:
+                        # Sent once: no copy of it can come later.
+                        self._ack(request.request_seq)
                     return
                 except grpc.aio.AioRpcError as e:
                     error = from_rpc_error(e)
