@@ -206,6 +206,11 @@ impl Dvv {
         self.entry(origin).counter
     }
 
+    /// Number of origins with a record.
+    pub fn origins(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Total number of exception seqs (ids not covered by the counters),
     /// over all origins.
     pub fn exceptions(&self) -> usize {

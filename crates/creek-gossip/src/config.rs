@@ -18,6 +18,10 @@ pub struct GossipConfig {
     pub anti_entropy_every_ticks: u32,
     /// The most ops (or pulled ids) in one message. At least 1.
     pub ops_per_message_max: usize,
+    /// The most bytes of op payload (an upper estimate of their encoding)
+    /// in one message, so large values never make a frame past the wire's
+    /// limit; an op larger than this goes alone. At least 1.
+    pub message_bytes_max: usize,
     /// The most messages one digest or pull is answered with; the ops a peer
     /// still lacks beyond that go with the answer to its next digest. At
     /// least 1.
@@ -39,6 +43,7 @@ impl Default for GossipConfig {
             peers: Vec::new(),
             anti_entropy_every_ticks: 10,
             ops_per_message_max: 1024,
+            message_bytes_max: 4 << 20,
             reply_messages_max: 8,
             out_of_order_max: 65_536,
             pull_every_ticks: 5,
@@ -89,6 +94,9 @@ impl GossipConfig {
         }
         if self.anti_entropy_every_ticks == 0 {
             return invalid("anti_entropy_every_ticks", "must be at least 1");
+        }
+        if self.message_bytes_max == 0 {
+            return invalid("message_bytes_max", "must be at least 1");
         }
         if self.ops_per_message_max == 0 {
             return invalid("ops_per_message_max", "must be at least 1");

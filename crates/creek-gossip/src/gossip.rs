@@ -17,6 +17,17 @@ pub type Outbox = Vec<(ReplicaId, GossipMessage)>;
 // `delivered_out`) until the driver takes them, the convention of every
 // protocol room (`Replica::take_effects`, `Cab::take_messages`).
 
+/// An upper bound of `op`'s size on the wire: its payload plus generous
+/// room for the fixed fields and varints (the exact encoding is the wire
+/// crate's).
+fn encoded_size_bound(op: &Op) -> usize {
+    let context = op
+        .causal_context
+        .as_ref()
+        .map_or(0, |c| 32 * c.origins() + 10 * c.exceptions());
+    64 + op.call.name.len() + op.call.args.len() + 10 * op.call.acked.len() + context
+}
+
 /// Counters for monitoring and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GossipStats {
@@ -488,10 +499,25 @@ impl Gossip {
         self.send_ops(from, &ops);
     }
 
+    /// Sends `ops` in messages of at most `ops_per_message_max` ops and
+    /// `message_bytes_max` estimated bytes.
     fn send_ops(&mut self, to: ReplicaId, ops: &[Arc<Op>]) {
-        for chunk in ops.chunks(self.config.ops_per_message_max) {
-            self.stats.ops_sent += chunk.len() as u64;
-            self.outbox.push((to, GossipMessage::Ops(chunk.to_vec())));
+        let mut start = 0;
+        while start < ops.len() {
+            let mut bytes = 0;
+            let mut end = start;
+            while end < ops.len() && end - start < self.config.ops_per_message_max {
+                let size = encoded_size_bound(&ops[end]);
+                if end > start && bytes + size > self.config.message_bytes_max {
+                    break;
+                }
+                bytes += size;
+                end += 1;
+            }
+            self.stats.ops_sent += (end - start) as u64;
+            self.outbox
+                .push((to, GossipMessage::Ops(ops[start..end].to_vec())));
+            start = end;
         }
     }
 

@@ -435,3 +435,37 @@ fn restore_resumes_counters_and_serves_kept_payloads() {
         .collect();
     assert_eq!(sent, vec![(1, 3), (1, 4), (1, 5), (2, 1), (2, 2), (2, 3)]);
 }
+
+#[test]
+fn messages_are_bounded_in_bytes_as_well_as_ops() {
+    let mut a = node(A, |c| c.message_bytes_max = 3 << 20);
+    let big = |seq| {
+        let mut o = (*op(1, seq)).clone();
+        o.call.args = vec![7u8; 1 << 20].into();
+        Arc::new(o)
+    };
+    for seq in 1..=7 {
+        a.broadcast(big(seq));
+    }
+    let out = a.take_messages();
+    let to_b: Vec<Vec<(u16, u64)>> = sent_ops(&out)
+        .into_iter()
+        .filter(|(to, _)| *to == B)
+        .map(|(_, ops)| ops)
+        .collect();
+    // Two 1 MiB ops per 3 MiB message (with room for the fields), every op
+    // once, in order.
+    assert_eq!(to_b.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2, 2, 1]);
+    let all: Vec<(u16, u64)> = to_b.concat();
+    assert_eq!(all, (1..=7).map(|s| (1, s)).collect::<Vec<_>>());
+    // An op larger than the bound goes alone rather than never.
+    let mut small = node(A, |c| c.message_bytes_max = 1000);
+    small.broadcast(big(1));
+    small.broadcast(big(2));
+    let lens: Vec<usize> = sent_ops(&small.take_messages())
+        .into_iter()
+        .filter(|(to, _)| *to == B)
+        .map(|(_, ops)| ops.len())
+        .collect();
+    assert_eq!(lens, [1, 1]);
+}
