@@ -26,6 +26,25 @@ pub struct Op {
 }
 
 impl Op {
+    /// An op, with `call.time_us` set from `timestamp` (what the wire
+    /// decoder derives on every other replica).
+    pub fn new(
+        id: OpId,
+        timestamp: Timestamp,
+        mut call: ProcCall,
+        strong: bool,
+        causal_context: Option<Dvv>,
+    ) -> Op {
+        call.time_us = timestamp.physical_us();
+        Op {
+            id,
+            timestamp,
+            call,
+            strong,
+            causal_context,
+        }
+    }
+
     /// The op's key on the tentative list.
     pub fn order_key(&self) -> (Timestamp, OpId) {
         (self.timestamp, self.id)

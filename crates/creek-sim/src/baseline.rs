@@ -429,15 +429,15 @@ impl SimReplica for BaselineNode {
         }
         self.next_seq += 1;
         let id = OpId::new(self.me, self.next_seq);
-        let op = Arc::new(Op {
+        // Consensus orders every op of a baseline: a strong op needs no
+        // context (the wire still wants one on strong ops: empty).
+        let op = Arc::new(Op::new(
             id,
-            timestamp: self.hlc.now(now_us),
-            call: request.call,
-            strong: request.strong,
-            // Consensus orders every op of a baseline: a strong op needs no
-            // context (the wire still wants one on strong ops: empty).
-            causal_context: request.strong.then(Dvv::default),
-        });
+            self.hlc.now(now_us),
+            request.call,
+            request.strong,
+            request.strong.then(Dvv::default),
+        ));
         self.own.insert(
             id,
             Own {

@@ -25,16 +25,16 @@ use raft::Storage;
 
 fn op(origin: u16, seq: u64, strong: bool) -> Arc<Op> {
     let key = format!("k{origin}.{seq}");
-    Arc::new(Op {
-        id: OpId::new(ReplicaId(origin), seq),
-        timestamp: Timestamp::new(1_000 + seq, 0),
-        call: ProcCall::new(
+    Arc::new(Op::new(
+        OpId::new(ReplicaId(origin), seq),
+        Timestamp::new(1_000 + seq, 0),
+        ProcCall::new(
             "kv.put",
             encode_args(&[Value::from(key.as_str()), Value::from("v")]),
         ),
         strong,
-        causal_context: strong.then(|| Dvv::from_records([(ReplicaId(origin), seq - 1, vec![])])),
-    })
+        strong.then(|| Dvv::from_records([(ReplicaId(origin), seq - 1, vec![])])),
+    ))
 }
 
 fn entry(index: u64) -> Entry {

@@ -567,9 +567,9 @@ fn malformed_ops_are_rejected() {
         "op flags at byte 13: a weak op must not carry a causal context"
     );
     assert_eq!(
-        err(&op_frame_with_flags(0x0f)),
+        err(&op_frame_with_flags(0x17)),
         DecodeError::UnknownFlags {
-            flags: 0x0f,
+            flags: 0x17,
             offset: 13
         }
     );

@@ -339,15 +339,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.causal_ctx.insert(id); // line 22
             None
         };
-        let mut call = call;
-        call.time_us = timestamp.physical_us();
-        let op = Arc::new(Op {
-            id,
-            timestamp,
-            call,
-            strong,
-            causal_context,
-        });
+        let op = Arc::new(Op::new(id, timestamp, call, strong, causal_context));
         self.effects.push(Effect::RbCast(op.clone())); // line 23
         self.awaiting.insert(
             ExecKey::Op(id),
