@@ -350,56 +350,65 @@ async fn watch_rebuild(
             ));
         }
         let polled = Instant::now();
-        if client.is_none() {
-            client = Client::connect([addr.to_string()]).await.ok();
-        }
-        if let Some(c) = &client {
-            let asked = Instant::now();
-            match tokio::time::timeout(OP_TIMEOUT, c.status()).await {
-                Ok(Ok(s)) => {
-                    let now = Instant::now();
-                    status_max = status_max.max(now - asked);
-                    let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
-                    let total = counter("snapshot_fetch_total");
-                    let installed = counter("snapshots_installed");
-                    last_seen = format!(
-                        "role {:?}, {} of {total} bytes fetched, {installed} installed",
-                        s.role,
-                        counter("snapshot_fetch_received")
-                    );
-                    let member = !matches!(s.role.as_str(), "lost" | "joining" | "");
-                    if member && installed > 0 {
-                        let received = counter("snapshot_bytes_received");
-                        return Ok(Rebuild {
-                            restart,
-                            first_chunk,
-                            last_before_install,
-                            last_fetching,
-                            installed: now,
-                            bytes: if last_total > 0 { last_total } else { received },
-                            restarts: counter("snapshot_restarts"),
-                            status_max,
-                        });
-                    }
-                    if total > 0 {
-                        first_chunk.get_or_insert(now);
-                        last_total = total;
-                        last_fetching = Some(now);
-                    }
-                    last_before_install = now;
+        match ask_status(&mut client, addr).await {
+            Ok((s, asked, now)) => {
+                status_max = status_max.max(now - asked);
+                let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+                let total = counter("snapshot_fetch_total");
+                let installed = counter("snapshots_installed");
+                last_seen = format!(
+                    "role {:?}, {} of {total} bytes fetched, {installed} installed",
+                    s.role,
+                    counter("snapshot_fetch_received")
+                );
+                let member = !matches!(s.role.as_str(), "lost" | "joining" | "");
+                if member && installed > 0 {
+                    let received = counter("snapshot_bytes_received");
+                    return Ok(Rebuild {
+                        restart,
+                        first_chunk,
+                        last_before_install,
+                        last_fetching,
+                        installed: now,
+                        bytes: if last_total > 0 { last_total } else { received },
+                        restarts: counter("snapshot_restarts"),
+                        status_max,
+                    });
                 }
-                Ok(Err(e)) => {
-                    last_seen = e.to_string();
-                    client = None;
+                if total > 0 {
+                    first_chunk.get_or_insert(now);
+                    last_total = total;
+                    last_fetching = Some(now);
                 }
-                Err(_) => {
-                    last_seen = format!("no status reply within {OP_TIMEOUT:?}");
-                    client = None;
-                }
+                last_before_install = now;
             }
+            Err(e) => last_seen = e,
         }
         tokio::time::sleep_until((polled + POLL).into()).await;
     }
+}
+
+/// Ask `addr` for its status (connecting first when `client` is `None`),
+/// with when it was asked and when it answered. A failure drops the
+/// connection, so the next call connects again.
+async fn ask_status(
+    client: &mut Option<Client>,
+    addr: SocketAddr,
+) -> Result<(creek_client::pb::StatusReply, Instant, Instant), String> {
+    if client.is_none() {
+        *client = Client::connect([addr.to_string()]).await.ok();
+    }
+    let Some(c) = client.as_ref() else {
+        return Err(format!("cannot connect to {addr}"));
+    };
+    let asked = Instant::now();
+    let reply = match tokio::time::timeout(OP_TIMEOUT, c.status()).await {
+        Ok(Ok(s)) => return Ok((s, asked, Instant::now())),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no status reply within {OP_TIMEOUT:?}"),
+    };
+    *client = None;
+    Err(reply)
 }
 
 /// One status reply of a replica, for the stalls of its node thread
@@ -420,25 +429,16 @@ async fn monitor(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<StatusSample> {
     let mut client: Option<Client> = None;
     while !stop.load(Ordering::Relaxed) {
         let polled = Instant::now();
-        if client.is_none() {
-            client = Client::connect([addr.to_string()]).await.ok();
-        }
-        if let Some(c) = &client {
-            let asked = Instant::now();
-            match tokio::time::timeout(OP_TIMEOUT, c.status()).await {
-                Ok(Ok(s)) => {
-                    let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
-                    samples.push(StatusSample {
-                        asked,
-                        replied: Instant::now(),
-                        submitted: counter("submitted_seq"),
-                        durable: counter("durable_seq"),
-                    });
-                }
-                // A new connection after a failure: the replica may have
-                // been restarted.
-                Ok(Err(_)) | Err(_) => client = None,
-            }
+        // A failure drops the connection: the replica may have been
+        // restarted.
+        if let Ok((s, asked, replied)) = ask_status(&mut client, addr).await {
+            let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+            samples.push(StatusSample {
+                asked,
+                replied,
+                submitted: counter("submitted_seq"),
+                durable: counter("durable_seq"),
+            });
         }
         tokio::time::sleep_until((polled + POLL).into()).await;
     }

@@ -3,9 +3,9 @@
 //! JSON object whose start sample respects the warm-up (docs/bench/soak.md).
 //! The command cleans up its own servers; the test bounds its wait.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -20,8 +20,8 @@ fn u(report: &Value, key: &str) -> u64 {
 
 #[test]
 fn a_short_soak_reports_samples_and_growth_over_the_replicas() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_creek"))
-        .args([
+    let r = common::run_json_command(
+        &[
             "bench",
             "soak",
             "--minutes",
@@ -31,40 +31,9 @@ fn a_short_soak_reports_samples_and_growth_over_the_replicas() {
             "--sample-secs",
             "2",
             "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn creek bench soak");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for creek bench soak") {
-            break status;
-        }
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("creek bench soak ran longer than {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .expect("piped stdout")
-        .read_to_string(&mut stdout)
-        .expect("read stdout");
-    child
-        .stderr
-        .take()
-        .expect("piped stderr")
-        .read_to_string(&mut stderr)
-        .expect("read stderr");
-    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "one JSON line expected:\n{stdout}");
-    let r: Value = serde_json::from_str(lines[0]).expect("the report is JSON");
+        ],
+        LIMIT,
+    );
 
     assert_eq!(r["bench"], "soak");
     assert_eq!(r["minutes"], 0.25);

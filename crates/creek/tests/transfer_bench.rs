@@ -3,9 +3,9 @@
 //! while a probe client keeps calling (docs/bench/transfer.md). The command
 //! cleans up its own servers; the test bounds its wait.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -20,9 +20,9 @@ fn f(report: &Value, key: &str) -> f64 {
 
 #[test]
 fn a_wiped_replica_is_rebuilt_and_the_transfer_is_timed() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_creek"))
-        // Checkpoints every 5 s: the bench waits one interval after the load.
-        .args([
+    // Checkpoints every 5 s: the bench waits one interval after the load.
+    let r = common::run_json_command(
+        &[
             "bench",
             "transfer",
             "--mib",
@@ -30,40 +30,9 @@ fn a_wiped_replica_is_rebuilt_and_the_transfer_is_timed() {
             "--checkpoint-secs",
             "5",
             "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn creek bench transfer");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for creek bench transfer") {
-            break status;
-        }
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("creek bench transfer ran longer than {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .expect("piped stdout")
-        .read_to_string(&mut stdout)
-        .expect("read stdout");
-    child
-        .stderr
-        .take()
-        .expect("piped stderr")
-        .read_to_string(&mut stderr)
-        .expect("read stderr");
-    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "one JSON line expected:\n{stdout}");
-    let r: Value = serde_json::from_str(lines[0]).expect("the report is JSON");
+        ],
+        LIMIT,
+    );
 
     assert_eq!(r["bench"], "transfer");
     assert_eq!(r["mib"], 8);

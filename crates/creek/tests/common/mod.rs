@@ -17,6 +17,41 @@ use tonic::transport::Channel;
 
 pub use creek_exec::value::Value;
 
+/// Run `creek ARGS` (a `bench … --json` command that starts and stops its
+/// own servers), killing it past `limit`, and return its one JSON line.
+pub fn run_json_command(args: &[&str], limit: Duration) -> serde_json::Value {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn creek {args:?}: {e}"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the command") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("creek {args:?} ran longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut stdout).expect("read stdout");
+    }
+    if let Some(mut err) = child.stderr.take() {
+        err.read_to_string(&mut stderr).expect("read stderr");
+    }
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON line expected:\n{stdout}");
+    serde_json::from_str(lines[0]).expect("the report is JSON")
+}
+
 pub struct Cluster {
     pub dir: PathBuf,
     pub clients: Vec<SocketAddr>,
