@@ -75,9 +75,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     }
 
     /// Scan the committed session entries every eighth of the TTL (at most
-    /// every 10 ms, at least every 30 s) and, when `leader`, order the deletion of those older
-    /// than two TTLs with a strong internal op that also moves the horizon
-    /// to one TTL ago. One expiry op is in flight at a time.
+    /// every 10 ms, at least every 30 s) and, when `leader`, order the
+    /// deletion of those older than two TTLs with a strong internal op that
+    /// also moves the horizon to one TTL ago. One expiry op is in flight at
+    /// a time. The scan walks every committed key (`committed_with_prefix`).
     pub fn expire_sessions(&mut self, now_us: u64, leader: bool) {
         let ttl = self.config.session_ttl_us;
         if ttl == 0 || now_us < self.sessions.next_scan_us {
