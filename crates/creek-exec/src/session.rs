@@ -50,6 +50,8 @@ pub const EXPIRE_BATCH_MAX: usize = 4096;
 /// Acknowledged sequence numbers one request carries at most.
 pub const ACKED_MAX: usize = 256;
 
+/// The byte every session key starts with (the internal key prefix).
+pub const SESSION_PREFIX: &[u8] = &[INTERNAL_KEY_PREFIX];
 /// Prefix of the entry keys.
 pub const ENTRY_PREFIX: &[u8] = b"\0dedup/";
 const HORIZON_KEY: &[u8] = b"\0sessions/horizon";
@@ -65,7 +67,6 @@ pub fn entry_key(id: ClientRequestId) -> Bytes {
     k.put_slice(ENTRY_PREFIX);
     k.put_u64(id.client);
     k.put_u64(id.seq);
-    debug_assert_eq!(k[0], INTERNAL_KEY_PREFIX);
     k.freeze()
 }
 

@@ -8,16 +8,15 @@
 //! the leader; throughput runs closed-loop clients spread round-robin over
 //! the replicas, each with its own connection, after a warm-up.
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use creek_client::Client;
+
+use crate::bench_procs::Target;
 use creek_exec::value::Value;
-use creek_server::ServerConfig;
 use serde_json::json;
 
 /// Arguments of `creek bench cluster`.
@@ -51,85 +50,6 @@ pub struct Args {
     /// Print one JSON line.
     #[arg(long)]
     json: bool,
-}
-
-/// `creek serve` processes started for a benchmark (stopped and their
-/// data removed on drop), or a running cluster attached to.
-pub(crate) struct Procs {
-    /// Where the servers' configurations (`r{i}.toml`), logs (`r{i}.log`)
-    /// and data directories (`r{i}/`) are (empty when attached).
-    pub(crate) dir: PathBuf,
-    children: Vec<Child>,
-    /// The replicas' client endpoints.
-    pub(crate) clients: Vec<SocketAddr>,
-}
-
-impl Procs {
-    /// A running cluster at `clients`, not ours to stop.
-    pub(crate) fn attached(clients: Vec<SocketAddr>) -> Procs {
-        Procs {
-            dir: PathBuf::new(),
-            children: Vec::new(),
-            clients,
-        }
-    }
-
-    /// The process ids of the servers started (none when attached).
-    pub(crate) fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
-    }
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if !self.children.is_empty() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-fn free_addr() -> Result<SocketAddr, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("finding a free port: {e}"))
-}
-
-/// Start `n` `creek serve` processes on free loopback ports.
-pub(crate) fn start_cluster(n: usize) -> Result<Procs, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let dir = std::env::temp_dir().join(format!("creek-bench-cluster-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let clients = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-    let peers = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-    let mut procs = Procs {
-        dir: dir.clone(),
-        children: Vec::new(),
-        clients: clients.clone(),
-    };
-    let configs = ServerConfig::group_on(&peers, &clients, &dir).map_err(|e| e.to_string())?;
-    for (i, config) in configs.iter().enumerate() {
-        let cfg = dir.join(format!("r{}.toml", i + 1));
-        let toml = config.to_toml().map_err(|e| e.to_string())?;
-        std::fs::write(&cfg, toml).map_err(|e| e.to_string())?;
-        let log = std::fs::File::create(dir.join(format!("r{}.log", i + 1)))
-            .map_err(|e| e.to_string())?;
-        let child = Command::new(&exe)
-            .arg("serve")
-            .arg("--config")
-            .arg(&cfg)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .map_err(|e| format!("starting creek serve: {e}"))?;
-        procs.children.push(child);
-    }
-    Ok(procs)
 }
 
 /// The index of the replica that reports itself leader (waits up to 30 s).
@@ -276,37 +196,27 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.replicas == 0 || args.clients.is_empty() || args.latency_ops == 0 {
         return Err("--replicas, --clients and --latency-ops must be positive".into());
     }
-    let procs = if args.attach.is_empty() {
-        start_cluster(args.replicas)?
-    } else {
-        Procs::attached(args.attach.clone())
-    };
+    let target = Target::start_or_attach(args.replicas, &args.attach)?;
+    let clients = target.clients.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let value = Value::Bytes(vec![b'v'; args.value_bytes].into());
     let report = rt.block_on(async {
-        let leader = find_leader(&procs.clients).await?;
+        let leader = find_leader(&clients).await?;
         let mut levels = serde_json::Map::new();
         for (name, strong) in [("weak", false), ("strong", true)] {
             if !args.levels.iter().any(|l| l == name) {
                 continue;
             }
             eprintln!("bench cluster: {name} latency at 1 client…");
-            let (p50, p99) = latency(
-                procs.clients[leader],
-                strong,
-                args.latency_ops,
-                args.keys,
-                &value,
-            )
-            .await?;
+            let (p50, p99) =
+                latency(clients[leader], strong, args.latency_ops, args.keys, &value).await?;
             let mut tput = serde_json::Map::new();
             for &n in &args.clients {
                 eprintln!("bench cluster: {name} throughput at {n} clients…");
-                let t =
-                    throughput(&procs.clients, strong, n, args.seconds, args.keys, &value).await?;
+                let t = throughput(&clients, strong, n, args.seconds, args.keys, &value).await?;
                 tput.insert(format!("clients_{n}"), json!(t.round()));
             }
             levels.insert(
@@ -316,11 +226,10 @@ pub fn run(args: &Args) -> Result<(), String> {
         }
         Ok::<_, String>(levels)
     })?;
-    let procs_len = procs.clients.len();
-    drop(procs);
+    drop(target);
     let mut out = serde_json::Map::new();
     out.insert("bench".into(), json!("cluster"));
-    out.insert("replicas".into(), json!(procs_len));
+    out.insert("replicas".into(), json!(clients.len()));
     out.insert("value_bytes".into(), json!(args.value_bytes));
     out.insert(
         "cores".into(),

@@ -1,13 +1,9 @@
-//! `creek serve` processes that a benchmark starts with settings of its
-//! own, and kills, wipes and restarts one at a time.
-//!
-//! `bench_cluster::start_cluster` starts a cluster with every server
-//! default and stops it only as a whole; a benchmark that needs another
-//! setting (a checkpoint interval) or that kills and restarts a replica
-//! uses [`Servers`]. The layout is the same: replica `i`'s configuration is
-//! `r{i}.toml`, its log `r{i}.log` and its data directory `r{i}/` in one
-//! temporary directory, which goes with the processes when the value is
-//! dropped (on error and on Ctrl-C too).
+//! The `creek serve` processes a benchmark starts on loopback, with the
+//! server defaults or settings of its own, and can kill, wipe and restart
+//! one at a time. Replica `i`'s configuration is `r{i}.toml`, its log
+//! `r{i}.log` and its data directory `r{i}/` in one temporary directory,
+//! which goes with the processes when the value is dropped (on error and
+//! on Ctrl-C too).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -123,6 +119,11 @@ impl Servers {
         Ok(())
     }
 
+    /// Replica `i`'s (0-based) process id, while it runs.
+    pub(crate) fn pid(&self, i: usize) -> Option<u32> {
+        self.children.get(i)?.as_ref().map(Child::id)
+    }
+
     /// Why replica `i` (0-based) is not running, if it exited by itself
     /// (`None` while it runs, and for one killed here).
     pub(crate) fn exited(&mut self, i: usize) -> Option<String> {
@@ -147,6 +148,41 @@ impl Servers {
             }
         }
         Ok(())
+    }
+}
+
+/// The cluster a benchmark measures: servers it started (stopped with
+/// this value), or a running cluster attached to.
+pub(crate) struct Target {
+    /// The servers started, if any.
+    pub(crate) servers: Option<Servers>,
+    /// The replicas' client endpoints.
+    pub(crate) clients: Vec<SocketAddr>,
+}
+
+impl Target {
+    /// Attach to `attach` if it names replicas, else start `n` with the
+    /// server defaults.
+    pub(crate) fn start_or_attach(n: usize, attach: &[SocketAddr]) -> Result<Target, String> {
+        if !attach.is_empty() {
+            return Ok(Target {
+                servers: None,
+                clients: attach.to_vec(),
+            });
+        }
+        let servers = Servers::start(n, "cluster", "warn", |_| {})?;
+        Ok(Target {
+            clients: servers.clients.clone(),
+            servers: Some(servers),
+        })
+    }
+
+    /// The process ids of the servers started and running (none when
+    /// attached).
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.servers.as_ref().map_or_else(Vec::new, |s| {
+            (0..s.clients.len()).filter_map(|i| s.pid(i)).collect()
+        })
     }
 }
 

@@ -3,8 +3,8 @@
 //! passes — resident memory, data-directory bytes, consensus-log entries —
 //! to show whether any of them grows without bound under a steady load.
 //!
-//! The cluster is `bench cluster`'s (`start_cluster`: default settings, so
-//! checkpoints on at `checkpoint_every_secs`), loaded with the YCSB
+//! The cluster is started with the server defaults (so checkpoints on at
+//! `checkpoint_every_secs`; `bench_procs::Servers`), loaded with the YCSB
 //! workload's setup calls as `bench ycsb --target cluster` loads it. Then
 //! closed-loop clients run the workload for `--minutes`; every
 //! `--sample-secs` the bench reads each server's `VmRSS`, the size of its
@@ -32,9 +32,10 @@ use creek_sim::workload::{self, Workload, WorkloadConfig};
 use creek_workloads::ycsb::{Distribution, Mix, YcsbConfig};
 use serde_json::{json, Value as Json};
 
-use crate::bench_cluster::{find_leader, start_cluster, Procs};
+use crate::bench_cluster::find_leader;
 use crate::bench_load::cluster::{client_args, setup};
 use crate::bench_load::Progress;
+use crate::bench_procs::Servers;
 
 /// Deadline of one op; also how long in-flight ops may take to finish
 /// after the clients stop.
@@ -294,7 +295,7 @@ async fn client(shared: Arc<Shared>, client: Client, session: u32) {
 
 /// Sample every replica: its process, data directory and `Status`.
 async fn sample(
-    procs: &Procs,
+    procs: &Servers,
     status: &[Client],
     t0: Instant,
     shared: &Shared,
@@ -302,21 +303,23 @@ async fn sample(
     let t_secs = t0.elapsed().as_secs_f64();
     let ops = shared.ops.load(Ordering::Relaxed);
     let mut replicas = Vec::with_capacity(status.len());
-    for (i, (pid, c)) in procs.pids().into_iter().zip(status).enumerate() {
+    for (i, c) in status.iter().enumerate() {
         let died = |why: String| {
             format!(
                 "replica {} died during the soak: {why}; {}",
                 i + 1,
-                log_tail(&procs.dir.join(format!("r{}.log", i + 1)))
+                log_tail(&procs.log_path(i))
             )
         };
+        let pid = procs
+            .pid(i)
+            .ok_or_else(|| died("it is not running".into()))?;
         let rss_bytes = process_rss_bytes(pid).map_err(died)?;
         let s = c.status().await.map_err(|e| match process_rss_bytes(pid) {
             Err(why) => died(why),
             Ok(_) => format!("replica {} status: {e}", i + 1),
         })?;
-        // `ServerConfig::group_on` puts replica i's data under `r{i}`.
-        let disk_bytes = dir_bytes(&procs.dir.join(format!("r{}", i + 1)))?;
+        let disk_bytes = dir_bytes(&procs.data_dir(i))?;
         replicas.push(ReplicaSample {
             rss_bytes,
             disk_bytes,
@@ -345,7 +348,7 @@ fn growth(end: u64, start: u64) -> Json {
 /// Start the cluster, load it, run the clients, sample until the end.
 async fn soak(
     args: &Args,
-    procs: &Procs,
+    procs: &Servers,
     workload: Box<dyn Workload>,
     progress: &Progress,
 ) -> Result<(Vec<Sample>, BTreeMap<String, u64>), String> {
@@ -445,8 +448,8 @@ pub fn run(args: &Args) -> Result<(), String> {
     };
     // Built first: bad settings fail before a cluster starts.
     let workload = workload::by_name("ycsb", &config)?;
-    let procs = start_cluster(args.replicas)?;
-    // What the servers run with, as `start_cluster` wrote it.
+    let procs = Servers::start(args.replicas, "soak", "warn", |_| {})?;
+    // What the servers run with, as their configuration file says.
     let server = ServerConfig::from_file(&procs.dir.join("r1.toml")).map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -5,18 +5,11 @@
 
 mod common;
 
+use common::number;
 use std::time::Duration;
-
-use serde_json::Value;
 
 /// Far beyond the run (15 s of load, setup and teardown): only a hang hits it.
 const LIMIT: Duration = Duration::from_secs(180);
-
-fn u(report: &Value, key: &str) -> u64 {
-    report[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {report}"))
-}
 
 #[test]
 fn a_short_soak_reports_samples_and_growth_over_the_replicas() {
@@ -37,15 +30,15 @@ fn a_short_soak_reports_samples_and_growth_over_the_replicas() {
 
     assert_eq!(r["bench"], "soak");
     assert_eq!(r["minutes"], 0.25);
-    assert_eq!(u(&r, "replicas"), 3);
-    assert!(u(&r, "ops") > 0, "{r}");
+    assert_eq!(number(&r, "replicas"), 3.0);
+    assert!(number(&r, "ops") > 0.0, "{r}");
     for key in [
         "rss_bytes_start",
         "rss_bytes_end",
         "disk_bytes_start",
         "disk_bytes_end",
     ] {
-        assert!(u(&r, key) > 0, "{key} in {r}");
+        assert!(number(&r, key) > 0.0, "{key} in {r}");
     }
     for key in ["rss_growth", "disk_growth"] {
         assert!(r[key].as_f64().is_some_and(|g| g > 0.0), "{key} in {r}");

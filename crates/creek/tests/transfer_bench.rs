@@ -5,18 +5,11 @@
 
 mod common;
 
+use common::number;
 use std::time::Duration;
-
-use serde_json::Value;
 
 /// Far beyond the run (about 20 s): only a hang hits it.
 const LIMIT: Duration = Duration::from_secs(180);
-
-fn f(report: &Value, key: &str) -> f64 {
-    report[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {report}"))
-}
 
 #[test]
 fn a_wiped_replica_is_rebuilt_and_the_transfer_is_timed() {
@@ -39,11 +32,14 @@ fn a_wiped_replica_is_rebuilt_and_the_transfer_is_timed() {
     assert_eq!(r["value_kib"], 64);
     assert_eq!(r["checkpoint_every_secs"], 5);
     // The checkpoint holds the 8 MiB of values, and more.
-    assert!(f(&r, "bytes") >= (8u64 << 20) as f64, "{r}");
-    assert!(f(&r, "mb_per_s") > 0.0, "{r}");
-    assert!(f(&r, "transfer_secs") > 0.0, "{r}");
-    let rebuild = f(&r, "rebuild_secs");
-    assert!(rebuild > 0.0 && rebuild >= f(&r, "transfer_secs"), "{r}");
+    assert!(number(&r, "bytes") >= (8u64 << 20) as f64, "{r}");
+    assert!(number(&r, "mb_per_s") > 0.0, "{r}");
+    assert!(number(&r, "transfer_secs") > 0.0, "{r}");
+    let rebuild = number(&r, "rebuild_secs");
+    assert!(
+        rebuild > 0.0 && rebuild >= number(&r, "transfer_secs"),
+        "{r}"
+    );
     // A member served the checkpoint: replica 1 or 2.
     let senders = r["senders"].as_array().expect("senders");
     assert!(
@@ -52,12 +48,12 @@ fn a_wiped_replica_is_rebuilt_and_the_transfer_is_timed() {
     );
     // The probe ran before and during the rebuild.
     for w in ["before", "during"] {
-        assert!(f(&r, &format!("probe_ops_{w}")) > 0.0, "{w} in {r}");
+        assert!(number(&r, &format!("probe_ops_{w}")) > 0.0, "{w} in {r}");
         for k in ["p50", "p99", "max"] {
             assert!(r[format!("probe_{k}_us_{w}")].is_u64(), "{k} {w} in {r}");
         }
         assert!(
-            f(&r, &format!("probe_p50_us_{w}")) <= f(&r, &format!("probe_max_us_{w}")),
+            number(&r, &format!("probe_p50_us_{w}")) <= number(&r, &format!("probe_max_us_{w}")),
             "{r}"
         );
     }

@@ -93,25 +93,22 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.sessions.expiring = None;
         }
         let delete_before = now_us.saturating_sub(ttl.saturating_mul(2));
-        let mut entries = 0u64;
+        // One walk over the committed keys finds both kinds of record.
+        let (mut entries, mut clients) = (0u64, 0u64);
         let mut old: BTreeSet<ClientRequestId> = BTreeSet::new();
-        self.engine
-            .committed_with_prefix(session::ENTRY_PREFIX, &mut |k, v| {
-                entries += 1;
-                if session::decode_entry(v).time_us < delete_before {
-                    if let Some(id) = session::parse_entry_key(k) {
-                        old.insert(id);
-                    }
-                }
-            });
-        let mut clients = 0u64;
         let mut old_clients: BTreeSet<u64> = BTreeSet::new();
         self.engine
-            .committed_with_prefix(session::CLIENT_PREFIX, &mut |k, v| {
-                clients += 1;
-                let stale = session::decode_client(v).is_none_or(|r| r.time_us < delete_before);
-                if let Some(c) = session::parse_client_key(k).filter(|_| stale) {
-                    old_clients.insert(c);
+            .committed_with_prefix(session::SESSION_PREFIX, &mut |k, v| {
+                if let Some(id) = session::parse_entry_key(k) {
+                    entries += 1;
+                    if session::decode_entry(v).time_us < delete_before {
+                        old.insert(id);
+                    }
+                } else if let Some(c) = session::parse_client_key(k) {
+                    clients += 1;
+                    if session::decode_client(v).is_none_or(|r| r.time_us < delete_before) {
+                        old_clients.insert(c);
+                    }
                 }
             });
         self.sessions.stats.entries = entries;

@@ -28,7 +28,8 @@ use creek_sim::workload::Workload;
 use serde_json::{json, Map, Value as Json};
 
 use super::{describe, point_header, Emit, Load, Plan, Progress};
-use crate::bench_cluster::{find_leader, start_cluster, Procs};
+use crate::bench_cluster::find_leader;
+use crate::bench_procs::Target;
 
 /// How long in-flight ops may take to finish after the clients stop.
 const DRAIN: Duration = Duration::from_secs(15);
@@ -47,11 +48,7 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
         progress.start(i, &what);
         // Built first: bad settings fail before a cluster starts.
         let workload = p.workload()?;
-        let procs = if attached {
-            Procs::attached(p.common.attach.clone())
-        } else {
-            start_cluster(p.replicas)?
-        };
+        let procs = Target::start_or_attach(p.replicas, &p.common.attach)?;
         let point = rt.block_on(async {
             find_leader(&procs.clients).await?;
             // An attached cluster is loaded once; points then share its data.
@@ -262,7 +259,7 @@ fn cpu_seconds(pids: &[u32]) -> Option<f64> {
 async fn measure(
     p: &Plan,
     load: Load,
-    procs: &Procs,
+    procs: &Target,
     workload: Box<dyn Workload>,
     point: usize,
     what: &str,

@@ -17,6 +17,13 @@ use tonic::transport::Channel;
 
 pub use creek_exec::value::Value;
 
+/// `report[key]` as a number (any JSON number), or a panic naming it.
+pub fn number(report: &serde_json::Value, key: &str) -> f64 {
+    report[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {report}"))
+}
+
 /// Run `creek ARGS` (a `bench … --json` command that starts and stops its
 /// own servers), killing it past `limit`, and return its one JSON line.
 pub fn run_json_command(args: &[&str], limit: Duration) -> serde_json::Value {
