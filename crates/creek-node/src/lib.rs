@@ -34,10 +34,10 @@ use membership::Membership;
 use transfer::{Fetched, Transfers};
 
 pub use membership::{Identity, Standing};
-pub use ready::{HoldQueue, Ready, Write};
+pub use ready::{CheckpointJob, HoldQueue, Ready, Write};
 pub use timing::LinkTiming;
 use timing::Timing;
-pub use transfer::{FetchStatus, TransferStats};
+pub use transfer::{Encoded, FetchStatus, SnapshotEncoding, TransferStats};
 
 /// Whether this build has the bug-planting switches (the `planted-bugs`
 /// cargo feature, which also turns on those of creek-core and creek-cab).
@@ -58,8 +58,10 @@ pub struct NodeConfig {
     /// The interval at which the driver calls [`Node::tick`], microseconds
     /// (the link timing converts measured round trips into ticks).
     pub tick_us: u64,
-    /// Every this many ticks, a checkpoint of the committed state goes into
-    /// the next write (at the first clean point); 0: never.
+    /// Every this many ticks after the previous checkpoint became durable, a
+    /// checkpoint of the committed state is handed to the driver to write
+    /// in the background (at the first clean point; see [`CheckpointJob`]);
+    /// 0: never.
     pub checkpoint_every_ticks: u64,
     /// Client invocations are refused ([`InvokeError::DiskBehind`]) while
     /// this many writes handed out are not yet durable: a disk that falls
@@ -204,9 +206,24 @@ struct Durability {
     pending_writes_max: u64,
     ticks_since_checkpoint: u64,
     checkpoint_requested: bool,
-    /// The committed length the last checkpoint covered.
+    /// The committed length the last durable checkpoint covered.
     checkpointed_len: u64,
     send_before_durable: bool,
+    /// Background checkpoints handed out (the last [`CheckpointJob::id`]).
+    checkpoint_jobs: u64,
+    /// The background checkpoint being written, if any.
+    checkpoint_writing: Option<JobMark>,
+    /// A background checkpoint reported durable: the next write compacts the
+    /// log and drops the payloads it covers.
+    checkpoint_done: Option<JobMark>,
+}
+
+/// What the node remembers of a [`CheckpointJob`].
+#[derive(Clone, Copy, Debug)]
+struct JobMark {
+    id: u64,
+    committed_len: u64,
+    cab_applied: u64,
 }
 
 /// Every this many ticks, a replica CAB-casts the strong ops that are still
@@ -819,7 +836,7 @@ impl<S: CabStorage> Node<S> {
                 ..Ready::default()
             };
         }
-        let write = self.take_write();
+        let (write, checkpoint) = self.take_write();
         let d = &self.durability;
         let (mut messages, held) = if d.durable >= d.written || d.send_before_durable {
             (out, Vec::new())
@@ -833,81 +850,126 @@ impl<S: CabStorage> Node<S> {
             held,
             hold_until: self.durability.written,
             views,
+            checkpoint,
+            encode: self.transfers.take_encoding(),
         }
     }
 
-    /// The step's write, if there is anything to persist. A commit-index-only
-    /// hard state rides with the next write (at the latest the next tick's):
-    /// a restarted node learns the commit index again from the leader
-    /// (etcd's `MustSync` rule), and syncing it alone would cost every strong
-    /// op extra fsyncs across the group. A checkpoint takes every pending log
-    /// write, so the stored commit index is never behind it.
-    fn take_write(&mut self) -> Option<Write> {
+    /// A checkpoint this node serves to a peer is encoded
+    /// ([`Ready::encode`]): the fetches waiting for it are answered.
+    pub fn on_snapshot_encoded(&mut self, encoded: Encoded) {
+        self.transfers.on_encoded(encoded);
+    }
+
+    /// The step's write, if there is anything to persist, and the background
+    /// checkpoint to start, if one is due. A commit-index-only hard state
+    /// rides with the next write (at the latest the next tick's): a
+    /// restarted node learns the commit index again from the leader (etcd's
+    /// `MustSync` rule), and syncing it alone would cost every strong op
+    /// extra fsyncs across the group. A checkpoint takes every pending log
+    /// write, so the stored log always reaches as far as the stored
+    /// checkpoint.
+    fn take_write(&mut self) -> (Option<Write>, Option<CheckpointJob>) {
         let ops = std::mem::take(&mut self.new_payloads);
         let identity = self.membership.take_write();
+        let installed = self.installed.take();
         let d = &mut self.durability;
-        let checkpoint = if let Some(c) = self.installed.take() {
-            Some(c)
-        } else if d.checkpoint_requested
-            || (d.checkpoint_every_ticks > 0
-                && d.ticks_since_checkpoint >= d.checkpoint_every_ticks)
+        let job = if installed.is_some() {
+            // Supersedes the checkpoint being written: its report will not
+            // be heeded, and the store drops it.
+            d.checkpoint_writing = None;
+            d.checkpoint_done = None;
+            None
+        } else if d.checkpoint_writing.is_none()
+            && (d.checkpoint_requested
+                || (d.checkpoint_every_ticks > 0
+                    && d.ticks_since_checkpoint >= d.checkpoint_every_ticks))
         {
             self.checkpoint()
         } else {
             None
         };
-        if let Some(c) = &checkpoint {
-            // The log up to the checkpoint's restart point is needed by no
-            // one once every replica acknowledged it (CAB's compaction
-            // point): dropped in the same write as the checkpoint, so a
-            // restart always finds a checkpoint covering the compacted log.
-            if let Err(e) = self.cab.compact(c.cab_applied) {
+        // What a durable checkpoint lets go: the log up to its restart point
+        // once every replica acknowledged it (CAB's compaction point), and
+        // the payloads of the ops it covers.
+        let covered = match (&installed, self.durability.checkpoint_done.take()) {
+            (Some(c), _) => Some((c.committed_len, c.cab_applied)),
+            (None, Some(done)) => Some((done.committed_len, done.cab_applied)),
+            (None, None) => None,
+        };
+        let mut dropped = Vec::new();
+        if let Some((committed_len, cab_applied)) = covered {
+            if let Err(e) = self.cab.compact(cab_applied) {
                 self.on_disk_failure(e.to_string());
-                return None;
+                return (None, None);
             }
+            // Paired with recovery, which restores the latest checkpoint
+            // stored: checkpoints only move forward.
+            assert!(
+                committed_len >= self.durability.checkpointed_len,
+                "checkpoint at {committed_len} behind the previous one at {}",
+                self.durability.checkpointed_len
+            );
+            // The payloads it frees are those committed since the previous
+            // one, and those an earlier one kept for peers.
+            let since = self.committed_between(self.durability.checkpointed_len, committed_len);
+            dropped = self.droppable(since);
+            self.durability.checkpointed_len = committed_len;
+            // The checkpoint covers the committed ids before it: the list
+            // keeps only what follows (and what gossip was not told yet).
+            self.replica
+                .trim_committed(committed_len.min(self.committed_told));
         }
         let d = &mut self.durability;
-        let take_log =
-            d.sync_lazy || self.cab.must_sync() || !ops.is_empty() || checkpoint.is_some();
+        if job.is_some() {
+            d.ticks_since_checkpoint = 0;
+            d.checkpoint_requested = false;
+        }
+        let take_log = d.sync_lazy
+            || self.cab.must_sync()
+            || !ops.is_empty()
+            || installed.is_some()
+            || job.is_some();
         d.sync_lazy = false;
         let log = if take_log {
             self.cab.take_writes()
         } else {
             creek_cab::LogWrites::default()
         };
-        let checkpoint = checkpoint.map(|c| {
-            // Paired with recovery, which restores the latest checkpoint
-            // written: checkpoints only move forward.
-            assert!(
-                c.committed_len >= self.durability.checkpointed_len,
-                "checkpoint at {} behind the previous one at {}",
-                c.committed_len,
-                self.durability.checkpointed_len
-            );
-            // A checkpoint covers the whole committed list, so the payloads
-            // it frees are those committed since the previous one, and those
-            // an earlier one kept for peers.
-            let dropped = self.droppable(self.committed_since(self.durability.checkpointed_len));
-            self.durability.checkpointed_len = c.committed_len;
-            // The checkpoint covers the committed ids before it: the list
-            // keeps only what follows (and what gossip was not told yet).
-            self.replica
-                .trim_committed(c.committed_len.min(self.committed_told));
-            self.durability.ticks_since_checkpoint = 0;
-            self.durability.checkpoint_requested = false;
-            (c, dropped)
+        let write = if log.is_empty()
+            && ops.is_empty()
+            && installed.is_none()
+            && dropped.is_empty()
+            && identity.is_none()
+        {
+            None
+        } else {
+            self.durability.written += 1;
+            Some(Write {
+                seq: self.durability.written,
+                log,
+                ops,
+                checkpoint: installed,
+                dropped,
+                identity,
+            })
+        };
+        let d = &mut self.durability;
+        let job = job.map(|checkpoint| {
+            d.checkpoint_jobs += 1;
+            let mark = JobMark {
+                id: d.checkpoint_jobs,
+                committed_len: checkpoint.committed_len,
+                cab_applied: checkpoint.cab_applied,
+            };
+            d.checkpoint_writing = Some(mark);
+            CheckpointJob {
+                id: mark.id,
+                after: d.written,
+                checkpoint,
+            }
         });
-        if log.is_empty() && ops.is_empty() && checkpoint.is_none() && identity.is_none() {
-            return None;
-        }
-        self.durability.written += 1;
-        Some(Write {
-            seq: self.durability.written,
-            log,
-            ops,
-            checkpoint,
-            identity,
-        })
+        (write, job)
     }
 
     /// Of the payloads a checkpoint covers (`covered` and those kept by
@@ -934,10 +996,31 @@ impl<S: CabStorage> Node<S> {
             .collect()
     }
 
-    /// The next [`Node::ready`] (or the first after it at a clean point)
-    /// writes a checkpoint, whatever the schedule.
+    /// The next [`Node::ready`] (or the first after it at a clean point, and
+    /// with no checkpoint being written) starts a checkpoint, whatever the
+    /// schedule.
     pub fn request_checkpoint(&mut self) {
         self.durability.checkpoint_requested = true;
+    }
+
+    /// The background checkpoint [`CheckpointJob::id`] `id` is durable and
+    /// the latest stored (reports may repeat, or name a superseded job:
+    /// those are ignored). The next [`Node::ready`] compacts the log to it
+    /// and drops the payloads it covers.
+    pub fn on_checkpoint_durable(&mut self, id: u64) {
+        let d = &mut self.durability;
+        if let Some(mark) = d.checkpoint_writing.filter(|m| m.id == id) {
+            d.checkpoint_writing = None;
+            d.checkpoint_done = Some(mark);
+            // The interval runs from here: a state that takes longer to
+            // write than the interval is not checkpointed back to back.
+            d.ticks_since_checkpoint = 0;
+        }
+    }
+
+    /// A background checkpoint is being written.
+    pub fn checkpoint_writing(&self) -> bool {
+        self.durability.checkpoint_writing.is_some()
     }
 
     /// The next [`Node::ready`] takes every pending log write, lazy ones
@@ -1124,11 +1207,20 @@ impl<S: CabStorage> Node<S> {
     /// checkpoint this node was recovered from are not known here (their
     /// payloads went with that checkpoint) and are skipped.
     pub fn committed_since(&self, from_len: u64) -> Vec<OpId> {
+        self.committed_between(from_len, u64::MAX)
+    }
+
+    /// The ids committed at global positions `from_len..to_len` (those this
+    /// node knows, as in [`Node::committed_since`]).
+    fn committed_between(&self, from_len: u64, to_len: u64) -> Vec<OpId> {
         let list = self.replica.committed();
         let base = self.replica.committed_len() - list.len() as u64;
-        let skip = from_len.saturating_sub(base);
-        let skip = usize::try_from(skip).map_or(list.len(), |s| s.min(list.len()));
-        list.get(skip..).map(<[OpId]>::to_vec).unwrap_or_default()
+        let at = |len: u64| {
+            usize::try_from(len.saturating_sub(base)).map_or(list.len(), |i| i.min(list.len()))
+        };
+        list.get(at(from_len)..at(to_len).max(at(from_len)))
+            .map(<[OpId]>::to_vec)
+            .unwrap_or_default()
     }
 
     /// Gossip counters.

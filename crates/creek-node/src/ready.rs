@@ -54,6 +54,35 @@ pub struct Ready {
     pub hold_until: u64,
     /// Views for this replica's clients (never held).
     pub views: Vec<View>,
+    /// A checkpoint to write in the background, beside the writes, without
+    /// delaying them; report it with
+    /// [`Node::on_checkpoint_durable`](crate::Node::on_checkpoint_durable).
+    pub checkpoint: Option<CheckpointJob>,
+    /// A checkpoint to encode for a peer's state transfer, off the node's
+    /// thread; hand the result to
+    /// [`Node::on_snapshot_encoded`](crate::Node::on_snapshot_encoded).
+    pub encode: Option<crate::SnapshotEncoding>,
+}
+
+/// A checkpoint of the committed state for the driver to make durable at
+/// its own pace, beside the node's writes: a large state takes a while to
+/// write, and writes must not queue behind it. Once it is durable, and
+/// stored as the latest checkpoint, the driver reports [`CheckpointJob::id`];
+/// only then does the node compact its log and drop the payloads it covers
+/// (in a later [`Write`]). A newer checkpoint — a later job, or one
+/// installed in a [`Write`] — supersedes it: a superseded job must never
+/// become the latest checkpoint (stores keep checkpoints ordered by when
+/// they were started, and a job older than the stored one is dropped).
+#[derive(Clone, Debug)]
+pub struct CheckpointJob {
+    /// The node's number for it (1, 2, … since the node started).
+    pub id: u64,
+    /// It may become the latest checkpoint only once write `after` is
+    /// durable: that write holds the consensus log up to its
+    /// `cab_applied` (a restart must find the log as far as the checkpoint).
+    pub after: u64,
+    /// The checkpoint.
+    pub checkpoint: Checkpoint,
 }
 
 /// One write the node asks to be made durable. Writes are numbered from 1
@@ -68,10 +97,14 @@ pub struct Write {
     /// Op payloads newly accepted here: own ops as RB-cast, remote ops as
     /// gossip delivered them.
     pub ops: Vec<Arc<Op>>,
-    /// A checkpoint of the committed state replacing the stored one, and the
-    /// payloads it makes unnecessary (committed since the previous one),
-    /// deleted with it. Applied after `log` and `ops`.
-    pub checkpoint: Option<(Checkpoint, Vec<OpId>)>,
+    /// A checkpoint installed from a peer, replacing the stored one in this
+    /// same write (with the log writes that restart the log at it, so a
+    /// restart finds both or neither). Applied after `log` and `ops`; it
+    /// supersedes any [`CheckpointJob`] still being written.
+    pub checkpoint: Option<Checkpoint>,
+    /// Payloads a durable checkpoint covers and no peer needs from here any
+    /// more: deleted.
+    pub dropped: Vec<OpId>,
     /// The replica's identity in its cluster, when it changed (a new data
     /// directory's nonce, then the founders once it joins).
     pub identity: Option<Identity>,

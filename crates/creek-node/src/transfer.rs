@@ -17,8 +17,10 @@
 //! transfer 0 and the least consensus index it needs, then the transfer the
 //! sender named and the offset it reached. The sender serves the encoded
 //! bytes of a checkpoint of its committed state (`creek_wire::checkpoint`),
-//! taken when the first fetch arrives at a clean point, and keeps them while
-//! fetches keep coming ([`SERVE_IDLE_TICKS`]); several receivers share one
+//! taken when the first fetch arrives at a clean point and encoded by the
+//! driver off the node's thread ([`SnapshotEncoding`]: fetches that arrive
+//! meanwhile are answered once it is done), and keeps them while fetches
+//! keep coming ([`SERVE_IDLE_TICKS`]); several receivers share one
 //! transfer when it reaches far enough. Chunks are at most [`CHUNK_BYTES`]:
 //! one request in flight is the backpressure, and a receiver that hears
 //! nothing for [`FETCH_RETRY_TICKS`] asks again at the offset it reached (a
@@ -81,9 +83,41 @@ struct Serving {
     transfer: u64,
     index: u64,
     term: u64,
+    /// `None` while the driver encodes it.
+    encoded: Option<Encoded>,
+    /// Fetches that arrived while it was being encoded: (peer, offset).
+    waiting: Vec<(ReplicaId, u64)>,
+    idle_ticks: u64,
+}
+
+/// A checkpoint to encode for state transfer, off the node's thread (it
+/// may take long: the whole state is encoded and checksummed). The driver
+/// calls [`SnapshotEncoding::run`] on any thread and hands the result to
+/// [`Node::on_snapshot_encoded`](crate::Node::on_snapshot_encoded).
+#[derive(Debug)]
+pub struct SnapshotEncoding {
+    transfer: u64,
+    checkpoint: Checkpoint,
+}
+
+impl SnapshotEncoding {
+    /// Encode it (`creek_wire::checkpoint`) and checksum the bytes.
+    pub fn run(self) -> Encoded {
+        let bytes = Bytes::from(creek_wire::checkpoint::encode(&self.checkpoint));
+        Encoded {
+            transfer: self.transfer,
+            checksum: crc32fast::hash(&bytes),
+            bytes,
+        }
+    }
+}
+
+/// A checkpoint encoded for state transfer ([`SnapshotEncoding::run`]).
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    transfer: u64,
     bytes: Bytes,
     checksum: u32,
-    idle_ticks: u64,
 }
 
 /// A checkpoint being fetched.
@@ -122,6 +156,8 @@ pub(crate) struct Transfers {
     /// receiver never mistakes one sender's transfer for another's).
     last_transfer: u64,
     outbox: Vec<(ReplicaId, SnapshotMessage)>,
+    /// A checkpoint for the driver to encode.
+    encoding: Option<SnapshotEncoding>,
     stats: TransferStats,
     /// Calls of [`Transfers::tick`] since the last counted tick (timing
     /// stretched on slow links, as CAB's).
@@ -137,6 +173,7 @@ impl Transfers {
             fetching: None,
             last_transfer: 0,
             outbox: Vec::new(),
+            encoding: None,
             stats: TransferStats::default(),
             sub_ticks: 0,
         }
@@ -148,6 +185,27 @@ impl Transfers {
 
     pub(crate) fn take_messages(&mut self) -> Vec<(ReplicaId, SnapshotMessage)> {
         std::mem::take(&mut self.outbox)
+    }
+
+    pub(crate) fn take_encoding(&mut self) -> Option<SnapshotEncoding> {
+        self.encoding.take()
+    }
+
+    /// The driver encoded the checkpoint being served: answer the fetches
+    /// that waited for it (a result for a transfer no longer served is
+    /// dropped).
+    pub(crate) fn on_encoded(&mut self, encoded: Encoded) {
+        let Some(s) = self
+            .serving
+            .as_mut()
+            .filter(|s| s.transfer == encoded.transfer && s.encoded.is_none())
+        else {
+            return;
+        };
+        s.encoded = Some(encoded);
+        for (peer, offset) in std::mem::take(&mut s.waiting) {
+            self.serve(peer, offset);
+        }
     }
 
     pub(crate) fn fetch_status(&self) -> Option<FetchStatus> {
@@ -277,7 +335,9 @@ impl Transfers {
     ) {
         let usable = self.serving.as_ref().is_some_and(|s| {
             if transfer == 0 {
-                s.index >= min_index.max(current)
+                // One still being encoded is as fresh as can be had: a new
+                // one would only start the encoding over.
+                s.index >= min_index && (s.encoded.is_none() || s.index >= current)
             } else {
                 s.transfer == transfer
             }
@@ -295,15 +355,19 @@ impl Transfers {
             }
             match take().filter(|(c, _)| c.cab_applied >= min_index) {
                 Some((c, term)) => {
-                    let bytes = Bytes::from(creek_wire::checkpoint::encode(&c));
                     self.last_transfer += 1;
+                    let transfer = u64::from(self.me.0) << 48 | self.last_transfer;
                     self.serving = Some(Serving {
-                        transfer: u64::from(self.me.0) << 48 | self.last_transfer,
+                        transfer,
                         index: c.cab_applied,
                         term,
-                        checksum: crc32fast::hash(&bytes),
-                        bytes,
+                        encoded: None,
+                        waiting: Vec::new(),
                         idle_ticks: 0,
+                    });
+                    self.encoding = Some(SnapshotEncoding {
+                        transfer,
+                        checkpoint: c,
                     });
                 }
                 None => {
@@ -318,14 +382,26 @@ impl Transfers {
                 }
             }
         }
+        self.serve(peer, offset);
+    }
+
+    /// Send `peer` the chunk at `offset` of the checkpoint served, or keep
+    /// the fetch until it is encoded.
+    fn serve(&mut self, peer: ReplicaId, offset: u64) {
         let Some(s) = self.serving.as_mut() else {
             return;
         };
         s.idle_ticks = 0;
-        let total = s.bytes.len();
+        let Some(e) = &s.encoded else {
+            // One answer per peer: a repeated fetch replaces the earlier.
+            s.waiting.retain(|(p, _)| *p != peer);
+            s.waiting.push((peer, offset));
+            return;
+        };
+        let total = e.bytes.len();
         let start = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
         let end = start.saturating_add(CHUNK_BYTES).min(total);
-        let data = s.bytes.slice(start..end);
+        let data = e.bytes.slice(start..end);
         self.stats.chunks_served += 1;
         self.stats.bytes_served += data.len() as u64;
         self.outbox.push((
@@ -335,7 +411,7 @@ impl Transfers {
                 index: s.index,
                 term: s.term,
                 total_len: total as u64,
-                checksum: s.checksum,
+                checksum: e.checksum,
                 offset: start as u64,
                 data,
             }),
@@ -474,6 +550,7 @@ mod tests {
                     tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
                         Some((cp.clone(), 3))
                     });
+                    encode(tx);
                 }
             }
             for (_, m) in tx.take_messages() {
@@ -496,6 +573,53 @@ mod tests {
             }
         }
         None
+    }
+
+    /// The driver's part: encode what the sender asks for.
+    fn encode(tx: &mut Transfers) {
+        if let Some(job) = tx.take_encoding() {
+            tx.on_encoded(job.run());
+        }
+    }
+
+    #[test]
+    fn fetches_wait_for_the_encoding_and_a_stale_one_is_dropped() {
+        let cp = checkpoint(40, 10);
+        let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1), ReplicaId(3)]);
+        tx.on_fetch(ReplicaId(1), 0, 1, 0, 0, || Some((cp.clone(), 3)));
+        let first = tx.take_encoding().expect("a checkpoint to encode");
+        // Nothing is served before it is encoded; a repeated fetch and one
+        // from another peer wait too.
+        tx.on_fetch(ReplicaId(1), 0, 1, 0, 0, || unreachable!());
+        tx.on_fetch(ReplicaId(3), 0, 1, 0, 0, || unreachable!());
+        assert!(tx.take_messages().is_empty());
+        assert!(tx.take_encoding().is_none());
+        tx.on_encoded(first.run());
+        let sent = tx.take_messages();
+        let to: Vec<ReplicaId> = sent.iter().map(|(p, _)| *p).collect();
+        assert_eq!(to, vec![ReplicaId(1), ReplicaId(3)], "one answer each");
+        assert!(sent
+            .iter()
+            .all(|(_, m)| matches!(m, SnapshotMessage::Chunk(c) if c.offset == 0)));
+        // A fetch joins a transfer still being encoded if it covers the
+        // index asked; otherwise a new transfer replaces it, and the older
+        // one's late encoding is dropped.
+        let at = |index: u64| {
+            let mut later = cp.clone();
+            later.cab_applied = index;
+            Some((later, 4))
+        };
+        tx.on_fetch(ReplicaId(1), 0, 1, 0, 50, || at(50));
+        let stale = tx.take_encoding().expect("a checkpoint to encode");
+        tx.on_fetch(ReplicaId(3), 0, 1, 0, 70, || unreachable!());
+        tx.on_fetch(ReplicaId(1), 0, 55, 0, 60, || at(60));
+        tx.on_encoded(stale.run());
+        assert!(tx.take_messages().is_empty());
+        encode(&mut tx);
+        assert!(matches!(
+            tx.take_messages().as_slice(),
+            [(_, SnapshotMessage::Chunk(c))] if c.index == 60
+        ));
     }
 
     #[test]
@@ -530,6 +654,7 @@ mod tests {
         tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
             Some((cp.clone(), 3))
         });
+        encode(&mut tx);
         let (_, m) = tx.take_messages().remove(0);
         let SnapshotMessage::Chunk(mut c) = m else {
             panic!("{m:?}")

@@ -67,7 +67,8 @@ pub struct ServerConfig {
     /// result: fewer preliminary views that the final one corrects).
     #[serde(default = "defaults::early_preliminary_views")]
     pub early_preliminary_views: bool,
-    /// How often a checkpoint of the committed state is written.
+    /// How long after the last checkpoint became durable the next one is
+    /// started (written in the background, a chunk at a time).
     #[serde(default = "defaults::checkpoint_every_secs")]
     pub checkpoint_every_secs: u64,
     /// Client sessions: a retry of a request is answered from the request's

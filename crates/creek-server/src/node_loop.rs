@@ -263,6 +263,9 @@ pub struct NodeLoop {
     /// The consensus tick scale last logged.
     timing_scale: u64,
     stopping: bool,
+    /// A checkpoint encoded for state transfer on its own thread, for the
+    /// next turn.
+    encoded: Arc<std::sync::Mutex<Vec<creek_node::Encoded>>>,
 }
 
 impl NodeLoop {
@@ -298,6 +301,7 @@ impl NodeLoop {
             ticks: 0,
             timing_scale: 1,
             stopping: false,
+            encoded: Arc::default(),
         }
     }
 
@@ -433,12 +437,32 @@ impl NodeLoop {
     /// End of a turn: carry out the node's `Ready`.
     fn flush(&mut self) {
         self.node.on_durable(self.durability.durable());
+        if let Some(p) = &self.persister {
+            self.node.on_checkpoint_durable(p.checkpoint_durable());
+        }
+        let encoded = self
+            .encoded
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default();
+        for e in encoded {
+            self.node.on_snapshot_encoded(e);
+        }
         let ready = self.node.ready();
+        if let Some(job) = ready.encode {
+            self.encode_snapshot(job);
+        }
         for v in ready.views {
             self.route(v);
         }
-        if let (Some(write), Some(p)) = (ready.write, &self.persister) {
-            p.submit(write);
+        if let Some(p) = &self.persister {
+            // The write first: the checkpoint waits for it.
+            if let Some(write) = ready.write {
+                p.submit(write);
+            }
+            if let Some(job) = ready.checkpoint {
+                p.submit_checkpoint(job);
+            }
         }
         // Messages the node lets go now pass through the hold queue too (it
         // releases them at once): frames held by an earlier turn that the
@@ -452,6 +476,31 @@ impl NodeLoop {
         }
         if !frames.is_empty() {
             self.durability.hold(ready.hold_until, frames);
+        }
+    }
+
+    /// Encode a checkpoint a peer fetches on a thread of its own: a large
+    /// state takes long, and this loop must go on meanwhile. The next turn
+    /// (a tick at the latest) hands it to the node.
+    fn encode_snapshot(&mut self, job: creek_node::SnapshotEncoding) {
+        let slot = self.encoded.clone();
+        let job = std::sync::Arc::new(std::sync::Mutex::new(Some(job)));
+        let taken = job.clone();
+        let spawned = std::thread::Builder::new()
+            .name("creek-snapshot".to_owned())
+            .spawn(move || {
+                if let Some(job) = taken.lock().ok().and_then(|mut j| j.take()) {
+                    let e = job.run();
+                    if let Ok(mut s) = slot.lock() {
+                        s.push(e);
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a thread to encode a checkpoint; encoding it here");
+            if let Some(job) = job.lock().ok().and_then(|mut j| j.take()) {
+                self.node.on_snapshot_encoded(job.run());
+            }
         }
     }
 

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use creek_core::{Checkpoint, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
 use creek_exec::{Completion, Registry, Task};
 use creek_node::{HoldQueue, Identity, Node, NodeConfig, Standing, Write};
-use creek_store::{LogStore, SimDisk, Store};
+use creek_store::{CheckpointWriter, LogStore, Piece, SimDisk, Store};
 use creek_wire::PeerMessage;
 
 /// Cumulative counters of one replica.
@@ -225,8 +225,11 @@ pub struct CreekReplica {
     /// Writes not yet in a sync, with the virtual time they were queued
     /// (`None`: not stamped yet).
     queued: Vec<(Write, Option<u64>)>,
-    /// The last write of the sync in flight, and how many writes it holds.
-    syncing: Option<(u64, usize)>,
+    /// The sync in flight.
+    syncing: Option<Syncing>,
+    /// The background checkpoint being written, a chunk per sync when no
+    /// write is queued.
+    checkpoint: Option<CheckpointWriter>,
     held: HoldQueue<(ReplicaId, PeerMessage)>,
     outbox: Vec<(ReplicaId, PeerMessage)>,
     views: Vec<View>,
@@ -242,6 +245,20 @@ pub struct CreekReplica {
     /// State transfers of earlier lives: installed, bytes received.
     transfers_before: (u64, u64),
     disk_counts: DiskCounts,
+}
+
+/// Checkpoint chunks on the simulated disk: small, so that the simulator's
+/// small states take several chunks (and a crash can fall between them).
+const CHECKPOINT_CHUNK_BYTES: usize = 512;
+
+/// A sync in flight.
+#[derive(Clone, Copy, Debug)]
+enum Syncing {
+    /// Of a group of writes: the last, and how many.
+    Writes { last: u64, count: usize },
+    /// Of a chunk of the background checkpoint; `done` names the job when
+    /// this sync makes it the latest checkpoint.
+    Checkpoint { done: Option<u64> },
 }
 
 /// A committed position a replica took from a peer's checkpoint (seq 0 is
@@ -281,7 +298,7 @@ impl CreekReplica {
         let identity = Identity::founding(&config.cab.replicas);
         if durable_initial {
             let write = Write {
-                checkpoint: initial.clone().map(|c| (c, Vec::new())),
+                checkpoint: initial.clone(),
                 identity: Some(identity.clone()),
                 ..Write::default()
             };
@@ -300,7 +317,11 @@ impl CreekReplica {
         .map_err(|e| e.to_string())?;
         let mut r = CreekReplica {
             node: Some(node),
-            store: Some(loaded.store),
+            store: Some(
+                loaded
+                    .store
+                    .with_checkpoint_chunk_bytes(CHECKPOINT_CHUNK_BYTES),
+            ),
             disk,
             setup,
             config,
@@ -308,6 +329,7 @@ impl CreekReplica {
             voters,
             queued: Vec::new(),
             syncing: None,
+            checkpoint: None,
             held: HoldQueue::default(),
             outbox: Vec::new(),
             views: Vec::new(),
@@ -330,17 +352,35 @@ impl CreekReplica {
         // Before `ready`: a checkpoint written there trims the replica's
         // committed list.
         self.note_committed();
-        let Some(node) = self.node.as_mut() else {
-            return;
-        };
-        let ready = node.ready();
+        // A checkpoint to serve a peer is encoded at once (the server does
+        // it on another thread); its chunks leave with a second `Ready`.
+        for _ in 0..2 {
+            let Some(ready) = self.node.as_mut().map(Node::ready) else {
+                return;
+            };
+            let Some(job) = self.carry_out(ready) else {
+                break;
+            };
+            if let Some(node) = self.node.as_mut() {
+                node.on_snapshot_encoded(job.run());
+            }
+        }
+        self.note_committed();
+    }
+
+    /// Queue a `Ready`'s write, hold or send its messages, keep its views,
+    /// start its checkpoint; hand back its encoding job.
+    fn carry_out(&mut self, ready: creek_node::Ready) -> Option<creek_node::SnapshotEncoding> {
         self.views.extend(ready.views);
         self.outbox.extend(ready.messages);
         self.held.hold(ready.hold_until, ready.held);
         if let Some(w) = ready.write {
             self.queued.push((w, None));
         }
-        self.note_committed();
+        if let (Some(job), Some(store)) = (ready.checkpoint, &self.store) {
+            self.checkpoint = Some(store.start_checkpoint(job));
+        }
+        ready.encode
     }
 
     fn note_committed(&mut self) {
@@ -360,6 +400,31 @@ impl CreekReplica {
         if skip < list.len() {
             self.committed.extend_from_slice(&list[skip..]);
         }
+    }
+
+    /// No write queued: the next chunk of the background checkpoint, if one
+    /// is being written.
+    fn write_checkpoint_piece(&mut self) -> DiskPoll {
+        let (Some(store), Some(w)) = (&self.store, self.checkpoint.as_mut()) else {
+            return DiskPoll::Idle;
+        };
+        let (done, finished) = match store.write_checkpoint_piece(w) {
+            Ok(Piece::Waiting) => return DiskPoll::Idle,
+            Ok(Piece::Written) => (None, false),
+            Ok(Piece::Done) => (Some(w.job_id()), true),
+            Ok(Piece::Superseded) => (None, true),
+            Err(_) => {
+                // As for a failed write: the replica stops.
+                self.disk_counts.sync_failures += 1;
+                self.crash(&mut |_| 0);
+                return DiskPoll::Failed;
+            }
+        };
+        if finished {
+            self.checkpoint = None;
+        }
+        self.syncing = Some(Syncing::Checkpoint { done });
+        DiskPoll::SyncStarted
     }
 
     /// Writes up to `seq` are durable: tell the node, release what waited.
@@ -424,8 +489,11 @@ impl SimReplica for CreekReplica {
     }
 
     fn poll_disk(&mut self, now_us: u64) -> DiskPoll {
-        if self.node.is_none() || self.syncing.is_some() || self.queued.is_empty() {
+        if self.node.is_none() || self.syncing.is_some() {
             return DiskPoll::Idle;
+        }
+        if self.queued.is_empty() {
+            return self.write_checkpoint_piece();
         }
         for (_, at) in &mut self.queued {
             at.get_or_insert(now_us);
@@ -451,7 +519,10 @@ impl SimReplica for CreekReplica {
         };
         match result {
             Ok(()) => {
-                self.syncing = Some((last, group.len()));
+                self.syncing = Some(Syncing::Writes {
+                    last,
+                    count: group.len(),
+                });
                 if creek_node::PLANTED_BUGS && self.setup.forget_unsynced_tail {
                     self.durable(last);
                 }
@@ -470,12 +541,20 @@ impl SimReplica for CreekReplica {
     }
 
     fn sync_done(&mut self) {
-        let Some((last, _)) = self.syncing.take() else {
+        let Some(syncing) = self.syncing.take() else {
             return;
         };
         self.disk.complete_sync();
         self.disk_counts.syncs += 1;
-        self.durable(last);
+        match syncing {
+            Syncing::Writes { last, .. } => self.durable(last),
+            Syncing::Checkpoint { done: Some(id) } => {
+                if let Some(node) = self.node.as_mut() {
+                    node.on_checkpoint_durable(id);
+                }
+            }
+            Syncing::Checkpoint { done: None } => {}
+        }
     }
 
     fn committed(&self) -> &[OpId] {
@@ -541,10 +620,14 @@ impl SimReplica for CreekReplica {
         self.counts_before = self.counts();
         self.transfers_before = self.transfers();
         self.node = None;
-        let lost = self.queued.len() + self.syncing.map_or(0, |(_, n)| n);
-        self.disk_counts.unsynced_writes_lost += lost as u64;
+        let syncing = match self.syncing {
+            Some(Syncing::Writes { count, .. }) => count,
+            _ => 0,
+        };
+        self.disk_counts.unsynced_writes_lost += (self.queued.len() + syncing) as u64;
         self.queued.clear();
         self.syncing = None;
+        self.checkpoint = None;
         self.held.clear();
         self.outbox.clear();
         self.views.clear();
@@ -578,7 +661,11 @@ impl SimReplica for CreekReplica {
         let base = node.replica().committed_len() - node.replica().committed().len() as u64;
         self.committed.truncate(base as usize);
         self.node = Some(node);
-        self.store = Some(loaded.store);
+        self.store = Some(
+            loaded
+                .store
+                .with_checkpoint_chunk_bytes(CHECKPOINT_CHUNK_BYTES),
+        );
         self.disk_counts.recoveries += 1;
         self.collect();
         Ok(())
@@ -602,7 +689,7 @@ impl SimReplica for CreekReplica {
     }
 
     fn has_unsynced(&self) -> bool {
-        self.syncing.is_some() || !self.queued.is_empty()
+        self.syncing.is_some() || !self.queued.is_empty() || self.checkpoint.is_some()
     }
 
     fn lose_disk(&mut self) {

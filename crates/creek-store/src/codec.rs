@@ -5,7 +5,10 @@
 //! * **Op payloads**: `creek_wire::encode_op`, the op as it travels in a
 //!   gossip frame (one codec for the wire and the disk).
 //! * **Checkpoints**: `creek_wire::checkpoint`, the same bytes a replica
-//!   streams to a peer in state transfer.
+//!   streams to a peer in state transfer, stored in chunks
+//!   ([`crate::CHECKPOINT_CHUNK_BYTES`] or so each, cut at entry
+//!   boundaries). The latest is named by a [`CheckpointRef`]: varints
+//!   `generation`, `chunks`, `len`, `crc32` (of the concatenated chunks).
 //! * **Identity** (`creek_node::Identity`): varints — `nonce`, then 0
 //!   (joining) or 1 followed by `count` and `count` × (`replica` ≤ u16,
 //!   `nonce`), the founders in replica order; then, only for a replica
@@ -32,6 +35,48 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
 /// Decode a checkpoint written by [`encode_checkpoint`].
 pub fn decode_checkpoint(bytes: &[u8]) -> Result<Checkpoint, StoreError> {
     creek_wire::checkpoint::decode(bytes).map_err(|e| StoreError::Corrupt(e.0))
+}
+
+/// Which stored checkpoint is the latest, and how to check it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointRef {
+    /// Its generation (checkpoints are numbered when they are started).
+    pub generation: u64,
+    /// Its chunks: keys `(generation, 0..chunks)`.
+    pub chunks: u32,
+    /// Bytes in all.
+    pub len: u64,
+    /// The CRC-32 of all its bytes.
+    pub crc32: u32,
+}
+
+/// Encode a [`CheckpointRef`].
+pub fn encode_checkpoint_ref(r: &CheckpointRef) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24);
+    for v in [r.generation, u64::from(r.chunks), r.len, u64::from(r.crc32)] {
+        varint::put(&mut out, v);
+    }
+    out
+}
+
+/// Decode what [`encode_checkpoint_ref`] wrote.
+pub fn decode_checkpoint_ref(bytes: &[u8]) -> Result<CheckpointRef, StoreError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let generation = r.varint()?;
+    let chunks = u32::try_from(r.varint()?)
+        .map_err(|_| corrupt("checkpoint reference: chunks beyond u32".to_owned()))?;
+    let len = r.varint()?;
+    let crc32 = u32::try_from(r.varint()?)
+        .map_err(|_| corrupt("checkpoint reference: checksum beyond u32".to_owned()))?;
+    if r.pos != bytes.len() {
+        return Err(corrupt("checkpoint reference: trailing bytes".to_owned()));
+    }
+    Ok(CheckpointRef {
+        generation,
+        chunks,
+        len,
+        crc32,
+    })
 }
 
 /// Limits for decoding stored ops: the store keeps what the node accepted,
@@ -182,6 +227,24 @@ mod tests {
             longer.push(0);
             prop_assert!(decode_identity(&longer).is_err());
         }
+    }
+
+    #[test]
+    fn checkpoint_refs_round_trip_and_damage_is_refused() {
+        let r = CheckpointRef {
+            generation: 7,
+            chunks: 1025,
+            len: 1 << 30,
+            crc32: u32::MAX,
+        };
+        let bytes = encode_checkpoint_ref(&r);
+        assert_eq!(decode_checkpoint_ref(&bytes).unwrap(), r);
+        for n in 0..bytes.len() {
+            assert!(decode_checkpoint_ref(&bytes[..n]).is_err());
+        }
+        let mut longer = bytes;
+        longer.push(0);
+        assert!(decode_checkpoint_ref(&longer).is_err());
     }
 
     #[test]

@@ -70,28 +70,35 @@
 //! | table | key → value |
 //! |---|---|
 //! | `raft_log` | index (`u64`) → entry, protobuf |
-//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"identity"` → the replica's identity in its cluster ([`codec`]) |
+//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"identity"` → the replica's identity in its cluster; `"checkpoint"` → which stored checkpoint is the latest ([`codec::CheckpointRef`]); `"log_base"` → where the compacted log starts |
 //! | `ops` | (origin `u16`, seq `u64`) → op, `creek_wire::encode_op` |
-//! | `checkpoint` | `"latest"` → the last checkpoint ([`codec`]) |
+//! | `checkpoint_chunks` | (generation `u64`, chunk `u32`) → a piece of a checkpoint's encoding ([`codec`]) |
+//! | `checkpoint` | `"latest"` → a whole checkpoint, as stored before chunks (read, never written) |
 //!
-//! The log is never compacted yet (the consensus log holds only id batches);
-//! a checkpoint deletes the payloads of the ops it covers. Every write is
-//! one redb transaction with `Durability::Immediate`: redb's commit is one
-//! fsync, with checksums that let it detect a torn commit at open and fall
-//! back to the previous one. Decoding anything
-//! stored that is damaged gives [`StoreError::Corrupt`], never a panic. A
-//! second process opening the same directory gets [`StoreError::InUse`].
+//! A checkpoint is written either whole, in a group's transaction (one
+//! installed from a peer), or in the background a chunk per transaction
+//! between the groups ([`Persister::submit_checkpoint`]), so that the
+//! consensus log's writes never queue behind a whole state; see
+//! `checkpoints` for how the two are kept in order. Once a checkpoint is
+//! the latest, the node compacts the log to it and drops the payloads it
+//! covers, in later writes. Every write is one redb transaction with
+//! `Durability::Immediate`: redb's commit is one fsync, with checksums that
+//! let it detect a torn commit at open and fall back to the previous one.
+//! Decoding anything stored that is damaged gives [`StoreError::Corrupt`],
+//! never a panic. A second process opening the same directory gets
+//! [`StoreError::InUse`].
 //!
 //! Not here: *when* to checkpoint or submit (the driver), what a checkpoint
 //! holds (`creek_core::Checkpoint`), how a node recovers (`creek-node`).
 #![deny(missing_docs)]
 
+mod checkpoints;
 pub mod codec;
 mod persister;
 pub mod sim_disk;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -102,6 +109,7 @@ use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState};
 use redb::{Database, DatabaseError, ReadableTable, StorageBackend, Table, TableDefinition};
 
+pub use checkpoints::{CheckpointWriter, Piece, CHECKPOINT_CHUNK_BYTES};
 pub use creek_cab::LogStore;
 pub use persister::{OnDurable, Persister, LINGER};
 pub use sim_disk::SimDisk;
@@ -319,10 +327,15 @@ pub fn load_backend(backend: impl StorageBackend, voters: Vec<u64>) -> Result<Lo
 }
 
 fn load_db(db: Database, voters: Vec<u64>, repaired: bool) -> Result<Loaded, StoreError> {
-    let (storage, mut recovered) = read_all(&db, voters)?;
+    let (storage, mut recovered, next_generation) = read_all(&db, voters)?;
     recovered.repaired = repaired;
     Ok(Loaded {
-        store: Store { db },
+        store: Store {
+            db,
+            next_generation: AtomicU64::new(next_generation),
+            written: AtomicU64::new(0),
+            chunk_bytes: CHECKPOINT_CHUNK_BYTES,
+        },
         storage,
         recovered,
     })
@@ -332,9 +345,23 @@ fn load_db(db: Database, voters: Vec<u64>, repaired: bool) -> Result<Loaded, Sto
 #[derive(Debug)]
 pub struct Store {
     db: Database,
+    /// The generation the next checkpoint gets.
+    next_generation: AtomicU64,
+    /// The last write made durable by [`Store::write`].
+    written: AtomicU64,
+    /// About this many bytes of checkpoint per stored chunk.
+    chunk_bytes: usize,
 }
 
 impl Store {
+    /// Store checkpoints in chunks of about `bytes` (at least 1) instead of
+    /// [`CHECKPOINT_CHUNK_BYTES`]: smaller chunks let the simulator's small
+    /// states take several.
+    pub fn with_checkpoint_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
+    }
+
     /// Make `group` durable: one transaction, one fsync, the writes applied
     /// in order. `Ok` means every write of the group is durable; `Err` means
     /// none may be, and nothing more should be written (stop the replica).
@@ -347,36 +374,52 @@ impl Store {
             .map_err(db_err)?;
         {
             let mut log = txn.open_table(LOG).map_err(db_err)?;
-            let mut meta = txn.open_table(META).map_err(db_err)?;
+            let mut t =
+                checkpoints::Tables::with_meta(&txn, txn.open_table(META).map_err(db_err)?)?;
             let mut ops = txn.open_table(OPS).map_err(db_err)?;
-            let mut checkpoint = txn.open_table(CHECKPOINT).map_err(db_err)?;
             for w in group {
                 if let Some(id) = &w.identity {
-                    meta.insert(IDENTITY, codec::encode_identity(id).as_slice())
+                    t.meta
+                        .insert(IDENTITY, codec::encode_identity(id).as_slice())
                         .map_err(db_err)?;
                 }
-                write_log(&mut log, &mut meta, &w.log)?;
+                write_log(&mut log, &mut t.meta, &w.log)?;
                 for op in &w.ops {
                     let bytes = creek_wire::encode_op(op);
                     ops.insert((op.id.origin.0, op.id.seq), bytes.as_ref())
                         .map_err(db_err)?;
                 }
-                if let Some((c, gone)) = &w.checkpoint {
-                    checkpoint
-                        .insert(LATEST, codec::encode_checkpoint(c).as_slice())
-                        .map_err(db_err)?;
-                    for id in gone {
-                        ops.remove((id.origin.0, id.seq)).map_err(db_err)?;
-                    }
+                if let Some(c) = &w.checkpoint {
+                    self.put_checkpoint(&mut t, c)?;
+                }
+                for id in &w.dropped {
+                    ops.remove((id.origin.0, id.seq)).map_err(db_err)?;
                 }
             }
         }
-        txn.commit().map_err(db_err)
+        txn.commit().map_err(db_err)?;
+        if let Some(last) = group.last() {
+            self.written.fetch_max(last.seq, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// The last write [`Store::write`] made durable.
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    fn next_generation(&self) -> u64 {
+        self.next_generation.fetch_add(1, Ordering::AcqRel)
     }
 }
 
 fn is_empty(w: &Write) -> bool {
-    w.log.is_empty() && w.ops.is_empty() && w.checkpoint.is_none() && w.identity.is_none()
+    w.log.is_empty()
+        && w.ops.is_empty()
+        && w.checkpoint.is_none()
+        && w.dropped.is_empty()
+        && w.identity.is_none()
 }
 
 fn write_log(
@@ -422,13 +465,14 @@ fn write_log(
 
 /// Read everything, creating the tables (and the initial conf and hard
 /// state) in a fresh database.
-fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered), StoreError> {
+fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64), StoreError> {
     let txn = db.begin_write().map_err(db_err)?;
     let loaded = {
-        let mut meta = txn.open_table(META).map_err(db_err)?;
+        let mut t = checkpoints::Tables::with_meta(&txn, txn.open_table(META).map_err(db_err)?)?;
+        let (checkpoint, next_generation) = checkpoints::load_latest(&mut t)?;
+        let meta = &mut t.meta;
         let log = txn.open_table(LOG).map_err(db_err)?;
         let ops = txn.open_table(OPS).map_err(db_err)?;
-        let checkpoint = txn.open_table(CHECKPOINT).map_err(db_err)?;
         let stored_hs = meta
             .get(HARD_STATE)
             .map_err(db_err)?
@@ -480,10 +524,7 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered), St
             .check()
             .map_err(|why| corrupt(format!("stored log: {why}")))?;
         let recovered = Recovered {
-            checkpoint: match checkpoint.get(LATEST).map_err(db_err)? {
-                Some(v) => Some(codec::decode_checkpoint(v.value())?),
-                None => None,
-            },
+            checkpoint,
             ops: load_ops(&ops)?,
             identity: match meta.get(IDENTITY).map_err(db_err)? {
                 Some(v) => Some(codec::decode_identity(v.value())?),
@@ -491,7 +532,7 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered), St
             },
             repaired: false,
         };
-        (storage, recovered)
+        (storage, recovered, next_generation)
     };
     txn.commit().map_err(db_err)?;
     Ok(loaded)

@@ -1,12 +1,14 @@
 //! The persister: one OS thread owning the [`Store`], writing every write
-//! queued so far in one fsynced transaction (group commit).
+//! queued so far in one fsynced transaction (group commit), and between
+//! those the background checkpoint a chunk at a time.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use creek_node::Write;
+use creek_node::{CheckpointJob, Write};
 
-use crate::{Store, StoreError, LINGER_US};
+use crate::{CheckpointWriter, Piece, Store, StoreError, LINGER_US};
 
 /// How long the persister waits to gather more when everything queued is
 /// payloads alone (weak ops): [`LINGER_US`].
@@ -43,6 +45,8 @@ impl std::fmt::Debug for Persister {
 struct Shared {
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// The last background checkpoint made durable (its job id).
+    checkpoint_durable: AtomicU64,
 }
 
 #[derive(Default)]
@@ -50,6 +54,8 @@ struct Queue {
     /// The last write submitted.
     submitted: u64,
     batches: Vec<Write>,
+    /// A background checkpoint to start (replacing the one being written).
+    checkpoint: Option<CheckpointJob>,
     stop: Option<Stop>,
     /// The first write failure; every later batch is refused with it.
     failed: Option<String>,
@@ -77,6 +83,7 @@ impl Persister {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
+            checkpoint_durable: AtomicU64::new(0),
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -107,6 +114,22 @@ impl Persister {
             q.batches.push(write);
         }
         self.shared.wake.notify_one();
+    }
+
+    /// Write `job`'s checkpoint in the background: a chunk between groups
+    /// of writes, so that no write waits behind the whole state. Submit it
+    /// after the write it waits for ([`CheckpointJob::after`]). It replaces
+    /// a checkpoint still being written. [`Persister::checkpoint_durable`]
+    /// tells when it is done.
+    pub fn submit_checkpoint(&self, job: CheckpointJob) {
+        self.shared.lock().checkpoint = Some(job);
+        self.shared.wake.notify_one();
+    }
+
+    /// The last background checkpoint durable and stored as the latest (its
+    /// [`CheckpointJob::id`]; 0: none yet).
+    pub fn checkpoint_durable(&self) -> u64 {
+        self.shared.checkpoint_durable.load(Ordering::Acquire)
     }
 
     /// The last write submitted.
@@ -148,27 +171,37 @@ impl Drop for Persister {
 }
 
 /// The persister thread: take everything queued, write it in one
-/// transaction, report, repeat.
+/// transaction, report; then one piece of the background checkpoint, if one
+/// is being written; repeat.
 fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
+    let mut writer: Option<CheckpointWriter> = None;
+    // The checkpoint waits for a write not yet queued: wait for writes.
+    let mut waiting = false;
     loop {
-        let (group, failed) = {
+        let (group, job, failed) = {
             let mut q = shared.lock();
             loop {
                 if q.stop == Some(Stop::Abandon) {
                     return;
                 }
-                if !q.batches.is_empty() {
+                if !q.batches.is_empty() || q.checkpoint.is_some() {
                     break;
                 }
                 if q.stop.is_some() {
-                    return; // closing, and everything is written
+                    return; // closing, and every write is written
+                }
+                if writer.is_some() && !waiting {
+                    break;
                 }
                 q = shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
             }
             // Payloads alone: linger for more, unless something urgent or a
             // stop arrives.
             let deadline = std::time::Instant::now() + LINGER;
-            while q.stop.is_none() && !q.batches.iter().any(Write::is_urgent) {
+            while !q.batches.is_empty()
+                && q.stop.is_none()
+                && !q.batches.iter().any(Write::is_urgent)
+            {
                 let now = std::time::Instant::now();
                 if now >= deadline {
                     break;
@@ -182,19 +215,47 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
             if q.stop == Some(Stop::Abandon) {
                 return;
             }
-            (std::mem::take(&mut q.batches), q.failed.clone())
+            (
+                std::mem::take(&mut q.batches),
+                q.checkpoint.take(),
+                q.failed.clone(),
+            )
         };
-        let Some(last) = group.last().map(|w| w.seq) else {
-            continue;
-        };
+        if let Some(job) = job {
+            writer = Some(store.start_checkpoint(job));
+        }
         if let Some(why) = failed {
-            on_durable(Err(StoreError::Stopped(why)));
+            writer = None;
+            if !group.is_empty() {
+                on_durable(Err(StoreError::Stopped(why)));
+            }
             continue;
         }
-        let result = store.write(&group);
-        match result {
-            Ok(()) => on_durable(Ok(last)),
+        if let Some(last) = group.last().map(|w| w.seq) {
+            match store.write(&group) {
+                Ok(()) => on_durable(Ok(last)),
+                Err(e) => {
+                    shared.lock().failed = Some(e.to_string());
+                    on_durable(Err(e));
+                    continue;
+                }
+            }
+        }
+        let Some(w) = writer.as_mut() else {
+            continue;
+        };
+        match store.write_checkpoint_piece(w) {
+            Ok(Piece::Written) => waiting = false,
+            Ok(Piece::Waiting) => waiting = true,
+            Ok(Piece::Done) => {
+                shared
+                    .checkpoint_durable
+                    .fetch_max(w.job_id(), Ordering::AcqRel);
+                writer = None;
+            }
+            Ok(Piece::Superseded) => writer = None,
             Err(e) => {
+                writer = None;
                 shared.lock().failed = Some(e.to_string());
                 on_durable(Err(e));
             }

@@ -88,7 +88,8 @@ fn log_ops_and_checkpoint_round_trip_across_reopen() {
         });
         // The checkpoint covers r1.1 and r1.2: their payloads go with it.
         p.persist(Write {
-            checkpoint: Some((ckpt.clone(), ckpt.causal_ctx.iter().collect())),
+            checkpoint: Some(ckpt.clone()),
+            dropped: ckpt.causal_ctx.iter().collect(),
             ..Write::default()
         });
         p.persister.take().unwrap().close().unwrap();
@@ -138,6 +139,7 @@ fn batches_queued_while_busy_share_one_transaction() {
         log: storage.take_writes(),
         ops: vec![op(1, 1, false)],
         checkpoint: None,
+        dropped: Vec::new(),
         identity: None,
     });
     busy.recv_timeout(Duration::from_secs(60)).unwrap();
@@ -149,6 +151,7 @@ fn batches_queued_while_busy_share_one_transaction() {
             log: storage.take_writes(),
             ops: vec![op(1, s, false)],
             checkpoint: None,
+            dropped: Vec::new(),
             identity: None,
         });
     }
@@ -244,28 +247,71 @@ fn corrupt_table(dir: &TempDir, table: &str, key: &str, value: &[u8]) {
     txn.commit().unwrap();
 }
 
+/// Overwrite (or add) one stored checkpoint chunk.
+fn corrupt_chunk(dir: &TempDir, key: (u64, u32), value: Option<&[u8]>) {
+    let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let def: redb::TableDefinition<(u64, u32), &[u8]> =
+            redb::TableDefinition::new("checkpoint_chunks");
+        let mut t = txn.open_table(def).unwrap();
+        match value {
+            Some(v) => t.insert(key, v).map(drop).unwrap(),
+            None => t.remove(key).map(drop).unwrap(),
+        }
+    }
+    txn.commit().unwrap();
+}
+
 #[test]
 fn corrupt_checkpoint_and_op_are_errors_not_panics() {
     let dir = TempDir::new("corrupt-ckpt");
     {
         let (_s, mut p, _) = open_sync(dir.path(), vec![1]);
         p.persist(Write {
-            checkpoint: Some((checkpoint(&[]), vec![])),
+            checkpoint: Some(checkpoint(&[])),
             ..Write::default()
         });
     }
-    let mut good = creek_store::codec::encode_checkpoint(&checkpoint(&[]));
-    for bad in [vec![], vec![9u8], {
-        good.push(0);
-        good
-    }] {
-        corrupt_table(&dir, "checkpoint", "latest", &bad);
+    let good = creek_store::codec::encode_checkpoint(&checkpoint(&[]));
+    let mut longer = good.clone();
+    longer.push(0);
+    let mut flipped = good.clone();
+    flipped[3] ^= 1;
+    // The first checkpoint of a directory is generation 1, in one chunk.
+    for bad in [None, Some(vec![]), Some(longer), Some(flipped)] {
+        corrupt_chunk(&dir, (1, 0), bad.as_deref());
         let e = creek_store::open(dir.path(), vec![1], Box::new(|_| {})).unwrap_err();
         assert!(
             matches!(&e, StoreError::Corrupt(m) if m.contains("checkpoint")),
             "{e}"
         );
     }
+    corrupt_chunk(&dir, (1, 0), Some(&good));
+    creek_store::open(dir.path(), vec![1], Box::new(|_| {})).unwrap();
+    for bad in [&[][..], &[1, 2, 3, 4, 5][..]] {
+        corrupt_table(&dir, "raft_meta", "checkpoint", bad);
+        let e = creek_store::open(dir.path(), vec![1], Box::new(|_| {})).unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Corrupt(m) if m.contains("checkpoint")),
+            "{e}"
+        );
+    }
+
+    // A checkpoint in the format before chunks is read, and refused when
+    // damaged.
+    let dir = TempDir::new("old-ckpt");
+    drop(open_sync(dir.path(), vec![1]));
+    corrupt_table(&dir, "checkpoint", "latest", &good);
+    let (_s, _p, recovered) = open_sync(dir.path(), vec![1]);
+    assert_eq!(recovered.checkpoint, Some(checkpoint(&[])));
+    drop((_s, _p));
+    corrupt_table(&dir, "checkpoint", "latest", &good[..good.len() - 1]);
+    let e = creek_store::open(dir.path(), vec![1], Box::new(|_| {})).unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Corrupt(m) if m.contains("checkpoint")),
+        "{e}"
+    );
 
     let dir = TempDir::new("corrupt-op");
     {
@@ -334,8 +380,9 @@ fn sigkill_child() {
             checkpoint: (s % 10 == 0).then(|| {
                 let mut c = checkpoint(&[]);
                 c.cab_applied = s;
-                (c, vec![])
+                c
             }),
+            dropped: Vec::new(),
             identity: None,
         });
         if s % 64 == 0 {

@@ -107,17 +107,34 @@ impl Cluster {
 
     /// After node `i` handled an input: run its executions, carry out its
     /// `Ready` — persist the write (waiting until durable), report it, then
-    /// release its messages and views. Returns the checkpoint written, if
-    /// any, with the payloads it dropped.
+    /// release its messages and views. A background checkpoint is written
+    /// at once (waiting until durable) and reported, and the next `Ready`
+    /// carried out too: returns that checkpoint with the payloads dropped
+    /// once it was durable.
     fn step(&mut self, i: usize) -> Option<(creek_core::Checkpoint, Vec<OpId>)> {
+        let job = self.carry_out(i).0?;
+        let id = job.id;
+        let checkpoint = job.checkpoint.clone();
         let m = &mut self.members[i];
-        let node = m.node.as_mut()?;
+        m.persister.checkpoint(job);
+        m.node.as_mut()?.on_checkpoint_durable(id);
+        let dropped = self.carry_out(i).1;
+        Some((checkpoint, dropped))
+    }
+
+    /// One `Ready` of node `i`: its background checkpoint job, if any, and
+    /// the payloads its write dropped.
+    fn carry_out(&mut self, i: usize) -> (Option<creek_node::CheckpointJob>, Vec<OpId>) {
+        let m = &mut self.members[i];
+        let Some(node) = m.node.as_mut() else {
+            return (None, Vec::new());
+        };
         node.execute_all();
         let ready = node.ready();
-        let mut written = None;
+        let mut dropped = Vec::new();
         if let Some(w) = ready.write {
             let seq = w.seq;
-            written = w.checkpoint.clone();
+            dropped = w.dropped.clone();
             m.persister.persist_numbered(w);
             node.on_durable(seq);
         }
@@ -128,7 +145,7 @@ impl Cluster {
             let frame = creek_wire::encode(&msg, &creek_wire::Limits::default()).unwrap();
             self.queue.push_back((i, usize::from(to.0) - 1, frame));
         }
-        written
+        (ready.checkpoint, dropped)
     }
 
     /// Write a checkpoint of node `i` (at a clean point) with the payloads

@@ -30,31 +30,66 @@ pub const FORMAT: u8 = 1;
 pub fn encode(c: &Checkpoint) -> Vec<u8> {
     let state_bytes: usize = c.state.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
     let mut out = Vec::with_capacity(64 + state_bytes);
-    out.push(FORMAT);
-    for v in [c.cab_applied, c.committed_len, c.hlc.0, c.next_event_no] {
-        varint::put(&mut out, v);
-    }
-    let records = c.causal_ctx.to_records();
-    varint::put(&mut out, records.len() as u64);
-    for (origin, counter, exceptions) in &records {
-        varint::put(&mut out, u64::from(origin.0));
-        varint::put(&mut out, *counter);
-        varint::put(&mut out, exceptions.len() as u64);
-        let mut prev = *counter;
-        for &x in exceptions {
-            // Normalized records: strictly increasing, above counter + 1.
-            varint::put(&mut out, x.wrapping_sub(prev).wrapping_sub(1));
-            prev = x;
-        }
-    }
-    varint::put(&mut out, c.state.len() as u64);
-    for (k, v) in &c.state {
-        varint::put(&mut out, k.len() as u64);
-        out.extend_from_slice(k);
-        varint::put(&mut out, v.len() as u64);
-        out.extend_from_slice(v);
-    }
+    let mut encoder = Encoder::default();
+    while encoder.next_piece(c, &mut out, usize::MAX) {}
     out
+}
+
+/// Encodes a checkpoint a piece at a time, so that a large one is written
+/// or hashed without ever holding its whole encoding: the pieces of one
+/// checkpoint, concatenated, are [`encode`]'s bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Encoder {
+    /// The next state entry to encode (`None`: the header is not out yet).
+    next: Option<usize>,
+}
+
+impl Encoder {
+    /// Append the next piece of `c` (the same checkpoint at every call) to
+    /// `out`: the header, or whole state entries until `out` holds at least
+    /// `target` bytes (a piece holds at least one entry, so it may pass
+    /// `target`). Returns whether anything was appended: `false` once
+    /// everything was.
+    pub fn next_piece(&mut self, c: &Checkpoint, out: &mut Vec<u8>, target: usize) -> bool {
+        let Some(mut i) = self.next else {
+            out.push(FORMAT);
+            for v in [c.cab_applied, c.committed_len, c.hlc.0, c.next_event_no] {
+                varint::put(out, v);
+            }
+            let records = c.causal_ctx.to_records();
+            varint::put(out, records.len() as u64);
+            for (origin, counter, exceptions) in &records {
+                varint::put(out, u64::from(origin.0));
+                varint::put(out, *counter);
+                varint::put(out, exceptions.len() as u64);
+                let mut prev = *counter;
+                for &x in exceptions {
+                    // Normalized records: strictly increasing, above
+                    // counter + 1.
+                    varint::put(out, x.wrapping_sub(prev).wrapping_sub(1));
+                    prev = x;
+                }
+            }
+            varint::put(out, c.state.len() as u64);
+            self.next = Some(0);
+            return true;
+        };
+        if i >= c.state.len() {
+            return false;
+        }
+        while let Some((k, v)) = c.state.get(i) {
+            varint::put(out, k.len() as u64);
+            out.extend_from_slice(k);
+            varint::put(out, v.len() as u64);
+            out.extend_from_slice(v);
+            i += 1;
+            if out.len() >= target {
+                break;
+            }
+        }
+        self.next = Some(i);
+        true
+    }
 }
 
 /// Decode a checkpoint written by [`encode`].
@@ -216,6 +251,16 @@ mod tests {
             let mut longer = bytes.clone();
             longer.push(0);
             prop_assert!(decode(&longer).is_err());
+        }
+
+        #[test]
+        fn pieces_concatenate_to_the_encoding(c in arb_checkpoint(), target in 1usize..40) {
+            let mut encoder = Encoder::default();
+            let (mut joined, mut piece) = (Vec::new(), Vec::new());
+            while encoder.next_piece(&c, &mut piece, target) {
+                joined.append(&mut piece);
+            }
+            prop_assert_eq!(joined, encode(&c));
         }
 
         #[test]

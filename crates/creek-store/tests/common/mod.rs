@@ -57,7 +57,11 @@ impl SyncPersister {
     /// Number (after the last), submit and wait. Empty writes are not
     /// submitted. Returns the write's number.
     pub fn persist(&mut self, mut write: Write) -> u64 {
-        if write.log.is_empty() && write.ops.is_empty() && write.checkpoint.is_none() {
+        if write.log.is_empty()
+            && write.ops.is_empty()
+            && write.checkpoint.is_none()
+            && write.dropped.is_empty()
+        {
             return self.submitted;
         }
         let seq = self.submit(std::mem::take(&mut write));
@@ -95,6 +99,24 @@ impl SyncPersister {
                 Ok(Err(e)) => panic!("persister failed: {e}"),
                 Err(e) => panic!("no durability report: {e}"),
             }
+        }
+    }
+
+    /// Write a background checkpoint and wait until it is durable.
+    pub fn checkpoint(&mut self, job: creek_node::CheckpointJob) {
+        let id = job.id;
+        let p = self.persister.as_ref().unwrap();
+        p.submit_checkpoint(job);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while p.checkpoint_durable() < id {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "checkpoint {id} never durable"
+            );
+            if let Ok(Err(e)) = self.reports.try_recv() {
+                panic!("persister failed: {e}");
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
