@@ -37,7 +37,7 @@ pub use membership::{Identity, Standing};
 pub use ready::{CheckpointJob, HoldQueue, Ready, Write};
 pub use timing::LinkTiming;
 use timing::Timing;
-pub use transfer::{Encoded, FetchStatus, SnapshotEncoding, TransferStats};
+pub use transfer::{FetchStatus, TransferDone, TransferJob, TransferStats};
 
 /// Whether this build has the bug-planting switches (the `planted-bugs`
 /// cargo feature, which also turns on those of creek-core and creek-cab).
@@ -542,11 +542,7 @@ impl<S: CabStorage> Node<S> {
                         Some((c, term))
                     });
             }
-            SnapshotMessage::Chunk(c) => {
-                if let Some(fetched) = self.transfers.on_chunk(from, c) {
-                    self.install(fetched);
-                }
-            }
+            SnapshotMessage::Chunk(c) => self.transfers.on_chunk(from, c),
             SnapshotMessage::Refused { transfer, retry } => {
                 self.transfers.on_refused(from, transfer, retry);
             }
@@ -851,14 +847,17 @@ impl<S: CabStorage> Node<S> {
             hold_until: self.durability.written,
             views,
             checkpoint,
-            encode: self.transfers.take_encoding(),
+            transfer_jobs: self.transfers.take_jobs(),
         }
     }
 
-    /// A checkpoint this node serves to a peer is encoded
-    /// ([`Ready::encode`]): the fetches waiting for it are answered.
-    pub fn on_snapshot_encoded(&mut self, encoded: Encoded) {
-        self.transfers.on_encoded(encoded);
+    /// A [`TransferJob`] of [`Ready::transfer_jobs`] is done: a checkpoint
+    /// to serve is encoded (the fetches waiting for it are answered), or
+    /// one fetched is decoded (and installed).
+    pub fn on_transfer_done(&mut self, done: TransferDone) {
+        if let Some(fetched) = self.transfers.on_done(done) {
+            self.install(fetched);
+        }
     }
 
     /// The step's write, if there is anything to persist, and the background

@@ -58,10 +58,10 @@ pub struct Ready {
     /// delaying them; report it with
     /// [`Node::on_checkpoint_durable`](crate::Node::on_checkpoint_durable).
     pub checkpoint: Option<CheckpointJob>,
-    /// A checkpoint to encode for a peer's state transfer, off the node's
-    /// thread; hand the result to
-    /// [`Node::on_snapshot_encoded`](crate::Node::on_snapshot_encoded).
-    pub encode: Option<crate::SnapshotEncoding>,
+    /// State-transfer work to run off the node's thread (encoding a
+    /// checkpoint to serve, decoding one fetched); hand each result to
+    /// [`Node::on_transfer_done`](crate::Node::on_transfer_done).
+    pub transfer_jobs: Vec<crate::TransferJob>,
 }
 
 /// A checkpoint of the committed state for the driver to make durable at

@@ -18,7 +18,7 @@
 //! sender named and the offset it reached. The sender serves the encoded
 //! bytes of a checkpoint of its committed state (`creek_wire::checkpoint`),
 //! taken when the first fetch arrives at a clean point and encoded by the
-//! driver off the node's thread ([`SnapshotEncoding`]: fetches that arrive
+//! driver off the node's thread ([`TransferJob`]: fetches that arrive
 //! meanwhile are answered once it is done), and keeps them while fetches
 //! keep coming ([`SERVE_IDLE_TICKS`]); several receivers share one
 //! transfer when it reaches far enough. Chunks are at most [`CHUNK_BYTES`]:
@@ -90,31 +90,78 @@ struct Serving {
     idle_ticks: u64,
 }
 
-/// A checkpoint to encode for state transfer, off the node's thread (it
-/// may take long: the whole state is encoded and checksummed). The driver
-/// calls [`SnapshotEncoding::run`] on any thread and hands the result to
-/// [`Node::on_snapshot_encoded`](crate::Node::on_snapshot_encoded).
+/// Work of state transfer that may take long — encoding a checkpoint to
+/// serve, checking and decoding one fetched: the whole state passes through
+/// it — for the driver to run off the node's thread
+/// ([`TransferJob::run`], on any thread) and hand back with
+/// [`Node::on_transfer_done`](crate::Node::on_transfer_done).
 #[derive(Debug)]
-pub struct SnapshotEncoding {
-    transfer: u64,
-    checkpoint: Checkpoint,
+pub struct TransferJob(Job);
+
+#[derive(Debug)]
+enum Job {
+    Encode {
+        transfer: u64,
+        checkpoint: Checkpoint,
+    },
+    Decode {
+        transfer: u64,
+        index: u64,
+        checksum: u32,
+        bytes: Bytes,
+    },
 }
 
-impl SnapshotEncoding {
-    /// Encode it (`creek_wire::checkpoint`) and checksum the bytes.
-    pub fn run(self) -> Encoded {
-        let bytes = Bytes::from(creek_wire::checkpoint::encode(&self.checkpoint));
-        Encoded {
-            transfer: self.transfer,
-            checksum: crc32fast::hash(&bytes),
-            bytes,
-        }
+/// A finished [`TransferJob`].
+#[derive(Debug)]
+pub struct TransferDone(Done);
+
+#[derive(Debug)]
+enum Done {
+    Encoded(Encoded),
+    /// `None`: the bytes did not check out.
+    Decoded {
+        transfer: u64,
+        checkpoint: Option<Checkpoint>,
+    },
+}
+
+impl TransferJob {
+    /// Do it: encode (`creek_wire::checkpoint`) and checksum a checkpoint to
+    /// serve, or check (length was checked as chunks came; here the CRC-32
+    /// and the index) and decode one fetched.
+    pub fn run(self) -> TransferDone {
+        TransferDone(match self.0 {
+            Job::Encode {
+                transfer,
+                checkpoint,
+            } => {
+                let bytes = Bytes::from(creek_wire::checkpoint::encode(&checkpoint));
+                Done::Encoded(Encoded {
+                    transfer,
+                    checksum: crc32fast::hash(&bytes),
+                    bytes,
+                })
+            }
+            Job::Decode {
+                transfer,
+                index,
+                checksum,
+                bytes,
+            } => Done::Decoded {
+                transfer,
+                checkpoint: (crc32fast::hash(&bytes) == checksum)
+                    .then(|| creek_wire::checkpoint::decode(&bytes).ok())
+                    .flatten()
+                    .filter(|cp| cp.cab_applied == index),
+            },
+        })
     }
 }
 
-/// A checkpoint encoded for state transfer ([`SnapshotEncoding::run`]).
+/// A checkpoint encoded to serve.
 #[derive(Clone, Debug)]
-pub struct Encoded {
+struct Encoded {
     transfer: u64,
     bytes: Bytes,
     checksum: u32,
@@ -135,6 +182,8 @@ struct Fetching {
     waiting: u64,
     /// Requests since the last answer.
     tries: u32,
+    /// Every byte arrived; the driver checks and decodes them.
+    decoding: bool,
 }
 
 /// A complete, verified checkpoint from a peer.
@@ -156,8 +205,8 @@ pub(crate) struct Transfers {
     /// receiver never mistakes one sender's transfer for another's).
     last_transfer: u64,
     outbox: Vec<(ReplicaId, SnapshotMessage)>,
-    /// A checkpoint for the driver to encode.
-    encoding: Option<SnapshotEncoding>,
+    /// Work for the driver.
+    jobs: Vec<TransferJob>,
     stats: TransferStats,
     /// Calls of [`Transfers::tick`] since the last counted tick (timing
     /// stretched on slow links, as CAB's).
@@ -173,7 +222,7 @@ impl Transfers {
             fetching: None,
             last_transfer: 0,
             outbox: Vec::new(),
-            encoding: None,
+            jobs: Vec::new(),
             stats: TransferStats::default(),
             sub_ticks: 0,
         }
@@ -187,14 +236,29 @@ impl Transfers {
         std::mem::take(&mut self.outbox)
     }
 
-    pub(crate) fn take_encoding(&mut self) -> Option<SnapshotEncoding> {
-        self.encoding.take()
+    pub(crate) fn take_jobs(&mut self) -> Vec<TransferJob> {
+        std::mem::take(&mut self.jobs)
     }
 
-    /// The driver encoded the checkpoint being served: answer the fetches
-    /// that waited for it (a result for a transfer no longer served is
-    /// dropped).
-    pub(crate) fn on_encoded(&mut self, encoded: Encoded) {
+    /// A job the driver finished: returns the fetched checkpoint once it
+    /// is decoded. Results for a transfer no longer served or fetched are
+    /// dropped.
+    pub(crate) fn on_done(&mut self, done: TransferDone) -> Option<Fetched> {
+        match done.0 {
+            Done::Encoded(e) => {
+                self.on_encoded(e);
+                None
+            }
+            Done::Decoded {
+                transfer,
+                checkpoint,
+            } => self.on_decoded(transfer, checkpoint),
+        }
+    }
+
+    /// The checkpoint being served is encoded: answer the fetches that
+    /// waited for it.
+    fn on_encoded(&mut self, encoded: Encoded) {
         let Some(s) = self
             .serving
             .as_mut()
@@ -211,7 +275,11 @@ impl Transfers {
     pub(crate) fn fetch_status(&self) -> Option<FetchStatus> {
         self.fetching.as_ref().map(|f| FetchStatus {
             from: f.from,
-            received: f.buf.len() as u64,
+            received: if f.decoding {
+                f.total_len
+            } else {
+                f.buf.len() as u64
+            },
             total: f.total_len,
         })
     }
@@ -240,6 +308,7 @@ impl Transfers {
             buf: BytesMut::new(),
             waiting: 0,
             tries: 0,
+            decoding: false,
         });
         self.request();
     }
@@ -274,6 +343,7 @@ impl Transfers {
             f.transfer = 0;
             f.buf.clear();
             f.tries = 0;
+            f.decoding = false;
         }
         self.request();
     }
@@ -301,7 +371,8 @@ impl Transfers {
                 self.serving = None;
             }
         }
-        let Some(f) = self.fetching.as_mut() else {
+        // Nothing to ask while the driver decodes what arrived.
+        let Some(f) = self.fetching.as_mut().filter(|f| !f.decoding) else {
             return;
         };
         f.waiting += 1;
@@ -365,10 +436,10 @@ impl Transfers {
                         waiting: Vec::new(),
                         idle_ticks: 0,
                     });
-                    self.encoding = Some(SnapshotEncoding {
+                    self.jobs.push(TransferJob(Job::Encode {
                         transfer,
                         checkpoint: c,
-                    });
+                    }));
                 }
                 None => {
                     self.outbox.push((
@@ -418,16 +489,18 @@ impl Transfers {
         ));
     }
 
-    /// A chunk from `peer`: returns the whole checkpoint once it arrived and
-    /// checked out.
-    pub(crate) fn on_chunk(&mut self, peer: ReplicaId, c: SnapshotChunk) -> Option<Fetched> {
-        let f = self.fetching.as_mut()?;
-        if peer != f.from {
-            return None;
+    /// A chunk from `peer`; once every byte arrived, the driver checks and
+    /// decodes them (a [`TransferJob`]).
+    pub(crate) fn on_chunk(&mut self, peer: ReplicaId, c: SnapshotChunk) {
+        let Some(f) = self.fetching.as_mut() else {
+            return;
+        };
+        if peer != f.from || f.decoding {
+            return;
         }
         if f.transfer == 0 {
             if c.offset != 0 || c.index < f.min_index {
-                return None;
+                return;
             }
             f.transfer = c.transfer;
             f.index = c.index;
@@ -436,42 +509,50 @@ impl Transfers {
             f.checksum = c.checksum;
         }
         if c.transfer != f.transfer || c.offset != f.buf.len() as u64 {
-            return None; // a stale or repeated chunk
+            return; // a stale or repeated chunk
         }
         let within = (f.buf.len() as u64).saturating_add(c.data.len() as u64) <= f.total_len;
         if !within || (c.data.is_empty() && (f.buf.len() as u64) < f.total_len) {
             let next = self.next_peer(peer);
             self.restart(next);
-            return None;
+            return;
         }
         self.stats.bytes_received += c.data.len() as u64;
         f.buf.extend_from_slice(&c.data);
         f.tries = 0;
         if (f.buf.len() as u64) < f.total_len {
             self.request();
-            return None;
+            return;
         }
-        let bytes = std::mem::take(&mut f.buf).freeze();
-        let decoded = if crc32fast::hash(&bytes) == f.checksum {
-            creek_wire::checkpoint::decode(&bytes)
-                .ok()
-                .filter(|cp| cp.cab_applied == f.index)
-        } else {
-            None
-        };
-        match decoded {
+        f.decoding = true;
+        self.jobs.push(TransferJob(Job::Decode {
+            transfer: f.transfer,
+            index: f.index,
+            checksum: f.checksum,
+            bytes: std::mem::take(&mut f.buf).freeze(),
+        }));
+    }
+
+    /// The fetched bytes, checked and decoded (`None`: they did not check
+    /// out, and the transfer starts over from the next peer).
+    fn on_decoded(&mut self, transfer: u64, checkpoint: Option<Checkpoint>) -> Option<Fetched> {
+        let f = self
+            .fetching
+            .as_ref()
+            .filter(|f| f.decoding && f.transfer == transfer)?;
+        let (from, term) = (f.from, f.term);
+        match checkpoint {
             Some(checkpoint) => {
-                let term = f.term;
                 self.fetching = None;
                 self.stats.installed += 1;
                 Some(Fetched {
-                    from: peer,
+                    from,
                     checkpoint,
                     term,
                 })
             }
             None => {
-                let next = self.next_peer(peer);
+                let next = self.next_peer(from);
                 self.restart(next);
                 None
             }
@@ -550,14 +631,15 @@ mod tests {
                     tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
                         Some((cp.clone(), 3))
                     });
-                    encode(tx);
+                    assert!(work(tx).is_none());
                 }
             }
             for (_, m) in tx.take_messages() {
                 progress = true;
                 match m {
                     SnapshotMessage::Chunk(c) => {
-                        if let Some(done) = rx.on_chunk(ReplicaId(2), c) {
+                        rx.on_chunk(ReplicaId(2), c);
+                        if let Some(done) = work(rx) {
                             return Some(done);
                         }
                     }
@@ -575,11 +657,20 @@ mod tests {
         None
     }
 
-    /// The driver's part: encode what the sender asks for.
-    fn encode(tx: &mut Transfers) {
-        if let Some(job) = tx.take_encoding() {
-            tx.on_encoded(job.run());
+    /// The driver's part: run the jobs, hand back the results.
+    fn work(t: &mut Transfers) -> Option<Fetched> {
+        let mut fetched = None;
+        for job in t.take_jobs() {
+            fetched = fetched.or(t.on_done(job.run()));
         }
+        fetched
+    }
+
+    /// The one job waiting.
+    fn one_job(t: &mut Transfers) -> TransferJob {
+        let mut jobs = t.take_jobs();
+        assert_eq!(jobs.len(), 1, "{jobs:?}");
+        jobs.remove(0)
     }
 
     #[test]
@@ -587,14 +678,14 @@ mod tests {
         let cp = checkpoint(40, 10);
         let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1), ReplicaId(3)]);
         tx.on_fetch(ReplicaId(1), 0, 1, 0, 0, || Some((cp.clone(), 3)));
-        let first = tx.take_encoding().expect("a checkpoint to encode");
+        let first = one_job(&mut tx);
         // Nothing is served before it is encoded; a repeated fetch and one
         // from another peer wait too.
         tx.on_fetch(ReplicaId(1), 0, 1, 0, 0, || unreachable!());
         tx.on_fetch(ReplicaId(3), 0, 1, 0, 0, || unreachable!());
         assert!(tx.take_messages().is_empty());
-        assert!(tx.take_encoding().is_none());
-        tx.on_encoded(first.run());
+        assert!(tx.take_jobs().is_empty());
+        assert!(tx.on_done(first.run()).is_none());
         let sent = tx.take_messages();
         let to: Vec<ReplicaId> = sent.iter().map(|(p, _)| *p).collect();
         assert_eq!(to, vec![ReplicaId(1), ReplicaId(3)], "one answer each");
@@ -610,12 +701,12 @@ mod tests {
             Some((later, 4))
         };
         tx.on_fetch(ReplicaId(1), 0, 1, 0, 50, || at(50));
-        let stale = tx.take_encoding().expect("a checkpoint to encode");
+        let stale = one_job(&mut tx);
         tx.on_fetch(ReplicaId(3), 0, 1, 0, 70, || unreachable!());
         tx.on_fetch(ReplicaId(1), 0, 55, 0, 60, || at(60));
-        tx.on_encoded(stale.run());
+        assert!(tx.on_done(stale.run()).is_none());
         assert!(tx.take_messages().is_empty());
-        encode(&mut tx);
+        assert!(work(&mut tx).is_none());
         assert!(matches!(
             tx.take_messages().as_slice(),
             [(_, SnapshotMessage::Chunk(c))] if c.index == 60
@@ -654,7 +745,7 @@ mod tests {
         tx.on_fetch(ReplicaId(1), transfer, min_index, offset, 0, || {
             Some((cp.clone(), 3))
         });
-        encode(&mut tx);
+        assert!(work(&mut tx).is_none());
         let (_, m) = tx.take_messages().remove(0);
         let SnapshotMessage::Chunk(mut c) = m else {
             panic!("{m:?}")
@@ -662,7 +753,14 @@ mod tests {
         let mut data = c.data.to_vec();
         data[5] ^= 1;
         c.data = Bytes::from(data);
-        assert!(rx.on_chunk(ReplicaId(2), c).is_none());
+        rx.on_chunk(ReplicaId(2), c);
+        // Nothing is asked while the bytes are checked.
+        let check = one_job(&mut rx);
+        for _ in 0..FETCH_RETRY_TICKS * 2 {
+            rx.tick(1);
+        }
+        assert!(rx.take_messages().is_empty());
+        assert!(rx.on_done(check.run()).is_none());
         assert_eq!(rx.stats().restarts, 1);
         assert_eq!(rx.stats().installed, 0);
         // It asks again from the start.

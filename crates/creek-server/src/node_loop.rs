@@ -263,9 +263,8 @@ pub struct NodeLoop {
     /// The consensus tick scale last logged.
     timing_scale: u64,
     stopping: bool,
-    /// A checkpoint encoded for state transfer on its own thread, for the
-    /// next turn.
-    encoded: Arc<std::sync::Mutex<Vec<creek_node::Encoded>>>,
+    /// State-transfer work done on other threads, for the next turn.
+    transfer_done: Arc<std::sync::Mutex<Vec<creek_node::TransferDone>>>,
 }
 
 impl NodeLoop {
@@ -301,7 +300,7 @@ impl NodeLoop {
             ticks: 0,
             timing_scale: 1,
             stopping: false,
-            encoded: Arc::default(),
+            transfer_done: Arc::default(),
         }
     }
 
@@ -440,17 +439,17 @@ impl NodeLoop {
         if let Some(p) = &self.persister {
             self.node.on_checkpoint_durable(p.checkpoint_durable());
         }
-        let encoded = self
-            .encoded
+        let done = self
+            .transfer_done
             .lock()
-            .map(|mut e| std::mem::take(&mut *e))
+            .map(|mut d| std::mem::take(&mut *d))
             .unwrap_or_default();
-        for e in encoded {
-            self.node.on_snapshot_encoded(e);
+        for d in done {
+            self.node.on_transfer_done(d);
         }
         let ready = self.node.ready();
-        if let Some(job) = ready.encode {
-            self.encode_snapshot(job);
+        for job in ready.transfer_jobs {
+            self.run_transfer_job(job);
         }
         for v in ready.views {
             self.route(v);
@@ -479,27 +478,28 @@ impl NodeLoop {
         }
     }
 
-    /// Encode a checkpoint a peer fetches on a thread of its own: a large
-    /// state takes long, and this loop must go on meanwhile. The next turn
-    /// (a tick at the latest) hands it to the node.
-    fn encode_snapshot(&mut self, job: creek_node::SnapshotEncoding) {
-        let slot = self.encoded.clone();
-        let job = std::sync::Arc::new(std::sync::Mutex::new(Some(job)));
+    /// Run state-transfer work (encoding a checkpoint to serve, decoding
+    /// one fetched) on a thread of its own: a large state takes long, and
+    /// this loop must go on meanwhile. The next turn (a tick at the latest)
+    /// hands the result to the node.
+    fn run_transfer_job(&mut self, job: creek_node::TransferJob) {
+        let slot = self.transfer_done.clone();
+        let job = Arc::new(std::sync::Mutex::new(Some(job)));
         let taken = job.clone();
         let spawned = std::thread::Builder::new()
-            .name("creek-snapshot".to_owned())
+            .name("creek-transfer".to_owned())
             .spawn(move || {
                 if let Some(job) = taken.lock().ok().and_then(|mut j| j.take()) {
-                    let e = job.run();
+                    let done = job.run();
                     if let Ok(mut s) = slot.lock() {
-                        s.push(e);
+                        s.push(done);
                     }
                 }
             });
         if let Err(e) = spawned {
-            tracing::warn!(error = %e, "cannot start a thread to encode a checkpoint; encoding it here");
+            tracing::warn!(error = %e, "cannot start a state-transfer thread; working on the node's");
             if let Some(job) = job.lock().ok().and_then(|mut j| j.take()) {
-                self.node.on_snapshot_encoded(job.run());
+                self.node.on_transfer_done(job.run());
             }
         }
     }

@@ -185,6 +185,10 @@ pub struct DiskCounts {
     pub log_compacted: u64,
     /// Consensus-log entries held (now).
     pub log_entries: u64,
+    /// Background checkpoints made durable and the latest.
+    pub checkpoints: u64,
+    /// Background checkpoints a crash cut short.
+    pub checkpoints_cut: u64,
 }
 
 impl std::ops::AddAssign for DiskCounts {
@@ -198,6 +202,8 @@ impl std::ops::AddAssign for DiskCounts {
         self.wipes += o.wipes;
         self.log_compacted += o.log_compacted;
         self.log_entries += o.log_entries;
+        self.checkpoints += o.checkpoints;
+        self.checkpoints_cut += o.checkpoints_cut;
     }
 }
 
@@ -352,25 +358,29 @@ impl CreekReplica {
         // Before `ready`: a checkpoint written there trims the replica's
         // committed list.
         self.note_committed();
-        // A checkpoint to serve a peer is encoded at once (the server does
-        // it on another thread); its chunks leave with a second `Ready`.
-        for _ in 0..2 {
+        // State-transfer work (encoding a checkpoint to serve, decoding one
+        // fetched) is done at once (the server does it on other threads);
+        // what follows from it leaves with the next `Ready`.
+        for _ in 0..3 {
             let Some(ready) = self.node.as_mut().map(Node::ready) else {
                 return;
             };
-            let Some(job) = self.carry_out(ready) else {
+            let jobs = self.carry_out(ready);
+            if jobs.is_empty() {
                 break;
-            };
+            }
             if let Some(node) = self.node.as_mut() {
-                node.on_snapshot_encoded(job.run());
+                for job in jobs {
+                    node.on_transfer_done(job.run());
+                }
             }
         }
         self.note_committed();
     }
 
     /// Queue a `Ready`'s write, hold or send its messages, keep its views,
-    /// start its checkpoint; hand back its encoding job.
-    fn carry_out(&mut self, ready: creek_node::Ready) -> Option<creek_node::SnapshotEncoding> {
+    /// start its checkpoint; hand back its state-transfer work.
+    fn carry_out(&mut self, ready: creek_node::Ready) -> Vec<creek_node::TransferJob> {
         self.views.extend(ready.views);
         self.outbox.extend(ready.messages);
         self.held.hold(ready.hold_until, ready.held);
@@ -380,7 +390,7 @@ impl CreekReplica {
         if let (Some(job), Some(store)) = (ready.checkpoint, &self.store) {
             self.checkpoint = Some(store.start_checkpoint(job));
         }
-        ready.encode
+        ready.transfer_jobs
     }
 
     fn note_committed(&mut self) {
@@ -549,6 +559,7 @@ impl SimReplica for CreekReplica {
         match syncing {
             Syncing::Writes { last, .. } => self.durable(last),
             Syncing::Checkpoint { done: Some(id) } => {
+                self.disk_counts.checkpoints += 1;
                 if let Some(node) = self.node.as_mut() {
                     node.on_checkpoint_durable(id);
                 }
@@ -626,6 +637,9 @@ impl SimReplica for CreekReplica {
         };
         self.disk_counts.unsynced_writes_lost += (self.queued.len() + syncing) as u64;
         self.queued.clear();
+        if self.checkpoint.is_some() || matches!(self.syncing, Some(Syncing::Checkpoint { .. })) {
+            self.disk_counts.checkpoints_cut += 1;
+        }
         self.syncing = None;
         self.checkpoint = None;
         self.held.clear();

@@ -324,6 +324,8 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             "wipes": disk.wipes,
             "log_compacted": disk.log_compacted,
             "log_entries": disk.log_entries,
+            "checkpoints": disk.checkpoints,
+            "checkpoints_cut": disk.checkpoints_cut,
         },
         "plant_bug": cfg.plant_bug.map(|b| format!("{b:?}")),
         "trace_hash": format!("{:016x}", out.trace_hash),
