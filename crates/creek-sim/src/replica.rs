@@ -418,11 +418,14 @@ impl CreekReplica {
         let (Some(store), Some(w)) = (&self.store, self.checkpoint.as_mut()) else {
             return DiskPoll::Idle;
         };
-        let (done, finished) = match store.write_checkpoint_piece(w) {
+        let done = match store.write_checkpoint_piece(w) {
             Ok(Piece::Waiting) => return DiskPoll::Idle,
-            Ok(Piece::Written) => (None, false),
-            Ok(Piece::Done) => (Some(w.job_id()), true),
-            Ok(Piece::Superseded) => (None, true),
+            Ok(Piece::Finished) => {
+                self.checkpoint = None;
+                return DiskPoll::Idle;
+            }
+            Ok(Piece::Written | Piece::Superseded | Piece::Removed) => None,
+            Ok(Piece::Done) => Some(w.job_id()),
             Err(_) => {
                 // As for a failed write: the replica stops.
                 self.disk_counts.sync_failures += 1;
@@ -430,9 +433,6 @@ impl CreekReplica {
                 return DiskPoll::Failed;
             }
         };
-        if finished {
-            self.checkpoint = None;
-        }
         self.syncing = Some(Syncing::Checkpoint { done });
         DiskPoll::SyncStarted
     }

@@ -52,6 +52,9 @@ pub struct CheckpointWriter {
     chunks: u32,
     len: u64,
     crc: crc32fast::Hasher,
+    /// Its part is over (it is the latest, or was superseded): what is
+    /// left is removing the chunks no reference names.
+    cleaning: bool,
 }
 
 impl CheckpointWriter {
@@ -61,7 +64,8 @@ impl CheckpointWriter {
     }
 }
 
-/// What one [`Store::write_checkpoint_piece`] did.
+/// What one [`Store::write_checkpoint_piece`] did. Call it again until
+/// [`Piece::Finished`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Piece {
     /// A chunk is durable; more follow.
@@ -69,11 +73,21 @@ pub enum Piece {
     /// Everything is written, but the write the job waits for
     /// ([`CheckpointJob::after`]) is not: call again after it.
     Waiting,
-    /// The checkpoint is durable and the latest: report the job's id.
+    /// The checkpoint is durable and the latest: report the job's id. The
+    /// chunks of older ones are removed by the next calls.
     Done,
-    /// A newer checkpoint was stored meanwhile: this one was dropped.
+    /// A newer checkpoint was stored meanwhile: this one is dropped (its
+    /// chunks are removed by the next calls).
     Superseded,
+    /// Chunks no reference names were removed; maybe more are left.
+    Removed,
+    /// Nothing is left to do.
+    Finished,
 }
+
+/// The most chunks one transaction removes: deleting a whole state at once
+/// would hold up the writes behind it as long as writing it would.
+pub const REMOVED_PER_TRANSACTION: usize = 16;
 
 /// Chunks and the reference of one checkpoint, as they are appended.
 struct Appender {
@@ -112,14 +126,14 @@ impl Appender {
                 codec::encode_checkpoint_ref(&reference).as_slice(),
             )
             .map_err(db_err)?;
-        t.chunks
-            .retain_in(..(self.generation, 0), |_, _| false)
-            .map_err(db_err)?;
         // A checkpoint of the format before chunks.
         t.old.remove(LATEST).map_err(db_err)?;
         Ok(())
     }
 }
+
+/// A checkpoint whose chunks are stored, not yet named the latest.
+pub(crate) struct Named(Appender);
 
 /// The tables a checkpoint is written to, open in one transaction.
 pub(crate) struct Tables<'txn> {
@@ -156,12 +170,12 @@ impl<'txn> Tables<'txn> {
 }
 
 impl Store {
-    /// Store `c` whole, as the latest checkpoint.
-    pub(crate) fn put_checkpoint(
-        &self,
-        t: &mut Tables<'_>,
-        c: &Checkpoint,
-    ) -> Result<(), StoreError> {
+    /// Write the chunks of `c` under a new generation, one transaction each
+    /// (so that no single commit has to flush a whole state); it becomes the
+    /// latest only with [`Store::name_checkpoint`], in the transaction that
+    /// must make it so atomically with other writes. Until then nothing
+    /// names it: a crash leaves chunks the next open removes.
+    pub(crate) fn put_chunks(&self, c: &Checkpoint) -> Result<Named, StoreError> {
         let mut a = Appender {
             generation: self.next_generation(),
             chunks: 0,
@@ -169,14 +183,37 @@ impl Store {
             crc: crc32fast::Hasher::new(),
         };
         let (mut encoder, mut buf) = (Encoder::default(), Vec::new());
-        while encoder.next_piece(c, &mut buf, self.chunk_bytes) {
-            if buf.len() >= self.chunk_bytes {
-                a.append(&mut t.chunks, &buf)?;
+        loop {
+            let more = encoder.next_piece(c, &mut buf, self.chunk_bytes);
+            if buf.len() >= self.chunk_bytes || (!more && !buf.is_empty()) {
+                let started = std::time::Instant::now();
+                let mut txn = self.db.begin_write().map_err(db_err)?;
+                txn.set_durability(redb::Durability::Immediate)
+                    .map_err(db_err)?;
+                {
+                    let mut chunks = txn.open_table(CHUNKS).map_err(db_err)?;
+                    a.append(&mut chunks, &buf)?;
+                }
+                txn.commit().map_err(db_err)?;
                 buf.clear();
+                if let Some(rest) = self.pace.checked_sub(started.elapsed()) {
+                    std::thread::sleep(rest);
+                }
+            }
+            if !more {
+                return Ok(Named(a));
             }
         }
-        a.append(&mut t.chunks, &buf)?;
-        a.finish(t)
+    }
+
+    /// Make the checkpoint of [`Store::put_chunks`] the latest, in the
+    /// transaction of `t`.
+    pub(crate) fn name_checkpoint(
+        &self,
+        t: &mut Tables<'_>,
+        named: &Named,
+    ) -> Result<(), StoreError> {
+        named.0.finish(t)
     }
 
     /// Begin writing `job`'s checkpoint in the background: call
@@ -189,13 +226,18 @@ impl Store {
             chunks: 0,
             len: 0,
             crc: crc32fast::Hasher::new(),
+            cleaning: false,
         }
     }
 
     /// Write the next chunk of `w` in one transaction (one fsync), or, once
-    /// every chunk is, make it the latest checkpoint. A write failure means
-    /// the disk failed, as for [`Store::write`].
+    /// every chunk is, make it the latest checkpoint; then remove, a few per
+    /// transaction, the chunks of checkpoints no reference names. A write
+    /// failure means the disk failed, as for [`Store::write`].
     pub fn write_checkpoint_piece(&self, w: &mut CheckpointWriter) -> Result<Piece, StoreError> {
+        if w.cleaning {
+            return self.remove_unnamed_chunks();
+        }
         let mut buf = Vec::new();
         while buf.len() < self.chunk_bytes
             && w.encoder
@@ -216,11 +258,10 @@ impl Store {
             crc: w.crc.clone(),
         };
         let piece = if latest.is_some_and(|g| g > w.generation) {
-            t.chunks
-                .retain_in((w.generation, 0)..=(w.generation, u32::MAX), |_, _| false)
-                .map_err(db_err)?;
+            w.cleaning = true;
             Piece::Superseded
         } else if buf.is_empty() {
+            w.cleaning = true;
             a.finish(&mut t)?;
             Piece::Done
         } else {
@@ -232,6 +273,47 @@ impl Store {
         (w.chunks, w.len, w.crc) = (a.chunks, a.len, a.crc);
         Ok(piece)
     }
+
+    /// Remove up to [`REMOVED_PER_TRANSACTION`] chunks of generations other
+    /// than the latest checkpoint's, in one transaction.
+    fn remove_unnamed_chunks(&self) -> Result<Piece, StoreError> {
+        let mut txn = self.db.begin_write().map_err(db_err)?;
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(db_err)?;
+        let mut t = Tables::open(&txn)?;
+        let keep = t.latest()?.map(|r| r.generation);
+        let mut unnamed = Vec::with_capacity(REMOVED_PER_TRANSACTION);
+        // Around the kept generation, never through it: reading its chunks
+        // would cost as much as writing them.
+        for range in unnamed_ranges(keep) {
+            for row in t.chunks.range(range).map_err(db_err)? {
+                if unnamed.len() == REMOVED_PER_TRANSACTION {
+                    break;
+                }
+                unnamed.push(row.map_err(db_err)?.0.value());
+            }
+        }
+        if unnamed.is_empty() {
+            return Ok(Piece::Finished);
+        }
+        for key in unnamed {
+            t.chunks.remove(key).map_err(db_err)?;
+        }
+        drop(t);
+        txn.commit().map_err(db_err)?;
+        Ok(Piece::Removed)
+    }
+}
+
+/// The keys of chunks of generations other than `keep`.
+fn unnamed_ranges(keep: Option<u64>) -> Vec<std::ops::Range<(u64, u32)>> {
+    match keep {
+        None => vec![(0, 0)..(u64::MAX, u32::MAX)],
+        Some(g) => vec![
+            (0, 0)..(g, 0),
+            (g.saturating_add(1), 0)..(u64::MAX, u32::MAX),
+        ],
+    }
 }
 
 /// At open: the latest checkpoint (checked against its reference; a
@@ -239,10 +321,9 @@ impl Store {
 /// reference names removed. Returns it and the next generation to hand out.
 pub(crate) fn load_latest(t: &mut Tables<'_>) -> Result<(Option<Checkpoint>, u64), StoreError> {
     let reference = t.latest()?;
-    let keep = reference.map(|r| r.generation);
-    t.chunks
-        .retain(|(g, _), _| Some(g) == keep)
-        .map_err(db_err)?;
+    for range in unnamed_ranges(reference.map(|r| r.generation)) {
+        t.chunks.retain_in(range, |_, _| false).map_err(db_err)?;
+    }
     let Some(r) = reference else {
         let c = match t.old.get(LATEST).map_err(db_err)? {
             Some(v) => Some(codec::decode_checkpoint(v.value())?),

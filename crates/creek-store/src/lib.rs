@@ -109,9 +109,9 @@ use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState};
 use redb::{Database, DatabaseError, ReadableTable, StorageBackend, Table, TableDefinition};
 
-pub use checkpoints::{CheckpointWriter, Piece, CHECKPOINT_CHUNK_BYTES};
+pub use checkpoints::{CheckpointWriter, Piece, CHECKPOINT_CHUNK_BYTES, REMOVED_PER_TRANSACTION};
 pub use creek_cab::LogStore;
-pub use persister::{OnDurable, Persister, LINGER};
+pub use persister::{OnDurable, Persister, CHECKPOINT_BYTES_PER_SEC, LINGER};
 pub use sim_disk::SimDisk;
 
 /// How long a writer waits to gather more when everything queued is
@@ -335,6 +335,7 @@ fn load_db(db: Database, voters: Vec<u64>, repaired: bool) -> Result<Loaded, Sto
             next_generation: AtomicU64::new(next_generation),
             written: AtomicU64::new(0),
             chunk_bytes: CHECKPOINT_CHUNK_BYTES,
+            pace: std::time::Duration::ZERO,
         },
         storage,
         recovered,
@@ -351,6 +352,10 @@ pub struct Store {
     written: AtomicU64,
     /// About this many bytes of checkpoint per stored chunk.
     chunk_bytes: usize,
+    /// The least time between two chunks of a checkpoint installed whole
+    /// (zero: none; the persister paces them, see
+    /// [`CHECKPOINT_BYTES_PER_SEC`]).
+    pace: std::time::Duration,
 }
 
 impl Store {
@@ -369,6 +374,17 @@ impl Store {
         if group.iter().all(is_empty) {
             return Ok(());
         }
+        // A checkpoint installed from a peer: its chunks first, in their own
+        // transactions; the group's names it.
+        let named = group
+            .iter()
+            .map(|w| {
+                w.checkpoint
+                    .as_ref()
+                    .map(|c| self.put_chunks(c))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut txn = self.db.begin_write().map_err(db_err)?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(db_err)?;
@@ -377,7 +393,7 @@ impl Store {
             let mut t =
                 checkpoints::Tables::with_meta(&txn, txn.open_table(META).map_err(db_err)?)?;
             let mut ops = txn.open_table(OPS).map_err(db_err)?;
-            for w in group {
+            for (w, named) in group.iter().zip(&named) {
                 if let Some(id) = &w.identity {
                     t.meta
                         .insert(IDENTITY, codec::encode_identity(id).as_slice())
@@ -389,8 +405,8 @@ impl Store {
                     ops.insert((op.id.origin.0, op.id.seq), bytes.as_ref())
                         .map_err(db_err)?;
                 }
-                if let Some(c) = &w.checkpoint {
-                    self.put_checkpoint(&mut t, c)?;
+                if let Some(named) = named {
+                    self.name_checkpoint(&mut t, named)?;
                 }
                 for id in &w.dropped {
                     ops.remove((id.origin.0, id.seq)).map_err(db_err)?;
@@ -402,6 +418,14 @@ impl Store {
             self.written.fetch_max(last.seq, Ordering::AcqRel);
         }
         Ok(())
+    }
+
+    /// The least time between two pieces of checkpoint written: one chunk
+    /// at [`CHECKPOINT_BYTES_PER_SEC`].
+    pub fn checkpoint_pace(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(
+            self.chunk_bytes as f64 / CHECKPOINT_BYTES_PER_SEC as f64,
+        )
     }
 
     /// The last write [`Store::write`] made durable.

@@ -10,6 +10,13 @@ use creek_node::{CheckpointJob, Write};
 
 use crate::{CheckpointWriter, Piece, Store, StoreError, LINGER_US};
 
+/// The most bytes per second a background checkpoint is written at (in
+/// pieces of [`crate::CHECKPOINT_CHUNK_BYTES`]): a state of 1 GiB takes 8 s
+/// at least. The rest of the disk's bandwidth stays with the writes that
+/// clients wait for (and, on a machine shared by several replicas, with
+/// theirs).
+pub const CHECKPOINT_BYTES_PER_SEC: u64 = 128 << 20;
+
 /// How long the persister waits to gather more when everything queued is
 /// payloads alone (weak ops): [`LINGER_US`].
 pub const LINGER: std::time::Duration = std::time::Duration::from_micros(LINGER_US);
@@ -79,7 +86,9 @@ impl Shared {
 
 impl Persister {
     /// Start the thread; it owns `store` from now on.
-    pub fn start(store: Store, on_durable: OnDurable) -> Result<Self, StoreError> {
+    pub fn start(mut store: Store, on_durable: OnDurable) -> Result<Self, StoreError> {
+        // A checkpoint installed whole is paced too.
+        store.pace = store.checkpoint_pace();
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
@@ -175,6 +184,10 @@ impl Drop for Persister {
 /// is being written; repeat.
 fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
     let mut writer: Option<CheckpointWriter> = None;
+    // A piece at most every `pace`: the checkpoint leaves the disk to the
+    // writes that wait on it.
+    let pace = store.checkpoint_pace();
+    let mut next_piece_at = std::time::Instant::now();
     // The checkpoint waits for a write not yet queued: wait for writes.
     let mut waiting = false;
     loop {
@@ -191,7 +204,16 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
                     return; // closing, and every write is written
                 }
                 if writer.is_some() && !waiting {
-                    break;
+                    let now = std::time::Instant::now();
+                    if now >= next_piece_at {
+                        break;
+                    }
+                    q = shared
+                        .wake
+                        .wait_timeout(q, next_piece_at - now)
+                        .map(|(q, _)| q)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                    continue;
                 }
                 q = shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
             }
@@ -244,16 +266,20 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
         let Some(w) = writer.as_mut() else {
             continue;
         };
+        if std::time::Instant::now() < next_piece_at {
+            continue;
+        }
+        next_piece_at = std::time::Instant::now() + pace;
+        waiting = false;
         match store.write_checkpoint_piece(w) {
-            Ok(Piece::Written) => waiting = false,
+            Ok(Piece::Written | Piece::Superseded | Piece::Removed) => {}
             Ok(Piece::Waiting) => waiting = true,
             Ok(Piece::Done) => {
                 shared
                     .checkpoint_durable
                     .fetch_max(w.job_id(), Ordering::AcqRel);
-                writer = None;
             }
-            Ok(Piece::Superseded) => writer = None,
+            Ok(Piece::Finished) => writer = None,
             Err(e) => {
                 writer = None;
                 shared.lock().failed = Some(e.to_string());

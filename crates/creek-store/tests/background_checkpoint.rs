@@ -115,9 +115,30 @@ fn written_in_chunks_between_writes_and_found_after_reopen() {
             }
         }
         assert!(chunks > 50, "{chunks} chunks");
+        assert_eq!(
+            loaded.store.write_checkpoint_piece(&mut w).unwrap(),
+            Piece::Finished,
+            "nothing older to remove"
+        );
+        // The next one: the older generation goes, a few chunks per
+        // transaction, once the new one is the latest.
+        let mut w = loaded
+            .store
+            .start_checkpoint(job(2, 0, checkpoint("b", 200)));
+        let (_, done) = pieces(&loaded.store, &mut w);
+        assert_eq!(done, Piece::Done);
+        let mut removals = 0;
+        while loaded.store.write_checkpoint_piece(&mut w).unwrap() == Piece::Removed {
+            removals += 1;
+        }
+        assert!(
+            removals * creek_store::REMOVED_PER_TRANSACTION >= chunks,
+            "{removals} removals"
+        );
     }
     let loaded = load(&dir);
-    assert_eq!(loaded.recovered.checkpoint, Some(c));
+    assert_eq!(loaded.recovered.checkpoint, Some(checkpoint("b", 200)));
+    assert_ne!(loaded.recovered.checkpoint, Some(c));
     assert!(loaded.storage.last_index().unwrap() > 50);
     drop(loaded);
     assert_eq!(chunk_generations(&dir).len(), 1);
@@ -184,6 +205,14 @@ fn a_newer_checkpoint_stored_meanwhile_supersedes_it() {
             loaded.store.write_checkpoint_piece(&mut w).unwrap(),
             Piece::Superseded
         );
+        assert_eq!(
+            loaded.store.write_checkpoint_piece(&mut w).unwrap(),
+            Piece::Removed
+        );
+        assert_eq!(
+            loaded.store.write_checkpoint_piece(&mut w).unwrap(),
+            Piece::Finished
+        );
     }
     assert_eq!(chunk_generations(&dir).len(), 1);
     assert_eq!(load(&dir).recovered.checkpoint, Some(installed));
@@ -207,4 +236,48 @@ fn it_waits_for_the_write_it_follows() {
         assert_eq!(pieces(&loaded.store, &mut w), (0, Piece::Done));
     }
     assert_eq!(load(&dir).recovered.checkpoint, Some(c));
+}
+
+/// Not a test: how long a 1 GiB checkpoint's pieces take, and how long a
+/// small write waits behind them (`cargo test --release -p creek-store
+/// --test background_checkpoint -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn timing_of_a_large_background_checkpoint() {
+    let dir = TempDir::new("bg-timing");
+    let mut loaded = creek_store::load(dir.path(), vec![1]).unwrap();
+    let value = Bytes::from(vec![7u8; 64 << 10]);
+    let c = |tag: u8| Checkpoint {
+        committed_len: 1,
+        state: (0..16_384u32)
+            .map(|k| (Bytes::from(format!("{tag}-{k:08}")), value.clone()))
+            .collect(),
+        ..Checkpoint::default()
+    };
+    let mut index = 1;
+    for round in 0..2u8 {
+        let mut w = loaded
+            .store
+            .start_checkpoint(job(u64::from(round) + 1, 0, c(round)));
+        let (mut piece_max, mut write_max) = (0u128, 0u128);
+        let started = std::time::Instant::now();
+        loop {
+            let t = std::time::Instant::now();
+            let write = log_write(&mut loaded, index);
+            index += 1;
+            loaded.store.write(&[write]).unwrap();
+            write_max = write_max.max(t.elapsed().as_micros());
+            let t = std::time::Instant::now();
+            let p = loaded.store.write_checkpoint_piece(&mut w).unwrap();
+            let last = t.elapsed().as_micros();
+            if p == Piece::Finished {
+                break;
+            }
+            piece_max = piece_max.max(last);
+        }
+        println!(
+            "round {round}: {:.1} s, piece max {piece_max} us, write max {write_max} us",
+            started.elapsed().as_secs_f64()
+        );
+    }
 }
