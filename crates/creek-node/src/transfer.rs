@@ -40,6 +40,10 @@ use creek_wire::{SnapshotChunk, SnapshotMessage};
 /// Most bytes of checkpoint in one chunk.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
+/// The most bytes a receiver sets aside for a checkpoint before its chunks
+/// arrive (a larger one grows as they come).
+const RESERVE_MAX: u64 = 4 << 30;
+
 /// A sender drops a transfer nobody fetched for this many ticks.
 pub const SERVE_IDLE_TICKS: u64 = 500;
 
@@ -507,6 +511,10 @@ impl Transfers {
             f.term = c.term;
             f.total_len = c.total_len;
             f.checksum = c.checksum;
+            // Room for the whole at once: growing by doubling would copy
+            // what arrived again and again on the node's thread.
+            f.buf
+                .reserve(usize::try_from(c.total_len.min(RESERVE_MAX)).unwrap_or(0));
         }
         if c.transfer != f.transfer || c.offset != f.buf.len() as u64 {
             return; // a stale or repeated chunk
