@@ -375,16 +375,13 @@ impl Store {
             return Ok(());
         }
         // A checkpoint installed from a peer: its chunks first, in their own
-        // transactions; the group's names it.
-        let named = group
-            .iter()
-            .map(|w| {
-                w.checkpoint
-                    .as_ref()
-                    .map(|c| self.put_chunks(c))
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        // transactions; the group's names it. Of several in one group, the
+        // last is the one that counts.
+        let last = group.iter().rposition(|w| w.checkpoint.is_some());
+        let named = match last.and_then(|i| group[i].checkpoint.as_ref()) {
+            Some(c) => Some(self.put_chunks(c)?),
+            None => None,
+        };
         let mut txn = self.db.begin_write().map_err(db_err)?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(db_err)?;
@@ -393,7 +390,7 @@ impl Store {
             let mut t =
                 checkpoints::Tables::with_meta(&txn, txn.open_table(META).map_err(db_err)?)?;
             let mut ops = txn.open_table(OPS).map_err(db_err)?;
-            for (w, named) in group.iter().zip(&named) {
+            for (i, w) in group.iter().enumerate() {
                 if let Some(id) = &w.identity {
                     t.meta
                         .insert(IDENTITY, codec::encode_identity(id).as_slice())
@@ -405,7 +402,7 @@ impl Store {
                     ops.insert((op.id.origin.0, op.id.seq), bytes.as_ref())
                         .map_err(db_err)?;
                 }
-                if let Some(named) = named {
+                if let Some(named) = named.as_ref().filter(|_| Some(i) == last) {
                     self.name_checkpoint(&mut t, named)?;
                 }
                 for id in &w.dropped {

@@ -23,15 +23,14 @@
 //!
 //! Meanwhile every replica's `Status` is polled every [`POLL`] too, to
 //! tell stalls apart: status is answered by the node thread, so a slow
-//! reply is a busy node thread (the sender taking and encoding its
-//! checkpoint, the receiver decoding and installing it); writes submitted
-//! but not yet durable for long (`submitted_seq` ahead of `durable_seq`)
-//! are a busy disk writer (a periodic checkpoint being written), which
-//! holds the replica's acknowledgements and so its strong ops.
+//! reply is a busy node thread (the sender taking its checkpoint, the
+//! receiver installing one); writes submitted but not yet durable for long
+//! (`submitted_seq` ahead of `durable_seq`) are a busy or slow disk writer,
+//! which holds the replica's acknowledgements and so its strong ops.
 //!
 //! "During" is the rebuild, from the restart to the install: it includes
-//! the checkpoint the sender takes and encodes when the first fetch
-//! arrives, which comes before the first chunk. "Before" is the
+//! the checkpoint the sender takes (and encodes, on another thread) when
+//! the first fetch arrives, which comes before the first chunk. "Before" is the
 //! [`BASELINE`] before the kill. While replica 3 is out, a strong op needs
 //! both replicas left, so a stall of either shows at the probe.
 

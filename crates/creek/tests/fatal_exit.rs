@@ -202,7 +202,7 @@ async fn a_replica_restarted_without_its_data_says_so_and_the_others_serve_on() 
         }
         let log = serve.stderr();
         if log.contains("lost its data directory")
-            && log.contains("rebuilt from a member's checkpoint")
+            && log.contains("rebuilt from a member's checkpoint: a member of the cluster again")
         {
             // Still up: it said it lost its data, and was rebuilt.
             assert_eq!(strong_get(&cluster, wiped, "k2-4").await, b("v"));

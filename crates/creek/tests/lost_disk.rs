@@ -105,9 +105,9 @@ async fn wait_rebuilt(cluster: &Cluster, i: usize, with: usize) {
     )
     .await;
     assert!(
-        log_of(cluster, i)
-            .lines()
-            .any(|l| l.contains("rebuilt from a member's checkpoint")),
+        log_of(cluster, i).lines().any(
+            |l| l.contains("rebuilt from a member's checkpoint: a member of the cluster again")
+        ),
         "replica {} logged no rebuild",
         i + 1
     );
