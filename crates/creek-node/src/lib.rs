@@ -1017,11 +1017,6 @@ impl<S: CabStorage> Node<S> {
         }
     }
 
-    /// A background checkpoint is being written.
-    pub fn checkpoint_writing(&self) -> bool {
-        self.durability.checkpoint_writing.is_some()
-    }
-
     /// The next [`Node::ready`] takes every pending log write, lazy ones
     /// included (before a clean shutdown).
     pub fn sync_pending_writes(&mut self) {

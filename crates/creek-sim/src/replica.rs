@@ -637,7 +637,11 @@ impl SimReplica for CreekReplica {
         };
         self.disk_counts.unsynced_writes_lost += (self.queued.len() + syncing) as u64;
         self.queued.clear();
-        if self.checkpoint.is_some() || matches!(self.syncing, Some(Syncing::Checkpoint { .. })) {
+        if self
+            .checkpoint
+            .as_ref()
+            .is_some_and(CheckpointWriter::is_writing)
+        {
             self.disk_counts.checkpoints_cut += 1;
         }
         self.syncing = None;

@@ -58,6 +58,12 @@ pub struct CheckpointWriter {
 }
 
 impl CheckpointWriter {
+    /// Its checkpoint is not yet the latest (nor superseded): a crash now
+    /// cuts it short.
+    pub fn is_writing(&self) -> bool {
+        !self.cleaning
+    }
+
     /// The job it writes.
     pub fn job_id(&self) -> u64 {
         self.job.id
@@ -143,20 +149,12 @@ pub(crate) struct Tables<'txn> {
 }
 
 impl<'txn> Tables<'txn> {
-    /// Open them, besides `meta` (open already).
-    pub(crate) fn with_meta(
-        txn: &'txn WriteTransaction,
-        meta: Table<'txn, &'static str, &'static [u8]>,
-    ) -> Result<Self, StoreError> {
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, StoreError> {
         Ok(Tables {
-            meta,
+            meta: txn.open_table(META).map_err(db_err)?,
             chunks: txn.open_table(CHUNKS).map_err(db_err)?,
             old: txn.open_table(CHECKPOINT).map_err(db_err)?,
         })
-    }
-
-    fn open(txn: &'txn WriteTransaction) -> Result<Self, StoreError> {
-        Tables::with_meta(txn, txn.open_table(META).map_err(db_err)?)
     }
 
     fn latest(&self) -> Result<Option<CheckpointRef>, StoreError> {

@@ -387,8 +387,7 @@ impl Store {
             .map_err(db_err)?;
         {
             let mut log = txn.open_table(LOG).map_err(db_err)?;
-            let mut t =
-                checkpoints::Tables::with_meta(&txn, txn.open_table(META).map_err(db_err)?)?;
+            let mut t = checkpoints::Tables::open(&txn)?;
             let mut ops = txn.open_table(OPS).map_err(db_err)?;
             for (i, w) in group.iter().enumerate() {
                 if let Some(id) = &w.identity {
@@ -489,7 +488,7 @@ fn write_log(
 fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64), StoreError> {
     let txn = db.begin_write().map_err(db_err)?;
     let loaded = {
-        let mut t = checkpoints::Tables::with_meta(&txn, txn.open_table(META).map_err(db_err)?)?;
+        let mut t = checkpoints::Tables::open(&txn)?;
         let (checkpoint, next_generation) = checkpoints::load_latest(&mut t)?;
         let meta = &mut t.meta;
         let log = txn.open_table(LOG).map_err(db_err)?;

@@ -82,6 +82,19 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Wait for a wake-up, or until `deadline`.
+    fn wait_until<'a>(
+        &self,
+        q: MutexGuard<'a, Queue>,
+        deadline: std::time::Instant,
+    ) -> MutexGuard<'a, Queue> {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        self.wake
+            .wait_timeout(q, left)
+            .map(|(q, _)| q)
+            .unwrap_or_else(|e| e.into_inner().0)
+    }
 }
 
 impl Persister {
@@ -186,7 +199,7 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
     let mut writer: Option<CheckpointWriter> = None;
     // A piece at most every `pace`: the checkpoint leaves the disk to the
     // writes that wait on it.
-    let pace = store.checkpoint_pace();
+    let pace = store.pace;
     let mut next_piece_at = std::time::Instant::now();
     // The checkpoint waits for a write not yet queued: wait for writes.
     let mut waiting = false;
@@ -204,15 +217,10 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
                     return; // closing, and every write is written
                 }
                 if writer.is_some() && !waiting {
-                    let now = std::time::Instant::now();
-                    if now >= next_piece_at {
+                    if std::time::Instant::now() >= next_piece_at {
                         break;
                     }
-                    q = shared
-                        .wake
-                        .wait_timeout(q, next_piece_at - now)
-                        .map(|(q, _)| q)
-                        .unwrap_or_else(|e| e.into_inner().0);
+                    q = shared.wait_until(q, next_piece_at);
                     continue;
                 }
                 q = shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -223,16 +231,9 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
             while !q.batches.is_empty()
                 && q.stop.is_none()
                 && !q.batches.iter().any(Write::is_urgent)
+                && std::time::Instant::now() < deadline
             {
-                let now = std::time::Instant::now();
-                if now >= deadline {
-                    break;
-                }
-                q = shared
-                    .wake
-                    .wait_timeout(q, deadline - now)
-                    .map(|(q, _)| q)
-                    .unwrap_or_else(|e| e.into_inner().0);
+                q = shared.wait_until(q, deadline);
             }
             if q.stop == Some(Stop::Abandon) {
                 return;
