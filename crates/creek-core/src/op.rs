@@ -164,4 +164,8 @@ pub enum Effect {
     CabCast(OpId),
     /// Send this view to the op's client.
     View(View),
+    /// This op was voided by the committed order (see
+    /// [`creek_exec::void`]): it counts as delivered, and a copy that
+    /// arrives later is refused.
+    Voided(OpId),
 }

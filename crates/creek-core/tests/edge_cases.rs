@@ -653,3 +653,112 @@ fn later_strong_op_waits_for_the_payload_of_an_earlier_one() {
     c.settle();
     assert_eq!(c.check_final(), ids([s1, s2]));
 }
+
+/// The payloads `r` asked to broadcast since the last call.
+fn broadcasts(r: &mut Replica) -> Vec<Arc<creek_core::Op>> {
+    r.take_effects()
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::RbCast(op) => Some(op),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A replica that lost its data had sent a weak op `a` to nobody and a later
+/// strong op `b`, whose context names `a`, to its peers: `b` could never be
+/// held or committed anywhere. Rebuilt, it voids `a` through the committed
+/// order; where the void commits decides for every replica: a replica that
+/// held `a` drops it (and its write), the others count it as held, `b`
+/// commits everywhere with the same state, and a late copy of `a` is refused.
+#[test]
+fn a_void_op_lets_the_ops_that_name_a_lost_op_commit_everywhere() {
+    let mut origin = replica(1);
+    origin.invoke(Request::weak(put("a", "lost")), 10).unwrap();
+    let mut strong = Request::weak(put("b", "kept"));
+    (strong.strong, strong.views) = (true, Views::STRONG);
+    origin.invoke(strong, 20).unwrap();
+    let sent = broadcasts(&mut origin);
+    let (a, b) = (sent[0].clone(), sent[1].clone());
+    assert!(b.causal_context.as_ref().unwrap().contains(a.id));
+
+    // Replica 2 got only `b`; replica 3 got both (`a` tentatively).
+    let (mut without, mut with) = (replica(2), replica(3));
+    without.rb_deliver(b.clone());
+    with.rb_deliver(a.clone());
+    with.rb_deliver(b.clone());
+    assert!(!without.holds_payloads(b.id) && with.holds_payloads(b.id));
+
+    // Rebuilt without its data, the origin resumes its seqs past 2, takes
+    // back `b` and voids seq 1.
+    let checkpoint = creek_core::Checkpoint {
+        next_event_no: 3,
+        ..Default::default()
+    };
+    let registry = Arc::new(Registry::with_builtins());
+    let config = Config::for_replica(ReplicaId(1));
+    let mut origin = Replica::restore(config, registry, Some(checkpoint), vec![]).unwrap();
+    origin.reclaim_own(2);
+    assert!(origin.rb_deliver(b.clone()));
+    origin.void_own(&[1, 7], 30); // 7 is past what it reclaims: ignored
+    let void = broadcasts(&mut origin).pop().unwrap();
+    assert_eq!(void.call.name.as_ref(), creek_exec::void::VOID);
+    assert_eq!(creek_exec::void::void_seqs(&void.call.args), Ok(vec![1]));
+    for r in [&mut without, &mut with] {
+        r.rb_deliver(void.clone());
+        r.cab_deliver(void.id);
+        let voided: Vec<OpId> = r
+            .take_effects()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Voided(id) => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(voided, [a.id]);
+        assert!(r.holds_payloads(b.id) && r.check_dep(b.id));
+        r.cab_deliver(b.id);
+        r.execute_all();
+        assert_eq!(r.committed().to_vec(), [void.id, b.id]);
+        assert!(r.tentative().is_empty());
+        assert_eq!(r.counters().voided, 1);
+        assert!(
+            !r.rb_deliver(a.clone()),
+            "a late copy of a voided op is refused"
+        );
+        r.check_invariants().unwrap();
+    }
+    assert_eq!(without.committed_state(), with.committed_state());
+    assert_eq!(
+        with.committed_state().get(b"a".as_slice()),
+        None,
+        "the voided write is gone"
+    );
+}
+
+/// A void op leaves an op committed before it as it is.
+#[test]
+fn a_void_op_leaves_a_committed_op_alone() {
+    let mut origin = replica(1);
+    let mut strong = Request::weak(put("a", "1"));
+    (strong.strong, strong.views) = (true, Views::STRONG);
+    origin.invoke(strong, 10).unwrap();
+    let a = broadcasts(&mut origin).pop().unwrap();
+    let mut peer = replica(2);
+    peer.rb_deliver(a.clone());
+    peer.cab_deliver(a.id);
+    origin.reclaim_own(1);
+    origin.void_own(&[1], 20);
+    let void = broadcasts(&mut origin).pop().unwrap();
+    peer.rb_deliver(void.clone());
+    peer.cab_deliver(void.id);
+    peer.execute_all();
+    assert_eq!(peer.committed().to_vec(), [a.id, void.id]);
+    assert_eq!(peer.counters().voided, 0);
+    assert_eq!(
+        peer.committed_state()
+            .get(b"a".as_slice())
+            .map(|v| v.as_ref()),
+        Some(b"1".as_slice())
+    );
+}

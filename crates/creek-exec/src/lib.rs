@@ -17,6 +17,7 @@ pub mod session;
 pub mod txn;
 pub mod value;
 pub mod varint;
+pub mod void;
 
 pub use engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
 pub use registry::{

@@ -115,6 +115,7 @@ impl Registry {
         let mut r = Self::new();
         crate::builtins::register_all(&mut r);
         crate::session::register(&mut r);
+        crate::void::register(&mut r);
         r
     }
 

@@ -128,6 +128,17 @@ impl Fifo {
         }
     }
 
+    /// Count `id` as delivered without its payload (it was voided). Voided
+    /// ids lie in their origin's loose range; one outside it is delivered
+    /// already or never voided, and is left as it is.
+    pub(crate) fn void(&mut self, id: OpId) {
+        if let Some(l) = self.loose.get_mut(&id.origin) {
+            if l.covers(id.seq) {
+                l.got.insert(id.seq);
+            }
+        }
+    }
+
     /// Whether `id` lies in its origin's loose range.
     pub(crate) fn is_loose(&self, id: OpId) -> bool {
         self.loose.get(&id.origin).is_some_and(|l| l.covers(id.seq))

@@ -284,6 +284,13 @@ impl Gossip {
         self.fifo.close(origin);
     }
 
+    /// `id` was voided by the committed order (it was lost with its
+    /// origin's data): it counts as delivered, and a copy that arrives later
+    /// is a duplicate.
+    pub fn void(&mut self, id: OpId) {
+        self.fifo.void(id);
+    }
+
     /// `peer` lost its data: what it reported holding is gone (payloads are
     /// kept for it again until it reports anew).
     pub fn forget_peer(&mut self, peer: ReplicaId) {

@@ -636,20 +636,34 @@ impl<S: CabStorage> Node<S> {
         }
     }
 
-    /// Pull own ops not taken back yet; close the range when time is up.
-    fn reclaim_tick(&mut self) {
+    /// Pull own ops not taken back yet; when time is up, close the range
+    /// and have the committed order void those no peer gave back (later own
+    /// ops that reached peers may name them in their contexts).
+    fn reclaim_tick(&mut self, now_us: u64) {
         if self.reclaim_ticks == 0 {
             return;
         }
         self.reclaim_ticks -= 1;
         let own = self.id();
-        let missing = self.gossip.loose_missing(own, PULL_IDS_MAX);
-        if missing.is_empty() || self.reclaim_ticks == 0 {
-            self.reclaim_ticks = 0;
-            self.gossip.close_range(own);
-        } else {
-            self.gossip.pull(&missing);
+        if self.reclaim_ticks > 0 {
+            let missing = self.gossip.loose_missing(own, PULL_IDS_MAX);
+            if !missing.is_empty() {
+                self.gossip.pull(&missing);
+                return;
+            }
         }
+        self.reclaim_ticks = 0;
+        let lost: Vec<u64> = self
+            .gossip
+            .loose_missing(own, usize::MAX)
+            .into_iter()
+            .map(|id| id.seq)
+            .collect();
+        self.gossip.close_range(own);
+        for seqs in lost.chunks(creek_exec::void::VOID_BATCH_MAX) {
+            self.replica.void_own(seqs, now_us);
+        }
+        self.pump();
     }
 
     /// Replace the replica and gossip state with `checkpoint`'s, keeping the
@@ -733,7 +747,7 @@ impl<S: CabStorage> Node<S> {
         self.replica.tick(now_us);
         self.replica.expire_sessions(now_us, self.cab.is_leader());
         self.gossip.tick();
-        self.reclaim_tick();
+        self.reclaim_tick(now_us);
         for (to, probe) in self.timing.tick(now_us) {
             self.outbox.push((to, PeerMessage::Probe(probe)));
         }
@@ -1078,6 +1092,7 @@ impl<S: CabStorage> Node<S> {
                     }
                     Effect::CabCast(id) => self.cab.cast(id),
                     Effect::View(v) => self.views.push(v),
+                    Effect::Voided(id) => self.gossip.void(id),
                 }
             }
             // Payloads go out before the consensus messages that name them,

@@ -489,6 +489,7 @@ impl NodeLoop {
         let spawned = std::thread::Builder::new()
             .name("creek-transfer".to_owned())
             .spawn(move || {
+                yield_to_serving_threads();
                 if let Some(job) = taken.lock().ok().and_then(|mut j| j.take()) {
                     let done = job.run();
                     if let Ok(mut s) = slot.lock() {
@@ -793,5 +794,19 @@ impl NodeLoop {
             quorum_lost: self.node.quorum_lost(),
             raft_log_entries: self.node.raft_log_entries(),
         }
+    }
+}
+
+/// The nice value of state-transfer threads: encoding and checking a whole
+/// checkpoint is bulk work, and on a machine with few cores it must not hold
+/// a core that the node, persister and client threads are waiting for.
+const TRANSFER_NICE: i32 = 10;
+
+/// Lower the calling thread's CPU priority to [`TRANSFER_NICE`] (on Linux a
+/// nice value is per thread). Best effort: a failure leaves it as it was.
+fn yield_to_serving_threads() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(None, TRANSFER_NICE) {
+        tracing::debug!(error = %e, "cannot lower the state-transfer thread's priority");
     }
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_exec::builtins::NOOP;
 use creek_exec::mvcc::MvccExecutor;
+use creek_exec::void;
 use creek_exec::{
     CallError, Completion, Engine, ExecCounters, Outcome, ProcCall, Registry, Settled, Task,
 };
@@ -90,6 +91,9 @@ pub struct Counters {
     pub accuracy_checked: u64,
     /// Of those, how many were equal.
     pub accuracy_hits: u64,
+    /// Ops voided by a committed void op (see [`creek_exec::void`]): held
+    /// here and dropped, or never held.
+    pub voided: u64,
 }
 
 /// What the origin remembers of an op until its final result
@@ -517,6 +521,56 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 self.own_strong_tentative.remove(&entry);
             }
             self.engine.commit(ExecKey::Op(id), pos); // line 54
+        }
+        if r.call.name.as_ref() == void::VOID {
+            self.void_ops(r);
+        }
+    }
+
+    /// Ask the committed order to void this replica's own ops with `seqs`
+    /// (issued before it lost its data, and taken back from no peer): a
+    /// strong internal op, see [`creek_exec::void`]. At most
+    /// [`void::VOID_BATCH_MAX`] per call.
+    pub fn void_own(&mut self, seqs: &[u64], now_us: u64) {
+        let seqs: Vec<u64> = seqs
+            .iter()
+            .copied()
+            .filter(|s| *s <= self.reclaim_upto)
+            .collect();
+        if !seqs.is_empty() {
+            let call = void::void_call(&seqs);
+            self.invoke_op(call, true, Views::STRONG, false, now_us);
+        }
+    }
+
+    /// The void op `r` committed: each op it lists (its origin's own, issued
+    /// before it) that is not committed by now is void here, as at every
+    /// replica at this place of the committed order. A held copy is dropped
+    /// (its tentative execution with it); either way it joins the causal set
+    /// and counts as held, so the contexts that name it are satisfied and a
+    /// copy that arrives later is a duplicate.
+    fn void_ops(&mut self, r: &Op) {
+        let Ok(seqs) = void::void_seqs(&r.call.args) else {
+            return; // refused at invoke; a peer's malformed op voids nothing
+        };
+        for seq in seqs.into_iter().filter(|s| *s < r.id.seq) {
+            let id = OpId {
+                origin: r.id.origin,
+                seq,
+            };
+            if self.is_committed(id) {
+                continue;
+            }
+            if let Some(op) = self.ops.remove(&id) {
+                self.tentative.remove(&op.order_key());
+                self.own_strong_tentative.remove(&op.order_key());
+                self.awaiting.remove(&ExecKey::Op(id));
+                self.engine.remove(ExecKey::Op(id));
+            }
+            self.causal_ctx.insert(id);
+            self.delivered.insert(id);
+            self.counters.voided += 1;
+            self.effects.push(Effect::Voided(id));
         }
     }
 
