@@ -1291,6 +1291,11 @@ impl Sim {
             .values()
             .filter(|op| &*op.call.name == creek_exec::session::EXPIRE)
             .count() as u64;
+        let voids = self
+            .ops
+            .values()
+            .filter(|op| &*op.call.name == creek_exec::void::VOID)
+            .count() as u64;
         let refused_expired = |r: &crate::history::OpRecord| {
             r.views.iter().any(|v| {
                 v.kind != creek_core::ViewKind::Tentative
@@ -1312,6 +1317,7 @@ impl Sim {
         for (k, n) in [
             ("session_expiry_ops", expiries),
             ("session_refused", refused),
+            ("void_ops", voids),
         ] {
             if n > 0 {
                 self.faults.insert(k, n);
