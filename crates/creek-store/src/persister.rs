@@ -17,6 +17,51 @@ use crate::{CheckpointWriter, Piece, Store, StoreError, LINGER_US};
 /// theirs).
 pub const CHECKPOINT_BYTES_PER_SEC: u64 = 128 << 20;
 
+/// The least bytes per second a background checkpoint is written at, however
+/// slow the disk: a state of 1 GiB takes 128 s at most, so checkpoints (and
+/// with them log compaction) keep going on a contended disk.
+pub const CHECKPOINT_BYTES_PER_SEC_MIN: u64 = 8 << 20;
+
+/// A group of writes whose transaction took longer than this found the disk
+/// contended: the background checkpoint halves its pace (down to
+/// [`CHECKPOINT_BYTES_PER_SEC_MIN`]), and each quicker group speeds it up
+/// again by an eighth (up to [`CHECKPOINT_BYTES_PER_SEC`]). On a disk shared
+/// with other writers (other replicas, other databases) a checkpoint then
+/// yields to the writes clients wait for instead of queueing ahead of them.
+pub const SLOW_GROUP: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The time between two checkpoint chunks, adapted to how quickly the
+/// replica's own writes complete (see [`SLOW_GROUP`]).
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    now: std::time::Duration,
+    fastest: std::time::Duration,
+    slowest: std::time::Duration,
+}
+
+impl Pace {
+    fn new(fastest: std::time::Duration, chunk_bytes: usize) -> Self {
+        let slowest = std::time::Duration::from_secs_f64(
+            chunk_bytes as f64 / CHECKPOINT_BYTES_PER_SEC_MIN as f64,
+        )
+        .max(fastest);
+        Pace {
+            now: fastest,
+            fastest,
+            slowest,
+        }
+    }
+
+    /// A group of writes took `took`.
+    fn on_group(&mut self, took: std::time::Duration) {
+        self.now = if took > SLOW_GROUP {
+            (self.now * 2).min(self.slowest)
+        } else {
+            (self.now * 7 / 8).max(self.fastest)
+        };
+    }
+}
+
 /// How long the persister waits to gather more when everything queued is
 /// payloads alone (weak ops): [`LINGER_US`].
 pub const LINGER: std::time::Duration = std::time::Duration::from_micros(LINGER_US);
@@ -199,7 +244,7 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
     let mut writer: Option<CheckpointWriter> = None;
     // A piece at most every `pace`: the checkpoint leaves the disk to the
     // writes that wait on it.
-    let pace = store.pace;
+    let mut pace = Pace::new(store.pace, store.chunk_bytes);
     let mut next_piece_at = std::time::Instant::now();
     // The checkpoint waits for a write not yet queued: wait for writes.
     let mut waiting = false;
@@ -255,7 +300,12 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
             continue;
         }
         if let Some(last) = group.last().map(|w| w.seq) {
-            match store.write(&group) {
+            let started = std::time::Instant::now();
+            let written = store.write(&group);
+            if writer.is_some() {
+                pace.on_group(started.elapsed());
+            }
+            match written {
                 Ok(()) => on_durable(Ok(last)),
                 Err(e) => {
                     shared.lock().failed = Some(e.to_string());
@@ -270,7 +320,7 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
         if std::time::Instant::now() < next_piece_at {
             continue;
         }
-        next_piece_at = std::time::Instant::now() + pace;
+        next_piece_at = std::time::Instant::now() + pace.now;
         waiting = false;
         match store.write_checkpoint_piece(w) {
             Ok(Piece::Written | Piece::Superseded | Piece::Removed) => {}
@@ -287,5 +337,27 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
                 on_durable(Err(e));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checkpoint_pace_halves_on_slow_groups_and_recovers_on_quick_ones() {
+        let fastest = std::time::Duration::from_millis(8);
+        let mut pace = Pace::new(fastest, 1 << 20);
+        assert_eq!(pace.slowest, std::time::Duration::from_millis(125));
+        for want in [16, 32, 64, 125, 125] {
+            pace.on_group(SLOW_GROUP * 2);
+            assert_eq!(pace.now, std::time::Duration::from_millis(want));
+        }
+        pace.on_group(SLOW_GROUP);
+        assert!(pace.now < std::time::Duration::from_millis(125));
+        for _ in 0..40 {
+            pace.on_group(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(pace.now, fastest);
     }
 }

@@ -323,6 +323,21 @@ struct Rebuild {
     status_max: Duration,
 }
 
+/// Poll a restarted replica until it follows, then give it 2 s to settle.
+async fn wait_following(addr: std::net::SocketAddr) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(c) = connect(addr).await {
+            if c.status().await.is_ok_and(|s| s.role == "follower") {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("replica 3 did not follow within 60 s of its restart".into())
+}
+
 /// Poll the restarted replica until it is a member again.
 async fn watch_rebuild(
     servers: &mut Servers,
@@ -597,6 +612,15 @@ async fn transfer(
     );
     tokio::time::sleep(settle).await;
     servers.check_alive()?;
+    if find_leader(&addrs).await? == VICTIM {
+        // Leadership moved to replica 3 during the load: killing it would
+        // measure an election. Restart it (with its data) first.
+        eprintln!("bench transfer: replica 3 leads; restarting it so that another one does");
+        servers.kill(VICTIM)?;
+        find_leader(&addrs[..VICTIM]).await?;
+        servers.spawn(VICTIM)?;
+        wait_following(addrs[VICTIM]).await?;
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     let probe_task = tokio::spawn(probe(connect(addrs[PROBED]).await?, stop.clone()));
