@@ -164,6 +164,9 @@ pub struct Node<S: CabStorage> {
     ticks_since_adoption: u64,
     /// Payloads newly accepted since the last write.
     new_payloads: Vec<Arc<Op>>,
+    /// Ops the committed order voided since the last write: their payloads,
+    /// if stored, are deleted with it (no replica needs them any more).
+    voided: Vec<OpId>,
     durability: Durability,
     timing: Timing,
     membership: Membership,
@@ -319,6 +322,7 @@ impl<S: CabStorage> Node<S> {
             refused_frames: 0,
             ticks_since_adoption: 0,
             new_payloads: Vec::new(),
+            voided: Vec::new(),
             durability,
             timing,
             membership,
@@ -910,7 +914,7 @@ impl<S: CabStorage> Node<S> {
             (None, Some(done)) => Some((done.committed_len, done.cab_applied)),
             (None, None) => None,
         };
-        let mut dropped = Vec::new();
+        let mut dropped = std::mem::take(&mut self.voided);
         if let Some((committed_len, cab_applied)) = covered {
             if let Err(e) = self.cab.compact(cab_applied) {
                 self.on_disk_failure(e.to_string());
@@ -926,7 +930,7 @@ impl<S: CabStorage> Node<S> {
             // The payloads it frees are those committed since the previous
             // one, and those an earlier one kept for peers.
             let since = self.committed_between(self.durability.checkpointed_len, committed_len);
-            dropped = self.droppable(since);
+            dropped.extend(self.droppable(since));
             self.durability.checkpointed_len = committed_len;
             // The checkpoint covers the committed ids before it: the list
             // keeps only what follows (and what gossip was not told yet).
@@ -1092,7 +1096,10 @@ impl<S: CabStorage> Node<S> {
                     }
                     Effect::CabCast(id) => self.cab.cast(id),
                     Effect::View(v) => self.views.push(v),
-                    Effect::Voided(id) => self.gossip.void(id),
+                    Effect::Voided(id) => {
+                        self.gossip.void(id);
+                        self.voided.push(id);
+                    }
                 }
             }
             // Payloads go out before the consensus messages that name them,
