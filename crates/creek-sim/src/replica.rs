@@ -529,6 +529,11 @@ impl SimReplica for CreekReplica {
         };
         match result {
             Ok(()) => {
+                if self.checkpoint.is_none() && group.iter().any(|w| w.checkpoint.is_some()) {
+                    // As the persister does: an installed checkpoint lets
+                    // the older one's chunks go now.
+                    self.checkpoint = self.store.as_ref().map(Store::start_cleaning);
+                }
                 self.syncing = Some(Syncing::Writes {
                     last,
                     count: group.len(),

@@ -228,6 +228,20 @@ impl Store {
         }
     }
 
+    /// Only remove, a few per transaction, the chunks of checkpoints no
+    /// reference names (after a checkpoint installed whole replaced the
+    /// latest): call [`Store::write_checkpoint_piece`] until `Finished`.
+    pub fn start_cleaning(&self) -> CheckpointWriter {
+        CheckpointWriter {
+            cleaning: true,
+            ..self.start_checkpoint(CheckpointJob {
+                id: 0,
+                after: 0,
+                checkpoint: Checkpoint::default(),
+            })
+        }
+    }
+
     /// Write the next chunk of `w` in one transaction (one fsync), or, once
     /// every chunk is, make it the latest checkpoint; then remove, a few per
     /// transaction, the chunks of checkpoints no reference names. A write

@@ -305,6 +305,11 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
             if writer.is_some() {
                 pace.on_group(started.elapsed());
             }
+            if written.is_ok() && writer.is_none() && group.iter().any(|w| w.checkpoint.is_some()) {
+                // An installed checkpoint replaced the latest: remove the
+                // older one's chunks now, not at the next checkpoint.
+                writer = Some(store.start_cleaning());
+            }
             match written {
                 Ok(()) => on_durable(Ok(last)),
                 Err(e) => {

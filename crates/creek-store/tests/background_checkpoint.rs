@@ -237,3 +237,36 @@ fn it_waits_for_the_write_it_follows() {
     }
     assert_eq!(load(&dir).recovered.checkpoint, Some(c));
 }
+
+#[test]
+fn an_installed_checkpoint_lets_the_older_one_be_removed_at_once() {
+    let dir = TempDir::new("bg-installed");
+    let installed = checkpoint("installed", 30);
+    {
+        let loaded = load(&dir);
+        let mut w = loaded
+            .store
+            .start_checkpoint(job(1, 0, checkpoint("background", 40)));
+        assert_eq!(pieces(&loaded.store, &mut w).1, Piece::Done);
+        loaded
+            .store
+            .write(&[Write {
+                seq: 1,
+                checkpoint: Some(installed.clone()),
+                ..Write::default()
+            }])
+            .unwrap();
+        let mut cleaning = loaded.store.start_cleaning();
+        let mut removed = 0;
+        loop {
+            match loaded.store.write_checkpoint_piece(&mut cleaning).unwrap() {
+                Piece::Removed => removed += 1,
+                Piece::Finished => break,
+                other => panic!("cleaning wrote {other:?}"),
+            }
+        }
+        assert!(removed > 0);
+    }
+    assert_eq!(chunk_generations(&dir).len(), 1);
+    assert_eq!(load(&dir).recovered.checkpoint, Some(installed));
+}
