@@ -61,7 +61,7 @@ fn void(_txn: &mut Txn<'_>, args: &Bytes) -> Outcome {
 
 /// Register [`VOID`].
 pub(crate) fn register(r: &mut Registry) {
-    r.register_fn(VOID, true, |a| void_seqs(a).map(|_| ()), void);
+    r.register_fn(VOID, false, |a| void_seqs(a).map(|_| ()), void);
 }
 
 #[cfg(test)]
