@@ -233,12 +233,17 @@ impl Store {
     /// latest): call [`Store::write_checkpoint_piece`] until `Finished`.
     pub fn start_cleaning(&self) -> CheckpointWriter {
         CheckpointWriter {
-            cleaning: true,
-            ..self.start_checkpoint(CheckpointJob {
+            job: CheckpointJob {
                 id: 0,
                 after: 0,
                 checkpoint: Checkpoint::default(),
-            })
+            },
+            generation: 0,
+            encoder: Encoder::default(),
+            chunks: 0,
+            len: 0,
+            crc: crc32fast::Hasher::new(),
+            cleaning: true,
         }
     }
 

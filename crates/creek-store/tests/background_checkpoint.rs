@@ -78,6 +78,29 @@ fn pieces(store: &Store, w: &mut creek_store::CheckpointWriter) -> (usize, Piece
     }
 }
 
+/// The chunks of older checkpoints removed by `w`, until it is finished.
+fn removals(store: &Store, w: &mut creek_store::CheckpointWriter) -> usize {
+    let mut n = 0;
+    loop {
+        match store.write_checkpoint_piece(w).unwrap() {
+            Piece::Removed => n += 1,
+            Piece::Finished => return n,
+            other => panic!("removing wrote {other:?}"),
+        }
+    }
+}
+
+/// Write `c` as a checkpoint installed from a peer, in write `seq`.
+fn install(store: &Store, seq: u64, c: &Checkpoint) {
+    store
+        .write(&[Write {
+            seq,
+            checkpoint: Some(c.clone()),
+            ..Write::default()
+        }])
+        .unwrap();
+}
+
 /// The generations of the stored chunks.
 fn chunk_generations(dir: &TempDir) -> std::collections::BTreeSet<u64> {
     use redb::{ReadableDatabase, ReadableTable};
@@ -127,10 +150,7 @@ fn written_in_chunks_between_writes_and_found_after_reopen() {
             .start_checkpoint(job(2, 0, checkpoint("b", 200)));
         let (_, done) = pieces(&loaded.store, &mut w);
         assert_eq!(done, Piece::Done);
-        let mut removals = 0;
-        while loaded.store.write_checkpoint_piece(&mut w).unwrap() == Piece::Removed {
-            removals += 1;
-        }
+        let removals = removals(&loaded.store, &mut w);
         assert!(
             removals * creek_store::REMOVED_PER_TRANSACTION >= chunks,
             "{removals} removals"
@@ -150,14 +170,7 @@ fn a_crash_part_way_keeps_the_previous_checkpoint() {
     let old = checkpoint("old", 20);
     {
         let loaded = load(&dir);
-        loaded
-            .store
-            .write(&[Write {
-                seq: 1,
-                checkpoint: Some(old.clone()),
-                ..Write::default()
-            }])
-            .unwrap();
+        install(&loaded.store, 1, &old);
         let mut w = loaded
             .store
             .start_checkpoint(job(1, 1, checkpoint("new", 200)));
@@ -193,14 +206,7 @@ fn a_newer_checkpoint_stored_meanwhile_supersedes_it() {
             loaded.store.write_checkpoint_piece(&mut w).unwrap(),
             Piece::Written
         );
-        loaded
-            .store
-            .write(&[Write {
-                seq: 1,
-                checkpoint: Some(installed.clone()),
-                ..Write::default()
-            }])
-            .unwrap();
+        install(&loaded.store, 1, &installed);
         assert_eq!(
             loaded.store.write_checkpoint_piece(&mut w).unwrap(),
             Piece::Superseded
@@ -248,24 +254,9 @@ fn an_installed_checkpoint_lets_the_older_one_be_removed_at_once() {
             .store
             .start_checkpoint(job(1, 0, checkpoint("background", 40)));
         assert_eq!(pieces(&loaded.store, &mut w).1, Piece::Done);
-        loaded
-            .store
-            .write(&[Write {
-                seq: 1,
-                checkpoint: Some(installed.clone()),
-                ..Write::default()
-            }])
-            .unwrap();
+        install(&loaded.store, 1, &installed);
         let mut cleaning = loaded.store.start_cleaning();
-        let mut removed = 0;
-        loop {
-            match loaded.store.write_checkpoint_piece(&mut cleaning).unwrap() {
-                Piece::Removed => removed += 1,
-                Piece::Finished => break,
-                other => panic!("cleaning wrote {other:?}"),
-            }
-        }
-        assert!(removed > 0);
+        assert!(removals(&loaded.store, &mut cleaning) > 0);
     }
     assert_eq!(chunk_generations(&dir).len(), 1);
     assert_eq!(load(&dir).recovered.checkpoint, Some(installed));

@@ -323,8 +323,26 @@ struct Rebuild {
     status_max: Duration,
 }
 
+/// The leader, once it is not replica 3: if replica 3 leads, it is
+/// restarted (with its data) and waited for until it follows.
+async fn leader_besides_victim(
+    servers: &mut Servers,
+    addrs: &[SocketAddr],
+) -> Result<usize, String> {
+    let leader = find_leader(addrs).await?;
+    if leader != VICTIM {
+        return Ok(leader);
+    }
+    eprintln!("bench transfer: replica 3 leads; restarting it so that another one does");
+    servers.kill(VICTIM)?;
+    let leader = find_leader(&addrs[..VICTIM]).await?;
+    servers.spawn(VICTIM)?;
+    wait_following(addrs[VICTIM]).await?;
+    Ok(leader)
+}
+
 /// Poll a restarted replica until it follows, then give it 2 s to settle.
-async fn wait_following(addr: std::net::SocketAddr) -> Result<(), String> {
+async fn wait_following(addr: SocketAddr) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if let Ok(c) = connect(addr).await {
@@ -588,14 +606,8 @@ async fn transfer(
     progress: &Progress,
 ) -> Result<Measured, String> {
     let addrs = servers.clients.clone();
-    let mut leader = find_leader(&addrs).await?;
-    if leader == VICTIM {
-        // Replica 3 follows before anything is measured.
-        eprintln!("bench transfer: replica 3 leads; restarting it so that another one does");
-        servers.kill(VICTIM)?;
-        leader = find_leader(&addrs[..VICTIM]).await?;
-        servers.spawn(VICTIM)?;
-    }
+    // Replica 3 follows before anything is measured.
+    let leader = leader_besides_victim(servers, &addrs).await?;
     eprintln!(
         "bench transfer: replica {} leads; loading {} MiB in {} values of {} KiB…",
         leader + 1,
@@ -612,15 +624,9 @@ async fn transfer(
     );
     tokio::time::sleep(settle).await;
     servers.check_alive()?;
-    if find_leader(&addrs).await? == VICTIM {
-        // Leadership moved to replica 3 during the load: killing it would
-        // measure an election. Restart it (with its data) first.
-        eprintln!("bench transfer: replica 3 leads; restarting it so that another one does");
-        servers.kill(VICTIM)?;
-        find_leader(&addrs[..VICTIM]).await?;
-        servers.spawn(VICTIM)?;
-        wait_following(addrs[VICTIM]).await?;
-    }
+    // Leadership may have moved to replica 3 during the load: killing it
+    // would measure an election.
+    leader_besides_victim(servers, &addrs).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let probe_task = tokio::spawn(probe(connect(addrs[PROBED]).await?, stop.clone()));
