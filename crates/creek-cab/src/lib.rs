@@ -38,11 +38,12 @@
 //! caller drives [`Cab::tick`]. A run is reproducible from its inputs.
 #![deny(missing_docs)]
 
+mod conf;
 pub mod entry;
 mod log_store;
 pub mod storage;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use creek_core::{OpId, ReplicaId};
@@ -52,7 +53,10 @@ use raft::eraftpb::{EntryType, Message, MessageType};
 use raft::{RawNode, StateRole};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub use log_store::{LogBase, LogStore, LogWrites};
+pub use conf::{members_of, voters_of, ChangeRefused, ConfApplied, MemberChange, PROMOTE_LAG};
+pub use log_store::{Conf, LogBase, LogStore, LogWrites};
+/// The consensus library's configuration (voters and learners by raft id).
+pub use raft::eraftpb::ConfState;
 pub use storage::{CabStorage, MemCabStorage};
 
 /// A predicate of the replica over ids (*holds* or *deps*, see the crate
@@ -64,7 +68,8 @@ pub type Deps<'a> = &'a dyn Fn(OpId) -> bool;
 pub struct CabConfig {
     /// This replica.
     pub me: ReplicaId,
-    /// Every replica of the group, this one included.
+    /// The group's initial replicas, this one included (what a new log
+    /// starts with; membership changes move on from there).
     pub replicas: Vec<ReplicaId>,
     /// This replica's election timeout in ticks (fixed: no randomness).
     pub election_tick: usize,
@@ -266,6 +271,10 @@ pub struct Cab<S: CabStorage> {
     out: Vec<(ReplicaId, CabMessage)>,
     stats: CabStats,
     failed: Option<String>,
+    /// The replicas of the applied configuration (voters and learners).
+    group: BTreeSet<ReplicaId>,
+    /// Configuration changes applied and not yet taken.
+    conf_out: Vec<ConfApplied>,
 }
 
 impl<S: CabStorage> Cab<S> {
@@ -302,6 +311,7 @@ impl<S: CabStorage> Cab<S> {
                 }
             }
         }
+        let group = members_of(&storage.conf().state);
         let node = RawNode::new(&raft_config, storage, &logger)?;
         Ok(Cab {
             config,
@@ -328,6 +338,8 @@ impl<S: CabStorage> Cab<S> {
             out: Vec::new(),
             stats: CabStats::default(),
             failed: None,
+            group,
+            conf_out: Vec::new(),
         })
     }
 
@@ -373,7 +385,7 @@ impl<S: CabStorage> Cab<S> {
             CabMessage::Compact { through } => {
                 // From a peer of the group only; a later announcement may be
                 // lower (a new leader's progress starts over): keep the max.
-                if self.config.replicas.contains(&from) {
+                if self.group.contains(&from) {
                     self.compactable = self.compactable.max(through);
                 }
             }
@@ -384,7 +396,7 @@ impl<S: CabStorage> Cab<S> {
                 };
                 let addressed = m.to == raft_id(self.config.me)
                     && m.from == raft_id(from)
-                    && self.config.replicas.contains(&from);
+                    && self.group.contains(&from);
                 if !addressed {
                     self.stats.refused += 1;
                     return;
@@ -474,28 +486,39 @@ impl<S: CabStorage> Cab<S> {
     /// its own in that term: it may have voted in it before it lost its
     /// data, and no term after it can have seen its vote (every candidate
     /// that asked for it is a peer whose term is at most `max_term`).
-    pub fn restore_lost(&mut self, from: ReplicaId, index: u64, term: u64, max_term: u64) {
-        let conf_state = match self.node.store().initial_state() {
-            Ok(state) => state.conf_state,
-            Err(e) => {
-                self.failed = Some(format!("storage failed, CAB stopped: {e}"));
-                return;
-            }
-        };
+    ///
+    /// `conf` is the group's configuration the checkpoint was taken with;
+    /// the rebuilt log starts from it. A configuration without this replica
+    /// (a checkpoint taken before it was added) cannot be installed: `false`,
+    /// and nothing changed — the caller fetches a newer checkpoint.
+    pub fn restore_lost(
+        &mut self,
+        from: ReplicaId,
+        index: u64,
+        term: u64,
+        max_term: u64,
+        conf: Conf,
+    ) -> bool {
+        if !members_of(&conf.state).contains(&self.config.me) {
+            return false;
+        }
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgSnapshot);
         m.from = raft_id(from);
         m.to = raft_id(self.config.me);
         m.term = max_term.max(term).max(self.node.raft.term);
-        let meta = m.mut_snapshot().mut_metadata();
+        let snap = m.mut_snapshot();
+        snap.data = conf.index.to_le_bytes().to_vec().into();
+        let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = term;
-        meta.set_conf_state(conf_state);
+        meta.set_conf_state(conf.state);
         self.held_snapshot = None;
         if self.node.step(m).is_err() {
             self.stats.refused += 1;
         }
         self.node.raft.vote = raft_id(self.config.me);
+        true
     }
 
     /// `peer` lost its data (its peers learnt so from it): whatever it
@@ -618,6 +641,7 @@ impl<S: CabStorage> Cab<S> {
             }
         }
         self.announce_compaction();
+        self.promote_caught_up();
     }
 
     /// Leader: a snapshot the library started sending a follower and that
@@ -864,6 +888,14 @@ impl<S: CabStorage> Cab<S> {
             .mut_store()
             .apply_snapshot(snap)
             .map_err(|e| e.to_string())?;
+        let conf = self.node.store().conf();
+        self.group = members_of(&conf.state);
+        self.conf_out.push(ConfApplied {
+            index: conf.index,
+            change: None,
+            conf: conf.state,
+            context: Bytes::new(),
+        });
         self.decided.clear();
         self.seen.clear();
         self.decided_through = self.decided_through.max(index);
@@ -911,6 +943,10 @@ impl<S: CabStorage> Cab<S> {
                 self.decided_through
             );
             self.decided_through = e.index;
+            if e.get_entry_type() == EntryType::EntryConfChangeV2 {
+                self.apply_conf_entry(&e);
+                continue;
+            }
             if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
                 continue;
             }

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 
+use crate::storage::snapshot_conf;
 use crate::CabStorage;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
@@ -18,13 +19,30 @@ use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 /// [`LogWrites::compacted_through`] is removed and that point recorded as the
 /// log's base, then every stored entry at or after
 /// [`LogWrites::truncate_from`] is removed (a new leader overwrote a
-/// suffix), then [`LogWrites::entries`] are stored, then the hard state.
+/// suffix), then [`LogWrites::entries`] are stored, then the hard state
+/// and the configuration.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LogWrites {
     compacted_through: Option<LogBase>,
     truncate_from: Option<u64>,
     entries: Vec<Entry>,
     hard_state: Option<HardState>,
+    conf: Option<Conf>,
+}
+
+/// The group's configuration (raft's voters and learners) with the index of
+/// the last configuration change it reflects (0: the initial one).
+///
+/// A change is applied when its entry is committed, and the stored
+/// configuration is the latest applied — ahead of the point a restarted
+/// node re-delivers from. An entry at or before [`Conf::index`] is
+/// therefore never applied twice: the configuration already holds it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Conf {
+    /// Voters, learners, and while joint the outgoing voters.
+    pub state: ConfState,
+    /// The log index of the last change applied.
+    pub index: u64,
 }
 
 /// Where a compacted log starts: the last index it no longer holds and that
@@ -45,6 +63,7 @@ impl LogWrites {
             && self.truncate_from.is_none()
             && self.entries.is_empty()
             && self.hard_state.is_none()
+            && self.conf.is_none()
     }
 
     /// Stored entries up to this base's index are removed first, and the
@@ -66,6 +85,11 @@ impl LogWrites {
     /// The hard state to store, if it changed.
     pub fn hard_state(&self) -> Option<&HardState> {
         self.hard_state.as_ref()
+    }
+
+    /// The configuration to store, if it changed.
+    pub fn conf(&self) -> Option<&Conf> {
+        self.conf.as_ref()
     }
 
     /// Record an append of `entries` (non-empty, contiguous) that
@@ -105,7 +129,7 @@ impl LogWrites {
 /// base.index + 1 + i`; the commit index is at least the base's index (only
 /// committed entries are compacted) and at most the last index.
 pub struct LogStore {
-    conf_state: ConfState,
+    conf: Conf,
     hard_state: HardState,
     base: LogBase,
     entries: VecDeque<Entry>,
@@ -133,14 +157,9 @@ impl LogStore {
     /// The state loaded from disk: `entries` must be contiguous from
     /// `base.index + 1`, `hard_state.commit` within `base.index..=last`
     /// (checked by the loader; [`LogStore::check`] says what is wrong).
-    pub fn loaded(
-        conf_state: ConfState,
-        hard_state: HardState,
-        base: LogBase,
-        entries: Vec<Entry>,
-    ) -> Self {
+    pub fn loaded(conf: Conf, hard_state: HardState, base: LogBase, entries: Vec<Entry>) -> Self {
         LogStore {
-            conf_state,
+            conf,
             taken_hard_state: hard_state.clone(),
             hard_state,
             base,
@@ -200,7 +219,7 @@ impl Storage for LogStore {
     fn initial_state(&self) -> raft::Result<RaftState> {
         Ok(RaftState::new(
             self.hard_state.clone(),
-            self.conf_state.clone(),
+            self.conf.state.clone(),
         ))
     }
 
@@ -253,7 +272,9 @@ impl Storage for LogStore {
     /// entries: the log's base. It carries no data: the node compacts only
     /// through a checkpoint it wrote, so it always holds a checkpoint at the
     /// base or later, which the follower fetches by state transfer
-    /// (`creek-node`) before it lets the library install this.
+    /// (`creek-node`) before it lets the library install this. Its data is
+    /// the configuration's index ([`Conf::index`], 8 bytes little-endian),
+    /// so the follower skips the changes the configuration already holds.
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         if self.base.index == 0 {
             // Never compacted: no follower needs a snapshot.
@@ -265,7 +286,8 @@ impl Storage for LogStore {
         let meta = snap.mut_metadata();
         meta.index = self.base.index;
         meta.term = self.base.term;
-        meta.set_conf_state(self.conf_state.clone());
+        meta.set_conf_state(self.conf.state.clone());
+        snap.data = self.conf.index.to_le_bytes().to_vec().into();
         Ok(snap)
     }
 }
@@ -376,6 +398,20 @@ impl CabStorage for LogStore {
         self.pending.compacted_through = Some(self.base);
         self.hard_state.commit = self.hard_state.commit.max(index);
         self.pending.hard_state = Some(self.hard_state.clone());
+        let conf = snapshot_conf(snapshot);
+        if conf.index >= self.conf.index {
+            self.set_conf(conf)?;
+        }
+        Ok(())
+    }
+
+    fn conf(&self) -> Conf {
+        self.conf.clone()
+    }
+
+    fn set_conf(&mut self, conf: Conf) -> raft::Result<()> {
+        self.conf = conf.clone();
+        self.pending.conf = Some(conf);
         Ok(())
     }
 
@@ -422,7 +458,7 @@ mod tests {
     #[test]
     fn overwrites_record_the_lowest_truncation() {
         let mut s = LogStore::loaded(
-            ConfState::default(),
+            Conf::default(),
             HardState::default(),
             LogBase::default(),
             Vec::new(),
@@ -454,7 +490,7 @@ mod tests {
     #[test]
     fn compaction_moves_the_base_and_keeps_the_rest() {
         let mut s = LogStore::loaded(
-            ConfState::default(),
+            Conf::default(),
             HardState::default(),
             LogBase::default(),
             Vec::new(),

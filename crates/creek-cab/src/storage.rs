@@ -15,7 +15,9 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
 use raft::{RaftState, Storage};
 
-use crate::LogWrites;
+use std::sync::{Arc, Mutex};
+
+use crate::{Conf, LogWrites};
 
 /// Storage for one CAB node.
 pub trait CabStorage: Storage {
@@ -47,6 +49,20 @@ pub trait CabStorage: Storage {
     /// term (entries past it that agree are kept), and the commit index is
     /// at least that index. The caller's state already covers it.
     fn apply_snapshot(&mut self, snapshot: &Snapshot) -> raft::Result<()>;
+    /// The configuration as last stored (see [`Conf`]).
+    fn conf(&self) -> Conf;
+    /// Persist the configuration after a change was applied.
+    fn set_conf(&mut self, conf: Conf) -> raft::Result<()>;
+}
+
+/// The configuration a snapshot carries: its metadata's, at the index its
+/// data names (see `LogStore`'s snapshots; 0 when it names none).
+pub fn snapshot_conf(snapshot: &Snapshot) -> Conf {
+    let index = <[u8; 8]>::try_from(&snapshot.data[..]).map_or(0, u64::from_le_bytes);
+    Conf {
+        state: snapshot.get_metadata().get_conf_state().clone(),
+        index,
+    }
 }
 
 /// In-memory storage. Clones share the same log, so a test can drop a node
@@ -54,13 +70,19 @@ pub trait CabStorage: Storage {
 #[derive(Clone)]
 pub struct MemCabStorage {
     inner: MemStorage,
+    conf: Arc<Mutex<Conf>>,
 }
 
 impl MemCabStorage {
     /// A fresh log for a group of `voters` (raft ids).
     pub fn new(voters: Vec<u64>) -> Self {
-        let inner = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
-        MemCabStorage { inner }
+        let state = ConfState::from((voters, vec![]));
+        let inner = MemStorage::new_with_conf_state(state.clone());
+        let conf = Conf { state, index: 0 };
+        MemCabStorage {
+            inner,
+            conf: Arc::new(Mutex::new(conf)),
+        }
     }
 }
 
@@ -104,6 +126,25 @@ impl CabStorage for MemCabStorage {
         Ok(())
     }
     fn apply_snapshot(&mut self, snapshot: &Snapshot) -> raft::Result<()> {
-        self.inner.wl().apply_snapshot(snapshot.clone())
+        self.inner.wl().apply_snapshot(snapshot.clone())?;
+        let conf = snapshot_conf(snapshot);
+        if conf.index >= self.conf().index {
+            self.set_conf(conf)?;
+        }
+        Ok(())
+    }
+    fn conf(&self) -> Conf {
+        self.conf
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+    fn set_conf(&mut self, conf: Conf) -> raft::Result<()> {
+        self.inner.wl().set_conf_state(conf.state.clone());
+        *self
+            .conf
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = conf;
+        Ok(())
     }
 }

@@ -18,6 +18,12 @@ use crate::stream::{read_views, Expect};
 use crate::view::Levels;
 use crate::Error;
 
+/// How long a group change is retried (a leader hand-over, another change
+/// in progress).
+const GROUP_CHANGE_WAIT: Duration = Duration::from_secs(30);
+/// The pause between two tries of a group change.
+const GROUP_CHANGE_RETRY: Duration = Duration::from_millis(200);
+
 /// Longest wait for a TCP connection to one replica.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// HTTP/2 pings on an open connection, so a replica that vanished without
@@ -278,6 +284,99 @@ impl Client {
             }
         }
         Ok((committed, state))
+    }
+
+    /// The replica group as the connected replica applied it
+    /// (`Admin.Members`).
+    pub async fn members(&self) -> Result<pb::MembersReply, Error> {
+        let reply = self
+            .with_failover(|channel| async move {
+                pb::admin_client::AdminClient::new(channel)
+                    .members(pb::MembersRequest {})
+                    .await
+            })
+            .await?;
+        Ok(reply.into_inner())
+    }
+
+    /// Add a replica to the group under `replica` (an id the group never
+    /// had), reachable at `peer_addr` and `client_addr`: it joins as a
+    /// learner, and the leader makes it a voter once it has caught up.
+    /// Start the new replica's `creek serve` with a configuration naming
+    /// the current members and itself. Goes to the leader (followed from
+    /// any replica). Returns the group once the change is applied.
+    pub async fn add_replica(
+        &self,
+        replica: u16,
+        peer_addr: &str,
+        client_addr: &str,
+    ) -> Result<pb::MembersReply, Error> {
+        let request = pb::AddReplicaRequest {
+            replica: u32::from(replica),
+            peer_addr: peer_addr.to_owned(),
+            client_addr: client_addr.to_owned(),
+        };
+        self.at_leader(move |mut admin| {
+            let request = request.clone();
+            async move { admin.add_replica(request).await }
+        })
+        .await
+    }
+
+    /// Remove `replica` from the group (it may be down). Removing the
+    /// leader hands leadership over first. Returns the group once the
+    /// change is applied.
+    pub async fn remove_replica(&self, replica: u16) -> Result<pb::MembersReply, Error> {
+        let request = pb::RemoveReplicaRequest {
+            replica: u32::from(replica),
+        };
+        self.at_leader(move |mut admin| async move { admin.remove_replica(request).await })
+            .await
+    }
+
+    /// Run a group change at the leader: a replica that is not the leader
+    /// names it (followed), one busy with another change or handing
+    /// leadership over says so (retried), for up to [`GROUP_CHANGE_WAIT`].
+    async fn at_leader<Fut>(
+        &self,
+        mut call: impl FnMut(pb::admin_client::AdminClient<Channel>) -> Fut,
+    ) -> Result<pb::MembersReply, Error>
+    where
+        Fut: Future<Output = Result<tonic::Response<pb::MembersReply>, Status>>,
+    {
+        let give_up = Instant::now() + GROUP_CHANGE_WAIT;
+        let mut channel = lock(&self.inner.current).channel.clone();
+        loop {
+            let status = match call(pb::admin_client::AdminClient::new(channel.clone())).await {
+                Ok(reply) => return Ok(reply.into_inner()),
+                Err(status) => status,
+            };
+            let leader = status
+                .metadata()
+                .get("creek-leader-addr")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let retry = match (status.code(), leader) {
+                (tonic::Code::FailedPrecondition, Some(addr)) => {
+                    channel = Replica::new(addr)?.endpoint.connect().await.map_err(|e| {
+                        Error::Unavailable(format!("connecting to the leader: {e}"))
+                    })?;
+                    true
+                }
+                (tonic::Code::Aborted | tonic::Code::Unavailable, _) => {
+                    tokio::time::sleep(GROUP_CHANGE_RETRY).await;
+                    if status.code() == tonic::Code::Unavailable {
+                        let failed = lock(&self.inner.current).index;
+                        channel = self.fail_over(failed).await?.channel;
+                    }
+                    true
+                }
+                _ => false,
+            };
+            if !retry || Instant::now() >= give_up {
+                return Err(Error::from(status));
+            }
+        }
     }
 
     /// Run `call` on the current replica; while it fails as unavailable,

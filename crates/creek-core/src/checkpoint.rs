@@ -14,6 +14,7 @@
 use bytes::Bytes;
 
 use crate::dvv::Dvv;
+use crate::group::Group;
 use crate::id::Timestamp;
 
 /// The committed state of a replica at a clean point, with what a restart
@@ -36,4 +37,8 @@ pub struct Checkpoint {
     pub hlc: Timestamp,
     /// The seq the replica's next own op would get (its event counter + 1).
     pub next_event_no: u64,
+    /// The replica group as the checkpointing replica had applied it (the
+    /// node fills it in; unknown for a checkpoint written before groups
+    /// were recorded).
+    pub group: Group,
 }

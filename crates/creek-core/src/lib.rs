@@ -39,6 +39,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod dvv;
+pub mod group;
 pub mod hlc;
 pub mod id;
 pub mod op;
@@ -47,6 +48,7 @@ pub mod replica;
 pub use checkpoint::Checkpoint;
 pub use config::{Config, ConfigError, PLANTED_BUGS_OFF};
 pub use dvv::Dvv;
+pub use group::{Addrs, Directory, Group};
 pub use hlc::Hlc;
 pub use id::{OpId, ReplicaId, Timestamp};
 pub use op::{Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};

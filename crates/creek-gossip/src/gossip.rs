@@ -297,6 +297,28 @@ impl Gossip {
         self.store.forget(peer);
     }
 
+    /// Gossip with these peers from now on (the group changed): a peer that
+    /// left is forgotten (garbage collection no longer waits for it); one
+    /// that joined is pushed to and digested like the others, and holds
+    /// nothing until it reports otherwise.
+    pub fn set_peers(&mut self, peers: &[ReplicaId]) {
+        let gone: Vec<ReplicaId> = self
+            .peers
+            .iter()
+            .copied()
+            .filter(|p| !peers.contains(p))
+            .collect();
+        for p in gone {
+            self.store.forget(p);
+        }
+        self.peers = peers
+            .iter()
+            .copied()
+            .filter(|p| *p != self.config.me)
+            .collect();
+        self.config.peers = self.peers.iter().copied().collect();
+    }
+
     /// The contiguous delivered counter of `origin`.
     pub fn counter(&self, origin: ReplicaId) -> u64 {
         self.fifo.counter(origin)

@@ -14,6 +14,7 @@
 //! `creek serve` runs. This crate does no I/O itself.
 #![deny(missing_docs)]
 
+pub mod group;
 pub mod membership;
 pub mod ready;
 pub mod timing;
@@ -25,7 +26,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_cab::{Cab, CabConfig, CabError, CabStats, CabStorage};
 use creek_core::{
-    Checkpoint, Config, Effect, ExecKey, InvokeError, Op, OpId, Replica, ReplicaId, Request, View,
+    Checkpoint, Config, Directory, Effect, ExecKey, InvokeError, Op, OpId, Replica, ReplicaId,
+    Request, View,
 };
 use creek_exec::{Completion, Registry, Task};
 use creek_gossip::{Gossip, GossipConfig, GossipStats};
@@ -33,6 +35,7 @@ use creek_wire::{Limits, PeerMessage, SnapshotMessage};
 use membership::Membership;
 use transfer::{Fetched, Transfers};
 
+pub use group::GroupError;
 pub use membership::{Identity, Standing};
 pub use ready::{CheckpointJob, HoldQueue, Ready, Write};
 pub use timing::LinkTiming;
@@ -191,6 +194,29 @@ pub struct Node<S: CabStorage> {
     /// Ticks left to take back own ops up to `own_floor` before the rest
     /// counts as lost (see [`RECLAIM_TICKS`]).
     reclaim_ticks: u64,
+    /// The group's initial members (the configuration's).
+    initial_group: Vec<ReplicaId>,
+    /// Addresses of members added since the group formed (see [`group`]).
+    directory: Directory,
+    /// The directory changed: written with the next write.
+    directory_changed: bool,
+    /// The group changed: the driver is told in the next [`Ready`].
+    group_changed: bool,
+}
+
+/// What a durable driver kept beside CAB's storage, for [`Node::recover`].
+#[derive(Clone, Debug, Default)]
+pub struct Kept {
+    /// The last checkpoint written, if any.
+    pub checkpoint: Option<Checkpoint>,
+    /// The op payloads kept (not deleted by a checkpoint), in any order.
+    pub ops: Vec<Arc<Op>>,
+    /// The replica's identity in its cluster (`None`: a new data directory,
+    /// or one written before identities).
+    pub identity: Option<Identity>,
+    /// The group directory: addresses of members added since the group
+    /// formed (see [`group`]).
+    pub directory: Directory,
 }
 
 /// What the node knows of its writes.
@@ -283,7 +309,7 @@ impl<S: CabStorage> Node<S> {
         let durability = Durability::new(&config, 0);
         let timing = Timing::for_config(&config);
         let membership = membership_of(&config, Identity::founding(&config.cab.replicas), false);
-        Ok(Self::assemble(
+        let mut node = Self::assemble(
             Replica::new(config.replica, registry)?,
             Gossip::new(config.gossip)?,
             Cab::new(config.cab, storage, applied)?,
@@ -291,7 +317,9 @@ impl<S: CabStorage> Node<S> {
             durability,
             timing,
             membership,
-        ))
+        );
+        node.aim_at_group();
+        Ok(node)
     }
 
     /// A node from its rooms; `committed_told` starts at what the replica
@@ -307,7 +335,12 @@ impl<S: CabStorage> Node<S> {
     ) -> Self {
         let me = replica.id();
         let peers = gossip.config().peers.clone();
+        let initial_group = peers.iter().copied().chain([me]).collect();
         Node {
+            initial_group,
+            directory: Directory::default(),
+            directory_changed: false,
+            group_changed: false,
             transfers: Transfers::new(me, peers),
             installed: None,
             own_floor: 0,
@@ -331,10 +364,10 @@ impl<S: CabStorage> Node<S> {
         }
     }
 
-    /// Start a node from what a durable driver kept (DESIGN §8): the last
-    /// checkpoint (`None` before the first, or for a fresh data directory),
-    /// the op payloads kept beside it (`ops`, in any order) and CAB's
-    /// storage, which holds the consensus log.
+    /// Start a node from what a durable driver kept (DESIGN §8, [`Kept`]):
+    /// the last checkpoint (`None` before the first, or for a fresh data
+    /// directory), the op payloads kept beside it (`ops`, in any order) and
+    /// CAB's storage, which holds the consensus log.
     ///
     /// The replica is restored (`Replica::restore`); gossip resumes its
     /// per-origin counters at what the replica holds (checkpoint ids ∪ kept
@@ -348,7 +381,8 @@ impl<S: CabStorage> Node<S> {
     /// `identity` is the stored one (`None` for a new data directory, which
     /// takes `fresh_nonce` and joins its cluster: see [`membership`]; a
     /// directory that holds data but no identity predates identities and
-    /// stays a member).
+    /// stays a member). `directory` is the stored group directory (see
+    /// [`group`]); the group itself is CAB's stored configuration.
     ///
     /// Refused: a storage created for another group (its raft voters differ
     /// from the configured replicas, raft id = replica id + 1), or a
@@ -357,12 +391,16 @@ impl<S: CabStorage> Node<S> {
         config: NodeConfig,
         registry: Arc<Registry>,
         storage: S,
-        checkpoint: Option<Checkpoint>,
-        ops: Vec<Arc<Op>>,
-        identity: Option<Identity>,
+        kept: Kept,
         fresh_nonce: u64,
     ) -> Result<Self, NodeError> {
         config.validate()?;
+        let Kept {
+            checkpoint,
+            ops,
+            identity,
+            directory,
+        } = kept;
         let applied = checkpoint.as_ref().map_or(0, |c| c.cab_applied);
         check_storage(&config.cab, &storage, applied)?;
         let (identity, dirty) = match identity {
@@ -419,6 +457,8 @@ impl<S: CabStorage> Node<S> {
             membership,
         );
         node.retained = covered.into_iter().collect();
+        node.directory = directory;
+        node.aim_at_group();
         node.own_floor = node.membership.identity().floor;
         node.cab.catch_up_to(node.membership.identity().catch_up_to);
         node.reclaim_own_ops();
@@ -443,6 +483,12 @@ impl<S: CabStorage> Node<S> {
                 )))
             }
             Standing::Lost { why } => return Err(InvokeError::NotServing(why)),
+            Standing::Removed => {
+                return Err(InvokeError::NotServing(format!(
+                    "replica {} was removed from its cluster: ask a member",
+                    self.id()
+                )))
+            }
         }
         if request.strong && self.membership.quorum_lost() {
             return Err(InvokeError::QuorumLostData(format!(
@@ -536,12 +582,14 @@ impl<S: CabStorage> Node<S> {
                 if !self.membership.is_member() {
                     return;
                 }
+                let current = self.cab.delivered_through();
+                let group = self.group();
                 let (replica, cab) = (&self.replica, &self.cab);
-                let current = cab.delivered_through();
                 self.transfers
                     .on_fetch(from, transfer, min_index, offset, current, || {
                         let mut c = replica.checkpoint()?;
                         c.cab_applied = cab.delivered_through();
+                        c.group = group;
                         let term = cab.store().term(c.cab_applied).ok()?;
                         Some((c, term))
                     });
@@ -569,7 +617,7 @@ impl<S: CabStorage> Node<S> {
                     self.transfers.fetch(source, 1);
                 }
             }
-            Standing::Joining { .. } => {}
+            Standing::Joining { .. } | Standing::Removed => {}
         }
     }
 
@@ -605,25 +653,41 @@ impl<S: CabStorage> Node<S> {
                 // ignored as committed.
                 checkpoint.cab_applied = wanted;
                 let next = own_high.max(self.replica.last_issued_seq()) + 1;
+                let group = std::mem::take(&mut checkpoint.group);
                 self.replace_state(checkpoint, next);
                 self.cab.install_snapshot();
+                self.install_group(&group);
             }
             Standing::Lost { .. } => {
                 let Some(marks) = self.membership.rebuild_marks() else {
                     return;
                 };
                 let index = checkpoint.cab_applied;
+                let conf = if checkpoint.group.is_unknown() {
+                    self.cab.store().conf()
+                } else {
+                    group::conf_of(&checkpoint.group)
+                };
+                if !creek_cab::members_of(&conf.state).contains(&own) {
+                    // Taken before this replica was added: a newer one will
+                    // name it.
+                    self.transfers.fetch(from, index + 1);
+                    return;
+                }
                 let next = own_high.max(marks.own_seq) + 1;
                 self.own_floor = next - 1;
+                let group = std::mem::take(&mut checkpoint.group);
                 self.replace_state(checkpoint, next);
-                self.cab.restore_lost(from, index, term, marks.term);
+                let restored = self.cab.restore_lost(from, index, term, marks.term, conf);
+                debug_assert!(restored, "checked above");
+                self.install_group(&group);
                 // Entries a peer holds past the checkpoint may be committed
                 // with the lost data's acknowledgements: until this replica
                 // holds them, it must not help a shorter log win.
                 self.cab.catch_up_to(marks.last_index);
                 self.membership.rebuilt(self.own_floor, marks.last_index);
             }
-            Standing::Joining { .. } => {}
+            Standing::Joining { .. } | Standing::Removed => {}
         }
     }
 
@@ -851,6 +915,7 @@ impl<S: CabStorage> Node<S> {
             };
         }
         let (write, checkpoint) = self.take_write();
+        let group = std::mem::take(&mut self.group_changed).then(|| self.group());
         let d = &self.durability;
         let (mut messages, held) = if d.durable >= d.written || d.send_before_durable {
             (out, Vec::new())
@@ -866,6 +931,7 @@ impl<S: CabStorage> Node<S> {
             views,
             checkpoint,
             transfer_jobs: self.transfers.take_jobs(),
+            group,
         }
     }
 
@@ -889,6 +955,7 @@ impl<S: CabStorage> Node<S> {
     fn take_write(&mut self) -> (Option<Write>, Option<CheckpointJob>) {
         let ops = std::mem::take(&mut self.new_payloads);
         let identity = self.membership.take_write();
+        let directory = std::mem::take(&mut self.directory_changed).then(|| self.directory.clone());
         let installed = self.installed.take();
         let d = &mut self.durability;
         let job = if installed.is_some() {
@@ -946,6 +1013,7 @@ impl<S: CabStorage> Node<S> {
             || self.cab.must_sync()
             || !ops.is_empty()
             || installed.is_some()
+            || directory.is_some()
             || job.is_some();
         d.sync_lazy = false;
         let log = if take_log {
@@ -958,6 +1026,7 @@ impl<S: CabStorage> Node<S> {
             && installed.is_none()
             && dropped.is_empty()
             && identity.is_none()
+            && directory.is_none()
         {
             None
         } else {
@@ -969,6 +1038,7 @@ impl<S: CabStorage> Node<S> {
                 checkpoint: installed,
                 dropped,
                 identity,
+                directory,
             })
         };
         let d = &mut self.durability;
@@ -1117,6 +1187,7 @@ impl<S: CabStorage> Node<S> {
                 progress = true;
                 self.replica.cab_deliver(id);
             }
+            progress |= self.apply_group_changes();
             let len = self.replica.committed_len();
             if len > self.committed_told {
                 let told = self.committed_since(self.committed_told);
@@ -1213,6 +1284,7 @@ impl<S: CabStorage> Node<S> {
     pub fn checkpoint(&self) -> Option<Checkpoint> {
         let mut checkpoint = self.replica.checkpoint()?;
         checkpoint.cab_applied = self.cab.delivered_through();
+        checkpoint.group = self.group();
         Some(checkpoint)
     }
 
@@ -1471,9 +1543,10 @@ mod tests {
             config,
             registry,
             storage,
-            None,
-            Vec::new(),
-            Some(identity),
+            Kept {
+                identity: Some(identity),
+                ..Kept::default()
+            },
             7,
         )
         .expect("recovers");

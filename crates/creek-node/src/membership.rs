@@ -34,6 +34,20 @@
 //! an empty directory; the identity is persisted (and the hellos held)
 //! before the replica acts on it, like every other write.
 //!
+//! # Changing the group
+//!
+//! The group changes through consensus (`creek-cab`'s configuration
+//! changes); the node tells this state machine the members it applied
+//! ([`Membership::set_group`]). A new replica starts with an empty data
+//! directory, a configuration naming the current members, and an id the
+//! group never had: to the members it looks like a replica that lost its
+//! data (it is not among the founders), and it takes the same path — it
+//! waits to hear every peer, installs a member's checkpoint, and is a
+//! member, not a founder, from then on. Only voters count toward a quorum
+//! that lost its data. A replica removed from the group stops serving
+//! ([`Standing::Removed`]); members refuse its messages, and its id never
+//! returns.
+//!
 //! A member refuses consensus and gossip messages from a peer whose hello
 //! named other founders (a data directory of another cluster), and reports
 //! it; a replica's hellos are the first frames it sends on every link (the
@@ -143,11 +157,15 @@ pub enum Standing {
     },
     /// A member holding its data.
     Member,
-    /// Its data directory was lost: it takes no part until rebuilt.
+    /// Its data directory was lost (or it is a new replica joining a
+    /// running group): it takes no part until rebuilt.
     Lost {
         /// Why it knows (which member said the cluster exists).
         why: String,
     },
+    /// Removed from the group by a configuration change: it takes no part
+    /// any more.
+    Removed,
 }
 
 /// The membership state machine of one node.
@@ -155,6 +173,11 @@ pub enum Standing {
 pub(crate) struct Membership {
     me: ReplicaId,
     peers: Vec<ReplicaId>,
+    /// The voters of the group (this replica included if it votes): what a
+    /// quorum is counted over.
+    voters: BTreeSet<ReplicaId>,
+    /// Removed from the group.
+    removed: bool,
     identity: Identity,
     lost: Option<String>,
     /// Nonces of peers heard joining.
@@ -193,10 +216,15 @@ pub enum Event {
     Joined(u64),
     /// This replica learnt it lost its data.
     Lost(String),
+    /// This new replica learnt its cluster exists and waits to install a
+    /// member's checkpoint.
+    Joining(String),
     /// A lost replica rejoined anyway (the planted bug `amnesiac-voter`).
     RejoinedDespiteLoss(String),
     /// A lost replica was rebuilt from a peer's checkpoint (cluster id).
     Rebuilt(u64),
+    /// This replica was removed from the group.
+    Removed,
     /// A peer belongs to another cluster.
     Foreign(ReplicaId, String),
 }
@@ -211,9 +239,12 @@ impl Membership {
         dirty: bool,
         rejoin_when_lost: bool,
     ) -> Self {
+        let voters = peers.iter().copied().chain([me]).collect();
         let mut m = Membership {
             me,
             peers,
+            voters,
+            removed: false,
             identity,
             lost: None,
             joining_peers: BTreeMap::new(),
@@ -239,6 +270,9 @@ impl Membership {
     }
 
     pub(crate) fn standing(&self) -> Standing {
+        if self.removed {
+            return Standing::Removed;
+        }
         if let Some(why) = &self.lost {
             return Standing::Lost { why: why.clone() };
         }
@@ -257,14 +291,53 @@ impl Membership {
 
     /// A member holding its data: it takes part in consensus and gossip.
     pub(crate) fn is_member(&self) -> bool {
-        self.lost.is_none() && self.identity.founders.is_some()
+        !self.removed && self.lost.is_none() && self.identity.founders.is_some()
+    }
+
+    /// The group as consensus applied it: the other members (voters and
+    /// learners) and the voters. A peer that left is forgotten; one that
+    /// joined is greeted. Without this replica among the members, it was
+    /// removed.
+    pub(crate) fn set_group(&mut self, members: &BTreeSet<ReplicaId>, voters: BTreeSet<ReplicaId>) {
+        let peers: Vec<ReplicaId> = members.iter().copied().filter(|r| *r != self.me).collect();
+        let gone: Vec<ReplicaId> = self
+            .peers
+            .iter()
+            .copied()
+            .filter(|p| !peers.contains(p))
+            .collect();
+        for p in gone {
+            self.verified.remove(&p);
+            self.lost_peers.remove(&p);
+            self.foreign.remove(&p);
+            self.joining_peers.remove(&p);
+            self.heard.remove(&p);
+            self.lost_sources.remove(&p);
+        }
+        let new: Vec<ReplicaId> = peers
+            .iter()
+            .copied()
+            .filter(|p| !self.peers.contains(p))
+            .collect();
+        self.peers = peers;
+        self.voters = voters;
+        if !members.contains(&self.me) && self.is_member() {
+            self.removed = true;
+            self.events.push(Event::Removed);
+        }
+        for p in new {
+            self.hello(p, false);
+        }
     }
 
     /// Whether consensus and gossip messages from `peer` are accepted: this
     /// replica is a member and the peer is not known to be of another
     /// cluster or lost.
     pub(crate) fn accepts(&self, peer: ReplicaId) -> bool {
-        self.is_member() && !self.foreign.contains_key(&peer) && !self.lost_peers.contains(&peer)
+        self.is_member()
+            && self.peers.contains(&peer)
+            && !self.foreign.contains_key(&peer)
+            && !self.lost_peers.contains(&peer)
     }
 
     pub(crate) fn identity(&self) -> &Identity {
@@ -298,7 +371,7 @@ impl Membership {
         }
         let group = self.peers.len() + 1;
         let members = self.lost_sources.len();
-        let empty = group - members;
+        let empty = group.saturating_sub(members);
         if empty > group - (group / 2 + 1) && !self.rebuild_despite_data_loss {
             return None;
         }
@@ -335,9 +408,10 @@ impl Membership {
     /// Whether a majority of the group is known to have lost its data (this
     /// replica counted if it did).
     pub(crate) fn quorum_lost(&self) -> bool {
-        let group = self.peers.len() + 1;
-        let lost = self.lost_peers.len() + usize::from(self.lost.is_some());
-        lost > group - (group / 2 + 1)
+        let group = self.voters.len();
+        let lost = self.lost_peers.intersection(&self.voters).count()
+            + usize::from(self.lost.is_some() && self.voters.contains(&self.me));
+        group > 0 && lost > group - (group / 2 + 1)
     }
 
     /// The identity to write, if it changed since the last write.
@@ -354,7 +428,7 @@ impl Membership {
     }
 
     fn state(&self) -> MemberState {
-        if self.lost.is_some() {
+        if self.lost.is_some() || self.removed {
             MemberState::Lost
         } else if self.identity.founders.is_some() {
             MemberState::Member
@@ -502,6 +576,21 @@ impl Membership {
                 self.become_member(founders);
                 self.verified.insert(from);
             }
+            None if self.lost.is_none() && !founders.iter().any(|(r, _)| *r == self.me) => {
+                let why = format!(
+                    "replica {me} is new to its cluster (id {:016x}; replica {from} says it \
+                     exists): it joins once added (`creek admin add-replica`), by installing a \
+                     member's checkpoint, which starts once every configured peer has answered \
+                     it; until then it does not vote or serve",
+                    cluster_id(&founders),
+                    me = self.me
+                );
+                self.lost = Some(why.clone());
+                self.lost_founders = founders;
+                self.lost_sources.insert(from);
+                self.events.push(Event::Joining(why));
+                self.hello_all();
+            }
             None if self.lost.is_none() => {
                 let why = format!(
                     "replica {me}'s data directory is new, but its cluster (id {:016x}) already \
@@ -544,11 +633,11 @@ impl Membership {
             return Err("a lost replica recorded founders".into());
         }
         if let Some(f) = &self.identity.founders {
-            if !f.is_empty()
-                && !f.contains(&(self.me, self.identity.nonce))
-                && !self.rejoin_when_lost
-            {
-                return Err("a member that is not among its founders".into());
+            // A member added after the group formed is not a founder; one
+            // that is must hold its founding nonce.
+            let founder = f.iter().any(|(r, _)| *r == self.me);
+            if founder && !f.contains(&(self.me, self.identity.nonce)) && !self.rejoin_when_lost {
+                return Err("a founder that is not under its founding nonce".into());
             }
             if !f.windows(2).all(|w| w[0].0 < w[1].0) {
                 return Err("founders not sorted by replica".into());

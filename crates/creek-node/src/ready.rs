@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use creek_cab::LogWrites;
-use creek_core::{Checkpoint, Op, OpId, ReplicaId, View};
+use creek_core::{Checkpoint, Directory, Op, OpId, ReplicaId, View};
 use creek_wire::PeerMessage;
 
 use crate::membership::Identity;
@@ -62,6 +62,10 @@ pub struct Ready {
     /// checkpoint to serve, decoding one fetched); hand each result to
     /// [`Node::on_transfer_done`](crate::Node::on_transfer_done).
     pub transfer_jobs: Vec<crate::TransferJob>,
+    /// The replica group, when it changed (a configuration change applied,
+    /// or a checkpoint installed): the driver connects to new members and
+    /// drops removed ones.
+    pub group: Option<creek_core::Group>,
 }
 
 /// A checkpoint of the committed state for the driver to make durable at
@@ -108,6 +112,9 @@ pub struct Write {
     /// The replica's identity in its cluster, when it changed (a new data
     /// directory's nonce, then the founders once it joins).
     pub identity: Option<Identity>,
+    /// The addresses of members added since the group was formed, when
+    /// they changed (the configuration itself is in `log`).
+    pub directory: Option<Directory>,
 }
 
 impl Write {
@@ -116,7 +123,10 @@ impl Write {
     /// write of payloads alone only delays gossip, so a driver may linger
     /// briefly to make it durable together with others.
     pub fn is_urgent(&self) -> bool {
-        !self.log.is_empty() || self.checkpoint.is_some() || self.identity.is_some()
+        !self.log.is_empty()
+            || self.checkpoint.is_some()
+            || self.identity.is_some()
+            || self.directory.is_some()
     }
 }
 

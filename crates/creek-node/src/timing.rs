@@ -127,6 +127,15 @@ impl Timing {
         }
     }
 
+    /// Probe these peers from now on (those already probed keep their
+    /// measurements).
+    pub(crate) fn set_peers(&mut self, peers: &[ReplicaId]) {
+        self.peers.retain(|p, _| peers.contains(p));
+        for p in peers {
+            self.peers.entry(*p).or_default();
+        }
+    }
+
     /// A tick at `now_us`: the probes due, if any.
     pub(crate) fn tick(&mut self, now_us: u64) -> Vec<(ReplicaId, Probe)> {
         self.now_us = now_us;

@@ -232,6 +232,11 @@ impl Transfers {
         }
     }
 
+    /// Fetch from (and fall back over) these peers from now on.
+    pub(crate) fn set_peers(&mut self, peers: &[ReplicaId]) {
+        self.peers = peers.to_vec();
+    }
+
     pub(crate) fn stats(&self) -> TransferStats {
         self.stats
     }
@@ -609,6 +614,7 @@ mod tests {
                 .collect(),
             hlc: Timestamp(5),
             next_event_no: 2,
+            group: Default::default(),
         }
     }
 

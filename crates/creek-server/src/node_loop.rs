@@ -28,11 +28,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use creek_core::{ExecKey, InvokeError, Request, View, ViewKind, Views};
-use creek_node::{HoldQueue, Node};
+use creek_core::{Addrs, ExecKey, Group, InvokeError, ReplicaId, Request, View, ViewKind, Views};
+use creek_node::{GroupError, HoldQueue, Node};
 use creek_store::{LogStore, Persister};
 use creek_wire::Limits;
 use tokio::sync::{mpsc, oneshot};
@@ -88,6 +88,16 @@ pub enum Event {
     Status(oneshot::Sender<StatusSnapshot>),
     /// The committed state and the committed length it reflects.
     Dump(oneshot::Sender<(u64, Vec<(Bytes, Bytes)>)>),
+    /// Change the replica group (leader only): answered once the change is
+    /// applied here, or refused.
+    ChangeGroup {
+        /// The change.
+        change: creek_cab::MemberChange,
+        /// A new replica's addresses.
+        addrs: Option<Addrs>,
+        /// The group after the change, or why not.
+        reply: oneshot::Sender<Result<StatusSnapshot, GroupRefusal>>,
+    },
     /// Stop after making everything durable.
     Shutdown,
 }
@@ -205,6 +215,20 @@ pub enum Reply {
     Failed(String),
 }
 
+/// Why a group change was not made (nothing changed).
+#[derive(Clone, Debug)]
+pub struct GroupRefusal {
+    /// What went wrong.
+    pub error: GroupError,
+    /// The leader to ask instead, if this replica is not it: its id and
+    /// client address.
+    pub leader: Option<(u16, String)>,
+}
+
+/// A group change applies within this long, or the request fails (the
+/// change may still apply later: check the members).
+const GROUP_CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A replica's state, for `Status` and the status table.
 #[derive(Clone, Debug, Default)]
 pub struct StatusSnapshot {
@@ -230,6 +254,11 @@ pub struct StatusSnapshot {
     pub quorum_lost: bool,
     /// Entries held in the consensus log (`Node::raft_log_entries`).
     pub raft_log_entries: u64,
+    /// The replica group as applied here.
+    pub group: Group,
+    /// How to reach each member (and initial replica): the configuration's
+    /// addresses, then those of members added since.
+    pub addrs: BTreeMap<ReplicaId, Addrs>,
 }
 
 struct Route {
@@ -245,6 +274,15 @@ pub struct LoopConfig {
     pub workers: usize,
     /// Wire limits for encoding peer frames.
     pub limits: Limits,
+    /// The configured replicas' addresses (the initial group's).
+    pub addrs: BTreeMap<ReplicaId, Addrs>,
+}
+
+/// A group change proposed here, waiting to be applied.
+struct PendingChange {
+    change: creek_cab::MemberChange,
+    reply: oneshot::Sender<Result<StatusSnapshot, GroupRefusal>>,
+    deadline: Instant,
 }
 
 /// The node loop's state (owned by its thread).
@@ -265,6 +303,12 @@ pub struct NodeLoop {
     stopping: bool,
     /// State-transfer work done on other threads, for the next turn.
     transfer_done: Arc<std::sync::Mutex<Vec<creek_node::TransferDone>>>,
+    /// The configured replicas' addresses.
+    config_addrs: BTreeMap<ReplicaId, Addrs>,
+    /// The group as last applied.
+    group: Group,
+    /// A group change proposed here and not yet applied.
+    pending_change: Option<PendingChange>,
 }
 
 impl NodeLoop {
@@ -277,6 +321,7 @@ impl NodeLoop {
         metrics: Arc<Metrics>,
         config: LoopConfig,
     ) -> Self {
+        let group = node.group();
         let pool = (config.workers > 1)
             .then(|| {
                 rayon::ThreadPoolBuilder::new()
@@ -301,6 +346,9 @@ impl NodeLoop {
             timing_scale: 1,
             stopping: false,
             transfer_done: Arc::default(),
+            config_addrs: config.addrs,
+            group,
+            pending_change: None,
         }
     }
 
@@ -357,6 +405,11 @@ impl NodeLoop {
                 let r = self.node.replica();
                 let _ = reply.send((r.committed_len(), r.committed_state().into_iter().collect()));
             }
+            Event::ChangeGroup {
+                change,
+                addrs,
+                reply,
+            } => self.change_group(change, addrs, reply),
             Event::Shutdown => {
                 self.stopping = true;
                 self.node.sync_pending_writes();
@@ -403,6 +456,104 @@ impl NodeLoop {
         if self.ticks.is_multiple_of(10) {
             self.refresh_gauges();
         }
+        if self
+            .pending_change
+            .as_ref()
+            .is_some_and(|p| Instant::now() >= p.deadline)
+        {
+            if let Some(p) = self.pending_change.take() {
+                let _ = p.reply.send(Err(GroupRefusal {
+                    error: GroupError::NotApplied(p.change),
+                    leader: None,
+                }));
+            }
+        }
+    }
+
+    /// Every replica's addresses: the configured ones, then those of the
+    /// members added since.
+    fn addrs(&self) -> BTreeMap<ReplicaId, Addrs> {
+        let mut all = self.config_addrs.clone();
+        for (id, a) in &self.group.directory.addrs {
+            all.insert(*id, a.clone());
+        }
+        all
+    }
+
+    /// The group changed: connect to its members (and only them), and
+    /// answer a change proposed here once it shows.
+    fn on_group(&mut self, group: Group) {
+        let me = self.node.id();
+        tracing::info!(
+            voters = ?group.voters,
+            learners = ?group.learners,
+            outgoing = ?group.voters_outgoing,
+            conf_index = group.conf_index,
+            "replica group"
+        );
+        self.group = group;
+        let addrs = self.addrs();
+        let mut peers = Vec::new();
+        for id in self.group.members() {
+            if id == me {
+                continue;
+            }
+            match addrs.get(&id).map(|a| resolve(&a.peer)) {
+                Some(Ok(addr)) => peers.push((id, addr)),
+                Some(Err(e)) => {
+                    tracing::warn!(peer = %id, error = %e, "cannot reach a member: bad peer address");
+                }
+                None => tracing::warn!(peer = %id, "a member without a known peer address"),
+            }
+        }
+        self.transport.set_peers(&peers);
+        let done = self.pending_change.as_ref().is_some_and(|p| {
+            let members = self.group.members();
+            match p.change {
+                creek_cab::MemberChange::AddLearner(id) => members.contains(&id),
+                creek_cab::MemberChange::Promote(id) => self.group.voters.contains(&id),
+                creek_cab::MemberChange::Remove(id) => !members.contains(&id),
+            }
+        });
+        if done {
+            if let Some(p) = self.pending_change.take() {
+                let _ = p.reply.send(Ok(self.status()));
+            }
+        }
+    }
+
+    /// Propose a group change (see [`Event::ChangeGroup`]).
+    fn change_group(
+        &mut self,
+        change: creek_cab::MemberChange,
+        addrs: Option<Addrs>,
+        reply: oneshot::Sender<Result<StatusSnapshot, GroupRefusal>>,
+    ) {
+        if self.pending_change.is_some() {
+            let _ = reply.send(Err(GroupRefusal {
+                error: GroupError::Refused(creek_cab::ChangeRefused::InProgress),
+                leader: None,
+            }));
+            return;
+        }
+        match self.node.change_group(change, addrs) {
+            Ok(()) => {
+                self.pending_change = Some(PendingChange {
+                    change,
+                    reply,
+                    deadline: Instant::now() + GROUP_CHANGE_TIMEOUT,
+                });
+            }
+            Err(error) => {
+                let leader = match &error {
+                    GroupError::Refused(creek_cab::ChangeRefused::NotLeader {
+                        leader: Some(l),
+                    }) => self.addrs().get(l).map(|a| (l.0, a.client.clone())),
+                    _ => None,
+                };
+                let _ = reply.send(Err(GroupRefusal { error, leader }));
+            }
+        }
     }
 
     /// Run every ready execution: on the worker pool when many are ready,
@@ -448,6 +599,9 @@ impl NodeLoop {
             self.node.on_transfer_done(d);
         }
         let ready = self.node.ready();
+        if let Some(group) = ready.group {
+            self.on_group(group);
+        }
         for job in ready.transfer_jobs {
             self.run_transfer_job(job);
         }
@@ -560,12 +714,20 @@ impl NodeLoop {
                 ),
                 M::Rebuilt(cluster) => tracing::info!(
                     cluster = %format!("{cluster:016x}"),
-                    "rebuilt from a member's checkpoint: a member of the cluster again"
+                    "installed a member's checkpoint: a member of the cluster (again, if it had lost its data)"
                 ),
                 M::RejoinedDespiteLoss(why) => tracing::warn!(
                     error = %why,
                     "this replica lost its data directory and rejoins anyway (a planted bug) \
                      (acknowledged ops may be lost)"
+                ),
+                M::Joining(why) => tracing::info!(
+                    detail = %why,
+                    "joining a running cluster as a new replica"
+                ),
+                M::Removed => tracing::warn!(
+                    "this replica was removed from its cluster: it no longer votes, serves or \
+                     gossips; stop it"
                 ),
                 M::Foreign(peer, why) => tracing::error!(
                     %peer,
@@ -780,6 +942,10 @@ impl NodeLoop {
                 ),
                 None => ("lost", why),
             },
+            creek_node::Standing::Removed => (
+                "removed",
+                "removed from the cluster by a membership change".to_owned(),
+            ),
         };
         StatusSnapshot {
             role,
@@ -793,8 +959,21 @@ impl NodeLoop {
             cluster_id: self.node.identity().cluster_id(),
             quorum_lost: self.node.quorum_lost(),
             raft_log_entries: self.node.raft_log_entries(),
+            group: self.group.clone(),
+            addrs: self.addrs(),
         }
     }
+}
+
+/// A `host:port` peer address as a socket address (a name is looked up).
+pub(crate) fn resolve(addr: &str) -> std::io::Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{addr} resolves to nothing"),
+        )
+    })
 }
 
 /// The nice value of state-transfer threads: encoding and checking a whole

@@ -192,9 +192,7 @@ impl Server {
             node_config,
             registry,
             opened.storage,
-            opened.recovered.checkpoint,
-            opened.recovered.ops,
-            opened.recovered.identity,
+            opened.recovered.into(),
             fresh_nonce(),
         )?;
         tracing::info!(
@@ -252,6 +250,17 @@ impl Server {
             LoopConfig {
                 workers: config.worker_threads(),
                 limits,
+                addrs: config
+                    .replicas
+                    .iter()
+                    .map(|r| {
+                        let addrs = creek_core::Addrs {
+                            peer: r.peer_addr.to_string(),
+                            client: r.client_addr.to_string(),
+                        };
+                        (ReplicaId(r.id), addrs)
+                    })
+                    .collect(),
             },
         );
         let fatal: FatalCell = Arc::new(watch::channel(None).0);
@@ -285,11 +294,6 @@ impl Server {
             metrics: metrics.clone(),
             transport,
             me,
-            client_addrs: config
-                .replicas
-                .iter()
-                .map(|r| (u32::from(r.id), r.client_addr.to_string()))
-                .collect(),
             max_request_bytes: config.max_request_bytes,
             stopping: stopping.clone(),
         };
@@ -297,7 +301,7 @@ impl Server {
             events: events_tx.clone(),
             faults,
             allowed: config.allow_fault_injection,
-            peers: peers.iter().map(|(id, _)| *id).collect(),
+            me,
         };
         let limit = config.max_request_bytes * 2 + 4096;
         let mut grpc_shutdown = shutdown_rx.clone();

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use creek_core::{ReplicaId, Request, ViewKind, Views};
 use creek_exec::{CallError, ClientRequestId, ProcCall};
+use creek_node::GroupError;
 use creek_proto::pb;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
@@ -20,7 +21,7 @@ use tonic::{Code, Status};
 
 use crate::faults::{Faults, LinkFault};
 use crate::metrics::Metrics;
-use crate::node_loop::{Event, Invocation, Reply};
+use crate::node_loop::{Event, GroupRefusal, Invocation, Reply, StatusSnapshot};
 use crate::transport::Transport;
 
 /// The stream of views of one invocation.
@@ -33,7 +34,6 @@ pub struct CreekService {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) transport: Arc<Transport>,
     pub(crate) me: ReplicaId,
-    pub(crate) client_addrs: HashMap<u32, String>,
     pub(crate) max_request_bytes: usize,
     pub(crate) stopping: Arc<AtomicBool>,
 }
@@ -265,7 +265,11 @@ impl pb::creek_server::Creek for CreekService {
             tentative: s.tentative,
             counters: s.counters.into_iter().collect(),
             peers,
-            client_addrs: self.client_addrs.clone(),
+            client_addrs: s
+                .addrs
+                .iter()
+                .map(|(id, a)| (u32::from(id.0), a.client.clone()))
+                .collect(),
             standing_detail: s.standing_detail,
             lost_peers: s.lost_peers.into_iter().map(u32::from).collect(),
             cluster_id: s.cluster_id,
@@ -319,7 +323,7 @@ pub struct AdminService {
     pub(crate) events: mpsc::Sender<Event>,
     pub(crate) faults: Arc<Faults>,
     pub(crate) allowed: bool,
-    pub(crate) peers: Vec<ReplicaId>,
+    pub(crate) me: ReplicaId,
 }
 
 /// Bytes of records per `Dump` chunk (well under gRPC's 4 MiB message limit).
@@ -328,9 +332,147 @@ const DUMP_CHUNK_BYTES: usize = 1 << 20;
 /// The stream of a `Dump`.
 pub type DumpStream = Pin<Box<dyn Stream<Item = Result<pb::DumpChunk, Status>> + Send>>;
 
+/// The `Members` reply of a status snapshot.
+fn members_reply(me: ReplicaId, s: &StatusSnapshot) -> pb::MembersReply {
+    let g = &s.group;
+    let role = |id: ReplicaId| -> &'static str {
+        let incoming = g.voters.contains(&id);
+        let outgoing = g.voters_outgoing.contains(&id);
+        match (incoming, outgoing) {
+            (true, false) if !g.voters_outgoing.is_empty() => "incoming voter",
+            (true, _) => "voter",
+            (false, true) => "outgoing voter",
+            (false, false) => "learner",
+        }
+    };
+    let members = g
+        .members()
+        .into_iter()
+        .map(|id| {
+            let a = s.addrs.get(&id).cloned().unwrap_or_default();
+            pb::Member {
+                replica: u32::from(id.0),
+                role: role(id).to_owned(),
+                peer_addr: a.peer,
+                client_addr: a.client,
+            }
+        })
+        .collect();
+    pb::MembersReply {
+        members,
+        conf_index: g.conf_index,
+        leader: u32::from(s.leader),
+        replica: u32::from(me.0),
+    }
+}
+
+/// The gRPC status of a refused group change.
+fn group_status(refusal: GroupRefusal) -> Status {
+    use creek_cab::ChangeRefused as R;
+    let why = refusal.error.to_string();
+    let mut status = match &refusal.error {
+        GroupError::IdUsed { .. } | GroupError::NoAddress(_) => Status::invalid_argument(why),
+        GroupError::Refused(R::AlreadyMember(_)) => Status::already_exists(why),
+        GroupError::Refused(R::NotA(..)) => Status::not_found(why),
+        GroupError::Refused(R::InProgress | R::LeaderMustHandOver(_)) => Status::aborted(why),
+        GroupError::Refused(R::NotLeader { .. } | R::LastVoter(_)) | GroupError::NotServing(_) => {
+            Status::failed_precondition(why)
+        }
+        GroupError::NotApplied(_) => Status::deadline_exceeded(why),
+    };
+    if let Some((id, addr)) = refusal.leader {
+        let m = status.metadata_mut();
+        if let Ok(v) = id.to_string().parse() {
+            m.insert("creek-leader", v);
+        }
+        if let Ok(v) = addr.parse() {
+            m.insert("creek-leader-addr", v);
+        }
+    }
+    status
+}
+
+impl AdminService {
+    async fn change_group(
+        &self,
+        change: creek_cab::MemberChange,
+        addrs: Option<creek_core::Addrs>,
+    ) -> Result<tonic::Response<pb::MembersReply>, Status> {
+        let (tx, rx) = oneshot::channel();
+        self.events
+            .send(Event::ChangeGroup {
+                change,
+                addrs,
+                reply: tx,
+            })
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let s = rx
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?
+            .map_err(group_status)?;
+        tracing::info!(?change, "replica group changed");
+        Ok(tonic::Response::new(members_reply(self.me, &s)))
+    }
+}
+
+/// A replica id from the API (1..=65535).
+fn replica_id(v: u32) -> Result<ReplicaId, Status> {
+    u16::try_from(v)
+        .ok()
+        .filter(|v| *v > 0)
+        .map(ReplicaId)
+        .ok_or_else(|| Status::invalid_argument(format!("replica id {v} is not within 1..=65535")))
+}
+
 #[tonic::async_trait]
 impl pb::admin_server::Admin for AdminService {
     type DumpStream = DumpStream;
+
+    async fn add_replica(
+        &self,
+        request: tonic::Request<pb::AddReplicaRequest>,
+    ) -> Result<tonic::Response<pb::MembersReply>, Status> {
+        let r = request.into_inner();
+        let id = replica_id(r.replica)?;
+        for (what, addr) in [("peer", &r.peer_addr), ("client", &r.client_addr)] {
+            if crate::node_loop::resolve(addr).is_err() {
+                return Err(Status::invalid_argument(format!(
+                    "the {what} address {addr:?} is not a reachable host:port"
+                )));
+            }
+        }
+        let addrs = creek_core::Addrs {
+            peer: r.peer_addr,
+            client: r.client_addr,
+        };
+        self.change_group(creek_cab::MemberChange::AddLearner(id), Some(addrs))
+            .await
+    }
+
+    async fn remove_replica(
+        &self,
+        request: tonic::Request<pb::RemoveReplicaRequest>,
+    ) -> Result<tonic::Response<pb::MembersReply>, Status> {
+        let id = replica_id(request.into_inner().replica)?;
+        self.change_group(creek_cab::MemberChange::Remove(id), None)
+            .await
+    }
+
+    async fn members(
+        &self,
+        _request: tonic::Request<pb::MembersRequest>,
+    ) -> Result<tonic::Response<pb::MembersReply>, Status> {
+        let (tx, rx) = oneshot::channel();
+        self.events
+            .send(Event::Status(tx))
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let s = rx
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        Ok(tonic::Response::new(members_reply(self.me, &s)))
+    }
 
     async fn dump(
         &self,
@@ -384,7 +526,7 @@ impl pb::admin_server::Admin for AdminService {
             let peer = u16::try_from(l.peer)
                 .ok()
                 .map(ReplicaId)
-                .filter(|p| self.peers.contains(p))
+                .filter(|p| *p != self.me && p.0 > 0)
                 .ok_or_else(|| Status::invalid_argument(format!("{} is not a peer", l.peer)))?;
             if !(0.0..=1.0).contains(&l.loss) {
                 return Err(Status::invalid_argument("loss must be within 0.0..=1.0"));

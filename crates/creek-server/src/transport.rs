@@ -17,14 +17,18 @@
 //! Outbound connections are retried with exponential backoff (50 ms to
 //! 1 s); frames queued while a peer is down are dropped at the queue bound.
 //!
+//! The peers change with the group ([`Transport::set_peers`]): a new member
+//! gets a connection (and its inbound connections are accepted), a removed
+//! one loses its connection and is refused from then on.
+//!
 //! Faults ([`crate::faults`]) are applied here on this replica's side of
 //! each link: loss and partitions drop frames in both directions; latency
 //! is added to the frames this replica sends, which keep their order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -65,14 +69,20 @@ struct Peer {
     queue: mpsc::Sender<Queued>,
     connected: Arc<AtomicBool>,
     addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
 }
 
 /// The peer transport of one replica.
 pub struct Transport {
-    peers: HashMap<ReplicaId, Peer>,
+    me: ReplicaId,
+    peers: RwLock<HashMap<ReplicaId, Peer>>,
+    /// The peers whose inbound connections are accepted.
+    known: Arc<RwLock<HashSet<ReplicaId>>>,
+    runtime: tokio::runtime::Handle,
+    queue_frames: usize,
     faults: Arc<Faults>,
     stats: Arc<TransportStats>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    accept: tokio::task::JoinHandle<()>,
 }
 
 impl Transport {
@@ -88,44 +98,68 @@ impl Transport {
         frame_bytes_max: usize,
     ) -> Transport {
         let stats = Arc::new(TransportStats::default());
-        let mut tasks = Vec::new();
-        let mut table = HashMap::new();
+        let known = Arc::new(RwLock::new(HashSet::new()));
+        let accept = tokio::spawn(accept(
+            me,
+            listener,
+            known.clone(),
+            inbound,
+            faults.clone(),
+            stats.clone(),
+            frame_bytes_max,
+        ));
+        let transport = Transport {
+            me,
+            peers: RwLock::new(HashMap::new()),
+            known,
+            runtime: tokio::runtime::Handle::current(),
+            queue_frames,
+            faults,
+            stats,
+            accept,
+        };
+        transport.set_peers(peers);
+        transport
+    }
+
+    /// Connect to exactly these peers from now on: new ones (or ones whose
+    /// address changed) get a connection, and are accepted inbound; others
+    /// lose theirs, and are refused.
+    pub fn set_peers(&self, peers: &[(ReplicaId, SocketAddr)]) {
+        let mut table = self.peers.write().unwrap_or_else(PoisonError::into_inner);
+        table.retain(|id, p| {
+            let keep = peers.contains(&(*id, p.addr));
+            if !keep {
+                p.task.abort();
+            }
+            keep
+        });
         for &(id, addr) in peers {
-            let (tx, rx) = mpsc::channel(queue_frames);
+            if id == self.me || table.contains_key(&id) {
+                continue;
+            }
+            let (tx, rx) = mpsc::channel(self.queue_frames);
             let connected = Arc::new(AtomicBool::new(false));
-            tasks.push(tokio::spawn(outbound(
-                me,
+            let task = self.runtime.spawn(outbound(
+                self.me,
                 id,
                 addr,
                 rx,
                 connected.clone(),
-                stats.clone(),
-            )));
+                self.stats.clone(),
+            ));
             table.insert(
                 id,
                 Peer {
                     queue: tx,
                     connected,
                     addr,
+                    task,
                 },
             );
         }
-        let known: Vec<ReplicaId> = peers.iter().map(|(id, _)| *id).collect();
-        tasks.push(tokio::spawn(accept(
-            me,
-            listener,
-            known,
-            inbound,
-            faults.clone(),
-            stats.clone(),
-            frame_bytes_max,
-        )));
-        Transport {
-            peers: table,
-            faults,
-            stats,
-            tasks,
-        }
+        *self.known.write().unwrap_or_else(PoisonError::into_inner) =
+            table.keys().copied().collect();
     }
 
     /// Queue frames for `to` to go out in one write (so the peer reads them
@@ -136,7 +170,8 @@ impl Transport {
         if frames.is_empty() {
             return;
         }
-        let Some(peer) = self.peers.get(&to) else {
+        let table = self.peers.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(peer) = table.get(&to) else {
             return;
         };
         let due = match self.faults.judge(to) {
@@ -158,6 +193,8 @@ impl Transport {
     pub fn peers(&self) -> Vec<(ReplicaId, SocketAddr, bool)> {
         let mut v: Vec<_> = self
             .peers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .map(|(id, p)| (*id, p.addr, p.connected.load(Ordering::Relaxed)))
             .collect();
@@ -173,8 +210,14 @@ impl Transport {
 
 impl Drop for Transport {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
+        self.accept.abort();
+        for p in self
+            .peers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            p.task.abort();
         }
     }
 }
@@ -269,7 +312,7 @@ async fn write_frame(
 async fn accept(
     me: ReplicaId,
     listener: TcpListener,
-    known: Vec<ReplicaId>,
+    known: Arc<RwLock<HashSet<ReplicaId>>>,
     inbound: mpsc::Sender<Event>,
     faults: Arc<Faults>,
     stats: Arc<TransportStats>,
@@ -303,7 +346,7 @@ async fn inbound_conn(
     me: ReplicaId,
     mut stream: TcpStream,
     remote: SocketAddr,
-    known: Vec<ReplicaId>,
+    known: Arc<RwLock<HashSet<ReplicaId>>>,
     inbound: mpsc::Sender<Event>,
     faults: Arc<Faults>,
     stats: Arc<TransportStats>,
@@ -317,7 +360,10 @@ async fn inbound_conn(
         && &h[..3] == MAGIC
         && h[3] == WIRE_VERSION
         && to == me
-        && known.contains(&from);
+        && known
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&from);
     if !ok {
         stats.refused_connections.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%remote, "refused a peer connection: bad handshake (not a Creek peer of this group, or another wire version)");

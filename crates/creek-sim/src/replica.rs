@@ -315,9 +315,11 @@ impl CreekReplica {
             config.clone(),
             registry.clone(),
             loaded.storage,
-            initial,
-            Vec::new(),
-            Some(identity),
+            creek_node::Kept {
+                checkpoint: initial,
+                identity: Some(identity),
+                ..Default::default()
+            },
             0,
         )
         .map_err(|e| e.to_string())?;
@@ -673,9 +675,7 @@ impl SimReplica for CreekReplica {
             self.config.clone(),
             self.registry.clone(),
             loaded.storage,
-            loaded.recovered.checkpoint,
-            loaded.recovered.ops,
-            loaded.recovered.identity,
+            loaded.recovered.into(),
             sim_nonce(self.config.replica.id, self.disk_counts.wipes),
         )
         .map_err(|e| format!("recovery refused: {e}"))?;

@@ -70,7 +70,7 @@
 //! | table | key → value |
 //! |---|---|
 //! | `raft_log` | index (`u64`) → entry, protobuf |
-//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"identity"` → the replica's identity in its cluster; `"checkpoint"` → which stored checkpoint is the latest ([`codec::CheckpointRef`]); `"log_base"` → where the compacted log starts |
+//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"conf_index"` → the log index of the last configuration change applied; `"directory"` → the addresses of members added since the group formed; `"identity"` → the replica's identity in its cluster; `"checkpoint"` → which stored checkpoint is the latest ([`codec::CheckpointRef`]); `"log_base"` → where the compacted log starts |
 //! | `ops` | (origin `u16`, seq `u64`) → op, `creek_wire::encode_op` |
 //! | `checkpoint_chunks` | (generation `u64`, chunk `u32`) → a piece of a checkpoint's encoding ([`codec`]) |
 //! | `checkpoint` | `"latest"` → a whole checkpoint, as stored before chunks (read, never written) |
@@ -102,8 +102,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use creek_cab::{LogBase, LogWrites};
-use creek_core::{Checkpoint, Op};
+use creek_cab::{Conf, LogBase, LogWrites};
+use creek_core::{Checkpoint, Directory, Op};
 use creek_node::Write;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState};
@@ -133,6 +133,12 @@ pub(crate) const HARD_STATE: &str = "hard_state";
 pub(crate) const CONF_STATE: &str = "conf_state";
 pub(crate) const LATEST: &str = "latest";
 pub(crate) const IDENTITY: &str = "identity";
+/// The log index of the last configuration change the stored conf state
+/// reflects (8 bytes, little-endian; absent: 0, the initial group).
+pub(crate) const CONF_INDEX: &str = "conf_index";
+/// The addresses of members added by configuration changes, and the
+/// highest replica id the group ever had (`creek_wire::encode_directory`).
+pub(crate) const DIRECTORY: &str = "directory";
 /// The log's base (`LogBase`: index then term, 8 bytes each, little-endian)
 /// once it was compacted.
 pub(crate) const LOG_BASE: &str = "log_base";
@@ -206,11 +212,24 @@ pub struct Recovered {
     /// The replica's identity in its cluster (`None`: a new data directory,
     /// or one written before identities).
     pub identity: Option<creek_node::Identity>,
+    /// The addresses of members added since the group was formed.
+    pub directory: Directory,
     /// The database was not closed cleanly (a crash, a kill, a failed
     /// fsync): redb checked it at open and rolled back to its last complete
     /// commit, dropping a write that was torn or never fully synced (whose
     /// messages the node never let leave). Drivers say so in their log.
     pub repaired: bool,
+}
+
+impl From<Recovered> for creek_node::Kept {
+    fn from(r: Recovered) -> Self {
+        creek_node::Kept {
+            checkpoint: r.checkpoint,
+            ops: r.ops,
+            identity: r.identity,
+            directory: r.directory,
+        }
+    }
 }
 
 /// An opened data directory.
@@ -395,6 +414,11 @@ impl Store {
                         .insert(IDENTITY, codec::encode_identity(id).as_slice())
                         .map_err(db_err)?;
                 }
+                if let Some(d) = &w.directory {
+                    t.meta
+                        .insert(DIRECTORY, creek_wire::encode_directory(d).as_slice())
+                        .map_err(db_err)?;
+                }
                 write_log(&mut log, &mut t.meta, &w.log)?;
                 for op in &w.ops {
                     let bytes = creek_wire::encode_op(op);
@@ -440,6 +464,7 @@ fn is_empty(w: &Write) -> bool {
         && w.checkpoint.is_none()
         && w.dropped.is_empty()
         && w.identity.is_none()
+        && w.directory.is_none()
 }
 
 fn write_log(
@@ -480,6 +505,15 @@ fn write_log(
             .map_err(|err| StoreError::Corrupt(format!("encoding hard state: {err}")))?;
         meta.insert(HARD_STATE, bytes.as_slice()).map_err(db_err)?;
     }
+    if let Some(conf) = w.conf() {
+        let bytes = conf
+            .state
+            .write_to_bytes()
+            .map_err(|err| StoreError::Corrupt(format!("encoding conf state: {err}")))?;
+        meta.insert(CONF_STATE, bytes.as_slice()).map_err(db_err)?;
+        meta.insert(CONF_INDEX, conf.index.to_le_bytes().as_slice())
+            .map_err(db_err)?;
+    }
     Ok(())
 }
 
@@ -497,6 +531,17 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64
             .get(HARD_STATE)
             .map_err(db_err)?
             .map(|v| v.value().to_vec());
+        let conf_index = match meta.get(CONF_INDEX).map_err(db_err)? {
+            None => 0,
+            Some(v) => <[u8; 8]>::try_from(v.value())
+                .map(u64::from_le_bytes)
+                .map_err(|_| corrupt(format!("conf index of {} bytes", v.value().len())))?,
+        };
+        let directory = match meta.get(DIRECTORY).map_err(db_err)? {
+            None => Directory::default(),
+            Some(v) => creek_wire::decode_directory(v.value())
+                .map_err(|e| corrupt(format!("directory: {e}")))?,
+        };
         let stored_cs = meta
             .get(CONF_STATE)
             .map_err(db_err)?
@@ -507,7 +552,9 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64
                     .map_err(|e| corrupt(format!("hard state: {e}")))?;
                 let cs = ConfState::parse_from_bytes(&cs)
                     .map_err(|e| corrupt(format!("conf state: {e}")))?;
-                if cs.voters != voters {
+                // A group that changed since it was formed no longer matches
+                // its configuration file's, which names the initial members.
+                if conf_index == 0 && cs.voters != voters {
                     return Err(StoreError::VotersMismatch {
                         stored: cs.voters.clone(),
                         configured: voters,
@@ -539,7 +586,11 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64
             Some(v) => decode_base(v.value())?,
         };
         let entries = load_log(&log)?;
-        let storage = LogStore::loaded(conf_state, hard_state, base, entries);
+        let conf = Conf {
+            state: conf_state,
+            index: conf_index,
+        };
+        let storage = LogStore::loaded(conf, hard_state, base, entries);
         storage
             .check()
             .map_err(|why| corrupt(format!("stored log: {why}")))?;
@@ -550,6 +601,7 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64
                 Some(v) => Some(codec::decode_identity(v.value())?),
                 None => None,
             },
+            directory,
             repaired: false,
         };
         (storage, recovered, next_generation)

@@ -61,6 +61,7 @@ fn checkpoint(committed: &[OpId]) -> Checkpoint {
         ],
         hlc: Timestamp::new(5_000, 3),
         next_event_no: 7,
+        group: Default::default(),
     }
 }
 
@@ -141,6 +142,7 @@ fn batches_queued_while_busy_share_one_transaction() {
         checkpoint: None,
         dropped: Vec::new(),
         identity: None,
+        directory: None,
     });
     busy.recv_timeout(Duration::from_secs(60)).unwrap();
     let n = 50u64;
@@ -153,6 +155,7 @@ fn batches_queued_while_busy_share_one_transaction() {
             checkpoint: None,
             dropped: Vec::new(),
             identity: None,
+            directory: None,
         });
     }
     assert_eq!(p.submitted(), n);
@@ -384,6 +387,7 @@ fn sigkill_child() {
             }),
             dropped: Vec::new(),
             identity: None,
+            directory: None,
         });
         if s % 64 == 0 {
             std::thread::sleep(Duration::from_millis(1));

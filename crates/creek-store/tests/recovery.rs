@@ -87,9 +87,7 @@ impl Cluster {
             config,
             self.registry.clone(),
             storage,
-            recovered.checkpoint,
-            recovered.ops,
-            recovered.identity,
+            recovered.into(),
             1000 + i as u64,
         )
         .unwrap();

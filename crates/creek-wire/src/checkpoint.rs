@@ -5,17 +5,19 @@
 //!
 //! | field | encoding |
 //! |---|---|
-//! | format | 1 byte, [`FORMAT`] (= 1) |
+//! | format | 1 byte, [`FORMAT`] (= 2) |
 //! | `cab_applied`, `committed_len`, `hlc`, `next_event_no` | 4 varints |
 //! | committed ids | `count`, then per origin: `origin` (≤ u16), `counter`, `n`, `n` gaps (exception `x1 = counter + g1 + 1`, `xi = x(i-1) + gi + 1`), as `Dvv::to_records` gives them |
+//! | group | `conf_index`, `auto_leave` (0 or 1), then voters, outgoing voters, learners, next learners: each `count` and that many ids (≤ u16); `max_id` (≤ u16); `count` addresses: `id`, `len`, peer address, `len`, client address (UTF-8) |
 //! | state | `count`, then per key: `len`, key bytes, `len`, value bytes; keys strictly increasing |
 //!
-//! Nothing may follow. Decoding is total: any byte string yields a
+//! Format 1 (written before groups were recorded) has no group section; it
+//! decodes with an unknown group. Nothing may follow. Decoding is total: any byte string yields a
 //! checkpoint or a [`CheckpointError`], never a panic, and allocates in
 //! proportion to the input.
 
 use bytes::Bytes;
-use creek_core::{Checkpoint, Dvv, ReplicaId, Timestamp};
+use creek_core::{Addrs, Checkpoint, Directory, Dvv, Group, ReplicaId, Timestamp};
 use creek_exec::varint;
 
 /// Why bytes are not a checkpoint.
@@ -24,7 +26,10 @@ use creek_exec::varint;
 pub struct CheckpointError(pub String);
 
 /// The checkpoint format this build writes and reads.
-pub const FORMAT: u8 = 1;
+pub const FORMAT: u8 = 2;
+
+/// The format written before groups were recorded (read, never written).
+const FORMAT_NO_GROUP: u8 = 1;
 
 /// Encode a checkpoint.
 pub fn encode(c: &Checkpoint) -> Vec<u8> {
@@ -70,6 +75,7 @@ impl Encoder {
                     prev = x;
                 }
             }
+            put_group(out, &c.group);
             varint::put(out, c.state.len() as u64);
             self.next = Some(0);
             return true;
@@ -96,9 +102,9 @@ impl Encoder {
 pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
     let mut r = Reader { buf: bytes, pos: 0 };
     let format = r.byte()?;
-    if format != FORMAT {
+    if format != FORMAT && format != FORMAT_NO_GROUP {
         return Err(corrupt(format!(
-            "checkpoint format {format} (this build reads {FORMAT})"
+            "checkpoint format {format} (this build reads {FORMAT_NO_GROUP} and {FORMAT})"
         )));
     }
     let cab_applied = r.varint()?;
@@ -127,6 +133,11 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         records.push((ReplicaId(origin), counter, exceptions));
     }
     let causal_ctx = Dvv::from_records(records);
+    let group = if format == FORMAT {
+        r.group()?
+    } else {
+        Group::default()
+    };
     // A key-value pair takes at least 2 bytes.
     let n_state = r.count(2)?;
     let mut state: Vec<(Bytes, Bytes)> = Vec::with_capacity(n_state);
@@ -151,7 +162,57 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         state,
         hlc,
         next_event_no,
+        group,
     })
+}
+
+fn put_ids(out: &mut Vec<u8>, ids: &[ReplicaId]) {
+    varint::put(out, ids.len() as u64);
+    for r in ids {
+        varint::put(out, u64::from(r.0));
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    varint::put(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_group(out: &mut Vec<u8>, g: &Group) {
+    varint::put(out, g.conf_index);
+    out.push(u8::from(g.auto_leave));
+    for ids in [&g.voters, &g.voters_outgoing, &g.learners, &g.learners_next] {
+        put_ids(out, ids);
+    }
+    put_directory(out, &g.directory);
+}
+
+fn put_directory(out: &mut Vec<u8>, d: &Directory) {
+    varint::put(out, u64::from(d.max_id));
+    varint::put(out, d.addrs.len() as u64);
+    for (r, a) in &d.addrs {
+        varint::put(out, u64::from(r.0));
+        put_str(out, &a.peer);
+        put_str(out, &a.client);
+    }
+}
+
+/// Encode a group's directory alone (as the store keeps it): the group
+/// section's `max_id` and addresses.
+pub fn encode_directory(d: &Directory) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_directory(&mut out, d);
+    out
+}
+
+/// Decode what [`encode_directory`] wrote; nothing may follow.
+pub fn decode_directory(bytes: &[u8]) -> Result<Directory, CheckpointError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let d = r.directory()?;
+    if r.pos != bytes.len() {
+        return Err(corrupt("trailing bytes after the directory".to_owned()));
+    }
+    Ok(d)
 }
 
 fn corrupt(why: String) -> CheckpointError {
@@ -202,6 +263,63 @@ impl Reader<'_> {
         self.pos = end;
         Ok(Bytes::copy_from_slice(s))
     }
+
+    fn id(&mut self) -> Result<ReplicaId, CheckpointError> {
+        let v = self.varint()?;
+        u16::try_from(v)
+            .map(ReplicaId)
+            .map_err(|_| corrupt(format!("checkpoint replica id {v} exceeds 16 bits")))
+    }
+
+    fn ids(&mut self) -> Result<Vec<ReplicaId>, CheckpointError> {
+        let n = self.count(1)?;
+        (0..n).map(|_| self.id()).collect()
+    }
+
+    fn string(&mut self) -> Result<String, CheckpointError> {
+        let b = self.bytes()?;
+        String::from_utf8(b.to_vec())
+            .map_err(|_| corrupt("checkpoint address is not UTF-8".to_owned()))
+    }
+
+    fn group(&mut self) -> Result<Group, CheckpointError> {
+        let conf_index = self.varint()?;
+        let auto_leave = match self.byte()? {
+            0 => false,
+            1 => true,
+            b => return Err(corrupt(format!("checkpoint auto_leave byte {b}"))),
+        };
+        let voters = self.ids()?;
+        let voters_outgoing = self.ids()?;
+        let learners = self.ids()?;
+        let learners_next = self.ids()?;
+        let directory = self.directory()?;
+        Ok(Group {
+            conf_index,
+            voters,
+            voters_outgoing,
+            learners,
+            learners_next,
+            auto_leave,
+            directory,
+        })
+    }
+
+    fn directory(&mut self) -> Result<Directory, CheckpointError> {
+        let max_id = self.id()?.0;
+        // An address entry takes at least 3 bytes.
+        let n = self.count(3)?;
+        let mut addrs = std::collections::BTreeMap::new();
+        for _ in 0..n {
+            let r = self.id()?;
+            let peer = self.string()?;
+            let client = self.string()?;
+            if addrs.insert(r, Addrs { peer, client }).is_some() {
+                return Err(corrupt(format!("replica {} listed twice", r.0)));
+            }
+        }
+        Ok(Directory { addrs, max_id })
+    }
 }
 
 #[cfg(test)]
@@ -210,6 +328,37 @@ mod tests {
 
     use super::*;
     use proptest::prelude::*;
+
+    fn arb_ids() -> impl Strategy<Value = Vec<ReplicaId>> {
+        prop::collection::vec(prop_oneof![0u16..6, any::<u16>()].prop_map(ReplicaId), 0..4)
+    }
+
+    fn arb_group() -> impl Strategy<Value = Group> {
+        let addrs = prop::collection::btree_map(
+            (0u16..8).prop_map(ReplicaId),
+            ("[a-z0-9.:]{0,12}", "[a-z0-9.:é]{0,12}")
+                .prop_map(|(peer, client)| Addrs { peer, client }),
+            0..3,
+        );
+        (
+            any::<u64>(),
+            any::<bool>(),
+            [arb_ids(), arb_ids(), arb_ids(), arb_ids()],
+            any::<u16>(),
+            addrs,
+        )
+            .prop_map(
+                |(conf_index, auto_leave, [v, vo, l, ln], max_id, addrs)| Group {
+                    conf_index,
+                    voters: v,
+                    voters_outgoing: vo,
+                    learners: l,
+                    learners_next: ln,
+                    auto_leave,
+                    directory: Directory { addrs, max_id },
+                },
+            )
+    }
 
     fn arb_checkpoint() -> impl Strategy<Value = Checkpoint> {
         let record = (
@@ -226,8 +375,9 @@ mod tests {
                 prop::collection::vec(any::<u8>(), 0..10),
                 0..8,
             ),
+            arb_group(),
         )
-            .prop_map(|([a, b, c, d], records, state)| Checkpoint {
+            .prop_map(|([a, b, c, d], records, state, group)| Checkpoint {
                 cab_applied: a,
                 committed_len: b,
                 causal_ctx: Dvv::from_records(records),
@@ -237,7 +387,19 @@ mod tests {
                     .collect(),
                 hlc: Timestamp(c),
                 next_event_no: d,
+                group,
             })
+    }
+
+    #[test]
+    fn a_checkpoint_written_before_groups_decodes_with_an_unknown_group() {
+        // Format 1: header, no committed ids, no group, one key.
+        let mut bytes = vec![1, 7, 2, 9, 3, 0, 1];
+        bytes.extend_from_slice(&[1, b'k', 1, b'v']);
+        let c = decode(&bytes).unwrap();
+        assert_eq!(c.cab_applied, 7);
+        assert!(c.group.is_unknown());
+        assert_eq!(c.state, vec![(Bytes::from("k"), Bytes::from("v"))]);
     }
 
     proptest! {
@@ -288,8 +450,8 @@ mod tests {
     #[test]
     fn other_formats_are_refused_by_name() {
         let mut bytes = encode(&Checkpoint::default());
-        bytes[0] = 2;
+        bytes[0] = 3;
         let e = decode(&bytes).unwrap_err();
-        assert!(e.0.contains("format 2"), "{e}");
+        assert!(e.0.contains("format 3"), "{e}");
     }
 }

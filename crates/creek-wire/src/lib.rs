@@ -21,7 +21,7 @@ use creek_core::{Op, OpId, ReplicaId};
 pub mod checkpoint;
 pub mod codec;
 
-pub use checkpoint::CheckpointError;
+pub use checkpoint::{decode_directory, encode_directory, CheckpointError};
 pub use codec::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, DecodeError, EncodeError,
     Limit, Limits, LimitsError, WIRE_VERSION,

@@ -1,6 +1,7 @@
 //! The `creek` command: the server (`serve`, `dev`), the client CLI
 //! (`call`, `status`), the simulator (`sim`) and the benchmarks (`bench`).
 
+mod admin_cmd;
 mod bench_cab;
 mod bench_cluster;
 mod bench_executor;
@@ -46,6 +47,8 @@ enum Command {
     Call(call_cmd::Args),
     /// Print each replica's role, term, log lengths and counters.
     Status(status_cmd::Args),
+    /// Change or show the replica group: add-replica, remove-replica, members.
+    Admin(admin_cmd::Args),
     /// Run a benchmark and print its result.
     Bench {
         #[command(subcommand)]
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
         },
         Command::Call(args) => call_cmd::run(&args),
         Command::Status(args) => status_cmd::run(&args),
+        Command::Admin(args) => admin_cmd::run(&args),
         Command::Bench {
             which: Bench::Executor(args),
         } => bench_executor::run(&args),

@@ -93,6 +93,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             state: self.engine.committed_state().into_iter().collect(),
             hlc: self.hlc.last(),
             next_event_no: self.curr_event_no.saturating_add(1),
+            group: Default::default(),
         })
     }
 

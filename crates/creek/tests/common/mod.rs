@@ -62,7 +62,7 @@ pub fn run_json_command(args: &[&str], limit: Duration) -> serde_json::Value {
 pub struct Cluster {
     pub dir: PathBuf,
     pub clients: Vec<SocketAddr>,
-    peers: Vec<SocketAddr>,
+    pub peers: Vec<SocketAddr>,
     procs: Vec<Option<Child>>,
 }
 
@@ -113,6 +113,32 @@ impl Cluster {
         edit(&mut c);
         let toml = c.to_toml().expect("toml");
         std::fs::write(self.dir.join(format!("r{}.toml", i + 1)), toml).expect("config");
+    }
+
+    /// Start a new replica process under the next id, configured with the
+    /// replicas `members` (indexes) and itself: what an operator starts
+    /// before or after `creek admin add-replica`. Returns its index.
+    pub fn spawn_new(&mut self, members: &[usize]) -> usize {
+        self.clients.push(free_addr());
+        self.peers.push(free_addr());
+        self.procs.push(None);
+        let i = self.len() - 1;
+        let group = ServerConfig::group_on(&self.peers, &self.clients, &self.dir).expect("group");
+        let mut c = group[i].clone();
+        c.replicas
+            .retain(|r| usize::from(r.id) == i + 1 || members.contains(&(usize::from(r.id) - 1)));
+        c.allow_fault_injection = true;
+        c.workers = 1;
+        c.checkpoint_every_secs = 1;
+        let toml = c.to_toml().expect("toml");
+        std::fs::write(self.dir.join(format!("r{}.toml", i + 1)), toml).expect("config");
+        self.spawn(i);
+        i
+    }
+
+    /// Whether replica `i`'s process is running (started and not killed).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.procs[i].is_some()
     }
 
     fn spawn(&mut self, i: usize) {
