@@ -369,3 +369,25 @@ def test_answered_requests_are_acknowledged_by_the_next_ones(dev):
             await acks_become(c, [4])
 
     run(body())
+
+
+def test_members_and_refused_group_changes(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            m = await c.members()
+            assert [(x.replica, x.role) for x in m.members] == [(1, "voter"), (2, "voter"), (3, "voter")]
+            assert m.members[0].client_addr and m.members[0].peer_addr
+            with pytest.raises(creek.CreekError) as e:
+                await c.add_replica(2, "127.0.0.1:1", "127.0.0.1:2")
+            assert e.value.status_code is grpc.StatusCode.ALREADY_EXISTS, e.value
+            with pytest.raises(creek.InvalidArgument, match="not a reachable host:port"):
+                await c.add_replica(4, "no-such-host.invalid:1", "127.0.0.1:2")
+            with pytest.raises(creek.CreekError) as e:
+                await c.remove_replica(9)
+            assert e.value.status_code is grpc.StatusCode.NOT_FOUND, e.value
+            # Nothing changed.
+            assert (await c.members()).members == m.members
+
+    run(body())
+    with creek.BlockingClient(dev.clients, timeout=T) as c:
+        assert len(c.members().members) == 3

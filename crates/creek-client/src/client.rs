@@ -356,6 +356,7 @@ impl Client {
                 .get("creek-leader-addr")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
+            let error = Error::from(status.clone());
             let retry = match (status.code(), leader) {
                 (tonic::Code::FailedPrecondition, Some(addr)) => {
                     channel = Replica::new(addr)?.endpoint.connect().await.map_err(|e| {
@@ -363,18 +364,20 @@ impl Client {
                     })?;
                     true
                 }
-                (tonic::Code::Aborted | tonic::Code::Unavailable, _) => {
+                (tonic::Code::Aborted, _) => {
                     tokio::time::sleep(GROUP_CHANGE_RETRY).await;
-                    if status.code() == tonic::Code::Unavailable {
-                        let failed = lock(&self.inner.current).index;
-                        channel = self.fail_over(failed).await?.channel;
-                    }
+                    true
+                }
+                _ if error.is_unavailable() => {
+                    tokio::time::sleep(GROUP_CHANGE_RETRY).await;
+                    let failed = lock(&self.inner.current).index;
+                    channel = self.fail_over(failed).await?.channel;
                     true
                 }
                 _ => false,
             };
             if !retry || Instant::now() >= give_up {
-                return Err(Error::from(status));
+                return Err(error);
             }
         }
     }

@@ -223,6 +223,9 @@ pub enum Event {
     RejoinedDespiteLoss(String),
     /// A lost replica was rebuilt from a peer's checkpoint (cluster id).
     Rebuilt(u64),
+    /// A new replica installed a member's checkpoint: it is a member
+    /// (cluster id).
+    Admitted(u64),
     /// This replica was removed from the group.
     Removed,
     /// A peer belongs to another cluster.
@@ -394,14 +397,20 @@ impl Membership {
             return;
         }
         let founders = std::mem::take(&mut self.lost_founders);
-        if let Some((_, old)) = founders.iter().find(|(r, _)| *r == self.me) {
-            self.identity.nonce = *old;
+        let founder = founders.iter().find(|(r, _)| *r == self.me).map(|f| f.1);
+        if let Some(old) = founder {
+            self.identity.nonce = old;
         }
         self.identity.founders = Some(founders);
         self.dirty = true;
         self.verified = std::mem::take(&mut self.lost_sources);
         self.heard.clear();
-        self.events.push(Event::Rebuilt(self.identity.cluster_id()));
+        let cluster = self.identity.cluster_id();
+        self.events.push(if founder.is_some() {
+            Event::Rebuilt(cluster)
+        } else {
+            Event::Admitted(cluster)
+        });
         self.hello_all();
     }
 

@@ -714,7 +714,7 @@ impl NodeLoop {
                 ),
                 M::Rebuilt(cluster) => tracing::info!(
                     cluster = %format!("{cluster:016x}"),
-                    "installed a member's checkpoint: a member of the cluster (again, if it had lost its data)"
+                    "rebuilt from a member's checkpoint: a member of the cluster again"
                 ),
                 M::RejoinedDespiteLoss(why) => tracing::warn!(
                     error = %why,
@@ -724,6 +724,10 @@ impl NodeLoop {
                 M::Joining(why) => tracing::info!(
                     detail = %why,
                     "joining a running cluster as a new replica"
+                ),
+                M::Admitted(cluster) => tracing::info!(
+                    cluster = %format!("{cluster:016x}"),
+                    "installed a member's checkpoint: a member of the cluster"
                 ),
                 M::Removed => tracing::warn!(
                     "this replica was removed from its cluster: it no longer votes, serves or \

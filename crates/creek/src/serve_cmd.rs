@@ -255,6 +255,94 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     })
 }
 
+/// A port `offset` above `base`.
+fn port_at(base: u16, offset: u16) -> Result<SocketAddr, String> {
+    let port = base
+        .checked_add(offset)
+        .ok_or_else(|| format!("port {base} + {offset} overflows"))?;
+    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// `creek dev add-replica`: start a replica under the next free id on the
+/// next ports, configured with the cluster's members and itself, ask the
+/// cluster to add it, and serve until Ctrl-C.
+fn dev_add_replica(args: &DevArgs) -> Result<(), String> {
+    let panics = watch_panics();
+    run(async {
+        let addrs: Vec<String> = (0..args.replicas.max(1))
+            .map(|i| port_at(args.client_port, i).map(|a| a.to_string()))
+            .collect::<Result<_, _>>()?;
+        let client = creek_client::Client::connect(addrs.clone())
+            .await
+            .map_err(|e| format!("no `creek dev` replica answered at {addrs:?}: {e}"))?;
+        let members = client
+            .members()
+            .await
+            .map_err(|e| format!("asking the cluster for its members: {e}"))?;
+        let id = u16::try_from(members.max_id + 1)
+            .map_err(|_| "no replica id left (65535 used)".to_owned())?;
+        let mut replicas = Vec::new();
+        for m in &members.members {
+            let parse = |a: &str| {
+                a.parse::<SocketAddr>()
+                    .map_err(|e| format!("member {} has address {a:?}: {e}", m.replica))
+            };
+            replicas.push(ReplicaAddr {
+                id: u16::try_from(m.replica).map_err(|_| "a member id beyond 65535".to_owned())?,
+                peer_addr: parse(&m.peer_addr)?,
+                client_addr: parse(&m.client_addr)?,
+            });
+        }
+        let me = ReplicaAddr {
+            id,
+            peer_addr: port_at(args.peer_port, id - 1)?,
+            client_addr: port_at(args.client_port, id - 1)?,
+        };
+        replicas.push(me.clone());
+        let mut config = ServerConfig::new(id, replicas, args.data_dir.join(format!("r{id}")));
+        config.workers = 1;
+        config.allow_fault_injection = args.allow_fault_injection;
+        if args.metrics_port != 0 {
+            config.metrics_addr = Some(port_at(args.metrics_port, id - 1)?);
+        }
+        config.validate().map_err(|e| e.to_string())?;
+        let file = args.data_dir.join(format!("r{id}.toml"));
+        let toml = config.to_toml().map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&args.data_dir)
+            .and_then(|()| std::fs::write(&file, toml))
+            .map_err(|e| format!("writing {}: {e}", file.display()))?;
+        let server = Server::start(config).await.map_err(|e| e.to_string())?;
+        let added = client
+            .add_replica(id, &me.peer_addr.to_string(), &me.client_addr.to_string())
+            .await;
+        if let Err(e) = added {
+            server.shutdown().await;
+            return Err(format!("the cluster did not add replica {id}: {e}"));
+        }
+        println!(
+            "creek dev: replica {id} added (client {}); it joins as a learner and becomes a \
+             voter once caught up (creek admin members). Ctrl-C stops it; restart it with \
+             creek serve --config {}",
+            server.client_addr(),
+            file.display()
+        );
+        let failure = tokio::select! {
+            () = stop_signal() => None,
+            why = server.failed() => Some(why.to_string()),
+            why = panicked(panics) => Some(why),
+        };
+        if let Some(why) = failure {
+            tracing::error!(replica = %id, error = %why, "the replica failed; exiting");
+            stop_after_failure(vec![server]).await;
+            return Err(format!("replica {id} failed: {why}"));
+        }
+        server
+            .stop()
+            .await
+            .map_err(|why| format!("replica {id} failed while stopping: {why}"))
+    })
+}
+
 /// `creek dev`.
 #[derive(clap::Args)]
 pub struct DevArgs {
@@ -277,11 +365,26 @@ pub struct DevArgs {
     /// Accept Admin.SetFaults.
     #[arg(long)]
     allow_fault_injection: bool,
+    #[command(subcommand)]
+    action: Option<DevAction>,
+}
+
+/// What `creek dev` does besides running the cluster.
+#[derive(clap::Subcommand)]
+pub enum DevAction {
+    /// Add a replica to the running `creek dev` cluster (with the same
+    /// flags): it runs in this process under the next free id, on the next
+    /// ports, joins the cluster, and serves until Ctrl-C. Its configuration
+    /// is written to DATA_DIR/rN.toml (`creek serve --config` restarts it).
+    AddReplica,
 }
 
 /// `creek dev`: a local cluster on loopback in this process, until Ctrl-C.
 pub fn dev(args: &DevArgs) -> Result<(), String> {
     init_logging();
+    if let Some(DevAction::AddReplica) = args.action {
+        return dev_add_replica(args);
+    }
     let mut configs = ServerConfig::local_group(
         args.replicas,
         args.client_port,

@@ -84,6 +84,18 @@ class BlockingClient(Builtins):
         """`Client.status`."""
         return self._await(self._client.status(timeout=timeout))
 
+    def members(self, timeout: Optional[float] = 5.0) -> pb.MembersReply:
+        """`Client.members`."""
+        return self._await(self._client.members(timeout=timeout))
+
+    def add_replica(self, replica: int, peer_addr: str, client_addr: str) -> pb.MembersReply:
+        """`Client.add_replica`."""
+        return self._await(self._client.add_replica(replica, peer_addr, client_addr))
+
+    def remove_replica(self, replica: int) -> pb.MembersReply:
+        """`Client.remove_replica`."""
+        return self._await(self._client.remove_replica(replica))
+
     def close(self) -> None:
         """Close the connections and stop the thread."""
         if self._closed:

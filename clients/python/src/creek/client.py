@@ -38,6 +38,11 @@ DRAIN_TIMEOUT_S = 1.0
 DRAIN_MESSAGES_MAX = 4
 # Acknowledgements one request carries (the server takes this many), and
 # how many wait at most (older ones are dropped: their entries expire).
+# How long a group change is retried (a leader hand-over, another change in
+# progress), and the pause between tries.
+GROUP_CHANGE_WAIT_S = 30.0
+GROUP_CHANGE_RETRY_S = 0.2
+
 ACKS_PER_REQUEST = 256
 ACKS_WAITING_MAX = 4096
 
@@ -197,6 +202,67 @@ class Client(Builtins):
             return pb_grpc.CreekStub(channel).Status(pb.StatusRequest(), timeout=timeout)
 
         return await self._unary_with_failover(one)
+
+    # ------------------------------------------------------- membership
+
+    async def members(self, timeout: Optional[float] = 5.0) -> pb.MembersReply:
+        """The replica group as the connected replica applied it: each
+        member's id, role ("voter", "learner", and while a change is under
+        way "incoming voter" / "outgoing voter") and addresses."""
+        self._bind_loop()
+
+        def one(channel: grpc.aio.Channel) -> Awaitable[pb.MembersReply]:
+            return pb_grpc.AdminStub(channel).Members(pb.MembersRequest(), timeout=timeout)
+
+        return await self._unary_with_failover(one)
+
+    async def add_replica(self, replica: int, peer_addr: str, client_addr: str) -> pb.MembersReply:
+        """Add a replica under `replica`, an id the group never had: it joins
+        as a learner and becomes a voter once it has caught up. Start its
+        `creek serve` with a configuration listing the current members and
+        itself. Sent on to the leader; returns the group once the change is
+        applied. Refusals (an id in use or used before, a bad address) raise
+        a `CreekError` and change nothing."""
+        request = pb.AddReplicaRequest(replica=replica, peer_addr=peer_addr, client_addr=client_addr)
+        return await self._at_leader(lambda stub: stub.AddReplica(request, timeout=GROUP_CHANGE_WAIT_S))
+
+    async def remove_replica(self, replica: int) -> pb.MembersReply:
+        """Remove `replica` from the group (it may be down); a leader hands
+        leadership over first. Returns the group once the change is
+        applied."""
+        request = pb.RemoveReplicaRequest(replica=replica)
+        return await self._at_leader(lambda stub: stub.RemoveReplica(request, timeout=GROUP_CHANGE_WAIT_S))
+
+    async def _at_leader(self, call: Callable[[pb_grpc.AdminStub], Awaitable[pb.MembersReply]]) -> pb.MembersReply:
+        """Run a group change at the leader: a replica that is not the leader
+        names it (followed); one busy with another change, or handing
+        leadership over, says so (retried), for up to GROUP_CHANGE_WAIT_S."""
+        self._bind_loop()
+        give_up = time.monotonic() + GROUP_CHANGE_WAIT_S
+        channel = self._channel(self._current)
+        extra: List[grpc.aio.Channel] = []
+        try:
+            while True:
+                try:
+                    return await call(pb_grpc.AdminStub(channel))
+                except grpc.aio.AioRpcError as e:
+                    leader = dict(e.trailing_metadata() or ()).get("creek-leader-addr")
+                    code = e.code()
+                    if code == grpc.StatusCode.FAILED_PRECONDITION and leader:
+                        channel = grpc.aio.insecure_channel(_address(leader), options=_CHANNEL_OPTIONS)
+                        extra.append(channel)
+                    elif code in (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE):
+                        await asyncio.sleep(GROUP_CHANGE_RETRY_S)
+                        if code == grpc.StatusCode.UNAVAILABLE:
+                            self._current = self._next_replica(self._current, {self._current})
+                            channel = self._channel(self._current)
+                    else:
+                        raise from_rpc_error(e) from None
+                    if time.monotonic() >= give_up:
+                        raise from_rpc_error(e) from None
+        finally:
+            for c in extra:
+                await c.close(grace=None)
 
     # ------------------------------------------------------------ lifecycle
 
