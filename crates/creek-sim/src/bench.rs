@@ -7,9 +7,9 @@
 //! invoked in it, throughput of the ops that completed in it (an op
 //! completes at its final view if it asked for one, else at its first).
 
+use creek_check::history::{History, OpRecord};
 use serde_json::{json, Map, Value as Json};
 
-use crate::history::{History, OpRecord};
 use crate::sim::{Outcome, Totals};
 use crate::workload::Workload;
 

@@ -1,16 +1,15 @@
 //! Creek's deterministic cluster simulator: N replicas of the real
 //! `creek_node::Node`, or of a baseline protocol (`baseline`: SMR, Bayou,
 //! Archie), on a modelled network and modelled CPUs, with faults,
-//! closed- and open-loop clients, consistency checkers (`report`) and the
-//! benchmark measurements shared with the cluster target (`bench`); and
-//! `testnet`, the smallest harness of real nodes on an in-process network.
+//! closed- and open-loop clients, the consistency checkers of `creek_check`
+//! run over every finished simulation (`report`), the benchmark
+//! measurements shared with the cluster target (`bench`); and `testnet`,
+//! the smallest harness of real nodes on an in-process network.
 #![deny(missing_docs)]
 
 pub mod baseline;
 pub mod bench;
-pub mod check;
 pub mod config;
-pub mod history;
 pub mod net;
 pub mod replica;
 pub mod report;

@@ -1,244 +1,48 @@
-//! Runs every checker over a finished simulation and builds its report.
+//! Runs every checker (`creek_check`) over a finished simulation and builds
+//! its report.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use creek_core::{OpId, ReplicaId};
-use creek_exec::basic::replay_from;
-use creek_exec::{Outcome as ExecOutcome, ProcCall, TxnLimits};
+use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
 use serde_json::{json, Value};
 
-use crate::check::{linearizable, order};
 use crate::config::SimConfig;
 use crate::sim::Outcome;
 use crate::workload::Workload;
 
-/// The verdict of one checker.
-#[derive(Clone, Debug)]
-pub struct Check {
-    /// Its name in the report.
-    pub name: &'static str,
-    /// Whether it passed.
-    pub ok: bool,
-    /// What failed, one line each (bounded).
-    pub violations: Vec<String>,
-    /// How conclusive the check was (e.g. the linearizability search).
-    pub note: Option<String>,
-}
-
-fn check(name: &'static str, violations: Vec<String>) -> Check {
-    let mut violations = violations;
-    violations.truncate(20);
-    Check {
-        name,
-        ok: violations.is_empty(),
-        violations,
-        note: None,
-    }
-}
-
-/// All checkers.
+/// All checkers, over the simulator's end state.
 pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
-    let mut checks = Vec::new();
-    let lists: Vec<&[OpId]> = out.nodes.iter().map(|n| n.committed()).collect();
-    let canonical: Vec<OpId> = lists
+    let replicas = out
+        .nodes
         .iter()
-        .max_by_key(|l| l.len())
-        .map(|l| l.to_vec())
-        .unwrap_or_default();
-
-    // Committed prefix: seen during the run, and at the end.
-    let mut prefix = Vec::new();
-    if let Some(v) = &out.prefix_violation {
-        prefix.push(v.clone());
-    }
-    for (i, l) in lists.iter().enumerate() {
-        if !canonical.starts_with(l) {
-            prefix.push(format!(
-                "replica {i}'s committed list is not a prefix of the longest"
-            ));
-        }
-    }
-    checks.push(check("committed_prefix", prefix));
-
-    // Convergence after heal and quiescence.
-    let mut conv = Vec::new();
-    if !out.settled {
-        conv.push("the cluster did not settle within the time limit".to_string());
-    }
-    // A replica that knows it lost its data takes no part (it waits to be
-    // rebuilt): it is left out, as long as the others hold everything.
-    let states: Vec<_> = out.nodes.iter().map(|n| n.committed_state()).collect();
-    let reference = out.nodes.iter().position(|n| !n.is_lost());
-    for (i, n) in out.nodes.iter().enumerate() {
-        if n.is_lost() {
-            continue;
-        }
-        if n.committed() != canonical.as_slice() {
-            conv.push(format!(
-                "replica {i} committed {} ops, the longest list has {}",
-                n.committed().len(),
-                canonical.len()
-            ));
-        }
-        if n.finalized() != n.committed().len() as u64 {
-            conv.push(format!(
-                "replica {i} has {} committed ops without a final execution",
-                n.committed().len() as u64 - n.finalized()
-            ));
-        }
-        if n.pending_len() > 0 {
-            conv.push(format!(
-                "replica {i} still has {} uncommitted ops",
-                n.pending_len()
-            ));
-        }
-        if let Some(r) = reference.filter(|r| states[*r] != states[i]) {
-            conv.push(format!(
-                "replica {i}'s committed state differs from replica {r}'s"
-            ));
-        }
-    }
-    checks.push(check("converged", conv));
-
-    // Liveness: once the faults healed, everything completes within the
-    // documented bound.
-    let mut live = Vec::new();
-    match out.settled_after_us {
-        Some(t) if t > out.liveness_bound_us => live.push(format!(
-            "the cluster settled {} ms after the faults healed; the bound is {} ms",
-            t / 1000,
-            out.liveness_bound_us / 1000
-        )),
-        Some(_) => {}
-        None => live.push("strong ops still incomplete at the time limit".into()),
-    }
-    checks.push(check("liveness", live));
-
-    // Replay: nothing lost, duplicated or invented; every final view and the
-    // state equal a sequential execution of the committed order.
-    let mut replay_v = Vec::new();
-    let unique: BTreeSet<OpId> = canonical.iter().copied().collect();
-    if unique.len() != canonical.len() {
-        replay_v.push("an op appears twice in the committed order".into());
-    }
-    let mut calls: Vec<&ProcCall> = Vec::new();
-    for id in &canonical {
-        match out.ops.get(id) {
-            Some(op) => calls.push(&op.call),
-            None => replay_v.push(format!("{id} committed but never broadcast (invented)")),
-        }
-    }
-    let initial = if out.preloaded {
+        .map(|n| ReplicaEnd {
+            committed: n.committed(),
+            finalized: n.finalized(),
+            pending: n.pending_len(),
+            committed_state: n.committed_state(),
+            lost: n.is_lost(),
+            wiped: n.disk_counts().wipes > 0,
+        })
+        .collect();
+    let initial_state = if out.preloaded {
         workload.preload().into_iter().collect()
     } else {
         BTreeMap::new()
     };
-    let (outcomes, state) = replay_from(&out.registry, TxnLimits::default(), initial, calls);
-    let outcome_of: BTreeMap<OpId, &ExecOutcome> =
-        canonical.iter().copied().zip(outcomes.iter()).collect();
-    for r in &out.history.ops {
-        let (Some(id), Some(f)) = (r.id, r.final_view()) else {
-            continue;
-        };
-        match outcome_of.get(&id) {
-            Some(o) if **o == f.outcome => {}
-            Some(o) => replay_v.push(format!(
-                "final view of {id} ({}) is {:?}; replay gives {:?}",
-                r.call.name, f.outcome, o
-            )),
-            None => replay_v.push(format!("{id} got a final view but is not committed")),
-        }
-    }
-    if reference.is_some_and(|r| states[r] != state) {
-        replay_v.push("the committed state differs from a replay of the committed order".into());
-    }
-    checks.push(check("replay_matches", replay_v));
-
-    // No acknowledged op lost. Every broadcast op commits — except an
-    // unacknowledged op of an origin that lost its disk: one that never
-    // left it is gone with the disk (one that reached a peer still commits,
-    // or `converged` finds it pending); an acknowledged one was committed
-    // by a majority and is checked below like any other.
-    let wiped = |origin: ReplicaId| {
-        out.nodes
-            .get(usize::from(origin.0).wrapping_sub(1))
-            .is_some_and(|n| n.disk_counts().wipes > 0)
+    let run = RunEnd {
+        history: &out.history,
+        replicas,
+        broadcast: out.ops.iter().map(|(id, op)| (*id, &op.call)).collect(),
+        registry: &out.registry,
+        initial_state,
+        prefix_violation: out.prefix_violation.clone(),
+        settled: out.settled,
+        settled_after_us: out.settled_after_us,
+        liveness_bound_us: out.liveness_bound_us,
+        lin_budget_steps: cfg.lin_budget_steps,
     };
-    let mut lost = Vec::new();
-    for id in out.ops.keys() {
-        if !unique.contains(id) && !wiped(id.origin) {
-            lost.push(format!("{id} was broadcast but never committed"));
-        }
-    }
-    for r in &out.history.ops {
-        let Some(id) = r.id else { continue };
-        let acked = r.final_view().is_some() || (!r.views.is_empty() && !r.origin_crashed);
-        if acked && !unique.contains(&id) {
-            lost.push(format!(
-                "{id} ({}) was acknowledged but is not in the final order",
-                r.call.name
-            ));
-        }
-    }
-    checks.push(check("no_lost_acks", lost));
-
-    // Linearizability of strong ops.
-    // Strong ops with their observed final outcomes, plus the replicated weak
-    // ops as ops of unknown outcome that take effect at some point after
-    // their invocation: Creek promises linearizable strong ops in an order
-    // that also contains the weak ones (paper §4.3), not that weak ops are
-    // absent.
-    let mut lin_ops = linearizable::strong_ops(&out.history);
-    for (index, r) in out.history.ops.iter().enumerate() {
-        if !r.strong && r.id.is_some() {
-            lin_ops.push(linearizable::LinOp {
-                index,
-                call: r.call.clone(),
-                invoked_at_us: r.invoked_at_us,
-                completed: None,
-            });
-        }
-    }
-    let keys = |c: &ProcCall| workload.keys(c);
-    let (lin, note) = match linearizable::check(
-        &lin_ops,
-        &keys,
-        &out.registry,
-        TxnLimits::default(),
-        cfg.lin_budget_steps,
-    ) {
-        linearizable::LinResult::Ok { partitions, ops } => (
-            Vec::new(),
-            format!("linearizable: {ops} ops in {partitions} partitions"),
-        ),
-        linearizable::LinResult::Violation(v) => {
-            let note = format!("violation on keys {:?}", v.keys);
-            (
-                vec![format!(
-                    "not linearizable on keys {:?}: {}",
-                    v.keys, v.reason
-                )],
-                note,
-            )
-        }
-        linearizable::LinResult::Inconclusive { reason } => {
-            (Vec::new(), format!("inconclusive: {reason}"))
-        }
-    };
-    let mut lin_check = check("linearizable", lin);
-    lin_check.note = Some(note);
-    checks.push(lin_check);
-    checks.push(check(
-        "real_time",
-        order::check_real_time(&out.history, &canonical),
-    ));
-    checks.push(check(
-        "session_order",
-        order::check_session_order(&out.history, &canonical),
-    ));
-    checks.push(check("workload", workload.check(&out.history, &state)));
-    checks
+    check_run(run, &|c| workload.keys(c), &|h, s| workload.check(h, s))
 }
 
 /// The JSON report of one run.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::replica::{DiskPoll, DiskSetup};
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
+use creek_check::history::{History, OpRecord, SeenView, SETUP_CLIENT};
 use creek_core::{Checkpoint, ExecKey, InvokeError, Op, OpId, ReplicaId, Request, Views};
 use creek_exec::{ClientRequestId, Completion, Registry};
 use creek_node::NodeConfig;
@@ -19,7 +20,6 @@ use creek_wire::{GossipMessage, Limits, PeerMessage};
 
 use crate::baseline::BaselineNode;
 use crate::config::{Links, PlantedBug, Protocol, SimConfig, WAN_JITTER_PERCENT, WAN_ONE_WAY_US};
-use crate::history::{History, OpRecord, SeenView};
 use crate::net::Network;
 use crate::replica::{CreekReplica, ReplicaCounts, SimReplica};
 use crate::rng::Rng;
@@ -718,7 +718,7 @@ impl Sim {
         };
         let index = self.history.ops.len();
         self.history.ops.push(OpRecord {
-            client: client.map_or(crate::history::SETUP_CLIENT, |c| c as u32),
+            client: client.map_or(SETUP_CLIENT, |c| c as u32),
             replica: i,
             id: match handle {
                 ExecKey::Op(id) => Some(id),
@@ -1296,7 +1296,7 @@ impl Sim {
             .values()
             .filter(|op| &*op.call.name == creek_exec::void::VOID)
             .count() as u64;
-        let refused_expired = |r: &crate::history::OpRecord| {
+        let refused_expired = |r: &OpRecord| {
             r.views.iter().any(|v| {
                 v.kind != creek_core::ViewKind::Tentative
                     && v.outcome

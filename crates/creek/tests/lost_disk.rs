@@ -4,9 +4,10 @@
 //! it, takes no part until it is rebuilt from a member's checkpoint (state
 //! transfer), and then rejoins — under load, a follower and then the
 //! leader, one at a time, with strong ops linearizable throughout (the
-//! simulator's checker on the recorded history). When a majority is lost at
-//! once, nothing is rebuilt from the minority left: strong ops are refused
-//! with "quorum lost data" and nothing acknowledged is lost.
+//! simulator's checker, from `creek_check`, on the recorded history). When
+//! a majority is lost at once, nothing is rebuilt from the minority left:
+//! strong ops are refused with "quorum lost data" and nothing acknowledged
+//! is lost.
 
 mod common;
 
@@ -16,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
+use creek_check::linearizable::{self, LinOp, LinResult};
 use creek_exec::{Abort, ProcCall, Registry, TxnLimits};
 use creek_proto::pb::Level;
-use creek_sim::check::linearizable::{self, LinOp, LinResult};
 use tonic::Code;
 
 const STRONG: &[Level] = &[Level::Strong];

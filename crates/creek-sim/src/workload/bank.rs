@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use creek_check::history::History;
 use creek_exec::registry::INTERNAL_KEY_PREFIX;
 use creek_exec::value::{decode_args, encode_args, Value};
 use creek_exec::{Abort, Outcome, ProcCall, Registry, Txn};
@@ -30,7 +31,6 @@ use super::{
     args_of, bounded, describe, final_result, pick_final, pick_mode, show, NextOp, Workload,
     WorkloadConfig,
 };
-use crate::history::History;
 use crate::rng::Rng;
 
 /// `bank.open(account, amount)`.
@@ -352,8 +352,8 @@ mod tests {
     use creek_exec::TxnLimits;
 
     use super::*;
-    use crate::history::OpRecord;
     use crate::workload::testkit::{call, history, record, run_sequential, stable};
+    use creek_check::history::OpRecord;
 
     fn b(s: &str) -> Value {
         Value::from(s)

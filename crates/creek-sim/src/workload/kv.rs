@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use creek_check::history::History;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
 
@@ -21,7 +22,6 @@ use super::{
     args_of, bounded, describe, final_result, first_bytes_arg, logical_ops, pick_mode, show,
     NextOp, Workload, WorkloadConfig,
 };
-use crate::history::History;
 use crate::rng::Rng;
 
 /// `kv.get(key)`.
@@ -293,7 +293,7 @@ mod tests {
         })
     }
 
-    fn honest_ops() -> Vec<crate::history::OpRecord> {
+    fn honest_ops() -> Vec<creek_check::history::OpRecord> {
         vec![
             stable(1, call(PUT, &[b("r0"), b("c0-1")]), Value::Nil),
             stable(2, call(GET, &[b("r0")]), b("c0-1")),

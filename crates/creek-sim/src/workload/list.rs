@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use creek_check::history::History;
 use creek_exec::registry::INTERNAL_KEY_PREFIX;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
@@ -21,7 +22,6 @@ use super::{
     args_of, bounded, describe, final_result, first_bytes_arg, pick_mode, show, NextOp, Workload,
     WorkloadConfig,
 };
-use crate::history::History;
 use crate::rng::Rng;
 
 /// `list.append(list, item)`.
@@ -245,8 +245,8 @@ mod tests {
     use creek_core::ViewKind;
 
     use super::*;
-    use crate::history::OpRecord;
     use crate::workload::testkit::{call, history, record, run_sequential, stable};
+    use creek_check::history::OpRecord;
 
     fn b(s: &str) -> Value {
         Value::from(s)

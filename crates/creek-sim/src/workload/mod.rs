@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use creek_check::history::{History, OpRecord};
 use creek_exec::value::{decode_args, Value};
 use creek_exec::{ClientRequestId, ProcCall, Registry};
 use creek_workloads::ycsb::YcsbConfig;
 
-use crate::history::{History, OpRecord};
 use crate::rng::Rng;
 
 /// One op a client wants to issue.
@@ -233,8 +233,8 @@ pub(crate) mod testkit {
     use creek_exec::{Outcome, ProcCall, Registry, TxnLimits};
 
     use super::Workload;
-    use crate::history::{History, OpRecord, SeenView};
     use crate::rng::Rng;
+    use creek_check::history::{History, OpRecord, SeenView};
 
     /// A call with encoded arguments.
     pub fn call(name: &str, args: &[Value]) -> ProcCall {

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use creek_check::history::History;
 use creek_exec::registry::INTERNAL_KEY_PREFIX;
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
@@ -23,7 +24,6 @@ use super::{
     args_of, bounded, describe, final_result, first_bytes_arg, logical_ops, pick_final, pick_mode,
     show, NextOp, Workload, WorkloadConfig,
 };
-use crate::history::History;
 use crate::rng::Rng;
 
 /// `queue.enqueue(queue, item)`.
@@ -287,8 +287,8 @@ mod tests {
     use creek_exec::{ClientRequestId, TxnLimits};
 
     use super::*;
-    use crate::history::OpRecord;
     use crate::workload::testkit::{call, history, record, run_sequential, stable};
+    use creek_check::history::OpRecord;
 
     fn w(tickets: usize) -> QueueWorkload {
         QueueWorkload::new(&WorkloadConfig {

@@ -20,13 +20,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use creek_check::history::{History, OpRecord};
 use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
 use serde_json::{json, Map, Value as Json};
 
 use super::queue::DEQUEUE;
 use super::{args_of, bounded, describe, first_bytes_arg, NextOp, Workload, WorkloadConfig};
-use crate::history::{History, OpRecord};
 use crate::rng::Rng;
 
 /// The queue holding event `e`'s tickets.

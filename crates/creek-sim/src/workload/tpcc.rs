@@ -24,11 +24,11 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use creek_check::history::History;
 use creek_exec::{ProcCall, Registry};
 use creek_workloads::tpcc::{self, load, new_order, Generator, GeneratorConfig, NuRandC};
 
 use super::{bounded, describe, NextOp, Workload, WorkloadConfig};
-use crate::history::History;
 use crate::rng::Rng;
 
 /// Bytes of records per setup call.

@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use creek_check::history::{History, OpRecord};
 use creek_exec::{ProcCall, Registry};
 use creek_workloads::ycsb::{self, Ycsb, YcsbConfig};
 use serde_json::{json, Map, Value as Json};
@@ -23,7 +24,6 @@ use serde_json::{json, Map, Value as Json};
 use creek_exec::value::Value;
 
 use super::{args_of, first_bytes_arg, NextOp, Workload, WorkloadConfig};
-use crate::history::{History, OpRecord};
 use crate::rng::Rng;
 
 /// The `ycsb` workload.

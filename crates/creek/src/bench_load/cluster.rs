@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use creek_check::history::{History, OpRecord, SeenView};
 use creek_client::{CallOptions, Client, Levels, ViewKind};
 use creek_exec::value::{decode_args, Value};
 use creek_exec::{Abort, ProcCall};
 use creek_sim::bench::{client_side, ratio, Window};
-use creek_sim::history::{History, OpRecord, SeenView};
 use creek_sim::rng::Rng;
 use creek_sim::workload::Workload;
 use serde_json::{json, Map, Value as Json};

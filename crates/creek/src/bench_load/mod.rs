@@ -4,7 +4,7 @@
 //! setup and checks); `--target sim` runs it in the deterministic
 //! simulator, `--target cluster` against real `creek serve` processes on
 //! loopback through the Rust client. Both record what clients saw as a
-//! [`creek_sim::history::History`] and measure it with
+//! [`creek_check::history::History`] and measure it with
 //! [`creek_sim::bench`], so a point means the same on both.
 //!
 //! A run is a sweep: open-loop rates (`--rate 5000,10000,…`, Poisson

@@ -1,5 +1,7 @@
 //! What clients observed: every invocation with its views and their times.
-//! The checkers work on this and on the replicas' final state.
+//! The checkers work on this and on the replicas' final state. Times are
+//! microseconds on one clock per run: virtual time in the simulator, time
+//! since the run started when real processes are driven.
 
 use creek_core::{OpId, ViewKind};
 use creek_exec::{Outcome, ProcCall};
@@ -7,7 +9,7 @@ use creek_exec::{Outcome, ProcCall};
 /// One view a client received.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeenView {
-    /// Virtual time of receipt, microseconds.
+    /// Time of receipt, microseconds.
     pub at_us: u64,
     /// Tentative, stable or confirmation.
     pub kind: ViewKind,
@@ -30,7 +32,7 @@ pub struct OpRecord {
     pub strong: bool,
     /// Whether the client asked for a final view.
     pub wants_final: bool,
-    /// Virtual time of the invocation.
+    /// Time of the invocation, microseconds.
     pub invoked_at_us: u64,
     /// Views received, in order.
     pub views: Vec<SeenView>,

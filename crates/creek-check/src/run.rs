@@ -1,0 +1,548 @@
+//! Every checker over the end of one run: what clients saw, each replica's
+//! final state and what the driver observed while the run went on.
+//!
+//! A driver fills a [`RunEnd`] from its own state — the simulator from its
+//! replicas, a real-process driver from its processes' dumps — and
+//! [`check_run`] returns one [`Check`] per property, named as in the
+//! report. This module judges; it does not settle the cluster, decide
+//! which ops to leave out of the history (ops that never took effect), or
+//! build a report.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use creek_core::{OpId, ReplicaId};
+use creek_exec::basic::replay_from;
+use creek_exec::{Outcome, ProcCall, Registry, TxnLimits};
+
+use crate::history::History;
+use crate::{linearizable, order};
+
+/// The verdict of one checker.
+#[derive(Clone, Debug)]
+pub struct Check {
+    /// Its name in the report.
+    pub name: &'static str,
+    /// Whether it passed.
+    pub ok: bool,
+    /// What failed, one line each (bounded).
+    pub violations: Vec<String>,
+    /// How conclusive the check was (e.g. the linearizability search).
+    pub note: Option<String>,
+}
+
+fn check(name: &'static str, violations: Vec<String>) -> Check {
+    let mut violations = violations;
+    violations.truncate(20);
+    Check {
+        name,
+        ok: violations.is_empty(),
+        violations,
+        note: None,
+    }
+}
+
+/// One replica at the end of a run, as the checkers need it.
+#[derive(Clone, Debug)]
+pub struct ReplicaEnd<'a> {
+    /// Its committed order, first committed first (every position, also
+    /// those a recovery or a state transfer took from a checkpoint).
+    pub committed: &'a [OpId],
+    /// How many committed ops have their final execution (a prefix).
+    pub finalized: u64,
+    /// Ops known here and not yet committed.
+    pub pending: usize,
+    /// The state the committed ops' final executions produced.
+    pub committed_state: BTreeMap<Bytes, Bytes>,
+    /// The replica knows it lost its data and takes no part until rebuilt:
+    /// `converged` leaves it out.
+    pub lost: bool,
+    /// The replica's disk was lost at least once during the run: its
+    /// unacknowledged ops that never left it may be gone with it.
+    pub wiped: bool,
+}
+
+/// Everything the checkers judge at the end of one run.
+#[derive(Clone, Debug)]
+pub struct RunEnd<'a> {
+    /// What clients saw, without ops that never took effect.
+    pub history: &'a History,
+    /// Every replica, replica `i` (id `i + 1`) at index `i`.
+    pub replicas: Vec<ReplicaEnd<'a>>,
+    /// Every op broadcast during the run, by id: each must commit, and a
+    /// replay of the committed order runs their calls.
+    pub broadcast: BTreeMap<OpId, &'a ProcCall>,
+    /// The procedures the replicas ran: the sequential specification.
+    pub registry: &'a Registry,
+    /// The state every replica started from (a replay starts there).
+    pub initial_state: BTreeMap<Bytes, Bytes>,
+    /// A violation of the committed-prefix property the driver saw during
+    /// the run (it may check after every event, not only at the end).
+    pub prefix_violation: Option<String>,
+    /// Whether the cluster settled (every replica quiet, with one committed
+    /// order) before the time limit.
+    pub settled: bool,
+    /// How long after the faults healed the cluster settled; `None`: strong
+    /// ops were still incomplete at the time limit.
+    pub settled_after_us: Option<u64>,
+    /// The bound `settled_after_us` must keep.
+    pub liveness_bound_us: u64,
+    /// Steps the linearizability search may take before it gives up
+    /// (inconclusive, not failed).
+    pub lin_budget_steps: u64,
+}
+
+/// A workload's own checks over the history and the state a replay of the
+/// committed order gives (the converged committed state, when
+/// `replay_matches` passes), one line per violation.
+pub type Invariants<'a> = dyn Fn(&History, &BTreeMap<Bytes, Bytes>) -> Vec<String> + 'a;
+
+/// Every checker over `run`. `keys` gives the keys a call touches, for
+/// partitioning the linearizability check (empty: the call is not checked);
+/// `invariants` are the workload's own checks.
+pub fn check_run(
+    run: RunEnd<'_>,
+    keys: &dyn Fn(&ProcCall) -> Vec<Bytes>,
+    invariants: &Invariants<'_>,
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let lists: Vec<&[OpId]> = run.replicas.iter().map(|r| r.committed).collect();
+    let canonical: Vec<OpId> = lists
+        .iter()
+        .max_by_key(|l| l.len())
+        .map(|l| l.to_vec())
+        .unwrap_or_default();
+
+    // Committed prefix: seen during the run, and at the end.
+    let mut prefix = Vec::new();
+    if let Some(v) = &run.prefix_violation {
+        prefix.push(v.clone());
+    }
+    for (i, l) in lists.iter().enumerate() {
+        if !canonical.starts_with(l) {
+            prefix.push(format!(
+                "replica {i}'s committed list is not a prefix of the longest"
+            ));
+        }
+    }
+    checks.push(check("committed_prefix", prefix));
+
+    // Convergence after heal and quiescence.
+    let mut conv = Vec::new();
+    if !run.settled {
+        conv.push("the cluster did not settle within the time limit".to_string());
+    }
+    // A replica that knows it lost its data takes no part (it waits to be
+    // rebuilt): it is left out, as long as the others hold everything.
+    let states: Vec<&BTreeMap<Bytes, Bytes>> =
+        run.replicas.iter().map(|r| &r.committed_state).collect();
+    let reference = run.replicas.iter().position(|r| !r.lost);
+    for (i, n) in run.replicas.iter().enumerate() {
+        if n.lost {
+            continue;
+        }
+        if n.committed != canonical.as_slice() {
+            conv.push(format!(
+                "replica {i} committed {} ops, the longest list has {}",
+                n.committed.len(),
+                canonical.len()
+            ));
+        }
+        if n.finalized != n.committed.len() as u64 {
+            conv.push(format!(
+                "replica {i} has {} committed ops without a final execution",
+                n.committed.len() as u64 - n.finalized
+            ));
+        }
+        if n.pending > 0 {
+            conv.push(format!(
+                "replica {i} still has {} uncommitted ops",
+                n.pending
+            ));
+        }
+        if let Some(r) = reference.filter(|r| states[*r] != states[i]) {
+            conv.push(format!(
+                "replica {i}'s committed state differs from replica {r}'s"
+            ));
+        }
+    }
+    checks.push(check("converged", conv));
+
+    // Liveness: once the faults healed, everything completes within the
+    // documented bound.
+    let mut live = Vec::new();
+    match run.settled_after_us {
+        Some(t) if t > run.liveness_bound_us => live.push(format!(
+            "the cluster settled {} ms after the faults healed; the bound is {} ms",
+            t / 1000,
+            run.liveness_bound_us / 1000
+        )),
+        Some(_) => {}
+        None => live.push("strong ops still incomplete at the time limit".into()),
+    }
+    checks.push(check("liveness", live));
+
+    // Replay: nothing lost, duplicated or invented; every final view and the
+    // state equal a sequential execution of the committed order.
+    let mut replay_v = Vec::new();
+    let unique: BTreeSet<OpId> = canonical.iter().copied().collect();
+    if unique.len() != canonical.len() {
+        replay_v.push("an op appears twice in the committed order".into());
+    }
+    let mut calls: Vec<&ProcCall> = Vec::new();
+    for id in &canonical {
+        match run.broadcast.get(id) {
+            Some(call) => calls.push(call),
+            None => replay_v.push(format!("{id} committed but never broadcast (invented)")),
+        }
+    }
+    let (outcomes, state) =
+        replay_from(run.registry, TxnLimits::default(), run.initial_state, calls);
+    let outcome_of: BTreeMap<OpId, &Outcome> =
+        canonical.iter().copied().zip(outcomes.iter()).collect();
+    for r in &run.history.ops {
+        let (Some(id), Some(f)) = (r.id, r.final_view()) else {
+            continue;
+        };
+        match outcome_of.get(&id) {
+            Some(o) if **o == f.outcome => {}
+            Some(o) => replay_v.push(format!(
+                "final view of {id} ({}) is {:?}; replay gives {:?}",
+                r.call.name, f.outcome, o
+            )),
+            None => replay_v.push(format!("{id} got a final view but is not committed")),
+        }
+    }
+    if reference.is_some_and(|r| *states[r] != state) {
+        replay_v.push("the committed state differs from a replay of the committed order".into());
+    }
+    checks.push(check("replay_matches", replay_v));
+
+    // No acknowledged op lost. Every broadcast op commits — except an
+    // unacknowledged op of an origin that lost its disk: one that never
+    // left it is gone with the disk (one that reached a peer still commits,
+    // or `converged` finds it pending); an acknowledged one was committed
+    // by a majority and is checked below like any other.
+    let wiped = |origin: ReplicaId| {
+        run.replicas
+            .get(usize::from(origin.0).wrapping_sub(1))
+            .is_some_and(|r| r.wiped)
+    };
+    let mut lost = Vec::new();
+    for id in run.broadcast.keys() {
+        if !unique.contains(id) && !wiped(id.origin) {
+            lost.push(format!("{id} was broadcast but never committed"));
+        }
+    }
+    for r in &run.history.ops {
+        let Some(id) = r.id else { continue };
+        let acked = r.final_view().is_some() || (!r.views.is_empty() && !r.origin_crashed);
+        if acked && !unique.contains(&id) {
+            lost.push(format!(
+                "{id} ({}) was acknowledged but is not in the final order",
+                r.call.name
+            ));
+        }
+    }
+    checks.push(check("no_lost_acks", lost));
+
+    // Linearizability of strong ops.
+    // Strong ops with their observed final outcomes, plus the replicated weak
+    // ops as ops of unknown outcome that take effect at some point after
+    // their invocation: Creek promises linearizable strong ops in an order
+    // that also contains the weak ones (paper §4.3), not that weak ops are
+    // absent.
+    let mut lin_ops = linearizable::strong_ops(run.history);
+    for (index, r) in run.history.ops.iter().enumerate() {
+        if !r.strong && r.id.is_some() {
+            lin_ops.push(linearizable::LinOp {
+                index,
+                call: r.call.clone(),
+                invoked_at_us: r.invoked_at_us,
+                completed: None,
+            });
+        }
+    }
+    let (lin, note) = match linearizable::check(
+        &lin_ops,
+        keys,
+        run.registry,
+        TxnLimits::default(),
+        run.lin_budget_steps,
+    ) {
+        linearizable::LinResult::Ok { partitions, ops } => (
+            Vec::new(),
+            format!("linearizable: {ops} ops in {partitions} partitions"),
+        ),
+        linearizable::LinResult::Violation(v) => {
+            let note = format!("violation on keys {:?}", v.keys);
+            (
+                vec![format!(
+                    "not linearizable on keys {:?}: {}",
+                    v.keys, v.reason
+                )],
+                note,
+            )
+        }
+        linearizable::LinResult::Inconclusive { reason } => {
+            (Vec::new(), format!("inconclusive: {reason}"))
+        }
+    };
+    let mut lin_check = check("linearizable", lin);
+    lin_check.note = Some(note);
+    checks.push(lin_check);
+    checks.push(check(
+        "real_time",
+        order::check_real_time(run.history, &canonical),
+    ));
+    checks.push(check(
+        "session_order",
+        order::check_session_order(run.history, &canonical),
+    ));
+    checks.push(check("workload", invariants(run.history, &state)));
+    checks
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use creek_core::ViewKind;
+    use creek_exec::basic::replay;
+    use creek_exec::value::{encode_args, Value};
+
+    use super::*;
+    use crate::history::{OpRecord, SeenView};
+
+    /// Two replicas that committed the same three strong ops of one client
+    /// through replica 1, with every final view as a replay gives it.
+    struct Fixture {
+        history: History,
+        committed: Vec<OpId>,
+        calls: Vec<ProcCall>,
+        state: BTreeMap<Bytes, Bytes>,
+        registry: Registry,
+    }
+
+    fn put(k: &str, v: &str) -> ProcCall {
+        ProcCall::new("kv.put", encode_args(&[Value::from(k), Value::from(v)]))
+    }
+
+    fn id(seq: u64) -> OpId {
+        OpId::new(ReplicaId(1), seq)
+    }
+
+    fn fixture() -> Fixture {
+        let registry = Registry::with_builtins();
+        let calls = vec![put("a", "1"), put("b", "2"), put("a", "3")];
+        let (outcomes, state) = replay(&registry, TxnLimits::default(), &calls);
+        let ops = calls
+            .iter()
+            .zip(outcomes)
+            .enumerate()
+            .map(|(i, (call, outcome))| {
+                let seq = i as u64 + 1;
+                OpRecord {
+                    client: 0,
+                    replica: 0,
+                    id: Some(id(seq)),
+                    call: call.clone(),
+                    strong: true,
+                    wants_final: true,
+                    invoked_at_us: seq * 10,
+                    views: vec![SeenView {
+                        at_us: seq * 10 + 5,
+                        kind: ViewKind::Stable,
+                        outcome,
+                    }],
+                    origin_crashed: false,
+                    lost: false,
+                }
+            })
+            .collect();
+        Fixture {
+            history: History { ops },
+            committed: (1..=3).map(id).collect(),
+            calls,
+            state,
+            registry,
+        }
+    }
+
+    fn replica<'a>(committed: &'a [OpId], state: &BTreeMap<Bytes, Bytes>) -> ReplicaEnd<'a> {
+        ReplicaEnd {
+            committed,
+            finalized: committed.len() as u64,
+            pending: 0,
+            committed_state: state.clone(),
+            lost: false,
+            wiped: false,
+        }
+    }
+
+    fn run_end(f: &Fixture) -> RunEnd<'_> {
+        RunEnd {
+            history: &f.history,
+            replicas: vec![
+                replica(&f.committed, &f.state),
+                replica(&f.committed, &f.state),
+            ],
+            broadcast: f.committed.iter().copied().zip(&f.calls).collect(),
+            registry: &f.registry,
+            initial_state: BTreeMap::new(),
+            prefix_violation: None,
+            settled: true,
+            settled_after_us: Some(1_000),
+            liveness_bound_us: 2_000_000,
+            lin_budget_steps: 100_000,
+        }
+    }
+
+    fn first_arg_key(call: &ProcCall) -> Vec<Bytes> {
+        match creek_exec::value::decode_args(&call.args)
+            .ok()
+            .and_then(|a| a.into_iter().next())
+        {
+            Some(Value::Bytes(b)) => vec![b],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The names of the checks that failed.
+    fn failed(run: RunEnd<'_>) -> Vec<&'static str> {
+        check_run(run, &first_arg_key, &|_, _| Vec::new())
+            .into_iter()
+            .filter(|c| !c.ok)
+            .map(|c| c.name)
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_run_passes_every_check_in_report_order() {
+        let f = fixture();
+        let checks = check_run(run_end(&f), &first_arg_key, &|_, _| Vec::new());
+        let names: Vec<_> = checks.iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            [
+                "committed_prefix",
+                "converged",
+                "liveness",
+                "replay_matches",
+                "no_lost_acks",
+                "linearizable",
+                "real_time",
+                "session_order",
+                "workload",
+            ]
+        );
+        assert!(checks.iter().all(|c| c.ok), "{checks:?}");
+        let lin = checks.iter().find(|c| c.name == "linearizable").unwrap();
+        assert_eq!(
+            lin.note.as_deref(),
+            Some("linearizable: 3 ops in 2 partitions")
+        );
+    }
+
+    #[test]
+    fn the_workload_judges_the_replayed_state() {
+        let f = fixture();
+        let checks = check_run(run_end(&f), &first_arg_key, &|h, state| {
+            assert_eq!(h.ops.len(), 3);
+            vec![format!("{} keys", state.len())]
+        });
+        let workload = checks.iter().find(|c| c.name == "workload").unwrap();
+        assert_eq!(workload.violations, ["2 keys"]);
+    }
+
+    #[test]
+    fn a_replica_behind_fails_convergence_and_a_diverging_one_the_prefix() {
+        let f = fixture();
+        let behind = replay(&f.registry, TxnLimits::default(), &f.calls[..2]).1;
+        let mut run = run_end(&f);
+        run.replicas[1] = replica(&f.committed[..2], &behind);
+        assert_eq!(failed(run), ["converged"]);
+
+        let swapped = [id(2), id(1), id(3)];
+        let mut run = run_end(&f);
+        run.replicas[1].committed = &swapped;
+        // The reference order is the longest list, the last of equal ones:
+        // here the swapped one, which also inverts the client's ops.
+        assert_eq!(
+            failed(run),
+            [
+                "committed_prefix",
+                "converged",
+                "real_time",
+                "session_order"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_replica_that_lost_its_data_is_left_out_of_convergence() {
+        let f = fixture();
+        let mut run = run_end(&f);
+        run.replicas[1] = replica(&[], &BTreeMap::new());
+        assert_eq!(failed(run), ["converged"]);
+
+        let mut run = run_end(&f);
+        run.replicas[1] = replica(&[], &BTreeMap::new());
+        run.replicas[1].lost = true;
+        assert!(failed(run).is_empty());
+    }
+
+    #[test]
+    fn a_final_view_a_replay_contradicts_fails_replay_and_linearizability() {
+        let mut f = fixture();
+        f.history.ops[2].views[0].outcome = Ok(Value::from("wrong").encode());
+        assert_eq!(failed(run_end(&f)), ["replay_matches", "linearizable"]);
+    }
+
+    #[test]
+    fn an_unsettled_run_fails_convergence_and_a_late_one_liveness() {
+        let f = fixture();
+        let mut run = run_end(&f);
+        run.settled = false;
+        run.settled_after_us = None;
+        assert_eq!(failed(run), ["converged", "liveness"]);
+
+        let mut run = run_end(&f);
+        run.settled_after_us = Some(run.liveness_bound_us + 1);
+        assert_eq!(failed(run), ["liveness"]);
+    }
+
+    #[test]
+    fn an_acknowledged_op_missing_from_the_order_is_lost() {
+        let mut f = fixture();
+        // r1.3 was answered and broadcast, yet no replica committed it.
+        f.committed.pop();
+        f.state = replay(&f.registry, TxnLimits::default(), &f.calls[..2]).1;
+        let mut run = run_end(&f);
+        run.broadcast.insert(id(3), &f.calls[2]);
+        let checks = check_run(run, &first_arg_key, &|_, _| Vec::new());
+        let lost = checks.iter().find(|c| c.name == "no_lost_acks").unwrap();
+        assert_eq!(
+            lost.violations,
+            [
+                "r1.3 was broadcast but never committed",
+                "r1.3 (kv.put) was acknowledged but is not in the final order",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unacknowledged_op_may_be_gone_with_its_origins_disk() {
+        let mut f = fixture();
+        f.committed.pop();
+        f.state = replay(&f.registry, TxnLimits::default(), &f.calls[..2]).1;
+        // r1.3 never got a view: its origin lost its disk before sending it on.
+        f.history.ops[2].views.clear();
+        f.history.ops[2].origin_crashed = true;
+        let mut run = run_end(&f);
+        run.broadcast.insert(id(3), &f.calls[2]);
+        assert_eq!(failed(run.clone()), ["no_lost_acks"]);
+        run.replicas[0].wiped = true;
+        assert!(failed(run).is_empty());
+    }
+}
