@@ -39,6 +39,11 @@ pub struct OpRecord {
     /// The origin replica crashed before the op got its final view (the
     /// client never learnt the final outcome).
     pub origin_crashed: bool,
+    /// The origin replica left the group before the op got its final view,
+    /// and the client moved to another replica (it never learnt the final
+    /// outcome: as after a crash, the op may take effect after the
+    /// session's later ones).
+    pub origin_left: bool,
     /// The op was lost with its origin's unsynced writes (its id, now
     /// `None`, was issued again): it never took effect.
     pub lost: bool,

@@ -37,6 +37,7 @@
 //!         outcome: Ok(bytes::Bytes::new()),
 //!     }],
 //!     origin_crashed: false,
+//!     origin_left: false,
 //!     lost: false,
 //! };
 //! let history = History { ops: vec![op(1), op(2)] };

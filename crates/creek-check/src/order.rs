@@ -101,8 +101,9 @@ pub fn check_real_time(history: &History, committed: &[OpId]) -> Vec<String> {
 /// the committed order in the order the client issued them (a client issues
 /// one op at a time to one replica).
 ///
-/// An abandoned op — its origin crashed before the client received a final
-/// view, so the client went on without knowing its outcome — must still
+/// An abandoned op — its origin crashed (or left the group) before the
+/// client received a final view, so the client went on without knowing its
+/// outcome — must still
 /// follow the session's earlier ops, but it may take effect after the
 /// session's later ones (as a timed-out request may in any replicated
 /// store: it sits on the crashed origin's disk until that replica returns,
@@ -166,9 +167,10 @@ pub fn check_session_order(history: &History, committed: &[OpId]) -> Vec<String>
     out
 }
 
-/// The client gave up on the op: its origin crashed before the final view.
+/// The client gave up on the op: its origin crashed, or left the group,
+/// before the final view.
 fn is_abandoned(op: &crate::history::OpRecord) -> bool {
-    op.origin_crashed && op.final_view().is_none()
+    (op.origin_crashed || op.origin_left) && op.final_view().is_none()
 }
 
 #[cfg(test)]
@@ -204,6 +206,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             origin_crashed: false,
+            origin_left: false,
             lost: false,
         }
     }
@@ -313,6 +316,7 @@ mod tests {
     fn abandoned_op_may_follow_later_ops_but_not_precede_earlier_ones() {
         let abandoned = OpRecord {
             origin_crashed: true,
+            origin_left: false,
             ..rec(0, 2, true, 1, None)
         };
         let h = history(vec![
@@ -331,6 +335,7 @@ mod tests {
             rec(0, 1, false, 0, Some(0)),
             OpRecord {
                 origin_crashed: true,
+                origin_left: false,
                 ..rec(0, 2, true, 1, Some(2))
             },
             rec(0, 3, false, 4, Some(4)),
@@ -353,6 +358,7 @@ mod tests {
                 .map(
                     |(i, &(client, strong, from, len, answered, _, crashed))| OpRecord {
                         origin_crashed: crashed,
+                        origin_left: false,
                         ..rec(
                             client % 3,
                             i as u64 + 1,

@@ -54,8 +54,9 @@ pub struct ReplicaEnd<'a> {
     pub pending: usize,
     /// The state the committed ops' final executions produced.
     pub committed_state: BTreeMap<Bytes, Bytes>,
-    /// The replica knows it lost its data and takes no part until rebuilt:
-    /// `converged` leaves it out.
+    /// The replica takes no part at the end — it knows it lost its data
+    /// and waits to be rebuilt, or it is not in the group (removed, or
+    /// never added): `converged` leaves it out.
     pub lost: bool,
     /// The replica's disk was lost at least once during the run: its
     /// unacknowledged ops that never left it may be gone with it.
@@ -356,6 +357,7 @@ mod tests {
                         outcome,
                     }],
                     origin_crashed: false,
+                    origin_left: false,
                     lost: false,
                 }
             })

@@ -385,8 +385,8 @@ impl<S: CabStorage> Node<S> {
     /// [`group`]); the group itself is CAB's stored configuration.
     ///
     /// Refused: a storage created for another group (its raft voters differ
-    /// from the configured replicas, raft id = replica id + 1), or a
-    /// checkpoint past the stored consensus log.
+    /// from the configured replicas, raft id = replica id + 1, while the
+    /// group never changed), or a checkpoint past the stored consensus log.
     pub fn recover(
         config: NodeConfig,
         registry: Arc<Registry>,
@@ -806,9 +806,14 @@ impl<S: CabStorage> Node<S> {
         self.want_state();
         if !self.membership.is_member() {
             // Not a member yet (or lost): nothing runs but the handshake and
-            // the link probes.
+            // the link probes. A removed replica still gossips, so the ops
+            // it issued while a member reach the group.
             for (to, probe) in self.timing.tick(now_us) {
                 self.outbox.push((to, PeerMessage::Probe(probe)));
+            }
+            if self.membership.is_removed() {
+                self.gossip.tick();
+                self.take_gossip_messages();
             }
             return;
         }
@@ -1238,7 +1243,11 @@ impl<S: CabStorage> Node<S> {
     /// more than was committed).
     pub fn check_invariants(&self) -> Result<(), String> {
         self.membership.check_invariants()?;
-        if !self.membership.is_member() && self.replica.committed_len() > 0 {
+        // A removed replica was a member (and keeps what it committed).
+        if !self.membership.is_member()
+            && !self.membership.is_removed()
+            && self.replica.committed_len() > 0
+        {
             return Err("a replica that is not a member committed ops".into());
         }
         self.replica.check_invariants()?;
@@ -1496,7 +1505,8 @@ fn check_storage<S: CabStorage>(
     // CAB's raft id of a replica is its id + 1 (raft reserves 0).
     let mut configured: Vec<u64> = config.replicas.iter().map(|r| u64::from(r.0) + 1).collect();
     configured.sort_unstable();
-    if stored != configured {
+    // Once the group changed, the configuration names only where it began.
+    if storage.conf().index == 0 && stored != configured {
         return Err(NodeError::Inconsistent(format!(
             "the CAB storage was created for raft voters {stored:?}, but the configured \
              replicas need {configured:?} (raft id = replica id + 1)"

@@ -336,11 +336,17 @@ impl Membership {
     /// Whether consensus and gossip messages from `peer` are accepted: this
     /// replica is a member and the peer is not known to be of another
     /// cluster or lost.
+    ///
+    /// A peer removed from the group is still accepted: its gossip hands
+    /// over the ops it issued while a member (consensus checks the group
+    /// itself, and a removed replica casts nothing).
     pub(crate) fn accepts(&self, peer: ReplicaId) -> bool {
-        self.is_member()
-            && self.peers.contains(&peer)
-            && !self.foreign.contains_key(&peer)
-            && !self.lost_peers.contains(&peer)
+        self.is_member() && !self.foreign.contains_key(&peer) && !self.lost_peers.contains(&peer)
+    }
+
+    /// Removed from the group by a configuration change.
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed
     }
 
     pub(crate) fn identity(&self) -> &Identity {

@@ -19,7 +19,7 @@
 //!
 //! The peers change with the group ([`Transport::set_peers`]): a new member
 //! gets a connection (and its inbound connections are accepted), a removed
-//! one loses its connection and is refused from then on.
+//! one loses its outbound connection.
 //!
 //! Faults ([`crate::faults`]) are applied here on this replica's side of
 //! each link: loss and partitions drop frames in both directions; latency
@@ -124,7 +124,8 @@ impl Transport {
 
     /// Connect to exactly these peers from now on: new ones (or ones whose
     /// address changed) get a connection, and are accepted inbound; others
-    /// lose theirs, and are refused.
+    /// lose their outbound connection (inbound ones stay accepted: the node
+    /// decides what it takes from a peer that left).
     pub fn set_peers(&self, peers: &[(ReplicaId, SocketAddr)]) {
         let mut table = self.peers.write().unwrap_or_else(PoisonError::into_inner);
         table.retain(|id, p| {
@@ -158,8 +159,12 @@ impl Transport {
                 },
             );
         }
-        *self.known.write().unwrap_or_else(PoisonError::into_inner) =
-            table.keys().copied().collect();
+        // Inbound connections stay accepted from a peer that left: a
+        // removed replica hands over its last ops by gossip.
+        self.known
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(table.keys().copied());
     }
 
     /// Queue frames for `to` to go out in one write (so the peer reads them

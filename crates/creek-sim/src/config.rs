@@ -21,6 +21,11 @@ pub struct Faults {
     /// time (`wipe`: 1, `wipe2`: 2), never a majority (the loss of a
     /// majority is tested over real processes).
     pub wipes: u8,
+    /// Membership changes: a new replica is added (it joins as a learner
+    /// through state transfer and is promoted), a member is removed (the
+    /// leader too: it hands over first), one change at a time, the group
+    /// moving between its initial size and one more.
+    pub members: bool,
 }
 
 impl Faults {
@@ -37,6 +42,7 @@ impl Faults {
                         loss: true,
                         disk: true,
                         wipes: 1,
+                        members: true,
                     }
                 }
                 "none" => f = Faults::default(),
@@ -47,9 +53,10 @@ impl Faults {
                 "disk" => f.disk = true,
                 "wipe" => f.wipes = f.wipes.max(1),
                 "wipe2" => f.wipes = 2,
+                "member" => f.members = true,
                 other => {
                     return Err(format!(
-                        "unknown fault class {other:?} (partition, crash, clock, loss, disk, wipe, wipe2, all, none)"
+                        "unknown fault class {other:?} (partition, crash, clock, loss, disk, wipe, wipe2, member, all, none)"
                     ))
                 }
             }
@@ -59,12 +66,18 @@ impl Faults {
 
     /// Whether any class is on.
     pub fn any(&self) -> bool {
-        self.partition || self.crash || self.clock || self.loss || self.disk || self.wipes > 0
+        self.partition
+            || self.crash
+            || self.clock
+            || self.loss
+            || self.disk
+            || self.wipes > 0
+            || self.members
     }
 
     /// Whether a replica can go down (and come back through recovery).
     pub fn crashes(&self) -> bool {
-        self.crash || self.disk || self.wipes > 0
+        self.crash || self.disk || self.wipes > 0 || self.members
     }
 }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use creek_cab::MemberChange;
 use creek_core::{Checkpoint, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
 use creek_exec::{Completion, Registry, Task};
 use creek_node::{HoldQueue, Identity, Node, NodeConfig, Standing, Write};
@@ -127,6 +128,19 @@ pub trait SimReplica: Send + Sync {
     fn is_lost(&self) -> bool {
         false
     }
+    /// Propose a change of the replica group (the leader only; `Err` says
+    /// why not). Protocols with a fixed group refuse.
+    fn change_group(&mut self, change: MemberChange) -> Result<(), String> {
+        Err(format!("{change:?}: this protocol's group is fixed"))
+    }
+    /// The members of the group as this replica applied it (`None` while
+    /// it is down, or for a fixed group).
+    fn group_members(&self) -> Option<Vec<ReplicaId>> {
+        None
+    }
+    /// Before the first start of a replica added to a running group: the
+    /// members its configuration names (them and itself).
+    fn configure_group(&mut self, _group: &[ReplicaId]) {}
     /// A line on the replica's inner state, for debugging a failed seed
     /// (`CREEK_SIM_DEBUG=1`).
     fn debug(&self) -> String {
@@ -349,6 +363,31 @@ impl CreekReplica {
         };
         r.note_committed();
         Ok(r)
+    }
+
+    /// A replica not yet in the group: down, on an empty disk, until the
+    /// simulator adds it (`configure_group`, then `restart`).
+    pub fn spare(config: NodeConfig, registry: Arc<Registry>, setup: DiskSetup) -> Self {
+        CreekReplica {
+            node: None,
+            store: None,
+            disk: SimDisk::new(),
+            setup,
+            voters: Vec::new(),
+            config,
+            registry,
+            queued: Vec::new(),
+            syncing: None,
+            checkpoint: None,
+            held: HoldQueue::default(),
+            outbox: Vec::new(),
+            views: Vec::new(),
+            committed: Vec::new(),
+            unseen_from: None,
+            counts_before: ReplicaCounts::default(),
+            transfers_before: (0, 0),
+            disk_counts: DiskCounts::default(),
+        }
     }
 
     fn replica(&self) -> Option<&Replica> {
@@ -713,6 +752,32 @@ impl SimReplica for CreekReplica {
 
     fn has_unsynced(&self) -> bool {
         self.syncing.is_some() || !self.queued.is_empty() || self.checkpoint.is_some()
+    }
+
+    fn change_group(&mut self, change: MemberChange) -> Result<(), String> {
+        let node = self.node.as_mut().ok_or("down")?;
+        let addrs = matches!(change, MemberChange::AddLearner(_)).then(|| creek_core::Addrs {
+            peer: format!("sim-peer-{}", change.replica()),
+            client: format!("sim-client-{}", change.replica()),
+        });
+        let result = node.change_group(change, addrs).map_err(|e| e.to_string());
+        self.collect();
+        result
+    }
+
+    fn group_members(&self) -> Option<Vec<ReplicaId>> {
+        self.node.as_ref().map(|n| n.group().members())
+    }
+
+    fn configure_group(&mut self, group: &[ReplicaId]) {
+        let me = self.config.replica.id;
+        let mut group = group.to_vec();
+        group.push(me);
+        group.sort_unstable();
+        group.dedup();
+        self.config.gossip.peers = group.iter().copied().filter(|r| *r != me).collect();
+        self.voters = group.iter().map(|r| creek_cab::raft_id(*r)).collect();
+        self.config.cab.replicas = group;
     }
 
     fn lose_disk(&mut self) {

@@ -16,12 +16,13 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     let replicas = out
         .nodes
         .iter()
-        .map(|n| ReplicaEnd {
+        .zip(&out.members)
+        .map(|(n, member)| ReplicaEnd {
             committed: n.committed(),
             finalized: n.finalized(),
             pending: n.pending_len(),
             committed_state: n.committed_state(),
-            lost: n.is_lost(),
+            lost: n.is_lost() || !member,
             wiped: n.disk_counts().wipes > 0,
         })
         .collect();

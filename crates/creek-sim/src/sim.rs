@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::replica::{DiskPoll, DiskSetup};
 use bytes::Bytes;
-use creek_cab::MemCabStorage;
+use creek_cab::{MemCabStorage, MemberChange};
 use creek_check::history::{History, OpRecord, SeenView, SETUP_CLIENT};
 use creek_core::{Checkpoint, ExecKey, InvokeError, Op, OpId, ReplicaId, Request, Views};
 use creek_exec::{ClientRequestId, Completion, Registry};
@@ -95,7 +95,26 @@ struct SimNode {
     wiped: bool,
     /// Its disk is stalled until this time: each fsync takes 20-60 ms.
     stalled_until: u64,
+    /// Its place in the replica group.
+    slot: Slot,
 }
+
+/// A replica's place in the group (membership changes, `--faults member`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// In the group (or being added to it).
+    Member,
+    /// Not added yet: down, on an empty disk.
+    Spare,
+    /// Its removal was proposed: clients leave it, the faults and the
+    /// checks no longer count it (the end of the run settles whether it
+    /// was removed).
+    Removed,
+}
+
+/// Replicas the simulator can add to a group during a run with membership
+/// changes (each under a new id: ids never return).
+const SPARES: usize = 2;
 
 struct Client {
     replica: usize,
@@ -185,6 +204,9 @@ pub struct Outcome {
     pub ops: BTreeMap<OpId, Arc<Op>>,
     /// The final replicas (all up after a run that settled).
     pub nodes: Vec<Box<dyn SimReplica>>,
+    /// Whether each replica is in the group at the end (false for a spare
+    /// never added, and for a removed replica).
+    pub members: Vec<bool>,
     /// A violation of the committed-prefix property seen during the run.
     pub prefix_violation: Option<String>,
     /// Faults injected.
@@ -308,10 +330,18 @@ impl Sim {
         });
         let ids: Vec<ReplicaId> = (1..=cfg.replicas as u16).map(ReplicaId).collect();
         let voters: Vec<u64> = ids.iter().map(|r| u64::from(r.0) + 1).collect();
+        let spares = if cfg.faults.members && cfg.protocol == Protocol::Creek {
+            SPARES
+        } else {
+            0
+        };
+        let slots = cfg.replicas + spares;
         let mut nodes = Vec::new();
         let durable_initial = cfg.faults.crashes();
-        for &me in &ids {
-            let mut config = NodeConfig::for_group(me, &ids);
+        for me in (1..=slots as u16).map(ReplicaId) {
+            let spare = !ids.contains(&me);
+            let group: Vec<ReplicaId> = ids.iter().copied().chain(spare.then_some(me)).collect();
+            let mut config = NodeConfig::for_group(me, &group);
             config.replica.schedule = cfg.schedule;
             config.replica.session_ttl_us = cfg.session_ttl_us;
             config.tick_us = cfg.tick_us;
@@ -346,6 +376,9 @@ impl Sim {
             }
             let storage = MemCabStorage::new(voters.clone());
             let node: Box<dyn SimReplica> = match cfg.protocol {
+                Protocol::Creek if spare => {
+                    Box::new(CreekReplica::spare(config, registry.clone(), setup))
+                }
                 Protocol::Creek => Box::new(CreekReplica::new(
                     config,
                     registry.clone(),
@@ -384,6 +417,7 @@ impl Sim {
                 clock_offset_us: offset,
                 wiped: false,
                 stalled_until: 0,
+                slot: if spare { Slot::Spare } else { Slot::Member },
                 clock_drift_ppm: drift,
                 handles: BTreeMap::new(),
                 disk_wake_at: None,
@@ -391,9 +425,9 @@ impl Sim {
             });
         }
         let mut net = match cfg.links {
-            Links::Lan => Network::new(cfg.replicas, cfg.latency_us, cfg.bandwidth_bps),
+            Links::Lan => Network::new(slots, cfg.latency_us, cfg.bandwidth_bps),
             Links::Wan => {
-                let n = cfg.replicas;
+                let n = slots;
                 let (lo, hi) = WAN_ONE_WAY_US;
                 let links = (0..n * n)
                     .map(|_| {
@@ -424,7 +458,7 @@ impl Sim {
             })
             .collect();
         Ok(Sim {
-            checked_len: vec![0; cfg.replicas],
+            checked_len: vec![0; slots],
             cfg,
             registry,
             workload,
@@ -640,7 +674,9 @@ impl Sim {
                 self.net.duplicate = 0.0;
                 self.net.reorder = 0.0;
                 for i in 0..self.nodes.len() {
-                    self.restart(i);
+                    if self.nodes[i].slot != Slot::Spare {
+                        self.restart(i);
+                    }
                 }
             }
         }
@@ -649,6 +685,18 @@ impl Sim {
     fn client_next(&mut self, c: usize) {
         if !self.running_clients || self.clients[c].pending.is_some() {
             return;
+        }
+        let left = self.clients[c].replica;
+        if self.nodes[left].slot != Slot::Member {
+            // Its replica left the group: the client moves to a member, and
+            // gives up on its ops there that had no final view yet.
+            for r in &mut self.history.ops {
+                if r.client == c as u32 && r.replica == left && r.final_view().is_none() {
+                    r.origin_left = true;
+                }
+            }
+            let members = self.member_slots();
+            self.clients[c].replica = members[self.rng.index(members.len())];
         }
         let replica = self.clients[c].replica;
         if !self.nodes[replica].node.is_up() {
@@ -676,7 +724,8 @@ impl Sim {
         if !self.running_clients {
             return;
         }
-        let replica = self.rng.index(self.nodes.len());
+        let members = self.member_slots();
+        let replica = members[self.rng.index(members.len())];
         let session = self.cfg.clients + self.history.ops.len();
         let next = self.workload.next_op(&mut self.rng, session as u32);
         let (mut request, wants_final) = request_of(next);
@@ -730,6 +779,7 @@ impl Sim {
             invoked_at_us: self.now,
             views: Vec::new(),
             origin_crashed: false,
+            origin_left: false,
             lost: false,
         });
         self.nodes[i].handles.insert(handle, index);
@@ -994,6 +1044,8 @@ impl Sim {
             return;
         }
         let n = self.nodes.len();
+        // Fault budgets count the group's members (a minority may fail).
+        let g = self.member_slots().len();
         let mut classes = Vec::new();
         if self.cfg.faults.partition {
             classes.push("partition");
@@ -1010,6 +1062,9 @@ impl Sim {
         // Only Creek's replicas have a disk to lose.
         if self.cfg.faults.wipes > 0 && self.cfg.protocol == Protocol::Creek {
             classes.push("wipe");
+        }
+        if self.cfg.faults.members && self.cfg.protocol == Protocol::Creek {
+            classes.push("member");
         }
         let class = classes[self.rng.index(classes.len())];
         match class {
@@ -1072,7 +1127,7 @@ impl Sim {
             "crash" => {
                 let down = self.down();
                 let victim = self.rng.index(n);
-                if down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
+                if down < (g - 1) / 2 && self.nodes[victim].node.is_up() {
                     self.crash(victim, false);
                     // A third stay down until the clients stop (crash-stop
                     // for the run); the others recover.
@@ -1097,7 +1152,7 @@ impl Sim {
                 } else {
                     unsynced[self.rng.index(unsynced.len())]
                 };
-                if down < (n - 1) / 2 && self.nodes[victim].node.is_up() {
+                if down < (g - 1) / 2 && self.nodes[victim].node.is_up() {
                     match self.rng.index(4) {
                         0 => {
                             *self.faults.entry("disk_unsynced_lost").or_default() += 1;
@@ -1133,7 +1188,7 @@ impl Sim {
                 let wiped = self.nodes.iter().filter(|x| x.wiped).count();
                 let victim = self.rng.index(n);
                 if wiped < usize::from(self.cfg.faults.wipes)
-                    && self.down() < (n - 1) / 2
+                    && self.down() < (g - 1) / 2
                     && self.nodes[victim].node.is_up()
                     && !self.nodes[victim].node.is_lost()
                 {
@@ -1148,6 +1203,7 @@ impl Sim {
                     self.schedule(at, Ev::Restart { node: victim });
                 }
             }
+            "member" => self.change_members(),
             "clock" => {
                 *self.faults.entry("clock_jump").or_default() += 1;
                 let victim = self.rng.index(n);
@@ -1240,17 +1296,100 @@ impl Sim {
     fn down(&self) -> usize {
         self.nodes
             .iter()
-            .filter(|x| !x.node.is_up() || x.node.is_lost())
+            .filter(|x| x.slot == Slot::Member && (!x.node.is_up() || x.node.is_lost()))
             .count()
+    }
+
+    /// The replicas in the group (or being added to it).
+    fn member_slots(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].slot == Slot::Member)
+            .collect()
+    }
+
+    /// A membership change, as an operator would make it: while the group
+    /// has its initial size, a spare is added (it starts on an empty disk,
+    /// configured with the members, and joins through state transfer);
+    /// once every member holds its data, one more than that, a random
+    /// member is removed (the leader too: it hands over first, and the
+    /// change is tried again later). The leader proposes; a refusal (a
+    /// change in progress, no leader) changes nothing.
+    fn change_members(&mut self) {
+        let Some(group) = self
+            .member_slots()
+            .into_iter()
+            .filter(|&i| self.nodes[i].node.is_member())
+            .find_map(|i| self.nodes[i].node.group_members())
+        else {
+            return;
+        };
+        let slot_of = |r: ReplicaId| usize::from(r.0) - 1;
+        // A proposal lost with a leader change left the group unchanged:
+        // the slot follows the group, and an add is proposed again.
+        let mut change = None;
+        for i in 0..self.nodes.len() {
+            let id = ReplicaId(i as u16 + 1);
+            match self.nodes[i].slot {
+                Slot::Removed if group.contains(&id) => self.nodes[i].slot = Slot::Member,
+                Slot::Member if !group.contains(&id) => {
+                    change = Some(MemberChange::AddLearner(id));
+                }
+                _ => {}
+            }
+        }
+        let spare = (0..self.nodes.len()).find(|i| self.nodes[*i].slot == Slot::Spare);
+        let change = match (change, spare) {
+            (Some(c), _) => c,
+            (None, Some(spare)) if group.len() <= self.cfg.replicas => {
+                MemberChange::AddLearner(ReplicaId(spare as u16 + 1))
+            }
+            _ if group.len() > self.cfg.replicas && self.down() == 0 => {
+                MemberChange::Remove(group[self.rng.index(group.len())])
+            }
+            _ => return,
+        };
+        // Only the leader takes it; the others refuse.
+        let proposers: Vec<usize> = group
+            .iter()
+            .map(|r| slot_of(*r))
+            .filter(|&i| self.nodes[i].node.is_up())
+            .collect();
+        for i in proposers {
+            if self.nodes[i].node.change_group(change).is_err() {
+                continue;
+            }
+            self.after(i);
+            let target = slot_of(change.replica());
+            if debug_log() {
+                eprintln!("{change:?} (replica {target}) at {} us", self.now);
+            }
+            match change {
+                MemberChange::AddLearner(_) => {
+                    *self.faults.entry("member_added").or_default() += 1;
+                    if self.nodes[target].slot == Slot::Spare {
+                        self.nodes[target].node.configure_group(&group);
+                        self.nodes[target].slot = Slot::Member;
+                        self.restart(target);
+                    }
+                }
+                MemberChange::Remove(_) => {
+                    *self.faults.entry("member_removed").or_default() += 1;
+                    self.nodes[target].slot = Slot::Removed;
+                }
+                MemberChange::Promote(_) => {}
+            }
+            return;
+        }
     }
 
     /// Every replica holds its data (a lost one was rebuilt) and is quiet,
     /// with the same committed order.
     fn settled(&self) -> bool {
-        if self.nodes.iter().any(|n| n.node.is_lost()) {
+        let members = || self.nodes.iter().filter(|n| n.slot == Slot::Member);
+        if members().any(|n| n.node.is_lost()) {
             return false;
         }
-        let mut holding = self.nodes.iter();
+        let mut holding = members();
         let Some(first) = holding.next() else {
             return false;
         };
@@ -1283,6 +1422,7 @@ impl Sim {
         for id in &ids {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
         }
+        let members = self.nodes.iter().map(|n| n.slot == Slot::Member).collect();
         let nodes = self.nodes.into_iter().map(|n| n.node).collect();
         let settled_after_us = settled.then(|| self.now - self.cfg.duration_us);
         // What client sessions did: expiry ops ordered, late copies refused.
@@ -1329,6 +1469,7 @@ impl Sim {
             history: self.history,
             ops: self.ops,
             nodes,
+            members,
             prefix_violation: self.prefix_violation,
             faults: self.faults,
             traffic: self.traffic,

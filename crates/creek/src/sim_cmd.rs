@@ -27,8 +27,9 @@ pub struct Args {
     /// Virtual time clients run, e.g. `10s`, `500ms`.
     #[arg(long, default_value = "2s")]
     duration: String,
-    /// Fault classes: partition,crash,clock,loss,disk,wipe,wipe2, `all` or
-    /// `none` (`all` has one wipe; `wipe2` loses up to two disks).
+    /// Fault classes: partition,crash,clock,loss,disk,wipe,wipe2,member,
+    /// `all` or `none` (`all` has one wipe; `wipe2` loses up to two disks;
+    /// `member` adds and removes replicas).
     #[arg(long, default_value = "none")]
     faults: String,
     /// Closed-loop client sessions.

@@ -307,6 +307,7 @@ fn strong_ops_take_final_views() {
         invoked_at_us: 5,
         views,
         origin_crashed: false,
+        origin_left: false,
         lost: false,
     };
     let history = History {

@@ -261,6 +261,7 @@ pub(crate) mod testkit {
                 })
                 .collect(),
             origin_crashed: false,
+            origin_left: false,
             lost: false,
         }
     }

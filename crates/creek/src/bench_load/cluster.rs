@@ -179,6 +179,7 @@ async fn one_op(shared: &Arc<Shared>, client: &Client, session: u32, replica: us
         invoked_at_us: shared.now_us(),
         views: Vec::new(),
         origin_crashed: false,
+        origin_left: false,
         lost: false,
     };
     shared.open_records.fetch_add(1, Ordering::Relaxed);
