@@ -359,9 +359,12 @@ impl Client {
             let error = Error::from(status.clone());
             let retry = match (status.code(), leader) {
                 (tonic::Code::FailedPrecondition, Some(addr)) => {
-                    channel = Replica::new(addr)?.endpoint.connect().await.map_err(|e| {
-                        Error::Unavailable(format!("connecting to the leader: {e}"))
-                    })?;
+                    // A leader that just went down is still named until the
+                    // others elect a new one: asked again after a pause.
+                    match Replica::new(addr)?.endpoint.connect().await {
+                        Ok(leader) => channel = leader,
+                        Err(_) => tokio::time::sleep(GROUP_CHANGE_RETRY).await,
+                    }
                     true
                 }
                 (tonic::Code::Aborted, _) => {

@@ -1586,6 +1586,78 @@ mod tests {
         assert!(node.invoke(put(1000), 1000).is_ok());
     }
 
+    /// Group changes a single-replica group's leader refuses, and one it
+    /// takes: a learner added under a new id, with its addresses kept in
+    /// the directory and the id counted as used.
+    #[test]
+    fn group_changes_are_checked_and_a_learner_is_added() {
+        use creek_cab::{ChangeRefused, MemberChange};
+        let me = ReplicaId(1);
+        let config = NodeConfig::for_group(me, &[me]);
+        let storage = MemCabStorage::new(vec![creek_cab::raft_id(me)]);
+        let registry = Arc::new(Registry::with_builtins());
+        let mut node = Node::new(config, registry, storage, 0).expect("starts");
+        for t in 0..100 {
+            node.tick(t * 1000);
+            let _ = node.ready();
+        }
+        assert!(node.cab().is_leader());
+        let addrs = || {
+            Some(creek_core::Addrs {
+                peer: "127.0.0.1:7102".into(),
+                client: "127.0.0.1:7002".into(),
+            })
+        };
+        let refused = |node: &mut Node<MemCabStorage>, change, addrs| {
+            node.change_group(change, addrs).expect_err("refused")
+        };
+        assert_eq!(
+            refused(&mut node, MemberChange::Remove(me), None),
+            GroupError::Refused(ChangeRefused::LastVoter(me))
+        );
+        assert_eq!(
+            refused(&mut node, MemberChange::AddLearner(me), addrs()),
+            GroupError::Refused(ChangeRefused::AlreadyMember(me))
+        );
+        assert_eq!(
+            refused(&mut node, MemberChange::Remove(ReplicaId(3)), None),
+            GroupError::Refused(ChangeRefused::NotA(ReplicaId(3), "member"))
+        );
+        assert_eq!(
+            refused(&mut node, MemberChange::AddLearner(ReplicaId(2)), None),
+            GroupError::NoAddress(ReplicaId(2))
+        );
+        assert_eq!(node.group().members(), vec![me], "nothing changed");
+
+        node.change_group(MemberChange::AddLearner(ReplicaId(2)), addrs())
+            .expect("proposed");
+        for t in 100..110 {
+            node.tick(t * 1000);
+            let _ = node.ready();
+        }
+        let group = node.group();
+        assert_eq!(group.voters, vec![me]);
+        assert_eq!(group.learners, vec![ReplicaId(2)]);
+        assert_eq!(group.directory.max_id, 2);
+        assert_eq!(group.directory.addrs[&ReplicaId(2)], addrs().expect("addrs"));
+        assert!(group.conf_index > 0);
+        // Removed later, its id never returns.
+        node.change_group(MemberChange::Remove(ReplicaId(2)), None)
+            .expect("proposed");
+        for t in 110..120 {
+            node.tick(t * 1000);
+            let _ = node.ready();
+        }
+        assert_eq!(node.group().members(), vec![me]);
+        assert_eq!(
+            refused(&mut node, MemberChange::AddLearner(ReplicaId(2)), addrs()),
+            GroupError::IdUsed {
+                id: ReplicaId(2),
+                max: 2
+            }
+        );
+    }
+
     /// A bug-planting switch is refused unless the build has them.
     #[test]
     fn planted_bugs_need_the_cargo_feature() {

@@ -2,8 +2,8 @@
 //! online. Under a load of strong increments, a fourth replica is added (it
 //! joins as a learner, installs a member's checkpoint, and is promoted to a
 //! voter), then the old leader is removed (leadership is handed over
-//! first). Nothing acknowledged is lost, the new group serves, and its
-//! replicas converge. Every refused change is refused with a clear error
+//! first), then a replica that is down. Nothing acknowledged is lost, the
+//! new group serves, and its replicas converge. Every refused change is refused with a clear error
 //! and changes nothing.
 
 mod common;
@@ -192,8 +192,26 @@ async fn a_replica_joins_and_the_old_leader_leaves_under_load_losing_nothing() {
         acked <= n && n <= sent,
         "n = {n}, but {acked} increments were acknowledged and {sent} sent"
     );
+    // A replica that is down is removed too (the two left are a quorum of
+    // both the old and the new configuration).
+    let down = (0..3).find(|i| *i != leader).expect("another old replica");
+    cluster.kill(down);
+    let survivors: Vec<usize> = (0..4).filter(|i| *i != leader && *i != down).collect();
+    let admin = Client::connect(survivors.iter().map(|i| cluster.clients[*i].to_string()))
+        .await
+        .expect("connect");
+    let m = admin
+        .remove_replica(down as u16 + 1)
+        .await
+        .expect("remove a replica that is down");
+    assert_eq!(m.members.len(), 2, "{m:?}");
+    let mut c = cluster.client(new).await;
+    let views = call(&mut c, req("kv.incr", &[b("n"), Value::Int(1)], STRONG), T)
+        .await
+        .expect("the two-replica group serves strong ops");
+    assert!(views.iter().any(|v| matches!(v, Got::Final(Ok(_)))), "{views:?}");
+
     // The remaining replicas converge on the same committed state.
-    let survivors: Vec<usize> = (0..4).filter(|i| *i != leader).collect();
     let deadline = Instant::now() + T;
     loop {
         let mut dumps = Vec::new();

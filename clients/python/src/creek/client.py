@@ -249,6 +249,8 @@ class Client(Builtins):
                     leader = dict(e.trailing_metadata() or ()).get("creek-leader-addr")
                     code = e.code()
                     if code == grpc.StatusCode.FAILED_PRECONDITION and leader:
+                        # A leader that just went down fails the next try as
+                        # UNAVAILABLE: then another replica is asked again.
                         channel = grpc.aio.insecure_channel(_address(leader), options=_CHANNEL_OPTIONS)
                         extra.append(channel)
                     elif code in (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE):
