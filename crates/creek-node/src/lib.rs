@@ -1639,7 +1639,10 @@ mod tests {
         assert_eq!(group.voters, vec![me]);
         assert_eq!(group.learners, vec![ReplicaId(2)]);
         assert_eq!(group.directory.max_id, 2);
-        assert_eq!(group.directory.addrs[&ReplicaId(2)], addrs().expect("addrs"));
+        assert_eq!(
+            group.directory.addrs[&ReplicaId(2)],
+            addrs().expect("addrs")
+        );
         assert!(group.conf_index > 0);
         // Removed later, its id never returns.
         node.change_group(MemberChange::Remove(ReplicaId(2)), None)

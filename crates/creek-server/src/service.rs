@@ -238,14 +238,7 @@ impl pb::creek_server::Creek for CreekService {
         &self,
         _request: tonic::Request<pb::StatusRequest>,
     ) -> Result<tonic::Response<pb::StatusReply>, Status> {
-        let (tx, rx) = oneshot::channel();
-        self.events
-            .send(Event::Status(tx))
-            .await
-            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-        let s = rx
-            .await
-            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let s = status_snapshot(&self.events).await?;
         let peers = self
             .transport
             .peers()
@@ -331,6 +324,17 @@ const DUMP_CHUNK_BYTES: usize = 1 << 20;
 
 /// The stream of a `Dump`.
 pub type DumpStream = Pin<Box<dyn Stream<Item = Result<pb::DumpChunk, Status>> + Send>>;
+
+/// The node loop's status snapshot.
+async fn status_snapshot(events: &mpsc::Sender<Event>) -> Result<StatusSnapshot, Status> {
+    let (tx, rx) = oneshot::channel();
+    events
+        .send(Event::Status(tx))
+        .await
+        .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+    rx.await
+        .map_err(|_| Status::unavailable("the replica is shutting down"))
+}
 
 /// The `Members` reply of a status snapshot.
 fn members_reply(me: ReplicaId, s: &StatusSnapshot) -> pb::MembersReply {
@@ -472,14 +476,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         _request: tonic::Request<pb::MembersRequest>,
     ) -> Result<tonic::Response<pb::MembersReply>, Status> {
-        let (tx, rx) = oneshot::channel();
-        self.events
-            .send(Event::Status(tx))
-            .await
-            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-        let s = rx
-            .await
-            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let s = status_snapshot(&self.events).await?;
         Ok(tonic::Response::new(members_reply(self.me, &s)))
     }
 

@@ -337,30 +337,15 @@ impl CreekReplica {
             0,
         )
         .map_err(|e| e.to_string())?;
-        let mut r = CreekReplica {
-            node: Some(node),
-            store: Some(
-                loaded
-                    .store
-                    .with_checkpoint_chunk_bytes(CHECKPOINT_CHUNK_BYTES),
-            ),
-            disk,
-            setup,
-            config,
-            registry,
-            voters,
-            queued: Vec::new(),
-            syncing: None,
-            checkpoint: None,
-            held: HoldQueue::default(),
-            outbox: Vec::new(),
-            views: Vec::new(),
-            committed: Vec::new(),
-            unseen_from: None,
-            counts_before: ReplicaCounts::default(),
-            transfers_before: (0, 0),
-            disk_counts: DiskCounts::default(),
-        };
+        let mut r = CreekReplica::spare(config, registry, setup);
+        r.node = Some(node);
+        r.store = Some(
+            loaded
+                .store
+                .with_checkpoint_chunk_bytes(CHECKPOINT_CHUNK_BYTES),
+        );
+        r.disk = disk;
+        r.voters = voters;
         r.note_committed();
         Ok(r)
     }

@@ -232,26 +232,37 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let panics = watch_panics();
     run(async {
         let server = Server::start(config).await.map_err(|e| e.to_string())?;
-        let id = server.id();
         println!(
-            "creek replica {id} serving clients on {}",
+            "creek replica {} serving clients on {}",
+            server.id(),
             server.client_addr()
         );
-        let failure = tokio::select! {
-            () = stop_signal() => None,
-            why = server.failed() => Some(why.to_string()),
-            why = panicked(panics) => Some(why),
-        };
-        if let Some(why) = failure {
-            tracing::error!(replica = %id, error = %why, "the replica failed; exiting");
-            stop_after_failure(vec![server]).await;
-            return Err(format!("replica {id} failed: {why}"));
-        }
-        tracing::info!("stopping");
-        server.stop().await.map_err(|why| {
-            tracing::error!(replica = %id, error = %why, "the replica failed while stopping");
-            format!("replica {id} failed while stopping: {why}")
-        })
+        serve_until_stopped(server, panics).await
+    })
+}
+
+/// Serve until Ctrl-C or SIGTERM (then stop, `Ok` once everything is
+/// durable), or until the replica fails or the process panics (then `Err`,
+/// after an ERROR line naming the cause).
+async fn serve_until_stopped(
+    server: Server,
+    panics: watch::Receiver<Option<String>>,
+) -> Result<(), String> {
+    let id = server.id();
+    let failure = tokio::select! {
+        () = stop_signal() => None,
+        why = server.failed() => Some(why.to_string()),
+        why = panicked(panics) => Some(why),
+    };
+    if let Some(why) = failure {
+        tracing::error!(replica = %id, error = %why, "the replica failed; exiting");
+        stop_after_failure(vec![server]).await;
+        return Err(format!("replica {id} failed: {why}"));
+    }
+    tracing::info!("stopping");
+    server.stop().await.map_err(|why| {
+        tracing::error!(replica = %id, error = %why, "the replica failed while stopping");
+        format!("replica {id} failed while stopping: {why}")
     })
 }
 
@@ -326,20 +337,7 @@ fn dev_add_replica(args: &DevArgs) -> Result<(), String> {
             server.client_addr(),
             file.display()
         );
-        let failure = tokio::select! {
-            () = stop_signal() => None,
-            why = server.failed() => Some(why.to_string()),
-            why = panicked(panics) => Some(why),
-        };
-        if let Some(why) = failure {
-            tracing::error!(replica = %id, error = %why, "the replica failed; exiting");
-            stop_after_failure(vec![server]).await;
-            return Err(format!("replica {id} failed: {why}"));
-        }
-        server
-            .stop()
-            .await
-            .map_err(|why| format!("replica {id} failed while stopping: {why}"))
+        serve_until_stopped(server, panics).await
     })
 }
 

@@ -209,7 +209,10 @@ async fn a_replica_joins_and_the_old_leader_leaves_under_load_losing_nothing() {
     let views = call(&mut c, req("kv.incr", &[b("n"), Value::Int(1)], STRONG), T)
         .await
         .expect("the two-replica group serves strong ops");
-    assert!(views.iter().any(|v| matches!(v, Got::Final(Ok(_)))), "{views:?}");
+    assert!(
+        views.iter().any(|v| matches!(v, Got::Final(Ok(_)))),
+        "{views:?}"
+    );
 
     // The remaining replicas converge on the same committed state.
     let deadline = Instant::now() + T;
