@@ -17,9 +17,11 @@
 //! A new replica joins as a learner (`MemberChange::AddLearner`): it
 //! receives the log, or a snapshot and a checkpoint by state transfer, and
 //! votes on nothing. Once its log is within [`PROMOTE_LAG`] entries of the
-//! commit index, the leader promotes it to a voter by itself. A leader is
-//! never removed: it hands leadership to the most caught-up voter first
-//! ([`ChangeRefused::LeaderMustHandOver`] tells the caller so).
+//! commit index, the leader promotes it to a voter by itself. A leader does not
+//! propose its own removal: it hands leadership to the most caught-up voter
+//! first ([`ChangeRefused::LeaderMustHandOver`] tells the caller so); a
+//! leader under which an earlier leader's proposal to remove it commits
+//! steps down.
 
 use std::collections::BTreeSet;
 
@@ -291,6 +293,14 @@ impl<S: CabStorage> Cab<S> {
         if let Err(why) = self.node.mut_store().set_conf(stored) {
             self.failed = Some(format!("storage failed, CAB stopped: {why}"));
             return;
+        }
+        if self.is_leader() && !voters_of(&conf).contains(&self.config.me) {
+            // A leader that is no longer a voter (its removal, proposed by
+            // an earlier leader, committed under it) steps down: the library
+            // leaves that to its user, and a leader outside its own progress
+            // set would fail. The voters left elect a new one.
+            let term = self.node.raft.term;
+            self.node.raft.become_follower(term, raft::INVALID_ID);
         }
         self.group = members_of(&conf);
         self.conf_out.push(ConfApplied {

@@ -1300,6 +1300,25 @@ impl Sim {
             .count()
     }
 
+    /// Whether each replica is in the group, as a member applied it (a
+    /// removal whose proposal was lost left its replica in), else as the
+    /// slots say: what the end of the run checks.
+    fn in_group(&self) -> Vec<bool> {
+        let group = self
+            .nodes
+            .iter()
+            .filter(|n| n.slot == Slot::Member && n.node.is_member())
+            .find_map(|n| n.node.group_members());
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| match &group {
+                Some(g) => g.contains(&ReplicaId(i as u16 + 1)),
+                None => n.slot == Slot::Member,
+            })
+            .collect()
+    }
+
     /// The replicas in the group (or being added to it).
     fn member_slots(&self) -> Vec<usize> {
         (0..self.nodes.len())
@@ -1324,19 +1343,15 @@ impl Sim {
             return;
         };
         let slot_of = |r: ReplicaId| usize::from(r.0) - 1;
-        // A proposal lost with a leader change left the group unchanged:
-        // the slot follows the group, and an add is proposed again.
-        let mut change = None;
-        for i in 0..self.nodes.len() {
-            let id = ReplicaId(i as u16 + 1);
-            match self.nodes[i].slot {
-                Slot::Removed if group.contains(&id) => self.nodes[i].slot = Slot::Member,
-                Slot::Member if !group.contains(&id) => {
-                    change = Some(MemberChange::AddLearner(id));
-                }
-                _ => {}
-            }
-        }
+        // An add lost with a leader change (or still on its way) is
+        // proposed again: the leader refuses it while one is in progress,
+        // or once it applied. A removal is not taken back: if it was lost,
+        // the replica stays in the group but out of the clients' and the
+        // checks' sight, which the end of the run settles (`finish`).
+        let change = (0..self.nodes.len())
+            .map(|i| ReplicaId(i as u16 + 1))
+            .find(|id| self.nodes[slot_of(*id)].slot == Slot::Member && !group.contains(id))
+            .map(MemberChange::AddLearner);
         let spare = (0..self.nodes.len()).find(|i| self.nodes[*i].slot == Slot::Spare);
         let change = match (change, spare) {
             (Some(c), _) => c,
@@ -1385,7 +1400,14 @@ impl Sim {
     /// Every replica holds its data (a lost one was rebuilt) and is quiet,
     /// with the same committed order.
     fn settled(&self) -> bool {
-        let members = || self.nodes.iter().filter(|n| n.slot == Slot::Member);
+        let in_group = self.in_group();
+        let members = || {
+            self.nodes
+                .iter()
+                .zip(&in_group)
+                .filter(|(_, member)| **member)
+                .map(|(n, _)| n)
+        };
         if members().any(|n| n.node.is_lost()) {
             return false;
         }
@@ -1422,7 +1444,7 @@ impl Sim {
         for id in &ids {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
         }
-        let members = self.nodes.iter().map(|n| n.slot == Slot::Member).collect();
+        let members = self.in_group();
         let nodes = self.nodes.into_iter().map(|n| n.node).collect();
         let settled_after_us = settled.then(|| self.now - self.cfg.duration_us);
         // What client sessions did: expiry ops ordered, late copies refused.
