@@ -19,10 +19,11 @@ pub mod config;
 pub mod faults;
 pub mod metrics;
 pub mod node_loop;
+pub mod restore;
 pub mod server;
 pub mod service;
 pub mod transport;
 
 pub use config::{ConfigError, ReplicaAddr, ServerConfig};
 pub use node_loop::Fatal;
-pub use server::{Server, StartError};
+pub use server::{fresh_nonce, Server, StartError};

@@ -88,6 +88,9 @@ pub enum Event {
     Status(oneshot::Sender<StatusSnapshot>),
     /// The committed state and the committed length it reflects.
     Dump(oneshot::Sender<(u64, Vec<(Bytes, Bytes)>)>),
+    /// A checkpoint of the committed state now, with the cluster's id
+    /// (`None` when the replica is not at a clean point: ask again).
+    Checkpoint(oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>),
     /// Change the replica group (leader only): answered once the change is
     /// applied here, or refused.
     ChangeGroup {
@@ -410,6 +413,12 @@ impl NodeLoop {
                 addrs,
                 reply,
             } => self.change_group(change, addrs, reply),
+            Event::Checkpoint(reply) => {
+                let member = self.node.standing() == creek_node::Standing::Member;
+                let taken = member.then(|| self.node.checkpoint()).flatten();
+                let cluster = self.node.identity().cluster_id();
+                let _ = reply.send(taken.map(|c| (c, cluster)));
+            }
             Event::Shutdown => {
                 self.stopping = true;
                 self.node.sync_pending_writes();

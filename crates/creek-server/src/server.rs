@@ -424,7 +424,7 @@ impl Server {
 /// A random nonce for a new data directory (see `creek_node::membership`):
 /// the standard library's per-process random hash keys, over the clock and
 /// the process id.
-fn fresh_nonce() -> u64 {
+pub fn fresh_nonce() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

@@ -438,9 +438,100 @@ fn replica_id(v: u32) -> Result<ReplicaId, Status> {
         .ok_or_else(|| Status::invalid_argument(format!("replica id {v} is not within 1..=65535")))
 }
 
+/// The stream of a `Backup`.
+pub type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::BackupChunk, Status>> + Send>>;
+
+/// Bytes of checkpoint encoding per `Backup` chunk.
+const BACKUP_CHUNK_BYTES: usize = 1 << 20;
+/// Chunks encoded ahead of a slow reader (the encoder waits beyond).
+const BACKUP_CHUNKS_AHEAD: usize = 4;
+/// How long a backup waits for the replica to reach a clean point.
+const BACKUP_CLEAN_POINT_WAIT: Duration = Duration::from_secs(10);
+
+/// Encode `c` in chunks into `tx` (header, data, trailer), on a blocking
+/// thread: a large state takes a while, and the reader sets the pace.
+fn stream_checkpoint(
+    me: ReplicaId,
+    c: creek_core::Checkpoint,
+    cluster_id: u64,
+    tx: mpsc::Sender<Result<pb::BackupChunk, Status>>,
+) {
+    use pb::backup_chunk::Part;
+    let send = |part: Part| {
+        tx.blocking_send(Ok(pb::BackupChunk { part: Some(part) }))
+            .is_ok()
+    };
+    let header = pb::BackupHeader {
+        committed: c.committed_len,
+        log_index: c.cab_applied,
+        cluster_id,
+        replica: u32::from(me.0),
+        format: u32::from(creek_wire::checkpoint::FORMAT),
+        keys: c.state.len() as u64,
+    };
+    if !send(Part::Header(header)) {
+        return;
+    }
+    let mut encoder = creek_wire::checkpoint::Encoder::default();
+    let mut crc = crc32fast::Hasher::new();
+    let mut bytes = 0u64;
+    let mut piece = Vec::with_capacity(BACKUP_CHUNK_BYTES + 4096);
+    while encoder.next_piece(&c, &mut piece, BACKUP_CHUNK_BYTES) {
+        crc.update(&piece);
+        bytes += piece.len() as u64;
+        if !send(Part::Data(std::mem::take(&mut piece).into())) {
+            return; // the client went away
+        }
+    }
+    let _ = send(Part::Trailer(pb::BackupTrailer {
+        bytes,
+        crc32: crc.finalize(),
+    }));
+}
+
 #[tonic::async_trait]
 impl pb::admin_server::Admin for AdminService {
     type DumpStream = DumpStream;
+    type BackupStream = BackupStream;
+
+    async fn backup(
+        &self,
+        _request: tonic::Request<pb::BackupRequest>,
+    ) -> Result<tonic::Response<BackupStream>, Status> {
+        let give_up = Instant::now() + BACKUP_CLEAN_POINT_WAIT;
+        let (checkpoint, cluster) =
+            loop {
+                let (tx, rx) = oneshot::channel();
+                self.events
+                    .send(Event::Checkpoint(tx))
+                    .await
+                    .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+                let taken = rx
+                    .await
+                    .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+                match taken {
+                    Some(t) => break t,
+                    None if Instant::now() < give_up => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    None => return Err(Status::unavailable(
+                        "no clean point of the committed order within 10 s (the replica is not a \
+                         member, or never idle between commits): retry, or ask another replica",
+                    )),
+                }
+            };
+        tracing::info!(
+            committed = checkpoint.committed_len,
+            keys = checkpoint.state.len(),
+            "streaming a backup"
+        );
+        let (tx, rx) = mpsc::channel(BACKUP_CHUNKS_AHEAD);
+        let me = self.me;
+        tokio::task::spawn_blocking(move || stream_checkpoint(me, checkpoint, cluster, tx));
+        Ok(tonic::Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
 
     async fn add_replica(
         &self,

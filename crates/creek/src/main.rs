@@ -2,6 +2,7 @@
 //! (`call`, `status`), the simulator (`sim`) and the benchmarks (`bench`).
 
 mod admin_cmd;
+mod backup_cmd;
 mod bench_cab;
 mod bench_cluster;
 mod bench_executor;
@@ -49,6 +50,10 @@ enum Command {
     Status(status_cmd::Args),
     /// Change or show the replica group: add-replica, remove-replica, members.
     Admin(admin_cmd::Args),
+    /// Stream a consistent checkpoint of a running cluster into a directory.
+    Backup(backup_cmd::BackupArgs),
+    /// Make a new replica's data directory from a backup (once per replica).
+    Restore(backup_cmd::RestoreArgs),
     /// Run a benchmark and print its result.
     Bench {
         #[command(subcommand)]
@@ -108,6 +113,8 @@ fn main() -> ExitCode {
         Command::Call(args) => call_cmd::run(&args),
         Command::Status(args) => status_cmd::run(&args),
         Command::Admin(args) => admin_cmd::run(&args),
+        Command::Backup(args) => backup_cmd::backup(&args),
+        Command::Restore(args) => backup_cmd::restore(&args),
         Command::Bench {
             which: Bench::Executor(args),
         } => bench_executor::run(&args),

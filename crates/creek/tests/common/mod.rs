@@ -80,6 +80,17 @@ impl Cluster {
     /// Like [`Cluster::start`], with `edit` applied to every replica's
     /// configuration.
     pub async fn start_with(n: usize, edit: impl Fn(&mut ServerConfig)) -> Cluster {
+        let mut c = Self::prepare_with(n, edit);
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c.wait_for_leader(Duration::from_secs(20)).await;
+        c
+    }
+
+    /// `n` replicas' configuration files (the test defaults, then `edit`),
+    /// none started: `spawn_all` starts them.
+    pub fn prepare_with(n: usize, edit: impl Fn(&mut ServerConfig)) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "creek-e2e-{}-{}",
             std::process::id(),
@@ -88,7 +99,7 @@ impl Cluster {
         std::fs::create_dir_all(&dir).expect("mkdir");
         let clients: Vec<_> = (0..n).map(|_| free_addr()).collect();
         let peers: Vec<_> = (0..n).map(|_| free_addr()).collect();
-        let mut c = Cluster {
+        let c = Cluster {
             dir,
             clients,
             peers,
@@ -96,10 +107,22 @@ impl Cluster {
         };
         for i in 0..n {
             c.configure(i, &edit);
-            c.spawn(i);
         }
-        c.wait_for_leader(Duration::from_secs(20)).await;
         c
+    }
+
+    /// Start every replica not running.
+    pub fn spawn_all(&mut self) {
+        for i in 0..self.len() {
+            if self.procs[i].is_none() {
+                self.spawn(i);
+            }
+        }
+    }
+
+    /// Replica `i`'s configuration file.
+    pub fn config_path(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("r{}.toml", i + 1))
     }
 
     /// Rewrite replica `i`'s configuration file: the test defaults, then
