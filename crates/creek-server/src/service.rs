@@ -568,6 +568,14 @@ impl pb::admin_server::Admin for AdminService {
         _request: tonic::Request<pb::MembersRequest>,
     ) -> Result<tonic::Response<pb::MembersReply>, Status> {
         let s = status_snapshot(&self.events).await?;
+        if matches!(s.role, "joining" | "lost" | "removed") {
+            // Its view of the group is not the group's: another replica
+            // answers (clients fail over on UNAVAILABLE).
+            return Err(Status::unavailable(format!(
+                "replica {} is {}: {}",
+                self.me, s.role, s.standing_detail
+            )));
+        }
         Ok(tonic::Response::new(members_reply(self.me, &s)))
     }
 
