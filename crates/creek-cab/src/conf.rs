@@ -219,7 +219,8 @@ impl<S: CabStorage> Cab<S> {
             .map_err(|_| ChangeRefused::InProgress)
     }
 
-    /// Hand leadership to the voter whose log is furthest along.
+    /// Hand leadership to the voter whose log is furthest along, among
+    /// those heard from lately (one that is down would never take it).
     fn hand_over(&mut self) {
         let me = raft_id(self.config.me);
         let voters = voters_of(&self.conf_state());
@@ -229,7 +230,7 @@ impl<S: CabStorage> Cab<S> {
             .prs()
             .iter()
             .filter(|(id, _)| **id != me && replica_of(**id).is_some_and(|r| voters.contains(&r)))
-            .max_by_key(|(id, pr)| (pr.matched, std::cmp::Reverse(**id)))
+            .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
             .map(|(id, _)| *id);
         if let Some(to) = best {
             self.node.transfer_leader(to);

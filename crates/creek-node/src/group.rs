@@ -175,11 +175,18 @@ impl<S: CabStorage> Node<S> {
         true
     }
 
-    /// A checkpoint's group was installed with it: take its directory (when
-    /// it is at least as recent as the one held) and re-aim.
+    /// A checkpoint's group was installed with it: merge its directory into
+    /// the one held (an id's addresses never change, since ids never return;
+    /// either side may be the more recent), and re-aim.
     pub(crate) fn install_group(&mut self, group: &creek_core::Group) {
         if !group.is_unknown() {
-            self.directory = group.directory.clone();
+            for (id, addrs) in &group.directory.addrs {
+                self.directory
+                    .addrs
+                    .entry(*id)
+                    .or_insert_with(|| addrs.clone());
+            }
+            self.directory.max_id = self.directory.max_id.max(group.directory.max_id);
             self.directory_changed = true;
         }
         self.aim_at_group();
