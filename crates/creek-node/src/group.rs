@@ -99,8 +99,8 @@ impl<S: CabStorage> Node<S> {
         group_of(&self.cab.store().conf(), &self.directory)
     }
 
-    /// The highest id the group ever had.
-    fn max_id(&self) -> u16 {
+    /// The highest id the group ever had (a new replica needs a higher one).
+    pub fn max_id(&self) -> u16 {
         let members = self.cab.members().iter().map(|r| r.0);
         let initial = self.initial_group.iter().map(|r| r.0);
         members

@@ -259,6 +259,8 @@ pub struct StatusSnapshot {
     pub raft_log_entries: u64,
     /// The replica group as applied here.
     pub group: Group,
+    /// The highest replica id the group ever had (`Node::max_id`).
+    pub max_id: u16,
     /// How to reach each member (and initial replica): the configuration's
     /// addresses, then those of members added since.
     pub addrs: BTreeMap<ReplicaId, Addrs>,
@@ -973,6 +975,7 @@ impl NodeLoop {
             quorum_lost: self.node.quorum_lost(),
             raft_log_entries: self.node.raft_log_entries(),
             group: self.group.clone(),
+            max_id: self.node.max_id(),
             addrs: self.addrs(),
         }
     }

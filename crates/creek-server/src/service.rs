@@ -362,20 +362,12 @@ fn members_reply(me: ReplicaId, s: &StatusSnapshot) -> pb::MembersReply {
             }
         })
         .collect();
-    let max_id = g
-        .members()
-        .iter()
-        .map(|r| r.0)
-        .chain(s.addrs.keys().map(|r| r.0))
-        .chain([g.directory.max_id])
-        .max()
-        .unwrap_or(0);
     pb::MembersReply {
         members,
         conf_index: g.conf_index,
         leader: u32::from(s.leader),
         replica: u32::from(me.0),
-        max_id: u32::from(max_id),
+        max_id: u32::from(s.max_id),
     }
 }
 

@@ -2,8 +2,7 @@
 
 use creek_client::{pb, Client};
 
-/// The client addresses of the three replicas of `creek dev`.
-const DEV_ADDRS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
+use crate::status_cmd::DEV_ADDRS;
 
 /// Arguments of `creek admin`.
 #[derive(clap::Args, Debug)]

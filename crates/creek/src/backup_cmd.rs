@@ -16,8 +16,7 @@ use creek_proto::pb::admin_client::AdminClient;
 use creek_server::ServerConfig;
 use serde_json::json;
 
-/// The client addresses of the three replicas of `creek dev`.
-const DEV_ADDRS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
+use crate::status_cmd::DEV_ADDRS;
 
 const CHECKPOINT_FILE: &str = "checkpoint.bin";
 const MANIFEST_FILE: &str = "manifest.json";

@@ -3,7 +3,7 @@
 use creek_client::{pb, Client};
 
 /// The client addresses of the three replicas of `creek dev`.
-const DEV_ADDRS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
+pub(crate) const DEV_ADDRS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
 
 /// Counters shown in the table: (column, counter names summed).
 const COLUMNS: [(&str, &[&str]); 5] = [

@@ -230,5 +230,4 @@ async fn a_replica_joins_and_the_old_leader_leaves_under_load_losing_nothing() {
         assert!(Instant::now() < deadline, "replicas did not converge");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(cluster.is_running(new));
 }

@@ -159,11 +159,6 @@ impl Cluster {
         i
     }
 
-    /// Whether replica `i`'s process is running (started and not killed).
-    pub fn is_running(&self, i: usize) -> bool {
-        self.procs[i].is_some()
-    }
-
     fn spawn(&mut self, i: usize) {
         let log = std::fs::OpenOptions::new()
             .create(true)
