@@ -103,7 +103,23 @@ pub struct ServerConfig {
     /// (docs/operations.md, "Lost a disk"). Off by default.
     #[serde(default)]
     pub rebuild_despite_data_loss: bool,
+    /// A protocol bug planted on purpose, to show `creek chaos` catches it
+    /// (tests only; needs a build with the `planted-bugs` feature): one of
+    /// [`PLANTED_BUGS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plant_bug: Option<String>,
 }
+
+/// The bugs [`ServerConfig::plant_bug`] can plant: `deliver-on-propose`
+/// (consensus delivers a strong op when it is proposed, before a majority
+/// accepted it: stable views before commit), `send-before-durable`
+/// (payloads and consensus messages leave before the sender's disk has
+/// them), `amnesiac-voter` (a replica that lost its data votes anyway).
+pub const PLANTED_BUGS: &[&str] = &[
+    "deliver-on-propose",
+    "send-before-durable",
+    "amnesiac-voter",
+];
 
 mod defaults {
     pub fn tick_ms() -> u64 {
@@ -205,6 +221,7 @@ impl ServerConfig {
             peer_queue_frames: defaults::peer_queue_frames(),
             allow_fault_injection: false,
             rebuild_despite_data_loss: false,
+            plant_bug: None,
         }
     }
 
@@ -331,6 +348,20 @@ impl ServerConfig {
         }
         if self.data_dir.as_os_str().is_empty() {
             return bad("data_dir is empty".into());
+        }
+        if let Some(bug) = &self.plant_bug {
+            if !PLANTED_BUGS.contains(&bug.as_str()) {
+                return bad(format!(
+                    "plant_bug = {bug:?} is none of {}",
+                    PLANTED_BUGS.join(", ")
+                ));
+            }
+            if !creek_node::PLANTED_BUGS {
+                return bad(format!(
+                    "plant_bug: {}; build with `--features creek-node/planted-bugs`",
+                    creek_core::PLANTED_BUGS_OFF
+                ));
+            }
         }
         Ok(())
     }

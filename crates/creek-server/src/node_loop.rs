@@ -31,7 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use creek_core::{Addrs, ExecKey, Group, InvokeError, ReplicaId, Request, View, ViewKind, Views};
+use creek_core::{
+    Addrs, ExecKey, Group, InvokeError, OpId, ReplicaId, Request, View, ViewKind, Views,
+};
 use creek_node::{GroupError, HoldQueue, Node};
 use creek_store::{LogStore, Persister};
 use creek_wire::Limits;
@@ -88,6 +90,15 @@ pub enum Event {
     Status(oneshot::Sender<StatusSnapshot>),
     /// The committed state and the committed length it reflects.
     Dump(oneshot::Sender<(u64, Vec<(Bytes, Bytes)>)>),
+    /// Part of the committed order, from a position on.
+    Committed {
+        /// The first position wanted.
+        from: u64,
+        /// Most ids returned.
+        max: usize,
+        /// The answer.
+        reply: oneshot::Sender<CommittedPart>,
+    },
     /// A checkpoint of the committed state now, with the cluster's id
     /// (`None` when the replica is not at a clean point: ask again).
     Checkpoint(oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>),
@@ -206,9 +217,9 @@ pub struct Invocation {
 /// What a client stream receives from the node loop.
 #[derive(Debug)]
 pub enum Reply {
-    /// The op was accepted; views follow. Sent only for ops that asked for
-    /// no tentative view (otherwise the first view says as much, sooner).
-    Accepted,
+    /// The op was accepted under this handle; views follow. Always the
+    /// first reply of an accepted op.
+    Accepted(ExecKey),
     /// The op was refused; nothing was applied.
     Rejected(InvokeError),
     /// A view.
@@ -216,6 +227,25 @@ pub enum Reply {
     /// The replica cannot finish the op (disk failure, shutdown). Whether it
     /// was applied is unknown; a retry with the same request id is safe.
     Failed(String),
+}
+
+/// Part of a replica's committed order, with where the replica stands.
+#[derive(Debug)]
+pub struct CommittedPart {
+    /// The position of `ids[0]`.
+    pub start: u64,
+    /// Committed ids from `start` on.
+    pub ids: Vec<OpId>,
+    /// Length of the committed order.
+    pub committed: u64,
+    /// Committed ops with their final execution.
+    pub finalized: u64,
+    /// Ops known and not yet committed.
+    pub pending: u64,
+    /// Nothing pending, waiting or unfinalized.
+    pub quiet: bool,
+    /// "member", "joining", "lost" or "removed".
+    pub standing: &'static str,
 }
 
 /// Why a group change was not made (nothing changed).
@@ -410,6 +440,9 @@ impl NodeLoop {
                 let r = self.node.replica();
                 let _ = reply.send((r.committed_len(), r.committed_state().into_iter().collect()));
             }
+            Event::Committed { from, max, reply } => {
+                let _ = reply.send(self.committed_part(from, max));
+            }
             Event::ChangeGroup {
                 change,
                 addrs,
@@ -437,9 +470,7 @@ impl NodeLoop {
         let views = inv.request.views;
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
-                if !views.tentative {
-                    let _ = inv.reply.send(Reply::Accepted);
-                }
+                let _ = inv.reply.send(Reply::Accepted(handle));
                 self.routes.insert(
                     handle,
                     Route {
@@ -880,6 +911,34 @@ impl NodeLoop {
         m.peer_rtt_us.set(timing.group_rtt_us as i64);
         m.election_timeout_ms
             .set((timing.election_timeout_us / 1000) as i64);
+    }
+
+    fn committed_part(&self, from: u64, max: usize) -> CommittedPart {
+        let r = self.node.replica();
+        let list = r.committed();
+        let committed = r.committed_len();
+        let base = committed - list.len() as u64;
+        let start = from.clamp(base, committed);
+        let skip = usize::try_from(start - base).unwrap_or(list.len());
+        let finalized = r.counters().finalized;
+        let pending = r.tentative_len() as u64;
+        CommittedPart {
+            start,
+            ids: list.iter().skip(skip).take(max).copied().collect(),
+            committed,
+            finalized,
+            pending,
+            quiet: pending == 0
+                && r.decided_waiting() == 0
+                && self.node.cab().decided_waiting() == 0
+                && finalized == committed,
+            standing: match self.node.standing() {
+                creek_node::Standing::Member => "member",
+                creek_node::Standing::Joining { .. } => "joining",
+                creek_node::Standing::Lost { .. } => "lost",
+                creek_node::Standing::Removed => "removed",
+            },
+        }
     }
 
     fn status(&self) -> StatusSnapshot {

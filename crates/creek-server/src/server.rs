@@ -163,6 +163,15 @@ impl Server {
         node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
         node_config.pending_writes_max = config.pending_writes_max;
         node_config.cab.compaction_lag_max = config.compaction_lag_max;
+        match config.plant_bug.as_deref() {
+            Some("deliver-on-propose") => node_config.cab.planted_deliver_on_propose = true,
+            Some("send-before-durable") => node_config.planted_send_before_durable = true,
+            Some("amnesiac-voter") => node_config.planted_amnesiac_voter = true,
+            _ => {}
+        }
+        if let Some(bug) = &config.plant_bug {
+            tracing::warn!(replica = %me, bug, "a protocol bug is planted on purpose (tests only)");
+        }
         if config.rebuild_despite_data_loss {
             tracing::warn!(
                 replica = %me,

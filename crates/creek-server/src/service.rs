@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use creek_core::{ReplicaId, Request, ViewKind, Views};
+use creek_core::{ExecKey, ReplicaId, Request, ViewKind, Views};
 use creek_exec::{CallError, ClientRequestId, ProcCall};
 use creek_node::GroupError;
 use creek_proto::pb;
@@ -22,6 +22,9 @@ use tonic::{Code, Status};
 use crate::faults::{Faults, LinkFault};
 use crate::metrics::Metrics;
 use crate::node_loop::{Event, GroupRefusal, Invocation, Reply, StatusSnapshot};
+
+/// Most ids one `Admin.Committed` answer holds.
+const COMMITTED_MAX: usize = 65_536;
 use crate::transport::Transport;
 
 /// The stream of views of one invocation.
@@ -220,18 +223,25 @@ impl pb::creek_server::Creek for CreekService {
             .send(Event::Invoke(inv))
             .await
             .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-        // The first reply says whether the op was accepted: `Accepted`, or
-        // already its first view.
-        let first = match rx.recv().await {
-            Some(Reply::Accepted) => None,
-            Some(Reply::View(v)) => Some(v),
+        // The first reply says whether the op was accepted, and as what.
+        let handle = match rx.recv().await {
+            Some(Reply::Accepted(handle)) => handle,
             Some(Reply::Rejected(e)) => return Err(rejected(e)),
             Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
-            None => return Err(Status::unavailable("the replica is shutting down")),
+            Some(Reply::View(_)) | None => {
+                return Err(Status::unavailable("the replica is shutting down"))
+            }
         };
         let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let stream = view_stream(first, rx, until, self.metrics.clone(), strong);
-        Ok(tonic::Response::new(Box::pin(stream)))
+        let stream = view_stream(rx, until, self.metrics.clone(), strong);
+        let mut response = tonic::Response::new(Box::pin(stream) as ViewStream);
+        if let ExecKey::Op(id) = handle {
+            let name = format!("{}.{}", id.origin.0, id.seq);
+            if let Ok(value) = name.parse() {
+                response.metadata_mut().insert(OP_HEADER, value);
+            }
+        }
+        Ok(response)
     }
 
     async fn status(
@@ -272,18 +282,19 @@ impl pb::creek_server::Creek for CreekService {
     }
 }
 
+/// The response header naming the op an `Invoke` accepted, `origin.seq`.
+pub const OP_HEADER: &str = "creek-op";
+
 /// Views from the node loop as a gRPC stream, ended by the last view (the
 /// node loop drops its sender), a failure or the deadline.
 fn view_stream(
-    first: Option<creek_core::View>,
     rx: mpsc::UnboundedReceiver<Reply>,
     until: Option<tokio::time::Instant>,
     metrics: Arc<Metrics>,
     strong: bool,
 ) -> impl Stream<Item = Result<pb::View, Status>> + Send {
-    let head = tokio_stream::iter(first.map(|v| Ok(to_pb_view(&v))));
     let state = Some((rx, until, metrics));
-    let tail = futures_util::stream::unfold(state, move |state| async move {
+    futures_util::stream::unfold(state, move |state| async move {
         let (mut rx, until, metrics) = state?;
         let next = match until {
             Some(t) => match tokio::time::timeout_at(t, rx.recv()).await {
@@ -304,10 +315,9 @@ fn view_stream(
             Reply::View(v) => Some((Ok(to_pb_view(&v)), Some((rx, until, metrics)))),
             Reply::Failed(why) => Some((Err(Status::unavailable(why)), None)),
             // Not sent after the first reply.
-            Reply::Accepted | Reply::Rejected(_) => None,
+            Reply::Accepted(_) | Reply::Rejected(_) => None,
         }
-    });
-    tokio_stream::StreamExt::chain(head, tail)
+    })
 }
 
 /// The `Admin` service.
@@ -569,6 +579,44 @@ impl pb::admin_server::Admin for AdminService {
             )));
         }
         Ok(tonic::Response::new(members_reply(self.me, &s)))
+    }
+
+    async fn committed(
+        &self,
+        request: tonic::Request<pb::CommittedRequest>,
+    ) -> Result<tonic::Response<pb::CommittedReply>, Status> {
+        let req = request.into_inner();
+        let max = match usize::try_from(req.max) {
+            Ok(0) | Err(_) => COMMITTED_MAX,
+            Ok(n) => n.min(COMMITTED_MAX),
+        };
+        let (tx, rx) = oneshot::channel();
+        let gone = || Status::unavailable("the replica is shutting down");
+        self.events
+            .send(Event::Committed {
+                from: req.from,
+                max,
+                reply: tx,
+            })
+            .await
+            .map_err(|_| gone())?;
+        let part = rx.await.map_err(|_| gone())?;
+        Ok(tonic::Response::new(pb::CommittedReply {
+            start: part.start,
+            ids: part
+                .ids
+                .iter()
+                .map(|id| pb::OpRef {
+                    origin: u32::from(id.origin.0),
+                    seq: id.seq,
+                })
+                .collect(),
+            committed: part.committed,
+            finalized: part.finalized,
+            pending: part.pending,
+            quiet: part.quiet,
+            standing: part.standing.to_owned(),
+        }))
     }
 
     async fn dump(

@@ -35,6 +35,7 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
         history: &out.history,
         replicas,
         broadcast: out.ops.iter().map(|(id, op)| (*id, &op.call)).collect(),
+        broadcast_complete: true,
         registry: &out.registry,
         initial_state,
         prefix_violation: out.prefix_violation.clone(),

@@ -5,7 +5,9 @@
 //! the nine tables laid out on Creek's key-value state, the five
 //! transactions, the initial population, an input generator and the
 //! consistency conditions. [`ycsb`] is YCSB's core workloads A, B and C
-//! over the key-value built-ins (Correctables §6).
+//! over the key-value built-ins (Correctables §6). [`bank`] moves money
+//! between accounts whose total never changes: the invariant the simulator
+//! and `creek chaos` check.
 //!
 //! ```
 //! use creek_exec::Registry;
@@ -20,12 +22,14 @@
 //! anything.
 #![deny(missing_docs)]
 
+pub mod bank;
 pub mod tpcc;
 pub mod ycsb;
 
-/// Register every workload's procedures (TPC-C and YCSB loading) beside
-/// whatever `registry` holds.
+/// Register every workload's procedures (TPC-C, YCSB loading and the bank)
+/// beside whatever `registry` holds.
 pub fn register_all(registry: &mut creek_exec::Registry) {
+    bank::register_procedures(registry);
     tpcc::register(registry);
     ycsb::register(registry);
 }

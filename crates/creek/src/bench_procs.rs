@@ -17,10 +17,14 @@ pub(crate) struct Servers {
     pub(crate) dir: PathBuf,
     /// The replicas' client endpoints (replica `i + 1` at index `i`).
     pub(crate) clients: Vec<SocketAddr>,
+    /// The replicas' peer endpoints (replica `i + 1` at index `i`).
+    pub(crate) peers: Vec<SocketAddr>,
     /// The running processes (`None`: killed and not restarted).
     children: Vec<Option<Child>>,
     /// `RUST_LOG` of the servers.
     log_filter: String,
+    /// Leave the directory behind on drop (the processes are killed).
+    pub(crate) keep: bool,
 }
 
 fn free_addr() -> Result<SocketAddr, String> {
@@ -46,22 +50,97 @@ impl Servers {
         let mut servers = Servers {
             dir: dir.clone(),
             clients: Vec::new(),
+            peers: Vec::new(),
             children: (0..n).map(|_| None).collect(),
             log_filter: log_filter.to_owned(),
+            keep: false,
         };
         let clients = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
         let peers = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-        servers.clients = clients.clone();
-        let configs = ServerConfig::group_on(&peers, &clients, &dir).map_err(|e| e.to_string())?;
-        for (i, mut config) in configs.into_iter().enumerate() {
-            edit(&mut config);
-            config.validate().map_err(|e| e.to_string())?;
-            let toml = config.to_toml().map_err(|e| e.to_string())?;
-            std::fs::write(servers.config_path(i), toml)
-                .map_err(|e| format!("writing {}: {e}", servers.config_path(i).display()))?;
+        servers.clients = clients;
+        servers.peers = peers;
+        let all: Vec<usize> = (0..n).collect();
+        for i in 0..n {
+            servers.configure(i, &all, &edit)?;
+        }
+        for i in 0..n {
             servers.spawn(i)?;
         }
         Ok(servers)
+    }
+
+    /// Write replica `i`'s (0-based) configuration: the server defaults,
+    /// the group `members` (0-based, `i` included or not) and `edit`.
+    pub(crate) fn configure(
+        &self,
+        i: usize,
+        members: &[usize],
+        edit: impl Fn(&mut ServerConfig),
+    ) -> Result<(), String> {
+        let group = ServerConfig::group_on(&self.peers, &self.clients, &self.dir)
+            .map_err(|e| e.to_string())?;
+        let mut config = group
+            .get(i)
+            .cloned()
+            .ok_or_else(|| format!("there is no replica {}", i + 1))?;
+        config
+            .replicas
+            .retain(|r| usize::from(r.id) == i + 1 || members.contains(&(usize::from(r.id) - 1)));
+        edit(&mut config);
+        config.validate().map_err(|e| e.to_string())?;
+        let toml = config.to_toml().map_err(|e| e.to_string())?;
+        std::fs::write(self.config_path(i), toml)
+            .map_err(|e| format!("writing {}: {e}", self.config_path(i).display()))
+    }
+
+    /// Make room for a new replica (id `len + 1`) on free loopback ports,
+    /// configured with the group `members` and `edit`, and start it.
+    /// Returns its 0-based index.
+    pub(crate) fn add(
+        &mut self,
+        members: &[usize],
+        edit: impl Fn(&mut ServerConfig),
+    ) -> Result<usize, String> {
+        self.clients.push(free_addr()?);
+        self.peers.push(free_addr()?);
+        self.children.push(None);
+        let i = self.children.len() - 1;
+        self.configure(i, members, edit)?;
+        self.spawn(i)?;
+        Ok(i)
+    }
+
+    /// Stop (`SIGSTOP`) or continue (`SIGCONT`) replica `i` (0-based), if
+    /// it runs.
+    pub(crate) fn signal(&self, i: usize, stop: bool) -> Result<(), String> {
+        let Some(pid) = self.pid(i) else {
+            return Ok(());
+        };
+        let sig = if stop { "-STOP" } else { "-CONT" };
+        let status = Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .map_err(|e| format!("running kill {sig}: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill {sig} {pid} failed ({status})"))
+        }
+    }
+
+    /// Delete replica `i`'s (0-based) data directory: the disk was lost.
+    /// It must not be running.
+    pub(crate) fn wipe(&self, i: usize) -> Result<(), String> {
+        if self.pid(i).is_some() {
+            return Err(format!("replica {} is running", i + 1));
+        }
+        let dir = self.data_dir(i);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("deleting {}: {e}", dir.display())),
+        }
     }
 
     /// Replica `i`'s configuration file (0-based `i`).
@@ -192,7 +271,9 @@ impl Drop for Servers {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod bench_procs;
 mod bench_soak;
 mod bench_transfer;
 mod call_cmd;
+mod chaos;
 mod serve_cmd;
 mod sim_cmd;
 mod status_cmd;
@@ -50,6 +51,9 @@ enum Command {
     Status(status_cmd::Args),
     /// Change or show the replica group: add-replica, remove-replica, members.
     Admin(admin_cmd::Args),
+    /// Run `creek serve` processes under faults (kills, pauses, partitions,
+    /// lost disks, membership changes) and check what clients saw.
+    Chaos(chaos::Args),
     /// Stream a consistent checkpoint of a running cluster into a directory.
     Backup(backup_cmd::BackupArgs),
     /// Make a new replica's data directory from a backup (once per replica).
@@ -105,6 +109,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve_cmd::serve(&args),
         Command::Dev(args) => serve_cmd::dev(&args),
+        Command::Chaos(args) => match chaos::run(&args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         Command::Sim(args) => match sim_cmd::run(&args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::FAILURE,

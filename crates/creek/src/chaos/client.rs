@@ -1,0 +1,265 @@
+//! The chaos clients: each issues one op at a time, weak or strong, to its
+//! home replica and records every attempt with the op's id (the `creek-op`
+//! response header) and each view as it arrives. An attempt that fails is
+//! tried again with the same request id until it gets what it asked for;
+//! a client moves to another replica only when its home leaves the group.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use creek_check::history::{OpRecord, SeenView};
+use creek_core::{OpId, ReplicaId, ViewKind};
+use creek_exec::value::decode_args;
+use creek_exec::{Abort, ClientRequestId, ProcCall};
+use creek_proto::pb;
+use creek_sim::rng::Rng;
+use creek_sim::workload::Workload;
+
+use super::world::{Membership, World};
+
+/// How long one attempt may take before the client gives up on it.
+pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// A client's workload, shared by the clients that run it (a workload
+/// keeps state across clients, e.g. the values last written).
+pub(crate) type Shared = Arc<std::sync::Mutex<Box<dyn Workload>>>;
+
+/// One op to issue, as a workload gives it.
+pub(crate) struct Op {
+    pub(crate) call: ProcCall,
+    pub(crate) strong: bool,
+    pub(crate) wants_final: bool,
+}
+
+/// The `creek-op` header's value, `origin.seq`.
+fn parse_op(header: &str) -> Option<OpId> {
+    let (origin, seq) = header.split_once('.')?;
+    Some(OpId::new(
+        ReplicaId(origin.parse().ok()?),
+        seq.parse().ok()?,
+    ))
+}
+
+/// A view as the checkers read it; `last` is the last preliminary outcome
+/// (what a confirmation confirms).
+fn seen(view: &pb::View, at_us: u64, last: Option<&SeenView>) -> Result<SeenView, String> {
+    use pb::view::{Kind, Outcome};
+    let kind = match Kind::try_from(view.kind) {
+        Ok(Kind::Preliminary) => ViewKind::Tentative,
+        Ok(Kind::Final) => ViewKind::Stable,
+        Ok(Kind::Confirmed) => ViewKind::Confirmation,
+        _ => return Err(format!("a view of unknown kind {}", view.kind)),
+    };
+    let outcome = match (&view.outcome, kind) {
+        (None, ViewKind::Confirmation) => match last {
+            Some(l) => l.outcome.clone(),
+            None => return Err("a confirmation without a preliminary view".into()),
+        },
+        (Some(Outcome::Value(v)), _) => Ok(creek_proto::from_wire(v)
+            .map_err(|e| format!("a view with a malformed value: {e}"))?
+            .encode()),
+        (Some(Outcome::Abort(why)), _) => Err(Abort::new(why.clone())),
+        (None, _) => return Err("a view without an outcome".into()),
+    };
+    Ok(SeenView {
+        at_us,
+        kind,
+        outcome,
+    })
+}
+
+/// One attempt of `call` at replica `replica` (0-based) by `client`,
+/// recorded in the history unless nothing came back (no op id, no view:
+/// the op was not accepted). Returns whether it got what it asked for: the
+/// final view, or for a weak op without one its preliminary view.
+pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op) -> bool {
+    let Some(channel) = world.lock().slots.get(replica).map(|s| s.channel.clone()) else {
+        return false;
+    };
+    let Some(id) = op.call.request_id else {
+        return false;
+    };
+    let args = decode_args(&op.call.args).unwrap_or_default();
+    let levels = if op.strong {
+        vec![pb::Level::Weak as i32, pb::Level::Strong as i32]
+    } else {
+        vec![pb::Level::Weak as i32]
+    };
+    let request = pb::InvokeRequest {
+        procedure: op.call.name.to_string(),
+        args: args.iter().map(creek_proto::to_wire).collect(),
+        levels,
+        weak_final: !op.strong && op.wants_final,
+        client_id: id.client,
+        request_seq: id.seq,
+        acked: Vec::new(),
+    };
+    let mut request = tonic::Request::new(request);
+    request.set_timeout(OP_TIMEOUT);
+    let mut record = OpRecord {
+        client,
+        replica,
+        id: None,
+        call: op.call.clone(),
+        strong: op.strong,
+        wants_final: op.strong || op.wants_final,
+        invoked_at_us: world.now_us(),
+        views: Vec::new(),
+        origin_crashed: false,
+        origin_left: false,
+        lost: false,
+    };
+    let run = async {
+        let response = pb::creek_client::CreekClient::new(channel)
+            .invoke(request)
+            .await
+            .map_err(|s| s.message().to_owned())?;
+        record.id = response
+            .metadata()
+            .get(creek_server::service::OP_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_op);
+        let mut stream = response.into_inner();
+        while let Some(view) = stream.message().await.map_err(|s| s.message().to_owned())? {
+            let last = record
+                .views
+                .iter()
+                .rev()
+                .find(|v| v.kind == ViewKind::Tentative);
+            let view = seen(&view, world.now_us(), last)?;
+            record.views.push(view);
+        }
+        Ok::<(), String>(())
+    };
+    let _ = tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(1), run).await;
+    let done = if record.wants_final {
+        record.final_view().is_some()
+    } else {
+        !record.views.is_empty()
+    };
+    let mut state = world.lock();
+    if !op.strong {
+        let answered = !record.views.is_empty();
+        state
+            .weak_attempts
+            .push((replica, record.invoked_at_us, answered));
+    }
+    if record.id.is_some() || !record.views.is_empty() {
+        state.history.push(record);
+    }
+    done
+}
+
+/// Run `op` at `home` until an attempt gets what it asked for, or the
+/// clients are stopped (with `stop_too`). Moves `home` when it leaves the
+/// group.
+async fn until_done(
+    world: &World,
+    client: u32,
+    home: &mut usize,
+    op: &Op,
+    rng: &mut Rng,
+    stop_too: bool,
+) -> bool {
+    loop {
+        if attempt(world, client, *home, op).await {
+            return true;
+        }
+        if stop_too && world.clients_stopped() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(100, 300))).await;
+        stay_in_group(world, client, home, rng);
+    }
+}
+
+/// Move `home` to a member if it left the group; the client's ops there
+/// without a final view are abandoned (it never learns their outcome).
+fn stay_in_group(world: &World, client: u32, home: &mut usize, rng: &mut Rng) {
+    let mut state = world.lock();
+    if state.slots[*home].membership == Membership::Member {
+        return;
+    }
+    let members = state.members();
+    if members.is_empty() {
+        return;
+    }
+    let old = *home;
+    *home = members[rng.index(members.len())];
+    for r in state.history.iter_mut() {
+        if r.client == client && r.replica == old && r.final_view().is_none() {
+            r.origin_left = true;
+        }
+    }
+}
+
+/// A client: ops from `workload` until the clients are stopped.
+pub(crate) async fn run(
+    world: Arc<World>,
+    client: u32,
+    client_id: u64,
+    mut home: usize,
+    workload: Shared,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let mut seq = 0;
+    while !world.clients_stopped() {
+        stay_in_group(&world, client, &mut home, &mut rng);
+        let next = workload
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_op(&mut rng, client);
+        seq += 1;
+        let mut call = next.call;
+        call.request_id = Some(ClientRequestId {
+            client: client_id,
+            seq,
+        });
+        let op = Op {
+            call,
+            strong: next.strong,
+            wants_final: next.wants_final,
+        };
+        until_done(&world, client, &mut home, &op, &mut rng, true).await;
+    }
+}
+
+/// Run `calls` strong, one after the other, as `client` (setup calls and
+/// final reads), each until it has its final view. Fails past `deadline`.
+pub(crate) async fn run_strong(
+    world: &World,
+    client: u32,
+    client_id: u64,
+    calls: Vec<ProcCall>,
+    seed: u64,
+    within: Duration,
+) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let mut home = world.lock().members().first().copied().unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + within;
+    for (seq, mut call) in (1..).zip(calls) {
+        call.request_id = Some(ClientRequestId {
+            client: client_id,
+            seq,
+        });
+        let name = call.name.to_string();
+        let op = Op {
+            call,
+            strong: true,
+            wants_final: true,
+        };
+        let done = tokio::time::timeout_at(
+            deadline,
+            until_done(world, client, &mut home, &op, &mut rng, false),
+        )
+        .await;
+        if done.is_err() {
+            return Err(format!(
+                "{name} got no final view within {} s",
+                within.as_secs()
+            ));
+        }
+    }
+    Ok(())
+}

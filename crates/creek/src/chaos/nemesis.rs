@@ -1,0 +1,549 @@
+//! The nemesis: one fault at a time, held for a while and healed, chosen
+//! by the seed; the poller that follows every replica's committed order;
+//! settling and the final dumps.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use creek_proto::pb;
+use creek_server::ServerConfig;
+use creek_sim::rng::Rng;
+
+use super::world::{Membership, Slot, World};
+use crate::bench_procs::Servers;
+
+/// Most replica slots a run uses (ids are never reused: each add takes one).
+const MAX_SLOTS: usize = 9;
+
+/// The faults, with their weights.
+const FAULTS: &[(&str, u64)] = &[
+    ("kill", 16),
+    ("kill-leader", 10),
+    ("kill-all", 4),
+    ("pause", 12),
+    ("partition", 16),
+    ("partition-leader", 8),
+    ("slow", 8),
+    ("wipe", 6),
+    ("add", 5),
+    ("remove", 5),
+];
+
+pub(crate) struct Nemesis<E> {
+    world: Arc<World>,
+    rng: Rng,
+    edit: E,
+}
+
+impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
+    pub(crate) fn new(world: Arc<World>, seed: u64, edit: E) -> Self {
+        Nemesis {
+            world,
+            rng: Rng::new(seed ^ 0x6e65_6d65_7369_73),
+            edit,
+        }
+    }
+
+    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(self.rng.range(lo, hi))
+    }
+
+    /// Inject faults until `until`.
+    pub(crate) async fn run(
+        &mut self,
+        servers: &mut Servers,
+        until: std::time::Instant,
+    ) -> Result<(), String> {
+        let total: u64 = FAULTS.iter().map(|(_, w)| w).sum();
+        while std::time::Instant::now() < until {
+            let gap = self.ms(300, 1500);
+            tokio::time::sleep(gap).await;
+            self.note_exits(servers);
+            let mut roll = self.rng.range(0, total);
+            let kind = FAULTS
+                .iter()
+                .find(|(_, w)| {
+                    if roll < *w {
+                        true
+                    } else {
+                        roll -= w;
+                        false
+                    }
+                })
+                .map_or("kill", |(k, _)| *k);
+            match self.inject(kind, servers).await {
+                Ok(true) => self.world.lock().count(kind),
+                Ok(false) => {}
+                Err(e) => {
+                    *self
+                        .world
+                        .lock()
+                        .skipped
+                        .entry(format!("{kind}: {e}"))
+                        .or_default() += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Record replicas that exited by themselves (a crash is a finding).
+    fn note_exits(&self, servers: &mut Servers) {
+        let n = self.world.lock().slots.len();
+        for i in 0..n {
+            if let Some(why) = servers.exited(i) {
+                let tail = crate::bench_soak::log_tail(&servers.log_path(i));
+                let mut state = self.world.lock();
+                state.exits.push(format!("replica {} {why}: {tail}", i + 1));
+                state.slots[i].running = false;
+                let _ = servers.kill(i);
+            }
+        }
+    }
+
+    /// Inject one fault and heal it; `Ok(false)`: it did not apply now.
+    async fn inject(&mut self, kind: &str, servers: &mut Servers) -> Result<bool, String> {
+        let members = self.world.lock().members();
+        let up: Vec<usize> = {
+            let state = self.world.lock();
+            members
+                .iter()
+                .copied()
+                .filter(|&i| state.slots[i].up())
+                .collect()
+        };
+        if up.len() < members.len() {
+            // The last fault is still being repaired (a rebuild, a join).
+            return Ok(false);
+        }
+        let pick = |rng: &mut Rng, from: &[usize]| from[rng.index(from.len())];
+        match kind {
+            "kill" | "kill-leader" => {
+                let i = if kind == "kill-leader" {
+                    match leader(&self.world, &members).await {
+                        Some(l) => l,
+                        None => return Ok(false),
+                    }
+                } else {
+                    pick(&mut self.rng, &members)
+                };
+                self.kill(servers, i)?;
+                tokio::time::sleep(self.ms(500, 3000)).await;
+                self.start(servers, i)?;
+            }
+            "kill-all" => {
+                for &i in &members {
+                    self.kill(servers, i)?;
+                }
+                tokio::time::sleep(self.ms(200, 2000)).await;
+                for &i in &members {
+                    self.start(servers, i)?;
+                }
+            }
+            "pause" => {
+                let i = pick(&mut self.rng, &members);
+                servers.signal(i, true)?;
+                let now = self.world.now_us();
+                self.world.lock().slots[i].paused = true;
+                tokio::time::sleep(self.ms(500, 3000)).await;
+                servers.signal(i, false)?;
+                let end = self.world.now_us();
+                let mut state = self.world.lock();
+                state.slots[i].paused = false;
+                state.slots[i].down_spans.push((now, end));
+            }
+            "partition" | "partition-leader" => {
+                // A minority cut off from the rest: one replica, or two of five.
+                let mut cut = vec![if kind == "partition-leader" {
+                    match leader(&self.world, &members).await {
+                        Some(l) => l,
+                        None => return Ok(false),
+                    }
+                } else {
+                    pick(&mut self.rng, &members)
+                }];
+                if members.len() >= 5 && self.rng.chance(0.5) {
+                    let others: Vec<usize> = members
+                        .iter()
+                        .copied()
+                        .filter(|i| !cut.contains(i))
+                        .collect();
+                    cut.push(pick(&mut self.rng, &others));
+                }
+                let all = self.world.lock().slots.len();
+                let groups: Vec<bool> = (0..all).map(|i| cut.contains(&i)).collect();
+                set_faults(&self.world, &members, |a, b| {
+                    (groups[a] != groups[b]).then_some(Fault::Cut)
+                })
+                .await;
+                let from = self.world.now_us();
+                for &i in &cut {
+                    self.world.lock().slots[i].isolated = true;
+                }
+                tokio::time::sleep(self.ms(1000, 5000)).await;
+                set_faults(&self.world, &members, |_, _| None).await;
+                let to = self.world.now_us();
+                let mut state = self.world.lock();
+                for &i in &cut {
+                    state.slots[i].isolated = false;
+                    state.slots[i].minority_spans.push((from, to));
+                }
+            }
+            "slow" => {
+                let delay_us = self.rng.range(2_000, 40_000);
+                let loss = self.rng.range(0, 10) as f64 / 100.0;
+                set_faults(&self.world, &members, |_, _| {
+                    Some(Fault::Slow { delay_us, loss })
+                })
+                .await;
+                tokio::time::sleep(self.ms(1000, 5000)).await;
+                set_faults(&self.world, &members, |_, _| None).await;
+            }
+            "wipe" => {
+                if members.len() < 3 {
+                    return Ok(false);
+                }
+                let i = pick(&mut self.rng, &members);
+                self.kill(servers, i)?;
+                servers.wipe(i)?;
+                {
+                    let mut state = self.world.lock();
+                    state.slots[i].wiped = true;
+                    state.slots[i].committed.clear();
+                }
+                // A rebuilt replica is configured with the current group.
+                servers.configure(i, &members, &self.edit)?;
+                tokio::time::sleep(self.ms(200, 1000)).await;
+                self.start(servers, i)?;
+                wait_member(&self.world, i, Duration::from_secs(30)).await;
+            }
+            "add" => {
+                let slots = self.world.lock().slots.len();
+                if members.len() >= 5 || slots >= MAX_SLOTS {
+                    return Ok(false);
+                }
+                let i = servers.add(&members, &self.edit)?;
+                {
+                    let slot = Slot::new(servers.clients[i], Membership::NeverAdded);
+                    self.world.lock().slots.push(slot);
+                }
+                let admin = admin_client(&self.world, &members).await?;
+                let result = tokio::time::timeout(
+                    Duration::from_secs(30),
+                    admin.add_replica(
+                        (i + 1) as u16,
+                        &servers.peers[i].to_string(),
+                        &servers.clients[i].to_string(),
+                    ),
+                )
+                .await;
+                match result {
+                    Ok(Ok(_)) => {
+                        self.world.lock().slots[i].membership = Membership::Member;
+                        wait_member(&self.world, i, Duration::from_secs(30)).await;
+                    }
+                    Ok(Err(e)) => {
+                        self.kill(servers, i)?;
+                        return Err(format!("adding replica {}: {e}", i + 1));
+                    }
+                    Err(_) => {
+                        // It may still go through: ask the group.
+                        if !in_group(&admin, i).await {
+                            self.kill(servers, i)?;
+                            return Err(format!("adding replica {}: timed out", i + 1));
+                        }
+                        self.world.lock().slots[i].membership = Membership::Member;
+                    }
+                }
+            }
+            "remove" => {
+                if members.len() <= 3 {
+                    return Ok(false);
+                }
+                let i = pick(&mut self.rng, &members);
+                let admin = admin_client(&self.world, &members).await?;
+                let result = tokio::time::timeout(
+                    Duration::from_secs(30),
+                    admin.remove_replica((i + 1) as u16),
+                )
+                .await;
+                let removed = match result {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(e)) => return Err(format!("removing replica {}: {e}", i + 1)),
+                    Err(_) => !in_group(&admin, i).await,
+                };
+                if removed {
+                    self.world.lock().slots[i].membership = Membership::Removed;
+                } else {
+                    return Err(format!("removing replica {}: timed out", i + 1));
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn kill(&self, servers: &mut Servers, i: usize) -> Result<(), String> {
+        servers.kill(i)?;
+        let now = self.world.now_us();
+        let mut state = self.world.lock();
+        let slot = &mut state.slots[i];
+        if slot.running {
+            slot.running = false;
+            slot.kills.push(now);
+            slot.down_spans.push((now, u64::MAX));
+        }
+        Ok(())
+    }
+
+    fn start(&self, servers: &mut Servers, i: usize) -> Result<(), String> {
+        servers.spawn(i)?;
+        let now = self.world.now_us();
+        let mut state = self.world.lock();
+        let slot = &mut state.slots[i];
+        slot.running = true;
+        if let Some(span) = slot.down_spans.last_mut().filter(|s| s.1 == u64::MAX) {
+            span.1 = now;
+        }
+        Ok(())
+    }
+
+    /// Undo every fault: links healed, stopped replicas continued, killed
+    /// members restarted.
+    pub(crate) async fn heal(&mut self, servers: &mut Servers) -> Result<(), String> {
+        self.note_exits(servers);
+        let n = self.world.lock().slots.len();
+        for i in 0..n {
+            let (paused, running, membership) = {
+                let s = &self.world.lock().slots[i];
+                (s.paused, s.running, s.membership)
+            };
+            if paused {
+                servers.signal(i, false)?;
+                self.world.lock().slots[i].paused = false;
+            }
+            if !running && membership == Membership::Member {
+                self.start(servers, i)?;
+            }
+        }
+        let all: Vec<usize> = (0..n).collect();
+        set_faults(&self.world, &all, |_, _| None).await;
+        Ok(())
+    }
+
+    /// `SIGKILL` every process, then restart the group's members.
+    pub(crate) fn kill_all_and_restart(&mut self, servers: &mut Servers) -> Result<(), String> {
+        self.note_exits(servers);
+        let n = self.world.lock().slots.len();
+        for i in 0..n {
+            self.kill(servers, i)?;
+        }
+        let members = self.world.lock().members();
+        for &i in &members {
+            // Nothing listens any more: the slot's poll answer is stale.
+            self.world.lock().slots[i].last = None;
+        }
+        for &i in &members {
+            self.start(servers, i)?;
+        }
+        Ok(())
+    }
+}
+
+/// A link fault between two replicas.
+#[derive(Clone, Copy)]
+enum Fault {
+    Cut,
+    Slow { delay_us: u64, loss: f64 },
+}
+
+/// Set every link among `among` (0-based) to `fault(a, b)`, on each
+/// replica that answers (a stopped or killed one is skipped).
+async fn set_faults(world: &World, among: &[usize], fault: impl Fn(usize, usize) -> Option<Fault>) {
+    for &a in among {
+        let links = among
+            .iter()
+            .filter(|&&b| b != a)
+            .filter_map(|&b| {
+                fault(a, b).map(|f| match f {
+                    Fault::Cut => pb::LinkFault {
+                        peer: (b + 1) as u32,
+                        partitioned: true,
+                        ..Default::default()
+                    },
+                    Fault::Slow { delay_us, loss } => pb::LinkFault {
+                        peer: (b + 1) as u32,
+                        delay_us,
+                        loss,
+                        partitioned: false,
+                    },
+                })
+            })
+            .collect();
+        let Some(channel) = world
+            .lock()
+            .slots
+            .get(a)
+            .filter(|s| s.up())
+            .map(|s| s.channel.clone())
+        else {
+            continue;
+        };
+        let mut admin = pb::admin_client::AdminClient::new(channel);
+        let call = admin.set_faults(pb::SetFaultsRequest { links });
+        let _ = tokio::time::timeout(Duration::from_secs(1), call).await;
+    }
+}
+
+/// The leader as a member that answers says, if it is a member.
+async fn leader(world: &World, members: &[usize]) -> Option<usize> {
+    for &i in members {
+        let channel = world.lock().slots[i].channel.clone();
+        let mut client = pb::creek_client::CreekClient::new(channel);
+        let call = client.status(pb::StatusRequest {});
+        if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(1), call).await {
+            let l = reply.into_inner().leader as usize;
+            if l > 0 && members.contains(&(l - 1)) {
+                return Some(l - 1);
+            }
+        }
+    }
+    None
+}
+
+/// A client for admin calls, over the members.
+async fn admin_client(world: &World, members: &[usize]) -> Result<creek_client::Client, String> {
+    let addrs: Vec<String> = {
+        let state = world.lock();
+        members
+            .iter()
+            .map(|&i| state.slots[i].addr.to_string())
+            .collect()
+    };
+    creek_client::Client::connect(addrs)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Whether replica `i` (0-based) is in the group, as the group says.
+async fn in_group(admin: &creek_client::Client, i: usize) -> bool {
+    let call = admin.members();
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), call).await,
+        Ok(Ok(m)) if m.members.iter().any(|m| m.replica as usize == i + 1)
+    )
+}
+
+/// Wait (at most `within`) until replica `i` says it is a member.
+async fn wait_member(world: &World, i: usize, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        let member = world.lock().slots[i]
+            .last
+            .as_ref()
+            .is_some_and(|p| p.standing == "member");
+        if member {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Follow every running replica's committed order until polling stops.
+pub(crate) async fn poll(world: Arc<World>) {
+    while !world.polling_stopped() {
+        let n = world.lock().slots.len();
+        for i in 0..n {
+            let (up, from) = {
+                let s = &world.lock().slots[i];
+                (s.up(), s.committed.len() as u64)
+            };
+            if !up {
+                continue;
+            }
+            if let Some((start, ids, polled)) = super::committed(&world, i, from).await {
+                let now = world.now_us();
+                world.lock().merge(i, start, ids, polled, now);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Wait until the group settles: every member runs, says it is a member,
+/// is quiet, has committed as much as the others, and the poller has seen
+/// it all. Returns how long that took, or `None` past `bound`.
+pub(crate) async fn settle(world: &World, bound: Duration) -> Option<Duration> {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < bound {
+        if settled(world) {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let state = world.lock();
+    for i in state.members() {
+        let s = &state.slots[i];
+        eprintln!(
+            "chaos: replica {} did not settle: up {}, polled {:?}, committed seen {}",
+            i + 1,
+            s.up(),
+            s.last,
+            s.committed.len()
+        );
+    }
+    None
+}
+
+fn settled(world: &World) -> bool {
+    let state = world.lock();
+    let members = state.members();
+    let mut lengths = members.iter().map(|&i| {
+        let s = &state.slots[i];
+        match &s.last {
+            Some(p)
+                if s.up()
+                    && p.standing == "member"
+                    && p.quiet
+                    && s.committed.len() as u64 == p.committed =>
+            {
+                Some(p.committed)
+            }
+            _ => None,
+        }
+    });
+    let Some(Some(first)) = lengths.next() else {
+        return false;
+    };
+    lengths.all(|l| l == Some(first))
+}
+
+/// Every member's committed state (`Admin.Dump`), by slot.
+pub(crate) async fn dump_members(
+    world: &World,
+) -> Result<BTreeMap<usize, BTreeMap<Bytes, Bytes>>, String> {
+    let members = world.lock().members();
+    let mut dumps = BTreeMap::new();
+    for i in members {
+        let channel = world.lock().slots[i].channel.clone();
+        let mut stream = pb::admin_client::AdminClient::new(channel)
+            .dump(pb::DumpRequest {})
+            .await
+            .map_err(|e| format!("dumping replica {}: {}", i + 1, e.message()))?
+            .into_inner();
+        let mut state = BTreeMap::new();
+        while let Some(chunk) = stream
+            .message()
+            .await
+            .map_err(|e| format!("dumping replica {}: {}", i + 1, e.message()))?
+        {
+            for r in chunk.records {
+                state.insert(r.key, r.value);
+            }
+        }
+        dumps.insert(i, state);
+    }
+    Ok(dumps)
+}

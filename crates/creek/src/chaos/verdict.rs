@@ -1,0 +1,270 @@
+//! The end of a chaos run judged: the history and the replicas' final
+//! state handed to `creek-check`, plus the driver's own checks.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use bytes::Bytes;
+use creek_check::history::History;
+use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
+use creek_core::OpId;
+use creek_exec::{ProcCall, Registry};
+use serde_json::json;
+
+use super::client::{Shared, OP_TIMEOUT};
+use super::world::{Membership, World, UNSEEN};
+
+/// How the run ended, as the driver saw it.
+pub(crate) struct Ending {
+    /// The group settled after the heal, after the restart, and after the
+    /// final reads.
+    pub(crate) settled: bool,
+    /// How long after the heal the group first settled.
+    pub(crate) settled_after_us: Option<u64>,
+    /// When the faults were healed (µs since the start).
+    pub(crate) healed_us: u64,
+    /// Why the final reads did not finish, if they did not.
+    pub(crate) final_reads: Option<String>,
+}
+
+pub(crate) struct Verdict {
+    pub(crate) checks: Vec<Check>,
+    pub(crate) ops: serde_json::Value,
+}
+
+impl Verdict {
+    pub(crate) fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    pub(crate) fn checks_json(&self) -> serde_json::Value {
+        self.checks
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c.name,
+                    "ok": c.ok,
+                    "violations": c.violations,
+                    "note": c.note,
+                })
+            })
+            .collect()
+    }
+}
+
+fn check(name: &'static str, violations: Vec<String>, note: Option<String>) -> Check {
+    let mut violations = violations;
+    violations.truncate(20);
+    Check {
+        name,
+        ok: violations.is_empty(),
+        violations,
+        note,
+    }
+}
+
+/// Judge the run: `families` are the workloads the clients ran (kv, bank),
+/// `dumps` every member's committed state by slot.
+pub(crate) fn judge(
+    world: &World,
+    families: &[Shared],
+    dumps: &BTreeMap<usize, BTreeMap<Bytes, Bytes>>,
+    ending: Ending,
+) -> Verdict {
+    let state = world.lock();
+    let canonical = &state.canonical;
+    let unseen = canonical.iter().filter(|id| **id == UNSEEN).count();
+    let mut ops = state.history.clone();
+    ops.sort_by_key(|r| r.invoked_at_us);
+
+    // The origin crashed before the client learnt the op's fate: killed
+    // after the invocation, before the op was seen committed (a view that
+    // came before the kill may have come before the op was durable).
+    for r in ops.iter_mut().filter(|r| r.final_view().is_none()) {
+        let committed_at =
+            r.id.and_then(|id| state.committed_at.get(&id).copied())
+                .unwrap_or(u64::MAX);
+        r.origin_crashed = state.slots[r.replica]
+            .kills
+            .iter()
+            .any(|&k| k >= r.invoked_at_us && k < committed_at);
+    }
+    // An id given again after a crash: the op that had it first never
+    // reached the disk, so it never took effect.
+    let mut ids_twice = Vec::new();
+    let mut last_with: HashMap<OpId, usize> = HashMap::new();
+    for i in 0..ops.len() {
+        let Some(id) = ops[i].id else { continue };
+        if let Some(earlier) = last_with.insert(id, i) {
+            let later = ops[i].client;
+            let e = &mut ops[earlier];
+            if e.origin_crashed && e.final_view().is_none() {
+                e.id = None;
+                e.lost = true;
+            } else {
+                ids_twice.push(format!(
+                    "op id {id} was given to two ops of clients {} and {}, the first of \
+                     which was answered",
+                    e.client, later
+                ));
+            }
+        }
+    }
+    let committed: BTreeSet<OpId> = canonical.iter().copied().collect();
+    let history = History { ops };
+
+    // Every op that must commit, and its call: all but those whose origin
+    // crashed before they were committed and that never were (they may
+    // have gone with the crash).
+    let broadcast: BTreeMap<OpId, &ProcCall> = history
+        .ops
+        .iter()
+        .filter(|r| !r.origin_crashed || r.id.is_some_and(|id| committed.contains(&id)))
+        .filter_map(|r| Some((r.id?, &r.call)))
+        .collect();
+
+    let lists: Vec<Vec<OpId>> = state
+        .slots
+        .iter()
+        .map(|s| {
+            s.committed
+                .iter()
+                .enumerate()
+                .map(|(p, id)| if *id == UNSEEN { canonical[p] } else { *id })
+                .collect()
+        })
+        .collect();
+    let empty = BTreeMap::new();
+    let replicas = state
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let last = s.last.as_ref();
+            ReplicaEnd {
+                committed: &lists[i],
+                finalized: last.map_or(0, |p| p.finalized),
+                pending: last.map_or(0, |p| p.pending as usize),
+                committed_state: dumps.get(&i).unwrap_or(&empty).clone(),
+                lost: s.membership != Membership::Member,
+                wiped: s.wiped,
+            }
+        })
+        .collect();
+
+    let mut registry = Registry::with_builtins();
+    creek_workloads::register_all(&mut registry);
+    let locked: Vec<_> = families
+        .iter()
+        .map(|f| f.lock().unwrap_or_else(|p| p.into_inner()))
+        .collect();
+    let keys = |call: &ProcCall| -> Vec<Bytes> {
+        locked
+            .iter()
+            .map(|w| w.keys(call))
+            .find(|k| !k.is_empty())
+            .unwrap_or_default()
+    };
+    let invariants = |h: &History, state: &BTreeMap<Bytes, Bytes>| -> Vec<String> {
+        locked
+            .iter()
+            .flat_map(|w| {
+                let prefix = format!("{}.", w.name());
+                let mine = History {
+                    ops: h
+                        .ops
+                        .iter()
+                        .filter(|r| r.call.name.starts_with(&prefix))
+                        .cloned()
+                        .collect(),
+                };
+                w.check(&mine, state)
+            })
+            .collect()
+    };
+    let mut checks = check_run(
+        RunEnd {
+            history: &history,
+            replicas,
+            broadcast,
+            broadcast_complete: false,
+            registry: &registry,
+            initial_state: BTreeMap::new(),
+            prefix_violation: state.prefix_violation.clone(),
+            settled: ending.settled,
+            settled_after_us: ending.settled_after_us,
+            liveness_bound_us: super::SETTLE_BOUND.as_micros() as u64,
+            lin_budget_steps: 20_000_000,
+        },
+        &keys,
+        &invariants,
+    );
+    if let Some(c) = checks.iter_mut().find(|c| c.name == "replay_matches") {
+        c.note = Some(
+            "committed ids no client made (the replicas' stabilizer no-ops and session expiry) \
+             skipped; user keys compared"
+                .into(),
+        );
+    }
+    if unseen > 0 {
+        if let Some(c) = checks.iter_mut().find(|c| c.name == "converged") {
+            c.note = Some(format!(
+                "{unseen} committed positions were trimmed by every replica before a poll saw them"
+            ));
+        }
+    }
+
+    // Weak ops at a replica cut off in a minority (running, not stopped)
+    // are answered.
+    let mut minority = Vec::new();
+    let mut minority_answered = 0;
+    for &(replica, at, answered) in &state.weak_attempts {
+        let s = &state.slots[replica];
+        let cut_off = s.minority_spans.iter().any(|&(a, b)| a <= at && at <= b);
+        let until = at + OP_TIMEOUT.as_micros() as u64;
+        let down = s.down_spans.iter().any(|&(a, b)| a <= until && at <= b);
+        if !cut_off || down {
+            continue;
+        }
+        if answered {
+            minority_answered += 1;
+        } else {
+            minority.push(format!(
+                "a weak op invoked at replica {} at {at} µs, while it was cut off in a \
+                 minority, got no preliminary view",
+                replica + 1
+            ));
+        }
+    }
+    checks.push(check(
+        "weak_in_minority",
+        minority,
+        Some(format!(
+            "{minority_answered} weak ops answered in a minority"
+        )),
+    ));
+    checks.push(check("ids_unique", ids_twice, None));
+    checks.push(check("no_replica_crashed", state.exits.clone(), None));
+    checks.push(check(
+        "final_reads",
+        ending.final_reads.into_iter().collect(),
+        None,
+    ));
+
+    let count = |f: &dyn Fn(&creek_check::history::OpRecord) -> bool| {
+        history.ops.iter().filter(|r| f(r)).count()
+    };
+    let ops = json!({
+        "attempts": history.ops.len(),
+        "strong": count(&|r| r.strong),
+        "weak": count(&|r| !r.strong),
+        "with_final_view": count(&|r| r.final_view().is_some()),
+        "weak_answered": count(&|r| !r.strong && !r.views.is_empty()),
+        "origin_crashed": count(&|r| r.origin_crashed),
+        "origin_left": count(&|r| r.origin_left),
+        "lost_with_a_crash": count(&|r| r.lost),
+        "committed": canonical.len(),
+        "settled_after_heal_ms": ending.settled_after_us.map(|u| u / 1000),
+        "healed_at_ms": ending.healed_us / 1000,
+    });
+    Verdict { checks, ops }
+}

@@ -1,0 +1,231 @@
+//! What the chaos driver knows while a run goes on: each replica slot's
+//! state as the nemesis left it, the faults it injected and when, what the
+//! clients saw, and each replica's committed order as polled.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use creek_check::history::OpRecord;
+use creek_core::{OpId, ReplicaId};
+use tonic::transport::Channel;
+
+/// A committed position the driver never saw a replica list (it took the
+/// position from a peer's checkpoint, or trimmed it before a poll): filled
+/// from the longest list at the end.
+pub(crate) const UNSEEN: OpId = OpId {
+    origin: ReplicaId(0),
+    seq: 0,
+};
+
+/// Where a replica slot stands in the group, as the driver changed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Membership {
+    /// In the group (added, or one of the founders).
+    Member,
+    /// Removed from the group (it runs on until the end, so ops it
+    /// answered reach the group).
+    Removed,
+    /// Started to join, but the change did not go through.
+    NeverAdded,
+}
+
+/// One replica slot (replica id `index + 1`).
+pub(crate) struct Slot {
+    /// Its client endpoint.
+    pub(crate) addr: SocketAddr,
+    /// A lazily connected channel to it.
+    pub(crate) channel: Channel,
+    pub(crate) membership: Membership,
+    /// Its process runs (possibly stopped).
+    pub(crate) running: bool,
+    /// Its process is stopped (`SIGSTOP`).
+    pub(crate) paused: bool,
+    /// Cut off from the others by a partition.
+    pub(crate) isolated: bool,
+    /// When it was killed (µs since the start).
+    pub(crate) kills: Vec<u64>,
+    /// Its data directory was deleted at least once.
+    pub(crate) wiped: bool,
+    /// Intervals (µs) during which it was running, not stopped and cut
+    /// off in a minority.
+    pub(crate) minority_spans: Vec<(u64, u64)>,
+    /// Intervals (µs) during which it was stopped or killed.
+    pub(crate) down_spans: Vec<(u64, u64)>,
+    /// Its committed order as polled, [`UNSEEN`] where not seen.
+    pub(crate) committed: Vec<OpId>,
+    /// The last poll's answer.
+    pub(crate) last: Option<Polled>,
+}
+
+/// What the last `Admin.Committed` poll of a replica said.
+#[derive(Clone, Debug)]
+pub(crate) struct Polled {
+    pub(crate) committed: u64,
+    pub(crate) finalized: u64,
+    pub(crate) pending: u64,
+    pub(crate) quiet: bool,
+    pub(crate) standing: String,
+}
+
+impl Slot {
+    pub(crate) fn new(addr: SocketAddr, membership: Membership) -> Slot {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .map(|e| {
+                e.connect_timeout(Duration::from_millis(500))
+                    .tcp_nodelay(true)
+                    .connect_lazy()
+            })
+            .unwrap_or_else(|_| unreachable_channel());
+        Slot {
+            addr,
+            channel,
+            membership,
+            running: true,
+            paused: false,
+            isolated: false,
+            kills: Vec::new(),
+            wiped: false,
+            minority_spans: Vec::new(),
+            down_spans: Vec::new(),
+            committed: Vec::new(),
+            last: None,
+        }
+    }
+
+    /// Running, not stopped: it answers.
+    pub(crate) fn up(&self) -> bool {
+        self.running && !self.paused
+    }
+}
+
+/// A channel to an address nothing listens on (a `SocketAddr` always
+/// forms a valid URI, so this is never used in practice).
+fn unreachable_channel() -> Channel {
+    Channel::from_static("http://127.0.0.1:9").connect_lazy()
+}
+
+/// Everything the driver's tasks share.
+pub(crate) struct World {
+    start: Instant,
+    state: Mutex<State>,
+    /// Clients stop issuing new ops.
+    pub(crate) stop_clients: AtomicBool,
+    /// The committed-order poller stops.
+    pub(crate) stop_polling: AtomicBool,
+}
+
+/// The mutable part of [`World`].
+pub(crate) struct State {
+    pub(crate) slots: Vec<Slot>,
+    /// Every op attempt a client made, in completion order.
+    pub(crate) history: Vec<OpRecord>,
+    /// The committed order: at each position the id some replica listed
+    /// there ([`UNSEEN`] where none did).
+    pub(crate) canonical: Vec<OpId>,
+    /// When each committed id was first seen committed (µs).
+    pub(crate) committed_at: std::collections::HashMap<OpId, u64>,
+    /// The first place two replicas' committed orders disagreed.
+    pub(crate) prefix_violation: Option<String>,
+    /// Faults injected, by kind.
+    pub(crate) faults: BTreeMap<&'static str, u64>,
+    /// Replicas that exited by themselves, with the end of their logs.
+    pub(crate) exits: Vec<String>,
+    /// Every weak attempt: its replica, when, and whether it was answered.
+    pub(crate) weak_attempts: Vec<(usize, u64, bool)>,
+    /// Things the nemesis could not do (not violations), with counts.
+    pub(crate) skipped: BTreeMap<String, u64>,
+}
+
+impl World {
+    pub(crate) fn new(slots: Vec<Slot>) -> World {
+        World {
+            start: Instant::now(),
+            state: Mutex::new(State {
+                slots,
+                history: Vec::new(),
+                canonical: Vec::new(),
+                committed_at: std::collections::HashMap::new(),
+                prefix_violation: None,
+                faults: BTreeMap::new(),
+                exits: Vec::new(),
+                weak_attempts: Vec::new(),
+                skipped: BTreeMap::new(),
+            }),
+            stop_clients: AtomicBool::new(false),
+            stop_polling: AtomicBool::new(false),
+        }
+    }
+
+    /// Microseconds since the run started: the history's clock.
+    pub(crate) fn now_us(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn clients_stopped(&self) -> bool {
+        self.stop_clients.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn polling_stopped(&self) -> bool {
+        self.stop_polling.load(Ordering::Relaxed)
+    }
+}
+
+impl State {
+    /// Indexes of the slots in the group.
+    pub(crate) fn members(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].membership == Membership::Member)
+            .collect()
+    }
+
+    /// Count a fault of `kind`.
+    pub(crate) fn count(&mut self, kind: &'static str) {
+        *self.faults.entry(kind).or_default() += 1;
+    }
+
+    /// Take replica `i`'s poll answer: extend its committed list, and check
+    /// each new position against what the other replicas committed there.
+    pub(crate) fn merge(
+        &mut self,
+        i: usize,
+        start: u64,
+        ids: Vec<OpId>,
+        polled: Polled,
+        now_us: u64,
+    ) {
+        let slot = &mut self.slots[i];
+        slot.last = Some(polled);
+        let start = usize::try_from(start).unwrap_or(usize::MAX);
+        if start > slot.committed.len() {
+            slot.committed.resize(start, UNSEEN);
+        }
+        let skip = slot.committed.len() - start.min(slot.committed.len());
+        for id in ids.into_iter().skip(skip) {
+            let pos = slot.committed.len();
+            slot.committed.push(id);
+            self.committed_at.entry(id).or_insert(now_us);
+            match self.canonical.get_mut(pos) {
+                None => {
+                    self.canonical.resize(pos, UNSEEN);
+                    self.canonical.push(id);
+                }
+                Some(c) if *c == UNSEEN => *c = id,
+                Some(c) if *c != id && self.prefix_violation.is_none() => {
+                    self.prefix_violation = Some(format!(
+                        "replica {} committed {id} at position {pos}, where another replica \
+                         committed {c}",
+                        i + 1
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
