@@ -246,6 +246,9 @@ pub struct CommittedPart {
     pub quiet: bool,
     /// "member", "joining", "lost" or "removed".
     pub standing: &'static str,
+    /// The seq of the first op of its own this process issued (since it
+    /// started or was rebuilt), 0 before any.
+    pub first_seq: u64,
 }
 
 /// Why a group change was not made (nothing changed).
@@ -336,6 +339,9 @@ pub struct NodeLoop {
     /// The consensus tick scale last logged.
     timing_scale: u64,
     stopping: bool,
+    /// The seq of the first op of its own this process issued (since it
+    /// started, or was rebuilt from a peer's checkpoint), 0 before any.
+    first_own_seq: u64,
     /// State-transfer work done on other threads, for the next turn.
     transfer_done: Arc<std::sync::Mutex<Vec<creek_node::TransferDone>>>,
     /// The configured replicas' addresses.
@@ -380,6 +386,7 @@ impl NodeLoop {
             ticks: 0,
             timing_scale: 1,
             stopping: false,
+            first_own_seq: 0,
             transfer_done: Arc::default(),
             config_addrs: config.addrs,
             group,
@@ -470,6 +477,9 @@ impl NodeLoop {
         let views = inv.request.views;
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
+                if let (ExecKey::Op(id), 0) = (handle, self.first_own_seq) {
+                    self.first_own_seq = id.seq;
+                }
                 let _ = inv.reply.send(Reply::Accepted(handle));
                 self.routes.insert(
                     handle,
@@ -754,10 +764,14 @@ impl NodeLoop {
                     "this replica lost its data directory: it takes no part in the cluster \
                      until it is rebuilt from a member's checkpoint"
                 ),
-                M::Rebuilt(cluster) => tracing::info!(
-                    cluster = %format!("{cluster:016x}"),
-                    "rebuilt from a member's checkpoint: a member of the cluster again"
-                ),
+                M::Rebuilt(cluster) => {
+                    // Its own seqs resume past what the group knows of it.
+                    self.first_own_seq = 0;
+                    tracing::info!(
+                        cluster = %format!("{cluster:016x}"),
+                        "rebuilt from a member's checkpoint: a member of the cluster again"
+                    );
+                }
                 M::RejoinedDespiteLoss(why) => tracing::warn!(
                     error = %why,
                     "this replica lost its data directory and rejoins anyway (a planted bug) \
@@ -938,6 +952,7 @@ impl NodeLoop {
                 creek_node::Standing::Lost { .. } => "lost",
                 creek_node::Standing::Removed => "removed",
             },
+            first_seq: self.first_own_seq,
         }
     }
 

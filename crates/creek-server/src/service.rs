@@ -616,6 +616,7 @@ impl pb::admin_server::Admin for AdminService {
             pending: part.pending,
             quiet: part.quiet,
             standing: part.standing.to_owned(),
+            first_seq: part.first_seq,
         }))
     }
 

@@ -96,7 +96,7 @@ fn configure(plant_bug: Option<String>) -> impl Fn(&mut ServerConfig) {
     move |c| {
         c.allow_fault_injection = true;
         c.workers = 1;
-        c.checkpoint_every_secs = 1;
+        c.checkpoint_every_secs = 2;
         c.plant_bug.clone_from(&plant_bug);
     }
 }
@@ -175,7 +175,7 @@ async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), Stri
     nemesis.heal(&mut servers).await?;
     let healed_us = world.now_us();
     let first = nemesis::settle(&world, SETTLE_BOUND).await;
-    nemesis.kill_all_and_restart(&mut servers)?;
+    nemesis.kill_all_and_restart(&mut servers).await?;
     let second = nemesis::settle(&world, SETTLE_BOUND).await;
     let reads = final_reads(&config);
     let read = client::run_strong(
@@ -275,6 +275,7 @@ async fn committed(
             pending: reply.pending,
             quiet: reply.quiet,
             standing: reply.standing,
+            first_seq: reply.first_seq,
         },
     ))
 }

@@ -129,11 +129,17 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
                 } else {
                     pick(&mut self.rng, &members)
                 };
+                poll_one(&self.world, i).await;
                 self.kill(servers, i)?;
                 tokio::time::sleep(self.ms(500, 3000)).await;
                 self.start(servers, i)?;
             }
             "kill-all" => {
+                // What each committed last is polled first: a restart
+                // resumes from its latest checkpoint, which may cover it.
+                for &i in &members {
+                    poll_one(&self.world, i).await;
+                }
                 for &i in &members {
                     self.kill(servers, i)?;
                 }
@@ -304,6 +310,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         let mut state = self.world.lock();
         let slot = &mut state.slots[i];
         slot.running = true;
+        slot.incarnations.push((now, 0));
         if let Some(span) = slot.down_spans.last_mut().filter(|s| s.1 == u64::MAX) {
             span.1 = now;
         }
@@ -334,9 +341,15 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
     }
 
     /// `SIGKILL` every process, then restart the group's members.
-    pub(crate) fn kill_all_and_restart(&mut self, servers: &mut Servers) -> Result<(), String> {
+    pub(crate) async fn kill_all_and_restart(
+        &mut self,
+        servers: &mut Servers,
+    ) -> Result<(), String> {
         self.note_exits(servers);
         let n = self.world.lock().slots.len();
+        for i in 0..n {
+            poll_one(&self.world, i).await;
+        }
         for i in 0..n {
             self.kill(servers, i)?;
         }
@@ -451,24 +464,45 @@ async fn wait_member(world: &World, i: usize, within: Duration) {
     }
 }
 
-/// Follow every running replica's committed order until polling stops.
+/// Follow every running replica's committed order until polling stops,
+/// each replica on its own (one that is slow to answer holds up no other:
+/// a replica forgets the ids a checkpoint covers, and every position must
+/// be seen on some replica before all of them have).
 pub(crate) async fn poll(world: Arc<World>) {
+    let mut pollers = Vec::new();
     while !world.polling_stopped() {
         let n = world.lock().slots.len();
-        for i in 0..n {
-            let (up, from) = {
-                let s = &world.lock().slots[i];
-                (s.up(), s.committed.len() as u64)
-            };
-            if !up {
-                continue;
-            }
-            if let Some((start, ids, polled)) = super::committed(&world, i, from).await {
-                let now = world.now_us();
-                world.lock().merge(i, start, ids, polled, now);
-            }
+        for i in pollers.len()..n {
+            let world = world.clone();
+            pollers.push(tokio::spawn(async move {
+                while !world.polling_stopped() {
+                    poll_one(&world, i).await;
+                    tokio::time::sleep(POLL_EVERY).await;
+                }
+            }));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+    for p in pollers {
+        let _ = p.await;
+    }
+}
+
+/// How often each replica's committed order is polled.
+const POLL_EVERY: Duration = Duration::from_millis(50);
+
+/// Take what replica `i` committed since the last poll, if it answers.
+async fn poll_one(world: &World, i: usize) {
+    let (up, from) = {
+        let s = &world.lock().slots[i];
+        (s.up(), s.committed.len() as u64)
+    };
+    if !up {
+        return;
+    }
+    if let Some((start, ids, polled)) = super::committed(world, i, from).await {
+        let now = world.now_us();
+        world.lock().merge(i, start, ids, polled, now);
     }
 }
 

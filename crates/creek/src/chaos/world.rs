@@ -54,6 +54,9 @@ pub(crate) struct Slot {
     pub(crate) minority_spans: Vec<(u64, u64)>,
     /// Intervals (µs) during which it was stopped or killed.
     pub(crate) down_spans: Vec<(u64, u64)>,
+    /// Each time its process started (µs), with the seq of the first op
+    /// of its own that process issued (0 before any, or not yet polled).
+    pub(crate) incarnations: Vec<(u64, u64)>,
     /// Its committed order as polled, [`UNSEEN`] where not seen.
     pub(crate) committed: Vec<OpId>,
     /// The last poll's answer.
@@ -68,6 +71,7 @@ pub(crate) struct Polled {
     pub(crate) pending: u64,
     pub(crate) quiet: bool,
     pub(crate) standing: String,
+    pub(crate) first_seq: u64,
 }
 
 impl Slot {
@@ -90,6 +94,7 @@ impl Slot {
             wiped: false,
             minority_spans: Vec::new(),
             down_spans: Vec::new(),
+            incarnations: vec![(0, 0)],
             committed: Vec::new(),
             last: None,
         }
@@ -201,6 +206,9 @@ impl State {
         now_us: u64,
     ) {
         let slot = &mut self.slots[i];
+        if let Some(inc) = slot.incarnations.last_mut().filter(|_| polled.first_seq != 0) {
+            inc.1 = polled.first_seq;
+        }
         slot.last = Some(polled);
         let start = usize::try_from(start).unwrap_or(usize::MAX);
         if start > slot.committed.len() {
