@@ -193,13 +193,16 @@ fn stay_in_group(world: &World, client: u32, home: &mut usize, rng: &mut Rng) {
     }
 }
 
-/// A client: ops from `workload` until the clients are stopped.
+/// A client: ops from `workload` until the clients are stopped; with
+/// `weak_only`, each of them weak (such a client keeps working in a
+/// minority, where strong ops wait for the partition to heal).
 pub(crate) async fn run(
     world: Arc<World>,
     client: u32,
     client_id: u64,
     mut home: usize,
     workload: Shared,
+    weak_only: bool,
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
@@ -218,7 +221,7 @@ pub(crate) async fn run(
         });
         let op = Op {
             call,
-            strong: next.strong,
+            strong: next.strong && !weak_only,
             wants_final: next.wants_final,
         };
         until_done(&world, client, &mut home, &op, &mut rng, true).await;
