@@ -109,7 +109,10 @@ pub(crate) fn judge(
         let Some(&killed) = slot.kills.iter().find(|&&k| k >= r.invoked_at_us) else {
             continue;
         };
-        let next = slot.incarnations.iter().find(|(started, _)| *started > killed);
+        let next = slot
+            .incarnations
+            .iter()
+            .find(|(started, _)| *started > killed);
         if next.is_some_and(|&(_, first)| first != 0 && id.seq >= first) {
             r.id = None;
             r.lost = true;

@@ -206,7 +206,11 @@ impl State {
         now_us: u64,
     ) {
         let slot = &mut self.slots[i];
-        if let Some(inc) = slot.incarnations.last_mut().filter(|_| polled.first_seq != 0) {
+        if let Some(inc) = slot
+            .incarnations
+            .last_mut()
+            .filter(|_| polled.first_seq != 0)
+        {
             inc.1 = polled.first_seq;
         }
         slot.last = Some(polled);
