@@ -131,7 +131,10 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
         }
         Ok::<(), String>(())
     };
-    let _ = tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(1), run).await;
+    let refused = match tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(1), run).await {
+        Ok(Err(why)) => Some(why),
+        _ => None,
+    };
     // A weak op with a preliminary view is in the system: asking again
     // would only wait for the final view once more.
     let done = if op.strong {
@@ -144,7 +147,7 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
         let answered = !record.views.is_empty();
         state
             .weak_attempts
-            .push((replica, record.invoked_at_us, answered));
+            .push((replica, record.invoked_at_us, answered, refused));
     }
     if record.id.is_some() || !record.views.is_empty() {
         state.history.push(record);

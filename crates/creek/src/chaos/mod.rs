@@ -87,7 +87,16 @@ pub fn run(args: &Args) -> Result<bool, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let (report, ok) = runtime.block_on(chaos(args, seed))?;
+    // Interrupted, the run's future is dropped, and with it the processes.
+    let (report, ok) = runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| e.to_string())?;
+        tokio::select! {
+            r = chaos(args, seed) => r,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".to_string()),
+            _ = term.recv() => Err("terminated".to_string()),
+        }
+    })?;
     crate::print_report(&report, args.json)?;
     Ok(ok)
 }

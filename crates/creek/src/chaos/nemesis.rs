@@ -106,16 +106,16 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
     /// Inject one fault and heal it; `Ok(false)`: it did not apply now.
     async fn inject(&mut self, kind: &str, servers: &mut Servers) -> Result<bool, String> {
         let members = self.world.lock().members();
-        let up: Vec<usize> = {
+        let whole = {
             let state = self.world.lock();
-            members
-                .iter()
-                .copied()
-                .filter(|&i| state.slots[i].up())
-                .collect()
+            members.iter().all(|&i| {
+                let s = &state.slots[i];
+                s.up() && s.last.as_ref().is_some_and(|p| p.standing == "member")
+            })
         };
-        if up.len() < members.len() {
-            // The last fault is still being repaired (a rebuild, a join).
+        if !whole {
+            // The last fault is still being repaired (a restart, a rebuild,
+            // a join): one fault at a time, never a majority without data.
             return Ok(false);
         }
         let pick = |rng: &mut Rng, from: &[usize]| from[rng.index(from.len())];
@@ -449,7 +449,8 @@ async fn in_group(admin: &creek_client::Client, i: usize) -> bool {
     )
 }
 
-/// Wait (at most `within`) until replica `i` says it is a member.
+/// Wait (at most `within`) until replica `i` says it is a member; past
+/// that, say so (the nemesis waits on for it before its next fault).
 async fn wait_member(world: &World, i: usize, within: Duration) {
     let deadline = tokio::time::Instant::now() + within;
     while tokio::time::Instant::now() < deadline {
@@ -462,6 +463,15 @@ async fn wait_member(world: &World, i: usize, within: Duration) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let standing = world.lock().slots[i]
+        .last
+        .as_ref()
+        .map(|p| p.standing.clone());
+    eprintln!(
+        "chaos: replica {} is not a member {} s after it was started ({standing:?})",
+        i + 1,
+        within.as_secs()
+    );
 }
 
 /// Follow every running replica's committed order until polling stops,

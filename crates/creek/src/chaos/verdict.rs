@@ -262,12 +262,25 @@ pub(crate) fn judge(
     // are answered.
     let mut minority = Vec::new();
     let mut minority_answered = 0;
-    for &(replica, at, answered) in &state.weak_attempts {
+    for (replica, at, answered, error) in &state.weak_attempts {
+        let (replica, at, answered) = (*replica, *at, *answered);
+        // A replica rebuilding after a lost disk, or joining or leaving the
+        // group, takes no ops: it says so.
+        let out_of_group = error.as_deref().is_some_and(|e| {
+            [
+                "lost its data",
+                "new to its cluster",
+                "joining",
+                "removed from",
+            ]
+            .iter()
+            .any(|m| e.contains(m))
+        });
         let s = &state.slots[replica];
         let cut_off = s.minority_spans.iter().any(|&(a, b)| a <= at && at <= b);
         let until = at + OP_TIMEOUT.as_micros() as u64;
         let down = s.down_spans.iter().any(|&(a, b)| a <= until && at <= b);
-        if !cut_off || down {
+        if !cut_off || down || out_of_group {
             continue;
         }
         if answered {
@@ -275,8 +288,9 @@ pub(crate) fn judge(
         } else {
             minority.push(format!(
                 "a weak op invoked at replica {} at {at} µs, while it was cut off in a \
-                 minority, got no preliminary view",
-                replica + 1
+                 minority, got no preliminary view ({})",
+                replica + 1,
+                error.as_deref().unwrap_or("no answer")
             ));
         }
     }

@@ -138,8 +138,9 @@ pub(crate) struct State {
     pub(crate) faults: BTreeMap<&'static str, u64>,
     /// Replicas that exited by themselves, with the end of their logs.
     pub(crate) exits: Vec<String>,
-    /// Every weak attempt: its replica, when, and whether it was answered.
-    pub(crate) weak_attempts: Vec<(usize, u64, bool)>,
+    /// Every weak attempt: its replica, when, whether it was answered, and
+    /// the error it ended with, if any.
+    pub(crate) weak_attempts: Vec<(usize, u64, bool, Option<String>)>,
     /// Things the nemesis could not do (not violations), with counts.
     pub(crate) skipped: BTreeMap<String, u64>,
 }
