@@ -34,6 +34,7 @@ use bytes::Bytes;
 use creek_core::{
     Addrs, ExecKey, Group, InvokeError, OpId, ReplicaId, Request, View, ViewKind, Views,
 };
+use creek_exec::ClientRequestId;
 use creek_node::{GroupError, HoldQueue, Node};
 use creek_store::{LogStore, Persister};
 use creek_wire::Limits;
@@ -234,8 +235,9 @@ pub enum Reply {
 pub struct CommittedPart {
     /// The position of `ids[0]`.
     pub start: u64,
-    /// Committed ids from `start` on.
-    pub ids: Vec<OpId>,
+    /// Committed ids from `start` on, with the client request id each op
+    /// carried.
+    pub ids: Vec<(OpId, Option<ClientRequestId>)>,
     /// Length of the committed order.
     pub committed: u64,
     /// Committed ops with their final execution.
@@ -246,9 +248,6 @@ pub struct CommittedPart {
     pub quiet: bool,
     /// "member", "joining", "lost" or "removed".
     pub standing: &'static str,
-    /// The seq of the first op of its own this process issued (since it
-    /// started or was rebuilt), 0 before any.
-    pub first_seq: u64,
 }
 
 /// Why a group change was not made (nothing changed).
@@ -339,9 +338,6 @@ pub struct NodeLoop {
     /// The consensus tick scale last logged.
     timing_scale: u64,
     stopping: bool,
-    /// The seq of the first op of its own this process issued (since it
-    /// started, or was rebuilt from a peer's checkpoint), 0 before any.
-    first_own_seq: u64,
     /// State-transfer work done on other threads, for the next turn.
     transfer_done: Arc<std::sync::Mutex<Vec<creek_node::TransferDone>>>,
     /// The configured replicas' addresses.
@@ -386,7 +382,6 @@ impl NodeLoop {
             ticks: 0,
             timing_scale: 1,
             stopping: false,
-            first_own_seq: 0,
             transfer_done: Arc::default(),
             config_addrs: config.addrs,
             group,
@@ -477,9 +472,6 @@ impl NodeLoop {
         let views = inv.request.views;
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
-                if let (ExecKey::Op(id), 0) = (handle, self.first_own_seq) {
-                    self.first_own_seq = id.seq;
-                }
                 let _ = inv.reply.send(Reply::Accepted(handle));
                 self.routes.insert(
                     handle,
@@ -764,14 +756,10 @@ impl NodeLoop {
                     "this replica lost its data directory: it takes no part in the cluster \
                      until it is rebuilt from a member's checkpoint"
                 ),
-                M::Rebuilt(cluster) => {
-                    // Its own seqs resume past what the group knows of it.
-                    self.first_own_seq = 0;
-                    tracing::info!(
-                        cluster = %format!("{cluster:016x}"),
-                        "rebuilt from a member's checkpoint: a member of the cluster again"
-                    );
-                }
+                M::Rebuilt(cluster) => tracing::info!(
+                    cluster = %format!("{cluster:016x}"),
+                    "rebuilt from a member's checkpoint: a member of the cluster again"
+                ),
                 M::RejoinedDespiteLoss(why) => tracing::warn!(
                     error = %why,
                     "this replica lost its data directory and rejoins anyway (a planted bug) \
@@ -938,7 +926,13 @@ impl NodeLoop {
         let pending = r.tentative_len() as u64;
         CommittedPart {
             start,
-            ids: list.iter().skip(skip).take(max).copied().collect(),
+            ids: list
+                .iter()
+                .zip(r.committed_requests())
+                .skip(skip)
+                .take(max)
+                .map(|(id, request)| (*id, *request))
+                .collect(),
             committed,
             finalized,
             pending,
@@ -952,7 +946,6 @@ impl NodeLoop {
                 creek_node::Standing::Lost { .. } => "lost",
                 creek_node::Standing::Removed => "removed",
             },
-            first_seq: self.first_own_seq,
         }
     }
 

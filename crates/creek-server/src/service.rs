@@ -606,9 +606,11 @@ impl pb::admin_server::Admin for AdminService {
             ids: part
                 .ids
                 .iter()
-                .map(|id| pb::OpRef {
+                .map(|(id, request)| pb::OpRef {
                     origin: u32::from(id.origin.0),
                     seq: id.seq,
+                    client_id: request.map_or(0, |r| r.client),
+                    request_seq: request.map_or(0, |r| r.seq),
                 })
                 .collect(),
             committed: part.committed,
@@ -616,7 +618,6 @@ impl pb::admin_server::Admin for AdminService {
             pending: part.pending,
             quiet: part.quiet,
             standing: part.standing.to_owned(),
-            first_seq: part.first_seq,
         }))
     }
 

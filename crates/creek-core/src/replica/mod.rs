@@ -18,7 +18,8 @@ use creek_exec::builtins::NOOP;
 use creek_exec::mvcc::MvccExecutor;
 use creek_exec::void;
 use creek_exec::{
-    CallError, Completion, Engine, ExecCounters, Outcome, ProcCall, Registry, Settled, Task,
+    CallError, ClientRequestId, Completion, Engine, ExecCounters, Outcome, ProcCall, Registry,
+    Settled, Task,
 };
 use rustc_hash::FxHashMap;
 
@@ -120,6 +121,10 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     /// The committed list after the first `committed_base` ops (ids;
     /// payloads leave once final).
     committed: Vec<OpId>,
+    /// The client request id of each op in `committed`, if its call
+    /// carried one: which client request sits where in the order, for
+    /// tools that check the order against what clients saw.
+    committed_requests: Vec<Option<ClientRequestId>>,
     /// Committed ops before `committed`: those of the checkpoint this
     /// replica was restored from (0 otherwise).
     committed_base: u64,
@@ -192,6 +197,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             curr_event_no: 0,
             next_local: 0,
             committed: Vec::new(),
+            committed_requests: Vec::new(),
             committed_base: 0,
             tentative: BTreeSet::new(),
             ops: FxHashMap::default(),
@@ -226,6 +232,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let n = upto.saturating_sub(self.committed_base);
         let n = usize::try_from(n).map_or(self.committed.len(), |n| n.min(self.committed.len()));
         self.committed.drain(..n);
+        self.committed_requests.drain(..n);
         self.committed_base += n as u64;
     }
 
@@ -513,8 +520,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             let id = entry.1;
             let pos = Pos::Committed(self.committed_len());
             self.committed.push(id); // line 51
+            let op = self.ops.get(&id);
+            self.committed_requests
+                .push(op.and_then(|op| op.call.request_id));
             self.counters.committed += 1;
-            if self.ops.get(&id).is_some_and(|op| op.strong) {
+            if op.is_some_and(|op| op.strong) {
                 // A strong op of r's origin committed with r: committed
                 // strong ids are in the causal set, as after line 34.
                 self.causal_ctx.insert(id);
@@ -756,6 +766,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// position `committed_len() - committed().len()`.
     pub fn committed(&self) -> &[OpId] {
         &self.committed
+    }
+
+    /// The client request id of each op of [`Replica::committed`], where
+    /// its call carried one.
+    pub fn committed_requests(&self) -> &[Option<ClientRequestId>] {
+        &self.committed_requests
     }
 
     /// How many ops are committed in total, the ops of the checkpoint this

@@ -231,6 +231,12 @@ pub(crate) async fn run(
             wants_final: next.wants_final && !weak_only,
         };
         until_done(&world, client, &mut home, &op, &mut rng, true).await;
+        if weak_only {
+            // Preliminary views come back in microseconds: without a pause,
+            // a few clients would offer more than consensus commits, and
+            // the run would measure overload instead of faults.
+            tokio::time::sleep(Duration::from_millis(rng.range(5, 15))).await;
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use creek_check::history::SETUP_CLIENT;
 use creek_exec::value::{encode_args, Value};
-use creek_exec::ProcCall;
+use creek_exec::{ClientRequestId, ProcCall};
 use creek_proto::pb;
 use creek_server::ServerConfig;
 use creek_sim::workload::{self, WorkloadConfig};
@@ -258,7 +258,11 @@ async fn committed(
     world: &World,
     i: usize,
     from: u64,
-) -> Option<(u64, Vec<creek_core::OpId>, Polled)> {
+) -> Option<(
+    u64,
+    Vec<(creek_core::OpId, Option<ClientRequestId>)>,
+    Polled,
+)> {
     let channel = world.lock().slots.get(i)?.channel.clone();
     let mut request = tonic::Request::new(pb::CommittedRequest { from, max: 0 });
     request.set_timeout(Duration::from_secs(1));
@@ -274,7 +278,14 @@ async fn committed(
         .iter()
         .filter_map(|r| {
             let origin = u16::try_from(r.origin).ok()?;
-            Some(creek_core::OpId::new(creek_core::ReplicaId(origin), r.seq))
+            let request = (r.client_id != 0).then_some(ClientRequestId {
+                client: r.client_id,
+                seq: r.request_seq,
+            });
+            Some((
+                creek_core::OpId::new(creek_core::ReplicaId(origin), r.seq),
+                request,
+            ))
         })
         .collect();
     Some((
@@ -286,7 +297,6 @@ async fn committed(
             pending: reply.pending,
             quiet: reply.quiet,
             standing: reply.standing,
-            first_seq: reply.first_seq,
         },
     ))
 }

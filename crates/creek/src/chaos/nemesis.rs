@@ -310,7 +310,6 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         let mut state = self.world.lock();
         let slot = &mut state.slots[i];
         slot.running = true;
-        slot.incarnations.push((now, 0));
         if let Some(span) = slot.down_spans.last_mut().filter(|s| s.1 == u64::MAX) {
             span.1 = now;
         }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use creek_check::history::History;
 use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
 use creek_core::OpId;
-use creek_exec::{ProcCall, Registry};
+use creek_exec::{ClientRequestId, ProcCall, Registry};
 use serde_json::json;
 
 use super::client::{Shared, OP_TIMEOUT};
@@ -98,22 +98,18 @@ pub(crate) fn judge(
             .iter()
             .any(|&k| k >= r.invoked_at_us && k < committed_at);
     }
-    // An id given again after a crash: a replica's process hands out ids
-    // from the seq after the last one its disk holds, so an op of a process
-    // that was killed before the op got its final view, whose seq is at or
-    // above the first seq the next process handed out, never reached the
-    // disk: it never took effect, and its id names another op.
-    for r in ops.iter_mut().filter(|r| r.final_view().is_none()) {
-        let Some(id) = r.id else { continue };
-        let slot = &state.slots[r.replica];
-        let Some(&killed) = slot.kills.iter().find(|&&k| k >= r.invoked_at_us) else {
+    // An id given again after a crash: a replica hands out an id when it
+    // accepts an op, before the op is on its disk; killed then, it
+    // restarts from what its disk holds and gives that id to a new op. The
+    // committed order says which request each id carried: an op whose id
+    // committed with another request never took effect.
+    for r in ops.iter_mut() {
+        let (Some(id), Some(mine)) = (r.id, r.call.request_id) else {
             continue;
         };
-        let next = slot
-            .incarnations
-            .iter()
-            .find(|(started, _)| *started > killed);
-        if next.is_some_and(|&(_, first)| first != 0 && id.seq >= first) {
+        if state.requests.get(&id).is_some_and(|c| *c != mine)
+            || (state.committed_at.contains_key(&id) && !state.requests.contains_key(&id))
+        {
             r.id = None;
             r.lost = true;
         }
@@ -135,12 +131,25 @@ pub(crate) fn judge(
     // Every op that must commit, and its call: all but those whose origin
     // crashed before they were committed and that never were (they may
     // have gone with the crash).
-    let broadcast: BTreeMap<OpId, &ProcCall> = history
+    let mut broadcast: BTreeMap<OpId, &ProcCall> = history
         .ops
         .iter()
         .filter(|r| !r.origin_crashed || r.id.is_some_and(|id| committed.contains(&id)))
         .filter_map(|r| Some((r.id?, &r.call)))
         .collect();
+    // A committed op whose id no client learnt (its answer was lost with
+    // the connection, or it was a retry's earlier copy): its request says
+    // which call it was.
+    let calls: HashMap<ClientRequestId, &ProcCall> = history
+        .ops
+        .iter()
+        .filter_map(|r| Some((r.call.request_id?, &r.call)))
+        .collect();
+    for (id, request) in &state.requests {
+        if let Some(call) = calls.get(request) {
+            broadcast.entry(*id).or_insert(call);
+        }
+    }
 
     let lists: Vec<Vec<OpId>> = state
         .slots

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use creek_check::history::OpRecord;
 use creek_core::{OpId, ReplicaId};
+use creek_exec::ClientRequestId;
 use tonic::transport::Channel;
 
 /// A committed position the driver never saw a replica list (it took the
@@ -54,9 +55,6 @@ pub(crate) struct Slot {
     pub(crate) minority_spans: Vec<(u64, u64)>,
     /// Intervals (µs) during which it was stopped or killed.
     pub(crate) down_spans: Vec<(u64, u64)>,
-    /// Each time its process started (µs), with the seq of the first op
-    /// of its own that process issued (0 before any, or not yet polled).
-    pub(crate) incarnations: Vec<(u64, u64)>,
     /// Its committed order as polled, [`UNSEEN`] where not seen.
     pub(crate) committed: Vec<OpId>,
     /// The last poll's answer.
@@ -71,7 +69,6 @@ pub(crate) struct Polled {
     pub(crate) pending: u64,
     pub(crate) quiet: bool,
     pub(crate) standing: String,
-    pub(crate) first_seq: u64,
 }
 
 impl Slot {
@@ -94,7 +91,6 @@ impl Slot {
             wiped: false,
             minority_spans: Vec::new(),
             down_spans: Vec::new(),
-            incarnations: vec![(0, 0)],
             committed: Vec::new(),
             last: None,
         }
@@ -130,6 +126,8 @@ pub(crate) struct State {
     /// The committed order: at each position the id some replica listed
     /// there ([`UNSEEN`] where none did).
     pub(crate) canonical: Vec<OpId>,
+    /// The client request id each committed op carried, where it did.
+    pub(crate) requests: std::collections::HashMap<OpId, ClientRequestId>,
     /// When each committed id was first seen committed (µs).
     pub(crate) committed_at: std::collections::HashMap<OpId, u64>,
     /// The first place two replicas' committed orders disagreed.
@@ -154,6 +152,7 @@ impl World {
                 history: Vec::new(),
                 canonical: Vec::new(),
                 committed_at: std::collections::HashMap::new(),
+                requests: std::collections::HashMap::new(),
                 prefix_violation: None,
                 faults: BTreeMap::new(),
                 exits: Vec::new(),
@@ -202,28 +201,24 @@ impl State {
         &mut self,
         i: usize,
         start: u64,
-        ids: Vec<OpId>,
+        ids: Vec<(OpId, Option<ClientRequestId>)>,
         polled: Polled,
         now_us: u64,
     ) {
         let slot = &mut self.slots[i];
-        if let Some(inc) = slot
-            .incarnations
-            .last_mut()
-            .filter(|_| polled.first_seq != 0)
-        {
-            inc.1 = polled.first_seq;
-        }
         slot.last = Some(polled);
         let start = usize::try_from(start).unwrap_or(usize::MAX);
         if start > slot.committed.len() {
             slot.committed.resize(start, UNSEEN);
         }
         let skip = slot.committed.len() - start.min(slot.committed.len());
-        for id in ids.into_iter().skip(skip) {
+        for (id, request) in ids.into_iter().skip(skip) {
             let pos = slot.committed.len();
             slot.committed.push(id);
             self.committed_at.entry(id).or_insert(now_us);
+            if let Some(r) = request {
+                self.requests.entry(id).or_insert(r);
+            }
             match self.canonical.get_mut(pos) {
                 None => {
                     self.canonical.resize(pos, UNSEEN);
