@@ -186,7 +186,7 @@ impl Workload for BankWorkload {
 mod tests {
     use creek_core::ViewKind;
     use creek_exec::basic::replay;
-    use creek_exec::TxnLimits;
+    use creek_exec::{Abort, TxnLimits};
 
     use super::*;
     use crate::workload::testkit::{call, history, record, run_sequential, stable};

@@ -41,7 +41,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
     pub(crate) fn new(world: Arc<World>, seed: u64, edit: E) -> Self {
         Nemesis {
             world,
-            rng: Rng::new(seed ^ 0x6e65_6d65_7369_73),
+            rng: Rng::new(seed ^ 0x006e_656d_6573_6973),
             edit,
         }
     }
