@@ -6,7 +6,7 @@
 //! saw.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use crate::replica::{DiskPoll, DiskSetup};
@@ -1417,6 +1417,28 @@ impl Sim {
         };
         first.node.quiet()
             && holding.all(|n| n.node.quiet() && n.node.committed() == first.node.committed())
+            && self.left_ops_committed(&in_group, first.node.committed())
+    }
+
+    /// Every op broadcast by a replica that left the group is committed:
+    /// it hands its last ops over by gossip, and the run is not over
+    /// before the group has them (a replica that left commits nothing
+    /// itself, so its own quiet says nothing).
+    fn left_ops_committed(&self, in_group: &[bool], committed: &[OpId]) -> bool {
+        let left: Vec<ReplicaId> = in_group
+            .iter()
+            .enumerate()
+            .filter(|(i, member)| !**member && self.nodes[*i].slot == Slot::Removed)
+            .map(|(i, _)| ReplicaId(i as u16 + 1))
+            .collect();
+        if left.is_empty() {
+            return true;
+        }
+        let committed: BTreeSet<OpId> = committed.iter().copied().collect();
+        self.ops
+            .keys()
+            .filter(|id| left.contains(&id.origin))
+            .all(|id| committed.contains(id))
     }
 
     /// The counters now, summed over every replica (up or down).

@@ -114,14 +114,24 @@ pub(crate) fn judge(
             r.lost = true;
         }
     }
+    // The same id given again to a retry of the same request: the first
+    // copy is the one that was lost.
     let mut ids_twice = Vec::new();
-    let mut seen: HashMap<OpId, u32> = HashMap::new();
-    for r in &ops {
-        let Some(id) = r.id else { continue };
-        if let Some(first) = seen.insert(id, r.client) {
+    let mut last_with: HashMap<OpId, usize> = HashMap::new();
+    for i in 0..ops.len() {
+        let Some(id) = ops[i].id else { continue };
+        let Some(earlier) = last_with.insert(id, i) else {
+            continue;
+        };
+        let (client, request) = (ops[i].client, ops[i].call.request_id);
+        let e = &mut ops[earlier];
+        if request.is_some() && e.call.request_id == request && e.final_view().is_none() {
+            e.id = None;
+            e.lost = true;
+        } else {
             ids_twice.push(format!(
-                "op id {id} named two ops, of clients {first} and {}",
-                r.client
+                "op id {id} named two ops, of clients {} and {client}",
+                e.client
             ));
         }
     }
