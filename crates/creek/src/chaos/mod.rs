@@ -199,7 +199,8 @@ async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), Stri
     )
     .await;
     let third = nemesis::settle(&world, SETTLE_BOUND).await;
-    let dumps = nemesis::dump_members(&world).await?;
+    let (dumps, unread) = nemesis::dump_members(&world).await;
+    nemesis.note_exits(&mut servers);
     world
         .stop_polling
         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -215,6 +216,7 @@ async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), Stri
             settled_after_us: first.map(|d| d.as_micros() as u64),
             healed_us,
             final_reads: read.err(),
+            unread,
         },
     );
     let ok = verdict.ok();

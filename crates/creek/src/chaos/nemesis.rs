@@ -90,7 +90,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
     }
 
     /// Record replicas that exited by themselves (a crash is a finding).
-    fn note_exits(&self, servers: &mut Servers) {
+    pub(crate) fn note_exits(&self, servers: &mut Servers) {
         let n = self.world.lock().slots.len();
         for i in 0..n {
             if let Some(why) = servers.exited(i) {
@@ -563,30 +563,43 @@ fn settled(world: &World) -> bool {
     lengths.all(|l| l == Some(first))
 }
 
-/// Every member's committed state (`Admin.Dump`), by slot.
+/// Every member's committed state (`Admin.Dump`), by slot, and why a
+/// member could not be read.
 pub(crate) async fn dump_members(
     world: &World,
-) -> Result<BTreeMap<usize, BTreeMap<Bytes, Bytes>>, String> {
+) -> (BTreeMap<usize, BTreeMap<Bytes, Bytes>>, Vec<String>) {
     let members = world.lock().members();
     let mut dumps = BTreeMap::new();
+    let mut failures = Vec::new();
     for i in members {
         let channel = world.lock().slots[i].channel.clone();
-        let mut stream = pb::admin_client::AdminClient::new(channel)
-            .dump(pb::DumpRequest {})
-            .await
-            .map_err(|e| format!("dumping replica {}: {}", i + 1, e.message()))?
-            .into_inner();
-        let mut state = BTreeMap::new();
-        while let Some(chunk) = stream
-            .message()
-            .await
-            .map_err(|e| format!("dumping replica {}: {}", i + 1, e.message()))?
-        {
-            for r in chunk.records {
-                state.insert(r.key, r.value);
+        let dump = async {
+            let mut stream = pb::admin_client::AdminClient::new(channel)
+                .dump(pb::DumpRequest {})
+                .await?
+                .into_inner();
+            let mut state = BTreeMap::new();
+            while let Some(chunk) = stream.message().await? {
+                for r in chunk.records {
+                    state.insert(r.key, r.value);
+                }
             }
+            Ok::<_, tonic::Status>(state)
+        };
+        match tokio::time::timeout(Duration::from_secs(30), dump).await {
+            Ok(Ok(state)) => {
+                dumps.insert(i, state);
+            }
+            Ok(Err(e)) => failures.push(format!(
+                "replica {}'s committed state could not be read: {}",
+                i + 1,
+                e.message()
+            )),
+            Err(_) => failures.push(format!(
+                "replica {}'s committed state could not be read within 30 s",
+                i + 1
+            )),
         }
-        dumps.insert(i, state);
     }
-    Ok(dumps)
+    (dumps, failures)
 }

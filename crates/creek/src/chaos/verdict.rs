@@ -24,6 +24,8 @@ pub(crate) struct Ending {
     pub(crate) healed_us: u64,
     /// Why the final reads did not finish, if they did not.
     pub(crate) final_reads: Option<String>,
+    /// Members whose committed state could not be read at the end.
+    pub(crate) unread: Vec<String>,
 }
 
 pub(crate) struct Verdict {
@@ -324,7 +326,11 @@ pub(crate) fn judge(
     checks.push(check("no_replica_crashed", state.exits.clone(), None));
     checks.push(check(
         "final_reads",
-        ending.final_reads.into_iter().collect(),
+        ending
+            .final_reads
+            .into_iter()
+            .chain(ending.unread)
+            .collect(),
         None,
     ));
 
