@@ -32,15 +32,22 @@ pub struct Check {
     pub note: Option<String>,
 }
 
-fn check(name: &'static str, violations: Vec<String>) -> Check {
-    let mut violations = violations;
-    violations.truncate(20);
-    Check {
-        name,
-        ok: violations.is_empty(),
-        violations,
-        note: None,
+impl Check {
+    /// The verdict `name`: passed if `violations` is empty (at most 20 of
+    /// them are kept).
+    pub fn new(name: &'static str, mut violations: Vec<String>) -> Check {
+        violations.truncate(20);
+        Check {
+            name,
+            ok: violations.is_empty(),
+            violations,
+            note: None,
+        }
     }
+}
+
+fn check(name: &'static str, violations: Vec<String>) -> Check {
+    Check::new(name, violations)
 }
 
 /// One replica at the end of a run, as the checkers need it.

@@ -54,13 +54,9 @@ impl Verdict {
 }
 
 fn check(name: &'static str, violations: Vec<String>, note: Option<String>) -> Check {
-    let mut violations = violations;
-    violations.truncate(20);
     Check {
-        name,
-        ok: violations.is_empty(),
-        violations,
         note,
+        ..Check::new(name, violations)
     }
 }
 
