@@ -46,10 +46,6 @@ impl Check {
     }
 }
 
-fn check(name: &'static str, violations: Vec<String>) -> Check {
-    Check::new(name, violations)
-}
-
 /// One replica at the end of a run, as the checkers need it.
 #[derive(Clone, Debug)]
 pub struct ReplicaEnd<'a> {
@@ -142,7 +138,7 @@ pub fn check_run(
             ));
         }
     }
-    checks.push(check("committed_prefix", prefix));
+    checks.push(Check::new("committed_prefix", prefix));
 
     // Convergence after heal and quiescence.
     let mut conv = Vec::new();
@@ -183,7 +179,7 @@ pub fn check_run(
             ));
         }
     }
-    checks.push(check("converged", conv));
+    checks.push(Check::new("converged", conv));
 
     // Liveness: once the faults healed, everything completes within the
     // documented bound.
@@ -197,7 +193,7 @@ pub fn check_run(
         Some(_) => {}
         None => live.push("strong ops still incomplete at the time limit".into()),
     }
-    checks.push(check("liveness", live));
+    checks.push(Check::new("liveness", live));
 
     // Replay: nothing lost, duplicated or invented; every final view and the
     // state equal a sequential execution of the committed order.
@@ -219,7 +215,7 @@ pub fn check_run(
     } else {
         reference.map(|r| states[r].clone()).unwrap_or_default()
     };
-    checks.push(check("replay_matches", replay_v));
+    checks.push(Check::new("replay_matches", replay_v));
     // No acknowledged op lost. Every broadcast op commits — except an
     // unacknowledged op of an origin that lost its disk: one that never
     // left it is gone with the disk (one that reached a peer still commits,
@@ -246,7 +242,7 @@ pub fn check_run(
             ));
         }
     }
-    checks.push(check("no_lost_acks", lost));
+    checks.push(Check::new("no_lost_acks", lost));
 
     // Linearizability of strong ops.
     // Strong ops with their observed final outcomes, plus the replicated weak
@@ -290,18 +286,18 @@ pub fn check_run(
             (Vec::new(), format!("inconclusive: {reason}"))
         }
     };
-    let mut lin_check = check("linearizable", lin);
+    let mut lin_check = Check::new("linearizable", lin);
     lin_check.note = Some(note);
     checks.push(lin_check);
-    checks.push(check(
+    checks.push(Check::new(
         "real_time",
         order::check_real_time(run.history, &canonical),
     ));
-    checks.push(check(
+    checks.push(Check::new(
         "session_order",
         order::check_session_order(run.history, &canonical),
     ));
-    checks.push(check("workload", invariants(run.history, &state)));
+    checks.push(Check::new("workload", invariants(run.history, &state)));
     checks
 }
 

@@ -36,7 +36,7 @@ pub enum Levels {
 
 impl Levels {
     /// The wire form (`InvokeRequest.levels`).
-    pub(crate) fn to_wire(self) -> Vec<i32> {
+    pub fn to_wire(self) -> Vec<i32> {
         match self {
             Levels::Weak => vec![pb::Level::Weak as i32],
             Levels::Strong => vec![pb::Level::Strong as i32],
@@ -80,9 +80,10 @@ pub struct View {
 }
 
 impl View {
-    /// Convert a view from the wire. `last_preliminary` supplies the
-    /// outcome of a CONFIRMED view, which the server omits.
-    pub(crate) fn from_wire(
+    /// Convert a view from the wire (for callers of the generated stubs
+    /// in [`crate::pb`]). `last_preliminary` supplies the outcome of a
+    /// CONFIRMED view, which the server omits.
+    pub fn from_wire(
         v: pb::View,
         last_preliminary: Option<&Outcome>,
         latency: Duration,

@@ -49,6 +49,23 @@ impl fmt::Display for OpId {
     }
 }
 
+/// The `Display` form back: `r3.17`.
+impl std::str::FromStr for OpId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<OpId, String> {
+        let bad = || format!("{s:?} is not an op id (r<replica>.<seq>)");
+        let (origin, seq) = s
+            .strip_prefix('r')
+            .and_then(|r| r.split_once('.'))
+            .ok_or_else(bad)?;
+        Ok(OpId::new(
+            ReplicaId(origin.parse().map_err(|_| bad())?),
+            seq.parse().map_err(|_| bad())?,
+        ))
+    }
+}
+
 /// A hybrid-logical-clock value: physical microseconds in the upper 52 bits
 /// and a logical counter in the lower 12 bits of one `u64`.
 ///
@@ -123,6 +140,15 @@ mod tests {
     fn replica_and_op_display() {
         assert_eq!(ReplicaId(3).to_string(), "r3");
         assert_eq!(OpId::new(ReplicaId(3), 17).to_string(), "r3.17");
+    }
+
+    #[test]
+    fn op_id_parses_its_display_form_only() {
+        let id = OpId::new(ReplicaId(3), 17);
+        assert_eq!(id.to_string().parse::<OpId>(), Ok(id));
+        for bad in ["3.17", "r3", "r3.x", "rx.17", "r70000.1", ""] {
+            assert!(bad.parse::<OpId>().is_err(), "{bad:?} parsed");
+        }
     }
 
     #[test]

@@ -236,8 +236,7 @@ impl pb::creek_server::Creek for CreekService {
         let stream = view_stream(rx, until, self.metrics.clone(), strong);
         let mut response = tonic::Response::new(Box::pin(stream) as ViewStream);
         if let ExecKey::Op(id) = handle {
-            let name = format!("{}.{}", id.origin.0, id.seq);
-            if let Ok(value) = name.parse() {
+            if let Ok(value) = id.to_string().parse() {
                 response.metadata_mut().insert(OP_HEADER, value);
             }
         }
@@ -282,7 +281,8 @@ impl pb::creek_server::Creek for CreekService {
     }
 }
 
-/// The response header naming the op an `Invoke` accepted, `origin.seq`.
+/// The response header naming the op an `Invoke` accepted, in `OpId`'s
+/// display form (`r3.17`).
 pub const OP_HEADER: &str = "creek-op";
 
 /// Views from the node loop as a gRPC stream, ended by the last view (the

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use creek_check::history::{OpRecord, SeenView};
-use creek_core::{OpId, ReplicaId, ViewKind};
+use creek_client::{Levels, View, ViewKind as ClientViewKind};
+use creek_core::ViewKind;
 use creek_exec::value::decode_args;
 use creek_exec::{Abort, ClientRequestId, ProcCall};
 use creek_proto::pb;
@@ -31,41 +32,17 @@ pub(crate) struct Op {
     pub(crate) wants_final: bool,
 }
 
-/// The `creek-op` header's value, `origin.seq`.
-fn parse_op(header: &str) -> Option<OpId> {
-    let (origin, seq) = header.split_once('.')?;
-    Some(OpId::new(
-        ReplicaId(origin.parse().ok()?),
-        seq.parse().ok()?,
-    ))
-}
-
-/// A view as the checkers read it; `last` is the last preliminary outcome
-/// (what a confirmation confirms).
-fn seen(view: &pb::View, at_us: u64, last: Option<&SeenView>) -> Result<SeenView, String> {
-    use pb::view::{Kind, Outcome};
-    let kind = match Kind::try_from(view.kind) {
-        Ok(Kind::Preliminary) => ViewKind::Tentative,
-        Ok(Kind::Final) => ViewKind::Stable,
-        Ok(Kind::Confirmed) => ViewKind::Confirmation,
-        _ => return Err(format!("a view of unknown kind {}", view.kind)),
-    };
-    let outcome = match (&view.outcome, kind) {
-        (None, ViewKind::Confirmation) => match last {
-            Some(l) => l.outcome.clone(),
-            None => return Err("a confirmation without a preliminary view".into()),
-        },
-        (Some(Outcome::Value(v)), _) => Ok(creek_proto::from_wire(v)
-            .map_err(|e| format!("a view with a malformed value: {e}"))?
-            .encode()),
-        (Some(Outcome::Abort(why)), _) => Err(Abort::new(why.clone())),
-        (None, _) => return Err("a view without an outcome".into()),
-    };
-    Ok(SeenView {
+/// A view as the checkers read it.
+fn seen(view: View, at_us: u64) -> SeenView {
+    SeenView {
         at_us,
-        kind,
-        outcome,
-    })
+        kind: match view.kind {
+            ClientViewKind::Preliminary => ViewKind::Tentative,
+            ClientViewKind::Final => ViewKind::Stable,
+            ClientViewKind::Confirmed => ViewKind::Confirmation,
+        },
+        outcome: view.outcome.map(|v| v.encode()).map_err(Abort::new),
+    }
 }
 
 /// One attempt of `call` at replica `replica` (0-based) by `client`,
@@ -73,7 +50,12 @@ fn seen(view: &pb::View, at_us: u64, last: Option<&SeenView>) -> Result<SeenView
 /// the op was not accepted). Returns whether it is done: a strong op got
 /// its final view, a weak op its preliminary one.
 pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op) -> bool {
-    let Some(channel) = world.lock().slots.get(replica).map(|s| s.channel.clone()) else {
+    let Some((channel, serving)) = world
+        .lock()
+        .slots
+        .get(replica)
+        .map(|s| (s.channel.clone(), s.serving()))
+    else {
         return false;
     };
     let Some(id) = op.call.request_id else {
@@ -81,14 +63,14 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
     };
     let args = decode_args(&op.call.args).unwrap_or_default();
     let levels = if op.strong {
-        vec![pb::Level::Weak as i32, pb::Level::Strong as i32]
+        Levels::Both
     } else {
-        vec![pb::Level::Weak as i32]
+        Levels::Weak
     };
     let request = pb::InvokeRequest {
         procedure: op.call.name.to_string(),
         args: args.iter().map(creek_proto::to_wire).collect(),
-        levels,
+        levels: levels.to_wire(),
         weak_final: !op.strong && op.wants_final,
         client_id: id.client,
         request_seq: id.seq,
@@ -118,23 +100,20 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
             .metadata()
             .get(creek_server::service::OP_HEADER)
             .and_then(|v| v.to_str().ok())
-            .and_then(parse_op);
+            .and_then(|v| v.parse().ok());
         let mut stream = response.into_inner();
+        let mut last_preliminary = None;
         while let Some(view) = stream.message().await.map_err(|s| s.message().to_owned())? {
-            let last = record
-                .views
-                .iter()
-                .rev()
-                .find(|v| v.kind == ViewKind::Tentative);
-            let view = seen(&view, world.now_us(), last)?;
-            record.views.push(view);
+            let view = View::from_wire(view, last_preliminary.as_ref(), Duration::ZERO)
+                .map_err(|e| e.to_string())?;
+            if view.kind == ClientViewKind::Preliminary {
+                last_preliminary = Some(view.outcome.clone());
+            }
+            record.views.push(seen(view, world.now_us()));
         }
         Ok::<(), String>(())
     };
-    let refused = match tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(1), run).await {
-        Ok(Err(why)) => Some(why),
-        _ => None,
-    };
+    let ended = tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(1), run).await;
     // A weak op with a preliminary view is in the system: asking again
     // would only wait for the final view once more.
     let done = if op.strong {
@@ -143,11 +122,15 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
         !record.views.is_empty()
     };
     let mut state = world.lock();
-    if !op.strong {
-        let answered = !record.views.is_empty();
+    if !op.strong && serving {
+        let answered = match ended {
+            _ if !record.views.is_empty() => Ok(()),
+            Ok(Err(why)) => Err(why),
+            _ => Err("no answer".to_owned()),
+        };
         state
             .weak_attempts
-            .push((replica, record.invoked_at_us, answered, refused));
+            .push((replica, record.invoked_at_us, answered));
     }
     if record.id.is_some() || !record.views.is_empty() {
         state.history.push(record);
@@ -241,7 +224,7 @@ pub(crate) async fn run(
 }
 
 /// Run `calls` strong, one after the other, as `client` (setup calls and
-/// final reads), each until it has its final view. Fails past `deadline`.
+/// final reads), each until it has its final view. Fails past `within`.
 pub(crate) async fn run_strong(
     world: &World,
     client: u32,

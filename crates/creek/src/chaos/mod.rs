@@ -24,14 +24,13 @@ use std::time::{Duration, Instant};
 
 use creek_check::history::SETUP_CLIENT;
 use creek_exec::value::{encode_args, Value};
-use creek_exec::{ClientRequestId, ProcCall};
-use creek_proto::pb;
+use creek_exec::ProcCall;
 use creek_server::ServerConfig;
 use creek_sim::workload::{self, WorkloadConfig};
 use serde_json::json;
 
 use crate::bench_procs::Servers;
-use world::{Membership, Polled, Slot, World};
+use world::{Membership, Slot, World};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -130,7 +129,7 @@ async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), Stri
         .clients
         .iter()
         .map(|a| Slot::new(*a, Membership::Member))
-        .collect();
+        .collect::<Result<_, _>>()?;
     let world = Arc::new(World::new(slots));
     let poller = tokio::spawn(nemesis::poll(world.clone()));
     let run_nonce = seed.rotate_left(17) | 1;
@@ -173,7 +172,7 @@ async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), Stri
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(args.minutes * 60.0);
     let mut nemesis = nemesis::Nemesis::new(world.clone(), seed, edit);
-    nemesis.run(&mut servers, until).await?;
+    nemesis.run(&mut servers, until).await;
     world
         .stop_clients
         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -210,7 +209,7 @@ async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), Stri
     let verdict = verdict::judge(
         &world,
         &families,
-        &dumps,
+        dumps,
         verdict::Ending {
             settled,
             settled_after_us: first.map(|d| d.as_micros() as u64),
@@ -253,52 +252,4 @@ fn final_reads(config: &WorkloadConfig) -> Vec<ProcCall> {
         encode_args(&[Value::Int(config.accounts as i64)]),
     ));
     calls
-}
-
-/// A replica's answer to `Admin.Committed` from `from` on, within a second.
-async fn committed(
-    world: &World,
-    i: usize,
-    from: u64,
-) -> Option<(
-    u64,
-    Vec<(creek_core::OpId, Option<ClientRequestId>)>,
-    Polled,
-)> {
-    let channel = world.lock().slots.get(i)?.channel.clone();
-    let mut request = tonic::Request::new(pb::CommittedRequest { from, max: 0 });
-    request.set_timeout(Duration::from_secs(1));
-    let mut admin = pb::admin_client::AdminClient::new(channel);
-    let call = admin.committed(request);
-    let reply = tokio::time::timeout(Duration::from_secs(1), call)
-        .await
-        .ok()?
-        .ok()?
-        .into_inner();
-    let ids = reply
-        .ids
-        .iter()
-        .filter_map(|r| {
-            let origin = u16::try_from(r.origin).ok()?;
-            let request = (r.client_id != 0).then_some(ClientRequestId {
-                client: r.client_id,
-                seq: r.request_seq,
-            });
-            Some((
-                creek_core::OpId::new(creek_core::ReplicaId(origin), r.seq),
-                request,
-            ))
-        })
-        .collect();
-    Some((
-        reply.start,
-        ids,
-        Polled {
-            committed: reply.committed,
-            finalized: reply.finalized,
-            pending: reply.pending,
-            quiet: reply.quiet,
-            standing: reply.standing,
-        },
-    ))
 }

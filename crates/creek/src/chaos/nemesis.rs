@@ -11,7 +11,10 @@ use creek_proto::pb;
 use creek_server::ServerConfig;
 use creek_sim::rng::Rng;
 
-use super::world::{Membership, Slot, World};
+use creek_core::OpId;
+use creek_exec::ClientRequestId;
+
+use super::world::{Membership, Polled, Slot, World};
 use crate::bench_procs::Servers;
 
 /// Most replica slots a run uses (ids are never reused: each add takes one).
@@ -51,11 +54,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
     }
 
     /// Inject faults until `until`.
-    pub(crate) async fn run(
-        &mut self,
-        servers: &mut Servers,
-        until: std::time::Instant,
-    ) -> Result<(), String> {
+    pub(crate) async fn run(&mut self, servers: &mut Servers, until: std::time::Instant) {
         let total: u64 = FAULTS.iter().map(|(_, w)| w).sum();
         while std::time::Instant::now() < until {
             let gap = self.ms(300, 1500);
@@ -86,7 +85,6 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
                 }
             }
         }
-        Ok(())
     }
 
     /// Record replicas that exited by themselves (a crash is a finding).
@@ -95,10 +93,12 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         for i in 0..n {
             if let Some(why) = servers.exited(i) {
                 let tail = crate::bench_soak::log_tail(&servers.log_path(i));
-                let mut state = self.world.lock();
-                state.exits.push(format!("replica {} {why}: {tail}", i + 1));
-                state.slots[i].running = false;
-                let _ = servers.kill(i);
+                self.world
+                    .lock()
+                    .exits
+                    .push(format!("replica {}: {why}; {tail}", i + 1));
+                // Reaped and counted as killed: its unsynced writes are gone.
+                let _ = self.kill(servers, i);
             }
         }
     }
@@ -108,10 +108,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         let members = self.world.lock().members();
         let whole = {
             let state = self.world.lock();
-            members.iter().all(|&i| {
-                let s = &state.slots[i];
-                s.up() && s.last.as_ref().is_some_and(|p| p.standing == "member")
-            })
+            members.iter().all(|&i| state.slots[i].serving())
         };
         if !whole {
             // The last fault is still being repaired (a restart, a rebuild,
@@ -185,15 +182,11 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
                 })
                 .await;
                 let from = self.world.now_us();
-                for &i in &cut {
-                    self.world.lock().slots[i].isolated = true;
-                }
                 tokio::time::sleep(self.ms(1000, 5000)).await;
                 set_faults(&self.world, &members, |_, _| None).await;
                 let to = self.world.now_us();
                 let mut state = self.world.lock();
                 for &i in &cut {
-                    state.slots[i].isolated = false;
                     state.slots[i].minority_spans.push((from, to));
                 }
             }
@@ -208,9 +201,6 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
                 set_faults(&self.world, &members, |_, _| None).await;
             }
             "wipe" => {
-                if members.len() < 3 {
-                    return Ok(false);
-                }
                 let i = pick(&mut self.rng, &members);
                 self.kill(servers, i)?;
                 servers.wipe(i)?;
@@ -232,7 +222,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
                 }
                 let i = servers.add(&members, &self.edit)?;
                 {
-                    let slot = Slot::new(servers.clients[i], Membership::NeverAdded);
+                    let slot = Slot::new(servers.clients[i], Membership::NeverAdded)?;
                     self.world.lock().slots.push(slot);
                 }
                 let admin = admin_client(&self.world, &members).await?;
@@ -296,6 +286,9 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         let now = self.world.now_us();
         let mut state = self.world.lock();
         let slot = &mut state.slots[i];
+        // Nothing answers any more: the last poll says nothing of the next
+        // process.
+        slot.last = None;
         if slot.running {
             slot.running = false;
             slot.kills.push(now);
@@ -353,11 +346,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
             self.kill(servers, i)?;
         }
         let members = self.world.lock().members();
-        for &i in &members {
-            // Nothing listens any more: the slot's poll answer is stale.
-            self.world.lock().slots[i].last = None;
-        }
-        for &i in &members {
+        for i in members {
             self.start(servers, i)?;
         }
         Ok(())
@@ -453,11 +442,7 @@ async fn in_group(admin: &creek_client::Client, i: usize) -> bool {
 async fn wait_member(world: &World, i: usize, within: Duration) {
     let deadline = tokio::time::Instant::now() + within;
     while tokio::time::Instant::now() < deadline {
-        let member = world.lock().slots[i]
-            .last
-            .as_ref()
-            .is_some_and(|p| p.standing == "member");
-        if member {
+        if world.lock().slots[i].serving() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -509,10 +494,51 @@ async fn poll_one(world: &World, i: usize) {
     if !up {
         return;
     }
-    if let Some((start, ids, polled)) = super::committed(world, i, from).await {
+    if let Some((start, ids, polled)) = committed(world, i, from).await {
         let now = world.now_us();
         world.lock().merge(i, start, ids, polled, now);
     }
+}
+
+/// A replica's answer to `Admin.Committed` from `from` on, within a second.
+async fn committed(
+    world: &World,
+    i: usize,
+    from: u64,
+) -> Option<(u64, Vec<(OpId, Option<ClientRequestId>)>, Polled)> {
+    let channel = world.lock().slots.get(i)?.channel.clone();
+    let mut request = tonic::Request::new(pb::CommittedRequest { from, max: 0 });
+    request.set_timeout(Duration::from_secs(1));
+    let mut admin = pb::admin_client::AdminClient::new(channel);
+    let call = admin.committed(request);
+    let reply = tokio::time::timeout(Duration::from_secs(1), call)
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+    let ids = reply
+        .ids
+        .iter()
+        .filter_map(|r| {
+            let origin = u16::try_from(r.origin).ok()?;
+            let request = (r.client_id != 0).then_some(ClientRequestId {
+                client: r.client_id,
+                seq: r.request_seq,
+            });
+            Some((OpId::new(creek_core::ReplicaId(origin), r.seq), request))
+        })
+        .collect();
+    Some((
+        reply.start,
+        ids,
+        Polled {
+            committed: reply.committed,
+            finalized: reply.finalized,
+            pending: reply.pending,
+            quiet: reply.quiet,
+            standing: reply.standing,
+        },
+    ))
 }
 
 /// Wait until the group settles: every member runs, says it is a member,
@@ -546,12 +572,7 @@ fn settled(world: &World) -> bool {
     let mut lengths = members.iter().map(|&i| {
         let s = &state.slots[i];
         match &s.last {
-            Some(p)
-                if s.up()
-                    && p.standing == "member"
-                    && p.quiet
-                    && s.committed.len() as u64 == p.committed =>
-            {
+            Some(p) if s.serving() && p.quiet && s.committed.len() as u64 == p.committed => {
                 Some(p.committed)
             }
             _ => None,
@@ -572,28 +593,18 @@ pub(crate) async fn dump_members(
     let mut dumps = BTreeMap::new();
     let mut failures = Vec::new();
     for i in members {
-        let channel = world.lock().slots[i].channel.clone();
+        let addr = world.lock().slots[i].addr.to_string();
         let dump = async {
-            let mut stream = pb::admin_client::AdminClient::new(channel)
-                .dump(pb::DumpRequest {})
-                .await?
-                .into_inner();
-            let mut state = BTreeMap::new();
-            while let Some(chunk) = stream.message().await? {
-                for r in chunk.records {
-                    state.insert(r.key, r.value);
-                }
-            }
-            Ok::<_, tonic::Status>(state)
+            let client = creek_client::Client::connect([addr]).await?;
+            client.dump().await
         };
         match tokio::time::timeout(Duration::from_secs(30), dump).await {
-            Ok(Ok(state)) => {
+            Ok(Ok((_, state))) => {
                 dumps.insert(i, state);
             }
             Ok(Err(e)) => failures.push(format!(
-                "replica {}'s committed state could not be read: {}",
-                i + 1,
-                e.message()
+                "replica {}'s committed state could not be read: {e}",
+                i + 1
             )),
             Err(_) => failures.push(format!(
                 "replica {}'s committed state could not be read within 30 s",

@@ -65,12 +65,11 @@ fn check(name: &'static str, violations: Vec<String>, note: Option<String>) -> C
 pub(crate) fn judge(
     world: &World,
     families: &[Shared],
-    dumps: &BTreeMap<usize, BTreeMap<Bytes, Bytes>>,
+    mut dumps: BTreeMap<usize, BTreeMap<Bytes, Bytes>>,
     ending: Ending,
 ) -> Verdict {
     let state = world.lock();
     let canonical = &state.canonical;
-    let unseen = canonical.iter().filter(|id| **id == UNSEEN).count();
     let mut unseen_ranges: Vec<(usize, usize)> = Vec::new();
     for (p, id) in canonical.iter().enumerate() {
         if *id != UNSEEN {
@@ -81,6 +80,7 @@ pub(crate) fn judge(
             _ => unseen_ranges.push((p, p + 1)),
         }
     }
+    let unseen: usize = unseen_ranges.iter().map(|(a, b)| b - a).sum();
     let mut ops = state.history.clone();
     ops.sort_by_key(|r| r.invoked_at_us);
 
@@ -170,7 +170,6 @@ pub(crate) fn judge(
                 .collect()
         })
         .collect();
-    let empty = BTreeMap::new();
     let replicas = state
         .slots
         .iter()
@@ -181,7 +180,7 @@ pub(crate) fn judge(
                 committed: &lists[i],
                 finalized: last.map_or(0, |p| p.finalized),
                 pending: last.map_or(0, |p| p.pending as usize),
-                committed_state: dumps.get(&i).unwrap_or(&empty).clone(),
+                committed_state: dumps.remove(&i).unwrap_or_default(),
                 lost: s.membership != Membership::Member,
                 wiped: s.wiped,
             }
@@ -279,36 +278,22 @@ pub(crate) fn judge(
     // are answered.
     let mut minority = Vec::new();
     let mut minority_answered = 0;
-    for (replica, at, answered, error) in &state.weak_attempts {
-        let (replica, at, answered) = (*replica, *at, *answered);
-        // A replica rebuilding after a lost disk, or joining or leaving the
-        // group, takes no ops: it says so.
-        let out_of_group = error.as_deref().is_some_and(|e| {
-            [
-                "lost its data",
-                "new to its cluster",
-                "joining",
-                "removed from",
-            ]
-            .iter()
-            .any(|m| e.contains(m))
-        });
+    for (replica, at, answered) in &state.weak_attempts {
+        let (replica, at) = (*replica, *at);
         let s = &state.slots[replica];
         let cut_off = s.minority_spans.iter().any(|&(a, b)| a <= at && at <= b);
         let until = at + OP_TIMEOUT.as_micros() as u64;
         let down = s.down_spans.iter().any(|&(a, b)| a <= until && at <= b);
-        if !cut_off || down || out_of_group {
+        if !cut_off || down {
             continue;
         }
-        if answered {
-            minority_answered += 1;
-        } else {
-            minority.push(format!(
+        match answered {
+            Ok(()) => minority_answered += 1,
+            Err(why) => minority.push(format!(
                 "a weak op invoked at replica {} at {at} µs, while it was cut off in a \
-                 minority, got no preliminary view ({})",
-                replica + 1,
-                error.as_deref().unwrap_or("no answer")
-            ));
+                 minority, got no preliminary view ({why})",
+                replica + 1
+            )),
         }
     }
     checks.push(check(

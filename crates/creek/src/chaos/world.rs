@@ -44,8 +44,6 @@ pub(crate) struct Slot {
     pub(crate) running: bool,
     /// Its process is stopped (`SIGSTOP`).
     pub(crate) paused: bool,
-    /// Cut off from the others by a partition.
-    pub(crate) isolated: bool,
     /// When it was killed (µs since the start).
     pub(crate) kills: Vec<u64>,
     /// Its data directory was deleted at least once.
@@ -72,40 +70,37 @@ pub(crate) struct Polled {
 }
 
 impl Slot {
-    pub(crate) fn new(addr: SocketAddr, membership: Membership) -> Slot {
+    pub(crate) fn new(addr: SocketAddr, membership: Membership) -> Result<Slot, String> {
         let channel = Channel::from_shared(format!("http://{addr}"))
-            .map(|e| {
-                e.connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
-                    .connect_lazy()
-            })
-            .unwrap_or_else(|_| unreachable_channel());
-        Slot {
+            .map_err(|e| format!("replica address {addr}: {e}"))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        Ok(Slot {
             addr,
             channel,
             membership,
             running: true,
             paused: false,
-            isolated: false,
             kills: Vec::new(),
             wiped: false,
             minority_spans: Vec::new(),
             down_spans: Vec::new(),
             committed: Vec::new(),
             last: None,
-        }
+        })
     }
 
     /// Running, not stopped: it answers.
     pub(crate) fn up(&self) -> bool {
         self.running && !self.paused
     }
-}
 
-/// A channel to an address nothing listens on (a `SocketAddr` always
-/// forms a valid URI, so this is never used in practice).
-fn unreachable_channel() -> Channel {
-    Channel::from_static("http://127.0.0.1:9").connect_lazy()
+    /// Up, and its last poll (since it last started) said it is a member
+    /// holding its data.
+    pub(crate) fn serving(&self) -> bool {
+        self.up() && self.last.as_ref().is_some_and(|p| p.standing == "member")
+    }
 }
 
 /// Everything the driver's tasks share.
@@ -136,9 +131,9 @@ pub(crate) struct State {
     pub(crate) faults: BTreeMap<&'static str, u64>,
     /// Replicas that exited by themselves, with the end of their logs.
     pub(crate) exits: Vec<String>,
-    /// Every weak attempt: its replica, when, whether it was answered, and
-    /// the error it ended with, if any.
-    pub(crate) weak_attempts: Vec<(usize, u64, bool, Option<String>)>,
+    /// Every weak attempt made while its replica was serving: the replica,
+    /// when, and the error it ended with unless it was answered.
+    pub(crate) weak_attempts: Vec<(usize, u64, Result<(), String>)>,
     /// Things the nemesis could not do (not violations), with counts.
     pub(crate) skipped: BTreeMap<String, u64>,
 }
@@ -235,5 +230,45 @@ impl State {
                 Some(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn polled(committed: u64) -> Polled {
+        Polled {
+            committed,
+            finalized: committed,
+            pending: 0,
+            quiet: true,
+            standing: "member".into(),
+        }
+    }
+
+    fn id(origin: u16, seq: u64) -> (OpId, Option<ClientRequestId>) {
+        (OpId::new(ReplicaId(origin), seq), None)
+    }
+
+    #[tokio::test]
+    async fn polls_build_the_committed_order_and_catch_a_disagreement() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap_or_else(|_| unreachable!());
+        let slots = (0..2)
+            .map(|_| Slot::new(addr, Membership::Member))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let world = World::new(slots);
+        let mut state = world.lock();
+        state.merge(0, 0, vec![id(1, 1), id(1, 2)], polled(2), 10);
+        // Replica 2 forgot positions 0 and 1 (a checkpoint) before a poll.
+        state.merge(1, 2, vec![id(2, 1)], polled(3), 20);
+        assert_eq!(state.slots[1].committed[..2], [UNSEEN, UNSEEN]);
+        assert_eq!(state.canonical, [id(1, 1).0, id(1, 2).0, id(2, 1).0]);
+        assert!(state.prefix_violation.is_none());
+        // Asked again from where it stood, replica 1 disagrees at position 2.
+        state.merge(0, 2, vec![id(1, 3)], polled(3), 30);
+        let v = state.prefix_violation.clone().unwrap_or_default();
+        assert!(v.contains("replica 1 committed r1.3 at position 2"), "{v}");
     }
 }
