@@ -471,12 +471,33 @@ impl<S: CabStorage> Cab<S> {
     /// index; ids decided at or before it are forgotten, and one decided
     /// again later is delivered again, which the replica ignores as
     /// committed.
-    pub fn install_snapshot(&mut self) {
-        if let Some((_, m)) = self.held_snapshot.take() {
-            if self.node.step(m).is_err() {
-                self.stats.refused += 1;
-            }
+    ///
+    /// Returns whether the library installed it. While the caller fetched
+    /// its checkpoint a newer term may have begun, or this log committed
+    /// past the index: the library then no longer takes the snapshot (it
+    /// answers it as it answers any stale one), and the caller must keep
+    /// its state, or that state would run ahead of the log it restarts
+    /// from. The next snapshot a leader sends is held and fetched anew.
+    pub fn install_snapshot(&mut self) -> bool {
+        let Some((_, m)) = self.held_snapshot.take() else {
+            return false;
+        };
+        let index = m.get_snapshot().get_metadata().index;
+        if self.node.step(m).is_err() {
+            self.stats.refused += 1;
         }
+        self.restored_at(index)
+    }
+
+    /// Whether the library just restored a snapshot at `index`: its log
+    /// starts there, and the snapshot waits for the next `Ready`.
+    fn restored_at(&self, index: u64) -> bool {
+        self.node
+            .raft
+            .raft_log
+            .unstable_snapshot()
+            .as_ref()
+            .is_some_and(|s| s.get_metadata().index == index)
     }
 
     /// Rebuild a replica that lost its data from a peer's checkpoint at
@@ -490,7 +511,8 @@ impl<S: CabStorage> Cab<S> {
     /// `conf` is the group's configuration the checkpoint was taken with;
     /// the rebuilt log starts from it. A configuration without this replica
     /// (a checkpoint taken before it was added) cannot be installed: `false`,
-    /// and nothing changed — the caller fetches a newer checkpoint.
+    /// and nothing changed — the caller fetches a newer checkpoint. So is
+    /// one the library does not take (see [`Cab::install_snapshot`]).
     pub fn restore_lost(
         &mut self,
         from: ReplicaId,
@@ -516,6 +538,9 @@ impl<S: CabStorage> Cab<S> {
         self.held_snapshot = None;
         if self.node.step(m).is_err() {
             self.stats.refused += 1;
+        }
+        if !self.restored_at(index) {
+            return false;
         }
         self.node.raft.vote = raft_id(self.config.me);
         true
@@ -1174,6 +1199,7 @@ fn append_ready(m: &Message, holds: Deps<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use raft::Storage as _;
 
     fn follower(me: u16) -> Cab<MemCabStorage> {
         let group: Vec<ReplicaId> = (1..=3).map(ReplicaId).collect();
@@ -1190,6 +1216,47 @@ mod tests {
         m.term = term;
         m.commit = commit;
         CabMessage::Raft(Bytes::from(m.write_to_bytes().expect("encodes")))
+    }
+
+    fn snapshot(from: u16, to: u16, term: u64, index: u64) -> CabMessage {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgSnapshot);
+        m.from = raft_id(ReplicaId(from));
+        m.to = raft_id(ReplicaId(to));
+        m.term = term;
+        let snap = m.mut_snapshot();
+        snap.data = 0u64.to_le_bytes().to_vec().into();
+        let meta = snap.mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(ConfState::from((
+            (1..=3).map(|r| raft_id(ReplicaId(r))).collect::<Vec<_>>(),
+            vec![],
+        )));
+        CabMessage::Raft(Bytes::from(m.write_to_bytes().expect("encodes")))
+    }
+
+    /// A snapshot is held while the caller fetches a checkpoint for it, and
+    /// installed only if the library still takes it: a newer term began
+    /// meanwhile, so it is refused and the log stays as it was (the caller
+    /// keeps its state; a checkpoint ahead of the log could not restart).
+    #[test]
+    fn a_held_snapshot_is_installed_only_if_the_library_still_takes_it() {
+        let mut cab = follower(2);
+        cab.on_message(ReplicaId(1), snapshot(1, 2, 5, 100), &|_| true);
+        assert_eq!(cab.wanted_snapshot(), Some((ReplicaId(1), 100)));
+        cab.on_message(ReplicaId(3), heartbeat(3, 2, 6, 0), &|_| true);
+        assert!(!cab.install_snapshot(), "a newer term began");
+        assert_eq!(cab.wanted_snapshot(), None);
+        cab.poll(&|_| true);
+        assert_eq!(cab.store().last_index().expect("reads"), 0);
+
+        cab.on_message(ReplicaId(3), snapshot(3, 2, 6, 120), &|_| true);
+        assert_eq!(cab.wanted_snapshot(), Some((ReplicaId(3), 120)));
+        assert!(cab.install_snapshot());
+        cab.poll(&|_| true);
+        assert_eq!(cab.store().last_index().expect("reads"), 120);
+        assert_eq!(cab.store().first_index().expect("reads"), 121);
     }
 
     /// The bug report's case: a replica whose data directory was wiped

@@ -650,12 +650,15 @@ impl<S: CabStorage> Node<S> {
                 }
                 // The log restarts at the snapshot's index: entries between
                 // it and the checkpoint's are delivered again, and their ids
-                // ignored as committed.
+                // ignored as committed. The state is replaced only if the
+                // log is (a state ahead of the log could never restart).
+                if !self.cab.install_snapshot() {
+                    return;
+                }
                 checkpoint.cab_applied = wanted;
                 let next = own_high.max(self.replica.last_issued_seq()) + 1;
                 let group = std::mem::take(&mut checkpoint.group);
                 self.replace_state(checkpoint, next);
-                self.cab.install_snapshot();
                 self.install_group(&group);
             }
             Standing::Lost { .. } => {
@@ -668,9 +671,10 @@ impl<S: CabStorage> Node<S> {
                 } else {
                     group::conf_of(&checkpoint.group)
                 };
-                if !creek_cab::members_of(&conf.state).contains(&own) {
-                    // Taken before this replica was added: a newer one will
-                    // name it.
+                // Taken before this replica was added (or not taken by the
+                // library): a newer one will name it. The log restarts at
+                // the checkpoint before the state is replaced by it.
+                if !self.cab.restore_lost(from, index, term, marks.term, conf) {
                     self.transfers.fetch(from, index + 1);
                     return;
                 }
@@ -678,8 +682,6 @@ impl<S: CabStorage> Node<S> {
                 self.own_floor = next - 1;
                 let group = std::mem::take(&mut checkpoint.group);
                 self.replace_state(checkpoint, next);
-                let restored = self.cab.restore_lost(from, index, term, marks.term, conf);
-                debug_assert!(restored, "checked above");
                 self.install_group(&group);
                 // Entries a peer holds past the checkpoint may be committed
                 // with the lost data's acknowledgements: until this replica

@@ -132,14 +132,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
                 self.start(servers, i)?;
             }
             "kill-all" => {
-                // What each committed last is polled first: a restart
-                // resumes from its latest checkpoint, which may cover it.
-                for &i in &members {
-                    poll_one(&self.world, i).await;
-                }
-                for &i in &members {
-                    self.kill(servers, i)?;
-                }
+                self.crash(servers, &members).await?;
                 tokio::time::sleep(self.ms(200, 2000)).await;
                 for &i in &members {
                     self.start(servers, i)?;
@@ -297,6 +290,22 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         Ok(())
     }
 
+    /// `SIGKILL` every replica in `group`, having seen all they committed:
+    /// each resumes from its latest checkpoint, which may cover ops no
+    /// poll saw yet, and with every replica restarted no one would still
+    /// hold them. So the links among them are cut first (nothing more can
+    /// commit), and each is polled until it has nothing new.
+    async fn crash(&self, servers: &mut Servers, group: &[usize]) -> Result<(), String> {
+        set_faults(&self.world, group, |_, _| Some(Fault::Cut)).await;
+        for &i in group {
+            drain(&self.world, i, Duration::from_secs(5)).await;
+        }
+        for &i in group {
+            self.kill(servers, i)?;
+        }
+        Ok(())
+    }
+
     fn start(&self, servers: &mut Servers, i: usize) -> Result<(), String> {
         servers.spawn(i)?;
         let now = self.world.now_us();
@@ -338,13 +347,8 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         servers: &mut Servers,
     ) -> Result<(), String> {
         self.note_exits(servers);
-        let n = self.world.lock().slots.len();
-        for i in 0..n {
-            poll_one(&self.world, i).await;
-        }
-        for i in 0..n {
-            self.kill(servers, i)?;
-        }
+        let all: Vec<usize> = (0..self.world.lock().slots.len()).collect();
+        self.crash(servers, &all).await?;
         let members = self.world.lock().members();
         for i in members {
             self.start(servers, i)?;
@@ -497,6 +501,27 @@ async fn poll_one(world: &World, i: usize) {
     if let Some((start, ids, polled)) = committed(world, i, from).await {
         let now = world.now_us();
         world.lock().merge(i, start, ids, polled, now);
+    }
+}
+
+/// Poll replica `i` until the driver holds all it committed and two polls
+/// in a row find nothing new (at most `within`; one that does not answer
+/// is left as it is).
+async fn drain(world: &World, i: usize, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut before = None;
+    while tokio::time::Instant::now() < deadline {
+        poll_one(world, i).await;
+        let seen = {
+            let s = &world.lock().slots[i];
+            let held = s.committed.len() as u64;
+            s.last.as_ref().map(|p| p.committed).filter(|&c| c == held)
+        };
+        if seen.is_some() && seen == before {
+            return;
+        }
+        before = seen;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
