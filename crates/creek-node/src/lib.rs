@@ -902,6 +902,11 @@ impl<S: CabStorage> Node<S> {
                 } else {
                     0
                 };
+                if self.membership.is_member() {
+                    let conf = self.cab.store().conf();
+                    h.group = creek_cab::members_of(&conf.state).into_iter().collect();
+                    h.conf_index = conf.index;
+                }
             }
         }
         out.append(&mut self.outbox);

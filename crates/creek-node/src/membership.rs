@@ -203,6 +203,9 @@ pub(crate) struct Membership {
     /// replica's ops and the last index of its consensus log, as reported
     /// in its latest hello.
     heard: BTreeMap<ReplicaId, (u64, u64, u64)>,
+    /// Lost: the configuration index of the latest group a member named
+    /// (0: the configured group is all it knows).
+    named_conf: u64,
     /// Hellos to send.
     outbox: Vec<(ReplicaId, Hello)>,
     /// What happened, for the driver's log (taken by `take_events`).
@@ -261,6 +264,7 @@ impl Membership {
             lost_founders: Vec::new(),
             lost_sources: BTreeSet::new(),
             heard: BTreeMap::new(),
+            named_conf: 0,
             outbox: Vec::new(),
             events: Vec::new(),
         };
@@ -469,6 +473,8 @@ impl Membership {
                 peer_seq: 0,
                 floor: 0,
                 last_index: 0,
+                group: Vec::new(),
+                conf_index: 0,
             },
         ));
     }
@@ -492,10 +498,11 @@ impl Membership {
 
     /// A hello from `from`. Returns whether this replica just became a
     /// member (the node then starts consensus).
-    pub(crate) fn on_hello(&mut self, from: ReplicaId, h: Hello) -> bool {
+    pub(crate) fn on_hello(&mut self, from: ReplicaId, mut h: Hello) -> bool {
         if !self.peers.contains(&from) {
             return false;
         }
+        let group = std::mem::take(&mut h.group);
         let was_member = self.is_member();
         if self.lost.is_some() {
             let marks = match h.state {
@@ -521,12 +528,31 @@ impl Membership {
             MemberState::Member => {
                 self.lost_peers.remove(&from);
                 self.on_member(from, h.founders);
+                self.follow_group(from, &group, h.conf_index);
             }
         }
         if !h.reply {
             self.hello(from, true);
         }
         !was_member && self.is_member()
+    }
+
+    /// Lost: a member of this cluster named its group. The group may have
+    /// changed since this replica was configured (replicas added, others
+    /// removed for good): the rebuild waits for the latest group named,
+    /// not for the configured one. A group without this replica is not
+    /// taken (it was removed, or is not added yet).
+    fn follow_group(&mut self, from: ReplicaId, group: &[ReplicaId], conf_index: u64) {
+        if self.lost.is_none()
+            || !self.lost_sources.contains(&from)
+            || conf_index <= self.named_conf
+            || !group.contains(&self.me)
+        {
+            return;
+        }
+        self.named_conf = conf_index;
+        let members: BTreeSet<ReplicaId> = group.iter().copied().collect();
+        self.set_group(&members, members.clone());
     }
 
     /// Every peer was heard joining: the founders are everyone's nonces.
@@ -800,6 +826,55 @@ mod tests {
         );
     }
 
+    /// After the group changed (replica 2 removed for good, replica 4
+    /// added), replica 3 loses its data and restarts with the configuration
+    /// it was first given. It waits for the group the members name, not
+    /// for replica 2, and rebuilds once replicas 1 and 4 answered.
+    #[test]
+    fn a_lost_replica_waits_for_the_group_the_members_name() {
+        let mut nodes = vec![node(1, 3, 11), node(2, 3, 22), node(3, 3, 33)];
+        run(&mut nodes);
+        let group: BTreeSet<ReplicaId> = [1, 3, 4].map(ReplicaId).into();
+        nodes.remove(1);
+        for n in &mut nodes {
+            n.set_group(&group, group.clone());
+        }
+        let mut added = nodes[0].identity.clone();
+        added.nonce = 44;
+        nodes.push(Membership::new(
+            ReplicaId(4),
+            vec![ReplicaId(1), ReplicaId(3)],
+            added,
+            false,
+            false,
+        ));
+        nodes[1] = node(3, 3, 98);
+        // Hellos as the node sends them: a member names its group.
+        for _ in 0..10 {
+            let mut msgs = Vec::new();
+            for n in nodes.iter_mut() {
+                let (from, member) = (n.me, n.is_member());
+                for (to, mut h) in n.take_messages() {
+                    if member {
+                        h.group = group.iter().copied().collect();
+                        h.conf_index = 10;
+                    }
+                    msgs.push((from, to, h));
+                }
+            }
+            for (from, to, h) in msgs {
+                // Replica 2 is gone: what is sent to it is lost.
+                if let Some(n) = nodes.iter_mut().find(|n| n.me == to) {
+                    n.on_hello(from, h);
+                }
+            }
+        }
+        assert!(matches!(nodes[1].standing(), Standing::Lost { .. }));
+        assert_eq!(nodes[1].peers, vec![ReplicaId(1), ReplicaId(4)]);
+        let marks = nodes[1].rebuild_marks().expect("every member answered");
+        assert!([ReplicaId(1), ReplicaId(4)].contains(&marks.source));
+    }
+
     #[test]
     fn a_founder_that_learns_late_joins_and_another_cluster_is_refused() {
         let mut a = vec![node(1, 2, 1), node(2, 2, 2)];
@@ -816,6 +891,8 @@ mod tests {
             peer_seq: 0,
             floor: 0,
             last_index: 0,
+            group: Vec::new(),
+            conf_index: 0,
         };
         b[0].on_hello(ReplicaId(2), hello);
         assert_eq!(b[0].foreign_peers(), vec![ReplicaId(2)]);
@@ -832,6 +909,8 @@ mod tests {
             peer_seq: 0,
             floor: 0,
             last_index: 0,
+            group: Vec::new(),
+            conf_index: 0,
         };
         assert!(late.on_hello(ReplicaId(1), hello));
         assert_eq!(late.identity.founders, founders);

@@ -8,7 +8,7 @@
 //!
 //! | offset | size | field                                              |
 //! |--------|------|----------------------------------------------------|
-//! | 0      | 1    | wire version, [`WIRE_VERSION`] (= 1)               |
+//! | 0      | 1    | wire version, [`WIRE_VERSION`] (= 2)               |
 //! | 1      | 1    | message kind (table below)                         |
 //! | 2      | rest | body of that kind; nothing may follow it           |
 //!
@@ -27,7 +27,7 @@
 //! | 0x13 | [`CabMessage::Compact`]   | `through`                                      |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
-//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index` |
+//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index`, `count` (≤ `ids_per_message_max`), `count` × `replica`, `conf_index` |
 //! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
 //! | 0x31 | [`SnapshotMessage::Fetch`] | `transfer`, `min_index`, `offset`            |
 //! | 0x32 | [`SnapshotMessage::Chunk`] | `transfer`, `index`, `term`, `total_len`, `checksum: u32le`, `offset`, `len`, `len` bytes |
@@ -127,7 +127,7 @@ use crate::{
 };
 
 /// Version of the frame format, the first byte of every frame.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 
 const KIND_OPS: u8 = 0x01;
 const KIND_DIGEST: u8 = 0x02;
@@ -555,7 +555,7 @@ fn check(msg: &PeerMessage, limits: &Limits) -> Result<(), EncodeError> {
         | PeerMessage::Cab(CabMessage::Forward { ids: list }) => ids(list),
         PeerMessage::Cab(CabMessage::Raft(payload)) => over(Limit::RaftBytes, payload.len()),
         PeerMessage::Probe(_) | PeerMessage::Cab(CabMessage::Compact { .. }) => Ok(()),
-        PeerMessage::Hello(h) => over(Limit::IdsPerMessage, h.founders.len()),
+        PeerMessage::Hello(h) => over(Limit::IdsPerMessage, h.founders.len().max(h.group.len())),
         PeerMessage::Snapshot(_) => Ok(()),
     }
 }
@@ -676,6 +676,11 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
             s.put_varint(h.peer_seq);
             s.put_varint(h.floor);
             s.put_varint(h.last_index);
+            s.put_len(h.group.len());
+            for replica in &h.group {
+                s.put_varint(u64::from(replica.0));
+            }
+            s.put_varint(h.conf_index);
         }
         PeerMessage::Snapshot(SnapshotMessage::Fetch {
             transfer,
@@ -966,15 +971,25 @@ impl<'a> Reader<'a> {
         let founders = (0..count)
             .map(|_| Ok((self.replica()?, self.u64le()?)))
             .collect::<Result<_, DecodeError>>()?;
+        let term = self.varint()?;
+        let peer_seq = self.varint()?;
+        let floor = self.varint()?;
+        let last_index = self.varint()?;
+        let count = self.length(Some(Limit::IdsPerMessage), 1)?;
+        let group = (0..count)
+            .map(|_| self.replica())
+            .collect::<Result<_, DecodeError>>()?;
         Ok(Hello {
             nonce,
             state,
             founders,
             reply: kind == KIND_HELLO_REPLY,
-            term: self.varint()?,
-            peer_seq: self.varint()?,
-            floor: self.varint()?,
-            last_index: self.varint()?,
+            term,
+            peer_seq,
+            floor,
+            last_index,
+            group,
+            conf_index: self.varint()?,
         })
     }
 

@@ -74,6 +74,14 @@ pub struct Hello {
     /// member): a rebuilt replica votes only for candidates that reach the
     /// longest log any peer reported, until its own commit index does.
     pub last_index: u64,
+    /// The sender's group as its consensus applied it, voters and learners
+    /// (empty unless the sender is a member). A replica that lost its data
+    /// waits for the current group, which may differ from the one it was
+    /// configured with.
+    pub group: Vec<ReplicaId>,
+    /// The consensus index of the configuration `group` comes from (0
+    /// unless the sender is a member; 0 too for the founding group).
+    pub conf_index: u64,
 }
 
 /// State transfer. A replica that needs a checkpoint — its consensus log is

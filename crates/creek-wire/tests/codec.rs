@@ -109,8 +109,9 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             prop::collection::vec((arb_origin(), any::<u64>()), 0..6),
             any::<bool>(),
             (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+            (prop::collection::vec(arb_origin(), 0..6), any::<u64>()),
         )
-            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index))| {
+            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index), (group, conf_index))| {
                 PeerMessage::Hello(Hello {
                     nonce,
                     state,
@@ -120,6 +121,8 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
                     peer_seq,
                     floor,
                     last_index,
+                    group,
+                    conf_index,
                 })
             }),
         1 => (any::<u64>(), any::<u64>(), any::<u64>())
@@ -225,7 +228,7 @@ fn usage(msg: &PeerMessage, limit: Limit) -> usize {
             PeerMessage::Gossip(GossipMessage::Pull { ids })
             | PeerMessage::Cab(CabMessage::Forward { ids }),
         ) => ids.len(),
-        (Limit::IdsPerMessage, PeerMessage::Hello(h)) => h.founders.len(),
+        (Limit::IdsPerMessage, PeerMessage::Hello(h)) => h.founders.len().max(h.group.len()),
         (Limit::ProcNameBytes, _) => max_of(&|op| op.call.name.len()),
         (Limit::ArgsBytes, _) => max_of(&|op| op.call.args.len()),
         (Limit::DvvExceptions, _) => {
@@ -406,19 +409,19 @@ fn golden_frames() {
     let fwd = PeerMessage::Cab(CabMessage::Forward {
         ids: vec![OpId::new(ReplicaId(3), 17)],
     });
-    assert_eq!(&enc(&fwd)[..], &[0x01, 0x12, 0x01, 0x03, 0x11]);
+    assert_eq!(&enc(&fwd)[..], &[0x02, 0x12, 0x01, 0x03, 0x11]);
 
     let echo = PeerMessage::Probe(Probe {
         stamp_us: 300,
         echo: true,
         rtt_us: 0,
     });
-    assert_eq!(&enc(&echo)[..], &[0x01, 0x22, 0xac, 0x02, 0x00]);
+    assert_eq!(&enc(&echo)[..], &[0x02, 0x22, 0xac, 0x02, 0x00]);
 
     let ops = PeerMessage::Gossip(GossipMessage::Ops(vec![Arc::new(op_example())]));
     #[rustfmt::skip]
     let want: &[u8] = &[
-        0x01, 0x01,                                     // version, kind Ops
+        0x02, 0x01,                                     // version, kind Ops
         0x01,                                           // 1 op
         0x01, 0x05,                                     // id r1.5
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // timestamp u64le
@@ -437,12 +440,12 @@ fn golden_frames() {
     });
     assert_eq!(
         &enc(&digest)[..],
-        &[0x01, 0x02, 0x02, 0x00, 0x00, 0xac, 0x02, 0x80, 0x01]
+        &[0x02, 0x02, 0x02, 0x00, 0x00, 0xac, 0x02, 0x80, 0x01]
     );
     let raft = PeerMessage::Cab(CabMessage::Raft(Bytes::from_static(b"xy")));
-    assert_eq!(&enc(&raft)[..], &[0x01, 0x11, 0x02, b'x', b'y']);
+    assert_eq!(&enc(&raft)[..], &[0x02, 0x11, 0x02, b'x', b'y']);
     let pull = PeerMessage::Gossip(GossipMessage::Pull { ids: vec![] });
-    assert_eq!(&enc(&pull)[..], &[0x01, 0x03, 0x00]);
+    assert_eq!(&enc(&pull)[..], &[0x02, 0x03, 0x00]);
 }
 
 fn err(frame: &[u8]) -> DecodeError {
@@ -470,20 +473,20 @@ fn malformed_frames_are_rejected_with_clear_errors() {
             "frame ends unexpectedly at byte 0",
         ),
         (
-            &[2, 1, 0],
+            &[1, 1, 0],
             DecodeError::UnsupportedVersion {
-                got: 2,
-                supported: 1,
+                got: 1,
+                supported: 2,
             },
-            "unsupported wire version 2 (this node speaks version 1)",
+            "unsupported wire version 1 (this node speaks version 2)",
         ),
         (
-            &[1],
+            &[2],
             DecodeError::UnexpectedEnd { offset: 1 },
             "frame ends unexpectedly at byte 1",
         ),
         (
-            &[1, 0x7f],
+            &[2, 0x7f],
             DecodeError::UnknownKind {
                 tag: 0x7f,
                 offset: 1,
@@ -491,12 +494,12 @@ fn malformed_frames_are_rejected_with_clear_errors() {
             "unknown message kind 0x7f at byte 1",
         ),
         (
-            &[1, 0x12, 1, 3, 0],
+            &[2, 0x12, 1, 3, 0],
             DecodeError::ZeroSeq { offset: 4 },
             "seq 0 at byte 4 is not a valid seq",
         ),
         (
-            &[1, 0x12, 1, 0x80, 0x80, 0x04, 1],
+            &[2, 0x12, 1, 0x80, 0x80, 0x04, 1],
             DecodeError::ReplicaIdOutOfRange {
                 value: 65536,
                 offset: 3,
@@ -504,19 +507,19 @@ fn malformed_frames_are_rejected_with_clear_errors() {
             "replica id 65536 at byte 3 does not fit in 16 bits",
         ),
         (
-            &[1, 0x12, 0x81, 0x00],
+            &[2, 0x12, 0x81, 0x00],
             DecodeError::NonCanonicalVarint { offset: 2 },
             "varint at byte 2 is not in its shortest form",
         ),
         (
             &[
-                1, 0x02, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
+                2, 0x02, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
             ],
             DecodeError::VarintOverflow { offset: 4 },
             "varint at byte 4 overflows 64 bits",
         ),
         (
-            &[1, 0x12, 3, 1, 1],
+            &[2, 0x12, 3, 1, 1],
             DecodeError::LengthTooLarge {
                 len: 3,
                 offset: 2,
@@ -525,7 +528,7 @@ fn malformed_frames_are_rejected_with_clear_errors() {
             "declared length 3 at byte 2 exceeds what the 2 remaining bytes can hold",
         ),
         (
-            &[1, 0x11, 1, 9, 9],
+            &[2, 0x11, 1, 9, 9],
             DecodeError::TrailingBytes {
                 count: 1,
                 offset: 4,
@@ -535,7 +538,7 @@ fn malformed_frames_are_rejected_with_clear_errors() {
         (
             // ids_per_message_max is checked before the remaining input:
             // a huge declared count allocates nothing.
-            &[1, 0x12, 0xff, 0xff, 0xff, 0xff, 0x0f],
+            &[2, 0x12, 0xff, 0xff, 0xff, 0xff, 0x0f],
             DecodeError::LimitExceeded {
                 limit: Limit::IdsPerMessage,
                 len: u64::from(u32::MAX),
@@ -727,14 +730,14 @@ fn declared_counts_are_checked_against_the_remaining_input() {
         b.extend_from_slice(suffix);
         (b, prefix.len())
     };
-    let op_head: &[u8] = &[1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+    let op_head: &[u8] = &[2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0];
     let with_op = |rest: &[u8]| [op_head, rest].concat();
     let cases = [
-        big(&[1, 0x01], &[0; 20]),                             // ops
-        big(&[1, 0x02], &[0; 20]),                             // digest entries
-        big(&[1, 0x03], &[0; 20]),                             // pull ids
-        big(&[1, 0x12], &[0; 20]),                             // forward ids
-        big(&[1, 0x11], &[0; 20]),                             // raft payload
+        big(&[2, 0x01], &[0; 20]),                             // ops
+        big(&[2, 0x02], &[0; 20]),                             // digest entries
+        big(&[2, 0x03], &[0; 20]),                             // pull ids
+        big(&[2, 0x12], &[0; 20]),                             // forward ids
+        big(&[2, 0x11], &[0; 20]),                             // raft payload
         big(&with_op(&[0x00, 0x00]), &[0; 20]),                // args
         big(&with_op(&[0x03, 0x00, 0x00]), &[0; 20]),          // context records
         big(&with_op(&[0x03, 0x00, 0x00, 1, 1, 1]), &[0; 20]), // exceptions
