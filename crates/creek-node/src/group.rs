@@ -94,9 +94,44 @@ pub(crate) fn conf_of(group: &Group) -> Conf {
 }
 
 impl<S: CabStorage> Node<S> {
-    /// The group as this node has applied it.
+    /// The group as this node has applied it; while it is lost, the group
+    /// a member named, if one did.
     pub fn group(&self) -> Group {
-        group_of(&self.cab.store().conf(), &self.directory)
+        match &self.followed {
+            Some(g) if !self.membership.is_member() => g.clone(),
+            _ => group_of(&self.cab.store().conf(), &self.directory),
+        }
+    }
+
+    /// Lost: a member named a newer group than this replica's configured
+    /// one (`Membership::follow_group`). Take the addresses of members added
+    /// since (from the member's `directory`), and aim state transfer and
+    /// the driver's connections at that group until the rebuild installs
+    /// the group of the checkpoint it fetches.
+    pub(crate) fn follow_group(
+        &mut self,
+        members: Vec<ReplicaId>,
+        conf_index: u64,
+        directory: &[u8],
+    ) {
+        if let Ok(d) = creek_wire::decode_directory(directory) {
+            for (id, addrs) in d.addrs {
+                if members.contains(&id) {
+                    self.directory.addrs.entry(id).or_insert(addrs);
+                }
+            }
+            self.directory.max_id = self.directory.max_id.max(d.max_id);
+        }
+        let me = self.id();
+        let peers: Vec<ReplicaId> = members.iter().copied().filter(|r| *r != me).collect();
+        self.transfers.set_peers(&peers);
+        self.followed = Some(Group {
+            conf_index,
+            voters: members,
+            directory: self.directory.clone(),
+            ..Group::default()
+        });
+        self.group_changed = true;
     }
 
     /// The highest id the group ever had (a new replica needs a higher one).

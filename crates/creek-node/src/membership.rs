@@ -206,6 +206,8 @@ pub(crate) struct Membership {
     /// Lost: the configuration index of the latest group a member named
     /// (0: the configured group is all it knows).
     named_conf: u64,
+    /// A group followed since the node last took it (see `follow_group`).
+    followed: Option<(Vec<ReplicaId>, u64)>,
     /// Hellos to send.
     outbox: Vec<(ReplicaId, Hello)>,
     /// What happened, for the driver's log (taken by `take_events`).
@@ -265,6 +267,7 @@ impl Membership {
             lost_sources: BTreeSet::new(),
             heard: BTreeMap::new(),
             named_conf: 0,
+            followed: None,
             outbox: Vec::new(),
             events: Vec::new(),
         };
@@ -475,6 +478,7 @@ impl Membership {
                 last_index: 0,
                 group: Vec::new(),
                 conf_index: 0,
+                directory: bytes::Bytes::new(),
             },
         ));
     }
@@ -553,6 +557,14 @@ impl Membership {
         self.named_conf = conf_index;
         let members: BTreeSet<ReplicaId> = group.iter().copied().collect();
         self.set_group(&members, members.clone());
+        self.followed = Some((members.into_iter().collect(), conf_index));
+    }
+
+    /// The group followed since the last call, if any, and its
+    /// configuration index: the node aims state transfer and the driver's
+    /// connections at it.
+    pub(crate) fn take_followed(&mut self) -> Option<(Vec<ReplicaId>, u64)> {
+        self.followed.take()
     }
 
     /// Every peer was heard joining: the founders are everyone's nonces.
@@ -893,6 +905,7 @@ mod tests {
             last_index: 0,
             group: Vec::new(),
             conf_index: 0,
+            directory: bytes::Bytes::new(),
         };
         b[0].on_hello(ReplicaId(2), hello);
         assert_eq!(b[0].foreign_peers(), vec![ReplicaId(2)]);
@@ -911,6 +924,7 @@ mod tests {
             last_index: 0,
             group: Vec::new(),
             conf_index: 0,
+            directory: bytes::Bytes::new(),
         };
         assert!(late.on_hello(ReplicaId(1), hello));
         assert_eq!(late.identity.founders, founders);

@@ -27,7 +27,7 @@
 //! | 0x13 | [`CabMessage::Compact`]   | `through`                                      |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
-//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index`, `count` (≤ `ids_per_message_max`), `count` × `replica`, `conf_index` |
+//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index`, `count` (≤ `ids_per_message_max`), `count` × `replica`, `conf_index`, `len`, `len` bytes (the directory) |
 //! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
 //! | 0x31 | [`SnapshotMessage::Fetch`] | `transfer`, `min_index`, `offset`            |
 //! | 0x32 | [`SnapshotMessage::Chunk`] | `transfer`, `index`, `term`, `total_len`, `checksum: u32le`, `offset`, `len`, `len` bytes |
@@ -681,6 +681,8 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
                 s.put_varint(u64::from(replica.0));
             }
             s.put_varint(h.conf_index);
+            s.put_len(h.directory.len());
+            s.put_bytes(&h.directory);
         }
         PeerMessage::Snapshot(SnapshotMessage::Fetch {
             transfer,
@@ -990,6 +992,7 @@ impl<'a> Reader<'a> {
             last_index,
             group,
             conf_index: self.varint()?,
+            directory: self.bytes_within(None)?,
         })
     }
 

@@ -82,6 +82,10 @@ pub struct Hello {
     /// The consensus index of the configuration `group` comes from (0
     /// unless the sender is a member; 0 too for the founding group).
     pub conf_index: u64,
+    /// How to reach the members added since the group formed: the
+    /// sender's directory as [`encode_directory`] writes it (empty unless
+    /// the sender is a member).
+    pub directory: Bytes,
 }
 
 /// State transfer. A replica that needs a checkpoint — its consensus log is

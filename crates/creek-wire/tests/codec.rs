@@ -109,9 +109,9 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             prop::collection::vec((arb_origin(), any::<u64>()), 0..6),
             any::<bool>(),
             (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
-            (prop::collection::vec(arb_origin(), 0..6), any::<u64>()),
+            (prop::collection::vec(arb_origin(), 0..6), any::<u64>(), prop::collection::vec(any::<u8>(), 0..16)),
         )
-            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index), (group, conf_index))| {
+            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index), (group, conf_index, directory))| {
                 PeerMessage::Hello(Hello {
                     nonce,
                     state,
@@ -123,6 +123,7 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
                     last_index,
                     group,
                     conf_index,
+                    directory: Bytes::from(directory),
                 })
             }),
         1 => (any::<u64>(), any::<u64>(), any::<u64>())

@@ -93,6 +93,16 @@ impl Servers {
             .map_err(|e| format!("writing {}: {e}", self.config_path(i).display()))
     }
 
+    /// The replicas (0-based) replica `i`'s configuration lists.
+    pub(crate) fn configured(&self, i: usize) -> Result<Vec<usize>, String> {
+        let config = ServerConfig::from_file(&self.config_path(i)).map_err(|e| e.to_string())?;
+        Ok(config
+            .replicas
+            .iter()
+            .map(|r| usize::from(r.id) - 1)
+            .collect())
+    }
+
     /// Make room for a new replica (id `len + 1`) on free loopback ports,
     /// configured with the group `members` and `edit`, and start it.
     /// Returns its 0-based index.

@@ -2,9 +2,11 @@
 //! online. Under a load of strong increments, a fourth replica is added (it
 //! joins as a learner, installs a member's checkpoint, and is promoted to a
 //! voter), then the old leader is removed (leadership is handed over
-//! first), then a replica that is down. Nothing acknowledged is lost, the
-//! new group serves, and its replicas converge. Every refused change is refused with a clear error
-//! and changes nothing.
+//! first); an old replica loses its disk and is rebuilt with the
+//! configuration it started with, which names neither the new group nor
+//! the new replica; then a replica that is down is removed. Nothing
+//! acknowledged is lost, the new group serves, and its replicas converge.
+//! Every refused change is refused with a clear error and changes nothing.
 
 mod common;
 
@@ -192,9 +194,34 @@ async fn a_replica_joins_and_the_old_leader_leaves_under_load_losing_nothing() {
         acked <= n && n <= sent,
         "n = {n}, but {acked} increments were acknowledged and {sent} sent"
     );
+    // An old replica loses its disk and is started again with the
+    // configuration it was first given, which names the removed leader and
+    // not replica 4: the members name the current group (and replica 4's
+    // address), and it is rebuilt from it.
+    let down = (0..3).find(|i| *i != leader).expect("another old replica");
+    cluster.kill(down);
+    std::fs::remove_dir_all(cluster.dir.join(format!("r{}", down + 1)))
+        .expect("delete the data directory");
+    cluster.restart(down).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = std::fs::read_to_string(cluster.dir.join(format!("r{}.log", down + 1)))
+            .unwrap_or_default();
+        if log.contains("rebuilt from a member's checkpoint: a member of the cluster again") {
+            break;
+        }
+        let role = cluster.status(down).await.map(|s| s.role);
+        assert!(
+            Instant::now() < deadline,
+            "replica {} was not rebuilt (role {role:?}); logs in {}",
+            down + 1,
+            cluster.dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // A replica that is down is removed too (the two left are a quorum of
     // both the old and the new configuration).
-    let down = (0..3).find(|i| *i != leader).expect("another old replica");
     cluster.kill(down);
     let survivors: Vec<usize> = (0..4).filter(|i| *i != leader && *i != down).collect();
     let admin = Client::connect(survivors.iter().map(|i| cluster.clients[*i].to_string()))

@@ -202,8 +202,14 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
                     state.slots[i].wiped = true;
                     state.slots[i].committed.clear();
                 }
-                // A rebuilt replica is configured with the current group.
-                servers.configure(i, &members, &self.edit)?;
+                // Restarted as an operator would: with the configuration it
+                // had. The members tell it the current group; only when no
+                // replica it lists is still a member is it given the
+                // current one (it would find no one to ask).
+                let listed = servers.configured(i)?;
+                if !listed.iter().any(|&p| p != i && members.contains(&p)) {
+                    servers.configure(i, &members, &self.edit)?;
+                }
                 tokio::time::sleep(self.ms(200, 1000)).await;
                 self.start(servers, i)?;
                 wait_member(&self.world, i, Duration::from_secs(30)).await;
