@@ -4,10 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
-use creek_check::history::History;
+use creek_check::history::{History, OpRecord, SeenView};
 use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
 use creek_core::OpId;
 use creek_exec::{ClientRequestId, ProcCall, Registry};
+use creek_sim::bench::percentiles;
 use serde_json::json;
 
 use super::client::{Shared, OP_TIMEOUT};
@@ -315,9 +316,7 @@ pub(crate) fn judge(
         None,
     ));
 
-    let count = |f: &dyn Fn(&creek_check::history::OpRecord) -> bool| {
-        history.ops.iter().filter(|r| f(r)).count()
-    };
+    let count = |f: &dyn Fn(&OpRecord) -> bool| history.ops.iter().filter(|r| f(r)).count();
     let ops = json!({
         "attempts": history.ops.len(),
         "strong": count(&|r| r.strong),
@@ -329,7 +328,26 @@ pub(crate) fn judge(
         "lost_with_a_crash": count(&|r| r.lost),
         "committed": canonical.len(),
         "settled_after_heal_ms": ending.settled_after_us.map(|u| u / 1000),
+        // How long clients waited for the first view of a weak op and the
+        // final view of a strong one, under the faults (µs).
+        "weak_first_view_us": percentiles(waited(&history, false, |r| r.views.first())),
+        "strong_final_view_us": percentiles(waited(&history, true, OpRecord::final_view)),
         "healed_at_ms": ending.healed_us / 1000,
     });
     Verdict { checks, ops }
+}
+
+/// Per op of the kind (`strong` or not), how long after its invocation
+/// the `view` came, for the ops that got it.
+fn waited(
+    history: &History,
+    strong: bool,
+    view: impl Fn(&OpRecord) -> Option<&SeenView>,
+) -> Vec<u64> {
+    history
+        .ops
+        .iter()
+        .filter(|r| r.strong == strong)
+        .filter_map(|r| Some(view(r)?.at_us.saturating_sub(r.invoked_at_us)))
+        .collect()
 }
