@@ -25,7 +25,7 @@
 //! clients learn the cause first; the server then takes the process down
 //! (a replica that stays up refusing everything helps nobody).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,7 +40,7 @@ use creek_store::{LogStore, Persister};
 use creek_wire::Limits;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Stage};
 use crate::transport::Transport;
 
 /// Why a replica stopped without being asked to. Every cause ends the
@@ -130,6 +130,8 @@ pub struct Durability {
     durable: std::sync::atomic::AtomicU64,
     batches: std::sync::atomic::AtomicU64,
     failure: std::sync::Mutex<Option<String>>,
+    /// When each write became durable, for the loop's stage timings.
+    durable_at: std::sync::Mutex<VecDeque<(u64, Instant)>>,
     held: std::sync::Mutex<HoldQueue<(creek_core::ReplicaId, Bytes)>>,
     transport: std::sync::OnceLock<Arc<Transport>>,
 }
@@ -143,6 +145,9 @@ impl Durability {
                 me.batches.fetch_add(1, Ordering::Relaxed);
                 me.durable.fetch_max(seq, Ordering::AcqRel);
                 me.release();
+                if let Ok(mut at) = me.durable_at.lock() {
+                    at.push_back((seq, Instant::now()));
+                }
             }
             Err(e) => {
                 if let Ok(mut f) = me.failure.lock() {
@@ -188,6 +193,14 @@ impl Durability {
         for (to, frames) in by_peer {
             transport.send_all(to, frames);
         }
+    }
+
+    /// The durable reports since the last call: (write, when).
+    fn take_durable_at(&self) -> VecDeque<(u64, Instant)> {
+        self.durable_at
+            .lock()
+            .map(|mut at| std::mem::take(&mut *at))
+            .unwrap_or_default()
     }
 
     fn drop_held(&self) {
@@ -303,6 +316,17 @@ struct Route {
     views: Views,
     strong: bool,
     received: Instant,
+    /// A tentative view was routed (the `executed` stage is timed once).
+    executed: bool,
+}
+
+/// Replicated ops waiting for the write that carries their payload to be
+/// durable, to time their `persisted` stage: those invoked this turn, and
+/// those of each write submitted since, oldest first.
+#[derive(Default)]
+struct Unpersisted {
+    this_turn: Vec<(bool, Instant)>,
+    by_write: VecDeque<(u64, Vec<(bool, Instant)>)>,
 }
 
 /// How the loop is set up.
@@ -332,6 +356,7 @@ pub struct NodeLoop {
     pool: Option<rayon::ThreadPool>,
     limits: Limits,
     routes: HashMap<ExecKey, Route>,
+    unpersisted: Unpersisted,
     failed: Option<Fatal>,
     epoch: Instant,
     ticks: u64,
@@ -377,6 +402,7 @@ impl NodeLoop {
             pool,
             limits: config.limits,
             routes: HashMap::new(),
+            unpersisted: Unpersisted::default(),
             failed: None,
             epoch: Instant::now(),
             ticks: 0,
@@ -473,6 +499,11 @@ impl NodeLoop {
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
                 let _ = inv.reply.send(Reply::Accepted(handle));
+                self.metrics
+                    .stage(strong, Stage::Invoked, inv.received.elapsed().as_secs_f64());
+                if matches!(handle, ExecKey::Op(_)) && self.persister.is_some() {
+                    self.unpersisted.this_turn.push((strong, inv.received));
+                }
                 self.routes.insert(
                     handle,
                     Route {
@@ -480,6 +511,7 @@ impl NodeLoop {
                         views,
                         strong,
                         received: inv.received,
+                        executed: false,
                     },
                 );
             }
@@ -631,6 +663,7 @@ impl NodeLoop {
     /// End of a turn: carry out the node's `Ready`.
     fn flush(&mut self) {
         self.node.on_durable(self.durability.durable());
+        self.time_persisted();
         if let Some(p) = &self.persister {
             self.node.on_checkpoint_durable(p.checkpoint_durable());
         }
@@ -652,9 +685,14 @@ impl NodeLoop {
         for v in ready.views {
             self.route(v);
         }
+        // This turn's new payloads are in this turn's write.
+        let invoked = std::mem::take(&mut self.unpersisted.this_turn);
         if let Some(p) = &self.persister {
             // The write first: the checkpoint waits for it.
             if let Some(write) = ready.write {
+                if !invoked.is_empty() {
+                    self.unpersisted.by_write.push_back((write.seq, invoked));
+                }
                 p.submit(write);
             }
             if let Some(job) = ready.checkpoint {
@@ -723,13 +761,38 @@ impl NodeLoop {
         }
     }
 
+    /// Time the `persisted` stage of the ops whose writes became durable.
+    fn time_persisted(&mut self) {
+        for (seq, at) in self.durability.take_durable_at() {
+            while let Some((_, ops)) = self
+                .unpersisted
+                .by_write
+                .front()
+                .filter(|(write, _)| *write <= seq)
+            {
+                for (strong, received) in ops {
+                    let waited = at.saturating_duration_since(*received);
+                    self.metrics
+                        .stage(*strong, Stage::Persisted, waited.as_secs_f64());
+                }
+                self.unpersisted.by_write.pop_front();
+            }
+        }
+    }
+
     fn route(&mut self, v: View) {
-        let Some(route) = self.routes.get(&v.handle) else {
+        let Some(route) = self.routes.get_mut(&v.handle) else {
             return;
         };
         let stable = v.kind != ViewKind::Tentative;
-        self.metrics
-            .view(stable, route.received.elapsed().as_secs_f64());
+        let since = route.received.elapsed().as_secs_f64();
+        self.metrics.view(stable, since);
+        if stable {
+            self.metrics.stage(route.strong, Stage::Committed, since);
+        } else if !route.executed {
+            route.executed = true;
+            self.metrics.stage(route.strong, Stage::Executed, since);
+        }
         let last = stable || !route.views.final_view;
         let outcome = if v.outcome.is_ok() { "ok" } else { "abort" };
         let strong = route.strong;

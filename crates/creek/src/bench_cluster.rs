@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use creek_client::Client;
 
 use crate::bench_procs::Target;
+use crate::bench_stages;
 use creek_exec::value::Value;
 use serde_json::json;
 
@@ -198,6 +199,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     }
     let target = Target::start_or_attach(args.replicas, &args.attach)?;
     let clients = target.clients.clone();
+    let metrics = target.metrics.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -211,8 +213,21 @@ pub fn run(args: &Args) -> Result<(), String> {
                 continue;
             }
             eprintln!("bench cluster: {name} latency at 1 client…");
+            // The leader's stage timings over the same ops (a cluster this
+            // command started serves `/metrics`; an attached one may not).
+            let scrape = || async {
+                match metrics.get(leader) {
+                    Some(&m) => bench_stages::scrape(m).await.map(Some),
+                    None => Ok(None),
+                }
+            };
+            let before = scrape().await?;
             let (p50, p99) =
                 latency(clients[leader], strong, args.latency_ops, args.keys, &value).await?;
+            let stages = match (before, scrape().await?) {
+                (Some(b), Some(a)) => json!(bench_stages::medians(&b, &a, name)),
+                _ => json!(null),
+            };
             let mut tput = serde_json::Map::new();
             for &n in &args.clients {
                 eprintln!("bench cluster: {name} throughput at {n} clients…");
@@ -221,7 +236,12 @@ pub fn run(args: &Args) -> Result<(), String> {
             }
             levels.insert(
                 name.to_owned(),
-                json!({"p50_us": p50, "p99_us": p99, "throughput_ops_per_sec": tput}),
+                json!({
+                    "p50_us": p50,
+                    "p99_us": p99,
+                    "stages_us": stages,
+                    "throughput_ops_per_sec": tput,
+                }),
             );
         }
         Ok::<_, String>(levels)

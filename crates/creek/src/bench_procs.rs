@@ -27,7 +27,7 @@ pub(crate) struct Servers {
     pub(crate) keep: bool,
 }
 
-fn free_addr() -> Result<SocketAddr, String> {
+pub(crate) fn free_addr() -> Result<SocketAddr, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("finding a free port: {e}"))
@@ -247,6 +247,8 @@ pub(crate) struct Target {
     pub(crate) servers: Option<Servers>,
     /// The replicas' client endpoints.
     pub(crate) clients: Vec<SocketAddr>,
+    /// The replicas' `/metrics` endpoints (none when attached).
+    pub(crate) metrics: Vec<SocketAddr>,
 }
 
 impl Target {
@@ -257,12 +259,21 @@ impl Target {
             return Ok(Target {
                 servers: None,
                 clients: attach.to_vec(),
+                metrics: Vec::new(),
             });
         }
-        let servers = Servers::start(n, "cluster", "warn", |_| {})?;
+        // Each replica serves `/metrics`, for the stage timings.
+        let metrics = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
+        let servers = Servers::start(n, "cluster", "warn", |c| {
+            c.metrics_addr = usize::from(c.id)
+                .checked_sub(1)
+                .and_then(|i| metrics.get(i))
+                .copied();
+        })?;
         Ok(Target {
             clients: servers.clients.clone(),
             servers: Some(servers),
+            metrics,
         })
     }
 

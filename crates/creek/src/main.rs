@@ -9,6 +9,7 @@ mod bench_executor;
 mod bench_load;
 mod bench_procs;
 mod bench_soak;
+mod bench_stages;
 mod bench_transfer;
 mod call_cmd;
 mod chaos;

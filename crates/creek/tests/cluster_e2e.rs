@@ -369,3 +369,48 @@ async fn strong_ops_keep_completing_over_wide_area_round_trips() {
     let s = cluster.status(leader).await.expect("status");
     assert_eq!(s.term, term, "the leader was lost on stable slow links");
 }
+
+/// `creek bench cluster` reports the stages of an op's path as the leader
+/// timed them (`creek_op_stage_seconds`): a strong op is taken by the node
+/// loop, made durable and committed, in that order; a weak one is executed
+/// before its payload is durable.
+#[test]
+fn the_cluster_benchmark_reports_the_stages_of_an_op_in_path_order() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args([
+            "bench",
+            "cluster",
+            "--latency-ops",
+            "100",
+            "--clients",
+            "1",
+            "--seconds",
+            "0.3",
+            "--json",
+        ])
+        .output()
+        .expect("creek bench cluster runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let stage = |level: &str, name: &str| {
+        report[level]["stages_us"][name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {level} {name} stage in {report}"))
+    };
+    let (invoked, persisted, committed) = (
+        stage("strong", "invoked"),
+        stage("strong", "persisted"),
+        stage("strong", "committed"),
+    );
+    assert!(
+        invoked <= persisted && persisted <= committed,
+        "strong stages out of order: {}",
+        report["strong"]["stages_us"]
+    );
+    assert!(stage("weak", "invoked") <= stage("weak", "executed"));
+    assert!(stage("weak", "executed") <= stage("weak", "persisted"));
+}

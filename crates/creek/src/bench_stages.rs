@@ -1,0 +1,149 @@
+//! The stages of an op's path as the replica that received it timed them
+//! (`creek_op_stage_seconds` on its `/metrics`): scraped before and after a
+//! measurement, the difference of the bucket counts gives the stages'
+//! medians over exactly the ops measured.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Cumulative bucket counts per (level, stage): upper bound (s) → count.
+pub(crate) type Buckets = BTreeMap<(String, String), Vec<(f64, f64)>>;
+
+/// The stage histogram of the replica serving `/metrics` at `addr`.
+pub(crate) async fn scrape(addr: SocketAddr) -> Result<Buckets, String> {
+    let fetch = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: creek\r\n\r\n")
+            .await?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await?;
+        Ok::<_, std::io::Error>(body)
+    };
+    let text = tokio::time::timeout(Duration::from_secs(5), fetch)
+        .await
+        .map_err(|_| format!("{addr}/metrics did not answer within 5 s"))?
+        .map_err(|e| format!("reading {addr}/metrics: {e}"))?;
+    Ok(parse(&text))
+}
+
+/// The `creek_op_stage_seconds_bucket` lines of a text exposition.
+fn parse(text: &str) -> Buckets {
+    let mut out = Buckets::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("creek_op_stage_seconds_bucket{") else {
+            continue;
+        };
+        let Some((labels, count)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                (k.trim() == name).then(|| v.trim_matches('"').to_owned())
+            })
+        };
+        let (Some(level), Some(stage), Some(le)) = (label("level"), label("stage"), label("le"))
+        else {
+            continue;
+        };
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            match le.parse() {
+                Ok(v) => v,
+                Err(_) => continue,
+            }
+        };
+        let Ok(count) = count.trim().parse::<f64>() else {
+            continue;
+        };
+        out.entry((level, stage)).or_default().push((le, count));
+    }
+    for buckets in out.values_mut() {
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// Per stage of `level`, the median (µs) of the observations made between
+/// `before` and `after`, interpolated within its bucket; stages without
+/// observations are left out.
+pub(crate) fn medians(before: &Buckets, after: &Buckets, level: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for ((l, stage), now) in after {
+        if l != level {
+            continue;
+        }
+        let then = before.get(&(l.clone(), stage.clone()));
+        let at = |le: f64| {
+            then.and_then(|b| b.iter().find(|(x, _)| *x == le).map(|(_, c)| *c))
+                .unwrap_or(0.0)
+        };
+        let delta: Vec<(f64, f64)> = now.iter().map(|&(le, c)| (le, c - at(le))).collect();
+        if let Some(m) = median(&delta) {
+            out.insert(stage.clone(), (m * 1e6).round() as u64);
+        }
+    }
+    out
+}
+
+/// The median of cumulative buckets (upper bound, count), in seconds.
+fn median(cumulative: &[(f64, f64)]) -> Option<f64> {
+    let total = cumulative.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let half = total / 2.0;
+    let mut lower = (0.0, 0.0);
+    for &(le, count) in cumulative {
+        if count >= half {
+            if !le.is_finite() {
+                return Some(lower.0);
+            }
+            let share = if count > lower.1 {
+                (half - lower.1) / (count - lower.1)
+            } else {
+                0.0
+            };
+            return Some(lower.0 + (le - lower.0) * share);
+        }
+        lower = (le, count);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BEFORE: &str = "\
+# TYPE creek_op_stage_seconds histogram
+creek_op_stage_seconds_bucket{level=\"strong\",stage=\"persisted\",le=\"0.0001\"} 1
+creek_op_stage_seconds_bucket{level=\"strong\",stage=\"persisted\",le=\"0.0002\"} 1
+creek_op_stage_seconds_bucket{level=\"strong\",stage=\"persisted\",le=\"0.0004\"} 2
+creek_op_stage_seconds_bucket{level=\"strong\",stage=\"persisted\",le=\"+Inf\"} 2
+";
+    const AFTER: &str = "\
+creek_op_stage_seconds_bucket{level=\"strong\",stage=\"persisted\",le=\"0.0001\"} 1
+creek_op_stage_seconds_bucket{level=\"strong\",stage=\"persisted\",le=\"0.0002\"} 5
+creek_op_stage_seconds_bucket{level=\"strong\",stage=\"persisted\",le=\"0.0004\"} 12
+creek_op_stage_seconds_bucket{level=\"strong\",stage=\"persisted\",le=\"+Inf\"} 12
+creek_op_stage_seconds_bucket{level=\"weak\",stage=\"invoked\",le=\"0.0001\"} 0
+creek_op_stage_seconds_bucket{level=\"weak\",stage=\"invoked\",le=\"+Inf\"} 0
+creek_view_latency_seconds_bucket{view=\"stable\",le=\"0.0001\"} 9
+";
+
+    /// Only the ops between the scrapes count: 10 of them, 4 in
+    /// (100, 200] µs and 6 in (200, 400] µs, so the median lies a sixth
+    /// of the way into the second bucket.
+    #[test]
+    fn medians_come_from_the_buckets_filled_between_two_scrapes() {
+        let m = medians(&parse(BEFORE), &parse(AFTER), "strong");
+        assert_eq!(m.get("persisted"), Some(&233));
+        assert_eq!(m.len(), 1);
+        assert!(medians(&parse(BEFORE), &parse(AFTER), "weak").is_empty());
+    }
+}
