@@ -48,7 +48,10 @@ pub struct StageLabels {
 /// (`executed`), the write carrying its payload is durable and the peer
 /// messages that name it leave (`persisted`: they are released the moment
 /// the write is), and its stable view is routed (`committed`: consensus
-/// acknowledged and committed it, and the committed execution ran).
+/// acknowledged and committed it, and the committed execution ran). The
+/// gRPC side adds when the first view was handed to the response stream
+/// (`answered`): what lies between it and the view routed is the hand-off
+/// from the node loop to the client's connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stage {
     /// Taken by the node loop.
@@ -59,17 +62,11 @@ pub enum Stage {
     Persisted,
     /// Stable view routed.
     Committed,
+    /// First view handed to the client's response stream.
+    Answered,
 }
 
 impl Stage {
-    /// Every stage, in path order.
-    pub const ALL: [Stage; 4] = [
-        Stage::Invoked,
-        Stage::Executed,
-        Stage::Persisted,
-        Stage::Committed,
-    ];
-
     /// The `stage` label.
     pub fn name(self) -> &'static str {
         match self {
@@ -77,6 +74,7 @@ impl Stage {
             Stage::Executed => "executed",
             Stage::Persisted => "persisted",
             Stage::Committed => "committed",
+            Stage::Answered => "answered",
         }
     }
 }

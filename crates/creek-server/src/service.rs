@@ -20,7 +20,7 @@ use tokio_stream::Stream;
 use tonic::{Code, Status};
 
 use crate::faults::{Faults, LinkFault};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Stage};
 use crate::node_loop::{Event, GroupRefusal, Invocation, Reply, StatusSnapshot};
 
 /// Most ids one `Admin.Committed` answer holds.
@@ -233,7 +233,7 @@ impl pb::creek_server::Creek for CreekService {
             }
         };
         let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let stream = view_stream(rx, until, self.metrics.clone(), strong);
+        let stream = view_stream(rx, until, self.metrics.clone(), strong, received);
         let mut response = tonic::Response::new(Box::pin(stream) as ViewStream);
         if let ExecKey::Op(id) = handle {
             if let Ok(value) = id.to_string().parse() {
@@ -286,16 +286,18 @@ impl pb::creek_server::Creek for CreekService {
 pub const OP_HEADER: &str = "creek-op";
 
 /// Views from the node loop as a gRPC stream, ended by the last view (the
-/// node loop drops its sender), a failure or the deadline.
+/// node loop drops its sender), a failure or the deadline. The first view
+/// handed to the response times the op's `answered` stage.
 fn view_stream(
     rx: mpsc::UnboundedReceiver<Reply>,
     until: Option<tokio::time::Instant>,
     metrics: Arc<Metrics>,
     strong: bool,
+    received: Instant,
 ) -> impl Stream<Item = Result<pb::View, Status>> + Send {
-    let state = Some((rx, until, metrics));
+    let state = Some((rx, until, metrics, true));
     futures_util::stream::unfold(state, move |state| async move {
-        let (mut rx, until, metrics) = state?;
+        let (mut rx, until, metrics, first) = state?;
         let next = match until {
             Some(t) => match tokio::time::timeout_at(t, rx.recv()).await {
                 Ok(r) => r,
@@ -312,7 +314,13 @@ fn view_stream(
             None => rx.recv().await,
         };
         match next? {
-            Reply::View(v) => Some((Ok(to_pb_view(&v)), Some((rx, until, metrics)))),
+            Reply::View(v) => {
+                if first {
+                    let since = received.elapsed().as_secs_f64();
+                    metrics.stage(strong, Stage::Answered, since);
+                }
+                Some((Ok(to_pb_view(&v)), Some((rx, until, metrics, false))))
+            }
             Reply::Failed(why) => Some((Err(Status::unavailable(why)), None)),
             // Not sent after the first reply.
             Reply::Accepted(_) | Reply::Rejected(_) => None,

@@ -372,8 +372,8 @@ async fn strong_ops_keep_completing_over_wide_area_round_trips() {
 
 /// `creek bench cluster` reports the stages of an op's path as the leader
 /// timed them (`creek_op_stage_seconds`): a strong op is taken by the node
-/// loop, made durable and committed, in that order; a weak one is executed
-/// before its payload is durable.
+/// loop, made durable, committed and answered, in that order; a weak one is
+/// executed before its payload is durable and before it is answered.
 #[test]
 fn the_cluster_benchmark_reports_the_stages_of_an_op_in_path_order() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_creek"))
@@ -411,6 +411,8 @@ fn the_cluster_benchmark_reports_the_stages_of_an_op_in_path_order() {
         "strong stages out of order: {}",
         report["strong"]["stages_us"]
     );
+    assert!(committed <= stage("strong", "answered"));
     assert!(stage("weak", "invoked") <= stage("weak", "executed"));
     assert!(stage("weak", "executed") <= stage("weak", "persisted"));
+    assert!(stage("weak", "executed") <= stage("weak", "answered"));
 }
