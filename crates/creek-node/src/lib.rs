@@ -914,6 +914,7 @@ impl<S: CabStorage> Node<S> {
                 if self.membership.is_member() {
                     let conf = self.cab.store().conf();
                     h.group = creek_cab::members_of(&conf.state).into_iter().collect();
+                    h.voters = creek_cab::voters_of(&conf.state).into_iter().collect();
                     h.conf_index = conf.index;
                     h.directory = Bytes::from(creek_wire::encode_directory(&self.directory));
                 }

@@ -375,8 +375,8 @@ impl Membership {
     /// (a peer that holds no data reports zeros), and a member to fetch a
     /// checkpoint from.
     ///
-    /// `None` too while a majority of the group holds no data (this replica
-    /// and the peers that answered as lost or joining): a minority that
+    /// `None` too while a majority of the group's voters holds no data (this
+    /// replica and the peers that answered as lost or joining): a minority that
     /// holds data may lack ops only the lost majority acknowledged, and
     /// rebuilding from it would hide that loss (the cluster refuses strong
     /// ops with "quorum lost data" instead).
@@ -385,9 +385,15 @@ impl Membership {
         if self.peers.iter().any(|p| !self.heard.contains_key(p)) {
             return None;
         }
-        let group = self.peers.len() + 1;
-        let members = self.lost_sources.len();
-        let empty = group.saturating_sub(members);
+        // Over the voters: only they acknowledge (a learner, new or not yet
+        // promoted, holds no acknowledgement a lost majority could take).
+        let group = self.voters.len().max(1);
+        let holding = self
+            .lost_sources
+            .iter()
+            .filter(|p| self.voters.contains(p))
+            .count();
+        let empty = group.saturating_sub(holding);
         if empty > group - (group / 2 + 1) && !self.rebuild_despite_data_loss {
             return None;
         }
@@ -477,6 +483,7 @@ impl Membership {
                 floor: 0,
                 last_index: 0,
                 group: Vec::new(),
+                voters: Vec::new(),
                 conf_index: 0,
                 directory: bytes::Bytes::new(),
             },
@@ -507,6 +514,7 @@ impl Membership {
             return false;
         }
         let group = std::mem::take(&mut h.group);
+        let voters = std::mem::take(&mut h.voters);
         let was_member = self.is_member();
         if self.lost.is_some() {
             let marks = match h.state {
@@ -532,7 +540,7 @@ impl Membership {
             MemberState::Member => {
                 self.lost_peers.remove(&from);
                 self.on_member(from, h.founders);
-                self.follow_group(from, &group, h.conf_index);
+                self.follow_group(from, &group, &voters, h.conf_index);
             }
         }
         if !h.reply {
@@ -546,7 +554,13 @@ impl Membership {
     /// removed for good): the rebuild waits for the latest group named,
     /// not for the configured one. A group without this replica is not
     /// taken (it was removed, or is not added yet).
-    fn follow_group(&mut self, from: ReplicaId, group: &[ReplicaId], conf_index: u64) {
+    fn follow_group(
+        &mut self,
+        from: ReplicaId,
+        group: &[ReplicaId],
+        voters: &[ReplicaId],
+        conf_index: u64,
+    ) {
         if self.lost.is_none()
             || !self.lost_sources.contains(&from)
             || conf_index <= self.named_conf
@@ -556,7 +570,7 @@ impl Membership {
         }
         self.named_conf = conf_index;
         let members: BTreeSet<ReplicaId> = group.iter().copied().collect();
-        self.set_group(&members, members.clone());
+        self.set_group(&members, voters.iter().copied().collect());
         self.followed = Some((members.into_iter().collect(), conf_index));
     }
 
@@ -838,6 +852,63 @@ mod tests {
         );
     }
 
+    /// Deliver every hello, as the node sends them (a member names its
+    /// group, with `voters` among it, at configuration index 10), to the
+    /// nodes present (others are gone: what is sent to them is lost).
+    fn run_naming(
+        nodes: &mut [Membership],
+        group: &BTreeSet<ReplicaId>,
+        voters: &BTreeSet<ReplicaId>,
+    ) {
+        for _ in 0..10 {
+            let mut msgs = Vec::new();
+            for n in nodes.iter_mut() {
+                let (from, member) = (n.me, n.is_member());
+                for (to, mut h) in n.take_messages() {
+                    if member {
+                        h.group = group.iter().copied().collect();
+                        h.voters = voters.iter().copied().collect();
+                        h.conf_index = 10;
+                    }
+                    msgs.push((from, to, h));
+                }
+            }
+            for (from, to, h) in msgs {
+                if let Some(n) = nodes.iter_mut().find(|n| n.me == to) {
+                    n.on_hello(from, h);
+                }
+            }
+        }
+    }
+
+    /// A learner just added (replica 4, new, not yet rebuilt from a
+    /// checkpoint) holds no data, and neither does replica 1, which lost
+    /// its disk: replica 1 still rebuilds, since the voters holding data
+    /// (2 and 3) are a majority of the voters; a learner acknowledged
+    /// nothing.
+    #[test]
+    fn a_learner_without_data_does_not_count_against_a_rebuild() {
+        let mut nodes = vec![node(1, 3, 11), node(2, 3, 22), node(3, 3, 33)];
+        run(&mut nodes);
+        let group: BTreeSet<ReplicaId> = [1, 2, 3, 4].map(ReplicaId).into();
+        let voters: BTreeSet<ReplicaId> = [1, 2, 3].map(ReplicaId).into();
+        for n in &mut nodes {
+            n.set_group(&group, voters.clone());
+        }
+        nodes[0] = node(1, 3, 99);
+        nodes.push(node(4, 4, 44));
+        run_naming(&mut nodes, &group, &voters);
+        assert!(matches!(nodes[0].standing(), Standing::Lost { .. }));
+        assert_eq!(
+            nodes[0].peers,
+            vec![ReplicaId(2), ReplicaId(3), ReplicaId(4)]
+        );
+        let marks = nodes[0]
+            .rebuild_marks()
+            .expect("a majority of voters holds data");
+        assert_ne!(marks.source, ReplicaId(4));
+    }
+
     /// After the group changed (replica 2 removed for good, replica 4
     /// added), replica 3 loses its data and restarts with the configuration
     /// it was first given. It waits for the group the members name, not
@@ -861,26 +932,8 @@ mod tests {
             false,
         ));
         nodes[1] = node(3, 3, 98);
-        // Hellos as the node sends them: a member names its group.
-        for _ in 0..10 {
-            let mut msgs = Vec::new();
-            for n in nodes.iter_mut() {
-                let (from, member) = (n.me, n.is_member());
-                for (to, mut h) in n.take_messages() {
-                    if member {
-                        h.group = group.iter().copied().collect();
-                        h.conf_index = 10;
-                    }
-                    msgs.push((from, to, h));
-                }
-            }
-            for (from, to, h) in msgs {
-                // Replica 2 is gone: what is sent to it is lost.
-                if let Some(n) = nodes.iter_mut().find(|n| n.me == to) {
-                    n.on_hello(from, h);
-                }
-            }
-        }
+        // Replica 2 is gone: what is sent to it is lost.
+        run_naming(&mut nodes, &group, &group);
         assert!(matches!(nodes[1].standing(), Standing::Lost { .. }));
         assert_eq!(nodes[1].peers, vec![ReplicaId(1), ReplicaId(4)]);
         let marks = nodes[1].rebuild_marks().expect("every member answered");
@@ -904,6 +957,7 @@ mod tests {
             floor: 0,
             last_index: 0,
             group: Vec::new(),
+            voters: Vec::new(),
             conf_index: 0,
             directory: bytes::Bytes::new(),
         };
@@ -923,6 +977,7 @@ mod tests {
             floor: 0,
             last_index: 0,
             group: Vec::new(),
+            voters: Vec::new(),
             conf_index: 0,
             directory: bytes::Bytes::new(),
         };

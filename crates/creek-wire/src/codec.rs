@@ -27,7 +27,7 @@
 //! | 0x13 | [`CabMessage::Compact`]   | `through`                                      |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
-//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index`, `count` (≤ `ids_per_message_max`), `count` × `replica`, `conf_index`, `len`, `len` bytes (the directory) |
+//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index`, `count` (≤ `ids_per_message_max`), `count` × `replica` (the group), `count` × `replica` (its voters), `conf_index`, `len`, `len` bytes (the directory) |
 //! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
 //! | 0x31 | [`SnapshotMessage::Fetch`] | `transfer`, `min_index`, `offset`            |
 //! | 0x32 | [`SnapshotMessage::Chunk`] | `transfer`, `index`, `term`, `total_len`, `checksum: u32le`, `offset`, `len`, `len` bytes |
@@ -555,7 +555,10 @@ fn check(msg: &PeerMessage, limits: &Limits) -> Result<(), EncodeError> {
         | PeerMessage::Cab(CabMessage::Forward { ids: list }) => ids(list),
         PeerMessage::Cab(CabMessage::Raft(payload)) => over(Limit::RaftBytes, payload.len()),
         PeerMessage::Probe(_) | PeerMessage::Cab(CabMessage::Compact { .. }) => Ok(()),
-        PeerMessage::Hello(h) => over(Limit::IdsPerMessage, h.founders.len().max(h.group.len())),
+        PeerMessage::Hello(h) => over(
+            Limit::IdsPerMessage,
+            h.founders.len().max(h.group.len()).max(h.voters.len()),
+        ),
         PeerMessage::Snapshot(_) => Ok(()),
     }
 }
@@ -676,9 +679,11 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
             s.put_varint(h.peer_seq);
             s.put_varint(h.floor);
             s.put_varint(h.last_index);
-            s.put_len(h.group.len());
-            for replica in &h.group {
-                s.put_varint(u64::from(replica.0));
+            for list in [&h.group, &h.voters] {
+                s.put_len(list.len());
+                for replica in list {
+                    s.put_varint(u64::from(replica.0));
+                }
             }
             s.put_varint(h.conf_index);
             s.put_len(h.directory.len());
@@ -977,10 +982,14 @@ impl<'a> Reader<'a> {
         let peer_seq = self.varint()?;
         let floor = self.varint()?;
         let last_index = self.varint()?;
-        let count = self.length(Some(Limit::IdsPerMessage), 1)?;
-        let group = (0..count)
-            .map(|_| self.replica())
-            .collect::<Result<_, DecodeError>>()?;
+        let mut replicas = || {
+            let count = self.length(Some(Limit::IdsPerMessage), 1)?;
+            (0..count)
+                .map(|_| self.replica())
+                .collect::<Result<Vec<_>, DecodeError>>()
+        };
+        let group = replicas()?;
+        let voters = replicas()?;
         Ok(Hello {
             nonce,
             state,
@@ -991,6 +1000,7 @@ impl<'a> Reader<'a> {
             floor,
             last_index,
             group,
+            voters,
             conf_index: self.varint()?,
             directory: self.bytes_within(None)?,
         })

@@ -79,6 +79,9 @@ pub struct Hello {
     /// waits for the current group, which may differ from the one it was
     /// configured with.
     pub group: Vec<ReplicaId>,
+    /// The voters of `group` (both halves while joint): a lost replica
+    /// rebuilds only while a majority of them holds data.
+    pub voters: Vec<ReplicaId>,
     /// The consensus index of the configuration `group` comes from (0
     /// unless the sender is a member; 0 too for the founding group).
     pub conf_index: u64,

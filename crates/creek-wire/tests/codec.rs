@@ -109,9 +109,9 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             prop::collection::vec((arb_origin(), any::<u64>()), 0..6),
             any::<bool>(),
             (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
-            (prop::collection::vec(arb_origin(), 0..6), any::<u64>(), prop::collection::vec(any::<u8>(), 0..16)),
+            (prop::collection::vec(arb_origin(), 0..6), prop::collection::vec(arb_origin(), 0..6), any::<u64>(), prop::collection::vec(any::<u8>(), 0..16)),
         )
-            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index), (group, conf_index, directory))| {
+            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index), (group, voters, conf_index, directory))| {
                 PeerMessage::Hello(Hello {
                     nonce,
                     state,
@@ -122,6 +122,7 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
                     floor,
                     last_index,
                     group,
+                    voters,
                     conf_index,
                     directory: Bytes::from(directory),
                 })
@@ -229,7 +230,9 @@ fn usage(msg: &PeerMessage, limit: Limit) -> usize {
             PeerMessage::Gossip(GossipMessage::Pull { ids })
             | PeerMessage::Cab(CabMessage::Forward { ids }),
         ) => ids.len(),
-        (Limit::IdsPerMessage, PeerMessage::Hello(h)) => h.founders.len().max(h.group.len()),
+        (Limit::IdsPerMessage, PeerMessage::Hello(h)) => {
+            h.founders.len().max(h.group.len()).max(h.voters.len())
+        }
         (Limit::ProcNameBytes, _) => max_of(&|op| op.call.name.len()),
         (Limit::ArgsBytes, _) => max_of(&|op| op.call.args.len()),
         (Limit::DvvExceptions, _) => {
