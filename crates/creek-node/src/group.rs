@@ -97,40 +97,42 @@ impl<S: CabStorage> Node<S> {
     /// The group as this node has applied it; while it is lost, the group
     /// a member named, if one did.
     pub fn group(&self) -> Group {
-        match &self.followed {
-            Some(g) if !self.membership.is_member() => g.clone(),
-            _ => group_of(&self.cab.store().conf(), &self.directory),
+        match self.membership.followed_group() {
+            Some((conf_index, members, voters)) => Group {
+                conf_index,
+                learners: members
+                    .into_iter()
+                    .filter(|r| !voters.contains(r))
+                    .collect(),
+                voters,
+                directory: self.directory.clone(),
+                ..Group::default()
+            },
+            None => group_of(&self.cab.store().conf(), &self.directory),
         }
     }
 
     /// Lost: a member named a newer group than this replica's configured
     /// one (`Membership::follow_group`). Take the addresses of members added
-    /// since (from the member's `directory`), and aim state transfer and
-    /// the driver's connections at that group until the rebuild installs
-    /// the group of the checkpoint it fetches.
-    pub(crate) fn follow_group(
-        &mut self,
-        members: Vec<ReplicaId>,
-        conf_index: u64,
-        directory: &[u8],
-    ) {
-        if let Ok(d) = creek_wire::decode_directory(directory) {
-            for (id, addrs) in d.addrs {
-                if members.contains(&id) {
-                    self.directory.addrs.entry(id).or_insert(addrs);
-                }
+    /// since from the member's `directory`, and aim state transfer and the
+    /// driver's connections at that group until the rebuild installs the
+    /// group of the checkpoint it fetches.
+    pub(crate) fn follow_group(&mut self, directory: &Directory) {
+        let Some((_, members, _)) = self.membership.followed_group() else {
+            return;
+        };
+        for (id, addrs) in &directory.addrs {
+            if members.contains(id) {
+                self.directory
+                    .addrs
+                    .entry(*id)
+                    .or_insert_with(|| addrs.clone());
             }
-            self.directory.max_id = self.directory.max_id.max(d.max_id);
         }
+        self.directory.max_id = self.directory.max_id.max(directory.max_id);
         let me = self.id();
-        let peers: Vec<ReplicaId> = members.iter().copied().filter(|r| *r != me).collect();
+        let peers: Vec<ReplicaId> = members.into_iter().filter(|r| *r != me).collect();
         self.transfers.set_peers(&peers);
-        self.followed = Some(Group {
-            conf_index,
-            voters: members,
-            directory: self.directory.clone(),
-            ..Group::default()
-        });
         self.group_changed = true;
     }
 

@@ -202,9 +202,6 @@ pub struct Node<S: CabStorage> {
     directory_changed: bool,
     /// The group changed: the driver is told in the next [`Ready`].
     group_changed: bool,
-    /// Lost: the group a member named, which its own configuration may
-    /// predate (see `Node::follow_group`); cleared by the rebuild.
-    followed: Option<creek_core::Group>,
 }
 
 /// What a durable driver kept beside CAB's storage, for [`Node::recover`].
@@ -344,7 +341,6 @@ impl<S: CabStorage> Node<S> {
             directory: Directory::default(),
             directory_changed: false,
             group_changed: false,
-            followed: None,
             transfers: Transfers::new(me, peers),
             installed: None,
             own_floor: 0,
@@ -523,12 +519,13 @@ impl<S: CabStorage> Node<S> {
                     self.gossip.forget_peer(from);
                 }
                 let directory = h.directory.clone();
+                let followed = self.membership.followed_group().map(|g| g.0);
                 if self.membership.on_hello(from, h) {
                     // Just joined: consensus and gossip start from here.
                     self.adopt_tentative_strong_ops();
                 }
-                if let Some((members, conf_index)) = self.membership.take_followed() {
-                    self.follow_group(members, conf_index, &directory);
+                if self.membership.followed_group().map(|g| g.0) != followed {
+                    self.follow_group(&directory);
                 }
                 if let Some(floor) = floor.filter(|f| *f > 0) {
                     if self.membership.accepts(from) {
@@ -688,7 +685,6 @@ impl<S: CabStorage> Node<S> {
                 }
                 let next = own_high.max(marks.own_seq) + 1;
                 self.own_floor = next - 1;
-                self.followed = None;
                 let group = std::mem::take(&mut checkpoint.group);
                 self.replace_state(checkpoint, next);
                 self.install_group(&group);
@@ -916,7 +912,7 @@ impl<S: CabStorage> Node<S> {
                     h.group = creek_cab::members_of(&conf.state).into_iter().collect();
                     h.voters = creek_cab::voters_of(&conf.state).into_iter().collect();
                     h.conf_index = conf.index;
-                    h.directory = Bytes::from(creek_wire::encode_directory(&self.directory));
+                    h.directory = self.directory.clone();
                 }
             }
         }

@@ -58,7 +58,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use creek_core::ReplicaId;
+use creek_core::{Directory, ReplicaId};
 use creek_wire::{Hello, MemberState};
 
 /// A joining replica hellos its peers every this many ticks; a member hellos
@@ -206,8 +206,6 @@ pub(crate) struct Membership {
     /// Lost: the configuration index of the latest group a member named
     /// (0: the configured group is all it knows).
     named_conf: u64,
-    /// A group followed since the node last took it (see `follow_group`).
-    followed: Option<(Vec<ReplicaId>, u64)>,
     /// Hellos to send.
     outbox: Vec<(ReplicaId, Hello)>,
     /// What happened, for the driver's log (taken by `take_events`).
@@ -267,7 +265,6 @@ impl Membership {
             lost_sources: BTreeSet::new(),
             heard: BTreeMap::new(),
             named_conf: 0,
-            followed: None,
             outbox: Vec::new(),
             events: Vec::new(),
         };
@@ -485,7 +482,7 @@ impl Membership {
                 group: Vec::new(),
                 voters: Vec::new(),
                 conf_index: 0,
-                directory: bytes::Bytes::new(),
+                directory: Directory::default(),
             },
         ));
     }
@@ -571,14 +568,22 @@ impl Membership {
         self.named_conf = conf_index;
         let members: BTreeSet<ReplicaId> = group.iter().copied().collect();
         self.set_group(&members, voters.iter().copied().collect());
-        self.followed = Some((members.into_iter().collect(), conf_index));
     }
 
-    /// The group followed since the last call, if any, and its
-    /// configuration index: the node aims state transfer and the driver's
-    /// connections at it.
-    pub(crate) fn take_followed(&mut self) -> Option<(Vec<ReplicaId>, u64)> {
-        self.followed.take()
+    /// Lost, and following a group a member named: its configuration
+    /// index, its members (this replica included) and its voters.
+    pub(crate) fn followed_group(&self) -> Option<(u64, Vec<ReplicaId>, Vec<ReplicaId>)> {
+        if self.lost.is_none() || self.named_conf == 0 {
+            return None;
+        }
+        let mut members = self.peers.clone();
+        members.push(self.me);
+        members.sort_unstable();
+        Some((
+            self.named_conf,
+            members,
+            self.voters.iter().copied().collect(),
+        ))
     }
 
     /// Every peer was heard joining: the founders are everyone's nonces.
@@ -959,7 +964,7 @@ mod tests {
             group: Vec::new(),
             voters: Vec::new(),
             conf_index: 0,
-            directory: bytes::Bytes::new(),
+            directory: Directory::default(),
         };
         b[0].on_hello(ReplicaId(2), hello);
         assert_eq!(b[0].foreign_peers(), vec![ReplicaId(2)]);
@@ -979,7 +984,7 @@ mod tests {
             group: Vec::new(),
             voters: Vec::new(),
             conf_index: 0,
-            directory: bytes::Bytes::new(),
+            directory: Directory::default(),
         };
         assert!(late.on_hello(ReplicaId(1), hello));
         assert_eq!(late.identity.founders, founders);

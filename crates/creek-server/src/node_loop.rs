@@ -25,7 +25,7 @@
 //! clients learn the cause first; the server then takes the process down
 //! (a replica that stays up refusing everything helps nobody).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,7 +131,7 @@ pub struct Durability {
     batches: std::sync::atomic::AtomicU64,
     failure: std::sync::Mutex<Option<String>>,
     /// When each write became durable, for the loop's stage timings.
-    durable_at: std::sync::Mutex<VecDeque<(u64, Instant)>>,
+    durable_at: std::sync::Mutex<Vec<(u64, Instant)>>,
     held: std::sync::Mutex<HoldQueue<(creek_core::ReplicaId, Bytes)>>,
     transport: std::sync::OnceLock<Arc<Transport>>,
 }
@@ -146,7 +146,7 @@ impl Durability {
                 me.durable.fetch_max(seq, Ordering::AcqRel);
                 me.release();
                 if let Ok(mut at) = me.durable_at.lock() {
-                    at.push_back((seq, Instant::now()));
+                    at.push((seq, Instant::now()));
                 }
             }
             Err(e) => {
@@ -196,7 +196,7 @@ impl Durability {
     }
 
     /// The durable reports since the last call: (write, when).
-    fn take_durable_at(&self) -> VecDeque<(u64, Instant)> {
+    fn take_durable_at(&self) -> Vec<(u64, Instant)> {
         self.durable_at
             .lock()
             .map(|mut at| std::mem::take(&mut *at))
@@ -321,12 +321,12 @@ struct Route {
 }
 
 /// Replicated ops waiting for the write that carries their payload to be
-/// durable, to time their `persisted` stage: those invoked this turn, and
-/// those of each write submitted since, oldest first.
+/// durable, to time their `persisted` stage (strong, received): those
+/// invoked this turn, and those held for each write submitted since.
 #[derive(Default)]
 struct Unpersisted {
     this_turn: Vec<(bool, Instant)>,
-    by_write: VecDeque<(u64, Vec<(bool, Instant)>)>,
+    by_write: HoldQueue<(bool, Instant)>,
 }
 
 /// How the loop is set up.
@@ -690,9 +690,7 @@ impl NodeLoop {
         if let Some(p) = &self.persister {
             // The write first: the checkpoint waits for it.
             if let Some(write) = ready.write {
-                if !invoked.is_empty() {
-                    self.unpersisted.by_write.push_back((write.seq, invoked));
-                }
+                self.unpersisted.by_write.hold(write.seq, invoked);
                 p.submit(write);
             }
             if let Some(job) = ready.checkpoint {
@@ -764,18 +762,10 @@ impl NodeLoop {
     /// Time the `persisted` stage of the ops whose writes became durable.
     fn time_persisted(&mut self) {
         for (seq, at) in self.durability.take_durable_at() {
-            while let Some((_, ops)) = self
-                .unpersisted
-                .by_write
-                .front()
-                .filter(|(write, _)| *write <= seq)
-            {
-                for (strong, received) in ops {
-                    let waited = at.saturating_duration_since(*received);
-                    self.metrics
-                        .stage(*strong, Stage::Persisted, waited.as_secs_f64());
-                }
-                self.unpersisted.by_write.pop_front();
+            for (strong, received) in self.unpersisted.by_write.release(seq) {
+                let waited = at.saturating_duration_since(received);
+                self.metrics
+                    .stage(strong, Stage::Persisted, waited.as_secs_f64());
             }
         }
     }

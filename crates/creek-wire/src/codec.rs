@@ -27,7 +27,7 @@
 //! | 0x13 | [`CabMessage::Compact`]   | `through`                                      |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
-//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index`, `count` (≤ `ids_per_message_max`), `count` × `replica` (the group), `count` × `replica` (its voters), `conf_index`, `len`, `len` bytes (the directory) |
+//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index`, the group and then its voters, each `count` (≤ `ids_per_message_max`), `count` × `replica`; `conf_index`, `len`, `len` bytes (the directory, as the checkpoint's group section writes it) |
 //! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
 //! | 0x31 | [`SnapshotMessage::Fetch`] | `transfer`, `min_index`, `offset`            |
 //! | 0x32 | [`SnapshotMessage::Chunk`] | `transfer`, `index`, `term`, `total_len`, `checksum: u32le`, `offset`, `len`, `len` bytes |
@@ -447,6 +447,14 @@ pub enum DecodeError {
         /// Where it is.
         offset: usize,
     },
+    /// A hello's directory does not decode.
+    #[error("directory at byte {offset}: {why}")]
+    MalformedDirectory {
+        /// Where its length starts.
+        offset: usize,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A flag byte is neither 0 nor 1.
     #[error("flag {value} at byte {offset} is not 0 or 1")]
     NotABool {
@@ -686,8 +694,9 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
                 }
             }
             s.put_varint(h.conf_index);
-            s.put_len(h.directory.len());
-            s.put_bytes(&h.directory);
+            let directory = crate::checkpoint::encode_directory(&h.directory);
+            s.put_len(directory.len());
+            s.put_bytes(&directory);
         }
         PeerMessage::Snapshot(SnapshotMessage::Fetch {
             transfer,
@@ -990,6 +999,10 @@ impl<'a> Reader<'a> {
         };
         let group = replicas()?;
         let voters = replicas()?;
+        let conf_index = self.varint()?;
+        let offset = self.pos;
+        let directory = crate::checkpoint::decode_directory(&self.bytes_within(None)?)
+            .map_err(|e| DecodeError::MalformedDirectory { offset, why: e.0 })?;
         Ok(Hello {
             nonce,
             state,
@@ -1001,8 +1014,8 @@ impl<'a> Reader<'a> {
             last_index,
             group,
             voters,
-            conf_index: self.varint()?,
-            directory: self.bytes_within(None)?,
+            conf_index,
+            directory,
         })
     }
 

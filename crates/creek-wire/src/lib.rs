@@ -86,9 +86,8 @@ pub struct Hello {
     /// unless the sender is a member; 0 too for the founding group).
     pub conf_index: u64,
     /// How to reach the members added since the group formed: the
-    /// sender's directory as [`encode_directory`] writes it (empty unless
-    /// the sender is a member).
-    pub directory: Bytes,
+    /// sender's directory (empty unless the sender is a member).
+    pub directory: creek_core::Directory,
 }
 
 /// State transfer. A replica that needs a checkpoint — its consensus log is

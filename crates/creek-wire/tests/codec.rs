@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use creek_core::{Dvv, Op, OpId, ReplicaId, Timestamp};
+use creek_core::{Addrs, Directory, Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::{ClientRequestId, ProcCall};
 use creek_wire::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, CabMessage, DecodeError,
@@ -17,6 +17,20 @@ use proptest::sample::Index;
 // ---------------------------------------------------------------------------
 // Strategies
 // ---------------------------------------------------------------------------
+
+fn arb_directory() -> impl Strategy<Value = Directory> {
+    (
+        any::<u16>(),
+        prop::collection::btree_map(arb_origin(), ("[a-z0-9.:]{0,12}", "[a-z0-9.:]{0,12}"), 0..3),
+    )
+        .prop_map(|(max_id, addrs)| Directory {
+            max_id,
+            addrs: addrs
+                .into_iter()
+                .map(|(r, (peer, client))| (r, Addrs { peer, client }))
+                .collect(),
+        })
+}
 
 fn arb_origin() -> impl Strategy<Value = ReplicaId> {
     prop_oneof![3 => 0u16..5, 1 => any::<u16>()].prop_map(ReplicaId)
@@ -109,7 +123,7 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             prop::collection::vec((arb_origin(), any::<u64>()), 0..6),
             any::<bool>(),
             (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
-            (prop::collection::vec(arb_origin(), 0..6), prop::collection::vec(arb_origin(), 0..6), any::<u64>(), prop::collection::vec(any::<u8>(), 0..16)),
+            (prop::collection::vec(arb_origin(), 0..6), prop::collection::vec(arb_origin(), 0..6), any::<u64>(), arb_directory()),
         )
             .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index), (group, voters, conf_index, directory))| {
                 PeerMessage::Hello(Hello {
@@ -124,7 +138,7 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
                     group,
                     voters,
                     conf_index,
-                    directory: Bytes::from(directory),
+                    directory,
                 })
             }),
         1 => (any::<u64>(), any::<u64>(), any::<u64>())
