@@ -74,6 +74,9 @@ impl From<Status> for Error {
             Code::Unknown if caused_by::<tonic::transport::Error>(&status) => {
                 Error::Transport(message)
             }
+            // hyper cancels a request still queued on a connection that
+            // closes (its replica was killed): it never reached a server.
+            Code::Cancelled if caused_by::<hyper::Error>(&status) => Error::Transport(message),
             code => Error::Rpc { code, message },
         }
     }
@@ -143,6 +146,8 @@ mod tests {
                 },
             ),
         ];
+        // A CANCELLED a server sent is its answer, not a lost connection.
+        assert!(!Error::from(Status::cancelled("stop")).is_unavailable());
         for (status, want) in cases {
             assert_eq!(Error::from(status), want);
         }
