@@ -195,6 +195,9 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
             }
             "wipe" => {
                 let i = pick(&mut self.rng, &members);
+                // Its commits are polled first, as before a kill: the
+                // others may hold some of them only in checkpoints.
+                poll_one(&self.world, i).await;
                 self.kill(servers, i)?;
                 servers.wipe(i)?;
                 {
