@@ -143,7 +143,6 @@ fn batches_queued_while_busy_share_one_transaction() {
         dropped: Vec::new(),
         identity: None,
         directory: None,
-        own_seqs: None,
     });
     busy.recv_timeout(Duration::from_secs(60)).unwrap();
     let n = 50u64;
@@ -157,7 +156,6 @@ fn batches_queued_while_busy_share_one_transaction() {
             dropped: Vec::new(),
             identity: None,
             directory: None,
-            own_seqs: None,
         });
     }
     assert_eq!(p.submitted(), n);
@@ -390,7 +388,6 @@ fn sigkill_child() {
             dropped: Vec::new(),
             identity: None,
             directory: None,
-            own_seqs: None,
         });
         if s % 64 == 0 {
             std::thread::sleep(Duration::from_millis(1));
