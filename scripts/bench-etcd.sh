@@ -25,9 +25,11 @@
 # Not run by CI.
 set -euo pipefail
 
-ETCD_VERSION=${ETCD_VERSION:-v3.6.14}
-CACHE=${ETCD_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/creek-bench-etcd}
-BIN=$CACHE/$ETCD_VERSION
+# The build (ETCD_VERSION, ETCD_BENCH_CACHE, ETCD_SRC) is shared with
+# scripts/bench-peers-setup.sh.
+# shellcheck source=lib/etcd-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/etcd-build.sh"
+BIN=$ETCD_BIN_DIR
 PORT=${ETCD_BENCH_PORT:-32379}
 SECS=${SECONDS_PER_POINT:-5}
 KEYS=10000
@@ -35,57 +37,7 @@ VAL=16
 
 log() { echo "bench-etcd: $*" >&2; }
 
-# ---------------------------------------------------------------- build --
-build_from_tree() { # $1 = source tree at $ETCD_VERSION, $2 = git sha
-  local src=$1 sha=$2
-  local ldf="-X go.etcd.io/etcd/api/v3/version.GitSHA=${sha:0:7}"
-  log "building etcd $ETCD_VERSION ($sha) from $src (a few minutes on 2 cores)"
-  (cd "$src/server" && go build -trimpath -buildvcs=false -ldflags "$ldf" -o "$BIN/etcd" .)
-  (cd "$src" && go build -trimpath -buildvcs=false -o "$BIN/benchmark" ./tools/benchmark)
-}
-
-build_from_proxy() {
-  # etcd's own go.mod files use local replace directives, so
-  # `go install …@version` fails; a throwaway main module that requires the
-  # published modules ignores those replaces and builds the same packages.
-  local w=$1/proxy-build
-  mkdir -p "$w" && cd "$w"
-  go mod init creek-bench-etcd-build >/dev/null 2>&1
-  go get "go.etcd.io/etcd/v3@$ETCD_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
-  local sha
-  sha=$(go mod download -json "go.etcd.io/etcd/v3@$ETCD_VERSION" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin).get("Origin",{}).get("Hash","unknown"))')
-  local ldf="-X go.etcd.io/etcd/api/v3/version.GitSHA=${sha:0:7}"
-  log "building etcd $ETCD_VERSION ($sha) from Go module proxy zips"
-  go build -trimpath -buildvcs=false -ldflags "$ldf" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
-  go build -trimpath -buildvcs=false -o "$BIN/benchmark" go.etcd.io/etcd/v3/tools/benchmark
-  cd - >/dev/null
-}
-
-ensure_binaries() {
-  [[ -x $BIN/etcd && -x $BIN/benchmark ]] && return
-  mkdir -p "$BIN"
-  local tmp
-  tmp=$(mktemp -d "${TMPDIR:-/tmp}/creek-bench-etcd-build.XXXXXX")
-  if [[ -n ${ETCD_SRC:-} ]] && git --git-dir="$ETCD_SRC" rev-parse -q --verify "$ETCD_VERSION^{commit}" >/dev/null 2>&1; then
-    mkdir "$tmp/src"
-    git --git-dir="$ETCD_SRC" archive "$ETCD_VERSION" | tar -x -C "$tmp/src"
-    build_from_tree "$tmp/src" "$(git --git-dir="$ETCD_SRC" rev-parse "$ETCD_VERSION^{commit}")"
-  elif [[ -n ${ETCD_SRC:-} ]] && git -C "$ETCD_SRC" rev-parse -q --verify "$ETCD_VERSION^{commit}" >/dev/null 2>&1; then
-    mkdir "$tmp/src"
-    git -C "$ETCD_SRC" archive "$ETCD_VERSION" | tar -x -C "$tmp/src"
-    build_from_tree "$tmp/src" "$(git -C "$ETCD_SRC" rev-parse "$ETCD_VERSION^{commit}")"
-  elif [[ -n ${ETCD_SRC:-} && -f $ETCD_SRC/server/main.go ]]; then
-    build_from_tree "$ETCD_SRC" unknown
-  elif GIT_TERMINAL_PROMPT=0 timeout 300 git clone -q --depth 1 --branch "$ETCD_VERSION" https://github.com/etcd-io/etcd.git "$tmp/src" 2>/dev/null; then
-    build_from_tree "$tmp/src" "$(git -C "$tmp/src" rev-parse HEAD)"
-  else
-    build_from_proxy "$tmp"
-  fi
-  rm -rf "$tmp"
-}
-
-ensure_binaries
+etcd_ensure_binaries etcd benchmark
 ETCD=$BIN/etcd
 BENCH=$BIN/benchmark
 log "$("$ETCD" --version | tr '\n' ' ')"

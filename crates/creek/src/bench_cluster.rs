@@ -25,32 +25,32 @@ use serde_json::json;
 pub struct Args {
     /// Replicas in the cluster.
     #[arg(long, default_value_t = 3)]
-    replicas: usize,
+    pub(crate) replicas: usize,
     /// Ops timed sequentially for the latency percentiles (per level).
     #[arg(long, default_value_t = 3000)]
-    latency_ops: usize,
+    pub(crate) latency_ops: usize,
     /// Measured seconds per throughput point.
     #[arg(long, default_value_t = 3.0)]
-    seconds: f64,
+    pub(crate) seconds: f64,
     /// Client counts for the throughput points.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
-    clients: Vec<usize>,
+    pub(crate) clients: Vec<usize>,
     /// Distinct keys written.
     #[arg(long, default_value_t = 10_000)]
-    keys: u64,
+    pub(crate) keys: u64,
     /// Value size in bytes.
     #[arg(long, default_value_t = 16)]
-    value_bytes: usize,
+    pub(crate) value_bytes: usize,
     /// Measure a running cluster at these client addresses instead of
     /// starting one (e.g. `creek dev`'s 127.0.0.1:7001,127.0.0.1:7002,…).
     #[arg(long, value_delimiter = ',')]
-    attach: Vec<SocketAddr>,
+    pub(crate) attach: Vec<SocketAddr>,
     /// Levels to measure.
     #[arg(long, value_delimiter = ',', default_value = "weak,strong")]
-    levels: Vec<String>,
+    pub(crate) levels: Vec<String>,
     /// Print one JSON line.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// The index of the replica that reports itself leader (waits up to 30 s).
@@ -95,7 +95,7 @@ async fn one_op(c: &Client, strong: bool, n: u64, value: &Value) -> Result<Durat
     Ok(start.elapsed())
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> u64 {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -194,6 +194,18 @@ async fn throughput(
 
 /// Run the benchmark.
 pub fn run(args: &Args) -> Result<(), String> {
+    let out = measure(args, false)?;
+    crate::print_report(&serde_json::Value::Object(out), args.json)
+}
+
+/// Start the cluster (or attach), measure it and stop it: the report
+/// `creek bench cluster` prints, also `creek bench peers`' Creek line.
+/// `interruptible`: Ctrl-C ends the measurement with an error, so the
+/// servers and their directory go (the caller listens for Ctrl-C).
+pub(crate) fn measure(
+    args: &Args,
+    interruptible: bool,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
     if args.replicas == 0 || args.clients.is_empty() || args.latency_ops == 0 {
         return Err("--replicas, --clients and --latency-ops must be positive".into());
     }
@@ -205,7 +217,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     let value = Value::Bytes(vec![b'v'; args.value_bytes].into());
-    let report = rt.block_on(async {
+    let measured = async {
         let leader = find_leader(&clients).await?;
         let mut levels = serde_json::Map::new();
         for (name, strong) in [("weak", false), ("strong", true)] {
@@ -245,6 +257,12 @@ pub fn run(args: &Args) -> Result<(), String> {
             );
         }
         Ok::<_, String>(levels)
+    };
+    let report = rt.block_on(async {
+        tokio::select! {
+            r = measured => r,
+            _ = tokio::signal::ctrl_c(), if interruptible => Err("interrupted".to_string()),
+        }
     })?;
     drop(target);
     let mut out = serde_json::Map::new();
@@ -256,5 +274,5 @@ pub fn run(args: &Args) -> Result<(), String> {
         json!(std::thread::available_parallelism().map_or(1, |n| n.get())),
     );
     out.extend(report);
-    crate::print_report(&serde_json::Value::Object(out), args.json)
+    Ok(out)
 }

@@ -7,6 +7,7 @@ mod bench_cab;
 mod bench_cluster;
 mod bench_executor;
 mod bench_load;
+mod bench_peers;
 mod bench_procs;
 mod bench_soak;
 mod bench_stages;
@@ -74,6 +75,9 @@ enum Bench {
     Cab(bench_cab::Args),
     /// A local cluster of `creek serve` processes: client-observed latency and throughput.
     Cluster(bench_cluster::Args),
+    /// Creek beside etcd, PostgreSQL and Redis on this machine, measured
+    /// alike (docs/bench/peers.md; the peers need `--features peers`).
+    Peers(bench_peers::Args),
     /// TPC-C in the simulator or on a local cluster: a rate or client sweep.
     Tpcc(bench_load::TpccArgs),
     /// YCSB A/B/C, with the divergence of preliminary from final views.
@@ -134,6 +138,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: Bench::Cluster(args),
         } => bench_cluster::run(&args),
+        Command::Bench {
+            which: Bench::Peers(args),
+        } => bench_peers::run(&args),
         Command::Bench {
             which: Bench::Tpcc(args),
         } => bench_load::tpcc(&args),

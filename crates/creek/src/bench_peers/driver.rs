@@ -1,0 +1,167 @@
+//! The closed-loop driver `creek bench peers` runs against etcd,
+//! PostgreSQL and Redis: the shape of `creek bench cluster`'s own (one
+//! connection timing sequential writes after a warm-up of a tenth of them,
+//! at least 50; then closed-loop clients, one connection each, counted
+//! for a fixed time after 500 ms of warm-up), over the same keys
+//! (`bench-{n}`) and values. It is not used for Creek, which runs
+//! `creek bench cluster`'s code itself.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::Settings;
+use crate::bench_cluster::percentile;
+
+/// The longest one write may take before it counts as failed: a system
+/// that stopped answering ends the run instead of hanging it.
+const OP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One client connection of a system under test.
+pub(crate) trait Conn: Send + 'static {
+    /// Write `value` to key number `n`; done when the system acknowledged
+    /// the write as its measurement defines it.
+    fn write(&mut self, n: u64, value: &[u8]) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// The key of number `n`, as `creek bench cluster` names it.
+pub(crate) fn key(n: u64) -> String {
+    format!("bench-{n}")
+}
+
+async fn timed<C: Conn>(c: &mut C, n: u64, value: &[u8]) -> Result<Duration, String> {
+    let start = Instant::now();
+    match tokio::time::timeout(OP_TIMEOUT, c.write(n, value)).await {
+        Ok(r) => r.map(|()| start.elapsed()),
+        Err(_) => Err(format!("a write took over {} s", OP_TIMEOUT.as_secs())),
+    }
+}
+
+/// p50 and p99 (µs) of `settings.latency_ops` sequential writes on `c`.
+async fn latency<C: Conn>(
+    c: &mut C,
+    settings: &Settings,
+    value: &[u8],
+) -> Result<(u64, u64), String> {
+    let ops = settings.latency_ops;
+    let warmup = (ops / 10).max(50);
+    let mut samples = Vec::with_capacity(ops);
+    for i in 0..(warmup + ops) as u64 {
+        let d = timed(c, i % settings.keys, value).await?;
+        if i as usize >= warmup {
+            samples.push(d);
+        }
+    }
+    samples.sort_unstable();
+    Ok((percentile(&samples, 0.5), percentile(&samples, 0.99)))
+}
+
+/// Sets its flag when dropped: the clients of a throughput point stop
+/// when the point's future goes (the run was interrupted or failed).
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Writes per second of closed-loop clients, one per connection.
+async fn throughput<C: Conn>(
+    conns: Vec<C>,
+    settings: &Settings,
+    value: &[u8],
+    label: &str,
+) -> Result<f64, String> {
+    let clients = conns.len();
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let _stop_on_drop = StopOnDrop(stop.clone());
+    let mut tasks = Vec::with_capacity(clients);
+    for (i, mut c) in conns.into_iter().enumerate() {
+        let (measuring, stop, done, errors) = (
+            measuring.clone(),
+            stop.clone(),
+            done.clone(),
+            errors.clone(),
+        );
+        let value = value.to_vec();
+        let keys = settings.keys;
+        tasks.push(tokio::spawn(async move {
+            let mut n = i as u64 * 7919;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                match timed(&mut c, n % keys, &value).await {
+                    Ok(_) if measuring.load(Ordering::Relaxed) => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        // A server gone fails writes at once: do not spin
+                        // (nor keep the runtime from shutting down).
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // warm-up
+    measuring.store(true, Ordering::Relaxed);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(settings.seconds)).await;
+    measuring.store(false, Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    let count = done.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let e = errors.load(Ordering::Relaxed);
+    if e > 0 {
+        eprintln!("bench peers: {e} writes failed at {clients} clients ({label})");
+    }
+    Ok(count as f64 / elapsed)
+}
+
+/// Measure one kind of write: the latency on `leader`, then the
+/// throughput at each of `settings.clients`, client `i` on the connection
+/// `connect(i)` makes. Returns `{"p50_us", "p99_us",
+/// "throughput_ops_per_sec": {"clients_N": …}}`, as `creek bench cluster`
+/// reports a level.
+pub(crate) async fn measure<C, F, Fut>(
+    label: &str,
+    settings: &Settings,
+    mut leader: C,
+    mut connect: F,
+) -> Result<serde_json::Value, String>
+where
+    C: Conn,
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Result<C, String>>,
+{
+    let value = vec![b'v'; settings.value_bytes];
+    eprintln!("bench peers: {label} latency at 1 client…");
+    let (p50, p99) = latency(&mut leader, settings, &value).await?;
+    drop(leader);
+    let mut tput = serde_json::Map::new();
+    for &n in &settings.clients {
+        eprintln!("bench peers: {label} throughput at {n} clients…");
+        let mut conns = Vec::with_capacity(n);
+        for i in 0..n {
+            conns.push(connect(i).await?);
+        }
+        let t = throughput(conns, settings, &value, label).await?;
+        tput.insert(format!("clients_{n}"), json!(t.round()));
+    }
+    Ok(json!({
+        "p50_us": p50,
+        "p99_us": p99,
+        "throughput_ops_per_sec": tput,
+    }))
+}
