@@ -9,12 +9,11 @@
 //! the replicas, each with its own connection, after a warm-up.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use creek_client::Client;
 
+use crate::bench_driver::{self, Conn};
 use crate::bench_procs::Target;
 use crate::bench_stages;
 use creek_exec::value::Value;
@@ -71,125 +70,44 @@ pub(crate) async fn find_leader(addrs: &[SocketAddr]) -> Result<usize, String> {
     Err("the cluster elected no leader within 30 s".into())
 }
 
-fn key(n: u64) -> Value {
-    Value::Bytes(format!("bench-{n}").into_bytes().into())
+/// One Creek client connection, writing at one level: weak ops timed to
+/// their preliminary view, strong ops to their final view.
+struct CreekConn {
+    client: Client,
+    strong: bool,
 }
 
-/// One op, timed to the view that counts for its level.
-async fn one_op(c: &Client, strong: bool, n: u64, value: &Value) -> Result<Duration, String> {
-    let start = Instant::now();
-    let args = vec![key(n), value.clone()];
-    if strong {
-        let op = c
-            .invoke_strong("kv.put", args)
+impl CreekConn {
+    async fn connect(addr: SocketAddr, strong: bool) -> Result<Self, String> {
+        let client = Client::connect([addr.to_string()])
             .await
             .map_err(|e| e.to_string())?;
-        op.final_view().await.map_err(|e| e.to_string())?;
-    } else {
-        let op = c
-            .invoke_weak("kv.put", args)
-            .await
-            .map_err(|e| e.to_string())?;
-        op.preliminary().await.map_err(|e| e.to_string())?;
+        Ok(CreekConn { client, strong })
     }
-    Ok(start.elapsed())
 }
 
-pub(crate) fn percentile(sorted: &[Duration], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)].as_micros() as u64
-}
-
-async fn latency(
-    addr: SocketAddr,
-    strong: bool,
-    ops: usize,
-    keys: u64,
-    value: &Value,
-) -> Result<(u64, u64), String> {
-    let c = Client::connect([addr.to_string()])
-        .await
-        .map_err(|e| e.to_string())?;
-    let warmup = (ops / 10).max(50);
-    let mut samples = Vec::with_capacity(ops);
-    for i in 0..(warmup + ops) as u64 {
-        let d = one_op(&c, strong, i % keys, value).await?;
-        if i as usize >= warmup {
-            samples.push(d);
-        }
-    }
-    samples.sort_unstable();
-    Ok((percentile(&samples, 0.5), percentile(&samples, 0.99)))
-}
-
-async fn throughput(
-    addrs: &[SocketAddr],
-    strong: bool,
-    clients: usize,
-    seconds: f64,
-    keys: u64,
-    value: &Value,
-) -> Result<f64, String> {
-    let mut conns = Vec::with_capacity(clients);
-    for i in 0..clients {
-        let a = addrs[i % addrs.len()];
-        conns.push(
-            Client::connect([a.to_string()])
+impl Conn for CreekConn {
+    async fn write(&mut self, n: u64, value: &[u8]) -> Result<(), String> {
+        let args = vec![
+            Value::Bytes(bench_driver::key(n).into_bytes().into()),
+            Value::Bytes(value.to_vec().into()),
+        ];
+        let c = &self.client;
+        if self.strong {
+            let op = c
+                .invoke_strong("kv.put", args)
                 .await
-                .map_err(|e| e.to_string())?,
-        );
+                .map_err(|e| e.to_string())?;
+            op.final_view().await.map_err(|e| e.to_string())?;
+        } else {
+            let op = c
+                .invoke_weak("kv.put", args)
+                .await
+                .map_err(|e| e.to_string())?;
+            op.preliminary().await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
-    let measuring = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for (i, c) in conns.into_iter().enumerate() {
-        let (measuring, stop, done, errors) = (
-            measuring.clone(),
-            stop.clone(),
-            done.clone(),
-            errors.clone(),
-        );
-        let value = value.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut n = i as u64 * 7919;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                match one_op(&c, strong, n % keys, &value).await {
-                    Ok(_) if measuring.load(Ordering::Relaxed) => {
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(_) => {}
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await; // warm-up
-    measuring.store(true, Ordering::Relaxed);
-    let start = Instant::now();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    measuring.store(false, Ordering::Relaxed);
-    let elapsed = start.elapsed().as_secs_f64();
-    let count = done.load(Ordering::Relaxed);
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        let _ = t.await;
-    }
-    let e = errors.load(Ordering::Relaxed);
-    if e > 0 {
-        eprintln!(
-            "bench cluster: {e} ops failed at {clients} clients ({})",
-            if strong { "strong" } else { "weak" }
-        );
-    }
-    Ok(count as f64 / elapsed)
 }
 
 /// Run the benchmark.
@@ -216,7 +134,7 @@ pub(crate) fn measure(
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let value = Value::Bytes(vec![b'v'; args.value_bytes].into());
+    let value = vec![b'v'; args.value_bytes];
     let measured = async {
         let leader = find_leader(&clients).await?;
         let mut levels = serde_json::Map::new();
@@ -234,8 +152,10 @@ pub(crate) fn measure(
                 }
             };
             let before = scrape().await?;
+            let mut conn = CreekConn::connect(clients[leader], strong).await?;
             let (p50, p99) =
-                latency(clients[leader], strong, args.latency_ops, args.keys, &value).await?;
+                bench_driver::latency(&mut conn, args.latency_ops, args.keys, &value).await?;
+            drop(conn);
             let stages = match (before, scrape().await?) {
                 (Some(b), Some(a)) => json!(bench_stages::medians(&b, &a, name)),
                 _ => json!(null),
@@ -243,7 +163,13 @@ pub(crate) fn measure(
             let mut tput = serde_json::Map::new();
             for &n in &args.clients {
                 eprintln!("bench cluster: {name} throughput at {n} clients…");
-                let t = throughput(&clients, strong, n, args.seconds, args.keys, &value).await?;
+                let mut conns = Vec::with_capacity(n);
+                for i in 0..n {
+                    conns.push(CreekConn::connect(clients[i % clients.len()], strong).await?);
+                }
+                let label = format!("creek {name}");
+                let t = bench_driver::throughput(conns, args.seconds, args.keys, &value, &label)
+                    .await?;
                 tput.insert(format!("clients_{n}"), json!(t.round()));
             }
             levels.insert(

@@ -5,6 +5,7 @@ mod admin_cmd;
 mod backup_cmd;
 mod bench_cab;
 mod bench_cluster;
+mod bench_driver;
 mod bench_executor;
 mod bench_load;
 mod bench_peers;

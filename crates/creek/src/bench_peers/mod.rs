@@ -13,7 +13,7 @@
 //! peers' correctness.
 
 #[cfg(feature = "peers")]
-mod driver;
+use crate::bench_driver::{self as driver, Settings};
 #[cfg(feature = "peers")]
 mod etcd;
 #[cfg(feature = "peers")]
@@ -84,16 +84,6 @@ pub struct Args {
     json: bool,
 }
 
-/// What every peer's driver measures with (the Creek run takes the same
-/// values through `creek bench cluster`'s arguments).
-#[cfg(feature = "peers")]
-pub(crate) struct Settings {
-    latency_ops: usize,
-    seconds: f64,
-    clients: Vec<usize>,
-    keys: u64,
-    value_bytes: usize,
-}
 
 /// The error for systems this build has no driver for.
 fn needs_feature(systems: &[&str]) -> String {

@@ -1,24 +1,29 @@
-//! The closed-loop driver `creek bench peers` runs against etcd,
-//! PostgreSQL and Redis: the shape of `creek bench cluster`'s own (one
+//! The closed-loop driver of `creek bench cluster` (over Creek's client)
+//! and of `creek bench peers` (over etcd's, PostgreSQL's and Redis'): one
 //! connection timing sequential writes after a warm-up of a tenth of them,
-//! at least 50; then closed-loop clients, one connection each, counted
-//! for a fixed time after 500 ms of warm-up), over the same keys
-//! (`bench-{n}`) and values. It is not used for Creek, which runs
-//! `creek bench cluster`'s code itself.
+//! at least 50; then closed-loop clients, one connection each, counted for
+//! a fixed time after 500 ms of warm-up, over the keys `bench-{n}`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 
-use super::Settings;
-use crate::bench_cluster::percentile;
 
 /// The longest one write may take before it counts as failed: a system
 /// that stopped answering ends the run instead of hanging it.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the driver measures with.
+#[cfg(feature = "peers")]
+pub(crate) struct Settings {
+    pub(crate) latency_ops: usize,
+    pub(crate) seconds: f64,
+    pub(crate) clients: Vec<usize>,
+    pub(crate) keys: u64,
+    pub(crate) value_bytes: usize,
+}
 
 /// One client connection of a system under test.
 pub(crate) trait Conn: Send + 'static {
@@ -40,17 +45,26 @@ async fn timed<C: Conn>(c: &mut C, n: u64, value: &[u8]) -> Result<Duration, Str
     }
 }
 
-/// p50 and p99 (µs) of `settings.latency_ops` sequential writes on `c`.
-async fn latency<C: Conn>(
+/// The `p` quantile (µs) of sorted durations.
+fn percentile(sorted: &[Duration], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)].as_micros() as u64
+}
+
+/// p50 and p99 (µs) of `ops` sequential writes on `c`, over `keys` keys.
+pub(crate) async fn latency<C: Conn>(
     c: &mut C,
-    settings: &Settings,
+    ops: usize,
+    keys: u64,
     value: &[u8],
 ) -> Result<(u64, u64), String> {
-    let ops = settings.latency_ops;
     let warmup = (ops / 10).max(50);
     let mut samples = Vec::with_capacity(ops);
     for i in 0..(warmup + ops) as u64 {
-        let d = timed(c, i % settings.keys, value).await?;
+        let d = timed(c, i % keys, value).await?;
         if i as usize >= warmup {
             samples.push(d);
         }
@@ -69,10 +83,13 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// Writes per second of closed-loop clients, one per connection.
-async fn throughput<C: Conn>(
+/// Writes per second of closed-loop clients, one per connection, counted
+/// for `seconds` over `keys` keys; `label` names them in a report of
+/// failed writes.
+pub(crate) async fn throughput<C: Conn>(
     conns: Vec<C>,
-    settings: &Settings,
+    seconds: f64,
+    keys: u64,
     value: &[u8],
     label: &str,
 ) -> Result<f64, String> {
@@ -91,7 +108,6 @@ async fn throughput<C: Conn>(
             errors.clone(),
         );
         let value = value.to_vec();
-        let keys = settings.keys;
         tasks.push(tokio::spawn(async move {
             let mut n = i as u64 * 7919;
             while !stop.load(Ordering::Relaxed) {
@@ -114,7 +130,7 @@ async fn throughput<C: Conn>(
     tokio::time::sleep(Duration::from_millis(500)).await; // warm-up
     measuring.store(true, Ordering::Relaxed);
     let start = Instant::now();
-    tokio::time::sleep(Duration::from_secs_f64(settings.seconds)).await;
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
     measuring.store(false, Ordering::Relaxed);
     let elapsed = start.elapsed().as_secs_f64();
     let count = done.load(Ordering::Relaxed);
@@ -124,7 +140,7 @@ async fn throughput<C: Conn>(
     }
     let e = errors.load(Ordering::Relaxed);
     if e > 0 {
-        eprintln!("bench peers: {e} writes failed at {clients} clients ({label})");
+        eprintln!("bench: {e} writes failed at {clients} clients ({label})");
     }
     Ok(count as f64 / elapsed)
 }
@@ -134,6 +150,7 @@ async fn throughput<C: Conn>(
 /// `connect(i)` makes. Returns `{"p50_us", "p99_us",
 /// "throughput_ops_per_sec": {"clients_N": …}}`, as `creek bench cluster`
 /// reports a level.
+#[cfg(feature = "peers")]
 pub(crate) async fn measure<C, F, Fut>(
     label: &str,
     settings: &Settings,
@@ -147,7 +164,7 @@ where
 {
     let value = vec![b'v'; settings.value_bytes];
     eprintln!("bench peers: {label} latency at 1 client…");
-    let (p50, p99) = latency(&mut leader, settings, &value).await?;
+    let (p50, p99) = latency(&mut leader, settings.latency_ops, settings.keys, &value).await?;
     drop(leader);
     let mut tput = serde_json::Map::new();
     for &n in &settings.clients {
@@ -156,10 +173,10 @@ where
         for i in 0..n {
             conns.push(connect(i).await?);
         }
-        let t = throughput(conns, settings, &value, label).await?;
-        tput.insert(format!("clients_{n}"), json!(t.round()));
+        let t = throughput(conns, settings.seconds, settings.keys, &value, label).await?;
+        tput.insert(format!("clients_{n}"), serde_json::json!(t.round()));
     }
-    Ok(json!({
+    Ok(serde_json::json!({
         "p50_us": p50,
         "p99_us": p99,
         "throughput_ops_per_sec": tput,
