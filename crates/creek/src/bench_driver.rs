@@ -9,8 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-
-
 /// The longest one write may take before it counts as failed: a system
 /// that stopped answering ends the run instead of hanging it.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);

@@ -84,7 +84,6 @@ pub struct Args {
     json: bool,
 }
 
-
 /// The error for systems this build has no driver for.
 fn needs_feature(systems: &[&str]) -> String {
     format!(
