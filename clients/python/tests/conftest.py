@@ -1,5 +1,5 @@
-"""Fixtures: real clusters (see cluster.py) and a bounded `run` for async
-test bodies. Every test is bounded: a watchdog dumps every thread's stack,
+"""Fixtures: real clusters (see cluster.py), throwaway Redis and PostgreSQL
+servers (stores.py) and a bounded `run` for async test bodies. Every test is bounded: a watchdog dumps every thread's stack,
 kills the `creek` processes and ends the run if one hangs. SIGTERM to the
 run kills them too."""
 
@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import cluster  # noqa: E402
+import stores  # noqa: E402
 from cluster import DevCluster, ServeCluster, start  # noqa: E402
 
 #: Hard limit for one test, fixtures included.
@@ -84,3 +85,41 @@ def serve(request):
     if failed:
         print(cluster.log_tail())
     cluster.stop(keep_logs=failed)
+
+
+def _missing(why: str) -> None:
+    """Skip, with why; fail instead where the stores are required (CI)."""
+    if os.environ.get("CREEK_TEST_STORES") == "required":
+        pytest.fail(f"{why} (CREEK_TEST_STORES=required)", pytrace=False)
+    pytest.skip(why)
+
+
+def _needs_module(name: str) -> None:
+    try:
+        __import__(name)
+    except ImportError:
+        _missing(f"no Python module {name}: pip install './clients/python[redis,postgres]'")
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A redis-server on a free loopback port, for the session."""
+    _needs_module("redis")
+    program = stores.find_redis()
+    if isinstance(program, str):
+        _missing(program)
+    server = stores.RedisServer(program)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server on a free loopback port, for the session."""
+    _needs_module("psycopg")
+    bin_dir = stores.find_pg_bin()
+    if isinstance(bin_dir, str):
+        _missing(bin_dir)
+    server = stores.PostgresServer(bin_dir)
+    yield server
+    server.stop()
