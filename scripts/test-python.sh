@@ -2,11 +2,16 @@
 # The Python client's tests (clients/python). Makes a venv in target/pyenv
 # once (reused afterwards), installs the package from this tree the way a
 # user would (`pip install ./clients/python`, which generates the gRPC stubs
-# from proto/creek.proto) and pytest, then runs the tests against real
-# clusters of target/debug/creek ($CREEK_BIN overrides; built if missing).
+# from proto/creek.proto) with the extras of its store bindings (redis,
+# postgres) and pytest, then runs the tests against real clusters of
+# target/debug/creek ($CREEK_BIN overrides; built if missing). The binding
+# tests also start throwaway redis-server and PostgreSQL servers; they are
+# skipped, saying why, if those are not installed, and fail instead with
+# CREEK_TEST_STORES=required (as in CI).
 # Extra arguments go to pytest, e.g. `scripts/test-python.sh -k speculation`.
 # Needs Python >= 3.10 with its venv module (Debian/Ubuntu: python3-venv),
-# and PyPI (or a mirror) for grpcio, grpcio-tools, protobuf and pytest.
+# and PyPI (or a mirror) for grpcio, grpcio-tools, protobuf, redis, psycopg
+# and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +31,7 @@ fi
 pip=("$venv/bin/pip" --disable-pip-version-check -q)
 # The build writes nothing into clients/python (setup.py keeps its scratch
 # files in a temporary directory), so every install starts from a clean slate.
-"${pip[@]}" install ./clients/python 'pytest>=7'
+"${pip[@]}" install './clients/python[redis,postgres]' 'pytest>=7'
 
 bin=${CREEK_BIN:-target/debug/creek}
 if [ ! -x "$bin" ]; then

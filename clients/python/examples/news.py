@@ -119,9 +119,8 @@ async def read_and_show(news: NewsService, reader: str, title: str,
 
 async def main(addresses: List[str]) -> int:
     ns = f"news-{uuid.uuid4().hex[:8]}"
-    near = creek.Client(addresses, timeout=30)
-    other = creek.Client(addresses[1:] + addresses[:1], timeout=30)
-    try:
+    async with creek.Client(addresses, timeout=30) as near, \
+            creek.Client(addresses[1:] + addresses[:1], timeout=30) as other:
         news, newsroom = NewsService(near, ns), NewsService(other, ns)
         for publisher in ("daily", "weekly"):
             await news.follow("ana", publisher)
@@ -147,9 +146,6 @@ async def main(addresses: List[str]) -> int:
         ok = quiet.settled.is_confirmation and racing.settled.value in (everything, everything[1:])
         print("audit: " + ("every screen settled on the committed timeline" if ok else "FAILED"))
         return 0 if ok else 1
-    finally:
-        await near.close()
-        await other.close()
 
 
 if __name__ == "__main__":

@@ -101,14 +101,21 @@ def _needs_module(name: str) -> None:
         _missing(f"no Python module {name}: pip install './clients/python[redis,postgres]'")
 
 
+def _start_store(module: str, find, server_class):
+    """A server of `server_class`, once its Python client `module` and
+    its program (`find()`) are found; a skip (or failure) saying which is
+    missing otherwise."""
+    _needs_module(module)
+    found = find()
+    if isinstance(found, str):
+        _missing(found)
+    return server_class(found)
+
+
 @pytest.fixture(scope="session")
 def redis_server():
     """A redis-server on a free loopback port, for the session."""
-    _needs_module("redis")
-    program = stores.find_redis()
-    if isinstance(program, str):
-        _missing(program)
-    server = stores.RedisServer(program)
+    server = _start_store("redis", stores.find_redis, stores.RedisServer)
     yield server
     server.stop()
 
@@ -116,10 +123,6 @@ def redis_server():
 @pytest.fixture(scope="session")
 def postgres_server():
     """A PostgreSQL server on a free loopback port, for the session."""
-    _needs_module("psycopg")
-    bin_dir = stores.find_pg_bin()
-    if isinstance(bin_dir, str):
-        _missing(bin_dir)
-    server = stores.PostgresServer(bin_dir)
+    server = _start_store("psycopg", stores.find_pg_bin, stores.PostgresServer)
     yield server
     server.stop()

@@ -21,6 +21,7 @@ import glob
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -78,14 +79,30 @@ def _as(user: Optional[str], argv: List[str]) -> List[str]:
 
 
 class _Server:
-    """One server process in its own temporary directory."""
+    """One server process in its own temporary directory, started by
+    `_launch` (which sets `port` and `proc`), stopped by `stop`."""
 
     name: str
-    dir: Path
     port: int
     proc: Optional[subprocess.Popen] = None
     #: The signal that stops it quickly.
     stop_signal: int = signal.SIGTERM
+
+    def __init__(self, program: Path):
+        self.dir = Path(tempfile.mkdtemp(prefix=f"creek-py-{self.name}-"))
+        try:
+            self._launch(program)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _launch(self, program: Path) -> None:
+        raise NotImplementedError
+
+    def _spawn(self, argv: List[str], ready) -> None:
+        """Start `argv`, logging to NAME.log, and wait until `ready()`."""
+        self.proc = _spawn(argv, self.dir / f"{self.name}.log", dict(os.environ))
+        self._wait_ready(ready)
 
     def _wait_ready(self, ready) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -120,22 +137,16 @@ class RedisServer(_Server):
 
     name = "redis"
 
-    def __init__(self, program: Path):
-        self.dir = Path(tempfile.mkdtemp(prefix="creek-py-redis-"))
+    def _launch(self, program: Path) -> None:
         self.port = free_ports(1)[0]
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        argv = [str(program), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                "--save", "", "--appendonly", "no", "--daemonize", "no"]
-        try:
-            self.proc = _spawn(argv, self.dir / "redis.log", dict(os.environ))
-            self._wait_ready(self._pings)
-        except BaseException:
-            self.stop()
-            raise
+        self._spawn(
+            [str(program), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+             "--save", "", "--appendonly", "no", "--daemonize", "no"],
+            self._pings,
+        )
 
     def _pings(self) -> bool:
-        import socket
-
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
                 s.sendall(b"PING\r\n")
@@ -152,30 +163,26 @@ class PostgresServer(_Server):
     # Fast shutdown: does not wait for clients to disconnect.
     stop_signal = signal.SIGINT
 
-    def __init__(self, bin_dir: Path):
+    def _launch(self, bin_dir: Path) -> None:
         user = _run_as_postgres()
-        self.dir = Path(tempfile.mkdtemp(prefix="creek-py-pg-"))
-        try:
-            if user is not None:
-                shutil.chown(self.dir, user, user)
-            data = self.dir / "data"
-            initdb = _as(user, [str(bin_dir / "initdb"), "-D", str(data), "-U", PG_USER, "--auth=trust",
-                                "--no-locale", "-E", "UTF8", "--no-sync"])
-            out = subprocess.run(initdb, capture_output=True, text=True, timeout=START_TIMEOUT_S)
-            if out.returncode != 0:
-                raise RuntimeError(f"initdb failed ({out.returncode}):\n{out.stdout}{out.stderr}")
-            self.port = free_ports(1)[0]
-            self.dsn = f"host=127.0.0.1 port={self.port} user={PG_USER} dbname=postgres"
-            argv = _as(user, [str(bin_dir / "postgres"), "-D", str(data), "-k", str(self.dir),
-                              "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
-                              "-c", "fsync=off", "-c", "synchronous_commit=off",
-                              "-c", "full_page_writes=off", "-c", "max_connections=20"])
-            # The log is written by us, not by the server's user.
-            self.proc = _spawn(argv, self.dir / "postgres.log", dict(os.environ))
-            self._wait_ready(self._accepts)
-        except BaseException:
-            self.stop()
-            raise
+        if user is not None:
+            shutil.chown(self.dir, user, user)
+        data = self.dir / "data"
+        initdb = _as(user, [str(bin_dir / "initdb"), "-D", str(data), "-U", PG_USER, "--auth=trust",
+                            "--no-locale", "-E", "UTF8", "--no-sync"])
+        out = subprocess.run(initdb, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        if out.returncode != 0:
+            raise RuntimeError(f"initdb failed ({out.returncode}):\n{out.stdout}{out.stderr}")
+        self.port = free_ports(1)[0]
+        self.dsn = f"host=127.0.0.1 port={self.port} user={PG_USER} dbname=postgres"
+        # The log is written by us, not by the server's user.
+        self._spawn(
+            _as(user, [str(bin_dir / "postgres"), "-D", str(data), "-k", str(self.dir),
+                       "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
+                       "-c", "fsync=off", "-c", "synchronous_commit=off",
+                       "-c", "full_page_writes=off", "-c", "max_connections=20"]),
+            self._accepts,
+        )
 
     def _accepts(self) -> bool:
         import psycopg

@@ -114,7 +114,7 @@ def test_cache_failures_and_bad_input(redis_server, postgres_server):
             await table.put(k, b"\x00bytes")
             # Redis down: no preliminary view; the final view still comes.
             dead = aioredis.Redis(port=free_ports(1)[0], socket_connect_timeout=1)
-            no_cache = CachedTable(dead, table._db, timeout=T)
+            no_cache = CachedTable(dead, table._db, timeout=T, fast_timeout=0.5)
             assert kinds([v async for v in no_cache.get(k)]) == [(ViewKind.FINAL, b"\x00bytes")]
             # The database refuses the read: a StoreError naming it.
             missing = CachedTable(table._cache, table._db, table="no_such_table", timeout=T)

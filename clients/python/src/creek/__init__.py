@@ -24,6 +24,10 @@ Without asyncio, `BlockingClient` gives the same calls; read their
 Correctables with `final_blocking()`, `preliminary_blocking()` and
 `views_blocking()`.
 
+The same Correctables over other stores — Redis in front of PostgreSQL, a
+quorum read over Creek's replicas, or any two readers — are in
+`creek.bindings`.
+
 Aborts are outcomes, not errors: a procedure that aborts produces views
 whose `abort` holds its message. A `CreekError` means the outcome is unknown
 (refused, deadline passed, no replica reachable).

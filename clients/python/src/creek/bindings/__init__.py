@@ -30,10 +30,11 @@ imports them when it is used.
 
 from .cache import CachedTable
 from .quorum import READ_ONLY_BUILTINS, QuorumReader
-from .readers import MISS, TIMEOUT_S, OnDiffer, Reader, StoreError, from_readers
+from .readers import FAST_TIMEOUT_S, MISS, TIMEOUT_S, OnDiffer, Reader, StoreError, from_readers
 
 __all__ = [
     "CachedTable",
+    "FAST_TIMEOUT_S",
     "MISS",
     "OnDiffer",
     "QuorumReader",

@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Optional, TypeVar, Union
 from ..correctable import Correctable
 from ..errors import DeadlineExceeded
 from ..views import BOTH, LevelsArg
-from .readers import MISS, TIMEOUT_S, from_readers, store_error
+from .readers import FAST_TIMEOUT_S, MISS, TIMEOUT_S, from_readers, store_error
 
 T = TypeVar("T")
 
@@ -65,7 +65,8 @@ class CachedTable:
     latest committed row); `connect` makes both. Keys are `str`; values go
     in as `str` (UTF-8) or `bytes` and come back as `bytes`, None when the
     row is absent. Redis holds a row under `cache_prefix + key` (default
-    `"<table>:"`). `timeout` (seconds) bounds each call.
+    `"<table>:"`). `timeout` (seconds) bounds each call, `fast_timeout`
+    each cache read (`from_readers`).
 
         table = await CachedTable.connect("redis://127.0.0.1:6379", "host=... dbname=...")
         view = await table.get("alice").preliminary()   # from Redis
@@ -82,6 +83,7 @@ class CachedTable:
         value_column: str = "v",
         cache_prefix: Optional[str] = None,
         timeout: Optional[float] = TIMEOUT_S,
+        fast_timeout: Optional[float] = FAST_TIMEOUT_S,
     ):
         try:
             from psycopg import sql
@@ -103,6 +105,7 @@ class CachedTable:
         self._db = db
         self._prefix = f"{table}:" if cache_prefix is None else cache_prefix
         self._timeout = timeout
+        self._fast_timeout = fast_timeout
         self._refresh_script = cache.register_script(_REFRESH_LUA)
         self._owned = False
         t, k, v = sql.Identifier(table), sql.Identifier(key_column), sql.Identifier(value_column)
@@ -183,8 +186,10 @@ class CachedTable:
             from_db,
             levels=levels,
             timeout=self._timeout,
+            fast_timeout=self._fast_timeout,
             on_differ=refresh,
             store="postgresql",
+            fast_store="redis",
         )
 
     # --------------------------------------------------------------- writes

@@ -21,7 +21,7 @@ from ..correctable import Correctable
 from ..errors import Unavailable
 from ..values import to_wire
 from ..views import BOTH, LevelsArg, View
-from .readers import TIMEOUT_S, from_readers
+from .readers import FAST_TIMEOUT_S, TIMEOUT_S, from_readers
 
 #: The built-in procedures that write nothing (crates/creek-exec builtins).
 READ_ONLY_BUILTINS = frozenset(
@@ -36,7 +36,8 @@ class QuorumReader:
     each of them, the strong read to the first that serves it (failing over
     like `Client`). `read_only` names user procedures that write nothing,
     beyond `READ_ONLY_BUILTINS`; any other procedure is refused, since each
-    replica would apply it. `timeout` (seconds) bounds each read.
+    replica would apply it. `timeout` (seconds) bounds each read,
+    `fast_timeout` the wait for the first weak answer (`from_readers`).
 
         async with QuorumReader(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]) as q:
             early = await q.kv_get("greeting").preliminary()  # first replica to answer
@@ -48,6 +49,7 @@ class QuorumReader:
         *,
         read_only: Iterable[str] = (),
         timeout: Optional[float] = TIMEOUT_S,
+        fast_timeout: Optional[float] = FAST_TIMEOUT_S,
     ):
         if isinstance(addresses, str):
             addresses = [addresses]
@@ -60,6 +62,7 @@ class QuorumReader:
             raise TypeError("read_only must name procedures (str)")
         self._read_only = READ_ONLY_BUILTINS | extra
         self._timeout = timeout
+        self._fast_timeout = fast_timeout
 
     def invoke(self, procedure: str, *args, levels: LevelsArg = BOTH) -> Correctable:
         """Read `procedure(*args)`: a preliminary view from the first
@@ -84,7 +87,15 @@ class QuorumReader:
         async def strong() -> View:
             return await self._cluster.invoke_strong(procedure, *args)
 
-        return from_readers(first_weak, strong, levels=levels, timeout=self._timeout, store="creek")
+        return from_readers(
+            first_weak,
+            strong,
+            levels=levels,
+            timeout=self._timeout,
+            fast_timeout=self._fast_timeout,
+            store="creek",
+            fast_store="creek weak reads",
+        )
 
     def kv_get(self, key: Union[str, bytes], *, levels: LevelsArg = BOTH) -> Correctable:
         """`kv.get(key)`: the value, or None if absent."""

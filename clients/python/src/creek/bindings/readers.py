@@ -69,6 +69,7 @@ def from_readers(
     fast_timeout: Optional[float] = FAST_TIMEOUT_S,
     on_differ: Optional[OnDiffer] = None,
     store: str = "store",
+    fast_store: str = "fast store",
 ) -> Correctable:
     """Start the reads `levels` asks for and return their Correctable at
     once (call it inside a coroutine: its views are delivered by the
@@ -90,7 +91,8 @@ def from_readers(
     A fast read that fails, or gives no answer within `fast_timeout`
     seconds, is logged and gives no view. An authoritative read that fails
     closes the Correctable with its error: a `CreekError` as it is,
-    anything else as a `StoreError` naming `store`. No final view within
+    anything else as a `StoreError` naming `store` (`fast_store` names the
+    fast reader's in the log). No final view within
     `timeout` seconds closes it with `DeadlineExceeded` (None, for either
     bound: none). A failing `on_differ` is logged; the final view still
     comes.
@@ -106,7 +108,7 @@ def from_readers(
         if bound is not None and not (isinstance(bound, (int, float)) and bound > 0):
             raise ValueError(f"{name} must be a positive number of seconds or None, not {bound!r}")
     c = Correctable(loop, threading.get_ident())
-    read = _Read(c, store, on_differ, fast_timeout)
+    read = _Read(c, store, fast_store, on_differ, fast_timeout)
     if wanted == {Level.WEAK}:
         steps = read.weak(fast, authoritative)
     elif wanted == {Level.STRONG}:
@@ -138,9 +140,12 @@ async def _bounded(c: Correctable, steps: Awaitable[None], timeout: Optional[flo
 class _Read:
     """One invocation's reads, feeding its Correctable."""
 
-    def __init__(self, c: Correctable, store: str, on_differ: Optional[OnDiffer], fast_timeout: Optional[float]):
+    def __init__(
+        self, c: Correctable, store: str, fast_store: str, on_differ: Optional[OnDiffer], fast_timeout: Optional[float]
+    ):
         self.c = c
         self.store = store
+        self.fast_store = fast_store
         self.on_differ = on_differ
         self.fast_timeout = fast_timeout
 
@@ -186,7 +191,7 @@ class _Read:
             why = f"no answer within {self.fast_timeout} s"
         except Exception as e:
             why = f"{type(e).__name__}: {e}"
-        log.warning("%s: the fast read failed, no preliminary view: %s", self.store, why)
+        log.warning("%s: the fast read failed, no preliminary view: %s", self.fast_store, why)
         return False, None
 
     async def _authoritative(self, task: asyncio.Future) -> Any:
@@ -210,7 +215,7 @@ class _Read:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.warning("%s: after a differing read, on_differ failed: %s", self.store, e)
+            log.warning("%s: after a differing read, on_differ failed: %s", self.fast_store, e)
 
     def _view(self, kind: ViewKind, result: Any) -> View:
         """A view of `result`: a plain value, or a `View` whose outcome is
