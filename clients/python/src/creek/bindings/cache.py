@@ -219,6 +219,8 @@ class CachedTable:
     async def _refresh(self, cache_key: str, seen: Any, final: Optional[bytes]) -> None:
         """Put the database's value in the cache, if the cache still holds
         what the fast read saw there."""
+        if seen is MISS and final is None:
+            return  # absent in both: nothing to do
         args = ["0", b""] if seen is MISS else ["1", seen]
         args += ["0", b""] if final is None else ["1", final]
         await self._refresh_script(keys=[cache_key], args=args)
