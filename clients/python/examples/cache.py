@@ -43,7 +43,7 @@ async def show(table: CachedTable, user: str, title: str) -> creek.View:
 async def main(redis_url: str, postgres_dsn: str) -> int:
     table_name = f"profiles_{uuid.uuid4().hex[:8]}"
     async with await CachedTable.connect(redis_url, postgres_dsn, table=table_name) as table:
-        db = table._db  # the example plays the other service, too
+        db = table.db  # the example plays another service, too
         await db.execute(f"CREATE TABLE {table_name} (k text PRIMARY KEY, v bytea NOT NULL)")
         try:
             await table.put("alice", "Alice, Lisbon")  # write-through
@@ -55,7 +55,7 @@ async def main(redis_url: str, postgres_dsn: str) -> int:
             third = await show(table, "alice", "read 3: the cache was refreshed by read 2")
         finally:
             await db.execute(f"DROP TABLE {table_name}")
-            await table._cache.delete("alice")
+            await table.cache.delete("alice")
     ok = first.is_confirmation and not second.is_confirmation and third.is_confirmation
     print("speculation held on read 1 and 3, corrected on read 2" if ok else "UNEXPECTED views")
     return 0 if ok else 1

@@ -33,14 +33,14 @@ def kinds(views):
 
 async def connect(redis_server, postgres_server, **options) -> CachedTable:
     table = await CachedTable.connect(redis_server.url, postgres_server.dsn, timeout=T, **options)
-    await table._db.execute("CREATE TABLE IF NOT EXISTS kv (k text PRIMARY KEY, v bytea NOT NULL)")
+    await table.db.execute("CREATE TABLE IF NOT EXISTS kv (k text PRIMARY KEY, v bytea NOT NULL)")
     return table
 
 
 def test_the_cache_gives_the_preliminary_view_and_the_database_the_final(redis_server, postgres_server):
     async def body():
         async with await connect(redis_server, postgres_server) as table:
-            db, cache = table._db, table._cache
+            db, cache = table.db, table.cache
             k = key("user")
             await table.put(k, "v1")  # write-through: both hold v1
             views = [v async for v in table.get(k)]
@@ -81,7 +81,7 @@ def test_the_cache_gives_the_preliminary_view_and_the_database_the_final(redis_s
 def test_cache_levels_and_the_refresh_that_never_overwrites_a_writer(redis_server, postgres_server):
     async def body():
         async with await connect(redis_server, postgres_server) as table:
-            db, cache = table._db, table._cache
+            db, cache = table.db, table.cache
             k = key("levels")
             await db.execute("INSERT INTO kv VALUES (%s, 'db')", (k,))
             # WEAK on a miss reads through to the database and fills the cache.
@@ -114,10 +114,10 @@ def test_cache_failures_and_bad_input(redis_server, postgres_server):
             await table.put(k, b"\x00bytes")
             # Redis down: no preliminary view; the final view still comes.
             dead = aioredis.Redis(port=free_ports(1)[0], socket_connect_timeout=1)
-            no_cache = CachedTable(dead, table._db, timeout=T, fast_timeout=0.5)
+            no_cache = CachedTable(dead, table.db, timeout=T, fast_timeout=0.5)
             assert kinds([v async for v in no_cache.get(k)]) == [(ViewKind.FINAL, b"\x00bytes")]
             # The database refuses the read: a StoreError naming it.
-            missing = CachedTable(table._cache, table._db, table="no_such_table", timeout=T)
+            missing = CachedTable(table.cache, table.db, table="no_such_table", timeout=T)
             with pytest.raises(StoreError, match='^postgresql: UndefinedTable: relation "no_such_table" does not exist'):
                 await missing.get(k)
             with pytest.raises(StoreError, match="^postgresql: "):
@@ -131,16 +131,16 @@ def test_cache_failures_and_bad_input(redis_server, postgres_server):
             with pytest.raises(ValueError, match='"weak" or "strong"'):
                 table.get(k, levels="eventual")
             with pytest.raises(ValueError, match="table must be a non-empty str"):
-                CachedTable(table._cache, table._db, table="")
+                CachedTable(table.cache, table.db, table="")
             with pytest.raises(TypeError, match="redis.asyncio.Redis"):
-                CachedTable(object(), table._db)
+                CachedTable(object(), table.db)
             text = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
             with pytest.raises(ValueError, match="decode_responses=False"):
-                CachedTable(text, table._db)
+                CachedTable(text, table.db)
             await text.aclose()
             async with await psycopg.AsyncConnection.connect(postgres_server.dsn) as in_transactions:
                 with pytest.raises(ValueError, match="autocommit"):
-                    CachedTable(table._cache, in_transactions)
+                    CachedTable(table.cache, in_transactions)
 
     run(body())
 

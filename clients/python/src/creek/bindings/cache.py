@@ -146,6 +146,16 @@ class CachedTable:
         table._owned = True
         return table
 
+    @property
+    def cache(self):
+        """The Redis client (for commands of your own)."""
+        return self._cache
+
+    @property
+    def db(self):
+        """The PostgreSQL connection (for queries of your own)."""
+        return self._db
+
     async def close(self) -> None:
         """Close the connections, if `connect` made them."""
         if self._owned:
