@@ -269,6 +269,14 @@ pub struct Cab<S: CabStorage> {
     sub_ticks: u64,
     was_leader: bool,
     out: Vec<(ReplicaId, CabMessage)>,
+    /// Messages that may leave before this node's pending writes are
+    /// durable (see [`Cab::take_early_messages`]).
+    early: Vec<(ReplicaId, CabMessage)>,
+    /// The library's number of the last `Ready` whose writes the store
+    /// holds, and of the last one the driver reported durable (see
+    /// [`Cab::on_persisted`]).
+    written_ready: u64,
+    persisted_ready: u64,
     stats: CabStats,
     failed: Option<String>,
     /// The replicas of the applied configuration (voters and learners).
@@ -336,6 +344,9 @@ impl<S: CabStorage> Cab<S> {
             sub_ticks: 0,
             was_leader: false,
             out: Vec::new(),
+            early: Vec::new(),
+            written_ready: 0,
+            persisted_ready: 0,
             stats: CabStats::default(),
             failed: None,
             group,
@@ -768,6 +779,21 @@ impl<S: CabStorage> Cab<S> {
                     }
                 }
             }
+            // The entries this replica holds may lead the first held
+            // append: they are taken now. An op named after a void op
+            // (see `creek_exec::void`) may name voided ids in its context,
+            // which only that void op, earlier in the log, makes held here:
+            // a follower that must take both in one append would wait
+            // forever.
+            if let Some(m) = self.held.front_mut() {
+                let n = ready_prefix(m, holds);
+                if n > 0 {
+                    let prefix = split_append(m, n);
+                    if self.node.step(prefix).is_err() {
+                        self.stats.refused += 1;
+                    }
+                }
+            }
             self.propose(holds);
             self.forward();
             if let Err(e) = self.handle_ready() {
@@ -782,6 +808,27 @@ impl<S: CabStorage> Cab<S> {
     /// replica core.)
     pub fn take_messages(&mut self) -> Vec<(ReplicaId, CabMessage)> {
         std::mem::take(&mut self.out)
+    }
+
+    /// The messages that may leave before the writes this node made are
+    /// durable, in order, since the last call: a leader's appends and
+    /// heartbeats, which the library lets go at once (raft thesis §10.2.1:
+    /// the leader writes its log in parallel with its followers, and counts
+    /// itself only once [`Cab::on_persisted`] reports its write), and ids
+    /// forwarded to the leader (they claim nothing about this disk). Empty
+    /// on a synchronous store, whose writes are durable when made.
+    /// Everything else — votes, acknowledgements, compaction points — is in
+    /// [`Cab::take_messages`] and waits for the writes made before it.
+    pub fn take_early_messages(&mut self) -> Vec<(ReplicaId, CabMessage)> {
+        std::mem::take(&mut self.early)
+    }
+
+    /// Whether the store leaves durability to the driver
+    /// ([`CabStorage::defers_writes`]): then the Ready loop persists
+    /// asynchronously, and the driver reports durable writes with
+    /// [`Cab::on_persisted`].
+    fn defers_writes(&self) -> bool {
+        self.node.store().defers_writes()
     }
 
     /// Leader: propose the pending ids it holds, in batches.
@@ -856,7 +903,12 @@ impl<S: CabStorage> Cab<S> {
         ids.retain(|id| !self.seen.contains_key(id));
         if !ids.is_empty() {
             self.stats.forwards_sent += 1;
-            self.out.push((leader, CabMessage::Forward { ids }));
+            let out = if self.defers_writes() {
+                &mut self.early
+            } else {
+                &mut self.out
+            };
+            out.push((leader, CabMessage::Forward { ids }));
         }
     }
 
@@ -876,8 +928,11 @@ impl<S: CabStorage> Cab<S> {
                 }
                 self.was_leader = leader;
             }
-            self.send(rd.take_messages());
-            if !rd.snapshot().is_empty() {
+            let deferred = self.defers_writes();
+            let now = rd.take_messages();
+            self.send(now, deferred);
+            let snapshot = !rd.snapshot().is_empty();
+            if snapshot {
                 self.applied_snapshot(rd.snapshot())?;
             }
             self.decide(rd.take_committed_entries());
@@ -890,17 +945,37 @@ impl<S: CabStorage> Cab<S> {
                     .set_hard_state(hs.clone())
                     .map_err(|e| e.to_string())?;
             }
-            self.send(rd.take_persisted_messages());
-            let mut light = self.node.advance(rd);
-            if let Some(commit) = light.commit_index() {
-                self.node
-                    .mut_store()
-                    .set_commit(commit)
-                    .map_err(|e| e.to_string())?;
+            self.send(rd.take_persisted_messages(), false);
+            if deferred {
+                // Persisted asynchronously: the driver makes these writes
+                // durable, and `on_persisted` tells the library. A commit
+                // index that moves arrives in a later Ready's hard state.
+                let number = rd.number();
+                self.written_ready = number;
+                self.node.advance_append_async(rd);
+                if snapshot {
+                    // The library needs an installed snapshot applied at
+                    // once (a campaign reads the log from the applied
+                    // index on): counted persisted now, as on a synchronous
+                    // store. Only delivery may run ahead of this disk —
+                    // which a commit allows — and acknowledgements still
+                    // wait for the write.
+                    self.persisted_ready = number;
+                    self.node.on_persist_ready(number);
+                }
+                self.apply_persisted();
+            } else {
+                let mut light = self.node.advance(rd);
+                if let Some(commit) = light.commit_index() {
+                    self.node
+                        .mut_store()
+                        .set_commit(commit)
+                        .map_err(|e| e.to_string())?;
+                }
+                self.send(light.take_messages(), false);
+                self.decide(light.take_committed_entries());
+                self.node.advance_apply();
             }
-            self.send(light.take_messages());
-            self.decide(light.take_committed_entries());
-            self.node.advance_apply();
         }
         Ok(())
     }
@@ -929,7 +1004,9 @@ impl<S: CabStorage> Cab<S> {
         Ok(())
     }
 
-    fn send(&mut self, msgs: Vec<Message>) {
+    /// Encode the library's messages for sending: `early` ones may leave
+    /// before this node's pending writes are durable.
+    fn send(&mut self, msgs: Vec<Message>, early: bool) {
         let catching_up = self.catching_up();
         for m in msgs {
             if catching_up
@@ -950,7 +1027,12 @@ impl<S: CabStorage> Cab<S> {
             };
             self.stats.raft_msgs_sent += 1;
             self.stats.raft_bytes_sent += bytes.len() as u64;
-            self.out.push((to, CabMessage::Raft(Bytes::from(bytes))));
+            let out = if early {
+                &mut self.early
+            } else {
+                &mut self.out
+            };
+            out.push((to, CabMessage::Raft(Bytes::from(bytes))));
         }
     }
 
@@ -1166,9 +1248,33 @@ impl<S: CabStorage> Cab<S> {
     }
 
     /// The log writes of the Ready rounds since the last call, for the
-    /// node's next write (empty on a synchronous store).
-    pub fn take_writes(&mut self) -> LogWrites {
-        self.node.mut_store().take_writes()
+    /// node's next write (empty on a synchronous store), and the mark to
+    /// report to [`Cab::on_persisted`] once that write is durable.
+    pub fn take_writes(&mut self) -> (LogWrites, u64) {
+        (self.node.mut_store().take_writes(), self.written_ready)
+    }
+
+    /// The writes taken with mark `mark` (see [`Cab::take_writes`]), and
+    /// every earlier one, are durable: the library counts them (a leader
+    /// counts itself toward commits from its log's end on, a follower
+    /// delivers committed entries up to it). Poll afterwards.
+    pub fn on_persisted(&mut self, mark: u64) {
+        if mark > self.persisted_ready && self.failed.is_none() {
+            self.persisted_ready = mark;
+            self.node.on_persist_ready(mark);
+            self.apply_persisted();
+        }
+    }
+
+    /// Tell the library what is applied: every entry decided here, and a
+    /// snapshot installed, once the library counts it persisted (a
+    /// snapshot is applied with the write that stores it).
+    fn apply_persisted(&mut self) {
+        let log = &self.node.raft.raft_log;
+        let to = self.decided_through.min(log.persisted);
+        if to > log.applied {
+            self.node.advance_apply_to(to);
+        }
     }
 
     /// Whether the pending log writes must be durable before the output that
@@ -1194,6 +1300,35 @@ fn append_ids(m: &Message) -> Option<Vec<OpId>> {
 /// An append may be stepped once this replica holds every id in it.
 fn append_ready(m: &Message, holds: Deps<'_>) -> bool {
     append_ids(m).is_none_or(|ids| ids.into_iter().all(holds))
+}
+
+/// The number of leading entries of append `m` whose ids this replica
+/// holds.
+fn ready_prefix(m: &Message, holds: Deps<'_>) -> usize {
+    m.get_entries()
+        .iter()
+        .take_while(|e| {
+            e.get_entry_type() != EntryType::EntryNormal
+                || e.data.is_empty()
+                || entry::decode_ids(&e.data).is_none_or(|ids| ids.into_iter().all(holds))
+        })
+        .count()
+}
+
+/// Split held append `m` after its first `n` entries: returns an append of
+/// those (to step now), and leaves `m` with the rest, continuing from the
+/// last of them.
+fn split_append(m: &mut Message, n: usize) -> Message {
+    let mut entries = m.take_entries().into_vec();
+    let rest = entries.split_off(n);
+    let mut prefix = m.clone();
+    if let Some(last) = entries.last() {
+        m.index = last.index;
+        m.log_term = last.term;
+    }
+    prefix.set_entries(entries.into());
+    m.set_entries(rest.into());
+    prefix
 }
 
 #[cfg(test)]

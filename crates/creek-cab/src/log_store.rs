@@ -294,6 +294,10 @@ impl Storage for LogStore {
 
 impl CabStorage for LogStore {
     /// The writes made since the last call, for the next batch.
+    fn defers_writes(&self) -> bool {
+        true
+    }
+
     fn take_writes(&mut self) -> LogWrites {
         let w = std::mem::take(&mut self.pending);
         if let Some(hs) = &w.hard_state {

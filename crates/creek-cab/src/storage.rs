@@ -33,6 +33,13 @@ pub trait CabStorage: Storage {
     fn take_writes(&mut self) -> LogWrites {
         LogWrites::default()
     }
+    /// Whether this store leaves durability to its driver (it records
+    /// writes for [`CabStorage::take_writes`]): CAB then persists
+    /// asynchronously, letting a leader's appends leave while its own write
+    /// is in flight; `false` for a synchronous store.
+    fn defers_writes(&self) -> bool {
+        false
+    }
     /// Whether the pending writes must be durable before the output that
     /// follows them may leave (see `LogStore`); `false` for a synchronous
     /// store.

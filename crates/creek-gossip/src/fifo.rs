@@ -41,6 +41,10 @@ pub(crate) struct Fifo {
     loose: BTreeMap<ReplicaId, Loose>,
     /// Ops waiting for an earlier op of their origin.
     buffer: BTreeMap<OpId, Arc<Op>>,
+    /// Ids past their origin's counter (outside a loose range) that the
+    /// committed order voided: they never come, and delivery goes past
+    /// them.
+    voided: std::collections::BTreeSet<OpId>,
     /// The bound on `buffer`.
     buffer_max: usize,
 }
@@ -67,6 +71,7 @@ impl Fifo {
             loose: BTreeMap::new(),
             delivered: BTreeMap::new(),
             buffer: BTreeMap::new(),
+            voided: std::collections::BTreeSet::new(),
             buffer_max,
         }
     }
@@ -128,14 +133,23 @@ impl Fifo {
         }
     }
 
-    /// Count `id` as delivered without its payload (it was voided). Voided
-    /// ids lie in their origin's loose range; one outside it is delivered
-    /// already or never voided, and is left as it is.
-    pub(crate) fn void(&mut self, id: OpId) {
+    /// Count `id` as delivered without its payload (it was voided): in its
+    /// origin's loose range, as got; past its origin's counter (a replica
+    /// that restarted before its peers' checkpoints covered the void, so
+    /// its counter stops at the gap), as skipped — ops buffered after it
+    /// are delivered into `deliver`. One at or below the counter is
+    /// delivered already.
+    pub(crate) fn void(&mut self, id: OpId, deliver: &mut Vec<Arc<Op>>) {
         if let Some(l) = self.loose.get_mut(&id.origin) {
             if l.covers(id.seq) {
                 l.got.insert(id.seq);
+                return;
             }
+        }
+        if id.seq > self.counter(id.origin) {
+            self.buffer.remove(&id);
+            self.voided.insert(id);
+            self.drain(id.origin, deliver);
         }
     }
 
@@ -162,6 +176,7 @@ impl Fifo {
         if through <= base {
             return;
         }
+        let extended = self.loose.contains_key(&origin);
         let l = self.loose.entry(origin).or_insert_with(|| Loose {
             base,
             ..Loose::default()
@@ -170,7 +185,13 @@ impl Fifo {
             return;
         }
         let already = (l.through.max(l.base) + 1)..=through.min(counter);
-        l.got.extend(already.filter(|seq| held(*seq)));
+        if extended {
+            // Past the old range, up to the counter: delivered in order
+            // (held, or committed and collected since).
+            l.got.extend(already);
+        } else {
+            l.got.extend(already.filter(|seq| held(*seq)));
+        }
         l.through = through;
         let waiting: Vec<OpId> = self
             .buffer
@@ -244,7 +265,7 @@ impl Fifo {
             }
         }
         let counter = self.counter(id.origin);
-        if id.seq <= counter || self.buffer.contains_key(&id) {
+        if id.seq <= counter || self.buffer.contains_key(&id) || self.voided.contains(&id) {
             return Received::Duplicate;
         }
         if id.seq - 1 == counter {
@@ -285,7 +306,12 @@ impl Fifo {
         loop {
             let c = self.counter(origin);
             let Some(next) = c.checked_add(1) else { return };
-            let Some(op) = self.buffer.remove(&OpId::new(origin, next)) else {
+            let id = OpId::new(origin, next);
+            if self.voided.remove(&id) {
+                self.delivered.insert(origin, next);
+                continue;
+            }
+            let Some(op) = self.buffer.remove(&id) else {
                 return;
             };
             self.delivered.insert(origin, next);

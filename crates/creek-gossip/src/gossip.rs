@@ -126,6 +126,16 @@ impl Gossip {
         for op in held {
             if gossip.fifo.has_delivered(op.id) {
                 gossip.store.insert(op);
+            } else {
+                // Past a gap in its origin's seqs (ops voided after the
+                // checkpoint, or still being taken back by a restarted
+                // origin): waits, buffered, until the gap is voided or
+                // opened; peers' pulls are answered from the buffer meanwhile.
+                let mut delivered = Vec::new();
+                gossip.fifo.receive(op, &mut delivered);
+                for op in delivered {
+                    gossip.store.insert(op);
+                }
             }
         }
         Ok(gossip)
@@ -288,7 +298,13 @@ impl Gossip {
     /// origin's data): it counts as delivered, and a copy that arrives later
     /// is a duplicate.
     pub fn void(&mut self, id: OpId) {
-        self.fifo.void(id);
+        let start = self.delivered_out.len();
+        self.fifo.void(id, &mut self.delivered_out);
+        let new: Vec<Arc<Op>> = self.delivered_out[start..].to_vec();
+        self.stats.ops_delivered += new.len() as u64;
+        for op in new {
+            self.store.insert(op);
+        }
     }
 
     /// `peer` lost its data: what it reported holding is gone (payloads are

@@ -20,7 +20,7 @@ pub mod ready;
 pub mod timing;
 pub mod transfer;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -31,13 +31,13 @@ use creek_core::{
 };
 use creek_exec::{Completion, Registry, Task};
 use creek_gossip::{Gossip, GossipConfig, GossipStats};
-use creek_wire::{Limits, PeerMessage, SnapshotMessage};
+use creek_wire::{GossipMessage, Limits, PeerMessage, SnapshotMessage};
 use membership::Membership;
 use transfer::{Fetched, Transfers};
 
 pub use group::GroupError;
 pub use membership::{Identity, Standing};
-pub use ready::{CheckpointJob, HoldQueue, Ready, Write};
+pub use ready::{CheckpointJob, HoldQueue, OwnSeqs, Ready, Write};
 pub use timing::LinkTiming;
 use timing::Timing;
 pub use transfer::{FetchStatus, TransferDone, TransferJob, TransferStats};
@@ -84,6 +84,11 @@ pub struct NodeConfig {
     /// told that it lost its data joins anyway, empty, as a voter. Only for
     /// validating the checkers; never set in production.
     pub planted_amnesiac_voter: bool,
+    /// Planted bug (the simulator's `--plant-bug forget-sent-ops`): a
+    /// restarted replica does not take back the own ops it sent before
+    /// their write was durable, and issues their ids again. Only for
+    /// validating the checkers; never set in production.
+    pub planted_forget_sent_ops: bool,
 }
 
 impl NodeConfig {
@@ -96,7 +101,11 @@ impl NodeConfig {
                 "tick_us and pending_writes_max must be positive".into(),
             ));
         }
-        if (self.planted_send_before_durable || self.planted_amnesiac_voter) && !PLANTED_BUGS {
+        if (self.planted_send_before_durable
+            || self.planted_amnesiac_voter
+            || self.planted_forget_sent_ops)
+            && !PLANTED_BUGS
+        {
             return Err(NodeError::Inconsistent(creek_core::PLANTED_BUGS_OFF.into()));
         }
         let me = self.replica.id;
@@ -125,6 +134,7 @@ impl NodeConfig {
             rebuild_despite_data_loss: false,
             planted_send_before_durable: false,
             planted_amnesiac_voter: false,
+            planted_forget_sent_ops: false,
         }
     }
 }
@@ -160,6 +170,9 @@ pub struct Node<S: CabStorage> {
     /// global position, see `Replica::committed_len`).
     committed_told: u64,
     outbox: Vec<(ReplicaId, PeerMessage)>,
+    /// Messages that may leave before this replica's pending writes are
+    /// durable (see [`Ready::early`]).
+    early: Vec<(ReplicaId, PeerMessage)>,
     views: Vec<View>,
     /// Frames refused by the decoder.
     refused_frames: u64,
@@ -188,12 +201,22 @@ pub struct Node<S: CabStorage> {
     /// writes that compact the log to it, so a restart finds both or
     /// neither).
     installed: Option<Checkpoint>,
-    /// Rebuilt after losing its data: the last own seq from before (told to
-    /// peers in hellos; 0 otherwise).
+    /// The last own seq of a previous life that may have reached peers
+    /// without reaching this replica's disk — after a rebuild, every seq
+    /// issued before the data was lost; after a crash, every seq the
+    /// reservation covered (see [`RESERVE_AHEAD`]) — told to peers in
+    /// hellos (0: none).
     own_floor: u64,
     /// Ticks left to take back own ops up to `own_floor` before the rest
     /// counts as lost (see [`RECLAIM_TICKS`]).
     reclaim_ticks: u64,
+    /// The own ops taken back are those after this seq (a crashed replica
+    /// holds every own op up to the last it made durable; a rebuilt one
+    /// takes back all).
+    reclaim_base: u64,
+    /// After a crash: the own seqs being taken back, recorded on disk until
+    /// the committed order settles them (see [`OwnSeqs::reclaiming`]).
+    reclaiming: Option<(u64, u64)>,
     /// The group's initial members (the configuration's).
     initial_group: Vec<ReplicaId>,
     /// Addresses of members added since the group formed (see [`group`]).
@@ -217,6 +240,8 @@ pub struct Kept {
     /// The group directory: addresses of members added since the group
     /// formed (see [`group`]).
     pub directory: Directory,
+    /// The replica's record of its own seqs (see [`Write::own_seqs`]).
+    pub own_seqs: OwnSeqs,
 }
 
 /// What the node knows of its writes.
@@ -230,6 +255,8 @@ struct Durability {
     failed: Option<String>,
     /// Take even a lazy (commit-index-only) log write at the next `ready`.
     sync_lazy: bool,
+    /// Shutting down cleanly (see [`Node::sync_pending_writes`]).
+    closing: bool,
     checkpoint_every_ticks: u64,
     /// Refuse client invocations at this many pending writes (0: never).
     pending_writes_max: u64,
@@ -245,7 +272,41 @@ struct Durability {
     /// A background checkpoint reported durable: the next write compacts the
     /// log and drops the payloads it covers.
     checkpoint_done: Option<JobMark>,
+    /// Writes handed out and not yet durable, with what their durability
+    /// tells the rooms.
+    in_flight: VecDeque<InFlight>,
+    /// The own seqs recorded in the last write handed out, and the seqs a
+    /// durable write reserved (see [`RESERVE_AHEAD`]).
+    own_seqs: OwnSeqs,
+    reserved_durable: u64,
+    forget_sent_ops: bool,
 }
+
+/// A write handed out and not yet durable.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    seq: u64,
+    /// CAB's mark for the log writes in it (see `Cab::take_writes`; 0: none).
+    cab_mark: u64,
+    /// The own seqs it reserves (0: none).
+    reserved: u64,
+    /// It records the replica's identity: nothing may leave ahead of it.
+    identity: bool,
+}
+
+/// Own ops may reach peers before the write with their payload is durable
+/// (a leader's appends leave while its own write is in flight, and the
+/// payloads they name must keep up), but only up to a seq that a durable
+/// write *reserved*: each write reserves this many seqs past the last one
+/// issued once fewer than half of them are left. A replica that restarts
+/// after a crash cannot tell which of the reserved seqs reached a peer, so
+/// it takes them all back as a rebuilt replica takes back the ops it lost
+/// with its disk: it resumes issuing past the reservation, pulls its own
+/// ops in that range from its peers, and has the committed order void
+/// those no peer gave back ([`Node::reclaim_own_ops`]). No id is ever
+/// issued twice, and none of the ops is waited for. A clean shutdown
+/// lowers the reservation to what was issued.
+pub const RESERVE_AHEAD: u64 = 1024;
 
 /// What the node remembers of a [`CheckpointJob`].
 #[derive(Clone, Copy, Debug)]
@@ -296,6 +357,7 @@ impl Durability {
             pending_writes_max: config.pending_writes_max,
             checkpointed_len,
             send_before_durable: PLANTED_BUGS && config.planted_send_before_durable,
+            forget_sent_ops: PLANTED_BUGS && config.planted_forget_sent_ops,
             ..Durability::default()
         }
     }
@@ -350,12 +412,15 @@ impl<S: CabStorage> Node<S> {
             installed: None,
             own_floor: 0,
             reclaim_ticks: 0,
+            reclaim_base: 0,
+            reclaiming: None,
             committed_told: replica.committed_len(),
             replica,
             gossip,
             cab,
             limits,
             outbox: Vec::new(),
+            early: Vec::new(),
             views: Vec::new(),
             refused_frames: 0,
             ticks_since_adoption: 0,
@@ -405,6 +470,7 @@ impl<S: CabStorage> Node<S> {
             ops,
             identity,
             directory,
+            own_seqs,
         } = kept;
         let applied = checkpoint.as_ref().map_or(0, |c| c.cab_applied);
         check_storage(&config.cab, &storage, applied)?;
@@ -465,6 +531,28 @@ impl<S: CabStorage> Node<S> {
         node.directory = directory;
         node.aim_at_group();
         node.own_floor = node.membership.identity().floor;
+        // Own ops up to the reservation may have reached peers and not this
+        // disk: taken back, never issued again (see [`RESERVE_AHEAD`]).
+        node.durability.own_seqs = own_seqs;
+        node.durability.reserved_durable = own_seqs.reserved;
+        let issued = node.replica.last_issued_seq();
+        let mut reclaim = own_seqs.reclaiming;
+        if own_seqs.reserved > issued {
+            reclaim = Some(match reclaim {
+                Some((after, through)) => (after.min(issued), through.max(own_seqs.reserved)),
+                None => (issued, own_seqs.reserved),
+            });
+        }
+        if node.durability.forget_sent_ops {
+            reclaim = None;
+        }
+        if let Some((after, through)) = reclaim {
+            if node.own_floor == 0 {
+                node.reclaim_base = after;
+            }
+            node.own_floor = node.own_floor.max(through);
+            node.reclaiming = Some((after, through));
+        }
         node.cab.catch_up_to(node.membership.identity().catch_up_to);
         node.reclaim_own_ops();
         node.adopt_tentative_strong_ops();
@@ -703,13 +791,15 @@ impl<S: CabStorage> Node<S> {
         }
     }
 
-    /// A replica rebuilt after it lost its data takes back its own ops up
-    /// to [`Node::own_floor`] from its peers, in any order; those no peer
-    /// kept were lost with its data.
+    /// A replica rebuilt after it lost its data, or restarted after a crash
+    /// took back ops it had sent (see [`RESERVE_AHEAD`]), takes back its own
+    /// ops up to [`Node::own_floor`] from its peers, in any order; those no
+    /// peer kept were lost with its disk.
     fn reclaim_own_ops(&mut self) {
         if self.own_floor > 0 {
             let own = self.id();
-            self.gossip.open_range(own, 0, self.own_floor);
+            self.gossip
+                .open_range(own, self.reclaim_base, self.own_floor);
             self.replica.reclaim_own(self.own_floor);
             self.deliver_gossip();
             self.reclaim_ticks = RECLAIM_TICKS;
@@ -743,6 +833,8 @@ impl<S: CabStorage> Node<S> {
         for seqs in lost.chunks(creek_exec::void::VOID_BATCH_MAX) {
             self.replica.void_own(seqs, now_us);
         }
+        // Settled: the void ops are written with the record that says so.
+        self.reclaiming = None;
         self.pump();
     }
 
@@ -929,6 +1021,7 @@ impl<S: CabStorage> Node<S> {
             .take_messages()
             .into_iter()
             .map(|(to, m)| (to, PeerMessage::Snapshot(m)));
+        let mut early = std::mem::take(&mut self.early);
         if self.durability.failed.is_some() {
             // The disk failed: nothing may leave that a write backs, and
             // nothing more is written (views of tentative results still go).
@@ -937,6 +1030,9 @@ impl<S: CabStorage> Node<S> {
                 views,
                 ..Ready::default()
             };
+        }
+        if !self.early_allowed() {
+            out.append(&mut early);
         }
         let (write, checkpoint) = self.take_write();
         let group = std::mem::take(&mut self.group_changed).then(|| self.group());
@@ -949,6 +1045,7 @@ impl<S: CabStorage> Node<S> {
         messages.extend(transfers);
         Ready {
             write,
+            early,
             messages,
             held,
             hold_until: self.durability.written,
@@ -1044,29 +1141,40 @@ impl<S: CabStorage> Node<S> {
             || directory.is_some()
             || job.is_some();
         d.sync_lazy = false;
-        let log = if take_log {
+        let closing = d.closing;
+        let (log, cab_mark) = if take_log {
             self.cab.take_writes()
         } else {
-            creek_cab::LogWrites::default()
+            (creek_cab::LogWrites::default(), 0)
         };
+        let own_seqs = self.own_seqs(closing);
         let write = if log.is_empty()
             && ops.is_empty()
             && installed.is_none()
             && dropped.is_empty()
             && identity.is_none()
             && directory.is_none()
+            && own_seqs.is_none()
         {
             None
         } else {
-            self.durability.written += 1;
+            let d = &mut self.durability;
+            d.written += 1;
+            d.in_flight.push_back(InFlight {
+                seq: d.written,
+                cab_mark,
+                reserved: own_seqs.map_or(0, |o| o.reserved),
+                identity: identity.is_some(),
+            });
             Some(Write {
-                seq: self.durability.written,
+                seq: d.written,
                 log,
                 ops,
                 checkpoint: installed,
                 dropped,
                 identity,
                 directory,
+                own_seqs,
             })
         };
         let d = &mut self.durability;
@@ -1134,20 +1242,68 @@ impl<S: CabStorage> Node<S> {
     }
 
     /// The next [`Node::ready`] takes every pending log write, lazy ones
-    /// included (before a clean shutdown).
+    /// included, and lowers the own-seq reservation to what was issued:
+    /// call before a clean shutdown, after the last invocation.
     pub fn sync_pending_writes(&mut self) {
         self.durability.sync_lazy = true;
+        self.durability.closing = true;
     }
 
     /// Writes up to `seq` are durable (reports may come late or repeat).
+    /// Consensus counts the log writes among them (a leader counts itself
+    /// toward a commit only now), and own ops they reserve may be sent
+    /// early; call [`Node::ready`] next.
     pub fn on_durable(&mut self, seq: u64) {
+        let d = &mut self.durability;
         // Paired with `take_write`: only a write handed out can be durable.
         assert!(
-            seq <= self.durability.written,
+            seq <= d.written,
             "write {seq} reported durable, but only {} were handed out",
-            self.durability.written
+            d.written
         );
-        self.durability.durable = self.durability.durable.max(seq);
+        d.durable = d.durable.max(seq);
+        let mut cab_mark = 0;
+        while d.in_flight.front().is_some_and(|w| w.seq <= seq) {
+            if let Some(w) = d.in_flight.pop_front() {
+                cab_mark = cab_mark.max(w.cab_mark);
+                d.reserved_durable = d.reserved_durable.max(w.reserved);
+            }
+        }
+        if cab_mark > 0 && d.failed.is_none() {
+            self.cab.on_persisted(cab_mark);
+            self.pump();
+        }
+    }
+
+    /// The record of own seqs for the next write, if it changed (see
+    /// [`RESERVE_AHEAD`]): more seqs reserved once fewer than half are
+    /// left, and at a clean shutdown (`closing`) no more than were issued;
+    /// the seqs being taken back until they are settled.
+    fn own_seqs(&mut self, closing: bool) -> Option<OwnSeqs> {
+        let issued = self.replica.last_issued_seq();
+        let d = &mut self.durability;
+        let reserved = if closing {
+            issued
+        } else if issued + RESERVE_AHEAD / 2 > d.own_seqs.reserved {
+            issued + RESERVE_AHEAD
+        } else {
+            d.own_seqs.reserved
+        };
+        let next = OwnSeqs {
+            reserved,
+            reclaiming: self.reclaiming,
+        };
+        (next != d.own_seqs).then(|| {
+            d.own_seqs = next;
+            next
+        })
+    }
+
+    /// Whether messages that do not wait for this replica's disk may leave
+    /// now: it is a member, and no write of its identity is pending (its
+    /// hellos come first).
+    fn early_allowed(&self) -> bool {
+        self.membership.is_member() && !self.durability.in_flight.iter().any(|w| w.identity)
     }
 
     /// A write failed: the replica must stop (after an fsync error nothing
@@ -1155,6 +1311,7 @@ impl<S: CabStorage> Node<S> {
     pub fn on_disk_failure(&mut self, why: String) {
         self.durability.failed.get_or_insert(why);
         self.outbox.clear();
+        self.early.clear();
     }
 
     /// The last write handed out.
@@ -1168,11 +1325,29 @@ impl<S: CabStorage> Node<S> {
         self.timing.status()
     }
 
-    /// Gossip's messages into the outbox.
+    /// Gossip's messages into the outbox, or with the early ones when they
+    /// claim nothing about this replica's disk: pulls, and payloads whose
+    /// own ops a durable write reserved (another origin's op relayed is the
+    /// receiver's to keep either way). Digests report what is held here,
+    /// so they wait.
     fn take_gossip_messages(&mut self) {
-        let out = self.gossip.take_messages();
-        self.outbox
-            .extend(out.into_iter().map(|(to, m)| (to, PeerMessage::Gossip(m))));
+        let me = self.id();
+        let reserved = self.durability.reserved_durable;
+        for (to, m) in self.gossip.take_messages() {
+            let early = match &m {
+                GossipMessage::Pull { .. } => true,
+                GossipMessage::Ops(ops) => ops
+                    .iter()
+                    .all(|op| op.id.origin != me || op.id.seq <= reserved),
+                GossipMessage::Digest { .. } => false,
+            };
+            let out = if early {
+                &mut self.early
+            } else {
+                &mut self.outbox
+            };
+            out.push((to, PeerMessage::Gossip(m)));
+        }
     }
 
     /// Move work between the rooms until nothing changes.
@@ -1200,12 +1375,17 @@ impl<S: CabStorage> Node<S> {
                     }
                 }
             }
+            // A void may let ops buffered behind it through.
+            self.deliver_gossip();
             // Payloads go out before the consensus messages that name them,
             // so a follower finds an op's payload already there when the
             // append arrives (instead of holding the append and pulling).
             self.take_gossip_messages();
             let replica = &self.replica;
             self.cab.poll(&|id| replica.holds_payloads(id));
+            let early = self.cab.take_early_messages();
+            self.early
+                .extend(early.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
             let cab_out = self.cab.take_messages();
             self.outbox
                 .extend(cab_out.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));

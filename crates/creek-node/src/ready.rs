@@ -9,9 +9,11 @@
 //! 1. feed the node its inputs (invocations, peer frames, ticks, finished
 //!    executions);
 //! 2. [`Node::ready`](crate::Node::ready) returns everything the driver must
-//!    do: a [`Write`] to persist (numbered `1, 2, …`), [`Ready::messages`]
-//!    that may leave now, [`Ready::held`] messages that may leave only once
-//!    write [`Ready::hold_until`] is durable, and the views for clients;
+//!    do: a [`Write`] to persist (numbered `1, 2, …`), [`Ready::early`]
+//!    messages that leave at once whatever is pending, [`Ready::messages`]
+//!    that may leave now after those held before them, [`Ready::held`]
+//!    messages that may leave only once write [`Ready::hold_until`] is
+//!    durable, and the views for clients;
 //! 3. persist writes in order; when the disk reports write `s` durable (and
 //!    with it every earlier one), tell the node with
 //!    [`Node::on_durable`](crate::Node::on_durable) and send what the
@@ -21,14 +23,27 @@
 //!
 //! # The hold rule
 //!
-//! No peer learns anything that a crash could take back: every message is
-//! held until every write handed out before it is durable. Raft's contract
-//! follows (a vote or an append acknowledgement leaves only once it is
-//! persisted; a leader's appends leave only once its own log is durable), and
-//! so does gossip's (a peer never sees an op its origin could forget, so a
-//! restarted origin never reuses an id). Views are never held: a tentative
-//! view is speculative, and a final view follows a commit, which a majority
-//! acknowledged only after persisting the op's position and payload.
+//! No peer learns anything that a crash could take back *as a claim*: a
+//! message that states what this replica holds or decided — a vote, an
+//! append acknowledgement, a digest, a hello — is held until every write
+//! handed out before it is durable. Three kinds claim nothing and leave at
+//! once ([`Ready::early`]), so that an op's way through consensus costs one
+//! disk write and not two in sequence:
+//!
+//! - a leader's appends and heartbeats (raft thesis §10.2.1): the leader
+//!   writes its log while its followers write theirs, and counts itself
+//!   toward a commit only once its own write is durable
+//!   ([`Node::on_durable`](crate::Node::on_durable) tells consensus);
+//! - ids forwarded to the leader, and gossip pulls;
+//! - op payloads, own ops only up to a seq a durable write reserved
+//!   ([`RESERVE_AHEAD`](crate::RESERVE_AHEAD)): a peer may then hold an
+//!   own op this replica's crash takes back, so a restarted replica issues
+//!   its ids past the reservation and takes the ops back from its peers
+//!   (gossip's rule that an id is never issued twice holds).
+//!
+//! Views are never held: a tentative view is speculative, and a final view
+//! follows a commit, which a majority acknowledged only after persisting the
+//! op's position and payload.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -45,7 +60,11 @@ use crate::membership::Identity;
 pub struct Ready {
     /// Persist this, after every earlier write.
     pub write: Option<Write>,
-    /// Messages that may leave now.
+    /// Messages that leave at once, even ahead of messages still held:
+    /// they claim nothing about this replica's disk (see the module's hold
+    /// rule).
+    pub early: Vec<(ReplicaId, PeerMessage)>,
+    /// Messages that may leave now, after those held before them.
     pub messages: Vec<(ReplicaId, PeerMessage)>,
     /// Messages that may leave only once write [`Ready::hold_until`] is
     /// durable.
@@ -115,6 +134,22 @@ pub struct Write {
     /// The addresses of members added since the group was formed, when
     /// they changed (the configuration itself is in `log`).
     pub directory: Option<Directory>,
+    /// The replica's record of its own seqs, when it changed (kept as
+    /// [`Kept::own_seqs`](crate::Kept::own_seqs)).
+    pub own_seqs: Option<OwnSeqs>,
+}
+
+/// What a replica records about its own seqs besides its ops (see
+/// [`RESERVE_AHEAD`](crate::RESERVE_AHEAD)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnSeqs {
+    /// Own ops up to this seq may reach peers before they reach this disk;
+    /// a restart takes back those its disk lacks.
+    pub reserved: u64,
+    /// Own seqs in `(after, through]` being taken back from peers after a
+    /// crash, not yet settled by the committed order: a restart takes them
+    /// back again.
+    pub reclaiming: Option<(u64, u64)>,
 }
 
 impl Write {

@@ -82,9 +82,12 @@ pub enum Event {
         /// The frame, as received.
         frame: Bytes,
     },
-    /// The persister failed (the message is in [`Durability`]). Successes
-    /// need no event: the persister's callback releases held frames itself.
+    /// The persister failed (the message is in [`Durability`]).
     DiskFailure,
+    /// A write consensus waits for is durable (the persister's callback
+    /// released the frames it held itself; the loop tells consensus, so a
+    /// leader counts its own write toward a commit).
+    Durable,
     /// The protocol clock.
     Tick,
     /// A status request.
@@ -132,6 +135,9 @@ pub struct Durability {
     failure: std::sync::Mutex<Option<String>>,
     /// When each write became durable, for the loop's stage timings.
     durable_at: std::sync::Mutex<Vec<(u64, Instant)>>,
+    /// The loop wants an [`Event::Durable`] for every report at or past
+    /// this write: its first pending write with consensus writes (0: none).
+    wake_at: std::sync::atomic::AtomicU64,
     held: std::sync::Mutex<HoldQueue<(creek_core::ReplicaId, Bytes)>>,
     transport: std::sync::OnceLock<Arc<Transport>>,
 }
@@ -147,6 +153,11 @@ impl Durability {
                 me.release();
                 if let Ok(mut at) = me.durable_at.lock() {
                     at.push((seq, Instant::now()));
+                }
+                let want = me.wake_at.load(Ordering::Acquire);
+                if want != 0 && seq >= want {
+                    // Full: the loop is busy and sees it in its next turn.
+                    let _ = events.try_send(Event::Durable);
                 }
             }
             Err(e) => {
@@ -174,12 +185,9 @@ impl Durability {
 
     /// Send every held frame the durable batches allow, in order.
     fn release(&self) {
-        if self.failure().is_some() {
+        if self.failure().is_some() || self.transport.get().is_none() {
             return;
         }
-        let Some(transport) = self.transport.get() else {
-            return;
-        };
         let Ok(mut q) = self.held.lock() else {
             return;
         };
@@ -190,6 +198,17 @@ impl Durability {
         for (to, frame) in released {
             by_peer.entry(to).or_default().push(frame);
         }
+        self.send_now(by_peer);
+    }
+
+    /// Send frames at once, one write per peer.
+    fn send_now(&self, by_peer: BTreeMap<creek_core::ReplicaId, Vec<Bytes>>) {
+        if by_peer.is_empty() || self.failure().is_some() {
+            return;
+        }
+        let Some(transport) = self.transport.get() else {
+            return;
+        };
         for (to, frames) in by_peer {
             transport.send_all(to, frames);
         }
@@ -357,6 +376,9 @@ pub struct NodeLoop {
     limits: Limits,
     routes: HashMap<ExecKey, Route>,
     unpersisted: Unpersisted,
+    /// Writes with consensus writes in them, submitted and not yet durable
+    /// (see [`Durability::wake_at`]).
+    log_writes: std::collections::VecDeque<u64>,
     failed: Option<Fatal>,
     epoch: Instant,
     ticks: u64,
@@ -403,6 +425,7 @@ impl NodeLoop {
             limits: config.limits,
             routes: HashMap::new(),
             unpersisted: Unpersisted::default(),
+            log_writes: std::collections::VecDeque::new(),
             failed: None,
             epoch: Instant::now(),
             ticks: 0,
@@ -455,11 +478,17 @@ impl NodeLoop {
         match event {
             Event::Invoke(inv) => self.invoke(inv),
             Event::Frame { from, frame } => {
+                // The frame may answer one the persister's callback released:
+                // consensus must count the write that released it first (a
+                // candidate's votes come back only after its own write).
+                self.node.on_durable(self.durability.durable());
                 if self.node.on_frame(from, &frame).is_err() {
                     tracing::debug!(%from, "refused a malformed peer frame");
                 }
             }
             Event::DiskFailure => self.check_disk(),
+            // The turn's flush tells the node.
+            Event::Durable => {}
             Event::Tick => self.tick(),
             Event::Status(reply) => {
                 let _ = reply.send(self.status());
@@ -662,7 +691,13 @@ impl NodeLoop {
 
     /// End of a turn: carry out the node's `Ready`.
     fn flush(&mut self) {
-        self.node.on_durable(self.durability.durable());
+        let durable = self.durability.durable();
+        self.node.on_durable(durable);
+        while self.log_writes.front().is_some_and(|s| *s <= durable) {
+            self.log_writes.pop_front();
+        }
+        let first = self.log_writes.front().copied().unwrap_or(0);
+        self.durability.wake_at.store(first, Ordering::Release);
         self.time_persisted();
         if let Some(p) = &self.persister {
             self.node.on_checkpoint_durable(p.checkpoint_durable());
@@ -691,6 +726,11 @@ impl NodeLoop {
             // The write first: the checkpoint waits for it.
             if let Some(write) = ready.write {
                 self.unpersisted.by_write.hold(write.seq, invoked);
+                if !write.log.is_empty() {
+                    self.log_writes.push_back(write.seq);
+                    let first = self.log_writes.front().copied().unwrap_or(0);
+                    self.durability.wake_at.store(first, Ordering::Release);
+                }
                 p.submit(write);
             }
             if let Some(job) = ready.checkpoint {
@@ -710,6 +750,15 @@ impl NodeLoop {
         if !frames.is_empty() {
             self.durability.hold(ready.hold_until, frames);
         }
+        // Then what waits for no write, ahead of what is still held.
+        let mut early: BTreeMap<creek_core::ReplicaId, Vec<Bytes>> = BTreeMap::new();
+        for (to, msg) in ready.early {
+            match creek_wire::encode(&msg, &self.limits) {
+                Ok(frame) => early.entry(to).or_default().push(frame),
+                Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
+            }
+        }
+        self.durability.send_now(early);
     }
 
     /// Run state-transfer work (encoding a checkpoint to serve, decoding

@@ -167,6 +167,7 @@ impl Server {
             Some("deliver-on-propose") => node_config.cab.planted_deliver_on_propose = true,
             Some("send-before-durable") => node_config.planted_send_before_durable = true,
             Some("amnesiac-voter") => node_config.planted_amnesiac_voter = true,
+            Some("forget-sent-ops") => node_config.planted_forget_sent_ops = true,
             _ => {}
         }
         if let Some(bug) = &config.plant_bug {

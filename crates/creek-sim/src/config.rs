@@ -101,11 +101,14 @@ pub enum PlantedBug {
     ForgetUnsyncedTail,
     /// A replica that lost its disk joins again, empty, as a voter.
     AmnesiacVoter,
+    /// A restarted replica does not take back the own ops it sent before
+    /// their write was durable, and issues their ids again.
+    ForgetSentOps,
 }
 
 impl PlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, PlantedBug); 7] = [
+    pub const ALL: [(&'static str, PlantedBug); 8] = [
         ("skip-invalidation", PlantedBug::SkipInvalidation),
         ("deliver-without-cab", PlantedBug::DeliverWithoutCab),
         ("ignore-causal-context", PlantedBug::IgnoreCausalContext),
@@ -113,6 +116,7 @@ impl PlantedBug {
         ("send-before-durable", PlantedBug::SendBeforeDurable),
         ("forget-unsynced-tail", PlantedBug::ForgetUnsyncedTail),
         ("amnesiac-voter", PlantedBug::AmnesiacVoter),
+        ("forget-sent-ops", PlantedBug::ForgetSentOps),
     ];
 
     /// Parse a command-line name.

@@ -410,6 +410,7 @@ impl CreekReplica {
         self.views.extend(ready.views);
         self.outbox.extend(ready.messages);
         self.held.hold(ready.hold_until, ready.held);
+        self.outbox.extend(ready.early);
         if let Some(w) = ready.write {
             self.queued.push((w, None));
         }
@@ -463,13 +464,16 @@ impl CreekReplica {
         DiskPoll::SyncStarted
     }
 
-    /// Writes up to `seq` are durable: tell the node, release what waited.
+    /// Writes up to `seq` are durable: tell the node, release what waited,
+    /// carry out what follows (a leader's commit once its own write is
+    /// durable).
     fn durable(&mut self, seq: u64) {
         if let Some(node) = self.node.as_mut() {
             node.on_durable(seq);
         }
         let released = self.held.release(seq);
         self.outbox.extend(released);
+        self.collect();
     }
 }
 

@@ -372,6 +372,7 @@ impl Sim {
                 }
                 Some(PlantedBug::SendBeforeDurable) => config.planted_send_before_durable = true,
                 Some(PlantedBug::AmnesiacVoter) => config.planted_amnesiac_voter = true,
+                Some(PlantedBug::ForgetSentOps) => config.planted_forget_sent_ops = true,
                 Some(PlantedBug::ForgetUnsyncedTail) | None => {}
             }
             let storage = MemCabStorage::new(voters.clone());

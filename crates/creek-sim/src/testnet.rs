@@ -310,7 +310,12 @@ impl TestNet {
             self.committed_at.entry((i, *id)).or_insert(now);
         }
         self.committed_seen[i] = committed.len();
-        for (to_id, msg) in ready.messages.into_iter().chain(ready.held) {
+        for (to_id, msg) in ready
+            .messages
+            .into_iter()
+            .chain(ready.held)
+            .chain(ready.early)
+        {
             let to = usize::from(to_id.0).saturating_sub(1);
             self.send(i, to, msg);
         }

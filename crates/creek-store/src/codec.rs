@@ -13,14 +13,17 @@
 //!   (joining) or 1 followed by `count` and `count` × (`replica` ≤ u16,
 //!   `nonce`), the founders in replica order; then, only for a replica
 //!   rebuilt from a peer's checkpoint, its `floor` and `catch_up_to`.
+//! * **Own seqs** (`creek_node::OwnSeqs`): varint `reserved`, then 0, or 1
+//!   followed by the varints `after` < `through` of the range being taken
+//!   back.
 //!
-//! Nothing may follow. Decoding is total: any byte string yields an
-//! identity or [`StoreError::Corrupt`], never a panic, and
-//! allocates in proportion to the input.
+//! Nothing may follow. Decoding is total: any byte string yields a record
+//! or [`StoreError::Corrupt`], never a panic, and allocates in proportion
+//! to the input.
 
 use creek_core::{Checkpoint, ReplicaId};
 use creek_exec::varint;
-use creek_node::Identity;
+use creek_node::{Identity, OwnSeqs};
 use creek_wire::Limits;
 
 use crate::StoreError;
@@ -155,6 +158,48 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
     })
 }
 
+/// Encode a replica's record of its own seqs: the seqs reserved, then a
+/// flag and the range being taken back (varints).
+pub fn encode_own_seqs(own: &OwnSeqs) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12);
+    varint::put(&mut out, own.reserved);
+    match own.reclaiming {
+        None => out.push(0),
+        Some((after, through)) => {
+            out.push(1);
+            varint::put(&mut out, after);
+            varint::put(&mut out, through);
+        }
+    }
+    out
+}
+
+/// Decode what [`encode_own_seqs`] wrote.
+pub fn decode_own_seqs(bytes: &[u8]) -> Result<OwnSeqs, StoreError> {
+    let mut r = Reader { buf: bytes, pos: 0 };
+    let reserved = r.varint()?;
+    let reclaiming = match r.byte()? {
+        0 => None,
+        1 => {
+            let (after, through) = (r.varint()?, r.varint()?);
+            if after >= through {
+                return Err(corrupt(format!(
+                    "own seqs: empty range ({after}, {through}] taken back"
+                )));
+            }
+            Some((after, through))
+        }
+        b => return Err(corrupt(format!("own seqs: unknown range flag {b}"))),
+    };
+    if r.pos != bytes.len() {
+        return Err(corrupt("own seqs: trailing bytes".to_owned()));
+    }
+    Ok(OwnSeqs {
+        reserved,
+        reclaiming,
+    })
+}
+
 fn corrupt(why: String) -> StoreError {
     StoreError::Corrupt(why)
 }
@@ -227,6 +272,29 @@ mod tests {
             longer.push(0);
             prop_assert!(decode_identity(&longer).is_err());
         }
+    }
+
+    #[test]
+    fn own_seqs_round_trip_and_damage_is_refused() {
+        for own in [
+            OwnSeqs::default(),
+            OwnSeqs {
+                reserved: 1 << 40,
+                reclaiming: Some((300, 1324)),
+            },
+        ] {
+            let bytes = encode_own_seqs(&own);
+            assert_eq!(decode_own_seqs(&bytes).unwrap(), own);
+            for n in 0..bytes.len() {
+                assert!(decode_own_seqs(&bytes[..n]).is_err());
+            }
+            let mut longer = bytes;
+            longer.push(0);
+            assert!(decode_own_seqs(&longer).is_err());
+        }
+        // An empty range, an unknown flag.
+        assert!(decode_own_seqs(&[5, 1, 9, 9]).is_err());
+        assert!(decode_own_seqs(&[5, 2]).is_err());
     }
 
     #[test]

@@ -70,7 +70,7 @@
 //! | table | key → value |
 //! |---|---|
 //! | `raft_log` | index (`u64`) → entry, protobuf |
-//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"conf_index"` → the log index of the last configuration change applied; `"directory"` → the addresses of members added since the group formed; `"identity"` → the replica's identity in its cluster; `"checkpoint"` → which stored checkpoint is the latest ([`codec::CheckpointRef`]); `"log_base"` → where the compacted log starts |
+//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"conf_index"` → the log index of the last configuration change applied; `"directory"` → the addresses of members added since the group formed; `"identity"` → the replica's identity in its cluster; `"checkpoint"` → which stored checkpoint is the latest ([`codec::CheckpointRef`]); `"log_base"` → where the compacted log starts; `"own_seqs"` → the replica's record of its own seqs ([`codec::encode_own_seqs`]: the seqs reserved, which may have reached peers first, and a range being taken back after a crash) |
 //! | `ops` | (origin `u16`, seq `u64`) → op, `creek_wire::encode_op` |
 //! | `checkpoint_chunks` | (generation `u64`, chunk `u32`) → a piece of a checkpoint's encoding ([`codec`]) |
 //! | `checkpoint` | `"latest"` → a whole checkpoint, as stored before chunks (read, never written) |
@@ -142,6 +142,9 @@ pub(crate) const DIRECTORY: &str = "directory";
 /// The log's base (`LogBase`: index then term, 8 bytes each, little-endian)
 /// once it was compacted.
 pub(crate) const LOG_BASE: &str = "log_base";
+/// The replica's record of its own seqs (`Write::own_seqs`,
+/// [`codec::encode_own_seqs`]; absent: nothing reserved).
+pub(crate) const OWN_SEQS: &str = "own_seqs";
 
 /// What can go wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -214,6 +217,8 @@ pub struct Recovered {
     pub identity: Option<creek_node::Identity>,
     /// The addresses of members added since the group was formed.
     pub directory: Directory,
+    /// The replica's record of its own seqs (see `Write::own_seqs`).
+    pub own_seqs: creek_node::OwnSeqs,
     /// The database was not closed cleanly (a crash, a kill, a failed
     /// fsync): redb checked it at open and rolled back to its last complete
     /// commit, dropping a write that was torn or never fully synced (whose
@@ -228,6 +233,7 @@ impl From<Recovered> for creek_node::Kept {
             ops: r.ops,
             identity: r.identity,
             directory: r.directory,
+            own_seqs: r.own_seqs,
         }
     }
 }
@@ -419,6 +425,11 @@ impl Store {
                         .insert(DIRECTORY, creek_wire::encode_directory(d).as_slice())
                         .map_err(db_err)?;
                 }
+                if let Some(o) = &w.own_seqs {
+                    t.meta
+                        .insert(OWN_SEQS, codec::encode_own_seqs(o).as_slice())
+                        .map_err(db_err)?;
+                }
                 write_log(&mut log, &mut t.meta, &w.log)?;
                 for op in &w.ops {
                     let bytes = creek_wire::encode_op(op);
@@ -465,6 +476,7 @@ fn is_empty(w: &Write) -> bool {
         && w.dropped.is_empty()
         && w.identity.is_none()
         && w.directory.is_none()
+        && w.own_seqs.is_none()
 }
 
 fn write_log(
@@ -537,6 +549,10 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64
                 .map(u64::from_le_bytes)
                 .map_err(|_| corrupt(format!("conf index of {} bytes", v.value().len())))?,
         };
+        let own_seqs = match meta.get(OWN_SEQS).map_err(db_err)? {
+            None => creek_node::OwnSeqs::default(),
+            Some(v) => codec::decode_own_seqs(v.value())?,
+        };
         let directory = match meta.get(DIRECTORY).map_err(db_err)? {
             None => Directory::default(),
             Some(v) => creek_wire::decode_directory(v.value())
@@ -602,6 +618,7 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64
                 None => None,
             },
             directory,
+            own_seqs,
             repaired: false,
         };
         (storage, recovered, next_generation)

@@ -143,6 +143,7 @@ fn batches_queued_while_busy_share_one_transaction() {
         dropped: Vec::new(),
         identity: None,
         directory: None,
+        own_seqs: None,
     });
     busy.recv_timeout(Duration::from_secs(60)).unwrap();
     let n = 50u64;
@@ -156,6 +157,7 @@ fn batches_queued_while_busy_share_one_transaction() {
             dropped: Vec::new(),
             identity: None,
             directory: None,
+            own_seqs: None,
         });
     }
     assert_eq!(p.submitted(), n);
@@ -388,6 +390,7 @@ fn sigkill_child() {
             dropped: Vec::new(),
             identity: None,
             directory: None,
+            own_seqs: None,
         });
         if s % 64 == 0 {
             std::thread::sleep(Duration::from_millis(1));

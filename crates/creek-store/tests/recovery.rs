@@ -21,6 +21,7 @@ use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, Registry};
 use creek_node::{Node, NodeConfig};
 use creek_store::LogStore;
+use creek_wire::{GossipMessage, PeerMessage};
 
 const N: usize = 3;
 
@@ -139,7 +140,12 @@ impl Cluster {
         for v in ready.views {
             self.acked.entry((i, v.handle)).or_default().push(v.kind);
         }
-        for (to, msg) in ready.messages.into_iter().chain(ready.held) {
+        for (to, msg) in ready
+            .messages
+            .into_iter()
+            .chain(ready.held)
+            .chain(ready.early)
+        {
             let frame = creek_wire::encode(&msg, &creek_wire::Limits::default()).unwrap();
             self.queue.push_back((i, usize::from(to.0) - 1, frame));
         }
@@ -311,6 +317,25 @@ fn scenario(victim: usize) {
     let lost = c.invoke(victim, put("lost"), false);
     c.members[victim].node.as_mut().unwrap().execute_all();
     let _ = c.members[victim].node.as_mut().unwrap().ready();
+    // And one whose write never reaches the disk either, but whose payload
+    // reaches the peers: an own op leaves before its write is durable.
+    let sent = c.invoke(victim, put("sent"), false);
+    let node = c.members[victim].node.as_mut().unwrap();
+    node.execute_all();
+    let ready = node.ready();
+    assert!(ready.write.is_some());
+    let ExecKey::Op(sent_id) = sent else {
+        panic!("a write gets an op id")
+    };
+    let mut pushed = 0;
+    for (to, msg) in ready.early {
+        if let PeerMessage::Gossip(GossipMessage::Ops(ops)) = &msg {
+            pushed += ops.iter().filter(|op| op.id == sent_id).count();
+        }
+        let frame = creek_wire::encode(&msg, &creek_wire::Limits::default()).unwrap();
+        c.queue.push_back((victim, usize::from(to.0) - 1, frame));
+    }
+    assert_eq!(pushed, N - 1, "the payload went to every peer at once");
     c.crash(victim);
 
     // Phase C without the victim (the other two are a majority).
@@ -326,13 +351,31 @@ fn scenario(victim: usize) {
         cp.state.iter().cloned().collect()
     );
     c.members[victim] = reopened;
-    // Its next op takes the id of the lost one: no peer ever saw that.
+    // Its next op's id lies past every seq it reserved: a peer may hold an
+    // op its disk lost ("sent"), and no id is issued twice.
     let after = c.invoke(victim, put("after"), false);
-    assert_eq!(after, lost, "ids continue after what reached the disk");
+    let (ExecKey::Op(lost_id), ExecKey::Op(after_id)) = (lost, after) else {
+        panic!("writes get op ids")
+    };
+    assert!(
+        after_id.seq > sent_id.seq + creek_node::RESERVE_AHEAD / 2,
+        "ids resume past the reservation: {after_id} after {sent_id}"
+    );
     c.step(victim);
     let strong_after = c.invoke(victim, Kind::Incr, true);
     c.step(victim);
+    // It takes "sent" back from its peers; "lost" reached no one, and the
+    // committed order voids it once the window to take it back closes.
+    for _ in 0..600 {
+        c.round();
+    }
     c.settle();
+    assert!(
+        c.node(victim).replica().op(sent_id).is_some() || {
+            c.node(victim).replica().committed().contains(&sent_id)
+        }
+    );
+    assert!(c.node(victim).replica().op(lost_id).is_none());
 
     // Everyone agrees.
     let states: Vec<BTreeMap<Bytes, Bytes>> =
@@ -380,7 +423,12 @@ fn scenario(victim: usize) {
     assert_eq!(
         get(state, "lost"),
         None,
-        "an op that never reached the disk"
+        "an op that never reached the disk, nor a peer"
+    );
+    assert_eq!(
+        get(state, "sent").as_deref(),
+        Some("v-sent"),
+        "an op that reached a peer and not the disk is taken back"
     );
     assert_eq!(get(state, "after").as_deref(), Some("v-after"));
     let incrs_committed = c

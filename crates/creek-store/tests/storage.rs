@@ -330,12 +330,15 @@ fn run(nodes: &mut [Option<Member>], delivered: &mut [Vec<OpId>], rounds: usize,
                     n.cab.tick();
                 }
                 n.cab.poll(ALWAYS);
-                let out = n.cab.take_messages();
+                let mut out = n.cab.take_early_messages();
+                out.extend(n.cab.take_messages());
                 assert!(n.cab.failure().is_none(), "{:?}", n.cab.failure());
+                let (log, mark) = n.cab.take_writes();
                 n.persister.persist(creek_node::Write {
-                    log: n.cab.take_writes(),
+                    log,
                     ..creek_node::Write::default()
                 });
+                n.cab.on_persisted(mark);
                 msgs.extend(out.into_iter().map(|(to, m)| (i, to, m)));
             }
         }
@@ -434,10 +437,12 @@ fn compaction_follows_every_replica_and_waits_for_one_that_is_down() {
             .map(|n| {
                 let point = n.cab.compactable();
                 let base = n.cab.compact(point).unwrap();
+                let (log, mark) = n.cab.take_writes();
                 n.persister.persist(creek_node::Write {
-                    log: n.cab.take_writes(),
+                    log,
                     ..creek_node::Write::default()
                 });
+                n.cab.on_persisted(mark);
                 base
             })
             .collect()

@@ -236,11 +236,14 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.committed_base += n as u64;
     }
 
-    /// This replica was rebuilt from a peer's checkpoint after it lost its
-    /// data, and resumes its own seqs past `upto`: its own ops up to `upto`
-    /// that come back by gossip are taken like remote ones.
+    /// Own ops up to `upto` may be held by peers and not here (this replica
+    /// was rebuilt after it lost its data, or restarted after a crash took
+    /// back ops it had sent): it resumes its own seqs past `upto`, and its
+    /// own ops up to `upto` that come back by gossip are taken like remote
+    /// ones.
     pub fn reclaim_own(&mut self, upto: u64) {
         self.reclaim_upto = self.reclaim_upto.max(upto);
+        self.curr_event_no = self.curr_event_no.max(upto);
     }
 
     /// Its configuration.
@@ -253,10 +256,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         &self.registry
     }
 
-    /// The seq of the last op this replica issued (its event counter): after
-    /// a recovery, the ids above it that it had issued before were lost with
-    /// writes that never became durable, and no peer saw them, so they are
-    /// issued again.
+    /// The seq of the last op this replica issued (its event counter). A
+    /// recovered replica resumes past every seq a peer may have seen (see
+    /// [`Replica::reclaim_own`]); ids above it that it had issued before
+    /// were lost with writes that never became durable, and no peer saw
+    /// them, so they are issued again.
     pub fn last_issued_seq(&self) -> u64 {
         self.curr_event_no
     }
