@@ -41,10 +41,10 @@ pub(crate) struct Fifo {
     loose: BTreeMap<ReplicaId, Loose>,
     /// Ops waiting for an earlier op of their origin.
     buffer: BTreeMap<OpId, Arc<Op>>,
-    /// Ids past their origin's counter (outside a loose range) that the
-    /// committed order voided: they never come, and delivery goes past
-    /// them.
-    voided: std::collections::BTreeSet<OpId>,
+    /// Ids past their origin's counter (outside a loose range) that need
+    /// not come: voided by the committed order, or held here already (a
+    /// restart found them past a gap). Delivery goes past them.
+    skip: std::collections::BTreeSet<OpId>,
     /// The bound on `buffer`.
     buffer_max: usize,
 }
@@ -71,7 +71,7 @@ impl Fifo {
             loose: BTreeMap::new(),
             delivered: BTreeMap::new(),
             buffer: BTreeMap::new(),
-            voided: std::collections::BTreeSet::new(),
+            skip: std::collections::BTreeSet::new(),
             buffer_max,
         }
     }
@@ -148,7 +148,17 @@ impl Fifo {
         }
         if id.seq > self.counter(id.origin) {
             self.buffer.remove(&id);
-            self.voided.insert(id);
+            self.skip.insert(id);
+            self.drain(id.origin, deliver);
+        }
+    }
+
+    /// `id`, past its origin's counter, is held here already (found at a
+    /// restart past a gap): it need not come again. A copy buffered is
+    /// delivered into `deliver` once the gap before it fills.
+    pub(crate) fn held_ahead(&mut self, id: OpId, deliver: &mut Vec<Arc<Op>>) {
+        if id.seq > self.counter(id.origin) && !self.is_loose(id) {
+            self.skip.insert(id);
             self.drain(id.origin, deliver);
         }
     }
@@ -177,10 +187,20 @@ impl Fifo {
             return;
         }
         let extended = self.loose.contains_key(&origin);
+        // Ids held ahead (or voided) in the range count as got.
+        let skipped: Vec<OpId> = self
+            .skip
+            .range(OpId::new(origin, base + 1)..=OpId::new(origin, through))
+            .copied()
+            .collect();
+        for k in &skipped {
+            self.skip.remove(k);
+        }
         let l = self.loose.entry(origin).or_insert_with(|| Loose {
             base,
             ..Loose::default()
         });
+        l.got.extend(skipped.iter().map(|k| k.seq));
         if through <= l.through {
             return;
         }
@@ -265,7 +285,7 @@ impl Fifo {
             }
         }
         let counter = self.counter(id.origin);
-        if id.seq <= counter || self.buffer.contains_key(&id) || self.voided.contains(&id) {
+        if id.seq <= counter || self.buffer.contains_key(&id) || self.skip.contains(&id) {
             return Received::Duplicate;
         }
         if id.seq - 1 == counter {
@@ -307,8 +327,9 @@ impl Fifo {
             let c = self.counter(origin);
             let Some(next) = c.checked_add(1) else { return };
             let id = OpId::new(origin, next);
-            if self.voided.remove(&id) {
+            if self.skip.remove(&id) {
                 self.delivered.insert(origin, next);
+                deliver.extend(self.buffer.remove(&id));
                 continue;
             }
             let Some(op) = self.buffer.remove(&id) else {

@@ -300,6 +300,23 @@ impl Gossip {
     pub fn void(&mut self, id: OpId) {
         let start = self.delivered_out.len();
         self.fifo.void(id, &mut self.delivered_out);
+        self.store_delivered_since(start);
+    }
+
+    /// After [`Gossip::restore`]: ids this replica holds past a gap in
+    /// their origin's seqs (its checkpoint's committed ids, its kept
+    /// payloads), which need not come again. Delivery continues past them
+    /// once the gap is voided or opened as a loose range.
+    pub fn held_ahead(&mut self, ids: impl IntoIterator<Item = OpId>) {
+        let start = self.delivered_out.len();
+        for id in ids {
+            self.fifo.held_ahead(id, &mut self.delivered_out);
+        }
+        self.store_delivered_since(start);
+    }
+
+    /// Hold the ops delivered since `start` of the delivered list.
+    fn store_delivered_since(&mut self, start: usize) {
         let new: Vec<Arc<Op>> = self.delivered_out[start..].to_vec();
         self.stats.ops_delivered += new.len() as u64;
         for op in new {

@@ -210,10 +210,9 @@ pub struct Node<S: CabStorage> {
     /// Ticks left to take back own ops up to `own_floor` before the rest
     /// counts as lost (see [`RECLAIM_TICKS`]).
     reclaim_ticks: u64,
-    /// The own ops taken back are those after this seq (a crashed replica
-    /// holds every own op up to the last it made durable; a rebuilt one
-    /// takes back all).
-    reclaim_base: u64,
+    /// Rebuilt after losing its data: the last own seq from before, all of
+    /// whose ops it takes back (0 otherwise).
+    rebuilt_floor: u64,
     /// After a crash: the own seqs being taken back, recorded on disk until
     /// the committed order settles them (see [`OwnSeqs::reclaiming`]).
     reclaiming: Option<(u64, u64)>,
@@ -412,7 +411,7 @@ impl<S: CabStorage> Node<S> {
             installed: None,
             own_floor: 0,
             reclaim_ticks: 0,
-            reclaim_base: 0,
+            rebuilt_floor: 0,
             reclaiming: None,
             committed_told: replica.committed_len(),
             replica,
@@ -506,12 +505,16 @@ impl<S: CabStorage> Node<S> {
             .map(|op| op.id)
             .filter(|id| checkpointed.contains(*id))
             .collect();
-        let delivered: Vec<(ReplicaId, u64)> = held_ids
-            .to_records()
-            .into_iter()
-            .map(|(origin, counter, _)| (origin, counter))
-            .collect();
+        let records = held_ids.to_records();
+        let delivered = records
+            .iter()
+            .map(|(origin, counter, _)| (*origin, *counter));
         let mut gossip = Gossip::restore(config.gossip, delivered, ops.iter().cloned())?;
+        // Held past a gap in their origin's seqs (ids voided after the
+        // checkpoint, or not received yet): delivery goes past them.
+        gossip.held_ahead(records.iter().flat_map(|(origin, _, exceptions)| {
+            exceptions.iter().map(|seq| OpId::new(*origin, *seq))
+        }));
         // Kept payloads the checkpoint covers are committed already: peers
         // may still pull them until garbage collection drops them, and the
         // next checkpoint deletes them once every peer has them.
@@ -530,7 +533,8 @@ impl<S: CabStorage> Node<S> {
         node.retained = covered.into_iter().collect();
         node.directory = directory;
         node.aim_at_group();
-        node.own_floor = node.membership.identity().floor;
+        node.rebuilt_floor = node.membership.identity().floor;
+        node.own_floor = node.rebuilt_floor.max(own_seqs.floor);
         // Own ops up to the reservation may have reached peers and not this
         // disk: taken back, never issued again (see [`RESERVE_AHEAD`]).
         node.durability.own_seqs = own_seqs;
@@ -547,9 +551,6 @@ impl<S: CabStorage> Node<S> {
             reclaim = None;
         }
         if let Some((after, through)) = reclaim {
-            if node.own_floor == 0 {
-                node.reclaim_base = after;
-            }
             node.own_floor = node.own_floor.max(through);
             node.reclaiming = Some((after, through));
         }
@@ -778,6 +779,7 @@ impl<S: CabStorage> Node<S> {
                 }
                 let next = own_high.max(marks.own_seq) + 1;
                 self.own_floor = next - 1;
+                self.rebuilt_floor = next - 1;
                 let group = std::mem::take(&mut checkpoint.group);
                 self.replace_state(checkpoint, next);
                 self.install_group(&group);
@@ -796,11 +798,13 @@ impl<S: CabStorage> Node<S> {
     /// ops up to [`Node::own_floor`] from its peers, in any order; those no
     /// peer kept were lost with its disk.
     fn reclaim_own_ops(&mut self) {
-        if self.own_floor > 0 {
+        let range = self
+            .reclaiming
+            .or((self.rebuilt_floor > 0).then_some((0, self.rebuilt_floor)));
+        if let Some((after, through)) = range {
             let own = self.id();
-            self.gossip
-                .open_range(own, self.reclaim_base, self.own_floor);
-            self.replica.reclaim_own(self.own_floor);
+            self.gossip.open_range(own, after, through);
+            self.replica.reclaim_own(through);
             self.deliver_gossip();
             self.reclaim_ticks = RECLAIM_TICKS;
         }
@@ -1291,6 +1295,7 @@ impl<S: CabStorage> Node<S> {
         };
         let next = OwnSeqs {
             reserved,
+            floor: self.own_floor,
             reclaiming: self.reclaiming,
         };
         (next != d.own_seqs).then(|| {

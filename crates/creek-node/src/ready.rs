@@ -146,6 +146,11 @@ pub struct OwnSeqs {
     /// Own ops up to this seq may reach peers before they reach this disk;
     /// a restart takes back those its disk lacks.
     pub reserved: u64,
+    /// The highest own seq ever taken back: told to peers in every hello,
+    /// so that one whose delivery of this replica's ops stopped at a gap
+    /// (seqs voided, or never issued) takes the ops up to it in any order,
+    /// also after its own restart.
+    pub floor: u64,
     /// Own seqs in `(after, through]` being taken back from peers after a
     /// crash, not yet settled by the committed order: a restart takes them
     /// back again.

@@ -13,7 +13,7 @@
 //!   (joining) or 1 followed by `count` and `count` × (`replica` ≤ u16,
 //!   `nonce`), the founders in replica order; then, only for a replica
 //!   rebuilt from a peer's checkpoint, its `floor` and `catch_up_to`.
-//! * **Own seqs** (`creek_node::OwnSeqs`): varint `reserved`, then 0, or 1
+//! * **Own seqs** (`creek_node::OwnSeqs`): varints `reserved`, `floor`, then 0, or 1
 //!   followed by the varints `after` < `through` of the range being taken
 //!   back.
 //!
@@ -161,8 +161,9 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
 /// Encode a replica's record of its own seqs: the seqs reserved, then a
 /// flag and the range being taken back (varints).
 pub fn encode_own_seqs(own: &OwnSeqs) -> Vec<u8> {
-    let mut out = Vec::with_capacity(12);
+    let mut out = Vec::with_capacity(16);
     varint::put(&mut out, own.reserved);
+    varint::put(&mut out, own.floor);
     match own.reclaiming {
         None => out.push(0),
         Some((after, through)) => {
@@ -178,6 +179,7 @@ pub fn encode_own_seqs(own: &OwnSeqs) -> Vec<u8> {
 pub fn decode_own_seqs(bytes: &[u8]) -> Result<OwnSeqs, StoreError> {
     let mut r = Reader { buf: bytes, pos: 0 };
     let reserved = r.varint()?;
+    let floor = r.varint()?;
     let reclaiming = match r.byte()? {
         0 => None,
         1 => {
@@ -196,6 +198,7 @@ pub fn decode_own_seqs(bytes: &[u8]) -> Result<OwnSeqs, StoreError> {
     }
     Ok(OwnSeqs {
         reserved,
+        floor,
         reclaiming,
     })
 }
@@ -280,6 +283,7 @@ mod tests {
             OwnSeqs::default(),
             OwnSeqs {
                 reserved: 1 << 40,
+                floor: 1324,
                 reclaiming: Some((300, 1324)),
             },
         ] {
@@ -293,8 +297,8 @@ mod tests {
             assert!(decode_own_seqs(&longer).is_err());
         }
         // An empty range, an unknown flag.
-        assert!(decode_own_seqs(&[5, 1, 9, 9]).is_err());
-        assert!(decode_own_seqs(&[5, 2]).is_err());
+        assert!(decode_own_seqs(&[5, 0, 1, 9, 9]).is_err());
+        assert!(decode_own_seqs(&[5, 0, 2]).is_err());
     }
 
     #[test]
