@@ -231,6 +231,11 @@ pub struct Cab<S: CabStorage> {
     to_forward: Vec<OpId>,
     /// Appends waiting for payloads, in arrival order.
     held: VecDeque<Message>,
+    /// The first id of the first held append that the caller did not hold
+    /// when last asked, in that append's first entry: until the caller
+    /// holds it, nothing held can go, and polls skip the walk over the held
+    /// entries and their causal contexts.
+    held_blocker: Option<OpId>,
     /// A snapshot from the leader, held until the caller's state covers its
     /// index (state transfer): `(sender, message)`.
     held_snapshot: Option<(ReplicaId, Message)>,
@@ -329,6 +334,7 @@ impl<S: CabStorage> Cab<S> {
             unconfirmed: BTreeMap::new(),
             to_forward: Vec::new(),
             held: VecDeque::new(),
+            held_blocker: None,
             held_snapshot: None,
             snapshots_out: FxHashMap::default(),
             raft_ticks: 0,
@@ -438,7 +444,7 @@ impl<S: CabStorage> Cab<S> {
                     return;
                 }
                 if m.get_msg_type() == MessageType::MsgAppend
-                    && (!self.held.is_empty() || !append_ready(&m, holds))
+                    && (!self.held.is_empty() || first_unheld(&m, holds).is_some())
                 {
                     if self.held.len() < self.config.held_appends_max {
                         self.stats.appends_held += 1;
@@ -772,32 +778,44 @@ impl<S: CabStorage> Cab<S> {
     /// send wait for [`Cab::take_messages`].
     pub fn poll(&mut self, holds: Deps<'_>) {
         if self.failed.is_none() {
-            while self.held.front().is_some_and(|m| append_ready(m, holds)) {
-                if let Some(m) = self.held.pop_front() {
-                    if self.node.step(m).is_err() {
-                        self.stats.refused += 1;
-                    }
-                }
-            }
-            // The entries this replica holds may lead the first held
-            // append: they are taken now. An op named after a void op
-            // (see `creek_exec::void`) may name voided ids in its context,
-            // which only that void op, earlier in the log, makes held here:
-            // a follower that must take both in one append would wait
-            // forever.
-            if let Some(m) = self.held.front_mut() {
-                let n = ready_prefix(m, holds);
-                if n > 0 {
-                    let prefix = split_append(m, n);
-                    if self.node.step(prefix).is_err() {
-                        self.stats.refused += 1;
-                    }
-                }
-            }
+            self.release_held(holds);
             self.propose(holds);
             self.forward();
             if let Err(e) = self.handle_ready() {
                 self.failed = Some(e);
+            }
+        }
+    }
+
+    /// Step the held appends whose entries the caller now holds, in order,
+    /// then the held leading entries of the first that waits. An op named
+    /// after a void op (see `creek_exec::void`) may name voided ids in its
+    /// context, which only that void op, earlier in the log, makes held
+    /// here: a follower that had to take both in one append would wait
+    /// forever.
+    fn release_held(&mut self, holds: Deps<'_>) {
+        while !self.held_blocker.is_some_and(|id| !holds(id)) {
+            let Some(m) = self.held.front_mut() else {
+                self.held_blocker = None;
+                return;
+            };
+            let step = match first_unheld(m, holds) {
+                None => {
+                    self.held_blocker = None;
+                    self.held.pop_front()
+                }
+                Some((n, id)) => {
+                    self.held_blocker = Some(id);
+                    (n > 0).then(|| split_append(m, n))
+                }
+            };
+            if let Some(m) = step {
+                if self.node.step(m).is_err() {
+                    self.stats.refused += 1;
+                }
+            }
+            if self.held_blocker.is_some() {
+                return;
             }
         }
     }
@@ -1075,25 +1093,32 @@ impl<S: CabStorage> Cab<S> {
     }
 
     /// Decided ids deliverable now: strictly in decision order, each once its
-    /// predicate holds (conditional delivery).
+    /// predicate holds (conditional delivery). The predicate is asked about
+    /// each id as things stand at the call: an id whose predicate only the
+    /// delivery of an earlier one satisfies waits for the next call (see
+    /// [`Cab::next_deliverable`]).
     pub fn take_deliverable(&mut self, deps: Deps<'_>) -> Vec<OpId> {
-        let mut out = Vec::new();
-        while let Some(&(id, index)) = self.decided.front() {
-            if !deps(id) {
-                break;
-            }
-            // Paired with `decide`: ids leave in the order they were decided.
-            assert!(
-                index >= self.delivered_index,
-                "{id} of entry {index} delivered after entry {}",
-                self.delivered_index
-            );
-            self.delivered_index = index;
-            self.decided.pop_front();
-            out.push(id);
+        std::iter::from_fn(|| self.next_deliverable(deps)).collect()
+    }
+
+    /// The next decided id, if its predicate holds. A caller that delivers
+    /// each before asking again delivers a chain of ids that depend on one
+    /// another in one go.
+    pub fn next_deliverable(&mut self, deps: Deps<'_>) -> Option<OpId> {
+        let &(id, index) = self.decided.front()?;
+        if !deps(id) {
+            return None;
         }
-        self.stats.delivered += out.len() as u64;
-        out
+        // Paired with `decide`: ids leave in the order they were decided.
+        assert!(
+            index >= self.delivered_index,
+            "{id} of entry {index} delivered after entry {}",
+            self.delivered_index
+        );
+        self.delivered_index = index;
+        self.decided.pop_front();
+        self.stats.delivered += 1;
+        Some(id)
     }
 
     /// Ids CAB waits on: those of the first held append and the pending
@@ -1102,8 +1127,17 @@ impl<S: CabStorage> Cab<S> {
     /// by gossip.
     pub fn waiting_for(&self, holds: Deps<'_>, deps: Deps<'_>) -> Vec<OpId> {
         let mut ids: Vec<OpId> = Vec::new();
-        if let Some(batch) = self.held.front().and_then(append_ids) {
-            ids.extend(batch.into_iter().filter(|id| !holds(*id)));
+        // Of the first held append, the entry that waits: its first, once
+        // a poll split off the entries before it (see `release_held`).
+        if let Some(m) = self.held.front() {
+            let waits = match self.held_blocker {
+                Some(_) => Some(0),
+                None => first_unheld(m, holds).map(|(n, _)| n),
+            };
+            if let Some(entry) = waits.and_then(|n| m.get_entries().get(n)) {
+                let batch = entry::decode_ids(&entry.data).unwrap_or_default();
+                ids.extend(batch.into_iter().filter(|id| !holds(*id)));
+            }
         }
         ids.extend(self.pending.iter().copied().filter(|id| !holds(*id)));
         ids.extend(
@@ -1219,6 +1253,13 @@ impl<S: CabStorage> Cab<S> {
         self.held.len()
     }
 
+    /// The log index of the first held entry (the one the held appends
+    /// wait on), if any.
+    pub fn held_from(&self) -> Option<u64> {
+        let m = self.held.front()?;
+        Some(m.get_entries().first().map_or(m.index + 1, |e| e.index))
+    }
+
     /// Decided ids still waiting for their predicate.
     pub fn decided_waiting(&self) -> usize {
         self.decided.len()
@@ -1284,35 +1325,16 @@ impl<S: CabStorage> Cab<S> {
     }
 }
 
-/// All ids of an append's normal entries, or `None` if it carries none.
-fn append_ids(m: &Message) -> Option<Vec<OpId>> {
-    let mut ids = Vec::new();
-    for e in m.get_entries() {
-        if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
-            if let Some(batch) = entry::decode_ids(&e.data) {
-                ids.extend(batch);
-            }
+/// The position in append `m` of the first entry naming an id this replica
+/// does not hold, with that id; `None` if it holds them all.
+fn first_unheld(m: &Message, holds: Deps<'_>) -> Option<(usize, OpId)> {
+    m.get_entries().iter().enumerate().find_map(|(n, e)| {
+        if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+            return None;
         }
-    }
-    (!ids.is_empty()).then_some(ids)
-}
-
-/// An append may be stepped once this replica holds every id in it.
-fn append_ready(m: &Message, holds: Deps<'_>) -> bool {
-    append_ids(m).is_none_or(|ids| ids.into_iter().all(holds))
-}
-
-/// The number of leading entries of append `m` whose ids this replica
-/// holds.
-fn ready_prefix(m: &Message, holds: Deps<'_>) -> usize {
-    m.get_entries()
-        .iter()
-        .take_while(|e| {
-            e.get_entry_type() != EntryType::EntryNormal
-                || e.data.is_empty()
-                || entry::decode_ids(&e.data).is_none_or(|ids| ids.into_iter().all(holds))
-        })
-        .count()
+        let ids = entry::decode_ids(&e.data)?;
+        ids.into_iter().find(|id| !holds(*id)).map(|id| (n, id))
+    })
 }
 
 /// Split held append `m` after its first `n` entries: returns an append of

@@ -213,6 +213,12 @@ pub struct Node<S: CabStorage> {
     /// Rebuilt after losing its data: the last own seq from before, all of
     /// whose ops it takes back (0 otherwise).
     rebuilt_floor: u64,
+    /// The log index CAB's first held append waits on, and for how many
+    /// ticks it has.
+    held_wait: Option<(u64, u64)>,
+    /// Checkpoints installed past a held append (see
+    /// [`Node::install_past_held`]).
+    installed_past_held: u64,
     /// After a crash: the own seqs being taken back, recorded on disk until
     /// the committed order settles them (see [`OwnSeqs::reclaiming`]).
     reclaiming: Option<(u64, u64)>,
@@ -346,6 +352,11 @@ const RECLAIM_TICKS: u64 = 500;
 /// reader a little behind does not find them gone. About 40 bytes each.
 const COMMITTED_TAIL: u64 = 65_536;
 
+/// A member whose first held append has waited this many ticks for
+/// payloads fetches a checkpoint that covers it (see
+/// [`Node::held_too_long`]).
+const HELD_FETCH_TICKS: u64 = 500;
+
 /// The most rounds one pump may take (see [`Node::pump`]'s assertion).
 const PUMP_ROUNDS_MAX: usize = 1000;
 
@@ -411,6 +422,8 @@ impl<S: CabStorage> Node<S> {
             installed: None,
             own_floor: 0,
             reclaim_ticks: 0,
+            held_wait: None,
+            installed_past_held: 0,
             rebuilt_floor: 0,
             reclaiming: None,
             committed_told: replica.committed_len(),
@@ -705,7 +718,7 @@ impl<S: CabStorage> Node<S> {
     /// every peer answered it, any member's.
     fn want_state(&mut self) {
         match self.membership.standing() {
-            Standing::Member => match self.cab.wanted_snapshot() {
+            Standing::Member => match self.cab.wanted_snapshot().or(self.held_too_long()) {
                 Some((from, index)) => self.transfers.fetch(from, index),
                 None => self.transfers.cancel_fetch(),
             },
@@ -718,6 +731,28 @@ impl<S: CabStorage> Node<S> {
             }
             Standing::Joining { .. } | Standing::Removed => {}
         }
+    }
+
+    /// The first held append has waited [`HELD_FETCH_TICKS`] for payloads:
+    /// the peer to fetch a checkpoint from (the leader), and the index it
+    /// must cover. The ops it waits on may be gone from every peer: a
+    /// payload is collected once it is committed at its holder and every
+    /// peer reported holding it, and a peer may have reported it just
+    /// before it crashed or lost its data (a report is forgotten only once
+    /// the peer says it lost its data, which it may say too briefly to be
+    /// heard). Committed ops travel in checkpoints instead.
+    fn held_too_long(&self) -> Option<(ReplicaId, u64)> {
+        let (index, ticks) = self.held_wait?;
+        let leader = self.cab.leader().filter(|l| *l != self.id())?;
+        (ticks >= HELD_FETCH_TICKS).then_some((leader, index))
+    }
+
+    /// Count the ticks CAB's first held append waits on the same index.
+    fn watch_held(&mut self) {
+        self.held_wait = match (self.held_wait, self.cab.held_from()) {
+            (Some((at, ticks)), Some(index)) if at == index => Some((at, ticks + 1)),
+            (_, index) => index.map(|i| (i, 0)),
+        };
     }
 
     /// A verified checkpoint from a peer: a lagging member installs it if
@@ -739,6 +774,7 @@ impl<S: CabStorage> Node<S> {
         match self.membership.standing() {
             Standing::Member => {
                 let Some((_, wanted)) = self.cab.wanted_snapshot() else {
+                    self.install_past_held(checkpoint, own_high);
                     return;
                 };
                 if checkpoint.cab_applied < wanted
@@ -791,6 +827,32 @@ impl<S: CabStorage> Node<S> {
             }
             Standing::Joining { .. } | Standing::Removed => {}
         }
+    }
+
+    /// A member whose held append waited too long (see
+    /// [`Node::held_too_long`]) takes `checkpoint` if it covers the held
+    /// index and is ahead of this replica. The log stays as it is: the
+    /// entries up to the checkpoint's index are delivered again, their ids
+    /// ignored as committed (so the checkpoint is written as covering only
+    /// what CAB delivered here, with the group as applied here, and a
+    /// restart redelivers the rest the same way). The group changes in
+    /// those entries apply as they come.
+    fn install_past_held(&mut self, mut checkpoint: Checkpoint, own_high: u64) {
+        let Some((_, index)) = self.held_too_long() else {
+            return;
+        };
+        if checkpoint.cab_applied < index
+            || checkpoint.committed_len <= self.replica.committed_len()
+        {
+            return;
+        }
+        checkpoint.cab_applied = self.cab.delivered_through();
+        checkpoint.group = self.group();
+        let next = own_high.max(self.replica.last_issued_seq()) + 1;
+        self.replace_state(checkpoint, next);
+        self.installed_past_held += 1;
+        self.held_wait = None;
+        self.transfers.cancel_fetch();
     }
 
     /// A replica rebuilt after it lost its data, or restarted after a crash
@@ -929,6 +991,7 @@ impl<S: CabStorage> Node<S> {
         self.replica.expire_sessions(now_us, self.cab.is_leader());
         self.gossip.tick();
         self.reclaim_tick(now_us);
+        self.watch_held();
         for (to, probe) in self.timing.tick(now_us) {
             self.outbox.push((to, PeerMessage::Probe(probe)));
         }
@@ -1394,9 +1457,8 @@ impl<S: CabStorage> Node<S> {
             let cab_out = self.cab.take_messages();
             self.outbox
                 .extend(cab_out.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
-            let replica = &self.replica;
-            let deliverable = self.cab.take_deliverable(&|id| replica.check_dep(id));
-            for id in deliverable {
+            // One at a time: an id may depend on the one delivered before it.
+            while let Some(id) = self.cab.next_deliverable(&|id| self.replica.check_dep(id)) {
                 progress = true;
                 self.replica.cab_deliver(id);
             }
@@ -1477,6 +1539,57 @@ impl<S: CabStorage> Node<S> {
             return Err("gossip was told of more committed ops than there are".into());
         }
         Ok(())
+    }
+
+    /// One line on what this replica's commit path is waiting for: held
+    /// appends and the ids they wait on (with the missing context ops),
+    /// its own newest seqs (in the replica, in gossip), gossip's counters,
+    /// CAB's log and the replica's lengths. For an operator's log when
+    /// commits stall, and for a failed simulator seed.
+    pub fn stall_report(&self) -> String {
+        let cab = &self.cab;
+        let r = &self.replica;
+        let waiting = cab.waiting_for(&|id| r.holds_payloads(id), &|id| r.check_dep(id));
+        let missing: Vec<OpId> = waiting
+            .iter()
+            .flat_map(|id| match r.op(*id) {
+                None => vec![*id],
+                Some(_) => r.missing_context(*id).take(5).collect(),
+            })
+            .take(10)
+            .collect();
+        let me = r.id();
+        let last = r.last_issued_seq();
+        let own: Vec<(u64, bool, bool)> = (last.saturating_sub(6)..=last)
+            .map(|seq| {
+                let id = OpId { origin: me, seq };
+                (seq, r.op(id).is_some(), self.gossip_holds(id))
+            })
+            .collect();
+        format!(
+            "own(seq,replica,gossip)={own:?} held_appends={} waiting={waiting:?} \
+             missing={missing:?} gossip={:?} lost_peers={:?} foreign={:?} delivered={:?} \
+             {:?} role={} term={} leader={:?} log={:?} delivered={} decided_waiting={} \
+             wanted={:?} fetch={:?} transfers={:?} committed_len={} tentative={} unconfirmed={}",
+            cab.held_appends(),
+            self.gossip_stats(),
+            self.lost_peers(),
+            self.foreign_peers(),
+            self.gossip_delivered(),
+            self.standing(),
+            cab.role(),
+            cab.term(),
+            cab.leader(),
+            cab.log_mark(),
+            cab.delivered_through(),
+            cab.decided_waiting(),
+            cab.wanted_snapshot(),
+            self.fetch_status(),
+            self.transfer_stats(),
+            r.committed_len(),
+            r.tentative_len(),
+            cab.unconfirmed(),
+        )
     }
 
     /// The replica.
@@ -1620,7 +1733,10 @@ impl<S: CabStorage> Node<S> {
 
     /// State-transfer counters.
     pub fn transfer_stats(&self) -> TransferStats {
-        self.transfers.stats()
+        TransferStats {
+            past_held: self.installed_past_held,
+            ..self.transfers.stats()
+        }
     }
 
     /// The checkpoint being fetched from a peer, if any.

@@ -69,6 +69,20 @@ pub struct TransferStats {
     /// Transfers started over (a checksum or length mismatch, a transfer the
     /// sender dropped, a checkpoint that did not reach far enough).
     pub restarts: u64,
+    /// Checkpoints a member installed because a held append waited too
+    /// long for payloads (see `Node::held_too_long`).
+    pub past_held: u64,
+}
+
+impl std::ops::AddAssign for TransferStats {
+    fn add_assign(&mut self, o: TransferStats) {
+        self.installed += o.installed;
+        self.bytes_received += o.bytes_received;
+        self.chunks_served += o.chunks_served;
+        self.bytes_served += o.bytes_served;
+        self.restarts += o.restarts;
+        self.past_held += o.past_held;
+    }
 }
 
 /// Where a fetch stands, for status.

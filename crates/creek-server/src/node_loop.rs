@@ -296,6 +296,10 @@ pub struct GroupRefusal {
 /// change may still apply later: check the members).
 const GROUP_CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long ops may wait with the committed order standing still before the
+/// log says what the commit path waits for.
+const STALL_AFTER: Duration = Duration::from_secs(10);
+
 /// A replica's state, for `Status` and the status table.
 #[derive(Clone, Debug, Default)]
 pub struct StatusSnapshot {
@@ -393,6 +397,8 @@ pub struct NodeLoop {
     group: Group,
     /// A group change proposed here and not yet applied.
     pending_change: Option<PendingChange>,
+    /// The committed length last seen to grow, and when.
+    commit_progress: (u64, Instant),
 }
 
 impl NodeLoop {
@@ -429,6 +435,7 @@ impl NodeLoop {
             failed: None,
             epoch: Instant::now(),
             ticks: 0,
+            commit_progress: (0, Instant::now()),
             timing_scale: 1,
             stopping: false,
             transfer_done: Arc::default(),
@@ -560,6 +567,7 @@ impl NodeLoop {
         self.routes.retain(|_, r| !r.reply.is_closed());
         if self.ticks.is_multiple_of(10) {
             self.refresh_gauges();
+            self.watch_commit_stall();
         }
         if self
             .pending_change
@@ -974,6 +982,24 @@ impl NodeLoop {
             );
         }
         self.timing_scale = t.scale;
+    }
+
+    /// Ops wait to commit and the committed order has not grown for
+    /// [`STALL_AFTER`]: say what the commit path waits for, once per
+    /// stall period (a partition or a lost quorum shows here too).
+    fn watch_commit_stall(&mut self) {
+        let r = self.node.replica();
+        let (len, since) = self.commit_progress;
+        if r.committed_len() != len || r.tentative_len() == 0 {
+            self.commit_progress = (r.committed_len(), Instant::now());
+        } else if since.elapsed() >= STALL_AFTER {
+            tracing::warn!(
+                stalled_s = since.elapsed().as_secs(),
+                report = %self.node.stall_report(),
+                "ops wait to commit and the committed order has not grown"
+            );
+            self.commit_progress = (len, Instant::now());
+        }
     }
 
     fn refresh_gauges(&self) {

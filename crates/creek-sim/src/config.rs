@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 /// Fault classes that can be switched on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Faults {
-    /// Network partitions (isolate one, majority/minority, ring, asymmetric, flapping).
+    /// Network partitions (isolate one, majority/minority, ring, asymmetric,
+    /// starved of payloads, flapping).
     pub partition: bool,
     /// Replica crashes and restarts.
     pub crash: bool,

@@ -22,6 +22,9 @@ pub struct Network {
     /// Probability of an extra delay (up to 10× the latency) that reorders.
     pub reorder: f64,
     blocked: BTreeSet<(usize, usize)>,
+    /// A node that receives no payloads (gossip `Ops` frames); everything
+    /// else reaches it.
+    starved: Option<usize>,
     /// When each directed link is free to start sending the next frame.
     busy_until: Vec<u64>,
 }
@@ -48,6 +51,7 @@ impl Network {
             duplicate: 0.0,
             reorder: 0.0,
             blocked: BTreeSet::new(),
+            starved: None,
             busy_until: vec![0; n * n],
         }
     }
@@ -91,14 +95,25 @@ impl Network {
         self.blocked.insert((from, to));
     }
 
-    /// Remove every block.
-    pub fn heal(&mut self) {
-        self.blocked.clear();
+    /// From now on, payloads to `node` are lost (see [`Network::starves`]).
+    pub fn starve(&mut self, node: usize) {
+        self.starved = Some(node);
     }
 
-    /// Whether any link is blocked.
+    /// Whether payloads to `to` are lost.
+    pub fn starves(&self, to: usize) -> bool {
+        self.starved == Some(to)
+    }
+
+    /// Remove every block (and starvation).
+    pub fn heal(&mut self) {
+        self.blocked.clear();
+        self.starved = None;
+    }
+
+    /// Whether any link is blocked or a node starved.
     pub fn partitioned(&self) -> bool {
-        !self.blocked.is_empty()
+        !self.blocked.is_empty() || self.starved.is_some()
     }
 
     /// The largest one-way latency of any link (microseconds).

@@ -119,9 +119,9 @@ pub trait SimReplica: Send + Sync {
     /// (state transfer) are filled in from `canonical`, the order the
     /// simulator saw committed: the replica never listed them.
     fn fill_unseen(&mut self, _canonical: &[OpId]) {}
-    /// State-transfer counters: checkpoints installed, bytes received.
-    fn transfers(&self) -> (u64, u64) {
-        (0, 0)
+    /// State-transfer counters, over every restart.
+    fn transfers(&self) -> creek_node::TransferStats {
+        creek_node::TransferStats::default()
     }
     /// The replica knows it lost its data and takes no part until rebuilt
     /// (the checkers leave it out).
@@ -263,7 +263,7 @@ pub struct CreekReplica {
     /// Counters of earlier lives.
     counts_before: ReplicaCounts,
     /// State transfers of earlier lives: installed, bytes received.
-    transfers_before: (u64, u64),
+    transfers_before: creek_node::TransferStats,
     disk_counts: DiskCounts,
 }
 
@@ -370,7 +370,7 @@ impl CreekReplica {
             committed: Vec::new(),
             unseen_from: None,
             counts_before: ReplicaCounts::default(),
-            transfers_before: (0, 0),
+            transfers_before: creek_node::TransferStats::default(),
             disk_counts: DiskCounts::default(),
         }
     }
@@ -788,53 +788,10 @@ impl SimReplica for CreekReplica {
     }
 
     fn debug(&self) -> String {
-        let Some(n) = &self.node else {
-            return "down".into();
-        };
-        let cab = n.cab();
-        let r = n.replica();
-        let waiting = cab.waiting_for(&|id| r.holds_payloads(id), &|id| r.check_dep(id));
-        let missing: Vec<_> = waiting
-            .iter()
-            .flat_map(|id| match r.op(*id) {
-                None => vec![*id],
-                Some(_) => r.missing_context(*id).take(5).collect(),
-            })
-            .take(10)
-            .collect();
-        let me = r.id();
-        let last = r.last_issued_seq();
-        let own: Vec<(u64, bool, bool)> = (last.saturating_sub(6)..=last)
-            .map(|seq| {
-                let id = OpId { origin: me, seq };
-                (seq, r.op(id).is_some(), n.gossip_holds(id))
-            })
-            .collect();
-        format!(
-            "own(seq,replica,gossip)={own:?} held_appends={} waiting={waiting:?} missing={missing:?} gossip={:?} lost_peers={:?} \
-             foreign={:?} delivered={:?} ",
-            cab.held_appends(),
-            n.gossip_stats(),
-            n.lost_peers(),
-            n.foreign_peers(),
-            n.gossip_delivered(),
-        ) + &format!(
-            "{:?} role={} term={} leader={:?} log={:?} delivered={} decided_waiting={} \
-             wanted={:?} fetch={:?} transfers={:?} committed_len={} tentative={} unconfirmed={}",
-            n.standing(),
-            cab.role(),
-            cab.term(),
-            cab.leader(),
-            cab.log_mark(),
-            cab.delivered_through(),
-            cab.decided_waiting(),
-            cab.wanted_snapshot(),
-            n.fetch_status(),
-            n.transfer_stats(),
-            n.replica().committed_len(),
-            n.replica().tentative_len(),
-            cab.unconfirmed(),
-        )
+        match &self.node {
+            Some(n) => n.stall_report(),
+            None => "down".into(),
+        }
     }
 
     fn is_member(&self) -> bool {
@@ -862,12 +819,10 @@ impl SimReplica for CreekReplica {
         self.unseen_from = rest;
     }
 
-    fn transfers(&self) -> (u64, u64) {
+    fn transfers(&self) -> creek_node::TransferStats {
         let mut t = self.transfers_before;
         if let Some(n) = &self.node {
-            let s = n.transfer_stats();
-            t.0 += s.installed;
-            t.1 += s.bytes_received;
+            t += n.transfer_stats();
         }
         t
     }

@@ -80,8 +80,10 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
     let (executions, inserted) = (counts.executions, counts.ops);
     let replicated = h.iter().filter(|r| r.id.is_some()).count().max(1);
     let mut disk = crate::replica::DiskCounts::default();
+    let mut transfers = creek_node::TransferStats::default();
     for n in &out.nodes {
         disk += n.disk_counts();
+        transfers += n.transfers();
     }
     let checks_obj: serde_json::Map<String, Value> = checks
         .iter()
@@ -121,6 +123,11 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         "settled_after_ms": out.settled_after_us.map(|t| t as f64 / 1000.0),
         "liveness_bound_ms": out.liveness_bound_us / 1000,
         "recoveries": disk.recoveries,
+        "state_transfers": {
+            "installed": transfers.installed,
+            "bytes": transfers.bytes_received,
+            "past_held": transfers.past_held,
+        },
         "unsynced_writes_lost": disk.unsynced_writes_lost,
         "disk": {
             "syncs": disk.syncs,

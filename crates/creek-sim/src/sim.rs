@@ -933,6 +933,9 @@ impl Sim {
             for op in ops {
                 self.ops.entry(op.id).or_insert_with(|| op.clone());
             }
+            if self.net.starves(to) {
+                return;
+            }
         }
         let Ok(frame) = creek_wire::encode(&msg, &Limits::default()) else {
             return;
@@ -1071,7 +1074,7 @@ impl Sim {
         match class {
             "partition" if !self.net.partitioned() => {
                 *self.faults.entry("partition").or_default() += 1;
-                let kind = self.rng.index(5);
+                let kind = self.rng.index(6);
                 let victim = self.rng.index(n);
                 match kind {
                     0 => {
@@ -1110,6 +1113,12 @@ impl Sim {
                             }
                         }
                     }
+                    4 => {
+                        // Starved: the victim hears everything but payloads,
+                        // long enough that its held appends fetch a
+                        // checkpoint rather than wait.
+                        self.net.starve(victim);
+                    }
                     _ => {
                         // Flapping: short cuts of one node, healed quickly.
                         for j in 0..n {
@@ -1122,8 +1131,12 @@ impl Sim {
                         self.schedule(at, Ev::Heal);
                     }
                 }
-                let at = self.now + self.rng.range(50_000, 400_000);
-                self.schedule(at, Ev::Heal);
+                let lasts = if kind == 4 {
+                    self.rng.range(500_000, 1_500_000)
+                } else {
+                    self.rng.range(50_000, 400_000)
+                };
+                self.schedule(self.now + lasts, Ev::Heal);
             }
             "crash" => {
                 let down = self.down();
