@@ -813,7 +813,10 @@ impl<S: CabStorage> Node<S> {
                     self.transfers.fetch(from, index + 1);
                     return;
                 }
-                let next = own_high.max(marks.own_seq) + 1;
+                // Past what peers hold, and past the seqs this replica
+                // reserved itself since it lost its data (a restart while
+                // lost takes a reservation like any other).
+                let next = own_high.max(marks.own_seq).max(self.own_floor) + 1;
                 self.own_floor = next - 1;
                 self.rebuilt_floor = next - 1;
                 let group = std::mem::take(&mut checkpoint.group);
@@ -860,9 +863,11 @@ impl<S: CabStorage> Node<S> {
     /// ops up to [`Node::own_floor`] from its peers, in any order; those no
     /// peer kept were lost with its disk.
     fn reclaim_own_ops(&mut self) {
-        let range = self
-            .reclaiming
-            .or((self.rebuilt_floor > 0).then_some((0, self.rebuilt_floor)));
+        let rebuilt = (self.rebuilt_floor > 0).then_some((0, self.rebuilt_floor));
+        let range = match (self.reclaiming, rebuilt) {
+            (Some((a, t)), Some((b, u))) => Some((a.min(b), t.max(u))),
+            (r, b) => r.or(b),
+        };
         if let Some((after, through)) = range {
             let own = self.id();
             self.gossip.open_range(own, after, through);

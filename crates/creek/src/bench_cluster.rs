@@ -47,6 +47,10 @@ pub struct Args {
     /// Levels to measure.
     #[arg(long, value_delimiter = ',', default_value = "weak,strong")]
     pub(crate) levels: Vec<String>,
+    /// Then weak latency again while this many clients write strong ops
+    /// (0: not measured): whether weak ops wait behind replication work.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) under_load: usize,
     /// Print one JSON line.
     #[arg(long)]
     pub(crate) json: bool,
@@ -179,6 +183,36 @@ pub(crate) fn measure(
                     "p99_us": p99,
                     "stages_us": stages,
                     "throughput_ops_per_sec": tput,
+                }),
+            );
+        }
+        if args.under_load > 0 {
+            eprintln!(
+                "bench cluster: weak latency at 1 client under {} strong clients…",
+                args.under_load
+            );
+            let mut load = Vec::with_capacity(args.under_load);
+            for i in 0..args.under_load {
+                load.push(CreekConn::connect(clients[i % clients.len()], true).await?);
+            }
+            let mut weak = CreekConn::connect(clients[leader], false).await?;
+            let timed = bench_driver::latency(&mut weak, args.latency_ops, args.keys, &value);
+            let (strong_tput, weak_latency) = bench_driver::throughput_during(
+                load,
+                args.keys,
+                &value,
+                "creek strong load",
+                timed,
+            )
+            .await?;
+            let (p50, p99) = weak_latency?;
+            levels.insert(
+                "weak_under_strong_load".into(),
+                json!({
+                    "strong_clients": args.under_load,
+                    "strong_ops_per_sec": strong_tput.round(),
+                    "p50_us": p50,
+                    "p99_us": p99,
                 }),
             );
         }

@@ -91,6 +91,22 @@ pub(crate) async fn throughput<C: Conn>(
     value: &[u8],
     label: &str,
 ) -> Result<f64, String> {
+    let window = tokio::time::sleep(Duration::from_secs_f64(seconds));
+    throughput_during(conns, keys, value, label, window)
+        .await
+        .map(|(t, ())| t)
+}
+
+/// Writes per second of closed-loop clients, one per connection, counted
+/// while `during` runs (after a warm-up), with what `during` gave: a load
+/// under which another measurement runs.
+pub(crate) async fn throughput_during<C: Conn, T>(
+    conns: Vec<C>,
+    keys: u64,
+    value: &[u8],
+    label: &str,
+    during: impl Future<Output = T>,
+) -> Result<(f64, T), String> {
     let clients = conns.len();
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -128,7 +144,7 @@ pub(crate) async fn throughput<C: Conn>(
     tokio::time::sleep(Duration::from_millis(500)).await; // warm-up
     measuring.store(true, Ordering::Relaxed);
     let start = Instant::now();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    let out = during.await;
     measuring.store(false, Ordering::Relaxed);
     let elapsed = start.elapsed().as_secs_f64();
     let count = done.load(Ordering::Relaxed);
@@ -140,7 +156,7 @@ pub(crate) async fn throughput<C: Conn>(
     if e > 0 {
         eprintln!("bench: {e} writes failed at {clients} clients ({label})");
     }
-    Ok(count as f64 / elapsed)
+    Ok((count as f64 / elapsed, out))
 }
 
 /// Measure one kind of write: the latency on `leader`, then the

@@ -143,6 +143,7 @@ fn creek(args: &Args) -> Result<Map<String, Value>, String> {
         value_bytes: args.value_bytes,
         attach: Vec::new(),
         levels: vec!["weak".into(), "strong".into()],
+        under_load: 0,
         json: args.json,
     };
     let mut out = bench_cluster::measure(&cluster, true)?;
