@@ -794,7 +794,7 @@ impl<S: CabStorage> Cab<S> {
     /// here: a follower that had to take both in one append would wait
     /// forever.
     fn release_held(&mut self, holds: Deps<'_>) {
-        while !self.held_blocker.is_some_and(|id| !holds(id)) {
+        while self.held_blocker.is_none_or(holds) {
             let Some(m) = self.held.front_mut() else {
                 self.held_blocker = None;
                 return;
