@@ -26,9 +26,8 @@ async def wait_until_weak_read(client: creek.Client, key: str, want, within: flo
 
 
 def test_concurrent_conflicting_ops_force_a_misspeculation_that_is_redone(serve):
-    """Correctables §4.2: when the final view differs from the preliminary one
-    the speculation ran on, `abort` undoes it and it reruns on the final
-    view. A replica cut off from the majority gives a preliminary view that
+    """Correctables §4.2: when a later view differs from the one the
+    speculation ran on, `abort` undoes it and it reruns on the new view. A replica cut off from the majority gives a preliminary view that
     misses the majority's increments; the final view counts them."""
     leader = serve.wait_for_leader()
     minority, majority = (leader + 1) % 3, (leader + 2) % 3
@@ -76,8 +75,12 @@ def test_concurrent_conflicting_ops_force_a_misspeculation_that_is_redone(serve)
 
             settled = await quote.final()
             assert settled.value == "quote for 103"
-            assert ran == [100, 103], "the speculation reran once, on the corrected view"
-            assert undone == ["quote for 100"], "abort got the wrong speculative result"
+            # The minority may learn the majority's increments one at a time
+            # after the heal: each updated view reruns the speculation, and
+            # each run but the last is aborted, in order.
+            assert ran[0] == 100 and ran[-1] == 103, ran
+            assert set(ran) <= {v.value for v in views}, (ran, views)
+            assert undone == [f"quote for {v}" for v in ran[:-1]], "abort got the wrong results"
             assert [v.value for v in quote.received][0] == "quote for 100"
 
     run(body(), timeout=90)
