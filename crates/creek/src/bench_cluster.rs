@@ -142,19 +142,19 @@ pub(crate) fn measure(
     let measured = async {
         let leader = find_leader(&clients).await?;
         let mut levels = serde_json::Map::new();
+        // The leader's stage timings over the timed ops (a cluster this
+        // command started serves `/metrics`; an attached one may not).
+        let scrape = || async {
+            match metrics.get(leader) {
+                Some(&m) => bench_stages::scrape(m).await.map(Some),
+                None => Ok(None),
+            }
+        };
         for (name, strong) in [("weak", false), ("strong", true)] {
             if !args.levels.iter().any(|l| l == name) {
                 continue;
             }
             eprintln!("bench cluster: {name} latency at 1 client…");
-            // The leader's stage timings over the same ops (a cluster this
-            // command started serves `/metrics`; an attached one may not).
-            let scrape = || async {
-                match metrics.get(leader) {
-                    Some(&m) => bench_stages::scrape(m).await.map(Some),
-                    None => Ok(None),
-                }
-            };
             let before = scrape().await?;
             let mut conn = CreekConn::connect(clients[leader], strong).await?;
             let (p50, p99) =
@@ -196,6 +196,7 @@ pub(crate) fn measure(
                 load.push(CreekConn::connect(clients[i % clients.len()], true).await?);
             }
             let mut weak = CreekConn::connect(clients[leader], false).await?;
+            let before = scrape().await?;
             let timed = bench_driver::latency(&mut weak, args.latency_ops, args.keys, &value);
             let (strong_tput, weak_latency) = bench_driver::throughput_during(
                 load,
@@ -206,6 +207,10 @@ pub(crate) fn measure(
             )
             .await?;
             let (p50, p99) = weak_latency?;
+            let stages = match (before, scrape().await?) {
+                (Some(b), Some(a)) => json!(bench_stages::medians(&b, &a, "weak")),
+                _ => json!(null),
+            };
             levels.insert(
                 "weak_under_strong_load".into(),
                 json!({
@@ -213,6 +218,7 @@ pub(crate) fn measure(
                     "strong_ops_per_sec": strong_tput.round(),
                     "p50_us": p50,
                     "p99_us": p99,
+                    "stages_us": stages,
                 }),
             );
         }
