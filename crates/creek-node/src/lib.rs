@@ -216,9 +216,6 @@ pub struct Node<S: CabStorage> {
     /// The log index CAB's first held append waits on, and for how many
     /// ticks it has.
     held_wait: Option<(u64, u64)>,
-    /// Checkpoints installed past a held append (see
-    /// [`Node::install_past_held`]).
-    installed_past_held: u64,
     /// After a crash: the own seqs being taken back, recorded on disk until
     /// the committed order settles them (see [`OwnSeqs::reclaiming`]).
     reclaiming: Option<(u64, u64)>,
@@ -423,7 +420,6 @@ impl<S: CabStorage> Node<S> {
             own_floor: 0,
             reclaim_ticks: 0,
             held_wait: None,
-            installed_past_held: 0,
             rebuilt_floor: 0,
             reclaiming: None,
             committed_told: replica.committed_len(),
@@ -853,7 +849,7 @@ impl<S: CabStorage> Node<S> {
         checkpoint.group = self.group();
         let next = own_high.max(self.replica.last_issued_seq()) + 1;
         self.replace_state(checkpoint, next);
-        self.installed_past_held += 1;
+        self.transfers.installed_past_held();
         self.held_wait = None;
         self.transfers.cancel_fetch();
     }
@@ -1574,7 +1570,7 @@ impl<S: CabStorage> Node<S> {
         format!(
             "own(seq,replica,gossip)={own:?} held_appends={} waiting={waiting:?} \
              missing={missing:?} gossip={:?} lost_peers={:?} foreign={:?} delivered={:?} \
-             {:?} role={} term={} leader={:?} log={:?} delivered={} decided_waiting={} \
+             {:?} role={} term={} leader={:?} log={:?} cab_delivered={} decided_waiting={} \
              wanted={:?} fetch={:?} transfers={:?} committed_len={} tentative={} unconfirmed={}",
             cab.held_appends(),
             self.gossip_stats(),
@@ -1738,10 +1734,7 @@ impl<S: CabStorage> Node<S> {
 
     /// State-transfer counters.
     pub fn transfer_stats(&self) -> TransferStats {
-        TransferStats {
-            past_held: self.installed_past_held,
-            ..self.transfers.stats()
-        }
+        self.transfers.stats()
     }
 
     /// The checkpoint being fetched from a peer, if any.

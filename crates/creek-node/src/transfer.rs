@@ -251,6 +251,12 @@ impl Transfers {
         self.peers = peers.to_vec();
     }
 
+    /// A checkpoint was installed past a held append (see
+    /// `Node::install_past_held`).
+    pub(crate) fn installed_past_held(&mut self) {
+        self.stats.past_held += 1;
+    }
+
     pub(crate) fn stats(&self) -> TransferStats {
         self.stats
     }
