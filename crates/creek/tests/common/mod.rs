@@ -66,9 +66,20 @@ pub struct Cluster {
     procs: Vec<Option<Child>>,
 }
 
+/// A loopback address with a port free now and never handed out before in
+/// this process: the kernel may give a port just released to the next
+/// bind, and two clusters started by parallel tests must not share one.
 fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
+    static TAKEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
+        if taken.insert(addr.port()) {
+            return addr;
+        }
+    }
 }
 
 impl Cluster {
