@@ -41,6 +41,42 @@ pub struct CallOptions {
     /// With [`Levels::Weak`]: also receive the weak op's final view once it
     /// is committed, so the caller learns whether its preliminary view held.
     pub weak_final: bool,
+    /// Send the call under this request id instead of the client's next
+    /// one: to learn the outcome of an earlier call whose answer was lost
+    /// (a deadline, a crash), send it again with its id. The cluster
+    /// applies a request id once, and answers a retry with its outcome.
+    pub request_id: Option<RequestId>,
+}
+
+/// A request's id: the client's id and the request's number within it.
+/// Written `CLIENT:SEQ` with the client id in hex (`3f9a1c2b7d4e5f60:1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RequestId {
+    /// The client's id (never zero).
+    pub client: u64,
+    /// The request's number within the client.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}:{}", self.client, self.seq)
+    }
+}
+
+impl std::str::FromStr for RequestId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("request id {s:?} is not CLIENT:SEQ (a hex client id, a number)");
+        let (client, seq) = s.split_once(':').ok_or_else(bad)?;
+        let client = u64::from_str_radix(client, 16).map_err(|_| bad())?;
+        let seq = seq.parse().map_err(|_| bad())?;
+        if client == 0 {
+            return Err(format!("request id {s:?}: the client id cannot be zero"));
+        }
+        Ok(RequestId { client, seq })
+    }
 }
 
 /// A client of a Creek cluster. Cheap to clone and share across tasks:
@@ -194,15 +230,21 @@ impl Client {
     ) -> Result<Correctable, Error> {
         let start = Instant::now();
         let deadline = options.timeout.map(|t| start + t);
-        let request_seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
+        let id = self.request_id(options.request_id);
+        let own = id.client == self.inner.client_id;
         let request = pb::InvokeRequest {
             procedure: procedure.into(),
             args: args.iter().map(to_wire).collect(),
             levels: levels.to_wire(),
             weak_final: options.weak_final,
-            client_id: self.inner.client_id,
-            request_seq,
-            acked: self.inner.acks.take(),
+            client_id: id.client,
+            request_seq: id.seq,
+            // Acknowledgements name this client's requests only.
+            acked: if own {
+                self.inner.acks.take()
+            } else {
+                Vec::new()
+            },
         };
         let sends = std::sync::atomic::AtomicU32::new(0);
         let call = self.with_failover(|channel| {
@@ -225,12 +267,33 @@ impl Client {
             deadline,
             timeout: options.timeout,
             // A request sent more than once may have a copy still on its
-            // way: its entry must stay until it expires.
-            ack: (sends.load(Ordering::Relaxed) == 1)
-                .then(|| (self.inner.acks.clone(), request_seq)),
+            // way: its entry must stay until it expires. So must one sent
+            // under an id given by the caller (it may be a retry).
+            ack: (sends.load(Ordering::Relaxed) == 1 && options.request_id.is_none())
+                .then(|| (self.inner.acks.clone(), id.seq)),
         };
         tokio::spawn(read_views(stream, feeder, expect));
         Ok(correctable)
+    }
+
+    /// The id the next call gets: `given`, or this client's next one.
+    pub fn request_id(&self, given: Option<RequestId>) -> RequestId {
+        given.unwrap_or_else(|| RequestId {
+            client: self.inner.client_id,
+            seq: self.inner.next_seq.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// The procedures the cluster runs, with their signatures.
+    pub async fn procedures(&self) -> Result<Vec<pb::ProcedureInfo>, Error> {
+        let reply = self
+            .with_failover(|channel| async move {
+                pb::creek_client::CreekClient::new(channel)
+                    .procedures(pb::ProceduresRequest {})
+                    .await
+            })
+            .await?;
+        Ok(reply.into_inner().procedures)
     }
 
     /// `kv.get(key)`: the value, or nil if absent.

@@ -45,7 +45,7 @@ mod speculate;
 mod stream;
 mod view;
 
-pub use client::{CallOptions, Client};
+pub use client::{CallOptions, Client, RequestId};
 pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
 pub use error::Error;

@@ -21,6 +21,6 @@ pub mod void;
 
 pub use engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
 pub use registry::{
-    execute_call, CallError, ClientRequestId, Executed, ProcCall, Procedure, Registry,
+    execute_call, CallError, ClientRequestId, Executed, ProcCall, Procedure, Registry, Signature,
 };
 pub use txn::{Abort, KeyRef, Outcome, SnapshotRead, Txn, TxnLimits, VersionNo};

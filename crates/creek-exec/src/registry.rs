@@ -29,6 +29,45 @@ pub struct Procedure {
     pub check_args: CheckArgs,
     /// The body.
     pub run: Arc<ProcFn>,
+    /// What a caller needs to know to call it, if it was described.
+    pub signature: Option<Arc<Signature>>,
+}
+
+/// A procedure's parameters, result and purpose, as `creek proc list` and
+/// the `Procedures` call show them. Types are named as clients write them:
+/// `bytes`, `int`, `bool`, `list`, `bytes?` (bytes or nil), `any`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Signature {
+    /// Each parameter's name and type, in order.
+    pub params: Vec<(String, String)>,
+    /// The result, e.g. `int: new value`.
+    pub returns: String,
+    /// One line on what it does.
+    pub summary: String,
+}
+
+impl Signature {
+    /// A signature from `(name, type)` pairs.
+    pub fn new(params: &[(&str, &str)], returns: &str, summary: &str) -> Self {
+        Signature {
+            params: params
+                .iter()
+                .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
+                .collect(),
+            returns: returns.to_owned(),
+            summary: summary.to_owned(),
+        }
+    }
+
+    /// `(key: bytes, delta: int)`.
+    pub fn params_text(&self) -> String {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|(n, t)| format!("{n}: {t}"))
+            .collect();
+        format!("({})", params.join(", "))
+    }
 }
 
 impl std::fmt::Debug for Procedure {
@@ -138,8 +177,25 @@ impl Registry {
                 read_only,
                 check_args,
                 run: Arc::new(run),
+                signature: None,
             },
         );
+    }
+
+    /// Attach `signature` to the registered procedure `name` (nothing if
+    /// there is none).
+    pub fn describe(&mut self, name: &str, signature: Signature) {
+        if let Some(p) = self.procs.get_mut(name) {
+            p.signature = Some(Arc::new(signature));
+        }
+    }
+
+    /// Every registered procedure, sorted by name.
+    pub fn procedures(&self) -> Vec<(&str, &Procedure)> {
+        let mut v: Vec<(&str, &Procedure)> =
+            self.procs.iter().map(|(k, p)| (k.as_ref(), p)).collect();
+        v.sort_unstable_by_key(|(k, _)| *k);
+        v
     }
 
     /// Look a procedure up.

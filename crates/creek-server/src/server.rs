@@ -198,6 +198,7 @@ impl Server {
             .checkpoint
             .as_ref()
             .map(|c| c.committed_len);
+        let procedures = Arc::new(crate::service::procedures_reply(&registry));
         let node = Node::recover(
             node_config,
             registry,
@@ -306,6 +307,7 @@ impl Server {
             me,
             max_request_bytes: config.max_request_bytes,
             stopping: stopping.clone(),
+            procedures,
         };
         let admin = AdminService {
             events: events_tx.clone(),

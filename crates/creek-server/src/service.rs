@@ -6,6 +6,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,6 +40,38 @@ pub struct CreekService {
     pub(crate) me: ReplicaId,
     pub(crate) max_request_bytes: usize,
     pub(crate) stopping: Arc<AtomicBool>,
+    /// The `Procedures` answer: the registry does not change while the
+    /// replica runs.
+    pub(crate) procedures: Arc<pb::ProceduresReply>,
+}
+
+/// The procedures of `registry` clients may call, with their signatures.
+pub(crate) fn procedures_reply(registry: &creek_exec::Registry) -> pb::ProceduresReply {
+    let procedures = registry
+        .procedures()
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with(creek_exec::session::INTERNAL_PROC_PREFIX))
+        .map(|(name, p)| {
+            let sig = p.signature.as_deref();
+            pb::ProcedureInfo {
+                name: name.to_owned(),
+                params: sig.map_or_else(Vec::new, |s| {
+                    s.params
+                        .iter()
+                        .map(|(name, ty)| pb::Param {
+                            name: name.clone(),
+                            r#type: ty.clone(),
+                        })
+                        .collect()
+                }),
+                returns: sig.map_or_else(String::new, |s| s.returns.clone()),
+                summary: sig.map_or_else(String::new, |s| s.summary.clone()),
+                read_only: p.read_only,
+                described: sig.is_some(),
+            }
+        })
+        .collect();
+    pb::ProceduresReply { procedures }
 }
 
 /// The op a request asks for: (strong, views).
@@ -233,7 +266,13 @@ impl pb::creek_server::Creek for CreekService {
             }
         };
         let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let stream = view_stream(rx, until, self.metrics.clone(), strong, received);
+        let late = Late {
+            metrics: self.metrics.clone(),
+            transport: self.transport.clone(),
+            me: self.me,
+            strong,
+        };
+        let stream = view_stream(rx, until, late, received);
         let mut response = tonic::Response::new(Box::pin(stream) as ViewStream);
         if let ExecKey::Op(id) = handle {
             if let Ok(value) = id.to_string().parse() {
@@ -241,6 +280,15 @@ impl pb::creek_server::Creek for CreekService {
             }
         }
         Ok(response)
+    }
+
+    async fn procedures(
+        &self,
+        _request: tonic::Request<pb::ProceduresRequest>,
+    ) -> Result<tonic::Response<pb::ProceduresReply>, Status> {
+        Ok(tonic::Response::new(pb::ProceduresReply::clone(
+            &self.procedures,
+        )))
     }
 
     async fn status(
@@ -285,31 +333,69 @@ impl pb::creek_server::Creek for CreekService {
 /// display form (`r3.17`).
 pub const OP_HEADER: &str = "creek-op";
 
+/// What a view stream needs to time its op and to explain a deadline.
+struct Late {
+    metrics: Arc<Metrics>,
+    transport: Arc<Transport>,
+    me: ReplicaId,
+    strong: bool,
+}
+
+impl Late {
+    /// The status of an op whose deadline passed before its final view,
+    /// saying so when this replica cannot reach a majority of the group.
+    fn deadline(&self) -> Status {
+        self.metrics.op(self.strong, "deadline");
+        let peers = self.transport.peers();
+        let message = "the final view did not come before the deadline; the op may still \
+                       commit — retry with the same request id to learn its result";
+        match no_quorum(self.me, &peers) {
+            Some(why) => Status::new(Code::DeadlineExceeded, format!("{why}; {message}")),
+            None => Status::new(Code::DeadlineExceeded, message),
+        }
+    }
+}
+
+/// `no quorum: replicas 2 and 3 unreachable from replica 1` when `me` and
+/// the peers it is connected to are not a majority of the group.
+pub(crate) fn no_quorum(me: ReplicaId, peers: &[(ReplicaId, SocketAddr, bool)]) -> Option<String> {
+    let group = peers.len() + 1;
+    let reachable = 1 + peers.iter().filter(|(_, _, connected)| *connected).count();
+    if reachable > group / 2 {
+        return None;
+    }
+    let down: Vec<String> = peers
+        .iter()
+        .filter(|(_, _, connected)| !connected)
+        .map(|(id, _, _)| id.0.to_string())
+        .collect();
+    let (noun, list) = match down.as_slice() {
+        [one] => ("replica", one.clone()),
+        [rest @ .., last] => ("replicas", format!("{} and {last}", rest.join(", "))),
+        [] => return None,
+    };
+    Some(format!(
+        "no quorum: {noun} {list} unreachable from replica {}",
+        me.0
+    ))
+}
+
 /// Views from the node loop as a gRPC stream, ended by the last view (the
 /// node loop drops its sender), a failure or the deadline. The first view
 /// handed to the response times the op's `answered` stage.
 fn view_stream(
     rx: mpsc::UnboundedReceiver<Reply>,
     until: Option<tokio::time::Instant>,
-    metrics: Arc<Metrics>,
-    strong: bool,
+    late: Late,
     received: Instant,
 ) -> impl Stream<Item = Result<pb::View, Status>> + Send {
-    let state = Some((rx, until, metrics, true));
+    let state = Some((rx, until, late, true));
     futures_util::stream::unfold(state, move |state| async move {
-        let (mut rx, until, metrics, first) = state?;
+        let (mut rx, until, late, first) = state?;
         let next = match until {
             Some(t) => match tokio::time::timeout_at(t, rx.recv()).await {
                 Ok(r) => r,
-                Err(_) => {
-                    metrics.op(strong, "deadline");
-                    let e = Status::new(
-                        Code::DeadlineExceeded,
-                        "deadline exceeded before the final view; the op may still commit — \
-                         retry with the same request id to learn its result",
-                    );
-                    return Some((Err(e), None));
-                }
+                Err(_) => return Some((Err(late.deadline()), None)),
             },
             None => rx.recv().await,
         };
@@ -317,9 +403,9 @@ fn view_stream(
             Reply::View(v) => {
                 if first {
                     let since = received.elapsed().as_secs_f64();
-                    metrics.stage(strong, Stage::Answered, since);
+                    late.metrics.stage(late.strong, Stage::Answered, since);
                 }
-                Some((Ok(to_pb_view(&v)), Some((rx, until, metrics, false))))
+                Some((Ok(to_pb_view(&v)), Some((rx, until, late, false))))
             }
             Reply::Failed(why) => Some((Err(Status::unavailable(why)), None)),
             // Not sent after the first reply.
@@ -735,6 +821,35 @@ mod tests {
         assert_eq!(
             levels(&bad).map_err(|s| s.code()).err(),
             Some(Code::InvalidArgument)
+        );
+    }
+
+    #[test]
+    fn quorum_loss_names_the_unreachable_replicas() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        let peer = |id, connected| (ReplicaId(id), addr, connected);
+        assert_eq!(
+            no_quorum(ReplicaId(1), &[peer(2, true), peer(3, false)]),
+            None
+        );
+        assert_eq!(
+            no_quorum(ReplicaId(1), &[peer(2, false), peer(3, false)]).as_deref(),
+            Some("no quorum: replicas 2 and 3 unreachable from replica 1")
+        );
+        let five = [
+            peer(1, false),
+            peer(2, true),
+            peer(4, false),
+            peer(5, false),
+        ];
+        assert_eq!(
+            no_quorum(ReplicaId(3), &five).as_deref(),
+            Some("no quorum: replicas 1, 4 and 5 unreachable from replica 3")
+        );
+        assert_eq!(no_quorum(ReplicaId(1), &[]), None, "a group of one");
+        assert_eq!(
+            no_quorum(ReplicaId(1), &[peer(2, false)]).as_deref(),
+            Some("no quorum: replica 2 unreachable from replica 1")
         );
     }
 

@@ -25,7 +25,7 @@
 use bytes::Bytes;
 use creek_exec::registry::INTERNAL_KEY_PREFIX;
 use creek_exec::value::{decode_args, Value};
-use creek_exec::{Abort, Outcome, Registry, Txn};
+use creek_exec::{Abort, Outcome, Registry, Signature, Txn};
 
 /// `bank.open(account, amount)`.
 pub const OPEN: &str = "bank.open";
@@ -58,6 +58,43 @@ pub fn register_procedures(registry: &mut Registry) {
     registry.register_fn(TRANSFER, false, |a| parse_transfer(a).map(drop), transfer);
     registry.register_fn(BALANCE, true, |a| parse_balance(a).map(drop), balance);
     registry.register_fn(TOTAL, true, |a| parse_total(a).map(drop), total);
+    let describe = [
+        (
+            OPEN,
+            Signature::new(
+                &[("account", "bytes"), ("amount", "int")],
+                "nil",
+                "Open an account with a balance (amount >= 0); aborts if it exists.",
+            ),
+        ),
+        (
+            TRANSFER,
+            Signature::new(
+                &[("from", "bytes"), ("to", "bytes"), ("amount", "int")],
+                "int: from's new balance",
+                "Move amount (> 0) between two accounts; aborts if from holds less.",
+            ),
+        ),
+        (
+            BALANCE,
+            Signature::new(
+                &[("account", "bytes")],
+                "int, or nil",
+                "An account's balance.",
+            ),
+        ),
+        (
+            TOTAL,
+            Signature::new(
+                &[("n", "int")],
+                "int",
+                "The sum of the balances of the first n accounts.",
+            ),
+        ),
+    ];
+    for (name, sig) in describe {
+        registry.describe(name, sig);
+    }
 }
 
 fn args(name: &str, raw: &[u8]) -> Result<Vec<Value>, String> {

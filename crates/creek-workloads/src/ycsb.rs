@@ -22,7 +22,7 @@
 
 use bytes::Bytes;
 use creek_exec::value::{decode_args_shared, encode_args, Value};
-use creek_exec::{Abort, Outcome, ProcCall, Registry, Txn};
+use creek_exec::{Abort, Outcome, ProcCall, Registry, Signature, Txn};
 use creek_rng::Rng;
 
 /// `ycsb.load(first, count, value_bytes)`: writes records `first ..
@@ -148,6 +148,14 @@ fn load_value(n: u64, len: usize) -> Bytes {
 /// Register [`LOAD`].
 pub fn register(registry: &mut Registry) {
     registry.register_fn(LOAD, false, check_load, run_load);
+    registry.describe(
+        LOAD,
+        Signature::new(
+            &[("first", "int"), ("count", "int"), ("value_bytes", "int")],
+            "nil",
+            "Load count YCSB records from record first on, with values of value_bytes.",
+        ),
+    );
 }
 
 fn load_args(raw: &Bytes) -> Result<(u64, u64, usize), String> {

@@ -2,16 +2,17 @@
 
 use creek_client::{pb, Client};
 
-use crate::status_cmd::DEV_ADDRS;
+use crate::cli::{self, Endpoints, Format, Output};
 
 /// Arguments of `creek admin`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// A replica's client address; repeat for several (the first that
-    /// answers is asked; group changes are sent on to the leader). The
-    /// default is the three replicas of `creek dev`.
-    #[arg(long = "addr", value_name = "ADDR", default_values = DEV_ADDRS, global = true)]
-    addrs: Vec<String>,
+    /// Where the cluster is (the first replica that answers is asked; group
+    /// changes are sent on to the leader).
+    #[command(flatten)]
+    endpoints: Endpoints,
+    #[command(flatten)]
+    output: Output,
     #[command(subcommand)]
     command: Command,
 }
@@ -44,14 +45,11 @@ enum Command {
 
 /// Run `creek admin`.
 pub fn run(args: &Args) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the runtime: {e}"))?;
-    runtime.block_on(async {
-        let client = Client::connect(args.addrs.iter().cloned())
+    cli::runtime()?.block_on(async {
+        let addrs = args.endpoints.list();
+        let client = Client::connect(addrs.iter().cloned())
             .await
-            .map_err(|e| format!("no replica answered at {:?}: {e}", args.addrs))?;
+            .map_err(|e| format!("no replica answered: {}", cli::explain(&e, &addrs)))?;
         let members = match &args.command {
             Command::AddReplica {
                 id,
@@ -70,7 +68,26 @@ pub fn run(args: &Args) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("asking for the members: {e}"))?,
         };
-        print_members(&members);
+        match args.output.output {
+            Format::Table => print_members(&members),
+            Format::Json => {
+                for m in &members.members {
+                    let j = serde_json::json!({
+                        "replica": m.replica,
+                        "role": m.role,
+                        "leader": m.replica == members.leader,
+                        "peer_addr": m.peer_addr,
+                        "client_addr": m.client_addr,
+                    });
+                    println!("{j}");
+                }
+            }
+            Format::Value => {
+                for m in &members.members {
+                    println!("{}", m.replica);
+                }
+            }
+        }
         Ok(())
     })
 }

@@ -16,7 +16,7 @@ use creek_proto::pb::admin_client::AdminClient;
 use creek_server::ServerConfig;
 use serde_json::json;
 
-use crate::status_cmd::DEV_ADDRS;
+use crate::cli::{runtime, Endpoints};
 
 const CHECKPOINT_FILE: &str = "checkpoint.bin";
 const MANIFEST_FILE: &str = "manifest.json";
@@ -28,10 +28,10 @@ pub struct BackupArgs {
     /// backup already).
     #[arg(long)]
     to: PathBuf,
-    /// A replica's client address; repeat for several (the first that
-    /// answers takes the checkpoint). The default is `creek dev`'s.
-    #[arg(long = "addr", value_name = "ADDR", default_values = DEV_ADDRS)]
-    addrs: Vec<String>,
+    /// Where the cluster is (the first replica that answers takes the
+    /// checkpoint).
+    #[command(flatten)]
+    endpoints: Endpoints,
 }
 
 /// Arguments of `creek restore`.
@@ -46,13 +46,6 @@ pub struct RestoreArgs {
     config: PathBuf,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the runtime: {e}"))
-}
-
 /// `creek backup`.
 pub fn backup(args: &BackupArgs) -> Result<(), String> {
     if args.to.join(MANIFEST_FILE).exists() {
@@ -64,7 +57,7 @@ pub fn backup(args: &BackupArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.to)
         .map_err(|e| format!("creating {}: {e}", args.to.display()))?;
     let partial = args.to.join(format!("{CHECKPOINT_FILE}.partial"));
-    let result = runtime()?.block_on(stream_backup(&args.addrs, &partial));
+    let result = runtime()?.block_on(stream_backup(&args.endpoints.list(), &partial));
     let manifest = match result {
         Ok(m) => m,
         Err(e) => {

@@ -268,6 +268,7 @@ async fn client(shared: Arc<Shared>, client: Client, session: u32) {
         let options = CallOptions {
             weak_final: false,
             timeout: Some(OP_TIMEOUT),
+            ..Default::default()
         };
         let answer = async {
             let op = client

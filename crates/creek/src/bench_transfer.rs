@@ -150,6 +150,7 @@ async fn strong(c: &Client, procedure: &str, args: Vec<Value>) -> Result<(), Str
     let options = CallOptions {
         timeout: Some(OP_TIMEOUT),
         weak_final: false,
+        ..Default::default()
     };
     let op = c
         .invoke_with(procedure, args, Levels::Strong, options)

@@ -1,23 +1,44 @@
 //! `creek call`: invoke one procedure and print each view as it arrives.
 
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use bytes::Bytes;
-use creek_client::{CallOptions, Client, Error, Levels, View, ViewKind};
+use creek_client::{pb, CallOptions, Error, Levels, RequestId, View, ViewKind};
 use creek_exec::value::Value;
 
-/// The first replica of `creek dev`.
-pub const DEFAULT_ADDR: &str = "127.0.0.1:7001";
+use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 
 /// Deepest list nesting accepted in an argument.
 const LIST_DEPTH_MAX: usize = 8;
 
+const ARGS_HELP: &str = "\
+Arguments (one per procedure parameter; `creek proc list` shows them):
+  5, -7          an int
+  true, false    a bool
+  nil            nil
+  \"5\", s:5       bytes: the text 5 (quotes or s: keep it from being read as an int)
+  x:0a1bff       bytes given in hex
+  @path          bytes: the contents of a file
+  -              bytes: all of standard input (once per call)
+  [a,1,[b]]      a list
+  anything else  bytes: its text
+Where the procedure's signature says a parameter is bytes, a bare 5, true
+or nil is sent as its text (`creek call kv.put n 5` stores \"5\"); where it
+says int, the argument must be an integer.
+
+Exit codes: 0 ok; 1 failed; 2 usage; 4 no quorum; 5 deadline passed (the
+op may still commit: retry with the --request-id printed); 6 the procedure
+aborted.";
+
 /// Arguments of `creek call`.
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = ARGS_HELP, after_help = ARGS_HELP)]
 pub struct Args {
-    /// A replica's client address; repeat to fail over to the next ones.
-    #[arg(long = "addr", value_name = "ADDR", default_value = DEFAULT_ADDR)]
-    addrs: Vec<String>,
+    #[command(flatten)]
+    endpoints: Endpoints,
+    #[command(flatten)]
+    output: Output,
     /// Levels: weak (one preliminary view), strong (final view only) or
     /// both (preliminary, then final).
     #[arg(long, default_value = "both", value_parser = parse_levels)]
@@ -28,63 +49,156 @@ pub struct Args {
     /// Deadline for the final view, e.g. 5s, 500ms.
     #[arg(long, default_value = "5s", value_parser = parse_timeout)]
     timeout: Duration,
+    /// Send the call under this request id (CLIENT:SEQ, as a deadline
+    /// error prints it) to learn the outcome of an earlier call: the
+    /// cluster applies an id once and answers a retry with its outcome.
+    #[arg(long, value_name = "CLIENT:SEQ")]
+    request_id: Option<RequestId>,
     /// The procedure, e.g. kv.put.
     #[arg(value_name = "PROC")]
     procedure: String,
-    /// Arguments: integers, true, false, nil, lists like [a,1]; "quoted"
-    /// text and anything else are bytes.
+    /// Arguments; see below.
     #[arg(value_name = "ARGS", allow_negative_numbers = true)]
     args: Vec<String>,
 }
 
-/// Run `creek call`. A failure or an abort in the closing view is an error
-/// (so the exit code is non-zero).
-pub fn run(args: &Args) -> Result<(), String> {
-    let values = args
+/// Run `creek call`.
+pub fn run(args: &Args) -> Result<(), Failure> {
+    let mut stdin_used = false;
+    let parsed = args
         .args
         .iter()
-        .map(|a| parse_value(a))
+        .map(|a| parse_arg(a, &mut stdin_used))
         .collect::<Result<Vec<_>, _>>()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the runtime: {e}"))?;
-    runtime.block_on(call(args, values))
+    cli::runtime()?.block_on(call(args, parsed))
 }
 
-async fn call(args: &Args, values: Vec<Value>) -> Result<(), String> {
-    let client = Client::connect(args.addrs.iter().cloned())
+async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
+    let addrs = args.endpoints.list();
+    let client = cli::connect(&addrs).await?;
+    let procedures = client
+        .procedures()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| cli::explain(&e, &addrs))?;
+    let values = match procedures.iter().find(|p| p.name == args.procedure) {
+        Some(p) if p.described => typed(p, parsed)?,
+        Some(_) => parsed.into_iter().map(|a| a.value).collect(),
+        None => {
+            return Err(Failure::new(
+                exit::FAILED,
+                format!(
+                    "unknown procedure {:?} (`creek proc list` shows the procedures)",
+                    args.procedure
+                ),
+            ))
+        }
+    };
+    let id = client.request_id(args.request_id);
     let options = CallOptions {
         timeout: Some(args.timeout),
         weak_final: args.weak_final,
+        request_id: Some(id),
     };
+    let failed = |e: Error| failure(&e, &addrs, args, id);
     let op = client
         .invoke_with(args.procedure.as_str(), values, args.level, options)
         .await
-        .map_err(|e| explain(&e))?;
+        .map_err(failed)?;
     let mut views = op.views();
     let mut last = None;
     while let Some(view) = views.next_view().await {
-        let view = view.map_err(|e| explain(&e))?;
-        println!("{}", format_view(&view));
+        let view = view.map_err(failed)?;
+        print_view(&view, args.output.output, id)?;
         last = Some(view);
     }
+    if let (Format::Value, Some(view)) = (args.output.output, &last) {
+        print_bare(view)?;
+    }
     match last.map(|v| v.outcome) {
-        Some(Err(abort)) => Err(format!("{} aborted: {abort}", args.procedure)),
+        Some(Err(abort)) => Err(Failure::new(
+            exit::ABORTED,
+            format!("{} aborted: {abort}", args.procedure),
+        )),
         _ => Ok(()),
     }
 }
 
-/// The error's text, with a hint for the commonest CLI mistake.
-fn explain(e: &Error) -> String {
+/// The failure for an error of the call: a deadline names the request id
+/// to retry with, and quorum loss gets its own exit code.
+fn failure(e: &Error, addrs: &[String], args: &Args, id: RequestId) -> Failure {
+    let text = cli::explain(e, addrs);
     match e {
-        Error::InvalidArgument(m) if m.contains("must be bytes, got int") => {
-            format!("{e} (quote a number to pass it as bytes: '\"5\"')")
+        Error::DeadlineExceeded(m) => {
+            let code = if m.contains("no quorum") {
+                exit::NO_QUORUM
+            } else {
+                exit::DEADLINE
+            };
+            Failure::new(
+                code,
+                format!(
+                    "{text}\n  request id {id}; to learn its outcome: creek call --request-id \
+                     {id} {} {}",
+                    args.procedure,
+                    args.args.join(" ")
+                ),
+            )
         }
-        _ => e.to_string(),
+        Error::InvalidArgument(m) if m.contains("must be bytes, got int") => Failure::new(
+            exit::FAILED,
+            format!("{text} (quote a number to pass it as bytes: '\"5\"' or s:5)"),
+        ),
+        _ => Failure::new(exit::FAILED, text),
     }
+}
+
+/// Print one view in `format` (`value` prints only the last view, later).
+fn print_view(view: &View, format: Format, id: RequestId) -> Result<(), String> {
+    match format {
+        Format::Table => println!("{}", format_view(view)),
+        Format::Json => println!("{}", view_json(view, id)),
+        Format::Value => {}
+    }
+    Ok(())
+}
+
+/// The view's outcome alone: bytes as they are, other values as text, an
+/// abort on stderr (with exit code 6).
+fn print_bare(view: &View) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    let written = match &view.outcome {
+        Ok(Value::Bytes(b)) => out.write_all(b),
+        Ok(Value::Nil) => Ok(()),
+        Ok(v) => writeln!(out, "{v}"),
+        Err(_) => Ok(()),
+    };
+    written
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("writing the value: {e}"))
+}
+
+/// `{"view":"final","level":"strong","latency_us":843.0,"value":"v","request_id":"…"}`.
+fn view_json(view: &View, id: RequestId) -> serde_json::Value {
+    let kind = match view.kind {
+        ViewKind::Preliminary => "preliminary",
+        ViewKind::Final => "final",
+        ViewKind::Confirmed => "confirmed",
+    };
+    let level = match view.level {
+        creek_client::Level::Weak => "weak",
+        creek_client::Level::Strong => "strong",
+    };
+    let mut j = serde_json::json!({
+        "view": kind,
+        "level": level,
+        "latency_us": (view.latency.as_secs_f64() * 1e7).round() / 10.0,
+        "request_id": id.to_string(),
+    });
+    match &view.outcome {
+        Ok(v) => j["value"] = cli::value_json(v),
+        Err(abort) => j["abort"] = serde_json::Value::String(abort.to_string()),
+    }
+    j
 }
 
 /// `preliminary        12.3 µs  5`.
@@ -146,10 +260,129 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("timeout {s:?} must be positive"))
 }
 
+/// One argument as typed: its value, and whether it was bare (no quotes,
+/// prefix or brackets), so a signature may read it as text instead.
+#[derive(Debug, PartialEq)]
+struct Arg {
+    value: Value,
+    text: String,
+    bare: bool,
+}
+
+/// Read one argument (see [`ARGS_HELP`]): `s:`, `x:`, `@path` and `-`
+/// give bytes; otherwise [`parse_value`].
+fn parse_arg(s: &str, stdin_used: &mut bool) -> Result<Arg, String> {
+    let bytes = |b: Vec<u8>| Arg {
+        value: Value::Bytes(Bytes::from(b)),
+        text: s.to_owned(),
+        bare: false,
+    };
+    if let Some(text) = s.strip_prefix("s:") {
+        return Ok(bytes(text.as_bytes().to_vec()));
+    }
+    if let Some(h) = s.strip_prefix("x:") {
+        return unhex(h).map(bytes);
+    }
+    if let Some(path) = s.strip_prefix('@') {
+        return std::fs::read(path)
+            .map(bytes)
+            .map_err(|e| format!("argument {s:?}: reading {path}: {e}"));
+    }
+    if s == "-" {
+        if std::mem::replace(stdin_used, true) {
+            return Err("standard input (-) can be given once per call".into());
+        }
+        let mut b = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut b)
+            .map_err(|e| format!("reading standard input: {e}"))?;
+        return Ok(bytes(b));
+    }
+    let value = parse_value(s)?;
+    let t = s.trim();
+    let bare = !(t.starts_with('"') || t.starts_with('['));
+    Ok(Arg {
+        value,
+        text: s.to_owned(),
+        bare,
+    })
+}
+
+/// Bytes from hex (`0a1B`, even length; spaces and `0x` not allowed).
+fn unhex(h: &str) -> Result<Vec<u8>, String> {
+    if !h.len().is_multiple_of(2) {
+        return Err(format!("x:{h}: hex needs an even number of digits"));
+    }
+    (0..h.len())
+        .step_by(2)
+        .map(|i| {
+            h.get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+                .ok_or_else(|| {
+                    format!("x:{h}: {:?} is not a hex byte", &h[i..(i + 2).min(h.len())])
+                })
+        })
+        .collect()
+}
+
+/// The arguments as `p`'s signature types them: a bare scalar where bytes
+/// are expected is sent as its text; an int parameter needs an integer.
+fn typed(p: &pb::ProcedureInfo, args: Vec<Arg>) -> Result<Vec<Value>, Failure> {
+    let signature = || {
+        let params: Vec<String> = p
+            .params
+            .iter()
+            .map(|q| format!("{}: {}", q.name, q.r#type))
+            .collect();
+        format!("{}({})", p.name, params.join(", "))
+    };
+    if args.len() != p.params.len() {
+        return Err(Failure::new(
+            exit::FAILED,
+            format!(
+                "{} takes {} argument{}, got {}",
+                signature(),
+                p.params.len(),
+                if p.params.len() == 1 { "" } else { "s" },
+                args.len()
+            ),
+        ));
+    }
+    args.into_iter()
+        .zip(&p.params)
+        .enumerate()
+        .map(|(i, (arg, param))| {
+            let wrong = |what: &str| {
+                Failure::new(
+                    exit::FAILED,
+                    format!(
+                        "{}: argument {} ({}) must be {what}, got {:?}",
+                        signature(),
+                        i + 1,
+                        param.name,
+                        arg.text
+                    ),
+                )
+            };
+            match (param.r#type.as_str(), arg.value) {
+                ("bytes", Value::Int(_) | Value::Bool(_) | Value::Nil) if arg.bare => {
+                    Ok(Value::Bytes(Bytes::from(arg.text.clone())))
+                }
+                ("bytes?", Value::Int(_) | Value::Bool(_)) if arg.bare => {
+                    Ok(Value::Bytes(Bytes::from(arg.text.clone())))
+                }
+                ("int", v @ Value::Int(_)) => Ok(v),
+                ("int", _) => Err(wrong("an integer")),
+                (_, v) => Ok(v),
+            }
+        })
+        .collect()
+}
+
 /// An argument: `nil`, `true`, `false`, an integer, a list `[a,b]`, a
 /// `"quoted"` string (bytes, so `"5"` is not a number), or anything else as
 /// its UTF-8 bytes.
-pub fn parse_value(s: &str) -> Result<Value, String> {
+fn parse_value(s: &str) -> Result<Value, String> {
     parse_at(s, 0)
 }
 
@@ -251,6 +484,88 @@ mod tests {
         assert!(parse_value(&"[".repeat(20)).is_ok(), "not a list: bytes");
         let deep = format!("{}{}", "[".repeat(20), "]".repeat(20));
         assert!(parse_value(&deep).is_err());
+    }
+
+    fn info(params: &[(&str, &str)]) -> pb::ProcedureInfo {
+        pb::ProcedureInfo {
+            name: "p".into(),
+            params: params
+                .iter()
+                .map(|(n, t)| pb::Param {
+                    name: (*n).into(),
+                    r#type: (*t).into(),
+                })
+                .collect(),
+            described: true,
+            ..Default::default()
+        }
+    }
+
+    fn args(raw: &[&str]) -> Vec<Arg> {
+        let mut stdin = false;
+        raw.iter()
+            .map(|a| parse_arg(a, &mut stdin).expect("parses"))
+            .collect()
+    }
+
+    #[test]
+    fn prefixes_give_bytes() {
+        let mut stdin = false;
+        let v = |s: &str, stdin: &mut bool| parse_arg(s, stdin).map(|a| a.value);
+        assert_eq!(v("s:5", &mut stdin), Ok(b("5")));
+        assert_eq!(
+            v("x:0aff", &mut stdin),
+            Ok(Value::Bytes(Bytes::from_static(&[0x0a, 0xff])))
+        );
+        assert!(v("x:0af", &mut stdin).is_err());
+        assert!(v("x:zz", &mut stdin).is_err());
+        let dir = std::env::temp_dir().join(format!("creek-call-arg-{}", std::process::id()));
+        std::fs::write(&dir, b"\x00file").expect("write");
+        let at = format!("@{}", dir.display());
+        assert_eq!(
+            v(&at, &mut stdin),
+            Ok(Value::Bytes(Bytes::from_static(b"\x00file")))
+        );
+        std::fs::remove_file(&dir).expect("remove");
+        assert!(v("@/no/such/file", &mut stdin)
+            .expect_err("refused")
+            .contains("/no/such/file"));
+        let mut used = true;
+        assert!(v("-", &mut used).expect_err("refused").contains("once"));
+    }
+
+    #[test]
+    fn signatures_type_bare_arguments() {
+        let put = info(&[("key", "bytes"), ("value", "bytes")]);
+        assert_eq!(
+            typed(&put, args(&["n", "5"])).ok(),
+            Some(vec![b("n"), b("5")])
+        );
+        assert_eq!(
+            typed(&put, args(&["true", "nil"])).ok(),
+            Some(vec![b("true"), b("nil")])
+        );
+        let incr = info(&[("key", "bytes"), ("delta", "int")]);
+        assert_eq!(
+            typed(&incr, args(&["n", "-2"])).ok(),
+            Some(vec![b("n"), Value::Int(-2)])
+        );
+        let e = typed(&incr, args(&["visits", "1.5"])).expect_err("refused");
+        assert_eq!(
+            e.message,
+            "p(key: bytes, delta: int): argument 2 (delta) must be an integer, got \"1.5\""
+        );
+        let e = typed(&incr, args(&["n"])).expect_err("refused");
+        assert!(
+            e.message.contains("takes 2 arguments, got 1"),
+            "{}",
+            e.message
+        );
+        let cas = info(&[("key", "bytes"), ("expected", "bytes?"), ("new", "bytes?")]);
+        assert_eq!(
+            typed(&cas, args(&["k", "nil", "7"])).ok(),
+            Some(vec![b("k"), Value::Nil, b("7")])
+        );
     }
 
     #[test]

@@ -15,6 +15,9 @@ mod bench_stages;
 mod bench_transfer;
 mod call_cmd;
 mod chaos;
+mod cli;
+mod dev_cmd;
+mod proc_cmd;
 mod serve_cmd;
 mod sim_cmd;
 mod status_cmd;
@@ -36,6 +39,8 @@ use clap::{Parser, Subcommand};
     about = "Creek: mixed-consistency transactional replication"
 )]
 struct Cli {
+    #[command(flatten)]
+    log: serve_cmd::LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -44,14 +49,25 @@ struct Cli {
 enum Command {
     /// Run one replica (see docs/operations.md).
     Serve(serve_cmd::ServeArgs),
-    /// Run a local cluster on loopback in one process, until Ctrl-C.
-    Dev(serve_cmd::DevArgs),
+    /// Run a local cluster on loopback, each replica its own process, until
+    /// Ctrl-C; `stop N`, `start N`, `kill N` at its prompt.
+    Dev(dev_cmd::DevArgs),
     /// Run the deterministic cluster simulator with faults and checkers.
     Sim(sim_cmd::Args),
     /// Invoke a procedure on a running cluster and print each view as it arrives.
     Call(call_cmd::Args),
-    /// Print each replica's role, term, log lengths and counters.
+    /// Print each replica's role, term, log lengths and counters, and
+    /// whether the group has a quorum (exit code 3: a member down, 4: no
+    /// quorum).
     Status(status_cmd::Args),
+    /// List the procedures a cluster runs, with their signatures.
+    Proc(proc_cmd::Args),
+    /// Print a completion script for a shell: bash, zsh or fish (e.g.
+    /// `source <(creek completion bash)`).
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Change or show the replica group: add-replica, remove-replica, members.
     Admin(admin_cmd::Args),
     /// Run `creek serve` processes under faults (kills, pauses, partitions,
@@ -110,11 +126,31 @@ pub(crate) fn print_report(report: &serde_json::Value, json: bool) -> Result<(),
     Ok(())
 }
 
+/// Write `b` to stdout; a reader that went away (`| head`) is not an
+/// error.
+fn print_bytes(b: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(b).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string()),
+        _ => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve_cmd::serve(&args),
-        Command::Dev(args) => serve_cmd::dev(&args),
+        Command::Serve(args) => serve_cmd::serve(&args, &cli.log),
+        Command::Dev(args) => dev_cmd::dev(&args, &cli.log),
+        Command::Call(args) => return cli::finish(call_cmd::run(&args)),
+        Command::Status(args) => return cli::finish(status_cmd::run(&args)),
+        Command::Proc(args) => return cli::finish(proc_cmd::run(&args)),
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "creek", &mut script);
+            print_bytes(&script)
+        }
         Command::Chaos(args) => match chaos::run(&args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::FAILURE,
@@ -125,8 +161,6 @@ fn main() -> ExitCode {
             Ok(false) => return ExitCode::FAILURE,
             Err(e) => Err(e),
         },
-        Command::Call(args) => call_cmd::run(&args),
-        Command::Status(args) => status_cmd::run(&args),
         Command::Admin(args) => admin_cmd::run(&args),
         Command::Backup(args) => backup_cmd::backup(&args),
         Command::Restore(args) => backup_cmd::restore(&args),

@@ -1,7 +1,6 @@
-//! `creek serve` (one replica) and `creek dev` (a local cluster in one
-//! process).
+//! `creek serve`: one replica.
 //!
-//! Both run until Ctrl-C or SIGTERM, or until a replica fails (its node
+//! It runs until Ctrl-C or SIGTERM, or until a replica fails (its node
 //! loop panics, a write fails, consensus finds lost data) or any thread of
 //! the process panics: then the cause is logged as an ERROR and the process
 //! exits non-zero, so that a supervisor restarts it or alerts. A process
@@ -10,11 +9,9 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::task::Poll;
 use std::time::Duration;
 
-use creek_core::ReplicaId;
-use creek_server::{Fatal, ReplicaAddr, Server, ServerConfig};
+use creek_server::{ReplicaAddr, Server, ServerConfig};
 use tokio::sync::watch;
 
 /// How long a failed process waits for its replicas to stop before it
@@ -54,6 +51,10 @@ pub struct ServeArgs {
     /// acknowledged are gone for good).
     #[arg(long)]
     rebuild_despite_data_loss: bool,
+    /// Stop (as on SIGTERM) when the parent process exits: `creek dev`'s
+    /// replicas do not outlive it.
+    #[arg(long, hide = true)]
+    stop_with_parent: bool,
 }
 
 fn parse_replica(s: &str) -> Result<ReplicaAddr, String> {
@@ -158,23 +159,6 @@ async fn panicked(mut panics: watch::Receiver<Option<String>>) -> String {
     std::future::pending().await
 }
 
-/// Resolves with the first of `servers` to fail, and why.
-async fn first_failure(servers: &[Server]) -> (ReplicaId, Fatal) {
-    let mut waits: Vec<_> = servers
-        .iter()
-        .map(|s| Box::pin(async move { (s.id(), s.failed().await) }))
-        .collect();
-    std::future::poll_fn(|cx| {
-        for w in &mut waits {
-            if let Poll::Ready(failed) = w.as_mut().poll(cx) {
-                return Poll::Ready(failed);
-            }
-        }
-        Poll::Pending
-    })
-    .await
-}
-
 /// Stop `servers` after a failure, as far as they let us within
 /// [`STOP_AFTER_FAILURE`].
 async fn stop_after_failure(servers: Vec<Server>) {
@@ -191,18 +175,52 @@ async fn stop_after_failure(servers: Vec<Server>) {
     }
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+/// How a server logs: `--log-level`, `--log-format`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LogArgs {
+    /// Log level of `serve` and `dev`: error, warn, info, debug or trace,
+    /// or a filter like `info,creek_node=debug` (default: RUST_LOG, else
+    /// info).
+    #[arg(long, global = true, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Log lines as text (coloured only on a terminal) or as JSON objects.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One line per event.
+    Text,
+    /// One JSON object per event.
+    Json,
+}
+
+/// Logs to stderr at `--log-level`, else `RUST_LOG`, else `info`; colour
+/// only when stderr is a terminal.
+pub fn init_logging(log: &LogArgs) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let filter = match &log.log_level {
+        Some(level) => tracing_subscriber::EnvFilter::try_new(level)
+            .map_err(|e| format!("--log-level {level:?}: {e}"))?,
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    };
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match log.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
+    Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -226,31 +244,65 @@ async fn stop_signal() {
 
 /// `creek serve`: run one replica until Ctrl-C or SIGTERM, or until it
 /// fails (then `Err`, after an ERROR line naming the cause).
-pub fn serve(args: &ServeArgs) -> Result<(), String> {
-    init_logging();
+pub fn serve(args: &ServeArgs, log: &LogArgs) -> Result<(), String> {
+    init_logging(log)?;
     let config = args.config()?;
-    let panics = watch_panics();
-    run(async {
+    let with_parent = args.stop_with_parent;
+    run_server(|panics| async move {
         let server = Server::start(config).await.map_err(|e| e.to_string())?;
         println!(
             "creek replica {} serving clients on {}",
             server.id(),
             server.client_addr()
         );
-        serve_until_stopped(server, panics).await
+        serve_until_stopped(server, panics, with_parent).await
     })
+}
+
+/// Run `main` on a server runtime, with panics on any thread reported to
+/// it (see [`watch_panics`]).
+pub(crate) fn run_server<F, Fut>(main: F) -> Result<(), String>
+where
+    F: FnOnce(watch::Receiver<Option<String>>) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let panics = watch_panics();
+    run(main(panics))
+}
+
+/// Resolves once this process's parent has exited (it was adopted by
+/// another process).
+async fn parent_gone() {
+    let parent = std::os::unix::process::parent_id();
+    let mut every = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        every.tick().await;
+        if std::os::unix::process::parent_id() != parent {
+            return;
+        }
+    }
 }
 
 /// Serve until Ctrl-C or SIGTERM (then stop, `Ok` once everything is
 /// durable), or until the replica fails or the process panics (then `Err`,
 /// after an ERROR line naming the cause).
-async fn serve_until_stopped(
+pub(crate) async fn serve_until_stopped(
     server: Server,
     panics: watch::Receiver<Option<String>>,
+    with_parent: bool,
 ) -> Result<(), String> {
     let id = server.id();
+    let orphaned = async {
+        if with_parent {
+            parent_gone().await;
+            tracing::warn!("the parent process exited; stopping");
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
     let failure = tokio::select! {
         () = stop_signal() => None,
+        () = orphaned => None,
         why = server.failed() => Some(why.to_string()),
         why = panicked(panics) => Some(why),
     };
@@ -263,195 +315,5 @@ async fn serve_until_stopped(
     server.stop().await.map_err(|why| {
         tracing::error!(replica = %id, error = %why, "the replica failed while stopping");
         format!("replica {id} failed while stopping: {why}")
-    })
-}
-
-/// A port `offset` above `base`.
-fn port_at(base: u16, offset: u16) -> Result<SocketAddr, String> {
-    let port = base
-        .checked_add(offset)
-        .ok_or_else(|| format!("port {base} + {offset} overflows"))?;
-    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
-}
-
-/// `creek dev add-replica`: start a replica under the next free id on the
-/// next ports, configured with the cluster's members and itself, ask the
-/// cluster to add it, and serve until Ctrl-C.
-fn dev_add_replica(args: &DevArgs) -> Result<(), String> {
-    let panics = watch_panics();
-    run(async {
-        let addrs: Vec<String> = (0..args.replicas.max(1))
-            .map(|i| port_at(args.client_port, i).map(|a| a.to_string()))
-            .collect::<Result<_, _>>()?;
-        let client = creek_client::Client::connect(addrs.clone())
-            .await
-            .map_err(|e| format!("no `creek dev` replica answered at {addrs:?}: {e}"))?;
-        let members = client
-            .members()
-            .await
-            .map_err(|e| format!("asking the cluster for its members: {e}"))?;
-        let id = u16::try_from(members.max_id + 1)
-            .map_err(|_| "no replica id left (65535 used)".to_owned())?;
-        let mut replicas = Vec::new();
-        for m in &members.members {
-            let parse = |a: &str| {
-                a.parse::<SocketAddr>()
-                    .map_err(|e| format!("member {} has address {a:?}: {e}", m.replica))
-            };
-            replicas.push(ReplicaAddr {
-                id: u16::try_from(m.replica).map_err(|_| "a member id beyond 65535".to_owned())?,
-                peer_addr: parse(&m.peer_addr)?,
-                client_addr: parse(&m.client_addr)?,
-            });
-        }
-        let me = ReplicaAddr {
-            id,
-            peer_addr: port_at(args.peer_port, id - 1)?,
-            client_addr: port_at(args.client_port, id - 1)?,
-        };
-        replicas.push(me.clone());
-        let mut config = ServerConfig::new(id, replicas, args.data_dir.join(format!("r{id}")));
-        config.workers = 1;
-        config.allow_fault_injection = args.allow_fault_injection;
-        if args.metrics_port != 0 {
-            config.metrics_addr = Some(port_at(args.metrics_port, id - 1)?);
-        }
-        config.validate().map_err(|e| e.to_string())?;
-        let file = args.data_dir.join(format!("r{id}.toml"));
-        let toml = config.to_toml().map_err(|e| e.to_string())?;
-        std::fs::create_dir_all(&args.data_dir)
-            .and_then(|()| std::fs::write(&file, toml))
-            .map_err(|e| format!("writing {}: {e}", file.display()))?;
-        let server = Server::start(config).await.map_err(|e| e.to_string())?;
-        let added = client
-            .add_replica(id, &me.peer_addr.to_string(), &me.client_addr.to_string())
-            .await;
-        if let Err(e) = added {
-            server.shutdown().await;
-            return Err(format!("the cluster did not add replica {id}: {e}"));
-        }
-        println!(
-            "creek dev: replica {id} added (client {}); it joins as a learner and becomes a \
-             voter once caught up (creek admin members). Ctrl-C stops it; restart it with \
-             creek serve --config {}",
-            server.client_addr(),
-            file.display()
-        );
-        serve_until_stopped(server, panics).await
-    })
-}
-
-/// `creek dev`.
-#[derive(clap::Args)]
-pub struct DevArgs {
-    /// Replicas in the cluster.
-    #[arg(long, default_value_t = 3)]
-    replicas: u16,
-    /// Where each replica keeps its data (one subdirectory per replica); the
-    /// cluster recovers from it on the next start.
-    #[arg(long, default_value = "creek-data")]
-    data_dir: PathBuf,
-    /// Client port of replica 1; replica i listens on this + i - 1.
-    #[arg(long, default_value_t = 7001)]
-    client_port: u16,
-    /// Peer port of replica 1; replica i listens on this + i - 1.
-    #[arg(long, default_value_t = 7101)]
-    peer_port: u16,
-    /// Metrics port of replica 1 (0: no metrics endpoint).
-    #[arg(long, default_value_t = 9101)]
-    metrics_port: u16,
-    /// Accept Admin.SetFaults.
-    #[arg(long)]
-    allow_fault_injection: bool,
-    #[command(subcommand)]
-    action: Option<DevAction>,
-}
-
-/// What `creek dev` does besides running the cluster.
-#[derive(clap::Subcommand)]
-pub enum DevAction {
-    /// Add a replica to the running `creek dev` cluster (with the same
-    /// flags): it runs in this process under the next free id, on the next
-    /// ports, joins the cluster, and serves until Ctrl-C. Its configuration
-    /// is written to DATA_DIR/rN.toml (`creek serve --config` restarts it).
-    AddReplica,
-}
-
-/// `creek dev`: a local cluster on loopback in this process, until Ctrl-C.
-pub fn dev(args: &DevArgs) -> Result<(), String> {
-    init_logging();
-    if let Some(DevAction::AddReplica) = args.action {
-        return dev_add_replica(args);
-    }
-    let mut configs = ServerConfig::local_group(
-        args.replicas,
-        args.client_port,
-        args.peer_port,
-        &args.data_dir,
-    )
-    .map_err(|e| e.to_string())?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for (i, c) in configs.iter_mut().enumerate() {
-        c.workers = (cores / usize::from(args.replicas.max(1))).max(1);
-        c.allow_fault_injection = args.allow_fault_injection;
-        if args.metrics_port != 0 {
-            let port = args
-                .metrics_port
-                .checked_add(i as u16)
-                .ok_or("metrics port overflows")?;
-            c.metrics_addr = Some(SocketAddr::from(([127, 0, 0, 1], port)));
-        }
-    }
-    let panics = watch_panics();
-    run(async {
-        let mut servers = Vec::new();
-        for c in configs {
-            match Server::start(c).await {
-                Ok(s) => servers.push(s),
-                Err(e) => {
-                    for s in servers {
-                        s.shutdown().await;
-                    }
-                    return Err(e.to_string());
-                }
-            }
-        }
-        println!(
-            "creek dev: {} replicas, data in {}",
-            servers.len(),
-            args.data_dir.display()
-        );
-        for s in &servers {
-            let metrics = s
-                .metrics_addr()
-                .map(|a| format!("   metrics http://{a}/metrics"))
-                .unwrap_or_default();
-            println!("  replica {}  client {}{metrics}", s.id(), s.client_addr());
-        }
-        println!("try: creek call kv.put greeting hello   (Ctrl-C stops the cluster)");
-        let failure = tokio::select! {
-            () = stop_signal() => None,
-            (id, why) = first_failure(&servers) => Some(format!("replica {id} failed: {why}")),
-            why = panicked(panics) => Some(why),
-        };
-        if let Some(why) = failure {
-            tracing::error!(error = %why, "a replica failed; stopping the cluster and exiting");
-            stop_after_failure(servers).await;
-            return Err(why);
-        }
-        println!("stopping…");
-        let mut failed = Vec::new();
-        for s in servers {
-            let id = s.id();
-            if let Err(why) = s.stop().await {
-                tracing::error!(replica = %id, error = %why, "the replica failed while stopping");
-                failed.push(format!("replica {id} failed while stopping: {why}"));
-            }
-        }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(failed.join("; "))
-        }
     })
 }

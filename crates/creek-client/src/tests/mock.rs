@@ -138,6 +138,13 @@ impl Creek for Mock {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    async fn procedures(
+        &self,
+        _request: Request<pb::ProceduresRequest>,
+    ) -> Result<Response<pb::ProceduresReply>, Status> {
+        Ok(Response::new(pb::ProceduresReply::default()))
+    }
+
     async fn status(
         &self,
         _request: Request<pb::StatusRequest>,

@@ -15,7 +15,9 @@ use tonic::Status;
 use self::mock::{
     confirmed, dead_addr, final_, final_abort, preliminary, serve, Mock, Server, Step,
 };
-use crate::{CallOptions, Client, Correctable, Error, Level, Levels, State, View, ViewKind};
+use crate::{
+    CallOptions, Client, Correctable, Error, Level, Levels, RequestId, State, View, ViewKind,
+};
 
 /// A replica that plays `steps()` for every request.
 async fn replica(steps: impl Fn() -> Vec<Step> + Send + Sync + 'static) -> (Server, Client) {
@@ -484,6 +486,35 @@ async fn request_ids_increase_and_clones_share_them() {
         .await
         .expect("connect");
     assert_ne!(other.client_id(), client.client_id());
+}
+
+#[tokio::test]
+async fn a_given_request_id_is_sent_as_is_without_acknowledgements() {
+    let (server, client) = replica(|| vec![final_(1)]).await;
+    let c = client.invoke_strong("p", vec![]).await.expect("invoke");
+    c.final_view().await.expect("final");
+    let given: RequestId = "00000000000000ab:7".parse().expect("parses");
+    let options = CallOptions {
+        request_id: Some(given),
+        ..CallOptions::default()
+    };
+    let c = client
+        .invoke_with("p", vec![], Levels::Strong, options)
+        .await
+        .expect("invoke");
+    c.final_view().await.expect("final");
+    let seen = server.mock.seen();
+    let last = &seen.last().expect("sent").request;
+    assert_eq!((last.client_id, last.request_seq), (0xab, 7));
+    assert!(
+        last.acked.is_empty(),
+        "another client's acks: {:?}",
+        last.acked
+    );
+    assert_eq!(given.to_string(), "00000000000000ab:7");
+    assert!("0:1".parse::<RequestId>().is_err());
+    assert!("ab".parse::<RequestId>().is_err());
+    assert!("xy:1".parse::<RequestId>().is_err());
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{Sig, Subject, Ty};
+use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::{Registry, INTERNAL_KEY_PREFIX};
 use crate::txn::{Abort, Outcome, Txn};
 use crate::value::Value;
@@ -67,6 +67,18 @@ pub(super) fn register(r: &mut Registry) {
         set_contains,
     );
     r.register_fn(SET_READ.name, true, |a| SET_READ.check(a), set_read);
+    describe_all(
+        r,
+        &[
+            (&LIST_APPEND, "int: new length", "Append item to the list."),
+            (&LIST_READ, "list of bytes", "The whole list."),
+            (&LIST_LEN, "int", "The list's length."),
+            (&SET_ADD, "bool: added", "Add item to the set."),
+            (&SET_REMOVE, "bool: removed", "Remove item from the set."),
+            (&SET_CONTAINS, "bool", "Whether the set holds item."),
+            (&SET_READ, "sorted list of bytes", "The whole set."),
+        ],
+    );
 }
 
 fn key(kind: u8, name: &[u8]) -> Bytes {

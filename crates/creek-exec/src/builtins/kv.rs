@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::{Sig, Subject, Ty};
+use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::Registry;
 use crate::txn::{Abort, Outcome, Txn};
 use crate::value::Value;
@@ -47,6 +47,24 @@ pub(super) fn register(r: &mut Registry) {
     r.register_fn(DELETE.name, false, |a| DELETE.check(a), delete);
     r.register_fn(CAS.name, false, |a| CAS.check(a), cas);
     r.register_fn(INCR.name, false, |a| INCR.check(a), incr);
+    describe_all(
+        r,
+        &[
+            (&GET, "bytes, or nil if absent", "Read a key."),
+            (&PUT, "nil", "Write a key."),
+            (&DELETE, "bool: existed", "Delete a key."),
+            (
+                &CAS,
+                "bool: swapped",
+                "Set key to new if it holds expected (nil: absent; a nil new deletes).",
+            ),
+            (
+                &INCR,
+                "int: new value",
+                "Add delta to the counter at key (absent counts as 0; kept as decimal text).",
+            ),
+        ],
+    );
 }
 
 /// `kv.get(key)` → the value, or nil if absent.

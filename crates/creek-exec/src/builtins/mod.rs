@@ -32,7 +32,7 @@
 
 use bytes::Bytes;
 
-use crate::registry::{Registry, INTERNAL_KEY_PREFIX};
+use crate::registry::{Registry, Signature, INTERNAL_KEY_PREFIX};
 use crate::txn::{Abort, Outcome, Txn};
 use crate::value::{decode_args, Value};
 
@@ -53,6 +53,10 @@ const NOOP_SIG: Sig = Sig {
 /// Register every built-in procedure.
 pub fn register_all(r: &mut Registry) {
     r.register_fn(NOOP, true, check_noop, noop);
+    r.describe(
+        NOOP,
+        NOOP_SIG.describe("nil", "Do nothing (the stabilizer's no-op)."),
+    );
     kv::register(r);
     queue::register(r);
     collections::register(r);
@@ -71,6 +75,13 @@ fn noop(_txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     Ok(Value::Nil.encode())
 }
 
+/// Describe each `(signature, result, summary)` in `r`.
+fn describe_all(r: &mut Registry, list: &[(&Sig, &str, &str)]) {
+    for (sig, returns, summary) in list {
+        r.describe(sig.name, sig.describe(returns, summary));
+    }
+}
+
 /// The type a parameter accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ty {
@@ -85,6 +96,15 @@ impl Ty {
             Ty::Bytes => "bytes",
             Ty::Int => "int",
             Ty::BytesOrNil => "bytes or nil",
+        }
+    }
+
+    /// The name a signature shows (`bytes?`: bytes or nil).
+    fn short_name(self) -> &'static str {
+        match self {
+            Ty::Bytes => "bytes",
+            Ty::Int => "int",
+            Ty::BytesOrNil => "bytes?",
         }
     }
 
@@ -125,6 +145,16 @@ impl Sig {
             .map(|(p, ty)| format!("{p}: {}", ty.name()))
             .collect();
         format!("({})", params.join(", "))
+    }
+
+    /// The signature clients see, with the result and a summary.
+    fn describe(&self, returns: &str, summary: &str) -> Signature {
+        let params: Vec<(&str, &str)> = self
+            .params
+            .iter()
+            .map(|(p, ty)| (*p, ty.short_name()))
+            .collect();
+        Signature::new(&params, returns, summary)
     }
 
     /// Decode the arguments and check arity, types and the first argument.

@@ -11,7 +11,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{Sig, Subject, Ty};
+use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::{Registry, INTERNAL_KEY_PREFIX};
 use crate::txn::{Abort, Outcome, Txn};
 use crate::value::Value;
@@ -46,6 +46,19 @@ pub(super) fn register(r: &mut Registry) {
     r.register_fn(DEQUEUE.name, false, |a| DEQUEUE.check(a), dequeue);
     r.register_fn(LEN.name, true, |a| LEN.check(a), len);
     r.register_fn(PEEK.name, true, |a| PEEK.check(a), peek);
+    describe_all(
+        r,
+        &[
+            (&ENQUEUE, "int: position", "Append item to the queue."),
+            (&DEQUEUE, "bytes, or nil if empty", "Take the oldest item."),
+            (&LEN, "int", "The number of items."),
+            (
+                &PEEK,
+                "bytes, or nil if empty",
+                "The oldest item, left in place.",
+            ),
+        ],
+    );
 }
 
 fn meta_key(name: &[u8]) -> Bytes {

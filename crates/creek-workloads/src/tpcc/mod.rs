@@ -96,7 +96,7 @@
 
 use bytes::Bytes;
 use creek_exec::value::{decode_args_shared, Value};
-use creek_exec::{Abort, Registry};
+use creek_exec::{Abort, Registry, Signature};
 
 pub mod check;
 pub mod delivery;
@@ -139,6 +139,24 @@ pub fn register(registry: &mut Registry) {
     registry.register_fn(DELIVERY, false, delivery::check_args, delivery::run);
     registry.register_fn(STOCK_LEVEL, true, stock_level::check_args, stock_level::run);
     registry.register_fn(LOAD, false, load::check_args, load::run);
+    let input = [("input", "bytes")];
+    for (name, summary) in [
+        (NEW_ORDER, "TPC-C New-Order."),
+        (PAYMENT, "TPC-C Payment."),
+        (ORDER_STATUS, "TPC-C Order-Status (read-only)."),
+        (DELIVERY, "TPC-C Delivery."),
+        (STOCK_LEVEL, "TPC-C Stock-Level (read-only)."),
+        (
+            LOAD,
+            "Populate TPC-C tables (one slice of the initial load).",
+        ),
+    ] {
+        let summary = format!("{summary} The input is encoded by creek-workloads' tpcc module.");
+        registry.describe(
+            name,
+            Signature::new(&input, "list: the transaction's result", &summary),
+        );
+    }
 }
 
 /// The database's size. [`Default`] is the specification's cardinalities

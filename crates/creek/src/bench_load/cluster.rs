@@ -168,6 +168,7 @@ async fn one_op(shared: &Arc<Shared>, client: &Client, session: u32, replica: us
     let options = CallOptions {
         weak_final,
         timeout: Some(DRAIN),
+        ..Default::default()
     };
     let mut record = OpRecord {
         client: session,

@@ -1,0 +1,243 @@
+//! What the client commands share: where the cluster is (`--addr`,
+//! `CREEK_ENDPOINTS`), how data is printed (`-o`), values as JSON, the exit
+//! codes scripts can test, and errors that say what was reached.
+
+use std::process::ExitCode;
+
+use creek_client::Error;
+use creek_exec::value::Value;
+
+/// The client addresses of the three replicas of `creek dev`.
+pub(crate) const DEV_ADDRS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
+
+/// Exit codes (docs/operations.md, "Exit codes"). 2 is a usage error
+/// (clap's own).
+pub(crate) mod exit {
+    /// The command failed: a refused request, no replica reached.
+    pub const FAILED: u8 = 1;
+    /// A replica of the group is down or unreachable; the group keeps a
+    /// quorum.
+    pub const DEGRADED: u8 = 3;
+    /// The group has no quorum (or no leader): strong ops cannot finish.
+    pub const NO_QUORUM: u8 = 4;
+    /// The deadline passed before the final view; the op may still commit
+    /// (retry with `--request-id`).
+    pub const DEADLINE: u8 = 5;
+    /// The procedure aborted.
+    pub const ABORTED: u8 = 6;
+}
+
+/// A command's failure: what to print and the exit code.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::new(exit::FAILED, message)
+    }
+}
+
+/// Print the failure (if any) and turn it into the process's exit code.
+pub(crate) fn finish(result: Result<(), Failure>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            if !f.message.is_empty() {
+                eprintln!("creek: {}", f.message);
+            }
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// `--addr` (repeated or comma-separated) or `CREEK_ENDPOINTS`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct Endpoints {
+    /// Replicas' client addresses, comma-separated or repeated: the first
+    /// that answers is used, the others on failure. Default: the
+    /// CREEK_ENDPOINTS variable, else the three replicas of `creek dev`.
+    #[arg(
+        long = "addr",
+        value_name = "ADDR,...",
+        value_delimiter = ',',
+        env = "CREEK_ENDPOINTS",
+        global = true
+    )]
+    addrs: Vec<String>,
+}
+
+impl Endpoints {
+    /// The addresses given, or `creek dev`'s.
+    pub(crate) fn list(&self) -> Vec<String> {
+        let given: Vec<String> = self
+            .addrs
+            .iter()
+            .map(|a| a.trim().to_owned())
+            .filter(|a| !a.is_empty())
+            .collect();
+        if given.is_empty() {
+            DEV_ADDRS.iter().map(|a| (*a).to_owned()).collect()
+        } else {
+            given
+        }
+    }
+}
+
+/// How a command prints data.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// Aligned columns for people.
+    #[default]
+    Table,
+    /// One JSON object per line (per view, per row).
+    Json,
+    /// The bare value only (bytes written as they are), for scripts.
+    Value,
+}
+
+/// `-o table|json|value`.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(crate) struct Output {
+    /// Output format: table, json (one object per line) or value (the bare
+    /// result).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_enum,
+        default_value_t,
+        global = true
+    )]
+    pub(crate) output: Format,
+}
+
+/// A value as JSON: nil is null, bytes a string (or `{"hex": ...}` if
+/// they are not UTF-8), lists arrays.
+pub(crate) fn value_json(v: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        Value::Nil => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Int(n) => J::from(*n),
+        Value::Bytes(b) => match std::str::from_utf8(b) {
+            Ok(s) => J::String(s.to_owned()),
+            Err(_) => serde_json::json!({ "hex": hex(b) }),
+        },
+        Value::List(items) => J::Array(items.iter().map(value_json).collect()),
+    }
+}
+
+/// Lower-case hex of `b`.
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Connect to the first of `addrs` that answers, with an error that says
+/// what was tried.
+pub(crate) async fn connect(addrs: &[String]) -> Result<creek_client::Client, Failure> {
+    creek_client::Client::connect(addrs.iter().cloned())
+        .await
+        .map_err(|e| Failure::new(exit::FAILED, explain(&e, addrs)))
+}
+
+/// The error's text, with what was reached when the address answered but
+/// is not a replica's client port (a metrics or peer port, another
+/// server).
+pub(crate) fn explain(e: &Error, addrs: &[String]) -> String {
+    let text = e.to_string();
+    let reached = addrs.join(", ");
+    if let Some(code) = http_status(&text) {
+        return format!(
+            "{reached} answered HTTP {code}, not gRPC: not a Creek client port (the metrics \
+             or console port?). Replicas serve clients on their client_addr; `creek dev` on \
+             127.0.0.1:7001-7003"
+        );
+    }
+    let not_http2 = [
+        "frame with invalid size",
+        "invalid HTTP version",
+        "connection error: protocol error",
+        "http2 error",
+        "received unexpected",
+    ];
+    // A connection closed without any HTTP/2 answer (a peer port hangs up
+    // on a stranger's first bytes).
+    let closed = matches!(e, Error::Transport(m)
+        if m == "transport error" || m.contains("operation was canceled"));
+    if closed || not_http2.iter().any(|m| text.contains(m)) {
+        return format!(
+            "{reached} closed the connection without a gRPC (HTTP/2) answer: is it a Creek \
+             client port? (a replica's peer port hangs up like this, and so does a replica \
+             that stops)"
+        );
+    }
+    text
+}
+
+/// The HTTP status in tonic's "mapped from HTTP status code 404".
+fn http_status(text: &str) -> Option<u16> {
+    let rest = text.split("HTTP status code ").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A current-thread runtime for a client command.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn values_print_as_json() {
+        let v = Value::List(vec![
+            Value::Nil,
+            Value::Int(-3),
+            Value::Bytes(Bytes::from_static(b"hi")),
+            Value::Bytes(Bytes::from_static(&[0xff, 0x00])),
+            Value::Bool(true),
+        ]);
+        assert_eq!(
+            value_json(&v).to_string(),
+            r#"[null,-3,"hi",{"hex":"ff00"},true]"#
+        );
+    }
+
+    #[test]
+    fn a_wrong_port_is_named() {
+        let addrs = vec!["127.0.0.1:9101".to_owned()];
+        let e = Error::Rpc {
+            code: tonic::Code::Unimplemented,
+            message: "grpc-status header missing, mapped from HTTP status code 404".into(),
+        };
+        let text = explain(&e, &addrs);
+        assert!(
+            text.starts_with("127.0.0.1:9101 answered HTTP 404, not gRPC"),
+            "{text}"
+        );
+        let closed = Error::Transport("transport error".into());
+        let text = explain(&closed, &addrs);
+        assert!(text.contains("without a gRPC (HTTP/2) answer"), "{text}");
+        let other = Error::Unavailable("stopping".into());
+        assert_eq!(explain(&other, &addrs), "unavailable: stopping");
+    }
+}
