@@ -1,5 +1,5 @@
-"""Real Creek clusters for the tests: `creek dev` (three replicas in one
-process) and separate `creek serve` processes (one per replica, so a test
+"""Real Creek clusters for the tests: `creek dev` (three replicas, each its
+own process) and separate `creek serve` processes (one per replica, so a test
 can kill one). Every process is killed when its cluster stops, and dies with
 the test run: an exit handler and the per-test watchdog (conftest.py) kill
 whatever is left.
@@ -173,7 +173,7 @@ class _Cluster:
 
 
 class DevCluster(_Cluster):
-    """`creek dev`: three replicas in one process."""
+    """`creek dev`: three replicas, each its own process."""
 
     def __init__(self, replicas: int = 3):
         self.dir = Path(tempfile.mkdtemp(prefix="creek-py-dev-"))

@@ -35,8 +35,10 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallOptions {
     /// Deadline for the closing view, from the invocation. Sent to the
-    /// server as the gRPC timeout and enforced here too; when it passes
-    /// the Correctable closes with [`Error::DeadlineExceeded`].
+    /// server as the gRPC timeout; when it passes the Correctable closes
+    /// with [`Error::DeadlineExceeded`], carrying the server's reason (no
+    /// quorum, for one). A server that stays silent is given up on here
+    /// a quarter second later.
     pub timeout: Option<Duration>,
     /// With [`Levels::Weak`]: also receive the weak op's final view once it
     /// is committed, so the caller learns whether its preliminary view held.

@@ -17,6 +17,12 @@ const DRAIN_MESSAGES_MAX: usize = 4;
 /// Longest wait for the stream's end after the closing view.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long past the deadline the reader waits for the server's own
+/// deadline status, which says why the final view did not come (no
+/// quorum, for one) and arrives at the deadline; the reader's own error
+/// is for a server that says nothing.
+const SERVER_WORD_GRACE: Duration = Duration::from_millis(250);
+
 /// What the reader needs to know about the request.
 pub(crate) struct Expect {
     /// Whether a stable view will come; if not, the first view closes.
@@ -42,7 +48,7 @@ pub(crate) async fn read_views(
     loop {
         let next = match expect.deadline {
             Some(deadline) => {
-                let deadline = tokio::time::Instant::from_std(deadline);
+                let deadline = tokio::time::Instant::from_std(deadline + SERVER_WORD_GRACE);
                 match tokio::time::timeout_at(deadline, stream.message()).await {
                     Ok(next) => next,
                     Err(_) => {
