@@ -16,7 +16,7 @@ use creek_proto::pb::admin_client::AdminClient;
 use creek_server::ServerConfig;
 use serde_json::json;
 
-use crate::cli::{runtime, Endpoints};
+use crate::cli::{runtime, Endpoints, Format, Output};
 
 const CHECKPOINT_FILE: &str = "checkpoint.bin";
 const MANIFEST_FILE: &str = "manifest.json";
@@ -32,6 +32,9 @@ pub struct BackupArgs {
     /// checkpoint).
     #[command(flatten)]
     endpoints: Endpoints,
+    /// `-o json` prints the manifest as one JSON line.
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `creek restore`.
@@ -73,6 +76,10 @@ pub fn backup(args: &BackupArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?
             .as_bytes(),
     )?;
+    if args.output.output == Format::Json {
+        println!("{manifest}");
+        return Ok(());
+    }
     println!(
         "backup of replica {} (cluster {}) in {}: {} keys, {} ops committed before it, {} bytes",
         manifest["replica"],

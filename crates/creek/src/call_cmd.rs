@@ -76,10 +76,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
     let client = cli::connect(&addrs).await?;
-    let procedures = client
-        .procedures()
-        .await
-        .map_err(|e| cli::explain(&e, &addrs))?;
+    let procedures = cli::procedures(&client, &addrs).await?;
     let values = match procedures.iter().find(|p| p.name == args.procedure) {
         Some(p) if p.described => typed(p, parsed)?,
         Some(_) => parsed.into_iter().map(|a| a.value).collect(),
@@ -328,14 +325,7 @@ fn unhex(h: &str) -> Result<Vec<u8>, String> {
 /// The arguments as `p`'s signature types them: a bare scalar where bytes
 /// are expected is sent as its text; an int parameter needs an integer.
 fn typed(p: &pb::ProcedureInfo, args: Vec<Arg>) -> Result<Vec<Value>, Failure> {
-    let signature = || {
-        let params: Vec<String> = p
-            .params
-            .iter()
-            .map(|q| format!("{}: {}", q.name, q.r#type))
-            .collect();
-        format!("{}({})", p.name, params.join(", "))
-    };
+    let signature = || format!("{}{}", p.name, crate::proc_cmd::params(p));
     if args.len() != p.params.len() {
         return Err(Failure::new(
             exit::FAILED,

@@ -151,6 +151,17 @@ pub(crate) async fn connect(addrs: &[String]) -> Result<creek_client::Client, Fa
         .map_err(|e| Failure::new(exit::FAILED, explain(&e, addrs)))
 }
 
+/// The procedures the cluster runs, with their signatures.
+pub(crate) async fn procedures(
+    client: &creek_client::Client,
+    addrs: &[String],
+) -> Result<Vec<creek_client::pb::ProcedureInfo>, Failure> {
+    client
+        .procedures()
+        .await
+        .map_err(|e| Failure::new(exit::FAILED, explain(&e, addrs)))
+}
+
 /// The error's text, with what was reached when the address answered but
 /// is not a replica's client port (a metrics or peer port, another
 /// server).

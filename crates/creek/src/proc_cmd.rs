@@ -31,10 +31,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     cli::runtime()?.block_on(async {
         let addrs = args.endpoints.list();
         let client = cli::connect(&addrs).await?;
-        let procedures = client
-            .procedures()
-            .await
-            .map_err(|e| cli::explain(&e, &addrs))?;
+        let procedures = cli::procedures(&client, &addrs).await?;
         let chosen: Vec<&pb::ProcedureInfo> = match &args.command {
             Command::List => procedures.iter().collect(),
             Command::Show { name } => {
@@ -71,7 +68,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 
 /// `(key: bytes, delta: int)`, or `(…)` for a procedure without a
 /// signature.
-fn params(p: &pb::ProcedureInfo) -> String {
+pub(crate) fn params(p: &pb::ProcedureInfo) -> String {
     if !p.described {
         return "(…)".into();
     }
