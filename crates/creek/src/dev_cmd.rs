@@ -81,6 +81,7 @@ pub fn dev(args: &DevArgs, log: &LogArgs) -> Result<(), String> {
         ));
     }
     let mut cluster = DevCluster::configure(args, log)?;
+    cluster.check_ports()?;
     for i in 0..cluster.replicas.len() {
         cluster.start(i)?;
     }
@@ -97,6 +98,7 @@ struct DevReplica {
     config: PathBuf,
     log: PathBuf,
     client: SocketAddr,
+    peer: SocketAddr,
     metrics: Option<SocketAddr>,
     child: Option<Child>,
 }
@@ -163,6 +165,30 @@ impl DevCluster {
             replicas,
             log_flags,
         })
+    }
+
+    /// Every port the replicas will listen on is free (another cluster on
+    /// them would answer in their place).
+    fn check_ports(&self) -> Result<(), String> {
+        for r in &self.replicas {
+            let ports = [
+                ("client", Some(r.client)),
+                ("peer", Some(r.peer)),
+                ("metrics", r.metrics),
+            ];
+            for (what, addr) in ports {
+                let Some(addr) = addr else { continue };
+                if let Err(e) = std::net::TcpListener::bind(addr) {
+                    return Err(format!(
+                        "{addr}, replica {}'s {what} port, is taken ({e}): is another `creek \
+                         dev` running? Stop it, or pick other ports with --client-port, \
+                         --peer-port and --metrics-port",
+                        r.id
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The index of replica `id`, as a command names it.
@@ -435,6 +461,7 @@ impl DevReplica {
             config: dir.join(format!("r{}.toml", c.id)),
             log: dir.join(format!("r{}.log", c.id)),
             client: c.me().client_addr,
+            peer: c.me().peer_addr,
             metrics: c.metrics_addr,
             child: None,
         }
