@@ -201,7 +201,17 @@ pub enum LogFormat {
 /// only when stderr is a terminal.
 pub fn init_logging(log: &LogArgs) -> Result<(), String> {
     use std::io::IsTerminal;
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
     let filter = match &log.log_level {
+        // A bare word would be taken as a target's name: only levels are.
+        Some(level)
+            if !level.contains(['=', ',']) && !LEVELS.contains(&level.to_lowercase().as_str()) =>
+        {
+            return Err(format!(
+                "--log-level {level:?}: use error, warn, info, debug or trace, or a filter such \
+                 as info,creek_node=debug"
+            ));
+        }
         Some(level) => tracing_subscriber::EnvFilter::try_new(level)
             .map_err(|e| format!("--log-level {level:?}: {e}"))?,
         None => tracing_subscriber::EnvFilter::try_from_default_env()

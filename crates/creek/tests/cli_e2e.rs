@@ -155,6 +155,13 @@ fn the_cli_types_arguments_reports_quorum_and_drives_a_dev_cluster() {
     let mut dev = Dev::start();
     let status = dev.status_until(0, Duration::from_secs(30));
     assert!(status.contains("ok: 3 of 3 voters up"), "{status}");
+    // The replicas log to files: no colour codes there.
+    let log = std::fs::read_to_string(dev.dir.join("data/r1.log")).expect("r1.log");
+    assert!(log.contains("INFO"), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a log file:\n{log}"
+    );
 
     // Typed arguments: a bare 5 where the signature says bytes is the text.
     ok(&dev, &["call", "kv.put", "n", "5"]);
@@ -283,6 +290,56 @@ fn the_cli_types_arguments_reports_quorum_and_drives_a_dev_cluster() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(status.success(), "{status:?}\n{}", dev.logs());
+}
+
+/// Run `creek FLAGS serve` as a one-replica group for two seconds, stop it
+/// with SIGTERM; its stderr.
+fn serve_briefly(flags: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(format!("creek-cli-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let [client, peer, _] = free_runs();
+    let me = format!("1=127.0.0.1:{peer},127.0.0.1:{client}");
+    let serve = Command::new(CREEK)
+        .args(flags)
+        .args(["serve", "--id", "1", "--replica", &me])
+        .arg("--data-dir")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("creek serve");
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status();
+    let out = serve.wait_with_output().expect("creek serve");
+    let _ = std::fs::remove_dir_all(&dir);
+    text(&out.stderr)
+}
+
+#[test]
+fn logs_in_json_at_the_level_asked() {
+    let json = serve_briefly(&["--log-format", "json"]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(lines.iter().any(|l| l["level"] == "INFO"), "{json}");
+    let quiet = serve_briefly(&["--log-level", "warn"]);
+    assert!(
+        !quiet.contains("INFO"),
+        "info lines at --log-level warn:\n{quiet}"
+    );
+    let out = Command::new(CREEK)
+        .args(["--log-level", "loud", "serve", "--id", "1"])
+        .output()
+        .expect("creek serve");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--log-level \"loud\""),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
