@@ -44,12 +44,14 @@ mod error;
 mod speculate;
 mod stream;
 mod view;
+mod watch;
 
 pub use client::{CallOptions, Client};
 pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
 pub use error::Error;
 pub use view::{Level, Levels, Outcome, View, ViewKind};
+pub use watch::{OpRef, WatchEvent, WatchOptions};
 
 #[cfg(test)]
 mod tests;

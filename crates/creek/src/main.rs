@@ -18,6 +18,7 @@ mod chaos;
 mod serve_cmd;
 mod sim_cmd;
 mod status_cmd;
+mod watch_cmd;
 
 // The executor allocates small objects at a high rate (versions, read sets,
 // outcomes); mimalloc serves that pattern markedly faster than the system
@@ -52,6 +53,9 @@ enum Command {
     Call(call_cmd::Args),
     /// Print each replica's role, term, log lengths and counters.
     Status(status_cmd::Args),
+    /// Print the changes under a key prefix as they commit, resuming at
+    /// another replica when one fails.
+    Watch(watch_cmd::Args),
     /// Change or show the replica group: add-replica, remove-replica, members.
     Admin(admin_cmd::Args),
     /// Run `creek serve` processes under faults (kills, pauses, partitions,
@@ -127,6 +131,7 @@ fn main() -> ExitCode {
         },
         Command::Call(args) => call_cmd::run(&args),
         Command::Status(args) => status_cmd::run(&args),
+        Command::Watch(args) => watch_cmd::run(&args),
         Command::Admin(args) => admin_cmd::run(&args),
         Command::Backup(args) => backup_cmd::backup(&args),
         Command::Restore(args) => backup_cmd::restore(&args),

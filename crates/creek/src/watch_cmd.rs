@@ -1,0 +1,155 @@
+//! `creek watch`: print the changes under a key prefix as they commit.
+
+use creek_client::{Client, WatchEvent, WatchOptions};
+use tokio_stream::StreamExt as _;
+
+/// Arguments of `creek watch`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A replica's client address; repeat so the watch can resume at the
+    /// next ones when its replica fails.
+    #[arg(long = "addr", value_name = "ADDR", default_values = crate::status_cmd::DEV_ADDRS)]
+    addrs: Vec<String>,
+    /// The first committed position wanted (a position printed earlier,
+    /// plus one, resumes after it); the default is changes from now on.
+    #[arg(long, value_name = "POS")]
+    from: Option<u64>,
+    /// Also print tentative changes (marked; they may be corrected or
+    /// never commit).
+    #[arg(long)]
+    tentative: bool,
+    /// Output: text (one line per change) or json (one object per line).
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "text",
+          value_parser = ["text", "json"])]
+    output: String,
+    /// The same as `-o json`.
+    #[arg(long)]
+    json: bool,
+    /// Keys starting with this (text; empty: every key).
+    #[arg(value_name = "PREFIX", default_value = "")]
+    prefix: String,
+}
+
+/// Run `creek watch` until interrupted or the watch fails.
+pub fn run(args: &Args) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    runtime.block_on(watch(args))
+}
+
+async fn watch(args: &Args) -> Result<(), String> {
+    use std::io::Write as _;
+    let json = args.json || args.output == "json";
+    let client = Client::connect(args.addrs.iter().cloned())
+        .await
+        .map_err(|e| e.to_string())?;
+    let options = WatchOptions {
+        from: args.from,
+        tentative: args.tentative,
+    };
+    let mut events = std::pin::pin!(client.watch(args.prefix.as_bytes(), options));
+    let mut out = std::io::stdout();
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|e| e.to_string())?;
+        let line = if json {
+            to_json(&event)
+        } else {
+            to_text(&event)
+        };
+        // A closed pipe (`creek watch | head`) ends the watch quietly.
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// `POSITION OP put KEY VALUE` or `POSITION OP delete KEY`; a tentative
+/// change starts with `~` and ends with `(tentative)`.
+pub fn to_text(e: &WatchEvent) -> String {
+    let pos = if e.tentative {
+        "~".to_owned()
+    } else {
+        e.position.to_string()
+    };
+    let change = match &e.value {
+        Some(v) => format!("put {} {}", e.key.escape_ascii(), v.escape_ascii()),
+        None => format!("delete {}", e.key.escape_ascii()),
+    };
+    let mark = if e.tentative { " (tentative)" } else { "" };
+    format!("{pos} {} {change}{mark}", e.op)
+}
+
+/// One JSON object: bytes as text when they are UTF-8, as hex otherwise
+/// (`key_hex`, `value_hex`).
+pub fn to_json(e: &WatchEvent) -> String {
+    let mut o = serde_json::Map::new();
+    o.insert("position".into(), e.position.into());
+    o.insert("tentative".into(), e.tentative.into());
+    o.insert("op".into(), e.op.to_string().into());
+    let mut bytes = |name: &str, b: &[u8]| match std::str::from_utf8(b) {
+        Ok(s) => {
+            o.insert(name.into(), s.into());
+        }
+        Err(_) => {
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            o.insert(format!("{name}_hex"), hex.into());
+        }
+    };
+    bytes("key", &e.key);
+    match &e.value {
+        Some(v) => bytes("value", v),
+        None => {
+            o.insert("value".into(), serde_json::Value::Null);
+        }
+    }
+    o.insert("deleted".into(), e.value.is_none().into());
+    serde_json::Value::Object(o).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use creek_client::OpRef;
+
+    fn event(value: Option<&'static [u8]>, tentative: bool) -> WatchEvent {
+        WatchEvent {
+            key: Bytes::from_static(b"user/1"),
+            value: value.map(Bytes::from_static),
+            op: OpRef { origin: 2, seq: 7 },
+            position: 41,
+            tentative,
+        }
+    }
+
+    #[test]
+    fn text_lines() {
+        assert_eq!(
+            to_text(&event(Some(b"alice"), false)),
+            "41 r2.7 put user/1 alice"
+        );
+        assert_eq!(to_text(&event(None, false)), "41 r2.7 delete user/1");
+        assert_eq!(
+            to_text(&event(Some(b"\xff"), true)),
+            "~ r2.7 put user/1 \\xff (tentative)"
+        );
+    }
+
+    #[test]
+    fn json_objects() {
+        let v: serde_json::Value =
+            serde_json::from_str(&to_json(&event(Some(b"\xff"), false))).expect("json");
+        assert_eq!(v["position"], 41);
+        assert_eq!(v["op"], "r2.7");
+        assert_eq!(v["key"], "user/1");
+        assert_eq!(v["value_hex"], "ff");
+        assert_eq!(v["deleted"], false);
+        let v: serde_json::Value =
+            serde_json::from_str(&to_json(&event(None, false))).expect("json");
+        assert!(v["value"].is_null());
+        assert_eq!(v["deleted"], true);
+    }
+}
