@@ -157,7 +157,7 @@ impl Watching {
                 if self.next.is_some_and(|n| m.position < n) {
                     return; // already delivered (never sent twice by a replica)
                 }
-                self.next = Some(m.position + 1);
+                self.next = Some(m.position.saturating_add(1));
             }
             Kind::Progress => {
                 self.next = Some(self.next.map_or(m.position, |n| n.max(m.position)));
