@@ -1154,6 +1154,8 @@ impl NodeLoop {
         put("stabilizer_noops", c.stabilizer_noops);
         put("views", c.views);
         put("finalized", c.finalized);
+        put("watchers", self.watch.watchers() as u64);
+        put("watch_oldest_position", self.watch.bounds().0);
         put("accuracy_checked", c.accuracy_checked);
         put("accuracy_hits", c.accuracy_hits);
         put("executions", e.executions);
