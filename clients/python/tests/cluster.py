@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import grpc
 
@@ -215,7 +215,9 @@ class DevCluster(_Cluster):
 class ServeCluster(_Cluster):
     """One `creek serve` process per replica, with fault injection on."""
 
-    def __init__(self, replicas: int = 3):
+    def __init__(self, replicas: int = 3, settings: Sequence[str] = ()):
+        # Extra `name = value` lines for every replica's configuration.
+        self.settings = list(settings)
         self.dir = Path(tempfile.mkdtemp(prefix="creek-py-serve-"))
         ports = free_ports(2 * replicas)
         self.clients = [f"127.0.0.1:{p}" for p in ports[:replicas]]
@@ -240,6 +242,7 @@ class ServeCluster(_Cluster):
             f'data_dir = "{self.dir / f"r{self.ids[i]}"}"',
             "allow_fault_injection = true",
             "workers = 1",
+            *self.settings,
         ]
         for j in range(len(self)):
             toml += [

@@ -104,6 +104,19 @@ def test_errors_carry_the_status_code_name_and_the_message():
     # No message from the server: the code's words.
     assert from_rpc_error(Failed(grpc.StatusCode.INTERNAL, "")).message == "internal"
 
+    # A compacted watch position: the oldest one from the trailing metadata.
+    class Compacted(Failed):
+        def trailing_metadata(self):
+            return (("creek-compacted", "57"),)
+
+    got = from_rpc_error(Compacted(grpc.StatusCode.OUT_OF_RANGE, "position 3 is compacted"))
+    assert type(got) is creek.Compacted and isinstance(got, creek.CreekError)
+    assert (got.code, got.oldest, got.message) == ("OUT_OF_RANGE", 57, "position 3 is compacted")
+    again = pickle.loads(pickle.dumps(got))
+    assert (type(again), again.oldest) == (creek.Compacted, 57)
+    # OUT_OF_RANGE without it is a plain CreekError.
+    assert type(from_rpc_error(Failed(grpc.StatusCode.OUT_OF_RANGE, "x"))) is creek.CreekError
+
 
 def test_the_async_client_refuses_to_run_without_an_event_loop():
     c = creek.Client("127.0.0.1:1")

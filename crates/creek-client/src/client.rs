@@ -471,6 +471,45 @@ impl Client {
         }
     }
 
+    /// The changes to keys under `prefix`, as a stream: committed changes
+    /// in the committed order, each exactly once, from `options.from` (or
+    /// from now); with `options.tentative`, tentative changes too, marked.
+    /// When the replica fails the stream resumes at another one from the
+    /// position after the last committed change it delivered. It ends with
+    /// an error only: [`Error::Compacted`] when no replica still holds the
+    /// changes from the position it needs, or when no replica could be
+    /// reached for 30 s.
+    pub fn watch(
+        &self,
+        prefix: impl AsRef<[u8]>,
+        options: crate::WatchOptions,
+    ) -> impl futures_util::stream::Stream<Item = Result<crate::WatchEvent, Error>> + Send + 'static
+    {
+        crate::watch::Watching::new(
+            self.clone(),
+            Bytes::copy_from_slice(prefix.as_ref()),
+            options,
+        )
+        .into_stream()
+    }
+
+    pub(crate) fn current_index(&self) -> usize {
+        lock(&self.inner.current).index
+    }
+
+    pub(crate) fn current_channel(&self) -> Channel {
+        lock(&self.inner.current).channel.clone()
+    }
+
+    pub(crate) fn replica_count(&self) -> usize {
+        self.inner.replicas.len()
+    }
+
+    /// Move on from replica `failed` (see [`Client::fail_over`]).
+    pub(crate) async fn fail_over_from(&self, failed: usize) -> Result<(), Error> {
+        self.fail_over(failed).await.map(|_| ())
+    }
+
     /// Leave replica `failed` for the next one that answers (unless another
     /// call already did).
     async fn fail_over(&self, failed: usize) -> Result<Connected, Error> {

@@ -36,6 +36,15 @@ pub enum Error {
     /// view, or a view was malformed.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A watch asked for changes from a committed position the replica no
+    /// longer holds (compacted, or the watcher fell that far behind).
+    #[error("compacted: {message}")]
+    Compacted {
+        /// The oldest position the replica can resume a watch from.
+        oldest: u64,
+        /// The server's message.
+        message: String,
+    },
     /// Any other gRPC status.
     #[error("{code:?}: {message}")]
     Rpc {
@@ -67,6 +76,15 @@ impl From<Status> for Error {
             Code::ResourceExhausted => Error::ResourceExhausted(message),
             Code::DeadlineExceeded => Error::DeadlineExceeded(message),
             Code::Unavailable => Error::Unavailable(message),
+            Code::OutOfRange if status.metadata().contains_key("creek-compacted") => {
+                let oldest = status
+                    .metadata()
+                    .get("creek-compacted")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                Error::Compacted { oldest, message }
+            }
             // tonic's own client-side timeout surfaces as CANCELLED.
             Code::Cancelled if caused_by::<tonic::TimeoutExpired>(&status) => {
                 Error::DeadlineExceeded(message)

@@ -30,6 +30,10 @@
 //! # }
 //! ```
 //!
+//! [`Client::watch`] streams the committed changes under a key prefix, in
+//! the committed order, and resumes at another replica when its replica
+//! fails, so each change is seen once.
+//!
 //! Aborts are outcomes, not errors: a procedure that aborts produces views
 //! whose [`View::outcome`] is `Err(message)`. An [`Error`] means the outcome
 //! is unknown (refused, deadline passed, replica gone).
@@ -44,12 +48,14 @@ mod error;
 mod speculate;
 mod stream;
 mod view;
+mod watch;
 
 pub use client::{CallOptions, Client, RequestId};
 pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
 pub use error::Error;
 pub use view::{Level, Levels, Outcome, View, ViewKind};
+pub use watch::{OpRef, WatchEvent, WatchOptions};
 
 #[cfg(test)]
 mod tests;

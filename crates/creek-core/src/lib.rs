@@ -51,5 +51,5 @@ pub use dvv::Dvv;
 pub use group::{Addrs, Directory, Group};
 pub use hlc::Hlc;
 pub use id::{OpId, ReplicaId, Timestamp};
-pub use op::{Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
+pub use op::{Change, Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
 pub use replica::{Counters, InvokeError, Replica};

@@ -155,6 +155,23 @@ pub struct View {
     pub outcome: Outcome,
 }
 
+/// What one op's execution wrote, for watchers of changes
+/// ([`crate::Replica::record_changes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The op.
+    pub op: OpId,
+    /// Its position in the committed order (counted like
+    /// [`crate::Replica::committed_len`]) for its final execution; `None`
+    /// for a tentative execution, which a later one may replace or which
+    /// may never commit.
+    pub position: Option<u64>,
+    /// Keys written with their new values (`None`: deleted), sorted by key.
+    /// Empty for a final execution that wrote nothing (still reported, so
+    /// that every committed position is accounted for).
+    pub writes: Vec<creek_exec::txn::Write>,
+}
+
 /// What the replica asks its driver to do.
 #[derive(Clone, Debug)]
 pub enum Effect {

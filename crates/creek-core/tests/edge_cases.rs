@@ -763,3 +763,55 @@ fn a_void_op_leaves_a_committed_op_alone() {
         Some(b"1".as_slice())
     );
 }
+
+/// Watchers' changes (`Replica::record_changes`): every replica reports one
+/// change per committed op, in the committed order, with its position and
+/// the writes of its final execution (a delete as `None`, a read as
+/// nothing); tentative executions' writes come without a position.
+#[test]
+fn committed_changes_are_recorded_once_in_the_committed_order_on_every_replica() {
+    let mut c = C::new(2, DELAY);
+    for n in &mut c.nodes {
+        n.replica.record_changes(true, true);
+    }
+    let a1 = inv(&mut c, 0, WEAK, put("a", "1"));
+    let b1 = inv(&mut c, 1, WEAK_BOTH, put("b", "2"));
+    run_all(&mut c, 0);
+    let s = inv(&mut c, 0, STRONG, call("kv.delete", &[Value::from("a")]));
+    let g = inv(&mut c, 1, STRONG, get("b"));
+    c.settle();
+    let order = c.check_final();
+    let key = |k: &str| bytes::Bytes::copy_from_slice(k.as_bytes());
+    for i in 0..2 {
+        let changes = c.nodes[i].replica.take_changes();
+        let committed: Vec<_> = changes.iter().filter(|ch| ch.position.is_some()).collect();
+        assert_eq!(
+            committed.iter().map(|ch| ch.position).collect::<Vec<_>>(),
+            (0..order.len() as u64).map(Some).collect::<Vec<_>>(),
+            "node {i}: positions"
+        );
+        assert_eq!(
+            committed.iter().map(|ch| ch.op).collect::<Vec<_>>(),
+            order,
+            "node {i}: the committed order"
+        );
+        let writes = |h: ExecKey| {
+            committed
+                .iter()
+                .find(|ch| ch.op == id(h))
+                .map(|ch| ch.writes.clone())
+                .expect("committed")
+        };
+        assert_eq!(writes(a1), vec![(key("a"), Some(key("1")))]);
+        assert_eq!(writes(b1), vec![(key("b"), Some(key("2")))]);
+        assert_eq!(writes(s), vec![(key("a"), None)]);
+        assert_eq!(writes(g), vec![]);
+        assert!(
+            changes
+                .iter()
+                .any(|ch| ch.position.is_none() && ch.op == id(if i == 0 { a1 } else { b1 })),
+            "node {i}: its own weak op's tentative change"
+        );
+        assert!(c.nodes[i].replica.take_changes().is_empty());
+    }
+}

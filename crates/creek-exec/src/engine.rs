@@ -66,6 +66,20 @@ pub struct Settled<K> {
     pub committed: bool,
 }
 
+/// What one settled execution wrote, for watchers of changes
+/// ([`Engine::record_writes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteSet<K> {
+    /// The op.
+    pub key: K,
+    /// Its final execution at its committed position (reported once, in
+    /// the committed order); otherwise a tentative execution that a later
+    /// one may replace.
+    pub committed: bool,
+    /// Keys written with their new values (`None`: deleted), sorted by key.
+    pub writes: Vec<crate::txn::Write>,
+}
+
 /// Execution counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExecCounters {
@@ -114,6 +128,18 @@ pub trait Engine<K: OpKey, P: Position> {
     /// after an execution). Engines that settle every execution when they
     /// install it report nothing here.
     fn drain_installed(&mut self, out: &mut Vec<(K, Outcome)>) {
+        let _ = out;
+    }
+    /// Record what settled executions write: those of committed ops
+    /// (`committed`) and of tentative ones (`tentative`), for
+    /// [`Engine::drain_writes`]. Off by default; engines that cannot tell
+    /// record nothing.
+    fn record_writes(&mut self, committed: bool, tentative: bool) {
+        let _ = (committed, tentative);
+    }
+    /// Move the write sets recorded since the last call into `out`, in the
+    /// order their [`Settled`] notifications were produced.
+    fn drain_writes(&mut self, out: &mut Vec<WriteSet<K>>) {
         let _ = out;
     }
     /// Counters so far.

@@ -19,7 +19,7 @@ pub mod value;
 pub mod varint;
 pub mod void;
 
-pub use engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
+pub use engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet};
 pub use registry::{
     execute_call, CallError, ClientRequestId, Executed, ProcCall, Procedure, Registry, Signature,
 };

@@ -940,7 +940,12 @@ impl<S: CabStorage> Node<S> {
             });
         match rebuilt {
             Ok((replica, gossip)) => {
+                // A watcher of changes goes on watching the rebuilt replica
+                // (it sees the jump in positions: the checkpoint's ops were
+                // never executed here).
+                let (committed, tentative) = self.replica.recording();
                 self.replica = replica;
+                self.replica.record_changes(committed, tentative);
                 self.gossip = gossip;
                 self.committed_told = self.replica.committed_len();
                 self.installed = Some(checkpoint);
@@ -1596,6 +1601,18 @@ impl<S: CabStorage> Node<S> {
     /// The replica.
     pub fn replica(&self) -> &Replica {
         &self.replica
+    }
+
+    /// Record the changes executions make, for watchers (see
+    /// [`Replica::record_changes`]); kept across a rebuild by state
+    /// transfer.
+    pub fn record_changes(&mut self, committed: bool, tentative: bool) {
+        self.replica.record_changes(committed, tentative);
+    }
+
+    /// The changes recorded since the last call ([`Replica::take_changes`]).
+    pub fn take_changes(&mut self) -> Vec<creek_core::Change> {
+        self.replica.take_changes()
     }
 
     /// CAB.

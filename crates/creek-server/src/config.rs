@@ -94,6 +94,12 @@ pub struct ServerConfig {
     /// protocol retransmits: raft resends, gossip repairs by anti-entropy).
     #[serde(default = "defaults::peer_queue_frames")]
     pub peer_queue_frames: usize,
+    /// Bytes of recent committed changes kept for watchers to resume from
+    /// (keys, values and a fixed overhead per change): a watcher asking
+    /// for an older position is told the oldest one it can have
+    /// (docs/operations.md, "Watching changes").
+    #[serde(default = "defaults::watch_history_bytes")]
+    pub watch_history_bytes: usize,
     /// Accept the `Admin.SetFaults` call (tests and benchmarks only).
     #[serde(default)]
     pub allow_fault_injection: bool,
@@ -148,6 +154,9 @@ mod defaults {
     }
     pub fn peer_queue_frames() -> usize {
         8192
+    }
+    pub fn watch_history_bytes() -> usize {
+        64 << 20
     }
 }
 
@@ -219,6 +228,7 @@ impl ServerConfig {
             compaction_lag_max: defaults::compaction_lag_max(),
             max_request_bytes: defaults::max_request_bytes(),
             peer_queue_frames: defaults::peer_queue_frames(),
+            watch_history_bytes: defaults::watch_history_bytes(),
             allow_fault_injection: false,
             rebuild_despite_data_loss: false,
             plant_bug: None,
@@ -345,6 +355,12 @@ impl ServerConfig {
         }
         if self.peer_queue_frames == 0 {
             return bad("peer_queue_frames must be at least 1".into());
+        }
+        if self.watch_history_bytes > 16 << 30 {
+            return bad(format!(
+                "watch_history_bytes = {} must be at most 16 GiB",
+                self.watch_history_bytes
+            ));
         }
         if self.data_dir.as_os_str().is_empty() {
             return bad("data_dir is empty".into());

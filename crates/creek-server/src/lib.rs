@@ -23,6 +23,7 @@ pub mod restore;
 pub mod server;
 pub mod service;
 pub mod transport;
+pub mod watch;
 
 pub use config::{ConfigError, ReplicaAddr, ServerConfig};
 pub use node_loop::Fatal;

@@ -42,6 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::{Metrics, Stage};
 use crate::transport::Transport;
+use crate::watch::{WatchHub, WatchRequest};
 
 /// Why a replica stopped without being asked to. Every cause ends the
 /// process: a supervisor restarts it or alerts an operator.
@@ -116,6 +117,11 @@ pub enum Event {
         /// The group after the change, or why not.
         reply: oneshot::Sender<Result<StatusSnapshot, GroupRefusal>>,
     },
+    /// A new watcher of changes (`Creek.Watch`): accepted, or why not.
+    Watch(
+        crate::watch::WatchRequest,
+        oneshot::Sender<Result<(), tonic::Status>>,
+    ),
     /// Stop after making everything durable.
     Shutdown,
 }
@@ -360,6 +366,8 @@ pub struct LoopConfig {
     pub limits: Limits,
     /// The configured replicas' addresses (the initial group's).
     pub addrs: BTreeMap<ReplicaId, Addrs>,
+    /// Bytes of committed changes kept for watchers.
+    pub watch_history_bytes: usize,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -399,6 +407,8 @@ pub struct NodeLoop {
     pending_change: Option<PendingChange>,
     /// The committed length last seen to grow, and when.
     commit_progress: (u64, Instant),
+    /// Watchers of changes and the recent committed changes.
+    watch: WatchHub,
 }
 
 impl NodeLoop {
@@ -411,7 +421,15 @@ impl NodeLoop {
         metrics: Arc<Metrics>,
         config: LoopConfig,
     ) -> Self {
+        let mut node = node;
         let group = node.group();
+        // Committed changes are always recorded (the history watchers
+        // resume from); tentative ones while a watcher wants them.
+        node.record_changes(true, false);
+        let watch = WatchHub::new(
+            node.replica().counters().finalized,
+            config.watch_history_bytes,
+        );
         let pool = (config.workers > 1)
             .then(|| {
                 rayon::ThreadPoolBuilder::new()
@@ -442,6 +460,7 @@ impl NodeLoop {
             config_addrs: config.addrs,
             group,
             pending_change: None,
+            watch,
         }
     }
 
@@ -463,6 +482,7 @@ impl NodeLoop {
             }
             self.execute();
             self.flush();
+            self.pump_watchers();
             // A failure report whose nudge found the channel full is seen
             // here.
             self.check_disk();
@@ -518,10 +538,48 @@ impl NodeLoop {
                 let cluster = self.node.identity().cluster_id();
                 let _ = reply.send(taken.map(|c| (c, cluster)));
             }
+            Event::Watch(req, reply) => {
+                let _ = reply.send(self.add_watcher(req));
+            }
             Event::Shutdown => {
                 self.stopping = true;
                 self.node.sync_pending_writes();
             }
+        }
+    }
+
+    /// A new watcher, if this replica serves (the answer goes to the gRPC
+    /// handler as is).
+    #[allow(clippy::result_large_err)]
+    fn add_watcher(&mut self, req: WatchRequest) -> Result<(), tonic::Status> {
+        if let Some(why) = &self.failed {
+            return Err(tonic::Status::unavailable(why.to_string()));
+        }
+        if self.node.standing() != creek_node::Standing::Member {
+            return Err(tonic::Status::unavailable(
+                "this replica is not a member of its group (joining, lost or removed): watch \
+                 another replica",
+            ));
+        }
+        // Changes already taken belong before the new watcher's start.
+        self.pump_watchers();
+        let tentative = req.tentative;
+        self.watch.watch(req)?;
+        if tentative {
+            self.node.record_changes(true, true);
+        }
+        Ok(())
+    }
+
+    /// Hand the changes of this turn to the watchers and move them on.
+    fn pump_watchers(&mut self) {
+        let changes = self.node.take_changes();
+        let finalized = self.node.replica().counters().finalized;
+        self.watch.on_changes(changes, finalized);
+        self.watch.pump();
+        let tentative = self.watch.wants_tentative();
+        if self.node.replica().recording() != (true, tentative) {
+            self.node.record_changes(true, tentative);
         }
     }
 
@@ -1096,6 +1154,8 @@ impl NodeLoop {
         put("stabilizer_noops", c.stabilizer_noops);
         put("views", c.views);
         put("finalized", c.finalized);
+        put("watchers", self.watch.watchers() as u64);
+        put("watch_oldest_position", self.watch.bounds().0);
         put("accuracy_checked", c.accuracy_checked);
         put("accuracy_hits", c.accuracy_hits);
         put("executions", e.executions);

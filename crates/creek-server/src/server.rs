@@ -260,6 +260,7 @@ impl Server {
             metrics.clone(),
             LoopConfig {
                 workers: config.worker_threads(),
+                watch_history_bytes: config.watch_history_bytes,
                 limits,
                 addrs: config
                     .replicas

@@ -186,9 +186,60 @@ fn to_pb_view(v: &creek_core::View) -> pb::View {
     }
 }
 
+/// The stream of a `Watch`.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl pb::creek_server::Creek for CreekService {
     type InvokeStream = ViewStream;
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: tonic::Request<pb::WatchRequest>,
+    ) -> Result<tonic::Response<WatchStream>, Status> {
+        use crate::watch::{WATCH_CHANNEL, WATCH_PREFIX_MAX};
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err(Status::unavailable("the replica is shutting down"));
+        }
+        let req = request.into_inner();
+        if req.prefix.len() > WATCH_PREFIX_MAX {
+            return Err(Status::invalid_argument(format!(
+                "a prefix of {} bytes exceeds the limit of {WATCH_PREFIX_MAX} bytes",
+                req.prefix.len()
+            )));
+        }
+        if req.prefix.first() == Some(&creek_exec::registry::INTERNAL_KEY_PREFIX) {
+            return Err(Status::invalid_argument(
+                "keys starting with the byte 0x00 are Creek's own tables and cannot be watched",
+            ));
+        }
+        let (tx, rx) = mpsc::channel(WATCH_CHANNEL);
+        let (accepted_tx, accepted) = oneshot::channel();
+        let gone = || Status::unavailable("the replica is shutting down");
+        self.events
+            .send(Event::Watch(
+                crate::watch::WatchRequest {
+                    prefix: req.prefix,
+                    from: req.from,
+                    tentative: req.tentative,
+                    tx,
+                },
+                accepted_tx,
+            ))
+            .await
+            .map_err(|_| gone())?;
+        accepted.await.map_err(|_| gone())??;
+        // The hub never ends a stream but with an error: the channel closes
+        // only when the node loop stops.
+        let stream = tokio_stream::StreamExt::chain(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+            tokio_stream::once(Err(Status::unavailable(
+                "the replica stopped; resume the watch at another replica",
+            ))),
+        );
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
 
     async fn invoke(
         &self,

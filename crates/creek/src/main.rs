@@ -21,6 +21,7 @@ mod proc_cmd;
 mod serve_cmd;
 mod sim_cmd;
 mod status_cmd;
+mod watch_cmd;
 
 // The executor allocates small objects at a high rate (versions, read sets,
 // outcomes); mimalloc serves that pattern markedly faster than the system
@@ -68,6 +69,9 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Print the changes under a key prefix as they commit, resuming at
+    /// another replica when one fails.
+    Watch(watch_cmd::Args),
     /// Change or show the replica group: add-replica, remove-replica, members.
     Admin(admin_cmd::Args),
     /// Run `creek serve` processes under faults (kills, pauses, partitions,
@@ -161,6 +165,7 @@ fn main() -> ExitCode {
             Ok(false) => return ExitCode::FAILURE,
             Err(e) => Err(e),
         },
+        Command::Watch(args) => watch_cmd::run(&args),
         Command::Admin(args) => admin_cmd::run(&args),
         Command::Backup(args) => backup_cmd::backup(&args),
         Command::Restore(args) => backup_cmd::restore(&args),

@@ -37,6 +37,7 @@ from .blocking import BlockingClient
 from .client import Client
 from .correctable import Correctable, State
 from .errors import (
+    Compacted,
     CreekError,
     DeadlineExceeded,
     InvalidArgument,
@@ -46,11 +47,13 @@ from .errors import (
     Unavailable,
 )
 from .views import BOTH, STRONG, WEAK, Level, View, ViewKind
+from .watch import WatchEvent
 
 __all__ = [
     "BOTH",
     "BlockingClient",
     "Client",
+    "Compacted",
     "Correctable",
     "CreekError",
     "DeadlineExceeded",
@@ -65,4 +68,5 @@ __all__ = [
     "View",
     "ViewKind",
     "WEAK",
+    "WatchEvent",
 ]

@@ -11,7 +11,7 @@ import asyncio
 import secrets
 import threading
 import time
-from typing import Awaitable, Callable, Dict, List, Optional, Sequence, Set, TypeVar, Union
+from typing import AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, TypeVar, Union
 
 import grpc
 
@@ -22,6 +22,8 @@ from .correctable import Correctable
 from .errors import CreekError, DeadlineExceeded, ProtocolError, Unavailable, from_rpc_error
 from .values import to_wire
 from .views import BOTH, STRONG, Level, LevelsArg, View, levels_to_wire, parse_levels, view_from_wire
+from .watch import WatchEvent
+from .watch import watch as _watch
 
 T = TypeVar("T")
 
@@ -202,6 +204,32 @@ class Client(Builtins):
             return pb_grpc.CreekStub(channel).Status(pb.StatusRequest(), timeout=timeout)
 
         return await self._unary_with_failover(one)
+
+    # ------------------------------------------------------------ watch
+
+    def watch(
+        self,
+        prefix: Union[str, bytes] = b"",
+        *,
+        start: Optional[int] = None,
+        tentative: bool = False,
+    ) -> AsyncIterator[WatchEvent]:
+        """The changes to keys under `prefix`, as an async iterator of
+        `WatchEvent`s: committed changes in the committed order, each
+        exactly once, from committed position `start` (default: changes
+        committed from now on); with `tentative=True`, tentative changes
+        too, marked. When the replica fails the iterator resumes at another
+        one from the position after the last committed change it delivered.
+        It never ends on its own: it raises `Compacted` when no replica
+        still holds the changes from the position it needs,
+        `InvalidArgument` for a prefix in Creek's internal key space or
+        over 4 KiB, and `Unavailable` (or another `CreekError`) when no
+        replica could be reached for 30 s.
+
+            async for e in client.watch("user/"):
+                print(e.position, e.key, e.value)
+        """
+        return _watch(self, prefix, start, tentative)
 
     # ------------------------------------------------------- membership
 

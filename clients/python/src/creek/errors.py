@@ -92,6 +92,21 @@ class Unavailable(CreekError):
     default_code = "UNAVAILABLE"
 
 
+class Compacted(CreekError):
+    """A watch asked for changes from a committed position that no replica
+    still holds (compacted, or the watcher fell that far behind). `oldest`
+    is the oldest position the replica that answered can resume from."""
+
+    default_code = "OUT_OF_RANGE"
+
+    def __init__(self, message: str, code: Union[grpc.StatusCode, str, None] = None, oldest: int = 0):
+        super().__init__(message, code)
+        self.oldest = oldest
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.code, self.oldest))
+
+
 class ProtocolError(CreekError):
     """The server broke the protocol: the stream ended before the closing
     view, or a view was malformed."""
@@ -121,5 +136,18 @@ def from_rpc_error(e: grpc.RpcError) -> CreekError:
     code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
     details = e.details() if hasattr(e, "details") else None
     message = details or code.name.replace("_", " ").lower()
+    if code == grpc.StatusCode.OUT_OF_RANGE:
+        trailers = dict(e.trailing_metadata() or ()) if hasattr(e, "trailing_metadata") else {}
+        oldest = trailers.get(COMPACTED_HEADER)
+        if oldest is not None:
+            try:
+                return Compacted(message, code, int(oldest))
+            except ValueError:
+                pass
     return _BY_CODE.get(code, CreekError)(message, code)
+
+
+#: The trailing metadata naming the oldest position a replica can resume a
+#: watch from.
+COMPACTED_HEADER = "creek-compacted"
 

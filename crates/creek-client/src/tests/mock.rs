@@ -61,6 +61,49 @@ fn view(kind: pb::view::Kind, outcome: Option<pb::view::Outcome>) -> Step {
 
 type Script = dyn Fn(&pb::InvokeRequest) -> Vec<Step> + Send + Sync;
 
+/// One step of a scripted `Watch` stream.
+pub enum WatchStep {
+    /// Send a message.
+    Event(pb::WatchEvent),
+    /// End the stream with this status.
+    Fail(Status),
+    /// As the first step: refuse the call with this status, no stream.
+    Refuse(Status),
+    /// Keep the stream open and send nothing more.
+    Hang,
+}
+
+type WatchScript = dyn Fn(&pb::WatchRequest) -> Vec<WatchStep> + Send + Sync;
+
+/// A committed change of `key` at `position` by op `r1.<position + 1>`.
+pub fn committed(position: u64, key: &str) -> WatchStep {
+    WatchStep::Event(pb::WatchEvent {
+        kind: pb::watch_event::Kind::Committed as i32,
+        position,
+        op: Some(pb::OpRef {
+            origin: 1,
+            seq: position + 1,
+            client_id: 0,
+            request_seq: 0,
+        }),
+        changes: vec![pb::Change {
+            key: key.as_bytes().to_vec().into(),
+            value: format!("v{position}").into_bytes().into(),
+            deleted: false,
+        }],
+    })
+}
+
+/// A progress mark at `position`.
+pub fn progress(position: u64) -> WatchStep {
+    WatchStep::Event(pb::WatchEvent {
+        kind: pb::watch_event::Kind::Progress as i32,
+        position,
+        op: None,
+        changes: Vec::new(),
+    })
+}
+
 /// What a mock replica saw of one `Invoke`.
 #[derive(Clone, Debug)]
 pub struct Seen {
@@ -74,6 +117,8 @@ pub struct Mock {
     script: Arc<Script>,
     seen: Arc<Mutex<Vec<Seen>>>,
     replica: u32,
+    watch: Arc<WatchScript>,
+    watches: Arc<Mutex<Vec<pb::WatchRequest>>>,
 }
 
 impl Mock {
@@ -85,7 +130,23 @@ impl Mock {
             script: Arc::new(script),
             seen: Arc::default(),
             replica,
+            watch: Arc::new(|_| vec![WatchStep::Refuse(Status::unimplemented("no watch"))]),
+            watches: Arc::default(),
         }
+    }
+
+    /// Answer `Watch` calls with `script`.
+    pub fn with_watch(
+        mut self,
+        script: impl Fn(&pb::WatchRequest) -> Vec<WatchStep> + Send + Sync + 'static,
+    ) -> Mock {
+        self.watch = Arc::new(script);
+        self
+    }
+
+    /// The `Watch` requests received.
+    pub fn watches(&self) -> Vec<pb::WatchRequest> {
+        self.watches.lock().expect("watches lock").clone()
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -143,6 +204,46 @@ impl Creek for Mock {
         _request: Request<pb::ProceduresRequest>,
     ) -> Result<Response<pb::ProceduresReply>, Status> {
         Ok(Response::new(pb::ProceduresReply::default()))
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let request = request.into_inner();
+        self.watches
+            .lock()
+            .expect("watches lock")
+            .push(request.clone());
+        let mut steps = (self.watch)(&request);
+        if let Some(WatchStep::Refuse(_)) = steps.first() {
+            if let WatchStep::Refuse(status) = steps.remove(0) {
+                return Err(status);
+            }
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        tokio::spawn(async move {
+            for step in steps {
+                match step {
+                    WatchStep::Event(e) => {
+                        if tx.send(Ok(e)).await.is_err() {
+                            return;
+                        }
+                    }
+                    WatchStep::Fail(status) | WatchStep::Refuse(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                    WatchStep::Hang => {
+                        tx.closed().await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn status(

@@ -13,7 +13,8 @@ use tokio_stream::StreamExt;
 use tonic::Status;
 
 use self::mock::{
-    confirmed, dead_addr, final_, final_abort, preliminary, serve, Mock, Server, Step,
+    committed, confirmed, dead_addr, final_, final_abort, preliminary, progress, serve, Mock,
+    Server, Step, WatchStep,
 };
 use crate::{
     CallOptions, Client, Correctable, Error, Level, Levels, RequestId, State, View, ViewKind,
@@ -543,4 +544,127 @@ async fn arguments_and_levels_reach_the_server() {
         req.levels,
         vec![pb::Level::Weak as i32, pb::Level::Strong as i32]
     );
+}
+
+fn compacted_status(oldest: u64) -> Status {
+    let mut s = Status::out_of_range(format!(
+        "position 0 is compacted: the oldest position this replica can resume a watch from is \
+         {oldest}"
+    ));
+    s.metadata_mut().insert("creek-compacted", oldest.into());
+    s
+}
+
+#[tokio::test]
+async fn a_watch_resumes_at_the_next_replica_after_the_last_position_it_delivered() {
+    // The first replica delivers positions 0 and 1 and fails; the second,
+    // asked from 2, repeats 1 (ignored), then sends 2 and 4 and a progress
+    // mark.
+    let a = serve(Mock::new(1, |_| Vec::new()).with_watch(|_| {
+        vec![
+            committed(0, "p/a"),
+            committed(1, "p/b"),
+            WatchStep::Fail(Status::unavailable("going down")),
+        ]
+    }))
+    .await;
+    let b = serve(Mock::new(2, |_| Vec::new()).with_watch(|_| {
+        vec![
+            committed(1, "p/b"),
+            committed(2, "p/c"),
+            committed(4, "p/d"),
+            progress(7),
+            WatchStep::Hang,
+        ]
+    }))
+    .await;
+    let client = Client::connect([a.addr.clone(), b.addr.clone()])
+        .await
+        .expect("connect");
+    let events = client.watch(
+        "p/",
+        crate::WatchOptions {
+            from: Some(0),
+            tentative: false,
+        },
+    );
+    let got: Vec<_> =
+        tokio::time::timeout(Duration::from_secs(10), events.take(4).collect::<Vec<_>>())
+            .await
+            .expect("four events");
+    let got: Vec<(u64, String)> = got
+        .into_iter()
+        .map(|e| {
+            let e = e.expect("an event");
+            assert!(!e.tentative);
+            assert_eq!(e.op.to_string(), format!("r1.{}", e.position + 1));
+            (e.position, String::from_utf8_lossy(&e.key).into_owned())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, "p/a".into()),
+            (1, "p/b".into()),
+            (2, "p/c".into()),
+            (4, "p/d".into())
+        ]
+    );
+    assert_eq!(a.mock.watches()[0].from, Some(0));
+    assert_eq!(b.mock.watches()[0].from, Some(2));
+    assert_eq!(b.mock.watches()[0].prefix.as_ref(), b"p/");
+}
+
+#[tokio::test]
+async fn a_watch_from_a_position_no_replica_holds_is_a_typed_error() {
+    let a = serve(
+        Mock::new(1, |_| Vec::new()).with_watch(|_| vec![WatchStep::Refuse(compacted_status(40))]),
+    )
+    .await;
+    let b = serve(
+        Mock::new(2, |_| Vec::new()).with_watch(|_| vec![WatchStep::Refuse(compacted_status(50))]),
+    )
+    .await;
+    let client = Client::connect([a.addr.clone(), b.addr.clone()])
+        .await
+        .expect("connect");
+    let mut events = Box::pin(client.watch(
+        "",
+        crate::WatchOptions {
+            from: Some(3),
+            tentative: false,
+        },
+    ));
+    match events.next().await {
+        Some(Err(Error::Compacted { oldest, message })) => {
+            assert!(oldest == 40 || oldest == 50, "{oldest}");
+            assert!(message.contains("compacted"), "{message}");
+        }
+        other => panic!("expected a compacted error, got {other:?}"),
+    }
+    assert!(events.next().await.is_none());
+    assert_eq!(a.mock.watches().len() + b.mock.watches().len(), 2);
+}
+
+#[tokio::test]
+async fn a_refused_watch_is_not_retried() {
+    let (server, client) = {
+        let server = serve(Mock::new(1, |_| Vec::new()).with_watch(|_| {
+            vec![WatchStep::Refuse(Status::invalid_argument(
+                "internal prefix",
+            ))]
+        }))
+        .await;
+        let client = Client::connect([server.addr.clone()])
+            .await
+            .expect("connect");
+        (server, client)
+    };
+    let mut events = Box::pin(client.watch("\0x", crate::WatchOptions::default()));
+    assert_eq!(
+        events.next().await.map(|e| e.map(|_| ())),
+        Some(Err(Error::InvalidArgument("internal prefix".into())))
+    );
+    assert!(events.next().await.is_none());
+    assert_eq!(server.mock.watches().len(), 1);
 }

@@ -27,7 +27,7 @@ use crate::config::{Config, ConfigError};
 use crate::dvv::Dvv;
 use crate::hlc::Hlc;
 use crate::id::{OpId, ReplicaId, Timestamp};
-use crate::op::{Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
+use crate::op::{Change, Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
 
 mod restore;
 mod sessions;
@@ -164,6 +164,10 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     settled: Vec<Settled<ExecKey>>,
     counters: Counters,
     sessions: sessions::Sessions,
+    /// Changes recorded for the driver ([`Replica::record_changes`]).
+    changes: Vec<Change>,
+    /// Whether committed, and tentative, changes are recorded.
+    recording: (bool, bool),
 }
 
 impl Replica {
@@ -214,6 +218,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             settled: Vec::new(),
             counters: Counters::default(),
             sessions: sessions::Sessions::default(),
+            changes: Vec::new(),
+            recording: (false, false),
         })
     }
 
@@ -671,10 +677,50 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         let mut settled = std::mem::take(&mut self.settled);
         self.engine.drain_settled(&mut settled);
+        let mut writes = FxHashMap::default();
+        if self.recording != (false, false) {
+            let mut sets = Vec::new();
+            self.engine.drain_writes(&mut sets);
+            for w in sets {
+                writes.insert((w.key, w.committed), w.writes);
+            }
+        }
         for s in settled.drain(..) {
+            if let (ExecKey::Op(op), Some(w)) = (s.key, writes.remove(&(s.key, s.committed))) {
+                // Before `on_settled` counts it: the final execution of the
+                // op at this position.
+                let position = s.committed.then_some(self.counters.finalized);
+                self.changes.push(Change {
+                    op,
+                    position,
+                    writes: w,
+                });
+            }
             self.on_settled(s);
         }
         self.settled = settled;
+    }
+
+    /// Record the changes final executions make (`committed`: one
+    /// [`Change`] per committed op, in the committed order, from the next
+    /// position finalized on) and those settled tentative executions make
+    /// (`tentative`), for [`Replica::take_changes`]. Off by default: a
+    /// driver that turns it on must take them.
+    pub fn record_changes(&mut self, committed: bool, tentative: bool) {
+        self.recording = (committed, tentative);
+        self.engine.record_writes(committed, tentative);
+    }
+
+    /// Which changes are recorded: (committed, tentative).
+    pub fn recording(&self) -> (bool, bool) {
+        self.recording
+    }
+
+    /// The changes recorded since the last call, in the order they
+    /// settled: committed ones in the committed order, tentative ones
+    /// between them.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
     }
 
     /// An execution valid over the ops before it that have executed: the

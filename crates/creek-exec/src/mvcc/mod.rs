@@ -30,7 +30,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
-use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
+use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet};
 use crate::registry::{execute_call, Executed, ProcCall, Registry};
 use crate::txn::{Outcome, SnapshotRead, TxnLimits, VersionNo};
 use store::{KeyState, Keys, Version};
@@ -198,6 +198,12 @@ pub struct MvccExecutor<K, P> {
     /// Planted bug for validating the simulator's checkers: installing a
     /// version never invalidates its readers. Never set in production.
     pub planted_skip_invalidation: bool,
+    /// Record the writes of final executions ([`Engine::record_writes`]).
+    record_committed: bool,
+    /// Record the writes of settled tentative executions.
+    record_tentative: bool,
+    /// Recorded write sets, for [`Engine::drain_writes`].
+    write_sets: Vec<WriteSet<K>>,
 }
 
 struct SnapshotAt<'a, P, K> {
@@ -254,6 +260,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             counters: ExecCounters::default(),
             running: 0,
             planted_skip_invalidation: false,
+            record_committed: false,
+            record_tentative: false,
+            write_sets: Vec::new(),
         }
     }
 
@@ -389,6 +398,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                     outcome,
                     committed: false,
                 });
+                self.record_tentative_writes(key);
             }
         } else {
             self.unannounced.insert(pos);
@@ -486,6 +496,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                     outcome,
                     committed: false,
                 });
+                self.record_tentative_writes(key);
             }
         }
         while let Some((&pos, &key)) = self.order.first_key_value() {
@@ -508,6 +519,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         for (k, _) in &op.reads {
             self.drop_reader(k, pos);
         }
+        let mut recorded = Vec::new();
         for k in &op.writes {
             let Some(ks) = self.keys.get_mut(k) else {
                 continue;
@@ -521,6 +533,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                     // `key_state`).
                     if let Some(v) = &version.value {
                         version.value = Some(Bytes::copy_from_slice(v));
+                    }
+                    if self.record_committed {
+                        recorded.push((k.clone(), version.value.clone()));
                     }
                     if ks.base.replace(version).is_some() {
                         self.counters.versions_alive -= 1;
@@ -539,7 +554,38 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 outcome,
                 committed: true,
             });
+            if self.record_committed {
+                self.write_sets.push(WriteSet {
+                    key,
+                    committed: true,
+                    writes: recorded,
+                });
+            }
         }
+    }
+
+    /// Record what the installed execution of `key` (settled, not
+    /// committed) wrote, if asked to.
+    fn record_tentative_writes(&mut self, key: K) {
+        if !self.record_tentative {
+            return;
+        }
+        let Some(op) = self.ops.get(&key) else {
+            return;
+        };
+        let writes = op
+            .writes
+            .iter()
+            .filter_map(|k| {
+                let version = self.keys.get(k)?.versions.get(&op.pos)?;
+                Some((k.clone(), version.value.clone()))
+            })
+            .collect();
+        self.write_sets.push(WriteSet {
+            key,
+            committed: false,
+            writes,
+        });
     }
 
     /// The nearest running op before `pos` whose latest execution wrote a
@@ -907,6 +953,15 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
     fn drain_settled(&mut self, out: &mut Vec<Settled<K>>) {
         self.announce();
         out.append(&mut self.settled);
+    }
+
+    fn record_writes(&mut self, committed: bool, tentative: bool) {
+        self.record_committed = committed;
+        self.record_tentative = tentative;
+    }
+
+    fn drain_writes(&mut self, out: &mut Vec<WriteSet<K>>) {
+        out.append(&mut self.write_sets);
     }
 
     fn counters(&self) -> ExecCounters {
