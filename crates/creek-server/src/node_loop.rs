@@ -92,6 +92,8 @@ pub enum Event {
     Tick,
     /// A status request.
     Status(oneshot::Sender<StatusSnapshot>),
+    /// The console's strip: recent ops and the ends of the two lists.
+    Strip(oneshot::Sender<crate::console::journal::Strip>),
     /// The committed state and the committed length it reflects.
     Dump(oneshot::Sender<(u64, Vec<(Bytes, Bytes)>)>),
     /// Part of the committed order, from a position on.
@@ -399,6 +401,8 @@ pub struct NodeLoop {
     pending_change: Option<PendingChange>,
     /// The committed length last seen to grow, and when.
     commit_progress: (u64, Instant),
+    /// Recent ops invoked here, for the console.
+    journal: crate::console::journal::Journal,
 }
 
 impl NodeLoop {
@@ -442,6 +446,7 @@ impl NodeLoop {
             config_addrs: config.addrs,
             group,
             pending_change: None,
+            journal: Default::default(),
         }
     }
 
@@ -500,6 +505,13 @@ impl NodeLoop {
             Event::Status(reply) => {
                 let _ = reply.send(self.status());
             }
+            Event::Strip(reply) => {
+                let r = self.node.replica();
+                let strip = self
+                    .journal
+                    .strip(r.committed(), r.committed_len(), &r.tentative());
+                let _ = reply.send(strip);
+            }
             Event::Dump(reply) => {
                 let r = self.node.replica();
                 let _ = reply.send((r.committed_len(), r.committed_state().into_iter().collect()));
@@ -532,9 +544,13 @@ impl NodeLoop {
         }
         let strong = inv.request.strong;
         let views = inv.request.views;
+        let procedure = inv.request.call.name.clone();
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
                 let _ = inv.reply.send(Reply::Accepted(handle));
+                if let ExecKey::Op(id) = handle {
+                    self.journal.invoked(id, &procedure, strong, inv.received);
+                }
                 self.metrics
                     .stage(strong, Stage::Invoked, inv.received.elapsed().as_secs_f64());
                 if matches!(handle, ExecKey::Op(_)) && self.persister.is_some() {
@@ -832,6 +848,9 @@ impl NodeLoop {
             return;
         };
         let stable = v.kind != ViewKind::Tentative;
+        if let ExecKey::Op(id) = v.handle {
+            self.journal.view(id, v.kind, &v.outcome);
+        }
         let since = route.received.elapsed().as_secs_f64();
         self.metrics.view(stable, since);
         if stable {
@@ -1103,6 +1122,7 @@ impl NodeLoop {
         put("exec_ops", e.ops);
         put("gossip_ops_sent", g.ops_sent);
         put("gossip_payloads_held", g.payloads_held as u64);
+        put("gossip_backlog", (g.buffered + g.pushes_queued) as u64);
         put("cab_entries_proposed", s.entries_proposed);
         put("cab_ids_decided", s.ids_decided);
         put("decided_waiting", r.decided_waiting() as u64);
