@@ -33,24 +33,52 @@ pub fn http(
     if let Some((_, b)) = body {
         s.write_all(b)?;
     }
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    // Read the head, then a body of the length it gives (chromedriver
+    // keeps the connection open), or chunks, or up to the close.
     let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned());
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("no end of headers"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    let split = loop {
+        if let Some(p) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p;
+        }
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            return Err(bad("no end of headers"));
+        }
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
     let mut rest = raw[split + 4..].to_vec();
     let code: u16 = head
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| bad("no status"))?;
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
+    let length = head.lines().find_map(|l| {
+        l.strip_prefix("content-length:")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+    });
+    let chunked = head.contains("transfer-encoding: chunked")
+        || head.contains("transfer-encoding:chunked");
+    loop {
+        let complete = match length {
+            Some(n) => rest.len() >= n,
+            None if chunked => dechunk(&rest).is_some(),
+            None => false,
+        };
+        if complete {
+            break;
+        }
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        rest.extend_from_slice(&buf[..n]);
+    }
+    if let Some(n) = length {
+        rest.truncate(n);
+    } else if chunked {
         rest = dechunk(&rest).ok_or_else(|| bad("bad chunked body"))?;
     }
     Ok((code, String::from_utf8_lossy(&rest).to_string()))
