@@ -67,18 +67,23 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
     let report = loop {
         if let Ok((200, body)) = http("GET", consoles[0], "/api/console", None) {
             let r: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-            let up = r["members"].as_array().map_or(0, |m| {
-                m.iter().filter(|m| m["health"] == "up").count()
-            });
+            let up = r["members"]
+                .as_array()
+                .map_or(0, |m| m.iter().filter(|m| m["health"] == "up").count());
             if up == 3 {
                 break r;
             }
         }
-        assert!(Instant::now() < deadline, "the console never showed 3 members up");
+        assert!(
+            Instant::now() < deadline,
+            "the console never showed 3 members up"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(report["replica"], 1);
-    assert!(report["leader"].as_u64().is_some_and(|l| (1..=3).contains(&l)));
+    assert!(report["leader"]
+        .as_u64()
+        .is_some_and(|l| (1..=3).contains(&l)));
 
     // Bad input to the invoke endpoint: 4xx with a JSON error, and nothing
     // applied.
@@ -86,12 +91,18 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
         (r#"{"procedure":"no.such","args":[]}"#, 400),
         (r#"{"procedure":"kv.put","args":["k"#, 400),
         (r#"{"procedure":"kv.put","args":[{"a":1}]}"#, 400),
-        (r#"{"procedure":"kv.put","args":["k","v"],"level":"medium"}"#, 400),
+        (
+            r#"{"procedure":"kv.put","args":["k","v"],"level":"medium"}"#,
+            400,
+        ),
     ] {
         let (code, answer) = invoke_http(consoles[0], body);
         assert_eq!(code, want, "{body} → {answer}");
         let e: serde_json::Value = serde_json::from_str(&answer).expect("a JSON error");
-        assert!(e["error"].as_str().is_some_and(|m| !m.is_empty()), "{answer}");
+        assert!(
+            e["error"].as_str().is_some_and(|m| !m.is_empty()),
+            "{answer}"
+        );
     }
     let huge = format!(
         r#"{{"procedure":"kv.put","args":["k","{}"]}}"#,
@@ -114,7 +125,11 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
         .iter()
         .map(|e| e["kind"].as_str().or(e["event"].as_str()).unwrap_or(""))
         .collect();
-    assert_eq!(kinds, ["accepted", "preliminary", "confirmed", "end"], "{answer}");
+    assert_eq!(
+        kinds,
+        ["accepted", "preliminary", "confirmed", "end"],
+        "{answer}"
+    );
 
     let profile = cluster.dir.join("chromium-profile");
     let browser = Browser::start(&driver, &chromium, free_addr(), profile.clone());
@@ -138,16 +153,32 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
     for i in 0..40 {
         let n = Value::Int(1);
         let key = b("counter");
-        call(&mut c1, req("kv.incr", &[key.clone(), n.clone()], &[Level::Weak]), T)
-            .await
-            .expect("weak incr");
+        call(
+            &mut c1,
+            req("kv.incr", &[key.clone(), n.clone()], &[Level::Weak]),
+            T,
+        )
+        .await
+        .expect("weak incr");
         if i % 4 == 0 {
-            call(&mut c1, req("kv.incr", &[key.clone(), n.clone()], &[Level::Weak, Level::Strong]), T)
-                .await
-                .expect("strong incr");
-            call(&mut c2, req("kv.incr", &[key, n], &[Level::Weak, Level::Strong]), T)
-                .await
-                .expect("strong incr at replica 2");
+            call(
+                &mut c1,
+                req(
+                    "kv.incr",
+                    &[key.clone(), n.clone()],
+                    &[Level::Weak, Level::Strong],
+                ),
+                T,
+            )
+            .await
+            .expect("strong incr");
+            call(
+                &mut c2,
+                req("kv.incr", &[key, n], &[Level::Weak, Level::Strong]),
+                T,
+            )
+            .await
+            .expect("strong incr at replica 2");
         }
     }
     browser.wait_for(

@@ -70,7 +70,11 @@ pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
 }
 
 fn bad(message: impl AsRef<str>) -> Response {
-    json_error(StatusCode::BAD_REQUEST, "invalid_argument", message.as_ref())
+    json_error(
+        StatusCode::BAD_REQUEST,
+        "invalid_argument",
+        message.as_ref(),
+    )
 }
 
 /// The HTTP answer of a status the service refused an op with.
@@ -205,11 +209,10 @@ pub async fn handle(console: Arc<Console>, headers: HeaderMap, body: Body) -> Re
     };
     let mut request = tonic::Request::new(request);
     request.set_timeout(timeout);
-    let response =
-        match pb::creek_server::Creek::invoke(&console.service, request).await {
-            Ok(r) => r,
-            Err(status) => return refused(&status),
-        };
+    let response = match pb::creek_server::Creek::invoke(&console.service, request).await {
+        Ok(r) => r,
+        Err(status) => return refused(&status),
+    };
     let op = response
         .metadata()
         .get(crate::service::OP_HEADER)
@@ -305,13 +308,19 @@ mod tests {
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         );
         let mut other_site = headers("application/json");
-        other_site.insert(header::ORIGIN, "http://evil.example".parse().expect("ascii"));
+        other_site.insert(
+            header::ORIGIN,
+            "http://evil.example".parse().expect("ascii"),
+        );
         assert_eq!(
             refused_with(&other_site, r#"{"procedure":"kv.get"}"#),
             StatusCode::FORBIDDEN
         );
         let mut same_site = headers("application/json");
-        same_site.insert(header::ORIGIN, "http://127.0.0.1:9101".parse().expect("ascii"));
+        same_site.insert(
+            header::ORIGIN,
+            "http://127.0.0.1:9101".parse().expect("ascii"),
+        );
         assert_eq!(
             refused_with(&same_site, r#"{"procedure":"kv.get"}"#),
             StatusCode::OK

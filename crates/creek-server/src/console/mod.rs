@@ -355,8 +355,7 @@ impl Console {
             }
         };
         let mut client = pb::creek_client::CreekClient::new(channel);
-        match tokio::time::timeout(PEER_STATUS_TIMEOUT, client.status(pb::StatusRequest {})).await
-        {
+        match tokio::time::timeout(PEER_STATUS_TIMEOUT, client.status(pb::StatusRequest {})).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(s)) => Err(format!("{:?}: {}", s.code(), s.message())),
             Err(_) => Err(format!("no answer within {PEER_STATUS_TIMEOUT:?}")),

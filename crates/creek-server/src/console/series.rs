@@ -35,7 +35,11 @@ impl ViewBuckets {
     pub fn observe(&self, stable: bool, seconds: f64) {
         let us = (seconds * 1e6).max(1.0) as u64;
         let i = (63 - us.leading_zeros() as usize).min(BUCKETS - 1);
-        let row = if stable { &self.stable } else { &self.tentative };
+        let row = if stable {
+            &self.stable
+        } else {
+            &self.tentative
+        };
         row[i].fetch_add(1, Ordering::Relaxed);
     }
 

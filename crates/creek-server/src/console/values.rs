@@ -108,15 +108,24 @@ mod tests {
             .map(|(i, a)| from_json(i, a).expect("a value"))
             .collect();
         assert_eq!(values[1], Value::Int(5));
-        assert_eq!(to_json(&Value::List(values)).to_string(), r#"["k",5,true,null,["a",-1]]"#);
+        assert_eq!(
+            to_json(&Value::List(values)).to_string(),
+            r#"["k",5,true,null,["a",-1]]"#
+        );
         assert_eq!(display(&Value::Bytes("hi".into())), "\"hi\"");
-        assert_eq!(to_json(&Value::Bytes(vec![0xff].into())).to_string(), r#"{"hex":"ff"}"#);
+        assert_eq!(
+            to_json(&Value::Bytes(vec![0xff].into())).to_string(),
+            r#"{"hex":"ff"}"#
+        );
     }
 
     #[test]
     fn arguments_without_a_value_are_refused_with_their_position() {
         let frac: Json = serde_json::from_str("1.5").expect("json");
-        assert!(matches!(from_json(2, &frac), Err(ArgError::NotInteger(2, _))));
+        assert!(matches!(
+            from_json(2, &frac),
+            Err(ArgError::NotInteger(2, _))
+        ));
         let obj: Json = serde_json::from_str(r#"{"a":1}"#).expect("json");
         assert_eq!(from_json(0, &obj), Err(ArgError::Object(0)));
         let deep: Json = serde_json::from_str("[[[[[[[[[[1]]]]]]]]]]").expect("json");

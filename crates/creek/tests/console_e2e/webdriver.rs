@@ -59,8 +59,8 @@ pub fn http(
         l.strip_prefix("content-length:")
             .and_then(|v| v.trim().parse::<usize>().ok())
     });
-    let chunked = head.contains("transfer-encoding: chunked")
-        || head.contains("transfer-encoding:chunked");
+    let chunked =
+        head.contains("transfer-encoding: chunked") || head.contains("transfer-encoding:chunked");
     loop {
         let complete = match length {
             Some(n) => rest.len() >= n,
@@ -189,7 +189,11 @@ impl Browser {
 
     /// Open `url`.
     pub fn goto(&self, url: &str) {
-        self.call("POST", &self.session_path("/url"), Some(json!({ "url": url })));
+        self.call(
+            "POST",
+            &self.session_path("/url"),
+            Some(json!({ "url": url })),
+        );
     }
 
     /// Run `script` (a function body) in the page; its return value.
@@ -230,7 +234,10 @@ impl Browser {
                 return;
             }
             if Instant::now() > deadline {
-                panic!("{what}: not within {within:?}; page shows {}", self.eval(show));
+                panic!(
+                    "{what}: not within {within:?}; page shows {}",
+                    self.eval(show)
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -150,6 +150,10 @@ function renderStrip(r) {
   }
 }
 
+// The report's time and when it last changed: a report that stops
+// changing means the replica's sampler cannot reach its node loop.
+let lastUpdate = { ms: -1, at: 0 };
+
 async function poll() {
   try {
     const res = await fetch("/api/console", { cache: "no-store" });
@@ -161,7 +165,11 @@ async function poll() {
     const me = r.members.find((m) => m.replica === r.replica);
     $("committed").textContent = me ? me.committed : "–";
     $("tentative").textContent = me ? me.tentative : "–";
-    $("error").textContent = r.local.quorum_lost ? "a majority lost its data: strong ops are refused" : (r.local.standing_detail || "");
+    const now = performance.now();
+    if (r.updated_ms !== lastUpdate.ms) lastUpdate = { ms: r.updated_ms, at: now };
+    const staleS = (now - lastUpdate.at) / 1000;
+    $("error").textContent = staleS > 3 ? `no new sample for ${staleS.toFixed(0)} s: the replica's node loop is busy or stuck`
+      : r.local.quorum_lost ? "a majority lost its data: strong ops are refused" : (r.local.standing_detail || "");
     renderMembers(r); renderCharts(r); renderStrip(r);
     document.body.dataset.updated = r.updated_ms;
   } catch (e) {
