@@ -549,7 +549,7 @@ impl NodeLoop {
             Ok(handle) => {
                 let _ = inv.reply.send(Reply::Accepted(handle));
                 if let ExecKey::Op(id) = handle {
-                    self.journal.invoked(id, &procedure, strong, inv.received);
+                    self.journal.invoked(id, procedure, strong, inv.received);
                 }
                 self.metrics
                     .stage(strong, Stage::Invoked, inv.received.elapsed().as_secs_f64());

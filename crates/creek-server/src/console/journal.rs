@@ -10,6 +10,7 @@
 //! lists), without their procedure or views.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use creek_core::{OpId, ViewKind};
@@ -25,13 +26,21 @@ const COMMIT_SCAN_MAX: u64 = 8192;
 /// Characters of an outcome kept for display.
 const OUTCOME_CHARS_MAX: usize = 48;
 
+/// `v` in its display form (ids and names are formatted only when a
+/// strip is serialized, not on the node loop's path of every op).
+fn display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
 /// One op invoked at this replica and what became of it.
 #[derive(Clone, Debug, Serialize)]
 pub struct OpTrace {
     /// The op's id (`r1.17`).
-    pub id: String,
+    #[serde(serialize_with = "display")]
+    pub id: OpId,
     /// The procedure it ran.
-    pub procedure: String,
+    #[serde(serialize_with = "display")]
+    pub procedure: Arc<str>,
     /// `weak` or `strong`.
     pub level: &'static str,
     /// Milliseconds since the replica started, at receipt.
@@ -55,9 +64,7 @@ pub struct OpTrace {
     /// Its position in the committed order (0-based), once seen there.
     pub committed_at: Option<u64>,
     #[serde(skip)]
-    op: Option<OpId>,
-    #[serde(skip)]
-    received: Option<Instant>,
+    received: Instant,
 }
 
 impl OpTrace {
@@ -73,7 +80,8 @@ impl OpTrace {
 #[derive(Clone, Debug, Serialize)]
 pub struct Chip {
     /// The op's id.
-    pub id: String,
+    #[serde(serialize_with = "display")]
+    pub id: OpId,
     /// Its position in the order (committed ops: in the committed list;
     /// tentative ops: committed length + place in the tentative list).
     pub position: u64,
@@ -138,14 +146,14 @@ fn short(outcome: &creek_exec::Outcome) -> String {
 
 impl Journal {
     /// An op was accepted into the order under `id`.
-    pub fn invoked(&mut self, id: OpId, procedure: &str, strong: bool, received: Instant) {
+    pub fn invoked(&mut self, id: OpId, procedure: Arc<str>, strong: bool, received: Instant) {
         if self.ops.len() >= JOURNAL_OPS_MAX {
             self.ops.pop_front();
         }
         let received_ms = received.saturating_duration_since(self.epoch).as_millis() as u64;
         self.ops.push_back(OpTrace {
-            id: id.to_string(),
-            procedure: procedure.chars().take(OUTCOME_CHARS_MAX).collect(),
+            id,
+            procedure,
             level: if strong { "strong" } else { "weak" },
             received_ms,
             preliminary_views: 0,
@@ -155,13 +163,12 @@ impl Journal {
             final_outcome: None,
             final_ms: None,
             committed_at: None,
-            op: Some(id),
-            received: Some(received),
+            received,
         });
     }
 
     fn find(&mut self, id: OpId) -> Option<&mut OpTrace> {
-        self.ops.iter_mut().rev().find(|t| t.op == Some(id))
+        self.ops.iter_mut().rev().find(|t| t.id == id)
     }
 
     /// A view of op `id` was routed to its client.
@@ -169,10 +176,7 @@ impl Journal {
         let Some(t) = self.find(id) else {
             return;
         };
-        let ms = t
-            .received
-            .map(|r| r.elapsed().as_secs_f64() * 1000.0)
-            .unwrap_or_default();
+        let ms = t.received.elapsed().as_secs_f64() * 1000.0;
         match kind {
             ViewKind::Tentative => {
                 t.preliminary_views += 1;
@@ -201,7 +205,7 @@ impl Journal {
     /// ids from position `committed_len - committed.len()` on) and its
     /// tentative list.
     pub fn strip(&mut self, committed: &[OpId], committed_len: u64, tentative: &[OpId]) -> Strip {
-        let base = committed_len - committed.len() as u64;
+        let base = committed_len.saturating_sub(committed.len() as u64);
         // Place this replica's ops that committed since the last look.
         let from = self
             .scanned
@@ -220,11 +224,11 @@ impl Journal {
         }
         self.scanned = committed_len;
         let chip = |j: &Journal, id: &OpId, position: u64| {
-            let mine = j.ops.iter().rev().find(|t| t.op == Some(*id));
+            let mine = j.ops.iter().rev().find(|t| t.id == *id);
             Chip {
-                id: id.to_string(),
+                id: *id,
                 position,
-                procedure: mine.map(|t| t.procedure.clone()),
+                procedure: mine.map(|t| t.procedure.to_string()),
                 level: mine.map(|t| t.level),
                 corrected: mine.is_some_and(OpTrace::corrected),
             }
@@ -269,8 +273,8 @@ mod tests {
     fn a_final_view_that_differs_is_a_correction() {
         let mut j = Journal::default();
         let now = Instant::now();
-        j.invoked(id(1), "kv.incr", true, now);
-        j.invoked(id(2), "kv.incr", true, now);
+        j.invoked(id(1), "kv.incr".into(), true, now);
+        j.invoked(id(2), "kv.incr".into(), true, now);
         j.view(id(1), ViewKind::Tentative, &val(1));
         j.view(id(1), ViewKind::Confirmation, &val(1));
         j.view(id(2), ViewKind::Tentative, &val(1));
@@ -284,6 +288,10 @@ mod tests {
         assert!(s.recent[1].corrected());
         assert!(s.committed[0].corrected && !s.committed[1].corrected);
         assert_eq!(s.committed[0].procedure.as_deref(), Some("kv.incr"));
+        let json = serde_json::to_value(&s).expect("serializable");
+        assert_eq!(json["recent"][0]["id"], "r1.1");
+        assert_eq!(json["recent"][0]["procedure"], "kv.incr");
+        assert_eq!(json["committed"][0]["id"], "r1.2");
     }
 
     #[test]
@@ -291,7 +299,7 @@ mod tests {
         let mut j = Journal::default();
         let now = Instant::now();
         for s in 0..(JOURNAL_OPS_MAX as u64 * 3) {
-            j.invoked(id(s), "kv.put", false, now);
+            j.invoked(id(s), "kv.put".into(), false, now);
         }
         let committed: Vec<OpId> = (0..100).map(id).collect();
         let tentative: Vec<OpId> = (100..300).map(id).collect();
