@@ -75,7 +75,8 @@ def main():
     base = 20000 + random.randrange(10000)
     dev = subprocess.Popen([a.creek, "dev", "--data-dir", f"{tmp}/data", "--client-port", str(base),
                             "--peer-port", str(base + 100), "--metrics-port", str(base + 200)],
-                           stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/dev.log", "w"))
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=open(f"{tmp}/dev.log", "w"))
     dport = free_port()
     driver = subprocess.Popen(["chromedriver", f"--port={dport}"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
