@@ -132,6 +132,8 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
         "{answer}"
     );
 
+    let step = |what: &str| eprintln!("console e2e: {what} ({:?})", started.elapsed());
+    step("cluster up, invoke endpoint checked; starting the browser");
     let profile = cluster.dir.join("chromium-profile");
     let browser = Browser::start(&driver, &chromium, free_addr(), profile.clone());
     browser.goto(&format!("http://{}/", consoles[0]));
@@ -148,6 +150,7 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
         .as_f64()
         .expect("a committed length");
 
+    step("page loaded with three members up; running ops");
     // Load: weak and strong ops at replica 1 (whose console is open) and 2.
     let mut c1 = cluster.client(0).await;
     let mut c2 = cluster.client(1).await;
@@ -203,6 +206,16 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
         "return 'series without load'",
     );
 
+    step("the page followed the ops; trying the form");
+    // The form offers the replica's procedures, with their signatures.
+    browser.wait_for(
+        "the form lists the procedures and shows kv.incr's signature",
+        T,
+        "return [...document.querySelectorAll('#procs option')].some(o => o.value === 'kv.put') \
+         && document.getElementById('signature').textContent.startsWith('kv.incr(')",
+        "return document.getElementById('signature').textContent",
+    );
+
     // The form: a strong increment, its views as they arrive.
     browser.eval(
         "document.getElementById('proc').value = 'kv.incr'; \
@@ -219,6 +232,7 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
     );
     assert_eq!(strong_get(&cluster, 2, "from-the-form").await, b("7"));
 
+    step("the form showed the views; killing replica 3");
     // Replica 3 dies: the page says so.
     cluster.kill(2);
     browser.wait_for(
@@ -234,6 +248,7 @@ async fn the_console_shows_the_cluster_live_in_a_browser() {
     assert_eq!(three["peer_link"], false, "{three}");
     assert_eq!(r["members"][1]["health"], "up", "{r}");
 
+    step("the page showed replica 3 down; closing the browser");
     drop(browser);
     let left = webdriver::processes_mentioning(&profile.display().to_string());
     assert!(left.is_empty(), "browser processes left behind: {left:?}");

@@ -1,8 +1,9 @@
 //! The live web console every replica serves on its HTTP port, beside
 //! `/metrics`: `GET /` (the page, embedded in the binary: no CDN, works
-//! offline), `GET /api/console` (the JSON the page reads, for scripts too)
-//! and `POST /api/invoke` (invoke a procedure through this replica's own
-//! client service and stream each view as a line of JSON).
+//! offline), `GET /api/console` (the JSON the page reads, for scripts too),
+//! `GET /api/procedures` (what the invoke form offers) and `POST
+//! /api/invoke` (invoke a procedure through this replica's own client
+//! service and stream each view as a line of JSON).
 //!
 //! A sampler task builds one [`Report`] a second from what the server
 //! already has: the node loop's status snapshot (the data of the `Status`
@@ -393,6 +394,38 @@ fn local(s: &StatusSnapshot) -> Local {
     }
 }
 
+/// The procedures this replica runs, as JSON (`GET /api/procedures`), from
+/// the same answer as the `Procedures` RPC.
+async fn procedures_json(console: &Console) -> String {
+    let request = tonic::Request::new(pb::ProceduresRequest {});
+    let list = match pb::creek_server::Creek::procedures(&console.service, request).await {
+        Ok(r) => r.into_inner().procedures,
+        Err(_) => Vec::new(),
+    };
+    let procedures: Vec<serde_json::Value> = list
+        .iter()
+        .filter(|p| {
+            !p.name
+                .starts_with(creek_exec::session::INTERNAL_PROC_PREFIX)
+        })
+        .map(|p| {
+            let params: Vec<serde_json::Value> = p
+                .params
+                .iter()
+                .map(|a| serde_json::json!({ "name": a.name, "type": a.r#type }))
+                .collect();
+            serde_json::json!({
+                "name": p.name,
+                "params": params,
+                "returns": p.returns,
+                "summary": p.summary,
+                "read_only": p.read_only,
+            })
+        })
+        .collect();
+    serde_json::json!({ "procedures": procedures }).to_string()
+}
+
 /// The console's routes, to merge with `/metrics`.
 pub fn router(console: Arc<Console>) -> axum::Router {
     use axum::http::header;
@@ -408,6 +441,7 @@ pub fn router(console: Arc<Console>) -> axum::Router {
         )
     };
     let api = console.clone();
+    let procs = console.clone();
     axum::Router::new()
         .route("/", get(page))
         .route("/console", get(page))
@@ -443,6 +477,18 @@ pub fn router(console: Arc<Console>) -> axum::Router {
                             "the console has not sampled yet; retry in a second",
                         ),
                     }
+                }
+            }),
+        )
+        .route(
+            "/api/procedures",
+            get(move || {
+                let c = procs.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "application/json")],
+                        procedures_json(&c).await,
+                    )
                 }
             }),
         )

@@ -211,6 +211,22 @@ $("invoke-form").addEventListener("submit", async (ev) => {
   } catch (e) { show("failed: " + e.message); }
 });
 
+// The procedures this replica runs, for the form: names to pick from and
+// the chosen one's signature.
+let procedures = [];
+function showSignature() {
+  const p = procedures.find((q) => q.name === $("proc").value);
+  $("signature").textContent = !p ? "" :
+    `${p.name}(${p.params.map((a) => `${a.name}: ${a.type}`).join(", ")})` +
+    (p.returns ? ` → ${p.returns}` : "") + (p.summary ? ` — ${p.summary}` : "") + (p.read_only ? " (read-only)" : "");
+}
+fetch("/api/procedures").then((r) => r.json()).then((r) => {
+  procedures = r.procedures;
+  $("procs").replaceChildren(...procedures.map((p) => { const o = document.createElement("option"); o.value = p.name; return o; }));
+  showSignature();
+}).catch(() => {});
+$("proc").addEventListener("input", showSignature);
+
 poll();
 setInterval(poll, 1000);
 window.addEventListener("resize", poll);
