@@ -43,6 +43,14 @@ class Driver:
     def eval(self, script):
         return self.call("POST", self.s("/execute/sync"), {"script": script, "args": []})
     def shot(self, path):
+        # Just after a refresh the strip's new ops are still fading in:
+        # wait for the next one, then for the animation.
+        seen = self.eval("return document.body.dataset.updated || ''")
+        for _ in range(30):
+            time.sleep(0.1)
+            if self.eval("return document.body.dataset.updated || ''") != seen:
+                break
+        time.sleep(0.6)
         with open(path, "wb") as f:
             f.write(base64.b64decode(self.call("GET", self.s("/screenshot"))))
 
