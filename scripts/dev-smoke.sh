@@ -33,6 +33,14 @@ $bin status $addrs
 # (into a file first: `grep -q` closing the pipe early would fail curl)
 curl -sf "http://127.0.0.1:$((base + 201))/metrics" -o "$dir/metrics"
 grep -q "creek_ops_total{" "$dir/metrics"
+# The console: its page, and its JSON once the first sample is taken.
+curl -sf "http://127.0.0.1:$((base + 201))/" -o "$dir/console.html"
+grep -q "Creek console" "$dir/console.html"
+for _ in $(seq 1 30); do
+  curl -sf "http://127.0.0.1:$((base + 201))/api/console" -o "$dir/console.json" && break
+  sleep 0.2
+done
+grep -q '"members"' "$dir/console.json"
 kill -TERM $pid
 for _ in $(seq 1 100); do
   kill -0 $pid 2>/dev/null || break

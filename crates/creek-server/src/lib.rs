@@ -9,6 +9,8 @@
 //! * [`service`]: the gRPC `Creek` and `Admin` services of
 //!   `proto/creek.proto` (tonic);
 //! * a ticker for the protocol clock;
+//! * the HTTP endpoint: Prometheus [`metrics`] and the live web
+//!   [`console`];
 //! * the persister of `creek-store`, which reports group commits back.
 //!
 //! Executions run on a rayon pool sized to the machine. See
@@ -16,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod console;
 pub mod faults;
 pub mod metrics;
 pub mod node_loop;

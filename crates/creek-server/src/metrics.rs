@@ -130,6 +130,8 @@ pub struct Metrics {
     pub peer_rtt_us: Gauge,
     /// This replica's consensus election timeout now (ms; grows on slow links).
     pub election_timeout_ms: Gauge,
+    /// View latencies again, in buckets the console can read back.
+    pub view_buckets: crate::console::series::ViewBuckets,
 }
 
 impl Default for Metrics {
@@ -161,6 +163,7 @@ impl Metrics {
             peer_bytes_sent: Gauge::default(),
             peer_rtt_us: Gauge::default(),
             election_timeout_ms: Gauge::default(),
+            view_buckets: Default::default(),
             registry: Registry::default(),
         };
         registry.register("ops", "Client ops by level and outcome", m.ops.clone());
@@ -276,6 +279,7 @@ impl Metrics {
 
     /// Record the latency of a view.
     pub fn view(&self, stable: bool, seconds: f64) {
+        self.view_buckets.observe(stable, seconds);
         let view = if stable { "stable" } else { "tentative" };
         self.view_latency
             .get_or_create(&ViewLabels { view })
@@ -283,10 +287,12 @@ impl Metrics {
     }
 }
 
-/// Serve `GET /metrics` on `addr` until `shutdown` resolves.
+/// Serve `GET /metrics` on `listener`, beside the `routes` given (the
+/// console's), until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
+    routes: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::routing::get;
@@ -305,6 +311,7 @@ pub async fn serve(
             }
         }),
     );
+    let app = app.merge(routes);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -93,6 +93,8 @@ pub enum Event {
     Tick,
     /// A status request.
     Status(oneshot::Sender<StatusSnapshot>),
+    /// The console's strip: recent ops and the ends of the two lists.
+    Strip(oneshot::Sender<crate::console::journal::Strip>),
     /// The committed state and the committed length it reflects.
     Dump(oneshot::Sender<(u64, Vec<(Bytes, Bytes)>)>),
     /// Part of the committed order, from a position on.
@@ -409,6 +411,8 @@ pub struct NodeLoop {
     commit_progress: (u64, Instant),
     /// Watchers of changes and the recent committed changes.
     watch: WatchHub,
+    /// Recent ops invoked here, for the console.
+    journal: crate::console::journal::Journal,
 }
 
 impl NodeLoop {
@@ -461,6 +465,7 @@ impl NodeLoop {
             group,
             pending_change: None,
             watch,
+            journal: Default::default(),
         }
     }
 
@@ -519,6 +524,13 @@ impl NodeLoop {
             Event::Tick => self.tick(),
             Event::Status(reply) => {
                 let _ = reply.send(self.status());
+            }
+            Event::Strip(reply) => {
+                let r = self.node.replica();
+                let strip = self
+                    .journal
+                    .strip(r.committed(), r.committed_len(), &r.tentative());
+                let _ = reply.send(strip);
             }
             Event::Dump(reply) => {
                 let r = self.node.replica();
@@ -590,9 +602,13 @@ impl NodeLoop {
         }
         let strong = inv.request.strong;
         let views = inv.request.views;
+        let procedure = inv.request.call.name.clone();
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
                 let _ = inv.reply.send(Reply::Accepted(handle));
+                if let ExecKey::Op(id) = handle {
+                    self.journal.invoked(id, procedure, strong, inv.received);
+                }
                 self.metrics
                     .stage(strong, Stage::Invoked, inv.received.elapsed().as_secs_f64());
                 if matches!(handle, ExecKey::Op(_)) && self.persister.is_some() {
@@ -890,6 +906,9 @@ impl NodeLoop {
             return;
         };
         let stable = v.kind != ViewKind::Tentative;
+        if let ExecKey::Op(id) = v.handle {
+            self.journal.view(id, v.kind, &v.outcome);
+        }
         let since = route.received.elapsed().as_secs_f64();
         self.metrics.view(stable, since);
         if stable {
@@ -1163,6 +1182,7 @@ impl NodeLoop {
         put("exec_ops", e.ops);
         put("gossip_ops_sent", g.ops_sent);
         put("gossip_payloads_held", g.payloads_held as u64);
+        put("gossip_backlog", (g.buffered + g.pushes_queued) as u64);
         put("cab_entries_proposed", s.entries_proposed);
         put("cab_ids_decided", s.ids_decided);
         put("decided_waiting", r.decided_waiting() as u64);

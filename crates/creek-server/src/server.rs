@@ -1,6 +1,6 @@
 //! Starting and stopping one replica: open the data directory, recover the
 //! node, bind the sockets, start the transport, the node loop, the ticker,
-//! the gRPC server and the metrics endpoint.
+//! the gRPC server and the HTTP endpoint (metrics and console).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -317,6 +317,7 @@ impl Server {
             me,
         };
         let limit = config.max_request_bytes * 2 + 4096;
+        let console_service = service.clone();
         let mut grpc_shutdown = shutdown_rx.clone();
         let grpc_fatal = fatal.clone();
         let grpc_stopping = stopping.clone();
@@ -351,12 +352,17 @@ impl Server {
         if let Some(listener) = metrics_listener {
             let m = metrics.clone();
             let mut rx = shutdown_rx.clone();
+            // The console's invoke bodies are JSON: room for the request's
+            // limit with the JSON's overhead.
+            let console = Arc::new(crate::console::Console::new(console_service, limit * 2));
+            tasks.push(tokio::spawn(console.clone().run_sampler()));
+            let routes = crate::console::router(console);
             tasks.push(tokio::spawn(async move {
                 let stop = async move {
                     let _ = rx.wait_for(|s| *s).await;
                 };
-                if let Err(e) = crate::metrics::serve(listener, m, stop).await {
-                    tracing::error!(error = %e, "the metrics endpoint stopped");
+                if let Err(e) = crate::metrics::serve(listener, m, routes, stop).await {
+                    tracing::error!(error = %e, "the metrics and console endpoint stopped");
                 }
             }));
         }

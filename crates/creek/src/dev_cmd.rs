@@ -278,9 +278,15 @@ impl DevCluster {
         for r in &self.replicas {
             let metrics = r
                 .metrics
-                .map(|a| format!("   metrics http://{a}/metrics"))
+                .map(|a| format!("   console http://{a}/   metrics http://{a}/metrics"))
                 .unwrap_or_default();
             println!("  replica {}  client {}{metrics}", r.id, r.client);
+        }
+        if let Some(a) = self.replicas.first().and_then(|r| r.metrics) {
+            println!(
+                "open http://{a}/ for the live console (every replica serves one; it shows a \
+                 stopped or killed replica as down)"
+            );
         }
         println!(
             "try: creek call kv.put greeting hello     creek status\n\

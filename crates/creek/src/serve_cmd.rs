@@ -265,6 +265,9 @@ pub fn serve(args: &ServeArgs, log: &LogArgs) -> Result<(), String> {
             server.id(),
             server.client_addr()
         );
+        if let Some(a) = server.metrics_addr() {
+            println!("  console http://{a}/   metrics http://{a}/metrics");
+        }
         serve_until_stopped(server, panics, with_parent).await
     })
 }

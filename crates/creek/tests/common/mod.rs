@@ -69,7 +69,7 @@ pub struct Cluster {
 /// A loopback address with a port free now and never handed out before in
 /// this process: the kernel may give a port just released to the next
 /// bind, and two clusters started by parallel tests must not share one.
-fn free_addr() -> SocketAddr {
+pub fn free_addr() -> SocketAddr {
     static TAKEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     loop {
