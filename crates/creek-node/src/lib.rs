@@ -1576,7 +1576,8 @@ impl<S: CabStorage> Node<S> {
             "own(seq,replica,gossip)={own:?} held_appends={} waiting={waiting:?} \
              missing={missing:?} gossip={:?} lost_peers={:?} foreign={:?} delivered={:?} \
              {:?} role={} term={} leader={:?} log={:?} cab_delivered={} decided_waiting={} \
-             wanted={:?} fetch={:?} transfers={:?} committed_len={} tentative={} unconfirmed={}",
+             wanted={:?} held_wait={:?} fetch={:?} transfers={:?} timing_scale={} committed_len={} \
+             tentative={} unconfirmed={}",
             cab.held_appends(),
             self.gossip_stats(),
             self.lost_peers(),
@@ -1590,8 +1591,10 @@ impl<S: CabStorage> Node<S> {
             cab.delivered_through(),
             cab.decided_waiting(),
             cab.wanted_snapshot(),
+            self.held_wait,
             self.fetch_status(),
             self.transfer_stats(),
+            self.timing.scale(),
             r.committed_len(),
             r.tentative_len(),
             cab.unconfirmed(),

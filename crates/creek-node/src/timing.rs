@@ -27,6 +27,14 @@
 //! scale grows at once and shrinks only once it is twice what the links
 //! need (no flapping). Timing decides liveness only: a scale that is wrong
 //! for a moment delays an election, never breaks safety.
+//!
+//! A peer not heard from for [`STALE_AFTER_US`] (down, paused, cut off)
+//! counts for nothing: its samples and its last report are stale. When it
+//! is heard again, its samples start over, and echoes of probes sent
+//! before that — they waited in a queue while it was away — are no
+//! samples. Otherwise one restart or pause could stretch the timing for a
+//! long time: a report of seconds from a peer killed right after sending
+//! it would stay with the others until it came back.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -49,6 +57,10 @@ pub const ELECTION_TICKS_BASE: u64 = 10;
 
 /// A sample above this is a clock jump, not a link (microseconds).
 const SAMPLE_MAX_US: u64 = 10_000_000;
+
+/// A peer silent this long counts for nothing in the timing (ten probe
+/// intervals; microseconds).
+pub const STALE_AFTER_US: u64 = 10 * PROBE_EVERY_US;
 
 /// What the node knows of its links' timing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,9 +85,20 @@ struct Peer {
     samples: VecDeque<u64>,
     /// The peer's own round trip, as it last reported it.
     reported_us: u64,
+    /// When a probe or an echo from it last arrived (`None`: never).
+    heard_us: Option<u64>,
+    /// When it was last heard again after a silence: echoes of probes
+    /// stamped then or before are no samples.
+    back_us: Option<u64>,
 }
 
 impl Peer {
+    /// Heard from within [`STALE_AFTER_US`] of `now_us`.
+    fn live(&self, now_us: u64) -> bool {
+        self.heard_us
+            .is_some_and(|h| now_us.saturating_sub(h) < STALE_AFTER_US)
+    }
+
     /// The median sample (the lower one of an even count, so one delayed
     /// sample of two does not count; 0: none yet).
     fn rtt_us(&self) -> u64 {
@@ -147,6 +170,8 @@ impl Timing {
             return Vec::new();
         }
         self.next_probe_us = now_us + PROBE_EVERY_US;
+        // A peer that fell silent stops counting.
+        self.update_scale();
         let probe = Probe {
             stamp_us: now_us,
             echo: false,
@@ -160,14 +185,24 @@ impl Timing {
     pub(crate) fn on_probe(&mut self, from: ReplicaId, probe: Probe) -> Option<Probe> {
         let now = self.now_us;
         let peer = self.peers.get_mut(&from)?;
+        if peer.heard_us.is_some() && !peer.live(now) {
+            peer.samples.clear();
+            peer.back_us = Some(now);
+        }
+        peer.heard_us = Some(now);
         peer.reported_us = probe.rtt_us.min(SAMPLE_MAX_US);
         // An echo stamped in the future is from before a backward clock
-        // jump: no sample.
-        if let Some(rtt) = now.checked_sub(probe.stamp_us).filter(|_| probe.echo) {
+        // jump, one stamped before the peer was back waited in a queue, and
+        // one past SAMPLE_MAX_US is a forward jump: no sample.
+        let queued = peer.back_us.is_some_and(|back| probe.stamp_us <= back);
+        let rtt = now
+            .checked_sub(probe.stamp_us)
+            .filter(|rtt| probe.echo && !queued && *rtt <= SAMPLE_MAX_US);
+        if let Some(rtt) = rtt {
             if peer.samples.len() == SAMPLES_KEPT {
                 peer.samples.pop_front();
             }
-            peer.samples.push_back(rtt.min(SAMPLE_MAX_US));
+            peer.samples.push_back(rtt);
         }
         self.update_scale();
         (!probe.echo).then(|| Probe {
@@ -182,15 +217,22 @@ impl Timing {
         self.scale
     }
 
+    /// The slowest link to a live peer.
     fn own_rtt_us(&self) -> u64 {
-        self.peers.values().map(Peer::rtt_us).max().unwrap_or(0)
+        self.live_peers().map(Peer::rtt_us).max().unwrap_or(0)
     }
 
+    /// The slowest link of the group: this replica's and those the live
+    /// peers report.
     fn group_rtt_us(&self) -> u64 {
-        self.peers
-            .values()
+        self.live_peers()
             .map(|p| p.reported_us)
             .fold(self.own_rtt_us(), u64::max)
+    }
+
+    fn live_peers(&self) -> impl Iterator<Item = &Peer> {
+        let now = self.now_us;
+        self.peers.values().filter(move |p| p.live(now))
     }
 
     /// The tick scale the links need now, with hysteresis applied.
@@ -288,6 +330,60 @@ mod tests {
             echo_after(&mut t, ReplicaId(2), 10_000);
         }
         assert_eq!(t.scale(), 4);
+    }
+
+    #[test]
+    fn a_silent_peer_stops_stretching_the_timing() {
+        let mut t = Timing::new(10_000, 10, 2, [ReplicaId(2), ReplicaId(3)]);
+        t.tick(0);
+        echo_after(&mut t, ReplicaId(2), 20_000);
+        // Replica 3 reports a link of seconds, then is killed.
+        let report = Probe {
+            stamp_us: 0,
+            echo: false,
+            rtt_us: 3_000_000,
+        };
+        t.on_probe(ReplicaId(3), report);
+        assert_eq!(t.scale(), 120);
+        // Replica 2 goes on answering; replica 3 stays silent.
+        for _ in 0..12 {
+            let now = t.now_us + PROBE_EVERY_US;
+            t.tick(now);
+            echo_after(&mut t, ReplicaId(2), 20_000);
+        }
+        assert_eq!(t.status().group_rtt_us, 20_000);
+        assert_eq!(t.scale(), 1);
+    }
+
+    #[test]
+    fn probes_queued_while_a_peer_was_away_are_no_samples() {
+        let mut t = Timing::new(10_000, 10, 2, [ReplicaId(2)]);
+        t.tick(0);
+        echo_after(&mut t, ReplicaId(2), 20_000);
+        assert_eq!(t.scale(), 1);
+        // Replica 2 is paused for 3 s; the probes sent meanwhile wait.
+        let mut stamps = Vec::new();
+        for _ in 0..15 {
+            let now = t.now_us + PROBE_EVERY_US;
+            t.tick(now);
+            stamps.push(now);
+        }
+        // It is back: it echoes every queued probe at once.
+        for stamp in stamps {
+            let echo = Probe {
+                stamp_us: stamp,
+                echo: true,
+                rtt_us: 0,
+            };
+            t.on_probe(ReplicaId(2), echo);
+        }
+        assert_eq!(t.status().own_rtt_us, 0, "no sample from the queue");
+        assert_eq!(t.scale(), 1);
+        // Fresh probes are measured again.
+        let now = t.now_us;
+        t.tick(now + PROBE_EVERY_US);
+        echo_after(&mut t, ReplicaId(2), 30_000);
+        assert_eq!(t.status().own_rtt_us, 30_000);
     }
 
     #[test]

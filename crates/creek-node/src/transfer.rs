@@ -94,6 +94,14 @@ pub struct FetchStatus {
     pub received: u64,
     /// Bytes in all (0 until the first chunk).
     pub total: u64,
+    /// The consensus index the checkpoint must reach.
+    pub min_index: u64,
+    /// Requests since the last answer (another peer is asked after
+    /// [`FETCH_TRIES`]).
+    pub tries: u32,
+    /// Counted ticks since the last request (one is sent every
+    /// [`FETCH_RETRY_TICKS`]; ticks are stretched on slow links).
+    pub waiting: u64,
 }
 
 /// A checkpoint being served.
@@ -310,6 +318,9 @@ impl Transfers {
                 f.buf.len() as u64
             },
             total: f.total_len,
+            min_index: f.min_index,
+            tries: f.tries,
+            waiting: f.waiting,
         })
     }
 
