@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The CI swarm: 362 seeds, every fault class (the simulated disk and a lost
-# disk included), two runs at a time (2 cores). On Creek: 45 seeds of each
-# checking workload (kv, queue, bank, list) and 20 each of the benchmark
-# workloads (ycsb, tickets) on a LAN, 500 ms each; 25 kv and 12 queue seeds
+# The CI swarm: 254 seeds, every fault class (the simulated disk and a lost
+# disk included), two runs at a time (2 cores). On Creek: 32 seeds of each
+# checking workload (kv, queue, bank, list) and 14 each of the benchmark
+# workloads (ycsb, tickets) on a LAN, 500 ms each; 18 kv and 9 queue seeds
 # on wide-area links (10-150 ms one way, asymmetric, jittered), 4 s each;
-# 15 bank seeds of 2 s where up to two disks are lost (wipe2). On every
-# baseline (smr, bayou, archie): 15 seeds each of kv and bank. Exits
+# 11 bank seeds of 2 s where up to two disks are lost (wipe2). On every
+# baseline (smr, bayou, archie): 10 seeds each of kv and bank. Exits
 # non-zero if any seed fails; each failure prints the command that
 # reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
 set -euo pipefail
@@ -17,21 +17,21 @@ mkdir -p "$logs"
 rm -f "$logs"/*.log
 
 # name protocol links workload seeds duration [faults]
-jobs="bank creek lan bank 1000..1045 500ms
-list creek lan list 1000..1045 500ms
-kv creek lan kv 1000..1045 500ms
-queue creek lan queue 1000..1045 500ms
-ycsb creek lan ycsb 1000..1020 500ms
-tickets creek lan tickets 1000..1020 500ms
-wan-kv creek wan kv 1000..1025 4s
-wan-queue creek wan queue 1000..1012 4s
-wipe2-bank creek lan bank 1000..1015 2s partition,crash,clock,loss,disk,wipe2
-smr-kv smr lan kv 1000..1015 500ms
-smr-bank smr lan bank 1000..1015 500ms
-bayou-kv bayou lan kv 1000..1015 500ms
-bayou-bank bayou lan bank 1000..1015 500ms
-archie-kv archie lan kv 1000..1015 500ms
-archie-bank archie lan bank 1000..1015 500ms"
+jobs="bank creek lan bank 1000..1032 500ms
+list creek lan list 1000..1032 500ms
+kv creek lan kv 1000..1032 500ms
+queue creek lan queue 1000..1032 500ms
+ycsb creek lan ycsb 1000..1014 500ms
+tickets creek lan tickets 1000..1014 500ms
+wan-kv creek wan kv 1000..1018 4s
+wan-queue creek wan queue 1000..1009 4s
+wipe2-bank creek lan bank 1000..1011 2s partition,crash,clock,loss,disk,wipe2
+smr-kv smr lan kv 1000..1010 500ms
+smr-bank smr lan bank 1000..1010 500ms
+bayou-kv bayou lan kv 1000..1010 500ms
+bayou-bank bayou lan bank 1000..1010 500ms
+archie-kv archie lan kv 1000..1010 500ms
+archie-bank archie lan bank 1000..1010 500ms"
 
 run() {
   "$bin" sim --protocol "$2" --links "$3" --replicas 5 --workload "$4" --seeds "$5" \
