@@ -695,11 +695,7 @@ impl<S: CabStorage> Node<S> {
                 let (replica, cab) = (&self.replica, &self.cab);
                 self.transfers
                     .on_fetch(from, transfer, min_index, offset, current, || {
-                        let mut c = replica.checkpoint()?;
-                        c.cab_applied = cab.delivered_through();
-                        c.group = group;
-                        let term = cab.store().term(c.cab_applied).ok()?;
-                        Some((c, term))
+                        serving_checkpoint(replica, cab, group)
                     });
             }
             SnapshotMessage::Chunk(c) => self.transfers.on_chunk(from, c),
@@ -707,6 +703,19 @@ impl<S: CabStorage> Node<S> {
                 self.transfers.on_refused(from, transfer, retry);
             }
         }
+    }
+
+    /// Serve the fetches a member refused for want of a checkpoint, once it
+    /// is at a clean point (a busy one seldom is when a fetch arrives).
+    fn serve_deferred(&mut self) {
+        if !self.transfers.has_deferred() || !self.membership.is_member() {
+            return;
+        }
+        let current = self.cab.delivered_through();
+        let group = self.group();
+        let (replica, cab) = (&self.replica, &self.cab);
+        self.transfers
+            .serve_deferred(current, || serving_checkpoint(replica, cab, group));
     }
 
     /// Start (or keep up) the fetch this replica needs: a lagging member
@@ -1482,6 +1491,7 @@ impl<S: CabStorage> Node<S> {
         self.pull_missing();
         self.take_gossip_messages();
         self.want_state();
+        self.serve_deferred();
     }
 
     /// Ask gossip for what CAB waits on: the strong op itself, or the ops of
@@ -1806,6 +1816,20 @@ impl<S: CabStorage> Node<S> {
 }
 
 /// The membership state machine of a node with `config`.
+/// A checkpoint of the committed state to serve a fetch, at the consensus
+/// index delivered, with that entry's term; `None` away from a clean point.
+fn serving_checkpoint<S: CabStorage>(
+    replica: &Replica,
+    cab: &Cab<S>,
+    group: creek_core::Group,
+) -> Option<(Checkpoint, u64)> {
+    let mut c = replica.checkpoint()?;
+    c.cab_applied = cab.delivered_through();
+    c.group = group;
+    let term = cab.store().term(c.cab_applied).ok()?;
+    Some((c, term))
+}
+
 fn membership_of(config: &NodeConfig, identity: Identity, dirty: bool) -> Membership {
     let me = config.replica.id;
     let peers = config

@@ -237,6 +237,11 @@ pub(crate) struct Transfers {
     /// Calls of [`Transfers::tick`] since the last counted tick (timing
     /// stretched on slow links, as CAB's).
     sub_ticks: u64,
+    /// Fetches refused for want of a checkpoint — no clean point, or none
+    /// that far yet: (peer, min_index), one per peer. The next checkpoint
+    /// taken serves them ([`Transfers::serve_deferred`]): a busy member is
+    /// seldom at a clean point when a fetch happens to arrive.
+    deferred: Vec<(ReplicaId, u64)>,
 }
 
 impl Transfers {
@@ -251,6 +256,7 @@ impl Transfers {
             jobs: Vec::new(),
             stats: TransferStats::default(),
             sub_ticks: 0,
+            deferred: Vec::new(),
         }
     }
 
@@ -465,23 +471,10 @@ impl Transfers {
                 return;
             }
             match take().filter(|(c, _)| c.cab_applied >= min_index) {
-                Some((c, term)) => {
-                    self.last_transfer += 1;
-                    let transfer = u64::from(self.me.0) << 48 | self.last_transfer;
-                    self.serving = Some(Serving {
-                        transfer,
-                        index: c.cab_applied,
-                        term,
-                        encoded: None,
-                        waiting: Vec::new(),
-                        idle_ticks: 0,
-                    });
-                    self.jobs.push(TransferJob(Job::Encode {
-                        transfer,
-                        checkpoint: c,
-                    }));
-                }
+                Some((c, term)) => self.start_serving(c, term),
                 None => {
+                    self.deferred.retain(|(p, _)| *p != peer);
+                    self.deferred.push((peer, min_index));
                     self.outbox.push((
                         peer,
                         SnapshotMessage::Refused {
@@ -493,7 +486,61 @@ impl Transfers {
                 }
             }
         }
+        self.deferred.retain(|(p, _)| *p != peer);
         self.serve(peer, offset);
+    }
+
+    /// Serve `c` (at the consensus entry of `term`) from now on: the
+    /// driver encodes it first.
+    fn start_serving(&mut self, c: Checkpoint, term: u64) {
+        self.last_transfer += 1;
+        let transfer = u64::from(self.me.0) << 48 | self.last_transfer;
+        self.serving = Some(Serving {
+            transfer,
+            index: c.cab_applied,
+            term,
+            encoded: None,
+            waiting: Vec::new(),
+            idle_ticks: 0,
+        });
+        self.jobs.push(TransferJob(Job::Encode {
+            transfer,
+            checkpoint: c,
+        }));
+    }
+
+    /// Whether refused fetches wait for a checkpoint.
+    pub(crate) fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Serve the fetches refused for want of a checkpoint from the one
+    /// `take` gives now, if it gives one far enough for some of them;
+    /// the others wait on. `current` is the index such a checkpoint would
+    /// have: none is taken (a copy of the whole state) before it is far
+    /// enough for one of them.
+    pub(crate) fn serve_deferred(
+        &mut self,
+        current: u64,
+        take: impl FnOnce() -> Option<(Checkpoint, u64)>,
+    ) {
+        let Some(lowest) = self.deferred.iter().map(|(_, m)| *m).min() else {
+            return;
+        };
+        if current < lowest {
+            return;
+        }
+        let Some((c, term)) = take().filter(|(c, _)| c.cab_applied >= lowest) else {
+            return;
+        };
+        let index = c.cab_applied;
+        self.start_serving(c, term);
+        let (ready, wait): (Vec<_>, Vec<_>) =
+            self.deferred.drain(..).partition(|(_, m)| *m <= index);
+        self.deferred = wait;
+        for (peer, _) in ready {
+            self.serve(peer, 0);
+        }
     }
 
     /// Send `peer` the chunk at `offset` of the checkpoint served, or keep
@@ -716,6 +763,42 @@ mod tests {
         let mut jobs = t.take_jobs();
         assert_eq!(jobs.len(), 1, "{jobs:?}");
         jobs.remove(0)
+    }
+
+    #[test]
+    fn a_fetch_refused_for_want_of_a_clean_point_is_served_by_the_next_checkpoint() {
+        let cp = checkpoint(40, 10);
+        let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1), ReplicaId(3)]);
+        // Busy: no clean point, then one short of the index asked.
+        tx.on_fetch(ReplicaId(1), 0, 30, 0, 0, || None);
+        tx.on_fetch(ReplicaId(3), 0, 45, 0, 0, || Some((cp.clone(), 3)));
+        let refused = tx.take_messages();
+        assert!(refused
+            .iter()
+            .all(|(_, m)| matches!(m, SnapshotMessage::Refused { retry: true, .. })));
+        assert!(tx.take_jobs().is_empty() && tx.has_deferred());
+        // Still busy: nothing; not far enough: no checkpoint is taken.
+        tx.serve_deferred(40, || None);
+        tx.serve_deferred(20, || unreachable!());
+        assert!(tx.take_jobs().is_empty());
+        // A clean point at 40 serves replica 1 (it asked for 30); replica 3
+        // (45) waits on.
+        tx.serve_deferred(40, || Some((cp.clone(), 3)));
+        let job = one_job(&mut tx);
+        assert!(tx.on_done(job.run()).is_none());
+        let sent = tx.take_messages();
+        assert_eq!(sent.len(), 1);
+        assert!(
+            matches!(&sent[0], (ReplicaId(1), SnapshotMessage::Chunk(c)) if c.offset == 0 && c.index == 40)
+        );
+        assert!(tx.has_deferred(), "replica 3 waits for index 45");
+        // A fetch served the ordinary way is no longer deferred.
+        tx.on_fetch(ReplicaId(3), 0, 45, 0, 0, || {
+            let mut later = cp.clone();
+            later.cab_applied = 50;
+            Some((later, 4))
+        });
+        assert!(!tx.has_deferred());
     }
 
     #[test]
