@@ -11,6 +11,7 @@
 pub mod basic;
 pub mod builtins;
 pub mod engine;
+pub mod lang;
 pub mod mvcc;
 pub mod registry;
 pub mod session;
