@@ -84,10 +84,12 @@ pub(crate) enum Stmt {
         cond: Expr,
         then: Vec<Stmt>,
         els: Vec<Stmt>,
+        pos: Pos,
     },
     While {
         cond: Expr,
         body: Vec<Stmt>,
+        pos: Pos,
     },
     For {
         vars: Vec<(String, Pos)>,

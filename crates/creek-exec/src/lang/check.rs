@@ -225,16 +225,22 @@ impl Checker<'_> {
                     pos: *pos,
                 }
             }
-            ast::Stmt::If { cond, then, els } => {
+            ast::Stmt::If {
+                cond,
+                then,
+                els,
+                pos,
+            } => {
                 let cond = self.expr(cond);
                 self.want(&cond, &[Ty::Bool], "a condition");
                 Stmt::If {
                     cond,
                     then: self.block(then),
                     els: self.block(els),
+                    pos: *pos,
                 }
             }
-            ast::Stmt::While { cond, body } => {
+            ast::Stmt::While { cond, body, pos } => {
                 let cond = self.expr(cond);
                 self.want(&cond, &[Ty::Bool], "a condition");
                 let id = self.loop_id();
@@ -242,6 +248,7 @@ impl Checker<'_> {
                     cond,
                     body: self.block(body),
                     id,
+                    pos: *pos,
                 }
             }
             ast::Stmt::For {
@@ -324,9 +331,9 @@ impl Checker<'_> {
             },
             A::List(items) => {
                 let items: Vec<Expr> = items.iter().map(|x| self.expr(x)).collect();
-                // A list nested too deep aborts, so a list inside may abort.
-                let may = items.iter().any(|x| matches!(x.ty, Ty::List | Ty::Any));
-                (ExprKind::List(items), Ty::List, may)
+                // Nesting lists too deep aborts, but like fuel and memory
+                // that limit is a resource the flow check does not track.
+                (ExprKind::List(items), Ty::List, false)
             }
             A::Neg(x) => {
                 let x = self.expr(x);
@@ -512,7 +519,7 @@ impl Checker<'_> {
             Builtin::Len => (Int, false),
             Builtin::Int => (Int, true),
             Builtin::Str => (Bytes, false),
-            Builtin::Append => (List, xs.get(1).is_some_and(|x| matches!(x.ty, List | Any))),
+            Builtin::Append => (List, false),
             Builtin::Slice => (xs.first().map_or(Any, |x| x.ty), true),
         };
         Expr {

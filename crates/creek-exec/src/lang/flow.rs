@@ -184,15 +184,11 @@ impl Flow<'_> {
 
     /// A possible abort at `pos` whose operands are labelled `ops`.
     fn may_abort(&mut self, pos: Pos, ops: Lab, st: &mut St, pc: Lab) {
-        if let Some(w) = ops.or(pc).or(st.term) {
-            let w = Why {
-                ctrl: Some((Ctrl::Abort, pos)),
-                ..w
-            };
+        if let Some(cause) = ops.or(pc).or(st.term) {
             if self.weak_abort.is_none() {
-                self.weak_abort = Some((pos, w));
+                self.weak_abort = Some((pos, cause));
             }
-            st.term = st.term.or(Some(w));
+            st.term = st.term.or(with_ctrl(Some(cause), Ctrl::Abort, pos));
         }
     }
 
@@ -230,20 +226,30 @@ impl Flow<'_> {
                 }
                 self.assign(*slot, l, st, pc);
             }
-            Stmt::If { cond, then, els } => {
+            Stmt::If {
+                cond,
+                then,
+                els,
+                pos,
+            } => {
                 let l = self.cond(cond, st, pc);
-                let inner = pc.or(with_ctrl(l, Ctrl::Cond, cond.pos));
+                let inner = pc.or(with_ctrl(l, Ctrl::Cond, *pos));
                 let mut other = st.clone();
                 self.block(then, st, inner);
                 self.block(els, &mut other, inner);
                 st.join_from(&other);
             }
-            Stmt::While { cond, body, id } => {
+            Stmt::While {
+                cond,
+                body,
+                id,
+                pos,
+            } => {
                 let mut head = self.head(*id, st);
                 loop {
                     let mut s = head.clone();
                     let l = self.cond(cond, &mut s, pc);
-                    let inner = pc.or(with_ctrl(l, Ctrl::Cond, cond.pos));
+                    let inner = pc.or(with_ctrl(l, Ctrl::Cond, *pos));
                     let mut b = s.clone();
                     self.block(body, &mut b, inner);
                     let mut next = head.clone();
@@ -358,7 +364,15 @@ impl Flow<'_> {
                 let lb = self.expr(b, st, pc);
                 la.or(lb)
             }
-            ExprKind::Call(f, ks, args) => self.call(*f, *ks, args, e.pos, st, pc),
+            ExprKind::Call(f, ks, args) => {
+                // A call can abort only because of its arguments, not
+                // because of what it reads.
+                let (result, args) = self.call(*f, *ks, args, e.pos, st, pc);
+                if e.may_abort {
+                    self.may_abort(e.pos, args, st, pc);
+                }
+                return result;
+            }
         };
         if e.may_abort {
             self.may_abort(e.pos, l, st, pc);
@@ -366,8 +380,30 @@ impl Flow<'_> {
         l
     }
 
-    fn call(&mut self, f: Builtin, ks: u32, args: &[Expr], pos: Pos, st: &mut St, pc: Lab) -> Lab {
+    /// The labels of the call's result and of its arguments.
+    fn call(
+        &mut self,
+        f: Builtin,
+        ks: u32,
+        args: &[Expr],
+        pos: Pos,
+        st: &mut St,
+        pc: Lab,
+    ) -> (Lab, Lab) {
         let labels: Vec<Lab> = args.iter().map(|a| self.expr(a, st, pc)).collect();
+        let joined = labels.iter().fold(None, |acc: Lab, l| acc.or(*l));
+        (self.effect(f, ks, &labels, pos, st, pc), joined)
+    }
+
+    fn effect(
+        &mut self,
+        f: Builtin,
+        ks: u32,
+        labels: &[Lab],
+        pos: Pos,
+        st: &mut St,
+        pc: Lab,
+    ) -> Lab {
         let joined = labels.iter().fold(None, |acc: Lab, l| acc.or(*l));
         if !f.takes_keyspace() {
             return joined;

@@ -230,7 +230,9 @@ impl Run<'_> {
                 self.check(&v, *check, &format!("`{name}`"), *pos)?;
                 self.set(*slot, v);
             }
-            Stmt::If { cond, then, els } => {
+            Stmt::If {
+                cond, then, els, ..
+            } => {
                 if self.cond(cond)? {
                     self.block(then)?;
                 } else {
@@ -263,23 +265,23 @@ impl Run<'_> {
                     self.tick(*pos)?;
                     match pair {
                         None => self.set(*slot, item.clone()),
-                        Some(second) => {
-                            match item {
-                                Val::List(kv) if kv.items.len() == 2 => {
-                                    if let [k, v] = kv.items.as_slice() {
-                                        self.set(*slot, k.clone());
-                                        self.set(*second, v.clone());
-                                    }
+                        Some(second) => match item {
+                            Val::List(kv) if kv.items.len() == 2 => {
+                                if let [k, v] = kv.items.as_slice() {
+                                    self.set(*slot, k.clone());
+                                    self.set(*second, v.clone());
                                 }
-                                other => return Err(self.fail(
+                            }
+                            other => {
+                                return Err(self.fail(
                                     *pos,
                                     format!(
                                         "`for (a, b)` needs items that are 2-item lists, got {}",
                                         other.kind()
                                     ),
-                                )),
+                                ))
                             }
-                        }
+                        },
                     }
                     self.block(body)?;
                 }
@@ -458,10 +460,17 @@ impl Run<'_> {
                     _ => ord.is_ge(),
                 }))
             }
-            (_, x, y) => Err(self.fail(
-                pos,
-                format!("`{sym}` cannot combine {} and {}", x.kind(), y.kind()),
-            )),
+            (_, x, y) => {
+                let needs = if op == BinOp::Concat {
+                    "two bytes or two lists"
+                } else {
+                    "two ints"
+                };
+                Err(self.fail(
+                    pos,
+                    format!("`{sym}` needs {needs}, got {} and {}", x.kind(), y.kind()),
+                ))
+            }
         }
     }
 

@@ -131,11 +131,13 @@ pub(crate) enum Stmt {
         cond: Expr,
         then: Vec<Stmt>,
         els: Vec<Stmt>,
+        pos: Pos,
     },
     While {
         cond: Expr,
         body: Vec<Stmt>,
         id: u32,
+        pos: Pos,
     },
     /// `for x in list` (`pair` is None) or `for (k, v) in list`.
     For {

@@ -132,6 +132,9 @@ impl Parser {
     }
 
     fn ty(&mut self) -> Res<Ty> {
+        if self.eat(&Tok::Nil) {
+            return Ok(Ty::Nil);
+        }
         let (name, pos) = self.ident("a type")?;
         Ty::from_name(&name).ok_or_else(|| {
             CompileError::new(
@@ -247,7 +250,7 @@ impl Parser {
                 self.i += 1;
                 let cond = self.expr()?;
                 let body = self.block()?;
-                Ok(Stmt::While { cond, body })
+                Ok(Stmt::While { cond, body, pos })
             }
             Tok::For => {
                 self.i += 1;
@@ -300,6 +303,7 @@ impl Parser {
 
     fn if_stmt(&mut self) -> Res<Stmt> {
         self.enter()?;
+        let pos = self.pos();
         self.expect(&Tok::If, "`if`")?;
         let cond = self.expr()?;
         let then = self.block()?;
@@ -313,7 +317,12 @@ impl Parser {
             Vec::new()
         };
         self.leave();
-        Ok(Stmt::If { cond, then, els })
+        Ok(Stmt::If {
+            cond,
+            then,
+            els,
+            pos,
+        })
     }
 
     fn expr(&mut self) -> Res<Expr> {
