@@ -263,6 +263,12 @@ impl SnapshotRead for StateView<'_> {
     fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
         (self.0.get(key).cloned(), VersionNo::ABSENT)
     }
+
+    /// The partition's keys only: a history whose ops scan must put the
+    /// scanned range's keys in one partition for the verdict to hold.
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        creek_exec::basic::scan_map(self.0, from, to, limit, VersionNo::ABSENT, out);
+    }
 }
 
 /// SplitMix64's finalizer: a strong 64-bit mix.

@@ -9,6 +9,7 @@
 //! baseline. [`replay`] is the plain sequential execution used by checkers.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -25,6 +26,27 @@ impl SnapshotRead for Db<'_> {
     fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
         (self.0.get(key).cloned(), VersionNo::ABSENT)
     }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        scan_map(self.0, from, to, limit, VersionNo::ABSENT, out);
+    }
+}
+
+/// [`SnapshotRead::scan`] over a plain map whose every key is at version
+/// `no`.
+pub fn scan_map(
+    map: &BTreeMap<Bytes, Bytes>,
+    from: &[u8],
+    to: &[u8],
+    limit: usize,
+    no: VersionNo,
+    out: &mut Vec<(Bytes, Bytes, VersionNo)>,
+) {
+    if from >= to {
+        return; // `BTreeMap::range` panics on an inverted range
+    }
+    let range = map.range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)));
+    out.extend(range.take(limit).map(|(k, v)| (k.clone(), v.clone(), no)));
 }
 
 /// Apply `writes` to `db`, returning the undo map (Algorithm 2, `write`).

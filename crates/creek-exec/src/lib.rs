@@ -24,4 +24,4 @@ pub use engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Tas
 pub use registry::{
     execute_call, CallError, ClientRequestId, Executed, ProcCall, Procedure, Registry, Signature,
 };
-pub use txn::{Abort, KeyRef, Outcome, SnapshotRead, Txn, TxnLimits, VersionNo};
+pub use txn::{Abort, KeyRef, Outcome, ScanRead, SnapshotRead, Txn, TxnLimits, VersionNo};

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use crate::session::{self, Before};
-use crate::txn::{Abort, Outcome, SnapshotRead, Txn, TxnLimits, VersionNo, Write};
+use crate::txn::{Abort, Outcome, ScanRead, SnapshotRead, Txn, TxnLimits, VersionNo, Write};
 
 /// A deterministic stored procedure: no clocks, randomness or I/O inside.
 /// It receives the call's encoded arguments as shared bytes, so it can keep
@@ -228,6 +228,8 @@ impl Registry {
 pub struct Executed {
     /// Keys read from the snapshot, with the version seen.
     pub reads: Vec<(Bytes, VersionNo)>,
+    /// Key ranges read from the snapshot ([`crate::Txn::scan`]).
+    pub scans: Vec<ScanRead>,
     /// Buffered writes, sorted by key; empty on abort.
     pub writes: Vec<Write>,
     /// The result.
@@ -257,6 +259,7 @@ pub fn execute_call(
     let Some(procedure) = registry.get(&call.name) else {
         return Executed {
             reads: Vec::new(),
+            scans: Vec::new(),
             writes: Vec::new(),
             outcome: Err(Abort::new(format!("unknown procedure {:?}", call.name))),
         };
@@ -265,22 +268,18 @@ pub fn execute_call(
     let mut txn = Txn::new(snapshot, limits, procedure.read_only);
     if let Some(id) = dedup {
         if let Before::Answer(outcome) = session::before(&mut txn, id, call.time_us) {
-            let (reads, _, _) = txn.finish(Ok(Bytes::new()));
+            let read = txn.finish(Ok(Bytes::new()));
             return Executed {
-                reads,
                 writes: Vec::new(),
                 outcome,
+                ..read
             };
         }
     }
     let result = (procedure.run)(&mut txn, &call.args);
-    let (reads, mut writes, outcome) = txn.finish(result);
+    let mut executed = txn.finish(result);
     if let Some(id) = dedup {
-        session::after(call, id, &outcome, &mut writes);
+        session::after(call, id, &executed.outcome, &mut executed.writes);
     }
-    Executed {
-        reads,
-        writes,
-        outcome,
-    }
+    executed
 }

@@ -4,9 +4,16 @@
 //! engine and buffers its writes; nothing reaches the store until the engine
 //! installs the completed execution. Every read is recorded with the version it
 //! saw, which is what lets the multiversion engine re-execute only the
-//! executions whose reads changed (Creek paper §4.4).
+//! executions whose reads changed (Creek paper §4.4). A range read
+//! ([`Txn::scan`]) is recorded twice: each key it returns as a point read, and
+//! the range itself as a [`ScanRead`], so that a key appearing in or vanishing
+//! from the range (a phantom) invalidates the reader too (DESIGN §14).
+
+use std::cmp::Ordering;
 
 use bytes::Bytes;
+
+use crate::registry::Executed;
 
 /// Identity of one installed version of a key. `VersionNo::ABSENT` is the
 /// "never written" version; every installed write gets a fresh number.
@@ -22,6 +29,44 @@ impl VersionNo {
 pub trait SnapshotRead {
     /// The value (None for absent or deleted) and the identity of the version.
     fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo);
+
+    /// Append to `out` the live (not deleted) keys of `[from, to)` in
+    /// ascending byte order, each with its value and version, stopping after
+    /// `limit` of them. Appends nothing when `from >= to` (never panics).
+    /// Each appended entry must agree with [`SnapshotRead::read`] of its key.
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>);
+}
+
+/// One range read of an execution, as the multiversion engine must re-check
+/// it: the snapshot's live keys in `[from, to)` when the scan was made.
+///
+/// When the scan returned `limit` items, the range ends just after the last
+/// key it returned (`to` is that key with a zero byte appended, its
+/// successor in byte order): keys beyond it could not change the result.
+/// `keys` also holds the keys the transaction's own writes replaced or hid,
+/// since the snapshot is what the engine can compare; their values are not
+/// recorded (the keys the scan returned from the snapshot are point reads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanRead {
+    /// First key of the range (inclusive).
+    pub from: Bytes,
+    /// End of the range (exclusive).
+    pub to: Bytes,
+    /// The snapshot's live keys in the range, strictly ascending.
+    pub keys: Vec<Bytes>,
+}
+
+impl ScanRead {
+    /// Whether `key` lies in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.from.as_ref() <= key && key < self.to.as_ref()
+    }
+
+    /// Whether the snapshot held `key` live when the scan was made (`key`
+    /// must lie in the range).
+    pub fn saw_live(&self, key: &[u8]) -> bool {
+        self.keys.binary_search_by(|k| k.as_ref().cmp(key)).is_ok()
+    }
 }
 
 /// Limits a transaction enforces; exceeding one aborts the execution
@@ -34,6 +79,10 @@ pub struct TxnLimits {
     pub value_bytes_max: usize,
     /// Largest total of keys and values written by one execution, in bytes.
     pub write_bytes_max: usize,
+    /// Most items one [`Txn::scan`] returns; a larger `limit` is clamped to
+    /// it (not an abort: a procedure asking for "everything" gets a bounded
+    /// page and can continue from its last key).
+    pub scan_items_max: usize,
 }
 
 impl Default for TxnLimits {
@@ -42,6 +91,7 @@ impl Default for TxnLimits {
             key_bytes_max: 4 * 1024,
             value_bytes_max: 1024 * 1024,
             write_bytes_max: 8 * 1024 * 1024,
+            scan_items_max: 10_000,
         }
     }
 }
@@ -130,6 +180,12 @@ pub struct Txn<'a> {
     limits: TxnLimits,
     read_only: bool,
     reads: Vec<(Bytes, VersionNo)>,
+    /// Point reads made by scans, merged into `reads` at the end (a scan
+    /// returns up to thousands of keys: checking each against `reads` one by
+    /// one, as `get` does, would cost quadratic time).
+    scan_reads: Vec<(Bytes, VersionNo)>,
+    /// Ranges read by scans.
+    scans: Vec<ScanRead>,
     /// Buffered writes, one per key, in first-write order (transactions write
     /// few keys, so a vector beats a map here).
     writes: Vec<Write>,
@@ -146,6 +202,8 @@ impl<'a> Txn<'a> {
             limits,
             read_only,
             reads: Vec::new(),
+            scan_reads: Vec::new(),
+            scans: Vec::new(),
             writes: Vec::new(),
             write_bytes: 0,
             violation: None,
@@ -164,6 +222,79 @@ impl<'a> Txn<'a> {
             self.reads.push((key.to_key(), version));
         }
         value
+    }
+
+    /// The live keys of `[from, to)` with their values, in ascending byte
+    /// order, at most `limit` of them (clamped to
+    /// [`TxnLimits::scan_items_max`]), as this transaction sees them: the
+    /// snapshot with its own writes applied (own puts appear, own deletes
+    /// hide). An empty or inverted range, or a zero limit, returns nothing.
+    ///
+    /// Recorded in the read set: every key returned from the snapshot as a
+    /// point read, and the range as a [`ScanRead`] — `[from, to)` when fewer
+    /// than `limit` items came back, else up to and including the last key
+    /// returned.
+    pub fn scan(&mut self, from: &[u8], to: &[u8], limit: usize) -> Vec<(Bytes, Bytes)> {
+        let limit = limit.min(self.limits.scan_items_max);
+        if from >= to || limit == 0 {
+            return Vec::new();
+        }
+        let in_range = |k: &[u8]| from <= k && k < to;
+        let mut own: Vec<&Write> = self.writes.iter().filter(|(k, _)| in_range(k)).collect();
+        own.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        // Each own delete hides at most one snapshot key, so this many
+        // snapshot items always fill `limit` when the range holds enough.
+        let hidden = own.iter().filter(|(_, v)| v.is_none()).count();
+        let mut snap = Vec::new();
+        self.snapshot
+            .scan(from, to, limit.saturating_add(hidden), &mut snap);
+        debug_assert!(
+            snap.windows(2).all(|w| w[0].0 < w[1].0) && snap.iter().all(|(k, _, _)| in_range(k)),
+            "snapshot scan out of order or out of range"
+        );
+        let mut out = Vec::new();
+        let (mut s, mut o) = (snap.iter().peekable(), own.iter().peekable());
+        while out.len() < limit {
+            let order = match (s.peek(), o.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((sk, _, _)), Some((ok, _))) => sk.cmp(ok),
+            };
+            if order == Ordering::Less {
+                if let Some((k, v, no)) = s.next() {
+                    self.scan_reads.push((k.clone(), *no));
+                    out.push((k.clone(), v.clone()));
+                }
+                continue;
+            }
+            if order == Ordering::Equal {
+                s.next(); // replaced or hidden by the own write
+            }
+            if let Some((k, Some(v))) = o.next() {
+                out.push((k.clone(), v.clone()));
+            }
+        }
+        let end = match out.last() {
+            Some((last, _)) if out.len() == limit => {
+                let mut successor = Vec::with_capacity(last.len() + 1);
+                successor.extend_from_slice(last);
+                successor.push(0);
+                Bytes::from(successor)
+            }
+            _ => Bytes::copy_from_slice(to),
+        };
+        let keys = snap
+            .into_iter()
+            .map(|(k, _, _)| k)
+            .take_while(|k| *k < end)
+            .collect();
+        self.scans.push(ScanRead {
+            from: Bytes::copy_from_slice(from),
+            to: end,
+            keys,
+        });
+        out
     }
 
     /// Write `value` under `key` (visible to later reads of this transaction).
@@ -221,9 +352,10 @@ impl<'a> Txn<'a> {
         self.violation.is_none()
     }
 
-    /// Consume the transaction: the read set, the write set (empty when the
-    /// procedure aborted or broke a limit) and the outcome.
-    pub(crate) fn finish(self, result: Outcome) -> (Vec<(Bytes, VersionNo)>, Vec<Write>, Outcome) {
+    /// Consume the transaction: the read set (point reads and scanned
+    /// ranges), the write set (empty when the procedure aborted or broke a
+    /// limit) and the outcome.
+    pub(crate) fn finish(self, result: Outcome) -> Executed {
         let outcome = match (self.violation, result) {
             (Some(abort), _) => Err(abort),
             (None, r) => r,
@@ -235,6 +367,18 @@ impl<'a> Txn<'a> {
         } else {
             Vec::new()
         };
-        (self.reads, writes, outcome)
+        let mut reads = self.reads;
+        if !self.scan_reads.is_empty() {
+            // One entry per key; the snapshot is fixed, so duplicates agree.
+            reads.extend(self.scan_reads);
+            reads.sort_by(|a, b| a.0.cmp(&b.0));
+            reads.dedup_by(|a, b| a.0 == b.0);
+        }
+        Executed {
+            reads,
+            scans: self.scans,
+            writes,
+            outcome,
+        }
     }
 }

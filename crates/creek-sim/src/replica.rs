@@ -836,6 +836,7 @@ pub(crate) fn down_completion(task: &Task<ExecKey>) -> Completion<ExecKey> {
         gen: task.gen,
         executed: creek_exec::Executed {
             reads: Vec::new(),
+            scans: Vec::new(),
             writes: Vec::new(),
             outcome: Err(creek_exec::Abort::new("replica gone")),
         },

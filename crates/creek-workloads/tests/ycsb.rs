@@ -14,6 +14,10 @@ impl SnapshotRead for Snap<'_> {
     fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
         (self.0.get(key).cloned(), VersionNo(1))
     }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        creek_exec::basic::scan_map(self.0, from, to, limit, VersionNo(1), out);
+    }
 }
 
 fn exec(reg: &Registry, state: &mut BTreeMap<Bytes, Bytes>, call: &ProcCall) -> Value {

@@ -261,6 +261,16 @@ pub(crate) mod testkit {
                 None => (None, VersionNo::ABSENT),
             }
         }
+
+        fn scan(
+            &self,
+            from: &[u8],
+            to: &[u8],
+            limit: usize,
+            out: &mut Vec<(Bytes, Bytes, VersionNo)>,
+        ) {
+            crate::basic::scan_map(&self.0, from, to, limit, VersionNo(1), out);
+        }
     }
 
     pub struct Harness {

@@ -21,6 +21,7 @@
 //! only then is its outcome reported, so every reported outcome equals the
 //! result of executing the current order sequentially.
 
+mod scans;
 mod sorted;
 mod store;
 
@@ -32,7 +33,7 @@ use rustc_hash::FxHashMap;
 
 use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet};
 use crate::registry::{execute_call, Executed, ProcCall, Registry};
-use crate::txn::{Outcome, SnapshotRead, TxnLimits, VersionNo};
+use crate::txn::{Outcome, ScanRead, SnapshotRead, TxnLimits, VersionNo};
 use store::{KeyState, Keys, Version};
 
 /// Which waiting execution a free core takes.
@@ -147,6 +148,9 @@ struct OpEntry<K, P> {
     executions: u64,
     /// Reads of the installed execution.
     reads: Vec<(Bytes, VersionNo)>,
+    /// Ranges the installed execution scanned (its position is in
+    /// `MvccExecutor::scanners` exactly when this is not empty).
+    scans: Vec<ScanRead>,
     /// Keys of the versions the installed execution holds at `pos`.
     writes: Vec<Bytes>,
     /// Keys the latest completed execution wrote, installed or not: what a
@@ -189,6 +193,10 @@ pub struct MvccExecutor<K, P> {
     /// Installed, valid, not yet settled executions (`drain_installed`).
     installed_early: Vec<(K, Outcome)>,
     keys: Keys<P, K>,
+    /// Installed ops that scanned a range, by position: the range-reader
+    /// index. Empty in workloads that never scan, which then pay one
+    /// `is_empty` per write for phantom protection.
+    scanners: BTreeMap<P, K>,
     /// Every position up to this one is committed.
     committed_upto: Option<P>,
     next_version: u64,
@@ -221,6 +229,20 @@ impl<P: Position, K: OpKey> SnapshotRead for SnapshotAt<'_, P, K> {
             None => (None, VersionNo::ABSENT),
         }
     }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        let mut left = limit;
+        if left == 0 {
+            return;
+        }
+        self.keys.for_each_in(from, to, |k, ks| {
+            if let (Some(value), no) = ks.visible(self.pos) {
+                out.push((k.clone(), value.clone(), no));
+                left -= 1;
+            }
+            left > 0
+        });
+    }
 }
 
 /// The state of `k`, created on first use (without cloning the key when it
@@ -229,7 +251,7 @@ impl<P: Position, K: OpKey> SnapshotRead for SnapshotAt<'_, P, K> {
 /// a long-lived key must not keep that whole buffer alive.
 fn key_state<'a, P, K>(keys: &'a mut Keys<P, K>, k: &Bytes) -> &'a mut KeyState<P, K> {
     if !keys.contains_key(k) {
-        keys.insert(Bytes::copy_from_slice(k), KeyState::default());
+        keys.insert_new(Bytes::copy_from_slice(k), KeyState::default());
     }
     match keys.get_mut(k) {
         Some(ks) => ks,
@@ -254,6 +276,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             unannounced: BTreeSet::new(),
             installed_early: Vec::new(),
             keys: Keys::default(),
+            scanners: BTreeMap::new(),
             committed_upto: None,
             next_version: 1,
             settled: Vec::new(),
@@ -293,19 +316,8 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 no,
                 value: Some(value),
             };
-            match self.keys.entry(k) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    if e.get_mut().base.replace(version).is_none() {
-                        self.counters.versions_alive += 1;
-                    }
-                }
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(KeyState {
-                        base: Some(version),
-                        ..KeyState::default()
-                    });
-                    self.counters.versions_alive += 1;
-                }
+            if self.keys.load_base(k, version) {
+                self.counters.versions_alive += 1;
             }
         }
         if committed_upto.is_some() {
@@ -366,9 +378,16 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         op.state = OpState::Installed;
         op.outcome = Some(executed.outcome);
         op.reads = executed.reads;
+        op.scans = executed.scans;
         self.not_installed.remove(&pos);
         for (k, _) in &op.reads {
             key_state(&mut self.keys, k).readers.insert(pos, key);
+        }
+        if !op.scans.is_empty() {
+            // Recorded here, checked in `check_invariants`: the scans equal
+            // what is visible at the op's position while it stays installed.
+            let previous = self.scanners.insert(pos, key);
+            debug_assert!(previous.is_none(), "two scanners at one position");
         }
         let mut invalid = Vec::new();
         let mut written = Vec::with_capacity(executed.writes.len());
@@ -382,6 +401,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             let candidates = ks.readers_affected(pos, pos);
             if !(cfg!(feature = "planted-bugs") && self.planted_skip_invalidation) {
                 self.stale_readers(&k, candidates, key, &mut invalid);
+                self.stale_scanners(&k, pos, pos, key, &mut invalid);
             }
             written.push(k);
         }
@@ -437,6 +457,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         let pos = op.pos;
         let reads = std::mem::take(&mut op.reads);
         let writes = std::mem::take(&mut op.writes);
+        if !std::mem::take(&mut op.scans).is_empty() {
+            self.scanners.remove(&pos);
+        }
         self.not_installed.insert(pos);
         self.runnable.insert(pos);
         self.unannounced.remove(&pos);
@@ -454,6 +477,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             }
             let candidates = ks.readers_affected(pos, pos);
             self.stale_readers(&k, candidates, key, cascade);
+            self.stale_scanners(&k, pos, pos, key, cascade);
             self.drop_if_empty(&k);
         }
         true
@@ -518,6 +542,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         self.unannounced.remove(&pos);
         for (k, _) in &op.reads {
             self.drop_reader(k, pos);
+        }
+        if !op.scans.is_empty() {
+            self.scanners.remove(&pos);
         }
         let mut recorded = Vec::new();
         for k in &op.writes {
@@ -703,7 +730,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                     return Err(format!("{key:?} lost its version of {k:?}"));
                 }
             }
+            self.check_scans(*key, *pos, &op.scans)?;
         }
+        self.check_scanner_index()?;
         Ok(())
     }
 }
@@ -724,6 +753,7 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
                 state: OpState::Pending,
                 executions: 0,
                 reads: Vec::new(),
+                scans: Vec::new(),
                 writes: Vec::new(),
                 footprint: Vec::new(),
                 blocked_by: None,
@@ -781,6 +811,9 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
                 ks.readers.insert(new, key);
             }
         }
+        if self.scanners.remove(&old).is_some() {
+            self.scanners.insert(new, key);
+        }
         for k in &writes {
             if let Some(ks) = self.keys.get_mut(k) {
                 if let Some(v) = ks.versions.remove(&old) {
@@ -793,7 +826,9 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         }
         let mut invalid = Vec::new();
         if let Some(op) = self.ops.get(&key) {
-            if op.reads.iter().any(|(k, v)| self.visible_no(k, new) != *v) {
+            if op.reads.iter().any(|(k, v)| self.visible_no(k, new) != *v)
+                || !self.scans_current(&op.scans, new)
+            {
                 invalid.push(key);
             }
         }
@@ -802,6 +837,7 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
                 let candidates = ks.readers_affected(lo, hi);
                 self.stale_readers(k, candidates, key, &mut invalid);
             }
+            self.stale_scanners(k, lo, hi, key, &mut invalid);
         }
         self.invalidate(invalid);
     }
@@ -875,6 +911,7 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
                     gen: task.gen,
                     executed: Executed {
                         reads: Vec::new(),
+                        scans: Vec::new(),
                         writes: Vec::new(),
                         outcome: Err(crate::txn::Abort::new("op no longer tracked")),
                     },
@@ -905,11 +942,15 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         let pos = op.pos;
         let key = completion.key;
         self.running_at.remove(&pos);
+        if !completion.executed.scans.is_empty() {
+            self.keys.enable_order();
+        }
         let valid = completion
             .executed
             .reads
             .iter()
-            .all(|(k, v)| self.visible_no(k, pos) == *v);
+            .all(|(k, v)| self.visible_no(k, pos) == *v)
+            && self.scans_current(&completion.executed.scans, pos);
         let footprint = completion
             .executed
             .writes
@@ -979,7 +1020,7 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
     }
 
     fn committed_with_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&Bytes, &Bytes)) {
-        for (k, ks) in &self.keys {
+        for (k, ks) in self.keys.iter() {
             if let Some(value) = ks.base.as_ref().and_then(|b| b.value.as_ref()) {
                 if k.starts_with(prefix) {
                     f(k, value);
@@ -1009,5 +1050,7 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
     }
 }
 
+#[cfg(test)]
+mod scan_tests;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,10 @@
 //! version appears or disappears at position `w`, only readers between `w` and
 //! the next version of that key can see a difference.
 
+use std::collections::hash_map::Entry;
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
@@ -77,5 +81,144 @@ impl<P: Position, K: Copy> KeyState<P, K> {
     }
 }
 
-/// All keys.
-pub(crate) type Keys<P, K> = FxHashMap<Bytes, KeyState<P, K>>;
+/// All keys: a hash map for point lookups (the hot path) and, once an
+/// execution has scanned, an ordered index of the same keys for range
+/// scans. Workloads that never scan never pay for the index.
+#[derive(Debug)]
+pub(crate) struct Keys<P, K> {
+    map: FxHashMap<Bytes, KeyState<P, K>>,
+    /// The keys of `map` in byte order, once [`Keys::enable_order`] ran.
+    ordered: Option<BTreeSet<Bytes>>,
+}
+
+impl<P, K> Default for Keys<P, K> {
+    fn default() -> Self {
+        Keys {
+            map: FxHashMap::default(),
+            ordered: None,
+        }
+    }
+}
+
+impl<P, K> Keys<P, K> {
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&KeyState<P, K>> {
+        self.map.get(key)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: &[u8]) -> Option<&mut KeyState<P, K>> {
+        self.map.get_mut(key)
+    }
+
+    pub(crate) fn contains_key(&self, key: &[u8]) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// Add a key that is not present.
+    pub(crate) fn insert_new(&mut self, key: Bytes, state: KeyState<P, K>) {
+        if let Some(ordered) = &mut self.ordered {
+            ordered.insert(key.clone());
+        }
+        let previous = self.map.insert(key, state);
+        debug_assert!(previous.is_none(), "insert_new of a present key");
+    }
+
+    /// Give `key` the final version `version`: whether the key had none.
+    pub(crate) fn load_base(&mut self, key: Bytes, version: Version) -> bool {
+        match self.map.entry(key) {
+            Entry::Occupied(mut e) => e.get_mut().base.replace(version).is_none(),
+            Entry::Vacant(e) => {
+                if let Some(ordered) = &mut self.ordered {
+                    ordered.insert(e.key().clone());
+                }
+                e.insert(KeyState {
+                    base: Some(version),
+                    ..KeyState::default()
+                });
+                true
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &[u8]) -> Option<KeyState<P, K>> {
+        let removed = self.map.remove(key);
+        if removed.is_some() {
+            if let Some(ordered) = &mut self.ordered {
+                ordered.remove(key);
+            }
+        }
+        removed
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Bytes, &KeyState<P, K>)> {
+        self.map.iter()
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &KeyState<P, K>> {
+        self.map.values()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.map.reserve(additional);
+    }
+
+    /// Build the ordered index (once; kept up to date from then on).
+    pub(crate) fn enable_order(&mut self) {
+        if self.ordered.is_none() {
+            self.ordered = Some(self.map.keys().cloned().collect());
+        }
+    }
+
+    /// Call `f` with each key of `[from, to)` in byte order until it returns
+    /// false. Without the ordered index (no completed execution has scanned
+    /// yet) the keys in range are collected and sorted: correct, and
+    /// paid only until the first scanning execution completes.
+    pub(crate) fn for_each_in(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        mut f: impl FnMut(&Bytes, &KeyState<P, K>) -> bool,
+    ) {
+        if from >= to {
+            return;
+        }
+        let bounds = (Bound::Included(from), Bound::Excluded(to));
+        match &self.ordered {
+            Some(ordered) => {
+                for k in ordered.range::<[u8], _>(bounds) {
+                    match self.map.get_key_value(k.as_ref()) {
+                        Some((k, ks)) => {
+                            if !f(k, ks) {
+                                return;
+                            }
+                        }
+                        None => debug_assert!(false, "ordered index out of sync at {k:?}"),
+                    }
+                }
+            }
+            None => {
+                let mut found: Vec<(&Bytes, &KeyState<P, K>)> = self
+                    .map
+                    .iter()
+                    .filter(|(k, _)| from <= k.as_ref() && k.as_ref() < to)
+                    .collect();
+                found.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (k, ks) in found {
+                    if !f(k, ks) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the ordered index, when built, holds exactly the keys.
+    pub(crate) fn order_in_sync(&self) -> bool {
+        self.ordered
+            .as_ref()
+            .is_none_or(|o| o.len() == self.map.len() && o.iter().all(|k| self.map.contains_key(k)))
+    }
+}
