@@ -270,3 +270,46 @@ fn limits_give_errors_not_crashes() {
     let name = format!("proc {}() {{}}", "a".repeat(200));
     assert!(errors(&name).contains("name longer than 128"));
 }
+
+#[test]
+fn the_largest_programs_the_limits_allow_compile_and_run() {
+    use creek_exec::lang::{ExecContext, MemStore};
+    use creek_exec::value::{encode_args, Value};
+    // The tallest expression, the deepest parentheses and the deepest blocks
+    // (with loops, for the flow fixpoint) on a test thread's stack.
+    let chain = format!(
+        "proc p() -> int {{ return 0{} }}",
+        " + 1".repeat(EXPR_HEIGHT_MAX - 1)
+    );
+    let parens = format!(
+        "proc p() -> int {{ return {}1{} }}",
+        "(".repeat(60),
+        ")".repeat(60)
+    );
+    let mut blocks = String::from("keyspace w: weak\nproc p() -> int {\nlet n = 0\n");
+    for i in 0..30 {
+        blocks.push_str(&format!(
+            "let x{i} = 0\nwhile x{i} < 1 {{ x{i} = x{i} + 1\nn = n + 1\n"
+        ));
+    }
+    blocks.push_str("for (k, v) in scan(w, \"a\", \"z\", 5) { n = n + len(v) }\n");
+    blocks.push_str(&"}".repeat(30));
+    blocks.push_str("\nreturn n\n}");
+    for (src, want) in [
+        (chain, EXPR_HEIGHT_MAX as i64 - 1),
+        (parens, 1),
+        (blocks, 30),
+    ] {
+        let p = compile(&src, &|_| None).unwrap_or_else(|e| panic!("{e}"));
+        let p = p.proc("p").unwrap_or_else(|| panic!("no p"));
+        let out = p.run(
+            &mut MemStore::new(),
+            &encode_args(&[]),
+            &ExecContext::default(),
+        );
+        assert_eq!(
+            out.map(|b| Value::decode(&b).ok()),
+            Ok(Some(Value::Int(want)))
+        );
+    }
+}

@@ -351,3 +351,47 @@ fn programs_are_send_and_sync() {
     both::<Program>();
     both::<CompiledProc>();
 }
+
+#[test]
+fn in_place_fast_paths_agree_with_the_general_ones() {
+    // Variables compared with literals, concatenated, parsed and used as
+    // keys are read in place; the results and errors must not change.
+    for (v, lit) in [
+        ("\"a\"", "\"a\""),
+        ("\"a\"", "nil"),
+        ("[1]", "nil"),
+        ("1", "1"),
+        ("nil", "nil"),
+        ("true", "false"),
+    ] {
+        let direct = eval("bool", &format!("let v: any = {v}\nreturn v == {lit}"));
+        let general = eval("bool", &format!("let v: any = {v}\nreturn {lit} == v"));
+        assert_eq!(direct, general, "{v} == {lit}");
+        let direct = eval("bool", &format!("let v: any = {v}\nreturn v != {lit}"));
+        let general = eval("bool", &format!("let v: any = {v}\nreturn {lit} != v"));
+        assert_eq!(direct, general, "{v} != {lit}");
+    }
+    assert_eq!(
+        eval("any", "let v: any = \"ab\"\nreturn v ++ \"c\""),
+        Ok(b("abc"))
+    );
+    assert!(abort_msg(eval("any", "let v: any = \"ab\"\nlet w: any = 1\nreturn v ++ w"))
+        .contains("`++` needs two bytes or two lists, got bytes and int"));
+    assert_eq!(
+        eval("int", "let v: any = \"-17\"\nreturn int(v)"),
+        Ok(Value::Int(-17))
+    );
+    assert!(abort_msg(eval("int", "let v: any = \"x1\"\nreturn int(v)"))
+        .contains("int: \"x1\" is not a decimal integer"));
+    assert!(abort_msg(eval("int", "let v: any = 3\nreturn int(v)"))
+        .contains("int's argument must be bytes, got int"));
+    assert_eq!(
+        eval(
+            "any",
+            "put(s, \"k\", \"v\")\nlet k: any = \"k\"\nreturn get(s, k)"
+        ),
+        Ok(b("v"))
+    );
+    assert!(abort_msg(eval("any", "let k: any = 1\nreturn get(s, k)"))
+        .contains("a key must be bytes, got int"));
+}

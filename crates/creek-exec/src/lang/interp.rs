@@ -103,6 +103,16 @@ fn equal(a: &Val, b: &Val) -> bool {
     }
 }
 
+fn parse_int(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+}
+
+fn ks_name(ir: &ProcIr, ks: u32) -> &str {
+    ir.keyspaces.get(ks as usize).map_or("", |k| k.0.as_str())
+}
+
 /// Why evaluation stopped early.
 enum Stop {
     Return(Val),
@@ -150,6 +160,8 @@ pub(crate) fn run(
 }
 
 impl Run<'_> {
+    #[cold]
+    #[inline(never)]
     fn fail(&self, pos: Pos, msg: impl std::fmt::Display) -> Stop {
         Stop::Abort(Abort::new(format!(
             "proc {}, line {pos}: {msg}",
@@ -157,15 +169,22 @@ impl Run<'_> {
         )))
     }
 
+    #[inline]
     fn tick(&mut self, pos: Pos) -> R<()> {
         if self.fuel_left == 0 {
-            return Err(Stop::Abort(Abort::new(format!(
-                "out of fuel after {} steps in proc {} at line {pos}",
-                self.ctx.fuel, self.ir.name
-            ))));
+            return Err(self.out_of_fuel(pos));
         }
         self.fuel_left -= 1;
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_fuel(&self, pos: Pos) -> Stop {
+        Stop::Abort(Abort::new(format!(
+            "out of fuel after {} steps in proc {} at line {pos}",
+            self.ctx.fuel, self.ir.name
+        )))
     }
 
     fn charge(&mut self, bytes: u64, pos: Pos) -> R<()> {
@@ -222,12 +241,14 @@ impl Run<'_> {
             } => {
                 self.tick(*pos)?;
                 let v = self.eval(value)?;
-                let name = self
-                    .ir
-                    .slot_names
-                    .get(*slot as usize)
-                    .map_or("?", |s| s.as_str());
-                self.check(&v, *check, &format!("`{name}`"), *pos)?;
+                if check.is_some() {
+                    let name = self
+                        .ir
+                        .slot_names
+                        .get(*slot as usize)
+                        .map_or("?", |s| s.as_str());
+                    self.check(&v, *check, &format!("`{name}`"), *pos)?;
+                }
                 self.set(*slot, v);
             }
             Stmt::If {
@@ -387,6 +408,48 @@ impl Run<'_> {
             ExprKind::Bin(BinOp::Or, a, b) => {
                 Ok(Val::Bool(self.cond_op(a, "or")? || self.cond_op(b, "or")?))
             }
+            ExprKind::Bin(op @ (BinOp::Eq | BinOp::Ne), a, b)
+                if matches!((&a.kind, &b.kind), (ExprKind::Var(_), ExprKind::Lit(_))) =>
+            {
+                // `v == nil` and friends compare in place.
+                self.tick(a.pos)?;
+                self.tick(b.pos)?;
+                let (ExprKind::Var(s), ExprKind::Lit(l)) = (&a.kind, &b.kind) else {
+                    return Ok(Val::Nil);
+                };
+                let same = match (self.slots.get(*s as usize), l) {
+                    (Some(Val::Nil), Lit::Nil) => true,
+                    (Some(Val::Bool(x)), Lit::Bool(y)) => x == y,
+                    (Some(Val::Int(x)), Lit::Int(y)) => x == y,
+                    (Some(Val::Bytes(x)), Lit::Bytes(y)) => x == y,
+                    _ => false,
+                };
+                Ok(Val::Bool(same == (*op == BinOp::Eq)))
+            }
+            ExprKind::Bin(BinOp::Concat, a, b) if matches!(&a.kind, ExprKind::Var(s) if matches!(self.slots.get(*s as usize), Some(Val::Bytes(_)))) =>
+            {
+                // `name ++ suffix`: read the variable in place. Expressions
+                // assign nothing, so reading it after `b` is the same.
+                self.tick(a.pos)?;
+                let y = self.eval(b)?;
+                let ExprKind::Var(s) = a.kind else {
+                    return Ok(Val::Nil);
+                };
+                match (self.slots.get(s as usize), &y) {
+                    (Some(Val::Bytes(x)), Val::Bytes(y)) => {
+                        let len = x.len() + y.len();
+                        let mut out = BytesMut::with_capacity(len);
+                        out.extend_from_slice(x);
+                        out.extend_from_slice(y);
+                        self.charge(len as u64, e.pos)?;
+                        Ok(Val::Bytes(out.freeze()))
+                    }
+                    _ => {
+                        let x = self.slots.get(s as usize).cloned().unwrap_or(Val::Nil);
+                        self.binary(BinOp::Concat, x, y, e.pos)
+                    }
+                }
+            }
             ExprKind::Bin(op, a, b) => {
                 let x = self.eval(a)?;
                 let y = self.eval(b)?;
@@ -474,6 +537,18 @@ impl Run<'_> {
         }
     }
 
+    /// If `e` is a variable holding bytes: its slot, after charging the
+    /// step its evaluation would cost.
+    fn var_bytes(&mut self, e: &Expr) -> R<Option<usize>> {
+        if let ExprKind::Var(s) = e.kind {
+            if let Some(Val::Bytes(_)) = self.slots.get(s as usize) {
+                self.tick(e.pos)?;
+                return Ok(Some(s as usize));
+            }
+        }
+        Ok(None)
+    }
+
     fn ks_name(&self, ks: u32) -> &str {
         self.ir
             .keyspaces
@@ -490,14 +565,26 @@ impl Run<'_> {
         let name = f.name();
         match f {
             Builtin::Get => {
-                let key = self.bytes(self.arg(args, 0, pos)?, "a key")?;
-                match self.store.get(
-                    self.ir
-                        .keyspaces
-                        .get(ks as usize)
-                        .map_or("", |k| k.0.as_str()),
-                    &key,
-                ) {
+                let arg = self.arg(args, 0, pos)?;
+                let found = match self.var_bytes(arg)? {
+                    Some(slot) => {
+                        // Borrow the key from its variable: no reference
+                        // count round trip on the hot path.
+                        let Run {
+                            store, slots, ir, ..
+                        } = self;
+                        let key = match slots.get(slot) {
+                            Some(Val::Bytes(k)) => k.as_ref(),
+                            _ => &[],
+                        };
+                        store.get(ks_name(ir, ks), key)
+                    }
+                    None => {
+                        let key = self.bytes(arg, "a key")?;
+                        self.store.get(ks_name(self.ir, ks), &key)
+                    }
+                };
+                match found {
                     Some(v) => {
                         self.charge(v.len() as u64, pos)?;
                         Ok(Val::Bytes(v))
@@ -565,15 +652,24 @@ impl Run<'_> {
                 )),
             },
             Builtin::Int => {
-                let b = self.bytes(self.arg(args, 0, pos)?, "int's argument")?;
-                std::str::from_utf8(&b)
-                    .ok()
-                    .and_then(|s| s.parse::<i64>().ok())
-                    .map(Val::Int)
-                    .ok_or_else(|| {
+                let arg = self.arg(args, 0, pos)?;
+                let b = match self.var_bytes(arg)? {
+                    Some(slot) => match self.slots.get(slot) {
+                        Some(Val::Bytes(b)) => match parse_int(b) {
+                            Some(n) => return Ok(Val::Int(n)),
+                            None => b.clone(),
+                        },
+                        _ => Bytes::new(),
+                    },
+                    None => self.bytes(arg, "int's argument")?,
+                };
+                match parse_int(&b) {
+                    Some(n) => Ok(Val::Int(n)),
+                    None => {
                         let shown: String = String::from_utf8_lossy(&b).chars().take(40).collect();
-                        self.fail(pos, format!("int: {shown:?} is not a decimal integer"))
-                    })
+                        Err(self.fail(pos, format!("int: {shown:?} is not a decimal integer")))
+                    }
+                }
             }
             Builtin::Str => {
                 let n = self.int(self.arg(args, 0, pos)?, "str's argument")?;
