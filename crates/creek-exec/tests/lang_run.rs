@@ -375,8 +375,11 @@ fn in_place_fast_paths_agree_with_the_general_ones() {
         eval("any", "let v: any = \"ab\"\nreturn v ++ \"c\""),
         Ok(b("abc"))
     );
-    assert!(abort_msg(eval("any", "let v: any = \"ab\"\nlet w: any = 1\nreturn v ++ w"))
-        .contains("`++` needs two bytes or two lists, got bytes and int"));
+    assert!(abort_msg(eval(
+        "any",
+        "let v: any = \"ab\"\nlet w: any = 1\nreturn v ++ w"
+    ))
+    .contains("`++` needs two bytes or two lists, got bytes and int"));
     assert_eq!(
         eval("int", "let v: any = \"-17\"\nreturn int(v)"),
         Ok(Value::Int(-17))

@@ -8,127 +8,39 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 
 use super::error::Pos;
-use super::ir::{BinOp, Builtin, Expr, ExprKind, Lit, ProcIr, Stmt, Ty};
+use super::ir::{BinOp, Expr, ExprKind, Lit, ProcIr, Stmt, Ty};
 use super::store::Store;
-use super::{ExecContext, LIST_DEPTH_MAX, SCAN_LIMIT_MAX};
+use super::val::{equal, List, Val, SLOT_BYTES};
+use super::{ExecContext, LIST_DEPTH_MAX};
 use crate::txn::{Abort, Outcome};
 use crate::value::Value;
 
-/// Bytes charged per list item and per list, beyond byte-string contents.
-const SLOT_BYTES: u64 = 16;
-
-/// A run-time value. Lists are shared, never mutated: `append` and `++`
-/// build new ones.
-#[derive(Clone, Debug)]
-enum Val {
-    Nil,
-    Bool(bool),
-    Int(i64),
-    Bytes(Bytes),
-    List(Rc<List>),
-}
-
-#[derive(Debug)]
-struct List {
-    items: Vec<Val>,
-    /// 1 for a list of scalars.
-    depth: u32,
-}
-
-impl Val {
-    fn kind(&self) -> &'static str {
-        match self {
-            Val::Nil => "nil",
-            Val::Bool(_) => "bool",
-            Val::Int(_) => "int",
-            Val::Bytes(_) => "bytes",
-            Val::List(_) => "list",
-        }
-    }
-
-    fn depth(&self) -> u32 {
-        match self {
-            Val::List(l) => l.depth,
-            _ => 0,
-        }
-    }
-
-    fn has_type(&self, t: Ty) -> bool {
-        matches!(
-            (t, self),
-            (Ty::Any, _)
-                | (Ty::Nil, Val::Nil)
-                | (Ty::Bool, Val::Bool(_))
-                | (Ty::Int, Val::Int(_))
-                | (Ty::Bytes, Val::Bytes(_))
-                | (Ty::List, Val::List(_))
-        )
-    }
-
-    fn from_value(v: Value) -> Val {
-        match v {
-            Value::Nil => Val::Nil,
-            Value::Bool(b) => Val::Bool(b),
-            Value::Int(n) => Val::Int(n),
-            Value::Bytes(b) => Val::Bytes(b),
-            Value::List(items) => {
-                let items: Vec<Val> = items.into_iter().map(Val::from_value).collect();
-                let depth = 1 + items.iter().map(Val::depth).max().unwrap_or(0);
-                Val::List(Rc::new(List { items, depth }))
-            }
-        }
-    }
-
-    fn to_value(&self) -> Value {
-        match self {
-            Val::Nil => Value::Nil,
-            Val::Bool(b) => Value::Bool(*b),
-            Val::Int(n) => Value::Int(*n),
-            Val::Bytes(b) => Value::Bytes(b.clone()),
-            Val::List(l) => Value::List(l.items.iter().map(Val::to_value).collect()),
-        }
-    }
-}
-
-fn equal(a: &Val, b: &Val) -> bool {
-    match (a, b) {
-        (Val::Nil, Val::Nil) => true,
-        (Val::Bool(x), Val::Bool(y)) => x == y,
-        (Val::Int(x), Val::Int(y)) => x == y,
-        (Val::Bytes(x), Val::Bytes(y)) => x == y,
-        (Val::List(x), Val::List(y)) => {
-            x.items.len() == y.items.len() && x.items.iter().zip(&y.items).all(|(p, q)| equal(p, q))
-        }
-        _ => false,
-    }
-}
-
-fn parse_int(b: &[u8]) -> Option<i64> {
+pub(super) fn parse_int(b: &[u8]) -> Option<i64> {
     std::str::from_utf8(b)
         .ok()
         .and_then(|s| s.parse::<i64>().ok())
 }
 
-fn ks_name(ir: &ProcIr, ks: u32) -> &str {
+pub(super) fn ks_name(ir: &ProcIr, ks: u32) -> &str {
     ir.keyspaces.get(ks as usize).map_or("", |k| k.0.as_str())
 }
 
 /// Why evaluation stopped early.
-enum Stop {
+pub(super) enum Stop {
     Return(Val),
     Abort(Abort),
 }
 
-type R<T> = Result<T, Stop>;
+pub(super) type R<T> = Result<T, Stop>;
 
-struct Run<'a> {
-    ir: &'a ProcIr,
-    store: &'a mut dyn Store,
-    ctx: &'a ExecContext,
-    slots: Vec<Val>,
-    fuel_left: u64,
-    memory_bytes: u64,
-    rng: u64,
+pub(super) struct Run<'a> {
+    pub(super) ir: &'a ProcIr,
+    pub(super) store: &'a mut dyn Store,
+    pub(super) ctx: &'a ExecContext,
+    pub(super) slots: Vec<Val>,
+    pub(super) fuel_left: u64,
+    pub(super) memory_bytes: u64,
+    pub(super) rng: u64,
 }
 
 /// Run `ir` with checked arguments.
@@ -162,7 +74,7 @@ pub(crate) fn run(
 impl Run<'_> {
     #[cold]
     #[inline(never)]
-    fn fail(&self, pos: Pos, msg: impl std::fmt::Display) -> Stop {
+    pub(super) fn fail(&self, pos: Pos, msg: impl std::fmt::Display) -> Stop {
         Stop::Abort(Abort::new(format!(
             "proc {}, line {pos}: {msg}",
             self.ir.name
@@ -170,7 +82,7 @@ impl Run<'_> {
     }
 
     #[inline]
-    fn tick(&mut self, pos: Pos) -> R<()> {
+    pub(super) fn tick(&mut self, pos: Pos) -> R<()> {
         if self.fuel_left == 0 {
             return Err(self.out_of_fuel(pos));
         }
@@ -187,7 +99,7 @@ impl Run<'_> {
         )))
     }
 
-    fn charge(&mut self, bytes: u64, pos: Pos) -> R<()> {
+    pub(super) fn charge(&mut self, bytes: u64, pos: Pos) -> R<()> {
         self.memory_bytes = self.memory_bytes.saturating_add(bytes);
         if self.memory_bytes > self.ctx.memory_bytes_max {
             return Err(Stop::Abort(Abort::new(format!(
@@ -327,21 +239,21 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn int(&mut self, e: &Expr, what: &str) -> R<i64> {
+    pub(super) fn int(&mut self, e: &Expr, what: &str) -> R<i64> {
         match self.eval(e)? {
             Val::Int(n) => Ok(n),
             other => Err(self.fail(e.pos, format!("{what} must be int, got {}", other.kind()))),
         }
     }
 
-    fn bytes(&mut self, e: &Expr, what: &str) -> R<Bytes> {
+    pub(super) fn bytes(&mut self, e: &Expr, what: &str) -> R<Bytes> {
         match self.eval(e)? {
             Val::Bytes(b) => Ok(b),
             other => Err(self.fail(e.pos, format!("{what} must be bytes, got {}", other.kind()))),
         }
     }
 
-    fn list(&mut self, items: Vec<Val>, pos: Pos) -> R<Val> {
+    pub(super) fn list(&mut self, items: Vec<Val>, pos: Pos) -> R<Val> {
         let depth = 1 + items.iter().map(Val::depth).max().unwrap_or(0);
         if depth > LIST_DEPTH_MAX {
             return Err(self.fail(pos, format!("lists nested more than {LIST_DEPTH_MAX} deep")));
@@ -350,7 +262,7 @@ impl Run<'_> {
         Ok(Val::List(Rc::new(List { items, depth })))
     }
 
-    fn eval(&mut self, e: &Expr) -> R<Val> {
+    pub(super) fn eval(&mut self, e: &Expr) -> R<Val> {
         self.tick(e.pos)?;
         match &e.kind {
             ExprKind::Lit(l) => Ok(match l {
@@ -466,7 +378,7 @@ impl Run<'_> {
         }
     }
 
-    fn binary(&mut self, op: BinOp, x: Val, y: Val, pos: Pos) -> R<Val> {
+    pub(super) fn binary(&mut self, op: BinOp, x: Val, y: Val, pos: Pos) -> R<Val> {
         let sym = op.symbol();
         match (op, x, y) {
             (BinOp::Eq, x, y) => Ok(Val::Bool(equal(&x, &y))),
@@ -533,196 +445,6 @@ impl Run<'_> {
                     pos,
                     format!("`{sym}` needs {needs}, got {} and {}", x.kind(), y.kind()),
                 ))
-            }
-        }
-    }
-
-    /// If `e` is a variable holding bytes: its slot, after charging the
-    /// step its evaluation would cost.
-    fn var_bytes(&mut self, e: &Expr) -> R<Option<usize>> {
-        if let ExprKind::Var(s) = e.kind {
-            if let Some(Val::Bytes(_)) = self.slots.get(s as usize) {
-                self.tick(e.pos)?;
-                return Ok(Some(s as usize));
-            }
-        }
-        Ok(None)
-    }
-
-    fn ks_name(&self, ks: u32) -> &str {
-        self.ir
-            .keyspaces
-            .get(ks as usize)
-            .map_or("", |(n, _)| n.as_str())
-    }
-
-    fn arg<'e>(&self, args: &'e [Expr], i: usize, pos: Pos) -> R<&'e Expr> {
-        args.get(i)
-            .ok_or_else(|| self.fail(pos, "missing argument"))
-    }
-
-    fn call(&mut self, f: Builtin, ks: u32, args: &[Expr], pos: Pos) -> R<Val> {
-        let name = f.name();
-        match f {
-            Builtin::Get => {
-                let arg = self.arg(args, 0, pos)?;
-                let found = match self.var_bytes(arg)? {
-                    Some(slot) => {
-                        // Borrow the key from its variable: no reference
-                        // count round trip on the hot path.
-                        let Run {
-                            store, slots, ir, ..
-                        } = self;
-                        let key = match slots.get(slot) {
-                            Some(Val::Bytes(k)) => k.as_ref(),
-                            _ => &[],
-                        };
-                        store.get(ks_name(ir, ks), key)
-                    }
-                    None => {
-                        let key = self.bytes(arg, "a key")?;
-                        self.store.get(ks_name(self.ir, ks), &key)
-                    }
-                };
-                match found {
-                    Some(v) => {
-                        self.charge(v.len() as u64, pos)?;
-                        Ok(Val::Bytes(v))
-                    }
-                    None => Ok(Val::Nil),
-                }
-            }
-            Builtin::Put => {
-                let key = self.bytes(self.arg(args, 0, pos)?, "a key")?;
-                let value = self.bytes(self.arg(args, 1, pos)?, "a value")?;
-                let ks = self
-                    .ir
-                    .keyspaces
-                    .get(ks as usize)
-                    .map_or("", |k| k.0.as_str());
-                self.store.put(ks, key, value);
-                Ok(Val::Nil)
-            }
-            Builtin::Delete => {
-                let key = self.bytes(self.arg(args, 0, pos)?, "a key")?;
-                let ks = self
-                    .ir
-                    .keyspaces
-                    .get(ks as usize)
-                    .map_or("", |k| k.0.as_str());
-                self.store.delete(ks, key);
-                Ok(Val::Nil)
-            }
-            Builtin::Scan => {
-                let from = self.bytes(self.arg(args, 0, pos)?, "scan's from")?;
-                let to = self.bytes(self.arg(args, 1, pos)?, "scan's to")?;
-                let limit = self.int(self.arg(args, 2, pos)?, "scan's limit")?;
-                if !(0..=SCAN_LIMIT_MAX).contains(&limit) {
-                    return Err(self.fail(
-                        pos,
-                        format!("scan limit {limit} is not in 0..={SCAN_LIMIT_MAX}"),
-                    ));
-                }
-                let ksn = self.ks_name(ks).to_owned();
-                let found = self.store.scan(&ksn, &from, &to, limit as usize);
-                let mut items = Vec::with_capacity(found.len().min(limit as usize));
-                for (k, v) in found.into_iter().take(limit as usize) {
-                    self.tick(pos)?;
-                    self.charge((k.len() + v.len()) as u64, pos)?;
-                    items.push(self.list(vec![Val::Bytes(k), Val::Bytes(v)], pos)?);
-                }
-                self.list(items, pos)
-            }
-            Builtin::OpId => Ok(Val::Bytes(self.ctx.op_id.clone())),
-            Builtin::Rand => {
-                // splitmix64: one seeded stream per execution.
-                self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = self.rng;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                z ^= z >> 31;
-                Ok(Val::Int((z >> 1) as i64))
-            }
-            Builtin::Len => match self.eval(self.arg(args, 0, pos)?)? {
-                Val::Bytes(b) => Ok(Val::Int(b.len() as i64)),
-                Val::List(l) => Ok(Val::Int(l.items.len() as i64)),
-                other => Err(self.fail(
-                    pos,
-                    format!("len needs bytes or a list, got {}", other.kind()),
-                )),
-            },
-            Builtin::Int => {
-                let arg = self.arg(args, 0, pos)?;
-                let b = match self.var_bytes(arg)? {
-                    Some(slot) => match self.slots.get(slot) {
-                        Some(Val::Bytes(b)) => match parse_int(b) {
-                            Some(n) => return Ok(Val::Int(n)),
-                            None => b.clone(),
-                        },
-                        _ => Bytes::new(),
-                    },
-                    None => self.bytes(arg, "int's argument")?,
-                };
-                match parse_int(&b) {
-                    Some(n) => Ok(Val::Int(n)),
-                    None => {
-                        let shown: String = String::from_utf8_lossy(&b).chars().take(40).collect();
-                        Err(self.fail(pos, format!("int: {shown:?} is not a decimal integer")))
-                    }
-                }
-            }
-            Builtin::Str => {
-                let n = self.int(self.arg(args, 0, pos)?, "str's argument")?;
-                let s = n.to_string();
-                self.charge(s.len() as u64, pos)?;
-                Ok(Val::Bytes(Bytes::from(s)))
-            }
-            Builtin::Append => {
-                let list = match self.eval(self.arg(args, 0, pos)?)? {
-                    Val::List(l) => l,
-                    other => {
-                        return Err(
-                            self.fail(pos, format!("append needs a list, got {}", other.kind()))
-                        )
-                    }
-                };
-                let v = self.eval(self.arg(args, 1, pos)?)?;
-                let mut items = Vec::with_capacity(list.items.len() + 1);
-                items.extend(list.items.iter().cloned());
-                items.push(v);
-                self.list(items, pos)
-            }
-            Builtin::Slice => {
-                let x = self.eval(self.arg(args, 0, pos)?)?;
-                let from = self.int(self.arg(args, 1, pos)?, "slice's from")?;
-                let to = self.int(self.arg(args, 2, pos)?, "slice's to")?;
-                let len = match &x {
-                    Val::Bytes(b) => b.len(),
-                    Val::List(l) => l.items.len(),
-                    other => {
-                        return Err(self.fail(
-                            pos,
-                            format!("slice needs bytes or a list, got {}", other.kind()),
-                        ))
-                    }
-                };
-                let range = match (usize::try_from(from), usize::try_from(to)) {
-                    (Ok(a), Ok(b)) if a <= b && b <= len => a..b,
-                    _ => {
-                        return Err(self.fail(
-                            pos,
-                            format!("{name}({from}, {to}) out of bounds (length {len})"),
-                        ))
-                    }
-                };
-                match x {
-                    Val::Bytes(b) => Ok(Val::Bytes(b.slice(range))),
-                    Val::List(l) => {
-                        let items = l.items.get(range).map(<[Val]>::to_vec).unwrap_or_default();
-                        self.list(items, pos)
-                    }
-                    _ => Ok(Val::Nil),
-                }
             }
         }
     }

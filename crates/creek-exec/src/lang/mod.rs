@@ -43,6 +43,7 @@ use crate::txn::Outcome;
 use crate::value::{decode_args, Value};
 
 mod ast;
+mod calls;
 mod check;
 mod error;
 mod flow;
@@ -51,6 +52,7 @@ mod ir;
 mod lexer;
 mod parser;
 mod store;
+mod val;
 
 pub use ast::Ty;
 pub use error::{CompileError, CompileErrors, Pos};
