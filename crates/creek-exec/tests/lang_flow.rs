@@ -301,3 +301,19 @@ fn the_spam_contest() {
         vec!["inbox", "spam_count", "winner"]
     );
 }
+
+#[test]
+fn short_circuit_operands_run_under_the_left_operands_label() {
+    // Whether `len(k) + 1` (which could overflow) runs depends on weak data.
+    rejects(
+        "let ok = get(spam, k) != nil and len(k) + 1 > 0\nput(winners, k, \"1\")",
+        "line 6:1: write to winners (strong) is controlled by weak data: whether the possible abort at line 5:41 happens",
+    );
+    rejects(
+        "let ok = get(spam, k) == nil or len(k) + 1 > 0\nput(winners, k, \"1\")",
+        "possible abort at line 5:40",
+    );
+    assert!(accepts(
+        "let ok = len(k) + 1 > 0 and get(spam, k) != nil\nput(winners, k, \"1\")"
+    ));
+}

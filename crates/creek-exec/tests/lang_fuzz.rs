@@ -235,6 +235,8 @@ fn compile_and_run(src: &str, seed: u64) -> bool {
 struct ProgGen {
     g: Gen,
     fresh: u32,
+    /// Whether `put` may target the strong keyspace.
+    strong: bool,
 }
 
 impl ProgGen {
@@ -313,7 +315,14 @@ impl ProgGen {
         let dd = d.saturating_sub(1);
         match self.g.pick(if d == 0 { 4 } else { 9 }) {
             0 | 1 => format!("v{} = {}", self.g.pick(4), self.expr(3)),
-            2 => format!("put(w, {}, {})", self.expr(2), self.expr(2)),
+            2 => {
+                let ks = if self.strong && self.g.pick(2) == 0 {
+                    "s"
+                } else {
+                    "w"
+                };
+                format!("put({ks}, {}, {})", self.expr(2), self.expr(2))
+            }
             3 => format!("delete({}, {})", self.g.one(&["w", "s"]), self.expr(1)),
             4 => format!(
                 "if {} {} else {}",
@@ -395,6 +404,7 @@ fn random_well_formed_programs_only_finish_or_abort() {
         let src = ProgGen {
             g: Gen(seed),
             fresh: 0,
+            strong: false,
         }
         .program();
         if compile_and_run(&src, seed) {
@@ -420,6 +430,7 @@ fn show_generated() {
         let src = ProgGen {
             g: Gen(seed),
             fresh: 0,
+            strong: false,
         }
         .program();
         println!(
@@ -427,4 +438,185 @@ fn show_generated() {
             compile(&src, &existing).err().map(|e| e.to_string())
         );
     }
+}
+
+/// The strong keyspace's entries after a run: the store's if it finished,
+/// the original ones if it aborted (the executor discards the writes).
+/// `None` if a resource ran out, the one channel the check leaves open.
+fn strong_state(
+    p: &creek_exec::lang::CompiledProc,
+    mut st: MemStore,
+    seed: u64,
+) -> Option<Vec<(Vec<u8>, Bytes)>> {
+    let before: Vec<(Vec<u8>, Bytes)> = st
+        .scan("s", b"", b"\xff\xff", 1000)
+        .into_iter()
+        .map(|(k, v)| (k.to_vec(), v))
+        .collect();
+    let ctx = ExecContext {
+        op_id: Bytes::from_static(b"op"),
+        seed,
+        fuel: 5_000,
+        memory_bytes_max: 1 << 18,
+    };
+    match p.run(&mut st, &encode_args(&[Value::from("a")]), &ctx) {
+        Ok(_) => Some(
+            st.scan("s", b"", b"\xff\xff", 1000)
+                .into_iter()
+                .map(|(k, v)| (k.to_vec(), v))
+                .collect(),
+        ),
+        Err(a) if a.0.starts_with("out of") || a.0.contains("nested more than") => None,
+        Err(_) => Some(before),
+    }
+}
+
+/// Typed programs mixing weak reads with strong writes, built from
+/// operations that mostly cannot abort, so that many pass the check.
+struct NiGen {
+    g: Gen,
+    fresh: u32,
+}
+
+impl NiGen {
+    fn bytes(&mut self) -> String {
+        match self.g.pick(6) {
+            0 => self
+                .g
+                .one(&["\"a\"", "\"k1\"", "\"12\"", "\"\""])
+                .to_owned(),
+            1 | 2 => format!("b{}", self.g.pick(3)),
+            3 => format!("b{} ++ \"x\"", self.g.pick(3)),
+            4 => "str(n)".to_owned(),
+            _ => "op_id()".to_owned(),
+        }
+    }
+
+    fn any(&mut self) -> String {
+        match self.g.pick(4) {
+            0 | 1 => format!("get({}, {})", self.g.one(&["w", "s"]), self.bytes()),
+            2 => format!("a{}", self.g.pick(3)),
+            _ => self.bytes(),
+        }
+    }
+
+    fn cond(&mut self) -> String {
+        match self.g.pick(7) {
+            0 => format!("a{} == {}", self.g.pick(3), self.bytes()),
+            1 => format!("a{} == nil", self.g.pick(3)),
+            2 => format!("b{} == {}", self.g.pick(3), self.bytes()),
+            3 => format!("c{}", self.g.pick(2)),
+            4 => format!("c{} and c{}", self.g.pick(2), self.g.pick(2)),
+            5 => format!("not c{}", self.g.pick(2)),
+            _ => "n < 3".to_owned(),
+        }
+    }
+
+    fn block(&mut self, d: u32) -> String {
+        let stmts: Vec<String> = (0..1 + self.g.pick(3)).map(|_| self.stmt(d)).collect();
+        format!("{{\n{}\n}}", stmts.join("\n"))
+    }
+
+    fn stmt(&mut self, d: u32) -> String {
+        let dd = d.saturating_sub(1);
+        match self.g.pick(if d == 0 { 9 } else { 13 }) {
+            0 => format!("a{} = {}", self.g.pick(3), self.any()),
+            1 => format!("b{} = {}", self.g.pick(3), self.bytes()),
+            2 => format!("c{} = {}", self.g.pick(2), self.cond()),
+            3 => match self.g.pick(3) {
+                0 => format!("n = int({})", self.any()),
+                1 => "abort \"stop\"".to_owned(),
+                _ => "n = n + 1".to_owned(),
+            },
+            4 | 5 => format!("put(s, {}, {})", self.bytes(), self.bytes()),
+            6 => format!("put(s, {}, a{})", self.bytes(), self.g.pick(3)),
+            7 => format!("put(w, {}, {})", self.bytes(), self.bytes()),
+            8 => format!("delete(s, {})", self.bytes()),
+            9 => format!(
+                "if {} {} else {}",
+                self.cond(),
+                self.block(dd),
+                self.block(dd)
+            ),
+            10 => format!("if {} {{\n{}\nreturn a0\n}}", self.cond(), self.stmt(dd)),
+            11 => {
+                self.fresh += 1;
+                let f = self.fresh;
+                let ks = self.g.one(&["w", "s"]);
+                let body = self.block(dd);
+                format!(
+                    "for (k{f}, v{f}) in scan({ks}, \"\", \"zz\", 3) {{\nb{} = v{f}\n{body}\n}}",
+                    self.g.pick(3)
+                )
+            }
+            _ => match self.g.pick(3) {
+                0 => format!("return a{}", self.g.pick(3)),
+                1 => "abort \"stop\"".to_owned(),
+                _ => format!("while n < 3 {{\nn = n + 1\n{}\n}}", self.block(dd)),
+            },
+        }
+    }
+
+    fn program(&mut self) -> String {
+        let body: Vec<String> = (0..2 + self.g.pick(5)).map(|_| self.stmt(2)).collect();
+        format!(
+            "keyspace w: weak\nkeyspace s: strong\nproc main(p: bytes) -> any {{\nlet b0 = p\nlet b1 = \"a\"\nlet b2 = \"k1\"\nlet a0: any = nil\nlet a1: any = get(w, p)\nlet a2: any = get(s, p)\nlet c0 = false\nlet c1 = a1 == nil\nlet n = 0\n{}\n}}",
+            body.join("\n")
+        )
+    }
+}
+
+/// Noninterference (MyriaStore §3.4): for every accepted program, stores
+/// that differ only in weak data end with the same strong data.
+#[test]
+fn accepted_programs_keep_weak_data_out_of_strong_state() {
+    let (mut checked, mut rejected) = (0, 0);
+    for seed in 0..3000u64 {
+        let src = NiGen {
+            g: Gen(seed),
+            fresh: 0,
+        }
+        .program();
+        let prog = match compile(&src, &existing) {
+            Ok(p) => p,
+            Err(_) => {
+                rejected += 1;
+                continue;
+            }
+        };
+        let Some(p) = prog.proc("main").filter(|p| p.writes_strong) else {
+            continue;
+        };
+        let mut states = Vec::new();
+        for variant in 0..6u64 {
+            let mut g = Gen(seed ^ (variant << 32));
+            let mut st = MemStore::new();
+            for k in ["", "a", "k1", "12"] {
+                st.put("s", Bytes::from(k), Bytes::from(format!("s{k}")));
+            }
+            for _ in 0..g.pick(6) {
+                let k = g.one(&["", "a", "k1", "1", "12", "op", "a", "ax"]);
+                let v = g.one(&["1", "-3", "x", "", "12", "a"]);
+                st.put("w", Bytes::from(k), Bytes::from(v));
+            }
+            match strong_state(p, st, seed) {
+                Some(s) => states.push(s),
+                None => {
+                    states.clear();
+                    break;
+                }
+            }
+        }
+        if let Some(first) = states.first() {
+            for s in &states {
+                assert_eq!(
+                    s, first,
+                    "weak data changed strong data (seed {seed}):\n{src}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    println!("noninterference checked on {checked} programs ({rejected} rejected)");
+    assert!(checked >= 300, "only {checked} programs checked");
 }

@@ -352,10 +352,9 @@ impl Flow<'_> {
                 l
             }
             ExprKind::Neg(x) | ExprKind::Not(x) => self.expr(x, st, pc),
-            ExprKind::Bin(op @ (BinOp::And | BinOp::Or), a, b) => {
+            ExprKind::Bin(BinOp::And | BinOp::Or, a, b) => {
                 // Whether `b` runs at all depends on `a`.
                 let la = self.expr(a, st, pc);
-                let _ = op;
                 let lb = self.expr(b, st, pc.or(la));
                 la.or(lb)
             }
