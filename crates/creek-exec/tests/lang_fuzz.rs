@@ -423,23 +423,6 @@ fn the_valid_samples_compile() {
     }
 }
 
-#[test]
-#[ignore]
-fn show_generated() {
-    for seed in 0..5 {
-        let src = ProgGen {
-            g: Gen(seed),
-            fresh: 0,
-            strong: false,
-        }
-        .program();
-        println!(
-            "{src}\n{:?}\n",
-            compile(&src, &existing).err().map(|e| e.to_string())
-        );
-    }
-}
-
 /// The strong keyspace's entries after a run: the store's if it finished,
 /// the original ones if it aborted (the executor discards the writes).
 /// `None` if a resource ran out, the one channel the check leaves open.

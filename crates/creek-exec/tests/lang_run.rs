@@ -398,3 +398,39 @@ fn in_place_fast_paths_agree_with_the_general_ones() {
     assert!(abort_msg(eval("any", "let k: any = 1\nreturn get(s, k)"))
         .contains("a key must be bytes, got int"));
 }
+
+#[test]
+fn appending_to_a_variable_is_linear_and_keeps_value_semantics() {
+    // 20,000 appends fit the default memory budget (copying each time would not).
+    let body = "let xs = []\nlet i = 0\nwhile i < 20000 { xs = append(xs, i)\n i = i + 1 }\nreturn len(xs) + xs[19999]";
+    assert_eq!(eval("int", body), Ok(Value::Int(39999)));
+    // Lists are values: another variable holding the list does not change.
+    let body = "let xs = [1]\nlet ys = xs\nxs = append(xs, 2)\nreturn [xs, ys]";
+    assert_eq!(
+        eval("list", body),
+        Ok(Value::List(vec![
+            Value::List(vec![Value::Int(1), Value::Int(2)]),
+            Value::List(vec![Value::Int(1)])
+        ]))
+    );
+    // A loop iterates over the list as it was when the loop started.
+    let body = "let xs = [1, 2]\nfor x in xs { xs = append(xs, x) }\nreturn xs";
+    assert_eq!(
+        eval("list", body),
+        Ok(Value::List(vec![
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(1),
+            Value::Int(2)
+        ]))
+    );
+    let body = "let xs = [1]\nxs = append(xs, len(xs))\nreturn xs";
+    assert_eq!(
+        eval("list", body),
+        Ok(Value::List(vec![Value::Int(1), Value::Int(1)]))
+    );
+    let m = abort_msg(eval("nil", "let x = []\nwhile true { x = append(x, x) }"));
+    assert!(m.contains("lists nested more than 32 deep"), "{m}");
+    let m = abort_msg(eval("nil", "let x: any = 1\nx = append(x, 2)"));
+    assert!(m.contains("append needs a list, got int"), "{m}");
+}

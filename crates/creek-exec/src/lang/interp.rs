@@ -8,7 +8,7 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 
 use super::error::Pos;
-use super::ir::{BinOp, Expr, ExprKind, Lit, ProcIr, Stmt, Ty};
+use super::ir::{BinOp, Builtin, Expr, ExprKind, Lit, ProcIr, Stmt, Ty};
 use super::store::Store;
 use super::val::{equal, List, Val, SLOT_BYTES};
 use super::{ExecContext, LIST_DEPTH_MAX};
@@ -152,6 +152,9 @@ impl Run<'_> {
                 pos,
             } => {
                 self.tick(*pos)?;
+                if let Some(done) = self.append_in_place(*slot, value)? {
+                    return Ok(done);
+                }
                 let v = self.eval(value)?;
                 if check.is_some() {
                     let name = self
@@ -237,6 +240,58 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `xs = append(xs, v)` pushes onto `xs` when nothing else shares it,
+    /// so building a list item by item costs linear time and memory. The
+    /// result is the same as copying; `v` is evaluated first, which is
+    /// safe because expressions assign nothing.
+    fn append_in_place(&mut self, slot: u32, value: &Expr) -> R<Option<()>> {
+        let ExprKind::Call(Builtin::Append, _, args) = &value.kind else {
+            return Ok(None);
+        };
+        let [list, item] = args.as_slice() else {
+            return Ok(None);
+        };
+        if !matches!(list.kind, ExprKind::Var(s) if s == slot)
+            || !matches!(self.slots.get(slot as usize), Some(Val::List(_)))
+        {
+            return Ok(None);
+        }
+        self.tick(value.pos)?;
+        self.tick(list.pos)?;
+        let v = self.eval(item)?;
+        let Some(Val::List(mut shared)) = self
+            .slots
+            .get_mut(slot as usize)
+            .map(|s| std::mem::replace(s, Val::Nil))
+        else {
+            return Ok(None);
+        };
+        let depth = shared.depth.max(1 + v.depth());
+        if depth > LIST_DEPTH_MAX {
+            self.set(slot, Val::List(shared));
+            return Err(self.fail(
+                value.pos,
+                format!("lists nested more than {LIST_DEPTH_MAX} deep"),
+            ));
+        }
+        match Rc::get_mut(&mut shared) {
+            Some(l) => {
+                self.charge(SLOT_BYTES, value.pos)?;
+                l.items.push(v);
+                l.depth = depth;
+                self.set(slot, Val::List(shared));
+            }
+            None => {
+                let mut items = Vec::with_capacity(shared.items.len() + 1);
+                items.extend(shared.items.iter().cloned());
+                items.push(v);
+                let new = self.list(items, value.pos)?;
+                self.set(slot, new);
+            }
+        }
+        Ok(Some(()))
     }
 
     pub(super) fn int(&mut self, e: &Expr, what: &str) -> R<i64> {
