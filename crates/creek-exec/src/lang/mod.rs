@@ -97,6 +97,12 @@ pub enum Label {
     Weak,
 }
 
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl Label {
     /// `strong` or `weak`.
     pub fn name(self) -> &'static str {
@@ -143,6 +149,7 @@ impl ExecContext {
 }
 
 /// A compiled source file.
+#[derive(Debug)]
 pub struct Program {
     /// The keyspaces the file declares, in order.
     pub keyspaces: Vec<(String, Label)>,
@@ -172,6 +179,19 @@ pub struct CompiledProc {
     /// Keyspaces it may write (`put`, `delete`).
     pub writes: BTreeSet<String>,
     ir: ir::ProcIr,
+}
+
+impl std::fmt::Debug for CompiledProc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledProc")
+            .field("name", &self.name)
+            .field("signature", &self.signature().params_text())
+            .field("read_only", &self.read_only)
+            .field("writes_strong", &self.writes_strong)
+            .field("reads", &self.reads)
+            .field("writes", &self.writes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CompiledProc {
