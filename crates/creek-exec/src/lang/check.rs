@@ -77,6 +77,7 @@ pub(crate) fn check_proc(
         keyspaces: c.used_ks,
         summary: p.summary.clone(),
         loops: c.loops,
+        pos: p.pos,
     }
 }
 
@@ -431,7 +432,7 @@ impl Checker<'_> {
         }
     }
 
-    fn keyspace(&mut self, e: Option<&ast::Expr>, f: Builtin, pos: Pos) -> u32 {
+    fn keyspace(&mut self, e: Option<&ast::Expr>, f: Builtin) -> u32 {
         let Some(e) = e else { return 0 };
         let A::Var(name) = &e.kind else {
             self.err(
@@ -449,7 +450,6 @@ impl Checker<'_> {
                 u32::try_from(self.used_ks.len() - 1).unwrap_or(0)
             }
             None => {
-                let _ = pos;
                 self.err(
                     e.pos,
                     format!("unknown keyspace `{name}` (declare it: keyspace {name}: strong|weak)"),
@@ -468,7 +468,7 @@ impl Checker<'_> {
             return lit(Lit::Nil, Ty::Any, pos);
         };
         let ks = if f.takes_keyspace() {
-            self.keyspace(args.first(), f, pos)
+            self.keyspace(args.first(), f)
         } else {
             0
         };

@@ -119,7 +119,7 @@ pub(crate) fn check(ir: &ProcIr, errors: &mut Vec<CompileError>) -> Effects {
     f.block(&ir.body, &mut st, None);
     if f.steps > FLOW_STEPS_MAX {
         errors.push(CompileError::new(
-            Pos { line: 1, col: 1 },
+            ir.pos,
             format!(
                 "proc {} is too complex for the flow checker (nested loops with many variables)",
                 ir.name

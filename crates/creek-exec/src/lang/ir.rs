@@ -173,4 +173,6 @@ pub(crate) struct ProcIr {
     pub(crate) keyspaces: Vec<(String, Label)>,
     pub(crate) summary: String,
     pub(crate) loops: u32,
+    /// Where its name is.
+    pub(crate) pos: Pos,
 }
