@@ -336,28 +336,33 @@ impl Parser {
         let op = match (level, self.peek()) {
             (0, Tok::Or) => BinOp::Or,
             (1, Tok::And) => BinOp::And,
-            (2, Tok::EqEq) => BinOp::Eq,
-            (2, Tok::Ne) => BinOp::Ne,
-            (2, Tok::Lt) => BinOp::Lt,
-            (2, Tok::Le) => BinOp::Le,
-            (2, Tok::Gt) => BinOp::Gt,
-            (2, Tok::Ge) => BinOp::Ge,
-            (3, Tok::Plus) => BinOp::Add,
-            (3, Tok::Minus) => BinOp::Sub,
-            (3, Tok::Concat) => BinOp::Concat,
-            (4, Tok::Star) => BinOp::Mul,
-            (4, Tok::Slash) => BinOp::Div,
-            (4, Tok::Percent) => BinOp::Mod,
+            (3, Tok::EqEq) => BinOp::Eq,
+            (3, Tok::Ne) => BinOp::Ne,
+            (3, Tok::Lt) => BinOp::Lt,
+            (3, Tok::Le) => BinOp::Le,
+            (3, Tok::Gt) => BinOp::Gt,
+            (3, Tok::Ge) => BinOp::Ge,
+            (4, Tok::Plus) => BinOp::Add,
+            (4, Tok::Minus) => BinOp::Sub,
+            (4, Tok::Concat) => BinOp::Concat,
+            (5, Tok::Star) => BinOp::Mul,
+            (5, Tok::Slash) => BinOp::Div,
+            (5, Tok::Percent) => BinOp::Mod,
             _ => return None,
         };
         Some(op)
     }
 
-    /// Levels: 0 `or`, 1 `and`, 2 comparisons (not chained), 3 `+ - ++`,
-    /// 4 `* / %`, then `not`, unary minus and postfix indexing.
+    /// Levels: 0 `or`, 1 `and`, 2 `not` (looser than comparisons, as in
+    /// Python: `not x == nil` is `not (x == nil)`), 3 comparisons (not
+    /// chained), 4 `+ - ++`, 5 `* / %`, then unary minus and postfix
+    /// indexing.
     fn binary(&mut self, level: u8) -> Res<Expr> {
-        if level > 4 {
+        if level > 5 {
             return self.unary();
+        }
+        if level == 2 {
+            return self.not();
         }
         let mut lhs = self.binary(level + 1)?;
         while let Some(op) = self.bin_op(level) {
@@ -365,7 +370,7 @@ impl Parser {
             self.i += 1;
             let rhs = self.binary(level + 1)?;
             lhs = self.node(ExprKind::Bin(op, Box::new(lhs), Box::new(rhs)), pos)?;
-            if level == 2 && self.bin_op(2).is_some() {
+            if level == 3 && self.bin_op(3).is_some() {
                 return Err(CompileError::new(
                     self.pos(),
                     "comparisons do not chain; use `and`",
@@ -386,15 +391,23 @@ impl Parser {
         Ok(e)
     }
 
+    fn not(&mut self) -> Res<Expr> {
+        if self.peek() != &Tok::Not {
+            return self.binary(3);
+        }
+        self.enter()?;
+        let pos = self.pos();
+        self.i += 1;
+        let x = self.not()?;
+        let e = self.node(ExprKind::Not(Box::new(x)), pos)?;
+        self.leave();
+        Ok(e)
+    }
+
     fn unary(&mut self) -> Res<Expr> {
         self.enter()?;
         let pos = self.pos();
         let e = match self.peek() {
-            Tok::Not => {
-                self.i += 1;
-                let x = self.unary()?;
-                self.node(ExprKind::Not(Box::new(x)), pos)?
-            }
             Tok::Minus => {
                 self.i += 1;
                 if self.peek() == &Tok::Int(1 << 63) {
@@ -467,5 +480,75 @@ impl Parser {
             }
         };
         self.node(kind, pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lang::lexer::lex;
+
+    fn parse_src(src: &str) -> (File, Vec<CompileError>) {
+        match lex(src) {
+            Ok(l) => parse(l),
+            Err(e) => panic!("lex error {e}"),
+        }
+    }
+
+    fn first_return(src: &str) -> Expr {
+        let (mut f, errs) = parse_src(src);
+        assert!(errs.is_empty(), "{errs:?}");
+        let body = f.procs.pop().map(|p| p.body).unwrap_or_default();
+        match body.into_iter().next() {
+            Some(Stmt::Return { value: Some(e), .. }) => e,
+            _ => panic!("no return"),
+        }
+    }
+
+    /// The tree as a parenthesised string.
+    fn show(e: &Expr) -> String {
+        match &e.kind {
+            ExprKind::Int(n) => n.to_string(),
+            ExprKind::Var(v) => v.clone(),
+            ExprKind::Bin(op, a, b) => format!("({} {} {})", show(a), op.symbol(), show(b)),
+            ExprKind::Not(x) => format!("(not {})", show(x)),
+            ExprKind::Neg(x) => format!("(-{})", show(x)),
+            ExprKind::Index(a, i) => format!("{}[{}]", show(a), show(i)),
+            _ => "?".to_owned(),
+        }
+    }
+
+    #[test]
+    fn precedence_and_associativity() {
+        let e = first_return("proc p() { return a or b and not c == d + e * -f[g] - h }");
+        assert_eq!(
+            show(&e),
+            "(a or (b and (not (c == ((d + (e * (-f[g]))) - h)))))"
+        );
+        let e = first_return("proc p() { return not not a and b }");
+        assert_eq!(show(&e), "((not (not a)) and b)");
+        let e = first_return("proc p() { return a - b - c ++ d }");
+        assert_eq!(show(&e), "(((a - b) - c) ++ d)");
+        assert_eq!(e.height, 4);
+    }
+
+    #[test]
+    fn else_if_nests_and_summaries_come_from_comments() {
+        let (f, errs) = parse_src("# One.\n# Two.\nproc p() { if a { } else if b { } else { } }");
+        assert!(errs.is_empty());
+        let p = f.procs.first().unwrap_or_else(|| panic!("no proc"));
+        assert_eq!(p.summary, "One. Two.");
+        let Some(Stmt::If { els, .. }) = p.body.first() else {
+            panic!("no if")
+        };
+        assert!(matches!(els.as_slice(), [Stmt::If { els, .. }] if els.is_empty()));
+    }
+
+    #[test]
+    fn recovery_skips_to_the_next_item() {
+        let (f, errs) = parse_src("proc a( {\nproc b() { }\nkeyspace k: weak\nproc c() { let }");
+        assert_eq!(errs.len(), 2);
+        assert_eq!(f.procs.len(), 1);
+        assert_eq!(f.keyspaces.len(), 1);
     }
 }
