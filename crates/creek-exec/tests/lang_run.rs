@@ -117,6 +117,11 @@ fn arithmetic_comparisons_and_logic() {
         Ok(Value::Bool(true))
     );
     assert_eq!(eval("bool", r#"return nil != "x""#), Ok(Value::Bool(true)));
+    // `not` is looser than comparisons: `not (v == nil)`.
+    assert_eq!(
+        eval("bool", "let v = get(w, \"k\")\nreturn not v == nil"),
+        Ok(Value::Bool(false))
+    );
     assert_eq!(
         eval("int", "return -9223372036854775808 + 1"),
         Ok(Value::Int(i64::MIN + 1))
