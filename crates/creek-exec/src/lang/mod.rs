@@ -27,7 +27,7 @@
 //! assert_eq!(out.map(|b| Value::decode(&b).ok()), Ok(Some(Value::Int(5))));
 //! ```
 //!
-//! The pipeline is lexer → parser → [`check`](self) (names and types) →
+//! The pipeline is lexer → parser → check (names and types) →
 //! flow (labels) → a tree-walking interpreter over resolved slots. This
 //! module does not register procedures, create keyspaces or decide at which
 //! level a procedure may be invoked: the executor does that with what a
