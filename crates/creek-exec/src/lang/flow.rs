@@ -14,7 +14,8 @@
 //! depends on weak data makes the pc weak for the rest of the procedure
 //! (`term`); and since an abort also discards the writes made before it, a
 //! procedure with such a possible abort may not write strong data at all.
-//! Running out of fuel or memory is not tracked.
+//! Running out of fuel or memory and nesting lists too deep are not
+//! tracked (resource limits; see docs/procedures.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
