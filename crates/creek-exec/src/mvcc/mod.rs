@@ -7,7 +7,9 @@
 //!   read. When the order changes or a version appears or disappears, only the
 //!   readers whose visible version changed are invalidated; invalidation hides
 //!   (removes) their versions, which cascades to *their* readers — through
-//!   reads, never through positions.
+//!   reads, never through positions. A scanned range counts as a read of
+//!   every key in it: a key appearing in or vanishing from the range before
+//!   the scanner invalidates it (phantoms; see `scans.rs`).
 //! * **Concurrent execution.** [`Engine::next_task`] hands out any number of
 //!   executions; [`Engine::complete`] validates each result against the
 //!   current state and reruns it on a conflict.
@@ -17,9 +19,10 @@
 //!
 //! Invariant (checked by [`MvccExecutor::check_invariants`]): every installed
 //! execution's recorded reads equal the versions visible at its current
-//! position. An op is *settled* when it and every op before it are installed;
-//! only then is its outcome reported, so every reported outcome equals the
-//! result of executing the current order sequentially.
+//! position, and its recorded scans the keys live in their ranges there. An
+//! op is *settled* when it and every op before it are installed; only then
+//! is its outcome reported, so every reported outcome equals the result of
+//! executing the current order sequentially.
 
 mod scans;
 mod sorted;

@@ -21,18 +21,21 @@ type Ex = MvccExecutor<u32, u64>;
 /// `count|k=v,…` under `out` (empty: skip) and answer the same text.
 fn scan_proc(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = decode_args_shared(raw).map_err(|e| Abort::new(format!("{e:?}")))?;
-    let [Value::Bytes(from), Value::Bytes(to), Value::Int(limit), Value::Bytes(out), Value::Bytes(own_put), Value::Bytes(own_delete)] =
-        args.as_slice()
-    else {
-        return Err(Abort::new("test.scan: bad arguments"));
+    let bad = || Abort::new("test.scan: bad arguments");
+    let [from, to, limit, out, own_put, own_delete] = args.as_slice() else {
+        return Err(bad());
     };
+    let bytes = |v: &Value| v.as_bytes().cloned().ok_or_else(bad);
+    let (from, to, out) = (bytes(from)?, bytes(to)?, bytes(out)?);
+    let (own_put, own_delete) = (bytes(own_put)?, bytes(own_delete)?);
+    let limit = limit.as_int().ok_or_else(bad)?;
     if !own_put.is_empty() {
-        txn.put(own_put.clone(), Bytes::from_static(b"own"));
+        txn.put(own_put, Bytes::from_static(b"own"));
     }
     if !own_delete.is_empty() {
-        txn.delete(own_delete.clone());
+        txn.delete(own_delete);
     }
-    let found = txn.scan(from, to, usize::try_from(*limit).unwrap_or(0));
+    let found = txn.scan(&from, &to, usize::try_from(limit).unwrap_or(0));
     let mut text = format!("{}|", found.len()).into_bytes();
     for (k, v) in &found {
         text.extend_from_slice(k);
@@ -42,7 +45,7 @@ fn scan_proc(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     }
     let text = Bytes::from(text);
     if !out.is_empty() {
-        txn.put(out.clone(), text.clone());
+        txn.put(out, text.clone());
     }
     Ok(text)
 }
