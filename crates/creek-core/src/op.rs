@@ -26,8 +26,9 @@ pub struct Op {
 }
 
 impl Op {
-    /// An op, with `call.time_us` set from `timestamp` (what the wire
-    /// decoder derives on every other replica).
+    /// An op, with `call.time_us` set from `timestamp`, `call.strong` from
+    /// `strong` and `call.op` from `id` (what the wire decoder derives on
+    /// every other replica).
     pub fn new(
         id: OpId,
         timestamp: Timestamp,
@@ -36,6 +37,8 @@ impl Op {
         causal_context: Option<Dvv>,
     ) -> Op {
         call.time_us = timestamp.physical_us();
+        call.strong = strong;
+        call.op = Some((u64::from(id.origin.0), id.seq));
         Op {
             id,
             timestamp,

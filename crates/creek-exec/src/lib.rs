@@ -11,11 +11,13 @@
 pub mod basic;
 pub mod builtins;
 pub mod engine;
+pub mod keyspace;
 pub mod lang;
 pub mod mvcc;
 pub mod registry;
 pub mod session;
 pub mod txn;
+pub mod user_procs;
 pub mod value;
 pub mod varint;
 pub mod void;

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use crate::session::{self, Before};
-use crate::txn::{Abort, Outcome, ScanRead, SnapshotRead, Txn, TxnLimits, VersionNo, Write};
+use crate::txn::{Outcome, ScanRead, SnapshotRead, Txn, TxnLimits, VersionNo, Write};
+use crate::user_procs::{self, ProgramCache};
 
 /// A deterministic stored procedure: no clocks, randomness or I/O inside.
 /// It receives the call's encoded arguments as shared bytes, so it can keep
@@ -104,6 +105,15 @@ pub struct ProcCall {
     /// replica that creates the op and not sent on the wire: session expiry
     /// compares it with the horizon.
     pub time_us: u64,
+    /// Whether the op is strong, set like `time_us` (by the replica that
+    /// creates the op and by the wire decoder from the op's level; never
+    /// sent separately). A procedure that may write a strong keyspace runs
+    /// only when it is set (DESIGN §14).
+    pub strong: bool,
+    /// The op's identity `(origin replica, seq)`, set like `time_us`; `None`
+    /// for a local read-only op, which is never broadcast. User procedures
+    /// see it as `op_id()` and seed `rand()` with it.
+    pub op: Option<(u64, u64)>,
 }
 
 impl ProcCall {
@@ -115,6 +125,8 @@ impl ProcCall {
             request_id: None,
             acked: Vec::new(),
             time_us: 0,
+            strong: false,
+            op: None,
         }
     }
 }
@@ -136,11 +148,14 @@ pub enum CallError {
     },
 }
 
-/// The set of procedures a replica can run. All replicas of a cluster must
-/// hold the same registry.
+/// The set of built-in procedures a replica can run. All replicas of a
+/// cluster must hold the same registry. User procedures are not in it: they
+/// are replicated state (see [`crate::user_procs`]); the registry only
+/// shares, between its clones, a cache of their compiled programs.
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
     procs: FxHashMap<Arc<str>, Procedure>,
+    programs: Arc<ProgramCache>,
 }
 
 impl Registry {
@@ -203,7 +218,13 @@ impl Registry {
         self.procs.get(name)
     }
 
-    /// Check that `call` names a known procedure with well-formed arguments.
+    /// The compiled user programs, shared by this registry's clones.
+    pub fn programs(&self) -> &ProgramCache {
+        &self.programs
+    }
+
+    /// Check that `call` names a known built-in procedure with well-formed
+    /// arguments (user procedures: [`crate::user_procs::check_user_call`]).
     pub fn check(&self, call: &ProcCall) -> Result<&Procedure, CallError> {
         let p = self
             .get(&call.name)
@@ -242,6 +263,12 @@ pub const INTERNAL_KEY_PREFIX: u8 = 0;
 
 /// Run `call` on `snapshot`.
 ///
+/// A name that is not a built-in is a user procedure, looked up in the
+/// snapshot (see [`crate::user_procs`]); an unknown one aborts. Built-ins
+/// that change definitions (`keyspace.create`, `proc.register`,
+/// `proc.drop`) and user procedures that may write a strong keyspace abort,
+/// writing nothing, unless the call is strong ([`ProcCall::strong`]).
+///
 /// Deduplication: when the call carries a client request id and the
 /// procedure writes, the client's session entry is looked up first (see
 /// [`crate::session`]): a recorded outcome is returned without running
@@ -257,15 +284,26 @@ pub fn execute_call(
     call: &ProcCall,
 ) -> Executed {
     let Some(procedure) = registry.get(&call.name) else {
-        return Executed {
-            reads: Vec::new(),
-            scans: Vec::new(),
-            writes: Vec::new(),
-            outcome: Err(Abort::new(format!("unknown procedure {:?}", call.name))),
-        };
+        return user_procs::execute(registry, snapshot, limits, call);
     };
-    let dedup = call.request_id.filter(|_| !procedure.read_only);
-    let mut txn = Txn::new(snapshot, limits, procedure.read_only);
+    let txn = Txn::new(snapshot, limits, procedure.read_only);
+    if let Some(abort) = crate::builtins::defs::level_violation(call) {
+        return txn.finish(Err(abort));
+    }
+    run_in_session(txn, call, procedure.read_only, |txn| {
+        crate::builtins::defs::run(registry, txn, call)
+            .unwrap_or_else(|| (procedure.run)(txn, &call.args))
+    })
+}
+
+/// Run `body` in `txn` with the session rules of [`execute_call`].
+pub(crate) fn run_in_session(
+    mut txn: Txn<'_>,
+    call: &ProcCall,
+    read_only: bool,
+    body: impl FnOnce(&mut Txn<'_>) -> Outcome,
+) -> Executed {
+    let dedup = call.request_id.filter(|_| !read_only);
     if let Some(id) = dedup {
         if let Before::Answer(outcome) = session::before(&mut txn, id, call.time_us) {
             let read = txn.finish(Ok(Bytes::new()));
@@ -276,7 +314,7 @@ pub fn execute_call(
             };
         }
     }
-    let result = (procedure.run)(&mut txn, &call.args);
+    let result = body(&mut txn);
     let mut executed = txn.finish(result);
     if let Some(id) = dedup {
         session::after(call, id, &executed.outcome, &mut executed.writes);

@@ -1191,6 +1191,8 @@ impl<'a> Reader<'a> {
                 request_id,
                 acked,
                 time_us: timestamp.physical_us(),
+                strong,
+                op: Some((u64::from(id.origin.0), id.seq)),
             },
             strong,
             causal_context,

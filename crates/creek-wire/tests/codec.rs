@@ -79,6 +79,8 @@ fn arb_call() -> impl Strategy<Value = ProcCall> {
                 .map(|&(client, seq, _)| ClientRequestId { client, seq }),
             acked: rid.map(|(_, _, acked)| acked).unwrap_or_default(),
             time_us: 0,
+            strong: false,
+            op: None,
         })
 }
 
@@ -93,8 +95,11 @@ fn arb_op() -> impl Strategy<Value = Op> {
             id,
             timestamp: Timestamp(ts),
             call: {
-                // Not on the wire: the decoder derives it from the timestamp.
+                // Not on the wire: the decoder derives them from the
+                // timestamp, the flags and the id.
                 call.time_us = Timestamp(ts).physical_us();
+                call.strong = ctx.is_some();
+                call.op = Some((u64::from(id.origin.0), id.seq));
                 call
             },
             strong: ctx.is_some(),
@@ -410,6 +415,8 @@ fn op_example() -> Op {
             request_id: Some(ClientRequestId { client: 7, seq: 2 }),
             acked: Vec::new(),
             time_us: Timestamp(0x0102_0304_0506_0708).physical_us(),
+            strong: true,
+            op: Some((1, 5)),
         },
         strong: true,
         causal_context: Some(
@@ -687,13 +694,13 @@ fn encode_refuses_malformed_messages() {
 fn default_limits_hold_large_messages() {
     // A message at the default ops limit encodes and decodes; one more op
     // is refused.
-    let op = Arc::new(Op {
-        id: OpId::new(ReplicaId(1), 1),
-        timestamp: Timestamp(1),
-        call: ProcCall::new("p", Bytes::new()),
-        strong: false,
-        causal_context: None,
-    });
+    let op = Arc::new(Op::new(
+        OpId::new(ReplicaId(1), 1),
+        Timestamp(1),
+        ProcCall::new("p", Bytes::new()),
+        false,
+        None,
+    ));
     let mut ops = vec![op; Limits::default().ops_per_message_max];
     let msg = PeerMessage::Gossip(GossipMessage::Ops(ops.clone()));
     let frame = enc(&msg);

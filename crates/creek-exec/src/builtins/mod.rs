@@ -26,6 +26,10 @@
 //! | `set.read`       | `set: bytes`                                | sorted list of bytes     | yes       |
 //! | `sys.noop`       | none                                        | nil                      | yes       |
 //!
+//! The definition built-ins `keyspace.create`, `keyspace.list`,
+//! `proc.register`, `proc.list`, `proc.show` and `proc.drop` are described
+//! in `defs`.
+//!
 //! (`bytes?` is bytes or nil.) User keys and collection names starting with
 //! byte [`INTERNAL_KEY_PREFIX`] are reserved and refused; the collections
 //! keep their state under keys with that prefix.
@@ -37,6 +41,7 @@ use crate::txn::{Abort, Outcome, Txn};
 use crate::value::{decode_args, Value};
 
 mod collections;
+pub(crate) mod defs;
 mod kv;
 mod queue;
 
@@ -60,6 +65,7 @@ pub fn register_all(r: &mut Registry) {
     kv::register(r);
     queue::register(r);
     collections::register(r);
+    defs::register(r);
 }
 
 /// `sys.noop` takes no arguments: an empty list, or (leniently) empty input.
@@ -390,9 +396,12 @@ mod tests {
         assert_eq!(
             read_only,
             [
+                "keyspace.list",
                 "kv.get",
                 "list.len",
                 "list.read",
+                "proc.list",
+                "proc.show",
                 "queue.len",
                 "queue.peek",
                 "set.contains",
