@@ -146,6 +146,15 @@ pub enum CallError {
         /// What is wrong.
         reason: String,
     },
+    /// The procedure may write a strong keyspace and the call is weak
+    /// (DESIGN §14: such procedures run only in strong ops).
+    #[error("{name} writes strong keyspace {keyspace}: invoke it at the strong level")]
+    NeedsStrong {
+        /// The procedure.
+        name: String,
+        /// A strong keyspace it may write.
+        keyspace: String,
+    },
 }
 
 /// The set of built-in procedures a replica can run. All replicas of a

@@ -321,16 +321,20 @@ pub fn check_user_call(
             reason,
         })?;
     if let Some(ks) = user.strong_write().filter(|_| !strong) {
-        return Err(CallError::MalformedArgs {
+        return Err(CallError::NeedsStrong {
             name: call.name.to_string(),
-            reason: level_message(&call.name, ks),
+            keyspace: ks.to_owned(),
         });
     }
     Ok(user)
 }
 
 fn level_message(name: &str, ks: &str) -> String {
-    format!("{name} writes strong keyspace {ks}: invoke it at the strong level")
+    CallError::NeedsStrong {
+        name: name.to_owned(),
+        keyspace: ks.to_owned(),
+    }
+    .to_string()
 }
 
 /// The context of one execution: `op_id()` is `r<origin>.<seq>` (`local`
