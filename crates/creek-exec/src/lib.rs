@@ -1,5 +1,7 @@
 //! Creek's execution room: the multiversion speculative executor (Creek
-//! paper §4.4), the procedure registry with its built-ins, and the undo-log
+//! paper §4.4), the procedure registry with its built-ins, user procedures
+//! (the language in [`lang`], registered as replicated state by
+//! [`user_procs`] over the keyspaces of [`keyspace`]), and the undo-log
 //! engine of the basic algorithm (Algorithm 2), kept as a reference and test
 //! oracle.
 //!

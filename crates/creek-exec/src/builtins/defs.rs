@@ -5,14 +5,17 @@
 //! registry (for the cache of compiled programs and the built-in names) and
 //! the call's level.
 //!
-//! | procedure         | arguments                      | result                                                  | read-only | strong only |
-//! |-------------------|--------------------------------|---------------------------------------------------------|-----------|-------------|
-//! | `keyspace.create` | `name: bytes, label: bytes`    | nil                                                     |           | yes         |
-//! | `keyspace.list`   | none                           | list of `[name, label]`                                 | yes       |             |
-//! | `proc.register`   | `source: bytes`                | list of `[name, version]`                               |           | yes         |
-//! | `proc.list`       | none                           | list of `[name, version, signature, read_only, writes_strong]` | yes |             |
-//! | `proc.show`       | `name: bytes`                  | `[name, version, source]`, or nil if absent             | yes       |             |
-//! | `proc.drop`       | `name: bytes`                  | bool: existed                                           |           | yes         |
+//! | procedure         | arguments                   | result                                  | read-only | strong only |
+//! |-------------------|-----------------------------|-----------------------------------------|-----------|-------------|
+//! | `keyspace.create` | `name: bytes, label: bytes` | nil                                     |           | yes         |
+//! | `keyspace.list`   | none                        | list of `[name, label]`                 | yes       |             |
+//! | `proc.register`   | `source: bytes`             | list of `[name, version]`               |           | yes         |
+//! | `proc.list`       | none                        | list of `[name, version, signature, read_only, writes_strong]` | yes | |
+//! | `proc.show`       | `name: bytes`               | `[name, version, source]`, or nil       | yes       |             |
+//! | `proc.drop`       | `name: bytes`               | bool: existed                           |           | yes         |
+//!
+//! A strong-only one called in a weak op aborts before it runs, writing
+//! nothing (not even the client's session entry).
 
 use bytes::Bytes;
 
