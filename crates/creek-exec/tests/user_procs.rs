@@ -559,3 +559,31 @@ fn out_of_order_arrival_agrees_with_the_basic_engine() {
         assert_eq!(db.state(), want_state, "seed {seed}");
     }
 }
+
+/// A user procedure may not take the name of a built-in (a workload's
+/// procedures may be plain names) nor the internal prefix.
+#[test]
+fn builtin_names_are_refused() {
+    let mut registry = Registry::with_builtins();
+    registry.register_fn("hello", true, |_| Ok(()), |_, _| Ok(Bytes::new()));
+    let register = |src: &str| ProcCall {
+        strong: true,
+        op: Some((1, 1)),
+        ..ProcCall::new("proc.register", encode_args(&[b(src)]))
+    };
+    let clash = register("proc hello() -> int { return 1 }");
+    let fine = register("proc hi() -> int { return 1 }");
+    let (outcomes, state) =
+        creek_exec::basic::replay(&registry, TxnLimits::default(), [&clash, &fine]);
+    assert_eq!(
+        outcomes[0],
+        Err(creek_exec::Abort::new(
+            "proc hello: the name belongs to a built-in procedure"
+        ))
+    );
+    assert!(outcomes[1].is_ok());
+    assert_eq!(
+        state.keys().cloned().collect::<Vec<_>>(),
+        vec![user_procs::proc_key("hi")]
+    );
+}
