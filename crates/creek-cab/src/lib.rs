@@ -1260,6 +1260,19 @@ impl<S: CabStorage> Cab<S> {
         Some(m.get_entries().first().map_or(m.index + 1, |e| e.index))
     }
 
+    /// The log index of the first decided id still waiting for its
+    /// predicate (its payload or its causal context), if any.
+    pub fn decided_from(&self) -> Option<u64> {
+        self.decided.front().map(|(_, index)| *index)
+    }
+
+    /// The replica that sent the first held append: a leader of its term,
+    /// and so a member that holds the entries (and can serve a checkpoint
+    /// covering them) even when this replica no longer knows who leads.
+    pub fn held_sender(&self) -> Option<ReplicaId> {
+        replica_of(self.held.front()?.from)
+    }
+
     /// Decided ids still waiting for their predicate.
     pub fn decided_waiting(&self) -> usize {
         self.decided.len()

@@ -18,6 +18,38 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::id::{OpId, ReplicaId};
 
+/// The seqs of `next..=last` not in `held` (ascending, all `>= next`
+/// after the first step), walking `held` in order.
+struct Gaps<I: Iterator> {
+    next: u64,
+    last: u64,
+    held: std::iter::Peekable<I>,
+}
+
+impl<'a, I: Iterator<Item = &'a u64>> Iterator for Gaps<I> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        while self.next <= self.last && self.next != 0 {
+            match self.held.peek() {
+                Some(&&h) if h < self.next => {
+                    self.held.next();
+                }
+                Some(&&h) if h == self.next => {
+                    self.held.next();
+                    self.next = self.next.checked_add(1).unwrap_or(0);
+                }
+                _ => {
+                    let seq = self.next;
+                    self.next = seq.checked_add(1).unwrap_or(0);
+                    return Some(seq);
+                }
+            }
+        }
+        None
+    }
+}
+
 /// The ids of one origin: `1..=counter` plus `exceptions` (all `> counter`).
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 struct Entry {
@@ -161,18 +193,24 @@ impl Dvv {
     }
 
     /// The ids in `self` that are not in `other`, lazily, in `(origin, seq)`
-    /// order. Each step costs O(log n); stop early to bound the work on a
-    /// context from an untrusted peer (a huge counter is a huge range).
+    /// order. Stop early to bound the work on a context from an untrusted
+    /// peer (a huge counter is a huge range). Within `self`'s contiguous
+    /// range the walk steps over runs of `other`'s exceptions in order
+    /// rather than looking each seq up, so a range `other` mostly holds
+    /// beyond a gap costs one pass over those exceptions.
     pub fn difference_iter<'a>(&'a self, other: &'a Dvv) -> impl Iterator<Item = OpId> + 'a {
         self.entries.iter().flat_map(move |(&origin, e)| {
             let o = other.entry(origin);
-            let missing = move |s: &u64| !o.exceptions.contains(s);
-            let contiguous = (o.counter.saturating_add(1)..=e.counter).filter(missing);
+            let contiguous = Gaps {
+                next: o.counter.checked_add(1).unwrap_or(0),
+                last: e.counter,
+                held: o.exceptions.range((Excluded(o.counter), Unbounded)).peekable(),
+            };
             let exceptions = e
                 .exceptions
                 .range((Excluded(o.counter), Unbounded))
                 .copied()
-                .filter(missing);
+                .filter(move |s| !o.exceptions.contains(s));
             contiguous
                 .chain(exceptions)
                 .map(move |seq| OpId { origin, seq })

@@ -213,12 +213,14 @@ pub struct Node<S: CabStorage> {
     /// Rebuilt after losing its data: the last own seq from before, all of
     /// whose ops it takes back (0 otherwise).
     rebuilt_floor: u64,
-    /// The log index CAB's first held append waits on, and for how many
-    /// ticks it has.
+    /// The log index this replica waits on for payloads (see
+    /// [`Node::watch_held`]), and for how many ticks it has.
     held_wait: Option<(u64, u64)>,
     /// After a crash: the own seqs being taken back, recorded on disk until
     /// the committed order settles them (see [`OwnSeqs::reclaiming`]).
     reclaiming: Option<(u64, u64)>,
+    /// A tick passed since the last [`Node::pull_missing`].
+    pull_due: bool,
     /// The group's initial members (the configuration's).
     initial_group: Vec<ReplicaId>,
     /// Addresses of members added since the group formed (see [`group`]).
@@ -349,9 +351,9 @@ const RECLAIM_TICKS: u64 = 500;
 /// reader a little behind does not find them gone. About 40 bytes each.
 const COMMITTED_TAIL: u64 = 65_536;
 
-/// A member whose first held append has waited this many ticks for
-/// payloads fetches a checkpoint that covers it (see
-/// [`Node::held_too_long`]).
+/// A member that has waited this many ticks on one log index for payloads
+/// (its first undelivered decided id, or its first held append) fetches a
+/// checkpoint that covers it (see [`Node::held_too_long`]).
 const HELD_FETCH_TICKS: u64 = 500;
 
 /// The most rounds one pump may take (see [`Node::pump`]'s assertion).
@@ -420,6 +422,7 @@ impl<S: CabStorage> Node<S> {
             own_floor: 0,
             reclaim_ticks: 0,
             held_wait: None,
+            pull_due: true,
             rebuilt_floor: 0,
             reclaiming: None,
             committed_told: replica.committed_len(),
@@ -746,15 +749,30 @@ impl<S: CabStorage> Node<S> {
     /// before it crashed or lost its data (a report is forgotten only once
     /// the peer says it lost its data, which it may say too briefly to be
     /// heard). Committed ops travel in checkpoints instead.
+    ///
+    /// Without a known leader, the sender of the held append: a replica
+    /// waiting on payloads no peer has is pushed the ops after the gap by
+    /// every anti-entropy round, and that flood can delay the leader's
+    /// heartbeats past the election timeout, so it may keep campaigning
+    /// without ever learning the leader (chaos seed 7, docs/reliability.md).
     fn held_too_long(&self) -> Option<(ReplicaId, u64)> {
         let (index, ticks) = self.held_wait?;
-        let leader = self.cab.leader().filter(|l| *l != self.id())?;
-        (ticks >= HELD_FETCH_TICKS).then_some((leader, index))
+        let source = self
+            .cab
+            .leader()
+            .or_else(|| self.cab.held_sender())
+            .filter(|l| *l != self.id())?;
+        (ticks >= HELD_FETCH_TICKS).then_some((source, index))
     }
 
-    /// Count the ticks CAB's first held append waits on the same index.
+    /// Count the ticks this replica waits for payloads on the same log
+    /// index: the first decided id not delivered for want of its payload or
+    /// causal context, or else CAB's first held append. Both can wait on ops
+    /// no peer keeps any more; a held queue also empties and refills as
+    /// appends are retried, so the first decided id is watched first.
     fn watch_held(&mut self) {
-        self.held_wait = match (self.held_wait, self.cab.held_from()) {
+        let waits_on = self.cab.decided_from().or(self.cab.held_from());
+        self.held_wait = match (self.held_wait, waits_on) {
             (Some((at, ticks)), Some(index)) if at == index => Some((at, ticks + 1)),
             (_, index) => index.map(|i| (i, 0)),
         };
@@ -1007,6 +1025,7 @@ impl<S: CabStorage> Node<S> {
         self.gossip.tick();
         self.reclaim_tick(now_us);
         self.watch_held();
+        self.pull_due = true;
         for (to, probe) in self.timing.tick(now_us) {
             self.outbox.push((to, PeerMessage::Probe(probe)));
         }
@@ -1496,7 +1515,17 @@ impl<S: CabStorage> Node<S> {
 
     /// Ask gossip for what CAB waits on: the strong op itself, or the ops of
     /// its causal context that have not arrived.
+    ///
+    /// At most once per tick: gossip asks for an id again only every
+    /// `pull_every_ticks` anyway, and finding what is missing walks the
+    /// causal contexts of every waiting op. A pump runs for every message
+    /// and every completed execution; a replica that restarted behind a gap
+    /// (thousands of cast ids waiting on a few lost payloads) spent its
+    /// whole node loop here (chaos seed 7, docs/reliability.md).
     fn pull_missing(&mut self) {
+        if !std::mem::take(&mut self.pull_due) {
+            return;
+        }
         let replica = &self.replica;
         let waiting = self
             .cab
