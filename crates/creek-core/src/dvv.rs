@@ -204,7 +204,10 @@ impl Dvv {
             let contiguous = Gaps {
                 next: o.counter.checked_add(1).unwrap_or(0),
                 last: e.counter,
-                held: o.exceptions.range((Excluded(o.counter), Unbounded)).peekable(),
+                held: o
+                    .exceptions
+                    .range((Excluded(o.counter), Unbounded))
+                    .peekable(),
             };
             let exceptions = e
                 .exceptions
