@@ -325,6 +325,21 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
         db
     }
 
+    fn read_latest(&self, key: &[u8]) -> Option<Bytes> {
+        // The database holds the state after the executed prefix.
+        self.db.get(key).cloned()
+    }
+
+    fn scan_latest(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes)>) {
+        if from >= to {
+            return;
+        }
+        let range = self
+            .db
+            .range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)));
+        out.extend(range.take(limit).map(|(k, v)| (k.clone(), v.clone())));
+    }
+
     fn running(&self) -> usize {
         usize::from(self.running.is_some())
     }

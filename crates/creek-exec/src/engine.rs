@@ -160,6 +160,18 @@ pub trait Engine<K: OpKey, P: Position> {
             f(k, v);
         }
     }
+    /// The newest value of `key` at the end of the current order: what the
+    /// newest installed execution that wrote it left (committed or
+    /// tentative), else its committed value; `None` if absent or deleted.
+    /// Ops not executed yet are not reflected. A cheap point read for
+    /// invoke-time checks (a procedure the client just registered), never
+    /// recorded as a read of any execution.
+    fn read_latest(&self, key: &[u8]) -> Option<Bytes>;
+    /// Append to `out` the live keys of `[from, to)` at the end of the
+    /// current order (as [`Engine::read_latest`] sees them), in ascending
+    /// byte order, stopping after `limit` of them. Appends nothing when
+    /// `from >= to`.
+    fn scan_latest(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes)>);
     /// Tasks handed out and not yet completed (or known to be stale).
     fn running(&self) -> usize;
     /// Forget every task handed out: their completions will be discarded and

@@ -19,11 +19,12 @@
 //! that may write a strong keyspace runs only in a strong op
 //! ([`ProcCall::strong`]); otherwise it aborts, writing nothing.
 //!
-//! The replica's invoke-time check ([`Registry::check`]) knows only the
-//! built-ins; [`check_user_call`] is the check a server runs for other
-//! names, against its committed snapshot. Until a replica uses it, user
-//! procedures are invoked as ordinary (broadcast) ops; a weak call of a
-//! read-only user procedure is not yet answered locally.
+//! [`Registry::check`] knows only the built-ins; [`check_user_call`] is
+//! the invoke-time check of other names, which a replica runs against its
+//! latest state (committed and tentative: where a procedure the client
+//! has just registered is). User procedures are invoked as ordinary
+//! (broadcast) ops; a weak call of a read-only user procedure is not
+//! answered locally.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -298,7 +299,7 @@ pub fn describe(registry: &Registry, snapshot: &dyn SnapshotRead, name: &str) ->
         .flatten()
 }
 
-/// The invoke-time check of a call to a user procedure, for a server: it
+/// The invoke-time check of a call to a user procedure, for a replica: it
 /// exists in `snapshot`, the arguments fit its parameters, and a procedure
 /// that may write a strong keyspace is invoked `strong`. The executor
 /// checks all of this again when the op runs (the definition may change in

@@ -139,6 +139,7 @@ fn rejected(e: creek_core::InvokeError) -> Status {
             Status::invalid_argument(format!("unknown procedure {p:?}"))
         }
         E::Call(c @ CallError::MalformedArgs { .. }) => Status::invalid_argument(c.to_string()),
+        E::Call(c @ CallError::NeedsStrong { .. }) => Status::invalid_argument(c.to_string()),
         E::NoView => Status::invalid_argument("the request asks for no view"),
         E::Overloaded(n) => Status::resource_exhausted(format!(
             "replica overloaded: {n} ops on the tentative list; retry later"

@@ -31,14 +31,17 @@ use crate::op::{Change, Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views
 
 mod restore;
 mod sessions;
+mod user_calls;
 
 pub use sessions::SessionStats;
+pub use user_calls::USER_PROCS_LIST_MAX;
 
 /// Why an invocation is refused. Nothing is applied or broadcast.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvokeError {
-    /// Unknown procedure or malformed arguments.
+    /// Unknown procedure, malformed arguments, or a weak call of a user
+    /// procedure that may write a strong keyspace.
     #[error(transparent)]
     Call(#[from] CallError),
     /// The request asks for no view at all.
@@ -274,7 +277,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// Algorithm 1, `invoke` (lines 15–25). `now_us` is the driver's clock.
     /// Returns the handle its views will carry.
     pub fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
-        let procedure = self.registry.check(&request.call)?;
+        // A name that is no built-in may be a user procedure; those are
+        // always broadcast (see `user_calls`).
+        let (read_only, local_ok) = match self.registry.get(&request.call.name) {
+            Some(_) => (self.registry.check(&request.call)?.read_only, true),
+            None => (self.check_user_call(&request.call, request.strong)?, false),
+        };
         if !request.views.tentative && !request.views.final_view {
             return Err(InvokeError::NoView);
         }
@@ -287,10 +295,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         } else {
             self.counters.invoked_weak += 1;
         }
-        let read_only = procedure.read_only;
         let mut call = request.call;
         self.sessions.route_acks(&mut call, read_only);
-        if !request.strong && read_only && !request.views.final_view {
+        if !request.strong && read_only && local_ok && !request.views.final_view {
             return Ok(self.invoke_local_read(call, now_us));
         }
         Ok(self.invoke_op(call, request.strong, request.views, true, now_us))

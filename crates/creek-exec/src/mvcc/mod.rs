@@ -1032,6 +1032,24 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         }
     }
 
+    fn read_latest(&self, key: &[u8]) -> Option<Bytes> {
+        self.keys.get(key)?.latest().cloned()
+    }
+
+    fn scan_latest(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes)>) {
+        let mut left = limit;
+        if left == 0 {
+            return;
+        }
+        self.keys.for_each_in(from, to, |k, ks| {
+            if let Some(value) = ks.latest() {
+                out.push((k.clone(), value.clone()));
+                left -= 1;
+            }
+            left > 0
+        });
+    }
+
     fn running(&self) -> usize {
         self.running
     }

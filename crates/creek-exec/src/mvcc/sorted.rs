@@ -83,6 +83,11 @@ impl<P: Ord + Copy, V> SortedDeque<P, V> {
             .map(|(_, v)| v)
     }
 
+    /// The last entry.
+    pub(crate) fn last(&self) -> Option<&V> {
+        self.items.back().map(|(_, v)| v)
+    }
+
     /// The position of the first entry strictly after `pos`.
     pub(crate) fn first_after(&self, pos: P) -> Option<P> {
         let i = self.items.partition_point(|(p, _)| *p <= pos);

@@ -59,6 +59,15 @@ impl<P: Position, K: Copy> KeyState<P, K> {
         }
     }
 
+    /// The value a reader after every installed version sees (`None`:
+    /// absent or deleted).
+    pub(crate) fn latest(&self) -> Option<&Bytes> {
+        match self.versions.last() {
+            Some(v) => v.value.as_ref(),
+            None => self.base.as_ref().and_then(|v| v.value.as_ref()),
+        }
+    }
+
     /// Readers whose visible version may change when versions between `lo`
     /// and `hi` (inclusive) change or move: those after `lo` up to and
     /// including the next version's writer after `hi`.

@@ -1,0 +1,77 @@
+//! Calls to user procedures at invoke time (DESIGN §14).
+//!
+//! The [`Registry`](creek_exec::Registry) knows only the built-ins; a user
+//! procedure is replicated state (`\0proc/NAME`, see
+//! [`creek_exec::user_procs`]). A replica checks a call to one against its
+//! *latest* state — the end of the current order, committed and
+//! tentative — because that is where a procedure the client has just
+//! registered is: the client saw the register op's view, and its next call
+//! must not be refused for want of a commit. The executor checks the
+//! definition again when the op runs (it may change in between).
+//!
+//! User procedures are always broadcast, read-only ones included: a weak
+//! call of a read-only user procedure is not answered locally, because a
+//! re-registration ordered before it could make the same name write, and
+//! a local op's writes would never reach the other replicas.
+
+use bytes::Bytes;
+use creek_exec::user_procs::{self, UserProc, PROC_PREFIX};
+use creek_exec::{CallError, Engine, ProcCall, SnapshotRead, VersionNo};
+
+use super::Replica;
+use crate::op::{ExecKey, Pos};
+
+/// Most user procedures [`Replica::user_procedures`] lists.
+pub const USER_PROCS_LIST_MAX: usize = 4096;
+
+/// An engine's latest state as a snapshot, for invoke-time checks. Its
+/// reads are never recorded (every version reads as [`VersionNo::ABSENT`]).
+struct Latest<'a, E>(&'a E);
+
+impl<E: Engine<ExecKey, Pos>> SnapshotRead for Latest<'_, E> {
+    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        (self.0.read_latest(key), VersionNo::ABSENT)
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        let mut found = Vec::new();
+        self.0.scan_latest(from, to, limit, &mut found);
+        out.extend(found.into_iter().map(|(k, v)| (k, v, VersionNo::ABSENT)));
+    }
+}
+
+impl<E: Engine<ExecKey, Pos>> Replica<E> {
+    /// The newest value of `key` at the end of the current order (see
+    /// [`Engine::read_latest`]).
+    pub fn read_latest(&self, key: &[u8]) -> Option<Bytes> {
+        self.engine.read_latest(key)
+    }
+
+    /// Check a call whose name is no built-in as a call to a user
+    /// procedure in the latest state: it exists, its arguments fit, and
+    /// one that may write a strong keyspace is called `strong`. Returns
+    /// whether it is read-only.
+    pub(super) fn check_user_call(&self, call: &ProcCall, strong: bool) -> Result<bool, CallError> {
+        let user =
+            user_procs::check_user_call(&self.registry, &Latest(&self.engine), call, strong)?;
+        Ok(user.compiled().is_some_and(|p| p.read_only))
+    }
+
+    /// The registered user procedures in the latest state, by name (at
+    /// most [`USER_PROCS_LIST_MAX`]; records that no longer compile are
+    /// left out).
+    pub fn user_procedures(&self) -> Vec<UserProc> {
+        let (from, to) = creek_exec::keyspace::prefix_range(PROC_PREFIX);
+        let mut found = Vec::new();
+        self.engine
+            .scan_latest(&from, &to, USER_PROCS_LIST_MAX, &mut found);
+        let latest = Latest(&self.engine);
+        found
+            .iter()
+            .filter_map(|(key, _)| {
+                let name = std::str::from_utf8(key.get(PROC_PREFIX.len()..)?).ok()?;
+                user_procs::describe(&self.registry, &latest, name)
+            })
+            .collect()
+    }
+}
