@@ -95,6 +95,9 @@ pub enum Event {
     Status(oneshot::Sender<StatusSnapshot>),
     /// The console's strip: recent ops and the ends of the two lists.
     Strip(oneshot::Sender<crate::console::journal::Strip>),
+    /// The user procedures of the replica's latest state, for the
+    /// `Procedures` call.
+    UserProcedures(oneshot::Sender<Vec<creek_proto::pb::ProcedureInfo>>),
     /// The committed state and the committed length it reflects.
     Dump(oneshot::Sender<(u64, Vec<(Bytes, Bytes)>)>),
     /// Part of the committed order, from a position on.
@@ -531,6 +534,10 @@ impl NodeLoop {
                     .journal
                     .strip(r.committed(), r.committed_len(), &r.tentative());
                 let _ = reply.send(strip);
+            }
+            Event::UserProcedures(reply) => {
+                let user = self.node.replica().user_procedures();
+                let _ = reply.send(crate::service::user_procedure_infos(&user));
             }
             Event::Dump(reply) => {
                 let r = self.node.replica();

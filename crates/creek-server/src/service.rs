@@ -40,8 +40,9 @@ pub struct CreekService {
     pub(crate) me: ReplicaId,
     pub(crate) max_request_bytes: usize,
     pub(crate) stopping: Arc<AtomicBool>,
-    /// The `Procedures` answer: the registry does not change while the
-    /// replica runs.
+    /// The built-ins' part of the `Procedures` answer: the registry does
+    /// not change while the replica runs (user procedures are asked of
+    /// the node loop on each call).
     pub(crate) procedures: Arc<pb::ProceduresReply>,
 }
 
@@ -68,10 +69,58 @@ pub(crate) fn procedures_reply(registry: &creek_exec::Registry) -> pb::Procedure
                 summary: sig.map_or_else(String::new, |s| s.summary.clone()),
                 read_only: p.read_only,
                 described: sig.is_some(),
+                ..pb::ProcedureInfo::default()
             }
         })
         .collect();
     pb::ProceduresReply { procedures }
+}
+
+/// The `Procedures` entries of user procedures (DESIGN §14).
+pub(crate) fn user_procedure_infos(
+    user: &[creek_exec::user_procs::UserProc],
+) -> Vec<pb::ProcedureInfo> {
+    user.iter()
+        .filter_map(|u| {
+            let compiled = u.compiled()?;
+            let sig = compiled.signature();
+            let label = |ks: &str| {
+                u.program
+                    .keyspaces
+                    .iter()
+                    .chain(u.record.keyspaces.iter())
+                    .find(|(n, _)| n == ks)
+                    .map_or("?", |(_, l)| l.name())
+            };
+            let keyspaces = compiled
+                .reads
+                .union(&compiled.writes)
+                .map(|ks| pb::KeyspaceLabel {
+                    name: ks.clone(),
+                    label: label(ks).to_owned(),
+                })
+                .collect();
+            Some(pb::ProcedureInfo {
+                name: u.name.clone(),
+                params: sig
+                    .params
+                    .iter()
+                    .map(|(name, ty)| pb::Param {
+                        name: name.clone(),
+                        r#type: ty.clone(),
+                    })
+                    .collect(),
+                returns: sig.returns.clone(),
+                summary: sig.summary.clone(),
+                read_only: compiled.read_only,
+                described: true,
+                user: true,
+                version: u.record.version,
+                writes_strong: compiled.writes_strong,
+                keyspaces,
+            })
+        })
+        .collect()
 }
 
 /// The op a request asks for: (strong, views).
@@ -338,9 +387,19 @@ impl pb::creek_server::Creek for CreekService {
         &self,
         _request: tonic::Request<pb::ProceduresRequest>,
     ) -> Result<tonic::Response<pb::ProceduresReply>, Status> {
-        Ok(tonic::Response::new(pb::ProceduresReply::clone(
-            &self.procedures,
-        )))
+        let (tx, rx) = oneshot::channel();
+        let gone = || Status::unavailable("the replica is shutting down");
+        self.events
+            .send(Event::UserProcedures(tx))
+            .await
+            .map_err(|_| gone())?;
+        let user = rx.await.map_err(|_| gone())?;
+        let mut reply = pb::ProceduresReply::clone(&self.procedures);
+        // A user procedure never shares a built-in's name (proc.register
+        // refuses it), so a merge by name keeps both lists whole.
+        reply.procedures.extend(user);
+        reply.procedures.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(tonic::Response::new(reply))
     }
 
     async fn status(
