@@ -162,6 +162,51 @@ pub(crate) async fn procedures(
         .map_err(|e| Failure::new(exit::FAILED, explain(&e, addrs)))
 }
 
+/// How long the definition commands (`creek proc register`, `creek
+/// keyspace create`, …) wait for their closing view.
+pub(crate) const DEFINITION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Invoke `procedure` at `levels` and wait for its closing view: its
+/// outcome (`Err` with the procedure's message when it aborted).
+pub(crate) async fn call_closing(
+    client: &creek_client::Client,
+    addrs: &[String],
+    procedure: &str,
+    args: Vec<Value>,
+    levels: creek_client::Levels,
+) -> Result<Result<Value, String>, Failure> {
+    let failed = |e: Error| Failure::new(exit::FAILED, explain(&e, addrs));
+    let options = creek_client::CallOptions {
+        timeout: Some(DEFINITION_TIMEOUT),
+        ..creek_client::CallOptions::default()
+    };
+    let op = client
+        .invoke_with(procedure, args, levels, options)
+        .await
+        .map_err(failed)?;
+    let view = op.final_view().await.map_err(failed)?;
+    Ok(view.outcome)
+}
+
+/// The items of a list result, or a failure naming what came instead.
+pub(crate) fn list_items(procedure: &str, v: Value) -> Result<Vec<Value>, Failure> {
+    match v {
+        Value::List(items) => Ok(items),
+        other => Err(Failure::new(
+            exit::FAILED,
+            format!("{procedure} answered {other}, not a list"),
+        )),
+    }
+}
+
+/// Bytes as text (lossy), for names and labels.
+pub(crate) fn text_of(v: &Value) -> String {
+    match v {
+        Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        other => other.to_string(),
+    }
+}
+
 /// The error's text, with what was reached when the address answered but
 /// is not a replica's client port (a metrics or peer port, another
 /// server).

@@ -17,6 +17,7 @@ mod call_cmd;
 mod chaos;
 mod cli;
 mod dev_cmd;
+mod keyspace_cmd;
 mod proc_cmd;
 mod serve_cmd;
 mod sim_cmd;
@@ -61,8 +62,11 @@ enum Command {
     /// whether the group has a quorum (exit code 3: a member down, 4: no
     /// quorum).
     Status(status_cmd::Args),
-    /// List the procedures a cluster runs, with their signatures.
+    /// List the procedures a cluster runs, with their signatures; register
+    /// and drop user procedures.
     Proc(proc_cmd::Args),
+    /// Create and list the keyspaces of user procedures.
+    Keyspace(keyspace_cmd::Args),
     /// Print a completion script for a shell: bash, zsh or fish (e.g.
     /// `source <(creek completion bash)`).
     Completion {
@@ -149,6 +153,7 @@ fn main() -> ExitCode {
         Command::Call(args) => return cli::finish(call_cmd::run(&args)),
         Command::Status(args) => return cli::finish(status_cmd::run(&args)),
         Command::Proc(args) => return cli::finish(proc_cmd::run(&args)),
+        Command::Keyspace(args) => return cli::finish(keyspace_cmd::run(&args)),
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();
