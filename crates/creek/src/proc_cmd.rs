@@ -121,11 +121,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 fn print_user(p: &pb::ProcedureInfo) {
     println!("  version    {}", p.version);
     let strong = if p.writes_strong {
-        "yes: invoke it at the strong level"
+        "only: it may write a strong keyspace"
     } else {
-        "no"
+        "not needed"
     };
-    println!("  writes a strong keyspace  {strong}");
+    println!("  strong     {strong}");
     let keyspaces: Vec<String> = p
         .keyspaces
         .iter()
