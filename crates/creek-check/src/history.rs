@@ -67,6 +67,18 @@ impl OpRecord {
     pub fn first_tentative(&self) -> Option<&SeenView> {
         self.views.iter().find(|v| v.kind == ViewKind::Tentative)
     }
+
+    /// The call as the replicas run it: with its level and, for a
+    /// replicated op, its identity (what `creek_core::Op::new` sets). The
+    /// definition built-ins and user procedures depend on both (a
+    /// strong-only procedure aborts in a weak op; `op_id()` names the op),
+    /// so a checker that re-executes a call uses this, not `call`.
+    pub fn executed_call(&self) -> ProcCall {
+        let mut call = self.call.clone();
+        call.strong = self.strong;
+        call.op = self.id.map(|id| (u64::from(id.origin.0), id.seq));
+        call
+    }
 }
 
 /// Everything the clients saw in one run.

@@ -144,7 +144,7 @@ pub fn strong_ops(history: &History) -> Vec<LinOp> {
         .filter(|(_, r)| r.strong && r.id.is_some())
         .map(|(index, r)| LinOp {
             index,
-            call: r.call.clone(),
+            call: r.executed_call(),
             invoked_at_us: r.invoked_at_us,
             completed: r.final_view().map(|v| (v.at_us, v.outcome.clone())),
         })

@@ -255,7 +255,7 @@ pub fn check_run(
         if !r.strong && r.id.is_some() {
             lin_ops.push(linearizable::LinOp {
                 index,
-                call: r.call.clone(),
+                call: r.executed_call(),
                 invoked_at_us: r.invoked_at_us,
                 completed: None,
             });

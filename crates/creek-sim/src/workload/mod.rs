@@ -57,13 +57,16 @@ pub trait Workload: Send + Sync {
 pub mod bank;
 pub mod kv;
 pub mod list;
+pub mod procs;
 pub mod queue;
 pub mod tickets;
 pub mod tpcc;
 pub mod ycsb;
 
 /// The names [`by_name`] knows, in a fixed order.
-pub const NAMES: &[&str] = &["kv", "bank", "list", "queue", "tpcc", "ycsb", "tickets"];
+pub const NAMES: &[&str] = &[
+    "kv", "bank", "list", "queue", "tpcc", "ycsb", "tickets", "procs",
+];
 
 /// Most lines a workload's [`Workload::check`] returns; further violations
 /// are summarised in the last line.
@@ -135,6 +138,7 @@ pub fn by_name(name: &str, config: &WorkloadConfig) -> Result<Box<dyn Workload>,
         "tpcc" => Box::new(tpcc::TpccWorkload::new(config)?),
         "ycsb" => Box::new(ycsb::YcsbWorkload::new(config)?),
         "tickets" => Box::new(tickets::TicketsWorkload::new(config)?),
+        "procs" => Box::new(procs::ProcsWorkload::new(config)),
         _ => return Err(format!("unknown workload {name:?} ({})", NAMES.join(", "))),
     })
 }
