@@ -28,6 +28,10 @@ The same Correctables over other stores — Redis in front of PostgreSQL, a
 quorum read over Creek's replicas, or any two readers — are in
 `creek.bindings`.
 
+User procedures (docs/procedures.md) are registered from source with
+`register_procedures`, their keyspaces made with `create_keyspace`, and
+they are called by name like any procedure.
+
 Aborts are outcomes, not errors: a procedure that aborts produces views
 whose `abort` holds its message. A `CreekError` means the outcome is unknown
 (refused, deadline passed, no replica reachable).
@@ -46,6 +50,7 @@ from .errors import (
     ResourceExhausted,
     Unavailable,
 )
+from .procedures import Keyspace, KeyspaceLabel, NotRegistered, ProcedureSource, Refused, Registered
 from .views import BOTH, STRONG, WEAK, Level, View, ViewKind
 from .watch import WatchEvent
 
@@ -58,9 +63,15 @@ __all__ = [
     "CreekError",
     "DeadlineExceeded",
     "InvalidArgument",
+    "Keyspace",
+    "KeyspaceLabel",
     "Level",
+    "NotRegistered",
     "ProcedureAborted",
+    "ProcedureSource",
     "ProtocolError",
+    "Refused",
+    "Registered",
     "ResourceExhausted",
     "STRONG",
     "State",

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 from ._pb import creek_pb2 as pb
 from .builtins import Builtins
 from .client import DEFAULT, Client
 from .correctable import Correctable
+from .procedures import DEFINITION_TIMEOUT_S, Keyspace, KeyspaceLabel, ProcedureSource, Registered
 from .views import BOTH, STRONG, LevelsArg
 
 #: Longest wait for the private loop to run a short step (creating a call).
@@ -95,6 +96,48 @@ class BlockingClient(Builtins):
     def remove_replica(self, replica: int) -> pb.MembersReply:
         """`Client.remove_replica`."""
         return self._await(self._client.remove_replica(replica))
+
+    # ------------------------------------------------- user procedures
+
+    def procedures(self, timeout: Optional[float] = 5.0) -> List[pb.ProcedureInfo]:
+        """`Client.procedures`: the built-ins and the user procedures, with
+        their signatures (user ones with version, `writes_strong` and
+        keyspace labels)."""
+        return self._await(self._client.procedures(timeout=timeout))
+
+    def register_procedures(
+        self, source: Union[str, bytes], *, timeout: Optional[float] = DEFINITION_TIMEOUT_S
+    ) -> List[Registered]:
+        """`Client.register_procedures`: each procedure's name and version;
+        `NotRegistered` with the compiler's `line L:C: message` lines if the
+        file does not compile (nothing changed)."""
+        return self._await(self._client.register_procedures(source, timeout=timeout))
+
+    def drop_procedure(self, name: Union[str, bytes], *, timeout: Optional[float] = DEFINITION_TIMEOUT_S) -> None:
+        """`Client.drop_procedure`: `Refused` if there is no such user
+        procedure (nothing changed)."""
+        return self._await(self._client.drop_procedure(name, timeout=timeout))
+
+    def show_procedure(
+        self, name: Union[str, bytes], *, timeout: Optional[float] = DEFINITION_TIMEOUT_S
+    ) -> Optional[ProcedureSource]:
+        """`Client.show_procedure`: its version and source, or None."""
+        return self._await(self._client.show_procedure(name, timeout=timeout))
+
+    def create_keyspace(
+        self,
+        name: Union[str, bytes],
+        label: Union[KeyspaceLabel, str],
+        *,
+        timeout: Optional[float] = DEFINITION_TIMEOUT_S,
+    ) -> None:
+        """`Client.create_keyspace`: `Refused` if it exists with the other
+        label or the name is not a name."""
+        return self._await(self._client.create_keyspace(name, label, timeout=timeout))
+
+    def list_keyspaces(self, *, timeout: Optional[float] = DEFINITION_TIMEOUT_S) -> List[Keyspace]:
+        """`Client.list_keyspaces`: every keyspace with its label."""
+        return self._await(self._client.list_keyspaces(timeout=timeout))
 
     def close(self) -> None:
         """Close the connections and stop the thread."""

@@ -20,6 +20,7 @@ from ._pb import creek_pb2_grpc as pb_grpc
 from .builtins import Builtins
 from .correctable import Correctable
 from .errors import CreekError, DeadlineExceeded, ProtocolError, Unavailable, from_rpc_error
+from .procedures import Procedures
 from .values import to_wire
 from .views import BOTH, STRONG, Level, LevelsArg, View, levels_to_wire, parse_levels, view_from_wire
 from .watch import WatchEvent
@@ -75,7 +76,7 @@ def _address(a: str) -> str:
     return a.rstrip("/")
 
 
-class Client(Builtins):
+class Client(Builtins, Procedures):
     """A client of a Creek cluster, for asyncio code.
 
     `addresses` are replicas' client endpoints (`host:port`), tried in order:
@@ -90,6 +91,10 @@ class Client(Builtins):
 
     `timeout` (seconds, None for none) is the default deadline of each call's
     closing view.
+
+    User procedures: `register_procedures`, `drop_procedure`,
+    `show_procedure`, `create_keyspace`, `list_keyspaces` and `procedures`
+    (creek.procedures); call them by name with `invoke` or `call`.
     """
 
     def __init__(
