@@ -1248,6 +1248,15 @@ impl<S: CabStorage> Node<S> {
         } else {
             (creek_cab::LogWrites::default(), 0)
         };
+        // Paired with `check_storage` at restart: once this write is
+        // durable, the stored log restarts at the checkpoint it stores (or
+        // the job it lets become the latest).
+        let restart = installed.as_ref().or(job.as_ref()).map(|c| c.cab_applied);
+        if let Some(applied) = restart {
+            if let Err(e) = log_restarts_at(self.cab.store(), applied) {
+                panic!("a checkpoint written ahead of its log: {e}");
+            }
+        }
         let own_seqs = self.own_seqs(closing);
         let write = if log.is_empty()
             && ops.is_empty()
@@ -1907,8 +1916,20 @@ fn check_storage<S: CabStorage>(
              replicas need {configured:?} (raft id = replica id + 1)"
         )));
     }
+    log_restarts_at(storage, applied)
+}
+
+/// The log in `storage` can restart at a checkpoint taken at consensus
+/// index `applied`: it is committed as far, and not compacted past it. A
+/// restart needs this of what is durable, so every write that stores a
+/// checkpoint stores the log writes that make it hold.
+fn log_restarts_at<S: CabStorage>(storage: &S, applied: u64) -> Result<(), NodeError> {
+    let commit = storage
+        .initial_state()
+        .map_err(CabError::from)?
+        .hard_state
+        .commit;
     let last = storage.last_index().map_err(CabError::from)?;
-    let commit = state.hard_state.commit;
     if applied > commit || applied > last {
         return Err(NodeError::Inconsistent(format!(
             "the checkpoint was taken at consensus index {applied}, past the stored log \
