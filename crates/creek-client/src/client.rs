@@ -286,7 +286,11 @@ impl Client {
         })
     }
 
-    /// The procedures the cluster runs, with their signatures.
+    /// The procedures the cluster runs, with their signatures: the
+    /// built-ins, and the user procedures registered as the answering
+    /// replica's latest state holds them (`user` set, with their
+    /// `version`, `writes_strong` and the labels of the `keyspaces` they
+    /// use).
     pub async fn procedures(&self) -> Result<Vec<pb::ProcedureInfo>, Error> {
         let reply = self
             .with_failover(|channel| async move {

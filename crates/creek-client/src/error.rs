@@ -45,6 +45,17 @@ pub enum Error {
         /// The server's message.
         message: String,
     },
+    /// [`crate::Client::register_procedures`] registered nothing: the
+    /// source file did not compile (the compiler's errors, one per line as
+    /// `line L:C: message`) or the cluster refused it for the reason given.
+    #[error("not registered (nothing changed):\n{0}")]
+    NotRegistered(String),
+    /// A change of definitions was refused and changed nothing: a keyspace
+    /// that exists with the other label or a bad name
+    /// ([`crate::Client::create_keyspace`]), a user procedure to drop that
+    /// does not exist ([`crate::Client::drop_procedure`]).
+    #[error("refused: {0}")]
+    Refused(String),
     /// Any other gRPC status.
     #[error("{code:?}: {message}")]
     Rpc {

@@ -30,6 +30,28 @@
 //! # }
 //! ```
 //!
+//! User procedures (docs/procedures.md) are registered from source with
+//! [`Client::register_procedures`], their keyspaces made with
+//! [`Client::create_keyspace`], and they are called by name like any
+//! procedure:
+//!
+//! ```no_run
+//! # use creek_client::{Client, KeyspaceLabel, Levels};
+//! # use creek_exec::value::Value;
+//! # async fn procs(client: Client) -> Result<(), creek_client::Error> {
+//! client.create_keyspace("notes", KeyspaceLabel::Weak).await?;
+//! let source = "proc note(k: bytes, v: bytes) { put(notes, k, v) }";
+//! for r in client.register_procedures(source).await? {
+//!     println!("registered {} version {}", r.name, r.version);
+//! }
+//! let op = client
+//!     .invoke("note", vec![Value::from("k"), Value::from("v")], Levels::Both)
+//!     .await?;
+//! op.final_view().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! [`Client::watch`] streams the committed changes under a key prefix, in
 //! the committed order, and resumes at another replica when its replica
 //! fails, so each change is seen once.
@@ -45,6 +67,7 @@
 mod client;
 mod correctable;
 mod error;
+mod procs;
 mod speculate;
 mod stream;
 mod view;
@@ -54,6 +77,7 @@ pub use client::{CallOptions, Client, RequestId};
 pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
 pub use error::Error;
+pub use procs::{Keyspace, KeyspaceLabel, ProcedureSource, Registered, DEFINITION_TIMEOUT};
 pub use view::{Level, Levels, Outcome, View, ViewKind};
 pub use watch::{OpRef, WatchEvent, WatchOptions};
 
