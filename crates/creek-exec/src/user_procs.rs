@@ -238,22 +238,25 @@ impl UserProc {
         if !p.writes_strong {
             return None;
         }
-        let label = |ks: &str| {
-            self.program
-                .keyspaces
-                .iter()
-                .chain(self.record.keyspaces.iter())
-                .find(|(n, _)| n == ks)
-                .map(|(_, l)| *l)
-        };
         // `writes_strong` without a strong keyspace in `writes` would be a
         // compiler bug; name no keyspace rather than run it weak.
         Some(
             p.writes
                 .iter()
-                .find(|ks| label(ks) == Some(Label::Strong))
+                .find(|ks| self.label_of(ks) == Some(Label::Strong))
                 .map_or("?", |ks| ks.as_str()),
         )
+    }
+
+    /// The label keyspace `ks` had when this procedure was compiled: as its
+    /// file declared it, or as the replicated state held it.
+    pub fn label_of(&self, ks: &str) -> Option<Label> {
+        self.program
+            .keyspaces
+            .iter()
+            .chain(self.record.keyspaces.iter())
+            .find(|(n, _)| n == ks)
+            .map(|(_, l)| *l)
     }
 }
 

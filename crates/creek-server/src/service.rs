@@ -84,20 +84,12 @@ pub(crate) fn user_procedure_infos(
         .filter_map(|u| {
             let compiled = u.compiled()?;
             let sig = compiled.signature();
-            let label = |ks: &str| {
-                u.program
-                    .keyspaces
-                    .iter()
-                    .chain(u.record.keyspaces.iter())
-                    .find(|(n, _)| n == ks)
-                    .map_or("?", |(_, l)| l.name())
-            };
             let keyspaces = compiled
                 .reads
                 .union(&compiled.writes)
                 .map(|ks| pb::KeyspaceLabel {
                     name: ks.clone(),
-                    label: label(ks).to_owned(),
+                    label: u.label_of(ks).map_or("?", |l| l.name()).to_owned(),
                 })
                 .collect();
             Some(pb::ProcedureInfo {
