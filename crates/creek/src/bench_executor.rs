@@ -12,9 +12,12 @@
 //! Besides throughput it reports the execution ratio and the minimum ratio
 //! the order forces: when a late op is inserted before already executed ops,
 //! each of those that reads a key the late op writes must run again.
+//!
+//! With `--procedure FILE:NAME` the same stream calls a user procedure and
+//! its built-in twin instead (`bench_executor_procs`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use creek_core::{Config, Effect, Op, OpId, Replica, ReplicaId, Request, Timestamp, Views};
 use creek_exec::builtins::NOOP;
@@ -27,39 +30,54 @@ use creek_sim::rng::Rng;
 pub struct Args {
     /// Ops in the stream.
     #[arg(long, default_value_t = 1_000_000)]
-    ops: u64,
+    pub(crate) ops: u64,
     /// Share of ops arriving out of timestamp order, 0..=1.
     #[arg(long, default_value_t = 0.1)]
-    reorder: f64,
+    pub(crate) reorder: f64,
     /// Share of ops touching the shared hot key, 0..=1.
     #[arg(long, default_value_t = 0.0)]
-    overlap: f64,
+    pub(crate) overlap: f64,
     /// Records in the key space; op i's own key is `k{i mod keys}`, so ops on
     /// their own keys never share one within a commit window.
     #[arg(long, default_value_t = 100_000)]
-    keys: u64,
+    pub(crate) keys: u64,
     /// Commit (strong no-op + CAB delivery) after this many ops.
     #[arg(long, default_value_t = 100)]
-    commit_every: u64,
+    pub(crate) commit_every: u64,
     /// PRNG seed.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+    /// Instead of the kv.incr stream: a user procedure `FILE:NAME` against
+    /// its built-in twin, through the same replica path (repeatable; see
+    /// `bench_executor_procs`). `(bytes, int)` procedures are measured
+    /// against `kv.incr`, `(bytes)` ones against a 10-key read-modify-write
+    /// built-in.
+    #[arg(long)]
+    pub(crate) procedure: Vec<String>,
+    /// With `--procedure`: the file whose registration (compile and check)
+    /// is timed.
+    #[arg(long, default_value = "examples/procedures/bench_200_lines.creek")]
+    pub(crate) register_file: String,
+    /// With `--procedure`: rounds per variant, alternating; the best counts.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) rounds: u32,
 }
 
 const ORIGINS: u64 = 8;
 const LATE_BY: usize = 4;
 
-struct Stream {
+pub(crate) struct Stream {
     ops: Vec<Arc<Op>>,
     hot: Vec<bool>,
     late: usize,
 }
 
-/// Ops in timestamp order, then the delivery order with late arrivals.
-fn build(args: &Args) -> Stream {
+/// Ops in timestamp order, then the delivery order with late arrivals;
+/// `call` makes each op's call from its key.
+pub(crate) fn build(args: &Args, call: &dyn Fn(Value) -> ProcCall) -> Stream {
     let mut rng = Rng::new(args.seed);
     let n = args.ops as usize;
     let mut by_ts = Vec::with_capacity(n);
@@ -72,16 +90,12 @@ fn build(args: &Args) -> Stream {
             Value::from(format!("k{}", i % args.keys).as_str())
         };
         let origin = ReplicaId((i % ORIGINS) as u16 + 2);
-        by_ts.push(Arc::new(Op {
-            id: OpId {
-                origin,
-                seq: i / ORIGINS + 1,
-            },
-            timestamp: Timestamp::new(1_000 + i, 0),
-            call: ProcCall::new("kv.incr", encode_args(&[key, Value::Int(1)])),
-            strong: false,
-            causal_context: None,
-        }));
+        let id = OpId {
+            origin,
+            seq: i / ORIGINS + 1,
+        };
+        let timestamp = Timestamp::new(1_000 + i, 0);
+        by_ts.push(Arc::new(Op::new(id, timestamp, call(key), false, None)));
         hot.push(is_hot);
     }
     // A late op is delivered LATE_BY slots after its place: the ops that
@@ -115,9 +129,18 @@ fn build(args: &Args) -> Stream {
 }
 
 fn commit(replica: &mut Replica, now_us: u64) -> Result<(), String> {
-    let noop = ProcCall::new(NOOP, encode_args(&[]));
+    strong_call(replica, ProcCall::new(NOOP, encode_args(&[])), now_us)
+}
+
+/// Invoke `call` strong at `replica`, deliver it by CAB and execute
+/// everything: it and all delivered before it commit.
+pub(crate) fn strong_call(
+    replica: &mut Replica,
+    call: ProcCall,
+    now_us: u64,
+) -> Result<(), String> {
     let request = Request {
-        call: noop,
+        call,
         strong: true,
         views: Views::STRONG,
     };
@@ -132,27 +155,25 @@ fn commit(replica: &mut Replica, now_us: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Run the benchmark.
-pub fn run(args: &Args) -> Result<(), String> {
-    if !(0.0..=1.0).contains(&args.reorder) || !(0.0..=1.0).contains(&args.overlap) {
-        return Err("--reorder and --overlap must lie in 0..=1".into());
-    }
-    if args.ops == 0 || args.commit_every == 0 {
-        return Err("--ops and --commit-every must be positive".into());
-    }
-    if args.keys < 2 * args.commit_every {
-        return Err(
-            "--keys must be at least twice --commit-every so own keys stay disjoint".into(),
-        );
-    }
-    let stream = build(args);
+/// A single replica with `registry`, stabilising at once.
+pub(crate) fn replica(registry: Registry) -> Result<Replica, String> {
     let config = Config {
         stabilize_after_us: 0,
         ..Config::for_replica(ReplicaId(1))
     };
-    let mut replica =
-        Replica::new(config, Arc::new(Registry::with_builtins())).map_err(|e| e.to_string())?;
+    Replica::new(config, Arc::new(registry)).map_err(|e| e.to_string())
+}
 
+/// What [`drive`] measured.
+pub(crate) struct Driven {
+    pub(crate) elapsed: Duration,
+    forced: u64,
+    versions_max: u64,
+}
+
+/// Deliver `stream` to `replica`, executing as it goes and committing every
+/// `--commit-every` ops and at the end; timed.
+pub(crate) fn drive(args: &Args, stream: &Stream, replica: &mut Replica) -> Result<Driven, String> {
     // The order forces a rerun of every executed, still tentative hot op that
     // a late hot op lands before.
     let mut forced = 0u64;
@@ -170,13 +191,42 @@ pub fn run(args: &Args) -> Result<(), String> {
         replica.rb_deliver(op.clone());
         replica.execute_all();
         if (i as u64 + 1).is_multiple_of(args.commit_every) {
-            commit(&mut replica, op.timestamp.physical_us())?;
+            commit(replica, op.timestamp.physical_us())?;
             tentative_hot_after.clear();
             versions_max = versions_max.max(replica.exec_counters().versions_alive);
         }
     }
-    commit(&mut replica, u64::MAX >> 13)?;
-    let elapsed = start.elapsed();
+    commit(replica, u64::MAX >> 13)?;
+    Ok(Driven {
+        elapsed: start.elapsed(),
+        forced,
+        versions_max,
+    })
+}
+
+/// Run the benchmark.
+pub fn run(args: &Args) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&args.reorder) || !(0.0..=1.0).contains(&args.overlap) {
+        return Err("--reorder and --overlap must lie in 0..=1".into());
+    }
+    if args.ops == 0 || args.commit_every == 0 {
+        return Err("--ops and --commit-every must be positive".into());
+    }
+    if args.keys < 2 * args.commit_every {
+        return Err(
+            "--keys must be at least twice --commit-every so own keys stay disjoint".into(),
+        );
+    }
+    if !args.procedure.is_empty() {
+        return crate::bench_executor_procs::run(args);
+    }
+    let stream = build(args, &|key| {
+        ProcCall::new("kv.incr", encode_args(&[key, Value::Int(1)]))
+    });
+    let mut replica = replica(Registry::with_builtins())?;
+    let driven = drive(args, &stream, &mut replica)?;
+    let elapsed = driven.elapsed;
+    let (forced, versions_max) = (driven.forced, driven.versions_max);
 
     let c = replica.exec_counters();
     let p = replica.counters();

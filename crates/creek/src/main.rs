@@ -7,6 +7,8 @@ mod bench_cab;
 mod bench_cluster;
 mod bench_driver;
 mod bench_executor;
+mod bench_executor_procs;
+mod bench_groups;
 mod bench_load;
 mod bench_peers;
 mod bench_procs;
@@ -105,6 +107,10 @@ enum Bench {
     Peers(bench_peers::Args),
     /// TPC-C in the simulator or on a local cluster: a rate or client sweep.
     Tpcc(bench_load::TpccArgs),
+    /// MyriaStore's Message Groups as user procedures (24% membership
+    /// checks, 1% joins, 71% inbox reads, 4% posts) and the spam contest,
+    /// with labels as designed, all strong and all weak.
+    Groups(bench_groups::Args),
     /// YCSB A/B/C, with the divergence of preliminary from final views.
     Ycsb(bench_load::YcsbArgs),
     /// Ticket selling (Correctables §4): preliminary views while stock lasts.
@@ -192,6 +198,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: Bench::Ycsb(args),
         } => bench_load::ycsb(&args),
+        Command::Bench {
+            which: Bench::Groups(args),
+        } => bench_groups::run(&args),
         Command::Bench {
             which: Bench::Tickets(args),
         } => bench_load::tickets(&args),

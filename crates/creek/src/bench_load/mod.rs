@@ -162,12 +162,59 @@ pub struct Plan {
     loads: Vec<Load>,
     /// Settings echoed in every point.
     settings: Map<String, Json>,
+    /// Builds the workload of a benchmark outside `workload::by_name`
+    /// (`creek bench groups`); `None`: the workload named `bench`.
+    make: Option<MakeWorkload>,
 }
+
+/// A workload of a benchmark's own, built afresh for each point.
+pub(crate) type MakeWorkload = Box<dyn Fn() -> Result<Box<dyn Workload>, String>>;
 
 impl Plan {
     /// A fresh workload for one point (same settings every time).
     fn workload(&self) -> Result<Box<dyn Workload>, String> {
-        workload::by_name(self.bench, &self.config)
+        match &self.make {
+            Some(make) => make(),
+            None => workload::by_name(self.bench, &self.config),
+        }
+    }
+
+    /// A plan running the workload `make` builds, named `bench`, with the
+    /// load, target and timing of `common`.
+    pub(crate) fn custom(
+        bench: &'static str,
+        common: &Common,
+        make: MakeWorkload,
+    ) -> Result<Plan, String> {
+        let mut p = plan(bench, common, WorkloadConfig::default())?;
+        p.make = Some(make);
+        Ok(p)
+    }
+
+    /// Echo `value` as `key` in every point.
+    pub(crate) fn set(&mut self, key: &str, value: Json) {
+        self.settings.insert(key.into(), value);
+    }
+
+    /// Run the plan, handing each point to `emit` (nothing is printed but
+    /// the progress on stderr).
+    pub(crate) fn run_with(&self, emit: Emit<'_>) -> Result<(), String> {
+        let progress = Progress::new(self.loads.len());
+        let mut emit = |point: Map<String, Json>| {
+            progress.finish();
+            emit(point)
+        };
+        match self.common.target {
+            Target::Sim => sim::run(self, &progress, &mut emit),
+            Target::Cluster => cluster::run(self, &progress, &mut emit),
+        }
+    }
+}
+
+impl Common {
+    /// `--json`.
+    pub(crate) fn json(&self) -> bool {
+        self.json
     }
 }
 
@@ -248,6 +295,7 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
         replicas,
         loads,
         settings,
+        make: None,
     })
 }
 
@@ -316,7 +364,7 @@ pub fn tickets(args: &TicketsArgs) -> Result<(), String> {
 }
 
 /// Where each point goes as soon as it is measured.
-type Emit<'a> = &'a mut dyn FnMut(Map<String, Json>) -> Result<(), String>;
+pub(crate) type Emit<'a> = &'a mut dyn FnMut(Map<String, Json>) -> Result<(), String>;
 
 fn run(p: &Plan) -> Result<(), String> {
     let progress = Progress::new(p.loads.len());
