@@ -497,7 +497,12 @@ fn refused_invocations_have_no_effect() {
     let mut no_view = Request::weak(put("k", "v"));
     no_view.views.tentative = false; // and no final view either
     let reserved = call("kv.put", &[Value::from(&b"\0sys"[..]), Value::from("v")]);
+    let long_key = vec![b'k'; TxnLimits::default().key_bytes_max + 1];
+    let oversized = call("kv.put", &[Value::from(&long_key[..]), Value::from("v")]);
+    let oversized_read = call("kv.get", &[Value::from(&long_key[..])]);
     let cases = [
+        (Request::strong(oversized), "key of"),
+        (Request::weak(oversized_read), "key of"),
         (Request::weak(call("no.such", &[])), "unknown"),
         (
             Request::weak(call("kv.put", &[Value::from("k")])),
@@ -517,6 +522,10 @@ fn refused_invocations_have_no_effect() {
                 assert!(reason.contains(what), "{what}: {reason}");
             }
             ("no view", InvokeError::NoView) => {}
+            ("key of", InvokeError::Call(e @ CallError::KeyTooLarge { len, max, .. })) => {
+                assert_eq!((*len, *max), (long_key.len(), long_key.len() - 1));
+                assert!(e.to_string().contains("key_bytes_max"), "{e}");
+            }
             _ => panic!("{what}: unexpected {err:?}"),
         }
     }

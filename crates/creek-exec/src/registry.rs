@@ -32,6 +32,11 @@ pub struct Procedure {
     pub run: Arc<ProcFn>,
     /// What a caller needs to know to call it, if it was described.
     pub signature: Option<Arc<Signature>>,
+    /// The argument (by position) that is a key, read or written as given:
+    /// checked against [`TxnLimits::key_bytes_max`] when the op is invoked,
+    /// so an oversized key is refused before the op is ordered rather than
+    /// aborted after (see [`Registry::check`]).
+    pub key_arg: Option<usize>,
 }
 
 /// A procedure's parameters, result and purpose, as `creek proc list` and
@@ -146,6 +151,16 @@ pub enum CallError {
         /// What is wrong.
         reason: String,
     },
+    /// A key argument is longer than the replicas' `key_bytes_max`.
+    #[error("{name}: key of {len} bytes exceeds the limit of {max} bytes (key_bytes_max)")]
+    KeyTooLarge {
+        /// The procedure.
+        name: String,
+        /// The key's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The procedure may write a strong keyspace and the call is weak
     /// (DESIGN §14: such procedures run only in strong ops).
     #[error("{name} writes strong keyspace {keyspace}: invoke it at the strong level")]
@@ -202,6 +217,7 @@ impl Registry {
                 check_args,
                 run: Arc::new(run),
                 signature: None,
+                key_arg: None,
             },
         );
     }
@@ -211,6 +227,14 @@ impl Registry {
     pub fn describe(&mut self, name: &str, signature: Signature) {
         if let Some(p) = self.procs.get_mut(name) {
             p.signature = Some(Arc::new(signature));
+        }
+    }
+
+    /// Declare argument `index` of `name` a key (see
+    /// [`Procedure::key_arg`]).
+    pub fn key_arg(&mut self, name: &str, index: usize) {
+        if let Some(p) = self.procs.get_mut(name) {
+            p.key_arg = Some(index);
         }
     }
 
@@ -234,7 +258,7 @@ impl Registry {
 
     /// Check that `call` names a known built-in procedure with well-formed
     /// arguments (user procedures: [`crate::user_procs::check_user_call`]).
-    pub fn check(&self, call: &ProcCall) -> Result<&Procedure, CallError> {
+    pub fn check(&self, call: &ProcCall, limits: &TxnLimits) -> Result<&Procedure, CallError> {
         let p = self
             .get(&call.name)
             .ok_or_else(|| CallError::UnknownProcedure(call.name.to_string()))?;
@@ -242,6 +266,19 @@ impl Registry {
             name: call.name.to_string(),
             reason,
         })?;
+        if let Some(index) = p.key_arg {
+            let len = crate::value::decode_args(&call.args)
+                .ok()
+                .and_then(|args| args.get(index).and_then(|k| k.as_bytes().map(Bytes::len)))
+                .unwrap_or(0);
+            if len > limits.key_bytes_max {
+                return Err(CallError::KeyTooLarge {
+                    name: call.name.to_string(),
+                    len,
+                    max: limits.key_bytes_max,
+                });
+            }
+        }
         Ok(p)
     }
 

@@ -423,7 +423,7 @@ impl BaselineNode {
 
 impl SimReplica for BaselineNode {
     fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
-        self.registry.check(&request.call)?;
+        self.registry.check(&request.call, &TxnLimits::default())?;
         if !request.views.tentative && !request.views.final_view {
             return Err(InvokeError::NoView);
         }

@@ -21,7 +21,11 @@ impl SnapshotRead for Snap<'_> {
 }
 
 fn exec(reg: &Registry, state: &mut BTreeMap<Bytes, Bytes>, call: &ProcCall) -> Value {
-    assert!(reg.check(call).is_ok(), "{} refused", call.name);
+    assert!(
+        reg.check(call, &creek_exec::TxnLimits::default()).is_ok(),
+        "{} refused",
+        call.name
+    );
     let ex = execute_call(reg, &Snap(state), TxnLimits::default(), call);
     for (k, v) in &ex.writes {
         match v {

@@ -280,7 +280,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         // A name that is no built-in may be a user procedure; those are
         // always broadcast (see `user_calls`).
         let (read_only, local_ok) = match self.registry.get(&request.call.name) {
-            Some(_) => (self.registry.check(&request.call)?.read_only, true),
+            Some(_) => (
+                self.registry
+                    .check(&request.call, &self.config.txn_limits)?
+                    .read_only,
+                true,
+            ),
             None => (self.check_user_call(&request.call, request.strong)?, false),
         };
         if !request.views.tentative && !request.views.final_view {

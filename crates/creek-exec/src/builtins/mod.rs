@@ -85,6 +85,9 @@ fn noop(_txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
 fn describe_all(r: &mut Registry, list: &[(&Sig, &str, &str)]) {
     for (sig, returns, summary) in list {
         r.describe(sig.name, sig.describe(returns, summary));
+        if matches!(sig.subject, Subject::Key) {
+            r.key_arg(sig.name, 0);
+        }
     }
 }
 
@@ -325,7 +328,10 @@ pub(crate) mod testkit {
 
         /// The invoke-time check of `name` with raw argument bytes.
         pub fn check_raw(&self, name: &str, args: Bytes) -> Result<(), String> {
-            match self.reg.check(&ProcCall::new(name, args)) {
+            match self
+                .reg
+                .check(&ProcCall::new(name, args), &TxnLimits::default())
+            {
                 Ok(_) => Ok(()),
                 Err(CallError::MalformedArgs { reason, .. }) => Err(reason),
                 Err(e) => Err(e.to_string()),

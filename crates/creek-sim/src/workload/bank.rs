@@ -286,7 +286,10 @@ mod tests {
             call(TOTAL, &[Value::Int(3)]),
         ];
         for c in &calls {
-            assert!(reg.check(c).is_ok(), "{c:?}");
+            assert!(
+                reg.check(c, &creek_exec::TxnLimits::default()).is_ok(),
+                "{c:?}"
+            );
         }
         let (outcomes, state) = replay(&reg, TxnLimits::default(), &calls);
         let got: Vec<Result<Value, String>> = outcomes
@@ -320,7 +323,10 @@ mod tests {
             call(TOTAL, &[Value::Int(-1)]),
             call(BALANCE, &[]),
         ] {
-            assert!(reg.check(&bad).is_err(), "{bad:?}");
+            assert!(
+                reg.check(&bad, &creek_exec::TxnLimits::default()).is_err(),
+                "{bad:?}"
+            );
         }
         assert!(reg.get(BALANCE).is_some_and(|p| p.read_only));
         assert!(reg.get(TOTAL).is_some_and(|p| p.read_only));

@@ -300,7 +300,7 @@ pub(crate) mod testkit {
             .chain(generated.iter().map(|op| op.call.clone()))
             .collect();
         for c in &calls {
-            let checked = registry.check(c);
+            let checked = registry.check(c, &creek_exec::TxnLimits::default());
             assert!(checked.is_ok(), "{} refused: {checked:?}", c.name);
         }
         let (outcomes, state) = replay(&registry, TxnLimits::default(), &calls);

@@ -16,7 +16,14 @@ use super::*;
 #[test]
 fn malformed_arguments_are_refused() {
     let db = Db::new(&TINY, 1);
-    let refused = |name: &str, args: Bytes| db.reg.check(&ProcCall::new(name, args)).is_err();
+    let refused = |name: &str, args: Bytes| {
+        db.reg
+            .check(
+                &ProcCall::new(name, args),
+                &creek_exec::TxnLimits::default(),
+            )
+            .is_err()
+    };
     let mut no = hand_order(1);
     assert!(!refused(tpcc::NEW_ORDER, no.encode()));
     no.lines[0].quantity = 11;

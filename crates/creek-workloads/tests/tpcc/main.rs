@@ -54,7 +54,12 @@ impl Db {
 
     pub fn exec(&mut self, name: &str, args: Bytes) -> Executed {
         let call = ProcCall::new(name, args);
-        assert!(self.reg.check(&call).is_ok(), "{name} args refused");
+        assert!(
+            self.reg
+                .check(&call, &creek_exec::TxnLimits::default())
+                .is_ok(),
+            "{name} args refused"
+        );
         let ex = execute_call(&self.reg, &Snap(&self.state), TxnLimits::default(), &call);
         for (k, v) in &ex.writes {
             match v {

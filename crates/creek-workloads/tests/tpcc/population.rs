@@ -96,7 +96,13 @@ fn population_through_load_calls_matches_the_records() {
         Value::from("x"),
         Value::from("y"),
     ])])]);
-    assert!(db.reg.check(&ProcCall::new(tpcc::LOAD, bad)).is_err());
+    assert!(db
+        .reg
+        .check(
+            &ProcCall::new(tpcc::LOAD, bad),
+            &creek_exec::TxnLimits::default()
+        )
+        .is_err());
 }
 
 /// The specification's cardinalities for one warehouse: every load call
