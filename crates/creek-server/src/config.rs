@@ -88,8 +88,33 @@ pub struct ServerConfig {
     #[serde(default = "defaults::compaction_lag_max")]
     pub compaction_lag_max: u64,
     /// Largest client request (procedure name and arguments), in bytes.
+    /// Larger ones are refused with RESOURCE_EXHAUSTED, whether the
+    /// service measures them or the gRPC decoder does (its limit is
+    /// `2 × max_request_bytes + 4096`, so every request ours accepts
+    /// decodes; docs/security.md, "Limits").
     #[serde(default = "defaults::max_request_bytes")]
     pub max_request_bytes: usize,
+    /// Client connections open at once from one address (IP); a connection
+    /// past it is closed as soon as it is accepted.
+    #[serde(default = "defaults::connections_per_client_max")]
+    pub connections_per_client_max: usize,
+    /// Client connections open at once from all addresses.
+    #[serde(default = "defaults::connections_max")]
+    pub connections_max: usize,
+    /// Calls (HTTP/2 streams) in progress at once on one client connection:
+    /// advertised as HTTP/2's `SETTINGS_MAX_CONCURRENT_STREAMS` and
+    /// enforced again by the server around its services.
+    #[serde(default = "defaults::streams_per_connection_max")]
+    pub streams_per_connection_max: u32,
+    /// Calls a client may open and cancel on one connection before the
+    /// replica accepts them, before the connection is closed with
+    /// `GOAWAY`: the anti-"rapid reset" bound of HTTP/2 (h2's
+    /// `max_pending_accept_reset_streams`, 20 by default). A replica
+    /// resumed after a pause finds every call that timed out meanwhile
+    /// in that state, so the bound must exceed what its clients send
+    /// during a pause (docs/security.md, "Limits").
+    #[serde(default = "defaults::pending_reset_streams_max")]
+    pub pending_reset_streams_max: usize,
     /// Frames queued toward one peer before new ones are dropped (the
     /// protocol retransmits: raft resends, gossip repairs by anti-entropy).
     #[serde(default = "defaults::peer_queue_frames")]
@@ -151,6 +176,18 @@ mod defaults {
     }
     pub fn max_request_bytes() -> usize {
         1 << 20
+    }
+    pub fn connections_per_client_max() -> usize {
+        256
+    }
+    pub fn connections_max() -> usize {
+        4096
+    }
+    pub fn streams_per_connection_max() -> u32 {
+        1024
+    }
+    pub fn pending_reset_streams_max() -> usize {
+        1024
     }
     pub fn peer_queue_frames() -> usize {
         8192
@@ -227,6 +264,10 @@ impl ServerConfig {
             pending_writes_max: defaults::pending_writes_max(),
             compaction_lag_max: defaults::compaction_lag_max(),
             max_request_bytes: defaults::max_request_bytes(),
+            connections_per_client_max: defaults::connections_per_client_max(),
+            connections_max: defaults::connections_max(),
+            streams_per_connection_max: defaults::streams_per_connection_max(),
+            pending_reset_streams_max: defaults::pending_reset_streams_max(),
             peer_queue_frames: defaults::peer_queue_frames(),
             watch_history_bytes: defaults::watch_history_bytes(),
             allow_fault_injection: false,
@@ -351,6 +392,25 @@ impl ServerConfig {
             return bad(format!(
                 "max_request_bytes = {} must be within 64..=4194304",
                 self.max_request_bytes
+            ));
+        }
+        if self.connections_per_client_max == 0 || self.connections_max == 0 {
+            return bad("connections_per_client_max and connections_max must be at least 1".into());
+        }
+        if self.connections_per_client_max > self.connections_max {
+            return bad(format!(
+                "connections_per_client_max = {} exceeds connections_max = {}",
+                self.connections_per_client_max, self.connections_max
+            ));
+        }
+        if self.streams_per_connection_max == 0 {
+            return bad("streams_per_connection_max must be at least 1".into());
+        }
+        if !(20..=65_536).contains(&self.pending_reset_streams_max) {
+            return bad(format!(
+                "pending_reset_streams_max = {} must be within 20..=65536 (20 is HTTP/2's \
+                 own default; more than 65536 gives up the rapid-reset defence)",
+                self.pending_reset_streams_max
             ));
         }
         if self.peer_queue_frames == 0 {

@@ -20,8 +20,10 @@
 pub mod config;
 pub mod console;
 pub mod faults;
+pub mod limits;
 pub mod metrics;
 pub mod node_loop;
+pub mod request;
 pub mod restore;
 pub mod server;
 pub mod service;

@@ -316,7 +316,16 @@ impl Server {
             allowed: config.allow_fault_injection,
             me,
         };
-        let limit = config.max_request_bytes * 2 + 4096;
+        // The decoder's limit sits above ours, so the service answers every
+        // request up to it, and `Oversized` gives larger ones the same
+        // answer (docs/security.md, "Limits").
+        let limit = crate::limits::decode_limit(config.max_request_bytes);
+        let caps = crate::limits::ConnectionCaps::new(
+            config.connections_per_client_max,
+            config.connections_max,
+        );
+        let streams_max = config.streams_per_connection_max;
+        let resets_max = config.pending_reset_streams_max;
         let console_service = service.clone();
         let mut grpc_shutdown = shutdown_rx.clone();
         let grpc_fatal = fatal.clone();
@@ -326,18 +335,26 @@ impl Server {
             // Our own listener: tonic's tcp_nodelay applies only to sockets
             // it accepts itself, and Nagle's algorithm would hold each view
             // for a delayed ACK (~40 ms).
-            let incoming =
-                tokio_stream::wrappers::TcpListenerStream::new(client_listener).map(|conn| {
-                    if let Ok(s) = &conn {
+            // Past a connection cap, a connection is closed as soon as it
+            // is accepted.
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener)
+                .filter_map(move |conn| match conn {
+                    Ok(s) => {
                         let _ = s.set_nodelay(true);
+                        crate::limits::CappedStream::admit(s, &caps).map(Ok)
                     }
-                    conn
+                    Err(e) => Some(Err(e)),
                 });
             let result = tonic::transport::Server::builder()
-                .add_service(
+                .max_concurrent_streams(streams_max)
+                .concurrency_limit_per_connection(streams_max as usize)
+                .http2_max_pending_accept_reset_streams(Some(resets_max))
+                .add_service(crate::limits::Oversized(
                     pb::creek_server::CreekServer::new(service).max_decoding_message_size(limit),
-                )
-                .add_service(pb::admin_server::AdminServer::new(admin))
+                ))
+                .add_service(crate::limits::Oversized(
+                    pb::admin_server::AdminServer::new(admin).max_decoding_message_size(limit),
+                ))
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = grpc_shutdown.wait_for(|s| *s).await;
                 })

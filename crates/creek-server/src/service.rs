@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use creek_core::{ExecKey, ReplicaId, Request, ViewKind, Views};
-use creek_exec::{CallError, ClientRequestId, ProcCall};
+use creek_core::{ExecKey, ReplicaId, ViewKind};
+use creek_exec::CallError;
 use creek_node::GroupError;
 use creek_proto::pb;
 use tokio::sync::{mpsc, oneshot};
@@ -115,34 +115,6 @@ pub(crate) fn user_procedure_infos(
         .collect()
 }
 
-/// The op a request asks for: (strong, views).
-fn levels(req: &pb::InvokeRequest) -> Result<(bool, Views), Status> {
-    let mut weak = false;
-    let mut strong = false;
-    for l in &req.levels {
-        match pb::Level::try_from(*l) {
-            Ok(pb::Level::Weak) => weak = true,
-            Ok(pb::Level::Strong) => strong = true,
-            _ => {
-                return Err(Status::invalid_argument(format!(
-                    "unknown level {l}: use WEAK, STRONG or both"
-                )))
-            }
-        }
-    }
-    Ok(match (weak, strong) {
-        (true, false) => (
-            false,
-            Views {
-                tentative: true,
-                final_view: req.weak_final,
-            },
-        ),
-        (false, true) => (true, Views::STRONG),
-        _ => (true, Views::BOTH),
-    })
-}
-
 /// The grpc-timeout header (e.g. `250m`, `5S`), if any.
 fn deadline(meta: &tonic::metadata::MetadataMap) -> Result<Option<Duration>, Status> {
     let Some(v) = meta.get("grpc-timeout") else {
@@ -181,6 +153,7 @@ fn rejected(e: creek_core::InvokeError) -> Status {
         }
         E::Call(c @ CallError::MalformedArgs { .. }) => Status::invalid_argument(c.to_string()),
         E::Call(c @ CallError::NeedsStrong { .. }) => Status::invalid_argument(c.to_string()),
+        E::Call(c @ CallError::KeyTooLarge { .. }) => Status::invalid_argument(c.to_string()),
         E::NoView => Status::invalid_argument("the request asks for no view"),
         E::Overloaded(n) => Status::resource_exhausted(format!(
             "replica overloaded: {n} ops on the tentative list; retry later"
@@ -293,55 +266,16 @@ impl pb::creek_server::Creek for CreekService {
         }
         let timeout = deadline(request.metadata())?;
         let req = request.into_inner();
-        let (strong, views) = levels(&req)?;
-        if req.procedure.is_empty() {
-            return Err(Status::invalid_argument("no procedure named"));
-        }
-        if req
-            .procedure
-            .starts_with(creek_exec::session::INTERNAL_PROC_PREFIX)
-        {
-            return Err(Status::invalid_argument(format!(
-                "procedure {:?} is internal to the replicas (names starting {:?} are reserved)",
-                req.procedure,
-                creek_exec::session::INTERNAL_PROC_PREFIX
-            )));
-        }
-        let args = req
-            .args
-            .iter()
-            .map(creek_proto::from_wire)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Status::invalid_argument(format!("malformed arguments: {e}")))?;
-        let encoded = creek_exec::value::encode_args(&args);
-        let size = encoded.len() + req.procedure.len();
-        if size > self.max_request_bytes {
-            return Err(Status::resource_exhausted(format!(
-                "request of {size} bytes exceeds the limit of {} bytes",
-                self.max_request_bytes
-            )));
-        }
+        let request = crate::request::to_request(&req, self.max_request_bytes)?;
+        let strong = request.strong;
         if timeout.is_some_and(|t| t.is_zero()) {
             return Err(Status::deadline_exceeded(
                 "the deadline passed before the op was accepted",
             ));
         }
-        let mut call = ProcCall::new(&req.procedure, encoded);
-        if req.client_id != 0 {
-            call.request_id = Some(ClientRequestId {
-                client: req.client_id,
-                seq: req.request_seq,
-            });
-            call.acked = req.acked;
-            call.acked.truncate(creek_exec::session::ACKED_MAX);
-        }
         let (tx, mut rx) = mpsc::unbounded_channel();
         let inv = Invocation {
-            request: Request {
-                call,
-                strong,
-                views,
-            },
+            request,
             reply: tx,
             received,
         };
@@ -896,36 +830,6 @@ impl pb::admin_server::Admin for AdminService {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn levels_map_to_ops_and_views() {
-        let mk = |levels: Vec<pb::Level>, weak_final| pb::InvokeRequest {
-            levels: levels.into_iter().map(|l| l as i32).collect(),
-            weak_final,
-            ..Default::default()
-        };
-        assert_eq!(
-            levels(&mk(vec![pb::Level::Weak], false)).ok(),
-            Some((false, Views::WEAK))
-        );
-        assert_eq!(
-            levels(&mk(vec![pb::Level::Weak], true)).ok(),
-            Some((false, Views::BOTH))
-        );
-        assert_eq!(
-            levels(&mk(vec![pb::Level::Strong], false)).ok(),
-            Some((true, Views::STRONG))
-        );
-        assert_eq!(levels(&mk(vec![], false)).ok(), Some((true, Views::BOTH)));
-        let bad = pb::InvokeRequest {
-            levels: vec![7],
-            ..Default::default()
-        };
-        assert_eq!(
-            levels(&bad).map_err(|s| s.code()).err(),
-            Some(Code::InvalidArgument)
-        );
-    }
 
     #[test]
     fn quorum_loss_names_the_unreachable_replicas() {
