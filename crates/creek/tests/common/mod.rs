@@ -192,6 +192,11 @@ impl Cluster {
         self.clients.len()
     }
 
+    /// Replica `i`'s process id, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.procs[i].as_ref().map(Child::id)
+    }
+
     /// SIGKILL replica `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.procs[i].take() {
