@@ -38,7 +38,11 @@ async fn oversized_requests_and_keys_are_refused_before_anything_happens() {
         let refused = call(&mut c, r, Duration::from_secs(10))
             .await
             .expect_err("an oversized request is refused");
-        assert_eq!(refused.code(), Code::ResourceExhausted, "{who}: {refused:?}");
+        assert_eq!(
+            refused.code(),
+            Code::ResourceExhausted,
+            "{who}: {refused:?}"
+        );
         assert!(
             refused.message().contains("max_request_bytes"),
             "{who}: {}",
@@ -89,9 +93,13 @@ async fn a_paused_replica_keeps_its_clients_when_it_resumes() {
     let pid = cluster.pid(0).expect("running");
     // Warm the connection: every call below shares it.
     let mut first = c.clone();
-    call(&mut first, req("kv.put", &[b("k"), b("0")], &[Level::Weak]), Duration::from_secs(10))
-        .await
-        .expect("before the pause");
+    call(
+        &mut first,
+        req("kv.put", &[b("k"), b("0")], &[Level::Weak]),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("before the pause");
 
     signal(pid, "-STOP");
     // 40 calls time out during the pause: each is reset by the client
@@ -107,7 +115,10 @@ async fn a_paused_replica_keeps_its_clients_when_it_resumes() {
         .collect();
     for task in calls {
         let outcome = task.await.expect("task");
-        assert!(outcome.is_err(), "a call answered while the replica was stopped");
+        assert!(
+            outcome.is_err(),
+            "a call answered while the replica was stopped"
+        );
     }
     signal(pid, "-CONT");
 
