@@ -34,6 +34,14 @@ pub struct GossipConfig {
     pub out_of_order_max: usize,
     /// The fewest ticks between two pulls of the same id. At least 1.
     pub pull_every_ticks: u32,
+    /// Ops sent to a peer are not sent again, whatever its digests say,
+    /// until this many ticks pass without the peer reporting them held
+    /// (anti-entropy's retransmission timeout; see `inflight.rs`). At
+    /// least 1.
+    pub resend_after_ticks: u32,
+    /// The retransmission timeout doubles, up to this, while a peer reports
+    /// no progress. At least `resend_after_ticks`.
+    pub resend_after_ticks_max: u32,
 }
 
 impl Default for GossipConfig {
@@ -47,6 +55,8 @@ impl Default for GossipConfig {
             reply_messages_max: 8,
             out_of_order_max: 65_536,
             pull_every_ticks: 5,
+            resend_after_ticks: 20,
+            resend_after_ticks_max: 320,
         }
     }
 }
@@ -107,6 +117,15 @@ impl GossipConfig {
         if self.pull_every_ticks == 0 {
             return invalid("pull_every_ticks", "must be at least 1");
         }
+        if self.resend_after_ticks == 0 {
+            return invalid("resend_after_ticks", "must be at least 1");
+        }
+        if self.resend_after_ticks_max < self.resend_after_ticks {
+            return invalid(
+                "resend_after_ticks_max",
+                "must be at least resend_after_ticks",
+            );
+        }
         Ok(())
     }
 
@@ -154,6 +173,15 @@ mod tests {
             },
             GossipConfig {
                 pull_every_ticks: 0,
+                ..base.clone()
+            },
+            GossipConfig {
+                resend_after_ticks: 0,
+                ..base.clone()
+            },
+            GossipConfig {
+                resend_after_ticks: 10,
+                resend_after_ticks_max: 9,
                 ..base.clone()
             },
         ];

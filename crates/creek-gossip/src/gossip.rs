@@ -8,6 +8,7 @@ use creek_wire::GossipMessage;
 
 use crate::config::{ConfigError, GossipConfig};
 use crate::fifo::{Fifo, Received};
+use crate::inflight::Inflight;
 use crate::store::Store;
 
 /// Messages to send: `(destination, message)`, in order.
@@ -67,6 +68,8 @@ pub struct Gossip {
     peers: BTreeSet<ReplicaId>,
     fifo: Fifo,
     store: Store,
+    /// Ops sent to each peer and not yet reported held.
+    inflight: Inflight,
     /// Own ops not yet pushed.
     pushes: Vec<Arc<Op>>,
     /// Ticks so far.
@@ -92,6 +95,10 @@ impl Gossip {
             peers: config.peers.iter().copied().collect(),
             fifo: Fifo::new(config.out_of_order_max),
             store: Store::default(),
+            inflight: Inflight::new(
+                u64::from(config.resend_after_ticks),
+                u64::from(config.resend_after_ticks_max),
+            ),
             pushes: Vec::new(),
             now: 0,
             next_digest: u64::from(config.anti_entropy_every_ticks),
@@ -173,10 +180,13 @@ impl Gossip {
     /// take them after a batch of inputs, so pushes are batched.
     pub fn take_messages(&mut self) -> Outbox {
         let pushes = std::mem::take(&mut self.pushes);
-        if !pushes.is_empty() {
+        if let Some(last) = pushes.last() {
+            let (me, through) = (self.config.me, last.id.seq);
             let peers: Vec<ReplicaId> = self.peers.iter().copied().collect();
             for peer in peers {
                 self.send_ops(peer, &pushes);
+                let has = self.store.acked(peer, me);
+                self.inflight.sent(peer, me, through, has, self.now);
             }
         }
         std::mem::take(&mut self.outbox)
@@ -328,6 +338,7 @@ impl Gossip {
     /// kept for it again until it reports anew).
     pub fn forget_peer(&mut self, peer: ReplicaId) {
         self.store.forget(peer);
+        self.inflight.forget(peer);
     }
 
     /// Gossip with these peers from now on (the group changed): a peer that
@@ -343,6 +354,7 @@ impl Gossip {
             .collect();
         for p in gone {
             self.store.forget(p);
+            self.inflight.forget(p);
         }
         self.peers = peers
             .iter()
@@ -497,13 +509,15 @@ impl Gossip {
     }
 
     /// Sends `to` the held ops it lacks according to its digest (and, for a
-    /// peer, everything it ever reported): oldest first per origin, each
-    /// origin with a fair share of `reply_ops_max`, the leftover share going
-    /// to origins in order.
+    /// peer, everything it ever reported), past what is already on its way
+    /// to it (see `inflight.rs`): oldest first per origin, each origin with a
+    /// fair share of `reply_ops_max`, the leftover share going to origins in
+    /// order.
     fn answer_digest(&mut self, to: ReplicaId, is_peer: bool, theirs: &BTreeMap<ReplicaId, u64>) {
-        // (origin, first seq it lacks, our counter)
-        let mut lacking: Vec<(ReplicaId, u64, u64)> = Vec::new();
-        for (origin, ours) in self.fifo.counters() {
+        // (origin, what it reported holding, first seq to send, our counter)
+        let mut lacking: Vec<(ReplicaId, u64, u64, u64)> = Vec::new();
+        let counters: Vec<(ReplicaId, u64)> = self.fifo.counters().collect();
+        for (origin, ours) in counters {
             if origin == to {
                 continue; // a replica's own ops come from itself
             }
@@ -511,8 +525,12 @@ impl Gossip {
             if is_peer {
                 has = has.max(self.store.acked(to, origin));
             }
-            if has < ours {
-                lacking.push((origin, has + 1, ours));
+            if has >= ours {
+                continue;
+            }
+            let after = self.inflight.resume_after(to, origin, has, self.now);
+            if after < ours {
+                lacking.push((origin, has, after + 1, ours));
             }
         }
         if lacking.is_empty() {
@@ -521,7 +539,7 @@ impl Gossip {
         let mut left = self.config.reply_ops_max();
         let share = (left / lacking.len()).max(1);
         let mut picked: Vec<Vec<Arc<Op>>> = vec![Vec::new(); lacking.len()];
-        for (ops, &(origin, from, upto)) in picked.iter_mut().zip(&lacking) {
+        for (ops, &(origin, _, from, upto)) in picked.iter_mut().zip(&lacking) {
             ops.extend(
                 self.store
                     .range(origin, from, upto)
@@ -530,7 +548,7 @@ impl Gossip {
             );
             left -= ops.len();
         }
-        for (ops, &(origin, from, upto)) in picked.iter_mut().zip(&lacking) {
+        for (ops, &(origin, _, from, upto)) in picked.iter_mut().zip(&lacking) {
             let next = match ops.last() {
                 Some(op) => match op.id.seq.checked_add(1) {
                     Some(n) => n,
@@ -541,6 +559,11 @@ impl Gossip {
             let before = ops.len();
             ops.extend(self.store.range(origin, next, upto).take(left).cloned());
             left -= ops.len() - before;
+        }
+        for (ops, &(origin, has, _, _)) in picked.iter().zip(&lacking) {
+            if let Some(last) = ops.last() {
+                self.inflight.sent(to, origin, last.id.seq, has, self.now);
+            }
         }
         let ops: Vec<Arc<Op>> = picked.into_iter().flatten().collect();
         self.send_ops(to, &ops);

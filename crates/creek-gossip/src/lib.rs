@@ -61,6 +61,11 @@
 //!   for good: an op that is next for its origin never needs the buffer, and
 //!   digest answers send the oldest missing ops first.
 //! - A digest is answered with our digest at most once per tick per sender.
+//! - Ops sent to a peer (pushed or in an answer) are not sent again until
+//!   `resend_after_ticks` pass without the peer reporting them held; the
+//!   timeout doubles, up to `resend_after_ticks_max`, while the peer makes
+//!   no progress. A slow link or a peer stuck behind a gap is not flooded
+//!   with the same ops on every digest.
 //! - Pull bookkeeping expires after `pull_every_ticks` ticks.
 //!
 //! # Garbage collection
@@ -88,6 +93,7 @@
 mod config;
 mod fifo;
 mod gossip;
+mod inflight;
 mod store;
 
 pub use config::{ConfigError, GossipConfig};

@@ -49,6 +49,16 @@ fn sent_ops(out: &Outbox) -> Vec<(ReplicaId, Vec<(u16, u64)>)> {
         .collect()
 }
 
+/// The pushes queued in `g` are lost on the way: taken, dropped, and the
+/// retransmission timeout passes (so digests are answered with them again).
+fn lose_pushes(g: &mut Gossip) {
+    g.take_messages();
+    for _ in 0..g.config().resend_after_ticks {
+        g.tick();
+    }
+    g.take_messages();
+}
+
 fn digests_to(out: &Outbox) -> Vec<ReplicaId> {
     out.iter()
         .filter(|(_, m)| matches!(m, GossipMessage::Digest { .. }))
@@ -144,7 +154,7 @@ fn digest_is_answered_oldest_first_within_the_reply_bound() {
     for s in 1..=10 {
         a.broadcast(op(1, s));
     }
-    a.take_messages();
+    lose_pushes(&mut a);
     let (_, out) = feed(&mut a, B, digest(&[(A, 2)]));
     assert_eq!(
         sent_ops(&out),
@@ -157,11 +167,68 @@ fn digest_is_answered_oldest_first_within_the_reply_bound() {
     // B's next digest (it now has up to 8) continues.
     let (_, out) = feed(&mut a, B, digest(&[(A, 8)]));
     assert_eq!(sent_ops(&out), vec![(B, vec![(1, 9), (1, 10)])]);
-    // A stale digest does not make A resend what B reported before.
+    // A stale digest does not make A resend what B reported before, nor
+    // what is on its way to B.
     let (_, out) = feed(&mut a, B, digest(&[(A, 2)]));
-    assert_eq!(sent_ops(&out), vec![(B, vec![(1, 9), (1, 10)])]);
+    assert!(out.is_empty());
     let (_, out) = feed(&mut a, B, digest(&[(A, 10)]));
     assert!(out.is_empty());
+}
+
+/// Digests that arrive while ops are on their way (an eager push, an
+/// earlier answer) are not answered with the same ops again: on a slow link
+/// every digest would otherwise add a copy of everything in the air.
+#[test]
+fn ops_on_their_way_are_not_sent_again_until_the_timeout() {
+    let mut a = node(A, |c| c.resend_after_ticks = 5);
+    for s in 1..=4 {
+        a.broadcast(op(1, s));
+    }
+    let out = a.take_messages();
+    assert_eq!(sent_ops(&out).len(), 2, "the eager push to B and C");
+    for _ in 0..4 {
+        a.tick();
+        let (_, out) = feed(&mut a, B, digest(&[]));
+        assert!(sent_ops(&out).is_empty(), "the push is on its way");
+    }
+    // The timeout passes and B still reports nothing: the push was lost.
+    a.tick();
+    let (_, out) = feed(&mut a, B, digest(&[]));
+    assert_eq!(
+        sent_ops(&out),
+        vec![(B, vec![(1, 1), (1, 2), (1, 3), (1, 4)])]
+    );
+    // C got it: its report ends the flight, and new ops go at once.
+    let (_, out) = feed(&mut a, C, digest(&[(A, 4)]));
+    assert!(out.is_empty());
+    a.broadcast(op(1, 5));
+    a.take_messages();
+    lose_pushes(&mut a);
+    let (_, out) = feed(&mut a, C, digest(&[(A, 4)]));
+    assert_eq!(sent_ops(&out), vec![(C, vec![(1, 5)])]);
+}
+
+/// A peer that cannot use what it is sent (stuck behind a gap, or its
+/// inbound link dropping everything) reports the same counter on every
+/// digest. It is sent what it lacks again only when the timeout passes, and
+/// less and less often while it makes no progress.
+#[test]
+fn a_peer_that_makes_no_progress_is_resent_less_and_less_often() {
+    let mut b = node(B, |c| {
+        c.resend_after_ticks = 4;
+        c.resend_after_ticks_max = 16;
+    });
+    feed(&mut b, C, ops_msg(&[(3, 1), (3, 2), (3, 3)]));
+    let mut resent_at = Vec::new();
+    for now in 1..=60 {
+        b.tick();
+        b.take_messages();
+        let (_, out) = feed(&mut b, A, digest(&[]));
+        if !sent_ops(&out).is_empty() {
+            resent_at.push(now);
+        }
+    }
+    assert_eq!(resent_at, vec![1, 5, 13, 29, 45]);
 }
 
 #[test]
@@ -177,7 +244,7 @@ fn digest_answer_shares_the_budget_between_origins() {
     );
     assert_eq!(d.len(), 5);
     a.broadcast(op(1, 1));
-    a.take_messages(); // the eager push
+    lose_pushes(&mut a);
     let (_, out) = feed(&mut a, B, digest(&[]));
     // Two origins lacking: two each would be fair, but A has only one op of
     // its own, so origin 3 gets the leftover.
@@ -425,7 +492,7 @@ fn restore_resumes_counters_and_serves_kept_payloads() {
     b.broadcast(op(2, 2));
     assert_eq!(b.stats().duplicates, 3);
     b.broadcast(op(2, 3));
-    b.take_messages(); // the eager pushes
+    lose_pushes(&mut b);
     assert_eq!(b.delivered(), vec![(A, 6), (B, 3)]);
     // C lacks everything: B answers with what it holds, oldest first.
     let (_, out) = feed(&mut b, C, digest(&[]));
