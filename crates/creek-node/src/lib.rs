@@ -213,6 +213,9 @@ pub struct Node<S: CabStorage> {
     /// Rebuilt after losing its data: the last own seq from before, all of
     /// whose ops it takes back (0 otherwise).
     rebuilt_floor: u64,
+    /// Rebuilt in this run: the highest own seq a peer held then. The ops
+    /// above it that this replica issued before were lost with its data.
+    rebuilt_held: Option<u64>,
     /// The log index this replica waits on for payloads (see
     /// [`Node::watch_held`]), and for how many ticks it has.
     held_wait: Option<(u64, u64)>,
@@ -424,6 +427,7 @@ impl<S: CabStorage> Node<S> {
             held_wait: None,
             pull_due: true,
             rebuilt_floor: 0,
+            rebuilt_held: None,
             reclaiming: None,
             committed_told: replica.committed_len(),
             replica,
@@ -836,10 +840,14 @@ impl<S: CabStorage> Node<S> {
                     self.transfers.fetch(from, index + 1);
                     return;
                 }
-                // Past what peers hold, and past the seqs this replica
-                // reserved itself since it lost its data (a restart while
-                // lost takes a reservation like any other).
-                let next = own_high.max(marks.own_seq).max(self.own_floor) + 1;
+                // Past what peers hold, past what they heard this replica
+                // reserve before it lost its data (the ops a client saw but
+                // no peer received were lost with it: their ids are not
+                // issued again), and past the seqs it reserved itself since
+                // (a restart while lost takes a reservation like any other).
+                let held = own_high.max(marks.own_seq);
+                let next = held.max(marks.own_reserved).max(self.own_floor) + 1;
+                self.rebuilt_held = Some(held);
                 self.own_floor = next - 1;
                 self.rebuilt_floor = next - 1;
                 let group = std::mem::take(&mut checkpoint.group);
@@ -1099,6 +1107,8 @@ impl<S: CabStorage> Node<S> {
                     0
                 };
                 h.peer_seq = self.gossip.highest_seq(*to);
+                h.reserved = self.durability.reserved_durable;
+                h.peer_reserved = self.membership.reserved_by(*to);
                 h.floor = self.own_floor;
                 h.last_index = if self.membership.is_member() {
                     self.cab.log_mark().0
@@ -1372,12 +1382,16 @@ impl<S: CabStorage> Node<S> {
             d.written
         );
         d.durable = d.durable.max(seq);
+        let reserved_before = d.reserved_durable;
         let mut cab_mark = 0;
         while d.in_flight.front().is_some_and(|w| w.seq <= seq) {
             if let Some(w) = d.in_flight.pop_front() {
                 cab_mark = cab_mark.max(w.cab_mark);
                 d.reserved_durable = d.reserved_durable.max(w.reserved);
             }
+        }
+        if d.reserved_durable > reserved_before {
+            self.membership.announce();
         }
         if cab_mark > 0 && d.failed.is_none() {
             self.cab.on_persisted(cab_mark);
@@ -1755,6 +1769,13 @@ impl<S: CabStorage> Node<S> {
     /// This replica's identity, as last handed out to be written.
     pub fn identity(&self) -> &Identity {
         self.membership.identity()
+    }
+
+    /// Rebuilt after losing its data, in this run: the highest own seq a
+    /// peer held then (the ops this replica issued above it before were lost
+    /// with its data; their ids are not issued again).
+    pub fn rebuilt_held_seq(&self) -> Option<u64> {
+        self.rebuilt_held
     }
 
     /// Peers that said they lost their data.

@@ -141,6 +141,9 @@ pub(crate) struct RebuildMarks {
     pub(crate) term: u64,
     /// The highest seq of this replica's own ops any peer holds.
     pub(crate) own_seq: u64,
+    /// The highest own seq this replica announced reserved that any peer
+    /// heard (it issued none past it).
+    pub(crate) own_reserved: u64,
     /// The longest consensus log any peer reported.
     pub(crate) last_index: u64,
     /// A member to fetch a checkpoint from.
@@ -200,9 +203,14 @@ pub(crate) struct Membership {
     lost_founders: Vec<(ReplicaId, u64)>,
     lost_sources: BTreeSet<ReplicaId>,
     /// Lost: per peer, the consensus term, the highest seq of this
-    /// replica's ops and the last index of its consensus log, as reported
-    /// in its latest hello.
-    heard: BTreeMap<ReplicaId, (u64, u64, u64)>,
+    /// replica's ops, the last index of its consensus log and the highest
+    /// own seq it heard this replica reserve, as reported in its latest
+    /// hello.
+    heard: BTreeMap<ReplicaId, (u64, u64, u64, u64)>,
+    /// Per peer, the highest own seq it announced reserved (in memory: a
+    /// best effort that covers a peer losing its disk while this replica
+    /// runs; see `Hello::reserved`).
+    reserved_heard: BTreeMap<ReplicaId, u64>,
     /// Lost: the configuration index of the latest group a member named
     /// (0: the configured group is all it knows).
     named_conf: u64,
@@ -264,6 +272,7 @@ impl Membership {
             lost_founders: Vec::new(),
             lost_sources: BTreeSet::new(),
             heard: BTreeMap::new(),
+            reserved_heard: BTreeMap::new(),
             named_conf: 0,
             outbox: Vec::new(),
             events: Vec::new(),
@@ -319,6 +328,7 @@ impl Membership {
             self.foreign.remove(&p);
             self.joining_peers.remove(&p);
             self.heard.remove(&p);
+            self.reserved_heard.remove(&p);
             self.lost_sources.remove(&p);
         }
         let new: Vec<ReplicaId> = peers
@@ -399,6 +409,7 @@ impl Membership {
             term: self.heard.values().map(|m| m.0).max().unwrap_or(0),
             own_seq: self.heard.values().map(|m| m.1).max().unwrap_or(0),
             last_index: self.heard.values().map(|m| m.2).max().unwrap_or(0),
+            own_reserved: self.heard.values().map(|m| m.3).max().unwrap_or(0),
             source,
         })
     }
@@ -477,6 +488,8 @@ impl Membership {
                 reply,
                 term: 0,
                 peer_seq: 0,
+                reserved: 0,
+                peer_reserved: 0,
                 floor: 0,
                 last_index: 0,
                 group: Vec::new(),
@@ -485,6 +498,20 @@ impl Membership {
                 directory: Directory::default(),
             },
         ));
+    }
+
+    /// The highest own seq `peer` announced reserved (0: none heard).
+    pub(crate) fn reserved_by(&self, peer: ReplicaId) -> u64 {
+        self.reserved_heard.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// Hello every verified peer now (this replica reserved more seqs: the
+    /// peers hear it before any op that uses them).
+    pub(crate) fn announce(&mut self) {
+        let verified: Vec<ReplicaId> = self.verified.iter().copied().collect();
+        for p in verified {
+            self.hello(p, false);
+        }
     }
 
     pub(crate) fn tick(&mut self) {
@@ -513,12 +540,14 @@ impl Membership {
         let group = std::mem::take(&mut h.group);
         let voters = std::mem::take(&mut h.voters);
         let was_member = self.is_member();
+        let reserved = self.reserved_heard.entry(from).or_insert(0);
+        *reserved = (*reserved).max(h.reserved);
         if self.lost.is_some() {
             let marks = match h.state {
-                MemberState::Member => (h.term, h.peer_seq, h.last_index),
+                MemberState::Member => (h.term, h.peer_seq, h.last_index, h.peer_reserved),
                 MemberState::Joining | MemberState::Lost => {
                     self.lost_sources.remove(&from);
-                    (0, 0, 0)
+                    (0, 0, 0, h.peer_reserved)
                 }
             };
             self.heard.insert(from, marks);
@@ -959,6 +988,8 @@ mod tests {
             reply: false,
             term: 1,
             peer_seq: 0,
+            reserved: 0,
+            peer_reserved: 0,
             floor: 0,
             last_index: 0,
             group: Vec::new(),
@@ -979,6 +1010,8 @@ mod tests {
             reply: true,
             term: 1,
             peer_seq: 0,
+            reserved: 0,
+            peer_reserved: 0,
             floor: 0,
             last_index: 0,
             group: Vec::new(),

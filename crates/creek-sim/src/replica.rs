@@ -106,6 +106,11 @@ pub trait SimReplica: Send + Sync {
     fn last_issued_seq(&self) -> Option<u64> {
         None
     }
+    /// Rebuilt after a lost disk, in this run: the highest own seq a peer
+    /// held then; own ops above it issued before were lost with the disk.
+    fn rebuilt_held_seq(&self) -> Option<u64> {
+        None
+    }
     /// The next sync fails (a disk fault; replicas with a disk).
     fn fail_next_sync(&mut self) {}
     /// Whether a write is queued or being synced.
@@ -737,6 +742,10 @@ impl SimReplica for CreekReplica {
 
     fn last_issued_seq(&self) -> Option<u64> {
         self.replica().map(Replica::last_issued_seq)
+    }
+
+    fn rebuilt_held_seq(&self) -> Option<u64> {
+        self.node.as_ref().and_then(Node::rebuilt_held_seq)
     }
 
     fn has_unsynced(&self) -> bool {

@@ -284,6 +284,8 @@ pub struct Sim {
     clients: Vec<Client>,
     history: History,
     ops: BTreeMap<OpId, Arc<Op>>,
+    /// Ids of ops lost with their origin's disk (a client saw them).
+    lost_ids: BTreeSet<OpId>,
     canonical: Vec<OpId>,
     checked_len: Vec<usize>,
     prefix_violation: Option<String>,
@@ -473,6 +475,7 @@ impl Sim {
             clients,
             history: History::default(),
             ops: BTreeMap::new(),
+            lost_ids: BTreeSet::new(),
             canonical: Vec::new(),
             prefix_violation: None,
             trace: 0xCBF2_9CE4_8422_2325,
@@ -766,6 +769,14 @@ impl Sim {
                 return false;
             }
         };
+        if let ExecKey::Op(id) = handle {
+            // A rebuilt replica resumes past the seqs its peers heard it
+            // reserve; only a reservation no peer heard (a partition, then
+            // the lost disk) lets a client see an id twice.
+            if self.lost_ids.contains(&id) {
+                *self.faults.entry("lost_id_issued_again").or_default() += 1;
+            }
+        }
         let index = self.history.ops.len();
         self.history.ops.push(OpRecord {
             client: client.map_or(SETUP_CLIENT, |c| c as u32),
@@ -931,7 +942,10 @@ impl Sim {
     fn send(&mut self, from: usize, to: usize, msg: PeerMessage) {
         if let PeerMessage::Gossip(GossipMessage::Ops(ops)) = &msg {
             for op in ops {
-                self.ops.entry(op.id).or_insert_with(|| op.clone());
+                let known = self.ops.entry(op.id).or_insert_with(|| op.clone());
+                // Paired with the rebuild rule (`Node::install`): an id a
+                // lost op had is never issued again, so an id names one op.
+                assert!(**known == **op, "{} names two different ops", op.id);
             }
             if self.net.starves(to) {
                 return;
@@ -994,19 +1008,20 @@ impl Sim {
         }
     }
 
-    /// A wiped replica that rebuilt from a peer's checkpoint resumed its
-    /// own seqs past what its peers held: its ops above that were lost with
-    /// its disk (no peer saw them) and their ids are issued again.
+    /// A wiped replica that rebuilt from a peer's checkpoint: its ops above
+    /// what its peers held were lost with its disk (no peer saw them). It
+    /// resumed its seqs past what its peers heard it reserve, so their ids
+    /// are not issued again (if it restarted before this was seen, past its
+    /// last issued seq as a bound).
     fn check_rebuilt(&mut self, i: usize) {
         let n = &self.nodes[i];
         if !n.wiped || !n.node.is_member() {
             return;
         }
-        if let Some(last) = n.node.last_issued_seq() {
+        if let Some(last) = n.node.rebuilt_held_seq().or(n.node.last_issued_seq()) {
             *self.faults.entry("disk_rebuilt").or_default() += 1;
             self.nodes[i].wiped = false;
             self.forget_lost_ops(i, last);
-            // Sent, but no peer kept them: the ids are issued again.
             let me = ReplicaId(i as u16 + 1);
             self.ops.retain(|id, _| id.origin != me || id.seq <= last);
         }
@@ -1286,11 +1301,11 @@ impl Sim {
         self.after(i);
     }
 
-    /// Ops replica `i` issued after `last` were lost with writes that never
-    /// became durable (no peer saw them: messages wait for the disk), and
-    /// their ids will be issued again. Their records keep what the client
-    /// saw but no longer name an id, so no checker mistakes the new op for
-    /// the old one.
+    /// Ops replica `i` issued after `last` were lost: with writes that never
+    /// became durable (no peer saw them: messages wait for the disk), or
+    /// with the disk itself. Their records keep what the client saw but no
+    /// longer name an id (the ids are remembered in `lost_ids`; a
+    /// restarted or rebuilt replica resumes past them).
     fn forget_lost_ops(&mut self, i: usize, last: u64) {
         let me = ReplicaId(i as u16 + 1);
         for r in &mut self.history.ops {
@@ -1300,7 +1315,9 @@ impl Sim {
                     "a lost op's client knew its origin crashed"
                 );
                 *self.faults.entry("ops_lost_unsynced").or_default() += 1;
-                r.id = None;
+                if let Some(id) = r.id.take() {
+                    self.lost_ids.insert(id);
+                }
                 r.lost = true;
             }
         }

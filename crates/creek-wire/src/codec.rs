@@ -27,7 +27,7 @@
 //! | 0x13 | [`CabMessage::Compact`]   | `through`                                      |
 //! | 0x21 | [`Probe`]                 | `stamp_us`, `rtt_us`                           |
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
-//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `floor`, `last_index`, the group and then its voters, each `count` (≤ `ids_per_message_max`), `count` × `replica`; `conf_index`, `len`, `len` bytes (the directory, as the checkpoint's group section writes it) |
+//! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `reserved`, `peer_reserved`, `floor`, `last_index`, the group and then its voters, each `count` (≤ `ids_per_message_max`), `count` × `replica`; `conf_index`, `len`, `len` bytes (the directory, as the checkpoint's group section writes it) |
 //! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
 //! | 0x31 | [`SnapshotMessage::Fetch`] | `transfer`, `min_index`, `offset`            |
 //! | 0x32 | [`SnapshotMessage::Chunk`] | `transfer`, `index`, `term`, `total_len`, `checksum: u32le`, `offset`, `len`, `len` bytes |
@@ -685,6 +685,8 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
             }
             s.put_varint(h.term);
             s.put_varint(h.peer_seq);
+            s.put_varint(h.reserved);
+            s.put_varint(h.peer_reserved);
             s.put_varint(h.floor);
             s.put_varint(h.last_index);
             for list in [&h.group, &h.voters] {
@@ -989,6 +991,8 @@ impl<'a> Reader<'a> {
             .collect::<Result<_, DecodeError>>()?;
         let term = self.varint()?;
         let peer_seq = self.varint()?;
+        let reserved = self.varint()?;
+        let peer_reserved = self.varint()?;
         let floor = self.varint()?;
         let last_index = self.varint()?;
         let mut replicas = || {
@@ -1010,6 +1014,8 @@ impl<'a> Reader<'a> {
             reply: kind == KIND_HELLO_REPLY,
             term,
             peer_seq,
+            reserved,
+            peer_reserved,
             floor,
             last_index,
             group,

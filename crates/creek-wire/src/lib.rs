@@ -63,8 +63,17 @@ pub struct Hello {
     pub term: u64,
     /// The highest seq of an op of the *receiver's* origin the sender holds
     /// (0: none). A replica rebuilt from a peer's checkpoint resumes its own
-    /// seqs past what every peer holds, so it never issues an id twice.
+    /// seqs past what every peer holds, so it never issues an id twice; the
+    /// ops above it were lost with its data.
     pub peer_seq: u64,
+    /// The sender's own seqs that a durable write reserved: it issues none
+    /// past this. Sent again whenever a write reserves more, ahead of the
+    /// ops that use the new seqs.
+    pub reserved: u64,
+    /// The highest `reserved` the *receiver* announced to the sender (0:
+    /// none heard). A rebuilt replica resumes past it too, so it does not
+    /// issue again an id a client saw with an op that was lost.
+    pub peer_reserved: u64,
     /// A replica rebuilt from a peer's checkpoint: the last seq of its own
     /// ops from before it lost its data (0: none). Of those, a receiver
     /// that lacks some takes them in any order, if they ever come (some

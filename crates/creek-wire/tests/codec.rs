@@ -127,10 +127,10 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
             prop_oneof![Just(MemberState::Joining), Just(MemberState::Member), Just(MemberState::Lost)],
             prop::collection::vec((arb_origin(), any::<u64>()), 0..6),
             any::<bool>(),
-            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
             (prop::collection::vec(arb_origin(), 0..6), prop::collection::vec(arb_origin(), 0..6), any::<u64>(), arb_directory()),
         )
-            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, floor, last_index), (group, voters, conf_index, directory))| {
+            .prop_map(|(nonce, state, founders, reply, (term, peer_seq, reserved, peer_reserved, floor, last_index), (group, voters, conf_index, directory))| {
                 PeerMessage::Hello(Hello {
                     nonce,
                     state,
@@ -138,6 +138,8 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
                     reply,
                     term,
                     peer_seq,
+                    reserved,
+                    peer_reserved,
                     floor,
                     last_index,
                     group,
