@@ -364,6 +364,13 @@ impl Gossip {
         self.config.peers = self.peers.iter().copied().collect();
     }
 
+    /// The driver's tick scale (how much slower than a LAN its links are,
+    /// at least 1): retransmission timeouts started from now on are
+    /// stretched by it, as consensus's election timeout is.
+    pub fn set_tick_scale(&mut self, scale: u64) {
+        self.inflight.set_scale(scale);
+    }
+
     /// The contiguous delivered counter of `origin`.
     pub fn counter(&self, origin: ReplicaId) -> u64 {
         self.fifo.counter(origin)

@@ -14,7 +14,10 @@
 //! When it passes, the ops the peer still lacks go again, and the timeout
 //! doubles (up to a cap) if the peer reported no progress since the last
 //! send: a peer that cannot use them (a gap nobody can fill) is not flooded.
-//! A report that covers the whole flight ends it.
+//! A report that covers the whole flight ends it. The timeouts are in
+//! ticks of the group's tick scale (the driver's measure of its links'
+//! round trip, [`crate::Gossip::set_tick_scale`]): on links that slow
+//! consensus down, a resend waits as much longer as an election does.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +44,8 @@ pub(crate) struct Inflight {
     timeout: u64,
     /// The longest timeout after back-offs, in ticks.
     timeout_max: u64,
+    /// The tick scale both are multiplied by.
+    scale: u64,
 }
 
 impl Inflight {
@@ -49,7 +54,17 @@ impl Inflight {
             flights: BTreeMap::new(),
             timeout: timeout_ticks.max(1),
             timeout_max: timeout_max_ticks.max(timeout_ticks).max(1),
+            scale: 1,
         }
+    }
+
+    /// Stretch new timeouts by `scale` (at least 1).
+    pub(crate) fn set_scale(&mut self, scale: u64) {
+        self.scale = scale.max(1);
+    }
+
+    fn base(&self) -> u64 {
+        self.timeout.saturating_mul(self.scale)
     }
 
     /// The seq after which `origin`'s ops go to `peer`, which reported
@@ -62,6 +77,7 @@ impl Inflight {
         has: u64,
         now: u64,
     ) -> u64 {
+        let (base, max) = (self.base(), self.timeout_max.saturating_mul(self.scale));
         let Some(flight) = self.flights.get_mut(&(peer, origin)) else {
             return has;
         };
@@ -74,9 +90,9 @@ impl Inflight {
             return flight.through;
         }
         flight.timeout = if has <= flight.reported {
-            flight.timeout.saturating_mul(2).min(self.timeout_max)
+            flight.timeout.saturating_mul(2).min(max).max(base)
         } else {
-            self.timeout
+            base
         };
         flight.through = has;
         flight.since = now;
@@ -94,10 +110,11 @@ impl Inflight {
         has: u64,
         now: u64,
     ) {
+        let timeout = self.base();
         let flight = self.flights.entry((peer, origin)).or_insert(Flight {
             through,
             since: now,
-            timeout: self.timeout,
+            timeout,
             reported: has,
         });
         flight.through = flight.through.max(through);
@@ -161,6 +178,15 @@ mod tests {
         f.sent(P, O, 20, 6, 230);
         assert_eq!(f.resume_after(P, O, 6, 239), 20);
         assert_eq!(f.resume_after(P, O, 6, 240), 6);
+    }
+
+    #[test]
+    fn slow_links_stretch_the_timeout() {
+        let mut f = Inflight::new(10, 40);
+        f.set_scale(3);
+        f.sent(P, O, 20, 5, 0);
+        assert_eq!(f.resume_after(P, O, 5, 29), 20);
+        assert_eq!(f.resume_after(P, O, 5, 30), 5);
     }
 
     #[test]

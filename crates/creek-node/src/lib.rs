@@ -665,6 +665,7 @@ impl<S: CabStorage> Node<S> {
                     self.outbox.push((from, PeerMessage::Probe(echo)));
                 }
                 self.cab.set_tick_scale(self.timing.scale());
+                self.gossip.set_tick_scale(self.timing.scale());
             }
             PeerMessage::Snapshot(m) => self.on_snapshot(from, m),
         }
