@@ -840,6 +840,50 @@ mod tests {
         assert!(restarted.take_write().is_none());
     }
 
+    /// Deliver every hello until none is left, filling in the fields the
+    /// node fills: each sender's reservation, and what it heard the
+    /// receiver reserve.
+    fn run_reserving(nodes: &mut [Membership], reserved: &[(ReplicaId, u64)]) {
+        for _ in 0..10 {
+            let mut msgs = Vec::new();
+            for n in nodes.iter_mut() {
+                let from = n.me;
+                msgs.extend(n.take_messages().into_iter().map(|(to, h)| (from, to, h)));
+            }
+            if msgs.is_empty() {
+                return;
+            }
+            for (from, to, mut h) in msgs {
+                h.reserved = reserved.iter().find(|(r, _)| *r == from).map_or(0, |r| r.1);
+                let sender = nodes.iter().position(|n| n.me == from).unwrap_or(0);
+                h.peer_reserved = nodes[sender].reserved_by(to);
+                let i = nodes.iter().position(|n| n.me == to).unwrap_or(0);
+                nodes[i].on_hello(from, h);
+            }
+        }
+    }
+
+    #[test]
+    fn a_lost_replica_resumes_past_the_reservation_its_peers_heard() {
+        let mut nodes = vec![node(1, 3, 11), node(2, 3, 22), node(3, 3, 33)];
+        run(&mut nodes);
+        // Replica 2 reserves seqs through 1,500 and says so at once.
+        nodes[1].announce();
+        run_reserving(&mut nodes, &[(ReplicaId(2), 1_500)]);
+        assert_eq!(nodes[0].reserved_by(ReplicaId(2)), 1_500);
+        assert_eq!(nodes[2].reserved_by(ReplicaId(2)), 1_500);
+        // It loses its disk: its peers hold none of its ops, but tell it
+        // what it reserved, and a restart announces nothing lower.
+        nodes[1] = node(2, 3, 99);
+        run_reserving(&mut nodes, &[]);
+        let marks = nodes[1]
+            .rebuild_marks()
+            .expect("one of three lost rebuilds");
+        assert_eq!(marks.own_seq, 0);
+        assert_eq!(marks.own_reserved, 1_500);
+        assert_eq!(nodes[0].reserved_by(ReplicaId(2)), 1_500);
+    }
+
     #[test]
     fn a_lost_replica_rebuilds_only_while_a_majority_holds_data() {
         let mut nodes = vec![node(1, 3, 11), node(2, 3, 22), node(3, 3, 33)];
