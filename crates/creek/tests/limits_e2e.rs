@@ -86,6 +86,27 @@ fn signal(pid: u32, sig: &str) {
     assert!(status.success(), "kill {sig} {pid}");
 }
 
+/// Waits until every thread of `pid` is stopped: `kill -STOP` returns once
+/// the signal is queued, and a thread running on another core may still
+/// answer a call before it takes the signal.
+fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("list threads");
+        let all_stopped = tasks.flatten().all(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+            matches!(state, Some(Some('T' | 't')) | None)
+        });
+        if all_stopped {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{pid} did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_replica_keeps_its_clients_when_it_resumes() {
     let cluster = Cluster::start(1).await;
@@ -102,6 +123,7 @@ async fn a_paused_replica_keeps_its_clients_when_it_resumes() {
     .expect("before the pause");
 
     signal(pid, "-STOP");
+    wait_stopped(pid);
     // 40 calls time out during the pause: each is reset by the client
     // before the replica could accept it (HTTP/2's default bound is 20).
     let calls: Vec<_> = (0..40)
