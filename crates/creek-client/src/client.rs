@@ -15,6 +15,7 @@ use tonic::Status;
 
 use crate::correctable::Correctable;
 use crate::stream::{read_views, Expect};
+use crate::tls::TlsOptions;
 use crate::view::Levels;
 use crate::Error;
 
@@ -90,6 +91,8 @@ pub struct Client {
 
 struct Inner {
     replicas: Vec<Replica>,
+    /// TLS for every replica (a leader named by another replica too).
+    tls: Option<TlsOptions>,
     current: Mutex<Connected>,
     /// Serializes failovers, so concurrent calls that see the same replica
     /// fail move together to one new replica.
@@ -155,9 +158,21 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        Self::connect_with(addrs, None).await
+    }
+
+    /// [`connect`](Client::connect) with TLS when `tls` is given (a
+    /// cluster with a `[tls]` table, docs/security.md): addresses are
+    /// then `https://host:port` or `host:port`, and each replica must
+    /// present a certificate the CA signed for the host dialed.
+    pub async fn connect_with<I, S>(addrs: I, tls: Option<TlsOptions>) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         let replicas = addrs
             .into_iter()
-            .map(|a| Replica::new(a.into()))
+            .map(|a| Replica::new(a.into(), tls.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         if replicas.is_empty() {
             return Err(Error::InvalidArgument("no replica address given".into()));
@@ -166,6 +181,7 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 replicas,
+                tls,
                 current: Mutex::new(current),
                 failover: tokio::sync::Mutex::new(()),
                 client_id: random_client_id(),
@@ -430,7 +446,11 @@ impl Client {
                 (tonic::Code::FailedPrecondition, Some(addr)) => {
                     // A leader that just went down is still named until the
                     // others elect a new one: asked again after a pause.
-                    match Replica::new(addr)?.endpoint.connect().await {
+                    match Replica::new(addr, self.inner.tls.as_ref())?
+                        .endpoint
+                        .connect()
+                        .await
+                    {
                         Ok(leader) => channel = leader,
                         Err(_) => tokio::time::sleep(GROUP_CHANGE_RETRY).await,
                     }
@@ -540,18 +560,32 @@ impl std::fmt::Debug for Client {
 }
 
 impl Replica {
-    fn new(addr: String) -> Result<Replica, Error> {
-        let uri = if addr.contains("://") {
-            addr.clone()
-        } else {
-            format!("http://{addr}")
+    fn new(addr: String, tls: Option<&TlsOptions>) -> Result<Replica, Error> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let uri = match addr.split_once("://") {
+            // A leader's address comes without a scheme; one given by hand
+            // must agree with the TLS setting.
+            Some((given, _)) if given != scheme => {
+                return Err(Error::InvalidArgument(format!(
+                    "replica address {addr:?} says {given}, but TLS is {}: use {scheme}:// or \
+                     host:port",
+                    if tls.is_some() { "on" } else { "off" }
+                )))
+            }
+            Some(_) => addr.clone(),
+            None => format!("{scheme}://{addr}"),
         };
-        let endpoint = Endpoint::from_shared(uri)
+        let mut endpoint = Endpoint::from_shared(uri)
             .map_err(|e| Error::InvalidArgument(format!("bad replica address {addr:?}: {e}")))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
             .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        if let Some(tls) = tls {
+            endpoint = endpoint
+                .tls_config(tls.tonic())
+                .map_err(|e| Error::InvalidArgument(format!("TLS options for {addr:?}: {e}")))?;
+        }
         Ok(Replica { addr, endpoint })
     }
 }

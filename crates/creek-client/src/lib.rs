@@ -30,6 +30,24 @@
 //! # }
 //! ```
 //!
+//! A cluster with TLS (docs/security.md) is reached with
+//! [`Client::connect_with`] and [`TlsOptions`]: the CA, and the client's
+//! certificate and key when the cluster requires one.
+//!
+//! ```no_run
+//! # use std::path::Path;
+//! # use creek_client::{Client, TlsOptions};
+//! # async fn tls() -> Result<(), creek_client::Error> {
+//! let tls = TlsOptions::from_files(
+//!     Path::new("certs/ca.crt"),
+//!     Some(Path::new("certs/client-app.crt")),
+//!     Some(Path::new("certs/client-app.key")),
+//! )?;
+//! let client = Client::connect_with(["10.0.0.1:7001", "10.0.0.2:7001"], Some(tls)).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! User procedures (docs/procedures.md) are registered from source with
 //! [`Client::register_procedures`], their keyspaces made with
 //! [`Client::create_keyspace`], and they are called by name like any
@@ -70,6 +88,7 @@ mod error;
 mod procs;
 mod speculate;
 mod stream;
+mod tls;
 mod view;
 mod watch;
 
@@ -78,6 +97,7 @@ pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
 pub use error::Error;
 pub use procs::{Keyspace, KeyspaceLabel, ProcedureSource, Registered, DEFINITION_TIMEOUT};
+pub use tls::{TlsFiles, TlsOptions};
 pub use view::{Level, Levels, Outcome, View, ViewKind};
 pub use watch::{OpRef, WatchEvent, WatchOptions};
 

@@ -16,6 +16,20 @@
 //! This replica listens for peers on its own `peer_addr` and for clients on
 //! its own `client_addr`; every other setting has a default (see
 //! [`ServerConfig`]'s fields and `docs/operations.md`).
+//!
+//! With a `[tls]` table both links use TLS (see [`crate::tls`] and
+//! `docs/security.md`):
+//!
+//! ```toml
+//! [tls]
+//! ca = "certs/ca.crt"          # the CA every replica and client trusts
+//! cert = "certs/node-1.crt"    # this replica's certificate (names replica-1.creek)
+//! key = "certs/node-1.key"
+//! require_client_cert = true   # the default: clients present a certificate of the CA
+//! ```
+//!
+//! Without it, a replica refuses to listen on any address that is not
+//! loopback unless `insecure = true` (`creek serve --insecure`).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -35,6 +49,40 @@ pub struct ReplicaAddr {
     pub peer_addr: SocketAddr,
     /// Where it serves clients (gRPC).
     pub client_addr: SocketAddr,
+}
+
+/// TLS on the client and peer links: the files are read at start and again
+/// on [`crate::Server::reload_tls`] (`creek serve` does it on SIGHUP).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file of the certificate authority that signed every replica's
+    /// and client's certificate (one or more certificates).
+    pub ca: PathBuf,
+    /// PEM file of this replica's certificate (chain), which must name
+    /// this replica as the DNS name `replica-<id>.creek` (what
+    /// `creek certs create-node` writes).
+    pub cert: PathBuf,
+    /// PEM file of the certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// Clients must present a certificate signed by `ca` (mutual TLS);
+    /// `false` lets any client that trusts `ca` connect. Peers always
+    /// present theirs.
+    #[serde(default = "defaults::require_client_cert")]
+    pub require_client_cert: bool,
+}
+
+impl TlsConfig {
+    /// The files `ca`, `cert` and `key` of a directory that `creek certs`
+    /// wrote, for replica `id`.
+    pub fn in_dir(dir: &Path, id: u16) -> TlsConfig {
+        TlsConfig {
+            ca: dir.join("ca.crt"),
+            cert: dir.join(format!("node-{id}.crt")),
+            key: dir.join(format!("node-{id}.key")),
+            require_client_cert: true,
+        }
+    }
 }
 
 /// A validated server configuration.
@@ -134,6 +182,14 @@ pub struct ServerConfig {
     /// (docs/operations.md, "Lost a disk"). Off by default.
     #[serde(default)]
     pub rebuild_despite_data_loss: bool,
+    /// TLS on the client and peer links; plaintext if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+    /// Listen without TLS on addresses that are not loopback (anyone who
+    /// can reach them can read every value and speak the replica
+    /// protocol). Off by default: such a configuration is refused.
+    #[serde(default)]
+    pub insecure: bool,
     /// A protocol bug planted on purpose, to show `creek chaos` catches it
     /// (tests only; needs a build with the `planted-bugs` feature): one of
     /// [`PLANTED_BUGS`].
@@ -194,6 +250,9 @@ mod defaults {
     }
     pub fn watch_history_bytes() -> usize {
         64 << 20
+    }
+    pub fn require_client_cert() -> bool {
+        true
     }
 }
 
@@ -272,6 +331,8 @@ impl ServerConfig {
             watch_history_bytes: defaults::watch_history_bytes(),
             allow_fault_injection: false,
             rebuild_despite_data_loss: false,
+            tls: None,
+            insecure: false,
             plant_bug: None,
         }
     }
@@ -425,6 +486,42 @@ impl ServerConfig {
         if self.data_dir.as_os_str().is_empty() {
             return bad("data_dir is empty".into());
         }
+        match &self.tls {
+            Some(tls) => {
+                for (name, path) in [("ca", &tls.ca), ("cert", &tls.cert), ("key", &tls.key)] {
+                    if path.as_os_str().is_empty() {
+                        return bad(format!("tls.{name} is empty: give the path of a PEM file"));
+                    }
+                    if !path.is_file() {
+                        return bad(format!(
+                            "tls.{name} = {}: no such file (create certificates with \
+                             `creek certs`, docs/security.md)",
+                            path.display()
+                        ));
+                    }
+                }
+            }
+            None if !self.insecure => {
+                let me = self.me();
+                for (what, addr) in [("client", me.client_addr), ("peer", me.peer_addr)] {
+                    if !addr.ip().is_loopback() {
+                        return bad(format!(
+                            "refusing to listen for {what}s on {addr} without TLS: anyone who \
+                             can reach it could read and change every value{}. Add a [tls] \
+                             section with ca, cert and key (`creek certs`, \
+                             docs/security.md), or start with --insecure (insecure = true) \
+                             if the network is trusted",
+                            if what == "peer" {
+                                " and speak the replica protocol"
+                            } else {
+                                ""
+                            }
+                        ));
+                    }
+                }
+            }
+            None => {}
+        }
         if let Some(bug) = &self.plant_bug {
             if !PLANTED_BUGS.contains(&bug.as_str()) {
                 return bad(format!(
@@ -529,6 +626,54 @@ mod tests {
         g[1].allow_fault_injection = true;
         let text = g[1].to_toml().expect("toml");
         assert_eq!(ServerConfig::from_toml(&text).expect("parses"), g[1]);
+    }
+
+    #[test]
+    fn plaintext_off_loopback_is_refused_unless_insecure() {
+        let open = GOOD.replace(
+            "client_addr = \"127.0.0.1:7002\"",
+            "client_addr = \"0.0.0.0:7002\"",
+        );
+        let e = ServerConfig::from_toml(&open).expect_err("plaintext on 0.0.0.0");
+        let m = e.to_string();
+        assert!(
+            m.contains("0.0.0.0:7002") && m.contains("without TLS"),
+            "{m}"
+        );
+        assert!(m.contains("[tls]") && m.contains("--insecure"), "{m}");
+        let peer = GOOD.replace(
+            "peer_addr = \"127.0.0.1:7102\"",
+            "peer_addr = \"10.0.0.2:7102\"",
+        );
+        let e = ServerConfig::from_toml(&peer).expect_err("plaintext peer link");
+        assert!(e.to_string().contains("for peers on 10.0.0.2:7102"), "{e}");
+        // Another replica's address is its own business.
+        let other = GOOD.replace(
+            "client_addr = \"127.0.0.1:7001\"",
+            "client_addr = \"10.0.0.1:7001\"",
+        );
+        ServerConfig::from_toml(&other).expect("only this replica's addresses count");
+        let insecure = format!("insecure = true\n{open}");
+        assert!(
+            ServerConfig::from_toml(&insecure)
+                .expect("insecure")
+                .insecure
+        );
+    }
+
+    #[test]
+    fn tls_files_must_exist() {
+        let tls = format!(
+            "{GOOD}\n[tls]\nca = \"/nonexistent/ca.crt\"\ncert = \"/nonexistent/n.crt\"\nkey = \"/nonexistent/n.key\"\n"
+        );
+        let e = ServerConfig::from_toml(&tls).expect_err("missing files");
+        assert!(
+            e.to_string()
+                .contains("tls.ca = /nonexistent/ca.crt: no such file"),
+            "{e}"
+        );
+        let c: ServerConfig = toml::from_str(&tls).expect("parses");
+        assert!(c.tls.as_ref().is_some_and(|t| t.require_client_cert));
     }
 
     #[test]

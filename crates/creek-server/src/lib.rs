@@ -6,6 +6,8 @@
 //!
 //! * [`transport`]: peer TCP connections with the versioned frame format,
 //!   reconnects, bounded queues and [fault injection](faults);
+//! * [`tls`]: rustls on the client and peer links, the binding of a
+//!   replica's certificate to its id, reloading the files;
 //! * [`service`]: the gRPC `Creek` and `Admin` services of
 //!   `proto/creek.proto` (tonic);
 //! * a ticker for the protocol clock;
@@ -27,9 +29,10 @@ pub mod request;
 pub mod restore;
 pub mod server;
 pub mod service;
+pub mod tls;
 pub mod transport;
 pub mod watch;
 
-pub use config::{ConfigError, ReplicaAddr, ServerConfig};
+pub use config::{ConfigError, ReplicaAddr, ServerConfig, TlsConfig};
 pub use node_loop::Fatal;
 pub use server::{fresh_nonce, Server, StartError};

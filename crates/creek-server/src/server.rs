@@ -18,6 +18,7 @@ use crate::faults::Faults;
 use crate::metrics::Metrics;
 use crate::node_loop::{Durability, Event, Fatal, LoopConfig, NodeLoop};
 use crate::service::{AdminService, CreekService};
+use crate::tls::{Tls, TlsError};
 use crate::transport::Transport;
 
 /// Why a server could not start.
@@ -48,6 +49,9 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// The TLS files.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// A thread could not be started.
     #[error("starting the node loop: {0}")]
     Thread(std::io::Error),
@@ -69,6 +73,7 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     stopping: Arc<AtomicBool>,
     fatal: FatalCell,
+    tls: Option<Arc<Tls>>,
     node_thread: Option<std::thread::JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -213,6 +218,21 @@ impl Server {
             "recovered from the data directory"
         );
 
+        let tls = match &config.tls {
+            Some(files) => Some(Arc::new(Tls::load(me, files.clone())?)),
+            None => None,
+        };
+        if config.tls.is_none() && config.insecure {
+            let me_addr = config.me();
+            tracing::warn!(
+                replica = %me,
+                client_addr = %me_addr.client_addr,
+                peer_addr = %me_addr.peer_addr,
+                "INSECURE: no TLS, and --insecure allows listening beyond loopback: anyone who \
+                 can reach these addresses can read and change every value and speak the \
+                 replica protocol"
+            );
+        }
         let me_addr = config.me().clone();
         let bind = |what, addr| async move {
             TcpListener::bind(addr)
@@ -249,6 +269,7 @@ impl Server {
             faults.clone(),
             config.peer_queue_frames,
             limits.frame_bytes_max,
+            tls.clone(),
         ));
         durability.set_transport(transport.clone());
         let metrics = Arc::new(Metrics::new());
@@ -330,35 +351,43 @@ impl Server {
         let mut grpc_shutdown = shutdown_rx.clone();
         let grpc_fatal = fatal.clone();
         let grpc_stopping = stopping.clone();
+        let router = tonic::transport::Server::builder()
+            .max_concurrent_streams(streams_max)
+            .concurrency_limit_per_connection(streams_max as usize)
+            .http2_max_pending_accept_reset_streams(Some(resets_max))
+            .add_service(crate::limits::Oversized(
+                pb::creek_server::CreekServer::new(service).max_decoding_message_size(limit),
+            ))
+            .add_service(crate::limits::Oversized(
+                pb::admin_server::AdminServer::new(admin).max_decoding_message_size(limit),
+            ));
+        let client_tls = tls.clone();
         tasks.push(tokio::spawn(async move {
             use tokio_stream::StreamExt as _;
+            let stop = async move {
+                let _ = grpc_shutdown.wait_for(|s| *s).await;
+            };
             // Our own listener: tonic's tcp_nodelay applies only to sockets
             // it accepts itself, and Nagle's algorithm would hold each view
-            // for a delayed ACK (~40 ms).
-            // Past a connection cap, a connection is closed as soon as it
-            // is accepted.
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener)
-                .filter_map(move |conn| match conn {
-                    Ok(s) => {
-                        let _ = s.set_nodelay(true);
-                        crate::limits::CappedStream::admit(s, &caps).map(Ok)
-                    }
-                    Err(e) => Some(Err(e)),
-                });
-            let result = tonic::transport::Server::builder()
-                .max_concurrent_streams(streams_max)
-                .concurrency_limit_per_connection(streams_max as usize)
-                .http2_max_pending_accept_reset_streams(Some(resets_max))
-                .add_service(crate::limits::Oversized(
-                    pb::creek_server::CreekServer::new(service).max_decoding_message_size(limit),
-                ))
-                .add_service(crate::limits::Oversized(
-                    pb::admin_server::AdminServer::new(admin).max_decoding_message_size(limit),
-                ))
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = grpc_shutdown.wait_for(|s| *s).await;
-                })
-                .await;
+            // for a delayed ACK (~40 ms). Past a connection cap, a
+            // connection is closed as soon as it is accepted.
+            let result = match client_tls {
+                None => {
+                    let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener)
+                        .filter_map(move |conn| match conn {
+                            Ok(s) => {
+                                let _ = s.set_nodelay(true);
+                                crate::limits::CappedStream::admit(s, &caps).map(Ok)
+                            }
+                            Err(e) => Some(Err(e)),
+                        });
+                    router.serve_with_incoming_shutdown(incoming, stop).await
+                }
+                Some(tls) => {
+                    let incoming = tls_incoming(client_listener, tls, caps);
+                    router.serve_with_incoming_shutdown(incoming, stop).await
+                }
+            };
             if let Err(e) = result {
                 tracing::error!(error = %e, "the client API stopped");
                 if !grpc_stopping.load(Ordering::Relaxed) {
@@ -383,7 +412,13 @@ impl Server {
                 }
             }));
         }
-        tracing::info!(replica = %me, %client_addr, peer_addr = %me_addr.peer_addr, "replica serving");
+        tracing::info!(
+            replica = %me,
+            %client_addr,
+            peer_addr = %me_addr.peer_addr,
+            tls = tls.is_some(),
+            "replica serving"
+        );
         Ok(Server {
             id: me,
             client_addr,
@@ -392,6 +427,7 @@ impl Server {
             shutdown,
             stopping,
             fatal,
+            tls,
             node_thread: Some(node_thread),
             tasks,
         })
@@ -405,6 +441,16 @@ impl Server {
     /// Where clients connect.
     pub fn client_addr(&self) -> SocketAddr {
         self.client_addr
+    }
+
+    /// Read the TLS files again (certificate rotation): connections made
+    /// from now on, client and peer, use the new certificates; open ones
+    /// keep theirs. `Ok(false)` without TLS; on an error nothing changes.
+    pub fn reload_tls(&self) -> Result<bool, TlsError> {
+        match &self.tls {
+            Some(tls) => tls.reload().map(|()| true),
+            None => Ok(false),
+        }
     }
 
     /// Where metrics are served, if anywhere.
@@ -455,6 +501,59 @@ impl Server {
             None => Ok(()),
         }
     }
+}
+
+/// Client connections through TLS: each accepted socket's handshake runs
+/// in its own task (a slow client holds up no one), and the ones that
+/// succeed are handed to the gRPC server in order of completion.
+fn tls_incoming(
+    listener: TcpListener,
+    tls: Arc<Tls>,
+    caps: Arc<crate::limits::ConnectionCaps>,
+) -> impl tokio_stream::Stream<
+    Item = std::io::Result<tokio_rustls::server::TlsStream<crate::limits::CappedStream>>,
+> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (stream, remote) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a client connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if tx.is_closed() {
+                return;
+            }
+            let _ = stream.set_nodelay(true);
+            let Some(stream) = crate::limits::CappedStream::admit(stream, &caps) else {
+                continue;
+            };
+            let acceptor = tls.client_acceptor();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let handshake = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    acceptor.accept(stream),
+                )
+                .await;
+                match handshake {
+                    Ok(Ok(s)) => {
+                        let _ = tx.send(Ok(s)).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::info!(%remote, error = %e, "refused a client connection: TLS handshake failed");
+                    }
+                    Err(_) => {
+                        tracing::info!(%remote, "refused a client connection: TLS handshake timed out");
+                    }
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// A random nonce for a new data directory (see `creek_node::membership`):

@@ -21,6 +21,12 @@
 //! gets a connection (and its inbound connections are accepted), a removed
 //! one loses its outbound connection.
 //!
+//! With TLS ([`crate::tls`]) every connection is mutual TLS first, and the
+//! handshake travels inside it: an inbound connection is accepted only if
+//! the certificate the peer presented is bound to the sender id its
+//! handshake claims, and an outbound one only if the replica dialed
+//! presents the certificate of the id dialed.
+//!
 //! Faults ([`crate::faults`]) are applied here on this replica's side of
 //! each link: loss and partitions drop frames in both directions; latency
 //! is added to the frames this replica sends, which keep their order.
@@ -34,13 +40,23 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use creek_core::ReplicaId;
 use creek_wire::WIRE_VERSION;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::faults::{Faults, Verdict};
 use crate::node_loop::Event;
+use crate::tls::{names_replica, replica_name, Tls};
+
+/// How long a new connection may take to finish its TLS and transport
+/// handshakes.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One direction of a peer connection, plaintext or TLS.
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 const MAGIC: &[u8; 3] = b"CRK";
 const HANDSHAKE_LEN: usize = 8;
@@ -58,7 +74,8 @@ pub struct TransportStats {
     pub dropped_full: AtomicU64,
     /// Frames dropped by injected faults.
     pub dropped_faults: AtomicU64,
-    /// Inbound connections refused (bad handshake, unknown peer).
+    /// Inbound connections refused (bad handshake, unknown peer, failed
+    /// TLS handshake, a certificate not bound to the claimed id).
     pub refused_connections: AtomicU64,
 }
 
@@ -82,12 +99,15 @@ pub struct Transport {
     queue_frames: usize,
     faults: Arc<Faults>,
     stats: Arc<TransportStats>,
+    tls: Option<Arc<Tls>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
 impl Transport {
     /// Start connecting to `peers` and accepting on `listener`; inbound
-    /// frames go to `inbound`. Must run inside a tokio runtime.
+    /// frames go to `inbound`; with `tls`, every link is mutual TLS. Must
+    /// run inside a tokio runtime.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         me: ReplicaId,
         peers: &[(ReplicaId, SocketAddr)],
@@ -96,6 +116,7 @@ impl Transport {
         faults: Arc<Faults>,
         queue_frames: usize,
         frame_bytes_max: usize,
+        tls: Option<Arc<Tls>>,
     ) -> Transport {
         let stats = Arc::new(TransportStats::default());
         let known = Arc::new(RwLock::new(HashSet::new()));
@@ -107,6 +128,7 @@ impl Transport {
             faults.clone(),
             stats.clone(),
             frame_bytes_max,
+            tls.clone(),
         ));
         let transport = Transport {
             me,
@@ -116,6 +138,7 @@ impl Transport {
             queue_frames,
             faults,
             stats,
+            tls,
             accept,
         };
         transport.set_peers(peers);
@@ -148,6 +171,7 @@ impl Transport {
                 rx,
                 connected.clone(),
                 self.stats.clone(),
+                self.tls.clone(),
             ));
             table.insert(
                 id,
@@ -243,12 +267,16 @@ async fn outbound(
     mut rx: mpsc::Receiver<Queued>,
     connected: Arc<AtomicBool>,
     stats: Arc<TransportStats>,
+    tls: Option<Arc<Tls>>,
 ) {
     let mut backoff = Duration::from_millis(50);
+    // A refused certificate is said once per run of failures, not every
+    // second.
+    let mut warned = false;
     loop {
-        let stream = match TcpStream::connect(addr).await {
-            Ok(s) => s,
-            Err(e) => {
+        let mut w = match connect(peer, addr, tls.as_deref()).await {
+            Ok(w) => BufWriter::with_capacity(64 << 10, w),
+            Err(Failed::Unreachable(e)) => {
                 tracing::debug!(%peer, %addr, error = %e, "peer connect failed");
                 // Frames for an unreachable peer are stale by the next try.
                 while rx.try_recv().is_ok() {}
@@ -256,12 +284,27 @@ async fn outbound(
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
+            Err(Failed::Tls(e)) => {
+                if warned {
+                    tracing::debug!(%peer, %addr, error = %e, "TLS handshake with peer failed");
+                } else {
+                    tracing::warn!(
+                        %peer, %addr, error = %e,
+                        "TLS handshake with peer failed: it must present a certificate of our CA \
+                         naming {} (retrying)", replica_name(peer)
+                    );
+                    warned = true;
+                }
+                while rx.try_recv().is_ok() {}
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
         };
-        let _ = stream.set_nodelay(true);
-        let mut w = BufWriter::with_capacity(64 << 10, stream);
         if w.write_all(&handshake(me, peer)).await.is_err() || w.flush().await.is_err() {
             continue;
         }
+        warned = false;
         tracing::info!(%peer, %addr, "connected to peer");
         connected.store(true, Ordering::Relaxed);
         backoff = Duration::from_millis(50);
@@ -298,8 +341,42 @@ async fn outbound(
     }
 }
 
+/// Why an outbound connection could not be made.
+enum Failed {
+    /// TCP: the peer is down or unreachable.
+    Unreachable(std::io::Error),
+    /// The TLS handshake failed (a certificate refused on either side).
+    Tls(std::io::Error),
+}
+
+/// A connection to `peer` at `addr`, TLS if `tls`.
+async fn connect(peer: ReplicaId, addr: SocketAddr, tls: Option<&Tls>) -> Result<Writer, Failed> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(Failed::Unreachable)?;
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else {
+        return Ok(Box::new(stream));
+    };
+    let name = ServerName::try_from(replica_name(peer))
+        .map_err(|e| Failed::Tls(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        tls.peer_connector().connect(name, stream),
+    )
+    .await
+    {
+        Ok(Ok(s)) => Ok(Box::new(s)),
+        Ok(Err(e)) => Err(Failed::Tls(e)),
+        Err(_) => Err(Failed::Tls(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "TLS handshake timed out",
+        ))),
+    }
+}
+
 async fn write_frame(
-    w: &mut BufWriter<TcpStream>,
+    w: &mut BufWriter<Writer>,
     frame: &Bytes,
     stats: &TransportStats,
 ) -> std::io::Result<()> {
@@ -314,6 +391,7 @@ async fn write_frame(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn accept(
     me: ReplicaId,
     listener: TcpListener,
@@ -322,6 +400,7 @@ async fn accept(
     faults: Arc<Faults>,
     stats: Arc<TransportStats>,
     frame_bytes_max: usize,
+    tls: Option<Arc<Tls>>,
 ) {
     loop {
         let (stream, remote) = match listener.accept().await {
@@ -342,38 +421,97 @@ async fn accept(
             faults.clone(),
             stats.clone(),
             frame_bytes_max,
+            tls.clone(),
         ));
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn inbound_conn(
+/// Read the transport handshake; the sender's id if it is a known peer
+/// of this group addressing this replica.
+async fn read_handshake(
+    r: &mut (impl AsyncRead + Unpin),
     me: ReplicaId,
-    mut stream: TcpStream,
-    remote: SocketAddr,
-    known: Arc<RwLock<HashSet<ReplicaId>>>,
-    inbound: mpsc::Sender<Event>,
-    faults: Arc<Faults>,
-    stats: Arc<TransportStats>,
-    frame_bytes_max: usize,
-) {
+    known: &RwLock<HashSet<ReplicaId>>,
+) -> Result<ReplicaId, &'static str> {
     let mut h = [0u8; HANDSHAKE_LEN];
-    let hs = tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut h)).await;
+    r.read_exact(&mut h).await.map_err(|_| "no handshake")?;
     let from = ReplicaId(u16::from_be_bytes([h[4], h[5]]));
     let to = ReplicaId(u16::from_be_bytes([h[6], h[7]]));
-    let ok = matches!(hs, Ok(Ok(_)))
-        && &h[..3] == MAGIC
+    let ok = &h[..3] == MAGIC
         && h[3] == WIRE_VERSION
         && to == me
         && known
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(&from);
-    if !ok {
-        stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%remote, "refused a peer connection: bad handshake (not a Creek peer of this group, or another wire version)");
-        return;
+    if ok {
+        Ok(from)
+    } else {
+        Err("bad handshake (not a Creek peer of this group, or another wire version)")
     }
+}
+
+/// The TLS and transport handshakes of an inbound connection: the reader
+/// of its frames and the peer it comes from.
+async fn accept_peer(
+    stream: TcpStream,
+    me: ReplicaId,
+    known: &RwLock<HashSet<ReplicaId>>,
+    tls: Option<&Tls>,
+) -> Result<(Reader, ReplicaId), String> {
+    let Some(tls) = tls else {
+        let mut stream = stream;
+        let from = read_handshake(&mut stream, me, known).await?;
+        return Ok((Box::new(stream), from));
+    };
+    let mut s = tls
+        .peer_acceptor()
+        .accept(stream)
+        .await
+        .map_err(|e| format!("TLS handshake failed ({e})"))?;
+    let from = read_handshake(&mut s, me, known).await?;
+    let bound = s
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .is_some_and(|c| names_replica(c, from));
+    if !bound {
+        return Err(format!(
+            "the peer claims to be replica {} but its certificate does not name {}",
+            from.0,
+            replica_name(from)
+        ));
+    }
+    Ok((Box::new(s), from))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn inbound_conn(
+    me: ReplicaId,
+    stream: TcpStream,
+    remote: SocketAddr,
+    known: Arc<RwLock<HashSet<ReplicaId>>>,
+    inbound: mpsc::Sender<Event>,
+    faults: Arc<Faults>,
+    stats: Arc<TransportStats>,
+    frame_bytes_max: usize,
+    tls: Option<Arc<Tls>>,
+) {
+    let accepted = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        accept_peer(stream, me, &known, tls.as_deref()),
+    )
+    .await
+    .unwrap_or_else(|_| Err("handshake timed out".into()));
+    let (mut stream, from) = match accepted {
+        Ok(x) => x,
+        Err(why) => {
+            stats.refused_connections.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%remote, "refused a peer connection: {why}");
+            return;
+        }
+    };
     let mut buf = BytesMut::with_capacity(64 << 10);
     loop {
         let mut len = [0u8; 4];

@@ -60,7 +60,7 @@ pub fn backup(args: &BackupArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.to)
         .map_err(|e| format!("creating {}: {e}", args.to.display()))?;
     let partial = args.to.join(format!("{CHECKPOINT_FILE}.partial"));
-    let result = runtime()?.block_on(stream_backup(&args.endpoints.list(), &partial));
+    let result = runtime()?.block_on(stream_backup(&args.endpoints, &partial));
     let manifest = match result {
         Ok(m) => m,
         Err(e) => {
@@ -94,16 +94,11 @@ pub fn backup(args: &BackupArgs) -> Result<(), String> {
 
 /// Stream a checkpoint from the first replica of `addrs` that answers into
 /// `file`; the manifest, once its CRC and length check out.
-async fn stream_backup(addrs: &[String], file: &Path) -> Result<serde_json::Value, String> {
+async fn stream_backup(endpoints: &Endpoints, file: &Path) -> Result<serde_json::Value, String> {
     let mut failures = Vec::new();
-    for addr in addrs {
-        let uri = if addr.contains("://") {
-            addr.clone()
-        } else {
-            format!("http://{addr}")
-        };
-        let mut admin = match AdminClient::connect(uri).await {
-            Ok(a) => a,
+    for addr in &endpoints.list() {
+        let mut admin = match endpoints.channel(addr).await {
+            Ok(c) => AdminClient::new(c),
             Err(e) => {
                 failures.push(format!("{addr}: {e}"));
                 continue;

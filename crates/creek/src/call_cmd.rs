@@ -75,7 +75,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 
 async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
-    let client = cli::connect(&addrs).await?;
+    let client = cli::connect(&args.endpoints, &addrs).await?;
     let procedures = cli::procedures(&client, &addrs).await?;
     let values = match procedures.iter().find(|p| p.name == args.procedure) {
         Some(p) if p.described => typed(p, parsed)?,

@@ -76,9 +76,51 @@ pub(crate) struct Endpoints {
         global = true
     )]
     addrs: Vec<String>,
+    /// TLS: the CA certificate (PEM) that signed the replicas'
+    /// certificates; addresses are then reached with TLS
+    /// (docs/security.md).
+    #[arg(long, value_name = "FILE", env = "CREEK_CA", global = true)]
+    ca: Option<std::path::PathBuf>,
+    /// TLS: this client's certificate (PEM), for clusters that require one.
+    #[arg(long, value_name = "FILE", env = "CREEK_CERT", global = true)]
+    cert: Option<std::path::PathBuf>,
+    /// TLS: this client's private key (PEM).
+    #[arg(long, value_name = "FILE", env = "CREEK_KEY", global = true)]
+    key: Option<std::path::PathBuf>,
 }
 
 impl Endpoints {
+    /// The TLS options `--ca`, `--cert` and `--key` make (none without
+    /// `--ca`: plaintext).
+    pub(crate) fn tls(&self) -> Result<Option<creek_client::TlsOptions>, Failure> {
+        creek_client::TlsFiles {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+        }
+        .options()
+        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))
+    }
+
+    /// A tonic channel to `addr` with these TLS options.
+    pub(crate) async fn channel(&self, addr: &str) -> Result<tonic::transport::Channel, String> {
+        let tls = self.tls().map_err(|f| f.message)?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let uri = if addr.contains("://") {
+            addr.to_owned()
+        } else {
+            format!("{scheme}://{addr}")
+        };
+        let mut endpoint = tonic::transport::Endpoint::from_shared(uri)
+            .map_err(|e| format!("bad address {addr:?}: {e}"))?;
+        if let Some(tls) = tls {
+            endpoint = endpoint
+                .tls_config(tls.tonic())
+                .map_err(|e| format!("TLS options: {e}"))?;
+        }
+        endpoint.connect().await.map_err(|e| e.to_string())
+    }
+
     /// The addresses given, or `creek dev`'s.
     pub(crate) fn list(&self) -> Vec<String> {
         let given: Vec<String> = self
@@ -143,10 +185,13 @@ pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Connect to the first of `addrs` that answers, with an error that says
-/// what was tried.
-pub(crate) async fn connect(addrs: &[String]) -> Result<creek_client::Client, Failure> {
-    creek_client::Client::connect(addrs.iter().cloned())
+/// Connect to the first of `addrs` that answers (with `endpoints`' TLS
+/// options), with an error that says what was tried.
+pub(crate) async fn connect(
+    endpoints: &Endpoints,
+    addrs: &[String],
+) -> Result<creek_client::Client, Failure> {
+    creek_client::Client::connect_with(addrs.iter().cloned(), endpoints.tls()?)
         .await
         .map_err(|e| Failure::new(exit::FAILED, explain(&e, addrs)))
 }

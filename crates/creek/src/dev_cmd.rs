@@ -43,6 +43,11 @@ pub struct DevArgs {
     /// Accept Admin.SetFaults.
     #[arg(long)]
     allow_fault_injection: bool,
+    /// TLS on every link: certificates for the replicas and a client
+    /// `root` are made in DATA_DIR/certs (kept for the next start), and
+    /// the way to connect is printed.
+    #[arg(long)]
+    secure: bool,
     #[command(subcommand)]
     action: Option<DevAction>,
 }
@@ -105,6 +110,8 @@ struct DevReplica {
 
 struct DevCluster {
     replicas: Vec<DevReplica>,
+    /// The certificate directory with `--secure`.
+    certs: Option<PathBuf>,
     /// `--log-level` and `--log-format` for the replicas.
     log_flags: Vec<String>,
 }
@@ -129,8 +136,16 @@ impl DevCluster {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         std::fs::create_dir_all(&args.data_dir)
             .map_err(|e| format!("creating {}: {e}", args.data_dir.display()))?;
+        let certs = if args.secure {
+            Some(make_certs(&args.data_dir.join("certs"), args.replicas)?)
+        } else {
+            None
+        };
         let mut replicas = Vec::new();
         for (i, c) in configs.iter_mut().enumerate() {
+            if let Some(dir) = &certs {
+                c.tls = Some(creek_server::TlsConfig::in_dir(dir, c.id));
+            }
             c.workers = (cores / usize::from(args.replicas)).max(1);
             c.allow_fault_injection = args.allow_fault_injection;
             if args.metrics_port != 0 {
@@ -163,6 +178,7 @@ impl DevCluster {
         }
         Ok(DevCluster {
             replicas,
+            certs,
             log_flags,
         })
     }
@@ -286,6 +302,15 @@ impl DevCluster {
             println!(
                 "open http://{a}/ for the live console (every replica serves one; it shows a \
                  stopped or killed replica as down)"
+            );
+        }
+        if let Some(dir) = &self.certs {
+            let d = dir.display();
+            println!(
+                "TLS on every link (certificates in {d}); clients need the CA and a client \
+                 certificate:\n  export CREEK_CA={d}/ca.crt CREEK_CERT={d}/client-root.crt \
+                 CREEK_KEY={d}/client-root.key\n(no tokens or users yet: any certificate of \
+                 this CA may do everything)"
             );
         }
         println!(
@@ -542,7 +567,31 @@ fn port_at(base: u16, offset: u16) -> Result<SocketAddr, String> {
 /// `creek dev add-replica`: start a replica under the next free id on the
 /// next ports, configured with the cluster's members and itself, ask the
 /// cluster to add it, and serve until Ctrl-C.
+/// The CA, the replicas' and the client `root`'s certificates in `dir`,
+/// made for what is missing (a second start keeps the first's).
+fn make_certs(dir: &std::path::Path, replicas: u16) -> Result<PathBuf, String> {
+    if !dir.join("ca.crt").exists() {
+        crate::certs_cmd::create_ca(dir, false)?;
+    }
+    for id in 1..=replicas {
+        if !dir.join(format!("node-{id}.crt")).exists() {
+            crate::certs_cmd::create_node(dir, id, &[], false)?;
+        }
+    }
+    if !dir.join("client-root.crt").exists() {
+        crate::certs_cmd::create_client(dir, "root", false)?;
+    }
+    Ok(dir.to_owned())
+}
+
 fn add_replica(args: &DevArgs) -> Result<(), String> {
+    if args.secure {
+        return Err(
+            "`creek dev --secure add-replica` is not supported yet: add the replica \
+                    with `creek certs create-node` and `creek serve --certs-dir`"
+                .into(),
+        );
+    }
     let addrs: Vec<String> = (0..args.replicas.max(1))
         .map(|i| port_at(args.client_port, i).map(|a| a.to_string()))
         .collect::<Result<_, _>>()?;

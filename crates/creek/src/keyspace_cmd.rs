@@ -39,7 +39,7 @@ enum Command {
 pub fn run(args: &Args) -> Result<(), Failure> {
     cli::runtime()?.block_on(async {
         let addrs = args.endpoints.list();
-        let client = cli::connect(&addrs).await?;
+        let client = cli::connect(&args.endpoints, &addrs).await?;
         match &args.command {
             Command::Create { name, label } => {
                 let call = [name, label].map(|s| Value::Bytes(Bytes::from(s.clone())));

@@ -16,6 +16,7 @@ mod bench_soak;
 mod bench_stages;
 mod bench_transfer;
 mod call_cmd;
+mod certs_cmd;
 mod chaos;
 mod cli;
 mod dev_cmd;
@@ -71,6 +72,7 @@ enum Command {
     Keyspace(keyspace_cmd::Args),
     /// Print a completion script for a shell: bash, zsh or fish (e.g.
     /// `source <(creek completion bash)`).
+    Certs(certs_cmd::Args),
     Completion {
         /// The shell.
         shell: clap_complete::Shell,
@@ -160,6 +162,7 @@ fn main() -> ExitCode {
         Command::Status(args) => return cli::finish(status_cmd::run(&args)),
         Command::Proc(args) => return cli::finish(proc_cmd::run(&args)),
         Command::Keyspace(args) => return cli::finish(keyspace_cmd::run(&args)),
+        Command::Certs(args) => certs_cmd::run(&args),
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

@@ -51,7 +51,7 @@ enum Command {
 pub fn run(args: &Args) -> Result<(), Failure> {
     cli::runtime()?.block_on(async {
         let addrs = args.endpoints.list();
-        let client = cli::connect(&addrs).await?;
+        let client = cli::connect(&args.endpoints, &addrs).await?;
         match &args.command {
             Command::Register { file } => {
                 return register(&client, &addrs, file, args.output.output).await

@@ -51,6 +51,16 @@ pub struct ServeArgs {
     /// acknowledged are gone for good).
     #[arg(long)]
     rebuild_despite_data_loss: bool,
+    /// TLS on client and peer links with the files `creek certs` wrote to
+    /// DIR: DIR/ca.crt, DIR/node-ID.crt and DIR/node-ID.key (replaces the
+    /// file's [tls] table).
+    #[arg(long, value_name = "DIR")]
+    certs_dir: Option<PathBuf>,
+    /// Listen without TLS on addresses that are not loopback (refused
+    /// otherwise). Anyone who can reach them can read and change every
+    /// value and speak the replica protocol: a trusted network only.
+    #[arg(long)]
+    insecure: bool,
     /// Stop (as on SIGTERM) when the parent process exits: `creek dev`'s
     /// replicas do not outlive it.
     #[arg(long, hide = true)]
@@ -106,6 +116,10 @@ impl ServeArgs {
         }
         c.allow_fault_injection |= self.allow_fault_injection;
         c.rebuild_despite_data_loss |= self.rebuild_despite_data_loss;
+        if let Some(dir) = &self.certs_dir {
+            c.tls = Some(creek_server::TlsConfig::in_dir(dir, c.id));
+        }
+        c.insecure |= self.insecure;
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
     }
@@ -296,6 +310,31 @@ async fn parent_gone() {
     }
 }
 
+/// Reload the TLS files on every SIGHUP (certificate rotation); never
+/// resolves.
+async fn reload_on_hangup(server: &Server) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: certificates are not reloaded");
+        return std::future::pending().await;
+    };
+    while hangups.recv().await.is_some() {
+        match server.reload_tls() {
+            Ok(true) => tracing::info!(
+                replica = %server.id(),
+                "SIGHUP: reloaded the TLS certificates; new connections use them"
+            ),
+            Ok(false) => tracing::info!("SIGHUP: no TLS configured, nothing to reload"),
+            Err(e) => tracing::error!(
+                replica = %server.id(),
+                error = %e,
+                "SIGHUP: the TLS certificates could not be reloaded; the old ones stay in use"
+            ),
+        }
+    }
+    std::future::pending().await
+}
+
 /// Serve until Ctrl-C or SIGTERM (then stop, `Ok` once everything is
 /// durable), or until the replica fails or the process panics (then `Err`,
 /// after an ERROR line naming the cause).
@@ -314,6 +353,7 @@ pub(crate) async fn serve_until_stopped(
         }
     };
     let failure = tokio::select! {
+        () = reload_on_hangup(&server) => None,
         () = stop_signal() => None,
         () = orphaned => None,
         why = server.failed() => Some(why.to_string()),

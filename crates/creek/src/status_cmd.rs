@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use creek_client::{pb, Client};
+use creek_client::{pb, Client, TlsOptions};
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 
@@ -43,7 +43,7 @@ type Reply = (String, Result<pb::StatusReply, String>);
 /// too, so a member missing from `--addr` is not missed.
 pub fn run(args: &Args) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
-    let (replies, voters) = cli::runtime()?.block_on(survey(addrs));
+    let (replies, voters) = cli::runtime()?.block_on(survey(addrs, args.endpoints.tls()?));
     if replies.iter().all(|(_, r)| r.is_err()) {
         let why: Vec<String> = replies
             .iter()
@@ -101,8 +101,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 /// Ask every address, then every member the answers name that was not
 /// asked; the group's voters as the first answering replica applied them
 /// (empty if it could not say).
-async fn survey(addrs: Vec<String>) -> (Vec<Reply>, Vec<u32>) {
-    let mut replies = query_all(&addrs).await;
+async fn survey(addrs: Vec<String>, tls: Option<TlsOptions>) -> (Vec<Reply>, Vec<u32>) {
+    let mut replies = query_all(&addrs, &tls).await;
     let asked: Vec<String> = addrs.clone();
     let mut more: Vec<String> = Vec::new();
     for (_, reply) in &replies {
@@ -114,13 +114,13 @@ async fn survey(addrs: Vec<String>) -> (Vec<Reply>, Vec<u32>) {
             }
         }
     }
-    replies.extend(query_all(&more).await);
+    replies.extend(query_all(&more, &tls).await);
     let mut voters = Vec::new();
     for (addr, reply) in &replies {
         if reply.is_err() {
             continue;
         }
-        let members = match Client::connect([addr.clone()]).await {
+        let members = match Client::connect_with([addr.clone()], tls.clone()).await {
             Ok(c) => c.members().await,
             Err(e) => Err(e),
         };
@@ -138,10 +138,10 @@ async fn survey(addrs: Vec<String>) -> (Vec<Reply>, Vec<u32>) {
 }
 
 /// Query every address at once; the replies in the order of `addrs`.
-async fn query_all(addrs: &[String]) -> Vec<Reply> {
+async fn query_all(addrs: &[String], tls: &Option<TlsOptions>) -> Vec<Reply> {
     let tasks: Vec<_> = addrs
         .iter()
-        .map(|a| tokio::spawn(query(a.clone())))
+        .map(|a| tokio::spawn(query(a.clone(), tls.clone())))
         .collect();
     let mut replies = Vec::with_capacity(tasks.len());
     for (t, addr) in tasks.into_iter().zip(addrs) {
@@ -151,19 +151,21 @@ async fn query_all(addrs: &[String]) -> Vec<Reply> {
     replies
 }
 
-async fn query(addr: String) -> Result<pb::StatusReply, String> {
+async fn query(addr: String, tls: Option<TlsOptions>) -> Result<pb::StatusReply, String> {
     let addrs = [addr];
-    let client = Client::connect(addrs.clone()).await.map_err(|e| {
-        // The usual cause in a few words: nothing listens, or no answer.
-        let text = e.to_string();
-        if text.contains("Connection refused") {
-            "connection refused".to_owned()
-        } else if text.contains("timed out") {
-            "connection timed out".to_owned()
-        } else {
-            cli::explain(&e, &addrs)
-        }
-    })?;
+    let client = Client::connect_with(addrs.clone(), tls)
+        .await
+        .map_err(|e| {
+            // The usual cause in a few words: nothing listens, or no answer.
+            let text = e.to_string();
+            if text.contains("Connection refused") {
+                "connection refused".to_owned()
+            } else if text.contains("timed out") {
+                "connection timed out".to_owned()
+            } else {
+                cli::explain(&e, &addrs)
+            }
+        })?;
     client.status().await.map_err(|e| cli::explain(&e, &addrs))
 }
 

@@ -37,7 +37,9 @@ pub fn run(args: &Args) -> Result<(), String> {
 async fn watch(args: &Args) -> Result<(), String> {
     use std::io::Write as _;
     let addrs = args.endpoints.list();
-    let client = cli::connect(&addrs).await.map_err(|f| f.message)?;
+    let client = cli::connect(&args.endpoints, &addrs)
+        .await
+        .map_err(|f| f.message)?;
     let options = WatchOptions {
         from: args.from,
         tentative: args.tentative,

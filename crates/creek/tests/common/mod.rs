@@ -63,6 +63,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub clients: Vec<SocketAddr>,
     pub peers: Vec<SocketAddr>,
+    /// How the test's clients reach a TLS cluster (`None`: plaintext).
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
     procs: Vec<Option<Child>>,
 }
 
@@ -114,6 +116,7 @@ impl Cluster {
             dir,
             clients,
             peers,
+            tls: None,
             procs: (0..n).map(|_| None).collect(),
         };
         for i in 0..n {
@@ -224,10 +227,29 @@ impl Cluster {
         );
     }
 
+    /// A channel to replica `i`'s client port, TLS if `self.tls`.
+    pub async fn channel(&self, i: usize) -> Result<Channel, tonic::transport::Error> {
+        match &self.tls {
+            None => {
+                Channel::from_shared(format!("http://{}", self.clients[i]))
+                    .expect("uri")
+                    .connect()
+                    .await
+            }
+            Some(tls) => {
+                Channel::from_shared(format!("https://{}", self.clients[i]))
+                    .expect("uri")
+                    .tls_config(tls.clone())?
+                    .connect()
+                    .await
+            }
+        }
+    }
+
     pub async fn client(&self, i: usize) -> CreekClient<Channel> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            match CreekClient::connect(format!("http://{}", self.clients[i])).await {
+            match self.channel(i).await.map(CreekClient::new) {
                 Ok(c) => return c,
                 Err(e) if Instant::now() > deadline => panic!("connect to replica {}: {e}", i + 1),
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -236,9 +258,7 @@ impl Cluster {
     }
 
     pub async fn status(&self, i: usize) -> Option<pb::StatusReply> {
-        let mut c = CreekClient::connect(format!("http://{}", self.clients[i]))
-            .await
-            .ok()?;
+        let mut c = CreekClient::new(self.channel(i).await.ok()?);
         c.status(pb::StatusRequest {})
             .await
             .ok()
@@ -292,9 +312,7 @@ impl Cluster {
     /// Replica `i`'s links to every other replica get `fault` (`None`:
     /// no fault).
     async fn set_links(&self, i: usize, fault: Option<pb::LinkFault>) {
-        let mut admin = AdminClient::connect(format!("http://{}", self.clients[i]))
-            .await
-            .expect("admin");
+        let mut admin = AdminClient::new(self.channel(i).await.expect("admin"));
         let links = (0..self.len())
             .filter(|j| *j != i)
             .filter_map(|j| {

@@ -1,0 +1,110 @@
+//! TLS options of a [`Client`](crate::Client): the CA that signed the
+//! replicas' certificates and, for clusters that require one (the
+//! default, docs/security.md), the client's certificate and key.
+
+use std::path::{Path, PathBuf};
+
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+use crate::Error;
+
+/// How a client checks the replicas and proves itself: PEM bytes of the CA
+/// and, optionally, of the client's certificate and key.
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    ca_pem: Vec<u8>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+    domain: Option<String>,
+}
+
+impl TlsOptions {
+    /// Trust the replicas whose certificates `ca_pem` (a PEM CA
+    /// certificate) signed.
+    pub fn new(ca_pem: impl Into<Vec<u8>>) -> TlsOptions {
+        TlsOptions {
+            ca_pem: ca_pem.into(),
+            ..TlsOptions::default()
+        }
+    }
+
+    /// Present this certificate (PEM) and its key (PEM) to the replicas.
+    pub fn identity(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Check the replicas' certificates for this name instead of the host
+    /// of each address.
+    pub fn domain_name(mut self, name: impl Into<String>) -> Self {
+        self.domain = Some(name.into());
+        self
+    }
+
+    /// Options from files: the CA, and the client's certificate and key
+    /// (both or neither). Every error names the file.
+    pub fn from_files(
+        ca: &Path,
+        cert: Option<&Path>,
+        key: Option<&Path>,
+    ) -> Result<TlsOptions, Error> {
+        let read = |p: &Path| {
+            std::fs::read(p).map_err(|e| {
+                Error::InvalidArgument(format!("reading TLS file {}: {e}", p.display()))
+            })
+        };
+        let options = TlsOptions::new(read(ca)?);
+        match (cert, key) {
+            (Some(c), Some(k)) => Ok(options.identity(read(c)?, read(k)?)),
+            (None, None) => Ok(options),
+            (Some(c), None) => Err(Error::InvalidArgument(format!(
+                "a client certificate ({}) needs its key too",
+                c.display()
+            ))),
+            (None, Some(k)) => Err(Error::InvalidArgument(format!(
+                "a client key ({}) needs its certificate too",
+                k.display()
+            ))),
+        }
+    }
+
+    /// The same options for a tonic channel of one's own.
+    pub fn tonic(&self) -> ClientTlsConfig {
+        let mut c = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
+        if let Some((cert, key)) = &self.identity {
+            c = c.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(d) = &self.domain {
+            c = c.domain_name(d.clone());
+        }
+        c
+    }
+}
+
+/// The files of [`TlsOptions::from_files`], as a command line takes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA certificate (PEM).
+    pub ca: Option<PathBuf>,
+    /// The client certificate (PEM).
+    pub cert: Option<PathBuf>,
+    /// The client key (PEM).
+    pub key: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// The options these files make: none without a CA (plaintext); a
+    /// certificate or key without a CA is refused.
+    pub fn options(&self) -> Result<Option<TlsOptions>, Error> {
+        match &self.ca {
+            Some(ca) => {
+                TlsOptions::from_files(ca, self.cert.as_deref(), self.key.as_deref()).map(Some)
+            }
+            None if self.cert.is_some() || self.key.is_some() => Err(Error::InvalidArgument(
+                "a client certificate or key is given without a CA (--ca or CREEK_CA): TLS \
+                 needs the CA that signed the replicas' certificates"
+                    .into(),
+            )),
+            None => Ok(None),
+        }
+    }
+}
