@@ -67,10 +67,39 @@ class _Default:
 DEFAULT = _Default()
 
 
+def _read_file(what: str, path: Optional[str]) -> Optional[bytes]:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"reading the TLS {what} {path}: {e}") from e
+
+
+def _credentials(
+    ca: Optional[str], cert: Optional[str], key: Optional[str]
+) -> Optional[grpc.ChannelCredentials]:
+    """TLS credentials from PEM files (docs/security.md), or None for
+    plaintext: the CA that signed the replicas' certificates, and the
+    client's certificate and key (both or neither)."""
+    if ca is None:
+        if cert is not None or key is not None:
+            raise ValueError("a client certificate or key is given without a CA (ca=...)")
+        return None
+    if (cert is None) != (key is None):
+        raise ValueError("a client certificate needs its key, and a key its certificate")
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read_file("CA", ca),
+        private_key=_read_file("key", key),
+        certificate_chain=_read_file("certificate", cert),
+    )
+
+
 def _address(a: str) -> str:
     if not isinstance(a, str) or not a:
         raise ValueError(f"bad replica address {a!r}: expected 'host:port'")
-    for scheme in ("http://", "grpc://"):
+    for scheme in ("http://", "https://", "grpc://"):
         if a.startswith(scheme):
             a = a[len(scheme):]
     return a.rstrip("/")
@@ -92,6 +121,12 @@ class Client(Builtins, Procedures):
     `timeout` (seconds, None for none) is the default deadline of each call's
     closing view.
 
+    TLS (a cluster with a `[tls]` table, docs/security.md): `ca` is the PEM
+    file of the CA that signed the replicas' certificates, `cert` and `key`
+    the client's certificate and key (needed when the cluster requires
+    client certificates, its default). Without `ca` the channel is
+    plaintext.
+
     User procedures: `register_procedures`, `drop_procedure`,
     `show_procedure`, `create_keyspace`, `list_keyspaces` and `procedures`
     (creek.procedures); call them by name with `invoke` or `call`.
@@ -103,9 +138,13 @@ class Client(Builtins, Procedures):
         *,
         timeout: Optional[float] = None,
         client_id: Optional[int] = None,
+        ca: Optional[str] = None,
+        cert: Optional[str] = None,
+        key: Optional[str] = None,
     ):
         if isinstance(addresses, str):
             addresses = [addresses]
+        self._credentials = _credentials(ca, cert, key)
         self._addresses: List[str] = [_address(a) for a in addresses]
         if not self._addresses:
             raise ValueError("no replica address given")
@@ -284,7 +323,7 @@ class Client(Builtins, Procedures):
                     if code == grpc.StatusCode.FAILED_PRECONDITION and leader:
                         # A leader that just went down fails the next try as
                         # UNAVAILABLE: then another replica is asked again.
-                        channel = grpc.aio.insecure_channel(_address(leader), options=_CHANNEL_OPTIONS)
+                        channel = self._open_channel(_address(leader))
                         extra.append(channel)
                     elif code in (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE):
                         await asyncio.sleep(GROUP_CHANGE_RETRY_S)
@@ -363,9 +402,14 @@ class Client(Builtins, Procedures):
     def _channel(self, index: int) -> grpc.aio.Channel:
         channel = self._channels.get(index)
         if channel is None:
-            channel = grpc.aio.insecure_channel(self._addresses[index], options=_CHANNEL_OPTIONS)
+            channel = self._open_channel(self._addresses[index])
             self._channels[index] = channel
         return channel
+
+    def _open_channel(self, address: str) -> grpc.aio.Channel:
+        if self._credentials is None:
+            return grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(address, self._credentials, options=_CHANNEL_OPTIONS)
 
     def _next_replica(self, failed: int, tried: Set[int]) -> int:
         """Leave replica `failed` for the next one this call has not tried,
