@@ -503,6 +503,10 @@ impl Server {
     }
 }
 
+/// How long an accepted client connection may take to finish its TLS
+/// handshake; until then it holds its slot under the connection caps.
+const CLIENT_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Client connections through TLS: each accepted socket's handshake runs
 /// in its own task (a slow client holds up no one), and the ones that
 /// succeed are handed to the gRPC server in order of completion.
@@ -516,7 +520,13 @@ fn tls_incoming(
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let (stream, remote) = match listener.accept().await {
+            // The gRPC server dropping its end (at shutdown) ends this
+            // task, which closes the listener: the address is free again.
+            let accepted = tokio::select! {
+                () = tx.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, remote) = match accepted {
                 Ok(x) => x,
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting a client connection failed");
@@ -524,21 +534,17 @@ fn tls_incoming(
                     continue;
                 }
             };
-            if tx.is_closed() {
-                return;
-            }
             let _ = stream.set_nodelay(true);
+            // The slot is taken before the handshake, so connections still
+            // in their handshake count under the caps too.
             let Some(stream) = crate::limits::CappedStream::admit(stream, &caps) else {
                 continue;
             };
             let acceptor = tls.client_acceptor();
             let tx = tx.clone();
             tokio::spawn(async move {
-                let handshake = tokio::time::timeout(
-                    std::time::Duration::from_secs(10),
-                    acceptor.accept(stream),
-                )
-                .await;
+                let handshake =
+                    tokio::time::timeout(CLIENT_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
                 match handshake {
                     Ok(Ok(s)) => {
                         let _ = tx.send(Ok(s)).await;

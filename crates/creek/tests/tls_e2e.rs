@@ -500,3 +500,85 @@ async fn the_cli_and_the_rust_client_take_tls_options() {
     };
     assert!(refused, "a plaintext Rust client was served");
 }
+
+/// Whether `s`, a connection the replica accepted, is still open a second
+/// later: a connection past a cap is closed as soon as it is accepted,
+/// one under the caps waits for its TLS handshake (up to ten seconds).
+async fn held_open(s: &mut tokio::net::TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(Duration::from_secs(1), s.read(&mut byte))
+        .await
+        .is_err()
+}
+
+/// docs/security.md, "Limits": TLS connections count under the connection
+/// caps like plaintext ones, from the moment they are accepted, before
+/// their handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_connections_count_under_the_connection_caps() {
+    let (mut cluster, certs) = tls_cluster(&[0, 1, 2]).await;
+    cluster.configure(0, |cfg| {
+        cfg.tls = Some(TlsConfig::in_dir(&certs, cfg.id));
+        cfg.connections_per_client_max = 2;
+        cfg.connections_max = 2;
+    });
+    cluster.restart(0).await;
+
+    // Two TLS clients hold both slots; a third is closed at once. (Each is
+    // retried until it is served, so the connection `restart` checked
+    // with has let go of its slot.)
+    let deadline = Instant::now() + T;
+    let mut held = Vec::new();
+    while held.len() < 2 {
+        assert!(Instant::now() < deadline, "two TLS clients never served");
+        let Ok(ch) = cluster.channel(0).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let mut c = pb::creek_client::CreekClient::new(ch);
+        if c.status(pb::StatusRequest {}).await.is_ok() {
+            held.push(c);
+        }
+    }
+    let third = tokio::time::timeout(T, cluster.status(0))
+        .await
+        .expect("a third TLS client is answered at once");
+    assert!(third.is_none(), "a TLS client past the caps was served");
+    // The held clients are still served.
+    for c in &mut held {
+        c.status(pb::StatusRequest {})
+            .await
+            .expect("a held client is still served");
+    }
+
+    // Connections that never start their handshake hold slots too.
+    drop(held);
+    let deadline = Instant::now() + T;
+    let mut raw = Vec::new();
+    while raw.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the held clients' slots never came back"
+        );
+        let mut s = tokio::net::TcpStream::connect(cluster.clients[0])
+            .await
+            .expect("connect");
+        if held_open(&mut s).await {
+            raw.push(s);
+        }
+    }
+    assert!(
+        cluster.status(0).await.is_none(),
+        "a TLS client was served while handshake-less connections held the slots"
+    );
+    // Closing one gives its slot back.
+    drop(raw.pop());
+    let deadline = Instant::now() + T;
+    while cluster.status(0).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "a closed connection's slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
