@@ -93,6 +93,12 @@ impl Fifo {
         }
     }
 
+    /// Whether `id` needs not come: delivered, or held past a gap (voided,
+    /// or found held at a restart or in an installed checkpoint).
+    pub(crate) fn counts_held(&self, id: OpId) -> bool {
+        self.has_delivered(id) || self.skip.contains(&id)
+    }
+
     /// The counter a digest reports for `origin`: while a loose range is
     /// open, only up to its first missing op (peers keep what lies above
     /// for this replica); else the counter.

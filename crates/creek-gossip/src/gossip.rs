@@ -111,24 +111,30 @@ impl Gossip {
         })
     }
 
-    /// A gossip room after a restart, resuming from what the replica kept
-    /// on disk. `delivered` gives, per origin (this replica included), the
-    /// highest seq up to which every op is held by the replica — in its
-    /// checkpoint or as a kept payload — so per-origin FIFO delivery, digests
-    /// and this replica's own broadcast seqs continue from there (a missing
-    /// origin or a repeated one resumes at the largest counter given).
+    /// A gossip room after a restart or an installed checkpoint, resuming
+    /// from what the replica holds. `delivered` gives, per origin (this
+    /// replica included), the highest seq up to which every op is held by
+    /// the replica — in its checkpoint or as a kept payload — and the seqs
+    /// it holds past a gap after that (ids committed after ids voided or
+    /// not received yet), so per-origin FIFO delivery, digests and this
+    /// replica's own broadcast seqs continue from there: the ids past a gap
+    /// need not come again, and delivery goes past them once the gap is
+    /// voided or opened as a loose range (a missing origin or a repeated
+    /// one resumes at the largest counter given).
     /// `held` are kept payloads peers may still lack; those at or below their
     /// origin's counter are held again, to answer digests and pulls, until
     /// garbage collection drops them (report them [`Gossip::committed`] as
-    /// usual). Others are ignored: peers send them again.
+    /// usual). Others wait, buffered, for the gap before them.
     pub fn restore(
         config: GossipConfig,
-        delivered: impl IntoIterator<Item = (ReplicaId, u64)>,
+        delivered: impl IntoIterator<Item = (ReplicaId, u64, Vec<u64>)>,
         held: impl IntoIterator<Item = Arc<Op>>,
     ) -> Result<Self, ConfigError> {
         let mut gossip = Gossip::new(config)?;
-        for (origin, counter) in delivered {
+        let mut ahead = Vec::new();
+        for (origin, counter, past_gap) in delivered {
             gossip.fifo.resume(origin, counter);
+            ahead.extend(past_gap.into_iter().map(|seq| OpId::new(origin, seq)));
         }
         for op in held {
             if gossip.fifo.has_delivered(op.id) {
@@ -145,6 +151,10 @@ impl Gossip {
                 }
             }
         }
+        for id in ahead {
+            gossip.fifo.held_ahead(id, &mut gossip.delivered_out);
+        }
+        gossip.store_delivered_since(0);
         Ok(gossip)
     }
 
@@ -313,18 +323,6 @@ impl Gossip {
         self.store_delivered_since(start);
     }
 
-    /// After [`Gossip::restore`]: ids this replica holds past a gap in
-    /// their origin's seqs (its checkpoint's committed ids, its kept
-    /// payloads), which need not come again. Delivery continues past them
-    /// once the gap is voided or opened as a loose range.
-    pub fn held_ahead(&mut self, ids: impl IntoIterator<Item = OpId>) {
-        let start = self.delivered_out.len();
-        for id in ids {
-            self.fifo.held_ahead(id, &mut self.delivered_out);
-        }
-        self.store_delivered_since(start);
-    }
-
     /// Hold the ops delivered since `start` of the delivered list.
     fn store_delivered_since(&mut self, start: usize) {
         let new: Vec<Arc<Op>> = self.delivered_out[start..].to_vec();
@@ -371,6 +369,12 @@ impl Gossip {
         self.inflight.set_scale(scale);
     }
 
+    /// Whether `id` needs not come any more: delivered, voided, or held
+    /// past a gap in its origin's seqs.
+    pub fn counts_held(&self, id: OpId) -> bool {
+        self.fifo.counts_held(id)
+    }
+
     /// The contiguous delivered counter of `origin`.
     pub fn counter(&self, origin: ReplicaId) -> u64 {
         self.fifo.counter(origin)
@@ -381,8 +385,16 @@ impl Gossip {
     /// the ops it issued before, those no replica kept will never come.
     /// Buffered ones are delivered now. This replica's own origin too
     /// (`base` 0): after it was rebuilt, it takes its own earlier ops back
-    /// from its peers; those held here count as delivered.
-    pub fn open_range(&mut self, origin: ReplicaId, base: u64, through: u64) {
+    /// from its peers; those held here, or that `held` says the replica
+    /// holds (committed and collected, or in an installed checkpoint), count
+    /// as delivered.
+    pub fn open_range(
+        &mut self,
+        origin: ReplicaId,
+        base: u64,
+        through: u64,
+        held: impl Fn(OpId) -> bool,
+    ) {
         let deliver = &mut self.delivered_out;
         let start = deliver.len();
         let store = &self.store;
@@ -390,7 +402,10 @@ impl Gossip {
             origin,
             base,
             through,
-            |seq| store.get(OpId::new(origin, seq)).is_some(),
+            |seq| {
+                let id = OpId::new(origin, seq);
+                store.get(id).is_some() || held(id)
+            },
             deliver,
         );
         let new: Vec<Arc<Op>> = deliver.get(start..).unwrap_or_default().to_vec();
@@ -472,12 +487,13 @@ impl Gossip {
         let mut next: BTreeMap<ReplicaId, u64> = BTreeMap::new();
         for op in new {
             // Paired with the FIFO's delivery rule: per origin, each seq
-            // once, in order, and counted as delivered.
+            // once, in order (past ids skipped between: voided, or held
+            // already), and counted as delivered.
             let id = op.id;
             let expected = next.get(&id.origin).copied();
             let loose = self.fifo.is_loose(id);
             assert!(
-                (loose || expected.is_none_or(|s| s == id.seq)) && self.fifo.has_delivered(id),
+                (loose || expected.is_none_or(|s| s <= id.seq)) && self.fifo.has_delivered(id),
                 "{id} delivered out of per-origin order"
             );
             if !loose {

@@ -480,7 +480,12 @@ fn restore_resumes_counters_and_serves_kept_payloads() {
     // B had delivered A's 1..=4 (1..=2 are in its checkpoint, 3..=4 kept)
     // and broadcast its own 1..=2 (kept); A.6 is past a gap.
     let kept = vec![op(1, 3), op(1, 4), op(2, 1), op(2, 2), op(1, 6)];
-    let mut b = Gossip::restore(config, [(A, 4), (B, 2), (A, 1)], kept).unwrap();
+    let mut b = Gossip::restore(
+        config,
+        [(A, 4, vec![]), (B, 2, vec![]), (A, 1, vec![])],
+        kept,
+    )
+    .unwrap();
     assert_eq!(b.delivered(), vec![(A, 4), (B, 2)]);
     assert_eq!(b.stats().payloads_held, 4, "A.6 waits behind A.5");
     assert_eq!(b.stats().buffered, 1);
@@ -515,7 +520,7 @@ fn restore_resumes_counters_and_serves_kept_payloads() {
 fn a_void_replayed_after_a_restart_lets_the_ops_past_it_through() {
     let config = GossipConfig::new(B, [A, C]);
     let kept = vec![op(1, 1), op(1, 2), op(1, 5)];
-    let mut b = Gossip::restore(config, [(A, 2)], kept).unwrap();
+    let mut b = Gossip::restore(config, [(A, 2, vec![])], kept).unwrap();
     assert_eq!(b.delivered(), vec![(A, 2)]);
     // C pulls A.5: answered from the ops waiting.
     let (_, out) = feed(
@@ -534,6 +539,36 @@ fn a_void_replayed_after_a_restart_lets_the_ops_past_it_through() {
     assert_eq!(b.delivered(), vec![(A, 5)]);
     let (d, _) = feed(&mut b, C, ops_msg(&[(1, 3), (1, 6)]));
     assert_eq!(ids(&d), vec![id(1, 6)]);
+}
+
+/// A checkpoint (installed from a peer, or found at a restart) may commit
+/// ids past a gap: A.4 and A.5 committed while A.3 was neither received nor
+/// voided where it was taken, and no replica keeps their payloads any more.
+/// They count as held: once A.3 is voided, A.6 (arrived meanwhile) is
+/// delivered past them, and late copies of them are duplicates.
+#[test]
+fn ids_a_checkpoint_committed_past_a_gap_are_not_waited_for() {
+    let config = GossipConfig::new(B, [A, C]);
+    let mut b = Gossip::restore(config, [(A, 2, vec![4, 5])], Vec::new()).unwrap();
+    assert_eq!(b.delivered(), vec![(A, 2)]);
+    let (d, _) = feed(&mut b, A, ops_msg(&[(1, 6)]));
+    assert!(d.is_empty(), "A.6 waits for A.3");
+    b.void(id(1, 3));
+    assert_eq!(ids(&b.take_delivered()), vec![id(1, 6)]);
+    assert_eq!(b.delivered(), vec![(A, 6)]);
+    let (d, _) = feed(&mut b, C, ops_msg(&[(1, 4), (1, 5), (1, 7)]));
+    assert_eq!(ids(&d), vec![id(1, 7)]);
+}
+
+/// A loose range opened over ids the replica holds without a payload in
+/// gossip (committed and collected, or in an installed checkpoint) counts
+/// them as received: only the others are pulled, or voided if none comes.
+#[test]
+fn a_loose_range_counts_what_the_replica_holds() {
+    let config = GossipConfig::new(B, [A, C]);
+    let mut b = Gossip::restore(config, [(A, 10, vec![])], Vec::new()).unwrap();
+    b.open_range(A, 3, 8, |id| id.seq != 5);
+    assert_eq!(b.loose_missing(A, 10), vec![id(1, 5)]);
 }
 
 #[test]

@@ -20,7 +20,7 @@ pub mod ready;
 pub mod timing;
 pub mod transfer;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -216,6 +216,10 @@ pub struct Node<S: CabStorage> {
     /// Rebuilt in this run: the highest own seq a peer held then. The ops
     /// above it that this replica issued before were lost with its data.
     rebuilt_held: Option<u64>,
+    /// The floor each peer last said hello with (see [`Node::own_floor`]):
+    /// its loose range is opened again when an installed checkpoint
+    /// replaces the gossip state, which holds loose ranges in memory only.
+    peer_floors: BTreeMap<ReplicaId, u64>,
     /// The log index this replica waits on for payloads (see
     /// [`Node::watch_held`]), and for how many ticks it has.
     held_wait: Option<(u64, u64)>,
@@ -428,6 +432,7 @@ impl<S: CabStorage> Node<S> {
             pull_due: true,
             rebuilt_floor: 0,
             rebuilt_held: None,
+            peer_floors: BTreeMap::new(),
             reclaiming: None,
             committed_told: replica.committed_len(),
             replica,
@@ -521,16 +526,8 @@ impl<S: CabStorage> Node<S> {
             .map(|op| op.id)
             .filter(|id| checkpointed.contains(*id))
             .collect();
-        let records = held_ids.to_records();
-        let delivered = records
-            .iter()
-            .map(|(origin, counter, _)| (*origin, *counter));
-        let mut gossip = Gossip::restore(config.gossip, delivered, ops.iter().cloned())?;
-        // Held past a gap in their origin's seqs (ids voided after the
-        // checkpoint, or not received yet): delivery goes past them.
-        gossip.held_ahead(records.iter().flat_map(|(origin, _, exceptions)| {
-            exceptions.iter().map(|seq| OpId::new(*origin, *seq))
-        }));
+        let mut gossip =
+            Gossip::restore(config.gossip, held_ids.to_records(), ops.iter().cloned())?;
         // Kept payloads the checkpoint covers are committed already: peers
         // may still pull them until garbage collection drops them, and the
         // next checkpoint deletes them once every peer has them.
@@ -639,11 +636,11 @@ impl<S: CabStorage> Node<S> {
                 }
                 if let Some(floor) = floor.filter(|f| *f > 0) {
                     if self.membership.accepts(from) {
-                        // A peer rebuilt after it lost its data: its ops
-                        // from before may come in any order, or never.
-                        let base = self.gossip.counter(from);
-                        self.gossip.open_range(from, base, floor);
-                        self.deliver_gossip();
+                        // A peer rebuilt after it lost its data, or
+                        // restarted after a crash: its ops up to the floor
+                        // may come in any order, or never.
+                        self.peer_floors.insert(from, floor);
+                        self.open_peer_range(from, floor);
                     }
                 }
             }
@@ -670,6 +667,15 @@ impl<S: CabStorage> Node<S> {
             PeerMessage::Snapshot(m) => self.on_snapshot(from, m),
         }
         self.pump();
+    }
+
+    /// Let `peer`'s ops up to `floor` arrive in any order (a loose range).
+    fn open_peer_range(&mut self, peer: ReplicaId, floor: u64) {
+        let base = self.gossip.counter(peer);
+        let replica = &self.replica;
+        self.gossip
+            .open_range(peer, base, floor, |id| replica.has_held(id));
+        self.deliver_gossip();
     }
 
     /// Hand what gossip delivered to the replica (RB-deliver).
@@ -902,7 +908,9 @@ impl<S: CabStorage> Node<S> {
         };
         if let Some((after, through)) = range {
             let own = self.id();
-            self.gossip.open_range(own, after, through);
+            let replica = &self.replica;
+            self.gossip
+                .open_range(own, after, through, |id| replica.has_held(id));
             self.replica.reclaim_own(through);
             self.deliver_gossip();
             self.reclaim_ticks = RECLAIM_TICKS;
@@ -960,11 +968,14 @@ impl<S: CabStorage> Node<S> {
         for op in &kept {
             held_ids.insert(op.id);
         }
-        let delivered = held_ids
-            .to_records()
-            .into_iter()
-            .map(|(origin, counter, _)| (origin, counter))
-            .chain(std::iter::once((own, next_event_no - 1)));
+        // Ids the checkpoint committed past a gap (after ids voided, or not
+        // received, where it was taken) are held too: delivery goes past
+        // them once the gap is voided or opened.
+        let delivered = held_ids.to_records().into_iter().chain(std::iter::once((
+            own,
+            next_event_no - 1,
+            Vec::new(),
+        )));
         let config = self.replica.config().clone();
         let registry = self.replica.registry().clone();
         let rebuilt = Gossip::restore(self.gossip.config().clone(), delivered, kept.clone())
@@ -986,6 +997,11 @@ impl<S: CabStorage> Node<S> {
                 self.committed_told = self.replica.committed_len();
                 self.installed = Some(checkpoint);
                 self.reclaim_own_ops();
+                for (peer, floor) in self.peer_floors.clone() {
+                    if self.membership.accepts(peer) {
+                        self.open_peer_range(peer, floor);
+                    }
+                }
             }
             // The configurations were accepted when the node started.
             Err(e) => self.on_disk_failure(format!("installing a checkpoint: {e}")),
@@ -1597,6 +1613,22 @@ impl<S: CabStorage> Node<S> {
         self.gossip
             .check_invariants()
             .map_err(|e| format!("gossip: {e}"))?;
+        // Gossip does not wait for an id the replica holds (delivered,
+        // voided, or committed by a checkpoint): ops after it would wait
+        // for a payload no replica keeps.
+        for (origin, counter, past_gap) in self.replica.causal_context().to_records() {
+            let ids = std::iter::once(counter)
+                .chain(past_gap)
+                .filter(|seq| *seq > 0)
+                .map(|seq| OpId::new(origin, seq));
+            if let Some(id) = ids.into_iter().find(|id| !self.gossip.counts_held(*id)) {
+                return Err(format!(
+                    "{id} is in the causal context, and gossip still waits for it \
+                     (its counter for {origin}: {})",
+                    self.gossip.counter(origin)
+                ));
+            }
+        }
         let d = &self.durability;
         if d.durable > d.written {
             return Err(format!(

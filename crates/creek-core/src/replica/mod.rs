@@ -859,6 +859,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         &self.causal_ctx
     }
 
+    /// Whether this replica has held `id`'s payload (RB-delivered, or
+    /// committed before a checkpoint it restored), or `id` was voided.
+    pub fn has_held(&self, id: OpId) -> bool {
+        self.delivered.contains(id)
+    }
+
     /// A known, not yet final op.
     pub fn op(&self, id: OpId) -> Option<&Arc<Op>> {
         self.ops.get(&id)
