@@ -88,7 +88,7 @@ struct Out {
 
 /// Run `creek certs …`.
 pub fn run(args: &Args) -> Result<(), String> {
-    match &args.command {
+    let wrote = match &args.command {
         Command::CreateCa { out } => create_ca(&out.dir, out.overwrite),
         Command::CreateNode { id, hosts, out } => create_node(&out.dir, *id, hosts, out.overwrite),
         Command::CreateClient { name, out } => create_client(&out.dir, name, out.overwrite),
@@ -97,23 +97,34 @@ pub fn run(args: &Args) -> Result<(), String> {
             hosts,
             out,
         } => create_local(&out.dir, *replicas, hosts, out.overwrite),
-    }
+    }?;
+    println!("{wrote}");
+    Ok(())
 }
 
-/// The CA, `n` replicas on `hosts` and the client `root` in `dir`.
-pub fn create_local(dir: &Path, n: u16, hosts: &[String], overwrite: bool) -> Result<(), String> {
+/// The CA, `n` replicas on `hosts` and the client `root` in `dir`; what
+/// was written, a line per file pair. (The `create_*` functions return
+/// what they wrote rather than print it: a benchmark that makes its
+/// certificates keeps its standard output for its JSON.)
+pub fn create_local(
+    dir: &Path,
+    n: u16,
+    hosts: &[String],
+    overwrite: bool,
+) -> Result<String, String> {
     if n == 0 {
         return Err("--replicas must be at least 1".into());
     }
-    create_ca(dir, overwrite)?;
+    let mut wrote = vec![create_ca(dir, overwrite)?];
     for id in 1..=n {
-        create_node(dir, id, hosts, overwrite)?;
+        wrote.push(create_node(dir, id, hosts, overwrite)?);
     }
-    create_client(dir, "root", overwrite)
+    wrote.push(create_client(dir, "root", overwrite)?);
+    Ok(wrote.join("\n"))
 }
 
-/// DIR/ca.crt and DIR/ca.key.
-pub fn create_ca(dir: &Path, overwrite: bool) -> Result<(), String> {
+/// DIR/ca.crt and DIR/ca.key; what was written.
+pub fn create_ca(dir: &Path, overwrite: bool) -> Result<String, String> {
     let crt = dir.join("ca.crt");
     let key_path = dir.join("ca.key");
     refuse_existing(&[&crt, &key_path], overwrite)?;
@@ -123,12 +134,20 @@ pub fn create_ca(dir: &Path, overwrite: bool) -> Result<(), String> {
         .map_err(|e| format!("signing the CA certificate: {e}"))?;
     write_file(&key_path, &key.serialize_pem(), true)?;
     write_file(&crt, &cert.pem(), false)?;
-    println!("wrote {} and {}", crt.display(), key_path.display());
-    Ok(())
+    Ok(format!(
+        "wrote {} and {}",
+        crt.display(),
+        key_path.display()
+    ))
 }
 
-/// DIR/node-ID.crt and DIR/node-ID.key.
-pub fn create_node(dir: &Path, id: u16, hosts: &[String], overwrite: bool) -> Result<(), String> {
+/// DIR/node-ID.crt and DIR/node-ID.key; what was written.
+pub fn create_node(
+    dir: &Path,
+    id: u16,
+    hosts: &[String],
+    overwrite: bool,
+) -> Result<String, String> {
     if id == 0 {
         return Err("--id 0 is reserved; replica ids start at 1".into());
     }
@@ -154,17 +173,16 @@ pub fn create_node(dir: &Path, id: u16, hosts: &[String], overwrite: bool) -> Re
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
     sign(dir, params, &crt, &key_path)?;
-    println!(
+    Ok(format!(
         "wrote {} and {} (replica {id}: {identity}, hosts {})",
         crt.display(),
         key_path.display(),
         hosts.join(", ")
-    );
-    Ok(())
+    ))
 }
 
-/// DIR/client-NAME.crt and DIR/client-NAME.key.
-pub fn create_client(dir: &Path, name: &str, overwrite: bool) -> Result<(), String> {
+/// DIR/client-NAME.crt and DIR/client-NAME.key; what was written.
+pub fn create_client(dir: &Path, name: &str, overwrite: bool) -> Result<String, String> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -181,8 +199,11 @@ pub fn create_client(dir: &Path, name: &str, overwrite: bool) -> Result<(), Stri
     let mut params = leaf_params(name, 5);
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     sign(dir, params, &crt, &key_path)?;
-    println!("wrote {} and {}", crt.display(), key_path.display());
-    Ok(())
+    Ok(format!(
+        "wrote {} and {}",
+        crt.display(),
+        key_path.display()
+    ))
 }
 
 /// The CA's parameters. They are made again from the fixed name to sign

@@ -571,15 +571,15 @@ fn port_at(base: u16, offset: u16) -> Result<SocketAddr, String> {
 /// made for what is missing (a second start keeps the first's).
 fn make_certs(dir: &std::path::Path, replicas: u16) -> Result<PathBuf, String> {
     if !dir.join("ca.crt").exists() {
-        crate::certs_cmd::create_ca(dir, false)?;
+        println!("{}", crate::certs_cmd::create_ca(dir, false)?);
     }
     for id in 1..=replicas {
         if !dir.join(format!("node-{id}.crt")).exists() {
-            crate::certs_cmd::create_node(dir, id, &[], false)?;
+            println!("{}", crate::certs_cmd::create_node(dir, id, &[], false)?);
         }
     }
     if !dir.join("client-root.crt").exists() {
-        crate::certs_cmd::create_client(dir, "root", false)?;
+        println!("{}", crate::certs_cmd::create_client(dir, "root", false)?);
     }
     Ok(dir.to_owned())
 }
