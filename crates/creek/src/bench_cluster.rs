@@ -7,11 +7,17 @@
 //! `[strong]`) to their final view. Latency runs at one client connected to
 //! the leader; throughput runs closed-loop clients spread round-robin over
 //! the replicas, each with its own connection, after a warm-up.
+//!
+//! `--tls` starts the cluster with TLS on its client and peer links
+//! (certificates made as `creek certs create-local` makes them, in the
+//! cluster's temporary directory) and connects every client over TLS;
+//! `--compare-tls` measures a plaintext cluster and then a TLS one, each
+//! started fresh, and reports both with the ratios of their p50s.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use creek_client::Client;
+use creek_client::{Client, TlsOptions};
 
 use crate::bench_driver::{self, Conn};
 use crate::bench_procs::Target;
@@ -20,7 +26,7 @@ use creek_exec::value::Value;
 use serde_json::json;
 
 /// Arguments of `creek bench cluster`.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct Args {
     /// Replicas in the cluster.
     #[arg(long, default_value_t = 3)]
@@ -51,6 +57,15 @@ pub struct Args {
     /// (0: not measured): whether weak ops wait behind replication work.
     #[arg(long, default_value_t = 16)]
     pub(crate) under_load: usize,
+    /// Start the cluster with TLS on client and peer links (mutual TLS,
+    /// certificates made in its temporary directory) and connect every
+    /// client over TLS. Not with --attach.
+    #[arg(long, conflicts_with = "attach")]
+    pub(crate) tls: bool,
+    /// Measure a plaintext cluster, then a TLS one (each started fresh),
+    /// and print both with the TLS/plaintext ratios of the p50s.
+    #[arg(long, conflicts_with_all = ["attach", "tls"])]
+    pub(crate) compare_tls: bool,
     /// Print one JSON line.
     #[arg(long)]
     pub(crate) json: bool,
@@ -58,10 +73,18 @@ pub struct Args {
 
 /// The index of the replica that reports itself leader (waits up to 30 s).
 pub(crate) async fn find_leader(addrs: &[SocketAddr]) -> Result<usize, String> {
+    find_leader_with(addrs, None).await
+}
+
+/// [`find_leader`], connecting over TLS with `tls` if given.
+pub(crate) async fn find_leader_with(
+    addrs: &[SocketAddr],
+    tls: Option<&TlsOptions>,
+) -> Result<usize, String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         for (i, a) in addrs.iter().enumerate() {
-            if let Ok(c) = Client::connect([a.to_string()]).await {
+            if let Ok(c) = Client::connect_with([a.to_string()], tls.cloned()).await {
                 if let Ok(s) = c.status().await {
                     if s.role == "leader" {
                         return Ok(i);
@@ -82,8 +105,12 @@ struct CreekConn {
 }
 
 impl CreekConn {
-    async fn connect(addr: SocketAddr, strong: bool) -> Result<Self, String> {
-        let client = Client::connect([addr.to_string()])
+    async fn connect(
+        addr: SocketAddr,
+        tls: Option<&TlsOptions>,
+        strong: bool,
+    ) -> Result<Self, String> {
+        let client = Client::connect_with([addr.to_string()], tls.cloned())
             .await
             .map_err(|e| e.to_string())?;
         Ok(CreekConn { client, strong })
@@ -116,8 +143,52 @@ impl Conn for CreekConn {
 
 /// Run the benchmark.
 pub fn run(args: &Args) -> Result<(), String> {
-    let out = measure(args, false)?;
+    let out = if args.compare_tls {
+        compare_tls(args)?
+    } else {
+        measure(args, false)?
+    };
     crate::print_report(&serde_json::Value::Object(out), args.json)
+}
+
+/// `--compare-tls`: a plaintext cluster measured, then a TLS one, and the
+/// ratios of their p50s (TLS over plaintext; null for a level not
+/// measured).
+fn compare_tls(args: &Args) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let plain = measure(
+        &Args {
+            tls: false,
+            ..args.clone()
+        },
+        false,
+    )?;
+    let tls = measure(
+        &Args {
+            tls: true,
+            ..args.clone()
+        },
+        false,
+    )?;
+    let ratio = |level: &str| {
+        let p50 =
+            |r: &serde_json::Map<String, serde_json::Value>| r.get(level)?.get("p50_us")?.as_f64();
+        match (p50(&plain), p50(&tls)) {
+            (Some(p), Some(t)) if p > 0.0 => json!((t / p * 1000.0).round() / 1000.0),
+            _ => json!(null),
+        }
+    };
+    let mut out = serde_json::Map::new();
+    out.insert("bench".into(), json!("cluster"));
+    out.insert(
+        "ratios".into(),
+        json!({
+            "strong_p50_tls_vs_plain": ratio("strong"),
+            "weak_p50_tls_vs_plain": ratio("weak"),
+        }),
+    );
+    out.insert("plain".into(), json!(plain));
+    out.insert("tls".into(), json!(tls));
+    Ok(out)
 }
 
 /// Start the cluster (or attach), measure it and stop it: the report
@@ -131,16 +202,18 @@ pub(crate) fn measure(
     if args.replicas == 0 || args.clients.is_empty() || args.latency_ops == 0 {
         return Err("--replicas, --clients and --latency-ops must be positive".into());
     }
-    let target = Target::start_or_attach(args.replicas, &args.attach)?;
+    let target = Target::start_or_attach_with(args.replicas, &args.attach, args.tls)?;
     let clients = target.clients.clone();
     let metrics = target.metrics.clone();
+    let tls = target.tls.clone();
+    let tls = tls.as_ref();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let value = vec![b'v'; args.value_bytes];
     let measured = async {
-        let leader = find_leader(&clients).await?;
+        let leader = find_leader_with(&clients, tls).await?;
         let mut levels = serde_json::Map::new();
         // The leader's stage timings over the timed ops (a cluster this
         // command started serves `/metrics`; an attached one may not).
@@ -156,7 +229,7 @@ pub(crate) fn measure(
             }
             eprintln!("bench cluster: {name} latency at 1 client…");
             let before = scrape().await?;
-            let mut conn = CreekConn::connect(clients[leader], strong).await?;
+            let mut conn = CreekConn::connect(clients[leader], tls, strong).await?;
             let (p50, p99) =
                 bench_driver::latency(&mut conn, args.latency_ops, args.keys, &value).await?;
             drop(conn);
@@ -169,7 +242,7 @@ pub(crate) fn measure(
                 eprintln!("bench cluster: {name} throughput at {n} clients…");
                 let mut conns = Vec::with_capacity(n);
                 for i in 0..n {
-                    conns.push(CreekConn::connect(clients[i % clients.len()], strong).await?);
+                    conns.push(CreekConn::connect(clients[i % clients.len()], tls, strong).await?);
                 }
                 let label = format!("creek {name}");
                 let t = bench_driver::throughput(conns, args.seconds, args.keys, &value, &label)
@@ -193,9 +266,9 @@ pub(crate) fn measure(
             );
             let mut load = Vec::with_capacity(args.under_load);
             for i in 0..args.under_load {
-                load.push(CreekConn::connect(clients[i % clients.len()], true).await?);
+                load.push(CreekConn::connect(clients[i % clients.len()], tls, true).await?);
             }
-            let mut weak = CreekConn::connect(clients[leader], false).await?;
+            let mut weak = CreekConn::connect(clients[leader], tls, false).await?;
             let before = scrape().await?;
             let timed = bench_driver::latency(&mut weak, args.latency_ops, args.keys, &value);
             let (strong_tput, weak_latency) = bench_driver::throughput_during(
@@ -235,6 +308,7 @@ pub(crate) fn measure(
     out.insert("bench".into(), json!("cluster"));
     out.insert("replicas".into(), json!(clients.len()));
     out.insert("value_bytes".into(), json!(args.value_bytes));
+    out.insert("tls".into(), json!(args.tls));
     out.insert(
         "cores".into(),
         json!(std::thread::available_parallelism().map_or(1, |n| n.get())),

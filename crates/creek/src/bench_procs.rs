@@ -9,6 +9,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use creek_client::TlsOptions;
 use creek_server::ServerConfig;
 
 /// `creek serve` processes, killed and their directory removed on drop.
@@ -43,6 +44,20 @@ impl Servers {
         log_filter: &str,
         edit: impl Fn(&mut ServerConfig),
     ) -> Result<Servers, String> {
+        Self::start_with(n, name, log_filter, false, edit)
+    }
+
+    /// [`start`](Servers::start) with TLS on the client and peer links
+    /// (`tls`): the certificates `creek certs create-local` makes, in
+    /// [`certs_dir`](Servers::certs_dir); clients connect with
+    /// [`client_tls`](Servers::client_tls).
+    pub(crate) fn start_with(
+        n: usize,
+        name: &str,
+        log_filter: &str,
+        tls: bool,
+        edit: impl Fn(&mut ServerConfig),
+    ) -> Result<Servers, String> {
         let dir = std::env::temp_dir().join(format!("creek-bench-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
@@ -59,9 +74,20 @@ impl Servers {
         let peers = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
         servers.clients = clients;
         servers.peers = peers;
+        let certs = servers.certs_dir();
+        if tls {
+            let n = u16::try_from(n).map_err(|_| format!("{n} replicas are too many"))?;
+            crate::certs_cmd::create_local(&certs, n, &[], false)?;
+        }
+        let edit = |c: &mut ServerConfig| {
+            if tls {
+                c.tls = Some(creek_server::TlsConfig::in_dir(&certs, c.id));
+            }
+            edit(c);
+        };
         let all: Vec<usize> = (0..n).collect();
         for i in 0..n {
-            servers.configure(i, &all, &edit)?;
+            servers.configure(i, &all, edit)?;
         }
         for i in 0..n {
             servers.spawn(i)?;
@@ -151,6 +177,24 @@ impl Servers {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(format!("deleting {}: {e}", dir.display())),
         }
+    }
+
+    /// Where [`start_with`](Servers::start_with) puts the certificates
+    /// when asked for TLS.
+    pub(crate) fn certs_dir(&self) -> PathBuf {
+        self.dir.join("certs")
+    }
+
+    /// What a client connects with to servers started with TLS: the CA
+    /// and the client `root`'s certificate and key.
+    pub(crate) fn client_tls(&self) -> Result<TlsOptions, String> {
+        let d = self.certs_dir();
+        TlsOptions::from_files(
+            &d.join("ca.crt"),
+            Some(&d.join("client-root.crt")),
+            Some(&d.join("client-root.key")),
+        )
+        .map_err(|e| e.to_string())
     }
 
     /// Replica `i`'s configuration file (0-based `i`).
@@ -249,28 +293,55 @@ pub(crate) struct Target {
     pub(crate) clients: Vec<SocketAddr>,
     /// The replicas' `/metrics` endpoints (none when attached).
     pub(crate) metrics: Vec<SocketAddr>,
+    /// What clients connect with: TLS options when the servers were
+    /// started with TLS, `None` for plaintext.
+    pub(crate) tls: Option<TlsOptions>,
 }
 
 impl Target {
     /// Attach to `attach` if it names replicas, else start `n` with the
     /// server defaults.
     pub(crate) fn start_or_attach(n: usize, attach: &[SocketAddr]) -> Result<Target, String> {
+        Self::start_or_attach_with(n, attach, false)
+    }
+
+    /// [`start_or_attach`](Target::start_or_attach), the servers started
+    /// with TLS on the client and peer links if `tls`. An attached cluster
+    /// is measured in plaintext: `tls` with `attach` is refused.
+    pub(crate) fn start_or_attach_with(
+        n: usize,
+        attach: &[SocketAddr],
+        tls: bool,
+    ) -> Result<Target, String> {
         if !attach.is_empty() {
+            if tls {
+                return Err(
+                    "--tls measures a cluster the benchmark starts: it cannot be \
+                            combined with --attach"
+                        .into(),
+                );
+            }
             return Ok(Target {
                 servers: None,
                 clients: attach.to_vec(),
                 metrics: Vec::new(),
+                tls: None,
             });
         }
         // Each replica serves `/metrics`, for the stage timings.
         let metrics = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-        let servers = Servers::start(n, "cluster", "warn", |c| {
+        let servers = Servers::start_with(n, "cluster", "warn", tls, |c| {
             c.metrics_addr = usize::from(c.id)
                 .checked_sub(1)
                 .and_then(|i| metrics.get(i))
                 .copied();
         })?;
         Ok(Target {
+            tls: if tls {
+                Some(servers.client_tls()?)
+            } else {
+                None
+            },
             clients: servers.clients.clone(),
             servers: Some(servers),
             metrics,

@@ -144,6 +144,8 @@ fn creek(args: &Args) -> Result<Map<String, Value>, String> {
         attach: Vec::new(),
         levels: vec!["weak".into(), "strong".into()],
         under_load: 0,
+        tls: false,
+        compare_tls: false,
         json: args.json,
     };
     let mut out = bench_cluster::measure(&cluster, true)?;
