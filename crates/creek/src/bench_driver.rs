@@ -91,7 +91,9 @@ pub(crate) async fn throughput<C: Conn>(
     value: &[u8],
     label: &str,
 ) -> Result<f64, String> {
-    let window = tokio::time::sleep(Duration::from_secs_f64(seconds));
+    // A `sleep` starts counting when it is made: made inside the block, the
+    // window starts when it is first polled, after the warm-up.
+    let window = async move { tokio::time::sleep(Duration::from_secs_f64(seconds)).await };
     throughput_during(conns, keys, value, label, window)
         .await
         .map(|(t, ())| t)
