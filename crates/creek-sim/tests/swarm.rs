@@ -59,11 +59,14 @@ fn small_swarm_with_all_faults_passes_every_check() {
     }
 }
 
-/// Each planted bug is caught within a few seeds: the checkers can fail.
+/// Each planted bug is caught within a few dozen seeds: the checkers can
+/// fail. (Seeds stop at the first that catches it; forgetting the unsynced
+/// tail needs a crash right after ops went out unsynced, which about one
+/// seed in eight has.)
 #[test]
 fn planted_bugs_are_caught() {
     for (name, bug) in PlantedBug::ALL {
-        let caught = (0..12).any(|seed| {
+        let caught = (0..40).any(|seed| {
             let cfg = SimConfig {
                 replicas: 5,
                 duration_us: 1_000_000,
@@ -72,7 +75,7 @@ fn planted_bugs_are_caught() {
             };
             !simulate(&cfg).unwrap().1
         });
-        assert!(caught, "planted bug {name} went unnoticed in 12 seeds");
+        assert!(caught, "planted bug {name} went unnoticed in 40 seeds");
     }
 }
 
