@@ -71,13 +71,9 @@ pub struct Args {
     pub(crate) json: bool,
 }
 
-/// The index of the replica that reports itself leader (waits up to 30 s).
-pub(crate) async fn find_leader(addrs: &[SocketAddr]) -> Result<usize, String> {
-    find_leader_with(addrs, None).await
-}
-
-/// [`find_leader`], connecting over TLS with `tls` if given.
-pub(crate) async fn find_leader_with(
+/// The index of the replica that reports itself leader (waits up to 30 s),
+/// connecting over TLS with `tls` if given.
+pub(crate) async fn find_leader(
     addrs: &[SocketAddr],
     tls: Option<&TlsOptions>,
 ) -> Result<usize, String> {
@@ -202,7 +198,7 @@ pub(crate) fn measure(
     if args.replicas == 0 || args.clients.is_empty() || args.latency_ops == 0 {
         return Err("--replicas, --clients and --latency-ops must be positive".into());
     }
-    let target = Target::start_or_attach_with(args.replicas, &args.attach, args.tls)?;
+    let target = Target::start_or_attach(args.replicas, &args.attach, args.tls)?;
     let clients = target.clients.clone();
     let metrics = target.metrics.clone();
     let tls = target.tls.clone();
@@ -213,7 +209,7 @@ pub(crate) fn measure(
         .map_err(|e| e.to_string())?;
     let value = vec![b'v'; args.value_bytes];
     let measured = async {
-        let leader = find_leader_with(&clients, tls).await?;
+        let leader = find_leader(&clients, tls).await?;
         let mut levels = serde_json::Map::new();
         // The leader's stage timings over the timed ops (a cluster this
         // command started serves `/metrics`; an attached one may not).

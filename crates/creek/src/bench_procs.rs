@@ -37,21 +37,11 @@ pub(crate) fn free_addr() -> Result<SocketAddr, String> {
 impl Servers {
     /// Start `n` replicas on free loopback ports, in a fresh directory
     /// named after `name` and this process. Each runs with the server
-    /// defaults, then `edit`; its log keeps `log_filter` (`RUST_LOG`).
+    /// defaults, then `edit`; its log keeps `log_filter` (`RUST_LOG`). With
+    /// `tls`, the client and peer links run TLS with the certificates
+    /// `creek certs create-local` makes, in [`certs_dir`](Servers::certs_dir);
+    /// clients connect with [`client_tls`](Servers::client_tls).
     pub(crate) fn start(
-        n: usize,
-        name: &str,
-        log_filter: &str,
-        edit: impl Fn(&mut ServerConfig),
-    ) -> Result<Servers, String> {
-        Self::start_with(n, name, log_filter, false, edit)
-    }
-
-    /// [`start`](Servers::start) with TLS on the client and peer links
-    /// (`tls`): the certificates `creek certs create-local` makes, in
-    /// [`certs_dir`](Servers::certs_dir); clients connect with
-    /// [`client_tls`](Servers::client_tls).
-    pub(crate) fn start_with(
         n: usize,
         name: &str,
         log_filter: &str,
@@ -179,7 +169,7 @@ impl Servers {
         }
     }
 
-    /// Where [`start_with`](Servers::start_with) puts the certificates
+    /// Where [`start`](Servers::start) puts the certificates
     /// when asked for TLS.
     pub(crate) fn certs_dir(&self) -> PathBuf {
         self.dir.join("certs")
@@ -300,15 +290,10 @@ pub(crate) struct Target {
 
 impl Target {
     /// Attach to `attach` if it names replicas, else start `n` with the
-    /// server defaults.
-    pub(crate) fn start_or_attach(n: usize, attach: &[SocketAddr]) -> Result<Target, String> {
-        Self::start_or_attach_with(n, attach, false)
-    }
-
-    /// [`start_or_attach`](Target::start_or_attach), the servers started
-    /// with TLS on the client and peer links if `tls`. An attached cluster
-    /// is measured in plaintext: `tls` with `attach` is refused.
-    pub(crate) fn start_or_attach_with(
+    /// server defaults, with TLS on the client and peer links if `tls`. An
+    /// attached cluster is measured in plaintext: `tls` with `attach` is
+    /// refused.
+    pub(crate) fn start_or_attach(
         n: usize,
         attach: &[SocketAddr],
         tls: bool,
@@ -330,7 +315,7 @@ impl Target {
         }
         // Each replica serves `/metrics`, for the stage timings.
         let metrics = (0..n).map(|_| free_addr()).collect::<Result<Vec<_>, _>>()?;
-        let servers = Servers::start_with(n, "cluster", "warn", tls, |c| {
+        let servers = Servers::start(n, "cluster", "warn", tls, |c| {
             c.metrics_addr = usize::from(c.id)
                 .checked_sub(1)
                 .and_then(|i| metrics.get(i))
@@ -375,7 +360,9 @@ mod tests {
 
     #[test]
     fn a_bad_setting_fails_before_any_process_starts_and_leaves_nothing() {
-        let r = Servers::start(3, "procs-test", "warn", |c| c.checkpoint_every_secs = 0);
+        let r = Servers::start(3, "procs-test", "warn", false, |c| {
+            c.checkpoint_every_secs = 0
+        });
         let Err(e) = r else {
             panic!("checkpoint_every_secs = 0 was accepted");
         };

@@ -354,7 +354,7 @@ async fn soak(
     progress: &Progress,
 ) -> Result<(Vec<Sample>, BTreeMap<String, u64>), String> {
     let addrs: &[SocketAddr] = &procs.clients;
-    find_leader(addrs).await?;
+    find_leader(addrs, None).await?;
     eprintln!(
         "bench soak: loading {} records of {} bytes…",
         args.records, args.value_bytes
@@ -449,7 +449,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     };
     // Built first: bad settings fail before a cluster starts.
     let workload = workload::by_name("ycsb", &config)?;
-    let procs = Servers::start(args.replicas, "soak", "warn", |_| {})?;
+    let procs = Servers::start(args.replicas, "soak", "warn", false, |_| {})?;
     // What the servers run with, as their configuration file says.
     let server = ServerConfig::from_file(&procs.dir.join("r1.toml")).map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_multi_thread()

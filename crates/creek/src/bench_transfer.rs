@@ -330,13 +330,13 @@ async fn leader_besides_victim(
     servers: &mut Servers,
     addrs: &[SocketAddr],
 ) -> Result<usize, String> {
-    let leader = find_leader(addrs).await?;
+    let leader = find_leader(addrs, None).await?;
     if leader != VICTIM {
         return Ok(leader);
     }
     eprintln!("bench transfer: replica 3 leads; restarting it so that another one does");
     servers.kill(VICTIM)?;
-    let leader = find_leader(&addrs[..VICTIM]).await?;
+    let leader = find_leader(&addrs[..VICTIM], None).await?;
     servers.spawn(VICTIM)?;
     wait_following(addrs[VICTIM]).await?;
     Ok(leader)
@@ -901,7 +901,7 @@ fn summary(r: &Json) -> String {
 /// Run the benchmark.
 pub fn run(args: &Args) -> Result<(), String> {
     args.validate()?;
-    let mut servers = Servers::start(REPLICAS, "transfer", "info", |c| {
+    let mut servers = Servers::start(REPLICAS, "transfer", "info", false, |c| {
         c.checkpoint_every_secs = args.checkpoint_secs;
         c.max_request_bytes = args.max_request_bytes(c.max_request_bytes);
     })?;

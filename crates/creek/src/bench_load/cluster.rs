@@ -48,9 +48,9 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
         progress.start(i, &what);
         // Built first: bad settings fail before a cluster starts.
         let workload = p.workload()?;
-        let procs = Target::start_or_attach(p.replicas, &p.common.attach)?;
+        let procs = Target::start_or_attach(p.replicas, &p.common.attach, false)?;
         let point = rt.block_on(async {
-            find_leader(&procs.clients).await?;
+            find_leader(&procs.clients, None).await?;
             // An attached cluster is loaded once; points then share its data.
             if !(attached && loaded) {
                 setup(&procs.clients, workload.as_ref()).await?;

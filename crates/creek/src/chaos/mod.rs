@@ -123,7 +123,13 @@ fn workload_config() -> WorkloadConfig {
 
 async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), String> {
     let edit = configure(args.plant_bug.clone());
-    let mut servers = Servers::start(args.replicas, &format!("chaos-{seed}"), "info", &edit)?;
+    let mut servers = Servers::start(
+        args.replicas,
+        &format!("chaos-{seed}"),
+        "info",
+        false,
+        &edit,
+    )?;
     servers.keep = args.keep;
     let slots = servers
         .clients
