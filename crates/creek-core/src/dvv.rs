@@ -1,103 +1,163 @@
 //! A compact set of [`OpId`]s in the style of a dotted version vector.
 //!
 //! Per origin replica, a [`Dvv`] stores a contiguous counter `n` (all seqs
-//! `1..=n` are present) plus a sorted set of *exception* seqs `> n + 1` that
-//! are present out of order. Because seqs issued by one replica are mostly
-//! delivered in order, the exception sets stay small and the whole structure
-//! is roughly one counter per replica.
+//! `1..=n` are present) plus the *exception* seqs `> n + 1` present out of
+//! order, kept as maximal runs of consecutive seqs. Seqs issued by one
+//! replica are mostly delivered in order, so there are few exceptions; and
+//! where an origin's seqs have a gap that is never filled (ids lost with a
+//! replica's data and not voided, ids never issued), everything the origin
+//! issues after it is one run, not one exception per id. The whole
+//! structure stays about one counter per replica either way, and so does
+//! every operation on it.
 //!
-//! The representation is kept normalized at all times (exceptions that
-//! become contiguous are absorbed into the counter, empty origins are not
-//! stored), so `==` compares the sets of ids. Iteration is deterministic, in
-//! `(origin, seq)` order. Deserialization normalizes untrusted input.
+//! The representation is kept normalized at all times (runs that become
+//! contiguous with the counter are absorbed into it, adjacent runs are
+//! merged, empty origins are not stored), so `==` compares the sets of ids.
+//! Iteration is deterministic, in `(origin, seq)` order. Deserialization
+//! normalizes untrusted input.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound::{Excluded, Unbounded};
+use std::collections::BTreeMap;
 
+use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::id::{OpId, ReplicaId};
 
-/// The seqs of `next..=last` not in `held` (ascending, all `>= next`
-/// after the first step), walking `held` in order.
-struct Gaps<I: Iterator> {
-    next: u64,
-    last: u64,
-    held: std::iter::Peekable<I>,
-}
-
-impl<'a, I: Iterator<Item = &'a u64>> Iterator for Gaps<I> {
-    type Item = u64;
-
-    fn next(&mut self) -> Option<u64> {
-        while self.next <= self.last && self.next != 0 {
-            match self.held.peek() {
-                Some(&&h) if h < self.next => {
-                    self.held.next();
-                }
-                Some(&&h) if h == self.next => {
-                    self.held.next();
-                    self.next = self.next.checked_add(1).unwrap_or(0);
-                }
-                _ => {
-                    let seq = self.next;
-                    self.next = seq.checked_add(1).unwrap_or(0);
-                    return Some(seq);
-                }
-            }
-        }
-        None
-    }
-}
-
-/// The ids of one origin: `1..=counter` plus `exceptions` (all `> counter`).
+/// The ids of one origin: `1..=counter` plus the runs `start..=end` of
+/// `runs` (keyed by start; every start `> counter + 1`; runs disjoint and
+/// separated by at least one missing seq).
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 struct Entry {
     counter: u64,
-    exceptions: BTreeSet<u64>,
+    runs: BTreeMap<u64, u64>,
 }
 
 static EMPTY_ENTRY: Entry = Entry {
     counter: 0,
-    exceptions: BTreeSet::new(),
+    runs: BTreeMap::new(),
 };
 
 impl Entry {
     fn is_empty(&self) -> bool {
-        self.counter == 0 && self.exceptions.is_empty()
+        self.counter == 0 && self.runs.is_empty()
+    }
+
+    /// The run holding `seq`, if any.
+    fn run_of(&self, seq: u64) -> Option<(u64, u64)> {
+        self.runs
+            .range(..=seq)
+            .next_back()
+            .filter(|(_, &end)| seq <= end)
+            .map(|(&start, &end)| (start, end))
     }
 
     fn contains(&self, seq: u64) -> bool {
-        seq != 0 && (seq <= self.counter || self.exceptions.contains(&seq))
+        seq != 0 && (seq <= self.counter || self.run_of(seq).is_some())
+    }
+
+    /// Exception seqs (saturating).
+    fn exceptions(&self) -> u64 {
+        self.runs
+            .iter()
+            .fold(0u64, |acc, (&s, &e)| acc.saturating_add(e - s + 1))
     }
 
     fn len(&self) -> u64 {
-        self.counter.saturating_add(self.exceptions.len() as u64)
+        self.counter.saturating_add(self.exceptions())
     }
 
-    /// Moves exceptions that continue the contiguous range into the counter.
+    /// Every seq as runs, the contiguous range first.
+    fn intervals(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (self.counter > 0)
+            .then_some((1, self.counter))
+            .into_iter()
+            .chain(self.runs.iter().map(|(&s, &e)| (s, e)))
+    }
+
+    /// Adds the seqs `start..=end` (`1 <= start <= end`) above the counter
+    /// as a run, merging with the runs it touches, then absorbs.
+    fn add_run(&mut self, start: u64, end: u64) {
+        let start = start.max(self.counter.saturating_add(1));
+        if start > end || self.counter == u64::MAX {
+            return;
+        }
+        let (mut lo, mut hi) = (start, end);
+        // A run ending at or after `start - 1` that starts at or before
+        // `end + 1` touches the new one.
+        let touching: Vec<(u64, u64)> = self
+            .runs
+            .range(..=end.saturating_add(1))
+            .rev()
+            .take_while(|(_, &e)| e.saturating_add(1) >= start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in touching {
+            self.runs.remove(&s);
+            lo = lo.min(s);
+            hi = hi.max(e);
+        }
+        self.runs.insert(lo, hi);
+        self.absorb();
+    }
+
+    /// Moves a run that continues the contiguous range into the counter.
     fn absorb(&mut self) {
-        while let Some(&first) = self.exceptions.first() {
-            if Some(first) != self.counter.checked_add(1) {
-                break;
+        if let Some((&start, &end)) = self.runs.first_key_value() {
+            if Some(start) == self.counter.checked_add(1) {
+                self.runs.pop_first();
+                self.counter = end;
             }
-            self.exceptions.pop_first();
-            self.counter = first;
         }
     }
 
-    /// Drops exceptions covered by the counter (and seq 0), then absorbs.
+    /// Drops the seqs of runs covered by the counter, then absorbs.
     fn normalize(&mut self) {
-        match self.counter.checked_add(1) {
-            Some(next) => self.exceptions = self.exceptions.split_off(&next),
-            None => self.exceptions.clear(),
+        let Some(next) = self.counter.checked_add(1) else {
+            self.runs.clear();
+            return;
+        };
+        let below: Vec<(u64, u64)> = self.runs.range(..next).map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in below {
+            self.runs.remove(&s);
+            if e >= next {
+                self.runs.insert(next, e);
+            }
         }
         self.absorb();
     }
+
+    /// The seqs of `self` not in `other`, as runs in order.
+    fn minus(&self, other: &Entry) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for (mut s, e) in self.intervals() {
+            // `other`'s intervals that may overlap `s..=e`, in order.
+            let first = (other.counter >= s).then_some((1, other.counter));
+            let from = other.run_of(s).map_or(s, |(start, _)| start);
+            let runs = other.runs.range(from..=e).map(|(&a, &b)| (a, b));
+            for (a, b) in first.into_iter().chain(runs) {
+                if a > s {
+                    out.push((s, (a - 1).min(e)));
+                }
+                if b >= e {
+                    s = 0;
+                    break;
+                }
+                s = s.max(b + 1);
+            }
+            if s != 0 {
+                out.push((s, e));
+            }
+        }
+        out
+    }
 }
 
-/// A set of [`OpId`]s: per origin, a contiguous counter plus exceptions.
-/// See the [module docs](self).
+/// One origin of a [`Dvv`] as its contiguous counter and its runs of
+/// exception seqs, `(start, end)` inclusive (see [`Dvv::to_runs`]).
+pub type RunRecord = (ReplicaId, u64, Vec<(u64, u64)>);
+
+/// A set of [`OpId`]s: per origin, a contiguous counter plus runs of
+/// exceptions. See the [module docs](self).
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct Dvv {
     entries: BTreeMap<ReplicaId, Entry>,
@@ -123,17 +183,11 @@ impl Dvv {
             return false;
         }
         let e = self.entries.entry(id.origin).or_default();
-        if id.seq <= e.counter {
+        if e.contains(id.seq) {
             return false;
         }
-        // Here e.counter < id.seq <= u64::MAX, so the +1 cannot overflow.
-        if id.seq == e.counter + 1 {
-            e.counter = id.seq;
-            e.absorb();
-            true
-        } else {
-            e.exceptions.insert(id.seq)
-        }
+        e.add_run(id.seq, id.seq);
+        true
     }
 
     /// Whether `id` is in the set.
@@ -145,8 +199,7 @@ impl Dvv {
     ///
     /// Removing a seq inside the contiguous range lowers the counter to
     /// `seq - 1` and turns the seqs above it (up to the old counter) into
-    /// exceptions, costing O(old counter - seq): meant for rare use on
-    /// recent ids.
+    /// one run.
     pub fn remove(&mut self, id: OpId) -> bool {
         let Some(e) = self.entries.get_mut(&id.origin) else {
             return false;
@@ -155,12 +208,22 @@ impl Dvv {
             false
         } else if id.seq <= e.counter {
             if id.seq < e.counter {
-                e.exceptions.extend(id.seq + 1..=e.counter);
+                // The first run starts above counter + 1: no merge.
+                e.runs.insert(id.seq + 1, e.counter);
             }
             e.counter = id.seq - 1;
             true
+        } else if let Some((start, end)) = e.run_of(id.seq) {
+            e.runs.remove(&start);
+            if start < id.seq {
+                e.runs.insert(start, id.seq - 1);
+            }
+            if id.seq < end {
+                e.runs.insert(id.seq + 1, end);
+            }
+            true
         } else {
-            e.exceptions.remove(&id.seq)
+            false
         };
         if e.is_empty() {
             self.entries.remove(&id.origin);
@@ -170,17 +233,18 @@ impl Dvv {
 
     /// Whether every id of `self` is in `other`.
     ///
-    /// Per origin, compares the counters, then looks only at the exceptions
-    /// of `self` beyond `other`'s counter. (Normalization guarantees that
-    /// `other` lacks seq `counter + 1`, so a larger counter in `self` means
-    /// `self` is not a subset.)
+    /// Per origin, compares the counters, then checks that each of
+    /// `self`'s runs beyond `other`'s counter lies within one of `other`'s
+    /// runs (they are maximal, so a run split over two is not covered).
     pub fn is_subset(&self, other: &Dvv) -> bool {
         self.entries.iter().all(|(&origin, e)| {
             let o = other.entry(origin);
             e.counter <= o.counter
-                && e.exceptions
-                    .range((Excluded(o.counter), Unbounded))
-                    .all(|s| o.exceptions.contains(s))
+                && e.runs.iter().all(|(&s, &end)| {
+                    end <= o.counter
+                        || o.run_of(s.max(o.counter + 1))
+                            .is_some_and(|(_, oe)| end <= oe)
+                })
         })
     }
 
@@ -194,28 +258,13 @@ impl Dvv {
 
     /// The ids in `self` that are not in `other`, lazily, in `(origin, seq)`
     /// order. Stop early to bound the work on a context from an untrusted
-    /// peer (a huge counter is a huge range). Within `self`'s contiguous
-    /// range the walk steps over runs of `other`'s exceptions in order
-    /// rather than looking each seq up, so a range `other` mostly holds
-    /// beyond a gap costs one pass over those exceptions.
+    /// peer (a huge counter is a huge range): the work before the first id
+    /// is proportional to the runs of the two sets, not to their ids.
     pub fn difference_iter<'a>(&'a self, other: &'a Dvv) -> impl Iterator<Item = OpId> + 'a {
         self.entries.iter().flat_map(move |(&origin, e)| {
-            let o = other.entry(origin);
-            let contiguous = Gaps {
-                next: o.counter.checked_add(1).unwrap_or(0),
-                last: e.counter,
-                held: o
-                    .exceptions
-                    .range((Excluded(o.counter), Unbounded))
-                    .peekable(),
-            };
-            let exceptions = e
-                .exceptions
-                .range((Excluded(o.counter), Unbounded))
-                .copied()
-                .filter(move |s| !o.exceptions.contains(s));
-            contiguous
-                .chain(exceptions)
+            e.minus(other.entry(origin))
+                .into_iter()
+                .flat_map(|(s, end)| s..=end)
                 .map(move |seq| OpId { origin, seq })
         })
     }
@@ -235,8 +284,8 @@ impl Dvv {
     /// All ids, in `(origin, seq)` order.
     pub fn iter(&self) -> impl Iterator<Item = OpId> + '_ {
         self.entries.iter().flat_map(|(&origin, e)| {
-            (1..=e.counter)
-                .chain(e.exceptions.iter().copied())
+            e.intervals()
+                .flat_map(|(s, end)| s..=end)
                 .map(move |seq| OpId { origin, seq })
         })
     }
@@ -253,54 +302,110 @@ impl Dvv {
     }
 
     /// Total number of exception seqs (ids not covered by the counters),
-    /// over all origins.
+    /// over all origins (saturating).
     pub fn exceptions(&self) -> usize {
-        self.entries.values().map(|e| e.exceptions.len()).sum()
+        self.entries.values().fold(0usize, |acc, e| {
+            acc.saturating_add(usize::try_from(e.exceptions()).unwrap_or(usize::MAX))
+        })
+    }
+
+    /// Total number of runs of exception seqs, over all origins: the size
+    /// of the set beyond its counters.
+    pub fn runs(&self) -> usize {
+        self.entries.values().map(|e| e.runs.len()).sum()
     }
 
     /// Adds every id of `other` to `self`.
     pub fn union_with(&mut self, other: &Dvv) {
         for (&origin, o) in &other.entries {
             let e = self.entries.entry(origin).or_default();
-            e.counter = e.counter.max(o.counter);
-            e.exceptions.extend(o.exceptions.iter().copied());
-            e.normalize();
+            if o.counter > e.counter {
+                e.counter = o.counter;
+                e.normalize();
+            }
+            for (&s, &end) in &o.runs {
+                e.add_run(s, end);
+            }
         }
     }
 
-    /// The set as `(origin, contiguous counter, sorted exception seqs)`
+    /// The set as `(origin, contiguous counter, runs of exception seqs)`
     /// records, one per origin with any id, in origin order.
     ///
-    /// The records are normalized: every counter or exception list is
-    /// non-empty, and every exception is `> counter + 1`, strictly
-    /// increasing. [`Dvv::from_records`] rebuilds an equal set.
-    pub fn to_records(&self) -> Vec<(ReplicaId, u64, Vec<u64>)> {
+    /// The records are normalized: every counter or run list is non-empty,
+    /// every run `(start, end)` has `counter + 1 < start <= end`, and runs
+    /// are increasing with at least one missing seq between them.
+    /// [`Dvv::from_runs`] rebuilds an equal set.
+    pub fn to_runs(&self) -> Vec<RunRecord> {
         self.entries
             .iter()
-            .map(|(&origin, e)| (origin, e.counter, e.exceptions.iter().copied().collect()))
+            .map(|(&origin, e)| {
+                let runs = e.runs.iter().map(|(&s, &end)| (s, end)).collect();
+                (origin, e.counter, runs)
+            })
+            .collect()
+    }
+
+    /// Builds a normalized set from `(origin, counter, runs)` records, each
+    /// meaning the seqs `1..=counter` plus every `start..=end` of `origin`.
+    ///
+    /// Accepts untrusted input: duplicated origins (their ids are merged),
+    /// unsorted, overlapping, empty (`start > end`), zero or counter-covered
+    /// runs and empty records are all accepted and normalized. Memory stays
+    /// proportional to the input (a run is never expanded into seqs).
+    pub fn from_runs(records: impl IntoIterator<Item = RunRecord>) -> Dvv {
+        let mut dvv = Dvv::new();
+        for (origin, counter, runs) in records {
+            let e = dvv.entries.entry(origin).or_default();
+            if counter > e.counter {
+                e.counter = counter;
+                e.normalize();
+            }
+            for (s, end) in runs {
+                if s <= end {
+                    e.add_run(s.max(1), end);
+                }
+            }
+        }
+        dvv.entries.retain(|_, e| !e.is_empty());
+        dvv
+    }
+
+    /// The set as `(origin, contiguous counter, sorted exception seqs)`
+    /// records: [`Dvv::to_runs`] with the runs expanded into their seqs
+    /// (for small sets and tests; the encodings use the runs).
+    pub fn to_records(&self) -> Vec<(ReplicaId, u64, Vec<u64>)> {
+        self.to_runs()
+            .into_iter()
+            .map(|(origin, counter, runs)| {
+                let seqs = runs.into_iter().flat_map(|(s, e)| s..=e).collect();
+                (origin, counter, seqs)
+            })
             .collect()
     }
 
     /// Builds a normalized set from `(origin, counter, exceptions)` records,
-    /// each meaning the seqs `1..=counter` plus `exceptions` of `origin`.
-    ///
-    /// Accepts untrusted input: duplicated origins (their ids are merged),
-    /// unsorted, duplicated, zero or counter-covered exception seqs and empty
-    /// records are all accepted and normalized. Memory stays proportional to
-    /// the input (a counter is never expanded into seqs).
+    /// each meaning the seqs `1..=counter` plus `exceptions` of `origin`
+    /// (untrusted input is normalized, as by [`Dvv::from_runs`]).
     pub fn from_records(records: impl IntoIterator<Item = (ReplicaId, u64, Vec<u64>)>) -> Dvv {
-        let mut dvv = Dvv::new();
-        for (origin, counter, exceptions) in records {
-            let e = dvv.entries.entry(origin).or_default();
-            e.counter = e.counter.max(counter);
-            e.exceptions.extend(exceptions);
-        }
-        dvv.entries.retain(|_, e| {
-            e.normalize();
-            !e.is_empty()
-        });
-        dvv
+        Dvv::from_runs(records.into_iter().map(|(origin, counter, mut seqs)| {
+            seqs.sort_unstable();
+            seqs.dedup();
+            (origin, counter, runs_of(&seqs))
+        }))
     }
+}
+
+/// Sorted, distinct seqs as maximal runs.
+fn runs_of(seqs: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &x in seqs {
+        match runs.last_mut() {
+            Some((_, end)) if end.checked_add(1) == Some(x) => *end = x,
+            _ => runs.push((x, x)),
+        }
+    }
+    runs
 }
 
 impl FromIterator<OpId> for Dvv {
@@ -319,12 +424,36 @@ impl Extend<OpId> for Dvv {
     }
 }
 
-/// Serialized form of one origin's entry.
-#[derive(Serialize)]
+/// Serialized form of one origin's entry: its exceptions as seqs.
 struct WireEntryRef<'a> {
     origin: ReplicaId,
-    counter: u64,
-    exceptions: &'a BTreeSet<u64>,
+    entry: &'a Entry,
+}
+
+/// The exception seqs of an entry, serialized as a sequence.
+struct ExceptionSeqs<'a>(&'a Entry);
+
+impl Serialize for ExceptionSeqs<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(None)?;
+        for (&s, &e) in &self.0.runs {
+            for x in s..=e {
+                seq.serialize_element(&x)?;
+            }
+        }
+        seq.end()
+    }
+}
+
+impl Serialize for WireEntryRef<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = serializer.serialize_struct("WireEntry", 3)?;
+        st.serialize_field("origin", &self.origin)?;
+        st.serialize_field("counter", &self.entry.counter)?;
+        st.serialize_field("exceptions", &ExceptionSeqs(self.entry))?;
+        st.end()
+    }
 }
 
 /// Deserialized form of one origin's entry (same layout as [`WireEntryRef`]).
@@ -339,11 +468,11 @@ struct WireEntry {
 /// origin order.
 impl Serialize for Dvv {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.entries.iter().map(|(&origin, e)| WireEntryRef {
-            origin,
-            counter: e.counter,
-            exceptions: &e.exceptions,
-        }))
+        serializer.collect_seq(
+            self.entries
+                .iter()
+                .map(|(&origin, entry)| WireEntryRef { origin, entry }),
+        )
     }
 }
 
@@ -360,6 +489,8 @@ impl<'de> Deserialize<'de> for Dvv {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
     use proptest::prelude::*;
 
@@ -375,15 +506,65 @@ mod tests {
     fn assert_normalized(d: &Dvv) {
         for e in d.entries.values() {
             assert!(!e.is_empty());
-            assert!(e.exceptions.iter().all(|&s| s > e.counter + 1));
+            let mut floor = e.counter.saturating_add(1);
+            for (&s, &end) in &e.runs {
+                assert!(
+                    s > floor && s <= end,
+                    "runs {:?} over {}",
+                    e.runs,
+                    e.counter
+                );
+                floor = end.saturating_add(1);
+            }
         }
+    }
+
+    fn exception_seqs(d: &Dvv, origin: u16) -> Vec<u64> {
+        let e = &d.entries[&ReplicaId(origin)];
+        e.runs.iter().flat_map(|(&s, &end)| s..=end).collect()
+    }
+
+    #[test]
+    fn a_gap_never_filled_keeps_the_set_small() {
+        // Seqs 101..=200 never arrive; the 100,000 after them are one run.
+        let mut d: Dvv = (1..=100).map(|s| id(1, s)).collect();
+        d.extend((201..=100_200).map(|s| id(1, s)));
+        assert_eq!(
+            (d.counter(ReplicaId(1)), d.exceptions(), d.runs()),
+            (100, 100_000, 1)
+        );
+        assert_eq!(d.to_runs(), vec![(ReplicaId(1), 100, vec![(201, 100_200)])]);
+        let mut e = d.clone();
+        assert!(e.remove(id(1, 5000)) && e.runs() == 2 && !e.contains(id(1, 5000)));
+        assert!(e.is_subset(&d) && !d.is_subset(&e));
+        assert_eq!(d.difference(&e), vec![id(1, 5000)]);
+        assert_eq!(e.difference_iter(&d).next(), None);
+        // The gap filled: everything is contiguous.
+        d.extend((101..=200).map(|s| id(1, s)));
+        assert_eq!((d.counter(ReplicaId(1)), d.runs()), (100_200, 0));
+    }
+
+    #[test]
+    fn from_runs_normalizes_untrusted_runs() {
+        let d = Dvv::from_runs(vec![
+            (
+                ReplicaId(1),
+                3,
+                vec![(9, 7), (0, 2), (5, 6), (6, 8), (12, 12)],
+            ),
+            (ReplicaId(1), 0, vec![(4, 4), (13, 20)]),
+            (ReplicaId(2), 0, vec![(0, 0)]),
+        ]);
+        assert_normalized(&d);
+        assert_eq!(d.to_runs(), vec![(ReplicaId(1), 8, vec![(12, 20)])]);
+        assert_eq!(Dvv::from_runs(d.to_runs()), d);
     }
 
     #[test]
     fn insert_with_gaps_then_fill() {
         let mut d = set(&[(1, 1), (1, 2), (1, 4), (1, 5)]);
         assert_eq!((d.counter(ReplicaId(1)), d.exceptions()), (2, 2));
-        assert_eq!(d.entries[&ReplicaId(1)].exceptions, BTreeSet::from([4, 5]));
+        assert_eq!(exception_seqs(&d, 1), vec![4, 5]);
         assert!(d.insert(id(1, 3)));
         assert_eq!((d.counter(ReplicaId(1)), d.exceptions()), (5, 0));
         assert!(!d.insert(id(1, 3)) && !d.insert(id(1, 0)));
@@ -399,10 +580,7 @@ mod tests {
         let mut d = set(&[(1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 8)]);
         assert!(d.remove(id(1, 3)));
         assert_eq!(d.counter(ReplicaId(1)), 2);
-        assert_eq!(
-            d.entries[&ReplicaId(1)].exceptions,
-            BTreeSet::from([4, 5, 8])
-        );
+        assert_eq!(exception_seqs(&d, 1), vec![4, 5, 8]);
         assert!(!d.remove(id(1, 3)) && !d.remove(id(1, 0)) && !d.remove(id(2, 1)));
         assert!(d.remove(id(1, 8)) && d.remove(id(1, 5)));
         assert!(d.insert(id(1, 3)));
@@ -514,6 +692,7 @@ mod tests {
             prop_assert!(exceptions.iter().all(|&s| s > counter + 1));
         }
         prop_assert_eq!(&Dvv::from_records(records), d);
+        prop_assert_eq!(&Dvv::from_runs(d.to_runs()), d);
         // Normalization: any construction of the same set is `==`.
         prop_assert_eq!(d, &m.iter().rev().copied().collect::<Dvv>());
         Ok(())

@@ -47,7 +47,7 @@ pub mod replica;
 
 pub use checkpoint::Checkpoint;
 pub use config::{Config, ConfigError, PLANTED_BUGS_OFF};
-pub use dvv::Dvv;
+pub use dvv::{Dvv, RunRecord};
 pub use group::{Addrs, Directory, Group};
 pub use hlc::Hlc;
 pub use id::{OpId, ReplicaId, Timestamp};

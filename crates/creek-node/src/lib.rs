@@ -801,10 +801,10 @@ impl<S: CabStorage> Node<S> {
         let own = self.id();
         let own_high = checkpoint
             .causal_ctx
-            .to_records()
+            .to_runs()
             .into_iter()
             .find(|(origin, _, _)| *origin == own)
-            .map_or(0, |(_, counter, ex)| ex.last().copied().unwrap_or(counter));
+            .map_or(0, |(_, counter, runs)| runs.last().map_or(counter, |r| r.1));
         match self.membership.standing() {
             Standing::Member => {
                 let Some((_, wanted)) = self.cab.wanted_snapshot() else {

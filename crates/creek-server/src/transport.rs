@@ -15,7 +15,11 @@
 //! behind, the reader stops reading and TCP pushes back on the sender.
 //!
 //! Outbound connections are retried with exponential backoff (50 ms to
-//! 1 s); frames queued while a peer is down are dropped at the queue bound.
+//! 1 s), also when the peer closes them right after the handshake (it
+//! refuses this replica, e.g. one removed from the group but still
+//! running); frames queued while a peer is down are dropped at the queue
+//! bound. Refused inbound connections are logged at most once per 10 s,
+//! with the count of those not logged.
 //!
 //! The peers change with the group ([`Transport::set_peers`]): a new member
 //! gets a connection (and its inbound connections are accepted), a removed
@@ -34,7 +38,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -121,14 +125,17 @@ impl Transport {
         let stats = Arc::new(TransportStats::default());
         let known = Arc::new(RwLock::new(HashSet::new()));
         let accept = tokio::spawn(accept(
-            me,
             listener,
-            known.clone(),
-            inbound,
-            faults.clone(),
-            stats.clone(),
-            frame_bytes_max,
-            tls.clone(),
+            Arc::new(Inbound {
+                me,
+                known: known.clone(),
+                events: inbound,
+                faults: faults.clone(),
+                stats: stats.clone(),
+                frame_bytes_max,
+                tls: tls.clone(),
+                refusals: Mutex::new(Refusals::default()),
+            }),
         ));
         let transport = Transport {
             me,
@@ -273,6 +280,8 @@ async fn outbound(
     // A refused certificate is said once per run of failures, not every
     // second.
     let mut warned = false;
+    // The peer closed the last connections right after the handshake.
+    let mut refused = false;
     loop {
         let mut w = match connect(peer, addr, tls.as_deref()).await {
             Ok(w) => BufWriter::with_capacity(64 << 10, w),
@@ -305,9 +314,11 @@ async fn outbound(
             continue;
         }
         warned = false;
-        tracing::info!(%peer, %addr, "connected to peer");
+        if !refused {
+            tracing::info!(%peer, %addr, "connected to peer");
+        }
         connected.store(true, Ordering::Relaxed);
-        backoff = Duration::from_millis(50);
+        let connected_at = Instant::now();
         let result: std::io::Result<()> = async {
             while let Some((due, frames)) = rx.recv().await {
                 if due > Instant::now() {
@@ -332,14 +343,35 @@ async fn outbound(
         }
         .await;
         connected.store(false, Ordering::Relaxed);
-        match result {
+        let e = match result {
             Ok(()) => return, // the transport is shutting down
-            Err(e) => {
-                tracing::info!(%peer, %addr, error = %e, "peer connection lost; reconnecting");
-            }
+            Err(e) => e,
+        };
+        if connected_at.elapsed() >= SHORT_LIVED {
+            tracing::info!(%peer, %addr, error = %e, "peer connection lost; reconnecting");
+            refused = false;
+            backoff = Duration::from_millis(50);
+            continue;
         }
+        // Closed right after the handshake: the peer refuses this replica
+        // (it does not count it as a member, or it is another cluster's).
+        // Retry with backoff, and say so once per run of refusals.
+        if !refused {
+            tracing::info!(
+                %peer, %addr, error = %e,
+                "peer closed the connection right after the handshake (it may not count this \
+                 replica as a member yet); retrying with backoff"
+            );
+            refused = true;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }
+
+/// A connection lost sooner than this after it was made was refused by the
+/// peer rather than broken: the next try backs off.
+const SHORT_LIVED: Duration = Duration::from_secs(1);
 
 /// Why an outbound connection could not be made.
 enum Failed {
@@ -391,17 +423,61 @@ async fn write_frame(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn accept(
+/// What every inbound connection of one replica shares.
+struct Inbound {
     me: ReplicaId,
-    listener: TcpListener,
+    /// The peers whose connections are accepted.
     known: Arc<RwLock<HashSet<ReplicaId>>>,
-    inbound: mpsc::Sender<Event>,
+    /// The node loop's channel.
+    events: mpsc::Sender<Event>,
     faults: Arc<Faults>,
     stats: Arc<TransportStats>,
     frame_bytes_max: usize,
     tls: Option<Arc<Tls>>,
-) {
+    refusals: Mutex<Refusals>,
+}
+
+/// Refused connections are logged at most once per
+/// [`REFUSALS_LOGGED_EVERY`]: a replica removed from the group (but still
+/// running) or a misconfigured one retries all the time, and one line per
+/// try would bury everything else.
+const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct Refusals {
+    /// When a refusal was last logged.
+    logged: Option<Instant>,
+    /// Refusals since then, not logged.
+    unlogged: u64,
+}
+
+impl Inbound {
+    fn refused(&self, remote: SocketAddr, why: &str) {
+        self.stats
+            .refused_connections
+            .fetch_add(1, Ordering::Relaxed);
+        let mut r = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if r.logged.is_some_and(|at| now < at + REFUSALS_LOGGED_EVERY) {
+            r.unlogged += 1;
+            return;
+        }
+        let unlogged = std::mem::take(&mut r.unlogged);
+        r.logged = Some(now);
+        drop(r);
+        if unlogged == 0 {
+            tracing::warn!(%remote, "refused a peer connection: {why}");
+        } else {
+            tracing::warn!(
+                %remote,
+                "refused a peer connection: {why} ({unlogged} more refused since the last \
+                 such line; the count is in the transport's counters)"
+            );
+        }
+    }
+}
+
+async fn accept(listener: TcpListener, ctx: Arc<Inbound>) {
     loop {
         let (stream, remote) = match listener.accept().await {
             Ok(x) => x,
@@ -412,17 +488,7 @@ async fn accept(
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(inbound_conn(
-            me,
-            stream,
-            remote,
-            known.clone(),
-            inbound.clone(),
-            faults.clone(),
-            stats.clone(),
-            frame_bytes_max,
-            tls.clone(),
-        ));
+        tokio::spawn(inbound_conn(stream, remote, ctx.clone()));
     }
 }
 
@@ -486,31 +552,16 @@ async fn accept_peer(
     Ok((Box::new(s), from))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn inbound_conn(
-    me: ReplicaId,
-    stream: TcpStream,
-    remote: SocketAddr,
-    known: Arc<RwLock<HashSet<ReplicaId>>>,
-    inbound: mpsc::Sender<Event>,
-    faults: Arc<Faults>,
-    stats: Arc<TransportStats>,
-    frame_bytes_max: usize,
-    tls: Option<Arc<Tls>>,
-) {
+async fn inbound_conn(stream: TcpStream, remote: SocketAddr, ctx: Arc<Inbound>) {
     let accepted = tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
-        accept_peer(stream, me, &known, tls.as_deref()),
+        accept_peer(stream, ctx.me, &ctx.known, ctx.tls.as_deref()),
     )
     .await
     .unwrap_or_else(|_| Err("handshake timed out".into()));
     let (mut stream, from) = match accepted {
         Ok(x) => x,
-        Err(why) => {
-            stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%remote, "refused a peer connection: {why}");
-            return;
-        }
+        Err(why) => return ctx.refused(remote, &why),
     };
     let mut buf = BytesMut::with_capacity(64 << 10);
     loop {
@@ -519,7 +570,7 @@ async fn inbound_conn(
             return;
         }
         let len = u32::from_be_bytes(len) as usize;
-        if len > frame_bytes_max {
+        if len > ctx.frame_bytes_max {
             tracing::warn!(%from, len, "peer sent an oversized frame; closing the connection");
             return;
         }
@@ -528,16 +579,16 @@ async fn inbound_conn(
             return;
         }
         let frame = buf.split().freeze();
-        match faults.judge(from) {
+        match ctx.faults.judge(from) {
             Verdict::Drop => {
-                stats.dropped_faults.fetch_add(1, Ordering::Relaxed);
+                ctx.stats.dropped_faults.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             // Latency is added on the sending side only.
             Verdict::Pass(_) => {}
         }
-        stats.frames_received.fetch_add(1, Ordering::Relaxed);
-        if inbound.send(Event::Frame { from, frame }).await.is_err() {
+        ctx.stats.frames_received.fetch_add(1, Ordering::Relaxed);
+        if ctx.events.send(Event::Frame { from, frame }).await.is_err() {
             return; // the node loop has stopped
         }
     }

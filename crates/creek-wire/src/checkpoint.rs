@@ -20,6 +20,8 @@ use bytes::Bytes;
 use creek_core::{Addrs, Checkpoint, Directory, Dvv, Group, ReplicaId, Timestamp};
 use creek_exec::varint;
 
+use crate::codec::{exception_gaps, run_seqs, RunsFromGaps};
+
 /// Why bytes are not a checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -61,18 +63,14 @@ impl Encoder {
             for v in [c.cab_applied, c.committed_len, c.hlc.0, c.next_event_no] {
                 varint::put(out, v);
             }
-            let records = c.causal_ctx.to_records();
+            let records = c.causal_ctx.to_runs();
             varint::put(out, records.len() as u64);
-            for (origin, counter, exceptions) in &records {
+            for (origin, counter, runs) in &records {
                 varint::put(out, u64::from(origin.0));
                 varint::put(out, *counter);
-                varint::put(out, exceptions.len() as u64);
-                let mut prev = *counter;
-                for &x in exceptions {
-                    // Normalized records: strictly increasing, above
-                    // counter + 1.
-                    varint::put(out, x.wrapping_sub(prev).wrapping_sub(1));
-                    prev = x;
+                varint::put(out, run_seqs(runs) as u64);
+                for gap in exception_gaps(*counter, runs) {
+                    varint::put(out, gap);
                 }
             }
             put_group(out, &c.group);
@@ -120,19 +118,14 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
             .map_err(|_| corrupt(format!("checkpoint origin {origin} exceeds 16 bits")))?;
         let counter = r.varint()?;
         let n = r.count(1)?;
-        let mut exceptions = Vec::with_capacity(n);
-        let mut prev = counter;
+        let mut runs = RunsFromGaps::new(counter);
         for _ in 0..n {
-            let gap = r.varint()?;
-            prev = prev
-                .checked_add(gap)
-                .and_then(|x| x.checked_add(1))
+            runs.push(r.varint()?)
                 .ok_or_else(|| corrupt("checkpoint exception seq overflows".to_owned()))?;
-            exceptions.push(prev);
         }
-        records.push((ReplicaId(origin), counter, exceptions));
+        records.push((ReplicaId(origin), counter, runs.finish()));
     }
-    let causal_ctx = Dvv::from_records(records);
+    let causal_ctx = Dvv::from_runs(records);
     let group = if format == FORMAT {
         r.group()?
     } else {

@@ -785,19 +785,66 @@ pub fn encode_op(op: &Op) -> Bytes {
 }
 
 fn write_dvv<S: Sink>(s: &mut S, dvv: &Dvv) {
-    let records = dvv.to_records();
+    let records = dvv.to_runs();
     s.put_len(records.len());
-    for (origin, counter, exceptions) in &records {
+    for (origin, counter, runs) in &records {
         s.put_varint(u64::from(origin.0));
         s.put_varint(*counter);
-        s.put_len(exceptions.len());
-        let mut prev = *counter;
-        for &x in exceptions {
-            // Normalized records have strictly increasing exceptions above
-            // the counter; wrapping keeps this total for any input.
-            s.put_varint(x.wrapping_sub(prev).wrapping_sub(1));
-            prev = x;
+        s.put_len(run_seqs(runs));
+        for gap in exception_gaps(*counter, runs) {
+            s.put_varint(gap);
         }
+    }
+}
+
+/// The number of seqs in `runs` (an in-memory set's, so it fits).
+pub(crate) fn run_seqs(runs: &[(u64, u64)]) -> usize {
+    runs.iter()
+        .map(|&(s, e)| usize::try_from(e - s + 1).unwrap_or(usize::MAX))
+        .fold(0, usize::saturating_add)
+}
+
+/// The encoded gaps of a record's exceptions: the first seq of each run
+/// as its distance past the previous seq (`x - prev - 1`, the first from
+/// the counter), then a 0 for each further seq of the run.
+pub(crate) fn exception_gaps(counter: u64, runs: &[(u64, u64)]) -> impl Iterator<Item = u64> + '_ {
+    let mut prev = counter;
+    runs.iter().flat_map(move |&(s, e)| {
+        // Normalized runs lie above the counter and above each other;
+        // wrapping keeps this total for any input.
+        let first = s.wrapping_sub(prev).wrapping_sub(1);
+        prev = e;
+        std::iter::once(first).chain(std::iter::repeat_n(0, (e - s) as usize))
+    })
+}
+
+/// Rebuilds a record's exceptions as runs from their encoded gaps (see
+/// [`exception_gaps`]); `None` once a seq would overflow.
+pub(crate) struct RunsFromGaps {
+    prev: u64,
+    runs: Vec<(u64, u64)>,
+}
+
+impl RunsFromGaps {
+    pub(crate) fn new(counter: u64) -> Self {
+        RunsFromGaps {
+            prev: counter,
+            runs: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, gap: u64) -> Option<()> {
+        let x = self.prev.checked_add(gap)?.checked_add(1)?;
+        match self.runs.last_mut() {
+            Some((_, end)) if gap == 0 => *end = x,
+            _ => self.runs.push((x, x)),
+        }
+        self.prev = x;
+        Some(())
+    }
+
+    pub(crate) fn finish(self) -> Vec<(u64, u64)> {
+        self.runs
     }
 }
 
@@ -1226,19 +1273,14 @@ impl<'a> Reader<'a> {
                     offset: count_offset,
                 });
             }
-            let mut exceptions = Vec::with_capacity(count);
-            let mut prev = counter;
+            let mut runs = RunsFromGaps::new(counter);
             for _ in 0..count {
                 let offset = self.pos;
                 let gap = self.varint()?;
-                prev = prev
-                    .checked_add(gap)
-                    .and_then(|x| x.checked_add(1))
-                    .ok_or(DecodeError::SeqOverflow { offset })?;
-                exceptions.push(prev);
+                runs.push(gap).ok_or(DecodeError::SeqOverflow { offset })?;
             }
-            records.push((origin, counter, exceptions));
+            records.push((origin, counter, runs.finish()));
         }
-        Ok(Dvv::from_records(records))
+        Ok(Dvv::from_runs(records))
     }
 }
