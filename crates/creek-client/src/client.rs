@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use creek_exec::value::Value;
 use creek_proto::{pb, to_wire};
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Endpoint;
 use tonic::Status;
 
 use crate::correctable::Correctable;
@@ -24,6 +26,55 @@ use crate::Error;
 const GROUP_CHANGE_WAIT: Duration = Duration::from_secs(30);
 /// The pause between two tries of a group change.
 const GROUP_CHANGE_RETRY: Duration = Duration::from_millis(200);
+
+/// How a [`Client`] reaches and authenticates to a cluster.
+#[derive(Clone, Default)]
+pub struct ConnectOptions {
+    /// TLS (a cluster with a `[tls]` table); plaintext if `None`.
+    pub tls: Option<TlsOptions>,
+    /// A token (`creek_<id>_<secret>`) for a cluster with `[auth] enabled`.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("tls", &self.tls.is_some())
+            .field("token", &self.token.as_ref().map(|_| "<secret>"))
+            .finish()
+    }
+}
+
+/// A connection to one replica, with the caller's token on every call.
+pub(crate) type Channel = InterceptedService<tonic::transport::Channel, Credentials>;
+
+/// The `authorization: Bearer <token>` header every call carries, if the
+/// client was given a token (a cluster with `[auth] enabled`).
+#[derive(Clone, Default)]
+pub(crate) struct Credentials(Option<MetadataValue<Ascii>>);
+
+impl Credentials {
+    fn new(token: Option<&str>) -> Result<Credentials, Error> {
+        let Some(token) = token else {
+            return Ok(Credentials(None));
+        };
+        let value = format!("Bearer {}", token.trim()).parse().map_err(|_| {
+            Error::InvalidArgument("the token is not printable ASCII (creek_<id>_<secret>)".into())
+        })?;
+        Ok(Credentials(Some(value)))
+    }
+}
+
+impl tonic::service::Interceptor for Credentials {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
 
 /// Longest wait for a TCP connection to one replica.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -93,6 +144,8 @@ struct Inner {
     replicas: Vec<Replica>,
     /// TLS for every replica (a leader named by another replica too).
     tls: Option<TlsOptions>,
+    /// The token sent with every call.
+    credentials: Credentials,
     current: Mutex<Connected>,
     /// Serializes failovers, so concurrent calls that see the same replica
     /// fail move together to one new replica.
@@ -108,6 +161,7 @@ struct Inner {
 struct Replica {
     addr: String,
     endpoint: Endpoint,
+    credentials: Credentials,
 }
 
 #[derive(Clone)]
@@ -161,18 +215,26 @@ impl Client {
         Self::connect_with(addrs, None).await
     }
 
-    /// [`connect`](Client::connect) with TLS when `tls` is given (a
-    /// cluster with a `[tls]` table, docs/security.md): addresses are
-    /// then `https://host:port` or `host:port`, and each replica must
-    /// present a certificate the CA signed for the host dialed.
-    pub async fn connect_with<I, S>(addrs: I, tls: Option<TlsOptions>) -> Result<Client, Error>
+    /// Connect with `options`: TLS (as [`connect_with`](Client::connect_with))
+    /// and a token sent with every call (`authorization: Bearer <token>`)
+    /// to a cluster that checks users (docs/security.md). Calls it refuses
+    /// fail with [`Error::Unauthenticated`] (no token, an unknown or
+    /// revoked one) or [`Error::PermissionDenied`] (the user lacks a
+    /// right; the message names it, and nothing was applied).
+    pub async fn connect_with_options<I, S>(
+        addrs: I,
+        options: ConnectOptions,
+    ) -> Result<Client, Error>
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let ConnectOptions { tls, token } = options;
+        let token = token.as_deref();
+        let credentials = Credentials::new(token)?;
         let replicas = addrs
             .into_iter()
-            .map(|a| Replica::new(a.into(), tls.as_ref()))
+            .map(|a| Replica::new(a.into(), tls.as_ref(), &credentials))
             .collect::<Result<Vec<_>, _>>()?;
         if replicas.is_empty() {
             return Err(Error::InvalidArgument("no replica address given".into()));
@@ -182,6 +244,7 @@ impl Client {
             inner: Arc::new(Inner {
                 replicas,
                 tls,
+                credentials,
                 current: Mutex::new(current),
                 failover: tokio::sync::Mutex::new(()),
                 client_id: random_client_id(),
@@ -189,6 +252,18 @@ impl Client {
                 acks: Acks::default(),
             }),
         })
+    }
+
+    /// [`connect`](Client::connect) with TLS when `tls` is given (a
+    /// cluster with a `[tls]` table, docs/security.md): addresses are
+    /// then `https://host:port` or `host:port`, and each replica must
+    /// present a certificate the CA signed for the host dialed.
+    pub async fn connect_with<I, S>(addrs: I, tls: Option<TlsOptions>) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::connect_with_options(addrs, ConnectOptions { tls, token: None }).await
     }
 
     /// This client's id, sent with every request (never zero).
@@ -446,8 +521,7 @@ impl Client {
                 (tonic::Code::FailedPrecondition, Some(addr)) => {
                     // A leader that just went down is still named until the
                     // others elect a new one: asked again after a pause.
-                    match Replica::new(addr, self.inner.tls.as_ref())?
-                        .endpoint
+                    match Replica::new(addr, self.inner.tls.as_ref(), &self.inner.credentials)?
                         .connect()
                         .await
                     {
@@ -560,7 +634,11 @@ impl std::fmt::Debug for Client {
 }
 
 impl Replica {
-    fn new(addr: String, tls: Option<&TlsOptions>) -> Result<Replica, Error> {
+    fn new(
+        addr: String,
+        tls: Option<&TlsOptions>,
+        credentials: &Credentials,
+    ) -> Result<Replica, Error> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let uri = match addr.split_once("://") {
             // A leader's address comes without a scheme; one given by hand
@@ -586,7 +664,16 @@ impl Replica {
                 .tls_config(tls.tonic())
                 .map_err(|e| Error::InvalidArgument(format!("TLS options for {addr:?}: {e}")))?;
         }
-        Ok(Replica { addr, endpoint })
+        Ok(Replica {
+            addr,
+            endpoint,
+            credentials: credentials.clone(),
+        })
+    }
+
+    async fn connect(&self) -> Result<Channel, tonic::transport::Error> {
+        let channel = self.endpoint.connect().await?;
+        Ok(InterceptedService::new(channel, self.credentials.clone()))
     }
 }
 
@@ -597,7 +684,7 @@ async fn connect_from(replicas: &[Replica], first: usize) -> Result<Connected, E
     for k in 0..replicas.len() {
         let index = (first + k) % replicas.len();
         let replica = &replicas[index];
-        match replica.endpoint.connect().await {
+        match replica.connect().await {
             Ok(channel) => return Ok(Connected { index, channel }),
             Err(e) => failures.push(format!("{}: {}", replica.addr, Error::from(e))),
         }

@@ -56,6 +56,14 @@ pub enum Error {
     /// does not exist ([`crate::Client::drop_procedure`]).
     #[error("refused: {0}")]
     Refused(String),
+    /// The cluster checks users and the call carried no token, or one it
+    /// does not know (mistyped, revoked, its user removed).
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The user lacks a right the call needs; the message names it ("user
+    /// alice lacks write on keyspace default"). Nothing was applied.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// Any other gRPC status.
     #[error("{code:?}: {message}")]
     Rpc {
@@ -87,6 +95,8 @@ impl From<Status> for Error {
             Code::ResourceExhausted => Error::ResourceExhausted(message),
             Code::DeadlineExceeded => Error::DeadlineExceeded(message),
             Code::Unavailable => Error::Unavailable(message),
+            Code::Unauthenticated => Error::Unauthenticated(message),
+            Code::PermissionDenied => Error::PermissionDenied(message),
             Code::OutOfRange if status.metadata().contains_key("creek-compacted") => {
                 let oldest = status
                     .metadata()
@@ -166,6 +176,14 @@ mod tests {
             (
                 Status::unavailable("stopping"),
                 Error::Unavailable("stopping".into()),
+            ),
+            (
+                Status::unauthenticated("no token"),
+                Error::Unauthenticated("no token".into()),
+            ),
+            (
+                Status::permission_denied("user a lacks write on keyspace default"),
+                Error::PermissionDenied("user a lacks write on keyspace default".into()),
             ),
             (
                 Status::internal("boom"),

@@ -92,7 +92,7 @@ mod tls;
 mod view;
 mod watch;
 
-pub use client::{CallOptions, Client, RequestId};
+pub use client::{CallOptions, Client, ConnectOptions, RequestId};
 pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
 pub use error::Error;

@@ -219,7 +219,7 @@ impl Watching {
 /// Whether a watch that failed with `e` may resume at another replica.
 fn resumable(e: &Error) -> bool {
     match e {
-        Error::InvalidArgument(_) => false,
+        Error::InvalidArgument(_) | Error::Unauthenticated(_) | Error::PermissionDenied(_) => false,
         Error::Rpc { code, .. } => !matches!(
             code,
             Code::Unimplemented | Code::PermissionDenied | Code::Unauthenticated

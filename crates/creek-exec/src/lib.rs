@@ -10,6 +10,7 @@
 //! It does no I/O and starts no threads.
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod basic;
 pub mod builtins;
 pub mod engine;

@@ -333,7 +333,9 @@ pub fn execute_call(
         return user_procs::execute(registry, snapshot, limits, call);
     };
     let txn = Txn::new(snapshot, limits, procedure.read_only);
-    if let Some(abort) = crate::builtins::defs::level_violation(call) {
+    let violation = crate::builtins::defs::level_violation(call)
+        .or_else(|| crate::builtins::auth::level_violation(call));
+    if let Some(abort) = violation {
         return txn.finish(Err(abort));
     }
     run_in_session(txn, call, procedure.read_only, |txn| {

@@ -85,6 +85,46 @@ impl TlsConfig {
     }
 }
 
+/// Authentication and authorization of clients (docs/security.md, "Users,
+/// roles and tokens"). Every replica of a cluster must have the same
+/// table.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Every client call must carry a token (`authorization: Bearer …`)
+    /// and hold the rights it needs. Off by default: anyone who reaches a
+    /// client port may do anything.
+    #[serde(default)]
+    pub enabled: bool,
+    /// SHA-256 (64 hexadecimal digits) of the root token's secret: the
+    /// token `creek_root_<secret>` authenticates as the user `root`, with
+    /// admin on everything. The way to make the first users; it can be
+    /// removed once they exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_token_sha256: Option<String>,
+}
+
+impl AuthConfig {
+    fn is_off(&self) -> bool {
+        *self == AuthConfig::default()
+    }
+
+    /// The root token's hash, if one is configured and well formed.
+    pub fn root_hash(&self) -> Result<Option<[u8; 32]>, String> {
+        let Some(hex) = &self.root_token_sha256 else {
+            return Ok(None);
+        };
+        let bad = || {
+            format!(
+                "auth.root_token_sha256 must be 64 hexadecimal digits (the SHA-256 of the \
+                 root token's secret, as `creek dev --secure` writes it), got {} characters",
+                hex.len()
+            )
+        };
+        crate::auth::from_hex::<32>(hex).map(Some).ok_or_else(bad)
+    }
+}
+
 /// A validated server configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +230,9 @@ pub struct ServerConfig {
     /// protocol). Off by default: such a configuration is refused.
     #[serde(default)]
     pub insecure: bool,
+    /// Users, roles and tokens; off if unset.
+    #[serde(default, skip_serializing_if = "AuthConfig::is_off")]
+    pub auth: AuthConfig,
     /// A protocol bug planted on purpose, to show `creek chaos` catches it
     /// (tests only; needs a build with the `planted-bugs` feature): one of
     /// [`PLANTED_BUGS`].
@@ -333,6 +376,7 @@ impl ServerConfig {
             rebuild_despite_data_loss: false,
             tls: None,
             insecure: false,
+            auth: AuthConfig::default(),
             plant_bug: None,
         }
     }
@@ -521,6 +565,9 @@ impl ServerConfig {
                 }
             }
             None => {}
+        }
+        if let Err(e) = self.auth.root_hash() {
+            return bad(e);
         }
         if let Some(bug) = &self.plant_bug {
             if !PLANTED_BUGS.contains(&bug.as_str()) {

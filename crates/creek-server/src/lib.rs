@@ -8,6 +8,8 @@
 //!   reconnects, bounded queues and [fault injection](faults);
 //! * [`tls`]: rustls on the client and peer links, the binding of a
 //!   replica's certificate to its id, reloading the files;
+//! * [`auth`]: bearer tokens and the rights a call needs, when the
+//!   configuration turns authentication on;
 //! * [`service`]: the gRPC `Creek` and `Admin` services of
 //!   `proto/creek.proto` (tonic);
 //! * a ticker for the protocol clock;
@@ -19,6 +21,7 @@
 //! `docs/architecture.md` for why each piece is what it is.
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod config;
 pub mod console;
 pub mod faults;
@@ -33,6 +36,6 @@ pub mod tls;
 pub mod transport;
 pub mod watch;
 
-pub use config::{ConfigError, ReplicaAddr, ServerConfig, TlsConfig};
+pub use config::{AuthConfig, ConfigError, ReplicaAddr, ServerConfig, TlsConfig};
 pub use node_loop::Fatal;
 pub use server::{fresh_nonce, Server, StartError};

@@ -256,6 +256,9 @@ pub struct Invocation {
     pub reply: mpsc::UnboundedSender<Reply>,
     /// When the server received it.
     pub received: Instant,
+    /// Who sent it, when the replica checks users (`[auth] enabled`): the
+    /// node loop refuses the op unless the user holds the rights it needs.
+    pub principal: Option<creek_exec::auth::Principal>,
 }
 
 /// What a client stream receives from the node loop.
@@ -266,6 +269,8 @@ pub enum Reply {
     Accepted(ExecKey),
     /// The op was refused; nothing was applied.
     Rejected(InvokeError),
+    /// The user lacks a right the op needs; nothing was applied.
+    Denied(creek_exec::auth::Denied),
     /// A view.
     View(View),
     /// The replica cannot finish the op (disk failure, shutdown). Whether it
@@ -373,6 +378,10 @@ pub struct LoopConfig {
     pub addrs: BTreeMap<ReplicaId, Addrs>,
     /// Bytes of committed changes kept for watchers.
     pub watch_history_bytes: usize,
+    /// The rules the service checks calls against, rebuilt here from the
+    /// committed `\0auth/` records when they change; `None` when the
+    /// replica checks no users.
+    pub auth: Option<Arc<crate::auth::Auth>>,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -416,6 +425,11 @@ pub struct NodeLoop {
     watch: WatchHub,
     /// Recent ops invoked here, for the console.
     journal: crate::console::journal::Journal,
+    /// See [`LoopConfig::auth`].
+    auth: Option<Arc<crate::auth::Auth>>,
+    /// The committed position after the last change the auth rules were
+    /// built from (a jump is a rebuild from a checkpoint).
+    auth_next: u64,
 }
 
 impl NodeLoop {
@@ -446,7 +460,7 @@ impl NodeLoop {
                     .ok()
             })
             .flatten();
-        NodeLoop {
+        let mut this = NodeLoop {
             node,
             persister: Some(persister),
             durability,
@@ -469,7 +483,53 @@ impl NodeLoop {
             pending_change: None,
             watch,
             journal: Default::default(),
+            auth: config.auth,
+            auth_next: 0,
+        };
+        this.rebuild_auth();
+        this
+    }
+
+    /// Compile the committed `\0auth/` records into the rules the service
+    /// checks (a walk of the committed keys: done at start, after a
+    /// rebuild from a checkpoint and when a committed op wrote a record).
+    fn rebuild_auth(&mut self) {
+        let Some(auth) = &self.auth else {
+            return;
+        };
+        use creek_exec::Engine as _;
+        let mut records = Vec::new();
+        self.node.replica().engine().committed_with_prefix(
+            creek_exec::auth::AUTH_PREFIX,
+            &mut |k, v| {
+                records.push((k.clone(), v.clone()));
+            },
+        );
+        let rules = creek_exec::auth::Rules::from_records(
+            records.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
+        );
+        for key in &rules.corrupt {
+            tracing::error!(key, "an auth record does not decode: it grants nothing");
         }
+        auth.set_rules(rules);
+        self.auth_next = self.node.replica().counters().finalized;
+    }
+
+    /// Whether `changes` wrote an auth record or skipped positions.
+    fn auth_changed(&mut self, changes: &[creek_core::Change]) -> bool {
+        if self.auth.is_none() {
+            return false;
+        }
+        let mut changed = false;
+        for c in changes {
+            let Some(p) = c.position else { continue };
+            changed |= p != self.auth_next
+                || c.writes
+                    .iter()
+                    .any(|(k, _)| k.starts_with(creek_exec::auth::AUTH_PREFIX));
+            self.auth_next = p + 1;
+        }
+        changed || self.node.replica().counters().finalized != self.auth_next
     }
 
     /// Run until `Shutdown` (`Ok` once everything is durable) or until the
@@ -593,6 +653,9 @@ impl NodeLoop {
     /// Hand the changes of this turn to the watchers and move them on.
     fn pump_watchers(&mut self) {
         let changes = self.node.take_changes();
+        if self.auth_changed(&changes) {
+            self.rebuild_auth();
+        }
         let finalized = self.node.replica().counters().finalized;
         self.watch.on_changes(changes, finalized);
         self.watch.pump();
@@ -608,6 +671,13 @@ impl NodeLoop {
             return;
         }
         let strong = inv.request.strong;
+        if let Some(who) = &inv.principal {
+            if let Err(denied) = self.authorize(who, &inv.request.call) {
+                self.metrics.op(strong, "denied");
+                let _ = inv.reply.send(Reply::Denied(denied));
+                return;
+            }
+        }
         let views = inv.request.views;
         let procedure = inv.request.call.name.clone();
         match self.node.invoke(inv.request, self.now_us()) {
@@ -637,6 +707,25 @@ impl NodeLoop {
                 let _ = inv.reply.send(Reply::Rejected(e));
             }
         }
+    }
+
+    /// Whether `who` may make `call`, as the latest state defines the user
+    /// procedure it names (where the replica checks the call itself).
+    fn authorize(
+        &self,
+        who: &creek_exec::auth::Principal,
+        call: &creek_exec::ProcCall,
+    ) -> Result<(), creek_exec::auth::Denied> {
+        let replica = self.node.replica();
+        let registry = replica.registry();
+        let user = if registry.get(&call.name).is_none() {
+            creek_exec::user_procs::resolve(registry, &call.name, &mut |k| replica.read_latest(k))
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        who.check(&creek_exec::auth::need(registry, call, user.as_ref()))
     }
 
     fn tick(&mut self) {

@@ -273,6 +273,11 @@ impl Server {
         ));
         durability.set_transport(transport.clone());
         let metrics = Arc::new(Metrics::new());
+        let auth = match config.auth.root_hash() {
+            _ if !config.auth.enabled => None,
+            Ok(root) => Some(Arc::new(crate::auth::Auth::new(root))),
+            Err(e) => return Err(StartError::Config(crate::ConfigError::Invalid(e))),
+        };
         let node_loop = NodeLoop::new(
             node,
             opened.persister,
@@ -282,6 +287,7 @@ impl Server {
             LoopConfig {
                 workers: config.worker_threads(),
                 watch_history_bytes: config.watch_history_bytes,
+                auth: auth.clone(),
                 limits,
                 addrs: config
                     .replicas
@@ -330,12 +336,14 @@ impl Server {
             max_request_bytes: config.max_request_bytes,
             stopping: stopping.clone(),
             procedures,
+            auth: auth.clone(),
         };
         let admin = AdminService {
             events: events_tx.clone(),
             faults,
             allowed: config.allow_fault_injection,
             me,
+            auth: auth.clone(),
         };
         // The decoder's limit sits above ours, so the service answers every
         // request up to it, and `Oversized` gives larger ones the same
@@ -417,6 +425,7 @@ impl Server {
             %client_addr,
             peer_addr = %me_addr.peer_addr,
             tls = tls.is_some(),
+            auth = config.auth.enabled,
             "replica serving"
         );
         Ok(Server {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use creek_core::{ExecKey, ReplicaId, ViewKind};
+use creek_exec::auth::{Need, Principal, Right};
 use creek_exec::CallError;
 use creek_node::GroupError;
 use creek_proto::pb;
@@ -44,6 +45,24 @@ pub struct CreekService {
     /// not change while the replica runs (user procedures are asked of
     /// the node loop on each call).
     pub(crate) procedures: Arc<pb::ProceduresReply>,
+    /// Users and their rights, when `[auth] enabled`.
+    pub(crate) auth: Option<Arc<crate::auth::Auth>>,
+}
+
+impl CreekService {
+    /// The caller, if this replica checks users: `UNAUTHENTICATED`
+    /// without a valid token, `PERMISSION_DENIED` without what `need`
+    /// asks.
+    fn caller(
+        &self,
+        meta: &tonic::metadata::MetadataMap,
+        need: &Need,
+    ) -> Result<Option<Principal>, Status> {
+        self.auth
+            .as_ref()
+            .map(|a| a.authorize(meta, need))
+            .transpose()
+    }
 }
 
 /// The procedures of `registry` clients may call, with their signatures.
@@ -217,6 +236,8 @@ impl pb::creek_server::Creek for CreekService {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(Status::unavailable("the replica is shutting down"));
         }
+        let default = Need::Keyspace(Right::Read, creek_exec::auth::DEFAULT_KEYSPACE.to_owned());
+        self.caller(request.metadata(), &default)?;
         let req = request.into_inner();
         if req.prefix.len() > WATCH_PREFIX_MAX {
             return Err(Status::invalid_argument(format!(
@@ -265,6 +286,9 @@ impl pb::creek_server::Creek for CreekService {
             return Err(Status::unavailable("the replica is shutting down"));
         }
         let timeout = deadline(request.metadata())?;
+        // What the call needs is known only to the node loop (a user
+        // procedure's definition); it checks the principal.
+        let principal = self.caller(request.metadata(), &Need::Nothing)?;
         let req = request.into_inner();
         let request = crate::request::to_request(&req, self.max_request_bytes)?;
         let strong = request.strong;
@@ -278,6 +302,7 @@ impl pb::creek_server::Creek for CreekService {
             request,
             reply: tx,
             received,
+            principal,
         };
         self.events
             .send(Event::Invoke(inv))
@@ -287,6 +312,7 @@ impl pb::creek_server::Creek for CreekService {
         let handle = match rx.recv().await {
             Some(Reply::Accepted(handle)) => handle,
             Some(Reply::Rejected(e)) => return Err(rejected(e)),
+            Some(Reply::Denied(d)) => return Err(Status::permission_denied(d.to_string())),
             Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
             Some(Reply::View(_)) | None => {
                 return Err(Status::unavailable("the replica is shutting down"))
@@ -311,8 +337,9 @@ impl pb::creek_server::Creek for CreekService {
 
     async fn procedures(
         &self,
-        _request: tonic::Request<pb::ProceduresRequest>,
+        request: tonic::Request<pb::ProceduresRequest>,
     ) -> Result<tonic::Response<pb::ProceduresReply>, Status> {
+        self.caller(request.metadata(), &Need::Nothing)?;
         let (tx, rx) = oneshot::channel();
         let gone = || Status::unavailable("the replica is shutting down");
         self.events
@@ -332,6 +359,8 @@ impl pb::creek_server::Creek for CreekService {
         &self,
         _request: tonic::Request<pb::StatusRequest>,
     ) -> Result<tonic::Response<pb::StatusReply>, Status> {
+        // Open without a token, like a health check: roles, terms and
+        // counters, no data (docs/security.md).
         let s = status_snapshot(&self.events).await?;
         let peers = self
             .transport
@@ -446,7 +475,7 @@ fn view_stream(
             }
             Reply::Failed(why) => Some((Err(Status::unavailable(why)), None)),
             // Not sent after the first reply.
-            Reply::Accepted(_) | Reply::Rejected(_) => None,
+            Reply::Accepted(_) | Reply::Rejected(_) | Reply::Denied(_) => None,
         }
     })
 }
@@ -458,6 +487,9 @@ pub struct AdminService {
     pub(crate) faults: Arc<Faults>,
     pub(crate) allowed: bool,
     pub(crate) me: ReplicaId,
+    /// Users and their rights, when `[auth] enabled`: every call but
+    /// `Members` needs admin on the cluster.
+    pub(crate) auth: Option<Arc<crate::auth::Auth>>,
 }
 
 /// Bytes of records per `Dump` chunk (well under gRPC's 4 MiB message limit).
@@ -539,6 +571,15 @@ fn group_status(refusal: GroupRefusal) -> Status {
 }
 
 impl AdminService {
+    /// `UNAUTHENTICATED` or `PERMISSION_DENIED` unless the caller holds
+    /// what `need` asks (nothing to check without `[auth]`).
+    fn check(&self, meta: &tonic::metadata::MetadataMap, need: &Need) -> Result<(), Status> {
+        match &self.auth {
+            Some(a) => a.authorize(meta, need).map(drop),
+            None => Ok(()),
+        }
+    }
+
     async fn change_group(
         &self,
         change: creek_cab::MemberChange,
@@ -629,8 +670,9 @@ impl pb::admin_server::Admin for AdminService {
 
     async fn backup(
         &self,
-        _request: tonic::Request<pb::BackupRequest>,
+        request: tonic::Request<pb::BackupRequest>,
     ) -> Result<tonic::Response<BackupStream>, Status> {
+        self.check(request.metadata(), &Need::Cluster)?;
         let give_up = Instant::now() + BACKUP_CLEAN_POINT_WAIT;
         let (checkpoint, cluster) =
             loop {
@@ -670,6 +712,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::AddReplicaRequest>,
     ) -> Result<tonic::Response<pb::MembersReply>, Status> {
+        self.check(request.metadata(), &Need::Cluster)?;
         let r = request.into_inner();
         let id = replica_id(r.replica)?;
         for (what, addr) in [("peer", &r.peer_addr), ("client", &r.client_addr)] {
@@ -691,6 +734,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::RemoveReplicaRequest>,
     ) -> Result<tonic::Response<pb::MembersReply>, Status> {
+        self.check(request.metadata(), &Need::Cluster)?;
         let id = replica_id(request.into_inner().replica)?;
         self.change_group(creek_cab::MemberChange::Remove(id), None)
             .await
@@ -700,6 +744,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         _request: tonic::Request<pb::MembersRequest>,
     ) -> Result<tonic::Response<pb::MembersReply>, Status> {
+        // Open without a token, as `Status` is: who is a member, where.
         let s = status_snapshot(&self.events).await?;
         if matches!(s.role, "joining" | "lost" | "removed") {
             // Its view of the group is not the group's: another replica
@@ -716,6 +761,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::CommittedRequest>,
     ) -> Result<tonic::Response<pb::CommittedReply>, Status> {
+        self.check(request.metadata(), &Need::Cluster)?;
         let req = request.into_inner();
         let max = match usize::try_from(req.max) {
             Ok(0) | Err(_) => COMMITTED_MAX,
@@ -754,8 +800,9 @@ impl pb::admin_server::Admin for AdminService {
 
     async fn dump(
         &self,
-        _request: tonic::Request<pb::DumpRequest>,
+        request: tonic::Request<pb::DumpRequest>,
     ) -> Result<tonic::Response<DumpStream>, Status> {
+        self.check(request.metadata(), &Need::Cluster)?;
         let (tx, rx) = oneshot::channel();
         self.events
             .send(Event::Dump(tx))
@@ -794,6 +841,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::SetFaultsRequest>,
     ) -> Result<tonic::Response<pb::SetFaultsReply>, Status> {
+        self.check(request.metadata(), &Need::Cluster)?;
         if !self.allowed {
             return Err(Status::permission_denied(
                 "fault injection is disabled; start the server with allow_fault_injection",

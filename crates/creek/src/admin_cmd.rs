@@ -47,8 +47,8 @@ enum Command {
 pub fn run(args: &Args) -> Result<(), String> {
     cli::runtime()?.block_on(async {
         let addrs = args.endpoints.list();
-        let tls = args.endpoints.tls().map_err(|f| f.message)?;
-        let client = Client::connect_with(addrs.iter().cloned(), tls)
+        let options = args.endpoints.options().map_err(|f| f.message)?;
+        let client = Client::connect_with_options(addrs.iter().cloned(), options)
             .await
             .map_err(|e| format!("no replica answered: {}", cli::explain(&e, &addrs)))?;
         let members = match &args.command {

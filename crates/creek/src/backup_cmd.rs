@@ -104,7 +104,7 @@ async fn stream_backup(endpoints: &Endpoints, file: &Path) -> Result<serde_json:
                 continue;
             }
         };
-        let stream = match admin.backup(pb::BackupRequest {}).await {
+        let stream = match admin.backup(endpoints.request(pb::BackupRequest {})?).await {
             Ok(s) => s.into_inner(),
             Err(e) => {
                 failures.push(format!("{addr}: {}", e.message()));

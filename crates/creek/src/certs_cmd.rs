@@ -294,7 +294,7 @@ fn refuse_existing(paths: &[&Path], overwrite: bool) -> Result<(), String> {
 
 /// Write `text` to `path` (its directory made if missing); a key gets
 /// mode 0600 from its creation on.
-fn write_file(path: &Path, text: &str, secret: bool) -> Result<(), String> {
+pub(crate) fn write_file(path: &Path, text: &str, secret: bool) -> Result<(), String> {
     let err = |e: std::io::Error| format!("writing {}: {e}", path.display());
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(err)?;

@@ -87,6 +87,17 @@ pub(crate) struct Endpoints {
     /// TLS: this client's private key (PEM).
     #[arg(long, value_name = "FILE", env = "CREEK_KEY", global = true)]
     key: Option<std::path::PathBuf>,
+    /// The token (`creek_<id>_<secret>`) sent with every call, for
+    /// clusters with `[auth] enabled` (docs/security.md). Prefer the
+    /// variable: a flag shows in the process list.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CREEK_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
+    token: Option<String>,
 }
 
 impl Endpoints {
@@ -102,7 +113,29 @@ impl Endpoints {
         .map_err(|e| Failure::new(exit::FAILED, e.to_string()))
     }
 
-    /// A tonic channel to `addr` with these TLS options.
+    /// The TLS options and the token: how clients connect.
+    pub(crate) fn options(&self) -> Result<creek_client::ConnectOptions, Failure> {
+        Ok(creek_client::ConnectOptions {
+            tls: self.tls()?,
+            token: self.token.clone().filter(|t| !t.trim().is_empty()),
+        })
+    }
+
+    /// `message` as a request carrying the token, for a channel of
+    /// [`Endpoints::channel`].
+    pub(crate) fn request<T>(&self, message: T) -> Result<tonic::Request<T>, String> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = self.token.as_deref().filter(|t| !t.trim().is_empty()) {
+            let value = format!("Bearer {}", token.trim())
+                .parse()
+                .map_err(|_| "the token is not printable ASCII".to_owned())?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        Ok(request)
+    }
+
+    /// A tonic channel to `addr` with these TLS options (calls on it carry
+    /// the token only through [`Endpoints::request`]).
     pub(crate) async fn channel(&self, addr: &str) -> Result<tonic::transport::Channel, String> {
         let tls = self.tls().map_err(|f| f.message)?;
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -191,7 +224,7 @@ pub(crate) async fn connect(
     endpoints: &Endpoints,
     addrs: &[String],
 ) -> Result<creek_client::Client, Failure> {
-    creek_client::Client::connect_with(addrs.iter().cloned(), endpoints.tls()?)
+    creek_client::Client::connect_with_options(addrs.iter().cloned(), endpoints.options()?)
         .await
         .map_err(|e| Failure::new(exit::FAILED, explain(&e, addrs)))
 }

@@ -43,9 +43,9 @@ pub struct DevArgs {
     /// Accept Admin.SetFaults.
     #[arg(long)]
     allow_fault_injection: bool,
-    /// TLS on every link: certificates for the replicas and a client
-    /// `root` are made in DATA_DIR/certs (kept for the next start), and
-    /// the way to connect is printed.
+    /// TLS on every link and users checked: certificates for the replicas
+    /// and a client `root`, and a root token, are made in DATA_DIR/certs
+    /// (kept for the next start), and the way to connect is printed.
     #[arg(long)]
     secure: bool,
     #[command(subcommand)]
@@ -141,10 +141,20 @@ impl DevCluster {
         } else {
             None
         };
+        let root = match &certs {
+            Some(dir) => Some(root_token(dir)?),
+            None => None,
+        };
         let mut replicas = Vec::new();
         for (i, c) in configs.iter_mut().enumerate() {
             if let Some(dir) = &certs {
                 c.tls = Some(creek_server::TlsConfig::in_dir(dir, c.id));
+            }
+            if let Some(root) = &root {
+                c.auth = creek_server::AuthConfig {
+                    enabled: true,
+                    root_token_sha256: Some(creek_server::auth::to_hex(&root.hash())),
+                };
             }
             c.workers = (cores / usize::from(args.replicas)).max(1);
             c.allow_fault_injection = args.allow_fault_injection;
@@ -308,9 +318,10 @@ impl DevCluster {
             let d = dir.display();
             println!(
                 "TLS on every link (certificates in {d}); clients need the CA and a client \
-                 certificate:\n  export CREEK_CA={d}/ca.crt CREEK_CERT={d}/client-root.crt \
-                 CREEK_KEY={d}/client-root.key\n(no tokens or users yet: any certificate of \
-                 this CA may do everything)"
+                 certificate, and every call a token (the root token, admin on everything, \
+                 is in {d}/root.token):\n  export CREEK_CA={d}/ca.crt CREEK_CERT={d}/client-root.crt \
+                 CREEK_KEY={d}/client-root.key CREEK_TOKEN=$(cat {d}/root.token)\nthen make users \
+                 with their own tokens: creek user add alice --role readwrite"
             );
         }
         println!(
@@ -582,6 +593,22 @@ fn make_certs(dir: &std::path::Path, replicas: u16) -> Result<PathBuf, String> {
         println!("{}", crate::certs_cmd::create_client(dir, "root", false)?);
     }
     Ok(dir.to_owned())
+}
+
+/// The root token kept in `dir/root.token` (made there, readable by its
+/// owner only, if missing): its hash goes into every replica's `[auth]`.
+fn root_token(dir: &std::path::Path) -> Result<creek_server::auth::Token, String> {
+    let path = dir.join("root.token");
+    if path.exists() {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        return creek_server::auth::Token::parse(&text)
+            .map_err(|e| format!("{}: {e} (remove it to make a new one)", path.display()));
+    }
+    let token = creek_server::auth::Token::generate(true)?;
+    crate::certs_cmd::write_file(&path, &format!("{token}\n"), true)?;
+    println!("made the root token {}", path.display());
+    Ok(token)
 }
 
 fn add_replica(args: &DevArgs) -> Result<(), String> {

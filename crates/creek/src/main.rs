@@ -25,6 +25,7 @@ mod proc_cmd;
 mod serve_cmd;
 mod sim_cmd;
 mod status_cmd;
+mod user_cmd;
 mod watch_cmd;
 
 // The executor allocates small objects at a high rate (versions, read sets,
@@ -70,6 +71,11 @@ enum Command {
     Proc(proc_cmd::Args),
     /// Create and list the keyspaces of user procedures.
     Keyspace(keyspace_cmd::Args),
+    /// Add, list and remove users, make and revoke their tokens (a
+    /// cluster with `[auth] enabled`).
+    User(user_cmd::UserArgs),
+    /// Define and list the roles users are given.
+    Role(user_cmd::RoleArgs),
     /// Print a completion script for a shell: bash, zsh or fish (e.g.
     /// `source <(creek completion bash)`).
     Certs(certs_cmd::Args),
@@ -162,6 +168,8 @@ fn main() -> ExitCode {
         Command::Status(args) => return cli::finish(status_cmd::run(&args)),
         Command::Proc(args) => return cli::finish(proc_cmd::run(&args)),
         Command::Keyspace(args) => return cli::finish(keyspace_cmd::run(&args)),
+        Command::User(args) => return cli::finish(user_cmd::run_user(&args)),
+        Command::Role(args) => return cli::finish(user_cmd::run_role(&args)),
         Command::Certs(args) => certs_cmd::run(&args),
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

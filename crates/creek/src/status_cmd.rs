@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use creek_client::{pb, Client, TlsOptions};
+use creek_client::{pb, Client, ConnectOptions};
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 
@@ -43,7 +43,7 @@ type Reply = (String, Result<pb::StatusReply, String>);
 /// too, so a member missing from `--addr` is not missed.
 pub fn run(args: &Args) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
-    let (replies, voters) = cli::runtime()?.block_on(survey(addrs, args.endpoints.tls()?));
+    let (replies, voters) = cli::runtime()?.block_on(survey(addrs, args.endpoints.options()?));
     if replies.iter().all(|(_, r)| r.is_err()) {
         let why: Vec<String> = replies
             .iter()
@@ -101,7 +101,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 /// Ask every address, then every member the answers name that was not
 /// asked; the group's voters as the first answering replica applied them
 /// (empty if it could not say).
-async fn survey(addrs: Vec<String>, tls: Option<TlsOptions>) -> (Vec<Reply>, Vec<u32>) {
+async fn survey(addrs: Vec<String>, tls: ConnectOptions) -> (Vec<Reply>, Vec<u32>) {
     let mut replies = query_all(&addrs, &tls).await;
     let asked: Vec<String> = addrs.clone();
     let mut more: Vec<String> = Vec::new();
@@ -120,7 +120,7 @@ async fn survey(addrs: Vec<String>, tls: Option<TlsOptions>) -> (Vec<Reply>, Vec
         if reply.is_err() {
             continue;
         }
-        let members = match Client::connect_with([addr.clone()], tls.clone()).await {
+        let members = match Client::connect_with_options([addr.clone()], tls.clone()).await {
             Ok(c) => c.members().await,
             Err(e) => Err(e),
         };
@@ -138,7 +138,7 @@ async fn survey(addrs: Vec<String>, tls: Option<TlsOptions>) -> (Vec<Reply>, Vec
 }
 
 /// Query every address at once; the replies in the order of `addrs`.
-async fn query_all(addrs: &[String], tls: &Option<TlsOptions>) -> Vec<Reply> {
+async fn query_all(addrs: &[String], tls: &ConnectOptions) -> Vec<Reply> {
     let tasks: Vec<_> = addrs
         .iter()
         .map(|a| tokio::spawn(query(a.clone(), tls.clone())))
@@ -151,9 +151,9 @@ async fn query_all(addrs: &[String], tls: &Option<TlsOptions>) -> Vec<Reply> {
     replies
 }
 
-async fn query(addr: String, tls: Option<TlsOptions>) -> Result<pb::StatusReply, String> {
+async fn query(addr: String, tls: ConnectOptions) -> Result<pb::StatusReply, String> {
     let addrs = [addr];
-    let client = Client::connect_with(addrs.clone(), tls)
+    let client = Client::connect_with_options(addrs.clone(), tls)
         .await
         .map_err(|e| {
             // The usual cause in a few words: nothing listens, or no answer.

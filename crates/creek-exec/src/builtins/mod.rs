@@ -28,7 +28,7 @@
 //!
 //! The definition built-ins `keyspace.create`, `keyspace.list`,
 //! `proc.register`, `proc.list`, `proc.show` and `proc.drop` are described
-//! in `defs`.
+//! in `defs`, the `auth.*` built-ins (users, roles, tokens) in `auth`.
 //!
 //! (`bytes?` is bytes or nil.) User keys and collection names starting with
 //! byte [`INTERNAL_KEY_PREFIX`] are reserved and refused; the collections
@@ -40,6 +40,7 @@ use crate::registry::{Registry, Signature, INTERNAL_KEY_PREFIX};
 use crate::txn::{Abort, Outcome, Txn};
 use crate::value::{decode_args, Value};
 
+pub(crate) mod auth;
 mod collections;
 pub(crate) mod defs;
 mod kv;
@@ -66,6 +67,7 @@ pub fn register_all(r: &mut Registry) {
     queue::register(r);
     collections::register(r);
     defs::register(r);
+    auth::register(r);
 }
 
 /// `sys.noop` takes no arguments: an empty list, or (leniently) empty input.

@@ -1,0 +1,306 @@
+//! Authentication at a replica's client entry: bearer tokens, the root
+//! token of the configuration, and the compiled rules of the replicated
+//! `\0auth/` records (docs/security.md, "Users, roles and tokens").
+//!
+//! A token is `creek_<id>_<secret>`: a 16-hex-digit id (the lookup key,
+//! not secret) and 32 random bytes as 64 hex digits. The state holds only
+//! the SHA-256 of the secret: a 256-bit random secret cannot be guessed or
+//! found from its hash, so a slow password hash (Argon2) would buy nothing
+//! and cost milliseconds on every call (the reasoning GitHub applies to its
+//! tokens). The hash is made where the token is made (the CLI), so the op
+//! that stores it is the same on every replica.
+//!
+//! The node loop rebuilds the [`Rules`] from the committed records when one
+//! of them changes ([`Auth::set_rules`]); the service reads them on every
+//! call through a shared pointer, so a check is a hash, a map lookup and
+//! a comparison.
+
+// tonic's handlers return `Status` by value.
+#![allow(clippy::result_large_err)]
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use creek_exec::auth::{Need, Principal, Rules, TOKEN_HASH_BYTES, TOKEN_ID_CHARS};
+use ring::rand::SecureRandom;
+use tonic::metadata::MetadataMap;
+use tonic::Status;
+
+/// The id of the configured root token.
+pub const ROOT_TOKEN_ID: &str = "root";
+/// Bytes of a token's secret.
+pub const SECRET_BYTES: usize = 32;
+
+/// A bearer token: an id and a secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    /// Its id: [`TOKEN_ID_CHARS`] hex digits, or [`ROOT_TOKEN_ID`].
+    pub id: String,
+    secret: [u8; SECRET_BYTES],
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Token({}, <secret>)", self.id)
+    }
+}
+
+impl Token {
+    /// A new random token; `root` gives it the root token's id.
+    pub fn generate(root: bool) -> Result<Token, String> {
+        let rng = ring::rand::SystemRandom::new();
+        let mut id = [0u8; TOKEN_ID_CHARS / 2];
+        let mut secret = [0u8; SECRET_BYTES];
+        rng.fill(&mut id)
+            .and_then(|()| rng.fill(&mut secret))
+            .map_err(|_| "the system's random number generator failed".to_owned())?;
+        let id = if root {
+            ROOT_TOKEN_ID.to_owned()
+        } else {
+            to_hex(&id)
+        };
+        Ok(Token { id, secret })
+    }
+
+    /// Parse `creek_<id>_<secret>`; `Err` says what is wrong without
+    /// repeating the text (it may be a mistyped secret).
+    pub fn parse(text: &str) -> Result<Token, String> {
+        let bad =
+            |why: &str| format!("malformed token: {why} (a token is creek_<id>_<64 hex digits>)");
+        let rest = text
+            .trim()
+            .strip_prefix("creek_")
+            .ok_or_else(|| bad("it does not start with creek_"))?;
+        let (id, secret) = rest
+            .split_once('_')
+            .ok_or_else(|| bad("no _ after the id"))?;
+        let id_ok = id == ROOT_TOKEN_ID
+            || id.len() == TOKEN_ID_CHARS
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !id_ok {
+            return Err(bad("the id is not 16 lowercase hex digits"));
+        }
+        let secret = from_hex::<SECRET_BYTES>(secret)
+            .ok_or_else(|| bad("the secret is not 64 hex digits"))?;
+        Ok(Token {
+            id: id.to_owned(),
+            secret,
+        })
+    }
+
+    /// SHA-256 of the secret: what the state (or the configuration, for
+    /// the root token) holds.
+    pub fn hash(&self) -> [u8; TOKEN_HASH_BYTES] {
+        let digest = ring::digest::digest(&ring::digest::SHA256, &self.secret);
+        let mut out = [0u8; TOKEN_HASH_BYTES];
+        out.copy_from_slice(digest.as_ref());
+        out
+    }
+}
+
+impl std::fmt::Display for Token {
+    /// The token as a client sends it (this shows the secret).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "creek_{}_{}", self.id, to_hex(&self.secret))
+    }
+}
+
+/// Lower-case hex of `b`.
+pub fn to_hex(b: &[u8]) -> String {
+    b.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// `N` bytes from `2N` hex digits, if that is what `text` is.
+pub fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (o, pair) in out.iter_mut().zip(digits.chunks(2)) {
+        let s = std::str::from_utf8(pair).ok()?;
+        *o = u8::from_str_radix(s, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Equal, in time that depends only on the length.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What a replica with `[auth] enabled` checks calls against.
+#[derive(Debug, Default)]
+pub struct Auth {
+    root: Option<[u8; TOKEN_HASH_BYTES]>,
+    rules: RwLock<Arc<Rules>>,
+}
+
+impl Auth {
+    /// Checks with the root token hashed as `root`, and no users yet.
+    pub fn new(root: Option<[u8; TOKEN_HASH_BYTES]>) -> Auth {
+        Auth {
+            root,
+            rules: RwLock::default(),
+        }
+    }
+
+    /// Use `rules` from now on.
+    pub fn set_rules(&self, rules: Rules) {
+        *self.rules.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(rules);
+    }
+
+    fn rules(&self) -> Arc<Rules> {
+        self.rules
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The user a call's `authorization: Bearer <token>` names, or
+    /// `UNAUTHENTICATED` saying why not.
+    pub fn authenticate(&self, meta: &MetadataMap) -> Result<Principal, Status> {
+        let header = meta.get("authorization").ok_or_else(|| {
+            Status::unauthenticated(
+                "this cluster requires a token: send `authorization: Bearer <token>` \
+                 (creek --token or CREEK_TOKEN)",
+            )
+        })?;
+        let text = header
+            .to_str()
+            .ok()
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
+            .ok_or_else(|| {
+                Status::unauthenticated("the authorization header is not `Bearer <token>`")
+            })?;
+        let token = Token::parse(text).map_err(Status::unauthenticated)?;
+        let hash = token.hash();
+        let unknown = || Status::unauthenticated(format!("unknown or revoked token {}", token.id));
+        if token.id == ROOT_TOKEN_ID {
+            return match &self.root {
+                Some(root) if same(root, &hash) => Ok(Principal::root()),
+                _ => Err(unknown()),
+            };
+        }
+        let rules = self.rules();
+        let record = rules.token(&token.id).ok_or_else(unknown)?;
+        if !same(&record.hash, &hash) {
+            return Err(unknown());
+        }
+        rules.principal(&record.user).ok_or_else(|| {
+            Status::unauthenticated(format!(
+                "token {}: its user {} no longer exists",
+                token.id, record.user
+            ))
+        })
+    }
+
+    /// [`Auth::authenticate`], then `PERMISSION_DENIED` naming the missing
+    /// right unless the user holds what `need` asks.
+    pub fn authorize(&self, meta: &MetadataMap, need: &Need) -> Result<Principal, Status> {
+        let who = self.authenticate(meta)?;
+        who.check(need)
+            .map_err(|d| Status::permission_denied(d.to_string()))?;
+        Ok(who)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use creek_exec::auth::{TokenRecord, TOKEN_PREFIX, USER_PREFIX};
+    use creek_exec::value::Value;
+    use tonic::Code;
+
+    fn meta(token: &str) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        m.insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("ascii"),
+        );
+        m
+    }
+
+    #[test]
+    fn tokens_print_and_parse_back() {
+        let t = Token::generate(false).expect("rng");
+        let text = t.to_string();
+        assert!(
+            text.starts_with("creek_") && text.len() == 6 + 16 + 1 + 64,
+            "{text}"
+        );
+        assert_eq!(Token::parse(&text), Ok(t.clone()));
+        assert_ne!(Token::generate(false).expect("rng"), t);
+        for bad in [
+            "",
+            "creek_",
+            "creek_root",
+            "tok_root_00",
+            "creek_ROOT_00",
+            "creek_root_zz",
+        ] {
+            assert!(Token::parse(bad).is_err(), "{bad}");
+        }
+        assert!(!format!("{t:?}").contains(&text[23..]));
+    }
+
+    #[test]
+    fn only_known_unrevoked_tokens_authenticate() {
+        let root = Token::generate(true).expect("rng");
+        let alice = Token::generate(false).expect("rng");
+        let auth = Auth::new(Some(root.hash()));
+        let code = |m: &MetadataMap| auth.authenticate(m).err().map(|s| s.code());
+        assert_eq!(
+            auth.authenticate(&meta(&root.to_string()))
+                .ok()
+                .map(|p| p.user),
+            Some("root".into())
+        );
+        assert_eq!(code(&MetadataMap::new()), Some(Code::Unauthenticated));
+        assert_eq!(code(&meta("creek_nope")), Some(Code::Unauthenticated));
+        assert_eq!(code(&meta(&alice.to_string())), Some(Code::Unauthenticated));
+        let user_key = [USER_PREFIX, b"alice"].concat();
+        let roles = Value::List(vec![Value::from("readonly")]).encode();
+        let token_key = [TOKEN_PREFIX, alice.id.as_bytes()].concat();
+        let record = TokenRecord {
+            user: "alice".into(),
+            hash: alice.hash(),
+        }
+        .encode();
+        auth.set_rules(Rules::from_records([
+            (&user_key[..], &roles[..]),
+            (&token_key[..], &record[..]),
+        ]));
+        assert_eq!(
+            auth.authenticate(&meta(&alice.to_string()))
+                .ok()
+                .map(|p| p.user),
+            Some("alice".into())
+        );
+        // Same id, another secret.
+        let forged = Token {
+            id: alice.id.clone(),
+            secret: [0; 32],
+        };
+        assert_eq!(
+            code(&meta(&forged.to_string())),
+            Some(Code::Unauthenticated)
+        );
+        let denied = auth
+            .authorize(&meta(&alice.to_string()), &Need::Cluster)
+            .err()
+            .expect("denied");
+        assert_eq!(denied.code(), Code::PermissionDenied);
+        assert!(
+            denied.message().contains("user alice lacks admin"),
+            "{}",
+            denied.message()
+        );
+        auth.set_rules(Rules::default());
+        assert_eq!(code(&meta(&alice.to_string())), Some(Code::Unauthenticated));
+    }
+}

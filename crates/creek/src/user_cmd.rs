@@ -1,0 +1,235 @@
+//! `creek user` and `creek role`: the users, tokens and roles of a cluster
+//! with `[auth] enabled` (docs/security.md, "Users, roles and tokens").
+//!
+//! A token is made here, on the caller's machine: its secret is printed
+//! once and only its SHA-256 is sent, in a strong op, so no replica ever
+//! holds the secret and applying the op is the same on every replica.
+
+use bytes::Bytes;
+use creek_client::Levels;
+use creek_exec::value::Value;
+use creek_server::auth::Token;
+
+use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
+
+/// Arguments of `creek user`.
+#[derive(clap::Args, Debug)]
+pub struct UserArgs {
+    #[command(flatten)]
+    endpoints: Endpoints,
+    #[command(flatten)]
+    output: Output,
+    #[command(subcommand)]
+    command: UserCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum UserCommand {
+    /// Add a user with one or more roles and print its first token (shown
+    /// once: keep it).
+    Add {
+        /// Its name: letters, digits and `_` (a client certificate's
+        /// common name, for certificate authentication).
+        name: String,
+        /// A role: admin, readwrite, readonly, or one made with `creek
+        /// role set`. Repeat for several.
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+    },
+    /// Remove a user and revoke all its tokens.
+    Remove {
+        /// The user.
+        name: String,
+    },
+    /// Every user with its roles and token ids.
+    List,
+    /// Make another token for a user and print it (shown once).
+    Token {
+        /// The user.
+        name: String,
+    },
+    /// Revoke a token, given whole or by its id (the 16 hex digits after
+    /// `creek_`).
+    Revoke {
+        /// The token or its id.
+        token: String,
+    },
+}
+
+/// Arguments of `creek role`.
+#[derive(clap::Args, Debug)]
+pub struct RoleArgs {
+    #[command(flatten)]
+    endpoints: Endpoints,
+    #[command(flatten)]
+    output: Output,
+    #[command(subcommand)]
+    command: RoleCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum RoleCommand {
+    /// Define (or redefine) a role by its grants, each
+    /// RIGHT:keyspace:NAME or RIGHT:proc:NAME with RIGHT one of read,
+    /// write, admin; NAME `default` is the keys of the kv.* and collection
+    /// built-ins, `*` everything, and a procedure name may end with `*`.
+    Set {
+        /// Its name.
+        name: String,
+        /// Its grants, e.g. write:keyspace:accounts read:proc:report_*.
+        #[arg(required = true)]
+        grants: Vec<String>,
+    },
+    /// Every role with its grants (the built-in ones first).
+    List,
+}
+
+fn bytes(s: &str) -> Value {
+    Value::Bytes(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// Run `procedure` at `levels`; an abort is a failure with its message.
+async fn call(
+    endpoints: &Endpoints,
+    procedure: &str,
+    args: Vec<Value>,
+    levels: Levels,
+) -> Result<Value, Failure> {
+    let addrs = endpoints.list();
+    let client = cli::connect(endpoints, &addrs).await?;
+    cli::call_closing(&client, &addrs, procedure, args, levels)
+        .await?
+        .map_err(|abort| Failure::new(exit::ABORTED, abort))
+}
+
+fn new_token() -> Result<Token, Failure> {
+    Token::generate(false).map_err(|e| Failure::new(exit::FAILED, e))
+}
+
+fn print_token(output: Format, user: &str, token: &Token) {
+    match output {
+        Format::Json => println!(
+            "{}",
+            serde_json::json!({ "user": user, "token_id": token.id, "token": token.to_string() })
+        ),
+        Format::Value => println!("{token}"),
+        Format::Table => {
+            println!("{token}");
+            eprintln!(
+                "token {} for user {user}: shown only now; give it to clients as CREEK_TOKEN \
+                 (or --token)",
+                token.id
+            );
+        }
+    }
+}
+
+/// Run `creek user`.
+pub fn run_user(args: &UserArgs) -> Result<(), Failure> {
+    let out = args.output.output;
+    cli::runtime()?.block_on(async {
+        let e = &args.endpoints;
+        match &args.command {
+            UserCommand::Add { name, roles } => {
+                let token = new_token()?;
+                let hash = Value::Bytes(Bytes::copy_from_slice(&token.hash()));
+                let call_args = vec![bytes(name), bytes(&roles.join(",")), bytes(&token.id), hash];
+                call(e, "auth.user_add", call_args, Levels::Strong).await?;
+                print_token(out, name, &token);
+            }
+            UserCommand::Token { name } => {
+                let token = new_token()?;
+                let hash = Value::Bytes(Bytes::copy_from_slice(&token.hash()));
+                let call_args = vec![bytes(name), bytes(&token.id), hash];
+                call(e, "auth.token_create", call_args, Levels::Strong).await?;
+                print_token(out, name, &token);
+            }
+            UserCommand::Remove { name } => {
+                let existed =
+                    call(e, "auth.user_remove", vec![bytes(name)], Levels::Strong).await?;
+                if existed != Value::Bool(true) {
+                    return Err(Failure::new(exit::FAILED, format!("no user named {name}")));
+                }
+                println!("user {name} removed, with its tokens");
+            }
+            UserCommand::Revoke { token } => {
+                let id = match Token::parse(token) {
+                    Ok(t) => t.id,
+                    Err(_) => token.trim().to_owned(),
+                };
+                let existed =
+                    call(e, "auth.token_revoke", vec![bytes(&id)], Levels::Strong).await?;
+                if existed != Value::Bool(true) {
+                    return Err(Failure::new(exit::FAILED, format!("no token with id {id}")));
+                }
+                println!("token {id} revoked");
+            }
+            UserCommand::List => {
+                // Strong: the committed users, as every replica enforces them.
+                let v = call(e, "auth.user_list", Vec::new(), Levels::Strong).await?;
+                for item in cli::list_items("auth.user_list", v)? {
+                    let Some([name, roles, ids]) = item.as_list() else {
+                        continue;
+                    };
+                    let texts = |v: &Value| -> Vec<String> {
+                        v.as_list()
+                            .unwrap_or_default()
+                            .iter()
+                            .map(cli::text_of)
+                            .collect()
+                    };
+                    let (name, roles, ids) = (cli::text_of(name), texts(roles), texts(ids));
+                    match out {
+                        Format::Json => println!(
+                            "{}",
+                            serde_json::json!({ "name": name, "roles": roles, "token_ids": ids })
+                        ),
+                        Format::Value => println!("{name}"),
+                        Format::Table => {
+                            println!("{name:<24}  {:<32}  {}", roles.join(","), ids.join(","))
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Run `creek role`.
+pub fn run_role(args: &RoleArgs) -> Result<(), Failure> {
+    let out = args.output.output;
+    cli::runtime()?.block_on(async {
+        let e = &args.endpoints;
+        match &args.command {
+            RoleCommand::Set { name, grants } => {
+                let call_args = vec![bytes(name), bytes(&grants.join(","))];
+                call(e, "auth.role_set", call_args, Levels::Strong).await?;
+                println!("role {name}: {}", grants.join(" "));
+            }
+            RoleCommand::List => {
+                let v = call(e, "auth.role_list", Vec::new(), Levels::Strong).await?;
+                for item in cli::list_items("auth.role_list", v)? {
+                    let Some([name, grants]) = item.as_list() else {
+                        continue;
+                    };
+                    let name = cli::text_of(name);
+                    let grants: Vec<String> = grants
+                        .as_list()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(cli::text_of)
+                        .collect();
+                    match out {
+                        Format::Json => {
+                            println!("{}", serde_json::json!({ "name": name, "grants": grants }))
+                        }
+                        Format::Value => println!("{name}"),
+                        Format::Table => println!("{name:<24}  {}", grants.join(" ")),
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
