@@ -292,8 +292,7 @@ mod tests {
         );
         let denied = auth
             .authorize(&meta(&alice.to_string()), &Need::Cluster)
-            .err()
-            .expect("denied");
+            .expect_err("denied");
         assert_eq!(denied.code(), Code::PermissionDenied);
         assert!(
             denied.message().contains("user alice lacks admin"),

@@ -53,9 +53,9 @@ fn rights_include_the_lesser_ones_and_name_what_is_missing() {
     let p = Principal {
         user: "alice".into(),
         grants: Arc::from(vec![
-            Grant::parse("write:keyspace:accounts").unwrap(),
-            Grant::parse("read:keyspace:default").unwrap(),
-            Grant::parse("write:proc:report_*").unwrap(),
+            Grant::parse("write:keyspace:accounts").expect("ok"),
+            Grant::parse("read:keyspace:default").expect("ok"),
+            Grant::parse("write:proc:report_*").expect("ok"),
         ]),
     };
     assert!(p
@@ -66,7 +66,7 @@ fn rights_include_the_lesser_ones_and_name_what_is_missing() {
         .is_ok());
     let e = p
         .check(&Need::Keyspace(Right::Write, "default".into()))
-        .unwrap_err();
+        .expect_err("refused");
     assert_eq!(e.to_string(), "user alice lacks write on keyspace default");
     assert!(p.check(&Need::Cluster).is_err());
     assert!(p.check(&Need::Nothing).is_ok());
@@ -79,7 +79,7 @@ fn rights_include_the_lesser_ones_and_name_what_is_missing() {
     // By the procedure's name, or by the keyspaces it touches.
     assert!(p.check(&proc("report_daily", &["audit"])).is_ok());
     assert!(p.check(&proc("transfer", &["accounts"])).is_ok());
-    let e = p.check(&proc("purge", &["audit"])).unwrap_err();
+    let e = p.check(&proc("purge", &["audit"])).expect_err("refused");
     assert!(
         e.to_string()
             .contains("write on keyspace audit, which it writes"),
@@ -96,8 +96,8 @@ fn user_add_stores_roles_and_a_hashed_token_that_rules_resolve() {
         "auth.role_set",
         &[b"teller", b"write:keyspace:accounts, read:keyspace:default"],
     )
-    .unwrap();
-    strong(&mut h, "auth.user_add", &[b"alice", b"teller", ID, &HASH]).unwrap();
+    .expect("ok");
+    strong(&mut h, "auth.user_add", &[b"alice", b"teller", ID, &HASH]).expect("ok");
     let r = rules(&h);
     assert!(r.corrupt.is_empty());
     assert_eq!(
@@ -114,7 +114,7 @@ fn user_add_stores_roles_and_a_hashed_token_that_rules_resolve() {
     assert!(alice
         .check(&Need::Keyspace(Right::Write, "default".into()))
         .is_err());
-    let listed = strong(&mut h, "auth.user_list", &[]).unwrap();
+    let listed = strong(&mut h, "auth.user_list", &[]).expect("ok");
     assert_eq!(
         listed,
         Value::List(vec![Value::List(vec![
@@ -128,7 +128,7 @@ fn user_add_stores_roles_and_a_hashed_token_that_rules_resolve() {
 #[test]
 fn bad_input_is_refused_and_changes_nothing() {
     let mut h = Harness::new();
-    strong(&mut h, "auth.user_add", &[b"bob", b"readonly", ID, &HASH]).unwrap();
+    strong(&mut h, "auth.user_add", &[b"bob", b"readonly", ID, &HASH]).expect("ok");
     let before = h.snap.0.clone();
     let other_id: &[u8] = b"fedcba9876543210";
     let cases: Vec<(&str, Vec<&[u8]>, &str)> = vec![
@@ -202,25 +202,25 @@ fn bad_input_is_refused_and_changes_nothing() {
 #[test]
 fn revoking_and_removing_drop_tokens() {
     let mut h = Harness::new();
-    strong(&mut h, "auth.user_add", &[b"bob", b"readonly", ID, &HASH]).unwrap();
+    strong(&mut h, "auth.user_add", &[b"bob", b"readonly", ID, &HASH]).expect("ok");
     strong(
         &mut h,
         "auth.token_create",
         &[b"bob", b"00000000000000aa", &HASH],
     )
-    .unwrap();
+    .expect("ok");
     assert_eq!(
-        strong(&mut h, "auth.token_revoke", &[ID]).unwrap(),
+        strong(&mut h, "auth.token_revoke", &[ID]).expect("ok"),
         Value::Bool(true)
     );
     assert_eq!(
-        strong(&mut h, "auth.token_revoke", &[ID]).unwrap(),
+        strong(&mut h, "auth.token_revoke", &[ID]).expect("ok"),
         Value::Bool(false)
     );
     let r = rules(&h);
     assert!(r.token("0123456789abcdef").is_none() && r.token("00000000000000aa").is_some());
     assert_eq!(
-        strong(&mut h, "auth.user_remove", &[b"bob"]).unwrap(),
+        strong(&mut h, "auth.user_remove", &[b"bob"]).expect("ok"),
         Value::Bool(true)
     );
     let r = rules(&h);
@@ -271,7 +271,7 @@ fn calls_need_what_they_do() {
         |name: &str, args: &[Value]| need(&reg, &ProcCall::new(name, encode_args(args)), None);
     let k = Value::Bytes(Bytes::from_static(b"k"));
     assert_eq!(
-        need_of("kv.get", &[k.clone()]),
+        need_of("kv.get", std::slice::from_ref(&k)),
         Need::Keyspace(Right::Read, "default".into())
     );
     assert_eq!(
@@ -279,7 +279,7 @@ fn calls_need_what_they_do() {
         Need::Keyspace(Right::Write, "default".into())
     );
     assert_eq!(need_of("auth.user_list", &[]), Need::Cluster);
-    assert_eq!(need_of("proc.register", &[k.clone()]), Need::Cluster);
+    assert_eq!(need_of("proc.register", std::slice::from_ref(&k)), Need::Cluster);
     assert_eq!(need_of("proc.list", &[]), Need::Nothing);
     assert_eq!(
         need_of(
