@@ -52,7 +52,8 @@ enum UserCommand {
     /// `creek_`).
     Revoke {
         /// The token or its id.
-        token: String,
+        #[arg(value_name = "TOKEN")]
+        which: String,
     },
 }
 
@@ -152,10 +153,10 @@ pub fn run_user(args: &UserArgs) -> Result<(), Failure> {
                 }
                 println!("user {name} removed, with its tokens");
             }
-            UserCommand::Revoke { token } => {
-                let id = match Token::parse(token) {
+            UserCommand::Revoke { which } => {
+                let id = match Token::parse(which) {
                     Ok(t) => t.id,
-                    Err(_) => token.trim().to_owned(),
+                    Err(_) => which.trim().to_owned(),
                 };
                 let existed =
                     call(e, "auth.token_revoke", vec![bytes(&id)], Levels::Strong).await?;

@@ -279,7 +279,10 @@ fn calls_need_what_they_do() {
         Need::Keyspace(Right::Write, "default".into())
     );
     assert_eq!(need_of("auth.user_list", &[]), Need::Cluster);
-    assert_eq!(need_of("proc.register", std::slice::from_ref(&k)), Need::Cluster);
+    assert_eq!(
+        need_of("proc.register", std::slice::from_ref(&k)),
+        Need::Cluster
+    );
     assert_eq!(need_of("proc.list", &[]), Need::Nothing);
     assert_eq!(
         need_of(

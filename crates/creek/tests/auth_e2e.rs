@@ -1,0 +1,220 @@
+//! End-to-end: users, roles and tokens on real `creek serve` processes with
+//! `[auth] enabled` (docs/security.md, "Users, roles and tokens"). Users
+//! are made with the `creek user` command, as an operator would; calls go
+//! through the Rust client and raw gRPC. Each wait is bounded; processes
+//! and directories are cleaned up on drop.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use creek_client::{Client, ConnectOptions, Error};
+use creek_proto::pb::Level;
+use creek_server::auth::{to_hex, Token};
+use creek_server::AuthConfig;
+
+const T: Duration = Duration::from_secs(20);
+
+/// A 3-replica cluster checking users, and its root token.
+async fn auth_cluster() -> (Cluster, Token) {
+    let root = Token::generate(true).expect("rng");
+    let hash = to_hex(&root.hash());
+    let c = Cluster::start_with(3, |cfg| {
+        cfg.auth = AuthConfig {
+            enabled: true,
+            root_token_sha256: Some(hash.clone()),
+        }
+    })
+    .await;
+    (c, root)
+}
+
+fn addrs(c: &Cluster) -> String {
+    c.clients
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `creek ARGS` against the cluster with `token`: (success, stdout, stderr).
+fn creek(c: &Cluster, token: &Token, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args(args)
+        .env("CREEK_ENDPOINTS", addrs(c))
+        .env("CREEK_TOKEN", token.to_string())
+        .output()
+        .expect("run creek");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `creek user add NAME --role ROLE` as root: the token it prints.
+fn add_user(c: &Cluster, root: &Token, name: &str, role: &str) -> Token {
+    let (ok, out, err) = creek(
+        c,
+        root,
+        &["user", "add", name, "--role", role, "-o", "value"],
+    );
+    assert!(ok, "creek user add {name}: {err}");
+    Token::parse(out.trim()).expect("creek user add prints a token")
+}
+
+/// A client of replicas `which` sending `token`.
+async fn client(c: &Cluster, which: &[usize], token: Option<&Token>) -> Client {
+    let addrs = which.iter().map(|&i| c.clients[i].to_string());
+    let options = ConnectOptions {
+        tls: None,
+        token: token.map(Token::to_string),
+    };
+    Client::connect_with_options(addrs, options)
+        .await
+        .expect("connect")
+}
+
+/// `procedure(args)` as a strong op: its final outcome, or the error.
+async fn strong(
+    cl: &Client,
+    procedure: &str,
+    args: Vec<creek_exec::value::Value>,
+) -> Result<Result<creek_exec::value::Value, String>, Error> {
+    let op = cl.invoke_strong(procedure, args).await?;
+    Ok(op.final_view().await?.outcome)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_authenticate_and_roles_limit_what_users_do() {
+    let (c, root) = auth_cluster().await;
+
+    // No token, a malformed one, an unknown one: UNAUTHENTICATED, nothing applied.
+    let mut raw = c.client(0).await;
+    let put = req("kv.put", &[b("k"), b("anonymous")], &[Level::Strong]);
+    let refused = call(&mut raw, put.clone(), T).await.expect_err("no token");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let mut bad = tonic::Request::new(put.clone());
+    bad.metadata_mut()
+        .insert("authorization", "Bearer nonsense".parse().expect("ascii"));
+    let refused = raw.invoke(bad).await.expect_err("malformed token");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    let stranger = client(&c, &[0], Some(&Token::generate(false).expect("rng"))).await;
+    match strong(&stranger, "kv.put", vec![b("k"), b("stranger")]).await {
+        Err(Error::Unauthenticated(m)) => assert!(m.contains("unknown or revoked"), "{m}"),
+        other => panic!("an unknown token was not refused: {other:?}"),
+    }
+
+    // The root token makes users over the CLI; bad input changes nothing.
+    let reader = add_user(&c, &root, "reader", "readonly");
+    let writer = add_user(&c, &root, "writer", "readwrite");
+    let (ok, _, err) = creek(&c, &root, &["user", "add", "reader", "--role", "readonly"]);
+    assert!(!ok && err.contains("user reader exists"), "{err}");
+    let (ok, _, err) = creek(&c, &root, &["user", "add", "carol", "--role", "nosuch"]);
+    assert!(!ok && err.contains("no role named \"nosuch\""), "{err}");
+    let (ok, out, err) = creek(&c, &root, &["user", "list", "-o", "json"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("\"reader\"") && out.contains("\"writer\"") && !out.contains("carol"),
+        "{out}"
+    );
+
+    // The writer writes; the reader reads but cannot write, and its
+    // attempt changes nothing.
+    let w = client(&c, &[1], Some(&writer)).await;
+    assert_eq!(
+        strong(&w, "kv.put", vec![b("k"), b("v1")]).await,
+        Ok(Ok(creek_exec::value::Value::Nil))
+    );
+    let r = client(&c, &[2], Some(&reader)).await;
+    assert_eq!(strong(&r, "kv.get", vec![b("k")]).await, Ok(Ok(b("v1"))));
+    match strong(&r, "kv.put", vec![b("k"), b("reader was here")]).await {
+        Err(Error::PermissionDenied(m)) => {
+            assert_eq!(m, "user reader lacks write on keyspace default")
+        }
+        other => panic!("a read-only user wrote: {other:?}"),
+    }
+    let admin = client(&c, &[0], Some(&root)).await;
+    assert_eq!(
+        strong(&admin, "kv.get", vec![b("k")]).await,
+        Ok(Ok(b("v1")))
+    );
+
+    // Admin.* needs admin; a user cannot make users either.
+    match r.dump().await {
+        Err(Error::PermissionDenied(m)) => assert!(m.contains("user reader lacks admin"), "{m}"),
+        other => panic!("a read-only user dumped the state: {other:?}"),
+    }
+    let (ok, _, err) = creek(&c, &writer, &["user", "add", "mallory", "--role", "admin"]);
+    assert!(!ok && err.contains("user writer lacks admin"), "{err}");
+    let (_, state) = admin.dump().await.expect("root dumps");
+    assert!(state.keys().all(|k| !k.starts_with(b"\0auth/user/mallory")));
+
+    // A revoked token stops working on every replica.
+    let (ok, _, err) = creek(&c, &root, &["user", "revoke", &writer.to_string()]);
+    assert!(ok, "{err}");
+    for i in 0..c.len() {
+        let at = client(&c, &[i], Some(&writer)).await;
+        let deadline = Instant::now() + T;
+        loop {
+            match strong(&at, "kv.get", vec![b("k")]).await {
+                Err(Error::Unauthenticated(_)) => break,
+                other if Instant::now() > deadline => {
+                    panic!("replica {} still takes a revoked token: {other:?}", i + 1)
+                }
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+    // The reader's token still works.
+    assert_eq!(strong(&r, "kv.get", vec![b("k")]).await, Ok(Ok(b("v1"))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_grant_rights_on_keyspaces_and_procedures() {
+    let (c, root) = auth_cluster().await;
+    let admin = client(&c, &[0], Some(&root)).await;
+    let source = "keyspace accounts: strong\n\
+                  proc deposit(who: bytes, n: int) -> int {\n    let v = get(accounts, who)\n    let t = n\n    if v != nil { t = t + int(v) }\n    put(accounts, who, str(t))\n    return t\n}\n\
+                  proc balance(who: bytes) -> int {\n    let v = get(accounts, who)\n    if v == nil { return 0 }\n    return int(v)\n}\n";
+    admin
+        .register_procedures(source)
+        .await
+        .expect("register as root");
+    let (ok, _, err) = creek(
+        &c,
+        &root,
+        &["role", "set", "auditor", "read:keyspace:accounts"],
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = creek(&c, &root, &["role", "set", "bad", "own:everything"]);
+    assert!(!ok && err.contains("grant"), "{err}");
+    let auditor = add_user(&c, &root, "auditor", "auditor");
+    let a = client(&c, &[1], Some(&auditor)).await;
+    assert_eq!(
+        strong(&a, "balance", vec![b("ann")]).await,
+        Ok(Ok(creek_exec::value::Value::Int(0)))
+    );
+    match strong(
+        &a,
+        "deposit",
+        vec![b("ann"), creek_exec::value::Value::Int(5)],
+    )
+    .await
+    {
+        Err(Error::PermissionDenied(m)) => assert!(
+            m.contains(
+                "user auditor lacks write on procedure deposit, and write on keyspace accounts"
+            ),
+            "{m}"
+        ),
+        other => panic!("an auditor deposited: {other:?}"),
+    }
+    // Nor the default keyspace.
+    assert!(matches!(
+        strong(&a, "kv.get", vec![b("k")]).await,
+        Err(Error::PermissionDenied(_))
+    ));
+}
