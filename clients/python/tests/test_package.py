@@ -96,6 +96,8 @@ def test_errors_carry_the_status_code_name_and_the_message():
     for code, cls in [
         (grpc.StatusCode.INVALID_ARGUMENT, creek.InvalidArgument),
         (grpc.StatusCode.UNAVAILABLE, creek.Unavailable),
+        (grpc.StatusCode.UNAUTHENTICATED, creek.Unauthenticated),
+        (grpc.StatusCode.PERMISSION_DENIED, creek.PermissionDenied),
         (grpc.StatusCode.FAILED_PRECONDITION, creek.CreekError),
     ]:
         got = from_rpc_error(Failed(code, "why"))

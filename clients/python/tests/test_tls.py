@@ -1,9 +1,12 @@
 """The client against `creek dev --secure`: TLS with the certificates it
-makes in its data directory (docs/security.md)."""
+makes in its data directory, and users checked with the root token it
+makes there (docs/security.md)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -38,8 +41,9 @@ def test_a_tls_cluster_is_reached_with_ca_cert_and_key():
         while time.monotonic() < deadline and answered is None:
             if proc.poll() is not None:
                 raise RuntimeError((d / "dev.log").read_text(errors="replace"))
-            if (certs / "client-root.key").exists():
-                with creek.BlockingClient(addrs, timeout=5, **tls) as c:
+            if (certs / "client-root.key").exists() and (certs / "root.token").exists():
+                root = (certs / "root.token").read_text().strip()
+                with creek.BlockingClient(addrs, timeout=5, token=root, **tls) as c:
                     try:
                         if c.status(timeout=1).role:
                             answered = c.kv_put("py-tls", "yes").final_blocking()
@@ -47,7 +51,35 @@ def test_a_tls_cluster_is_reached_with_ca_cert_and_key():
                         pass
             time.sleep(0.2)
         assert answered is not None, (d / "dev.log").read_text(errors="replace")
+        with creek.BlockingClient(addrs, timeout=5, token=root, **tls) as c:
+            assert c.kv_get("py-tls").final_blocking().value == b"yes"
+        # Without a token, or with a mistyped one: refused.
         with creek.BlockingClient(addrs, timeout=5, **tls) as c:
+            with pytest.raises(creek.Unauthenticated, match="requires a token"):
+                c.kv_get("py-tls").final_blocking()
+        with creek.BlockingClient(addrs, timeout=5, token=root[:-1] + ("1" if root.endswith("0") else "0"), **tls) as c:
+            with pytest.raises(creek.Unauthenticated):
+                c.kv_get("py-tls").final_blocking()
+        # A read-only user made with the CLI reads, and cannot write.
+        env = dict(
+            os.environ,
+            CREEK_ENDPOINTS=",".join(addrs),
+            CREEK_CA=tls["ca"],
+            CREEK_CERT=tls["cert"],
+            CREEK_KEY=tls["key"],
+            CREEK_TOKEN=root,
+        )
+        made = subprocess.run(
+            [str(creek_bin()), "user", "add", "pyreader", "--role", "readonly", "-o", "value"],
+            env=env, capture_output=True, text=True, timeout=30,
+        )
+        assert made.returncode == 0, made.stderr
+        reader = made.stdout.strip()
+        with creek.BlockingClient(addrs, timeout=5, token=reader, **tls) as c:
+            assert c.kv_get("py-tls").final_blocking().value == b"yes"
+            with pytest.raises(creek.PermissionDenied, match="user pyreader lacks write on keyspace default"):
+                c.kv_put("py-tls", "no").final_blocking()
+        with creek.BlockingClient(addrs, timeout=5, token=root, **tls) as c:
             assert c.kv_get("py-tls").final_blocking().value == b"yes"
         # Plaintext, or TLS without a client certificate: refused.
         with creek.BlockingClient(addrs[:1], timeout=2) as c:

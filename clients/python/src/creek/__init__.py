@@ -45,9 +45,11 @@ from .errors import (
     CreekError,
     DeadlineExceeded,
     InvalidArgument,
+    PermissionDenied,
     ProcedureAborted,
     ProtocolError,
     ResourceExhausted,
+    Unauthenticated,
     Unavailable,
 )
 from .procedures import Keyspace, KeyspaceLabel, NotRegistered, ProcedureSource, Refused, Registered
@@ -67,6 +69,7 @@ __all__ = [
     "KeyspaceLabel",
     "Level",
     "NotRegistered",
+    "PermissionDenied",
     "ProcedureAborted",
     "ProcedureSource",
     "ProtocolError",
@@ -75,6 +78,7 @@ __all__ = [
     "ResourceExhausted",
     "STRONG",
     "State",
+    "Unauthenticated",
     "Unavailable",
     "View",
     "ViewKind",

@@ -41,8 +41,11 @@ class BlockingClient(Builtins):
         ca: Optional[str] = None,
         cert: Optional[str] = None,
         key: Optional[str] = None,
+        token: Optional[str] = None,
     ):
-        self._client = Client(addresses, timeout=timeout, client_id=client_id, ca=ca, cert=cert, key=key)
+        self._client = Client(
+            addresses, timeout=timeout, client_id=client_id, ca=ca, cert=cert, key=key, token=token
+        )
         self._client._fns_in_thread = True
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="creek-client", daemon=True)

@@ -105,6 +105,45 @@ def _address(a: str) -> str:
     return a.rstrip("/")
 
 
+def _with_token(details, header):
+    metadata = list(details.metadata or ())
+    metadata.append(header)
+    return details._replace(metadata=metadata)
+
+
+# grpc.aio files an interceptor under the first kind it is an instance of,
+# so each kind of call needs an object of its own.
+class _UnaryToken(grpc.aio.UnaryUnaryClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every unary call."""
+
+    def __init__(self, header):
+        self._header = header
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
+        return await continuation(_with_token(client_call_details, self._header), request)
+
+
+class _StreamToken(grpc.aio.UnaryStreamClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every server-streaming call."""
+
+    def __init__(self, header):
+        self._header = header
+
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
+        return await continuation(_with_token(client_call_details, self._header), request)
+
+
+def _token_interceptors(token: Optional[str]) -> list:
+    """The interceptors that send `token` with every call (a cluster with
+    `[auth] enabled`, docs/security.md); none without a token."""
+    if token is None:
+        return []
+    if not isinstance(token, str) or not token.strip() or not token.strip().isascii():
+        raise ValueError("token must be the printable text creek_<id>_<secret>")
+    header = ("authorization", f"Bearer {token.strip()}")
+    return [_UnaryToken(header), _StreamToken(header)]
+
+
 class Client(Builtins, Procedures):
     """A client of a Creek cluster, for asyncio code.
 
@@ -127,6 +166,11 @@ class Client(Builtins, Procedures):
     client certificates, its default). Without `ca` the channel is
     plaintext.
 
+    Users (a cluster with `[auth] enabled`): `token` (`creek_<id>_<secret>`,
+    from `creek user add`) is sent with every call. A call without a valid
+    token raises `Unauthenticated`; one its user lacks a right for raises
+    `PermissionDenied`, whose message names the right; nothing is applied.
+
     User procedures: `register_procedures`, `drop_procedure`,
     `show_procedure`, `create_keyspace`, `list_keyspaces` and `procedures`
     (creek.procedures); call them by name with `invoke` or `call`.
@@ -141,10 +185,12 @@ class Client(Builtins, Procedures):
         ca: Optional[str] = None,
         cert: Optional[str] = None,
         key: Optional[str] = None,
+        token: Optional[str] = None,
     ):
         if isinstance(addresses, str):
             addresses = [addresses]
         self._credentials = _credentials(ca, cert, key)
+        self._interceptors = _token_interceptors(token)
         self._addresses: List[str] = [_address(a) for a in addresses]
         if not self._addresses:
             raise ValueError("no replica address given")
@@ -407,9 +453,12 @@ class Client(Builtins, Procedures):
         return channel
 
     def _open_channel(self, address: str) -> grpc.aio.Channel:
+        interceptors = self._interceptors or None
         if self._credentials is None:
-            return grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-        return grpc.aio.secure_channel(address, self._credentials, options=_CHANNEL_OPTIONS)
+            return grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS, interceptors=interceptors)
+        return grpc.aio.secure_channel(
+            address, self._credentials, options=_CHANNEL_OPTIONS, interceptors=interceptors
+        )
 
     def _next_replica(self, failed: int, tried: Set[int]) -> int:
         """Leave replica `failed` for the next one this call has not tried,

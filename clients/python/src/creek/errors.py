@@ -92,6 +92,20 @@ class Unavailable(CreekError):
     default_code = "UNAVAILABLE"
 
 
+class Unauthenticated(CreekError):
+    """The cluster checks users and the call carried no token, or one it does
+    not know (mistyped, revoked, its user removed). Nothing was applied."""
+
+    default_code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(CreekError):
+    """The user lacks a right the call needs; the message names it ("user
+    alice lacks write on keyspace default"). Nothing was applied."""
+
+    default_code = "PERMISSION_DENIED"
+
+
 class Compacted(CreekError):
     """A watch asked for changes from a committed position that no replica
     still holds (compacted, or the watcher fell that far behind). `oldest`
@@ -127,6 +141,8 @@ _BY_CODE = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
 }
 
 
