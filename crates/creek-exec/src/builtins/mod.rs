@@ -393,6 +393,13 @@ mod tests {
             "set.contains",
             "set.read",
             NOOP,
+            "auth.user_add",
+            "auth.user_remove",
+            "auth.user_list",
+            "auth.token_create",
+            "auth.token_revoke",
+            "auth.role_set",
+            "auth.role_list",
         ] {
             assert!(names.contains(&n), "{n} missing");
         }
@@ -404,6 +411,8 @@ mod tests {
         assert_eq!(
             read_only,
             [
+                "auth.role_list",
+                "auth.user_list",
                 "keyspace.list",
                 "kv.get",
                 "list.len",
