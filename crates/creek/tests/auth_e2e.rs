@@ -87,6 +87,33 @@ async fn strong(
     Ok(op.final_view().await?.outcome)
 }
 
+/// Wait (at most [`T`]) until `cl`'s token is refused as unauthenticated:
+/// a revocation takes effect at a replica once it applied it.
+async fn refused_soon(cl: &Client, what: &str) {
+    let deadline = Instant::now() + T;
+    loop {
+        match strong(cl, "kv.get", vec![b("k")]).await {
+            Err(Error::Unauthenticated(_)) => return,
+            other if Instant::now() > deadline => panic!("{what} still works: {other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Wait (at most [`T`]) until `cl`'s new token is known where it connects:
+/// the user's op is committed when `creek user` returns, and applied at each
+/// replica soon after.
+async fn known_soon(cl: &Client) {
+    let deadline = Instant::now() + T;
+    while let Err(Error::Unauthenticated(m)) = strong(cl, "kv.get", vec![b("k")]).await {
+        assert!(
+            Instant::now() < deadline,
+            "a new token is still unknown: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_authenticate_and_roles_limit_what_users_do() {
     let (c, root) = auth_cluster().await;
@@ -124,11 +151,13 @@ async fn tokens_authenticate_and_roles_limit_what_users_do() {
     // The writer writes; the reader reads but cannot write, and its
     // attempt changes nothing.
     let w = client(&c, &[1], Some(&writer)).await;
+    known_soon(&w).await;
     assert_eq!(
         strong(&w, "kv.put", vec![b("k"), b("v1")]).await,
         Ok(Ok(creek_exec::value::Value::Nil))
     );
     let r = client(&c, &[2], Some(&reader)).await;
+    known_soon(&r).await;
     assert_eq!(strong(&r, "kv.get", vec![b("k")]).await, Ok(Ok(b("v1"))));
     match strong(&r, "kv.put", vec![b("k"), b("reader was here")]).await {
         Err(Error::PermissionDenied(m)) => {
@@ -147,6 +176,7 @@ async fn tokens_authenticate_and_roles_limit_what_users_do() {
         Err(Error::PermissionDenied(m)) => assert!(m.contains("user reader lacks admin"), "{m}"),
         other => panic!("a read-only user dumped the state: {other:?}"),
     }
+    known_soon(&client(&c, &[0], Some(&writer)).await).await;
     let (ok, _, err) = creek(&c, &writer, &["user", "add", "mallory", "--role", "admin"]);
     assert!(!ok && err.contains("user writer lacks admin"), "{err}");
     let (_, state) = admin.dump().await.expect("root dumps");
@@ -157,19 +187,26 @@ async fn tokens_authenticate_and_roles_limit_what_users_do() {
     assert!(ok, "{err}");
     for i in 0..c.len() {
         let at = client(&c, &[i], Some(&writer)).await;
-        let deadline = Instant::now() + T;
-        loop {
-            match strong(&at, "kv.get", vec![b("k")]).await {
-                Err(Error::Unauthenticated(_)) => break,
-                other if Instant::now() > deadline => {
-                    panic!("replica {} still takes a revoked token: {other:?}", i + 1)
-                }
-                _ => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
+        refused_soon(&at, &format!("a revoked token at replica {}", i + 1)).await;
     }
-    // The reader's token still works.
+    // The reader's token still works; a second one works too, until its
+    // user is removed, which revokes every token of theirs.
     assert_eq!(strong(&r, "kv.get", vec![b("k")]).await, Ok(Ok(b("v1"))));
+    let (ok, out, err) = creek(&c, &root, &["user", "token", "reader", "-o", "value"]);
+    assert!(ok, "{err}");
+    let second = Token::parse(out.trim()).expect("creek user token prints a token");
+    let r2 = client(&c, &[0], Some(&second)).await;
+    known_soon(&r2).await;
+    assert_eq!(strong(&r2, "kv.get", vec![b("k")]).await, Ok(Ok(b("v1"))));
+    let (ok, _, err) = creek(&c, &root, &["user", "remove", "reader"]);
+    assert!(ok, "{err}");
+    refused_soon(&r2, "the second token of a removed user").await;
+    refused_soon(&r, "the first token of a removed user").await;
+    let (ok, out, err) = creek(&c, &root, &["role", "list", "-o", "value"]);
+    assert!(
+        ok && out.lines().collect::<Vec<_>>() == ["admin", "readwrite", "readonly"],
+        "{out}{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,6 +230,7 @@ async fn roles_grant_rights_on_keyspaces_and_procedures() {
     assert!(!ok && err.contains("grant"), "{err}");
     let auditor = add_user(&c, &root, "auditor", "auditor");
     let a = client(&c, &[1], Some(&auditor)).await;
+    known_soon(&a).await;
     assert_eq!(
         strong(&a, "balance", vec![b("ann")]).await,
         Ok(Ok(creek_exec::value::Value::Int(0)))
