@@ -10,6 +10,10 @@
 //! tokens). The hash is made where the token is made (the CLI), so the op
 //! that stores it is the same on every replica.
 //!
+//! With TLS, a client that sends no token may instead be the user its
+//! certificate names: the common name (CN) of a certificate the CA signed
+//! (`creek certs create-client NAME`), if a user of that name exists.
+//!
 //! The node loop rebuilds the [`Rules`] from the committed records when one
 //! of them changes ([`Auth::set_rules`]); the service reads them on every
 //! call through a shared pointer, so a check is a hash, a map lookup and
@@ -22,6 +26,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use creek_exec::auth::{Need, Principal, Rules, TOKEN_HASH_BYTES, TOKEN_ID_CHARS};
 use ring::rand::SecureRandom;
+use rustls::pki_types::CertificateDer;
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
@@ -130,6 +135,67 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// One DER element of `der`: (tag, contents, what follows). Single-byte
+/// tags and definite lengths of up to 4 bytes (all a certificate uses).
+fn der_element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// The subject's common name (OID 2.5.4.3) of an X.509 certificate, if it
+/// has one as text. The certificate was verified by the TLS handshake; this
+/// only reads it, refusing (with `None`) anything it does not expect.
+pub fn common_name(cert: &[u8]) -> Option<String> {
+    const SEQUENCE: u8 = 0x30;
+    const CN: &[u8] = &[0x55, 0x04, 0x03];
+    let (SEQUENCE, cert, _) = der_element(cert)? else {
+        return None;
+    };
+    let (SEQUENCE, mut tbs, _) = der_element(cert)? else {
+        return None;
+    };
+    // [0] version (optional), serial, signature algorithm, issuer,
+    // validity, then the subject.
+    if tbs.first() == Some(&0xa0) {
+        tbs = der_element(tbs)?.2;
+    }
+    for _ in 0..4 {
+        tbs = der_element(tbs)?.2;
+    }
+    let (SEQUENCE, mut subject, _) = der_element(tbs)? else {
+        return None;
+    };
+    while !subject.is_empty() {
+        let (_set, set, rest) = der_element(subject)?;
+        subject = rest;
+        let (SEQUENCE, attribute, _) = der_element(set)? else {
+            return None;
+        };
+        let (_oid, oid, value) = der_element(attribute)?;
+        if oid == CN {
+            // UTF8String, PrintableString or IA5String.
+            let (tag, text, _) = der_element(value)?;
+            return matches!(tag, 0x0c | 0x13 | 0x16)
+                .then(|| std::str::from_utf8(text).ok().map(str::to_owned))
+                .flatten();
+        }
+    }
+    None
+}
+
 /// What a replica with `[auth] enabled` checks calls against.
 #[derive(Debug, Default)]
 pub struct Auth {
@@ -158,15 +224,30 @@ impl Auth {
             .clone()
     }
 
-    /// The user a call's `authorization: Bearer <token>` names, or
-    /// `UNAUTHENTICATED` saying why not.
-    pub fn authenticate(&self, meta: &MetadataMap) -> Result<Principal, Status> {
-        let header = meta.get("authorization").ok_or_else(|| {
-            Status::unauthenticated(
-                "this cluster requires a token: send `authorization: Bearer <token>` \
-                 (creek --token or CREEK_TOKEN)",
-            )
-        })?;
+    /// The user a call's `authorization: Bearer <token>` names or, without
+    /// that header, the user its client certificate names (`certs`: the
+    /// chain the TLS handshake verified, leaf first); `UNAUTHENTICATED`
+    /// saying why not.
+    pub fn authenticate(
+        &self,
+        meta: &MetadataMap,
+        certs: Option<&[CertificateDer<'_>]>,
+    ) -> Result<Principal, Status> {
+        let Some(header) = meta.get("authorization") else {
+            let leaf = certs.and_then(<[_]>::first);
+            return match leaf.and_then(|c| common_name(c)) {
+                Some(name) => self.rules().principal(&name).ok_or_else(|| {
+                    Status::unauthenticated(format!(
+                        "the client certificate names {name:?}, which is no user: send a \
+                         token, or add the user (creek user add {name} --role …)"
+                    ))
+                }),
+                None => Err(Status::unauthenticated(
+                    "this cluster requires a token: send `authorization: Bearer <token>` \
+                     (creek --token or CREEK_TOKEN), or a client certificate naming a user",
+                )),
+            };
+        };
         let text = header
             .to_str()
             .ok()
@@ -201,8 +282,13 @@ impl Auth {
 
     /// [`Auth::authenticate`], then `PERMISSION_DENIED` naming the missing
     /// right unless the user holds what `need` asks.
-    pub fn authorize(&self, meta: &MetadataMap, need: &Need) -> Result<Principal, Status> {
-        let who = self.authenticate(meta)?;
+    pub fn authorize(
+        &self,
+        meta: &MetadataMap,
+        certs: Option<&[CertificateDer<'_>]>,
+        need: &Need,
+    ) -> Result<Principal, Status> {
+        let who = self.authenticate(meta, certs)?;
         who.check(need)
             .map_err(|d| Status::permission_denied(d.to_string()))?;
         Ok(who)
@@ -223,6 +309,28 @@ mod tests {
             format!("Bearer {token}").parse().expect("ascii"),
         );
         m
+    }
+
+    #[test]
+    fn a_certificate_names_its_common_name() {
+        let make = |cn: Option<&str>| {
+            let mut p = rcgen::CertificateParams::default();
+            p.distinguished_name = rcgen::DistinguishedName::new();
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationName, "Creek");
+            if let Some(cn) = cn {
+                p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+            }
+            let key = rcgen::KeyPair::generate().expect("key");
+            p.self_signed(&key).expect("cert").der().to_vec()
+        };
+        assert_eq!(common_name(&make(Some("alice"))), Some("alice".into()));
+        assert_eq!(common_name(&make(None)), None);
+        let der = make(Some("bob"));
+        for cut in [0, 1, 10, der.len() / 2, der.len() - 1] {
+            assert_eq!(common_name(&der[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(common_name(b"\x30\x84\xff\xff\xff\xff"), None);
     }
 
     #[test]
@@ -253,9 +361,9 @@ mod tests {
         let root = Token::generate(true).expect("rng");
         let alice = Token::generate(false).expect("rng");
         let auth = Auth::new(Some(root.hash()));
-        let code = |m: &MetadataMap| auth.authenticate(m).err().map(|s| s.code());
+        let code = |m: &MetadataMap| auth.authenticate(m, None).err().map(|s| s.code());
         assert_eq!(
-            auth.authenticate(&meta(&root.to_string()))
+            auth.authenticate(&meta(&root.to_string()), None)
                 .ok()
                 .map(|p| p.user),
             Some("root".into())
@@ -276,7 +384,7 @@ mod tests {
             (&token_key[..], &record[..]),
         ]));
         assert_eq!(
-            auth.authenticate(&meta(&alice.to_string()))
+            auth.authenticate(&meta(&alice.to_string()), None)
                 .ok()
                 .map(|p| p.user),
             Some("alice".into())
@@ -291,7 +399,7 @@ mod tests {
             Some(Code::Unauthenticated)
         );
         let denied = auth
-            .authorize(&meta(&alice.to_string()), &Need::Cluster)
+            .authorize(&meta(&alice.to_string()), None, &Need::Cluster)
             .expect_err("denied");
         assert_eq!(denied.code(), Code::PermissionDenied);
         assert!(

@@ -53,15 +53,21 @@ impl CreekService {
     /// The caller, if this replica checks users: `UNAUTHENTICATED`
     /// without a valid token, `PERMISSION_DENIED` without what `need`
     /// asks.
-    fn caller(
+    fn caller<T>(
         &self,
-        meta: &tonic::metadata::MetadataMap,
+        request: &tonic::Request<T>,
         need: &Need,
     ) -> Result<Option<Principal>, Status> {
-        self.auth
-            .as_ref()
-            .map(|a| a.authorize(meta, need))
-            .transpose()
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let certs = request.peer_certs();
+        auth.authorize(
+            request.metadata(),
+            certs.as_deref().map(Vec::as_slice),
+            need,
+        )
+        .map(Some)
     }
 }
 
@@ -237,7 +243,7 @@ impl pb::creek_server::Creek for CreekService {
             return Err(Status::unavailable("the replica is shutting down"));
         }
         let default = Need::Keyspace(Right::Read, creek_exec::auth::DEFAULT_KEYSPACE.to_owned());
-        self.caller(request.metadata(), &default)?;
+        self.caller(&request, &default)?;
         let req = request.into_inner();
         if req.prefix.len() > WATCH_PREFIX_MAX {
             return Err(Status::invalid_argument(format!(
@@ -288,7 +294,7 @@ impl pb::creek_server::Creek for CreekService {
         let timeout = deadline(request.metadata())?;
         // What the call needs is known only to the node loop (a user
         // procedure's definition); it checks the principal.
-        let principal = self.caller(request.metadata(), &Need::Nothing)?;
+        let principal = self.caller(&request, &Need::Nothing)?;
         let req = request.into_inner();
         let request = crate::request::to_request(&req, self.max_request_bytes)?;
         let strong = request.strong;
@@ -339,7 +345,7 @@ impl pb::creek_server::Creek for CreekService {
         &self,
         request: tonic::Request<pb::ProceduresRequest>,
     ) -> Result<tonic::Response<pb::ProceduresReply>, Status> {
-        self.caller(request.metadata(), &Need::Nothing)?;
+        self.caller(&request, &Need::Nothing)?;
         let (tx, rx) = oneshot::channel();
         let gone = || Status::unavailable("the replica is shutting down");
         self.events
@@ -573,11 +579,17 @@ fn group_status(refusal: GroupRefusal) -> Status {
 impl AdminService {
     /// `UNAUTHENTICATED` or `PERMISSION_DENIED` unless the caller holds
     /// what `need` asks (nothing to check without `[auth]`).
-    fn check(&self, meta: &tonic::metadata::MetadataMap, need: &Need) -> Result<(), Status> {
-        match &self.auth {
-            Some(a) => a.authorize(meta, need).map(drop),
-            None => Ok(()),
-        }
+    fn check<T>(&self, request: &tonic::Request<T>, need: &Need) -> Result<(), Status> {
+        let Some(auth) = &self.auth else {
+            return Ok(());
+        };
+        let certs = request.peer_certs();
+        auth.authorize(
+            request.metadata(),
+            certs.as_deref().map(Vec::as_slice),
+            need,
+        )
+        .map(drop)
     }
 
     async fn change_group(
@@ -672,7 +684,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::BackupRequest>,
     ) -> Result<tonic::Response<BackupStream>, Status> {
-        self.check(request.metadata(), &Need::Cluster)?;
+        self.check(&request, &Need::Cluster)?;
         let give_up = Instant::now() + BACKUP_CLEAN_POINT_WAIT;
         let (checkpoint, cluster) =
             loop {
@@ -712,7 +724,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::AddReplicaRequest>,
     ) -> Result<tonic::Response<pb::MembersReply>, Status> {
-        self.check(request.metadata(), &Need::Cluster)?;
+        self.check(&request, &Need::Cluster)?;
         let r = request.into_inner();
         let id = replica_id(r.replica)?;
         for (what, addr) in [("peer", &r.peer_addr), ("client", &r.client_addr)] {
@@ -734,7 +746,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::RemoveReplicaRequest>,
     ) -> Result<tonic::Response<pb::MembersReply>, Status> {
-        self.check(request.metadata(), &Need::Cluster)?;
+        self.check(&request, &Need::Cluster)?;
         let id = replica_id(request.into_inner().replica)?;
         self.change_group(creek_cab::MemberChange::Remove(id), None)
             .await
@@ -761,7 +773,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::CommittedRequest>,
     ) -> Result<tonic::Response<pb::CommittedReply>, Status> {
-        self.check(request.metadata(), &Need::Cluster)?;
+        self.check(&request, &Need::Cluster)?;
         let req = request.into_inner();
         let max = match usize::try_from(req.max) {
             Ok(0) | Err(_) => COMMITTED_MAX,
@@ -802,7 +814,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::DumpRequest>,
     ) -> Result<tonic::Response<DumpStream>, Status> {
-        self.check(request.metadata(), &Need::Cluster)?;
+        self.check(&request, &Need::Cluster)?;
         let (tx, rx) = oneshot::channel();
         self.events
             .send(Event::Dump(tx))
@@ -841,7 +853,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         request: tonic::Request<pb::SetFaultsRequest>,
     ) -> Result<tonic::Response<pb::SetFaultsReply>, Status> {
-        self.check(request.metadata(), &Need::Cluster)?;
+        self.check(&request, &Need::Cluster)?;
         if !self.allowed {
             return Err(Status::permission_denied(
                 "fault injection is disabled; start the server with allow_fault_injection",

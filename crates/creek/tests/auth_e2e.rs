@@ -13,22 +13,35 @@ use common::*;
 use creek_client::{Client, ConnectOptions, Error};
 use creek_proto::pb::Level;
 use creek_server::auth::{to_hex, Token};
-use creek_server::AuthConfig;
+use creek_server::{AuthConfig, TlsConfig};
 
 const T: Duration = Duration::from_secs(20);
 
 /// A 3-replica cluster checking users, and its root token.
 async fn auth_cluster() -> (Cluster, Token) {
     let root = Token::generate(true).expect("rng");
-    let hash = to_hex(&root.hash());
-    let c = Cluster::start_with(3, |cfg| {
-        cfg.auth = AuthConfig {
-            enabled: true,
-            root_token_sha256: Some(hash.clone()),
-        }
-    })
-    .await;
+    let c = Cluster::start_with(3, |cfg| cfg.auth = auth_config(&root)).await;
     (c, root)
+}
+
+fn auth_config(root: &Token) -> AuthConfig {
+    AuthConfig {
+        enabled: true,
+        root_token_sha256: Some(to_hex(&root.hash())),
+    }
+}
+
+/// The test's TLS client options with client NAME's certificate.
+fn client_tls(certs: &std::path::Path, name: &str) -> tonic::transport::ClientTlsConfig {
+    let read = |f: String| std::fs::read(certs.join(f)).expect("read a certificate file");
+    tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read(
+            "ca.crt".into(),
+        )))
+        .identity(tonic::transport::Identity::from_pem(
+            read(format!("client-{name}.crt")),
+            read(format!("client-{name}.key")),
+        ))
 }
 
 fn addrs(c: &Cluster) -> String {
@@ -39,14 +52,22 @@ fn addrs(c: &Cluster) -> String {
         .join(",")
 }
 
-/// `creek ARGS` against the cluster with `token`: (success, stdout, stderr).
+/// `creek ARGS` against the cluster with `token` (and, if the cluster has
+/// certificates, the client `root`'s): (success, stdout, stderr).
 fn creek(c: &Cluster, token: &Token, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_creek"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_creek"));
+    command
         .args(args)
         .env("CREEK_ENDPOINTS", addrs(c))
-        .env("CREEK_TOKEN", token.to_string())
-        .output()
-        .expect("run creek");
+        .env("CREEK_TOKEN", token.to_string());
+    let certs = c.dir.join("certs");
+    if certs.exists() {
+        command
+            .env("CREEK_CA", certs.join("ca.crt"))
+            .env("CREEK_CERT", certs.join("client-root.crt"))
+            .env("CREEK_KEY", certs.join("client-root.key"));
+    }
+    let out = command.output().expect("run creek");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -255,4 +276,70 @@ async fn roles_grant_rights_on_keyspaces_and_procedures() {
         strong(&a, "kv.get", vec![b("k")]).await,
         Err(Error::PermissionDenied(_))
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_names_its_user() {
+    let root = Token::generate(true).expect("rng");
+    let mut c = Cluster::prepare_with(3, |cfg| cfg.auth = auth_config(&root));
+    let certs = c.dir.join("certs");
+    let dir = certs.to_str().expect("a UTF-8 path");
+    for args in [
+        &["certs", "create-local", "--replicas", "3", "--dir", dir][..],
+        &["certs", "create-client", "alice", "--dir", dir],
+    ] {
+        let (ok, _, err) = creek(&c, &root, args);
+        assert!(ok, "creek {args:?}: {err}");
+    }
+    for i in 0..3 {
+        // `configure` starts from the defaults: both tables again.
+        c.configure(i, |cfg| {
+            cfg.tls = Some(TlsConfig::in_dir(&certs, cfg.id));
+            cfg.auth = auth_config(&root);
+        });
+    }
+    c.tls = Some(client_tls(&certs, "alice"));
+    c.spawn_all();
+    c.wait_for_leader(T).await;
+
+    // Before a user alice exists, alice's certificate alone is refused.
+    let mut alice = c.client(0).await;
+    let get = req("kv.get", &[b("k")], &[Level::Strong]);
+    let refused = call(&mut alice, get.clone(), T)
+        .await
+        .expect_err("no user yet");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("names \"alice\", which is no user"),
+        "{refused:?}"
+    );
+
+    add_user(&c, &root, "alice", "readonly");
+    let deadline = Instant::now() + T;
+    loop {
+        match call(&mut alice, get.clone(), T).await {
+            Ok(views) => {
+                assert_eq!(result(&views), Ok(creek_exec::value::Value::Nil));
+                break;
+            }
+            Err(s) if s.code() == tonic::Code::Unauthenticated && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(s) => panic!("alice's certificate was refused: {s:?}"),
+        }
+    }
+    let put = req("kv.put", &[b("k"), b("v")], &[Level::Strong]);
+    let denied = call(&mut alice, put, T).await.expect_err("read-only");
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    assert_eq!(
+        denied.message(),
+        "user alice lacks write on keyspace default"
+    );
+    // The client `root`'s certificate names no user: root is only a token.
+    c.tls = Some(client_tls(&certs, "root"));
+    let mut other = c.client(1).await;
+    let refused = call(&mut other, get, T).await.expect_err("root is no user");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
 }
