@@ -237,9 +237,14 @@ impl Auth {
             let leaf = certs.and_then(<[_]>::first);
             return match leaf.and_then(|c| common_name(c)) {
                 Some(name) => self.rules().principal(&name).ok_or_else(|| {
+                    let fix = if name == creek_exec::auth::ROOT_USER {
+                        "the name is reserved for the root token".to_owned()
+                    } else {
+                        format!("add the user (creek user add {name} --role …)")
+                    };
                     Status::unauthenticated(format!(
                         "the client certificate names {name:?}, which is no user: send a \
-                         token, or add the user (creek user add {name} --role …)"
+                         token (creek --token or CREEK_TOKEN), or {fix}"
                     ))
                 }),
                 None => Err(Status::unauthenticated(
