@@ -1,5 +1,8 @@
+use bytes::Bytes;
+
 use super::*;
 use crate::builtins::testkit::Harness;
+use crate::txn::Abort;
 use crate::value::encode_args;
 
 fn strong(h: &mut Harness, name: &str, args: &[&[u8]]) -> Result<Value, Abort> {
