@@ -511,6 +511,10 @@ impl NodeLoop {
         for key in &rules.corrupt {
             tracing::error!(key, "an auth record does not decode: it grants nothing");
         }
+        tracing::debug!(
+            records = records.len(),
+            "auth rules rebuilt from the committed records"
+        );
         auth.set_rules(rules);
         self.auth_next = self.node.replica().counters().finalized;
     }
