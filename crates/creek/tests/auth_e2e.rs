@@ -200,6 +200,14 @@ async fn tokens_authenticate_and_roles_limit_what_users_do() {
     known_soon(&client(&c, &[0], Some(&writer)).await).await;
     let (ok, _, err) = creek(&c, &writer, &["user", "add", "mallory", "--role", "admin"]);
     assert!(!ok && err.contains("user writer lacks admin"), "{err}");
+    // `creek backup` (Admin.Backup over the CLI's own channel) carries the
+    // token too: an admin's is taken, a writer's refused.
+    let to = c.dir.join("backup");
+    let to = to.to_str().expect("a UTF-8 path");
+    let (ok, _, err) = creek(&c, &writer, &["backup", "--to", to]);
+    assert!(!ok && err.contains("user writer lacks admin"), "{err}");
+    let (ok, _, err) = creek(&c, &root, &["backup", "--to", to]);
+    assert!(ok, "{err}");
     let (_, state) = admin.dump().await.expect("root dumps");
     assert!(state.keys().all(|k| !k.starts_with(b"\0auth/user/mallory")));
 
