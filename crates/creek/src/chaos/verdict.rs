@@ -122,9 +122,21 @@ pub(crate) fn judge(
         let Some(earlier) = last_with.insert(id, i) else {
             continue;
         };
-        let (client, request) = (ops[i].client, ops[i].call.request_id);
+        let (client, request, at) = (ops[i].client, ops[i].call.request_id, ops[i].invoked_at_us);
         let e = &mut ops[earlier];
-        if request.is_some() && e.call.request_id == request && e.final_view().is_none() {
+        // Or, with no copy committed, an op its origin lost (killed or
+        // wiped before the later one was invoked, with no final view given)
+        // whose id went to a new op when the origin came back: a replica
+        // that lost its disk gives again the ids of ops no peer received.
+        let lost_with_origin = e.origin_crashed
+            && !state.requests.contains_key(&id)
+            && state.slots[e.replica]
+                .kills
+                .iter()
+                .any(|&k| k >= e.invoked_at_us && k < at);
+        if (request.is_some() && e.call.request_id == request && e.final_view().is_none())
+            || lost_with_origin
+        {
             e.id = None;
             e.lost = true;
         } else {
