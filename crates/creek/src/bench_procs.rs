@@ -28,10 +28,25 @@ pub(crate) struct Servers {
     pub(crate) keep: bool,
 }
 
+/// A free loopback port, never one this process was given before: a port
+/// is released as soon as it is found, so the system may hand the same one
+/// out again to the next call (a metrics port that was also a replica's
+/// made a benchmark refuse its own configuration).
 pub(crate) fn free_addr() -> Result<SocketAddr, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("finding a free port: {e}"))
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..64 {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port: {e}"))?;
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !given.contains(&addr.port()) {
+            given.push(addr.port());
+            return Ok(addr);
+        }
+    }
+    Err("finding a free port: the system kept giving ports already in use here".into())
 }
 
 impl Servers {
