@@ -126,6 +126,8 @@ pub struct Metrics {
     pub peer_frames_dropped: Gauge,
     /// Peer bytes sent.
     pub peer_bytes_sent: Gauge,
+    /// Inbound peer connections refused (handshake, TLS, certificate).
+    pub peer_connections_refused: Gauge,
     /// The largest round trip to a peer measured anywhere in the group (µs).
     pub peer_rtt_us: Gauge,
     /// This replica's consensus election timeout now (ms; grows on slow links).
@@ -161,6 +163,7 @@ impl Metrics {
             durable_batches: Gauge::default(),
             peer_frames_dropped: Gauge::default(),
             peer_bytes_sent: Gauge::default(),
+            peer_connections_refused: Gauge::default(),
             peer_rtt_us: Gauge::default(),
             election_timeout_ms: Gauge::default(),
             view_buckets: Default::default(),
@@ -237,6 +240,11 @@ impl Metrics {
             "peer_bytes_sent",
             "Peer bytes sent",
             m.peer_bytes_sent.clone(),
+        );
+        registry.register(
+            "peer_connections_refused",
+            "Inbound peer connections refused (bad handshake, unknown peer, TLS or certificate)",
+            m.peer_connections_refused.clone(),
         );
         registry.register(
             "peer_rtt_us",

@@ -1219,6 +1219,8 @@ impl NodeLoop {
         m.peer_frames_dropped
             .set((t.dropped_full.load(Relaxed) + t.dropped_faults.load(Relaxed)) as i64);
         m.peer_bytes_sent.set(t.bytes_sent.load(Relaxed) as i64);
+        m.peer_connections_refused
+            .set(t.refused_connections.load(Relaxed) as i64);
         m.durable_batches
             .set(self.durability.batches.load(Relaxed) as i64);
         let timing = self.node.link_timing();

@@ -471,7 +471,7 @@ impl Inbound {
             tracing::warn!(
                 %remote,
                 "refused a peer connection: {why} ({unlogged} more refused since the last \
-                 such line; the count is in the transport's counters)"
+                 such line; all are counted in creek_peer_connections_refused)"
             );
         }
     }
