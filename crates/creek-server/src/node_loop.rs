@@ -487,13 +487,6 @@ impl NodeLoop {
             auth_next: 0,
         };
         this.rebuild_auth();
-        // The transport starts with the configured replicas; the group as
-        // stored may have changed since (members added and removed): connect
-        // to it, and accept its members, from the start, or a restarted
-        // replica refuses the members added after its configuration was
-        // written until the group next changes.
-        let group = this.group.clone();
-        this.on_group(group);
         this
     }
 

@@ -50,25 +50,34 @@ pub struct CreekService {
 }
 
 impl CreekService {
-    /// The caller, if this replica checks users: `UNAUTHENTICATED`
-    /// without a valid token, `PERMISSION_DENIED` without what `need`
-    /// asks.
+    /// The caller (see [`caller`]).
     fn caller<T>(
         &self,
         request: &tonic::Request<T>,
         need: &Need,
     ) -> Result<Option<Principal>, Status> {
-        let Some(auth) = &self.auth else {
-            return Ok(None);
-        };
-        let certs = request.peer_certs();
-        auth.authorize(
-            request.metadata(),
-            certs.as_deref().map(Vec::as_slice),
-            need,
-        )
-        .map(Some)
+        caller(self.auth.as_deref(), request, need)
     }
+}
+
+/// The caller of `request`, if this replica checks users (`auth`):
+/// `UNAUTHENTICATED` without a valid token or a client certificate naming
+/// a user, `PERMISSION_DENIED` without what `need` asks.
+fn caller<T>(
+    auth: Option<&crate::auth::Auth>,
+    request: &tonic::Request<T>,
+    need: &Need,
+) -> Result<Option<Principal>, Status> {
+    let Some(auth) = auth else {
+        return Ok(None);
+    };
+    let certs = request.peer_certs();
+    auth.authorize(
+        request.metadata(),
+        certs.as_deref().map(Vec::as_slice),
+        need,
+    )
+    .map(Some)
 }
 
 /// The procedures of `registry` clients may call, with their signatures.
@@ -580,16 +589,7 @@ impl AdminService {
     /// `UNAUTHENTICATED` or `PERMISSION_DENIED` unless the caller holds
     /// what `need` asks (nothing to check without `[auth]`).
     fn check<T>(&self, request: &tonic::Request<T>, need: &Need) -> Result<(), Status> {
-        let Some(auth) = &self.auth else {
-            return Ok(());
-        };
-        let certs = request.peer_certs();
-        auth.authorize(
-            request.metadata(),
-            certs.as_deref().map(Vec::as_slice),
-            need,
-        )
-        .map(drop)
+        caller(self.auth.as_deref(), request, need).map(drop)
     }
 
     async fn change_group(
