@@ -119,6 +119,11 @@ pub struct ProcCall {
     /// for a local read-only op, which is never broadcast. User procedures
     /// see it as `op_id()` and seed `rand()` with it.
     pub op: Option<(u64, u64)>,
+    /// The authenticated user who invoked it, set by the replica that
+    /// received the call when replicas check users (`None` otherwise). It
+    /// travels with the op, and every execution checks the user's rights
+    /// in the state at the op's place in the order ([`crate::auth`]).
+    pub user: Option<Arc<str>>,
 }
 
 impl ProcCall {
@@ -132,6 +137,7 @@ impl ProcCall {
             time_us: 0,
             strong: false,
             op: None,
+            user: None,
         }
     }
 }
@@ -332,11 +338,14 @@ pub fn execute_call(
     let Some(procedure) = registry.get(&call.name) else {
         return user_procs::execute(registry, snapshot, limits, call);
     };
-    let txn = Txn::new(snapshot, limits, procedure.read_only);
+    let mut txn = Txn::new(snapshot, limits, procedure.read_only);
     let violation = crate::builtins::defs::level_violation(call)
         .or_else(|| crate::builtins::auth::level_violation(call));
     if let Some(abort) = violation {
         return txn.finish(Err(abort));
+    }
+    if let Err(denied) = crate::auth::check_execution(registry, &mut txn, call, None) {
+        return txn.finish(Err(denied));
     }
     run_in_session(txn, call, procedure.read_only, |txn| {
         crate::builtins::defs::run(registry, txn, call)

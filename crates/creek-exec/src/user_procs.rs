@@ -376,6 +376,9 @@ pub(crate) fn execute(
     if let Some(ks) = user.strong_write().filter(|_| !call.strong) {
         return txn.finish(Err(Abort::new(level_message(&call.name, ks))));
     }
+    if let Err(denied) = crate::auth::check_execution(registry, &mut txn, call, Some(&user)) {
+        return txn.finish(Err(denied));
+    }
     let read_only = compiled.read_only;
     let ctx = exec_context(call);
     crate::registry::run_in_session(txn, call, read_only, |txn| {

@@ -669,7 +669,7 @@ impl NodeLoop {
         }
     }
 
-    fn invoke(&mut self, inv: Invocation) {
+    fn invoke(&mut self, mut inv: Invocation) {
         if let Some(why) = &self.failed {
             let _ = inv.reply.send(Reply::Failed(why.to_string()));
             return;
@@ -681,6 +681,9 @@ impl NodeLoop {
                 let _ = inv.reply.send(Reply::Denied(denied));
                 return;
             }
+            // The op names its user, so every execution checks the rights
+            // again at the op's place in the order.
+            inv.request.call.user = Some(Arc::from(who.user.as_str()));
         }
         let views = inv.request.views;
         let procedure = inv.request.call.name.clone();

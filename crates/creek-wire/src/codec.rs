@@ -50,11 +50,12 @@
 //! |----------------|------------------------------------------------------------|
 //! | id             | *id*                                                       |
 //! | timestamp      | `u64le`, the raw hybrid-logical-clock value                |
-//! | flags          | 1 byte: bit 0 strong, bit 1 causal context present, bit 2 request id present, bit 3 acknowledged seqs present (only with a request id); bits 4–7 must be 0, and bits 0 and 1 must be equal (a strong op, and only a strong op, carries a causal context) |
+//! | flags          | 1 byte: bit 0 strong, bit 1 causal context present, bit 2 request id present, bit 3 acknowledged seqs present (only with a request id), bit 4 user present; bits 5–7 must be 0, and bits 0 and 1 must be equal (a strong op, and only a strong op, carries a causal context) |
 //! | name           | `len` (≤ `proc_name_bytes_max`), then the procedure name, UTF-8 |
 //! | args           | `len` (≤ `args_bytes_max`), then the argument bytes        |
 //! | request id     | only if flags bit 2: `client: u64le`, `seq` (any value)    |
 //! | acknowledged   | only if flags bit 3: count, then that many `seq`s: the client's earlier requests whose session entries this op deletes |
+//! | user           | only if flags bit 4: `len` (≤ `proc_name_bytes_max`), then the name of the user who invoked it, UTF-8 (replicas that check users) |
 //! | causal context | only if flags bit 1: `count`, then `count` × *record*      |
 //!
 //! A *record* is `origin`, `counter`, `n` (the total of `n` over one
@@ -147,7 +148,8 @@ const FLAG_STRONG: u8 = 0x01;
 const FLAG_CONTEXT: u8 = 0x02;
 const FLAG_REQUEST_ID: u8 = 0x04;
 const FLAG_ACKED: u8 = 0x08;
-const FLAGS_KNOWN: u8 = FLAG_STRONG | FLAG_CONTEXT | FLAG_REQUEST_ID | FLAG_ACKED;
+const FLAG_USER: u8 = 0x10;
+const FLAGS_KNOWN: u8 = FLAG_STRONG | FLAG_CONTEXT | FLAG_REQUEST_ID | FLAG_ACKED | FLAG_USER;
 
 /// Fewest bytes an encoded op takes: origin, seq, timestamp, flags, name
 /// length, args length.
@@ -170,7 +172,8 @@ pub struct Limits {
     /// Most entries in one [`GossipMessage::Digest`], or ids in one
     /// [`GossipMessage::Pull`] or [`CabMessage::Forward`] (default 1 000 000).
     pub ids_per_message_max: usize,
-    /// Most bytes in one procedure name (default 256).
+    /// Most bytes in one procedure name, or in the name of the user an op
+    /// carries (default 256).
     pub proc_name_bytes_max: usize,
     /// Most bytes in one call's arguments (default 4 MiB).
     pub args_bytes_max: usize,
@@ -542,7 +545,8 @@ fn check(msg: &PeerMessage, limits: &Limits) -> Result<(), EncodeError> {
                         origin: op.id.origin,
                     });
                 }
-                over(Limit::ProcNameBytes, op.call.name.len())?;
+                let user = op.call.user.as_deref().map_or(0, str::len);
+                over(Limit::ProcNameBytes, op.call.name.len().max(user))?;
                 over(Limit::ArgsBytes, op.call.args.len())?;
                 if op.strong != op.causal_context.is_some() {
                     return Err(EncodeError::StrongContextMismatch {
@@ -751,6 +755,9 @@ fn write_op<S: Sink>(s: &mut S, op: &Op) {
     if !op.call.acked.is_empty() {
         flags |= FLAG_ACKED;
     }
+    if op.call.user.is_some() {
+        flags |= FLAG_USER;
+    }
     s.put_byte(flags);
     s.put_len(op.call.name.len());
     s.put_bytes(op.call.name.as_bytes());
@@ -765,6 +772,10 @@ fn write_op<S: Sink>(s: &mut S, op: &Op) {
         for &seq in &op.call.acked {
             s.put_varint(seq);
         }
+    }
+    if let Some(user) = &op.call.user {
+        s.put_len(user.len());
+        s.put_bytes(user.as_bytes());
     }
     if let Some(ctx) = &op.causal_context {
         write_dvv(s, ctx);
@@ -1211,13 +1222,7 @@ impl<'a> Reader<'a> {
                 offset: flags_offset,
             });
         }
-        let name_len = self.length(Some(Limit::ProcNameBytes), 1)?;
-        let name_offset = self.pos;
-        let name = std::str::from_utf8(self.slice(name_len)?)
-            .map_err(|_| DecodeError::InvalidUtf8 {
-                offset: name_offset,
-            })
-            .map(Arc::<str>::from)?;
+        let name = self.name()?;
         let args = self.bytes(Limit::ArgsBytes)?;
         let request_id = if flags & FLAG_REQUEST_ID != 0 {
             let client = self.u64le()?;
@@ -1234,6 +1239,11 @@ impl<'a> Reader<'a> {
         } else {
             Vec::new()
         };
+        let user = if flags & FLAG_USER != 0 {
+            Some(self.name()?)
+        } else {
+            None
+        };
         let causal_context = if strong { Some(self.dvv()?) } else { None };
         Ok(Op {
             id,
@@ -1246,10 +1256,21 @@ impl<'a> Reader<'a> {
                 time_us: timestamp.physical_us(),
                 strong,
                 op: Some((u64::from(id.origin.0), id.seq)),
+                user,
             },
             strong,
             causal_context,
         })
+    }
+
+    /// A procedure's or a user's name: `len` (≤ `proc_name_bytes_max`),
+    /// then UTF-8.
+    fn name(&mut self) -> Result<Arc<str>, DecodeError> {
+        let len = self.length(Some(Limit::ProcNameBytes), 1)?;
+        let offset = self.pos;
+        std::str::from_utf8(self.slice(len)?)
+            .map_err(|_| DecodeError::InvalidUtf8 { offset })
+            .map(Arc::<str>::from)
     }
 
     fn dvv(&mut self) -> Result<Dvv, DecodeError> {

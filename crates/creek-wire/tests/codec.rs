@@ -70,8 +70,9 @@ fn arb_call() -> impl Strategy<Value = ProcCall> {
             any::<u64>(),
             prop::collection::vec(any::<u64>(), 0..4),
         )),
+        prop::option::of("[a-z_][a-z0-9_]{0,12}"),
     )
-        .prop_map(|(name, args, rid)| ProcCall {
+        .prop_map(|(name, args, rid, user)| ProcCall {
             name: Arc::from(name.into_iter().collect::<String>()),
             args: Bytes::from(args),
             request_id: rid
@@ -81,6 +82,7 @@ fn arb_call() -> impl Strategy<Value = ProcCall> {
             time_us: 0,
             strong: false,
             op: None,
+            user: user.map(Arc::from),
         })
 }
 
@@ -254,7 +256,10 @@ fn usage(msg: &PeerMessage, limit: Limit) -> usize {
         (Limit::IdsPerMessage, PeerMessage::Hello(h)) => {
             h.founders.len().max(h.group.len()).max(h.voters.len())
         }
-        (Limit::ProcNameBytes, _) => max_of(&|op| op.call.name.len()),
+        (Limit::ProcNameBytes, _) => max_of(&|op| {
+            let user = op.call.user.as_deref().map_or(0, str::len);
+            op.call.name.len().max(user)
+        }),
         (Limit::ArgsBytes, _) => max_of(&|op| op.call.args.len()),
         (Limit::DvvExceptions, _) => {
             max_of(&|op| op.causal_context.as_ref().map_or(0, Dvv::exceptions))
@@ -419,6 +424,7 @@ fn op_example() -> Op {
             time_us: Timestamp(0x0102_0304_0506_0708).physical_us(),
             strong: true,
             op: Some((1, 5)),
+            user: None,
         },
         strong: true,
         causal_context: Some(
@@ -597,9 +603,9 @@ fn malformed_ops_are_rejected() {
         "op flags at byte 13: a weak op must not carry a causal context"
     );
     assert_eq!(
-        err(&op_frame_with_flags(0x17)),
+        err(&op_frame_with_flags(0x27)),
         DecodeError::UnknownFlags {
-            flags: 0x17,
+            flags: 0x27,
             offset: 13
         }
     );

@@ -25,8 +25,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::keyspace;
 use crate::registry::{ProcCall, Registry};
+use crate::txn::{Abort, Txn};
 use crate::user_procs::UserProc;
 use crate::value::{decode_args, Value};
 
@@ -313,6 +316,64 @@ pub fn need(registry: &Registry, call: &ProcCall, user: Option<&UserProc>) -> Ne
     }
 }
 
+/// The user `name` with the grants its roles have in the state `read`
+/// reads (no grants when the user or a record is missing or does not
+/// decode); [`ROOT_USER`] is the configured root user.
+pub fn principal_in(read: &mut dyn FnMut(&[u8]) -> Option<Bytes>, name: &str) -> Principal {
+    if name == ROOT_USER {
+        return Principal::root();
+    }
+    let key = |prefix: &[u8], name: &str| [prefix, name.as_bytes()].concat();
+    let roles = read(&key(USER_PREFIX, name))
+        .and_then(|raw| decode_names(&raw).ok())
+        .unwrap_or_default();
+    let grants = grants_of(&roles, |role| {
+        read(&key(ROLE_PREFIX, role))
+            .and_then(|raw| decode_grants(&raw).ok())
+            .unwrap_or_default()
+    });
+    Principal {
+        user: name.to_owned(),
+        grants: Arc::from(grants),
+    }
+}
+
+/// The grants of `roles`: a built-in role's, or what `defined` gives for
+/// a role defined in the state.
+fn grants_of(roles: &[String], mut defined: impl FnMut(&str) -> Vec<Grant>) -> Vec<Grant> {
+    let mut grants = Vec::new();
+    for role in roles {
+        match BUILTIN_ROLES.iter().find(|(n, _)| n == role) {
+            Some((_, right)) => grants.push(all(*right)),
+            None => grants.extend(defined(role)),
+        }
+    }
+    grants
+}
+
+/// The check every execution of an op makes: whether the user who invoked
+/// `call` (if replicas check users) holds what it needs in the state the
+/// execution reads, at the op's place in the order. The reads go through
+/// `txn`, so an execution is redone when a change of the user's records
+/// is ordered before it. `user` is the user procedure `call` names, if
+/// any. The abort's text starts with [`DENIED_PREFIX`].
+pub(crate) fn check_execution(
+    registry: &Registry,
+    txn: &mut Txn<'_>,
+    call: &ProcCall,
+    user: Option<&UserProc>,
+) -> Result<(), Abort> {
+    let Some(name) = call.user.as_deref() else {
+        return Ok(());
+    };
+    principal_in(&mut |k| txn.get(k), name)
+        .check(&need(registry, call, user))
+        .map_err(|denied| Abort::new(format!("{DENIED_PREFIX}{denied}")))
+}
+
+/// How the abort of an execution refused for want of a right begins.
+pub const DENIED_PREFIX: &str = "permission denied: ";
+
 /// The auth records a replica holds, compiled for lookups: built from the
 /// committed `\0auth/` records by [`Rules::from_records`].
 #[derive(Clone, Debug, Default)]
@@ -356,13 +417,7 @@ impl Rules {
             }
         }
         for (name, role_names) in users {
-            let mut grants = Vec::new();
-            for r in &role_names {
-                match BUILTIN_ROLES.iter().find(|(n, _)| n == r) {
-                    Some((_, right)) => grants.push(all(*right)),
-                    None => grants.extend(roles.get(r).into_iter().flatten().cloned()),
-                }
-            }
+            let grants = grants_of(&role_names, |r| roles.get(r).cloned().unwrap_or_default());
             rules.users.insert(name, Arc::from(grants));
         }
         rules

@@ -295,3 +295,52 @@ fn calls_need_what_they_do() {
         Need::Keyspace(Right::Admin, "accounts".into())
     );
 }
+
+#[test]
+fn every_execution_checks_its_user_in_the_state_it_reads() {
+    let mut h = Harness::new();
+    strong(
+        &mut h,
+        "auth.role_set",
+        &[b"teller", b"write:keyspace:default"],
+    )
+    .expect("ok");
+    strong(&mut h, "auth.user_add", &[b"alice", b"teller", ID, &HASH]).expect("ok");
+    let put = |user: &str| {
+        let args = encode_args(&[Value::from("k"), Value::from("v")]);
+        let mut call = ProcCall::new("kv.put", args);
+        call.user = Some(Arc::from(user));
+        call
+    };
+    // Alice may write, and the check's reads are in the read set, so the
+    // engine redoes the execution when a change to her records comes first.
+    let ok = h.exec(&put("alice"));
+    assert!(ok.outcome.is_ok(), "{:?}", ok.outcome);
+    let read: Vec<&[u8]> = ok.reads.iter().map(|(k, _)| k.as_ref()).collect();
+    assert!(read.contains(&&b"\0auth/user/alice"[..]));
+    assert!(read.contains(&&b"\0auth/role/teller"[..]));
+    // Her role narrowed: the next execution is refused and writes nothing.
+    strong(
+        &mut h,
+        "auth.role_set",
+        &[b"teller", b"read:keyspace:default"],
+    )
+    .expect("ok");
+    h.snap.0.remove(&b"k"[..]);
+    let denied = h.exec(&put("alice"));
+    assert_eq!(
+        denied.outcome,
+        Err(Abort::new(
+            "permission denied: user alice lacks write on keyspace default"
+        ))
+    );
+    assert!(denied.writes.is_empty() && !h.snap.0.contains_key(&b"k"[..]));
+    // A removed user has no rights; the root user has every right; a call
+    // without a user (replicas that do not check users) is not checked.
+    strong(&mut h, "auth.user_remove", &[b"alice"]).expect("ok");
+    assert!(h.exec(&put("alice")).outcome.is_err());
+    assert!(h.exec(&put(ROOT_USER)).outcome.is_ok());
+    let mut anyone = put("x");
+    anyone.user = None;
+    assert!(h.exec(&anyone).outcome.is_ok());
+}
