@@ -430,6 +430,10 @@ pub struct NodeLoop {
     /// The committed position after the last change the auth rules were
     /// built from (a jump is a rebuild from a checkpoint).
     auth_next: u64,
+    /// The committed `\0auth/` records the rules were compiled from, kept
+    /// up to date from the committed changes (read from the state only at
+    /// start and after a jump).
+    auth_records: BTreeMap<Bytes, Bytes>,
 }
 
 impl NodeLoop {
@@ -485,55 +489,78 @@ impl NodeLoop {
             journal: Default::default(),
             auth: config.auth,
             auth_next: 0,
+            auth_records: BTreeMap::new(),
         };
-        this.rebuild_auth();
+        this.reload_auth();
         this
     }
 
-    /// Compile the committed `\0auth/` records into the rules the service
-    /// checks (a walk of the committed keys: done at start, after a
-    /// rebuild from a checkpoint and when a committed op wrote a record).
-    fn rebuild_auth(&mut self) {
-        let Some(auth) = &self.auth else {
+    /// Read the committed `\0auth/` records from the state and compile
+    /// them (a walk of the committed keys: at start and after a rebuild
+    /// from a checkpoint).
+    fn reload_auth(&mut self) {
+        if self.auth.is_none() {
             return;
-        };
+        }
         use creek_exec::Engine as _;
-        let mut records = Vec::new();
+        let mut records = BTreeMap::new();
         self.node.replica().engine().committed_with_prefix(
             creek_exec::auth::AUTH_PREFIX,
             &mut |k, v| {
-                records.push((k.clone(), v.clone()));
+                records.insert(k.clone(), v.clone());
             },
         );
+        self.auth_records = records;
+        self.auth_next = self.node.replica().counters().finalized;
+        self.compile_auth();
+    }
+
+    /// Compile the records into the rules the service checks.
+    fn compile_auth(&self) {
+        let Some(auth) = &self.auth else {
+            return;
+        };
         let rules = creek_exec::auth::Rules::from_records(
-            records.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
+            self.auth_records
+                .iter()
+                .map(|(k, v)| (k.as_ref(), v.as_ref())),
         );
         for key in &rules.corrupt {
             tracing::error!(key, "an auth record does not decode: it grants nothing");
         }
         tracing::debug!(
-            records = records.len(),
-            "auth rules rebuilt from the committed records"
+            records = self.auth_records.len(),
+            "auth rules compiled from the committed records"
         );
         auth.set_rules(rules);
-        self.auth_next = self.node.replica().counters().finalized;
     }
 
-    /// Whether `changes` wrote an auth record or skipped positions.
-    fn auth_changed(&mut self, changes: &[creek_core::Change]) -> bool {
+    /// Follow the committed changes' writes to auth records; reload from
+    /// the state when positions were skipped (a rebuild from a checkpoint).
+    fn on_auth_changes(&mut self, changes: &[creek_core::Change]) {
         if self.auth.is_none() {
-            return false;
+            return;
         }
-        let mut changed = false;
+        let (mut jumped, mut wrote) = (false, false);
         for c in changes {
             let Some(p) = c.position else { continue };
-            changed |= p != self.auth_next
-                || c.writes
-                    .iter()
-                    .any(|(k, _)| k.starts_with(creek_exec::auth::AUTH_PREFIX));
+            jumped |= p != self.auth_next;
+            for (k, v) in &c.writes {
+                if k.starts_with(creek_exec::auth::AUTH_PREFIX) {
+                    wrote = true;
+                    match v {
+                        Some(v) => self.auth_records.insert(k.clone(), v.clone()),
+                        None => self.auth_records.remove(k),
+                    };
+                }
+            }
             self.auth_next = p + 1;
         }
-        changed || self.node.replica().counters().finalized != self.auth_next
+        if jumped || self.node.replica().counters().finalized != self.auth_next {
+            self.reload_auth();
+        } else if wrote {
+            self.compile_auth();
+        }
     }
 
     /// Run until `Shutdown` (`Ok` once everything is durable) or until the
@@ -657,9 +684,7 @@ impl NodeLoop {
     /// Hand the changes of this turn to the watchers and move them on.
     fn pump_watchers(&mut self) {
         let changes = self.node.take_changes();
-        if self.auth_changed(&changes) {
-            self.rebuild_auth();
-        }
+        self.on_auth_changes(&changes);
         let finalized = self.node.replica().counters().finalized;
         self.watch.on_changes(changes, finalized);
         self.watch.pump();

@@ -54,6 +54,80 @@ impl Verdict {
     }
 }
 
+/// Work out which ops the crashes took with them, from `requests` (the
+/// request each committed id carried), `committed_at` (when each id was
+/// seen committed) and `kills` (each slot's kill and wipe times, µs):
+/// mark `origin_crashed`, take the id from an op whose id went to another
+/// op (`lost`), and return the ids still naming two ops. `ops` are in
+/// the order of their invocation.
+fn settle_ids(
+    ops: &mut [OpRecord],
+    requests: &HashMap<OpId, ClientRequestId>,
+    committed_at: &HashMap<OpId, u64>,
+    kills: &[&[u64]],
+) -> Vec<String> {
+    // The origin crashed before the client learnt the op's fate: killed
+    // after the invocation, before the op was seen committed (a view that
+    // came before the kill may have come before the op was durable).
+    for r in ops.iter_mut().filter(|r| r.final_view().is_none()) {
+        let seen_committed =
+            r.id.and_then(|id| committed_at.get(&id).copied())
+                .unwrap_or(u64::MAX);
+        r.origin_crashed = kills[r.replica]
+            .iter()
+            .any(|&k| k >= r.invoked_at_us && k < seen_committed);
+    }
+    // An id given again after a crash: a replica hands out an id when it
+    // accepts an op, before the op is on its disk; killed then, it
+    // restarts from what its disk holds and gives that id to a new op. The
+    // committed order says which request each id carried: an op whose id
+    // committed with another request never took effect.
+    for r in ops.iter_mut() {
+        let (Some(id), Some(mine)) = (r.id, r.call.request_id) else {
+            continue;
+        };
+        if requests.get(&id).is_some_and(|c| *c != mine)
+            || (committed_at.contains_key(&id) && !requests.contains_key(&id))
+        {
+            r.id = None;
+            r.lost = true;
+        }
+    }
+    // The same id given again to a retry of the same request: the first
+    // copy is the one that was lost.
+    let mut ids_twice = Vec::new();
+    let mut last_with: HashMap<OpId, usize> = HashMap::new();
+    for i in 0..ops.len() {
+        let Some(id) = ops[i].id else { continue };
+        let Some(earlier) = last_with.insert(id, i) else {
+            continue;
+        };
+        let (client, request, at) = (ops[i].client, ops[i].call.request_id, ops[i].invoked_at_us);
+        let e = &mut ops[earlier];
+        // Or, with no copy committed, an op its origin lost (killed or
+        // wiped before the later one was invoked, with no final view given)
+        // whose id went to a new op when the origin came back: a replica
+        // that lost its disk gives again the ids of ops no peer received.
+        let lost_with_origin = e.origin_crashed
+            && !requests.contains_key(&id)
+            && kills[e.replica]
+                .iter()
+                .any(|&k| k >= e.invoked_at_us && k < at);
+        if (request.is_some() && e.call.request_id == request && e.final_view().is_none())
+            || lost_with_origin
+        {
+            e.id = None;
+            e.lost = true;
+        } else {
+            ids_twice.push(format!(
+                "op id {id} named two ops, of clients {} and {client}",
+                e.client
+            ));
+        }
+    }
+    ids_twice
+}
+
 fn check(name: &'static str, violations: Vec<String>, note: Option<String>) -> Check {
     Check {
         note,
@@ -85,67 +159,8 @@ pub(crate) fn judge(
     let mut ops = state.history.clone();
     ops.sort_by_key(|r| r.invoked_at_us);
 
-    // The origin crashed before the client learnt the op's fate: killed
-    // after the invocation, before the op was seen committed (a view that
-    // came before the kill may have come before the op was durable).
-    for r in ops.iter_mut().filter(|r| r.final_view().is_none()) {
-        let committed_at =
-            r.id.and_then(|id| state.committed_at.get(&id).copied())
-                .unwrap_or(u64::MAX);
-        r.origin_crashed = state.slots[r.replica]
-            .kills
-            .iter()
-            .any(|&k| k >= r.invoked_at_us && k < committed_at);
-    }
-    // An id given again after a crash: a replica hands out an id when it
-    // accepts an op, before the op is on its disk; killed then, it
-    // restarts from what its disk holds and gives that id to a new op. The
-    // committed order says which request each id carried: an op whose id
-    // committed with another request never took effect.
-    for r in ops.iter_mut() {
-        let (Some(id), Some(mine)) = (r.id, r.call.request_id) else {
-            continue;
-        };
-        if state.requests.get(&id).is_some_and(|c| *c != mine)
-            || (state.committed_at.contains_key(&id) && !state.requests.contains_key(&id))
-        {
-            r.id = None;
-            r.lost = true;
-        }
-    }
-    // The same id given again to a retry of the same request: the first
-    // copy is the one that was lost.
-    let mut ids_twice = Vec::new();
-    let mut last_with: HashMap<OpId, usize> = HashMap::new();
-    for i in 0..ops.len() {
-        let Some(id) = ops[i].id else { continue };
-        let Some(earlier) = last_with.insert(id, i) else {
-            continue;
-        };
-        let (client, request, at) = (ops[i].client, ops[i].call.request_id, ops[i].invoked_at_us);
-        let e = &mut ops[earlier];
-        // Or, with no copy committed, an op its origin lost (killed or
-        // wiped before the later one was invoked, with no final view given)
-        // whose id went to a new op when the origin came back: a replica
-        // that lost its disk gives again the ids of ops no peer received.
-        let lost_with_origin = e.origin_crashed
-            && !state.requests.contains_key(&id)
-            && state.slots[e.replica]
-                .kills
-                .iter()
-                .any(|&k| k >= e.invoked_at_us && k < at);
-        if (request.is_some() && e.call.request_id == request && e.final_view().is_none())
-            || lost_with_origin
-        {
-            e.id = None;
-            e.lost = true;
-        } else {
-            ids_twice.push(format!(
-                "op id {id} named two ops, of clients {} and {client}",
-                e.client
-            ));
-        }
-    }
+    let kills: Vec<&[u64]> = state.slots.iter().map(|s| &s.kills[..]).collect();
+    let ids_twice = settle_ids(&mut ops, &state.requests, &state.committed_at, &kills);
     let committed: BTreeSet<OpId> = canonical.iter().copied().collect();
     let history = History { ops };
 
@@ -362,4 +377,99 @@ fn waited(
         .filter(|r| r.strong == strong)
         .filter_map(|r| Some(view(r)?.at_us.saturating_sub(r.invoked_at_us)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use creek_core::{ReplicaId, ViewKind};
+
+    use super::*;
+
+    const CLIENT_A: u32 = 1;
+    const CLIENT_B: u32 = 2;
+
+    fn id(seq: u64) -> OpId {
+        OpId::new(ReplicaId(1), seq)
+    }
+
+    fn op(client: u32, seq: u64, at: u64, request: u64) -> OpRecord {
+        let mut call = ProcCall::new("kv.put", Bytes::new());
+        call.request_id = Some(ClientRequestId {
+            client: u64::from(client),
+            seq: request,
+        });
+        OpRecord {
+            client,
+            replica: 0,
+            id: Some(id(seq)),
+            call,
+            strong: false,
+            wants_final: true,
+            invoked_at_us: at,
+            views: Vec::new(),
+            origin_crashed: false,
+            origin_left: false,
+            lost: false,
+        }
+    }
+
+    fn settled(ops: &mut [OpRecord], committed: &[(u64, OpRecord)], kills: &[u64]) -> Vec<String> {
+        let requests = committed
+            .iter()
+            .map(|(seq, r)| (id(*seq), r.call.request_id.expect("a request")))
+            .collect();
+        let committed_at = committed
+            .iter()
+            .map(|(seq, _)| (id(*seq), 1_000_000))
+            .collect();
+        settle_ids(ops, &requests, &committed_at, &[kills])
+    }
+
+    #[test]
+    fn an_id_its_origin_gave_again_after_losing_the_op_is_not_a_violation() {
+        // Client A's op r1.5 had no final view when its origin was wiped at
+        // 150; back, the origin gave r1.5 to client B's op, which committed.
+        let b = op(CLIENT_B, 5, 200, 1);
+        let mut ops = vec![op(CLIENT_A, 5, 100, 1), b.clone()];
+        assert!(settled(&mut ops, &[(5, b.clone())], &[150]).is_empty());
+        assert!(ops[0].lost && ops[0].id.is_none() && ops[0].origin_crashed);
+        assert_eq!(ops[1].id, Some(id(5)));
+        // Nothing committed under the id: the first op went with the crash.
+        let mut ops = vec![op(CLIENT_A, 5, 100, 1), op(CLIENT_B, 5, 200, 1)];
+        assert!(settled(&mut ops, &[], &[150]).is_empty());
+        assert!(ops[0].lost && !ops[1].lost);
+    }
+
+    #[test]
+    fn an_id_naming_two_ops_without_a_crash_between_is_a_violation() {
+        // No kill between the two invocations.
+        let mut ops = vec![op(CLIENT_A, 5, 100, 1), op(CLIENT_B, 5, 200, 1)];
+        assert_eq!(
+            settled(&mut ops, &[], &[250]),
+            vec!["op id r1.5 named two ops, of clients 1 and 2".to_owned()]
+        );
+        // A kill between, but the first op had its final view: it was not lost.
+        let mut ops = vec![op(CLIENT_A, 5, 100, 1), op(CLIENT_B, 5, 200, 1)];
+        ops[0].views.push(SeenView {
+            at_us: 120,
+            kind: ViewKind::Stable,
+            outcome: Ok(Bytes::new()),
+        });
+        assert_eq!(settled(&mut ops, &[], &[150]).len(), 1);
+    }
+
+    #[test]
+    fn a_retry_given_the_same_id_leaves_the_first_copy_lost() {
+        let mut ops = vec![op(CLIENT_A, 5, 100, 7), op(CLIENT_A, 5, 200, 7)];
+        assert!(settled(&mut ops, &[], &[]).is_empty());
+        assert!(ops[0].lost && !ops[1].lost);
+    }
+
+    #[test]
+    fn an_op_whose_id_committed_with_another_request_never_took_effect() {
+        let other = op(CLIENT_B, 5, 50, 3);
+        let mut ops = vec![op(CLIENT_A, 5, 100, 1)];
+        assert!(settled(&mut ops, &[(5, other)], &[]).is_empty());
+        assert!(ops[0].lost && ops[0].id.is_none());
+    }
 }
