@@ -1,0 +1,163 @@
+//! What the node loop is sent, and what it answers.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+use creek_core::{Addrs, ExecKey, Group, InvokeError, OpId, ReplicaId, Request, View};
+use creek_exec::ClientRequestId;
+use creek_node::GroupError;
+use tokio::sync::{mpsc, oneshot};
+
+/// What the node loop reacts to.
+pub enum Event {
+    /// A client invocation.
+    Invoke(Invocation),
+    /// A frame from a peer.
+    Frame {
+        /// The sender.
+        from: creek_core::ReplicaId,
+        /// The frame, as received.
+        frame: Bytes,
+    },
+    /// The persister failed (the message is in [`Durability`]).
+    DiskFailure,
+    /// A write consensus waits for is durable (the persister's callback
+    /// released the frames it held itself; the loop tells consensus, so a
+    /// leader counts its own write toward a commit).
+    Durable,
+    /// The protocol clock.
+    Tick,
+    /// A status request.
+    Status(oneshot::Sender<StatusSnapshot>),
+    /// The console's strip: recent ops and the ends of the two lists.
+    Strip(oneshot::Sender<crate::console::journal::Strip>),
+    /// The user procedures of the replica's latest state, for the
+    /// `Procedures` call.
+    UserProcedures(oneshot::Sender<Vec<creek_proto::pb::ProcedureInfo>>),
+    /// The committed state and the committed length it reflects.
+    Dump(oneshot::Sender<(u64, Vec<(Bytes, Bytes)>)>),
+    /// Part of the committed order, from a position on.
+    Committed {
+        /// The first position wanted.
+        from: u64,
+        /// Most ids returned.
+        max: usize,
+        /// The answer.
+        reply: oneshot::Sender<CommittedPart>,
+    },
+    /// A checkpoint of the committed state now, with the cluster's id
+    /// (`None` when the replica is not at a clean point: ask again).
+    Checkpoint(oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>),
+    /// Change the replica group (leader only): answered once the change is
+    /// applied here, or refused.
+    ChangeGroup {
+        /// The change.
+        change: creek_cab::MemberChange,
+        /// A new replica's addresses.
+        addrs: Option<Addrs>,
+        /// The group after the change, or why not.
+        reply: oneshot::Sender<Result<StatusSnapshot, GroupRefusal>>,
+    },
+    /// A new watcher of changes (`Creek.Watch`): accepted, or why not.
+    Watch(
+        crate::watch::WatchRequest,
+        oneshot::Sender<Result<(), tonic::Status>>,
+    ),
+    /// Stop after making everything durable.
+    Shutdown,
+}
+
+/// One client invocation and where its replies go.
+pub struct Invocation {
+    /// The op.
+    pub request: Request,
+    /// Replies, in order.
+    pub reply: mpsc::UnboundedSender<Reply>,
+    /// When the server received it.
+    pub received: Instant,
+    /// Who sent it, when the replica checks users (`[auth] enabled`): the
+    /// node loop refuses the op unless the user holds the rights it needs.
+    pub principal: Option<creek_exec::auth::Principal>,
+}
+
+/// What a client stream receives from the node loop.
+#[derive(Debug)]
+pub enum Reply {
+    /// The op was accepted under this handle; views follow. Always the
+    /// first reply of an accepted op.
+    Accepted(ExecKey),
+    /// The op was refused; nothing was applied.
+    Rejected(InvokeError),
+    /// The user lacks a right the op needs; nothing was applied.
+    Denied(creek_exec::auth::Denied),
+    /// A view.
+    View(View),
+    /// The replica cannot finish the op (disk failure, shutdown). Whether it
+    /// was applied is unknown; a retry with the same request id is safe.
+    Failed(String),
+}
+
+/// Part of a replica's committed order, with where the replica stands.
+#[derive(Debug)]
+pub struct CommittedPart {
+    /// The position of `ids[0]`.
+    pub start: u64,
+    /// Committed ids from `start` on, with the client request id each op
+    /// carried.
+    pub ids: Vec<(OpId, Option<ClientRequestId>)>,
+    /// Length of the committed order.
+    pub committed: u64,
+    /// Committed ops with their final execution.
+    pub finalized: u64,
+    /// Ops known and not yet committed.
+    pub pending: u64,
+    /// Nothing pending, waiting or unfinalized.
+    pub quiet: bool,
+    /// "member", "joining", "lost" or "removed".
+    pub standing: &'static str,
+}
+
+/// Why a group change was not made (nothing changed).
+#[derive(Clone, Debug)]
+pub struct GroupRefusal {
+    /// What went wrong.
+    pub error: GroupError,
+    /// The leader to ask instead, if this replica is not it: its id and
+    /// client address.
+    pub leader: Option<(u16, String)>,
+}
+
+/// A replica's state, for `Status` and the status table.
+#[derive(Clone, Debug, Default)]
+pub struct StatusSnapshot {
+    /// `leader`, `follower`, `candidate` or `pre-candidate`.
+    pub role: &'static str,
+    /// The known leader (0 if none).
+    pub leader: u16,
+    /// Consensus term.
+    pub term: u64,
+    /// Length of the committed list.
+    pub committed: u64,
+    /// Length of the tentative list.
+    pub tentative: u64,
+    /// Counters by name.
+    pub counters: BTreeMap<String, u64>,
+    /// Why the replica is joining or lost (empty for a member).
+    pub standing_detail: String,
+    /// Peers that said they lost their data.
+    pub lost_peers: Vec<u16>,
+    /// The cluster's id (see `creek_node::Identity::cluster_id`).
+    pub cluster_id: u64,
+    /// A majority lost its data.
+    pub quorum_lost: bool,
+    /// Entries held in the consensus log (`Node::raft_log_entries`).
+    pub raft_log_entries: u64,
+    /// The replica group as applied here.
+    pub group: Group,
+    /// The highest replica id the group ever had (`Node::max_id`).
+    pub max_id: u16,
+    /// How to reach each member (and initial replica): the configuration's
+    /// addresses, then those of members added since.
+    pub addrs: BTreeMap<ReplicaId, Addrs>,
+}

@@ -1,0 +1,290 @@
+//! What the node loop tells about itself: the status snapshot, the
+//! committed order in parts, the gauges, and the log lines for membership,
+//! consensus timing and a commit path that stands still.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::{CommittedPart, NodeLoop, StatusSnapshot, STALL_AFTER};
+
+impl NodeLoop {
+    pub(super) fn status(&self) -> StatusSnapshot {
+        let r = self.node.replica();
+        let cab = self.node.cab();
+        let c = r.counters();
+        let e = r.exec_counters();
+        let g = self.node.gossip_stats();
+        let s = self.node.cab_stats();
+        let mut counters = BTreeMap::new();
+        let mut put = |k: &str, v: u64| {
+            counters.insert(k.to_owned(), v);
+        };
+        put("invoked_weak", c.invoked_weak);
+        put("invoked_strong", c.invoked_strong);
+        put("local_reads", c.local_reads);
+        put("rb_delivered", c.rb_delivered);
+        put("cab_delivered", c.cab_delivered);
+        put("stabilizer_noops", c.stabilizer_noops);
+        put("views", c.views);
+        put("finalized", c.finalized);
+        put("watchers", self.watch.watchers() as u64);
+        put("watch_oldest_position", self.watch.bounds().0);
+        put("accuracy_checked", c.accuracy_checked);
+        put("accuracy_hits", c.accuracy_hits);
+        put("executions", e.executions);
+        put("reexecutions", e.reexecutions);
+        put("exec_ops", e.ops);
+        put("gossip_ops_sent", g.ops_sent);
+        put("gossip_payloads_held", g.payloads_held as u64);
+        put("gossip_backlog", (g.buffered + g.pushes_queued) as u64);
+        put("cab_entries_proposed", s.entries_proposed);
+        put("cab_ids_decided", s.ids_decided);
+        put("decided_waiting", r.decided_waiting() as u64);
+        put("durable_seq", self.durability.durable());
+        put("submitted_seq", self.node.written());
+        put("refused_frames", self.node.refused_frames());
+        put(
+            "peer_bytes_sent",
+            self.transport
+                .stats()
+                .bytes_sent
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let timing = self.node.link_timing();
+        put("peer_rtt_us", timing.group_rtt_us);
+        put("election_timeout_ms", timing.election_timeout_us / 1000);
+        put("failed", u64::from(self.failed.is_some()));
+        put("refused_non_members", self.node.refused_non_members());
+        put("payloads_retained", self.node.retained_payloads() as u64);
+        let t = self.node.transfer_stats();
+        put("snapshots_installed", t.installed);
+        put("snapshot_bytes_received", t.bytes_received);
+        put("snapshot_bytes_served", t.bytes_served);
+        put("snapshot_restarts", t.restarts);
+        let sessions = r.session_stats();
+        put("session_entries", sessions.entries);
+        put("session_expired_clients", sessions.clients);
+        put("session_expiry_ops", sessions.expiry_ops);
+        put("session_entries_expired", sessions.expiry_listed);
+        put("exec_versions_alive", e.versions_alive);
+        let fetch = self.node.fetch_status();
+        put("snapshot_fetch_received", fetch.map_or(0, |f| f.received));
+        put("snapshot_fetch_total", fetch.map_or(0, |f| f.total));
+        let (role, standing_detail) = match self.node.standing() {
+            creek_node::Standing::Member => (cab.role(), String::new()),
+            creek_node::Standing::Joining { waiting_for } => (
+                "joining",
+                format!("waiting for replicas {waiting_for:?} to start for the first time"),
+            ),
+            creek_node::Standing::Lost { why } => match fetch {
+                Some(f) => (
+                    "lost",
+                    format!(
+                        "{why}; rebuilding: {} of {} bytes of a checkpoint from replica {}",
+                        f.received, f.total, f.from
+                    ),
+                ),
+                None => ("lost", why),
+            },
+            creek_node::Standing::Removed => (
+                "removed",
+                "removed from the cluster by a membership change".to_owned(),
+            ),
+        };
+        StatusSnapshot {
+            role,
+            leader: cab.leader().map_or(0, |l| l.0),
+            term: cab.term(),
+            committed: r.committed_len(),
+            tentative: r.tentative_len() as u64,
+            counters,
+            standing_detail,
+            lost_peers: self.node.lost_peers().iter().map(|r| r.0).collect(),
+            cluster_id: self.node.identity().cluster_id(),
+            quorum_lost: self.node.quorum_lost(),
+            raft_log_entries: self.node.raft_log_entries(),
+            group: self.group.clone(),
+            max_id: self.node.max_id(),
+            addrs: self.addrs(),
+        }
+    }
+
+    pub(super) fn committed_part(&self, from: u64, max: usize) -> CommittedPart {
+        let r = self.node.replica();
+        let list = r.committed();
+        let committed = r.committed_len();
+        let base = committed - list.len() as u64;
+        let start = from.clamp(base, committed);
+        let skip = usize::try_from(start - base).unwrap_or(list.len());
+        let finalized = r.counters().finalized;
+        let pending = r.tentative_len() as u64;
+        CommittedPart {
+            start,
+            ids: list
+                .iter()
+                .zip(r.committed_requests())
+                .skip(skip)
+                .take(max)
+                .map(|(id, request)| (*id, *request))
+                .collect(),
+            committed,
+            finalized,
+            pending,
+            quiet: pending == 0
+                && r.decided_waiting() == 0
+                && self.node.cab().decided_waiting() == 0
+                && finalized == committed,
+            standing: match self.node.standing() {
+                creek_node::Standing::Member => "member",
+                creek_node::Standing::Joining { .. } => "joining",
+                creek_node::Standing::Lost { .. } => "lost",
+                creek_node::Standing::Removed => "removed",
+            },
+        }
+    }
+
+    pub(super) fn refresh_gauges(&self) {
+        let m = &self.metrics;
+        let r = self.node.replica();
+        let c = r.counters();
+        let e = r.exec_counters();
+        if c.accuracy_checked > 0 {
+            m.accuracy
+                .set(c.accuracy_hits as f64 / c.accuracy_checked as f64);
+        }
+        if e.ops > 0 {
+            m.execution_ratio.set(e.executions as f64 / e.ops as f64);
+        }
+        m.reexecutions.set(e.reexecutions as i64);
+        let cab = self.node.cab();
+        m.consensus_role.set(if cab.is_leader() {
+            2
+        } else if cab.leader().is_some() {
+            1
+        } else {
+            0
+        });
+        m.consensus_term.set(cab.term() as i64);
+        m.committed.set(r.committed_len() as i64);
+        m.tentative.set(r.tentative_len() as i64);
+        let g = self.node.gossip_stats();
+        m.gossip_backlog.set((g.buffered + g.pushes_queued) as i64);
+        m.gossip_payloads_held.set(g.payloads_held as i64);
+        m.decided_waiting.set(r.decided_waiting() as i64);
+        let t = self.transport.stats();
+        use std::sync::atomic::Ordering::Relaxed;
+        m.peer_frames_dropped
+            .set((t.dropped_full.load(Relaxed) + t.dropped_faults.load(Relaxed)) as i64);
+        m.peer_bytes_sent.set(t.bytes_sent.load(Relaxed) as i64);
+        m.peer_connections_refused
+            .set(t.refused_connections.load(Relaxed) as i64);
+        m.durable_batches
+            .set(self.durability.batches.load(Relaxed) as i64);
+        let timing = self.node.link_timing();
+        m.peer_rtt_us.set(timing.group_rtt_us as i64);
+        m.election_timeout_ms
+            .set((timing.election_timeout_us / 1000) as i64);
+    }
+
+    /// Log what the node learnt about its place in the cluster. A replica
+    /// that lost its data says so as a warning and rebuilds itself from a
+    /// member's checkpoint.
+    pub(super) fn log_membership(&mut self) {
+        use creek_node::membership::Event as M;
+        for event in self.node.take_membership_events() {
+            match event {
+                M::Joined(cluster) => {
+                    tracing::info!(cluster = %format!("{cluster:016x}"), "member of the cluster");
+                }
+                M::Lost(why) => tracing::warn!(
+                    error = %why,
+                    "this replica lost its data directory: it takes no part in the cluster \
+                     until it is rebuilt from a member's checkpoint"
+                ),
+                M::Rebuilt(cluster) => tracing::info!(
+                    cluster = %format!("{cluster:016x}"),
+                    "rebuilt from a member's checkpoint: a member of the cluster again"
+                ),
+                M::RejoinedDespiteLoss(why) => tracing::warn!(
+                    error = %why,
+                    "this replica lost its data directory and rejoins anyway (a planted bug) \
+                     (acknowledged ops may be lost)"
+                ),
+                M::Joining(why) => tracing::info!(
+                    detail = %why,
+                    "joining a running cluster as a new replica"
+                ),
+                M::Admitted(cluster) => tracing::info!(
+                    cluster = %format!("{cluster:016x}"),
+                    "installed a member's checkpoint: a member of the cluster"
+                ),
+                M::Removed => tracing::warn!(
+                    "this replica was removed from its cluster: it no longer votes, serves or \
+                     gossips; stop it"
+                ),
+                M::Foreign(peer, why) => tracing::error!(
+                    %peer,
+                    error = %why,
+                    "a peer belongs to another cluster: its messages are refused"
+                ),
+            }
+        }
+    }
+
+    /// Say when the links force consensus timing away from the
+    /// configuration (a warning, once) and when they let it come back;
+    /// adjustments in between are debug lines (the gauges show them).
+    pub(super) fn log_timing_change(&mut self) {
+        let t = self.node.link_timing();
+        if t.scale == self.timing_scale {
+            return;
+        }
+        let configured_ms = t.election_timeout_us / t.scale / 1000;
+        if self.timing_scale == 1 {
+            tracing::warn!(
+                round_trip_ms = t.group_rtt_us / 1000,
+                configured_election_timeout_ms = configured_ms,
+                election_timeout_ms = t.election_timeout_us / 1000,
+                heartbeat_ms = t.heartbeat_us / 1000,
+                "peer links are too slow for the configured consensus timing (an election \
+                 needs {} round trips); election timeout and heartbeat stretched ×{}; \
+                 set tick_ms ≥ {} to make this the configured timing",
+                creek_node::timing::ELECTION_RTTS,
+                t.scale,
+                t.scale * t.tick_us / 1000,
+            );
+        } else if t.scale == 1 {
+            tracing::info!(
+                round_trip_ms = t.group_rtt_us / 1000,
+                election_timeout_ms = t.election_timeout_us / 1000,
+                "peer links are fast again: consensus timing back to the configured one"
+            );
+        } else {
+            tracing::debug!(
+                round_trip_ms = t.group_rtt_us / 1000,
+                election_timeout_ms = t.election_timeout_us / 1000,
+                "consensus timing stretched ×{}",
+                t.scale
+            );
+        }
+        self.timing_scale = t.scale;
+    }
+
+    /// Ops wait to commit and the committed order has not grown for
+    /// [`STALL_AFTER`]: say what the commit path waits for, once per
+    /// stall period (a partition or a lost quorum shows here too).
+    pub(super) fn watch_commit_stall(&mut self) {
+        let r = self.node.replica();
+        let (len, since) = self.commit_progress;
+        if r.committed_len() != len || r.tentative_len() == 0 {
+            self.commit_progress = (r.committed_len(), Instant::now());
+        } else if since.elapsed() >= STALL_AFTER {
+            tracing::warn!(
+                stalled_s = since.elapsed().as_secs(),
+                report = %self.node.stall_report(),
+                "ops wait to commit and the committed order has not grown"
+            );
+            self.commit_progress = (len, Instant::now());
+        }
+    }
+}
