@@ -97,11 +97,17 @@ async fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext_ones() {
         .await
         .expect("weak put over TLS");
     assert_eq!(result(&v), Ok(Value::Nil));
-    // A strong op needs the peer links (mutual TLS) to order it.
+    // A strong op needs the peer links (mutual TLS) to order it; once it
+    // answered, a strong read at another replica sees it (a weak write
+    // need not have reached the other replica yet).
+    let v = call(&mut c1, req("kv.put", &[b("k"), b("v2")], STRONG), T)
+        .await
+        .expect("strong put over TLS");
+    assert_eq!(v, vec![Got::Final(Ok(Value::Nil))]);
     let v = call(&mut c2, req("kv.get", &[b("k")], STRONG), T)
         .await
         .expect("strong get over TLS");
-    assert_eq!(v, vec![Got::Final(Ok(b("v1")))]);
+    assert_eq!(v, vec![Got::Final(Ok(b("v2")))]);
 
     // Plaintext to a TLS port: no answer.
     let plain = format!("http://{}", cluster.clients[0]);
