@@ -44,21 +44,20 @@ fn client_tls(certs: &std::path::Path, name: &str) -> tonic::transport::ClientTl
         ))
 }
 
-fn addrs(c: &Cluster) -> String {
-    c.clients
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// `creek ARGS` against the cluster with `token` (and, if the cluster has
 /// certificates, the client `root`'s): (success, stdout, stderr).
 fn creek(c: &Cluster, token: &Token, args: &[&str]) -> (bool, String, String) {
+    let all: Vec<usize> = (0..c.len()).collect();
+    creek_at(c, &all, token, args)
+}
+
+/// [`creek`] against replicas `which` only.
+fn creek_at(c: &Cluster, which: &[usize], token: &Token, args: &[&str]) -> (bool, String, String) {
+    let endpoints: Vec<String> = which.iter().map(|&i| c.clients[i].to_string()).collect();
     let mut command = Command::new(env!("CARGO_BIN_EXE_creek"));
     command
         .args(args)
-        .env("CREEK_ENDPOINTS", addrs(c))
+        .env("CREEK_ENDPOINTS", endpoints.join(","))
         .env("CREEK_TOKEN", token.to_string());
     let certs = c.dir.join("certs");
     if certs.exists() {
@@ -236,6 +235,89 @@ async fn tokens_authenticate_and_roles_limit_what_users_do() {
         ok && out.lines().collect::<Vec<_>>() == ["admin", "readwrite", "readonly"],
         "{out}{err}"
     );
+}
+
+/// A right is checked again where the op is ordered, not only where it is
+/// accepted: a replica cut off from the others accepts the ops of a user
+/// the others have removed meanwhile, and once healed those ops are
+/// refused when they execute after the removal, on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_op_accepted_before_its_user_was_removed_is_refused_in_the_order() {
+    let (mut c, root) = auth_cluster().await;
+    c.token = Some(root.to_string());
+    let cut = (c.wait_for_leader(T).await + 1) % 3;
+    let rest: Vec<usize> = (0..3).filter(|&i| i != cut).collect();
+    let alice = add_user(&c, &root, "alice", "readwrite");
+    let a = client(&c, &[cut], Some(&alice)).await;
+    known_soon(&a).await;
+    let root_at_cut = client(&c, &[cut], Some(&root)).await;
+    let weak_get = |key: &'static str| {
+        let cl = &root_at_cut;
+        async move {
+            let op = cl
+                .invoke_weak("kv.get", vec![b(key)])
+                .await
+                .expect("weak get");
+            op.final_view().await.expect("its view").outcome
+        }
+    };
+
+    c.isolate(cut, true).await;
+    let (ok, _, err) = creek_at(&c, &rest, &root, &["user", "remove", "alice"]);
+    assert!(ok, "creek user remove through the majority: {err}");
+    // Replica `cut` has not applied the removal: it takes alice's ops and
+    // executes them tentatively.
+    let weak = a
+        .invoke_weak("kv.put", vec![b("w"), b("alice")])
+        .await
+        .expect("a weak put is accepted in the minority");
+    assert_eq!(
+        weak.final_view().await.expect("view").outcome,
+        Ok(Value::Nil)
+    );
+    assert_eq!(weak_get("w").await, Ok(b("alice")));
+    let both = a
+        .invoke(
+            "kv.put",
+            vec![b("s"), b("alice")],
+            creek_client::Levels::Both,
+        )
+        .await
+        .expect("a strong put is accepted in the minority");
+    assert_eq!(
+        both.preliminary().await.expect("view").outcome,
+        Ok(Value::Nil)
+    );
+
+    // Healed, both ops are ordered after the removal and refused there.
+    c.isolate(cut, false).await;
+    let last = tokio::time::timeout(T, both.final_view())
+        .await
+        .expect("a final view once healed")
+        .expect("its view");
+    assert_eq!(
+        last.outcome,
+        Err("permission denied: user alice lacks write on keyspace default".into())
+    );
+    let deadline = Instant::now() + T;
+    while weak_get("w").await != Ok(Value::Nil) {
+        assert!(
+            Instant::now() < deadline,
+            "alice's weak put still holds in the minority's tentative state"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in 0..c.len() {
+        let at = client(&c, &[i], Some(&root)).await;
+        for key in ["w", "s"] {
+            assert_eq!(
+                strong(&at, "kv.get", vec![b(key)]).await,
+                Ok(Ok(Value::Nil)),
+                "replica {} holds {key}",
+                i + 1
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,6 +65,9 @@ pub struct Cluster {
     pub peers: Vec<SocketAddr>,
     /// How the test's clients reach a TLS cluster (`None`: plaintext).
     pub tls: Option<tonic::transport::ClientTlsConfig>,
+    /// The bearer token the cluster's own admin calls (faults) send, for a
+    /// cluster that checks users.
+    pub token: Option<String>,
     procs: Vec<Option<Child>>,
 }
 
@@ -117,6 +120,7 @@ impl Cluster {
             clients,
             peers,
             tls: None,
+            token: None,
             procs: (0..n).map(|_| None).collect(),
         };
         for i in 0..n {
@@ -322,10 +326,12 @@ impl Cluster {
                 })
             })
             .collect();
-        admin
-            .set_faults(pb::SetFaultsRequest { links })
-            .await
-            .expect("set faults");
+        let mut request = tonic::Request::new(pb::SetFaultsRequest { links });
+        if let Some(token) = &self.token {
+            let bearer = format!("Bearer {token}").parse().expect("ascii token");
+            request.metadata_mut().insert("authorization", bearer);
+        }
+        admin.set_faults(request).await.expect("set faults");
     }
 }
 
