@@ -387,6 +387,12 @@ impl<S: CabStorage> Cab<S> {
             return;
         }
         match msg {
+            // Forwards come from the other members only: an id a non-member
+            // (or a frame claiming to be this replica) forwards is not
+            // proposed, so no peer outside the group can make CAB order an
+            // id, a weak op's included.
+            CabMessage::Forward { .. } if from == self.config.me || !self.group.contains(&from) => {
+            }
             CabMessage::Forward { ids } => {
                 if self.is_leader() {
                     for id in ids {
