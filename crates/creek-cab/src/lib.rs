@@ -1427,6 +1427,30 @@ mod tests {
         CabMessage::Raft(Bytes::from(m.write_to_bytes().expect("encodes")))
     }
 
+    /// Forwards are taken from the other members only: a frame that claims
+    /// a replica outside the group, or this replica itself, cannot make the
+    /// leader order an id.
+    #[test]
+    fn a_leader_proposes_forwarded_ids_only_from_other_members() {
+        let me = ReplicaId(1);
+        let config = CabConfig::for_group(me, &[me]);
+        let mut cab = Cab::new(config, MemCabStorage::new(vec![raft_id(me)]), 0).expect("valid");
+        cab.campaign();
+        cab.poll(&|_| true);
+        assert!(cab.is_leader());
+        let last = |cab: &Cab<MemCabStorage>| cab.store().last_index().expect("reads");
+        let before = last(&cab);
+        let id = OpId::new(ReplicaId(2), 7);
+        for from in [ReplicaId(9), me] {
+            cab.on_message(from, CabMessage::Forward { ids: vec![id] }, &|_| true);
+            cab.poll(&|_| true);
+        }
+        assert_eq!(last(&cab), before, "a forward from outside was proposed");
+        cab.cast(id);
+        cab.poll(&|_| true);
+        assert_eq!(last(&cab), before + 1, "its own cast is proposed");
+    }
+
     /// A snapshot is held while the caller fetches a checkpoint for it, and
     /// installed only if the library still takes it: a newer term began
     /// meanwhile, so it is refused and the log stays as it was (the caller
