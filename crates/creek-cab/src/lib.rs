@@ -386,13 +386,16 @@ impl<S: CabStorage> Cab<S> {
         if self.failed.is_some() {
             return;
         }
+        // Every CAB message comes from another member of the applied
+        // configuration: from anyone else (or in this replica's own name) it
+        // is refused, so no peer outside the group can get an id ordered (a
+        // weak op's, or one no replica holds, which would block every later
+        // delivery), announce compaction or speak Raft here.
+        if from == self.config.me || !self.group.contains(&from) {
+            self.stats.refused += 1;
+            return;
+        }
         match msg {
-            // Forwards come from the other members only: an id a non-member
-            // (or a frame claiming to be this replica) forwards is not
-            // proposed, so no peer outside the group can make CAB order an
-            // id, a weak op's included.
-            CabMessage::Forward { .. } if from == self.config.me || !self.group.contains(&from) => {
-            }
             CabMessage::Forward { ids } => {
                 if self.is_leader() {
                     for id in ids {
@@ -406,20 +409,16 @@ impl<S: CabStorage> Cab<S> {
                 }
             }
             CabMessage::Compact { through } => {
-                // From a peer of the group only; a later announcement may be
-                // lower (a new leader's progress starts over): keep the max.
-                if self.group.contains(&from) {
-                    self.compactable = self.compactable.max(through);
-                }
+                // A later announcement may be lower (a new leader's progress
+                // starts over): keep the max.
+                self.compactable = self.compactable.max(through);
             }
             CabMessage::Raft(bytes) => {
                 let Ok(m) = Message::parse_from_bytes(&bytes) else {
                     self.stats.refused += 1;
                     return;
                 };
-                let addressed = m.to == raft_id(self.config.me)
-                    && m.from == raft_id(from)
-                    && self.group.contains(&from);
+                let addressed = m.to == raft_id(self.config.me) && m.from == raft_id(from);
                 if !addressed {
                     self.stats.refused += 1;
                     return;
@@ -1427,7 +1426,7 @@ mod tests {
         CabMessage::Raft(Bytes::from(m.write_to_bytes().expect("encodes")))
     }
 
-    /// Forwards are taken from the other members only: a frame that claims
+    /// Messages are taken from the other members only: a forward that claims
     /// a replica outside the group, or this replica itself, cannot make the
     /// leader order an id.
     #[test]
