@@ -45,7 +45,7 @@ use bytes::{Bytes, BytesMut};
 use creek_core::ReplicaId;
 use creek_wire::WIRE_VERSION;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -64,6 +64,8 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 const MAGIC: &[u8; 3] = b"CRK";
 const HANDSHAKE_LEN: usize = 8;
+/// The read buffer of an inbound peer connection.
+const READ_BUFFER_BYTES: usize = 64 << 10;
 
 /// Transport counters.
 #[derive(Debug, Default)]
@@ -559,10 +561,13 @@ async fn inbound_conn(stream: TcpStream, remote: SocketAddr, ctx: Arc<Inbound>) 
     )
     .await
     .unwrap_or_else(|_| Err("handshake timed out".into()));
-    let (mut stream, from) = match accepted {
+    let (stream, from) = match accepted {
         Ok(x) => x,
         Err(why) => return ctx.refused(remote, &why),
     };
+    // Frames are read through a buffer: a length and its frame, and the
+    // frames that arrived with them, in one read from the socket.
+    let mut stream = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
     let mut buf = BytesMut::with_capacity(64 << 10);
     loop {
         let mut len = [0u8; 4];
