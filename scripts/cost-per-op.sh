@@ -66,23 +66,22 @@ pids=$(pgrep -f "serve --config $dir/data/r" | paste -sd,)
 for level in ${levels//,/ }; do
   bench=("$bin" bench cluster --attach "$attach" --levels "$level" --clients 1 --under-load 0 --json)
   "${bench[@]}" --latency-ops 500 --seconds 0.2 >/dev/null # warm-up
-  "$bin" status "${addrs[@]}" >"$dir/before"
+  "$bin" status -o json "${addrs[@]}" >"$dir/before"
   perf stat --per-thread -e "$events" -x, -o "$dir/perf.csv" -p "$pids" &
   perf=$!
   sleep 0.3
   "${bench[@]}" --latency-ops "$ops" --seconds 2 >"$dir/bench.json"
   kill -INT $perf
   wait $perf || true
-  "$bin" status "${addrs[@]}" >"$dir/after"
+  "$bin" status -o json "${addrs[@]}" >"$dir/after"
   python3 - "$level" "$dir" <<'EOF'
 import collections, json, re, sys
 level, d = sys.argv[1], sys.argv[2]
 def invoked(path):
-    # The status table: replica address role leader term committed
-    # tentative log weak strong ...; ops count where they were invoked.
-    rows = [l.split() for l in open(path) if l[:1].isdigit()]
-    col = 8 if level == "weak" else 9
-    return sum(int(r[col]) for r in rows)
+    # One status object per replica, then the summary; an op counts where
+    # it was invoked.
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    return sum(r["counters"][f"invoked_{level}"] for r in rows if "counters" in r)
 ops = invoked(f"{d}/after") - invoked(f"{d}/before")
 per = collections.defaultdict(collections.Counter)
 for line in open(f"{d}/perf.csv"):
