@@ -1450,6 +1450,38 @@ mod tests {
         assert_eq!(last(&cab), before + 1, "its own cast is proposed");
     }
 
+    /// Consensus messages and compaction announcements from outside the
+    /// group, or in this replica's own name, change nothing and are counted.
+    #[test]
+    fn raft_and_compaction_messages_are_taken_only_from_other_members() {
+        let mut cab = follower(2);
+        let refused = cab.stats().refused;
+        for from in [9, 2] {
+            cab.on_message(ReplicaId(from), heartbeat(from, 2, 5, 0), &|_| true);
+            cab.on_message(
+                ReplicaId(from),
+                CabMessage::Compact { through: 10 },
+                &|_| true,
+            );
+            cab.poll(&|_| true);
+        }
+        assert_eq!(cab.term(), 0, "a heartbeat from outside moved the term");
+        assert_eq!(
+            cab.compactable(),
+            0,
+            "an announcement from outside was taken"
+        );
+        assert_eq!(cab.stats().refused, refused + 4);
+        cab.on_message(ReplicaId(1), heartbeat(1, 2, 5, 0), &|_| true);
+        cab.on_message(ReplicaId(1), CabMessage::Compact { through: 10 }, &|_| true);
+        cab.poll(&|_| true);
+        assert_eq!(
+            (cab.term(), cab.compactable()),
+            (5, 10),
+            "a member's are taken"
+        );
+    }
+
     /// A snapshot is held while the caller fetches a checkpoint for it, and
     /// installed only if the library still takes it: a newer term began
     /// meanwhile, so it is refused and the log stays as it was (the caller
