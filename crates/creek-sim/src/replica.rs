@@ -318,8 +318,8 @@ impl CreekReplica {
             .map(|r| creek_cab::raft_id(*r))
             .collect();
         let disk = SimDisk::new();
-        let loaded =
-            creek_store::load_backend(disk.clone(), voters.clone()).map_err(|e| e.to_string())?;
+        let loaded = creek_store::load_backend(disk.clone(), disk.wal(), voters.clone())
+            .map_err(|e| e.to_string())?;
         let identity = Identity::founding(&config.cab.replicas);
         if durable_initial {
             let write = Write {
@@ -699,8 +699,9 @@ impl SimReplica for CreekReplica {
         if self.node.is_some() {
             return Ok(());
         }
-        let loaded = creek_store::load_backend(self.disk.clone(), self.voters.clone())
-            .map_err(|e| format!("the disk does not open: {e}"))?;
+        let loaded =
+            creek_store::load_backend(self.disk.clone(), self.disk.wal(), self.voters.clone())
+                .map_err(|e| format!("the disk does not open: {e}"))?;
         if loaded.recovered.repaired {
             self.disk_counts.repairs += 1;
         }

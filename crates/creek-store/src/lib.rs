@@ -1,6 +1,7 @@
-//! Creek's durable state (DESIGN §8) in one `redb` database per replica:
-//! the consensus log and hard state, the op payloads the replica accepted,
-//! and the last checkpoint of its committed state. A replica killed at any
+//! Creek's durable state (DESIGN §8) in one `redb` database per replica,
+//! with a write-ahead log in front of it: the consensus log and hard state,
+//! the op payloads the replica accepted, and the last checkpoint of its
+//! committed state. A replica killed at any
 //! moment comes back from its data directory without losing anything it
 //! acknowledged.
 //!
@@ -13,9 +14,9 @@
 //!   hands over in its `Ready` writes ([`creek_node::Write`]).
 //! * [`Persister`] — a thread that owns the [`Store`]. [`Persister::submit`]
 //!   queues a write (log writes, new op payloads, maybe a checkpoint); the
-//!   thread writes **every write queued so far in one transaction with one
-//!   fsync** (group commit) and then calls the `on_durable` callback with the
-//!   highest write number now durable.
+//!   thread writes **every write queued so far as one record of the
+//!   write-ahead log with one fsync** (group commit) and then calls the
+//!   `on_durable` callback with the highest write number now durable.
 //! * [`Recovered`] — the checkpoint and op payloads found on disk, which
 //!   `creek_node::Node::recover` (with the storage) turns back into a node.
 //!
@@ -65,12 +66,14 @@
 //!
 //! # What is stored
 //!
-//! One file, `creek.redb`, in the data directory:
+//! Two files in the data directory: `creek.wal`, the write-ahead log (see
+//! the `wal` module: a group of writes is one appended record, folded into
+//! the database now and then), and `creek.redb`:
 //!
 //! | table | key → value |
 //! |---|---|
 //! | `raft_log` | index (`u64`) → entry, protobuf |
-//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"conf_index"` → the log index of the last configuration change applied; `"directory"` → the addresses of members added since the group formed; `"identity"` → the replica's identity in its cluster; `"checkpoint"` → which stored checkpoint is the latest ([`codec::CheckpointRef`]); `"log_base"` → where the compacted log starts; `"own_seqs"` → the replica's record of its own seqs ([`codec::encode_own_seqs`]: the seqs reserved, which may have reached peers first, and a range being taken back after a crash) |
+//! | `raft_meta` | `"hard_state"`, `"conf_state"` → protobuf; `"conf_index"` → the log index of the last configuration change applied; `"directory"` → the addresses of members added since the group formed; `"identity"` → the replica's identity in its cluster; `"checkpoint"` → which stored checkpoint is the latest ([`codec::CheckpointRef`]); `"log_base"` → where the compacted log starts; `"own_seqs"` → the replica's record of its own seqs ([`codec::encode_own_seqs`]: the seqs reserved, which may have reached peers first, and a range being taken back after a crash); `"wal_applied"` → the number of the last write-ahead log record folded in |
 //! | `ops` | (origin `u16`, seq `u64`) → op, `creek_wire::encode_op` |
 //! | `checkpoint_chunks` | (generation `u64`, chunk `u32`) → a piece of a checkpoint's encoding ([`codec`]) |
 //! | `checkpoint` | `"latest"` → a whole checkpoint, as stored before chunks (read, never written) |
@@ -81,9 +84,11 @@
 //! consensus log's writes never queue behind a whole state; see
 //! `checkpoints` for how the two are kept in order. Once a checkpoint is
 //! the latest, the node compacts the log to it and drops the payloads it
-//! covers, in later writes. Every write is one redb transaction with
-//! `Durability::Immediate`: redb's commit is one fsync, with checksums that
-//! let it detect a torn commit at open and fall back to the previous one.
+//! covers, in later writes. Every redb transaction (a fold, a checkpoint
+//! chunk) has `Durability::Immediate`: redb's commit is one fsync, with
+//! checksums that let it detect a torn commit at open and fall back to the
+//! previous one; a log record has a CRC-32 and a number that let an open
+//! tell a torn append from the records before it.
 //! Decoding anything stored that is damaged gives [`StoreError::Corrupt`],
 //! never a panic. A second process opening the same directory gets
 //! [`StoreError::InUse`].
@@ -96,23 +101,25 @@ mod checkpoints;
 pub mod codec;
 mod persister;
 pub mod sim_disk;
+mod wal;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use creek_cab::{Conf, LogBase, LogWrites};
+use creek_cab::{Conf, LogBase};
 use creek_core::{Checkpoint, Directory, Op};
 use creek_node::Write;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState};
-use redb::{Database, DatabaseError, ReadableTable, StorageBackend, Table, TableDefinition};
+use redb::{Database, DatabaseError, ReadableTable, StorageBackend, TableDefinition};
 
 pub use checkpoints::{CheckpointWriter, Piece, CHECKPOINT_CHUNK_BYTES, REMOVED_PER_TRANSACTION};
 pub use creek_cab::LogStore;
 pub use persister::{OnDurable, Persister, CHECKPOINT_BYTES_PER_SEC, LINGER};
 pub use sim_disk::SimDisk;
+pub use wal::{FileWal, WalFile, WAL_BYTES, WAL_FILE_NAME};
 
 /// How long a writer waits to gather more when everything queued is
 /// payloads alone (weak ops). One transaction per weak op would cost each
@@ -145,6 +152,9 @@ pub(crate) const LOG_BASE: &str = "log_base";
 /// The replica's record of its own seqs (`Write::own_seqs`,
 /// [`codec::encode_own_seqs`]; absent: nothing reserved).
 pub(crate) const OWN_SEQS: &str = "own_seqs";
+/// The number of the last write-ahead log record the tables hold (8 bytes,
+/// little-endian; absent: 0, none).
+pub(crate) const WAL_APPLIED: &str = "wal_applied";
 
 /// What can go wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +189,9 @@ pub enum StoreError {
     /// The database failed (I/O, a damaged file).
     #[error("redb: {0}")]
     Db(Box<redb::Error>),
+    /// The write-ahead log's file failed (I/O).
+    #[error("write-ahead log: {0}")]
+    Wal(String),
     /// A stored record does not decode, or the records contradict each
     /// other.
     #[error("corrupt store: {0}")]
@@ -257,14 +270,15 @@ pub fn open(dir: &Path, voters: Vec<u64>, on_durable: OnDurable) -> Result<Opene
     with_persister(load(dir, voters)?, on_durable)
 }
 
-/// Like [`open`], on a redb storage backend instead of a directory (an
-/// in-memory or fault-injecting backend, for tests).
+/// Like [`open`], on a redb storage backend and a write-ahead log file
+/// instead of a directory (in memory or fault-injecting, for tests).
 pub fn open_backend(
     backend: impl StorageBackend,
+    wal: impl WalFile,
     voters: Vec<u64>,
     on_durable: OnDurable,
 ) -> Result<Opened, StoreError> {
-    with_persister(load_backend(backend, voters)?, on_durable)
+    with_persister(load_backend(backend, wal, voters)?, on_durable)
 }
 
 fn with_persister(loaded: Loaded, on_durable: OnDurable) -> Result<Opened, StoreError> {
@@ -293,6 +307,7 @@ pub fn load(dir: &Path, voters: Vec<u64>) -> Result<Loaded, StoreError> {
         source,
     })?;
     let file = dir.join(FILE_NAME);
+    let wal_path = dir.join(WAL_FILE_NAME);
     survive_damage(move || {
         let repaired = Arc::new(AtomicBool::new(false));
         let db = match builder(&repaired).create(file) {
@@ -310,7 +325,9 @@ pub fn load(dir: &Path, voters: Vec<u64>) -> Result<Loaded, StoreError> {
             }
             Err(e) => return Err(db_err(e)),
         };
-        load_db(db, voters, repaired.load(Ordering::Relaxed))
+        // Opened only once the database's lock is held.
+        let wal = FileWal::open(&wal_path).map_err(|e| StoreError::Wal(format!("opening: {e}")))?;
+        load_db(db, Box::new(wal), voters, repaired.load(Ordering::Relaxed))
     })
 }
 
@@ -340,23 +357,34 @@ fn builder(repaired: &Arc<AtomicBool>) -> redb::Builder {
     builder
 }
 
-/// Load (or create) a store on a redb storage backend.
-pub fn load_backend(backend: impl StorageBackend, voters: Vec<u64>) -> Result<Loaded, StoreError> {
+/// Load (or create) a store on a redb storage backend and a write-ahead
+/// log file.
+pub fn load_backend(
+    backend: impl StorageBackend,
+    wal: impl WalFile,
+    voters: Vec<u64>,
+) -> Result<Loaded, StoreError> {
     survive_damage(move || {
         let repaired = Arc::new(AtomicBool::new(false));
         let db = builder(&repaired)
             .create_with_backend(backend)
             .map_err(db_err)?;
-        load_db(db, voters, repaired.load(Ordering::Relaxed))
+        load_db(db, Box::new(wal), voters, repaired.load(Ordering::Relaxed))
     })
 }
 
-fn load_db(db: Database, voters: Vec<u64>, repaired: bool) -> Result<Loaded, StoreError> {
-    let (storage, mut recovered, next_generation) = read_all(&db, voters)?;
+fn load_db(
+    db: Database,
+    wal: Box<dyn WalFile>,
+    voters: Vec<u64>,
+    repaired: bool,
+) -> Result<Loaded, StoreError> {
+    let (storage, mut recovered, next_generation, wal) = read_all(&db, wal, voters)?;
     recovered.repaired = repaired;
     Ok(Loaded {
         store: Store {
             db,
+            wal: Mutex::new(wal),
             next_generation: AtomicU64::new(next_generation),
             written: AtomicU64::new(0),
             chunk_bytes: CHECKPOINT_CHUNK_BYTES,
@@ -371,6 +399,8 @@ fn load_db(db: Database, voters: Vec<u64>, repaired: bool) -> Result<Loaded, Sto
 #[derive(Debug)]
 pub struct Store {
     db: Database,
+    /// Where groups of writes become durable first.
+    wal: Mutex<wal::Wal>,
     /// The generation the next checkpoint gets.
     next_generation: AtomicU64,
     /// The last write made durable by [`Store::write`].
@@ -392,21 +422,51 @@ impl Store {
         self
     }
 
-    /// Make `group` durable: one transaction, one fsync, the writes applied
-    /// in order. `Ok` means every write of the group is durable; `Err` means
-    /// none may be, and nothing more should be written (stop the replica).
+    /// Make `group` durable: one record appended to the write-ahead log and
+    /// one `fdatasync`, the writes' changes in order. `Ok` means every write
+    /// of the group is durable; `Err` means none may be, and nothing more
+    /// should be written (stop the replica).
+    ///
+    /// A group that installs a checkpoint, or that is larger than the whole
+    /// log, goes to the database in one transaction with the records not yet
+    /// folded instead; a group that does not fit in what is left of the log
+    /// folds those records first.
     pub fn write(&self, group: &[Write]) -> Result<(), StoreError> {
         if group.iter().all(is_empty) {
             return Ok(());
         }
+        let mut body = Vec::new();
+        wal::encode_group(group, &mut body)?;
+        let mut wal = self.lock_wal();
         // A checkpoint installed from a peer: its chunks first, in their own
         // transactions; the group's names it. Of several in one group, the
         // last is the one that counts.
-        let last = group.iter().rposition(|w| w.checkpoint.is_some());
-        let named = match last.and_then(|i| group[i].checkpoint.as_ref()) {
-            Some(c) => Some(self.put_chunks(c)?),
-            None => None,
-        };
+        let installed = group.iter().rev().find_map(|w| w.checkpoint.as_ref());
+        if installed.is_some() || !wal::Wal::could_fit(body.len()) {
+            let named = installed.map(|c| self.put_chunks(c)).transpose()?;
+            self.fold(&mut wal, &body, named.as_ref())?;
+        } else {
+            if !wal.fits(body.len()) {
+                self.fold(&mut wal, &[], None)?;
+            }
+            wal.append(&body)?;
+        }
+        drop(wal);
+        if let Some(last) = group.last() {
+            self.written.fetch_max(last.seq, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Apply the log's records not yet folded, then `changes`, to the
+    /// database in one durable transaction (naming `named` the latest
+    /// checkpoint); the log then starts over.
+    fn fold(
+        &self,
+        wal: &mut wal::Wal,
+        changes: &[u8],
+        named: Option<&checkpoints::Named>,
+    ) -> Result<(), StoreError> {
         let mut txn = self.db.begin_write().map_err(db_err)?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(db_err)?;
@@ -414,41 +474,40 @@ impl Store {
             let mut log = txn.open_table(LOG).map_err(db_err)?;
             let mut t = checkpoints::Tables::open(&txn)?;
             let mut ops = txn.open_table(OPS).map_err(db_err)?;
-            for (i, w) in group.iter().enumerate() {
-                if let Some(id) = &w.identity {
-                    t.meta
-                        .insert(IDENTITY, codec::encode_identity(id).as_slice())
-                        .map_err(db_err)?;
-                }
-                if let Some(d) = &w.directory {
-                    t.meta
-                        .insert(DIRECTORY, creek_wire::encode_directory(d).as_slice())
-                        .map_err(db_err)?;
-                }
-                if let Some(o) = &w.own_seqs {
-                    t.meta
-                        .insert(OWN_SEQS, codec::encode_own_seqs(o).as_slice())
-                        .map_err(db_err)?;
-                }
-                write_log(&mut log, &mut t.meta, &w.log)?;
-                for op in &w.ops {
-                    let bytes = creek_wire::encode_op(op);
-                    ops.insert((op.id.origin.0, op.id.seq), bytes.as_ref())
-                        .map_err(db_err)?;
-                }
-                if let Some(named) = named.as_ref().filter(|_| Some(i) == last) {
-                    self.name_checkpoint(&mut t, named)?;
-                }
-                for id in &w.dropped {
-                    ops.remove((id.origin.0, id.seq)).map_err(db_err)?;
-                }
+            let mut target = wal::Target {
+                log: &mut log,
+                meta: &mut t.meta,
+                ops: &mut ops,
+            };
+            wal::apply(wal.pending(), &mut target)?;
+            wal::apply(changes, &mut target)?;
+            t.meta
+                .insert(WAL_APPLIED, wal.last().to_le_bytes().as_slice())
+                .map_err(db_err)?;
+            if let Some(named) = named {
+                self.name_checkpoint(&mut t, named)?;
             }
         }
         txn.commit().map_err(db_err)?;
-        if let Some(last) = group.last() {
-            self.written.fetch_max(last.seq, Ordering::AcqRel);
-        }
+        wal.folded();
         Ok(())
+    }
+
+    /// Fold the write-ahead log's records into the database (a clean
+    /// close does, so that the database alone holds everything).
+    pub fn fold_wal(&self) -> Result<(), StoreError> {
+        let mut wal = self.lock_wal();
+        if wal.pending().is_empty() {
+            return Ok(());
+        }
+        self.fold(&mut wal, &[], None)
+    }
+
+    /// The write-ahead log (one thread writes; the lock is never contended
+    /// and a panic while holding it leaves nothing half-updated that the
+    /// next fold relies on: records count once appended and synced).
+    fn lock_wal(&self) -> MutexGuard<'_, wal::Wal> {
+        self.wal.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The least time between two pieces of checkpoint written: one chunk
@@ -479,66 +538,41 @@ fn is_empty(w: &Write) -> bool {
         && w.own_seqs.is_none()
 }
 
-fn write_log(
-    log: &mut Table<u64, &[u8]>,
-    meta: &mut Table<&str, &[u8]>,
-    w: &LogWrites,
-) -> Result<(), StoreError> {
-    if let Some(base) = w.compacted_through() {
-        log.retain_in(..=base.index, |_, _| false).map_err(db_err)?;
-        let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&base.index.to_le_bytes());
-        bytes[8..].copy_from_slice(&base.term.to_le_bytes());
-        meta.insert(LOG_BASE, bytes.as_slice()).map_err(db_err)?;
-    }
-    if let Some(from) = w.truncate_from() {
-        log.retain_in(from.., |_, _| false).map_err(db_err)?;
-    }
-    // Paired with `LogStore::append`, which accepts only contiguous runs:
-    // the entries stored are one run, starting at or after any truncation.
-    let entries = w.entries();
-    assert!(
-        entries.windows(2).all(|p| p[1].index == p[0].index + 1)
-            && entries
-                .first()
-                .zip(w.truncate_from())
-                .is_none_or(|(e, from)| e.index >= from),
-        "a log write that is not one contiguous run after its truncation"
-    );
-    for e in w.entries() {
-        let bytes = e
-            .write_to_bytes()
-            .map_err(|err| StoreError::Corrupt(format!("encoding log entry {}: {err}", e.index)))?;
-        log.insert(e.index, bytes.as_slice()).map_err(db_err)?;
-    }
-    if let Some(hs) = w.hard_state() {
-        let bytes = hs
-            .write_to_bytes()
-            .map_err(|err| StoreError::Corrupt(format!("encoding hard state: {err}")))?;
-        meta.insert(HARD_STATE, bytes.as_slice()).map_err(db_err)?;
-    }
-    if let Some(conf) = w.conf() {
-        let bytes = conf
-            .state
-            .write_to_bytes()
-            .map_err(|err| StoreError::Corrupt(format!("encoding conf state: {err}")))?;
-        meta.insert(CONF_STATE, bytes.as_slice()).map_err(db_err)?;
-        meta.insert(CONF_INDEX, conf.index.to_le_bytes().as_slice())
-            .map_err(db_err)?;
-    }
-    Ok(())
-}
-
-/// Read everything, creating the tables (and the initial conf and hard
-/// state) in a fresh database.
-fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64), StoreError> {
+/// Fold the write-ahead log's records into the database, then read
+/// everything, creating the tables (and the initial conf and hard state) in
+/// a fresh database.
+fn read_all(
+    db: &Database,
+    wal_file: Box<dyn WalFile>,
+    voters: Vec<u64>,
+) -> Result<(LogStore, Recovered, u64, wal::Wal), StoreError> {
     let txn = db.begin_write().map_err(db_err)?;
     let loaded = {
         let mut t = checkpoints::Tables::open(&txn)?;
+        let mut log = txn.open_table(LOG).map_err(db_err)?;
+        let mut ops = txn.open_table(OPS).map_err(db_err)?;
+        let applied = match t.meta.get(WAL_APPLIED).map_err(db_err)? {
+            None => 0,
+            Some(v) => <[u8; 8]>::try_from(v.value())
+                .map(u64::from_le_bytes)
+                .map_err(|_| corrupt(format!("wal_applied of {} bytes", v.value().len())))?,
+        };
+        let (wal, replay) = wal::Wal::open(wal_file, applied)?;
+        if replay.last > applied {
+            wal::apply(
+                &replay.changes,
+                &mut wal::Target {
+                    log: &mut log,
+                    meta: &mut t.meta,
+                    ops: &mut ops,
+                },
+            )?;
+            t.meta
+                .insert(WAL_APPLIED, replay.last.to_le_bytes().as_slice())
+                .map_err(db_err)?;
+        }
         let (checkpoint, next_generation) = checkpoints::load_latest(&mut t)?;
         let meta = &mut t.meta;
-        let log = txn.open_table(LOG).map_err(db_err)?;
-        let ops = txn.open_table(OPS).map_err(db_err)?;
         let stored_hs = meta
             .get(HARD_STATE)
             .map_err(db_err)?
@@ -621,7 +655,7 @@ fn read_all(db: &Database, voters: Vec<u64>) -> Result<(LogStore, Recovered, u64
             own_seqs,
             repaired: false,
         };
-        (storage, recovered, next_generation)
+        (storage, recovered, next_generation, wal)
     };
     txn.commit().map_err(db_err)?;
     Ok(loaded)

@@ -259,7 +259,14 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
                     break;
                 }
                 if q.stop.is_some() {
-                    return; // closing, and every write is written
+                    // Closing, and every write is written: leave the
+                    // database holding everything.
+                    if q.failed.is_none() {
+                        if let Err(e) = store.fold_wal() {
+                            q.failed = Some(e.to_string());
+                        }
+                    }
+                    return;
                 }
                 if writer.is_some() && !waiting {
                     if std::time::Instant::now() >= next_piece_at {

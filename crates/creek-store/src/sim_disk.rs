@@ -1,7 +1,9 @@
-//! A disk in memory with an unsynced tail, as a redb storage backend: the
-//! simulator's disk. Reads see every write; a write is durable only once a
-//! `sync_data` that followed it has *completed*, which the simulator decides
-//! in virtual time ([`SimDisk::complete_sync`]). A crash
+//! A disk in memory with an unsynced tail, as a redb storage backend and a
+//! [`WalFile`]: the simulator's disk. It holds several files (the database
+//! and its write-ahead log, [`SimDisk::file`]) in one write order. Reads see
+//! every write; a write is durable only once a `sync_data` that followed it
+//! (on any file of the disk) has *completed*, which the simulator decides in
+//! virtual time ([`SimDisk::complete_sync`]). A crash
 //! ([`SimDisk::crash`]) throws away every write that is not durable — or,
 //! for a torn write, all but a prefix of them in write order, the last
 //! change of that prefix persisted only in its first sector: a disk that
@@ -15,17 +17,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use redb::StorageBackend;
 
-/// A shared handle to one simulated disk: clones see the same bytes (the
-/// database holds one, the simulator another).
+/// A shared handle to one file of a simulated disk: clones see the same
+/// bytes (the database holds one, the simulator another). What happens to
+/// the disk (a sync completing, a crash) happens to all of its files.
 #[derive(Clone, Debug, Default)]
 pub struct SimDisk {
     image: Arc<Mutex<Image>>,
+    /// Which file of the disk this handle reads and writes.
+    file: usize,
 }
 
 #[derive(Clone, Debug, Default)]
 struct Image {
-    /// What reads see: the durable bytes with the unsynced changes applied.
-    data: Vec<u8>,
+    /// What reads see, by file: the durable bytes with the unsynced changes
+    /// applied.
+    files: Vec<Vec<u8>>,
     /// How to take back each change not yet durable, oldest first.
     undo: Vec<Undo>,
     /// `undo[..requested]` precede a `sync_data` not yet completed.
@@ -37,6 +43,7 @@ struct Image {
 /// The bytes a change replaced.
 #[derive(Clone, Debug)]
 struct Undo {
+    file: usize,
     offset: u64,
     old: Vec<u8>,
     old_len: u64,
@@ -57,9 +64,23 @@ pub struct CrashLoss {
 }
 
 impl SimDisk {
-    /// An empty disk.
+    /// An empty disk; the handle is to its file 0 (the database's).
     pub fn new() -> Self {
         SimDisk::default()
+    }
+
+    /// A handle to file `file` of the same disk (empty until written).
+    pub fn file(&self, file: usize) -> SimDisk {
+        SimDisk {
+            image: self.image.clone(),
+            file,
+        }
+    }
+
+    /// The file of the same disk that holds the write-ahead log (file 1),
+    /// for [`crate::load_backend`] beside the database on file 0.
+    pub fn wal(&self) -> SimDisk {
+        self.file(1)
     }
 
     fn image(&self) -> MutexGuard<'_, Image> {
@@ -71,6 +92,7 @@ impl SimDisk {
     pub fn fork(&self) -> SimDisk {
         SimDisk {
             image: Arc::new(Mutex::new(self.image().clone())),
+            file: self.file,
         }
     }
 
@@ -117,13 +139,14 @@ impl SimDisk {
                 }
                 start = SECTOR_BYTES;
             }
+            let data = img.data(u.file);
             let at = u.offset as usize + start;
             let end = u.offset as usize + u.old.len();
-            if img.data.len() < end {
-                img.data.resize(end, 0);
+            if data.len() < end {
+                data.resize(end, 0);
             }
-            img.data[at..end].copy_from_slice(&u.old[start..]);
-            img.data.resize(u.old_len as usize, 0);
+            data[at..end].copy_from_slice(&u.old[start..]);
+            data.resize(u.old_len as usize, 0);
         }
         img.requested = 0;
         img.fail_next_sync = false;
@@ -132,23 +155,34 @@ impl SimDisk {
 }
 
 impl Image {
-    /// The length after the last change.
-    fn note_len(&mut self) {
-        let len = self.data.len() as u64;
+    /// The bytes of `file` (created empty).
+    fn data(&mut self, file: usize) -> &mut Vec<u8> {
+        if self.files.len() <= file {
+            self.files.resize_with(file + 1, Vec::new);
+        }
+        &mut self.files[file]
+    }
+
+    /// The length of `file` after the last change.
+    fn note_len(&mut self, file: usize) {
+        let len = self.data(file).len() as u64;
         if let Some(u) = self.undo.last_mut() {
             u.new_len = len;
         }
     }
 
-    /// Record how to take back a change of the bytes `[offset, end)` (a
-    /// write, or the tail a shrink drops) and of the length.
-    fn remember(&mut self, offset: u64, end: u64) {
-        let len = self.data.len();
+    /// Record how to take back a change of the bytes `[offset, end)` of
+    /// `file` (a write, or the tail a shrink drops) and of its length.
+    fn remember(&mut self, file: usize, offset: u64, end: u64) {
+        let data = self.data(file);
+        let len = data.len();
         let start = (offset as usize).min(len);
         let end = (end as usize).clamp(start, len);
+        let old = data[start..end].to_vec();
         self.undo.push(Undo {
+            file,
             offset: start as u64,
-            old: self.data[start..end].to_vec(),
+            old,
             old_len: len as u64,
             new_len: len as u64,
         });
@@ -164,27 +198,28 @@ fn range_error(offset: u64, len: usize, size: usize) -> io::Error {
 
 impl StorageBackend for SimDisk {
     fn len(&self) -> Result<u64, io::Error> {
-        Ok(self.image().data.len() as u64)
+        Ok(self.image().data(self.file).len() as u64)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
-        let img = self.image();
+        let mut img = self.image();
+        let data = img.data(self.file);
         let len = out.len();
         let bytes = usize::try_from(offset)
             .ok()
-            .and_then(|start| img.data.get(start..start.checked_add(len)?))
-            .ok_or_else(|| range_error(offset, len, img.data.len()))?;
+            .and_then(|start| data.get(start..start.checked_add(len)?))
+            .ok_or_else(|| range_error(offset, len, data.len()))?;
         out.copy_from_slice(bytes);
         Ok(())
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
         let mut img = self.image();
-        let old_len = img.data.len() as u64;
+        let old_len = img.data(self.file).len() as u64;
         if len != old_len {
-            img.remember(len, old_len);
-            img.data.resize(len as usize, 0);
-            img.note_len();
+            img.remember(self.file, len, old_len);
+            img.data(self.file).resize(len as usize, 0);
+            img.note_len(self.file);
         }
         Ok(())
     }
@@ -202,12 +237,13 @@ impl StorageBackend for SimDisk {
         let mut img = self.image();
         let start = offset as usize;
         let end = start + data.len();
-        img.remember(offset, end as u64);
-        if img.data.len() < end {
-            img.data.resize(end, 0);
+        img.remember(self.file, offset, end as u64);
+        let file = img.data(self.file);
+        if file.len() < end {
+            file.resize(end, 0);
         }
-        img.data[start..end].copy_from_slice(data);
-        img.note_len();
+        file[start..end].copy_from_slice(data);
+        img.note_len(self.file);
         Ok(())
     }
 }
@@ -308,19 +344,19 @@ mod tests {
     fn an_unclean_close_is_reported_as_repaired() {
         let disk = SimDisk::new();
         let voters = vec![1, 2, 3];
-        let loaded = crate::load_backend(disk.clone(), voters.clone()).unwrap();
+        let loaded = crate::load_backend(disk.clone(), disk.wal(), voters.clone()).unwrap();
         assert!(!loaded.recovered.repaired, "a new disk");
         disk.complete_sync();
         // Power loss while open: the clean-shutdown mark written as the
         // database goes never becomes durable.
         drop(loaded);
         disk.crash(0);
-        let loaded = crate::load_backend(disk.clone(), voters.clone()).unwrap();
+        let loaded = crate::load_backend(disk.clone(), disk.wal(), voters.clone()).unwrap();
         assert!(loaded.recovered.repaired, "after a crash");
         // A clean close: the database's last write is synced.
         drop(loaded);
         disk.complete_sync();
-        let loaded = crate::load_backend(disk.clone(), voters).unwrap();
+        let loaded = crate::load_backend(disk.clone(), disk.wal(), voters).unwrap();
         assert!(!loaded.recovered.repaired, "after a clean close");
     }
 

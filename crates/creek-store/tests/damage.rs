@@ -44,7 +44,7 @@ const DURABLE: u64 = 20;
 
 fn disk_with_unsynced_tail() -> SimDisk {
     let disk = SimDisk::new();
-    let mut loaded = load_backend(disk.clone(), voters()).unwrap();
+    let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
     append(&mut loaded, 1, DURABLE + 1, 4096);
     disk.complete_sync();
     append(&mut loaded, DURABLE + 1, DURABLE + 12, 200_000);
@@ -57,7 +57,7 @@ fn disk_with_unsynced_tail() -> SimDisk {
 /// Open `disk` (the open must succeed: every change it holds was written
 /// in an order the disk honours) and check the durable entries survived.
 fn open_and_check(disk: &SimDisk, what: &str) -> Loaded {
-    let loaded = load_backend(disk.clone(), voters())
+    let loaded = load_backend(disk.clone(), disk.wal(), voters())
         .unwrap_or_else(|e| panic!("{what}: the disk does not open: {e}"));
     let last = loaded.storage.last_index().unwrap();
     assert!(
@@ -92,7 +92,7 @@ fn a_crash_while_repairing_a_crash_still_opens() {
         // every point of it.
         for second in 0..=repaired.unsynced_changes() {
             let disk = crashed.fork();
-            drop(load_backend(disk.clone(), voters()).unwrap());
+            drop(load_backend(disk.clone(), disk.wal(), voters()).unwrap());
             disk.crash(second);
             let what = format!("crash at {first}, then at {second} of the repair");
             drop(open_and_check(&disk, &what));
@@ -104,7 +104,7 @@ fn a_crash_while_repairing_a_crash_still_opens() {
 #[test]
 fn overwritten_bytes_are_an_error_never_a_panic() {
     let disk = SimDisk::new();
-    let mut loaded = load_backend(disk.clone(), voters()).unwrap();
+    let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
     append(&mut loaded, 1, DURABLE + 1, 4096);
     append(&mut loaded, DURABLE + 1, DURABLE + 30, 1000);
     drop(loaded);
@@ -125,7 +125,8 @@ fn overwritten_bytes_are_an_error_never_a_panic() {
             let r = next();
             damaged.write(r % len, &[(r >> 32) as u8]).unwrap();
         }
-        let opened = std::panic::catch_unwind(|| load_backend(damaged.clone(), voters()));
+        let opened =
+            std::panic::catch_unwind(|| load_backend(damaged.clone(), damaged.wal(), voters()));
         match opened {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {

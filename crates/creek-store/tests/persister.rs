@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{open_sync, TempDir};
+use common::{open_sync, settle, TempDir};
 use creek_cab::CabStorage;
 use creek_core::{Checkpoint, Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::value::{encode_args, Value};
 use creek_exec::ProcCall;
 use creek_node::Write;
-use creek_store::StoreError;
+use creek_store::{SimDisk, StoreError};
 use raft::eraftpb::Entry;
 use raft::Storage;
 
@@ -179,8 +179,22 @@ fn batches_queued_while_busy_share_one_transaction() {
 fn a_failed_disk_is_never_reported_durable() {
     #[derive(Debug)]
     struct Flaky {
-        inner: redb::backends::InMemoryBackend,
+        inner: SimDisk,
         failing: Arc<AtomicBool>,
+    }
+    impl creek_store::WalFile for Flaky {
+        fn size(&self) -> Result<u64, std::io::Error> {
+            redb::StorageBackend::len(self)
+        }
+        fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            redb::StorageBackend::read(self, offset, out)
+        }
+        fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            redb::StorageBackend::write(self, offset, data)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            redb::StorageBackend::sync_data(self)
+        }
     }
     impl redb::StorageBackend for Flaky {
         fn len(&self) -> Result<u64, std::io::Error> {
@@ -206,13 +220,19 @@ fn a_failed_disk_is_never_reported_durable() {
         }
     }
     let failing = Arc::new(AtomicBool::new(false));
+    let disk = SimDisk::new();
     let backend = Flaky {
-        inner: redb::backends::InMemoryBackend::new(),
+        inner: disk.clone(),
+        failing: failing.clone(),
+    };
+    let wal = Flaky {
+        inner: disk.wal(),
         failing: failing.clone(),
     };
     let (tx, reports) = mpsc::channel();
     let opened = creek_store::open_backend(
         backend,
+        wal,
         vec![1],
         Box::new(move |r: Result<u64, StoreError>| {
             tx.send(r.map_err(|e| e.to_string())).unwrap();
@@ -242,6 +262,7 @@ fn a_failed_disk_is_never_reported_durable() {
 }
 
 fn corrupt_table(dir: &TempDir, table: &str, key: &str, value: &[u8]) {
+    settle(dir.path(), vec![1]);
     let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
     let txn = db.begin_write().unwrap();
     {
@@ -254,6 +275,7 @@ fn corrupt_table(dir: &TempDir, table: &str, key: &str, value: &[u8]) {
 
 /// Overwrite (or add) one stored checkpoint chunk.
 fn corrupt_chunk(dir: &TempDir, key: (u64, u32), value: Option<&[u8]>) {
+    settle(dir.path(), vec![1]);
     let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
     let txn = db.begin_write().unwrap();
     {
@@ -326,6 +348,7 @@ fn corrupt_checkpoint_and_op_are_errors_not_panics() {
             ..Write::default()
         });
     }
+    settle(dir.path(), vec![1]);
     {
         let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
         let txn = db.begin_write().unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{log_batch, open_sync, TempDir};
+use common::{log_batch, open_sync, settle, TempDir};
 use creek_cab::{Cab, CabConfig, CabStorage, MemCabStorage};
 use creek_core::{OpId, ReplicaId};
 use creek_store::{LogStore, StoreError};
@@ -224,6 +224,7 @@ fn corrupt_entry_is_an_error_not_a_panic() {
         s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
         p.persist(log_batch(&mut s));
     }
+    settle(dir.path(), vec![1]);
     {
         let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
         let txn = db.begin_write().unwrap();
@@ -273,6 +274,7 @@ fn compaction_survives_a_reopen_and_a_crash_before_it_loses_nothing() {
     assert_eq!(s.initial_state().unwrap().hard_state.commit, 8);
     drop((s, _p));
     // Entry 8 removed behind the store's back: a gap after the base.
+    settle(dir.path(), vec![1]);
     {
         let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
         let txn = db.begin_write().unwrap();

@@ -126,6 +126,15 @@ impl SyncPersister {
     }
 }
 
+/// Open `dir` once and close it, for a test that then edits the database
+/// file directly: an open folds the write-ahead log's records into the
+/// database, so the file holds every durable write (and a later open has
+/// nothing to replay over the edit). A directory an earlier edit damaged
+/// does not open; then it has nothing to fold either.
+pub fn settle(dir: &Path, voters: Vec<u64>) {
+    drop(creek_store::load(dir, voters));
+}
+
 /// Open `dir` with a synchronous persister.
 pub fn open_sync(dir: &Path, voters: Vec<u64>) -> (LogStore, SyncPersister, Recovered) {
     let (tx, rx) = mpsc::channel();

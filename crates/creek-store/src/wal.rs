@@ -1,0 +1,508 @@
+//! The write-ahead log in front of the database: where a group of writes
+//! becomes durable with one small append and one `fdatasync`, instead of a
+//! B-tree commit that rewrites a page per table it touches.
+//!
+//! # Shape
+//!
+//! `creek.wal` is a file of [`WAL_BYTES`] zeroed when it is created (so an
+//! append overwrites blocks the file system already has: no metadata to
+//! sync). A group of writes is encoded as a list of *changes* to the
+//! database's tables ([`encode_group`]) and appended as one record:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 4 | body length, little-endian |
+//! | 4 | CRC-32 of the number and the body |
+//! | 8 | record number, little-endian (1, 2, … over the store's life) |
+//! | n | body: the changes |
+//!
+//! The records since the last *fold* are kept in memory too. A fold applies
+//! them to the database in one transaction that also stores the number of
+//! the last record applied (`wal_applied` in `raft_meta`); once it is
+//! durable, the next record goes to the start of the file again. A fold
+//! happens when the next record would not fit, before a checkpoint is
+//! installed, and at a clean close.
+//!
+//! # Recovery
+//!
+//! At open the records that follow `wal_applied` are read from the start of
+//! the file, each the next number with a matching CRC, and folded. The scan
+//! stops at the first that is not: a torn or never-synced append (whose
+//! group was never reported durable), zeros, or a record of an earlier round
+//! (its number is at or below `wal_applied`, since every round starts after
+//! a durable fold). A record numbered *past* the next one means the
+//! database lost a fold it had reported durable: [`StoreError::Corrupt`].
+//!
+//! Not here: what the changes mean for recovery (the crate docs), when to
+//! write (the persister).
+
+use std::io;
+
+use creek_cab::LogWrites;
+use creek_node::Write;
+use redb::Table;
+
+use crate::{
+    corrupt, db_err, StoreError, CONF_INDEX, CONF_STATE, DIRECTORY, HARD_STATE, IDENTITY, LOG_BASE,
+    OWN_SEQS,
+};
+
+/// The size of the write-ahead log file. A group whose record would not fit
+/// in what is left of it first folds the records before it into the
+/// database; a group larger than the whole file goes to the database
+/// directly.
+pub const WAL_BYTES: u64 = 2 << 20;
+
+/// The write-ahead log's file inside a data directory.
+pub const WAL_FILE_NAME: &str = "creek.wal";
+
+/// A record's header: length, CRC, number.
+const HEADER_BYTES: u64 = 16;
+
+/// A file the write-ahead log is written to, in place.
+///
+/// Contract: a `write_at` is seen by later reads at once but is durable
+/// only once a `sync_data` called after it returns `Ok`. An `Err` from any
+/// call means the disk failed: nothing written since the last successful
+/// sync is known to be durable.
+pub trait WalFile: Send + Sync + std::fmt::Debug + 'static {
+    /// The file's length in bytes.
+    fn size(&self) -> io::Result<u64>;
+    /// Fill `out` from `offset` (an error past the end).
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> io::Result<()>;
+    /// Write `data` at `offset`, growing the file if needed.
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Make every write so far durable.
+    fn sync_data(&self) -> io::Result<()>;
+}
+
+/// The write-ahead log file of a data directory.
+#[derive(Debug)]
+pub struct FileWal(std::fs::File);
+
+impl FileWal {
+    /// Open (or create) the log file at `path`. A file created here is made
+    /// durable in its directory before it is used.
+    pub fn open(path: &std::path::Path) -> io::Result<Self> {
+        let existed = path.exists();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if !existed {
+            if let Some(dir) = path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+        }
+        Ok(FileWal(file))
+    }
+}
+
+impl WalFile for FileWal {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(&self.0, out, offset)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(&self.0, data, offset)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl WalFile for crate::SimDisk {
+    fn size(&self) -> io::Result<u64> {
+        redb::StorageBackend::len(self)
+    }
+
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        redb::StorageBackend::read(self, offset, out)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        redb::StorageBackend::write(self, offset, data)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        redb::StorageBackend::sync_data(self)
+    }
+}
+
+fn wal_err(what: &str, e: io::Error) -> StoreError {
+    StoreError::Wal(format!("{what}: {e}"))
+}
+
+/// The log as the store writes it.
+#[derive(Debug)]
+pub(crate) struct Wal {
+    file: Box<dyn WalFile>,
+    /// Where the next record goes.
+    end: u64,
+    /// The number of the last record written (or folded at open).
+    last: u64,
+    /// The bodies of the records written since the last fold, in order.
+    pending: Vec<u8>,
+}
+
+/// What an open found in the log: the changes to fold, and the number of
+/// the last record they come from.
+pub(crate) struct Replay {
+    pub(crate) changes: Vec<u8>,
+    pub(crate) last: u64,
+}
+
+impl Wal {
+    /// Make `file` the log's file (zeroed up to [`WAL_BYTES`] if shorter),
+    /// and read the records after `applied`, the last one the database
+    /// holds. The log then starts a new round after them (once they are
+    /// folded).
+    pub(crate) fn open(file: Box<dyn WalFile>, applied: u64) -> Result<(Self, Replay), StoreError> {
+        let len = file.size().map_err(|e| wal_err("reading its length", e))?;
+        let replay = scan(file.as_ref(), len, applied)?;
+        if len < WAL_BYTES {
+            let zeros = vec![0u8; 256 << 10];
+            let mut at = len;
+            while at < WAL_BYTES {
+                let n = (WAL_BYTES - at).min(zeros.len() as u64);
+                file.write_at(at, &zeros[..n as usize])
+                    .map_err(|e| wal_err("zeroing", e))?;
+                at += n;
+            }
+            file.sync_data().map_err(|e| wal_err("syncing", e))?;
+        }
+        let wal = Wal {
+            file,
+            end: 0,
+            last: replay.last,
+            pending: Vec::new(),
+        };
+        Ok((wal, replay))
+    }
+
+    /// Whether a record of `body` bytes fits in what is left of the file.
+    pub(crate) fn fits(&self, body: usize) -> bool {
+        self.end + HEADER_BYTES + body as u64 <= WAL_BYTES
+    }
+
+    /// Whether a record of `body` bytes could fit at all.
+    pub(crate) fn could_fit(body: usize) -> bool {
+        HEADER_BYTES + body as u64 <= WAL_BYTES
+    }
+
+    /// Append `body` as the next record and make it durable. `Err`: the
+    /// disk failed, and the record may or may not be durable.
+    pub(crate) fn append(&mut self, body: &[u8]) -> Result<(), StoreError> {
+        debug_assert!(self.fits(body.len()));
+        let lsn = self.last + 1;
+        let mut record = Vec::with_capacity(HEADER_BYTES as usize + body.len());
+        record.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        record.extend_from_slice(&checksum(lsn, body).to_le_bytes());
+        record.extend_from_slice(&lsn.to_le_bytes());
+        record.extend_from_slice(body);
+        self.file
+            .write_at(self.end, &record)
+            .map_err(|e| wal_err("appending", e))?;
+        self.file.sync_data().map_err(|e| wal_err("syncing", e))?;
+        self.end += record.len() as u64;
+        self.last = lsn;
+        self.pending.extend_from_slice(body);
+        Ok(())
+    }
+
+    /// The changes of the records not yet folded, in order.
+    pub(crate) fn pending(&self) -> &[u8] {
+        &self.pending
+    }
+
+    /// The number of the last record written.
+    pub(crate) fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Every record written is in the database now, durably: the next one
+    /// starts a new round at the start of the file.
+    pub(crate) fn folded(&mut self) {
+        self.end = 0;
+        self.pending.clear();
+    }
+}
+
+fn checksum(lsn: u64, body: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&lsn.to_le_bytes());
+    h.update(body);
+    h.finalize()
+}
+
+/// The records after `applied` at the start of the file (see the module
+/// docs).
+fn scan(file: &dyn WalFile, len: u64, applied: u64) -> Result<Replay, StoreError> {
+    let mut replay = Replay {
+        changes: Vec::new(),
+        last: applied,
+    };
+    let mut at = 0;
+    while let Some((body_len, crc, lsn)) = header_at(file, at, len)? {
+        if lsn <= replay.last || body_len == 0 || at + HEADER_BYTES + body_len > len {
+            break; // zeros, a record of an earlier round, or a torn length
+        }
+        let mut body = vec![0u8; body_len as usize];
+        file.read_at(at + HEADER_BYTES, &mut body)
+            .map_err(|e| wal_err("reading", e))?;
+        if checksum(lsn, &body) != crc {
+            // Torn, or never synced: then it was the last append. Unless
+            // the next record follows it: then it was damaged after it was
+            // durable, and what follows must not be dropped silently.
+            let next = at + HEADER_BYTES + body_len;
+            if record_at(file, next, len, replay.last + 2)?.is_some() {
+                return Err(corrupt(format!(
+                    "write-ahead log record {} is damaged and the next one follows it",
+                    replay.last + 1
+                )));
+            }
+            break;
+        }
+        if lsn != replay.last + 1 {
+            return Err(corrupt(format!(
+                "write-ahead log record {lsn} follows {}: the database lost records it had applied",
+                replay.last
+            )));
+        }
+        replay.changes.extend_from_slice(&body);
+        replay.last = lsn;
+        at += HEADER_BYTES + body_len;
+    }
+    Ok(replay)
+}
+
+/// The body of the record numbered `lsn` at `at`, if one is there whole.
+fn record_at(
+    file: &dyn WalFile,
+    at: u64,
+    len: u64,
+    lsn: u64,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let Some((body_len, crc, found)) = header_at(file, at, len)? else {
+        return Ok(None);
+    };
+    if found != lsn || body_len == 0 || at + HEADER_BYTES + body_len > len {
+        return Ok(None);
+    }
+    let mut body = vec![0u8; body_len as usize];
+    file.read_at(at + HEADER_BYTES, &mut body)
+        .map_err(|e| wal_err("reading", e))?;
+    Ok((checksum(lsn, &body) == crc).then_some(body))
+}
+
+/// The header at `at`: body length, CRC, number.
+fn header_at(file: &dyn WalFile, at: u64, len: u64) -> Result<Option<(u64, u32, u64)>, StoreError> {
+    if at + HEADER_BYTES > len {
+        return Ok(None);
+    }
+    let mut header = [0u8; HEADER_BYTES as usize];
+    file.read_at(at, &mut header)
+        .map_err(|e| wal_err("reading", e))?;
+    let word =
+        |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
+    let lsn = u64::from(word(8)) | u64::from(word(12)) << 32;
+    Ok(Some((u64::from(word(0)), word(4), lsn)))
+}
+
+// The changes a record holds, one after another: a tag byte, then its
+// fields (integers little-endian, byte strings after a u32 length).
+const META_PUT: u8 = 1;
+const LOG_COMPACT: u8 = 2;
+const LOG_TRUNCATE: u8 = 3;
+const LOG_PUT: u8 = 4;
+const OP_PUT: u8 = 5;
+const OP_DROP: u8 = 6;
+
+/// The `raft_meta` keys a change may set, by their number in a record.
+const META_KEYS: [&str; 6] = [
+    IDENTITY, DIRECTORY, OWN_SEQS, HARD_STATE, CONF_STATE, CONF_INDEX,
+];
+
+fn meta_key_number(key: &str) -> u8 {
+    // Paired with `META_KEYS`: every key encoded is one of them.
+    let i = META_KEYS.iter().position(|k| *k == key);
+    assert!(i.is_some(), "a meta key {key} a record cannot name");
+    i.unwrap_or_default() as u8
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn put_meta(out: &mut Vec<u8>, key: &str, value: &[u8]) {
+    out.push(META_PUT);
+    out.push(meta_key_number(key));
+    put_bytes(out, value);
+}
+
+fn encode_message(m: &dyn protobuf::Message, what: &str) -> Result<Vec<u8>, StoreError> {
+    m.write_to_bytes()
+        .map_err(|e| StoreError::Corrupt(format!("encoding {what}: {e}")))
+}
+
+/// Append the changes `group` makes to the tables, in the order the writes
+/// make them, to `out`. (A checkpoint in the group is not a change here:
+/// the store writes its chunks and names it itself.)
+pub(crate) fn encode_group(group: &[Write], out: &mut Vec<u8>) -> Result<(), StoreError> {
+    for w in group {
+        if let Some(id) = &w.identity {
+            put_meta(out, IDENTITY, &crate::codec::encode_identity(id));
+        }
+        if let Some(d) = &w.directory {
+            put_meta(out, DIRECTORY, &creek_wire::encode_directory(d));
+        }
+        if let Some(o) = &w.own_seqs {
+            put_meta(out, OWN_SEQS, &crate::codec::encode_own_seqs(o));
+        }
+        encode_log(&w.log, out)?;
+        for op in &w.ops {
+            out.push(OP_PUT);
+            out.extend_from_slice(&op.id.origin.0.to_le_bytes());
+            out.extend_from_slice(&op.id.seq.to_le_bytes());
+            put_bytes(out, &creek_wire::encode_op(op));
+        }
+        for id in &w.dropped {
+            out.push(OP_DROP);
+            out.extend_from_slice(&id.origin.0.to_le_bytes());
+            out.extend_from_slice(&id.seq.to_le_bytes());
+        }
+    }
+    Ok(())
+}
+
+fn encode_log(w: &LogWrites, out: &mut Vec<u8>) -> Result<(), StoreError> {
+    if let Some(base) = w.compacted_through() {
+        out.push(LOG_COMPACT);
+        out.extend_from_slice(&base.index.to_le_bytes());
+        out.extend_from_slice(&base.term.to_le_bytes());
+    }
+    if let Some(from) = w.truncate_from() {
+        out.push(LOG_TRUNCATE);
+        out.extend_from_slice(&from.to_le_bytes());
+    }
+    // Paired with `LogStore::append`, which accepts only contiguous runs:
+    // the entries stored are one run, starting at or after any truncation.
+    let entries = w.entries();
+    assert!(
+        entries.windows(2).all(|p| p[1].index == p[0].index + 1)
+            && entries
+                .first()
+                .zip(w.truncate_from())
+                .is_none_or(|(e, from)| e.index >= from),
+        "a log write that is not one contiguous run after its truncation"
+    );
+    for e in entries {
+        out.push(LOG_PUT);
+        out.extend_from_slice(&e.index.to_le_bytes());
+        put_bytes(out, &encode_message(e, &format!("log entry {}", e.index))?);
+    }
+    if let Some(hs) = w.hard_state() {
+        put_meta(out, HARD_STATE, &encode_message(hs, "hard state")?);
+    }
+    if let Some(conf) = w.conf() {
+        put_meta(out, CONF_STATE, &encode_message(&conf.state, "conf state")?);
+        put_meta(out, CONF_INDEX, &conf.index.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// The tables changes apply to, open in one transaction.
+pub(crate) struct Target<'a, 'txn> {
+    pub(crate) log: &'a mut Table<'txn, u64, &'static [u8]>,
+    pub(crate) meta: &'a mut Table<'txn, &'static str, &'static [u8]>,
+    pub(crate) ops: &'a mut Table<'txn, (u16, u64), &'static [u8]>,
+}
+
+/// Reads the fields of encoded changes.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
+        if self.0.len() < n {
+            return Err(corrupt("a write-ahead log change is cut short".to_owned()));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, StoreError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, StoreError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, StoreError> {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(word))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], StoreError> {
+        let mut len = [0u8; 4];
+        len.copy_from_slice(self.take(4)?);
+        self.take(u32::from_le_bytes(len) as usize)
+    }
+}
+
+/// Apply encoded `changes` to the tables, in order.
+pub(crate) fn apply(changes: &[u8], t: &mut Target<'_, '_>) -> Result<(), StoreError> {
+    let mut r = Reader(changes);
+    while !r.0.is_empty() {
+        match r.u8()? {
+            META_PUT => {
+                let n = r.u8()?;
+                let key = META_KEYS.get(n as usize).ok_or_else(|| {
+                    corrupt(format!("a write-ahead log change names meta key {n}"))
+                })?;
+                t.meta.insert(*key, r.bytes()?).map_err(db_err)?;
+            }
+            LOG_COMPACT => {
+                let (index, term) = (r.u64()?, r.u64()?);
+                t.log.retain_in(..=index, |_, _| false).map_err(db_err)?;
+                let mut bytes = [0u8; 16];
+                bytes[..8].copy_from_slice(&index.to_le_bytes());
+                bytes[8..].copy_from_slice(&term.to_le_bytes());
+                t.meta.insert(LOG_BASE, bytes.as_slice()).map_err(db_err)?;
+            }
+            LOG_TRUNCATE => {
+                let from = r.u64()?;
+                t.log.retain_in(from.., |_, _| false).map_err(db_err)?;
+            }
+            LOG_PUT => {
+                let index = r.u64()?;
+                t.log.insert(index, r.bytes()?).map_err(db_err)?;
+            }
+            OP_PUT => {
+                let key = (r.u16()?, r.u64()?);
+                t.ops.insert(key, r.bytes()?).map_err(db_err)?;
+            }
+            OP_DROP => {
+                let key = (r.u16()?, r.u64()?);
+                t.ops.remove(key).map_err(db_err)?;
+            }
+            tag => {
+                return Err(corrupt(format!(
+                    "a write-ahead log change of unknown kind {tag}"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
