@@ -76,14 +76,23 @@ fn main() {
             let mut txn = db.begin_write().unwrap();
             txn.set_durability(Durability::Immediate).unwrap();
             if shape == "tables" {
-                txn.open_table(LOG).unwrap().insert(i, entry.as_slice()).unwrap();
+                txn.open_table(LOG)
+                    .unwrap()
+                    .insert(i, entry.as_slice())
+                    .unwrap();
                 let mut meta = txn.open_table(META).unwrap();
                 meta.insert("hard_state", [1u8; 12].as_slice()).unwrap();
                 drop(meta);
-                txn.open_table(OPS).unwrap().insert((1, i), op.as_slice()).unwrap();
+                txn.open_table(OPS)
+                    .unwrap()
+                    .insert((1, i), op.as_slice())
+                    .unwrap();
             } else {
                 let row = [entry.as_slice(), &[1u8; 12], op.as_slice()].concat();
-                txn.open_table(JOURNAL).unwrap().insert(i, row.as_slice()).unwrap();
+                txn.open_table(JOURNAL)
+                    .unwrap()
+                    .insert(i, row.as_slice())
+                    .unwrap();
             }
             txn.commit().unwrap();
         });

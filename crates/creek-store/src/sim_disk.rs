@@ -361,6 +361,27 @@ mod tests {
     }
 
     #[test]
+    fn the_files_of_a_disk_share_one_write_order() {
+        let db = SimDisk::new();
+        let wal = db.wal();
+        db.write(0, b"db-1").unwrap();
+        wal.write(0, b"wal-1").unwrap();
+        db.write(4, b"db-2").unwrap();
+        // A sync on either file covers the writes to both before it.
+        wal.sync_data().unwrap();
+        db.complete_sync();
+        db.write(8, b"db-3").unwrap();
+        wal.write(5, b"wal-2").unwrap();
+        assert_eq!(wal.unsynced_changes(), 2);
+        // A crash keeping one change keeps the earlier one, whatever file.
+        let loss = db.crash(1);
+        assert_eq!(loss.changes_lost, 1);
+        assert_eq!(read(&db, 0, 12).unwrap(), b"db-1db-2db-3");
+        assert_eq!(wal.len().unwrap(), 5);
+        assert_eq!(read(&wal, 0, 5).unwrap(), b"wal-1");
+    }
+
+    #[test]
     fn reads_past_the_end_are_errors() {
         let d = SimDisk::new();
         d.write(0, b"abc").unwrap();

@@ -250,70 +250,75 @@ fn scan(file: &dyn WalFile, len: u64, applied: u64) -> Result<Replay, StoreError
         last: applied,
     };
     let mut at = 0;
-    while let Some((body_len, crc, lsn)) = header_at(file, at, len)? {
-        if lsn <= replay.last || body_len == 0 || at + HEADER_BYTES + body_len > len {
-            break; // zeros, a record of an earlier round, or a torn length
-        }
-        let mut body = vec![0u8; body_len as usize];
-        file.read_at(at + HEADER_BYTES, &mut body)
-            .map_err(|e| wal_err("reading", e))?;
-        if checksum(lsn, &body) != crc {
-            // Torn, or never synced: then it was the last append. Unless
-            // the next record follows it: then it was damaged after it was
-            // durable, and what follows must not be dropped silently.
-            let next = at + HEADER_BYTES + body_len;
-            if record_at(file, next, len, replay.last + 2)?.is_some() {
+    loop {
+        let want = replay.last + 1;
+        match record_at(file, at, len)? {
+            Found::Record { lsn, body } if lsn == want => {
+                at += HEADER_BYTES + body.len() as u64;
+                replay.changes.extend_from_slice(&body);
+                replay.last = lsn;
+            }
+            Found::Record { lsn, .. } if lsn > want => {
                 return Err(corrupt(format!(
-                    "write-ahead log record {} is damaged and the next one follows it",
-                    replay.last + 1
+                    "write-ahead log record {lsn} follows {}: the database lost records it had applied",
+                    replay.last
                 )));
             }
-            break;
+            // A record of an earlier round, zeros, or the end of the file.
+            Found::Record { .. } | Found::Nothing => return Ok(replay),
+            Found::Damaged { next } => {
+                // Torn, or never synced: then it was the last append. Unless
+                // the next record follows it: then it was damaged after it
+                // was durable, and what follows must not be dropped silently.
+                if let Found::Record { lsn, .. } = record_at(file, next, len)? {
+                    if lsn == want + 1 {
+                        return Err(corrupt(format!(
+                            "write-ahead log record {want} is damaged and the next one follows it"
+                        )));
+                    }
+                }
+                return Ok(replay);
+            }
         }
-        if lsn != replay.last + 1 {
-            return Err(corrupt(format!(
-                "write-ahead log record {lsn} follows {}: the database lost records it had applied",
-                replay.last
-            )));
-        }
-        replay.changes.extend_from_slice(&body);
-        replay.last = lsn;
-        at += HEADER_BYTES + body_len;
     }
-    Ok(replay)
 }
 
-/// The body of the record numbered `lsn` at `at`, if one is there whole.
-fn record_at(
-    file: &dyn WalFile,
-    at: u64,
-    len: u64,
-    lsn: u64,
-) -> Result<Option<Vec<u8>>, StoreError> {
-    let Some((body_len, crc, found)) = header_at(file, at, len)? else {
-        return Ok(None);
-    };
-    if found != lsn || body_len == 0 || at + HEADER_BYTES + body_len > len {
-        return Ok(None);
-    }
-    let mut body = vec![0u8; body_len as usize];
-    file.read_at(at + HEADER_BYTES, &mut body)
-        .map_err(|e| wal_err("reading", e))?;
-    Ok((checksum(lsn, &body) == crc).then_some(body))
+/// What lies at an offset of the log.
+enum Found {
+    /// A whole record (its CRC matches).
+    Record { lsn: u64, body: Vec<u8> },
+    /// A header whose record does not check; the next would start at `next`.
+    Damaged { next: u64 },
+    /// Zeros, or too little of the file for a record.
+    Nothing,
 }
 
-/// The header at `at`: body length, CRC, number.
-fn header_at(file: &dyn WalFile, at: u64, len: u64) -> Result<Option<(u64, u32, u64)>, StoreError> {
+fn record_at(file: &dyn WalFile, at: u64, len: u64) -> Result<Found, StoreError> {
     if at + HEADER_BYTES > len {
-        return Ok(None);
+        return Ok(Found::Nothing);
     }
     let mut header = [0u8; HEADER_BYTES as usize];
     file.read_at(at, &mut header)
         .map_err(|e| wal_err("reading", e))?;
-    let word =
-        |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
-    let lsn = u64::from(word(8)) | u64::from(word(12)) << 32;
-    Ok(Some((u64::from(word(0)), word(4), lsn)))
+    let [l0, l1, l2, l3, c0, c1, c2, c3, n @ ..] = header;
+    let body_len = u64::from(u32::from_le_bytes([l0, l1, l2, l3]));
+    let crc = u32::from_le_bytes([c0, c1, c2, c3]);
+    let lsn = u64::from_le_bytes(n);
+    if body_len == 0 {
+        return Ok(Found::Nothing);
+    }
+    let next = at + HEADER_BYTES + body_len;
+    if next > len {
+        return Ok(Found::Damaged { next });
+    }
+    let mut body = vec![0u8; body_len as usize];
+    file.read_at(at + HEADER_BYTES, &mut body)
+        .map_err(|e| wal_err("reading", e))?;
+    Ok(if checksum(lsn, &body) == crc {
+        Found::Record { lsn, body }
+    } else {
+        Found::Damaged { next }
+    })
 }
 
 // The changes a record holds, one after another: a tag byte, then its

@@ -135,21 +135,24 @@ fn a_clean_close_leaves_everything_in_the_database() {
 
 #[test]
 fn a_damaged_record_followed_by_the_next_is_refused() {
-    let disk = SimDisk::new();
-    let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
-    group(&mut loaded, 1, 3, 1, 100);
-    group(&mut loaded, 3, 5, 1, 100);
-    drop(loaded);
-    // A byte of the first record's body flipped: the second still follows.
-    let wal = disk.wal();
-    let mut byte = [0u8; 1];
-    redb::StorageBackend::read(&wal, 40, &mut byte).unwrap();
-    redb::StorageBackend::write(&wal, 40, &[byte[0] ^ 0xff]).unwrap();
-    let e = load_backend(disk.clone(), disk.wal(), voters()).unwrap_err();
-    assert!(
-        matches!(&e, StoreError::Corrupt(m) if m.contains("record 1")),
-        "{e}"
-    );
+    // A byte of the first record's CRC, number or body flipped: the second
+    // record still follows it.
+    for at in [4, 8, 40] {
+        let disk = SimDisk::new();
+        let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
+        group(&mut loaded, 1, 3, 1, 100);
+        group(&mut loaded, 3, 5, 1, 100);
+        drop(loaded);
+        let wal = disk.wal();
+        let mut byte = [0u8; 1];
+        redb::StorageBackend::read(&wal, at, &mut byte).unwrap();
+        redb::StorageBackend::write(&wal, at, &[byte[0] ^ 0xff]).unwrap();
+        let e = load_backend(disk.clone(), disk.wal(), voters()).unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Corrupt(m) if m.contains("record 1 is damaged")),
+            "byte {at}: {e}"
+        );
+    }
 }
 
 /// A database that lost a fold it reported durable (here: its record of
