@@ -4,6 +4,8 @@
 # afterwards), installs scripts/plot-requirements.txt, then runs
 # scripts/plot-bench.py with all arguments, e.g.
 #   scripts/plot.sh --stat p99 --out /tmp/tpcc.png results/tpcc.jsonl
+# or, with `peers` first, scripts/plot-peers.py (`creek bench peers` runs):
+#   scripts/plot.sh peers --out docs/bench/peers.png docs/bench/peers.jsonl
 # Paths are taken relative to where you run it from.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,4 +18,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 "$venv/bin/pip" --disable-pip-version-check -q install -r "$root/scripts/plot-requirements.txt"
+if [ "${1:-}" = peers ]; then
+  shift
+  exec "$venv/bin/python" "$root/scripts/plot-peers.py" "$@"
+fi
 exec "$venv/bin/python" "$root/scripts/plot-bench.py" "$@"
