@@ -208,6 +208,8 @@ pub struct DiskCounts {
     pub checkpoints: u64,
     /// Background checkpoints a crash cut short.
     pub checkpoints_cut: u64,
+    /// Folds of the write-ahead log into the database.
+    pub wal_folds: u64,
 }
 
 impl std::ops::AddAssign for DiskCounts {
@@ -223,6 +225,7 @@ impl std::ops::AddAssign for DiskCounts {
         self.log_entries += o.log_entries;
         self.checkpoints += o.checkpoints;
         self.checkpoints_cut += o.checkpoints_cut;
+        self.wal_folds += o.wal_folds;
     }
 }
 
@@ -275,6 +278,11 @@ pub struct CreekReplica {
 /// Checkpoint chunks on the simulated disk: small, so that the simulator's
 /// small states take several chunks (and a crash can fall between them).
 const CHECKPOINT_CHUNK_BYTES: usize = 512;
+
+/// The simulated disk's write-ahead log folds into its database once this
+/// much of it is filled: a run of a few seconds folds many times (and a
+/// crash can fall in a fold).
+const WAL_BYTES: u64 = 16 << 10;
 
 /// A sync in flight.
 #[derive(Clone, Copy, Debug)]
@@ -347,7 +355,8 @@ impl CreekReplica {
         r.store = Some(
             loaded
                 .store
-                .with_checkpoint_chunk_bytes(CHECKPOINT_CHUNK_BYTES),
+                .with_checkpoint_chunk_bytes(CHECKPOINT_CHUNK_BYTES)
+                .with_wal_bytes(WAL_BYTES),
         );
         r.disk = disk;
         r.voters = voters;
@@ -690,7 +699,9 @@ impl SimReplica for CreekReplica {
         self.outbox.clear();
         self.views.clear();
         // The database goes first: nothing may write after the crash.
-        self.store = None;
+        if let Some(store) = self.store.take() {
+            self.disk_counts.wal_folds += store.folds();
+        }
         let loss = self.disk.crash(torn(self.disk.unsynced_changes()));
         self.disk_counts.torn_changes_kept += loss.changes_kept as u64;
     }
@@ -721,7 +732,8 @@ impl SimReplica for CreekReplica {
         self.store = Some(
             loaded
                 .store
-                .with_checkpoint_chunk_bytes(CHECKPOINT_CHUNK_BYTES),
+                .with_checkpoint_chunk_bytes(CHECKPOINT_CHUNK_BYTES)
+                .with_wal_bytes(WAL_BYTES),
         );
         self.disk_counts.recoveries += 1;
         self.collect();
@@ -730,6 +742,7 @@ impl SimReplica for CreekReplica {
 
     fn disk_counts(&self) -> DiskCounts {
         let mut counts = self.disk_counts;
+        counts.wal_folds += self.store.as_ref().map_or(0, Store::folds);
         if let Some(node) = &self.node {
             counts.log_entries = node.raft_log_entries();
             counts.log_compacted = node.cab().store().base().index;

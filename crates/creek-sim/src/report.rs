@@ -139,6 +139,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             "log_entries": disk.log_entries,
             "checkpoints": disk.checkpoints,
             "checkpoints_cut": disk.checkpoints_cut,
+            "wal_folds": disk.wal_folds,
         },
         "plant_bug": cfg.plant_bug.map(|b| format!("{b:?}")),
         "trace_hash": format!("{:016x}", out.trace_hash),

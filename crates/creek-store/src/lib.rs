@@ -387,6 +387,7 @@ fn load_db(
             wal: Mutex::new(wal),
             next_generation: AtomicU64::new(next_generation),
             written: AtomicU64::new(0),
+            folds: AtomicU64::new(0),
             chunk_bytes: CHECKPOINT_CHUNK_BYTES,
             pace: std::time::Duration::ZERO,
         },
@@ -405,6 +406,8 @@ pub struct Store {
     next_generation: AtomicU64,
     /// The last write made durable by [`Store::write`].
     written: AtomicU64,
+    /// Folds of the write-ahead log into the database since the load.
+    folds: AtomicU64,
     /// About this many bytes of checkpoint per stored chunk.
     chunk_bytes: usize,
     /// The least time between two chunks of a checkpoint installed whole
@@ -442,7 +445,7 @@ impl Store {
         // transactions; the group's names it. Of several in one group, the
         // last is the one that counts.
         let installed = group.iter().rev().find_map(|w| w.checkpoint.as_ref());
-        if installed.is_some() || !wal::Wal::could_fit(body.len()) {
+        if installed.is_some() || !wal.could_fit(body.len()) {
             let named = installed.map(|c| self.put_chunks(c)).transpose()?;
             self.fold(&mut wal, &body, named.as_ref())?;
         } else {
@@ -490,7 +493,14 @@ impl Store {
         }
         txn.commit().map_err(db_err)?;
         wal.folded();
+        self.folds.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// How many times the write-ahead log was folded into the database
+    /// since the load.
+    pub fn folds(&self) -> u64 {
+        self.folds.load(Ordering::Relaxed)
     }
 
     /// Fold the write-ahead log's records into the database (a clean
@@ -508,6 +518,14 @@ impl Store {
     /// next fold relies on: records count once appended and synced).
     fn lock_wal(&self) -> MutexGuard<'_, wal::Wal> {
         self.wal.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fold the write-ahead log into the database once its records fill
+    /// `bytes` of it (at least 4 KiB, at most [`WAL_BYTES`]) instead of the
+    /// whole file: the simulator's runs are short, and should fold often.
+    pub fn with_wal_bytes(self, bytes: u64) -> Self {
+        self.lock_wal().set_capacity(bytes);
+        self
     }
 
     /// The least time between two pieces of checkpoint written: one chunk

@@ -148,6 +148,9 @@ pub(crate) struct Wal {
     end: u64,
     /// The number of the last record written (or folded at open).
     last: u64,
+    /// How much of the file records may fill before a fold
+    /// ([`WAL_BYTES`]; less in the simulator, to fold often).
+    capacity: u64,
     /// The bodies of the records written since the last fold, in order.
     pending: Vec<u8>,
 }
@@ -182,19 +185,26 @@ impl Wal {
             file,
             end: 0,
             last: replay.last,
+            capacity: WAL_BYTES,
             pending: Vec::new(),
         };
         Ok((wal, replay))
     }
 
+    /// Let records fill at most `bytes` of the file (at least one 4 KiB
+    /// block, at most [`WAL_BYTES`]) before a fold.
+    pub(crate) fn set_capacity(&mut self, bytes: u64) {
+        self.capacity = bytes.clamp(4096, WAL_BYTES);
+    }
+
     /// Whether a record of `body` bytes fits in what is left of the file.
     pub(crate) fn fits(&self, body: usize) -> bool {
-        self.end + HEADER_BYTES + body as u64 <= WAL_BYTES
+        self.end + HEADER_BYTES + body as u64 <= self.capacity
     }
 
     /// Whether a record of `body` bytes could fit at all.
-    pub(crate) fn could_fit(body: usize) -> bool {
-        HEADER_BYTES + body as u64 <= WAL_BYTES
+    pub(crate) fn could_fit(&self, body: usize) -> bool {
+        HEADER_BYTES + body as u64 <= self.capacity
     }
 
     /// Append `body` as the next record and make it durable. `Err`: the
