@@ -65,6 +65,10 @@ pub struct Args {
 /// How long the cluster may take to settle after the faults are healed.
 const SETTLE_BOUND: Duration = Duration::from_secs(60);
 
+/// How many times the final dump is taken while the replicas keep
+/// committing ops of their own between its reads.
+const DUMP_ATTEMPTS: usize = 5;
+
 /// Run `creek chaos`: `Ok(true)` when every check passed.
 pub fn run(args: &Args) -> Result<bool, String> {
     if !(3..=5).contains(&args.replicas) {
@@ -203,8 +207,24 @@ async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), Stri
         SETTLE_BOUND,
     )
     .await;
-    let third = nemesis::settle(&world, SETTLE_BOUND).await;
-    let (dumps, unread) = nemesis::dump_members(&world).await;
+    let mut third = nemesis::settle(&world, SETTLE_BOUND).await;
+    // The replicas commit ops of their own at any time (session expiry,
+    // stabilizer no-ops): the states dumped are of one settled point only
+    // if nothing committed while they were read. Else read them again.
+    let mut before = nemesis::settled_len(&world);
+    let mut dump = nemesis::dump_members(&world).await;
+    for _ in 1..DUMP_ATTEMPTS {
+        // Polls that started after the dump.
+        tokio::time::sleep(nemesis::POLL_EVERY * 4).await;
+        third = nemesis::settle(&world, SETTLE_BOUND).await;
+        let after = nemesis::settled_len(&world);
+        if third.is_none() || after == before {
+            break;
+        }
+        before = after;
+        dump = nemesis::dump_members(&world).await;
+    }
+    let (dumps, unread) = dump;
     nemesis.note_exits(&mut servers);
     world
         .stop_polling

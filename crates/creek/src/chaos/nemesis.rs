@@ -496,7 +496,7 @@ pub(crate) async fn poll(world: Arc<World>) {
 }
 
 /// How often each replica's committed order is polled.
-const POLL_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const POLL_EVERY: Duration = Duration::from_millis(50);
 
 /// Take what replica `i` committed since the last poll, if it answers.
 async fn poll_one(world: &World, i: usize) {
@@ -581,7 +581,7 @@ async fn committed(
 pub(crate) async fn settle(world: &World, bound: Duration) -> Option<Duration> {
     let start = tokio::time::Instant::now();
     while start.elapsed() < bound {
-        if settled(world) {
+        if settled_len(world).is_some() {
             return Some(start.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -600,7 +600,9 @@ pub(crate) async fn settle(world: &World, bound: Duration) -> Option<Duration> {
     None
 }
 
-fn settled(world: &World) -> bool {
+/// The committed length every member agrees on, if the cluster is
+/// settled: every member serving, quiet, and polled at that length.
+pub(crate) fn settled_len(world: &World) -> Option<u64> {
     let state = world.lock();
     let members = state.members();
     let mut lengths = members.iter().map(|&i| {
@@ -613,9 +615,9 @@ fn settled(world: &World) -> bool {
         }
     });
     let Some(Some(first)) = lengths.next() else {
-        return false;
+        return None;
     };
-    lengths.all(|l| l == Some(first))
+    lengths.all(|l| l == Some(first)).then_some(first)
 }
 
 /// Every member's committed state (`Admin.Dump`), by slot, and why a
