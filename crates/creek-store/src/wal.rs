@@ -210,7 +210,8 @@ impl Wal {
     /// Append `body` as the next record and make it durable. `Err`: the
     /// disk failed, and the record may or may not be durable.
     pub(crate) fn append(&mut self, body: &[u8]) -> Result<(), StoreError> {
-        debug_assert!(self.fits(body.len()));
+        // Paired with `Store::write`, which folds first when it does not.
+        assert!(self.fits(body.len()), "a record past the log's capacity");
         let lsn = self.last + 1;
         let mut record = Vec::with_capacity(HEADER_BYTES as usize + body.len());
         record.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -346,10 +347,12 @@ const META_KEYS: [&str; 6] = [
 ];
 
 fn meta_key_number(key: &str) -> u8 {
-    // Paired with `META_KEYS`: every key encoded is one of them.
-    let i = META_KEYS.iter().position(|k| *k == key);
-    assert!(i.is_some(), "a meta key {key} a record cannot name");
-    i.unwrap_or_default() as u8
+    // Paired with `META_KEYS`, which `apply` reads: every key encoded is
+    // one of them.
+    match META_KEYS.iter().position(|k| *k == key) {
+        Some(i) => i as u8,
+        None => panic!("a meta key {key} a record cannot name"),
+    }
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
