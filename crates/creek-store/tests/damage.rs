@@ -9,10 +9,8 @@
 
 mod common;
 
-use common::log_batch;
-use creek_cab::CabStorage;
+use common::write_entries;
 use creek_store::{load_backend, Loaded, SimDisk, StoreError};
-use raft::eraftpb::Entry;
 use raft::Storage;
 use redb::StorageBackend;
 
@@ -22,19 +20,7 @@ fn voters() -> Vec<u64> {
 
 /// Append entries `from..to` (term 1, `size` bytes each) in one write.
 fn append(loaded: &mut Loaded, from: u64, to: u64, size: usize) {
-    let ents: Vec<Entry> = (from..to)
-        .map(|index| Entry {
-            index,
-            term: 1,
-            data: vec![index as u8; size].into(),
-            ..Default::default()
-        })
-        .collect();
-    loaded.storage.append(&ents).unwrap();
-    loaded
-        .store
-        .write(&[log_batch(&mut loaded.storage)])
-        .unwrap();
+    write_entries(loaded, from, to, 1, size);
 }
 
 /// A disk whose first `DURABLE` entries are synced, followed by commits

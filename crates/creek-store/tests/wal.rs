@@ -6,10 +6,8 @@
 
 mod common;
 
-use common::{log_batch, TempDir};
-use creek_cab::CabStorage;
-use creek_store::{load_backend, Loaded, SimDisk, StoreError, WAL_BYTES};
-use raft::eraftpb::Entry;
+use common::{write_entries, TempDir};
+use creek_store::{load_backend, SimDisk, StoreError, WAL_BYTES};
 use raft::{GetEntriesContext, Storage};
 
 fn voters() -> Vec<u64> {
@@ -24,24 +22,6 @@ fn entries_of(s: &impl Storage) -> Vec<(u64, u64, Vec<u8>)> {
         .into_iter()
         .map(|e| (e.index, e.term, e.data.to_vec()))
         .collect()
-}
-
-/// One group: entries `from..to` of `size` bytes, in term `term` (an entry
-/// at or below the last replaces the log from there on).
-fn group(loaded: &mut Loaded, from: u64, to: u64, term: u64, size: usize) {
-    let ents: Vec<Entry> = (from..to)
-        .map(|index| Entry {
-            index,
-            term,
-            data: vec![(index as u8) ^ (term as u8); size].into(),
-            ..Default::default()
-        })
-        .collect();
-    loaded.storage.append(&ents).unwrap();
-    loaded
-        .store
-        .write(&[log_batch(&mut loaded.storage)])
-        .unwrap();
 }
 
 /// The groups of the scenario: (from, to, term). Entries of 60 KiB fill the
@@ -72,7 +52,7 @@ fn a_crash_anywhere_in_appends_and_a_fold_gives_the_state_after_some_group() {
     // The state after each group, as a store with no crash sees it.
     let mut after = vec![entries_of(&loaded.storage)];
     for (i, &(from, to, term)) in GROUPS.iter().enumerate() {
-        group(&mut loaded, from, to, term, SIZE);
+        write_entries(&mut loaded, from, to, term, SIZE);
         after.push(entries_of(&loaded.storage));
         if i + 1 == DURABLE_GROUPS {
             disk.complete_sync();
@@ -121,7 +101,7 @@ fn a_crash_anywhere_in_appends_and_a_fold_gives_the_state_after_some_group() {
 fn a_clean_close_leaves_everything_in_the_database() {
     let disk = SimDisk::new();
     let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
-    group(&mut loaded, 1, 6, 1, 100);
+    write_entries(&mut loaded, 1, 6, 1, 100);
     let want = entries_of(&loaded.storage);
     loaded.store.fold_wal().unwrap();
     drop(loaded);
@@ -140,8 +120,8 @@ fn a_damaged_record_followed_by_the_next_is_refused() {
     for at in [4, 8, 40] {
         let disk = SimDisk::new();
         let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
-        group(&mut loaded, 1, 3, 1, 100);
-        group(&mut loaded, 3, 5, 1, 100);
+        write_entries(&mut loaded, 1, 3, 1, 100);
+        write_entries(&mut loaded, 3, 5, 1, 100);
         drop(loaded);
         let wal = disk.wal();
         let mut byte = [0u8; 1];
@@ -164,7 +144,7 @@ fn a_record_past_the_next_one_is_refused() {
         let mut loaded = creek_store::load(dir.path(), voters()).unwrap();
         // More than the log holds: a fold, then records of a new round.
         for i in 0..40 {
-            group(&mut loaded, i + 1, i + 2, 1, SIZE);
+            write_entries(&mut loaded, i + 1, i + 2, 1, SIZE);
         }
     }
     {

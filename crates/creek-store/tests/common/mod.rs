@@ -126,6 +126,32 @@ impl SyncPersister {
     }
 }
 
+/// The byte entry `index` of term `term` is filled with by
+/// [`write_entries`]: the index's low byte in term 1, another in each later
+/// term (so a rewritten entry differs from the one it replaced).
+pub fn entry_byte(index: u64, term: u64) -> u8 {
+    (index as u8).wrapping_add((term.wrapping_sub(1) as u8).wrapping_mul(101))
+}
+
+/// Append entries `from..to` of term `term` (`size` bytes each, filled
+/// with [`entry_byte`]) to `loaded`'s log and write them as one group; an
+/// entry at or below the last replaces the log from there on.
+pub fn write_entries(loaded: &mut creek_store::Loaded, from: u64, to: u64, term: u64, size: usize) {
+    let ents: Vec<raft::eraftpb::Entry> = (from..to)
+        .map(|index| raft::eraftpb::Entry {
+            index,
+            term,
+            data: vec![entry_byte(index, term); size].into(),
+            ..Default::default()
+        })
+        .collect();
+    loaded.storage.append(&ents).unwrap();
+    loaded
+        .store
+        .write(&[log_batch(&mut loaded.storage)])
+        .unwrap();
+}
+
 /// Open `dir` once and close it, for a test that then edits the database
 /// file directly: an open folds the write-ahead log's records into the
 /// database, so the file holds every durable write (and a later open has
