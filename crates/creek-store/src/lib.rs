@@ -569,12 +569,7 @@ fn read_all(
         let mut t = checkpoints::Tables::open(&txn)?;
         let mut log = txn.open_table(LOG).map_err(db_err)?;
         let mut ops = txn.open_table(OPS).map_err(db_err)?;
-        let applied = match t.meta.get(WAL_APPLIED).map_err(db_err)? {
-            None => 0,
-            Some(v) => <[u8; 8]>::try_from(v.value())
-                .map(u64::from_le_bytes)
-                .map_err(|_| corrupt(format!("wal_applied of {} bytes", v.value().len())))?,
-        };
+        let applied = read_u64(&t.meta, WAL_APPLIED)?;
         let (wal, replay) = wal::Wal::open(wal_file, applied)?;
         if replay.last > applied {
             wal::apply(
@@ -595,12 +590,7 @@ fn read_all(
             .get(HARD_STATE)
             .map_err(db_err)?
             .map(|v| v.value().to_vec());
-        let conf_index = match meta.get(CONF_INDEX).map_err(db_err)? {
-            None => 0,
-            Some(v) => <[u8; 8]>::try_from(v.value())
-                .map(u64::from_le_bytes)
-                .map_err(|_| corrupt(format!("conf index of {} bytes", v.value().len())))?,
-        };
+        let conf_index = read_u64(meta, CONF_INDEX)?;
         let own_seqs = match meta.get(OWN_SEQS).map_err(db_err)? {
             None => creek_node::OwnSeqs::default(),
             Some(v) => codec::decode_own_seqs(v.value())?,
@@ -677,6 +667,19 @@ fn read_all(
     };
     txn.commit().map_err(db_err)?;
     Ok(loaded)
+}
+
+/// The `u64` stored under `key` in `raft_meta` (absent: 0).
+fn read_u64(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+) -> Result<u64, StoreError> {
+    match meta.get(key).map_err(db_err)? {
+        None => Ok(0),
+        Some(v) => <[u8; 8]>::try_from(v.value())
+            .map(u64::from_le_bytes)
+            .map_err(|_| corrupt(format!("{key} of {} bytes", v.value().len()))),
+    }
 }
 
 fn decode_base(bytes: &[u8]) -> Result<LogBase, StoreError> {

@@ -366,9 +366,14 @@ fn put_meta(out: &mut Vec<u8>, key: &str, value: &[u8]) {
     put_bytes(out, value);
 }
 
-fn encode_message(m: &dyn protobuf::Message, what: &str) -> Result<Vec<u8>, StoreError> {
+/// `m` encoded; `what` names it in the error (called only on one, so
+/// that the hot path formats nothing).
+fn encode_message(
+    m: &dyn protobuf::Message,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<u8>, StoreError> {
     m.write_to_bytes()
-        .map_err(|e| StoreError::Corrupt(format!("encoding {what}: {e}")))
+        .map_err(|e| StoreError::Corrupt(format!("encoding {}: {e}", what())))
 }
 
 /// Append the changes `group` makes to the tables, in the order the writes
@@ -425,13 +430,24 @@ fn encode_log(w: &LogWrites, out: &mut Vec<u8>) -> Result<(), StoreError> {
     for e in entries {
         out.push(LOG_PUT);
         out.extend_from_slice(&e.index.to_le_bytes());
-        put_bytes(out, &encode_message(e, &format!("log entry {}", e.index))?);
+        put_bytes(
+            out,
+            &encode_message(e, || format!("log entry {}", e.index))?,
+        );
     }
     if let Some(hs) = w.hard_state() {
-        put_meta(out, HARD_STATE, &encode_message(hs, "hard state")?);
+        put_meta(
+            out,
+            HARD_STATE,
+            &encode_message(hs, || "hard state".into())?,
+        );
     }
     if let Some(conf) = w.conf() {
-        put_meta(out, CONF_STATE, &encode_message(&conf.state, "conf state")?);
+        put_meta(
+            out,
+            CONF_STATE,
+            &encode_message(&conf.state, || "conf state".into())?,
+        );
         put_meta(out, CONF_INDEX, &conf.index.to_le_bytes());
     }
     Ok(())

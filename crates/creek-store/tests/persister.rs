@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{open_sync, settle, TempDir};
+use common::{open_sync, put_raw, settle, TempDir};
 use creek_cab::CabStorage;
 use creek_core::{Checkpoint, Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_exec::value::{encode_args, Value};
@@ -263,14 +263,7 @@ fn a_failed_disk_is_never_reported_durable() {
 
 fn corrupt_table(dir: &TempDir, table: &str, key: &str, value: &[u8]) {
     settle(dir.path(), vec![1]);
-    let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
-    let txn = db.begin_write().unwrap();
-    {
-        let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new(table);
-        let mut t = txn.open_table(def).unwrap();
-        t.insert(key, value).unwrap();
-    }
-    txn.commit().unwrap();
+    put_raw(dir, table, key, value);
 }
 
 /// Overwrite (or add) one stored checkpoint chunk.

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{write_entries, TempDir};
+use common::{put_raw, write_entries, TempDir};
 use creek_store::{load_backend, SimDisk, StoreError, WAL_BYTES};
 use raft::{GetEntriesContext, Storage};
 
@@ -147,17 +147,7 @@ fn a_record_past_the_next_one_is_refused() {
             write_entries(&mut loaded, i + 1, i + 2, 1, SIZE);
         }
     }
-    {
-        let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("raft_meta");
-            let mut t = txn.open_table(def).unwrap();
-            t.insert("wal_applied", 1u64.to_le_bytes().as_slice())
-                .unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    put_raw(&dir, "raft_meta", "wal_applied", &1u64.to_le_bytes());
     let e = creek_store::load(dir.path(), voters()).unwrap_err();
     assert!(
         matches!(&e, StoreError::Corrupt(m) if m.contains("lost records")),

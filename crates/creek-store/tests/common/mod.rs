@@ -152,6 +152,19 @@ pub fn write_entries(loaded: &mut creek_store::Loaded, from: u64, to: u64, term:
         .unwrap();
 }
 
+/// Set `key` of the string-keyed `table` to `value` in `dir`'s database
+/// file directly, behind the store's back (the write-ahead log is not
+/// touched: [`settle`] first to fold it).
+pub fn put_raw(dir: &TempDir, table: &str, key: &str, value: &[u8]) {
+    let db = redb::Database::create(dir.sub(creek_store::FILE_NAME)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new(table);
+        txn.open_table(def).unwrap().insert(key, value).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
 /// Open `dir` once and close it, for a test that then edits the database
 /// file directly: an open folds the write-ahead log's records into the
 /// database, so the file holds every durable write (and a later open has
