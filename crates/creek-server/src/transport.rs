@@ -6,6 +6,13 @@
 //! big-endian) — and then carries frames: a u32 big-endian length and one
 //! `creek-wire` frame (which carries its own version byte).
 //!
+//! Writes: on a plaintext link with nothing waiting, the thread that sends
+//! (the node loop, or the persister's callback releasing acknowledgements)
+//! writes the frames to the socket itself, without waking the connection's
+//! task; what the socket does not take at once waits for the task, and so
+//! does everything after it until the task has written it all, so frames
+//! keep their order ([`Outbox`]). TLS links are written by the task only.
+//!
 //! Backpressure and bounds: frames toward a peer wait in a bounded queue of
 //! `peer_queue_frames`; when it is full (the peer is slow or unreachable) new
 //! frames are dropped and counted. The protocol tolerates loss — raft
@@ -35,7 +42,7 @@
 //! each link: loss and partitions drop frames in both directions; latency
 //! is added to the frames this replica sends, which keep their order.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -45,7 +52,7 @@ use bytes::{Bytes, BytesMut};
 use creek_core::ReplicaId;
 use creek_wire::WIRE_VERSION;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -85,11 +92,8 @@ pub struct TransportStats {
     pub refused_connections: AtomicU64,
 }
 
-/// Frames queued together go out in one write.
-type Queued = (Instant, Vec<Bytes>);
-
 struct Peer {
-    queue: mpsc::Sender<Queued>,
+    outbox: Arc<Outbox>,
     connected: Arc<AtomicBool>,
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
@@ -171,13 +175,13 @@ impl Transport {
             if id == self.me || table.contains_key(&id) {
                 continue;
             }
-            let (tx, rx) = mpsc::channel(self.queue_frames);
+            let outbox = Arc::new(Outbox::default());
             let connected = Arc::new(AtomicBool::new(false));
             let task = self.runtime.spawn(outbound(
                 self.me,
                 id,
                 addr,
-                rx,
+                outbox.clone(),
                 connected.clone(),
                 self.stats.clone(),
                 self.tls.clone(),
@@ -185,7 +189,7 @@ impl Transport {
             table.insert(
                 id,
                 Peer {
-                    queue: tx,
+                    outbox,
                     connected,
                     addr,
                     task,
@@ -200,9 +204,12 @@ impl Transport {
             .extend(table.keys().copied());
     }
 
-    /// Queue frames for `to` to go out in one write (so the peer reads them
-    /// in one go and handles them in one turn); never blocks. Dropped (and
-    /// counted) when the peer's queue is full, the peer is unknown or a
+    /// Send frames to `to` in one write (so the peer reads them in one go
+    /// and handles them in one turn); never blocks. On a plaintext link
+    /// with nothing waiting they are written here, on the caller's thread
+    /// (the node loop or the persister's callback), which saves waking the
+    /// connection's task; otherwise they wait for it. Dropped (and counted)
+    /// when `peer_queue_frames` already wait, the peer is unknown or a
     /// fault says so; faults judge the frames as one.
     pub fn send_all(&self, to: ReplicaId, frames: Vec<Bytes>) {
         if frames.is_empty() {
@@ -221,10 +228,8 @@ impl Transport {
             }
             Verdict::Pass(delay) => Instant::now() + delay,
         };
-        let n = frames.len() as u64;
-        if peer.queue.try_send((due, frames)).is_err() {
-            self.stats.dropped_full.fetch_add(n, Ordering::Relaxed);
-        }
+        peer.outbox
+            .send(due, &frames, self.queue_frames, &self.stats);
     }
 
     /// Each peer: address and whether the outbound connection is up.
@@ -269,11 +274,228 @@ fn handshake(from: ReplicaId, to: ReplicaId) -> [u8; HANDSHAKE_LEN] {
     h
 }
 
+/// The frames on their way to one peer, shared by the threads that send
+/// them and the task that owns the connection.
+///
+/// Order: bytes reach the socket in the order `send` was called. A sender
+/// writes to the socket itself only while nothing waits and the task holds
+/// nothing it has not written; everything else waits, in order, for the
+/// task. A partial write leaves the rest of its bytes first in line, so
+/// frames are never interleaved.
+#[derive(Default)]
+struct Outbox {
+    state: Mutex<OutboxState>,
+    /// Wakes the task: something waits, or the connection broke.
+    wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct OutboxState {
+    /// The plaintext connection while it is up (TLS links go through the
+    /// task only: the TLS session is the task's).
+    direct: Option<Arc<TcpStream>>,
+    /// Encoded frames (length prefixes included) waiting for the task, each
+    /// batch with when it may go (injected latency) and its frame count.
+    waiting: VecDeque<Waiting>,
+    /// Frames in `waiting`.
+    waiting_frames: usize,
+    /// The task has taken bytes it has not finished writing.
+    writing: bool,
+    /// A sender's write failed: the task must reconnect.
+    broken: bool,
+}
+
+struct Waiting {
+    due: Instant,
+    bytes: Bytes,
+    frames: usize,
+}
+
+impl Outbox {
+    /// Send `frames` as one batch (see [`Transport::send_all`]).
+    fn send(&self, due: Instant, frames: &[Bytes], bound: usize, stats: &TransportStats) {
+        let n = frames.len();
+        let mut bytes = BytesMut::with_capacity(frames.iter().map(|f| f.len() + 4).sum());
+        for f in frames {
+            let Ok(len) = u32::try_from(f.len()) else {
+                tracing::warn!(len = f.len(), "dropping a peer frame too large to frame");
+                return;
+            };
+            bytes.extend_from_slice(&len.to_be_bytes());
+            bytes.extend_from_slice(f);
+        }
+        let mut bytes = bytes.freeze();
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if due <= now && st.waiting.is_empty() && !st.writing {
+            if let Some(stream) = st.direct.clone() {
+                match write_now(&stream, &bytes) {
+                    Ok(written) if written == bytes.len() => {
+                        sent(stats, n, written);
+                        return;
+                    }
+                    Ok(written) => {
+                        // The rest goes first, whatever the bound: a frame
+                        // cut short would garble the stream.
+                        sent(stats, 0, written);
+                        let rest = bytes.split_off(written);
+                        st.waiting.push_back(Waiting {
+                            due: now,
+                            bytes: rest,
+                            frames: n,
+                        });
+                        st.waiting_frames += n;
+                        drop(st);
+                        self.wake.notify_one();
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "peer connection lost on a direct write");
+                        st.direct = None;
+                        st.broken = true;
+                        drop(st);
+                        stats.dropped_full.fetch_add(n as u64, Ordering::Relaxed);
+                        self.wake.notify_one();
+                        return;
+                    }
+                }
+            }
+        }
+        if st.waiting_frames + n > bound {
+            drop(st);
+            stats.dropped_full.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        st.waiting.push_back(Waiting {
+            due,
+            bytes,
+            frames: n,
+        });
+        st.waiting_frames += n;
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// The next bytes for the task to write, once they are due: every batch
+    /// already due, joined. `None` when the connection must be remade.
+    async fn next(&self) -> Option<(Bytes, usize)> {
+        loop {
+            let wake = self.wake.notified();
+            let due = {
+                let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                if st.broken {
+                    return None;
+                }
+                match st.waiting.front() {
+                    None => None,
+                    Some(w) if w.due <= Instant::now() => {
+                        let mut frames = 0;
+                        let mut joined = BytesMut::new();
+                        let now = Instant::now();
+                        while st.waiting.front().is_some_and(|w| w.due <= now) {
+                            let Some(w) = st.waiting.pop_front() else {
+                                break;
+                            };
+                            frames += w.frames;
+                            joined.extend_from_slice(&w.bytes);
+                        }
+                        st.waiting_frames -= frames;
+                        st.writing = true;
+                        return Some((joined.freeze(), frames));
+                    }
+                    Some(w) => Some(w.due),
+                }
+            };
+            match due {
+                Some(due) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(due) => {}
+                        () = wake => {}
+                    }
+                }
+                None => wake.await,
+            }
+        }
+    }
+
+    /// The task wrote what [`Outbox::next`] gave it.
+    fn written(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .writing = false;
+    }
+
+    /// The connection is up: senders may write to `direct` themselves.
+    fn connected(&self, direct: Option<Arc<TcpStream>>) {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.direct = direct;
+        st.broken = false;
+        st.writing = false;
+    }
+
+    /// The connection is gone: what waits is stale by the next one.
+    fn disconnected(&self) {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.direct = None;
+        st.broken = false;
+        st.writing = false;
+        st.waiting.clear();
+        st.waiting_frames = 0;
+    }
+}
+
+/// Write what the socket takes now, without waiting.
+fn write_now(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<usize> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match stream.try_write(&bytes[written..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(k) => written += k,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(written)
+}
+
+fn sent(stats: &TransportStats, frames: usize, bytes: usize) {
+    stats
+        .frames_sent
+        .fetch_add(frames as u64, Ordering::Relaxed);
+    stats.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
+}
+
+/// An outbound connection: plaintext, shared with direct senders, or TLS.
+enum Link {
+    Plain(Arc<TcpStream>),
+    Tls(Writer),
+}
+
+impl Link {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Link::Plain(stream) => {
+                let mut written = 0;
+                while written < bytes.len() {
+                    stream.writable().await?;
+                    written += write_now(stream, &bytes[written..])?;
+                }
+                Ok(())
+            }
+            Link::Tls(w) => {
+                w.write_all(bytes).await?;
+                w.flush().await
+            }
+        }
+    }
+}
+
 async fn outbound(
     me: ReplicaId,
     peer: ReplicaId,
     addr: SocketAddr,
-    mut rx: mpsc::Receiver<Queued>,
+    outbox: Arc<Outbox>,
     connected: Arc<AtomicBool>,
     stats: Arc<TransportStats>,
     tls: Option<Arc<Tls>>,
@@ -285,12 +507,12 @@ async fn outbound(
     // The peer closed the last connections right after the handshake.
     let mut refused = false;
     loop {
-        let mut w = match connect(peer, addr, tls.as_deref()).await {
-            Ok(w) => BufWriter::with_capacity(64 << 10, w),
+        let mut link = match connect(peer, addr, tls.as_deref()).await {
+            Ok(link) => link,
             Err(Failed::Unreachable(e)) => {
                 tracing::debug!(%peer, %addr, error = %e, "peer connect failed");
                 // Frames for an unreachable peer are stale by the next try.
-                while rx.try_recv().is_ok() {}
+                outbox.disconnected();
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
@@ -306,49 +528,41 @@ async fn outbound(
                     );
                     warned = true;
                 }
-                while rx.try_recv().is_ok() {}
+                outbox.disconnected();
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
         };
-        if w.write_all(&handshake(me, peer)).await.is_err() || w.flush().await.is_err() {
+        if link.write_all(&handshake(me, peer)).await.is_err() {
             continue;
         }
         warned = false;
         if !refused {
             tracing::info!(%peer, %addr, "connected to peer");
         }
+        outbox.connected(match &link {
+            Link::Plain(stream) => Some(stream.clone()),
+            Link::Tls(_) => None,
+        });
         connected.store(true, Ordering::Relaxed);
         let connected_at = Instant::now();
-        let result: std::io::Result<()> = async {
-            while let Some((due, frames)) = rx.recv().await {
-                if due > Instant::now() {
-                    tokio::time::sleep_until(due).await;
-                }
-                for f in &frames {
-                    write_frame(&mut w, f, &stats).await?;
-                }
-                // Batch: write what is already queued, then flush once.
-                while let Ok((due, frames)) = rx.try_recv() {
-                    if due > Instant::now() {
-                        w.flush().await?;
-                        tokio::time::sleep_until(due).await;
-                    }
-                    for f in &frames {
-                        write_frame(&mut w, f, &stats).await?;
-                    }
-                }
-                w.flush().await?;
+        // The task ends only when the transport aborts it.
+        let e = loop {
+            let Some((bytes, frames)) = outbox.next().await else {
+                break std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "a direct write to the peer failed",
+                );
+            };
+            if let Err(e) = link.write_all(&bytes).await {
+                break e;
             }
-            Ok(())
-        }
-        .await;
-        connected.store(false, Ordering::Relaxed);
-        let e = match result {
-            Ok(()) => return, // the transport is shutting down
-            Err(e) => e,
+            outbox.written();
+            sent(&stats, frames, bytes.len());
         };
+        connected.store(false, Ordering::Relaxed);
+        outbox.disconnected();
         if connected_at.elapsed() >= SHORT_LIVED {
             tracing::info!(%peer, %addr, error = %e, "peer connection lost; reconnecting");
             refused = false;
@@ -384,13 +598,13 @@ enum Failed {
 }
 
 /// A connection to `peer` at `addr`, TLS if `tls`.
-async fn connect(peer: ReplicaId, addr: SocketAddr, tls: Option<&Tls>) -> Result<Writer, Failed> {
+async fn connect(peer: ReplicaId, addr: SocketAddr, tls: Option<&Tls>) -> Result<Link, Failed> {
     let stream = TcpStream::connect(addr)
         .await
         .map_err(Failed::Unreachable)?;
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {
-        return Ok(Box::new(stream));
+        return Ok(Link::Plain(Arc::new(stream)));
     };
     let name = ServerName::try_from(replica_name(peer))
         .map_err(|e| Failed::Tls(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
@@ -400,29 +614,13 @@ async fn connect(peer: ReplicaId, addr: SocketAddr, tls: Option<&Tls>) -> Result
     )
     .await
     {
-        Ok(Ok(s)) => Ok(Box::new(s)),
+        Ok(Ok(s)) => Ok(Link::Tls(Box::new(s))),
         Ok(Err(e)) => Err(Failed::Tls(e)),
         Err(_) => Err(Failed::Tls(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             "TLS handshake timed out",
         ))),
     }
-}
-
-async fn write_frame(
-    w: &mut BufWriter<Writer>,
-    frame: &Bytes,
-    stats: &TransportStats,
-) -> std::io::Result<()> {
-    let len = u32::try_from(frame.len())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "frame too large"))?;
-    w.write_all(&len.to_be_bytes()).await?;
-    w.write_all(frame).await?;
-    stats.frames_sent.fetch_add(1, Ordering::Relaxed);
-    stats
-        .bytes_sent
-        .fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
-    Ok(())
 }
 
 /// What every inbound connection of one replica shares.
@@ -596,5 +794,193 @@ async fn inbound_conn(stream: TcpStream, remote: SocketAddr, ctx: Arc<Inbound>) 
         if ctx.events.send(Event::Frame { from, frame }).await.is_err() {
             return; // the node loop has stopped
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::LinkFault;
+
+    /// A frame of `seq`: its number, then `seq % 251` repeated, of a size
+    /// that varies up to ~300 KiB so that some writes fill the socket and
+    /// end partly written.
+    fn frame(seq: u64) -> Bytes {
+        let size = (seq.wrapping_mul(7919) % 300_000) as usize * usize::from(seq.is_multiple_of(5));
+        let mut b = BytesMut::with_capacity(8 + size);
+        b.extend_from_slice(&seq.to_be_bytes());
+        b.resize(8 + size, (seq % 251) as u8);
+        b.freeze()
+    }
+
+    /// Frames sent from a thread outside the runtime (as the node loop
+    /// and the persister send them) arrive whole and in the order sent:
+    /// direct writes, partial ones finished by the task, and batches held
+    /// back by injected latency never overtake each other.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn frames_arrive_whole_and_in_order() {
+        let (a, b) = (ReplicaId(1), ReplicaId(2));
+        let la = TcpListener::bind("127.0.0.1:0").await.expect("loopback");
+        let lb = TcpListener::bind("127.0.0.1:0").await.expect("loopback");
+        let (addr_a, addr_b) = (
+            la.local_addr().expect("bound"),
+            lb.local_addr().expect("bound"),
+        );
+        let (to_a, _from_a) = mpsc::channel(16);
+        let (to_b, mut from_b) = mpsc::channel(64);
+        let faults = Arc::new(Faults::default());
+        let sender = Arc::new(Transport::start(
+            a,
+            &[(b, addr_b)],
+            la,
+            to_a,
+            faults.clone(),
+            1 << 20,
+            1 << 20,
+            None,
+        ));
+        let _receiver = Transport::start(
+            b,
+            &[(a, addr_a)],
+            lb,
+            to_b,
+            Arc::default(),
+            1 << 20,
+            1 << 20,
+            None,
+        );
+        while !sender.peers()[0].2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        const BATCHES: u64 = 3_000;
+        let sending = sender.clone();
+        let mut thread = Some(std::thread::spawn(move || {
+            let mut seq = 0;
+            for batch in 0..BATCHES {
+                // Every 97th batch is held back 2 ms; the next ones must
+                // wait behind it.
+                let delay = if batch % 97 == 0 {
+                    Duration::from_millis(2)
+                } else {
+                    Duration::ZERO
+                };
+                faults.set(HashMap::from([(
+                    b,
+                    LinkFault {
+                        delay,
+                        ..LinkFault::default()
+                    },
+                )]));
+                let frames = (0..1 + batch % 3)
+                    .map(|_| {
+                        seq += 1;
+                        frame(seq)
+                    })
+                    .collect();
+                sending.send_all(b, frames);
+            }
+            seq
+        }));
+        // The receiver reads slowly, so the socket fills and drains again
+        // and again while the thread sends.
+        let mut want = 1;
+        let mut total = None;
+        while total.is_none_or(|t| want <= t) {
+            let event = tokio::time::timeout(Duration::from_secs(20), from_b.recv())
+                .await
+                .expect("every frame arrives")
+                .expect("the transport runs");
+            let Event::Frame { from, frame: got } = event else {
+                panic!("only frames are sent")
+            };
+            assert_eq!(from, a);
+            assert_eq!(got, frame(want), "frame {want} arrives whole and in order");
+            want += 1;
+            if want.is_multiple_of(64) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if thread.as_ref().is_some_and(|t| t.is_finished()) {
+                total = thread
+                    .take()
+                    .map(|t| t.join().expect("the sender finishes"));
+            }
+        }
+        let total = total.unwrap_or_default();
+        let stats = sender.stats();
+        assert_eq!(stats.dropped_full.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.frames_sent.load(Ordering::Relaxed), total);
+    }
+
+    /// A batch the socket takes only part of: the rest waits first in line
+    /// for the task, and the peer reads every frame whole and in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_partial_write_is_finished_first() {
+        const FRAME: usize = 100_000;
+        for _attempt in 0..5 {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("loopback");
+            let stream = TcpStream::connect(listener.local_addr().expect("bound"))
+                .await
+                .expect("loopback");
+            let (mut peer, _) = listener.accept().await.expect("loopback");
+            let stream = Arc::new(stream);
+            let outbox = Arc::new(Outbox::default());
+            outbox.connected(Some(stream.clone()));
+            let stats = TransportStats::default();
+            // The peer reads nothing yet: send until a batch must wait.
+            let mut sent = 0u64;
+            while outbox
+                .state
+                .lock()
+                .expect("not poisoned")
+                .waiting
+                .is_empty()
+            {
+                sent += 1;
+                let mut f = vec![(sent % 251) as u8; FRAME];
+                f[..8].copy_from_slice(&sent.to_be_bytes());
+                outbox.send(Instant::now(), &[Bytes::from(f)], 1 << 20, &stats);
+                assert!(sent < 10_000, "the socket never filled");
+            }
+            let written = stats.bytes_sent.load(Ordering::Relaxed) as usize;
+            if written.is_multiple_of(FRAME + 4) {
+                continue; // the socket took none of the last batch: try again
+            }
+            // More batches wait behind the rest, then the task writes.
+            for _ in 0..3 {
+                sent += 1;
+                let mut f = vec![(sent % 251) as u8; FRAME];
+                f[..8].copy_from_slice(&sent.to_be_bytes());
+                outbox.send(Instant::now(), &[Bytes::from(f)], 1 << 20, &stats);
+            }
+            let task = tokio::spawn({
+                let outbox = outbox.clone();
+                async move {
+                    let mut link = Link::Plain(stream);
+                    while let Some((bytes, _)) = outbox.next().await {
+                        link.write_all(&bytes).await.expect("loopback");
+                        outbox.written();
+                    }
+                }
+            });
+            for want in 1..=sent {
+                let mut len = [0u8; 4];
+                peer.read_exact(&mut len).await.expect("loopback");
+                assert_eq!(
+                    u32::from_be_bytes(len) as usize,
+                    FRAME,
+                    "frame {want}'s length"
+                );
+                let mut f = vec![0u8; FRAME];
+                peer.read_exact(&mut f).await.expect("loopback");
+                assert_eq!(
+                    u64::from_be_bytes(f[..8].try_into().expect("8 bytes")),
+                    want
+                );
+                assert!(f[8..].iter().all(|&x| x == (want % 251) as u8));
+            }
+            task.abort();
+            return;
+        }
+        panic!("no write ended part way in five tries");
     }
 }
