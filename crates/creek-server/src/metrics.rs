@@ -122,6 +122,8 @@ pub struct Metrics {
     pub decided_waiting: Gauge,
     /// Group commits (durable batches).
     pub durable_batches: Gauge,
+    /// Folds of the write-ahead log into the database.
+    pub wal_folds: Gauge,
     /// Peer frames dropped (full queues and injected faults).
     pub peer_frames_dropped: Gauge,
     /// Peer bytes sent.
@@ -161,6 +163,7 @@ impl Metrics {
             gossip_payloads_held: Gauge::default(),
             decided_waiting: Gauge::default(),
             durable_batches: Gauge::default(),
+            wal_folds: Gauge::default(),
             peer_frames_dropped: Gauge::default(),
             peer_bytes_sent: Gauge::default(),
             peer_connections_refused: Gauge::default(),
@@ -230,6 +233,11 @@ impl Metrics {
             "durable_batches",
             "Group commits written to disk",
             m.durable_batches.clone(),
+        );
+        registry.register(
+            "wal_folds",
+            "Folds of the write-ahead log into the database since the replica started",
+            m.wal_folds.clone(),
         );
         registry.register(
             "peer_frames_dropped",

@@ -387,7 +387,7 @@ fn load_db(
             wal: Mutex::new(wal),
             next_generation: AtomicU64::new(next_generation),
             written: AtomicU64::new(0),
-            folds: AtomicU64::new(0),
+            folds: Arc::new(AtomicU64::new(0)),
             chunk_bytes: CHECKPOINT_CHUNK_BYTES,
             pace: std::time::Duration::ZERO,
         },
@@ -406,8 +406,9 @@ pub struct Store {
     next_generation: AtomicU64,
     /// The last write made durable by [`Store::write`].
     written: AtomicU64,
-    /// Folds of the write-ahead log into the database since the load.
-    folds: AtomicU64,
+    /// Folds of the write-ahead log into the database since the load
+    /// (shared with the persister, which reports them).
+    folds: Arc<AtomicU64>,
     /// About this many bytes of checkpoint per stored chunk.
     chunk_bytes: usize,
     /// The least time between two chunks of a checkpoint installed whole

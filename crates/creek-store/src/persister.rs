@@ -99,6 +99,8 @@ struct Shared {
     wake: Condvar,
     /// The last background checkpoint made durable (its job id).
     checkpoint_durable: AtomicU64,
+    /// The store's count of write-ahead log folds.
+    folds: Arc<AtomicU64>,
 }
 
 #[derive(Default)]
@@ -151,6 +153,7 @@ impl Persister {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             checkpoint_durable: AtomicU64::new(0),
+            folds: store.folds.clone(),
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -197,6 +200,12 @@ impl Persister {
     /// [`CheckpointJob::id`]; 0: none yet).
     pub fn checkpoint_durable(&self) -> u64 {
         self.shared.checkpoint_durable.load(Ordering::Acquire)
+    }
+
+    /// How many times the store folded its write-ahead log into the
+    /// database since it was loaded.
+    pub fn folds(&self) -> u64 {
+        self.shared.folds.load(Ordering::Relaxed)
     }
 
     /// The last write submitted.

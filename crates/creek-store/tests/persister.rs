@@ -474,3 +474,45 @@ fn sigkill_loses_nothing_reported_durable() {
     let ckpt = recovered.checkpoint.unwrap();
     assert_eq!(ckpt.cab_applied, k / 10 * 10);
 }
+
+/// The persister reports the store's folds of its write-ahead log (the
+/// server's `wal_folds` gauge): a log far smaller than what is written
+/// fills and is folded many times, and nothing written is lost by it.
+#[test]
+fn the_persister_counts_the_logs_folds() {
+    let dir = TempDir::new("folds");
+    let loaded = creek_store::load(dir.path(), vec![1]).unwrap();
+    let store = loaded.store.with_wal_bytes(4 << 10);
+    let mut storage = loaded.storage;
+    let (reports_tx, reports) = mpsc::channel();
+    let p = creek_store::Persister::start(
+        store,
+        Box::new(move |r: Result<u64, StoreError>| {
+            let _ = reports_tx.send(r.unwrap());
+        }),
+    )
+    .unwrap();
+    assert_eq!(p.folds(), 0);
+    let n = 200u64;
+    for s in 1..=n {
+        storage.append(&[entry(s)]).unwrap();
+        p.submit(Write {
+            seq: s,
+            log: storage.take_writes(),
+            ops: vec![op(1, s, false)],
+            checkpoint: None,
+            dropped: Vec::new(),
+            identity: None,
+            directory: None,
+            own_seqs: None,
+        });
+        // One group each.
+        assert_eq!(reports.recv_timeout(Duration::from_secs(60)).unwrap(), s);
+    }
+    let folds = p.folds();
+    assert!(folds >= 3, "{folds} folds of a 4 KiB log after {n} groups");
+    p.close().unwrap();
+    let (s, _p, recovered) = open_sync(dir.path(), vec![1]);
+    assert_eq!(recovered.ops.len() as u64, n);
+    assert_eq!(s.last_index().unwrap(), n);
+}

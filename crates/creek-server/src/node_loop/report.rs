@@ -180,6 +180,9 @@ impl NodeLoop {
             .set(t.refused_connections.load(Relaxed) as i64);
         m.durable_batches
             .set(self.durability.batches.load(Relaxed) as i64);
+        if let Some(p) = &self.persister {
+            m.wal_folds.set(p.folds() as i64);
+        }
         let timing = self.node.link_timing();
         m.peer_rtt_us.set(timing.group_rtt_us as i64);
         m.election_timeout_ms
