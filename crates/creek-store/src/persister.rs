@@ -113,6 +113,9 @@ struct Queue {
     stop: Option<Stop>,
     /// The first write failure; every later batch is refused with it.
     failed: Option<String>,
+    /// The thread waits for more payloads before writing ([`LINGER`]): a
+    /// write that is not urgent does not wake it.
+    lingering: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -171,7 +174,7 @@ impl Persister {
     /// a failure, writes are still queued but never written: the callback
     /// reports `Err` for them.
     pub fn submit(&self, write: Write) {
-        {
+        let wake = {
             let mut q = self.shared.lock();
             // Paired with `Node::ready`, which numbers writes in order.
             assert!(
@@ -181,9 +184,16 @@ impl Persister {
                 q.submitted
             );
             q.submitted = write.seq;
+            // While the thread lingers, payloads alone join the group
+            // without waking it (a wake-up per weak op cost a context
+            // switch each, for nothing).
+            let wake = !q.lingering || write.is_urgent();
             q.batches.push(write);
+            wake
+        };
+        if wake {
+            self.shared.wake.notify_one();
         }
-        self.shared.wake.notify_one();
     }
 
     /// Write `job`'s checkpoint in the background: a chunk between groups
@@ -289,6 +299,7 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
             // Payloads alone: linger for more, unless something urgent or a
             // stop arrives.
             let deadline = std::time::Instant::now() + LINGER;
+            q.lingering = true;
             while !q.batches.is_empty()
                 && q.stop.is_none()
                 && !q.batches.iter().any(Write::is_urgent)
@@ -296,6 +307,7 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
             {
                 q = shared.wait_until(q, deadline);
             }
+            q.lingering = false;
             if q.stop == Some(Stop::Abandon) {
                 return;
             }
