@@ -136,6 +136,10 @@ pub struct NodeLoop {
     pool: Option<rayon::ThreadPool>,
     limits: Limits,
     routes: HashMap<ExecKey, Route>,
+    /// Invocations accepted this turn, told so at the end of the turn
+    /// together with their first views: the handler's task then wakes
+    /// once, not once for the acceptance and again for the view.
+    accepted: Vec<(mpsc::UnboundedSender<Reply>, ExecKey)>,
     unpersisted: Unpersisted,
     /// Writes with consensus writes in them, submitted and not yet durable
     /// (see [`Durability::wake_at`]).
@@ -208,6 +212,7 @@ impl NodeLoop {
             pool,
             limits: config.limits,
             routes: HashMap::new(),
+            accepted: Vec::new(),
             unpersisted: Unpersisted::default(),
             log_writes: std::collections::VecDeque::new(),
             failed: None,
@@ -381,7 +386,7 @@ impl NodeLoop {
         let procedure = inv.request.call.name.clone();
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
-                let _ = inv.reply.send(Reply::Accepted(handle));
+                self.accepted.push((inv.reply.clone(), handle));
                 if let ExecKey::Op(id) = handle {
                     self.journal.invoked(id, procedure, strong, inv.received);
                 }
@@ -574,6 +579,9 @@ impl NodeLoop {
         }
         for job in ready.transfer_jobs {
             self.run_transfer_job(job);
+        }
+        for (reply, handle) in self.accepted.drain(..) {
+            let _ = reply.send(Reply::Accepted(handle));
         }
         for v in ready.views {
             self.route(v);
