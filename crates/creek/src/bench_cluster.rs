@@ -225,10 +225,9 @@ pub(crate) fn measure(
             }
             eprintln!("bench cluster: {name} latency at 1 client…");
             let before = scrape().await?;
-            let mut conn = CreekConn::connect(clients[leader], tls, strong).await?;
+            let conn = CreekConn::connect(clients[leader], tls, strong).await?;
             let (p50, p99) =
-                bench_driver::latency(&mut conn, args.latency_ops, args.keys, &value).await?;
-            drop(conn);
+                bench_driver::latency(conn, args.latency_ops, args.keys, &value).await?;
             let stages = match (before, scrape().await?) {
                 (Some(b), Some(a)) => json!(bench_stages::medians(&b, &a, name)),
                 _ => json!(null),
@@ -264,9 +263,9 @@ pub(crate) fn measure(
             for i in 0..args.under_load {
                 load.push(CreekConn::connect(clients[i % clients.len()], tls, true).await?);
             }
-            let mut weak = CreekConn::connect(clients[leader], tls, false).await?;
+            let weak = CreekConn::connect(clients[leader], tls, false).await?;
             let before = scrape().await?;
-            let timed = bench_driver::latency(&mut weak, args.latency_ops, args.keys, &value);
+            let timed = bench_driver::latency(weak, args.latency_ops, args.keys, &value);
             let (strong_tput, weak_latency) = bench_driver::throughput_during(
                 load,
                 args.keys,
