@@ -141,6 +141,11 @@ pub struct ServerConfig {
     /// Execution worker threads; 0 means one per core.
     #[serde(default)]
     pub workers: usize,
+    /// Threads of the runtime that serves clients and peers (gRPC, the
+    /// peer transport, the console); 0 means half the cores, at least one
+    /// (see [`default_io_threads`]).
+    #[serde(default)]
+    pub io_threads: usize,
     /// The protocol clock: CAB elections take 10–16 ticks plus 3 per rank,
     /// heartbeats 2, gossip anti-entropy 10.
     #[serde(default = "defaults::tick_ms")]
@@ -358,6 +363,7 @@ impl ServerConfig {
             data_dir,
             metrics_addr: None,
             workers: 0,
+            io_threads: 0,
             tick_ms: defaults::tick_ms(),
             stabilize_after_ms: defaults::stabilize_after_ms(),
             early_preliminary_views: defaults::early_preliminary_views(),
@@ -521,6 +527,12 @@ impl ServerConfig {
         if self.peer_queue_frames == 0 {
             return bad("peer_queue_frames must be at least 1".into());
         }
+        if self.io_threads > IO_THREADS_MAX {
+            return bad(format!(
+                "io_threads = {} must be at most {IO_THREADS_MAX} (0: half the cores)",
+                self.io_threads
+            ));
+        }
         if self.watch_history_bytes > 16 << 30 {
             return bad(format!(
                 "watch_history_bytes = {} must be at most 16 GiB",
@@ -610,6 +622,15 @@ impl ServerConfig {
         Duration::from_millis(self.tick_ms)
     }
 
+    /// Threads of the runtime that serves clients and peers.
+    pub fn io_threads(&self) -> usize {
+        if self.io_threads > 0 {
+            self.io_threads
+        } else {
+            default_io_threads()
+        }
+    }
+
     /// Execution workers to start.
     pub fn worker_threads(&self) -> usize {
         if self.workers > 0 {
@@ -620,9 +641,35 @@ impl ServerConfig {
     }
 }
 
+/// Threads of a replica's runtime when the configuration leaves it open:
+/// half the cores, at least one. The node loop and the persister have
+/// threads of their own, and each idle runtime thread costs wake-ups: a
+/// thread woken for a task wakes another to look for more work, which finds
+/// none (measured in docs/bench/cluster.md, "Threads of the runtime").
+pub fn default_io_threads() -> usize {
+    default_io_threads_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn default_io_threads_for(cores: usize) -> usize {
+    (cores / 2).max(1)
+}
+
+/// The most runtime threads a configuration may ask for.
+const IO_THREADS_MAX: usize = 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runtime_gets_half_the_cores_at_least_one() {
+        assert_eq!(default_io_threads_for(1), 1);
+        assert_eq!(default_io_threads_for(2), 1);
+        assert_eq!(default_io_threads_for(8), 4);
+        let mut c = ServerConfig::new(1, Vec::new(), "/tmp/x".into());
+        c.io_threads = 3;
+        assert_eq!(c.io_threads(), 3);
+    }
 
     const GOOD: &str = r#"
         id = 2

@@ -36,6 +36,8 @@ pub mod tls;
 pub mod transport;
 pub mod watch;
 
-pub use config::{AuthConfig, ConfigError, ReplicaAddr, ServerConfig, TlsConfig};
+pub use config::{
+    default_io_threads, AuthConfig, ConfigError, ReplicaAddr, ServerConfig, TlsConfig,
+};
 pub use node_loop::Fatal;
 pub use server::{fresh_nonce, Server, StartError};

@@ -622,7 +622,7 @@ fn add_replica(args: &DevArgs) -> Result<(), String> {
     let addrs: Vec<String> = (0..args.replicas.max(1))
         .map(|i| port_at(args.client_port, i).map(|a| a.to_string()))
         .collect::<Result<_, _>>()?;
-    serve_cmd::run_server(|panics| async move {
+    serve_cmd::run_server(creek_server::default_io_threads(), |panics| async move {
         let client = creek_client::Client::connect(addrs.clone())
             .await
             .map_err(|e| format!("no `creek dev` replica answered at {addrs:?}: {e}"))?;

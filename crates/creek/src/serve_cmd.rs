@@ -40,6 +40,9 @@ pub struct ServeArgs {
     /// Execution worker threads (0: one per core).
     #[arg(long)]
     workers: Option<usize>,
+    /// Threads serving clients and peers (0: half the cores, at least one).
+    #[arg(long)]
+    io_threads: Option<usize>,
     /// Protocol tick in milliseconds.
     #[arg(long)]
     tick_ms: Option<u64>,
@@ -111,6 +114,9 @@ impl ServeArgs {
         if let Some(w) = self.workers {
             c.workers = w;
         }
+        if let Some(t) = self.io_threads {
+            c.io_threads = t;
+        }
         if let Some(t) = self.tick_ms {
             c.tick_ms = t;
         }
@@ -125,12 +131,13 @@ impl ServeArgs {
     }
 }
 
-/// Run `main` on a multi-threaded runtime. The runtime is not waited on
-/// past a second at the end: after a failure, a blocking task may be stuck
-/// on a failed disk, and the process must still exit.
-fn run<F: Future<Output = Result<(), String>>>(main: F) -> Result<(), String> {
+/// Run `main` on a multi-threaded runtime of `threads` threads. The runtime
+/// is not waited on past a second at the end: after a failure, a blocking
+/// task may be stuck on a failed disk, and the process must still exit.
+fn run<F: Future<Output = Result<(), String>>>(threads: usize, main: F) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .worker_threads(threads)
         .thread_name("creek-io")
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;
@@ -272,7 +279,7 @@ pub fn serve(args: &ServeArgs, log: &LogArgs) -> Result<(), String> {
     init_logging(log)?;
     let config = args.config()?;
     let with_parent = args.stop_with_parent;
-    run_server(|panics| async move {
+    run_server(config.io_threads(), |panics| async move {
         let server = Server::start(config).await.map_err(|e| e.to_string())?;
         println!(
             "creek replica {} serving clients on {}",
@@ -286,15 +293,15 @@ pub fn serve(args: &ServeArgs, log: &LogArgs) -> Result<(), String> {
     })
 }
 
-/// Run `main` on a server runtime, with panics on any thread reported to
-/// it (see [`watch_panics`]).
-pub(crate) fn run_server<F, Fut>(main: F) -> Result<(), String>
+/// Run `main` on a server runtime of `threads` threads, with panics on any
+/// thread reported to it (see [`watch_panics`]).
+pub(crate) fn run_server<F, Fut>(threads: usize, main: F) -> Result<(), String>
 where
     F: FnOnce(watch::Receiver<Option<String>>) -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
     let panics = watch_panics();
-    run(main(panics))
+    run(threads, main(panics))
 }
 
 /// Resolves once this process's parent has exited (it was adopted by
