@@ -16,7 +16,7 @@ use tonic::transport::Endpoint;
 use tonic::Status;
 
 use crate::correctable::Correctable;
-use crate::stream::{read_views, Expect};
+use crate::stream::{Expect, ViewReader};
 use crate::tls::TlsOptions;
 use crate::view::Levels;
 use crate::Error;
@@ -309,9 +309,11 @@ impl Client {
 
     /// Invoke `procedure` with per-call options.
     ///
-    /// Returns once a replica accepted the request; errors before that
-    /// (bad arguments, overload, no replica reachable) are returned here,
-    /// later ones close the Correctable. A replica that is unavailable is
+    /// Returns once a replica accepted the request (a weak op without
+    /// `weak_final`: once its one view arrived, which the replica sends
+    /// with the acceptance); errors before that (bad arguments, overload,
+    /// no replica reachable) are returned here, later ones close the
+    /// Correctable. A replica that is unavailable is
     /// left for the next one, and the request is sent again with the same
     /// `(client_id, request_seq)`, so the cluster applies it at most once.
     pub async fn invoke_with(
@@ -365,7 +367,17 @@ impl Client {
             ack: (sends.load(Ordering::Relaxed) == 1 && options.request_id.is_none())
                 .then(|| (self.inner.acks.clone(), id.seq)),
         };
-        tokio::spawn(read_views(stream, feeder, expect));
+        let mut reader = ViewReader::new(stream, feeder, expect);
+        if reader.first_view_closes() {
+            // A weak op's one view comes with its acceptance (the replica
+            // tells both at the end of one turn): read here, it costs no
+            // reader task's wake-up on the op's path. The stream's end is
+            // read in the background.
+            reader.step().await;
+            tokio::spawn(reader.drain());
+        } else {
+            tokio::spawn(reader.run());
+        }
         Ok(correctable)
     }
 

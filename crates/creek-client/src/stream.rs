@@ -1,5 +1,6 @@
-//! The background task that turns the server's `Invoke` stream into a
-//! [`crate::Correctable`]'s views.
+//! The reader that turns the server's `Invoke` stream into a
+//! [`crate::Correctable`]'s views: in a background task, or, for a weak
+//! op's one view, in the call itself.
 
 use std::time::{Duration, Instant};
 
@@ -38,63 +39,96 @@ pub(crate) struct Expect {
     pub(crate) ack: Option<(Acks, u64)>,
 }
 
-/// Read views until the closing one, an error, or the deadline.
-pub(crate) async fn read_views(
-    mut stream: Streaming<pb::View>,
-    mut feeder: Feeder,
+/// Reads an `Invoke` stream's views into a Correctable's feeder.
+pub(crate) struct ViewReader {
+    stream: Streaming<pb::View>,
+    feeder: Feeder,
     expect: Expect,
-) {
-    let mut last_preliminary: Option<Outcome> = None;
-    loop {
+    last_preliminary: Option<Outcome>,
+}
+
+impl ViewReader {
+    pub(crate) fn new(stream: Streaming<pb::View>, feeder: Feeder, expect: Expect) -> Self {
+        ViewReader {
+            stream,
+            feeder,
+            expect,
+            last_preliminary: None,
+        }
+    }
+
+    /// Read views until the closing one, an error, or the deadline; then
+    /// read the stream to its end.
+    pub(crate) async fn run(mut self) {
+        while self.step().await {}
+        self.drain().await;
+    }
+
+    /// Read and feed the next view. `false` once the Correctable is closed
+    /// (by its closing view or an error): nothing more is fed.
+    pub(crate) async fn step(&mut self) -> bool {
+        let expect = &self.expect;
         let next = match expect.deadline {
             Some(deadline) => {
                 let deadline = tokio::time::Instant::from_std(deadline + SERVER_WORD_GRACE);
-                match tokio::time::timeout_at(deadline, stream.message()).await {
+                match tokio::time::timeout_at(deadline, self.stream.message()).await {
                     Ok(next) => next,
                     Err(_) => {
                         let within = expect.timeout.unwrap_or_default();
-                        feeder.fail(Error::DeadlineExceeded(format!(
+                        self.feeder.fail(Error::DeadlineExceeded(format!(
                             "no final view within {within:?}"
                         )));
-                        return;
+                        return false;
                     }
                 }
             }
-            None => stream.message().await,
+            None => self.stream.message().await,
         };
         let wire = match next {
             Ok(Some(wire)) => wire,
             Ok(None) => {
-                feeder.fail(Error::Protocol(
+                self.feeder.fail(Error::Protocol(
                     "the server ended the stream before the final view".into(),
                 ));
-                return;
+                return false;
             }
             Err(status) => {
-                feeder.fail(status.into());
-                return;
+                self.feeder.fail(status.into());
+                return false;
             }
         };
-        let view = match View::from_wire(wire, last_preliminary.as_ref(), expect.start.elapsed()) {
-            Ok(view) => view,
-            Err(e) => {
-                feeder.fail(e);
-                return;
-            }
-        };
+        let view =
+            match View::from_wire(wire, self.last_preliminary.as_ref(), expect.start.elapsed()) {
+                Ok(view) => view,
+                Err(e) => {
+                    self.feeder.fail(e);
+                    return false;
+                }
+            };
         let closes = view.kind.is_stable() || !expect.final_view;
         if view.kind == ViewKind::Preliminary {
-            last_preliminary = Some(view.outcome.clone());
+            self.last_preliminary = Some(view.outcome.clone());
         }
-        feeder.view(view, closes);
+        self.feeder.view(view, closes);
         if closes {
             if let Some((acks, seq)) = &expect.ack {
                 acks.push(*seq);
             }
-            drop(feeder);
-            drain(stream).await;
-            return;
         }
+        !closes
+    }
+
+    /// Whether the Correctable's closing view comes first: a weak op's one
+    /// view.
+    pub(crate) fn first_view_closes(&self) -> bool {
+        !self.expect.final_view
+    }
+
+    /// Read the stream to its end (after the Correctable closed).
+    pub(crate) async fn drain(self) {
+        let ViewReader { stream, feeder, .. } = self;
+        drop(feeder);
+        drain(stream).await;
     }
 }
 
