@@ -37,6 +37,21 @@ fn op(origin: u16, seq: u64, strong: bool) -> Arc<Op> {
     ))
 }
 
+/// Write `seq`: the entries appended to `storage` since the last write,
+/// and origin 1's op `seq`.
+fn entry_write(seq: u64, storage: &mut creek_store::LogStore) -> Write {
+    Write {
+        seq,
+        log: storage.take_writes(),
+        ops: vec![op(1, seq, false)],
+        checkpoint: None,
+        dropped: Vec::new(),
+        identity: None,
+        directory: None,
+        own_seqs: None,
+    }
+}
+
 fn entry(index: u64) -> Entry {
     Entry {
         index,
@@ -135,30 +150,12 @@ fn batches_queued_while_busy_share_one_transaction() {
     let p = opened.persister;
     let mut storage = opened.storage;
     storage.append(&[entry(1)]).unwrap();
-    p.submit(Write {
-        seq: 1,
-        log: storage.take_writes(),
-        ops: vec![op(1, 1, false)],
-        checkpoint: None,
-        dropped: Vec::new(),
-        identity: None,
-        directory: None,
-        own_seqs: None,
-    });
+    p.submit(entry_write(1, &mut storage));
     busy.recv_timeout(Duration::from_secs(60)).unwrap();
     let n = 50u64;
     for s in 2..=n {
         storage.append(&[entry(s)]).unwrap();
-        p.submit(Write {
-            seq: s,
-            log: storage.take_writes(),
-            ops: vec![op(1, s, false)],
-            checkpoint: None,
-            dropped: Vec::new(),
-            identity: None,
-            directory: None,
-            own_seqs: None,
-        });
+        p.submit(entry_write(s, &mut storage));
     }
     assert_eq!(p.submitted(), n);
     release_tx.send(()).unwrap();
@@ -496,16 +493,7 @@ fn the_persister_counts_the_logs_folds() {
     let n = 200u64;
     for s in 1..=n {
         storage.append(&[entry(s)]).unwrap();
-        p.submit(Write {
-            seq: s,
-            log: storage.take_writes(),
-            ops: vec![op(1, s, false)],
-            checkpoint: None,
-            dropped: Vec::new(),
-            identity: None,
-            directory: None,
-            own_seqs: None,
-        });
+        p.submit(entry_write(s, &mut storage));
         // One group each.
         assert_eq!(reports.recv_timeout(Duration::from_secs(60)).unwrap(), s);
     }
