@@ -636,18 +636,24 @@ impl ServerConfig {
         if self.workers > 0 {
             self.workers
         } else {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
+            cores()
         }
     }
+}
+
+/// This machine's cores (1 if it cannot tell).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Threads of a replica's runtime when the configuration leaves it open:
 /// half the cores, at least one. The node loop and the persister have
 /// threads of their own, and each idle runtime thread costs wake-ups: a
 /// thread woken for a task wakes another to look for more work, which finds
-/// none (measured in docs/bench/cluster.md, "Threads of the runtime").
+/// none (measured in docs/bench/cluster.md, "Fewer wake-ups on an op's
+/// path").
 pub fn default_io_threads() -> usize {
-    default_io_threads_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    default_io_threads_for(cores())
 }
 
 fn default_io_threads_for(cores: usize) -> usize {

@@ -45,7 +45,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -339,15 +339,7 @@ impl Outbox {
                         // cut short would garble the stream.
                         sent(stats, 0, written);
                         let rest = bytes.split_off(written);
-                        st.waiting.push_back(Waiting {
-                            due: now,
-                            bytes: rest,
-                            frames: n,
-                        });
-                        st.waiting_frames += n;
-                        drop(st);
-                        self.wake.notify_one();
-                        return;
+                        return self.wait(st, now, rest, n);
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "peer connection lost on a direct write");
@@ -366,12 +358,13 @@ impl Outbox {
             stats.dropped_full.fetch_add(n as u64, Ordering::Relaxed);
             return;
         }
-        st.waiting.push_back(Waiting {
-            due,
-            bytes,
-            frames: n,
-        });
-        st.waiting_frames += n;
+        self.wait(st, due, bytes, n);
+    }
+
+    /// Queue `frames` frames' `bytes` for the task, last in line.
+    fn wait(&self, mut st: MutexGuard<'_, OutboxState>, due: Instant, bytes: Bytes, frames: usize) {
+        st.waiting.push_back(Waiting { due, bytes, frames });
+        st.waiting_frames += frames;
         drop(st);
         self.wake.notify_one();
     }
@@ -386,24 +379,16 @@ impl Outbox {
                 if st.broken {
                     return None;
                 }
+                let now = Instant::now();
                 match st.waiting.front() {
                     None => None,
-                    Some(w) if w.due <= Instant::now() => {
-                        let mut frames = 0;
-                        let mut joined = BytesMut::new();
-                        let now = Instant::now();
-                        while st.waiting.front().is_some_and(|w| w.due <= now) {
-                            let Some(w) = st.waiting.pop_front() else {
-                                break;
-                            };
-                            frames += w.frames;
-                            joined.extend_from_slice(&w.bytes);
-                        }
-                        st.waiting_frames -= frames;
+                    Some(w) if w.due > now => Some(w.due),
+                    Some(_) => {
+                        let taken = take_due(&mut st.waiting, now);
+                        st.waiting_frames -= taken.1;
                         st.writing = true;
-                        return Some((joined.freeze(), frames));
+                        return Some(taken);
                     }
-                    Some(w) => Some(w.due),
                 }
             };
             match due {
@@ -427,6 +412,7 @@ impl Outbox {
     }
 
     /// The connection is up: senders may write to `direct` themselves.
+    /// What waited for it goes first.
     fn connected(&self, direct: Option<Arc<TcpStream>>) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         st.direct = direct;
@@ -437,12 +423,25 @@ impl Outbox {
     /// The connection is gone: what waits is stale by the next one.
     fn disconnected(&self) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        st.direct = None;
-        st.broken = false;
-        st.writing = false;
-        st.waiting.clear();
-        st.waiting_frames = 0;
+        *st = OutboxState::default();
     }
+}
+
+/// Every batch at the front of `waiting` that is due by `now`, as one
+/// write (a lone batch is not copied), and its frame count.
+fn take_due(waiting: &mut VecDeque<Waiting>, now: Instant) -> (Bytes, usize) {
+    let due = waiting.iter().take_while(|w| w.due <= now).count();
+    let frames = waiting.iter().take(due).map(|w| w.frames).sum();
+    let bytes = if due == 1 {
+        waiting.pop_front().map(|w| w.bytes).unwrap_or_default()
+    } else {
+        let mut joined = BytesMut::new();
+        for w in waiting.drain(..due) {
+            joined.extend_from_slice(&w.bytes);
+        }
+        joined.freeze()
+    };
+    (bytes, frames)
 }
 
 /// Write what the socket takes now, without waiting.

@@ -18,11 +18,6 @@ fn voters() -> Vec<u64> {
     vec![1, 2, 3]
 }
 
-/// Append entries `from..to` (term 1, `size` bytes each) in one write.
-fn append(loaded: &mut Loaded, from: u64, to: u64, size: usize) {
-    write_entries(loaded, from, to, 1, size);
-}
-
 /// A disk whose first `DURABLE` entries are synced, followed by commits
 /// that are not: a large suffix replaced by a small one (the file grows,
 /// then frees pages and shrinks) and more growth.
@@ -31,11 +26,11 @@ const DURABLE: u64 = 20;
 fn disk_with_unsynced_tail() -> SimDisk {
     let disk = SimDisk::new();
     let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
-    append(&mut loaded, 1, DURABLE + 1, 4096);
+    write_entries(&mut loaded, 1, DURABLE + 1, 1, 4096);
     disk.complete_sync();
-    append(&mut loaded, DURABLE + 1, DURABLE + 12, 200_000);
-    append(&mut loaded, DURABLE + 1, DURABLE + 3, 16);
-    append(&mut loaded, DURABLE + 3, DURABLE + 8, 200_000);
+    write_entries(&mut loaded, DURABLE + 1, DURABLE + 12, 1, 200_000);
+    write_entries(&mut loaded, DURABLE + 1, DURABLE + 3, 1, 16);
+    write_entries(&mut loaded, DURABLE + 3, DURABLE + 8, 1, 200_000);
     drop(loaded);
     disk
 }
@@ -91,8 +86,8 @@ fn a_crash_while_repairing_a_crash_still_opens() {
 fn overwritten_bytes_are_an_error_never_a_panic() {
     let disk = SimDisk::new();
     let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
-    append(&mut loaded, 1, DURABLE + 1, 4096);
-    append(&mut loaded, DURABLE + 1, DURABLE + 30, 1000);
+    write_entries(&mut loaded, 1, DURABLE + 1, 1, 4096);
+    write_entries(&mut loaded, DURABLE + 1, DURABLE + 30, 1, 1000);
     drop(loaded);
     disk.complete_sync();
     let len = disk.len().unwrap();
