@@ -16,7 +16,8 @@ use tonic::transport::Endpoint;
 use tonic::Status;
 
 use crate::correctable::Correctable;
-use crate::stream::{Expect, ViewReader};
+use crate::native::NativeConn;
+use crate::stream::{Expect, ViewReader, ViewSource};
 use crate::tls::TlsOptions;
 use crate::view::Levels;
 use crate::Error;
@@ -34,6 +35,11 @@ pub struct ConnectOptions {
     pub tls: Option<TlsOptions>,
     /// A token (`creek_<id>_<secret>`) for a cluster with `[auth] enabled`.
     pub token: Option<String>,
+    /// Send invocations over gRPC too. By default a plaintext client
+    /// invokes over Creek's native protocol, which answers sooner
+    /// (docs/protocol.md, "The native client protocol"); over TLS every
+    /// call uses gRPC.
+    pub grpc_only: bool,
 }
 
 impl std::fmt::Debug for ConnectOptions {
@@ -41,6 +47,7 @@ impl std::fmt::Debug for ConnectOptions {
         f.debug_struct("ConnectOptions")
             .field("tls", &self.tls.is_some())
             .field("token", &self.token.as_ref().map(|_| "<secret>"))
+            .field("grpc_only", &self.grpc_only)
             .finish()
     }
 }
@@ -162,12 +169,17 @@ struct Replica {
     addr: String,
     endpoint: Endpoint,
     credentials: Credentials,
+    /// Where and as whom invocations go over the native protocol
+    /// (`host:port`, the token), if they do.
+    native: Option<(String, Option<String>)>,
 }
 
 #[derive(Clone)]
 struct Connected {
     index: usize,
     channel: Channel,
+    /// The native connection to the same replica, if it answered.
+    native: Option<Arc<NativeConn>>,
 }
 
 /// Sequence numbers waiting to be acknowledged, shared with the tasks that
@@ -229,12 +241,17 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let ConnectOptions { tls, token } = options;
-        let token = token.as_deref();
-        let credentials = Credentials::new(token)?;
+        let ConnectOptions {
+            tls,
+            token,
+            grpc_only,
+        } = options;
+        let credentials = Credentials::new(token.as_deref())?;
+        // A leader named by another replica is reached the same way.
+        let native_token = (!grpc_only && tls.is_none()).then_some(token);
         let replicas = addrs
             .into_iter()
-            .map(|a| Replica::new(a.into(), tls.as_ref(), &credentials))
+            .map(|a| Replica::new(a.into(), tls.as_ref(), &credentials, native_token.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         if replicas.is_empty() {
             return Err(Error::InvalidArgument("no replica address given".into()));
@@ -263,7 +280,14 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self::connect_with_options(addrs, ConnectOptions { tls, token: None }).await
+        Self::connect_with_options(
+            addrs,
+            ConnectOptions {
+                tls,
+                ..ConnectOptions::default()
+            },
+        )
+        .await
     }
 
     /// This client's id, sent with every request (never zero).
@@ -342,19 +366,30 @@ impl Client {
             },
         };
         let sends = std::sync::atomic::AtomicU32::new(0);
-        let call = self.with_failover(|channel| {
+        let call = self.with_failover_at(|conn| {
             sends.fetch_add(1, Ordering::Relaxed);
-            let mut req = tonic::Request::new(request.clone());
-            if let Some(d) = deadline {
-                req.set_timeout(d.saturating_duration_since(Instant::now()));
-            }
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let native = conn.native.clone().filter(|n| !n.is_closed());
+            let channel = conn.channel.clone();
+            let request = &request;
             async move {
+                if let Some(native) = native {
+                    return native
+                        .invoke(request, timeout)
+                        .await
+                        .map(ViewSource::Native);
+                }
+                let mut req = tonic::Request::new(request.clone());
+                if let Some(t) = timeout {
+                    req.set_timeout(t);
+                }
                 pb::creek_client::CreekClient::new(channel)
                     .invoke(req)
                     .await
+                    .map(|r| ViewSource::Grpc(r.into_inner()))
             }
         });
-        let stream = within(deadline, options.timeout, call).await?.into_inner();
+        let stream = within(deadline, options.timeout, call).await?;
         let (feeder, correctable) = Correctable::channel();
         let expect = Expect {
             final_view: levels != Levels::Weak || options.weak_final,
@@ -374,7 +409,7 @@ impl Client {
             // reader task's wake-up on the op's path. The stream's end is
             // read in the background.
             reader.step().await;
-            tokio::spawn(reader.drain());
+            reader.finish();
         } else {
             tokio::spawn(reader.run());
         }
@@ -533,11 +568,12 @@ impl Client {
                 (tonic::Code::FailedPrecondition, Some(addr)) => {
                     // A leader that just went down is still named until the
                     // others elect a new one: asked again after a pause.
-                    match Replica::new(addr, self.inner.tls.as_ref(), &self.inner.credentials)?
+                    // Group changes go over gRPC: no native connection.
+                    match Replica::new(addr, self.inner.tls.as_ref(), &self.inner.credentials, None)?
                         .connect()
                         .await
                     {
-                        Ok(leader) => channel = leader,
+                        Ok((leader, _)) => channel = leader,
                         Err(_) => tokio::time::sleep(GROUP_CHANGE_RETRY).await,
                     }
                     true
@@ -566,10 +602,23 @@ impl Client {
     where
         Fut: Future<Output = Result<T, Status>>,
     {
+        self.with_failover_at(|conn| call(conn.channel.clone()))
+            .await
+    }
+
+    /// [`with_failover`](Client::with_failover), with the whole connection
+    /// to the replica.
+    async fn with_failover_at<T, Fut>(
+        &self,
+        mut call: impl FnMut(&Connected) -> Fut,
+    ) -> Result<T, Error>
+    where
+        Fut: Future<Output = Result<T, Status>>,
+    {
         let mut conn = lock(&self.inner.current).clone();
         let mut attempts = 0;
         loop {
-            let error = match call(conn.channel.clone()).await {
+            let error = match call(&conn).await {
                 Ok(t) => return Ok(t),
                 Err(status) => Error::from(status),
             };
@@ -650,6 +699,7 @@ impl Replica {
         addr: String,
         tls: Option<&TlsOptions>,
         credentials: &Credentials,
+        native_token: Option<Option<String>>,
     ) -> Result<Replica, Error> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let uri = match addr.split_once("://") {
@@ -676,16 +726,29 @@ impl Replica {
                 .tls_config(tls.tonic())
                 .map_err(|e| Error::InvalidArgument(format!("TLS options for {addr:?}: {e}")))?;
         }
+        let native = native_token.and_then(|token| {
+            let uri = endpoint.uri();
+            Some((format!("{}:{}", uri.host()?, uri.port_u16()?), token))
+        });
         Ok(Replica {
             addr,
             endpoint,
             credentials: credentials.clone(),
+            native,
         })
     }
 
-    async fn connect(&self) -> Result<Channel, tonic::transport::Error> {
+    /// Connect over gRPC, then natively if this client does: a replica
+    /// that does not speak the native protocol is called over gRPC only.
+    async fn connect(
+        &self,
+    ) -> Result<(Channel, Option<Arc<NativeConn>>), tonic::transport::Error> {
         let channel = self.endpoint.connect().await?;
-        Ok(InterceptedService::new(channel, self.credentials.clone()))
+        let native = match &self.native {
+            Some((addr, token)) => NativeConn::connect(addr, token.as_deref(), CONNECT_TIMEOUT).await,
+            None => None,
+        };
+        Ok((InterceptedService::new(channel, self.credentials.clone()), native))
     }
 }
 
@@ -697,7 +760,13 @@ async fn connect_from(replicas: &[Replica], first: usize) -> Result<Connected, E
         let index = (first + k) % replicas.len();
         let replica = &replicas[index];
         match replica.connect().await {
-            Ok(channel) => return Ok(Connected { index, channel }),
+            Ok((channel, native)) => {
+                return Ok(Connected {
+                    index,
+                    channel,
+                    native,
+                })
+            }
             Err(e) => failures.push(format!("{}: {}", replica.addr, Error::from(e))),
         }
     }

@@ -85,6 +85,7 @@
 mod client;
 mod correctable;
 mod error;
+mod native;
 mod procs;
 mod speculate;
 mod stream;

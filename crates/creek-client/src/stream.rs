@@ -1,14 +1,15 @@
-//! The reader that turns the server's `Invoke` stream into a
-//! [`crate::Correctable`]'s views: in a background task, or, for a weak
-//! op's one view, in the call itself.
+//! The reader that turns the server's `Invoke` stream (gRPC or native)
+//! into a [`crate::Correctable`]'s views: in a background task, or, for a
+//! weak op's one view, in the call itself.
 
 use std::time::{Duration, Instant};
 
 use creek_proto::pb;
-use tonic::Streaming;
+use tonic::{Status, Streaming};
 
 use crate::client::Acks;
 use crate::correctable::Feeder;
+use crate::native::NativeViews;
 use crate::view::{Outcome, View, ViewKind};
 use crate::Error;
 
@@ -39,16 +40,32 @@ pub(crate) struct Expect {
     pub(crate) ack: Option<(Acks, u64)>,
 }
 
+/// The views of one accepted call, from either protocol.
+pub(crate) enum ViewSource {
+    Grpc(Streaming<pb::View>),
+    Native(NativeViews),
+}
+
+impl ViewSource {
+    /// The next view; `None` once the call ended.
+    async fn message(&mut self) -> Result<Option<pb::View>, Status> {
+        match self {
+            ViewSource::Grpc(s) => s.message().await,
+            ViewSource::Native(n) => n.message().await,
+        }
+    }
+}
+
 /// Reads an `Invoke` stream's views into a Correctable's feeder.
 pub(crate) struct ViewReader {
-    stream: Streaming<pb::View>,
+    stream: ViewSource,
     feeder: Feeder,
     expect: Expect,
     last_preliminary: Option<Outcome>,
 }
 
 impl ViewReader {
-    pub(crate) fn new(stream: Streaming<pb::View>, feeder: Feeder, expect: Expect) -> Self {
+    pub(crate) fn new(stream: ViewSource, feeder: Feeder, expect: Expect) -> Self {
         ViewReader {
             stream,
             feeder,
@@ -124,6 +141,15 @@ impl ViewReader {
         !self.expect.final_view
     }
 
+    /// Finish the call once the Correctable closed: a gRPC stream is read
+    /// to its end in the background (see [`drain`]); a native call needs
+    /// nothing (its replica ends it on its own).
+    pub(crate) fn finish(self) {
+        if matches!(self.stream, ViewSource::Grpc(_)) {
+            tokio::spawn(self.drain());
+        }
+    }
+
     /// Read the stream to its end (after the Correctable closed).
     pub(crate) async fn drain(self) {
         let ViewReader { stream, feeder, .. } = self;
@@ -135,7 +161,7 @@ impl ViewReader {
 /// Read the stream to its end, so the call finishes rather than being
 /// cancelled (a cancelled call looks like a failure in the server's
 /// metrics).
-async fn drain(mut stream: Streaming<pb::View>) {
+async fn drain(mut stream: ViewSource) {
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
         for _ in 0..DRAIN_MESSAGES_MAX {
             if !matches!(stream.message().await, Ok(Some(_))) {

@@ -5,6 +5,8 @@
 
 use creek_exec::value::Value;
 
+pub mod native;
+
 /// Generated messages and services of `creek.v1`.
 #[allow(missing_docs, clippy::all, clippy::unwrap_used)]
 pub mod pb {

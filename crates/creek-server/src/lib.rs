@@ -27,6 +27,7 @@ pub mod console;
 pub mod faults;
 pub mod limits;
 pub mod metrics;
+pub(crate) mod native;
 pub mod node_loop;
 pub mod request;
 pub mod restore;

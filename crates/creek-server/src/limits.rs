@@ -221,6 +221,25 @@ impl CappedStream {
     }
 }
 
+impl CappedStream {
+    /// The first four bytes the peer sent (fewer if it closed first), left
+    /// unread.
+    pub async fn first_bytes(&self) -> std::io::Result<[u8; 4]> {
+        let mut buf = [0u8; 4];
+        loop {
+            let n = self.stream.peek(&mut buf).await?;
+            if n == buf.len() {
+                return Ok(buf);
+            }
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            // Part of them: the rest is on its way.
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+}
+
 impl Connected for CappedStream {
     type ConnectInfo = TcpConnectInfo;
 

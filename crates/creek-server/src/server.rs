@@ -356,6 +356,7 @@ impl Server {
         let streams_max = config.streams_per_connection_max;
         let resets_max = config.pending_reset_streams_max;
         let console_service = service.clone();
+        let native_service = service.clone();
         let mut grpc_shutdown = shutdown_rx.clone();
         let grpc_fatal = fatal.clone();
         let grpc_stopping = stopping.clone();
@@ -370,8 +371,15 @@ impl Server {
                 pb::admin_server::AdminServer::new(admin).max_decoding_message_size(limit),
             ));
         let client_tls = tls.clone();
+        let native = Native {
+            service: native_service,
+            limits: crate::native::NativeLimits {
+                frame_bytes_max: limit,
+                calls_max: streams_max as usize,
+            },
+            shutdown: shutdown_rx.clone(),
+        };
         tasks.push(tokio::spawn(async move {
-            use tokio_stream::StreamExt as _;
             let stop = async move {
                 let _ = grpc_shutdown.wait_for(|s| *s).await;
             };
@@ -381,14 +389,7 @@ impl Server {
             // connection is closed as soon as it is accepted.
             let result = match client_tls {
                 None => {
-                    let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener)
-                        .filter_map(move |conn| match conn {
-                            Ok(s) => {
-                                let _ = s.set_nodelay(true);
-                                crate::limits::CappedStream::admit(s, &caps).map(Ok)
-                            }
-                            Err(e) => Some(Err(e)),
-                        });
+                    let incoming = plain_incoming(client_listener, caps, native);
                     router.serve_with_incoming_shutdown(incoming, stop).await
                 }
                 Some(tls) => {
@@ -515,6 +516,71 @@ impl Server {
 /// How long an accepted client connection may take to finish its TLS
 /// handshake; until then it holds its slot under the connection caps.
 const CLIENT_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What a plaintext client port needs to serve the native protocol.
+struct Native {
+    service: crate::service::CreekService,
+    limits: crate::native::NativeLimits,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Plaintext client connections: each accepted socket's first bytes say
+/// whether it speaks the native protocol (served here, in a task of its
+/// own) or gRPC (handed to the gRPC server, its bytes still unread).
+fn plain_incoming(
+    listener: TcpListener,
+    caps: Arc<crate::limits::ConnectionCaps>,
+    native: Native,
+) -> impl tokio_stream::Stream<Item = std::io::Result<crate::limits::CappedStream>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            // The gRPC server dropping its end (at shutdown) ends this
+            // task, which closes the listener: the address is free again.
+            let accepted = tokio::select! {
+                () = tx.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, remote) = match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a client connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            // Nagle's algorithm would hold each view for a delayed ACK
+            // (~40 ms).
+            let _ = stream.set_nodelay(true);
+            let Some(stream) = crate::limits::CappedStream::admit(stream, &caps) else {
+                continue;
+            };
+            let tx = tx.clone();
+            let service = native.service.clone();
+            let limits = native.limits;
+            let shutdown = native.shutdown.clone();
+            tokio::spawn(async move {
+                let sniffed =
+                    tokio::time::timeout(crate::native::SNIFF_TIMEOUT, stream.first_bytes()).await;
+                match sniffed {
+                    Ok(Ok(first)) if first == creek_proto::native::MAGIC => {
+                        crate::native::serve(service, stream, limits, shutdown).await;
+                    }
+                    Ok(Ok(_)) => {
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(%remote, error = %e, "a client connection closed before its first bytes");
+                    }
+                    Err(_) => {
+                        tracing::info!(%remote, "refused a client connection: it sent nothing");
+                    }
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
 
 /// Client connections through TLS: each accepted socket's handshake runs
 /// in its own task (a slow client holds up no one), and the ones that

@@ -118,6 +118,7 @@ impl Endpoints {
         Ok(creek_client::ConnectOptions {
             tls: self.tls()?,
             token: self.token.clone().filter(|t| !t.trim().is_empty()),
+            ..creek_client::ConnectOptions::default()
         })
     }
 

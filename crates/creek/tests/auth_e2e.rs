@@ -91,6 +91,7 @@ async fn client(c: &Cluster, which: &[usize], token: Option<&Token>) -> Client {
     let options = ConnectOptions {
         tls: None,
         token: token.map(Token::to_string),
+        ..ConnectOptions::default()
     };
     Client::connect_with_options(addrs, options)
         .await

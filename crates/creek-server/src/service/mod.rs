@@ -50,6 +50,58 @@ pub struct CreekService {
 }
 
 impl CreekService {
+    /// Hand `req` to the node loop and wait for its answer: the accepted
+    /// op's handle and the stream of its views, or the status that refuses
+    /// it. `principal` has been authenticated; the node loop checks its
+    /// rights. Both client protocols (gRPC and native) invoke through here.
+    pub(crate) async fn start_invoke(
+        &self,
+        req: &pb::InvokeRequest,
+        timeout: Option<Duration>,
+        principal: Option<Principal>,
+        received: Instant,
+    ) -> Result<(ExecKey, ViewStream), Status> {
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err(Status::unavailable("the replica is shutting down"));
+        }
+        let request = crate::request::to_request(req, self.max_request_bytes)?;
+        let strong = request.strong;
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Status::deadline_exceeded(
+                "the deadline passed before the op was accepted",
+            ));
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let inv = Invocation {
+            request,
+            reply: tx,
+            received,
+            principal,
+        };
+        self.events
+            .send(Event::Invoke(inv))
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        // The first reply says whether the op was accepted, and as what.
+        let handle = match rx.recv().await {
+            Some(Reply::Accepted(handle)) => handle,
+            Some(Reply::Rejected(e)) => return Err(rejected(e)),
+            Some(Reply::Denied(d)) => return Err(Status::permission_denied(d.to_string())),
+            Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
+            Some(Reply::View(_)) | None => {
+                return Err(Status::unavailable("the replica is shutting down"))
+            }
+        };
+        let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
+        let late = Late {
+            metrics: self.metrics.clone(),
+            transport: self.transport.clone(),
+            me: self.me,
+            strong,
+        };
+        Ok((handle, Box::pin(view_stream(rx, until, late, received))))
+    }
+
     /// The caller (see [`caller`]).
     fn caller<T>(
         &self,
@@ -305,45 +357,10 @@ impl pb::creek_server::Creek for CreekService {
         // procedure's definition); it checks the principal.
         let principal = self.caller(&request, &Need::Nothing)?;
         let req = request.into_inner();
-        let request = crate::request::to_request(&req, self.max_request_bytes)?;
-        let strong = request.strong;
-        if timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Status::deadline_exceeded(
-                "the deadline passed before the op was accepted",
-            ));
-        }
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let inv = Invocation {
-            request,
-            reply: tx,
-            received,
-            principal,
-        };
-        self.events
-            .send(Event::Invoke(inv))
-            .await
-            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-        // The first reply says whether the op was accepted, and as what.
-        let handle = match rx.recv().await {
-            Some(Reply::Accepted(handle)) => handle,
-            Some(Reply::Rejected(e)) => return Err(rejected(e)),
-            Some(Reply::Denied(d)) => return Err(Status::permission_denied(d.to_string())),
-            Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
-            Some(Reply::View(_)) | None => {
-                return Err(Status::unavailable("the replica is shutting down"))
-            }
-        };
-        let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let late = Late {
-            metrics: self.metrics.clone(),
-            transport: self.transport.clone(),
-            me: self.me,
-            strong,
-        };
-        let stream = view_stream(rx, until, late, received);
-        let mut response = tonic::Response::new(Box::pin(stream) as ViewStream);
-        if let ExecKey::Op(id) = handle {
-            if let Ok(value) = id.to_string().parse() {
+        let (handle, stream) = self.start_invoke(&req, timeout, principal, received).await?;
+        let mut response = tonic::Response::new(stream);
+        if let Some(op) = op_name(handle) {
+            if let Ok(value) = op.parse() {
                 response.metadata_mut().insert(OP_HEADER, value);
             }
         }
@@ -413,6 +430,15 @@ impl pb::creek_server::Creek for CreekService {
 /// The response header naming the op an `Invoke` accepted, in `OpId`'s
 /// display form (`r3.17`).
 pub const OP_HEADER: &str = "creek-op";
+
+/// The name of the op an `Invoke` accepted (`r3.17`), if it is one (a
+/// read-only weak op is not ordered).
+pub(crate) fn op_name(handle: ExecKey) -> Option<String> {
+    match handle {
+        ExecKey::Op(id) => Some(id.to_string()),
+        _ => None,
+    }
+}
 
 /// What a view stream needs to time its op and to explain a deadline.
 struct Late {

@@ -1,0 +1,299 @@
+//! The client's side of the native protocol ([`creek_proto::native`]):
+//! `Invoke` over one plain TCP connection per replica, beside the gRPC
+//! channel that carries everything else. The calling task writes its
+//! request itself; one reader task hands each answer to its call.
+//!
+//! Used on plaintext connections only: over TLS every call goes through
+//! gRPC.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use creek_proto::native::{self, Header, Kind, HEADER_BYTES};
+use creek_proto::pb;
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tonic::{Code, Status};
+
+/// The largest answer frame read: a view's value is bounded by the
+/// replica's request limit, far below this.
+const FRAME_BYTES_MAX: usize = 256 << 20;
+
+/// What the reader hands a call.
+enum Answer {
+    Accepted,
+    View(pb::View),
+    End,
+    Failed(Status),
+}
+
+/// Calls waiting for answers, by id.
+#[derive(Default)]
+struct Calls {
+    waiting: HashMap<u64, mpsc::UnboundedSender<Answer>>,
+    /// Why the connection closed, once it has.
+    closed: Option<String>,
+}
+
+/// A native connection to one replica.
+pub(crate) struct NativeConn {
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    calls: Arc<Mutex<Calls>>,
+    /// Set by the reader when the connection ends.
+    closed: Arc<AtomicBool>,
+    next_id: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl NativeConn {
+    /// Connect to `host:port` and say hello with `token`; `None` when the
+    /// replica does not answer `Ready` within `timeout`.
+    pub(crate) async fn connect(
+        addr: &str,
+        token: Option<&str>,
+        timeout: Duration,
+    ) -> Option<Arc<NativeConn>> {
+        let connected = tokio::time::timeout(timeout, async {
+            let mut stream = TcpStream::connect(addr).await.ok()?;
+            stream.set_nodelay(true).ok()?;
+            let mut hello = BytesMut::new();
+            hello.extend_from_slice(&native::MAGIC);
+            let token = token.unwrap_or_default().trim();
+            native::put_frame(&mut hello, Kind::Hello, 0, token.as_bytes());
+            stream.write_all(&hello).await.ok()?;
+            let mut ready = [0u8; HEADER_BYTES];
+            stream.read_exact(&mut ready).await.ok()?;
+            let header = Header::peek(&ready)?;
+            (header.kind == Kind::Ready as u8 && header.body_bytes == 0).then_some(stream)
+        })
+        .await
+        .ok()??;
+        let (rd, wr) = connected.into_split();
+        let calls = Arc::new(Mutex::new(Calls::default()));
+        let closed = Arc::new(AtomicBool::new(false));
+        tokio::spawn(read_answers(rd, calls.clone(), closed.clone()));
+        Some(Arc::new(NativeConn {
+            writer: tokio::sync::Mutex::new(wr),
+            calls,
+            closed,
+            next_id: AtomicU64::new(1),
+        }))
+    }
+
+    /// Whether the connection has ended (the reader saw it close).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Send `req` and wait for the replica to accept it: then its views
+    /// follow through the returned [`NativeViews`].
+    pub(crate) async fn invoke(
+        self: &Arc<Self>,
+        req: &pb::InvokeRequest,
+        timeout: Option<Duration>,
+    ) -> Result<NativeViews, Status> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        {
+            let mut calls = lock(&self.calls);
+            if let Some(why) = &calls.closed {
+                return Err(lost(why));
+            }
+            calls.waiting.insert(id, tx);
+        }
+        let mut views = NativeViews {
+            rx,
+            conn: self.clone(),
+            id,
+        };
+        let mut frame = BytesMut::new();
+        native::put_invoke(&mut frame, id, timeout, req);
+        if let Err(e) = self.writer.lock().await.write_all(&frame).await {
+            return Err(lost(&e.to_string()));
+        }
+        match views.rx.recv().await {
+            Some(Answer::Accepted) => Ok(views),
+            Some(Answer::Failed(status)) => Err(status),
+            Some(Answer::View(_) | Answer::End) => Err(Status::internal(
+                "the replica answered a call before accepting it",
+            )),
+            None => Err(lost("the reader stopped")),
+        }
+    }
+}
+
+/// The views of one accepted call.
+pub(crate) struct NativeViews {
+    rx: mpsc::UnboundedReceiver<Answer>,
+    conn: Arc<NativeConn>,
+    id: u64,
+}
+
+impl NativeViews {
+    /// The next view; `None` once the replica ended the call.
+    pub(crate) async fn message(&mut self) -> Result<Option<pb::View>, Status> {
+        match self.rx.recv().await {
+            Some(Answer::View(v)) => Ok(Some(v)),
+            Some(Answer::End) => Ok(None),
+            Some(Answer::Failed(status)) => Err(status),
+            Some(Answer::Accepted) => Err(Status::internal(
+                "the replica accepted a call twice",
+            )),
+            None => Err(lost("the reader stopped")),
+        }
+    }
+}
+
+impl Drop for NativeViews {
+    fn drop(&mut self) {
+        lock(&self.conn.calls).waiting.remove(&self.id);
+    }
+}
+
+/// The error of a call whose connection closed under it: the call may
+/// have reached the replica, so it is retried under the same request id.
+fn lost(why: &str) -> Status {
+    Status::unavailable(format!("the connection to the replica closed: {why}"))
+}
+
+/// Read answers until the connection ends, then fail every call still
+/// waiting.
+async fn read_answers(mut rd: OwnedReadHalf, calls: Arc<Mutex<Calls>>, closed: Arc<AtomicBool>) {
+    let mut input = BytesMut::with_capacity(8 * 1024);
+    let why = loop {
+        match rd.read_buf(&mut input).await {
+            Ok(0) => break "the replica closed it".to_owned(),
+            Err(e) => break e.to_string(),
+            Ok(_) => {}
+        }
+        if let Err(why) = dispatch(&mut input, &calls) {
+            break why;
+        }
+    };
+    closed.store(true, Ordering::Release);
+    let mut calls = lock(&calls);
+    for (_, tx) in calls.waiting.drain() {
+        let _ = tx.send(Answer::Failed(lost(&why)));
+    }
+    calls.closed = Some(why);
+}
+
+/// Hand every whole frame in `input` to its call; `Err` when the replica
+/// broke the framing.
+fn dispatch(input: &mut BytesMut, calls: &Mutex<Calls>) -> Result<(), String> {
+    while let Some(header) = Header::peek(input) {
+        let body_bytes = header.body_bytes as usize;
+        if body_bytes > FRAME_BYTES_MAX {
+            return Err(format!("the replica sent a frame of {body_bytes} bytes"));
+        }
+        if input.len() < HEADER_BYTES + body_bytes {
+            input.reserve(HEADER_BYTES + body_bytes - input.len());
+            return Ok(());
+        }
+        input.advance(HEADER_BYTES);
+        let body = input.split_to(body_bytes);
+        let answer = match Kind::from_u8(header.kind) {
+            Some(Kind::Accepted) => Answer::Accepted,
+            Some(Kind::View) => match pb::View::decode(&body[..]) {
+                Ok(v) => Answer::View(v),
+                Err(_) => Answer::Failed(Status::internal("the replica sent a malformed view")),
+            },
+            Some(Kind::End) => Answer::End,
+            Some(Kind::Error) => Answer::Failed(status(&body)),
+            _ => {
+                return Err(format!(
+                    "the replica sent a frame of kind {}",
+                    header.kind
+                ))
+            }
+        };
+        let mut calls = lock(calls);
+        let last = matches!(answer, Answer::End | Answer::Failed(_));
+        // A call dropped by its caller is no longer waiting: its answers
+        // are dropped.
+        let gone = match calls.waiting.get(&header.id) {
+            Some(tx) => tx.send(answer).is_err(),
+            None => false,
+        };
+        if last || gone {
+            calls.waiting.remove(&header.id);
+        }
+    }
+    Ok(())
+}
+
+/// The status an `Error` frame carries.
+fn status(body: &[u8]) -> Status {
+    match native::parse_error(body) {
+        Ok((code, retry_after_ms, message)) => {
+            let mut status = Status::new(Code::from_i32(code), message);
+            if retry_after_ms > 0 {
+                status
+                    .metadata_mut()
+                    .insert("retry-after-ms", retry_after_ms.into());
+            }
+            status
+        }
+        Err(why) => Status::internal(format!("the replica sent {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(calls: &Mutex<Calls>, id: u64) -> mpsc::UnboundedReceiver<Answer> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(calls).waiting.insert(id, tx);
+        rx
+    }
+
+    #[test]
+    fn answers_reach_their_calls_in_order_and_the_last_one_ends_the_wait() {
+        let calls = Mutex::new(Calls::default());
+        let mut one = waiting(&calls, 1);
+        let mut two = waiting(&calls, 2);
+        let mut input = BytesMut::new();
+        native::put_frame(&mut input, Kind::Accepted, 1, b"r1.1");
+        native::put_frame(&mut input, Kind::Accepted, 2, b"r1.2");
+        native::put_message(&mut input, Kind::View, 1, &pb::View::default());
+        native::put_frame(&mut input, Kind::End, 1, &[]);
+        let body = native::error_body(Code::DeadlineExceeded as i32, 0, "late");
+        native::put_frame(&mut input, Kind::Error, 2, &body);
+        // The last frame arrives in two pieces.
+        let tail = input.split_off(input.len() - 3);
+        dispatch(&mut input, &calls).expect("well-framed");
+        assert!(lock(&calls).waiting.contains_key(&2), "its error is not whole yet");
+        input.extend_from_slice(&tail);
+        dispatch(&mut input, &calls).expect("well-framed");
+        assert!(matches!(one.try_recv(), Ok(Answer::Accepted)));
+        assert!(matches!(one.try_recv(), Ok(Answer::View(_))));
+        assert!(matches!(one.try_recv(), Ok(Answer::End)));
+        assert!(matches!(two.try_recv(), Ok(Answer::Accepted)));
+        match two.try_recv() {
+            Ok(Answer::Failed(s)) => {
+                assert_eq!((s.code(), s.message()), (Code::DeadlineExceeded, "late"))
+            }
+            _ => panic!("the error frame should fail call 2"),
+        }
+        assert!(lock(&calls).waiting.is_empty());
+        assert!(input.is_empty());
+    }
+
+    #[test]
+    fn a_frame_no_replica_sends_breaks_the_connection() {
+        let calls = Mutex::new(Calls::default());
+        let mut input = BytesMut::new();
+        native::put_frame(&mut input, Kind::Invoke, 1, &[]);
+        assert!(dispatch(&mut input, &calls).is_err());
+    }
+}
