@@ -386,7 +386,7 @@ impl Client {
                 pb::creek_client::CreekClient::new(channel)
                     .invoke(req)
                     .await
-                    .map(|r| ViewSource::Grpc(r.into_inner()))
+                    .map(|r| ViewSource::Grpc(Box::new(r.into_inner())))
             }
         });
         let stream = within(deadline, options.timeout, call).await?;
@@ -569,9 +569,14 @@ impl Client {
                     // A leader that just went down is still named until the
                     // others elect a new one: asked again after a pause.
                     // Group changes go over gRPC: no native connection.
-                    match Replica::new(addr, self.inner.tls.as_ref(), &self.inner.credentials, None)?
-                        .connect()
-                        .await
+                    match Replica::new(
+                        addr,
+                        self.inner.tls.as_ref(),
+                        &self.inner.credentials,
+                        None,
+                    )?
+                    .connect()
+                    .await
                     {
                         Ok((leader, _)) => channel = leader,
                         Err(_) => tokio::time::sleep(GROUP_CHANGE_RETRY).await,
@@ -740,15 +745,18 @@ impl Replica {
 
     /// Connect over gRPC, then natively if this client does: a replica
     /// that does not speak the native protocol is called over gRPC only.
-    async fn connect(
-        &self,
-    ) -> Result<(Channel, Option<Arc<NativeConn>>), tonic::transport::Error> {
+    async fn connect(&self) -> Result<(Channel, Option<Arc<NativeConn>>), tonic::transport::Error> {
         let channel = self.endpoint.connect().await?;
         let native = match &self.native {
-            Some((addr, token)) => NativeConn::connect(addr, token.as_deref(), CONNECT_TIMEOUT).await,
+            Some((addr, token)) => {
+                NativeConn::connect(addr, token.as_deref(), CONNECT_TIMEOUT).await
+            }
             None => None,
         };
-        Ok((InterceptedService::new(channel, self.credentials.clone()), native))
+        Ok((
+            InterceptedService::new(channel, self.credentials.clone()),
+            native,
+        ))
     }
 }
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
-use creek_proto::native::{self, Header, Kind, HEADER_BYTES};
+use bytes::BytesMut;
+use creek_proto::native::{self, FrameReader, Header, Kind, Read, HEADER_BYTES};
 use creek_proto::pb;
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -145,9 +145,7 @@ impl NativeViews {
             Some(Answer::View(v)) => Ok(Some(v)),
             Some(Answer::End) => Ok(None),
             Some(Answer::Failed(status)) => Err(status),
-            Some(Answer::Accepted) => Err(Status::internal(
-                "the replica accepted a call twice",
-            )),
+            Some(Answer::Accepted) => Err(Status::internal("the replica accepted a call twice")),
             None => Err(lost("the reader stopped")),
         }
     }
@@ -169,13 +167,14 @@ fn lost(why: &str) -> Status {
 /// waiting.
 async fn read_answers(mut rd: OwnedReadHalf, calls: Arc<Mutex<Calls>>, closed: Arc<AtomicBool>) {
     let mut input = BytesMut::with_capacity(8 * 1024);
+    let mut frames = FrameReader::new(FRAME_BYTES_MAX);
     let why = loop {
         match rd.read_buf(&mut input).await {
             Ok(0) => break "the replica closed it".to_owned(),
             Err(e) => break e.to_string(),
             Ok(_) => {}
         }
-        if let Err(why) = dispatch(&mut input, &calls) {
+        if let Err(why) = dispatch(&mut input, &mut frames, &calls) {
             break why;
         }
     };
@@ -189,32 +188,30 @@ async fn read_answers(mut rd: OwnedReadHalf, calls: Arc<Mutex<Calls>>, closed: A
 
 /// Hand every whole frame in `input` to its call; `Err` when the replica
 /// broke the framing.
-fn dispatch(input: &mut BytesMut, calls: &Mutex<Calls>) -> Result<(), String> {
-    while let Some(header) = Header::peek(input) {
-        let body_bytes = header.body_bytes as usize;
-        if body_bytes > FRAME_BYTES_MAX {
-            return Err(format!("the replica sent a frame of {body_bytes} bytes"));
-        }
-        if input.len() < HEADER_BYTES + body_bytes {
-            input.reserve(HEADER_BYTES + body_bytes - input.len());
-            return Ok(());
-        }
-        input.advance(HEADER_BYTES);
-        let body = input.split_to(body_bytes);
+fn dispatch(
+    input: &mut BytesMut,
+    frames: &mut FrameReader,
+    calls: &Mutex<Calls>,
+) -> Result<(), String> {
+    while let Some(read) = frames.next(input) {
+        let (header, body) = match read {
+            Read::Frame(header, body) => (header, body),
+            Read::Oversized(header) => {
+                return Err(format!(
+                    "the replica sent a frame of {} bytes",
+                    header.body_bytes
+                ))
+            }
+        };
         let answer = match Kind::from_u8(header.kind) {
             Some(Kind::Accepted) => Answer::Accepted,
-            Some(Kind::View) => match pb::View::decode(&body[..]) {
+            Some(Kind::View) => match pb::View::decode(body) {
                 Ok(v) => Answer::View(v),
                 Err(_) => Answer::Failed(Status::internal("the replica sent a malformed view")),
             },
             Some(Kind::End) => Answer::End,
             Some(Kind::Error) => Answer::Failed(status(&body)),
-            _ => {
-                return Err(format!(
-                    "the replica sent a frame of kind {}",
-                    header.kind
-                ))
-            }
+            _ => return Err(format!("the replica sent a frame of kind {}", header.kind)),
         };
         let mut calls = lock(calls);
         let last = matches!(answer, Answer::End | Answer::Failed(_));
@@ -271,10 +268,14 @@ mod tests {
         native::put_frame(&mut input, Kind::Error, 2, &body);
         // The last frame arrives in two pieces.
         let tail = input.split_off(input.len() - 3);
-        dispatch(&mut input, &calls).expect("well-framed");
-        assert!(lock(&calls).waiting.contains_key(&2), "its error is not whole yet");
+        let mut frames = FrameReader::new(FRAME_BYTES_MAX);
+        dispatch(&mut input, &mut frames, &calls).expect("well-framed");
+        assert!(
+            lock(&calls).waiting.contains_key(&2),
+            "its error is not whole yet"
+        );
         input.extend_from_slice(&tail);
-        dispatch(&mut input, &calls).expect("well-framed");
+        dispatch(&mut input, &mut frames, &calls).expect("well-framed");
         assert!(matches!(one.try_recv(), Ok(Answer::Accepted)));
         assert!(matches!(one.try_recv(), Ok(Answer::View(_))));
         assert!(matches!(one.try_recv(), Ok(Answer::End)));
@@ -294,6 +295,7 @@ mod tests {
         let calls = Mutex::new(Calls::default());
         let mut input = BytesMut::new();
         native::put_frame(&mut input, Kind::Invoke, 1, &[]);
-        assert!(dispatch(&mut input, &calls).is_err());
+        let mut frames = FrameReader::new(FRAME_BYTES_MAX);
+        assert!(dispatch(&mut input, &mut frames, &calls).is_err());
     }
 }

@@ -42,7 +42,7 @@ pub(crate) struct Expect {
 
 /// The views of one accepted call, from either protocol.
 pub(crate) enum ViewSource {
-    Grpc(Streaming<pb::View>),
+    Grpc(Box<Streaming<pb::View>>),
     Native(NativeViews),
 }
 

@@ -92,6 +92,60 @@ impl Header {
     }
 }
 
+/// What [`FrameReader::next`] took from the input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// A whole frame.
+    Frame(Header, Bytes),
+    /// A frame whose body is over the limit: the body is skipped as it
+    /// arrives, never buffered.
+    Oversized(Header),
+}
+
+/// Splits a byte stream into frames, both ends' one decoder.
+#[derive(Clone, Debug)]
+pub struct FrameReader {
+    body_bytes_max: usize,
+    /// Bytes of an oversized body still to skip.
+    skip: usize,
+}
+
+impl FrameReader {
+    /// A reader that refuses bodies over `body_bytes_max`.
+    pub fn new(body_bytes_max: usize) -> FrameReader {
+        FrameReader {
+            body_bytes_max,
+            skip: 0,
+        }
+    }
+
+    /// The next frame at the front of `input`, taken out of it; `None`
+    /// until more bytes arrive (room for the frame is reserved).
+    pub fn next(&mut self, input: &mut BytesMut) -> Option<Read> {
+        if self.skip > 0 {
+            let n = self.skip.min(input.len());
+            input.advance(n);
+            self.skip -= n;
+            if self.skip > 0 {
+                return None;
+            }
+        }
+        let header = Header::peek(input)?;
+        let body_bytes = header.body_bytes as usize;
+        if body_bytes > self.body_bytes_max {
+            input.advance(HEADER_BYTES);
+            self.skip = body_bytes;
+            return Some(Read::Oversized(header));
+        }
+        if input.len() < HEADER_BYTES + body_bytes {
+            input.reserve(HEADER_BYTES + body_bytes - input.len());
+            return None;
+        }
+        input.advance(HEADER_BYTES);
+        Some(Read::Frame(header, input.split_to(body_bytes).freeze()))
+    }
+}
+
 /// Append a frame of `kind` for call `id` with `body` to `out`.
 pub fn put_frame(out: &mut BytesMut, kind: Kind, id: u64, body: &[u8]) {
     out.reserve(HEADER_BYTES + body.len());
@@ -162,7 +216,11 @@ pub fn parse_error(mut body: &[u8]) -> Result<(i32, u64, String), &'static str> 
     }
     let code = i32::try_from(body.get_u32_le()).unwrap_or(i32::MAX);
     let retry_after_ms = body.get_u64_le();
-    Ok((code, retry_after_ms, String::from_utf8_lossy(body).into_owned()))
+    Ok((
+        code,
+        retry_after_ms,
+        String::from_utf8_lossy(body).into_owned(),
+    ))
 }
 
 #[cfg(test)]
@@ -195,6 +253,29 @@ mod tests {
         let end = Header::peek(rest).expect("a second header");
         assert_eq!((end.body_bytes, end.kind, end.id), (0, Kind::End as u8, 43));
         assert_eq!(Header::peek(&rest[..HEADER_BYTES - 1]), None);
+    }
+
+    #[test]
+    fn the_reader_waits_for_whole_frames_and_skips_oversized_bodies() {
+        let mut wire = BytesMut::new();
+        put_frame(&mut wire, Kind::Hello, 0, b"token");
+        put_frame(&mut wire, Kind::Invoke, 1, &[7; 40]);
+        put_frame(&mut wire, Kind::End, 2, b"ok");
+        let mut reader = FrameReader::new(16);
+        let mut input = BytesMut::new();
+        let mut got = Vec::new();
+        // One byte at a time: frames come out whole, in order.
+        for b in wire.iter() {
+            input.extend_from_slice(&[*b]);
+            while let Some(r) = reader.next(&mut input) {
+                got.push(r);
+            }
+        }
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(matches!(&got[0], Read::Frame(h, b) if h.kind == 1 && &b[..] == b"token"));
+        assert!(matches!(&got[1], Read::Oversized(h) if h.id == 1 && h.body_bytes == 40));
+        assert!(matches!(&got[2], Read::Frame(h, b) if h.id == 2 && &b[..] == b"ok"));
+        assert!(input.is_empty());
     }
 
     #[test]

@@ -130,6 +130,8 @@ pub struct Metrics {
     pub peer_bytes_sent: Gauge,
     /// Inbound peer connections refused (handshake, TLS, certificate).
     pub peer_connections_refused: Gauge,
+    /// Client connections open now over the native protocol.
+    pub native_connections: Gauge,
     /// The largest round trip to a peer measured anywhere in the group (µs).
     pub peer_rtt_us: Gauge,
     /// This replica's consensus election timeout now (ms; grows on slow links).
@@ -167,6 +169,7 @@ impl Metrics {
             peer_frames_dropped: Gauge::default(),
             peer_bytes_sent: Gauge::default(),
             peer_connections_refused: Gauge::default(),
+            native_connections: Gauge::default(),
             peer_rtt_us: Gauge::default(),
             election_timeout_ms: Gauge::default(),
             view_buckets: Default::default(),
@@ -253,6 +256,11 @@ impl Metrics {
             "peer_connections_refused",
             "Inbound peer connections refused (bad handshake, unknown peer, TLS or certificate)",
             m.peer_connections_refused.clone(),
+        );
+        registry.register(
+            "native_connections",
+            "Client connections open now over the native protocol",
+            m.native_connections.clone(),
         );
         registry.register(
             "peer_rtt_us",

@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use creek_exec::auth::Need;
-use creek_proto::native::{self, Header, Kind, HEADER_BYTES};
+use creek_proto::native::{self, FrameReader, Header, Kind, Read};
 use futures_util::stream::{BoxStream, SelectAll};
 use futures_util::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -48,6 +48,7 @@ pub(crate) async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
+    let _open = Open::new(&service.metrics.native_connections);
     let (mut rd, mut wr) = tokio::io::split(stream);
     let mut magic = [0u8; 4];
     if rd.read_exact(&mut magic).await.is_err() || magic != native::MAGIC {
@@ -58,7 +59,7 @@ pub(crate) async fn serve<S>(
         limits,
         credentials: MetadataMap::new(),
         calls: SelectAll::new(),
-        skip: 0,
+        frames: FrameReader::new(limits.frame_bytes_max),
     };
     let mut input = BytesMut::with_capacity(8 * 1024);
     let mut out = BytesMut::new();
@@ -87,6 +88,23 @@ pub(crate) async fn serve<S>(
     }
 }
 
+/// One count in the open connections' gauge, taken back however the
+/// connection's task ends.
+struct Open(prometheus_client::metrics::gauge::Gauge);
+
+impl Open {
+    fn new(gauge: &prometheus_client::metrics::gauge::Gauge) -> Open {
+        gauge.inc();
+        Open(gauge.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// One connection's state.
 struct Connection {
     service: CreekService,
@@ -95,45 +113,25 @@ struct Connection {
     credentials: MetadataMap,
     /// The calls in flight, each a stream of its encoded frames.
     calls: SelectAll<BoxStream<'static, Bytes>>,
-    /// Bytes of an oversized frame's body still to drop.
-    skip: usize,
+    frames: FrameReader,
 }
 
 impl Connection {
     /// Take every whole frame out of `input`; answers that need no node
     /// loop (errors, `Ready`) go to `out` at once.
     fn take_frames(&mut self, input: &mut BytesMut, out: &mut BytesMut) {
-        loop {
-            if self.skip > 0 {
-                let n = self.skip.min(input.len());
-                input.advance(n);
-                self.skip -= n;
-                if self.skip > 0 {
-                    return;
+        while let Some(read) = self.frames.next(input) {
+            match read {
+                Read::Frame(header, body) => self.on_frame(header, body, out),
+                Read::Oversized(header) => {
+                    let status = Status::resource_exhausted(format!(
+                        "request of {} bytes exceeds the limit of {} bytes this replica \
+                         decodes (2 × max_request_bytes + 4096)",
+                        header.body_bytes, self.limits.frame_bytes_max
+                    ));
+                    put_error(out, header.id, &status);
                 }
             }
-            let Some(header) = Header::peek(input) else {
-                return;
-            };
-            let body_bytes = header.body_bytes as usize;
-            if body_bytes > self.limits.frame_bytes_max {
-                input.advance(HEADER_BYTES);
-                self.skip = body_bytes;
-                let status = Status::resource_exhausted(format!(
-                    "request of {body_bytes} bytes exceeds the limit of {} bytes this replica \
-                     decodes (2 × max_request_bytes + 4096)",
-                    self.limits.frame_bytes_max
-                ));
-                put_error(out, header.id, &status);
-                continue;
-            }
-            if input.len() < HEADER_BYTES + body_bytes {
-                input.reserve(HEADER_BYTES + body_bytes - input.len());
-                return;
-            }
-            input.advance(HEADER_BYTES);
-            let body = input.split_to(body_bytes).freeze();
-            self.on_frame(header, body, out);
         }
     }
 
@@ -176,8 +174,11 @@ impl Connection {
             None => None,
         };
         let service = self.service.clone();
-        let started =
-            async move { service.start_invoke(&req, timeout, principal, received).await };
+        let started = async move {
+            service
+                .start_invoke(&req, timeout, principal, received)
+                .await
+        };
         let frames = futures_util::stream::once(started).flat_map(move |started| {
             let mut first = BytesMut::new();
             match started {
@@ -240,6 +241,7 @@ fn put_error(out: &mut BytesMut, id: u64, status: &Status) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use creek_proto::native::HEADER_BYTES;
 
     #[test]
     fn a_hello_token_becomes_a_bearer_header() {

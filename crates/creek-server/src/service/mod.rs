@@ -357,7 +357,9 @@ impl pb::creek_server::Creek for CreekService {
         // procedure's definition); it checks the principal.
         let principal = self.caller(&request, &Need::Nothing)?;
         let req = request.into_inner();
-        let (handle, stream) = self.start_invoke(&req, timeout, principal, received).await?;
+        let (handle, stream) = self
+            .start_invoke(&req, timeout, principal, received)
+            .await?;
         let mut response = tonic::Response::new(stream);
         if let Some(op) = op_name(handle) {
             if let Ok(value) = op.parse() {
