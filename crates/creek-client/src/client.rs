@@ -365,6 +365,7 @@ impl Client {
                 Vec::new()
             },
         };
+        self.renew_native().await;
         let sends = std::sync::atomic::AtomicU32::new(0);
         let call = self.with_failover_at(|conn| {
             sends.fetch_add(1, Ordering::Relaxed);
@@ -672,6 +673,29 @@ impl Client {
     /// Move on from replica `failed` (see [`Client::fail_over`]).
     pub(crate) async fn fail_over_from(&self, failed: usize) -> Result<(), Error> {
         self.fail_over(failed).await.map(|_| ())
+    }
+
+    /// Connect natively to the current replica again if its native
+    /// connection closed (the replica restarted, say): once, so a replica
+    /// that no longer answers natively is called over gRPC until the next
+    /// failover.
+    async fn renew_native(&self) {
+        let current = lock(&self.inner.current).clone();
+        if !current.native.as_ref().is_some_and(|n| n.is_closed()) {
+            return;
+        }
+        let _one_at_a_time = self.inner.failover.lock().await;
+        let native = match &self.inner.replicas[current.index].native {
+            Some((addr, token)) => {
+                NativeConn::connect(addr, token.as_deref(), CONNECT_TIMEOUT).await
+            }
+            None => None,
+        };
+        let mut now = lock(&self.inner.current);
+        // Unless a failover moved on meanwhile.
+        if now.index == current.index && now.native.as_ref().is_some_and(|n| n.is_closed()) {
+            now.native = native;
+        }
     }
 
     /// Leave replica `failed` for the next one that answers (unless another

@@ -117,8 +117,16 @@ impl NativeConn {
         };
         let mut frame = BytesMut::new();
         native::put_invoke(&mut frame, id, timeout, req);
-        if let Err(e) = self.writer.lock().await.write_all(&frame).await {
-            return Err(lost(&e.to_string()));
+        {
+            let mut writer = self.writer.lock().await;
+            // A caller's deadline may drop this future in the middle of the
+            // frame: the stream is then out of step, and no call may use
+            // the connection again.
+            let unfinished = Unfinished(&self.closed);
+            if let Err(e) = writer.write_all(&frame).await {
+                return Err(lost(&e.to_string()));
+            }
+            std::mem::forget(unfinished);
         }
         match views.rx.recv().await {
             Some(Answer::Accepted) => Ok(views),
@@ -128,6 +136,15 @@ impl NativeConn {
             )),
             None => Err(lost("the reader stopped")),
         }
+    }
+}
+
+/// Marks the connection closed when dropped: a frame written in part.
+struct Unfinished<'a>(&'a AtomicBool);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 

@@ -316,3 +316,44 @@ async fn native_connections(metrics: std::net::SocketAddr) -> f64 {
     }
     panic!("creek_native_connections did not settle at {metrics}: {last:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_calls_natively_again_after_its_replica_restarts() {
+    let metrics = common::free_addr();
+    let mut cluster = Cluster::start_with(1, |c| c.metrics_addr = Some(metrics)).await;
+    let client = creek_client::Client::connect([cluster.clients[0].to_string()])
+        .await
+        .expect("connect");
+    let c = client.kv_incr("restarts", 1).await.expect("invoke");
+    assert_eq!(
+        c.final_view().await.expect("final").outcome,
+        Ok(Value::Int(1))
+    );
+    assert_eq!(native_connections(metrics).await, 1.0);
+
+    cluster.restart(0).await;
+    cluster.wait_for_leader(Duration::from_secs(20)).await;
+    // The first call may find the old connection closed only when it tries
+    // it; the request id makes the retry safe.
+    let mut answered = None;
+    for _ in 0..50 {
+        match client.kv_incr("restarts", 1).await {
+            Ok(c) => {
+                answered = Some(c.final_view().await.expect("final").outcome);
+                break;
+            }
+            Err(e) if e.is_unavailable() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("after the restart: {e}"),
+        }
+    }
+    assert_eq!(answered, Some(Ok(Value::Int(2))));
+    // Later calls go native again, over a new connection.
+    let c = client.kv_incr("restarts", 1).await.expect("invoke");
+    assert_eq!(
+        c.final_view().await.expect("final").outcome,
+        Ok(Value::Int(3))
+    );
+    assert_eq!(native_connections(metrics).await, 1.0);
+}
