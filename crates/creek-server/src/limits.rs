@@ -222,6 +222,12 @@ impl CappedStream {
 }
 
 impl CappedStream {
+    /// The socket, and its place under the caps (held until the
+    /// connection closes).
+    pub fn into_parts(self) -> (TcpStream, Slot) {
+        (self.stream, self._slot)
+    }
+
     /// The first four bytes the peer sent (fewer if it closed first), left
     /// unread.
     pub async fn first_bytes(&self) -> std::io::Result<[u8; 4]> {

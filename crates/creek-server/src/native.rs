@@ -1,8 +1,10 @@
 //! The server's side of the native client protocol
-//! ([`creek_proto::native`]): one task per connection reads `Invoke`
-//! frames, hands each to the node loop through the same
-//! [`CreekService::start_invoke`] as gRPC, and writes every call's frames
-//! back as they come, all that are ready in one write.
+//! ([`creek_proto::native`]). One task per connection reads its frames,
+//! checks each `Invoke` as gRPC does ([`CreekService::prepare_invoke`])
+//! and hands it to the node loop with a [`Call`] as where its replies go.
+//! The node loop writes a call's replies to the socket itself when nothing
+//! else waits to be written (no thread is woken to answer); what the socket
+//! does not take at once waits, in order, for the connection's task.
 //!
 //! The checks are the gRPC service's: the same limits, the same token
 //! check (the token comes once, in `Hello`, and is checked on every call,
@@ -10,19 +12,22 @@
 //! frame over the decode limit is answered `RESOURCE_EXHAUSTED` and its
 //! body skipped; the connection goes on.
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use creek_core::ViewKind;
 use creek_exec::auth::Need;
 use creek_proto::native::{self, FrameReader, Header, Kind, Read};
-use futures_util::stream::{BoxStream, SelectAll};
-use futures_util::{FutureExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Notify};
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
-use crate::service::CreekService;
+use crate::metrics::{Metrics, Stage};
+use crate::node_loop::{Event, Gone, Invocation, Reply, ReplyTo};
+use crate::service::{CreekService, Late};
 
 /// What one connection may send and hold.
 #[derive(Clone, Copy, Debug)]
@@ -37,53 +42,293 @@ pub(crate) struct NativeLimits {
 /// which protocol it speaks.
 pub(crate) const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A connection's writing side, shared by its task and the node loop.
+///
+/// Order: bytes reach the socket in the order they were handed over. A
+/// sender writes to the socket itself only while nothing is pending and the
+/// task is not writing; otherwise its bytes join `pending`, which the task
+/// writes, so frames never interleave.
+struct Out {
+    socket: Arc<TcpStream>,
+    state: Mutex<OutState>,
+    /// Wakes the task: bytes are pending, or the connection broke.
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct OutState {
+    /// Bytes waiting for the task.
+    pending: BytesMut,
+    /// The task has taken bytes it has not finished writing.
+    writing: bool,
+    /// The connection is gone: nothing more is written.
+    broken: bool,
+    /// The calls still open (no closing frame written), and whether each
+    /// has had its first view.
+    open: HashMap<u64, bool>,
+    /// Frames the node loop wrote this turn, written at its end
+    /// ([`Corked`]).
+    corked: BytesMut,
+}
+
+impl Out {
+    fn lock(&self) -> MutexGuard<'_, OutState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Write `frames` now if nothing waits, else after what waits.
+    fn write(&self, mut st: MutexGuard<'_, OutState>, frames: &[u8]) -> Result<(), Gone> {
+        if st.broken {
+            return Err(Gone);
+        }
+        if st.pending.is_empty() && !st.writing {
+            match crate::transport::write_now(&self.socket, frames) {
+                Ok(n) if n == frames.len() => return Ok(()),
+                Ok(n) => st.pending.extend_from_slice(&frames[n..]),
+                Err(_) => {
+                    st.broken = true;
+                    drop(st);
+                    self.wake.notify_one();
+                    return Err(Gone);
+                }
+            }
+        } else {
+            st.pending.extend_from_slice(frames);
+        }
+        drop(st);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Write what is pending, until nothing is.
+    async fn flush(&self) -> Result<(), Gone> {
+        loop {
+            let bytes = {
+                let mut st = self.lock();
+                if st.broken {
+                    return Err(Gone);
+                }
+                if st.pending.is_empty() {
+                    st.writing = false;
+                    return Ok(());
+                }
+                st.writing = true;
+                st.pending.split().freeze()
+            };
+            if self.write_all(&bytes).await.is_err() {
+                self.lock().broken = true;
+                return Err(Gone);
+            }
+        }
+    }
+
+    async fn write_all(&self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            self.socket.writable().await?;
+            match self.socket.try_write(bytes) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The native connections the node loop wrote frames to this turn. It
+/// writes them at the end of the turn, one write per connection (a weak
+/// op's acceptance and view in one), before any peer frame of the turn:
+/// a client's answer does not wait behind the wake-ups of the peers.
+#[derive(Default)]
+pub struct Corked(Mutex<Vec<Arc<Out>>>);
+
+impl Corked {
+    /// Write every connection's frames of this turn.
+    pub(crate) fn uncork(&self) {
+        let outs = std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner));
+        for out in outs {
+            let mut st = out.lock();
+            let frames = st.corked.split();
+            if !frames.is_empty() {
+                let _ = out.write(st, &frames);
+            }
+        }
+    }
+}
+
+/// One call on a native connection: where the node loop sends its replies
+/// ([`ReplyTo::Native`]), written at the end of its turn ([`Corked`]).
+#[derive(Clone)]
+pub struct Call {
+    out: Arc<Out>,
+    corked: Arc<Corked>,
+    id: u64,
+    /// A stable view will come: the first view does not close the call.
+    final_view: bool,
+    strong: bool,
+    received: Instant,
+    metrics: Arc<Metrics>,
+}
+
+impl Call {
+    /// Queue `reply`'s frames (and `End` after the closing view) for the
+    /// end of the turn; `Err` once the connection is gone or the call is
+    /// closed (its deadline passed).
+    pub(crate) fn send(&self, reply: Reply) -> Result<(), Gone> {
+        let mut st = self.out.lock();
+        if st.broken {
+            return Err(Gone);
+        }
+        let first = st.corked.is_empty();
+        let st = &mut *st;
+        let frames = &mut st.corked;
+        let Some(answered) = st.open.get_mut(&self.id) else {
+            return Err(Gone);
+        };
+        let closes = match reply {
+            Reply::Accepted(handle) => {
+                let op = crate::service::op_name(handle).unwrap_or_default();
+                native::put_frame(frames, Kind::Accepted, self.id, op.as_bytes());
+                false
+            }
+            Reply::View(v) => {
+                if !*answered {
+                    *answered = true;
+                    let since = self.received.elapsed().as_secs_f64();
+                    self.metrics.stage(self.strong, Stage::Answered, since);
+                }
+                let view = crate::service::to_pb_view(&v);
+                native::put_message(frames, Kind::View, self.id, &view);
+                let closes = v.kind != ViewKind::Tentative || !self.final_view;
+                if closes {
+                    native::put_frame(frames, Kind::End, self.id, &[]);
+                }
+                closes
+            }
+            Reply::Rejected(e) => {
+                put_error(frames, self.id, &crate::service::rejected(e));
+                true
+            }
+            Reply::Denied(d) => {
+                put_error(frames, self.id, &Status::permission_denied(d.to_string()));
+                true
+            }
+            Reply::Failed(why) => {
+                put_error(frames, self.id, &Status::unavailable(why));
+                true
+            }
+        };
+        if closes {
+            st.open.remove(&self.id);
+        }
+        if first {
+            self.corked
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(self.out.clone());
+        }
+        Ok(())
+    }
+
+    /// Whether the connection is gone or the call closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        let st = self.out.lock();
+        st.broken || !st.open.contains_key(&self.id)
+    }
+}
+
 /// Serve one native connection whose first bytes are [`native::MAGIC`]
 /// (not yet read) until the client closes it, it breaks the framing, or
 /// the replica stops.
-pub(crate) async fn serve<S>(
+pub(crate) async fn serve(
     service: CreekService,
-    stream: S,
+    stream: crate::limits::CappedStream,
     limits: NativeLimits,
+    corked: Arc<Corked>,
     mut shutdown: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
+) {
+    let (socket, _slot) = stream.into_parts();
     let _open = Open::new(&service.metrics.native_connections);
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let mut magic = [0u8; 4];
-    if rd.read_exact(&mut magic).await.is_err() || magic != native::MAGIC {
-        return;
-    }
+    let socket = Arc::new(socket);
     let mut conn = Connection {
+        out: Arc::new(Out {
+            socket: socket.clone(),
+            state: Mutex::new(OutState::default()),
+            wake: Notify::new(),
+        }),
+        corked,
         service,
         limits,
         credentials: MetadataMap::new(),
-        calls: SelectAll::new(),
         frames: FrameReader::new(limits.frame_bytes_max),
+        deadlines: BTreeSet::new(),
+        lates: HashMap::new(),
     };
     let mut input = BytesMut::with_capacity(8 * 1024);
-    let mut out = BytesMut::new();
+    let mut magic = false;
     loop {
+        let next_deadline = conn.deadlines.first().map(|(at, _)| *at);
         tokio::select! {
             biased;
-            _ = shutdown.wait_for(|s| *s) => return,
-            Some(frame) = conn.calls.next(), if !conn.calls.is_empty() => {
-                out.extend_from_slice(&frame);
-                // Everything else already answered goes in the same write.
-                while let Some(Some(frame)) = conn.calls.next().now_or_never() {
-                    out.extend_from_slice(&frame);
+            () = stopped(&mut shutdown) => break,
+            () = conn.out.wake.notified() => {
+                if conn.out.flush().await.is_err() {
+                    break;
                 }
             }
-            read = rd.read_buf(&mut input) => match read {
-                Ok(0) | Err(_) => return,
-                Ok(_) => conn.take_frames(&mut input, &mut out),
-            },
-        }
-        if !out.is_empty() {
-            if wr.write_all(&out).await.is_err() {
-                return;
+            () = sleep_until(next_deadline) => conn.expire(),
+            ready = socket.readable() => {
+                if ready.is_err() {
+                    break;
+                }
+                match read_some(&socket, &mut input) {
+                    Ok(true) => {}
+                    Ok(false) | Err(_) => break,
+                }
+                if !magic {
+                    if input.len() < native::MAGIC.len() {
+                        continue;
+                    }
+                    if input.split_to(native::MAGIC.len())[..] != native::MAGIC {
+                        break;
+                    }
+                    magic = true;
+                }
+                if conn.take_frames(&mut input).await.is_err() {
+                    break;
+                }
             }
-            out.clear();
+        }
+    }
+    // Calls still open get nothing more: the node loop's next reply to
+    // each fails, and it forgets them.
+    conn.out.lock().broken = true;
+}
+
+/// Once the replica stops (or is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// Sleep until `at`, or forever.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Read what the socket has into `input`: `Ok(false)` at its end.
+fn read_some(socket: &TcpStream, input: &mut BytesMut) -> std::io::Result<bool> {
+    loop {
+        input.reserve(8 * 1024);
+        match socket.try_read_buf(input) {
+            Ok(0) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) => return Err(e),
         }
     }
 }
@@ -107,35 +352,47 @@ impl Drop for Open {
 
 /// One connection's state.
 struct Connection {
+    out: Arc<Out>,
+    corked: Arc<Corked>,
     service: CreekService,
     limits: NativeLimits,
     /// The `authorization` header the `Hello`'s token stands for.
     credentials: MetadataMap,
-    /// The calls in flight, each a stream of its encoded frames.
-    calls: SelectAll<BoxStream<'static, Bytes>>,
     frames: FrameReader,
+    /// The calls with a deadline, soonest first.
+    deadlines: BTreeSet<(tokio::time::Instant, u64)>,
+    /// What each of them needs to explain its deadline.
+    lates: HashMap<u64, Late>,
 }
 
 impl Connection {
-    /// Take every whole frame out of `input`; answers that need no node
-    /// loop (errors, `Ready`) go to `out` at once.
-    fn take_frames(&mut self, input: &mut BytesMut, out: &mut BytesMut) {
+    /// Take every whole frame out of `input` and answer it; `Err` once the
+    /// connection is gone.
+    async fn take_frames(&mut self, input: &mut BytesMut) -> Result<(), Gone> {
+        let mut out = BytesMut::new();
         while let Some(read) = self.frames.next(input) {
             match read {
-                Read::Frame(header, body) => self.on_frame(header, body, out),
+                Read::Frame(header, body) => self.on_frame(header, body, &mut out).await,
                 Read::Oversized(header) => {
                     let status = Status::resource_exhausted(format!(
                         "request of {} bytes exceeds the limit of {} bytes this replica \
                          decodes (2 × max_request_bytes + 4096)",
                         header.body_bytes, self.limits.frame_bytes_max
                     ));
-                    put_error(out, header.id, &status);
+                    put_error(&mut out, header.id, &status);
                 }
             }
         }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let st = self.out.lock();
+        self.out.write(st, &out)
     }
 
-    fn on_frame(&mut self, header: Header, body: Bytes, out: &mut BytesMut) {
+    /// Answer one frame: `Ready` and refusals go to `out`; an accepted
+    /// call's replies come from the node loop.
+    async fn on_frame(&mut self, header: Header, body: Bytes, out: &mut BytesMut) {
         let received = Instant::now();
         match Kind::from_u8(header.kind) {
             Some(Kind::Hello) => {
@@ -143,7 +400,9 @@ impl Connection {
                 native::put_frame(out, Kind::Ready, 0, &[]);
             }
             Some(Kind::Invoke) => {
-                if let Err(status) = self.invoke(header.id, &body, received) {
+                // Refusals must not overtake what the node loop wrote for
+                // earlier calls: those are written first.
+                if let Err(status) = self.invoke(header.id, &body, received).await {
                     put_error(out, header.id, &status);
                 }
             }
@@ -158,14 +417,14 @@ impl Connection {
         }
     }
 
-    /// Start call `id`, or say why not.
+    /// Hand call `id` to the node loop, or say why not.
     #[allow(clippy::result_large_err)]
-    fn invoke(&mut self, id: u64, body: &[u8], received: Instant) -> Result<(), Status> {
-        if self.calls.len() >= self.limits.calls_max {
+    async fn invoke(&mut self, id: u64, body: &[u8], received: Instant) -> Result<(), Status> {
+        let open = self.out.lock().open.len();
+        if open >= self.limits.calls_max {
             return Err(Status::resource_exhausted(format!(
-                "{} calls already in flight on this connection (the limit): wait for one \
-                 to finish",
-                self.calls.len()
+                "{open} calls already in flight on this connection (the limit): wait for one \
+                 to finish"
             )));
         }
         let (timeout, req) = native::parse_invoke(body).map_err(Status::invalid_argument)?;
@@ -173,41 +432,68 @@ impl Connection {
             Some(auth) => Some(auth.authorize(&self.credentials, None, &Need::Nothing)?),
             None => None,
         };
-        let service = self.service.clone();
-        let started = async move {
-            service
-                .start_invoke(&req, timeout, principal, received)
-                .await
+        let request = self.service.prepare_invoke(&req, timeout)?;
+        let strong = request.strong;
+        let call = Call {
+            out: self.out.clone(),
+            corked: self.corked.clone(),
+            id,
+            final_view: request.views.final_view,
+            strong,
+            received,
+            metrics: self.service.metrics.clone(),
         };
-        let frames = futures_util::stream::once(started).flat_map(move |started| {
-            let mut first = BytesMut::new();
-            match started {
-                Ok((handle, views)) => {
-                    let op = crate::service::op_name(handle).unwrap_or_default();
-                    native::put_frame(&mut first, Kind::Accepted, id, op.as_bytes());
-                    let views = views.map(move |view| {
-                        let mut frame = BytesMut::new();
-                        match view {
-                            Ok(view) => native::put_message(&mut frame, Kind::View, id, &view),
-                            Err(status) => put_error(&mut frame, id, &status),
-                        }
-                        frame.freeze()
-                    });
-                    let mut end = BytesMut::new();
-                    native::put_frame(&mut end, Kind::End, id, &[]);
-                    futures_util::stream::once(std::future::ready(first.freeze()))
-                        .chain(views)
-                        .chain(futures_util::stream::once(std::future::ready(end.freeze())))
-                        .boxed()
-                }
-                Err(status) => {
-                    put_error(&mut first, id, &status);
-                    futures_util::stream::once(std::future::ready(first.freeze())).boxed()
+        self.out.lock().open.insert(id, false);
+        let inv = Invocation {
+            request,
+            reply: ReplyTo::Native(call),
+            received,
+            principal,
+        };
+        if self.service.events.send(Event::Invoke(inv)).await.is_err() {
+            self.out.lock().open.remove(&id);
+            return Err(Status::unavailable("the replica is shutting down"));
+        }
+        if let Some(t) = timeout {
+            let at = tokio::time::Instant::from_std(received) + t;
+            self.deadlines.insert((at, id));
+            self.lates.insert(id, self.service.late(strong));
+            self.forget_closed();
+        }
+        Ok(())
+    }
+
+    /// Close the calls whose deadline passed before their closing view.
+    fn expire(&mut self) {
+        let now = tokio::time::Instant::now();
+        let mut frames = BytesMut::new();
+        let mut st = self.out.lock();
+        while let Some(&(at, id)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            let late = self.lates.remove(&id);
+            if st.open.remove(&id).is_some() {
+                if let Some(late) = late {
+                    put_error(&mut frames, id, &late.deadline());
                 }
             }
-        });
-        self.calls.push(frames.boxed());
-        Ok(())
+        }
+        if !frames.is_empty() {
+            let _ = self.out.write(st, &frames);
+        }
+    }
+
+    /// Forget the deadlines of calls that closed before them, once they
+    /// are most of those kept (so each costs O(1) on average).
+    fn forget_closed(&mut self) {
+        let st = self.out.lock();
+        if self.deadlines.len() < 2 * st.open.len() + 64 {
+            return;
+        }
+        self.deadlines.retain(|(_, id)| st.open.contains_key(id));
+        self.lates.retain(|id, _| st.open.contains_key(id));
     }
 }
 

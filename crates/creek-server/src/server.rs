@@ -278,6 +278,7 @@ impl Server {
             Ok(root) => Some(Arc::new(crate::auth::Auth::new(root))),
             Err(e) => return Err(StartError::Config(crate::ConfigError::Invalid(e))),
         };
+        let corked = Arc::new(crate::native::Corked::default());
         let node_loop = NodeLoop::new(
             node,
             opened.persister,
@@ -289,6 +290,7 @@ impl Server {
                 watch_history_bytes: config.watch_history_bytes,
                 auth: auth.clone(),
                 limits,
+                corked: corked.clone(),
                 addrs: config
                     .replicas
                     .iter()
@@ -373,6 +375,7 @@ impl Server {
         let client_tls = tls.clone();
         let native = Native {
             service: native_service,
+            corked: corked.clone(),
             limits: crate::native::NativeLimits {
                 frame_bytes_max: limit,
                 calls_max: streams_max as usize,
@@ -520,6 +523,7 @@ const CLIENT_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// What a plaintext client port needs to serve the native protocol.
 struct Native {
     service: crate::service::CreekService,
+    corked: Arc<crate::native::Corked>,
     limits: crate::native::NativeLimits,
     shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -558,13 +562,14 @@ fn plain_incoming(
             let tx = tx.clone();
             let service = native.service.clone();
             let limits = native.limits;
+            let corked = native.corked.clone();
             let shutdown = native.shutdown.clone();
             tokio::spawn(async move {
                 let sniffed =
                     tokio::time::timeout(crate::native::SNIFF_TIMEOUT, stream.first_bytes()).await;
                 match sniffed {
                     Ok(Ok(first)) if first == creek_proto::native::MAGIC => {
-                        crate::native::serve(service, stream, limits, shutdown).await;
+                        crate::native::serve(service, stream, limits, corked, shutdown).await;
                     }
                     Ok(Ok(_)) => {
                         let _ = tx.send(Ok(stream)).await;

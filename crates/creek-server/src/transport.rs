@@ -445,7 +445,7 @@ fn take_due(waiting: &mut VecDeque<Waiting>, now: Instant) -> (Bytes, usize) {
 }
 
 /// Write what the socket takes now, without waiting.
-fn write_now(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<usize> {
+pub(crate) fn write_now(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<usize> {
     let mut written = 0;
     while written < bytes.len() {
         match stream.try_write(&bytes[written..]) {

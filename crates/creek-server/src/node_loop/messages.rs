@@ -73,13 +73,47 @@ pub struct Invocation {
     /// The op.
     pub request: Request,
     /// Replies, in order.
-    pub reply: mpsc::UnboundedSender<Reply>,
+    pub reply: ReplyTo,
     /// When the server received it.
     pub received: Instant,
     /// Who sent it, when the replica checks users (`[auth] enabled`): the
     /// node loop refuses the op unless the user holds the rights it needs.
     pub principal: Option<creek_exec::auth::Principal>,
 }
+
+/// Where an invocation's replies go.
+#[derive(Clone)]
+pub enum ReplyTo {
+    /// A channel the gRPC handler reads; the op's last reply drops the
+    /// sender, which ends the client's stream.
+    Stream(mpsc::UnboundedSender<Reply>),
+    /// A call on a native connection: each reply is written to the
+    /// client's socket by the thread that sends it (the node loop) when
+    /// the connection has nothing else waiting ([`crate::native::Call`]).
+    Native(crate::native::Call),
+}
+
+impl ReplyTo {
+    /// Send `reply`; `Err` once the client is gone.
+    pub fn send(&self, reply: Reply) -> Result<(), Gone> {
+        match self {
+            ReplyTo::Stream(tx) => tx.send(reply).map_err(|_| Gone),
+            ReplyTo::Native(call) => call.send(reply),
+        }
+    }
+
+    /// Whether the client is gone (its stream or connection closed).
+    pub fn is_closed(&self) -> bool {
+        match self {
+            ReplyTo::Stream(tx) => tx.is_closed(),
+            ReplyTo::Native(call) => call.is_closed(),
+        }
+    }
+}
+
+/// The client of an invocation is gone: its replies go nowhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gone;
 
 /// What a client stream receives from the node loop.
 #[derive(Debug)]

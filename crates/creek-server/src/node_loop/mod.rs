@@ -43,7 +43,9 @@ mod messages;
 mod report;
 
 pub use durability::Durability;
-pub use messages::{CommittedPart, Event, GroupRefusal, Invocation, Reply, StatusSnapshot};
+pub use messages::{
+    CommittedPart, Event, Gone, GroupRefusal, Invocation, Reply, ReplyTo, StatusSnapshot,
+};
 
 use crate::metrics::{Metrics, Stage};
 use crate::transport::Transport;
@@ -86,7 +88,7 @@ const STALL_AFTER: Duration = Duration::from_secs(10);
 const POOL_MIN_TASKS: usize = 16;
 
 struct Route {
-    reply: mpsc::UnboundedSender<Reply>,
+    reply: ReplyTo,
     views: Views,
     strong: bool,
     received: Instant,
@@ -117,6 +119,8 @@ pub struct LoopConfig {
     /// committed `\0auth/` records when they change; `None` when the
     /// replica checks no users.
     pub auth: Option<Arc<crate::auth::Auth>>,
+    /// Where native calls' replies wait for the end of the turn.
+    pub corked: Arc<crate::native::Corked>,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -139,7 +143,9 @@ pub struct NodeLoop {
     /// Invocations accepted this turn, told so at the end of the turn
     /// together with their first views: the handler's task then wakes
     /// once, not once for the acceptance and again for the view.
-    accepted: Vec<(mpsc::UnboundedSender<Reply>, ExecKey)>,
+    accepted: Vec<(ReplyTo, ExecKey)>,
+    /// Native calls' replies of this turn, written at its end.
+    corked: Arc<crate::native::Corked>,
     unpersisted: Unpersisted,
     /// Writes with consensus writes in them, submitted and not yet durable
     /// (see [`Durability::wake_at`]).
@@ -213,6 +219,7 @@ impl NodeLoop {
             limits: config.limits,
             routes: HashMap::new(),
             accepted: Vec::new(),
+            corked: config.corked,
             unpersisted: Unpersisted::default(),
             log_writes: std::collections::VecDeque::new(),
             failed: None,
@@ -259,6 +266,8 @@ impl NodeLoop {
             self.check_disk();
             self.check_consensus();
             self.log_membership();
+            // Replies sent after the turn's flush (refusals, failures).
+            self.corked.uncork();
             if let Some(fatal) = self.failed.clone() {
                 return self.abandon(fatal);
             }
@@ -586,6 +595,8 @@ impl NodeLoop {
         for v in ready.views {
             self.route(v);
         }
+        // Native clients' answers before the turn's peer frames.
+        self.corked.uncork();
         // This turn's new payloads are in this turn's write.
         let invoked = std::mem::take(&mut self.unpersisted.this_turn);
         if let Some(p) = &self.persister {
@@ -730,6 +741,7 @@ impl NodeLoop {
     /// failed: then nothing more is written.
     fn abandon(&mut self, why: Fatal) -> Result<(), Fatal> {
         self.fail(why.clone());
+        self.corked.uncork();
         if let Some(p) = self.persister.take() {
             if matches!(why, Fatal::Disk(_)) {
                 drop(p);
@@ -758,6 +770,7 @@ impl NodeLoop {
                 "the replica shut down before the op's final view".into(),
             ));
         }
+        self.corked.uncork();
         result
     }
 }

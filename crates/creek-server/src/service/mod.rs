@@ -21,7 +21,7 @@ use tokio_stream::Stream;
 use tonic::{Code, Status};
 
 use crate::metrics::{Metrics, Stage};
-use crate::node_loop::{Event, Invocation, Reply, StatusSnapshot};
+use crate::node_loop::{Event, Invocation, Reply, ReplyTo, StatusSnapshot};
 
 use crate::transport::Transport;
 
@@ -50,31 +50,53 @@ pub struct CreekService {
 }
 
 impl CreekService {
-    /// Hand `req` to the node loop and wait for its answer: the accepted
-    /// op's handle and the stream of its views, or the status that refuses
-    /// it. `principal` has been authenticated; the node loop checks its
-    /// rights. Both client protocols (gRPC and native) invoke through here.
-    pub(crate) async fn start_invoke(
+    /// The checks an invocation meets before it reaches the node loop,
+    /// for both client protocols: the replica serves, the request is well
+    /// formed and within the limits, its deadline has not passed.
+    pub(crate) fn prepare_invoke(
+        &self,
+        req: &pb::InvokeRequest,
+        timeout: Option<Duration>,
+    ) -> Result<creek_core::Request, Status> {
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err(Status::unavailable("the replica is shutting down"));
+        }
+        let request = crate::request::to_request(req, self.max_request_bytes)?;
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Status::deadline_exceeded(
+                "the deadline passed before the op was accepted",
+            ));
+        }
+        Ok(request)
+    }
+
+    /// What a call's views need to explain a deadline.
+    pub(crate) fn late(&self, strong: bool) -> Late {
+        Late {
+            metrics: self.metrics.clone(),
+            transport: self.transport.clone(),
+            me: self.me,
+            strong,
+        }
+    }
+
+    /// Hand `req` to the node loop and wait for its answer over a channel
+    /// (gRPC): the accepted op's handle and the stream of its views, or
+    /// the status that refuses it. `principal` has been authenticated; the
+    /// node loop checks its rights.
+    async fn start_invoke(
         &self,
         req: &pb::InvokeRequest,
         timeout: Option<Duration>,
         principal: Option<Principal>,
         received: Instant,
     ) -> Result<(ExecKey, ViewStream), Status> {
-        if self.stopping.load(Ordering::Relaxed) {
-            return Err(Status::unavailable("the replica is shutting down"));
-        }
-        let request = crate::request::to_request(req, self.max_request_bytes)?;
+        let request = self.prepare_invoke(req, timeout)?;
         let strong = request.strong;
-        if timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Status::deadline_exceeded(
-                "the deadline passed before the op was accepted",
-            ));
-        }
         let (tx, mut rx) = mpsc::unbounded_channel();
         let inv = Invocation {
             request,
-            reply: tx,
+            reply: ReplyTo::Stream(tx),
             received,
             principal,
         };
@@ -93,12 +115,7 @@ impl CreekService {
             }
         };
         let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let late = Late {
-            metrics: self.metrics.clone(),
-            transport: self.transport.clone(),
-            me: self.me,
-            strong,
-        };
+        let late = self.late(strong);
         Ok((handle, Box::pin(view_stream(rx, until, late, received))))
     }
 
@@ -231,7 +248,7 @@ fn deadline(meta: &tonic::metadata::MetadataMap) -> Result<Option<Duration>, Sta
 const DISK_BEHIND_RETRY_MS: u64 = 100;
 
 /// The gRPC status for a refused invocation.
-fn rejected(e: creek_core::InvokeError) -> Status {
+pub(crate) fn rejected(e: creek_core::InvokeError) -> Status {
     use creek_core::InvokeError as E;
     match e {
         E::Call(CallError::UnknownProcedure(p)) => {
@@ -260,7 +277,7 @@ fn rejected(e: creek_core::InvokeError) -> Status {
     }
 }
 
-fn to_pb_view(v: &creek_core::View) -> pb::View {
+pub(crate) fn to_pb_view(v: &creek_core::View) -> pb::View {
     use pb::view::{Kind, Outcome};
     let kind = match v.kind {
         ViewKind::Tentative => Kind::Preliminary,
@@ -443,7 +460,7 @@ pub(crate) fn op_name(handle: ExecKey) -> Option<String> {
 }
 
 /// What a view stream needs to time its op and to explain a deadline.
-struct Late {
+pub(crate) struct Late {
     metrics: Arc<Metrics>,
     transport: Arc<Transport>,
     me: ReplicaId,
@@ -453,7 +470,7 @@ struct Late {
 impl Late {
     /// The status of an op whose deadline passed before its final view,
     /// saying so when this replica cannot reach a majority of the group.
-    fn deadline(&self) -> Status {
+    pub(crate) fn deadline(&self) -> Status {
         self.metrics.op(self.strong, "deadline");
         let peers = self.transport.peers();
         let message = "the final view did not come before the deadline; the op may still \
