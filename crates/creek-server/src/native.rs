@@ -2,9 +2,10 @@
 //! ([`creek_proto::native`]). One task per connection reads its frames,
 //! checks each `Invoke` as gRPC does ([`CreekService::prepare_invoke`])
 //! and hands it to the node loop with a [`Call`] as where its replies go.
-//! The node loop writes a call's replies to the socket itself when nothing
-//! else waits to be written (no thread is woken to answer); what the socket
-//! does not take at once waits, in order, for the connection's task.
+//! The node loop queues a call's replies during its turn and writes each
+//! connection's at the end of it, from its own thread, when nothing else
+//! waits to be written there (no thread is woken to answer); what the
+//! socket does not take at once waits, in order, for the connection's task.
 //!
 //! The checks are the gRPC service's: the same limits, the same token
 //! check (the token comes once, in `Hello`, and is checked on every call,
@@ -400,8 +401,6 @@ impl Connection {
                 native::put_frame(out, Kind::Ready, 0, &[]);
             }
             Some(Kind::Invoke) => {
-                // Refusals must not overtake what the node loop wrote for
-                // earlier calls: those are written first.
                 if let Err(status) = self.invoke(header.id, &body, received).await {
                     put_error(out, header.id, &status);
                 }
@@ -538,6 +537,149 @@ mod tests {
         );
         assert!(credentials(b"").get("authorization").is_none());
         assert!(credentials(b"bad\x01token").get("authorization").is_none());
+    }
+
+    /// A connection's two ends on loopback: the replica's side as an
+    /// [`Out`], the client's as a plain socket. Small socket buffers, so
+    /// large answers fill them.
+    async fn pair() -> (Arc<Out>, tokio::net::TcpStream) {
+        let small = |s: &tokio::net::TcpSocket| {
+            s.set_send_buffer_size(4096).expect("sndbuf");
+            s.set_recv_buffer_size(4096).expect("rcvbuf");
+        };
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        small(&socket);
+        socket
+            .bind("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind");
+        let listener = socket.listen(8).expect("listen");
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        small(&socket);
+        let client = socket.connect(listener.local_addr().expect("addr"));
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let out = Arc::new(Out {
+            socket: Arc::new(accepted.expect("accept").0),
+            state: Mutex::new(OutState::default()),
+            wake: Notify::new(),
+        });
+        (out, client.expect("connect"))
+    }
+
+    fn call(out: &Arc<Out>, corked: &Arc<Corked>, id: u64, final_view: bool) -> Call {
+        out.lock().open.insert(id, false);
+        Call {
+            out: out.clone(),
+            corked: corked.clone(),
+            id,
+            final_view,
+            strong: false,
+            received: Instant::now(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    fn view(id: u64, kind: ViewKind, value_bytes: usize) -> Reply {
+        Reply::View(creek_core::View {
+            handle: creek_core::ExecKey::Local(id),
+            kind,
+            outcome: Ok(Bytes::from(vec![b'v'; value_bytes])),
+        })
+    }
+
+    /// What the client reads until `n` `End` frames came: (kind, id) of
+    /// every frame, in order.
+    async fn read_until_ends(client: &mut tokio::net::TcpStream, n: usize) -> Vec<(u8, u64)> {
+        use tokio::io::AsyncReadExt;
+        let mut reader = FrameReader::new(64 << 20);
+        let mut input = BytesMut::new();
+        let mut got = Vec::new();
+        while got.iter().filter(|(k, _)| *k == Kind::End as u8).count() < n {
+            let read = tokio::time::timeout(Duration::from_secs(10), client.read_buf(&mut input))
+                .await
+                .expect("frames within 10 s")
+                .expect("read");
+            assert!(read > 0, "the connection closed early");
+            // A slow client: the writer often finds the socket full.
+            tokio::time::sleep(Duration::from_micros(50)).await;
+            while let Some(r) = reader.next(&mut input) {
+                match r {
+                    Read::Frame(h, _) => got.push((h.kind, h.id)),
+                    Read::Oversized(h) => panic!("a frame of {} bytes", h.body_bytes),
+                }
+            }
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn answers_written_from_another_thread_arrive_whole_and_in_order() {
+        let (out, mut client) = pair().await;
+        let corked = Arc::new(Corked::default());
+        // The connection's task: it writes what the socket did not take,
+        // late (a busy runtime), so the socket drains meanwhile and the
+        // writer finds room while bytes still wait.
+        let task_out = out.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                task_out.wake.notified().await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                if task_out.flush().await.is_err() {
+                    return;
+                }
+            }
+        });
+        // The "node loop": 32 turns of 4 calls, each answered with a
+        // preliminary view of 16 KiB and a final one: more than the socket
+        // takes at once.
+        let calls: Vec<Call> = (1..=128).map(|id| call(&out, &corked, id, true)).collect();
+        let writer = std::thread::spawn(move || {
+            for turn in calls.chunks(4) {
+                for c in turn {
+                    c.send(Reply::Accepted(creek_core::ExecKey::Local(c.id)))
+                        .expect("open");
+                    c.send(view(c.id, ViewKind::Tentative, 16 << 10))
+                        .expect("open");
+                    c.send(view(c.id, ViewKind::Stable, 8)).expect("open");
+                }
+                corked.uncork();
+                // The client reads meanwhile: the socket takes more while
+                // earlier bytes may still wait for the task.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let got = read_until_ends(&mut client, 128).await;
+        writer.join().expect("the writer");
+        let expected: Vec<(u8, u64)> = (1..=128)
+            .flat_map(|id| {
+                [Kind::Accepted, Kind::View, Kind::View, Kind::End].map(|k| (k as u8, id))
+            })
+            .collect();
+        assert_eq!(got, expected);
+        assert!(out.lock().open.is_empty(), "every call closed");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_closed_call_takes_no_more_answers() {
+        let (out, mut client) = pair().await;
+        let corked = Arc::new(Corked::default());
+        // A weak op's one view closes its call; a later reply is refused.
+        let weak = call(&out, &corked, 1, false);
+        weak.send(view(1, ViewKind::Tentative, 8)).expect("open");
+        assert!(weak.is_closed());
+        assert_eq!(weak.send(view(1, ViewKind::Stable, 8)), Err(Gone));
+        // A call whose deadline closed it (the task removes it) too.
+        let strong = call(&out, &corked, 2, true);
+        out.lock().open.remove(&2);
+        assert_eq!(strong.send(view(2, ViewKind::Stable, 8)), Err(Gone));
+        corked.uncork();
+        let got = read_until_ends(&mut client, 1).await;
+        assert_eq!(got, [(Kind::View as u8, 1), (Kind::End as u8, 1)]);
+        // A broken connection refuses every reply.
+        let third = call(&out, &corked, 3, true);
+        out.lock().broken = true;
+        assert_eq!(third.send(view(3, ViewKind::Stable, 8)), Err(Gone));
+        assert!(third.is_closed());
     }
 
     #[test]
