@@ -528,19 +528,31 @@ struct Native {
     shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
-/// Plaintext client connections: each accepted socket's first bytes say
-/// whether it speaks the native protocol (served here, in a task of its
-/// own) or gRPC (handed to the gRPC server, its bytes still unread).
-fn plain_incoming(
+/// Accept client connections until the gRPC server drops its end of the
+/// returned stream (at shutdown; the listener closes, so the address is
+/// free again). Each connection is admitted under the caps, with Nagle's
+/// algorithm off (it would hold each view for a delayed ACK, ~40 ms), and
+/// handed to `admitted` in a task of its own, so a slow one holds up no
+/// one; `admitted` sends what the gRPC server should serve.
+fn accept_clients<T, F, Fut>(
     listener: TcpListener,
     caps: Arc<crate::limits::ConnectionCaps>,
-    native: Native,
-) -> impl tokio_stream::Stream<Item = std::io::Result<crate::limits::CappedStream>> {
+    admitted: F,
+) -> impl tokio_stream::Stream<Item = std::io::Result<T>>
+where
+    T: Send + 'static,
+    F: Fn(
+            crate::limits::CappedStream,
+            std::net::SocketAddr,
+            mpsc::Sender<std::io::Result<T>>,
+        ) -> Fut
+        + Send
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            // The gRPC server dropping its end (at shutdown) ends this
-            // task, which closes the listener: the address is free again.
             let accepted = tokio::select! {
                 () = tx.closed() => return,
                 accepted = listener.accept() => accepted,
@@ -553,43 +565,54 @@ fn plain_incoming(
                     continue;
                 }
             };
-            // Nagle's algorithm would hold each view for a delayed ACK
-            // (~40 ms).
             let _ = stream.set_nodelay(true);
+            // The slot is taken first, so connections still in their TLS
+            // handshake or not yet sniffed count under the caps too.
             let Some(stream) = crate::limits::CappedStream::admit(stream, &caps) else {
                 continue;
             };
-            let tx = tx.clone();
-            let service = native.service.clone();
-            let limits = native.limits;
-            let corked = native.corked.clone();
-            let shutdown = native.shutdown.clone();
-            tokio::spawn(async move {
-                let sniffed =
-                    tokio::time::timeout(crate::native::SNIFF_TIMEOUT, stream.first_bytes()).await;
-                match sniffed {
-                    Ok(Ok(first)) if first == creek_proto::native::MAGIC => {
-                        crate::native::serve(service, stream, limits, corked, shutdown).await;
-                    }
-                    Ok(Ok(_)) => {
-                        let _ = tx.send(Ok(stream)).await;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(%remote, error = %e, "a client connection closed before its first bytes");
-                    }
-                    Err(_) => {
-                        tracing::info!(%remote, "refused a client connection: it sent nothing");
-                    }
-                }
-            });
+            tokio::spawn(admitted(stream, remote, tx.clone()));
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
-/// Client connections through TLS: each accepted socket's handshake runs
-/// in its own task (a slow client holds up no one), and the ones that
-/// succeed are handed to the gRPC server in order of completion.
+/// Plaintext client connections: each one's first bytes say whether it
+/// speaks the native protocol (served here) or gRPC (handed to the gRPC
+/// server, its bytes still unread).
+fn plain_incoming(
+    listener: TcpListener,
+    caps: Arc<crate::limits::ConnectionCaps>,
+    native: Native,
+) -> impl tokio_stream::Stream<Item = std::io::Result<crate::limits::CappedStream>> {
+    accept_clients(listener, caps, move |stream, remote, tx| {
+        let service = native.service.clone();
+        let limits = native.limits;
+        let corked = native.corked.clone();
+        let shutdown = native.shutdown.clone();
+        async move {
+            let sniffed =
+                tokio::time::timeout(crate::native::SNIFF_TIMEOUT, stream.first_bytes()).await;
+            match sniffed {
+                Ok(Ok(first)) if first == creek_proto::native::MAGIC => {
+                    crate::native::serve(service, stream, limits, corked, shutdown).await;
+                }
+                Ok(Ok(_)) => {
+                    let _ = tx.send(Ok(stream)).await;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(%remote, error = %e, "a client connection closed before its first bytes");
+                }
+                Err(_) => {
+                    tracing::info!(%remote, "refused a client connection: it sent nothing");
+                }
+            }
+        }
+    })
+}
+
+/// Client connections through TLS: the ones whose handshake succeeds are
+/// handed to the gRPC server in order of completion.
 fn tls_incoming(
     listener: TcpListener,
     tls: Arc<Tls>,
@@ -597,49 +620,24 @@ fn tls_incoming(
 ) -> impl tokio_stream::Stream<
     Item = std::io::Result<tokio_rustls::server::TlsStream<crate::limits::CappedStream>>,
 > {
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            // The gRPC server dropping its end (at shutdown) ends this
-            // task, which closes the listener: the address is free again.
-            let accepted = tokio::select! {
-                () = tx.closed() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (stream, remote) = match accepted {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a client connection failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
+    accept_clients(listener, caps, move |stream, remote, tx| {
+        let acceptor = tls.client_acceptor();
+        async move {
+            let handshake =
+                tokio::time::timeout(CLIENT_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+            match handshake {
+                Ok(Ok(s)) => {
+                    let _ = tx.send(Ok(s)).await;
                 }
-            };
-            let _ = stream.set_nodelay(true);
-            // The slot is taken before the handshake, so connections still
-            // in their handshake count under the caps too.
-            let Some(stream) = crate::limits::CappedStream::admit(stream, &caps) else {
-                continue;
-            };
-            let acceptor = tls.client_acceptor();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let handshake =
-                    tokio::time::timeout(CLIENT_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
-                match handshake {
-                    Ok(Ok(s)) => {
-                        let _ = tx.send(Ok(s)).await;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::info!(%remote, error = %e, "refused a client connection: TLS handshake failed");
-                    }
-                    Err(_) => {
-                        tracing::info!(%remote, "refused a client connection: TLS handshake timed out");
-                    }
+                Ok(Err(e)) => {
+                    tracing::info!(%remote, error = %e, "refused a client connection: TLS handshake failed");
                 }
-            });
+                Err(_) => {
+                    tracing::info!(%remote, "refused a client connection: TLS handshake timed out");
+                }
+            }
         }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+    })
 }
 
 /// A random nonce for a new data directory (see `creek_node::membership`):
