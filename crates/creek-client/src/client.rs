@@ -247,7 +247,8 @@ impl Client {
             grpc_only,
         } = options;
         let credentials = Credentials::new(token.as_deref())?;
-        // A leader named by another replica is reached the same way.
+        // Invocations go natively on plaintext connections, unless the
+        // caller keeps everything on gRPC.
         let native_token = (!grpc_only && tls.is_none()).then_some(token);
         let replicas = addrs
             .into_iter()
@@ -407,8 +408,8 @@ impl Client {
         if reader.first_view_closes() {
             // A weak op's one view comes with its acceptance (the replica
             // tells both at the end of one turn): read here, it costs no
-            // reader task's wake-up on the op's path. The stream's end is
-            // read in the background.
+            // reader task's wake-up on the op's path. A gRPC stream's end
+            // is read in the background.
             reader.step().await;
             reader.finish();
         } else {
