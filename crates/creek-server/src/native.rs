@@ -419,12 +419,21 @@ impl Connection {
     /// Hand call `id` to the node loop, or say why not.
     #[allow(clippy::result_large_err)]
     async fn invoke(&mut self, id: u64, body: &[u8], received: Instant) -> Result<(), Status> {
-        let open = self.out.lock().open.len();
-        if open >= self.limits.calls_max {
-            return Err(Status::resource_exhausted(format!(
-                "{open} calls already in flight on this connection (the limit): wait for one \
-                 to finish"
-            )));
+        {
+            let st = self.out.lock();
+            if st.open.contains_key(&id) {
+                // Its answers would be mixed with the open call's.
+                return Err(Status::invalid_argument(format!(
+                    "call id {id} is already in flight on this connection"
+                )));
+            }
+            let open = st.open.len();
+            if open >= self.limits.calls_max {
+                return Err(Status::resource_exhausted(format!(
+                    "{open} calls already in flight on this connection (the limit): wait for \
+                     one to finish"
+                )));
+            }
         }
         let (timeout, req) = native::parse_invoke(body).map_err(Status::invalid_argument)?;
         let principal = match self.service.auth.as_deref() {

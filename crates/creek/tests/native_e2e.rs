@@ -201,6 +201,25 @@ async fn native_calls_share_the_port_with_grpc_and_bad_frames_change_nothing() {
     finals.sort_unstable();
     assert_eq!(finals, (1..=10).collect::<Vec<_>>(), "each increment once");
 
+    // A call id still in flight is refused; the open call goes on.
+    let mut twice = BytesMut::new();
+    let r = req("kv.incr", &[b("twice"), Value::Int(1)], &[Level::Strong]);
+    native::put_invoke(&mut twice, 20, Some(Duration::from_secs(10)), &r);
+    native::put_invoke(&mut twice, 20, Some(Duration::from_secs(10)), &r);
+    raw.send(&twice).await;
+    let frames = raw.answers(&[20, 20]).await.remove(&20).unwrap_or_default();
+    let refused = frames
+        .iter()
+        .filter(|f| matches!(f, Frame::Error(Code::InvalidArgument, m) if m.contains("already in flight")))
+        .count();
+    assert_eq!(refused, 1, "{frames:?}");
+    assert!(
+        frames
+            .iter()
+            .any(|f| matches!(f, Frame::View(v) if value(v) == Value::Int(1))),
+        "{frames:?}"
+    );
+
     // Bad frames: each gets a typed error, nothing is invoked, and the
     // connection keeps serving.
     let before = invoked(&cluster, leader).await;
