@@ -7,7 +7,7 @@
 //! gRPC.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -37,7 +37,8 @@ enum Answer {
 #[derive(Default)]
 struct Calls {
     waiting: HashMap<u64, mpsc::UnboundedSender<Answer>>,
-    /// Why the connection closed, once it has.
+    /// Why the connection is closed to new calls, once it is (the
+    /// reader saw it end, or a frame was cut short).
     closed: Option<String>,
 }
 
@@ -45,8 +46,6 @@ struct Calls {
 pub(crate) struct NativeConn {
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
     calls: Arc<Mutex<Calls>>,
-    /// Set by the reader when the connection ends.
-    closed: Arc<AtomicBool>,
     next_id: AtomicU64,
 }
 
@@ -79,19 +78,17 @@ impl NativeConn {
         .ok()??;
         let (rd, wr) = connected.into_split();
         let calls = Arc::new(Mutex::new(Calls::default()));
-        let closed = Arc::new(AtomicBool::new(false));
-        tokio::spawn(read_answers(rd, calls.clone(), closed.clone()));
+        tokio::spawn(read_answers(rd, calls.clone()));
         Some(Arc::new(NativeConn {
             writer: tokio::sync::Mutex::new(wr),
             calls,
-            closed,
             next_id: AtomicU64::new(1),
         }))
     }
 
-    /// Whether the connection has ended (the reader saw it close).
+    /// Whether the connection has ended, or a frame was cut short on it.
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        lock(&self.calls).closed.is_some()
     }
 
     /// Send `req` and wait for the replica to accept it: then its views
@@ -122,7 +119,7 @@ impl NativeConn {
             // A caller's deadline may drop this future in the middle of the
             // frame: the stream is then out of step, and no call may use
             // the connection again.
-            let unfinished = Unfinished(&self.closed);
+            let unfinished = Unfinished(&self.calls);
             if let Err(e) = writer.write_all(&frame).await {
                 return Err(lost(&e.to_string()));
             }
@@ -140,11 +137,13 @@ impl NativeConn {
 }
 
 /// Marks the connection closed when dropped: a frame written in part.
-struct Unfinished<'a>(&'a AtomicBool);
+struct Unfinished<'a>(&'a Mutex<Calls>);
 
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
+        lock(self.0)
+            .closed
+            .get_or_insert_with(|| "a frame was cut short".to_owned());
     }
 }
 
@@ -182,7 +181,7 @@ fn lost(why: &str) -> Status {
 
 /// Read answers until the connection ends, then fail every call still
 /// waiting.
-async fn read_answers(mut rd: OwnedReadHalf, calls: Arc<Mutex<Calls>>, closed: Arc<AtomicBool>) {
+async fn read_answers(mut rd: OwnedReadHalf, calls: Arc<Mutex<Calls>>) {
     let mut input = BytesMut::with_capacity(8 * 1024);
     let mut frames = FrameReader::new(FRAME_BYTES_MAX);
     let why = loop {
@@ -195,7 +194,6 @@ async fn read_answers(mut rd: OwnedReadHalf, calls: Arc<Mutex<Calls>>, closed: A
             break why;
         }
     };
-    closed.store(true, Ordering::Release);
     let mut calls = lock(&calls);
     for (_, tx) in calls.waiting.drain() {
         let _ = tx.send(Answer::Failed(lost(&why)));

@@ -219,17 +219,16 @@ impl CappedStream {
             _slot: slot,
         })
     }
-}
 
-impl CappedStream {
     /// The socket, and its place under the caps (held until the
     /// connection closes).
     pub fn into_parts(self) -> (TcpStream, Slot) {
         (self.stream, self._slot)
     }
 
-    /// The first four bytes the peer sent (fewer if it closed first), left
-    /// unread.
+    /// The first four bytes the peer sent, left unread; an error if it
+    /// closed before sending any. A peer that stops after fewer waits
+    /// here: the caller bounds the wait.
     pub async fn first_bytes(&self) -> std::io::Result<[u8; 4]> {
         let mut buf = [0u8; 4];
         loop {

@@ -17,7 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use creek_core::ViewKind;
 use creek_exec::auth::Need;
 use creek_proto::native::{self, FrameReader, Header, Kind, Read};
@@ -28,7 +28,7 @@ use tonic::Status;
 
 use crate::metrics::{Metrics, Stage};
 use crate::node_loop::{Event, Gone, Invocation, Reply, ReplyTo};
-use crate::service::{CreekService, Late};
+use crate::service::CreekService;
 
 /// What one connection may send and hold.
 #[derive(Clone, Copy, Debug)]
@@ -116,24 +116,14 @@ impl Out {
                 st.writing = true;
                 st.pending.split().freeze()
             };
-            if self.write_all(&bytes).await.is_err() {
+            if crate::transport::write_all_shared(&self.socket, &bytes)
+                .await
+                .is_err()
+            {
                 self.lock().broken = true;
                 return Err(Gone);
             }
         }
-    }
-
-    async fn write_all(&self, mut bytes: &[u8]) -> std::io::Result<()> {
-        while !bytes.is_empty() {
-            self.socket.writable().await?;
-            match self.socket.try_write(bytes) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => bytes = &bytes[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
     }
 }
 
@@ -265,12 +255,11 @@ pub(crate) async fn serve(
         credentials: MetadataMap::new(),
         frames: FrameReader::new(limits.frame_bytes_max),
         deadlines: BTreeSet::new(),
-        lates: HashMap::new(),
     };
     let mut input = BytesMut::with_capacity(8 * 1024);
-    let mut magic = false;
+    let mut magic_read = false;
     loop {
-        let next_deadline = conn.deadlines.first().map(|(at, _)| *at);
+        let next_deadline = conn.deadlines.first().map(|(at, _, _)| *at);
         tokio::select! {
             biased;
             () = stopped(&mut shutdown) => break,
@@ -288,14 +277,13 @@ pub(crate) async fn serve(
                     Ok(true) => {}
                     Ok(false) | Err(_) => break,
                 }
-                if !magic {
+                // The accept loop sniffed the magic bytes: drop them.
+                if !magic_read {
                     if input.len() < native::MAGIC.len() {
                         continue;
                     }
-                    if input.split_to(native::MAGIC.len())[..] != native::MAGIC {
-                        break;
-                    }
-                    magic = true;
+                    input.advance(native::MAGIC.len());
+                    magic_read = true;
                 }
                 if conn.take_frames(&mut input).await.is_err() {
                     break;
@@ -360,10 +348,9 @@ struct Connection {
     /// The `authorization` header the `Hello`'s token stands for.
     credentials: MetadataMap,
     frames: FrameReader,
-    /// The calls with a deadline, soonest first.
-    deadlines: BTreeSet<(tokio::time::Instant, u64)>,
-    /// What each of them needs to explain its deadline.
-    lates: HashMap<u64, Late>,
+    /// The calls with a deadline, soonest first, with whether each is
+    /// strong (the deadline's error says so in the metrics).
+    deadlines: BTreeSet<(tokio::time::Instant, u64, bool)>,
 }
 
 impl Connection {
@@ -464,8 +451,7 @@ impl Connection {
         }
         if let Some(t) = timeout {
             let at = tokio::time::Instant::from_std(received) + t;
-            self.deadlines.insert((at, id));
-            self.lates.insert(id, self.service.late(strong));
+            self.deadlines.insert((at, id, strong));
             self.forget_closed();
         }
         Ok(())
@@ -476,16 +462,13 @@ impl Connection {
         let now = tokio::time::Instant::now();
         let mut frames = BytesMut::new();
         let mut st = self.out.lock();
-        while let Some(&(at, id)) = self.deadlines.first() {
+        while let Some(&(at, id, strong)) = self.deadlines.first() {
             if at > now {
                 break;
             }
             self.deadlines.pop_first();
-            let late = self.lates.remove(&id);
             if st.open.remove(&id).is_some() {
-                if let Some(late) = late {
-                    put_error(&mut frames, id, &late.deadline());
-                }
+                put_error(&mut frames, id, &self.service.late(strong).deadline());
             }
         }
         if !frames.is_empty() {
@@ -500,8 +483,7 @@ impl Connection {
         if self.deadlines.len() < 2 * st.open.len() + 64 {
             return;
         }
-        self.deadlines.retain(|(_, id)| st.open.contains_key(id));
-        self.lates.retain(|id, _| st.open.contains_key(id));
+        self.deadlines.retain(|(_, id, _)| st.open.contains_key(id));
     }
 }
 

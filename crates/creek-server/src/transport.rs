@@ -444,6 +444,17 @@ fn take_due(waiting: &mut VecDeque<Waiting>, now: Instant) -> (Bytes, usize) {
     (bytes, frames)
 }
 
+/// Write all of `bytes` to a socket other threads may write to directly
+/// too (under the caller's ordering rule), waiting for room as needed.
+pub(crate) async fn write_all_shared(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    let mut written = 0;
+    while written < bytes.len() {
+        stream.writable().await?;
+        written += write_now(stream, &bytes[written..])?;
+    }
+    Ok(())
+}
+
 /// Write what the socket takes now, without waiting.
 pub(crate) fn write_now(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<usize> {
     let mut written = 0;
@@ -474,14 +485,7 @@ enum Link {
 impl Link {
     async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         match self {
-            Link::Plain(stream) => {
-                let mut written = 0;
-                while written < bytes.len() {
-                    stream.writable().await?;
-                    written += write_now(stream, &bytes[written..])?;
-                }
-                Ok(())
-            }
+            Link::Plain(stream) => write_all_shared(stream, bytes).await,
             Link::Tls(w) => {
                 w.write_all(bytes).await?;
                 w.flush().await

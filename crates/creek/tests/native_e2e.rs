@@ -376,3 +376,32 @@ async fn a_client_calls_natively_again_after_its_replica_restarts() {
     );
     assert_eq!(native_connections(metrics).await, 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_call_past_its_deadline_says_why() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await;
+    let cut = (leader + 1) % 3;
+    cluster.isolate(cut, true).await;
+    let mut raw = Raw::connect(cluster.clients[cut]).await;
+    let strong = req("kv.put", &[b("late"), b("v")], &[Level::Strong]);
+    let mut frame = BytesMut::new();
+    native::put_invoke(&mut frame, 7, Some(Duration::from_millis(400)), &strong);
+    raw.send(&frame).await;
+    let frames = raw.answers(&[7]).await.remove(&7).unwrap_or_default();
+    // Accepted (the op is the replica's), then the deadline's error, which
+    // closes the call: no view, no End.
+    match frames.as_slice() {
+        [Frame::Accepted(_), Frame::Error(Code::DeadlineExceeded, message)] => {
+            assert!(message.contains("before the deadline"), "{message}");
+        }
+        other => panic!("a call past its deadline: {other:?}"),
+    }
+    // The connection goes on: a weak op at the cut-off replica answers.
+    let weak = req("kv.put", &[b("w"), b("v")], &[Level::Weak]);
+    match raw.call(8, &weak).await.as_slice() {
+        [Frame::Accepted(_), Frame::View(_), Frame::End] => {}
+        other => panic!("a weak op after the deadline: {other:?}"),
+    }
+    cluster.isolate(cut, false).await;
+}

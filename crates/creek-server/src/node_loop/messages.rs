@@ -87,9 +87,9 @@ pub enum ReplyTo {
     /// A channel the gRPC handler reads; the op's last reply drops the
     /// sender, which ends the client's stream.
     Stream(mpsc::UnboundedSender<Reply>),
-    /// A call on a native connection: each reply is written to the
-    /// client's socket by the thread that sends it (the node loop) when
-    /// the connection has nothing else waiting ([`crate::native::Call`]).
+    /// A call on a native connection: its replies are queued on the
+    /// connection and written by the node loop at the end of its turn
+    /// ([`crate::native::Call`], [`crate::native::Corked`]).
     Native(crate::native::Call),
 }
 

@@ -80,45 +80,6 @@ impl CreekService {
         }
     }
 
-    /// Hand `req` to the node loop and wait for its answer over a channel
-    /// (gRPC): the accepted op's handle and the stream of its views, or
-    /// the status that refuses it. `principal` has been authenticated; the
-    /// node loop checks its rights.
-    async fn start_invoke(
-        &self,
-        req: &pb::InvokeRequest,
-        timeout: Option<Duration>,
-        principal: Option<Principal>,
-        received: Instant,
-    ) -> Result<(ExecKey, ViewStream), Status> {
-        let request = self.prepare_invoke(req, timeout)?;
-        let strong = request.strong;
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let inv = Invocation {
-            request,
-            reply: ReplyTo::Stream(tx),
-            received,
-            principal,
-        };
-        self.events
-            .send(Event::Invoke(inv))
-            .await
-            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-        // The first reply says whether the op was accepted, and as what.
-        let handle = match rx.recv().await {
-            Some(Reply::Accepted(handle)) => handle,
-            Some(Reply::Rejected(e)) => return Err(rejected(e)),
-            Some(Reply::Denied(d)) => return Err(Status::permission_denied(d.to_string())),
-            Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
-            Some(Reply::View(_)) | None => {
-                return Err(Status::unavailable("the replica is shutting down"))
-            }
-        };
-        let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let late = self.late(strong);
-        Ok((handle, Box::pin(view_stream(rx, until, late, received))))
-    }
-
     /// The caller (see [`caller`]).
     fn caller<T>(
         &self,
@@ -374,10 +335,32 @@ impl pb::creek_server::Creek for CreekService {
         // procedure's definition); it checks the principal.
         let principal = self.caller(&request, &Need::Nothing)?;
         let req = request.into_inner();
-        let (handle, stream) = self
-            .start_invoke(&req, timeout, principal, received)
-            .await?;
-        let mut response = tonic::Response::new(stream);
+        let request = self.prepare_invoke(&req, timeout)?;
+        let strong = request.strong;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let inv = Invocation {
+            request,
+            reply: ReplyTo::Stream(tx),
+            received,
+            principal,
+        };
+        self.events
+            .send(Event::Invoke(inv))
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        // The first reply says whether the op was accepted, and as what.
+        let handle = match rx.recv().await {
+            Some(Reply::Accepted(handle)) => handle,
+            Some(Reply::Rejected(e)) => return Err(rejected(e)),
+            Some(Reply::Denied(d)) => return Err(Status::permission_denied(d.to_string())),
+            Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
+            Some(Reply::View(_)) | None => {
+                return Err(Status::unavailable("the replica is shutting down"))
+            }
+        };
+        let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
+        let stream = view_stream(rx, until, self.late(strong), received);
+        let mut response = tonic::Response::new(Box::pin(stream) as ViewStream);
         if let Some(op) = op_name(handle) {
             if let Ok(value) = op.parse() {
                 response.metadata_mut().insert(OP_HEADER, value);
