@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let call = &request.call;
     assert!(call.args.len() + call.name.len() <= MAX_REQUEST_BYTES);
     assert_eq!(&*call.name, req.procedure.as_str());
-    let args = match creek_exec::value::decode_args(&call.args) {
+    let args = match creek_types::value::decode_args(&call.args) {
         Ok(args) => args,
         Err(e) => panic!("accepted arguments do not decode: {e}"),
     };

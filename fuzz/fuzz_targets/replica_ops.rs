@@ -13,8 +13,9 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
 use creek_core::{ReplicaId, Request, Views};
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
+use creek_types::value::{encode_args, Value};
+use creek_exec::ProcCall;
+use creek_procs::Registry;
 use creek_node::{Node, NodeConfig};
 use libfuzzer_sys::fuzz_target;
 

@@ -1,10 +1,10 @@
-//! The value encoding (`creek_exec::value`): procedure arguments and
+//! The value encoding (`creek_types::value`): procedure arguments and
 //! results, as they arrive in ops from peers and from the disk. Decoding
 //! never panics, and a decoded value re-encodes to one that decodes to it.
 #![no_main]
 
 use bytes::Bytes;
-use creek_exec::value::{decode_args, decode_args_shared, encode_args, Value};
+use creek_types::value::{decode_args, decode_args_shared, encode_args, Value};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

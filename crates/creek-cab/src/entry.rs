@@ -2,7 +2,7 @@
 //! payloads (paper §5, indirect consensus).
 //!
 //! Layout: version byte `1`, then a count, then per id an origin and a seq,
-//! all as canonical varints (`creek_exec::varint`). Entries reach a replica from peers, so decoding
+//! all as canonical varints (`creek_types::varint`). Entries reach a replica from peers, so decoding
 //! is total: malformed data decodes to an error, never a panic, and every
 //! replica makes the same decision about the same bytes.
 
@@ -11,11 +11,11 @@ use creek_core::{OpId, ReplicaId};
 const VERSION: u8 = 1;
 
 fn put_varint(out: &mut Vec<u8>, v: u64) {
-    creek_exec::varint::put(out, v);
+    creek_types::varint::put(out, v);
 }
 
 fn get_varint(input: &[u8], pos: &mut usize) -> Option<u64> {
-    creek_exec::varint::get(input, pos).ok()
+    creek_types::varint::get(input, pos).ok()
 }
 
 /// Encode a batch of ids.

@@ -809,7 +809,7 @@ impl<S: CabStorage> Cab<S> {
 
     /// Step the held appends whose entries the caller now holds, in order,
     /// then the held leading entries of the first that waits. An op named
-    /// after a void op (see `creek_exec::void`) may name voided ids in its
+    /// after a void op (see `creek_procs::void`) may name voided ids in its
     /// context, which only that void op, earlier in the log, makes held
     /// here: a follower that had to take both in one append would wait
     /// forever.

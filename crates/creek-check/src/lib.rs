@@ -20,7 +20,7 @@
 //! use creek_check::history::{History, OpRecord, SeenView};
 //! use creek_check::order::check_session_order;
 //! use creek_core::{OpId, ReplicaId, ViewKind};
-//! use creek_exec::ProcCall;
+//! use creek_types::ProcCall;
 //!
 //! // One client wrote twice, through replica 1.
 //! let op = |seq: u64| OpRecord {

@@ -13,7 +13,7 @@
 //!   microsecond are treated as concurrent, which never reports a false
 //!   violation);
 //! - explains every answer: running the ops one after another from an empty
-//!   store with [`creek_exec::execute_call`], each op with a known outcome
+//!   store with [`creek_procs::execute_call`], each op with a known outcome
 //!   returns exactly that outcome;
 //! - may leave out, or place anywhere after its invocation, an op whose
 //!   outcome is unknown (its origin crashed, or it was never answered):
@@ -81,8 +81,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hasher;
 
 use bytes::Bytes;
-use creek_exec::value::{decode_args, Value};
-use creek_exec::{execute_call, Outcome, ProcCall, Registry, SnapshotRead, TxnLimits, VersionNo};
+use creek_exec::{Outcome, ProcCall, SnapshotRead, TxnLimits, VersionNo};
+use creek_procs::{execute_call, Registry};
+use creek_types::value::{decode_args, Value};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::history::History;

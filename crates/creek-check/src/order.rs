@@ -181,7 +181,7 @@ mod tests {
     use crate::history::{OpRecord, SeenView};
     use bytes::Bytes;
     use creek_core::{ReplicaId, ViewKind};
-    use creek_exec::ProcCall;
+    use creek_types::ProcCall;
 
     fn id(seq: u64) -> OpId {
         OpId::new(ReplicaId(0), seq)

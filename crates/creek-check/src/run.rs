@@ -13,8 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use creek_core::{OpId, ReplicaId};
 use creek_exec::basic::replay_from;
-use creek_exec::registry::INTERNAL_KEY_PREFIX;
-use creek_exec::{Outcome, ProcCall, Registry, TxnLimits};
+use creek_exec::{Outcome, ProcCall, TxnLimits};
+use creek_procs::registry::INTERNAL_KEY_PREFIX;
+use creek_procs::Registry;
 
 use crate::history::History;
 use crate::{linearizable, order};
@@ -141,45 +142,13 @@ pub fn check_run(
     checks.push(Check::new("committed_prefix", prefix));
 
     // Convergence after heal and quiescence.
-    let mut conv = Vec::new();
-    if !run.settled {
-        conv.push("the cluster did not settle within the time limit".to_string());
-    }
-    // A replica that knows it lost its data takes no part (it waits to be
-    // rebuilt): it is left out, as long as the others hold everything.
     let states: Vec<&BTreeMap<Bytes, Bytes>> =
         run.replicas.iter().map(|r| &r.committed_state).collect();
     let reference = run.replicas.iter().position(|r| !r.lost);
-    for (i, n) in run.replicas.iter().enumerate() {
-        if n.lost {
-            continue;
-        }
-        if n.committed != canonical.as_slice() {
-            conv.push(format!(
-                "replica {i} committed {} ops, the longest list has {}",
-                n.committed.len(),
-                canonical.len()
-            ));
-        }
-        if n.finalized != n.committed.len() as u64 {
-            conv.push(format!(
-                "replica {i} has {} committed ops without a final execution",
-                n.committed.len() as u64 - n.finalized
-            ));
-        }
-        if n.pending > 0 {
-            conv.push(format!(
-                "replica {i} still has {} uncommitted ops",
-                n.pending
-            ));
-        }
-        if let Some(r) = reference.filter(|r| states[*r] != states[i]) {
-            conv.push(format!(
-                "replica {i}'s committed state differs from replica {r}'s"
-            ));
-        }
-    }
-    checks.push(Check::new("converged", conv));
+    checks.push(Check::new(
+        "converged",
+        converged(&run, &canonical, &states, reference),
+    ));
 
     // Liveness: once the faults healed, everything completes within the
     // documented bound.
@@ -216,6 +185,71 @@ pub fn check_run(
         reference.map(|r| states[r].clone()).unwrap_or_default()
     };
     checks.push(Check::new("replay_matches", replay_v));
+    checks.push(Check::new("no_lost_acks", lost_acks(&run, &unique)));
+
+    checks.push(linearizable_check(&run, keys));
+    checks.push(Check::new(
+        "real_time",
+        order::check_real_time(run.history, &canonical),
+    ));
+    checks.push(Check::new(
+        "session_order",
+        order::check_session_order(run.history, &canonical),
+    ));
+    checks.push(Check::new("workload", invariants(run.history, &state)));
+    checks
+}
+
+/// Convergence after heal and quiescence: every replica that holds its data
+/// has the longest committed list, executed finally, nothing pending, and
+/// the same committed state.
+fn converged(
+    run: &RunEnd<'_>,
+    canonical: &[OpId],
+    states: &[&BTreeMap<Bytes, Bytes>],
+    reference: Option<usize>,
+) -> Vec<String> {
+    let mut conv = Vec::new();
+    if !run.settled {
+        conv.push("the cluster did not settle within the time limit".to_string());
+    }
+    // A replica that knows it lost its data takes no part (it waits to be
+    // rebuilt): it is left out, as long as the others hold everything.
+    for (i, n) in run.replicas.iter().enumerate() {
+        if n.lost {
+            continue;
+        }
+        if n.committed != canonical {
+            conv.push(format!(
+                "replica {i} committed {} ops, the longest list has {}",
+                n.committed.len(),
+                canonical.len()
+            ));
+        }
+        if n.finalized != n.committed.len() as u64 {
+            conv.push(format!(
+                "replica {i} has {} committed ops without a final execution",
+                n.committed.len() as u64 - n.finalized
+            ));
+        }
+        if n.pending > 0 {
+            conv.push(format!(
+                "replica {i} still has {} uncommitted ops",
+                n.pending
+            ));
+        }
+        if let Some(r) = reference.filter(|r| states[*r] != states[i]) {
+            conv.push(format!(
+                "replica {i}'s committed state differs from replica {r}'s"
+            ));
+        }
+    }
+    conv
+}
+
+/// No acknowledged op lost, and every broadcast op committed (but the
+/// unacknowledged ops of an origin that lost its disk).
+fn lost_acks(run: &RunEnd<'_>, unique: &BTreeSet<OpId>) -> Vec<String> {
     // No acknowledged op lost. Every broadcast op commits — except an
     // unacknowledged op of an origin that lost its disk: one that never
     // left it is gone with the disk (one that reached a peer still commits,
@@ -242,8 +276,12 @@ pub fn check_run(
             ));
         }
     }
-    checks.push(Check::new("no_lost_acks", lost));
+    lost
+}
 
+/// Linearizability of strong ops (the replicated weak ops take part as ops
+/// of unknown outcome).
+fn linearizable_check(run: &RunEnd<'_>, keys: &dyn Fn(&ProcCall) -> Vec<Bytes>) -> Check {
     // Linearizability of strong ops.
     // Strong ops with their observed final outcomes, plus the replicated weak
     // ops as ops of unknown outcome that take effect at some point after
@@ -288,17 +326,7 @@ pub fn check_run(
     };
     let mut lin_check = Check::new("linearizable", lin);
     lin_check.note = Some(note);
-    checks.push(lin_check);
-    checks.push(Check::new(
-        "real_time",
-        order::check_real_time(run.history, &canonical),
-    ));
-    checks.push(Check::new(
-        "session_order",
-        order::check_session_order(run.history, &canonical),
-    ));
-    checks.push(Check::new("workload", invariants(run.history, &state)));
-    checks
+    lin_check
 }
 
 /// A sequential execution of `canonical` from the initial state: every
@@ -364,7 +392,7 @@ mod tests {
 
     use creek_core::ViewKind;
     use creek_exec::basic::replay;
-    use creek_exec::value::{encode_args, Value};
+    use creek_types::value::{encode_args, Value};
 
     use super::*;
     use crate::history::{OpRecord, SeenView};
@@ -456,7 +484,7 @@ mod tests {
     }
 
     fn first_arg_key(call: &ProcCall) -> Vec<Bytes> {
-        match creek_exec::value::decode_args(&call.args)
+        match creek_types::value::decode_args(&call.args)
             .ok()
             .and_then(|a| a.into_iter().next())
         {

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use creek_client::{CallOptions, Client, Correctable, Error, Levels, Outcome, View, ViewKind};
-use creek_exec::value::Value;
+use creek_types::value::Value;
 use tokio::task::JoinHandle;
 
 /// The ads on offer: id and content. Published once, never changed.

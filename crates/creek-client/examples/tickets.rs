@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use creek_client::{CallOptions, Client, Correctable, Error, Levels, Outcome, View, ViewKind};
-use creek_exec::value::Value;
+use creek_types::value::Value;
 use tokio::sync::oneshot;
 
 /// What one run sells, where, and how.

@@ -396,7 +396,7 @@ impl Drop for Feeder {
 mod tests {
     use std::time::Duration;
 
-    use creek_exec::value::Value;
+    use creek_types::value::Value;
     use tokio_stream::StreamExt;
 
     use super::*;

@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! use creek_client::{Client, Levels, ViewKind};
-//! use creek_exec::value::Value;
+//! use creek_types::value::Value;
 //!
 //! # async fn tour() -> Result<(), creek_client::Error> {
 //! // Any replica of the cluster; later calls fail over to the others.
@@ -55,7 +55,7 @@
 //!
 //! ```no_run
 //! # use creek_client::{Client, KeyspaceLabel, Levels};
-//! # use creek_exec::value::Value;
+//! # use creek_types::value::Value;
 //! # async fn procs(client: Client) -> Result<(), creek_client::Error> {
 //! client.create_keyspace("notes", KeyspaceLabel::Weak).await?;
 //! let source = "proc note(k: bytes, v: bytes) { put(notes, k, v) }";

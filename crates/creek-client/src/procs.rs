@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use creek_exec::value::Value;
+use creek_types::value::Value;
 
 use crate::client::{CallOptions, Client};
 use crate::view::{Levels, Outcome};

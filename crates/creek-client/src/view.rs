@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use creek_exec::value::Value;
 use creek_proto::{from_wire, pb};
+use creek_types::value::Value;
 
 use crate::Error;
 

@@ -33,7 +33,7 @@ pub struct Config {
     /// entry, in µs of op time: an op with a request id that reaches the
     /// order later than this after it was invoked, and finds no entry, is
     /// refused as expired; entries are deleted two TTLs after they were
-    /// written (see `creek_exec::session`). 0 keeps every entry forever.
+    /// written (see `creek_procs::session`). 0 keeps every entry forever.
     pub session_ttl_us: u64,
     /// Planted bug (the simulator's `--plant-bug skip-invalidation`): the
     /// executor never invalidates readers. Only for validating the checkers;

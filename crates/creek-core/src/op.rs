@@ -185,7 +185,7 @@ pub enum Effect {
     /// Send this view to the op's client.
     View(View),
     /// This op was voided by the committed order (see
-    /// [`creek_exec::void`]): it counts as delivered, and a copy that
+    /// [`creek_procs::void`]): it counts as delivered, and a copy that
     /// arrives later is refused.
     Voided(OpId),
 }

@@ -14,8 +14,10 @@ use creek_core::{
 };
 use creek_exec::basic::replay;
 use creek_exec::mvcc::MvccExecutor;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{Abort, CallError, ClientRequestId, Outcome, ProcCall, Registry, TxnLimits};
+use creek_exec::{Abort, Outcome, ProcCall, TxnLimits};
+use creek_procs::{CallError, Registry};
+use creek_types::value::{encode_args, Value};
+use creek_types::ClientRequestId;
 use harness::Cluster;
 use ViewKind::{Confirmation, Stable, Tentative};
 
@@ -712,8 +714,8 @@ fn a_void_op_lets_the_ops_that_name_a_lost_op_commit_everywhere() {
     assert!(origin.rb_deliver(b.clone()));
     origin.void_own(&[1, 7], 30); // 7 is past what it reclaims: ignored
     let void = broadcasts(&mut origin).pop().unwrap();
-    assert_eq!(void.call.name.as_ref(), creek_exec::void::VOID);
-    assert_eq!(creek_exec::void::void_seqs(&void.call.args), Ok(vec![1]));
+    assert_eq!(void.call.name.as_ref(), creek_procs::void::VOID);
+    assert_eq!(creek_procs::void::void_seqs(&void.call.args), Ok(vec![1]));
     for r in [&mut without, &mut with] {
         r.rb_deliver(void.clone());
         r.cab_deliver(void.id);

@@ -15,8 +15,8 @@ use bytes::Bytes;
 use creek_core::{Config, ExecKey, OpId, Replica, ReplicaId, Request};
 use creek_exec::basic::replay;
 use creek_exec::mvcc::MvccExecutor;
-use creek_exec::value::{encode_args, Value};
 use creek_exec::{ProcCall, TxnLimits};
+use creek_types::value::{encode_args, Value};
 use harness::{action, Action, Cluster};
 use proptest::prelude::*;
 

@@ -10,8 +10,9 @@ mod harness;
 use creek_core::{ExecKey, InvokeError, Pos, Request, ViewKind, Views};
 use creek_exec::basic::BasicEngine;
 use creek_exec::mvcc::MvccExecutor;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{CallError, Outcome, ProcCall};
+use creek_exec::{Outcome, ProcCall};
+use creek_procs::CallError;
+use creek_types::value::{encode_args, Value};
 use harness::{Cluster, TestEngine};
 
 const GROUPS: &str = include_str!("../../../examples/procedures/message_groups.creek");

@@ -16,8 +16,9 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
-use crate::registry::{execute_call, ProcCall, Registry};
+use crate::procedures::Procedures;
 use crate::txn::{Outcome, SnapshotRead, TxnLimits, VersionNo};
+use creek_types::ProcCall;
 
 /// A plain key-value database as a snapshot.
 struct Db<'a>(&'a BTreeMap<Bytes, Bytes>);
@@ -29,6 +30,24 @@ impl SnapshotRead for Db<'_> {
 
     fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
         scan_map(self.0, from, to, limit, VersionNo::ABSENT, out);
+    }
+}
+
+/// A plain map as a snapshot in which every present key is at version 1:
+/// for running a procedure on a fixed state outside an engine.
+#[derive(Clone, Debug, Default)]
+pub struct MapSnapshot(pub BTreeMap<Bytes, Bytes>);
+
+impl SnapshotRead for MapSnapshot {
+    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        match self.0.get(key) {
+            Some(v) => (Some(v.clone()), VersionNo(1)),
+            None => (None, VersionNo::ABSENT),
+        }
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        scan_map(&self.0, from, to, limit, VersionNo(1), out);
     }
 }
 
@@ -78,16 +97,16 @@ fn rollback(db: &mut BTreeMap<Bytes, Bytes>, undo: Vec<(Bytes, Option<Bytes>)>) 
 /// Execute `calls` one after another from an empty state: the outcome of each
 /// and the final state.
 pub fn replay<'a>(
-    registry: &Registry,
+    procedures: &dyn Procedures,
     limits: TxnLimits,
     calls: impl IntoIterator<Item = &'a ProcCall>,
 ) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
-    replay_from(registry, limits, BTreeMap::new(), calls)
+    replay_from(procedures, limits, BTreeMap::new(), calls)
 }
 
 /// [`replay`] from the state `initial`.
 pub fn replay_from<'a>(
-    registry: &Registry,
+    procedures: &dyn Procedures,
     limits: TxnLimits,
     initial: BTreeMap<Bytes, Bytes>,
     calls: impl IntoIterator<Item = &'a ProcCall>,
@@ -95,7 +114,7 @@ pub fn replay_from<'a>(
     let mut db = initial;
     let mut outcomes = Vec::new();
     for call in calls {
-        let e = execute_call(registry, &Db(&db), limits, call);
+        let e = procedures.execute(&Db(&db), limits, call);
         apply(&mut db, e.writes);
         outcomes.push(e.outcome);
     }
@@ -110,7 +129,7 @@ struct Done<K> {
 
 /// The undo-log engine. See the module documentation.
 pub struct BasicEngine<K, P> {
-    registry: Arc<Registry>,
+    procedures: Arc<dyn Procedures>,
     limits: TxnLimits,
     ops: FxHashMap<K, (P, ProcCall)>,
     order: BTreeMap<P, K>,
@@ -126,10 +145,10 @@ pub struct BasicEngine<K, P> {
 }
 
 impl<K: OpKey, P: Position> BasicEngine<K, P> {
-    /// An empty engine running procedures from `registry`.
-    pub fn new(registry: Arc<Registry>, limits: TxnLimits) -> Self {
+    /// An empty engine running `procedures`.
+    pub fn new(procedures: Arc<dyn Procedures>, limits: TxnLimits) -> Self {
         BasicEngine {
-            registry,
+            procedures,
             limits,
             ops: FxHashMap::default(),
             order: BTreeMap::new(),
@@ -247,7 +266,9 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
         Completion {
             key: task.key,
             gen: task.gen,
-            executed: execute_call(&self.registry, &Db(&self.db), self.limits, &task.call),
+            executed: self
+                .procedures
+                .execute(&Db(&self.db), self.limits, &task.call),
         }
     }
 
@@ -354,7 +375,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::value::{encode_args, Value};
+    use crate::testkit::TestProcs;
+    use creek_types::value::{encode_args, Value};
 
     fn incr(key: &str, delta: i64) -> ProcCall {
         ProcCall::new(
@@ -368,7 +390,7 @@ mod tests {
     #[test]
     fn a_running_op_moved_ahead_of_executed_ones_runs_again() {
         let mut e: BasicEngine<u32, u64> =
-            BasicEngine::new(Arc::new(Registry::with_builtins()), TxnLimits::default());
+            BasicEngine::new(Arc::new(TestProcs::new()), TxnLimits::default());
         e.insert(1, 10, incr("x", 1));
         e.insert(2, 20, incr("x", 10));
         let a = e.next_task().unwrap();

@@ -18,7 +18,9 @@ use std::hash::Hash;
 
 use bytes::Bytes;
 
-use crate::registry::{Executed, ProcCall};
+use creek_types::ProcCall;
+
+use crate::txn::Executed;
 use crate::txn::Outcome;
 
 /// What identifies an op to an engine (the replica uses its `OpId`).

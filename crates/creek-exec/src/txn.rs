@@ -13,8 +13,6 @@ use std::cmp::Ordering;
 
 use bytes::Bytes;
 
-use crate::registry::Executed;
-
 /// Identity of one installed version of a key. `VersionNo::ABSENT` is the
 /// "never written" version; every installed write gets a fresh number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -359,7 +357,7 @@ impl<'a> Txn<'a> {
     /// Consume the transaction: the read set (point reads and scanned
     /// ranges), the write set (empty when the procedure aborted or broke a
     /// limit) and the outcome.
-    pub(crate) fn finish(self, result: Outcome) -> Executed {
+    pub fn finish(self, result: Outcome) -> Executed {
         let outcome = match (self.violation, result) {
             (Some(abort), _) => Err(abort),
             (None, r) => r,
@@ -385,4 +383,17 @@ impl<'a> Txn<'a> {
             outcome,
         }
     }
+}
+
+/// Everything one execution produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Executed {
+    /// Keys read from the snapshot, with the version seen.
+    pub reads: Vec<(Bytes, VersionNo)>,
+    /// Key ranges read from the snapshot ([`Txn::scan`]).
+    pub scans: Vec<ScanRead>,
+    /// Buffered writes, sorted by key; empty on abort.
+    pub writes: Vec<Write>,
+    /// The result.
+    pub outcome: Outcome,
 }

@@ -27,7 +27,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use creek_core::{Op, OpId, ReplicaId, Timestamp};
-//! use creek_exec::ProcCall;
+//! use creek_types::ProcCall;
 //! use creek_gossip::{Gossip, GossipConfig};
 //!
 //! let (a, b) = (ReplicaId(1), ReplicaId(2));
@@ -105,7 +105,7 @@ mod testkit {
     use std::sync::Arc;
 
     use creek_core::{Op, OpId, ReplicaId, Timestamp};
-    use creek_exec::ProcCall;
+    use creek_types::ProcCall;
 
     /// A weak op of `origin` with the given seq.
     pub(crate) fn op(origin: u16, seq: u64) -> Arc<Op> {

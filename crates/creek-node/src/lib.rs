@@ -29,8 +29,9 @@ use creek_core::{
     Checkpoint, Config, Directory, Effect, ExecKey, InvokeError, Op, OpId, Replica, ReplicaId,
     Request, View,
 };
-use creek_exec::{Completion, Registry, Task};
+use creek_exec::{Completion, Task};
 use creek_gossip::{Gossip, GossipConfig, GossipStats};
+use creek_procs::Registry;
 use creek_wire::{GossipMessage, Limits, PeerMessage, SnapshotMessage};
 use membership::Membership;
 use transfer::{Fetched, Transfers};
@@ -941,7 +942,7 @@ impl<S: CabStorage> Node<S> {
             .map(|id| id.seq)
             .collect();
         self.gossip.close_range(own);
-        for seqs in lost.chunks(creek_exec::void::VOID_BATCH_MAX) {
+        for seqs in lost.chunks(creek_procs::void::VOID_BATCH_MAX) {
             self.replica.void_own(seqs, now_us);
         }
         // Settled: the void ops are written with the record that says so.
@@ -2005,8 +2006,8 @@ mod tests {
     use super::*;
     use creek_cab::MemCabStorage;
     use creek_core::Request;
-    use creek_exec::value::{encode_args, Value};
-    use creek_exec::ProcCall;
+    use creek_types::value::{encode_args, Value};
+    use creek_types::ProcCall;
 
     /// A disk that falls behind pushes back on clients: at
     /// `pending_writes_max` writes not yet durable, invocations are refused

@@ -3,7 +3,7 @@
 //! the executor's [`Value`].
 #![deny(missing_docs)]
 
-use creek_exec::value::Value;
+use creek_types::value::Value;
 
 pub mod native;
 
@@ -14,7 +14,7 @@ pub mod pb {
 }
 
 /// How deep a wire value may nest (the executor's own bound).
-pub const MAX_DEPTH: usize = creek_exec::value::MAX_DEPTH;
+pub const MAX_DEPTH: usize = creek_types::value::MAX_DEPTH;
 
 /// Why a wire value is not a valid [`Value`].
 #[derive(Clone, Debug, PartialEq, Eq)]

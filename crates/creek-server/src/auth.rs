@@ -24,7 +24,7 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use creek_exec::auth::{Need, Principal, Rules, TOKEN_HASH_BYTES, TOKEN_ID_CHARS};
+use creek_procs::auth::{Need, Principal, Rules, TOKEN_HASH_BYTES, TOKEN_ID_CHARS};
 use ring::rand::SecureRandom;
 use rustls::pki_types::CertificateDer;
 use tonic::metadata::MetadataMap;
@@ -237,7 +237,7 @@ impl Auth {
             let leaf = certs.and_then(<[_]>::first);
             return match leaf.and_then(|c| common_name(c)) {
                 Some(name) => self.rules().principal(&name).ok_or_else(|| {
-                    let fix = if name == creek_exec::auth::ROOT_USER {
+                    let fix = if name == creek_procs::auth::ROOT_USER {
                         "the name is reserved for the root token".to_owned()
                     } else {
                         format!("add the user (creek user add {name} --role …)")
@@ -303,8 +303,8 @@ impl Auth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use creek_exec::auth::{TokenRecord, TOKEN_PREFIX, USER_PREFIX};
-    use creek_exec::value::Value;
+    use creek_procs::auth::{TokenRecord, TOKEN_PREFIX, USER_PREFIX};
+    use creek_types::value::Value;
     use tonic::Code;
 
     fn meta(token: &str) -> MetadataMap {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use creek_core::ViewKind;
-use creek_exec::auth::Need;
+use creek_procs::auth::Need;
 use creek_proto::native::{self, FrameReader, Header, Kind, Read};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};

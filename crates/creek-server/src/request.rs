@@ -12,8 +12,9 @@
 #![allow(clippy::result_large_err)]
 
 use creek_core::{Request, Views};
-use creek_exec::{ClientRequestId, ProcCall};
 use creek_proto::pb;
+use creek_types::ClientRequestId;
+use creek_types::ProcCall;
 use tonic::Status;
 
 /// The op a request asks for: (strong, views).
@@ -54,12 +55,12 @@ pub fn to_request(req: &pb::InvokeRequest, max_request_bytes: usize) -> Result<R
     }
     if req
         .procedure
-        .starts_with(creek_exec::session::INTERNAL_PROC_PREFIX)
+        .starts_with(creek_procs::session::INTERNAL_PROC_PREFIX)
     {
         return Err(Status::invalid_argument(format!(
             "procedure {:?} is internal to the replicas (names starting {:?} are reserved)",
             req.procedure,
-            creek_exec::session::INTERNAL_PROC_PREFIX
+            creek_procs::session::INTERNAL_PROC_PREFIX
         )));
     }
     let args = req
@@ -68,7 +69,7 @@ pub fn to_request(req: &pb::InvokeRequest, max_request_bytes: usize) -> Result<R
         .map(creek_proto::from_wire)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| Status::invalid_argument(format!("malformed arguments: {e}")))?;
-    let encoded = creek_exec::value::encode_args(&args);
+    let encoded = creek_types::value::encode_args(&args);
     let size = encoded.len() + req.procedure.len();
     if size > max_request_bytes {
         return Err(too_large(size, max_request_bytes));
@@ -80,7 +81,7 @@ pub fn to_request(req: &pb::InvokeRequest, max_request_bytes: usize) -> Result<R
             seq: req.request_seq,
         });
         call.acked = req.acked.clone();
-        call.acked.truncate(creek_exec::session::ACKED_MAX);
+        call.acked.truncate(creek_procs::session::ACKED_MAX);
     }
     Ok(Request {
         call,
@@ -135,7 +136,7 @@ mod tests {
     }
 
     fn bytes_arg(n: usize) -> pb::Value {
-        creek_proto::to_wire(&creek_exec::value::Value::Bytes(vec![7u8; n].into()))
+        creek_proto::to_wire(&creek_types::value::Value::Bytes(vec![7u8; n].into()))
     }
 
     #[test]
@@ -162,7 +163,7 @@ mod tests {
             ..Default::default()
         };
         let internal = pb::InvokeRequest {
-            procedure: format!("{}x", creek_exec::session::INTERNAL_PROC_PREFIX),
+            procedure: format!("{}x", creek_procs::session::INTERNAL_PROC_PREFIX),
             ..Default::default()
         };
         for req in [pb::InvokeRequest::default(), empty_value, internal] {

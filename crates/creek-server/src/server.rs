@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use creek_core::ReplicaId;
-use creek_exec::Registry;
 use creek_node::{Node, NodeConfig};
+use creek_procs::Registry;
 use creek_proto::pb;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};

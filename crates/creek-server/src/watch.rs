@@ -100,7 +100,7 @@ fn matching(prefix: &[u8], writes: &[Write]) -> Vec<pb::Change> {
 
 /// A key of Creek's own tables (sessions, procedures).
 fn internal(key: &[u8]) -> bool {
-    key.first() == Some(&creek_exec::registry::INTERNAL_KEY_PREFIX)
+    key.first() == Some(&creek_procs::registry::INTERNAL_KEY_PREFIX)
 }
 
 fn op_ref(op: OpId) -> pb::OpRef {

@@ -42,8 +42,9 @@ use creek_core::{
 };
 use creek_exec::basic::BasicEngine;
 use creek_exec::mvcc::{MvccExecutor, Schedule};
-use creek_exec::{Completion, Engine, Outcome, Registry, Settled, Task, TxnLimits};
+use creek_exec::{Completion, Engine, Outcome, Settled, Task, TxnLimits};
 use creek_gossip::{Gossip, GossipConfig};
+use creek_procs::Registry;
 use creek_wire::{Limits, PeerMessage};
 use rustc_hash::{FxHashMap, FxHashSet};
 

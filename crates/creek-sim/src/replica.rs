@@ -11,8 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_cab::MemberChange;
 use creek_core::{Checkpoint, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
-use creek_exec::{Completion, Registry, Task};
+use creek_exec::{Completion, Task};
 use creek_node::{HoldQueue, Identity, Node, NodeConfig, Standing, Write};
+use creek_procs::Registry;
 use creek_store::{CheckpointWriter, LogStore, Piece, SimDisk, Store};
 use creek_wire::PeerMessage;
 

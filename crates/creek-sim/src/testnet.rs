@@ -13,8 +13,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
 use creek_core::{ExecKey, Op, OpId, ReplicaId, Request, View};
-use creek_exec::Registry;
 use creek_gossip::Gossip;
+use creek_procs::Registry;
 use creek_wire::{GossipMessage, PeerMessage};
 
 use creek_node::{Node, NodeConfig};

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 
 use creek_core::{ReplicaId, Request};
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
 use creek_node::NodeConfig;
+use creek_procs::Registry;
 use creek_sim::replica::{CreekReplica, DiskPoll, DiskSetup, SimReplica};
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 
 fn replica() -> CreekReplica {
     let ids: Vec<ReplicaId> = (1..=3).map(ReplicaId).collect();

@@ -9,10 +9,10 @@
 use std::collections::BTreeSet;
 
 use creek_core::{OpId, Request, ViewKind, Views};
-use creek_exec::value::{encode_args, Value};
-use creek_exec::ProcCall;
 use creek_sim::rng::Rng;
 use creek_sim::testnet::{NetConfig, TestNet};
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 
 fn call(rng: &mut Rng) -> ProcCall {
     let key = Value::from(format!("k{}", rng.range(0, 4)).as_str());

@@ -22,8 +22,8 @@
 //! to the input.
 
 use creek_core::{Checkpoint, ReplicaId};
-use creek_exec::varint;
 use creek_node::{Identity, OwnSeqs};
+use creek_types::{DecodeError, Reader, Writer};
 use creek_wire::Limits;
 
 use crate::StoreError;
@@ -57,23 +57,22 @@ pub struct CheckpointRef {
 pub fn encode_checkpoint_ref(r: &CheckpointRef) -> Vec<u8> {
     let mut out = Vec::with_capacity(24);
     for v in [r.generation, u64::from(r.chunks), r.len, u64::from(r.crc32)] {
-        varint::put(&mut out, v);
+        out.put_varint(v);
     }
     out
 }
 
 /// Decode what [`encode_checkpoint_ref`] wrote.
 pub fn decode_checkpoint_ref(bytes: &[u8]) -> Result<CheckpointRef, StoreError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
+    let mut r = Reader::new(bytes);
     let generation = r.varint()?;
     let chunks = u32::try_from(r.varint()?)
         .map_err(|_| corrupt("checkpoint reference: chunks beyond u32".to_owned()))?;
     let len = r.varint()?;
     let crc32 = u32::try_from(r.varint()?)
         .map_err(|_| corrupt("checkpoint reference: checksum beyond u32".to_owned()))?;
-    if r.pos != bytes.len() {
-        return Err(corrupt("checkpoint reference: trailing bytes".to_owned()));
-    }
+    r.finish()
+        .map_err(|e| corrupt(format!("checkpoint reference: {e}")))?;
     Ok(CheckpointRef {
         generation,
         chunks,
@@ -100,28 +99,28 @@ pub(crate) fn stored_op_limits() -> Limits {
 /// Encode a replica's identity.
 pub fn encode_identity(id: &Identity) -> Vec<u8> {
     let mut out = Vec::with_capacity(16);
-    varint::put(&mut out, id.nonce);
+    out.put_varint(id.nonce);
     match &id.founders {
         None => out.push(0),
         Some(founders) => {
             out.push(1);
-            varint::put(&mut out, founders.len() as u64);
+            out.put_varint(founders.len() as u64);
             for (r, n) in founders {
-                varint::put(&mut out, u64::from(r.0));
-                varint::put(&mut out, *n);
+                out.put_varint(u64::from(r.0));
+                out.put_varint(*n);
             }
         }
     }
     if id.floor > 0 || id.catch_up_to > 0 {
-        varint::put(&mut out, id.floor);
-        varint::put(&mut out, id.catch_up_to);
+        out.put_varint(id.floor);
+        out.put_varint(id.catch_up_to);
     }
     out
 }
 
 /// Decode what [`encode_identity`] wrote.
 pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
+    let mut r = Reader::new(bytes);
     let nonce = r.varint()?;
     let founders = match r.byte()? {
         0 => None,
@@ -142,14 +141,12 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
         }
         b => return Err(corrupt(format!("identity: unknown founders flag {b}"))),
     };
-    let (floor, catch_up_to) = if r.pos < bytes.len() {
+    let (floor, catch_up_to) = if !r.is_empty() {
         (r.varint()?, r.varint()?)
     } else {
         (0, 0)
     };
-    if r.pos != bytes.len() {
-        return Err(corrupt("identity: trailing bytes".to_owned()));
-    }
+    r.finish().map_err(|e| corrupt(format!("identity: {e}")))?;
     Ok(Identity {
         nonce,
         founders,
@@ -162,14 +159,14 @@ pub fn decode_identity(bytes: &[u8]) -> Result<Identity, StoreError> {
 /// flag and the range being taken back (varints).
 pub fn encode_own_seqs(own: &OwnSeqs) -> Vec<u8> {
     let mut out = Vec::with_capacity(16);
-    varint::put(&mut out, own.reserved);
-    varint::put(&mut out, own.floor);
+    out.put_varint(own.reserved);
+    out.put_varint(own.floor);
     match own.reclaiming {
         None => out.push(0),
         Some((after, through)) => {
             out.push(1);
-            varint::put(&mut out, after);
-            varint::put(&mut out, through);
+            out.put_varint(after);
+            out.put_varint(through);
         }
     }
     out
@@ -177,7 +174,7 @@ pub fn encode_own_seqs(own: &OwnSeqs) -> Vec<u8> {
 
 /// Decode what [`encode_own_seqs`] wrote.
 pub fn decode_own_seqs(bytes: &[u8]) -> Result<OwnSeqs, StoreError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
+    let mut r = Reader::new(bytes);
     let reserved = r.varint()?;
     let floor = r.varint()?;
     let reclaiming = match r.byte()? {
@@ -193,9 +190,7 @@ pub fn decode_own_seqs(bytes: &[u8]) -> Result<OwnSeqs, StoreError> {
         }
         b => return Err(corrupt(format!("own seqs: unknown range flag {b}"))),
     };
-    if r.pos != bytes.len() {
-        return Err(corrupt("own seqs: trailing bytes".to_owned()));
-    }
+    r.finish().map_err(|e| corrupt(format!("own seqs: {e}")))?;
     Ok(OwnSeqs {
         reserved,
         floor,
@@ -207,36 +202,9 @@ fn corrupt(why: String) -> StoreError {
     StoreError::Corrupt(why)
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, StoreError> {
-        let b = *self
-            .buf
-            .get(self.pos)
-            .ok_or_else(|| corrupt("record ends early".to_owned()))?;
-        self.pos += 1;
-        Ok(b)
-    }
-
-    fn varint(&mut self) -> Result<u64, StoreError> {
-        let at = self.pos;
-        varint::get(self.buf, &mut self.pos)
-            .map_err(|e| corrupt(format!("varint at byte {at}: {e:?}")))
-    }
-
-    /// A count of items each taking at least `unit` bytes: never more than
-    /// the rest of the input can hold.
-    fn count(&mut self, unit: usize) -> Result<usize, StoreError> {
-        let n = self.varint()?;
-        let room = (self.buf.len() - self.pos.min(self.buf.len())) / unit.max(1);
-        match usize::try_from(n) {
-            Ok(n) if n <= room => Ok(n),
-            _ => Err(corrupt(format!("count {n} exceeds the remaining bytes"))),
-        }
+impl From<DecodeError> for StoreError {
+    fn from(e: DecodeError) -> Self {
+        corrupt(e.to_string())
     }
 }
 

@@ -40,6 +40,7 @@ use std::io;
 
 use creek_cab::LogWrites;
 use creek_node::Write;
+use creek_types::{DecodeError, Reader};
 use redb::Table;
 
 use crate::{
@@ -460,55 +461,29 @@ pub(crate) struct Target<'a, 'txn> {
     pub(crate) ops: &'a mut Table<'txn, (u16, u64), &'static [u8]>,
 }
 
-/// Reads the fields of encoded changes.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
-        if self.0.len() < n {
-            return Err(corrupt("a write-ahead log change is cut short".to_owned()));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-
-    fn u8(&mut self) -> Result<u8, StoreError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u16(&mut self) -> Result<u16, StoreError> {
-        let b = self.take(2)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-
-    fn u64(&mut self) -> Result<u64, StoreError> {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(word))
-    }
-
-    fn bytes(&mut self) -> Result<&'a [u8], StoreError> {
-        let mut len = [0u8; 4];
-        len.copy_from_slice(self.take(4)?);
-        self.take(u32::from_le_bytes(len) as usize)
-    }
+/// A length-prefixed (u32, little-endian) byte string of a change.
+fn field<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
+    let len = r.u32le()?;
+    r.take(len as usize)
 }
 
 /// Apply encoded `changes` to the tables, in order.
 pub(crate) fn apply(changes: &[u8], t: &mut Target<'_, '_>) -> Result<(), StoreError> {
-    let mut r = Reader(changes);
-    while !r.0.is_empty() {
-        match r.u8()? {
+    let mut r = Reader::new(changes);
+    let cut = |e: DecodeError| corrupt(format!("a write-ahead log change is cut short: {e}"));
+    while !r.is_empty() {
+        match r.byte().map_err(cut)? {
             META_PUT => {
-                let n = r.u8()?;
+                let n = r.byte().map_err(cut)?;
                 let key = META_KEYS.get(n as usize).ok_or_else(|| {
                     corrupt(format!("a write-ahead log change names meta key {n}"))
                 })?;
-                t.meta.insert(*key, r.bytes()?).map_err(db_err)?;
+                t.meta
+                    .insert(*key, field(&mut r).map_err(cut)?)
+                    .map_err(db_err)?;
             }
             LOG_COMPACT => {
-                let (index, term) = (r.u64()?, r.u64()?);
+                let (index, term) = (r.u64le().map_err(cut)?, r.u64le().map_err(cut)?);
                 t.log.retain_in(..=index, |_, _| false).map_err(db_err)?;
                 let mut bytes = [0u8; 16];
                 bytes[..8].copy_from_slice(&index.to_le_bytes());
@@ -516,19 +491,23 @@ pub(crate) fn apply(changes: &[u8], t: &mut Target<'_, '_>) -> Result<(), StoreE
                 t.meta.insert(LOG_BASE, bytes.as_slice()).map_err(db_err)?;
             }
             LOG_TRUNCATE => {
-                let from = r.u64()?;
+                let from = r.u64le().map_err(cut)?;
                 t.log.retain_in(from.., |_, _| false).map_err(db_err)?;
             }
             LOG_PUT => {
-                let index = r.u64()?;
-                t.log.insert(index, r.bytes()?).map_err(db_err)?;
+                let index = r.u64le().map_err(cut)?;
+                t.log
+                    .insert(index, field(&mut r).map_err(cut)?)
+                    .map_err(db_err)?;
             }
             OP_PUT => {
-                let key = (r.u16()?, r.u64()?);
-                t.ops.insert(key, r.bytes()?).map_err(db_err)?;
+                let key = (r.u16le().map_err(cut)?, r.u64le().map_err(cut)?);
+                t.ops
+                    .insert(key, field(&mut r).map_err(cut)?)
+                    .map_err(db_err)?;
             }
             OP_DROP => {
-                let key = (r.u16()?, r.u64()?);
+                let key = (r.u16le().map_err(cut)?, r.u64le().map_err(cut)?);
                 t.ops.remove(key).map_err(db_err)?;
             }
             tag => {

@@ -16,10 +16,10 @@ use bytes::Bytes;
 use common::{open_sync, put_raw, settle, TempDir};
 use creek_cab::CabStorage;
 use creek_core::{Checkpoint, Dvv, Op, OpId, ReplicaId, Timestamp};
-use creek_exec::value::{encode_args, Value};
-use creek_exec::ProcCall;
 use creek_node::Write;
 use creek_store::{SimDisk, StoreError};
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 use raft::eraftpb::Entry;
 use raft::Storage;
 

@@ -17,10 +17,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use common::{open_sync, SyncPersister, TempDir};
 use creek_core::{ExecKey, OpId, ReplicaId, Request, ViewKind};
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
 use creek_node::{Node, NodeConfig};
+use creek_procs::Registry;
 use creek_store::LogStore;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 use creek_wire::{GossipMessage, PeerMessage};
 
 const N: usize = 3;

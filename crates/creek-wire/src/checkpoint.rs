@@ -1,7 +1,7 @@
 //! The encoding of a checkpoint (`creek_core::Checkpoint`): one format for
 //! the store (the last checkpoint of a data directory) and for state
 //! transfer (a snapshot streamed to a peer in chunks of these bytes). Every
-//! integer is a canonical LEB128 varint (`creek_exec::varint`):
+//! integer is a canonical LEB128 varint (`creek_types::varint`):
 //!
 //! | field | encoding |
 //! |---|---|
@@ -18,7 +18,7 @@
 
 use bytes::Bytes;
 use creek_core::{Addrs, Checkpoint, Directory, Dvv, Group, ReplicaId, Timestamp};
-use creek_exec::varint;
+use creek_types::Writer;
 
 use crate::codec::{exception_gaps, run_seqs, RunsFromGaps};
 
@@ -61,20 +61,20 @@ impl Encoder {
         let Some(mut i) = self.next else {
             out.push(FORMAT);
             for v in [c.cab_applied, c.committed_len, c.hlc.0, c.next_event_no] {
-                varint::put(out, v);
+                out.put_varint(v);
             }
             let records = c.causal_ctx.to_runs();
-            varint::put(out, records.len() as u64);
+            out.put_varint(records.len() as u64);
             for (origin, counter, runs) in &records {
-                varint::put(out, u64::from(origin.0));
-                varint::put(out, *counter);
-                varint::put(out, run_seqs(runs) as u64);
+                out.put_varint(u64::from(origin.0));
+                out.put_varint(*counter);
+                out.put_varint(run_seqs(runs) as u64);
                 for gap in exception_gaps(*counter, runs) {
-                    varint::put(out, gap);
+                    out.put_varint(gap);
                 }
             }
             put_group(out, &c.group);
-            varint::put(out, c.state.len() as u64);
+            out.put_varint(c.state.len() as u64);
             self.next = Some(0);
             return true;
         };
@@ -82,10 +82,8 @@ impl Encoder {
             return false;
         }
         while let Some((k, v)) = c.state.get(i) {
-            varint::put(out, k.len() as u64);
-            out.extend_from_slice(k);
-            varint::put(out, v.len() as u64);
-            out.extend_from_slice(v);
+            out.put_bytes(k);
+            out.put_bytes(v);
             i += 1;
             if out.len() >= target {
                 break;
@@ -98,7 +96,7 @@ impl Encoder {
 
 /// Decode a checkpoint written by [`encode`].
 pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
+    let mut r = Reader(creek_types::Reader::new(bytes));
     let format = r.byte()?;
     if format != FORMAT && format != FORMAT_NO_GROUP {
         return Err(corrupt(format!(
@@ -142,12 +140,7 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         }
         state.push((k, v));
     }
-    if r.pos != bytes.len() {
-        return Err(corrupt(format!(
-            "{} trailing bytes after the checkpoint",
-            bytes.len() - r.pos
-        )));
-    }
+    r.finish()?;
     Ok(Checkpoint {
         cab_applied,
         committed_len,
@@ -160,19 +153,18 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
 }
 
 fn put_ids(out: &mut Vec<u8>, ids: &[ReplicaId]) {
-    varint::put(out, ids.len() as u64);
+    out.put_varint(ids.len() as u64);
     for r in ids {
-        varint::put(out, u64::from(r.0));
+        out.put_varint(u64::from(r.0));
     }
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    varint::put(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
+    out.put_bytes(s.as_bytes());
 }
 
 fn put_group(out: &mut Vec<u8>, g: &Group) {
-    varint::put(out, g.conf_index);
+    out.put_varint(g.conf_index);
     out.push(u8::from(g.auto_leave));
     for ids in [&g.voters, &g.voters_outgoing, &g.learners, &g.learners_next] {
         put_ids(out, ids);
@@ -181,10 +173,10 @@ fn put_group(out: &mut Vec<u8>, g: &Group) {
 }
 
 fn put_directory(out: &mut Vec<u8>, d: &Directory) {
-    varint::put(out, u64::from(d.max_id));
-    varint::put(out, d.addrs.len() as u64);
+    out.put_varint(u64::from(d.max_id));
+    out.put_varint(d.addrs.len() as u64);
     for (r, a) in &d.addrs {
-        varint::put(out, u64::from(r.0));
+        out.put_varint(u64::from(r.0));
         put_str(out, &a.peer);
         put_str(out, &a.client);
     }
@@ -200,11 +192,9 @@ pub fn encode_directory(d: &Directory) -> Vec<u8> {
 
 /// Decode what [`encode_directory`] wrote; nothing may follow.
 pub fn decode_directory(bytes: &[u8]) -> Result<Directory, CheckpointError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
+    let mut r = Reader(creek_types::Reader::new(bytes));
     let d = r.directory()?;
-    if r.pos != bytes.len() {
-        return Err(corrupt("trailing bytes after the directory".to_owned()));
-    }
+    r.finish()?;
     Ok(d)
 }
 
@@ -212,51 +202,30 @@ fn corrupt(why: String) -> CheckpointError {
     CheckpointError(why)
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+impl From<creek_types::DecodeError> for CheckpointError {
+    fn from(e: creek_types::DecodeError) -> Self {
+        corrupt(format!("checkpoint: {e}"))
+    }
+}
+
+/// The shared bounded reader, with the checkpoint's own fields on top.
+struct Reader<'a>(creek_types::Reader<'a>);
+
+impl<'a> std::ops::Deref for Reader<'a> {
+    type Target = creek_types::Reader<'a>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, CheckpointError> {
-        let b = *self
-            .buf
-            .get(self.pos)
-            .ok_or_else(|| corrupt("checkpoint ends early".to_owned()))?;
-        self.pos += 1;
-        Ok(b)
-    }
-
-    fn varint(&mut self) -> Result<u64, CheckpointError> {
-        let at = self.pos;
-        varint::get(self.buf, &mut self.pos)
-            .map_err(|e| corrupt(format!("checkpoint varint at byte {at}: {e:?}")))
-    }
-
-    /// A count of items each taking at least `unit` bytes: never more than
-    /// the rest of the input can hold.
-    fn count(&mut self, unit: usize) -> Result<usize, CheckpointError> {
-        let n = self.varint()?;
-        let room = (self.buf.len() - self.pos.min(self.buf.len())) / unit.max(1);
-        match usize::try_from(n) {
-            Ok(n) if n <= room => Ok(n),
-            _ => Err(corrupt(format!(
-                "checkpoint count {n} exceeds the remaining bytes"
-            ))),
-        }
-    }
-
-    fn bytes(&mut self) -> Result<Bytes, CheckpointError> {
-        let len = self.count(1)?;
-        let end = self.pos + len; // count() bounds len by the input
-        let s = self
-            .buf
-            .get(self.pos..end)
-            .ok_or_else(|| corrupt("checkpoint ends early".to_owned()))?;
-        self.pos = end;
-        Ok(Bytes::copy_from_slice(s))
-    }
-
     fn id(&mut self) -> Result<ReplicaId, CheckpointError> {
         let v = self.varint()?;
         u16::try_from(v)

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use creek_core::{Addrs, Directory, Dvv, Op, OpId, ReplicaId, Timestamp};
-use creek_exec::{ClientRequestId, ProcCall};
+use creek_types::ClientRequestId;
+use creek_types::ProcCall;
 use creek_wire::{
     decode, decode_bytes, decode_op, encode, encode_op, encoded_len, CabMessage, DecodeError,
     EncodeError, GossipMessage, Hello, Limit, Limits, LimitsError, MemberState, PeerMessage, Probe,

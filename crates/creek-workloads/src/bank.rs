@@ -23,9 +23,10 @@
 //! committed balance (nor a final view of a transfer) is negative.
 
 use bytes::Bytes;
-use creek_exec::registry::INTERNAL_KEY_PREFIX;
-use creek_exec::value::{decode_args, Value};
-use creek_exec::{Abort, Outcome, Registry, Signature, Txn};
+use creek_exec::{Abort, Outcome, Txn};
+use creek_procs::registry::INTERNAL_KEY_PREFIX;
+use creek_procs::{Registry, Signature};
+use creek_types::value::{decode_args, Value};
 
 /// `bank.open(account, amount)`.
 pub const OPEN: &str = "bank.open";

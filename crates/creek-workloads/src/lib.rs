@@ -10,7 +10,7 @@
 //! and `creek chaos` check.
 //!
 //! ```
-//! use creek_exec::Registry;
+//! use creek_procs::Registry;
 //! use creek_workloads::tpcc;
 //!
 //! let mut registry = Registry::with_builtins();
@@ -28,7 +28,7 @@ pub mod ycsb;
 
 /// Register every workload's procedures (TPC-C, YCSB loading and the bank)
 /// beside whatever `registry` holds.
-pub fn register_all(registry: &mut creek_exec::Registry) {
+pub fn register_all(registry: &mut creek_procs::Registry) {
     bank::register_procedures(registry);
     tpcc::register(registry);
     ycsb::register(registry);

@@ -21,9 +21,10 @@
 //! one (Correctables §6.2.1).
 
 use bytes::Bytes;
-use creek_exec::value::{decode_args_shared, encode_args, Value};
-use creek_exec::{Abort, Outcome, ProcCall, Registry, Signature, Txn};
+use creek_exec::{Abort, Outcome, ProcCall, Txn};
+use creek_procs::{Registry, Signature};
 use creek_rng::Rng;
+use creek_types::value::{decode_args_shared, encode_args, Value};
 
 /// `ycsb.load(first, count, value_bytes)`: writes records `first ..
 /// first + count` with their load-time values; returns nil.

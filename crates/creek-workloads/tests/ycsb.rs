@@ -1,11 +1,12 @@
-//! YCSB population and ops executed through `creek_exec::execute_call` on a
+//! YCSB population and ops executed through `creek_procs::execute_call` on a
 //! map-backed snapshot.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use creek_exec::value::Value;
-use creek_exec::{execute_call, ProcCall, Registry, SnapshotRead, TxnLimits, VersionNo};
+use creek_exec::{ProcCall, SnapshotRead, TxnLimits, VersionNo};
+use creek_procs::{execute_call, Registry};
+use creek_types::value::Value;
 use creek_workloads::ycsb::{self, Distribution, Mix, Ycsb, YcsbConfig};
 
 struct Snap<'a>(&'a BTreeMap<Bytes, Bytes>);

@@ -5,10 +5,10 @@
 //! at the leader and at another replica.
 
 use creek_core::{OpId, Request, Views};
-use creek_exec::value::{encode_args, Value};
-use creek_exec::ProcCall;
 use creek_sim::rng::Rng;
 use creek_sim::testnet::{NetConfig, TestNet};
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 
 /// Arguments of `creek bench cab`.
 #[derive(clap::Args, Debug)]

@@ -22,7 +22,7 @@ use creek_client::{Client, TlsOptions};
 use crate::bench_driver::{self, Conn};
 use crate::bench_procs::Target;
 use crate::bench_stages;
-use creek_exec::value::Value;
+use creek_types::value::Value;
 use serde_json::json;
 
 /// Arguments of `creek bench cluster`.

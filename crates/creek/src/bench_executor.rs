@@ -20,10 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use creek_core::{Config, Effect, Op, OpId, Replica, ReplicaId, Request, Timestamp, Views};
-use creek_exec::builtins::NOOP;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
+use creek_procs::builtins::NOOP;
+use creek_procs::Registry;
 use creek_sim::rng::Rng;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 
 /// Arguments of `creek bench executor`.
 #[derive(clap::Args, Debug)]

@@ -35,10 +35,11 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use bytes::Bytes;
-use creek_exec::lang::{compile, ExecContext, MemStore};
-use creek_exec::user_procs::{proc_key, resolve};
-use creek_exec::value::{decode_args, encode_args, Value};
-use creek_exec::{Abort, Outcome, ProcCall, Registry, Txn};
+use creek_exec::{Abort, Outcome, ProcCall, Txn};
+use creek_procs::lang::{compile, ExecContext, MemStore};
+use creek_procs::user_procs::{proc_key, resolve};
+use creek_procs::Registry;
+use creek_types::value::{decode_args, encode_args, Value};
 use serde_json::json;
 
 use crate::bench_executor::{build, drive, replica, strong_call, Args};

@@ -43,11 +43,12 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use creek_check::history::{History, OpRecord};
 use creek_core::ViewKind;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
+use creek_procs::Registry;
 use creek_sim::bench::percentiles;
 use creek_sim::rng::Rng;
 use creek_sim::workload::{NextOp, Workload};
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 use serde_json::{json, Map, Value as Json};
 
 use crate::bench_load::{Common, Plan};
@@ -519,7 +520,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             Groups::new(config, groups, users)?.source,
             contest_source(config)?,
         ] {
-            creek_exec::lang::compile(&part, &|_| None)
+            creek_procs::lang::compile(&part, &|_| None)
                 .map_err(|e| format!("the {} variant does not compile:\n{e}", config.name()))?;
         }
         let mut parts: Vec<(&str, Plan)> = Vec::new();
@@ -647,14 +648,14 @@ mod tests {
     fn every_variant_compiles_with_the_labels_asked_for() {
         for config in [Config::Designed, Config::Strong, Config::Weak] {
             let groups = Groups::new(config, 4, 8).unwrap_or_else(|e| panic!("{e}"));
-            let p = creek_exec::lang::compile(&groups.source, &|_| None)
+            let p = creek_procs::lang::compile(&groups.source, &|_| None)
                 .unwrap_or_else(|e| panic!("{}: {e}", config.name()));
             let join = p.proc("join").unwrap_or_else(|| panic!("no join"));
             let post = p.proc("post").unwrap_or_else(|| panic!("no post"));
             assert_eq!(join.writes_strong, config != Config::Weak);
             assert_eq!(post.writes_strong, config == Config::Strong);
             let contest = contest_source(config).unwrap_or_else(|e| panic!("{e}"));
-            assert!(creek_exec::lang::compile(&contest, &|_| None).is_ok());
+            assert!(creek_procs::lang::compile(&contest, &|_| None).is_ok());
         }
     }
 
@@ -692,7 +693,7 @@ mod tests {
     #[test]
     fn the_mix_calls_fit_the_signatures_and_levels() {
         let mut g = Groups::new(Config::Designed, 3, 9).unwrap_or_else(|e| panic!("{e}"));
-        let p = creek_exec::lang::compile(&g.source, &|_| None).unwrap_or_else(|e| panic!("{e}"));
+        let p = creek_procs::lang::compile(&g.source, &|_| None).unwrap_or_else(|e| panic!("{e}"));
         let mut rng = Rng::new(7);
         for _ in 0..200 {
             let next = g.next_op(&mut rng, 0);

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use creek_client::{CallOptions, Client, Levels};
-use creek_exec::value::Value;
+use creek_types::value::Value;
 use serde_json::{json, Value as Json};
 
 use crate::bench_cluster::find_leader;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use creek_client::{pb, CallOptions, Error, Levels, RequestId, View, ViewKind};
-use creek_exec::value::Value;
+use creek_types::value::Value;
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use creek_client::Error;
-use creek_exec::value::Value;
+use creek_types::value::Value;
 
 /// The client addresses of the three replicas of `creek dev`.
 pub(crate) const DEV_ADDRS: [&str; 3] = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];

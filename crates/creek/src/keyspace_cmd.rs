@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use creek_client::Levels;
-use creek_exec::value::Value;
+use creek_types::value::Value;
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use creek_client::{pb, Levels};
-use creek_exec::value::Value;
+use creek_types::value::Value;
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 

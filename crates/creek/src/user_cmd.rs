@@ -7,8 +7,8 @@
 
 use bytes::Bytes;
 use creek_client::Levels;
-use creek_exec::value::Value;
 use creek_server::auth::Token;
+use creek_types::value::Value;
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 

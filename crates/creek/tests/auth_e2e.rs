@@ -102,8 +102,8 @@ async fn client(c: &Cluster, which: &[usize], token: Option<&Token>) -> Client {
 async fn strong(
     cl: &Client,
     procedure: &str,
-    args: Vec<creek_exec::value::Value>,
-) -> Result<Result<creek_exec::value::Value, String>, Error> {
+    args: Vec<creek_types::value::Value>,
+) -> Result<Result<creek_types::value::Value, String>, Error> {
     let op = cl.invoke_strong(procedure, args).await?;
     Ok(op.final_view().await?.outcome)
 }
@@ -175,7 +175,7 @@ async fn tokens_authenticate_and_roles_limit_what_users_do() {
     known_soon(&w).await;
     assert_eq!(
         strong(&w, "kv.put", vec![b("k"), b("v1")]).await,
-        Ok(Ok(creek_exec::value::Value::Nil))
+        Ok(Ok(creek_types::value::Value::Nil))
     );
     let r = client(&c, &[2], Some(&reader)).await;
     known_soon(&r).await;
@@ -345,12 +345,12 @@ async fn roles_grant_rights_on_keyspaces_and_procedures() {
     known_soon(&a).await;
     assert_eq!(
         strong(&a, "balance", vec![b("ann")]).await,
-        Ok(Ok(creek_exec::value::Value::Int(0)))
+        Ok(Ok(creek_types::value::Value::Int(0)))
     );
     match strong(
         &a,
         "deposit",
-        vec![b("ann"), creek_exec::value::Value::Int(5)],
+        vec![b("ann"), creek_types::value::Value::Int(5)],
     )
     .await
     {
@@ -412,7 +412,7 @@ async fn a_client_certificate_names_its_user() {
     loop {
         match call(&mut alice, get.clone(), T).await {
             Ok(views) => {
-                assert_eq!(result(&views), Ok(creek_exec::value::Value::Nil));
+                assert_eq!(result(&views), Ok(creek_types::value::Value::Nil));
                 break;
             }
             Err(s) if s.code() == tonic::Code::Unauthenticated && Instant::now() < deadline => {

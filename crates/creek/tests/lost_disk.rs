@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::*;
 use creek_check::linearizable::{self, LinOp, LinResult};
-use creek_exec::{Abort, ProcCall, Registry, TxnLimits};
+use creek_exec::{Abort, ProcCall, TxnLimits};
+use creek_procs::Registry;
 use creek_proto::pb::Level;
 use tonic::Code;
 
@@ -175,7 +176,7 @@ async fn load(
                 };
                 let unknown = completed.is_none();
                 history.lock().expect("history").push(Recorded {
-                    call: ProcCall::new(name, creek_exec::value::encode_args(&args)),
+                    call: ProcCall::new(name, creek_types::value::encode_args(&args)),
                     invoked_us,
                     completed,
                 });
@@ -202,7 +203,7 @@ fn check_linearizable(history: &[Recorded]) -> String {
         })
         .collect();
     let keys = |c: &ProcCall| -> Vec<Bytes> {
-        creek_exec::value::decode_args(&c.args)
+        creek_types::value::decode_args(&c.args)
             .ok()
             .and_then(|a| match a.first() {
                 Some(Value::Bytes(k)) => Some(vec![k.clone()]),

@@ -7,7 +7,7 @@
 use super::*;
 use crate::history::{OpRecord, SeenView};
 use creek_core::{OpId, ReplicaId, ViewKind};
-use creek_exec::value::encode_args;
+use creek_types::value::encode_args;
 use proptest::prelude::*;
 
 fn call(name: &str, args: &[Value]) -> ProcCall {
@@ -171,7 +171,7 @@ fn unknown_write_never_observed() {
 
 #[test]
 fn retried_request_takes_effect_once() {
-    let id = creek_exec::ClientRequestId { client: 7, seq: 1 };
+    let id = creek_types::ClientRequestId { client: 7, seq: 1 };
     let retry = |index, from, completed| LinOp {
         index,
         call: ProcCall {

@@ -5,9 +5,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use creek_exec::value::Value;
 use creek_proto::pb::creek_server::{Creek, CreekServer};
 use creek_proto::{pb, to_wire};
+use creek_types::value::Value;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;

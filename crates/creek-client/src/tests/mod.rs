@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use creek_exec::value::Value;
 use creek_proto::pb;
+use creek_types::value::Value;
 use tokio::sync::Notify;
 use tokio_stream::StreamExt;
 use tonic::Status;

@@ -14,13 +14,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use creek_exec::builtins::NOOP;
 use creek_exec::mvcc::MvccExecutor;
-use creek_exec::void;
-use creek_exec::{
-    CallError, ClientRequestId, Completion, Engine, ExecCounters, Outcome, ProcCall, Registry,
-    Settled, Task,
-};
+use creek_exec::{Completion, Engine, ExecCounters, Outcome, ProcCall, Settled, Task};
+use creek_procs::builtins::NOOP;
+use creek_procs::void;
+use creek_procs::{CallError, Registry};
+use creek_types::ClientRequestId;
 use rustc_hash::FxHashMap;
 
 use crate::config::{Config, ConfigError};
@@ -95,7 +94,7 @@ pub struct Counters {
     pub accuracy_checked: u64,
     /// Of those, how many were equal.
     pub accuracy_hits: u64,
-    /// Ops voided by a committed void op (see [`creek_exec::void`]): held
+    /// Ops voided by a committed void op (see [`creek_procs::void`]): held
     /// here and dropped, or never held.
     pub voided: u64,
 }
@@ -561,7 +560,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// Ask the committed order to void this replica's own ops with `seqs`
     /// (issued before it lost its data, and taken back from no peer): a
-    /// strong internal op, see [`creek_exec::void`]. At most
+    /// strong internal op, see [`creek_procs::void`]. At most
     /// [`void::VOID_BATCH_MAX`] per call.
     pub fn void_own(&mut self, seqs: &[u64], now_us: u64) {
         let seqs: Vec<u64> = seqs
@@ -635,7 +634,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let oldest = self.weak_arrivals.front().and_then(|(t, _)| *t);
         if oldest.is_some_and(|t| self.now_us.saturating_sub(t) >= delay) {
             self.counters.stabilizer_noops += 1;
-            let call = ProcCall::new(NOOP, creek_exec::value::encode_args(&[]));
+            let call = ProcCall::new(NOOP, creek_types::value::encode_args(&[]));
             self.invoke_op(call, true, Views::STRONG, false, now_us);
         }
     }

@@ -12,7 +12,8 @@
 
 use std::sync::Arc;
 
-use creek_exec::{Engine, Registry};
+use creek_exec::Engine;
+use creek_procs::Registry;
 
 use super::Replica;
 use crate::checkpoint::Checkpoint;

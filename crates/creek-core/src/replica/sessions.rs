@@ -1,11 +1,12 @@
-//! The replica's side of client sessions (see `creek_exec::session`):
+//! The replica's side of client sessions (see `creek_procs::session`):
 //! acknowledgements that arrive on reads are carried by the client's next
 //! write, and the leader orders the expiry of old entries.
 
 use std::collections::BTreeSet;
 
-use creek_exec::session::{self, ACKED_MAX, EXPIRE_BATCH_MAX};
-use creek_exec::{ClientRequestId, Engine, ProcCall};
+use creek_exec::{Engine, ProcCall};
+use creek_procs::session::{self, ACKED_MAX, EXPIRE_BATCH_MAX};
+use creek_types::ClientRequestId;
 use rustc_hash::FxHashMap;
 
 use super::Replica;

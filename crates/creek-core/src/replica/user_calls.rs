@@ -1,8 +1,8 @@
 //! Calls to user procedures at invoke time (DESIGN §14).
 //!
-//! The [`Registry`](creek_exec::Registry) knows only the built-ins; a user
+//! The [`Registry`](creek_procs::Registry) knows only the built-ins; a user
 //! procedure is replicated state (`\0proc/NAME`, see
-//! [`creek_exec::user_procs`]). A replica checks a call to one against its
+//! [`creek_procs::user_procs`]). A replica checks a call to one against its
 //! *latest* state — the end of the current order, committed and
 //! tentative — because that is where a procedure the client has just
 //! registered is: the client saw the register op's view, and its next call
@@ -15,8 +15,9 @@
 //! a local op's writes would never reach the other replicas.
 
 use bytes::Bytes;
-use creek_exec::user_procs::{self, UserProc, PROC_PREFIX};
-use creek_exec::{CallError, Engine, ProcCall, SnapshotRead, VersionNo};
+use creek_exec::{Engine, ProcCall, SnapshotRead, VersionNo};
+use creek_procs::user_procs::{self, UserProc, PROC_PREFIX};
+use creek_procs::CallError;
 
 use super::Replica;
 use crate::op::{ExecKey, Pos};
@@ -61,7 +62,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// most [`USER_PROCS_LIST_MAX`]; records that no longer compile are
     /// left out).
     pub fn user_procedures(&self) -> Vec<UserProc> {
-        let (from, to) = creek_exec::keyspace::prefix_range(PROC_PREFIX);
+        let (from, to) = creek_procs::keyspace::prefix_range(PROC_PREFIX);
         let mut found = Vec::new();
         self.engine
             .scan_latest(&from, &to, USER_PROCS_LIST_MAX, &mut found);

@@ -12,9 +12,10 @@ use creek_core::{
 };
 use creek_exec::basic::{replay, BasicEngine};
 use creek_exec::mvcc::MvccExecutor;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::ClientRequestId;
-use creek_exec::{Completion, Engine, Outcome, ProcCall, Registry, Task, TxnLimits};
+use creek_exec::{Completion, Engine, Outcome, ProcCall, Task, TxnLimits};
+use creek_procs::Registry;
+use creek_types::value::{encode_args, Value};
+use creek_types::ClientRequestId;
 use proptest::prelude::*;
 
 /// An engine the harness can build.

@@ -24,9 +24,13 @@
 //! is its outcome reported, so every reported outcome equals the result of
 //! executing the current order sequentially.
 
+mod invariants;
 mod scans;
+mod schedule;
 mod sorted;
 mod store;
+
+pub use schedule::Schedule;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -35,99 +39,10 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet};
-use crate::registry::{execute_call, Executed, ProcCall, Registry};
-use crate::txn::{Outcome, ScanRead, SnapshotRead, TxnLimits, VersionNo};
+use crate::procedures::Procedures;
+use crate::txn::{Executed, Outcome, ScanRead, SnapshotRead, TxnLimits, VersionNo};
+use creek_types::ProcCall;
 use store::{KeyState, Keys, Version};
-
-/// Which waiting execution a free core takes.
-///
-/// Whatever the schedule, every reported outcome equals the sequential
-/// execution of the order (the executor's invariant); the schedule only
-/// changes how soon ops are answered and how many executions are wasted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Schedule {
-    /// Committed ops first (in order), then ops never executed (in order),
-    /// then re-executions of tentative ops (in order). Otherwise the first
-    /// waiting op in the order goes first: near saturation, re-executions
-    /// after a reorder then hold back every new op, and with it its first
-    /// (preliminary) answer.
-    pub fresh_first: bool,
-    /// An execution rejected at validation waits, before running again,
-    /// for a running execution at an earlier position whose op last wrote
-    /// a key it read: run at once, it would most likely be rejected again
-    /// when that execution installs, so a chain of ops on one hot key would
-    /// cost a quadratic number of executions.
-    pub hold_reruns: bool,
-}
-
-impl Schedule {
-    /// The first waiting op in the order goes first; reruns never wait.
-    pub const LOWEST_FIRST: Schedule = Schedule {
-        fresh_first: false,
-        hold_reruns: false,
-    };
-
-    /// Fresh ops first and held reruns.
-    pub const BOTH: Schedule = Schedule {
-        fresh_first: true,
-        hold_reruns: true,
-    };
-
-    /// Every schedule with its command-line name.
-    pub const NAMED: [(&'static str, Schedule); 4] = [
-        ("both", Schedule::BOTH),
-        ("lowest-first", Schedule::LOWEST_FIRST),
-        (
-            "fresh-first",
-            Schedule {
-                fresh_first: true,
-                hold_reruns: false,
-            },
-        ),
-        (
-            "held-reruns",
-            Schedule {
-                fresh_first: false,
-                hold_reruns: true,
-            },
-        ),
-    ];
-
-    /// Parse a command-line name.
-    pub fn parse(name: &str) -> Result<Schedule, String> {
-        // The benchmark's reports before the name settled.
-        let name = if name == "hold-reruns" {
-            "held-reruns"
-        } else {
-            name
-        };
-        Self::NAMED
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, s)| *s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Self::NAMED.iter().map(|(n, _)| *n).collect();
-                format!("unknown schedule {name:?}; one of {}", names.join(", "))
-            })
-    }
-
-    /// The command-line name.
-    pub fn name(self) -> &'static str {
-        Self::NAMED
-            .iter()
-            .find(|(_, x)| *x == self)
-            .map_or("both", |(n, _)| n)
-    }
-}
-
-impl Default for Schedule {
-    /// Both parts: fresh ops first and held reruns. (Fresh-first once
-    /// exposed a session-order failure in the swarm, kv seed 1027; its cause
-    /// was a protocol gap, fixed in `creek-core`, not the schedule.)
-    fn default() -> Self {
-        Schedule::BOTH
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpState {
@@ -175,7 +90,7 @@ impl<K, P> OpEntry<K, P> {
 
 /// The multiversion executor. See the module documentation.
 pub struct MvccExecutor<K, P> {
-    registry: Arc<Registry>,
+    procedures: Arc<dyn Procedures>,
     limits: TxnLimits,
     ops: FxHashMap<K, OpEntry<K, P>>,
     order: BTreeMap<P, K>,
@@ -263,10 +178,10 @@ fn key_state<'a, P, K>(keys: &'a mut Keys<P, K>, k: &Bytes) -> &'a mut KeyState<
 }
 
 impl<K: OpKey, P: Position> MvccExecutor<K, P> {
-    /// An empty executor running procedures from `registry`.
-    pub fn new(registry: Arc<Registry>, limits: TxnLimits) -> Self {
+    /// An empty executor running `procedures`.
+    pub fn new(procedures: Arc<dyn Procedures>, limits: TxnLimits) -> Self {
         MvccExecutor {
-            registry,
+            procedures,
             limits,
             ops: FxHashMap::default(),
             order: BTreeMap::new(),
@@ -656,88 +571,6 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             }
         }
     }
-
-    /// Check the executor's invariants; `Err` describes the first violation.
-    /// Used by tests and the simulator.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        if self.order.len() != self.ops.len() {
-            return Err(format!(
-                "order has {} ops, table has {}",
-                self.order.len(),
-                self.ops.len()
-            ));
-        }
-        let versions: u64 = self.keys.values().map(|ks| ks.version_count()).sum();
-        if versions != self.counters.versions_alive {
-            return Err(format!(
-                "versions_alive {} but {} stored",
-                self.counters.versions_alive, versions
-            ));
-        }
-        for (pos, key) in &self.order {
-            let op = self
-                .ops
-                .get(key)
-                .ok_or_else(|| format!("{key:?} in order but not in table"))?;
-            if op.pos != *pos {
-                return Err(format!("{key:?} at {pos:?} but records {:?}", op.pos));
-            }
-            let installed = op.state == OpState::Installed;
-            if installed == self.not_installed.contains(pos) {
-                return Err(format!("{key:?}: not_installed out of sync"));
-            }
-            if self.runnable.contains(pos) != (op.state == OpState::Pending) {
-                return Err(format!("{key:?}: runnable out of sync"));
-            }
-            if self.fresh.contains(pos) != (op.state == OpState::Pending && op.executions == 0) {
-                return Err(format!("{key:?}: fresh out of sync"));
-            }
-            if self.running_at.contains(pos) != (op.state == OpState::Running) {
-                return Err(format!("{key:?}: running_at out of sync"));
-            }
-            match (op.state, op.blocked_by) {
-                (OpState::Waiting, Some(b)) => {
-                    let running = self.ops.get(&b).map(|o| o.state) == Some(OpState::Running);
-                    let listed = self.waiters.get(&b).is_some_and(|w| w.contains(key));
-                    if !(running && listed) {
-                        return Err(format!(
-                            "{key:?} waits for {b:?}, not running or not listed"
-                        ));
-                    }
-                }
-                (OpState::Waiting, None) | (_, Some(_)) => {
-                    return Err(format!("{key:?}: waiting out of sync"));
-                }
-                _ => {}
-            }
-            if !installed {
-                continue;
-            }
-            for (k, recorded) in &op.reads {
-                let now = self.visible_no(k, *pos);
-                if now != *recorded {
-                    return Err(format!(
-                        "{key:?} read {k:?} as {recorded:?} but {now:?} is visible at {pos:?}"
-                    ));
-                }
-                if self.keys.get(k).and_then(|ks| ks.readers.get(pos)) != Some(key) {
-                    return Err(format!("{key:?} missing from reader index of {k:?}"));
-                }
-            }
-            for k in &op.writes {
-                if !self
-                    .keys
-                    .get(k)
-                    .is_some_and(|ks| ks.versions.contains_key(pos))
-                {
-                    return Err(format!("{key:?} lost its version of {k:?}"));
-                }
-            }
-            self.check_scans(*key, *pos, &op.scans)?;
-        }
-        self.check_scanner_index()?;
-        Ok(())
-    }
 }
 
 impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
@@ -928,7 +761,7 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         Completion {
             key: task.key,
             gen: task.gen,
-            executed: execute_call(&self.registry, &snapshot, self.limits, &task.call),
+            executed: self.procedures.execute(&snapshot, self.limits, &task.call),
         }
     }
 

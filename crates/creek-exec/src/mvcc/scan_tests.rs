@@ -9,10 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 use proptest::prelude::*;
 
 use super::*;
+use crate::basic::MapSnapshot as MapSnap;
 use crate::basic::{replay_from, BasicEngine};
-use crate::builtins::testkit::MapSnap;
+use crate::testkit::TestProcs;
 use crate::txn::{Abort, Txn};
-use crate::value::{decode_args_shared, encode_args, Value};
+use creek_types::value::{decode_args_shared, encode_args, Value};
 
 type Ex = MvccExecutor<u32, u64>;
 
@@ -50,9 +51,9 @@ fn scan_proc(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     Ok(text)
 }
 
-fn registry() -> Arc<Registry> {
-    let mut r = Registry::with_builtins();
-    r.register_fn("test.scan", false, |_| Ok(()), scan_proc);
+fn registry() -> Arc<TestProcs> {
+    let mut r = TestProcs::new();
+    r.register("test.scan", false, scan_proc);
     Arc::new(r)
 }
 

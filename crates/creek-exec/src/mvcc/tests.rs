@@ -5,15 +5,15 @@
 
 use super::*;
 use crate::basic::replay;
-use crate::registry::Registry;
-use crate::value::{encode_args, Value};
+use crate::testkit::TestProcs;
+use creek_types::value::{encode_args, Value};
 
 type Ex = MvccExecutor<u32, u64>;
 
 /// The lowest-first executor without held reruns (tests of the schedule set
 /// their own).
 fn executor() -> Ex {
-    let mut e = MvccExecutor::new(Arc::new(Registry::with_builtins()), TxnLimits::default());
+    let mut e = MvccExecutor::new(Arc::new(TestProcs::new()), TxnLimits::default());
     e.set_schedule(Schedule::LOWEST_FIRST);
     e
 }
@@ -99,7 +99,7 @@ fn committed(key: u32, outcome: Outcome) -> Settled<u32> {
 /// Sequential execution of `calls` in order: outcomes and final state.
 fn sequential(calls: &[&ProcCall]) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
     replay(
-        &Registry::with_builtins(),
+        &TestProcs::new(),
         TxnLimits::default(),
         calls.iter().copied(),
     )

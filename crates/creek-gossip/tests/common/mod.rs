@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use creek_core::{Op, OpId, ReplicaId, Timestamp};
-use creek_exec::value::{encode_args, Value};
-use creek_exec::ProcCall;
 use creek_gossip::{Gossip, GossipConfig, Outbox};
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 use creek_wire::GossipMessage;
 
 /// The op `(origin, seq)`: a `kv.put` of a key naming it.

@@ -132,7 +132,7 @@ impl Default for Journal {
 
 fn short(outcome: &creek_exec::Outcome) -> String {
     let mut s = match outcome {
-        Ok(bytes) => match creek_exec::value::Value::decode(bytes) {
+        Ok(bytes) => match creek_types::value::Value::decode(bytes) {
             Ok(v) => super::values::display(&v),
             Err(_) => format!("{} bytes", bytes.len()),
         },
@@ -266,7 +266,7 @@ mod tests {
     }
 
     fn val(v: i64) -> creek_exec::Outcome {
-        Ok(creek_exec::value::Value::Int(v).encode())
+        Ok(creek_types::value::Value::Int(v).encode())
     }
 
     #[test]

@@ -406,7 +406,7 @@ async fn procedures_json(console: &Console) -> String {
         .iter()
         .filter(|p| {
             !p.name
-                .starts_with(creek_exec::session::INTERNAL_PROC_PREFIX)
+                .starts_with(creek_procs::session::INTERNAL_PROC_PREFIX)
         })
         .map(|p| {
             let params: Vec<serde_json::Value> = p

@@ -3,7 +3,7 @@
 //! so on; anything without a `Value` counterpart (fractions, objects) is
 //! refused with the argument's position.
 
-use creek_exec::value::Value;
+use creek_types::value::Value;
 use serde_json::Value as Json;
 
 /// Deepest list nesting accepted in an argument (as `creek call`).

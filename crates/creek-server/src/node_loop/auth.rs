@@ -18,7 +18,7 @@ impl NodeLoop {
         use creek_exec::Engine as _;
         let mut records = BTreeMap::new();
         self.node.replica().engine().committed_with_prefix(
-            creek_exec::auth::AUTH_PREFIX,
+            creek_procs::auth::AUTH_PREFIX,
             &mut |k, v| {
                 records.insert(k.clone(), v.clone());
             },
@@ -33,7 +33,7 @@ impl NodeLoop {
         let Some(auth) = &self.auth else {
             return;
         };
-        let rules = creek_exec::auth::Rules::from_records(
+        let rules = creek_procs::auth::Rules::from_records(
             self.auth_records
                 .iter()
                 .map(|(k, v)| (k.as_ref(), v.as_ref())),
@@ -59,7 +59,7 @@ impl NodeLoop {
             let Some(p) = c.position else { continue };
             jumped |= p != self.auth_next;
             for (k, v) in &c.writes {
-                if k.starts_with(creek_exec::auth::AUTH_PREFIX) {
+                if k.starts_with(creek_procs::auth::AUTH_PREFIX) {
                     wrote = true;
                     match v {
                         Some(v) => self.auth_records.insert(k.clone(), v.clone()),
@@ -80,18 +80,18 @@ impl NodeLoop {
     /// procedure it names (where the replica checks the call itself).
     pub(super) fn authorize(
         &self,
-        who: &creek_exec::auth::Principal,
+        who: &creek_procs::auth::Principal,
         call: &creek_exec::ProcCall,
-    ) -> Result<(), creek_exec::auth::Denied> {
+    ) -> Result<(), creek_procs::auth::Denied> {
         let replica = self.node.replica();
         let registry = replica.registry();
         let user = if registry.get(&call.name).is_none() {
-            creek_exec::user_procs::resolve(registry, &call.name, &mut |k| replica.read_latest(k))
+            creek_procs::user_procs::resolve(registry, &call.name, &mut |k| replica.read_latest(k))
                 .ok()
                 .flatten()
         } else {
             None
         };
-        who.check(&creek_exec::auth::need(registry, call, user.as_ref()))
+        who.check(&creek_procs::auth::need(registry, call, user.as_ref()))
     }
 }

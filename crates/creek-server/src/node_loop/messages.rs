@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use creek_core::{Addrs, ExecKey, Group, InvokeError, OpId, ReplicaId, Request, View};
-use creek_exec::ClientRequestId;
 use creek_node::GroupError;
+use creek_types::ClientRequestId;
 use tokio::sync::{mpsc, oneshot};
 
 /// What the node loop reacts to.
@@ -78,7 +78,7 @@ pub struct Invocation {
     pub received: Instant,
     /// Who sent it, when the replica checks users (`[auth] enabled`): the
     /// node loop refuses the op unless the user holds the rights it needs.
-    pub principal: Option<creek_exec::auth::Principal>,
+    pub principal: Option<creek_procs::auth::Principal>,
 }
 
 /// Where an invocation's replies go.
@@ -124,7 +124,7 @@ pub enum Reply {
     /// The op was refused; nothing was applied.
     Rejected(InvokeError),
     /// The user lacks a right the op needs; nothing was applied.
-    Denied(creek_exec::auth::Denied),
+    Denied(creek_procs::auth::Denied),
     /// A view.
     View(View),
     /// The replica cannot finish the op (disk failure, shutdown). Whether it

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use creek_core::ReplicaId;
-use creek_exec::auth::Need;
 use creek_node::GroupError;
+use creek_procs::auth::Need;
 use creek_proto::pb;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use creek_core::{ExecKey, ReplicaId, ViewKind};
-use creek_exec::auth::{Need, Principal, Right};
-use creek_exec::CallError;
+use creek_procs::auth::{Need, Principal, Right};
+use creek_procs::CallError;
 use creek_proto::pb;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
@@ -111,11 +111,11 @@ fn caller<T>(
 }
 
 /// The procedures of `registry` clients may call, with their signatures.
-pub(crate) fn procedures_reply(registry: &creek_exec::Registry) -> pb::ProceduresReply {
+pub(crate) fn procedures_reply(registry: &creek_procs::Registry) -> pb::ProceduresReply {
     let procedures = registry
         .procedures()
         .into_iter()
-        .filter(|(name, _)| !name.starts_with(creek_exec::session::INTERNAL_PROC_PREFIX))
+        .filter(|(name, _)| !name.starts_with(creek_procs::session::INTERNAL_PROC_PREFIX))
         .map(|(name, p)| {
             let sig = p.signature.as_deref();
             pb::ProcedureInfo {
@@ -142,7 +142,7 @@ pub(crate) fn procedures_reply(registry: &creek_exec::Registry) -> pb::Procedure
 
 /// The `Procedures` entries of user procedures (DESIGN §14).
 pub(crate) fn user_procedure_infos(
-    user: &[creek_exec::user_procs::UserProc],
+    user: &[creek_procs::user_procs::UserProc],
 ) -> Vec<pb::ProcedureInfo> {
     user.iter()
         .filter_map(|u| {
@@ -249,10 +249,10 @@ pub(crate) fn to_pb_view(v: &creek_core::View) -> pb::View {
         None
     } else {
         Some(match &v.outcome {
-            Ok(bytes) => match creek_exec::value::Value::decode(bytes) {
+            Ok(bytes) => match creek_types::value::Value::decode(bytes) {
                 Ok(val) => Outcome::Value(creek_proto::to_wire(&val)),
                 // A user procedure returning raw bytes.
-                Err(_) => Outcome::Value(creek_proto::to_wire(&creek_exec::value::Value::Bytes(
+                Err(_) => Outcome::Value(creek_proto::to_wire(&creek_types::value::Value::Bytes(
                     bytes.clone(),
                 ))),
             },
@@ -281,7 +281,7 @@ impl pb::creek_server::Creek for CreekService {
         if self.stopping.load(Ordering::Relaxed) {
             return Err(Status::unavailable("the replica is shutting down"));
         }
-        let default = Need::Keyspace(Right::Read, creek_exec::auth::DEFAULT_KEYSPACE.to_owned());
+        let default = Need::Keyspace(Right::Read, creek_procs::auth::DEFAULT_KEYSPACE.to_owned());
         self.caller(&request, &default)?;
         let req = request.into_inner();
         if req.prefix.len() > WATCH_PREFIX_MAX {
@@ -290,7 +290,7 @@ impl pb::creek_server::Creek for CreekService {
                 req.prefix.len()
             )));
         }
-        if req.prefix.first() == Some(&creek_exec::registry::INTERNAL_KEY_PREFIX) {
+        if req.prefix.first() == Some(&creek_procs::registry::INTERNAL_KEY_PREFIX) {
             return Err(Status::invalid_argument(
                 "keys starting with the byte 0x00 are Creek's own tables and cannot be watched",
             ));

@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use creek_check::history::History;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
+use creek_procs::Registry;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 pub use creek_workloads::bank::{
     account_key, parse_balance_text, register_procedures, BALANCE, INSUFFICIENT_FUNDS,
     MAX_ACCOUNTS, OPEN, TOTAL, TRANSFER,

@@ -14,9 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use creek_check::history::History;
-use creek_exec::registry::INTERNAL_KEY_PREFIX;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
+use creek_procs::registry::INTERNAL_KEY_PREFIX;
+use creek_procs::Registry;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 
 use super::{
     args_of, bounded, describe, final_result, first_bytes_arg, pick_mode, show, NextOp, Workload,
@@ -35,7 +36,7 @@ pub fn list_name(i: usize) -> Bytes {
 }
 
 /// The state key under which the built-ins store list `name`:
-/// `[0x00, b'l'] ++ name` (see `creek_exec::builtins`' collections).
+/// `[0x00, b'l'] ++ name` (see `creek_procs::builtins`' collections).
 pub fn list_state_key(name: &[u8]) -> Bytes {
     let mut k = BytesMut::with_capacity(2 + name.len());
     k.put_slice(&[INTERNAL_KEY_PREFIX, b'l']);

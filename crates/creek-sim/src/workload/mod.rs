@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use creek_check::history::{History, OpRecord};
-use creek_exec::value::{decode_args, Value};
-use creek_exec::{ClientRequestId, ProcCall, Registry};
+use creek_procs::Registry;
+use creek_types::value::{decode_args, Value};
+use creek_types::ClientRequestId;
+use creek_types::ProcCall;
 use creek_workloads::ycsb::YcsbConfig;
 
 use crate::rng::Rng;
@@ -233,8 +235,9 @@ pub(crate) mod testkit {
     use bytes::Bytes;
     use creek_core::{OpId, ReplicaId, ViewKind};
     use creek_exec::basic::replay;
-    use creek_exec::value::{encode_args, Value};
-    use creek_exec::{Outcome, ProcCall, Registry, TxnLimits};
+    use creek_exec::{Outcome, ProcCall, TxnLimits};
+    use creek_procs::Registry;
+    use creek_types::value::{encode_args, Value};
 
     use super::Workload;
     use crate::rng::Rng;

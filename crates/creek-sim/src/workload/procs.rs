@@ -46,8 +46,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use creek_check::history::{History, OpRecord};
 use creek_core::OpId;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
+use creek_procs::Registry;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 
 use super::{
     args_of, bounded, describe, final_result, logical_ops, pick_mode, show, NextOp, Workload,

@@ -16,9 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use creek_check::history::History;
-use creek_exec::registry::INTERNAL_KEY_PREFIX;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
+use creek_procs::registry::INTERNAL_KEY_PREFIX;
+use creek_procs::Registry;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 
 use super::{
     args_of, bounded, describe, final_result, first_bytes_arg, logical_ops, pick_final, pick_mode,
@@ -284,7 +285,8 @@ impl Workload for QueueWorkload {
 mod tests {
     use creek_core::ViewKind;
     use creek_exec::basic::replay;
-    use creek_exec::{ClientRequestId, TxnLimits};
+    use creek_exec::TxnLimits;
+    use creek_types::ClientRequestId;
 
     use super::*;
     use crate::workload::testkit::{call, history, record, run_sequential, stable};

@@ -21,8 +21,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use creek_check::history::{History, OpRecord};
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{ProcCall, Registry};
+use creek_procs::Registry;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 use serde_json::{json, Map, Value as Json};
 
 use super::queue::DEQUEUE;

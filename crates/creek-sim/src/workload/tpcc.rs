@@ -25,7 +25,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use creek_check::history::History;
-use creek_exec::{ProcCall, Registry};
+use creek_procs::Registry;
+use creek_types::ProcCall;
 use creek_workloads::tpcc::{self, load, new_order, Generator, GeneratorConfig, NuRandC};
 
 use super::{bounded, describe, NextOp, Workload, WorkloadConfig};

@@ -17,11 +17,12 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use creek_check::history::{History, OpRecord};
-use creek_exec::{ProcCall, Registry};
+use creek_procs::Registry;
+use creek_types::ProcCall;
 use creek_workloads::ycsb::{self, Ycsb, YcsbConfig};
 use serde_json::{json, Map, Value as Json};
 
-use creek_exec::value::Value;
+use creek_types::value::Value;
 
 use super::{args_of, first_bytes_arg, NextOp, Workload, WorkloadConfig};
 use crate::rng::Rng;

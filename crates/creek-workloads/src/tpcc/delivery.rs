@@ -15,8 +15,8 @@
 //! ([`keys::district_next_o_id`]) nor the district row.
 
 use bytes::Bytes;
-use creek_exec::value::{encode_args, Value};
 use creek_exec::{Abort, Outcome, Txn};
+use creek_types::value::{encode_args, Value};
 
 use super::rows::{self, Customer, Order, OrderLine};
 use super::{keys, read_row, Args, DELIVERY, D_MAX, W_MAX};

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use creek_exec::value::{decode_args_shared, encode_args, Value};
 use creek_exec::{Abort, Outcome, ProcCall, Txn};
+use creek_types::value::{decode_args_shared, encode_args, Value};
 
 use super::random::{last_name, NuRandC, Rng, TpccRandom};
 use super::rows::{self, Customer, District, History, Item, Order, OrderLine, Stock, Warehouse};

@@ -95,8 +95,9 @@
 //! ```
 
 use bytes::Bytes;
-use creek_exec::value::{decode_args_shared, Value};
-use creek_exec::{Abort, Registry, Signature};
+use creek_exec::Abort;
+use creek_procs::{Registry, Signature};
+use creek_types::value::{decode_args_shared, Value};
 
 pub mod check;
 pub mod delivery;

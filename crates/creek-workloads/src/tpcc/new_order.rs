@@ -11,8 +11,8 @@
 //! read, for W_TAX and D_TAX (see [Physical layout](super#physical-layout)).
 
 use bytes::Bytes;
-use creek_exec::value::{encode_args, Value};
 use creek_exec::{Abort, Outcome, Txn};
+use creek_types::value::{encode_args, Value};
 
 use super::rows::{self, Customer, District, Item, Order, OrderLine, Stock, Warehouse};
 use super::{int_in, keys, read_row, Args, D_MAX, ID_MAX, NEW_ORDER, W_MAX};

@@ -7,8 +7,8 @@
 //! customer has no order.
 
 use bytes::Bytes;
-use creek_exec::value::{encode_args, Value};
 use creek_exec::{Abort, Outcome, Txn};
+use creek_types::value::{encode_args, Value};
 
 use super::rows::{self, Customer, Order, OrderLine};
 use super::{keys, read_row, resolve_customer, Args, CustomerSelector, D_MAX, ORDER_STATUS, W_MAX};

@@ -16,8 +16,8 @@
 //! [Physical layout](super#physical-layout)).
 
 use bytes::{BufMut, Bytes, BytesMut};
-use creek_exec::value::{encode_args, Value};
 use creek_exec::{Abort, Outcome, Txn};
+use creek_types::value::{encode_args, Value};
 
 use super::rows::{self, Customer, District, History, Warehouse};
 use super::{keys, read_row, resolve_customer, Args, CustomerSelector, D_MAX, PAYMENT, W_MAX};

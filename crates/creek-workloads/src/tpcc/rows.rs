@@ -17,8 +17,8 @@
 //! ([`encode_next_o_id`]); see [Physical layout](super#physical-layout).
 
 use bytes::Bytes;
-use creek_exec::value::Value;
 use creek_exec::Abort;
+use creek_types::value::Value;
 
 /// A field type a row can hold.
 trait Field: Sized {

@@ -11,8 +11,8 @@
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use creek_exec::value::{encode_args, Value};
 use creek_exec::{Abort, Outcome, Txn};
+use creek_types::value::{encode_args, Value};
 
 use super::rows::{self, Order, OrderLine, Stock};
 use super::{keys, read_row, Args, D_MAX, STOCK_LEVEL, W_MAX};

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::ProcCall;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 use creek_workloads::tpcc::rows::{self, Customer, History, Order, OrderLine};
 use creek_workloads::tpcc::{
     self, check, delivery, keys, load, new_order, Generator, GeneratorConfig, NuRandC, Rng,

@@ -1,5 +1,5 @@
 //! TPC-C against small hand-checked cases, executed through
-//! `creek_exec::execute_call` on a map-backed snapshot: the transactions,
+//! `creek_procs::execute_call` on a map-backed snapshot: the transactions,
 //! the population, and the consistency conditions.
 
 mod consistency;
@@ -9,8 +9,9 @@ mod transactions;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use creek_exec::value::Value;
-use creek_exec::{execute_call, Executed, ProcCall, Registry, SnapshotRead, TxnLimits, VersionNo};
+use creek_exec::{Executed, ProcCall, SnapshotRead, TxnLimits, VersionNo};
+use creek_procs::{execute_call, Registry};
+use creek_types::value::Value;
 use creek_workloads::tpcc::rows::{self, Customer, District, Item, Stock, Warehouse};
 use creek_workloads::tpcc::{self, keys, load, new_order, NuRandC, Rng, TpccScale};
 

@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use creek_exec::value::{encode_args, Value};
-use creek_exec::{execute_call, ProcCall, TxnLimits};
+use creek_exec::{ProcCall, TxnLimits};
+use creek_procs::execute_call;
+use creek_types::value::{encode_args, Value};
 use creek_workloads::tpcc::rows::{Customer, History, Order, Warehouse};
 use creek_workloads::tpcc::{
     self, check, keys, load, Generator, GeneratorConfig, NuRandC, Rng, TpccScale,

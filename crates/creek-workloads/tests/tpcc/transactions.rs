@@ -3,8 +3,9 @@
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use creek_exec::value::Value;
-use creek_exec::{execute_call, ProcCall, TxnLimits};
+use creek_exec::{ProcCall, TxnLimits};
+use creek_procs::execute_call;
+use creek_types::value::Value;
 use creek_workloads::tpcc::rows::{
     self, Customer, District, History, Order, OrderLine, Stock, Warehouse,
 };

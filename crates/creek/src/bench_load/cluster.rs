@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use creek_check::history::{History, OpRecord, SeenView};
 use creek_client::{CallOptions, Client, Levels, ViewKind};
-use creek_exec::value::{decode_args, Value};
 use creek_exec::{Abort, ProcCall};
 use creek_sim::bench::{client_side, ratio, Window};
 use creek_sim::rng::Rng;
 use creek_sim::workload::Workload;
+use creek_types::value::{decode_args, Value};
 use serde_json::{json, Map, Value as Json};
 
 use super::{describe, point_header, Emit, Load, Plan, Progress};

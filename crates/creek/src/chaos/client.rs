@@ -10,11 +10,12 @@ use std::time::Duration;
 use creek_check::history::{OpRecord, SeenView};
 use creek_client::{Levels, View, ViewKind as ClientViewKind};
 use creek_core::ViewKind;
-use creek_exec::value::decode_args;
-use creek_exec::{Abort, ClientRequestId, ProcCall};
+use creek_exec::{Abort, ProcCall};
 use creek_proto::pb;
 use creek_sim::rng::Rng;
 use creek_sim::workload::Workload;
+use creek_types::value::decode_args;
+use creek_types::ClientRequestId;
 
 use super::world::{Membership, World};
 

@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use creek_check::history::SETUP_CLIENT;
-use creek_exec::value::{encode_args, Value};
-use creek_exec::ProcCall;
 use creek_server::ServerConfig;
 use creek_sim::workload::{self, WorkloadConfig};
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
 use serde_json::json;
 
 use crate::bench_procs::Servers;

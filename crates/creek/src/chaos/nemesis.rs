@@ -12,7 +12,7 @@ use creek_server::ServerConfig;
 use creek_sim::rng::Rng;
 
 use creek_core::OpId;
-use creek_exec::ClientRequestId;
+use creek_types::ClientRequestId;
 
 use super::world::{Membership, Polled, Slot, World};
 use crate::bench_procs::Servers;

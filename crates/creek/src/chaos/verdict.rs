@@ -7,8 +7,10 @@ use bytes::Bytes;
 use creek_check::history::{History, OpRecord, SeenView};
 use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
 use creek_core::OpId;
-use creek_exec::{ClientRequestId, ProcCall, Registry};
+use creek_procs::Registry;
 use creek_sim::bench::percentiles;
+use creek_types::ClientRequestId;
+use creek_types::ProcCall;
 use serde_json::json;
 
 use super::client::{Shared, OP_TIMEOUT};

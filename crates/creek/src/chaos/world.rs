@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use creek_check::history::OpRecord;
 use creek_core::{OpId, ReplicaId};
-use creek_exec::ClientRequestId;
+use creek_types::ClientRequestId;
 use tonic::transport::Channel;
 
 /// A committed position the driver never saw a replica list (it took the

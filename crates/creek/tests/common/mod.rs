@@ -15,7 +15,7 @@ use creek_proto::pb::creek_client::CreekClient;
 use creek_server::ServerConfig;
 use tonic::transport::Channel;
 
-pub use creek_exec::value::Value;
+pub use creek_types::value::Value;
 
 /// `report[key]` as a number (any JSON number), or a panic naming it.
 pub fn number(report: &serde_json::Value, key: &str) -> f64 {

@@ -1,0 +1,355 @@
+//! `kv.*`: plain key-value procedures over user keys.
+//!
+//! `kv.incr` keeps its counter as the decimal ASCII text of an `i64`, so
+//! `kv.get` shows it readably.
+
+use bytes::Bytes;
+
+use super::{describe_all, Sig, Subject, Ty};
+use crate::registry::Registry;
+use creek_exec::txn::{Abort, Outcome, Txn};
+use creek_types::value::Value;
+
+const GET: Sig = Sig {
+    name: "kv.get",
+    params: &[("key", Ty::Bytes)],
+    subject: Subject::Key,
+};
+const PUT: Sig = Sig {
+    name: "kv.put",
+    params: &[("key", Ty::Bytes), ("value", Ty::Bytes)],
+    subject: Subject::Key,
+};
+const DELETE: Sig = Sig {
+    name: "kv.delete",
+    params: &[("key", Ty::Bytes)],
+    subject: Subject::Key,
+};
+const CAS: Sig = Sig {
+    name: "kv.cas",
+    params: &[
+        ("key", Ty::Bytes),
+        ("expected", Ty::BytesOrNil),
+        ("new", Ty::BytesOrNil),
+    ],
+    subject: Subject::Key,
+};
+const INCR: Sig = Sig {
+    name: "kv.incr",
+    params: &[("key", Ty::Bytes), ("delta", Ty::Int)],
+    subject: Subject::Key,
+};
+
+/// Register the `kv.*` procedures.
+pub(super) fn register(r: &mut Registry) {
+    r.register_fn(GET.name, true, |a| GET.check(a), get);
+    r.register_fn(PUT.name, false, |a| PUT.check(a), put);
+    r.register_fn(DELETE.name, false, |a| DELETE.check(a), delete);
+    r.register_fn(CAS.name, false, |a| CAS.check(a), cas);
+    r.register_fn(INCR.name, false, |a| INCR.check(a), incr);
+    describe_all(
+        r,
+        &[
+            (&GET, "bytes, or nil if absent", "Read a key."),
+            (&PUT, "nil", "Write a key."),
+            (&DELETE, "bool: existed", "Delete a key."),
+            (
+                &CAS,
+                "bool: swapped",
+                "Set key to new if it holds expected (nil: absent; a nil new deletes).",
+            ),
+            (
+                &INCR,
+                "int: new value",
+                "Add delta to the counter at key (absent counts as 0; kept as decimal text).",
+            ),
+        ],
+    );
+}
+
+/// `kv.get(key)` → the value, or nil if absent.
+fn get(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = GET.args(raw)?;
+    let [Value::Bytes(key)] = args.as_slice() else {
+        return Err(GET.mismatch());
+    };
+    Ok(txn.get(key).map_or(Value::Nil, Value::Bytes).encode())
+}
+
+/// `kv.put(key, value)` → nil.
+fn put(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = PUT.args(raw)?;
+    let [Value::Bytes(key), Value::Bytes(value)] = args.as_slice() else {
+        return Err(PUT.mismatch());
+    };
+    txn.put(key.clone(), value.clone());
+    Ok(Value::Nil.encode())
+}
+
+/// `kv.delete(key)` → whether the key existed.
+fn delete(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = DELETE.args(raw)?;
+    let [Value::Bytes(key)] = args.as_slice() else {
+        return Err(DELETE.mismatch());
+    };
+    let existed = txn.get(key).is_some();
+    if existed {
+        txn.delete(key.clone());
+    }
+    Ok(Value::Bool(existed).encode())
+}
+
+/// `kv.cas(key, expected, new)` → whether the swap happened. A nil
+/// `expected` means "absent"; a nil `new` deletes.
+fn cas(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = CAS.args(raw)?;
+    let [Value::Bytes(key), expected, new] = args.as_slice() else {
+        return Err(CAS.mismatch());
+    };
+    let (Some(expected), Some(new)) = (bytes_or_nil(expected), bytes_or_nil(new)) else {
+        return Err(CAS.mismatch());
+    };
+    let current = txn.get(key);
+    if current != expected {
+        return Ok(Value::Bool(false).encode());
+    }
+    match new {
+        Some(v) => txn.put(key.clone(), v),
+        None if current.is_some() => txn.delete(key.clone()),
+        None => {}
+    }
+    Ok(Value::Bool(true).encode())
+}
+
+/// `Some(Some(b))` for bytes, `Some(None)` for nil, `None` otherwise.
+fn bytes_or_nil(v: &Value) -> Option<Option<Bytes>> {
+    match v {
+        Value::Bytes(b) => Some(Some(b.clone())),
+        Value::Nil => Some(None),
+        _ => None,
+    }
+}
+
+/// `kv.incr(key, delta)` → the new value; absent counts as 0.
+fn incr(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = INCR.args(raw)?;
+    let [Value::Bytes(key), Value::Int(delta)] = args.as_slice() else {
+        return Err(INCR.mismatch());
+    };
+    let current = match txn.get(key) {
+        None => 0,
+        Some(stored) => std::str::from_utf8(&stored)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or_else(|| Abort::new("value of key is not an integer"))?,
+    };
+    let new = current
+        .checked_add(*delta)
+        .ok_or_else(|| Abort::new(format!("kv.incr overflows: {current} + {delta}")))?;
+    txn.put(key.clone(), Bytes::from(new.to_string()));
+    Ok(Value::Int(new).encode())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use crate::builtins::testkit::Harness;
+    use creek_exec::txn::Abort;
+    use creek_types::value::{encode_args, Value};
+    use creek_types::{ClientRequestId, ProcCall};
+
+    fn b(s: &str) -> Value {
+        Value::from(s)
+    }
+
+    #[test]
+    fn put_get_delete() {
+        let mut h = Harness::new();
+        assert_eq!(h.ok("kv.get", &[b("k")]), Value::Nil);
+        assert_eq!(h.ok("kv.put", &[b("k"), b("v")]), Value::Nil);
+        assert_eq!(h.ok("kv.get", &[b("k")]), b("v"));
+        assert_eq!(h.ok("kv.put", &[b("k"), b("")]), Value::Nil);
+        assert_eq!(h.ok("kv.get", &[b("k")]), b(""));
+        assert_eq!(h.ok("kv.delete", &[b("k")]), Value::Bool(true));
+        assert_eq!(h.ok("kv.delete", &[b("k")]), Value::Bool(false));
+        assert_eq!(h.ok("kv.get", &[b("k")]), Value::Nil);
+        assert!(h.keys().is_empty());
+    }
+
+    #[test]
+    fn get_is_read_only_and_records_its_read() {
+        let mut h = Harness::new();
+        let ex = h.exec(&ProcCall::new("kv.get", encode_args(&[b("k")])));
+        assert!(ex.writes.is_empty());
+        assert_eq!(ex.reads.len(), 1);
+        assert!(h.reg.get("kv.get").is_some_and(|p| p.read_only));
+    }
+
+    #[test]
+    fn cas() {
+        let mut h = Harness::new();
+        // Absent: only a nil expectation matches.
+        assert_eq!(
+            h.ok("kv.cas", &[b("k"), b("x"), b("1")]),
+            Value::Bool(false)
+        );
+        assert_eq!(h.ok("kv.get", &[b("k")]), Value::Nil);
+        assert_eq!(
+            h.ok("kv.cas", &[b("k"), Value::Nil, b("1")]),
+            Value::Bool(true)
+        );
+        assert_eq!(h.ok("kv.get", &[b("k")]), b("1"));
+        // Present: nil expectation fails, the right value swaps.
+        assert_eq!(
+            h.ok("kv.cas", &[b("k"), Value::Nil, b("2")]),
+            Value::Bool(false)
+        );
+        assert_eq!(
+            h.ok("kv.cas", &[b("k"), b("0"), b("2")]),
+            Value::Bool(false)
+        );
+        assert_eq!(h.ok("kv.cas", &[b("k"), b("1"), b("2")]), Value::Bool(true));
+        assert_eq!(h.ok("kv.get", &[b("k")]), b("2"));
+        // Nil new deletes.
+        assert_eq!(
+            h.ok("kv.cas", &[b("k"), b("2"), Value::Nil]),
+            Value::Bool(true)
+        );
+        assert_eq!(h.ok("kv.get", &[b("k")]), Value::Nil);
+        assert_eq!(
+            h.ok("kv.cas", &[b("k"), Value::Nil, Value::Nil]),
+            Value::Bool(true)
+        );
+        assert!(h.keys().is_empty());
+        assert!(h
+            .check("kv.cas", &[b("k"), Value::Int(1), Value::Nil])
+            .is_err());
+    }
+
+    #[test]
+    fn incr() {
+        let mut h = Harness::new();
+        assert_eq!(h.ok("kv.incr", &[b("c"), Value::Int(5)]), Value::Int(5));
+        assert_eq!(h.ok("kv.incr", &[b("c"), Value::Int(-7)]), Value::Int(-2));
+        assert_eq!(h.ok("kv.get", &[b("c")]), b("-2"));
+        h.ok("kv.put", &[b("c"), b("41")]);
+        assert_eq!(h.ok("kv.incr", &[b("c"), Value::Int(1)]), Value::Int(42));
+    }
+
+    #[test]
+    fn incr_on_non_integer_aborts_and_writes_nothing() {
+        let mut h = Harness::new();
+        for bad in [
+            &b"abc"[..],
+            b"",
+            b"1.5",
+            b" 1",
+            b"\xff",
+            b"99999999999999999999",
+        ] {
+            h.ok("kv.put", &[b("c"), Value::from(bad)]);
+            let ex = h.exec(&ProcCall::new(
+                "kv.incr",
+                encode_args(&[b("c"), Value::Int(1)]),
+            ));
+            assert_eq!(
+                ex.outcome,
+                Err(Abort::new("value of key is not an integer"))
+            );
+            assert!(ex.writes.is_empty());
+            assert_eq!(h.ok("kv.get", &[b("c")]), Value::from(bad));
+        }
+    }
+
+    #[test]
+    fn incr_overflow_aborts() {
+        let mut h = Harness::new();
+        h.ok("kv.incr", &[b("c"), Value::Int(i64::MAX)]);
+        let ex = h.exec(&ProcCall::new(
+            "kv.incr",
+            encode_args(&[b("c"), Value::Int(1)]),
+        ));
+        assert!(ex.outcome.is_err_and(|a| a.0.contains("overflow")));
+        assert!(ex.writes.is_empty());
+        assert_eq!(
+            h.ok("kv.incr", &[b("c"), Value::Int(i64::MIN)]),
+            Value::Int(-1)
+        );
+    }
+
+    #[test]
+    fn deduplicated_incr_takes_effect_once() {
+        let mut h = Harness::new();
+        let mut call = ProcCall::new("kv.incr", encode_args(&[b("c"), Value::Int(3)]));
+        call.request_id = Some(ClientRequestId { client: 1, seq: 1 });
+        let first = h.exec(&call);
+        assert_eq!(first.outcome, Ok(Value::Int(3).encode()));
+        let second = h.exec(&call);
+        assert_eq!(second.outcome, first.outcome);
+        assert!(second.writes.is_empty());
+        assert_eq!(h.ok("kv.get", &[b("c")]), b("3"));
+        call.request_id = Some(ClientRequestId { client: 1, seq: 2 });
+        assert_eq!(h.exec(&call).outcome, Ok(Value::Int(6).encode()));
+    }
+
+    #[test]
+    fn reserved_keys_are_rejected() {
+        let mut h = Harness::new();
+        let key = Value::from(&b"\x00dedup/x"[..]);
+        let calls: [(&str, Vec<Value>); 5] = [
+            ("kv.get", vec![key.clone()]),
+            ("kv.put", vec![key.clone(), b("v")]),
+            ("kv.delete", vec![key.clone()]),
+            ("kv.cas", vec![key.clone(), Value::Nil, b("v")]),
+            ("kv.incr", vec![key.clone(), Value::Int(1)]),
+        ];
+        for (name, args) in calls {
+            let err = h.check(name, &args);
+            assert_eq!(
+                err,
+                Err(format!("{name}: keys starting with 0x00 are reserved"))
+            );
+            let ex = h.exec(&ProcCall::new(name, encode_args(&args)));
+            assert!(
+                ex.outcome.is_err_and(|a| a.0.contains("reserved")),
+                "{name}"
+            );
+            assert!(ex.writes.is_empty());
+        }
+        assert!(h.keys().is_empty());
+        // A 0x00 later in the key is fine.
+        assert!(h
+            .check("kv.put", &[Value::from(&b"a\x00"[..]), b("v")])
+            .is_ok());
+    }
+
+    #[test]
+    fn wrong_arity_and_types_are_rejected() {
+        let mut h = Harness::new();
+        assert_eq!(
+            h.check("kv.put", &[b("k")]),
+            Err("kv.put expects (key: bytes, value: bytes), got 1 argument".into())
+        );
+        assert_eq!(
+            h.check("kv.get", &[]),
+            Err("kv.get expects (key: bytes), got 0 arguments".into())
+        );
+        assert_eq!(
+            h.check("kv.incr", &[b("k"), b("1")]),
+            Err(
+                "kv.incr expects (key: bytes, delta: int): argument 2 (delta) must be int, got bytes"
+                    .into()
+            )
+        );
+        assert!(h
+            .check("kv.cas", &[b("k"), Value::Nil])
+            .is_err_and(|e| e.contains("(key: bytes, expected: bytes or nil, new: bytes or nil)")));
+        assert!(h
+            .check_raw("kv.get", Bytes::from_static(b"\x04\x01k"))
+            .is_err());
+        assert!(h.call("kv.put", &[b("k")]).is_err());
+        assert!(h.call("kv.put", &[Value::Int(1), b("v")]).is_err());
+        assert!(h.keys().is_empty());
+    }
+}

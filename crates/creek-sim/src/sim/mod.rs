@@ -1,0 +1,839 @@
+//! The simulation engine: one thread, virtual time, one seeded PRNG, one
+//! event queue. It runs N replicas of one protocol — Creek's
+//! `creek_node::Node`, the one the server runs, or a baseline
+//! (`crate::baseline`) — on a modelled network and modelled CPUs, with
+//! faults and closed- and open-loop clients, and records what the clients
+//! saw.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+use crate::replica::{DiskPoll, DiskSetup};
+use bytes::Bytes;
+use creek_cab::{MemCabStorage, MemberChange};
+use creek_check::history::{History, OpRecord, SeenView, SETUP_CLIENT};
+use creek_core::{Checkpoint, ExecKey, InvokeError, Op, OpId, ReplicaId, Request, Views};
+use creek_exec::Completion;
+use creek_node::NodeConfig;
+use creek_procs::Registry;
+use creek_types::ClientRequestId;
+use creek_wire::{GossipMessage, Limits, PeerMessage};
+
+use crate::baseline::BaselineNode;
+use crate::config::{Links, PlantedBug, Protocol, SimConfig, WAN_JITTER_PERCENT, WAN_ONE_WAY_US};
+use crate::net::Network;
+use crate::replica::{CreekReplica, ReplicaCounts, SimReplica};
+use crate::rng::Rng;
+use crate::workload::Workload;
+
+mod build;
+mod faults;
+mod outcome;
+
+pub use outcome::{Outcome, Readings, Totals, Traffic};
+
+enum Ev {
+    Deliver {
+        from: usize,
+        to: usize,
+        frame: Bytes,
+    },
+    Tick,
+    ExecDone {
+        node: usize,
+        epoch: u64,
+        done: Completion<ExecKey>,
+    },
+    Client {
+        client: usize,
+    },
+    Arrival,
+    Warmup,
+    Chaos,
+    Heal,
+    Restart {
+        node: usize,
+    },
+    SyncDone {
+        node: usize,
+        epoch: u64,
+    },
+    DiskPoll {
+        node: usize,
+        epoch: u64,
+    },
+    End,
+}
+
+impl Ev {
+    fn code(&self) -> u64 {
+        match self {
+            Ev::Deliver { from, to, .. } => 1 + 16 * (*from as u64) + 256 * (*to as u64),
+            Ev::Tick => 2,
+            Ev::ExecDone { node, .. } => 3 + 16 * (*node as u64),
+            Ev::Client { client } => 4 + 16 * (*client as u64),
+            Ev::Arrival => 9,
+            Ev::Warmup => 10,
+            Ev::Chaos => 5,
+            Ev::Heal => 6,
+            Ev::Restart { node } => 7 + 16 * (*node as u64),
+            Ev::SyncDone { node, .. } => 11 + 16 * (*node as u64),
+            Ev::DiskPoll { node, .. } => 12 + 16 * (*node as u64),
+            Ev::End => 8,
+        }
+    }
+}
+
+struct SimNode {
+    node: Box<dyn SimReplica>,
+    busy_cores: usize,
+    /// Core-microseconds of executions started.
+    busy_us: u64,
+    epoch: u64,
+    clock_offset_us: i64,
+    clock_drift_ppm: i64,
+    handles: BTreeMap<ExecKey, usize>,
+    /// A `DiskPoll` is scheduled for this time.
+    disk_wake_at: Option<u64>,
+    /// The next sampled invariant check is due after this time.
+    next_invariants_at: u64,
+    /// Its disk was lost (it restarted empty): its ops from before were not
+    /// lost with unsynced writes, whatever its restarts recover.
+    wiped: bool,
+    /// Its disk is stalled until this time: each fsync takes 20-60 ms.
+    stalled_until: u64,
+    /// Its place in the replica group.
+    slot: Slot,
+}
+
+/// A replica's place in the group (membership changes, `--faults member`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// In the group (or being added to it).
+    Member,
+    /// Not added yet: down, on an empty disk.
+    Spare,
+    /// Its removal was proposed: clients leave it, the faults and the
+    /// checks no longer count it (the end of the run settles whether it
+    /// was removed).
+    Removed,
+}
+
+/// Replicas the simulator can add to a group during a run with membership
+/// changes (each under a new id: ids never return).
+const SPARES: usize = 2;
+
+struct Client {
+    replica: usize,
+    pending: Option<usize>,
+    /// The last request seq sent; requests carry `(client + 1, seq)`.
+    seq: u64,
+    /// Seqs answered, for the next request to acknowledge.
+    acks: Vec<u64>,
+}
+
+/// Counts of injected faults by class (and of what they caused:
+/// `refused_disk_behind`, client invocations refused while a disk was
+/// behind).
+pub type FaultCounts = BTreeMap<&'static str, u64>;
+
+/// `CREEK_SIM_DEBUG` set: crashes, restarts, lost disks and the first
+/// prefix violation go to stderr as they happen, and every replica's inner
+/// state at the end (for a failing seed).
+fn debug_log() -> bool {
+    std::env::var_os("CREEK_SIM_DEBUG").is_some()
+}
+
+/// How long a `disk_stall` fault lasts.
+const STALL_US: u64 = 300_000;
+/// An fsync's time on a stalled disk.
+const STALLED_FSYNC_US: (u64, u64) = (20_000, 60_000);
+/// Creek nodes' `pending_writes_max` in the simulator.
+const SIM_PENDING_WRITES_MAX: u64 = 32;
+/// Creek nodes' `compaction_lag_max` in the simulator.
+const SIM_COMPACTION_LAG_MAX: u64 = 64;
+
+/// The liveness bound of a run whose slowest link takes `one_way_us` one
+/// way: once every fault has healed and every replica is up, every strong op
+/// completes (and the cluster settles) within this long. It covers a
+/// replica's recovery, an election under the timing stretched for the
+/// links, re-forwarded casts, pulls of missing payloads and the committed
+/// order reaching everyone.
+pub fn liveness_bound_us(one_way_us: u64) -> u64 {
+    LIVENESS_BASE_US + LIVENESS_ROUND_TRIPS * 2 * one_way_us
+}
+
+/// See [`liveness_bound_us`].
+pub const LIVENESS_BASE_US: u64 = 2_000_000;
+
+/// See [`liveness_bound_us`].
+pub const LIVENESS_ROUND_TRIPS: u64 = 40;
+
+/// The request a workload op becomes: strong ops and weak ops that want a
+/// final view ask for both views; other weak ops for the preliminary one.
+fn request_of(next: crate::workload::NextOp) -> (Request, bool) {
+    let views = if next.strong || next.wants_final {
+        Views::BOTH
+    } else {
+        Views::WEAK
+    };
+    let wants_final = next.wants_final;
+    let request = Request {
+        call: next.call,
+        strong: next.strong,
+        views,
+    };
+    (request, wants_final)
+}
+
+/// One simulation.
+pub struct Sim {
+    cfg: SimConfig,
+    registry: Arc<Registry>,
+    workload: Box<dyn Workload>,
+    rng: Rng,
+    now: u64,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    events: BTreeMap<u64, Ev>,
+    seq: u64,
+    nodes: Vec<SimNode>,
+    net: Network,
+    clients: Vec<Client>,
+    history: History,
+    ops: BTreeMap<OpId, Arc<Op>>,
+    /// Ids of ops lost with their origin's disk (a client saw them).
+    lost_ids: BTreeSet<OpId>,
+    canonical: Vec<OpId>,
+    checked_len: Vec<usize>,
+    prefix_violation: Option<String>,
+    trace: u64,
+    faults: FaultCounts,
+    traffic: Traffic,
+    running_clients: bool,
+    /// Setup calls without their final view yet.
+    setup_pending: usize,
+    /// Setup calls replica 0 refused for now (its disk was behind), in
+    /// order: issued again as earlier ones finish.
+    setup_backlog: VecDeque<Request>,
+    ended: bool,
+    next_state_check: u64,
+    readings: Readings,
+    preloaded: bool,
+    /// The preloaded state, kept only for `check_invariants`' replays.
+    initial_state: BTreeMap<Bytes, Bytes>,
+    progress: Option<Box<dyn FnMut(u64, u64)>>,
+}
+
+const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
+
+impl Sim {
+    /// Call `f(now_us, duration_us)` every 10 ms of virtual time, `now_us`
+    /// capped at `duration_us` (the run goes on past it until it settles),
+    /// for a progress bar.
+    pub fn on_progress(&mut self, f: impl FnMut(u64, u64) + 'static) {
+        self.progress = Some(Box::new(f));
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq)));
+        self.events.insert(self.seq, ev);
+    }
+
+    fn local_time(&self, i: usize) -> u64 {
+        let n = &self.nodes[i];
+        let drift = (self.now as i128 * n.clock_drift_ppm as i128 / 1_000_000) as i64;
+        (self.now as i64 + n.clock_offset_us + drift + 1_000_000).max(0) as u64
+    }
+
+    fn hash(&mut self, x: u64) {
+        for b in x.to_le_bytes() {
+            self.trace ^= u64::from(b);
+            self.trace = self.trace.wrapping_mul(FNV_PRIME);
+        }
+    }
+
+    /// Run to the end: setup, clients for `duration_us` with faults, then
+    /// heal, restart everyone and run until the cluster settles.
+    pub fn run(mut self) -> Outcome {
+        self.setup();
+        self.schedule(self.cfg.tick_us, Ev::Tick);
+        if self.setup_pending == 0 {
+            self.start_load();
+        }
+        if self.cfg.warmup_us > 0 {
+            self.schedule(self.cfg.warmup_us, Ev::Warmup);
+        }
+        self.schedule(self.cfg.duration_us, Ev::End);
+        // A run that has not settled by twice its liveness bound has failed
+        // `liveness` already; simulating on would only take time.
+        let limit = self.cfg.duration_us + 2 * liveness_bound_us(self.net.latency_max_us());
+        let mut settled = false;
+        let mut next_settle_check = self.cfg.duration_us;
+        let mut next_progress = 0;
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            if at > limit {
+                break;
+            }
+            self.now = at;
+            if at >= next_progress {
+                next_progress = at + 10_000;
+                if let Some(f) = self.progress.as_mut() {
+                    f(at.min(self.cfg.duration_us), self.cfg.duration_us);
+                }
+            }
+            let Some(ev) = self.events.remove(&seq) else {
+                continue;
+            };
+            self.hash(at);
+            self.hash(ev.code());
+            self.handle(ev);
+            if self.ended && self.now >= next_settle_check {
+                next_settle_check = self.now + 50_000;
+                if self.settled() {
+                    settled = true;
+                    break;
+                }
+            }
+        }
+        self.finish(settled)
+    }
+
+    /// The workload's setup calls run strongly at replica 0, recorded in
+    /// the history like any op; clients and faults start once every one of
+    /// them has its final view (the workloads' checkers count on it, as an
+    /// application that creates its accounts before using them would).
+    fn setup(&mut self) {
+        self.setup_backlog = self
+            .workload
+            .setup()
+            .into_iter()
+            .map(|call| Request {
+                call,
+                strong: true,
+                views: Views::BOTH,
+            })
+            .collect();
+        self.issue_setup();
+    }
+
+    /// Issue the setup calls waiting, in order, until replica 0 refuses one
+    /// (its disk is behind: the rest wait for earlier calls to finish).
+    fn issue_setup(&mut self) {
+        while let Some(request) = self.setup_backlog.front().cloned() {
+            if !self.invoke(0, None, request, false) {
+                debug_assert!(
+                    self.setup_pending > 0,
+                    "a setup call refused with none running"
+                );
+                return;
+            }
+            self.setup_backlog.pop_front();
+            self.setup_pending += 1;
+        }
+    }
+
+    /// Clients, open-loop arrivals and faults begin (after the setup).
+    fn start_load(&mut self) {
+        let start = self.now + 1_000;
+        for c in 0..self.clients.len() {
+            let at = self.rng.range(0, self.cfg.think_us);
+            self.schedule(start + at, Ev::Client { client: c });
+        }
+        if self.cfg.open_rate_per_sec > 0.0 {
+            let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec) as u64;
+            self.schedule(start + gap, Ev::Arrival);
+        }
+        if self.cfg.faults.partition || self.cfg.faults.crashes() || self.cfg.faults.clock {
+            let at = self.now + self.rng.range(50_000, 150_000);
+            self.schedule(at, Ev::Chaos);
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver { from, to, frame } => {
+                let sender = ReplicaId(from as u16 + 1);
+                let node = &mut self.nodes[to].node;
+                if node.is_up() {
+                    node.on_frame(sender, &frame);
+                    self.after(to);
+                }
+            }
+            Ev::Tick => {
+                for i in 0..self.nodes.len() {
+                    let now = self.local_time(i);
+                    let node = &mut self.nodes[i].node;
+                    if node.is_up() {
+                        node.tick(now);
+                        self.after(i);
+                    }
+                }
+                self.schedule(self.now + self.cfg.tick_us, Ev::Tick);
+            }
+            Ev::ExecDone { node, epoch, done } => {
+                let n = &mut self.nodes[node];
+                if n.epoch == epoch {
+                    n.busy_cores = n.busy_cores.saturating_sub(1);
+                    if n.node.is_up() {
+                        n.node.complete(done);
+                        self.after(node);
+                    }
+                }
+            }
+            Ev::Client { client } => self.client_next(client),
+            Ev::Arrival => self.arrival(),
+            Ev::Warmup => self.readings.warmup = self.totals(),
+            Ev::Chaos => self.chaos(),
+            Ev::Heal => {
+                self.net.heal();
+            }
+            Ev::Restart { node } => self.restart(node),
+            Ev::SyncDone { node, epoch } => {
+                let n = &mut self.nodes[node];
+                if n.epoch == epoch && n.node.is_up() {
+                    n.node.sync_done();
+                    self.after(node);
+                }
+            }
+            Ev::DiskPoll { node, epoch } => {
+                let n = &mut self.nodes[node];
+                if n.epoch == epoch {
+                    n.disk_wake_at = None;
+                    self.after(node);
+                }
+            }
+            Ev::End => {
+                self.readings.end = self.totals();
+                self.ended = true;
+                self.running_clients = false;
+                self.net.heal();
+                self.net.loss = 0.0;
+                self.net.duplicate = 0.0;
+                self.net.reorder = 0.0;
+                for i in 0..self.nodes.len() {
+                    if self.nodes[i].slot != Slot::Spare {
+                        self.restart(i);
+                    }
+                }
+            }
+        }
+    }
+
+    fn client_next(&mut self, c: usize) {
+        if !self.running_clients || self.clients[c].pending.is_some() {
+            return;
+        }
+        let left = self.clients[c].replica;
+        if self.nodes[left].slot != Slot::Member {
+            // Its replica left the group: the client moves to a member, and
+            // gives up on its ops there that had no final view yet.
+            for r in &mut self.history.ops {
+                if r.client == c as u32 && r.replica == left && r.final_view().is_none() {
+                    r.origin_left = true;
+                }
+            }
+            let members = self.member_slots();
+            self.clients[c].replica = members[self.rng.index(members.len())];
+        }
+        let replica = self.clients[c].replica;
+        if !self.nodes[replica].node.is_up() {
+            let at = self.now + 10 * self.cfg.think_us;
+            self.schedule(at, Ev::Client { client: c });
+            return;
+        }
+        let next = self.workload.next_op(&mut self.rng, c as u32);
+        let (mut request, wants_final) = request_of(next);
+        let client = &mut self.clients[c];
+        client.seq += 1;
+        request.call.request_id = Some(ClientRequestId {
+            client: c as u64 + 1,
+            seq: client.seq,
+        });
+        request.call.acked = std::mem::take(&mut client.acks);
+        if !self.invoke(replica, Some(c), request, wants_final) {
+            let at = self.now + self.cfg.think_us;
+            self.schedule(at, Ev::Client { client: c });
+        }
+    }
+
+    /// An open-loop arrival: a one-op session at a random replica.
+    fn arrival(&mut self) {
+        if !self.running_clients {
+            return;
+        }
+        let members = self.member_slots();
+        let replica = members[self.rng.index(members.len())];
+        let session = self.cfg.clients + self.history.ops.len();
+        let next = self.workload.next_op(&mut self.rng, session as u32);
+        let (mut request, wants_final) = request_of(next);
+        request.call.request_id = Some(ClientRequestId {
+            client: session as u64 + 1,
+            seq: 1,
+        });
+        if self.invoke(replica, None, request, wants_final) {
+            if let Some(r) = self.history.ops.last_mut() {
+                r.client = session as u32;
+            }
+        }
+        let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec).max(1.0) as u64;
+        self.schedule(self.now + gap, Ev::Arrival);
+    }
+
+    fn invoke(
+        &mut self,
+        i: usize,
+        client: Option<usize>,
+        request: Request,
+        wants_final: bool,
+    ) -> bool {
+        let now = self.local_time(i);
+        let node = &mut self.nodes[i].node;
+        if !node.is_up() {
+            return false;
+        }
+        let call = request.call.clone();
+        let strong = request.strong;
+        let handle = match node.invoke(request, now) {
+            Ok(handle) => handle,
+            Err(e) => {
+                if matches!(e, InvokeError::DiskBehind(_)) {
+                    *self.faults.entry("refused_disk_behind").or_default() += 1;
+                }
+                return false;
+            }
+        };
+        if let ExecKey::Op(id) = handle {
+            // A rebuilt replica resumes past the seqs its peers heard it
+            // reserve; only a reservation no peer heard (a partition, then
+            // the lost disk) lets a client see an id twice.
+            if self.lost_ids.contains(&id) {
+                *self.faults.entry("lost_id_issued_again").or_default() += 1;
+            }
+        }
+        let index = self.history.ops.len();
+        self.history.ops.push(OpRecord {
+            client: client.map_or(SETUP_CLIENT, |c| c as u32),
+            replica: i,
+            id: match handle {
+                ExecKey::Op(id) => Some(id),
+                ExecKey::Local(_) => None,
+            },
+            call,
+            strong,
+            wants_final: strong || wants_final,
+            invoked_at_us: self.now,
+            views: Vec::new(),
+            origin_crashed: false,
+            origin_left: false,
+            lost: false,
+        });
+        self.nodes[i].handles.insert(handle, index);
+        if let Some(c) = client {
+            self.clients[c].pending = Some(index);
+        }
+        self.after(i);
+        true
+    }
+
+    /// After node `i` handled an input: views to clients, messages to the
+    /// network, free cores to executions, and the committed-prefix check.
+    fn after(&mut self, i: usize) {
+        if !self.nodes[i].node.is_up() {
+            return;
+        }
+        self.poll_disk(i);
+        let node = &mut self.nodes[i].node;
+        if !node.is_up() {
+            return;
+        }
+        let views = node.take_views();
+        let outbox = node.take_outbox();
+        for v in views {
+            let Some(&index) = self.nodes[i].handles.get(&v.handle) else {
+                continue;
+            };
+            let record = &mut self.history.ops[index];
+            let is_final = v.kind != creek_core::ViewKind::Tentative;
+            record.views.push(SeenView {
+                at_us: self.now,
+                kind: v.kind,
+                outcome: v.outcome,
+            });
+            let done = is_final
+                || !record.wants_final
+                || (!record.strong && self.cfg.weak_answer_on_preliminary);
+            if is_final || matches!(v.handle, ExecKey::Local(_)) {
+                self.nodes[i].handles.remove(&v.handle);
+            }
+            if done {
+                // Answered after one send: the next request acknowledges it.
+                let (client, rid) = (record.client as usize, record.call.request_id);
+                if let (Some(c), Some(rid)) = (self.clients.get_mut(client), rid) {
+                    if c.pending == Some(index) {
+                        c.acks.push(rid.seq);
+                    }
+                }
+                self.release_client(index);
+            }
+        }
+        for (to, msg) in outbox {
+            self.send(i, usize::from(to.0).saturating_sub(1), msg);
+        }
+        self.fill_cores(i);
+        self.check_prefix(i);
+        self.check_rebuilt(i);
+        if self.cfg.check_invariants && self.now >= self.next_state_check {
+            self.next_state_check = self.now + 10_000;
+            for (j, n) in self.nodes.iter().enumerate() {
+                let r = &n.node;
+                let finalized = r.finalized() as usize;
+                let prefix = &r.committed()[..finalized.min(r.committed().len())];
+                let calls: Vec<&creek_exec::ProcCall> = prefix
+                    .iter()
+                    .filter_map(|id| self.ops.get(id).map(|o| &o.call))
+                    .collect();
+                if calls.len() == prefix.len() {
+                    let (_, state) = creek_exec::basic::replay_from(
+                        &*self.registry,
+                        creek_exec::TxnLimits::default(),
+                        self.initial_state.clone(),
+                        calls,
+                    );
+                    if state != r.committed_state() {
+                        panic!("replica {j} at {} us: committed state differs from a replay of its {} committed ops", self.now, r.committed().len());
+                    }
+                }
+            }
+        }
+        let sampled =
+            self.cfg.invariants_every_us > 0 && self.now >= self.nodes[i].next_invariants_at;
+        if self.cfg.check_invariants || sampled {
+            self.nodes[i].next_invariants_at = self.now + self.cfg.invariants_every_us;
+            if let Err(e) = self.nodes[i].node.check_invariants() {
+                panic!("replica {i} at {} us: invariant broken: {e}", self.now);
+            }
+        }
+    }
+
+    /// The disk model: group commit (a sync takes every queued write; the
+    /// next starts when it completes), the linger for payload-only writes,
+    /// and the fsync's time.
+    fn poll_disk(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        let epoch = n.epoch;
+        match n.node.poll_disk(self.now) {
+            DiskPoll::Idle => {}
+            DiskPoll::SyncStarted => {
+                let (lo, hi) = if self.now < n.stalled_until {
+                    STALLED_FSYNC_US
+                } else {
+                    self.cfg.fsync_us
+                };
+                let at = self.now + self.rng.range(lo, hi + 1);
+                self.schedule(at, Ev::SyncDone { node: i, epoch });
+            }
+            DiskPoll::LingerUntil(t) => {
+                if n.disk_wake_at.is_none_or(|w| w > t) {
+                    n.disk_wake_at = Some(t);
+                    self.schedule(t, Ev::DiskPoll { node: i, epoch });
+                }
+            }
+            DiskPoll::Failed => {
+                if self.cfg.check_invariants {
+                    eprintln!("replica {i} stopped at {} us: fsync failed", self.now);
+                }
+                *self.faults.entry("fsync_failure").or_default() += 1;
+                self.went_down(i);
+                let at = self.now + self.rng.range(100_000, 800_000);
+                self.schedule(at, Ev::Restart { node: i });
+            }
+        }
+    }
+
+    /// The session waiting on history record `index` may issue its next op.
+    fn release_client(&mut self, index: usize) {
+        if self.history.ops[index].is_setup() {
+            // Only a final view releases a setup call (no fault runs yet).
+            debug_assert!(self.setup_pending > 0, "a setup call released twice");
+            self.setup_pending = self.setup_pending.saturating_sub(1);
+            self.issue_setup();
+            if self.setup_pending == 0 {
+                self.start_load();
+            }
+            return;
+        }
+        let client = self.history.ops[index].client as usize;
+        if let Some(c) = self.clients.get_mut(client) {
+            if c.pending == Some(index) {
+                c.pending = None;
+                let at = self.now + self.cfg.think_us;
+                self.schedule(at, Ev::Client { client });
+            }
+        }
+    }
+
+    fn send(&mut self, from: usize, to: usize, msg: PeerMessage) {
+        if let PeerMessage::Gossip(GossipMessage::Ops(ops)) = &msg {
+            for op in ops {
+                let known = self.ops.entry(op.id).or_insert_with(|| op.clone());
+                // Paired with the rebuild rule (`Node::install`): an id a
+                // lost op had is never issued again, so an id names one op.
+                assert!(**known == **op, "{} names two different ops", op.id);
+            }
+            if self.net.starves(to) {
+                return;
+            }
+        }
+        let Ok(frame) = creek_wire::encode(&msg, &Limits::default()) else {
+            return;
+        };
+        match msg {
+            PeerMessage::Gossip(_) => self.traffic.gossip_bytes += frame.len() as u64,
+            PeerMessage::Cab(_)
+            | PeerMessage::Probe(_)
+            | PeerMessage::Hello(_)
+            | PeerMessage::Snapshot(_) => self.traffic.cab_bytes += frame.len() as u64,
+        }
+        for at in self
+            .net
+            .send(&mut self.rng, self.now, from, to, frame.len())
+        {
+            self.schedule(
+                at,
+                Ev::Deliver {
+                    from,
+                    to,
+                    frame: frame.clone(),
+                },
+            );
+        }
+    }
+
+    /// The CPU model: a free core takes the next execution, reads its
+    /// snapshot now and completes after the procedure's cost.
+    fn fill_cores(&mut self, i: usize) {
+        loop {
+            let cores = self.cfg.cores;
+            let n = &mut self.nodes[i];
+            if n.busy_cores >= cores {
+                return;
+            }
+            if !n.node.is_up() {
+                return;
+            }
+            let Some(task) = n.node.next_execution() else {
+                return;
+            };
+            let done = n.node.run(&task);
+            let cost = self.cfg.cost_of(&task.call.name);
+            n.busy_cores += 1;
+            n.busy_us += cost;
+            let epoch = n.epoch;
+            let at = self.now + cost;
+            self.schedule(
+                at,
+                Ev::ExecDone {
+                    node: i,
+                    epoch,
+                    done,
+                },
+            );
+        }
+    }
+
+    /// A wiped replica that rebuilt from a peer's checkpoint: its ops above
+    /// what its peers held were lost with its disk (no peer saw them). It
+    /// resumed its seqs past what its peers heard it reserve, so their ids
+    /// are not issued again (if it restarted before this was seen, past its
+    /// last issued seq as a bound).
+    fn check_rebuilt(&mut self, i: usize) {
+        let n = &self.nodes[i];
+        if !n.wiped || !n.node.is_member() {
+            return;
+        }
+        if let Some(last) = n.node.rebuilt_held_seq().or(n.node.last_issued_seq()) {
+            *self.faults.entry("disk_rebuilt").or_default() += 1;
+            self.nodes[i].wiped = false;
+            self.forget_lost_ops(i, last);
+            let me = ReplicaId(i as u16 + 1);
+            self.ops.retain(|id, _| id.origin != me || id.seq <= last);
+        }
+    }
+
+    /// Every replica's committed list must be a prefix of one order.
+    fn check_prefix(&mut self, i: usize) {
+        if !self.nodes[i].node.is_up() {
+            return;
+        }
+        self.nodes[i].node.fill_unseen(&self.canonical);
+        let node = &self.nodes[i].node;
+        let committed = node.committed();
+        let from = self.checked_len[i];
+        for (pos, id) in committed.iter().enumerate().skip(from) {
+            match self.canonical.get(pos) {
+                Some(c) if c != id => {
+                    if self.prefix_violation.is_none() && debug_log() {
+                        eprintln!(
+                            "prefix violation at replica {i}, position {pos}, at {} us",
+                            self.now
+                        );
+                    }
+                    if self.prefix_violation.is_none() {
+                        self.prefix_violation = Some(format!(
+                            "replica {i} committed {id} at position {pos} where another replica committed {c}"
+                        ));
+                    }
+                }
+                Some(_) => {}
+                None => self.canonical.push(*id),
+            }
+        }
+        self.checked_len[i] = committed.len();
+    }
+
+    /// Every replica holds its data (a lost one was rebuilt) and is quiet,
+    /// with the same committed order.
+    fn settled(&self) -> bool {
+        let in_group = self.in_group();
+        let members = || {
+            self.nodes
+                .iter()
+                .zip(&in_group)
+                .filter(|(_, member)| **member)
+                .map(|(n, _)| n)
+        };
+        if members().any(|n| n.node.is_lost()) {
+            return false;
+        }
+        let mut holding = members();
+        let Some(first) = holding.next() else {
+            return false;
+        };
+        first.node.quiet()
+            && holding.all(|n| n.node.quiet() && n.node.committed() == first.node.committed())
+            && self.left_ops_committed(&in_group, first.node.committed())
+    }
+
+    /// Every op broadcast by a replica that left the group is committed:
+    /// it hands its last ops over by gossip, and the run is not over
+    /// before the group has them (a replica that left commits nothing
+    /// itself, so its own quiet says nothing).
+    fn left_ops_committed(&self, in_group: &[bool], committed: &[OpId]) -> bool {
+        let left: Vec<ReplicaId> = in_group
+            .iter()
+            .enumerate()
+            .filter(|(i, member)| !**member && self.nodes[*i].slot == Slot::Removed)
+            .map(|(i, _)| ReplicaId(i as u16 + 1))
+            .collect();
+        if left.is_empty() {
+            return true;
+        }
+        let committed: BTreeSet<OpId> = committed.iter().copied().collect();
+        self.ops
+            .keys()
+            .filter(|id| left.contains(&id.origin))
+            .all(|id| committed.contains(id))
+    }
+}

@@ -1,0 +1,182 @@
+//! What a run reports: traffic, counters over time, and the outcome the
+//! checkers and benchmarks read.
+
+use super::*;
+
+/// Bytes on the wire by protocol.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Traffic {
+    /// Gossip frame bytes.
+    pub gossip_bytes: u64,
+    /// CAB frame bytes (link probes included).
+    pub cab_bytes: u64,
+}
+
+/// Cumulative counters over every replica at one moment, for measuring a
+/// window of a run (differences of two readings).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Totals {
+    /// Virtual time of the reading.
+    pub at_us: u64,
+    /// Every replica's counters, summed.
+    pub counts: ReplicaCounts,
+    /// Core-microseconds of executions started.
+    pub busy_us: u64,
+    /// Bytes on the wire.
+    pub traffic: Traffic,
+}
+
+impl Totals {
+    /// `self − earlier`, field by field (`at_us` stays `self`'s).
+    pub fn since(&self, earlier: &Totals) -> Totals {
+        Totals {
+            at_us: self.at_us,
+            counts: self.counts.since(&earlier.counts),
+            busy_us: self.busy_us - earlier.busy_us,
+            traffic: Traffic {
+                gossip_bytes: self.traffic.gossip_bytes - earlier.traffic.gossip_bytes,
+                cab_bytes: self.traffic.cab_bytes - earlier.traffic.cab_bytes,
+            },
+        }
+    }
+}
+
+/// Readings of [`Totals`] at the end of the warm-up, when the clients stop
+/// and when the run settled.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Readings {
+    /// At the end of the warm-up (all zero without one).
+    pub warmup: Totals,
+    /// When the clients stopped.
+    pub end: Totals,
+    /// When the run ended (settled or out of time).
+    pub finish: Totals,
+}
+
+/// What a run produced, for the checkers and the report.
+pub struct Outcome {
+    /// What clients saw.
+    pub history: History,
+    /// Every op seen on the wire, by id.
+    pub ops: BTreeMap<OpId, Arc<Op>>,
+    /// The final replicas (all up after a run that settled).
+    pub nodes: Vec<Box<dyn SimReplica>>,
+    /// Whether each replica is in the group at the end (false for a spare
+    /// never added, and for a removed replica).
+    pub members: Vec<bool>,
+    /// A violation of the committed-prefix property seen during the run.
+    pub prefix_violation: Option<String>,
+    /// Faults injected.
+    pub faults: FaultCounts,
+    /// Bytes on the wire.
+    pub traffic: Traffic,
+    /// Hash of the sequence of processed events and the final orders.
+    pub trace_hash: u64,
+    /// The registry the replicas ran.
+    pub registry: Arc<Registry>,
+    /// Virtual time clients ran.
+    pub duration_us: u64,
+    /// Whether the cluster converged before the time limit.
+    pub settled: bool,
+    /// How long after the clients stopped (every fault healed, every
+    /// replica restarted) the cluster settled.
+    pub settled_after_us: Option<u64>,
+    /// The liveness bound: a settled run must settle within this long after
+    /// the faults healed ([`liveness_bound_us`]).
+    pub liveness_bound_us: u64,
+    /// The workload (for its checker).
+    pub workload: Box<dyn Workload>,
+    /// Counter readings for measuring the window after the warm-up.
+    pub readings: Readings,
+    /// Whether the replicas started from the workload's preloaded state
+    /// (a replay of the committed order then starts from that state).
+    pub preloaded: bool,
+}
+
+impl Sim {
+    /// The counters now, summed over every replica (up or down).
+    pub(super) fn totals(&self) -> Totals {
+        let mut t = Totals {
+            at_us: self.now,
+            traffic: self.traffic,
+            ..Totals::default()
+        };
+        for n in &self.nodes {
+            t.counts += n.node.counts();
+            t.busy_us += n.busy_us;
+        }
+        t
+    }
+
+    pub(super) fn finish(mut self, settled: bool) -> Outcome {
+        if debug_log() {
+            for (i, n) in self.nodes.iter().enumerate() {
+                eprintln!("replica {i}: {}", n.node.debug());
+            }
+        }
+        self.readings.finish = self.totals();
+        let ids: Vec<OpId> = self.canonical.clone();
+        for id in &ids {
+            self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
+        }
+        let members = self.in_group();
+        let nodes = self.nodes.into_iter().map(|n| n.node).collect();
+        let settled_after_us = settled.then(|| self.now - self.cfg.duration_us);
+        // What client sessions did: expiry ops ordered, late copies refused.
+        let expiries = self
+            .ops
+            .values()
+            .filter(|op| &*op.call.name == creek_procs::session::EXPIRE)
+            .count() as u64;
+        let voids = self
+            .ops
+            .values()
+            .filter(|op| &*op.call.name == creek_procs::void::VOID)
+            .count() as u64;
+        let refused_expired = |r: &OpRecord| {
+            r.views.iter().any(|v| {
+                v.kind != creek_core::ViewKind::Tentative
+                    && v.outcome
+                        .as_ref()
+                        .is_err_and(|a| a.0.starts_with(creek_procs::session::SESSION_EXPIRED))
+            })
+        };
+        let refused = self
+            .history
+            .ops
+            .iter()
+            .filter(|r| refused_expired(r))
+            .count() as u64;
+        // Lost ops never took effect, nor did ops refused as expired (a sim
+        // client sends each request once, so no copy of them ran): the
+        // checkers judge what remains.
+        self.history.ops.retain(|r| !r.lost && !refused_expired(r));
+        for (k, n) in [
+            ("session_expiry_ops", expiries),
+            ("session_refused", refused),
+            ("void_ops", voids),
+        ] {
+            if n > 0 {
+                self.faults.insert(k, n);
+            }
+        }
+        Outcome {
+            settled_after_us,
+            liveness_bound_us: liveness_bound_us(self.net.latency_max_us()),
+            history: self.history,
+            ops: self.ops,
+            nodes,
+            members,
+            prefix_violation: self.prefix_violation,
+            faults: self.faults,
+            traffic: self.traffic,
+            trace_hash: self.trace,
+            registry: self.registry,
+            duration_us: self.cfg.duration_us,
+            settled,
+            workload: self.workload,
+            readings: self.readings,
+            preloaded: self.preloaded,
+        }
+    }
+}
