@@ -1,0 +1,133 @@
+//! The node's configuration ([`NodeConfig`]: defaults per group, then
+//! `validate`, as every room's) and why a node could not start
+//! ([`NodeError`]).
+
+use creek_cab::{CabConfig, CabError};
+use creek_core::{Config, ReplicaId};
+use creek_gossip::GossipConfig;
+use creek_wire::Limits;
+
+/// Whether this build has the bug-planting switches (the `planted-bugs`
+/// cargo feature, which also turns on those of creek-core and creek-cab).
+/// Production builds do not; configurations that set a switch are refused.
+pub const PLANTED_BUGS: bool = cfg!(feature = "planted-bugs");
+
+/// Configuration of a node.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// The replica protocol.
+    pub replica: Config,
+    /// Gossip.
+    pub gossip: GossipConfig,
+    /// CAB.
+    pub cab: CabConfig,
+    /// Wire limits.
+    pub wire: Limits,
+    /// The interval at which the driver calls
+    /// [`Node::tick`](crate::Node::tick), microseconds (the link timing
+    /// converts measured round trips into ticks).
+    pub tick_us: u64,
+    /// Every this many ticks after the previous checkpoint became durable, a
+    /// checkpoint of the committed state is handed to the driver to write in
+    /// the background (at the first clean point; see
+    /// [`CheckpointJob`](crate::CheckpointJob)); 0: never.
+    pub checkpoint_every_ticks: u64,
+    /// Client invocations are refused
+    /// ([`InvokeError::DiskBehind`](creek_core::InvokeError::DiskBehind)) while
+    /// this many writes handed out are not yet durable: a disk that falls
+    /// behind pushes back on clients instead of letting the writes and the peer
+    /// messages they hold grow without bound.
+    pub pending_writes_max: u64,
+    /// A replica that lost its data is rebuilt from the members left even
+    /// when a majority of the group lost its data (they may lack ops only
+    /// the lost replicas acknowledged, which are then gone for good). The
+    /// operator's explicit choice after a majority loss; off by default.
+    pub rebuild_despite_data_loss: bool,
+    /// Planted bug (the simulator's `--plant-bug send-before-durable`): peer
+    /// messages leave at once instead of waiting for their write. Only for
+    /// validating the checkers; never set in production.
+    pub planted_send_before_durable: bool,
+    /// Planted bug (the simulator's `--plant-bug amnesiac-voter`): a replica
+    /// told that it lost its data joins anyway, empty, as a voter. Only for
+    /// validating the checkers; never set in production.
+    pub planted_amnesiac_voter: bool,
+    /// Planted bug (the simulator's `--plant-bug forget-sent-ops`): a
+    /// restarted replica does not take back the own ops it sent before
+    /// their write was durable, and issues their ids again. Only for
+    /// validating the checkers; never set in production.
+    pub planted_forget_sent_ops: bool,
+}
+
+impl NodeConfig {
+    /// The parts agree on the replica, and the wire limits make sense (the
+    /// rooms check their own settings when they start).
+    pub fn validate(&self) -> Result<(), NodeError> {
+        self.wire.validate()?;
+        if self.tick_us == 0 || self.pending_writes_max == 0 {
+            return Err(NodeError::Inconsistent(
+                "tick_us and pending_writes_max must be positive".into(),
+            ));
+        }
+        if (self.planted_send_before_durable
+            || self.planted_amnesiac_voter
+            || self.planted_forget_sent_ops)
+            && !PLANTED_BUGS
+        {
+            return Err(NodeError::Inconsistent(creek_core::PLANTED_BUGS_OFF.into()));
+        }
+        let me = self.replica.id;
+        if self.gossip.me != me || self.cab.me != me {
+            return Err(NodeError::Inconsistent(
+                "replica, gossip and cab must name the same replica".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Defaults for replica `me` of the group `replicas`.
+    pub fn for_group(me: ReplicaId, replicas: &[ReplicaId]) -> Self {
+        NodeConfig {
+            replica: Config::for_replica(me),
+            gossip: GossipConfig {
+                me,
+                peers: replicas.iter().copied().filter(|r| *r != me).collect(),
+                ..GossipConfig::default()
+            },
+            cab: CabConfig::for_group(me, replicas),
+            wire: Limits::default(),
+            tick_us: 10_000,
+            checkpoint_every_ticks: 0,
+            pending_writes_max: PENDING_WRITES_MAX,
+            rebuild_despite_data_loss: false,
+            planted_send_before_durable: false,
+            planted_amnesiac_voter: false,
+            planted_forget_sent_ops: false,
+        }
+    }
+}
+
+/// The default [`NodeConfig::pending_writes_max`]. A healthy disk keeps a
+/// few writes pending (group commit takes all queued writes in one fsync);
+/// this many means it is far behind.
+pub const PENDING_WRITES_MAX: u64 = 1024;
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The replica configuration.
+    #[error("replica: {0}")]
+    Replica(#[from] creek_core::ConfigError),
+    /// The gossip configuration.
+    #[error("gossip: {0}")]
+    Gossip(#[from] creek_gossip::ConfigError),
+    /// CAB.
+    #[error("cab: {0}")]
+    Cab(#[from] CabError),
+    /// The wire limits.
+    #[error("wire limits: {0}")]
+    Wire(#[from] creek_wire::LimitsError),
+    /// The configurations disagree.
+    #[error("inconsistent configuration: {0}")]
+    Inconsistent(String),
+}

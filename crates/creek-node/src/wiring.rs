@@ -1,0 +1,364 @@
+//! The node's inputs and the pump that wires its rooms together: client
+//! invocations, peer messages and frames, ticks and finished executions
+//! come in; the pump moves what one room emits to the next (the replica's
+//! casts to gossip and CAB, gossip's deliveries and CAB's decided ids to
+//! the replica) until nothing moves, and asks gossip for what CAB waits on.
+
+use bytes::Bytes;
+use creek_cab::CabStorage;
+use creek_core::{Effect, ExecKey, InvokeError, OpId, ReplicaId, Request};
+use creek_exec::{Completion, Task};
+use creek_wire::{GossipMessage, PeerMessage};
+
+use crate::{Node, Standing};
+
+/// Every this many ticks, a replica CAB-casts the strong ops that are still
+/// tentative here, whatever their origin: an origin that crashed (or lost
+/// its volatile CAB state) before its id was decided would otherwise leave
+/// the op tentative everywhere forever. CAB delivers an id at its first
+/// occurrence only, so extra casts are harmless.
+const ADOPTION_TICKS: u64 = 200;
+
+/// The most ids one pump asks gossip to pull.
+pub(crate) const PULL_IDS_MAX: usize = 1024;
+
+/// The most rounds one pump may take (see [`Node::pump`]'s assertion).
+const PUMP_ROUNDS_MAX: usize = 1000;
+
+impl<S: CabStorage> Node<S> {
+    /// A client invocation.
+    pub fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
+        match self.membership.standing() {
+            Standing::Member => {}
+            Standing::Joining { waiting_for } => {
+                return Err(InvokeError::NotServing(format!(
+                    "replica {} is joining its cluster: a new cluster forms once every \
+                     initial member has started (waiting for replicas {waiting_for:?})",
+                    self.id()
+                )))
+            }
+            Standing::Lost { why } => return Err(InvokeError::NotServing(why)),
+            Standing::Removed => {
+                return Err(InvokeError::NotServing(format!(
+                    "replica {} was removed from its cluster: ask a member",
+                    self.id()
+                )))
+            }
+        }
+        if request.strong && self.membership.quorum_lost() {
+            return Err(InvokeError::QuorumLostData(format!(
+                "quorum lost data: replicas {:?} lost their data directories, a majority of \
+                 the group, so no strong op can be ordered without risking acknowledged ones; \
+                 weak ops still answer (docs/operations.md, \"Lost a disk\")",
+                self.membership.lost_peers()
+            )));
+        }
+        let d = &self.durability;
+        let pending = d.written - d.durable;
+        if d.pending_writes_max > 0 && pending >= d.pending_writes_max {
+            return Err(InvokeError::DiskBehind(pending));
+        }
+        let handle = self.replica.invoke(request, now_us)?;
+        self.pump();
+        Ok(handle)
+    }
+
+    /// A decoded message from a peer.
+    pub fn on_message(&mut self, from: ReplicaId, msg: PeerMessage) {
+        match msg {
+            PeerMessage::Hello(h) => {
+                let floor = (h.state == creek_wire::MemberState::Member).then_some(h.floor);
+                if h.state == creek_wire::MemberState::Lost {
+                    // What it acknowledged or reported holding is gone.
+                    self.cab.forget_peer(from);
+                    self.gossip.forget_peer(from);
+                }
+                let directory = h.directory.clone();
+                let followed = self.membership.followed_group().map(|g| g.0);
+                if self.membership.on_hello(from, h) {
+                    // Just joined: consensus and gossip start from here.
+                    self.adopt_tentative_strong_ops();
+                }
+                if self.membership.followed_group().map(|g| g.0) != followed {
+                    self.follow_group(&directory);
+                }
+                if let Some(floor) = floor.filter(|f| *f > 0) {
+                    if self.membership.accepts(from) {
+                        // A peer rebuilt after it lost its data, or
+                        // restarted after a crash: its ops up to the floor
+                        // may come in any order, or never.
+                        self.peer_floors.insert(from, floor);
+                        self.open_peer_range(from, floor);
+                    }
+                }
+            }
+            PeerMessage::Gossip(_) | PeerMessage::Cab(_) if !self.membership.accepts(from) => {
+                self.refused_non_members += 1;
+                return;
+            }
+            PeerMessage::Gossip(m) => {
+                self.gossip.on_message(from, m);
+                self.deliver_gossip();
+            }
+            PeerMessage::Cab(m) => {
+                let replica = &self.replica;
+                self.cab
+                    .on_message(from, m, &|id| replica.holds_payloads(id));
+            }
+            PeerMessage::Probe(p) => {
+                if let Some(echo) = self.timing.on_probe(from, p) {
+                    self.outbox.push((from, PeerMessage::Probe(echo)));
+                }
+                self.cab.set_tick_scale(self.timing.scale());
+                self.gossip.set_tick_scale(self.timing.scale());
+            }
+            PeerMessage::Snapshot(m) => self.on_snapshot(from, m),
+        }
+        self.pump();
+    }
+
+    /// Let `peer`'s ops up to `floor` arrive in any order (a loose range).
+    pub(crate) fn open_peer_range(&mut self, peer: ReplicaId, floor: u64) {
+        let base = self.gossip.counter(peer);
+        let replica = &self.replica;
+        self.gossip
+            .open_range(peer, base, floor, |id| replica.has_held(id));
+        self.deliver_gossip();
+    }
+
+    /// Hand what gossip delivered to the replica (RB-deliver).
+    pub(crate) fn deliver_gossip(&mut self) {
+        for op in self.gossip.take_delivered() {
+            if self.replica.rb_deliver(op.clone()) {
+                self.new_payloads.push(op);
+            }
+        }
+    }
+
+    /// A frame from a peer, as received: decoded (zero-copy) and handled; a
+    /// malformed frame is counted and refused.
+    pub fn on_frame(
+        &mut self,
+        from: ReplicaId,
+        frame: &Bytes,
+    ) -> Result<(), creek_wire::DecodeError> {
+        match creek_wire::decode_bytes(frame, &self.limits) {
+            Ok(msg) => {
+                self.on_message(from, msg);
+                Ok(())
+            }
+            Err(e) => {
+                self.refused_frames += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Advance time: the replica's stabilizer, gossip anti-entropy, CAB.
+    pub fn tick(&mut self, now_us: u64) {
+        self.membership.tick();
+        self.transfers.tick(self.timing.scale());
+        self.want_state();
+        if !self.membership.is_member() {
+            // Not a member yet (or lost): nothing runs but the handshake and
+            // the link probes. A removed replica still gossips, so the ops
+            // it issued while a member reach the group.
+            for (to, probe) in self.timing.tick(now_us) {
+                self.outbox.push((to, PeerMessage::Probe(probe)));
+            }
+            if self.membership.is_removed() {
+                self.gossip.tick();
+                self.take_gossip_messages();
+            }
+            return;
+        }
+        self.replica.tick(now_us);
+        self.replica.expire_sessions(now_us, self.cab.is_leader());
+        self.gossip.tick();
+        self.reclaim_tick(now_us);
+        self.watch_held();
+        self.pull_due = true;
+        for (to, probe) in self.timing.tick(now_us) {
+            self.outbox.push((to, PeerMessage::Probe(probe)));
+        }
+        self.cab.tick();
+        // A commit-index-only log write waits at most a tick.
+        self.durability.sync_lazy = true;
+        self.durability.ticks_since_checkpoint += 1;
+        self.ticks_since_adoption += 1;
+        if self.ticks_since_adoption >= ADOPTION_TICKS {
+            self.ticks_since_adoption = 0;
+            self.adopt_tentative_strong_ops();
+        }
+        self.pump();
+    }
+
+    /// CAB-cast every strong op still tentative here (see [`ADOPTION_TICKS`]).
+    pub(crate) fn adopt_tentative_strong_ops(&mut self) {
+        let orphans: Vec<OpId> = self
+            .replica
+            .tentative()
+            .into_iter()
+            .filter(|id| self.replica.op(*id).is_some_and(|op| op.strong))
+            .collect();
+        for id in orphans {
+            self.cab.cast(id);
+        }
+    }
+
+    /// The next execution to run, if any.
+    pub fn next_execution(&mut self) -> Option<Task<ExecKey>> {
+        self.replica.next_execution()
+    }
+
+    /// Run a task on its snapshot (shared borrow: many may run at once).
+    pub fn run(&self, task: &Task<ExecKey>) -> Completion<ExecKey> {
+        self.replica.run(task)
+    }
+
+    /// Hand a finished execution back.
+    pub fn complete(&mut self, completion: Completion<ExecKey>) {
+        self.replica.complete(completion);
+        self.pump();
+    }
+
+    /// Run every ready execution now, one at a time.
+    pub fn execute_all(&mut self) {
+        while let Some(task) = self.next_execution() {
+            let done = self.run(&task);
+            self.complete(done);
+        }
+    }
+
+    /// Start a CAB election now (a member only).
+    pub fn campaign(&mut self) {
+        if self.membership.is_member() {
+            self.cab.campaign();
+            self.pump();
+        }
+    }
+
+    /// Gossip's messages into the outbox, or with the early ones when they
+    /// claim nothing about this replica's disk: pulls, and payloads whose
+    /// own ops a durable write reserved (another origin's op relayed is the
+    /// receiver's to keep either way). Digests report what is held here,
+    /// so they wait.
+    fn take_gossip_messages(&mut self) {
+        let me = self.id();
+        let reserved = self.durability.reserved_durable;
+        for (to, m) in self.gossip.take_messages() {
+            let early = match &m {
+                GossipMessage::Pull { .. } => true,
+                GossipMessage::Ops(ops) => ops
+                    .iter()
+                    .all(|op| op.id.origin != me || op.id.seq <= reserved),
+                GossipMessage::Digest { .. } => false,
+            };
+            let out = if early {
+                &mut self.early
+            } else {
+                &mut self.outbox
+            };
+            out.push((to, PeerMessage::Gossip(m)));
+        }
+    }
+
+    /// Move work between the rooms until nothing changes.
+    pub(crate) fn pump(&mut self) {
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            // Each round after the first runs only because the previous one
+            // delivered or emitted something, which the rooms consume: a
+            // long run means two rooms feed each other forever.
+            assert!(rounds <= PUMP_ROUNDS_MAX, "the pump did not settle");
+            let mut progress = false;
+            for effect in self.replica.take_effects() {
+                progress = true;
+                match effect {
+                    Effect::RbCast(op) => {
+                        self.new_payloads.push(op.clone());
+                        self.gossip.broadcast(op);
+                    }
+                    Effect::CabCast(id) => self.cab.cast(id),
+                    Effect::View(v) => self.views.push(v),
+                    Effect::Voided(id) => {
+                        self.gossip.void(id);
+                        self.voided.push(id);
+                    }
+                }
+            }
+            // A void may let ops buffered behind it through.
+            self.deliver_gossip();
+            // Payloads go out before the consensus messages that name them,
+            // so a follower finds an op's payload already there when the
+            // append arrives (instead of holding the append and pulling).
+            self.take_gossip_messages();
+            let replica = &self.replica;
+            self.cab.poll(&|id| replica.holds_payloads(id));
+            let early = self.cab.take_early_messages();
+            self.early
+                .extend(early.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
+            let cab_out = self.cab.take_messages();
+            self.outbox
+                .extend(cab_out.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
+            // One at a time: an id may depend on the one delivered before it.
+            while let Some(id) = self.cab.next_deliverable(&|id| self.replica.check_dep(id)) {
+                progress = true;
+                self.replica.cab_deliver(id);
+            }
+            progress |= self.apply_group_changes();
+            let len = self.replica.committed_len();
+            if len > self.committed_told {
+                let told = self.committed_since(self.committed_told);
+                self.gossip.committed(told);
+                self.committed_told = len;
+            }
+            if !progress {
+                break;
+            }
+        }
+        self.pull_missing();
+        self.take_gossip_messages();
+        self.want_state();
+        self.serve_deferred();
+    }
+
+    /// Ask gossip for what CAB waits on: the strong op itself, or the ops of
+    /// its causal context that have not arrived.
+    ///
+    /// At most once per tick: gossip asks for an id again only every
+    /// `pull_every_ticks` anyway, and finding what is missing walks the
+    /// causal contexts of every waiting op. A pump runs for every message
+    /// and every completed execution; a replica that restarted behind a gap
+    /// (thousands of cast ids waiting on a few lost payloads) spent its
+    /// whole node loop here (chaos seed 7, docs/reliability.md).
+    fn pull_missing(&mut self) {
+        if !std::mem::take(&mut self.pull_due) {
+            return;
+        }
+        let replica = &self.replica;
+        let waiting = self
+            .cab
+            .waiting_for(&|id| replica.holds_payloads(id), &|id| {
+                replica.check_dep(id)
+            });
+        if waiting.is_empty() {
+            return;
+        }
+        // Bounded in all, not per waiting id: a hostile context may name a
+        // huge range, and many waiting ids may name the same missing ones.
+        let wanted: Vec<OpId> = waiting
+            .into_iter()
+            .flat_map(|id| -> Box<dyn Iterator<Item = OpId> + '_> {
+                match self.replica.op(id) {
+                    None => Box::new(std::iter::once(id)),
+                    // Context ops never here.
+                    Some(_) => Box::new(self.replica.missing_context(id)),
+                }
+            })
+            .take(PULL_IDS_MAX)
+            .collect();
+        self.gossip.pull(&wanted);
+    }
+}
