@@ -7,41 +7,34 @@
 //! replica makes the same decision about the same bytes.
 
 use creek_core::{OpId, ReplicaId};
+use creek_types::{Reader, Writer};
 
 const VERSION: u8 = 1;
-
-fn put_varint(out: &mut Vec<u8>, v: u64) {
-    creek_types::varint::put(out, v);
-}
-
-fn get_varint(input: &[u8], pos: &mut usize) -> Option<u64> {
-    creek_types::varint::get(input, pos).ok()
-}
 
 /// Encode a batch of ids.
 pub fn encode_ids(ids: &[OpId]) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 + ids.len() * 5);
     out.push(VERSION);
-    put_varint(&mut out, ids.len() as u64);
+    out.put_len(ids.len());
     for id in ids {
-        put_varint(&mut out, u64::from(id.origin.0));
-        put_varint(&mut out, id.seq);
+        out.put_varint(u64::from(id.origin.0));
+        out.put_varint(id.seq);
     }
     out
 }
 
 /// Decode a batch of ids; `None` if the bytes are not a well-formed batch.
 pub fn decode_ids(data: &[u8]) -> Option<Vec<OpId>> {
-    if data.first() != Some(&VERSION) {
+    let mut r = Reader::new(data);
+    if r.byte().ok()? != VERSION {
         return None;
     }
-    let mut pos = 1;
-    let count = get_varint(data, &mut pos)?;
     // Each id takes at least two bytes: never allocate past the input.
-    let mut ids = Vec::with_capacity((count as usize).min(data.len() / 2));
+    let count = r.count(2).ok()?;
+    let mut ids = Vec::with_capacity(count);
     for _ in 0..count {
-        let origin = u16::try_from(get_varint(data, &mut pos)?).ok()?;
-        let seq = get_varint(data, &mut pos)?;
+        let origin = u16::try_from(r.varint().ok()?).ok()?;
+        let seq = r.varint().ok()?;
         if seq == 0 {
             return None;
         }
@@ -50,7 +43,8 @@ pub fn decode_ids(data: &[u8]) -> Option<Vec<OpId>> {
             seq,
         });
     }
-    (pos == data.len()).then_some(ids)
+    r.finish().ok()?;
+    Some(ids)
 }
 
 #[cfg(test)]
