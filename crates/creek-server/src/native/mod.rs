@@ -318,7 +318,6 @@ fn credentials(token: &[u8]) -> MetadataMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use creek_proto::native::HEADER_BYTES;
 
     #[test]
     fn a_hello_token_becomes_a_bearer_header() {
