@@ -5,7 +5,8 @@
 # hit; the script fails if `creek dev` does not stay up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=./target/release/creek
+# $CREEK_BIN: the binary to check (CI passes the swarm profile's).
+bin=${CREEK_BIN:-./target/release/creek}
 dir=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 base=$((30000 + RANDOM % 10000))

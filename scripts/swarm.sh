@@ -9,10 +9,16 @@
 # baseline (smr, bayou, archie): 10 seeds each of kv and bank. Exits
 # non-zero if any seed fails; each failure prints the command that
 # reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
+#
+# The binary is the `swarm` profile's (target/swarm/creek, built here if
+# missing): release optimisation with debug assertions and overflow checks
+# on, so the paired invariants (`debug_assert!`) hold where the seeds run
+# (docs/operations.md, "The swarm profile"). $CREEK_BIN runs another one,
+# e.g. ./target/release/creek to compare.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${CREEK_BIN:-./target/release/creek}
-[ -x "$bin" ] || cargo build --release -p creek
+bin=${CREEK_BIN:-./target/swarm/creek}
+[ -x "$bin" ] || cargo build --profile swarm -p creek
 logs=${SWARM_LOGS:-/tmp/creek-swarm}
 mkdir -p "$logs"
 rm -f "$logs"/*.log

@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub(crate) mod call;
 pub mod config;
 pub mod console;
 pub mod faults;
@@ -33,6 +34,7 @@ pub mod request;
 pub mod restore;
 pub mod server;
 pub mod service;
+mod socket;
 pub mod tls;
 pub mod transport;
 pub mod watch;

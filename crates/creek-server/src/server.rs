@@ -13,6 +13,7 @@ use creek_proto::pb;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::call::check::FrontDoor;
 use crate::config::ServerConfig;
 use crate::faults::Faults;
 use crate::metrics::Metrics;
@@ -144,133 +145,29 @@ impl Server {
     ) -> Result<Server, StartError> {
         config.validate()?;
         let me = config.replica_id();
-        let group = config.group();
-        let voters: Vec<u64> = group.iter().map(|r| creek_cab::raft_id(*r)).collect();
         let (events_tx, events_rx) = mpsc::channel::<Event>(16 * 1024);
-
         // Durability reports reach the node loop without ever blocking the
         // persister thread.
         let durability = Arc::new(Durability::default());
-        let on_durable = durability.callback(events_tx.clone());
-        let opened = creek_store::open(&config.data_dir, voters, on_durable).map_err(|source| {
-            StartError::Store {
-                dir: config.data_dir.clone(),
-                source,
-            }
-        })?;
-        let mut node_config = NodeConfig::for_group(me, &group);
-        node_config.tick_us = config.tick_ms * 1000;
-        node_config.replica.stabilize_after_us = config.stabilize_after_ms * 1000;
-        node_config.replica.early_tentative_views = config.early_preliminary_views;
-        node_config.checkpoint_every_ticks =
-            (config.checkpoint_every_secs * 1000 / config.tick_ms).max(1);
-        node_config.rebuild_despite_data_loss = config.rebuild_despite_data_loss;
-        node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
-        node_config.pending_writes_max = config.pending_writes_max;
-        node_config.cab.compaction_lag_max = config.compaction_lag_max;
-        match config.plant_bug.as_deref() {
-            Some("deliver-on-propose") => node_config.cab.planted_deliver_on_propose = true,
-            Some("send-before-durable") => node_config.planted_send_before_durable = true,
-            Some("amnesiac-voter") => node_config.planted_amnesiac_voter = true,
-            Some("forget-sent-ops") => node_config.planted_forget_sent_ops = true,
-            _ => {}
-        }
-        if let Some(bug) = &config.plant_bug {
-            tracing::warn!(replica = %me, bug, "a protocol bug is planted on purpose (tests only)");
-        }
-        if config.rebuild_despite_data_loss {
-            tracing::warn!(
-                replica = %me,
-                "rebuild_despite_data_loss is on: if this replica lost its data while a \
-                 majority of the group did too, it is rebuilt from the replicas left, and \
-                 ops only the lost replicas acknowledged are gone for good; turn it off \
-                 once the cluster is whole"
-            );
-        }
+        let opened = open_data_dir(&config, durability.callback(events_tx.clone()))?;
+        let node_config = node_config(&config);
         let limits = node_config.wire;
-        let recovered_ops = opened.recovered.ops.len();
-        if opened.recovered.repaired {
-            tracing::warn!(
-                replica = %me,
-                dir = %config.data_dir.display(),
-                "the data directory was not closed cleanly (crash, kill or failed fsync): \
-                 its database was checked and rolled back to its last complete commit; \
-                 a write that was torn or not fully synced is dropped (no peer saw it)"
-            );
-        }
-        let from_checkpoint = opened
-            .recovered
-            .checkpoint
-            .as_ref()
-            .map(|c| c.committed_len);
-        let procedures = Arc::new(crate::service::procedures_reply(&registry));
-        let node = Node::recover(
-            node_config,
-            registry,
-            opened.storage,
-            opened.recovered.into(),
-            fresh_nonce(),
-        )?;
-        tracing::info!(
-            replica = %me,
-            recovered_ops,
-            checkpoint = ?from_checkpoint,
-            "recovered from the data directory"
-        );
-
-        let tls = match &config.tls {
-            Some(files) => Some(Arc::new(Tls::load(me, files.clone())?)),
-            None => None,
-        };
-        if config.tls.is_none() && config.insecure {
-            let me_addr = config.me();
-            tracing::warn!(
-                replica = %me,
-                client_addr = %me_addr.client_addr,
-                peer_addr = %me_addr.peer_addr,
-                "INSECURE: no TLS, and --insecure allows listening beyond loopback: anyone who \
-                 can reach these addresses can read and change every value and speak the \
-                 replica protocol"
-            );
-        }
-        let me_addr = config.me().clone();
-        let bind = |what, addr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| StartError::Bind { what, addr, source })
-        };
-        let peer_listener = bind("peer", me_addr.peer_addr).await?;
-        let client_listener = bind("client", me_addr.client_addr).await?;
-        let client_addr = client_listener
-            .local_addr()
-            .map_err(|source| StartError::Bind {
-                what: "client",
-                addr: me_addr.client_addr,
-                source,
-            })?;
-        let metrics_listener = match config.metrics_addr {
-            Some(a) => Some(bind("metrics", a).await?),
-            None => None,
-        };
-        let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let procedures = Arc::new(crate::call::answer::procedures_reply(&registry));
+        let (node, persister) = recover(&config, node_config, registry, opened)?;
+        let tls = load_tls(&config)?;
+        let listeners = Listeners::bind(&config).await?;
+        let client_addr = listeners.client_addr;
+        let metrics_addr = listeners.metrics_addr;
 
         let faults = Arc::new(Faults::default());
-        let peers: Vec<(ReplicaId, SocketAddr)> = config
-            .replicas
-            .iter()
-            .filter(|r| r.id != config.id)
-            .map(|r| (ReplicaId(r.id), r.peer_addr))
-            .collect();
-        let transport = Arc::new(Transport::start(
-            me,
-            &peers,
-            peer_listener,
+        let transport = start_transport(
+            &config,
+            listeners.peer,
             events_tx.clone(),
             faults.clone(),
-            config.peer_queue_frames,
             limits.frame_bytes_max,
             tls.clone(),
-        ));
+        );
         durability.set_transport(transport.clone());
         let metrics = Arc::new(Metrics::new());
         let auth = match config.auth.root_hash() {
@@ -278,31 +175,14 @@ impl Server {
             Ok(root) => Some(Arc::new(crate::auth::Auth::new(root))),
             Err(e) => return Err(StartError::Config(crate::ConfigError::Invalid(e))),
         };
-        let corked = Arc::new(crate::native::Corked::default());
+        let corked = Arc::new(crate::native::out::Corked::default());
         let node_loop = NodeLoop::new(
             node,
-            opened.persister,
+            persister,
             durability,
             transport.clone(),
             metrics.clone(),
-            LoopConfig {
-                workers: config.worker_threads(),
-                watch_history_bytes: config.watch_history_bytes,
-                auth: auth.clone(),
-                limits,
-                corked: corked.clone(),
-                addrs: config
-                    .replicas
-                    .iter()
-                    .map(|r| {
-                        let addrs = creek_core::Addrs {
-                            peer: r.peer_addr.to_string(),
-                            client: r.client_addr.to_string(),
-                        };
-                        (ReplicaId(r.id), addrs)
-                    })
-                    .collect(),
-            },
+            loop_config(&config, auth.clone(), limits, corked.clone()),
         );
         let fatal: FatalCell = Arc::new(watch::channel(None).0);
         let node_fatal = fatal.clone();
@@ -313,31 +193,14 @@ impl Server {
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopping = Arc::new(AtomicBool::new(false));
-        let mut tasks = Vec::new();
-
-        // The protocol clock. A full queue skips a tick rather than block.
-        let tick_tx = events_tx.clone();
-        let tick = config.tick();
-        tasks.push(tokio::spawn(async move {
-            let mut iv = tokio::time::interval(tick);
-            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                iv.tick().await;
-                if tick_tx.is_closed() {
-                    return;
-                }
-                let _ = tick_tx.try_send(Event::Tick);
-            }
-        }));
-
-        let service = CreekService {
+        let mut tasks = vec![spawn_ticker(events_tx.clone(), config.tick())];
+        let front = FrontDoor {
             events: events_tx.clone(),
             metrics: metrics.clone(),
             transport,
             me,
             max_request_bytes: config.max_request_bytes,
             stopping: stopping.clone(),
-            procedures,
             auth: auth.clone(),
         };
         let admin = AdminService {
@@ -345,89 +208,35 @@ impl Server {
             faults,
             allowed: config.allow_fault_injection,
             me,
-            auth: auth.clone(),
+            auth,
         };
-        // The decoder's limit sits above ours, so the service answers every
-        // request up to it, and `Oversized` gives larger ones the same
-        // answer (docs/security.md, "Limits").
-        let limit = crate::limits::decode_limit(config.max_request_bytes);
-        let caps = crate::limits::ConnectionCaps::new(
-            config.connections_per_client_max,
-            config.connections_max,
-        );
-        let streams_max = config.streams_per_connection_max;
-        let resets_max = config.pending_reset_streams_max;
-        let console_service = service.clone();
-        let native_service = service.clone();
-        let mut grpc_shutdown = shutdown_rx.clone();
-        let grpc_fatal = fatal.clone();
-        let grpc_stopping = stopping.clone();
-        let router = tonic::transport::Server::builder()
-            .max_concurrent_streams(streams_max)
-            .concurrency_limit_per_connection(streams_max as usize)
-            .http2_max_pending_accept_reset_streams(Some(resets_max))
-            .add_service(crate::limits::Oversized(
-                pb::creek_server::CreekServer::new(service).max_decoding_message_size(limit),
-            ))
-            .add_service(crate::limits::Oversized(
-                pb::admin_server::AdminServer::new(admin).max_decoding_message_size(limit),
-            ));
-        let client_tls = tls.clone();
-        let native = Native {
-            service: native_service,
-            corked: corked.clone(),
-            limits: crate::native::NativeLimits {
-                frame_bytes_max: limit,
-                calls_max: streams_max as usize,
-            },
-            shutdown: shutdown_rx.clone(),
+        let service = CreekService {
+            front: front.clone(),
+            procedures,
         };
-        tasks.push(tokio::spawn(async move {
-            let stop = async move {
-                let _ = grpc_shutdown.wait_for(|s| *s).await;
-            };
-            // Our own listener: tonic's tcp_nodelay applies only to sockets
-            // it accepts itself, and Nagle's algorithm would hold each view
-            // for a delayed ACK (~40 ms). Past a connection cap, a
-            // connection is closed as soon as it is accepted.
-            let result = match client_tls {
-                None => {
-                    let incoming = plain_incoming(client_listener, caps, native);
-                    router.serve_with_incoming_shutdown(incoming, stop).await
-                }
-                Some(tls) => {
-                    let incoming = tls_incoming(client_listener, tls, caps);
-                    router.serve_with_incoming_shutdown(incoming, stop).await
-                }
-            };
-            if let Err(e) = result {
-                tracing::error!(error = %e, "the client API stopped");
-                if !grpc_stopping.load(Ordering::Relaxed) {
-                    publish(&grpc_fatal, Fatal::ClientApi(e.to_string()));
-                }
-            }
-        }));
-        if let Some(listener) = metrics_listener {
-            let m = metrics.clone();
-            let mut rx = shutdown_rx.clone();
-            // The console's invoke bodies are JSON: room for the request's
-            // limit with the JSON's overhead.
-            let console = Arc::new(crate::console::Console::new(console_service, limit * 2));
-            tasks.push(tokio::spawn(console.clone().run_sampler()));
-            let routes = crate::console::router(console);
-            tasks.push(tokio::spawn(async move {
-                let stop = async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                };
-                if let Err(e) = crate::metrics::serve(listener, m, routes, stop).await {
-                    tracing::error!(error = %e, "the metrics and console endpoint stopped");
-                }
-            }));
+        // The console's invoke bodies are JSON: room for the request's
+        // limit with the JSON's overhead.
+        let console_body_bytes_max = crate::limits::decode_limit(config.max_request_bytes) * 2;
+        if let Some(listener) = listeners.metrics {
+            let console = crate::console::Console::new(service.clone(), console_body_bytes_max);
+            serve_console(listener, metrics, console, &shutdown_rx, &mut tasks);
         }
+        let clients = Clients {
+            listener: listeners.client,
+            service,
+            admin,
+            front,
+            corked,
+            tls: tls.clone(),
+            shutdown: shutdown_rx,
+            fatal: fatal.clone(),
+            stopping: stopping.clone(),
+        };
+        tasks.push(clients.serve(&config));
         tracing::info!(
             replica = %me,
             %client_addr,
-            peer_addr = %me_addr.peer_addr,
+            peer_addr = %config.me().peer_addr,
             tls = tls.is_some(),
             auth = config.auth.enabled,
             "replica serving"
@@ -516,14 +325,339 @@ impl Server {
     }
 }
 
+/// Open the data directory (the persister reports to `on_durable`).
+fn open_data_dir(
+    config: &ServerConfig,
+    on_durable: creek_store::OnDurable,
+) -> Result<creek_store::Opened, StartError> {
+    let voters: Vec<u64> = config
+        .group()
+        .iter()
+        .map(|r| creek_cab::raft_id(*r))
+        .collect();
+    creek_store::open(&config.data_dir, voters, on_durable).map_err(|source| StartError::Store {
+        dir: config.data_dir.clone(),
+        source,
+    })
+}
+
+/// The node's configuration from the server's, with a warning for each
+/// setting that gives up a guarantee on purpose.
+fn node_config(config: &ServerConfig) -> NodeConfig {
+    let me = config.replica_id();
+    let mut node_config = NodeConfig::for_group(me, &config.group());
+    node_config.tick_us = config.tick_ms * 1000;
+    node_config.replica.stabilize_after_us = config.stabilize_after_ms * 1000;
+    node_config.replica.early_tentative_views = config.early_preliminary_views;
+    node_config.checkpoint_every_ticks =
+        (config.checkpoint_every_secs * 1000 / config.tick_ms).max(1);
+    node_config.rebuild_despite_data_loss = config.rebuild_despite_data_loss;
+    node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
+    node_config.pending_writes_max = config.pending_writes_max;
+    node_config.cab.compaction_lag_max = config.compaction_lag_max;
+    match config.plant_bug.as_deref() {
+        Some("deliver-on-propose") => node_config.cab.planted_deliver_on_propose = true,
+        Some("send-before-durable") => node_config.planted_send_before_durable = true,
+        Some("amnesiac-voter") => node_config.planted_amnesiac_voter = true,
+        Some("forget-sent-ops") => node_config.planted_forget_sent_ops = true,
+        _ => {}
+    }
+    if let Some(bug) = &config.plant_bug {
+        tracing::warn!(replica = %me, bug, "a protocol bug is planted on purpose (tests only)");
+    }
+    if config.rebuild_despite_data_loss {
+        tracing::warn!(
+            replica = %me,
+            "rebuild_despite_data_loss is on: if this replica lost its data while a \
+             majority of the group did too, it is rebuilt from the replicas left, and \
+             ops only the lost replicas acknowledged are gone for good; turn it off \
+             once the cluster is whole"
+        );
+    }
+    node_config
+}
+
+/// Recover the node from what the data directory holds; the persister
+/// goes on writing for it.
+fn recover(
+    config: &ServerConfig,
+    node_config: NodeConfig,
+    registry: Arc<Registry>,
+    opened: creek_store::Opened,
+) -> Result<(Node<creek_store::LogStore>, creek_store::Persister), StartError> {
+    let me = config.replica_id();
+    let recovered_ops = opened.recovered.ops.len();
+    if opened.recovered.repaired {
+        tracing::warn!(
+            replica = %me,
+            dir = %config.data_dir.display(),
+            "the data directory was not closed cleanly (crash, kill or failed fsync): \
+             its database was checked and rolled back to its last complete commit; \
+             a write that was torn or not fully synced is dropped (no peer saw it)"
+        );
+    }
+    let from_checkpoint = opened
+        .recovered
+        .checkpoint
+        .as_ref()
+        .map(|c| c.committed_len);
+    let node = Node::recover(
+        node_config,
+        registry,
+        opened.storage,
+        opened.recovered.into(),
+        fresh_nonce(),
+    )?;
+    tracing::info!(
+        replica = %me,
+        recovered_ops,
+        checkpoint = ?from_checkpoint,
+        "recovered from the data directory"
+    );
+    Ok((node, opened.persister))
+}
+
+/// The TLS files, if configured; a warning when neither TLS nor loopback
+/// protects the replica.
+fn load_tls(config: &ServerConfig) -> Result<Option<Arc<Tls>>, StartError> {
+    let me = config.replica_id();
+    let tls = match &config.tls {
+        Some(files) => Some(Arc::new(Tls::load(me, files.clone())?)),
+        None => None,
+    };
+    if config.tls.is_none() && config.insecure {
+        let me_addr = config.me();
+        tracing::warn!(
+            replica = %me,
+            client_addr = %me_addr.client_addr,
+            peer_addr = %me_addr.peer_addr,
+            "INSECURE: no TLS, and --insecure allows listening beyond loopback: anyone who \
+             can reach these addresses can read and change every value and speak the \
+             replica protocol"
+        );
+    }
+    Ok(tls)
+}
+
+/// The replica's bound sockets.
+struct Listeners {
+    peer: TcpListener,
+    client: TcpListener,
+    client_addr: SocketAddr,
+    metrics: Option<TcpListener>,
+    metrics_addr: Option<SocketAddr>,
+}
+
+impl Listeners {
+    /// Bind the peer, client and (if configured) metrics addresses.
+    async fn bind(config: &ServerConfig) -> Result<Listeners, StartError> {
+        let me_addr = config.me().clone();
+        let bind = |what, addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Bind { what, addr, source })
+        };
+        let peer = bind("peer", me_addr.peer_addr).await?;
+        let client = bind("client", me_addr.client_addr).await?;
+        let client_addr = client.local_addr().map_err(|source| StartError::Bind {
+            what: "client",
+            addr: me_addr.client_addr,
+            source,
+        })?;
+        let metrics = match config.metrics_addr {
+            Some(a) => Some(bind("metrics", a).await?),
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().and_then(|l| l.local_addr().ok());
+        Ok(Listeners {
+            peer,
+            client,
+            client_addr,
+            metrics,
+            metrics_addr,
+        })
+    }
+}
+
+/// Start the peer transport on `listener`.
+fn start_transport(
+    config: &ServerConfig,
+    listener: TcpListener,
+    events: mpsc::Sender<Event>,
+    faults: Arc<Faults>,
+    frame_bytes_max: usize,
+    tls: Option<Arc<Tls>>,
+) -> Arc<Transport> {
+    let peers: Vec<(ReplicaId, SocketAddr)> = config
+        .replicas
+        .iter()
+        .filter(|r| r.id != config.id)
+        .map(|r| (ReplicaId(r.id), r.peer_addr))
+        .collect();
+    Arc::new(Transport::start(
+        config.replica_id(),
+        &peers,
+        listener,
+        events,
+        faults,
+        config.peer_queue_frames,
+        frame_bytes_max,
+        tls,
+    ))
+}
+
+/// The node loop's configuration.
+fn loop_config(
+    config: &ServerConfig,
+    auth: Option<Arc<crate::auth::Auth>>,
+    limits: creek_wire::Limits,
+    corked: Arc<crate::native::out::Corked>,
+) -> LoopConfig {
+    LoopConfig {
+        workers: config.worker_threads(),
+        watch_history_bytes: config.watch_history_bytes,
+        auth,
+        limits,
+        corked,
+        addrs: config
+            .replicas
+            .iter()
+            .map(|r| {
+                let addrs = creek_core::Addrs {
+                    peer: r.peer_addr.to_string(),
+                    client: r.client_addr.to_string(),
+                };
+                (ReplicaId(r.id), addrs)
+            })
+            .collect(),
+    }
+}
+
+/// The protocol clock. A full queue skips a tick rather than block.
+fn spawn_ticker(
+    events: mpsc::Sender<Event>,
+    tick: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut iv = tokio::time::interval(tick);
+        iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            iv.tick().await;
+            if events.is_closed() {
+                return;
+            }
+            let _ = events.try_send(Event::Tick);
+        }
+    })
+}
+
+/// Serve the metrics and the console on `listener` until shutdown.
+fn serve_console(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    console: crate::console::Console,
+    shutdown: &watch::Receiver<bool>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    let mut rx = shutdown.clone();
+    let console = Arc::new(console);
+    tasks.push(tokio::spawn(console.clone().run_sampler()));
+    let routes = crate::console::router(console);
+    tasks.push(tokio::spawn(async move {
+        let stop = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        if let Err(e) = crate::metrics::serve(listener, metrics, routes, stop).await {
+            tracing::error!(error = %e, "the metrics and console endpoint stopped");
+        }
+    }));
+}
+
+/// What the client port serves: gRPC (`Creek`, `Admin`) and, on a
+/// plaintext port, the native protocol.
+struct Clients {
+    listener: TcpListener,
+    service: CreekService,
+    admin: AdminService,
+    front: FrontDoor,
+    corked: Arc<crate::native::out::Corked>,
+    tls: Option<Arc<Tls>>,
+    shutdown: watch::Receiver<bool>,
+    fatal: FatalCell,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Clients {
+    /// Serve clients until shutdown; a client API that stops on its own
+    /// is the replica's failure.
+    fn serve(self, config: &ServerConfig) -> tokio::task::JoinHandle<()> {
+        // The decoder's limit sits above ours, so the service answers every
+        // request up to it, and `Oversized` gives larger ones the same
+        // answer (docs/security.md, "Limits").
+        let limit = crate::limits::decode_limit(config.max_request_bytes);
+        let caps = crate::limits::ConnectionCaps::new(
+            config.connections_per_client_max,
+            config.connections_max,
+        );
+        let streams_max = config.streams_per_connection_max;
+        let resets_max = config.pending_reset_streams_max;
+        let router = tonic::transport::Server::builder()
+            .max_concurrent_streams(streams_max)
+            .concurrency_limit_per_connection(streams_max as usize)
+            .http2_max_pending_accept_reset_streams(Some(resets_max))
+            .add_service(crate::limits::Oversized(
+                pb::creek_server::CreekServer::new(self.service).max_decoding_message_size(limit),
+            ))
+            .add_service(crate::limits::Oversized(
+                pb::admin_server::AdminServer::new(self.admin).max_decoding_message_size(limit),
+            ));
+        let native = Native {
+            front: self.front,
+            corked: self.corked,
+            limits: crate::native::NativeLimits {
+                frame_bytes_max: limit,
+                calls_max: streams_max as usize,
+            },
+            shutdown: self.shutdown.clone(),
+        };
+        let mut shutdown = self.shutdown;
+        let (listener, tls, fatal, stopping) = (self.listener, self.tls, self.fatal, self.stopping);
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            };
+            // Our own listener: tonic's tcp_nodelay applies only to sockets
+            // it accepts itself, and Nagle's algorithm would hold each view
+            // for a delayed ACK (~40 ms). Past a connection cap, a
+            // connection is closed as soon as it is accepted.
+            let result = match tls {
+                None => {
+                    let incoming = plain_incoming(listener, caps, native);
+                    router.serve_with_incoming_shutdown(incoming, stop).await
+                }
+                Some(tls) => {
+                    let incoming = tls_incoming(listener, tls, caps);
+                    router.serve_with_incoming_shutdown(incoming, stop).await
+                }
+            };
+            if let Err(e) = result {
+                tracing::error!(error = %e, "the client API stopped");
+                if !stopping.load(Ordering::Relaxed) {
+                    publish(&fatal, Fatal::ClientApi(e.to_string()));
+                }
+            }
+        })
+    }
+}
+
 /// How long an accepted client connection may take to finish its TLS
 /// handshake; until then it holds its slot under the connection caps.
 const CLIENT_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a plaintext client port needs to serve the native protocol.
 struct Native {
-    service: crate::service::CreekService,
-    corked: Arc<crate::native::Corked>,
+    front: FrontDoor,
+    corked: Arc<crate::native::out::Corked>,
     limits: crate::native::NativeLimits,
     shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -586,7 +720,7 @@ fn plain_incoming(
     native: Native,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<crate::limits::CappedStream>> {
     accept_clients(listener, caps, move |stream, remote, tx| {
-        let service = native.service.clone();
+        let front = native.front.clone();
         let limits = native.limits;
         let corked = native.corked.clone();
         let shutdown = native.shutdown.clone();
@@ -595,7 +729,7 @@ fn plain_incoming(
                 tokio::time::timeout(crate::native::SNIFF_TIMEOUT, stream.first_bytes()).await;
             match sniffed {
                 Ok(Ok(first)) if first == creek_proto::native::MAGIC => {
-                    crate::native::serve(service, stream, limits, corked, shutdown).await;
+                    crate::native::serve(front, stream, limits, corked, shutdown).await;
                 }
                 Ok(Ok(_)) => {
                     let _ = tx.send(Ok(stream)).await;

@@ -58,7 +58,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::faults::{Faults, Verdict};
-use crate::node_loop::Event;
+use crate::node_loop::messages::Event;
+use crate::socket::{write_all_shared, write_now};
 use crate::tls::{names_replica, replica_name, Tls};
 
 /// How long a new connection may take to finish its TLS and transport
@@ -442,31 +443,6 @@ fn take_due(waiting: &mut VecDeque<Waiting>, now: Instant) -> (Bytes, usize) {
         joined.freeze()
     };
     (bytes, frames)
-}
-
-/// Write all of `bytes` to a socket other threads may write to directly
-/// too (under the caller's ordering rule), waiting for room as needed.
-pub(crate) async fn write_all_shared(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<()> {
-    let mut written = 0;
-    while written < bytes.len() {
-        stream.writable().await?;
-        written += write_now(stream, &bytes[written..])?;
-    }
-    Ok(())
-}
-
-/// Write what the socket takes now, without waiting.
-pub(crate) fn write_now(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<usize> {
-    let mut written = 0;
-    while written < bytes.len() {
-        match stream.try_write(&bytes[written..]) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(k) => written += k,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(written)
 }
 
 fn sent(stats: &TransportStats, frames: usize, bytes: usize) {

@@ -267,8 +267,10 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
     let mut next_piece_at = std::time::Instant::now();
     // The checkpoint waits for a write not yet queued: wait for writes.
     let mut waiting = false;
+    // The last write reported durable: reports only move forward.
+    let mut reported = 0;
     loop {
-        let (group, job, failed) = {
+        let (group, job, failed, submitted) = {
             let mut q = shared.lock();
             loop {
                 if q.stop == Some(Stop::Abandon) {
@@ -315,6 +317,7 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
                 std::mem::take(&mut q.batches),
                 q.checkpoint.take(),
                 q.failed.clone(),
+                q.submitted,
             )
         };
         if let Some(job) = job {
@@ -328,6 +331,16 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
             continue;
         }
         if let Some(last) = group.last().map(|w| w.seq) {
+            // Paired with `submit`, which takes writes in order: the group
+            // is in order, and its last write the newest submitted yet.
+            debug_assert!(
+                group.windows(2).all(|w| w[0].seq < w[1].seq),
+                "a group of writes out of order"
+            );
+            assert!(
+                last <= submitted,
+                "write {last} taken, last submitted {submitted}"
+            );
             let started = std::time::Instant::now();
             let written = store.write(&group);
             if writer.is_some() {
@@ -339,7 +352,18 @@ fn run(store: &Store, shared: &Shared, on_durable: OnDurable) {
                 writer = Some(store.start_cleaning());
             }
             match written {
-                Ok(()) => on_durable(Ok(last)),
+                Ok(()) => {
+                    // Paired with the callback's readers (the node's
+                    // `on_durable`), which take a report as covering every
+                    // earlier write: reports move forward, never past
+                    // what was written.
+                    assert!(
+                        last > reported,
+                        "write {last} reported durable after write {reported}"
+                    );
+                    reported = last;
+                    on_durable(Ok(last));
+                }
                 Err(e) => {
                     shared.lock().failed = Some(e.to_string());
                     on_durable(Err(e));

@@ -162,10 +162,10 @@ impl Console {
     /// A console over this replica's service.
     pub fn new(service: CreekService, body_bytes_max: usize) -> Console {
         Console {
-            me: service.me,
-            events: service.events.clone(),
-            transport: service.transport.clone(),
-            metrics: service.metrics.clone(),
+            me: service.front.me,
+            events: service.front.events.clone(),
+            transport: service.front.transport.clone(),
+            metrics: service.front.metrics.clone(),
             service,
             started: Instant::now(),
             body_bytes_max,

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use creek_node::HoldQueue;
 use tokio::sync::mpsc;
 
-use super::Event;
+use super::messages::Event;
 use crate::transport::Transport;
 
 /// What the persister has made durable, shared with its callback, and the

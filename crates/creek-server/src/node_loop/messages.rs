@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use bytes::Bytes;
-use creek_core::{Addrs, ExecKey, Group, InvokeError, OpId, ReplicaId, Request, View};
-use creek_node::GroupError;
+use creek_core::{Addrs, Group, OpId, ReplicaId, Request};
 use creek_types::ClientRequestId;
+use creek_node::GroupError;
 use tokio::sync::{mpsc, oneshot};
+
+pub use crate::call::answer::{Gone, Reply};
 
 /// What the node loop reacts to.
 pub enum Event {
@@ -89,8 +91,8 @@ pub enum ReplyTo {
     Stream(mpsc::UnboundedSender<Reply>),
     /// A call on a native connection: its replies are queued on the
     /// connection and written by the node loop at the end of its turn
-    /// ([`crate::native::Call`], [`crate::native::Corked`]).
-    Native(crate::native::Call),
+    /// ([`crate::native::out::Call`], [`crate::native::out::Corked`]).
+    Native(crate::native::out::Call),
 }
 
 impl ReplyTo {
@@ -109,27 +111,6 @@ impl ReplyTo {
             ReplyTo::Native(call) => call.is_closed(),
         }
     }
-}
-
-/// The client of an invocation is gone: its replies go nowhere.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Gone;
-
-/// What a client stream receives from the node loop.
-#[derive(Debug)]
-pub enum Reply {
-    /// The op was accepted under this handle; views follow. Always the
-    /// first reply of an accepted op.
-    Accepted(ExecKey),
-    /// The op was refused; nothing was applied.
-    Rejected(InvokeError),
-    /// The user lacks a right the op needs; nothing was applied.
-    Denied(creek_procs::auth::Denied),
-    /// A view.
-    View(View),
-    /// The replica cannot finish the op (disk failure, shutdown). Whether it
-    /// was applied is unknown; a retry with the same request id is safe.
-    Failed(String),
 }
 
 /// Part of a replica's committed order, with where the replica stands.

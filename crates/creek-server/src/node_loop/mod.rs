@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 mod auth;
 mod durability;
-mod messages;
+pub(crate) mod messages;
 mod report;
 
 pub use durability::Durability;
@@ -120,7 +120,7 @@ pub struct LoopConfig {
     /// replica checks no users.
     pub auth: Option<Arc<crate::auth::Auth>>,
     /// Where native calls' replies wait for the end of the turn.
-    pub corked: Arc<crate::native::Corked>,
+    pub corked: Arc<crate::native::out::Corked>,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -145,11 +145,13 @@ pub struct NodeLoop {
     /// once, not once for the acceptance and again for the view.
     accepted: Vec<(ReplyTo, ExecKey)>,
     /// Native calls' replies of this turn, written at its end.
-    corked: Arc<crate::native::Corked>,
+    corked: Arc<crate::native::out::Corked>,
     unpersisted: Unpersisted,
     /// Writes with consensus writes in them, submitted and not yet durable
     /// (see [`Durability::wake_at`]).
     log_writes: std::collections::VecDeque<u64>,
+    /// The last write handed to the persister (0: none yet).
+    submitted: u64,
     failed: Option<Fatal>,
     epoch: Instant,
     ticks: u64,
@@ -222,6 +224,7 @@ impl NodeLoop {
             corked: config.corked,
             unpersisted: Unpersisted::default(),
             log_writes: std::collections::VecDeque::new(),
+            submitted: 0,
             failed: None,
             epoch: Instant::now(),
             ticks: 0,
@@ -309,7 +312,7 @@ impl NodeLoop {
             }
             Event::UserProcedures(reply) => {
                 let user = self.node.replica().user_procedures();
-                let _ = reply.send(crate::service::user_procedure_infos(&user));
+                let _ = reply.send(crate::call::answer::user_procedure_infos(&user));
             }
             Event::Dump(reply) => {
                 let r = self.node.replica();
@@ -564,7 +567,14 @@ impl NodeLoop {
     /// End of a turn: carry out the node's `Ready`.
     fn flush(&mut self) {
         let durable = self.durability.durable();
+        // Paired with the persister, which reports only writes it took.
+        assert!(
+            durable <= self.submitted,
+            "write {durable} reported durable, last handed over {}",
+            self.submitted
+        );
         self.node.on_durable(durable);
+        // `log_writes` is in write order (see where writes are handed over).
         while self.log_writes.front().is_some_and(|s| *s <= durable) {
             self.log_writes.pop_front();
         }
@@ -589,6 +599,8 @@ impl NodeLoop {
         for job in ready.transfer_jobs {
             self.run_transfer_job(job);
         }
+        // A call hears it was accepted before any of its views (the
+        // native connection asserts so on each call).
         for (reply, handle) in self.accepted.drain(..) {
             let _ = reply.send(Reply::Accepted(handle));
         }
@@ -603,6 +615,15 @@ impl NodeLoop {
             // The write first: the checkpoint waits for it.
             if let Some(write) = ready.write {
                 self.unpersisted.by_write.hold(write.seq, invoked);
+                // Paired with the releases above, which take `log_writes`
+                // and the durable reports to be in write order.
+                assert!(
+                    write.seq > self.submitted,
+                    "write {} handed over after write {}",
+                    write.seq,
+                    self.submitted
+                );
+                self.submitted = write.seq;
                 if !write.log.is_empty() {
                     self.log_writes.push_back(write.seq);
                     let first = self.log_writes.front().copied().unwrap_or(0);
@@ -697,6 +718,10 @@ impl NodeLoop {
     }
 
     fn route(&mut self, v: View) {
+        assert!(
+            self.accepted.is_empty(),
+            "a view routed before this turn's acceptances were sent"
+        );
         let Some(route) = self.routes.get_mut(&v.handle) else {
             return;
         };

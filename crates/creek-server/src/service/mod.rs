@@ -6,27 +6,23 @@
 // only move the allocation.
 #![allow(clippy::result_large_err)]
 
-use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use creek_core::{ExecKey, ReplicaId, ViewKind};
 use creek_procs::auth::{Need, Principal, Right};
-use creek_procs::CallError;
 use creek_proto::pb;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
-use tonic::{Code, Status};
+use tonic::Status;
 
-use crate::metrics::{Metrics, Stage};
-use crate::node_loop::{Event, Invocation, Reply, ReplyTo, StatusSnapshot};
-
-use crate::transport::Transport;
+use crate::call::answer::{answer, first_view, op_name, to_pb_view, Answer, Reply};
+use crate::call::check::{authorize, shutting_down, FrontDoor, Late};
+use crate::node_loop::messages::{Event, Invocation, ReplyTo, StatusSnapshot};
 
 mod admin;
 
+pub use crate::call::answer::OP_HEADER;
 pub use admin::{AdminService, BackupStream, DumpStream};
 
 /// The stream of views of one invocation.
@@ -35,148 +31,39 @@ pub type ViewStream = Pin<Box<dyn Stream<Item = Result<pb::View, Status>> + Send
 /// The `Creek` service of one replica.
 #[derive(Clone)]
 pub struct CreekService {
-    pub(crate) events: mpsc::Sender<Event>,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) transport: Arc<Transport>,
-    pub(crate) me: ReplicaId,
-    pub(crate) max_request_bytes: usize,
-    pub(crate) stopping: Arc<AtomicBool>,
+    /// The checks and hand-over it shares with the native protocol.
+    pub(crate) front: FrontDoor,
     /// The built-ins' part of the `Procedures` answer: the registry does
     /// not change while the replica runs (user procedures are asked of
     /// the node loop on each call).
     pub(crate) procedures: Arc<pb::ProceduresReply>,
-    /// Users and their rights, when `[auth] enabled`.
-    pub(crate) auth: Option<Arc<crate::auth::Auth>>,
 }
 
 impl CreekService {
-    /// The checks an invocation meets before it reaches the node loop,
-    /// for both client protocols: the replica serves, the request is well
-    /// formed and within the limits, its deadline has not passed.
-    pub(crate) fn prepare_invoke(
-        &self,
-        req: &pb::InvokeRequest,
-        timeout: Option<Duration>,
-    ) -> Result<creek_core::Request, Status> {
-        if self.stopping.load(Ordering::Relaxed) {
-            return Err(Status::unavailable("the replica is shutting down"));
-        }
-        let request = crate::request::to_request(req, self.max_request_bytes)?;
-        if timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Status::deadline_exceeded(
-                "the deadline passed before the op was accepted",
-            ));
-        }
-        Ok(request)
-    }
-
-    /// What a call's views need to explain a deadline.
-    pub(crate) fn late(&self, strong: bool) -> Late {
-        Late {
-            metrics: self.metrics.clone(),
-            transport: self.transport.clone(),
-            me: self.me,
-            strong,
-        }
-    }
-
     /// The caller (see [`caller`]).
     fn caller<T>(
         &self,
         request: &tonic::Request<T>,
         need: &Need,
     ) -> Result<Option<Principal>, Status> {
-        caller(self.auth.as_deref(), request, need)
+        caller(self.front.auth.as_deref(), request, need)
     }
 }
 
-/// The caller of `request`, if this replica checks users (`auth`):
-/// `UNAUTHENTICATED` without a valid token or a client certificate naming
-/// a user, `PERMISSION_DENIED` without what `need` asks.
+/// The caller of `request`, if this replica checks users (`auth`): see
+/// [`authorize`].
 fn caller<T>(
     auth: Option<&crate::auth::Auth>,
     request: &tonic::Request<T>,
     need: &Need,
 ) -> Result<Option<Principal>, Status> {
-    let Some(auth) = auth else {
-        return Ok(None);
-    };
     let certs = request.peer_certs();
-    auth.authorize(
+    authorize(
+        auth,
         request.metadata(),
         certs.as_deref().map(Vec::as_slice),
         need,
     )
-    .map(Some)
-}
-
-/// The procedures of `registry` clients may call, with their signatures.
-pub(crate) fn procedures_reply(registry: &creek_procs::Registry) -> pb::ProceduresReply {
-    let procedures = registry
-        .procedures()
-        .into_iter()
-        .filter(|(name, _)| !name.starts_with(creek_procs::session::INTERNAL_PROC_PREFIX))
-        .map(|(name, p)| {
-            let sig = p.signature.as_deref();
-            pb::ProcedureInfo {
-                name: name.to_owned(),
-                params: sig.map_or_else(Vec::new, |s| {
-                    s.params
-                        .iter()
-                        .map(|(name, ty)| pb::Param {
-                            name: name.clone(),
-                            r#type: ty.clone(),
-                        })
-                        .collect()
-                }),
-                returns: sig.map_or_else(String::new, |s| s.returns.clone()),
-                summary: sig.map_or_else(String::new, |s| s.summary.clone()),
-                read_only: p.read_only,
-                described: sig.is_some(),
-                ..pb::ProcedureInfo::default()
-            }
-        })
-        .collect();
-    pb::ProceduresReply { procedures }
-}
-
-/// The `Procedures` entries of user procedures (DESIGN §14).
-pub(crate) fn user_procedure_infos(
-    user: &[creek_procs::user_procs::UserProc],
-) -> Vec<pb::ProcedureInfo> {
-    user.iter()
-        .filter_map(|u| {
-            let compiled = u.compiled()?;
-            let sig = compiled.signature();
-            let keyspaces = compiled
-                .reads
-                .union(&compiled.writes)
-                .map(|ks| pb::KeyspaceLabel {
-                    name: ks.clone(),
-                    label: u.label_of(ks).map_or("?", |l| l.name()).to_owned(),
-                })
-                .collect();
-            Some(pb::ProcedureInfo {
-                name: u.name.clone(),
-                params: sig
-                    .params
-                    .iter()
-                    .map(|(name, ty)| pb::Param {
-                        name: name.clone(),
-                        r#type: ty.clone(),
-                    })
-                    .collect(),
-                returns: sig.returns.clone(),
-                summary: sig.summary.clone(),
-                read_only: compiled.read_only,
-                described: true,
-                user: true,
-                version: u.record.version,
-                writes_strong: compiled.writes_strong,
-                keyspaces,
-            })
-        })
-        .collect()
 }
 
 /// The grpc-timeout header (e.g. `250m`, `5S`), if any.
@@ -203,68 +90,6 @@ fn deadline(meta: &tonic::metadata::MetadataMap) -> Result<Option<Duration>, Sta
     Ok(Some(d))
 }
 
-/// How long a client refused because the disk is behind should wait
-/// (the `retry-after-ms` metadata of the status): a few fsyncs of a slow
-/// disk.
-const DISK_BEHIND_RETRY_MS: u64 = 100;
-
-/// The gRPC status for a refused invocation.
-pub(crate) fn rejected(e: creek_core::InvokeError) -> Status {
-    use creek_core::InvokeError as E;
-    match e {
-        E::Call(CallError::UnknownProcedure(p)) => {
-            Status::invalid_argument(format!("unknown procedure {p:?}"))
-        }
-        E::Call(c @ CallError::MalformedArgs { .. }) => Status::invalid_argument(c.to_string()),
-        E::Call(c @ CallError::NeedsStrong { .. }) => Status::invalid_argument(c.to_string()),
-        E::Call(c @ CallError::KeyTooLarge { .. }) => Status::invalid_argument(c.to_string()),
-        E::NoView => Status::invalid_argument("the request asks for no view"),
-        E::Overloaded(n) => Status::resource_exhausted(format!(
-            "replica overloaded: {n} ops on the tentative list; retry later"
-        )),
-        E::DiskBehind(n) => {
-            let mut status = Status::resource_exhausted(format!(
-                "replica overloaded: {n} writes wait for its disk; retry in about \
-                 {DISK_BEHIND_RETRY_MS} ms"
-            ));
-            status
-                .metadata_mut()
-                .insert("retry-after-ms", DISK_BEHIND_RETRY_MS.into());
-            status
-        }
-        E::NotServing(why) => Status::unavailable(why),
-        E::QuorumLostData(why) => Status::failed_precondition(why),
-        other => Status::internal(other.to_string()),
-    }
-}
-
-pub(crate) fn to_pb_view(v: &creek_core::View) -> pb::View {
-    use pb::view::{Kind, Outcome};
-    let kind = match v.kind {
-        ViewKind::Tentative => Kind::Preliminary,
-        ViewKind::Stable => Kind::Final,
-        ViewKind::Confirmation => Kind::Confirmed,
-    };
-    let outcome = if v.kind == ViewKind::Confirmation {
-        None
-    } else {
-        Some(match &v.outcome {
-            Ok(bytes) => match creek_types::value::Value::decode(bytes) {
-                Ok(val) => Outcome::Value(creek_proto::to_wire(&val)),
-                // A user procedure returning raw bytes.
-                Err(_) => Outcome::Value(creek_proto::to_wire(&creek_types::value::Value::Bytes(
-                    bytes.clone(),
-                ))),
-            },
-            Err(abort) => Outcome::Abort(abort.0.clone()),
-        })
-    };
-    pb::View {
-        kind: kind as i32,
-        outcome,
-    }
-}
-
 /// The stream of a `Watch`.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
@@ -278,9 +103,7 @@ impl pb::creek_server::Creek for CreekService {
         request: tonic::Request<pb::WatchRequest>,
     ) -> Result<tonic::Response<WatchStream>, Status> {
         use crate::watch::{WATCH_CHANNEL, WATCH_PREFIX_MAX};
-        if self.stopping.load(Ordering::Relaxed) {
-            return Err(Status::unavailable("the replica is shutting down"));
-        }
+        self.front.serving()?;
         let default = Need::Keyspace(Right::Read, creek_procs::auth::DEFAULT_KEYSPACE.to_owned());
         self.caller(&request, &default)?;
         let req = request.into_inner();
@@ -297,8 +120,8 @@ impl pb::creek_server::Creek for CreekService {
         }
         let (tx, rx) = mpsc::channel(WATCH_CHANNEL);
         let (accepted_tx, accepted) = oneshot::channel();
-        let gone = || Status::unavailable("the replica is shutting down");
-        self.events
+        self.front
+            .events
             .send(Event::Watch(
                 crate::watch::WatchRequest {
                     prefix: req.prefix,
@@ -309,8 +132,8 @@ impl pb::creek_server::Creek for CreekService {
                 accepted_tx,
             ))
             .await
-            .map_err(|_| gone())?;
-        accepted.await.map_err(|_| gone())??;
+            .map_err(|_| shutting_down())?;
+        accepted.await.map_err(|_| shutting_down())??;
         // The hub never ends a stream but with an error: the channel closes
         // only when the node loop stops.
         let stream = tokio_stream::StreamExt::chain(
@@ -327,15 +150,13 @@ impl pb::creek_server::Creek for CreekService {
         request: tonic::Request<pb::InvokeRequest>,
     ) -> Result<tonic::Response<ViewStream>, Status> {
         let received = Instant::now();
-        if self.stopping.load(Ordering::Relaxed) {
-            return Err(Status::unavailable("the replica is shutting down"));
-        }
+        self.front.serving()?;
         let timeout = deadline(request.metadata())?;
         // What the call needs is known only to the node loop (a user
         // procedure's definition); it checks the principal.
         let principal = self.caller(&request, &Need::Nothing)?;
         let req = request.into_inner();
-        let request = self.prepare_invoke(&req, timeout)?;
+        let request = self.front.prepare(&req, timeout)?;
         let strong = request.strong;
         let (tx, mut rx) = mpsc::unbounded_channel();
         let inv = Invocation {
@@ -344,22 +165,15 @@ impl pb::creek_server::Creek for CreekService {
             received,
             principal,
         };
-        self.events
-            .send(Event::Invoke(inv))
-            .await
-            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        self.front.submit(inv).await?;
         // The first reply says whether the op was accepted, and as what.
-        let handle = match rx.recv().await {
-            Some(Reply::Accepted(handle)) => handle,
-            Some(Reply::Rejected(e)) => return Err(rejected(e)),
-            Some(Reply::Denied(d)) => return Err(Status::permission_denied(d.to_string())),
-            Some(Reply::Failed(why)) => return Err(Status::unavailable(why)),
-            Some(Reply::View(_)) | None => {
-                return Err(Status::unavailable("the replica is shutting down"))
-            }
+        let handle = match rx.recv().await.map(answer) {
+            Some(Answer::Accepted(handle)) => handle,
+            Some(Answer::Refused(status)) => return Err(status),
+            Some(Answer::View(_)) | None => return Err(shutting_down()),
         };
         let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let stream = view_stream(rx, until, self.late(strong), received);
+        let stream = view_stream(rx, until, self.front.late(strong), received);
         let mut response = tonic::Response::new(Box::pin(stream) as ViewStream);
         if let Some(op) = op_name(handle) {
             if let Ok(value) = op.parse() {
@@ -375,12 +189,12 @@ impl pb::creek_server::Creek for CreekService {
     ) -> Result<tonic::Response<pb::ProceduresReply>, Status> {
         self.caller(&request, &Need::Nothing)?;
         let (tx, rx) = oneshot::channel();
-        let gone = || Status::unavailable("the replica is shutting down");
-        self.events
+        self.front
+            .events
             .send(Event::UserProcedures(tx))
             .await
-            .map_err(|_| gone())?;
-        let user = rx.await.map_err(|_| gone())?;
+            .map_err(|_| shutting_down())?;
+        let user = rx.await.map_err(|_| shutting_down())?;
         let mut reply = pb::ProceduresReply::clone(&self.procedures);
         // A user procedure never shares a built-in's name (proc.register
         // refuses it), so a merge by name keeps both lists whole.
@@ -395,8 +209,9 @@ impl pb::creek_server::Creek for CreekService {
     ) -> Result<tonic::Response<pb::StatusReply>, Status> {
         // Open without a token, like a health check: roles, terms and
         // counters, no data (docs/security.md).
-        let s = status_snapshot(&self.events).await?;
+        let s = status_snapshot(&self.front.events).await?;
         let peers = self
+            .front
             .transport
             .peers()
             .into_iter()
@@ -407,7 +222,7 @@ impl pb::creek_server::Creek for CreekService {
             })
             .collect();
         Ok(tonic::Response::new(pb::StatusReply {
-            replica: u32::from(self.me.0),
+            replica: u32::from(self.front.me.0),
             role: s.role.to_owned(),
             leader: u32::from(s.leader),
             term: s.term,
@@ -427,66 +242,6 @@ impl pb::creek_server::Creek for CreekService {
             raft_log_entries: s.raft_log_entries,
         }))
     }
-}
-
-/// The response header naming the op an `Invoke` accepted, in `OpId`'s
-/// display form (`r3.17`).
-pub const OP_HEADER: &str = "creek-op";
-
-/// The name of the op an `Invoke` accepted (`r3.17`), if it is one (a
-/// read-only weak op is not ordered).
-pub(crate) fn op_name(handle: ExecKey) -> Option<String> {
-    match handle {
-        ExecKey::Op(id) => Some(id.to_string()),
-        _ => None,
-    }
-}
-
-/// What a view stream needs to time its op and to explain a deadline.
-pub(crate) struct Late {
-    metrics: Arc<Metrics>,
-    transport: Arc<Transport>,
-    me: ReplicaId,
-    strong: bool,
-}
-
-impl Late {
-    /// The status of an op whose deadline passed before its final view,
-    /// saying so when this replica cannot reach a majority of the group.
-    pub(crate) fn deadline(&self) -> Status {
-        self.metrics.op(self.strong, "deadline");
-        let peers = self.transport.peers();
-        let message = "the final view did not come before the deadline; the op may still \
-                       commit — retry with the same request id to learn its result";
-        match no_quorum(self.me, &peers) {
-            Some(why) => Status::new(Code::DeadlineExceeded, format!("{why}; {message}")),
-            None => Status::new(Code::DeadlineExceeded, message),
-        }
-    }
-}
-
-/// `no quorum: replicas 2 and 3 unreachable from replica 1` when `me` and
-/// the peers it is connected to are not a majority of the group.
-pub(crate) fn no_quorum(me: ReplicaId, peers: &[(ReplicaId, SocketAddr, bool)]) -> Option<String> {
-    let group = peers.len() + 1;
-    let reachable = 1 + peers.iter().filter(|(_, _, connected)| *connected).count();
-    if reachable > group / 2 {
-        return None;
-    }
-    let down: Vec<String> = peers
-        .iter()
-        .filter(|(_, _, connected)| !connected)
-        .map(|(id, _, _)| id.0.to_string())
-        .collect();
-    let (noun, list) = match down.as_slice() {
-        [one] => ("replica", one.clone()),
-        [rest @ .., last] => ("replicas", format!("{} and {last}", rest.join(", "))),
-        [] => return None,
-    };
-    Some(format!(
-        "no quorum: {noun} {list} unreachable from replica {}",
-        me.0
-    ))
 }
 
 /// Views from the node loop as a gRPC stream, ended by the last view (the
@@ -511,8 +266,7 @@ fn view_stream(
         match next? {
             Reply::View(v) => {
                 if first {
-                    let since = received.elapsed().as_secs_f64();
-                    late.metrics.stage(late.strong, Stage::Answered, since);
+                    first_view(&late.metrics, late.strong, received);
                 }
                 Some((Ok(to_pb_view(&v)), Some((rx, until, late, false))))
             }
@@ -529,43 +283,13 @@ async fn status_snapshot(events: &mpsc::Sender<Event>) -> Result<StatusSnapshot,
     events
         .send(Event::Status(tx))
         .await
-        .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-    rx.await
-        .map_err(|_| Status::unavailable("the replica is shutting down"))
+        .map_err(|_| shutting_down())?;
+    rx.await.map_err(|_| shutting_down())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quorum_loss_names_the_unreachable_replicas() {
-        let addr: SocketAddr = "127.0.0.1:1".parse().expect("addr");
-        let peer = |id, connected| (ReplicaId(id), addr, connected);
-        assert_eq!(
-            no_quorum(ReplicaId(1), &[peer(2, true), peer(3, false)]),
-            None
-        );
-        assert_eq!(
-            no_quorum(ReplicaId(1), &[peer(2, false), peer(3, false)]).as_deref(),
-            Some("no quorum: replicas 2 and 3 unreachable from replica 1")
-        );
-        let five = [
-            peer(1, false),
-            peer(2, true),
-            peer(4, false),
-            peer(5, false),
-        ];
-        assert_eq!(
-            no_quorum(ReplicaId(3), &five).as_deref(),
-            Some("no quorum: replicas 1, 4 and 5 unreachable from replica 3")
-        );
-        assert_eq!(no_quorum(ReplicaId(1), &[]), None, "a group of one");
-        assert_eq!(
-            no_quorum(ReplicaId(1), &[peer(2, false)]).as_deref(),
-            Some("no quorum: replica 2 unreachable from replica 1")
-        );
-    }
 
     #[test]
     fn grpc_timeouts_parse() {
