@@ -44,9 +44,9 @@ use creek_client::{CallOptions, Client, Levels};
 use creek_exec::value::Value;
 use serde_json::{json, Value as Json};
 
-use crate::bench_cluster::find_leader;
-use crate::bench_load::Progress;
-use crate::bench_procs::Servers;
+use crate::cluster::find_leader;
+use crate::load::Progress;
+use crate::servers::Servers;
 
 /// Replicas in the cluster.
 const REPLICAS: usize = 3;
@@ -379,7 +379,7 @@ async fn watch_rebuild(
                 "replica {} was not rebuilt within {:.0} s (last status: {last_seen}); {}",
                 VICTIM + 1,
                 within.as_secs_f64(),
-                crate::bench_soak::log_tail(&servers.log_path(VICTIM))
+                crate::replica_log::log_tail(&servers.log_path(VICTIM))
             ));
         }
         let polled = Instant::now();

@@ -29,7 +29,7 @@ use creek_server::ServerConfig;
 use creek_sim::workload::{self, WorkloadConfig};
 use serde_json::json;
 
-use crate::bench_procs::Servers;
+use crate::servers::Servers;
 use world::{Membership, Slot, World};
 
 #[derive(clap::Args)]

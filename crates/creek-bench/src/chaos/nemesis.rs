@@ -15,7 +15,7 @@ use creek_core::OpId;
 use creek_exec::ClientRequestId;
 
 use super::world::{Membership, Polled, Slot, World};
-use crate::bench_procs::Servers;
+use crate::servers::Servers;
 
 /// Most replica slots a run uses (ids are never reused: each add takes one).
 const MAX_SLOTS: usize = 9;
@@ -92,7 +92,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         let n = self.world.lock().slots.len();
         for i in 0..n {
             if let Some(why) = servers.exited(i) {
-                let tail = crate::bench_soak::log_tail(&servers.log_path(i));
+                let tail = crate::replica_log::log_tail(&servers.log_path(i));
                 self.world
                     .lock()
                     .exits

@@ -28,8 +28,8 @@ use creek_sim::workload::Workload;
 use serde_json::{json, Map, Value as Json};
 
 use super::{describe, point_header, Emit, Load, Plan, Progress};
-use crate::bench_cluster::find_leader;
-use crate::bench_procs::Target;
+use crate::cluster::find_leader;
+use crate::servers::Target;
 
 /// How long in-flight ops may take to finish after the clients stop.
 const DRAIN: Duration = Duration::from_secs(15);
