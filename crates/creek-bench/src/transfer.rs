@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use creek_client::{CallOptions, Client, Levels};
 use creek_exec::value::Value;
+use creek_sim::bench::percentile;
 use serde_json::{json, Value as Json};
 
 use crate::cluster::find_leader;
@@ -527,9 +528,10 @@ fn stalls(samples: &[StatusSample], from: Instant, to: Instant) -> Stalls {
     }
 }
 
-/// Latency percentiles and gaps of the probe ops in a window.
+/// Latency percentiles and gaps of the probe ops in a stretch of the run
+/// (before the kill, during the rebuild, after it).
 #[derive(Debug, Default, PartialEq)]
-struct Window {
+struct ProbeStats {
     ops: usize,
     failed: usize,
     p50_us: u64,
@@ -545,22 +547,14 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 /// The ops `within` admits, and the gaps between completions overlapping
 /// `[from, to]`.
-fn window(
+fn probe_stats(
     ops: &[ProbeOp],
     from: Instant,
     to: Instant,
     within: impl Fn(&ProbeOp) -> bool,
-) -> Window {
+) -> ProbeStats {
     let chosen: Vec<&ProbeOp> = ops.iter().filter(|o| within(o)).collect();
     let mut latencies: Vec<u64> = chosen
         .iter()
@@ -576,7 +570,7 @@ fn window(
         .map(|w| micros(w[1] - w[0]))
         .max()
         .unwrap_or(0);
-    Window {
+    ProbeStats {
         ops: chosen.len(),
         failed: chosen.iter().filter(|o| !o.ok).count(),
         p50_us: percentile(&latencies, 0.5),
@@ -737,14 +731,14 @@ fn report(args: &Args, m: &Measured) -> Json {
     } else {
         0.0
     };
-    let before = window(&m.probe, m.kill - BASELINE, m.kill, |o| {
+    let before = probe_stats(&m.probe, m.kill - BASELINE, m.kill, |o| {
         o.start >= m.kill - BASELINE && o.end <= m.kill
     });
-    let during = window(&m.probe, r.restart, r.installed, |o| {
+    let during = probe_stats(&m.probe, r.restart, r.installed, |o| {
         o.start < r.installed && o.end > r.restart
     });
     let after_end = r.installed + AFTER;
-    let after = window(&m.probe, r.installed, after_end, |o| {
+    let after = probe_stats(&m.probe, r.installed, after_end, |o| {
         o.start >= r.installed && o.end <= after_end
     });
     if r.restarts > 0 {
@@ -998,20 +992,20 @@ mod tests {
         let ms = |m: u64| t0 + Duration::from_millis(m);
         let overlap = |from: Instant, to: Instant| move |o: &ProbeOp| o.start < to && o.end > from;
         // A window inside the slow op: it counts whole, as op and gap.
-        let w = window(&all, ms(200), ms(300), overlap(ms(200), ms(300)));
+        let w = probe_stats(&all, ms(200), ms(300), overlap(ms(200), ms(300)));
         assert_eq!(w.ops, 1);
         assert_eq!(w.max_us, 300_000);
         assert_eq!(w.max_gap_us, 300_000);
         // Before it: 10 ms ops only.
-        let w = window(&all, ms(0), ms(100), |o| o.end <= ms(100));
+        let w = probe_stats(&all, ms(0), ms(100), |o| o.end <= ms(100));
         assert_eq!(
             (w.ops, w.p50_us, w.p99_us, w.max_us),
             (10, 10_000, 10_000, 10_000)
         );
         assert_eq!(w.max_gap_us, 10_000);
         // An empty window is all zeros but for gaps crossing it.
-        let w = window(&[], ms(0), ms(100), |_| true);
-        assert_eq!(w, Window::default());
+        let w = probe_stats(&[], ms(0), ms(100), |_| true);
+        assert_eq!(w, ProbeStats::default());
     }
 
     #[test]
@@ -1019,7 +1013,7 @@ mod tests {
         let t0 = Instant::now();
         let mut all = ops(t0, 0, &[10, 10]);
         all[1].ok = false;
-        let w = window(&all, t0, t0 + Duration::from_secs(1), |_| true);
+        let w = probe_stats(&all, t0, t0 + Duration::from_secs(1), |_| true);
         assert_eq!((w.ops, w.failed, w.max_us), (2, 1, 10_000));
     }
 
