@@ -44,7 +44,10 @@ mod soak;
 mod stages;
 mod transfer;
 
-/// `creek bench …`: which benchmark, with its flags.
+/// Run a benchmark and print its result.
+// One line, the same as the `bench` variant's in the binary: clap makes a
+// subcommand enum's doc comment the about of the command holding it
+// (`creek bench --help`).
 #[derive(clap::Subcommand)]
 pub enum Bench {
     /// The replica core and multiversion executor on a synthetic key-value stream.

@@ -32,6 +32,7 @@ use serde_json::json;
 use crate::servers::Servers;
 use world::{Membership, Slot, World};
 
+/// Arguments of `creek chaos`.
 #[derive(clap::Args)]
 pub struct Args {
     /// How long the nemesis injects faults (fractions allowed: 0.5 is 30 s).

@@ -390,7 +390,6 @@ fn spawn_clients(
     seed: u64,
 ) -> tokio::task::JoinSet<()> {
     let mut tasks = tokio::task::JoinSet::new();
-    let mut tasks = tokio::task::JoinSet::new();
     match load {
         Load::Closed(_) => {
             for (session, (c, replica)) in conns.into_iter().enumerate() {

@@ -42,12 +42,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use creek_client::{CallOptions, Client, Levels};
 use creek_exec::value::Value;
-use serde_json::{json, Value as Json};
 
 use crate::cluster::find_leader;
 use crate::load::Progress;
 use crate::servers::Servers;
-use measure::{ask_status, micros, monitor, probe_stats, stalls, ProbeOp, StatusSample};
+use measure::{ask_status, monitor, ProbeOp, StatusSample};
 use report::{report, summary};
 
 mod measure;
