@@ -19,12 +19,21 @@ pub fn percentiles(mut xs: Vec<u64>) -> Json {
         return json!(null);
     }
     xs.sort_unstable();
-    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    let at = |q: f64| percentile(&xs, q);
     let mean = xs.iter().map(|&x| x as f64).sum::<f64>() / xs.len() as f64;
     json!({
         "p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0),
         "mean": mean.round(), "count": xs.len(),
     })
+}
+
+/// The `q` quantile (`0.0..=1.0`) of `sorted` (ascending), the nearest
+/// rank; 0 when empty. The one definition every benchmark uses.
+pub fn percentile(sorted: &[u64], q: f64) -> u64 {
+    match sorted.len() {
+        0 => 0,
+        n => sorted[(((n - 1) as f64 * q).round() as usize).min(n - 1)],
+    }
 }
 
 /// The measured stretch of a run, microseconds.

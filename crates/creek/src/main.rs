@@ -1,23 +1,11 @@
 //! The `creek` command: the server (`serve`, `dev`), the client CLI
-//! (`call`, `status`), the simulator (`sim`) and the benchmarks (`bench`).
+//! (`call`, `status`), the simulator (`sim`); the benchmarks (`bench`) and
+//! `chaos` are parsed here and run by `creek_bench`.
 
 mod admin_cmd;
 mod backup_cmd;
-mod bench_cab;
-mod bench_cluster;
-mod bench_driver;
-mod bench_executor;
-mod bench_executor_procs;
-mod bench_groups;
-mod bench_load;
-mod bench_peers;
-mod bench_procs;
-mod bench_soak;
-mod bench_stages;
-mod bench_transfer;
 mod call_cmd;
 mod certs_cmd;
-mod chaos;
 mod cli;
 mod dev_cmd;
 mod keyspace_cmd;
@@ -90,7 +78,7 @@ enum Command {
     Admin(admin_cmd::Args),
     /// Run `creek serve` processes under faults (kills, pauses, partitions,
     /// lost disks, membership changes) and check what clients saw.
-    Chaos(chaos::Args),
+    Chaos(creek_bench::chaos::Args),
     /// Stream a consistent checkpoint of a running cluster into a directory.
     Backup(backup_cmd::BackupArgs),
     /// Make a new replica's data directory from a backup (once per replica).
@@ -98,54 +86,8 @@ enum Command {
     /// Run a benchmark and print its result.
     Bench {
         #[command(subcommand)]
-        which: Bench,
+        which: creek_bench::Bench,
     },
-}
-
-#[derive(Subcommand)]
-enum Bench {
-    /// The replica core and multiversion executor on a synthetic key-value stream.
-    Executor(bench_executor::Args),
-    /// CAB and gossip on an in-process network: bytes per op and message delays.
-    Cab(bench_cab::Args),
-    /// A local cluster of `creek serve` processes: client-observed latency and throughput.
-    Cluster(bench_cluster::Args),
-    /// Creek beside etcd, PostgreSQL and Redis on this machine, measured
-    /// alike (docs/bench/peers.md; the peers need `--features peers`).
-    Peers(bench_peers::Args),
-    /// TPC-C in the simulator or on a local cluster: a rate or client sweep.
-    Tpcc(bench_load::TpccArgs),
-    /// MyriaStore's Message Groups as user procedures (24% membership
-    /// checks, 1% joins, 71% inbox reads, 4% posts) and the spam contest,
-    /// with labels as designed, all strong and all weak.
-    Groups(bench_groups::Args),
-    /// YCSB A/B/C, with the divergence of preliminary from final views.
-    Ycsb(bench_load::YcsbArgs),
-    /// Ticket selling (Correctables §4): preliminary views while stock lasts.
-    Tickets(bench_load::TicketsArgs),
-    /// The Creek paper's evaluation (§6) in the simulator: TPC-C for creek,
-    /// smr, bayou and archie across rate sweeps, its variations, a report
-    /// beside the paper's numbers.
-    Paper(bench_load::PaperArgs),
-    /// YCSB-A for minutes on a local cluster, sampling each replica's
-    /// memory, disk and consensus-log length (docs/bench/soak.md).
-    Soak(bench_soak::Args),
-    /// A replica that lost its data rebuilt from a peer's checkpoint on a
-    /// local cluster: transfer rate and client stalls (docs/bench/transfer.md).
-    Transfer(bench_transfer::Args),
-}
-
-/// Print a report: one JSON line with `--json`, indented otherwise.
-pub(crate) fn print_report(report: &serde_json::Value, json: bool) -> Result<(), String> {
-    if json {
-        println!("{report}");
-    } else {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
-        );
-    }
-    Ok(())
 }
 
 /// Write `b` to stdout; a reader that went away (`| head`) is not an
@@ -177,7 +119,7 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut command, "creek", &mut script);
             print_bytes(&script)
         }
-        Command::Chaos(args) => match chaos::run(&args) {
+        Command::Chaos(args) => match creek_bench::chaos::run(&args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::FAILURE,
             Err(e) => Err(e),
@@ -191,39 +133,7 @@ fn main() -> ExitCode {
         Command::Admin(args) => admin_cmd::run(&args),
         Command::Backup(args) => backup_cmd::backup(&args),
         Command::Restore(args) => backup_cmd::restore(&args),
-        Command::Bench {
-            which: Bench::Executor(args),
-        } => bench_executor::run(&args),
-        Command::Bench {
-            which: Bench::Cab(args),
-        } => bench_cab::run(&args),
-        Command::Bench {
-            which: Bench::Cluster(args),
-        } => bench_cluster::run(&args),
-        Command::Bench {
-            which: Bench::Peers(args),
-        } => bench_peers::run(&args),
-        Command::Bench {
-            which: Bench::Tpcc(args),
-        } => bench_load::tpcc(&args),
-        Command::Bench {
-            which: Bench::Ycsb(args),
-        } => bench_load::ycsb(&args),
-        Command::Bench {
-            which: Bench::Groups(args),
-        } => bench_groups::run(&args),
-        Command::Bench {
-            which: Bench::Tickets(args),
-        } => bench_load::tickets(&args),
-        Command::Bench {
-            which: Bench::Paper(args),
-        } => bench_load::paper(&args),
-        Command::Bench {
-            which: Bench::Soak(args),
-        } => bench_soak::run(&args),
-        Command::Bench {
-            which: Bench::Transfer(args),
-        } => bench_transfer::run(&args),
+        Command::Bench { which } => creek_bench::run(&which),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

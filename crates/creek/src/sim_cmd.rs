@@ -1,5 +1,6 @@
 //! `creek sim`: run the deterministic simulator (one seed, or a swarm).
 
+use creek_bench::flags::{parse_duration, parse_duration_or_zero};
 use creek_sim::config::{Faults, Links, PlantedBug, Protocol, SimConfig};
 use creek_sim::report::simulate;
 
@@ -59,39 +60,6 @@ pub struct Args {
     json: bool,
 }
 
-/// A positive duration with a unit (`10s`, `500ms`, `300us`), microseconds.
-pub(crate) fn parse_duration(s: &str) -> Result<u64, String> {
-    match parse_duration_or_zero(s)? {
-        0 => Err(format!("duration {:?} must be positive", s.trim())),
-        us => Ok(us),
-    }
-}
-
-/// Like [`parse_duration`], also accepting zero (`0` alone, or `0s`).
-pub(crate) fn parse_duration_or_zero(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(0);
-    }
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1_000)
-    } else if let Some(n) = s.strip_suffix("us") {
-        (n, 1)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1_000_000)
-    } else {
-        return Err(format!("duration {s:?} needs a unit: s, ms or us"));
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad duration {s:?}"))?;
-    if n.is_nan() || n < 0.0 {
-        return Err(format!("duration {s:?} must not be negative"));
-    }
-    Ok((n * mult as f64) as u64)
-}
-
 fn parse_seeds(s: &str) -> Result<(u64, u64), String> {
     let (a, b) = s.split_once("..").ok_or("--seeds takes A..B")?;
     let a: u64 = a.trim().parse().map_err(|_| "bad seed range start")?;
@@ -127,7 +95,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
     base.validate()?;
     let Some(range) = &args.seeds else {
         let (report, ok) = simulate(&base)?;
-        crate::print_report(&report, args.json)?;
+        creek_bench::print_report(&report, args.json)?;
         return Ok(ok);
     };
     let (a, b) = parse_seeds(range)?;

@@ -28,8 +28,8 @@ use creek_types::value::{decode_args, Value};
 use serde_json::{json, Map, Value as Json};
 
 use super::{describe, point_header, Emit, Load, Plan, Progress};
-use crate::bench_cluster::find_leader;
-use crate::bench_procs::Target;
+use crate::cluster::find_leader;
+use crate::servers::Target;
 
 /// How long in-flight ops may take to finish after the clients stop.
 const DRAIN: Duration = Duration::from_secs(15);
@@ -272,14 +272,7 @@ async fn measure(
         Load::Closed(c) => c,
         Load::Open(_) => OPEN_CONNS_PER_REPLICA * addrs.len(),
     };
-    let mut conns = Vec::with_capacity(n_conns);
-    for i in 0..n_conns {
-        let a = addrs[i % addrs.len()];
-        let c = Client::connect([a.to_string()])
-            .await
-            .map_err(|e| e.to_string())?;
-        conns.push((c, i % addrs.len()));
-    }
+    let conns = connect_all(addrs, n_conns).await?;
     let shared = Arc::new(Shared {
         source: Mutex::new(Source {
             workload,
@@ -292,40 +285,7 @@ async fn measure(
     });
     let total_us = p.warmup_us + p.duration_us;
     let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = tokio::task::JoinSet::new();
-    match load {
-        Load::Closed(_) => {
-            for (session, (c, replica)) in conns.into_iter().enumerate() {
-                let (shared, stop) = (shared.clone(), stop.clone());
-                tasks.spawn(async move {
-                    while !stop.load(Ordering::Relaxed) {
-                        one_op(&shared, &c, session as u32, replica).await;
-                    }
-                });
-            }
-        }
-        Load::Open(rate) => {
-            let (shared, stop) = (shared.clone(), stop.clone());
-            let mut rng = Rng::new(p.common.seed ^ 0x0BE7);
-            tasks.spawn(async move {
-                let conns: Vec<Arc<(Client, usize)>> = conns.into_iter().map(Arc::new).collect();
-                let mut next_at = Duration::ZERO;
-                let mut session = 0u32;
-                let mut ops = tokio::task::JoinSet::new();
-                while !stop.load(Ordering::Relaxed) {
-                    next_at += Duration::from_secs_f64(rng.exp(1.0 / rate));
-                    tokio::time::sleep_until((shared.t0 + next_at).into()).await;
-                    let conn = conns[session as usize % conns.len()].clone();
-                    let shared = shared.clone();
-                    ops.spawn(async move {
-                        one_op(&shared, &conn.0, session, conn.1).await;
-                    });
-                    session = session.wrapping_add(1);
-                }
-                while ops.join_next().await.is_some() {}
-            });
-        }
-    }
+    let mut tasks = spawn_clients(load, conns, &shared, &stop, p.common.seed);
     // Warm-up, then the measured window with the replicas' counters and
     // the servers' CPU read at its start and end.
     let tick = Duration::from_millis(100);
@@ -377,36 +337,13 @@ async fn measure(
         .into_inner()
         .map_err(|_| "a client task panicked".to_string())?;
     let mut m = client_side(&history, window, workload.as_ref());
-    m.insert(
-        "accuracy".into(),
-        ratio(
-            delta(&after, &before, "accuracy_hits"),
-            delta(&after, &before, "accuracy_checked"),
-        ),
-    );
-    m.insert(
-        "execution_ratio".into(),
-        ratio(
-            delta(&after, &before, "executions"),
-            delta(&after, &before, "exec_ops"),
-        ),
-    );
-    let machine_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    m.insert(
-        "cpu_busy".into(),
-        match (cpu_before, cpu_after) {
-            (Some(a), Some(b)) if !procs.pids().is_empty() => {
-                json!((b - a) / (window.seconds() * machine_cores as f64))
-            }
-            _ => json!(null),
-        },
-    );
-    m.insert("machine_cores".into(), json!(machine_cores));
-    let measured = m["ops"]["measured"].as_u64().unwrap_or(0).max(1);
-    let peer_bytes = delta(&after, &before, "peer_bytes_sent");
-    m.insert(
-        "bytes".into(),
-        json!({"peer": peer_bytes, "per_op": peer_bytes as f64 / measured as f64}),
+    server_side(
+        &mut m,
+        &before,
+        &after,
+        (cpu_before, cpu_after),
+        procs,
+        window,
     );
     // Unanswered ops are in `ops.unanswered` (client_side).
     m.insert(
@@ -426,6 +363,110 @@ async fn measure(
         },
     );
     Ok(m)
+}
+
+/// Connections for `n` clients, spread over the replicas in turn, each
+/// with the index of the replica it talks to.
+async fn connect_all(addrs: &[SocketAddr], n: usize) -> Result<Vec<(Client, usize)>, String> {
+    let mut conns = Vec::with_capacity(n);
+    for i in 0..n {
+        let a = addrs[i % addrs.len()];
+        let c = Client::connect([a.to_string()])
+            .await
+            .map_err(|e| e.to_string())?;
+        conns.push((c, i % addrs.len()));
+    }
+    Ok(conns)
+}
+
+/// Start the clients: one closed loop per connection, or one task
+/// invoking ops at the open-loop rate (Poisson arrivals from `seed`)
+/// across the connections; all stop at `stop`.
+fn spawn_clients(
+    load: Load,
+    conns: Vec<(Client, usize)>,
+    shared: &Arc<Shared>,
+    stop: &Arc<AtomicBool>,
+    seed: u64,
+) -> tokio::task::JoinSet<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    match load {
+        Load::Closed(_) => {
+            for (session, (c, replica)) in conns.into_iter().enumerate() {
+                let (shared, stop) = (Arc::clone(shared), Arc::clone(stop));
+                tasks.spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        one_op(&shared, &c, session as u32, replica).await;
+                    }
+                });
+            }
+        }
+        Load::Open(rate) => {
+            let (shared, stop) = (Arc::clone(shared), Arc::clone(stop));
+            let mut rng = Rng::new(seed ^ 0x0BE7);
+            tasks.spawn(async move {
+                let conns: Vec<Arc<(Client, usize)>> = conns.into_iter().map(Arc::new).collect();
+                let mut next_at = Duration::ZERO;
+                let mut session = 0u32;
+                let mut ops = tokio::task::JoinSet::new();
+                while !stop.load(Ordering::Relaxed) {
+                    next_at += Duration::from_secs_f64(rng.exp(1.0 / rate));
+                    tokio::time::sleep_until((shared.t0 + next_at).into()).await;
+                    let conn = conns[session as usize % conns.len()].clone();
+                    let shared = shared.clone();
+                    ops.spawn(async move {
+                        one_op(&shared, &conn.0, session, conn.1).await;
+                    });
+                    session = session.wrapping_add(1);
+                }
+                while ops.join_next().await.is_some() {}
+            });
+        }
+    }
+    tasks
+}
+
+/// What the replicas' counters and the servers' CPU say about the
+/// measured window: accuracy, execution ratio, CPU busy, peer bytes.
+fn server_side(
+    m: &mut Map<String, Json>,
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    (cpu_before, cpu_after): (Option<f64>, Option<f64>),
+    procs: &Target,
+    window: Window,
+) {
+    m.insert(
+        "accuracy".into(),
+        ratio(
+            delta(after, before, "accuracy_hits"),
+            delta(after, before, "accuracy_checked"),
+        ),
+    );
+    m.insert(
+        "execution_ratio".into(),
+        ratio(
+            delta(after, before, "executions"),
+            delta(after, before, "exec_ops"),
+        ),
+    );
+    let machine_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    m.insert(
+        "cpu_busy".into(),
+        match (cpu_before, cpu_after) {
+            (Some(a), Some(b)) if !procs.pids().is_empty() => {
+                json!((b - a) / (window.seconds() * machine_cores as f64))
+            }
+            _ => json!(null),
+        },
+    );
+    m.insert("machine_cores".into(), json!(machine_cores));
+    let measured = m["ops"]["measured"].as_u64().unwrap_or(0).max(1);
+    let peer_bytes = delta(after, before, "peer_bytes_sent");
+    m.insert(
+        "bytes".into(),
+        json!({"peer": peer_bytes, "per_op": peer_bytes as f64 / measured as f64}),
+    );
 }
 
 /// Every replica's committed state, once all replicas committed the same

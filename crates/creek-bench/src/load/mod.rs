@@ -32,7 +32,7 @@ use creek_sim::workload::{self, Workload, WorkloadConfig};
 use creek_workloads::ycsb::{Distribution, Mix, YcsbConfig};
 use serde_json::{json, Map, Value as Json};
 
-use crate::sim_cmd::{parse_duration, parse_duration_or_zero};
+use crate::flags::{parse_duration, parse_duration_or_zero};
 
 /// Where the workload runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

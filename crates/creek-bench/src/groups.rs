@@ -18,7 +18,7 @@
 //! `report_spam` to one of two teams, 10% `winner_of`), labels rewritten
 //! alike.
 //!
-//! The runs use `creek bench tpcc|ycsb`'s harness (`bench_load`): `--target
+//! The runs use `creek bench tpcc|ycsb`'s harness (`load`): `--target
 //! sim` in the simulator, `--target cluster` on `creek serve` processes on
 //! loopback, the same load flags, and the workload's checks on every
 //! replica's committed state once the run drained:
@@ -51,7 +51,7 @@ use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 use serde_json::{json, Map, Value as Json};
 
-use crate::bench_load::{Common, Plan};
+use crate::load::{Common, Plan};
 
 const MESSAGE_GROUPS: &str = include_str!("../../../examples/procedures/message_groups.creek");
 const CONTEST: &str = include_str!("../../../examples/procedures/contest.creek");

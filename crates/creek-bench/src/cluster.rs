@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use creek_client::{Client, TlsOptions};
 
-use crate::bench_driver::{self, Conn};
-use crate::bench_procs::Target;
-use crate::bench_stages;
+use crate::driver::{self, Conn};
+use crate::servers::Target;
+use crate::stages;
 use creek_types::value::Value;
 use serde_json::json;
 
@@ -116,7 +116,7 @@ impl CreekConn {
 impl Conn for CreekConn {
     async fn write(&mut self, n: u64, value: &[u8]) -> Result<(), String> {
         let args = vec![
-            Value::Bytes(bench_driver::key(n).into_bytes().into()),
+            Value::Bytes(driver::key(n).into_bytes().into()),
             Value::Bytes(value.to_vec().into()),
         ];
         let c = &self.client;
@@ -215,7 +215,7 @@ pub(crate) fn measure(
         // command started serves `/metrics`; an attached one may not).
         let scrape = || async {
             match metrics.get(leader) {
-                Some(&m) => bench_stages::scrape(m).await.map(Some),
+                Some(&m) => stages::scrape(m).await.map(Some),
                 None => Ok(None),
             }
         };
@@ -226,10 +226,9 @@ pub(crate) fn measure(
             eprintln!("bench cluster: {name} latency at 1 client…");
             let before = scrape().await?;
             let conn = CreekConn::connect(clients[leader], tls, strong).await?;
-            let (p50, p99) =
-                bench_driver::latency(conn, args.latency_ops, args.keys, &value).await?;
+            let (p50, p99) = driver::latency(conn, args.latency_ops, args.keys, &value).await?;
             let stages = match (before, scrape().await?) {
-                (Some(b), Some(a)) => json!(bench_stages::medians(&b, &a, name)),
+                (Some(b), Some(a)) => json!(stages::medians(&b, &a, name)),
                 _ => json!(null),
             };
             let mut tput = serde_json::Map::new();
@@ -240,8 +239,7 @@ pub(crate) fn measure(
                     conns.push(CreekConn::connect(clients[i % clients.len()], tls, strong).await?);
                 }
                 let label = format!("creek {name}");
-                let t = bench_driver::throughput(conns, args.seconds, args.keys, &value, &label)
-                    .await?;
+                let t = driver::throughput(conns, args.seconds, args.keys, &value, &label).await?;
                 tput.insert(format!("clients_{n}"), json!(t.round()));
             }
             levels.insert(
@@ -265,18 +263,13 @@ pub(crate) fn measure(
             }
             let weak = CreekConn::connect(clients[leader], tls, false).await?;
             let before = scrape().await?;
-            let timed = bench_driver::latency(weak, args.latency_ops, args.keys, &value);
-            let (strong_tput, weak_latency) = bench_driver::throughput_during(
-                load,
-                args.keys,
-                &value,
-                "creek strong load",
-                timed,
-            )
-            .await?;
+            let timed = driver::latency(weak, args.latency_ops, args.keys, &value);
+            let (strong_tput, weak_latency) =
+                driver::throughput_during(load, args.keys, &value, "creek strong load", timed)
+                    .await?;
             let (p50, p99) = weak_latency?;
             let stages = match (before, scrape().await?) {
-                (Some(b), Some(a)) => json!(bench_stages::medians(&b, &a, "weak")),
+                (Some(b), Some(a)) => json!(stages::medians(&b, &a, "weak")),
                 _ => json!(null),
             };
             levels.insert(

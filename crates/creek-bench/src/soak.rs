@@ -4,7 +4,7 @@
 //! to show whether any of them grows without bound under a steady load.
 //!
 //! The cluster is started with the server defaults (so checkpoints on at
-//! `checkpoint_every_secs`; `bench_procs::Servers`), loaded with the YCSB
+//! `checkpoint_every_secs`; `servers::Servers`), loaded with the YCSB
 //! workload's setup calls as `bench ycsb --target cluster` loads it. Then
 //! closed-loop clients run the workload for `--minutes`; every
 //! `--sample-secs` the bench reads each server's `VmRSS`, the size of its
@@ -32,10 +32,10 @@ use creek_sim::workload::{self, Workload, WorkloadConfig};
 use creek_workloads::ycsb::{Distribution, Mix, YcsbConfig};
 use serde_json::{json, Value as Json};
 
-use crate::bench_cluster::find_leader;
-use crate::bench_load::cluster::{client_args, setup};
-use crate::bench_load::Progress;
-use crate::bench_procs::Servers;
+use crate::cluster::find_leader;
+use crate::load::cluster::{client_args, setup};
+use crate::load::Progress;
+use crate::servers::Servers;
 
 /// Deadline of one op; also how long in-flight ops may take to finish
 /// after the clients stop.
@@ -193,40 +193,6 @@ fn dir_bytes(dir: &Path) -> Result<u64, String> {
     Ok(total)
 }
 
-/// The last lines of a server's log, for the message that it died (the
-/// log goes with the cluster's directory when the bench ends).
-pub(crate) fn log_tail(path: &Path) -> String {
-    const LINES: usize = 5;
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    if lines.is_empty() {
-        return "it logged nothing".to_string();
-    }
-    format!(
-        "the end of its log:\n{}",
-        strip_ansi(&lines[lines.len().saturating_sub(LINES)..].join("\n"))
-    )
-}
-
-/// `text` without the terminal colour codes (`ESC [ … letter`) the server's
-/// log carries.
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' && chars.peek() == Some(&'[') {
-            for c in chars.by_ref() {
-                if ('@'..='~').contains(&c) && c != '[' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// What the client tasks share.
 struct Shared {
     source: Mutex<(Box<dyn Workload>, Rng)>,
@@ -309,7 +275,7 @@ async fn sample(
             format!(
                 "replica {} died during the soak: {why}; {}",
                 i + 1,
-                log_tail(&procs.log_path(i))
+                crate::replica_log::log_tail(&procs.log_path(i))
             )
         };
         let pid = procs
@@ -722,11 +688,5 @@ mod tests {
     fn a_running_process_has_a_resident_set() {
         let rss = process_rss_bytes(std::process::id()).expect("our own VmRSS");
         assert!(rss > 0);
-    }
-
-    #[test]
-    fn colour_codes_are_stripped_from_log_lines() {
-        let line = "\u{1b}[2m2026-11-24\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m slow";
-        assert_eq!(strip_ansi(line), "2026-11-24  WARN slow");
     }
 }

@@ -14,7 +14,7 @@
 //! each of those that reads a key the late op writes must run again.
 //!
 //! With `--procedure FILE:NAME` the same stream calls a user procedure and
-//! its built-in twin instead (`bench_executor_procs`).
+//! its built-in twin instead (`executor_procs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -219,7 +219,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         );
     }
     if !args.procedure.is_empty() {
-        return crate::bench_executor_procs::run(args);
+        return crate::executor_procs::run(args);
     }
     let stream = build(args, &|key| {
         ProcCall::new("kv.incr", encode_args(&[key, Value::Int(1)]))

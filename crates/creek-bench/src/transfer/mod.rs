@@ -42,11 +42,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use creek_client::{CallOptions, Client, Levels};
 use creek_types::value::Value;
-use serde_json::{json, Value as Json};
 
-use crate::bench_cluster::find_leader;
-use crate::bench_load::Progress;
-use crate::bench_procs::Servers;
+use crate::cluster::find_leader;
+use crate::load::Progress;
+use crate::servers::Servers;
+use measure::{ask_status, monitor, ProbeOp, StatusSample};
+use report::{report, summary};
+
+mod measure;
+mod report;
 
 /// Replicas in the cluster.
 const REPLICAS: usize = 3;
@@ -278,14 +282,6 @@ async fn load(addrs: &[SocketAddr], args: &Args, progress: &Progress) -> Result<
     Ok(Loaded { secs, errors })
 }
 
-/// One probe op.
-#[derive(Clone, Copy, Debug)]
-struct ProbeOp {
-    start: Instant,
-    end: Instant,
-    ok: bool,
-}
-
 /// Strong increments of one key, back to back, until `stop`.
 async fn probe(c: Client, stop: Arc<AtomicBool>) -> (Vec<ProbeOp>, Option<String>) {
     let mut ops = Vec::new();
@@ -379,7 +375,7 @@ async fn watch_rebuild(
                 "replica {} was not rebuilt within {:.0} s (last status: {last_seen}); {}",
                 VICTIM + 1,
                 within.as_secs_f64(),
-                crate::bench_soak::log_tail(&servers.log_path(VICTIM))
+                crate::replica_log::log_tail(&servers.log_path(VICTIM))
             ));
         }
         let polled = Instant::now();
@@ -418,171 +414,6 @@ async fn watch_rebuild(
             Err(e) => last_seen = e,
         }
         tokio::time::sleep_until((polled + POLL).into()).await;
-    }
-}
-
-/// Ask `addr` for its status (connecting first when `client` is `None`),
-/// with when it was asked and when it answered. A failure drops the
-/// connection, so the next call connects again.
-async fn ask_status(
-    client: &mut Option<Client>,
-    addr: SocketAddr,
-) -> Result<(creek_client::pb::StatusReply, Instant, Instant), String> {
-    if client.is_none() {
-        *client = Client::connect([addr.to_string()]).await.ok();
-    }
-    let Some(c) = client.as_ref() else {
-        return Err(format!("cannot connect to {addr}"));
-    };
-    let asked = Instant::now();
-    let reply = match tokio::time::timeout(OP_TIMEOUT, c.status()).await {
-        Ok(Ok(s)) => return Ok((s, asked, Instant::now())),
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("no status reply within {OP_TIMEOUT:?}"),
-    };
-    *client = None;
-    Err(reply)
-}
-
-/// One status reply of a replica, for the stalls of its node thread
-/// (status is answered there) and of its disk writes.
-#[derive(Clone, Copy, Debug)]
-struct StatusSample {
-    asked: Instant,
-    replied: Instant,
-    /// The last write submitted to the disk, and the last one durable.
-    submitted: u64,
-    durable: u64,
-}
-
-/// Poll `addr`'s status every [`POLL`] until `stop`; a replica that does
-/// not answer (killed, restarting) is asked again at the next poll.
-async fn monitor(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<StatusSample> {
-    let mut samples = Vec::new();
-    let mut client: Option<Client> = None;
-    while !stop.load(Ordering::Relaxed) {
-        let polled = Instant::now();
-        // A failure drops the connection: the replica may have been
-        // restarted.
-        if let Ok((s, asked, replied)) = ask_status(&mut client, addr).await {
-            let counter = |k: &str| s.counters.get(k).copied().unwrap_or(0);
-            samples.push(StatusSample {
-                asked,
-                replied,
-                submitted: counter("submitted_seq"),
-                durable: counter("durable_seq"),
-            });
-        }
-        tokio::time::sleep_until((polled + POLL).into()).await;
-    }
-    samples
-}
-
-/// A replica's worst stalls in a window, from its status replies.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Stalls {
-    /// The slowest status reply overlapping the window: how long its node
-    /// thread was busy with something else.
-    status_max_us: u64,
-    /// The longest time writes were pending without any becoming durable,
-    /// overlapping the window: how long its disk writer was busy.
-    write_wait_max_us: u64,
-}
-
-fn stalls(samples: &[StatusSample], from: Instant, to: Instant) -> Stalls {
-    let overlaps = |a: Instant, b: Instant| a < to && b > from;
-    let status_max_us = samples
-        .iter()
-        .filter(|s| overlaps(s.asked, s.replied))
-        .map(|s| micros(s.replied - s.asked))
-        .max()
-        .unwrap_or(0);
-    // From the first reply showing a write pending at durable seq `d` to
-    // the first showing a later durable seq.
-    let mut write_wait_max_us = 0;
-    let mut stuck: Option<(u64, Instant)> = None;
-    for s in samples {
-        if let Some((d, since)) = stuck {
-            if s.durable != d {
-                if overlaps(since, s.replied) {
-                    write_wait_max_us = write_wait_max_us.max(micros(s.replied - since));
-                }
-                stuck = None;
-            }
-        }
-        if stuck.is_none() && s.submitted > s.durable {
-            stuck = Some((s.durable, s.replied));
-        }
-    }
-    if let Some((_, since)) = stuck {
-        if let Some(last) = samples.last() {
-            if overlaps(since, last.replied) {
-                write_wait_max_us = write_wait_max_us.max(micros(last.replied - since));
-            }
-        }
-    }
-    Stalls {
-        status_max_us,
-        write_wait_max_us,
-    }
-}
-
-/// Latency percentiles and gaps of the probe ops in a window.
-#[derive(Debug, Default, PartialEq)]
-struct Window {
-    ops: usize,
-    failed: usize,
-    p50_us: u64,
-    p99_us: u64,
-    max_us: u64,
-    /// The longest time between two consecutive successful completions
-    /// where that interval overlaps the window (a stall that began before
-    /// it counts whole).
-    max_gap_us: u64,
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-/// The ops `within` admits, and the gaps between completions overlapping
-/// `[from, to]`.
-fn window(
-    ops: &[ProbeOp],
-    from: Instant,
-    to: Instant,
-    within: impl Fn(&ProbeOp) -> bool,
-) -> Window {
-    let chosen: Vec<&ProbeOp> = ops.iter().filter(|o| within(o)).collect();
-    let mut latencies: Vec<u64> = chosen
-        .iter()
-        .filter(|o| o.ok)
-        .map(|o| micros(o.end - o.start))
-        .collect();
-    latencies.sort_unstable();
-    let mut ends: Vec<Instant> = ops.iter().filter(|o| o.ok).map(|o| o.end).collect();
-    ends.sort_unstable();
-    let max_gap_us = ends
-        .windows(2)
-        .filter(|w| w[1] > from && w[0] < to)
-        .map(|w| micros(w[1] - w[0]))
-        .max()
-        .unwrap_or(0);
-    Window {
-        ops: chosen.len(),
-        failed: chosen.iter().filter(|o| !o.ok).count(),
-        p50_us: percentile(&latencies, 0.5),
-        p99_us: percentile(&latencies, 0.99),
-        max_us: latencies.last().copied().unwrap_or(0),
-        max_gap_us,
     }
 }
 
@@ -711,193 +542,6 @@ async fn transfer(
     })
 }
 
-fn round(x: f64, places: i32) -> f64 {
-    let f = 10f64.powi(places);
-    (x * f).round() / f
-}
-
-/// The JSON report of a run.
-fn report(args: &Args, m: &Measured) -> Json {
-    let r = &m.rebuild;
-    let mut notes: Vec<String> = Vec::new();
-    // The transfer began after the last reply without a fetch under way
-    // when no reply showed one (a small state, fetched between polls).
-    let first_chunk = r.first_chunk.unwrap_or_else(|| {
-        notes.push(
-            "no status reply showed the fetch under way: the transfer is timed from the \
-             last reply before the install (an overestimate)"
-                .into(),
-        );
-        r.last_before_install
-    });
-    let transfer_secs = (r.installed - first_chunk).as_secs_f64();
-    let rebuild_secs = (r.installed - r.restart).as_secs_f64();
-    let mb_per_s = if transfer_secs > 0.0 {
-        r.bytes as f64 / 1e6 / transfer_secs
-    } else {
-        0.0
-    };
-    let before = window(&m.probe, m.kill - BASELINE, m.kill, |o| {
-        o.start >= m.kill - BASELINE && o.end <= m.kill
-    });
-    let during = window(&m.probe, r.restart, r.installed, |o| {
-        o.start < r.installed && o.end > r.restart
-    });
-    let after_end = r.installed + AFTER;
-    let after = window(&m.probe, r.installed, after_end, |o| {
-        o.start >= r.installed && o.end <= after_end
-    });
-    if r.restarts > 0 {
-        notes.push(format!(
-            "the fetch started over {} times: bytes is the last checkpoint's size",
-            r.restarts
-        ));
-    }
-    if m.victim_led {
-        notes.push("replica 3 led when it was killed: the numbers include an election".into());
-    }
-    let failed = before.failed + during.failed + after.failed;
-    if failed > 0 {
-        notes.push(format!(
-            "{failed} probe ops failed, the last with: {}",
-            m.probe_error.as_deref().unwrap_or("?")
-        ));
-    }
-    // Chunks arrive until the last reply that showed the fetch; decoding
-    // and installing follow (the replica answers no status meanwhile).
-    let (chunks_secs, install_secs) = match r.last_fetching {
-        Some(t) => (
-            round((t - first_chunk).as_secs_f64(), 3),
-            round((r.installed - t).as_secs_f64(), 3),
-        ),
-        None => (0.0, round(transfer_secs, 3)),
-    };
-    let windows = [
-        ("before", m.kill - BASELINE, m.kill),
-        ("during", r.restart, r.installed),
-        ("after", r.installed, after_end),
-    ];
-    let replica_stalls: Vec<Json> = (1..)
-        .zip(&m.status)
-        .flat_map(|(replica, samples): (usize, _)| {
-            windows.iter().map(move |&(name, from, to)| {
-                let s = stalls(samples, from, to);
-                json!({
-                    "replica": replica,
-                    "window": name,
-                    "status_max_us": s.status_max_us,
-                    "write_wait_max_us": s.write_wait_max_us,
-                })
-            })
-        })
-        .collect();
-    json!({
-        "bench": "transfer",
-        "mib": args.mib,
-        "value_kib": args.value_kib,
-        "values": args.values(),
-        "replicas": REPLICAS,
-        "checkpoint_every_secs": args.checkpoint_secs,
-        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "load_secs": round(m.loaded.secs, 1),
-        "load_mb_per_s": round((args.values() * args.value_kib * 1024) as f64 / 1e6 / m.loaded.secs.max(1e-3), 1),
-        "load_errors": m.loaded.errors,
-        "bytes": r.bytes,
-        "first_chunk_secs": round((first_chunk - r.restart).as_secs_f64(), 3),
-        "transfer_secs": round(transfer_secs, 3),
-        "chunks_secs": chunks_secs,
-        "install_secs": install_secs,
-        "mb_per_s": round(mb_per_s, 1),
-        "rebuild_secs": round(rebuild_secs, 3),
-        "senders": m.senders,
-        "fetch_restarts": r.restarts,
-        "rebuilt_status_max_us": micros(r.status_max),
-        "probe_ops_before": before.ops,
-        "probe_p50_us_before": before.p50_us,
-        "probe_p99_us_before": before.p99_us,
-        "probe_max_us_before": before.max_us,
-        "probe_max_gap_us_before": before.max_gap_us,
-        "probe_ops_during": during.ops,
-        "probe_p50_us_during": during.p50_us,
-        "probe_p99_us_during": during.p99_us,
-        "probe_max_us_during": during.max_us,
-        "probe_max_gap_us_during": during.max_gap_us,
-        "probe_ops_after": after.ops,
-        "probe_p50_us_after": after.p50_us,
-        "probe_p99_us_after": after.p99_us,
-        "probe_max_us_after": after.max_us,
-        "probe_max_gap_us_after": after.max_gap_us,
-        "replica_stalls": replica_stalls,
-        "notes": notes,
-    })
-}
-
-/// The report as a few readable lines.
-fn summary(r: &Json) -> String {
-    let u = |k: &str| r[k].as_u64().unwrap_or(0);
-    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
-    let ms = |k: &str| u(k) as f64 / 1000.0;
-    let mut out = format!(
-        "transfer: {} MiB in {} KiB values on {} replicas (checkpoints every {} s), \
-         loaded in {:.1} s ({:.1} MB/s)\n",
-        u("mib"),
-        u("value_kib"),
-        u("replicas"),
-        u("checkpoint_every_secs"),
-        f("load_secs"),
-        f("load_mb_per_s"),
-    );
-    out += &format!(
-        "checkpoint {:.1} MB from replica {}: first chunk {:.2} s after the restart, \
-         transferred and installed in {:.2} s ({:.1} MB/s; chunks {:.2} s, decode and \
-         install {:.2} s), rebuilt {:.2} s after the restart\n",
-        u("bytes") as f64 / 1e6,
-        r["senders"]
-            .as_array()
-            .map(|s| s.iter().map(Json::to_string).collect::<Vec<_>>().join("+"))
-            .unwrap_or_default(),
-        f("first_chunk_secs"),
-        f("transfer_secs"),
-        f("mb_per_s"),
-        f("chunks_secs"),
-        f("install_secs"),
-        f("rebuild_secs"),
-    );
-    out += "probe, strong kv.incr at replica 1, in ms:\n";
-    out += &format!(
-        "  {:<7} {:>6} {:>7} {:>7} {:>7} {:>8}\n",
-        "", "ops", "p50", "p99", "max", "max gap"
-    );
-    for w in ["before", "during", "after"] {
-        out += &format!(
-            "  {w:<7} {:>6} {:>7.1} {:>7.1} {:>7.1} {:>8.1}\n",
-            u(&format!("probe_ops_{w}")),
-            ms(&format!("probe_p50_us_{w}")),
-            ms(&format!("probe_p99_us_{w}")),
-            ms(&format!("probe_max_us_{w}")),
-            ms(&format!("probe_max_gap_us_{w}")),
-        );
-    }
-    out += "stalls per replica, in ms (slowest status reply: node thread; longest write wait: disk):\n";
-    out += &format!(
-        "  {:<7} {:>7} {:>12} {:>12}\n",
-        "", "replica", "status max", "write wait"
-    );
-    for s in r["replica_stalls"].as_array().into_iter().flatten() {
-        out += &format!(
-            "  {:<7} {:>7} {:>12.1} {:>12.1}\n",
-            s["window"].as_str().unwrap_or_default(),
-            s["replica"].as_u64().unwrap_or(0),
-            s["status_max_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
-            s["write_wait_max_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
-        );
-    }
-    for n in r["notes"].as_array().into_iter().flatten() {
-        out += &format!("note: {}\n", n.as_str().unwrap_or_default());
-    }
-    out.trim_end().to_string()
-}
-
 /// Run the benchmark.
 pub fn run(args: &Args) -> Result<(), String> {
     args.validate()?;
@@ -931,7 +575,7 @@ pub fn run(args: &Args) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn args(mib: u64, value_kib: u64) -> Args {
+    pub(super) fn args(mib: u64, value_kib: u64) -> Args {
         Args {
             mib,
             value_kib,
@@ -971,7 +615,7 @@ mod tests {
     }
 
     /// Ops of `ms` milliseconds, back to back from `t0 + at`.
-    fn ops(t0: Instant, at_ms: u64, latencies_ms: &[u64]) -> Vec<ProbeOp> {
+    pub(super) fn ops(t0: Instant, at_ms: u64, latencies_ms: &[u64]) -> Vec<ProbeOp> {
         let mut t = t0 + Duration::from_millis(at_ms);
         latencies_ms
             .iter()
@@ -985,136 +629,5 @@ mod tests {
                 o
             })
             .collect()
-    }
-
-    #[test]
-    fn a_window_has_percentiles_of_its_ops_and_the_gaps_that_overlap_it() {
-        let t0 = Instant::now();
-        // Ends at 10, 20, …, 100 ms; then one 300 ms op ending at 400 ms,
-        // then 10 ms ops to 500 ms.
-        let mut all = ops(t0, 0, &[10; 10]);
-        all.extend(ops(t0, 100, &[300]));
-        all.extend(ops(t0, 400, &[10; 10]));
-        let ms = |m: u64| t0 + Duration::from_millis(m);
-        let overlap = |from: Instant, to: Instant| move |o: &ProbeOp| o.start < to && o.end > from;
-        // A window inside the slow op: it counts whole, as op and gap.
-        let w = window(&all, ms(200), ms(300), overlap(ms(200), ms(300)));
-        assert_eq!(w.ops, 1);
-        assert_eq!(w.max_us, 300_000);
-        assert_eq!(w.max_gap_us, 300_000);
-        // Before it: 10 ms ops only.
-        let w = window(&all, ms(0), ms(100), |o| o.end <= ms(100));
-        assert_eq!(
-            (w.ops, w.p50_us, w.p99_us, w.max_us),
-            (10, 10_000, 10_000, 10_000)
-        );
-        assert_eq!(w.max_gap_us, 10_000);
-        // An empty window is all zeros but for gaps crossing it.
-        let w = window(&[], ms(0), ms(100), |_| true);
-        assert_eq!(w, Window::default());
-    }
-
-    #[test]
-    fn failed_probe_ops_are_counted_not_timed() {
-        let t0 = Instant::now();
-        let mut all = ops(t0, 0, &[10, 10]);
-        all[1].ok = false;
-        let w = window(&all, t0, t0 + Duration::from_secs(1), |_| true);
-        assert_eq!((w.ops, w.failed, w.max_us), (2, 1, 10_000));
-    }
-
-    #[test]
-    fn the_report_has_the_documented_fields_and_falls_back_without_a_chunk_seen() {
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut probe = ops(t0, 0, &[10; 600]);
-        probe.extend(ops(t0, 6000, &[150]));
-        probe.extend(ops(t0, 6150, &[10; 600]));
-        let m = Measured {
-            loaded: Loaded {
-                secs: 2.0,
-                errors: 0,
-            },
-            rebuild: Rebuild {
-                restart: at(5500),
-                first_chunk: None,
-                last_before_install: at(6000),
-                last_fetching: None,
-                installed: at(6500),
-                bytes: 10_000_000,
-                restarts: 0,
-                status_max: Duration::from_millis(30),
-            },
-            kill: at(5400),
-            probe,
-            probe_error: None,
-            victim_led: false,
-            senders: vec![1],
-            status: vec![Vec::new(); 3],
-        };
-        let r = report(&args(8, 64), &m);
-        for key in [
-            "bytes",
-            "transfer_secs",
-            "mb_per_s",
-            "rebuild_secs",
-            "probe_p50_us_before",
-            "probe_p99_us_before",
-            "probe_max_us_before",
-            "probe_p50_us_during",
-            "probe_p99_us_during",
-            "probe_max_us_during",
-            "probe_max_gap_us_during",
-            "mib",
-            "value_kib",
-        ] {
-            assert!(r[key].is_number(), "{key} in {r}");
-        }
-        assert_eq!(r["transfer_secs"], 0.5);
-        assert_eq!(r["mb_per_s"], 20.0);
-        assert_eq!(r["rebuild_secs"], 1.0);
-        assert_eq!(r["probe_max_us_before"], 10_000);
-        assert_eq!(r["probe_max_us_during"], 150_000);
-        assert_eq!(r["probe_max_gap_us_during"], 150_000);
-        assert_eq!(r["notes"].as_array().map(Vec::len), Some(1), "{r}");
-        assert_eq!(r["replica_stalls"].as_array().map(Vec::len), Some(9), "{r}");
-        assert!(summary(&r).contains("MB/s"));
-    }
-
-    #[test]
-    fn stalls_are_the_slowest_status_reply_and_the_longest_write_wait() {
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        // (asked, replied, submitted, durable), in ms and seqs.
-        let samples: Vec<StatusSample> = [
-            (0, 1, 5, 5),
-            (20, 21, 6, 5),
-            (40, 41, 7, 5),
-            (60, 300, 7, 5),
-            (300, 301, 8, 7),
-            (320, 321, 8, 8),
-        ]
-        .iter()
-        .map(|&(a, r, submitted, durable)| StatusSample {
-            asked: at(a),
-            replied: at(r),
-            submitted,
-            durable,
-        })
-        .collect();
-        // Writes pending from 21 ms, durable again at 301 ms; pending at 7
-        // from 301 ms to 321 ms.
-        let s = stalls(&samples, at(0), at(400));
-        assert_eq!(
-            s,
-            Stalls {
-                status_max_us: 240_000,
-                write_wait_max_us: 280_000,
-            }
-        );
-        // A window after the stalls sees neither.
-        assert_eq!(stalls(&samples, at(310), at(400)).status_max_us, 1_000);
-        assert_eq!(stalls(&samples, at(310), at(400)).write_wait_max_us, 20_000);
-        assert_eq!(stalls(&[], at(0), at(1)), Stalls::default());
     }
 }

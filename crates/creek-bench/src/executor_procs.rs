@@ -42,7 +42,7 @@ use creek_procs::Registry;
 use creek_types::value::{decode_args, encode_args, Value};
 use serde_json::json;
 
-use crate::bench_executor::{build, drive, replica, strong_call, Args};
+use crate::executor::{build, drive, replica, strong_call, Args};
 
 /// The registration target from the issue, milliseconds.
 const REGISTER_MS_MAX: f64 = 10.0;

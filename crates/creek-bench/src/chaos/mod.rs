@@ -29,9 +29,10 @@ use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 use serde_json::json;
 
-use crate::bench_procs::Servers;
+use crate::servers::Servers;
 use world::{Membership, Slot, World};
 
+/// Arguments of `creek chaos`.
 #[derive(clap::Args)]
 pub struct Args {
     /// How long the nemesis injects faults (fractions allowed: 0.5 is 30 s).

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use creek_sim::bench::percentile;
+
 /// The longest one write may take before it counts as failed: a system
 /// that stopped answering ends the run instead of hanging it.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,15 +45,6 @@ async fn timed<C: Conn>(c: &mut C, n: u64, value: &[u8]) -> Result<Duration, Str
     }
 }
 
-/// The `p` quantile (µs) of sorted durations.
-fn percentile(sorted: &[Duration], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)].as_micros() as u64
-}
-
 /// p50 and p99 (µs) of `ops` sequential writes on `c`, over `keys` keys.
 /// They run in a task of the runtime, as an application's requests would:
 /// from the thread that blocks on the runtime, every hand-off to the
@@ -71,7 +64,7 @@ pub(crate) async fn latency<C: Conn>(
         for i in 0..(warmup + ops) as u64 {
             let d = timed(&mut c, i % keys, &value).await?;
             if i as usize >= warmup {
-                samples.push(d);
+                samples.push(d.as_micros() as u64);
             }
         }
         samples.sort_unstable();

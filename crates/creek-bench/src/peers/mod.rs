@@ -13,7 +13,7 @@
 //! peers' correctness.
 
 #[cfg(feature = "peers")]
-use crate::bench_driver::{self as driver, Settings};
+use crate::driver::{self as driver, Settings};
 #[cfg(feature = "peers")]
 mod etcd;
 #[cfg(feature = "peers")]
@@ -27,7 +27,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
 
-use crate::bench_cluster;
+use crate::cluster;
 
 /// The systems `--systems` names, in their default order.
 const SYSTEMS: [&str; 4] = ["creek", "etcd", "postgres", "redis"];
@@ -134,7 +134,7 @@ fn validate(args: &Args) -> Result<(), String> {
 
 /// Creek's line: `creek bench cluster` at 3 replicas on the same settings.
 fn creek(args: &Args) -> Result<Map<String, Value>, String> {
-    let cluster = bench_cluster::Args {
+    let cluster = cluster::Args {
         replicas: 3,
         latency_ops: args.latency_ops,
         seconds: args.seconds,
@@ -148,7 +148,7 @@ fn creek(args: &Args) -> Result<Map<String, Value>, String> {
         compare_tls: false,
         json: args.json,
     };
-    let mut out = bench_cluster::measure(&cluster, true)?;
+    let mut out = cluster::measure(&cluster, true)?;
     out.insert(
         "version".into(),
         json!(format!("creek {}", env!("CARGO_PKG_VERSION"))),

@@ -14,7 +14,7 @@ use creek_types::ProcCall;
 use serde_json::json;
 
 use super::client::{Shared, OP_TIMEOUT};
-use super::world::{Membership, World, UNSEEN};
+use super::world::{Membership, State, World, UNSEEN};
 
 /// How the run ended, as the driver saw it.
 pub(crate) struct Ending {
@@ -147,17 +147,7 @@ pub(crate) fn judge(
 ) -> Verdict {
     let state = world.lock();
     let canonical = &state.canonical;
-    let mut unseen_ranges: Vec<(usize, usize)> = Vec::new();
-    for (p, id) in canonical.iter().enumerate() {
-        if *id != UNSEEN {
-            continue;
-        }
-        match unseen_ranges.last_mut() {
-            Some(r) if r.1 == p => r.1 = p + 1,
-            _ => unseen_ranges.push((p, p + 1)),
-        }
-    }
-    let unseen: usize = unseen_ranges.iter().map(|(a, b)| b - a).sum();
+    let unseen_ranges = unseen_ranges(canonical);
     let mut ops = state.history.clone();
     ops.sort_by_key(|r| r.invoked_at_us);
 
@@ -165,29 +155,7 @@ pub(crate) fn judge(
     let ids_twice = settle_ids(&mut ops, &state.requests, &state.committed_at, &kills);
     let committed: BTreeSet<OpId> = canonical.iter().copied().collect();
     let history = History { ops };
-
-    // Every op that must commit, and its call: all but those whose origin
-    // crashed before they were committed and that never were (they may
-    // have gone with the crash).
-    let mut broadcast: BTreeMap<OpId, &ProcCall> = history
-        .ops
-        .iter()
-        .filter(|r| !r.origin_crashed || r.id.is_some_and(|id| committed.contains(&id)))
-        .filter_map(|r| Some((r.id?, &r.call)))
-        .collect();
-    // A committed op whose id no client learnt (its answer was lost with
-    // the connection, or it was a retry's earlier copy): its request says
-    // which call it was.
-    let calls: HashMap<ClientRequestId, &ProcCall> = history
-        .ops
-        .iter()
-        .filter_map(|r| Some((r.call.request_id?, &r.call)))
-        .collect();
-    for (id, request) in &state.requests {
-        if let Some(call) = calls.get(request) {
-            broadcast.entry(*id).or_insert(call);
-        }
-    }
+    let broadcast = must_commit(&history, &committed, &state.requests);
 
     let lists: Vec<Vec<OpId>> = state
         .slots
@@ -264,6 +232,71 @@ pub(crate) fn judge(
         &keys,
         &invariants,
     );
+    annotate(&mut checks);
+    checks.push(order_observed(&unseen_ranges, canonical.len()));
+    checks.push(weak_in_minority(&state));
+    checks.push(check("ids_unique", ids_twice, None));
+    checks.push(check("no_replica_crashed", state.exits.clone(), None));
+    let ops = op_counts(&history, canonical.len(), &ending);
+    checks.push(check(
+        "final_reads",
+        ending
+            .final_reads
+            .into_iter()
+            .chain(ending.unread)
+            .collect(),
+        None,
+    ));
+    Verdict { checks, ops }
+}
+
+/// The stretches `[from, to)` of committed positions no poll saw.
+fn unseen_ranges(canonical: &[OpId]) -> Vec<(usize, usize)> {
+    let mut unseen_ranges: Vec<(usize, usize)> = Vec::new();
+    for (p, id) in canonical.iter().enumerate() {
+        if *id != UNSEEN {
+            continue;
+        }
+        match unseen_ranges.last_mut() {
+            Some(r) if r.1 == p => r.1 = p + 1,
+            _ => unseen_ranges.push((p, p + 1)),
+        }
+    }
+    unseen_ranges
+}
+
+/// Every op that must commit, and its call: all but those whose origin
+/// crashed before they were committed and that never were (they may have
+/// gone with the crash).
+fn must_commit<'h>(
+    history: &'h History,
+    committed: &BTreeSet<OpId>,
+    requests: &HashMap<OpId, ClientRequestId>,
+) -> BTreeMap<OpId, &'h ProcCall> {
+    let mut broadcast: BTreeMap<OpId, &ProcCall> = history
+        .ops
+        .iter()
+        .filter(|r| !r.origin_crashed || r.id.is_some_and(|id| committed.contains(&id)))
+        .filter_map(|r| Some((r.id?, &r.call)))
+        .collect();
+    // A committed op whose id no client learnt (its answer was lost with
+    // the connection, or it was a retry's earlier copy): its request says
+    // which call it was.
+    let calls: HashMap<ClientRequestId, &ProcCall> = history
+        .ops
+        .iter()
+        .filter_map(|r| Some((r.call.request_id?, &r.call)))
+        .collect();
+    for (id, request) in requests {
+        if let Some(call) = calls.get(request) {
+            broadcast.entry(*id).or_insert(call);
+        }
+    }
+    broadcast
+}
+
+/// Notes on what `creek-check` reported, as this driver reads them.
+fn annotate(checks: &mut [Check]) {
     // The committed order, whose replay gives every final view and which
     // respects real time, is itself a linearization of the strong ops
     // (with the weak ones in it): a witness where the search ran out.
@@ -284,10 +317,14 @@ pub(crate) fn judge(
                 .into(),
         );
     }
-    // The checks above are only as good as the committed order the driver
-    // saw: every position must have been polled from some replica before
-    // a checkpoint let them all forget it.
-    checks.push(check(
+}
+
+/// The checks above are only as good as the committed order the driver
+/// saw: every position must have been polled from some replica before a
+/// checkpoint let them all forget it.
+fn order_observed(unseen_ranges: &[(usize, usize)], committed: usize) -> Check {
+    let unseen: usize = unseen_ranges.iter().map(|(a, b)| b - a).sum();
+    check(
         "order_observed",
         (unseen > 0)
             .then(|| {
@@ -295,17 +332,19 @@ pub(crate) fn judge(
                     "{unseen} committed positions were forgotten by every replica before a \
                      poll saw them (of {}, first ranges {:?}): the checks above may report \
                      false violations",
-                    canonical.len(),
+                    committed,
                     &unseen_ranges[..unseen_ranges.len().min(5)]
                 )
             })
             .into_iter()
             .collect(),
         None,
-    ));
+    )
+}
 
-    // Weak ops at a replica cut off in a minority (running, not stopped)
-    // are answered.
+/// Weak ops at a replica cut off in a minority (running, not stopped) are
+/// answered.
+fn weak_in_minority(state: &State) -> Check {
     let mut minority = Vec::new();
     let mut minority_answered = 0;
     for (replica, at, answered) in &state.weak_attempts {
@@ -326,27 +365,19 @@ pub(crate) fn judge(
             )),
         }
     }
-    checks.push(check(
+    check(
         "weak_in_minority",
         minority,
         Some(format!(
             "{minority_answered} weak ops answered in a minority"
         )),
-    ));
-    checks.push(check("ids_unique", ids_twice, None));
-    checks.push(check("no_replica_crashed", state.exits.clone(), None));
-    checks.push(check(
-        "final_reads",
-        ending
-            .final_reads
-            .into_iter()
-            .chain(ending.unread)
-            .collect(),
-        None,
-    ));
+    )
+}
 
+/// What the clients did and waited for, as the report's `ops`.
+fn op_counts(history: &History, committed: usize, ending: &Ending) -> serde_json::Value {
     let count = |f: &dyn Fn(&OpRecord) -> bool| history.ops.iter().filter(|r| f(r)).count();
-    let ops = json!({
+    json!({
         "attempts": history.ops.len(),
         "strong": count(&|r| r.strong),
         "weak": count(&|r| !r.strong),
@@ -355,15 +386,14 @@ pub(crate) fn judge(
         "origin_crashed": count(&|r| r.origin_crashed),
         "origin_left": count(&|r| r.origin_left),
         "lost_with_a_crash": count(&|r| r.lost),
-        "committed": canonical.len(),
+        "committed": committed,
         "settled_after_heal_ms": ending.settled_after_us.map(|u| u / 1000),
         // How long clients waited for the first view of a weak op and the
         // final view of a strong one, under the faults (µs).
-        "weak_first_view_us": percentiles(waited(&history, false, |r| r.views.first())),
-        "strong_final_view_us": percentiles(waited(&history, true, OpRecord::final_view)),
+        "weak_first_view_us": percentiles(waited(history, false, |r| r.views.first())),
+        "strong_final_view_us": percentiles(waited(history, true, OpRecord::final_view)),
         "healed_at_ms": ending.healed_us / 1000,
-    });
-    Verdict { checks, ops }
+    })
 }
 
 /// Per op of the kind (`strong` or not), how long after its invocation

@@ -49,6 +49,27 @@ pub(crate) fn free_addr() -> Result<SocketAddr, String> {
     Err("finding a free port: the system kept giving ports already in use here".into())
 }
 
+/// `creek certs create-local` for `n` replicas into `dir`, run as the
+/// command this process is (the one whose `creek serve` the benchmarks
+/// start): what it prints stays off the benchmark's standard output.
+fn create_certs(dir: &std::path::Path, n: u16) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .args(["certs", "create-local", "--replicas"])
+        .arg(n.to_string())
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("starting creek certs: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let err = err.trim();
+    Err(err.strip_prefix("creek: ").unwrap_or(err).to_owned())
+}
+
 impl Servers {
     /// Start `n` replicas on free loopback ports, in a fresh directory
     /// named after `name` and this process. Each runs with the server
@@ -82,7 +103,7 @@ impl Servers {
         let certs = servers.certs_dir();
         if tls {
             let n = u16::try_from(n).map_err(|_| format!("{n} replicas are too many"))?;
-            crate::certs_cmd::create_local(&certs, n, &[], false)?;
+            create_certs(&certs, n)?;
         }
         let edit = |c: &mut ServerConfig| {
             if tls {
@@ -281,7 +302,7 @@ impl Servers {
                 return Err(format!(
                     "replica {} died: {why}; {}",
                     i + 1,
-                    crate::bench_soak::log_tail(&self.log_path(i))
+                    crate::replica_log::log_tail(&self.log_path(i))
                 ));
             }
         }

@@ -15,7 +15,12 @@ use creek_core::OpId;
 use creek_types::ClientRequestId;
 
 use super::world::{Membership, Polled, Slot, World};
-use crate::bench_procs::Servers;
+use crate::servers::Servers;
+
+/// One of `from`, chosen by `rng`.
+fn pick(rng: &mut Rng, from: &[usize]) -> usize {
+    from[rng.index(from.len())]
+}
 
 /// Most replica slots a run uses (ids are never reused: each add takes one).
 const MAX_SLOTS: usize = 9;
@@ -92,7 +97,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         let n = self.world.lock().slots.len();
         for i in 0..n {
             if let Some(why) = servers.exited(i) {
-                let tail = crate::bench_soak::log_tail(&servers.log_path(i));
+                let tail = crate::replica_log::log_tail(&servers.log_path(i));
                 self.world
                     .lock()
                     .exits
@@ -115,170 +120,206 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
             // a join): one fault at a time, never a majority without data.
             return Ok(false);
         }
-        let pick = |rng: &mut Rng, from: &[usize]| from[rng.index(from.len())];
         match kind {
-            "kill" | "kill-leader" => {
-                let i = if kind == "kill-leader" {
-                    match leader(&self.world, &members).await {
-                        Some(l) => l,
-                        None => return Ok(false),
-                    }
-                } else {
-                    pick(&mut self.rng, &members)
-                };
-                poll_one(&self.world, i).await;
-                self.kill(servers, i)?;
-                tokio::time::sleep(self.ms(500, 3000)).await;
-                self.start(servers, i)?;
+            "kill" | "kill-leader" => self.kill_one(kind, servers, &members).await,
+            "kill-all" => self.kill_all(servers, &members).await,
+            "pause" => self.pause(servers, &members).await,
+            "partition" | "partition-leader" => self.partition(kind, &members).await,
+            "slow" => self.slow(&members).await,
+            "wipe" => self.wipe(servers, &members).await,
+            "add" => self.add(servers, &members).await,
+            "remove" => self.remove(&members).await,
+            _ => Ok(false),
+        }
+    }
+
+    /// SIGKILL a replica (`kill-leader`: the leader), restart it a while later.
+    async fn kill_one(
+        &mut self,
+        kind: &str,
+        servers: &mut Servers,
+        members: &[usize],
+    ) -> Result<bool, String> {
+        let i = if kind == "kill-leader" {
+            match leader(&self.world, members).await {
+                Some(l) => l,
+                None => return Ok(false),
             }
-            "kill-all" => {
-                self.crash(servers, &members).await?;
-                tokio::time::sleep(self.ms(200, 2000)).await;
-                for &i in &members {
-                    self.start(servers, i)?;
-                }
+        } else {
+            pick(&mut self.rng, members)
+        };
+        poll_one(&self.world, i).await;
+        self.kill(servers, i)?;
+        tokio::time::sleep(self.ms(500, 3000)).await;
+        self.start(servers, i)?;
+        Ok(true)
+    }
+
+    /// SIGKILL every member at once, restart them all a while later.
+    async fn kill_all(&mut self, servers: &mut Servers, members: &[usize]) -> Result<bool, String> {
+        self.crash(servers, members).await?;
+        tokio::time::sleep(self.ms(200, 2000)).await;
+        for &i in members {
+            self.start(servers, i)?;
+        }
+        Ok(true)
+    }
+
+    /// SIGSTOP a replica, SIGCONT it a while later.
+    async fn pause(&mut self, servers: &mut Servers, members: &[usize]) -> Result<bool, String> {
+        let i = pick(&mut self.rng, members);
+        servers.signal(i, true)?;
+        let now = self.world.now_us();
+        self.world.lock().slots[i].paused = true;
+        tokio::time::sleep(self.ms(500, 3000)).await;
+        servers.signal(i, false)?;
+        let end = self.world.now_us();
+        let mut state = self.world.lock();
+        state.slots[i].paused = false;
+        state.slots[i].down_spans.push((now, end));
+        Ok(true)
+    }
+
+    /// Cut a minority (`partition-leader`: with the leader) off, then heal.
+    async fn partition(&mut self, kind: &str, members: &[usize]) -> Result<bool, String> {
+        // A minority cut off from the rest: one replica, or two of five.
+        let mut cut = vec![if kind == "partition-leader" {
+            match leader(&self.world, members).await {
+                Some(l) => l,
+                None => return Ok(false),
             }
-            "pause" => {
-                let i = pick(&mut self.rng, &members);
-                servers.signal(i, true)?;
-                let now = self.world.now_us();
-                self.world.lock().slots[i].paused = true;
-                tokio::time::sleep(self.ms(500, 3000)).await;
-                servers.signal(i, false)?;
-                let end = self.world.now_us();
-                let mut state = self.world.lock();
-                state.slots[i].paused = false;
-                state.slots[i].down_spans.push((now, end));
-            }
-            "partition" | "partition-leader" => {
-                // A minority cut off from the rest: one replica, or two of five.
-                let mut cut = vec![if kind == "partition-leader" {
-                    match leader(&self.world, &members).await {
-                        Some(l) => l,
-                        None => return Ok(false),
-                    }
-                } else {
-                    pick(&mut self.rng, &members)
-                }];
-                if members.len() >= 5 && self.rng.chance(0.5) {
-                    let others: Vec<usize> = members
-                        .iter()
-                        .copied()
-                        .filter(|i| !cut.contains(i))
-                        .collect();
-                    cut.push(pick(&mut self.rng, &others));
-                }
-                let all = self.world.lock().slots.len();
-                let groups: Vec<bool> = (0..all).map(|i| cut.contains(&i)).collect();
-                set_faults(&self.world, &members, |a, b| {
-                    (groups[a] != groups[b]).then_some(Fault::Cut)
-                })
-                .await;
-                let from = self.world.now_us();
-                tokio::time::sleep(self.ms(1000, 5000)).await;
-                set_faults(&self.world, &members, |_, _| None).await;
-                let to = self.world.now_us();
-                let mut state = self.world.lock();
-                for &i in &cut {
-                    state.slots[i].minority_spans.push((from, to));
-                }
-            }
-            "slow" => {
-                let delay_us = self.rng.range(2_000, 40_000);
-                let loss = self.rng.range(0, 10) as f64 / 100.0;
-                set_faults(&self.world, &members, |_, _| {
-                    Some(Fault::Slow { delay_us, loss })
-                })
-                .await;
-                tokio::time::sleep(self.ms(1000, 5000)).await;
-                set_faults(&self.world, &members, |_, _| None).await;
-            }
-            "wipe" => {
-                let i = pick(&mut self.rng, &members);
-                // Its commits are polled first, as before a kill: the
-                // others may hold some of them only in checkpoints.
-                poll_one(&self.world, i).await;
-                self.kill(servers, i)?;
-                servers.wipe(i)?;
-                {
-                    let mut state = self.world.lock();
-                    state.slots[i].wiped = true;
-                    state.slots[i].committed.clear();
-                }
-                // Restarted as an operator would: with the configuration it
-                // had. The members tell it the current group; only when no
-                // replica it lists is still a member is it given the
-                // current one (it would find no one to ask).
-                let listed = servers.configured(i)?;
-                if !listed.iter().any(|&p| p != i && members.contains(&p)) {
-                    servers.configure(i, &members, &self.edit)?;
-                }
-                tokio::time::sleep(self.ms(200, 1000)).await;
-                self.start(servers, i)?;
+        } else {
+            pick(&mut self.rng, members)
+        }];
+        if members.len() >= 5 && self.rng.chance(0.5) {
+            let others: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|i| !cut.contains(i))
+                .collect();
+            cut.push(pick(&mut self.rng, &others));
+        }
+        let all = self.world.lock().slots.len();
+        let groups: Vec<bool> = (0..all).map(|i| cut.contains(&i)).collect();
+        set_faults(&self.world, members, |a, b| {
+            (groups[a] != groups[b]).then_some(Fault::Cut)
+        })
+        .await;
+        let from = self.world.now_us();
+        tokio::time::sleep(self.ms(1000, 5000)).await;
+        set_faults(&self.world, members, |_, _| None).await;
+        let to = self.world.now_us();
+        let mut state = self.world.lock();
+        for &i in &cut {
+            state.slots[i].minority_spans.push((from, to));
+        }
+        Ok(true)
+    }
+
+    /// Slow and lossy links between every pair, then heal.
+    async fn slow(&mut self, members: &[usize]) -> Result<bool, String> {
+        let delay_us = self.rng.range(2_000, 40_000);
+        let loss = self.rng.range(0, 10) as f64 / 100.0;
+        set_faults(&self.world, members, |_, _| {
+            Some(Fault::Slow { delay_us, loss })
+        })
+        .await;
+        tokio::time::sleep(self.ms(1000, 5000)).await;
+        set_faults(&self.world, members, |_, _| None).await;
+        Ok(true)
+    }
+
+    /// Kill a replica, delete its data directory and restart it: it is
+    /// rebuilt from a peer's checkpoint.
+    async fn wipe(&mut self, servers: &mut Servers, members: &[usize]) -> Result<bool, String> {
+        let i = pick(&mut self.rng, members);
+        // Its commits are polled first, as before a kill: the
+        // others may hold some of them only in checkpoints.
+        poll_one(&self.world, i).await;
+        self.kill(servers, i)?;
+        servers.wipe(i)?;
+        {
+            let mut state = self.world.lock();
+            state.slots[i].wiped = true;
+            state.slots[i].committed.clear();
+        }
+        // Restarted as an operator would: with the configuration it
+        // had. The members tell it the current group; only when no
+        // replica it lists is still a member is it given the
+        // current one (it would find no one to ask).
+        let listed = servers.configured(i)?;
+        if !listed.iter().any(|&p| p != i && members.contains(&p)) {
+            servers.configure(i, members, &self.edit)?;
+        }
+        tokio::time::sleep(self.ms(200, 1000)).await;
+        self.start(servers, i)?;
+        wait_member(&self.world, i, Duration::from_secs(30)).await;
+        Ok(true)
+    }
+
+    /// Start a new replica and add it to the group (five members at most).
+    async fn add(&mut self, servers: &mut Servers, members: &[usize]) -> Result<bool, String> {
+        let slots = self.world.lock().slots.len();
+        if members.len() >= 5 || slots >= MAX_SLOTS {
+            return Ok(false);
+        }
+        let i = servers.add(members, &self.edit)?;
+        {
+            let slot = Slot::new(servers.clients[i], Membership::NeverAdded)?;
+            self.world.lock().slots.push(slot);
+        }
+        let admin = admin_client(&self.world, members).await?;
+        let result = tokio::time::timeout(
+            Duration::from_secs(30),
+            admin.add_replica(
+                (i + 1) as u16,
+                &servers.peers[i].to_string(),
+                &servers.clients[i].to_string(),
+            ),
+        )
+        .await;
+        match result {
+            Ok(Ok(_)) => {
+                self.world.lock().slots[i].membership = Membership::Member;
                 wait_member(&self.world, i, Duration::from_secs(30)).await;
             }
-            "add" => {
-                let slots = self.world.lock().slots.len();
-                if members.len() >= 5 || slots >= MAX_SLOTS {
-                    return Ok(false);
-                }
-                let i = servers.add(&members, &self.edit)?;
-                {
-                    let slot = Slot::new(servers.clients[i], Membership::NeverAdded)?;
-                    self.world.lock().slots.push(slot);
-                }
-                let admin = admin_client(&self.world, &members).await?;
-                let result = tokio::time::timeout(
-                    Duration::from_secs(30),
-                    admin.add_replica(
-                        (i + 1) as u16,
-                        &servers.peers[i].to_string(),
-                        &servers.clients[i].to_string(),
-                    ),
-                )
-                .await;
-                match result {
-                    Ok(Ok(_)) => {
-                        self.world.lock().slots[i].membership = Membership::Member;
-                        wait_member(&self.world, i, Duration::from_secs(30)).await;
-                    }
-                    Ok(Err(e)) => {
-                        self.kill(servers, i)?;
-                        return Err(format!("adding replica {}: {e}", i + 1));
-                    }
-                    Err(_) => {
-                        // It may still go through: ask the group.
-                        if !in_group(&admin, i).await {
-                            self.kill(servers, i)?;
-                            return Err(format!("adding replica {}: timed out", i + 1));
-                        }
-                        self.world.lock().slots[i].membership = Membership::Member;
-                    }
-                }
+            Ok(Err(e)) => {
+                self.kill(servers, i)?;
+                return Err(format!("adding replica {}: {e}", i + 1));
             }
-            "remove" => {
-                if members.len() <= 3 {
-                    return Ok(false);
+            Err(_) => {
+                // It may still go through: ask the group.
+                if !in_group(&admin, i).await {
+                    self.kill(servers, i)?;
+                    return Err(format!("adding replica {}: timed out", i + 1));
                 }
-                let i = pick(&mut self.rng, &members);
-                let admin = admin_client(&self.world, &members).await?;
-                let result = tokio::time::timeout(
-                    Duration::from_secs(30),
-                    admin.remove_replica((i + 1) as u16),
-                )
-                .await;
-                let removed = match result {
-                    Ok(Ok(_)) => true,
-                    Ok(Err(e)) => return Err(format!("removing replica {}: {e}", i + 1)),
-                    Err(_) => !in_group(&admin, i).await,
-                };
-                if removed {
-                    self.world.lock().slots[i].membership = Membership::Removed;
-                } else {
-                    return Err(format!("removing replica {}: timed out", i + 1));
-                }
+                self.world.lock().slots[i].membership = Membership::Member;
             }
-            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Remove a member from the group (three members at least).
+    async fn remove(&mut self, members: &[usize]) -> Result<bool, String> {
+        if members.len() <= 3 {
+            return Ok(false);
+        }
+        let i = pick(&mut self.rng, members);
+        let admin = admin_client(&self.world, members).await?;
+        let result = tokio::time::timeout(
+            Duration::from_secs(30),
+            admin.remove_replica((i + 1) as u16),
+        )
+        .await;
+        let removed = match result {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => return Err(format!("removing replica {}: {e}", i + 1)),
+            Err(_) => !in_group(&admin, i).await,
+        };
+        if removed {
+            self.world.lock().slots[i].membership = Membership::Removed;
+        } else {
+            return Err(format!("removing replica {}: timed out", i + 1));
         }
         Ok(true)
     }

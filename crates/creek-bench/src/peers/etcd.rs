@@ -13,7 +13,7 @@ use serde_json::json;
 use super::driver::{self, Conn};
 use super::procs::{self, Procs};
 use super::Settings;
-use crate::bench_procs::free_addr;
+use crate::servers::free_addr;
 
 /// Members in the cluster.
 const MEMBERS: usize = 3;

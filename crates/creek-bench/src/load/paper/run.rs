@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value as Json};
 use super::summary::num;
 use super::variations::{select, strong_share_json, Variation, PROTOCOLS};
 use super::{schedule_name, PaperArgs};
-use crate::bench_load::sim::sim_point_for;
+use crate::load::sim::sim_point_for;
 
 /// Replicas in every point (the paper's cluster, §6).
 pub(super) const REPLICAS: usize = 5;
