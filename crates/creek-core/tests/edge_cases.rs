@@ -276,7 +276,7 @@ fn reader_is_invalidated_when_its_writer_moves_after_it() {
     assert_eq!(node.tentative(), ids([w]));
     assert!(node.exec_counters().invalidations > before);
     let committed: Vec<&ProcCall> = node.committed().iter().map(|i| &c.ops[i].call).collect();
-    let (outcomes, _) = replay(&c.registry, TxnLimits::default(), committed);
+    let (outcomes, _) = replay(&*c.registry, TxnLimits::default(), committed);
     assert_eq!(outcomes, [ok(Value::Nil)]);
     assert_eq!(views(&c, 0, r).last(), Some(&(Stable, ok(Value::Nil))));
 

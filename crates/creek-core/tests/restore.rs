@@ -106,7 +106,7 @@ fn restore_case(
     let committed = c.nodes[0].committed();
     prop_assert_eq!(cp.committed_len, committed.len() as u64);
     let calls: Vec<&ProcCall> = committed.iter().map(|id| &c.ops[id].call).collect();
-    let (_, state) = replay(&c.registry, TxnLimits::default(), calls);
+    let (_, state) = replay(&*c.registry, TxnLimits::default(), calls);
     prop_assert_eq!(
         &cp.state.iter().cloned().collect::<BTreeMap<_, _>>(),
         &state

@@ -276,9 +276,9 @@ mod tests {
     use bytes::Bytes;
     use creek_cab::MemCabStorage;
     use creek_core::{InvokeError, Request};
-    use creek_types::value::{encode_args, Value};
     use creek_exec::ProcCall;
     use creek_procs::Registry;
+    use creek_types::value::{encode_args, Value};
 
     /// A disk that falls behind pushes back on clients: at
     /// `pending_writes_max` writes not yet durable, invocations are refused

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use creek_cab::{Cab, CabConfig, CabError, CabStorage};
 use creek_core::{Checkpoint, Directory, Op, OpId, Replica};
-use creek_procs::Registry;
 use creek_gossip::Gossip;
+use creek_procs::Registry;
 use creek_wire::Limits;
 
 use crate::durability::Durability;

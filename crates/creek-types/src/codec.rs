@@ -247,7 +247,7 @@ pub trait Writer: BufMut {
     }
 
     /// A byte string behind its varint length (read by [`Reader::bytes`]).
-    fn put_bytes(&mut self, b: &[u8]) {
+    fn put_prefixed(&mut self, b: &[u8]) {
         self.put_len(b.len());
         self.put_slice(b);
     }
@@ -271,7 +271,7 @@ mod tests {
         out.put_u32_le(70_000);
         out.put_u64_le(u64::MAX - 1);
         out.put_varint(300);
-        out.put_bytes(b"abc");
+        out.put_prefixed(b"abc");
         let bytes = out.freeze();
         let mut r = Reader::shared(&bytes);
         assert_eq!(r.byte().unwrap(), 7);

@@ -82,8 +82,8 @@ impl Encoder {
             return false;
         }
         while let Some((k, v)) = c.state.get(i) {
-            out.put_bytes(k);
-            out.put_bytes(v);
+            out.put_prefixed(k);
+            out.put_prefixed(v);
             i += 1;
             if out.len() >= target {
                 break;
@@ -160,7 +160,7 @@ fn put_ids(out: &mut Vec<u8>, ids: &[ReplicaId]) {
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.put_bytes(s.as_bytes());
+    out.put_prefixed(s.as_bytes());
 }
 
 fn put_group(out: &mut Vec<u8>, g: &Group) {

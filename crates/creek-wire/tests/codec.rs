@@ -1,6 +1,7 @@
 //! Properties of the frame codec: round trips, exact lengths, robustness
 //! against arbitrary and corrupted input, limits and versioning.
 
+use creek_types::DecodeError as F;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -327,7 +328,7 @@ proptest! {
         longer.push(junk);
         let is_trailing = matches!(
             decode_op(&Bytes::from(longer), &limits()),
-            Err(DecodeError::TrailingBytes { count: 1, .. })
+            Err(DecodeError::Format(F::TrailingBytes { count: 1, .. }))
         );
         prop_assert!(is_trailing);
     }
@@ -503,8 +504,8 @@ fn malformed_frames_are_rejected_with_clear_errors() {
     let cases: Vec<(&[u8], DecodeError, &str)> = vec![
         (
             &[],
-            DecodeError::UnexpectedEnd { offset: 0 },
-            "frame ends unexpectedly at byte 0",
+            DecodeError::Format(F::UnexpectedEnd { offset: 0 }),
+            "input ends unexpectedly at byte 0",
         ),
         (
             &[1, 1, 0],
@@ -516,8 +517,8 @@ fn malformed_frames_are_rejected_with_clear_errors() {
         ),
         (
             &[2],
-            DecodeError::UnexpectedEnd { offset: 1 },
-            "frame ends unexpectedly at byte 1",
+            DecodeError::Format(F::UnexpectedEnd { offset: 1 }),
+            "input ends unexpectedly at byte 1",
         ),
         (
             &[2, 0x7f],
@@ -542,32 +543,32 @@ fn malformed_frames_are_rejected_with_clear_errors() {
         ),
         (
             &[2, 0x12, 0x81, 0x00],
-            DecodeError::NonCanonicalVarint { offset: 2 },
+            DecodeError::Format(F::NonCanonicalVarint { offset: 2 }),
             "varint at byte 2 is not in its shortest form",
         ),
         (
             &[
                 2, 0x02, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
             ],
-            DecodeError::VarintOverflow { offset: 4 },
+            DecodeError::Format(F::VarintOverflow { offset: 4 }),
             "varint at byte 4 overflows 64 bits",
         ),
         (
             &[2, 0x12, 3, 1, 1],
-            DecodeError::LengthTooLarge {
+            DecodeError::Format(F::LengthTooLarge {
                 len: 3,
                 offset: 2,
                 remaining: 2,
-            },
+            }),
             "declared length 3 at byte 2 exceeds what the 2 remaining bytes can hold",
         ),
         (
             &[2, 0x11, 1, 9, 9],
-            DecodeError::TrailingBytes {
+            DecodeError::Format(F::TrailingBytes {
                 count: 1,
                 offset: 4,
-            },
-            "1 trailing bytes after the message, from byte 4",
+            }),
+            "1 trailing bytes from byte 4",
         ),
         (
             // ids_per_message_max is checked before the remaining input:
@@ -613,7 +614,7 @@ fn malformed_ops_are_rejected() {
     // A weak op whose (absent) context bytes are then trailing.
     assert!(matches!(
         err(&op_frame_with_flags(0x04)),
-        DecodeError::TrailingBytes { .. }
+        DecodeError::Format(F::TrailingBytes { .. })
     ));
 
     // Invalid UTF-8 in the name (offset 15 is the name's first byte).
@@ -778,11 +779,11 @@ fn declared_counts_are_checked_against_the_remaining_input() {
     ];
     for (frame, offset) in cases {
         match decode(&frame, &limits()) {
-            Err(DecodeError::LengthTooLarge {
+            Err(DecodeError::Format(F::LengthTooLarge {
                 len: 60_000,
                 offset: at,
                 remaining,
-            }) => {
+            })) => {
                 assert_eq!(at, offset, "frame {frame:02x?}");
                 assert_eq!(remaining, frame.len() - offset - BIG.len());
             }

@@ -182,7 +182,7 @@ impl<E: TestEngine> Cluster<E> {
             panic!("view for {id} which is not in the order");
         };
         let calls: Vec<&ProcCall> = order[..=idx].iter().map(|x| &self.ops[x].call).collect();
-        let (outcomes, _) = replay(&self.registry, TxnLimits::default(), calls);
+        let (outcomes, _) = replay(&*self.registry, TxnLimits::default(), calls);
         assert_eq!(
             outcomes[idx], v.outcome,
             "tentative view of {id} on node {i} differs from sequential execution of its order"
@@ -317,7 +317,7 @@ impl<E: TestEngine> Cluster<E> {
     pub fn check_final(&self) -> Vec<OpId> {
         let canonical = self.nodes[0].committed();
         let calls: Vec<&ProcCall> = canonical.iter().map(|id| &self.ops[id].call).collect();
-        let (outcomes, state) = replay(&self.registry, TxnLimits::default(), calls);
+        let (outcomes, state) = replay(&*self.registry, TxnLimits::default(), calls);
         let outcome_of: BTreeMap<OpId, &Outcome> =
             canonical.iter().copied().zip(outcomes.iter()).collect();
         // No op lost, duplicated or invented.

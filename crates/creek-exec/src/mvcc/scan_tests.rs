@@ -594,7 +594,7 @@ impl Pair {
         let state = self.mvcc.committed_state();
         assert_eq!(state, self.basic.committed_state(), "final states differ");
         let calls: Vec<&ProcCall> = self.committed.iter().map(|(_, c)| c).collect();
-        let (outcomes, replayed) = replay_from(&registry(), TxnLimits::default(), initial, calls);
+        let (outcomes, replayed) = replay_from(&*registry(), TxnLimits::default(), initial, calls);
         assert_eq!(state, replayed, "final state is not the sequential one");
         for ((key, _), want) in self.committed.iter().zip(outcomes) {
             assert_eq!(self.mvcc_answers.get(key), Some(&want), "op {key}");

@@ -253,12 +253,10 @@ impl Sig {
 pub(crate) mod testkit {
     //! A map-backed snapshot and a driver that applies each call's writes.
 
-    use std::collections::BTreeMap;
-
     use bytes::Bytes;
 
     use crate::registry::{execute_call, CallError, Registry};
-    use creek_exec::txn::{Abort, SnapshotRead, TxnLimits, VersionNo};
+    use creek_exec::txn::{Abort, TxnLimits};
     use creek_exec::Executed;
     use creek_types::value::{encode_args, Value};
     use creek_types::ProcCall;

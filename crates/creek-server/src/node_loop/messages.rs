@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use creek_core::{Addrs, Group, OpId, ReplicaId, Request};
-use creek_types::ClientRequestId;
 use creek_node::GroupError;
+use creek_types::ClientRequestId;
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::call::answer::{Gone, Reply};
