@@ -284,7 +284,7 @@ mod tests {
         // Shared: the slice points into the input.
         assert_eq!(s.as_ptr(), bytes[bytes.len() - 3..].as_ptr());
         assert!(r.finish().is_ok());
-        assert_eq!(r.byte(), Err(DecodeError::UnexpectedEnd { offset: 22 }));
+        assert_eq!(r.byte(), Err(DecodeError::UnexpectedEnd { offset: 21 }));
     }
 
     #[test]

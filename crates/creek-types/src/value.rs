@@ -324,14 +324,11 @@ mod tests {
         overflow.extend([0xff; 9]);
         overflow.push(0x02);
         assert_eq!(err(&overflow), "varint at byte 1 overflows 64 bits");
-        let msg = "declared length 5 at byte 1 exceeds the 1 bytes remaining";
+        let msg = "declared length 5 at byte 1 exceeds what the 1 remaining bytes can hold";
         assert_eq!(err(&[0x04, 5, b'a']), msg);
         let huge_count = [0x05, 0xff, 0xff, 0xff, 0xff, 0x0f];
         assert!(err(&huge_count).starts_with("declared length 4294967295"));
-        assert_eq!(
-            err(&[0x00, 0x00]),
-            "1 trailing bytes after the value, from byte 1"
-        );
+        assert_eq!(err(&[0x00, 0x00]), "1 trailing bytes from byte 1");
         let not_list = decode_args(&[0x03, 2]).map_err(|e| e.to_string());
         assert_eq!(
             not_list,
