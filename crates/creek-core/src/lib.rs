@@ -5,13 +5,15 @@
 //! kept on a tentative list sorted by `(timestamp, id)`; strong ops also get a
 //! causal context ([`Dvv`]) and are CAB-cast; on CAB delivery their causal
 //! context and then they themselves move to the committed list. Execution is
-//! speculative and multiversioned (`creek_exec`); responses come back as
+//! speculative and multiversioned (`creek_exec`, running the procedures of
+//! `creek_procs`); responses come back as
 //! [`View`]s.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use creek_core::{Config, Effect, ReplicaId, Replica, Request, ViewKind};
-//! use creek_exec::{value::{encode_args, Value}, ProcCall, Registry};
+//! use creek_procs::Registry;
+//! use creek_types::{value::{encode_args, Value}, ProcCall};
 //!
 //! let registry = Arc::new(Registry::with_builtins());
 //! let mut r = Replica::new(Config::for_replica(ReplicaId(1)), registry).unwrap();
