@@ -11,8 +11,7 @@
 //!
 //! What this crate is *not* for: anything a replica, the client or the
 //! simulator needs. It sits above them all, and nothing but the `creek`
-//! binary depends on it. The one piece shared with `creek dev` is
-//! [`replica_log`], the end of a server's log for an error message.
+//! binary depends on it; `creek dev` takes nothing from it.
 //!
 //! ```no_run
 //! use clap::Parser;
@@ -38,7 +37,6 @@ pub mod flags;
 mod groups;
 mod load;
 mod peers;
-pub mod replica_log;
 mod servers;
 mod soak;
 mod stages;

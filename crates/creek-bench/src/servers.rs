@@ -302,7 +302,7 @@ impl Servers {
                 return Err(format!(
                     "replica {} died: {why}; {}",
                     i + 1,
-                    crate::replica_log::log_tail(&self.log_path(i))
+                    creek_server::replica_log::log_tail(&self.log_path(i))
                 ));
             }
         }

@@ -275,7 +275,7 @@ async fn sample(
             format!(
                 "replica {} died during the soak: {why}; {}",
                 i + 1,
-                crate::replica_log::log_tail(&procs.log_path(i))
+                creek_server::replica_log::log_tail(&procs.log_path(i))
             )
         };
         let pid = procs

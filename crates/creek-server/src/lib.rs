@@ -30,6 +30,7 @@ pub mod limits;
 pub mod metrics;
 pub(crate) mod native;
 pub mod node_loop;
+pub mod replica_log;
 pub mod request;
 pub mod restore;
 pub mod server;

@@ -269,7 +269,7 @@ impl DevCluster {
                     return Err(format!(
                         "replica {} did not start: {why}; {}",
                         r.id,
-                        creek_bench::replica_log::log_tail(&r.log)
+                        creek_server::replica_log::log_tail(&r.log)
                     ));
                 }
                 if std::net::TcpStream::connect_timeout(&r.client, Duration::from_millis(200))
@@ -458,7 +458,7 @@ impl DevCluster {
                 println!(
                     "\nreplica {} exited by itself: {why}; {}\n(`start {}` starts it again)",
                     r.id,
-                    creek_bench::replica_log::log_tail(&r.log),
+                    creek_server::replica_log::log_tail(&r.log),
                     r.id
                 );
             }

@@ -97,7 +97,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         let n = self.world.lock().slots.len();
         for i in 0..n {
             if let Some(why) = servers.exited(i) {
-                let tail = crate::replica_log::log_tail(&servers.log_path(i));
+                let tail = creek_server::replica_log::log_tail(&servers.log_path(i));
                 self.world
                     .lock()
                     .exits

@@ -68,7 +68,7 @@ impl Procs {
             let log = self.dir.join(format!("{name}.log"));
             return Err(format!(
                 "{name} died: {why}; {}",
-                crate::replica_log::log_tail(&log)
+                creek_server::replica_log::log_tail(&log)
             ));
         }
         Ok(())
@@ -134,7 +134,7 @@ pub(crate) async fn run_to_end(what: &str, mut cmd: Command, log: PathBuf) -> Re
         } else {
             Err(format!(
                 "{what} failed ({status}); {}",
-                crate::replica_log::log_tail(&log)
+                creek_server::replica_log::log_tail(&log)
             ))
         }
     })

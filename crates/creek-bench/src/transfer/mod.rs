@@ -375,7 +375,7 @@ async fn watch_rebuild(
                 "replica {} was not rebuilt within {:.0} s (last status: {last_seen}); {}",
                 VICTIM + 1,
                 within.as_secs_f64(),
-                crate::replica_log::log_tail(&servers.log_path(VICTIM))
+                creek_server::replica_log::log_tail(&servers.log_path(VICTIM))
             ));
         }
         let polled = Instant::now();
