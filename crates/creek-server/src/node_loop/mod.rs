@@ -150,8 +150,6 @@ pub struct NodeLoop {
     /// Writes with consensus writes in them, submitted and not yet durable
     /// (see [`Durability::wake_at`]).
     log_writes: std::collections::VecDeque<u64>,
-    /// The last write handed to the persister (0: none yet).
-    submitted: u64,
     failed: Option<Fatal>,
     epoch: Instant,
     ticks: u64,
@@ -224,7 +222,6 @@ impl NodeLoop {
             corked: config.corked,
             unpersisted: Unpersisted::default(),
             log_writes: std::collections::VecDeque::new(),
-            submitted: 0,
             failed: None,
             epoch: Instant::now(),
             ticks: 0,
@@ -567,11 +564,12 @@ impl NodeLoop {
     /// End of a turn: carry out the node's `Ready`.
     fn flush(&mut self) {
         let durable = self.durability.durable();
-        // Paired with the persister, which reports only writes it took.
+        // Paired with the persister, which reports only writes it took (and
+        // asserts that they come in write order).
         assert!(
-            durable <= self.submitted,
-            "write {durable} reported durable, last handed over {}",
-            self.submitted
+            durable <= self.node.written(),
+            "write {durable} reported durable, last handed out {}",
+            self.node.written()
         );
         self.node.on_durable(durable);
         // `log_writes` is in write order (see where writes are handed over).
@@ -615,15 +613,8 @@ impl NodeLoop {
             // The write first: the checkpoint waits for it.
             if let Some(write) = ready.write {
                 self.unpersisted.by_write.hold(write.seq, invoked);
-                // Paired with the releases above, which take `log_writes`
-                // and the durable reports to be in write order.
-                assert!(
-                    write.seq > self.submitted,
-                    "write {} handed over after write {}",
-                    write.seq,
-                    self.submitted
-                );
-                self.submitted = write.seq;
+                // In write order: the persister asserts it on submission,
+                // and the releases above rely on it.
                 if !write.log.is_empty() {
                     self.log_writes.push_back(write.seq);
                     let first = self.log_writes.front().copied().unwrap_or(0);
