@@ -170,15 +170,16 @@ impl<S: CabStorage> Node<S> {
         if !self.early_allowed() {
             out.append(&mut early);
         }
+        // Transfers go first among the early ones, never held.
+        let early: Vec<(ReplicaId, PeerMessage)> = transfers.chain(early).collect();
         let (write, checkpoint) = self.take_write();
         let group = std::mem::take(&mut self.group_changed).then(|| self.group());
         let d = &self.durability;
-        let (mut messages, held) = if d.durable >= d.written || d.send_before_durable {
+        let (messages, held) = if d.durable >= d.written || d.send_before_durable {
             (out, Vec::new())
         } else {
             (Vec::new(), out)
         };
-        messages.extend(transfers);
         Ready {
             write,
             early,
@@ -458,6 +459,11 @@ impl<S: CabStorage> Node<S> {
     /// The last write handed out.
     pub fn written(&self) -> u64 {
         self.durability.written
+    }
+
+    /// The last write reported durable ([`Node::on_durable`]).
+    pub fn durable(&self) -> u64 {
+        self.durability.durable
     }
 
     /// A checkpoint of the committed state with CAB's restart point, or

@@ -4,17 +4,19 @@
 //! once the replica holds its payloads (`Replica::holds_payloads`) and
 //! delivers it once the core's `check_dep` holds.
 //!
-//! The server and the simulator drive the same [`Node`]: they hand it
-//! invocations, peer messages and ticks, run the executions it hands out,
-//! and then carry out its [`Ready`]: writes to persist, messages that may
-//! leave now or once a write is durable, views for clients (the cycle and
-//! the hold rule are in [`ready`]). Durability is an output of the node, so
+//! The server, the simulator and the test network drive the same [`Node`]:
+//! they hand it invocations, peer messages and ticks, run the executions it
+//! hands out, and then [`Node::drive`] carries out its [`Ready`] through
+//! their [`Driver`]: writes to persist, messages that may leave now or once
+//! a write is durable, views for clients (the cycle is in [`driver`], the
+//! hold rule in [`ready`]). Durability is an output of the node, so
 //! a driver only does I/O; a simulated crash that loses what was not yet
 //! durable and restarts through [`Node::recover`] tests exactly what
 //! `creek serve` runs. This crate does no I/O itself.
 #![deny(missing_docs)]
 
 mod config;
+pub mod driver;
 mod durability;
 pub mod group;
 mod install;
@@ -38,6 +40,7 @@ use membership::Membership;
 use transfer::Transfers;
 
 pub use config::{NodeConfig, NodeError, PENDING_WRITES_MAX, PLANTED_BUGS};
+pub use driver::Driver;
 pub use durability::RESERVE_AHEAD;
 pub use group::GroupError;
 pub use membership::{Identity, Standing};
@@ -261,12 +264,6 @@ impl<S: CabStorage> Node<S> {
     /// CAB's restart point (persist it with the replica's state).
     pub fn cab_delivered_through(&self) -> u64 {
         self.cab.delivered_through()
-    }
-
-    /// Dismantle into the replica and gossip state, which a durable driver
-    /// persists; CAB's storage is the caller's.
-    pub fn into_parts(self) -> (Replica, Gossip) {
-        (self.replica, self.gossip)
     }
 }
 

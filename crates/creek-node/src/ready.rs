@@ -4,7 +4,9 @@
 //!
 //! # The cycle
 //!
-//! In the style of raft-rs's `RawNode::ready()` / `advance()`:
+//! In the style of raft-rs's `RawNode::ready()` / `advance()` (a driver
+//! runs it through [`Node::drive`](crate::Node::drive), see
+//! [`driver`](crate::driver)):
 //!
 //! 1. feed the node its inputs (invocations, peer frames, ticks, finished
 //!    executions);
@@ -62,7 +64,8 @@ pub struct Ready {
     pub write: Option<Write>,
     /// Messages that leave at once, even ahead of messages still held:
     /// they claim nothing about this replica's disk (see the module's hold
-    /// rule).
+    /// rule). State-transfer messages come first: they carry committed
+    /// state only.
     pub early: Vec<(ReplicaId, PeerMessage)>,
     /// Messages that may leave now, after those held before them.
     pub messages: Vec<(ReplicaId, PeerMessage)>,

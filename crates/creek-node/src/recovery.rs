@@ -1,6 +1,5 @@
 //! Starting a node: fresh ([`Node::new`]), from what a durable driver kept
-//! ([`Node::recover`] with [`Kept`]), or from the parts the in-memory test
-//! network keeps ([`Node::restart`]); the checks that stored state belongs
+//! ([`Node::recover`] with [`Kept`]); the checks that stored state belongs
 //! to the configured group and that its log reaches the stored checkpoint;
 //! and taking back the own ops that may have reached peers but not this
 //! disk (see [`RESERVE_AHEAD`](crate::RESERVE_AHEAD)).
@@ -236,37 +235,6 @@ impl<S: CabStorage> Node<S> {
         }
         node.cab.catch_up_to(node.membership.identity().catch_up_to);
         node.reclaim_own_ops();
-        node.adopt_tentative_strong_ops();
-        Ok(node)
-    }
-
-    /// Rebuild a node after a restart: the replica and gossip state come back
-    /// from where the driver kept them, CAB from its storage.
-    pub fn restart(
-        replica: Replica,
-        gossip: Gossip,
-        config: &NodeConfig,
-        storage: S,
-        applied: u64,
-    ) -> Result<Self, NodeError> {
-        let mut replica = replica;
-        replica.abandon_running();
-        let cab = Cab::new(config.cab.clone(), storage, applied)?;
-        // Only the in-memory test network restarts this way: its storage is
-        // synchronous, so there is nothing to re-number.
-        let durability = Durability::default();
-        let timing = Timing::for_config(config);
-        let membership = membership_of(config, Identity::founding(&config.cab.replicas), false);
-        let mut node = Self::assemble(
-            replica,
-            gossip,
-            cab,
-            config.wire,
-            durability,
-            timing,
-            membership,
-        );
-        // CAB's record of what this replica cast was volatile: cast again.
         node.adopt_tentative_strong_ops();
         Ok(node)
     }

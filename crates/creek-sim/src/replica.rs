@@ -12,7 +12,10 @@ use bytes::Bytes;
 use creek_cab::MemberChange;
 use creek_core::{Checkpoint, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
 use creek_exec::{Completion, Task};
-use creek_node::{HoldQueue, Identity, Node, NodeConfig, Standing, Write};
+use creek_node::{
+    CheckpointJob, Driver, HoldQueue, Identity, Node, NodeConfig, Standing, TransferDone,
+    TransferJob, Write,
+};
 use creek_procs::Registry;
 use creek_store::{CheckpointWriter, LogStore, Piece, SimDisk, Store};
 use creek_wire::PeerMessage;
@@ -308,6 +311,50 @@ fn sim_nonce(me: ReplicaId, wipes: u64) -> u64 {
     (u64::from(me.0) << 32) | (wipes + 1)
 }
 
+/// A Creek replica's simulated I/O for one [`Node::drive`]: the disk's
+/// queue and checkpoint writer, the hold queue, the outbox, the views.
+struct SimIo<'a> {
+    /// The last write reported durable.
+    durable: u64,
+    views: &'a mut Vec<View>,
+    outbox: &'a mut Vec<(ReplicaId, PeerMessage)>,
+    held: &'a mut HoldQueue<(ReplicaId, PeerMessage)>,
+    queued: &'a mut Vec<(Write, Option<u64>)>,
+    checkpoint: &'a mut Option<CheckpointWriter>,
+    store: Option<&'a Store>,
+}
+
+impl Driver for SimIo<'_> {
+    /// Done at once (the server does it on other threads); what follows
+    /// leaves in the same cycle.
+    fn transfer(&mut self, job: TransferJob) -> Option<TransferDone> {
+        Some(job.run())
+    }
+
+    fn views(&mut self, views: Vec<View>) {
+        self.views.extend(views);
+    }
+
+    fn persist(&mut self, write: Write) {
+        self.queued.push((write, None));
+    }
+
+    fn checkpoint(&mut self, job: CheckpointJob) {
+        if let Some(store) = self.store {
+            *self.checkpoint = Some(store.start_checkpoint(job));
+        }
+    }
+
+    fn hold(&mut self, until: u64, messages: Vec<(ReplicaId, PeerMessage)>) {
+        self.held.hold(until, messages);
+        self.outbox.extend(self.held.release(self.durable));
+    }
+
+    fn send_now(&mut self, messages: Vec<(ReplicaId, PeerMessage)>) {
+        self.outbox.extend(messages);
+    }
+}
+
 impl CreekReplica {
     /// A replica of a group bootstrapped before the run (a member from the
     /// start), fresh or restored from `initial` (a bulk load, as if restored
@@ -396,43 +443,23 @@ impl CreekReplica {
 
     /// After a step: carry out the node's `Ready` and note new commits.
     fn collect(&mut self) {
-        // Before `ready`: a checkpoint written there trims the replica's
+        // Before the cycle: a checkpoint written there trims the replica's
         // committed list.
         self.note_committed();
-        // State-transfer work (encoding a checkpoint to serve, decoding one
-        // fetched) is done at once (the server does it on other threads);
-        // what follows from it leaves with the next `Ready`.
-        for _ in 0..3 {
-            let Some(ready) = self.node.as_mut().map(Node::ready) else {
-                return;
-            };
-            let jobs = self.carry_out(ready);
-            if jobs.is_empty() {
-                break;
-            }
-            if let Some(node) = self.node.as_mut() {
-                for job in jobs {
-                    node.on_transfer_done(job.run());
-                }
-            }
-        }
+        let Some(node) = self.node.as_mut() else {
+            return;
+        };
+        let mut io = SimIo {
+            durable: node.durable(),
+            views: &mut self.views,
+            outbox: &mut self.outbox,
+            held: &mut self.held,
+            queued: &mut self.queued,
+            checkpoint: &mut self.checkpoint,
+            store: self.store.as_ref(),
+        };
+        node.drive(&mut io);
         self.note_committed();
-    }
-
-    /// Queue a `Ready`'s write, hold or send its messages, keep its views,
-    /// start its checkpoint; hand back its state-transfer work.
-    fn carry_out(&mut self, ready: creek_node::Ready) -> Vec<creek_node::TransferJob> {
-        self.views.extend(ready.views);
-        self.outbox.extend(ready.messages);
-        self.held.hold(ready.hold_until, ready.held);
-        self.outbox.extend(ready.early);
-        if let Some(w) = ready.write {
-            self.queued.push((w, None));
-        }
-        if let (Some(job), Some(store)) = (ready.checkpoint, &self.store) {
-            self.checkpoint = Some(store.start_checkpoint(job));
-        }
-        ready.transfer_jobs
     }
 
     fn note_committed(&mut self) {

@@ -13,11 +13,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_cab::MemCabStorage;
 use creek_core::{ExecKey, Op, OpId, ReplicaId, Request, View};
-use creek_gossip::Gossip;
 use creek_procs::Registry;
 use creek_wire::{GossipMessage, PeerMessage};
 
-use creek_node::{Node, NodeConfig};
+use creek_node::{CheckpointJob, Driver, Kept, Node, NodeConfig, TransferDone, TransferJob, Write};
 
 /// Network behaviour.
 #[derive(Clone, Copy, Debug)]
@@ -64,10 +63,91 @@ pub struct Traffic {
 /// A frame in flight: delivery time, send order (tie-break), from, to, bytes.
 type InFlight = Reverse<(u64, u64, usize, usize, Bytes)>;
 
-struct Down {
-    replica: creek_core::Replica,
-    gossip: Gossip,
-    applied: u64,
+/// What a node's writes made durable: the test network's disk is
+/// synchronous and in memory (CAB's log is in its `MemCabStorage`, kept
+/// across a crash), so every write is durable once handed out.
+#[derive(Default)]
+struct Disk {
+    checkpoint: Option<creek_core::Checkpoint>,
+    ops: BTreeMap<OpId, Arc<Op>>,
+    identity: Option<creek_node::Identity>,
+    directory: creek_core::Directory,
+    own_seqs: creek_node::OwnSeqs,
+    /// The last write made durable.
+    durable: u64,
+    /// Background checkpoints written, to report.
+    checkpoints_done: Vec<u64>,
+}
+
+impl Disk {
+    fn write(&mut self, w: Write) {
+        for op in w.ops {
+            self.ops.insert(op.id, op);
+        }
+        if let Some(c) = w.checkpoint {
+            self.checkpoint = Some(c);
+        }
+        for id in &w.dropped {
+            self.ops.remove(id);
+        }
+        if let Some(i) = w.identity {
+            self.identity = Some(i);
+        }
+        if let Some(d) = w.directory {
+            self.directory = d;
+        }
+        if let Some(o) = w.own_seqs {
+            self.own_seqs = o;
+        }
+        self.durable = w.seq;
+    }
+
+    /// What a restart finds.
+    fn kept(&self) -> Kept {
+        Kept {
+            checkpoint: self.checkpoint.clone(),
+            ops: self.ops.values().cloned().collect(),
+            identity: self.identity.clone(),
+            directory: self.directory.clone(),
+            own_seqs: self.own_seqs,
+        }
+    }
+}
+
+/// One node's I/O for a [`Node::drive`]: its disk, and the frames it sends.
+struct NetIo<'a> {
+    disk: &'a mut Disk,
+    views: Vec<View>,
+    sent: Vec<(ReplicaId, PeerMessage)>,
+}
+
+impl Driver for NetIo<'_> {
+    fn transfer(&mut self, job: TransferJob) -> Option<TransferDone> {
+        Some(job.run())
+    }
+
+    fn views(&mut self, views: Vec<View>) {
+        self.views.extend(views);
+    }
+
+    fn persist(&mut self, write: Write) {
+        self.disk.write(write);
+    }
+
+    fn checkpoint(&mut self, job: CheckpointJob) {
+        self.disk.checkpoint = Some(job.checkpoint);
+        self.disk.checkpoints_done.push(job.id);
+    }
+
+    /// Every write is durable once handed out: nothing waits.
+    fn hold(&mut self, until: u64, messages: Vec<(ReplicaId, PeerMessage)>) {
+        debug_assert!(until <= self.disk.durable, "held past the last write");
+        self.sent.extend(messages);
+    }
+
+    fn send_now(&mut self, messages: Vec<(ReplicaId, PeerMessage)>) {
+        self.sent.extend(messages);
+    }
 }
 
 /// A cluster on a simulated network.
@@ -75,8 +155,9 @@ pub struct TestNet {
     config: NetConfig,
     node_config: Vec<NodeConfig>,
     ids: Vec<ReplicaId>,
+    registry: Arc<Registry>,
     nodes: Vec<Option<Node<MemCabStorage>>>,
-    down: Vec<Option<Down>>,
+    disks: Vec<Disk>,
     storages: Vec<MemCabStorage>,
     queue: BinaryHeap<InFlight>,
     seq: u64,
@@ -110,22 +191,29 @@ impl TestNet {
         let mut node_config = Vec::new();
         let mut nodes = Vec::new();
         let mut storages = Vec::new();
+        let mut disks = Vec::new();
         for &me in &ids {
             let mut c = NodeConfig::for_group(me, &ids);
             c.tick_us = config.tick_us;
             tune(&mut c);
             let storage = MemCabStorage::new(voters.clone());
-            let node = Node::new(c.clone(), registry.clone(), storage.clone(), 0);
+            let disk = Disk {
+                identity: Some(creek_node::Identity::founding(&ids)),
+                ..Disk::default()
+            };
+            let node = Node::recover(c.clone(), registry.clone(), storage.clone(), disk.kept(), 0);
             nodes.push(node.ok());
             node_config.push(c);
             storages.push(storage);
+            disks.push(disk);
         }
         TestNet {
             config,
             node_config,
             ids,
-            down: (0..n).map(|_| None).collect(),
+            registry,
             nodes,
+            disks,
             storages,
             queue: BinaryHeap::new(),
             seq: 0,
@@ -217,26 +305,26 @@ impl TestNet {
         self.blocked.clear();
     }
 
-    /// Crash node `i`: it stops; its replica and gossip state are kept as a
-    /// durable driver would have persisted them, its CAB log stays in storage,
-    /// everything volatile (leadership, held messages) is lost.
+    /// Crash node `i`: it stops, and everything volatile (leadership,
+    /// messages in its hands) is lost; its disk keeps what its writes made
+    /// durable (all of them: the disk is synchronous).
     pub fn crash(&mut self, i: usize) {
-        if let Some(node) = self.nodes.get_mut(i).and_then(Option::take) {
-            let applied = node.cab_delivered_through();
-            let (replica, gossip) = node.into_parts();
-            self.down[i] = Some(Down {
-                replica,
-                gossip,
-                applied,
-            });
+        if let Some(slot) = self.nodes.get_mut(i) {
+            *slot = None;
         }
     }
 
-    /// Restart a crashed node from what it kept.
+    /// Restart a crashed node from its disk, as `creek serve` restarts
+    /// ([`Node::recover`]).
     pub fn restart(&mut self, i: usize) {
-        if let Some(d) = self.down.get_mut(i).and_then(Option::take) {
-            let c = &self.node_config[i];
-            let node = Node::restart(d.replica, d.gossip, c, self.storages[i].clone(), d.applied);
+        if self.nodes.get(i).is_some_and(Option::is_none) {
+            let node = Node::recover(
+                self.node_config[i].clone(),
+                self.registry.clone(),
+                self.storages[i].clone(),
+                self.disks[i].kept(),
+                0,
+            );
             self.nodes[i] = node.ok();
         }
     }
@@ -288,21 +376,26 @@ impl TestNet {
         self.after(to);
     }
 
-    /// After node `i` handled an input: run its executions, collect its
-    /// views and commits, and put its messages on the wire.
+    /// After node `i` handled an input: run its executions, carry out its
+    /// output, collect its views and commits.
     fn after(&mut self, i: usize) {
         let now = self.now_us;
-        let Some(node) = self.nodes.get_mut(i).and_then(|n| n.as_mut()) else {
+        let (Some(Some(node)), Some(disk)) = (self.nodes.get_mut(i), self.disks.get_mut(i)) else {
             return;
         };
         node.execute_all();
-        // Storage here is synchronous (`MemCabStorage`): every write is
-        // durable at once, so held messages leave with the others.
-        let ready = node.ready();
-        if let Some(w) = &ready.write {
-            node.on_durable(w.seq);
+        let mut io = NetIo {
+            disk,
+            views: Vec::new(),
+            sent: Vec::new(),
+        };
+        node.drive(&mut io);
+        let NetIo { views, sent, .. } = io;
+        node.on_durable(self.disks[i].durable);
+        for id in std::mem::take(&mut self.disks[i].checkpoints_done) {
+            node.on_checkpoint_durable(id);
         }
-        for v in ready.views {
+        for v in views {
             self.views.push((i, now, v));
         }
         let committed = node.replica().committed();
@@ -310,12 +403,7 @@ impl TestNet {
             self.committed_at.entry((i, *id)).or_insert(now);
         }
         self.committed_seen[i] = committed.len();
-        for (to_id, msg) in ready
-            .messages
-            .into_iter()
-            .chain(ready.held)
-            .chain(ready.early)
-        {
+        for (to_id, msg) in sent {
             let to = usize::from(to_id.0).saturating_sub(1);
             self.send(i, to, msg);
         }

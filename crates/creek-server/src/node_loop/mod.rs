@@ -6,11 +6,12 @@
 //! # Group commit and the hold rule
 //!
 //! Each turn of the loop handles every event already queued, runs the
-//! executions, and then carries out the node's `Ready`: views go to their
+//! executions, and then carries out the node's `Ready` through
+//! [`creek_node::Node::drive`] (the I/O is in `turn`): views go to their
 //! clients, the turn's write goes to the persister (which writes every
 //! write queued meanwhile in one transaction with one fsync), messages the
 //! node lets go leave now, and the messages it holds wait in a
-//! [`HoldQueue`] until the persister reports their write durable. The node
+//! [`HoldQueue`](creek_node::HoldQueue) until the persister reports their write durable. The node
 //! decides what waits for what (`creek_node::ready` states the rule and why
 //! views are never held); this loop only carries it out. Released frames
 //! are sent from the persister's callback, so a release does not wait for
@@ -31,8 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use creek_core::{Addrs, ExecKey, Group, ReplicaId, View, ViewKind, Views};
-use creek_node::{GroupError, HoldQueue, Node};
+use creek_core::{Addrs, ExecKey, Group, ReplicaId};
+use creek_node::{GroupError, Node};
 use creek_store::{LogStore, Persister};
 use creek_wire::Limits;
 use tokio::sync::{mpsc, oneshot};
@@ -41,6 +42,7 @@ mod auth;
 mod durability;
 pub(crate) mod messages;
 mod report;
+mod turn;
 
 pub use durability::Durability;
 pub use messages::{
@@ -50,6 +52,7 @@ pub use messages::{
 use crate::metrics::{Metrics, Stage};
 use crate::transport::Transport;
 use crate::watch::{WatchHub, WatchRequest};
+use turn::{Clients, Route, Turn, Unpersisted};
 
 /// Why a replica stopped without being asked to. Every cause ends the
 /// process: a supervisor restarts it or alerts an operator.
@@ -87,24 +90,6 @@ const STALL_AFTER: Duration = Duration::from_secs(10);
 /// Ready executions below this count run inline on the node loop thread.
 const POOL_MIN_TASKS: usize = 16;
 
-struct Route {
-    reply: ReplyTo,
-    views: Views,
-    strong: bool,
-    received: Instant,
-    /// A tentative view was routed (the `executed` stage is timed once).
-    executed: bool,
-}
-
-/// Replicated ops waiting for the write that carries their payload to be
-/// durable, to time their `persisted` stage (strong, received): those
-/// invoked this turn, and those held for each write submitted since.
-#[derive(Default)]
-struct Unpersisted {
-    this_turn: Vec<(bool, Instant)>,
-    by_write: HoldQueue<(bool, Instant)>,
-}
-
 /// How the loop is set up.
 pub struct LoopConfig {
     /// Worker threads for executions.
@@ -139,13 +124,8 @@ pub struct NodeLoop {
     metrics: Arc<Metrics>,
     pool: Option<rayon::ThreadPool>,
     limits: Limits,
-    routes: HashMap<ExecKey, Route>,
-    /// Invocations accepted this turn, told so at the end of the turn
-    /// together with their first views: the handler's task then wakes
-    /// once, not once for the acceptance and again for the view.
-    accepted: Vec<(ReplyTo, ExecKey)>,
-    /// Native calls' replies of this turn, written at its end.
-    corked: Arc<crate::native::out::Corked>,
+    /// The calls this replica answers.
+    clients: Clients,
     unpersisted: Unpersisted,
     /// Writes with consensus writes in them, submitted and not yet durable
     /// (see [`Durability::wake_at`]).
@@ -168,8 +148,6 @@ pub struct NodeLoop {
     commit_progress: (u64, Instant),
     /// Watchers of changes and the recent committed changes.
     watch: WatchHub,
-    /// Recent ops invoked here, for the console.
-    journal: crate::console::journal::Journal,
     /// See [`LoopConfig::auth`].
     auth: Option<Arc<crate::auth::Auth>>,
     /// The committed position after the last change the auth rules were
@@ -214,12 +192,16 @@ impl NodeLoop {
             persister: Some(persister),
             durability,
             transport,
-            metrics,
+            metrics: metrics.clone(),
             pool,
             limits: config.limits,
-            routes: HashMap::new(),
-            accepted: Vec::new(),
-            corked: config.corked,
+            clients: Clients {
+                routes: HashMap::new(),
+                accepted: Vec::new(),
+                corked: config.corked,
+                journal: Default::default(),
+                metrics: metrics.clone(),
+            },
             unpersisted: Unpersisted::default(),
             log_writes: std::collections::VecDeque::new(),
             failed: None,
@@ -233,7 +215,6 @@ impl NodeLoop {
             group,
             pending_change: None,
             watch,
-            journal: Default::default(),
             auth: config.auth,
             auth_next: 0,
             auth_records: BTreeMap::new(),
@@ -267,7 +248,7 @@ impl NodeLoop {
             self.check_consensus();
             self.log_membership();
             // Replies sent after the turn's flush (refusals, failures).
-            self.corked.uncork();
+            self.clients.corked.uncork();
             if let Some(fatal) = self.failed.clone() {
                 return self.abandon(fatal);
             }
@@ -302,9 +283,10 @@ impl NodeLoop {
             }
             Event::Strip(reply) => {
                 let r = self.node.replica();
-                let strip = self
-                    .journal
-                    .strip(r.committed(), r.committed_len(), &r.tentative());
+                let strip =
+                    self.clients
+                        .journal
+                        .strip(r.committed(), r.committed_len(), &r.tentative());
                 let _ = reply.send(strip);
             }
             Event::UserProcedures(reply) => {
@@ -395,16 +377,18 @@ impl NodeLoop {
         let procedure = inv.request.call.name.clone();
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
-                self.accepted.push((inv.reply.clone(), handle));
+                self.clients.accepted.push((inv.reply.clone(), handle));
                 if let ExecKey::Op(id) = handle {
-                    self.journal.invoked(id, procedure, strong, inv.received);
+                    self.clients
+                        .journal
+                        .invoked(id, procedure, strong, inv.received);
                 }
                 self.metrics
                     .stage(strong, Stage::Invoked, inv.received.elapsed().as_secs_f64());
                 if matches!(handle, ExecKey::Op(_)) && self.persister.is_some() {
                     self.unpersisted.this_turn.push((strong, inv.received));
                 }
-                self.routes.insert(
+                self.clients.routes.insert(
                     handle,
                     Route {
                         reply: inv.reply,
@@ -428,7 +412,7 @@ impl NodeLoop {
         self.node.tick(now);
         self.log_timing_change();
         // Clients that went away.
-        self.routes.retain(|_, r| !r.reply.is_closed());
+        self.clients.routes.retain(|_, r| !r.reply.is_closed());
         if self.ticks.is_multiple_of(10) {
             self.refresh_gauges();
             self.watch_commit_stall();
@@ -450,17 +434,12 @@ impl NodeLoop {
     /// Every replica's addresses: the configured ones, then those of the
     /// members added since.
     fn addrs(&self) -> BTreeMap<ReplicaId, Addrs> {
-        let mut all = self.config_addrs.clone();
-        for (id, a) in &self.group.directory.addrs {
-            all.insert(*id, a.clone());
-        }
-        all
+        all_addrs(&self.config_addrs, &self.group)
     }
 
-    /// The group changed: connect to its members (and only them), and
-    /// answer a change proposed here once it shows.
+    /// The group changed (the turn connected to its members): answer a
+    /// change proposed here once it shows.
     fn on_group(&mut self, group: Group) {
-        let me = self.node.id();
         tracing::info!(
             voters = ?group.voters,
             learners = ?group.learners,
@@ -469,21 +448,6 @@ impl NodeLoop {
             "replica group"
         );
         self.group = group;
-        let addrs = self.addrs();
-        let mut peers = Vec::new();
-        for id in self.group.members() {
-            if id == me {
-                continue;
-            }
-            match addrs.get(&id).map(|a| resolve(&a.peer)) {
-                Some(Ok(addr)) => peers.push((id, addr)),
-                Some(Err(e)) => {
-                    tracing::warn!(peer = %id, error = %e, "cannot reach a member: bad peer address");
-                }
-                None => tracing::warn!(peer = %id, "a member without a known peer address"),
-            }
-        }
-        self.transport.set_peers(&peers);
         let done = self.pending_change.as_ref().is_some_and(|p| {
             let members = self.group.members();
             match p.change {
@@ -590,90 +554,25 @@ impl NodeLoop {
         for d in done {
             self.node.on_transfer_done(d);
         }
-        let ready = self.node.ready();
-        if let Some(group) = ready.group {
+        let mut turn = Turn {
+            clients: &mut self.clients,
+            persister: self.persister.as_ref(),
+            durability: &self.durability,
+            log_writes: &mut self.log_writes,
+            unpersisted: &mut self.unpersisted,
+            limits: self.limits,
+            transport: &self.transport,
+            me: self.node.id(),
+            config_addrs: &self.config_addrs,
+            transfer_done: &self.transfer_done,
+            group: None,
+        };
+        self.node.drive(&mut turn);
+        let group = turn.group.take();
+        // Payloads invoked this turn went with its write, if it had one.
+        self.unpersisted.this_turn.clear();
+        if let Some(group) = group {
             self.on_group(group);
-        }
-        for job in ready.transfer_jobs {
-            self.run_transfer_job(job);
-        }
-        // A call hears it was accepted before any of its views (the
-        // native connection asserts so on each call).
-        for (reply, handle) in self.accepted.drain(..) {
-            let _ = reply.send(Reply::Accepted(handle));
-        }
-        for v in ready.views {
-            self.route(v);
-        }
-        // Native clients' answers before the turn's peer frames.
-        self.corked.uncork();
-        // This turn's new payloads are in this turn's write.
-        let invoked = std::mem::take(&mut self.unpersisted.this_turn);
-        if let Some(p) = &self.persister {
-            // The write first: the checkpoint waits for it.
-            if let Some(write) = ready.write {
-                self.unpersisted.by_write.hold(write.seq, invoked);
-                // In write order: the persister asserts it on submission,
-                // and the releases above rely on it.
-                if !write.log.is_empty() {
-                    self.log_writes.push_back(write.seq);
-                    let first = self.log_writes.front().copied().unwrap_or(0);
-                    self.durability.wake_at.store(first, Ordering::Release);
-                }
-                p.submit(write);
-            }
-            if let Some(job) = ready.checkpoint {
-                p.submit_checkpoint(job);
-            }
-        }
-        // Messages the node lets go now pass through the hold queue too (it
-        // releases them at once): frames held by an earlier turn that the
-        // persister's callback has not sent yet must not be overtaken.
-        let mut frames = Vec::with_capacity(ready.messages.len() + ready.held.len());
-        for (to, msg) in ready.messages.into_iter().chain(ready.held) {
-            match creek_wire::encode(&msg, &self.limits) {
-                Ok(frame) => frames.push((to, frame)),
-                Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
-            }
-        }
-        if !frames.is_empty() {
-            self.durability.hold(ready.hold_until, frames);
-        }
-        // Then what waits for no write, ahead of what is still held.
-        let mut early: BTreeMap<creek_core::ReplicaId, Vec<Bytes>> = BTreeMap::new();
-        for (to, msg) in ready.early {
-            match creek_wire::encode(&msg, &self.limits) {
-                Ok(frame) => early.entry(to).or_default().push(frame),
-                Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
-            }
-        }
-        self.durability.send_now(early);
-    }
-
-    /// Run state-transfer work (encoding a checkpoint to serve, decoding
-    /// one fetched) on a thread of its own: a large state takes long, and
-    /// this loop must go on meanwhile. The next turn (a tick at the latest)
-    /// hands the result to the node.
-    fn run_transfer_job(&mut self, job: creek_node::TransferJob) {
-        let slot = self.transfer_done.clone();
-        let job = Arc::new(std::sync::Mutex::new(Some(job)));
-        let taken = job.clone();
-        let spawned = std::thread::Builder::new()
-            .name("creek-transfer".to_owned())
-            .spawn(move || {
-                yield_to_serving_threads();
-                if let Some(job) = taken.lock().ok().and_then(|mut j| j.take()) {
-                    let done = job.run();
-                    if let Ok(mut s) = slot.lock() {
-                        s.push(done);
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "cannot start a state-transfer thread; working on the node's");
-            if let Some(job) = job.lock().ok().and_then(|mut j| j.take()) {
-                self.node.on_transfer_done(job.run());
-            }
         }
     }
 
@@ -708,43 +607,12 @@ impl NodeLoop {
         }
     }
 
-    fn route(&mut self, v: View) {
-        assert!(
-            self.accepted.is_empty(),
-            "a view routed before this turn's acceptances were sent"
-        );
-        let Some(route) = self.routes.get_mut(&v.handle) else {
-            return;
-        };
-        let stable = v.kind != ViewKind::Tentative;
-        if let ExecKey::Op(id) = v.handle {
-            self.journal.view(id, v.kind, &v.outcome);
-        }
-        let since = route.received.elapsed().as_secs_f64();
-        self.metrics.view(stable, since);
-        if stable {
-            self.metrics.stage(route.strong, Stage::Committed, since);
-        } else if !route.executed {
-            route.executed = true;
-            self.metrics.stage(route.strong, Stage::Executed, since);
-        }
-        let last = stable || !route.views.final_view;
-        let outcome = if v.outcome.is_ok() { "ok" } else { "abort" };
-        let strong = route.strong;
-        let gone = route.reply.send(Reply::View(v.clone())).is_err();
-        if last || gone {
-            self.routes.remove(&v.handle);
-            self.metrics
-                .op(strong, if gone { "cancelled" } else { outcome });
-        }
-    }
-
     /// The replica failed: stop acknowledging anything (held frames are
     /// dropped: what backs them may not be durable); every waiting client
     /// learns why. The loop ends at the end of the turn.
     fn fail(&mut self, why: Fatal) {
         let message = why.to_string();
-        for (_, r) in self.routes.drain() {
+        for (_, r) in self.clients.routes.drain() {
             self.metrics.op(r.strong, "unavailable");
             let _ = r.reply.send(Reply::Failed(message.clone()));
         }
@@ -757,7 +625,7 @@ impl NodeLoop {
     /// failed: then nothing more is written.
     fn abandon(&mut self, why: Fatal) -> Result<(), Fatal> {
         self.fail(why.clone());
-        self.corked.uncork();
+        self.clients.corked.uncork();
         if let Some(p) = self.persister.take() {
             if matches!(why, Fatal::Disk(_)) {
                 drop(p);
@@ -780,15 +648,25 @@ impl NodeLoop {
                 result = Err(why);
             }
         }
-        for (_, r) in self.routes.drain() {
+        for (_, r) in self.clients.routes.drain() {
             self.metrics.op(r.strong, "unavailable");
             let _ = r.reply.send(Reply::Failed(
                 "the replica shut down before the op's final view".into(),
             ));
         }
-        self.corked.uncork();
+        self.clients.corked.uncork();
         result
     }
+}
+
+/// Every replica's addresses: the configured ones, then those of the
+/// members added since (the group's directory).
+fn all_addrs(configured: &BTreeMap<ReplicaId, Addrs>, group: &Group) -> BTreeMap<ReplicaId, Addrs> {
+    let mut all = configured.clone();
+    for (id, a) in &group.directory.addrs {
+        all.insert(*id, a.clone());
+    }
+    all
 }
 
 /// A `host:port` peer address as a socket address (a name is looked up).
