@@ -213,6 +213,15 @@ impl Wal {
     pub(crate) fn append(&mut self, body: &[u8]) -> Result<(), StoreError> {
         // Paired with `Store::write`, which folds first when it does not.
         assert!(self.fits(body.len()), "a record past the log's capacity");
+        // Paired with `scan`, which reads a zero length as the log's end.
+        assert!(!body.is_empty(), "an empty record would end the log");
+        // Paired with `folded`: the records since the last fold fill the
+        // file from its start, and their bodies are what a fold applies.
+        assert_eq!(
+            self.pending.is_empty(),
+            self.end == 0,
+            "the log's end and its unfolded changes disagree"
+        );
         let lsn = self.last + 1;
         let mut record = Vec::with_capacity(HEADER_BYTES as usize + body.len());
         record.extend_from_slice(&(body.len() as u32).to_le_bytes());
