@@ -415,7 +415,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     };
     // Built first: bad settings fail before a cluster starts.
     let workload = workload::by_name("ycsb", &config)?;
-    let procs = Servers::start(args.replicas, "soak", "warn", false, |_| {})?;
+    let procs = crate::servers::start(args.replicas, "soak", "warn", false, |_| {})?;
     // What the servers run with, as their configuration file says.
     let server = ServerConfig::from_file(&procs.dir.join("r1.toml")).map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 
 use creek_core::OpId;
+use creek_types::planted::Bug;
 use creek_wire::CabMessage;
 
 use crate::{entry, Cab, CabStorage, Deps};
@@ -67,7 +68,7 @@ impl<S: CabStorage> Cab<S> {
             Ok(()) => {
                 self.stats.entries_proposed += 1;
                 self.stats.ids_proposed += batch.len() as u64;
-                if cfg!(feature = "planted-bugs") && self.config.planted_deliver_on_propose {
+                if self.config.planted.has(Bug::StableBeforeDurable) {
                     let index = self.node.raft.raft_log.last_index();
                     for id in batch {
                         if self.seen.insert(id, index).is_none() {

@@ -3,6 +3,7 @@
 //! configuration as consensus changes it: that is in `conf`.
 
 use creek_core::ReplicaId;
+use creek_types::planted::PlantedBugs;
 use rustc_hash::FxHashSet;
 
 /// Configuration of one CAB node.
@@ -35,10 +36,11 @@ pub struct CabConfig {
     /// this many entries behind the commit index (down, or far behind): the
     /// log is compacted past them, and they catch up by state transfer.
     pub compaction_lag_max: u64,
-    /// Planted bug (the simulator's `--plant-bug stable-before-durable`): the
-    /// leader delivers ids as it proposes them, before a majority holds them.
-    /// Only for validating the checkers; never set in production.
-    pub planted_deliver_on_propose: bool,
+    /// Planted bugs, only for validating the checkers (empty in
+    /// production): CAB reads `StableBeforeDurable` (the simulator's
+    /// `--plant-bug stable-before-durable`: the leader delivers ids as it
+    /// proposes them, before a majority holds them).
+    pub planted: PlantedBugs,
 }
 
 /// The default [`CabConfig::compaction_lag_max`].
@@ -62,7 +64,7 @@ impl CabConfig {
             inflight_msgs_max: 256,
             uncommitted_entries_max: 2,
             compaction_lag_max: COMPACTION_LAG_MAX,
-            planted_deliver_on_propose: false,
+            planted: PlantedBugs::NONE,
         }
     }
 
@@ -90,7 +92,7 @@ impl CabConfig {
         if self.forward_retry_ticks == 0 {
             return bad("forward_retry_ticks must be positive");
         }
-        if self.planted_deliver_on_propose && !cfg!(feature = "planted-bugs") {
+        if !self.planted.is_empty() && !creek_types::planted::BUILT {
             return bad(creek_core::PLANTED_BUGS_OFF);
         }
         Ok(())

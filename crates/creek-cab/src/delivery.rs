@@ -4,6 +4,7 @@
 //! log not yet decided (the leader's optimistic order).
 
 use creek_core::OpId;
+use creek_types::planted::Bug;
 use raft::eraftpb::EntryType;
 
 use crate::messages::first_unheld;
@@ -161,7 +162,7 @@ impl<S: CabStorage> Cab<S> {
     pub fn check_invariants(&self) -> Result<(), String> {
         let committed = self.node.raft.raft_log.committed;
         let through = self.delivered_through();
-        if through > committed && !self.config.planted_deliver_on_propose {
+        if through > committed && !self.config.planted.has(Bug::StableBeforeDurable) {
             return Err(format!(
                 "delivered through {through}, past the commit index {committed}"
             ));

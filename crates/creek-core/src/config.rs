@@ -2,6 +2,7 @@
 
 use creek_exec::mvcc::Schedule;
 use creek_exec::TxnLimits;
+use creek_types::planted::PlantedBugs;
 
 use crate::id::ReplicaId;
 
@@ -35,16 +36,12 @@ pub struct Config {
     /// refused as expired; entries are deleted two TTLs after they were
     /// written (see `creek_procs::session`). 0 keeps every entry forever.
     pub session_ttl_us: u64,
-    /// Planted bug (the simulator's `--plant-bug skip-invalidation`): the
-    /// executor never invalidates readers. Only for validating the checkers;
-    /// never set in production.
-    pub planted_skip_invalidation: bool,
-    /// Planted bug (`deliver-without-cab`): an origin commits its own strong
-    /// op at once, without CAB. Never set in production.
-    pub planted_deliver_without_cab: bool,
-    /// Planted bug (`ignore-causal-context`): strong ops carry an empty
-    /// causal context. Never set in production.
-    pub planted_ignore_causal_context: bool,
+    /// Planted bugs, only for validating the checkers (empty in
+    /// production): the replica reads `DeliverWithoutCab` (an origin
+    /// commits its own strong op at once, without CAB) and
+    /// `IgnoreCausalContext` (strong ops carry an empty causal context),
+    /// and hands the set to its executor (`SkipInvalidation`).
+    pub planted: PlantedBugs,
 }
 
 impl Default for Config {
@@ -57,18 +54,14 @@ impl Default for Config {
             early_tentative_views: true,
             schedule: Schedule::default(),
             session_ttl_us: 3_600_000_000,
-            planted_skip_invalidation: false,
-            planted_deliver_without_cab: false,
-            planted_ignore_causal_context: false,
+            planted: PlantedBugs::NONE,
         }
     }
 }
 
-/// Why a configuration that plants a bug is refused in a build without the
-/// `planted-bugs` cargo feature (every crate with such switches says the
-/// same).
-pub const PLANTED_BUGS_OFF: &str = "planted bugs are compiled out of this build (cargo feature \
-     `planted-bugs`, for validating the simulator's checkers only)";
+/// Why a bug cannot be planted in a build without the `planted-bugs` cargo
+/// feature (every configuration that refuses one says the same).
+pub use creek_types::planted::PLANTED_BUGS_OFF;
 
 /// Why a configuration is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -104,11 +97,8 @@ impl Config {
         if self.tentative_len_max == 0 {
             return invalid("tentative_len_max", "must be at least 1");
         }
-        let planted = self.planted_skip_invalidation
-            || self.planted_deliver_without_cab
-            || self.planted_ignore_causal_context;
-        if planted && !cfg!(feature = "planted-bugs") {
-            return invalid("planted_*", PLANTED_BUGS_OFF);
+        if !self.planted.is_empty() && !creek_types::planted::BUILT {
+            return invalid("planted", PLANTED_BUGS_OFF);
         }
         let l = &self.txn_limits;
         if l.key_bytes_max == 0 || l.value_bytes_max == 0 {

@@ -5,12 +5,13 @@
 use creek_cab::{CabConfig, CabError};
 use creek_core::{Config, ReplicaId};
 use creek_gossip::GossipConfig;
+use creek_types::planted::PlantedBugs;
 use creek_wire::Limits;
 
-/// Whether this build has the bug-planting switches (the `planted-bugs`
-/// cargo feature, which also turns on those of creek-core and creek-cab).
-/// Production builds do not; configurations that set a switch are refused.
-pub const PLANTED_BUGS: bool = cfg!(feature = "planted-bugs");
+/// Whether this build can plant bugs (the `planted-bugs` cargo feature,
+/// which forwards to creek-types', the one switch). Production builds
+/// cannot; [`PlantedBugs::plant`] refuses there.
+pub const PLANTED_BUGS: bool = creek_types::planted::BUILT;
 
 /// Configuration of a node.
 #[derive(Clone, Debug)]
@@ -43,19 +44,15 @@ pub struct NodeConfig {
     /// the lost replicas acknowledged, which are then gone for good). The
     /// operator's explicit choice after a majority loss; off by default.
     pub rebuild_despite_data_loss: bool,
-    /// Planted bug (the simulator's `--plant-bug send-before-durable`): peer
-    /// messages leave at once instead of waiting for their write. Only for
-    /// validating the checkers; never set in production.
-    pub planted_send_before_durable: bool,
-    /// Planted bug (the simulator's `--plant-bug amnesiac-voter`): a replica
-    /// told that it lost its data joins anyway, empty, as a voter. Only for
-    /// validating the checkers; never set in production.
-    pub planted_amnesiac_voter: bool,
-    /// Planted bug (the simulator's `--plant-bug forget-sent-ops`): a
-    /// restarted replica does not take back the own ops it sent before
-    /// their write was durable, and issues their ids again. Only for
-    /// validating the checkers; never set in production.
-    pub planted_forget_sent_ops: bool,
+    /// Planted bugs, only for validating the checkers (empty in
+    /// production): the one place a test or the simulator plants them. The
+    /// node reads `SendBeforeDurable` (peer messages leave at once instead
+    /// of waiting for their write), `AmnesiacVoter` (a replica told that it
+    /// lost its data joins anyway, empty, as a voter) and `ForgetSentOps`
+    /// (a restarted replica does not take back the own ops it sent before
+    /// their write was durable, and issues their ids again), and hands the
+    /// set down to the replica (and its executor) and CAB when it starts.
+    pub planted: PlantedBugs,
 }
 
 impl NodeConfig {
@@ -68,11 +65,7 @@ impl NodeConfig {
                 "tick_us and pending_writes_max must be positive".into(),
             ));
         }
-        if (self.planted_send_before_durable
-            || self.planted_amnesiac_voter
-            || self.planted_forget_sent_ops)
-            && !PLANTED_BUGS
-        {
+        if !self.planted.is_empty() && !PLANTED_BUGS {
             return Err(NodeError::Inconsistent(creek_core::PLANTED_BUGS_OFF.into()));
         }
         let me = self.replica.id;
@@ -82,6 +75,15 @@ impl NodeConfig {
             ));
         }
         Ok(())
+    }
+
+    /// This configuration with its planted bugs handed down to the rooms
+    /// that read them (the replica, which hands them to its executor, and
+    /// CAB), beside any planted there directly.
+    pub(crate) fn handed_down(mut self) -> Self {
+        self.replica.planted = self.replica.planted.union(self.planted);
+        self.cab.planted = self.cab.planted.union(self.planted);
+        self
     }
 
     /// Defaults for replica `me` of the group `replicas`.
@@ -99,9 +101,7 @@ impl NodeConfig {
             checkpoint_every_ticks: 0,
             pending_writes_max: PENDING_WRITES_MAX,
             rebuild_despite_data_loss: false,
-            planted_send_before_durable: false,
-            planted_amnesiac_voter: false,
-            planted_forget_sent_ops: false,
+            planted: PlantedBugs::NONE,
         }
     }
 }

@@ -9,10 +9,11 @@ use std::collections::VecDeque;
 
 use creek_cab::CabStorage;
 use creek_core::{Checkpoint, OpId, ReplicaId};
+use creek_types::planted::Bug;
 use creek_wire::PeerMessage;
 
 use crate::recovery::log_restarts_at;
-use crate::{CheckpointJob, Node, NodeConfig, OwnSeqs, Ready, Write, PLANTED_BUGS};
+use crate::{CheckpointJob, Node, NodeConfig, OwnSeqs, Ready, Write};
 
 /// What the node knows of its writes.
 #[derive(Default)]
@@ -102,8 +103,8 @@ impl Durability {
             checkpoint_every_ticks: config.checkpoint_every_ticks,
             pending_writes_max: config.pending_writes_max,
             checkpointed_len,
-            send_before_durable: PLANTED_BUGS && config.planted_send_before_durable,
-            forget_sent_ops: PLANTED_BUGS && config.planted_forget_sent_ops,
+            send_before_durable: config.planted.has(Bug::SendBeforeDurable),
+            forget_sent_ops: config.planted.has(Bug::ForgetSentOps),
             ..Durability::default()
         }
     }

@@ -275,6 +275,7 @@ mod tests {
     use creek_core::{InvokeError, Request};
     use creek_exec::ProcCall;
     use creek_procs::Registry;
+    use creek_types::planted::Bug;
     use creek_types::value::{encode_args, Value};
 
     /// A disk that falls behind pushes back on clients: at
@@ -406,12 +407,26 @@ mod tests {
         let group = [ReplicaId(1), ReplicaId(2), ReplicaId(3)];
         let mut config = NodeConfig::for_group(ReplicaId(1), &group);
         assert!(config.validate().is_ok());
-        config.planted_send_before_durable = true;
-        assert_eq!(config.validate().is_ok(), PLANTED_BUGS);
-        let mut config = NodeConfig::for_group(ReplicaId(1), &group);
-        config.cab.planted_deliver_on_propose = true;
-        assert_eq!(config.cab.validate().is_ok(), PLANTED_BUGS);
-        config.replica.planted_ignore_causal_context = true;
-        assert_eq!(config.replica.validate().is_ok(), PLANTED_BUGS);
+        let planted = config.planted.plant(Bug::SendBeforeDurable);
+        assert_eq!(planted.is_ok(), PLANTED_BUGS);
+        if let Err(e) = planted {
+            assert_eq!(e.to_string(), creek_core::PLANTED_BUGS_OFF);
+        }
+        assert_eq!(config.planted.has(Bug::SendBeforeDurable), PLANTED_BUGS);
+        assert!(config.validate().is_ok());
+        // Planted once at the node, the bug reaches the rooms that read it.
+        config.planted.plant(Bug::StableBeforeDurable).ok();
+        config.planted.plant(Bug::IgnoreCausalContext).ok();
+        let config = config.handed_down();
+        assert_eq!(
+            config.cab.planted.has(Bug::StableBeforeDurable),
+            PLANTED_BUGS
+        );
+        assert_eq!(
+            config.replica.planted.has(Bug::IgnoreCausalContext),
+            PLANTED_BUGS
+        );
+        assert!(config.cab.validate().is_ok());
+        assert!(config.replica.validate().is_ok());
     }
 }

@@ -11,6 +11,7 @@ use creek_cab::{Cab, CabConfig, CabError, CabStorage};
 use creek_core::{Checkpoint, Directory, Op, OpId, Replica};
 use creek_gossip::Gossip;
 use creek_procs::Registry;
+use creek_types::planted::Bug;
 use creek_wire::Limits;
 
 use crate::durability::Durability;
@@ -18,7 +19,7 @@ use crate::membership::Membership;
 use crate::timing::Timing;
 use crate::transfer::Transfers;
 use crate::wiring::PULL_IDS_MAX;
-use crate::{Identity, Node, NodeConfig, NodeError, OwnSeqs, PLANTED_BUGS};
+use crate::{Identity, Node, NodeConfig, NodeError, OwnSeqs};
 
 /// What a durable driver kept beside CAB's storage, for [`Node::recover`].
 #[derive(Clone, Debug, Default)]
@@ -54,6 +55,7 @@ impl<S: CabStorage> Node<S> {
         applied: u64,
     ) -> Result<Self, NodeError> {
         config.validate()?;
+        let config = config.handed_down();
         let durability = Durability::new(&config, 0);
         let timing = Timing::for_config(&config);
         let membership = membership_of(&config, Identity::founding(&config.cab.replicas), false);
@@ -151,6 +153,7 @@ impl<S: CabStorage> Node<S> {
         fresh_nonce: u64,
     ) -> Result<Self, NodeError> {
         config.validate()?;
+        let config = config.handed_down();
         let Kept {
             checkpoint,
             ops,
@@ -308,7 +311,7 @@ fn membership_of(config: &NodeConfig, identity: Identity, dirty: bool) -> Member
         peers,
         identity,
         dirty,
-        PLANTED_BUGS && config.planted_amnesiac_voter,
+        config.planted.has(Bug::AmnesiacVoter),
     );
     m.rebuild_despite_data_loss = config.rebuild_despite_data_loss;
     m

@@ -10,6 +10,7 @@ use creek_core::ReplicaId;
 use creek_node::{Node, NodeConfig};
 use creek_procs::Registry;
 use creek_proto::pb;
+use creek_types::planted::Bug;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
@@ -355,12 +356,20 @@ fn node_config(config: &ServerConfig) -> NodeConfig {
     node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
     node_config.pending_writes_max = config.pending_writes_max;
     node_config.cab.compaction_lag_max = config.compaction_lag_max;
-    match config.plant_bug.as_deref() {
-        Some("deliver-on-propose") => node_config.cab.planted_deliver_on_propose = true,
-        Some("send-before-durable") => node_config.planted_send_before_durable = true,
-        Some("amnesiac-voter") => node_config.planted_amnesiac_voter = true,
-        Some("forget-sent-ops") => node_config.planted_forget_sent_ops = true,
-        _ => {}
+    let bug = match config.plant_bug.as_deref() {
+        Some("deliver-on-propose") => Some(Bug::StableBeforeDurable),
+        Some("send-before-durable") => Some(Bug::SendBeforeDurable),
+        Some("amnesiac-voter") => Some(Bug::AmnesiacVoter),
+        Some("forget-sent-ops") => Some(Bug::ForgetSentOps),
+        _ => None,
+    };
+    if let Some(bug) = bug {
+        // `ServerConfig::validate` refused a bug this build cannot plant.
+        let planted = node_config.planted.plant(bug);
+        assert!(
+            planted.is_ok(),
+            "a validated plant_bug is refused: {planted:?}"
+        );
     }
     if let Some(bug) = &config.plant_bug {
         tracing::warn!(replica = %me, bug, "a protocol bug is planted on purpose (tests only)");

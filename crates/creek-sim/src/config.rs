@@ -82,56 +82,9 @@ impl Faults {
     }
 }
 
-/// A protocol bug planted on purpose to show the checkers can fail. Never for
-/// production.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlantedBug {
-    /// The executor does not invalidate readers when it installs a version.
-    SkipInvalidation,
-    /// An origin commits its own strong op without waiting for CAB.
-    DeliverWithoutCab,
-    /// Strong ops carry an empty causal context.
-    IgnoreCausalContext,
-    /// The CAB leader delivers ids when it proposes them, before a majority
-    /// has them.
-    StableBeforeDurable,
-    /// Peer messages leave before the write they depend on is synced.
-    SendBeforeDurable,
-    /// The disk reports a write durable when it is issued, not when its
-    /// fsync completes: recovery then trusts writes a crash took.
-    ForgetUnsyncedTail,
-    /// A replica that lost its disk joins again, empty, as a voter.
-    AmnesiacVoter,
-    /// A restarted replica does not take back the own ops it sent before
-    /// their write was durable, and issues their ids again.
-    ForgetSentOps,
-}
-
-impl PlantedBug {
-    /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, PlantedBug); 8] = [
-        ("skip-invalidation", PlantedBug::SkipInvalidation),
-        ("deliver-without-cab", PlantedBug::DeliverWithoutCab),
-        ("ignore-causal-context", PlantedBug::IgnoreCausalContext),
-        ("stable-before-durable", PlantedBug::StableBeforeDurable),
-        ("send-before-durable", PlantedBug::SendBeforeDurable),
-        ("forget-unsynced-tail", PlantedBug::ForgetUnsyncedTail),
-        ("amnesiac-voter", PlantedBug::AmnesiacVoter),
-        ("forget-sent-ops", PlantedBug::ForgetSentOps),
-    ];
-
-    /// Parse a command-line name.
-    pub fn parse(s: &str) -> Result<PlantedBug, String> {
-        Self::ALL
-            .iter()
-            .find(|(n, _)| *n == s)
-            .map(|(_, b)| *b)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
-                format!("unknown bug {s:?}; one of {}", names.join(", "))
-            })
-    }
-}
+/// A protocol bug planted on purpose to show the checkers can fail (the one
+/// list of them, `creek_types::planted`). Never for production.
+pub use creek_types::planted::Bug as PlantedBug;
 
 /// The links between replicas.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -18,6 +18,7 @@ use creek_node::{
 };
 use creek_procs::Registry;
 use creek_store::{CheckpointWriter, LogStore, Piece, SimDisk, Store};
+use creek_types::planted::Bug;
 use creek_wire::PeerMessage;
 
 /// Cumulative counters of one replica.
@@ -238,8 +239,6 @@ impl std::ops::AddAssign for DiskCounts {
 pub struct DiskSetup {
     /// Gather payload-only writes this long.
     pub linger_us: u64,
-    /// Planted bug: a write counts as durable when its sync starts.
-    pub forget_unsynced_tail: bool,
 }
 
 /// Creek: the node the server runs, on `creek-store` over a simulated disk.
@@ -610,7 +609,9 @@ impl SimReplica for CreekReplica {
                     last,
                     count: group.len(),
                 });
-                if creek_node::PLANTED_BUGS && self.setup.forget_unsynced_tail {
+                // The planted disk bug is planted with the node's others, in its
+                // configuration: a write counts as durable when its sync starts.
+                if self.config.planted.has(Bug::ForgetUnsyncedTail) {
                     self.durable(last);
                 }
                 DiskPoll::SyncStarted

@@ -14,10 +14,7 @@ use creek_types::ProcCall;
 
 fn replica() -> CreekReplica {
     let ids: Vec<ReplicaId> = (1..=3).map(ReplicaId).collect();
-    let setup = DiskSetup {
-        linger_us: 1_000,
-        forget_unsynced_tail: false,
-    };
+    let setup = DiskSetup { linger_us: 1_000 };
     let registry = Arc::new(Registry::with_builtins());
     CreekReplica::new(
         NodeConfig::for_group(ids[0], &ids),

@@ -6,7 +6,9 @@
 //!   [`Writer`] every Creek format decodes and encodes through, with its
 //!   typed [`DecodeError`] ([`codec`]);
 //! - what a client asks a replica to run: [`ProcCall`] and
-//!   [`ClientRequestId`] ([`call`]).
+//!   [`ClientRequestId`] ([`call`]);
+//! - the bugs a test or the simulator may plant on purpose, one set every
+//!   configuration carries ([`planted`]).
 //!
 //! ```
 //! use creek_types::{Value, value::{decode_args, encode_args}};
@@ -22,6 +24,7 @@
 
 pub mod call;
 pub mod codec;
+pub mod planted;
 pub mod value;
 pub mod varint;
 

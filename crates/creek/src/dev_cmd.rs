@@ -5,10 +5,11 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
+use creek_harness::launcher::{Cluster, Launch, OnDrop, Signal};
+use creek_harness::ports;
 use creek_server::{ReplicaAddr, Server, ServerConfig};
 
 use crate::serve_cmd::{self, LogArgs, LogFormat};
@@ -87,7 +88,7 @@ pub fn dev(args: &DevArgs, log: &LogArgs) -> Result<(), String> {
     }
     let mut cluster = DevCluster::configure(args, log)?;
     cluster.check_ports()?;
-    for i in 0..cluster.replicas.len() {
+    for i in 0..cluster.procs.len() {
         cluster.start(i)?;
     }
     cluster.wait_started()?;
@@ -97,23 +98,14 @@ pub fn dev(args: &DevArgs, log: &LogArgs) -> Result<(), String> {
     result.and(stopped)
 }
 
-/// One replica of the dev cluster.
-struct DevReplica {
-    id: u16,
-    config: PathBuf,
-    log: PathBuf,
-    client: SocketAddr,
-    peer: SocketAddr,
-    metrics: Option<SocketAddr>,
-    child: Option<Child>,
-}
-
 struct DevCluster {
-    replicas: Vec<DevReplica>,
+    /// The replicas' processes, configurations and logs in the data
+    /// directory (replica `i + 1` at index `i`).
+    procs: Cluster,
+    /// Each replica's metrics endpoint, if it serves one.
+    metrics: Vec<Option<SocketAddr>>,
     /// The certificate directory with `--secure`.
     certs: Option<PathBuf>,
-    /// `--log-level` and `--log-format` for the replicas.
-    log_flags: Vec<String>,
 }
 
 /// What the prompt thread hands the main loop.
@@ -134,8 +126,30 @@ impl DevCluster {
         )
         .map_err(|e| e.to_string())?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        std::fs::create_dir_all(&args.data_dir)
-            .map_err(|e| format!("creating {}: {e}", args.data_dir.display()))?;
+        let mut log_flags = vec![
+            "--log-format".into(),
+            match log.log_format {
+                LogFormat::Text => "text",
+                LogFormat::Json => "json",
+            }
+            .into(),
+        ];
+        if let Some(level) = &log.log_level {
+            log_flags.extend(["--log-level".into(), level.into()]);
+        }
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let launch = Launch {
+            args_before: log_flags,
+            // The replica stops if `creek dev` goes away.
+            args_after: vec!["--stop-with-parent".into()],
+            stdin_null: true,
+            // Ctrl-C at the terminal reaches `creek dev`, which stops the
+            // replicas in turn.
+            own_process_group: true,
+            on_drop: OnDrop::KeepDir,
+            ..Launch::new(exe, args.data_dir.clone())
+        };
+        let mut procs = Cluster::on(launch, Vec::new(), Vec::new())?;
         let certs = if args.secure {
             Some(make_certs(&args.data_dir.join("certs"), args.replicas)?)
         } else {
@@ -145,7 +159,7 @@ impl DevCluster {
             Some(dir) => Some(root_token(dir)?),
             None => None,
         };
-        let mut replicas = Vec::new();
+        let mut metrics = Vec::new();
         for (i, c) in configs.iter_mut().enumerate() {
             if let Some(dir) = &certs {
                 c.tls = Some(creek_server::TlsConfig::in_dir(dir, c.id));
@@ -162,153 +176,97 @@ impl DevCluster {
                 c.metrics_addr = Some(port_at(args.metrics_port, i as u16)?);
             }
             c.validate().map_err(|e| e.to_string())?;
-            let path = args.data_dir.join(format!("r{}.toml", c.id));
-            let toml = c.to_toml().map_err(|e| e.to_string())?;
-            std::fs::write(&path, toml).map_err(|e| format!("writing {}: {e}", path.display()))?;
-            replicas.push(DevReplica::new(&args.data_dir, c));
+            let i = procs.push(c.me().client_addr, c.me().peer_addr);
+            procs.write_config(i, c)?;
+            metrics.push(c.metrics_addr);
         }
-        for id in (args.replicas + 1)..=u16::MAX {
-            let path = args.data_dir.join(format!("r{id}.toml"));
+        loop {
+            let path = procs.config_path(procs.len());
             if !path.exists() {
                 break;
             }
             let c = ServerConfig::from_file(&path).map_err(|e| e.to_string())?;
-            replicas.push(DevReplica::new(&args.data_dir, &c));
-        }
-        let mut log_flags = vec![
-            "--log-format".to_owned(),
-            match log.log_format {
-                LogFormat::Text => "text",
-                LogFormat::Json => "json",
-            }
-            .to_owned(),
-        ];
-        if let Some(level) = &log.log_level {
-            log_flags.extend(["--log-level".to_owned(), level.clone()]);
+            procs.push(c.me().client_addr, c.me().peer_addr);
+            metrics.push(c.metrics_addr);
         }
         Ok(DevCluster {
-            replicas,
+            procs,
+            metrics,
             certs,
-            log_flags,
         })
     }
 
     /// Every port the replicas will listen on is free (another cluster on
     /// them would answer in their place).
     fn check_ports(&self) -> Result<(), String> {
-        for r in &self.replicas {
+        let mut named = Vec::new();
+        for (i, metrics) in self.metrics.iter().enumerate() {
             let ports = [
-                ("client", Some(r.client)),
-                ("peer", Some(r.peer)),
-                ("metrics", r.metrics),
+                ("client", Some(self.procs.clients[i])),
+                ("peer", Some(self.procs.peers[i])),
+                ("metrics", *metrics),
             ];
-            for (what, addr) in ports {
-                let Some(addr) = addr else { continue };
-                if let Err(e) = std::net::TcpListener::bind(addr) {
-                    return Err(format!(
-                        "{addr}, replica {}'s {what} port, is taken ({e}): is another `creek \
-                         dev` running? Stop it, or pick other ports with --client-port, \
-                         --peer-port and --metrics-port",
-                        r.id
-                    ));
-                }
-            }
+            named.extend(
+                ports
+                    .into_iter()
+                    .filter_map(|(what, addr)| Some((i + 1, what, addr?))),
+            );
         }
-        Ok(())
+        let addrs: Vec<SocketAddr> = named.iter().map(|(_, _, a)| *a).collect();
+        ports::check_free(&addrs).map_err(|(k, e)| {
+            let (id, what, addr) = named[k];
+            format!(
+                "{addr}, replica {id}'s {what} port, is taken ({e}): is another `creek \
+                 dev` running? Stop it, or pick other ports with --client-port, \
+                 --peer-port and --metrics-port"
+            )
+        })
     }
 
     /// The index of replica `id`, as a command names it.
     fn index(&self, word: Option<&str>) -> Result<usize, String> {
-        let ids: Vec<String> = self.replicas.iter().map(|r| r.id.to_string()).collect();
+        let ids: Vec<String> = (1..=self.procs.len()).map(|id| id.to_string()).collect();
         let bad = || format!("name a replica: one of {}", ids.join(", "));
-        let id: u16 = word.ok_or_else(bad)?.parse().map_err(|_| bad())?;
-        self.replicas
-            .iter()
-            .position(|r| r.id == id)
-            .ok_or_else(bad)
+        let id: usize = word.ok_or_else(bad)?.parse().map_err(|_| bad())?;
+        if (1..=self.procs.len()).contains(&id) {
+            Ok(id - 1)
+        } else {
+            Err(bad())
+        }
     }
 
     /// Start replica `i` as a `creek serve` process, in a process group of
-    /// its own (Ctrl-C at the terminal reaches `creek dev`, which stops
-    /// the replicas in turn) that stops if `creek dev` goes away.
+    /// its own that stops if `creek dev` goes away.
     fn start(&mut self, i: usize) -> Result<(), String> {
-        use std::os::unix::process::CommandExt;
-        let r = &mut self.replicas[i];
-        if r.child.is_some() {
-            return Err(format!("replica {} is running", r.id));
-        }
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&r.log)
-            .map_err(|e| format!("opening {}: {e}", r.log.display()))?;
-        let child = Command::new(exe)
-            .args(&self.log_flags)
-            .arg("serve")
-            .arg("--config")
-            .arg(&r.config)
-            .arg("--stop-with-parent")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("starting replica {}: {e}", r.id))?;
-        r.child = Some(child);
-        Ok(())
+        self.procs.spawn(i)
     }
 
     /// Wait until every started replica accepts clients; a replica that
     /// exits instead fails the start, with the end of its log.
     fn wait_started(&mut self) -> Result<(), String> {
-        let until = Instant::now() + START_WAIT;
-        for r in &mut self.replicas {
-            loop {
-                if let Some(why) = r.exited() {
-                    return Err(format!(
-                        "replica {} did not start: {why}; {}",
-                        r.id,
-                        creek_server::replica_log::log_tail(&r.log)
-                    ));
-                }
-                if std::net::TcpStream::connect_timeout(&r.client, Duration::from_millis(200))
-                    .is_ok()
-                {
-                    break;
-                }
-                if Instant::now() > until {
-                    return Err(format!(
-                        "replica {} did not open {} within {START_WAIT:?}; its log: {}",
-                        r.id,
-                        r.client,
-                        r.log.display()
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        Ok(())
+        self.procs.wait_accepting(START_WAIT)
     }
 
     fn banner(&self) {
-        let dir = self
-            .replicas
-            .first()
-            .and_then(|r| r.log.parent())
+        let log = self.procs.log_path(0);
+        let dir = log
+            .parent()
             .map_or_else(String::new, |d| d.display().to_string());
         println!(
             "creek dev: {} replicas, each its own process; data and logs in {dir}",
-            self.replicas.len()
+            self.procs.len()
         );
-        for r in &self.replicas {
-            let metrics = r
-                .metrics
+        for (i, metrics) in self.metrics.iter().enumerate() {
+            let metrics = metrics
                 .map(|a| format!("   console http://{a}/   metrics http://{a}/metrics"))
                 .unwrap_or_default();
-            println!("  replica {}  client {}{metrics}", r.id, r.client);
+            println!(
+                "  replica {}  client {}{metrics}",
+                i + 1,
+                self.procs.clients[i]
+            );
         }
-        if let Some(a) = self.replicas.first().and_then(|r| r.metrics) {
+        if let Some(a) = self.metrics.first().copied().flatten() {
             println!(
                 "open http://{a}/ for the live console (every replica serves one; it shows a \
                  stopped or killed replica as down)"
@@ -330,7 +288,6 @@ impl DevCluster {
              Ctrl-C stops the cluster"
         );
     }
-
     /// Take commands until `quit`, Ctrl-C or SIGTERM; report replicas that
     /// exit by themselves. The end of the input (no terminal) leaves the
     /// cluster running until a signal.
@@ -397,7 +354,7 @@ impl DevCluster {
                     "kill" => self.kill(i),
                     _ => self
                         .start(i)
-                        .map(|()| println!("replica {} started", self.replicas[i].id)),
+                        .map(|()| println!("replica {} started", i + 1)),
                 })
             }
             Some(other) => Err(format!("unknown command {other:?}\n{HELP}")),
@@ -409,57 +366,47 @@ impl DevCluster {
     }
 
     fn ps(&mut self) {
-        for r in &mut self.replicas {
-            let state = match &r.child {
-                Some(c) => format!("running (pid {})", c.id()),
+        for i in 0..self.procs.len() {
+            let state = match self.procs.pid(i) {
+                Some(pid) => format!("running (pid {pid})"),
                 None => "stopped".to_owned(),
             };
             println!(
                 "  replica {}  {state:<22} client {}  log {}",
-                r.id,
-                r.client,
-                r.log.display()
+                i + 1,
+                self.procs.clients[i],
+                self.procs.log_path(i).display()
             );
         }
     }
 
     /// SIGTERM replica `i` and wait for it (SIGKILL after [`STOP_WAIT`]).
     fn stop(&mut self, i: usize) -> Result<(), String> {
-        let r = &mut self.replicas[i];
-        let Some(child) = r.child.as_mut() else {
-            return Err(format!("replica {} is not running", r.id));
+        let Some(status) = self.procs.stop(i, STOP_WAIT)? else {
+            return Err(format!("replica {} is not running", i + 1));
         };
-        terminate(child)?;
-        let status = wait_for(child, STOP_WAIT)?;
-        r.child = None;
-        println!("replica {} stopped ({status})", r.id);
+        println!("replica {} stopped ({status})", i + 1);
         Ok(())
     }
 
     /// SIGKILL replica `i`: a crash, as far as the others can tell.
     fn kill(&mut self, i: usize) -> Result<(), String> {
-        let r = &mut self.replicas[i];
-        let Some(mut child) = r.child.take() else {
-            return Err(format!("replica {} is not running", r.id));
-        };
-        child
-            .kill()
-            .and_then(|()| child.wait())
-            .map_err(|e| format!("killing replica {}: {e}", r.id))?;
-        println!("replica {} killed", r.id);
+        if !self.procs.kill(i)? {
+            return Err(format!("replica {} is not running", i + 1));
+        }
+        println!("replica {} killed", i + 1);
         Ok(())
     }
 
     /// Say so when a replica exited by itself (it stays down until `start`).
     fn report_exits(&mut self) {
-        for r in &mut self.replicas {
-            if let Some(why) = r.exited() {
-                r.child = None;
+        for i in 0..self.procs.len() {
+            if let Some(why) = self.procs.take_exited(i) {
                 println!(
                     "\nreplica {} exited by itself: {why}; {}\n(`start {}` starts it again)",
-                    r.id,
-                    creek_server::replica_log::log_tail(&r.log),
-                    r.id
+                    i + 1,
+                    self.procs.log_tail(i),
+                    i + 1
                 );
             }
         }
@@ -469,23 +416,20 @@ impl DevCluster {
     /// cleanly.
     fn stop_all(&mut self) -> Result<(), String> {
         println!("stopping…");
-        for r in &mut self.replicas {
-            if let Some(c) = r.child.as_mut() {
-                let _ = terminate(c);
-            }
+        for i in 0..self.procs.len() {
+            let _ = self.procs.signal(i, Signal::Term);
         }
         let mut failed = Vec::new();
-        for r in &mut self.replicas {
-            if let Some(mut c) = r.child.take() {
-                match wait_for(&mut c, STOP_WAIT) {
-                    Ok(status) if status.success() => {}
-                    Ok(status) => failed.push(format!(
-                        "replica {} exited with {status} (log {})",
-                        r.id,
-                        r.log.display()
-                    )),
-                    Err(e) => failed.push(e),
-                }
+        for i in 0..self.procs.len() {
+            match self.procs.wait_exit(i, STOP_WAIT) {
+                Ok(None) => {}
+                Ok(Some(status)) if status.success() => {}
+                Ok(Some(status)) => failed.push(format!(
+                    "replica {} exited with {status} (log {})",
+                    i + 1,
+                    self.procs.log_path(i).display()
+                )),
+                Err(e) => failed.push(e),
             }
         }
         if failed.is_empty() {
@@ -496,74 +440,10 @@ impl DevCluster {
     }
 }
 
-impl DevReplica {
-    fn new(dir: &Path, c: &ServerConfig) -> DevReplica {
-        DevReplica {
-            id: c.id,
-            config: dir.join(format!("r{}.toml", c.id)),
-            log: dir.join(format!("r{}.log", c.id)),
-            client: c.me().client_addr,
-            peer: c.me().peer_addr,
-            metrics: c.metrics_addr,
-            child: None,
-        }
-    }
-
-    /// Why the replica's process ended, if it did by itself.
-    fn exited(&mut self) -> Option<String> {
-        match self.child.as_mut()?.try_wait() {
-            Ok(None) => None,
-            Ok(Some(status)) => Some(format!("it exited ({status})")),
-            Err(e) => Some(format!("it cannot be waited on ({e})")),
-        }
-    }
-}
-
-impl Drop for DevCluster {
-    /// Whatever went wrong, no replica outlives `creek dev`.
-    fn drop(&mut self) {
-        for r in &mut self.replicas {
-            if let Some(mut c) = r.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
 fn prompt(interactive: bool) {
     if interactive {
         print!("creek dev> ");
         let _ = std::io::stdout().flush();
-    }
-}
-
-/// Send SIGTERM (the replica stops cleanly).
-fn terminate(child: &Child) -> Result<(), String> {
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .map_err(|e| format!("running kill: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -TERM {} failed ({status})", child.id()))
-    }
-}
-
-/// Wait up to `limit` for `child` to exit, then SIGKILL it.
-fn wait_for(child: &mut Child, limit: Duration) -> Result<std::process::ExitStatus, String> {
-    let until = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            return Ok(status);
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            return child.wait().map_err(|e| e.to_string());
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -29,7 +29,6 @@ use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 use serde_json::json;
 
-use crate::servers::Servers;
 use world::{Membership, Slot, World};
 
 /// Arguments of `creek chaos`.
@@ -128,7 +127,7 @@ fn workload_config() -> WorkloadConfig {
 
 async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), String> {
     let edit = configure(args.plant_bug.clone());
-    let mut servers = Servers::start(
+    let mut servers = crate::servers::start(
         args.replicas,
         &format!("chaos-{seed}"),
         "info",

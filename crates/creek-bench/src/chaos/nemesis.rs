@@ -16,6 +16,7 @@ use creek_types::ClientRequestId;
 
 use super::world::{Membership, Polled, Slot, World};
 use crate::servers::Servers;
+use creek_harness::launcher::Signal;
 
 /// One of `from`, chosen by `rng`.
 fn pick(rng: &mut Rng, from: &[usize]) -> usize {
@@ -168,11 +169,11 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
     /// SIGSTOP a replica, SIGCONT it a while later.
     async fn pause(&mut self, servers: &mut Servers, members: &[usize]) -> Result<bool, String> {
         let i = pick(&mut self.rng, members);
-        servers.signal(i, true)?;
+        servers.signal(i, Signal::Stop)?;
         let now = self.world.now_us();
         self.world.lock().slots[i].paused = true;
         tokio::time::sleep(self.ms(500, 3000)).await;
-        servers.signal(i, false)?;
+        servers.signal(i, Signal::Cont)?;
         let end = self.world.now_us();
         let mut state = self.world.lock();
         state.slots[i].paused = false;
@@ -249,7 +250,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         // current one (it would find no one to ask).
         let listed = servers.configured(i)?;
         if !listed.iter().any(|&p| p != i && members.contains(&p)) {
-            servers.configure(i, members, &self.edit)?;
+            servers.configure_valid(i, members, &self.edit)?;
         }
         tokio::time::sleep(self.ms(200, 1000)).await;
         self.start(servers, i)?;
@@ -263,7 +264,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         if members.len() >= 5 || slots >= MAX_SLOTS {
             return Ok(false);
         }
-        let i = servers.add(members, &self.edit)?;
+        let i = crate::servers::add(servers, members, &self.edit)?;
         {
             let slot = Slot::new(servers.clients[i], Membership::NeverAdded)?;
             self.world.lock().slots.push(slot);
@@ -379,7 +380,7 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
                 (s.paused, s.running, s.membership)
             };
             if paused {
-                servers.signal(i, false)?;
+                servers.signal(i, Signal::Cont)?;
                 self.world.lock().slots[i].paused = false;
             }
             if !running && membership == Membership::Member {

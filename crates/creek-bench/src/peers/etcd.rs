@@ -13,7 +13,6 @@ use serde_json::json;
 use super::driver::{self, Conn};
 use super::procs::{self, Procs};
 use super::Settings;
-use crate::servers::free_addr;
 
 /// Members in the cluster.
 const MEMBERS: usize = 3;
@@ -88,12 +87,9 @@ pub(crate) async fn measure(
     }
     let version = version(etcd)?;
     let mut procs = Procs::new("etcd", "KILL")?;
-    let clients: Vec<SocketAddr> = (0..MEMBERS)
-        .map(|_| free_addr())
-        .collect::<Result<_, _>>()?;
-    let peers: Vec<SocketAddr> = (0..MEMBERS)
-        .map(|_| free_addr())
-        .collect::<Result<_, _>>()?;
+    // The cluster's ports, reserved together.
+    let mut clients: Vec<SocketAddr> = creek_harness::ports::reserve(2 * MEMBERS)?;
+    let peers: Vec<SocketAddr> = clients.split_off(MEMBERS);
     let initial = peers
         .iter()
         .enumerate()

@@ -18,7 +18,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 use super::driver::{self, Conn};
 use super::procs::{self, Procs};
 use super::Settings;
-use crate::servers::free_addr;
+use creek_harness::ports::reserve_one as free_addr;
 
 /// The standbys' `application_name`s, as `synchronous_standby_names`
 /// lists them.

@@ -15,7 +15,7 @@ use serde_json::json;
 use super::driver::{self, Conn};
 use super::procs::{self, Procs};
 use super::Settings;
-use crate::servers::free_addr;
+use creek_harness::ports::reserve_one as free_addr;
 
 /// Replicas of the primary.
 const REPLICAS: usize = 2;

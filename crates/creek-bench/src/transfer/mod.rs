@@ -545,7 +545,7 @@ async fn transfer(
 /// Run the benchmark.
 pub fn run(args: &Args) -> Result<(), String> {
     args.validate()?;
-    let mut servers = Servers::start(REPLICAS, "transfer", "info", false, |c| {
+    let mut servers = crate::servers::start(REPLICAS, "transfer", "info", false, |c| {
         c.checkpoint_every_secs = args.checkpoint_secs;
         c.max_request_bytes = args.max_request_bytes(c.max_request_bytes);
     })?;

@@ -19,6 +19,7 @@ use creek_exec::{Completion, Engine, ExecCounters, Outcome, ProcCall, Settled, T
 use creek_procs::builtins::NOOP;
 use creek_procs::void;
 use creek_procs::{CallError, Registry};
+use creek_types::planted::Bug;
 use creek_types::ClientRequestId;
 use rustc_hash::FxHashMap;
 
@@ -182,7 +183,7 @@ impl Replica {
     /// The multiversion executor `config` asks for.
     fn executor(config: &Config, registry: &Arc<Registry>) -> MvccExecutor<ExecKey, Pos> {
         let mut engine = MvccExecutor::new(registry.clone(), config.txn_limits);
-        engine.planted_skip_invalidation = config.planted_skip_invalidation;
+        engine.planted = config.planted;
         engine.set_schedule(config.schedule);
         engine
     }
@@ -363,7 +364,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             }
             self.own_strong_tentative.insert((timestamp, id));
             self.effects.push(Effect::CabCast(id)); // line 20
-            if cfg!(feature = "planted-bugs") && self.config.planted_ignore_causal_context {
+            if self.config.planted.has(Bug::IgnoreCausalContext) {
                 ctx = Dvv::new();
             }
             Some(ctx)
@@ -384,7 +385,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             },
         ); // line 25
         self.adjust_tentative_order(op); // line 24
-        if cfg!(feature = "planted-bugs") && strong && self.config.planted_deliver_without_cab {
+        if strong && self.config.planted.has(Bug::DeliverWithoutCab) {
             self.decided.push_back(id);
             self.deliver_decided();
         }

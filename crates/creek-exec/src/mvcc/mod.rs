@@ -41,6 +41,7 @@ use rustc_hash::FxHashMap;
 use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet};
 use crate::procedures::Procedures;
 use crate::txn::{Executed, Outcome, ScanRead, SnapshotRead, TxnLimits, VersionNo};
+use creek_types::planted::{Bug, PlantedBugs};
 use creek_types::ProcCall;
 use store::{KeyState, Keys, Version};
 
@@ -121,9 +122,10 @@ pub struct MvccExecutor<K, P> {
     settled: Vec<Settled<K>>,
     counters: ExecCounters,
     running: usize,
-    /// Planted bug for validating the simulator's checkers: installing a
-    /// version never invalidates its readers. Never set in production.
-    pub planted_skip_invalidation: bool,
+    /// Planted bugs for validating the simulator's checkers; the executor
+    /// reads [`Bug::SkipInvalidation`] (installing a version never
+    /// invalidates its readers). Empty in production.
+    pub planted: PlantedBugs,
     /// Record the writes of final executions ([`Engine::record_writes`]).
     record_committed: bool,
     /// Record the writes of settled tentative executions.
@@ -200,7 +202,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             settled: Vec::new(),
             counters: ExecCounters::default(),
             running: 0,
-            planted_skip_invalidation: false,
+            planted: PlantedBugs::NONE,
             record_committed: false,
             record_tentative: false,
             write_sets: Vec::new(),
@@ -317,7 +319,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             debug_assert!(previous.is_none(), "two versions at one position");
             self.counters.versions_alive += 1;
             let candidates = ks.readers_affected(pos, pos);
-            if !(cfg!(feature = "planted-bugs") && self.planted_skip_invalidation) {
+            if !self.planted.has(Bug::SkipInvalidation) {
                 self.stale_readers(&k, candidates, key, &mut invalid);
                 self.stale_scanners(&k, pos, pos, key, &mut invalid);
             }

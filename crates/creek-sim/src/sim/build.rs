@@ -147,19 +147,15 @@ fn node_config(cfg: &SimConfig, me: ReplicaId, group: &[ReplicaId]) -> (NodeConf
     config.cab.compaction_lag_max = SIM_COMPACTION_LAG_MAX;
     let setup = DiskSetup {
         linger_us: cfg.linger_us,
-        forget_unsynced_tail: cfg.plant_bug == Some(PlantedBug::ForgetUnsyncedTail),
     };
-    match cfg.plant_bug {
-        Some(PlantedBug::SkipInvalidation) => config.replica.planted_skip_invalidation = true,
-        Some(PlantedBug::DeliverWithoutCab) => config.replica.planted_deliver_without_cab = true,
-        Some(PlantedBug::IgnoreCausalContext) => {
-            config.replica.planted_ignore_causal_context = true
-        }
-        Some(PlantedBug::StableBeforeDurable) => config.cab.planted_deliver_on_propose = true,
-        Some(PlantedBug::SendBeforeDurable) => config.planted_send_before_durable = true,
-        Some(PlantedBug::AmnesiacVoter) => config.planted_amnesiac_voter = true,
-        Some(PlantedBug::ForgetSentOps) => config.planted_forget_sent_ops = true,
-        Some(PlantedBug::ForgetUnsyncedTail) | None => {}
+    if let Some(bug) = cfg.plant_bug {
+        // One place for every planted bug, the disk's included; the node
+        // hands it down to the rooms that read it.
+        let planted = config.planted.plant(bug);
+        assert!(
+            planted.is_ok(),
+            "SimConfig::validate refuses a planted bug this build cannot plant"
+        );
     }
     (config, setup)
 }

@@ -21,7 +21,7 @@ use creek_types::ClientRequestId;
 use creek_wire::{GossipMessage, Limits, PeerMessage};
 
 use crate::baseline::BaselineNode;
-use crate::config::{Links, PlantedBug, Protocol, SimConfig, WAN_JITTER_PERCENT, WAN_ONE_WAY_US};
+use crate::config::{Links, Protocol, SimConfig, WAN_JITTER_PERCENT, WAN_ONE_WAY_US};
 use crate::net::Network;
 use crate::replica::{CreekReplica, ReplicaCounts, SimReplica};
 use crate::rng::Rng;

@@ -4,10 +4,11 @@
 //! every directory removed when the cluster is dropped.
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use creek_harness::launcher::{Launch, OnDrop};
 
 use creek_proto::pb;
 use creek_proto::pb::admin_client::AdminClient;
@@ -59,32 +60,43 @@ pub fn run_json_command(args: &[&str], limit: Duration) -> serde_json::Value {
     serde_json::from_str(lines[0]).expect("the report is JSON")
 }
 
+/// A cluster of `creek serve` processes (`creek_harness`'s, which this
+/// dereferences to for its endpoints, directory and processes) with the
+/// test defaults and the test's clients.
 pub struct Cluster {
-    pub dir: PathBuf,
-    pub clients: Vec<SocketAddr>,
-    pub peers: Vec<SocketAddr>,
+    procs: creek_harness::Cluster,
     /// How the test's clients reach a TLS cluster (`None`: plaintext).
     pub tls: Option<tonic::transport::ClientTlsConfig>,
     /// The bearer token the cluster's own admin calls (faults) send, for a
     /// cluster that checks users.
     pub token: Option<String>,
-    procs: Vec<Option<Child>>,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = creek_harness::Cluster;
+    fn deref(&self) -> &creek_harness::Cluster {
+        &self.procs
+    }
+}
+
+impl std::ops::DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut creek_harness::Cluster {
+        &mut self.procs
+    }
 }
 
 /// A loopback address with a port free now and never handed out before in
-/// this process: the kernel may give a port just released to the next
-/// bind, and two clusters started by parallel tests must not share one.
+/// this process (`creek_harness::ports`): two clusters started by parallel
+/// tests must not share one.
 pub fn free_addr() -> SocketAddr {
-    static TAKEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = l.local_addr().expect("addr");
-        let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
-        if taken.insert(addr.port()) {
-            return addr;
-        }
-    }
+    creek_harness::ports::reserve_one().expect("a free port")
+}
+
+/// The test defaults every replica's configuration starts from.
+fn test_defaults(c: &mut ServerConfig) {
+    c.allow_fault_injection = true;
+    c.workers = 1;
+    c.checkpoint_every_secs = 1;
 }
 
 impl Cluster {
@@ -97,9 +109,7 @@ impl Cluster {
     /// configuration.
     pub async fn start_with(n: usize, edit: impl Fn(&mut ServerConfig)) -> Cluster {
         let mut c = Self::prepare_with(n, edit);
-        for i in 0..n {
-            c.spawn(i);
-        }
+        c.spawn_all();
         c.wait_for_leader(Duration::from_secs(20)).await;
         c
     }
@@ -112,16 +122,14 @@ impl Cluster {
             std::process::id(),
             free_addr().port()
         ));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let clients: Vec<_> = (0..n).map(|_| free_addr()).collect();
-        let peers: Vec<_> = (0..n).map(|_| free_addr()).collect();
+        let launch = Launch {
+            on_drop: OnDrop::RemoveDirUnlessPanicking,
+            ..Launch::new(env!("CARGO_BIN_EXE_creek").into(), dir).log_filter("info")
+        };
         let c = Cluster {
-            dir,
-            clients,
-            peers,
+            procs: creek_harness::Cluster::on_loopback(launch, n).expect("cluster"),
             tls: None,
             token: None,
-            procs: (0..n).map(|_| None).collect(),
         };
         for i in 0..n {
             c.configure(i, &edit);
@@ -132,84 +140,43 @@ impl Cluster {
     /// Start every replica not running.
     pub fn spawn_all(&mut self) {
         for i in 0..self.len() {
-            if self.procs[i].is_none() {
+            if !self.is_running(i) {
                 self.spawn(i);
             }
         }
     }
 
-    /// Replica `i`'s configuration file.
-    pub fn config_path(&self, i: usize) -> PathBuf {
-        self.dir.join(format!("r{}.toml", i + 1))
-    }
-
     /// Rewrite replica `i`'s configuration file: the test defaults, then
     /// `edit` (it takes effect at the next restart).
     pub fn configure(&self, i: usize, edit: impl FnOnce(&mut ServerConfig)) {
-        let group = ServerConfig::group_on(&self.peers, &self.clients, &self.dir).expect("group");
-        let mut c = group[i].clone();
-        c.allow_fault_injection = true;
-        c.workers = 1;
-        c.checkpoint_every_secs = 1;
-        edit(&mut c);
-        let toml = c.to_toml().expect("toml");
-        std::fs::write(self.dir.join(format!("r{}.toml", i + 1)), toml).expect("config");
+        let all: Vec<usize> = (0..self.len()).collect();
+        self.procs
+            .configure(i, &all, |c| {
+                test_defaults(c);
+                edit(c);
+            })
+            .expect("config");
     }
 
     /// Start a new replica process under the next id, configured with the
     /// replicas `members` (indexes) and itself: what an operator starts
     /// before or after `creek admin add-replica`. Returns its index.
     pub fn spawn_new(&mut self, members: &[usize]) -> usize {
-        self.clients.push(free_addr());
-        self.peers.push(free_addr());
-        self.procs.push(None);
-        let i = self.len() - 1;
-        let group = ServerConfig::group_on(&self.peers, &self.clients, &self.dir).expect("group");
-        let mut c = group[i].clone();
-        c.replicas
-            .retain(|r| usize::from(r.id) == i + 1 || members.contains(&(usize::from(r.id) - 1)));
-        c.allow_fault_injection = true;
-        c.workers = 1;
-        c.checkpoint_every_secs = 1;
-        let toml = c.to_toml().expect("toml");
-        std::fs::write(self.dir.join(format!("r{}.toml", i + 1)), toml).expect("config");
+        let i = self.procs.push_on_loopback().expect("ports");
+        self.procs
+            .configure(i, members, test_defaults)
+            .expect("config");
         self.spawn(i);
         i
     }
 
     fn spawn(&mut self, i: usize) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("r{}.log", i + 1)))
-            .expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_creek"))
-            .arg("serve")
-            .arg("--config")
-            .arg(self.dir.join(format!("r{}.toml", i + 1)))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn creek serve");
-        self.procs[i] = Some(child);
-    }
-
-    pub fn len(&self) -> usize {
-        self.clients.len()
-    }
-
-    /// Replica `i`'s process id, while it runs.
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.procs[i].as_ref().map(Child::id)
+        self.procs.spawn(i).expect("spawn creek serve");
     }
 
     /// SIGKILL replica `i`.
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.procs[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        let _ = self.procs.kill(i);
     }
 
     /// Start replica `i` again from its data directory and wait until it
@@ -275,7 +242,7 @@ impl Cluster {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             for i in 0..self.len() {
-                if self.procs[i].is_none() {
+                if !self.is_running(i) {
                     continue;
                 }
                 if let Some(s) = self.status(i).await {
@@ -332,19 +299,6 @@ impl Cluster {
             request.metadata_mut().insert("authorization", bearer);
         }
         admin.set_faults(request).await.expect("set faults");
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for i in 0..self.procs.len() {
-            self.kill(i);
-        }
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        } else {
-            eprintln!("cluster logs kept in {}", self.dir.display());
-        }
     }
 }
 
