@@ -5,8 +5,8 @@
 //! at the leader and at another replica.
 
 use creek_core::{OpId, Request, Views};
+use creek_harness::testnet::{NetConfig, TestNet};
 use creek_sim::rng::Rng;
-use creek_sim::testnet::{NetConfig, TestNet};
 use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 

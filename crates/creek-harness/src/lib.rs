@@ -8,7 +8,11 @@
 //! - [`launcher`]: a [`Cluster`] of `creek serve` processes, one
 //!   configuration file, log and data directory per replica in one
 //!   directory; started, signalled, killed (by each process's own id) and
-//!   waited for, every process killed when the value is dropped.
+//!   waited for, every process killed when the value is dropped;
+//! - [`testnet`]: the in-process test network: real nodes, driven through
+//!   `Node::drive` and restarted through `Node::recover`, on a simulated
+//!   network with loss, duplication, delay, partitions and crashes (its
+//!   tests, and `creek bench cab`).
 //!
 //! ```no_run
 //! use creek_harness::launcher::{Cluster, Launch};
@@ -29,5 +33,6 @@
 
 pub mod launcher;
 pub mod ports;
+pub mod testnet;
 
 pub use launcher::{Cluster, Launch};

@@ -80,8 +80,13 @@ pub fn check_free(addrs: &[SocketAddr]) -> Result<(), (usize, std::io::Error)> {
 mod tests {
     use super::*;
 
+    /// The tests bind ports themselves: one at a time, or one could take a
+    /// port the other just found free.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
     #[test]
     fn ports_reserved_are_distinct_across_reservations_and_threads() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let threads: Vec<_> = (0..4)
             .map(|_| std::thread::spawn(|| (0..5).map(|_| reserve(6)).collect::<Vec<_>>()))
             .collect();
@@ -104,6 +109,7 @@ mod tests {
 
     #[test]
     fn check_free_names_the_first_taken_address() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
         let taken_addr = taken.local_addr().expect("addr");
         let free = reserve_one().expect("reserve");

@@ -2,9 +2,8 @@
 //! `creek_node::Node`, or of a baseline protocol (`baseline`: SMR, Bayou,
 //! Archie), on a modelled network and modelled CPUs, with faults,
 //! closed- and open-loop clients, the consistency checkers of `creek_check`
-//! run over every finished simulation (`report`), the benchmark
-//! measurements shared with the cluster target (`bench`); and `testnet`,
-//! the smallest harness of real nodes on an in-process network.
+//! run over every finished simulation (`report`), and the benchmark
+//! measurements shared with the cluster target (`bench`).
 #![deny(missing_docs)]
 
 pub mod baseline;
@@ -15,5 +14,4 @@ pub mod replica;
 pub mod report;
 pub mod rng;
 pub mod sim;
-pub mod testnet;
 pub mod workload;

@@ -9,8 +9,8 @@
 use std::collections::BTreeSet;
 
 use creek_core::{OpId, Request, ViewKind, Views};
-use creek_sim::rng::Rng;
-use creek_sim::testnet::{NetConfig, TestNet};
+use creek_harness::testnet::{NetConfig, TestNet};
+use creek_rng::Rng;
 use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 

@@ -45,7 +45,7 @@ impl Default for NetConfig {
     }
 }
 
-use crate::rng::Rng;
+use creek_rng::Rng;
 
 /// Bytes and messages carried, by protocol.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
