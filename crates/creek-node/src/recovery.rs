@@ -132,8 +132,8 @@ impl<S: CabStorage> Node<S> {
     /// the kept payloads again for peers; CAB restarts at the checkpoint's
     /// `cab_applied` (or 0), so every id decided after it is delivered again
     /// and re-commits, in the same order, what was committed after the
-    /// checkpoint. Tentative strong ops are CAB-cast again, as after
-    /// [`Node::restart`]. Writes are numbered from 1 again.
+    /// checkpoint. Tentative strong ops are CAB-cast again (CAB's record of
+    /// what was cast is volatile). Writes are numbered from 1 again.
     ///
     /// `identity` is the stored one (`None` for a new data directory, which
     /// takes `fresh_nonce` and joins its cluster: see
