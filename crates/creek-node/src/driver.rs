@@ -12,10 +12,10 @@
 //!    back, and the cycle takes the node's next `Ready` in the same call);
 //! 3. views for clients (never held: see the hold rule in [`ready`]);
 //! 4. the write, then the background checkpoint (which waits for it);
-//! 5. the messages that wait for the write: [`Driver::hold`] until write
-//!    [`Ready::hold_until`] is durable, after every message held before
-//!    them (messages a step lets go at once ride the same queue, so they
-//!    never overtake earlier held ones);
+//! 5. the messages a step lets go now ([`Ready::messages`]), then those
+//!    that wait for its write ([`Ready::held`], until write
+//!    [`Ready::hold_until`] is durable): both through [`Driver::hold`], so
+//!    neither overtakes a message held before it;
 //! 6. the messages that claim nothing about this disk:
 //!    [`Driver::send_now`], ahead of anything still held.
 //!
@@ -62,9 +62,9 @@ pub trait Driver {
     /// with [`Node::on_checkpoint_durable`].
     fn checkpoint(&mut self, job: CheckpointJob);
 
-    /// Send `messages` once write `until` is durable, after every message
-    /// held before them, in order (at once if nothing is held and `until`
-    /// is durable already).
+    /// Send `messages` once write `until` is durable and every message held
+    /// before them has left, in order (at once if both hold already:
+    /// [`HoldQueue::follow`](crate::HoldQueue::follow)).
     fn hold(&mut self, until: u64, messages: Vec<(ReplicaId, PeerMessage)>);
 
     /// Send `messages` now, ahead of anything held.
@@ -76,8 +76,9 @@ impl<S: CabStorage> Node<S> {
     /// the [module docs](crate::driver)).
     pub fn drive(&mut self, driver: &mut impl Driver) {
         for _ in 0..TRANSFER_ROUNDS_MAX {
+            let durable = self.durable();
             let ready = self.ready();
-            let done = carry_out(ready, driver);
+            let done = carry_out(ready, durable, driver);
             if done.is_empty() {
                 return;
             }
@@ -88,12 +89,13 @@ impl<S: CabStorage> Node<S> {
     }
 }
 
-/// Hand one `Ready` to `driver`; what transfer work it finished at once.
-fn carry_out(ready: Ready, driver: &mut impl Driver) -> Vec<TransferDone> {
+/// Hand one `Ready` to `driver` (`durable`: the last write durable before
+/// it); what transfer work it finished at once.
+fn carry_out(ready: Ready, durable: u64, driver: &mut impl Driver) -> Vec<TransferDone> {
     let Ready {
         write,
         early,
-        mut messages,
+        messages,
         held,
         hold_until,
         views,
@@ -115,9 +117,11 @@ fn carry_out(ready: Ready, driver: &mut impl Driver) -> Vec<TransferDone> {
     if let Some(job) = checkpoint {
         driver.checkpoint(job);
     }
-    messages.extend(held);
     if !messages.is_empty() {
-        driver.hold(hold_until, messages);
+        driver.hold(durable, messages);
+    }
+    if !held.is_empty() {
+        driver.hold(hold_until, held);
     }
     if !early.is_empty() {
         driver.send_now(early);

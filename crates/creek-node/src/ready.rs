@@ -204,6 +204,14 @@ impl<T> HoldQueue<T> {
         self.queue.push_back((seq, items));
     }
 
+    /// Keep `items` until write `seq` is durable and everything held before
+    /// them is released (at once, if both hold already): messages that may
+    /// leave now, but never ahead of messages held earlier.
+    pub fn follow(&mut self, seq: u64, items: Vec<T>) {
+        let seq = self.queue.back().map_or(seq, |(s, _)| seq.max(*s));
+        self.hold(seq, items);
+    }
+
     /// Everything whose write is durable now that writes up to `durable`
     /// are, in the order it was held.
     pub fn release(&mut self, durable: u64) -> Vec<T> {
@@ -242,6 +250,17 @@ mod tests {
         assert_eq!(q.release(2), vec!['a', 'b', 'c']);
         assert_eq!(q.release(3), vec!['d']);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn what_may_leave_now_follows_what_was_held_before_it() {
+        let mut q = HoldQueue::default();
+        q.follow(0, vec!['a']);
+        assert_eq!(q.release(0), vec!['a'], "nothing held before: at once");
+        q.hold(2, vec!['b']);
+        q.follow(1, vec!['c']);
+        assert!(q.release(1).is_empty(), "behind 'b'");
+        assert_eq!(q.release(2), vec!['b', 'c']);
     }
 
     #[test]

@@ -345,7 +345,7 @@ impl Driver for SimIo<'_> {
     }
 
     fn hold(&mut self, until: u64, messages: Vec<(ReplicaId, PeerMessage)>) {
-        self.held.hold(until, messages);
+        self.held.follow(until, messages);
         self.outbox.extend(self.held.release(self.durable));
     }
 

@@ -66,11 +66,11 @@ impl Durability {
         let _ = self.transport.set(transport);
     }
 
-    /// Hold `frames` until write `seq` is durable (or send them now, if it
-    /// already is).
+    /// Hold `frames` until write `seq` is durable and every frame held
+    /// before them has left (or send them now, if both hold already).
     pub(super) fn hold(&self, seq: u64, frames: Vec<(creek_core::ReplicaId, Bytes)>) {
         if let Ok(mut q) = self.held.lock() {
-            q.hold(seq, frames);
+            q.follow(seq, frames);
         }
         self.release();
     }
