@@ -97,9 +97,6 @@ impl Config {
         if self.tentative_len_max == 0 {
             return invalid("tentative_len_max", "must be at least 1");
         }
-        if !self.planted.is_empty() && !creek_types::planted::BUILT {
-            return invalid("planted", PLANTED_BUGS_OFF);
-        }
         let l = &self.txn_limits;
         if l.key_bytes_max == 0 || l.value_bytes_max == 0 {
             return invalid("txn_limits", "key and value limits must be positive");

@@ -65,9 +65,6 @@ impl NodeConfig {
                 "tick_us and pending_writes_max must be positive".into(),
             ));
         }
-        if !self.planted.is_empty() && !PLANTED_BUGS {
-            return Err(NodeError::Inconsistent(creek_core::PLANTED_BUGS_OFF.into()));
-        }
         let me = self.replica.id;
         if self.gossip.me != me || self.cab.me != me {
             return Err(NodeError::Inconsistent(

@@ -31,6 +31,7 @@
 //! Without it, a replica refuses to listen on any address that is not
 //! loopback unless `insecure = true` (`creek serve --insecure`).
 
+use creek_types::planted::Bug;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -250,11 +251,23 @@ pub struct ServerConfig {
 /// accepted it: stable views before commit), `send-before-durable`
 /// (payloads and consensus messages leave before the sender's disk has
 /// them), `amnesiac-voter` (a replica that lost its data votes anyway).
-pub const PLANTED_BUGS: &[&str] = &[
-    "deliver-on-propose",
-    "send-before-durable",
-    "amnesiac-voter",
+pub const PLANTED_BUGS: &[(&str, Bug)] = &[
+    ("deliver-on-propose", Bug::StableBeforeDurable),
+    ("send-before-durable", Bug::SendBeforeDurable),
+    ("amnesiac-voter", Bug::AmnesiacVoter),
 ];
+
+impl ServerConfig {
+    /// The bug [`ServerConfig::plant_bug`] names, if it names one of
+    /// [`PLANTED_BUGS`].
+    pub fn planted_bug(&self) -> Option<Bug> {
+        let name = self.plant_bug.as_deref()?;
+        PLANTED_BUGS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, bug)| *bug)
+    }
+}
 
 mod defaults {
     pub fn tick_ms() -> u64 {
@@ -582,10 +595,11 @@ impl ServerConfig {
             return bad(e);
         }
         if let Some(bug) = &self.plant_bug {
-            if !PLANTED_BUGS.contains(&bug.as_str()) {
+            if self.planted_bug().is_none() {
+                let names: Vec<&str> = PLANTED_BUGS.iter().map(|(n, _)| *n).collect();
                 return bad(format!(
                     "plant_bug = {bug:?} is none of {}",
-                    PLANTED_BUGS.join(", ")
+                    names.join(", ")
                 ));
             }
             if !creek_node::PLANTED_BUGS {

@@ -10,7 +10,6 @@ use creek_core::ReplicaId;
 use creek_node::{Node, NodeConfig};
 use creek_procs::Registry;
 use creek_proto::pb;
-use creek_types::planted::Bug;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
@@ -356,14 +355,7 @@ fn node_config(config: &ServerConfig) -> NodeConfig {
     node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
     node_config.pending_writes_max = config.pending_writes_max;
     node_config.cab.compaction_lag_max = config.compaction_lag_max;
-    let bug = match config.plant_bug.as_deref() {
-        Some("deliver-on-propose") => Some(Bug::StableBeforeDurable),
-        Some("send-before-durable") => Some(Bug::SendBeforeDurable),
-        Some("amnesiac-voter") => Some(Bug::AmnesiacVoter),
-        Some("forget-sent-ops") => Some(Bug::ForgetSentOps),
-        _ => None,
-    };
-    if let Some(bug) = bug {
+    if let Some(bug) = config.planted_bug() {
         // `ServerConfig::validate` refused a bug this build cannot plant.
         let planted = node_config.planted.plant(bug);
         assert!(
