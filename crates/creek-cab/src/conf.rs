@@ -176,7 +176,7 @@ impl<S: CabStorage> Cab<S> {
 
     /// Leader only: propose `change`, with `context` (recorded with the
     /// change and handed back in [`ConfApplied`]). It takes effect when
-    /// committed; [`Cab::take_conf_applied`] reports it.
+    /// committed; [`CabReady::conf_applied`] reports it.
     pub fn propose_change(
         &mut self,
         change: MemberChange,
@@ -235,11 +235,6 @@ impl<S: CabStorage> Cab<S> {
         if let Some(to) = best {
             self.node.transfer_leader(to);
         }
-    }
-
-    /// Changes applied since the last call, in log order.
-    pub fn take_conf_applied(&mut self) -> Vec<ConfApplied> {
-        std::mem::take(&mut self.conf_out)
     }
 
     /// Leader: promote one learner whose log has caught up (one change at a

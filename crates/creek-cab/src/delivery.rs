@@ -1,6 +1,7 @@
 //! Conditional delivery: committed entries put their ids, at their first
-//! occurrence, in the decided queue; ids leave it strictly in log order,
-//! each once the replica's *deps* holds. Also what CAB waits on, and the
+//! occurrence, in the decided queue; [`Cab::ready`] hands them to the
+//! replica in log order, which delivers each once its *deps* holds, and
+//! [`Cab::advance`] takes the delivered ones off the queue. Also what CAB waits on, and the
 //! log not yet decided (the leader's optimistic order).
 
 use creek_core::OpId;
@@ -8,7 +9,7 @@ use creek_types::planted::Bug;
 use raft::eraftpb::EntryType;
 
 use crate::messages::first_unheld;
-use crate::{entry, Cab, CabStorage, Deps};
+use crate::{entry, Cab, CabReady, CabStorage, Deps};
 
 impl<S: CabStorage> Cab<S> {
     /// Committed entries, in log order: their ids join the decided queue at
@@ -16,7 +17,7 @@ impl<S: CabStorage> Cab<S> {
     pub(crate) fn decide(&mut self, entries: Vec<raft::eraftpb::Entry>) {
         for e in entries {
             // Paired with the library's contract (and with the delivery
-            // order asserted in `take_deliverable`): each committed entry
+            // order asserted in `advance`): each committed entry
             // once, in log order, after the restart point.
             assert!(
                 e.index > self.decided_through,
@@ -49,33 +50,64 @@ impl<S: CabStorage> Cab<S> {
         }
     }
 
-    /// Decided ids deliverable now: strictly in decision order, each once its
-    /// predicate holds (conditional delivery). The predicate is asked about
-    /// each id as things stand at the call: an id whose predicate only the
-    /// delivery of an earlier one satisfies waits for the next call (see
-    /// [`Cab::next_deliverable`]).
-    pub fn take_deliverable(&mut self, deps: Deps<'_>) -> Vec<OpId> {
-        std::iter::from_fn(|| self.next_deliverable(deps)).collect()
+    /// Everything this node has for its caller after a turn, in the
+    /// manner of raft-rs's `RawNode::ready()`: it first does all pending work
+    /// (releases held appends whose payloads arrived, proposes held ids,
+    /// forwards, runs the library's Ready loop), then hands over the
+    /// messages, the configuration changes applied, and the decided ids not
+    /// handed over before, in log order. The caller delivers those under
+    /// its *deps* predicate, in that order (conditional delivery: an id
+    /// waits, and every id after it, until *deps* holds), and reports with
+    /// [`Cab::advance`] how many still wait.
+    pub fn ready(&mut self, holds: Deps<'_>) -> CabReady {
+        self.poll(holds);
+        let decided = self
+            .decided
+            .iter()
+            .skip(self.handed)
+            .map(|(id, _)| *id)
+            .collect();
+        self.handed = self.decided.len();
+        CabReady {
+            early: std::mem::take(&mut self.early),
+            messages: std::mem::take(&mut self.out),
+            decided,
+            conf_applied: std::mem::take(&mut self.conf_out),
+        }
     }
 
-    /// The next decided id, if its predicate holds. A caller that delivers
-    /// each before asking again delivers a chain of ids that depend on one
-    /// another in one go.
-    pub fn next_deliverable(&mut self, deps: Deps<'_>) -> Option<OpId> {
-        let &(id, index) = self.decided.front()?;
-        if !deps(id) {
-            return None;
-        }
-        // Paired with `decide`: ids leave in the order they were decided.
+    /// The caller delivered every decided id handed over but the last
+    /// `waiting` (raft-rs's `advance_apply`): those leave the decided queue,
+    /// and [`Cab::delivered_through`] moves past them.
+    pub fn advance(&mut self, waiting: usize) {
+        // Paired with `ready`: what waits is a suffix of what was handed
+        // over (delivery follows the decided order).
         assert!(
-            index >= self.delivered_index,
-            "{id} of entry {index} delivered after entry {}",
-            self.delivered_index
+            waiting <= self.handed,
+            "{waiting} decided ids wait, of {} handed over",
+            self.handed
         );
-        self.delivered_index = index;
-        self.decided.pop_front();
-        self.stats.delivered += 1;
-        Some(id)
+        while self.handed > waiting {
+            let Some((id, index)) = self.decided.pop_front() else {
+                break;
+            };
+            // Paired with `decide`: ids leave in the order they were decided.
+            assert!(
+                index >= self.delivered_index,
+                "{id} of entry {index} delivered after entry {}",
+                self.delivered_index
+            );
+            self.delivered_index = index;
+            self.handed -= 1;
+            self.stats.delivered += 1;
+        }
+    }
+
+    /// The caller lost the decided ids it was handed and did not deliver
+    /// (its state was replaced, by a checkpoint that may not cover them):
+    /// the next [`Cab::ready`] hands them over again.
+    pub fn hand_again(&mut self) {
+        self.handed = 0;
     }
 
     /// Ids CAB waits on: those of the first held append and the pending

@@ -98,6 +98,29 @@ pub struct CabStats {
     pub delivered: u64,
 }
 
+/// What a CAB node hands its caller after a turn ([`Cab::ready`]).
+#[derive(Debug, Default)]
+#[must_use = "a CabReady carries messages and decided ids the caller must act on"]
+pub struct CabReady {
+    /// Messages that may leave before the writes this node made are
+    /// durable, in order: a leader's appends and heartbeats, which the
+    /// library lets go at once (raft thesis §10.2.1: the leader writes its
+    /// log in parallel with its followers, and counts itself only once
+    /// [`Cab::on_persisted`] reports its write), and ids forwarded to the
+    /// leader (they claim nothing about this disk). Empty on a synchronous
+    /// store, whose writes are durable when made.
+    pub early: Vec<(ReplicaId, CabMessage)>,
+    /// Everything else — votes, acknowledgements, compaction points — in
+    /// order: it waits for the writes made before it.
+    pub messages: Vec<(ReplicaId, CabMessage)>,
+    /// Ids decided since the last turn, in log order, each at its first
+    /// occurrence: deliver them in that order under *deps*, then report
+    /// with [`Cab::advance`].
+    pub decided: Vec<OpId>,
+    /// Configuration changes applied since the last turn, in log order.
+    pub conf_applied: Vec<ConfApplied>,
+}
+
 /// The raft id of a replica (raft reserves 0).
 pub fn raft_id(r: ReplicaId) -> u64 {
     u64::from(r.0) + 1
@@ -157,8 +180,11 @@ pub struct Cab<S: CabStorage> {
     /// arrive once each, in log order: asserted in `decide`).
     decided_through: u64,
     /// The entry index of the last id delivered (delivery follows the
-    /// decided order: asserted in `take_deliverable`).
+    /// decided order: asserted in `advance`).
     delivered_index: u64,
+    /// How many ids at the front of `decided` [`Cab::ready`] handed over
+    /// (the caller delivers them, or they wait there for *deps*).
+    handed: usize,
     ticks: u64,
     /// The library ticks once every `tick_scale` calls of [`Cab::tick`].
     tick_scale: u64,
@@ -167,7 +193,7 @@ pub struct Cab<S: CabStorage> {
     was_leader: bool,
     out: Vec<(ReplicaId, CabMessage)>,
     /// Messages that may leave before this node's pending writes are
-    /// durable (see [`Cab::take_early_messages`]).
+    /// durable (see [`CabReady::early`]).
     early: Vec<(ReplicaId, CabMessage)>,
     /// The library's number of the last `Ready` whose writes the store
     /// holds, and of the last one the driver reported durable (see
@@ -237,6 +263,7 @@ impl<S: CabStorage> Cab<S> {
             announced: (0, 0),
             decided_through: applied,
             delivered_index: applied,
+            handed: 0,
             ticks: 0,
             tick_scale: 1,
             sub_ticks: 0,
@@ -298,9 +325,9 @@ impl<S: CabStorage> Cab<S> {
     }
 
     /// Do all pending work: release held appends whose payloads arrived,
-    /// propose held ids, forward, run the library's Ready loop. Messages to
-    /// send wait for [`Cab::take_messages`].
-    pub fn poll(&mut self, holds: Deps<'_>) {
+    /// propose held ids, forward, run the library's Ready loop. What it
+    /// produces waits for [`Cab::ready`].
+    pub(crate) fn poll(&mut self, holds: Deps<'_>) {
         if self.failed.is_none() {
             self.release_held(holds);
             self.propose(holds);
@@ -527,7 +554,7 @@ mod tests {
         cab.on_message(ReplicaId(1), heartbeat(1, 2, 7, 0), &|_| true);
         cab.tick();
         cab.poll(&|_| true);
-        assert!(cab.take_messages().is_empty());
+        assert!(cab.ready(&|_| true).messages.is_empty());
         assert_eq!(cab.term(), 0, "the heartbeat was not stepped");
     }
 
@@ -541,7 +568,10 @@ mod tests {
         assert_eq!(cab.failure(), None);
         assert_eq!(cab.term(), 7);
         assert_eq!(cab.leader(), Some(ReplicaId(1)));
-        assert!(!cab.take_messages().is_empty(), "the heartbeat is answered");
+        assert!(
+            !cab.ready(&|_| true).messages.is_empty(),
+            "the heartbeat is answered"
+        );
 
         cab.on_message(ReplicaId(3), heartbeat(3, 2, 6, 3371), &|_| true);
         cab.poll(&|_| true);

@@ -209,27 +209,6 @@ impl<S: CabStorage> Cab<S> {
         replica_of(self.held.front()?.from)
     }
 
-    /// The messages to send, in order, since the last call. (Inputs are
-    /// methods and outputs wait in the room until taken — here, the
-    /// messages and [`Cab::take_deliverable`] — as in gossip and the
-    /// replica core.)
-    pub fn take_messages(&mut self) -> Vec<(ReplicaId, CabMessage)> {
-        std::mem::take(&mut self.out)
-    }
-
-    /// The messages that may leave before the writes this node made are
-    /// durable, in order, since the last call: a leader's appends and
-    /// heartbeats, which the library lets go at once (raft thesis §10.2.1:
-    /// the leader writes its log in parallel with its followers, and counts
-    /// itself only once [`Cab::on_persisted`] reports its write), and ids
-    /// forwarded to the leader (they claim nothing about this disk). Empty
-    /// on a synchronous store, whose writes are durable when made.
-    /// Everything else — votes, acknowledgements, compaction points — is in
-    /// [`Cab::take_messages`] and waits for the writes made before it.
-    pub fn take_early_messages(&mut self) -> Vec<(ReplicaId, CabMessage)> {
-        std::mem::take(&mut self.early)
-    }
-
     /// Encode the library's messages for sending: `early` ones may leave
     /// before this node's pending writes are durable.
     pub(crate) fn send(&mut self, msgs: Vec<Message>, early: bool) {

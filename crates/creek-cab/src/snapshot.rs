@@ -205,6 +205,7 @@ impl<S: CabStorage> Cab<S> {
             context: Bytes::new(),
         });
         self.decided.clear();
+        self.handed = 0;
         self.seen.clear();
         self.decided_through = self.decided_through.max(index);
         self.delivered_index = self.delivered_index.max(index);

@@ -14,9 +14,19 @@ use crate::store::Store;
 /// Messages to send: `(destination, message)`, in order.
 pub type Outbox = Vec<(ReplicaId, GossipMessage)>;
 
-// Inputs are methods; outputs accumulate in the room (`outbox`,
-// `delivered_out`) until the driver takes them, the convention of every
-// protocol room (`Replica::take_effects`, `Cab::take_messages`).
+/// What gossip hands its caller after a turn ([`Gossip::take_output`]).
+/// Inputs are methods; outputs accumulate in the room until the caller
+/// takes them as one value, the convention of every protocol room
+/// (`Replica::take_effects`, `Cab::ready`).
+#[derive(Debug, Default)]
+#[must_use = "a GossipOutput carries deliveries and messages the caller must act on"]
+pub struct GossipOutput {
+    /// Remote ops delivered, in delivery order (per-origin FIFO): hand each
+    /// to the replica (RB-deliver).
+    pub delivered: Vec<Arc<Op>>,
+    /// Messages to send, in order.
+    pub messages: Outbox,
+}
 
 /// An upper bound of `op`'s size on the wire: its payload plus generous
 /// room for the fixed fields and varints (the exact encoding is the wire
@@ -184,11 +194,13 @@ impl Gossip {
         self.collect();
     }
 
-    /// The messages to send, in order: everything emitted since the last
-    /// call, then the queued eager pushes (to every peer, the ops in seq
-    /// order, split into messages of at most `ops_per_message_max`). Drivers
-    /// take them after a batch of inputs, so pushes are batched.
-    pub fn take_messages(&mut self) -> Outbox {
+    /// Everything gossip has for its caller after a turn: the remote ops
+    /// delivered since the last call, in delivery order (per-origin FIFO),
+    /// and the messages to send, in order — everything emitted since the
+    /// last call, then the queued eager pushes (to every peer, the ops in
+    /// seq order, split into messages of at most `ops_per_message_max`).
+    /// Drivers take it after a batch of inputs, so pushes are batched.
+    pub fn take_output(&mut self) -> GossipOutput {
         let pushes = std::mem::take(&mut self.pushes);
         if let Some(last) = pushes.last() {
             let (me, through) = (self.config.me, last.id.seq);
@@ -199,19 +211,15 @@ impl Gossip {
                 self.inflight.sent(peer, me, through, has, self.now);
             }
         }
-        std::mem::take(&mut self.outbox)
-    }
-
-    /// The remote ops delivered since the last call, in delivery order
-    /// (per-origin FIFO).
-    pub fn take_delivered(&mut self) -> Vec<Arc<Op>> {
-        std::mem::take(&mut self.delivered_out)
+        GossipOutput {
+            delivered: std::mem::take(&mut self.delivered_out),
+            messages: std::mem::take(&mut self.outbox),
+        }
     }
 
     /// A message from a peer. Ops that become deliverable (per-origin FIFO;
     /// duplicates, already-delivered ops and ops claiming this replica as
-    /// origin are ignored) wait for [`Gossip::take_delivered`]; replies for
-    /// [`Gossip::take_messages`]. Never panics, whatever the message holds.
+    /// origin are ignored) and replies wait for [`Gossip::take_output`]. Never panics, whatever the message holds.
     pub fn on_message(&mut self, from: ReplicaId, msg: GossipMessage) {
         if from == self.config.me {
             self.stats.rejected += 1;

@@ -6,11 +6,11 @@
 //!
 //! - **Eager push.** [`Gossip::broadcast`] takes a new own op (the core's
 //!   `Effect::RbCast`), counts it as delivered (the replica delivered it
-//!   itself) and queues it; [`Gossip::take_messages`] sends the queue to
+//!   itself) and queues it; [`Gossip::take_output`] sends the queue to
 //!   every peer in `Ops` messages of at most `ops_per_message_max` ops.
-//!   Drivers take messages after a batch of inputs so pushes are batched.
+//!   Drivers take the output after a batch of inputs so pushes are batched.
 //! - **Per-origin FIFO delivery.** [`Gossip::on_message`] delivers a remote
-//!   op `(o, s)` ([`Gossip::take_delivered`]) only after `(o, s-1)`; duplicates, ops at or below the
+//!   op `(o, s)` ([`GossipOutput::delivered`]) only after `(o, s-1)`; duplicates, ops at or below the
 //!   counter and ops claiming this replica as origin are ignored. An op that
 //!   arrives early waits in a bounded buffer and is delivered as soon as the
 //!   gap fills.
@@ -41,10 +41,10 @@
 //!     causal_context: None,
 //! });
 //! ga.broadcast(op.clone());
-//! let (to, msg) = ga.take_messages().pop().unwrap();
+//! let (to, msg) = ga.take_output().messages.pop().unwrap();
 //! assert_eq!(to, b);
 //! gb.on_message(a, msg);
-//! assert_eq!(gb.take_delivered(), vec![op]);
+//! assert_eq!(gb.take_output().delivered, vec![op]);
 //! ```
 //!
 //! # Bounds
@@ -97,7 +97,7 @@ mod inflight;
 mod store;
 
 pub use config::{ConfigError, GossipConfig};
-pub use gossip::{Gossip, GossipStats, Outbox};
+pub use gossip::{Gossip, GossipOutput, GossipStats, Outbox};
 
 /// Helpers shared by the unit tests.
 #[cfg(test)]

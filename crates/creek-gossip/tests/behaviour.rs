@@ -23,8 +23,8 @@ fn node(me: ReplicaId, tweak: impl Fn(&mut GossipConfig)) -> Gossip {
 /// Feeds one message; returns (delivered ids, replies).
 fn feed(g: &mut Gossip, from: ReplicaId, msg: GossipMessage) -> (Vec<Arc<Op>>, Outbox) {
     g.on_message(from, msg);
-    let (d, out) = (g.take_delivered(), g.take_messages());
-    (d, out)
+    let out = g.take_output();
+    (out.delivered, out.messages)
 }
 
 fn ops_msg(list: &[(u16, u64)]) -> GossipMessage {
@@ -52,11 +52,11 @@ fn sent_ops(out: &Outbox) -> Vec<(ReplicaId, Vec<(u16, u64)>)> {
 /// The pushes queued in `g` are lost on the way: taken, dropped, and the
 /// retransmission timeout passes (so digests are answered with them again).
 fn lose_pushes(g: &mut Gossip) {
-    g.take_messages();
+    let _ = g.take_output();
     for _ in 0..g.config().resend_after_ticks {
         g.tick();
     }
-    g.take_messages();
+    let _ = g.take_output();
 }
 
 fn digests_to(out: &Outbox) -> Vec<ReplicaId> {
@@ -85,7 +85,7 @@ fn broadcast_pushes_to_every_peer_in_batches() {
     assert!(a.has_delivered(id(1, 3)));
     assert_eq!(a.delivered(), vec![(A, 3)]);
     let mut out = Outbox::new();
-    out.extend(a.take_messages());
+    out.extend(a.take_output().messages);
     assert_eq!(
         sent_ops(&out),
         vec![
@@ -96,7 +96,7 @@ fn broadcast_pushes_to_every_peer_in_batches() {
         ]
     );
     let mut again = Outbox::new();
-    again.extend(a.take_messages());
+    again.extend(a.take_output().messages);
     assert!(again.is_empty());
     // Repeats, foreign origins and seq 0 are not broadcast.
     a.broadcast(op(1, 2));
@@ -184,7 +184,7 @@ fn ops_on_their_way_are_not_sent_again_until_the_timeout() {
     for s in 1..=4 {
         a.broadcast(op(1, s));
     }
-    let out = a.take_messages();
+    let out = a.take_output().messages;
     assert_eq!(sent_ops(&out).len(), 2, "the eager push to B and C");
     for _ in 0..4 {
         a.tick();
@@ -202,7 +202,7 @@ fn ops_on_their_way_are_not_sent_again_until_the_timeout() {
     let (_, out) = feed(&mut a, C, digest(&[(A, 4)]));
     assert!(out.is_empty());
     a.broadcast(op(1, 5));
-    a.take_messages();
+    let _ = a.take_output();
     lose_pushes(&mut a);
     let (_, out) = feed(&mut a, C, digest(&[(A, 4)]));
     assert_eq!(sent_ops(&out), vec![(C, vec![(1, 5)])]);
@@ -222,7 +222,7 @@ fn a_peer_that_makes_no_progress_is_resent_less_and_less_often() {
     let mut resent_at = Vec::new();
     for now in 1..=60 {
         b.tick();
-        b.take_messages();
+        let _ = b.take_output();
         let (_, out) = feed(&mut b, A, digest(&[]));
         if !sent_ops(&out).is_empty() {
             resent_at.push(now);
@@ -275,12 +275,12 @@ fn digest_back_only_when_the_sender_knows_strictly_more() {
     let (_, out) = feed(&mut a, B, digest(&[(C, 5)]));
     assert!(out.is_empty());
     a.tick();
-    a.take_messages();
+    let _ = a.take_output();
     let (_, out) = feed(&mut a, B, digest(&[(C, 5)]));
     assert_eq!(digests_to(&out), vec![B]);
     // Claims about our own ops are no reason.
     a.tick();
-    a.take_messages();
+    let _ = a.take_output();
     let (_, out) = feed(&mut a, B, digest(&[(A, 99), (C, 2)]));
     assert!(out.is_empty());
 }
@@ -289,11 +289,11 @@ fn digest_back_only_when_the_sender_knows_strictly_more() {
 fn tick_sends_periodic_digests() {
     let mut a = node(A, |c| c.anti_entropy_every_ticks = 3);
     a.broadcast(op(1, 1));
-    a.take_messages(); // the eager push
+    let _ = a.take_output(); // the eager push
     let mut out = Outbox::new();
     for _ in 0..6 {
         a.tick();
-        out.extend(a.take_messages());
+        out.extend(a.take_output().messages);
     }
     assert_eq!(digests_to(&out), vec![B, C, B, C]);
     assert_eq!(out[0].1, digest(&[(A, 1)]));
@@ -307,10 +307,10 @@ fn pull_retrieves_a_specific_op_and_is_rate_limited() {
     for s in 1..=3 {
         c.broadcast(op(3, s));
     }
-    c.take_messages(); // the eager pushes
+    let _ = c.take_output(); // the eager pushes
     let mut out = Outbox::new();
     a.pull(&[id(3, 2), id(3, 2), id(1, 1), id(3, 0)]);
-    out.extend(a.take_messages());
+    out.extend(a.take_output().messages);
     assert_eq!(
         out,
         vec![
@@ -331,17 +331,17 @@ fn pull_retrieves_a_specific_op_and_is_rate_limited() {
     // Rate-limited until pull_every_ticks ticks have passed.
     let mut again = Outbox::new();
     a.pull(&[id(3, 2)]);
-    again.extend(a.take_messages());
+    again.extend(a.take_output().messages);
     assert!(again.is_empty());
     a.tick();
-    again.extend(a.take_messages());
+    again.extend(a.take_output().messages);
     a.pull(&[id(3, 2)]);
-    again.extend(a.take_messages());
+    again.extend(a.take_output().messages);
     assert!(again.is_empty());
     a.tick();
-    again.extend(a.take_messages());
+    again.extend(a.take_output().messages);
     a.pull(&[id(3, 2)]);
-    again.extend(a.take_messages());
+    again.extend(a.take_output().messages);
     assert_eq!(again.len(), 2);
     // C answers with exactly that op; A buffers it (3.1 is missing).
     let (_, reply) = feed(&mut c, A, out[1].1.clone());
@@ -352,11 +352,11 @@ fn pull_retrieves_a_specific_op_and_is_rate_limited() {
     // A buffered or delivered id is not pulled again.
     let mut none = Outbox::new();
     a.tick();
-    none.extend(a.take_messages());
+    none.extend(a.take_output().messages);
     a.tick();
-    none.extend(a.take_messages());
+    none.extend(a.take_output().messages);
     a.pull(&[id(3, 2)]);
-    none.extend(a.take_messages());
+    none.extend(a.take_output().messages);
     assert!(none
         .iter()
         .all(|(_, m)| !matches!(m, GossipMessage::Pull { .. })));
@@ -409,9 +409,9 @@ fn gc_without_peers_and_commit_before_delivery() {
     solo.broadcast(op(1, 2));
     assert_eq!(solo.stats().payloads_held, 1);
     let mut out = Outbox::new();
-    out.extend(solo.take_messages());
+    out.extend(solo.take_output().messages);
     solo.tick();
-    out.extend(solo.take_messages());
+    out.extend(solo.take_output().messages);
     assert!(out.is_empty());
 }
 
@@ -533,9 +533,9 @@ fn a_void_replayed_after_a_restart_lets_the_ops_past_it_through() {
     assert_eq!(sent_ops(&out), vec![(C, vec![(1, 5)])]);
     // The committed order voids A.3 and A.4 (replayed from the log).
     b.void(id(1, 4));
-    assert!(b.take_delivered().is_empty());
+    assert!(b.take_output().delivered.is_empty());
     b.void(id(1, 3));
-    assert_eq!(ids(&b.take_delivered()), vec![id(1, 5)]);
+    assert_eq!(ids(&b.take_output().delivered), vec![id(1, 5)]);
     assert_eq!(b.delivered(), vec![(A, 5)]);
     let (d, _) = feed(&mut b, C, ops_msg(&[(1, 3), (1, 6)]));
     assert_eq!(ids(&d), vec![id(1, 6)]);
@@ -554,7 +554,7 @@ fn ids_a_checkpoint_committed_past_a_gap_are_not_waited_for() {
     let (d, _) = feed(&mut b, A, ops_msg(&[(1, 6)]));
     assert!(d.is_empty(), "A.6 waits for A.3");
     b.void(id(1, 3));
-    assert_eq!(ids(&b.take_delivered()), vec![id(1, 6)]);
+    assert_eq!(ids(&b.take_output().delivered), vec![id(1, 6)]);
     assert_eq!(b.delivered(), vec![(A, 6)]);
     let (d, _) = feed(&mut b, C, ops_msg(&[(1, 4), (1, 5), (1, 7)]));
     assert_eq!(ids(&d), vec![id(1, 7)]);
@@ -582,7 +582,7 @@ fn messages_are_bounded_in_bytes_as_well_as_ops() {
     for seq in 1..=7 {
         a.broadcast(big(seq));
     }
-    let out = a.take_messages();
+    let out = a.take_output().messages;
     let to_b: Vec<Vec<(u16, u64)>> = sent_ops(&out)
         .into_iter()
         .filter(|(to, _)| *to == B)
@@ -597,7 +597,7 @@ fn messages_are_bounded_in_bytes_as_well_as_ops() {
     let mut small = node(A, |c| c.message_bytes_max = 1000);
     small.broadcast(big(1));
     small.broadcast(big(2));
-    let lens: Vec<usize> = sent_ops(&small.take_messages())
+    let lens: Vec<usize> = sent_ops(&small.take_output().messages)
         .into_iter()
         .filter(|(to, _)| *to == B)
         .map(|(_, ops)| ops.len())

@@ -413,7 +413,7 @@ impl<S: CabStorage> Node<S> {
         }
         if cab_mark > 0 && d.failed.is_none() {
             self.cab.on_persisted(cab_mark);
-            self.pump();
+            self.turn();
         }
     }
 

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use creek_cab::ConfState;
-use creek_cab::{voters_of, CabStorage, ChangeRefused, Conf, MemberChange};
+use creek_cab::{voters_of, CabStorage, ChangeRefused, Conf, ConfApplied, MemberChange};
 use creek_core::{Addrs, Directory, Group, ReplicaId};
 
 use crate::Node;
@@ -177,17 +177,15 @@ impl<S: CabStorage> Node<S> {
             context = Bytes::from(creek_wire::encode_directory(&entry));
         }
         self.cab.propose_change(change, context)?;
-        self.pump();
+        self.turn();
         Ok(())
     }
 
     /// Take in the changes CAB applied: record new members' addresses,
     /// forget removed ones', and re-aim every room that names peers.
-    /// Returns whether anything changed.
-    pub(crate) fn apply_group_changes(&mut self) -> bool {
-        let applied = self.cab.take_conf_applied();
+    pub(crate) fn apply_group_changes(&mut self, applied: Vec<ConfApplied>) {
         if applied.is_empty() {
-            return false;
+            return;
         }
         for a in applied {
             match a.change {
@@ -209,7 +207,6 @@ impl<S: CabStorage> Node<S> {
         }
         self.directory_changed = true;
         self.aim_at_group();
-        true
     }
 
     /// A checkpoint's group was installed with it: merge its directory into

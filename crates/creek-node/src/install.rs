@@ -283,6 +283,9 @@ impl<S: CabStorage> Node<S> {
                 let (committed, tentative) = self.replica.recording();
                 self.replica = replica;
                 self.replica.record_changes(committed, tentative);
+                // The decided ids the old replica held back go to the new
+                // one (it ignores those the checkpoint committed).
+                self.cab.hand_again();
                 self.gossip = gossip;
                 self.committed_told = self.replica.committed_len();
                 self.installed = Some(checkpoint);

@@ -258,7 +258,7 @@ impl<S: CabStorage> Node<S> {
             self.gossip
                 .open_range(own, after, through, |id| replica.has_held(id));
             self.replica.reclaim_own(through);
-            self.deliver_gossip();
+            self.take_gossip_output();
             self.reclaim_ticks = RECLAIM_TICKS;
         }
     }
@@ -292,7 +292,7 @@ impl<S: CabStorage> Node<S> {
         }
         // Settled: the void ops are written with the record that says so.
         self.reclaiming = None;
-        self.pump();
+        self.turn();
     }
 }
 

@@ -1,13 +1,15 @@
-//! The node's inputs and the pump that wires its rooms together: client
+//! The node's inputs and the turn that wires its rooms together: client
 //! invocations, peer messages and frames, ticks and finished executions
-//! come in; the pump moves what one room emits to the next (the replica's
-//! casts to gossip and CAB, gossip's deliveries and CAB's decided ids to
-//! the replica) until nothing moves, and asks gossip for what CAB waits on.
+//! come in; after each, [`Node::turn`] takes each room's output as one
+//! value and hands it to the rooms that consume it (the replica's casts to
+//! gossip and CAB, gossip's deliveries and CAB's decided ids to the
+//! replica), and asks gossip for what CAB waits on.
 
 use bytes::Bytes;
-use creek_cab::CabStorage;
+use creek_cab::{CabReady, CabStorage};
 use creek_core::{Effect, ExecKey, InvokeError, OpId, ReplicaId, Request};
 use creek_exec::{Completion, Task};
+use creek_gossip::GossipOutput;
 use creek_wire::{GossipMessage, PeerMessage};
 
 use crate::{Node, Standing};
@@ -19,11 +21,11 @@ use crate::{Node, Standing};
 /// occurrence only, so extra casts are harmless.
 const ADOPTION_TICKS: u64 = 200;
 
-/// The most ids one pump asks gossip to pull.
+/// The most ids one turn asks gossip to pull.
 pub(crate) const PULL_IDS_MAX: usize = 1024;
 
-/// The most rounds one pump may take (see [`Node::pump`]'s assertion).
-const PUMP_ROUNDS_MAX: usize = 1000;
+/// The most rounds one turn may take (see [`Node::turn`]'s assertion).
+const TURN_ROUNDS_MAX: usize = 1000;
 
 impl<S: CabStorage> Node<S> {
     /// A client invocation.
@@ -59,7 +61,7 @@ impl<S: CabStorage> Node<S> {
             return Err(InvokeError::DiskBehind(pending));
         }
         let handle = self.replica.invoke(request, now_us)?;
-        self.pump();
+        self.turn();
         Ok(handle)
     }
 
@@ -96,10 +98,7 @@ impl<S: CabStorage> Node<S> {
                 self.refused_non_members += 1;
                 return;
             }
-            PeerMessage::Gossip(m) => {
-                self.gossip.on_message(from, m);
-                self.deliver_gossip();
-            }
+            PeerMessage::Gossip(m) => self.gossip.on_message(from, m),
             PeerMessage::Cab(m) => {
                 let replica = &self.replica;
                 self.cab
@@ -114,7 +113,7 @@ impl<S: CabStorage> Node<S> {
             }
             PeerMessage::Snapshot(m) => self.on_snapshot(from, m),
         }
-        self.pump();
+        self.turn();
     }
 
     /// Let `peer`'s ops up to `floor` arrive in any order (a loose range).
@@ -123,16 +122,7 @@ impl<S: CabStorage> Node<S> {
         let replica = &self.replica;
         self.gossip
             .open_range(peer, base, floor, |id| replica.has_held(id));
-        self.deliver_gossip();
-    }
-
-    /// Hand what gossip delivered to the replica (RB-deliver).
-    pub(crate) fn deliver_gossip(&mut self) {
-        for op in self.gossip.take_delivered() {
-            if self.replica.rb_deliver(op.clone()) {
-                self.new_payloads.push(op);
-            }
-        }
+        self.take_gossip_output();
     }
 
     /// A frame from a peer, as received: decoded (zero-copy) and handled; a
@@ -168,7 +158,7 @@ impl<S: CabStorage> Node<S> {
             }
             if self.membership.is_removed() {
                 self.gossip.tick();
-                self.take_gossip_messages();
+                self.take_gossip_output();
             }
             return;
         }
@@ -190,7 +180,7 @@ impl<S: CabStorage> Node<S> {
             self.ticks_since_adoption = 0;
             self.adopt_tentative_strong_ops();
         }
-        self.pump();
+        self.turn();
     }
 
     /// CAB-cast every strong op still tentative here (see [`ADOPTION_TICKS`]).
@@ -219,7 +209,7 @@ impl<S: CabStorage> Node<S> {
     /// Hand a finished execution back.
     pub fn complete(&mut self, completion: Completion<ExecKey>) {
         self.replica.complete(completion);
-        self.pump();
+        self.turn();
     }
 
     /// Run every ready execution now, one at a time.
@@ -234,19 +224,99 @@ impl<S: CabStorage> Node<S> {
     pub fn campaign(&mut self) {
         if self.membership.is_member() {
             self.cab.campaign();
-            self.pump();
+            self.turn();
         }
     }
 
-    /// Gossip's messages into the outbox, or with the early ones when they
-    /// claim nothing about this replica's disk: pulls, and payloads whose
-    /// own ops a durable write reserved (another origin's op relayed is the
-    /// receiver's to keep either way). Digests report what is held here,
-    /// so they wait.
-    fn take_gossip_messages(&mut self) {
+    /// One turn, after every input: each room's output is taken as one
+    /// value and handed to the rooms that consume it, in the order the
+    /// protocol needs (in the manner of raft-rs's `ready()` / `advance()`,
+    /// see [`ready`](crate::ready)):
+    ///
+    /// 1. the replica's output — what the step's input made it do: casts to
+    ///    gossip (`RB-cast`) and to CAB (`CAB-cast`), views, ops voided;
+    /// 2. gossip's output — ops delivered to the replica (`RB-deliver`,
+    ///    which also commits decided ids that waited for them), then its
+    ///    messages: payloads leave before the consensus messages that name
+    ///    them, so a follower finds an op's payload there when the append
+    ///    arrives;
+    /// 3. CAB's output — its messages; the ids it decided, handed to the
+    ///    replica in decision order (`CAB-deliver`: the replica commits
+    ///    each once `checkDep` holds, and the rest wait there), then CAB is
+    ///    told how many wait; configuration changes applied;
+    /// 4. the replica's output again — what those deliveries did: final
+    ///    views, ops voided — and gossip is told what was committed;
+    /// 5. gossip's output again: a void may let ops buffered behind it
+    ///    through, and only then does the turn take another round (those
+    ///    deliveries may commit decided ids and release held appends).
+    ///
+    /// Then it asks gossip for what CAB waits on, and serves what waited
+    /// for this replica's state.
+    pub(crate) fn turn(&mut self) {
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            // Each round after the first runs only because gossip
+            // delivered ops at the end of the one before, which the
+            // replica holds from then on: a long run means ops that are
+            // delivered again and again.
+            assert!(rounds <= TURN_ROUNDS_MAX, "the turn did not settle");
+            self.take_replica_output();
+            self.take_gossip_output();
+            self.take_cab_output();
+            self.take_replica_output();
+            self.tell_committed();
+            if !self.take_gossip_output() {
+                break;
+            }
+        }
+        self.pull_missing();
+        self.take_gossip_output();
+        self.want_state();
+        self.serve_deferred();
+    }
+
+    /// The replica's output: casts to gossip and CAB, views for clients,
+    /// voided ops to gossip (and to the next write, which deletes their
+    /// payloads).
+    fn take_replica_output(&mut self) {
+        for effect in self.replica.take_effects() {
+            match effect {
+                Effect::RbCast(op) => {
+                    self.new_payloads.push(op.clone());
+                    self.gossip.broadcast(op);
+                }
+                Effect::CabCast(id) => self.cab.cast(id),
+                Effect::View(v) => self.views.push(v),
+                Effect::Voided(id) => {
+                    self.gossip.void(id);
+                    self.voided.push(id);
+                }
+            }
+        }
+    }
+
+    /// Gossip's output: what it delivered to the replica (RB-deliver; the
+    /// new payloads go into the next write); its messages into the
+    /// outbox, or with the early ones when they claim nothing about this
+    /// replica's disk: pulls, and payloads whose own ops a durable write
+    /// reserved (another origin's op relayed is the receiver's to keep
+    /// either way). Digests report what is held here, so they wait.
+    /// Returns whether it delivered anything.
+    pub(crate) fn take_gossip_output(&mut self) -> bool {
+        let GossipOutput {
+            delivered,
+            messages,
+        } = self.gossip.take_output();
+        let any = !delivered.is_empty();
+        for op in delivered {
+            if self.replica.rb_deliver(op.clone()) {
+                self.new_payloads.push(op);
+            }
+        }
         let me = self.id();
         let reserved = self.durability.reserved_durable;
-        for (to, m) in self.gossip.take_messages() {
+        for (to, m) in messages {
             let early = match &m {
                 GossipMessage::Pull { .. } => true,
                 GossipMessage::Ops(ops) => ops
@@ -261,67 +331,44 @@ impl<S: CabStorage> Node<S> {
             };
             out.push((to, PeerMessage::Gossip(m)));
         }
+        any
     }
 
-    /// Move work between the rooms until nothing changes.
-    pub(crate) fn pump(&mut self) {
-        let mut rounds = 0;
-        loop {
-            rounds += 1;
-            // Each round after the first runs only because the previous one
-            // delivered or emitted something, which the rooms consume: a
-            // long run means two rooms feed each other forever.
-            assert!(rounds <= PUMP_ROUNDS_MAX, "the pump did not settle");
-            let mut progress = false;
-            for effect in self.replica.take_effects() {
-                progress = true;
-                match effect {
-                    Effect::RbCast(op) => {
-                        self.new_payloads.push(op.clone());
-                        self.gossip.broadcast(op);
-                    }
-                    Effect::CabCast(id) => self.cab.cast(id),
-                    Effect::View(v) => self.views.push(v),
-                    Effect::Voided(id) => {
-                        self.gossip.void(id);
-                        self.voided.push(id);
-                    }
-                }
-            }
-            // A void may let ops buffered behind it through.
-            self.deliver_gossip();
-            // Payloads go out before the consensus messages that name them,
-            // so a follower finds an op's payload already there when the
-            // append arrives (instead of holding the append and pulling).
-            self.take_gossip_messages();
-            let replica = &self.replica;
-            self.cab.poll(&|id| replica.holds_payloads(id));
-            let early = self.cab.take_early_messages();
-            self.early
-                .extend(early.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
-            let cab_out = self.cab.take_messages();
-            self.outbox
-                .extend(cab_out.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
-            // One at a time: an id may depend on the one delivered before it.
-            while let Some(id) = self.cab.next_deliverable(&|id| self.replica.check_dep(id)) {
-                progress = true;
-                self.replica.cab_deliver(id);
-            }
-            progress |= self.apply_group_changes();
-            let len = self.replica.committed_len();
-            if len > self.committed_told {
-                let told = self.committed_since(self.committed_told);
-                self.gossip.committed(told);
-                self.committed_told = len;
-            }
-            if !progress {
-                break;
-            }
+    /// CAB's output: its messages; the ids it decided, CAB-delivered to
+    /// the replica in decision order (Algorithm 1, `CAB-deliver`), and CAB
+    /// told how many still wait for `checkDep` there; the configuration
+    /// changes applied.
+    fn take_cab_output(&mut self) {
+        let replica = &self.replica;
+        let CabReady {
+            early,
+            messages,
+            decided,
+            conf_applied,
+        } = self.cab.ready(&|id| replica.holds_payloads(id));
+        self.early
+            .extend(early.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
+        self.outbox.extend(
+            messages
+                .into_iter()
+                .map(|(to, m)| (to, PeerMessage::Cab(m))),
+        );
+        for id in decided {
+            self.replica.cab_deliver(id);
         }
-        self.pull_missing();
-        self.take_gossip_messages();
-        self.want_state();
-        self.serve_deferred();
+        self.cab.advance(self.replica.decided_waiting());
+        self.apply_group_changes(conf_applied);
+    }
+
+    /// Tell gossip what the committed order gained (it stops offering
+    /// committed ops to peers that have them).
+    fn tell_committed(&mut self) {
+        let len = self.replica.committed_len();
+        if len > self.committed_told {
+            let told = self.committed_since(self.committed_told);
+            self.gossip.committed(told);
+            self.committed_told = len;
+        }
     }
 
     /// Ask gossip for what CAB waits on: the strong op itself, or the ops of
@@ -329,7 +376,7 @@ impl<S: CabStorage> Node<S> {
     ///
     /// At most once per tick: gossip asks for an id again only every
     /// `pull_every_ticks` anyway, and finding what is missing walks the
-    /// causal contexts of every waiting op. A pump runs for every message
+    /// causal contexts of every waiting op. A turn runs for every message
     /// and every completed execution; a replica that restarted behind a gap
     /// (thousands of cast ids waiting on a few lost payloads) spent its
     /// whole node loop here (chaos seed 7, docs/reliability.md).

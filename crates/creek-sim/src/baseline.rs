@@ -32,7 +32,7 @@
 //! even when a weak op was answered before its predecessor committed
 //! (Bayou) or a crash made its origin cast again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -132,6 +132,9 @@ pub struct BaselineNode {
     next_to_commit: FxHashMap<ReplicaId, u64>,
     /// Delivered ops waiting for their origin's previous op.
     held_back: BTreeSet<OpId>,
+    /// Ids consensus decided and handed over, in decision order, waiting
+    /// for their payloads (volatile: a restarted CAB hands them again).
+    decided: VecDeque<OpId>,
     /// Uncommitted ops in the executor, and where.
     placed: FxHashMap<OpId, BPos>,
     /// Archie: the positions of optimistically delivered, uncommitted ops.
@@ -197,6 +200,7 @@ impl BaselineNode {
             committed_set: FxHashSet::default(),
             next_to_commit: FxHashMap::default(),
             held_back: BTreeSet::new(),
+            decided: VecDeque::new(),
             placed: FxHashMap::default(),
             optimistic: BTreeSet::new(),
             log_mark: (0, 0, 0),
@@ -301,27 +305,31 @@ impl BaselineNode {
         }
     }
 
-    /// Move work between the parts until nothing changes, then turn settled
-    /// executions into views.
+    /// One turn: gossip's output (deliveries, messages), then consensus's
+    /// (messages, decided ids, delivered in decision order once their
+    /// payloads are here); then settled executions become views.
     fn pump(&mut self) {
-        for _ in 0..1000 {
-            self.take_gossip_messages();
-            let delivered = {
-                let holds = holder(&self.payloads, &self.committed_set);
-                self.cab.poll(&holds);
-                self.cab.take_deliverable(&holds)
-            };
-            let cab_out = self.cab.take_messages();
-            self.outbox
-                .extend(cab_out.into_iter().map(|(to, m)| (to, PeerMessage::Cab(m))));
-            let progress = !delivered.is_empty();
-            for id in delivered {
-                self.deliver(id);
-            }
-            if !progress {
+        self.take_gossip_output();
+        let ready = {
+            let holds = holder(&self.payloads, &self.committed_set);
+            self.cab.ready(&holds)
+        };
+        self.outbox.extend(
+            ready
+                .early
+                .into_iter()
+                .chain(ready.messages)
+                .map(|(to, m)| (to, PeerMessage::Cab(m))),
+        );
+        self.decided.extend(ready.decided);
+        while let Some(&id) = self.decided.front() {
+            if !self.holds(id) {
                 break;
             }
+            self.decided.pop_front();
+            self.deliver(id);
         }
+        self.cab.advance(self.decided.len());
         if self.protocol == Protocol::Archie {
             self.deliver_optimistically();
         }
@@ -338,13 +346,20 @@ impl BaselineNode {
         if !wanted.is_empty() {
             self.gossip.pull(&wanted);
         }
-        self.take_gossip_messages();
+        self.take_gossip_output();
     }
 
-    fn take_gossip_messages(&mut self) {
-        let out = self.gossip.take_messages();
-        self.outbox
-            .extend(out.into_iter().map(|(to, m)| (to, PeerMessage::Gossip(m))));
+    /// Gossip's output: payloads delivered, messages to send.
+    fn take_gossip_output(&mut self) {
+        let out = self.gossip.take_output();
+        for op in out.delivered {
+            self.accept(op);
+        }
+        self.outbox.extend(
+            out.messages
+                .into_iter()
+                .map(|(to, m)| (to, PeerMessage::Gossip(m))),
+        );
     }
 
     /// Settled executions: finalized counts, accuracy, and the responses.
@@ -460,12 +475,7 @@ impl SimReplica for BaselineNode {
             return;
         };
         match msg {
-            PeerMessage::Gossip(m) => {
-                self.gossip.on_message(from, m);
-                for op in self.gossip.take_delivered() {
-                    self.accept(op);
-                }
-            }
+            PeerMessage::Gossip(m) => self.gossip.on_message(from, m),
             PeerMessage::Cab(m) => {
                 let holds = holder(&self.payloads, &self.committed_set);
                 self.cab.on_message(from, m, &holds);
@@ -612,6 +622,7 @@ impl SimReplica for BaselineNode {
         }
         self.cab = Cab::new(self.cab_config.clone(), self.storage.clone(), self.applied)
             .map_err(|e| e.to_string())?;
+        self.decided.clear();
         self.up = true;
         self.log_mark = (0, 0, 0);
         // What this replica cast was volatile: cast its own ops again.

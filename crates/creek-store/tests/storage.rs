@@ -320,9 +320,9 @@ fn member(dir: &TempDir, i: usize) -> Member {
     }
 }
 
-/// Poll every live node, persist its writes (synchronously: the messages of
-/// a step leave only once its writes are durable) and deliver its messages,
-/// `rounds` times; collect what each node delivers.
+/// Take every live node's turn, persist its writes (synchronously: the
+/// messages of a step leave only once its writes are durable) and deliver
+/// its messages, `rounds` times; collect what each node delivers.
 fn run(nodes: &mut [Option<Member>], delivered: &mut [Vec<OpId>], rounds: usize, tick: bool) {
     for _ in 0..rounds {
         let mut msgs = Vec::new();
@@ -331,9 +331,11 @@ fn run(nodes: &mut [Option<Member>], delivered: &mut [Vec<OpId>], rounds: usize,
                 if tick {
                     n.cab.tick();
                 }
-                n.cab.poll(ALWAYS);
-                let mut out = n.cab.take_early_messages();
-                out.extend(n.cab.take_messages());
+                let ready = n.cab.ready(ALWAYS);
+                let mut out = ready.early;
+                out.extend(ready.messages);
+                delivered[i].extend(ready.decided);
+                n.cab.advance(0);
                 assert!(n.cab.failure().is_none(), "{:?}", n.cab.failure());
                 let (log, mark) = n.cab.take_writes();
                 n.persister.persist(creek_node::Write {
@@ -347,11 +349,6 @@ fn run(nodes: &mut [Option<Member>], delivered: &mut [Vec<OpId>], rounds: usize,
         for (from, to, m) in msgs {
             if let Some(n) = nodes[usize::from(to.0)].as_mut() {
                 n.cab.on_message(ReplicaId(from as u16), m, ALWAYS);
-            }
-        }
-        for (i, n) in nodes.iter_mut().enumerate() {
-            if let Some(n) = n {
-                delivered[i].extend(n.cab.take_deliverable(ALWAYS));
             }
         }
     }

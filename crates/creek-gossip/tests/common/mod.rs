@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use creek_core::{Op, OpId, ReplicaId, Timestamp};
-use creek_gossip::{Gossip, GossipConfig, Outbox};
+use creek_gossip::{Gossip, GossipConfig, GossipOutput, Outbox};
 use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 use creek_wire::GossipMessage;
@@ -136,8 +136,9 @@ impl Net {
         for r in self.replicas() {
             let node = self.nodes.get_mut(&r).expect("node");
             node.tick();
-            let out = node.take_messages();
-            self.send(r, out);
+            let out = node.take_output();
+            self.record(r, &out.delivered);
+            self.send(r, out.messages);
         }
         while let Some(entry) = self.flight.first_entry() {
             if entry.key().0 > self.now {
@@ -146,7 +147,10 @@ impl Net {
             let (from, to, msg) = entry.remove();
             let node = self.nodes.get_mut(&to).expect("node");
             node.on_message(from, msg);
-            let (deliver, out) = (node.take_delivered(), node.take_messages());
+            let GossipOutput {
+                delivered: deliver,
+                messages: out,
+            } = node.take_output();
             assert!(node.stats().buffered <= self.buffer_max, "buffer bound");
             if let Err(e) = node.check_invariants() {
                 panic!("{to}: {e}");
@@ -159,8 +163,9 @@ impl Net {
 
     pub fn flush_all(&mut self) {
         for r in self.replicas() {
-            let out = self.nodes.get_mut(&r).expect("node").take_messages();
-            self.send(r, out);
+            let out = self.nodes.get_mut(&r).expect("node").take_output();
+            self.record(r, &out.delivered);
+            self.send(r, out.messages);
         }
     }
 
