@@ -5,7 +5,7 @@
 # hit; the script fails if `creek dev` does not stay up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# $CREEK_BIN: the binary to check (CI passes the swarm profile's).
+# $CREEK_BIN: the binary to check (CI passes the test build's).
 bin=${CREEK_BIN:-./target/release/creek}
 dir=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT

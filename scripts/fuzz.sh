@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of fuzz/ (cargo-fuzz, libFuzzer, nightly toolchain)
 # for N seconds each, one after the other: scripts/fuzz.sh [--seconds N]
-# [--jobs J] [TARGET...]. Installs cargo-fuzz if missing. Exits non-zero on
+# [--dev] [TARGET...]. --dev builds the targets unoptimised (a smoke run:
+# the optimised build takes 9 minutes on two cores, one codegen unit).
+# Installs cargo-fuzz if missing. Exits non-zero on
 # the first crash; libFuzzer leaves the input under
 # fuzz/artifacts/TARGET/ and `cargo +nightly fuzz run TARGET FILE` replays
 # it. The corpus grows in fuzz/corpus/TARGET/ (not committed).
@@ -10,10 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 seconds=60
 targets=()
+build=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --dev) build+=(--dev); shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -21,13 +25,13 @@ command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 dir=()
 [ -z "${FUZZ_TARGET_DIR:-}" ] || dir=(--target-dir "$FUZZ_TARGET_DIR")
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(cargo +nightly fuzz list)
-cargo +nightly fuzz build "${dir[@]}"
+cargo +nightly fuzz build "${build[@]}" "${dir[@]}"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
   # -rss_limit_mb: a decoder whose memory grows past its input's size fails.
-  if ! cargo +nightly fuzz run "${dir[@]}" "$t" -- -max_total_time="$seconds" \
+  if ! cargo +nightly fuzz run "${build[@]}" "${dir[@]}" "$t" -- -max_total_time="$seconds" \
       -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzz $t: FAILED; the input is in fuzz/artifacts/$t" >&2

@@ -1,0 +1,191 @@
+//! The shard map's byte format: how the directory stores it and how it
+//! travels to replicas and clients.
+//!
+//! ```text
+//! map        = version(1) cluster:varint epoch:varint
+//!              count:varint { shard:varint count:varint { replica:varint client:bytes peer:bytes } }
+//!              placement
+//!              count:varint { name:bytes placement }
+//! placement  = 0 shard:varint
+//!            | 1 count:varint { first_slot:varint shard:varint }
+//!            | 2 count:varint { first_key:bytes shard:varint }
+//! bytes      = len:varint byte*
+//! ```
+//!
+//! Decoding is bounded by the input (the one [`Reader`]) and ends with
+//! [`ShardMap::validate`]: what decodes is a valid map.
+
+use std::collections::BTreeMap;
+
+use bytes::{BufMut, Bytes};
+use creek_types::{DecodeError, Reader, Writer};
+
+use crate::{Endpoint, MapError, Placement, Shard, ShardId, ShardMap};
+
+const VERSION: u8 = 1;
+const PINNED: u8 = 0;
+const HASHED: u8 = 1;
+const RANGES: u8 = 2;
+
+/// Why bytes are not a shard map.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MapDecodeError {
+    /// The bytes do not decode.
+    #[error("shard map: {0}")]
+    Decode(#[from] DecodeError),
+    /// A version this build does not read.
+    #[error("shard map: unknown format version {0}")]
+    Version(u8),
+    /// A placement tag names no placement.
+    #[error("shard map: unknown placement tag {tag} at byte {offset}")]
+    Placement {
+        /// The tag.
+        tag: u8,
+        /// Where it is.
+        offset: usize,
+    },
+    /// A number is out of its range, or a name is not UTF-8.
+    #[error("shard map: {what} at byte {offset} is out of range")]
+    Range {
+        /// Which field.
+        what: &'static str,
+        /// Where it is.
+        offset: usize,
+    },
+    /// It decodes, but is not a valid map.
+    #[error("shard map: {0}")]
+    Invalid(#[from] MapError),
+}
+
+/// The encoded map.
+pub fn encode(map: &ShardMap) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.put_u8(VERSION);
+    out.put_varint(map.cluster);
+    out.put_varint(map.epoch);
+    out.put_len(map.shards.len());
+    for (id, shard) in &map.shards {
+        out.put_varint(u64::from(id.0));
+        out.put_len(shard.replicas.len());
+        for (replica, e) in &shard.replicas {
+            out.put_varint(u64::from(*replica));
+            out.put_prefixed(e.client.as_bytes());
+            out.put_prefixed(e.peer.as_bytes());
+        }
+    }
+    put_placement(&mut out, &map.default);
+    out.put_len(map.keyspaces.len());
+    for (name, p) in &map.keyspaces {
+        out.put_prefixed(name.as_bytes());
+        put_placement(&mut out, p);
+    }
+    out
+}
+
+fn put_placement(out: &mut Vec<u8>, p: &Placement) {
+    match p {
+        Placement::Pinned(s) => {
+            out.put_u8(PINNED);
+            out.put_varint(u64::from(s.0));
+        }
+        Placement::Hashed(slots) => {
+            out.put_u8(HASHED);
+            out.put_len(slots.len());
+            for (first, s) in slots {
+                out.put_varint(u64::from(*first));
+                out.put_varint(u64::from(s.0));
+            }
+        }
+        Placement::Ranges(ranges) => {
+            out.put_u8(RANGES);
+            out.put_len(ranges.len());
+            for (first, s) in ranges {
+                out.put_prefixed(first);
+                out.put_varint(u64::from(s.0));
+            }
+        }
+    }
+}
+
+/// A map from its bytes: decoded, then validated.
+pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
+    let mut r = Reader::shared(bytes);
+    let version = r.byte()?;
+    if version != VERSION {
+        return Err(MapDecodeError::Version(version));
+    }
+    let cluster = r.varint()?;
+    let epoch = r.varint()?;
+    // A shard takes at least two bytes (its id and its replica count).
+    let n = r.count(2)?;
+    let mut shards = BTreeMap::new();
+    for _ in 0..n {
+        let id = ShardId(u16_of(&mut r, "a shard id")?);
+        // A replica takes at least three bytes (its id, two lengths).
+        let m = r.count(3)?;
+        let mut replicas = BTreeMap::new();
+        for _ in 0..m {
+            let replica = u16_of(&mut r, "a replica id")?;
+            let client = text(&mut r, "a client address")?;
+            let peer = text(&mut r, "a peer address")?;
+            replicas.insert(replica, Endpoint { client, peer });
+        }
+        shards.insert(id, Shard { replicas });
+    }
+    let default = placement(&mut r)?;
+    // A keyspace takes at least three bytes (a name length, a tag, a shard).
+    let k = r.count(3)?;
+    let mut keyspaces = BTreeMap::new();
+    for _ in 0..k {
+        let name = text(&mut r, "a keyspace name")?;
+        keyspaces.insert(name, placement(&mut r)?);
+    }
+    r.finish()?;
+    let map = ShardMap {
+        cluster,
+        epoch,
+        shards,
+        default,
+        keyspaces,
+    };
+    map.validate()?;
+    Ok(map)
+}
+
+fn placement(r: &mut Reader<'_>) -> Result<Placement, MapDecodeError> {
+    let offset = r.pos();
+    match r.byte()? {
+        PINNED => Ok(Placement::Pinned(ShardId(u16_of(r, "a shard id")?))),
+        HASHED => {
+            let n = r.count(2)?;
+            let mut slots = Vec::with_capacity(n);
+            for _ in 0..n {
+                let first = u16_of(r, "a slot")?;
+                slots.push((first, ShardId(u16_of(r, "a shard id")?)));
+            }
+            Ok(Placement::Hashed(slots))
+        }
+        RANGES => {
+            let n = r.count(2)?;
+            let mut ranges = Vec::with_capacity(n);
+            for _ in 0..n {
+                let first = r.bytes()?;
+                ranges.push((first, ShardId(u16_of(r, "a shard id")?)));
+            }
+            Ok(Placement::Ranges(ranges))
+        }
+        tag => Err(MapDecodeError::Placement { tag, offset }),
+    }
+}
+
+fn u16_of(r: &mut Reader<'_>, what: &'static str) -> Result<u16, MapDecodeError> {
+    let offset = r.pos();
+    u16::try_from(r.varint()?).map_err(|_| MapDecodeError::Range { what, offset })
+}
+
+fn text(r: &mut Reader<'_>, what: &'static str) -> Result<String, MapDecodeError> {
+    let offset = r.pos();
+    let b = r.bytes()?;
+    String::from_utf8(b.to_vec()).map_err(|_| MapDecodeError::Range { what, offset })
+}

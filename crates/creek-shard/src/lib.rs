@@ -1,0 +1,308 @@
+//! The shard map of a Creek cluster: which shard owns which keys, who the
+//! replicas of every shard are, and the epoch that grows with every change
+//! (docs/shards.md).
+//!
+//! A cluster is several shards, each a Creek group running the replica
+//! protocol for the keys it owns. The map is the directory's state: it is
+//! changed by strong operations only, every change makes a new map with
+//! the next epoch, and replicas and clients cache it. A replica refuses an
+//! operation on keys another shard owns with the epoch of its map, so a
+//! client with an older map learns to refresh it.
+//!
+//! Placement is per keyspace (the built-in data is the keyspace `None`):
+//!
+//! - **hashed** (the default): a key's *slot* is the CRC-32 (IEEE) of the
+//!   key modulo [`SLOTS`], and ranges of slots are owned by shards. A key
+//!   with a non-empty `{tag}` hashes only the tag, so keys that share a
+//!   tag share a shard (Redis Cluster's hash tags);
+//! - **ranges**: ordered key ranges with split points, so that a scan of a
+//!   range stays on few shards (CockroachDB's ranges);
+//! - **pinned**: the whole keyspace on one shard.
+//!
+//! The rule is simple enough to write again in any client (the Python
+//! client's is `zlib.crc32(key) % 4096`), and [`ShardMap::owner`] is the
+//! reference.
+//!
+//! ```
+//! use creek_shard::{ShardId, ShardMap};
+//!
+//! let map = ShardMap::hashed(7, &[ShardId(0), ShardId(1)]);
+//! let a = map.owner(None, b"{user42}.name");
+//! assert_eq!(a, map.owner(None, b"{user42}.email"), "one tag, one shard");
+//! ```
+#![deny(missing_docs)]
+
+mod codec;
+mod placement;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use bytes::Bytes;
+
+pub use codec::{decode, encode, MapDecodeError};
+pub use placement::{slot_of, Placement, SLOTS};
+
+/// A shard's number in its cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShardId(pub u16);
+
+impl fmt::Display for ShardId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "s{}", self.0)
+    }
+}
+
+/// How to reach one replica of a shard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Its client address (`host:port`).
+    pub client: String,
+    /// Its peer address (`host:port`).
+    pub peer: String,
+}
+
+/// One shard: its replicas by replica id. Replica ids are unique across the
+/// whole cluster, so an op id (origin, seq) is too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shard {
+    /// Its replicas and how to reach them.
+    pub replicas: BTreeMap<u16, Endpoint>,
+}
+
+/// The cluster's shard map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardMap {
+    /// The cluster it belongs to (a random id chosen when the cluster is
+    /// formed): a map from another cluster is refused.
+    pub cluster: u64,
+    /// Grows by one with every change (1: the map the cluster was formed
+    /// with).
+    pub epoch: u64,
+    /// Every shard.
+    pub shards: BTreeMap<ShardId, Shard>,
+    /// Where the built-in data, and every keyspace without a placement of
+    /// its own, lives.
+    pub default: Placement,
+    /// Keyspaces placed on their own, by name.
+    pub keyspaces: BTreeMap<String, Placement>,
+}
+
+/// Why a map is not valid, or a change to it is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MapError {
+    /// The map lists no shard.
+    #[error("the shard map lists no shard")]
+    NoShards,
+    /// A placement names a shard the map does not list.
+    #[error("{what} places keys on shard {shard}, which the map does not list")]
+    UnknownShard {
+        /// Which placement.
+        what: String,
+        /// The shard.
+        shard: ShardId,
+    },
+    /// A placement's ranges do not start at the beginning or are not in
+    /// strictly increasing order.
+    #[error("{what}: {why}")]
+    BadRanges {
+        /// Which placement.
+        what: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// One replica id in two shards (op ids would not be unique).
+    #[error("replica {replica} is listed in shards {first} and {second}")]
+    ReplicaTwice {
+        /// The replica id.
+        replica: u16,
+        /// One shard listing it.
+        first: ShardId,
+        /// The other.
+        second: ShardId,
+    },
+    /// A change made against another epoch than the map's.
+    #[error("the change was made against epoch {expected}, the map is at epoch {actual}")]
+    StaleEpoch {
+        /// The epoch the change expected.
+        expected: u64,
+        /// The map's.
+        actual: u64,
+    },
+}
+
+/// Why an operation cannot go to one shard.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// Its keys live on more than one shard.
+    #[error("the operation's keys live on shards {}", list(.shards))]
+    Spans {
+        /// The shards, in order.
+        shards: Vec<ShardId>,
+    },
+    /// It names no key, so no shard owns it.
+    #[error("the operation names no key, so no shard owns it")]
+    NoKeys,
+}
+
+fn list(shards: &[ShardId]) -> String {
+    let names: Vec<String> = shards.iter().map(ShardId::to_string).collect();
+    names.join(", ")
+}
+
+/// Where a stored key belongs: the keyspace whose data it is (`None`: the
+/// built-in data) and the key within it. Keyspace data is stored under
+/// `\0ks/NAME\0KEY`; every other key is the built-in data's.
+pub fn placement_key(stored: &[u8]) -> (Option<&str>, &[u8]) {
+    const DATA_PREFIX: &[u8] = b"\0ks/";
+    let Some(rest) = stored.strip_prefix(DATA_PREFIX) else {
+        return (None, stored);
+    };
+    let Some(nul) = rest.iter().position(|b| *b == 0) else {
+        return (None, stored);
+    };
+    match std::str::from_utf8(&rest[..nul]) {
+        Ok(name) => (Some(name), &rest[nul + 1..]),
+        Err(_) => (None, stored),
+    }
+}
+
+impl ShardMap {
+    /// A cluster of one shard holding everything: what a cluster without
+    /// shards is.
+    pub fn single(cluster: u64, shard: Shard) -> Self {
+        ShardMap {
+            cluster,
+            epoch: 1,
+            shards: [(ShardId(0), shard)].into(),
+            default: Placement::Pinned(ShardId(0)),
+            keyspaces: BTreeMap::new(),
+        }
+    }
+
+    /// A map over `shards` (no replicas listed yet) whose default placement
+    /// hashes keys evenly over them.
+    pub fn hashed(cluster: u64, shards: &[ShardId]) -> Self {
+        ShardMap {
+            cluster,
+            epoch: 1,
+            shards: shards.iter().map(|s| (*s, Shard::default())).collect(),
+            default: Placement::even_slots(shards),
+            keyspaces: BTreeMap::new(),
+        }
+    }
+
+    /// The placement of `keyspace` (`None`: the built-in data).
+    pub fn placement(&self, keyspace: Option<&str>) -> &Placement {
+        keyspace
+            .and_then(|k| self.keyspaces.get(k))
+            .unwrap_or(&self.default)
+    }
+
+    /// The shard that owns `key` of `keyspace`.
+    pub fn owner(&self, keyspace: Option<&str>, key: &[u8]) -> ShardId {
+        self.placement(keyspace).owner(key)
+    }
+
+    /// The shard that owns a stored key (see [`placement_key`]).
+    pub fn owner_of_stored(&self, stored: &[u8]) -> ShardId {
+        let (keyspace, key) = placement_key(stored);
+        self.owner(keyspace, key)
+    }
+
+    /// The one shard owning every key of an operation, or why there is
+    /// none.
+    pub fn route<'a>(
+        &self,
+        keys: impl IntoIterator<Item = (Option<&'a str>, &'a [u8])>,
+    ) -> Result<ShardId, RouteError> {
+        let mut shards: Vec<ShardId> = keys
+            .into_iter()
+            .map(|(keyspace, key)| self.owner(keyspace, key))
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        match shards.as_slice() {
+            [] => Err(RouteError::NoKeys),
+            [one] => Ok(*one),
+            _ => Err(RouteError::Spans { shards }),
+        }
+    }
+
+    /// The shard a replica belongs to, if the map lists it.
+    pub fn shard_of_replica(&self, replica: u16) -> Option<ShardId> {
+        self.shards
+            .iter()
+            .find(|(_, s)| s.replicas.contains_key(&replica))
+            .map(|(id, _)| *id)
+    }
+
+    /// Check the map: it lists a shard, every placement names listed
+    /// shards and is well formed, and no replica id is in two shards.
+    pub fn validate(&self) -> Result<(), MapError> {
+        if self.shards.is_empty() {
+            return Err(MapError::NoShards);
+        }
+        self.default
+            .validate("the default placement", &self.shards)?;
+        for (name, p) in &self.keyspaces {
+            p.validate(&format!("keyspace {name}"), &self.shards)?;
+        }
+        let mut seen: BTreeMap<u16, ShardId> = BTreeMap::new();
+        for (id, shard) in &self.shards {
+            for replica in shard.replicas.keys() {
+                if let Some(first) = seen.insert(*replica, *id) {
+                    return Err(MapError::ReplicaTwice {
+                        replica: *replica,
+                        first,
+                        second: *id,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The map with `keyspace` (`None`: the default) placed by
+    /// `placement`, at the next epoch. Refused if made against another
+    /// epoch than `expected`, or if the result is not valid; the map is
+    /// unchanged either way.
+    pub fn place(
+        &self,
+        expected: u64,
+        keyspace: Option<&str>,
+        placement: Placement,
+    ) -> Result<ShardMap, MapError> {
+        if expected != self.epoch {
+            return Err(MapError::StaleEpoch {
+                expected,
+                actual: self.epoch,
+            });
+        }
+        let mut next = self.clone();
+        match keyspace {
+            None => next.default = placement,
+            Some(name) => {
+                next.keyspaces.insert(name.to_owned(), placement);
+            }
+        }
+        next.epoch += 1;
+        next.validate()?;
+        Ok(next)
+    }
+
+    /// Every shard's number, in order.
+    pub fn shard_ids(&self) -> Vec<ShardId> {
+        self.shards.keys().copied().collect()
+    }
+
+    /// The encoded map (see [`encode`]).
+    pub fn to_bytes(&self) -> Bytes {
+        Bytes::from(encode(self))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,133 @@
+//! Placement: which shard owns a key of one keyspace.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::{MapError, Shard, ShardId};
+
+/// How many hash slots a hashed placement divides the keys into.
+pub const SLOTS: u16 = 4096;
+
+/// How a keyspace's keys are placed on shards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Every key on one shard.
+    Pinned(ShardId),
+    /// By hash slot ([`slot_of`]): `(first slot, shard)` in increasing
+    /// order of first slot, the first at slot 0; each shard owns the slots
+    /// from its first to the next entry's.
+    Hashed(Vec<(u16, ShardId)>),
+    /// By key order: `(first key, shard)` in strictly increasing order of
+    /// first key, the first at the empty key; each shard owns the keys from
+    /// its first key up to (not including) the next entry's.
+    Ranges(Vec<(Bytes, ShardId)>),
+}
+
+/// The hash slot of `key`: the CRC-32 (IEEE) of the key, or of its tag if
+/// it has one, modulo [`SLOTS`]. A key's tag is what lies between its
+/// first `{` and the first `}` after it, if that is not empty.
+pub fn slot_of(key: &[u8]) -> u16 {
+    let hashed = tag(key).unwrap_or(key);
+    // Lossless: the remainder is below SLOTS.
+    (crc32fast::hash(hashed) % u32::from(SLOTS)) as u16
+}
+
+fn tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|b| *b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|b| *b == b'}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+impl Placement {
+    /// Slots spread evenly over `shards`, in the order given.
+    pub fn even_slots(shards: &[ShardId]) -> Placement {
+        let n = shards.len().max(1);
+        Placement::Hashed(
+            shards
+                .iter()
+                .enumerate()
+                // Lossless: i < n, so i * SLOTS / n < SLOTS.
+                .map(|(i, s)| ((i * usize::from(SLOTS) / n) as u16, *s))
+                .collect(),
+        )
+    }
+
+    /// The shard that owns `key`.
+    pub fn owner(&self, key: &[u8]) -> ShardId {
+        match self {
+            Placement::Pinned(s) => *s,
+            Placement::Hashed(slots) => {
+                let slot = slot_of(key);
+                last_at_or_below(slots, |first| *first <= slot)
+            }
+            Placement::Ranges(ranges) => last_at_or_below(ranges, |first| first[..] <= *key),
+        }
+    }
+
+    /// Every shard this placement names, in order.
+    pub fn shards(&self) -> Vec<ShardId> {
+        let mut v: Vec<ShardId> = match self {
+            Placement::Pinned(s) => vec![*s],
+            Placement::Hashed(slots) => slots.iter().map(|(_, s)| *s).collect(),
+            Placement::Ranges(ranges) => ranges.iter().map(|(_, s)| *s).collect(),
+        };
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Check that it is well formed and names only shards in `shards`.
+    pub(crate) fn validate(
+        &self,
+        what: &str,
+        shards: &BTreeMap<ShardId, Shard>,
+    ) -> Result<(), MapError> {
+        let bad = |why: String| MapError::BadRanges {
+            what: what.to_owned(),
+            why,
+        };
+        match self {
+            Placement::Pinned(_) => {}
+            Placement::Hashed(slots) => {
+                if slots.first().map(|(f, _)| *f) != Some(0) {
+                    return Err(bad("the first slot range must start at slot 0".into()));
+                }
+                if let Some((f, _)) = slots.iter().find(|(f, _)| *f >= SLOTS) {
+                    return Err(bad(format!("slot {f} is past the last slot {}", SLOTS - 1)));
+                }
+                if slots.windows(2).any(|w| w[0].0 >= w[1].0) {
+                    return Err(bad("slot ranges must be in increasing order".into()));
+                }
+            }
+            Placement::Ranges(ranges) => {
+                if ranges.first().map(|(f, _)| f.is_empty()) != Some(true) {
+                    return Err(bad("the first key range must start at the empty key".into()));
+                }
+                if ranges.windows(2).any(|w| w[0].0 >= w[1].0) {
+                    return Err(bad("key ranges must be in increasing order".into()));
+                }
+            }
+        }
+        match self.shards().into_iter().find(|s| !shards.contains_key(s)) {
+            Some(shard) => Err(MapError::UnknownShard {
+                what: what.to_owned(),
+                shard,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The shard of the last entry whose first element `at_or_below` accepts
+/// (entries in increasing order; the first is accepted by every key of a
+/// valid placement).
+fn last_at_or_below<K>(entries: &[(K, ShardId)], at_or_below: impl Fn(&K) -> bool) -> ShardId {
+    let n = entries.partition_point(|(first, _)| at_or_below(first));
+    // A valid placement's first entry accepts every key; a malformed one
+    // (never past `validate`) falls back to its first shard.
+    entries
+        .get(n.saturating_sub(1))
+        .map_or(ShardId(0), |(_, s)| *s)
+}

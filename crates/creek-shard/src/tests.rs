@@ -1,0 +1,232 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::codec::MapDecodeError;
+use creek_types::DecodeError;
+use proptest::prelude::*;
+
+fn s(n: u16) -> ShardId {
+    ShardId(n)
+}
+
+fn endpoint(port: u16) -> Endpoint {
+    Endpoint {
+        client: format!("127.0.0.1:{port}"),
+        peer: format!("127.0.0.1:{}", port + 100),
+    }
+}
+
+/// Two shards of three replicas (ids 1-3 and 4-6), hashed by default, one
+/// keyspace by ranges and one pinned.
+fn two_shards() -> ShardMap {
+    let mut map = ShardMap::hashed(42, &[s(0), s(1)]);
+    for (shard, ids) in [(s(0), 1..=3u16), (s(1), 4..=6)] {
+        let replicas = ids.map(|r| (r, endpoint(7000 + r))).collect();
+        map.shards.insert(shard, Shard { replicas });
+    }
+    map.keyspaces.insert(
+        "orders".into(),
+        Placement::Ranges(vec![(Bytes::new(), s(0)), (Bytes::from_static(b"m"), s(1))]),
+    );
+    map.keyspaces
+        .insert("config".into(), Placement::Pinned(s(1)));
+    map.validate().unwrap();
+    map
+}
+
+#[test]
+fn slots_follow_crc32_and_tags() {
+    // The rule clients write again: zlib.crc32(key) % 4096.
+    assert_eq!(slot_of(b"user1"), (crc32fast::hash(b"user1") % 4096) as u16);
+    assert_eq!(slot_of(b"{user1}.name"), slot_of(b"user1"));
+    assert_eq!(slot_of(b"x{user1}y{z}"), slot_of(b"user1"));
+    // An empty tag is no tag; an unclosed brace neither.
+    assert_eq!(
+        slot_of(b"{}user1"),
+        (crc32fast::hash(b"{}user1") % 4096) as u16
+    );
+    assert_eq!(
+        slot_of(b"{user1"),
+        (crc32fast::hash(b"{user1") % 4096) as u16
+    );
+}
+
+#[test]
+fn owners_by_placement() {
+    let map = two_shards();
+    assert_eq!(map.owner(Some("orders"), b""), s(0));
+    assert_eq!(map.owner(Some("orders"), b"apple"), s(0));
+    assert_eq!(map.owner(Some("orders"), b"m"), s(1));
+    assert_eq!(map.owner(Some("orders"), b"zebra"), s(1));
+    assert_eq!(map.owner(Some("config"), b"anything"), s(1));
+    // A keyspace without its own placement follows the default.
+    assert_eq!(map.owner(Some("other"), b"k"), map.owner(None, b"k"));
+    // Stored keys: keyspace data by its keyspace, the rest by the default.
+    assert_eq!(map.owner_of_stored(b"\0ks/orders\0zebra"), s(1));
+    assert_eq!(map.owner_of_stored(b"\0ks/orders\0apple"), s(0));
+    assert_eq!(map.owner_of_stored(b"k"), map.owner(None, b"k"));
+}
+
+#[test]
+fn the_default_hash_spreads_keys_evenly() {
+    let map = ShardMap::hashed(1, &[s(0), s(1), s(2), s(3)]);
+    let mut count = [0u32; 4];
+    for i in 0..40_000 {
+        count[usize::from(map.owner(None, format!("user{i}").as_bytes()).0)] += 1;
+    }
+    for c in count {
+        assert!((9_000..11_000).contains(&c), "{count:?}");
+    }
+}
+
+#[test]
+fn routes_one_shard_or_names_the_shards() {
+    let map = two_shards();
+    let a: &[u8] = b"apple";
+    let z: &[u8] = b"zebra";
+    assert_eq!(map.route([(Some("orders"), a)]), Ok(s(0)));
+    assert_eq!(
+        map.route([(Some("orders"), a), (Some("orders"), a)]),
+        Ok(s(0))
+    );
+    let spans = map.route([(Some("orders"), z), (Some("orders"), a)]);
+    assert_eq!(
+        spans,
+        Err(RouteError::Spans {
+            shards: vec![s(0), s(1)]
+        })
+    );
+    assert_eq!(
+        spans.unwrap_err().to_string(),
+        "the operation's keys live on shards s0, s1"
+    );
+    assert_eq!(map.route(std::iter::empty()), Err(RouteError::NoKeys));
+    assert_eq!(map.shard_of_replica(5), Some(s(1)));
+    assert_eq!(map.shard_of_replica(9), None);
+}
+
+#[test]
+fn invalid_maps_are_refused_with_the_reason() {
+    let mut map = two_shards();
+    map.keyspaces.insert("lost".into(), Placement::Pinned(s(7)));
+    assert_eq!(
+        map.validate(),
+        Err(MapError::UnknownShard {
+            what: "keyspace lost".into(),
+            shard: s(7)
+        })
+    );
+    let mut map = two_shards();
+    map.shards
+        .get_mut(&s(1))
+        .unwrap()
+        .replicas
+        .insert(2, endpoint(1));
+    assert_eq!(
+        map.validate(),
+        Err(MapError::ReplicaTwice {
+            replica: 2,
+            first: s(0),
+            second: s(1)
+        })
+    );
+    let bad = [
+        Placement::Hashed(vec![(1, s(0))]),
+        Placement::Hashed(vec![(0, s(0)), (0, s(1))]),
+        Placement::Hashed(vec![(0, s(0)), (SLOTS, s(1))]),
+        Placement::Ranges(vec![(Bytes::from_static(b"a"), s(0))]),
+        Placement::Ranges(vec![
+            (Bytes::new(), s(0)),
+            (Bytes::from_static(b"m"), s(1)),
+            (Bytes::from_static(b"c"), s(0)),
+        ]),
+        Placement::Ranges(Vec::new()),
+    ];
+    for p in bad {
+        let map = two_shards();
+        let err = map.place(map.epoch, None, p.clone()).unwrap_err();
+        assert!(matches!(err, MapError::BadRanges { .. }), "{p:?}: {err}");
+    }
+    let empty = ShardMap {
+        shards: BTreeMap::new(),
+        ..ShardMap::hashed(1, &[])
+    };
+    assert_eq!(empty.validate(), Err(MapError::NoShards));
+}
+
+#[test]
+fn a_change_makes_the_next_epoch_and_a_stale_one_is_refused() {
+    let map = two_shards();
+    let next = map
+        .place(map.epoch, Some("config"), Placement::Pinned(s(0)))
+        .unwrap();
+    assert_eq!(next.epoch, map.epoch + 1);
+    assert_eq!(next.owner(Some("config"), b"k"), s(0));
+    assert_eq!(
+        map.owner(Some("config"), b"k"),
+        s(1),
+        "the old map is unchanged"
+    );
+    assert_eq!(
+        next.place(map.epoch, None, Placement::Pinned(s(0))),
+        Err(MapError::StaleEpoch {
+            expected: map.epoch,
+            actual: next.epoch
+        })
+    );
+}
+
+#[test]
+fn encodes_and_decodes() {
+    let map = two_shards();
+    let bytes = map.to_bytes();
+    assert_eq!(decode(&bytes).unwrap(), map);
+    let single = ShardMap::single(9, Shard::default());
+    assert_eq!(decode(&single.to_bytes()).unwrap(), single);
+}
+
+#[test]
+fn malformed_bytes_are_refused_with_the_reason() {
+    let map = two_shards();
+    let good = encode(&map);
+    let mut v = good.clone();
+    v[0] = 9;
+    assert_eq!(decode(&Bytes::from(v)), Err(MapDecodeError::Version(9)));
+    let mut v = good.clone();
+    v.push(0);
+    assert!(matches!(
+        decode(&Bytes::from(v)),
+        Err(MapDecodeError::Decode(DecodeError::TrailingBytes { .. }))
+    ));
+    // Valid bytes of an invalid map: a placement on a shard not listed.
+    let mut bad = map.clone();
+    bad.default = Placement::Pinned(s(3));
+    assert!(matches!(
+        decode(&Bytes::from(encode(&bad))),
+        Err(MapDecodeError::Invalid(MapError::UnknownShard { .. }))
+    ));
+    for cut in 0..good.len() {
+        assert!(decode(&Bytes::copy_from_slice(&good[..cut])).is_err());
+    }
+}
+
+proptest! {
+    /// Whatever the bytes, decoding returns (a valid map or an error) and
+    /// never panics; what decodes encodes back to the same bytes.
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let bytes = Bytes::from(bytes);
+        if let Ok(map) = decode(&bytes) {
+            prop_assert!(map.validate().is_ok());
+            prop_assert_eq!(decode(&map.to_bytes()).unwrap(), map);
+        }
+    }
+
+    /// Every key has exactly the owner its placement's entries say.
+    #[test]
+    fn range_owner_is_the_last_range_at_or_below(key in proptest::collection::vec(any::<u8>(), 0..8)) {
+        let map = two_shards();
+        let want = if key.as_slice() < b"m".as_slice() { s(0) } else { s(1) };
+        prop_assert_eq!(map.owner(Some("orders"), &key), want);
+    }
+}
