@@ -53,6 +53,14 @@ pub enum MapDecodeError {
         /// Where it is.
         offset: usize,
     },
+    /// A shard, a replica of a shard, or a keyspace listed twice.
+    #[error("shard map: {what} at byte {offset} is listed twice")]
+    Repeated {
+        /// Which field.
+        what: &'static str,
+        /// Where the second listing is.
+        offset: usize,
+    },
     /// It decodes, but is not a valid map.
     #[error("shard map: {0}")]
     Invalid(#[from] MapError),
@@ -121,25 +129,37 @@ pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
     let n = r.count(2)?;
     let mut shards = BTreeMap::new();
     for _ in 0..n {
+        let at = r.pos();
         let id = ShardId(u16_of(&mut r, "a shard id")?);
         // A replica takes at least three bytes (its id, two lengths).
         let m = r.count(3)?;
         let mut replicas = BTreeMap::new();
         for _ in 0..m {
+            let at = r.pos();
             let replica = u16_of(&mut r, "a replica id")?;
             let client = text(&mut r, "a client address")?;
             let peer = text(&mut r, "a peer address")?;
-            replicas.insert(replica, Endpoint { client, peer });
+            if replicas
+                .insert(replica, Endpoint { client, peer })
+                .is_some()
+            {
+                return Err(repeated("a replica id", at));
+            }
         }
-        shards.insert(id, Shard { replicas });
+        if shards.insert(id, Shard { replicas }).is_some() {
+            return Err(repeated("a shard id", at));
+        }
     }
     let default = placement(&mut r)?;
     // A keyspace takes at least three bytes (a name length, a tag, a shard).
     let k = r.count(3)?;
     let mut keyspaces = BTreeMap::new();
     for _ in 0..k {
+        let at = r.pos();
         let name = text(&mut r, "a keyspace name")?;
-        keyspaces.insert(name, placement(&mut r)?);
+        if keyspaces.insert(name, placement(&mut r)?).is_some() {
+            return Err(repeated("a keyspace name", at));
+        }
     }
     r.finish()?;
     let map = ShardMap {
@@ -177,6 +197,10 @@ fn placement(r: &mut Reader<'_>) -> Result<Placement, MapDecodeError> {
         }
         tag => Err(MapDecodeError::Placement { tag, offset }),
     }
+}
+
+fn repeated(what: &'static str, offset: usize) -> MapDecodeError {
+    MapDecodeError::Repeated { what, offset }
 }
 
 fn u16_of(r: &mut Reader<'_>, what: &'static str) -> Result<u16, MapDecodeError> {

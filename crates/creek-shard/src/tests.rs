@@ -205,6 +205,28 @@ fn malformed_bytes_are_refused_with_the_reason() {
         decode(&Bytes::from(encode(&bad))),
         Err(MapDecodeError::Invalid(MapError::UnknownShard { .. }))
     ));
+    // A keyspace listed twice (the encoding of a map is canonical: each
+    // once, in order).
+    let mut twice = encode(&map);
+    let tail = encode(&ShardMap {
+        keyspaces: BTreeMap::new(),
+        ..map.clone()
+    })
+    .len();
+    let one = encode(&ShardMap {
+        keyspaces: [("config".to_owned(), Placement::Pinned(s(1)))].into(),
+        ..map.clone()
+    });
+    // Patch the keyspace count from 2 to 3 and append "config" again.
+    twice[tail - 1] = 3;
+    twice.extend_from_slice(&one[tail..]);
+    assert!(matches!(
+        decode(&Bytes::from(twice)),
+        Err(MapDecodeError::Repeated {
+            what: "a keyspace name",
+            ..
+        })
+    ));
     for cut in 0..good.len() {
         assert!(decode(&Bytes::copy_from_slice(&good[..cut])).is_err());
     }
