@@ -1,8 +1,8 @@
 //! Conditional delivery: committed entries put their ids, at their first
 //! occurrence, in the decided queue; [`Cab::ready`] hands them to the
 //! replica in log order, which delivers each once its *deps* holds, and
-//! [`Cab::advance`] takes the delivered ones off the queue. Also what CAB waits on, and the
-//! log not yet decided (the leader's optimistic order).
+//! [`Cab::advance`] takes the delivered ones off the queue. Also what CAB
+//! waits on, and the log not yet decided (the leader's optimistic order).
 
 use creek_core::OpId;
 use creek_types::planted::Bug;

@@ -308,7 +308,7 @@ impl BaselineNode {
     /// One turn: gossip's output (deliveries, messages), then consensus's
     /// (messages, decided ids, delivered in decision order once their
     /// payloads are here); then settled executions become views.
-    fn pump(&mut self) {
+    fn turn(&mut self) {
         self.take_gossip_output();
         let ready = {
             let holds = holder(&self.payloads, &self.committed_set);
@@ -466,7 +466,7 @@ impl SimReplica for BaselineNode {
         self.accept(op.clone());
         self.gossip.broadcast(op);
         self.cab.cast(id);
-        self.pump();
+        self.turn();
         Ok(ExecKey::Op(id))
     }
 
@@ -484,7 +484,7 @@ impl SimReplica for BaselineNode {
             // fixed membership.
             PeerMessage::Probe(_) | PeerMessage::Hello(_) | PeerMessage::Snapshot(_) => {}
         }
-        self.pump();
+        self.turn();
     }
 
     fn tick(&mut self, _now_us: u64) {
@@ -495,7 +495,7 @@ impl SimReplica for BaselineNode {
             self.ticks = 0;
             self.cast_uncommitted(false);
         }
-        self.pump();
+        self.turn();
     }
 
     fn next_execution(&mut self) -> Option<Task<ExecKey>> {
@@ -627,7 +627,7 @@ impl SimReplica for BaselineNode {
         self.log_mark = (0, 0, 0);
         // What this replica cast was volatile: cast its own ops again.
         self.cast_uncommitted(true);
-        self.pump();
+        self.turn();
         Ok(())
     }
 }
