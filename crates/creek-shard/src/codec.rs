@@ -67,7 +67,7 @@ pub enum MapDecodeError {
 }
 
 /// The encoded map.
-pub fn encode(map: &ShardMap) -> Vec<u8> {
+pub fn encode(map: &ShardMap) -> Bytes {
     let mut out = Vec::new();
     out.put_u8(VERSION);
     out.put_varint(map.cluster);
@@ -88,7 +88,7 @@ pub fn encode(map: &ShardMap) -> Vec<u8> {
         out.put_prefixed(name.as_bytes());
         put_placement(&mut out, p);
     }
-    out
+    Bytes::from(out)
 }
 
 fn put_placement(out: &mut Vec<u8>, p: &Placement) {

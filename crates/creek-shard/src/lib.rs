@@ -38,8 +38,6 @@ mod placement;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use bytes::Bytes;
-
 pub use codec::{decode, encode, MapDecodeError};
 pub use placement::{slot_of, Placement, SLOTS};
 
@@ -152,23 +150,6 @@ fn list(shards: &[ShardId]) -> String {
     names.join(", ")
 }
 
-/// Where a stored key belongs: the keyspace whose data it is (`None`: the
-/// built-in data) and the key within it. Keyspace data is stored under
-/// `\0ks/NAME\0KEY`; every other key is the built-in data's.
-pub fn placement_key(stored: &[u8]) -> (Option<&str>, &[u8]) {
-    const DATA_PREFIX: &[u8] = b"\0ks/";
-    let Some(rest) = stored.strip_prefix(DATA_PREFIX) else {
-        return (None, stored);
-    };
-    let Some(nul) = rest.iter().position(|b| *b == 0) else {
-        return (None, stored);
-    };
-    match std::str::from_utf8(&rest[..nul]) {
-        Ok(name) => (Some(name), &rest[nul + 1..]),
-        Err(_) => (None, stored),
-    }
-}
-
 impl ShardMap {
     /// A cluster of one shard holding everything: what a cluster without
     /// shards is.
@@ -204,12 +185,6 @@ impl ShardMap {
     /// The shard that owns `key` of `keyspace`.
     pub fn owner(&self, keyspace: Option<&str>, key: &[u8]) -> ShardId {
         self.placement(keyspace).owner(key)
-    }
-
-    /// The shard that owns a stored key (see [`placement_key`]).
-    pub fn owner_of_stored(&self, stored: &[u8]) -> ShardId {
-        let (keyspace, key) = placement_key(stored);
-        self.owner(keyspace, key)
     }
 
     /// The one shard owning every key of an operation, or why there is
@@ -296,11 +271,6 @@ impl ShardMap {
     /// Every shard's number, in order.
     pub fn shard_ids(&self) -> Vec<ShardId> {
         self.shards.keys().copied().collect()
-    }
-
-    /// The encoded map (see [`encode`]).
-    pub fn to_bytes(&self) -> Bytes {
-        Bytes::from(encode(self))
     }
 }
 
