@@ -219,7 +219,8 @@ impl Gossip {
 
     /// A message from a peer. Ops that become deliverable (per-origin FIFO;
     /// duplicates, already-delivered ops and ops claiming this replica as
-    /// origin are ignored) and replies wait for [`Gossip::take_output`]. Never panics, whatever the message holds.
+    /// origin are ignored) and replies wait for [`Gossip::take_output`].
+    /// Never panics, whatever the message holds.
     pub fn on_message(&mut self, from: ReplicaId, msg: GossipMessage) {
         if from == self.config.me {
             self.stats.rejected += 1;

@@ -10,8 +10,9 @@
 //!   every peer in `Ops` messages of at most `ops_per_message_max` ops.
 //!   Drivers take the output after a batch of inputs so pushes are batched.
 //! - **Per-origin FIFO delivery.** [`Gossip::on_message`] delivers a remote
-//!   op `(o, s)` ([`GossipOutput::delivered`]) only after `(o, s-1)`; duplicates, ops at or below the
-//!   counter and ops claiming this replica as origin are ignored. An op that
+//!   op `(o, s)` ([`GossipOutput::delivered`]) only after `(o, s-1)`;
+//!   duplicates, ops at or below the counter and ops claiming this replica
+//!   as origin are ignored. An op that
 //!   arrives early waits in a bounded buffer and is delivered as soon as the
 //!   gap fills.
 //! - **Anti-entropy.** Every `anti_entropy_every_ticks` ticks each replica
