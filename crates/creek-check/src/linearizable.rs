@@ -153,8 +153,8 @@ pub fn strong_ops(history: &History) -> Vec<LinOp> {
 }
 
 /// Check that `ops` are linearizable with respect to the procedures of
-/// `registry` run under `limits`, partitioned by `keys` (ops with no keys
-/// are skipped). Partitions are searched smallest first; the first
+/// `registry` run under `limits`, from the state `initial` (a bulk load;
+/// usually empty), partitioned by `keys` (ops with no keys are skipped). Partitions are searched smallest first; the first
 /// violation is returned. At most `budget_steps` search steps are spent in
 /// total; past that the result is [`LinResult::Inconclusive`].
 pub fn check(
@@ -162,6 +162,7 @@ pub fn check(
     keys: &dyn Fn(&ProcCall) -> Vec<Bytes>,
     registry: &Registry,
     limits: TxnLimits,
+    initial: &BTreeMap<Bytes, Bytes>,
     budget_steps: u64,
 ) -> LinResult {
     let parts = partition(ops, keys);
@@ -169,7 +170,14 @@ pub fn check(
     let mut budget = budget_steps;
     for part in &parts {
         let members: Vec<&LinOp> = part.members.iter().map(|&i| &ops[i]).collect();
-        match search(registry, limits, &members, &mut budget) {
+        // A partition's ops touch its keys only: it starts from their
+        // initial values.
+        let start: BTreeMap<Bytes, Bytes> = part
+            .keys
+            .iter()
+            .filter_map(|k| initial.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        match search(registry, limits, &members, start, &mut budget) {
             Searched::Linearizable => {}
             Searched::NotLinearizable(detail) => {
                 let mut indices: Vec<usize> = members.iter().map(|o| o.index).collect();
@@ -582,7 +590,13 @@ struct Search<'a> {
 }
 
 impl<'a> Search<'a> {
-    fn new(registry: &'a Registry, limits: TxnLimits, members: &[&'a LinOp]) -> Self {
+    /// A search from `state` (its hash is relative: 0 for where it starts).
+    fn new(
+        registry: &'a Registry,
+        limits: TxnLimits,
+        members: &[&'a LinOp],
+        state: BTreeMap<Bytes, Bytes>,
+    ) -> Self {
         let is_read_only = |o: &LinOp| registry.get(&o.call.name).is_some_and(|p| p.read_only);
         // Unknown-outcome read-only calls can change nothing: leave them out.
         let ops: Vec<&LinOp> = members
@@ -621,7 +635,7 @@ impl<'a> Search<'a> {
             unknown_bit,
             misfit,
             events,
-            state: BTreeMap::new(),
+            state,
             state_hash: 0,
             known_hash: 0,
             inert_placed: BTreeSet::new(),
@@ -830,13 +844,14 @@ fn search(
     registry: &Registry,
     limits: TxnLimits,
     members: &[&LinOp],
+    start: BTreeMap<Bytes, Bytes>,
     budget: &mut u64,
 ) -> Searched {
     if members.len() >= MAX_OPS {
         // Event numbers must fit the cache's 32-bit fields.
         return Searched::Exhausted;
     }
-    Search::new(registry, limits, members).run(budget)
+    Search::new(registry, limits, members, start).run(budget)
 }
 
 /// Most ops one partition may hold (two events each, numbered in `u32`).

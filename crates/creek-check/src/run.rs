@@ -171,6 +171,7 @@ pub fn check_run(
     if unique.len() != canonical.len() {
         replay_v.push("an op appears twice in the committed order".into());
     }
+    let linearizable = linearizable_check(&run, keys);
     let initial = std::mem::take(&mut run.initial_state);
     let replayed = replay_committed(
         &run,
@@ -187,7 +188,7 @@ pub fn check_run(
     checks.push(Check::new("replay_matches", replay_v));
     checks.push(Check::new("no_lost_acks", lost_acks(&run, &unique)));
 
-    checks.push(linearizable_check(&run, keys));
+    checks.push(linearizable);
     checks.push(Check::new(
         "real_time",
         order::check_real_time(run.history, &canonical),
@@ -304,6 +305,7 @@ fn linearizable_check(run: &RunEnd<'_>, keys: &dyn Fn(&ProcCall) -> Vec<Bytes>) 
         keys,
         run.registry,
         TxnLimits::default(),
+        &run.initial_state,
         run.lin_budget_steps,
     ) {
         linearizable::LinResult::Ok { partitions, ops } => (

@@ -177,7 +177,8 @@ pub fn sim_point(out: &Outcome, replicas: usize, cores: usize) -> Map<String, Js
             "invalidations_per_op": ratio(run.counts.invalidations, run.counts.ops),
         }),
     );
-    let capacity_us = (cores * replicas) as f64 * (window.seconds() * 1e6);
+    let all_replicas = replicas * out.map.shards.len();
+    let capacity_us = (cores * all_replicas) as f64 * (window.seconds() * 1e6);
     m.insert(
         "cpu_busy".into(),
         json!((in_window.busy_us as f64 / capacity_us).min(1.0)),
@@ -206,15 +207,37 @@ pub fn consistency_ok(out: &Outcome) -> bool {
         return false;
     }
     let workload = out.workload.as_ref();
-    std::thread::scope(|s| {
+    let shards = out.map.shards.len();
+    // Each shard's replicas are judged on the ops invoked in that shard.
+    let histories: Vec<History> = (0..shards)
+        .map(|s| History {
+            ops: out
+                .history
+                .ops
+                .iter()
+                .filter(|r| shards == 1 || r.replica / out.per_shard == s)
+                .cloned()
+                .collect(),
+        })
+        .collect();
+    std::thread::scope(|scope| {
         let checks: Vec<_> = out
             .nodes
             .iter()
-            .map(|n| {
-                s.spawn(move || {
-                    workload
-                        .check(&out.history, &n.committed_state())
-                        .is_empty()
+            .enumerate()
+            .map(|(i, n)| {
+                let s = i / out.per_shard;
+                let history = &histories[s];
+                scope.spawn(move || {
+                    let state = n.committed_state();
+                    if shards == 1 {
+                        workload.check(history, &state).is_empty()
+                    } else {
+                        let shard = creek_shard::ShardId(s as u16);
+                        workload
+                            .check_shard(&out.map, shard, history, &state)
+                            .is_empty()
+                    }
                 })
             })
             .collect();

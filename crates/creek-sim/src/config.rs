@@ -170,6 +170,10 @@ impl Protocol {
     }
 }
 
+/// Most shards a simulated cluster has (replica ids stay below 256 with
+/// spares).
+pub const MAX_SHARDS: usize = 16;
+
 /// Everything a run depends on; a run is a function of this value.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -182,8 +186,12 @@ pub struct SimConfig {
     /// How the multiversion executor (Creek's and Archie's) picks its next
     /// execution; the default is what the server runs.
     pub schedule: creek_exec::mvcc::Schedule,
-    /// Replicas (3..=9).
+    /// Replicas (3..=9) of each shard.
     pub replicas: usize,
+    /// Shards (1..=16), each a group of `replicas` replicas owning the keys
+    /// a hashed map gives it (and the placements the workload adds);
+    /// clients send each op to a replica of the shard owning its keys.
+    pub shards: usize,
     /// Cores per replica.
     pub cores: usize,
     /// PRNG seed.
@@ -275,6 +283,7 @@ impl Default for SimConfig {
             archie_window: 64,
             schedule: creek_exec::mvcc::Schedule::default(),
             replicas: 5,
+            shards: 1,
             cores: 4,
             seed: 1,
             workload: "kv".into(),
@@ -308,6 +317,12 @@ impl SimConfig {
     pub fn validate(&self) -> Result<(), String> {
         if !(3..=9).contains(&self.replicas) {
             return Err("replicas must be between 3 and 9".into());
+        }
+        if !(1..=MAX_SHARDS).contains(&self.shards) {
+            return Err(format!("shards must be between 1 and {MAX_SHARDS}"));
+        }
+        if self.shards > 1 && self.protocol != Protocol::Creek {
+            return Err("sharded runs run Creek's protocol: use --protocol creek".into());
         }
         if self.plant_bug.is_some() && !creek_node::PLANTED_BUGS {
             return Err(format!(

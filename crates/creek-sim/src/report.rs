@@ -3,20 +3,65 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+use creek_check::history::{History, OpRecord};
 use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
+use creek_shard::{RouteError, ShardId};
 use serde_json::{json, Value};
 
 use crate::config::SimConfig;
 use crate::sim::Outcome;
 use crate::workload::Workload;
 
-/// All checkers, over the simulator's end state.
+/// All checkers, over the simulator's end state: each shard's replicas,
+/// history and data checked as a group of their own (one shard: the whole
+/// run), and on a sharded cluster the ownership check.
 pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
+    let mut merged: Vec<Check> = Vec::new();
+    for s in 0..cfg.shards {
+        for check in shard_checks(cfg, out, s) {
+            let check = if cfg.shards > 1 {
+                Check {
+                    violations: check
+                        .violations
+                        .into_iter()
+                        .map(|v| format!("shard {s}: {v}"))
+                        .collect(),
+                    note: check.note.map(|n| format!("shard {s}: {n}")),
+                    ..check
+                }
+            } else {
+                check
+            };
+            match merged.iter_mut().find(|c| c.name == check.name) {
+                Some(c) => {
+                    c.ok &= check.ok;
+                    c.violations.extend(check.violations);
+                    c.note = match (c.note.take(), check.note) {
+                        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                        (a, b) => a.or(b),
+                    };
+                }
+                None => merged.push(check),
+            }
+        }
+    }
+    if cfg.shards > 1 {
+        merged.push(Check::new("ownership", ownership_violations(out)));
+    }
+    merged
+}
+
+/// The checks of shard `s`: its replicas, the ops invoked at them and
+/// broadcast by them, and the data it owns.
+fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
-    let replicas = out
-        .nodes
-        .iter()
-        .zip(&out.members)
+    let slots = s * out.per_shard..(s + 1) * out.per_shard;
+    let base = slots.start;
+    let in_shard = |replica: u16| slots.contains(&usize::from(replica).wrapping_sub(1));
+    let replicas = slots
+        .clone()
+        .map(|i| (&out.nodes[i], out.members[i]))
         .map(|(n, member)| ReplicaEnd {
             committed: n.committed(),
             finalized: n.finalized(),
@@ -26,25 +71,112 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
             wiped: n.disk_counts().wipes > 0,
         })
         .collect();
+    let owned = |key: &Bytes| {
+        cfg.shards == 1
+            || workload
+                .record_route(key)
+                .is_none_or(|(ks, k)| usize::from(out.map.owner(ks.as_deref(), &k).0) == s)
+    };
     let initial_state = if out.preloaded {
-        workload.preload().into_iter().collect()
+        workload
+            .preload()
+            .into_iter()
+            .filter(|(k, _)| owned(k))
+            .collect()
     } else {
         BTreeMap::new()
     };
+    // Records name their replica within the shard, as a run of one group.
+    let history = History {
+        ops: out
+            .history
+            .ops
+            .iter()
+            .filter(|r| slots.contains(&r.replica))
+            .map(|r| OpRecord {
+                replica: r.replica - base,
+                ..r.clone()
+            })
+            .collect(),
+    };
     let run = RunEnd {
-        history: &out.history,
+        history: &history,
         replicas,
-        broadcast: out.ops.iter().map(|(id, op)| (*id, &op.call)).collect(),
+        broadcast: out
+            .ops
+            .iter()
+            .filter(|(id, _)| in_shard(id.origin.0))
+            .map(|(id, op)| (*id, &op.call))
+            .collect(),
         broadcast_complete: true,
         registry: &out.registry,
         initial_state,
-        prefix_violation: out.prefix_violation.clone(),
+        prefix_violation: out
+            .prefix_violation
+            .as_ref()
+            .filter(|(shard, _)| *shard == s)
+            .map(|(_, v)| v.clone()),
         settled: out.settled,
         settled_after_us: out.settled_after_us,
         liveness_bound_us: out.liveness_bound_us,
         lin_budget_steps: cfg.lin_budget_steps,
     };
-    check_run(run, &|c| workload.keys(c), &|h, s| workload.check(h, s))
+    let shard = ShardId(s as u16);
+    let invariants = |h: &History, state: &BTreeMap<Bytes, Bytes>| {
+        if cfg.shards == 1 {
+            workload.check(h, state)
+        } else {
+            workload.check_shard(&out.map, shard, h, state)
+        }
+    };
+    check_run(run, &|c| workload.keys(c), &invariants)
+}
+
+/// No shard ran an op on keys it does not own: every op a client invoked
+/// went to a replica of the shard owning its keys, and every op a replica
+/// committed is owned by the replica's shard. Ops naming no key (setup
+/// definitions sent to every shard, a replica's own session expiries) are
+/// the shard's own.
+pub fn ownership_violations(out: &Outcome) -> Vec<String> {
+    let workload: &dyn Workload = out.workload.as_ref();
+    let shard_of_slot = |i: usize| i / out.per_shard;
+    let owner = |call: &creek_types::ProcCall| {
+        let keys = workload.route_keys(call);
+        out.map
+            .route(keys.iter().map(|(ks, k)| (ks.as_deref(), &k[..])))
+            .map(|s| usize::from(s.0))
+    };
+    let mut violations = Vec::new();
+    let mut judge = |what: String, call: &creek_types::ProcCall, shard: usize| match owner(call) {
+        Ok(s) if s != shard => violations.push(format!(
+            "{what} ({}) ran on shard {shard}; shard {s} owns its keys",
+            call.name
+        )),
+        Err(RouteError::Spans { shards }) => violations.push(format!(
+            "{what} ({}) ran on shard {shard}; its keys span shards {shards:?}",
+            call.name
+        )),
+        _ => {}
+    };
+    for r in &out.history.ops {
+        let what = match r.id {
+            Some(id) => format!("op {id} invoked at replica {}", r.replica),
+            None => format!("a local read at replica {}", r.replica),
+        };
+        judge(what, &r.call, shard_of_slot(r.replica));
+    }
+    for (i, node) in out.nodes.iter().enumerate() {
+        for id in node.committed() {
+            if let Some(op) = out.ops.get(id) {
+                judge(
+                    format!("op {id} committed at replica {i}"),
+                    &op.call,
+                    shard_of_slot(i),
+                );
+            }
+        }
+    }
+    violations
 }
 
 /// The JSON report of one run.
@@ -71,6 +203,10 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             !r.views.is_empty()
         };
         completed += u64::from(done);
+    }
+    let mut ops_by_shard = vec![0u64; cfg.shards];
+    for r in h {
+        ops_by_shard[r.replica / out.per_shard] += 1;
     }
     let mut counts = crate::replica::ReplicaCounts::default();
     for n in &out.nodes {
@@ -103,9 +239,11 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         "workload": cfg.workload,
         "links": cfg.links.name(),
         "replicas": cfg.replicas,
+        "shards": cfg.shards,
         "cores": cfg.cores,
         "duration_us": out.duration_us,
         "ops": { "total": h.len(), "weak": weak, "strong": strong, "local_reads": local },
+        "ops_by_shard": ops_by_shard,
         "faults": out.faults,
         "checks": checks_obj,
         "violations": violations,

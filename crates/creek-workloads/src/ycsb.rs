@@ -291,6 +291,14 @@ impl Ycsb {
         })
     }
 
+    /// Every record as the load writes it, `(key, value)` in order: what a
+    /// bulk load (a replica restored from a backup) starts from instead of
+    /// running [`Ycsb::load_calls`].
+    pub fn records(&self) -> impl Iterator<Item = (Bytes, Bytes)> + '_ {
+        let len = self.config.value_bytes;
+        (0..self.config.records).map(move |n| (key(n), load_value(n, len)))
+    }
+
     /// The record the next request goes to.
     pub fn next_record(&mut self) -> u64 {
         let n = self.config.records;

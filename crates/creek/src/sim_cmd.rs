@@ -10,13 +10,19 @@ pub struct Args {
     /// What the replicas run: creek, or a baseline (smr, bayou, archie).
     #[arg(long, default_value = "creek", value_parser = Protocol::parse)]
     protocol: Protocol,
-    /// Replicas.
+    /// Replicas (of each shard).
     #[arg(long, default_value_t = 5)]
     replicas: usize,
+    /// Shards, each a group of `--replicas` replicas owning its share of
+    /// the keys; faults hit one shard at a time and the checks run per
+    /// shard, with the ownership check (no shard ran an op on keys it does
+    /// not own).
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
     /// Cores per replica.
     #[arg(long, default_value_t = 4)]
     cores: usize,
-    /// Workload: kv, bank, list, queue.
+    /// Workload: kv, bank, list, queue, tpcc, ycsb, tickets, procs.
     #[arg(long, default_value = "kv")]
     workload: String,
     /// Seed of a single run.
@@ -75,6 +81,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
     let base = SimConfig {
         protocol: args.protocol,
         replicas: args.replicas,
+        shards: args.shards,
         cores: args.cores,
         seed: args.seed,
         workload: args.workload.clone(),
@@ -119,11 +126,12 @@ pub fn run(args: &Args) -> Result<bool, String> {
         }
         if !ok {
             eprintln!(
-                "  reproduce: creek sim --protocol {} --schedule {} --links {} --replicas {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
+                "  reproduce: creek sim --protocol {} --schedule {} --links {} --replicas {} --shards {} --cores {} --workload {} --duration {} --faults {} --clients {} --rate {}{} --seed {seed}\n  {}",
                 args.protocol.name(),
                 args.schedule.name(),
                 args.links.name(),
                 args.replicas,
+                args.shards,
                 args.cores,
                 args.workload,
                 args.duration,

@@ -216,6 +216,7 @@ fn check_linearizable(history: &[Recorded]) -> String {
         &keys,
         &Registry::with_builtins(),
         TxnLimits::default(),
+        &Default::default(),
         50_000_000,
     ) {
         LinResult::Ok { partitions, ops } => format!("{ops} strong ops in {partitions} keys"),

@@ -59,6 +59,12 @@ pub struct Common {
     /// Cores per replica (sim).
     #[arg(long, default_value_t = 16)]
     cores: usize,
+    /// Shard counts to sweep (sim), e.g. `1,2,4,8`: each point runs that
+    /// many shards of `--replicas` replicas, with `--clients`, `--rate`
+    /// and TPC-C's `--warehouses` counted per shard, and the sweep ends
+    /// with a summary line of the scaling efficiency T(max) / (max · T(1)).
+    #[arg(long, value_delimiter = ',')]
+    shards: Vec<usize>,
     /// One-way link latency range in microseconds, `MIN-MAX` (sim).
     #[arg(long, default_value = "200-300")]
     link_us: String,
@@ -94,13 +100,19 @@ pub struct Common {
 pub struct TpccArgs {
     #[command(flatten)]
     common: Common,
-    /// Warehouses (the specification's cardinalities per warehouse).
+    /// Warehouses (the specification's cardinalities per warehouse); with
+    /// `--shards`, per shard (in contiguous blocks, one per shard).
     #[arg(long, default_value_t = 5)]
     warehouses: u16,
     /// Share of transactions run strong, picked at random; default:
     /// Payment strong, the others weak.
     #[arg(long)]
     strong_share: Option<f64>,
+    /// Divide the specification's items, customers and orders per district
+    /// by this (warehouses and districts keep their number): 10 lets a
+    /// sweep to 8 shards of 5 replicas fit in this machine's memory.
+    #[arg(long, default_value_t = 1)]
+    row_divisor: u32,
 }
 
 /// `creek bench ycsb`.
@@ -165,17 +177,31 @@ pub struct Plan {
     /// Builds the workload of a benchmark outside `workload::by_name`
     /// (`creek bench groups`); `None`: the workload named `bench`.
     make: Option<MakeWorkload>,
+    /// The shard counts swept (`[1]` without `--shards`).
+    shards: Vec<usize>,
+    /// TPC-C: `--warehouses` counts per shard.
+    warehouses_per_shard: Option<u16>,
 }
 
 /// A workload of a benchmark's own, built afresh for each point.
 pub(crate) type MakeWorkload = Box<dyn Fn() -> Result<Box<dyn Workload>, String>>;
 
 impl Plan {
-    /// A fresh workload for one point (same settings every time).
-    fn workload(&self) -> Result<Box<dyn Workload>, String> {
+    /// A fresh workload for one point on `shards` shards (same settings
+    /// every time).
+    fn workload(&self, shards: usize) -> Result<Box<dyn Workload>, String> {
         match &self.make {
             Some(make) => make(),
-            None => workload::by_name(self.bench, &self.config),
+            None => {
+                let mut config = self.config.clone();
+                if let Some(w) = self.warehouses_per_shard {
+                    let total = usize::from(w) * shards;
+                    let total = u16::try_from(total)
+                        .map_err(|_| format!("{total} warehouses are too many"))?;
+                    config.tpcc_warehouses = Some(total);
+                }
+                workload::by_name(self.bench, &config)
+            }
         }
     }
 
@@ -271,6 +297,13 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
         ));
     }
     let warmup_us = parse_duration_or_zero(&common.warmup)?;
+    if !common.shards.is_empty() && common.target != Target::Sim {
+        return Err("--shards sweeps run in the simulator (--target sim)".into());
+    }
+    let max = creek_sim::config::MAX_SHARDS;
+    if common.shards.iter().any(|s| !(1..=max).contains(s)) {
+        return Err(format!("--shards must be within 1..={max}"));
+    }
     let mut settings = Map::new();
     settings.insert("bench".into(), json!(bench));
     settings.insert(
@@ -296,13 +329,23 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
         loads,
         settings,
         make: None,
+        shards: if common.shards.is_empty() {
+            vec![1]
+        } else {
+            common.shards.clone()
+        },
+        warehouses_per_shard: None,
     })
 }
 
 /// Run `creek bench tpcc`.
 pub fn tpcc(args: &TpccArgs) -> Result<(), String> {
+    if args.row_divisor == 0 || args.row_divisor > 100 {
+        return Err("--row-divisor must be within 1..=100".into());
+    }
     let config = WorkloadConfig {
         tpcc_warehouses: Some(args.warehouses),
+        tpcc_row_divisor: args.row_divisor,
         tpcc_strong_share: args.strong_share,
         // Every transaction asks for its final view too, so that accuracy
         // and the final latencies are measured for all of them.
@@ -313,6 +356,15 @@ pub fn tpcc(args: &TpccArgs) -> Result<(), String> {
     let mut p = plan("tpcc", &args.common, config)?;
     p.settings
         .insert("warehouses".into(), json!(args.warehouses));
+    if args.row_divisor != 1 {
+        p.settings
+            .insert("row_divisor".into(), json!(args.row_divisor));
+    }
+    if !args.common.shards.is_empty() {
+        p.warehouses_per_shard = Some(args.warehouses);
+        p.settings
+            .insert("warehouses_per_shard".into(), json!(args.warehouses));
+    }
     p.settings.insert(
         "strong_share".into(),
         args.strong_share.map_or(json!("payment"), |s| json!(s)),

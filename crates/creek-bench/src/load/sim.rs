@@ -13,16 +13,31 @@ use serde_json::{json, Map, Value as Json};
 use super::{describe, point_header, Emit, Load, Plan, Progress};
 
 pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), String> {
-    for (i, &load) in p.loads.iter().enumerate() {
-        let what = describe(load);
+    let sharded = p.shards != [1];
+    // Throughput of each (load, shard count), for the scaling summary.
+    let mut throughput: Vec<(usize, usize, f64)> = Vec::new();
+    let points = p.shards.iter().flat_map(|s| {
+        p.loads
+            .iter()
+            .enumerate()
+            .map(move |(l, load)| (*s, l, *load))
+    });
+    for (i, (shards, load_index, load)) in points.enumerate() {
+        let mut what = describe(load);
+        if sharded {
+            what = format!("{what} per shard on {shards} shards");
+        }
         progress.start(i, &what);
+        // Loads count per shard: a sweep over shards keeps each shard's
+        // share of the load.
         let (clients, rate) = match load {
-            Load::Open(r) => (0, r),
-            Load::Closed(c) => (c, 0.0),
+            Load::Open(r) => (0, r * shards as f64),
+            Load::Closed(c) => (c * shards, 0.0),
         };
         let cfg = SimConfig {
             protocol: p.common.protocol,
             replicas: p.replicas,
+            shards,
             cores: p.common.cores,
             seed: p.common.seed,
             workload: p.bench.into(),
@@ -39,19 +54,68 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
             ..SimConfig::default()
         };
         let bar = *progress;
+        let bar_what = what.clone();
         let measured = sim_point_for(
             cfg,
-            || p.workload(),
-            move |now, total| bar.update(i, now as f64 / total as f64, &what),
+            || p.workload(shards),
+            move |now, total| bar.update(i, now as f64 / total as f64, &bar_what),
         )?;
         let mut point = point_header(p, load);
+        if sharded {
+            point.insert("shards".into(), json!(shards));
+            let t = measured
+                .get("throughput_ops_per_sec")
+                .and_then(Json::as_f64)
+                .unwrap_or(0.0);
+            throughput.push((load_index, shards, t));
+        }
         point.insert("cores".into(), json!(p.common.cores));
         point.insert("link_us".into(), json!([p.link_us.0, p.link_us.1]));
         point.insert("seed".into(), json!(p.common.seed));
         point.extend(measured);
         emit(point)?;
     }
+    if sharded {
+        for summary in scaling_summaries(p, &throughput) {
+            emit(summary)?;
+        }
+    }
     Ok(())
+}
+
+/// One summary per load of a sweep over shards: the throughput at each
+/// shard count and the scaling efficiency T(S) / (S · T(1)) at the largest
+/// S swept (`null` without a point at one shard).
+fn scaling_summaries(p: &Plan, throughput: &[(usize, usize, f64)]) -> Vec<Map<String, Json>> {
+    let max = p.shards.iter().copied().max().unwrap_or(1);
+    (0..p.loads.len())
+        .map(|l| {
+            let at = |s: usize| {
+                throughput
+                    .iter()
+                    .find(|(load, shards, _)| *load == l && *shards == s)
+                    .map(|(_, _, t)| *t)
+            };
+            let efficiency = match (at(1), at(max)) {
+                (Some(one), Some(top)) if one > 0.0 => json!(top / (max as f64 * one)),
+                _ => json!(null),
+            };
+            let mut m = point_header(p, p.loads[l]);
+            m.insert("summary".into(), json!("scaling"));
+            m.insert(
+                "throughput_by_shards".into(),
+                Json::Object(
+                    p.shards
+                        .iter()
+                        .map(|s| (s.to_string(), json!(at(*s))))
+                        .collect(),
+                ),
+            );
+            m.insert("max_shards".into(), json!(max));
+            m.insert("scaling_efficiency".into(), efficiency);
+            m
+        })
+        .collect()
 }
 
 /// One simulated point: build the workload and the simulation of `cfg`

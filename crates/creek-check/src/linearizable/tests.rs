@@ -58,11 +58,16 @@ fn unknown(index: usize, call: ProcCall, from: u64) -> LinOp {
 }
 
 fn run(ops: &[LinOp]) -> LinResult {
+    run_from(ops, &BTreeMap::new())
+}
+
+fn run_from(ops: &[LinOp], initial: &BTreeMap<Bytes, Bytes>) -> LinResult {
     check(
         ops,
         &first_arg_key,
         &Registry::with_builtins(),
         TxnLimits::default(),
+        initial,
         1_000_000,
     )
 }
@@ -264,6 +269,7 @@ fn shared_keys_merge_partitions_and_empty_keys_skip() {
         &keys,
         &Registry::with_builtins(),
         TxnLimits::default(),
+        &BTreeMap::new(),
         1000,
     );
     assert_eq!(
@@ -285,6 +291,7 @@ fn budget_exhaustion_is_inconclusive() {
         &first_arg_key,
         &Registry::with_builtins(),
         TxnLimits::default(),
+        &BTreeMap::new(),
         10,
     );
     assert!(matches!(r, LinResult::Inconclusive { .. }), "{r:?}");
@@ -467,7 +474,22 @@ fn long_history_with_modest_concurrency_is_fast() {
         &|_: &ProcCall| vec![Bytes::from_static(b"all")],
         &Registry::with_builtins(),
         TxnLimits::default(),
+        &BTreeMap::new(),
         5_000_000,
     );
     assert!(matches!(r, LinResult::Ok { .. }), "{r:?}");
+}
+
+/// A bulk-loaded state is where the search starts: a first read of a
+/// loaded key sees its value, which from an empty state is a violation.
+#[test]
+fn the_search_starts_from_the_initial_state() {
+    let ops = vec![
+        op(0, get("k"), 0, 1, ok("a")),
+        op(1, put("k", "b"), 2, 3, nil()),
+        op(2, get("k"), 4, 5, ok("b")),
+    ];
+    let initial: BTreeMap<Bytes, Bytes> = [(Bytes::from("k"), Bytes::from("a"))].into();
+    assert!(matches!(run_from(&ops, &initial), LinResult::Ok { .. }));
+    assert!(matches!(run(&ops), LinResult::Violation(_)));
 }

@@ -4,100 +4,136 @@ use super::*;
 
 impl Sim {
     /// Build a simulation; `workload` must already be chosen.
-    pub fn new(cfg: SimConfig, workload: Box<dyn Workload>) -> Result<Self, String> {
+    pub fn new(cfg: SimConfig, mut workload: Box<dyn Workload>) -> Result<Self, String> {
         cfg.validate()?;
         let mut registry = Registry::with_builtins();
         workload.register(&mut registry);
         let registry = Arc::new(registry);
         let mut rng = Rng::new(cfg.seed);
-        // A bulk-loaded initial state, as if every replica were restored
-        // from the same backup: the checkpoint of an empty history.
-        let preload = workload.preload();
-        let preloaded = !preload.is_empty();
-        let initial_state = if cfg.check_invariants {
-            preload.iter().cloned().collect()
-        } else {
-            BTreeMap::new()
-        };
-        let initial = preloaded.then(|| Checkpoint {
-            state: preload,
-            ..Checkpoint::default()
-        });
-        let ids: Vec<ReplicaId> = (1..=cfg.replicas as u16).map(ReplicaId).collect();
-        let voters: Vec<u64> = ids.iter().map(|r| u64::from(r.0) + 1).collect();
         let spares = if cfg.faults.members && cfg.protocol == Protocol::Creek {
             SPARES
         } else {
             0
         };
-        let slots = cfg.replicas + spares;
+        // Shard `s` holds slots `s * per_shard ..`: its replicas, then its
+        // spares. A slot's replica id is its index + 1, unique across the
+        // cluster, as the directory hands them out.
+        let per_shard = cfg.replicas + spares;
+        let slots = per_shard * cfg.shards;
+        let map = shard_map(&cfg, per_shard, workload.as_mut())?;
+        // A bulk-loaded initial state, as if every replica were restored
+        // from the same backup: the checkpoint of an empty history, each
+        // shard's holding the records it owns.
+        let preload = workload.preload();
+        let preloaded = !preload.is_empty();
+        let preloads: Vec<Vec<(Bytes, Bytes)>> = (0..cfg.shards)
+            .map(|s| {
+                preload
+                    .iter()
+                    .filter(|(k, _)| {
+                        cfg.shards == 1
+                            || workload.record_route(k).is_none_or(|(ks, key)| {
+                                map.owner(ks.as_deref(), &key).0 == s as u16
+                            })
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .collect();
+        let initial_states = preloads
+            .iter()
+            .map(|p| {
+                if cfg.check_invariants {
+                    p.iter().cloned().collect()
+                } else {
+                    BTreeMap::new()
+                }
+            })
+            .collect();
         let mut nodes = Vec::new();
         let durable_initial = cfg.faults.crashes();
-        for me in (1..=slots as u16).map(ReplicaId) {
-            let spare = !ids.contains(&me);
-            let group: Vec<ReplicaId> = ids.iter().copied().chain(spare.then_some(me)).collect();
-            let (config, setup) = node_config(&cfg, me, &group);
-            let storage = MemCabStorage::new(voters.clone());
-            let node: Box<dyn SimReplica> = match cfg.protocol {
-                Protocol::Creek if spare => {
-                    Box::new(CreekReplica::spare(config, registry.clone(), setup))
-                }
-                Protocol::Creek => Box::new(CreekReplica::new(
-                    config,
-                    registry.clone(),
-                    setup,
-                    initial.clone(),
-                    durable_initial,
-                )?),
-                baseline => Box::new(BaselineNode::new(
-                    baseline,
-                    me,
-                    config.gossip,
-                    config.cab,
-                    storage,
-                    registry.clone(),
-                    initial
-                        .as_ref()
-                        .map(|c| c.state.clone())
-                        .unwrap_or_default(),
-                    cfg.archie_window,
-                    cfg.schedule,
-                )?),
-            };
-            let (offset, drift) = if cfg.faults.clock {
-                (
-                    rng.range(0, 100_000) as i64 - 50_000,
-                    rng.range(0, 2_000) as i64 - 1_000,
-                )
-            } else {
-                (0, 0)
-            };
-            nodes.push(SimNode {
-                node,
-                busy_cores: 0,
-                busy_us: 0,
-                epoch: 0,
-                clock_offset_us: offset,
-                wiped: false,
-                stalled_until: 0,
-                slot: if spare { Slot::Spare } else { Slot::Member },
-                clock_drift_ppm: drift,
-                handles: BTreeMap::new(),
-                disk_wake_at: None,
-                next_invariants_at: 0,
+        for (shard, preload) in preloads.into_iter().enumerate() {
+            let base = shard * per_shard;
+            let initial = preloaded.then(|| Checkpoint {
+                state: preload,
+                ..Checkpoint::default()
             });
+            let ids: Vec<ReplicaId> = (1..=cfg.replicas)
+                .map(|k| ReplicaId((base + k) as u16))
+                .collect();
+            let voters: Vec<u64> = ids.iter().map(|r| u64::from(r.0) + 1).collect();
+            for me in (1..=per_shard).map(|k| ReplicaId((base + k) as u16)) {
+                let spare = !ids.contains(&me);
+                let group: Vec<ReplicaId> =
+                    ids.iter().copied().chain(spare.then_some(me)).collect();
+                let (config, setup) = node_config(&cfg, me, &group);
+                let storage = MemCabStorage::new(voters.clone());
+                let node: Box<dyn SimReplica> = match cfg.protocol {
+                    Protocol::Creek if spare => {
+                        Box::new(CreekReplica::spare(config, registry.clone(), setup))
+                    }
+                    Protocol::Creek => Box::new(CreekReplica::new(
+                        config,
+                        registry.clone(),
+                        setup,
+                        initial.clone(),
+                        durable_initial,
+                    )?),
+                    baseline => Box::new(BaselineNode::new(
+                        baseline,
+                        me,
+                        config.gossip,
+                        config.cab,
+                        storage,
+                        registry.clone(),
+                        initial
+                            .as_ref()
+                            .map(|c| c.state.clone())
+                            .unwrap_or_default(),
+                        cfg.archie_window,
+                        cfg.schedule,
+                    )?),
+                };
+                let (offset, drift) = if cfg.faults.clock {
+                    (
+                        rng.range(0, 100_000) as i64 - 50_000,
+                        rng.range(0, 2_000) as i64 - 1_000,
+                    )
+                } else {
+                    (0, 0)
+                };
+                nodes.push(SimNode {
+                    node,
+                    busy_cores: 0,
+                    busy_us: 0,
+                    epoch: 0,
+                    clock_offset_us: offset,
+                    wiped: false,
+                    stalled_until: 0,
+                    slot: if spare { Slot::Spare } else { Slot::Member },
+                    clock_drift_ppm: drift,
+                    handles: BTreeMap::new(),
+                    disk_wake_at: None,
+                    next_invariants_at: 0,
+                });
+            }
         }
         let (net, faults) = network(&cfg, slots, &mut rng);
         let clients = (0..cfg.clients)
             .map(|c| Client {
-                replica: c % cfg.replicas,
+                replicas: (0..cfg.shards)
+                    .map(|s| s * per_shard + c % cfg.replicas)
+                    .collect(),
                 pending: None,
                 seq: 0,
                 acks: Vec::new(),
             })
             .collect();
-        Ok(Sim {
+        let canonical = vec![Vec::new(); cfg.shards];
+        let mut sim = Sim {
             checked_len: vec![0; slots],
+            per_shard,
+            map,
             cfg,
             registry,
             workload,
@@ -112,7 +148,7 @@ impl Sim {
             history: History::default(),
             ops: BTreeMap::new(),
             lost_ids: BTreeSet::new(),
-            canonical: Vec::new(),
+            canonical,
             prefix_violation: None,
             trace: 0xCBF2_9CE4_8422_2325,
             faults,
@@ -124,10 +160,61 @@ impl Sim {
             next_state_check: 0,
             readings: Readings::default(),
             preloaded,
-            initial_state,
+            initial_states,
             progress: None,
-        })
+        };
+        sim.setup_backlog = sim.setup_calls()?;
+        Ok(sim)
     }
+
+    /// The workload's setup calls, strong, each at the first replica of
+    /// the shard owning its keys; a call without keys (a procedure or
+    /// keyspace definition) runs on every shard, as an administrative
+    /// operation does. A call whose keys span shards cannot run.
+    fn setup_calls(&self) -> Result<VecDeque<(usize, Request)>, String> {
+        let mut out = VecDeque::new();
+        for call in self.workload.setup() {
+            let shards = match self.route(&call) {
+                Ok(s) => vec![s],
+                Err(creek_shard::RouteError::NoKeys) => (0..self.cfg.shards).collect(),
+                Err(e) => return Err(format!("setup call {}: {e}", call.name)),
+            };
+            for s in shards {
+                let request = Request {
+                    call: call.clone(),
+                    strong: true,
+                    views: Views::BOTH,
+                };
+                out.push_back((s * self.per_shard, request));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The cluster's map: one shard per group, slots hashed evenly over them,
+/// every shard listing its initial replicas; on a sharded cluster the
+/// workload adds the placements its data needs (or refuses to run).
+fn shard_map(
+    cfg: &SimConfig,
+    per_shard: usize,
+    workload: &mut dyn Workload,
+) -> Result<ShardMap, String> {
+    let ids: Vec<ShardId> = (0..cfg.shards as u16).map(ShardId).collect();
+    let mut map = ShardMap::hashed(cfg.seed, &ids);
+    for (s, shard) in map.shards.values_mut().enumerate() {
+        for k in 1..=cfg.replicas {
+            let id = (s * per_shard + k) as u16;
+            shard.replicas.insert(id, creek_shard::Endpoint::default());
+        }
+    }
+    if cfg.shards > 1 {
+        workload
+            .place(&mut map)
+            .map_err(|e| format!("workload {} on {} shards: {e}", workload.name(), cfg.shards))?;
+    }
+    map.validate().map_err(|e| e.to_string())?;
+    Ok(map)
 }
 
 /// A Creek node's configuration in the simulator, and its simulated disk's

@@ -9,9 +9,16 @@ impl Sim {
         if self.ended {
             return;
         }
-        let n = self.nodes.len();
+        // A fault hits one shard (each is its own group; shards share no
+        // messages, so a cut between shards would change nothing).
+        let shard = if self.cfg.shards > 1 {
+            self.rng.index(self.cfg.shards)
+        } else {
+            0
+        };
+        let scope = self.shard_slots(shard);
         // Fault budgets count the group's members (a minority may fail).
-        let g = self.member_slots().len();
+        let g = self.member_slots(shard).len();
         let mut classes = Vec::new();
         if self.cfg.faults.partition {
             classes.push("partition");
@@ -34,26 +41,30 @@ impl Sim {
         }
         let class = classes[self.rng.index(classes.len())];
         match class {
-            "partition" if !self.net.partitioned() => self.partition(n),
-            "crash" => self.crash_one(n, g),
-            "disk" => self.disk_fault(n, g),
-            "wipe" => self.wipe(n, g),
-            "member" => self.change_members(),
-            "clock" => self.clock_jump(n),
+            "partition" if !self.net.partitioned() => self.partition(scope),
+            "crash" => self.crash_one(scope, g),
+            "disk" => self.disk_fault(scope, g),
+            "wipe" => self.wipe(scope, g),
+            "member" => self.change_members(shard),
+            "clock" => self.clock_jump(scope),
             _ => {}
         }
         let at = self.now + self.rng.range(100_000, 300_000);
         self.schedule(at, Ev::Chaos);
     }
 
-    /// A partition of one of six shapes, healed after a while.
-    pub(super) fn partition(&mut self, n: usize) {
+    /// A partition of one of six shapes among the replicas of `scope` (one
+    /// shard), healed after a while.
+    pub(super) fn partition(&mut self, scope: std::ops::Range<usize>) {
         *self.faults.entry("partition").or_default() += 1;
+        let (base, n) = (scope.start, scope.len());
+        // Slot `k` of the shard.
+        let at = |k: usize| base + k;
         let kind = self.rng.index(6);
-        let victim = self.rng.index(n);
+        let victim = at(self.rng.index(n));
         match kind {
             0 => {
-                for j in 0..n {
+                for j in scope.clone() {
                     if j != victim {
                         self.net.block(victim, j);
                         self.net.block(j, victim);
@@ -64,8 +75,8 @@ impl Sim {
                 let minority = (n - 1) / 2;
                 for a in 0..minority {
                     for b in minority..n {
-                        self.net.block(a, b);
-                        self.net.block(b, a);
+                        self.net.block(at(a), at(b));
+                        self.net.block(at(b), at(a));
                     }
                 }
             }
@@ -75,14 +86,14 @@ impl Sim {
                     for b in 0..n {
                         let d = (a + n - b) % n;
                         if d > 1 && d < n - 1 {
-                            self.net.block(a, b);
+                            self.net.block(at(a), at(b));
                         }
                     }
                 }
             }
             3 => {
                 // Asymmetric: the victim hears everyone, nobody hears it.
-                for j in 0..n {
+                for j in scope.clone() {
                     if j != victim {
                         self.net.block(victim, j);
                     }
@@ -96,7 +107,7 @@ impl Sim {
             }
             _ => {
                 // Flapping: short cuts of one node, healed quickly.
-                for j in 0..n {
+                for j in scope.clone() {
                     if j != victim {
                         self.net.block(victim, j);
                         self.net.block(j, victim);
@@ -115,9 +126,9 @@ impl Sim {
     }
 
     /// A crash of one replica while a majority stays up: a third stay down for the run.
-    pub(super) fn crash_one(&mut self, n: usize, g: usize) {
-        let down = self.down();
-        let victim = self.rng.index(n);
+    pub(super) fn crash_one(&mut self, scope: std::ops::Range<usize>, g: usize) {
+        let down = self.down(self.shard_of(scope.start));
+        let victim = scope.start + self.rng.index(scope.len());
         if down < (g - 1) / 2 && self.nodes[victim].node.is_up() {
             self.crash(victim, false);
             // A third stay down until the clients stop (crash-stop
@@ -133,15 +144,16 @@ impl Sim {
     }
 
     /// A disk fault, aimed at a replica with writes in flight: unsynced writes lost, a torn write, a failed fsync or a stall.
-    pub(super) fn disk_fault(&mut self, n: usize, g: usize) {
-        let down = self.down();
+    pub(super) fn disk_fault(&mut self, scope: std::ops::Range<usize>, g: usize) {
+        let down = self.down(self.shard_of(scope.start));
         // Aim at a replica with writes in flight: that is where a
         // crash loses something.
-        let unsynced: Vec<usize> = (0..n)
+        let unsynced: Vec<usize> = scope
+            .clone()
             .filter(|&j| self.nodes[j].node.is_up() && self.nodes[j].node.has_unsynced())
             .collect();
         let victim = if unsynced.is_empty() {
-            self.rng.index(n)
+            scope.start + self.rng.index(scope.len())
         } else {
             unsynced[self.rng.index(unsynced.len())]
         };
@@ -175,15 +187,15 @@ impl Sim {
     }
 
     /// A lost disk: the replica is rebuilt from its peers.
-    pub(super) fn wipe(&mut self, n: usize, g: usize) {
+    pub(super) fn wipe(&mut self, scope: std::ops::Range<usize>, g: usize) {
         // A replica that lost its data takes no part until it is
         // rebuilt: every fault counts it as down, so a majority
         // always holds its data (`wipe2` loses two of five at a
         // time).
-        let wiped = self.nodes.iter().filter(|x| x.wiped).count();
-        let victim = self.rng.index(n);
+        let wiped = scope.clone().filter(|i| self.nodes[*i].wiped).count();
+        let victim = scope.start + self.rng.index(scope.len());
         if wiped < usize::from(self.cfg.faults.wipes)
-            && self.down() < (g - 1) / 2
+            && self.down(self.shard_of(scope.start)) < (g - 1) / 2
             && self.nodes[victim].node.is_up()
             && !self.nodes[victim].node.is_lost()
         {
@@ -200,9 +212,9 @@ impl Sim {
     }
 
     /// A replica's clock jumps back.
-    pub(super) fn clock_jump(&mut self, n: usize) {
+    pub(super) fn clock_jump(&mut self, scope: std::ops::Range<usize>) {
         *self.faults.entry("clock_jump").or_default() += 1;
-        let victim = self.rng.index(n);
+        let victim = scope.start + self.rng.index(scope.len());
         self.nodes[victim].clock_offset_us -= self.rng.range(1_000, 50_000) as i64;
     }
 
@@ -285,10 +297,10 @@ impl Sim {
         }
     }
 
-    /// Replicas down, or up but lost (they take no part).
-    pub(super) fn down(&self) -> usize {
-        self.nodes
-            .iter()
+    /// Replicas of shard `s` down, or up but lost (they take no part).
+    pub(super) fn down(&self, s: usize) -> usize {
+        self.shard_slots(s)
+            .map(|i| &self.nodes[i])
             .filter(|x| x.slot == Slot::Member && (!x.node.is_up() || x.node.is_lost()))
             .count()
     }
@@ -297,24 +309,24 @@ impl Sim {
     /// removal whose proposal was lost left its replica in), else as the
     /// slots say: what the end of the run checks.
     pub(super) fn in_group(&self) -> Vec<bool> {
-        let group = self
-            .nodes
-            .iter()
-            .filter(|n| n.slot == Slot::Member && n.node.is_member())
-            .find_map(|n| n.node.group_members());
-        self.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| match &group {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        for s in 0..self.cfg.shards {
+            let group = self
+                .shard_slots(s)
+                .map(|i| &self.nodes[i])
+                .filter(|n| n.slot == Slot::Member && n.node.is_member())
+                .find_map(|n| n.node.group_members());
+            out.extend(self.shard_slots(s).map(|i| match &group {
                 Some(g) => g.contains(&ReplicaId(i as u16 + 1)),
-                None => n.slot == Slot::Member,
-            })
-            .collect()
+                None => self.nodes[i].slot == Slot::Member,
+            }));
+        }
+        out
     }
 
-    /// The replicas in the group (or being added to it).
-    pub(super) fn member_slots(&self) -> Vec<usize> {
-        (0..self.nodes.len())
+    /// The replicas of shard `s` in its group (or being added to it).
+    pub(super) fn member_slots(&self, s: usize) -> Vec<usize> {
+        self.shard_slots(s)
             .filter(|i| self.nodes[*i].slot == Slot::Member)
             .collect()
     }
@@ -326,9 +338,9 @@ impl Sim {
     /// member is removed (the leader too: it hands over first, and the
     /// change is tried again later). The leader proposes; a refusal (a
     /// change in progress, no leader) changes nothing.
-    pub(super) fn change_members(&mut self) {
+    pub(super) fn change_members(&mut self, shard: usize) {
         let Some(group) = self
-            .member_slots()
+            .member_slots(shard)
             .into_iter()
             .filter(|&i| self.nodes[i].node.is_member())
             .find_map(|i| self.nodes[i].node.group_members())
@@ -341,17 +353,20 @@ impl Sim {
         // or once it applied. A removal is not taken back: if it was lost,
         // the replica stays in the group but out of the clients' and the
         // checks' sight, which the end of the run settles (`finish`).
-        let change = (0..self.nodes.len())
+        let change = self
+            .shard_slots(shard)
             .map(|i| ReplicaId(i as u16 + 1))
             .find(|id| self.nodes[slot_of(*id)].slot == Slot::Member && !group.contains(id))
             .map(MemberChange::AddLearner);
-        let spare = (0..self.nodes.len()).find(|i| self.nodes[*i].slot == Slot::Spare);
+        let spare = self
+            .shard_slots(shard)
+            .find(|i| self.nodes[*i].slot == Slot::Spare);
         let change = match (change, spare) {
             (Some(c), _) => c,
             (None, Some(spare)) if group.len() <= self.cfg.replicas => {
                 MemberChange::AddLearner(ReplicaId(spare as u16 + 1))
             }
-            _ if group.len() > self.cfg.replicas && self.down() == 0 => {
+            _ if group.len() > self.cfg.replicas && self.down(shard) == 0 => {
                 MemberChange::Remove(group[self.rng.index(group.len())])
             }
             _ => return,

@@ -17,7 +17,8 @@ use creek_core::{Checkpoint, ExecKey, InvokeError, Op, OpId, ReplicaId, Request,
 use creek_exec::Completion;
 use creek_node::NodeConfig;
 use creek_procs::Registry;
-use creek_types::ClientRequestId;
+use creek_shard::{RouteError, ShardId, ShardMap};
+use creek_types::{ClientRequestId, ProcCall};
 use creek_wire::{GossipMessage, Limits, PeerMessage};
 
 use crate::baseline::BaselineNode;
@@ -125,7 +126,8 @@ enum Slot {
 const SPARES: usize = 2;
 
 struct Client {
-    replica: usize,
+    /// The replica it talks to in each shard.
+    replicas: Vec<usize>,
     pending: Option<usize>,
     /// The last request seq sent; requests carry `(client + 1, seq)`.
     seq: u64,
@@ -198,30 +200,38 @@ pub struct Sim {
     events: BTreeMap<u64, Ev>,
     seq: u64,
     nodes: Vec<SimNode>,
+    /// Slots per shard: shard `s` holds `s * per_shard ..`.
+    per_shard: usize,
+    /// The cluster's shard map (one shard unless `SimConfig::shards`).
+    map: ShardMap,
     net: Network,
     clients: Vec<Client>,
     history: History,
     ops: BTreeMap<OpId, Arc<Op>>,
     /// Ids of ops lost with their origin's disk (a client saw them).
     lost_ids: BTreeSet<OpId>,
-    canonical: Vec<OpId>,
+    /// Each shard's one committed order, as far as any replica got.
+    canonical: Vec<Vec<OpId>>,
     checked_len: Vec<usize>,
-    prefix_violation: Option<String>,
+    /// The first violation of the committed-prefix property, with its shard.
+    prefix_violation: Option<(usize, String)>,
     trace: u64,
     faults: FaultCounts,
     traffic: Traffic,
     running_clients: bool,
     /// Setup calls without their final view yet.
     setup_pending: usize,
-    /// Setup calls replica 0 refused for now (its disk was behind), in
-    /// order: issued again as earlier ones finish.
-    setup_backlog: VecDeque<Request>,
+    /// Setup calls not issued yet, each with the replica it goes to, in
+    /// order: issued until one is refused (its replica's disk was behind),
+    /// then again as earlier ones finish.
+    setup_backlog: VecDeque<(usize, Request)>,
     ended: bool,
     next_state_check: u64,
     readings: Readings,
     preloaded: bool,
-    /// The preloaded state, kept only for `check_invariants`' replays.
-    initial_state: BTreeMap<Bytes, Bytes>,
+    /// Each shard's preloaded state, kept only for `check_invariants`'
+    /// replays.
+    initial_states: Vec<BTreeMap<Bytes, Bytes>>,
     progress: Option<Box<dyn FnMut(u64, u64)>>,
 }
 
@@ -300,29 +310,20 @@ impl Sim {
         self.finish(settled)
     }
 
-    /// The workload's setup calls run strongly at replica 0, recorded in
-    /// the history like any op; clients and faults start once every one of
-    /// them has its final view (the workloads' checkers count on it, as an
-    /// application that creates its accounts before using them would).
+    /// The workload's setup calls run strongly at the first replica of
+    /// their shard (`setup_calls`), recorded in the history like any op;
+    /// clients and faults start once every one of them has its final view
+    /// (the workloads' checkers count on it, as an application that creates
+    /// its accounts before using them would).
     fn setup(&mut self) {
-        self.setup_backlog = self
-            .workload
-            .setup()
-            .into_iter()
-            .map(|call| Request {
-                call,
-                strong: true,
-                views: Views::BOTH,
-            })
-            .collect();
         self.issue_setup();
     }
 
-    /// Issue the setup calls waiting, in order, until replica 0 refuses one
+    /// Issue the setup calls waiting, in order, until a replica refuses one
     /// (its disk is behind: the rest wait for earlier calls to finish).
     fn issue_setup(&mut self) {
-        while let Some(request) = self.setup_backlog.front().cloned() {
-            if !self.invoke(0, None, request, false) {
+        while let Some((node, request)) = self.setup_backlog.front().cloned() {
+            if !self.invoke(node, None, request, false) {
                 debug_assert!(
                     self.setup_pending > 0,
                     "a setup call refused with none running"
@@ -421,11 +422,59 @@ impl Sim {
         }
     }
 
+    /// The shard owning every key of `call` (on one shard: that one).
+    fn route(&self, call: &ProcCall) -> Result<usize, RouteError> {
+        if self.cfg.shards == 1 {
+            return Ok(0);
+        }
+        let keys = self.workload.route_keys(call);
+        let shard = self
+            .map
+            .route(keys.iter().map(|(ks, k)| (ks.as_deref(), &k[..])))?;
+        Ok(usize::from(shard.0))
+    }
+
+    /// The shard replica `i` belongs to.
+    fn shard_of(&self, i: usize) -> usize {
+        i / self.per_shard
+    }
+
+    /// The slots of shard `s`.
+    fn shard_slots(&self, s: usize) -> std::ops::Range<usize> {
+        s * self.per_shard..(s + 1) * self.per_shard
+    }
+
+    /// The next op of a sharded run's client and the shard it goes to, or
+    /// `None` when the workload generated one no shard owns alone (counted;
+    /// the workloads that run sharded never do).
+    fn next_routed(&mut self, client: u32) -> Option<(usize, crate::workload::NextOp)> {
+        let next = self.workload.next_op(&mut self.rng, client);
+        match self.route(&next.call) {
+            Ok(s) => Some((s, next)),
+            Err(_) => {
+                *self.faults.entry("route_refused").or_default() += 1;
+                None
+            }
+        }
+    }
+
     fn client_next(&mut self, c: usize) {
         if !self.running_clients || self.clients[c].pending.is_some() {
             return;
         }
-        let left = self.clients[c].replica;
+        // One shard: the op is drawn once the replica is known to be up
+        // (runs of one shard draw as they always did).
+        let (shard, drawn) = if self.cfg.shards == 1 {
+            (0, None)
+        } else {
+            let Some((s, next)) = self.next_routed(c as u32) else {
+                let at = self.now + self.cfg.think_us;
+                self.schedule(at, Ev::Client { client: c });
+                return;
+            };
+            (s, Some(next))
+        };
+        let left = self.clients[c].replicas[shard];
         if self.nodes[left].slot != Slot::Member {
             // Its replica left the group: the client moves to a member, and
             // gives up on its ops there that had no final view yet.
@@ -434,16 +483,19 @@ impl Sim {
                     r.origin_left = true;
                 }
             }
-            let members = self.member_slots();
-            self.clients[c].replica = members[self.rng.index(members.len())];
+            let members = self.member_slots(shard);
+            self.clients[c].replicas[shard] = members[self.rng.index(members.len())];
         }
-        let replica = self.clients[c].replica;
+        let replica = self.clients[c].replicas[shard];
         if !self.nodes[replica].node.is_up() {
             let at = self.now + 10 * self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
             return;
         }
-        let next = self.workload.next_op(&mut self.rng, c as u32);
+        let next = match drawn {
+            Some(next) => next,
+            None => self.workload.next_op(&mut self.rng, c as u32),
+        };
         let (mut request, wants_final) = request_of(next);
         let client = &mut self.clients[c];
         client.seq += 1;
@@ -463,10 +515,23 @@ impl Sim {
         if !self.running_clients {
             return;
         }
-        let members = self.member_slots();
-        let replica = members[self.rng.index(members.len())];
         let session = self.cfg.clients + self.history.ops.len();
-        let next = self.workload.next_op(&mut self.rng, session as u32);
+        let (replica, next) = if self.cfg.shards == 1 {
+            let members = self.member_slots(0);
+            let replica = members[self.rng.index(members.len())];
+            (
+                replica,
+                self.workload.next_op(&mut self.rng, session as u32),
+            )
+        } else {
+            let Some((shard, next)) = self.next_routed(session as u32) else {
+                let gap = self.rng.exp(1e6 / self.cfg.open_rate_per_sec).max(1.0) as u64;
+                self.schedule(self.now + gap, Ev::Arrival);
+                return;
+            };
+            let members = self.member_slots(shard);
+            (members[self.rng.index(members.len())], next)
+        };
         let (mut request, wants_final) = request_of(next);
         request.call.request_id = Some(ClientRequestId {
             client: session as u64 + 1,
@@ -598,7 +663,7 @@ impl Sim {
                     let (_, state) = creek_exec::basic::replay_from(
                         &*self.registry,
                         creek_exec::TxnLimits::default(),
-                        self.initial_state.clone(),
+                        self.initial_states[self.shard_of(j)].clone(),
                         calls,
                     );
                     if state != r.committed_state() {
@@ -767,12 +832,14 @@ impl Sim {
         if !self.nodes[i].node.is_up() {
             return;
         }
-        self.nodes[i].node.fill_unseen(&self.canonical);
+        let shard = self.shard_of(i);
+        self.nodes[i].node.fill_unseen(&self.canonical[shard]);
         let node = &self.nodes[i].node;
         let committed = node.committed();
         let from = self.checked_len[i];
+        let canonical = &mut self.canonical[shard];
         for (pos, id) in committed.iter().enumerate().skip(from) {
-            match self.canonical.get(pos) {
+            match canonical.get(pos) {
                 Some(c) if c != id => {
                     if self.prefix_violation.is_none() && debug_log() {
                         eprintln!(
@@ -781,28 +848,30 @@ impl Sim {
                         );
                     }
                     if self.prefix_violation.is_none() {
-                        self.prefix_violation = Some(format!(
+                        self.prefix_violation = Some((shard, format!(
                             "replica {i} committed {id} at position {pos} where another replica committed {c}"
-                        ));
+                        )));
                     }
                 }
                 Some(_) => {}
-                None => self.canonical.push(*id),
+                None => canonical.push(*id),
             }
         }
         self.checked_len[i] = committed.len();
     }
 
-    /// Every replica holds its data (a lost one was rebuilt) and is quiet,
-    /// with the same committed order.
+    /// In every shard, every replica holds its data (a lost one was
+    /// rebuilt) and is quiet, with the same committed order.
     fn settled(&self) -> bool {
         let in_group = self.in_group();
+        (0..self.cfg.shards).all(|s| self.shard_settled(s, &in_group))
+    }
+
+    fn shard_settled(&self, s: usize, in_group: &[bool]) -> bool {
         let members = || {
-            self.nodes
-                .iter()
-                .zip(&in_group)
-                .filter(|(_, member)| **member)
-                .map(|(n, _)| n)
+            self.shard_slots(s)
+                .filter(|i| in_group[*i])
+                .map(|i| &self.nodes[i])
         };
         if members().any(|n| n.node.is_lost()) {
             return false;
@@ -813,18 +882,18 @@ impl Sim {
         };
         first.node.quiet()
             && holding.all(|n| n.node.quiet() && n.node.committed() == first.node.committed())
-            && self.left_ops_committed(&in_group, first.node.committed())
+            && self.left_ops_committed(s, in_group, first.node.committed())
     }
 
     /// Every op broadcast by a replica that left the group is committed:
     /// it hands its last ops over by gossip, and the run is not over
     /// before the group has them (a replica that left commits nothing
     /// itself, so its own quiet says nothing).
-    fn left_ops_committed(&self, in_group: &[bool], committed: &[OpId]) -> bool {
-        let left: Vec<ReplicaId> = in_group
-            .iter()
-            .enumerate()
-            .filter(|(i, member)| !**member && self.nodes[*i].slot == Slot::Removed)
+    fn left_ops_committed(&self, s: usize, in_group: &[bool], committed: &[OpId]) -> bool {
+        let left: Vec<ReplicaId> = self
+            .shard_slots(s)
+            .map(|i| (i, in_group[i]))
+            .filter(|(i, member)| !*member && self.nodes[*i].slot == Slot::Removed)
             .map(|(i, _)| ReplicaId(i as u16 + 1))
             .collect();
         if left.is_empty() {

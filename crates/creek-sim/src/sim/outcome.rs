@@ -64,8 +64,9 @@ pub struct Outcome {
     /// Whether each replica is in the group at the end (false for a spare
     /// never added, and for a removed replica).
     pub members: Vec<bool>,
-    /// A violation of the committed-prefix property seen during the run.
-    pub prefix_violation: Option<String>,
+    /// A violation of the committed-prefix property seen during the run,
+    /// with the shard it happened in.
+    pub prefix_violation: Option<(usize, String)>,
     /// Faults injected.
     pub faults: FaultCounts,
     /// Bytes on the wire.
@@ -91,6 +92,10 @@ pub struct Outcome {
     /// Whether the replicas started from the workload's preloaded state
     /// (a replay of the committed order then starts from that state).
     pub preloaded: bool,
+    /// The cluster's shard map.
+    pub map: ShardMap,
+    /// Slots per shard: shard `s`'s replicas are `nodes[s * per_shard ..]`.
+    pub per_shard: usize,
 }
 
 impl Sim {
@@ -115,7 +120,7 @@ impl Sim {
             }
         }
         self.readings.finish = self.totals();
-        let ids: Vec<OpId> = self.canonical.clone();
+        let ids: Vec<OpId> = self.canonical.concat();
         for id in &ids {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
         }
@@ -177,6 +182,8 @@ impl Sim {
             workload: self.workload,
             readings: self.readings,
             preloaded: self.preloaded,
+            map: self.map,
+            per_shard: self.per_shard,
         }
     }
 }

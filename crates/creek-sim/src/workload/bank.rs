@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use creek_check::history::History;
 use creek_procs::Registry;
+use creek_shard::{ShardId, ShardMap};
 use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 pub use creek_workloads::bank::{
@@ -32,6 +33,10 @@ pub struct BankWorkload {
     initial_balance: i64,
     strong_share: f64,
     final_share: f64,
+    /// On a sharded cluster, the shard owning each account: transfers then
+    /// stay between accounts of one shard, and `bank.total` (which reads
+    /// every account) is not issued.
+    owners: Option<Vec<ShardId>>,
 }
 
 impl BankWorkload {
@@ -43,14 +48,43 @@ impl BankWorkload {
             initial_balance: config.initial_balance.max(0),
             strong_share: config.strong_share,
             final_share: config.final_share,
+            owners: None,
+        }
+    }
+
+    /// The accounts (by number) `shard` owns, or all of them unsharded.
+    fn accounts_of(&self, shard: Option<ShardId>) -> Vec<usize> {
+        (0..self.accounts)
+            .filter(|&i| match (&self.owners, shard) {
+                (Some(owners), Some(s)) => owners[i] == s,
+                _ => true,
+            })
+            .collect()
+    }
+
+    /// A transfer's destination: any other account, or on a sharded
+    /// cluster another account of `from`'s shard (`None` if it is alone).
+    fn pick_to(&self, rng: &mut Rng, from: usize) -> Option<usize> {
+        match &self.owners {
+            None => {
+                let mut to = rng.index(self.accounts - 1);
+                if to >= from {
+                    to += 1;
+                }
+                Some(to)
+            }
+            Some(owners) => {
+                let peers: Vec<usize> = self
+                    .accounts_of(Some(owners[from]))
+                    .into_iter()
+                    .filter(|&i| i != from)
+                    .collect();
+                (!peers.is_empty()).then(|| peers[rng.index(peers.len())])
+            }
         }
     }
 
     /// The total every stable read must see.
-    fn expected_total(&self) -> i128 {
-        self.accounts as i128 * i128::from(self.initial_balance)
-    }
-
     fn total_call(&self) -> ProcCall {
         ProcCall::new(TOTAL, encode_args(&[Value::Int(self.accounts as i64)]))
     }
@@ -81,12 +115,9 @@ impl Workload for BankWorkload {
 
     fn next_op(&mut self, rng: &mut Rng, _client: u32) -> NextOp {
         let roll = rng.index(100);
-        let (call, (strong, wants_final)) = if roll < 70 && self.accounts >= 2 {
-            let from = rng.index(self.accounts);
-            let mut to = rng.index(self.accounts - 1);
-            if to >= from {
-                to += 1;
-            }
+        let from = (roll < 70 && self.accounts >= 2).then(|| rng.index(self.accounts));
+        let to = from.and_then(|from| self.pick_to(rng, from));
+        let (call, (strong, wants_final)) = if let (Some(from), Some(to)) = (from, to) {
             let max = (self.initial_balance / 4).max(1) as u64;
             let amount = rng.range(1, max) as i64;
             let call = ProcCall::new(
@@ -98,7 +129,7 @@ impl Workload for BankWorkload {
                 ]),
             );
             (call, pick_mode(rng, self.strong_share, self.final_share))
-        } else if roll < 90 || self.accounts == 0 {
+        } else if (roll < 90 && self.owners.is_none()) || self.accounts == 0 {
             (self.total_call(), pick_final(rng, self.strong_share))
         } else {
             let account = account_key(rng.index(self.accounts));
@@ -126,8 +157,39 @@ impl Workload for BankWorkload {
         }
     }
 
+    fn place(&mut self, map: &mut ShardMap) -> Result<(), String> {
+        self.owners = Some(
+            (0..self.accounts)
+                .map(|i| map.owner(None, &account_key(i)))
+                .collect(),
+        );
+        Ok(())
+    }
+
+    fn check_shard(
+        &self,
+        _map: &ShardMap,
+        shard: ShardId,
+        history: &History,
+        committed_state: &BTreeMap<Bytes, Bytes>,
+    ) -> Vec<String> {
+        self.check_accounts(&self.accounts_of(Some(shard)), history, committed_state)
+    }
+
     fn check(&self, history: &History, committed_state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {
-        let expected = self.expected_total();
+        self.check_accounts(&self.accounts_of(None), history, committed_state)
+    }
+}
+
+impl BankWorkload {
+    /// The invariants over `accounts` (every account, or one shard's).
+    fn check_accounts(
+        &self,
+        accounts: &[usize],
+        history: &History,
+        committed_state: &BTreeMap<Bytes, Bytes>,
+    ) -> Vec<String> {
+        let expected = accounts.len() as i128 * i128::from(self.initial_balance);
         let mut out = Vec::new();
         for op in &history.ops {
             let name = op.call.name.as_ref();
@@ -152,7 +214,7 @@ impl Workload for BankWorkload {
             }
         }
         let mut sum: i128 = 0;
-        let accounts: BTreeSet<Bytes> = (0..self.accounts).map(account_key).collect();
+        let accounts: BTreeSet<Bytes> = accounts.iter().map(|i| account_key(*i)).collect();
         for key in &accounts {
             match committed_state.get(key).map(|raw| parse_balance_text(raw)) {
                 None => out.push(format!(

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use creek_check::history::{History, OpRecord};
 use creek_procs::Registry;
+use creek_shard::{ShardId, ShardMap};
 use creek_types::value::{decode_args, Value};
 use creek_types::ClientRequestId;
 use creek_types::ProcCall;
@@ -22,6 +23,10 @@ pub struct NextOp {
     /// For a weak op: also ask for the final view.
     pub wants_final: bool,
 }
+
+/// A key that places a call on a shard, with its keyspace (`None`: the
+/// built-in data), as [`ShardMap::route`] takes it.
+pub type RouteKey = (Option<String>, Bytes);
 
 /// A workload: what clients do and what must hold afterwards. The same
 /// value drives the simulator and `creek bench --target cluster`.
@@ -48,6 +53,38 @@ pub trait Workload: Send + Sync {
     /// Workload invariants over what clients saw and the converged committed
     /// state; each violation is described in one line.
     fn check(&self, history: &History, committed_state: &BTreeMap<Bytes, Bytes>) -> Vec<String>;
+    /// The keys that place `call` on a shard of a sharded cluster (every
+    /// key it reads or writes, or a key standing for them); empty: the
+    /// call names no key, and a setup call without keys runs on every
+    /// shard. The default: [`Workload::keys`], of the built-in data.
+    fn route_keys(&self, call: &ProcCall) -> Vec<RouteKey> {
+        self.keys(call).into_iter().map(|k| (None, k)).collect()
+    }
+    /// A sharded run is about to start on `map`: add the placements the
+    /// workload's data needs (TPC-C's warehouses by ranges) and learn where
+    /// keys live, so that every op generated stays on one shard; or refuse
+    /// to run sharded, saying why. The default keeps the map and accepts
+    /// (ops on one key each always stay on one shard).
+    fn place(&mut self, _map: &mut ShardMap) -> Result<(), String> {
+        Ok(())
+    }
+    /// Where a preloaded record lives on a sharded cluster: the shard
+    /// owning this key, or `None` for a record every shard keeps (a
+    /// read-only table, like TPC-C's items).
+    fn record_route(&self, key: &Bytes) -> Option<RouteKey> {
+        Some((None, key.clone()))
+    }
+    /// [`Workload::check`] of one shard of a sharded run: its history and
+    /// committed state only hold the data `shard` owns under `map`.
+    fn check_shard(
+        &self,
+        _map: &ShardMap,
+        _shard: ShardId,
+        history: &History,
+        committed_state: &BTreeMap<Bytes, Bytes>,
+    ) -> Vec<String> {
+        self.check(history, committed_state)
+    }
     /// Workload-specific measurements over the measured ops (e.g. YCSB's
     /// divergence of preliminary from final views), as named JSON values
     /// added to a benchmark point.
@@ -97,6 +134,11 @@ pub struct WorkloadConfig {
     /// `tpcc`: warehouses at the specification's cardinalities; `None`:
     /// the small [`tpcc::SIM_SCALE`] database.
     pub tpcc_warehouses: Option<u16>,
+    /// `tpcc` with `tpcc_warehouses`: divide the specification's items,
+    /// customers and orders per district by this (1: the specification;
+    /// 10 for sweeps whose replicas would not fit in memory otherwise).
+    /// Warehouses and districts keep their number.
+    pub tpcc_row_divisor: u32,
     /// `tpcc`: share of transactions run strong, picked at random; `None`:
     /// Payment strong and the others weak (the Creek paper's setting).
     pub tpcc_strong_share: Option<f64>,
@@ -119,6 +161,7 @@ impl Default for WorkloadConfig {
             events: 4,
             ticket_threshold: 20,
             tpcc_warehouses: None,
+            tpcc_row_divisor: 1,
             tpcc_strong_share: None,
             preload: false,
             ycsb: YcsbConfig {

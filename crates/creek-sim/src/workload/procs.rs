@@ -47,6 +47,7 @@ use bytes::Bytes;
 use creek_check::history::{History, OpRecord};
 use creek_core::OpId;
 use creek_procs::Registry;
+use creek_shard::{Placement, ShardMap};
 use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 
@@ -256,6 +257,27 @@ impl Workload for ProcsWorkload {
     /// see the weak ops), and weak calls are left out: they write weak
     /// keyspaces only, which no checked call reads. The check runs the calls as the replicas did (level and op
     /// id set: `OpRecord::executed_call`).
+    /// Setup (keyspace definitions, procedure registrations) runs on every
+    /// shard; every other call on the shard its keyspaces are pinned to.
+    fn route_keys(&self, call: &ProcCall) -> Vec<super::RouteKey> {
+        match call.name.as_ref() {
+            "keyspace.create" | "proc.register" => Vec::new(),
+            _ => vec![(Some(KEYSPACES[0].0.to_owned()), Bytes::new())],
+        }
+    }
+
+    /// The procedures move data between its keyspaces, so they are all
+    /// pinned to one shard (the last).
+    fn place(&mut self, map: &mut ShardMap) -> Result<(), String> {
+        let shard = *map.shard_ids().last().ok_or("a map without shards")?;
+        for (ks, _) in KEYSPACES {
+            *map = map
+                .place(map.epoch, Some(ks), Placement::Pinned(shard))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     fn keys(&self, call: &ProcCall) -> Vec<Bytes> {
         let args = args_of(call).unwrap_or_default();
         let first = |want: &str| matches!(args.first(), Some(Value::Bytes(b)) if b == want);

@@ -26,10 +26,12 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use creek_check::history::History;
 use creek_procs::Registry;
+use creek_shard::{Placement, ShardMap};
+use creek_types::value::Value;
 use creek_types::ProcCall;
 use creek_workloads::tpcc::{self, load, new_order, Generator, GeneratorConfig, NuRandC};
 
-use super::{bounded, describe, NextOp, Workload, WorkloadConfig};
+use super::{args_of, bounded, describe, NextOp, RouteKey, Workload, WorkloadConfig};
 use crate::rng::Rng;
 
 /// Bytes of records per setup call.
@@ -55,6 +57,24 @@ pub struct TpccWorkload {
     final_share: f64,
     strong_share: Option<f64>,
     ops_issued: i64,
+    /// What it was built from (a sharded run rebuilds it bulk-loaded).
+    config: WorkloadConfig,
+    /// On a sharded cluster, the first warehouse of each shard, in order:
+    /// a terminal draws its remote warehouses from its home shard's.
+    shard_starts: Option<Vec<u16>>,
+}
+
+/// The keyspace name TPC-C's data is placed under on a sharded cluster
+/// (by ranges of warehouse ids, as [`warehouse_key`] encodes them).
+pub const KEYSPACE: &str = "tpcc";
+
+/// A warehouse id as the routing key of its data: two big-endian bytes,
+/// so ranges of keys are ranges of warehouses.
+pub fn warehouse_key(w: u16) -> RouteKey {
+    (
+        Some(KEYSPACE.to_owned()),
+        Bytes::copy_from_slice(&w.to_be_bytes()),
+    )
 }
 
 impl TpccWorkload {
@@ -63,10 +83,17 @@ impl TpccWorkload {
     pub fn new(config: &WorkloadConfig) -> Result<Self, String> {
         let scale = match config.tpcc_warehouses {
             None => SIM_SCALE,
-            Some(warehouses) => tpcc::TpccScale {
-                warehouses,
-                ..tpcc::TpccScale::default()
-            },
+            Some(warehouses) => {
+                let spec = tpcc::TpccScale::default();
+                let d = config.tpcc_row_divisor.max(1);
+                tpcc::TpccScale {
+                    warehouses,
+                    customers_per_district: spec.customers_per_district / d,
+                    items: spec.items / d,
+                    orders_per_district: spec.orders_per_district / d,
+                    ..spec
+                }
+            }
         };
         if let Some(p) = config.tpcc_strong_share {
             if !(0.0..=1.0).contains(&p) {
@@ -90,7 +117,22 @@ impl TpccWorkload {
             final_share: config.final_share,
             strong_share: config.tpcc_strong_share,
             ops_issued: 0,
+            config: config.clone(),
+            shard_starts: None,
         })
+    }
+
+    /// The warehouses (first, last) of the shard holding `w`, or all of
+    /// them unsharded.
+    fn shard_range(&self, w: u16) -> (u16, u16) {
+        let Some(starts) = &self.shard_starts else {
+            return (1, self.scale.warehouses);
+        };
+        let i = starts.partition_point(|first| *first <= w).max(1) - 1;
+        let last = starts
+            .get(i + 1)
+            .map_or(self.scale.warehouses, |next| next - 1);
+        (starts[i], last)
     }
 }
 
@@ -117,8 +159,9 @@ impl Workload for TpccWorkload {
         // Ten terminals per warehouse (clause 4.2.2); open-loop arrivals,
         // each its own session, share them.
         let slot = client % (10 * u32::from(scale.warehouses));
+        let w = slot % u32::from(scale.warehouses) + 1;
+        let (first, last) = self.shard_range(w as u16);
         let terminal = self.terminals.entry(slot).or_insert_with(|| {
-            let w = slot % u32::from(scale.warehouses) + 1;
             let d =
                 slot / u32::from(scale.warehouses) % u32::from(scale.districts_per_warehouse) + 1;
             let cfg = GeneratorConfig {
@@ -129,6 +172,7 @@ impl Workload for TpccWorkload {
             };
             Generator::new(cfg, rng.next_u64())
                 .expect("the terminal's warehouse and district are in SIM_SCALE")
+                .remote_within(first, last)
         });
         self.ops_issued += 1;
         // Dates start after the load's (1) and grow with every op.
@@ -147,6 +191,85 @@ impl Workload for TpccWorkload {
 
     fn keys(&self, _call: &ProcCall) -> Vec<Bytes> {
         Vec::new()
+    }
+
+    /// Every warehouse a transaction touches: its home warehouse, and the
+    /// supplying warehouses of New-Order's lines or Payment's customer's.
+    fn route_keys(&self, call: &ProcCall) -> Vec<RouteKey> {
+        let Some(args) = args_of(call) else {
+            return Vec::new();
+        };
+        let int = |v: Option<&Value>| match v {
+            Some(Value::Int(w)) => u16::try_from(*w).ok(),
+            _ => None,
+        };
+        let mut ws: Vec<u16> = int(args.first()).into_iter().collect();
+        match call.name.as_ref() {
+            tpcc::NEW_ORDER => {
+                if let Some(Value::List(lines)) = args.get(4) {
+                    for line in lines {
+                        if let Value::List(fields) = line {
+                            ws.extend(int(fields.get(1)));
+                        }
+                    }
+                }
+            }
+            tpcc::PAYMENT => ws.extend(int(args.get(2))),
+            _ => {}
+        }
+        ws.sort_unstable();
+        ws.dedup();
+        ws.into_iter().map(warehouse_key).collect()
+    }
+
+    /// Warehouses in contiguous blocks, one per shard (`KEYSPACE` placed
+    /// by ranges); every replica starts from its shard's warehouses and
+    /// every item (a bulk load: the load calls each write several
+    /// warehouses' rows).
+    fn place(&mut self, map: &mut ShardMap) -> Result<(), String> {
+        let shards = map.shard_ids();
+        let w = usize::from(self.scale.warehouses);
+        if w < shards.len() {
+            return Err(format!(
+                "tpcc on {} shards needs at least as many warehouses (it has {w})",
+                shards.len()
+            ));
+        }
+        if self.preload.is_empty() {
+            let config = WorkloadConfig {
+                preload: true,
+                ..self.config.clone()
+            };
+            *self = TpccWorkload::new(&config)?;
+        }
+        let starts: Vec<u16> = (0..shards.len())
+            .map(|k| (k * w / shards.len() + 1) as u16)
+            .collect();
+        let ranges = starts
+            .iter()
+            .zip(&shards)
+            .map(|(first, s)| {
+                let key = if *first == 1 {
+                    Bytes::new()
+                } else {
+                    warehouse_key(*first).1
+                };
+                (key, *s)
+            })
+            .collect();
+        *map = map
+            .place(map.epoch, Some(KEYSPACE), Placement::Ranges(ranges))
+            .map_err(|e| e.to_string())?;
+        self.shard_starts = Some(starts);
+        Ok(())
+    }
+
+    fn record_route(&self, key: &Bytes) -> Option<RouteKey> {
+        match tpcc::keys::warehouse_of(key) {
+            Some(w) => Some(warehouse_key(w)),
+            None if key.first() == Some(&tpcc::keys::PREFIX) => None,
+            None => Some((None, key.clone())),
+        }
     }
 
     fn check(&self, history: &History, committed_state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {

@@ -24,6 +24,8 @@ use serde_json::{json, Map, Value as Json};
 
 use creek_types::value::Value;
 
+use creek_shard::ShardMap;
+
 use super::{args_of, first_bytes_arg, NextOp, Workload, WorkloadConfig};
 use crate::rng::Rng;
 
@@ -33,6 +35,10 @@ pub struct YcsbWorkload {
     config: YcsbConfig,
     final_share: f64,
     clients: BTreeMap<u32, Ycsb>,
+    /// A sharded run: every replica starts from the records its shard owns
+    /// (a bulk load) instead of running the load calls, each of which
+    /// writes a run of records that spans shards.
+    preload: bool,
 }
 
 impl YcsbWorkload {
@@ -44,6 +50,7 @@ impl YcsbWorkload {
             config: config.ycsb.clone(),
             final_share: config.final_share,
             clients: BTreeMap::new(),
+            preload: config.preload,
         })
     }
 }
@@ -71,9 +78,26 @@ impl Workload for YcsbWorkload {
     }
 
     fn setup(&self) -> Vec<ProcCall> {
+        if self.preload {
+            return Vec::new();
+        }
         Ycsb::new(self.config.clone(), 0)
             .map(|g| g.load_calls().collect())
             .unwrap_or_default()
+    }
+
+    fn preload(&self) -> Vec<(Bytes, Bytes)> {
+        if !self.preload {
+            return Vec::new();
+        }
+        Ycsb::new(self.config.clone(), 0)
+            .map(|g| g.records().collect())
+            .unwrap_or_default()
+    }
+
+    fn place(&mut self, _map: &mut ShardMap) -> Result<(), String> {
+        self.preload = true;
+        Ok(())
     }
 
     fn next_op(&mut self, rng: &mut Rng, client: u32) -> NextOp {

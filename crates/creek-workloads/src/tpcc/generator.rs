@@ -75,6 +75,10 @@ impl TpccCall {
 pub struct Generator {
     cfg: GeneratorConfig,
     rng: Rng,
+    /// The warehouses a remote access is drawn from (first, last), the home
+    /// one among them: every warehouse, or those of the home warehouse's
+    /// shard on a sharded cluster.
+    remote: (u16, u16),
 }
 
 impl Generator {
@@ -85,7 +89,21 @@ impl Generator {
         Ok(Generator {
             cfg,
             rng: Rng::new(seed),
+            remote: (1, cfg.scale.warehouses),
         })
+    }
+
+    /// Draw remote warehouses (remote order lines, remote Payment
+    /// customers) from `first..=last` only, e.g. the warehouses of the home
+    /// warehouse's shard, so that every transaction stays on one shard. The
+    /// range is clamped to the database and always holds the home
+    /// warehouse.
+    pub fn remote_within(mut self, first: u16, last: u16) -> Self {
+        let home = self.cfg.home_w_id;
+        let first = first.clamp(1, home);
+        let last = last.clamp(home, self.cfg.scale.warehouses);
+        self.remote = (first, last);
+        self
     }
 
     /// The next call; `now` is the date the transaction records.
@@ -111,13 +129,15 @@ impl Generator {
         self.rng.nurand(1023, 1, c, self.cfg.constants.c_id) as u32
     }
 
-    /// A warehouse other than the home one, or the home one if it is alone.
+    /// A warehouse of the remote range other than the home one, or the
+    /// home one if it is alone there.
     fn remote_warehouse(&mut self) -> u16 {
-        let (home, count) = (self.cfg.home_w_id, self.cfg.scale.warehouses);
-        if count <= 1 {
+        let home = self.cfg.home_w_id;
+        let (first, last) = self.remote;
+        if last <= first {
             return home;
         }
-        let pick = self.rng.uniform(1, i64::from(count) - 1) as u16;
+        let pick = self.rng.uniform(i64::from(first), i64::from(last) - 1) as u16;
         if pick >= home {
             pick + 1
         } else {

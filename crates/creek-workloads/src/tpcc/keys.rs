@@ -197,6 +197,15 @@ pub fn customer_by_last(w: u16, d: u8, last: &[u8]) -> Bytes {
     k.freeze()
 }
 
+/// The warehouse whose data `key` is: `None` for an item (the one table
+/// every warehouse shares, which a sharded cluster keeps on every shard)
+/// and for keys of other workloads.
+pub fn warehouse_of(key: &[u8]) -> Option<u16> {
+    parse(key)
+        .filter(|p| p.tag != tag::ITEM)
+        .and_then(|p| p.warehouse())
+}
+
 /// A key split into its table tag and the big-endian fields after it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Parsed<'a> {
