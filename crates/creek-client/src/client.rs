@@ -348,12 +348,29 @@ impl Client {
         levels: Levels,
         options: CallOptions,
     ) -> Result<Correctable, Error> {
+        let id = self.request_id(options.request_id);
+        let fresh = options.request_id.is_none();
+        self.invoke_as(procedure.into(), &args, levels, &options, id, fresh)
+            .await
+    }
+
+    /// [`invoke_with`](Client::invoke_with) under request id `id`;
+    /// `fresh`: the id was never sent before (so an answer after one send
+    /// can be acknowledged).
+    pub(crate) async fn invoke_as(
+        &self,
+        procedure: String,
+        args: &[Value],
+        levels: Levels,
+        options: &CallOptions,
+        id: RequestId,
+        fresh: bool,
+    ) -> Result<Correctable, Error> {
         let start = Instant::now();
         let deadline = options.timeout.map(|t| start + t);
-        let id = self.request_id(options.request_id);
         let own = id.client == self.inner.client_id;
         let request = pb::InvokeRequest {
-            procedure: procedure.into(),
+            procedure,
             args: args.iter().map(to_wire).collect(),
             levels: levels.to_wire(),
             weak_final: options.weak_final,
@@ -401,7 +418,7 @@ impl Client {
             // A request sent more than once may have a copy still on its
             // way: its entry must stay until it expires. So must one sent
             // under an id given by the caller (it may be a retry).
-            ack: (sends.load(Ordering::Relaxed) == 1 && options.request_id.is_none())
+            ack: (sends.load(Ordering::Relaxed) == 1 && fresh)
                 .then(|| (self.inner.acks.clone(), id.seq)),
         };
         let mut reader = ViewReader::new(stream, feeder, expect);

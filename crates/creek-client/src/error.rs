@@ -64,6 +64,19 @@ pub enum Error {
     /// alice lacks write on keyspace default"). Nothing was applied.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// The call's key belongs to another shard than the replica's (the
+    /// client's shard map is out of date): nothing was applied. A
+    /// [`crate::Cluster`] refreshes its map and sends the call again, under
+    /// the same request id, to the owning shard.
+    #[error("wrong shard: {message}")]
+    WrongShard {
+        /// The epoch of the replica's map.
+        epoch: u64,
+        /// The shard that owns the key under that map.
+        shard: u16,
+        /// The server's message.
+        message: String,
+    },
     /// Any other gRPC status.
     #[error("{code:?}: {message}")]
     Rpc {
@@ -96,6 +109,13 @@ impl From<Status> for Error {
             Code::DeadlineExceeded => Error::DeadlineExceeded(message),
             Code::Unavailable => Error::Unavailable(message),
             Code::Unauthenticated => Error::Unauthenticated(message),
+            Code::FailedPrecondition if message.starts_with(WRONG_SHARD) => Error::WrongShard {
+                epoch: number_after(&message, "(map epoch ").unwrap_or(0),
+                shard: number_after(&message, "goes to another shard: shard ")
+                    .and_then(|s| u16::try_from(s).ok())
+                    .unwrap_or(0),
+                message,
+            },
             Code::PermissionDenied => Error::PermissionDenied(message),
             Code::OutOfRange if status.metadata().contains_key("creek-compacted") => {
                 let oldest = status
@@ -119,6 +139,21 @@ impl From<Status> for Error {
             code => Error::Rpc { code, message },
         }
     }
+}
+
+/// The first word of a replica's refusal of a call on another shard's key.
+const WRONG_SHARD: &str = "WRONG_SHARD";
+
+/// The number right after the first `marker` in `message` that is
+/// followed by one.
+fn number_after(message: &str, marker: &str) -> Option<u64> {
+    message.match_indices(marker).find_map(|(i, _)| {
+        let rest = &message[i + marker.len()..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    })
 }
 
 impl From<tonic::transport::Error> for Error {

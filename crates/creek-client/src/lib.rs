@@ -83,6 +83,7 @@
 #![deny(missing_docs)]
 
 mod client;
+mod cluster;
 mod correctable;
 mod error;
 mod native;
@@ -94,8 +95,10 @@ mod view;
 mod watch;
 
 pub use client::{CallOptions, Client, ConnectOptions, RequestId};
+pub use cluster::Cluster;
 pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
+pub use creek_shard::{ShardId, ShardMap};
 pub use error::Error;
 pub use procs::{Keyspace, KeyspaceLabel, ProcedureSource, Registered, DEFINITION_TIMEOUT};
 pub use tls::{TlsFiles, TlsOptions};

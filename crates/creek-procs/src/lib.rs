@@ -20,4 +20,4 @@ pub mod session;
 pub mod user_procs;
 pub mod void;
 
-pub use registry::{execute_call, CallError, Procedure, Registry, Signature};
+pub use registry::{execute_call, CallError, Procedure, Registry, Route, Signature};

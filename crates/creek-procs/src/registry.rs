@@ -38,6 +38,27 @@ pub struct Procedure {
     /// so an oversized key is refused before the op is ordered rather than
     /// aborted after (see [`Registry::check`]).
     pub key_arg: Option<usize>,
+    /// Where a call runs on a cluster of several shards.
+    pub route: Route,
+}
+
+/// Where a call of a procedure runs on a cluster of several shards
+/// (docs/shards.md): the shard owning its key, every shard, or none when
+/// its keys are known only as it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Route {
+    /// On the shard owning argument `n`, a key of the built-in data (a
+    /// `kv.*` key, or a list, set or queue name: a collection lives on one
+    /// shard).
+    Arg(usize),
+    /// On every shard: state every shard keeps (procedures, keyspaces,
+    /// users, roles, tokens), or nothing at all (`sys.noop`).
+    Everywhere,
+    /// Its keys are known only as it runs (workload procedures, user
+    /// procedures): a cluster of several shards refuses it until
+    /// operations across shards exist.
+    #[default]
+    Unknown,
 }
 
 /// A procedure's parameters, result and purpose, as `creek proc list` and
@@ -167,6 +188,7 @@ impl Registry {
                 run: Arc::new(run),
                 signature: None,
                 key_arg: None,
+                route: Route::Unknown,
             },
         );
     }
@@ -185,6 +207,20 @@ impl Registry {
         if let Some(p) = self.procs.get_mut(name) {
             p.key_arg = Some(index);
         }
+    }
+
+    /// Set where calls of `name` run on a cluster of several shards (see
+    /// [`Procedure::route`]).
+    pub fn route(&mut self, name: &str, route: Route) {
+        if let Some(p) = self.procs.get_mut(name) {
+            p.route = route;
+        }
+    }
+
+    /// Where a call of `name` runs on a cluster of several shards; a name
+    /// not registered (a user procedure) is [`Route::Unknown`].
+    pub fn route_of(&self, name: &str) -> Route {
+        self.get(name).map_or(Route::Unknown, |p| p.route)
     }
 
     /// Every registered procedure, sorted by name.

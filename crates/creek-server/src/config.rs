@@ -239,6 +239,14 @@ pub struct ServerConfig {
     /// Users, roles and tokens; off if unset.
     #[serde(default, skip_serializing_if = "AuthConfig::is_off")]
     pub auth: AuthConfig,
+    /// The cluster's shard map (a file of `creek_shard::encode`'s bytes,
+    /// as `creek dev --shards` writes it) when this replica is one of a
+    /// shard of a sharded cluster: it must list this replica, with the
+    /// replicas `replicas` names as its shard. Calls on keys another shard
+    /// owns are refused with `WRONG_SHARD` (docs/shards.md). None: a
+    /// cluster of one group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_map: Option<PathBuf>,
     /// A protocol bug planted on purpose, to show `creek chaos` catches it
     /// (tests only; needs a build with the `planted-bugs` feature): one of
     /// [`PLANTED_BUGS`].
@@ -396,6 +404,7 @@ impl ServerConfig {
             tls: None,
             insecure: false,
             auth: AuthConfig::default(),
+            shard_map: None,
             plant_bug: None,
         }
     }

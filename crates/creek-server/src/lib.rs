@@ -35,6 +35,7 @@ pub mod request;
 pub mod restore;
 pub mod server;
 pub mod service;
+pub mod shards;
 mod socket;
 pub mod tls;
 pub mod transport;

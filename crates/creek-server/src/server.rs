@@ -153,6 +153,7 @@ impl Server {
         let node_config = node_config(&config);
         let limits = node_config.wire;
         let procedures = Arc::new(crate::call::answer::procedures_reply(&registry));
+        let shards = crate::shards::ShardGate::load(&config, registry.clone())?;
         let (node, persister) = recover(&config, node_config, registry, opened)?;
         let tls = load_tls(&config)?;
         let listeners = Listeners::bind(&config).await?;
@@ -202,6 +203,7 @@ impl Server {
             max_request_bytes: config.max_request_bytes,
             stopping: stopping.clone(),
             auth: auth.clone(),
+            shards,
         };
         let admin = AdminService {
             events: events_tx.clone(),

@@ -75,8 +75,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 
 async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
-    let client = cli::connect(&args.endpoints, &addrs).await?;
-    let procedures = cli::procedures(&client, &addrs).await?;
+    let cluster = cli::connect_cluster(&args.endpoints, &addrs).await?;
+    let first = cluster
+        .first()
+        .await
+        .map_err(|e| Failure::new(exit::FAILED, cli::explain(&e, &addrs)))?;
+    let procedures = cli::procedures(&first, &addrs).await?;
     let values = match procedures.iter().find(|p| p.name == args.procedure) {
         Some(p) if p.described => typed(p, parsed)?,
         Some(_) => parsed.into_iter().map(|a| a.value).collect(),
@@ -90,6 +94,12 @@ async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
             ))
         }
     };
+    // The id comes from the client of the shard the call goes to (its
+    // sessions are that shard's).
+    let client = cluster
+        .route(&args.procedure, &values)
+        .await
+        .unwrap_or(first);
     let id = client.request_id(args.request_id);
     let options = CallOptions {
         timeout: Some(args.timeout),
@@ -97,7 +107,7 @@ async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
         request_id: Some(id),
     };
     let failed = |e: Error| failure(&e, &addrs, args, id);
-    let op = client
+    let op = cluster
         .invoke_with(args.procedure.as_str(), values, args.level, options)
         .await
         .map_err(failed)?;

@@ -230,6 +230,17 @@ pub(crate) async fn connect(
         .map_err(|e| Failure::new(exit::FAILED, explain(&e, addrs)))
 }
 
+/// Connect to the cluster through the first of `addrs` that answers (any
+/// replica of any shard), learn its shard map and connect to every shard.
+pub(crate) async fn connect_cluster(
+    endpoints: &Endpoints,
+    addrs: &[String],
+) -> Result<creek_client::Cluster, Failure> {
+    creek_client::Cluster::connect_with_options(addrs.iter().cloned(), endpoints.options()?)
+        .await
+        .map_err(|e| Failure::new(exit::FAILED, explain(&e, addrs)))
+}
+
 /// The procedures the cluster runs, with their signatures.
 pub(crate) async fn procedures(
     client: &creek_client::Client,

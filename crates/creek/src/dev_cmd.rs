@@ -14,8 +14,10 @@ use creek_server::{ReplicaAddr, Server, ServerConfig};
 
 use crate::serve_cmd::{self, LogArgs, LogFormat};
 
-/// Most replicas `creek dev` runs.
+/// Most replicas `creek dev` runs (per shard).
 const REPLICAS_MAX: u16 = 9;
+/// Most shards `creek dev` runs.
+const SHARDS_MAX: u16 = 8;
 /// How long a started replica may take to open its client port.
 const START_WAIT: Duration = Duration::from_secs(20);
 /// How long `stop` waits for a replica to stop before it kills it.
@@ -24,9 +26,14 @@ const STOP_WAIT: Duration = Duration::from_secs(10);
 /// `creek dev`.
 #[derive(clap::Args)]
 pub struct DevArgs {
-    /// Replicas in the cluster (1 to 9).
+    /// Replicas in the cluster (1 to 9); with `--shards`, in each shard.
     #[arg(long, default_value_t = 3)]
     replicas: u16,
+    /// Shards (1 to 8), each a group of `--replicas` replicas owning its
+    /// share of the keys (hashed); replica ids and ports count up across
+    /// shards, and the map is kept in DATA_DIR/shard-map.bin.
+    #[arg(long, default_value_t = 1)]
+    shards: u16,
     /// Where each replica keeps its data (`rN/`), its configuration
     /// (`rN.toml`) and its log (`rN.log`); the cluster recovers from it on
     /// the next start.
@@ -78,7 +85,17 @@ commands:
 pub fn dev(args: &DevArgs, log: &LogArgs) -> Result<(), String> {
     serve_cmd::init_logging(log)?;
     if let Some(DevAction::AddReplica) = args.action {
+        if args.shards > 1 {
+            return Err("add-replica grows a dev cluster of one group; a sharded one is                         formed with its replicas"
+                .into());
+        }
         return add_replica(args);
+    }
+    if !(1..=SHARDS_MAX).contains(&args.shards) {
+        return Err(format!(
+            "--shards {}: a dev cluster has 1 to {SHARDS_MAX} shards",
+            args.shards
+        ));
     }
     if !(1..=REPLICAS_MAX).contains(&args.replicas) {
         return Err(format!(
@@ -106,6 +123,9 @@ struct DevCluster {
     metrics: Vec<Option<SocketAddr>>,
     /// The certificate directory with `--secure`.
     certs: Option<PathBuf>,
+    /// Shards, and replicas in each.
+    shards: u16,
+    replicas: u16,
 }
 
 /// What the prompt thread hands the main loop.
@@ -118,13 +138,18 @@ impl DevCluster {
     /// Write each replica's configuration under the data directory, and
     /// take in replicas added earlier (`rN.toml` with N past `--replicas`).
     fn configure(args: &DevArgs, log: &LogArgs) -> Result<DevCluster, String> {
-        let mut configs = ServerConfig::local_group(
-            args.replicas,
-            args.client_port,
-            args.peer_port,
-            &args.data_dir,
-        )
-        .map_err(|e| e.to_string())?;
+        let mut configs = if args.shards > 1 {
+            local_shards(args)?
+        } else {
+            ServerConfig::local_group(
+                args.replicas,
+                args.client_port,
+                args.peer_port,
+                &args.data_dir,
+            )
+            .map_err(|e| e.to_string())?
+        };
+        let total = args.replicas * args.shards;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut log_flags = vec![
             "--log-format".into(),
@@ -151,7 +176,7 @@ impl DevCluster {
         };
         let mut procs = Cluster::on(launch, Vec::new(), Vec::new())?;
         let certs = if args.secure {
-            Some(make_certs(&args.data_dir.join("certs"), args.replicas)?)
+            Some(make_certs(&args.data_dir.join("certs"), total)?)
         } else {
             None
         };
@@ -170,7 +195,7 @@ impl DevCluster {
                     root_token_sha256: Some(creek_server::auth::to_hex(&root.hash())),
                 };
             }
-            c.workers = (cores / usize::from(args.replicas)).max(1);
+            c.workers = (cores / usize::from(total)).max(1);
             c.allow_fault_injection = args.allow_fault_injection;
             if args.metrics_port != 0 {
                 c.metrics_addr = Some(port_at(args.metrics_port, i as u16)?);
@@ -193,6 +218,8 @@ impl DevCluster {
             procs,
             metrics,
             certs,
+            shards: args.shards,
+            replicas: args.replicas,
         })
     }
 
@@ -252,16 +279,29 @@ impl DevCluster {
         let dir = log
             .parent()
             .map_or_else(String::new, |d| d.display().to_string());
-        println!(
-            "creek dev: {} replicas, each its own process; data and logs in {dir}",
-            self.procs.len()
-        );
+        if self.shards > 1 {
+            println!(
+                "creek dev: {} shards of {} replicas, each replica its own process; data, logs \
+                 and the shard map in {dir}",
+                self.shards, self.replicas
+            );
+        } else {
+            println!(
+                "creek dev: {} replicas, each its own process; data and logs in {dir}",
+                self.procs.len()
+            );
+        }
         for (i, metrics) in self.metrics.iter().enumerate() {
             let metrics = metrics
                 .map(|a| format!("   console http://{a}/   metrics http://{a}/metrics"))
                 .unwrap_or_default();
+            let shard = if self.shards > 1 {
+                format!("  shard {}", i / usize::from(self.replicas))
+            } else {
+                String::new()
+            };
             println!(
-                "  replica {}  client {}{metrics}",
+                "  replica {}{shard}  client {}{metrics}",
                 i + 1,
                 self.procs.clients[i]
             );
@@ -559,4 +599,58 @@ fn add_replica(args: &DevArgs) -> Result<(), String> {
         );
         serve_cmd::serve_until_stopped(server, panics, false).await
     })
+}
+
+/// The configurations of a sharded dev cluster, its map kept in
+/// DATA_DIR/shard-map.bin: made with a new cluster id the first time,
+/// read back on the next start (it must describe the same shards).
+fn local_shards(args: &DevArgs) -> Result<Vec<ServerConfig>, String> {
+    let map_path = args.data_dir.join("shard-map.bin");
+    let kept = match std::fs::read(&map_path) {
+        Ok(bytes) => Some(
+            creek_shard::decode(&bytes.into())
+                .map_err(|e| format!("{}: {e}", map_path.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("reading {}: {e}", map_path.display())),
+    };
+    let cluster = kept.as_ref().map_or_else(new_cluster_id, |m| m.cluster);
+    let (configs, map) = creek_server::shards::local_shards(
+        args.shards,
+        args.replicas,
+        args.client_port,
+        args.peer_port,
+        &args.data_dir,
+        &map_path,
+        cluster,
+    )
+    .map_err(|e| e.to_string())?;
+    match kept {
+        Some(kept) if kept == map => {}
+        Some(kept) => {
+            return Err(format!(
+                "{} describes another cluster ({} shards, epoch {}): start `creek dev` with \
+                 the flags that formed it, or with another --data-dir",
+                map_path.display(),
+                kept.shards.len(),
+                kept.epoch
+            ))
+        }
+        None => {
+            std::fs::create_dir_all(&args.data_dir)
+                .map_err(|e| format!("creating {}: {e}", args.data_dir.display()))?;
+            std::fs::write(&map_path, creek_shard::encode(&map))
+                .map_err(|e| format!("writing {}: {e}", map_path.display()))?;
+        }
+    }
+    Ok(configs)
+}
+
+/// A cluster id unlikely to repeat: the clock's nanoseconds mixed with the
+/// process id.
+fn new_cluster_id() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (nanos ^ (u64::from(std::process::id()) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
 }

@@ -11,6 +11,7 @@ mod dev_cmd;
 mod keyspace_cmd;
 mod proc_cmd;
 mod serve_cmd;
+mod shards_cmd;
 mod sim_cmd;
 mod status_cmd;
 mod user_cmd;
@@ -54,6 +55,9 @@ enum Command {
     /// whether the group has a quorum (exit code 3: a member down, 4: no
     /// quorum).
     Status(status_cmd::Args),
+    /// Print the cluster's shard map: its epoch, where keys go, each
+    /// shard's replicas and leader (exit code 3: a shard without a leader).
+    Shards(shards_cmd::Args),
     /// List the procedures a cluster runs, with their signatures; register
     /// and drop user procedures.
     Proc(proc_cmd::Args),
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
         Command::Dev(args) => dev_cmd::dev(&args, &cli.log),
         Command::Call(args) => return cli::finish(call_cmd::run(&args)),
         Command::Status(args) => return cli::finish(status_cmd::run(&args)),
+        Command::Shards(args) => return cli::finish(shards_cmd::run(&args)),
         Command::Proc(args) => return cli::finish(proc_cmd::run(&args)),
         Command::Keyspace(args) => return cli::finish(keyspace_cmd::run(&args)),
         Command::User(args) => return cli::finish(user_cmd::run_user(&args)),

@@ -225,7 +225,7 @@ impl Plan {
     /// Run the plan, handing each point to `emit` (nothing is printed but
     /// the progress on stderr).
     pub(crate) fn run_with(&self, emit: Emit<'_>) -> Result<(), String> {
-        let progress = Progress::new(self.loads.len());
+        let progress = Progress::new(self.loads.len() * self.shards.len());
         let mut emit = |point: Map<String, Json>| {
             progress.finish();
             emit(point)
@@ -419,7 +419,7 @@ pub fn tickets(args: &TicketsArgs) -> Result<(), String> {
 pub(crate) type Emit<'a> = &'a mut dyn FnMut(Map<String, Json>) -> Result<(), String>;
 
 fn run(p: &Plan) -> Result<(), String> {
-    let progress = Progress::new(p.loads.len());
+    let progress = Progress::new(p.loads.len() * p.shards.len());
     let mut failed = false;
     let mut emit = |point: Map<String, Json>| {
         failed |= point.get("consistency_ok") == Some(&json!(false));

@@ -36,7 +36,7 @@
 
 use bytes::Bytes;
 
-use crate::registry::{Registry, Signature, INTERNAL_KEY_PREFIX};
+use crate::registry::{Registry, Route, Signature, INTERNAL_KEY_PREFIX};
 use creek_exec::txn::{Abort, Outcome, Txn};
 use creek_types::value::{decode_args, Value};
 
@@ -63,6 +63,7 @@ pub fn register_all(r: &mut Registry) {
         NOOP,
         NOOP_SIG.describe("nil", "Do nothing (the stabilizer's no-op)."),
     );
+    r.route(NOOP, Route::Everywhere);
     kv::register(r);
     queue::register(r);
     collections::register(r);
@@ -90,6 +91,11 @@ fn describe_all(r: &mut Registry, list: &[(&Sig, &str, &str)]) {
         if matches!(sig.subject, Subject::Key) {
             r.key_arg(sig.name, 0);
         }
+        let route = match sig.subject {
+            Subject::Key | Subject::Name(_) => Route::Arg(0),
+            Subject::None => Route::Everywhere,
+        };
+        r.route(sig.name, route);
     }
 }
 
@@ -428,5 +434,28 @@ mod tests {
                 assert!(ex.outcome.is_err() && ex.writes.is_empty(), "{name}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::*;
+
+    /// Every built-in a client calls says where it runs on a sharded
+    /// cluster: data ops by their key or collection name, definitions and
+    /// users everywhere; only unregistered names (user procedures) are
+    /// unknown.
+    #[test]
+    fn every_builtin_has_a_route() {
+        let mut r = Registry::new();
+        register_all(&mut r);
+        for (name, p) in r.procedures() {
+            assert_ne!(p.route, Route::Unknown, "{name}");
+        }
+        assert_eq!(r.route_of("kv.put"), Route::Arg(0));
+        assert_eq!(r.route_of("queue.enqueue"), Route::Arg(0));
+        assert_eq!(r.route_of("proc.register"), Route::Everywhere);
+        assert_eq!(r.route_of("auth.user_add"), Route::Everywhere);
+        assert_eq!(r.route_of("orders.place"), Route::Unknown);
     }
 }

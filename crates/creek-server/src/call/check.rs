@@ -37,6 +37,8 @@ pub(crate) struct FrontDoor {
     pub(crate) stopping: Arc<AtomicBool>,
     /// Users and their rights, when `[auth] enabled`.
     pub(crate) auth: Option<Arc<crate::auth::Auth>>,
+    /// The shard map and this replica's shard, on a sharded cluster.
+    pub(crate) shards: Option<Arc<crate::shards::ShardGate>>,
 }
 
 /// The answer to a call that comes while the replica stops (or after).
@@ -73,6 +75,9 @@ impl FrontDoor {
     ) -> Result<creek_core::Request, Status> {
         self.serving()?;
         let request = crate::request::to_request(req, self.max_request_bytes)?;
+        if let Some(gate) = &self.shards {
+            gate.check(&request.call)?;
+        }
         if timeout.is_some_and(|t| t.is_zero()) {
             return Err(Status::deadline_exceeded(
                 "the deadline passed before the op was accepted",

@@ -240,6 +240,17 @@ impl pb::creek_server::Creek for CreekService {
             cluster_id: s.cluster_id,
             quorum_lost: s.quorum_lost,
             raft_log_entries: s.raft_log_entries,
+            shard_map: self
+                .front
+                .shards
+                .as_ref()
+                .map(|g| g.encoded().clone())
+                .unwrap_or_default(),
+            shard: self
+                .front
+                .shards
+                .as_ref()
+                .map_or(0, |g| u32::from(g.shard().0)),
         }))
     }
 }

@@ -1,0 +1,297 @@
+//! A client of a sharded cluster: it learns the shard map from any
+//! replica, keeps one [`Client`] per shard, and sends each call to a
+//! replica of the shard owning its key (docs/shards.md). A replica that
+//! finds the key is another shard's refuses with `WRONG_SHARD` and
+//! applies nothing; the client then learns the map again and sends the
+//! call, under the same request id, to the owner. On a cluster of one
+//! group it is a [`Client`] with one more status call at connect.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use creek_shard::{Endpoint, Shard, ShardId, ShardMap};
+use creek_types::value::Value;
+use tokio::sync::RwLock;
+
+use crate::{CallOptions, Client, ConnectOptions, Correctable, Error, Levels};
+
+/// Built-in procedures whose first argument places them: a key of the
+/// built-in data, or a collection's name (a collection lives on one
+/// shard). The replicas hold the same rule (`creek_procs::Route`).
+const KEYED_PREFIXES: [&str; 4] = ["kv.", "list.", "set.", "queue."];
+
+/// How many times a call refused with `WRONG_SHARD` is sent again after
+/// learning the map anew.
+const WRONG_SHARD_RETRIES: usize = 3;
+
+/// A client of every shard of a cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    options: ConnectOptions,
+    routes: RwLock<Routes>,
+}
+
+/// The map a client routes by and a client per shard.
+#[derive(Clone)]
+struct Routes {
+    map: ShardMap,
+    clients: BTreeMap<ShardId, Client>,
+}
+
+impl Cluster {
+    /// Connect to the cluster through the first of `addrs` that answers
+    /// (any replica of any shard), learn its map, and connect to every
+    /// shard.
+    pub async fn connect<I, S>(addrs: I) -> Result<Cluster, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::connect_with_options(addrs, ConnectOptions::default()).await
+    }
+
+    /// [`connect`](Cluster::connect) with `options` (TLS, token), used for
+    /// every shard.
+    pub async fn connect_with_options<I, S>(
+        addrs: I,
+        options: ConnectOptions,
+    ) -> Result<Cluster, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let first = Client::connect_with_options(addrs, options.clone()).await?;
+        let routes = Routes::learn(&first, &options).await?;
+        Ok(Cluster {
+            inner: Arc::new(Inner {
+                options,
+                routes: RwLock::new(routes),
+            }),
+        })
+    }
+
+    /// Connect with a map the caller kept (from an earlier run, say)
+    /// instead of asking for one: calls route by it until a replica
+    /// refuses one as another shard's, which makes the client learn the
+    /// current map.
+    pub async fn connect_with_map(
+        map: ShardMap,
+        options: ConnectOptions,
+    ) -> Result<Cluster, Error> {
+        let clients = connect_shards(&map, &options, None).await?;
+        Ok(Cluster {
+            inner: Arc::new(Inner {
+                options,
+                routes: RwLock::new(Routes { map, clients }),
+            }),
+        })
+    }
+
+    /// The map calls are routed by.
+    pub async fn map(&self) -> ShardMap {
+        self.inner.routes.read().await.map.clone()
+    }
+
+    /// The client of `shard`, if the map lists it.
+    pub async fn shard(&self, shard: ShardId) -> Option<Client> {
+        self.inner.routes.read().await.clients.get(&shard).cloned()
+    }
+
+    /// The client of the shard a call of `procedure` with `args` goes to;
+    /// `None` when it goes to every shard.
+    pub async fn route(&self, procedure: &str, args: &[Value]) -> Option<Client> {
+        let routes = self.inner.routes.read().await;
+        let shard = routes.shard_of(procedure, args)?;
+        routes.clients.get(&shard).cloned()
+    }
+
+    /// The client of the first shard (for calls any shard answers, like
+    /// the list of procedures).
+    pub async fn first(&self) -> Result<Client, Error> {
+        let routes = self.inner.routes.read().await;
+        routes
+            .clients
+            .values()
+            .next()
+            .cloned()
+            .ok_or_else(|| Error::Unavailable("the map lists no shard".into()))
+    }
+
+    /// Learn the map again from any replica that answers.
+    pub async fn refresh(&self) -> Result<(), Error> {
+        let current = self.inner.routes.read().await.clone();
+        let mut last = Error::Unavailable("no shard answered".into());
+        for client in current.clients.values() {
+            match Routes::learn(client, &self.inner.options).await {
+                Ok(routes) => {
+                    *self.inner.routes.write().await = routes;
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Invoke `procedure` at `levels` on the shard owning its key.
+    pub async fn invoke(
+        &self,
+        procedure: impl Into<String>,
+        args: Vec<Value>,
+        levels: Levels,
+    ) -> Result<Correctable, Error> {
+        self.invoke_with(procedure, args, levels, CallOptions::default())
+            .await
+    }
+
+    /// Invoke with per-call options. A call of a built-in on a key goes to
+    /// the shard owning the key; any other call (a definition, a user or
+    /// role change, a user procedure) goes to every shard in turn, each
+    /// waiting for the previous shard's final view, and returns the last
+    /// shard's Correctable (a cluster of several shards refuses calls of
+    /// user procedures: their keys are known only as they run).
+    pub async fn invoke_with(
+        &self,
+        procedure: impl Into<String>,
+        args: Vec<Value>,
+        levels: Levels,
+        options: CallOptions,
+    ) -> Result<Correctable, Error> {
+        let procedure = procedure.into();
+        let routes = self.inner.routes.read().await.clone();
+        let Some(shard) = routes.shard_of(&procedure, &args) else {
+            return self
+                .everywhere(&routes, procedure, &args, levels, &options)
+                .await;
+        };
+        let client = routes.client(shard)?;
+        let id = client.request_id(options.request_id);
+        let mut fresh = options.request_id.is_none();
+        let mut sent_by = client.clone();
+        let mut attempt = 0;
+        loop {
+            match sent_by
+                .invoke_as(procedure.clone(), &args, levels, &options, id, fresh)
+                .await
+            {
+                Err(Error::WrongShard { .. }) if attempt < WRONG_SHARD_RETRIES => {
+                    attempt += 1;
+                    self.refresh().await?;
+                    let routes = self.inner.routes.read().await.clone();
+                    let shard = routes.shard_of(&procedure, &args).unwrap_or(shard);
+                    sent_by = routes.client(shard)?;
+                    // Another shard's client sends it: it may not
+                    // acknowledge an id that is not its own.
+                    fresh = false;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn everywhere(
+        &self,
+        routes: &Routes,
+        procedure: String,
+        args: &[Value],
+        levels: Levels,
+        options: &CallOptions,
+    ) -> Result<Correctable, Error> {
+        let mut clients = routes.clients.values().peekable();
+        while let Some(client) = clients.next() {
+            let id = client.request_id(options.request_id);
+            let fresh = options.request_id.is_none();
+            let c = client
+                .invoke_as(procedure.clone(), args, levels, options, id, fresh)
+                .await?;
+            if clients.peek().is_none() {
+                return Ok(c);
+            }
+            if levels != Levels::Weak || options.weak_final {
+                c.final_view().await?;
+            } else {
+                c.preliminary().await?;
+            }
+        }
+        Err(Error::Unavailable("the map lists no shard".into()))
+    }
+}
+
+impl Routes {
+    /// The map `client`'s replica serves under (a cluster of one group:
+    /// one shard of its replicas), with a client per shard (`client`
+    /// itself for its own shard).
+    async fn learn(client: &Client, options: &ConnectOptions) -> Result<Routes, Error> {
+        let status = client.status().await?;
+        let map = if status.shard_map.is_empty() {
+            let replicas = status
+                .client_addrs
+                .iter()
+                .filter_map(|(id, addr)| {
+                    let id = u16::try_from(*id).ok()?;
+                    let endpoint = Endpoint {
+                        client: addr.clone(),
+                        peer: String::new(),
+                    };
+                    Some((id, endpoint))
+                })
+                .collect();
+            ShardMap::single(status.cluster_id, Shard { replicas })
+        } else {
+            creek_shard::decode(&status.shard_map)
+                .map_err(|e| Error::Protocol(format!("the replica's shard map: {e}")))?
+        };
+        let own = u16::try_from(status.shard).ok().map(ShardId);
+        let clients = connect_shards(&map, options, own.map(|s| (s, client.clone()))).await?;
+        Ok(Routes { map, clients })
+    }
+
+    /// The shard a call goes to; `None`: every shard.
+    fn shard_of(&self, procedure: &str, args: &[Value]) -> Option<ShardId> {
+        if self.map.shards.len() == 1 {
+            return self.map.shards.keys().next().copied();
+        }
+        if !KEYED_PREFIXES.iter().any(|p| procedure.starts_with(p)) {
+            return None;
+        }
+        match args.first() {
+            Some(Value::Bytes(key)) => Some(self.map.owner(None, key)),
+            // Malformed: any shard refuses it as such.
+            _ => self.map.shards.keys().next().copied(),
+        }
+    }
+
+    fn client(&self, shard: ShardId) -> Result<Client, Error> {
+        self.clients.get(&shard).cloned().ok_or_else(|| {
+            Error::Unavailable(format!(
+                "the shard map lists no client for shard {}",
+                shard.0
+            ))
+        })
+    }
+}
+
+/// A client per shard of `map`, reusing `known` for its shard.
+async fn connect_shards(
+    map: &ShardMap,
+    options: &ConnectOptions,
+    known: Option<(ShardId, Client)>,
+) -> Result<BTreeMap<ShardId, Client>, Error> {
+    let mut clients = BTreeMap::new();
+    for (id, shard) in &map.shards {
+        if let Some((s, c)) = &known {
+            if s == id {
+                clients.insert(*id, c.clone());
+                continue;
+            }
+        }
+        let addrs: Vec<String> = shard.replicas.values().map(|e| e.client.clone()).collect();
+        let client = Client::connect_with_options(addrs, options.clone()).await?;
+        clients.insert(*id, client);
+    }
+    Ok(clients)
+}

@@ -1,0 +1,280 @@
+//! End-to-end: a cluster of two shards of three `creek serve` processes
+//! each, over real sockets. Calls are routed by key from any replica's map
+//! (Rust client and CLI); a replica refuses another shard's key with
+//! `WRONG_SHARD` and applies nothing; a client with a stale map refreshes
+//! it and retries under the same request id; one shard loses a replica
+//! and its leader while the other keeps serving.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use creek_client::{CallOptions, Client, Cluster, Error, Levels, ShardId, ShardMap};
+use creek_harness::launcher::{Cluster as Procs, Launch, OnDrop};
+use creek_shard::{Endpoint, Placement};
+use creek_types::value::Value;
+
+const T: Duration = Duration::from_secs(20);
+const REPLICAS: usize = 3;
+const SHARDS: usize = 2;
+
+fn b(s: &str) -> Value {
+    Value::Bytes(bytes::Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// Six replicas, ids 1-3 shard 0 and 4-6 shard 1, every one naming the
+/// map file; started and accepting clients.
+struct Sharded {
+    procs: Procs,
+    map: ShardMap,
+}
+
+impl Sharded {
+    fn start() -> Sharded {
+        let dir = std::env::temp_dir().join(format!(
+            "creek-shards-e2e-{}-{}",
+            std::process::id(),
+            creek_harness::ports::reserve_one().expect("port").port()
+        ));
+        let launch = Launch {
+            on_drop: OnDrop::RemoveDirUnlessPanicking,
+            ..Launch::new(env!("CARGO_BIN_EXE_creek").into(), dir).log_filter("info")
+        };
+        let mut procs = Procs::on_loopback(launch, SHARDS * REPLICAS).expect("ports");
+        let ids: Vec<ShardId> = (0..SHARDS as u16).map(ShardId).collect();
+        let mut map = ShardMap::hashed(0x5eed, &ids);
+        for i in 0..SHARDS * REPLICAS {
+            let shard = map
+                .shards
+                .get_mut(&ShardId((i / REPLICAS) as u16))
+                .expect("shard");
+            shard.replicas.insert(
+                (i + 1) as u16,
+                Endpoint {
+                    client: procs.clients[i].to_string(),
+                    peer: procs.peers[i].to_string(),
+                },
+            );
+        }
+        let map_path: PathBuf = procs.dir.join("shard-map.bin");
+        std::fs::write(&map_path, creek_shard::encode(&map)).expect("map file");
+        for i in 0..SHARDS * REPLICAS {
+            let first = i / REPLICAS * REPLICAS;
+            let members: Vec<usize> = (first..first + REPLICAS).collect();
+            procs
+                .configure_valid(i, &members, |c| {
+                    c.workers = 1;
+                    c.checkpoint_every_secs = 1;
+                    c.shard_map = Some(map_path.clone());
+                })
+                .expect("config");
+            procs.spawn(i).expect("spawn");
+        }
+        procs.wait_accepting(T).expect("replicas accept clients");
+        Sharded { procs, map }
+    }
+
+    fn addr(&self, i: usize) -> String {
+        self.procs.clients[i].to_string()
+    }
+
+    /// A key shard `s` owns, made from `stem`.
+    fn key_of(&self, s: u16, stem: &str) -> String {
+        (0..)
+            .map(|n| format!("{stem}{n}"))
+            .find(|k| self.map.owner(None, k.as_bytes()) == ShardId(s))
+            .expect("a key")
+    }
+
+    /// A plain client of shard `s`'s replicas (no routing).
+    async fn shard_client(&self, s: usize) -> Client {
+        let addrs: Vec<String> = (s * REPLICAS..(s + 1) * REPLICAS)
+            .map(|i| self.addr(i))
+            .collect();
+        Client::connect(addrs).await.expect("connect")
+    }
+}
+
+async fn final_value(c: &Cluster, procedure: &str, args: Vec<Value>, levels: Levels) -> Value {
+    let op = c
+        .invoke_with(
+            procedure,
+            args,
+            levels,
+            CallOptions {
+                timeout: Some(T),
+                ..CallOptions::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{procedure}: {e}"));
+    let view = if levels == Levels::Weak {
+        op.preliminary().await
+    } else {
+        op.final_view().await
+    };
+    view.unwrap_or_else(|e| panic!("{procedure}: {e}"))
+        .outcome
+        .unwrap_or_else(|a| panic!("{procedure} aborted: {a}"))
+}
+
+/// Retry `f` until it succeeds or the time is up (a shard electing a new
+/// leader refuses or delays strong ops for a moment).
+async fn eventually<F, Fut>(what: &str, mut f: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Value, Error>>,
+{
+    let deadline = Instant::now() + T;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("{what}: {e}; again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+async fn strong_get(c: &Cluster, key: &str) -> Result<Value, Error> {
+    let op = c
+        .invoke_with(
+            "kv.get",
+            vec![b(key)],
+            Levels::Strong,
+            CallOptions {
+                timeout: Some(Duration::from_secs(5)),
+                ..CallOptions::default()
+            },
+        )
+        .await?;
+    let view = op.final_view().await?;
+    view.outcome.map_err(Error::Protocol)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
+    let mut cluster = Sharded::start();
+    let k0 = cluster.key_of(0, "left");
+    let k1 = cluster.key_of(1, "right");
+
+    // Any replica serves the map; the client routes every key to its shard.
+    let client = Cluster::connect([cluster.addr(4)]).await.expect("connect");
+    assert_eq!(client.map().await, cluster.map);
+    for (key, value) in [(&k0, "a"), (&k1, "b")] {
+        final_value(&client, "kv.put", vec![b(key), b(value)], Levels::Both).await;
+        let weak = final_value(&client, "kv.get", vec![b(key)], Levels::Weak).await;
+        let strong = final_value(&client, "kv.get", vec![b(key)], Levels::Strong).await;
+        assert_eq!((weak, strong), (b(value), b(value)));
+    }
+
+    // A replica refuses a key of the other shard, and applies nothing.
+    let plain0 = cluster.shard_client(0).await;
+    match plain0
+        .invoke("kv.put", vec![b(&k1), b("wrong")], Levels::Both)
+        .await
+    {
+        Err(Error::WrongShard { epoch, shard, .. }) => assert_eq!((epoch, shard), (1, 1)),
+        other => panic!("expected WRONG_SHARD, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(strong_get(&client, &k1).await.expect("get"), b("b"));
+    // A procedure whose keys are known only as it runs cannot be routed.
+    match plain0
+        .invoke(
+            "ycsb.load",
+            vec![Value::Int(0), Value::Int(10), Value::Int(8)],
+            Levels::Strong,
+        )
+        .await
+    {
+        Err(e) => assert!(e.to_string().contains("known only as it runs"), "{e}"),
+        Ok(_) => panic!("ycsb.load accepted on a sharded cluster"),
+    }
+
+    // A client with a stale map (the shards' halves swapped, an older
+    // epoch) is refused, learns the map and is answered, exactly once.
+    let mut stale = cluster.map.clone();
+    stale.epoch = 0;
+    stale.default = Placement::Hashed(vec![(0, ShardId(1)), (2048, ShardId(0))]);
+    let stale_client = Cluster::connect_with_map(stale, Default::default())
+        .await
+        .expect("connect with a stale map");
+    let counter = cluster.key_of(0, "counter");
+    let n = final_value(
+        &stale_client,
+        "kv.incr",
+        vec![b(&counter), Value::Int(1)],
+        Levels::Both,
+    )
+    .await;
+    assert_eq!(n, Value::Int(1));
+    assert_eq!(
+        stale_client.map().await,
+        cluster.map,
+        "the map was learned again"
+    );
+    assert_eq!(
+        strong_get(&client, &counter).await.expect("get"),
+        b("1"),
+        "the retried increment was applied once"
+    );
+
+    // The CLI, given a replica of shard 0, routes a key of shard 1.
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_creek"))
+            .args(args)
+            .output()
+            .expect("creek");
+        assert!(
+            out.status.success(),
+            "creek {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let a0 = cluster.addr(0);
+    cli(&["call", "--addr", &a0, "kv.put", &k1, "from-cli"]);
+    let got = cli(&["call", "--addr", &a0, "-o", "value", "kv.get", &k1]);
+    assert_eq!(got.trim(), "from-cli");
+    let shards: serde_json::Value =
+        serde_json::from_str(&cli(&["shards", "--addr", &a0, "-o", "json"])).expect("json");
+    assert_eq!(shards["epoch"], 1);
+    assert_eq!(shards["shards"].as_array().map(Vec::len), Some(2));
+
+    // Shard 0 loses its leader: it elects another and goes on; shard 1
+    // never stops serving.
+    let status = plain0.status().await.expect("status");
+    let leader = usize::try_from(status.leader).expect("id") - 1;
+    assert!(leader < REPLICAS, "shard 0's leader is one of its replicas");
+    cluster.procs.kill(leader).expect("kill");
+    let started = Instant::now();
+    final_value(&client, "kv.put", vec![b(&k1), b("during")], Levels::Both).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shard 1 kept serving while shard 0 failed over"
+    );
+    let v = eventually("a strong put on shard 0 after its leader died", || {
+        let client = client.clone();
+        let k0 = k0.clone();
+        async move {
+            let op = client
+                .invoke_with(
+                    "kv.put",
+                    vec![b(&k0), b("after")],
+                    Levels::Both,
+                    CallOptions {
+                        timeout: Some(Duration::from_secs(5)),
+                        ..CallOptions::default()
+                    },
+                )
+                .await?;
+            op.final_view().await?.outcome.map_err(Error::Protocol)
+        }
+    })
+    .await;
+    assert_eq!(v, Value::Nil);
+    assert_eq!(strong_get(&client, &k0).await.expect("get"), b("after"));
+    assert_eq!(strong_get(&client, &k1).await.expect("get"), b("during"));
+}
