@@ -9,6 +9,13 @@
 # (seeds, ops checked, faults, failures, longest settling time against the
 # liveness bound) is printed at the end. Exits non-zero if any seed fails.
 # About an hour on the 2-core machine.
+#
+# `scripts/hand-swarm.sh shards` runs the sharded swarm instead: 2,100
+# seeds of clusters of 2 or 3 shards of 3 replicas (faults hit one shard
+# at a time; checks per shard and the ownership check), 300 ms of clients
+# on a LAN: kv 1,100 on 2 shards and 200 on 3, bank 250 (single-shard
+# transfers), procs 250 (pinned keyspaces), ycsb 200; on wide-area links
+# (4 s): kv 100. About 40 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${CREEK_BIN:-./target/release/creek}
@@ -17,33 +24,41 @@ logs=${SWARM_LOGS:-/tmp/creek-hand-swarm}
 mkdir -p "$logs"
 rm -f "$logs"/*.jsonl
 
-# name protocol links workload first count duration
-plan="kv creek lan kv 100000 3800 500ms
-queue creek lan queue 100000 2600 500ms
-tickets creek lan tickets 100000 1000 500ms
-list creek lan list 100000 250 500ms
-bank creek lan bank 100000 250 500ms
-ycsb creek lan ycsb 100000 150 500ms
-wan-kv creek wan kv 100000 1000 4s
-wan-queue creek wan queue 100000 500 4s
-smr-kv smr lan kv 100000 100 500ms
-smr-bank smr lan bank 100000 50 500ms
-bayou-kv bayou lan kv 100000 100 500ms
-bayou-bank bayou lan bank 100000 50 500ms
-archie-kv archie lan kv 100000 100 500ms
-archie-bank archie lan bank 100000 50 500ms"
+# name protocol links workload first count duration shards replicas
+plan="kv creek lan kv 100000 3800 500ms 1 5
+queue creek lan queue 100000 2600 500ms 1 5
+tickets creek lan tickets 100000 1000 500ms 1 5
+list creek lan list 100000 250 500ms 1 5
+bank creek lan bank 100000 250 500ms 1 5
+ycsb creek lan ycsb 100000 150 500ms 1 5
+wan-kv creek wan kv 100000 1000 4s 1 5
+wan-queue creek wan queue 100000 500 4s 1 5
+smr-kv smr lan kv 100000 100 500ms 1 5
+smr-bank smr lan bank 100000 50 500ms 1 5
+bayou-kv bayou lan kv 100000 100 500ms 1 5
+bayou-bank bayou lan bank 100000 50 500ms 1 5
+archie-kv archie lan kv 100000 100 500ms 1 5
+archie-bank archie lan bank 100000 50 500ms 1 5"
+if [ "${1:-}" = shards ]; then
+  plan="kv2 creek lan kv 200000 1100 300ms 2 3
+kv3 creek lan kv 200000 200 300ms 3 3
+bank2 creek lan bank 200000 250 300ms 2 3
+procs2 creek lan procs 200000 250 300ms 2 3
+ycsb2 creek lan ycsb 200000 200 300ms 2 3
+wan-kv2 creek wan kv 200000 100 4s 2 3"
+fi
 
 # Chunks of at most 100 seeds, so the two workers stay balanced.
-chunks=$(while read -r name proto links workload first count duration; do
+chunks=$(while read -r name proto links workload first count duration shards replicas; do
   for ((a = first; a < first + count; a += 100)); do
     b=$((a + 100 < first + count ? a + 100 : first + count))
-    echo "$name-$a $proto $links $workload $a..$b $duration"
+    echo "$name-$a $proto $links $workload $a..$b $duration $shards $replicas"
   done
 done <<< "$plan")
 
 run() {
-  "$bin" sim --protocol "$2" --links "$3" --replicas 5 --workload "$4" --seeds "$5" \
-    --duration "$6" --faults all --json > "$logs/$1.jsonl" 2> "$logs/$1.err" || true
+  "$bin" sim --protocol "$2" --links "$3" --replicas "$8" --shards "$7" --workload "$4" \
+    --seeds "$5" --duration "$6" --faults all --json > "$logs/$1.jsonl" 2> "$logs/$1.err" || true
 }
 export -f run
 export bin logs

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The CI swarm: 244 seeds, every fault class (the simulated disk and a lost
+# The CI swarm: 266 seeds, every fault class (the simulated disk and a lost
 # disk included), two runs at a time (2 cores). On Creek: 32 seeds each of
 # queue and bank, 22 each of kv and list, 10 of procs (user procedures
 # registered at run time; a seed costs about two kv seeds) and 14 each of
 # the benchmark workloads (ycsb, tickets) on a LAN, 500 ms each; 18 kv and
 # 9 queue seeds on wide-area links (10-150 ms one way, asymmetric, jittered), 4 s each;
 # 11 bank seeds of 2 s where up to two disks are lost (wipe2). On every
-# baseline (smr, bayou, archie): 10 seeds each of kv and bank. Exits
+# baseline (smr, bayou, archie): 10 seeds each of kv and bank. Sharded
+# clusters (2 shards of 3 replicas, faults on one shard at a time, the
+# ownership check): 10 kv, 4 bank and 4 procs seeds on a LAN (500 ms), 4
+# kv seeds on wide-area links (4 s). Exits
 # non-zero if any seed fails; each failure prints the command that
 # reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
 #
@@ -23,27 +26,31 @@ logs=${SWARM_LOGS:-/tmp/creek-swarm}
 mkdir -p "$logs"
 rm -f "$logs"/*.log
 
-# name protocol links workload seeds duration [faults]
-jobs="bank creek lan bank 1000..1032 500ms
-list creek lan list 1000..1022 500ms
-kv creek lan kv 1000..1022 500ms
-procs creek lan procs 1000..1010 500ms
-queue creek lan queue 1000..1032 500ms
-ycsb creek lan ycsb 1000..1014 500ms
-tickets creek lan tickets 1000..1014 500ms
-wan-kv creek wan kv 1000..1018 4s
-wan-queue creek wan queue 1000..1009 4s
+# name protocol links workload seeds duration faults [shards replicas]
+jobs="bank creek lan bank 1000..1032 500ms all
+list creek lan list 1000..1022 500ms all
+kv creek lan kv 1000..1022 500ms all
+procs creek lan procs 1000..1010 500ms all
+queue creek lan queue 1000..1032 500ms all
+ycsb creek lan ycsb 1000..1014 500ms all
+tickets creek lan tickets 1000..1014 500ms all
+wan-kv creek wan kv 1000..1018 4s all
+wan-queue creek wan queue 1000..1009 4s all
 wipe2-bank creek lan bank 1000..1011 2s partition,crash,clock,loss,disk,wipe2
-smr-kv smr lan kv 1000..1010 500ms
-smr-bank smr lan bank 1000..1010 500ms
-bayou-kv bayou lan kv 1000..1010 500ms
-bayou-bank bayou lan bank 1000..1010 500ms
-archie-kv archie lan kv 1000..1010 500ms
-archie-bank archie lan bank 1000..1010 500ms"
+smr-kv smr lan kv 1000..1010 500ms all
+smr-bank smr lan bank 1000..1010 500ms all
+bayou-kv bayou lan kv 1000..1010 500ms all
+bayou-bank bayou lan bank 1000..1010 500ms all
+archie-kv archie lan kv 1000..1010 500ms all
+archie-bank archie lan bank 1000..1010 500ms all
+shard-kv creek lan kv 1000..1010 500ms all 2 3
+shard-bank creek lan bank 1000..1004 500ms all 2 3
+shard-procs creek lan procs 1000..1004 500ms all 2 3
+shard-wan-kv creek wan kv 1000..1004 4s all 2 3"
 
 run() {
-  "$bin" sim --protocol "$2" --links "$3" --replicas 5 --workload "$4" --seeds "$5" \
-    --duration "$6" --faults "${7:-all}" > "$logs/$1.log" 2>&1
+  "$bin" sim --protocol "$2" --links "$3" --replicas "${9:-5}" --shards "${8:-1}" \
+    --workload "$4" --seeds "$5" --duration "$6" --faults "$7" > "$logs/$1.log" 2>&1
 }
 export -f run
 export bin logs

@@ -25,12 +25,28 @@ pub enum Placement {
 }
 
 /// The hash slot of `key`: the CRC-32 (IEEE) of the key, or of its tag if
-/// it has one, modulo [`SLOTS`]. A key's tag is what lies between its
-/// first `{` and the first `}` after it, if that is not empty.
+/// it has one, mixed by MurmurHash3's 32-bit finalizer, modulo [`SLOTS`].
+/// A key's tag is what lies between its first `{` and the first `}` after
+/// it, if that is not empty.
+///
+/// The finalizer is there because a CRC is linear: keys that differ only
+/// in their last characters (`r0`…`r7`, `acct/0`…`acct/7`) have CRCs
+/// whose low bits move together, and taken modulo 4096 they crowd into a
+/// few slots (all of those eight on one of two shards).
 pub fn slot_of(key: &[u8]) -> u16 {
     let hashed = tag(key).unwrap_or(key);
     // Lossless: the remainder is below SLOTS.
-    (crc32fast::hash(hashed) % u32::from(SLOTS)) as u16
+    (fmix32(crc32fast::hash(hashed)) % u32::from(SLOTS)) as u16
+}
+
+/// MurmurHash3's finalizer: every input bit moves about half the output
+/// bits.
+fn fmix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
 }
 
 fn tag(key: &[u8]) -> Option<&[u8]> {

@@ -36,20 +36,29 @@ fn two_shards() -> ShardMap {
 }
 
 #[test]
-fn slots_follow_crc32_and_tags() {
-    // The rule clients write again: zlib.crc32(key) % 4096.
-    assert_eq!(slot_of(b"user1"), (crc32fast::hash(b"user1") % 4096) as u16);
+fn slots_follow_crc32_mixed_and_tags() {
+    // The rule clients write again (Python: fmix32(zlib.crc32(key)) % 4096,
+    // fmix32 being MurmurHash3's finalizer).
+    assert_eq!(slot_of(b"user1"), 3027);
+    assert_eq!(slot_of(b"acct/0"), 1003);
     assert_eq!(slot_of(b"{user1}.name"), slot_of(b"user1"));
     assert_eq!(slot_of(b"x{user1}y{z}"), slot_of(b"user1"));
     // An empty tag is no tag; an unclosed brace neither.
-    assert_eq!(
-        slot_of(b"{}user1"),
-        (crc32fast::hash(b"{}user1") % 4096) as u16
-    );
-    assert_eq!(
-        slot_of(b"{user1"),
-        (crc32fast::hash(b"{user1") % 4096) as u16
-    );
+    assert_eq!(slot_of(b"{}user1"), 4063);
+    assert_eq!(slot_of(b"{user1"), 3731);
+}
+
+/// Keys that differ only in their last characters spread over the
+/// shards (a bare CRC would put all eight of each on one of two).
+#[test]
+fn sequential_keys_spread() {
+    let map = ShardMap::hashed(1, &[s(0), s(1)]);
+    for stem in ["r", "n", "acct/"] {
+        let on_first = (0..8)
+            .filter(|i| map.owner(None, format!("{stem}{i}").as_bytes()) == s(0))
+            .count();
+        assert!((1..8).contains(&on_first), "{stem}: {on_first} of 8 on shard 0");
+    }
 }
 
 #[test]
