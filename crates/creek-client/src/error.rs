@@ -194,6 +194,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_wrong_shard_refusal_names_the_epoch_and_the_owner() {
+        let message = "WRONG_SHARD: kv.put on key \"shard 7\" goes to another shard: shard 1 \
+                       owns it (map epoch 12); this replica serves shard 0";
+        assert_eq!(
+            Error::from(Status::failed_precondition(message)),
+            Error::WrongShard {
+                epoch: 12,
+                shard: 1,
+                message: message.into(),
+            }
+        );
+        // Another precondition stays a plain status.
+        assert!(matches!(
+            Error::from(Status::failed_precondition("not the leader")),
+            Error::Rpc { .. }
+        ));
+    }
+
+    #[test]
     fn status_codes_map_to_variants_with_the_server_message() {
         let cases = [
             (

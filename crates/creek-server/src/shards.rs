@@ -62,9 +62,10 @@ impl ShardGate {
         configured.sort_unstable();
         if listed != configured {
             return Err(ConfigError::Invalid(format!(
-                "the shard map {} lists replicas {listed:?} in shard {shard}; this \
+                "the shard map {} lists replicas {listed:?} in shard {}; this \
                  configuration names {configured:?}",
-                path.display()
+                path.display(),
+                shard.0
             )));
         }
         Ok(Some(Arc::new(ShardGate {
@@ -207,4 +208,106 @@ pub fn local_shards(
     map.validate()
         .map_err(|e| ConfigError::Invalid(format!("the shard map: {e}")))?;
     Ok((configs, map))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use creek_types::value::encode_args;
+
+    /// A directory of its own under the system's temporary one.
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("creek-shard-gate-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Two shards of three on loopback, the map written; replica `id`'s
+    /// configuration.
+    fn cluster(name: &str) -> (Vec<ServerConfig>, ShardMap, std::path::PathBuf) {
+        let d = dir(name);
+        let path = d.join("shard-map.bin");
+        let (configs, map) = local_shards(2, 3, 21001, 21101, &d, &path, 7).unwrap();
+        std::fs::write(&path, creek_shard::encode(&map)).unwrap();
+        (configs, map, path)
+    }
+
+    fn registry() -> Arc<Registry> {
+        Arc::new(Registry::with_builtins())
+    }
+
+    fn call(name: &str, key: &str) -> ProcCall {
+        ProcCall::new(name, encode_args(&[Value::from(key), Value::from("v")]))
+    }
+
+    #[test]
+    fn a_replica_accepts_its_keys_and_refuses_the_others() {
+        let (configs, map, _) = cluster("route");
+        let gate = ShardGate::load(&configs[0], registry()).unwrap().unwrap();
+        assert_eq!(gate.shard(), ShardId(0));
+        let key_of = |s: u16| {
+            (0..)
+                .map(|n| format!("k{n}"))
+                .find(|k| map.owner(None, k.as_bytes()) == ShardId(s))
+                .unwrap()
+        };
+        assert!(gate.check(&call("kv.put", &key_of(0))).is_ok());
+        let refused = gate.check(&call("kv.put", &key_of(1))).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            refused.message().starts_with(WRONG_SHARD),
+            "{}",
+            refused.message()
+        );
+        assert!(refused.message().contains("shard 1 owns it (map epoch 1)"));
+        // Definitions go everywhere; procedures whose keys are unknown
+        // nowhere.
+        assert!(gate
+            .check(&ProcCall::new("proc.list", encode_args(&[])))
+            .is_ok());
+        let unknown = gate
+            .check(&ProcCall::new("ycsb.load", encode_args(&[])))
+            .unwrap_err();
+        assert!(unknown.message().contains("known only as it runs"));
+    }
+
+    #[test]
+    fn maps_that_do_not_fit_the_replica_are_refused() {
+        let (configs, _, path) = cluster("refuse");
+        // A replica the map does not list.
+        let mut stranger = configs[0].clone();
+        stranger.id = 9;
+        stranger.replicas[0].id = 9;
+        let e = ShardGate::load(&stranger, registry())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("replica 9 is not in the shard map"), "{e}");
+        // A replica configured with a group the map's shard does not match.
+        let mut mixed = configs[0].clone();
+        mixed.replicas = vec![
+            configs[0].replicas[0].clone(),
+            configs[3].replicas[0].clone(),
+        ];
+        let e = ShardGate::load(&mixed, registry()).unwrap_err().to_string();
+        assert!(e.contains("lists replicas [1, 2, 3] in shard 0"), "{e}");
+        // A file that is not a map.
+        std::fs::write(&path, b"not a map").unwrap();
+        let e = ShardGate::load(&configs[0], registry())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shard map"), "{e}");
+        // No file.
+        std::fs::remove_file(&path).unwrap();
+        let e = ShardGate::load(&configs[0], registry())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reading"), "{e}");
+        // No map configured: no gate.
+        let mut plain = configs[0].clone();
+        plain.shard_map = None;
+        assert!(ShardGate::load(&plain, registry()).unwrap().is_none());
+    }
 }

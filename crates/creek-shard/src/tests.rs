@@ -57,7 +57,10 @@ fn sequential_keys_spread() {
         let on_first = (0..8)
             .filter(|i| map.owner(None, format!("{stem}{i}").as_bytes()) == s(0))
             .count();
-        assert!((1..8).contains(&on_first), "{stem}: {on_first} of 8 on shard 0");
+        assert!(
+            (1..8).contains(&on_first),
+            "{stem}: {on_first} of 8 on shard 0"
+        );
     }
 }
 
