@@ -43,7 +43,41 @@ type Reply = (String, Result<pb::StatusReply, String>);
 /// too, so a member missing from `--addr` is not missed.
 pub fn run(args: &Args) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
-    let (replies, voters) = cli::runtime()?.block_on(survey(addrs, args.endpoints.options()?));
+    let options = args.endpoints.options()?;
+    let runtime = cli::runtime()?;
+    let (replies, voters) = runtime.block_on(survey(addrs, options.clone()));
+    // A sharded cluster: each shard is a group of its own, reported in turn
+    // (the exit code is the worst shard's).
+    let map = replies.iter().find_map(|(_, r)| {
+        r.as_ref()
+            .ok()
+            .filter(|r| !r.shard_map.is_empty())
+            .and_then(|r| creek_shard::decode(&r.shard_map).ok())
+    });
+    let Some(map) = map else {
+        return report(args, &replies, &voters);
+    };
+    let mut worst: Result<(), Failure> = Ok(());
+    for (id, shard) in &map.shards {
+        if args.output.output == Format::Table {
+            println!("shard {} (map epoch {})", id.0, map.epoch);
+        }
+        let addrs: Vec<String> = shard.replicas.values().map(|e| e.client.clone()).collect();
+        let (replies, voters) = runtime.block_on(survey(addrs, options.clone()));
+        let result = report(args, &replies, &voters);
+        if args.output.output == Format::Table {
+            println!();
+        }
+        worst = match (worst, result) {
+            (Err(a), Err(b)) => Err(if b.code > a.code { b } else { a }),
+            (Ok(()), r) | (r, Ok(())) => r,
+        };
+    }
+    worst
+}
+
+/// Print one group's replies and judge it.
+fn report(args: &Args, replies: &[Reply], voters: &[u32]) -> Result<(), Failure> {
     if replies.iter().all(|(_, r)| r.is_err()) {
         let why: Vec<String> = replies
             .iter()
@@ -54,10 +88,10 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             format!("no replica answered ({})", why.join("; ")),
         ));
     }
-    let health = assess(&replies, &voters);
+    let health = assess(replies, voters);
     match args.output.output {
         Format::Json => {
-            for (addr, reply) in &replies {
+            for (addr, reply) in replies {
                 println!("{}", row_json(addr, reply));
             }
             println!(
@@ -72,7 +106,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             println!("{}", format_table(&rows));
             // Why a replica takes no part (joining, or lost its data and
             // being rebuilt, with the rebuild's progress).
-            for (_, reply) in &replies {
+            for (_, reply) in replies {
                 if let Ok(r) = reply {
                     if !r.standing_detail.is_empty() {
                         println!("replica {} is {}: {}", r.replica, r.role, r.standing_detail);
@@ -80,7 +114,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 }
             }
             if args.counters {
-                for (addr, reply) in &replies {
+                for (addr, reply) in replies {
                     if let Ok(s) = reply {
                         println!("\nreplica {} ({addr})", s.replica);
                         for (name, value) in sorted(&s.counters) {

@@ -242,6 +242,11 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
         serde_json::from_str(&cli(&["shards", "--addr", &a0, "-o", "json"])).expect("json");
     assert_eq!(shards["epoch"], 1);
     assert_eq!(shards["shards"].as_array().map(Vec::len), Some(2));
+    let status = cli(&["status", "--addr", &a0]);
+    assert!(
+        status.contains("shard 0 (map epoch 1)") && status.contains("shard 1 (map epoch 1)"),
+        "{status}"
+    );
 
     // Shard 0 loses its leader: it elects another and goes on; shard 1
     // never stops serving.
@@ -276,5 +281,16 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
     .await;
     assert_eq!(v, Value::Nil);
     assert_eq!(strong_get(&client, &k0).await.expect("get"), b("after"));
+    // `creek status` reports the shard with a replica down as degraded.
+    let status = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args(["status", "--addr", &cluster.addr(4)])
+        .output()
+        .expect("creek status");
+    assert_eq!(
+        status.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
     assert_eq!(strong_get(&client, &k1).await.expect("get"), b("during"));
 }
