@@ -175,16 +175,18 @@ class _Cluster:
 class DevCluster(_Cluster):
     """`creek dev`: three replicas, each its own process."""
 
-    def __init__(self, replicas: int = 3):
+    def __init__(self, replicas: int = 3, shards: int = 1):
         self.dir = Path(tempfile.mkdtemp(prefix="creek-py-dev-"))
-        client_port = free_port_run(replicas)
-        peer_port = free_port_run(replicas, avoid=list(range(client_port, client_port + replicas)))
-        self.clients = [f"127.0.0.1:{client_port + i}" for i in range(replicas)]
-        self.ids = list(range(1, replicas + 1))
+        n = replicas * shards
+        client_port = free_port_run(n)
+        peer_port = free_port_run(n, avoid=list(range(client_port, client_port + n)))
+        self.clients = [f"127.0.0.1:{client_port + i}" for i in range(n)]
+        self.ids = list(range(1, n + 1))
         self.proc = _spawn(
             [
                 str(creek_bin()), "dev",
                 "--replicas", str(replicas),
+                "--shards", str(shards),
                 "--data-dir", str(self.dir / "data"),
                 "--client-port", str(client_port),
                 "--peer-port", str(peer_port),
@@ -195,7 +197,9 @@ class DevCluster(_Cluster):
             {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
         )
         try:
-            self.wait_for_leader()
+            # Each shard is a group of its own, with its own leader.
+            for k in range(shards):
+                self.wait_for_leader(live=list(range(k * replicas, (k + 1) * replicas)))
         except StartFailed:
             self.stop()
             raise

@@ -51,7 +51,9 @@ from .errors import (
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
+    WrongShard,
 )
+from .shards import Cluster, ShardMap, slot_of
 from .procedures import Keyspace, KeyspaceLabel, NotRegistered, ProcedureSource, Refused, Registered
 from .views import BOTH, STRONG, WEAK, Level, View, ViewKind
 from .watch import WatchEvent
@@ -60,6 +62,7 @@ __all__ = [
     "BOTH",
     "BlockingClient",
     "Client",
+    "Cluster",
     "Compacted",
     "Correctable",
     "CreekError",
@@ -74,6 +77,7 @@ __all__ = [
     "ProcedureSource",
     "ProtocolError",
     "Refused",
+    "ShardMap",
     "Registered",
     "ResourceExhausted",
     "STRONG",
@@ -84,4 +88,6 @@ __all__ = [
     "ViewKind",
     "WEAK",
     "WatchEvent",
+    "WrongShard",
+    "slot_of",
 ]

@@ -121,6 +121,35 @@ class Compacted(CreekError):
         return (type(self), (self.message, self.code, self.oldest))
 
 
+class WrongShard(CreekError):
+    """The call's key belongs to another shard than the replica's (the
+    client's shard map is out of date, or it does not route): nothing was
+    applied. `epoch` is the replica's map epoch, `shard` the owner.
+    `creek.Cluster.call` learns the map again and sends the call there."""
+
+    default_code = "FAILED_PRECONDITION"
+
+    def __init__(self, message: str, code: Union[grpc.StatusCode, str, None] = None):
+        super().__init__(message, code)
+        self.epoch = _number_after(message, "(map epoch ")
+        self.shard = _number_after(message, "goes to another shard: shard ")
+
+
+def _number_after(message: str, marker: str) -> int:
+    at = message.find(marker)
+    digits = ""
+    if at >= 0:
+        for ch in message[at + len(marker) :]:
+            if not ch.isdigit():
+                break
+            digits += ch
+    return int(digits) if digits else 0
+
+
+#: The first word of a replica's refusal of a call on another shard's key.
+WRONG_SHARD = "WRONG_SHARD"
+
+
 class ProtocolError(CreekError):
     """The server broke the protocol: the stream ended before the closing
     view, or a view was malformed."""
@@ -160,6 +189,8 @@ def from_rpc_error(e: grpc.RpcError) -> CreekError:
                 return Compacted(message, code, int(oldest))
             except ValueError:
                 pass
+    if code == grpc.StatusCode.FAILED_PRECONDITION and message.startswith(WRONG_SHARD):
+        return WrongShard(message, code)
     return _BY_CODE.get(code, CreekError)(message, code)
 
 

@@ -1,0 +1,269 @@
+"""Sharded clusters (docs/shards.md): the shard map as replicas hand it out
+in `Status`, the placement rule, and `Cluster`, a client that sends each
+call to a replica of the shard owning its key.
+
+    async with creek.Cluster(["127.0.0.1:7001"]) as c:   # any replica
+        await c.call("kv.put", "greeting", "hi")           # to greeting's shard
+
+A call the map places on another shard than the replica's is refused with
+`WrongShard` and applies nothing; `Cluster.call` then learns the map again
+and sends the call to the owner.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Union
+
+from .client import Client
+from .correctable import Correctable
+from .errors import ProtocolError, WrongShard
+from .views import STRONG, LevelsArg
+
+#: Hash slots a hashed placement divides keys into.
+SLOTS = 4096
+
+#: Built-ins whose first argument places them: a key of the built-in data,
+#: or a collection's name (a collection lives on one shard).
+KEYED_PREFIXES = ("kv.", "list.", "set.", "queue.")
+
+#: Times `Cluster.call` sends a call again after a `WrongShard` refusal.
+WRONG_SHARD_RETRIES = 3
+
+
+def _fmix32(h: int) -> int:
+    """MurmurHash3's 32-bit finalizer."""
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def _tag(key: bytes) -> Optional[bytes]:
+    open_ = key.find(b"{")
+    if open_ < 0:
+        return None
+    close = key.find(b"}", open_ + 1)
+    if close <= open_ + 1:
+        return None
+    return key[open_ + 1 : close]
+
+
+def slot_of(key: Union[bytes, str]) -> int:
+    """The hash slot of `key`: MurmurHash3's finalizer over the CRC-32 of
+    the key (or of its non-empty `{tag}`), modulo 4096."""
+    if isinstance(key, str):
+        key = key.encode()
+    return _fmix32(zlib.crc32(_tag(key) or key)) % SLOTS
+
+
+@dataclass
+class Placement:
+    """How a keyspace's keys are placed: `kind` is "pinned" (`shard`),
+    "hashed" (`entries` of (first slot, shard)) or "ranges" (`entries` of
+    (first key, shard))."""
+
+    kind: str
+    shard: int = 0
+    entries: List[Tuple[Union[int, bytes], int]] = field(default_factory=list)
+
+    def owner(self, key: bytes) -> int:
+        if self.kind == "pinned":
+            return self.shard
+        point = slot_of(key) if self.kind == "hashed" else key
+        owner = self.entries[0][1]
+        for first, shard in self.entries:
+            if first <= point:
+                owner = shard
+        return owner
+
+
+@dataclass
+class ShardMap:
+    """A cluster's shard map: its id, epoch, every shard's replicas (id →
+    client address), the default placement and each keyspace's own."""
+
+    cluster: int
+    epoch: int
+    shards: Dict[int, Dict[int, str]]
+    default: Placement
+    keyspaces: Dict[str, Placement]
+
+    def owner(self, key: Union[bytes, str], keyspace: Optional[str] = None) -> int:
+        """The shard owning `key` (of `keyspace`; None: the built-in data)."""
+        if isinstance(key, str):
+            key = key.encode()
+        return self.keyspaces.get(keyspace, self.default).owner(key) if keyspace else self.default.owner(key)
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data = data
+        self.at = 0
+
+    def byte(self) -> int:
+        if self.at >= len(self.data):
+            raise ProtocolError(f"shard map: ends at byte {self.at}")
+        b = self.data[self.at]
+        self.at += 1
+        return b
+
+    def varint(self) -> int:
+        value, shift = 0, 0
+        while True:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise ProtocolError(f"shard map: varint too long at byte {self.at}")
+
+    def prefixed(self) -> bytes:
+        n = self.varint()
+        if self.at + n > len(self.data):
+            raise ProtocolError(f"shard map: {n} bytes past the end at byte {self.at}")
+        out = self.data[self.at : self.at + n]
+        self.at += n
+        return out
+
+    def placement(self) -> Placement:
+        tag = self.byte()
+        if tag == 0:
+            return Placement("pinned", shard=self.varint())
+        if tag == 1:
+            return Placement("hashed", entries=[(self.varint(), self.varint()) for _ in range(self.varint())])
+        if tag == 2:
+            return Placement("ranges", entries=[(self.prefixed(), self.varint()) for _ in range(self.varint())])
+        raise ProtocolError(f"shard map: unknown placement tag {tag} at byte {self.at - 1}")
+
+
+def decode_map(data: bytes) -> ShardMap:
+    """A shard map from its bytes (as `Status.shard_map` carries them)."""
+    r = _Reader(data)
+    version = r.byte()
+    if version != 1:
+        raise ProtocolError(f"shard map: unknown format version {version}")
+    cluster, epoch = r.varint(), r.varint()
+    shards: Dict[int, Dict[int, str]] = {}
+    for _ in range(r.varint()):
+        shard = r.varint()
+        replicas = {}
+        for _ in range(r.varint()):
+            replica = r.varint()
+            replicas[replica] = r.prefixed().decode()
+            r.prefixed()  # the peer address
+        shards[shard] = replicas
+    default = r.placement()
+    keyspaces = {r.prefixed().decode(): r.placement() for _ in range(r.varint())}
+    if r.at != len(data):
+        raise ProtocolError(f"shard map: {len(data) - r.at} bytes after the map")
+    return ShardMap(cluster, epoch, shards, default, keyspaces)
+
+
+class Cluster:
+    """A client of every shard of a cluster: `Client`s per shard, each call
+    sent to the shard owning its key by the map the replicas hand out. On
+    a cluster of one group it is one `Client`. Connect with `await
+    cluster.connect()` or `async with`."""
+
+    def __init__(self, addresses: List[str], **options):
+        self._options = options
+        self._seed = Client(addresses, **options)
+        self._map: Optional[ShardMap] = None
+        self._clients: Dict[int, Client] = {}
+
+    async def connect(self) -> "Cluster":
+        """Learn the map from any replica and make a client per shard."""
+        await self.refresh()
+        return self
+
+    @property
+    def map(self) -> Optional[ShardMap]:
+        """The map calls are routed by (None before `connect`)."""
+        return self._map
+
+    async def refresh(self) -> None:
+        """Learn the map again from a replica that answers."""
+        sources = list(self._clients.values()) or [self._seed]
+        last: Optional[Exception] = None
+        for source in sources:
+            try:
+                status = await source.status()
+            except Exception as e:  # noqa: BLE001 - the next replica may answer
+                last = e
+                continue
+            if not status.shard_map:
+                self._map = None
+                self._clients = {0: self._seed}
+                return
+            new = decode_map(status.shard_map)
+            old = self._clients
+            self._clients = {}
+            for shard, replicas in new.shards.items():
+                keep = old.get(shard)
+                if keep is not None and sorted(keep.addresses) == sorted(replicas.values()):
+                    self._clients[shard] = keep
+                else:
+                    self._clients[shard] = Client(sorted(replicas.values()), **self._options)
+            self._map = new
+            return
+        raise last if last is not None else ProtocolError("no replica to learn the map from")
+
+    def shard_of(self, procedure: str, *args) -> Optional[int]:
+        """The shard a call goes to; None: every shard (definitions, users)."""
+        if self._map is None:
+            return 0
+        if not procedure.startswith(KEYED_PREFIXES):
+            return None
+        key = args[0] if args else b""
+        if isinstance(key, (bytes, str)):
+            return self._map.owner(key)
+        return next(iter(self._map.shards))
+
+    def client(self, shard: int) -> Client:
+        """The client of `shard`."""
+        return self._clients[shard]
+
+    def invoke(self, procedure: str, *args, **options) -> Correctable:
+        """Invoke on the owning shard by the current map (see
+        `Client.invoke`); a call without a key goes to the first shard.
+        A stale map's call closes its Correctable with `WrongShard`."""
+        shard = self.shard_of(procedure, *args)
+        first = next(iter(self._clients))
+        return self._clients[first if shard is None else shard].invoke(procedure, *args, **options)
+
+    async def call(self, procedure: str, *args, levels: LevelsArg = STRONG, timeout=None):
+        """Invoke and return the closing view's result. A call refused as
+        another shard's (it applied nowhere) makes the client learn the map
+        again and send it to the owner; a call without a key (a definition,
+        a user change) goes to every shard in turn."""
+        options = {"levels": levels}
+        if timeout is not None:
+            options["timeout"] = timeout
+        if self.shard_of(procedure, *args) is None:
+            result = None
+            for client in list(self._clients.values()):
+                result = (await client.invoke(procedure, *args, **options).final()).result()
+            return result
+        for attempt in range(WRONG_SHARD_RETRIES + 1):
+            try:
+                return (await self.invoke(procedure, *args, **options).final()).result()
+            except WrongShard:
+                if attempt == WRONG_SHARD_RETRIES:
+                    raise
+                await self.refresh()
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        clients = {id(c): c for c in [self._seed, *self._clients.values()]}
+        for c in clients.values():
+            await c.close()
+
+    async def __aenter__(self) -> "Cluster":
+        return await self.connect()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

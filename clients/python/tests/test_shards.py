@@ -1,0 +1,76 @@
+"""A sharded cluster (`creek dev --shards 2`): the map from any replica,
+calls routed by key, a replica refusing another shard's key with
+`WrongShard` (nothing applied), a stale map learned again."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+import creek
+from creek.shards import Placement, decode_map, slot_of
+from conftest import run
+from cluster import DevCluster, start
+
+
+@pytest.fixture(scope="module")
+def sharded():
+    c = start(lambda: DevCluster(replicas=3, shards=2))
+    yield c
+    c.stop()
+
+
+def key_of(m: creek.ShardMap, shard: int, stem: str) -> str:
+    return next(f"{stem}{n}" for n in range(10_000) if m.owner(f"{stem}{n}") == shard)
+
+
+def test_the_slot_rule_matches_the_replicas():
+    # The reference values of crates/creek-shard's tests.
+    assert slot_of("user1") == 3027 and slot_of("acct/0") == 1003
+    assert slot_of(b"{user1}.name") == slot_of("user1")
+
+
+def test_calls_go_to_the_owning_shard(sharded):
+    async def body():
+        async with creek.Cluster([sharded.clients[3]]) as c:
+            m = c.map
+            assert m is not None and sorted(m.shards) == [0, 1] and m.epoch == 1
+            k0, k1 = key_of(m, 0, "left"), key_of(m, 1, "right")
+            await c.call("kv.put", k0, "a")
+            await c.call("kv.put", k1, "b")
+            assert await c.call("kv.get", k0) == b"a"
+            assert await c.call("kv.get", k1, levels=creek.WEAK) == b"b"
+
+            # A replica of shard 0 refuses shard 1's key; nothing is applied.
+            async with creek.Client([sharded.clients[0]]) as plain:
+                with pytest.raises(creek.WrongShard) as refused:
+                    await plain.call("kv.put", k1, "wrong")
+                assert (refused.value.epoch, refused.value.shard) == (1, 1)
+            assert await c.call("kv.get", k1) == b"b"
+
+    run(body())
+
+
+def test_a_stale_map_is_learned_again(sharded):
+    async def body():
+        async with creek.Cluster([sharded.clients[0]]) as c:
+            m = c.map
+            counter = key_of(m, 0, "counter")
+            # Swap the shards' halves: calls go to the wrong shard first.
+            stale = copy.deepcopy(m)
+            stale.epoch = 0
+            stale.default = Placement("hashed", entries=[(0, 1), (2048, 0)])
+            c._map = stale
+            assert await c.call("kv.incr", counter, 1) == 1
+            assert c.map.epoch == 1 and c.map.default.entries == m.default.entries
+            assert await c.call("kv.get", counter) == b"1"
+
+    run(body())
+
+
+def test_a_map_that_does_not_decode_is_a_protocol_error():
+    with pytest.raises(creek.ProtocolError):
+        decode_map(b"\x07")
+    with pytest.raises(creek.ProtocolError):
+        decode_map(b"\x01\x05")
