@@ -17,7 +17,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use creek_client::{Client, TlsOptions};
+use creek_client::{Client, Cluster, ConnectOptions, Levels, ShardMap, TlsOptions};
 
 use crate::driver::{self, Conn};
 use crate::servers::Target;
@@ -28,9 +28,14 @@ use serde_json::json;
 /// Arguments of `creek bench cluster`.
 #[derive(clap::Args, Clone)]
 pub struct Args {
-    /// Replicas in the cluster.
+    /// Replicas in the cluster (in each shard, with `--shards`).
     #[arg(long, default_value_t = 3)]
     pub(crate) replicas: usize,
+    /// Shards: a sharded cluster (keys hashed over the shards), measured
+    /// through `creek_client::Cluster`, which routes each op to the shard
+    /// owning its key (the cost of routing: compare with one shard).
+    #[arg(long, default_value_t = 1, conflicts_with = "attach")]
+    pub(crate) shards: usize,
     /// Ops timed sequentially for the latency percentiles (per level).
     #[arg(long, default_value_t = 3000)]
     pub(crate) latency_ops: usize,
@@ -96,8 +101,15 @@ pub(crate) async fn find_leader(
 /// One Creek client connection, writing at one level: weak ops timed to
 /// their preliminary view, strong ops to their final view.
 struct CreekConn {
-    client: Client,
+    client: Via,
     strong: bool,
+}
+
+/// A client of one replica, or of one replica in each shard (routing by
+/// key).
+enum Via {
+    One(Client),
+    Routed(Cluster),
 }
 
 impl CreekConn {
@@ -109,7 +121,37 @@ impl CreekConn {
         let client = Client::connect_with([addr.to_string()], tls.cloned())
             .await
             .map_err(|e| e.to_string())?;
-        Ok(CreekConn { client, strong })
+        Ok(CreekConn {
+            client: Via::One(client),
+            strong,
+        })
+    }
+
+    /// A routing client that talks to one replica of each shard: the one
+    /// `pick` chooses among the shard's (by id).
+    async fn routed(
+        map: &ShardMap,
+        tls: Option<&TlsOptions>,
+        strong: bool,
+        pick: impl Fn(&[u16]) -> u16,
+    ) -> Result<Self, String> {
+        let mut one_each = map.clone();
+        for shard in one_each.shards.values_mut() {
+            let ids: Vec<u16> = shard.replicas.keys().copied().collect();
+            let keep = pick(&ids);
+            shard.replicas.retain(|id, _| *id == keep);
+        }
+        let options = ConnectOptions {
+            tls: tls.cloned(),
+            ..ConnectOptions::default()
+        };
+        let cluster = Cluster::connect_with_map(one_each, options)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(CreekConn {
+            client: Via::Routed(cluster),
+            strong,
+        })
     }
 }
 
@@ -119,22 +161,40 @@ impl Conn for CreekConn {
             Value::Bytes(driver::key(n).into_bytes().into()),
             Value::Bytes(value.to_vec().into()),
         ];
-        let c = &self.client;
+        let levels = if self.strong {
+            Levels::Strong
+        } else {
+            Levels::Weak
+        };
+        let op = match &self.client {
+            Via::One(c) => c.invoke("kv.put", args, levels).await,
+            Via::Routed(c) => c.invoke("kv.put", args, levels).await,
+        }
+        .map_err(|e| e.to_string())?;
         if self.strong {
-            let op = c
-                .invoke_strong("kv.put", args)
-                .await
-                .map_err(|e| e.to_string())?;
             op.final_view().await.map_err(|e| e.to_string())?;
         } else {
-            let op = c
-                .invoke_weak("kv.put", args)
-                .await
-                .map_err(|e| e.to_string())?;
             op.preliminary().await.map_err(|e| e.to_string())?;
         }
         Ok(())
     }
+}
+
+/// CPU time (user and system) the processes `pids` used so far, in
+/// microseconds, from `/proc` (none where it cannot be read).
+fn cpu_us(pids: &[u32]) -> Option<f64> {
+    // Clock ticks per second of /proc's times: 100 on Linux.
+    const TICKS_PER_SEC: f64 = 100.0;
+    let mut ticks = 0u64;
+    for pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command's closing parenthesis: fields 3.. (utime is
+        // field 14, stime 15).
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        ticks += fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    }
+    Some(ticks as f64 / TICKS_PER_SEC * 1e6)
 }
 
 /// Run the benchmark.
@@ -198,7 +258,18 @@ pub(crate) fn measure(
     if args.replicas == 0 || args.clients.is_empty() || args.latency_ops == 0 {
         return Err("--replicas, --clients and --latency-ops must be positive".into());
     }
-    let target = Target::start_or_attach(args.replicas, &args.attach, args.tls)?;
+    if args.shards == 0 || args.shards > 8 {
+        return Err("--shards must be within 1..=8".into());
+    }
+    let target = Target::start_or_attach(args.replicas, args.shards, &args.attach, args.tls)?;
+    let pids = target.pids();
+    let map = match &target.servers {
+        Some(s) if args.shards > 1 => {
+            let bytes = std::fs::read(s.dir.join("shard-map.bin")).map_err(|e| e.to_string())?;
+            Some(creek_shard::decode(&bytes.into()).map_err(|e| e.to_string())?)
+        }
+        _ => None,
+    };
     let clients = target.clients.clone();
     let metrics = target.metrics.clone();
     let tls = target.tls.clone();
@@ -210,6 +281,49 @@ pub(crate) fn measure(
     let value = vec![b'v'; args.value_bytes];
     let measured = async {
         let leader = find_leader(&clients, tls).await?;
+        // Each shard's leader, for the latency client (as one shard's
+        // latency client talks to its leader).
+        let mut leaders: Vec<u16> = Vec::new();
+        if let Some(map) = &map {
+            for shard in map.shards.values() {
+                let addrs: Vec<SocketAddr> = shard
+                    .replicas
+                    .values()
+                    .filter_map(|e| e.client.parse().ok())
+                    .collect();
+                let i = find_leader(&addrs, tls).await?;
+                leaders.extend(shard.replicas.keys().nth(i));
+            }
+        }
+        let clients = &clients;
+        let latency_conn = |strong: bool| {
+            let (map, leaders) = (&map, &leaders);
+            async move {
+                match map {
+                    Some(map) => {
+                        CreekConn::routed(map, tls, strong, |ids| {
+                            ids.iter()
+                                .copied()
+                                .find(|id| leaders.contains(id))
+                                .unwrap_or(ids[0])
+                        })
+                        .await
+                    }
+                    None => CreekConn::connect(clients[leader], tls, strong).await,
+                }
+            }
+        };
+        let load_conn = |i: usize, strong: bool| {
+            let map = &map;
+            async move {
+                match map {
+                    Some(map) => {
+                        CreekConn::routed(map, tls, strong, |ids| ids[i % ids.len()]).await
+                    }
+                    None => CreekConn::connect(clients[i % clients.len()], tls, strong).await,
+                }
+            }
+        };
         let mut levels = serde_json::Map::new();
         // The leader's stage timings over the timed ops (a cluster this
         // command started serves `/metrics`; an attached one may not).
@@ -225,22 +339,29 @@ pub(crate) fn measure(
             }
             eprintln!("bench cluster: {name} latency at 1 client…");
             let before = scrape().await?;
-            let conn = CreekConn::connect(clients[leader], tls, strong).await?;
+            let conn = latency_conn(strong).await?;
             let (p50, p99) = driver::latency(conn, args.latency_ops, args.keys, &value).await?;
             let stages = match (before, scrape().await?) {
                 (Some(b), Some(a)) => json!(stages::medians(&b, &a, name)),
                 _ => json!(null),
             };
             let mut tput = serde_json::Map::new();
+            let mut cpu = serde_json::Map::new();
             for &n in &args.clients {
                 eprintln!("bench cluster: {name} throughput at {n} clients…");
                 let mut conns = Vec::with_capacity(n);
                 for i in 0..n {
-                    conns.push(CreekConn::connect(clients[i % clients.len()], tls, strong).await?);
+                    conns.push(load_conn(i, strong).await?);
                 }
                 let label = format!("creek {name}");
+                let before = cpu_us(&pids);
                 let t = driver::throughput(conns, args.seconds, args.keys, &value, &label).await?;
+                let per_op = match (before, cpu_us(&pids)) {
+                    (Some(b), Some(a)) if t > 0.0 => json!(((a - b) / (t * args.seconds)).round()),
+                    _ => json!(null),
+                };
                 tput.insert(format!("clients_{n}"), json!(t.round()));
+                cpu.insert(format!("clients_{n}"), per_op);
             }
             levels.insert(
                 name.to_owned(),
@@ -249,6 +370,7 @@ pub(crate) fn measure(
                     "p99_us": p99,
                     "stages_us": stages,
                     "throughput_ops_per_sec": tput,
+                    "server_cpu_us_per_op": cpu,
                 }),
             );
         }
@@ -259,9 +381,9 @@ pub(crate) fn measure(
             );
             let mut load = Vec::with_capacity(args.under_load);
             for i in 0..args.under_load {
-                load.push(CreekConn::connect(clients[i % clients.len()], tls, true).await?);
+                load.push(load_conn(i, true).await?);
             }
-            let weak = CreekConn::connect(clients[leader], tls, false).await?;
+            let weak = latency_conn(false).await?;
             let before = scrape().await?;
             let timed = driver::latency(weak, args.latency_ops, args.keys, &value);
             let (strong_tput, weak_latency) =
@@ -295,6 +417,7 @@ pub(crate) fn measure(
     let mut out = serde_json::Map::new();
     out.insert("bench".into(), json!("cluster"));
     out.insert("replicas".into(), json!(clients.len()));
+    out.insert("shards".into(), json!(args.shards));
     out.insert("value_bytes".into(), json!(args.value_bytes));
     out.insert("tls".into(), json!(args.tls));
     out.insert(

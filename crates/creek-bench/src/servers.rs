@@ -54,14 +54,17 @@ pub(crate) fn start(
 ) -> Result<Servers, String> {
     let mut clients = creek_harness::ports::reserve(2 * n)?;
     let peers = clients.split_off(n);
-    start_on(clients, peers, name, log_filter, tls, edit)
+    start_on(clients, peers, 1, name, log_filter, tls, edit)
 }
 
 /// [`start`] on the given client and peer endpoints (one of each per
-/// replica).
+/// replica), as `shards` shards of equal size (replica ids counting up
+/// across them, keys hashed over them, the map in `shard-map.bin` of the
+/// directory).
 fn start_on(
     clients: Vec<SocketAddr>,
     peers: Vec<SocketAddr>,
+    shards: usize,
     name: &str,
     log_filter: &str,
     tls: bool,
@@ -85,14 +88,53 @@ fn start_on(
         }
         edit(c);
     };
-    let all: Vec<usize> = (0..n).collect();
+    let per_shard = n / shards.max(1);
+    let map_path = servers.dir.join("shard-map.bin");
+    if shards > 1 {
+        write_map(&servers, shards, &map_path)?;
+    }
     for i in 0..n {
-        servers.configure_valid(i, &all, edit)?;
+        let first = i / per_shard * per_shard;
+        let members: Vec<usize> = (first..first + per_shard).collect();
+        servers.configure_valid(i, &members, |c| {
+            if shards > 1 {
+                c.shard_map = Some(map_path.clone());
+            }
+            edit(c);
+        })?;
     }
     for i in 0..n {
         servers.spawn(i)?;
     }
     Ok(servers)
+}
+
+/// The map of `shards` shards of equal size over `servers`' replicas,
+/// keys hashed evenly, written to `path`.
+fn write_map(servers: &Servers, shards: usize, path: &Path) -> Result<(), String> {
+    let n = servers.clients.len();
+    if shards == 0 || !n.is_multiple_of(shards) {
+        return Err(format!(
+            "{n} replicas do not make {shards} shards of equal size"
+        ));
+    }
+    let ids: Vec<creek_shard::ShardId> = (0..shards)
+        .map(|s| creek_shard::ShardId(s as u16))
+        .collect();
+    let mut map = creek_shard::ShardMap::hashed(std::process::id().into(), &ids);
+    for i in 0..n {
+        let shard = creek_shard::ShardId((i / (n / shards)) as u16);
+        let endpoint = creek_shard::Endpoint {
+            client: servers.clients[i].to_string(),
+            peer: servers.peers[i].to_string(),
+        };
+        if let Some(s) = map.shards.get_mut(&shard) {
+            s.replicas.insert((i + 1) as u16, endpoint);
+        }
+    }
+    map.validate().map_err(|e| e.to_string())?;
+    std::fs::write(path, creek_shard::encode(&map))
+        .map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 /// Make room for a new replica (id `len + 1`) on loopback ports reserved
@@ -141,12 +183,13 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// Attach to `attach` if it names replicas, else start `n` with the
-    /// server defaults, with TLS on the client and peer links if `tls`. An
-    /// attached cluster is measured in plaintext: `tls` with `attach` is
-    /// refused.
+    /// Attach to `attach` if it names replicas, else start `shards` shards
+    /// of `n` replicas with the server defaults, with TLS on the client
+    /// and peer links if `tls`. An attached cluster is measured in
+    /// plaintext: `tls` with `attach` is refused.
     pub(crate) fn start_or_attach(
         n: usize,
+        shards: usize,
         attach: &[SocketAddr],
         tls: bool,
     ) -> Result<Target, String> {
@@ -167,10 +210,11 @@ impl Target {
         }
         // Each replica serves `/metrics`, for the stage timings: its port
         // is reserved together with the replicas' own.
+        let n = n * shards.max(1);
         let mut clients = creek_harness::ports::reserve(3 * n)?;
         let mut peers = clients.split_off(n);
         let metrics = peers.split_off(n);
-        let servers = start_on(clients, peers, "cluster", "warn", tls, |c| {
+        let servers = start_on(clients, peers, shards, "cluster", "warn", tls, |c| {
             c.metrics_addr = usize::from(c.id)
                 .checked_sub(1)
                 .and_then(|i| metrics.get(i))

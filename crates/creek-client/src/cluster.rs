@@ -32,11 +32,12 @@ pub struct Cluster {
 
 struct Inner {
     options: ConnectOptions,
-    routes: RwLock<Routes>,
+    /// Shared, so a call takes the current routes with one reference
+    /// count and no copy.
+    routes: RwLock<Arc<Routes>>,
 }
 
 /// The map a client routes by and a client per shard.
-#[derive(Clone)]
 struct Routes {
     map: ShardMap,
     clients: BTreeMap<ShardId, Client>,
@@ -69,7 +70,7 @@ impl Cluster {
         Ok(Cluster {
             inner: Arc::new(Inner {
                 options,
-                routes: RwLock::new(routes),
+                routes: RwLock::new(Arc::new(routes)),
             }),
         })
     }
@@ -86,7 +87,7 @@ impl Cluster {
         Ok(Cluster {
             inner: Arc::new(Inner {
                 options,
-                routes: RwLock::new(Routes { map, clients }),
+                routes: RwLock::new(Arc::new(Routes { map, clients })),
             }),
         })
     }
@@ -128,7 +129,7 @@ impl Cluster {
         for client in current.clients.values() {
             match Routes::learn(client, &self.inner.options).await {
                 Ok(routes) => {
-                    *self.inner.routes.write().await = routes;
+                    *self.inner.routes.write().await = Arc::new(routes);
                     return Ok(());
                 }
                 Err(e) => last = e,

@@ -136,6 +136,7 @@ fn validate(args: &Args) -> Result<(), String> {
 fn creek(args: &Args) -> Result<Map<String, Value>, String> {
     let cluster = cluster::Args {
         replicas: 3,
+        shards: 1,
         latency_ops: args.latency_ops,
         seconds: args.seconds,
         clients: args.clients.clone(),
