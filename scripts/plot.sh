@@ -6,6 +6,9 @@
 #   scripts/plot.sh --stat p99 --out /tmp/tpcc.png results/tpcc.jsonl
 # or, with `peers` first, scripts/plot-peers.py (`creek bench peers` runs):
 #   scripts/plot.sh peers --out docs/bench/peers.png docs/bench/peers.jsonl
+# or, with `shards` first, scripts/plot-shards.py (throughput against
+# shards of `creek bench ycsb|tpcc --shards` sweeps):
+#   scripts/plot.sh shards --out docs/bench/shards.png ycsb.jsonl tpcc.jsonl
 # Paths are taken relative to where you run it from.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +21,10 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 "$venv/bin/pip" --disable-pip-version-check -q install -r "$root/scripts/plot-requirements.txt"
+if [ "${1:-}" = shards ]; then
+  shift
+  exec "$venv/bin/python" "$root/scripts/plot-shards.py" "$@"
+fi
 if [ "${1:-}" = peers ]; then
   shift
   exec "$venv/bin/python" "$root/scripts/plot-peers.py" "$@"
