@@ -10,12 +10,13 @@
 # liveness bound) is printed at the end. Exits non-zero if any seed fails.
 # About an hour on the 2-core machine.
 #
-# `scripts/hand-swarm.sh shards` runs the sharded swarm instead: 2,100
+# `scripts/hand-swarm.sh shards` runs the sharded swarm instead: 2,050
 # seeds of clusters of 2 or 3 shards of 3 replicas (faults hit one shard
 # at a time; checks per shard and the ownership check), 300 ms of clients
-# on a LAN: kv 1,100 on 2 shards and 200 on 3, bank 250 (single-shard
-# transfers), procs 250 (pinned keyspaces), ycsb 200; on wide-area links
-# (4 s): kv 100. About 40 minutes.
+# on a LAN: kv 1,300 on 2 shards and 200 on 3, bank 100 (single-shard
+# transfers; a bank seed costs about eight kv seeds), procs 250 (pinned
+# keyspaces), ycsb 100; on wide-area links (4 s): kv 100. About 25
+# minutes on an idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${CREEK_BIN:-./target/release/creek}
@@ -40,11 +41,11 @@ bayou-bank bayou lan bank 100000 50 500ms 1 5
 archie-kv archie lan kv 100000 100 500ms 1 5
 archie-bank archie lan bank 100000 50 500ms 1 5"
 if [ "${1:-}" = shards ]; then
-  plan="kv2 creek lan kv 200000 1100 300ms 2 3
+  plan="kv2 creek lan kv 200000 1300 300ms 2 3
 kv3 creek lan kv 200000 200 300ms 3 3
-bank2 creek lan bank 200000 250 300ms 2 3
+bank2 creek lan bank 200000 100 300ms 2 3
 procs2 creek lan procs 200000 250 300ms 2 3
-ycsb2 creek lan ycsb 200000 200 300ms 2 3
+ycsb2 creek lan ycsb 200000 100 300ms 2 3
 wan-kv2 creek wan kv 200000 100 4s 2 3"
 fi
 
