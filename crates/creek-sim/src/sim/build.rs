@@ -37,7 +37,13 @@ impl Sim {
                             })
                     })
                     .cloned()
-                    .collect()
+                    .collect::<Vec<_>>()
+            })
+            .map(|mut records| {
+                // A checkpoint's state is in key order (the store refuses
+                // one that is not, as a restart from it would).
+                records.sort_by(|a, b| a.0.cmp(&b.0));
+                records
             })
             .collect();
         let initial_states = preloads
