@@ -50,6 +50,9 @@ impl Check {
 /// One replica at the end of a run, as the checkers need it.
 #[derive(Clone, Debug)]
 pub struct ReplicaEnd<'a> {
+    /// Its id, as op ids name their origin (a replica of one shard of a
+    /// sharded cluster keeps its cluster-wide id: it is not its index).
+    pub id: ReplicaId,
     /// Its committed order, first committed first (every position, also
     /// those a recovery or a state transfer took from a checkpoint).
     pub committed: &'a [OpId],
@@ -256,11 +259,7 @@ fn lost_acks(run: &RunEnd<'_>, unique: &BTreeSet<OpId>) -> Vec<String> {
     // left it is gone with the disk (one that reached a peer still commits,
     // or `converged` finds it pending); an acknowledged one was committed
     // by a majority and is checked below like any other.
-    let wiped = |origin: ReplicaId| {
-        run.replicas
-            .get(usize::from(origin.0).wrapping_sub(1))
-            .is_some_and(|r| r.wiped)
-    };
+    let wiped = |origin: ReplicaId| run.replicas.iter().any(|r| r.id == origin && r.wiped);
     let mut lost = Vec::new();
     for id in run.broadcast.keys() {
         if !unique.contains(id) && !wiped(id.origin) {
@@ -455,8 +454,13 @@ mod tests {
         }
     }
 
-    fn replica<'a>(committed: &'a [OpId], state: &BTreeMap<Bytes, Bytes>) -> ReplicaEnd<'a> {
+    fn replica<'a>(
+        id: u16,
+        committed: &'a [OpId],
+        state: &BTreeMap<Bytes, Bytes>,
+    ) -> ReplicaEnd<'a> {
         ReplicaEnd {
+            id: ReplicaId(id),
             committed,
             finalized: committed.len() as u64,
             pending: 0,
@@ -470,8 +474,8 @@ mod tests {
         RunEnd {
             history: &f.history,
             replicas: vec![
-                replica(&f.committed, &f.state),
-                replica(&f.committed, &f.state),
+                replica(1, &f.committed, &f.state),
+                replica(2, &f.committed, &f.state),
             ],
             broadcast: f.committed.iter().copied().zip(&f.calls).collect(),
             broadcast_complete: true,
@@ -547,7 +551,7 @@ mod tests {
         let f = fixture();
         let behind = replay(&f.registry, TxnLimits::default(), &f.calls[..2]).1;
         let mut run = run_end(&f);
-        run.replicas[1] = replica(&f.committed[..2], &behind);
+        run.replicas[1] = replica(2, &f.committed[..2], &behind);
         assert_eq!(failed(run), ["converged"]);
 
         let swapped = [id(2), id(1), id(3)];
@@ -570,11 +574,11 @@ mod tests {
     fn a_replica_that_lost_its_data_is_left_out_of_convergence() {
         let f = fixture();
         let mut run = run_end(&f);
-        run.replicas[1] = replica(&[], &BTreeMap::new());
+        run.replicas[1] = replica(2, &[], &BTreeMap::new());
         assert_eq!(failed(run), ["converged"]);
 
         let mut run = run_end(&f);
-        run.replicas[1] = replica(&[], &BTreeMap::new());
+        run.replicas[1] = replica(2, &[], &BTreeMap::new());
         run.replicas[1].lost = true;
         assert!(failed(run).is_empty());
     }

@@ -61,8 +61,9 @@ fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     let in_shard = |replica: u16| slots.contains(&usize::from(replica).wrapping_sub(1));
     let replicas = slots
         .clone()
-        .map(|i| (&out.nodes[i], out.members[i]))
-        .map(|(n, member)| ReplicaEnd {
+        .map(|i| (i, &out.nodes[i], out.members[i]))
+        .map(|(i, n, member)| ReplicaEnd {
+            id: creek_core::ReplicaId(i as u16 + 1),
             committed: n.committed(),
             finalized: n.finalized(),
             pending: n.pending_len(),

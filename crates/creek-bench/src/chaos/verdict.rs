@@ -175,6 +175,7 @@ pub(crate) fn judge(
         .map(|(i, s)| {
             let last = s.last.as_ref();
             ReplicaEnd {
+                id: creek_core::ReplicaId(i as u16 + 1),
                 committed: &lists[i],
                 finalized: last.map_or(0, |p| p.finalized),
                 pending: last.map_or(0, |p| p.pending as usize),
