@@ -76,11 +76,6 @@ impl ShardGate {
         })))
     }
 
-    /// The map this replica serves under.
-    pub fn map(&self) -> &ShardMap {
-        &self.map
-    }
-
     /// The map's bytes ([`creek_shard::encode`]).
     pub fn encoded(&self) -> &Bytes {
         &self.encoded

@@ -209,17 +209,7 @@ pub fn consistency_ok(out: &Outcome) -> bool {
     let workload = out.workload.as_ref();
     let shards = out.map.shards.len();
     // Each shard's replicas are judged on the ops invoked in that shard.
-    let histories: Vec<History> = (0..shards)
-        .map(|s| History {
-            ops: out
-                .history
-                .ops
-                .iter()
-                .filter(|r| shards == 1 || r.replica / out.per_shard == s)
-                .cloned()
-                .collect(),
-        })
-        .collect();
+    let histories: Vec<History> = (0..shards).map(|s| out.shard_history(s)).collect();
     std::thread::scope(|scope| {
         let checks: Vec<_> = out
             .nodes

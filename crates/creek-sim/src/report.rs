@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use creek_check::history::{History, OpRecord};
+use creek_check::history::History;
 use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
 use creek_shard::{RouteError, ShardId};
 use serde_json::{json, Value};
@@ -56,8 +56,7 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
 /// broadcast by them, and the data it owns.
 fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
-    let slots = s * out.per_shard..(s + 1) * out.per_shard;
-    let base = slots.start;
+    let slots = out.shard_slots(s);
     let in_shard = |replica: u16| slots.contains(&usize::from(replica).wrapping_sub(1));
     let replicas = slots
         .clone()
@@ -87,19 +86,7 @@ fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     } else {
         BTreeMap::new()
     };
-    // Records name their replica within the shard, as a run of one group.
-    let history = History {
-        ops: out
-            .history
-            .ops
-            .iter()
-            .filter(|r| slots.contains(&r.replica))
-            .map(|r| OpRecord {
-                replica: r.replica - base,
-                ..r.clone()
-            })
-            .collect(),
-    };
+    let history = out.shard_history(s);
     let run = RunEnd {
         history: &history,
         replicas,

@@ -98,6 +98,32 @@ pub struct Outcome {
     pub per_shard: usize,
 }
 
+impl Outcome {
+    /// The slots of shard `s`'s replicas.
+    pub fn shard_slots(&self, s: usize) -> std::ops::Range<usize> {
+        s * self.per_shard..(s + 1) * self.per_shard
+    }
+
+    /// The ops invoked at shard `s`'s replicas, each naming its replica
+    /// within the shard (as a run of one group would): what the shard's
+    /// checks judge.
+    pub fn shard_history(&self, s: usize) -> History {
+        let slots = self.shard_slots(s);
+        History {
+            ops: self
+                .history
+                .ops
+                .iter()
+                .filter(|r| slots.contains(&r.replica))
+                .map(|r| OpRecord {
+                    replica: r.replica - slots.start,
+                    ..r.clone()
+                })
+                .collect(),
+        }
+    }
+}
+
 impl Sim {
     /// The counters now, summed over every replica (up or down).
     pub(super) fn totals(&self) -> Totals {
