@@ -312,7 +312,8 @@ pub fn execute_call(
     };
     let mut txn = Txn::new(snapshot, limits, procedure.read_only);
     let violation = crate::builtins::defs::level_violation(call)
-        .or_else(|| crate::builtins::auth::level_violation(call));
+        .or_else(|| crate::builtins::auth::level_violation(call))
+        .or_else(|| crate::builtins::directory::level_violation(call));
     if let Some(abort) = violation {
         return txn.finish(Err(abort));
     }

@@ -6,13 +6,15 @@
 //!              count:varint { shard:varint count:varint { replica:varint client:bytes peer:bytes } }
 //!              placement
 //!              count:varint { name:bytes placement }
+//!              count:varint { replica:varint client:bytes peer:bytes }   (version 2: the directory)
 //! placement  = 0 shard:varint
 //!            | 1 count:varint { first_slot:varint shard:varint }
 //!            | 2 count:varint { first_key:bytes shard:varint }
 //! bytes      = len:varint byte*
 //! ```
 //!
-//! Decoding is bounded by the input (the one [`Reader`]) and ends with
+//! Version 1 (a map without its directory's members) still decodes, with
+//! no directory. Decoding is bounded by the input (the one [`Reader`]) and ends with
 //! [`ShardMap::validate`]: what decodes is a valid map.
 
 use std::collections::BTreeMap;
@@ -22,7 +24,9 @@ use creek_types::{DecodeError, Reader, Writer};
 
 use crate::{Endpoint, MapError, Placement, Shard, ShardId, ShardMap};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The first format, without the directory's members.
+const VERSION_1: u8 = 1;
 const PINNED: u8 = 0;
 const HASHED: u8 = 1;
 const RANGES: u8 = 2;
@@ -75,12 +79,7 @@ pub fn encode(map: &ShardMap) -> Bytes {
     out.put_len(map.shards.len());
     for (id, shard) in &map.shards {
         out.put_varint(u64::from(id.0));
-        out.put_len(shard.replicas.len());
-        for (replica, e) in &shard.replicas {
-            out.put_varint(u64::from(*replica));
-            out.put_prefixed(e.client.as_bytes());
-            out.put_prefixed(e.peer.as_bytes());
-        }
+        put_replicas(&mut out, shard);
     }
     put_placement(&mut out, &map.default);
     out.put_len(map.keyspaces.len());
@@ -88,7 +87,17 @@ pub fn encode(map: &ShardMap) -> Bytes {
         out.put_prefixed(name.as_bytes());
         put_placement(&mut out, p);
     }
+    put_replicas(&mut out, &map.directory);
     Bytes::from(out)
+}
+
+fn put_replicas(out: &mut Vec<u8>, shard: &Shard) {
+    out.put_len(shard.replicas.len());
+    for (replica, e) in &shard.replicas {
+        out.put_varint(u64::from(*replica));
+        out.put_prefixed(e.client.as_bytes());
+        out.put_prefixed(e.peer.as_bytes());
+    }
 }
 
 fn put_placement(out: &mut Vec<u8>, p: &Placement) {
@@ -120,7 +129,7 @@ fn put_placement(out: &mut Vec<u8>, p: &Placement) {
 pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
     let mut r = Reader::shared(bytes);
     let version = r.byte()?;
-    if version != VERSION {
+    if version != VERSION && version != VERSION_1 {
         return Err(MapDecodeError::Version(version));
     }
     let cluster = r.varint()?;
@@ -131,22 +140,7 @@ pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
     for _ in 0..n {
         let at = r.pos();
         let id = ShardId(u16_of(&mut r, "a shard id")?);
-        // A replica takes at least three bytes (its id, two lengths).
-        let m = r.count(3)?;
-        let mut replicas = BTreeMap::new();
-        for _ in 0..m {
-            let at = r.pos();
-            let replica = u16_of(&mut r, "a replica id")?;
-            let client = text(&mut r, "a client address")?;
-            let peer = text(&mut r, "a peer address")?;
-            if replicas
-                .insert(replica, Endpoint { client, peer })
-                .is_some()
-            {
-                return Err(repeated("a replica id", at));
-            }
-        }
-        if shards.insert(id, Shard { replicas }).is_some() {
+        if shards.insert(id, replicas(&mut r)?).is_some() {
             return Err(repeated("a shard id", at));
         }
     }
@@ -161,6 +155,11 @@ pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
             return Err(repeated("a keyspace name", at));
         }
     }
+    let directory = if version == VERSION_1 {
+        Shard::default()
+    } else {
+        replicas(&mut r)?
+    };
     r.finish()?;
     let map = ShardMap {
         cluster,
@@ -168,9 +167,30 @@ pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
         shards,
         default,
         keyspaces,
+        directory,
     };
     map.validate()?;
     Ok(map)
+}
+
+/// A group's replicas.
+fn replicas(r: &mut Reader<'_>) -> Result<Shard, MapDecodeError> {
+    // A replica takes at least three bytes (its id, two lengths).
+    let m = r.count(3)?;
+    let mut replicas = BTreeMap::new();
+    for _ in 0..m {
+        let at = r.pos();
+        let replica = u16_of(r, "a replica id")?;
+        let client = text(r, "a client address")?;
+        let peer = text(r, "a peer address")?;
+        if replicas
+            .insert(replica, Endpoint { client, peer })
+            .is_some()
+        {
+            return Err(repeated("a replica id", at));
+        }
+    }
+    Ok(Shard { replicas })
 }
 
 fn placement(r: &mut Reader<'_>) -> Result<Placement, MapDecodeError> {

@@ -84,6 +84,10 @@ pub struct ShardMap {
     pub default: Placement,
     /// Keyspaces placed on their own, by name.
     pub keyspaces: BTreeMap<String, Placement>,
+    /// The directory group's replicas: the group that holds this map as
+    /// its state and orders its changes (empty: a map given to replicas as
+    /// a file only).
+    pub directory: Shard,
 }
 
 /// Why a map is not valid, or a change to it is refused.
@@ -128,6 +132,37 @@ pub enum MapError {
         /// The map's.
         actual: u64,
     },
+    /// A replica id both in the directory group and in a shard.
+    #[error("replica {replica} is listed in the directory and in shard {shard}")]
+    DirectoryReplica {
+        /// The replica id.
+        replica: u16,
+        /// The shard listing it.
+        shard: ShardId,
+    },
+    /// A map of another cluster offered as the next of this one.
+    #[error("the map belongs to cluster {other:016x}, not to this cluster ({ours:016x})")]
+    OtherCluster {
+        /// This cluster's id.
+        ours: u64,
+        /// The offered map's.
+        other: u64,
+    },
+    /// A next map whose epoch is not one more than the current one's.
+    #[error("the next map must have epoch {expected}; it has epoch {actual}")]
+    EpochNotNext {
+        /// The epoch it must have.
+        expected: u64,
+        /// Its epoch.
+        actual: u64,
+    },
+    /// A change that would give keys that have an owner another owner
+    /// (moving data between shards is not a map change).
+    #[error("the change moves keys: {what} changes; moving keys between shards is not a map change")]
+    MovesKeys {
+        /// Which placement, or which shard is dropped.
+        what: String,
+    },
 }
 
 /// Why an operation cannot go to one shard.
@@ -160,6 +195,7 @@ impl ShardMap {
             shards: [(ShardId(0), shard)].into(),
             default: Placement::Pinned(ShardId(0)),
             keyspaces: BTreeMap::new(),
+            directory: Shard::default(),
         }
     }
 
@@ -172,6 +208,7 @@ impl ShardMap {
             shards: shards.iter().map(|s| (*s, Shard::default())).collect(),
             default: Placement::even_slots(shards),
             keyspaces: BTreeMap::new(),
+            directory: Shard::default(),
         }
     }
 
@@ -215,7 +252,8 @@ impl ShardMap {
     }
 
     /// Check the map: it lists a shard, every placement names listed
-    /// shards and is well formed, and no replica id is in two shards.
+    /// shards and is well formed, and no replica id is in two shards or in
+    /// a shard and the directory.
     pub fn validate(&self) -> Result<(), MapError> {
         if self.shards.is_empty() {
             return Err(MapError::NoShards);
@@ -237,7 +275,60 @@ impl ShardMap {
                 }
             }
         }
+        for replica in self.directory.replicas.keys() {
+            if let Some(shard) = seen.get(replica) {
+                return Err(MapError::DirectoryReplica {
+                    replica: *replica,
+                    shard: *shard,
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// Whether `next` may follow this map in the directory: the same
+    /// cluster, the next epoch, a valid map, and no key that has an owner
+    /// gets another one — the default placement and every placed keyspace
+    /// stay as they are and no shard is dropped. New keyspace placements,
+    /// new shards, and changes of members and addresses (of shards and of
+    /// the directory) are what a change may bring.
+    pub fn check_next(&self, next: &ShardMap) -> Result<(), MapError> {
+        if next.cluster != self.cluster {
+            return Err(MapError::OtherCluster {
+                ours: self.cluster,
+                other: next.cluster,
+            });
+        }
+        if next.epoch != self.epoch + 1 {
+            return Err(MapError::EpochNotNext {
+                expected: self.epoch + 1,
+                actual: next.epoch,
+            });
+        }
+        next.validate()?;
+        if next.default != self.default {
+            return Err(MapError::MovesKeys {
+                what: "the default placement".into(),
+            });
+        }
+        for (name, p) in &self.keyspaces {
+            if next.keyspaces.get(name) != Some(p) {
+                return Err(MapError::MovesKeys {
+                    what: format!("the placement of keyspace {name}"),
+                });
+            }
+        }
+        if let Some(gone) = self.shards.keys().find(|s| !next.shards.contains_key(s)) {
+            return Err(MapError::MovesKeys {
+                what: format!("shard {} is dropped", gone.0),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether `replica` is one of the directory group's.
+    pub fn is_directory_replica(&self, replica: u16) -> bool {
+        self.directory.replicas.contains_key(&replica)
     }
 
     /// The map with `keyspace` (`None`: the default) placed by

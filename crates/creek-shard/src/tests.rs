@@ -192,6 +192,103 @@ fn encodes_and_decodes() {
     assert_eq!(decode(&bytes).unwrap(), map);
     let single = ShardMap::single(9, Shard::default());
     assert_eq!(decode(&encode(&single)).unwrap(), single);
+    let mut directed = two_shards();
+    directed.directory = group(&[7, 8, 9]);
+    assert_eq!(decode(&encode(&directed)).unwrap(), directed);
+}
+
+#[test]
+fn the_first_format_decodes_without_a_directory() {
+    let map = two_shards();
+    // Version 1 is version 2 without the directory's count at the end.
+    let mut v1 = encode(&map).to_vec();
+    v1[0] = 1;
+    v1.pop();
+    assert_eq!(decode(&Bytes::from(v1)).unwrap(), map);
+}
+
+fn group(ids: &[u16]) -> Shard {
+    Shard {
+        replicas: ids
+            .iter()
+            .map(|id| {
+                let e = Endpoint {
+                    client: format!("127.0.0.1:{}", 7000 + id),
+                    peer: format!("127.0.0.1:{}", 7100 + id),
+                };
+                (*id, e)
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn a_directory_replica_is_in_no_shard() {
+    let mut map = two_shards();
+    map.shards.get_mut(&s(1)).unwrap().replicas = group(&[4]).replicas;
+    map.directory = group(&[4, 5, 6]);
+    assert_eq!(
+        map.validate(),
+        Err(MapError::DirectoryReplica {
+            replica: 4,
+            shard: s(1)
+        })
+    );
+}
+
+#[test]
+fn a_next_map_keeps_every_owner() {
+    let map = two_shards();
+    let next = |f: &dyn Fn(&mut ShardMap)| {
+        let mut n = map.clone();
+        n.epoch += 1;
+        f(&mut n);
+        map.check_next(&n)
+    };
+    // Members, addresses, new keyspaces, new shards: fine.
+    assert_eq!(next(&|n| n.directory = group(&[7, 8, 9])), Ok(()));
+    assert_eq!(
+        next(&|n| {
+            n.keyspaces
+                .insert("fresh".into(), Placement::Pinned(s(1)));
+        }),
+        Ok(())
+    );
+    assert_eq!(
+        next(&|n| {
+            n.shards.insert(s(2), Shard::default());
+        }),
+        Ok(())
+    );
+    // Another cluster, an epoch that is not the next, moved keys.
+    assert!(matches!(
+        next(&|n| n.cluster += 1),
+        Err(MapError::OtherCluster { .. })
+    ));
+    assert_eq!(
+        next(&|n| n.epoch += 1),
+        Err(MapError::EpochNotNext {
+            expected: map.epoch + 1,
+            actual: map.epoch + 2
+        })
+    );
+    assert!(matches!(
+        next(&|n| n.default = Placement::Pinned(s(0))),
+        Err(MapError::MovesKeys { .. })
+    ));
+    assert!(matches!(
+        next(&|n| {
+            n.keyspaces.clear();
+        }),
+        Err(MapError::MovesKeys { .. })
+    ));
+    assert!(matches!(
+        next(&|n| {
+            n.shards.remove(&s(1));
+            n.default = map.default.clone();
+        }),
+        Err(MapError::UnknownShard { .. }) | Err(MapError::MovesKeys { .. })
+    ));
 }
 
 #[test]
@@ -216,19 +313,24 @@ fn malformed_bytes_are_refused_with_the_reason() {
     ));
     // A keyspace listed twice (the encoding of a map is canonical: each
     // once, in order).
-    let mut twice = encode(&map).to_vec();
-    let tail = encode(&ShardMap {
+    // The encoding ends with the keyspace count, the keyspaces and the
+    // directory's (empty) replica count.
+    let base = encode(&ShardMap {
         keyspaces: BTreeMap::new(),
         ..map.clone()
-    })
-    .len();
+    });
+    let full = encode(&map);
     let one = encode(&ShardMap {
         keyspaces: [("config".to_owned(), Placement::Pinned(s(1)))].into(),
         ..map.clone()
     });
-    // Patch the keyspace count from 2 to 3 and append "config" again.
-    twice[tail - 1] = 3;
-    twice.extend_from_slice(&one[tail..]);
+    let head = base.len() - 2;
+    // The keyspace count from 2 to 3, "config" again after the others.
+    let mut twice = base[..head].to_vec();
+    twice.push(3);
+    twice.extend_from_slice(&full[head + 1..full.len() - 1]);
+    twice.extend_from_slice(&one[head + 1..one.len() - 1]);
+    twice.push(0);
     assert!(matches!(
         decode(&Bytes::from(twice)),
         Err(MapDecodeError::Repeated {

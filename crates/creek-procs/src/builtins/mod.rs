@@ -43,6 +43,7 @@ use creek_types::value::{decode_args, Value};
 pub(crate) mod auth;
 mod collections;
 pub(crate) mod defs;
+pub mod directory;
 mod kv;
 mod queue;
 
