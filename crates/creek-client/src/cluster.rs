@@ -122,10 +122,38 @@ impl Cluster {
             .ok_or_else(|| Error::Unavailable("the map lists no shard".into()))
     }
 
-    /// Learn the map again from any replica that answers.
+    /// A client of the directory group (the replicas that hold the map
+    /// and order its changes), if the map lists one.
+    pub async fn directory(&self) -> Result<Option<Client>, Error> {
+        let map = self.map().await;
+        if map.directory.replicas.is_empty() {
+            return Ok(None);
+        }
+        let addrs: Vec<String> = map
+            .directory
+            .replicas
+            .values()
+            .map(|e| e.client.clone())
+            .collect();
+        Client::connect_with_options(addrs, self.inner.options.clone())
+            .await
+            .map(Some)
+    }
+
+    /// Learn the map again: from the directory, which holds the newest,
+    /// or, if it does not answer, from any replica that does.
     pub async fn refresh(&self) -> Result<(), Error> {
         let current = self.inner.routes.read().await.clone();
         let mut last = Error::Unavailable("no shard answered".into());
+        if let Ok(Some(directory)) = self.directory().await {
+            match Routes::learn(&directory, &self.inner.options).await {
+                Ok(routes) => {
+                    *self.inner.routes.write().await = Arc::new(routes);
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+        }
         for client in current.clients.values() {
             match Routes::learn(client, &self.inner.options).await {
                 Ok(routes) => {
@@ -225,7 +253,7 @@ impl Cluster {
 impl Routes {
     /// The map `client`'s replica serves under (a cluster of one group:
     /// one shard of its replicas), with a client per shard (`client`
-    /// itself for its own shard).
+    /// itself for its own shard, unless it is a directory replica).
     async fn learn(client: &Client, options: &ConnectOptions) -> Result<Routes, Error> {
         let status = client.status().await?;
         let map = if status.shard_map.is_empty() {
@@ -246,7 +274,11 @@ impl Routes {
             creek_shard::decode(&status.shard_map)
                 .map_err(|e| Error::Protocol(format!("the replica's shard map: {e}")))?
         };
-        let own = u16::try_from(status.shard).ok().map(ShardId);
+        // A directory replica serves no shard.
+        let own = u16::try_from(status.shard)
+            .ok()
+            .map(ShardId)
+            .filter(|_| !status.directory);
         let clients = connect_shards(&map, options, own.map(|s| (s, client.clone()))).await?;
         Ok(Routes { map, clients })
     }

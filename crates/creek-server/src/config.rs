@@ -243,10 +243,18 @@ pub struct ServerConfig {
     /// as `creek dev --shards` writes it) when this replica is one of a
     /// shard of a sharded cluster: it must list this replica, with the
     /// replicas `replicas` names as its shard. Calls on keys another shard
-    /// owns are refused with `WRONG_SHARD` (docs/shards.md). None: a
+    /// owns are refused with `WRONG_SHARD` (docs/shards.md). The replica
+    /// rewrites the file with every newer map it learns from the
+    /// directory, so it restarts under the newest it knew. None: a
     /// cluster of one group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_map: Option<PathBuf>,
+    /// This replica is one of the directory group's (the group that holds
+    /// the shard map as its state and orders its changes): `shard_map`
+    /// must list it in the directory. Its group forms with the map file's
+    /// map and serves the newest map to the shards' replicas and clients.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub directory: bool,
     /// A protocol bug planted on purpose, to show `creek chaos` catches it
     /// (tests only; needs a build with the `planted-bugs` feature): one of
     /// [`PLANTED_BUGS`].
@@ -405,6 +413,7 @@ impl ServerConfig {
             insecure: false,
             auth: AuthConfig::default(),
             shard_map: None,
+            directory: false,
             plant_bug: None,
         }
     }
@@ -563,6 +572,12 @@ impl ServerConfig {
         }
         if self.data_dir.as_os_str().is_empty() {
             return bad("data_dir is empty".into());
+        }
+        if self.directory && self.shard_map.is_none() {
+            return bad(
+                "directory = true needs shard_map: the map file the directory group forms with"
+                    .into(),
+            );
         }
         match &self.tls {
             Some(tls) => {

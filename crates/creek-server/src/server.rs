@@ -129,11 +129,15 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 impl Server {
     /// Start a replica with the built-in procedures and the benchmark
-    /// workloads' (`tpcc.*`, `ycsb.load`). Must be called inside a tokio
+    /// workloads' (`tpcc.*`, `ycsb.load`), and on a directory replica the
+    /// `directory.*` ones. Must be called inside a tokio
     /// runtime.
     pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         let mut registry = Registry::with_builtins();
         creek_workloads::register_all(&mut registry);
+        if config.directory {
+            creek_procs::builtins::directory::register(&mut registry);
+        }
         Self::start_with(config, Arc::new(registry)).await
     }
 
@@ -177,13 +181,17 @@ impl Server {
             Err(e) => return Err(StartError::Config(crate::ConfigError::Invalid(e))),
         };
         let corked = Arc::new(crate::native::out::Corked::default());
+        let directory_gate = shards
+            .as_ref()
+            .filter(|g| g.role() == crate::shards::Role::Directory)
+            .cloned();
         let node_loop = NodeLoop::new(
             node,
             persister,
             durability,
             transport.clone(),
             metrics.clone(),
-            loop_config(&config, auth.clone(), limits, corked.clone()),
+            loop_config(&config, auth.clone(), limits, corked.clone(), directory_gate),
         );
         let fatal: FatalCell = Arc::new(watch::channel(None).0);
         let node_fatal = fatal.clone();
@@ -195,6 +203,15 @@ impl Server {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let stopping = Arc::new(AtomicBool::new(false));
         let mut tasks = vec![spawn_ticker(events_tx.clone(), config.tick())];
+        if let Some(gate) = shards
+            .as_ref()
+            .filter(|g| g.role() != crate::shards::Role::Directory)
+        {
+            tasks.push(tokio::spawn(crate::shards::follow_directory(
+                gate.clone(),
+                config.tls.clone(),
+            )));
+        }
         let front = FrontDoor {
             events: events_tx.clone(),
             metrics: metrics.clone(),
@@ -515,8 +532,10 @@ fn loop_config(
     auth: Option<Arc<crate::auth::Auth>>,
     limits: creek_wire::Limits,
     corked: Arc<crate::native::out::Corked>,
+    directory: Option<Arc<crate::shards::ShardGate>>,
 ) -> LoopConfig {
     LoopConfig {
+        directory,
         workers: config.worker_threads(),
         watch_history_bytes: config.watch_history_bytes,
         auth,

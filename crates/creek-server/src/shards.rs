@@ -1,13 +1,20 @@
-//! A replica of one shard of a sharded cluster: the shard map it serves
-//! under, and the check every client call meets before it is accepted —
-//! a call on keys another shard owns is refused with `WRONG_SHARD` and
-//! changes nothing (docs/shards.md).
+//! A replica of a sharded cluster: the shard map it serves under, the
+//! check every client call meets before it is accepted — a call on keys
+//! another shard owns is refused with `WRONG_SHARD` and changes nothing —
+//! and the newer maps it learns from the directory (docs/shards.md).
+//!
+//! A replica is either one of a shard's or one of the directory group's.
+//! A shard's replica starts from its map file (the map it last knew) and
+//! asks the directory for newer maps ([`follow_directory`]); a directory
+//! replica serves the map its group's committed state holds (the node
+//! loop hands it over, `node_loop::directory`).
 
 // tonic's handlers return `Status` by value.
 #![allow(clippy::result_large_err)]
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use creek_procs::{Registry, Route};
@@ -23,20 +30,42 @@ use crate::config::{ConfigError, ServerConfig};
 /// epoch as `(map epoch N)` and the owning shard as `shard S owns`.
 pub const WRONG_SHARD: &str = "WRONG_SHARD";
 
+/// What a replica serves in a sharded cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The keys of one shard.
+    Shard(ShardId),
+    /// The directory: the map itself, as its group's state.
+    Directory,
+}
+
+/// A map and its bytes.
+#[derive(Debug)]
+struct Held {
+    map: ShardMap,
+    encoded: Bytes,
+}
+
 /// What a replica of a sharded cluster checks calls against.
 #[derive(Debug)]
 pub struct ShardGate {
-    map: ShardMap,
-    /// The map as the file held it, for clients to learn (`Status`).
-    encoded: Bytes,
-    shard: ShardId,
+    held: RwLock<Arc<Held>>,
+    /// The map the file held at start (what a directory forms its group
+    /// with when its state holds none yet).
+    seed: Bytes,
+    role: Role,
+    me: u16,
+    /// The map file, rewritten with every newer map learnt, so a restart
+    /// starts from the newest map this replica knew.
+    path: PathBuf,
     registry: Arc<Registry>,
 }
 
 impl ShardGate {
     /// The gate of `config`'s replica, if it names a shard map: the map
-    /// must decode, list this replica, and give its shard exactly the
-    /// replicas the configuration names.
+    /// must decode and list this replica — in a shard, or in the directory
+    /// when the configuration says `directory = true` — with exactly the
+    /// group's replicas the configuration names.
     pub fn load(
         config: &ServerConfig,
         registry: Arc<Registry>,
@@ -48,49 +77,155 @@ impl ShardGate {
         let map = creek_shard::decode(&encoded)
             .map_err(|e| ConfigError::Invalid(format!("shard map {}: {e}", path.display())))?;
         let me = config.id;
-        let shard = map.shard_of_replica(me).ok_or_else(|| {
-            ConfigError::Invalid(format!(
-                "replica {me} is not in the shard map {} (cluster {:016x}, epoch {}): \
-                 configure it into a shard the map lists",
-                path.display(),
-                map.cluster,
-                map.epoch
-            ))
-        })?;
-        let listed: Vec<u16> = map.shards[&shard].replicas.keys().copied().collect();
+        let (role, listed) = if config.directory {
+            if !map.is_directory_replica(me) {
+                return Err(ConfigError::Invalid(format!(
+                    "replica {me} is configured as a directory replica, but the shard map {} \
+                     (cluster {:016x}, epoch {}) does not list it in the directory",
+                    path.display(),
+                    map.cluster,
+                    map.epoch
+                )));
+            }
+            (Role::Directory, &map.directory)
+        } else {
+            let shard = map.shard_of_replica(me).ok_or_else(|| {
+                let hint = if map.is_directory_replica(me) {
+                    "it is a directory replica: configure it with directory = true"
+                } else {
+                    "configure it into a shard the map lists"
+                };
+                ConfigError::Invalid(format!(
+                    "replica {me} is not in the shard map {} (cluster {:016x}, epoch {}): {hint}",
+                    path.display(),
+                    map.cluster,
+                    map.epoch
+                ))
+            })?;
+            (Role::Shard(shard), &map.shards[&shard])
+        };
+        let listed: Vec<u16> = listed.replicas.keys().copied().collect();
         let mut configured: Vec<u16> = config.replicas.iter().map(|r| r.id).collect();
         configured.sort_unstable();
         if listed != configured {
+            let group = match role {
+                Role::Shard(s) => format!("shard {}", s.0),
+                Role::Directory => "the directory".to_owned(),
+            };
             return Err(ConfigError::Invalid(format!(
-                "the shard map {} lists replicas {listed:?} in shard {}; this \
+                "the shard map {} lists replicas {listed:?} in {group}; this \
                  configuration names {configured:?}",
                 path.display(),
-                shard.0
             )));
         }
         Ok(Some(Arc::new(ShardGate {
-            map,
-            encoded,
-            shard,
+            held: RwLock::new(Arc::new(Held {
+                map,
+                encoded: encoded.clone(),
+            })),
+            seed: encoded,
+            role,
+            me,
+            path: path.clone(),
             registry,
         })))
     }
 
-    /// The map's bytes ([`creek_shard::encode`]).
-    pub fn encoded(&self) -> &Bytes {
-        &self.encoded
+    fn held(&self) -> Arc<Held> {
+        self.held
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
-    /// This replica's shard.
+    /// The map's bytes ([`creek_shard::encode`]).
+    pub fn encoded(&self) -> Bytes {
+        self.held().encoded.clone()
+    }
+
+    /// The map this replica serves under.
+    pub fn map(&self) -> ShardMap {
+        self.held().map.clone()
+    }
+
+    /// The map the file held at start.
+    pub fn seed(&self) -> &Bytes {
+        &self.seed
+    }
+
+    /// What this replica serves.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// This replica's shard (shard 0 for a directory replica, which
+    /// serves no keys).
     pub fn shard(&self) -> ShardId {
-        self.shard
+        match self.role {
+            Role::Shard(s) => s,
+            Role::Directory => ShardId(0),
+        }
+    }
+
+    /// Serve under `encoded` from now on if it is a newer map of this
+    /// cluster that still places this replica where it is; the map file is
+    /// rewritten with it. `Ok(Some(epoch))`: adopted; `Ok(None)`: not newer;
+    /// `Err`: refused (the reason, for the log), and nothing changes.
+    pub fn adopt(&self, encoded: &Bytes) -> Result<Option<u64>, String> {
+        let map = creek_shard::decode(encoded).map_err(|e| e.to_string())?;
+        let mut held = self
+            .held
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.cluster != held.map.cluster {
+            return Err(format!(
+                "a shard map of cluster {:016x} (epoch {}) is refused: this replica belongs \
+                 to cluster {:016x}",
+                map.cluster, map.epoch, held.map.cluster
+            ));
+        }
+        if map.epoch <= held.map.epoch {
+            return Ok(None);
+        }
+        let placed = match self.role {
+            Role::Shard(s) => map.shard_of_replica(self.me) == Some(s),
+            Role::Directory => map.is_directory_replica(self.me),
+        };
+        if !placed {
+            return Err(format!(
+                "the shard map at epoch {} does not list replica {} where it serves ({:?}): \
+                 kept the map at epoch {}",
+                map.epoch, self.me, self.role, held.map.epoch
+            ));
+        }
+        let epoch = map.epoch;
+        *held = Arc::new(Held {
+            map,
+            encoded: encoded.clone(),
+        });
+        drop(held);
+        if let Err(e) = save(&self.path, encoded) {
+            tracing::warn!(
+                path = %self.path.display(),
+                error = %e,
+                epoch,
+                "could not save the newer shard map; serving under it, a restart starts from \
+                 the older one"
+            );
+        }
+        Ok(Some(epoch))
     }
 
     /// Accept `call` if this shard may run it: its key is this shard's,
-    /// or it is state every shard keeps. On a cluster of one shard every
-    /// call is accepted.
+    /// or it is state every shard keeps. On a cluster of one shard, and on
+    /// a directory replica, every call is accepted.
     pub fn check(&self, call: &ProcCall) -> Result<(), Status> {
-        if self.map.shards.len() == 1 {
+        let Role::Shard(shard) = self.role else {
+            return Ok(());
+        };
+        let held = self.held();
+        let map = &held.map;
+        if map.shards.len() == 1 {
             return Ok(());
         }
         match self.registry.route_of(&call.name) {
@@ -100,8 +235,8 @@ impl ShardGate {
                 let Some(key) = key_arg(call, n) else {
                     return Ok(());
                 };
-                let owner = self.map.owner(None, &key);
-                if owner == self.shard {
+                let owner = map.owner(None, &key);
+                if owner == shard {
                     Ok(())
                 } else {
                     Err(Status::failed_precondition(format!(
@@ -110,8 +245,8 @@ impl ShardGate {
                         call.name,
                         Value::Bytes(key),
                         owner.0,
-                        self.map.epoch,
-                        self.shard.0
+                        map.epoch,
+                        shard.0
                     )))
                 }
             }
@@ -119,10 +254,114 @@ impl ShardGate {
                 "{}: its keys are known only as it runs, so a cluster of {} shards cannot \
                  route it (operations across shards are not supported yet)",
                 call.name,
-                self.map.shards.len()
+                map.shards.len()
             ))),
         }
     }
+}
+
+/// Write `bytes` to `path` whole or not at all (a temporary file renamed
+/// over it).
+fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// How often a shard's replica asks the directory for its map.
+pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest wait for one directory replica's answer.
+const FOLLOW_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Ask the directory for its map every [`FOLLOW_INTERVAL`], one directory
+/// replica after another, and serve under every newer one. While no
+/// directory replica answers, the replica keeps serving under the map it
+/// has (single-shard operations keep working); it logs when it loses and
+/// regains the directory. `tls`: the replica's own TLS files, when the
+/// cluster uses TLS (its certificate is a client certificate too).
+pub async fn follow_directory(gate: Arc<ShardGate>, tls: Option<crate::config::TlsConfig>) {
+    let mut next = 0usize;
+    let mut reachable = true;
+    loop {
+        tokio::time::sleep(FOLLOW_INTERVAL).await;
+        let endpoints: Vec<(u16, String)> = gate
+            .held()
+            .map
+            .directory
+            .replicas
+            .iter()
+            .map(|(id, e)| (*id, e.client.clone()))
+            .collect();
+        if endpoints.is_empty() {
+            continue;
+        }
+        let mut answered = None;
+        for k in 0..endpoints.len() {
+            let (id, addr) = &endpoints[(next + k) % endpoints.len()];
+            match ask(*id, addr, tls.as_ref()).await {
+                Ok(map) => {
+                    answered = Some(map);
+                    next = (next + k) % endpoints.len();
+                    break;
+                }
+                Err(e) => tracing::debug!(directory = id, %addr, error = %e, "directory replica did not answer"),
+            }
+        }
+        let Some(encoded) = answered else {
+            if reachable {
+                tracing::warn!(
+                    epoch = gate.held().map.epoch,
+                    "no directory replica answers: serving under the map this replica has"
+                );
+            }
+            reachable = false;
+            next += 1;
+            continue;
+        };
+        if !reachable {
+            tracing::info!("the directory answers again");
+        }
+        reachable = true;
+        if encoded.is_empty() {
+            continue;
+        }
+        match gate.adopt(&encoded) {
+            Ok(Some(epoch)) => tracing::info!(epoch, "serving under a newer shard map"),
+            Ok(None) => {}
+            Err(why) => tracing::error!("{why}"),
+        }
+    }
+}
+
+/// The map directory replica `id` at `addr` serves.
+async fn ask(
+    id: u16,
+    addr: &str,
+    tls: Option<&crate::config::TlsConfig>,
+) -> Result<Bytes, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(FOLLOW_TIMEOUT)
+        .timeout(FOLLOW_TIMEOUT);
+    if let Some(t) = tls {
+        let pem = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        let config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(pem(&t.ca)?))
+            .identity(tonic::transport::Identity::from_pem(pem(&t.cert)?, pem(&t.key)?))
+            .domain_name(format!("replica-{id}.creek"));
+        endpoint = endpoint.tls_config(config).map_err(|e| e.to_string())?;
+    }
+    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    let reply = creek_proto::pb::creek_client::CreekClient::new(channel)
+        .status(creek_proto::pb::StatusRequest::default())
+        .await
+        .map_err(|e| e.message().to_owned())?
+        .into_inner();
+    if !reply.directory {
+        return Err(format!("replica {id} at {addr} is not a directory replica"));
+    }
+    Ok(reply.shard_map)
 }
 
 fn read(path: &Path) -> Result<Bytes, ConfigError> {
@@ -143,59 +382,76 @@ fn key_arg(call: &ProcCall, n: usize) -> Option<Bytes> {
 }
 
 /// Configurations of a sharded cluster on loopback (`creek dev
-/// --shards`): `shards` groups of `replicas` replicas, replica ids
-/// counting up across shards (shard `s` holds `s * replicas + 1 ..`),
-/// replica `i` listening for clients on `client_base + i - 1` and for
-/// peers on `peer_base + i - 1`, with its data under `data_root/r{i}`;
-/// every configuration names `map_path`. Returns them with the map (keys
-/// hashed evenly over the shards) for `cluster`, which the caller writes
-/// to `map_path`.
+/// --shards`): `shards` groups of `replicas` replicas, then the directory
+/// group of `directory` replicas, replica ids counting up across them
+/// (shard `s` holds `s * replicas + 1 ..`, the directory the ids after the
+/// last shard's), replica `i` listening for clients on `client_base + i -
+/// 1` and for peers on `peer_base + i - 1`, with its data under
+/// `data_root/r{i}` and its copy of the map in `r{i}/shard-map.bin`.
+/// Returns them with the map (keys hashed evenly over the shards) for
+/// `cluster`; [`write_map_files`] gives each replica its copy.
 pub fn local_shards(
     shards: u16,
     replicas: u16,
+    directory: u16,
     client_base: u16,
     peer_base: u16,
     data_root: &Path,
-    map_path: &Path,
     cluster: u64,
 ) -> Result<(Vec<ServerConfig>, ShardMap), ConfigError> {
     let n = shards
         .checked_mul(replicas)
-        .filter(|n| *n > 0)
+        .and_then(|n| n.checked_add(directory))
+        .filter(|_| shards > 0 && replicas > 0)
         .ok_or_else(|| ConfigError::Invalid("a cluster needs a shard of one replica".into()))?;
     let port = |base: u16, i: u16| {
         base.checked_add(i)
             .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)))
             .ok_or_else(|| ConfigError::Invalid(format!("port {base} + {i} overflows")))
     };
-    let ids: Vec<ShardId> = (0..shards).map(ShardId).collect();
-    let mut map = ShardMap::hashed(cluster, &ids);
-    let mut configs = Vec::with_capacity(usize::from(n));
-    for s in 0..shards {
-        let group = (0..replicas)
-            .map(|k| {
-                let i = s * replicas + k;
+    let group_of = |first: u16, size: u16| {
+        (first..first + size)
+            .map(|i| {
                 Ok(crate::config::ReplicaAddr {
                     id: i + 1,
                     client_addr: port(client_base, i)?,
                     peer_addr: port(peer_base, i)?,
                 })
             })
-            .collect::<Result<Vec<_>, ConfigError>>()?;
-        let shard = map.shards.entry(ShardId(s)).or_default();
-        for r in &group {
-            shard.replicas.insert(
-                r.id,
-                creek_shard::Endpoint {
+            .collect::<Result<Vec<_>, ConfigError>>()
+    };
+    let listing = |group: &[crate::config::ReplicaAddr]| creek_shard::Shard {
+        replicas: group
+            .iter()
+            .map(|r| {
+                let e = creek_shard::Endpoint {
                     client: r.client_addr.to_string(),
                     peer: r.peer_addr.to_string(),
-                },
-            );
-        }
+                };
+                (r.id, e)
+            })
+            .collect(),
+    };
+    let ids: Vec<ShardId> = (0..shards).map(ShardId).collect();
+    let mut map = ShardMap::hashed(cluster, &ids);
+    let mut groups = Vec::new();
+    for s in 0..shards {
+        let group = group_of(s * replicas, replicas)?;
+        map.shards.insert(ShardId(s), listing(&group));
+        groups.push((group, false));
+    }
+    if directory > 0 {
+        let group = group_of(shards * replicas, directory)?;
+        map.directory = listing(&group);
+        groups.push((group, true));
+    }
+    let mut configs = Vec::with_capacity(usize::from(n));
+    for (group, is_directory) in groups {
         for r in &group {
-            let mut c =
-                ServerConfig::new(r.id, group.clone(), data_root.join(format!("r{}", r.id)));
-            c.shard_map = Some(map_path.to_owned());
+            let dir = data_root.join(format!("r{}", r.id));
+            let mut c = ServerConfig::new(r.id, group.clone(), dir.clone());
+            c.shard_map = Some(dir.join("shard-map.bin"));
+            c.directory = is_directory;
             c.validate()?;
             configs.push(c);
         }
@@ -203,6 +459,26 @@ pub fn local_shards(
     map.validate()
         .map_err(|e| ConfigError::Invalid(format!("the shard map: {e}")))?;
     Ok((configs, map))
+}
+
+/// Give each of `configs` that has none yet its copy of `map` (a replica
+/// that has one keeps it: it is the newest map that replica knew).
+pub fn write_map_files(configs: &[ServerConfig], map: &ShardMap) -> Result<(), ConfigError> {
+    let bytes = creek_shard::encode(map);
+    for path in configs.iter().filter_map(|c| c.shard_map.as_ref()) {
+        if path.exists() {
+            continue;
+        }
+        let io = |source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        save(path, &bytes).map_err(io)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -220,13 +496,14 @@ mod tests {
         d
     }
 
-    /// Two shards of three on loopback, the map written; replica `id`'s
-    /// configuration.
+    /// Two shards of three and a directory of three on loopback, the map
+    /// files written; with the first replica's map file.
     fn cluster(name: &str) -> (Vec<ServerConfig>, ShardMap, std::path::PathBuf) {
         let d = dir(name);
-        let path = d.join("shard-map.bin");
-        let (configs, map) = local_shards(2, 3, 21001, 21101, &d, &path, 7).unwrap();
-        std::fs::write(&path, creek_shard::encode(&map)).unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+        let (configs, map) = local_shards(2, 3, 3, 21001, 21101, &d, 7).unwrap();
+        write_map_files(&configs, &map).unwrap();
+        let path = configs[0].shard_map.clone().unwrap();
         (configs, map, path)
     }
 
@@ -267,6 +544,62 @@ mod tests {
             .check(&ProcCall::new("ycsb.load", encode_args(&[])))
             .unwrap_err();
         assert!(unknown.message().contains("known only as it runs"));
+    }
+
+    #[test]
+    fn newer_maps_are_adopted_and_saved_others_refused() {
+        let (configs, map, path) = cluster("adopt");
+        let gate = ShardGate::load(&configs[0], registry()).unwrap().unwrap();
+        // The same epoch: nothing to do.
+        assert_eq!(gate.adopt(&creek_shard::encode(&map)), Ok(None));
+        // The next one: served and saved.
+        let next = map
+            .place(1, Some("config"), creek_shard::Placement::Pinned(ShardId(1)))
+            .unwrap();
+        assert_eq!(gate.adopt(&creek_shard::encode(&next)), Ok(Some(2)));
+        assert_eq!(gate.map(), next);
+        assert_eq!(
+            creek_shard::decode(&read(&path).unwrap()).unwrap(),
+            next,
+            "a restart starts from the newest map"
+        );
+        // An older one is not newer.
+        assert_eq!(gate.adopt(&creek_shard::encode(&map)), Ok(None));
+        // Another cluster's, a map that moved this replica, junk: refused,
+        // the map unchanged.
+        let mut other = next.clone();
+        other.cluster = 8;
+        other.epoch = 3;
+        let e = gate.adopt(&creek_shard::encode(&other)).unwrap_err();
+        assert!(e.contains("cluster 0000000000000008"), "{e}");
+        let mut moved = next.clone();
+        moved.epoch = 3;
+        let r1 = moved.shards.get_mut(&ShardId(0)).unwrap().replicas.remove(&1);
+        moved.shards.get_mut(&ShardId(1)).unwrap().replicas.insert(1, r1.unwrap());
+        let e = gate.adopt(&creek_shard::encode(&moved)).unwrap_err();
+        assert!(e.contains("does not list replica 1"), "{e}");
+        assert!(gate.adopt(&Bytes::from_static(b"junk")).is_err());
+        assert_eq!(gate.map(), next);
+    }
+
+    #[test]
+    fn directory_replicas_serve_the_map_and_check_nothing() {
+        let (configs, map, _) = cluster("directory");
+        let d = configs.iter().find(|c| c.directory).unwrap();
+        assert_eq!(d.id, 7, "the directory's ids follow the shards'");
+        let gate = ShardGate::load(d, registry()).unwrap().unwrap();
+        assert_eq!(gate.role(), Role::Directory);
+        assert_eq!(gate.map(), map);
+        assert!(gate.check(&call("kv.put", "anything")).is_ok());
+        // A directory replica configured as a shard's, and the reverse.
+        let mut plain = d.clone();
+        plain.directory = false;
+        let e = ShardGate::load(&plain, registry()).unwrap_err().to_string();
+        assert!(e.contains("configure it with directory = true"), "{e}");
+        let mut claims = configs[0].clone();
+        claims.directory = true;
+        let e = ShardGate::load(&claims, registry()).unwrap_err().to_string();
+        assert!(e.contains("does not list it in the directory"), "{e}");
     }
 
     #[test]

@@ -16,6 +16,9 @@ use crate::serve_cmd::{self, LogArgs, LogFormat};
 
 /// Most replicas `creek dev` runs (per shard).
 const REPLICAS_MAX: u16 = 9;
+/// Replicas of a sharded dev cluster's directory group.
+const DIRECTORY_REPLICAS: u16 = 3;
+
 /// Most shards `creek dev` runs.
 const SHARDS_MAX: u16 = 8;
 /// How long a started replica may take to open its client port.
@@ -30,8 +33,10 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 3)]
     replicas: u16,
     /// Shards (1 to 8), each a group of `--replicas` replicas owning its
-    /// share of the keys (hashed); replica ids and ports count up across
-    /// shards, and the map is kept in DATA_DIR/shard-map.bin.
+    /// share of the keys (hashed), and with more than one a directory group
+    /// of three holding the map; replica ids and ports count up across
+    /// shards, then the directory's, and the map the cluster was formed
+    /// with is kept in DATA_DIR/shard-map.bin.
     #[arg(long, default_value_t = 1)]
     shards: u16,
     /// Where each replica keeps its data (`rN/`), its configuration
@@ -149,7 +154,7 @@ impl DevCluster {
             )
             .map_err(|e| e.to_string())?
         };
-        let total = args.replicas * args.shards;
+        let total = configs.len() as u16;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut log_flags = vec![
             "--log-format".into(),
@@ -281,8 +286,8 @@ impl DevCluster {
             .map_or_else(String::new, |d| d.display().to_string());
         if self.shards > 1 {
             println!(
-                "creek dev: {} shards of {} replicas, each replica its own process; data, logs \
-                 and the shard map in {dir}",
+                "creek dev: {} shards of {} replicas and a directory of {DIRECTORY_REPLICAS}, each \
+                 replica its own process; data, logs and the shard map in {dir}",
                 self.shards, self.replicas
             );
         } else {
@@ -295,7 +300,10 @@ impl DevCluster {
             let metrics = metrics
                 .map(|a| format!("   console http://{a}/   metrics http://{a}/metrics"))
                 .unwrap_or_default();
-            let shard = if self.shards > 1 {
+            let in_shards = usize::from(self.shards * self.replicas);
+            let shard = if self.shards > 1 && i >= in_shards {
+                "  directory".to_owned()
+            } else if self.shards > 1 {
                 format!("  shard {}", i / usize::from(self.replicas))
             } else {
                 String::new()
@@ -601,9 +609,12 @@ fn add_replica(args: &DevArgs) -> Result<(), String> {
     })
 }
 
-/// The configurations of a sharded dev cluster, its map kept in
+/// The configurations of a sharded dev cluster — its shards and its
+/// directory group of three — with the map it was formed with kept in
 /// DATA_DIR/shard-map.bin: made with a new cluster id the first time,
-/// read back on the next start (it must describe the same shards).
+/// read back on the next start (it must describe the same shards). Each
+/// replica keeps its own copy of the newest map it knows in its data
+/// directory.
 fn local_shards(args: &DevArgs) -> Result<Vec<ServerConfig>, String> {
     let map_path = args.data_dir.join("shard-map.bin");
     let kept = match std::fs::read(&map_path) {
@@ -618,10 +629,10 @@ fn local_shards(args: &DevArgs) -> Result<Vec<ServerConfig>, String> {
     let (configs, map) = creek_server::shards::local_shards(
         args.shards,
         args.replicas,
+        DIRECTORY_REPLICAS,
         args.client_port,
         args.peer_port,
         &args.data_dir,
-        &map_path,
         cluster,
     )
     .map_err(|e| e.to_string())?;
@@ -643,6 +654,7 @@ fn local_shards(args: &DevArgs) -> Result<Vec<ServerConfig>, String> {
                 .map_err(|e| format!("writing {}: {e}", map_path.display()))?;
         }
     }
+    creek_server::shards::write_map_files(&configs, &map).map_err(|e| e.to_string())?;
     Ok(configs)
 }
 

@@ -1,18 +1,55 @@
-//! `creek shards`: the cluster's shard map as a replica serves it — its
-//! epoch, each shard's replicas and leader, and where keys go.
+//! `creek shards`: the cluster's shard map as the directory holds it —
+//! its epoch, each shard's replicas and leader, the directory's, and
+//! where keys go — and `creek shards place`, which places a keyspace by a
+//! strong change of the map in the directory.
 
-use creek_client::{Cluster, ShardMap};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use creek_client::{Client, Cluster, Levels, ShardId, ShardMap};
 use creek_shard::Placement;
+use creek_types::value::Value;
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 
 /// Arguments of `creek shards`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    #[command(subcommand)]
+    action: Option<Action>,
     #[command(flatten)]
     endpoints: Endpoints,
     #[command(flatten)]
     output: Output,
+}
+
+/// What `creek shards` does besides printing the map.
+#[derive(clap::Subcommand, Debug)]
+enum Action {
+    /// Place a keyspace that does not exist yet on its own: pinned to one
+    /// shard, by key ranges, or hashed over every shard. The change is a
+    /// strong op of the directory, made against the epoch read; the
+    /// command then waits until every replica of every shard serves under
+    /// the new map (exit 3 if some do not within --wait-secs). Create the
+    /// keyspace after this.
+    Place {
+        /// The keyspace.
+        keyspace: String,
+        /// Keep every key of the keyspace on this shard.
+        #[arg(long, conflicts_with_all = ["ranges", "hashed"])]
+        pin: Option<u16>,
+        /// Ordered key ranges: the first range's shard, then KEY=SHARD for
+        /// each split point in increasing order (`0,m=1,t=2`: keys before
+        /// "m" on shard 0, from "m" on shard 1, from "t" on shard 2).
+        #[arg(long, conflicts_with = "hashed")]
+        ranges: Option<String>,
+        /// Hash the keyspace's keys evenly over every shard.
+        #[arg(long)]
+        hashed: bool,
+        /// How long to wait for every replica to serve under the new map.
+        #[arg(long, default_value_t = 10)]
+        wait_secs: u64,
+    },
 }
 
 /// One shard as printed: its id, replicas (id, client address) and the
@@ -26,16 +63,44 @@ struct Row {
 /// Run `creek shards`.
 pub fn run(args: &Args) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
-    let (map, rows) = cli::runtime()?.block_on(async {
+    if let Some(Action::Place {
+        keyspace,
+        pin,
+        ranges,
+        hashed,
+        wait_secs,
+    }) = &args.action
+    {
+        let placement = placement_of(*pin, ranges.as_deref(), *hashed)?;
+        return cli::runtime()?.block_on(async {
+            let cluster = cli::connect_cluster(&args.endpoints, &addrs).await?;
+            place(
+                &cluster,
+                &addrs,
+                keyspace,
+                placement,
+                Duration::from_secs(*wait_secs),
+            )
+            .await
+        });
+    }
+    let (map, rows, directory) = cli::runtime()?.block_on(async {
         let cluster = cli::connect_cluster(&args.endpoints, &addrs).await?;
+        // The directory's map is the newest; a replica's may lag it.
+        let _ = cluster.refresh().await;
         let map = cluster.map().await;
         let rows = survey(&cluster, &map).await;
-        Ok::<_, Failure>((map, rows))
+        let directory = match cluster.directory().await {
+            Ok(Some(client)) => Some(client.status().await.map_or(0, |s| s.leader)),
+            Ok(None) => None,
+            Err(_) => Some(0),
+        };
+        Ok::<_, Failure>((map, rows, directory))
     })?;
     match args.output.output {
-        Format::Json => println!("{}", to_json(&map, &rows)),
+        Format::Json => println!("{}", to_json(&map, &rows, directory)),
         Format::Value => println!("{}", map.epoch),
-        Format::Table => print_table(&map, &rows),
+        Format::Table => print_table(&map, &rows, directory),
     }
     if rows.iter().any(|r| r.leader == 0) {
         return Err(Failure::new(
@@ -43,7 +108,199 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             "a shard has no leader known: its strong ops cannot finish".to_owned(),
         ));
     }
+    if directory == Some(0) {
+        return Err(Failure::new(
+            exit::DEGRADED,
+            "the directory has no leader known: the map cannot change (operations keep \
+             working with the map the replicas have)"
+                .to_owned(),
+        ));
+    }
     Ok(())
+}
+
+/// The placement the flags of `creek shards place` name.
+fn placement_of(pin: Option<u16>, ranges: Option<&str>, hashed: bool) -> Result<Placement, Failure> {
+    let usage = |m: String| Failure::new(2, m);
+    let shard = |t: &str| {
+        t.trim()
+            .parse::<u16>()
+            .map(ShardId)
+            .map_err(|_| usage(format!("{t:?} is not a shard number")))
+    };
+    match (pin, ranges, hashed) {
+        (Some(s), None, false) => Ok(Placement::Pinned(ShardId(s))),
+        (None, Some(text), false) => {
+            let mut parts = text.split(',');
+            let first = shard(parts.next().unwrap_or_default())?;
+            let mut list = vec![(Bytes::new(), first)];
+            for part in parts {
+                let (key, s) = part.rsplit_once('=').ok_or_else(|| {
+                    usage(format!("--ranges: {part:?} is not KEY=SHARD"))
+                })?;
+                list.push((Bytes::copy_from_slice(key.as_bytes()), shard(s)?));
+            }
+            Ok(Placement::Ranges(list))
+        }
+        // The shards are known only from the map: an empty list stands
+        // for "every shard" until then.
+        (None, None, true) => Ok(Placement::Hashed(Vec::new())),
+        _ => Err(usage(
+            "say where the keyspace goes: --pin SHARD, --ranges FIRST,KEY=SHARD,… or --hashed"
+                .into(),
+        )),
+    }
+}
+
+/// Place `keyspace` by `placement`: read the directory's map (strong),
+/// check the keyspace exists on no shard, install the next map (strong),
+/// then wait for every replica to serve under it.
+async fn place(
+    cluster: &Cluster,
+    addrs: &[String],
+    keyspace: &str,
+    placement: Placement,
+    wait: Duration,
+) -> Result<(), Failure> {
+    let directory = cluster.directory().await.map_err(|e| {
+        Failure::new(
+            exit::FAILED,
+            format!("the directory does not answer, so the map cannot change now: {e}"),
+        )
+    })?;
+    let Some(directory) = directory else {
+        return Err(Failure::new(
+            exit::FAILED,
+            "this cluster has no directory (its map is a file every replica is given): its \
+             map does not change",
+        ));
+    };
+    let dir_addrs: Vec<String> = cluster
+        .map()
+        .await
+        .directory
+        .replicas
+        .values()
+        .map(|e| e.client.clone())
+        .collect();
+    let held = cli::call_closing(&directory, &dir_addrs, "directory.map", Vec::new(), Levels::Strong)
+        .await?
+        .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
+    let Value::Bytes(bytes) = held else {
+        return Err(Failure::new(
+            exit::FAILED,
+            "the directory holds no map yet (it forms within seconds of starting): try again",
+        ));
+    };
+    let map = creek_shard::decode(&bytes)
+        .map_err(|e| Failure::new(exit::FAILED, format!("the directory's map: {e}")))?;
+    let placement = match placement {
+        Placement::Hashed(v) if v.is_empty() => Placement::even_slots(&map.shard_ids()),
+        p => p,
+    };
+    // A keyspace with data keeps its owners: placing it would move keys.
+    if let Some(shard) = holding(cluster, addrs, keyspace).await? {
+        return Err(Failure::new(
+            exit::FAILED,
+            format!(
+                "keyspace {keyspace} already exists (shard {} holds it): a keyspace is placed \
+                 before it is created, since placing it now would move its keys",
+                shard.0
+            ),
+        ));
+    }
+    let next = map
+        .place(map.epoch, Some(keyspace), placement)
+        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+    let epoch = i64::try_from(map.epoch).unwrap_or(i64::MAX);
+    cli::call_closing(
+        &directory,
+        &dir_addrs,
+        "directory.set",
+        vec![Value::Int(epoch), Value::Bytes(creek_shard::encode(&next))],
+        Levels::Strong,
+    )
+    .await?
+    .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
+    println!(
+        "epoch {}: keyspace {keyspace} {}",
+        next.epoch,
+        describe(next.placement(Some(keyspace)))
+    );
+    let lagging = wait_for_epoch(&next, next.epoch, wait).await;
+    if lagging.is_empty() {
+        println!("every replica serves under epoch {}", next.epoch);
+        Ok(())
+    } else {
+        Err(Failure::new(
+            exit::DEGRADED,
+            format!(
+                "replicas {} do not serve under epoch {} yet (down, or cut off from the \
+                 directory); they learn it when they reach it",
+                lagging
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                next.epoch
+            ),
+        ))
+    }
+}
+
+/// The first shard that holds `keyspace`, if any does.
+async fn holding(
+    cluster: &Cluster,
+    addrs: &[String],
+    keyspace: &str,
+) -> Result<Option<ShardId>, Failure> {
+    for shard in cluster.map().await.shard_ids() {
+        let Some(client) = cluster.shard(shard).await else {
+            continue;
+        };
+        let listed = cli::call_closing(&client, addrs, "keyspace.list", Vec::new(), Levels::Strong)
+            .await?
+            .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
+        for item in cli::list_items("keyspace.list", listed)? {
+            if let Value::List(pair) = &item {
+                if pair.first().map(cli::text_of).as_deref() == Some(keyspace) {
+                    return Ok(Some(shard));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Wait up to `wait` for every replica of every shard of `map` to serve
+/// under `epoch`; the ones that did not.
+async fn wait_for_epoch(map: &ShardMap, epoch: u64, wait: Duration) -> Vec<u16> {
+    let until = Instant::now() + wait;
+    let mut left: Vec<(u16, String)> = map
+        .shards
+        .values()
+        .flat_map(|s| s.replicas.iter().map(|(id, e)| (*id, e.client.clone())))
+        .collect();
+    while !left.is_empty() && Instant::now() < until {
+        let mut still = Vec::new();
+        for (id, addr) in left {
+            if served_epoch(&addr).await < Some(epoch) {
+                still.push((id, addr));
+            }
+        }
+        left = still;
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    left.into_iter().map(|(id, _)| id).collect()
+}
+
+/// The epoch of the map the replica at `addr` serves under.
+async fn served_epoch(addr: &str) -> Option<u64> {
+    let client = Client::connect([addr]).await.ok()?;
+    let status = client.status().await.ok()?;
+    creek_shard::decode(&status.shard_map).ok().map(|m| m.epoch)
 }
 
 async fn survey(cluster: &Cluster, map: &ShardMap) -> Vec<Row> {
@@ -97,7 +354,7 @@ fn describe(p: &Placement) -> String {
     }
 }
 
-fn print_table(map: &ShardMap, rows: &[Row]) {
+fn print_table(map: &ShardMap, rows: &[Row], directory: Option<u32>) {
     println!(
         "cluster {:016x}  epoch {}  {} shards",
         map.cluster,
@@ -125,10 +382,30 @@ fn print_table(map: &ShardMap, rows: &[Row]) {
             replicas.join(" ")
         );
     }
+    if let Some(leader) = directory {
+        let replicas: Vec<String> = map
+            .directory
+            .replicas
+            .iter()
+            .map(|(id, e)| format!("{id}@{}", e.client))
+            .collect();
+        let leader = if leader == 0 {
+            "none known".to_owned()
+        } else {
+            leader.to_string()
+        };
+        println!("directory  leader {leader}  replicas {}", replicas.join(" "));
+    }
 }
 
-fn to_json(map: &ShardMap, rows: &[Row]) -> serde_json::Value {
+fn to_json(map: &ShardMap, rows: &[Row], directory: Option<u32>) -> serde_json::Value {
     serde_json::json!({
+        "directory": directory.map(|leader| serde_json::json!({
+            "leader": leader,
+            "replicas": map.directory.replicas.iter().map(|(id, e)| serde_json::json!({
+                "id": id, "client": e.client,
+            })).collect::<Vec<_>>(),
+        })),
         "cluster": format!("{:016x}", map.cluster),
         "epoch": map.epoch,
         "placement": describe(&map.default),

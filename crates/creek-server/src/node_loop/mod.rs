@@ -39,6 +39,7 @@ use creek_wire::Limits;
 use tokio::sync::{mpsc, oneshot};
 
 mod auth;
+mod directory;
 mod durability;
 pub(crate) mod messages;
 mod report;
@@ -106,6 +107,9 @@ pub struct LoopConfig {
     pub auth: Option<Arc<crate::auth::Auth>>,
     /// Where native calls' replies wait for the end of the turn.
     pub corked: Arc<crate::native::out::Corked>,
+    /// The gate of a directory replica, which serves the map its group's
+    /// committed state holds; `None` on every other replica.
+    pub directory: Option<Arc<crate::shards::ShardGate>>,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -157,6 +161,8 @@ pub struct NodeLoop {
     /// up to date from the committed changes (read from the state only at
     /// start and after a jump).
     auth_records: BTreeMap<Bytes, Bytes>,
+    /// The committed shard map, on a directory replica.
+    directory: directory::DirectoryState,
 }
 
 impl NodeLoop {
@@ -218,6 +224,10 @@ impl NodeLoop {
             auth: config.auth,
             auth_next: 0,
             auth_records: BTreeMap::new(),
+            directory: directory::DirectoryState {
+                gate: config.directory,
+                ..Default::default()
+            },
         };
         this.reload_auth();
         this
@@ -348,6 +358,9 @@ impl NodeLoop {
     fn pump_watchers(&mut self) {
         let changes = self.node.take_changes();
         self.on_auth_changes(&changes);
+        if !changes.is_empty() {
+            self.follow_directory_state();
+        }
         let finalized = self.node.replica().counters().finalized;
         self.watch.on_changes(changes, finalized);
         self.watch.pump();
@@ -416,6 +429,9 @@ impl NodeLoop {
         if self.ticks.is_multiple_of(10) {
             self.refresh_gauges();
             self.watch_commit_stall();
+        }
+        if self.ticks.is_multiple_of(100) {
+            self.follow_directory_state();
         }
         if self
             .pending_change

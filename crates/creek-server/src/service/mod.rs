@@ -244,13 +244,18 @@ impl pb::creek_server::Creek for CreekService {
                 .front
                 .shards
                 .as_ref()
-                .map(|g| g.encoded().clone())
+                .map(|g| g.encoded())
                 .unwrap_or_default(),
             shard: self
                 .front
                 .shards
                 .as_ref()
                 .map_or(0, |g| u32::from(g.shard().0)),
+            directory: self
+                .front
+                .shards
+                .as_ref()
+                .is_some_and(|g| g.role() == crate::shards::Role::Directory),
         }))
     }
 }
