@@ -260,10 +260,11 @@ impl ShardGate {
     }
 }
 
-/// Write `bytes` to `path` whole or not at all (a temporary file renamed
-/// over it).
+/// Write `bytes` to `path` whole or not at all (a temporary file of this
+/// process renamed over it: replicas sharing one map file never write
+/// into each other's).
 fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
 }

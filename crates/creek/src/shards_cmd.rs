@@ -183,14 +183,26 @@ async fn place(
         .values()
         .map(|e| e.client.clone())
         .collect();
-    let held = cli::call_closing(&directory, &dir_addrs, "directory.map", Vec::new(), Levels::Strong)
-        .await?
-        .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
-    let Value::Bytes(bytes) = held else {
-        return Err(Failure::new(
-            exit::FAILED,
-            "the directory holds no map yet (it forms within seconds of starting): try again",
-        ));
+    // A directory forms within a second or two of starting: wait for it.
+    let formed_by = Instant::now() + wait;
+    let bytes = loop {
+        let held =
+            cli::call_closing(&directory, &dir_addrs, "directory.map", Vec::new(), Levels::Strong)
+                .await?
+                .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
+        match held {
+            Value::Bytes(bytes) => break bytes,
+            _ if Instant::now() < formed_by => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            _ => {
+                return Err(Failure::new(
+                    exit::FAILED,
+                    "the directory holds no map yet (it forms with its map file's once a \
+                     majority of it runs): try again",
+                ))
+            }
+        }
     };
     let map = creek_shard::decode(&bytes)
         .map_err(|e| Failure::new(exit::FAILED, format!("the directory's map: {e}")))?;

@@ -46,21 +46,33 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let options = args.endpoints.options()?;
     let runtime = cli::runtime()?;
     let (replies, voters) = runtime.block_on(survey(addrs, options.clone()));
-    // A sharded cluster: each shard is a group of its own, reported in turn
-    // (the exit code is the worst shard's).
-    let map = replies.iter().find_map(|(_, r)| {
-        r.as_ref()
-            .ok()
-            .filter(|r| !r.shard_map.is_empty())
-            .and_then(|r| creek_shard::decode(&r.shard_map).ok())
-    });
+    // A sharded cluster: each shard, and the directory, is a group of its
+    // own, reported in turn (the exit code is the worst group's).
+    // The newest map any answering replica serves under.
+    let map = replies
+        .iter()
+        .filter_map(|(_, r)| {
+            r.as_ref()
+                .ok()
+                .filter(|r| !r.shard_map.is_empty())
+                .and_then(|r| creek_shard::decode(&r.shard_map).ok())
+        })
+        .max_by_key(|m| m.epoch);
     let Some(map) = map else {
         return report(args, &replies, &voters);
     };
+    let mut groups: Vec<(String, &creek_shard::Shard)> = map
+        .shards
+        .iter()
+        .map(|(id, shard)| (format!("shard {}", id.0), shard))
+        .collect();
+    if !map.directory.replicas.is_empty() {
+        groups.push(("directory".to_owned(), &map.directory));
+    }
     let mut worst: Result<(), Failure> = Ok(());
-    for (id, shard) in &map.shards {
+    for (name, shard) in groups {
         if args.output.output == Format::Table {
-            println!("shard {} (map epoch {})", id.0, map.epoch);
+            println!("{name} (map epoch {})", map.epoch);
         }
         let addrs: Vec<String> = shard.replicas.values().map(|e| e.client.clone()).collect();
         let (replies, voters) = runtime.block_on(survey(addrs, options.clone()));

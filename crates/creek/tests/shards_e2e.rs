@@ -3,7 +3,9 @@
 //! (Rust client and CLI); a replica refuses another shard's key with
 //! `WRONG_SHARD` and applies nothing; a client with a stale map refreshes
 //! it and retries under the same request id; one shard loses a replica
-//! and its leader while the other keeps serving.
+//! and its leader while the other keeps serving. The directory group
+//! (three more processes) holds the map: a keyspace placed through it
+//! reaches every replica, and while it is down the shards keep serving.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -17,13 +19,18 @@ use creek_types::value::Value;
 const T: Duration = Duration::from_secs(20);
 const REPLICAS: usize = 3;
 const SHARDS: usize = 2;
+/// The directory group's replicas (ids 7-9, after the shards').
+const DIRECTORY: usize = 3;
+
+/// One cluster at a time: nine processes each on a machine of two cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn b(s: &str) -> Value {
     Value::Bytes(bytes::Bytes::copy_from_slice(s.as_bytes()))
 }
 
-/// Six replicas, ids 1-3 shard 0 and 4-6 shard 1, every one naming the
-/// map file; started and accepting clients.
+/// Six replicas, ids 1-3 shard 0 and 4-6 shard 1, and the directory's
+/// 7-9, every one naming the map file; started and accepting clients.
 struct Sharded {
     procs: Procs,
     map: ShardMap,
@@ -40,7 +47,7 @@ impl Sharded {
             on_drop: OnDrop::RemoveDirUnlessPanicking,
             ..Launch::new(env!("CARGO_BIN_EXE_creek").into(), dir).log_filter("info")
         };
-        let mut procs = Procs::on_loopback(launch, SHARDS * REPLICAS).expect("ports");
+        let mut procs = Procs::on_loopback(launch, SHARDS * REPLICAS + DIRECTORY).expect("ports");
         let ids: Vec<ShardId> = (0..SHARDS as u16).map(ShardId).collect();
         let mut map = ShardMap::hashed(0x5eed, &ids);
         for i in 0..SHARDS * REPLICAS {
@@ -56,9 +63,18 @@ impl Sharded {
                 },
             );
         }
+        for i in SHARDS * REPLICAS..SHARDS * REPLICAS + DIRECTORY {
+            map.directory.replicas.insert(
+                (i + 1) as u16,
+                Endpoint {
+                    client: procs.clients[i].to_string(),
+                    peer: procs.peers[i].to_string(),
+                },
+            );
+        }
         let map_path: PathBuf = procs.dir.join("shard-map.bin");
         std::fs::write(&map_path, creek_shard::encode(&map)).expect("map file");
-        for i in 0..SHARDS * REPLICAS {
+        for i in 0..SHARDS * REPLICAS + DIRECTORY {
             let first = i / REPLICAS * REPLICAS;
             let members: Vec<usize> = (first..first + REPLICAS).collect();
             procs
@@ -66,6 +82,7 @@ impl Sharded {
                     c.workers = 1;
                     c.checkpoint_every_secs = 1;
                     c.shard_map = Some(map_path.clone());
+                    c.directory = i >= SHARDS * REPLICAS;
                 })
                 .expect("config");
             procs.spawn(i).expect("spawn");
@@ -156,6 +173,7 @@ async fn strong_get(c: &Cluster, key: &str) -> Result<Value, Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut cluster = Sharded::start();
     let k0 = cluster.key_of(0, "left");
     let k1 = cluster.key_of(1, "right");
@@ -222,18 +240,6 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
     );
 
     // The CLI, given a replica of shard 0, routes a key of shard 1.
-    let cli = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_creek"))
-            .args(args)
-            .output()
-            .expect("creek");
-        assert!(
-            out.status.success(),
-            "creek {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
     let a0 = cluster.addr(0);
     cli(&["call", "--addr", &a0, "kv.put", &k1, "from-cli"]);
     let got = cli(&["call", "--addr", &a0, "-o", "value", "kv.get", &k1]);
@@ -293,4 +299,117 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
         String::from_utf8_lossy(&status.stdout)
     );
     assert_eq!(strong_get(&client, &k1).await.expect("get"), b("during"));
+}
+
+/// Run the CLI; its exit code, standard output and standard error.
+fn creek(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args(args)
+        .output()
+        .expect("creek");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Run the CLI, which must succeed; its standard output.
+fn cli(args: &[&str]) -> String {
+    let (code, out, err) = creek(args);
+    assert_eq!(code, Some(0), "creek {args:?}: {err}");
+    out
+}
+
+/// The epoch of the map the replica at `addr` serves under.
+async fn served_epoch(addr: &str) -> u64 {
+    let status = Client::connect([addr])
+        .await
+        .expect("connect")
+        .status()
+        .await
+        .expect("status");
+    creek_shard::decode(&status.shard_map).expect("map").epoch
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Sharded::start();
+    let k0 = cluster.key_of(0, "left");
+    let k1 = cluster.key_of(1, "right");
+    let dir0 = cluster.addr(SHARDS * REPLICAS);
+    // A client that learns the map from a directory replica routes to the
+    // shards (the directory serves no keys).
+    let client = Cluster::connect([dir0.clone()]).await.expect("connect");
+    assert_eq!(client.map().await, cluster.map);
+    for (key, value) in [(&k0, "a"), (&k1, "b")] {
+        final_value(&client, "kv.put", vec![b(key), b(value)], Levels::Both).await;
+        assert_eq!(strong_get(&client, key).await.expect("get"), b(value));
+    }
+
+    // A keyspace placed through the directory: a strong change at the next
+    // epoch, which every replica of every shard then serves under.
+    let a0 = cluster.addr(0);
+    let out = cli(&["shards", "place", "orders", "--pin", "1", "--addr", &a0]);
+    assert!(out.contains("epoch 2: keyspace orders pinned to shard 1"), "{out}");
+    assert!(out.contains("every replica serves under epoch 2"), "{out}");
+    for i in 0..SHARDS * REPLICAS + DIRECTORY {
+        assert_eq!(served_epoch(&cluster.addr(i)).await, 2, "replica {}", i + 1);
+    }
+    let shards: serde_json::Value =
+        serde_json::from_str(&cli(&["shards", "--addr", &a0, "-o", "json"])).expect("json");
+    assert_eq!(shards["epoch"], 2);
+    assert_eq!(shards["keyspaces"]["orders"], "pinned to shard 1");
+    assert_eq!(shards["directory"]["replicas"].as_array().map(Vec::len), Some(3));
+    // The client made before the change still routes (no key moved), and
+    // learns the new map when asked.
+    final_value(&client, "kv.put", vec![b(&k1), b("c")], Levels::Both).await;
+    client.refresh().await.expect("refresh");
+    assert_eq!(client.map().await.epoch, 2);
+
+    // A change that would move keys is refused by the directory, and so is
+    // placing a keyspace that already holds data; the map stays at 2.
+    let (code, _, err) = creek(&["shards", "place", "orders", "--pin", "0", "--addr", &a0]);
+    assert_eq!(code, Some(6), "{err}");
+    assert!(err.contains("moves keys"), "{err}");
+    cli(&["keyspace", "create", "stuff", "weak", "--addr", &a0]);
+    let (code, _, err) = creek(&["shards", "place", "stuff", "--pin", "0", "--addr", &a0]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(served_epoch(&dir0).await, 2);
+
+    // The directory goes down: both shards keep serving with the map they
+    // have; changes wait, with an error that says why.
+    for i in SHARDS * REPLICAS..SHARDS * REPLICAS + DIRECTORY {
+        cluster.procs.kill(i).expect("kill");
+    }
+    for (key, value) in [(&k0, "d"), (&k1, "e")] {
+        final_value(&client, "kv.put", vec![b(key), b(value)], Levels::Both).await;
+        assert_eq!(strong_get(&client, key).await.expect("get"), b(value));
+    }
+    let (code, _, err) = creek(&["shards", "place", "later", "--pin", "0", "--addr", &a0]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("directory does not answer"), "{err}");
+    let (code, out, _) = creek(&["shards", "--addr", &a0]);
+    assert_eq!(code, Some(3), "{out}");
+
+    // Back: its map survived in its state, and changes go on from it.
+    for i in SHARDS * REPLICAS..SHARDS * REPLICAS + DIRECTORY {
+        cluster.procs.spawn(i).expect("spawn");
+    }
+    cluster.procs.wait_accepting(T).expect("the directory accepts clients");
+    let deadline = Instant::now() + T;
+    loop {
+        let (code, out, err) = creek(&["shards", "place", "later", "--pin", "0", "--addr", &a0]);
+        if code == Some(0) {
+            assert!(out.contains("epoch 3: keyspace later pinned to shard 0"), "{out}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the directory did not come back: {err}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for i in 0..SHARDS * REPLICAS {
+        assert_eq!(served_epoch(&cluster.addr(i)).await, 3, "replica {}", i + 1);
+    }
 }
