@@ -173,11 +173,13 @@ class _Cluster:
 
 
 class DevCluster(_Cluster):
-    """`creek dev`: three replicas, each its own process."""
+    """`creek dev`: three replicas, each its own process; with shards, each
+    shard's replicas and then the directory group's three."""
 
     def __init__(self, replicas: int = 3, shards: int = 1):
         self.dir = Path(tempfile.mkdtemp(prefix="creek-py-dev-"))
-        n = replicas * shards
+        in_shards = replicas * shards
+        n = in_shards + (3 if shards > 1 else 0)
         client_port = free_port_run(n)
         peer_port = free_port_run(n, avoid=list(range(client_port, client_port + n)))
         self.clients = [f"127.0.0.1:{client_port + i}" for i in range(n)]
@@ -197,9 +199,12 @@ class DevCluster(_Cluster):
             {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
         )
         try:
-            # Each shard is a group of its own, with its own leader.
+            # Each shard is a group of its own, with its own leader, and so
+            # is the directory.
             for k in range(shards):
                 self.wait_for_leader(live=list(range(k * replicas, (k + 1) * replicas)))
+            if n > in_shards:
+                self.wait_for_leader(live=list(range(in_shards, n)))
         except StartFailed:
             self.stop()
             raise

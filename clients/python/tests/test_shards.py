@@ -69,6 +69,22 @@ def test_a_stale_map_is_learned_again(sharded):
     run(body())
 
 
+def test_the_directory_serves_the_map(sharded):
+    async def body():
+        # Replicas 7-9 are the directory's: a client that starts from one
+        # learns the map there and routes to the shards.
+        async with creek.Cluster([sharded.clients[6]]) as c:
+            m = c.map
+            assert sorted(m.directory) == [7, 8, 9] and sorted(m.shards) == [0, 1]
+            k1 = key_of(m, 1, "dir")
+            await c.call("kv.put", k1, "x")
+            assert await c.call("kv.get", k1) == b"x"
+            await c.refresh()
+            assert c.map.epoch >= 1 and sorted(c.map.directory) == [7, 8, 9]
+
+    run(body())
+
+
 def test_a_map_that_does_not_decode_is_a_protocol_error():
     with pytest.raises(creek.ProtocolError):
         decode_map(b"\x07")

@@ -83,13 +83,16 @@ class Placement:
 @dataclass
 class ShardMap:
     """A cluster's shard map: its id, epoch, every shard's replicas (id →
-    client address), the default placement and each keyspace's own."""
+    client address), the default placement, each keyspace's own, and the
+    directory group's replicas (id → client address; empty when the map
+    is a file every replica is given)."""
 
     cluster: int
     epoch: int
     shards: Dict[int, Dict[int, str]]
     default: Placement
     keyspaces: Dict[str, Placement]
+    directory: Dict[int, str] = field(default_factory=dict)
 
     def owner(self, key: Union[bytes, str], keyspace: Optional[str] = None) -> int:
         """The shard owning `key` (of `keyspace`; None: the built-in data)."""
@@ -144,23 +147,29 @@ def decode_map(data: bytes) -> ShardMap:
     """A shard map from its bytes (as `Status.shard_map` carries them)."""
     r = _Reader(data)
     version = r.byte()
-    if version != 1:
+    if version not in (1, 2):
         raise ProtocolError(f"shard map: unknown format version {version}")
     cluster, epoch = r.varint(), r.varint()
+
+    def replicas() -> Dict[int, str]:
+        group = {}
+        for _ in range(r.varint()):
+            replica = r.varint()
+            group[replica] = r.prefixed().decode()
+            r.prefixed()  # the peer address
+        return group
+
     shards: Dict[int, Dict[int, str]] = {}
     for _ in range(r.varint()):
         shard = r.varint()
-        replicas = {}
-        for _ in range(r.varint()):
-            replica = r.varint()
-            replicas[replica] = r.prefixed().decode()
-            r.prefixed()  # the peer address
-        shards[shard] = replicas
+        shards[shard] = replicas()
     default = r.placement()
     keyspaces = {r.prefixed().decode(): r.placement() for _ in range(r.varint())}
+    # Version 2 ends with the directory group's replicas.
+    directory = replicas() if version == 2 else {}
     if r.at != len(data):
         raise ProtocolError(f"shard map: {len(data) - r.at} bytes after the map")
-    return ShardMap(cluster, epoch, shards, default, keyspaces)
+    return ShardMap(cluster, epoch, shards, default, keyspaces, directory)
 
 
 class Cluster:
@@ -186,8 +195,20 @@ class Cluster:
         return self._map
 
     async def refresh(self) -> None:
-        """Learn the map again from a replica that answers."""
+        """Learn the map again: from the directory, which holds the newest,
+        else from a replica that answers."""
         sources = list(self._clients.values()) or [self._seed]
+        directory = None
+        if self._map is not None and self._map.directory:
+            directory = Client(sorted(self._map.directory.values()), **self._options)
+            sources = [directory] + sources
+        try:
+            await self._learn(sources)
+        finally:
+            if directory is not None:
+                await directory.close()
+
+    async def _learn(self, sources: List[Client]) -> None:
         last: Optional[Exception] = None
         for source in sources:
             try:
