@@ -216,6 +216,52 @@ impl ShardGate {
         Ok(Some(epoch))
     }
 
+    /// The shard owning `call`'s key and its replicas' client addresses,
+    /// when that is another shard than this replica's (what the console
+    /// forwards a call to); `None` when this replica may take it.
+    pub fn owner_elsewhere(&self, call: &ProcCall) -> Option<(ShardId, Vec<String>)> {
+        let Role::Shard(shard) = self.role else {
+            return None;
+        };
+        let held = self.held();
+        let Route::Arg(n) = self.registry.route_of(&call.name) else {
+            return None;
+        };
+        let owner = held.map.owner(None, &key_arg(call, n)?);
+        if owner == shard {
+            return None;
+        }
+        let addrs = held.map.shards.get(&owner)?.replicas.values();
+        Some((owner, addrs.map(|e| e.client.clone()).collect()))
+    }
+
+    /// Every group of the map other than this replica's — each shard by
+    /// name (`shard 1`) and the directory — with its replicas' ids and
+    /// client addresses; and the name of this replica's own.
+    pub fn groups(&self) -> (String, u64, Vec<(String, Vec<(u16, String)>)>) {
+        let held = self.held();
+        let map = &held.map;
+        let list = |s: &creek_shard::Shard| {
+            s.replicas
+                .iter()
+                .map(|(id, e)| (*id, e.client.clone()))
+                .collect::<Vec<_>>()
+        };
+        let mut groups: Vec<(String, Vec<(u16, String)>)> = map
+            .shards
+            .iter()
+            .map(|(id, s)| (format!("shard {}", id.0), list(s)))
+            .collect();
+        if !map.directory.replicas.is_empty() {
+            groups.push(("directory".to_owned(), list(&map.directory)));
+        }
+        let own = match self.role {
+            Role::Shard(s) => format!("shard {}", s.0),
+            Role::Directory => "directory".to_owned(),
+        };
+        (own, map.epoch, groups)
+    }
+
     /// Accept `call` if this shard may run it: its key is this shard's,
     /// or it is state every shard keeps. On a cluster of one shard, and on
     /// a directory replica, every call is accepted.

@@ -16,6 +16,10 @@ use creek_harness::launcher::{Cluster as Procs, Launch, OnDrop};
 use creek_shard::{Endpoint, Placement};
 use creek_types::value::Value;
 
+#[path = "console_e2e/webdriver.rs"]
+#[allow(dead_code)]
+mod webdriver;
+
 const T: Duration = Duration::from_secs(20);
 const REPLICAS: usize = 3;
 const SHARDS: usize = 2;
@@ -34,6 +38,8 @@ fn b(s: &str) -> Value {
 struct Sharded {
     procs: Procs,
     map: ShardMap,
+    /// Replica 1's console.
+    console: std::net::SocketAddr,
 }
 
 impl Sharded {
@@ -74,6 +80,7 @@ impl Sharded {
         }
         let map_path: PathBuf = procs.dir.join("shard-map.bin");
         std::fs::write(&map_path, creek_shard::encode(&map)).expect("map file");
+        let console = creek_harness::ports::reserve_one().expect("a free port");
         for i in 0..SHARDS * REPLICAS + DIRECTORY {
             let first = i / REPLICAS * REPLICAS;
             let members: Vec<usize> = (first..first + REPLICAS).collect();
@@ -83,12 +90,19 @@ impl Sharded {
                     c.checkpoint_every_secs = 1;
                     c.shard_map = Some(map_path.clone());
                     c.directory = i >= SHARDS * REPLICAS;
+                    if i == 0 {
+                        c.metrics_addr = Some(console);
+                    }
                 })
                 .expect("config");
             procs.spawn(i).expect("spawn");
         }
         procs.wait_accepting(T).expect("replicas accept clients");
-        Sharded { procs, map }
+        Sharded {
+            procs,
+            map,
+            console,
+        }
     }
 
     fn addr(&self, i: usize) -> String {
@@ -367,6 +381,44 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     final_value(&client, "kv.put", vec![b(&k1), b("c")], Levels::Both).await;
     client.refresh().await.expect("refresh");
     assert_eq!(client.map().await.epoch, 2);
+
+    // Replica 1's console shows every group and sends an invocation on
+    // shard 1's key to shard 1.
+    let deadline = Instant::now() + T;
+    let report = loop {
+        let (code, body) =
+            webdriver::http("GET", cluster.console, "/api/console", None).expect("console");
+        let r: serde_json::Value = if code == 200 {
+            serde_json::from_str(&body).expect("json")
+        } else {
+            serde_json::Value::Null
+        };
+        if r["shards"]["epoch"] == 2 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the console shows no map at epoch 2: {body}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let names: Vec<&str> = report["shards"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert_eq!(names, ["shard 0", "shard 1", "directory"]);
+    assert_eq!(report["shards"]["serves"], "shard 0");
+    let body = serde_json::json!({ "procedure": "kv.put", "args": [k1, "console"], "level": "both" });
+    let (code, answer) = webdriver::http(
+        "POST",
+        cluster.console,
+        "/api/invoke",
+        Some(("application/json", body.to_string().as_bytes())),
+    )
+    .expect("invoke");
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer.contains(r#""shard":1"#), "{answer}");
+    assert!(answer.contains(r#""kind":"confirmed""#), "{answer}");
+    assert_eq!(strong_get(&client, &k1).await.expect("get"), b("console"));
 
     // A change that would move keys is refused by the directory, and so is
     // placing a keyspace that already holds data; the map stays at 2.

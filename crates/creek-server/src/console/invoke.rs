@@ -14,6 +14,11 @@
 //! (or 503 when the replica cannot take it now) with
 //! `{"error": "...", "code": "..."}`.
 //!
+//! On a sharded cluster a call on a key another shard owns (by the map
+//! this replica serves under) is sent to a replica of that shard, over
+//! its client address, and its views streamed back the same way; the
+//! `accepted` line then names the shard (`"shard": 1`).
+//!
 //! Browsers may not invoke from other sites: the body must be
 //! `application/json` (a cross-site form cannot send that without a CORS
 //! preflight, which is never granted) and an `Origin` header, when present,
@@ -207,11 +212,23 @@ pub async fn handle(console: Arc<Console>, headers: HeaderMap, body: Body) -> Re
         Ok(r) => r,
         Err(response) => return response,
     };
-    let mut request = tonic::Request::new(request);
-    request.set_timeout(timeout);
-    let response = match pb::creek_server::Creek::invoke(&console.service, request).await {
-        Ok(r) => r,
-        Err(status) => return refused(&status),
+    let elsewhere = console.service.front.shards.as_ref().and_then(|gate| {
+        let call = crate::request::to_request(&request, usize::MAX).ok()?.call;
+        gate.owner_elsewhere(&call)
+    });
+    let (response, shard) = match elsewhere {
+        None => {
+            let mut request = tonic::Request::new(request);
+            request.set_timeout(timeout);
+            match pb::creek_server::Creek::invoke(&console.service, request).await {
+                Ok(r) => (r, None),
+                Err(status) => return refused(&status),
+            }
+        }
+        Some((shard, addrs)) => match forward(&console, &addrs, request, timeout).await {
+            Ok(r) => (r, Some(shard.0)),
+            Err(status) => return refused(&status),
+        },
     };
     let op = response
         .metadata()
@@ -220,7 +237,11 @@ pub async fn handle(console: Arc<Console>, headers: HeaderMap, body: Body) -> Re
         .map(str::to_owned);
     let views = response.into_inner();
     let ms = move || started.elapsed().as_secs_f64() * 1000.0;
-    let first = line(json!({ "event": "accepted", "op": op, "at_ms": ms() }));
+    let mut accepted = json!({ "event": "accepted", "op": op, "at_ms": ms() });
+    if let Some(shard) = shard {
+        accepted["shard"] = json!(shard);
+    }
+    let first = line(accepted);
     use futures_util::StreamExt as _;
     let lines = views
         .map(move |item| {
@@ -246,6 +267,35 @@ pub async fn handle(console: Arc<Console>, headers: HeaderMap, body: Body) -> Re
         Body::from_stream(stream),
     )
         .into_response()
+}
+
+/// The views of `request`, invoked at the first replica of `addrs` (the
+/// owning shard's) that takes it.
+async fn forward(
+    console: &Console,
+    addrs: &[String],
+    request: pb::InvokeRequest,
+    timeout: Duration,
+) -> Result<tonic::Response<crate::service::ViewStream>, tonic::Status> {
+    let mut last = tonic::Status::unavailable("the owning shard lists no replica");
+    for addr in addrs {
+        let channel = console
+            .channel(addr)
+            .map_err(tonic::Status::unavailable)?;
+        let mut r = tonic::Request::new(request.clone());
+        r.set_timeout(timeout);
+        match pb::creek_client::CreekClient::new(channel).invoke(r).await {
+            Ok(response) => {
+                let (meta, stream, ext) = response.into_parts();
+                let stream: crate::service::ViewStream = Box::pin(stream);
+                return Ok(tonic::Response::from_parts(meta, stream, ext));
+            }
+            // Down or not serving: the next replica of the shard may.
+            Err(s) if s.code() == Code::Unavailable => last = s,
+            Err(s) => return Err(s),
+        }
+    }
+    Err(last)
 }
 
 #[cfg(test)]

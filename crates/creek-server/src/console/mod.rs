@@ -135,6 +135,45 @@ pub struct Report {
     pub series: Vec<Sample>,
     /// The strip: committed tail, tentative head and recent ops.
     pub strip: Strip,
+    /// The cluster's groups, on a sharded cluster.
+    pub shards: Option<ShardsView>,
+}
+
+/// A sharded cluster as the serving replica sees it: the map's epoch and
+/// every group (each shard, then the directory), each replica asked for
+/// its `Status` at the sample.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShardsView {
+    /// The epoch of the map this replica serves under.
+    pub epoch: u64,
+    /// The group this replica is one of (`shard 0`, `directory`).
+    pub serves: String,
+    /// Every group.
+    pub groups: Vec<GroupView>,
+}
+
+/// One group of a sharded cluster.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupView {
+    /// `shard N` or `directory`.
+    pub name: String,
+    /// The leader its replicas name (0: none answered or none elected).
+    pub leader: u16,
+    /// Its replicas.
+    pub replicas: Vec<GroupReplica>,
+}
+
+/// One replica of a group.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupReplica {
+    /// Its id.
+    pub replica: u16,
+    /// Its client address.
+    pub client_addr: String,
+    /// `up` (it answered) or `down`.
+    pub health: &'static str,
+    /// Its consensus role, if it answered.
+    pub role: Option<String>,
 }
 
 /// What the console serves from, shared by the HTTP handlers and the
@@ -213,6 +252,7 @@ impl Console {
     async fn sample(&self) -> Option<String> {
         let status = self.ask(Event::Status).await?;
         let strip = self.ask(Event::Strip).await?;
+        let shards = self.shards_view().await;
         let me = self.me.0;
         let members_addrs: Vec<(ReplicaId, String)> = status
             .group
@@ -306,6 +346,7 @@ impl Console {
                 local: local(&status),
                 series: st.history.samples(),
                 strip,
+                shards,
             };
             serde_json::to_string(&report).ok()
         }
@@ -335,26 +376,76 @@ impl Console {
 
     /// A member's `Status`, through a channel kept per address (it
     /// reconnects by itself).
+    /// Every group of a sharded cluster, each replica asked for its
+    /// `Status` (this one answers for itself).
+    async fn shards_view(&self) -> Option<ShardsView> {
+        let gate = self.service.front.shards.clone()?;
+        let (serves, epoch, groups) = gate.groups();
+        let mut view = ShardsView {
+            epoch,
+            serves,
+            groups: Vec::with_capacity(groups.len()),
+        };
+        for (name, replicas) in groups {
+            let answers = futures_util::future::join_all(replicas.iter().map(|(id, addr)| {
+                let own = *id == self.me.0;
+                async move {
+                    if own {
+                        let (tx, rx) = oneshot::channel();
+                        self.events.send(Event::Status(tx)).await.ok()?;
+                        let s = rx.await.ok()?;
+                        return Some((s.role.to_owned(), s.leader));
+                    }
+                    let s = self.peer_status(addr.clone()).await.ok()?;
+                    Some((s.role, u16::try_from(s.leader).unwrap_or(0)))
+                }
+            }))
+            .await;
+            let leader = answers
+                .iter()
+                .flatten()
+                .map(|(_, leader)| *leader)
+                .find(|l| *l != 0)
+                .unwrap_or(0);
+            let replicas = replicas
+                .into_iter()
+                .zip(answers)
+                .map(|((replica, client_addr), answer)| GroupReplica {
+                    replica,
+                    client_addr,
+                    health: if answer.is_some() { "up" } else { "down" },
+                    role: answer.map(|(role, _)| role),
+                })
+                .collect();
+            view.groups.push(GroupView {
+                name,
+                leader,
+                replicas,
+            });
+        }
+        Some(view)
+    }
+
+    /// A channel to the client address `addr` (kept for the next call).
+    pub(crate) fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let mut st = self.state();
+        if let Some(c) = st.channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad address {addr}: {e}"))?
+            .connect_timeout(PEER_STATUS_TIMEOUT)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        st.channels.insert(addr.to_owned(), c.clone());
+        Ok(c)
+    }
+
     async fn peer_status(&self, addr: String) -> Result<pb::StatusReply, String> {
         if addr.is_empty() {
             return Err("no known client address".to_owned());
         }
-        let channel = {
-            let mut st = self.state();
-            match st.channels.get(&addr) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = Endpoint::from_shared(format!("http://{addr}"))
-                        .map_err(|e| format!("bad address {addr}: {e}"))?
-                        .connect_timeout(PEER_STATUS_TIMEOUT)
-                        .timeout(PEER_STATUS_TIMEOUT)
-                        .tcp_nodelay(true)
-                        .connect_lazy();
-                    st.channels.insert(addr.clone(), c.clone());
-                    c
-                }
-            }
-        };
+        let channel = self.channel(&addr)?;
         let mut client = pb::creek_client::CreekClient::new(channel);
         match tokio::time::timeout(PEER_STATUS_TIMEOUT, client.status(pb::StatusRequest {})).await {
             Ok(Ok(r)) => Ok(r.into_inner()),

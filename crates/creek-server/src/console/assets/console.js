@@ -87,6 +87,35 @@ function renderMembers(r) {
   }
 }
 
+function renderShards(r) {
+  const sec = $("shards");
+  sec.hidden = !r.shards;
+  if (!r.shards) return;
+  $("shards-epoch").textContent = r.shards.epoch;
+  $("shards-serves").textContent = r.shards.serves;
+  const body = $("shards-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const g of r.shards.groups) {
+    const tr = document.createElement("tr");
+    tr.dataset.group = g.name;
+    const own = g.name === r.shards.serves;
+    const down = g.replicas.filter((x) => x.health !== "up").length;
+    tr.className = g.leader ? "" : "down";
+    const reps = document.createElement("td");
+    for (const x of g.replicas) {
+      const span = document.createElement("span");
+      span.className = "health " + x.health;
+      span.textContent = `${x.replica} ${x.role || x.health}`;
+      span.title = x.client_addr;
+      span.style.marginRight = "1em";
+      reps.append(span);
+    }
+    tr.append(td(g.name + (own ? " (this)" : ""), own ? "me" : ""), td(g.leader ? g.leader : "none"),
+      td(down ? `${down} down` : "all up", "health " + (down ? (g.leader ? "unreachable" : "down") : "up")), reps);
+    body.append(tr);
+  }
+}
+
 function renderCharts(r) {
   const s = r.series, col = (k) => s.map((p) => p[k]);
   const rates = [
@@ -170,7 +199,7 @@ async function poll() {
     const staleS = (now - lastUpdate.at) / 1000;
     $("error").textContent = staleS > 3 ? `no new sample for ${staleS.toFixed(0)} s: the replica's node loop is busy or stuck`
       : r.local.quorum_lost ? "a majority lost its data: strong ops are refused" : (r.local.standing_detail || "");
-    renderMembers(r); renderCharts(r); renderStrip(r);
+    renderMembers(r); renderShards(r); renderCharts(r); renderStrip(r);
     document.body.dataset.updated = r.updated_ms;
   } catch (e) {
     $("error").textContent = "this replica does not answer: " + e.message;
