@@ -64,8 +64,8 @@ pub struct ShardGate {
 impl ShardGate {
     /// The gate of `config`'s replica, if it names a shard map: the map
     /// must decode and list this replica — in a shard, or in the directory
-    /// when the configuration says `directory = true` — with exactly the
-    /// group's replicas the configuration names.
+    /// when the configuration says `directory = true` — and no replica the
+    /// configuration names in another group.
     pub fn load(
         config: &ServerConfig,
         registry: Arc<Registry>,
@@ -104,17 +104,28 @@ impl ShardGate {
             })?;
             (Role::Shard(shard), &map.shards[&shard])
         };
-        let listed: Vec<u16> = listed.replicas.keys().copied().collect();
-        let mut configured: Vec<u16> = config.replicas.iter().map(|r| r.id).collect();
-        configured.sort_unstable();
-        if listed != configured {
+        // The configuration lists the group a replica was formed or
+        // joined with; the group changes online after that, so a replica
+        // may be gone from the map. One the map places in another group is
+        // a configuration of the wrong shard.
+        let elsewhere: Vec<u16> = config
+            .replicas
+            .iter()
+            .map(|r| r.id)
+            .filter(|id| {
+                !listed.replicas.contains_key(id)
+                    && (map.shard_of_replica(*id).is_some() || map.is_directory_replica(*id))
+            })
+            .collect();
+        if !elsewhere.is_empty() {
             let group = match role {
                 Role::Shard(s) => format!("shard {}", s.0),
                 Role::Directory => "the directory".to_owned(),
             };
+            let ids: Vec<u16> = listed.replicas.keys().copied().collect();
             return Err(ConfigError::Invalid(format!(
-                "the shard map {} lists replicas {listed:?} in {group}; this \
-                 configuration names {configured:?}",
+                "the shard map {} lists replicas {ids:?} in {group}; this configuration \
+                 also names {elsewhere:?}, which the map places in another group",
                 path.display(),
             )));
         }

@@ -50,6 +50,32 @@ enum Action {
         #[arg(long, default_value_t = 10)]
         wait_secs: u64,
     },
+    /// List a new replica in a shard's map entry, before it is started and
+    /// added to its group (`creek admin add-replica` against a replica of
+    /// that shard), so that it starts and clients reach it.
+    AddReplica {
+        /// Its shard.
+        #[arg(long)]
+        shard: u16,
+        /// Its replica id: unused in the whole cluster.
+        id: u16,
+        /// Its client address (host:port).
+        client: String,
+        /// Its peer address (host:port).
+        peer: String,
+        /// How long to wait for every replica to serve under the new map.
+        #[arg(long, default_value_t = 10)]
+        wait_secs: u64,
+    },
+    /// Drop a replica from the map, after it was removed from its group
+    /// (`creek admin remove-replica`).
+    RemoveReplica {
+        /// Its replica id.
+        id: u16,
+        /// How long to wait for every replica to serve under the new map.
+        #[arg(long, default_value_t = 10)]
+        wait_secs: u64,
+    },
 }
 
 /// One shard as printed: its id, replicas (id, client address) and the
@@ -63,25 +89,39 @@ struct Row {
 /// Run `creek shards`.
 pub fn run(args: &Args) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
-    if let Some(Action::Place {
-        keyspace,
-        pin,
-        ranges,
-        hashed,
-        wait_secs,
-    }) = &args.action
-    {
-        let placement = placement_of(*pin, ranges.as_deref(), *hashed)?;
+    if let Some(action) = &args.action {
         return cli::runtime()?.block_on(async {
             let cluster = cli::connect_cluster(&args.endpoints, &addrs).await?;
-            place(
-                &cluster,
-                &addrs,
-                keyspace,
-                placement,
-                Duration::from_secs(*wait_secs),
-            )
-            .await
+            match action {
+                Action::Place {
+                    keyspace,
+                    pin,
+                    ranges,
+                    hashed,
+                    wait_secs,
+                } => {
+                    let placement = placement_of(*pin, ranges.as_deref(), *hashed)?;
+                    let wait = Duration::from_secs(*wait_secs);
+                    place(&cluster, &addrs, keyspace, placement, wait).await
+                }
+                Action::AddReplica {
+                    shard,
+                    id,
+                    client,
+                    peer,
+                    wait_secs,
+                } => {
+                    let endpoint = creek_shard::Endpoint {
+                        client: client.clone(),
+                        peer: peer.clone(),
+                    };
+                    let listing = Some((ShardId(*shard), endpoint));
+                    member(&cluster, *id, listing, Duration::from_secs(*wait_secs)).await
+                }
+                Action::RemoveReplica { id, wait_secs } => {
+                    member(&cluster, *id, None, Duration::from_secs(*wait_secs)).await
+                }
+            }
         });
     }
     let (map, rows, directory) = cli::runtime()?.block_on(async {
@@ -152,16 +192,8 @@ fn placement_of(pin: Option<u16>, ranges: Option<&str>, hashed: bool) -> Result<
     }
 }
 
-/// Place `keyspace` by `placement`: read the directory's map (strong),
-/// check the keyspace exists on no shard, install the next map (strong),
-/// then wait for every replica to serve under it.
-async fn place(
-    cluster: &Cluster,
-    addrs: &[String],
-    keyspace: &str,
-    placement: Placement,
-    wait: Duration,
-) -> Result<(), Failure> {
+/// The directory's client and its replicas' addresses.
+async fn directory_of(cluster: &Cluster) -> Result<(Client, Vec<String>), Failure> {
     let directory = cluster.directory().await.map_err(|e| {
         Failure::new(
             exit::FAILED,
@@ -175,7 +207,7 @@ async fn place(
              map does not change",
         ));
     };
-    let dir_addrs: Vec<String> = cluster
+    let addrs = cluster
         .map()
         .await
         .directory
@@ -183,13 +215,17 @@ async fn place(
         .values()
         .map(|e| e.client.clone())
         .collect();
-    // A directory forms within a second or two of starting: wait for it.
+    Ok((directory, addrs))
+}
+
+/// The map the directory holds (a strong read), waiting up to `wait` for
+/// a directory that is still forming.
+async fn held_map(directory: &Client, addrs: &[String], wait: Duration) -> Result<ShardMap, Failure> {
     let formed_by = Instant::now() + wait;
     let bytes = loop {
-        let held =
-            cli::call_closing(&directory, &dir_addrs, "directory.map", Vec::new(), Levels::Strong)
-                .await?
-                .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
+        let held = cli::call_closing(directory, addrs, "directory.map", Vec::new(), Levels::Strong)
+            .await?
+            .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
         match held {
             Value::Bytes(bytes) => break bytes,
             _ if Instant::now() < formed_by => {
@@ -204,25 +240,22 @@ async fn place(
             }
         }
     };
-    let map = creek_shard::decode(&bytes)
-        .map_err(|e| Failure::new(exit::FAILED, format!("the directory's map: {e}")))?;
-    let placement = match placement {
-        Placement::Hashed(v) if v.is_empty() => Placement::even_slots(&map.shard_ids()),
-        p => p,
-    };
-    // A keyspace with data keeps its owners: placing it would move keys.
-    if let Some(shard) = holding(cluster, addrs, keyspace).await? {
-        return Err(Failure::new(
-            exit::FAILED,
-            format!(
-                "keyspace {keyspace} already exists (shard {} holds it): a keyspace is placed \
-                 before it is created, since placing it now would move its keys",
-                shard.0
-            ),
-        ));
-    }
-    let next = map
-        .place(map.epoch, Some(keyspace), placement)
+    creek_shard::decode(&bytes)
+        .map_err(|e| Failure::new(exit::FAILED, format!("the directory's map: {e}")))
+}
+
+/// Change the map: read the directory's (strong), make the next one with
+/// `next`, install it (a strong `directory.set` against the epoch read),
+/// print `what` it did, then wait for every replica to serve under it.
+async fn change(
+    cluster: &Cluster,
+    wait: Duration,
+    next: impl FnOnce(&ShardMap) -> Result<(ShardMap, String), Failure>,
+) -> Result<(), Failure> {
+    let (directory, dir_addrs) = directory_of(cluster).await?;
+    let map = held_map(&directory, &dir_addrs, wait).await?;
+    let (next, what) = next(&map)?;
+    map.check_next(&next)
         .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
     let epoch = i64::try_from(map.epoch).unwrap_or(i64::MAX);
     cli::call_closing(
@@ -234,12 +267,8 @@ async fn place(
     )
     .await?
     .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
-    println!(
-        "epoch {}: keyspace {keyspace} {}",
-        next.epoch,
-        describe(next.placement(Some(keyspace)))
-    );
-    let lagging = wait_for_epoch(&next, next.epoch, wait).await;
+    println!("epoch {}: {what}", next.epoch);
+    let lagging = wait_for_epoch(&map, &next, wait).await;
     if lagging.is_empty() {
         println!("every replica serves under epoch {}", next.epoch);
         Ok(())
@@ -258,6 +287,87 @@ async fn place(
             ),
         ))
     }
+}
+
+/// Place `keyspace` by `placement`, if no shard holds it yet.
+async fn place(
+    cluster: &Cluster,
+    addrs: &[String],
+    keyspace: &str,
+    placement: Placement,
+    wait: Duration,
+) -> Result<(), Failure> {
+    // A keyspace with data keeps its owners: placing it would move keys.
+    if let Some(shard) = holding(cluster, addrs, keyspace).await? {
+        return Err(Failure::new(
+            exit::FAILED,
+            format!(
+                "keyspace {keyspace} already exists (shard {} holds it): a keyspace is placed \
+                 before it is created, since placing it now would move its keys",
+                shard.0
+            ),
+        ));
+    }
+    change(cluster, wait, |map| {
+        let placement = match placement {
+            Placement::Hashed(v) if v.is_empty() => Placement::even_slots(&map.shard_ids()),
+            p => p,
+        };
+        let next = map
+            .place(map.epoch, Some(keyspace), placement)
+            .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+        let what = format!("keyspace {keyspace} {}", describe(next.placement(Some(keyspace))));
+        Ok((next, what))
+    })
+    .await
+}
+
+/// List replica `id` in `shard` with its addresses (`Some`), or drop it
+/// from the map (`None`).
+async fn member(
+    cluster: &Cluster,
+    id: u16,
+    listing: Option<(ShardId, creek_shard::Endpoint)>,
+    wait: Duration,
+) -> Result<(), Failure> {
+    change(cluster, wait, |map| {
+        let mut next = map.clone();
+        next.epoch += 1;
+        let what = match listing {
+            Some((shard, endpoint)) => {
+                if map.shard_of_replica(id).is_some() || map.is_directory_replica(id) {
+                    return Err(Failure::new(
+                        exit::FAILED,
+                        format!("replica {id} is in the map already: pick an unused id"),
+                    ));
+                }
+                let group = next.shards.get_mut(&shard).ok_or_else(|| {
+                    Failure::new(exit::FAILED, format!("the map lists no shard {}", shard.0))
+                })?;
+                let what = format!("replica {id} ({}) listed in shard {}", endpoint.client, shard.0);
+                group.replicas.insert(id, endpoint);
+                what
+            }
+            None => {
+                let shard = map.shard_of_replica(id).ok_or_else(|| {
+                    Failure::new(exit::FAILED, format!("no shard lists replica {id}"))
+                })?;
+                let group = next.shards.get_mut(&shard).map(|g| &mut g.replicas);
+                if let Some(group) = group {
+                    group.remove(&id);
+                    if group.is_empty() {
+                        return Err(Failure::new(
+                            exit::FAILED,
+                            format!("replica {id} is shard {}'s last", shard.0),
+                        ));
+                    }
+                }
+                format!("replica {id} dropped from shard {}", shard.0)
+            }
+        };
+        Ok((next, what))
+    })
+    .await
 }
 
 /// The first shard that holds `keyspace`, if any does.
@@ -284,14 +394,17 @@ async fn holding(
     Ok(None)
 }
 
-/// Wait up to `wait` for every replica of every shard of `map` to serve
-/// under `epoch`; the ones that did not.
-async fn wait_for_epoch(map: &ShardMap, epoch: u64, wait: Duration) -> Vec<u16> {
+/// Wait up to `wait` for every replica of every shard to serve under
+/// `next` — those both maps list: a replica just listed is not started
+/// yet, one just dropped is gone; the ones that did not.
+async fn wait_for_epoch(map: &ShardMap, next: &ShardMap, wait: Duration) -> Vec<u16> {
+    let epoch = next.epoch;
     let until = Instant::now() + wait;
-    let mut left: Vec<(u16, String)> = map
+    let mut left: Vec<(u16, String)> = next
         .shards
         .values()
         .flat_map(|s| s.replicas.iter().map(|(id, e)| (*id, e.client.clone())))
+        .filter(|(id, _)| map.shard_of_replica(*id).is_some())
         .collect();
     while !left.is_empty() && Instant::now() < until {
         let mut still = Vec::new();

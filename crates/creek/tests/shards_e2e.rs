@@ -420,10 +420,11 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     assert!(answer.contains(r#""kind":"confirmed""#), "{answer}");
     assert_eq!(strong_get(&client, &k1).await.expect("get"), b("console"));
 
-    // A change that would move keys is refused by the directory, and so is
+    // A change that would move keys is refused (by the CLI, and by the
+    // directory itself: `directory.set` checks it again), and so is
     // placing a keyspace that already holds data; the map stays at 2.
     let (code, _, err) = creek(&["shards", "place", "orders", "--pin", "0", "--addr", &a0]);
-    assert_eq!(code, Some(6), "{err}");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("moves keys"), "{err}");
     cli(&["keyspace", "create", "stuff", "weak", "--addr", &a0]);
     let (code, _, err) = creek(&["shards", "place", "stuff", "--pin", "0", "--addr", &a0]);
@@ -464,4 +465,44 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     for i in 0..SHARDS * REPLICAS {
         assert_eq!(served_epoch(&cluster.addr(i)).await, 3, "replica {}", i + 1);
     }
+
+    // Shard 1 grows: the new replica is listed in the map, started with
+    // the shard's members and itself, and added to the group; then it
+    // serves shard 1's keys.
+    let new = cluster.procs.push_on_loopback().expect("ports");
+    let (client_addr, peer_addr) = (cluster.addr(new), cluster.procs.peers[new].to_string());
+    let out = cli(&[
+        "shards", "add-replica", "--shard", "1", "10", &client_addr, &peer_addr, "--addr", &a0,
+    ]);
+    assert!(out.contains("epoch 4: replica 10"), "{out}");
+    let map_path = cluster.procs.dir.join("shard-map.bin");
+    cluster
+        .procs
+        .configure_valid(new, &[3, 4, 5, new], |c| {
+            c.workers = 1;
+            c.shard_map = Some(map_path.clone());
+        })
+        .expect("config");
+    cluster.procs.spawn(new).expect("spawn");
+    cluster.procs.wait_accepting(T).expect("replica 10 accepts clients");
+    let shard1 = cluster.shard_client(1).await;
+    eventually("adding replica 10 to shard 1", || {
+        let shard1 = shard1.clone();
+        let (peer_addr, client_addr) = (peer_addr.clone(), client_addr.clone());
+        async move {
+            shard1.add_replica(10, &peer_addr, &client_addr).await?;
+            Ok(Value::Nil)
+        }
+    })
+    .await;
+    let at_new = Cluster::connect([client_addr.clone()]).await.expect("connect");
+    let v = eventually("a strong read at replica 10", || {
+        let at_new = at_new.clone();
+        let k1 = k1.clone();
+        async move { strong_get(&at_new, &k1).await }
+    })
+    .await;
+    assert_eq!(v, b("e"));
+    let (code, _, err) = creek(&["shards", "add-replica", "--shard", "0", "10", "x:1", "y:2", "--addr", &a0]);
+    assert_eq!(code, Some(1), "an id in use is refused: {err}");
 }
