@@ -180,6 +180,9 @@ impl Conn for CreekConn {
     }
 }
 
+/// Seconds the idle processes are watched for their background CPU.
+const IDLE_SECS: u64 = 2;
+
 /// CPU time (user and system) the processes `pids` used so far, in
 /// microseconds, from `/proc` (none where it cannot be read).
 fn cpu_us(pids: &[u32]) -> Option<f64> {
@@ -324,6 +327,16 @@ pub(crate) fn measure(
                 }
             }
         };
+        // What the processes burn with no load (ticks, heartbeats, gossip),
+        // so the cost per op can be told apart from the cost of running
+        // more processes (a sharded cluster runs several groups).
+        eprintln!("bench cluster: idle CPU over {IDLE_SECS} s…");
+        let idle_before = cpu_us(&pids);
+        tokio::time::sleep(Duration::from_secs(IDLE_SECS)).await;
+        let idle_per_sec = match (idle_before, cpu_us(&pids)) {
+            (Some(b), Some(a)) => Some((a - b) / IDLE_SECS as f64),
+            _ => None,
+        };
         let mut levels = serde_json::Map::new();
         // The leader's stage timings over the timed ops (a cluster this
         // command started serves `/metrics`; an attached one may not).
@@ -347,6 +360,7 @@ pub(crate) fn measure(
             };
             let mut tput = serde_json::Map::new();
             let mut cpu = serde_json::Map::new();
+            let mut cpu_net = serde_json::Map::new();
             for &n in &args.clients {
                 eprintln!("bench cluster: {name} throughput at {n} clients…");
                 let mut conns = Vec::with_capacity(n);
@@ -356,12 +370,21 @@ pub(crate) fn measure(
                 let label = format!("creek {name}");
                 let before = cpu_us(&pids);
                 let t = driver::throughput(conns, args.seconds, args.keys, &value, &label).await?;
-                let per_op = match (before, cpu_us(&pids)) {
-                    (Some(b), Some(a)) if t > 0.0 => json!(((a - b) / (t * args.seconds)).round()),
+                let after = cpu_us(&pids);
+                let ops = t * args.seconds;
+                let per_op = match (before, after) {
+                    (Some(b), Some(a)) if t > 0.0 => json!(((a - b) / ops).round()),
+                    _ => json!(null),
+                };
+                let net = match (before, after, idle_per_sec) {
+                    (Some(b), Some(a), Some(idle)) if t > 0.0 => {
+                        json!(((a - b - idle * args.seconds) / ops).round())
+                    }
                     _ => json!(null),
                 };
                 tput.insert(format!("clients_{n}"), json!(t.round()));
                 cpu.insert(format!("clients_{n}"), per_op);
+                cpu_net.insert(format!("clients_{n}"), net);
             }
             levels.insert(
                 name.to_owned(),
@@ -371,6 +394,7 @@ pub(crate) fn measure(
                     "stages_us": stages,
                     "throughput_ops_per_sec": tput,
                     "server_cpu_us_per_op": cpu,
+                    "server_cpu_us_per_op_net_of_idle": cpu_net,
                 }),
             );
         }
@@ -405,6 +429,10 @@ pub(crate) fn measure(
                 }),
             );
         }
+        levels.insert(
+            "idle_cpu_us_per_sec".into(),
+            json!(idle_per_sec.map(f64::round)),
+        );
         Ok::<_, String>(levels)
     };
     let report = rt.block_on(async {
