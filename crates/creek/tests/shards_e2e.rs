@@ -313,6 +313,33 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
         String::from_utf8_lossy(&status.stdout)
     );
     assert_eq!(strong_get(&client, &k1).await.expect("get"), b("during"));
+
+    // Shard 0 loses its majority: its strong ops fail with the no-quorum
+    // error; shard 1 goes on as if nothing happened.
+    let second = (0..REPLICAS).find(|i| *i != leader).expect("another replica");
+    cluster.procs.kill(second).expect("kill");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refused = async {
+        let op = client
+            .invoke_with(
+                "kv.put",
+                vec![b(&k0), b("lost")],
+                Levels::Strong,
+                CallOptions {
+                    timeout: Some(Duration::from_secs(2)),
+                    ..CallOptions::default()
+                },
+            )
+            .await?;
+        op.final_view().await.map(|_| ())
+    }
+    .await;
+    match refused {
+        Err(e) => assert!(e.to_string().contains("no quorum"), "{e}"),
+        Ok(()) => panic!("a strong op committed on a shard without a majority"),
+    }
+    final_value(&client, "kv.put", vec![b(&k1), b("still")], Levels::Both).await;
+    assert_eq!(strong_get(&client, &k1).await.expect("get"), b("still"));
 }
 
 /// Run the CLI; its exit code, standard output and standard error.
@@ -505,4 +532,30 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     assert_eq!(v, b("e"));
     let (code, _, err) = creek(&["shards", "add-replica", "--shard", "0", "10", "x:1", "y:2", "--addr", &a0]);
     assert_eq!(code, Some(1), "an id in use is refused: {err}");
+
+    // A replica the map does not list refuses to start, saying why; so
+    // does one configured with a map of no shard map format.
+    let stranger = cluster.procs.push_on_loopback().expect("ports");
+    cluster
+        .procs
+        .configure_valid(stranger, &[0, 1, 2, stranger], |c| {
+            c.shard_map = Some(map_path.clone());
+        })
+        .expect("config");
+    let config = cluster.procs.config_path(stranger);
+    let config = config.to_str().expect("utf-8 path");
+    let (code, _, err) = creek(&["serve", "--config", config]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("replica 11 is not in the shard map"), "{err}");
+    let junk = cluster.procs.dir.join("junk-map.bin");
+    std::fs::write(&junk, b"not a map").expect("write");
+    cluster
+        .procs
+        .configure_valid(stranger, &[0, 1, 2, stranger], |c| {
+            c.shard_map = Some(junk.clone());
+        })
+        .expect("config");
+    let (code, _, err) = creek(&["serve", "--config", config]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("junk-map.bin"), "{err}");
 }
