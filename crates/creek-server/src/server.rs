@@ -191,7 +191,13 @@ impl Server {
             durability,
             transport.clone(),
             metrics.clone(),
-            loop_config(&config, auth.clone(), limits, corked.clone(), directory_gate),
+            loop_config(
+                &config,
+                auth.clone(),
+                limits,
+                corked.clone(),
+                directory_gate,
+            ),
         );
         let fatal: FatalCell = Arc::new(watch::channel(None).0);
         let node_fatal = fatal.clone();

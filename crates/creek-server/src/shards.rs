@@ -246,10 +246,10 @@ impl ShardGate {
         Some((owner, addrs.map(|e| e.client.clone()).collect()))
     }
 
-    /// Every group of the map other than this replica's — each shard by
-    /// name (`shard 1`) and the directory — with its replicas' ids and
-    /// client addresses; and the name of this replica's own.
-    pub fn groups(&self) -> (String, u64, Vec<(String, Vec<(u16, String)>)>) {
+    /// Every group of the map — each shard by name (`shard 1`) and the
+    /// directory — with its replicas' ids and client addresses; with the
+    /// name of this replica's own and the map's epoch.
+    pub fn groups(&self) -> Groups {
         let held = self.held();
         let map = &held.map;
         let list = |s: &creek_shard::Shard| {
@@ -270,7 +270,11 @@ impl ShardGate {
             Role::Shard(s) => format!("shard {}", s.0),
             Role::Directory => "directory".to_owned(),
         };
-        (own, map.epoch, groups)
+        Groups {
+            own,
+            epoch: map.epoch,
+            groups,
+        }
     }
 
     /// Accept `call` if this shard may run it: its key is this shard's,
@@ -315,6 +319,17 @@ impl ShardGate {
             ))),
         }
     }
+}
+
+/// The groups of a map as [`ShardGate::groups`] lists them.
+#[derive(Debug)]
+pub struct Groups {
+    /// The group this replica belongs to.
+    pub own: String,
+    /// The map's epoch.
+    pub epoch: u64,
+    /// Each group's name and replicas (id, client address).
+    pub groups: Vec<(String, Vec<(u16, String)>)>,
 }
 
 /// Write `bytes` to `path` whole or not at all (a temporary file of this
@@ -362,7 +377,9 @@ pub async fn follow_directory(gate: Arc<ShardGate>, tls: Option<crate::config::T
                     next = (next + k) % endpoints.len();
                     break;
                 }
-                Err(e) => tracing::debug!(directory = id, %addr, error = %e, "directory replica did not answer"),
+                Err(e) => {
+                    tracing::debug!(directory = id, %addr, error = %e, "directory replica did not answer")
+                }
             }
         }
         let Some(encoded) = answered else {
@@ -392,11 +409,7 @@ pub async fn follow_directory(gate: Arc<ShardGate>, tls: Option<crate::config::T
 }
 
 /// The map directory replica `id` at `addr` serves.
-async fn ask(
-    id: u16,
-    addr: &str,
-    tls: Option<&crate::config::TlsConfig>,
-) -> Result<Bytes, String> {
+async fn ask(id: u16, addr: &str, tls: Option<&crate::config::TlsConfig>) -> Result<Bytes, String> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}"))
         .map_err(|e| e.to_string())?
@@ -406,7 +419,10 @@ async fn ask(
         let pem = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
         let config = tonic::transport::ClientTlsConfig::new()
             .ca_certificate(tonic::transport::Certificate::from_pem(pem(&t.ca)?))
-            .identity(tonic::transport::Identity::from_pem(pem(&t.cert)?, pem(&t.key)?))
+            .identity(tonic::transport::Identity::from_pem(
+                pem(&t.cert)?,
+                pem(&t.key)?,
+            ))
             .domain_name(format!("replica-{id}.creek"));
         endpoint = endpoint.tls_config(config).map_err(|e| e.to_string())?;
     }
@@ -612,7 +628,11 @@ mod tests {
         assert_eq!(gate.adopt(&creek_shard::encode(&map)), Ok(None));
         // The next one: served and saved.
         let next = map
-            .place(1, Some("config"), creek_shard::Placement::Pinned(ShardId(1)))
+            .place(
+                1,
+                Some("config"),
+                creek_shard::Placement::Pinned(ShardId(1)),
+            )
             .unwrap();
         assert_eq!(gate.adopt(&creek_shard::encode(&next)), Ok(Some(2)));
         assert_eq!(gate.map(), next);
@@ -632,8 +652,18 @@ mod tests {
         assert!(e.contains("cluster 0000000000000008"), "{e}");
         let mut moved = next.clone();
         moved.epoch = 3;
-        let r1 = moved.shards.get_mut(&ShardId(0)).unwrap().replicas.remove(&1);
-        moved.shards.get_mut(&ShardId(1)).unwrap().replicas.insert(1, r1.unwrap());
+        let r1 = moved
+            .shards
+            .get_mut(&ShardId(0))
+            .unwrap()
+            .replicas
+            .remove(&1);
+        moved
+            .shards
+            .get_mut(&ShardId(1))
+            .unwrap()
+            .replicas
+            .insert(1, r1.unwrap());
         let e = gate.adopt(&creek_shard::encode(&moved)).unwrap_err();
         assert!(e.contains("does not list replica 1"), "{e}");
         assert!(gate.adopt(&Bytes::from_static(b"junk")).is_err());
@@ -656,7 +686,9 @@ mod tests {
         assert!(e.contains("configure it with directory = true"), "{e}");
         let mut claims = configs[0].clone();
         claims.directory = true;
-        let e = ShardGate::load(&claims, registry()).unwrap_err().to_string();
+        let e = ShardGate::load(&claims, registry())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not list it in the directory"), "{e}");
     }
 

@@ -158,7 +158,9 @@ pub enum MapError {
     },
     /// A change that would give keys that have an owner another owner
     /// (moving data between shards is not a map change).
-    #[error("the change moves keys: {what} changes; moving keys between shards is not a map change")]
+    #[error(
+        "the change moves keys: {what} changes; moving keys between shards is not a map change"
+    )]
     MovesKeys {
         /// Which placement, or which shard is dropped.
         what: String,

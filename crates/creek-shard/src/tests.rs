@@ -249,8 +249,7 @@ fn a_next_map_keeps_every_owner() {
     assert_eq!(next(&|n| n.directory = group(&[7, 8, 9])), Ok(()));
     assert_eq!(
         next(&|n| {
-            n.keyspaces
-                .insert("fresh".into(), Placement::Pinned(s(1)));
+            n.keyspaces.insert("fresh".into(), Placement::Pinned(s(1)));
         }),
         Ok(())
     );

@@ -160,7 +160,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 }
 
 /// The placement the flags of `creek shards place` name.
-fn placement_of(pin: Option<u16>, ranges: Option<&str>, hashed: bool) -> Result<Placement, Failure> {
+fn placement_of(
+    pin: Option<u16>,
+    ranges: Option<&str>,
+    hashed: bool,
+) -> Result<Placement, Failure> {
     let usage = |m: String| Failure::new(2, m);
     let shard = |t: &str| {
         t.trim()
@@ -175,9 +179,9 @@ fn placement_of(pin: Option<u16>, ranges: Option<&str>, hashed: bool) -> Result<
             let first = shard(parts.next().unwrap_or_default())?;
             let mut list = vec![(Bytes::new(), first)];
             for part in parts {
-                let (key, s) = part.rsplit_once('=').ok_or_else(|| {
-                    usage(format!("--ranges: {part:?} is not KEY=SHARD"))
-                })?;
+                let (key, s) = part
+                    .rsplit_once('=')
+                    .ok_or_else(|| usage(format!("--ranges: {part:?} is not KEY=SHARD")))?;
                 list.push((Bytes::copy_from_slice(key.as_bytes()), shard(s)?));
             }
             Ok(Placement::Ranges(list))
@@ -220,12 +224,22 @@ async fn directory_of(cluster: &Cluster) -> Result<(Client, Vec<String>), Failur
 
 /// The map the directory holds (a strong read), waiting up to `wait` for
 /// a directory that is still forming.
-async fn held_map(directory: &Client, addrs: &[String], wait: Duration) -> Result<ShardMap, Failure> {
+async fn held_map(
+    directory: &Client,
+    addrs: &[String],
+    wait: Duration,
+) -> Result<ShardMap, Failure> {
     let formed_by = Instant::now() + wait;
     let bytes = loop {
-        let held = cli::call_closing(directory, addrs, "directory.map", Vec::new(), Levels::Strong)
-            .await?
-            .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
+        let held = cli::call_closing(
+            directory,
+            addrs,
+            "directory.map",
+            Vec::new(),
+            Levels::Strong,
+        )
+        .await?
+        .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
         match held {
             Value::Bytes(bytes) => break bytes,
             _ if Instant::now() < formed_by => {
@@ -316,7 +330,10 @@ async fn place(
         let next = map
             .place(map.epoch, Some(keyspace), placement)
             .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
-        let what = format!("keyspace {keyspace} {}", describe(next.placement(Some(keyspace))));
+        let what = format!(
+            "keyspace {keyspace} {}",
+            describe(next.placement(Some(keyspace)))
+        );
         Ok((next, what))
     })
     .await
@@ -344,7 +361,10 @@ async fn member(
                 let group = next.shards.get_mut(&shard).ok_or_else(|| {
                     Failure::new(exit::FAILED, format!("the map lists no shard {}", shard.0))
                 })?;
-                let what = format!("replica {id} ({}) listed in shard {}", endpoint.client, shard.0);
+                let what = format!(
+                    "replica {id} ({}) listed in shard {}",
+                    endpoint.client, shard.0
+                );
                 group.replicas.insert(id, endpoint);
                 what
             }
@@ -519,7 +539,10 @@ fn print_table(map: &ShardMap, rows: &[Row], directory: Option<u32>) {
         } else {
             leader.to_string()
         };
-        println!("directory  leader {leader}  replicas {}", replicas.join(" "));
+        println!(
+            "directory  leader {leader}  replicas {}",
+            replicas.join(" ")
+        );
     }
 }
 

@@ -316,7 +316,9 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
 
     // Shard 0 loses its majority: its strong ops fail with the no-quorum
     // error; shard 1 goes on as if nothing happened.
-    let second = (0..REPLICAS).find(|i| *i != leader).expect("another replica");
+    let second = (0..REPLICAS)
+        .find(|i| *i != leader)
+        .expect("another replica");
     cluster.procs.kill(second).expect("kill");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let refused = async {
@@ -393,7 +395,10 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     // epoch, which every replica of every shard then serves under.
     let a0 = cluster.addr(0);
     let out = cli(&["shards", "place", "orders", "--pin", "1", "--addr", &a0]);
-    assert!(out.contains("epoch 2: keyspace orders pinned to shard 1"), "{out}");
+    assert!(
+        out.contains("epoch 2: keyspace orders pinned to shard 1"),
+        "{out}"
+    );
     assert!(out.contains("every replica serves under epoch 2"), "{out}");
     for i in 0..SHARDS * REPLICAS + DIRECTORY {
         assert_eq!(served_epoch(&cluster.addr(i)).await, 2, "replica {}", i + 1);
@@ -402,7 +407,10 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
         serde_json::from_str(&cli(&["shards", "--addr", &a0, "-o", "json"])).expect("json");
     assert_eq!(shards["epoch"], 2);
     assert_eq!(shards["keyspaces"]["orders"], "pinned to shard 1");
-    assert_eq!(shards["directory"]["replicas"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        shards["directory"]["replicas"].as_array().map(Vec::len),
+        Some(3)
+    );
     // The client made before the change still routes (no key moved), and
     // learns the new map when asked.
     final_value(&client, "kv.put", vec![b(&k1), b("c")], Levels::Both).await;
@@ -423,7 +431,10 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
         if r["shards"]["epoch"] == 2 {
             break r;
         }
-        assert!(Instant::now() < deadline, "the console shows no map at epoch 2: {body}");
+        assert!(
+            Instant::now() < deadline,
+            "the console shows no map at epoch 2: {body}"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     let names: Vec<&str> = report["shards"]["groups"]
@@ -434,7 +445,8 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
         .collect();
     assert_eq!(names, ["shard 0", "shard 1", "directory"]);
     assert_eq!(report["shards"]["serves"], "shard 0");
-    let body = serde_json::json!({ "procedure": "kv.put", "args": [k1, "console"], "level": "both" });
+    let body =
+        serde_json::json!({ "procedure": "kv.put", "args": [k1, "console"], "level": "both" });
     let (code, answer) = webdriver::http(
         "POST",
         cluster.console,
@@ -478,15 +490,24 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     for i in SHARDS * REPLICAS..SHARDS * REPLICAS + DIRECTORY {
         cluster.procs.spawn(i).expect("spawn");
     }
-    cluster.procs.wait_accepting(T).expect("the directory accepts clients");
+    cluster
+        .procs
+        .wait_accepting(T)
+        .expect("the directory accepts clients");
     let deadline = Instant::now() + T;
     loop {
         let (code, out, err) = creek(&["shards", "place", "later", "--pin", "0", "--addr", &a0]);
         if code == Some(0) {
-            assert!(out.contains("epoch 3: keyspace later pinned to shard 0"), "{out}");
+            assert!(
+                out.contains("epoch 3: keyspace later pinned to shard 0"),
+                "{out}"
+            );
             break;
         }
-        assert!(Instant::now() < deadline, "the directory did not come back: {err}");
+        assert!(
+            Instant::now() < deadline,
+            "the directory did not come back: {err}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for i in 0..SHARDS * REPLICAS {
@@ -499,7 +520,15 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     let new = cluster.procs.push_on_loopback().expect("ports");
     let (client_addr, peer_addr) = (cluster.addr(new), cluster.procs.peers[new].to_string());
     let out = cli(&[
-        "shards", "add-replica", "--shard", "1", "10", &client_addr, &peer_addr, "--addr", &a0,
+        "shards",
+        "add-replica",
+        "--shard",
+        "1",
+        "10",
+        &client_addr,
+        &peer_addr,
+        "--addr",
+        &a0,
     ]);
     assert!(out.contains("epoch 4: replica 10"), "{out}");
     let map_path = cluster.procs.dir.join("shard-map.bin");
@@ -511,7 +540,10 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
         })
         .expect("config");
     cluster.procs.spawn(new).expect("spawn");
-    cluster.procs.wait_accepting(T).expect("replica 10 accepts clients");
+    cluster
+        .procs
+        .wait_accepting(T)
+        .expect("replica 10 accepts clients");
     let shard1 = cluster.shard_client(1).await;
     eventually("adding replica 10 to shard 1", || {
         let shard1 = shard1.clone();
@@ -522,7 +554,9 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
         }
     })
     .await;
-    let at_new = Cluster::connect([client_addr.clone()]).await.expect("connect");
+    let at_new = Cluster::connect([client_addr.clone()])
+        .await
+        .expect("connect");
     let v = eventually("a strong read at replica 10", || {
         let at_new = at_new.clone();
         let k1 = k1.clone();
@@ -530,7 +564,17 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     })
     .await;
     assert_eq!(v, b("e"));
-    let (code, _, err) = creek(&["shards", "add-replica", "--shard", "0", "10", "x:1", "y:2", "--addr", &a0]);
+    let (code, _, err) = creek(&[
+        "shards",
+        "add-replica",
+        "--shard",
+        "0",
+        "10",
+        "x:1",
+        "y:2",
+        "--addr",
+        &a0,
+    ]);
     assert_eq!(code, Some(1), "an id in use is refused: {err}");
 
     // A replica the map does not list refuses to start, saying why; so

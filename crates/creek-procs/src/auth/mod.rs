@@ -298,7 +298,10 @@ pub fn need(registry: &Registry, call: &ProcCall, user: Option<&UserProc>) -> Ne
                 }
             }
             "directory.map" => Need::Nothing,
-            n if n.starts_with("proc.") || n.starts_with("auth.") || n.starts_with("directory.") => {
+            n if n.starts_with("proc.")
+                || n.starts_with("auth.")
+                || n.starts_with("directory.") =>
+            {
                 Need::Cluster
             }
             _ if p.read_only => Need::Keyspace(Right::Read, DEFAULT_KEYSPACE.to_owned()),

@@ -49,7 +49,11 @@ pub fn register(r: &mut Registry) {
     describe_all(
         r,
         &[
-            (&MAP_SIG, "bytes, or nil", "The shard map the directory holds."),
+            (
+                &MAP_SIG,
+                "bytes, or nil",
+                "The shard map the directory holds.",
+            ),
             (
                 &SET_SIG,
                 "int: the new epoch",
@@ -73,7 +77,9 @@ fn set(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let current = match txn.get(MAP_KEY) {
         None => None,
         Some(b) => Some(creek_shard::decode(&b).map_err(|e| {
-            Abort(format!("{SET}: the directory's own map does not decode: {e}"))
+            Abort(format!(
+                "{SET}: the directory's own map does not decode: {e}"
+            ))
         })?),
     };
     let epoch = current.as_ref().map_or(0, |m| m.epoch);
@@ -160,9 +166,7 @@ mod tests {
         assert_eq!(held(&mut h).unwrap().epoch, 2);
         // A change that moves keys, or of another cluster: refused, the
         // map unchanged.
-        let moved = next
-            .place(2, None, Placement::Pinned(ShardId(0)))
-            .unwrap();
+        let moved = next.place(2, None, Placement::Pinned(ShardId(0))).unwrap();
         let e = h.exec(&set_call(2, &moved, true)).outcome.unwrap_err();
         assert!(e.0.contains("moves keys"), "{}", e.0);
         let mut other = next.clone();

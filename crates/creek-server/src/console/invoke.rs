@@ -279,9 +279,7 @@ async fn forward(
 ) -> Result<tonic::Response<crate::service::ViewStream>, tonic::Status> {
     let mut last = tonic::Status::unavailable("the owning shard lists no replica");
     for addr in addrs {
-        let channel = console
-            .channel(addr)
-            .map_err(tonic::Status::unavailable)?;
+        let channel = console.channel(addr).map_err(tonic::Status::unavailable)?;
         let mut r = tonic::Request::new(request.clone());
         r.set_timeout(timeout);
         match pb::creek_client::CreekClient::new(channel).invoke(r).await {

@@ -380,10 +380,10 @@ impl Console {
     /// `Status` (this one answers for itself).
     async fn shards_view(&self) -> Option<ShardsView> {
         let gate = self.service.front.shards.clone()?;
-        let (serves, epoch, groups) = gate.groups();
+        let crate::shards::Groups { own, epoch, groups } = gate.groups();
         let mut view = ShardsView {
             epoch,
-            serves,
+            serves: own,
             groups: Vec::with_capacity(groups.len()),
         };
         for (name, replicas) in groups {
