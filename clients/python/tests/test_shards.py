@@ -37,6 +37,9 @@ def test_calls_go_to_the_owning_shard(sharded):
             m = c.map
             assert m is not None and sorted(m.shards) == [0, 1] and m.epoch == 1
             k0, k1 = key_of(m, 0, "left"), key_of(m, 1, "right")
+            # Routes as the replicas publish them: by the key, or everywhere.
+            assert c.shard_of("kv.put", k1, "v") == 1 and c.shard_of("set.add", k0, "x") == 0
+            assert c.shard_of("proc.list") is None and c.shard_of("my.user.proc", k0) is None
             await c.call("kv.put", k0, "a")
             await c.call("kv.put", k1, "b")
             assert await c.call("kv.get", k0) == b"a"

@@ -1,10 +1,12 @@
-//! A client of a sharded cluster: it learns the shard map from any
-//! replica, keeps one [`Client`] per shard, and sends each call to a
-//! replica of the shard owning its key (docs/shards.md). A replica that
-//! finds the key is another shard's refuses with `WRONG_SHARD` and
+//! A client of a sharded cluster: it learns the shard map and the
+//! procedures' routes (`Procedures`: which argument's key places a call)
+//! from any replica, keeps one [`Client`] per shard, and sends each call
+//! to a replica of the shard owning its key (docs/shards.md). A replica
+//! that finds the key is another shard's refuses with `WRONG_SHARD` and
 //! applies nothing; the client then learns the map again and sends the
 //! call, under the same request id, to the owner. On a cluster of one
-//! group it is a [`Client`] with one more status call at connect.
+//! group it is a [`Client`] with a status and a procedures call more at
+//! connect.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,10 +17,7 @@ use tokio::sync::RwLock;
 
 use crate::{CallOptions, Client, ConnectOptions, Correctable, Error, Levels};
 
-/// Built-in procedures whose first argument places them: a key of the
-/// built-in data, or a collection's name (a collection lives on one
-/// shard). The replicas hold the same rule (`creek_procs::Route`).
-const KEYED_PREFIXES: [&str; 4] = ["kv.", "list.", "set.", "queue."];
+use crate::pb;
 
 /// How many times a call refused with `WRONG_SHARD` is sent again after
 /// learning the map anew.
@@ -32,9 +31,40 @@ pub struct Cluster {
 
 struct Inner {
     options: ConnectOptions,
+    /// Where each procedure's calls go, as the replicas publish it
+    /// (`Procedures`: `route`, `route_arg`); a name not listed (a user
+    /// procedure) goes to every shard.
+    procedures: BTreeMap<String, Placed>,
     /// Shared, so a call takes the current routes with one reference
     /// count and no copy.
     routes: RwLock<Arc<Routes>>,
+}
+
+/// Where a procedure's calls go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placed {
+    /// To the shard owning argument `n`.
+    ByArg(usize),
+    /// To every shard in turn.
+    Everywhere,
+}
+
+/// The routes `client`'s replica publishes for its procedures.
+async fn placements(client: &Client) -> Result<BTreeMap<String, Placed>, Error> {
+    Ok(client
+        .procedures()
+        .await?
+        .into_iter()
+        .filter_map(|p| {
+            let placed = match pb::Route::try_from(p.route).ok()? {
+                pb::Route::ByArg => Placed::ByArg(usize::try_from(p.route_arg).ok()?),
+                pb::Route::Everywhere | pb::Route::Unknown | pb::Route::Unspecified => {
+                    Placed::Everywhere
+                }
+            };
+            Some((p.name, placed))
+        })
+        .collect())
 }
 
 /// The map a client routes by and a client per shard.
@@ -67,9 +97,11 @@ impl Cluster {
     {
         let first = Client::connect_with_options(addrs, options.clone()).await?;
         let routes = Routes::learn(&first, &options).await?;
+        let procedures = placements(&first).await?;
         Ok(Cluster {
             inner: Arc::new(Inner {
                 options,
+                procedures,
                 routes: RwLock::new(Arc::new(routes)),
             }),
         })
@@ -84,9 +116,15 @@ impl Cluster {
         options: ConnectOptions,
     ) -> Result<Cluster, Error> {
         let clients = connect_shards(&map, &options, None).await?;
+        let any = clients
+            .values()
+            .next()
+            .ok_or_else(|| Error::Unavailable("the map lists no shard".into()))?;
+        let procedures = placements(any).await?;
         Ok(Cluster {
             inner: Arc::new(Inner {
                 options,
+                procedures,
                 routes: RwLock::new(Arc::new(Routes { map, clients })),
             }),
         })
@@ -106,7 +144,7 @@ impl Cluster {
     /// `None` when it goes to every shard.
     pub async fn route(&self, procedure: &str, args: &[Value]) -> Option<Client> {
         let routes = self.inner.routes.read().await;
-        let shard = routes.shard_of(procedure, args)?;
+        let shard = routes.shard_of(self.placed(procedure), args)?;
         routes.clients.get(&shard).cloned()
     }
 
@@ -191,8 +229,9 @@ impl Cluster {
         options: CallOptions,
     ) -> Result<Correctable, Error> {
         let procedure = procedure.into();
+        let placed = self.placed(&procedure);
         let routes = self.inner.routes.read().await.clone();
-        let Some(shard) = routes.shard_of(&procedure, &args) else {
+        let Some(shard) = routes.shard_of(placed, &args) else {
             return self
                 .everywhere(&routes, procedure, &args, levels, &options)
                 .await;
@@ -211,7 +250,7 @@ impl Cluster {
                     attempt += 1;
                     self.refresh().await?;
                     let routes = self.inner.routes.read().await.clone();
-                    let shard = routes.shard_of(&procedure, &args).unwrap_or(shard);
+                    let shard = routes.shard_of(placed, &args).unwrap_or(shard);
                     sent_by = routes.client(shard)?;
                     // Another shard's client sends it: it may not
                     // acknowledge an id that is not its own.
@@ -220,6 +259,15 @@ impl Cluster {
                 other => return other,
             }
         }
+    }
+
+    /// Where calls of `procedure` go.
+    fn placed(&self, procedure: &str) -> Placed {
+        self.inner
+            .procedures
+            .get(procedure)
+            .copied()
+            .unwrap_or(Placed::Everywhere)
     }
 
     async fn everywhere(
@@ -283,15 +331,15 @@ impl Routes {
         Ok(Routes { map, clients })
     }
 
-    /// The shard a call goes to; `None`: every shard.
-    fn shard_of(&self, procedure: &str, args: &[Value]) -> Option<ShardId> {
+    /// The shard a call placed so goes to; `None`: every shard.
+    fn shard_of(&self, placed: Placed, args: &[Value]) -> Option<ShardId> {
         if self.map.shards.len() == 1 {
             return self.map.shards.keys().next().copied();
         }
-        if !KEYED_PREFIXES.iter().any(|p| procedure.starts_with(p)) {
+        let Placed::ByArg(n) = placed else {
             return None;
-        }
-        match args.first() {
+        };
+        match args.get(n) {
             Some(Value::Bytes(key)) => Some(self.map.owner(None, key)),
             // Malformed: any shard refuses it as such.
             _ => self.map.shards.keys().next().copied(),

@@ -16,6 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
+from ._pb import creek_pb2 as pb
 from .client import Client
 from .correctable import Correctable
 from .errors import ProtocolError, WrongShard
@@ -23,10 +24,6 @@ from .views import STRONG, LevelsArg
 
 #: Hash slots a hashed placement divides keys into.
 SLOTS = 4096
-
-#: Built-ins whose first argument places them: a key of the built-in data,
-#: or a collection's name (a collection lives on one shard).
-KEYED_PREFIXES = ("kv.", "list.", "set.", "queue.")
 
 #: Times `Cluster.call` sends a call again after a `WrongShard` refusal.
 WRONG_SHARD_RETRIES = 3
@@ -183,10 +180,19 @@ class Cluster:
         self._seed = Client(addresses, **options)
         self._map: Optional[ShardMap] = None
         self._clients: Dict[int, Client] = {}
+        # Procedure name → the argument whose key places its calls, as the
+        # replicas publish it (`Procedures`: route, route_arg); a name not
+        # here goes to every shard.
+        self._by_arg: Dict[str, int] = {}
 
     async def connect(self) -> "Cluster":
-        """Learn the map from any replica and make a client per shard."""
+        """Learn the map and the procedures' routes from any replica and
+        make a client per shard."""
         await self.refresh()
+        source = next(iter(self._clients.values()), self._seed)
+        self._by_arg = {
+            p.name: p.route_arg for p in await source.procedures() if p.route == pb.ROUTE_BY_ARG
+        }
         return self
 
     @property
@@ -237,9 +243,10 @@ class Cluster:
         """The shard a call goes to; None: every shard (definitions, users)."""
         if self._map is None:
             return 0
-        if not procedure.startswith(KEYED_PREFIXES):
+        n = self._by_arg.get(procedure)
+        if n is None:
             return None
-        key = args[0] if args else b""
+        key = args[n] if n < len(args) else b""
         if isinstance(key, (bytes, str)):
             return self._map.owner(key)
         return next(iter(self._map.shards))

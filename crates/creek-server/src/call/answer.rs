@@ -205,11 +205,25 @@ pub(crate) fn procedures_reply(registry: &creek_procs::Registry) -> pb::Procedur
                 summary: sig.map_or_else(String::new, |s| s.summary.clone()),
                 read_only: p.read_only,
                 described: sig.is_some(),
+                route: route_of(p.route) as i32,
+                route_arg: match p.route {
+                    creek_procs::Route::Arg(n) => u32::try_from(n).unwrap_or(u32::MAX),
+                    _ => 0,
+                },
                 ..pb::ProcedureInfo::default()
             }
         })
         .collect();
     pb::ProceduresReply { procedures }
+}
+
+/// A route as `Procedures` tells it.
+fn route_of(route: creek_procs::Route) -> pb::Route {
+    match route {
+        creek_procs::Route::Arg(_) => pb::Route::ByArg,
+        creek_procs::Route::Everywhere => pb::Route::Everywhere,
+        creek_procs::Route::Unknown => pb::Route::Unknown,
+    }
 }
 
 /// The `Procedures` entries of user procedures (DESIGN §14).
@@ -246,6 +260,8 @@ pub(crate) fn user_procedure_infos(
                 version: u.record.version,
                 writes_strong: compiled.writes_strong,
                 keyspaces,
+                route: pb::Route::Unknown as i32,
+                route_arg: 0,
             })
         })
         .collect()
