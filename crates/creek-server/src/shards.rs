@@ -355,6 +355,10 @@ const FOLLOW_TIMEOUT: Duration = Duration::from_secs(2);
 pub async fn follow_directory(gate: Arc<ShardGate>, tls: Option<crate::config::TlsConfig>) {
     let mut next = 0usize;
     let mut reachable = true;
+    // One channel per directory replica, kept across asks (it reconnects
+    // by itself after a failure).
+    let mut channels: std::collections::HashMap<String, tonic::transport::Channel> =
+        std::collections::HashMap::new();
     loop {
         tokio::time::sleep(FOLLOW_INTERVAL).await;
         let endpoints: Vec<(u16, String)> = gate
@@ -371,7 +375,17 @@ pub async fn follow_directory(gate: Arc<ShardGate>, tls: Option<crate::config::T
         let mut answered = None;
         for k in 0..endpoints.len() {
             let (id, addr) = &endpoints[(next + k) % endpoints.len()];
-            match ask(*id, addr, tls.as_ref()).await {
+            let channel = match channels.get(addr) {
+                Some(c) => c.clone(),
+                None => match channel(*id, addr, tls.as_ref()) {
+                    Ok(c) => channels.entry(addr.clone()).or_insert(c).clone(),
+                    Err(e) => {
+                        tracing::warn!(directory = id, %addr, error = %e, "cannot reach the directory replica");
+                        continue;
+                    }
+                },
+            };
+            match ask(*id, addr, channel).await {
                 Ok(map) => {
                     answered = Some(map);
                     next = (next + k) % endpoints.len();
@@ -408,8 +422,13 @@ pub async fn follow_directory(gate: Arc<ShardGate>, tls: Option<crate::config::T
     }
 }
 
-/// The map directory replica `id` at `addr` serves.
-async fn ask(id: u16, addr: &str, tls: Option<&crate::config::TlsConfig>) -> Result<Bytes, String> {
+/// A channel to directory replica `id` at `addr`, connected on first use;
+/// over TLS with this replica's own certificate when the cluster uses TLS.
+fn channel(
+    id: u16,
+    addr: &str,
+    tls: Option<&crate::config::TlsConfig>,
+) -> Result<tonic::transport::Channel, String> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}"))
         .map_err(|e| e.to_string())?
@@ -426,7 +445,11 @@ async fn ask(id: u16, addr: &str, tls: Option<&crate::config::TlsConfig>) -> Res
             .domain_name(format!("replica-{id}.creek"));
         endpoint = endpoint.tls_config(config).map_err(|e| e.to_string())?;
     }
-    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    Ok(endpoint.connect_lazy())
+}
+
+/// The map directory replica `id` at `addr` serves, asked over `channel`.
+async fn ask(id: u16, addr: &str, channel: tonic::transport::Channel) -> Result<Bytes, String> {
     let reply = creek_proto::pb::creek_client::CreekClient::new(channel)
         .status(creek_proto::pb::StatusRequest::default())
         .await
