@@ -17,6 +17,9 @@
 # transfers; a bank seed costs about eight kv seeds), procs 250 (pinned
 # keyspaces), ycsb 100; on wide-area links (4 s): kv 100. About 25
 # minutes on an idle machine.
+#
+# SWARM_OFFSET=N moves every seed range up by N (another set of seeds than
+# the last run's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${CREEK_BIN:-./target/release/creek}
@@ -50,7 +53,9 @@ wan-kv2 creek wan kv 200000 100 4s 2 3"
 fi
 
 # Chunks of at most 100 seeds, so the two workers stay balanced.
+offset=${SWARM_OFFSET:-0}
 chunks=$(while read -r name proto links workload first count duration shards replicas; do
+  first=$((first + offset))
   for ((a = first; a < first + count; a += 100)); do
     b=$((a + 100 < first + count ? a + 100 : first + count))
     echo "$name-$a $proto $links $workload $a..$b $duration $shards $replicas"
