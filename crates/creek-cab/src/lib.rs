@@ -17,7 +17,10 @@
 //!   holds its payload and causal context, and no undecided entry can wedge a
 //!   new leader. (Acceptance cannot wait for *deps*: a lagging follower may
 //!   receive a strong op together with the earlier strong ops of its context,
-//!   which only their own delivery puts in the causal set.)
+//!   which only their own delivery puts in the causal set.) An append held
+//!   from a leader whose term has passed is dropped, never waited on: the
+//!   library would refuse it, and its ids may never be held anywhere (their
+//!   contexts may name ops lost with that leader's disk).
 //! * **Conditional delivery.** Decided ids are delivered strictly in log
 //!   order, each only once *deps* holds here; an id decided twice
 //!   (re-proposed after a leader change) is delivered at its first place only,
@@ -92,6 +95,9 @@ pub struct CabStats {
     pub appends_held: u64,
     /// Appends dropped because the hold queue was full.
     pub appends_dropped: u64,
+    /// Held appends dropped because their leader's term had passed (see
+    /// `Cab::drop_stale_held`).
+    pub stale_appends_dropped: u64,
     /// Incoming messages refused (malformed, misaddressed, unsupported).
     pub refused: u64,
     /// Ids delivered.
@@ -151,6 +157,10 @@ pub struct Cab<S: CabStorage> {
     /// holds it, nothing held can go, and polls skip the walk over the held
     /// entries and their causal contexts.
     held_blocker: Option<OpId>,
+    /// The term `held` was last checked for appends of a past term (see
+    /// `drop_stale_held`): appends are held only in or past the term of
+    /// their arrival, so they go stale only when the term moves.
+    held_term: u64,
     /// A snapshot from the leader, held until the caller's state covers its
     /// index (state transfer): `(sender, message)`.
     held_snapshot: Option<(ReplicaId, Message)>,
@@ -253,6 +263,7 @@ impl<S: CabStorage> Cab<S> {
             to_forward: Vec::new(),
             held: VecDeque::new(),
             held_blocker: None,
+            held_term: 0,
             held_snapshot: None,
             snapshots_out: FxHashMap::default(),
             raft_ticks: 0,
@@ -423,6 +434,31 @@ mod tests {
         CabMessage::Raft(Bytes::from(m.write_to_bytes().expect("encodes")))
     }
 
+    /// An append of `from`'s in `term` after `(index, log_term)`, of one
+    /// entry at `index + 1` naming `ids`.
+    fn append(
+        from: u16,
+        to: u16,
+        term: u64,
+        index: u64,
+        log_term: u64,
+        ids: &[OpId],
+    ) -> CabMessage {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        m.from = raft_id(ReplicaId(from));
+        m.to = raft_id(ReplicaId(to));
+        m.term = term;
+        m.index = index;
+        m.log_term = log_term;
+        let mut e = raft::eraftpb::Entry::default();
+        e.index = index + 1;
+        e.term = term;
+        e.data = entry::encode_ids(ids).into();
+        m.set_entries(vec![e].into());
+        CabMessage::Raft(Bytes::from(m.write_to_bytes().expect("encodes")))
+    }
+
     fn snapshot(from: u16, to: u16, term: u64, index: u64) -> CabMessage {
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgSnapshot);
@@ -556,6 +592,44 @@ mod tests {
         cab.poll(&|_| true);
         assert!(cab.ready(&|_| true).messages.is_empty());
         assert_eq!(cab.term(), 0, "the heartbeat was not stepped");
+    }
+
+    /// An append held for an id this replica does not hold, from a leader
+    /// whose term has passed, does not hold up the appends of the current
+    /// leader behind it: the library would refuse it anyway. (Seed 200493:
+    /// the old leader lost its disk with the payload of an op its last
+    /// appends' ops named in their contexts; the followers held those
+    /// appends, every append of the next leader waited behind them, and
+    /// the void op that would have let them through was never ordered.)
+    #[test]
+    fn a_held_append_of_a_past_term_does_not_block_the_current_leader() {
+        let mut cab = follower(2);
+        let lost = OpId::new(ReplicaId(1), 267);
+        let fresh = OpId::new(ReplicaId(3), 5);
+        let holds = move |id: OpId| id != lost;
+        cab.on_message(ReplicaId(1), append(1, 2, 1, 0, 0, &[lost]), &holds);
+        cab.poll(&holds);
+        assert_eq!(cab.held_appends(), 1, "held for the missing payload");
+        // Replica 3 is elected in term 2 and appends its own first entry.
+        cab.on_message(ReplicaId(3), heartbeat(3, 2, 2, 0), &holds);
+        cab.on_message(ReplicaId(3), append(3, 2, 2, 0, 0, &[fresh]), &holds);
+        cab.poll(&holds);
+        assert_eq!(cab.term(), 2);
+        assert_eq!(
+            cab.held_appends(),
+            0,
+            "the stale append still holds the queue"
+        );
+        assert_eq!(cab.stats().stale_appends_dropped, 1);
+        assert_eq!(cab.store().last_index().expect("reads"), 1);
+        assert_eq!(
+            cab.store().term(1).expect("reads"),
+            2,
+            "the new leader's entry"
+        );
+        // A late append of the old term is not held either.
+        cab.on_message(ReplicaId(1), append(1, 2, 1, 0, 0, &[lost]), &holds);
+        assert_eq!(cab.held_appends(), 0);
     }
 
     /// A heartbeat within the log is stepped as usual (the follower answers

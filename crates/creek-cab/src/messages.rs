@@ -81,7 +81,11 @@ impl<S: CabStorage> Cab<S> {
                     self.failed = Some(why);
                     return;
                 }
+                // An append of a term past here (`m.term < term` would be
+                // refused by the library anyway) is never held: see
+                // `drop_stale_held`.
                 if m.get_msg_type() == MessageType::MsgAppend
+                    && m.term >= self.node.raft.term
                     && (!self.held.is_empty() || first_unheld(&m, holds).is_some())
                 {
                     if self.held.len() < self.config.held_appends_max {
@@ -164,6 +168,7 @@ impl<S: CabStorage> Cab<S> {
     /// here: a follower that had to take both in one append would wait
     /// forever.
     pub(crate) fn release_held(&mut self, holds: Deps<'_>) {
+        self.drop_stale_held();
         while self.held_blocker.is_none_or(holds) {
             let Some(m) = self.held.front_mut() else {
                 self.held_blocker = None;
@@ -188,6 +193,34 @@ impl<S: CabStorage> Cab<S> {
                 return;
             }
         }
+    }
+
+    /// Drop the held appends of a term below this node's. Their leader was
+    /// deposed: the library would refuse them (raft ignores a message of a
+    /// past term), and this node never acknowledged them, so dropping them
+    /// is a lost message, which Raft tolerates. Holding them instead wedges
+    /// the follower: appends are stepped in arrival order, so every append
+    /// of the current leader waits behind the first held one, and the ids
+    /// an old leader proposed may never be held anywhere again — a leader
+    /// that lost its disk took with it the payloads of its ops that no peer
+    /// had received yet, and its later strong ops, whose causal contexts
+    /// name them, wait until the rebuilt replica's `creek.ops.void` commits,
+    /// which needs the current leader's appends taken first (3 replicas,
+    /// kv, seed 200493: `r1.267` held at index 262 for lost `r1.265`).
+    fn drop_stale_held(&mut self) {
+        let term = self.node.raft.term;
+        if self.held_term == term {
+            return;
+        }
+        self.held_term = term;
+        if !self.held.iter().any(|m| m.term < term) {
+            return;
+        }
+        let before = self.held.len();
+        self.held.retain(|m| m.term >= term);
+        self.stats.stale_appends_dropped += (before - self.held.len()) as u64;
+        // The blocker was the first held append's: ask again.
+        self.held_blocker = None;
     }
 
     /// Appends held back for payloads.
