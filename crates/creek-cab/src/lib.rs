@@ -451,10 +451,12 @@ mod tests {
         m.term = term;
         m.index = index;
         m.log_term = log_term;
-        let mut e = raft::eraftpb::Entry::default();
-        e.index = index + 1;
-        e.term = term;
-        e.data = entry::encode_ids(ids).into();
+        let e = raft::eraftpb::Entry {
+            index: index + 1,
+            term,
+            data: entry::encode_ids(ids).into(),
+            ..Default::default()
+        };
         m.set_entries(vec![e].into());
         CabMessage::Raft(Bytes::from(m.write_to_bytes().expect("encodes")))
     }
