@@ -45,11 +45,13 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
     let options = args.endpoints.options()?;
     let runtime = cli::runtime()?;
-    let (replies, voters) = runtime.block_on(survey(addrs, options.clone()));
+    // The given replicas first: on a sharded cluster their map says which
+    // groups to survey; otherwise they and the members they name are it.
+    let given = runtime.block_on(query_all(&addrs, &options));
     // A sharded cluster: each shard, and the directory, is a group of its
     // own, reported in turn (the exit code is the worst group's).
     // The newest map any answering replica serves under.
-    let map = replies
+    let map = given
         .iter()
         .filter_map(|(_, r)| {
             r.as_ref()
@@ -59,6 +61,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         })
         .max_by_key(|m| m.epoch);
     let Some(map) = map else {
+        let (replies, voters) = runtime.block_on(complete(addrs, given, options.clone()));
         return report(args, &replies, &voters);
     };
     let mut groups: Vec<(String, &creek_shard::Shard)> = map
@@ -148,7 +151,16 @@ fn report(args: &Args, replies: &[Reply], voters: &[u32]) -> Result<(), Failure>
 /// asked; the group's voters as the first answering replica applied them
 /// (empty if it could not say).
 async fn survey(addrs: Vec<String>, tls: ConnectOptions) -> (Vec<Reply>, Vec<u32>) {
-    let mut replies = query_all(&addrs, &tls).await;
+    let replies = query_all(&addrs, &tls).await;
+    complete(addrs, replies, tls).await
+}
+
+/// [`survey`] from the answers of `addrs` already had.
+async fn complete(
+    addrs: Vec<String>,
+    mut replies: Vec<Reply>,
+    tls: ConnectOptions,
+) -> (Vec<Reply>, Vec<u32>) {
     let asked: Vec<String> = addrs.clone();
     let mut more: Vec<String> = Vec::new();
     for (_, reply) in &replies {
