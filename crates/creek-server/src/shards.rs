@@ -39,6 +39,16 @@ pub enum Role {
     Directory,
 }
 
+impl std::fmt::Display for Role {
+    /// The group's name: `shard 1`, `directory`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Shard(s) => write!(f, "shard {}", s.0),
+            Role::Directory => f.write_str("directory"),
+        }
+    }
+}
+
 /// A map and its bytes.
 #[derive(Debug)]
 struct Held {
@@ -118,13 +128,9 @@ impl ShardGate {
             })
             .collect();
         if !elsewhere.is_empty() {
-            let group = match role {
-                Role::Shard(s) => format!("shard {}", s.0),
-                Role::Directory => "the directory".to_owned(),
-            };
             let ids: Vec<u16> = listed.replicas.keys().copied().collect();
             return Err(ConfigError::Invalid(format!(
-                "the shard map {} lists replicas {ids:?} in {group}; this configuration \
+                "the shard map {} lists replicas {ids:?} in {role}; this configuration \
                  also names {elsewhere:?}, which the map places in another group",
                 path.display(),
             )));
@@ -204,7 +210,7 @@ impl ShardGate {
         };
         if !placed {
             return Err(format!(
-                "the shard map at epoch {} does not list replica {} where it serves ({:?}): \
+                "the shard map at epoch {} does not list replica {} where it serves ({}): \
                  kept the map at epoch {}",
                 map.epoch, self.me, self.role, held.map.epoch
             ));
@@ -238,7 +244,7 @@ impl ShardGate {
         let Route::Arg(n) = self.registry.route_of(&call.name) else {
             return None;
         };
-        let owner = held.map.owner(None, &key_arg(call, n)?);
+        let (_, owner) = owner_of_arg(&held.map, call, n)?;
         if owner == shard {
             return None;
         }
@@ -261,17 +267,13 @@ impl ShardGate {
         let mut groups: Vec<(String, Vec<(u16, String)>)> = map
             .shards
             .iter()
-            .map(|(id, s)| (format!("shard {}", id.0), list(s)))
+            .map(|(id, s)| (Role::Shard(*id).to_string(), list(s)))
             .collect();
         if !map.directory.replicas.is_empty() {
-            groups.push(("directory".to_owned(), list(&map.directory)));
+            groups.push((Role::Directory.to_string(), list(&map.directory)));
         }
-        let own = match self.role {
-            Role::Shard(s) => format!("shard {}", s.0),
-            Role::Directory => "directory".to_owned(),
-        };
         Groups {
-            own,
+            own: self.role.to_string(),
             epoch: map.epoch,
             groups,
         }
@@ -293,10 +295,9 @@ impl ShardGate {
             Route::Everywhere => Ok(()),
             Route::Arg(n) => {
                 // Malformed arguments are refused by the registry's check.
-                let Some(key) = key_arg(call, n) else {
+                let Some((key, owner)) = owner_of_arg(map, call, n) else {
                     return Ok(());
                 };
-                let owner = map.owner(None, &key);
                 if owner == shard {
                     Ok(())
                 } else {
@@ -468,6 +469,14 @@ fn read(path: &Path) -> Result<Bytes, ConfigError> {
             path: path.to_owned(),
             source,
         })
+}
+
+/// The key in argument `n` of `call` (if it is bytes) and the shard
+/// owning it under `map`.
+fn owner_of_arg(map: &ShardMap, call: &ProcCall, n: usize) -> Option<(Bytes, ShardId)> {
+    let key = key_arg(call, n)?;
+    let owner = map.owner(None, &key);
+    Some((key, owner))
 }
 
 /// Argument `n` of `call` if it is bytes.

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use creek_client::{Client, Cluster, Levels, ShardId, ShardMap};
+use creek_client::{Client, Cluster, ConnectOptions, Levels, ShardId, ShardMap};
 use creek_shard::Placement;
 use creek_types::value::Value;
 
@@ -90,6 +90,7 @@ struct Row {
 pub fn run(args: &Args) -> Result<(), Failure> {
     let addrs = args.endpoints.list();
     if let Some(action) = &args.action {
+        let options = args.endpoints.options()?;
         return cli::runtime()?.block_on(async {
             let cluster = cli::connect_cluster(&args.endpoints, &addrs).await?;
             match action {
@@ -102,7 +103,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 } => {
                     let placement = placement_of(*pin, ranges.as_deref(), *hashed)?;
                     let wait = Duration::from_secs(*wait_secs);
-                    place(&cluster, &addrs, keyspace, placement, wait).await
+                    place(&cluster, &options, &addrs, keyspace, placement, wait).await
                 }
                 Action::AddReplica {
                     shard,
@@ -116,10 +117,18 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                         peer: peer.clone(),
                     };
                     let listing = Some((ShardId(*shard), endpoint));
-                    member(&cluster, *id, listing, Duration::from_secs(*wait_secs)).await
+                    let wait = Duration::from_secs(*wait_secs);
+                    member(&cluster, &options, *id, listing, wait).await
                 }
                 Action::RemoveReplica { id, wait_secs } => {
-                    member(&cluster, *id, None, Duration::from_secs(*wait_secs)).await
+                    member(
+                        &cluster,
+                        &options,
+                        *id,
+                        None,
+                        Duration::from_secs(*wait_secs),
+                    )
+                    .await
                 }
             }
         });
@@ -263,6 +272,7 @@ async fn held_map(
 /// print `what` it did, then wait for every replica to serve under it.
 async fn change(
     cluster: &Cluster,
+    options: &ConnectOptions,
     wait: Duration,
     next: impl FnOnce(&ShardMap) -> Result<(ShardMap, String), Failure>,
 ) -> Result<(), Failure> {
@@ -282,7 +292,7 @@ async fn change(
     .await?
     .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
     println!("epoch {}: {what}", next.epoch);
-    let lagging = wait_for_epoch(&map, &next, wait).await;
+    let lagging = wait_for_epoch(&map, &next, options, wait).await;
     if lagging.is_empty() {
         println!("every replica serves under epoch {}", next.epoch);
         Ok(())
@@ -306,6 +316,7 @@ async fn change(
 /// Place `keyspace` by `placement`, if no shard holds it yet.
 async fn place(
     cluster: &Cluster,
+    options: &ConnectOptions,
     addrs: &[String],
     keyspace: &str,
     placement: Placement,
@@ -322,7 +333,7 @@ async fn place(
             ),
         ));
     }
-    change(cluster, wait, |map| {
+    change(cluster, options, wait, |map| {
         let placement = match placement {
             Placement::Hashed(v) if v.is_empty() => Placement::even_slots(&map.shard_ids()),
             p => p,
@@ -343,11 +354,12 @@ async fn place(
 /// from the map (`None`).
 async fn member(
     cluster: &Cluster,
+    options: &ConnectOptions,
     id: u16,
     listing: Option<(ShardId, creek_shard::Endpoint)>,
     wait: Duration,
 ) -> Result<(), Failure> {
-    change(cluster, wait, |map| {
+    change(cluster, options, wait, |map| {
         let mut next = map.clone();
         next.epoch += 1;
         let what = match listing {
@@ -416,21 +428,35 @@ async fn holding(
 
 /// Wait up to `wait` for every replica of every shard to serve under
 /// `next` — those both maps list: a replica just listed is not started
-/// yet, one just dropped is gone; the ones that did not.
-async fn wait_for_epoch(map: &ShardMap, next: &ShardMap, wait: Duration) -> Vec<u16> {
-    let epoch = next.epoch;
+/// yet, one just dropped is gone; the ones that did not. Each replica is
+/// asked over one connection of its own, made with `options`.
+async fn wait_for_epoch(
+    map: &ShardMap,
+    next: &ShardMap,
+    options: &ConnectOptions,
+    wait: Duration,
+) -> Vec<u16> {
     let until = Instant::now() + wait;
-    let mut left: Vec<(u16, String)> = next
+    let mut left: Vec<(u16, String, Option<Client>)> = next
         .shards
         .values()
-        .flat_map(|s| s.replicas.iter().map(|(id, e)| (*id, e.client.clone())))
-        .filter(|(id, _)| map.shard_of_replica(*id).is_some())
+        .flat_map(|s| {
+            s.replicas
+                .iter()
+                .map(|(id, e)| (*id, e.client.clone(), None))
+        })
+        .filter(|(id, _, _)| map.shard_of_replica(*id).is_some())
         .collect();
     while !left.is_empty() && Instant::now() < until {
         let mut still = Vec::new();
-        for (id, addr) in left {
-            if served_epoch(&addr).await < Some(epoch) {
-                still.push((id, addr));
+        for (id, addr, mut client) in left {
+            if client.is_none() {
+                client = Client::connect_with_options([addr.clone()], options.clone())
+                    .await
+                    .ok();
+            }
+            if served_epoch(client.as_ref()).await < Some(next.epoch) {
+                still.push((id, addr, client));
             }
         }
         left = still;
@@ -438,13 +464,12 @@ async fn wait_for_epoch(map: &ShardMap, next: &ShardMap, wait: Duration) -> Vec<
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    left.into_iter().map(|(id, _)| id).collect()
+    left.into_iter().map(|(id, _, _)| id).collect()
 }
 
-/// The epoch of the map the replica at `addr` serves under.
-async fn served_epoch(addr: &str) -> Option<u64> {
-    let client = Client::connect([addr]).await.ok()?;
-    let status = client.status().await.ok()?;
+/// The epoch of the map the replica behind `client` serves under.
+async fn served_epoch(client: Option<&Client>) -> Option<u64> {
+    let status = client?.status().await.ok()?;
     creek_shard::decode(&status.shard_map).ok().map(|m| m.epoch)
 }
 

@@ -252,7 +252,6 @@ impl Console {
     async fn sample(&self) -> Option<String> {
         let status = self.ask(Event::Status).await?;
         let strip = self.ask(Event::Strip).await?;
-        let shards = self.shards_view().await;
         let me = self.me.0;
         let members_addrs: Vec<(ReplicaId, String)> = status
             .group
@@ -270,6 +269,21 @@ impl Console {
                 .map(|(_, addr)| self.peer_status(addr.clone())),
         )
         .await;
+        // What this sample already knows of its own group's members, for
+        // the shards view (asked once).
+        let mut known: BTreeMap<u16, Option<(String, u16)>> = members_addrs
+            .iter()
+            .zip(&asked)
+            .map(|((id, _), answer)| {
+                let seen = answer
+                    .as_ref()
+                    .ok()
+                    .map(|s| (s.role.clone(), u16::try_from(s.leader).unwrap_or(0)));
+                (id.0, seen)
+            })
+            .collect();
+        known.insert(me, Some((status.role.to_owned(), status.leader)));
+        let shards = self.shards_view(&known).await;
         let links: BTreeMap<u16, bool> = self
             .transport
             .peers()
@@ -377,8 +391,13 @@ impl Console {
     /// A member's `Status`, through a channel kept per address (it
     /// reconnects by itself).
     /// Every group of a sharded cluster, each replica asked for its
-    /// `Status` (this one answers for itself).
-    async fn shards_view(&self) -> Option<ShardsView> {
+    /// `Status` — but those `known` already answered for this sample (this
+    /// replica and its own group's members: their role and leader, `None`
+    /// if they did not answer).
+    async fn shards_view(
+        &self,
+        known: &BTreeMap<u16, Option<(String, u16)>>,
+    ) -> Option<ShardsView> {
         let gate = self.service.front.shards.clone()?;
         let crate::shards::Groups { own, epoch, groups } = gate.groups();
         let mut view = ShardsView {
@@ -388,13 +407,10 @@ impl Console {
         };
         for (name, replicas) in groups {
             let answers = futures_util::future::join_all(replicas.iter().map(|(id, addr)| {
-                let own = *id == self.me.0;
+                let seen = known.get(id).cloned();
                 async move {
-                    if own {
-                        let (tx, rx) = oneshot::channel();
-                        self.events.send(Event::Status(tx)).await.ok()?;
-                        let s = rx.await.ok()?;
-                        return Some((s.role.to_owned(), s.leader));
+                    if let Some(seen) = seen {
+                        return seen;
                     }
                     let s = self.peer_status(addr.clone()).await.ok()?;
                     Some((s.role, u16::try_from(s.leader).unwrap_or(0)))

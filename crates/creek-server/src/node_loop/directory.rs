@@ -19,11 +19,46 @@ use super::{Invocation, NodeLoop, ReplyTo};
 const FORM_RETRY: Duration = Duration::from_secs(2);
 
 impl NodeLoop {
-    /// Hand the committed map to the gate if it changed; without one,
+    /// Hand a map the turn's committed changes wrote to the gate (a walk
+    /// of the writes, as the auth rules follow theirs; the state is read
+    /// only by [`NodeLoop::follow_directory_state`], once a second).
+    pub(super) fn on_directory_changes(&mut self, changes: &[creek_core::Change]) {
+        if self.directory.gate.is_none() {
+            return;
+        }
+        let written = changes
+            .iter()
+            .filter(|c| c.position.is_some())
+            .flat_map(|c| c.writes.iter())
+            .filter(|(k, _)| k.as_ref() == MAP_KEY)
+            .filter_map(|(_, v)| v.clone())
+            .last();
+        if let Some(bytes) = written {
+            self.publish_directory_map(bytes);
+        }
+    }
+
+    fn publish_directory_map(&mut self, bytes: Bytes) {
+        let Some(gate) = &self.directory.gate else {
+            return;
+        };
+        if self.directory.published.as_ref() == Some(&bytes) {
+            return;
+        }
+        match gate.adopt(&bytes) {
+            Ok(Some(epoch)) => tracing::info!(epoch, "the directory's map changed"),
+            Ok(None) => {}
+            Err(why) => tracing::error!("the directory's committed map: {why}"),
+        }
+        self.directory.published = Some(bytes);
+    }
+
+    /// Hand the committed map to the gate if it changed (after a rebuild
+    /// from a checkpoint, no change carries it); without one,
     /// propose the map file's as the first (`directory.set(0, map)`, a
     /// strong op: every directory replica may propose it, the first
-    /// ordered wins and the others abort on its epoch). Called after the
-    /// turn's changes and every second.
+    /// ordered wins and the others abort on its epoch). Called every
+    /// second.
     pub(super) fn follow_directory_state(&mut self) {
         let Some(gate) = self.directory.gate.clone() else {
             return;
@@ -39,15 +74,7 @@ impl NodeLoop {
                 }
             });
         match committed {
-            Some(bytes) if self.directory.published.as_ref() != Some(&bytes) => {
-                match gate.adopt(&bytes) {
-                    Ok(Some(epoch)) => tracing::info!(epoch, "the directory's map changed"),
-                    Ok(None) => {}
-                    Err(why) => tracing::error!("the directory's committed map: {why}"),
-                }
-                self.directory.published = Some(bytes);
-            }
-            Some(_) => {}
+            Some(bytes) => self.publish_directory_map(bytes),
             None => self.form_directory(gate.seed().clone()),
         }
     }

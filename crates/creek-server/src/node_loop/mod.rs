@@ -358,9 +358,7 @@ impl NodeLoop {
     fn pump_watchers(&mut self) {
         let changes = self.node.take_changes();
         self.on_auth_changes(&changes);
-        if !changes.is_empty() {
-            self.follow_directory_state();
-        }
+        self.on_directory_changes(&changes);
         let finalized = self.node.replica().counters().finalized;
         self.watch.on_changes(changes, finalized);
         self.watch.pump();
