@@ -156,6 +156,14 @@ pub enum MapError {
         /// Its epoch.
         actual: u64,
     },
+    /// A map adopted in place of one of the same or a later epoch.
+    #[error("a map of epoch {actual} cannot replace one of epoch {current}")]
+    EpochNotLater {
+        /// The epoch of the map held.
+        current: u64,
+        /// The other map's.
+        actual: u64,
+    },
     /// A change that would give keys that have an owner another owner
     /// (moving data between shards is not a map change).
     #[error(
@@ -295,15 +303,30 @@ impl ShardMap {
     /// new shards, and changes of members and addresses (of shards and of
     /// the directory) are what a change may bring.
     pub fn check_next(&self, next: &ShardMap) -> Result<(), MapError> {
+        if next.cluster == self.cluster && next.epoch != self.epoch + 1 {
+            return Err(MapError::EpochNotNext {
+                expected: self.epoch + 1,
+                actual: next.epoch,
+            });
+        }
+        self.check_later(next)
+    }
+
+    /// Whether `next`, a map of any later epoch, may have come from this
+    /// one by changes [`ShardMap::check_next`] allows: the same cluster, a
+    /// greater epoch, a valid map, and every key with the owner it has here.
+    /// What a replica or client that skipped epochs checks of the map it
+    /// adopts.
+    pub fn check_later(&self, next: &ShardMap) -> Result<(), MapError> {
         if next.cluster != self.cluster {
             return Err(MapError::OtherCluster {
                 ours: self.cluster,
                 other: next.cluster,
             });
         }
-        if next.epoch != self.epoch + 1 {
-            return Err(MapError::EpochNotNext {
-                expected: self.epoch + 1,
+        if next.epoch <= self.epoch {
+            return Err(MapError::EpochNotLater {
+                current: self.epoch,
                 actual: next.epoch,
             });
         }

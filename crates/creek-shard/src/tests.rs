@@ -291,6 +291,36 @@ fn a_next_map_keeps_every_owner() {
 }
 
 #[test]
+fn a_later_map_may_skip_epochs_but_not_move_keys() {
+    let map = two_shards();
+    let later = |epoch: u64, f: &dyn Fn(&mut ShardMap)| {
+        let mut n = map.clone();
+        n.epoch = epoch;
+        f(&mut n);
+        map.check_later(&n)
+    };
+    assert_eq!(
+        later(map.epoch + 3, &|n| n.directory = group(&[7, 8])),
+        Ok(())
+    );
+    assert_eq!(
+        later(map.epoch, &|_| {}),
+        Err(MapError::EpochNotLater {
+            current: map.epoch,
+            actual: map.epoch
+        })
+    );
+    assert!(matches!(
+        later(map.epoch + 2, &|n| n.default = Placement::Pinned(s(0))),
+        Err(MapError::MovesKeys { .. })
+    ));
+    assert!(matches!(
+        later(map.epoch + 2, &|n| n.cluster += 1),
+        Err(MapError::OtherCluster { .. })
+    ));
+}
+
+#[test]
 fn malformed_bytes_are_refused_with_the_reason() {
     let map = two_shards();
     let good = encode(&map).to_vec();

@@ -10,7 +10,7 @@ use creek_shard::{RouteError, ShardId};
 use serde_json::{json, Value};
 
 use crate::config::SimConfig;
-use crate::sim::Outcome;
+use crate::sim::{DirectoryEnd, Outcome};
 use crate::workload::Workload;
 
 /// All checkers, over the simulator's end state: each shard's replicas,
@@ -49,7 +49,98 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     if cfg.shards > 1 {
         merged.push(Check::new("ownership", ownership_violations(out)));
     }
+    if let Some(dir) = &out.directory {
+        for check in directory_checks(cfg, out, dir) {
+            match merged.iter_mut().find(|c| c.name == check.name) {
+                Some(c) => {
+                    c.ok &= check.ok;
+                    c.violations.extend(check.violations);
+                }
+                None => merged.push(check),
+            }
+        }
+    }
     merged
+}
+
+/// The directory group's checks, as a shard's (its replicas, and the
+/// operator's ops as its history: each reads or installs the map, a
+/// strong op over one key), and the `directory` check: every map adopted
+/// could follow the one held, and the run ended with the directory's map
+/// listing the groups and every shard replica serving under it.
+fn directory_checks(cfg: &SimConfig, out: &Outcome, dir: &DirectoryEnd) -> Vec<Check> {
+    let in_group = |replica: u16| dir.slots.contains(&usize::from(replica).wrapping_sub(1));
+    let replicas = dir
+        .slots
+        .clone()
+        .map(|i| ReplicaEnd {
+            id: creek_core::ReplicaId(i as u16 + 1),
+            committed: out.nodes[i].committed(),
+            finalized: out.nodes[i].finalized(),
+            pending: out.nodes[i].pending_len(),
+            committed_state: out.nodes[i].committed_state(),
+            lost: out.nodes[i].is_lost() || !out.members[i],
+            wiped: out.nodes[i].disk_counts().wipes > 0,
+        })
+        .collect();
+    let group = cfg.shards;
+    let run = RunEnd {
+        history: &dir.history,
+        replicas,
+        broadcast: out
+            .ops
+            .iter()
+            .filter(|(id, _)| in_group(id.origin.0))
+            .map(|(id, op)| (*id, &op.call))
+            .collect(),
+        broadcast_complete: true,
+        registry: &dir.registry,
+        initial_state: BTreeMap::new(),
+        prefix_violation: out
+            .prefix_violation
+            .as_ref()
+            .filter(|(g, _)| *g == group)
+            .map(|(_, v)| v.clone()),
+        settled: out.settled,
+        settled_after_us: out.settled_after_us,
+        liveness_bound_us: out.liveness_bound_us,
+        lin_budget_steps: cfg.lin_budget_steps,
+    };
+    let map_key = Bytes::from_static(creek_procs::builtins::directory::MAP_KEY);
+    // The map the directory holds decodes, is valid and keeps every owner
+    // of the map the cluster was formed with.
+    let invariants = |_: &History, state: &BTreeMap<Bytes, Bytes>| match state.get(&map_key) {
+        None => vec!["the directory holds no map".to_owned()],
+        Some(bytes) => match creek_shard::decode(bytes) {
+            Err(e) => vec![format!("the directory's map does not decode: {e}")],
+            Ok(map) if map.epoch == out.map.epoch => (map != *out.map)
+                .then(|| "the directory's map at epoch 1 is not the formation map".to_owned())
+                .into_iter()
+                .collect(),
+            Ok(map) => out
+                .map
+                .check_later(&map)
+                .err()
+                .map(|e| format!("the directory's map (epoch {}): {e}", map.epoch))
+                .into_iter()
+                .collect(),
+        },
+    };
+    let mut checks: Vec<Check> = check_run(run, &|_| vec![map_key.clone()], &invariants)
+        .into_iter()
+        .map(|c| Check {
+            violations: c
+                .violations
+                .into_iter()
+                .map(|v| format!("directory: {v}"))
+                .collect(),
+            ..c
+        })
+        .collect();
+    let mut violations = dir.violations.clone();
+    violations.extend(dir.lag.iter().map(|l| format!("at the end: {l}")));
+    checks.push(Check::new("directory", violations));
+    checks
 }
 
 /// The checks of shard `s`: its replicas, the ops invoked at them and
@@ -135,7 +226,13 @@ pub fn ownership_violations(out: &Outcome) -> Vec<String> {
             .map(|s| usize::from(s.0))
     };
     let mut violations = Vec::new();
+    // A replica's own ops (session expiries, voids of ops that cannot
+    // commit) belong to its shard whatever their arguments hold.
+    let own = |call: &creek_types::ProcCall| {
+        [creek_procs::session::EXPIRE, creek_procs::void::VOID].contains(&&*call.name)
+    };
     let mut judge = |what: String, call: &creek_types::ProcCall, shard: usize| match owner(call) {
+        _ if own(call) => {}
         Ok(s) if s != shard => violations.push(format!(
             "{what} ({}) ran on shard {shard}; shard {s} owns its keys",
             call.name
@@ -153,7 +250,9 @@ pub fn ownership_violations(out: &Outcome) -> Vec<String> {
         };
         judge(what, &r.call, shard_of_slot(r.replica));
     }
-    for (i, node) in out.nodes.iter().enumerate() {
+    // The shards' replicas (the directory's run only `directory.*`).
+    let shard_slots = out.map.shards.len() * out.per_shard;
+    for (i, node) in out.nodes[..shard_slots].iter().enumerate() {
         for id in node.committed() {
             if let Some(op) = out.ops.get(id) {
                 judge(
@@ -232,6 +331,10 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         "duration_us": out.duration_us,
         "ops": { "total": h.len(), "weak": weak, "strong": strong, "local_reads": local },
         "ops_by_shard": ops_by_shard,
+        "directory": out.directory.as_ref().map(|d| json!({
+            "epoch": d.epoch,
+            "operator_ops": d.history.ops.len(),
+        })),
         "faults": out.faults,
         "checks": checks_obj,
         "violations": violations,

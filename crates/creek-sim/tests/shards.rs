@@ -123,3 +123,81 @@ fn settings_a_sharded_run_cannot_take_are_refused() {
         assert!(err.contains(why), "{err}");
     }
 }
+
+/// The directory is a group of its own: the operator forms it, and every
+/// membership change in a shard or in the directory becomes a new map
+/// epoch that the shards' replicas adopt and the clients refresh to, while
+/// the directory's replicas take the same faults as the shards'.
+#[test]
+fn membership_changes_reach_every_replica_through_the_directory() {
+    let mut grown = 0;
+    for seed in 0..12 {
+        let cfg = SimConfig {
+            faults: Faults::parse("member,crash,partition").unwrap(),
+            duration_us: 600_000,
+            ..config("kv", seed)
+        };
+        let (report, ok) = simulate(&cfg).unwrap();
+        assert!(ok, "seed {seed}: {}", report["violations"]);
+        assert_eq!(report["checks"]["directory"], true, "seed {seed}");
+        let epoch = report["directory"]["epoch"].as_u64().unwrap();
+        assert!(epoch >= 1, "seed {seed}: the directory was not formed");
+        let changes = report["faults"]["member_added"].as_u64().unwrap_or(0)
+            + report["faults"]["member_removed"].as_u64().unwrap_or(0);
+        if changes > 0 {
+            grown += 1;
+            assert!(
+                epoch > 1,
+                "seed {seed}: {changes} membership changes, the map stayed at epoch 1"
+            );
+            assert!(
+                report["faults"]["map_adopted"].as_u64().unwrap_or(0) > 0,
+                "seed {seed}: {}",
+                report["faults"]
+            );
+        }
+    }
+    assert!(grown >= 3, "only {grown} runs changed a group's members");
+}
+
+/// The directory's checks can fail: a directory whose map gives keys
+/// another owner than the formation map's is reported, and so are maps a
+/// replica was handed that could not follow its own.
+#[test]
+fn a_directory_map_that_moves_keys_is_caught() {
+    let cfg = SimConfig {
+        faults: Faults::default(),
+        ..config("kv", 7)
+    };
+    let workload = by_name("kv", &WorkloadConfig::default()).unwrap();
+    let mut out = Sim::new(cfg.clone(), workload).unwrap().run();
+    let ok = |out: &creek_sim::sim::Outcome| {
+        run_checks(&cfg, out)
+            .into_iter()
+            .filter(|c| !c.ok)
+            .map(|c| format!("{}: {:?}", c.name, c.violations))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ok(&out), Vec::<String>::new());
+    // Judged against a formation map placing the built-in data elsewhere,
+    // the directory's own map moves keys.
+    let mut formed = (*out.map).clone();
+    formed.default = creek_shard::Placement::Pinned(creek_shard::ShardId(1));
+    let honest = std::mem::replace(&mut out.map, std::sync::Arc::new(formed));
+    let failed = ok(&out);
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.contains("directory: ") && f.contains("not the formation map")),
+        "{failed:?}"
+    );
+    out.map = honest;
+    out.directory
+        .as_mut()
+        .unwrap()
+        .violations
+        .push("replica 2 was handed map epoch 1 over epoch 3".into());
+    let failed = ok(&out);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].starts_with("directory"), "{failed:?}");
+}

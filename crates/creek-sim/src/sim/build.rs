@@ -9,6 +9,15 @@ impl Sim {
         let mut registry = Registry::with_builtins();
         workload.register(&mut registry);
         let registry = Arc::new(registry);
+        // A sharded cluster has a directory group too: group `shards`,
+        // after the shards' slots (docs/shards.md, "The directory").
+        let directory = cfg.shards > 1;
+        let groups = cfg.shards + usize::from(directory);
+        let dir_registry = Arc::new({
+            let mut r = Registry::with_builtins();
+            creek_procs::builtins::directory::register(&mut r);
+            r
+        });
         let mut rng = Rng::new(cfg.seed);
         let spares = if cfg.faults.members && cfg.protocol == Protocol::Creek {
             SPARES
@@ -19,14 +28,14 @@ impl Sim {
         // spares. A slot's replica id is its index + 1, unique across the
         // cluster, as the directory hands them out.
         let per_shard = cfg.replicas + spares;
-        let slots = per_shard * cfg.shards;
+        let slots = per_shard * groups;
         let map = shard_map(&cfg, per_shard, workload.as_mut())?;
         // A bulk-loaded initial state, as if every replica were restored
         // from the same backup: the checkpoint of an empty history, each
         // shard's holding the records it owns.
         let preload = workload.preload();
         let preloaded = !preload.is_empty();
-        let preloads: Vec<Vec<(Bytes, Bytes)>> = (0..cfg.shards)
+        let mut preloads: Vec<Vec<(Bytes, Bytes)>> = (0..cfg.shards)
             .map(|s| {
                 preload
                     .iter()
@@ -46,6 +55,10 @@ impl Sim {
                 records
             })
             .collect();
+        // The directory's state starts empty: the operator forms it.
+        if directory {
+            preloads.push(Vec::new());
+        }
         let initial_states = preloads
             .iter()
             .map(|p| {
@@ -58,9 +71,15 @@ impl Sim {
             .collect();
         let mut nodes = Vec::new();
         let durable_initial = cfg.faults.crashes();
-        for (shard, preload) in preloads.into_iter().enumerate() {
-            let base = shard * per_shard;
-            let initial = preloaded.then(|| Checkpoint {
+        for (group, preload) in preloads.into_iter().enumerate() {
+            let base = group * per_shard;
+            let is_directory = group == cfg.shards;
+            let registry = if is_directory {
+                &dir_registry
+            } else {
+                &registry
+            };
+            let initial = (preloaded && !is_directory).then(|| Checkpoint {
                 state: preload,
                 ..Checkpoint::default()
             });
@@ -125,6 +144,7 @@ impl Sim {
             }
         }
         let (net, faults) = network(&cfg, slots, &mut rng);
+        let map = Arc::new(map);
         let clients = (0..cfg.clients)
             .map(|c| Client {
                 replicas: (0..cfg.shards)
@@ -133,12 +153,16 @@ impl Sim {
                 pending: None,
                 seq: 0,
                 acks: Vec::new(),
+                map: map.clone(),
+                refresh: false,
             })
             .collect();
-        let canonical = vec![Vec::new(); cfg.shards];
+        let canonical = vec![Vec::new(); groups];
         let mut sim = Sim {
             checked_len: vec![0; slots],
             per_shard,
+            groups,
+            dir: directory.then(|| Dir::new(dir_registry, &map, slots)),
             map,
             cfg,
             registry,
@@ -180,7 +204,7 @@ impl Sim {
     fn setup_calls(&self) -> Result<VecDeque<(usize, Request)>, String> {
         let mut out = VecDeque::new();
         for call in self.workload.setup() {
-            let shards = match self.route(&call) {
+            let shards = match self.route(&self.map, &call) {
                 Ok(s) => vec![s],
                 Err(creek_shard::RouteError::NoKeys) => (0..self.cfg.shards).collect(),
                 Err(e) => return Err(format!("setup call {}: {e}", call.name)),
@@ -215,9 +239,19 @@ fn shard_map(
         }
     }
     if cfg.shards > 1 {
+        let base = cfg.shards * per_shard;
+        for k in 1..=cfg.replicas {
+            let id = (base + k) as u16;
+            map.directory
+                .replicas
+                .insert(id, creek_shard::Endpoint::default());
+        }
         workload
             .place(&mut map)
             .map_err(|e| format!("workload {} on {} shards: {e}", workload.name(), cfg.shards))?;
+        // The cluster is formed with the workload's placements: its first
+        // map (the directory's first has epoch 1).
+        map.epoch = 1;
     }
     map.validate().map_err(|e| e.to_string())?;
     Ok(map)

@@ -9,14 +9,15 @@ impl Sim {
         if self.ended {
             return;
         }
-        // A fault hits one shard (each is its own group; shards share no
-        // messages, so a cut between shards would change nothing).
-        let shard = if self.cfg.shards > 1 {
-            self.rng.index(self.cfg.shards)
+        // A fault hits one group, a shard or the directory (groups share
+        // no consensus messages, so a cut between groups would change
+        // nothing but the directory's answers to the shards).
+        let shard = if self.groups > 1 {
+            self.rng.index(self.groups)
         } else {
             0
         };
-        let scope = self.shard_slots(shard);
+        let scope = self.group_slots(shard);
         // Fault budgets count the group's members (a minority may fail).
         let g = self.member_slots(shard).len();
         let mut classes = Vec::new();
@@ -127,7 +128,7 @@ impl Sim {
 
     /// A crash of one replica while a majority stays up: a third stay down for the run.
     pub(super) fn crash_one(&mut self, scope: std::ops::Range<usize>, g: usize) {
-        let down = self.down(self.shard_of(scope.start));
+        let down = self.down(self.group_of(scope.start));
         let victim = scope.start + self.rng.index(scope.len());
         if down < (g - 1) / 2 && self.nodes[victim].node.is_up() {
             self.crash(victim, false);
@@ -145,7 +146,7 @@ impl Sim {
 
     /// A disk fault, aimed at a replica with writes in flight: unsynced writes lost, a torn write, a failed fsync or a stall.
     pub(super) fn disk_fault(&mut self, scope: std::ops::Range<usize>, g: usize) {
-        let down = self.down(self.shard_of(scope.start));
+        let down = self.down(self.group_of(scope.start));
         // Aim at a replica with writes in flight: that is where a
         // crash loses something.
         let unsynced: Vec<usize> = scope
@@ -195,7 +196,7 @@ impl Sim {
         let wiped = scope.clone().filter(|i| self.nodes[*i].wiped).count();
         let victim = scope.start + self.rng.index(scope.len());
         if wiped < usize::from(self.cfg.faults.wipes)
-            && self.down(self.shard_of(scope.start)) < (g - 1) / 2
+            && self.down(self.group_of(scope.start)) < (g - 1) / 2
             && self.nodes[victim].node.is_up()
             && !self.nodes[victim].node.is_lost()
         {
@@ -297,9 +298,9 @@ impl Sim {
         }
     }
 
-    /// Replicas of shard `s` down, or up but lost (they take no part).
+    /// Replicas of group `s` down, or up but lost (they take no part).
     pub(super) fn down(&self, s: usize) -> usize {
-        self.shard_slots(s)
+        self.group_slots(s)
             .map(|i| &self.nodes[i])
             .filter(|x| x.slot == Slot::Member && (!x.node.is_up() || x.node.is_lost()))
             .count()
@@ -310,13 +311,13 @@ impl Sim {
     /// slots say: what the end of the run checks.
     pub(super) fn in_group(&self) -> Vec<bool> {
         let mut out = Vec::with_capacity(self.nodes.len());
-        for s in 0..self.cfg.shards {
+        for s in 0..self.groups {
             let group = self
-                .shard_slots(s)
+                .group_slots(s)
                 .map(|i| &self.nodes[i])
                 .filter(|n| n.slot == Slot::Member && n.node.is_member())
                 .find_map(|n| n.node.group_members());
-            out.extend(self.shard_slots(s).map(|i| match &group {
+            out.extend(self.group_slots(s).map(|i| match &group {
                 Some(g) => g.contains(&ReplicaId(i as u16 + 1)),
                 None => self.nodes[i].slot == Slot::Member,
             }));
@@ -324,9 +325,9 @@ impl Sim {
         out
     }
 
-    /// The replicas of shard `s` in its group (or being added to it).
+    /// The replicas of group `s` in the group (or being added to it).
     pub(super) fn member_slots(&self, s: usize) -> Vec<usize> {
-        self.shard_slots(s)
+        self.group_slots(s)
             .filter(|i| self.nodes[*i].slot == Slot::Member)
             .collect()
     }
@@ -354,12 +355,12 @@ impl Sim {
         // the replica stays in the group but out of the clients' and the
         // checks' sight, which the end of the run settles (`finish`).
         let change = self
-            .shard_slots(shard)
+            .group_slots(shard)
             .map(|i| ReplicaId(i as u16 + 1))
             .find(|id| self.nodes[slot_of(*id)].slot == Slot::Member && !group.contains(id))
             .map(MemberChange::AddLearner);
         let spare = self
-            .shard_slots(shard)
+            .group_slots(shard)
             .find(|i| self.nodes[*i].slot == Slot::Spare);
         let change = match (change, spare) {
             (Some(c), _) => c,

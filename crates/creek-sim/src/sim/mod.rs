@@ -29,10 +29,12 @@ use crate::rng::Rng;
 use crate::workload::Workload;
 
 mod build;
+mod directory;
 mod faults;
 mod outcome;
 
-pub use outcome::{Outcome, Readings, Totals, Traffic};
+use directory::{Dir, OPERATOR_CLIENT};
+pub use outcome::{DirectoryEnd, Outcome, Readings, Totals, Traffic};
 
 enum Ev {
     Deliver {
@@ -64,6 +66,18 @@ enum Ev {
         node: usize,
         epoch: u64,
     },
+    /// The directory's periodic step (`directory::FOLLOW_US`).
+    Directory,
+    /// A shard replica's ask for the map reaches a directory replica.
+    MapAsk {
+        from: usize,
+        to: usize,
+    },
+    /// A directory replica's map reaches a shard replica.
+    MapAnswer {
+        to: usize,
+        map: Arc<ShardMap>,
+    },
     End,
 }
 
@@ -81,6 +95,9 @@ impl Ev {
             Ev::Restart { node } => 7 + 16 * (*node as u64),
             Ev::SyncDone { node, .. } => 11 + 16 * (*node as u64),
             Ev::DiskPoll { node, .. } => 12 + 16 * (*node as u64),
+            Ev::Directory => 13,
+            Ev::MapAsk { from, to } => 14 + 16 * (*from as u64) + 256 * (*to as u64),
+            Ev::MapAnswer { to, map } => 15 + 16 * (*to as u64) + 256 * map.epoch,
             Ev::End => 8,
         }
     }
@@ -133,6 +150,12 @@ struct Client {
     seq: u64,
     /// Seqs answered, for the next request to acknowledge.
     acks: Vec<u64>,
+    /// The shard map it routes by (a sharded cluster's clients learn it
+    /// from the directory).
+    map: Arc<ShardMap>,
+    /// It wants a newer map (its replica left, or answered under a newer
+    /// epoch): it asks the directory at the next directory step.
+    refresh: bool,
 }
 
 /// Counts of injected faults by class (and of what they caused:
@@ -200,10 +223,17 @@ pub struct Sim {
     events: BTreeMap<u64, Ev>,
     seq: u64,
     nodes: Vec<SimNode>,
-    /// Slots per shard: shard `s` holds `s * per_shard ..`.
+    /// Slots per group: group `g` holds `g * per_shard ..` (the shards,
+    /// then on a sharded cluster the directory).
     per_shard: usize,
-    /// The cluster's shard map (one shard unless `SimConfig::shards`).
-    map: ShardMap,
+    /// Groups: the shards, and on a sharded cluster the directory.
+    groups: usize,
+    /// A sharded cluster's directory, and the maps its replicas and
+    /// clients hold.
+    dir: Option<Dir>,
+    /// The map the cluster was formed with (one shard unless
+    /// `SimConfig::shards`).
+    map: Arc<ShardMap>,
     net: Network,
     clients: Vec<Client>,
     history: History,
@@ -269,6 +299,9 @@ impl Sim {
     pub fn run(mut self) -> Outcome {
         self.setup();
         self.schedule(self.cfg.tick_us, Ev::Tick);
+        if self.dir.is_some() {
+            self.schedule(self.cfg.tick_us, Ev::Directory);
+        }
         if self.setup_pending == 0 {
             self.start_load();
         }
@@ -398,6 +431,9 @@ impl Sim {
                     self.after(node);
                 }
             }
+            Ev::Directory => self.directory_tick(),
+            Ev::MapAsk { from, to } => self.map_ask(from, to),
+            Ev::MapAnswer { to, map } => self.map_answer(to, map),
             Ev::DiskPoll { node, epoch } => {
                 let n = &mut self.nodes[node];
                 if n.epoch == epoch {
@@ -422,34 +458,38 @@ impl Sim {
         }
     }
 
-    /// The shard owning every key of `call` (on one shard: that one).
-    fn route(&self, call: &ProcCall) -> Result<usize, RouteError> {
+    /// The shard owning every key of `call` by `map` (on one shard: that
+    /// one).
+    fn route(&self, map: &ShardMap, call: &ProcCall) -> Result<usize, RouteError> {
         if self.cfg.shards == 1 {
             return Ok(0);
         }
         let keys = self.workload.route_keys(call);
-        let shard = self
-            .map
-            .route(keys.iter().map(|(ks, k)| (ks.as_deref(), &k[..])))?;
+        let shard = map.route(keys.iter().map(|(ks, k)| (ks.as_deref(), &k[..])))?;
         Ok(usize::from(shard.0))
     }
 
-    /// The shard replica `i` belongs to.
-    fn shard_of(&self, i: usize) -> usize {
+    /// The group replica `i` belongs to.
+    fn group_of(&self, i: usize) -> usize {
         i / self.per_shard
     }
 
-    /// The slots of shard `s`.
-    fn shard_slots(&self, s: usize) -> std::ops::Range<usize> {
+    /// The slots of group `s` (a shard, or the directory).
+    fn group_slots(&self, s: usize) -> std::ops::Range<usize> {
         s * self.per_shard..(s + 1) * self.per_shard
     }
 
-    /// The next op of a sharded run's client and the shard it goes to, or
-    /// `None` when the workload generated one no shard owns alone (counted;
-    /// the workloads that run sharded never do).
+    /// The next op of a sharded run's client (routed by its map; an
+    /// open-loop session by the map the cluster was formed with) and the
+    /// shard it goes to, or `None` when the workload generated one no
+    /// shard owns alone (counted; the workloads that run sharded never do).
     fn next_routed(&mut self, client: u32) -> Option<(usize, crate::workload::NextOp)> {
         let next = self.workload.next_op(&mut self.rng, client);
-        match self.route(&next.call) {
+        let map = match self.clients.get(client as usize) {
+            Some(c) => c.map.clone(),
+            None => self.map.clone(),
+        };
+        match self.route(&map, &next.call) {
             Ok(s) => Some((s, next)),
             Err(_) => {
                 *self.faults.entry("route_refused").or_default() += 1;
@@ -474,19 +514,7 @@ impl Sim {
             };
             (s, Some(next))
         };
-        let left = self.clients[c].replicas[shard];
-        if self.nodes[left].slot != Slot::Member {
-            // Its replica left the group: the client moves to a member, and
-            // gives up on its ops there that had no final view yet.
-            for r in &mut self.history.ops {
-                if r.client == c as u32 && r.replica == left && r.final_view().is_none() {
-                    r.origin_left = true;
-                }
-            }
-            let members = self.member_slots(shard);
-            self.clients[c].replicas[shard] = members[self.rng.index(members.len())];
-        }
-        let replica = self.clients[c].replicas[shard];
+        let replica = self.client_replica(c, shard);
         if !self.nodes[replica].node.is_up() {
             let at = self.now + 10 * self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
@@ -504,7 +532,9 @@ impl Sim {
             seq: client.seq,
         });
         request.call.acked = std::mem::take(&mut client.acks);
-        if !self.invoke(replica, Some(c), request, wants_final) {
+        if self.invoke(replica, Some(c), request, wants_final) {
+            self.note_epoch(c, replica);
+        } else {
             let at = self.now + self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
         }
@@ -661,9 +691,9 @@ impl Sim {
                     .collect();
                 if calls.len() == prefix.len() {
                     let (_, state) = creek_exec::basic::replay_from(
-                        &*self.registry,
+                        self.registry_of(self.group_of(j)),
                         creek_exec::TxnLimits::default(),
-                        self.initial_states[self.shard_of(j)].clone(),
+                        self.initial_states[self.group_of(j)].clone(),
                         calls,
                     );
                     if state != r.committed_state() {
@@ -719,6 +749,10 @@ impl Sim {
 
     /// The session waiting on history record `index` may issue its next op.
     fn release_client(&mut self, index: usize) {
+        if self.history.ops[index].client == OPERATOR_CLIENT {
+            self.operator_done(index);
+            return;
+        }
         if self.history.ops[index].is_setup() {
             // Only a final view releases a setup call (no fault runs yet).
             debug_assert!(self.setup_pending > 0, "a setup call released twice");
@@ -832,7 +866,7 @@ impl Sim {
         if !self.nodes[i].node.is_up() {
             return;
         }
-        let shard = self.shard_of(i);
+        let shard = self.group_of(i);
         self.nodes[i].node.fill_unseen(&self.canonical[shard]);
         let node = &self.nodes[i].node;
         let committed = node.committed();
@@ -860,16 +894,27 @@ impl Sim {
         self.checked_len[i] = committed.len();
     }
 
-    /// In every shard, every replica holds its data (a lost one was
-    /// rebuilt) and is quiet, with the same committed order.
+    /// In every group, every replica holds its data (a lost one was
+    /// rebuilt) and is quiet, with the same committed order; on a sharded
+    /// cluster, the directory's map lists the groups as they are and every
+    /// shard replica serves under it.
     fn settled(&self) -> bool {
         let in_group = self.in_group();
-        (0..self.cfg.shards).all(|s| self.shard_settled(s, &in_group))
+        (0..self.groups).all(|s| self.group_settled(s, &in_group))
+            && self.directory_lag(&in_group).is_empty()
     }
 
-    fn shard_settled(&self, s: usize, in_group: &[bool]) -> bool {
+    /// The registry group `g`'s replicas run.
+    fn registry_of(&self, g: usize) -> &Registry {
+        match &self.dir {
+            Some(dir) if g == self.cfg.shards => &dir.registry,
+            _ => &self.registry,
+        }
+    }
+
+    fn group_settled(&self, s: usize, in_group: &[bool]) -> bool {
         let members = || {
-            self.shard_slots(s)
+            self.group_slots(s)
                 .filter(|i| in_group[*i])
                 .map(|i| &self.nodes[i])
         };
@@ -891,7 +936,7 @@ impl Sim {
     /// itself, so its own quiet says nothing).
     fn left_ops_committed(&self, s: usize, in_group: &[bool], committed: &[OpId]) -> bool {
         let left: Vec<ReplicaId> = self
-            .shard_slots(s)
+            .group_slots(s)
             .map(|i| (i, in_group[i]))
             .filter(|(i, member)| !*member && self.nodes[*i].slot == Slot::Removed)
             .map(|(i, _)| ReplicaId(i as u16 + 1))

@@ -92,10 +92,33 @@ pub struct Outcome {
     /// Whether the replicas started from the workload's preloaded state
     /// (a replay of the committed order then starts from that state).
     pub preloaded: bool,
-    /// The cluster's shard map.
-    pub map: ShardMap,
-    /// Slots per shard: shard `s`'s replicas are `nodes[s * per_shard ..]`.
+    /// The map the cluster was formed with.
+    pub map: Arc<ShardMap>,
+    /// Slots per group: shard `s`'s replicas are `nodes[s * per_shard ..]`,
+    /// then the directory's.
     pub per_shard: usize,
+    /// A sharded run's directory.
+    pub directory: Option<DirectoryEnd>,
+}
+
+/// What a sharded run's directory ended with, for its checks.
+pub struct DirectoryEnd {
+    /// The operator's ops (reading, forming and changing the map), each
+    /// naming its replica within the directory group.
+    pub history: History,
+    /// The directory's replicas: `nodes[slots]`.
+    pub slots: std::ops::Range<usize>,
+    /// The registry its replicas ran.
+    pub registry: Arc<Registry>,
+    /// Maps a replica or client was handed that could not follow the one
+    /// it held (an older epoch, another cluster, keys given another owner).
+    pub violations: Vec<String>,
+    /// Where the directory had not settled when the run ended (empty when
+    /// it had): the map not listing the groups as they are, replicas
+    /// serving under an older map.
+    pub lag: Vec<String>,
+    /// The epoch of the map the directory holds at the end (0: none).
+    pub epoch: u64,
 }
 
 impl Outcome {
@@ -151,6 +174,34 @@ impl Sim {
             self.hash(u64::from(id.origin.0) << 48 ^ id.seq);
         }
         let members = self.in_group();
+        let lag = self.directory_lag(&members);
+        let epoch = self.directory_epoch(&members);
+        // The operator's ops are the directory's history, not the
+        // workload's.
+        let (operator, ops): (Vec<OpRecord>, Vec<OpRecord>) = std::mem::take(&mut self.history.ops)
+            .into_iter()
+            .partition(|r| r.client == OPERATOR_CLIENT);
+        self.history.ops = ops;
+        let directory = self.dir.take().map(|dir| {
+            let g = self.cfg.shards;
+            let slots = g * self.per_shard..(g + 1) * self.per_shard;
+            DirectoryEnd {
+                history: History {
+                    ops: operator
+                        .into_iter()
+                        .map(|r| OpRecord {
+                            replica: r.replica - slots.start,
+                            ..r
+                        })
+                        .collect(),
+                },
+                slots,
+                registry: dir.registry,
+                violations: dir.violations,
+                lag,
+                epoch,
+            }
+        });
         let nodes = self.nodes.into_iter().map(|n| n.node).collect();
         let settled_after_us = settled.then(|| self.now - self.cfg.duration_us);
         // What client sessions did: expiry ops ordered, late copies refused.
@@ -210,6 +261,7 @@ impl Sim {
             preloaded: self.preloaded,
             map: self.map,
             per_shard: self.per_shard,
+            directory,
         }
     }
 }
