@@ -55,6 +55,32 @@ def test_calls_go_to_the_owning_shard(sharded):
     run(body())
 
 
+def test_multi_key_calls_run_on_the_shard_owning_their_keys(sharded):
+    async def body():
+        async with creek.Cluster([sharded.clients[0]]) as c:
+            m = c.map
+            a, b = key_of(m, 1, "acct-a"), key_of(m, 1, "acct-b")
+            other = key_of(m, 0, "acct-c")
+            assert c.shard_of("kv.mput", [a, b], ["1", "2"]) == 1
+            assert c.shard_of("kv.transfer", a, b, 1) == 1
+            await c.call("kv.mput", [a, b], ["10", "0"])
+            assert await c.call("kv.transfer", a, b, 3) == [7, 3]
+            assert await c.call("kv.mget", [a, b], levels=creek.WEAK) == [b"7", b"3"]
+            # Keys on both shards: refused, naming them; nothing applied.
+            with pytest.raises(creek.CreekError) as refused:
+                await c.call("kv.transfer", a, other, 1)
+            assert "its keys span shards 0, 1" in str(refused.value)
+            assert await c.call("kv.get", a) == b"7"
+        # The typed helpers of a plain client, on one shard's replicas.
+        async with creek.Client([sharded.clients[3]]) as plain:
+            assert (await plain.kv_mget([a, b]).final()).value == [b"7", b"3"]
+            assert (await plain.kv_transfer(b, a, 3).final()).value == [0, 10]
+            assert (await plain.kv_mput({a: "1", b: "2"}).final()).value is None
+            assert (await plain.kv_mget([a, b]).final()).value == [b"1", b"2"]
+
+    run(body())
+
+
 def test_a_stale_map_is_learned_again(sharded):
     async def body():
         async with creek.Cluster([sharded.clients[0]]) as c:

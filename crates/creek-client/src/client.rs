@@ -480,6 +480,47 @@ impl Client {
             .await
     }
 
+    /// `kv.mget(keys)`: a list with each key's value, or nil if absent.
+    pub async fn kv_mget<K: AsRef<[u8]>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Correctable, Error> {
+        let keys = Value::List(keys.into_iter().map(bytes).collect());
+        self.invoke("kv.mget", vec![keys], Levels::Both).await
+    }
+
+    /// `kv.mput(keys, values)`: every key written at once; nil.
+    pub async fn kv_mput<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        items: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Correctable, Error> {
+        let (keys, values): (Vec<Value>, Vec<Value>) =
+            items.into_iter().map(|(k, v)| (bytes(k), bytes(v))).unzip();
+        self.invoke(
+            "kv.mput",
+            vec![Value::List(keys), Value::List(values)],
+            Levels::Both,
+        )
+        .await
+    }
+
+    /// `kv.transfer(from, to, amount)`: move `amount` between two counters;
+    /// `[from's new value, to's new value]`, or an abort (nothing changed)
+    /// if `from` holds less.
+    pub async fn kv_transfer(
+        &self,
+        from: impl AsRef<[u8]>,
+        to: impl AsRef<[u8]>,
+        amount: i64,
+    ) -> Result<Correctable, Error> {
+        self.invoke(
+            "kv.transfer",
+            vec![bytes(from), bytes(to), Value::Int(amount)],
+            Levels::Both,
+        )
+        .await
+    }
+
     /// The status of the replica calls currently go to.
     pub async fn status(&self) -> Result<pb::StatusReply, Error> {
         let reply = self

@@ -41,10 +41,14 @@ struct Inner {
 }
 
 /// Where a procedure's calls go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Placed {
     /// To the shard owning argument `n`.
     ByArg(usize),
+    /// To the shard owning the keys of all these arguments.
+    ByArgs(Vec<usize>),
+    /// To the shard owning every key of the list in argument `n`.
+    ByListArg(usize),
     /// To every shard in turn.
     Everywhere,
 }
@@ -58,6 +62,13 @@ async fn placements(client: &Client) -> Result<BTreeMap<String, Placed>, Error> 
         .filter_map(|p| {
             let placed = match pb::Route::try_from(p.route).ok()? {
                 pb::Route::ByArg => Placed::ByArg(usize::try_from(p.route_arg).ok()?),
+                pb::Route::ByArgs => Placed::ByArgs(
+                    p.route_args
+                        .iter()
+                        .map(|n| usize::try_from(*n).ok())
+                        .collect::<Option<_>>()?,
+                ),
+                pb::Route::ByListArg => Placed::ByListArg(usize::try_from(p.route_arg).ok()?),
                 pb::Route::Everywhere | pb::Route::Unknown | pb::Route::Unspecified => {
                     Placed::Everywhere
                 }
@@ -144,7 +155,7 @@ impl Cluster {
     /// `None` when it goes to every shard.
     pub async fn route(&self, procedure: &str, args: &[Value]) -> Option<Client> {
         let routes = self.inner.routes.read().await;
-        let shard = routes.shard_of(self.placed(procedure), args)?;
+        let shard = routes.shard_of(&self.placed(procedure), args)?;
         routes.clients.get(&shard).cloned()
     }
 
@@ -231,7 +242,7 @@ impl Cluster {
         let procedure = procedure.into();
         let placed = self.placed(&procedure);
         let routes = self.inner.routes.read().await.clone();
-        let Some(shard) = routes.shard_of(placed, &args) else {
+        let Some(shard) = routes.shard_of(&placed, &args) else {
             return self
                 .everywhere(&routes, procedure, &args, levels, &options)
                 .await;
@@ -250,7 +261,7 @@ impl Cluster {
                     attempt += 1;
                     self.refresh().await?;
                     let routes = self.inner.routes.read().await.clone();
-                    let shard = routes.shard_of(placed, &args).unwrap_or(shard);
+                    let shard = routes.shard_of(&placed, &args).unwrap_or(shard);
                     sent_by = routes.client(shard)?;
                     // Another shard's client sends it: it may not
                     // acknowledge an id that is not its own.
@@ -266,7 +277,7 @@ impl Cluster {
         self.inner
             .procedures
             .get(procedure)
-            .copied()
+            .cloned()
             .unwrap_or(Placed::Everywhere)
     }
 
@@ -332,17 +343,32 @@ impl Routes {
     }
 
     /// The shard a call placed so goes to; `None`: every shard.
-    fn shard_of(&self, placed: Placed, args: &[Value]) -> Option<ShardId> {
+    fn shard_of(&self, placed: &Placed, args: &[Value]) -> Option<ShardId> {
+        let first = self.map.shards.keys().next().copied();
         if self.map.shards.len() == 1 {
-            return self.map.shards.keys().next().copied();
+            return first;
         }
-        let Placed::ByArg(n) = placed else {
-            return None;
+        let key = |n: &usize| match args.get(*n) {
+            Some(Value::Bytes(key)) => Some(key),
+            _ => None,
         };
-        match args.get(n) {
-            Some(Value::Bytes(key)) => Some(self.map.owner(None, key)),
-            // Malformed: any shard refuses it as such.
-            _ => self.map.shards.keys().next().copied(),
+        let keys: Option<Vec<&bytes::Bytes>> = match placed {
+            Placed::Everywhere => return None,
+            Placed::ByArg(n) => key(n).map(|k| vec![k]),
+            Placed::ByArgs(ns) => ns.iter().map(key).collect(),
+            Placed::ByListArg(n) => match args.get(*n) {
+                Some(Value::List(items)) => items.iter().map(Value::as_bytes).collect(),
+                _ => None,
+            },
+        };
+        // Malformed arguments, or keys spanning shards: the first key's
+        // shard (or any) refuses the call, saying why.
+        let Some(keys) = keys else {
+            return first;
+        };
+        match self.map.route(keys.iter().map(|k| (None, &k[..]))) {
+            Ok(shard) => Some(shard),
+            Err(_) => keys.first().map(|k| self.map.owner(None, k)).or(first),
         }
     }
 

@@ -51,6 +51,13 @@ pub enum Route {
     /// `kv.*` key, or a list, set or queue name: a collection lives on one
     /// shard).
     Arg(usize),
+    /// On the shard owning both key arguments (a transfer between two
+    /// counters); keys on two shards make it an operation across shards.
+    Args(usize, usize),
+    /// On the shard owning every key of list argument `n` (multi-key reads
+    /// and writes); keys on several shards make it an operation across
+    /// shards, and an empty list names no key.
+    List(usize),
     /// On every shard: state every shard keeps (procedures, keyspaces,
     /// users, roles, tokens), or nothing at all (`sys.noop`).
     Everywhere,
@@ -59,6 +66,27 @@ pub enum Route {
     /// operations across shards exist.
     #[default]
     Unknown,
+}
+
+impl Route {
+    /// The keys a call with arguments `args` names under this route, or
+    /// `None` for a route by no key (everywhere, unknown) and for
+    /// arguments that do not hold keys where the route says (the
+    /// procedure's own check refuses those).
+    pub fn keys(&self, args: &[creek_types::value::Value]) -> Option<Vec<Bytes>> {
+        let key = |n: usize| args.get(n).and_then(|v| v.as_bytes()).cloned();
+        match *self {
+            Route::Arg(n) => Some(vec![key(n)?]),
+            Route::Args(a, b) => Some(vec![key(a)?, key(b)?]),
+            Route::List(n) => match args.get(n)? {
+                creek_types::value::Value::List(items) => {
+                    items.iter().map(|v| v.as_bytes().cloned()).collect()
+                }
+                _ => None,
+            },
+            Route::Everywhere | Route::Unknown => None,
+        }
+    }
 }
 
 /// A procedure's parameters, result and purpose, as `creek proc list` and
@@ -251,6 +279,23 @@ impl Registry {
             name: call.name.to_string(),
             reason,
         })?;
+        if matches!(p.route, Route::Args(..) | Route::List(_)) {
+            let keys = creek_types::value::decode_args(&call.args)
+                .ok()
+                .and_then(|args| p.route.keys(&args))
+                .unwrap_or_default();
+            if let Some(len) = keys
+                .iter()
+                .map(Bytes::len)
+                .find(|len| *len > limits.key_bytes_max)
+            {
+                return Err(CallError::KeyTooLarge {
+                    name: call.name.to_string(),
+                    len,
+                    max: limits.key_bytes_max,
+                });
+            }
+        }
         if let Some(index) = p.key_arg {
             let len = creek_types::value::decode_args(&call.args)
                 .ok()

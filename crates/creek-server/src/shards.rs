@@ -241,10 +241,10 @@ impl ShardGate {
             return None;
         };
         let held = self.held();
-        let Route::Arg(n) = self.registry.route_of(&call.name) else {
+        let (_, Ok(owner)) = keys_owner(&held.map, self.registry.route_of(&call.name), call)?
+        else {
             return None;
         };
-        let (_, owner) = owner_of_arg(&held.map, call, n)?;
         if owner == shard {
             return None;
         }
@@ -291,33 +291,47 @@ impl ShardGate {
         if map.shards.len() == 1 {
             return Ok(());
         }
-        match self.registry.route_of(&call.name) {
-            Route::Everywhere => Ok(()),
-            Route::Arg(n) => {
-                // Malformed arguments are refused by the registry's check.
-                let Some((key, owner)) = owner_of_arg(map, call, n) else {
-                    return Ok(());
-                };
-                if owner == shard {
-                    Ok(())
-                } else {
-                    Err(Status::failed_precondition(format!(
-                        "{WRONG_SHARD}: {} on key {} goes to another shard: shard {} owns it \
-                         (map epoch {}); this replica serves shard {}",
-                        call.name,
-                        Value::Bytes(key),
-                        owner.0,
-                        map.epoch,
-                        shard.0
-                    )))
-                }
-            }
-            Route::Unknown => Err(Status::failed_precondition(format!(
+        let route = self.registry.route_of(&call.name);
+        if route == Route::Everywhere {
+            return Ok(());
+        }
+        if route == Route::Unknown {
+            return Err(Status::failed_precondition(format!(
                 "{}: its keys are known only as it runs, so a cluster of {} shards cannot \
                  route it (operations across shards are not supported yet)",
                 call.name,
                 map.shards.len()
-            ))),
+            )));
+        }
+        // Malformed arguments are refused by the registry's check; a call
+        // naming no key (an empty list) reads and writes nothing.
+        let Some((keys, owner)) = keys_owner(map, route, call) else {
+            return Ok(());
+        };
+        match owner {
+            Ok(owner) if owner == shard => Ok(()),
+            Ok(owner) => {
+                let what = match keys.as_slice() {
+                    [key] => format!("key {}", Value::Bytes(key.clone())),
+                    _ => format!("its {} keys", keys.len()),
+                };
+                Err(Status::failed_precondition(format!(
+                    "{WRONG_SHARD}: {} on {what} goes to another shard: shard {} owns it \
+                     (map epoch {}); this replica serves shard {}",
+                    call.name, owner.0, map.epoch, shard.0
+                )))
+            }
+            Err(shards) => {
+                let names: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
+                Err(Status::failed_precondition(format!(
+                    "{}: its keys span shards {} (map epoch {}); an operation across shards is \
+                     not supported yet: keep the keys on one shard (a hash tag {{…}} or a \
+                     keyspace placement, docs/shards.md)",
+                    call.name,
+                    names.join(", "),
+                    map.epoch
+                )))
+            }
         }
     }
 }
@@ -471,20 +485,19 @@ fn read(path: &Path) -> Result<Bytes, ConfigError> {
         })
 }
 
-/// The key in argument `n` of `call` (if it is bytes) and the shard
-/// owning it under `map`.
-fn owner_of_arg(map: &ShardMap, call: &ProcCall, n: usize) -> Option<(Bytes, ShardId)> {
-    let key = key_arg(call, n)?;
-    let owner = map.owner(None, &key);
-    Some((key, owner))
-}
+/// The shard owning every key of a call, or the shards its keys span.
+type Owner = Result<ShardId, Vec<ShardId>>;
 
-/// Argument `n` of `call` if it is bytes.
-fn key_arg(call: &ProcCall, n: usize) -> Option<Bytes> {
-    match decode_args(&call.args).ok()?.into_iter().nth(n)? {
-        Value::Bytes(b) => Some(b),
-        _ => None,
-    }
+/// The keys `call` names by `route` (if its arguments hold them where the
+/// route says, and it names one) and their [`Owner`] under `map`.
+fn keys_owner(map: &ShardMap, route: Route, call: &ProcCall) -> Option<(Vec<Bytes>, Owner)> {
+    let keys = route.keys(&decode_args(&call.args).ok()?)?;
+    let owner = match map.route(keys.iter().map(|k| (None, &k[..]))) {
+        Ok(owner) => Ok(owner),
+        Err(creek_shard::RouteError::Spans { shards }) => Err(shards),
+        Err(_) => return None,
+    };
+    Some((keys, owner))
 }
 
 /// Configurations of a sharded cluster on loopback (`creek dev

@@ -225,6 +225,57 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
         Ok(_) => panic!("ycsb.load accepted on a sharded cluster"),
     }
 
+    // Multi-key built-ins run on the shard owning all their keys (the
+    // client routes them there); keys spanning shards are refused, naming
+    // the shards, and nothing is applied.
+    let (a1, b1) = (cluster.key_of(1, "acct-a"), cluster.key_of(1, "acct-b"));
+    let list = |keys: &[&str]| Value::List(keys.iter().map(|k| b(k)).collect());
+    final_value(
+        &client,
+        "kv.mput",
+        vec![list(&[&a1, &b1]), list(&["10", "0"])],
+        Levels::Both,
+    )
+    .await;
+    let moved = final_value(
+        &client,
+        "kv.transfer",
+        vec![b(&a1), b(&b1), Value::Int(4)],
+        Levels::Strong,
+    )
+    .await;
+    assert_eq!(moved, Value::List(vec![Value::Int(6), Value::Int(4)]));
+    let both = final_value(&client, "kv.mget", vec![list(&[&a1, &b1])], Levels::Weak).await;
+    assert_eq!(both, list(&["6", "4"]));
+    for (procedure, args) in [
+        ("kv.mput", vec![list(&[&k0, &a1]), list(&["x", "y"])]),
+        ("kv.transfer", vec![b(&a1), b(&k0), Value::Int(1)]),
+        ("kv.mget", vec![list(&[&k0, &k1])]),
+    ] {
+        let refused = client.invoke(procedure, args, Levels::Strong).await;
+        match refused {
+            Err(e) => assert!(
+                e.to_string().contains("its keys span shards 0, 1"),
+                "{procedure}: {e}"
+            ),
+            Ok(_) => panic!("{procedure} across shards was accepted"),
+        }
+    }
+    assert_eq!(strong_get(&client, &a1).await.expect("get"), b("6"));
+    assert_eq!(strong_get(&client, &k0).await.expect("get"), b("a"));
+    // The CLI runs them too, routed by their keys.
+    let a0 = cluster.addr(0);
+    let got = cli(&[
+        "call",
+        "--addr",
+        &a0,
+        "-o",
+        "value",
+        "kv.mget",
+        &format!("[{a1},{b1}]"),
+    ]);
+    assert!(got.contains('6') && got.contains('4'), "{got}");
+
     // A client with a stale map (the shards' halves swapped, an older
     // epoch) is refused, learns the map and is answered, exactly once.
     let mut stale = cluster.map.clone();
@@ -254,7 +305,6 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
     );
 
     // The CLI, given a replica of shard 0, routes a key of shard 1.
-    let a0 = cluster.addr(0);
     cli(&["call", "--addr", &a0, "kv.put", &k1, "from-cli"]);
     let got = cli(&["call", "--addr", &a0, "-o", "value", "kv.get", &k1]);
     assert_eq!(got.trim(), "from-cli");

@@ -12,6 +12,9 @@ as the table below says. For user procedures use `invoke` (or `call`).
 | `kv_delete`     | bool: the key existed                  |
 | `kv_cas`        | bool: swapped (None expected = absent, None new = delete) |
 | `kv_incr`       | int: the new value (stored as decimal text) |
+| `kv_mget`       | list: each key's value (bytes), or None if absent |
+| `kv_mput`       | None                                   |
+| `kv_transfer`   | list of two ints: from's and to's new values |
 | `queue_enqueue` | int: the item's position               |
 | `queue_dequeue` | bytes, or None if empty                |
 | `queue_len`     | int                                    |
@@ -93,6 +96,30 @@ class Builtins:
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise TypeError(f"delta must be an int, not {type(delta).__name__}")
         return self.invoke("kv.incr", _bytes("key", key), delta, levels=levels, **options)
+
+    def kv_mget(self, keys, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.mget(keys)`: each key's value, or None if absent (the keys on
+        one shard of a sharded cluster)."""
+        return self.invoke("kv.mget", [_bytes("key", k) for k in keys], levels=levels, **options)
+
+    def kv_mput(self, items, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.mput(keys, values)` from a dict or (key, value) pairs: every
+        key written at once."""
+        pairs = list(items.items()) if isinstance(items, dict) else list(items)
+        keys = [_bytes("key", k) for k, _ in pairs]
+        values = [_bytes("value", v) for _, v in pairs]
+        return self.invoke("kv.mput", keys, values, levels=levels, **options)
+
+    def kv_transfer(
+        self, source: Bytes, dest: Bytes, amount: int, *, levels: LevelsArg = BOTH, **options
+    ) -> Correctable:
+        """`kv.transfer(from, to, amount)`: move amount between two counters;
+        aborts, changing nothing, if `source` holds less."""
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise TypeError(f"amount must be an int, not {type(amount).__name__}")
+        return self.invoke(
+            "kv.transfer", _bytes("from", source), _bytes("to", dest), amount, levels=levels, **options
+        )
 
     # --------------------------------------------------------------- queue
 

@@ -180,19 +180,25 @@ class Cluster:
         self._seed = Client(addresses, **options)
         self._map: Optional[ShardMap] = None
         self._clients: Dict[int, Client] = {}
-        # Procedure name → the argument whose key places its calls, as the
-        # replicas publish it (`Procedures`: route, route_arg); a name not
-        # here goes to every shard.
-        self._by_arg: Dict[str, int] = {}
+        # Procedure name → where its calls' keys are, as the replicas
+        # publish it (`Procedures`: route, route_arg, route_args): ("arg",
+        # [n, ...]) the keys in those arguments, ("list", [n]) the keys in
+        # the list in argument n; a name not here goes to every shard.
+        self._routes: Dict[str, Tuple[str, List[int]]] = {}
 
     async def connect(self) -> "Cluster":
         """Learn the map and the procedures' routes from any replica and
         make a client per shard."""
         await self.refresh()
         source = next(iter(self._clients.values()), self._seed)
-        self._by_arg = {
-            p.name: p.route_arg for p in await source.procedures() if p.route == pb.ROUTE_BY_ARG
-        }
+        self._routes = {}
+        for p in await source.procedures():
+            if p.route == pb.ROUTE_BY_ARG:
+                self._routes[p.name] = ("arg", [p.route_arg])
+            elif p.route == pb.ROUTE_BY_ARGS:
+                self._routes[p.name] = ("arg", list(p.route_args))
+            elif p.route == pb.ROUTE_BY_LIST_ARG:
+                self._routes[p.name] = ("list", [p.route_arg])
         return self
 
     @property
@@ -243,13 +249,24 @@ class Cluster:
         """The shard a call goes to; None: every shard (definitions, users)."""
         if self._map is None:
             return 0
-        n = self._by_arg.get(procedure)
-        if n is None:
+        route = self._routes.get(procedure)
+        if route is None:
             return None
-        key = args[n] if n < len(args) else b""
-        if isinstance(key, (bytes, str)):
-            return self._map.owner(key)
-        return next(iter(self._map.shards))
+        first = next(iter(self._map.shards))
+        kind, ns = route
+        if kind == "list":
+            keys = args[ns[0]] if ns[0] < len(args) else None
+        else:
+            keys = [args[n] if n < len(args) else None for n in ns]
+        if not isinstance(keys, (list, tuple)) or not all(
+            isinstance(k, (bytes, str)) for k in keys
+        ):
+            # Malformed: any shard refuses it, saying why.
+            return first
+        owners = [self._map.owner(k) for k in keys]
+        # Keys on several shards: the first key's shard refuses the call,
+        # naming the shards.
+        return owners[0] if owners else first
 
     def client(self, shard: int) -> Client:
         """The client of `shard`."""

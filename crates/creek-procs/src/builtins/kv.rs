@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use super::{describe_all, Sig, Subject, Ty};
-use crate::registry::Registry;
+use crate::registry::{Registry, Route, INTERNAL_KEY_PREFIX};
 use creek_exec::txn::{Abort, Outcome, Txn};
 use creek_types::value::Value;
 
@@ -40,6 +40,25 @@ const INCR: Sig = Sig {
     subject: Subject::Key,
 };
 
+const MGET: Sig = Sig {
+    name: "kv.mget",
+    params: &[("keys", Ty::BytesList)],
+    subject: Subject::None,
+};
+const MPUT: Sig = Sig {
+    name: "kv.mput",
+    params: &[("keys", Ty::BytesList), ("values", Ty::BytesList)],
+    subject: Subject::None,
+};
+const TRANSFER: Sig = Sig {
+    name: "kv.transfer",
+    params: &[("from", Ty::Bytes), ("to", Ty::Bytes), ("amount", Ty::Int)],
+    subject: Subject::Key,
+};
+
+/// Most keys one `kv.mget` or `kv.mput` names.
+pub const MULTI_KEYS_MAX: usize = 1024;
+
 /// Register the `kv.*` procedures.
 pub(super) fn register(r: &mut Registry) {
     r.register_fn(GET.name, true, |a| GET.check(a), get);
@@ -47,6 +66,9 @@ pub(super) fn register(r: &mut Registry) {
     r.register_fn(DELETE.name, false, |a| DELETE.check(a), delete);
     r.register_fn(CAS.name, false, |a| CAS.check(a), cas);
     r.register_fn(INCR.name, false, |a| INCR.check(a), incr);
+    r.register_fn(MGET.name, true, check_mget, mget);
+    r.register_fn(MPUT.name, false, check_mput, mput);
+    r.register_fn(TRANSFER.name, false, check_transfer, transfer);
     describe_all(
         r,
         &[
@@ -63,8 +85,168 @@ pub(super) fn register(r: &mut Registry) {
                 "int: new value",
                 "Add delta to the counter at key (absent counts as 0; kept as decimal text).",
             ),
+            (
+                &MGET,
+                "list: each key's value, or nil if absent",
+                "Read several keys at once.",
+            ),
+            (
+                &MPUT,
+                "nil",
+                "Write several keys at once (keys[i] gets values[i]).",
+            ),
+            (
+                &TRANSFER,
+                "list: the two counters' new values",
+                "Move amount from the counter at from to the one at to (absent counts as 0); aborts if from holds less.",
+            ),
         ],
     );
+    // Their keys are all their arguments name: they run on the shard
+    // owning every one (docs/shards.md).
+    r.route(MGET.name, Route::List(0));
+    r.route(MPUT.name, Route::List(0));
+    r.route(TRANSFER.name, Route::Args(0, 1));
+}
+
+/// The keys of list argument 0 of a multi-key call: at most
+/// [`MULTI_KEYS_MAX`], none reserved.
+fn check_keys(sig: &Sig, args: &[Value]) -> Result<(), String> {
+    let Some(Value::List(keys)) = args.first() else {
+        return Err(format!("{} expects {}", sig.name, sig.signature()));
+    };
+    if keys.len() > MULTI_KEYS_MAX {
+        return Err(format!(
+            "{}: {} keys exceed the limit of {MULTI_KEYS_MAX} per call",
+            sig.name,
+            keys.len()
+        ));
+    }
+    if keys
+        .iter()
+        .any(|k| k.as_bytes().and_then(|b| b.first()) == Some(&INTERNAL_KEY_PREFIX))
+    {
+        return Err(format!(
+            "{}: keys starting with 0x00 are reserved",
+            sig.name
+        ));
+    }
+    Ok(())
+}
+
+fn check_mget(raw: &[u8]) -> Result<(), String> {
+    check_keys(&MGET, &MGET.parse(raw)?)
+}
+
+fn check_mput(raw: &[u8]) -> Result<(), String> {
+    let args = MPUT.parse(raw)?;
+    check_keys(&MPUT, &args)?;
+    match args.as_slice() {
+        [Value::List(keys), Value::List(values)] if keys.len() == values.len() => Ok(()),
+        [Value::List(keys), Value::List(values)] => Err(format!(
+            "kv.mput: {} keys but {} values: give one value per key",
+            keys.len(),
+            values.len()
+        )),
+        _ => Err(format!("kv.mput expects {}", MPUT.signature())),
+    }
+}
+
+fn check_transfer(raw: &[u8]) -> Result<(), String> {
+    let args = TRANSFER.parse(raw)?;
+    let [Value::Bytes(from), Value::Bytes(to), Value::Int(amount)] = args.as_slice() else {
+        return Err(format!("kv.transfer expects {}", TRANSFER.signature()));
+    };
+    if to.first() == Some(&INTERNAL_KEY_PREFIX) {
+        return Err("kv.transfer: keys starting with 0x00 are reserved".into());
+    }
+    if from == to {
+        return Err("kv.transfer: from and to are the same key".into());
+    }
+    if *amount < 0 {
+        return Err(format!(
+            "kv.transfer: amount must not be negative, got {amount} (swap from and to instead)"
+        ));
+    }
+    Ok(())
+}
+
+/// `kv.mget(keys)` → a list with each key's value, or nil if absent.
+fn mget(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = MGET.args(raw)?;
+    check_keys(&MGET, &args).map_err(Abort)?;
+    let [Value::List(keys)] = args.as_slice() else {
+        return Err(MGET.mismatch());
+    };
+    let values = keys
+        .iter()
+        .map(|k| match k {
+            Value::Bytes(k) => txn.get(k).map_or(Value::Nil, Value::Bytes),
+            _ => Value::Nil,
+        })
+        .collect();
+    Ok(Value::List(values).encode())
+}
+
+/// `kv.mput(keys, values)` → nil; `keys[i]` gets `values[i]` (a key
+/// given twice keeps its last value).
+fn mput(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = MPUT.args(raw)?;
+    check_keys(&MPUT, &args).map_err(Abort)?;
+    let [Value::List(keys), Value::List(values)] = args.as_slice() else {
+        return Err(MPUT.mismatch());
+    };
+    if keys.len() != values.len() {
+        return Err(MPUT.mismatch());
+    }
+    for (k, v) in keys.iter().zip(values) {
+        let (Value::Bytes(k), Value::Bytes(v)) = (k, v) else {
+            return Err(MPUT.mismatch());
+        };
+        txn.put(k.clone(), v.clone());
+    }
+    Ok(Value::Nil.encode())
+}
+
+/// The counter at `key` (absent counts as 0).
+fn counter(txn: &mut Txn<'_>, key: &Bytes, name: &str) -> Result<i64, Abort> {
+    match txn.get(key) {
+        None => Ok(0),
+        Some(stored) => std::str::from_utf8(&stored)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or_else(|| {
+                Abort::new(format!(
+                    "{name}: the value of key {} is not an integer",
+                    Value::Bytes(key.clone())
+                ))
+            }),
+    }
+}
+
+/// `kv.transfer(from, to, amount)` → `[from's new value, to's new value]`;
+/// aborts, changing nothing, if `from` holds less than `amount`.
+fn transfer(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    check_transfer(raw).map_err(Abort)?;
+    let args = TRANSFER.args(raw)?;
+    let [Value::Bytes(from), Value::Bytes(to), Value::Int(amount)] = args.as_slice() else {
+        return Err(TRANSFER.mismatch());
+    };
+    let have = counter(txn, from, TRANSFER.name)?;
+    if have < *amount {
+        return Err(Abort::new(format!(
+            "kv.transfer: key {} holds {have}, less than {amount}",
+            Value::Bytes(from.clone())
+        )));
+    }
+    let dest = counter(txn, to, TRANSFER.name)?;
+    let new_to = dest
+        .checked_add(*amount)
+        .ok_or_else(|| Abort::new(format!("kv.transfer overflows: {dest} + {amount}")))?;
+    let new_from = have - amount;
+    txn.put(from.clone(), Bytes::from(new_from.to_string()));
+    txn.put(to.clone(), Bytes::from(new_to.to_string()));
+    Ok(Value::List(vec![Value::Int(new_from), Value::Int(new_to)]).encode())
 }
 
 /// `kv.get(key)` → the value, or nil if absent.
@@ -351,5 +533,92 @@ mod tests {
         assert!(h.call("kv.put", &[b("k")]).is_err());
         assert!(h.call("kv.put", &[Value::Int(1), b("v")]).is_err());
         assert!(h.keys().is_empty());
+    }
+
+    fn list(items: &[&str]) -> Value {
+        Value::List(items.iter().map(|s| b(s)).collect())
+    }
+
+    #[test]
+    fn mget_and_mput_read_and_write_several_keys() {
+        let mut h = Harness::new();
+        assert_eq!(
+            h.ok("kv.mput", &[list(&["a", "b", "a"]), list(&["1", "2", "3"])]),
+            Value::Nil
+        );
+        assert_eq!(
+            h.ok("kv.mget", &[list(&["a", "b", "c"])]),
+            Value::List(vec![b("3"), b("2"), Value::Nil])
+        );
+        assert_eq!(h.ok("kv.mget", &[list(&[])]), Value::List(vec![]));
+        assert!(h.reg.get("kv.mget").is_some_and(|p| p.read_only));
+        // Both name their keys in list argument 0.
+        for name in ["kv.mget", "kv.mput"] {
+            assert_eq!(h.reg.route_of(name), crate::Route::List(0));
+        }
+    }
+
+    #[test]
+    fn multi_key_calls_check_every_key() {
+        let h = Harness::new();
+        assert_eq!(
+            h.check("kv.mput", &[list(&["a", "b"]), list(&["1"])]),
+            Err("kv.mput: 2 keys but 1 values: give one value per key".into())
+        );
+        assert!(h
+            .check("kv.mget", &[Value::List(vec![b("a"), Value::Int(1)])])
+            .is_err_and(|e| e.contains("must be a list of bytes")));
+        assert_eq!(
+            h.check(
+                "kv.mget",
+                &[Value::List(vec![
+                    b("a"),
+                    Value::Bytes(Bytes::from_static(&[0, b'k']))
+                ])]
+            ),
+            Err("kv.mget: keys starting with 0x00 are reserved".into())
+        );
+        let many = Value::List(
+            (0..=super::MULTI_KEYS_MAX)
+                .map(|i| b(&i.to_string()))
+                .collect(),
+        );
+        assert!(h
+            .check("kv.mget", &[many])
+            .is_err_and(|e| e.contains("exceed the limit of 1024")));
+        let big = Value::Bytes(Bytes::from(vec![b'k'; 5000]));
+        assert!(
+            h.check("kv.mget", &[Value::List(vec![b("a"), big])])
+                .is_err_and(|e| e.contains("5000")),
+            "an oversized key among several is refused"
+        );
+    }
+
+    #[test]
+    fn transfer_moves_between_counters_or_changes_nothing() {
+        let mut h = Harness::new();
+        h.ok("kv.incr", &[b("a"), Value::Int(10)]);
+        assert_eq!(
+            h.ok("kv.transfer", &[b("a"), b("b"), Value::Int(4)]),
+            Value::List(vec![Value::Int(6), Value::Int(4)])
+        );
+        assert_eq!(h.ok("kv.get", &[b("b")]), b("4"));
+        assert_eq!(
+            h.call("kv.transfer", &[b("a"), b("b"), Value::Int(7)]),
+            Err(Abort::new("kv.transfer: key \"a\" holds 6, less than 7"))
+        );
+        assert_eq!(h.ok("kv.get", &[b("a")]), b("6"));
+        h.ok("kv.put", &[b("s"), b("x")]);
+        assert!(h
+            .call("kv.transfer", &[b("s"), b("b"), Value::Int(0)])
+            .is_err_and(|e| e.0.contains("is not an integer")));
+        assert_eq!(
+            h.check("kv.transfer", &[b("a"), b("a"), Value::Int(1)]),
+            Err("kv.transfer: from and to are the same key".into())
+        );
+        assert!(h
+            .check("kv.transfer", &[b("a"), b("b"), Value::Int(-1)])
+            .is_err_and(|e| e.contains("must not be negative")));
+        assert_eq!(h.reg.route_of("kv.transfer"), crate::Route::Args(0, 1));
     }
 }

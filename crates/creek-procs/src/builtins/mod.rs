@@ -106,6 +106,8 @@ enum Ty {
     Bytes,
     Int,
     BytesOrNil,
+    /// A list of byte strings (keys, or values).
+    BytesList,
 }
 
 impl Ty {
@@ -114,6 +116,7 @@ impl Ty {
             Ty::Bytes => "bytes",
             Ty::Int => "int",
             Ty::BytesOrNil => "bytes or nil",
+            Ty::BytesList => "a list of bytes",
         }
     }
 
@@ -123,16 +126,22 @@ impl Ty {
             Ty::Bytes => "bytes",
             Ty::Int => "int",
             Ty::BytesOrNil => "bytes?",
+            Ty::BytesList => "list",
         }
     }
 
     fn admits(self, v: &Value) -> bool {
-        matches!(
-            (self, v),
-            (Ty::Bytes | Ty::BytesOrNil, Value::Bytes(_))
-                | (Ty::BytesOrNil, Value::Nil)
-                | (Ty::Int, Value::Int(_))
-        )
+        match (self, v) {
+            (Ty::BytesList, Value::List(items)) => {
+                items.iter().all(|i| matches!(i, Value::Bytes(_)))
+            }
+            _ => matches!(
+                (self, v),
+                (Ty::Bytes | Ty::BytesOrNil, Value::Bytes(_))
+                    | (Ty::BytesOrNil, Value::Nil)
+                    | (Ty::Int, Value::Int(_))
+            ),
+        }
     }
 }
 
@@ -367,6 +376,9 @@ mod tests {
             "kv.delete",
             "kv.cas",
             "kv.incr",
+            "kv.mget",
+            "kv.mput",
+            "kv.transfer",
             "queue.enqueue",
             "queue.dequeue",
             "queue.len",
@@ -401,6 +413,7 @@ mod tests {
                 "auth.user_list",
                 "keyspace.list",
                 "kv.get",
+                "kv.mget",
                 "list.len",
                 "list.read",
                 "proc.list",

@@ -207,8 +207,17 @@ pub(crate) fn procedures_reply(registry: &creek_procs::Registry) -> pb::Procedur
                 described: sig.is_some(),
                 route: route_of(p.route) as i32,
                 route_arg: match p.route {
-                    creek_procs::Route::Arg(n) => u32::try_from(n).unwrap_or(u32::MAX),
+                    creek_procs::Route::Arg(n) | creek_procs::Route::List(n) => {
+                        u32::try_from(n).unwrap_or(u32::MAX)
+                    }
                     _ => 0,
+                },
+                route_args: match p.route {
+                    creek_procs::Route::Args(a, b) => [a, b]
+                        .iter()
+                        .map(|n| u32::try_from(*n).unwrap_or(u32::MAX))
+                        .collect(),
+                    _ => Vec::new(),
                 },
                 ..pb::ProcedureInfo::default()
             }
@@ -221,6 +230,8 @@ pub(crate) fn procedures_reply(registry: &creek_procs::Registry) -> pb::Procedur
 fn route_of(route: creek_procs::Route) -> pb::Route {
     match route {
         creek_procs::Route::Arg(_) => pb::Route::ByArg,
+        creek_procs::Route::Args(..) => pb::Route::ByArgs,
+        creek_procs::Route::List(_) => pb::Route::ByListArg,
         creek_procs::Route::Everywhere => pb::Route::Everywhere,
         creek_procs::Route::Unknown => pb::Route::Unknown,
     }
@@ -262,6 +273,7 @@ pub(crate) fn user_procedure_infos(
                 keyspaces,
                 route: pb::Route::Unknown as i32,
                 route_arg: 0,
+                route_args: Vec::new(),
             })
         })
         .collect()
