@@ -33,17 +33,7 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
             } else {
                 check
             };
-            match merged.iter_mut().find(|c| c.name == check.name) {
-                Some(c) => {
-                    c.ok &= check.ok;
-                    c.violations.extend(check.violations);
-                    c.note = match (c.note.take(), check.note) {
-                        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-                        (a, b) => a.or(b),
-                    };
-                }
-                None => merged.push(check),
-            }
+            merge(&mut merged, check);
         }
     }
     if cfg.shards > 1 {
@@ -51,41 +41,55 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     }
     if let Some(dir) = &out.directory {
         for check in directory_checks(cfg, out, dir) {
-            match merged.iter_mut().find(|c| c.name == check.name) {
-                Some(c) => {
-                    c.ok &= check.ok;
-                    c.violations.extend(check.violations);
-                }
-                None => merged.push(check),
-            }
+            merge(&mut merged, check);
         }
     }
     merged
 }
 
-/// The directory group's checks, as a shard's (its replicas, and the
-/// operator's ops as its history: each reads or installs the map, a
-/// strong op over one key), and the `directory` check: every map adopted
-/// could follow the one held, and the run ended with the directory's map
-/// listing the groups and every shard replica serving under it.
-fn directory_checks(cfg: &SimConfig, out: &Outcome, dir: &DirectoryEnd) -> Vec<Check> {
-    let in_group = |replica: u16| dir.slots.contains(&usize::from(replica).wrapping_sub(1));
-    let replicas = dir
-        .slots
+/// Add `check` to `merged`, into the check of its name if there is one.
+fn merge(merged: &mut Vec<Check>, check: Check) {
+    match merged.iter_mut().find(|c| c.name == check.name) {
+        Some(c) => {
+            c.ok &= check.ok;
+            c.violations.extend(check.violations);
+            c.note = match (c.note.take(), check.note) {
+                (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                (a, b) => a.or(b),
+            };
+        }
+        None => merged.push(check),
+    }
+}
+
+/// The end of group `g`'s run as the checkers take it: its replicas
+/// (`slots`), the ops they broadcast and the run's outcome, judged on
+/// `history` from `initial_state` with `registry`.
+fn group_run<'a>(
+    cfg: &SimConfig,
+    out: &'a Outcome,
+    g: usize,
+    slots: std::ops::Range<usize>,
+    history: &'a History,
+    registry: &'a creek_procs::Registry,
+    initial_state: BTreeMap<Bytes, Bytes>,
+) -> RunEnd<'a> {
+    let in_group = |replica: u16| slots.contains(&usize::from(replica).wrapping_sub(1));
+    let replicas = slots
         .clone()
-        .map(|i| ReplicaEnd {
+        .map(|i| (i, &out.nodes[i], out.members[i]))
+        .map(|(i, n, member)| ReplicaEnd {
             id: creek_core::ReplicaId(i as u16 + 1),
-            committed: out.nodes[i].committed(),
-            finalized: out.nodes[i].finalized(),
-            pending: out.nodes[i].pending_len(),
-            committed_state: out.nodes[i].committed_state(),
-            lost: out.nodes[i].is_lost() || !out.members[i],
-            wiped: out.nodes[i].disk_counts().wipes > 0,
+            committed: n.committed(),
+            finalized: n.finalized(),
+            pending: n.pending_len(),
+            committed_state: n.committed_state(),
+            lost: n.is_lost() || !member,
+            wiped: n.disk_counts().wipes > 0,
         })
         .collect();
-    let group = cfg.shards;
-    let run = RunEnd {
-        history: &dir.history,
+    RunEnd {
+        history,
         replicas,
         broadcast: out
             .ops
@@ -94,18 +98,35 @@ fn directory_checks(cfg: &SimConfig, out: &Outcome, dir: &DirectoryEnd) -> Vec<C
             .map(|(id, op)| (*id, &op.call))
             .collect(),
         broadcast_complete: true,
-        registry: &dir.registry,
-        initial_state: BTreeMap::new(),
+        registry,
+        initial_state,
         prefix_violation: out
             .prefix_violation
             .as_ref()
-            .filter(|(g, _)| *g == group)
+            .filter(|(group, _)| *group == g)
             .map(|(_, v)| v.clone()),
         settled: out.settled,
         settled_after_us: out.settled_after_us,
         liveness_bound_us: out.liveness_bound_us,
         lin_budget_steps: cfg.lin_budget_steps,
-    };
+    }
+}
+
+/// The directory group's checks, as a shard's (its replicas, and the
+/// operator's ops as its history: each reads or installs the map, a
+/// strong op over one key), and the `directory` check: every map adopted
+/// could follow the one held, and the run ended with the directory's map
+/// listing the groups and every shard replica serving under it.
+fn directory_checks(cfg: &SimConfig, out: &Outcome, dir: &DirectoryEnd) -> Vec<Check> {
+    let run = group_run(
+        cfg,
+        out,
+        cfg.shards,
+        dir.slots.clone(),
+        &dir.history,
+        &dir.registry,
+        BTreeMap::new(),
+    );
     let map_key = Bytes::from_static(creek_procs::builtins::directory::MAP_KEY);
     // The map the directory holds decodes, is valid and keeps every owner
     // of the map the cluster was formed with.
@@ -148,20 +169,6 @@ fn directory_checks(cfg: &SimConfig, out: &Outcome, dir: &DirectoryEnd) -> Vec<C
 fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
     let slots = out.shard_slots(s);
-    let in_shard = |replica: u16| slots.contains(&usize::from(replica).wrapping_sub(1));
-    let replicas = slots
-        .clone()
-        .map(|i| (i, &out.nodes[i], out.members[i]))
-        .map(|(i, n, member)| ReplicaEnd {
-            id: creek_core::ReplicaId(i as u16 + 1),
-            committed: n.committed(),
-            finalized: n.finalized(),
-            pending: n.pending_len(),
-            committed_state: n.committed_state(),
-            lost: n.is_lost() || !member,
-            wiped: n.disk_counts().wipes > 0,
-        })
-        .collect();
     let owned = |key: &Bytes| {
         cfg.shards == 1
             || workload
@@ -178,28 +185,7 @@ fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
         BTreeMap::new()
     };
     let history = out.shard_history(s);
-    let run = RunEnd {
-        history: &history,
-        replicas,
-        broadcast: out
-            .ops
-            .iter()
-            .filter(|(id, _)| in_shard(id.origin.0))
-            .map(|(id, op)| (*id, &op.call))
-            .collect(),
-        broadcast_complete: true,
-        registry: &out.registry,
-        initial_state,
-        prefix_violation: out
-            .prefix_violation
-            .as_ref()
-            .filter(|(shard, _)| *shard == s)
-            .map(|(_, v)| v.clone()),
-        settled: out.settled,
-        settled_after_us: out.settled_after_us,
-        liveness_bound_us: out.liveness_bound_us,
-        lin_budget_steps: cfg.lin_budget_steps,
-    };
+    let run = group_run(cfg, out, s, slots, &history, &out.registry, initial_state);
     let shard = ShardId(s as u16);
     let invariants = |h: &History, state: &BTreeMap<Bytes, Bytes>| {
         if cfg.shards == 1 {
