@@ -279,29 +279,22 @@ impl Registry {
             name: call.name.to_string(),
             reason,
         })?;
-        if matches!(p.route, Route::Args(..) | Route::List(_)) {
-            let keys = creek_types::value::decode_args(&call.args)
-                .ok()
-                .and_then(|args| p.route.keys(&args))
-                .unwrap_or_default();
+        // The keys the call names as keys of the built-in data (its key
+        // argument, or every key its route names), each checked against
+        // the limit before the op is ordered.
+        let multi = matches!(p.route, Route::Args(..) | Route::List(_));
+        if p.key_arg.is_some() || multi {
+            let args = creek_types::value::decode_args(&call.args).unwrap_or_default();
+            let keys = match p.key_arg {
+                Some(index) => Route::Arg(index).keys(&args),
+                None => p.route.keys(&args),
+            };
             if let Some(len) = keys
+                .unwrap_or_default()
                 .iter()
                 .map(Bytes::len)
                 .find(|len| *len > limits.key_bytes_max)
             {
-                return Err(CallError::KeyTooLarge {
-                    name: call.name.to_string(),
-                    len,
-                    max: limits.key_bytes_max,
-                });
-            }
-        }
-        if let Some(index) = p.key_arg {
-            let len = creek_types::value::decode_args(&call.args)
-                .ok()
-                .and_then(|args| args.get(index).and_then(|k| k.as_bytes().map(Bytes::len)))
-                .unwrap_or(0);
-            if len > limits.key_bytes_max {
                 return Err(CallError::KeyTooLarge {
                     name: call.name.to_string(),
                     len,

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use creek_procs::{Registry, Route};
-use creek_shard::{ShardId, ShardMap};
+use creek_shard::{RouteError, ShardId, ShardMap};
 use creek_types::value::{decode_args, Value};
 use creek_types::ProcCall;
 use tonic::Status;
@@ -194,15 +194,15 @@ impl ShardGate {
             .held
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.cluster != held.map.cluster {
-            return Err(format!(
-                "a shard map of cluster {:016x} (epoch {}) is refused: this replica belongs \
-                 to cluster {:016x}",
-                map.cluster, map.epoch, held.map.cluster
-            ));
-        }
-        if map.epoch <= held.map.epoch {
-            return Ok(None);
+        match held.map.superseded_by(&map) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => {
+                return Err(format!(
+                    "a shard map at epoch {} is refused (this replica serves under epoch {}): {e}",
+                    map.epoch, held.map.epoch
+                ))
+            }
         }
         let placed = match self.role {
             Role::Shard(s) => map.shard_of_replica(self.me) == Some(s),
@@ -303,8 +303,7 @@ impl ShardGate {
                 map.shards.len()
             )));
         }
-        // Malformed arguments are refused by the registry's check; a call
-        // naming no key (an empty list) reads and writes nothing.
+        // Malformed arguments are refused by the registry's check.
         let Some((keys, owner)) = keys_owner(map, route, call) else {
             return Ok(());
         };
@@ -321,7 +320,7 @@ impl ShardGate {
                     call.name, owner.0, map.epoch, shard.0
                 )))
             }
-            Err(shards) => {
+            Err(RouteError::Spans { shards }) => {
                 let names: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
                 Err(Status::failed_precondition(format!(
                     "{}: its keys span shards {} (map epoch {}); an operation across shards is \
@@ -332,6 +331,8 @@ impl ShardGate {
                     map.epoch
                 )))
             }
+            // No key (an empty list): it reads and writes nothing.
+            Err(_) => Ok(()),
         }
     }
 }
@@ -485,18 +486,15 @@ fn read(path: &Path) -> Result<Bytes, ConfigError> {
         })
 }
 
-/// The shard owning every key of a call, or the shards its keys span.
-type Owner = Result<ShardId, Vec<ShardId>>;
-
 /// The keys `call` names by `route` (if its arguments hold them where the
-/// route says, and it names one) and their [`Owner`] under `map`.
-fn keys_owner(map: &ShardMap, route: Route, call: &ProcCall) -> Option<(Vec<Bytes>, Owner)> {
+/// route says) and the shard owning them all under `map`, or why none does.
+fn keys_owner(
+    map: &ShardMap,
+    route: Route,
+    call: &ProcCall,
+) -> Option<(Vec<Bytes>, Result<ShardId, RouteError>)> {
     let keys = route.keys(&decode_args(&call.args).ok()?)?;
-    let owner = match map.route(keys.iter().map(|k| (None, &k[..]))) {
-        Ok(owner) => Ok(owner),
-        Err(creek_shard::RouteError::Spans { shards }) => Err(shards),
-        Err(_) => return None,
-    };
+    let owner = map.route(keys.iter().map(|k| (None, &k[..])));
     Some((keys, owner))
 }
 

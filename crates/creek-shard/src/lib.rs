@@ -312,6 +312,18 @@ impl ShardMap {
         self.check_later(next)
     }
 
+    /// Whether a replica or client holding this map takes `next` in its
+    /// place: `Ok(true)` for a later map that may follow it
+    /// ([`ShardMap::check_later`]), `Ok(false)` for one of this cluster no
+    /// newer than it, and the reason otherwise (another cluster, keys
+    /// given another owner).
+    pub fn superseded_by(&self, next: &ShardMap) -> Result<bool, MapError> {
+        if next.cluster == self.cluster && next.epoch <= self.epoch {
+            return Ok(false);
+        }
+        self.check_later(next).map(|()| true)
+    }
+
     /// Whether `next`, a map of any later epoch, may have come from this
     /// one by changes [`ShardMap::check_next`] allows: the same cluster, a
     /// greater epoch, a valid map, and every key with the owner it has here.

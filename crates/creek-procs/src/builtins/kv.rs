@@ -53,7 +53,9 @@ const MPUT: Sig = Sig {
 const TRANSFER: Sig = Sig {
     name: "kv.transfer",
     params: &[("from", Ty::Bytes), ("to", Ty::Bytes), ("amount", Ty::Int)],
-    subject: Subject::Key,
+    // Both keys are checked by `transfer_args` (and their size by the
+    // route's keys, `Registry::check`).
+    subject: Subject::None,
 };
 
 /// Most keys one `kv.mget` or `kv.mput` names.
@@ -109,9 +111,10 @@ pub(super) fn register(r: &mut Registry) {
     r.route(TRANSFER.name, Route::Args(0, 1));
 }
 
-/// The keys of list argument 0 of a multi-key call: at most
-/// [`MULTI_KEYS_MAX`], none reserved.
-fn check_keys(sig: &Sig, args: &[Value]) -> Result<(), String> {
+/// The keys in list argument 0 of a multi-key call: at most
+/// [`MULTI_KEYS_MAX`], none reserved (what its check and its body both
+/// take them through).
+fn keys_of<'a>(sig: &Sig, args: &'a [Value]) -> Result<Vec<&'a Bytes>, String> {
     let Some(Value::List(keys)) = args.first() else {
         return Err(format!("{} expects {}", sig.name, sig.signature()));
     };
@@ -122,42 +125,45 @@ fn check_keys(sig: &Sig, args: &[Value]) -> Result<(), String> {
             keys.len()
         ));
     }
-    if keys
-        .iter()
-        .any(|k| k.as_bytes().and_then(|b| b.first()) == Some(&INTERNAL_KEY_PREFIX))
-    {
+    keys.iter()
+        .map(|k| match k {
+            Value::Bytes(b) if b.first() == Some(&INTERNAL_KEY_PREFIX) => Err(format!(
+                "{}: keys starting with 0x00 are reserved",
+                sig.name
+            )),
+            Value::Bytes(b) => Ok(b),
+            _ => Err(format!("{} expects {}", sig.name, sig.signature())),
+        })
+        .collect()
+}
+
+/// `kv.mput`'s keys and values, one value per key.
+fn mput_items(args: &[Value]) -> Result<(Vec<&Bytes>, Vec<&Bytes>), String> {
+    let keys = keys_of(&MPUT, args)?;
+    let values: Vec<&Bytes> = match args.get(1) {
+        Some(Value::List(values)) => values.iter().filter_map(Value::as_bytes).collect(),
+        _ => Vec::new(),
+    };
+    if keys.len() != values.len() {
         return Err(format!(
-            "{}: keys starting with 0x00 are reserved",
-            sig.name
-        ));
-    }
-    Ok(())
-}
-
-fn check_mget(raw: &[u8]) -> Result<(), String> {
-    check_keys(&MGET, &MGET.parse(raw)?)
-}
-
-fn check_mput(raw: &[u8]) -> Result<(), String> {
-    let args = MPUT.parse(raw)?;
-    check_keys(&MPUT, &args)?;
-    match args.as_slice() {
-        [Value::List(keys), Value::List(values)] if keys.len() == values.len() => Ok(()),
-        [Value::List(keys), Value::List(values)] => Err(format!(
             "kv.mput: {} keys but {} values: give one value per key",
             keys.len(),
             values.len()
-        )),
-        _ => Err(format!("kv.mput expects {}", MPUT.signature())),
+        ));
     }
+    Ok((keys, values))
 }
 
-fn check_transfer(raw: &[u8]) -> Result<(), String> {
-    let args = TRANSFER.parse(raw)?;
-    let [Value::Bytes(from), Value::Bytes(to), Value::Int(amount)] = args.as_slice() else {
+/// `kv.transfer`'s two distinct, unreserved keys and its amount (not
+/// negative).
+fn transfer_args(args: &[Value]) -> Result<(&Bytes, &Bytes, i64), String> {
+    let [Value::Bytes(from), Value::Bytes(to), Value::Int(amount)] = args else {
         return Err(format!("kv.transfer expects {}", TRANSFER.signature()));
     };
-    if to.first() == Some(&INTERNAL_KEY_PREFIX) {
+    if [from, to]
+        .iter()
+        .any(|k| k.first() == Some(&INTERNAL_KEY_PREFIX))
+    {
         return Err("kv.transfer: keys starting with 0x00 are reserved".into());
     }
     if from == to {
@@ -168,22 +174,28 @@ fn check_transfer(raw: &[u8]) -> Result<(), String> {
             "kv.transfer: amount must not be negative, got {amount} (swap from and to instead)"
         ));
     }
-    Ok(())
+    Ok((from, to, *amount))
+}
+
+fn check_mget(raw: &[u8]) -> Result<(), String> {
+    keys_of(&MGET, &MGET.parse(raw)?).map(drop)
+}
+
+fn check_mput(raw: &[u8]) -> Result<(), String> {
+    mput_items(&MPUT.parse(raw)?).map(drop)
+}
+
+fn check_transfer(raw: &[u8]) -> Result<(), String> {
+    transfer_args(&TRANSFER.parse(raw)?).map(drop)
 }
 
 /// `kv.mget(keys)` → a list with each key's value, or nil if absent.
 fn mget(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = MGET.args(raw)?;
-    check_keys(&MGET, &args).map_err(Abort)?;
-    let [Value::List(keys)] = args.as_slice() else {
-        return Err(MGET.mismatch());
-    };
-    let values = keys
-        .iter()
-        .map(|k| match k {
-            Value::Bytes(k) => txn.get(k).map_or(Value::Nil, Value::Bytes),
-            _ => Value::Nil,
-        })
+    let values = keys_of(&MGET, &args)
+        .map_err(Abort)?
+        .into_iter()
+        .map(|k| txn.get(k).map_or(Value::Nil, Value::Bytes))
         .collect();
     Ok(Value::List(values).encode())
 }
@@ -192,56 +204,39 @@ fn mget(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
 /// given twice keeps its last value).
 fn mput(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = MPUT.args(raw)?;
-    check_keys(&MPUT, &args).map_err(Abort)?;
-    let [Value::List(keys), Value::List(values)] = args.as_slice() else {
-        return Err(MPUT.mismatch());
-    };
-    if keys.len() != values.len() {
-        return Err(MPUT.mismatch());
-    }
-    for (k, v) in keys.iter().zip(values) {
-        let (Value::Bytes(k), Value::Bytes(v)) = (k, v) else {
-            return Err(MPUT.mismatch());
-        };
+    let (keys, values) = mput_items(&args).map_err(Abort)?;
+    for (k, v) in keys.into_iter().zip(values) {
         txn.put(k.clone(), v.clone());
     }
     Ok(Value::Nil.encode())
 }
 
-/// The counter at `key` (absent counts as 0).
-fn counter(txn: &mut Txn<'_>, key: &Bytes, name: &str) -> Result<i64, Abort> {
+/// The counter at `key`: absent counts as 0; kept as decimal text.
+fn counter(txn: &mut Txn<'_>, key: &Bytes) -> Result<i64, Abort> {
     match txn.get(key) {
         None => Ok(0),
         Some(stored) => std::str::from_utf8(&stored)
             .ok()
             .and_then(|s| s.parse::<i64>().ok())
-            .ok_or_else(|| {
-                Abort::new(format!(
-                    "{name}: the value of key {} is not an integer",
-                    Value::Bytes(key.clone())
-                ))
-            }),
+            .ok_or_else(|| Abort::new("value of key is not an integer")),
     }
 }
 
 /// `kv.transfer(from, to, amount)` → `[from's new value, to's new value]`;
 /// aborts, changing nothing, if `from` holds less than `amount`.
 fn transfer(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
-    check_transfer(raw).map_err(Abort)?;
     let args = TRANSFER.args(raw)?;
-    let [Value::Bytes(from), Value::Bytes(to), Value::Int(amount)] = args.as_slice() else {
-        return Err(TRANSFER.mismatch());
-    };
-    let have = counter(txn, from, TRANSFER.name)?;
-    if have < *amount {
+    let (from, to, amount) = transfer_args(&args).map_err(Abort)?;
+    let have = counter(txn, from)?;
+    if have < amount {
         return Err(Abort::new(format!(
             "kv.transfer: key {} holds {have}, less than {amount}",
             Value::Bytes(from.clone())
         )));
     }
-    let dest = counter(txn, to, TRANSFER.name)?;
+    let dest = counter(txn, to)?;
     let new_to = dest
-        .checked_add(*amount)
+        .checked_add(amount)
         .ok_or_else(|| Abort::new(format!("kv.transfer overflows: {dest} + {amount}")))?;
     let new_from = have - amount;
     txn.put(from.clone(), Bytes::from(new_from.to_string()));
@@ -318,13 +313,7 @@ fn incr(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let [Value::Bytes(key), Value::Int(delta)] = args.as_slice() else {
         return Err(INCR.mismatch());
     };
-    let current = match txn.get(key) {
-        None => 0,
-        Some(stored) => std::str::from_utf8(&stored)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-            .ok_or_else(|| Abort::new("value of key is not an integer"))?,
-    };
+    let current = counter(txn, key)?;
     let new = current
         .checked_add(*delta)
         .ok_or_else(|| Abort::new(format!("kv.incr overflows: {current} + {delta}")))?;

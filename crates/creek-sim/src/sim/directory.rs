@@ -73,13 +73,11 @@ impl Dir {
     }
 }
 
-/// `next` in place of `held` if it is later, or why it may not be (a
-/// violation); `None` when it is not newer.
+/// Whether a holder of `held` takes `next` (the rule a replica's gate
+/// follows: `ShardMap::superseded_by`), or the violation a map that could
+/// not follow it is.
 fn later(held: &ShardMap, next: &ShardMap, who: &str) -> Result<bool, String> {
-    if next.epoch <= held.epoch && next.cluster == held.cluster {
-        return Ok(false);
-    }
-    held.check_later(next).map(|()| true).map_err(|e| {
+    held.superseded_by(next).map_err(|e| {
         format!(
             "{who} was handed map epoch {} over epoch {}: {e}",
             next.epoch, held.epoch
