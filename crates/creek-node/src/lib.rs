@@ -196,6 +196,14 @@ impl<S: CabStorage> Node<S> {
         self.membership.standing()
     }
 
+    /// Rebuilt after it lost its data, and not yet holding the entries a
+    /// peer held then (`Cab::catch_up_to`): until it does, it holds less
+    /// than it acknowledged, and it neither campaigns nor helps a shorter
+    /// log win.
+    pub fn catching_up(&self) -> bool {
+        self.cab.catching_up()
+    }
+
     /// This replica's identity, as last handed out to be written.
     pub fn identity(&self) -> &Identity {
         self.membership.identity()

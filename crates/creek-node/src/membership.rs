@@ -358,6 +358,14 @@ impl Membership {
         self.is_member() && !self.foreign.contains_key(&peer) && !self.lost_peers.contains(&peer)
     }
 
+    /// Removed from the group, and `peer` is neither foreign nor lost: its
+    /// digests and pulls are still answered, so the ops this replica issued
+    /// while a member reach the group even when their eager push was lost
+    /// (the group does not settle before it holds them).
+    pub(crate) fn hands_over_to(&self, peer: ReplicaId) -> bool {
+        self.removed && !self.foreign.contains_key(&peer) && !self.lost_peers.contains(&peer)
+    }
+
     /// Removed from the group by a configuration change.
     pub(crate) fn is_removed(&self) -> bool {
         self.removed
@@ -382,11 +390,14 @@ impl Membership {
     /// (a peer that holds no data reports zeros), and a member to fetch a
     /// checkpoint from.
     ///
-    /// `None` too while a majority of the group's voters holds no data (this
-    /// replica and the peers that answered as lost or joining): a minority that
-    /// holds data may lack ops only the lost majority acknowledged, and
-    /// rebuilding from it would hide that loss (the cluster refuses strong
-    /// ops with "quorum lost data" instead).
+    /// `None` too while the voters holding data (the peers that did not
+    /// answer as lost or joining) do not meet every majority of the voters:
+    /// then an entry or op acknowledged by a majority may be held by none of
+    /// them, and rebuilding from them would hide that loss (the cluster
+    /// refuses strong ops with "quorum lost data" instead). They meet every
+    /// majority once at most half the voters lack data — for an odd group
+    /// that is while a majority holds data, for an even one half suffices
+    /// (one of two voters, two of four).
     pub(crate) fn rebuild_marks(&self) -> Option<RebuildMarks> {
         self.lost.as_ref()?;
         if self.peers.iter().any(|p| !self.heard.contains_key(p)) {
@@ -401,7 +412,7 @@ impl Membership {
             .filter(|p| self.voters.contains(p))
             .count();
         let empty = group.saturating_sub(holding);
-        if empty > group - (group / 2 + 1) && !self.rebuild_despite_data_loss {
+        if !holders_meet_every_quorum(group, empty) && !self.rebuild_despite_data_loss {
             return None;
         }
         let source = *self.lost_sources.iter().next()?;
@@ -441,13 +452,13 @@ impl Membership {
         self.hello_all();
     }
 
-    /// Whether a majority of the group is known to have lost its data (this
-    /// replica counted if it did).
+    /// Whether the voters known to hold their data no longer meet every
+    /// majority of the group (this replica counted if it lost its data).
     pub(crate) fn quorum_lost(&self) -> bool {
         let group = self.voters.len();
         let lost = self.lost_peers.intersection(&self.voters).count()
             + usize::from(self.lost.is_some() && self.voters.contains(&self.me));
-        group > 0 && lost > group - (group / 2 + 1)
+        group > 0 && !holders_meet_every_quorum(group, lost)
     }
 
     /// The identity to write, if it changed since the last write.
@@ -751,6 +762,14 @@ impl Membership {
     }
 }
 
+/// Whether, in a group of `voters` of which `empty` hold no data, the rest
+/// meet every majority (so each entry or op a majority acknowledged is held
+/// by one of them): `voters - empty > voters - majority`, that is at most
+/// half the voters empty.
+fn holders_meet_every_quorum(voters: usize, empty: usize) -> bool {
+    empty <= voters / 2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -972,6 +991,38 @@ mod tests {
             .rebuild_marks()
             .expect("a majority of voters holds data");
         assert_ne!(marks.source, ReplicaId(4));
+    }
+
+    /// A voter was removed while the replica added before it was still a
+    /// learner, leaving two voters (1 and 2, learner 3); then replica 1
+    /// loses its disk. Every entry committed since needed both voters, so
+    /// replica 2 holds all of it: replica 1 rebuilds from it, and the group
+    /// has not lost data (a majority rule would have stalled it for good).
+    #[test]
+    fn one_voter_of_two_holding_data_is_enough_to_rebuild() {
+        let mut nodes = vec![node(1, 3, 11), node(2, 3, 22), node(3, 3, 33)];
+        run(&mut nodes);
+        let group: BTreeSet<ReplicaId> = [1, 2, 3].map(ReplicaId).into();
+        let voters: BTreeSet<ReplicaId> = [1, 2].map(ReplicaId).into();
+        for n in &mut nodes {
+            n.set_group(&group, voters.clone());
+        }
+        nodes[0] = node(1, 3, 99);
+        run_naming(&mut nodes, &group, &voters);
+        assert!(matches!(nodes[0].standing(), Standing::Lost { .. }));
+        assert!(!nodes[1].quorum_lost(), "replica 2 holds every commit");
+        let marks = nodes[0]
+            .rebuild_marks()
+            .expect("the voter left meets every majority of two");
+        assert_ne!(marks.source, ReplicaId(1));
+        // Of four voters, two holding data still meet every majority
+        // (three); one does not.
+        assert!(holders_meet_every_quorum(4, 2));
+        assert!(!holders_meet_every_quorum(4, 3));
+        assert!(holders_meet_every_quorum(3, 1));
+        assert!(!holders_meet_every_quorum(3, 2));
+        assert!(holders_meet_every_quorum(5, 2));
+        assert!(!holders_meet_every_quorum(5, 3));
     }
 
     /// After the group changed (replica 2 removed for good, replica 4

@@ -94,6 +94,17 @@ impl<S: CabStorage> Node<S> {
                     }
                 }
             }
+            PeerMessage::Gossip(
+                m @ (GossipMessage::Digest { .. } | GossipMessage::Pull { .. }),
+            ) if self.membership.hands_over_to(from) => {
+                // Removed: a member's digest or pull is answered with the
+                // ops it lacks of those this replica issued as a member
+                // (their eager push may have been lost); nothing else of
+                // the group's is taken any more.
+                self.gossip.on_message(from, m);
+                self.take_gossip_output();
+                return;
+            }
             PeerMessage::Gossip(_) | PeerMessage::Cab(_) if !self.membership.accepts(from) => {
                 self.refused_non_members += 1;
                 return;

@@ -138,6 +138,12 @@ pub trait SimReplica: Send + Sync {
     fn is_lost(&self) -> bool {
         false
     }
+    /// Rebuilt after it lost its data but not yet holding what a peer held
+    /// then (see `creek_node::Node::catching_up`): like a lost replica, it
+    /// counts as down for the faults.
+    fn catching_up(&self) -> bool {
+        false
+    }
     /// Propose a change of the replica group (the leader only; `Err` says
     /// why not). Protocols with a fixed group refuse.
     fn change_group(&mut self, change: MemberChange) -> Result<(), String> {
@@ -837,6 +843,10 @@ impl SimReplica for CreekReplica {
         self.node
             .as_ref()
             .is_some_and(|n| matches!(n.standing(), Standing::Lost { .. }))
+    }
+
+    fn catching_up(&self) -> bool {
+        self.node.as_ref().is_some_and(|n| n.catching_up())
     }
 
     fn debug(&self) -> String {

@@ -298,11 +298,18 @@ impl Sim {
         }
     }
 
-    /// Replicas of group `s` down, or up but lost (they take no part).
+    /// Replicas of group `s` down, or up but lost (they take no part), or
+    /// rebuilt and still catching up: such a replica does not yet hold
+    /// what it acknowledged before its disk was lost, so a second lost
+    /// disk meanwhile would take entries a majority acknowledged (two of
+    /// three), which the group then rightly refuses to elect past.
     pub(super) fn down(&self, s: usize) -> usize {
         self.group_slots(s)
             .map(|i| &self.nodes[i])
-            .filter(|x| x.slot == Slot::Member && (!x.node.is_up() || x.node.is_lost()))
+            .filter(|x| {
+                x.slot == Slot::Member
+                    && (!x.node.is_up() || x.node.is_lost() || x.node.catching_up())
+            })
             .count()
     }
 
