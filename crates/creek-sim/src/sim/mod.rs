@@ -842,17 +842,21 @@ impl Sim {
         }
     }
 
-    /// A wiped replica that rebuilt from a peer's checkpoint: its ops above
-    /// what its peers held were lost with its disk (no peer saw them). It
-    /// resumed its seqs past what its peers heard it reserve, so their ids
-    /// are not issued again (if it restarted before this was seen, past its
-    /// last issued seq as a bound).
+    /// A wiped replica that rebuilt from a peer's checkpoint resumes its
+    /// seqs past what its peers held and heard it reserve (its last issued
+    /// seq right after the rebuild). Its earlier ops up to there keep their
+    /// records and ids: the peers' answers are no proof that no peer holds
+    /// one (an op in flight, or relayed after the answer, is taken back and
+    /// commits unless a void of its origin came first), so their outcome is
+    /// unknown, as for any op whose origin crashed. Only ops past it are
+    /// forgotten: their ids may be issued again (a reservation no peer
+    /// heard).
     fn check_rebuilt(&mut self, i: usize) {
         let n = &self.nodes[i];
         if !n.wiped || !n.node.is_member() {
             return;
         }
-        if let Some(last) = n.node.rebuilt_held_seq().or(n.node.last_issued_seq()) {
+        if let Some(last) = n.node.last_issued_seq() {
             *self.faults.entry("disk_rebuilt").or_default() += 1;
             self.nodes[i].wiped = false;
             self.forget_lost_ops(i, last);
