@@ -81,6 +81,51 @@ def test_multi_key_calls_run_on_the_shard_owning_their_keys(sharded):
     run(body())
 
 
+DEPOSIT = """
+keyspace wallets: strong
+
+proc deposit(owner: key(wallets), amount: int) -> int {
+    let v = get(wallets, owner)
+    let n = amount
+    if v != nil { n = int(v) + amount }
+    put(wallets, owner, str(n))
+    return n
+}
+
+proc listing(owner: prefix(wallets)) -> list {
+    return scan(wallets, owner, owner ++ "~", 10)
+}
+"""
+
+
+def test_user_procedures_run_on_the_shard_owning_their_declared_keys(sharded):
+    async def body():
+        async with creek.Cluster([sharded.clients[1]]) as c:
+            m = c.map
+            # Registered on every shard after the client connected: the
+            # client learns their routes on the first call.
+            await c.call("proc.register", DEPOSIT)
+            k0, k1 = key_of(m, 0, "w"), key_of(m, 1, "w")
+            assert await c.call("deposit", k0, 2) == 2
+            assert await c.call("deposit", k1, 3) == 3
+            assert c.shard_of("deposit", k1, 1) == 1
+            # A prefix with a whole {tag} lives on its tag's shard.
+            tagged = next(f"{{t{n}}}/" for n in range(1000) if m.owner(f"t{n}") == 1)
+            assert c.shard_of("listing", tagged) == 1
+            assert await c.call("deposit", tagged + "x", 1) == 1
+            assert await c.call("listing", tagged) == [[(tagged + "x").encode(), b"1"]]
+            # A prefix whose keys hash anywhere spans the shards.
+            with pytest.raises(creek.CreekError) as refused:
+                await c.call("listing", "w")
+            assert "its keys span shards 0, 1" in str(refused.value)
+            async with creek.Client([sharded.clients[0]]) as plain:
+                with pytest.raises(creek.WrongShard):
+                    await plain.call("deposit", k1, 1)
+            assert await c.call("deposit", k1, 0) == 3
+
+    run(body())
+
+
 def test_a_stale_map_is_learned_again(sharded):
     async def body():
         async with creek.Cluster([sharded.clients[0]]) as c:

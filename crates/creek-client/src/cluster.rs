@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use creek_shard::{Endpoint, Shard, ShardId, ShardMap};
+use creek_shard::{Endpoint, KeyRef, Shard, ShardId, ShardMap};
 use creek_types::value::Value;
 use tokio::sync::RwLock;
 
@@ -32,9 +32,11 @@ pub struct Cluster {
 struct Inner {
     options: ConnectOptions,
     /// Where each procedure's calls go, as the replicas publish it
-    /// (`Procedures`: `route`, `route_arg`); a name not listed (a user
-    /// procedure) goes to every shard.
-    procedures: BTreeMap<String, Placed>,
+    /// (`Procedures`: `route`, `route_arg`, `declared_keys`), learnt again
+    /// for a name not listed (a user procedure registered since) and after
+    /// a `WRONG_SHARD` refusal; a name still not listed goes to every
+    /// shard.
+    procedures: RwLock<Arc<BTreeMap<String, Placed>>>,
     /// Shared, so a call takes the current routes with one reference
     /// count and no copy.
     routes: RwLock<Arc<Routes>>,
@@ -49,6 +51,9 @@ enum Placed {
     ByArgs(Vec<usize>),
     /// To the shard owning every key of the list in argument `n`.
     ByListArg(usize),
+    /// To the shard owning the keys a user procedure declares: argument,
+    /// keyspace, and whether it is a prefix.
+    Declared(Vec<(usize, String, bool)>),
     /// To every shard in turn.
     Everywhere,
 }
@@ -69,6 +74,12 @@ async fn placements(client: &Client) -> Result<BTreeMap<String, Placed>, Error> 
                         .collect::<Option<_>>()?,
                 ),
                 pb::Route::ByListArg => Placed::ByListArg(usize::try_from(p.route_arg).ok()?),
+                pb::Route::ByDeclaredKeys => Placed::Declared(
+                    p.declared_keys
+                        .iter()
+                        .map(|d| Some((usize::try_from(d.arg).ok()?, d.keyspace.clone(), d.prefix)))
+                        .collect::<Option<_>>()?,
+                ),
                 pb::Route::Everywhere | pb::Route::Unknown | pb::Route::Unspecified => {
                     Placed::Everywhere
                 }
@@ -112,7 +123,7 @@ impl Cluster {
         Ok(Cluster {
             inner: Arc::new(Inner {
                 options,
-                procedures,
+                procedures: RwLock::new(Arc::new(procedures)),
                 routes: RwLock::new(Arc::new(routes)),
             }),
         })
@@ -135,7 +146,7 @@ impl Cluster {
         Ok(Cluster {
             inner: Arc::new(Inner {
                 options,
-                procedures,
+                procedures: RwLock::new(Arc::new(procedures)),
                 routes: RwLock::new(Arc::new(Routes { map, clients })),
             }),
         })
@@ -154,8 +165,9 @@ impl Cluster {
     /// The client of the shard a call of `procedure` with `args` goes to;
     /// `None` when it goes to every shard.
     pub async fn route(&self, procedure: &str, args: &[Value]) -> Option<Client> {
+        let placed = self.placed(procedure).await;
         let routes = self.inner.routes.read().await;
-        let shard = routes.shard_of(&self.placed(procedure), args)?;
+        let shard = routes.shard_of(&placed, args)?;
         routes.clients.get(&shard).cloned()
     }
 
@@ -226,12 +238,13 @@ impl Cluster {
             .await
     }
 
-    /// Invoke with per-call options. A call of a built-in on a key goes to
-    /// the shard owning the key; any other call (a definition, a user or
-    /// role change, a user procedure) goes to every shard in turn, each
-    /// waiting for the previous shard's final view, and returns the last
-    /// shard's Correctable (a cluster of several shards refuses calls of
-    /// user procedures: their keys are known only as they run).
+    /// Invoke with per-call options. A call of a built-in on a key, or of
+    /// a user procedure that declares its keys, goes to the shard owning
+    /// its keys; any other call (a definition, a user or role change)
+    /// goes to every shard in turn, each waiting for the previous shard's
+    /// final view, and returns the last shard's Correctable (a cluster of
+    /// several shards refuses calls of user procedures that declare no
+    /// keys: their keys are known only as they run).
     pub async fn invoke_with(
         &self,
         procedure: impl Into<String>,
@@ -240,7 +253,7 @@ impl Cluster {
         options: CallOptions,
     ) -> Result<Correctable, Error> {
         let procedure = procedure.into();
-        let placed = self.placed(&procedure);
+        let mut placed = self.placed(&procedure).await;
         let routes = self.inner.routes.read().await.clone();
         let Some(shard) = routes.shard_of(&placed, &args) else {
             return self
@@ -260,6 +273,13 @@ impl Cluster {
                 Err(Error::WrongShard { .. }) if attempt < WRONG_SHARD_RETRIES => {
                     attempt += 1;
                     self.refresh().await?;
+                    // A user procedure may have been registered again
+                    // with other declared keys.
+                    if matches!(placed, Placed::Declared(_))
+                        && self.learn_procedures().await.is_ok()
+                    {
+                        placed = self.placed(&procedure).await;
+                    }
                     let routes = self.inner.routes.read().await.clone();
                     let shard = routes.shard_of(&placed, &args).unwrap_or(shard);
                     sent_by = routes.client(shard)?;
@@ -272,13 +292,25 @@ impl Cluster {
         }
     }
 
-    /// Where calls of `procedure` go.
-    fn placed(&self, procedure: &str) -> Placed {
-        self.inner
-            .procedures
-            .get(procedure)
-            .cloned()
-            .unwrap_or(Placed::Everywhere)
+    /// Where calls of `procedure` go: as last learnt, or, for a name not
+    /// learnt yet, as a replica publishes it now.
+    async fn placed(&self, procedure: &str) -> Placed {
+        if let Some(placed) = self.inner.procedures.read().await.get(procedure) {
+            return placed.clone();
+        }
+        // A user procedure registered since: best effort (a replica that
+        // does not answer leaves it going to every shard, where it is
+        // refused with the reason).
+        let _ = self.learn_procedures().await;
+        let known = self.inner.procedures.read().await;
+        known.get(procedure).cloned().unwrap_or(Placed::Everywhere)
+    }
+
+    /// Learn the procedures' routes again from the first shard.
+    async fn learn_procedures(&self) -> Result<(), Error> {
+        let learnt = placements(&self.first().await?).await?;
+        *self.inner.procedures.write().await = Arc::new(learnt);
+        Ok(())
     }
 
     async fn everywhere(
@@ -354,6 +386,7 @@ impl Routes {
         };
         let keys: Option<Vec<&bytes::Bytes>> = match placed {
             Placed::Everywhere => return None,
+            Placed::Declared(declared) => return self.declared_shard(declared, args).or(first),
             Placed::ByArg(n) => key(n).map(|k| vec![k]),
             Placed::ByArgs(ns) => ns.iter().map(key).collect(),
             Placed::ByListArg(n) => match args.get(*n) {
@@ -369,6 +402,34 @@ impl Routes {
         match self.map.route(keys.iter().map(|k| (None, &k[..]))) {
             Ok(shard) => Some(shard),
             Err(_) => keys.first().map(|k| self.map.owner(None, k)).or(first),
+        }
+    }
+
+    /// The shard owning every key a user procedure's call declares
+    /// (`declared`: argument, keyspace, prefix); with malformed arguments
+    /// or keys spanning shards, the first declared key's shard, which
+    /// refuses the call saying why.
+    fn declared_shard(
+        &self,
+        declared: &[(usize, String, bool)],
+        args: &[Value],
+    ) -> Option<ShardId> {
+        let keys: Vec<(Option<&str>, KeyRef<'_>)> = declared
+            .iter()
+            .map(|(at, keyspace, prefix)| {
+                let arg = args.get(*at).and_then(Value::as_bytes)?;
+                let key = match prefix {
+                    true => KeyRef::Prefix(&arg[..]),
+                    false => KeyRef::Key(&arg[..]),
+                };
+                Some((Some(keyspace.as_str()), key))
+            })
+            .collect::<Option<_>>()?;
+        match self.map.route_declared(keys.iter().copied()) {
+            Ok(shard) => Some(shard),
+            Err(_) => keys.first().map(|(keyspace, key)| match key {
+                KeyRef::Key(k) | KeyRef::Prefix(k) => self.map.owner(*keyspace, k),
+            }),
         }
     }
 

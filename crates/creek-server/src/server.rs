@@ -181,10 +181,6 @@ impl Server {
             Err(e) => return Err(StartError::Config(crate::ConfigError::Invalid(e))),
         };
         let corked = Arc::new(crate::native::out::Corked::default());
-        let directory_gate = shards
-            .as_ref()
-            .filter(|g| g.role() == crate::shards::Role::Directory)
-            .cloned();
         let node_loop = NodeLoop::new(
             node,
             persister,
@@ -196,7 +192,7 @@ impl Server {
                 auth.clone(),
                 limits,
                 corked.clone(),
-                directory_gate,
+                shards.clone(),
             ),
         );
         let fatal: FatalCell = Arc::new(watch::channel(None).0);
@@ -538,10 +534,10 @@ fn loop_config(
     auth: Option<Arc<crate::auth::Auth>>,
     limits: creek_wire::Limits,
     corked: Arc<crate::native::out::Corked>,
-    directory: Option<Arc<crate::shards::ShardGate>>,
+    shards: Option<Arc<crate::shards::ShardGate>>,
 ) -> LoopConfig {
     LoopConfig {
-        directory,
+        shards,
         workers: config.worker_threads(),
         watch_history_bytes: config.watch_history_bytes,
         auth,

@@ -17,8 +17,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use creek_procs::lang::KeyParam;
 use creek_procs::{Registry, Route};
-use creek_shard::{RouteError, ShardId, ShardMap};
+use creek_shard::{KeyRef, RouteError, ShardId, ShardMap};
 use creek_types::value::{decode_args, Value};
 use creek_types::ProcCall;
 use tonic::Status;
@@ -281,14 +282,14 @@ impl ShardGate {
 
     /// Accept `call` if this shard may run it: its key is this shard's,
     /// or it is state every shard keeps. On a cluster of one shard, and on
-    /// a directory replica, every call is accepted.
+    /// a directory replica, every call is accepted. A name no built-in has
+    /// is a user procedure's: the node loop checks it against the keys it
+    /// declares ([`ShardGate::check_user`]).
     pub fn check(&self, call: &ProcCall) -> Result<(), Status> {
-        let Role::Shard(shard) = self.role else {
+        let Some((shard, held)) = self.several_shards() else {
             return Ok(());
         };
-        let held = self.held();
-        let map = &held.map;
-        if map.shards.len() == 1 {
+        if self.registry.get(&call.name).is_none() {
             return Ok(());
         }
         let route = self.registry.route_of(&call.name);
@@ -298,42 +299,113 @@ impl ShardGate {
         if route == Route::Unknown {
             return Err(Status::failed_precondition(format!(
                 "{}: its keys are known only as it runs, so a cluster of {} shards cannot \
-                 route it (operations across shards are not supported yet)",
+                 route it",
                 call.name,
-                map.shards.len()
+                held.map.shards.len()
             )));
         }
         // Malformed arguments are refused by the registry's check.
-        let Some((keys, owner)) = keys_owner(map, route, call) else {
+        let Some((keys, owner)) = keys_owner(&held.map, route, call) else {
             return Ok(());
         };
-        match owner {
-            Ok(owner) if owner == shard => Ok(()),
-            Ok(owner) => {
-                let what = match keys.as_slice() {
-                    [key] => format!("key {}", Value::Bytes(key.clone())),
-                    _ => format!("its {} keys", keys.len()),
-                };
-                Err(Status::failed_precondition(format!(
-                    "{WRONG_SHARD}: {} on {what} goes to another shard: shard {} owns it \
-                     (map epoch {}); this replica serves shard {}",
-                    call.name, owner.0, map.epoch, shard.0
-                )))
-            }
-            Err(RouteError::Spans { shards }) => {
-                let names: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
-                Err(Status::failed_precondition(format!(
-                    "{}: its keys span shards {} (map epoch {}); an operation across shards is \
-                     not supported yet: keep the keys on one shard (a hash tag {{…}} or a \
-                     keyspace placement, docs/shards.md)",
-                    call.name,
-                    names.join(", "),
-                    map.epoch
-                )))
-            }
-            // No key (an empty list): it reads and writes nothing.
-            Err(_) => Ok(()),
+        let what = match keys.as_slice() {
+            [key] => format!("key {}", Value::Bytes(key.clone())),
+            _ => format!("its {} keys", keys.len()),
+        };
+        judge(&call.name, &what, owner, shard, &held.map)
+    }
+
+    /// Accept a call of user procedure `name` with encoded `args` if this
+    /// shard owns every key it declares (`declared`, by parameter; a
+    /// prefix by its keyspace's placement, [`creek_shard::KeyRef`]). A
+    /// user procedure that declares no keys is refused on a cluster of
+    /// several shards. Malformed arguments pass: the replica's check
+    /// refuses them.
+    pub fn check_user(
+        &self,
+        name: &str,
+        declared: &[(usize, KeyParam)],
+        args: &[u8],
+    ) -> Result<(), Status> {
+        let Some((shard, held)) = self.several_shards() else {
+            return Ok(());
+        };
+        if declared.is_empty() {
+            return Err(Status::failed_precondition(format!(
+                "{name}: it declares no key parameters, so a cluster of {} shards cannot \
+                 route it: declare them in its signature (key(KEYSPACE), prefix(KEYSPACE); \
+                 docs/procedures.md, \"Declared keys\")",
+                held.map.shards.len()
+            )));
         }
+        let Ok(args) = decode_args(args) else {
+            return Ok(());
+        };
+        let mut shown = Vec::new();
+        let mut keys = Vec::new();
+        for (at, param) in declared {
+            let Some(arg) = args.get(*at).and_then(Value::as_bytes) else {
+                return Ok(());
+            };
+            let (what, key) = match param.prefix {
+                true => ("keys starting with", KeyRef::Prefix(&arg[..])),
+                false => ("key", KeyRef::Key(&arg[..])),
+            };
+            shown.push(format!(
+                "{what} {} of keyspace {}",
+                Value::Bytes(arg.clone()),
+                param.keyspace
+            ));
+            keys.push((Some(param.keyspace.as_str()), key));
+        }
+        let owner = held.map.route_declared(keys);
+        let what = match shown.as_slice() {
+            [one] => one.clone(),
+            _ => format!("its {} declared keys", shown.len()),
+        };
+        judge(name, &what, owner, shard, &held.map)
+    }
+
+    /// This replica's shard and map, when it serves a shard of a cluster
+    /// of several (the only case a call may be refused).
+    fn several_shards(&self) -> Option<(ShardId, Arc<Held>)> {
+        let Role::Shard(shard) = self.role else {
+            return None;
+        };
+        let held = self.held();
+        (held.map.shards.len() > 1).then_some((shard, held))
+    }
+}
+
+/// Accept an operation on `what` (its keys, as a message names them) of
+/// procedure `name` if `owner` is `shard`: `WRONG_SHARD` naming the owner,
+/// or a refusal naming the shards the keys span.
+fn judge(
+    name: &str,
+    what: &str,
+    owner: Result<ShardId, RouteError>,
+    shard: ShardId,
+    map: &ShardMap,
+) -> Result<(), Status> {
+    match owner {
+        Ok(owner) if owner == shard => Ok(()),
+        Ok(owner) => Err(Status::failed_precondition(format!(
+            "{WRONG_SHARD}: {name} on {what} goes to another shard: shard {} owns it (map \
+             epoch {}); this replica serves shard {}",
+            owner.0, map.epoch, shard.0
+        ))),
+        Err(RouteError::Spans { shards }) => {
+            let names: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
+            Err(Status::failed_precondition(format!(
+                "{name}: its keys span shards {} (map epoch {}); an operation across shards is \
+                 not supported yet: keep the keys on one shard (a hash tag {{…}} or a keyspace \
+                 placement, docs/shards.md)",
+                names.join(", "),
+                map.epoch
+            )))
+        }
+        // No key (an empty list): it reads and writes nothing.
+        Err(_) => Ok(()),
     }
 }
 
@@ -652,15 +724,83 @@ mod tests {
             refused.message()
         );
         assert!(refused.message().contains("shard 1 owns it (map epoch 1)"));
-        // Definitions go everywhere; procedures whose keys are unknown
-        // nowhere.
+        // Definitions go everywhere; a registered procedure whose keys are
+        // unknown nowhere.
         assert!(gate
             .check(&ProcCall::new("proc.list", encode_args(&[])))
             .is_ok());
+        let mut with_unknown = Registry::with_builtins();
+        with_unknown.register_fn("bench.load", false, |_| Ok(()), |_, _| Ok(Bytes::new()));
+        let gate = ShardGate::load(&configs[0], Arc::new(with_unknown))
+            .unwrap()
+            .unwrap();
         let unknown = gate
-            .check(&ProcCall::new("ycsb.load", encode_args(&[])))
+            .check(&ProcCall::new("bench.load", encode_args(&[])))
             .unwrap_err();
         assert!(unknown.message().contains("known only as it runs"));
+        // A name no built-in has is a user procedure's: the node loop
+        // checks its declared keys.
+        assert!(gate.check(&call("transfer", &key_of(1))).is_ok());
+    }
+
+    /// A user procedure runs where every key it declares lives: a key of
+    /// another shard is WRONG_SHARD, keys and prefixes spanning shards are
+    /// refused naming them, no declaration at all cannot be routed.
+    #[test]
+    fn a_user_procedure_is_checked_against_its_declared_keys() {
+        let (configs, map, _) = cluster("declared");
+        let gate = ShardGate::load(&configs[0], registry()).unwrap().unwrap();
+        let key_of = |s: u16| {
+            (0..)
+                .map(|n| format!("a{n}"))
+                .find(|k| map.owner(Some("accounts"), k.as_bytes()) == ShardId(s))
+                .unwrap()
+        };
+        let declared = |prefix: bool| creek_procs::lang::KeyParam {
+            keyspace: "accounts".into(),
+            prefix,
+        };
+        let two = [(0, declared(false)), (1, declared(false))];
+        let args = |a: &str, b: &str| encode_args(&[Value::from(a), Value::from(b)]);
+        let (k0, k1) = (key_of(0), key_of(1));
+        assert!(gate.check_user("transfer", &two, &args(&k0, &k0)).is_ok());
+        let refused = gate
+            .check_user("transfer", &two, &args(&k1, &k1))
+            .unwrap_err();
+        assert!(
+            refused.message().starts_with(WRONG_SHARD)
+                && refused
+                    .message()
+                    .contains("its 2 declared keys goes to another shard: shard 1"),
+            "{}",
+            refused.message()
+        );
+        let spans = gate
+            .check_user("transfer", &two, &args(&k0, &k1))
+            .unwrap_err();
+        assert!(
+            spans.message().contains("its keys span shards 0, 1"),
+            "{}",
+            spans.message()
+        );
+        let one = [(0, declared(true))];
+        let refused = gate.check_user("notes", &one, &args("a", "")).unwrap_err();
+        assert!(
+            refused.message().contains("its keys span shards 0, 1"),
+            "{}",
+            refused.message()
+        );
+        let tagged = (0..)
+            .map(|n| format!("{{t{n}}}/"))
+            .find(|k| map.owner(Some("accounts"), k.as_bytes()) == ShardId(0))
+            .unwrap();
+        assert!(gate.check_user("notes", &one, &args(&tagged, "")).is_ok());
+        let none = gate.check_user("loose", &[], &args("a", "b")).unwrap_err();
+        assert!(
+            none.message().contains("declares no key parameters"),
+            "{}",
+            none.message()
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub use codec::{decode, encode, MapDecodeError};
-pub use placement::{slot_of, Placement, SLOTS};
+pub use placement::{prefix_end, slot_of, Placement, SLOTS};
 
 /// A shard's number in its cluster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -175,6 +175,16 @@ pub enum MapError {
     },
 }
 
+/// A key an operation declares: one key, or every key starting with a
+/// prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRef<'a> {
+    /// One key.
+    Key(&'a [u8]),
+    /// Every key starting with these bytes.
+    Prefix(&'a [u8]),
+}
+
 /// Why an operation cannot go to one shard.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -240,10 +250,28 @@ impl ShardMap {
         &self,
         keys: impl IntoIterator<Item = (Option<&'a str>, &'a [u8])>,
     ) -> Result<ShardId, RouteError> {
-        let mut shards: Vec<ShardId> = keys
-            .into_iter()
-            .map(|(keyspace, key)| self.owner(keyspace, key))
-            .collect();
+        self.route_declared(
+            keys.into_iter()
+                .map(|(keyspace, key)| (keyspace, KeyRef::Key(key))),
+        )
+    }
+
+    /// The one shard owning every key an operation declares — keys, and
+    /// every key starting with a prefix ([`Placement::owners_of_prefix`]) —
+    /// or why there is none.
+    pub fn route_declared<'a>(
+        &self,
+        keys: impl IntoIterator<Item = (Option<&'a str>, KeyRef<'a>)>,
+    ) -> Result<ShardId, RouteError> {
+        let mut shards = Vec::new();
+        for (keyspace, key) in keys {
+            match key {
+                KeyRef::Key(key) => shards.push(self.owner(keyspace, key)),
+                KeyRef::Prefix(prefix) => {
+                    shards.extend(self.placement(keyspace).owners_of_prefix(prefix))
+                }
+            }
+        }
         shards.sort_unstable();
         shards.dedup();
         match shards.as_slice() {

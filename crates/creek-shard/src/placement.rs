@@ -56,6 +56,19 @@ fn tag(key: &[u8]) -> Option<&[u8]> {
     (close > 0).then(|| &rest[..close])
 }
 
+/// The first key after every key starting with `prefix`, or `None` when
+/// there is none (the prefix is empty or all `0xff` bytes).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 impl Placement {
     /// Slots spread evenly over `shards`, in the order given.
     pub fn even_slots(shards: &[ShardId]) -> Placement {
@@ -80,6 +93,38 @@ impl Placement {
             }
             Placement::Ranges(ranges) => last_at_or_below(ranges, |first| first[..] <= *key),
         }
+    }
+
+    /// The shards that may own a key starting with `prefix`, in order: one
+    /// when the placement keeps them together (pinned; hashed, with a
+    /// whole `{tag}` in the prefix, which every key starting with it
+    /// shares; ranges, with the keys from `prefix` to [`prefix_end`] in one
+    /// shard's ranges), else every shard that may hold one.
+    pub fn owners_of_prefix(&self, prefix: &[u8]) -> Vec<ShardId> {
+        let mut v = match self {
+            Placement::Pinned(s) => return vec![*s],
+            Placement::Hashed(_) => match tag(prefix) {
+                Some(_) => return vec![self.owner(prefix)],
+                None => return self.shards(),
+            },
+            Placement::Ranges(ranges) => {
+                let end = prefix_end(prefix);
+                let mut v = vec![self.owner(prefix)];
+                // Every range that starts inside [prefix, end).
+                v.extend(
+                    ranges
+                        .iter()
+                        .filter(|(first, _)| {
+                            first[..] > *prefix && end.as_ref().is_none_or(|e| first[..] < e[..])
+                        })
+                        .map(|(_, s)| *s),
+                );
+                v
+            }
+        };
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Every shard this placement names, in order.

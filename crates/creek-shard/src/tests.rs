@@ -89,6 +89,50 @@ fn the_default_hash_spreads_keys_evenly() {
 }
 
 #[test]
+fn a_prefix_has_one_owner_only_where_the_placement_keeps_its_keys_together() {
+    let map = two_shards();
+    // Pinned: always its shard.
+    assert_eq!(map.placement(Some("config")).owners_of_prefix(b""), [s(1)]);
+    // Ranges ("orders": [.., "m") on s0, ["m", ..) on s1): a prefix inside
+    // one range, one that straddles the boundary, the empty prefix.
+    let orders = map.placement(Some("orders"));
+    assert_eq!(orders.owners_of_prefix(b"apple/"), [s(0)]);
+    assert_eq!(orders.owners_of_prefix(b"m"), [s(1)]);
+    assert_eq!(orders.owners_of_prefix(b"zz"), [s(1)]);
+    assert_eq!(orders.owners_of_prefix(b""), [s(0), s(1)]);
+    // Hashed: a whole {tag} in the prefix keeps every key with it on its
+    // slot's shard; without one, keys may be anywhere.
+    let hashed = ShardMap::hashed(1, &[s(0), s(1), s(2)]);
+    let placement = hashed.placement(None);
+    let tagged = placement.owners_of_prefix(b"{user7}/");
+    assert_eq!(tagged, [hashed.owner(None, b"{user7}/anything")]);
+    assert_eq!(placement.owners_of_prefix(b"user7/"), [s(0), s(1), s(2)]);
+    assert_eq!(placement.owners_of_prefix(b"{user7"), [s(0), s(1), s(2)]);
+    assert_eq!(placement.owners_of_prefix(b"{}x"), [s(0), s(1), s(2)]);
+    // Routing by keys and prefixes together.
+    let a = KeyRef::Key(b"apple");
+    let p = KeyRef::Prefix(b"apple/");
+    assert_eq!(
+        map.route_declared([(Some("orders"), a), (Some("orders"), p)]),
+        Ok(s(0))
+    );
+    assert_eq!(
+        map.route_declared([(Some("orders"), a), (Some("orders"), KeyRef::Prefix(b""))]),
+        Err(RouteError::Spans {
+            shards: vec![s(0), s(1)]
+        })
+    );
+}
+
+#[test]
+fn prefix_ends() {
+    assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+    assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
+    assert_eq!(prefix_end(b"\xff\xff"), None);
+    assert_eq!(prefix_end(b""), None);
+}
+
+#[test]
 fn routes_one_shard_or_names_the_shards() {
     let map = two_shards();
     let a: &[u8] = b"apple";
@@ -381,6 +425,22 @@ proptest! {
         if let Ok(map) = decode(&bytes) {
             prop_assert!(map.validate().is_ok());
             prop_assert_eq!(decode(&encode(&map)).unwrap(), map);
+        }
+    }
+
+    /// Every key starting with a prefix is owned by one of the shards
+    /// `owners_of_prefix` names.
+    #[test]
+    fn a_prefix_names_every_owner_of_its_keys(
+        prefix in proptest::collection::vec(prop_oneof![Just(b'{'), Just(b'}'), Just(b'm'), any::<u8>()], 0..4),
+        rest in proptest::collection::vec(prop_oneof![Just(b'{'), Just(b'}'), any::<u8>()], 0..4),
+    ) {
+        let key = [prefix.as_slice(), rest.as_slice()].concat();
+        let hashed = ShardMap::hashed(1, &[s(0), s(1), s(2)]);
+        let ranges = two_shards();
+        for (map, ks) in [(&hashed, None), (&ranges, Some("orders"))] {
+            let owners = map.placement(ks).owners_of_prefix(&prefix);
+            prop_assert!(owners.contains(&map.owner(ks, &key)), "{:?} {:?}", prefix, key);
         }
     }
 

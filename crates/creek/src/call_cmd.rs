@@ -364,7 +364,13 @@ fn typed(p: &pb::ProcedureInfo, args: Vec<Arg>) -> Result<Vec<Value>, Failure> {
                     ),
                 )
             };
-            match (param.r#type.as_str(), arg.value) {
+            // A declared key or prefix (`key(KS)`, `prefix(KS)`) is bytes.
+            let ty = param.r#type.as_str();
+            let ty = match ty.starts_with("key(") || ty.starts_with("prefix(") {
+                true => "bytes",
+                false => ty,
+            };
+            match (ty, arg.value) {
                 ("bytes", Value::Int(_) | Value::Bool(_) | Value::Nil) if arg.bare => {
                     Ok(Value::Bytes(Bytes::from(arg.text.clone())))
                 }
@@ -544,6 +550,11 @@ mod tests {
         assert_eq!(
             typed(&put, args(&["true", "nil"])).ok(),
             Some(vec![b("true"), b("nil")])
+        );
+        let deposit = info(&[("acct", "key(accounts)"), ("notes", "prefix(notes)")]);
+        assert_eq!(
+            typed(&deposit, args(&["7", "12"])).ok(),
+            Some(vec![b("7"), b("12")])
         );
         let incr = info(&[("key", "bytes"), ("delta", "int")]);
         assert_eq!(

@@ -263,6 +263,54 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
     }
     assert_eq!(strong_get(&client, &a1).await.expect("get"), b("6"));
     assert_eq!(strong_get(&client, &k0).await.expect("get"), b("a"));
+    // A user procedure that declares its key parameters runs on the shard
+    // owning them: the client routes it there (it learns the routes of
+    // procedures registered after it connected), another shard refuses it
+    // as WRONG_SHARD, keys on two shards are refused naming them, and a
+    // procedure that declares no keys cannot be routed.
+    let source = "keyspace accounts: strong\n\
+                  proc deposit(acct: key(accounts), amount: int) -> int {\n\
+                  let v = get(accounts, acct)\nlet n = amount\n\
+                  if v != nil { n = int(v) + amount }\n\
+                  put(accounts, acct, str(n))\nreturn n\n}\n\
+                  proc both(a: key(accounts), b: key(accounts)) -> any { return get(accounts, b) }\n\
+                  proc loose(a: bytes) -> any { return get(accounts, a) }\n";
+    final_value(&client, "proc.register", vec![b(source)], Levels::Strong).await;
+    for (key, amount) in [(&k0, 5), (&k1, 7)] {
+        let n = final_value(
+            &client,
+            "deposit",
+            vec![b(key), Value::Int(amount)],
+            Levels::Strong,
+        )
+        .await;
+        assert_eq!(n, Value::Int(amount));
+    }
+    match plain0
+        .invoke("deposit", vec![b(&k1), Value::Int(1)], Levels::Strong)
+        .await
+    {
+        Err(Error::WrongShard { epoch, shard, .. }) => assert_eq!((epoch, shard), (1, 1)),
+        other => panic!("expected WRONG_SHARD, got {:?}", other.map(|_| ())),
+    }
+    for (procedure, args, want) in [
+        ("both", vec![b(&k0), b(&k1)], "its keys span shards 0, 1"),
+        ("loose", vec![b(&k0)], "declares no key parameters"),
+    ] {
+        match client.invoke(procedure, args, Levels::Strong).await {
+            Err(e) => assert!(e.to_string().contains(want), "{procedure}: {e}"),
+            Ok(_) => panic!("{procedure} was accepted"),
+        }
+    }
+    let n = final_value(
+        &client,
+        "deposit",
+        vec![b(&k1), Value::Int(0)],
+        Levels::Strong,
+    )
+    .await;
+    assert_eq!(n, Value::Int(7), "the refused calls applied nothing");
+
     // The CLI runs them too, routed by their keys.
     let a0 = cluster.addr(0);
     let got = cli(&[

@@ -48,6 +48,17 @@ def _tag(key: bytes) -> Optional[bytes]:
     return key[open_ + 1 : close]
 
 
+def _prefix_end(prefix: bytes) -> Optional[bytes]:
+    """The first key after every key starting with `prefix` (None: none)."""
+    end = bytearray(prefix)
+    while end:
+        last = end.pop()
+        if last < 0xFF:
+            end.append(last + 1)
+            return bytes(end)
+    return None
+
+
 def slot_of(key: Union[bytes, str]) -> int:
     """The hash slot of `key`: MurmurHash3's finalizer over the CRC-32 of
     the key (or of its non-empty `{tag}`), modulo 4096."""
@@ -65,6 +76,24 @@ class Placement:
     kind: str
     shard: int = 0
     entries: List[Tuple[Union[int, bytes], int]] = field(default_factory=list)
+
+    def owners_of_prefix(self, prefix: bytes) -> List[int]:
+        """The shards that may own a key starting with `prefix`: one where
+        the placement keeps them together (pinned; hashed with a whole
+        `{tag}` in the prefix; ranges holding every key from the prefix to
+        its end in one shard's range), else every shard that may."""
+        if self.kind == "pinned":
+            return [self.shard]
+        if self.kind == "hashed":
+            if _tag(prefix) is not None:
+                return [self.owner(prefix)]
+            return sorted({shard for _, shard in self.entries})
+        end = _prefix_end(prefix)
+        owners = {self.owner(prefix)}
+        for first, shard in self.entries:
+            if first > prefix and (end is None or first < end):
+                owners.add(shard)
+        return sorted(owners)
 
     def owner(self, key: bytes) -> int:
         if self.kind == "pinned":
@@ -91,11 +120,15 @@ class ShardMap:
     keyspaces: Dict[str, Placement]
     directory: Dict[int, str] = field(default_factory=dict)
 
+    def placement(self, keyspace: Optional[str] = None) -> Placement:
+        """The placement of `keyspace` (None: the built-in data)."""
+        return self.keyspaces.get(keyspace, self.default) if keyspace else self.default
+
     def owner(self, key: Union[bytes, str], keyspace: Optional[str] = None) -> int:
         """The shard owning `key` (of `keyspace`; None: the built-in data)."""
         if isinstance(key, str):
             key = key.encode()
-        return self.keyspaces.get(keyspace, self.default).owner(key) if keyspace else self.default.owner(key)
+        return self.placement(keyspace).owner(key)
 
 
 class _Reader:
@@ -181,25 +214,34 @@ class Cluster:
         self._map: Optional[ShardMap] = None
         self._clients: Dict[int, Client] = {}
         # Procedure name → where its calls' keys are, as the replicas
-        # publish it (`Procedures`: route, route_arg, route_args): ("arg",
-        # [n, ...]) the keys in those arguments, ("list", [n]) the keys in
-        # the list in argument n; a name not here goes to every shard.
-        self._routes: Dict[str, Tuple[str, List[int]]] = {}
+        # publish it (`Procedures`: route, route_arg, route_args,
+        # declared_keys): ("arg", [n, ...]) the keys in those arguments,
+        # ("list", [n]) the keys in the list in argument n, ("declared",
+        # [(n, keyspace, prefix), ...]) the keys a user procedure declares;
+        # a name not here goes to every shard.
+        self._routes: Dict[str, Tuple[str, list]] = {}
 
     async def connect(self) -> "Cluster":
         """Learn the map and the procedures' routes from any replica and
         make a client per shard."""
         await self.refresh()
+        await self._learn_routes()
+        return self
+
+    async def _learn_routes(self) -> None:
         source = next(iter(self._clients.values()), self._seed)
-        self._routes = {}
+        routes: Dict[str, Tuple[str, list]] = {}
         for p in await source.procedures():
             if p.route == pb.ROUTE_BY_ARG:
-                self._routes[p.name] = ("arg", [p.route_arg])
+                routes[p.name] = ("arg", [p.route_arg])
             elif p.route == pb.ROUTE_BY_ARGS:
-                self._routes[p.name] = ("arg", list(p.route_args))
+                routes[p.name] = ("arg", list(p.route_args))
             elif p.route == pb.ROUTE_BY_LIST_ARG:
-                self._routes[p.name] = ("list", [p.route_arg])
-        return self
+                routes[p.name] = ("list", [p.route_arg])
+            elif p.route == pb.ROUTE_BY_DECLARED_KEYS:
+                declared = [(d.arg, d.keyspace, d.prefix) for d in p.declared_keys]
+                routes[p.name] = ("declared", declared)
+        self._routes = routes
 
     @property
     def map(self) -> Optional[ShardMap]:
@@ -254,6 +296,8 @@ class Cluster:
             return None
         first = next(iter(self._map.shards))
         kind, ns = route
+        if kind == "declared":
+            return self._declared_shard(ns, args, first)
         if kind == "list":
             keys = args[ns[0]] if ns[0] < len(args) else None
         else:
@@ -267,6 +311,24 @@ class Cluster:
         # Keys on several shards: the first key's shard refuses the call,
         # naming the shards.
         return owners[0] if owners else first
+
+    def _declared_shard(self, declared: list, args: tuple, first: int) -> int:
+        """The shard owning every key a user procedure's call declares;
+        with malformed arguments or keys spanning shards, the first
+        declared key's shard, which refuses the call saying why."""
+        owners: List[List[int]] = []
+        for n, keyspace, prefix in declared:
+            arg = args[n] if n < len(args) else None
+            if isinstance(arg, str):
+                arg = arg.encode()
+            if not isinstance(arg, bytes):
+                return first
+            placement = self._map.placement(keyspace)
+            owners.append(placement.owners_of_prefix(arg) if prefix else [placement.owner(arg)])
+        every = {shard for o in owners for shard in o}
+        if len(every) == 1:
+            return every.pop()
+        return owners[0][0] if owners and owners[0] else first
 
     def client(self, shard: int) -> Client:
         """The client of `shard`."""
@@ -288,6 +350,9 @@ class Cluster:
         options = {"levels": levels}
         if timeout is not None:
             options["timeout"] = timeout
+        if self._map is not None and procedure not in self._routes:
+            # A user procedure registered since the routes were learnt.
+            await self._learn_routes()
         if self.shard_of(procedure, *args) is None:
             result = None
             for client in list(self._clients.values()):
@@ -300,6 +365,9 @@ class Cluster:
                 if attempt == WRONG_SHARD_RETRIES:
                     raise
                 await self.refresh()
+                if self._routes.get(procedure, ("",))[0] == "declared":
+                    # Registered again, perhaps with other declared keys.
+                    await self._learn_routes()
         raise AssertionError("unreachable")
 
     async def close(self) -> None:

@@ -58,6 +58,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         Ok(user.compiled().is_some_and(|p| p.read_only))
     }
 
+    /// The user procedure `name` in the latest state, if it is registered
+    /// (a record that no longer compiles has no compiled procedure).
+    pub fn user_procedure(&self, name: &str) -> Option<UserProc> {
+        user_procs::describe(&self.registry, &Latest(&self.engine), name)
+    }
+
     /// The registered user procedures in the latest state, by name (at
     /// most [`USER_PROCS_LIST_MAX`]; records that no longer compile are
     /// left out).

@@ -53,6 +53,56 @@ pub(crate) struct File {
     pub(crate) procs: Vec<ProcDecl>,
 }
 
+/// One parameter: its name, static type and, for a declared key
+/// (`key(KS)`, `prefix(KS)`, both of type bytes), what it declares.
+pub(crate) struct Param {
+    pub(crate) name: String,
+    pub(crate) ty: Ty,
+    pub(crate) key: Option<KeyParam>,
+    pub(crate) pos: Pos,
+}
+
+/// A parameter declared to hold a key of a keyspace, or a prefix of its
+/// keys: the keys the procedure may read and write (docs/procedures.md,
+/// "Declared keys").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyParam {
+    /// The keyspace.
+    pub keyspace: String,
+    /// The argument is a prefix (`prefix(KS)`): every key starting with
+    /// it; otherwise one key (`key(KS)`).
+    pub prefix: bool,
+}
+
+impl KeyParam {
+    /// The type as signatures show it: `key(KS)` or `prefix(KS)`.
+    pub fn type_name(&self) -> String {
+        let kind = if self.prefix { "prefix" } else { "key" };
+        format!("{kind}({})", self.keyspace)
+    }
+
+    /// Whether this declaration, given argument `arg`, lets the procedure
+    /// touch key `key` of `keyspace`.
+    pub fn covers_key(&self, arg: &[u8], keyspace: &str, key: &[u8]) -> bool {
+        self.keyspace == keyspace
+            && if self.prefix {
+                key.starts_with(arg)
+            } else {
+                key == arg
+            }
+    }
+
+    /// Whether this declaration, given argument `arg`, lets the procedure
+    /// scan the keys of `keyspace` from `from` up to (not including) `to`:
+    /// a prefix whose keys hold the whole range.
+    pub fn covers_range(&self, arg: &[u8], keyspace: &str, from: &[u8], to: &[u8]) -> bool {
+        self.keyspace == keyspace
+            && self.prefix
+            && from.starts_with(arg)
+            && creek_shard::prefix_end(arg).is_none_or(|end| to <= &end[..])
+    }
+}
+
 pub(crate) struct KsDecl {
     pub(crate) name: String,
     pub(crate) label: Label,
@@ -62,7 +112,7 @@ pub(crate) struct KsDecl {
 pub(crate) struct ProcDecl {
     pub(crate) name: String,
     pub(crate) pos: Pos,
-    pub(crate) params: Vec<(String, Ty, Pos)>,
+    pub(crate) params: Vec<Param>,
     pub(crate) ret: Ty,
     pub(crate) body: Vec<Stmt>,
     pub(crate) summary: String,

@@ -8,6 +8,12 @@ use super::ir::{Builtin, Expr, ExprKind};
 use super::val::Val;
 use super::SCAN_LIMIT_MAX;
 
+/// A key as messages show it: quoted, at most 40 characters.
+fn shown(key: &[u8]) -> String {
+    let text: String = String::from_utf8_lossy(key).chars().take(40).collect();
+    format!("{text:?}")
+}
+
 impl Run<'_> {
     /// If `e` is a variable holding bytes: its slot, after charging the
     /// step its evaluation would cost.
@@ -40,21 +46,15 @@ impl Run<'_> {
             Builtin::Put => {
                 let key = self.bytes(self.arg(args, 0, pos)?, "a key")?;
                 let value = self.bytes(self.arg(args, 1, pos)?, "a value")?;
-                let ks = self
-                    .ir
-                    .keyspaces
-                    .get(ks as usize)
-                    .map_or("", |k| k.0.as_str());
+                self.declares(f, ks, &key, pos)?;
+                let ks = ks_name(self.ir, ks);
                 self.store.put(ks, key, value);
                 Ok(Val::Nil)
             }
             Builtin::Delete => {
                 let key = self.bytes(self.arg(args, 0, pos)?, "a key")?;
-                let ks = self
-                    .ir
-                    .keyspaces
-                    .get(ks as usize)
-                    .map_or("", |k| k.0.as_str());
+                self.declares(f, ks, &key, pos)?;
+                let ks = ks_name(self.ir, ks);
                 self.store.delete(ks, key);
                 Ok(Val::Nil)
             }
@@ -89,6 +89,40 @@ impl Run<'_> {
         }
     }
 
+    /// With declared key parameters, abort unless one of them covers
+    /// `key` of keyspace `ks` (`f` names the access in the message).
+    fn declares(&self, f: Builtin, ks: u32, key: &[u8], pos: Pos) -> R<()> {
+        if self.declared.is_empty() {
+            return Ok(());
+        }
+        let ksn = self.ks_name(ks);
+        if self
+            .declared
+            .iter()
+            .any(|d| d.key.covers_key(&d.arg, ksn, key))
+        {
+            return Ok(());
+        }
+        Err(self.fail(
+            pos,
+            format!(
+                "{} of key {} in keyspace {ksn} is outside the keys the procedure declares ({})",
+                f.name(),
+                shown(key),
+                self.declarations()
+            ),
+        ))
+    }
+
+    /// The declared key parameters with their arguments, for a message.
+    fn declarations(&self) -> String {
+        let each = self
+            .declared
+            .iter()
+            .map(|d| format!("{}: {} = {}", d.name, d.key.type_name(), shown(&d.arg)));
+        each.collect::<Vec<_>>().join(", ")
+    }
+
     /// `get(key)`: the value, or nil.
     fn get(&mut self, ks: u32, args: &[Expr], pos: Pos) -> R<Val> {
         let arg = self.arg(args, 0, pos)?;
@@ -103,10 +137,17 @@ impl Run<'_> {
                     Some(Val::Bytes(k)) => k.as_ref(),
                     _ => &[],
                 };
-                store.get(ks_name(ir, ks), key)
+                if !self.declared.is_empty() {
+                    let key = Bytes::copy_from_slice(key);
+                    self.declares(Builtin::Get, ks, &key, pos)?;
+                    self.store.get(ks_name(self.ir, ks), &key)
+                } else {
+                    store.get(ks_name(ir, ks), key)
+                }
             }
             None => {
                 let key = self.bytes(arg, "a key")?;
+                self.declares(Builtin::Get, ks, &key, pos)?;
                 self.store.get(ks_name(self.ir, ks), &key)
             }
         };
@@ -131,6 +172,24 @@ impl Run<'_> {
             ));
         }
         let ksn = self.ks_name(ks).to_owned();
+        if !self.declared.is_empty()
+            && !self
+                .declared
+                .iter()
+                .any(|d| d.key.covers_range(&d.arg, &ksn, &from, &to))
+        {
+            return Err(self.fail(
+                pos,
+                format!(
+                    "scan of keyspace {ksn} from {} to {} is outside the keys the procedure \
+                     declares ({}): a scan needs a prefix(KEYSPACE) parameter whose keys hold \
+                     its whole range",
+                    shown(&from),
+                    shown(&to),
+                    self.declarations()
+                ),
+            ));
+        }
         let found = self.store.scan(&ksn, &from, &to, limit as usize);
         let mut items = Vec::with_capacity(found.len().min(limit as usize));
         for (k, v) in found.into_iter().take(limit as usize) {

@@ -33,6 +33,9 @@ struct Checker<'a> {
     used_ks: Vec<(String, Label)>,
     ret: Ty,
     loops: u32,
+    /// The procedure declares key parameters: every keyspace access
+    /// checks its key against them, and may abort.
+    keys_declared: bool,
 }
 
 /// Resolve and type one procedure.
@@ -50,13 +53,32 @@ pub(crate) fn check_proc(
         used_ks: Vec::new(),
         ret: p.ret,
         loops: 0,
+        keys_declared: false,
     };
-    for (name, ty, pos) in &p.params {
-        if *ty == Ty::Nil {
-            c.err(*pos, format!("parameter `{name}` cannot have type nil"));
+    let mut keys = Vec::new();
+    for (i, param) in p.params.iter().enumerate() {
+        if param.ty == Ty::Nil {
+            c.err(
+                param.pos,
+                format!("parameter `{}` cannot have type nil", param.name),
+            );
         }
-        c.declare(name, *ty, *pos);
+        if let Some(key) = &param.key {
+            if c.ks.label(&key.keyspace).is_none() {
+                c.err(
+                    param.pos,
+                    format!(
+                        "parameter `{}`: unknown keyspace `{}` (declare it: keyspace {}: \
+                         strong|weak)",
+                        param.name, key.keyspace, key.keyspace
+                    ),
+                );
+            }
+            keys.push((i, key.clone()));
+        }
+        c.declare(&param.name, param.ty, param.pos);
     }
+    c.keys_declared = !keys.is_empty();
     let body = c.block(&p.body);
     if !matches!(p.ret, Ty::Nil | Ty::Any) && !always_leaves(&body) {
         c.err(
@@ -70,7 +92,8 @@ pub(crate) fn check_proc(
     }
     ProcIr {
         name: p.name.clone(),
-        params: p.params.iter().map(|(n, t, _)| (n.clone(), *t)).collect(),
+        params: p.params.iter().map(|x| (x.name.clone(), x.ty)).collect(),
+        keys,
         ret: p.ret,
         slot_names: c.slot_names,
         body,
@@ -526,7 +549,8 @@ impl Checker<'_> {
             kind: ExprKind::Call(f, ks, xs),
             pos,
             ty,
-            may_abort: always || checks,
+            // With declared keys, an access outside them aborts.
+            may_abort: always || checks || (self.keys_declared && f.takes_keyspace()),
         }
     }
 }

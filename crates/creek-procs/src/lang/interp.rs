@@ -8,7 +8,7 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 
 use super::error::Pos;
-use super::ir::{BinOp, Builtin, Expr, ExprKind, Lit, ProcIr, Stmt, Ty};
+use super::ir::{BinOp, Builtin, Expr, ExprKind, KeyParam, Lit, ProcIr, Stmt, Ty};
 use super::store::Store;
 use super::val::{equal, List, Val, SLOT_BYTES};
 use super::{ExecContext, LIST_DEPTH_MAX};
@@ -23,6 +23,13 @@ pub(super) fn parse_int(b: &[u8]) -> Option<i64> {
 
 pub(super) fn ks_name(ir: &ProcIr, ks: u32) -> &str {
     ir.keyspaces.get(ks as usize).map_or("", |k| k.0.as_str())
+}
+
+/// A declared key parameter and the argument the call gave it.
+pub(super) struct Declared<'a> {
+    pub(super) name: &'a str,
+    pub(super) arg: Bytes,
+    pub(super) key: &'a KeyParam,
 }
 
 /// Why evaluation stopped early.
@@ -41,6 +48,10 @@ pub(super) struct Run<'a> {
     pub(super) fuel_left: u64,
     pub(super) memory_bytes: u64,
     pub(super) rng: u64,
+    /// The declared key parameters' arguments as the call gave them
+    /// (assigning to the parameter later changes nothing): when there is
+    /// any, each keyspace access must be covered by one.
+    pub(super) declared: Vec<Declared<'a>>,
 }
 
 /// Run `ir` with checked arguments.
@@ -50,6 +61,18 @@ pub(crate) fn run(
     args: Vec<Value>,
     ctx: &ExecContext,
 ) -> Outcome {
+    let declared = ir
+        .keys
+        .iter()
+        .filter_map(|(at, key)| match (args.get(*at), ir.params.get(*at)) {
+            (Some(Value::Bytes(arg)), Some((name, _))) => Some(Declared {
+                name,
+                arg: arg.clone(),
+                key,
+            }),
+            _ => None,
+        })
+        .collect();
     let mut slots = vec![Val::Nil; ir.slot_names.len()];
     for (slot, a) in slots.iter_mut().zip(args) {
         *slot = Val::from_value(a);
@@ -62,6 +85,7 @@ pub(crate) fn run(
         fuel_left: ctx.fuel,
         memory_bytes: 0,
         rng: ctx.seed,
+        declared,
     };
     let result = match r.block(&ir.body) {
         Ok(()) => Val::Nil,

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-pub(crate) use super::ast::{BinOp, Ty};
+pub(crate) use super::ast::{BinOp, KeyParam, Ty};
 use super::error::Pos;
 use super::Label;
 
@@ -166,6 +166,9 @@ pub(crate) enum Stmt {
 pub(crate) struct ProcIr {
     pub(crate) name: String,
     pub(crate) params: Vec<(String, Ty)>,
+    /// Its declared key parameters (by position), in order: when there is
+    /// any, each keyspace access must be covered by one of them.
+    pub(crate) keys: Vec<(usize, KeyParam)>,
     pub(crate) ret: Ty,
     pub(crate) slot_names: Vec<String>,
     pub(crate) body: Vec<Stmt>,

@@ -54,7 +54,7 @@ mod parser;
 mod store;
 mod val;
 
-pub use ast::Ty;
+pub use ast::{KeyParam, Ty};
 pub use error::{CompileError, CompileErrors, Pos};
 pub use store::{MemStore, Store};
 
@@ -203,11 +203,24 @@ impl CompiledProc {
                 .ir
                 .params
                 .iter()
-                .map(|(n, t)| (n.clone(), t.name().to_owned()))
+                .enumerate()
+                .map(|(i, (n, t))| {
+                    let declared = self.ir.keys.iter().find(|(at, _)| *at == i);
+                    let ty = declared.map_or_else(|| t.name().to_owned(), |(_, k)| k.type_name());
+                    (n.clone(), ty)
+                })
                 .collect(),
             returns: self.ir.ret.name().to_owned(),
             summary: self.ir.summary.clone(),
         }
+    }
+
+    /// Its declared key parameters (`key(KS)`, `prefix(KS)`), by position
+    /// in the parameter list. When there is any, the procedure reads and
+    /// writes only keys they cover, and a cluster of several shards routes
+    /// its calls by them (docs/procedures.md, "Declared keys").
+    pub fn declared_keys(&self) -> &[(usize, KeyParam)] {
+        &self.ir.keys
     }
 
     /// Check encoded arguments (see [`creek_types::value::encode_args`]) against

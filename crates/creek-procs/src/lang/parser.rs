@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::ast::{BinOp, Expr, ExprKind, File, KsDecl, ProcDecl, Stmt, Ty};
+use super::ast::{BinOp, Expr, ExprKind, File, KeyParam, KsDecl, Param, ProcDecl, Stmt, Ty};
 use super::error::{CompileError, Pos};
 use super::lexer::{Lexed, Tok};
 use super::{Label, EXPR_HEIGHT_MAX, NESTING_MAX};
@@ -144,6 +144,46 @@ impl Parser {
         })
     }
 
+    /// `name: type`, where the type may also be `key(KEYSPACE)` or
+    /// `prefix(KEYSPACE)` (bytes, declared a key or a key prefix).
+    fn param(&mut self) -> Res<Param> {
+        let (name, pos) = self.ident("a parameter name")?;
+        self.expect(&Tok::Colon, "`:` and a type")?;
+        let declares = match self.peek() {
+            Tok::Ident(t) if matches!(self.peek_at(1), Tok::LParen) => match t.as_str() {
+                "key" => Some(false),
+                "prefix" => Some(true),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(prefix) = declares else {
+            let ty = self.ty().map_err(|mut e| {
+                if e.message.starts_with("unknown type") && e.message.pop() == Some(')') {
+                    e.message
+                        .push_str("; a parameter may also be key(KEYSPACE) or prefix(KEYSPACE))");
+                }
+                e
+            })?;
+            return Ok(Param {
+                name,
+                ty,
+                key: None,
+                pos,
+            });
+        };
+        self.next();
+        self.next();
+        let (keyspace, _) = self.ident("a keyspace name")?;
+        self.expect(&Tok::RParen, "`)`")?;
+        Ok(Param {
+            name,
+            ty: Ty::Bytes,
+            key: Some(KeyParam { keyspace, prefix }),
+            pos,
+        })
+    }
+
     fn keyspace(&mut self) -> Res<KsDecl> {
         self.expect(&Tok::Keyspace, "`keyspace`")?;
         let (name, pos) = self.ident("a keyspace name")?;
@@ -179,10 +219,7 @@ impl Parser {
         let mut params = Vec::new();
         if !self.eat(&Tok::RParen) {
             loop {
-                let (pname, ppos) = self.ident("a parameter name")?;
-                self.expect(&Tok::Colon, "`:` and a type")?;
-                let ty = self.ty()?;
-                params.push((pname, ty, ppos));
+                params.push(self.param()?);
                 if self.eat(&Tok::RParen) {
                     break;
                 }

@@ -35,6 +35,10 @@ pub enum Reply {
     Denied(creek_procs::auth::Denied),
     /// A view.
     View(View),
+    /// The op was refused before it reached the replica, with this status
+    /// (a user procedure's declared keys on another shard); nothing was
+    /// applied.
+    Refused(Status),
     /// The replica cannot finish the op (disk failure, shutdown). Whether it
     /// was applied is unknown; a retry with the same request id is safe.
     Failed(String),
@@ -59,6 +63,7 @@ pub(crate) fn answer(reply: Reply) -> Answer {
         Reply::View(v) => Answer::View(v),
         Reply::Rejected(e) => Answer::Refused(rejected(e)),
         Reply::Denied(d) => Answer::Refused(Status::permission_denied(d.to_string())),
+        Reply::Refused(status) => Answer::Refused(status),
         Reply::Failed(why) => Answer::Refused(Status::unavailable(why)),
     }
 }
@@ -253,6 +258,15 @@ pub(crate) fn user_procedure_infos(
                     label: u.label_of(ks).map_or("?", |l| l.name()).to_owned(),
                 })
                 .collect();
+            let declared_keys = compiled
+                .declared_keys()
+                .iter()
+                .map(|(at, key)| pb::DeclaredKey {
+                    arg: u32::try_from(*at).unwrap_or(u32::MAX),
+                    keyspace: key.keyspace.clone(),
+                    prefix: key.prefix,
+                })
+                .collect::<Vec<_>>();
             Some(pb::ProcedureInfo {
                 name: u.name.clone(),
                 params: sig
@@ -271,9 +285,13 @@ pub(crate) fn user_procedure_infos(
                 version: u.record.version,
                 writes_strong: compiled.writes_strong,
                 keyspaces,
-                route: pb::Route::Unknown as i32,
+                route: match declared_keys.is_empty() {
+                    true => pb::Route::Unknown,
+                    false => pb::Route::ByDeclaredKeys,
+                } as i32,
                 route_arg: 0,
                 route_args: Vec::new(),
+                declared_keys,
             })
         })
         .collect()

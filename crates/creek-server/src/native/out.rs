@@ -238,7 +238,10 @@ impl Call {
         // Paired with the node loop's turn, which tells a call it was
         // accepted before it routes the call's first view, and refuses a
         // call only before accepting it.
-        if matches!(reply, Reply::Rejected(_) | Reply::Denied(_)) {
+        if matches!(
+            reply,
+            Reply::Rejected(_) | Reply::Denied(_) | Reply::Refused(_)
+        ) {
             assert_eq!(
                 *phase,
                 Phase::Handed,

@@ -107,9 +107,11 @@ pub struct LoopConfig {
     pub auth: Option<Arc<crate::auth::Auth>>,
     /// Where native calls' replies wait for the end of the turn.
     pub corked: Arc<crate::native::out::Corked>,
-    /// The gate of a directory replica, which serves the map its group's
-    /// committed state holds; `None` on every other replica.
-    pub directory: Option<Arc<crate::shards::ShardGate>>,
+    /// The shard map and this replica's place in it, on a sharded
+    /// cluster: a directory replica's gate serves the map its group's
+    /// committed state holds; a shard replica's checks the keys user
+    /// procedures declare ([`crate::shards::ShardGate::check_user`]).
+    pub shards: Option<Arc<crate::shards::ShardGate>>,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -163,6 +165,8 @@ pub struct NodeLoop {
     auth_records: BTreeMap<Bytes, Bytes>,
     /// The committed shard map, on a directory replica.
     directory: directory::DirectoryState,
+    /// The shard map, on a sharded cluster (see [`LoopConfig::shards`]).
+    shards: Option<Arc<crate::shards::ShardGate>>,
 }
 
 impl NodeLoop {
@@ -225,9 +229,13 @@ impl NodeLoop {
             auth_next: 0,
             auth_records: BTreeMap::new(),
             directory: directory::DirectoryState {
-                gate: config.directory,
+                gate: config
+                    .shards
+                    .clone()
+                    .filter(|g| g.role() == crate::shards::Role::Directory),
                 ..Default::default()
             },
+            shards: config.shards,
         };
         this.reload_auth();
         this
@@ -384,6 +392,11 @@ impl NodeLoop {
             // again at the op's place in the order.
             inv.request.call.user = Some(Arc::from(who.user.as_str()));
         }
+        if let Err(refused) = self.check_user_shard(&inv.request.call) {
+            self.metrics.op(strong, "rejected");
+            let _ = inv.reply.send(Reply::Refused(refused));
+            return;
+        }
         let views = inv.request.views;
         let procedure = inv.request.call.name.clone();
         match self.node.invoke(inv.request, self.now_us()) {
@@ -415,6 +428,27 @@ impl NodeLoop {
                 let _ = inv.reply.send(Reply::Rejected(e));
             }
         }
+    }
+
+    /// On a cluster of several shards, a user procedure's call runs on
+    /// this shard only if this shard owns every key it declares (the
+    /// front door checks built-ins; a user procedure's declarations are
+    /// in the replicated state). Other calls pass.
+    #[allow(clippy::result_large_err)] // Sent on as it is, once per call.
+    fn check_user_shard(&self, call: &creek_types::ProcCall) -> Result<(), tonic::Status> {
+        let Some(gate) = &self.shards else {
+            return Ok(());
+        };
+        let replica = self.node.replica();
+        if replica.registry().get(&call.name).is_some() {
+            return Ok(());
+        }
+        // An unknown procedure is refused by the replica's own check.
+        let Some(user) = replica.user_procedure(&call.name) else {
+            return Ok(());
+        };
+        let declared = user.compiled().map_or(&[][..], |p| p.declared_keys());
+        gate.check_user(&call.name, declared, &call.args)
     }
 
     fn tick(&mut self) {

@@ -288,7 +288,7 @@ fn view_stream(
             }
             Reply::Failed(why) => Some((Err(Status::unavailable(why)), None)),
             // Not sent after the first reply.
-            Reply::Accepted(_) | Reply::Rejected(_) | Reply::Denied(_) => None,
+            Reply::Accepted(_) | Reply::Rejected(_) | Reply::Denied(_) | Reply::Refused(_) => None,
         }
     })
 }
