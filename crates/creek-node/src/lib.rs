@@ -204,6 +204,14 @@ impl<S: CabStorage> Node<S> {
         self.cab.catching_up()
     }
 
+    /// Taking its own ops back from its peers after a restart or a rebuild
+    /// (see [`RESERVE_AHEAD`]): until the range closes and the committed
+    /// order voids those no peer gave back, its later own ops wait behind
+    /// the gap at every peer, so the replica is not done.
+    pub fn reclaiming(&self) -> bool {
+        self.reclaim_ticks > 0
+    }
+
     /// This replica's identity, as last handed out to be written.
     pub fn identity(&self) -> &Identity {
         self.membership.identity()

@@ -668,7 +668,8 @@ impl SimReplica for CreekReplica {
     fn quiet(&self) -> bool {
         self.node.as_ref().is_some_and(|n| {
             let r = n.replica();
-            r.tentative_len() == 0
+            !n.reclaiming()
+                && r.tentative_len() == 0
                 && n.cab().decided_waiting() == 0
                 && r.counters().finalized == r.committed_len()
         })

@@ -223,3 +223,22 @@ fn an_op_taken_back_after_a_rebuild_stays_in_the_history() {
     assert!(ok, "kv seed 300175: {}", report["violations"]);
     assert_eq!(report["faults"]["disk_rebuilt"].as_u64(), Some(2));
 }
+
+/// Found by the sharded hand swarm (kv, 3 shards, seed 600018): a replica
+/// crashed with a weak op its peers never got (the network lost the push
+/// and the crash its unsynced write) and restarted taking its own ops back
+/// from its peers. The run was judged settled before the reclaim closed
+/// and the committed order voided the lost seq, so `no_lost_acks` saw it
+/// broadcast and never committed. A replica still reclaiming is not quiet.
+#[test]
+fn a_run_is_not_settled_while_a_restarted_replica_reclaims_its_ops() {
+    let cfg = SimConfig {
+        shards: 3,
+        clients: 20,
+        schedule: creek_exec::mvcc::Schedule::BOTH,
+        ..config("kv", 600_018)
+    };
+    let (report, ok) = simulate(&cfg).unwrap();
+    assert!(ok, "kv seed 600018: {}", report["violations"]);
+    assert_eq!(report["faults"]["disk_torn_write"].as_u64(), Some(1));
+}
