@@ -9,6 +9,7 @@ use creek_wire::GossipMessage;
 use crate::config::{ConfigError, GossipConfig};
 use crate::fifo::{Fifo, Received};
 use crate::inflight::Inflight;
+use crate::refusal::{Refusal, RefusalKind, REFUSALS_KEPT_MAX};
 use crate::store::Store;
 
 /// Messages to send: `(destination, message)`, in order.
@@ -26,6 +27,10 @@ pub struct GossipOutput {
     pub delivered: Vec<Arc<Op>>,
     /// Messages to send, in order.
     pub messages: Outbox,
+    /// Claims about this replica's own ops refused since the last call (see
+    /// [`crate::refusal`]), at most [`REFUSALS_KEPT_MAX`]; all are counted in
+    /// [`GossipStats::own_origin_refused`].
+    pub refused: Vec<Refusal>,
 }
 
 /// An upper bound of `op`'s size on the wire: its payload plus generous
@@ -59,6 +64,9 @@ pub struct GossipStats {
     /// Refused input: ops claiming this replica as origin, seq 0, a
     /// broadcast of another origin's op, messages claiming to be from us.
     pub rejected: u64,
+    /// Of those, and of digests: claims about this replica's own ops that
+    /// it never issued or issued to another op ([`crate::refusal`]).
+    pub own_origin_refused: u64,
     /// `Pull` messages sent.
     pub pulls_sent: u64,
     /// `Digest` messages sent (periodic and answers).
@@ -94,6 +102,8 @@ pub struct Gossip {
     outbox: Outbox,
     /// Remote ops delivered and not yet taken ([`Gossip::take_delivered`]).
     delivered_out: Vec<Arc<Op>>,
+    /// Refusals not yet taken, at most [`REFUSALS_KEPT_MAX`].
+    refused: Vec<Refusal>,
     stats: GossipStats,
 }
 
@@ -116,6 +126,7 @@ impl Gossip {
             digested_back: BTreeSet::new(),
             outbox: Outbox::new(),
             delivered_out: Vec::new(),
+            refused: Vec::new(),
             stats: GossipStats::default(),
             config,
         })
@@ -214,6 +225,7 @@ impl Gossip {
         GossipOutput {
             delivered: std::mem::take(&mut self.delivered_out),
             messages: std::mem::take(&mut self.outbox),
+            refused: std::mem::take(&mut self.refused),
         }
     }
 
@@ -227,7 +239,7 @@ impl Gossip {
             return;
         }
         match msg {
-            GossipMessage::Ops(ops) => self.on_ops(ops),
+            GossipMessage::Ops(ops) => self.on_ops(from, ops),
             GossipMessage::Digest { delivered } => self.on_digest(from, delivered),
             GossipMessage::Pull { ids } => self.on_pull(from, ids),
         }
@@ -473,15 +485,39 @@ impl Gossip {
         }
     }
 
-    fn on_ops(&mut self, ops: Vec<Arc<Op>>) {
-        let deliver = &mut self.delivered_out;
-        let start = deliver.len();
+    /// Reports `op`, of this replica's origin and outside a loose range of
+    /// its own, if it is a claim this replica never made (see
+    /// [`crate::refusal`]); a copy of an op it issued is only ignored.
+    fn refuses_own(&mut self, from: ReplicaId, op: &Op) {
+        let kind = if op.id.seq > self.fifo.counter(self.config.me) {
+            RefusalKind::NeverIssued
+        } else if self.store.get(op.id).is_some_and(|held| **held != *op) {
+            RefusalKind::SeqReused
+        } else {
+            // Issued here (a late answer to a pull of a closed range), or
+            // collected: nothing to compare with.
+            return;
+        };
+        self.refuse(from, op.id, kind);
+    }
+
+    fn refuse(&mut self, from: ReplicaId, id: OpId, kind: RefusalKind) {
+        self.stats.own_origin_refused += 1;
+        if self.refused.len() < REFUSALS_KEPT_MAX {
+            self.refused.push(Refusal { from, id, kind });
+        }
+    }
+
+    fn on_ops(&mut self, from: ReplicaId, ops: Vec<Arc<Op>>) {
+        let start = self.delivered_out.len();
         for op in ops {
             self.stats.ops_received += 1;
             if op.id.origin == self.config.me && !self.fifo.is_loose(op.id) {
                 self.stats.rejected += 1;
+                self.refuses_own(from, &op);
                 continue;
             }
+            let deliver = &mut self.delivered_out;
             match self.fifo.receive(op, deliver) {
                 Received::Delivered | Received::Buffered => {}
                 Received::Duplicate => self.stats.duplicates += 1,
@@ -489,7 +525,7 @@ impl Gossip {
                 Received::Overflow => self.stats.overflow_dropped += 1,
             }
         }
-        let new = deliver.get(start..).unwrap_or_default();
+        let new = self.delivered_out.get(start..).unwrap_or_default();
         if new.is_empty() {
             return;
         }
@@ -520,6 +556,14 @@ impl Gossip {
             let c = theirs.entry(origin).or_insert(0);
             *c = (*c).max(counter);
         }
+        let me = self.config.me;
+        if let Some(&claimed) = theirs.get(&me) {
+            // An own op a peer holds was issued here (the counter covers a
+            // loose range of our own once it is open).
+            if claimed > self.fifo.counter(me) {
+                self.refuse(from, OpId::new(me, claimed), RefusalKind::ClaimsNeverIssued);
+            }
+        }
         let is_peer = self.peers.contains(&from);
         if is_peer {
             for (&origin, &counter) in &theirs {
@@ -530,7 +574,6 @@ impl Gossip {
         self.answer_digest(from, is_peer, &theirs);
         // The sender knows ops we lack: our digest makes it push them. Only
         // when it knows strictly more (no ping-pong), once per tick.
-        let me = self.config.me;
         let knows_more = theirs
             .iter()
             .any(|(&o, &c)| o != me && c > self.fifo.counter(o));

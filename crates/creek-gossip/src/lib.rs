@@ -12,7 +12,8 @@
 //! - **Per-origin FIFO delivery.** [`Gossip::on_message`] delivers a remote
 //!   op `(o, s)` ([`GossipOutput::delivered`]) only after `(o, s-1)`;
 //!   duplicates, ops at or below the counter and ops claiming this replica
-//!   as origin are ignored. An op that
+//!   as origin are ignored; an own op it never issued, or issued to another
+//!   op, is also reported ([`refusal`]). An op that
 //!   arrives early waits in a bounded buffer and is delivered as soon as the
 //!   gap fills.
 //! - **Anti-entropy.** Every `anti_entropy_every_ticks` ticks each replica
@@ -95,6 +96,7 @@ mod config;
 mod fifo;
 mod gossip;
 mod inflight;
+pub mod refusal;
 mod store;
 
 pub use config::{ConfigError, GossipConfig};

@@ -21,6 +21,7 @@ mod durability;
 pub mod group;
 mod install;
 mod invariants;
+pub mod own_origin;
 pub mod membership;
 pub mod ready;
 mod recovery;
@@ -85,6 +86,8 @@ pub struct Node<S: CabStorage> {
     /// Consensus and gossip frames dropped because their sender is not a
     /// member of this cluster in good standing (or this replica is not one).
     refused_non_members: u64,
+    /// Refused claims about this replica's own ops (see [`own_origin`]).
+    own_origin: own_origin::OwnOrigin,
     /// State transfer (see [`transfer`]).
     transfers: Transfers,
     /// A checkpoint installed from a peer, for the next write (with the log

@@ -118,6 +118,7 @@ impl<S: CabStorage> Node<S> {
             membership,
             retained: BTreeSet::new(),
             refused_non_members: 0,
+            own_origin: Default::default(),
         }
     }
 

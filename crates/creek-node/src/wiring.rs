@@ -177,6 +177,7 @@ impl<S: CabStorage> Node<S> {
         self.replica.expire_sessions(now_us, self.cab.is_leader());
         self.gossip.tick();
         self.reclaim_tick(now_us);
+        self.void_forged(now_us);
         self.watch_held();
         self.pull_due = true;
         for (to, probe) in self.timing.tick(now_us) {
@@ -318,7 +319,9 @@ impl<S: CabStorage> Node<S> {
         let GossipOutput {
             delivered,
             messages,
+            refused,
         } = self.gossip.take_output();
+        self.on_own_origin_refusals(refused);
         let any = !delivered.is_empty();
         for op in delivered {
             if self.replica.rb_deliver(op.clone()) {

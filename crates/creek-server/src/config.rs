@@ -213,6 +213,17 @@ pub struct ServerConfig {
     /// protocol retransmits: raft resends, gossip repairs by anti-entropy).
     #[serde(default = "defaults::peer_queue_frames")]
     pub peer_queue_frames: usize,
+    /// Inbound peer connections open at once; one past it is closed when
+    /// accepted and logged (a group needs one per peer, and a reconnecting
+    /// peer briefly two; docs/security.md, "The peer port").
+    #[serde(default = "defaults::peer_connections_max")]
+    pub peer_connections_max: usize,
+    /// An inbound peer frame must be whole this long after its first byte
+    /// arrived, or the connection is closed (a peer that declares a large
+    /// frame and stalls holds nothing for longer). A connection may stay
+    /// idle between frames.
+    #[serde(default = "defaults::peer_read_timeout_ms")]
+    pub peer_read_timeout_ms: u64,
     /// Bytes of recent committed changes kept for watchers to resume from
     /// (keys, values and a fixed overhead per change): a watcher asking
     /// for an older position is told the oldest one it can have
@@ -325,6 +336,12 @@ mod defaults {
     pub fn peer_queue_frames() -> usize {
         8192
     }
+    pub fn peer_connections_max() -> usize {
+        64
+    }
+    pub fn peer_read_timeout_ms() -> u64 {
+        10_000
+    }
     pub fn watch_history_bytes() -> usize {
         64 << 20
     }
@@ -406,6 +423,8 @@ impl ServerConfig {
             streams_per_connection_max: defaults::streams_per_connection_max(),
             pending_reset_streams_max: defaults::pending_reset_streams_max(),
             peer_queue_frames: defaults::peer_queue_frames(),
+            peer_connections_max: defaults::peer_connections_max(),
+            peer_read_timeout_ms: defaults::peer_read_timeout_ms(),
             watch_history_bytes: defaults::watch_history_bytes(),
             allow_fault_injection: false,
             rebuild_despite_data_loss: false,
@@ -557,6 +576,25 @@ impl ServerConfig {
         }
         if self.peer_queue_frames == 0 {
             return bad("peer_queue_frames must be at least 1".into());
+        }
+        // Each peer connects once, and again while a broken connection is
+        // still being noticed.
+        let peers_needed = 2 * self.replicas.len().saturating_sub(1);
+        if self.peer_connections_max < peers_needed.max(1) {
+            return bad(format!(
+                "peer_connections_max = {} must be at least {} (two per peer of the {} \
+                 replicas listed)",
+                self.peer_connections_max,
+                peers_needed.max(1),
+                self.replicas.len()
+            ));
+        }
+        if !(100..=600_000).contains(&self.peer_read_timeout_ms) {
+            return bad(format!(
+                "peer_read_timeout_ms = {} must be within 100..=600000 (a peer frame must be \
+                 whole this long after its first byte)",
+                self.peer_read_timeout_ms
+            ));
         }
         if self.io_threads > IO_THREADS_MAX {
             return bad(format!(

@@ -37,6 +37,7 @@ pub mod server;
 pub mod service;
 pub mod shards;
 mod socket;
+pub mod throttle;
 pub mod tls;
 pub mod transport;
 pub mod watch;

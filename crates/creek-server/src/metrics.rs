@@ -128,8 +128,18 @@ pub struct Metrics {
     pub peer_frames_dropped: Gauge,
     /// Peer bytes sent.
     pub peer_bytes_sent: Gauge,
-    /// Inbound peer connections refused (handshake, TLS, certificate).
+    /// Inbound peer connections refused (handshake, TLS, certificate, the
+    /// cap on inbound peer connections).
     pub peer_connections_refused: Gauge,
+    /// Inbound peer connections closed after their handshake for what they
+    /// sent (an oversized frame, a frame not finished in time).
+    pub peer_connections_closed: Gauge,
+    /// Peer frames the decoder refused.
+    pub peer_frames_malformed: Gauge,
+    /// Claims about this replica's own ops refused: ops of its origin it
+    /// never issued or issued to another op, digests claiming its ops past
+    /// the last one it issued.
+    pub own_origin_refused: Gauge,
     /// Client connections open now over the native protocol.
     pub native_connections: Gauge,
     /// The largest round trip to a peer measured anywhere in the group (µs).
@@ -169,6 +179,9 @@ impl Metrics {
             peer_frames_dropped: Gauge::default(),
             peer_bytes_sent: Gauge::default(),
             peer_connections_refused: Gauge::default(),
+            peer_connections_closed: Gauge::default(),
+            peer_frames_malformed: Gauge::default(),
+            own_origin_refused: Gauge::default(),
             native_connections: Gauge::default(),
             peer_rtt_us: Gauge::default(),
             election_timeout_ms: Gauge::default(),
@@ -254,8 +267,26 @@ impl Metrics {
         );
         registry.register(
             "peer_connections_refused",
-            "Inbound peer connections refused (bad handshake, unknown peer, TLS or certificate)",
+            "Inbound peer connections refused (bad handshake, unknown peer, TLS or certificate, \
+             over peer_connections_max)",
             m.peer_connections_refused.clone(),
+        );
+        registry.register(
+            "peer_connections_closed",
+            "Inbound peer connections closed for an oversized frame or one not finished within \
+             peer_read_timeout_ms",
+            m.peer_connections_closed.clone(),
+        );
+        registry.register(
+            "peer_frames_malformed",
+            "Peer frames the decoder refused",
+            m.peer_frames_malformed.clone(),
+        );
+        registry.register(
+            "own_origin_refused",
+            "Peer messages refused for claiming ops of this replica's origin it never issued \
+             (or issued to another op)",
+            m.own_origin_refused.clone(),
         );
         registry.register(
             "native_connections",

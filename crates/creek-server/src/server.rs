@@ -523,7 +523,11 @@ fn start_transport(
         events,
         faults,
         config.peer_queue_frames,
-        frame_bytes_max,
+        crate::transport::InboundLimits {
+            connections_max: config.peer_connections_max,
+            read_timeout: std::time::Duration::from_millis(config.peer_read_timeout_ms),
+            frame_bytes_max,
+        },
         tls,
     ))
 }

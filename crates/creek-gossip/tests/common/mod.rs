@@ -150,7 +150,11 @@ impl Net {
             let GossipOutput {
                 delivered: deliver,
                 messages: out,
+                refused,
             } = node.take_output();
+            // Correct peers never claim another replica's ops it did not
+            // issue.
+            assert_eq!(refused, Vec::new(), "{to} refused a correct peer's claim");
             assert!(node.stats().buffered <= self.buffer_max, "buffer bound");
             if let Err(e) = node.check_invariants() {
                 panic!("{to}: {e}");

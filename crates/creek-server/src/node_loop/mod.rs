@@ -167,6 +167,8 @@ pub struct NodeLoop {
     directory: directory::DirectoryState,
     /// The shard map, on a sharded cluster (see [`LoopConfig::shards`]).
     shards: Option<Arc<crate::shards::ShardGate>>,
+    /// Log lines peers can cause (see [`crate::throttle`]).
+    peer_logs: report::PeerLogs,
 }
 
 impl NodeLoop {
@@ -236,6 +238,7 @@ impl NodeLoop {
                 ..Default::default()
             },
             shards: config.shards,
+            peer_logs: report::PeerLogs::default(),
         };
         this.reload_auth();
         this
@@ -265,6 +268,7 @@ impl NodeLoop {
             self.check_disk();
             self.check_consensus();
             self.log_membership();
+            self.log_own_origin_refusals();
             // Replies sent after the turn's flush (refusals, failures).
             self.clients.corked.uncork();
             if let Some(fatal) = self.failed.clone() {
@@ -288,8 +292,8 @@ impl NodeLoop {
                 // consensus must count the write that released it first (a
                 // candidate's votes come back only after its own write).
                 self.node.on_durable(self.durability.durable());
-                if self.node.on_frame(from, &frame).is_err() {
-                    tracing::debug!(%from, "refused a malformed peer frame");
+                if let Err(e) = self.node.on_frame(from, &frame) {
+                    self.log_malformed_frame(from, &e);
                 }
             }
             Event::DiskFailure => self.check_disk(),

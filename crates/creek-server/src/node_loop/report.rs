@@ -5,7 +5,18 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use creek_core::ReplicaId;
+
 use super::{CommittedPart, NodeLoop, StatusSnapshot, STALL_AFTER};
+use crate::throttle::{unlogged, Throttle};
+
+/// Log lines a peer (or anything that speaks the peer protocol as one) can
+/// cause in the node loop, one throttle per kind.
+#[derive(Debug, Default)]
+pub(super) struct PeerLogs {
+    malformed: Throttle,
+    own_origin: Throttle,
+}
 
 impl NodeLoop {
     pub(super) fn status(&self) -> StatusSnapshot {
@@ -55,6 +66,7 @@ impl NodeLoop {
         put("election_timeout_ms", timing.election_timeout_us / 1000);
         put("failed", u64::from(self.failed.is_some()));
         put("refused_non_members", self.node.refused_non_members());
+        put("own_origin_refused", self.node.own_origin_refused());
         put("payloads_retained", self.node.retained_payloads() as u64);
         let t = self.node.transfer_stats();
         put("snapshots_installed", t.installed);
@@ -178,6 +190,12 @@ impl NodeLoop {
         m.peer_bytes_sent.set(t.bytes_sent.load(Relaxed) as i64);
         m.peer_connections_refused
             .set(t.refused_connections.load(Relaxed) as i64);
+        m.peer_connections_closed
+            .set(t.closed_connections.load(Relaxed) as i64);
+        m.peer_frames_malformed
+            .set(self.node.refused_frames() as i64);
+        m.own_origin_refused
+            .set(self.node.own_origin_refused() as i64);
         m.durable_batches
             .set(self.durability.batches.load(Relaxed) as i64);
         if let Some(p) = &self.persister {
@@ -288,6 +306,35 @@ impl NodeLoop {
                 "ops wait to commit and the committed order has not grown"
             );
             self.commit_progress = (len, Instant::now());
+        }
+    }
+
+    /// A peer frame the decoder refused.
+    pub(super) fn log_malformed_frame(&self, from: ReplicaId, e: &creek_wire::DecodeError) {
+        if let Some(n) = self.peer_logs.malformed.admit(Instant::now()) {
+            tracing::warn!(
+                %from,
+                error = %e,
+                "refused a malformed peer frame (another version, or not a Creek peer){}",
+                unlogged(n, "creek_peer_frames_malformed")
+            );
+        }
+    }
+
+    /// Claims about this replica's own ops that it never made: something
+    /// speaks the peer protocol as a replica of this group (see
+    /// `creek_node::own_origin`).
+    pub(super) fn log_own_origin_refusals(&mut self) {
+        for refused in self.node.take_own_origin_refusals() {
+            let Some(n) = self.peer_logs.own_origin.admit(Instant::now()) else {
+                continue;
+            };
+            tracing::error!(
+                "refused: {refused}; something speaks the peer protocol as a replica of this \
+                 group (a plaintext peer port others can reach, or two replicas configured \
+                 with one id; docs/security.md, \"The peer port\"){}",
+                unlogged(n, "creek_own_origin_refused")
+            );
         }
     }
 }

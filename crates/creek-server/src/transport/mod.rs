@@ -25,8 +25,12 @@
 //! 1 s), also when the peer closes them right after the handshake (it
 //! refuses this replica, e.g. one removed from the group but still
 //! running); frames queued while a peer is down are dropped at the queue
-//! bound. Refused inbound connections are logged at most once per 10 s,
-//! with the count of those not logged.
+//! bound.
+//!
+//! Inbound connections ([`inbound`]) are capped, their handshakes and
+//! frames timed, their buffers grown only as bytes arrive; each refusal is
+//! counted and logged at most once per 10 s per kind, with the count of
+//! those not logged.
 //!
 //! The peers change with the group ([`Transport::set_peers`]): a new member
 //! gets a connection (and its inbound connections are accepted), a removed
@@ -42,9 +46,11 @@
 //! each link: loss and partitions drop frames in both directions; latency
 //! is added to the frames this replica sends, which keep their order.
 
+mod inbound;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -52,15 +58,18 @@ use bytes::{Bytes, BytesMut};
 use creek_core::ReplicaId;
 use creek_wire::WIRE_VERSION;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+pub use inbound::InboundLimits;
+
 use crate::faults::{Faults, Verdict};
 use crate::node_loop::messages::Event;
 use crate::socket::{write_all_shared, write_now};
-use crate::tls::{names_replica, replica_name, Tls};
+use crate::throttle::Throttle;
+use crate::tls::{replica_name, Tls};
 
 /// How long a new connection may take to finish its TLS and transport
 /// handshakes.
@@ -72,8 +81,6 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 const MAGIC: &[u8; 3] = b"CRK";
 const HANDSHAKE_LEN: usize = 8;
-/// The read buffer of an inbound peer connection.
-const READ_BUFFER_BYTES: usize = 64 << 10;
 
 /// Transport counters.
 #[derive(Debug, Default)]
@@ -89,8 +96,12 @@ pub struct TransportStats {
     /// Frames dropped by injected faults.
     pub dropped_faults: AtomicU64,
     /// Inbound connections refused (bad handshake, unknown peer, failed
-    /// TLS handshake, a certificate not bound to the claimed id).
+    /// TLS handshake, a certificate not bound to the claimed id, over the
+    /// cap on inbound connections).
     pub refused_connections: AtomicU64,
+    /// Inbound connections closed after their handshake for what the peer
+    /// sent (a frame over the limit, a frame not whole in time).
+    pub closed_connections: AtomicU64,
 }
 
 struct Peer {
@@ -115,9 +126,9 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// Start connecting to `peers` and accepting on `listener`; inbound
-    /// frames go to `inbound`; with `tls`, every link is mutual TLS. Must
-    /// run inside a tokio runtime.
+    /// Start connecting to `peers` and accepting on `listener` within
+    /// `limits`; inbound frames go to `inbound`; with `tls`, every link is
+    /// mutual TLS. Must run inside a tokio runtime.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         me: ReplicaId,
@@ -126,22 +137,25 @@ impl Transport {
         inbound: mpsc::Sender<Event>,
         faults: Arc<Faults>,
         queue_frames: usize,
-        frame_bytes_max: usize,
+        limits: InboundLimits,
         tls: Option<Arc<Tls>>,
     ) -> Transport {
         let stats = Arc::new(TransportStats::default());
         let known = Arc::new(RwLock::new(HashSet::new()));
-        let accept = tokio::spawn(accept(
+        let accept = tokio::spawn(inbound::accept(
             listener,
-            Arc::new(Inbound {
+            Arc::new(inbound::Inbound {
                 me,
                 known: known.clone(),
                 events: inbound,
                 faults: faults.clone(),
                 stats: stats.clone(),
-                frame_bytes_max,
+                limits,
                 tls: tls.clone(),
-                refusals: Mutex::new(Refusals::default()),
+                open: AtomicUsize::new(0),
+                refused_log: Throttle::default(),
+                cap_log: Throttle::default(),
+                closed_log: Throttle::default(),
             }),
         ));
         let transport = Transport {
@@ -602,184 +616,20 @@ async fn connect(peer: ReplicaId, addr: SocketAddr, tls: Option<&Tls>) -> Result
     }
 }
 
-/// What every inbound connection of one replica shares.
-struct Inbound {
-    me: ReplicaId,
-    /// The peers whose connections are accepted.
-    known: Arc<RwLock<HashSet<ReplicaId>>>,
-    /// The node loop's channel.
-    events: mpsc::Sender<Event>,
-    faults: Arc<Faults>,
-    stats: Arc<TransportStats>,
-    frame_bytes_max: usize,
-    tls: Option<Arc<Tls>>,
-    refusals: Mutex<Refusals>,
-}
-
-/// Refused connections are logged at most once per
-/// [`REFUSALS_LOGGED_EVERY`]: a replica removed from the group (but still
-/// running) or a misconfigured one retries all the time, and one line per
-/// try would bury everything else.
-const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
-
-#[derive(Default)]
-struct Refusals {
-    /// When a refusal was last logged.
-    logged: Option<Instant>,
-    /// Refusals since then, not logged.
-    unlogged: u64,
-}
-
-impl Inbound {
-    fn refused(&self, remote: SocketAddr, why: &str) {
-        self.stats
-            .refused_connections
-            .fetch_add(1, Ordering::Relaxed);
-        let mut r = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        if r.logged.is_some_and(|at| now < at + REFUSALS_LOGGED_EVERY) {
-            r.unlogged += 1;
-            return;
-        }
-        let unlogged = std::mem::take(&mut r.unlogged);
-        r.logged = Some(now);
-        drop(r);
-        if unlogged == 0 {
-            tracing::warn!(%remote, "refused a peer connection: {why}");
-        } else {
-            tracing::warn!(
-                %remote,
-                "refused a peer connection: {why} ({unlogged} more refused since the last \
-                 such line; all are counted in creek_peer_connections_refused)"
-            );
-        }
-    }
-}
-
-async fn accept(listener: TcpListener, ctx: Arc<Inbound>) {
-    loop {
-        let (stream, remote) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a peer connection failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        tokio::spawn(inbound_conn(stream, remote, ctx.clone()));
-    }
-}
-
-/// Read the transport handshake; the sender's id if it is a known peer
-/// of this group addressing this replica.
-async fn read_handshake(
-    r: &mut (impl AsyncRead + Unpin),
-    me: ReplicaId,
-    known: &RwLock<HashSet<ReplicaId>>,
-) -> Result<ReplicaId, &'static str> {
-    let mut h = [0u8; HANDSHAKE_LEN];
-    r.read_exact(&mut h).await.map_err(|_| "no handshake")?;
-    let from = ReplicaId(u16::from_be_bytes([h[4], h[5]]));
-    let to = ReplicaId(u16::from_be_bytes([h[6], h[7]]));
-    let ok = &h[..3] == MAGIC
-        && h[3] == WIRE_VERSION
-        && to == me
-        && known
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(&from);
-    if ok {
-        Ok(from)
-    } else {
-        Err("bad handshake (not a Creek peer of this group, or another wire version)")
-    }
-}
-
-/// The TLS and transport handshakes of an inbound connection: the reader
-/// of its frames and the peer it comes from.
-async fn accept_peer(
-    stream: TcpStream,
-    me: ReplicaId,
-    known: &RwLock<HashSet<ReplicaId>>,
-    tls: Option<&Tls>,
-) -> Result<(Reader, ReplicaId), String> {
-    let Some(tls) = tls else {
-        let mut stream = stream;
-        let from = read_handshake(&mut stream, me, known).await?;
-        return Ok((Box::new(stream), from));
-    };
-    let mut s = tls
-        .peer_acceptor()
-        .accept(stream)
-        .await
-        .map_err(|e| format!("TLS handshake failed ({e})"))?;
-    let from = read_handshake(&mut s, me, known).await?;
-    let bound = s
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .is_some_and(|c| names_replica(c, from));
-    if !bound {
-        return Err(format!(
-            "the peer claims to be replica {} but its certificate does not name {}",
-            from.0,
-            replica_name(from)
-        ));
-    }
-    Ok((Box::new(s), from))
-}
-
-async fn inbound_conn(stream: TcpStream, remote: SocketAddr, ctx: Arc<Inbound>) {
-    let accepted = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        accept_peer(stream, ctx.me, &ctx.known, ctx.tls.as_deref()),
-    )
-    .await
-    .unwrap_or_else(|_| Err("handshake timed out".into()));
-    let (stream, from) = match accepted {
-        Ok(x) => x,
-        Err(why) => return ctx.refused(remote, &why),
-    };
-    // Frames are read through a buffer: a length and its frame, and the
-    // frames that arrived with them, in one read from the socket.
-    let mut stream = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
-    let mut buf = BytesMut::with_capacity(64 << 10);
-    loop {
-        let mut len = [0u8; 4];
-        if stream.read_exact(&mut len).await.is_err() {
-            return;
-        }
-        let len = u32::from_be_bytes(len) as usize;
-        if len > ctx.frame_bytes_max {
-            tracing::warn!(%from, len, "peer sent an oversized frame; closing the connection");
-            return;
-        }
-        buf.resize(len, 0);
-        if stream.read_exact(&mut buf[..]).await.is_err() {
-            return;
-        }
-        let frame = buf.split().freeze();
-        match ctx.faults.judge(from) {
-            Verdict::Drop => {
-                ctx.stats.dropped_faults.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            // Latency is added on the sending side only.
-            Verdict::Pass(_) => {}
-        }
-        ctx.stats.frames_received.fetch_add(1, Ordering::Relaxed);
-        if ctx.events.send(Event::Frame { from, frame }).await.is_err() {
-            return; // the node loop has stopped
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use tokio::io::AsyncReadExt;
+
     use super::*;
     use crate::faults::LinkFault;
+
+    fn test_limits() -> InboundLimits {
+        InboundLimits {
+            connections_max: 16,
+            read_timeout: Duration::from_secs(10),
+            frame_bytes_max: 1 << 20,
+        }
+    }
 
     /// A frame of `seq`: its number, then `seq % 251` repeated, of a size
     /// that varies up to ~300 KiB so that some writes fill the socket and
@@ -815,7 +665,7 @@ mod tests {
             to_a,
             faults.clone(),
             1 << 20,
-            1 << 20,
+            test_limits(),
             None,
         ));
         let _receiver = Transport::start(
@@ -825,7 +675,7 @@ mod tests {
             to_b,
             Arc::default(),
             1 << 20,
-            1 << 20,
+            test_limits(),
             None,
         );
         while !sender.peers()[0].2 {
