@@ -67,6 +67,7 @@ impl NodeLoop {
         put("failed", u64::from(self.failed.is_some()));
         put("refused_non_members", self.node.refused_non_members());
         put("own_origin_refused", self.node.own_origin_refused());
+        put("own_last_issued_seq", r.last_issued_seq());
         put("payloads_retained", self.node.retained_payloads() as u64);
         let t = self.node.transfer_stats();
         put("snapshots_installed", t.installed);
