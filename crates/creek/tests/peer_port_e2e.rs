@@ -81,7 +81,13 @@ async fn peer_connections_past_the_cap_are_closed_and_logged() {
     // Two slots are the real peers'; at most four are ours.
     assert!(closed >= 16, "only {closed} of 20 connections were closed");
     assert!(
-        log_shows(&cluster, 0, "peer_connections_max = 6", Duration::from_secs(5)).await,
+        log_shows(
+            &cluster,
+            0,
+            "peer_connections_max = 6",
+            Duration::from_secs(5)
+        )
+        .await,
         "the refusal names the cap; log:\n{}",
         cluster.log_tail(0)
     );
@@ -130,7 +136,13 @@ async fn a_declared_16_mib_frame_costs_what_was_sent_and_times_out() {
         );
     }
     assert!(
-        log_shows(&cluster, 0, "peer_read_timeout_ms = 1000", Duration::from_secs(5)).await,
+        log_shows(
+            &cluster,
+            0,
+            "peer_read_timeout_ms = 1000",
+            Duration::from_secs(5)
+        )
+        .await,
         "the close is logged; log:\n{}",
         cluster.log_tail(0)
     );
@@ -195,7 +207,13 @@ async fn an_op_injected_under_a_replicas_id_is_refused_logged_and_counted() {
     s.write_all(&bytes).await.expect("write");
 
     assert!(
-        log_shows(&cluster, 1, "past the last one it issued", Duration::from_secs(10)).await,
+        log_shows(
+            &cluster,
+            1,
+            "past the last one it issued",
+            Duration::from_secs(10)
+        )
+        .await,
         "replica 2 logs the refusal; log:\n{}",
         cluster.log_tail(1)
     );
@@ -251,15 +269,14 @@ async fn an_op_injected_under_a_replicas_id_is_refused_logged_and_counted() {
     for i in 0..3 {
         let mut admin = pb::admin_client::AdminClient::new(cluster.channel(i).await.expect("dial"));
         let reply = admin
-            .committed(pb::CommittedRequest { from: 0, max: 100_000 })
+            .committed(pb::CommittedRequest {
+                from: 0,
+                max: 100_000,
+            })
             .await
             .expect("committed")
             .into_inner();
-        let ids: Vec<(u32, u64)> = reply
-            .ids
-            .iter()
-            .map(|r| (r.origin, r.seq))
-            .collect();
+        let ids: Vec<(u32, u64)> = reply.ids.iter().map(|r| (r.origin, r.seq)).collect();
         orders.push((reply.start, ids));
     }
     // Position p of replica i's order is orders[i].1[p - orders[i].0].
