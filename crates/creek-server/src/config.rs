@@ -139,6 +139,16 @@ pub struct ServerConfig {
     /// Prometheus endpoint (`GET /metrics`); none if unset.
     #[serde(default)]
     pub metrics_addr: Option<SocketAddr>,
+    /// Host names the HTTP port (console, metrics) answers to besides
+    /// loopback names and the group's configured addresses: the names
+    /// users and scrapers reach it by (a request naming another host is
+    /// refused, which stops DNS rebinding; docs/security.md).
+    #[serde(default)]
+    pub http_hosts: Vec<String>,
+    /// With `[auth] enabled`, `GET /metrics` answers without a token (for
+    /// scrapers that send none); the console's API always needs one.
+    #[serde(default)]
+    pub metrics_open: bool,
     /// Execution worker threads; 0 means one per core.
     #[serde(default)]
     pub workers: usize,
@@ -408,6 +418,8 @@ impl ServerConfig {
             replicas,
             data_dir,
             metrics_addr: None,
+            http_hosts: Vec::new(),
+            metrics_open: false,
             workers: 0,
             io_threads: 0,
             tick_ms: defaults::tick_ms(),
@@ -634,7 +646,11 @@ impl ServerConfig {
             }
             None if !self.insecure => {
                 let me = self.me();
-                for (what, addr) in [("client", me.client_addr), ("peer", me.peer_addr)] {
+                let http = self
+                    .metrics_addr
+                    .map(|a| ("HTTP (console and metrics) request", a));
+                let addrs = [("client", me.client_addr), ("peer", me.peer_addr)];
+                for (what, addr) in addrs.into_iter().chain(http) {
                     if !addr.ip().is_loopback() {
                         return bad(format!(
                             "refusing to listen for {what}s on {addr} without TLS: anyone who \
@@ -829,6 +845,14 @@ mod tests {
             "client_addr = \"10.0.0.1:7001\"",
         );
         ServerConfig::from_toml(&other).expect("only this replica's addresses count");
+        // The HTTP port (console and metrics) too.
+        let http = format!("metrics_addr = \"0.0.0.0:9101\"\n{GOOD}");
+        let e = ServerConfig::from_toml(&http).expect_err("plaintext console");
+        assert!(
+            e.to_string()
+                .contains("HTTP (console and metrics) requests on 0.0.0.0:9101 without TLS"),
+            "{e}"
+        );
         let insecure = format!("insecure = true\n{open}");
         assert!(
             ServerConfig::from_toml(&insecure)

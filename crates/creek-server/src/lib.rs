@@ -26,6 +26,7 @@ pub(crate) mod call;
 pub mod config;
 pub mod console;
 pub mod faults;
+pub mod http_guard;
 pub mod limits;
 pub mod metrics;
 pub(crate) mod native;

@@ -343,11 +343,13 @@ impl Metrics {
 }
 
 /// Serve `GET /metrics` on `listener`, beside the `routes` given (the
-/// console's), until `shutdown` resolves.
+/// console's), every request through `guard` first, until `shutdown`
+/// resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     routes: axum::Router,
+    guard: crate::http_guard::HttpGuard,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::routing::get;
@@ -366,7 +368,12 @@ pub async fn serve(
             }
         }),
     );
-    let app = app.merge(routes);
+    let app = app
+        .merge(routes)
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::http_guard::guard,
+        ));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

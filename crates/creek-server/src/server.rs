@@ -229,7 +229,7 @@ impl Server {
             faults,
             allowed: config.allow_fault_injection,
             me,
-            auth,
+            auth: auth.clone(),
         };
         let service = CreekService {
             front: front.clone(),
@@ -240,7 +240,8 @@ impl Server {
         let console_body_bytes_max = crate::limits::decode_limit(config.max_request_bytes) * 2;
         if let Some(listener) = listeners.metrics {
             let console = crate::console::Console::new(service.clone(), console_body_bytes_max);
-            serve_console(listener, metrics, console, &shutdown_rx, &mut tasks);
+            let guard = crate::http_guard::HttpGuard::new(&config, auth.clone());
+            serve_console(listener, metrics, console, guard, &shutdown_rx, &mut tasks);
         }
         let clients = Clients {
             listener: listeners.client,
@@ -584,6 +585,7 @@ fn serve_console(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     console: crate::console::Console,
+    guard: crate::http_guard::HttpGuard,
     shutdown: &watch::Receiver<bool>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) {
@@ -595,7 +597,7 @@ fn serve_console(
         let stop = async move {
             let _ = rx.wait_for(|s| *s).await;
         };
-        if let Err(e) = crate::metrics::serve(listener, metrics, routes, stop).await {
+        if let Err(e) = crate::metrics::serve(listener, metrics, routes, guard, stop).await {
             tracing::error!(error = %e, "the metrics and console endpoint stopped");
         }
     }));

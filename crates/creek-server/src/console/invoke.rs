@@ -94,6 +94,7 @@ fn refused(s: &tonic::Status) -> Response {
         Code::FailedPrecondition => (StatusCode::CONFLICT, "failed_precondition"),
         Code::DeadlineExceeded => (StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded"),
         Code::PermissionDenied => (StatusCode::FORBIDDEN, "permission_denied"),
+        Code::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     };
     json_error(status, code, s.message())
@@ -195,6 +196,17 @@ fn view_line(v: &pb::View, at_ms: f64) -> bytes::Bytes {
     line(out)
 }
 
+/// Give `request` the caller's `Authorization` header, as a gRPC client
+/// sends its token.
+fn with_token<T>(request: &mut tonic::Request<T>, headers: &HeaderMap) {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| tonic::metadata::MetadataValue::try_from(v.as_bytes()).ok());
+    if let Some(token) = token {
+        request.metadata_mut().insert("authorization", token);
+    }
+}
+
 /// Serve one invocation.
 pub async fn handle(console: Arc<Console>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
@@ -220,12 +232,13 @@ pub async fn handle(console: Arc<Console>, headers: HeaderMap, body: Body) -> Re
         None => {
             let mut request = tonic::Request::new(request);
             request.set_timeout(timeout);
+            with_token(&mut request, &headers);
             match pb::creek_server::Creek::invoke(&console.service, request).await {
                 Ok(r) => (r, None),
                 Err(status) => return refused(&status),
             }
         }
-        Some((shard, addrs)) => match forward(&console, &addrs, request, timeout).await {
+        Some((shard, addrs)) => match forward(&console, &addrs, request, &headers, timeout).await {
             Ok(r) => (r, Some(shard.0)),
             Err(status) => return refused(&status),
         },
@@ -275,6 +288,7 @@ async fn forward(
     console: &Console,
     addrs: &[String],
     request: pb::InvokeRequest,
+    headers: &HeaderMap,
     timeout: Duration,
 ) -> Result<tonic::Response<crate::service::ViewStream>, tonic::Status> {
     let mut last = tonic::Status::unavailable("the owning shard lists no replica");
@@ -282,6 +296,7 @@ async fn forward(
         let channel = console.channel(addr).map_err(tonic::Status::unavailable)?;
         let mut r = tonic::Request::new(request.clone());
         r.set_timeout(timeout);
+        with_token(&mut r, headers);
         match pb::creek_client::CreekClient::new(channel).invoke(r).await {
             Ok(response) => {
                 let (meta, stream, ext) = response.into_parts();

@@ -19,9 +19,30 @@ pub fn http(
     path: &str,
     body: Option<(&str, &[u8])>,
 ) -> std::io::Result<(u16, String)> {
+    http_with(method, addr, path, &[], body)
+}
+
+/// [`http`] with more headers (a `Host` among them replaces the address).
+pub fn http_with(
+    method: &str,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<(&str, &[u8])>,
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let host = headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("host"))
+        .map_or_else(|| addr.to_string(), |(_, v)| (*v).to_owned());
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (name, value) in headers
+        .iter()
+        .filter(|(n, _)| !n.eq_ignore_ascii_case("host"))
+    {
+        req.push_str(&format!("{name}: {value}\r\n"));
+    }
     if let Some((content_type, b)) = body {
         req.push_str(&format!(
             "Content-Type: {content_type}\r\nContent-Length: {}\r\n",

@@ -183,9 +183,24 @@ function renderStrip(r) {
 // changing means the replica's sampler cannot reach its node loop.
 let lastUpdate = { ms: -1, at: 0 };
 
+// On a cluster that checks users, the console's API needs a token: asked
+// for once, kept for this tab only, sent as `Authorization: Bearer`.
+function withToken(headers) {
+  const token = sessionStorage.getItem("creek-token");
+  return token ? { ...headers, Authorization: "Bearer " + token } : (headers || {});
+}
+$("token-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  sessionStorage.setItem("creek-token", $("token").value.trim());
+  $("token").value = "";
+  $("token-form").hidden = true;
+  poll(); loadProcedures();
+});
+
 async function poll() {
   try {
-    const res = await fetch("/api/console", { cache: "no-store" });
+    const res = await fetch("/api/console", { cache: "no-store", headers: withToken() });
+    $("token-form").hidden = res.status !== 401;
     if (!res.ok) throw new Error((await res.json()).error || res.statusText);
     const r = await res.json();
     $("replica").textContent = r.replica;
@@ -216,7 +231,7 @@ $("invoke-form").addEventListener("submit", async (ev) => {
   log.textContent = "";
   const show = (line) => { log.textContent += line + "\n"; };
   try {
-    const res = await fetch("/api/invoke", { method: "POST", headers: { "Content-Type": "application/json" },
+    const res = await fetch("/api/invoke", { method: "POST", headers: withToken({ "Content-Type": "application/json" }),
       body: JSON.stringify({ procedure: $("proc").value, args, level: $("level").value }) });
     if (!res.ok) { show(`HTTP ${res.status}: ${await res.text()}`); return; }
     const reader = res.body.getReader(), dec = new TextDecoder();
@@ -249,11 +264,14 @@ function showSignature() {
     `${p.name}(${p.params.map((a) => `${a.name}: ${a.type}`).join(", ")})` +
     (p.returns ? ` → ${p.returns}` : "") + (p.summary ? ` — ${p.summary}` : "") + (p.read_only ? " (read-only)" : "");
 }
-fetch("/api/procedures").then((r) => r.json()).then((r) => {
-  procedures = r.procedures;
-  $("procs").replaceChildren(...procedures.map((p) => { const o = document.createElement("option"); o.value = p.name; return o; }));
-  showSignature();
-}).catch(() => {});
+function loadProcedures() {
+  fetch("/api/procedures", { headers: withToken() }).then((r) => r.json()).then((r) => {
+    procedures = r.procedures || [];
+    $("procs").replaceChildren(...procedures.map((p) => { const o = document.createElement("option"); o.value = p.name; return o; }));
+    showSignature();
+  }).catch(() => {});
+}
+loadProcedures();
 $("proc").addEventListener("input", showSignature);
 
 poll();

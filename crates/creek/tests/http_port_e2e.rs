@@ -1,0 +1,116 @@
+//! End-to-end: the HTTP port (console, its API, `/metrics`) of a real
+//! `creek serve` process refuses what an attacker tries (docs/security.md,
+//! "The HTTP port"): a DNS-rebinding request naming another host, and, on
+//! a cluster that checks users, the API and the metrics without a token.
+
+mod common;
+#[path = "console_e2e/webdriver.rs"]
+#[allow(dead_code)]
+mod webdriver;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use creek_server::auth::{to_hex, Token};
+use creek_server::AuthConfig;
+use webdriver::http_with;
+
+/// Wait until the console answers `GET path` with `want` (it samples the
+/// node loop once a second).
+async fn answers(addr: SocketAddr, path: &str, headers: &[(&str, &str)], want: u16) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = http_with("GET", addr, path, headers, None);
+        if let Ok((code, body)) = &got {
+            if *code == want {
+                return body.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "GET {path}: {got:?}, wanted {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_port_refuses_rebound_hosts_and_callers_without_a_token() {
+    let root = Token::generate(true).expect("rng");
+    let console = free_addr();
+    let mut cluster = Cluster::prepare_with(1, |cfg| {
+        cfg.auth = AuthConfig {
+            enabled: true,
+            root_token_sha256: Some(to_hex(&root.hash())),
+        };
+        cfg.metrics_addr = Some(console);
+    });
+    cluster.spawn_all();
+    cluster.wait_for_leader(Duration::from_secs(20)).await;
+    let bearer = format!("Bearer {root}");
+    let auth = [("Authorization", bearer.as_str())];
+
+    // The API and the metrics need a token: 401 without one or with a bad
+    // one, the answer with the root's.
+    for path in ["/api/console", "/api/procedures", "/metrics"] {
+        let body = answers(console, path, &[], 401).await;
+        assert!(body.contains("unauthenticated"), "{path}: {body}");
+        answers(console, path, &[("Authorization", "Bearer nonsense")], 401).await;
+    }
+    let report = answers(console, "/api/console", &auth, 200).await;
+    assert!(report.contains("\"replica\":1"), "{report}");
+    let metrics = answers(console, "/metrics", &auth, 200).await;
+    assert!(metrics.contains("creek_"), "{metrics}");
+    // The page carries no data: served to anyone.
+    answers(console, "/", &[], 200).await;
+
+    // The console's invoke form, with the token as a Bearer header: the op
+    // runs; without it, 401 and nothing applied.
+    let body = br#"{"procedure":"kv.put","args":["door","open"],"level":"strong"}"#;
+    let json = Some(("application/json", &body[..]));
+    let (code, answer) = http_with("POST", console, "/api/invoke", &auth, json).expect("invoke");
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer.contains("\"event\":\"end\""), "{answer}");
+    let other = br#"{"procedure":"kv.put","args":["door","forced"],"level":"strong"}"#;
+    let json = Some(("application/json", &other[..]));
+    let (code, answer) = http_with("POST", console, "/api/invoke", &[], json).expect("invoke");
+    assert_eq!(code, 401, "{answer}");
+
+    // DNS rebinding: a page of evil.example whose name now points here
+    // sends its own name as Host (and as Origin); refused before anything
+    // else, token or not.
+    let evil = format!("evil.example:{}", console.port());
+    let origin = format!("http://{evil}");
+    let rebound = [
+        ("Host", evil.as_str()),
+        ("Origin", origin.as_str()),
+        ("Authorization", bearer.as_str()),
+    ];
+    let json = Some(("application/json", &other[..]));
+    let (code, answer) = http_with("POST", console, "/api/invoke", &rebound, json).expect("invoke");
+    assert_eq!(code, 403, "{answer}");
+    assert!(answer.contains("host_not_allowed"), "{answer}");
+    let (code, _) = http_with("GET", console, "/api/console", &rebound, None).expect("get");
+    assert_eq!(code, 403);
+    let (code, _) = http_with("GET", console, "/metrics", &rebound, None).expect("get");
+    assert_eq!(code, 403);
+    // The loopback names pass.
+    let local = format!("localhost:{}", console.port());
+    answers(console, "/api/console", &[("Host", &local), auth[0]], 200).await;
+
+    // Nothing the refused calls sent was applied.
+    let (code, answer) = http_with(
+        "POST",
+        console,
+        "/api/invoke",
+        &auth,
+        Some((
+            "application/json",
+            br#"{"procedure":"kv.get","args":["door"],"level":"strong"}"#,
+        )),
+    )
+    .expect("invoke");
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer.contains("\"value\":\"open\""), "{answer}");
+}
