@@ -16,8 +16,8 @@ pub(crate) type Buckets = BTreeMap<(String, String), Vec<(f64, f64)>>;
 pub(crate) async fn scrape(addr: SocketAddr) -> Result<Buckets, String> {
     let fetch = async {
         let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: creek\r\n\r\n")
-            .await?;
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        s.write_all(request.as_bytes()).await?;
         let mut body = String::new();
         s.read_to_string(&mut body).await?;
         Ok::<_, std::io::Error>(body)

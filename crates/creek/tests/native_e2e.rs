@@ -318,9 +318,9 @@ async fn native_connections(metrics: std::net::SocketAddr) -> f64 {
     let mut last = None;
     for _ in 0..50 {
         let mut s = TcpStream::connect(metrics).await.expect("metrics endpoint");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: creek\r\nConnection: close\r\n\r\n")
-            .await
-            .expect("request");
+        let request =
+            format!("GET /metrics HTTP/1.1\r\nHost: {metrics}\r\nConnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await.expect("request");
         let mut body = String::new();
         s.read_to_string(&mut body).await.expect("response");
         let open = body
