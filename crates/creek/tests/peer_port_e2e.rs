@@ -151,9 +151,8 @@ async fn a_declared_16_mib_frame_costs_what_was_sent_and_times_out() {
 /// `GET /metrics` from `addr`, the body.
 async fn metrics(addr: std::net::SocketAddr) -> String {
     let mut s = TcpStream::connect(addr).await.expect("metrics port");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .expect("write");
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    s.write_all(request.as_bytes()).await.expect("write");
     let mut body = String::new();
     let _ = s.read_to_string(&mut body).await;
     body
@@ -225,11 +224,19 @@ async fn an_op_injected_under_a_replicas_id_is_refused_logged_and_counted() {
     );
     let counted = cluster.status(1).await.expect("status").counters["own_origin_refused"];
     assert!(counted >= 1, "the status counts it");
-    let body = metrics(metrics_addr).await;
-    let metric = body
-        .lines()
-        .find_map(|l| l.strip_prefix("creek_own_origin_refused "))
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    // The gauges follow the node's counters a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let metric = loop {
+        let body = metrics(metrics_addr).await;
+        let metric = body
+            .lines()
+            .find_map(|l| l.strip_prefix("creek_own_origin_refused "))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if metric.is_some_and(|m| m >= 1) || std::time::Instant::now() > deadline {
+            break metric;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(
         metric.is_some_and(|m| m >= 1),
         "creek_own_origin_refused counts it: {metric:?}"
