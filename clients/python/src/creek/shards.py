@@ -217,8 +217,9 @@ class Cluster:
         # publish it (`Procedures`: route, route_arg, route_args,
         # declared_keys): ("arg", [n, ...]) the keys in those arguments,
         # ("list", [n]) the keys in the list in argument n, ("declared",
-        # [(n, keyspace, prefix), ...]) the keys a user procedure declares;
-        # a name not here goes to every shard.
+        # [(n, keyspace, prefix), ...]) the keys a user procedure declares,
+        # ("everywhere", []) every shard; a name not here goes to every
+        # shard too, once the routes were learnt again.
         self._routes: Dict[str, Tuple[str, list]] = {}
 
     async def connect(self) -> "Cluster":
@@ -241,6 +242,8 @@ class Cluster:
             elif p.route == pb.ROUTE_BY_DECLARED_KEYS:
                 declared = [(d.arg, d.keyspace, d.prefix) for d in p.declared_keys]
                 routes[p.name] = ("declared", declared)
+            else:
+                routes[p.name] = ("everywhere", [])
         self._routes = routes
 
     @property
@@ -292,7 +295,7 @@ class Cluster:
         if self._map is None:
             return 0
         route = self._routes.get(procedure)
-        if route is None:
+        if route is None or route[0] == "everywhere":
             return None
         first = next(iter(self._map.shards))
         kind, ns = route
