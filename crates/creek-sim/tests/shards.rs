@@ -242,3 +242,28 @@ fn a_run_is_not_settled_while_a_restarted_replica_reclaims_its_ops() {
     assert!(ok, "kv seed 600018: {}", report["violations"]);
     assert_eq!(report["faults"]["disk_torn_write"].as_u64(), Some(1));
 }
+
+/// Found by the sharded hand swarm (wide-area kv, seed 700001): a replica
+/// that installs a checkpoint replaces its state, and the clients waiting
+/// on it lose their views (docs/protocol.md), as after a crash. The
+/// simulator kept them waiting: the directory's operator waited forever on
+/// a `directory.set` whose replica had installed a checkpoint, never
+/// installed the epochs for the members added since, and no group settled.
+/// Their clients now learn that the outcome is unknown, as after a crash.
+#[test]
+fn clients_waiting_on_a_replica_that_installs_a_checkpoint_are_released() {
+    let cfg = SimConfig {
+        links: creek_sim::config::Links::Wan,
+        clients: 20,
+        duration_us: 4_000_000,
+        schedule: creek_exec::mvcc::Schedule::BOTH,
+        ..config("kv", 700_001)
+    };
+    let (report, ok) = simulate(&cfg).unwrap();
+    assert!(ok, "kv seed 700001: {}", report["violations"]);
+    assert!(
+        report["directory"]["epoch"].as_u64().unwrap() > 2,
+        "{}",
+        report["directory"]
+    );
+}

@@ -138,6 +138,7 @@ impl Sim {
                     slot: if spare { Slot::Spare } else { Slot::Member },
                     clock_drift_ppm: drift,
                     handles: BTreeMap::new(),
+                    installed: 0,
                     disk_wake_at: None,
                     next_invariants_at: 0,
                 });

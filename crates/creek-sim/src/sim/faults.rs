@@ -247,7 +247,13 @@ impl Sim {
         n.epoch += 1;
         n.disk_wake_at = None;
         n.busy_cores = 0;
-        for (_, index) in std::mem::take(&mut n.handles) {
+        self.drop_waiting(i);
+    }
+
+    /// The clients waiting on replica `i` learn nothing more: each op's
+    /// outcome is unknown to its client (the op may still commit).
+    pub(super) fn drop_waiting(&mut self, i: usize) {
+        for (_, index) in std::mem::take(&mut self.nodes[i].handles) {
             self.history.ops[index].origin_crashed = true;
             self.release_client(index);
         }

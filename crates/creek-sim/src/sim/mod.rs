@@ -112,6 +112,10 @@ struct SimNode {
     clock_offset_us: i64,
     clock_drift_ppm: i64,
     handles: BTreeMap<ExecKey, usize>,
+    /// Checkpoints it installed so far (from a peer, or past a held
+    /// append): each replaced its state, and the clients waiting on it
+    /// lost their views, as after a crash.
+    installed: u64,
     /// A `DiskPoll` is scheduled for this time.
     disk_wake_at: Option<u64>,
     /// The next sampled invariant check is due after this time.
@@ -672,6 +676,13 @@ impl Sim {
                 }
                 self.release_client(index);
             }
+        }
+        let t = self.nodes[i].node.transfers();
+        if t.installed + t.past_held != self.nodes[i].installed {
+            // The state was replaced: ops waiting here lose their views
+            // (they stay, and commit or not, like a crashed replica's).
+            self.nodes[i].installed = t.installed + t.past_held;
+            self.drop_waiting(i);
         }
         for (to, msg) in outbox {
             self.send(i, usize::from(to.0).saturating_sub(1), msg);
