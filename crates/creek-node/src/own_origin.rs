@@ -85,6 +85,12 @@ impl<S: CabStorage> Node<S> {
         let seqs: Vec<u64> = std::mem::take(&mut self.own_origin.to_void)
             .into_iter()
             .collect();
+        self.void_own_seqs(&seqs, now_us);
+    }
+
+    /// Have the committed order void these own seqs, in void ops of at
+    /// most [`VOID_BATCH_MAX`] seqs each.
+    pub(crate) fn void_own_seqs(&mut self, seqs: &[u64], now_us: u64) {
         for chunk in seqs.chunks(VOID_BATCH_MAX) {
             self.replica.void_own(chunk, now_us);
         }

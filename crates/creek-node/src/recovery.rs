@@ -288,9 +288,7 @@ impl<S: CabStorage> Node<S> {
             .map(|id| id.seq)
             .collect();
         self.gossip.close_range(own);
-        for seqs in lost.chunks(creek_procs::void::VOID_BATCH_MAX) {
-            self.replica.void_own(seqs, now_us);
-        }
+        self.void_own_seqs(&lost, now_us);
         // Settled: the void ops are written with the record that says so.
         self.reclaiming = None;
         self.turn();

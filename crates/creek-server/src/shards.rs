@@ -366,6 +366,13 @@ impl ShardGate {
         judge(name, &what, owner, shard, &held.map)
     }
 
+    /// Whether calls may be refused here: a shard's replica of a cluster
+    /// of several shards (elsewhere every call passes, so the node loop
+    /// need not look a user procedure up).
+    pub fn routes_calls(&self) -> bool {
+        self.several_shards().is_some()
+    }
+
     /// This replica's shard and map, when it serves a shard of a cluster
     /// of several (the only case a call may be refused).
     fn several_shards(&self) -> Option<(ShardId, Arc<Held>)> {

@@ -440,7 +440,7 @@ impl NodeLoop {
     /// in the replicated state). Other calls pass.
     #[allow(clippy::result_large_err)] // Sent on as it is, once per call.
     fn check_user_shard(&self, call: &creek_types::ProcCall) -> Result<(), tonic::Status> {
-        let Some(gate) = &self.shards else {
+        let Some(gate) = self.shards.as_ref().filter(|g| g.routes_calls()) else {
             return Ok(());
         };
         let replica = self.node.replica();
