@@ -15,6 +15,7 @@ pub mod auth;
 pub mod builtins;
 pub mod keyspace;
 pub mod lang;
+pub mod mpo;
 pub mod registry;
 pub mod session;
 pub mod user_procs;

@@ -192,6 +192,7 @@ impl Registry {
         crate::builtins::register_all(&mut r);
         crate::session::register(&mut r);
         crate::void::register(&mut r);
+        crate::mpo::register(&mut r);
         r
     }
 
@@ -345,6 +346,9 @@ pub fn execute_call(
     limits: TxnLimits,
     call: &ProcCall,
 ) -> Executed {
+    if call.name.as_ref() == crate::mpo::RUN {
+        return crate::mpo::execute(registry, snapshot, limits, call);
+    }
     let Some(procedure) = registry.get(&call.name) else {
         return user_procs::execute(registry, snapshot, limits, call);
     };

@@ -1,0 +1,532 @@
+//! Operations across shards (MPOs, docs/cross-shard.md): the one call every
+//! involved shard runs, [`RUN`], and what it carries.
+//!
+//! An MPO is a call whose declared keys live on several shards. Each
+//! involved shard orders its own op for it in its own log, and every such
+//! op's call is a [`MpoCall`]: the MPO's identity (the origin shard's op
+//! id), which shard runs this copy (`me`), each involved shard's keys, and
+//! the call itself. At its committed position each shard reads its own
+//! keys and sends them to the others (the read exchange, driven by the
+//! replica protocol); once it holds every other shard's values it runs the
+//! call with them as [`Inputs`]: the call reads other shards' keys from
+//! the inputs and its own from the state, and only its writes of its own
+//! keys are installed. The call is deterministic and every shard holds the
+//! same values, so every shard computes the same result.
+//!
+//! A copy run without inputs (a tentative execution, before the exchange)
+//! reads the other shards' keys as absent: its result is a guess that the
+//! committed execution may correct.
+//!
+//! What a committed execution records in its shard's state, so the
+//! replica protocol can find it again after a restart and answer a shard
+//! that asks for its reads again: [`SEQ_KEY`], the index of the last MPO
+//! the shard committed, and under [`READS_PREFIX`] the values it read for
+//! each of its last [`READS_KEPT`] MPOs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::registry::{execute_call, Registry, INTERNAL_KEY_PREFIX};
+use creek_exec::txn::{Abort, Executed, SnapshotRead, TxnLimits, VersionNo};
+use creek_types::value::{decode_args_shared, encode_args, Value};
+use creek_types::ProcCall;
+
+/// The procedure every involved shard runs for an MPO. Internal: only
+/// replicas invoke it.
+pub const RUN: &str = "creek.mpo.run";
+
+/// Most shards one MPO involves.
+pub const PARTS_MAX: usize = 64;
+
+/// Most keys one MPO names, over all its shards.
+pub const KEYS_MAX: usize = 4096;
+
+/// Where a shard keeps the index of the last MPO it committed (an 8-byte
+/// big-endian integer; absent: none yet).
+pub const SEQ_KEY: &[u8] = b"\0mpo/seq";
+
+/// Where a shard keeps, per MPO index (8 bytes, big-endian, after the
+/// prefix), the MPO's id and the values the shard read for it.
+pub const READS_PREFIX: &[u8] = b"\0mpo/reads/";
+
+/// How many MPOs' reads a shard keeps: the record of index `k` is deleted
+/// when index `k + READS_KEPT` commits.
+pub const READS_KEPT: u64 = 1024;
+
+/// An MPO's identity: the id `(origin replica, seq)` of the origin shard's
+/// op for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MpoId {
+    /// The replica the client called.
+    pub origin: u64,
+    /// Its seq there.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for MpoId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "mpo {}:{}", self.origin, self.seq)
+    }
+}
+
+/// One involved shard and the keys of the MPO it owns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// The shard.
+    pub shard: u32,
+    /// Its keys, strictly ascending.
+    pub keys: Vec<Bytes>,
+}
+
+/// Values read by one shard: each of its keys with its value (`None`:
+/// absent), strictly ascending by key.
+pub type Reads = Vec<(Bytes, Option<Bytes>)>;
+
+/// What a committed execution runs with: the MPO's index in this shard's
+/// sequence, and the values the other involved shards read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inputs {
+    /// The MPO's index among this shard's MPOs (1, 2, …).
+    pub index: u64,
+    /// Every other involved shard's keys with their values, ascending.
+    pub remote: Reads,
+}
+
+/// The call one involved shard runs for an MPO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MpoCall {
+    /// The MPO.
+    pub id: MpoId,
+    /// The shard running this copy.
+    pub me: u32,
+    /// Every involved shard, ascending, `me` among them.
+    pub parts: Vec<Part>,
+    /// The procedure the client called.
+    pub name: Arc<str>,
+    /// Its arguments.
+    pub args: Bytes,
+    /// Given at the committed position; `None` in tentative executions.
+    pub inputs: Option<Inputs>,
+}
+
+impl MpoCall {
+    /// An MPO of `name(args)` with the given parts (sorted here), run by
+    /// shard `me`. Checked like a decoded one.
+    pub fn new(
+        id: MpoId,
+        me: u32,
+        mut parts: Vec<Part>,
+        name: &str,
+        args: Bytes,
+    ) -> Result<Self, String> {
+        parts.sort_by_key(|p| p.shard);
+        for p in &mut parts {
+            p.keys.sort();
+            p.keys.dedup();
+        }
+        let call = MpoCall {
+            id,
+            me,
+            parts,
+            name: Arc::from(name),
+            args,
+            inputs: None,
+        };
+        call.validate()?;
+        Ok(call)
+    }
+
+    /// The same MPO, run by shard `me`.
+    pub fn for_shard(&self, me: u32) -> Result<Self, String> {
+        let call = MpoCall {
+            me,
+            inputs: None,
+            ..self.clone()
+        };
+        call.validate()?;
+        Ok(call)
+    }
+
+    /// The same call with its committed inputs.
+    pub fn with_inputs(&self, inputs: Inputs) -> Self {
+        MpoCall {
+            inputs: Some(inputs),
+            ..self.clone()
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.parts.len() < 2 || self.parts.len() > PARTS_MAX {
+            return Err(format!(
+                "{RUN}: an operation across shards involves 2 to {PARTS_MAX} shards, not {}",
+                self.parts.len()
+            ));
+        }
+        if self.parts.windows(2).any(|w| w[0].shard >= w[1].shard) {
+            return Err(format!("{RUN}: shards must be distinct and ascending"));
+        }
+        if !self.parts.iter().any(|p| p.shard == self.me) {
+            return Err(format!("{RUN}: shard {} is not involved", self.me));
+        }
+        let mut all = BTreeSet::new();
+        for p in &self.parts {
+            if p.keys.is_empty() {
+                return Err(format!("{RUN}: shard {} has no key", p.shard));
+            }
+            if p.keys.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!("{RUN}: keys must be distinct and ascending"));
+            }
+            for k in &p.keys {
+                if k.first() == Some(&INTERNAL_KEY_PREFIX) {
+                    return Err(format!("{RUN}: keys starting with 0x00 are reserved"));
+                }
+                if !all.insert(k) {
+                    return Err(format!(
+                        "{RUN}: key {} is given to two shards",
+                        Value::Bytes(k.clone())
+                    ));
+                }
+            }
+        }
+        if all.len() > KEYS_MAX {
+            return Err(format!("{RUN}: more than {KEYS_MAX} keys"));
+        }
+        if self.name.is_empty() || self.name.as_ref() == RUN {
+            return Err(format!("{RUN}: no procedure to run"));
+        }
+        Ok(())
+    }
+
+    /// The keys shard `me` owns.
+    pub fn local_keys(&self) -> &[Bytes] {
+        self.parts
+            .iter()
+            .find(|p| p.shard == self.me)
+            .map_or(&[], |p| &p.keys)
+    }
+
+    /// The other involved shards.
+    pub fn others(&self) -> impl Iterator<Item = u32> + '_ {
+        self.parts
+            .iter()
+            .map(|p| p.shard)
+            .filter(move |s| *s != self.me)
+    }
+
+    /// The keys shard `shard` owns (empty if it is not involved).
+    pub fn keys_of(&self, shard: u32) -> &[Bytes] {
+        self.parts
+            .iter()
+            .find(|p| p.shard == shard)
+            .map_or(&[], |p| &p.keys)
+    }
+
+    /// Whether `reads` are exactly shard `shard`'s keys, each once, in order.
+    pub fn reads_fit(&self, shard: u32, reads: &Reads) -> bool {
+        let keys = self.keys_of(shard);
+        keys.len() == reads.len() && keys.iter().zip(reads).all(|(k, (r, _))| k == r)
+    }
+
+    /// Shard `me`'s keys read from `snapshot`: what it sends the others.
+    pub fn read_local(&self, snapshot: &dyn SnapshotRead) -> Reads {
+        self.local_keys()
+            .iter()
+            .map(|k| (k.clone(), snapshot.read(k).0))
+            .collect()
+    }
+
+    /// The call `client` (its request id, user, time and level kept) as run
+    /// by this shard: [`RUN`] with this MPO as arguments.
+    pub fn call(&self, client: &ProcCall) -> ProcCall {
+        ProcCall {
+            name: Arc::from(RUN),
+            args: self.encode(),
+            ..client.clone()
+        }
+    }
+
+    /// The arguments of its [`RUN`] call.
+    pub fn encode(&self) -> Bytes {
+        let parts = self
+            .parts
+            .iter()
+            .map(|p| {
+                Value::List(vec![
+                    Value::Int(i64::from(p.shard)),
+                    Value::List(p.keys.iter().cloned().map(Value::Bytes).collect()),
+                ])
+            })
+            .collect();
+        let inputs = match &self.inputs {
+            None => Value::Nil,
+            Some(i) => Value::List(vec![Value::Int(int(i.index)), reads_value(&i.remote)]),
+        };
+        encode_args(&[
+            Value::Int(int(self.id.origin)),
+            Value::Int(int(self.id.seq)),
+            Value::Int(i64::from(self.me)),
+            Value::List(parts),
+            Value::Bytes(Bytes::copy_from_slice(self.name.as_bytes())),
+            Value::Bytes(self.args.clone()),
+            inputs,
+        ])
+    }
+
+    /// The MPO a [`RUN`] call's arguments carry; an error says what is
+    /// wrong with them. Total: any bytes give one or the other.
+    pub fn decode(raw: &Bytes) -> Result<Self, String> {
+        let bad = |what: &str| format!("{RUN}: malformed arguments: {what}");
+        let args = decode_args_shared(raw).map_err(|e| bad(&e.to_string()))?;
+        let [Value::Int(origin), Value::Int(seq), Value::Int(me), Value::List(parts), Value::Bytes(name), Value::Bytes(args), inputs] =
+            args.as_slice()
+        else {
+            return Err(bad("expected (origin, seq, me, parts, name, args, inputs)"));
+        };
+        let parts = parts
+            .iter()
+            .map(|p| match p.as_list() {
+                Some([Value::Int(shard), Value::List(keys)]) => Ok(Part {
+                    shard: u32::try_from(*shard).map_err(|_| bad("shard"))?,
+                    keys: keys
+                        .iter()
+                        .map(|k| k.as_bytes().cloned().ok_or_else(|| bad("key")))
+                        .collect::<Result<_, _>>()?,
+                }),
+                _ => Err(bad("part")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let inputs = match inputs {
+            Value::Nil => None,
+            Value::List(items) => match items.as_slice() {
+                [Value::Int(index), remote] => Some(Inputs {
+                    index: u64::try_from(*index).map_err(|_| bad("index"))?,
+                    remote: reads_from_value(remote).ok_or_else(|| bad("remote reads"))?,
+                }),
+                _ => return Err(bad("inputs")),
+            },
+            _ => return Err(bad("inputs")),
+        };
+        let call = MpoCall {
+            id: MpoId {
+                origin: u64::try_from(*origin).map_err(|_| bad("origin"))?,
+                seq: u64::try_from(*seq).map_err(|_| bad("seq"))?,
+            },
+            me: u32::try_from(*me).map_err(|_| bad("me"))?,
+            parts,
+            name: Arc::from(std::str::from_utf8(name).map_err(|_| bad("name"))?),
+            args: args.clone(),
+            inputs,
+        };
+        call.validate()?;
+        if let Some(inputs) = &call.inputs {
+            let others: Vec<&Bytes> = call
+                .parts
+                .iter()
+                .filter(|p| p.shard != call.me)
+                .flat_map(|p| &p.keys)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if others.len() != inputs.remote.len()
+                || others.iter().zip(&inputs.remote).any(|(k, (r, _))| *k != r)
+            {
+                return Err(bad("the remote reads are not the other shards' keys"));
+            }
+        }
+        Ok(call)
+    }
+}
+
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `reads` as a value: a list of `[key, value or nil]`.
+pub fn reads_value(reads: &Reads) -> Value {
+    Value::List(
+        reads
+            .iter()
+            .map(|(k, v)| {
+                Value::List(vec![
+                    Value::Bytes(k.clone()),
+                    v.clone().map_or(Value::Nil, Value::Bytes),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// The reads a value made by [`reads_value`] holds; `None` if it is not
+/// such a list with keys strictly ascending.
+pub fn reads_from_value(value: &Value) -> Option<Reads> {
+    let reads: Reads = value
+        .as_list()?
+        .iter()
+        .map(|item| match item.as_list()? {
+            [Value::Bytes(k), Value::Nil] => Some((k.clone(), None)),
+            [Value::Bytes(k), Value::Bytes(v)] => Some((k.clone(), Some(v.clone()))),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    reads.windows(2).all(|w| w[0].0 < w[1].0).then_some(reads)
+}
+
+/// The record of MPO index `index` under [`READS_PREFIX`].
+pub fn reads_key(index: u64) -> Bytes {
+    let mut key = READS_PREFIX.to_vec();
+    key.extend_from_slice(&index.to_be_bytes());
+    Bytes::from(key)
+}
+
+/// A recorded MPO's id and the values its shard read.
+pub fn decode_record(raw: &Bytes) -> Option<(MpoId, Reads)> {
+    let args = decode_args_shared(raw).ok()?;
+    let [Value::Int(origin), Value::Int(seq), reads] = args.as_slice() else {
+        return None;
+    };
+    let id = MpoId {
+        origin: u64::try_from(*origin).ok()?,
+        seq: u64::try_from(*seq).ok()?,
+    };
+    Some((id, reads_from_value(reads)?))
+}
+
+/// The index of the last MPO a shard committed, from its [`SEQ_KEY`].
+pub fn decode_seq(raw: Option<&[u8]>) -> u64 {
+    raw.and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
+/// A snapshot in which the other shards' keys hold the values they read.
+struct Overlay<'a> {
+    local: &'a dyn SnapshotRead,
+    remote: BTreeMap<Bytes, Option<Bytes>>,
+}
+
+impl SnapshotRead for Overlay<'_> {
+    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        match self.remote.get(key) {
+            Some(v) => (v.clone(), VersionNo::ABSENT),
+            None => self.local.read(key),
+        }
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        if from >= to {
+            return;
+        }
+        let start = out.len();
+        self.local.scan(from, to, limit, out);
+        let remote = self
+            .remote
+            .range::<[u8], _>((
+                std::ops::Bound::Included(from),
+                std::ops::Bound::Excluded(to),
+            ))
+            .filter_map(|(k, v)| Some((k.clone(), v.clone()?, VersionNo::ABSENT)));
+        let mut merged: Vec<_> = out
+            .drain(start..)
+            .filter(|(k, _, _)| !self.remote.contains_key(k))
+            .chain(remote)
+            .collect();
+        merged.sort_by(|a, b| a.0.cmp(&b.0));
+        merged.truncate(limit);
+        out.extend(merged);
+    }
+}
+
+/// Register [`RUN`]: its arguments are checked when an op is invoked;
+/// [`execute_call`] runs it through [`execute`], never through the body
+/// registered here.
+pub(crate) fn register(r: &mut Registry) {
+    r.register_fn(
+        RUN,
+        false,
+        |a| MpoCall::decode(&Bytes::copy_from_slice(a)).map(drop),
+        |_, _| Err(Abort::new(format!("{RUN} runs through execute_call"))),
+    );
+}
+
+/// Run a [`RUN`] call: the client's call with the other shards' keys read
+/// from the inputs (absent without inputs), installing only this shard's
+/// writes. With inputs, it also records the index and this shard's reads
+/// (see the module's text). Malformed arguments abort, changing nothing.
+pub(crate) fn execute(
+    registry: &Registry,
+    snapshot: &dyn SnapshotRead,
+    limits: TxnLimits,
+    call: &ProcCall,
+) -> Executed {
+    let mpo = match MpoCall::decode(&call.args) {
+        Ok(mpo) => mpo,
+        Err(e) => {
+            return Executed {
+                reads: Vec::new(),
+                scans: Vec::new(),
+                writes: Vec::new(),
+                outcome: Err(Abort(e)),
+            }
+        }
+    };
+    let remote: BTreeMap<Bytes, Option<Bytes>> = match &mpo.inputs {
+        Some(inputs) => inputs.remote.iter().cloned().collect(),
+        None => mpo
+            .parts
+            .iter()
+            .filter(|p| p.shard != mpo.me)
+            .flat_map(|p| p.keys.iter().map(|k| (k.clone(), None)))
+            .collect(),
+    };
+    let overlay = Overlay {
+        local: snapshot,
+        remote,
+    };
+    let inner = ProcCall {
+        name: mpo.name.clone(),
+        args: mpo.args.clone(),
+        ..call.clone()
+    };
+    let mut executed = execute_call(registry, &overlay, limits, &inner);
+    executed
+        .reads
+        .retain(|(k, _)| !overlay.remote.contains_key(k));
+    executed
+        .writes
+        .retain(|(k, _)| !overlay.remote.contains_key(k));
+    for scan in &mut executed.scans {
+        scan.keys.retain(|k| !overlay.remote.contains_key(k));
+    }
+    if let Some(inputs) = &mpo.inputs {
+        let local = mpo.read_local(snapshot);
+        let record = encode_args(&[
+            Value::Int(int(mpo.id.origin)),
+            Value::Int(int(mpo.id.seq)),
+            reads_value(&local),
+        ]);
+        let mut writes = vec![
+            (
+                Bytes::from_static(SEQ_KEY),
+                Some(Bytes::copy_from_slice(&inputs.index.to_be_bytes())),
+            ),
+            (reads_key(inputs.index), Some(record)),
+        ];
+        if let Some(old) = inputs.index.checked_sub(READS_KEPT).filter(|k| *k > 0) {
+            writes.push((reads_key(old), None));
+        }
+        executed.writes.extend(writes);
+        executed.writes.sort_by(|a, b| a.0.cmp(&b.0));
+        for k in mpo.local_keys() {
+            let (_, version) = snapshot.read(k);
+            if !executed.reads.iter().any(|(r, _)| r == k) {
+                executed.reads.push((k.clone(), version));
+            }
+        }
+        executed.reads.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    executed
+}
+
+#[cfg(test)]
+mod tests;

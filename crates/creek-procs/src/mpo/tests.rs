@@ -1,0 +1,253 @@
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use creek_exec::basic::MapSnapshot;
+use creek_exec::txn::TxnLimits;
+use creek_types::value::{encode_args, Value};
+use creek_types::{ClientRequestId, ProcCall};
+use proptest::prelude::*;
+
+use super::*;
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn state(pairs: &[(&str, &str)]) -> MapSnapshot {
+    MapSnapshot(pairs.iter().map(|(k, v)| (b(k), b(v))).collect())
+}
+
+const ID: MpoId = MpoId { origin: 3, seq: 9 };
+
+/// `kv.transfer(a, b, amount)` with `a` on shard 1 and `b` on shard 2, as
+/// shard `me` runs it.
+fn transfer(me: u32, amount: i64) -> MpoCall {
+    let args = encode_args(&[
+        Value::Bytes(b("a")),
+        Value::Bytes(b("b")),
+        Value::Int(amount),
+    ]);
+    let parts = vec![
+        Part {
+            shard: 2,
+            keys: vec![b("b")],
+        },
+        Part {
+            shard: 1,
+            keys: vec![b("a")],
+        },
+    ];
+    MpoCall::new(ID, me, parts, "kv.transfer", args).unwrap()
+}
+
+fn run(call: &MpoCall, on: &MapSnapshot, request: Option<ClientRequestId>) -> Executed {
+    let registry = Registry::with_builtins();
+    let mut client = ProcCall::new("kv.transfer", Bytes::new());
+    client.request_id = request;
+    client.strong = true;
+    execute_call(&registry, on, TxnLimits::default(), &call.call(&client))
+}
+
+/// The data writes of an execution (Creek's own records left out).
+fn data(e: &Executed) -> Vec<(Bytes, Option<Bytes>)> {
+    e.writes
+        .iter()
+        .filter(|(k, _)| k.first() != Some(&0))
+        .cloned()
+        .collect()
+}
+
+/// Both shards' copies, each given the other's reads.
+fn exchange(a: &MapSnapshot, bs: &MapSnapshot, amount: i64, index: u64) -> (Executed, Executed) {
+    let (on1, on2) = (transfer(1, amount), transfer(2, amount));
+    let (r1, r2) = (on1.read_local(a), on2.read_local(bs));
+    assert!(on2.reads_fit(1, &r1) && on1.reads_fit(2, &r2));
+    let e1 = run(&on1.with_inputs(Inputs { index, remote: r2 }), a, None);
+    let e2 = run(&on2.with_inputs(Inputs { index, remote: r1 }), bs, None);
+    (e1, e2)
+}
+
+#[test]
+fn each_shard_computes_the_same_result_and_installs_only_its_own_writes() {
+    let (a, bs) = (state(&[("a", "10")]), state(&[("b", "5")]));
+    let (e1, e2) = exchange(&a, &bs, 3, 1);
+    let both = Value::List(vec![Value::Int(7), Value::Int(8)]).encode();
+    assert_eq!(e1.outcome, Ok(both.clone()));
+    assert_eq!(e2.outcome, Ok(both));
+    assert_eq!(data(&e1), vec![(b("a"), Some(b("7")))]);
+    assert_eq!(data(&e2), vec![(b("b"), Some(b("8")))]);
+    // Reads of the other shard's keys are not reads of this shard's state.
+    assert!(e1.reads.iter().all(|(k, _)| k != "b"));
+    assert!(e2.reads.iter().all(|(k, _)| k != "a"));
+}
+
+#[test]
+fn an_abort_is_the_same_on_every_shard_and_writes_no_data() {
+    let (a, bs) = (state(&[("a", "2")]), state(&[("b", "5")]));
+    let (e1, e2) = exchange(&a, &bs, 3, 1);
+    assert!(e1.outcome.is_err());
+    assert_eq!(e1.outcome, e2.outcome);
+    assert!(data(&e1).is_empty() && data(&e2).is_empty());
+}
+
+#[test]
+fn a_committed_copy_records_its_index_and_reads_and_forgets_old_records() {
+    let (a, bs) = (state(&[("a", "10")]), state(&[("b", "5")]));
+    let index = READS_KEPT + 4;
+    let (e1, _) = exchange(&a, &bs, 1, index);
+    let w: BTreeMap<Bytes, Option<Bytes>> = e1.writes.into_iter().collect();
+    let seq = w[&Bytes::from_static(SEQ_KEY)].clone();
+    assert_eq!(decode_seq(seq.as_deref()), index);
+    let record = w[&reads_key(index)].clone().unwrap();
+    assert_eq!(
+        decode_record(&record),
+        Some((ID, vec![(b("a"), Some(b("10")))]))
+    );
+    assert_eq!(w[&reads_key(4)], None);
+    assert_eq!(decode_seq(None), 0);
+}
+
+#[test]
+fn a_tentative_copy_reads_other_shards_keys_as_absent() {
+    let bs = state(&[("b", "5")]);
+    // Shard 2 does not hold `a`: tentatively the transfer finds 0 there.
+    let e = run(&transfer(2, 3), &bs, None);
+    assert!(e.outcome.is_err());
+    let e = run(&transfer(2, 0), &bs, None);
+    assert_eq!(
+        e.outcome,
+        Ok(Value::List(vec![Value::Int(0), Value::Int(5)]).encode())
+    );
+    assert!(e
+        .writes
+        .iter()
+        .all(|(k, _)| k.first() == Some(&0) || k == "b"));
+}
+
+#[test]
+fn a_retried_request_answers_what_it_answered_on_every_shard() {
+    let (a, bs) = (state(&[("a", "10")]), state(&[("b", "5")]));
+    let rid = Some(ClientRequestId { client: 77, seq: 1 });
+    let on1 = transfer(1, 3).with_inputs(Inputs {
+        index: 1,
+        remote: vec![(b("b"), Some(b("5")))],
+    });
+    let first = run(&on1, &a, rid);
+    // The state after the first run, the session entry included.
+    let mut after = a.0.clone();
+    for (k, v) in &first.writes {
+        match v {
+            Some(v) => after.insert(k.clone(), v.clone()),
+            None => after.remove(k),
+        };
+    }
+    let again = run(&on1, &MapSnapshot(after), rid);
+    assert_eq!(again.outcome, first.outcome);
+    assert!(
+        data(&again).is_empty(),
+        "the retry wrote {:?}",
+        data(&again)
+    );
+    let _ = bs;
+}
+
+#[test]
+fn a_multi_key_read_sees_every_shards_values() {
+    let args = encode_args(&[Value::List(vec![
+        Value::Bytes(b("x")),
+        Value::Bytes(b("y")),
+        Value::Bytes(b("z")),
+    ])]);
+    let parts = vec![
+        Part {
+            shard: 0,
+            keys: vec![b("x"), b("z")],
+        },
+        Part {
+            shard: 5,
+            keys: vec![b("y")],
+        },
+    ];
+    let call = MpoCall::new(ID, 5, parts, "kv.mget", args).unwrap();
+    let remote = vec![(b("x"), Some(b("1"))), (b("z"), None)];
+    let e = run(
+        &call.with_inputs(Inputs { index: 2, remote }),
+        &state(&[("y", "2")]),
+        None,
+    );
+    let want = Value::List(vec![Value::Bytes(b("1")), Value::Bytes(b("2")), Value::Nil]);
+    assert_eq!(e.outcome, Ok(want.encode()));
+}
+
+#[test]
+fn malformed_mpos_are_refused_with_the_reason() {
+    let args = Bytes::new();
+    let one = vec![Part {
+        shard: 1,
+        keys: vec![b("a")],
+    }];
+    assert!(MpoCall::new(ID, 1, one, "kv.get", args.clone())
+        .unwrap_err()
+        .contains("2 to"));
+    let two = |ka: &str, kb: &str| {
+        vec![
+            Part {
+                shard: 1,
+                keys: vec![b(ka)],
+            },
+            Part {
+                shard: 2,
+                keys: vec![b(kb)],
+            },
+        ]
+    };
+    assert!(MpoCall::new(ID, 3, two("a", "b"), "kv.get", args.clone())
+        .unwrap_err()
+        .contains("not involved"));
+    assert!(MpoCall::new(ID, 1, two("a", "a"), "kv.get", args.clone())
+        .unwrap_err()
+        .contains("two shards"));
+    assert!(MpoCall::new(ID, 1, two("\0a", "b"), "kv.get", args.clone())
+        .unwrap_err()
+        .contains("reserved"));
+    assert!(MpoCall::new(ID, 1, two("a", "b"), RUN, args.clone()).is_err());
+    // Inputs must be exactly the other shards' keys.
+    let call = transfer(1, 1).with_inputs(Inputs {
+        index: 1,
+        remote: vec![(b("c"), None)],
+    });
+    assert!(MpoCall::decode(&call.encode())
+        .unwrap_err()
+        .contains("remote reads"));
+    // A malformed call aborts and changes nothing.
+    let registry = Registry::with_builtins();
+    let e = execute_call(
+        &registry,
+        &state(&[]),
+        TxnLimits::default(),
+        &ProcCall::new(RUN, Bytes::from_static(b"\x01\x02")),
+    );
+    assert!(e.outcome.is_err() && e.writes.is_empty());
+    // And is refused when invoked.
+    assert!(registry
+        .check(&ProcCall::new(RUN, Bytes::new()), &TxnLimits::default())
+        .is_err());
+}
+
+proptest! {
+    #[test]
+    fn round_trip(amount in 0i64..1000, index in 1u64..u64::MAX / 2, with_inputs: bool, me in 1u32..3) {
+        let mut call = transfer(me, amount);
+        if with_inputs {
+            let other = if me == 1 { "b" } else { "a" };
+            call = call.with_inputs(Inputs { index, remote: vec![(b(other), Some(b("4")))] });
+        }
+        prop_assert_eq!(MpoCall::decode(&call.encode()), Ok(call));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..128)) {
+        let _ = MpoCall::decode(&Bytes::from(data.clone()));
+        let _ = decode_record(&Bytes::from(data));
+    }
+}
