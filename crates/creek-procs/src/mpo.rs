@@ -20,8 +20,9 @@
 //! What a committed execution records in its shard's state, so the
 //! replica protocol can find it again after a restart and answer a shard
 //! that asks for its reads again: [`SEQ_KEY`], the index of the last MPO
-//! the shard committed, and under [`READS_PREFIX`] the values it read for
-//! each of its last [`READS_KEPT`] MPOs.
+//! the shard committed, and for each of its last [`READS_KEPT`] MPOs the
+//! values it read ([`reads_key`]) and which MPO holds each index
+//! ([`order_key`], so the oldest record can be found and deleted).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -47,12 +48,16 @@ pub const KEYS_MAX: usize = 4096;
 /// big-endian integer; absent: none yet).
 pub const SEQ_KEY: &[u8] = b"\0mpo/seq";
 
-/// Where a shard keeps, per MPO index (8 bytes, big-endian, after the
-/// prefix), the MPO's id and the values the shard read for it.
+/// Where a shard keeps the values it read for an MPO (the MPO's id, 16
+/// bytes, after the prefix).
 pub const READS_PREFIX: &[u8] = b"\0mpo/reads/";
 
-/// How many MPOs' reads a shard keeps: the record of index `k` is deleted
-/// when index `k + READS_KEPT` commits.
+/// Where a shard keeps which MPO holds each index (8 bytes after the
+/// prefix).
+pub const ORDER_PREFIX: &[u8] = b"\0mpo/order/";
+
+/// How many MPOs' reads a shard keeps: those of index `k` are deleted when
+/// index `k + READS_KEPT` commits.
 pub const READS_KEPT: u64 = 1024;
 
 /// An MPO's identity: the id `(origin replica, seq)` of the origin shard's
@@ -373,24 +378,38 @@ pub fn reads_from_value(value: &Value) -> Option<Reads> {
     reads.windows(2).all(|w| w[0].0 < w[1].0).then_some(reads)
 }
 
-/// The record of MPO index `index` under [`READS_PREFIX`].
-pub fn reads_key(index: u64) -> Bytes {
+/// Where a shard keeps the values it read for MPO `id`.
+pub fn reads_key(id: MpoId) -> Bytes {
     let mut key = READS_PREFIX.to_vec();
+    key.extend_from_slice(&id.origin.to_be_bytes());
+    key.extend_from_slice(&id.seq.to_be_bytes());
+    Bytes::from(key)
+}
+
+/// Where a shard keeps which MPO holds index `index`.
+pub fn order_key(index: u64) -> Bytes {
+    let mut key = ORDER_PREFIX.to_vec();
     key.extend_from_slice(&index.to_be_bytes());
     Bytes::from(key)
 }
 
-/// A recorded MPO's id and the values its shard read.
-pub fn decode_record(raw: &Bytes) -> Option<(MpoId, Reads)> {
-    let args = decode_args_shared(raw).ok()?;
-    let [Value::Int(origin), Value::Int(seq), reads] = args.as_slice() else {
-        return None;
-    };
-    let id = MpoId {
-        origin: u64::try_from(*origin).ok()?,
-        seq: u64::try_from(*seq).ok()?,
-    };
-    Some((id, reads_from_value(reads)?))
+fn encode_id(id: MpoId) -> Bytes {
+    let mut b = id.origin.to_be_bytes().to_vec();
+    b.extend_from_slice(&id.seq.to_be_bytes());
+    Bytes::from(b)
+}
+
+fn decode_id(raw: &[u8]) -> Option<MpoId> {
+    let (origin, seq) = raw.split_at_checked(8)?;
+    Some(MpoId {
+        origin: u64::from_be_bytes(origin.try_into().ok()?),
+        seq: u64::from_be_bytes(seq.try_into().ok()?),
+    })
+}
+
+/// The values a shard recorded under [`reads_key`].
+pub fn decode_reads(raw: &Bytes) -> Option<Reads> {
+    reads_from_value(&Value::decode_shared(raw).ok()?)
 }
 
 /// The index of the last MPO a shard committed, from its [`SEQ_KEY`].
@@ -499,33 +518,49 @@ pub(crate) fn execute(
         scan.keys.retain(|k| !overlay.remote.contains_key(k));
     }
     if let Some(inputs) = &mpo.inputs {
-        let local = mpo.read_local(snapshot);
-        let record = encode_args(&[
-            Value::Int(int(mpo.id.origin)),
-            Value::Int(int(mpo.id.seq)),
-            reads_value(&local),
-        ]);
-        let mut writes = vec![
-            (
-                Bytes::from_static(SEQ_KEY),
-                Some(Bytes::copy_from_slice(&inputs.index.to_be_bytes())),
-            ),
-            (reads_key(inputs.index), Some(record)),
-        ];
-        if let Some(old) = inputs.index.checked_sub(READS_KEPT).filter(|k| *k > 0) {
-            writes.push((reads_key(old), None));
-        }
-        executed.writes.extend(writes);
-        executed.writes.sort_by(|a, b| a.0.cmp(&b.0));
-        for k in mpo.local_keys() {
-            let (_, version) = snapshot.read(k);
-            if !executed.reads.iter().any(|(r, _)| r == k) {
-                executed.reads.push((k.clone(), version));
-            }
-        }
-        executed.reads.sort_by(|a, b| a.0.cmp(&b.0));
+        record(&mpo, inputs.index, snapshot, &mut executed);
     }
     executed
+}
+
+/// Add to a committed copy's writes what its shard records (see the
+/// module's text), and to its reads what that looked at.
+fn record(mpo: &MpoCall, index: u64, snapshot: &dyn SnapshotRead, executed: &mut Executed) {
+    let mut reads = Vec::new();
+    let local = mpo
+        .local_keys()
+        .iter()
+        .map(|k| {
+            let (value, version) = snapshot.read(k);
+            reads.push((k.clone(), version));
+            (k.clone(), value)
+        })
+        .collect();
+    let mut writes = vec![
+        (
+            Bytes::from_static(SEQ_KEY),
+            Some(Bytes::copy_from_slice(&index.to_be_bytes())),
+        ),
+        (reads_key(mpo.id), Some(reads_value(&local).encode())),
+        (order_key(index), Some(encode_id(mpo.id))),
+    ];
+    if let Some(old) = index.checked_sub(READS_KEPT).filter(|k| *k > 0) {
+        let at = order_key(old);
+        let (held, version) = snapshot.read(&at);
+        reads.push((at.clone(), version));
+        if let Some(id) = held.as_deref().and_then(decode_id) {
+            writes.push((reads_key(id), None));
+        }
+        writes.push((at, None));
+    }
+    for (k, version) in reads {
+        if !executed.reads.iter().any(|(r, _)| *r == k) {
+            executed.reads.push((k, version));
+        }
+    }
+    executed.reads.sort_by(|a, b| a.0.cmp(&b.0));
+    executed.writes.extend(writes);
+    executed.writes.sort_by(|a, b| a.0.cmp(&b.0));
 }
 
 #[cfg(test)]

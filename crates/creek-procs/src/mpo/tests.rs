@@ -92,18 +92,20 @@ fn an_abort_is_the_same_on_every_shard_and_writes_no_data() {
 
 #[test]
 fn a_committed_copy_records_its_index_and_reads_and_forgets_old_records() {
-    let (a, bs) = (state(&[("a", "10")]), state(&[("b", "5")]));
+    let old = MpoId { origin: 1, seq: 1 };
+    let mut a = state(&[("a", "10")]);
+    a.0.insert(order_key(4), encode_id(old));
+    a.0.insert(reads_key(old), reads_value(&vec![]).encode());
     let index = READS_KEPT + 4;
-    let (e1, _) = exchange(&a, &bs, 1, index);
+    let (e1, _) = exchange(&a, &state(&[("b", "5")]), 1, index);
     let w: BTreeMap<Bytes, Option<Bytes>> = e1.writes.into_iter().collect();
     let seq = w[&Bytes::from_static(SEQ_KEY)].clone();
     assert_eq!(decode_seq(seq.as_deref()), index);
-    let record = w[&reads_key(index)].clone().unwrap();
-    assert_eq!(
-        decode_record(&record),
-        Some((ID, vec![(b("a"), Some(b("10")))]))
-    );
-    assert_eq!(w[&reads_key(4)], None);
+    let reads = w[&reads_key(ID)].clone().unwrap();
+    assert_eq!(decode_reads(&reads), Some(vec![(b("a"), Some(b("10")))]));
+    assert_eq!(decode_id(w[&order_key(index)].as_ref().unwrap()), Some(ID));
+    assert_eq!(w[&order_key(4)], None);
+    assert_eq!(w[&reads_key(old)], None);
     assert_eq!(decode_seq(None), 0);
 }
 
@@ -248,6 +250,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..128)) {
         let _ = MpoCall::decode(&Bytes::from(data.clone()));
-        let _ = decode_record(&Bytes::from(data));
+        let _ = decode_reads(&Bytes::from(data.clone()));
+        let _ = decode_id(&data);
     }
 }
