@@ -188,4 +188,26 @@ pub enum Effect {
     /// [`creek_procs::void`]): it counts as delivered, and a copy that
     /// arrives later is refused.
     Voided(OpId),
+    /// Send the values shard `from` read for MPO `mpo` at its committed
+    /// position to a replica of each shard in `to` (and again when one
+    /// asks: [`crate::Replica::mpo_reads_of`]).
+    MpoReads {
+        /// The MPO.
+        mpo: creek_procs::mpo::MpoId,
+        /// This replica's shard.
+        from: u32,
+        /// The other involved shards.
+        to: Vec<u32>,
+        /// The values, by key.
+        reads: creek_procs::mpo::Reads,
+    },
+    /// This replica executed MPO `mpo` at its committed position: tell the
+    /// MPO's origin replica (`mpo.origin`), whose final view waits for
+    /// every involved shard ([`crate::Replica::mpo_confirmed`]).
+    MpoExecuted {
+        /// The MPO.
+        mpo: creek_procs::mpo::MpoId,
+        /// This replica's shard.
+        shard: u32,
+    },
 }

@@ -162,6 +162,17 @@ pub trait Engine<K: OpKey, P: Position> {
             f(k, v);
         }
     }
+    /// The committed value of `key` (as [`Engine::committed_state`] holds
+    /// it), `None` if absent or deleted.
+    fn read_committed(&self, key: &[u8]) -> Option<Bytes> {
+        let mut found = None;
+        self.committed_with_prefix(key, &mut |k, v| {
+            if k.as_ref() == key {
+                found = Some(v.clone());
+            }
+        });
+        found
+    }
     /// The newest value of `key` at the end of the current order: what the
     /// newest installed execution that wrote it left (committed or
     /// tentative), else its committed value; `None` if absent or deleted.

@@ -54,6 +54,16 @@ pub trait Driver {
     /// with none (a driver may have answers of its own to send with them).
     fn views(&mut self, views: Vec<View>);
 
+    /// Messages for other shards about operations across shards: carry
+    /// each to a replica of the shards it names (a group that is no shard
+    /// of a cluster never has any).
+    fn mpo(&mut self, messages: Vec<crate::MpoMessage>) {
+        debug_assert!(
+            messages.is_empty(),
+            "MPO messages for a driver without shards"
+        );
+    }
+
     /// Persist `write` after every earlier write; report it with
     /// [`Node::on_durable`] once it is durable.
     fn persist(&mut self, write: Write);
@@ -99,6 +109,7 @@ fn carry_out(ready: Ready, durable: u64, driver: &mut impl Driver) -> Vec<Transf
         held,
         hold_until,
         views,
+        mpo,
         checkpoint,
         transfer_jobs,
         group,
@@ -111,6 +122,9 @@ fn carry_out(ready: Ready, durable: u64, driver: &mut impl Driver) -> Vec<Transf
         .filter_map(|job| driver.transfer(job))
         .collect();
     driver.views(views);
+    if !mpo.is_empty() {
+        driver.mpo(mpo);
+    }
     if let Some(write) = write {
         driver.persist(write);
     }

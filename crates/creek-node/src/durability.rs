@@ -117,6 +117,7 @@ impl<S: CabStorage> Node<S> {
     /// accumulates.
     pub fn ready(&mut self) -> Ready {
         let views = std::mem::take(&mut self.views);
+        let mpo = std::mem::take(&mut self.mpo_out);
         // Hellos first: a peer verifies this replica before its other
         // messages arrive.
         let mut out: Vec<(ReplicaId, PeerMessage)> = self
@@ -165,6 +166,7 @@ impl<S: CabStorage> Node<S> {
             self.new_payloads.clear();
             return Ready {
                 views,
+                mpo,
                 ..Ready::default()
             };
         }
@@ -188,6 +190,7 @@ impl<S: CabStorage> Node<S> {
             held,
             hold_until: self.durability.written,
             views,
+            mpo,
             checkpoint,
             transfer_jobs: self.transfers.take_jobs(),
             group,

@@ -22,6 +22,7 @@ pub mod group;
 mod install;
 mod invariants;
 pub mod membership;
+pub mod mpo;
 pub mod own_origin;
 pub mod ready;
 mod recovery;
@@ -45,6 +46,7 @@ pub use driver::Driver;
 pub use durability::RESERVE_AHEAD;
 pub use group::GroupError;
 pub use membership::{Identity, Standing};
+pub use mpo::MpoMessage;
 pub use ready::{CheckpointJob, HoldQueue, OwnSeqs, Ready, Write};
 pub use recovery::Kept;
 pub use timing::LinkTiming;
@@ -65,6 +67,8 @@ pub struct Node<S: CabStorage> {
     /// durable (see [`Ready::early`]).
     early: Vec<(ReplicaId, PeerMessage)>,
     views: Vec<View>,
+    /// MPO messages for other shards (see [`mpo`]).
+    mpo_out: Vec<MpoMessage>,
     /// Frames refused by the decoder.
     refused_frames: u64,
     /// Ticks since the last adoption sweep.

@@ -76,6 +76,9 @@ pub struct Ready {
     pub hold_until: u64,
     /// Views for this replica's clients (never held).
     pub views: Vec<View>,
+    /// Messages for other shards about operations across shards (never
+    /// held: they carry committed state and confirmations only).
+    pub mpo: Vec<crate::MpoMessage>,
     /// A checkpoint to write in the background, beside the writes, without
     /// delaying them; report it with
     /// [`Node::on_checkpoint_durable`](crate::Node::on_checkpoint_durable).

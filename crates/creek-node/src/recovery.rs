@@ -109,6 +109,7 @@ impl<S: CabStorage> Node<S> {
             outbox: Vec::new(),
             early: Vec::new(),
             views: Vec::new(),
+            mpo_out: Vec::new(),
             refused_frames: 0,
             ticks_since_adoption: 0,
             new_payloads: Vec::new(),

@@ -12,7 +12,7 @@ use creek_exec::{Completion, Task};
 use creek_gossip::GossipOutput;
 use creek_wire::{GossipMessage, PeerMessage};
 
-use crate::{Node, Standing};
+use crate::{MpoMessage, Node, Standing};
 
 /// Every this many ticks, a replica CAB-casts the strong ops that are still
 /// tentative here, whatever their origin: an origin that crashed (or lost
@@ -303,6 +303,11 @@ impl<S: CabStorage> Node<S> {
                 Effect::Voided(id) => {
                     self.gossip.void(id);
                     self.voided.push(id);
+                }
+                other => {
+                    if let Ok(m) = MpoMessage::of(other) {
+                        self.mpo_out.push(m);
+                    }
                 }
             }
         }

@@ -29,10 +29,12 @@ use crate::hlc::Hlc;
 use crate::id::{OpId, ReplicaId, Timestamp};
 use crate::op::{Change, Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
 
+mod mpo;
 mod restore;
 mod sessions;
 mod user_calls;
 
+pub use mpo::RECEIVED_MAX as MPO_RECEIVED_MAX;
 pub use sessions::SessionStats;
 pub use user_calls::USER_PROCS_LIST_MAX;
 
@@ -171,6 +173,9 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     changes: Vec<Change>,
     /// Whether committed, and tentative, changes are recorded.
     recording: (bool, bool),
+    /// Operations across shards: their turns, read exchange and
+    /// confirmations (`mpo.rs`).
+    mpos: mpo::Mpos,
 }
 
 impl Replica {
@@ -223,6 +228,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             sessions: sessions::Sessions::default(),
             changes: Vec::new(),
             recording: (false, false),
+            mpos: mpo::Mpos::default(),
         })
     }
 
@@ -290,6 +296,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         };
         if !request.views.tentative && !request.views.final_view {
             return Err(InvokeError::NoView);
+        }
+        if request.call.name.as_ref() == creek_procs::mpo::RUN && !request.strong {
+            return Err(InvokeError::Call(CallError::MalformedArgs {
+                name: creek_procs::mpo::RUN.to_owned(),
+                reason: "an operation across shards is strong only".to_owned(),
+            }));
         }
         if self.tentative.len() >= self.config.tentative_len_max {
             return Err(InvokeError::Overloaded(self.tentative.len()));
@@ -362,7 +374,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             for (_, earlier) in self.own_strong_tentative.range(..(timestamp, id)) {
                 ctx.insert(*earlier);
             }
-            self.own_strong_tentative.insert((timestamp, id));
+            // An MPO commits at its turn in the directory's sequence
+            // (`mpo.rs`): a later op of this replica must not carry it
+            // along before then.
+            if call.name.as_ref() != creek_procs::mpo::RUN {
+                self.own_strong_tentative.insert((timestamp, id));
+            }
             self.effects.push(Effect::CabCast(id)); // line 20
             if self.config.planted.has(Bug::IgnoreCausalContext) {
                 ctx = Dvv::new();
@@ -499,11 +516,37 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     }
 
     fn deliver_decided(&mut self) {
-        while let Some(&id) = self.decided.front() {
+        loop {
+            // An MPO parked earlier goes first once its turn has come.
+            let (id, parked) = match self.mpos.next_parked() {
+                Some(id) => (id, true),
+                None => match self.decided.front() {
+                    Some(&id) => (id, false),
+                    None => return,
+                },
+            };
             if !self.check_dep(id) {
                 return;
             }
-            self.decided.pop_front();
+            let mut run = None;
+            if let Some(op) = self.ops.get(&id).cloned() {
+                if mpo::is_mpo(&op) && !self.is_committed(id) {
+                    match self.mpo_step(&op) {
+                        mpo::Step::Wait => return,
+                        mpo::Step::Park(index) => {
+                            self.decided.pop_front();
+                            self.mpos.park(index, id);
+                            continue;
+                        }
+                        mpo::Step::Go(call) => run = Some((op, call)),
+                    }
+                }
+            }
+            if parked {
+                self.mpos.unpark(id);
+            } else {
+                self.decided.pop_front();
+            }
             if self.is_committed(id) {
                 // Committed meanwhile with a later strong op of its origin
                 // whose context named it (`commit`).
@@ -517,6 +560,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 // CAB carries strong ids only; a weak id is a driver bug.
                 debug_assert!(false, "weak id {id} CAB-delivered");
                 continue;
+            }
+            if let Some((op, call)) = run {
+                self.mpo_commit(&op, call);
             }
             self.counters.cab_delivered += 1;
             self.causal_ctx.insert(id); // line 34
@@ -657,6 +703,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     pub fn complete(&mut self, completion: Completion<ExecKey>) {
         self.engine.complete(completion);
         self.process_settled();
+        if self.mpos.turn_waits_for_state() {
+            self.deliver_decided();
+            self.process_settled();
+        }
     }
 
     /// Run every ready execution to completion, one at a time. Convenience
@@ -775,6 +825,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.counters.finalized += 1;
         }
         let Some(a) = self.awaiting.get_mut(&s.key) else {
+            if let (ExecKey::Op(id), true) = (s.key, s.committed) {
+                self.mpo_settled(id, None);
+            }
             return;
         };
         let mut send = None;
@@ -813,13 +866,18 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if local {
             self.engine.remove(s.key);
         }
-        if let (Some(kind), true) = (send, client) {
+        let view = send.filter(|_| client).map(|kind| View {
+            handle: s.key,
+            kind,
+            outcome: s.outcome,
+        });
+        let view = match s.key {
+            ExecKey::Op(id) if s.committed => self.mpo_settled(id, view),
+            _ => view,
+        };
+        if let Some(view) = view {
             self.counters.views += 1;
-            self.effects.push(Effect::View(View {
-                handle: s.key,
-                kind,
-                outcome: s.outcome,
-            }));
+            self.effects.push(Effect::View(view));
         }
     }
 
@@ -900,6 +958,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     pub fn is_quiescent(&self) -> bool {
         self.tentative.is_empty()
             && self.decided.is_empty()
+            && self.mpos.is_idle()
             && self.engine.running() == 0
             && self.ops.is_empty()
     }

@@ -69,7 +69,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// for the node to fill in.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
         let committed_len = self.committed_len();
-        if !self.decided.is_empty() || self.counters.finalized != committed_len {
+        if !self.decided.is_empty()
+            || !self.mpos.is_idle()
+            || self.counters.finalized != committed_len
+        {
             return None;
         }
         // The causal context holds the committed ops and the tentative weak
@@ -110,6 +113,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.counters.finalized = checkpoint.committed_len;
         self.hlc.observe(checkpoint.hlc);
         self.curr_event_no = checkpoint.next_event_no.saturating_sub(1);
+        let last_mpo = self.engine.read_committed(creek_procs::mpo::SEQ_KEY);
+        self.mpos
+            .resume(creek_procs::mpo::decode_seq(last_mpo.as_deref()));
         let covered = checkpoint.causal_ctx;
         self.causal_ctx = covered.clone();
         self.delivered = covered.clone();
@@ -122,7 +128,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.hlc.observe(op.timestamp);
             if id.origin == self.config.id {
                 self.curr_event_no = self.curr_event_no.max(id.seq);
-                if op.strong {
+                if op.strong && !super::mpo::is_mpo(&op) {
                     self.own_strong_tentative.insert(op.order_key());
                 }
             }

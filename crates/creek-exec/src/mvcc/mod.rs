@@ -867,6 +867,10 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         }
     }
 
+    fn read_committed(&self, key: &[u8]) -> Option<Bytes> {
+        self.keys.get(key)?.base.as_ref()?.value.clone()
+    }
+
     fn read_latest(&self, key: &[u8]) -> Option<Bytes> {
         self.keys.get(key)?.latest().cloned()
     }

@@ -1,0 +1,345 @@
+//! Operations across shards at one shard's replica (docs/cross-shard.md).
+//!
+//! An MPO reaches each involved shard as a strong op whose call is
+//! [`creek_procs::mpo::RUN`]. Its id is CAB-decided like any strong op's,
+//! but it commits only at its **turn**: the directory's sequence gives it
+//! an index among this shard's MPOs (told by the driver,
+//! [`Replica::mpo_sequenced`]), and the MPOs of a shard commit in index
+//! order, 1, 2, 3, … with no gap. A decided MPO whose turn has not come is
+//! parked, and the ids decided after it go on committing; it commits the
+//! moment the MPO before it does. Whether an id is parked depends only on
+//! the decided order and the indices, so every replica of the shard makes
+//! the same committed order; and since every shard commits its MPOs in the
+//! directory's order, the shards' orders never disagree about two MPOs
+//! (the union of the committed orders stays acyclic).
+//!
+//! At its turn, once every op before it is final, the replica reads the
+//! MPO's keys that this shard owns from its committed state and hands them
+//! out ([`Effect::MpoReads`]); the MPO commits once every other involved
+//! shard's reads are here ([`Replica::mpo_reads`]), and runs with them
+//! ([`creek_procs::mpo::Inputs`]). Nothing commits on this shard
+//! meanwhile: the state it read is the state at the MPO's position.
+//!
+//! The replica that invoked the MPO (its origin) answers the client's final
+//! view only once every other involved shard has confirmed it executed the
+//! MPO at its committed position ([`Replica::mpo_confirmed`]; each replica
+//! hands out [`Effect::MpoExecuted`] when it does).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use creek_exec::txn::{SnapshotRead, VersionNo};
+use creek_exec::Engine;
+use creek_procs::mpo::{self, Inputs, MpoCall, MpoId, Reads};
+use rustc_hash::FxHashMap;
+
+use super::Replica;
+use crate::id::OpId;
+use crate::op::{Effect, ExecKey, Op, Pos, View};
+
+/// Most MPOs whose reads a replica holds before their turn here; reads
+/// for more are dropped (their senders send them again).
+pub const RECEIVED_MAX: usize = 65_536;
+
+/// Whether `op` is one shard's copy of an MPO.
+pub(super) fn is_mpo(op: &Op) -> bool {
+    op.call.name.as_ref() == mpo::RUN
+}
+
+/// The replica's MPO bookkeeping.
+#[derive(Debug, Default)]
+pub(super) struct Mpos {
+    /// The index of the last MPO committed here.
+    last: u64,
+    /// Each MPO op's index, as the driver told it.
+    index_of: FxHashMap<OpId, u64>,
+    /// Decided MPO ops whose turn has not come, by index.
+    parked: BTreeMap<u64, OpId>,
+    /// The MPO at its turn.
+    turn: Option<Turn>,
+    /// Other shards' reads, by MPO and shard (they may come early).
+    received: FxHashMap<MpoId, BTreeMap<u32, Reads>>,
+    /// MPO ops committed here whose final execution is not known yet:
+    /// the MPO, this shard and the other involved shards.
+    executing: FxHashMap<OpId, (MpoId, u32, BTreeSet<u32>)>,
+    /// At the origin: the other shards that confirmed each MPO.
+    confirmed: FxHashMap<MpoId, BTreeSet<u32>>,
+    /// At the origin: final views held until every other shard confirms,
+    /// with the shards still awaited.
+    held: FxHashMap<MpoId, (View, BTreeSet<u32>)>,
+}
+
+#[derive(Debug)]
+struct Turn {
+    op: OpId,
+    call: MpoCall,
+    /// This shard's values, once read.
+    local: Option<Reads>,
+}
+
+/// What the decided MPO at the front may do.
+pub(super) enum Step {
+    /// Wait: its index, the ops before it, or other shards' reads are not
+    /// here yet.
+    Wait,
+    /// Its turn has not come: park it.
+    Park(u64),
+    /// Commit it, running this call.
+    Go(creek_exec::ProcCall),
+}
+
+/// The committed state as a snapshot (reads are never recorded).
+struct Committed<'a, E>(&'a E);
+
+impl<E: Engine<ExecKey, Pos>> SnapshotRead for Committed<'_, E> {
+    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        (self.0.read_committed(key), VersionNo::ABSENT)
+    }
+
+    fn scan(&self, _: &[u8], _: &[u8], _: usize, _: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        // An MPO's reads are point reads of its declared keys.
+    }
+}
+
+impl Mpos {
+    /// A parked MPO whose turn has come.
+    pub(super) fn next_parked(&self) -> Option<OpId> {
+        self.parked.get(&(self.last + 1)).copied()
+    }
+
+    pub(super) fn unpark(&mut self, id: OpId) {
+        self.parked.retain(|_, p| *p != id);
+    }
+
+    pub(super) fn park(&mut self, index: u64, id: OpId) {
+        let before = self.parked.insert(index, id);
+        debug_assert!(
+            before.is_none_or(|b| b == id),
+            "{id} and {before:?} both sequenced at {index}"
+        );
+    }
+
+    pub(super) fn resume(&mut self, last: u64) {
+        self.last = last;
+    }
+
+    /// The MPO at its turn waits for the ops before it to become final.
+    pub(super) fn turn_waits_for_state(&self) -> bool {
+        self.turn.as_ref().is_some_and(|t| t.local.is_none())
+    }
+
+    pub(super) fn is_idle(&self) -> bool {
+        self.parked.is_empty() && self.turn.is_none()
+    }
+}
+
+impl<E: Engine<ExecKey, Pos>> Replica<E> {
+    /// Invoke this shard's copy of an MPO whose origin is on another shard
+    /// (`call` is a [`mpo::RUN`] call for this shard): a strong op with no
+    /// client here, since the origin answers the client. Returns its
+    /// handle (`ExecKey::Op` with the id the directory's sequence orders).
+    pub fn invoke_mpo_copy(
+        &mut self,
+        call: creek_exec::ProcCall,
+        now_us: u64,
+    ) -> Result<ExecKey, super::InvokeError> {
+        if call.name.as_ref() != mpo::RUN {
+            return Err(super::InvokeError::Call(
+                creek_procs::CallError::UnknownProcedure(call.name.to_string()),
+            ));
+        }
+        self.registry.check(&call, &self.config.txn_limits)?;
+        self.now_us = self.now_us.max(now_us);
+        Ok(self.invoke_op(call, true, crate::op::Views::STRONG, false, now_us))
+    }
+
+    /// The directory's sequence gives MPO op `id` (this shard's copy of an
+    /// MPO) index `index` among this shard's MPOs. Every replica of the
+    /// shard must be told the same.
+    pub fn mpo_sequenced(&mut self, id: OpId, index: u64) {
+        if index == 0 || index <= self.mpos.last {
+            return; // committed already (or no index at all)
+        }
+        let known = self.mpos.index_of.insert(id, index);
+        debug_assert!(
+            known.is_none_or(|k| k == index),
+            "{id} sequenced at {index} after {known:?}"
+        );
+        self.deliver_decided();
+        self.process_settled();
+    }
+
+    /// The values shard `shard` read for MPO `mpo` at its committed
+    /// position. Reads that are not that shard's keys of the MPO are
+    /// ignored when its turn comes.
+    pub fn mpo_reads(&mut self, mpo: MpoId, shard: u32, reads: Reads) {
+        if self.mpo_recorded(mpo) {
+            return; // committed here already
+        }
+        if !self.mpos.received.contains_key(&mpo) && self.mpos.received.len() >= RECEIVED_MAX {
+            return;
+        }
+        self.mpos
+            .received
+            .entry(mpo)
+            .or_default()
+            .insert(shard, reads);
+        if self.mpos.turn.as_ref().is_some_and(|t| t.call.id == mpo) {
+            self.deliver_decided();
+            self.process_settled();
+        }
+    }
+
+    /// Shard `shard` executed MPO `mpo` at its committed position. At the
+    /// MPO's origin, the final view waits for every other involved shard's
+    /// confirmation.
+    pub fn mpo_confirmed(&mut self, mpo: MpoId, shard: u32) {
+        if mpo.origin != u64::from(self.config.id.0) {
+            return;
+        }
+        if let Some((_, waiting)) = self.mpos.held.get_mut(&mpo) {
+            waiting.remove(&shard);
+            if waiting.is_empty() {
+                if let Some((view, _)) = self.mpos.held.remove(&mpo) {
+                    self.counters.views += 1;
+                    self.effects.push(Effect::View(view));
+                }
+            }
+            return;
+        }
+        if self.mpos.confirmed.len() < RECEIVED_MAX {
+            self.mpos.confirmed.entry(mpo).or_default().insert(shard);
+        }
+    }
+
+    /// The values this shard read for MPO `mpo` at its committed position,
+    /// if it read them (at its turn, or recorded in the committed state
+    /// since; the oldest records are deleted): what to answer a shard that
+    /// asks again.
+    pub fn mpo_reads_of(&self, mpo: MpoId) -> Option<Reads> {
+        if let Some(turn) = self.mpos.turn.as_ref().filter(|t| t.call.id == mpo) {
+            return turn.local.clone();
+        }
+        let raw = self.engine.read_committed(&mpo::reads_key(mpo))?;
+        mpo::decode_reads(&raw)
+    }
+
+    fn mpo_recorded(&self, mpo: MpoId) -> bool {
+        self.engine.read_committed(&mpo::reads_key(mpo)).is_some()
+    }
+
+    /// The MPO at its turn here and the shards whose reads it still waits
+    /// for (what to ask again after a while); or a decided MPO op whose
+    /// index is not known yet, with no shard (what to ask the directory).
+    pub fn mpo_waiting(&self) -> Option<(OpId, Option<MpoId>, Vec<u32>)> {
+        if let Some(turn) = &self.mpos.turn {
+            let have = self.mpos.received.get(&turn.call.id);
+            let missing = turn
+                .call
+                .others()
+                .filter(|s| have.is_none_or(|h| !h.contains_key(s)))
+                .collect();
+            return Some((turn.op, Some(turn.call.id), missing));
+        }
+        let front = self.decided.front()?;
+        let op = self.ops.get(front).filter(|op| is_mpo(op))?;
+        (!self.mpos.index_of.contains_key(&op.id)).then_some((op.id, None, Vec::new()))
+    }
+
+    /// The index of the last MPO committed here.
+    pub fn mpo_last_index(&self) -> u64 {
+        self.mpos.last
+    }
+
+    /// What decided MPO op `id` (not committed) may do now.
+    pub(super) fn mpo_step(&mut self, op: &Op) -> Step {
+        let id = op.id;
+        let Some(&index) = self.mpos.index_of.get(&id) else {
+            return Step::Wait;
+        };
+        if index > self.mpos.last + 1 {
+            return Step::Park(index);
+        }
+        debug_assert_eq!(index, self.mpos.last + 1, "{id} sequenced below its turn");
+        let mut turn = match self.mpos.turn.take() {
+            Some(turn) if turn.op == id => turn,
+            _ => match MpoCall::decode(&op.call.args) {
+                Ok(call) => Turn {
+                    op: id,
+                    call,
+                    local: None,
+                },
+                // Refused at invoke; a peer's malformed op commits as it
+                // is, and its execution aborts the same way everywhere.
+                Err(_) => return Step::Go(op.call.clone()),
+            },
+        };
+        if turn.local.is_none() {
+            if self.counters.finalized != self.committed_len() {
+                self.mpos.turn = Some(turn);
+                return Step::Wait; // the state is not yet that at its position
+            }
+            let local = turn.call.read_local(&Committed(&self.engine));
+            self.effects.push(Effect::MpoReads {
+                mpo: turn.call.id,
+                from: turn.call.me,
+                to: turn.call.others().collect(),
+                reads: local.clone(),
+            });
+            turn.local = Some(local);
+        }
+        let call = turn.call.clone();
+        self.mpos.turn = Some(turn);
+        let received = self.mpos.received.get(&call.id);
+        let mut remote: Reads = Vec::new();
+        for shard in call.others() {
+            match received.and_then(|r| r.get(&shard)) {
+                Some(reads) if call.reads_fit(shard, reads) => remote.extend(reads.iter().cloned()),
+                _ => return Step::Wait,
+            }
+        }
+        remote.sort_by(|a, b| a.0.cmp(&b.0));
+        Step::Go(call.with_inputs(Inputs { index, remote }).call(&op.call))
+    }
+
+    /// MPO op `op` commits now, running `call`: its engine entry runs the
+    /// call with the inputs from here on.
+    pub(super) fn mpo_commit(&mut self, op: &Op, call: creek_exec::ProcCall) {
+        let key = ExecKey::Op(op.id);
+        self.engine.remove(key);
+        self.engine
+            .insert(key, Pos::Tentative(op.timestamp, key), call);
+        if let Some(turn) = self.mpos.turn.take() {
+            debug_assert_eq!(turn.op, op.id);
+            self.mpos.received.remove(&turn.call.id);
+            let others = turn.call.others().collect();
+            self.mpos
+                .executing
+                .insert(op.id, (turn.call.id, turn.call.me, others));
+        }
+        if let Some(index) = self.mpos.index_of.remove(&op.id) {
+            self.mpos.last = index;
+        }
+    }
+
+    /// MPO op `id`'s final execution is known: say so, and at the origin
+    /// hold its final view until the other shards confirm theirs.
+    /// Returns the view to send now, if any.
+    pub(super) fn mpo_settled(&mut self, id: OpId, view: Option<View>) -> Option<View> {
+        let Some((mpo, me, others)) = self.mpos.executing.remove(&id) else {
+            return view;
+        };
+        self.effects.push(Effect::MpoExecuted { mpo, shard: me });
+        let view = view?;
+        if mpo.origin != u64::from(self.config.id.0) {
+            return Some(view);
+        }
+        let confirmed = self.mpos.confirmed.remove(&mpo).unwrap_or_default();
+        let waiting: BTreeSet<u32> = others.difference(&confirmed).copied().collect();
+        if waiting.is_empty() {
+            return Some(view);
+        }
+        self.mpos.held.insert(mpo, (view, waiting));
+        None
+    }
+}

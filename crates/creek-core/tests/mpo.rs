@@ -1,0 +1,293 @@
+//! Operations across shards at the replica (docs/cross-shard.md): an MPO
+//! commits at its turn in the directory's sequence, after the read
+//! exchange, and its origin answers the final view once every shard
+//! confirmed. Each test drives one replica per shard (a group of one) by
+//! hand, as the node and the simulator do between shards.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use creek_core::{
+    Config, Effect, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, ViewKind,
+};
+use creek_procs::mpo::{MpoCall, MpoId, Part};
+use creek_procs::Registry;
+use creek_types::value::{encode_args, Value};
+use creek_types::ProcCall;
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+/// Shard `n`'s replica (replica id `n`).
+fn replica(n: u16) -> Replica {
+    Replica::new(
+        Config::for_replica(ReplicaId(n)),
+        Arc::new(Registry::with_builtins()),
+    )
+    .unwrap()
+}
+
+fn put(r: &mut Replica, key: &str, value: &str) {
+    let call = ProcCall::new(
+        "kv.put",
+        encode_args(&[Value::Bytes(b(key)), Value::Bytes(b(value))]),
+    );
+    let h = r.invoke(Request::strong(call), 0).unwrap();
+    let id = op_id(h);
+    r.cab_deliver(id);
+    r.execute_all();
+    r.take_effects();
+}
+
+fn op_id(h: ExecKey) -> OpId {
+    match h {
+        ExecKey::Op(id) => id,
+        ExecKey::Local(_) => panic!("a local read"),
+    }
+}
+
+/// `kv.transfer(from, to, amount)` with `from` on shard 1 and `to` on
+/// shard 2, as shard `me` runs it.
+fn transfer(id: MpoId, me: u32, from: &str, to: &str, amount: i64) -> ProcCall {
+    let args = encode_args(&[
+        Value::Bytes(b(from)),
+        Value::Bytes(b(to)),
+        Value::Int(amount),
+    ]);
+    let parts = vec![
+        Part {
+            shard: 1,
+            keys: vec![b(from)],
+        },
+        Part {
+            shard: 2,
+            keys: vec![b(to)],
+        },
+    ];
+    let mpo = MpoCall::new(id, me, parts, "kv.transfer", args).unwrap();
+    let mut client = ProcCall::new("kv.transfer", Bytes::new());
+    client.strong = true;
+    mpo.call(&client)
+}
+
+/// Invoke an MPO at the origin (shard 1's replica) and its copy at shard
+/// 2's replica; both are CAB-decided at once. Returns the two op ids.
+fn invoke_pair(
+    r1: &mut Replica,
+    r2: &mut Replica,
+    from: &str,
+    to: &str,
+    amount: i64,
+) -> (MpoId, OpId, OpId) {
+    let seq = r1.last_issued_seq() + 1;
+    let mpo = MpoId { origin: 1, seq };
+    let h1 = r1
+        .invoke(Request::strong(transfer(mpo, 1, from, to, amount)), 0)
+        .unwrap();
+    assert_eq!(op_id(h1).seq, seq, "the MPO's id is its origin op's");
+    let h2 = r2
+        .invoke_mpo_copy(transfer(mpo, 2, from, to, amount), 0)
+        .unwrap();
+    (mpo, op_id(h1), op_id(h2))
+}
+
+/// Hand each replica's MPO effects to the other; returns the views seen.
+fn exchange(r1: &mut Replica, r2: &mut Replica) -> Vec<(u16, ViewKind, Result<Bytes, String>)> {
+    let mut views = Vec::new();
+    for _ in 0..4 {
+        r1.execute_all();
+        r2.execute_all();
+        for (n, effects) in [(1u16, r1.take_effects()), (2, r2.take_effects())] {
+            for e in effects {
+                let other = if n == 1 { &mut *r2 } else { &mut *r1 };
+                match e {
+                    Effect::MpoReads {
+                        mpo,
+                        from,
+                        to,
+                        reads,
+                    } => {
+                        assert_eq!(u32::from(n), from);
+                        assert_eq!(to, vec![u32::from(3 - n)]);
+                        other.mpo_reads(mpo, from, reads);
+                    }
+                    Effect::MpoExecuted { mpo, shard } => {
+                        if n == 2 {
+                            r1.mpo_confirmed(mpo, shard);
+                        }
+                    }
+                    Effect::View(v) => views.push((n, v.kind, v.outcome.map_err(|a| a.0))),
+                    _ => {}
+                }
+            }
+        }
+    }
+    views
+}
+
+fn value(r: &Replica, key: &str) -> Option<String> {
+    r.committed_state()
+        .get(key.as_bytes())
+        .map(|v| String::from_utf8(v.to_vec()).unwrap())
+}
+
+fn pair(a: i64, b: i64) -> Bytes {
+    Value::List(vec![Value::Int(a), Value::Int(b)]).encode()
+}
+
+#[test]
+fn a_transfer_across_two_shards_commits_at_its_turn_with_the_exchanged_reads() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    put(&mut r1, "a", "10");
+    put(&mut r2, "b", "5");
+    let (mpo, id1, id2) = invoke_pair(&mut r1, &mut r2, "a", "b", 3);
+    r1.cab_deliver(id1);
+    r2.cab_deliver(id2);
+    let early = exchange(&mut r1, &mut r2);
+    // Tentatively the origin does not know `b` (absent reads as 0).
+    assert_eq!(early, vec![(1, ViewKind::Tentative, Ok(pair(7, 3)))]);
+    assert_eq!(
+        r1.mpo_waiting(),
+        Some((id1, None, vec![])),
+        "its index is not known"
+    );
+    assert_eq!(
+        value(&r1, "a").as_deref(),
+        Some("10"),
+        "nothing commits before its turn"
+    );
+
+    r1.mpo_sequenced(id1, 1);
+    r2.mpo_sequenced(id2, 1);
+    let views = exchange(&mut r1, &mut r2);
+    assert_eq!(views, vec![(1, ViewKind::Stable, Ok(pair(7, 8)))]);
+    assert_eq!(value(&r1, "a").as_deref(), Some("7"));
+    assert_eq!(value(&r1, "b"), None, "shard 1 installs only its own key");
+    assert_eq!(value(&r2, "b").as_deref(), Some("8"));
+    assert_eq!(value(&r2, "a"), None);
+    assert_eq!((r1.mpo_last_index(), r2.mpo_last_index()), (1, 1));
+    // Each shard answers a shard that asks again from its record.
+    assert_eq!(r2.mpo_reads_of(mpo), Some(vec![(b("b"), Some(b("5")))]));
+    assert!(r1.is_quiescent() && r2.is_quiescent());
+    r1.check_invariants().unwrap();
+}
+
+#[test]
+fn the_final_view_waits_for_every_shards_confirmation() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    put(&mut r1, "a", "10");
+    let (mpo, id1, id2) = invoke_pair(&mut r1, &mut r2, "a", "b", 1);
+    for (r, id) in [(&mut r1, id1), (&mut r2, id2)] {
+        r.cab_deliver(id);
+        r.mpo_sequenced(id, 1);
+        r.execute_all();
+    }
+    let mut confirmations = Vec::new();
+    for _ in 0..3 {
+        let (e1, e2) = (r1.take_effects(), r2.take_effects());
+        for e in e1 {
+            if let Effect::MpoReads {
+                mpo, from, reads, ..
+            } = e
+            {
+                r2.mpo_reads(mpo, from, reads);
+            }
+        }
+        for e in e2 {
+            match e {
+                Effect::MpoReads {
+                    mpo, from, reads, ..
+                } => r1.mpo_reads(mpo, from, reads),
+                Effect::MpoExecuted { mpo, shard } => confirmations.push((mpo, shard)),
+                _ => {}
+            }
+        }
+        r1.execute_all();
+        r2.execute_all();
+    }
+    assert_eq!(value(&r1, "a").as_deref(), Some("9"));
+    assert_eq!(confirmations, vec![(mpo, 2)]);
+    let views = |r: &mut Replica| {
+        r.take_effects()
+            .into_iter()
+            .filter(|e| matches!(e, Effect::View(v) if v.kind != ViewKind::Tentative))
+            .count()
+    };
+    assert_eq!(views(&mut r1), 0, "no final view before shard 2 confirms");
+    r1.mpo_confirmed(mpo, 2);
+    assert_eq!(views(&mut r1), 1);
+}
+
+#[test]
+fn an_mpo_decided_before_its_turn_is_parked_while_other_ops_commit() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    put(&mut r1, "a", "10");
+    put(&mut r1, "c", "10");
+    let (m1, a1, a2) = invoke_pair(&mut r1, &mut r2, "a", "b", 1);
+    let (m2, b1, b2) = invoke_pair(&mut r1, &mut r2, "c", "d", 2);
+    let single = r1
+        .invoke(
+            Request::strong(ProcCall::new(
+                "kv.put",
+                encode_args(&[Value::Bytes(b("e")), Value::Bytes(b("1"))]),
+            )),
+            0,
+        )
+        .unwrap();
+    // Shard 1 decides the second MPO first, then a single-shard op, then
+    // the first MPO; shard 2 decides them in sequence order.
+    r1.mpo_sequenced(a1, 1);
+    r1.mpo_sequenced(b1, 2);
+    r2.mpo_sequenced(a2, 1);
+    r2.mpo_sequenced(b2, 2);
+    r1.cab_deliver(b1);
+    r1.cab_deliver(op_id(single));
+    r1.cab_deliver(a1);
+    r2.cab_deliver(a2);
+    r2.cab_deliver(b2);
+    exchange(&mut r1, &mut r2);
+    let committed = r1.committed().to_vec();
+    let at = |id| committed.iter().position(|c| *c == id).unwrap();
+    assert!(
+        at(op_id(single)) < at(a1) && at(a1) < at(b1),
+        "{committed:?}"
+    );
+    assert_eq!(value(&r1, "a").as_deref(), Some("9"));
+    assert_eq!(value(&r1, "c").as_deref(), Some("8"));
+    assert_eq!(value(&r2, "d").as_deref(), Some("2"));
+    assert_eq!((r1.mpo_last_index(), r2.mpo_last_index()), (2, 2));
+    let _ = (m1, m2);
+    assert!(r1.is_quiescent() && r2.is_quiescent());
+}
+
+#[test]
+fn a_replica_restored_from_a_checkpoint_knows_the_last_index() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    let (_, id1, id2) = invoke_pair(&mut r1, &mut r2, "a", "b", 0);
+    for (r, id) in [(&mut r1, id1), (&mut r2, id2)] {
+        r.cab_deliver(id);
+        r.mpo_sequenced(id, 1);
+    }
+    exchange(&mut r1, &mut r2);
+    let checkpoint = r2.checkpoint().unwrap();
+    let restored = Replica::restore(
+        Config::for_replica(ReplicaId(2)),
+        Arc::new(Registry::with_builtins()),
+        Some(checkpoint),
+        Vec::new(),
+    )
+    .unwrap();
+    assert_eq!(restored.mpo_last_index(), 1);
+}
+
+#[test]
+fn a_weak_mpo_is_refused() {
+    let mut r1 = replica(1);
+    let call = transfer(MpoId { origin: 1, seq: 1 }, 1, "a", "b", 1);
+    let err = r1.invoke(Request::weak(call), 0).unwrap_err();
+    assert!(matches!(err, InvokeError::Call(_)), "{err:?}");
+    assert!(err.to_string().contains("strong only"));
+    assert!(r1.take_effects().is_empty());
+}
