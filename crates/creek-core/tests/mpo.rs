@@ -150,7 +150,7 @@ fn a_transfer_across_two_shards_commits_at_its_turn_with_the_exchanged_reads() {
     assert_eq!(early, vec![(1, ViewKind::Tentative, Ok(pair(7, 3)))]);
     assert_eq!(
         r1.mpo_waiting(),
-        Some((id1, None, vec![])),
+        Some((id1, Some(mpo), vec![])),
         "its index is not known"
     );
     assert_eq!(
@@ -159,8 +159,8 @@ fn a_transfer_across_two_shards_commits_at_its_turn_with_the_exchanged_reads() {
         "nothing commits before its turn"
     );
 
-    r1.mpo_sequenced(id1, 1);
-    r2.mpo_sequenced(id2, 1);
+    r1.mpo_sequenced(mpo, 1);
+    r2.mpo_sequenced(mpo, 1);
     let views = exchange(&mut r1, &mut r2);
     assert_eq!(views, vec![(1, ViewKind::Stable, Ok(pair(7, 8)))]);
     assert_eq!(value(&r1, "a").as_deref(), Some("7"));
@@ -181,7 +181,7 @@ fn the_final_view_waits_for_every_shards_confirmation() {
     let (mpo, id1, id2) = invoke_pair(&mut r1, &mut r2, "a", "b", 1);
     for (r, id) in [(&mut r1, id1), (&mut r2, id2)] {
         r.cab_deliver(id);
-        r.mpo_sequenced(id, 1);
+        r.mpo_sequenced(mpo, 1);
         r.execute_all();
     }
     let mut confirmations = Vec::new();
@@ -238,10 +238,10 @@ fn an_mpo_decided_before_its_turn_is_parked_while_other_ops_commit() {
         .unwrap();
     // Shard 1 decides the second MPO first, then a single-shard op, then
     // the first MPO; shard 2 decides them in sequence order.
-    r1.mpo_sequenced(a1, 1);
-    r1.mpo_sequenced(b1, 2);
-    r2.mpo_sequenced(a2, 1);
-    r2.mpo_sequenced(b2, 2);
+    r1.mpo_sequenced(m1, 1);
+    r1.mpo_sequenced(m2, 2);
+    r2.mpo_sequenced(m1, 1);
+    r2.mpo_sequenced(m2, 2);
     r1.cab_deliver(b1);
     r1.cab_deliver(op_id(single));
     r1.cab_deliver(a1);
@@ -258,17 +258,16 @@ fn an_mpo_decided_before_its_turn_is_parked_while_other_ops_commit() {
     assert_eq!(value(&r1, "c").as_deref(), Some("8"));
     assert_eq!(value(&r2, "d").as_deref(), Some("2"));
     assert_eq!((r1.mpo_last_index(), r2.mpo_last_index()), (2, 2));
-    let _ = (m1, m2);
     assert!(r1.is_quiescent() && r2.is_quiescent());
 }
 
 #[test]
 fn a_replica_restored_from_a_checkpoint_knows_the_last_index() {
     let (mut r1, mut r2) = (replica(1), replica(2));
-    let (_, id1, id2) = invoke_pair(&mut r1, &mut r2, "a", "b", 0);
+    let (mpo, id1, id2) = invoke_pair(&mut r1, &mut r2, "a", "b", 0);
     for (r, id) in [(&mut r1, id1), (&mut r2, id2)] {
         r.cab_deliver(id);
-        r.mpo_sequenced(id, 1);
+        r.mpo_sequenced(mpo, 1);
     }
     exchange(&mut r1, &mut r2);
     let checkpoint = r2.checkpoint().unwrap();
@@ -290,4 +289,25 @@ fn a_weak_mpo_is_refused() {
     assert!(matches!(err, InvokeError::Call(_)), "{err:?}");
     assert!(err.to_string().contains("strong only"));
     assert!(r1.take_effects().is_empty());
+}
+
+#[test]
+fn a_second_copy_of_an_mpo_on_one_shard_changes_nothing() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    put(&mut r1, "a", "10");
+    let (mpo, id1, id2) = invoke_pair(&mut r1, &mut r2, "a", "b", 4);
+    // The forward reached two replicas of shard 2; here both copies reach
+    // the one replica, decided one after the other.
+    let again = r2
+        .invoke_mpo_copy(transfer(mpo, 2, "a", "b", 4), 0)
+        .unwrap();
+    r1.cab_deliver(id1);
+    r2.cab_deliver(op_id(again));
+    r2.cab_deliver(id2);
+    r1.mpo_sequenced(mpo, 1);
+    r2.mpo_sequenced(mpo, 1);
+    exchange(&mut r1, &mut r2);
+    assert_eq!(value(&r2, "b").as_deref(), Some("4"), "transferred once");
+    assert_eq!(r2.mpo_last_index(), 1);
+    assert!(r2.is_quiescent(), "{:?}", r2.mpo_waiting());
 }

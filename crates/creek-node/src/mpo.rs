@@ -6,7 +6,7 @@
 //! each other involved shard, a confirmation to the MPO's origin replica.
 
 use creek_cab::CabStorage;
-use creek_core::{Effect, ExecKey, InvokeError, OpId};
+use creek_core::{Effect, ExecKey, InvokeError};
 use creek_exec::ProcCall;
 use creek_procs::mpo::{MpoId, Reads};
 
@@ -74,10 +74,10 @@ impl<S: CabStorage> Node<S> {
         Ok(handle)
     }
 
-    /// The directory sequenced MPO op `id` at `index` among this shard's
-    /// MPOs ([`creek_core::Replica::mpo_sequenced`]).
-    pub fn mpo_sequenced(&mut self, id: OpId, index: u64) {
-        self.replica.mpo_sequenced(id, index);
+    /// The directory sequenced `mpo` at `index` among this shard's MPOs
+    /// ([`creek_core::Replica::mpo_sequenced`]).
+    pub fn mpo_sequenced(&mut self, mpo: MpoId, index: u64) {
+        self.replica.mpo_sequenced(mpo, index);
         self.turn();
     }
 

@@ -517,13 +517,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     fn deliver_decided(&mut self) {
         loop {
-            // An MPO parked earlier goes first once its turn has come.
-            let (id, parked) = match self.mpos.next_parked() {
-                Some(id) => (id, true),
-                None => match self.decided.front() {
-                    Some(&id) => (id, false),
-                    None => return,
-                },
+            // An MPO at its turn, or parked earlier and its turn come,
+            // goes first.
+            let Some(id) = self.mpos.next_up().or(self.decided.front().copied()) else {
+                return;
             };
             if !self.check_dep(id) {
                 return;
@@ -542,9 +539,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                     }
                 }
             }
-            if parked {
-                self.mpos.unpark(id);
-            } else {
+            if !self.mpos.unpark(id) {
                 self.decided.pop_front();
             }
             if self.is_committed(id) {

@@ -25,12 +25,15 @@
 //! MPO at its committed position ([`Replica::mpo_confirmed`]; each replica
 //! hands out [`Effect::MpoExecuted`] when it does).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use creek_exec::txn::{SnapshotRead, VersionNo};
 use creek_exec::Engine;
+use creek_exec::ProcCall;
+use creek_procs::builtins::NOOP;
 use creek_procs::mpo::{self, Inputs, MpoCall, MpoId, Reads};
+use creek_types::value::encode_args;
 use rustc_hash::FxHashMap;
 
 use super::Replica;
@@ -51,10 +54,16 @@ pub(super) fn is_mpo(op: &Op) -> bool {
 pub(super) struct Mpos {
     /// The index of the last MPO committed here.
     last: u64,
-    /// Each MPO op's index, as the driver told it.
-    index_of: FxHashMap<OpId, u64>,
-    /// Decided MPO ops whose turn has not come, by index.
-    parked: BTreeMap<u64, OpId>,
+    /// Each MPO's index in this shard's sequence, as the driver told it
+    /// (kept for the last `READS_KEPT` committed here, so a second copy of
+    /// one is known for what it is).
+    index_of: FxHashMap<MpoId, u64>,
+    /// The MPOs committed here, oldest first, as many as `index_of` keeps.
+    recent: VecDeque<MpoId>,
+    /// Decided MPO ops whose turn has not come, by index (two copies of
+    /// one MPO — a forward that reached two replicas of this shard — share
+    /// an index: the first commits, the rest are duplicates).
+    parked: BTreeMap<u64, Vec<OpId>>,
     /// The MPO at its turn.
     turn: Option<Turn>,
     /// Other shards' reads, by MPO and shard (they may come early).
@@ -85,7 +94,7 @@ pub(super) enum Step {
     /// Its turn has not come: park it.
     Park(u64),
     /// Commit it, running this call.
-    Go(creek_exec::ProcCall),
+    Go(ProcCall),
 }
 
 /// The committed state as a snapshot (reads are never recorded).
@@ -102,21 +111,38 @@ impl<E: Engine<ExecKey, Pos>> SnapshotRead for Committed<'_, E> {
 }
 
 impl Mpos {
-    /// A parked MPO whose turn has come.
-    pub(super) fn next_parked(&self) -> Option<OpId> {
-        self.parked.get(&(self.last + 1)).copied()
+    /// The MPO op the committed order waits on, if any: the one at its
+    /// turn, else a parked one whose turn has come (or a duplicate copy of
+    /// one committed).
+    pub(super) fn next_up(&self) -> Option<OpId> {
+        if let Some(turn) = &self.turn {
+            return Some(turn.op);
+        }
+        let (index, ids) = self.parked.first_key_value()?;
+        (*index <= self.last + 1).then(|| ids.first().copied())?
     }
 
-    pub(super) fn unpark(&mut self, id: OpId) {
-        self.parked.retain(|_, p| *p != id);
+    fn is_parked(&self, id: OpId) -> bool {
+        self.parked.values().any(|ids| ids.contains(&id))
+    }
+
+    /// Take `id` off the parked ones; whether it was there.
+    pub(super) fn unpark(&mut self, id: OpId) -> bool {
+        if !self.is_parked(id) {
+            return false;
+        }
+        self.parked.retain(|_, ids| {
+            ids.retain(|p| *p != id);
+            !ids.is_empty()
+        });
+        true
     }
 
     pub(super) fn park(&mut self, index: u64, id: OpId) {
-        let before = self.parked.insert(index, id);
-        debug_assert!(
-            before.is_none_or(|b| b == id),
-            "{id} and {before:?} both sequenced at {index}"
-        );
+        let ids = self.parked.entry(index).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
     }
 
     pub(super) fn resume(&mut self, last: u64) {
@@ -140,7 +166,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// handle (`ExecKey::Op` with the id the directory's sequence orders).
     pub fn invoke_mpo_copy(
         &mut self,
-        call: creek_exec::ProcCall,
+        call: ProcCall,
         now_us: u64,
     ) -> Result<ExecKey, super::InvokeError> {
         if call.name.as_ref() != mpo::RUN {
@@ -153,17 +179,16 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         Ok(self.invoke_op(call, true, crate::op::Views::STRONG, false, now_us))
     }
 
-    /// The directory's sequence gives MPO op `id` (this shard's copy of an
-    /// MPO) index `index` among this shard's MPOs. Every replica of the
-    /// shard must be told the same.
-    pub fn mpo_sequenced(&mut self, id: OpId, index: u64) {
-        if index == 0 || index <= self.mpos.last {
-            return; // committed already (or no index at all)
+    /// The directory's sequence gives MPO `mpo` index `index` among this
+    /// shard's MPOs. Every replica of the shard must be told the same.
+    pub fn mpo_sequenced(&mut self, mpo: MpoId, index: u64) {
+        if index == 0 {
+            return;
         }
-        let known = self.mpos.index_of.insert(id, index);
+        let known = self.mpos.index_of.insert(mpo, index);
         debug_assert!(
             known.is_none_or(|k| k == index),
-            "{id} sequenced at {index} after {known:?}"
+            "{mpo} sequenced at {index} after {known:?}"
         );
         self.deliver_decided();
         self.process_settled();
@@ -231,6 +256,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// The MPO at its turn here and the shards whose reads it still waits
     /// for (what to ask again after a while); or a decided MPO op whose
     /// index is not known yet, with no shard (what to ask the directory).
+    /// `None`: no MPO holds the committed order here.
     pub fn mpo_waiting(&self) -> Option<(OpId, Option<MpoId>, Vec<u32>)> {
         if let Some(turn) = &self.mpos.turn {
             let have = self.mpos.received.get(&turn.call.id);
@@ -243,7 +269,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         let front = self.decided.front()?;
         let op = self.ops.get(front).filter(|op| is_mpo(op))?;
-        (!self.mpos.index_of.contains_key(&op.id)).then_some((op.id, None, Vec::new()))
+        let mpo = MpoCall::decode(&op.call.args).ok()?.id;
+        (!self.mpos.index_of.contains_key(&mpo)).then_some((op.id, Some(mpo), Vec::new()))
     }
 
     /// The index of the last MPO committed here.
@@ -254,25 +281,38 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// What decided MPO op `id` (not committed) may do now.
     pub(super) fn mpo_step(&mut self, op: &Op) -> Step {
         let id = op.id;
-        let Some(&index) = self.mpos.index_of.get(&id) else {
-            return Step::Wait;
-        };
-        if index > self.mpos.last + 1 {
-            return Step::Park(index);
-        }
-        debug_assert_eq!(index, self.mpos.last + 1, "{id} sequenced below its turn");
-        let mut turn = match self.mpos.turn.take() {
-            Some(turn) if turn.op == id => turn,
+        let call = match &self.mpos.turn {
+            Some(turn) if turn.op == id => turn.call.clone(),
             _ => match MpoCall::decode(&op.call.args) {
-                Ok(call) => Turn {
-                    op: id,
-                    call,
-                    local: None,
-                },
+                Ok(call) => call,
                 // Refused at invoke; a peer's malformed op commits as it
                 // is, and its execution aborts the same way everywhere.
                 Err(_) => return Step::Go(op.call.clone()),
             },
+        };
+        let Some(&index) = self.mpos.index_of.get(&call.id) else {
+            return Step::Wait;
+        };
+        if index <= self.mpos.last || self.mpo_recorded(call.id) {
+            // Another copy of this MPO committed here: this one changes
+            // nothing.
+            let mut noop = ProcCall::new(NOOP, encode_args(&[]));
+            noop.strong = true;
+            return Step::Go(noop);
+        }
+        if index > self.mpos.last + 1 {
+            return Step::Park(index);
+        }
+        let mut turn = match self.mpos.turn.take() {
+            Some(turn) if turn.op == id => turn,
+            other => {
+                debug_assert!(other.is_none(), "two MPO ops at their turn");
+                Turn {
+                    op: id,
+                    call,
+                    local: None,
+                }
+            }
         };
         if turn.local.is_none() {
             if self.counters.finalized != self.committed_len() {
@@ -304,21 +344,32 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// MPO op `op` commits now, running `call`: its engine entry runs the
     /// call with the inputs from here on.
-    pub(super) fn mpo_commit(&mut self, op: &Op, call: creek_exec::ProcCall) {
+    pub(super) fn mpo_commit(&mut self, op: &Op, call: ProcCall) {
         let key = ExecKey::Op(op.id);
         self.engine.remove(key);
         self.engine
             .insert(key, Pos::Tentative(op.timestamp, key), call);
-        if let Some(turn) = self.mpos.turn.take() {
-            debug_assert_eq!(turn.op, op.id);
+        if let Some(turn) = self.mpos.turn.take_if(|t| t.op == op.id) {
             self.mpos.received.remove(&turn.call.id);
             let others = turn.call.others().collect();
             self.mpos
                 .executing
                 .insert(op.id, (turn.call.id, turn.call.me, others));
         }
-        if let Some(index) = self.mpos.index_of.remove(&op.id) {
-            self.mpos.last = index;
+        if let Some((mpo, _, _)) = self.mpos.executing.get(&op.id) {
+            if let Some(&index) = self.mpos.index_of.get(mpo) {
+                // Invariant: a shard commits its MPOs at indices 1, 2, 3, …
+                // with no gap and none twice (a second copy runs as a no-op
+                // and never gets here).
+                assert_eq!(index, self.mpos.last + 1, "{mpo} committed out of sequence");
+                self.mpos.last = index;
+                self.mpos.recent.push_back(*mpo);
+            }
+            if self.mpos.recent.len() as u64 > mpo::READS_KEPT {
+                if let Some(old) = self.mpos.recent.pop_front() {
+                    self.mpos.index_of.remove(&old);
+                }
+            }
         }
     }
 

@@ -7,6 +7,17 @@
 //! | `directory.map`  | none                         | the map's bytes, or nil     | yes       |
 //! | `directory.set`  | `expected: int, map: bytes`  | int: the new map's epoch    |           |
 //!
+//! | `mpo.sequence`   | `origin: int, seq: int, shards: list of int` | list of `[shard, index]` |        |
+//! | `mpo.next`       | `shard: int, index: int`     | `[origin, seq, shards]`, or nil | yes |
+//!
+//! `mpo.sequence` is the sequencer of operations across shards
+//! (docs/cross-shard.md): a strong op only, it gives MPO `(origin, seq)`
+//! the next index of each shard it involves — per shard 1, 2, 3, … in the
+//! directory's committed order, so any two MPOs sharing shards get their
+//! indices in the same order on each — and answers them. Sequencing an
+//! MPO again answers the indices it got. `mpo.next` answers which MPO
+//! holds index `index` of shard `shard` (a shard asks when it misses one).
+//!
 //! `directory.set` is a strong op only. It installs `map` (the bytes of
 //! `creek_shard::encode`) if the directory's map is at epoch `expected`
 //! (0: the directory holds no map yet, and `map` must be at epoch 1) and
@@ -18,8 +29,9 @@ use bytes::Bytes;
 
 use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::Registry;
+use crate::registry::Signature;
 use creek_exec::txn::{Abort, Outcome, Txn};
-use creek_types::value::Value;
+use creek_types::value::{decode_args, Value};
 use creek_types::ProcCall;
 
 /// Where the directory keeps the encoded map.
@@ -41,11 +53,44 @@ const SET_SIG: Sig = Sig {
     subject: Subject::None,
 };
 
+/// Name of the procedure sequencing an MPO.
+pub const SEQUENCE: &str = "mpo.sequence";
+/// Name of the procedure reading a shard's sequence.
+pub const NEXT: &str = "mpo.next";
+
+/// Where the directory keeps the last index it gave each shard (the
+/// shard, 4 bytes big-endian, after the prefix).
+const SEQ_LAST: &[u8] = b"\0dir/mpo/last/";
+/// Where it keeps which MPO holds each index of each shard (shard, then
+/// index, 8 bytes).
+const SEQ_AT: &[u8] = b"\0dir/mpo/at/";
+/// Where it keeps the indices each MPO got (origin, then seq, 8 bytes
+/// each).
+const SEQ_OF: &[u8] = b"\0dir/mpo/of/";
+
 /// Register the `directory.*` procedures (a directory group's replicas
 /// only; every replica of the group must).
 pub fn register(r: &mut Registry) {
     r.register_fn(MAP, true, |a| MAP_SIG.check(a), map);
     r.register_fn(SET, false, |a| SET_SIG.check(a), set);
+    r.register_fn(SEQUENCE, false, |a| sequence_args(a).map(drop), sequence);
+    r.register_fn(NEXT, true, |a| next_args(a).map(drop), next);
+    r.describe(
+        SEQUENCE,
+        Signature::new(
+            &[("origin", "int"), ("seq", "int"), ("shards", "list")],
+            "list of [shard, index]",
+            "Give an operation across shards the next index of each shard it involves (strong op only, internal).",
+        ),
+    );
+    r.describe(
+        NEXT,
+        Signature::new(
+            &[("shard", "int"), ("index", "int")],
+            "[origin, seq, shards], or nil",
+            "The operation across shards at an index of a shard's sequence.",
+        ),
+    );
     describe_all(
         r,
         &[
@@ -105,13 +150,114 @@ fn set(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     Ok(Value::Int(i64::try_from(next.epoch).unwrap_or(i64::MAX)).encode())
 }
 
-/// The abort of `directory.set` called in a weak op.
+/// The abort of `directory.set` or `mpo.sequence` called in a weak op.
 pub(crate) fn level_violation(call: &ProcCall) -> Option<Abort> {
-    (!call.strong && &*call.name == SET).then(|| {
-        Abort::new(format!(
+    if call.strong {
+        return None;
+    }
+    match &*call.name {
+        SET => Some(Abort::new(format!(
             "{SET} changes the shard map, which is strong state: invoke it at the strong level"
-        ))
-    })
+        ))),
+        SEQUENCE => Some(Abort::new(format!(
+            "{SEQUENCE} orders operations across shards: invoke it at the strong level"
+        ))),
+        _ => None,
+    }
+}
+
+/// `mpo.sequence`'s MPO id and its shards (2 to `PARTS_MAX`, distinct,
+/// ascending).
+fn sequence_args(raw: &[u8]) -> Result<((u64, u64), Vec<u32>), String> {
+    let usage = || format!("{SEQUENCE} expects (origin: int, seq: int, shards: list of int)");
+    let args = decode_args(raw).map_err(|e| format!("{SEQUENCE}: {e}"))?;
+    let [Value::Int(origin), Value::Int(seq), Value::List(shards)] = args.as_slice() else {
+        return Err(usage());
+    };
+    let id = (
+        u64::try_from(*origin).map_err(|_| usage())?,
+        u64::try_from(*seq).map_err(|_| usage())?,
+    );
+    let shards: Vec<u32> = shards
+        .iter()
+        .map(|s| s.as_int().and_then(|n| u32::try_from(n).ok()))
+        .collect::<Option<_>>()
+        .ok_or_else(usage)?;
+    if shards.len() < 2 || shards.len() > crate::mpo::PARTS_MAX {
+        return Err(format!(
+            "{SEQUENCE}: an operation across shards involves 2 to {} shards, not {}",
+            crate::mpo::PARTS_MAX,
+            shards.len()
+        ));
+    }
+    if shards.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(format!("{SEQUENCE}: shards must be distinct and ascending"));
+    }
+    Ok((id, shards))
+}
+
+fn next_args(raw: &[u8]) -> Result<(u32, u64), String> {
+    let usage = || format!("{NEXT} expects (shard: int, index: int)");
+    let args = decode_args(raw).map_err(|e| format!("{NEXT}: {e}"))?;
+    let [Value::Int(shard), Value::Int(index)] = args.as_slice() else {
+        return Err(usage());
+    };
+    Ok((
+        u32::try_from(*shard).map_err(|_| usage())?,
+        u64::try_from(*index).map_err(|_| usage())?,
+    ))
+}
+
+fn key(prefix: &[u8], parts: &[&[u8]]) -> Bytes {
+    let mut k = prefix.to_vec();
+    for p in parts {
+        k.extend_from_slice(p);
+    }
+    Bytes::from(k)
+}
+
+fn int(n: u64) -> Value {
+    Value::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// `mpo.sequence(origin, seq, shards)` → `[[shard, index], …]`.
+fn sequence(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let ((origin, seq), shards) = sequence_args(raw).map_err(Abort)?;
+    let of = key(SEQ_OF, &[&origin.to_be_bytes(), &seq.to_be_bytes()]);
+    if let Some(done) = txn.get(&of) {
+        return Ok(done); // sequenced before: the same indices
+    }
+    let record = Value::List(vec![
+        int(origin),
+        int(seq),
+        Value::List(shards.iter().map(|s| Value::Int(i64::from(*s))).collect()),
+    ])
+    .encode();
+    let mut given = Vec::with_capacity(shards.len());
+    for shard in shards {
+        let last_key = key(SEQ_LAST, &[&shard.to_be_bytes()]);
+        let last = txn
+            .get(&last_key)
+            .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+            .map_or(0, u64::from_be_bytes);
+        let index = last + 1;
+        txn.put(last_key, Bytes::copy_from_slice(&index.to_be_bytes()));
+        txn.put(
+            key(SEQ_AT, &[&shard.to_be_bytes(), &index.to_be_bytes()]),
+            record.clone(),
+        );
+        given.push(Value::List(vec![Value::Int(i64::from(shard)), int(index)]));
+    }
+    let answer = Value::List(given).encode();
+    txn.put(of, answer.clone());
+    Ok(answer)
+}
+
+/// `mpo.next(shard, index)` → `[origin, seq, shards]`, or nil.
+fn next(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let (shard, index) = next_args(raw).map_err(Abort)?;
+    let at = key(SEQ_AT, &[&shard.to_be_bytes(), &index.to_be_bytes()]);
+    Ok(txn.get(&at).unwrap_or_else(|| Value::Nil.encode()))
 }
 
 #[cfg(test)]
@@ -183,5 +329,85 @@ mod tests {
             .unwrap_err();
         assert!(e.0.contains("shard map"), "{}", e.0);
         assert_eq!(held(&mut h), Some(next));
+    }
+
+    fn sequence(h: &mut Harness, seq: i64, shards: &[i64], strong: bool) -> Result<Value, String> {
+        let shards = Value::List(shards.iter().map(|s| Value::Int(*s)).collect());
+        let mut call = ProcCall::new(
+            SEQUENCE,
+            encode_args(&[Value::Int(7), Value::Int(seq), shards]),
+        );
+        call.strong = strong;
+        match h.exec(&call).outcome {
+            Ok(b) => Ok(Value::decode(&b).unwrap()),
+            Err(e) => Err(e.0),
+        }
+    }
+
+    fn given(pairs: &[(i64, i64)]) -> Value {
+        Value::List(
+            pairs
+                .iter()
+                .map(|(s, i)| Value::List(vec![Value::Int(*s), Value::Int(*i)]))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_sequencer_gives_each_shard_its_next_index_once_per_mpo() {
+        let mut h = harness();
+        assert_eq!(
+            sequence(&mut h, 1, &[0, 1], true),
+            Ok(given(&[(0, 1), (1, 1)]))
+        );
+        assert_eq!(
+            sequence(&mut h, 2, &[1, 2], true),
+            Ok(given(&[(1, 2), (2, 1)]))
+        );
+        // Asked again (a retry): the same indices, no new ones.
+        assert_eq!(
+            sequence(&mut h, 1, &[0, 1], true),
+            Ok(given(&[(0, 1), (1, 1)]))
+        );
+        assert_eq!(
+            sequence(&mut h, 3, &[0, 2], true),
+            Ok(given(&[(0, 2), (2, 2)]))
+        );
+        let at = |h: &mut Harness, shard: i64, index: i64| {
+            let ex = h.exec(&ProcCall::new(
+                NEXT,
+                encode_args(&[Value::Int(shard), Value::Int(index)]),
+            ));
+            Value::decode(&ex.outcome.unwrap()).unwrap()
+        };
+        let mpo2 = Value::List(vec![
+            Value::Int(7),
+            Value::Int(2),
+            Value::List(vec![Value::Int(1), Value::Int(2)]),
+        ]);
+        assert_eq!(at(&mut h, 1, 2), mpo2);
+        assert_eq!(at(&mut h, 1, 3), Value::Nil);
+        // Refused: weak, one shard, shards out of order, junk.
+        assert!(sequence(&mut h, 4, &[0, 1], false)
+            .unwrap_err()
+            .contains("strong level"));
+        assert!(sequence(&mut h, 4, &[0], true)
+            .unwrap_err()
+            .contains("2 to"));
+        assert!(sequence(&mut h, 4, &[1, 0], true)
+            .unwrap_err()
+            .contains("ascending"));
+        assert!(h
+            .reg
+            .check(
+                &ProcCall::new(SEQUENCE, encode_args(&[])),
+                &Default::default()
+            )
+            .is_err());
+        assert_eq!(
+            at(&mut h, 0, 3),
+            Value::Nil,
+            "nothing refused took an index"
+        );
     }
 }
