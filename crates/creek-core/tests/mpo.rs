@@ -113,11 +113,7 @@ fn exchange(r1: &mut Replica, r2: &mut Replica) -> Vec<(u16, ViewKind, Result<By
                         assert_eq!(to, vec![u32::from(3 - n)]);
                         other.mpo_reads(mpo, from, reads);
                     }
-                    Effect::MpoExecuted { mpo, shard } => {
-                        if n == 2 {
-                            r1.mpo_confirmed(mpo, shard);
-                        }
-                    }
+                    Effect::MpoExecuted { mpo, shard } if n == 2 => r1.mpo_confirmed(mpo, shard),
                     Effect::View(v) => views.push((n, v.kind, v.outcome.map_err(|a| a.0))),
                     _ => {}
                 }
