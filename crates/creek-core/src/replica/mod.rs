@@ -526,8 +526,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 return;
             }
             let mut run = None;
-            if let Some(op) = self.ops.get(&id).cloned() {
-                if mpo::is_mpo(&op) && !self.is_committed(id) {
+            let mpo_op = self.ops.get(&id).filter(|op| mpo::is_mpo(op)).cloned();
+            if let Some(op) = mpo_op {
+                if !self.is_committed(id) {
                     match self.mpo_step(&op) {
                         mpo::Step::Wait => return,
                         mpo::Step::Park(index) => {
