@@ -307,3 +307,30 @@ fn a_second_copy_of_an_mpo_on_one_shard_changes_nothing() {
     assert_eq!(r2.mpo_last_index(), 1);
     assert!(r2.is_quiescent(), "{:?}", r2.mpo_waiting());
 }
+
+#[test]
+fn the_origin_names_the_mpo_after_its_own_op_and_knows_what_it_holds() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    let h = r1
+        .invoke(Request::strong(transfer(MpoId::UNSET, 1, "a", "b", 1)), 0)
+        .unwrap();
+    let id = op_id(h);
+    let mpo = MpoId {
+        origin: 1,
+        seq: id.seq,
+    };
+    let call = &r1.op(id).unwrap().call;
+    assert_eq!(MpoCall::decode(&call.args).unwrap().id, mpo);
+    assert!(r1.mpo_held(mpo) && !r2.mpo_held(mpo));
+    let h2 = r2
+        .invoke_mpo_copy(transfer(mpo, 2, "a", "b", 1), 0)
+        .unwrap();
+    assert!(r2.mpo_held(mpo) && !r2.mpo_committed(mpo));
+    r1.cab_deliver(id);
+    r2.cab_deliver(op_id(h2));
+    r1.mpo_sequenced(mpo, 1);
+    r2.mpo_sequenced(mpo, 1);
+    exchange(&mut r1, &mut r2);
+    assert!(r1.mpo_committed(mpo) && r2.mpo_committed(mpo));
+    assert!(r2.mpo_held(mpo));
+}

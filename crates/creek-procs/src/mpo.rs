@@ -70,6 +70,12 @@ pub struct MpoId {
     pub seq: u64,
 }
 
+impl MpoId {
+    /// The id an origin's call carries before the origin names it: the
+    /// replica that invokes it fills in its own op's id.
+    pub const UNSET: MpoId = MpoId { origin: 0, seq: 0 };
+}
+
 impl std::fmt::Display for MpoId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "mpo {}:{}", self.origin, self.seq)
@@ -152,6 +158,21 @@ impl MpoCall {
         };
         call.validate()?;
         Ok(call)
+    }
+
+    /// `call` (a [`RUN`] call) with the MPO named `id` if it carried
+    /// [`MpoId::UNSET`]; any other call unchanged.
+    pub fn name_origin(call: ProcCall, id: MpoId) -> ProcCall {
+        if call.name.as_ref() != RUN {
+            return call;
+        }
+        match MpoCall::decode(&call.args) {
+            Ok(mpo) if mpo.id == MpoId::UNSET => ProcCall {
+                args: MpoCall { id, ..mpo }.encode(),
+                ..call
+            },
+            _ => call,
+        }
     }
 
     /// The same call with its committed inputs.

@@ -389,6 +389,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.causal_ctx.insert(id); // line 22
             None
         };
+        // An MPO's id is its origin op's (`mpo.rs`).
+        let mpo_id = creek_procs::mpo::MpoId {
+            origin: u64::from(id.origin.0),
+            seq: id.seq,
+        };
+        let call = creek_procs::mpo::MpoCall::name_origin(call, mpo_id);
         let op = Arc::new(Op::new(id, timestamp, call, strong, causal_context));
         self.effects.push(Effect::RbCast(op.clone())); // line 23
         self.awaiting.insert(
@@ -444,6 +450,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         self.engine
             .insert(key, Pos::Tentative(op.timestamp, key), op.call.clone());
+        self.mpo_arrived(&op);
         self.ops.insert(op.id, op);
     }
 
@@ -636,6 +643,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 continue;
             }
             if let Some(op) = self.ops.remove(&id) {
+                self.mpos.forget_copy(&op);
                 self.tentative.remove(&op.order_key());
                 self.own_strong_tentative.remove(&op.order_key());
                 self.awaiting.remove(&ExecKey::Op(id));

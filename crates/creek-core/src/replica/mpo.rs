@@ -71,6 +71,8 @@ pub(super) struct Mpos {
     /// MPO ops committed here whose final execution is not known yet:
     /// the MPO, this shard and the other involved shards.
     executing: FxHashMap<OpId, (MpoId, u32, BTreeSet<u32>)>,
+    /// The copies of MPOs held here and not committed, by MPO.
+    copies: FxHashMap<MpoId, Vec<OpId>>,
     /// At the origin: the other shards that confirmed each MPO.
     confirmed: FxHashMap<MpoId, BTreeSet<u32>>,
     /// At the origin: final views held until every other shard confirms,
@@ -147,6 +149,21 @@ impl Mpos {
 
     pub(super) fn resume(&mut self, last: u64) {
         self.last = last;
+    }
+
+    /// `op` is no longer held (voided).
+    pub(super) fn forget_copy(&mut self, op: &Op) {
+        if let Some(mpo) = is_mpo(op)
+            .then(|| MpoCall::decode(&op.call.args).ok())
+            .flatten()
+        {
+            if let Some(ids) = self.copies.get_mut(&mpo.id) {
+                ids.retain(|c| *c != op.id);
+                if ids.is_empty() {
+                    self.copies.remove(&mpo.id);
+                }
+            }
+        }
     }
 
     /// The MPO at its turn waits for the ops before it to become final.
@@ -235,6 +252,32 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if self.mpos.confirmed.len() < RECEIVED_MAX {
             self.mpos.confirmed.entry(mpo).or_default().insert(shard);
         }
+    }
+
+    /// A new op is held here: note it if it is a copy of an MPO.
+    pub(super) fn mpo_arrived(&mut self, op: &Op) {
+        if let Some(mpo) = is_mpo(op)
+            .then(|| MpoCall::decode(&op.call.args).ok())
+            .flatten()
+        {
+            let ids = self.mpos.copies.entry(mpo.id).or_default();
+            if !ids.contains(&op.id) {
+                ids.push(op.id);
+            }
+        }
+    }
+
+    /// Whether this replica holds a copy of MPO `mpo`, or committed one
+    /// (among its last recorded ones): a driver that finds no replica of a
+    /// shard holding it forwards the copy again.
+    pub fn mpo_held(&self, mpo: MpoId) -> bool {
+        self.mpos.copies.contains_key(&mpo) || self.mpo_recorded(mpo)
+    }
+
+    /// Whether this replica committed MPO `mpo` and knows its final
+    /// execution (among its last recorded ones).
+    pub fn mpo_committed(&self, mpo: MpoId) -> bool {
+        self.mpo_recorded(mpo)
     }
 
     /// The values this shard read for MPO `mpo` at its committed position,
@@ -345,6 +388,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// MPO op `op` commits now, running `call`: its engine entry runs the
     /// call with the inputs from here on.
     pub(super) fn mpo_commit(&mut self, op: &Op, call: ProcCall) {
+        self.mpos.forget_copy(op);
         let key = ExecKey::Op(op.id);
         self.engine.remove(key);
         self.engine

@@ -142,6 +142,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             let key = ExecKey::Op(id);
             self.engine
                 .insert(key, Pos::Tentative(op.timestamp, key), op.call.clone());
+            self.mpo_arrived(&op);
             self.ops.insert(id, op);
         }
     }
