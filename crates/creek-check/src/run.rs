@@ -316,8 +316,11 @@ fn lost_acks(run: &RunEnd<'_>, unique: &BTreeSet<OpId>, voided: &BTreeSet<OpId>)
 }
 
 /// Linearizability of strong ops (the replicated weak ops take part as ops
-/// of unknown outcome).
-fn linearizable_check(run: &RunEnd<'_>, keys: &dyn Fn(&ProcCall) -> Vec<Bytes>) -> Check {
+/// of unknown outcome), over `run`'s history, registry, initial state and
+/// budget (the rest of `run` is not read): [`check_run`]'s, and a
+/// driver's over a history of its own (a sharded cluster's, across
+/// shards).
+pub fn linearizable_check(run: &RunEnd<'_>, keys: &dyn Fn(&ProcCall) -> Vec<Bytes>) -> Check {
     // Linearizability of strong ops.
     // Strong ops with their observed final outcomes, plus the replicated weak
     // ops as ops of unknown outcome that take effect at some point after

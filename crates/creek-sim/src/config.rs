@@ -192,6 +192,11 @@ pub struct SimConfig {
     /// a hashed map gives it (and the placements the workload adds);
     /// clients send each op to a replica of the shard owning its keys.
     pub shards: usize,
+    /// On a sharded cluster, the share of the workload's multi-key ops
+    /// (bank transfers) whose keys the generator puts on two shards: each
+    /// is an operation across shards (docs/cross-shard.md). 0: every op
+    /// stays on one shard.
+    pub cross_shard: f64,
     /// Cores per replica.
     pub cores: usize,
     /// PRNG seed.
@@ -284,6 +289,7 @@ impl Default for SimConfig {
             schedule: creek_exec::mvcc::Schedule::default(),
             replicas: 5,
             shards: 1,
+            cross_shard: 0.0,
             cores: 4,
             seed: 1,
             workload: "kv".into(),

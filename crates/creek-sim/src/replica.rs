@@ -11,11 +11,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use creek_cab::MemberChange;
 use creek_core::{Checkpoint, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
+use creek_exec::ProcCall;
 use creek_exec::{Completion, Task};
 use creek_node::{
-    CheckpointJob, Driver, HoldQueue, Identity, Node, NodeConfig, Standing, TransferDone,
-    TransferJob, Write,
+    CheckpointJob, Driver, HoldQueue, Identity, MpoMessage, Node, NodeConfig, Standing,
+    TransferDone, TransferJob, Write,
 };
+use creek_procs::mpo::{MpoId, Reads};
 use creek_procs::Registry;
 use creek_store::{CheckpointWriter, LogStore, Piece, SimDisk, Store};
 use creek_types::planted::Bug;
@@ -167,6 +169,41 @@ pub trait SimReplica: Send + Sync {
     fn is_member(&self) -> bool {
         self.is_up()
     }
+    /// Operations across shards (docs/cross-shard.md): invoke this shard's
+    /// copy of an MPO. Protocols without them refuse.
+    fn invoke_mpo_copy(&mut self, _call: ProcCall, _now_us: u64) -> Result<(), String> {
+        Err("this protocol has no operations across shards".into())
+    }
+    /// An input about an MPO from another shard or the directory.
+    fn mpo_input(&mut self, _input: MpoInput) {}
+    /// Messages for other shards about MPOs.
+    fn take_mpo(&mut self) -> Vec<MpoMessage> {
+        Vec::new()
+    }
+    /// Whether it holds a copy of `mpo`, and whether it committed one.
+    fn mpo_status(&self, _mpo: MpoId) -> (bool, bool) {
+        (false, false)
+    }
+    /// The values its shard read for `mpo`, if it has them.
+    fn mpo_reads_of(&self, _mpo: MpoId) -> Option<Reads> {
+        None
+    }
+    /// The MPO its committed order waits on, and the shards whose reads it
+    /// still needs (see `creek_core::Replica::mpo_waiting`).
+    fn mpo_waiting(&self) -> Option<(Option<MpoId>, Vec<u32>)> {
+        None
+    }
+}
+
+/// An input about an operation across shards.
+#[derive(Clone, Debug)]
+pub enum MpoInput {
+    /// The directory gave `mpo` this index among the shard's MPOs.
+    Sequenced(MpoId, u64),
+    /// Shard `.1`'s values for the MPO.
+    Reads(MpoId, u32, Reads),
+    /// Shard `.1` executed the MPO.
+    Confirmed(MpoId, u32),
 }
 
 impl ReplicaCounts {
@@ -270,6 +307,7 @@ pub struct CreekReplica {
     held: HoldQueue<(ReplicaId, PeerMessage)>,
     outbox: Vec<(ReplicaId, PeerMessage)>,
     views: Vec<View>,
+    mpo: Vec<MpoMessage>,
     /// Every committed id, across lives (a recovered replica lists only
     /// what it committed after its checkpoint; the simulator saw the rest).
     /// Positions taken from a peer's checkpoint hold [`UNSEEN`] until
@@ -322,6 +360,7 @@ struct SimIo<'a> {
     /// The last write reported durable.
     durable: u64,
     views: &'a mut Vec<View>,
+    mpo: &'a mut Vec<MpoMessage>,
     outbox: &'a mut Vec<(ReplicaId, PeerMessage)>,
     held: &'a mut HoldQueue<(ReplicaId, PeerMessage)>,
     queued: &'a mut Vec<(Write, Option<u64>)>,
@@ -338,6 +377,10 @@ impl Driver for SimIo<'_> {
 
     fn views(&mut self, views: Vec<View>) {
         self.views.extend(views);
+    }
+
+    fn mpo(&mut self, messages: Vec<MpoMessage>) {
+        self.mpo.extend(messages);
     }
 
     fn persist(&mut self, write: Write) {
@@ -434,6 +477,7 @@ impl CreekReplica {
             held: HoldQueue::default(),
             outbox: Vec::new(),
             views: Vec::new(),
+            mpo: Vec::new(),
             committed: Vec::new(),
             unseen_from: None,
             counts_before: ReplicaCounts::default(),
@@ -457,6 +501,7 @@ impl CreekReplica {
         let mut io = SimIo {
             durable: node.durable(),
             views: &mut self.views,
+            mpo: &mut self.mpo,
             outbox: &mut self.outbox,
             held: &mut self.held,
             queued: &mut self.queued,
@@ -573,6 +618,47 @@ impl SimReplica for CreekReplica {
 
     fn take_outbox(&mut self) -> Vec<(ReplicaId, PeerMessage)> {
         std::mem::take(&mut self.outbox)
+    }
+
+    fn invoke_mpo_copy(&mut self, call: ProcCall, now_us: u64) -> Result<(), String> {
+        let r = match self.node.as_mut() {
+            Some(n) => n
+                .invoke_mpo_copy(call, now_us)
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            None => Err("down".into()),
+        };
+        self.collect();
+        r
+    }
+
+    fn mpo_input(&mut self, input: MpoInput) {
+        if let Some(n) = self.node.as_mut() {
+            match input {
+                MpoInput::Sequenced(mpo, index) => n.mpo_sequenced(mpo, index),
+                MpoInput::Reads(mpo, shard, reads) => n.mpo_reads(mpo, shard, reads),
+                MpoInput::Confirmed(mpo, shard) => n.mpo_confirmed(mpo, shard),
+            }
+        }
+        self.collect();
+    }
+
+    fn take_mpo(&mut self) -> Vec<MpoMessage> {
+        std::mem::take(&mut self.mpo)
+    }
+
+    fn mpo_status(&self, mpo: MpoId) -> (bool, bool) {
+        self.replica()
+            .map_or((false, false), |r| (r.mpo_held(mpo), r.mpo_committed(mpo)))
+    }
+
+    fn mpo_reads_of(&self, mpo: MpoId) -> Option<Reads> {
+        self.replica()?.mpo_reads_of(mpo)
+    }
+
+    fn mpo_waiting(&self) -> Option<(Option<MpoId>, Vec<u32>)> {
+        let (_, mpo, missing) = self.replica()?.mpo_waiting()?;
+        Some((mpo, missing))
     }
 
     fn poll_disk(&mut self, now_us: u64) -> DiskPoll {
@@ -734,6 +820,7 @@ impl SimReplica for CreekReplica {
         self.held.clear();
         self.outbox.clear();
         self.views.clear();
+        self.mpo.clear();
         // The database goes first: nothing may write after the crash.
         if let Some(store) = self.store.take() {
             self.disk_counts.wal_folds += store.folds();

@@ -39,6 +39,11 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     if cfg.shards > 1 {
         merged.push(Check::new("ownership", ownership_violations(out)));
     }
+    if cfg.shards > 1 && cfg.cross_shard > 0.0 {
+        for check in cross_shard_check(cfg, out) {
+            merge(&mut merged, check);
+        }
+    }
     if let Some(dir) = &out.directory {
         for check in directory_checks(cfg, out, dir) {
             merge(&mut merged, check);
@@ -95,7 +100,7 @@ fn group_run<'a>(
             .ops
             .iter()
             .filter(|(id, _)| in_group(id.origin.0))
-            .map(|(id, op)| (*id, &op.call))
+            .map(|(id, op)| (*id, out.mpo_calls.get(id).unwrap_or(&op.call)))
             .collect(),
         broadcast_complete: true,
         registry,
@@ -147,7 +152,17 @@ fn directory_checks(cfg: &SimConfig, out: &Outcome, dir: &DirectoryEnd) -> Vec<C
                 .collect(),
         },
     };
-    let mut checks: Vec<Check> = check_run(run, &|_| vec![map_key.clone()], &invariants)
+    // The sequencer's ops are judged by the replay of the directory's
+    // committed order (each final view against it), not for
+    // linearizability: each touches keys of its own MPO's shards.
+    let keys = |c: &creek_types::ProcCall| {
+        if c.name.as_ref() == creek_procs::builtins::directory::SEQUENCE {
+            Vec::new()
+        } else {
+            vec![map_key.clone()]
+        }
+    };
+    let mut checks: Vec<Check> = check_run(run, &keys, &invariants)
         .into_iter()
         .map(|c| Check {
             violations: c
@@ -186,6 +201,9 @@ fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     };
     let history = out.shard_history(s);
     let run = group_run(cfg, out, s, slots, &history, &out.registry, initial_state);
+    // With operations across shards, linearizability is judged over the
+    // whole cluster's history instead (`cross_shard_check`): an MPO's
+    // effect on one shard's keys is the whole call's.
     let shard = ShardId(s as u16);
     let invariants = |h: &History, state: &BTreeMap<Bytes, Bytes>| {
         if cfg.shards == 1 {
@@ -194,7 +212,80 @@ fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
             workload.check_shard(&out.map, shard, h, state)
         }
     };
-    check_run(run, &|c| workload.keys(c), &invariants)
+    let across = cfg.cross_shard > 0.0;
+    check_run(
+        run,
+        &|c| if across { Vec::new() } else { workload.keys(c) },
+        &invariants,
+    )
+}
+
+/// Operations across shards (docs/cross-shard.md), over the whole
+/// cluster: the workload's invariants over every shard's converged data
+/// together (money moved between shards still sums to the total), and
+/// every replica of a shard handed out the same reads for each MPO. Each
+/// shard's replay of its committed order (in its own checks) runs every
+/// MPO copy with the inputs it ran with, and compares every final view.
+fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
+    let workload: &dyn Workload = out.workload.as_ref();
+    let mut state = BTreeMap::new();
+    for s in 0..out.map.shards.len() {
+        let first = out
+            .shard_slots(s)
+            .find(|&i| out.members[i] && out.nodes[i].is_up() && !out.nodes[i].is_lost());
+        let Some(i) = first else {
+            continue;
+        };
+        let owned = out.nodes[i].committed_state().into_iter().filter(|(k, _)| {
+            k.first() != Some(&creek_procs::registry::INTERNAL_KEY_PREFIX)
+                && usize::from(out.map.owner(None, k).0) == s
+        });
+        state.extend(owned);
+    }
+    let mut violations = workload.check(&out.history, &state);
+    violations.extend(out.mpo_violations.iter().cloned());
+    // Linearizability over every shard's ops together, each MPO as the
+    // client's call it runs (its keys on several shards).
+    let history = History {
+        ops: out
+            .history
+            .ops
+            .iter()
+            .map(|r| match creek_procs::mpo::MpoCall::decode(&r.call.args) {
+                Ok(mpo) if r.call.name.as_ref() == creek_procs::mpo::RUN => {
+                    creek_check::history::OpRecord {
+                        call: creek_types::ProcCall {
+                            name: mpo.name.clone(),
+                            args: mpo.args.clone(),
+                            ..r.call.clone()
+                        },
+                        ..r.clone()
+                    }
+                }
+                _ => r.clone(),
+            })
+            .collect(),
+    };
+    let initial_state = if out.preloaded {
+        workload.preload().into_iter().collect()
+    } else {
+        BTreeMap::new()
+    };
+    let run = RunEnd {
+        history: &history,
+        replicas: Vec::new(),
+        broadcast: BTreeMap::new(),
+        broadcast_complete: false,
+        registry: &out.registry,
+        initial_state,
+        prefix_violation: None,
+        settled: out.settled,
+        settled_after_us: out.settled_after_us,
+        liveness_bound_us: out.liveness_bound_us,
+        lin_budget_steps: cfg.lin_budget_steps,
+    };
+    let lin = creek_check::run::linearizable_check(&run, &|c| workload.keys(c));
+    vec![Check::new("cross_shard", violations), lin]
 }
 
 /// No shard ran an op on keys it does not own: every op a client invoked
@@ -363,8 +454,11 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
 
 /// Run one simulation end to end: build, run, check, report.
 pub fn simulate(cfg: &SimConfig) -> Result<(Value, bool), String> {
-    let workload =
-        crate::workload::by_name(&cfg.workload, &crate::workload::WorkloadConfig::default())?;
+    let config = crate::workload::WorkloadConfig {
+        cross_shard: cfg.cross_shard,
+        ..crate::workload::WorkloadConfig::default()
+    };
+    let workload = crate::workload::by_name(&cfg.workload, &config)?;
     let sim = crate::sim::Sim::new(cfg.clone(), workload)?;
     // A replica that panics (a broken assertion, or the consensus library
     // refusing a state a bug produced) fails the run with its message,

@@ -267,3 +267,24 @@ fn clients_waiting_on_a_replica_that_installs_a_checkpoint_are_released() {
         report["directory"]
     );
 }
+
+/// Bank transfers across shards (operations across shards): every check
+/// passes, money moved between shards still sums to the total, and every
+/// MPO started completes on every shard.
+#[test]
+fn transfers_across_shards_keep_the_total() {
+    let cfg = SimConfig {
+        faults: Faults::default(),
+        cross_shard: 0.3,
+        ..config("bank", 1)
+    };
+    let (report, ok) = simulate(&cfg).unwrap();
+    assert!(ok, "{}", report["violations"]);
+    assert_eq!(report["checks"]["cross_shard"], true);
+    let started = report["faults"]["mpo_started"].as_u64().unwrap_or(0);
+    assert!(started > 5, "{}", report["faults"]);
+    assert_eq!(
+        report["faults"]["mpo_completed"],
+        report["faults"]["mpo_started"]
+    );
+}

@@ -19,6 +19,11 @@ pub struct Args {
     /// not own).
     #[arg(long, default_value_t = 1)]
     shards: usize,
+    /// With --shards: the share of multi-key ops (bank transfers) whose
+    /// keys the generator puts on two shards, each then an operation
+    /// across shards (docs/cross-shard.md); 0 keeps every op on one shard.
+    #[arg(long, default_value_t = 0.0)]
+    cross_shard: f64,
     /// Cores per replica.
     #[arg(long, default_value_t = 4)]
     cores: usize,
@@ -82,6 +87,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         protocol: args.protocol,
         replicas: args.replicas,
         shards: args.shards,
+        cross_shard: args.cross_shard,
         cores: args.cores,
         seed: args.seed,
         workload: args.workload.clone(),

@@ -193,6 +193,7 @@ impl Sim {
             preloaded,
             initial_states,
             progress: None,
+            mpo: mpo::MpoState::default(),
         };
         sim.setup_backlog = sim.setup_calls()?;
         Ok(sim)

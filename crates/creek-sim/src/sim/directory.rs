@@ -103,7 +103,7 @@ impl Sim {
     }
 
     /// A directory replica that is up, holds its data and is in the group.
-    fn some_directory_replica(&mut self) -> Option<usize> {
+    pub(super) fn some_directory_replica(&mut self) -> Option<usize> {
         let g = self.directory_group()?;
         let up: Vec<usize> = self
             .member_slots(g)

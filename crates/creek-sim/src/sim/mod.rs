@@ -31,6 +31,7 @@ use crate::workload::Workload;
 mod build;
 mod directory;
 mod faults;
+mod mpo;
 mod outcome;
 
 use directory::{Dir, OPERATOR_CLIENT};
@@ -78,6 +79,14 @@ enum Ev {
         to: usize,
         map: Arc<ShardMap>,
     },
+    /// A message about an operation across shards reaches a replica.
+    Mpo {
+        to: usize,
+        msg: mpo::MpoNet,
+    },
+    /// The simulator's sweep of operations across shards
+    /// (`mpo::SWEEP_US`).
+    MpoSweep,
     End,
 }
 
@@ -98,6 +107,8 @@ impl Ev {
             Ev::Directory => 13,
             Ev::MapAsk { from, to } => 14 + 16 * (*from as u64) + 256 * (*to as u64),
             Ev::MapAnswer { to, map } => 15 + 16 * (*to as u64) + 256 * map.epoch,
+            Ev::Mpo { to, .. } => 16 + 32 * (*to as u64),
+            Ev::MpoSweep => 17,
             Ev::End => 8,
         }
     }
@@ -267,6 +278,8 @@ pub struct Sim {
     /// replays.
     initial_states: Vec<BTreeMap<Bytes, Bytes>>,
     progress: Option<Box<dyn FnMut(u64, u64)>>,
+    /// Operations across shards being driven (`mpo.rs`).
+    mpo: mpo::MpoState,
 }
 
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
@@ -305,6 +318,9 @@ impl Sim {
         self.schedule(self.cfg.tick_us, Ev::Tick);
         if self.dir.is_some() {
             self.schedule(self.cfg.tick_us, Ev::Directory);
+            if self.cfg.cross_shard > 0.0 {
+                self.schedule(self.cfg.tick_us, Ev::MpoSweep);
+            }
         }
         if self.setup_pending == 0 {
             self.start_load();
@@ -438,6 +454,8 @@ impl Sim {
             Ev::Directory => self.directory_tick(),
             Ev::MapAsk { from, to } => self.map_ask(from, to),
             Ev::MapAnswer { to, map } => self.map_answer(to, map),
+            Ev::Mpo { to, msg } => self.mpo_deliver(to, msg),
+            Ev::MpoSweep => self.mpo_sweep(),
             Ev::DiskPoll { node, epoch } => {
                 let n = &mut self.nodes[node];
                 if n.epoch == epoch {
@@ -495,6 +513,17 @@ impl Sim {
         };
         match self.route(&map, &next.call) {
             Ok(s) => Some((s, next)),
+            Err(e) if self.spans(&e) => {
+                // Keys on several shards: an operation across shards,
+                // strong, sent once to a replica of its first key's shard.
+                let (s, call) = self.as_mpo(&map, &next.call)?;
+                let next = crate::workload::NextOp {
+                    call,
+                    strong: true,
+                    wants_final: true,
+                };
+                Some((s, next))
+            }
             Err(_) => {
                 *self.faults.entry("route_refused").or_default() += 1;
                 None
@@ -632,6 +661,12 @@ impl Sim {
         if let Some(c) = client {
             self.clients[c].pending = Some(index);
         }
+        if let (ExecKey::Op(id), true) = (
+            handle,
+            self.history.ops[index].call.name.as_ref() == creek_procs::mpo::RUN,
+        ) {
+            self.mpo_invoked(i, id, index);
+        }
         self.after(i);
         true
     }
@@ -649,6 +684,7 @@ impl Sim {
         }
         let views = node.take_views();
         let outbox = node.take_outbox();
+        let mpo_messages = node.take_mpo();
         for v in views {
             let Some(&index) = self.nodes[i].handles.get(&v.handle) else {
                 continue;
@@ -687,6 +723,9 @@ impl Sim {
         for (to, msg) in outbox {
             self.send(i, usize::from(to.0).saturating_sub(1), msg);
         }
+        if !mpo_messages.is_empty() {
+            self.mpo_out(i, mpo_messages);
+        }
         self.fill_cores(i);
         self.check_prefix(i);
         self.check_rebuilt(i);
@@ -696,9 +735,10 @@ impl Sim {
                 let r = &n.node;
                 let finalized = r.finalized() as usize;
                 let prefix = &r.committed()[..finalized.min(r.committed().len())];
+                let mpo_calls = self.mpo_replay_calls(self.group_of(j), prefix);
                 let calls: Vec<&creek_exec::ProcCall> = prefix
                     .iter()
-                    .filter_map(|id| self.ops.get(id).map(|o| &o.call))
+                    .filter_map(|id| mpo_calls.get(id).or(self.ops.get(id).map(|o| &o.call)))
                     .collect();
                 if calls.len() == prefix.len() {
                     let (_, state) = creek_exec::basic::replay_from(
@@ -762,6 +802,10 @@ impl Sim {
     fn release_client(&mut self, index: usize) {
         if self.history.ops[index].client == OPERATOR_CLIENT {
             self.operator_done(index);
+            return;
+        }
+        if mpo::is_sequencer(self.history.ops[index].client) {
+            self.mpo_sequenced(index);
             return;
         }
         if self.history.ops[index].is_setup() {

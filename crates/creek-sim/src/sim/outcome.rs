@@ -99,6 +99,12 @@ pub struct Outcome {
     pub per_shard: usize,
     /// A sharded run's directory.
     pub directory: Option<DirectoryEnd>,
+    /// The calls shards' MPO copies ran at their committed positions (with
+    /// their inputs, or as no-ops), by op id: what a replay of a shard's
+    /// committed order runs for them.
+    pub mpo_calls: BTreeMap<OpId, ProcCall>,
+    /// Replicas of one shard that handed out different reads for an MPO.
+    pub mpo_violations: Vec<String>,
 }
 
 /// What a sharded run's directory ended with, for its checks.
@@ -180,7 +186,7 @@ impl Sim {
         // workload's.
         let (operator, ops): (Vec<OpRecord>, Vec<OpRecord>) = std::mem::take(&mut self.history.ops)
             .into_iter()
-            .partition(|r| r.client == OPERATOR_CLIENT);
+            .partition(|r| r.client == OPERATOR_CLIENT || super::mpo::is_sequencer(r.client));
         self.history.ops = ops;
         let directory = self.dir.take().map(|dir| {
             let g = self.cfg.shards;
@@ -202,6 +208,19 @@ impl Sim {
                 epoch,
             }
         });
+        let mut mpo_calls = BTreeMap::new();
+        for s in 0..self.cfg.shards {
+            mpo_calls.extend(self.mpo_replay_calls(s, &self.canonical[s]));
+        }
+        for (k, n) in [
+            ("mpo_started", self.mpo.started),
+            ("mpo_completed", self.mpo.completed),
+        ] {
+            if n > 0 {
+                self.faults.insert(k, n);
+            }
+        }
+        let mpo_violations = std::mem::take(&mut self.mpo.violations);
         let nodes = self.nodes.into_iter().map(|n| n.node).collect();
         let settled_after_us = settled.then(|| self.now - self.cfg.duration_us);
         // What client sessions did: expiry ops ordered, late copies refused.
@@ -262,6 +281,8 @@ impl Sim {
             map: self.map,
             per_shard: self.per_shard,
             directory,
+            mpo_calls,
+            mpo_violations,
         }
     }
 }

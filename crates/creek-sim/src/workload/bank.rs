@@ -34,9 +34,12 @@ pub struct BankWorkload {
     strong_share: f64,
     final_share: f64,
     /// On a sharded cluster, the shard owning each account: transfers then
-    /// stay between accounts of one shard, and `bank.total` (which reads
-    /// every account) is not issued.
+    /// stay between accounts of one shard (but for a `cross_shard` share),
+    /// and `bank.total` (which reads every account) is not issued.
     owners: Option<Vec<ShardId>>,
+    /// On a sharded cluster, the share of transfers between accounts of
+    /// two shards (operations across shards).
+    cross_shard: f64,
 }
 
 impl BankWorkload {
@@ -49,6 +52,7 @@ impl BankWorkload {
             strong_share: config.strong_share,
             final_share: config.final_share,
             owners: None,
+            cross_shard: config.cross_shard,
         }
     }
 
@@ -74,10 +78,9 @@ impl BankWorkload {
                 Some(to)
             }
             Some(owners) => {
-                let peers: Vec<usize> = self
-                    .accounts_of(Some(owners[from]))
-                    .into_iter()
-                    .filter(|&i| i != from)
+                let across = self.cross_shard > 0.0 && rng.chance(self.cross_shard);
+                let peers: Vec<usize> = (0..self.accounts)
+                    .filter(|&i| i != from && (owners[i] != owners[from]) == across)
                     .collect();
                 (!peers.is_empty()).then(|| peers[rng.index(peers.len())])
             }
@@ -173,6 +176,11 @@ impl Workload for BankWorkload {
         history: &History,
         committed_state: &BTreeMap<Bytes, Bytes>,
     ) -> Vec<String> {
+        if self.cross_shard > 0.0 {
+            // Money moves between shards: only the cluster's total holds
+            // (the cross-shard check), each balance still not negative.
+            return self.check_balances(&self.accounts_of(Some(shard)), committed_state);
+        }
         self.check_accounts(&self.accounts_of(Some(shard)), history, committed_state)
     }
 
@@ -182,6 +190,34 @@ impl Workload for BankWorkload {
 }
 
 impl BankWorkload {
+    /// No committed balance of `accounts` is missing, malformed or
+    /// negative.
+    fn check_balances(
+        &self,
+        accounts: &[usize],
+        committed_state: &BTreeMap<Bytes, Bytes>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for key in accounts.iter().map(|i| account_key(*i)) {
+            match committed_state.get(&key).map(|raw| parse_balance_text(raw)) {
+                Some(Some(b)) if b >= 0 => {}
+                Some(Some(b)) => out.push(format!(
+                    "bank: committed balance of {} is negative: {b}",
+                    show(&key)
+                )),
+                Some(None) => out.push(format!(
+                    "bank: committed balance of {} is not an integer",
+                    show(&key)
+                )),
+                None => out.push(format!(
+                    "bank: account {} missing from the committed state",
+                    show(&key)
+                )),
+            }
+        }
+        bounded(out)
+    }
+
     /// The invariants over `accounts` (every account, or one shard's).
     fn check_accounts(
         &self,

@@ -147,6 +147,9 @@ pub struct WorkloadConfig {
     pub preload: bool,
     /// `ycsb`: the generator's settings.
     pub ycsb: YcsbConfig,
+    /// `bank` on a sharded cluster: the share of transfers between
+    /// accounts of two shards.
+    pub cross_shard: f64,
 }
 
 impl Default for WorkloadConfig {
@@ -168,6 +171,7 @@ impl Default for WorkloadConfig {
                 records: 1_000,
                 ..YcsbConfig::default()
             },
+            cross_shard: 0.0,
         }
     }
 }
