@@ -244,6 +244,7 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     }
     let mut violations = workload.check(&out.history, &state);
     violations.extend(out.mpo_violations.iter().cloned());
+    violations.extend(mpo_outcome_violations(out));
     // Linearizability over every shard's ops together, each MPO as the
     // client's call it runs (its keys on several shards).
     let history = History {
@@ -286,6 +287,60 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     };
     let lin = creek_check::run::linearizable_check(&run, &|c| workload.keys(c));
     vec![Check::new("cross_shard", violations), lin]
+}
+
+/// Every shard's copy of an MPO ends the same way: a replay of each
+/// shard's committed order (MPO copies with the inputs they ran with)
+/// gives each copy's outcome; the first copy of an MPO on each shard must
+/// agree with every other shard's.
+fn mpo_outcome_violations(out: &Outcome) -> Vec<String> {
+    use creek_procs::mpo::{MpoCall, MpoId, RUN};
+    let mut outcomes: BTreeMap<MpoId, Vec<(usize, creek_exec::Outcome)>> = BTreeMap::new();
+    for s in 0..out.map.shards.len() {
+        let Some(i) = out.shard_slots(s).find(|&i| out.members[i] && out.nodes[i].is_up()) else {
+            continue;
+        };
+        let committed = out.nodes[i].committed();
+        let calls: Vec<&creek_types::ProcCall> = committed
+            .iter()
+            .filter_map(|id| out.mpo_calls.get(id).or(out.ops.get(id).map(|o| &o.call)))
+            .collect();
+        if calls.len() != committed.len() {
+            continue; // ops taken from a checkpoint: the shard's own checks judge it
+        }
+        let initial = if out.preloaded {
+            out.workload
+                .preload()
+                .into_iter()
+                .filter(|(k, _)| usize::from(out.map.owner(None, k).0) == s)
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let (results, _) = creek_exec::basic::replay_from(
+            out.registry.as_ref(),
+            creek_exec::TxnLimits::default(),
+            initial,
+            calls.iter().copied(),
+        );
+        for (call, outcome) in calls.iter().zip(results) {
+            if call.name.as_ref() != RUN {
+                continue;
+            }
+            if let Ok(mpo) = MpoCall::decode(&call.args) {
+                let seen = outcomes.entry(mpo.id).or_default();
+                if !seen.iter().any(|(t, _)| *t == s) {
+                    seen.push((s, outcome));
+                }
+            }
+        }
+    }
+    outcomes
+        .into_iter()
+        .filter(|(_, seen)| seen.windows(2).any(|w| w[0].1 != w[1].1))
+        .map(|(mpo, seen)| format!("{mpo} ended differently on its shards: {seen:?}"))
+        .take(20)
+        .collect()
 }
 
 /// No shard ran an op on keys it does not own: every op a client invoked

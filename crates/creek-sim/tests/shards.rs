@@ -288,3 +288,32 @@ fn transfers_across_shards_keep_the_total() {
         report["faults"]["mpo_started"]
     );
 }
+
+/// Many seeds of transfers across shards under every fault class (run by
+/// hand: `MPO_SEEDS=0..40 cargo test -p creek-sim --test shards mpo_seeds -- --ignored`).
+#[test]
+#[ignore]
+fn mpo_seeds() {
+    let range = std::env::var("MPO_SEEDS").unwrap_or_else(|_| "0..10".into());
+    let (a, b) = range.split_once("..").unwrap();
+    let faults = std::env::var("MPO_FAULTS").unwrap_or_else(|_| "all".into());
+    let mut failed = Vec::new();
+    for seed in a.parse::<u64>().unwrap()..b.parse::<u64>().unwrap() {
+        let cfg = SimConfig {
+            faults: Faults::parse(&faults).unwrap(),
+            cross_shard: 0.3,
+            ..config("bank", seed)
+        };
+        let (report, ok) = simulate(&cfg).unwrap();
+        eprintln!(
+            "seed {seed}: ok={ok} mpo {}/{} {}",
+            report["faults"]["mpo_completed"],
+            report["faults"]["mpo_started"],
+            if ok { String::new() } else { report["violations"].to_string().chars().take(600).collect() }
+        );
+        if !ok {
+            failed.push(seed);
+        }
+    }
+    assert!(failed.is_empty(), "failed seeds: {failed:?}");
+}

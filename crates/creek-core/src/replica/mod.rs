@@ -578,6 +578,18 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// committed list, then `r` itself. Stable responses follow from the
     /// engine once the committed executions are settled (lines 55–56, 72–73).
     fn commit(&mut self, r: &Op) {
+        self.commit_context(r);
+        self.commit_entry(r.order_key());
+        if r.call.name.as_ref() == void::VOID {
+            self.void_ops(r);
+        }
+    }
+
+    /// Lines 49–54 for `r`'s causal context: the tentative ops in it move,
+    /// in their current relative order, to the end of the committed list.
+    /// An MPO's copy does this at its turn, before it reads its keys
+    /// (`mpo.rs`), so that what it reads is the state at its position.
+    fn commit_context(&mut self, r: &Op) {
         let ctx = r.causal_context.as_ref();
         let committed_ext: Vec<(Timestamp, OpId)> = self
             .tentative
@@ -585,27 +597,29 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             .filter(|(_, id)| *id != r.id && ctx.is_some_and(|c| c.contains(*id)))
             .copied()
             .collect(); // line 49
-        for entry in committed_ext.into_iter().chain([r.order_key()]) {
-            let removed = self.tentative.remove(&entry); // line 50
-            debug_assert!(removed, "committing {} which is not tentative", entry.1);
-            let id = entry.1;
-            let pos = Pos::Committed(self.committed_len());
-            self.committed.push(id); // line 51
-            let op = self.ops.get(&id);
-            self.committed_requests
-                .push(op.and_then(|op| op.call.request_id));
-            self.counters.committed += 1;
-            if op.is_some_and(|op| op.strong) {
-                // A strong op of r's origin committed with r: committed
-                // strong ids are in the causal set, as after line 34.
-                self.causal_ctx.insert(id);
-                self.own_strong_tentative.remove(&entry);
-            }
-            self.engine.commit(ExecKey::Op(id), pos); // line 54
+        for entry in committed_ext {
+            self.commit_entry(entry);
         }
-        if r.call.name.as_ref() == void::VOID {
-            self.void_ops(r);
+    }
+
+    /// Lines 50–54 for one tentative op.
+    fn commit_entry(&mut self, entry: (Timestamp, OpId)) {
+        let removed = self.tentative.remove(&entry); // line 50
+        debug_assert!(removed, "committing {} which is not tentative", entry.1);
+        let id = entry.1;
+        let pos = Pos::Committed(self.committed_len());
+        self.committed.push(id); // line 51
+        let op = self.ops.get(&id);
+        self.committed_requests
+            .push(op.and_then(|op| op.call.request_id));
+        self.counters.committed += 1;
+        if op.is_some_and(|op| op.strong) {
+            // A strong op of r's origin committed with r: committed
+            // strong ids are in the causal set, as after line 34.
+            self.causal_ctx.insert(id);
+            self.own_strong_tentative.remove(&entry);
         }
+        self.engine.commit(ExecKey::Op(id), pos); // line 54
     }
 
     /// Ask the committed order to void this replica's own ops with `seqs`

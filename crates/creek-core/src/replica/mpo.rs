@@ -350,6 +350,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             Some(turn) if turn.op == id => turn,
             other => {
                 debug_assert!(other.is_none(), "two MPO ops at their turn");
+                // The ops its causal context names commit first (they
+                // would commit with it): its reads see their writes.
+                self.commit_context(op);
                 Turn {
                     op: id,
                     call,
