@@ -249,6 +249,28 @@ impl Sim {
         for mpo in ids {
             self.mpo_sweep_one(mpo);
         }
+        // A replica whose committed order waits on an MPO (one that was
+        // down, or cut off, while the others went on) learns its index
+        // (any directory replica answers `mpo.next`) and the reads it
+        // misses (any replica of their shard answers from its record).
+        let shard_slots = self.cfg.shards * self.per_shard;
+        for j in 0..shard_slots {
+            if !self.nodes[j].node.is_up() {
+                continue;
+            }
+            let Some((Some(mpo), missing)) = self.nodes[j].node.mpo_waiting() else {
+                continue;
+            };
+            let s = self.group_of(j) as u32;
+            if let Some(k) = self.mpo.indices.get(&mpo).and_then(|ix| ix.get(&s)).copied() {
+                self.mpo_send(j, j, MpoNet::Input(MpoInput::Sequenced(mpo, k)));
+            }
+            for from in missing {
+                if let Some(reads) = self.mpo.reads.get(&(mpo, from)).cloned() {
+                    self.mpo_send(j, j, MpoNet::Input(MpoInput::Reads(mpo, from, reads)));
+                }
+            }
+        }
         self.schedule(self.now + SWEEP_US, Ev::MpoSweep);
     }
 
@@ -297,15 +319,6 @@ impl Sim {
             for &j in &members {
                 if let Some(k) = indices.as_ref().and_then(|ix| ix.get(s)) {
                     self.mpo_send(j, j, MpoNet::Input(MpoInput::Sequenced(mpo, *k)));
-                }
-                let waiting = self.nodes[j].node.mpo_waiting();
-                if let Some((Some(w), missing)) = waiting.filter(|(w, _)| *w == Some(mpo)) {
-                    for from in missing {
-                        if let Some(reads) = self.mpo.reads.get(&(w, from)).cloned() {
-                            let input = MpoInput::Reads(w, from, reads);
-                            self.mpo_send(j, j, MpoNet::Input(input));
-                        }
-                    }
                 }
             }
         }
