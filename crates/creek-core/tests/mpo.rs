@@ -165,7 +165,11 @@ fn a_transfer_across_two_shards_commits_at_its_turn_with_the_exchanged_reads() {
     assert_eq!(value(&r2, "a"), None);
     assert_eq!((r1.mpo_last_index(), r2.mpo_last_index()), (1, 1));
     // Each shard answers a shard that asks again from its record.
-    assert_eq!(r2.mpo_reads_of(mpo), Some(vec![(b("b"), Some(b("5")))]));
+    let verdict = (Bytes::from_static(creek_procs::mpo::VERDICT_KEY), None);
+    assert_eq!(
+        r2.mpo_reads_of(mpo),
+        Some(vec![verdict, (b("b"), Some(b("5")))])
+    );
     assert!(r1.is_quiescent() && r2.is_quiescent());
     r1.check_invariants().unwrap();
 }

@@ -13,6 +13,14 @@
 //! keys are installed. The call is deterministic and every shard holds the
 //! same values, so every shard computes the same result.
 //!
+//! A retried request must take effect once on every shard, and each shard
+//! keeps its own session table (which expires on its own schedule), so a
+//! shard's reads also carry its **session verdict** on the request: run
+//! it, or answer without running (an outcome recorded for it, or the
+//! session-expiry refusal). Every shard sees every verdict and follows the
+//! same one — the lowest shard's answer, if any shard has one — so a
+//! request is applied on all of its shards or on none.
+//!
 //! A copy run without inputs (a tentative execution, before the exchange)
 //! reads the other shards' keys as absent: its result is a guess that the
 //! committed execution may correct.
@@ -92,8 +100,14 @@ pub struct Part {
 }
 
 /// Values read by one shard: each of its keys with its value (`None`:
-/// absent), strictly ascending by key.
+/// absent), strictly ascending by key. What a shard sends the others
+/// starts with its session verdict under [`VERDICT_KEY`] (`None`: run;
+/// else the answer, see [`encode_answer`]).
 pub type Reads = Vec<(Bytes, Option<Bytes>)>;
+
+/// The key under which a shard's reads carry its session verdict (a
+/// reserved key, so it sorts before every user key).
+pub const VERDICT_KEY: &[u8] = b"\0mpo/verdict";
 
 /// What a committed execution runs with: the MPO's index in this shard's
 /// sequence, and the values the other involved shards read.
@@ -103,6 +117,9 @@ pub struct Inputs {
     pub index: u64,
     /// Every other involved shard's keys with their values, ascending.
     pub remote: Reads,
+    /// Every other involved shard's session verdict, by shard ascending
+    /// (`None`: run; else the encoded answer).
+    pub verdicts: Vec<(u32, Option<Bytes>)>,
 }
 
 /// The call one involved shard runs for an MPO.
@@ -249,18 +266,35 @@ impl MpoCall {
             .map_or(&[], |p| &p.keys)
     }
 
-    /// Whether `reads` are exactly shard `shard`'s keys, each once, in order.
+    /// Whether `reads` are what shard `shard` sends: its verdict, then
+    /// exactly its keys, each once, in order.
     pub fn reads_fit(&self, shard: u32, reads: &Reads) -> bool {
         let keys = self.keys_of(shard);
-        keys.len() == reads.len() && keys.iter().zip(reads).all(|(k, (r, _))| k == r)
+        match reads.split_first() {
+            Some(((verdict, _), rest)) => {
+                verdict.as_ref() == VERDICT_KEY
+                    && keys.len() == rest.len()
+                    && keys.iter().zip(rest).all(|(k, (r, _))| k == r)
+            }
+            None => false,
+        }
     }
 
-    /// Shard `me`'s keys read from `snapshot`: what it sends the others.
-    pub fn read_local(&self, snapshot: &dyn SnapshotRead) -> Reads {
-        self.local_keys()
-            .iter()
-            .map(|k| (k.clone(), snapshot.read(k).0))
-            .collect()
+    /// What shard `me` sends the others, read from `snapshot` (its state
+    /// at the MPO's position): its session verdict on `client`'s request,
+    /// then its keys' values.
+    pub fn read_local(&self, client: &ProcCall, snapshot: &dyn SnapshotRead) -> Reads {
+        let (verdict, _) = verdict_of(client, snapshot);
+        let mut reads = vec![(
+            Bytes::from_static(VERDICT_KEY),
+            verdict.as_ref().map(encode_answer),
+        )];
+        reads.extend(
+            self.local_keys()
+                .iter()
+                .map(|k| (k.clone(), snapshot.read(k).0)),
+        );
+        reads
     }
 
     /// The call `client` (its request id, user, time and level kept) as run
@@ -287,7 +321,21 @@ impl MpoCall {
             .collect();
         let inputs = match &self.inputs {
             None => Value::Nil,
-            Some(i) => Value::List(vec![Value::Int(int(i.index)), reads_value(&i.remote)]),
+            Some(i) => Value::List(vec![
+                Value::Int(int(i.index)),
+                reads_value(&i.remote),
+                Value::List(
+                    i.verdicts
+                        .iter()
+                        .map(|(s, v)| {
+                            Value::List(vec![
+                                Value::Int(i64::from(*s)),
+                                v.clone().map_or(Value::Nil, Value::Bytes),
+                            ])
+                        })
+                        .collect(),
+                ),
+            ]),
         };
         encode_args(&[
             Value::Int(int(self.id.origin)),
@@ -326,9 +374,22 @@ impl MpoCall {
         let inputs = match inputs {
             Value::Nil => None,
             Value::List(items) => match items.as_slice() {
-                [Value::Int(index), remote] => Some(Inputs {
+                [Value::Int(index), remote, Value::List(verdicts)] => Some(Inputs {
                     index: u64::try_from(*index).map_err(|_| bad("index"))?,
                     remote: reads_from_value(remote).ok_or_else(|| bad("remote reads"))?,
+                    verdicts: verdicts
+                        .iter()
+                        .map(|v| match v.as_list() {
+                            Some([Value::Int(s), Value::Nil]) => {
+                                Some((u32::try_from(*s).ok()?, None))
+                            }
+                            Some([Value::Int(s), Value::Bytes(b)]) => {
+                                Some((u32::try_from(*s).ok()?, Some(b.clone())))
+                            }
+                            _ => None,
+                        })
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| bad("verdicts"))?,
                 }),
                 _ => return Err(bad("inputs")),
             },
@@ -360,9 +421,59 @@ impl MpoCall {
             {
                 return Err(bad("the remote reads are not the other shards' keys"));
             }
+            let shards: Vec<u32> = call.others().collect();
+            let given: Vec<u32> = inputs.verdicts.iter().map(|(s, _)| *s).collect();
+            if shards != given {
+                return Err(bad("the verdicts are not the other shards'"));
+            }
         }
         Ok(call)
     }
+}
+
+/// A session verdict's answer as bytes: `[true, result]` or `[false,
+/// abort message]`.
+pub fn encode_answer(answer: &creek_exec::txn::Outcome) -> Bytes {
+    match answer {
+        Ok(result) => Value::List(vec![Value::Bool(true), Value::Bytes(result.clone())]),
+        Err(abort) => Value::List(vec![
+            Value::Bool(false),
+            Value::Bytes(Bytes::copy_from_slice(abort.0.as_bytes())),
+        ]),
+    }
+    .encode()
+}
+
+/// The answer [`encode_answer`] made; `None` for other bytes.
+pub fn decode_answer(raw: &Bytes) -> Option<creek_exec::txn::Outcome> {
+    match Value::decode_shared(raw).ok()? {
+        Value::List(items) => match items.as_slice() {
+            [Value::Bool(true), Value::Bytes(r)] => Some(Ok(r.clone())),
+            [Value::Bool(false), Value::Bytes(m)] => {
+                Some(Err(Abort(String::from_utf8_lossy(m).into_owned())))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// This shard's session verdict on `client`'s request at `snapshot`: an
+/// answer without running (a recorded outcome, or the expiry refusal), or
+/// `None` to run it; and the reads that decided it.
+fn verdict_of(
+    client: &ProcCall,
+    snapshot: &dyn SnapshotRead,
+) -> (Option<creek_exec::txn::Outcome>, Vec<(Bytes, VersionNo)>) {
+    let Some(id) = client.request_id else {
+        return (None, Vec::new());
+    };
+    let mut txn = creek_exec::txn::Txn::new(snapshot, TxnLimits::default(), true);
+    let verdict = match crate::session::before(&mut txn, id, client.time_us) {
+        crate::session::Before::Answer(outcome) => Some(outcome),
+        crate::session::Before::Run => None,
+    };
+    (verdict, txn.finish(Ok(Bytes::new())).reads)
 }
 
 fn int(n: u64) -> i64 {
@@ -528,35 +639,69 @@ pub(crate) fn execute(
         args: mpo.args.clone(),
         ..call.clone()
     };
-    let mut executed = execute_call(registry, &overlay, limits, &inner);
+    // With inputs, every shard follows the same session verdict: the
+    // lowest involved shard's answer, if one has an answer.
+    let answer = mpo.inputs.as_ref().and_then(|inputs| {
+        let (own, reads) = verdict_of(call, snapshot);
+        let mut all: Vec<(u32, Option<creek_exec::txn::Outcome>)> = inputs
+            .verdicts
+            .iter()
+            .map(|(s, v)| {
+                let answer = v.as_ref().map(|b| {
+                    decode_answer(b)
+                        .unwrap_or_else(|| Err(Abort::new(format!("{RUN}: malformed verdict"))))
+                });
+                (*s, answer)
+            })
+            .collect();
+        all.push((mpo.me, own));
+        all.sort_by_key(|(s, _)| *s);
+        all.into_iter().find_map(|(_, a)| a).map(|a| (a, reads))
+    });
+    let mut executed = match answer {
+        Some((outcome, reads)) => Executed {
+            reads,
+            scans: Vec::new(),
+            writes: Vec::new(),
+            outcome,
+        },
+        None => execute_call(registry, &overlay, limits, &inner),
+    };
     executed
         .reads
         .retain(|(k, _)| !overlay.remote.contains_key(k));
-    executed
-        .writes
-        .retain(|(k, _)| !overlay.remote.contains_key(k));
+    if !registry
+        .planted()
+        .has(creek_types::planted::Bug::MpoInstallRemoteWrite)
+    {
+        executed
+            .writes
+            .retain(|(k, _)| !overlay.remote.contains_key(k));
+    }
     for scan in &mut executed.scans {
         scan.keys.retain(|k| !overlay.remote.contains_key(k));
     }
     if let Some(inputs) = &mpo.inputs {
-        record(&mpo, inputs.index, snapshot, &mut executed);
+        record(&mpo, call, inputs.index, snapshot, &mut executed);
     }
     executed
 }
 
 /// Add to a committed copy's writes what its shard records (see the
 /// module's text), and to its reads what that looked at.
-fn record(mpo: &MpoCall, index: u64, snapshot: &dyn SnapshotRead, executed: &mut Executed) {
-    let mut reads = Vec::new();
-    let local = mpo
+fn record(
+    mpo: &MpoCall,
+    client: &ProcCall,
+    index: u64,
+    snapshot: &dyn SnapshotRead,
+    executed: &mut Executed,
+) {
+    let mut reads: Vec<(Bytes, VersionNo)> = mpo
         .local_keys()
         .iter()
-        .map(|k| {
-            let (value, version) = snapshot.read(k);
-            reads.push((k.clone(), version));
-            (k.clone(), value)
-        })
+        .map(|k| (k.clone(), snapshot.read(k).1))
         .collect();
+    let local = mpo.read_local(client, snapshot);
     let mut writes = vec![
         (
             Bytes::from_static(SEQ_KEY),

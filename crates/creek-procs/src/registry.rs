@@ -178,6 +178,8 @@ pub enum CallError {
 pub struct Registry {
     procs: FxHashMap<Arc<str>, Procedure>,
     programs: Arc<ProgramCache>,
+    /// Bugs planted in what runs here (empty in production builds).
+    planted: creek_types::planted::PlantedBugs,
 }
 
 impl Registry {
@@ -194,6 +196,17 @@ impl Registry {
         crate::void::register(&mut r);
         crate::mpo::register(&mut r);
         r
+    }
+
+    /// Plant bugs in the procedures (a tool for validating the checkers;
+    /// refused without the `planted-bugs` feature).
+    pub fn plant(&mut self, bugs: creek_types::planted::PlantedBugs) {
+        self.planted = self.planted.union(bugs);
+    }
+
+    /// The bugs planted here.
+    pub fn planted(&self) -> creek_types::planted::PlantedBugs {
+        self.planted
     }
 
     /// Register (or replace) `name`.

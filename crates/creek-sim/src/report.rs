@@ -1,7 +1,7 @@
 //! Runs every checker (`creek_check`) over a finished simulation and builds
 //! its report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use creek_check::history::History;
@@ -245,6 +245,7 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     let mut violations = workload.check(&out.history, &state);
     violations.extend(out.mpo_violations.iter().cloned());
     violations.extend(mpo_outcome_violations(out));
+    violations.extend(mpo_order_violations(out));
     // Linearizability over every shard's ops together, each MPO as the
     // client's call it runs (its keys on several shards).
     let history = History {
@@ -289,6 +290,69 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     vec![Check::new("cross_shard", violations), lin]
 }
 
+/// The shards' committed orders agree on the MPOs they share: the graph
+/// whose edges are each shard's consecutive MPOs (its first copy of each)
+/// has no cycle, so one serial order contains every shard's.
+fn mpo_order_violations(out: &Outcome) -> Vec<String> {
+    use creek_procs::mpo::{MpoCall, MpoId, RUN};
+    let mut edges: BTreeMap<MpoId, BTreeSet<MpoId>> = BTreeMap::new();
+    let mut nodes: BTreeSet<MpoId> = BTreeSet::new();
+    for s in 0..out.map.shards.len() {
+        let Some(i) = out
+            .shard_slots(s)
+            .find(|&i| out.members[i] && out.nodes[i].is_up())
+        else {
+            continue;
+        };
+        let mut seen = BTreeSet::new();
+        let order: Vec<MpoId> = out.nodes[i]
+            .committed()
+            .iter()
+            .filter_map(|id| out.ops.get(id))
+            .filter(|op| op.call.name.as_ref() == RUN)
+            .filter_map(|op| MpoCall::decode(&op.call.args).ok().map(|c| c.id))
+            .filter(|m| seen.insert(*m))
+            .collect();
+        nodes.extend(order.iter().copied());
+        for w in order.windows(2) {
+            edges.entry(w[0]).or_default().insert(w[1]);
+        }
+    }
+    // Kahn's algorithm: what is left once no node without a predecessor
+    // remains lies on a cycle.
+    let mut indegree: BTreeMap<MpoId, usize> = nodes.iter().map(|n| (*n, 0)).collect();
+    for succ in edges.values() {
+        for n in succ {
+            *indegree.entry(*n).or_default() += 1;
+        }
+    }
+    let mut ready: Vec<MpoId> = indegree
+        .iter()
+        .filter(|(_, d)| **d == 0)
+        .map(|(n, _)| *n)
+        .collect();
+    while let Some(n) = ready.pop() {
+        indegree.remove(&n);
+        for m in edges.get(&n).into_iter().flatten() {
+            if let Some(d) = indegree.get_mut(m) {
+                *d -= 1;
+                if *d == 0 {
+                    ready.push(*m);
+                }
+            }
+        }
+    }
+    if indegree.is_empty() {
+        return Vec::new();
+    }
+    let cycle: Vec<String> = indegree.keys().take(6).map(|m| m.to_string()).collect();
+    vec![format!(
+        "the shards' committed orders of operations across shards have a cycle through {} MPOs ({}, …): no serial order contains them all",
+        indegree.len(),
+        cycle.join(", ")
+    )]
+}
+
 /// Every shard's copy of an MPO ends the same way: a replay of each
 /// shard's committed order (MPO copies with the inputs they ran with)
 /// gives each copy's outcome; the first copy of an MPO on each shard must
@@ -297,7 +361,10 @@ fn mpo_outcome_violations(out: &Outcome) -> Vec<String> {
     use creek_procs::mpo::{MpoCall, MpoId, RUN};
     let mut outcomes: BTreeMap<MpoId, Vec<(usize, creek_exec::Outcome)>> = BTreeMap::new();
     for s in 0..out.map.shards.len() {
-        let Some(i) = out.shard_slots(s).find(|&i| out.members[i] && out.nodes[i].is_up()) else {
+        let Some(i) = out
+            .shard_slots(s)
+            .find(|&i| out.members[i] && out.nodes[i].is_up())
+        else {
             continue;
         };
         let committed = out.nodes[i].committed();
@@ -358,6 +425,30 @@ pub fn ownership_violations(out: &Outcome) -> Vec<String> {
             .map(|s| usize::from(s.0))
     };
     let mut violations = Vec::new();
+    // No shard's data holds a key another shard owns (an operation across
+    // shards installs only the writes of the keys its shard owns).
+    for s in 0..out.map.shards.len() {
+        for i in out
+            .shard_slots(s)
+            .filter(|&i| out.members[i] && out.nodes[i].is_up())
+        {
+            let owner = |k: &Bytes| {
+                workload
+                    .record_route(k)
+                    .map(|(ks, k)| usize::from(out.map.owner(ks.as_deref(), &k).0))
+            };
+            let foreign = out.nodes[i].committed_state().into_keys().find_map(|k| {
+                let user = k.first() != Some(&creek_procs::registry::INTERNAL_KEY_PREFIX);
+                owner(&k).filter(|t| user && *t != s).map(|t| (k, t))
+            });
+            if let Some((k, t)) = foreign {
+                violations.push(format!(
+                    "replica {i} of shard {s} holds key {:?}, which shard {t} owns",
+                    String::from_utf8_lossy(&k)
+                ));
+            }
+        }
+    }
     // A replica's own ops (session expiries, voids of ops that cannot
     // commit) belong to its shard whatever their arguments hold.
     let own = |call: &creek_types::ProcCall| {

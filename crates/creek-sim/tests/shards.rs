@@ -309,7 +309,11 @@ fn mpo_seeds() {
             "seed {seed}: ok={ok} mpo {}/{} {}",
             report["faults"]["mpo_completed"],
             report["faults"]["mpo_started"],
-            if ok { String::new() } else { report["violations"].to_string().chars().take(600).collect() }
+            if ok {
+                String::new()
+            } else {
+                report["violations"].to_string().chars().take(600).collect()
+            }
         );
         if !ok {
             failed.push(seed);

@@ -54,11 +54,20 @@ pub enum Bug {
     /// A restarted replica does not take back the own ops it sent before
     /// their write was durable, and issues their ids again.
     ForgetSentOps,
+    /// The origin of an operation across shards answers its final view
+    /// without waiting for the other shards' confirmations.
+    MpoSkipConfirmation,
+    /// Shard 0's replicas commit an operation across shards when CAB
+    /// decides it, not at its turn in the directory's sequence.
+    MpoOutOfSequence,
+    /// A shard installs an operation across shards' writes to other
+    /// shards' keys too.
+    MpoInstallRemoteWrite,
 }
 
 impl Bug {
     /// Every planted bug with its command-line name (`--plant-bug`).
-    pub const ALL: [(&'static str, Bug); 8] = [
+    pub const ALL: [(&'static str, Bug); 11] = [
         ("skip-invalidation", Bug::SkipInvalidation),
         ("deliver-without-cab", Bug::DeliverWithoutCab),
         ("ignore-causal-context", Bug::IgnoreCausalContext),
@@ -67,6 +76,9 @@ impl Bug {
         ("forget-unsynced-tail", Bug::ForgetUnsyncedTail),
         ("amnesiac-voter", Bug::AmnesiacVoter),
         ("forget-sent-ops", Bug::ForgetSentOps),
+        ("mpo-skip-confirmation", Bug::MpoSkipConfirmation),
+        ("mpo-out-of-sequence", Bug::MpoOutOfSequence),
+        ("mpo-install-remote-write", Bug::MpoInstallRemoteWrite),
     ];
 
     /// Parse a command-line name.

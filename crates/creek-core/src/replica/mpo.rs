@@ -33,6 +33,7 @@ use creek_exec::Engine;
 use creek_exec::ProcCall;
 use creek_procs::builtins::NOOP;
 use creek_procs::mpo::{self, Inputs, MpoCall, MpoId, Reads};
+use creek_types::planted::Bug;
 use creek_types::value::encode_args;
 use rustc_hash::FxHashMap;
 
@@ -336,14 +337,20 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let Some(&index) = self.mpos.index_of.get(&call.id) else {
             return Step::Wait;
         };
-        if index <= self.mpos.last || self.mpo_recorded(call.id) {
+        let out_of_sequence = self.config.planted.has(Bug::MpoOutOfSequence) && call.me == 0;
+        let duplicate = if out_of_sequence {
+            self.mpo_recorded(call.id)
+        } else {
+            index <= self.mpos.last || self.mpo_recorded(call.id)
+        };
+        if duplicate {
             // Another copy of this MPO committed here: this one changes
             // nothing.
             let mut noop = ProcCall::new(NOOP, encode_args(&[]));
             noop.strong = true;
             return Step::Go(noop);
         }
-        if index > self.mpos.last + 1 {
+        if index > self.mpos.last + 1 && !out_of_sequence {
             return Step::Park(index);
         }
         let mut turn = match self.mpos.turn.take() {
@@ -365,7 +372,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 self.mpos.turn = Some(turn);
                 return Step::Wait; // the state is not yet that at its position
             }
-            let local = turn.call.read_local(&Committed(&self.engine));
+            let local = turn.call.read_local(&op.call, &Committed(&self.engine));
             self.effects.push(Effect::MpoReads {
                 mpo: turn.call.id,
                 from: turn.call.me,
@@ -378,14 +385,24 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.mpos.turn = Some(turn);
         let received = self.mpos.received.get(&call.id);
         let mut remote: Reads = Vec::new();
+        let mut verdicts = Vec::new();
         for shard in call.others() {
             match received.and_then(|r| r.get(&shard)) {
-                Some(reads) if call.reads_fit(shard, reads) => remote.extend(reads.iter().cloned()),
+                Some(reads) if call.reads_fit(shard, reads) => {
+                    // `reads_fit`: the verdict first, then the keys.
+                    verdicts.push((shard, reads[0].1.clone()));
+                    remote.extend(reads[1..].iter().cloned());
+                }
                 _ => return Step::Wait,
             }
         }
         remote.sort_by(|a, b| a.0.cmp(&b.0));
-        Step::Go(call.with_inputs(Inputs { index, remote }).call(&op.call))
+        let inputs = Inputs {
+            index,
+            remote,
+            verdicts,
+        };
+        Step::Go(call.with_inputs(inputs).call(&op.call))
     }
 
     /// MPO op `op` commits now, running `call`: its engine entry runs the
@@ -408,8 +425,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 // Invariant: a shard commits its MPOs at indices 1, 2, 3, …
                 // with no gap and none twice (a second copy runs as a no-op
                 // and never gets here).
-                assert_eq!(index, self.mpos.last + 1, "{mpo} committed out of sequence");
-                self.mpos.last = index;
+                if !self.config.planted.has(Bug::MpoOutOfSequence) {
+                    assert_eq!(index, self.mpos.last + 1, "{mpo} committed out of sequence");
+                }
+                self.mpos.last = self.mpos.last.max(index);
                 self.mpos.recent.push_back(*mpo);
             }
             if self.mpos.recent.len() as u64 > mpo::READS_KEPT {
@@ -429,7 +448,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         };
         self.effects.push(Effect::MpoExecuted { mpo, shard: me });
         let view = view?;
-        if mpo.origin != u64::from(self.config.id.0) {
+        if mpo.origin != u64::from(self.config.id.0)
+            || self.config.planted.has(Bug::MpoSkipConfirmation)
+        {
             return Some(view);
         }
         let confirmed = self.mpos.confirmed.remove(&mpo).unwrap_or_default();

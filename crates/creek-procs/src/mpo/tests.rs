@@ -59,13 +59,23 @@ fn data(e: &Executed) -> Vec<(Bytes, Option<Bytes>)> {
         .collect()
 }
 
+/// The inputs of a copy given what shard `from` sent.
+fn inputs(index: u64, from: u32, reads: &Reads) -> Inputs {
+    Inputs {
+        index,
+        remote: reads[1..].to_vec(),
+        verdicts: vec![(from, reads[0].1.clone())],
+    }
+}
+
 /// Both shards' copies, each given the other's reads.
 fn exchange(a: &MapSnapshot, bs: &MapSnapshot, amount: i64, index: u64) -> (Executed, Executed) {
     let (on1, on2) = (transfer(1, amount), transfer(2, amount));
-    let (r1, r2) = (on1.read_local(a), on2.read_local(bs));
+    let client = ProcCall::new("kv.transfer", Bytes::new());
+    let (r1, r2) = (on1.read_local(&client, a), on2.read_local(&client, bs));
     assert!(on2.reads_fit(1, &r1) && on1.reads_fit(2, &r2));
-    let e1 = run(&on1.with_inputs(Inputs { index, remote: r2 }), a, None);
-    let e2 = run(&on2.with_inputs(Inputs { index, remote: r1 }), bs, None);
+    let e1 = run(&on1.with_inputs(inputs(index, 2, &r2)), a, None);
+    let e2 = run(&on2.with_inputs(inputs(index, 1, &r1)), bs, None);
     (e1, e2)
 }
 
@@ -104,7 +114,11 @@ fn a_committed_copy_records_its_index_and_reads_and_forgets_old_records() {
     let seq = w[&Bytes::from_static(SEQ_KEY)].clone();
     assert_eq!(decode_seq(seq.as_deref()), index);
     let reads = w[&reads_key(ID)].clone().unwrap();
-    assert_eq!(decode_reads(&reads), Some(vec![(b("a"), Some(b("10")))]));
+    let verdict = (Bytes::from_static(VERDICT_KEY), None);
+    assert_eq!(
+        decode_reads(&reads),
+        Some(vec![verdict, (b("a"), Some(b("10")))])
+    );
     assert_eq!(decode_id(w[&order_key(index)].as_ref().unwrap()), Some(ID));
     assert_eq!(w[&order_key(4)], None);
     assert_eq!(w[&reads_key(old)], None);
@@ -135,6 +149,7 @@ fn a_retried_request_answers_what_it_answered_on_every_shard() {
     let on1 = transfer(1, 3).with_inputs(Inputs {
         index: 1,
         remote: vec![(b("b"), Some(b("5")))],
+        verdicts: vec![(2, None)],
     });
     let first = run(&on1, &a, rid);
     // The state after the first run, the session entry included.
@@ -153,6 +168,43 @@ fn a_retried_request_answers_what_it_answered_on_every_shard() {
         data(&again)
     );
     let _ = bs;
+}
+
+#[test]
+fn every_shard_follows_the_session_verdict_of_the_lowest_shard_with_one() {
+    // Shard 1 answered this request before (its session table holds the
+    // outcome); shard 2 does not know it (its entry expired, or it never
+    // saw the first attempt). Both answer without running.
+    let rid = ClientRequestId { client: 9, seq: 4 };
+    let mut client = ProcCall::new("kv.transfer", Bytes::new());
+    client.request_id = Some(rid);
+    let first = run(
+        &transfer(1, 3).with_inputs(Inputs {
+            index: 1,
+            remote: vec![(b("b"), Some(b("5")))],
+            verdicts: vec![(2, None)],
+        }),
+        &state(&[("a", "10")]),
+        Some(rid),
+    );
+    let mut a = state(&[("a", "7")]);
+    for (k, v) in first
+        .writes
+        .iter()
+        .filter(|(k, _)| *k == crate::session::entry_key(rid))
+    {
+        a.0.insert(k.clone(), v.clone().unwrap());
+    }
+    let bs = state(&[("b", "8")]);
+    let (on1, on2) = (transfer(1, 3), transfer(2, 3));
+    let (r1, r2) = (on1.read_local(&client, &a), on2.read_local(&client, &bs));
+    assert!(r1[0].1.is_some(), "shard 1 has an answer: {r1:?}");
+    assert_eq!(r2[0].1, None, "shard 2 would run it");
+    let e1 = run(&on1.with_inputs(inputs(2, 2, &r2)), &a, Some(rid));
+    let e2 = run(&on2.with_inputs(inputs(2, 1, &r1)), &bs, Some(rid));
+    assert_eq!(e1.outcome, first.outcome);
+    assert_eq!(e2.outcome, first.outcome);
+    assert!(data(&e1).is_empty() && data(&e2).is_empty(), "applied once");
 }
 
 #[test]
@@ -175,7 +227,11 @@ fn a_multi_key_read_sees_every_shards_values() {
     let call = MpoCall::new(ID, 5, parts, "kv.mget", args).unwrap();
     let remote = vec![(b("x"), Some(b("1"))), (b("z"), None)];
     let e = run(
-        &call.with_inputs(Inputs { index: 2, remote }),
+        &call.with_inputs(Inputs {
+            index: 2,
+            remote,
+            verdicts: vec![(0, None)],
+        }),
         &state(&[("y", "2")]),
         None,
     );
@@ -219,6 +275,7 @@ fn malformed_mpos_are_refused_with_the_reason() {
     let call = transfer(1, 1).with_inputs(Inputs {
         index: 1,
         remote: vec![(b("c"), None)],
+        verdicts: vec![(2, None)],
     });
     assert!(MpoCall::decode(&call.encode())
         .unwrap_err()
@@ -244,7 +301,8 @@ proptest! {
         let mut call = transfer(me, amount);
         if with_inputs {
             let other = if me == 1 { "b" } else { "a" };
-            call = call.with_inputs(Inputs { index, remote: vec![(b(other), Some(b("4")))] });
+            let verdicts = vec![(3 - me, Some(encode_answer(&Ok(b("x")))))];
+            call = call.with_inputs(Inputs { index, remote: vec![(b(other), Some(b("4")))], verdicts });
         }
         prop_assert_eq!(MpoCall::decode(&call.encode()), Ok(call));
     }

@@ -8,6 +8,12 @@ impl Sim {
         cfg.validate()?;
         let mut registry = Registry::with_builtins();
         workload.register(&mut registry);
+        if let Some(bug) = cfg.plant_bug {
+            let mut planted = creek_types::planted::PlantedBugs::NONE;
+            if planted.plant(bug).is_ok() {
+                registry.plant(planted);
+            }
+        }
         let registry = Arc::new(registry);
         // A sharded cluster has a directory group too: group `shards`,
         // after the shards' slots (docs/shards.md, "The directory").

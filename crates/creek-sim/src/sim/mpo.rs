@@ -262,7 +262,13 @@ impl Sim {
                 continue;
             };
             let s = self.group_of(j) as u32;
-            if let Some(k) = self.mpo.indices.get(&mpo).and_then(|ix| ix.get(&s)).copied() {
+            if let Some(k) = self
+                .mpo
+                .indices
+                .get(&mpo)
+                .and_then(|ix| ix.get(&s))
+                .copied()
+            {
                 self.mpo_send(j, j, MpoNet::Input(MpoInput::Sequenced(mpo, k)));
             }
             for from in missing {
@@ -399,19 +405,25 @@ impl Sim {
                 .get(&call.id)
                 .and_then(|ix| ix.get(&(s as u32)).copied());
             let mut remote: Reads = Vec::new();
+            let mut verdicts = Vec::new();
             let mut complete = index.is_some();
             for t in call.others() {
                 match self.mpo.reads.get(&(call.id, t)) {
-                    Some(r) => remote.extend(r.iter().cloned()),
-                    None => complete = false,
+                    Some(r) if call.reads_fit(t, r) => {
+                        verdicts.push((t, r[0].1.clone()));
+                        remote.extend(r[1..].iter().cloned());
+                    }
+                    _ => complete = false,
                 }
             }
             if let (true, Some(index)) = (complete, index) {
                 remote.sort_by(|a, b| a.0.cmp(&b.0));
-                out.insert(
-                    *id,
-                    call.with_inputs(Inputs { index, remote }).call(&op.call),
-                );
+                let inputs = Inputs {
+                    index,
+                    remote,
+                    verdicts,
+                };
+                out.insert(*id, call.with_inputs(inputs).call(&op.call));
             }
         }
         out
