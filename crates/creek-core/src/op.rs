@@ -189,8 +189,9 @@ pub enum Effect {
     /// arrives later is refused.
     Voided(OpId),
     /// Send the values shard `from` read for MPO `mpo` at its committed
-    /// position to a replica of each shard in `to` (and again when one
-    /// asks: [`crate::Replica::mpo_reads_of`]).
+    /// position — its confirmation that it is there — to the replicas of
+    /// each shard in `to` (and again when one asks:
+    /// [`crate::Replica::mpo_reads_of`]).
     MpoReads {
         /// The MPO.
         mpo: creek_procs::mpo::MpoId,
@@ -200,14 +201,5 @@ pub enum Effect {
         to: Vec<u32>,
         /// The values, by key.
         reads: creek_procs::mpo::Reads,
-    },
-    /// This replica executed MPO `mpo` at its committed position: tell the
-    /// MPO's origin replica (`mpo.origin`), whose final view waits for
-    /// every involved shard ([`crate::Replica::mpo_confirmed`]).
-    MpoExecuted {
-        /// The MPO.
-        mpo: creek_procs::mpo::MpoId,
-        /// This replica's shard.
-        shard: u32,
     },
 }

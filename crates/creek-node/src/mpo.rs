@@ -28,14 +28,6 @@ pub enum MpoMessage {
         /// The values, by key.
         reads: Reads,
     },
-    /// This replica executed `mpo` at its committed position: for the
-    /// MPO's origin replica, `mpo.origin` ([`Node::mpo_confirmed`] there).
-    Executed {
-        /// The MPO.
-        mpo: MpoId,
-        /// This replica's shard.
-        shard: u32,
-    },
 }
 
 impl MpoMessage {
@@ -53,7 +45,6 @@ impl MpoMessage {
                 to,
                 reads,
             }),
-            Effect::MpoExecuted { mpo, shard } => Ok(MpoMessage::Executed { mpo, shard }),
             other => Err(other),
         }
     }
@@ -84,12 +75,6 @@ impl<S: CabStorage> Node<S> {
     /// Shard `shard`'s values for `mpo` ([`creek_core::Replica::mpo_reads`]).
     pub fn mpo_reads(&mut self, mpo: MpoId, shard: u32, reads: Reads) {
         self.replica.mpo_reads(mpo, shard, reads);
-        self.turn();
-    }
-
-    /// Shard `shard` executed `mpo` ([`creek_core::Replica::mpo_confirmed`]).
-    pub fn mpo_confirmed(&mut self, mpo: MpoId, shard: u32) {
-        self.replica.mpo_confirmed(mpo, shard);
         self.turn();
     }
 }

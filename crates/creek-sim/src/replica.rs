@@ -202,8 +202,6 @@ pub enum MpoInput {
     Sequenced(MpoId, u64),
     /// Shard `.1`'s values for the MPO.
     Reads(MpoId, u32, Reads),
-    /// Shard `.1` executed the MPO.
-    Confirmed(MpoId, u32),
 }
 
 impl ReplicaCounts {
@@ -637,7 +635,6 @@ impl SimReplica for CreekReplica {
             match input {
                 MpoInput::Sequenced(mpo, index) => n.mpo_sequenced(mpo, index),
                 MpoInput::Reads(mpo, shard, reads) => n.mpo_reads(mpo, shard, reads),
-                MpoInput::Confirmed(mpo, shard) => n.mpo_confirmed(mpo, shard),
             }
         }
         self.collect();

@@ -289,6 +289,30 @@ fn transfers_across_shards_keep_the_total() {
     );
 }
 
+/// Each planted bug of operations across shards is caught within 20
+/// seeds (transfers across shards, every fault class).
+#[test]
+fn planted_mpo_bugs_are_caught() {
+    for (name, bug) in creek_types::planted::Bug::ALL
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("mpo-"))
+    {
+        let caught = (0..20).find(|&seed| {
+            let cfg = SimConfig {
+                cross_shard: 0.3,
+                plant_bug: Some(bug),
+                ..config("bank", seed)
+            };
+            !simulate(&cfg).unwrap().1
+        });
+        eprintln!("{name}: caught at seed {caught:?}");
+        assert!(
+            caught.is_some(),
+            "planted bug {name} went unnoticed in 20 seeds"
+        );
+    }
+}
+
 /// Many seeds of transfers across shards under every fault class (run by
 /// hand: `MPO_SEEDS=0..40 cargo test -p creek-sim --test shards mpo_seeds -- --ignored`).
 #[test]

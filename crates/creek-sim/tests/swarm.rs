@@ -65,7 +65,12 @@ fn small_swarm_with_all_faults_passes_every_check() {
 /// seed in eight has.)
 #[test]
 fn planted_bugs_are_caught() {
-    for (name, bug) in PlantedBug::ALL {
+    // The bugs of operations across shards need a sharded run with them
+    // (crates/creek-sim/tests/shards.rs).
+    for (name, bug) in PlantedBug::ALL
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with("mpo-"))
+    {
         let caught = (0..40).any(|seed| {
             let cfg = SimConfig {
                 replicas: 5,

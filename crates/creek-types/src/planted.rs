@@ -54,8 +54,8 @@ pub enum Bug {
     /// A restarted replica does not take back the own ops it sent before
     /// their write was durable, and issues their ids again.
     ForgetSentOps,
-    /// The origin of an operation across shards answers its final view
-    /// without waiting for the other shards' confirmations.
+    /// A shard commits an operation across shards without the other
+    /// shards' confirmations (their reads), as if they had read nothing.
     MpoSkipConfirmation,
     /// Shard 0's replicas commit an operation across shards when CAB
     /// decides it, not at its turn in the directory's sequence.

@@ -844,7 +844,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         let Some(a) = self.awaiting.get_mut(&s.key) else {
             if let (ExecKey::Op(id), true) = (s.key, s.committed) {
-                self.mpo_settled(id, None);
+                self.mpo_settled(id);
             }
             return;
         };
@@ -884,18 +884,16 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if local {
             self.engine.remove(s.key);
         }
-        let view = send.filter(|_| client).map(|kind| View {
-            handle: s.key,
-            kind,
-            outcome: s.outcome,
-        });
-        let view = match s.key {
-            ExecKey::Op(id) if s.committed => self.mpo_settled(id, view),
-            _ => view,
-        };
-        if let Some(view) = view {
+        if let (ExecKey::Op(id), true) = (s.key, s.committed) {
+            self.mpo_settled(id);
+        }
+        if let (Some(kind), true) = (send, client) {
             self.counters.views += 1;
-            self.effects.push(Effect::View(view));
+            self.effects.push(Effect::View(View {
+                handle: s.key,
+                kind,
+                outcome: s.outcome,
+            }));
         }
     }
 

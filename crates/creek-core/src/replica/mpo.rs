@@ -20,12 +20,15 @@
 //! ([`creek_procs::mpo::Inputs`]). Nothing commits on this shard
 //! meanwhile: the state it read is the state at the MPO's position.
 //!
-//! The replica that invoked the MPO (its origin) answers the client's final
-//! view only once every other involved shard has confirmed it executed the
-//! MPO at its committed position ([`Replica::mpo_confirmed`]; each replica
-//! hands out [`Effect::MpoExecuted`] when it does).
+//! Each shard's reads are its **confirmation** (the paper's, one per
+//! involved shard): a shard hands them out only at the MPO's committed
+//! position, and commits nothing else until it has run the MPO, so once a
+//! replica holds every shard's reads the MPO's place in every shard's
+//! order is fixed and its result known. The origin's final view needs no
+//! further round: an op any shard orders after that point is ordered after
+//! the MPO there too.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 use creek_exec::txn::{SnapshotRead, VersionNo};
@@ -39,7 +42,7 @@ use rustc_hash::FxHashMap;
 
 use super::Replica;
 use crate::id::OpId;
-use crate::op::{Effect, ExecKey, Op, Pos, View};
+use crate::op::{Effect, ExecKey, Op, Pos};
 
 /// Most MPOs whose reads a replica holds before their turn here; reads
 /// for more are dropped (their senders send them again).
@@ -69,16 +72,10 @@ pub(super) struct Mpos {
     turn: Option<Turn>,
     /// Other shards' reads, by MPO and shard (they may come early).
     received: FxHashMap<MpoId, BTreeMap<u32, Reads>>,
-    /// MPO ops committed here whose final execution is not known yet:
-    /// the MPO, this shard and the other involved shards.
-    executing: FxHashMap<OpId, (MpoId, u32, BTreeSet<u32>)>,
+    /// MPO ops committed here whose final execution is not known yet.
+    executing: FxHashMap<OpId, MpoId>,
     /// The copies of MPOs held here and not committed, by MPO.
     copies: FxHashMap<MpoId, Vec<OpId>>,
-    /// At the origin: the other shards that confirmed each MPO.
-    confirmed: FxHashMap<MpoId, BTreeSet<u32>>,
-    /// At the origin: final views held until every other shard confirms,
-    /// with the shards still awaited.
-    held: FxHashMap<MpoId, (View, BTreeSet<u32>)>,
 }
 
 #[derive(Debug)]
@@ -233,28 +230,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
     }
 
-    /// Shard `shard` executed MPO `mpo` at its committed position. At the
-    /// MPO's origin, the final view waits for every other involved shard's
-    /// confirmation.
-    pub fn mpo_confirmed(&mut self, mpo: MpoId, shard: u32) {
-        if mpo.origin != u64::from(self.config.id.0) {
-            return;
-        }
-        if let Some((_, waiting)) = self.mpos.held.get_mut(&mpo) {
-            waiting.remove(&shard);
-            if waiting.is_empty() {
-                if let Some((view, _)) = self.mpos.held.remove(&mpo) {
-                    self.counters.views += 1;
-                    self.effects.push(Effect::View(view));
-                }
-            }
-            return;
-        }
-        if self.mpos.confirmed.len() < RECEIVED_MAX {
-            self.mpos.confirmed.entry(mpo).or_default().insert(shard);
-        }
-    }
-
     /// A new op is held here: note it if it is a copy of an MPO.
     pub(super) fn mpo_arrived(&mut self, op: &Op) {
         if let Some(mpo) = is_mpo(op)
@@ -387,6 +362,14 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let mut remote: Reads = Vec::new();
         let mut verdicts = Vec::new();
         for shard in call.others() {
+            if self.config.planted.has(Bug::MpoSkipConfirmation) {
+                // Planted: commit without the other shard's confirmation,
+                // as if it had read nothing (and would run it).
+                verdicts.push((shard, None));
+                let keys = call.keys_of(shard).iter().map(|k| (k.clone(), None));
+                remote.extend(keys);
+                continue;
+            }
             match received.and_then(|r| r.get(&shard)) {
                 Some(reads) if call.reads_fit(shard, reads) => {
                     // `reads_fit`: the verdict first, then the keys.
@@ -415,12 +398,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             .insert(key, Pos::Tentative(op.timestamp, key), call);
         if let Some(turn) = self.mpos.turn.take_if(|t| t.op == op.id) {
             self.mpos.received.remove(&turn.call.id);
-            let others = turn.call.others().collect();
-            self.mpos
-                .executing
-                .insert(op.id, (turn.call.id, turn.call.me, others));
+            self.mpos.executing.insert(op.id, turn.call.id);
         }
-        if let Some((mpo, _, _)) = self.mpos.executing.get(&op.id) {
+        if let Some(mpo) = self.mpos.executing.get(&op.id) {
             if let Some(&index) = self.mpos.index_of.get(mpo) {
                 // Invariant: a shard commits its MPOs at indices 1, 2, 3, …
                 // with no gap and none twice (a second copy runs as a no-op
@@ -439,26 +419,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
     }
 
-    /// MPO op `id`'s final execution is known: say so, and at the origin
-    /// hold its final view until the other shards confirm theirs.
-    /// Returns the view to send now, if any.
-    pub(super) fn mpo_settled(&mut self, id: OpId, view: Option<View>) -> Option<View> {
-        let Some((mpo, me, others)) = self.mpos.executing.remove(&id) else {
-            return view;
-        };
-        self.effects.push(Effect::MpoExecuted { mpo, shard: me });
-        let view = view?;
-        if mpo.origin != u64::from(self.config.id.0)
-            || self.config.planted.has(Bug::MpoSkipConfirmation)
-        {
-            return Some(view);
-        }
-        let confirmed = self.mpos.confirmed.remove(&mpo).unwrap_or_default();
-        let waiting: BTreeSet<u32> = others.difference(&confirmed).copied().collect();
-        if waiting.is_empty() {
-            return Some(view);
-        }
-        self.mpos.held.insert(mpo, (view, waiting));
-        None
+    /// MPO op `id`'s final execution is known.
+    pub(super) fn mpo_settled(&mut self, id: OpId) {
+        self.mpos.executing.remove(&id);
     }
 }

@@ -2,16 +2,15 @@
 //! a shard's node loop does for an MPO besides running its node — forward
 //! the MPO's copy to each other involved shard, have the directory
 //! sequence it, tell each shard's replicas their index, carry the values
-//! each shard read to the others and each shard's confirmation to the
-//! origin.
+//! each shard read (its confirmation) to the others.
 //!
 //! Messages travel the simulated network (loss, partitions, delays). What
 //! a lost message or a crash leaves undone, a sweep every [`SWEEP_US`]
 //! does again, from what the replicas hold: a shard none of whose
 //! replicas holds a copy gets one forwarded again (a second copy commits as
 //! a no-op), a replica at an MPO's turn that misses a shard's reads is
-//! sent them (any replica of that shard answers from its record), an
-//! origin waiting for a confirmation gets it again. An MPO is forwarded
+//! sent them (any replica of that shard answers from its record). An MPO
+//! is forwarded
 //! and sequenced only once another replica of the origin's shard holds its
 //! op: a replica that crashes may issue an id again that no peer saw, and
 //! an MPO's id must name one MPO.
@@ -153,7 +152,7 @@ impl Sim {
     }
 
     /// Replica `i`'s MPO messages: each shard's reads to every replica of
-    /// the shards that wait for them, a confirmation to the origin.
+    /// the shards that wait for them.
     pub(super) fn mpo_out(&mut self, i: usize, messages: Vec<MpoMessage>) {
         for m in messages {
             match m {
@@ -177,13 +176,6 @@ impl Sim {
                             let input = MpoInput::Reads(mpo, from, reads.clone());
                             self.mpo_send(i, j, MpoNet::Input(input));
                         }
-                    }
-                }
-                MpoMessage::Executed { mpo, shard } => {
-                    let origin = (mpo.origin as usize).saturating_sub(1);
-                    if origin != i && origin < self.nodes.len() {
-                        let input = MpoInput::Confirmed(mpo, shard);
-                        self.mpo_send(i, origin, MpoNet::Input(input));
                     }
                 }
             }
@@ -331,16 +323,10 @@ impl Sim {
         let Some(t) = self.mpo.tracks.get(&mpo) else {
             return;
         };
-        let confirmations: Vec<u32> = t.committed.iter().copied().filter(|s| *s != me).collect();
         let all_committed = t.committed.len() == shards.len();
         let record = &self.history.ops[t.record];
         let answered =
             record.origin_crashed || record.views.iter().any(|v| v.kind != ViewKind::Tentative);
-        if self.nodes[origin].node.is_up() && !answered {
-            for s in confirmations {
-                self.mpo_send(origin, origin, MpoNet::Input(MpoInput::Confirmed(mpo, s)));
-            }
-        }
         if all_committed && (answered || !self.nodes[origin].node.is_up()) {
             self.mpo.tracks.remove(&mpo);
             self.mpo.completed += 1;
