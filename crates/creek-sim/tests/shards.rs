@@ -326,6 +326,15 @@ fn mpo_seeds() {
         let cfg = SimConfig {
             faults: Faults::parse(&faults).unwrap(),
             cross_shard: 0.3,
+            plant_bug: std::env::var("MPO_PLANT")
+                .ok()
+                .map(|b| creek_types::planted::Bug::parse(&b).unwrap()),
+            links: std::env::var("MPO_LINKS")
+                .map(|l| creek_sim::config::Links::parse(&l).unwrap())
+                .unwrap_or_default(),
+            duration_us: std::env::var("MPO_DURATION_US")
+                .map(|d| d.parse().unwrap())
+                .unwrap_or(300_000),
             ..config("bank", seed)
         };
         let (report, ok) = simulate(&cfg).unwrap();
