@@ -18,6 +18,12 @@
 # keyspaces), ycsb 100; on wide-area links (4 s): kv 100. About 25
 # minutes on an idle machine.
 #
+# `scripts/hand-swarm.sh mpo` runs the swarm of operations across shards:
+# 2,000 seeds of bank on clusters of shards of 3 replicas where 30 % of
+# the transfers go between two shards (docs/cross-shard.md), 300 ms of
+# clients on a LAN: 1,600 on 2 shards and 300 on 3; on wide-area links
+# (4 s): 100 on 2 shards.
+#
 # SWARM_OFFSET=N moves every seed range up by N (another set of seeds than
 # the last run's).
 set -euo pipefail
@@ -51,6 +57,13 @@ procs2 creek lan procs 200000 250 300ms 2 3
 ycsb2 creek lan ycsb 200000 100 300ms 2 3
 wan-kv2 creek wan kv 200000 100 4s 2 3"
 fi
+cross=0
+if [ "${1:-}" = mpo ]; then
+  cross=0.3
+  plan="mpo2 creek lan bank 300000 1600 300ms 2 3
+mpo3 creek lan bank 300000 300 300ms 3 3
+wan-mpo2 creek wan bank 300000 100 4s 2 3"
+fi
 
 # Chunks of at most 100 seeds, so the two workers stay balanced.
 offset=${SWARM_OFFSET:-0}
@@ -64,10 +77,11 @@ done <<< "$plan")
 
 run() {
   "$bin" sim --protocol "$2" --links "$3" --replicas "$8" --shards "$7" --workload "$4" \
-    --seeds "$5" --duration "$6" --faults all --json > "$logs/$1.jsonl" 2> "$logs/$1.err" || true
+    --cross-shard "$cross" --seeds "$5" --duration "$6" --faults all --json \
+    > "$logs/$1.jsonl" 2> "$logs/$1.err" || true
 }
 export -f run
-export bin logs
+export bin logs cross
 started=$(date +%s)
 echo "$chunks" | xargs -P 2 -L 1 bash -c 'run "$@"' _
 echo "wall time: $(( $(date +%s) - started )) s"
