@@ -230,10 +230,7 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
     let mut state = BTreeMap::new();
     for s in 0..out.map.shards.len() {
-        let first = out
-            .shard_slots(s)
-            .find(|&i| out.members[i] && out.nodes[i].is_up() && !out.nodes[i].is_lost());
-        let Some(i) = first else {
+        let Some(i) = reference_replica(out, s) else {
             continue;
         };
         let owned = out.nodes[i].committed_state().into_iter().filter(|(k, _)| {
@@ -290,6 +287,14 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     vec![Check::new("cross_shard", violations), lin]
 }
 
+/// The replica whose end state stands for shard `s` in the checks across
+/// shards: its first member that is up and holds its data (the shard's
+/// own checks say whether its replicas agree).
+fn reference_replica(out: &Outcome, s: usize) -> Option<usize> {
+    out.shard_slots(s)
+        .find(|&i| out.members[i] && out.nodes[i].is_up() && !out.nodes[i].is_lost())
+}
+
 /// The shards' committed orders agree on the MPOs they share: the graph
 /// whose edges are each shard's consecutive MPOs (its first copy of each)
 /// has no cycle, so one serial order contains every shard's.
@@ -298,10 +303,7 @@ fn mpo_order_violations(out: &Outcome) -> Vec<String> {
     let mut edges: BTreeMap<MpoId, BTreeSet<MpoId>> = BTreeMap::new();
     let mut nodes: BTreeSet<MpoId> = BTreeSet::new();
     for s in 0..out.map.shards.len() {
-        let Some(i) = out
-            .shard_slots(s)
-            .find(|&i| out.members[i] && out.nodes[i].is_up())
-        else {
+        let Some(i) = reference_replica(out, s) else {
             continue;
         };
         let mut seen = BTreeSet::new();
@@ -361,10 +363,7 @@ fn mpo_outcome_violations(out: &Outcome) -> Vec<String> {
     use creek_procs::mpo::{MpoCall, MpoId, RUN};
     let mut outcomes: BTreeMap<MpoId, Vec<(usize, creek_exec::Outcome)>> = BTreeMap::new();
     for s in 0..out.map.shards.len() {
-        let Some(i) = out
-            .shard_slots(s)
-            .find(|&i| out.members[i] && out.nodes[i].is_up())
-        else {
+        let Some(i) = reference_replica(out, s) else {
             continue;
         };
         let committed = out.nodes[i].committed();
@@ -456,6 +455,18 @@ pub fn ownership_violations(out: &Outcome) -> Vec<String> {
     };
     let mut judge = |what: String, call: &creek_types::ProcCall, shard: usize| match owner(call) {
         _ if own(call) => {}
+        // A shard's copy of an operation across shards runs on a shard it
+        // involves.
+        _ if call.name.as_ref() == creek_procs::mpo::RUN => {
+            match creek_procs::mpo::MpoCall::decode(&call.args) {
+                Ok(mpo) if mpo.parts.iter().any(|p| p.shard as usize == shard) => {}
+                Ok(mpo) => violations.push(format!(
+                    "{what} ({}, {}) ran on shard {shard}, which it does not involve",
+                    call.name, mpo.id
+                )),
+                Err(_) => {}
+            }
+        }
         Ok(s) if s != shard => violations.push(format!(
             "{what} ({}) ran on shard {shard}; shard {s} owns its keys",
             call.name
@@ -498,6 +509,12 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
     let mut tentative = Vec::new();
     let mut stable = Vec::new();
     let mut completed = 0u64;
+    // Operations across shards apart from the strong ops of one shard.
+    let (mut mpo_stable, mut single_stable) = (Vec::new(), Vec::new());
+    let mpos = h
+        .iter()
+        .filter(|r| r.call.name.as_ref() == creek_procs::mpo::RUN)
+        .count();
     for r in h {
         if let Some(v) = r.first_tentative() {
             tentative.push(v.at_us - r.invoked_at_us);
@@ -505,6 +522,11 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         if let Some(v) = r.final_view() {
             if r.strong {
                 stable.push(v.at_us - r.invoked_at_us);
+                if r.call.name.as_ref() == creek_procs::mpo::RUN {
+                    mpo_stable.push(v.at_us - r.invoked_at_us);
+                } else {
+                    single_stable.push(v.at_us - r.invoked_at_us);
+                }
             }
         }
         let done = if r.wants_final {
@@ -564,7 +586,13 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         "notes": checks.iter().filter_map(|c| c.note.clone()).collect::<Vec<_>>(),
         "accuracy": if checked == 0 { json!(null) } else { json!(hits as f64 / checked as f64) },
         "execution_ratio": if inserted == 0 { json!(null) } else { json!(executions as f64 / inserted as f64) },
-        "latency_us": { "tentative": crate::bench::percentiles(tentative), "stable": crate::bench::percentiles(stable) },
+        "latency_us": {
+            "tentative": crate::bench::percentiles(tentative),
+            "stable": crate::bench::percentiles(stable),
+            "mpo_stable": crate::bench::percentiles(mpo_stable),
+            "single_shard_strong_stable": crate::bench::percentiles(single_stable),
+        },
+        "mpo_share": if h.is_empty() { json!(null) } else { json!(mpos as f64 / h.len() as f64) },
         "throughput_ops_per_sec": completed as f64 / (out.duration_us as f64 / 1e6),
         "bytes": {
             "consensus": out.traffic.cab_bytes,

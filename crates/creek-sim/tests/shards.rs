@@ -287,6 +287,8 @@ fn transfers_across_shards_keep_the_total() {
         report["faults"]["mpo_completed"],
         report["faults"]["mpo_started"]
     );
+    assert!(report["mpo_share"].as_f64().unwrap() > 0.0);
+    assert!(report["latency_us"]["mpo_stable"]["p50"].as_u64().unwrap() > 0);
 }
 
 /// Each planted bug of operations across shards is caught within 20
