@@ -87,6 +87,10 @@ enum Ev {
     /// The simulator's sweep of operations across shards
     /// (`mpo::SWEEP_US`).
     MpoSweep,
+    /// A new MPO's origin looks whether the MPO may leave.
+    MpoRelease {
+        mpo: creek_procs::mpo::MpoId,
+    },
     End,
 }
 
@@ -109,6 +113,7 @@ impl Ev {
             Ev::MapAnswer { to, map } => 15 + 16 * (*to as u64) + 256 * map.epoch,
             Ev::Mpo { to, .. } => 16 + 32 * (*to as u64),
             Ev::MpoSweep => 17,
+            Ev::MpoRelease { mpo } => 18 + 32 * mpo.seq,
             Ev::End => 8,
         }
     }
@@ -456,6 +461,7 @@ impl Sim {
             Ev::MapAnswer { to, map } => self.map_answer(to, map),
             Ev::Mpo { to, msg } => self.mpo_deliver(to, msg),
             Ev::MpoSweep => self.mpo_sweep(),
+            Ev::MpoRelease { mpo } => self.mpo_release(mpo),
             Ev::DiskPoll { node, epoch } => {
                 let n = &mut self.nodes[node];
                 if n.epoch == epoch {

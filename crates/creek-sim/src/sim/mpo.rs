@@ -36,6 +36,11 @@ use crate::replica::MpoInput;
 /// left undone.
 pub(super) const SWEEP_US: u64 = 10_000;
 
+/// How often a new MPO's origin looks whether its op may leave (another
+/// replica of its shard holds it), as a node's hold rule releases a
+/// message once the write it depends on is durable.
+const RELEASE_POLL_US: u64 = 100;
+
 /// The `client` of the sequencer's ops (`mpo.sequence` at the directory)
 /// in the history: each op is a session of its own, numbered down from
 /// here (to [`SEQUENCER_CLIENTS`] of them, then again).
@@ -138,6 +143,7 @@ impl Sim {
         };
         let client_call = r.call.clone();
         self.mpo.started += 1;
+        self.schedule(self.now + RELEASE_POLL_US, Ev::MpoRelease { mpo });
         self.mpo.tracks.insert(
             mpo,
             Track {
@@ -233,6 +239,18 @@ impl Sim {
             .collect();
         self.mpo.indices.insert(mpo, indices);
         self.mpo_sweep_one(mpo);
+    }
+
+    /// A new MPO leaves its origin as soon as it may: forwarded and
+    /// sequenced at once, not at the next sweep.
+    pub(super) fn mpo_release(&mut self, mpo: MpoId) {
+        if self.mpo.tracks.get(&mpo).is_none_or(|t| t.released) {
+            return;
+        }
+        self.mpo_sweep_one(mpo);
+        if self.mpo.tracks.get(&mpo).is_some_and(|t| !t.released) {
+            self.schedule(self.now + RELEASE_POLL_US, Ev::MpoRelease { mpo });
+        }
     }
 
     /// Every [`SWEEP_US`]: what lost messages and crashes left undone.
