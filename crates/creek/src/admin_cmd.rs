@@ -80,12 +80,12 @@ pub fn run(args: &Args) -> Result<(), String> {
                         "peer_addr": m.peer_addr,
                         "client_addr": m.client_addr,
                     });
-                    println!("{j}");
+                    out!("{j}");
                 }
             }
             Format::Value => {
                 for m in &members.members {
-                    println!("{}", m.replica);
+                    out!("{}", m.replica);
                 }
             }
         }
@@ -94,9 +94,12 @@ pub fn run(args: &Args) -> Result<(), String> {
 }
 
 fn print_members(m: &pb::MembersReply) {
-    println!(
+    out!(
         "{:<8} {:<15} {:<22} {:<22}",
-        "replica", "role", "peer address", "client address"
+        "replica",
+        "role",
+        "peer address",
+        "client address"
     );
     for member in &m.members {
         let leader = if member.replica == m.leader {
@@ -104,7 +107,7 @@ fn print_members(m: &pb::MembersReply) {
         } else {
             ""
         };
-        println!(
+        out!(
             "{:<8} {:<15} {:<22} {:<22}",
             member.replica,
             format!("{}{leader}", member.role),
@@ -112,8 +115,9 @@ fn print_members(m: &pb::MembersReply) {
             member.client_addr
         );
     }
-    println!(
+    out!(
         "as applied by replica {} (last change at log index {})",
-        m.replica, m.conf_index
+        m.replica,
+        m.conf_index
     );
 }

@@ -162,8 +162,8 @@ fn failure(e: &Error, addrs: &[String], args: &Args, id: RequestId) -> Failure {
 /// Print one view in `format` (`value` prints only the last view, later).
 fn print_view(view: &View, format: Format, id: RequestId) -> Result<(), String> {
     match format {
-        Format::Table => println!("{}", format_view(view)),
-        Format::Json => println!("{}", view_json(view, id)),
+        Format::Table => out!("{}", format_view(view)),
+        Format::Json => out!("{}", view_json(view, id)),
         Format::Value => {}
     }
     Ok(())
@@ -378,11 +378,25 @@ fn typed(p: &pb::ProcedureInfo, args: Vec<Arg>) -> Result<Vec<Value>, Failure> {
                     Ok(Value::Bytes(Bytes::from(arg.text.clone())))
                 }
                 ("int", v @ Value::Int(_)) => Ok(v),
+                // Digits that do not fit: say the range, not "an integer".
+                ("int", _) if is_integral(&arg.text) => Err(wrong(&format!(
+                    "an integer from {} to {}",
+                    i64::MIN,
+                    i64::MAX
+                ))),
                 ("int", _) => Err(wrong("an integer")),
                 (_, v) => Ok(v),
             }
         })
         .collect()
+}
+
+/// Whether `text` is written as an integer (a sign, then digits), whatever
+/// its size.
+fn is_integral(text: &str) -> bool {
+    let t = text.trim();
+    let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// An argument: `nil`, `true`, `false`, an integer, a list `[a,b]`, a
@@ -565,6 +579,12 @@ mod tests {
         assert_eq!(
             e.message,
             "p(key: bytes, delta: int): argument 2 (delta) must be an integer, got \"1.5\""
+        );
+        let e = typed(&incr, args(&["n", "99999999999999999999"])).expect_err("refused");
+        assert_eq!(
+            e.message,
+            "p(key: bytes, delta: int): argument 2 (delta) must be an integer from \
+             -9223372036854775808 to 9223372036854775807, got \"99999999999999999999\""
         );
         let e = typed(&incr, args(&["n"])).expect_err("refused");
         assert!(

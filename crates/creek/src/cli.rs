@@ -2,6 +2,18 @@
 //! `CREEK_ENDPOINTS`), how data is printed (`-o`), values as JSON, the exit
 //! codes scripts can test, and errors that say what was reached.
 
+/// `println!` for a client command's output: a reader that went away
+/// (`creek proc show X | head`) ends the command quietly instead of a
+/// panic on the broken pipe.
+macro_rules! out {
+    () => {
+        $crate::cli::write_line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_line(format_args!($($arg)*))
+    };
+}
+
 use std::process::ExitCode;
 
 use creek_client::Error;
@@ -346,6 +358,23 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))
+}
+
+/// Write one line of a client command's output (see [`out!`]).
+pub(crate) fn write_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(args)
+        .and_then(|()| stdout.write_all(b"\n"));
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            // The reader has what it wanted; nothing is left to say.
+            std::process::exit(0);
+        }
+        eprintln!("creek: writing the output: {e}");
+        std::process::exit(1);
+    }
 }
 
 #[cfg(test)]

@@ -320,15 +320,20 @@ impl DevCluster {
                  stopped or killed replica as down)"
             );
         }
+        let endpoints = self.endpoints_export();
         if let Some(dir) = &self.certs {
             let d = dir.display();
             println!(
                 "TLS on every link (certificates in {d}); clients need the CA and a client \
                  certificate, and every call a token (the root token, admin on everything, \
                  is in {d}/root.token):\n  export CREEK_CA={d}/ca.crt CREEK_CERT={d}/client-root.crt \
-                 CREEK_KEY={d}/client-root.key CREEK_TOKEN=$(cat {d}/root.token)\nthen make users \
-                 with their own tokens: creek user add alice --role readwrite"
+                 CREEK_KEY={d}/client-root.key CREEK_TOKEN=$(cat {d}/root.token){}\nthen make users \
+                 with their own tokens: creek user add alice --role readwrite",
+                endpoints.as_deref().map(|e| format!(" {e}")).unwrap_or_default()
             );
+        } else if let Some(e) = &endpoints {
+            // Not the ports `creek call` tries by default.
+            println!("clients find this cluster with:\n  export {e}");
         }
         println!(
             "try: creek call kv.put greeting hello     creek status\n\
@@ -336,6 +341,15 @@ impl DevCluster {
              Ctrl-C stops the cluster"
         );
     }
+    /// `CREEK_ENDPOINTS=…` naming this cluster's client addresses, unless
+    /// they are the ones the client commands try by default.
+    fn endpoints_export(&self) -> Option<String> {
+        let addrs: Vec<String> = self.procs.clients.iter().map(|a| a.to_string()).collect();
+        let default = addrs.len() == crate::cli::DEV_ADDRS.len()
+            && addrs.iter().zip(crate::cli::DEV_ADDRS).all(|(a, d)| a == d);
+        (!default).then(|| format!("CREEK_ENDPOINTS={}", addrs.join(",")))
+    }
+
     /// Take commands until `quit`, Ctrl-C or SIGTERM; report replicas that
     /// exit by themselves. The end of the input (no terminal) leaves the
     /// cluster running until a signal.

@@ -53,9 +53,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 .await?;
                 outcome.map_err(|abort| Failure::new(exit::ABORTED, abort))?;
                 if args.output.output == Format::Json {
-                    println!("{}", serde_json::json!({ "name": name, "label": label }));
+                    out!("{}", serde_json::json!({ "name": name, "label": label }));
                 } else {
-                    println!("keyspace {name} is {label}");
+                    out!("keyspace {name} is {label}");
                 }
             }
             Command::List => {
@@ -72,10 +72,10 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                     let (name, label) = (cli::text_of(name), cli::text_of(label));
                     match args.output.output {
                         Format::Json => {
-                            println!("{}", serde_json::json!({ "name": name, "label": label }))
+                            out!("{}", serde_json::json!({ "name": name, "label": label }))
                         }
-                        Format::Value => println!("{name}"),
-                        Format::Table => println!("{name:<24}  {label}"),
+                        Format::Value => out!("{name}"),
+                        Format::Table => out!("{name:<24}  {label}"),
                     }
                 }
             }

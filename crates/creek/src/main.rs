@@ -2,11 +2,12 @@
 //! (`call`, `status`), the simulator (`sim`); the benchmarks (`bench`) and
 //! `chaos` are parsed here and run by `creek_bench`.
 
+#[macro_use]
+mod cli;
 mod admin_cmd;
 mod backup_cmd;
 mod call_cmd;
 mod certs_cmd;
-mod cli;
 mod dev_cmd;
 mod keyspace_cmd;
 mod proc_cmd;
@@ -68,9 +69,11 @@ enum Command {
     User(user_cmd::UserArgs),
     /// Define and list the roles users are given.
     Role(user_cmd::RoleArgs),
+    /// Make a certificate authority and the replica and client
+    /// certificates signed by it, for TLS (docs/security.md).
+    Certs(certs_cmd::Args),
     /// Print a completion script for a shell: bash, zsh or fish (e.g.
     /// `source <(creek completion bash)`).
-    Certs(certs_cmd::Args),
     Completion {
         /// The shell.
         shell: clap_complete::Shell,

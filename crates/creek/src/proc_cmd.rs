@@ -67,7 +67,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                         format!("no user procedure {name:?} to drop"),
                     ));
                 }
-                println!("dropped {name}");
+                out!("dropped {name}");
                 return Ok(());
             }
             Command::List | Command::Show { .. } => {}
@@ -85,33 +85,33 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         match (args.output.output, &args.command) {
             (Format::Json, _) => {
                 for p in chosen {
-                    println!("{}", info_json(p));
+                    out!("{}", info_json(p));
                 }
             }
             (Format::Value, _) => {
                 for p in chosen {
-                    println!("{}", p.name);
+                    out!("{}", p.name);
                 }
             }
             (Format::Table, Command::Show { name }) => {
                 for p in chosen {
-                    println!("{}{}", p.name, params(p));
-                    println!("  returns    {}", p.returns);
-                    println!("  read-only  {}", if p.read_only { "yes" } else { "no" });
+                    out!("{}{}", p.name, params(p));
+                    out!("  returns    {}", p.returns);
+                    out!("  read-only  {}", if p.read_only { "yes" } else { "no" });
                     if p.user {
                         print_user(p);
                         if let Some(source) = source(&client, &addrs, name).await? {
-                            println!("  source:");
+                            out!("  source:");
                             for line in source.lines() {
-                                println!("    {line}");
+                                out!("    {line}");
                             }
                         }
                     } else {
-                        println!("  {}", p.summary);
+                        out!("  {}", p.summary);
                     }
                 }
             }
-            (Format::Table, _) => println!("{}", table(&chosen)),
+            (Format::Table, _) => out!("{}", table(&chosen)),
         }
         Ok(())
     })
@@ -119,21 +119,21 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 
 /// The lines `creek proc show` adds for a user procedure.
 fn print_user(p: &pb::ProcedureInfo) {
-    println!("  version    {}", p.version);
+    out!("  version    {}", p.version);
     let strong = if p.writes_strong {
         "only: it may write a strong keyspace"
     } else {
         "not needed"
     };
-    println!("  strong     {strong}");
+    out!("  strong     {strong}");
     let keyspaces: Vec<String> = p
         .keyspaces
         .iter()
         .map(|k| format!("{} ({})", k.name, k.label))
         .collect();
-    println!("  keyspaces  {}", keyspaces.join(", "));
+    out!("  keyspaces  {}", keyspaces.join(", "));
     if !p.summary.is_empty() {
-        println!("  {}", p.summary);
+        out!("  {}", p.summary);
     }
 }
 
@@ -186,12 +186,12 @@ async fn register(
         };
         let name = cli::text_of(name);
         match format {
-            Format::Json => println!(
+            Format::Json => out!(
                 "{}",
                 serde_json::json!({ "name": name, "version": cli::value_json(version) })
             ),
-            Format::Value => println!("{name}"),
-            Format::Table => println!("registered {name} version {version}"),
+            Format::Value => out!("{name}"),
+            Format::Table => out!("registered {name} version {version}"),
         }
     }
     Ok(())

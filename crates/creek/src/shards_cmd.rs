@@ -147,8 +147,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Ok::<_, Failure>((map, rows, directory))
     })?;
     match args.output.output {
-        Format::Json => println!("{}", to_json(&map, &rows, directory)),
-        Format::Value => println!("{}", map.epoch),
+        Format::Json => out!("{}", to_json(&map, &rows, directory)),
+        Format::Value => out!("{}", map.epoch),
         Format::Table => print_table(&map, &rows, directory),
     }
     if rows.iter().any(|r| r.leader == 0) {
@@ -291,10 +291,10 @@ async fn change(
     )
     .await?
     .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
-    println!("epoch {}: {what}", next.epoch);
+    out!("epoch {}: {what}", next.epoch);
     let lagging = wait_for_epoch(&map, &next, options, wait).await;
     if lagging.is_empty() {
-        println!("every replica serves under epoch {}", next.epoch);
+        out!("every replica serves under epoch {}", next.epoch);
         Ok(())
     } else {
         Err(Failure::new(
@@ -525,15 +525,15 @@ fn describe(p: &Placement) -> String {
 }
 
 fn print_table(map: &ShardMap, rows: &[Row], directory: Option<u32>) {
-    println!(
+    out!(
         "cluster {:016x}  epoch {}  {} shards",
         map.cluster,
         map.epoch,
         map.shards.len()
     );
-    println!("keys: {}", describe(&map.default));
+    out!("keys: {}", describe(&map.default));
     for (name, p) in &map.keyspaces {
-        println!("keyspace {name}: {}", describe(p));
+        out!("keyspace {name}: {}", describe(p));
     }
     for r in rows {
         let replicas: Vec<String> = r
@@ -546,7 +546,7 @@ fn print_table(map: &ShardMap, rows: &[Row], directory: Option<u32>) {
         } else {
             r.leader.to_string()
         };
-        println!(
+        out!(
             "shard {}  leader {leader}  replicas {}",
             r.shard,
             replicas.join(" ")
@@ -564,7 +564,7 @@ fn print_table(map: &ShardMap, rows: &[Row], directory: Option<u32>) {
         } else {
             leader.to_string()
         };
-        println!(
+        out!(
             "directory  leader {leader}  replicas {}",
             replicas.join(" ")
         );

@@ -75,13 +75,13 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let mut worst: Result<(), Failure> = Ok(());
     for (name, shard) in groups {
         if args.output.output == Format::Table {
-            println!("{name} (map epoch {})", map.epoch);
+            out!("{name} (map epoch {})", map.epoch);
         }
         let addrs: Vec<String> = shard.replicas.values().map(|e| e.client.clone()).collect();
         let (replies, voters) = runtime.block_on(survey(addrs, options.clone()));
         let result = report(args, &replies, &voters);
         if args.output.output == Format::Table {
-            println!();
+            out!();
         }
         worst = match (worst, result) {
             (Err(a), Err(b)) => Err(if b.code > a.code { b } else { a }),
@@ -107,38 +107,38 @@ fn report(args: &Args, replies: &[Reply], voters: &[u32]) -> Result<(), Failure>
     match args.output.output {
         Format::Json => {
             for (addr, reply) in replies {
-                println!("{}", row_json(addr, reply));
+                out!("{}", row_json(addr, reply));
             }
-            println!(
+            out!(
                 "{}",
                 serde_json::json!({ "health": health.word, "summary": health.summary })
             );
         }
-        Format::Value => println!("{}", health.word),
+        Format::Value => out!("{}", health.word),
         Format::Table => {
             let mut rows = vec![header()];
             rows.extend(replies.iter().map(|(addr, reply)| row(addr, reply)));
-            println!("{}", format_table(&rows));
+            out!("{}", format_table(&rows));
             // Why a replica takes no part (joining, or lost its data and
             // being rebuilt, with the rebuild's progress).
             for (_, reply) in replies {
                 if let Ok(r) = reply {
                     if !r.standing_detail.is_empty() {
-                        println!("replica {} is {}: {}", r.replica, r.role, r.standing_detail);
+                        out!("replica {} is {}: {}", r.replica, r.role, r.standing_detail);
                     }
                 }
             }
             if args.counters {
                 for (addr, reply) in replies {
                     if let Ok(s) = reply {
-                        println!("\nreplica {} ({addr})", s.replica);
+                        out!("\nreplica {} ({addr})", s.replica);
                         for (name, value) in sorted(&s.counters) {
-                            println!("  {name:<24} {value}");
+                            out!("  {name:<24} {value}");
                         }
                     }
                 }
             }
-            println!("{}", health.summary);
+            out!("{}", health.summary);
         }
     }
     match health.code {

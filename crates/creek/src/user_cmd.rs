@@ -109,13 +109,13 @@ fn new_token() -> Result<Token, Failure> {
 
 fn print_token(output: Format, user: &str, token: &Token) {
     match output {
-        Format::Json => println!(
+        Format::Json => out!(
             "{}",
             serde_json::json!({ "user": user, "token_id": token.id, "token": token.to_string() })
         ),
-        Format::Value => println!("{token}"),
+        Format::Value => out!("{token}"),
         Format::Table => {
-            println!("{token}");
+            out!("{token}");
             eprintln!(
                 "token {} for user {user}: shown only now; give it to clients as CREEK_TOKEN \
                  (or --token)",
@@ -151,7 +151,7 @@ pub fn run_user(args: &UserArgs) -> Result<(), Failure> {
                 if existed != Value::Bool(true) {
                     return Err(Failure::new(exit::FAILED, format!("no user named {name}")));
                 }
-                println!("user {name} removed, with its tokens");
+                out!("user {name} removed, with its tokens");
             }
             UserCommand::Revoke { which } => {
                 let id = match Token::parse(which) {
@@ -163,7 +163,7 @@ pub fn run_user(args: &UserArgs) -> Result<(), Failure> {
                 if existed != Value::Bool(true) {
                     return Err(Failure::new(exit::FAILED, format!("no token with id {id}")));
                 }
-                println!("token {id} revoked");
+                out!("token {id} revoked");
             }
             UserCommand::List => {
                 // Strong: the committed users, as every replica enforces them.
@@ -181,13 +181,13 @@ pub fn run_user(args: &UserArgs) -> Result<(), Failure> {
                     };
                     let (name, roles, ids) = (cli::text_of(name), texts(roles), texts(ids));
                     match out {
-                        Format::Json => println!(
+                        Format::Json => out!(
                             "{}",
                             serde_json::json!({ "name": name, "roles": roles, "token_ids": ids })
                         ),
-                        Format::Value => println!("{name}"),
+                        Format::Value => out!("{name}"),
                         Format::Table => {
-                            println!("{name:<24}  {:<32}  {}", roles.join(","), ids.join(","))
+                            out!("{name:<24}  {:<32}  {}", roles.join(","), ids.join(","))
                         }
                     }
                 }
@@ -206,7 +206,7 @@ pub fn run_role(args: &RoleArgs) -> Result<(), Failure> {
             RoleCommand::Set { name, grants } => {
                 let call_args = vec![bytes(name), bytes(&grants.join(","))];
                 call(e, "auth.role_set", call_args, Levels::Strong).await?;
-                println!("role {name}: {}", grants.join(" "));
+                out!("role {name}: {}", grants.join(" "));
             }
             RoleCommand::List => {
                 let v = call(e, "auth.role_list", Vec::new(), Levels::Strong).await?;
@@ -223,10 +223,10 @@ pub fn run_role(args: &RoleArgs) -> Result<(), Failure> {
                         .collect();
                     match out {
                         Format::Json => {
-                            println!("{}", serde_json::json!({ "name": name, "grants": grants }))
+                            out!("{}", serde_json::json!({ "name": name, "grants": grants }))
                         }
-                        Format::Value => println!("{name}"),
-                        Format::Table => println!("{name:<24}  {}", grants.join(" ")),
+                        Format::Value => out!("{name}"),
+                        Format::Table => out!("{name:<24}  {}", grants.join(" ")),
                     }
                 }
             }

@@ -227,6 +227,30 @@ fn the_cli_types_arguments_reports_quorum_and_drives_a_dev_cluster() {
         !procs.contains("creek."),
         "internal procedures are not listed"
     );
+    // A reader that goes away (`creek proc list | head -1`) ends the
+    // command quietly: no panic on the broken pipe.
+    let mut listing = Command::new(CREEK)
+        .args(["proc", "list"])
+        .env("CREEK_ENDPOINTS", &dev.endpoints)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn creek proc list");
+    drop(listing.stdout.take());
+    let listed = listing.wait_with_output().expect("creek proc list");
+    assert!(
+        listed.status.success() && !text(&listed.stderr).contains("panicked"),
+        "{:?}: {}",
+        listed.status,
+        text(&listed.stderr)
+    );
+    // The banner of a cluster on other ports than the client commands'
+    // default says how to reach it.
+    let banner = std::fs::read_to_string(dev.dir.join("dev.out")).expect("dev.out");
+    assert!(
+        banner.contains(&format!("export CREEK_ENDPOINTS={}", dev.endpoints)),
+        "{banner}"
+    );
 
     // One replica stopped at the prompt: degraded, exit 3.
     dev.say("stop 2");
@@ -355,6 +379,24 @@ fn completion_scripts_and_usage_errors() {
             "{shell} completes subcommands"
         );
     }
+    // Each command's line in the usage says what that command does.
+    let help = Command::new(CREEK)
+        .arg("--help")
+        .output()
+        .expect("creek --help");
+    let line = |name: &str| {
+        text(&help.stdout)
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(line("certs").contains("certificate"), "{}", line("certs"));
+    assert!(
+        line("completion").contains("completion script"),
+        "{}",
+        line("completion")
+    );
     let out = Command::new(CREEK)
         .args(["dev", "--replicas", "0"])
         .output()

@@ -123,7 +123,7 @@ fn check_roles(op: &str, txn: &mut Txn<'_>, roles: &[String]) -> Result<(), Abor
                 || txn.get(&key(ROLE_PREFIX, r)).is_none())
         {
             return Err(Abort::new(format!(
-                "{op}: no role named {r:?} (the built-in roles are admin, readwrite, readonly; define others with auth.role_set)"
+                "{op}: no role named {r:?} (the built-in roles are admin, readwrite, readonly; define others with `creek role set`)"
             )));
         }
     }

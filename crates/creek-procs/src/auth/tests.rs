@@ -143,7 +143,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         (
             "auth.user_add",
             vec![b"carol", b"nosuch", other_id, &HASH],
-            "no role named",
+            "no role named \"nosuch\" (the built-in roles are admin, readwrite, readonly; \
+             define others with `creek role set`)",
         ),
         (
             "auth.user_add",
