@@ -54,7 +54,17 @@ impl TlsOptions {
         };
         let options = TlsOptions::new(read(ca)?);
         match (cert, key) {
-            (Some(c), Some(k)) => Ok(options.identity(read(c)?, read(k)?)),
+            (Some(c), Some(k)) => {
+                let (cert_pem, key_pem) = (read(c)?, read(k)?);
+                check_pair(&cert_pem, &key_pem).map_err(|why| {
+                    Error::InvalidArgument(format!(
+                        "the client certificate {} and key {}: {why}",
+                        c.display(),
+                        k.display()
+                    ))
+                })?;
+                Ok(options.identity(cert_pem, key_pem))
+            }
             (None, None) => Ok(options),
             (Some(c), None) => Err(Error::InvalidArgument(format!(
                 "a client certificate ({}) needs its key too",
@@ -77,6 +87,31 @@ impl TlsOptions {
             c = c.domain_name(d.clone());
         }
         c
+    }
+}
+
+/// Whether `key_pem` is the private key of the certificate in `cert_pem`
+/// (the first one, the client's own), or why not: a mismatched pair
+/// otherwise fails only when the connection is made, with no word of why.
+fn check_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+    let certs = rustls_pemfile::certs(&mut &cert_pem[..])
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the certificate file does not read as PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("the certificate file holds no certificate".into());
+    }
+    let key = rustls_pemfile::private_key(&mut &key_pem[..])
+        .map_err(|e| format!("the key file does not read as PEM: {e}"))?
+        .ok_or("the key file holds no private key")?;
+    let provider = rustls::crypto::ring::default_provider();
+    match rustls::sign::CertifiedKey::from_der(certs, key, &provider) {
+        Ok(_) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(_)) => Err(
+            "the key is not the certificate's (they are not a pair: give the key made with \
+             this certificate)"
+                .into(),
+        ),
+        Err(e) => Err(format!("they cannot be used: {e}")),
     }
 }
 
@@ -106,5 +141,32 @@ impl TlsFiles {
             )),
             None => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(name: &str) -> (Vec<u8>, Vec<u8>) {
+        let made = rcgen::generate_simple_self_signed(vec![name.to_owned()]);
+        let made = made.unwrap_or_else(|e| panic!("a certificate: {e}"));
+        (
+            made.cert.pem().into_bytes(),
+            made.key_pair.serialize_pem().into_bytes(),
+        )
+    }
+
+    #[test]
+    fn a_certificate_and_a_key_that_are_no_pair_are_refused_before_connecting() {
+        let (cert_a, key_a) = pair("a.creek");
+        let (_, key_b) = pair("b.creek");
+        assert_eq!(check_pair(&cert_a, &key_a), Ok(()));
+        let e = check_pair(&cert_a, &key_b).expect_err("no pair");
+        assert!(e.contains("not a pair"), "{e}");
+        let e = check_pair(b"junk", &key_a).expect_err("no certificate");
+        assert!(e.contains("no certificate"), "{e}");
+        let e = check_pair(&cert_a, b"junk").expect_err("no key");
+        assert!(e.contains("no private key"), "{e}");
     }
 }

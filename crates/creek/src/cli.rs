@@ -112,10 +112,29 @@ pub(crate) struct Endpoints {
     token: Option<String>,
 }
 
+/// How this command reaches the replicas, for explaining a refused
+/// connection (one command, one set of endpoints).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TlsUse {
+    /// Plaintext (no `--ca`).
+    Plain,
+    /// TLS with the CA only, no client certificate.
+    CaOnly,
+    /// TLS with a client certificate.
+    WithCert,
+}
+
+static TLS_USE: std::sync::OnceLock<TlsUse> = std::sync::OnceLock::new();
+
 impl Endpoints {
     /// The TLS options `--ca`, `--cert` and `--key` make (none without
     /// `--ca`: plaintext).
     pub(crate) fn tls(&self) -> Result<Option<creek_client::TlsOptions>, Failure> {
+        let _ = TLS_USE.set(match (&self.ca, &self.cert) {
+            (None, _) => TlsUse::Plain,
+            (Some(_), None) => TlsUse::CaOnly,
+            (Some(_), Some(_)) => TlsUse::WithCert,
+        });
         creek_client::TlsFiles {
             ca: self.ca.clone(),
             cert: self.cert.clone(),
@@ -313,6 +332,11 @@ pub(crate) fn text_of(v: &Value) -> String {
 /// is not a replica's client port (a metrics or peer port, another
 /// server).
 pub(crate) fn explain(e: &Error, addrs: &[String]) -> String {
+    explain_with(e, addrs, TLS_USE.get().copied().unwrap_or(TlsUse::Plain))
+}
+
+/// [`explain`], for a command that reached the replicas as `tls` says.
+fn explain_with(e: &Error, addrs: &[String], tls: TlsUse) -> String {
     let text = e.to_string();
     let reached = addrs.join(", ");
     if let Some(code) = http_status(&text) {
@@ -333,12 +357,33 @@ pub(crate) fn explain(e: &Error, addrs: &[String]) -> String {
     // on a stranger's first bytes).
     let closed = matches!(e, Error::Transport(m)
         if m == "transport error" || m.contains("operation was canceled"));
-    if closed || not_http2.iter().any(|m| text.contains(m)) {
+    let not_our_ca = ["BadSignature", "UnknownIssuer"];
+    if not_our_ca.iter().any(|m| text.contains(m)) {
         return format!(
-            "{reached} closed the connection without a gRPC (HTTP/2) answer: is it a Creek \
-             client port? (a replica's peer port hangs up like this, and so does a replica \
-             that stops)"
+            "{reached} presented a certificate the CA given (--ca, CREEK_CA) did not sign: \
+             give the CA of the cluster's certificates (docs/security.md)"
         );
+    }
+    if closed || not_http2.iter().any(|m| text.contains(m)) {
+        return match tls {
+            TlsUse::Plain => format!(
+                "{reached} closed the connection without a gRPC (HTTP/2) answer. If the \
+                 cluster uses TLS, give its CA (--ca or CREEK_CA) and, if it requires one, a \
+                 client certificate (--cert and --key; docs/security.md); otherwise, is it a \
+                 Creek client port? (a replica's peer port hangs up like this, and so does a \
+                 replica that stops)"
+            ),
+            TlsUse::CaOnly => format!(
+                "{reached} closed the TLS connection: the cluster requires a client \
+                 certificate signed by its CA (--cert and --key, or CREEK_CERT and \
+                 CREEK_KEY; `creek certs create-client` makes one)"
+            ),
+            TlsUse::WithCert => format!(
+                "{reached} closed the TLS connection: it did not accept the client \
+                 certificate (is it signed by the cluster's CA? `creek certs create-client` \
+                 makes one), or it is not a Creek client port"
+            ),
+        };
     }
     text
 }
@@ -410,8 +455,26 @@ mod tests {
             "{text}"
         );
         let closed = Error::Transport("transport error".into());
-        let text = explain(&closed, &addrs);
+        let text = explain_with(&closed, &addrs, TlsUse::Plain);
         assert!(text.contains("without a gRPC (HTTP/2) answer"), "{text}");
+        assert!(text.contains("give its CA (--ca or CREEK_CA)"), "{text}");
+        let text = explain_with(&closed, &addrs, TlsUse::CaOnly);
+        assert!(text.contains("requires a client certificate"), "{text}");
+        let text = explain_with(&closed, &addrs, TlsUse::WithCert);
+        assert!(
+            text.contains("did not accept the client certificate"),
+            "{text}"
+        );
+        let foreign = Error::Unavailable(
+            "no replica answered: 127.0.0.1:9101: transport error: invalid peer certificate: \
+             BadSignature"
+                .into(),
+        );
+        let text = explain_with(&foreign, &addrs, TlsUse::WithCert);
+        assert!(
+            text.contains("the CA given (--ca, CREEK_CA) did not sign"),
+            "{text}"
+        );
         let other = Error::Unavailable("stopping".into());
         assert_eq!(explain(&other, &addrs), "unavailable: stopping");
     }

@@ -461,6 +461,57 @@ async fn the_cli_and_the_rust_client_take_tls_options() {
         .output()
         .expect("creek status");
     assert!(!out.status.success(), "a plaintext CLI was served");
+    // Each wrong TLS setting is named as what it is.
+    let other = certs.join("other");
+    creek(&["certs", "create-ca", "--dir", path_str(&other)]);
+    creek(&["certs", "create-client", "eve", "--dir", path_str(&other)]);
+    let o = |name: &str| path_str(&other.join(name)).to_owned();
+    let refused = |tls: &[(&str, String)], says: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_creek"));
+        c.args(["status", "--addr", &addrs[0]]);
+        for var in ["CREEK_CA", "CREEK_CERT", "CREEK_KEY"] {
+            c.env_remove(var);
+        }
+        for (var, value) in tls {
+            c.env(var, value);
+        }
+        let out = c.output().expect("creek status");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "served with {tls:?}");
+        assert!(
+            stderr.contains(says),
+            "{tls:?}: {says:?} missing from {stderr}"
+        );
+    };
+    refused(&[], "give its CA (--ca or CREEK_CA)");
+    refused(
+        &[("CREEK_CA", f("ca.crt"))],
+        "requires a client certificate",
+    );
+    refused(
+        &[
+            ("CREEK_CA", f("ca.crt")),
+            ("CREEK_CERT", o("client-eve.crt")),
+            ("CREEK_KEY", o("client-eve.key")),
+        ],
+        "did not accept the client certificate",
+    );
+    refused(
+        &[
+            ("CREEK_CA", f("ca.crt")),
+            ("CREEK_CERT", f("client-root.crt")),
+            ("CREEK_KEY", f("node-1.key")),
+        ],
+        "the key is not the certificate's",
+    );
+    refused(
+        &[
+            ("CREEK_CA", o("ca.crt")),
+            ("CREEK_CERT", f("client-root.crt")),
+            ("CREEK_KEY", f("client-root.key")),
+        ],
+        "did not sign",
+    );
     // A certificate without a CA is a usage error, named.
     let out = Command::new(env!("CARGO_BIN_EXE_creek"))
         .args([
