@@ -238,6 +238,16 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
         }
     }
 
+    fn replace_call(&mut self, key: K, call: ProcCall) {
+        // Generations grow across ops here: a task handed out before is
+        // stale after the op is inserted again.
+        if let Some((pos, _)) = self.ops.get(&key).cloned() {
+            self.remove(key);
+            self.insert(key, pos, call);
+            self.counters.ops -= 1; // the same op, not a new one
+        }
+    }
+
     fn commit(&mut self, key: K, pos: P) {
         self.committed_upto = Some(pos);
         self.reposition(key, pos);

@@ -109,6 +109,10 @@ pub trait Engine<K: OpKey, P: Position> {
     fn reposition(&mut self, key: K, pos: P);
     /// Forget an op that is not committed (a local read-only op once answered).
     fn remove(&mut self, key: K);
+    /// Run a known op, not yet final, with `call` from now on: its
+    /// execution so far (installed, or handed out and not completed) no
+    /// longer counts, and it runs again where it stands.
+    fn replace_call(&mut self, key: K, call: ProcCall);
     /// Move a known op to committed position `pos`: every position up to and
     /// including `pos` is committed and will never move again. Successive
     /// calls use increasing positions, all below every uncommitted one.

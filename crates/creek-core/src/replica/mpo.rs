@@ -392,10 +392,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// call with the inputs from here on.
     pub(super) fn mpo_commit(&mut self, op: &Op, call: ProcCall) {
         self.mpos.forget_copy(op);
-        let key = ExecKey::Op(op.id);
-        self.engine.remove(key);
-        self.engine
-            .insert(key, Pos::Tentative(op.timestamp, key), call);
+        // Not remove and insert: an execution of the old call handed out
+        // before would then complete as the new entry's (seen in the
+        // simulator: a copy ran without its inputs).
+        self.engine.replace_call(ExecKey::Op(op.id), call);
         if let Some(turn) = self.mpos.turn.take_if(|t| t.op == op.id) {
             self.mpos.received.remove(&turn.call.id);
             self.mpos.executing.insert(op.id, turn.call.id);

@@ -702,6 +702,40 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         }
     }
 
+    fn replace_call(&mut self, key: K, call: ProcCall) {
+        let Some(op) = self.ops.get(&key) else {
+            return;
+        };
+        let (state, pos) = (op.state, op.pos);
+        debug_assert!(!self.is_committed(pos), "a final op's call replaced");
+        match state {
+            OpState::Installed => {
+                // As when it is removed: the readers of its versions run
+                // again; no rollback is counted.
+                let mut cascade = Vec::new();
+                self.uninstall(key, &mut cascade);
+                self.invalidate(cascade);
+            }
+            OpState::Running | OpState::Waiting => {
+                self.stop_waiting(key);
+                if let Some(op) = self.ops.get_mut(&key) {
+                    // The task out (if any) completes as stale.
+                    op.gen += 1;
+                    op.state = OpState::Pending;
+                    op.blocked_by = None;
+                }
+                self.running_at.remove(&pos);
+                self.runnable.insert(pos);
+                // Ops held for its completion need not wait for a stale one.
+                self.release_waiters(key);
+            }
+            OpState::Pending => {}
+        }
+        if let Some(op) = self.ops.get_mut(&key) {
+            op.call = call;
+        }
+    }
+
     fn commit(&mut self, key: K, pos: P) {
         debug_assert!(self.committed_upto.is_none_or(|b| b < pos));
         self.committed_upto = Some(pos);
