@@ -363,6 +363,23 @@ impl Sim {
                     settled = true;
                     break;
                 }
+                if debug_log() {
+                    let quiet: Vec<(usize, bool, usize)> = (0..self.nodes.len())
+                        .filter(|i| self.nodes[*i].node.is_up())
+                        .map(|i| {
+                            (
+                                i,
+                                self.nodes[i].node.quiet(),
+                                self.nodes[i].node.pending_len(),
+                            )
+                        })
+                        .collect();
+                    let lag = self.directory_lag(&self.in_group());
+                    eprintln!(
+                        "not settled at {} us: quiet {quiet:?} lag {lag:?}",
+                        self.now
+                    );
+                }
             }
         }
         self.finish(settled)
@@ -731,6 +748,9 @@ impl Sim {
         }
         if !mpo_messages.is_empty() {
             self.mpo_out(i, mpo_messages);
+        }
+        if self.cfg.cross_shard > 0.0 {
+            self.mpo_answer(i);
         }
         self.fill_cores(i);
         self.check_prefix(i);

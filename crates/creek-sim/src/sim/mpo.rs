@@ -94,6 +94,8 @@ pub(super) struct MpoState {
     pub(super) violations: Vec<String>,
     /// Sequencer ops issued.
     sequenced_ops: u64,
+    /// What each replica's committed order last waited on, as answered.
+    answered: BTreeMap<usize, (MpoId, Vec<u32>)>,
     /// MPOs invoked, and completed on every shard.
     pub(super) started: u64,
     pub(super) completed: u64,
@@ -250,6 +252,39 @@ impl Sim {
         self.mpo_sweep_one(mpo);
         if self.mpo.tracks.get(&mpo).is_some_and(|t| !t.released) {
             self.schedule(self.now + RELEASE_POLL_US, Ev::MpoRelease { mpo });
+        }
+    }
+
+    /// Replica `i`'s committed order waits on an MPO it has not been
+    /// answered for yet (a replica catching up meets them one after the
+    /// other, long after their reads were pushed): its index and the reads
+    /// it misses go out now, not at the next sweep.
+    pub(super) fn mpo_answer(&mut self, i: usize) {
+        if i >= self.cfg.shards * self.per_shard {
+            return;
+        }
+        let Some((Some(mpo), missing)) = self.nodes[i].node.mpo_waiting() else {
+            return;
+        };
+        let now = (mpo, missing.clone());
+        if self.mpo.answered.get(&i) == Some(&now) {
+            return;
+        }
+        self.mpo.answered.insert(i, now);
+        let s = self.group_of(i) as u32;
+        if let Some(k) = self
+            .mpo
+            .indices
+            .get(&mpo)
+            .and_then(|ix| ix.get(&s))
+            .copied()
+        {
+            self.mpo_send(i, i, MpoNet::Input(MpoInput::Sequenced(mpo, k)));
+        }
+        for from in missing {
+            if let Some(reads) = self.mpo.reads.get(&(mpo, from)).cloned() {
+                self.mpo_send(i, i, MpoNet::Input(MpoInput::Reads(mpo, from, reads)));
+            }
         }
     }
 
