@@ -271,14 +271,17 @@ impl Sim {
             return;
         }
         self.mpo.answered.insert(i, now);
+        self.mpo_tell_waiting(i, mpo, missing);
+    }
+
+    /// Tell replica `i`, whose committed order waits on `mpo`, the MPO's
+    /// index (as a directory replica answers `mpo.next`) and the reads of
+    /// the shards it misses that are known (as any replica of those shards
+    /// answers from its record).
+    fn mpo_tell_waiting(&mut self, i: usize, mpo: MpoId, missing: Vec<u32>) {
         let s = self.group_of(i) as u32;
-        if let Some(k) = self
-            .mpo
-            .indices
-            .get(&mpo)
-            .and_then(|ix| ix.get(&s))
-            .copied()
-        {
+        let index = self.mpo.indices.get(&mpo).and_then(|ix| ix.get(&s));
+        if let Some(k) = index.copied() {
             self.mpo_send(i, i, MpoNet::Input(MpoInput::Sequenced(mpo, k)));
         }
         for from in missing {
@@ -295,9 +298,7 @@ impl Sim {
             self.mpo_sweep_one(mpo);
         }
         // A replica whose committed order waits on an MPO (one that was
-        // down, or cut off, while the others went on) learns its index
-        // (any directory replica answers `mpo.next`) and the reads it
-        // misses (any replica of their shard answers from its record).
+        // down, or cut off, while the others went on), again.
         let shard_slots = self.cfg.shards * self.per_shard;
         for j in 0..shard_slots {
             if !self.nodes[j].node.is_up() {
@@ -306,21 +307,7 @@ impl Sim {
             let Some((Some(mpo), missing)) = self.nodes[j].node.mpo_waiting() else {
                 continue;
             };
-            let s = self.group_of(j) as u32;
-            if let Some(k) = self
-                .mpo
-                .indices
-                .get(&mpo)
-                .and_then(|ix| ix.get(&s))
-                .copied()
-            {
-                self.mpo_send(j, j, MpoNet::Input(MpoInput::Sequenced(mpo, k)));
-            }
-            for from in missing {
-                if let Some(reads) = self.mpo.reads.get(&(mpo, from)).cloned() {
-                    self.mpo_send(j, j, MpoNet::Input(MpoInput::Reads(mpo, from, reads)));
-                }
-            }
+            self.mpo_tell_waiting(j, mpo, missing);
         }
         self.schedule(self.now + SWEEP_US, Ev::MpoSweep);
     }
