@@ -34,7 +34,6 @@ mod restore;
 mod sessions;
 mod user_calls;
 
-pub use mpo::RECEIVED_MAX as MPO_RECEIVED_MAX;
 pub use sessions::SessionStats;
 pub use user_calls::USER_PROCS_LIST_MAX;
 
@@ -843,9 +842,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.counters.finalized += 1;
         }
         let Some(a) = self.awaiting.get_mut(&s.key) else {
-            if let (ExecKey::Op(id), true) = (s.key, s.committed) {
-                self.mpo_settled(id);
-            }
             return;
         };
         let mut send = None;
@@ -883,9 +879,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         if local {
             self.engine.remove(s.key);
-        }
-        if let (ExecKey::Op(id), true) = (s.key, s.committed) {
-            self.mpo_settled(id);
         }
         if let (Some(kind), true) = (send, client) {
             self.counters.views += 1;

@@ -72,8 +72,6 @@ pub(super) struct Mpos {
     turn: Option<Turn>,
     /// Other shards' reads, by MPO and shard (they may come early).
     received: FxHashMap<MpoId, BTreeMap<u32, Reads>>,
-    /// MPO ops committed here whose final execution is not known yet.
-    executing: FxHashMap<OpId, MpoId>,
     /// The copies of MPOs held here and not committed, by MPO.
     copies: FxHashMap<MpoId, Vec<OpId>>,
 }
@@ -213,7 +211,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// position. Reads that are not that shard's keys of the MPO are
     /// ignored when its turn comes.
     pub fn mpo_reads(&mut self, mpo: MpoId, shard: u32, reads: Reads) {
-        if self.mpo_recorded(mpo) {
+        if self.mpo_committed(mpo) {
             return; // committed here already
         }
         if !self.mpos.received.contains_key(&mpo) && self.mpos.received.len() >= RECEIVED_MAX {
@@ -247,13 +245,13 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// (among its last recorded ones): a driver that finds no replica of a
     /// shard holding it forwards the copy again.
     pub fn mpo_held(&self, mpo: MpoId) -> bool {
-        self.mpos.copies.contains_key(&mpo) || self.mpo_recorded(mpo)
+        self.mpos.copies.contains_key(&mpo) || self.mpo_committed(mpo)
     }
 
     /// Whether this replica committed MPO `mpo` and knows its final
     /// execution (among its last recorded ones).
     pub fn mpo_committed(&self, mpo: MpoId) -> bool {
-        self.mpo_recorded(mpo)
+        self.engine.read_committed(&mpo::reads_key(mpo)).is_some()
     }
 
     /// The values this shard read for MPO `mpo` at its committed position,
@@ -266,10 +264,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         let raw = self.engine.read_committed(&mpo::reads_key(mpo))?;
         mpo::decode_reads(&raw)
-    }
-
-    fn mpo_recorded(&self, mpo: MpoId) -> bool {
-        self.engine.read_committed(&mpo::reads_key(mpo)).is_some()
     }
 
     /// The MPO at its turn here and the shards whose reads it still waits
@@ -314,9 +308,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         };
         let out_of_sequence = self.config.planted.has(Bug::MpoOutOfSequence) && call.me == 0;
         let duplicate = if out_of_sequence {
-            self.mpo_recorded(call.id)
+            self.mpo_committed(call.id)
         } else {
-            index <= self.mpos.last || self.mpo_recorded(call.id)
+            index <= self.mpos.last || self.mpo_committed(call.id)
         };
         if duplicate {
             // Another copy of this MPO committed here: this one changes
@@ -396,31 +390,25 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         // before would then complete as the new entry's (seen in the
         // simulator: a copy ran without its inputs).
         self.engine.replace_call(ExecKey::Op(op.id), call);
-        if let Some(turn) = self.mpos.turn.take_if(|t| t.op == op.id) {
-            self.mpos.received.remove(&turn.call.id);
-            self.mpos.executing.insert(op.id, turn.call.id);
-        }
-        if let Some(mpo) = self.mpos.executing.get(&op.id) {
-            if let Some(&index) = self.mpos.index_of.get(mpo) {
-                // Invariant: a shard commits its MPOs at indices 1, 2, 3, …
-                // with no gap and none twice (a second copy runs as a no-op
-                // and never gets here).
-                if !self.config.planted.has(Bug::MpoOutOfSequence) {
-                    assert_eq!(index, self.mpos.last + 1, "{mpo} committed out of sequence");
-                }
-                self.mpos.last = self.mpos.last.max(index);
-                self.mpos.recent.push_back(*mpo);
+        let Some(turn) = self.mpos.turn.take_if(|t| t.op == op.id) else {
+            return; // a second copy, or a malformed one: no turn
+        };
+        let mpo = turn.call.id;
+        self.mpos.received.remove(&mpo);
+        if let Some(&index) = self.mpos.index_of.get(&mpo) {
+            // Invariant: a shard commits its MPOs at indices 1, 2, 3, …
+            // with no gap and none twice (a second copy runs as a no-op
+            // and never gets here).
+            if !self.config.planted.has(Bug::MpoOutOfSequence) {
+                assert_eq!(index, self.mpos.last + 1, "{mpo} committed out of sequence");
             }
-            if self.mpos.recent.len() as u64 > mpo::READS_KEPT {
-                if let Some(old) = self.mpos.recent.pop_front() {
-                    self.mpos.index_of.remove(&old);
-                }
+            self.mpos.last = self.mpos.last.max(index);
+            self.mpos.recent.push_back(mpo);
+        }
+        if self.mpos.recent.len() as u64 > mpo::READS_KEPT {
+            if let Some(old) = self.mpos.recent.pop_front() {
+                self.mpos.index_of.remove(&old);
             }
         }
-    }
-
-    /// MPO op `id`'s final execution is known.
-    pub(super) fn mpo_settled(&mut self, id: OpId) {
-        self.mpos.executing.remove(&id);
     }
 }
