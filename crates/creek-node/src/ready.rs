@@ -236,6 +236,11 @@ impl<T> HoldQueue<T> {
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
+
+    /// The write the first held items wait for, if any.
+    pub fn first(&self) -> Option<u64> {
+        self.queue.front().map(|(s, _)| *s)
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 //!   configuration turns authentication on;
 //! * [`service`]: the gRPC `Creek` and `Admin` services of
 //!   `proto/creek.proto` (tonic);
+//! * [`shards`] and [`mpo`]: on a cluster of several shards, the map a
+//!   replica serves under and the messages of operations across shards;
 //! * a ticker for the protocol clock;
 //! * the HTTP endpoint: Prometheus [`metrics`] and the live web
 //!   [`console`];
@@ -29,6 +31,7 @@ pub mod faults;
 pub mod http_guard;
 pub mod limits;
 pub mod metrics;
+pub mod mpo;
 pub(crate) mod native;
 pub mod node_loop;
 pub mod replica_log;

@@ -181,6 +181,10 @@ impl Server {
             Err(e) => return Err(StartError::Config(crate::ConfigError::Invalid(e))),
         };
         let corked = Arc::new(crate::native::out::Corked::default());
+        let mpo = shards
+            .as_ref()
+            .filter(|g| g.role() != crate::shards::Role::Directory)
+            .map(|g| crate::mpo::Link::new(g.clone(), config.tls.clone(), me, events_tx.clone()));
         let node_loop = NodeLoop::new(
             node,
             persister,
@@ -193,6 +197,7 @@ impl Server {
                 limits,
                 corked.clone(),
                 shards.clone(),
+                mpo,
             ),
         );
         let fatal: FatalCell = Arc::new(watch::channel(None).0);
@@ -234,6 +239,7 @@ impl Server {
         let service = CreekService {
             front: front.clone(),
             procedures,
+            tls: config.tls.is_some(),
         };
         // The console's invoke bodies are JSON: room for the request's
         // limit with the JSON's overhead.
@@ -540,9 +546,11 @@ fn loop_config(
     limits: creek_wire::Limits,
     corked: Arc<crate::native::out::Corked>,
     shards: Option<Arc<crate::shards::ShardGate>>,
+    mpo: Option<Arc<crate::mpo::Link>>,
 ) -> LoopConfig {
     LoopConfig {
         shards,
+        mpo,
         workers: config.worker_threads(),
         watch_history_bytes: config.watch_history_bytes,
         auth,

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use creek_procs::lang::KeyParam;
+use creek_procs::mpo::{MpoCall, MpoId, Part};
 use creek_procs::{Registry, Route};
 use creek_shard::{KeyRef, RouteError, ShardId, ShardMap};
 use creek_types::value::{decode_args, Value};
@@ -285,16 +286,22 @@ impl ShardGate {
     /// a directory replica, every call is accepted. A name no built-in has
     /// is a user procedure's: the node loop checks it against the keys it
     /// declares ([`ShardGate::check_user`]).
-    pub fn check(&self, call: &ProcCall) -> Result<(), Status> {
+    ///
+    /// A `strong` call whose keys span shards, one of them this
+    /// replica's, is an operation across shards: `Ok(Some(mpo))`, the
+    /// call this replica runs as its origin (docs/cross-shard.md). A weak
+    /// one is refused: a weak answer comes from one replica's tentative
+    /// state, which holds one shard's keys.
+    pub fn check(&self, call: &ProcCall, strong: bool) -> Result<Option<MpoCall>, Status> {
         let Some((shard, held)) = self.several_shards() else {
-            return Ok(());
+            return Ok(None);
         };
         if self.registry.get(&call.name).is_none() {
-            return Ok(());
+            return Ok(None);
         }
         let route = self.registry.route_of(&call.name);
         if route == Route::Everywhere {
-            return Ok(());
+            return Ok(None);
         }
         if route == Route::Unknown {
             return Err(Status::failed_precondition(format!(
@@ -306,13 +313,53 @@ impl ShardGate {
         }
         // Malformed arguments are refused by the registry's check.
         let Some((keys, owner)) = keys_owner(&held.map, route, call) else {
-            return Ok(());
+            return Ok(None);
         };
+        if let Err(RouteError::Spans { shards }) = &owner {
+            return across(call, strong, &keys, shards, shard, &held.map).map(Some);
+        }
         let what = match keys.as_slice() {
             [key] => format!("key {}", Value::Bytes(key.clone())),
             _ => format!("its {} keys", keys.len()),
         };
-        judge(&call.name, &what, owner, shard, &held.map)
+        judge(&call.name, &what, owner, shard, &held.map).map(|()| None)
+    }
+
+    /// The cluster's id.
+    pub fn cluster(&self) -> u64 {
+        self.held().map.cluster
+    }
+
+    /// The replicas of shard `shard` (the directory's with `None`): ids
+    /// and client addresses, by id.
+    pub fn endpoints(&self, shard: Option<u32>) -> Vec<(u16, String)> {
+        let held = self.held();
+        let group = match shard {
+            None => Some(&held.map.directory),
+            Some(s) => u16::try_from(s)
+                .ok()
+                .and_then(|s| held.map.shards.get(&ShardId(s))),
+        };
+        group
+            .map(|g| {
+                g.replicas
+                    .iter()
+                    .map(|(id, e)| (*id, e.client.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The ids of every replica of the cluster (the shards' and the
+    /// directory's).
+    pub fn replica_ids(&self) -> Vec<u16> {
+        let held = self.held();
+        let map = &held.map;
+        map.shards
+            .values()
+            .chain(std::iter::once(&map.directory))
+            .flat_map(|g| g.replicas.keys().copied())
+            .collect()
     }
 
     /// Accept a call of user procedure `name` with encoded `args` if this
@@ -404,9 +451,9 @@ fn judge(
         Err(RouteError::Spans { shards }) => {
             let names: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
             Err(Status::failed_precondition(format!(
-                "{name}: its keys span shards {} (map epoch {}); an operation across shards is \
-                 not supported yet: keep the keys on one shard (a hash tag {{…}} or a keyspace \
-                 placement, docs/shards.md)",
+                "{name}: its keys span shards {} (map epoch {}); a user procedure across shards \
+                 is not served by a cluster of processes yet: keep the keys on one shard (a hash \
+                 tag {{…}} or a keyspace placement, docs/shards.md)",
                 names.join(", "),
                 map.epoch
             )))
@@ -414,6 +461,61 @@ fn judge(
         // No key (an empty list): it reads and writes nothing.
         Err(_) => Ok(()),
     }
+}
+
+/// A strong call of `name` on `keys`, which span `shards`, as an
+/// operation across shards with this replica's shard `me` as its origin;
+/// refused if it is weak or `me` is not among its shards.
+fn across(
+    call: &ProcCall,
+    strong: bool,
+    keys: &[Bytes],
+    shards: &[ShardId],
+    me: ShardId,
+    map: &ShardMap,
+) -> Result<MpoCall, Status> {
+    let names: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
+    let spans = format!(
+        "{}: its keys span shards {} (map epoch {})",
+        call.name,
+        names.join(", "),
+        map.epoch
+    );
+    if !strong {
+        return Err(Status::failed_precondition(format!(
+            "{spans}: a weak operation never spans shards (its answer comes from one \
+             replica's tentative state, which holds one shard's keys); invoke it strong, or \
+             keep its keys on one shard (a hash tag {{…}}, docs/shards.md)"
+        )));
+    }
+    let first = keys.first().map_or(me, |k| map.owner(None, k));
+    if !shards.contains(&me) {
+        return Err(Status::failed_precondition(format!(
+            "{WRONG_SHARD}: {spans}: shard {} owns its first key (map epoch {}), and this \
+             replica serves shard {}",
+            first.0, map.epoch, me.0
+        )));
+    }
+    let mut parts: std::collections::BTreeMap<u32, Vec<Bytes>> = Default::default();
+    for key in keys {
+        let owner = map.owner(None, key);
+        parts
+            .entry(u32::from(owner.0))
+            .or_default()
+            .push(key.clone());
+    }
+    let parts = parts
+        .into_iter()
+        .map(|(shard, keys)| Part { shard, keys })
+        .collect();
+    MpoCall::new(
+        MpoId::UNSET,
+        u32::from(me.0),
+        parts,
+        &call.name,
+        call.args.clone(),
+    )
+    .map_err(|e| Status::invalid_argument(format!("{spans}: {e}")))
 }
 
 /// The groups of a map as [`ShardGate::groups`] lists them.
@@ -517,9 +619,10 @@ pub async fn follow_directory(gate: Arc<ShardGate>, tls: Option<crate::config::T
     }
 }
 
-/// A channel to directory replica `id` at `addr`, connected on first use;
-/// over TLS with this replica's own certificate when the cluster uses TLS.
-fn channel(
+/// A channel to replica `id` at `addr` (the directory's, another shard's),
+/// connected on first use; over TLS with this replica's own certificate
+/// when the cluster uses TLS.
+pub(crate) fn channel(
     id: u16,
     addr: &str,
     tls: Option<&crate::config::TlsConfig>,
@@ -722,8 +825,8 @@ mod tests {
                 .find(|k| map.owner(None, k.as_bytes()) == ShardId(s))
                 .unwrap()
         };
-        assert!(gate.check(&call("kv.put", &key_of(0))).is_ok());
-        let refused = gate.check(&call("kv.put", &key_of(1))).unwrap_err();
+        assert!(gate.check(&call("kv.put", &key_of(0)), false).is_ok());
+        let refused = gate.check(&call("kv.put", &key_of(1)), false).unwrap_err();
         assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
         assert!(
             refused.message().starts_with(WRONG_SHARD),
@@ -734,7 +837,7 @@ mod tests {
         // Definitions go everywhere; a registered procedure whose keys are
         // unknown nowhere.
         assert!(gate
-            .check(&ProcCall::new("proc.list", encode_args(&[])))
+            .check(&ProcCall::new("proc.list", encode_args(&[])), false)
             .is_ok());
         let mut with_unknown = Registry::with_builtins();
         with_unknown.register_fn("bench.load", false, |_| Ok(()), |_, _| Ok(Bytes::new()));
@@ -742,12 +845,59 @@ mod tests {
             .unwrap()
             .unwrap();
         let unknown = gate
-            .check(&ProcCall::new("bench.load", encode_args(&[])))
+            .check(&ProcCall::new("bench.load", encode_args(&[])), false)
             .unwrap_err();
         assert!(unknown.message().contains("known only as it runs"));
         // A name no built-in has is a user procedure's: the node loop
         // checks its declared keys.
-        assert!(gate.check(&call("transfer", &key_of(1))).is_ok());
+        assert!(gate.check(&call("transfer", &key_of(1)), false).is_ok());
+    }
+
+    /// A strong call whose keys span shards becomes an operation across
+    /// shards with this replica's shard as its origin; a weak one, or one
+    /// whose shards this replica's is not among, is refused.
+    #[test]
+    fn a_strong_call_across_shards_becomes_an_mpo() {
+        let (configs, map, _) = cluster("across");
+        let gate = ShardGate::load(&configs[0], registry()).unwrap().unwrap();
+        let key_of = |s: u16, skip: usize| {
+            (0..)
+                .map(|n| format!("k{n}"))
+                .filter(|k| map.owner(None, k.as_bytes()) == ShardId(s))
+                .nth(skip)
+                .unwrap()
+        };
+        let (a, b) = (key_of(0, 0), key_of(1, 0));
+        let transfer = ProcCall::new(
+            "kv.transfer",
+            encode_args(&[
+                Value::from(a.as_str()),
+                Value::from(b.as_str()),
+                Value::Int(5),
+            ]),
+        );
+        let mpo = gate.check(&transfer, true).unwrap().unwrap();
+        assert_eq!((mpo.id, mpo.me), (MpoId::UNSET, 0));
+        assert_eq!(mpo.keys_of(0), &[Bytes::from(a.clone())]);
+        assert_eq!(mpo.keys_of(1), &[Bytes::from(b.clone())]);
+        let weak = gate.check(&transfer, false).unwrap_err();
+        assert!(weak
+            .message()
+            .contains("a weak operation never spans shards"));
+        // A replica of shard 1 is among its shards too: it may be the
+        // origin.
+        let other = ShardGate::load(&configs[3], registry()).unwrap().unwrap();
+        assert_eq!(other.check(&transfer, true).unwrap().unwrap().me, 1);
+        // Keys on one shard stay a single-shard call.
+        let local = ProcCall::new(
+            "kv.transfer",
+            encode_args(&[
+                Value::from(a.as_str()),
+                Value::from(key_of(0, 1).as_str()),
+                Value::Int(5),
+            ]),
+        );
+        assert_eq!(gate.check(&local, true).unwrap(), None);
     }
 
     /// A user procedure runs where every key it declares lives: a key of
@@ -868,7 +1018,7 @@ mod tests {
         let gate = ShardGate::load(d, registry()).unwrap().unwrap();
         assert_eq!(gate.role(), Role::Directory);
         assert_eq!(gate.map(), map);
-        assert!(gate.check(&call("kv.put", "anything")).is_ok());
+        assert!(gate.check(&call("kv.put", "anything"), false).is_ok());
         // A directory replica configured as a shard's, and the reverse.
         let mut plain = d.clone();
         plain.directory = false;

@@ -286,6 +286,19 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         (!self.mpos.index_of.contains_key(&mpo)).then_some((op.id, Some(mpo), Vec::new()))
     }
 
+    /// MPO `mpo`'s index in this shard's sequence, if the driver told it
+    /// (kept for the last recorded ones).
+    pub fn mpo_index(&self, mpo: MpoId) -> Option<u64> {
+        self.mpos.index_of.get(&mpo).copied()
+    }
+
+    /// The call of op `id` if it is a copy of an MPO held here: what a
+    /// driver forwards to a shard that misses its own copy
+    /// ([`MpoCall::for_shard`]).
+    pub fn mpo_op_call(&self, id: OpId) -> Option<&ProcCall> {
+        self.ops.get(&id).filter(|op| is_mpo(op)).map(|op| &op.call)
+    }
+
     /// The index of the last MPO committed here.
     pub fn mpo_last_index(&self) -> u64 {
         self.mpos.last

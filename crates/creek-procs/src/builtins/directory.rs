@@ -220,10 +220,48 @@ fn int(n: u64) -> Value {
     Value::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
+/// A strong call of `mpo.sequence` for MPO `(origin, seq)` involving
+/// `shards` (ascending): what an MPO's driver asks the directory.
+pub fn sequence_call(origin: u64, seq: u64, shards: &[u32]) -> ProcCall {
+    let mut call = ProcCall::new(
+        SEQUENCE,
+        creek_types::value::encode_args(&[
+            int(origin),
+            int(seq),
+            Value::List(shards.iter().map(|s| Value::Int(i64::from(*s))).collect()),
+        ]),
+    );
+    call.strong = true;
+    call
+}
+
+/// Where the directory's committed state holds the indices MPO
+/// `(origin, seq)` got (`mpo.sequence`'s answer, [`decode_indices`]): a
+/// directory replica answers a sequenced MPO from here without an op.
+pub fn sequenced_key(origin: u64, seq: u64) -> Bytes {
+    key(SEQ_OF, &[&origin.to_be_bytes(), &seq.to_be_bytes()])
+}
+
+/// `mpo.sequence`'s answer as `(shard, index)` pairs; `None` if malformed.
+pub fn decode_indices(raw: &[u8]) -> Option<Vec<(u32, u64)>> {
+    let Ok(Value::List(given)) = Value::decode(raw) else {
+        return None;
+    };
+    given
+        .iter()
+        .map(|g| match g.as_list()? {
+            [Value::Int(s), Value::Int(k)] => {
+                Some((u32::try_from(*s).ok()?, u64::try_from(*k).ok()?))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// `mpo.sequence(origin, seq, shards)` → `[[shard, index], …]`.
 fn sequence(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let ((origin, seq), shards) = sequence_args(raw).map_err(Abort)?;
-    let of = key(SEQ_OF, &[&origin.to_be_bytes(), &seq.to_be_bytes()]);
+    let of = sequenced_key(origin, seq);
     if let Some(done) = txn.get(&of) {
         return Ok(done); // sequenced before: the same indices
     }

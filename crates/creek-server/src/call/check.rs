@@ -67,16 +67,21 @@ impl FrontDoor {
 
     /// The checks an invocation meets before it reaches the node loop:
     /// the replica serves, the request is well formed and within the
-    /// limits, its deadline has not passed.
+    /// limits, its keys are this shard's (a strong call across shards
+    /// becomes the origin's [`creek_procs::mpo::RUN`] call), its deadline
+    /// has not passed.
     pub(crate) fn prepare(
         &self,
         req: &pb::InvokeRequest,
         timeout: Option<Duration>,
     ) -> Result<creek_core::Request, Status> {
         self.serving()?;
-        let request = crate::request::to_request(req, self.max_request_bytes)?;
+        let mut request = crate::request::to_request(req, self.max_request_bytes)?;
         if let Some(gate) = &self.shards {
-            gate.check(&request.call)?;
+            if let Some(mpo) = gate.check(&request.call, request.strong)? {
+                // An operation across shards, this replica its origin.
+                request.call = mpo.call(&request.call);
+            }
         }
         if timeout.is_some_and(|t| t.is_zero()) {
             return Err(Status::deadline_exceeded(

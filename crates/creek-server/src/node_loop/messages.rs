@@ -66,6 +66,13 @@ pub enum Event {
         crate::watch::WatchRequest,
         oneshot::Sender<Result<(), tonic::Status>>,
     ),
+    /// A message about an operation across shards (`Creek.Mpo`, or this
+    /// replica's own link handing over an answer it got): answered on the
+    /// channel, if any.
+    Mpo(
+        crate::mpo::wire::Request,
+        Option<oneshot::Sender<Result<crate::mpo::wire::Reply, tonic::Status>>>,
+    ),
     /// Stop after making everything durable.
     Shutdown,
 }

@@ -42,6 +42,7 @@ mod auth;
 mod directory;
 mod durability;
 pub(crate) mod messages;
+mod mpo;
 mod report;
 mod turn;
 
@@ -112,6 +113,9 @@ pub struct LoopConfig {
     /// committed state holds; a shard replica's checks the keys user
     /// procedures declare ([`crate::shards::ShardGate::check_user`]).
     pub shards: Option<Arc<crate::shards::ShardGate>>,
+    /// The carrier of operations across shards, on a shard's replica of
+    /// a cluster of several shards.
+    pub mpo: Option<Arc<crate::mpo::Link>>,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -169,6 +173,8 @@ pub struct NodeLoop {
     shards: Option<Arc<crate::shards::ShardGate>>,
     /// Log lines peers can cause (see [`crate::throttle`]).
     peer_logs: report::PeerLogs,
+    /// Operations across shards.
+    mpo: mpo::MpoState,
 }
 
 impl NodeLoop {
@@ -239,6 +245,7 @@ impl NodeLoop {
             },
             shards: config.shards,
             peer_logs: report::PeerLogs::default(),
+            mpo: mpo::MpoState::new(config.mpo),
         };
         this.reload_auth();
         this
@@ -336,6 +343,7 @@ impl NodeLoop {
             Event::Watch(req, reply) => {
                 let _ = reply.send(self.add_watcher(req));
             }
+            Event::Mpo(req, answer) => self.on_mpo(req, answer),
             Event::Shutdown => {
                 self.stopping = true;
                 self.node.sync_pending_writes();
@@ -371,6 +379,7 @@ impl NodeLoop {
         let changes = self.node.take_changes();
         self.on_auth_changes(&changes);
         self.on_directory_changes(&changes);
+        self.mpo_answer_sequenced();
         let finalized = self.node.replica().counters().finalized;
         self.watch.on_changes(changes, finalized);
         self.watch.pump();
@@ -403,8 +412,13 @@ impl NodeLoop {
         }
         let views = inv.request.views;
         let procedure = inv.request.call.name.clone();
+        let across =
+            (procedure.as_ref() == creek_procs::mpo::RUN).then(|| inv.request.call.clone());
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
+                if let (Some(call), ExecKey::Op(id)) = (across, handle) {
+                    self.mpo_invoked(id, call);
+                }
                 self.clients.accepted.push((inv.reply.clone(), handle));
                 if let ExecKey::Op(id) = handle {
                     self.clients
@@ -459,6 +473,7 @@ impl NodeLoop {
         self.ticks += 1;
         let now = self.now_us();
         self.node.tick(now);
+        self.mpo_chase();
         self.log_timing_change();
         // Clients that went away.
         self.clients.routes.retain(|_, r| !r.reply.is_closed());
@@ -618,6 +633,7 @@ impl NodeLoop {
             config_addrs: &self.config_addrs,
             transfer_done: &self.transfer_done,
             group: None,
+            mpo: self.mpo.link.as_ref(),
         };
         self.node.drive(&mut turn);
         let group = turn.group.take();
@@ -626,6 +642,7 @@ impl NodeLoop {
         if let Some(group) = group {
             self.on_group(group);
         }
+        self.mpo_release();
     }
 
     /// Take in a failure report of the persister.

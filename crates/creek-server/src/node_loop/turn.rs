@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use creek_core::{Addrs, ExecKey, Group, ReplicaId, View, ViewKind, Views};
-use creek_node::{CheckpointJob, Driver, HoldQueue, TransferDone, TransferJob, Write};
+use creek_node::{CheckpointJob, Driver, HoldQueue, MpoMessage, TransferDone, TransferJob, Write};
 use creek_store::Persister;
 use creek_wire::{Limits, PeerMessage};
 
@@ -120,6 +120,9 @@ pub(super) struct Turn<'a> {
     /// The group, when it changed this turn (the loop answers a change
     /// proposed here after the turn).
     pub group: Option<Group>,
+    /// The carrier of operations across shards, if the replica serves a
+    /// shard of a cluster of several.
+    pub mpo: Option<&'a Arc<crate::mpo::Link>>,
 }
 
 impl Turn<'_> {
@@ -188,6 +191,18 @@ impl Driver for Turn<'_> {
 
     fn views(&mut self, views: Vec<View>) {
         self.clients.answer(views);
+    }
+
+    /// Each shard's reads to every replica of the shards waiting for them.
+    fn mpo(&mut self, messages: Vec<MpoMessage>) {
+        let Some(link) = self.mpo else {
+            return;
+        };
+        for m in messages {
+            match m {
+                MpoMessage::Reads { mpo, to, reads, .. } => link.push_reads(mpo, &to, reads),
+            }
+        }
     }
 
     fn persist(&mut self, write: Write) {

@@ -37,6 +37,9 @@ pub struct CreekService {
     /// not change while the replica runs (user procedures are asked of
     /// the node loop on each call).
     pub(crate) procedures: Arc<pb::ProceduresReply>,
+    /// Clients connect over TLS: a caller of `Mpo` must present a
+    /// replica's certificate.
+    pub(crate) tls: bool,
 }
 
 impl CreekService {
@@ -201,6 +204,58 @@ impl pb::creek_server::Creek for CreekService {
         reply.procedures.extend(user);
         reply.procedures.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(tonic::Response::new(reply))
+    }
+
+    async fn mpo(
+        &self,
+        request: tonic::Request<pb::MpoEnvelope>,
+    ) -> Result<tonic::Response<pb::MpoEnvelope>, Status> {
+        self.front.serving()?;
+        let Some(gate) = &self.front.shards else {
+            return Err(Status::failed_precondition(
+                "this replica serves a cluster of one group: it takes no messages about \
+                 operations across shards",
+            ));
+        };
+        if self.tls {
+            let certs = request.peer_certs();
+            let named = certs.as_deref().is_some_and(|certs| {
+                certs.first().is_some_and(|cert| {
+                    gate.replica_ids()
+                        .into_iter()
+                        .any(|id| crate::tls::names_replica(cert, creek_core::ReplicaId(id)))
+                })
+            });
+            if !named {
+                return Err(Status::permission_denied(
+                    "Mpo is for the cluster's replicas: present a replica's certificate",
+                ));
+            }
+        }
+        let envelope = request.into_inner();
+        let cluster = gate.cluster();
+        if envelope.cluster != cluster {
+            return Err(Status::failed_precondition(format!(
+                "a message of cluster {:016x} reached a replica of cluster {cluster:016x}",
+                envelope.cluster
+            )));
+        }
+        let req = crate::mpo::wire::Request::decode(&envelope.body).map_err(|e| {
+            Status::invalid_argument(format!("a malformed message about an MPO: {e}"))
+        })?;
+        let (tx, rx) = oneshot::channel();
+        self.front
+            .events
+            .send(Event::Mpo(req, Some(tx)))
+            .await
+            .map_err(|_| shutting_down())?;
+        let reply = rx.await.map_err(|_| {
+            Status::unavailable("the replica did not answer in time (or is shutting down)")
+        })??;
+        Ok(tonic::Response::new(pb::MpoEnvelope {
+            cluster,
+            body: reply.encode(),
+        }))
     }
 
     async fn status(

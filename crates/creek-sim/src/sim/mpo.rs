@@ -24,10 +24,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use creek_core::ViewKind;
 use creek_node::MpoMessage;
-use creek_procs::builtins::directory::SEQUENCE;
+use creek_procs::builtins::directory;
 use creek_procs::mpo::{Inputs, MpoCall, MpoId, Reads, RUN};
 use creek_shard::RouteError;
-use creek_types::value::{encode_args, Value};
+use creek_types::value::encode_args;
 
 use super::*;
 use crate::replica::MpoInput;
@@ -227,18 +227,10 @@ impl Sim {
         let Some(Ok(bytes)) = record.final_view().map(|v| v.outcome.clone()) else {
             return; // refused or lost with its replica: the sweep asks again
         };
-        let Ok(Value::List(given)) = Value::decode(&bytes) else {
+        let Some(indices) = directory::decode_indices(&bytes) else {
             return;
         };
-        let indices = given
-            .iter()
-            .filter_map(|g| match g.as_list()? {
-                [Value::Int(s), Value::Int(k)] => {
-                    Some((u32::try_from(*s).ok()?, u64::try_from(*k).ok()?))
-                }
-                _ => None,
-            })
-            .collect();
+        let indices = indices.into_iter().collect();
         self.mpo.indices.insert(mpo, indices);
         self.mpo_sweep_one(mpo);
     }
@@ -385,13 +377,7 @@ impl Sim {
         let Some(d) = self.some_directory_replica() else {
             return;
         };
-        let int = |n: u64| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
-        let args = encode_args(&[
-            int(mpo.origin),
-            int(mpo.seq),
-            Value::List(shards.iter().map(|s| Value::Int(i64::from(*s))).collect()),
-        ]);
-        let request = Request::strong(ProcCall::new(SEQUENCE, args));
+        let request = Request::strong(directory::sequence_call(mpo.origin, mpo.seq, shards));
         if self.invoke(d, None, request, true) {
             let index = self.history.ops.len() - 1;
             let n =

@@ -1,0 +1,336 @@
+//! Operations across shards on a running replica (docs/cross-shard.md):
+//! the messages between replicas of different groups that the replica
+//! protocol leaves to its driver, carried by the `Creek.Mpo` call on the
+//! replicas' client ports.
+//!
+//! The replica protocol (`creek_core::replica::mpo`) decides when an MPO
+//! commits; this room moves its messages:
+//!
+//! - **the origin** (the replica a client called), once its op is durable
+//!   here, hands each other involved shard its copy (a replica of that
+//!   shard invokes it), then has the directory sequence the MPO and tells
+//!   every replica of every involved shard its index ([`Link::originate`]).
+//!   The copies go first: an MPO is sequenced only once every involved
+//!   shard holds it, so a shard never waits for an MPO no shard can give
+//!   it;
+//! - **each replica**, at an MPO's committed position, sends the values it
+//!   read to every replica of the other involved shards
+//!   ([`Link::push_reads`]);
+//! - **a replica whose committed order waits** on an MPO for a while —
+//!   its index or another shard's reads did not come (a lost message, a
+//!   crashed origin, a replica catching up) — asks for them itself
+//!   ([`Link::chase`]): the directory for the index (sequencing is
+//!   idempotent), a replica of the shard for its reads, handing it the
+//!   shard's copy in case it holds none.
+//!
+//! Every request is answered by any replica of the group asked (replicas
+//! of a shard read the same values at the same committed position), so a
+//! request that fails is tried at the next one.
+
+pub mod wire;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use creek_core::ReplicaId;
+use creek_procs::mpo::{MpoCall, MpoId, Reads};
+use creek_proto::pb;
+use creek_types::ProcCall;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+use crate::node_loop::messages::Event;
+use crate::shards::ShardGate;
+use wire::{Reply, Request};
+
+/// Longest wait for one replica's answer.
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the origin keeps trying to hand out copies and have the MPO
+/// sequenced; past it, the replicas whose committed order waits on the
+/// MPO chase what is missing themselves.
+const ORIGIN_PATIENCE: Duration = Duration::from_secs(30);
+
+/// First pause between two rounds of asks of a group none of whose
+/// replicas answered; doubled each round up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(20);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// An MPO this replica took from a client: what it hands out.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// The MPO as this replica runs it (its id set).
+    pub call: MpoCall,
+    /// The op's call (a [`creek_procs::mpo::RUN`] call with the client's
+    /// request id and user), the template of every shard's copy.
+    pub op_call: ProcCall,
+}
+
+/// What a replica whose committed order waits on an MPO misses.
+#[derive(Clone, Debug)]
+pub enum Chase {
+    /// The MPO's index here: ask the directory.
+    Index {
+        /// The MPO's shards.
+        shards: Vec<u32>,
+    },
+    /// Other shards' reads: ask a replica of each, handing it the copy.
+    Reads(Vec<(u32, ProcCall)>),
+}
+
+/// Which group a request goes to.
+#[derive(Clone, Copy, Debug)]
+enum To {
+    Shard(u32),
+    Directory,
+}
+
+/// The MPO messages of one replica.
+pub struct Link {
+    gate: Arc<ShardGate>,
+    tls: Option<crate::config::TlsConfig>,
+    me: ReplicaId,
+    /// This replica's shard.
+    shard: u32,
+    events: mpsc::Sender<Event>,
+    runtime: tokio::runtime::Handle,
+    /// One channel per replica address, kept (they reconnect by
+    /// themselves after a failure).
+    channels: Mutex<HashMap<String, Channel>>,
+    /// MPOs being chased (one chase of each at a time).
+    chasing: Mutex<HashSet<MpoId>>,
+    /// Where the next ask of each group starts, so asks spread over its
+    /// replicas and one that does not answer is passed.
+    next: Mutex<HashMap<Option<u32>, usize>>,
+}
+
+impl Link {
+    /// The link of replica `me` of a sharded cluster. Must be called
+    /// inside a tokio runtime.
+    pub fn new(
+        gate: Arc<ShardGate>,
+        tls: Option<crate::config::TlsConfig>,
+        me: ReplicaId,
+        events: mpsc::Sender<Event>,
+    ) -> Arc<Self> {
+        let shard = u32::from(gate.shard().0);
+        Arc::new(Link {
+            gate,
+            tls,
+            me,
+            shard,
+            events,
+            runtime: tokio::runtime::Handle::current(),
+            channels: Mutex::default(),
+            chasing: Mutex::default(),
+            next: Mutex::default(),
+        })
+    }
+
+    /// The shard map this replica serves under.
+    pub fn gate(&self) -> &Arc<ShardGate> {
+        &self.gate
+    }
+
+    /// Whether callers must present a replica's certificate.
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Hand out a new MPO of this replica's (its op is durable here): its
+    /// copies to the other shards, then its sequencing, then its indices
+    /// to every replica of its shards.
+    pub fn originate(self: &Arc<Self>, origin: Origin) {
+        let link = self.clone();
+        self.runtime.spawn(async move {
+            let mpo = origin.call.id;
+            let started = Instant::now();
+            for s in origin.call.others() {
+                let Ok(copy) = origin.call.for_shard(s) else {
+                    continue;
+                };
+                let req = Request::Copy(copy.call(&origin.op_call));
+                if link.persist(To::Shard(s), &req, started).await.is_none() {
+                    tracing::warn!(%mpo, shard = s, "no replica of the shard took the operation's copy; its replicas will ask for it");
+                    return;
+                }
+            }
+            let shards = origin.call.parts.iter().map(|p| p.shard).collect();
+            let req = Request::Sequence { mpo, shards };
+            match link.persist(To::Directory, &req, started).await {
+                Some(Reply::Indices(given)) => link.tell_indices(mpo, &given),
+                _ => tracing::warn!(%mpo, "the directory did not sequence the operation across shards; its replicas will ask"),
+            }
+        });
+    }
+
+    /// Send the values this shard read for `mpo` to every replica of the
+    /// shards in `to`.
+    pub fn push_reads(self: &Arc<Self>, mpo: MpoId, to: &[u32], reads: Reads) {
+        let req = Request::Reads {
+            mpo,
+            from: self.shard,
+            reads,
+        };
+        for s in to {
+            for (id, addr) in self.gate.endpoints(Some(*s)) {
+                self.fire(id, addr, req.clone());
+            }
+        }
+    }
+
+    /// Ask for what the committed order waiting on `mpo` misses (one
+    /// chase of each MPO at a time; a call while one runs does nothing).
+    pub fn chase(self: &Arc<Self>, mpo: MpoId, what: Chase) {
+        if !self
+            .chasing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(mpo)
+        {
+            return;
+        }
+        let link = self.clone();
+        self.runtime.spawn(async move {
+            match what {
+                Chase::Index { shards } => {
+                    let req = Request::Sequence { mpo, shards };
+                    if let Some(Reply::Indices(given)) = link.ask_any(To::Directory, &req).await {
+                        link.tell_indices(mpo, &given);
+                    }
+                }
+                Chase::Reads(from) => {
+                    for (s, copy) in from {
+                        let req = Request::Pull { mpo, copy };
+                        if let Some(Reply::Reads(reads)) = link.ask_any(To::Shard(s), &req).await {
+                            link.to_self(Request::Reads {
+                                mpo,
+                                from: s,
+                                reads,
+                            });
+                        }
+                    }
+                }
+            }
+            link.chasing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&mpo);
+        });
+    }
+
+    /// Tell every replica of each shard in `given` its index of `mpo`.
+    fn tell_indices(self: &Arc<Self>, mpo: MpoId, given: &[(u32, u64)]) {
+        for (s, index) in given {
+            let req = Request::Sequenced { mpo, index: *index };
+            for (id, addr) in self.gate.endpoints(Some(*s)) {
+                if id == self.me.0 {
+                    self.to_self(req.clone());
+                } else {
+                    self.fire(id, addr, req.clone());
+                }
+            }
+        }
+    }
+
+    /// Hand `req` to this replica's own node loop.
+    fn to_self(&self, req: Request) {
+        // Full: the loop is far behind; the committed order's chase asks
+        // again.
+        let _ = self.events.try_send(Event::Mpo(req, None));
+    }
+
+    /// Send `req` to replica `id` at `addr` without waiting for it.
+    fn fire(self: &Arc<Self>, id: u16, addr: String, req: Request) {
+        let link = self.clone();
+        self.runtime.spawn(async move {
+            if let Err(e) = link.ask(id, &addr, &req).await {
+                tracing::debug!(replica = id, %addr, error = %e, "an MPO message was not taken");
+            }
+        });
+    }
+
+    /// Ask `to` until one of its replicas answers with anything but
+    /// [`Reply::Pending`], pausing between rounds, for
+    /// [`ORIGIN_PATIENCE`] from `started`.
+    async fn persist(&self, to: To, req: &Request, started: Instant) -> Option<Reply> {
+        let mut pause = RETRY_MIN;
+        loop {
+            if let Some(reply) = self.ask_any(to, req).await {
+                return Some(reply);
+            }
+            if started.elapsed() > ORIGIN_PATIENCE {
+                return None;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Ask the replicas of `to` one after the other, from where the last
+    /// ask of the group left off, until one answers with anything but
+    /// [`Reply::Pending`].
+    async fn ask_any(&self, to: To, req: &Request) -> Option<Reply> {
+        let key = match to {
+            To::Shard(s) => Some(s),
+            To::Directory => None,
+        };
+        let replicas = self.gate.endpoints(key);
+        let start = *self
+            .next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .unwrap_or(&0);
+        for k in 0..replicas.len() {
+            let at = (start + k) % replicas.len();
+            let (id, addr) = &replicas[at];
+            match self.ask(*id, addr, req).await {
+                Ok(Reply::Pending) => {}
+                Ok(reply) => {
+                    self.next
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(key, at);
+                    return Some(reply);
+                }
+                Err(e) => {
+                    tracing::debug!(replica = id, %addr, error = %e, "asked about an MPO, no answer")
+                }
+            }
+        }
+        // Start the next ask after the replica this one started at.
+        self.next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, start + 1);
+        None
+    }
+
+    /// Ask replica `id` at `addr`.
+    async fn ask(&self, id: u16, addr: &str, req: &Request) -> Result<Reply, String> {
+        let channel = self.channel(id, addr)?;
+        let envelope = pb::MpoEnvelope {
+            cluster: self.gate.cluster(),
+            body: req.encode(),
+        };
+        let mut client = pb::creek_client::CreekClient::new(channel);
+        let answer = tokio::time::timeout(ASK_TIMEOUT, client.mpo(envelope))
+            .await
+            .map_err(|_| "no answer in time".to_owned())?
+            .map_err(|e| e.message().to_owned())?
+            .into_inner();
+        Reply::decode(&answer.body)
+    }
+
+    fn channel(&self, id: u16, addr: &str) -> Result<Channel, String> {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = crate::shards::channel(id, addr, self.tls.as_ref())?;
+        channels.insert(addr.to_owned(), c.clone());
+        Ok(c)
+    }
+}

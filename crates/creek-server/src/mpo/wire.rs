@@ -1,0 +1,314 @@
+//! The body of a `Creek.Mpo` message: what one replica tells or asks a
+//! replica of another group about an operation across shards, encoded
+//! with Creek's value encoding (a list whose first item is the kind).
+
+use bytes::Bytes;
+use creek_procs::mpo::{reads_from_value, reads_value, MpoId, Reads};
+use creek_types::value::Value;
+use creek_types::{ClientRequestId, ProcCall};
+
+/// What one replica asks of another about an MPO.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Request {
+    /// Invoke this shard's copy of an MPO (a [`creek_procs::mpo::RUN`]
+    /// call), unless the replica holds one.
+    Copy(ProcCall),
+    /// Sequence `mpo` at the directory (idempotent): answered with the
+    /// indices, once committed.
+    Sequence {
+        /// The MPO.
+        mpo: MpoId,
+        /// Its shards, ascending.
+        shards: Vec<u32>,
+    },
+    /// The directory gave `mpo` index `index` among this shard's MPOs.
+    Sequenced {
+        /// The MPO.
+        mpo: MpoId,
+        /// Its index in the receiver's shard.
+        index: u64,
+    },
+    /// The values shard `from` read for `mpo` at its committed position.
+    Reads {
+        /// The MPO.
+        mpo: MpoId,
+        /// The shard that read them.
+        from: u32,
+        /// Its session verdict, then its keys' values.
+        reads: Reads,
+    },
+    /// The values the receiver's shard read for `mpo`, if it read them
+    /// yet; the receiver invokes `copy` (its shard's copy) if it holds
+    /// none.
+    Pull {
+        /// The MPO.
+        mpo: MpoId,
+        /// The receiver's shard's copy.
+        copy: ProcCall,
+    },
+}
+
+/// The answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// Taken in.
+    Done,
+    /// The MPO's index on each of its shards.
+    Indices(Vec<(u32, u64)>),
+    /// The values asked for.
+    Reads(Reads),
+    /// Not read yet: ask again later.
+    Pending,
+}
+
+fn int(n: u64) -> Value {
+    Value::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+fn uint(v: &Value) -> Result<u64, String> {
+    v.as_int()
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| format!("expected a non-negative int, got {v}"))
+}
+
+/// A 64-bit id as an int, every bit kept (a client's id is random).
+fn bits(n: u64) -> Value {
+    Value::Int(i64::from_be_bytes(n.to_be_bytes()))
+}
+
+fn bits_of(v: &Value) -> Result<u64, String> {
+    v.as_int()
+        .map(|n| u64::from_be_bytes(n.to_be_bytes()))
+        .ok_or_else(|| format!("expected an int, got {v}"))
+}
+
+fn mpo_value(mpo: MpoId) -> [Value; 2] {
+    [int(mpo.origin), int(mpo.seq)]
+}
+
+fn mpo_of(origin: &Value, seq: &Value) -> Result<MpoId, String> {
+    Ok(MpoId {
+        origin: uint(origin)?,
+        seq: uint(seq)?,
+    })
+}
+
+/// A call as a copy carries it: name, arguments, request id, the
+/// client's acknowledged seqs, user. The op's time, level and id are the
+/// invoking replica's to set.
+fn call_value(call: &ProcCall) -> Value {
+    Value::List(vec![
+        Value::Bytes(Bytes::copy_from_slice(call.name.as_bytes())),
+        Value::Bytes(call.args.clone()),
+        match call.request_id {
+            Some(r) => Value::List(vec![bits(r.client), int(r.seq)]),
+            None => Value::Nil,
+        },
+        Value::List(call.acked.iter().map(|a| int(*a)).collect()),
+        match &call.user {
+            Some(u) => Value::Bytes(Bytes::copy_from_slice(u.as_bytes())),
+            None => Value::Nil,
+        },
+    ])
+}
+
+fn call_of(v: &Value) -> Result<ProcCall, String> {
+    let bad = || "a malformed call".to_owned();
+    let [Value::Bytes(name), Value::Bytes(args), request, Value::List(acked), user] =
+        v.as_list().ok_or_else(bad)?
+    else {
+        return Err(bad());
+    };
+    let name = std::str::from_utf8(name).map_err(|_| bad())?;
+    let mut call = ProcCall::new(name, args.clone());
+    call.request_id = match request {
+        Value::Nil => None,
+        Value::List(r) => match r.as_slice() {
+            [client, seq] => Some(ClientRequestId {
+                client: bits_of(client)?,
+                seq: uint(seq)?,
+            }),
+            _ => return Err(bad()),
+        },
+        _ => return Err(bad()),
+    };
+    call.acked = acked.iter().map(uint).collect::<Result<_, _>>()?;
+    call.user = match user {
+        Value::Nil => None,
+        Value::Bytes(u) => Some(std::sync::Arc::from(
+            std::str::from_utf8(u).map_err(|_| bad())?,
+        )),
+        _ => return Err(bad()),
+    };
+    Ok(call)
+}
+
+impl Request {
+    /// The message's bytes.
+    pub fn encode(&self) -> Bytes {
+        let items = match self {
+            Request::Copy(call) => vec![Value::Int(0), call_value(call)],
+            Request::Sequence { mpo, shards } => {
+                let [o, s] = mpo_value(*mpo);
+                let shards = shards.iter().map(|s| Value::Int(i64::from(*s))).collect();
+                vec![Value::Int(1), o, s, Value::List(shards)]
+            }
+            Request::Sequenced { mpo, index } => {
+                let [o, s] = mpo_value(*mpo);
+                vec![Value::Int(2), o, s, int(*index)]
+            }
+            Request::Reads { mpo, from, reads } => {
+                let [o, s] = mpo_value(*mpo);
+                vec![
+                    Value::Int(3),
+                    o,
+                    s,
+                    Value::Int(i64::from(*from)),
+                    reads_value(reads),
+                ]
+            }
+            Request::Pull { mpo, copy } => {
+                let [o, s] = mpo_value(*mpo);
+                vec![Value::Int(4), o, s, call_value(copy)]
+            }
+        };
+        Value::List(items).encode()
+    }
+
+    /// The message in `raw`, or why it is malformed.
+    pub fn decode(raw: &[u8]) -> Result<Self, String> {
+        let value = Value::decode(raw).map_err(|e| e.to_string())?;
+        let items = value.as_list().ok_or("not a list")?;
+        let shard = |v: &Value| {
+            uint(v).and_then(|n| u32::try_from(n).map_err(|_| format!("shard {n} is too large")))
+        };
+        match items {
+            [Value::Int(0), call] => Ok(Request::Copy(call_of(call)?)),
+            [Value::Int(1), o, s, Value::List(shards)] => Ok(Request::Sequence {
+                mpo: mpo_of(o, s)?,
+                shards: shards.iter().map(shard).collect::<Result<_, _>>()?,
+            }),
+            [Value::Int(2), o, s, index] => Ok(Request::Sequenced {
+                mpo: mpo_of(o, s)?,
+                index: uint(index)?,
+            }),
+            [Value::Int(3), o, s, from, reads] => Ok(Request::Reads {
+                mpo: mpo_of(o, s)?,
+                from: shard(from)?,
+                reads: reads_from_value(reads).ok_or("malformed reads")?,
+            }),
+            [Value::Int(4), o, s, copy] => Ok(Request::Pull {
+                mpo: mpo_of(o, s)?,
+                copy: call_of(copy)?,
+            }),
+            _ => Err("an unknown kind of message".to_owned()),
+        }
+    }
+}
+
+impl Reply {
+    /// The answer's bytes.
+    pub fn encode(&self) -> Bytes {
+        let items = match self {
+            Reply::Done => vec![Value::Int(0)],
+            Reply::Indices(given) => vec![
+                Value::Int(1),
+                Value::List(
+                    given
+                        .iter()
+                        .map(|(s, k)| Value::List(vec![Value::Int(i64::from(*s)), int(*k)]))
+                        .collect(),
+                ),
+            ],
+            Reply::Reads(reads) => vec![Value::Int(2), reads_value(reads)],
+            Reply::Pending => vec![Value::Int(3)],
+        };
+        Value::List(items).encode()
+    }
+
+    /// The answer in `raw`, or why it is malformed.
+    pub fn decode(raw: &[u8]) -> Result<Self, String> {
+        let value = Value::decode(raw).map_err(|e| e.to_string())?;
+        match value.as_list().ok_or("not a list")? {
+            [Value::Int(0)] => Ok(Reply::Done),
+            [Value::Int(1), given @ Value::List(_)] => {
+                creek_procs::builtins::directory::decode_indices(&given.encode())
+                    .map(Reply::Indices)
+                    .ok_or_else(|| "malformed indices".to_owned())
+            }
+            [Value::Int(2), reads] => Ok(Reply::Reads(
+                reads_from_value(reads).ok_or("malformed reads")?,
+            )),
+            [Value::Int(3)] => Ok(Reply::Pending),
+            _ => Err("an unknown kind of answer".to_owned()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn every_message_and_answer_decodes_to_itself() {
+        let mpo = MpoId { origin: 4, seq: 17 };
+        let mut call = ProcCall::new("creek.mpo.run", Bytes::from_static(b"args"));
+        // A client's id is random: its top bit is set half the time.
+        call.request_id = Some(ClientRequestId {
+            client: u64::MAX - 9,
+            seq: 3,
+        });
+        call.acked = vec![1, 2];
+        call.user = Some(std::sync::Arc::from("ann"));
+        let reads: Reads = vec![
+            (Bytes::from_static(b"\0v"), None),
+            (Bytes::from_static(b"k"), Some(Bytes::from_static(b"7"))),
+        ];
+        for r in [
+            Request::Copy(call.clone()),
+            Request::Copy(ProcCall::new("x", Bytes::new())),
+            Request::Sequence {
+                mpo,
+                shards: vec![0, 1],
+            },
+            Request::Sequenced { mpo, index: 5 },
+            Request::Reads {
+                mpo,
+                from: 1,
+                reads: reads.clone(),
+            },
+            Request::Pull { mpo, copy: call },
+        ] {
+            assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        }
+        for a in [
+            Reply::Done,
+            Reply::Indices(vec![(0, 3), (1, 9)]),
+            Reply::Reads(reads),
+            Reply::Pending,
+        ] {
+            assert_eq!(Reply::decode(&a.encode()).unwrap(), a);
+        }
+    }
+
+    #[test]
+    fn malformed_bodies_are_refused() {
+        for raw in [
+            &b""[..],
+            &Value::Int(3).encode(),
+            &Value::List(vec![Value::Int(9)]).encode(),
+            &Value::List(vec![
+                Value::Int(2),
+                Value::Int(-1),
+                Value::Int(0),
+                Value::Int(1),
+            ])
+            .encode(),
+        ] {
+            assert!(Request::decode(raw).is_err());
+            assert!(Reply::decode(raw).is_err());
+        }
+    }
+}

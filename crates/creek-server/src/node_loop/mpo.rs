@@ -1,0 +1,297 @@
+//! The node loop's part in operations across shards (docs/cross-shard.md;
+//! the messages travel through [`crate::mpo::Link`]):
+//!
+//! - an MPO this replica took from a client leaves once the write holding
+//!   its op is durable ([`NodeLoop::mpo_release`]): an MPO's id is its
+//!   origin op's, and an op lost with a crash before its write could be
+//!   issued again under the same id;
+//! - messages from other groups' replicas go to the node
+//!   ([`NodeLoop::on_mpo`]); a directory replica sequences an MPO with a
+//!   strong `mpo.sequence` op and answers once it is committed;
+//! - a committed order that waits on an MPO for a while makes the replica
+//!   ask for what it misses itself ([`NodeLoop::mpo_chase`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use creek_core::{OpId, Request as OpRequest};
+use creek_node::HoldQueue;
+use creek_procs::builtins::directory::{decode_indices, sequence_call, sequenced_key};
+use creek_procs::mpo::{MpoCall, MpoId};
+use creek_types::ProcCall;
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+
+use super::{Invocation, NodeLoop, ReplyTo};
+use crate::mpo::wire::{Reply, Request};
+use crate::mpo::{Chase, Origin};
+
+/// How long the committed order may wait on the same MPO before this
+/// replica asks for what it misses (the origin's messages usually come
+/// sooner); the pause doubles after each ask, up to [`CHASE_MAX`].
+const CHASE_AFTER: Duration = Duration::from_millis(50);
+const CHASE_MAX: Duration = Duration::from_secs(1);
+
+/// How long a directory replica keeps a sequencing request waiting for
+/// its op to commit (the asker's own timeout is about as long).
+const SEQUENCE_WAIT: Duration = Duration::from_secs(2);
+
+/// Where an answer goes.
+type Answer = oneshot::Sender<Result<Reply, Status>>;
+
+/// What the node loop keeps for operations across shards.
+#[derive(Default)]
+pub(super) struct MpoState {
+    /// The messages' carrier, on a shard's replica of a cluster of
+    /// several shards.
+    pub(super) link: Option<std::sync::Arc<crate::mpo::Link>>,
+    /// MPOs taken from clients this turn.
+    fresh: Vec<Origin>,
+    /// MPOs waiting for the write holding their op to be durable.
+    held: HoldQueue<Origin>,
+    /// On a directory replica: sequencing requests waiting for their op to
+    /// commit.
+    sequencing: Vec<(MpoId, Instant, Answer)>,
+    /// On a directory replica: when each MPO's sequencing op was invoked
+    /// here (not again while one may still commit).
+    invoked: HashMap<MpoId, Instant>,
+    /// What the committed order waits on, and when to ask next.
+    waiting: Option<Waiting>,
+}
+
+impl MpoState {
+    pub(super) fn new(link: Option<std::sync::Arc<crate::mpo::Link>>) -> Self {
+        MpoState {
+            link,
+            ..Default::default()
+        }
+    }
+}
+
+/// The committed order waits on an MPO.
+struct Waiting {
+    /// The op, the shards whose reads it misses, whether its index is
+    /// known: a change of any is progress.
+    what: (OpId, Vec<u32>, bool),
+    next: Instant,
+    pause: Duration,
+}
+
+impl NodeLoop {
+    /// A message about an MPO, answered on `answer` if there is one.
+    pub(super) fn on_mpo(&mut self, req: Request, answer: Option<Answer>) {
+        if let Some(why) = &self.failed {
+            if let Some(a) = answer {
+                let _ = a.send(Err(Status::unavailable(why.to_string())));
+            }
+            return;
+        }
+        let result = match req {
+            Request::Copy(call) => self.mpo_copy(call).map(|()| Reply::Done),
+            Request::Sequenced { mpo, index } => {
+                self.node.mpo_sequenced(mpo, index);
+                Ok(Reply::Done)
+            }
+            Request::Reads { mpo, from, reads } => {
+                self.node.mpo_reads(mpo, from, reads);
+                Ok(Reply::Done)
+            }
+            Request::Pull { mpo, copy } => match self.node.replica().mpo_reads_of(mpo) {
+                Some(reads) => Ok(Reply::Reads(reads)),
+                None => self.mpo_copy(copy).map(|()| Reply::Pending),
+            },
+            Request::Sequence { mpo, shards } => return self.mpo_sequence(mpo, shards, answer),
+        };
+        if let Some(a) = answer {
+            let _ = a.send(result);
+        }
+    }
+
+    /// Invoke this shard's copy of an MPO unless this replica holds one.
+    fn mpo_copy(&mut self, call: ProcCall) -> Result<(), Status> {
+        let mpo = MpoCall::decode(&call.args)
+            .map_err(|e| Status::invalid_argument(format!("a malformed MPO copy: {e}")))?;
+        let shard = self.shards.as_ref().map(|g| u32::from(g.shard().0));
+        if shard != Some(mpo.me) || self.directory.gate.is_some() {
+            return Err(Status::failed_precondition(format!(
+                "the copy of {} for shard {} reached replica {}, which serves {}",
+                mpo.id,
+                mpo.me,
+                self.node.id(),
+                match shard {
+                    Some(s) if self.directory.gate.is_none() => format!("shard {s}"),
+                    _ => "no shard".to_owned(),
+                }
+            )));
+        }
+        if self.node.replica().mpo_held(mpo.id) {
+            return Ok(());
+        }
+        let now = self.now_us();
+        self.node
+            .invoke_mpo_copy(call, now)
+            .map(|_| ())
+            .map_err(|e| Status::unavailable(e.to_string()))
+    }
+
+    /// On a directory replica: sequence `mpo` (once) and answer its
+    /// indices once committed.
+    fn mpo_sequence(&mut self, mpo: MpoId, shards: Vec<u32>, answer: Option<Answer>) {
+        let Some(answer) = answer else {
+            return;
+        };
+        if self.directory.gate.is_none() {
+            let _ = answer.send(Err(Status::failed_precondition(format!(
+                "replica {} is not a directory replica: it sequences nothing",
+                self.node.id()
+            ))));
+            return;
+        }
+        if let Some(given) = self.mpo_indices(mpo) {
+            let _ = answer.send(Ok(Reply::Indices(given)));
+            return;
+        }
+        let recent = self
+            .mpo
+            .invoked
+            .get(&mpo)
+            .is_some_and(|t| t.elapsed() < SEQUENCE_WAIT);
+        if !recent {
+            self.mpo.invoked.insert(mpo, Instant::now());
+            // Nobody reads the views: the committed state says the indices.
+            let (tx, _rx) = mpsc::unbounded_channel();
+            self.invoke(Invocation {
+                request: OpRequest::strong(sequence_call(mpo.origin, mpo.seq, &shards)),
+                reply: ReplyTo::Stream(tx),
+                received: Instant::now(),
+                principal: None,
+            });
+        }
+        self.mpo.sequencing.push((mpo, Instant::now(), answer));
+    }
+
+    /// The indices the directory's committed state gave `mpo`.
+    fn mpo_indices(&self, mpo: MpoId) -> Option<Vec<(u32, u64)>> {
+        use creek_exec::Engine as _;
+        let raw = self
+            .node
+            .replica()
+            .engine()
+            .read_committed(&sequenced_key(mpo.origin, mpo.seq))?;
+        decode_indices(&raw)
+    }
+
+    /// After a turn: answer the sequencing requests whose op committed;
+    /// drop those that waited too long (their askers ask again).
+    pub(super) fn mpo_answer_sequenced(&mut self) {
+        if self.mpo.sequencing.is_empty() {
+            return;
+        }
+        for (mpo, since, answer) in std::mem::take(&mut self.mpo.sequencing) {
+            if let Some(given) = self.mpo_indices(mpo) {
+                let _ = answer.send(Ok(Reply::Indices(given)));
+            } else if since.elapsed() < SEQUENCE_WAIT && !answer.is_closed() {
+                self.mpo.sequencing.push((mpo, since, answer));
+            }
+        }
+        self.mpo.invoked.retain(|_, t| t.elapsed() < SEQUENCE_WAIT);
+    }
+
+    /// Op `id` this replica took from a client is an MPO (`op_call`, a
+    /// [`creek_procs::mpo::RUN`] call): it leaves once its write is
+    /// durable.
+    pub(super) fn mpo_invoked(&mut self, id: OpId, op_call: ProcCall) {
+        if self.mpo.link.is_none() {
+            return;
+        }
+        let Ok(call) = MpoCall::decode(&op_call.args) else {
+            return;
+        };
+        let mpo = MpoId {
+            origin: u64::from(id.origin.0),
+            seq: id.seq,
+        };
+        self.mpo.fresh.push(Origin {
+            call: MpoCall { id: mpo, ..call },
+            op_call,
+        });
+    }
+
+    /// After a turn's writes are handed out: this turn's MPOs wait for
+    /// the last one; those whose write is durable leave.
+    pub(super) fn mpo_release(&mut self) {
+        let Some(link) = self.mpo.link.clone() else {
+            return;
+        };
+        let fresh = std::mem::take(&mut self.mpo.fresh);
+        self.mpo.held.follow(self.node.written(), fresh);
+        for origin in self.mpo.held.release(self.durability.durable()) {
+            link.originate(origin);
+        }
+        // Wake the loop when the first held one's write is durable.
+        if let Some(first) = self.mpo.held.first() {
+            let wake = &self.durability.wake_at;
+            let now = wake.load(Ordering::Acquire);
+            if now == 0 || first < now {
+                wake.store(first, Ordering::Release);
+            }
+        }
+    }
+
+    /// Every tick: if the committed order has waited on the same MPO for
+    /// a while, ask for what it misses — its index, or other shards'
+    /// reads (handing each shard its copy, in case it holds none).
+    pub(super) fn mpo_chase(&mut self) {
+        let Some(link) = self.mpo.link.clone() else {
+            return;
+        };
+        let replica = self.node.replica();
+        let Some((op, Some(mpo), missing)) = replica.mpo_waiting() else {
+            self.mpo.waiting = None;
+            return;
+        };
+        let indexed = replica.mpo_index(mpo).is_some();
+        let what = (op, missing.clone(), indexed);
+        let now = Instant::now();
+        match &mut self.mpo.waiting {
+            Some(w) if w.what == what => {
+                if now < w.next {
+                    return;
+                }
+                w.next = now + w.pause;
+                w.pause = (w.pause * 2).min(CHASE_MAX);
+            }
+            _ => {
+                self.mpo.waiting = Some(Waiting {
+                    what,
+                    next: now + CHASE_AFTER,
+                    pause: CHASE_AFTER,
+                });
+                return;
+            }
+        }
+        let Some(op_call) = replica.mpo_op_call(op) else {
+            return;
+        };
+        let Ok(call) = MpoCall::decode(&op_call.args) else {
+            return;
+        };
+        let chase = if !indexed {
+            Chase::Index {
+                shards: call.parts.iter().map(|p| p.shard).collect(),
+            }
+        } else if missing.is_empty() {
+            return; // the reads are here: the MPO waits for its state
+        } else {
+            Chase::Reads(
+                missing
+                    .iter()
+                    .filter_map(|s| Some((*s, call.for_shard(*s).ok()?.call(op_call))))
+                    .collect(),
+            )
+        };
+        tracing::debug!(%mpo, ?chase, "the committed order waits on an operation across shards: asking");
+        link.chase(mpo, chase);
+    }
+}
