@@ -1,6 +1,7 @@
 """A sharded cluster (`creek dev --shards 2`): the map from any replica,
 calls routed by key, a replica refusing another shard's key with
-`WrongShard` (nothing applied), a stale map learned again."""
+`WrongShard` (nothing applied), a strong call across shards run as one
+operation on both, a stale map learned again."""
 
 from __future__ import annotations
 
@@ -66,15 +67,21 @@ def test_multi_key_calls_run_on_the_shard_owning_their_keys(sharded):
             await c.call("kv.mput", [a, b], ["10", "0"])
             assert await c.call("kv.transfer", a, b, 3) == [7, 3]
             assert await c.call("kv.mget", [a, b], levels=creek.WEAK) == [b"7", b"3"]
-            # Keys on both shards: refused, naming them; nothing applied.
+            # Keys on both shards: a strong call is one operation across
+            # shards, applied on both once; a weak one is refused, naming
+            # them, and applies nothing.
+            await c.call("kv.put", other, "5")
+            assert await c.call("kv.transfer", a, other, 1) == [6, 6]
+            assert await c.call("kv.mget", [a, other]) == [b"6", b"6"]
             with pytest.raises(creek.CreekError) as refused:
-                await c.call("kv.transfer", a, other, 1)
+                await c.call("kv.transfer", a, other, 1, levels=creek.WEAK)
             assert "its keys span shards 0, 1" in str(refused.value)
-            assert await c.call("kv.get", a) == b"7"
+            assert "a weak operation never spans shards" in str(refused.value)
+            assert await c.call("kv.get", a) == b"6"
         # The typed helpers of a plain client, on one shard's replicas.
         async with creek.Client([sharded.clients[3]]) as plain:
-            assert (await plain.kv_mget([a, b]).final()).value == [b"7", b"3"]
-            assert (await plain.kv_transfer(b, a, 3).final()).value == [0, 10]
+            assert (await plain.kv_mget([a, b]).final()).value == [b"6", b"3"]
+            assert (await plain.kv_transfer(b, a, 3).final()).value == [0, 9]
             assert (await plain.kv_mput({a: "1", b: "2"}).final()).value is None
             assert (await plain.kv_mget([a, b]).final()).value == [b"1", b"2"]
 

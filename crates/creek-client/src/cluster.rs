@@ -137,7 +137,7 @@ impl Cluster {
         map: ShardMap,
         options: ConnectOptions,
     ) -> Result<Cluster, Error> {
-        let clients = connect_shards(&map, &options, None).await?;
+        let clients = connect_shards(&map, &options).await?;
         let any = clients
             .values()
             .next()
@@ -365,12 +365,10 @@ impl Routes {
             creek_shard::decode(&status.shard_map)
                 .map_err(|e| Error::Protocol(format!("the replica's shard map: {e}")))?
         };
-        // A directory replica serves no shard.
-        let own = u16::try_from(status.shard)
-            .ok()
-            .map(ShardId)
-            .filter(|_| !status.directory);
-        let clients = connect_shards(&map, options, own.map(|s| (s, client.clone()))).await?;
+        // A client of every replica of each shard, the seed's own shard
+        // included (the seed's client knows only the addresses it was
+        // given, and could not fail over to the shard's other replicas).
+        let clients = connect_shards(&map, options).await?;
         Ok(Routes { map, clients })
     }
 
@@ -443,20 +441,13 @@ impl Routes {
     }
 }
 
-/// A client per shard of `map`, reusing `known` for its shard.
+/// A client of every replica of each shard of `map`.
 async fn connect_shards(
     map: &ShardMap,
     options: &ConnectOptions,
-    known: Option<(ShardId, Client)>,
 ) -> Result<BTreeMap<ShardId, Client>, Error> {
     let mut clients = BTreeMap::new();
     for (id, shard) in &map.shards {
-        if let Some((s, c)) = &known {
-            if s == id {
-                clients.insert(*id, c.clone());
-                continue;
-            }
-        }
         let addrs: Vec<String> = shard.replicas.values().map(|e| e.client.clone()).collect();
         let client = Client::connect_with_options(addrs, options.clone()).await?;
         clients.insert(*id, client);

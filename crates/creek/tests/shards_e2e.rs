@@ -1,7 +1,8 @@
 //! End-to-end: a cluster of two shards of three `creek serve` processes
 //! each, over real sockets. Calls are routed by key from any replica's map
 //! (Rust client and CLI); a replica refuses another shard's key with
-//! `WRONG_SHARD` and applies nothing; a client with a stale map refreshes
+//! `WRONG_SHARD` and applies nothing; a strong call on keys of both shards
+//! runs as one operation across them; a client with a stale map refreshes
 //! it and retries under the same request id; one shard loses a replica
 //! and its leader while the other keeps serving. The directory group
 //! (three more processes) holds the map: a keyspace placed through it
@@ -226,8 +227,7 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
     }
 
     // Multi-key built-ins run on the shard owning all their keys (the
-    // client routes them there); keys spanning shards are refused, naming
-    // the shards, and nothing is applied.
+    // client routes them there).
     let (a1, b1) = (cluster.key_of(1, "acct-a"), cluster.key_of(1, "acct-b"));
     let list = |keys: &[&str]| Value::List(keys.iter().map(|k| b(k)).collect());
     final_value(
@@ -247,20 +247,50 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
     assert_eq!(moved, Value::List(vec![Value::Int(6), Value::Int(4)]));
     let both = final_value(&client, "kv.mget", vec![list(&[&a1, &b1])], Levels::Weak).await;
     assert_eq!(both, list(&["6", "4"]));
+    // Keys on both shards: a weak call is refused, naming the shards, and
+    // applies nothing; a strong one is one operation across shards, run
+    // once on each.
+    let (c0, c1) = (cluster.key_of(0, "cross"), cluster.key_of(1, "cross"));
     for (procedure, args) in [
         ("kv.mput", vec![list(&[&k0, &a1]), list(&["x", "y"])]),
         ("kv.transfer", vec![b(&a1), b(&k0), Value::Int(1)]),
         ("kv.mget", vec![list(&[&k0, &k1])]),
     ] {
-        let refused = client.invoke(procedure, args, Levels::Strong).await;
-        match refused {
+        match client.invoke(procedure, args, Levels::Weak).await {
             Err(e) => assert!(
-                e.to_string().contains("its keys span shards 0, 1"),
+                e.to_string().contains("its keys span shards 0, 1")
+                    && e.to_string()
+                        .contains("a weak operation never spans shards"),
                 "{procedure}: {e}"
             ),
-            Ok(_) => panic!("{procedure} across shards was accepted"),
+            Ok(_) => panic!("weak {procedure} across shards was accepted"),
         }
     }
+    final_value(
+        &client,
+        "kv.mput",
+        vec![list(&[&c0, &c1]), list(&["10", "20"])],
+        Levels::Strong,
+    )
+    .await;
+    let moved = final_value(
+        &client,
+        "kv.transfer",
+        vec![b(&c1), b(&c0), Value::Int(5)],
+        Levels::Strong,
+    )
+    .await;
+    assert_eq!(moved, Value::List(vec![Value::Int(15), Value::Int(15)]));
+    let read = final_value(&client, "kv.mget", vec![list(&[&c0, &c1])], Levels::Strong).await;
+    assert_eq!(read, list(&["15", "15"]));
+    // Each shard holds its own key only.
+    assert_eq!(strong_get(&client, &c0).await.expect("get"), b("15"));
+    let plain1 = cluster.shard_client(1).await;
+    let got = plain1
+        .invoke("kv.get", vec![b(&c0)], Levels::Weak)
+        .await
+        .map(|_| ());
+    assert!(matches!(got, Err(Error::WrongShard { .. })), "{got:?}");
     assert_eq!(strong_get(&client, &a1).await.expect("get"), b("6"));
     assert_eq!(strong_get(&client, &k0).await.expect("get"), b("a"));
     // A user procedure that declares its key parameters runs on the shard
@@ -700,4 +730,177 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     let (code, _, err) = creek(&["serve", "--config", config]);
     assert_ne!(code, Some(0));
     assert!(err.contains("junk-map.bin"), "{err}");
+}
+
+/// The leader shard `group`'s replicas (by index in the cluster, from
+/// `first`) agree on, as an index; `None` if none is known.
+async fn leader_of(cluster: &Sharded, first: usize) -> Option<usize> {
+    for i in first..first + REPLICAS {
+        if !cluster.procs.is_running(i) {
+            continue;
+        }
+        let Ok(c) = Client::connect([cluster.addr(i)]).await else {
+            continue;
+        };
+        if let Ok(s) = c.status().await {
+            if s.leader != 0 {
+                return Some(s.leader as usize - 1);
+            }
+        }
+    }
+    None
+}
+
+/// Transfers between accounts on different shards from three clients at
+/// once while the leader of shard 0, then of shard 1, then of the
+/// directory (the sequencer) is killed and restarted: every transfer a
+/// client saw applied is applied once, none is half-applied, and the
+/// bank's total is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_across_shards_keep_the_total_while_leaders_die() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut cluster = Sharded::start();
+    let accounts: Vec<String> = (0..4)
+        .map(|i| cluster.key_of((i % 2) as u16, &format!("bank{i}-")))
+        .collect();
+    let list = |keys: &[String]| Value::List(keys.iter().map(|k| b(k)).collect());
+    let client = Cluster::connect([cluster.addr(0)]).await.expect("connect");
+    final_value(
+        &client,
+        "kv.mput",
+        vec![list(&accounts), list(&vec!["100".to_owned(); 4])],
+        Levels::Strong,
+    )
+    .await;
+
+    // Each transfer: applied (the final view said so), refused (an abort,
+    // e.g. too little money: nothing applied), or unknown (an error: the
+    // client gave up, it may have applied).
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..3usize {
+        let (stop, accounts) = (stop.clone(), accounts.clone());
+        let addr = cluster.addr(w * 2 % (SHARDS * REPLICAS));
+        workers.push(tokio::spawn(async move {
+            let c = Cluster::connect([addr]).await.expect("connect");
+            let (mut applied, mut unknown) = (vec![0i64; 4], 0usize);
+            let (mut done, mut refused) = (0usize, 0usize);
+            let mut n = w;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                // From an account of one shard to one of the other.
+                let from = n % 4;
+                let to = (from + 1 + 2 * (n / 4 % 2)) % 4;
+                let amount = 1 + (n % 5) as i64;
+                let args = vec![b(&accounts[from]), b(&accounts[to]), Value::Int(amount)];
+                let options = CallOptions {
+                    timeout: Some(Duration::from_secs(15)),
+                    ..CallOptions::default()
+                };
+                let outcome = match c
+                    .invoke_with("kv.transfer", args, Levels::Strong, options)
+                    .await
+                {
+                    Ok(op) => op.final_view().await.map(|v| v.outcome),
+                    Err(e) => Err(e),
+                };
+                match outcome {
+                    Ok(Ok(_)) => {
+                        applied[from] -= amount;
+                        applied[to] += amount;
+                        done += 1;
+                    }
+                    Ok(Err(_)) => refused += 1,
+                    Err(e) => {
+                        eprintln!("worker {w}: transfer {n}: {e}");
+                        unknown += 1;
+                    }
+                }
+            }
+            (applied, unknown, done, refused)
+        }));
+    }
+
+    let settle = Duration::from_secs(3);
+    tokio::time::sleep(settle).await;
+    for first in [0, REPLICAS, SHARDS * REPLICAS] {
+        let leader = leader_of(&cluster, first).await.expect("a leader");
+        eprintln!("killing replica {} (leader of its group)", leader + 1);
+        cluster.procs.kill(leader).expect("kill");
+        tokio::time::sleep(settle).await;
+        cluster.procs.spawn(leader).expect("restart");
+        cluster
+            .procs
+            .wait_accepting(T)
+            .expect("the restarted replica accepts clients");
+        tokio::time::sleep(settle).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut applied, mut unknown, mut done) = (vec![0i64; 4], 0, 0);
+    for w in workers {
+        let (a, u, d, r) = w.await.expect("worker");
+        eprintln!("worker: {d} applied, {r} refused, {u} unknown");
+        for (total, delta) in applied.iter_mut().zip(a) {
+            *total += delta;
+        }
+        unknown += u;
+        done += d;
+    }
+    assert!(done >= 30, "only {done} transfers applied");
+
+    // Every replica of both shards ends with the same balances, which add
+    // up to the bank's total; with no transfer of unknown fate, they are
+    // exactly the applied ones.
+    let read = eventually("the balances", || async {
+        let op = client
+            .invoke_with(
+                "kv.mget",
+                vec![list(&accounts)],
+                Levels::Strong,
+                CallOptions {
+                    timeout: Some(Duration::from_secs(5)),
+                    ..CallOptions::default()
+                },
+            )
+            .await?;
+        op.final_view().await?.outcome.map_err(Error::Protocol)
+    })
+    .await;
+    let balances: Vec<i64> = read
+        .as_list()
+        .expect("a list")
+        .iter()
+        .map(|v| {
+            let s = std::str::from_utf8(v.as_bytes().expect("bytes")).expect("utf-8");
+            s.parse().expect("an integer")
+        })
+        .collect();
+    assert_eq!(balances.iter().sum::<i64>(), 400, "{balances:?}");
+    if unknown == 0 {
+        let expected: Vec<i64> = applied.iter().map(|d| 100 + d).collect();
+        assert_eq!(balances, expected);
+    }
+    for (i, account) in accounts.iter().enumerate() {
+        let shard = i % 2;
+        for r in shard * REPLICAS..(shard + 1) * REPLICAS {
+            let replica = Client::connect([cluster.addr(r)]).await.expect("connect");
+            let value = eventually("a replica's balance", || async {
+                let v = replica
+                    .invoke("kv.get", vec![b(account)], Levels::Weak)
+                    .await?
+                    .preliminary()
+                    .await?;
+                match v.outcome {
+                    Ok(v) if v == b(&balances[i].to_string()) => Ok(v),
+                    Ok(v) => Err(Error::Protocol(format!("holds {v}"))),
+                    Err(a) => Err(Error::Protocol(a)),
+                }
+            })
+            .await;
+            assert_eq!(value, b(&balances[i].to_string()), "replica {}", r + 1);
+        }
+    }
 }
