@@ -353,6 +353,29 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
         &format!("[{a1},{b1}]"),
     ]);
     assert!(got.contains('6') && got.contains('4'), "{got}");
+    // And across shards: one operation, sent once.
+    let moved = cli(&[
+        "call",
+        "--addr",
+        &a0,
+        "-o",
+        "value",
+        "kv.transfer",
+        &c0,
+        &c1,
+        "2",
+    ]);
+    assert_eq!(moved.trim(), "[13, 17]", "{moved}");
+    let got = cli(&[
+        "call",
+        "--addr",
+        &a0,
+        "-o",
+        "value",
+        "kv.mget",
+        &format!("[{c0},{c1}]"),
+    ]);
+    assert!(got.contains("13") && got.contains("17"), "{got}");
 
     // A client with a stale map (the shards' halves swapped, an older
     // epoch) is refused, learns the map and is answered, exactly once.
