@@ -8,6 +8,11 @@
 //! the leader; throughput runs closed-loop clients spread round-robin over
 //! the replicas, each with its own connection, after a warm-up.
 //!
+//! With `--shards 2` or more, level `mpo` measures operations across
+//! shards: a strong `kv.mput` of two keys on different shards, timed to
+//! its final view, beside `strong`'s single-shard `kv.put`
+//! (docs/cross-shard.md).
+//!
 //! `--tls` starts the cluster with TLS on its client and peer links
 //! (certificates made as `creek certs create-local` makes them, in the
 //! cluster's temporary directory) and connects every client over TLS;
@@ -55,7 +60,8 @@ pub struct Args {
     /// starting one (e.g. `creek dev`'s 127.0.0.1:7001,127.0.0.1:7002,…).
     #[arg(long, value_delimiter = ',')]
     pub(crate) attach: Vec<SocketAddr>,
-    /// Levels to measure.
+    /// Levels to measure: weak, strong, and with --shards 2 or more mpo
+    /// (a strong two-key write across shards).
     #[arg(long, value_delimiter = ',', default_value = "weak,strong")]
     pub(crate) levels: Vec<String>,
     /// Then weak latency again while this many clients write strong ops
@@ -102,7 +108,40 @@ pub(crate) async fn find_leader(
 /// their preliminary view, strong ops to their final view.
 struct CreekConn {
     client: Via,
-    strong: bool,
+    op: Op,
+}
+
+/// What a connection writes.
+#[derive(Clone)]
+enum Op {
+    /// `kv.put`, weak.
+    Weak,
+    /// `kv.put`, strong.
+    Strong,
+    /// `kv.mput` of two keys on different shards of the map, strong.
+    Across(std::sync::Arc<ShardMap>),
+}
+
+impl Op {
+    fn of(level: &str, map: Option<&ShardMap>) -> Result<Op, String> {
+        match (level, map) {
+            ("weak", _) => Ok(Op::Weak),
+            ("strong", _) => Ok(Op::Strong),
+            ("mpo", Some(map)) => Ok(Op::Across(std::sync::Arc::new(map.clone()))),
+            ("mpo", None) => Err("level mpo needs --shards 2 or more".into()),
+            (other, _) => Err(format!("unknown level {other}: weak, strong or mpo")),
+        }
+    }
+}
+
+/// Key `n`'s partner on another shard of `map`: the next key number
+/// whose owner differs.
+fn partner(map: &ShardMap, n: u64) -> Result<String, String> {
+    let owner = map.owner(None, driver::key(n).as_bytes());
+    (1..256)
+        .map(|d| driver::key(n + d))
+        .find(|k| map.owner(None, k.as_bytes()) != owner)
+        .ok_or_else(|| "no key on another shard".to_owned())
 }
 
 /// A client of one replica, or of one replica in each shard (routing by
@@ -113,17 +152,13 @@ enum Via {
 }
 
 impl CreekConn {
-    async fn connect(
-        addr: SocketAddr,
-        tls: Option<&TlsOptions>,
-        strong: bool,
-    ) -> Result<Self, String> {
+    async fn connect(addr: SocketAddr, tls: Option<&TlsOptions>, op: Op) -> Result<Self, String> {
         let client = Client::connect_with([addr.to_string()], tls.cloned())
             .await
             .map_err(|e| e.to_string())?;
         Ok(CreekConn {
             client: Via::One(client),
-            strong,
+            op,
         })
     }
 
@@ -132,7 +167,7 @@ impl CreekConn {
     async fn routed(
         map: &ShardMap,
         tls: Option<&TlsOptions>,
-        strong: bool,
+        op: Op,
         pick: impl Fn(&[u16]) -> u16,
     ) -> Result<Self, String> {
         let mut one_each = map.clone();
@@ -150,28 +185,33 @@ impl CreekConn {
             .map_err(|e| e.to_string())?;
         Ok(CreekConn {
             client: Via::Routed(cluster),
-            strong,
+            op,
         })
     }
 }
 
 impl Conn for CreekConn {
     async fn write(&mut self, n: u64, value: &[u8]) -> Result<(), String> {
-        let args = vec![
-            Value::Bytes(driver::key(n).into_bytes().into()),
-            Value::Bytes(value.to_vec().into()),
-        ];
-        let levels = if self.strong {
-            Levels::Strong
-        } else {
-            Levels::Weak
+        let bytes = |s: String| Value::Bytes(s.into_bytes().into());
+        let value = Value::Bytes(value.to_vec().into());
+        let (procedure, args) = match &self.op {
+            Op::Across(map) => (
+                "kv.mput",
+                vec![
+                    Value::List(vec![bytes(driver::key(n)), bytes(partner(map, n)?)]),
+                    Value::List(vec![value.clone(), value]),
+                ],
+            ),
+            _ => ("kv.put", vec![bytes(driver::key(n)), value]),
         };
+        let strong = !matches!(self.op, Op::Weak);
+        let levels = if strong { Levels::Strong } else { Levels::Weak };
         let op = match &self.client {
-            Via::One(c) => c.invoke("kv.put", args, levels).await,
-            Via::Routed(c) => c.invoke("kv.put", args, levels).await,
+            Via::One(c) => c.invoke(procedure, args, levels).await,
+            Via::Routed(c) => c.invoke(procedure, args, levels).await,
         }
         .map_err(|e| e.to_string())?;
-        if self.strong {
+        if strong {
             op.final_view().await.map_err(|e| e.to_string())?;
         } else {
             op.preliminary().await.map_err(|e| e.to_string())?;
@@ -273,6 +313,9 @@ pub(crate) fn measure(
         }
         _ => None,
     };
+    for level in &args.levels {
+        Op::of(level, map.as_ref())?;
+    }
     let clients = target.clients.clone();
     let metrics = target.metrics.clone();
     let tls = target.tls.clone();
@@ -299,12 +342,12 @@ pub(crate) fn measure(
             }
         }
         let clients = &clients;
-        let latency_conn = |strong: bool| {
+        let latency_conn = |op: Op| {
             let (map, leaders) = (&map, &leaders);
             async move {
                 match map {
                     Some(map) => {
-                        CreekConn::routed(map, tls, strong, |ids| {
+                        CreekConn::routed(map, tls, op, |ids| {
                             ids.iter()
                                 .copied()
                                 .find(|id| leaders.contains(id))
@@ -312,18 +355,16 @@ pub(crate) fn measure(
                         })
                         .await
                     }
-                    None => CreekConn::connect(clients[leader], tls, strong).await,
+                    None => CreekConn::connect(clients[leader], tls, op).await,
                 }
             }
         };
-        let load_conn = |i: usize, strong: bool| {
+        let load_conn = |i: usize, op: Op| {
             let map = &map;
             async move {
                 match map {
-                    Some(map) => {
-                        CreekConn::routed(map, tls, strong, |ids| ids[i % ids.len()]).await
-                    }
-                    None => CreekConn::connect(clients[i % clients.len()], tls, strong).await,
+                    Some(map) => CreekConn::routed(map, tls, op, |ids| ids[i % ids.len()]).await,
+                    None => CreekConn::connect(clients[i % clients.len()], tls, op).await,
                 }
             }
         };
@@ -346,16 +387,21 @@ pub(crate) fn measure(
                 None => Ok(None),
             }
         };
-        for (name, strong) in [("weak", false), ("strong", true)] {
+        for name in ["weak", "strong", "mpo"] {
             if !args.levels.iter().any(|l| l == name) {
                 continue;
             }
+            let op = Op::of(name, map.as_ref())?;
             eprintln!("bench cluster: {name} latency at 1 client…");
             let before = scrape().await?;
-            let conn = latency_conn(strong).await?;
+            let conn = latency_conn(op.clone()).await?;
             let (p50, p99) = driver::latency(conn, args.latency_ops, args.keys, &value).await?;
             let stages = match (before, scrape().await?) {
-                (Some(b), Some(a)) => json!(stages::medians(&b, &a, name)),
+                // An MPO's stages are a strong op's, at the shard's leader.
+                (Some(b), Some(a)) => {
+                    let level = if name == "weak" { "weak" } else { "strong" };
+                    json!(stages::medians(&b, &a, level))
+                }
                 _ => json!(null),
             };
             let mut tput = serde_json::Map::new();
@@ -365,7 +411,7 @@ pub(crate) fn measure(
                 eprintln!("bench cluster: {name} throughput at {n} clients…");
                 let mut conns = Vec::with_capacity(n);
                 for i in 0..n {
-                    conns.push(load_conn(i, strong).await?);
+                    conns.push(load_conn(i, op.clone()).await?);
                 }
                 let label = format!("creek {name}");
                 let before = cpu_us(&pids);
@@ -405,9 +451,9 @@ pub(crate) fn measure(
             );
             let mut load = Vec::with_capacity(args.under_load);
             for i in 0..args.under_load {
-                load.push(load_conn(i, true).await?);
+                load.push(load_conn(i, Op::Strong).await?);
             }
-            let weak = latency_conn(false).await?;
+            let weak = latency_conn(Op::Weak).await?;
             let before = scrape().await?;
             let timed = driver::latency(weak, args.latency_ops, args.keys, &value);
             let (strong_tput, weak_latency) =

@@ -57,10 +57,15 @@ pub(crate) fn start(
     start_on(clients, peers, 1, name, log_filter, tls, edit)
 }
 
+/// Replicas of the directory group a cluster of several shards runs
+/// beside them (it holds the map and sequences operations across shards).
+pub(crate) const DIRECTORY: usize = 3;
+
 /// [`start`] on the given client and peer endpoints (one of each per
 /// replica), as `shards` shards of equal size (replica ids counting up
 /// across them, keys hashed over them, the map in `shard-map.bin` of the
-/// directory).
+/// directory), with more than one shard the last [`DIRECTORY`] endpoints
+/// the directory group's.
 fn start_on(
     clients: Vec<SocketAddr>,
     peers: Vec<SocketAddr>,
@@ -88,17 +93,24 @@ fn start_on(
         }
         edit(c);
     };
-    let per_shard = n / shards.max(1);
+    let directory = if shards > 1 { DIRECTORY } else { 0 };
+    let per_shard = n.saturating_sub(directory) / shards.max(1);
     let map_path = servers.dir.join("shard-map.bin");
     if shards > 1 {
         write_map(&servers, shards, &map_path)?;
     }
     for i in 0..n {
-        let first = i / per_shard * per_shard;
-        let members: Vec<usize> = (first..first + per_shard).collect();
+        let first = if i >= n - directory {
+            n - directory
+        } else {
+            i / per_shard * per_shard
+        };
+        let size = if i >= n - directory { directory } else { per_shard };
+        let members: Vec<usize> = (first..first + size).collect();
         servers.configure_valid(i, &members, |c| {
             if shards > 1 {
                 c.shard_map = Some(map_path.clone());
+                c.directory = i >= n - directory;
             }
             edit(c);
         })?;
@@ -109,10 +121,14 @@ fn start_on(
     Ok(servers)
 }
 
-/// The map of `shards` shards of equal size over `servers`' replicas,
-/// keys hashed evenly, written to `path`.
+/// The map of `shards` shards of equal size over `servers`' replicas but
+/// the last [`DIRECTORY`] (the directory group's), keys hashed evenly,
+/// written to `path`.
 fn write_map(servers: &Servers, shards: usize, path: &Path) -> Result<(), String> {
-    let n = servers.clients.len();
+    let all = servers.clients.len();
+    let n = all
+        .checked_sub(DIRECTORY)
+        .ok_or("too few replicas for a directory group")?;
     if shards == 0 || !n.is_multiple_of(shards) {
         return Err(format!(
             "{n} replicas do not make {shards} shards of equal size"
@@ -131,6 +147,13 @@ fn write_map(servers: &Servers, shards: usize, path: &Path) -> Result<(), String
         if let Some(s) = map.shards.get_mut(&shard) {
             s.replicas.insert((i + 1) as u16, endpoint);
         }
+    }
+    for i in n..all {
+        let endpoint = creek_shard::Endpoint {
+            client: servers.clients[i].to_string(),
+            peer: servers.peers[i].to_string(),
+        };
+        map.directory.replicas.insert((i + 1) as u16, endpoint);
     }
     map.validate().map_err(|e| e.to_string())?;
     std::fs::write(path, creek_shard::encode(&map))
@@ -210,7 +233,7 @@ impl Target {
         }
         // Each replica serves `/metrics`, for the stage timings: its port
         // is reserved together with the replicas' own.
-        let n = n * shards.max(1);
+        let n = n * shards.max(1) + if shards > 1 { DIRECTORY } else { 0 };
         let mut clients = creek_harness::ports::reserve(3 * n)?;
         let mut peers = clients.split_off(n);
         let metrics = peers.split_off(n);

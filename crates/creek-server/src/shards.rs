@@ -488,6 +488,12 @@ fn across(
              keep its keys on one shard (a hash tag {{…}}, docs/shards.md)"
         )));
     }
+    if map.directory.replicas.is_empty() {
+        return Err(Status::failed_precondition(format!(
+            "{spans}: an operation across shards is sequenced by the directory group, and this \
+             cluster's map lists none (docs/shards.md, \"The directory\")"
+        )));
+    }
     let first = keys.first().map_or(me, |k| map.owner(None, k));
     if !shards.contains(&me) {
         return Err(Status::failed_precondition(format!(
