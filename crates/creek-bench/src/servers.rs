@@ -105,7 +105,11 @@ fn start_on(
         } else {
             i / per_shard * per_shard
         };
-        let size = if i >= n - directory { directory } else { per_shard };
+        let size = if i >= n - directory {
+            directory
+        } else {
+            per_shard
+        };
         let members: Vec<usize> = (first..first + size).collect();
         servers.configure_valid(i, &members, |c| {
             if shards > 1 {

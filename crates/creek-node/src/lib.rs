@@ -219,6 +219,14 @@ impl<S: CabStorage> Node<S> {
         self.reclaim_ticks > 0
     }
 
+    /// The own seqs a durable write reserved (see [`RESERVE_AHEAD`]): an
+    /// op of this replica with a seq up to it keeps its id after a crash —
+    /// the restarted replica issues past it — so it may leave before its
+    /// own write is durable.
+    pub fn seq_reserved(&self) -> u64 {
+        self.durability.reserved_durable
+    }
+
     /// This replica's identity, as last handed out to be written.
     pub fn identity(&self) -> &Identity {
         self.membership.identity()

@@ -6,15 +6,16 @@
 //! The replica protocol (`creek_core::replica::mpo`) decides when an MPO
 //! commits; this room moves its messages:
 //!
-//! - **the origin** (the replica a client called), once its op is durable
-//!   here, hands each other involved shard its copy (a replica of that
+//! - **the origin** (the replica a client called), once its op's id
+//!   cannot be issued again after a crash, hands each other involved
+//!   shard its copy (a replica of that
 //!   shard invokes it), then has the directory sequence the MPO and tells
 //!   every replica of every involved shard its index ([`Link::originate`]).
 //!   The copies go first: an MPO is sequenced only once every involved
 //!   shard holds it, so a shard never waits for an MPO no shard can give
 //!   it;
-//! - **each replica**, at an MPO's committed position, sends the values it
-//!   read to every replica of the other involved shards
+//! - **each shard's leader**, at an MPO's committed position, sends the
+//!   values it read to every replica of the other involved shards
 //!   ([`Link::push_reads`]);
 //! - **a replica whose committed order waits** on an MPO for a while —
 //!   its index or another shard's reads did not come (a lost message, a
@@ -138,20 +139,23 @@ impl Link {
         self.tls.is_some()
     }
 
-    /// Hand out a new MPO of this replica's (its op is durable here): its
-    /// copies to the other shards, then its sequencing, then its indices
-    /// to every replica of its shards.
+    /// Hand out a new MPO of this replica's: its copies to the other
+    /// shards (at once), then its sequencing, then its indices to every
+    /// replica of its shards.
     pub fn originate(self: &Arc<Self>, origin: Origin) {
         let link = self.clone();
         self.runtime.spawn(async move {
             let mpo = origin.call.id;
             let started = Instant::now();
-            for s in origin.call.others() {
-                let Ok(copy) = origin.call.for_shard(s) else {
-                    continue;
-                };
+            // Every other shard's copy at once.
+            let copies = origin.call.others().filter_map(|s| {
+                let copy = origin.call.for_shard(s).ok()?;
                 let req = Request::Copy(copy.call(&origin.op_call));
-                if link.persist(To::Shard(s), &req, started).await.is_none() {
+                let link = &link;
+                Some(async move { (s, link.persist(To::Shard(s), &req, started).await) })
+            });
+            for (s, taken) in futures_util::future::join_all(copies).await {
+                if taken.is_none() {
                     tracing::warn!(%mpo, shard = s, "no replica of the shard took the operation's copy; its replicas will ask for it");
                     return;
                 }
@@ -269,8 +273,9 @@ impl Link {
     }
 
     /// Ask the replicas of `to` one after the other, from where the last
-    /// ask of the group left off, until one answers with anything but
-    /// [`Reply::Pending`].
+    /// ask of the group left off (a replica that says to ask another is
+    /// asked next), until one answers with anything but
+    /// [`Reply::Pending`]; each replica once.
     async fn ask_any(&self, to: To, req: &Request) -> Option<Reply> {
         let key = match to {
             To::Shard(s) => Some(s),
@@ -283,11 +288,22 @@ impl Link {
             .unwrap_or_else(PoisonError::into_inner)
             .get(&key)
             .unwrap_or(&0);
-        for k in 0..replicas.len() {
-            let at = (start + k) % replicas.len();
+        let mut order: std::collections::VecDeque<usize> = (0..replicas.len())
+            .map(|k| (start + k) % replicas.len())
+            .collect();
+        let mut asked = HashSet::new();
+        while let Some(at) = order.pop_front() {
+            if !asked.insert(at) {
+                continue;
+            }
             let (id, addr) = &replicas[at];
             match self.ask(*id, addr, req).await {
                 Ok(Reply::Pending) => {}
+                Ok(Reply::Elsewhere(leader)) => {
+                    if let Some(j) = replicas.iter().position(|(r, _)| *r == leader) {
+                        order.push_front(j);
+                    }
+                }
                 Ok(reply) => {
                     self.next
                         .lock()

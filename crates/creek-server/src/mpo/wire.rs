@@ -59,6 +59,10 @@ pub enum Reply {
     Reads(Reads),
     /// Not read yet: ask again later.
     Pending,
+    /// Ask replica `0` of the group instead (its leader, which commits
+    /// first: a directory replica that is not the leader learns that a
+    /// sequencing committed only with the leader's next message).
+    Elsewhere(u16),
 }
 
 fn int(n: u64) -> Value {
@@ -222,6 +226,7 @@ impl Reply {
             ],
             Reply::Reads(reads) => vec![Value::Int(2), reads_value(reads)],
             Reply::Pending => vec![Value::Int(3)],
+            Reply::Elsewhere(id) => vec![Value::Int(4), Value::Int(i64::from(*id))],
         };
         Value::List(items).encode()
     }
@@ -240,6 +245,9 @@ impl Reply {
                 reads_from_value(reads).ok_or("malformed reads")?,
             )),
             [Value::Int(3)] => Ok(Reply::Pending),
+            [Value::Int(4), id] => Ok(Reply::Elsewhere(
+                u16::try_from(uint(id)?).map_err(|_| "a replica id past 65535".to_owned())?,
+            )),
             _ => Err("an unknown kind of answer".to_owned()),
         }
     }
@@ -288,6 +296,7 @@ mod tests {
             Reply::Indices(vec![(0, 3), (1, 9)]),
             Reply::Reads(reads),
             Reply::Pending,
+            Reply::Elsewhere(8),
         ] {
             assert_eq!(Reply::decode(&a.encode()).unwrap(), a);
         }

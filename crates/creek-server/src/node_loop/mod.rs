@@ -609,6 +609,7 @@ impl NodeLoop {
         }
         let first = self.log_writes.front().copied().unwrap_or(0);
         self.durability.wake_at.store(first, Ordering::Release);
+        self.mpo_wake();
         self.time_persisted();
         if let Some(p) = &self.persister {
             self.node.on_checkpoint_durable(p.checkpoint_durable());
@@ -634,6 +635,7 @@ impl NodeLoop {
             transfer_done: &self.transfer_done,
             group: None,
             mpo: self.mpo.link.as_ref(),
+            mpo_sender: self.node.cab().leader().is_none_or(|l| l == self.node.id()),
         };
         self.node.drive(&mut turn);
         let group = turn.group.take();

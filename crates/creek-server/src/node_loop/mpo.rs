@@ -1,10 +1,9 @@
 //! The node loop's part in operations across shards (docs/cross-shard.md;
 //! the messages travel through [`crate::mpo::Link`]):
 //!
-//! - an MPO this replica took from a client leaves once the write holding
-//!   its op is durable ([`NodeLoop::mpo_release`]): an MPO's id is its
-//!   origin op's, and an op lost with a crash before its write could be
-//!   issued again under the same id;
+//! - an MPO this replica took from a client leaves once its id cannot be
+//!   issued again after a crash ([`NodeLoop::mpo_release`]): an MPO's id
+//!   is its origin op's;
 //! - messages from other groups' replicas go to the node
 //!   ([`NodeLoop::on_mpo`]); a directory replica sequences an MPO with a
 //!   strong `mpo.sequence` op and answers once it is committed;
@@ -152,6 +151,13 @@ impl NodeLoop {
             let _ = answer.send(Ok(Reply::Indices(given)));
             return;
         }
+        // The leader learns first that the sequencing committed; a
+        // follower only with the leader's next message.
+        let leader = self.node.cab().leader();
+        if let Some(leader) = leader.filter(|l| *l != self.node.id()) {
+            let _ = answer.send(Ok(Reply::Elsewhere(leader.0)));
+            return;
+        }
         let recent = self
             .mpo
             .invoked
@@ -218,18 +224,30 @@ impl NodeLoop {
         });
     }
 
-    /// After a turn's writes are handed out: this turn's MPOs wait for
-    /// the last one; those whose write is durable leave.
+    /// After a turn's writes are handed out: this turn's MPOs leave now if
+    /// their id is one a durable write reserved (a crash cannot give it to
+    /// another op: [`creek_node::Node::seq_reserved`]), else once the turn's
+    /// write is durable.
     pub(super) fn mpo_release(&mut self) {
         let Some(link) = self.mpo.link.clone() else {
             return;
         };
-        let fresh = std::mem::take(&mut self.mpo.fresh);
-        self.mpo.held.follow(self.node.written(), fresh);
-        for origin in self.mpo.held.release(self.durability.durable()) {
+        let reserved = self.node.seq_reserved();
+        let (now, later): (Vec<Origin>, Vec<Origin>) = std::mem::take(&mut self.mpo.fresh)
+            .into_iter()
+            .partition(|o| o.call.id.seq <= reserved);
+        self.mpo.held.follow(self.node.written(), later);
+        let durable = self.durability.durable();
+        for origin in now.into_iter().chain(self.mpo.held.release(durable)) {
             link.originate(origin);
         }
-        // Wake the loop when the first held one's write is durable.
+        self.mpo_wake();
+    }
+
+    /// Have the persister's callback wake the loop when the write the
+    /// first held MPO waits for is durable (beside the consensus writes
+    /// the flush set it for).
+    pub(super) fn mpo_wake(&self) {
         if let Some(first) = self.mpo.held.first() {
             let wake = &self.durability.wake_at;
             let now = wake.load(Ordering::Acquire);

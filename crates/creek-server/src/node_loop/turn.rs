@@ -123,6 +123,8 @@ pub(super) struct Turn<'a> {
     /// The carrier of operations across shards, if the replica serves a
     /// shard of a cluster of several.
     pub mpo: Option<&'a Arc<crate::mpo::Link>>,
+    /// Whether this replica sends its shard's reads (see `Driver::mpo`).
+    pub mpo_sender: bool,
 }
 
 impl Turn<'_> {
@@ -193,9 +195,12 @@ impl Driver for Turn<'_> {
         self.clients.answer(views);
     }
 
-    /// Each shard's reads to every replica of the shards waiting for them.
+    /// Each shard's reads to every replica of the shards waiting for them,
+    /// from the shard's leader (the first to reach an MPO's turn; a
+    /// replica whose leader is unknown sends them too). A replica the
+    /// leader's reads miss asks for them (`node_loop/mpo.rs`).
     fn mpo(&mut self, messages: Vec<MpoMessage>) {
-        let Some(link) = self.mpo else {
+        let Some(link) = self.mpo.filter(|_| self.mpo_sender) else {
             return;
         };
         for m in messages {
