@@ -206,6 +206,13 @@ impl Creek for Mock {
         Ok(Response::new(pb::ProceduresReply::default()))
     }
 
+    async fn mpo(
+        &self,
+        _request: Request<pb::MpoEnvelope>,
+    ) -> Result<Response<pb::MpoEnvelope>, Status> {
+        Err(Status::failed_precondition("a mock replica serves one group"))
+    }
+
     type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
 
     async fn watch(

@@ -10,6 +10,9 @@
 //! - a committed order that waits on an MPO for a while makes the replica
 //!   ask for what it misses itself ([`NodeLoop::mpo_chase`]).
 
+// Answers go to the gRPC handler as `Status` as they are.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
