@@ -69,6 +69,9 @@ pub struct Node<S: CabStorage> {
     views: Vec<View>,
     /// MPO messages for other shards (see [`mpo`]).
     mpo_out: Vec<MpoMessage>,
+    /// What the committed order waits on, and when to ask next
+    /// ([`Node::mpo_chase`]).
+    mpo_waiting: Option<mpo::Waiting>,
     /// Frames refused by the decoder.
     refused_frames: u64,
     /// Ticks since the last adoption sweep.

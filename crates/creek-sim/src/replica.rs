@@ -13,6 +13,8 @@ use creek_cab::MemberChange;
 use creek_core::{Checkpoint, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View};
 use creek_exec::ProcCall;
 use creek_exec::{Completion, Task};
+use creek_node::mpo::wire::{Reply, Request as Request_};
+use creek_node::mpo::Chase;
 use creek_node::{
     CheckpointJob, Driver, HoldQueue, Identity, MpoMessage, Node, NodeConfig, Standing,
     TransferDone, TransferJob, Write,
@@ -184,14 +186,27 @@ pub trait SimReplica: Send + Sync {
     fn mpo_status(&self, _mpo: MpoId) -> (bool, bool) {
         (false, false)
     }
-    /// The values its shard read for `mpo`, if it has them.
-    fn mpo_reads_of(&self, _mpo: MpoId) -> Option<Reads> {
+    /// Answer another group's request about an MPO as a replica of shard
+    /// `shard` (`creek_node::Node::mpo_serve`).
+    fn mpo_serve(&mut self, _req: Request_, _shard: u32, _now_us: u64) -> Result<Reply, String> {
+        Err("this protocol has no operations across shards".into())
+    }
+    /// What its committed order, waiting on an MPO, asks for now
+    /// (`creek_node::Node::mpo_chase`).
+    fn mpo_chase(&mut self, _now_us: u64) -> Option<(MpoId, Chase)> {
         None
     }
-    /// The MPO its committed order waits on, and the shards whose reads it
-    /// still needs (see `creek_core::Replica::mpo_waiting`).
-    fn mpo_waiting(&self) -> Option<(Option<MpoId>, Vec<u32>)> {
+    /// On a directory replica: the indices its committed state gave `mpo`.
+    fn mpo_indices(&self, _mpo: MpoId) -> Option<Vec<(u32, u64)>> {
         None
+    }
+    /// The own seqs a durable write reserved (`creek_node::Node::seq_reserved`).
+    fn seq_reserved(&self) -> u64 {
+        0
+    }
+    /// Whether it is its group's leader, or knows of none.
+    fn leads_or_no_leader(&self) -> bool {
+        true
     }
 }
 
@@ -649,13 +664,31 @@ impl SimReplica for CreekReplica {
             .map_or((false, false), |r| (r.mpo_held(mpo), r.mpo_committed(mpo)))
     }
 
-    fn mpo_reads_of(&self, mpo: MpoId) -> Option<Reads> {
-        self.replica()?.mpo_reads_of(mpo)
+    fn mpo_serve(&mut self, req: Request_, shard: u32, now_us: u64) -> Result<Reply, String> {
+        let r = match self.node.as_mut() {
+            Some(n) => n.mpo_serve(req, shard, now_us).map_err(|e| e.to_string()),
+            None => Err("down".into()),
+        };
+        self.collect();
+        r
     }
 
-    fn mpo_waiting(&self) -> Option<(Option<MpoId>, Vec<u32>)> {
-        let (_, mpo, missing) = self.replica()?.mpo_waiting()?;
-        Some((mpo, missing))
+    fn mpo_chase(&mut self, now_us: u64) -> Option<(MpoId, Chase)> {
+        self.node.as_mut()?.mpo_chase(now_us)
+    }
+
+    fn mpo_indices(&self, mpo: MpoId) -> Option<Vec<(u32, u64)>> {
+        self.node.as_ref()?.mpo_indices(mpo)
+    }
+
+    fn seq_reserved(&self) -> u64 {
+        self.node.as_ref().map_or(0, |n| n.seq_reserved())
+    }
+
+    fn leads_or_no_leader(&self) -> bool {
+        self.node
+            .as_ref()
+            .is_some_and(|n| n.cab().leader().is_none_or(|l| l == n.id()))
     }
 
     fn poll_disk(&mut self, now_us: u64) -> DiskPoll {

@@ -210,7 +210,9 @@ impl Creek for Mock {
         &self,
         _request: Request<pb::MpoEnvelope>,
     ) -> Result<Response<pb::MpoEnvelope>, Status> {
-        Err(Status::failed_precondition("a mock replica serves one group"))
+        Err(Status::failed_precondition(
+            "a mock replica serves one group",
+        ))
     }
 
     type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;

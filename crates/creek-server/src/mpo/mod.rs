@@ -28,8 +28,6 @@
 //! of a shard read the same values at the same committed position), so a
 //! request that fails is tried at the next one.
 
-pub mod wire;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -43,7 +41,8 @@ use tonic::transport::Channel;
 
 use crate::node_loop::messages::Event;
 use crate::shards::ShardGate;
-use wire::{Reply, Request};
+use creek_node::mpo::wire::{Reply, Request};
+pub use creek_node::mpo::Chase;
 
 /// Longest wait for one replica's answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -66,18 +65,6 @@ pub struct Origin {
     /// The op's call (a [`creek_procs::mpo::RUN`] call with the client's
     /// request id and user), the template of every shard's copy.
     pub op_call: ProcCall,
-}
-
-/// What a replica whose committed order waits on an MPO misses.
-#[derive(Clone, Debug)]
-pub enum Chase {
-    /// The MPO's index here: ask the directory.
-    Index {
-        /// The MPO's shards.
-        shards: Vec<u32>,
-    },
-    /// Other shards' reads: ask a replica of each, handing it the copy.
-    Reads(Vec<(u32, ProcCall)>),
 }
 
 /// Which group a request goes to.

@@ -70,8 +70,8 @@ pub enum Event {
     /// replica's own link handing over an answer it got): answered on the
     /// channel, if any.
     Mpo(
-        crate::mpo::wire::Request,
-        Option<oneshot::Sender<Result<crate::mpo::wire::Reply, tonic::Status>>>,
+        creek_node::mpo::wire::Request,
+        Option<oneshot::Sender<Result<creek_node::mpo::wire::Reply, tonic::Status>>>,
     ),
     /// Stop after making everything durable.
     Shutdown,

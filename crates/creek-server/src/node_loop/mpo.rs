@@ -19,21 +19,16 @@ use std::time::{Duration, Instant};
 
 use creek_core::{OpId, Request as OpRequest};
 use creek_node::HoldQueue;
-use creek_procs::builtins::directory::{decode_indices, sequence_call, sequenced_key};
+use creek_procs::builtins::directory::sequence_call;
 use creek_procs::mpo::{MpoCall, MpoId};
 use creek_types::ProcCall;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use super::{Invocation, NodeLoop, ReplyTo};
-use crate::mpo::wire::{Reply, Request};
-use crate::mpo::{Chase, Origin};
-
-/// How long the committed order may wait on the same MPO before this
-/// replica asks for what it misses (the origin's messages usually come
-/// sooner); the pause doubles after each ask, up to [`CHASE_MAX`].
-const CHASE_AFTER: Duration = Duration::from_millis(50);
-const CHASE_MAX: Duration = Duration::from_secs(1);
+use crate::mpo::Origin;
+use creek_node::mpo::wire::{Reply, Request};
+use creek_node::mpo::Refusal;
 
 /// How long a directory replica keeps a sequencing request waiting for
 /// its op to commit (the asker's own timeout is about as long).
@@ -58,8 +53,6 @@ pub(super) struct MpoState {
     /// On a directory replica: when each MPO's sequencing op was invoked
     /// here (not again while one may still commit).
     invoked: HashMap<MpoId, Instant>,
-    /// What the committed order waits on, and when to ask next.
-    waiting: Option<Waiting>,
 }
 
 impl MpoState {
@@ -71,15 +64,6 @@ impl MpoState {
     }
 }
 
-/// The committed order waits on an MPO.
-struct Waiting {
-    /// The op, the shards whose reads it misses, whether its index is
-    /// known: a change of any is progress.
-    what: (OpId, Vec<u32>, bool),
-    next: Instant,
-    pause: Duration,
-}
-
 impl NodeLoop {
     /// A message about an MPO, answered on `answer` if there is one.
     pub(super) fn on_mpo(&mut self, req: Request, answer: Option<Answer>) {
@@ -89,52 +73,32 @@ impl NodeLoop {
             }
             return;
         }
-        let result = match req {
-            Request::Copy(call) => self.mpo_copy(call).map(|()| Reply::Done),
-            Request::Sequenced { mpo, index } => {
-                self.node.mpo_sequenced(mpo, index);
-                Ok(Reply::Done)
+        if let Request::Sequence { mpo, shards } = req {
+            return self.mpo_sequence(mpo, shards, answer);
+        }
+        let Some(shard) = self
+            .shards
+            .as_ref()
+            .filter(|_| self.directory.gate.is_none())
+            .map(|g| u32::from(g.shard().0))
+        else {
+            if let Some(a) = answer {
+                let _ = a.send(Err(Status::failed_precondition(format!(
+                    "replica {} serves no shard",
+                    self.node.id()
+                ))));
             }
-            Request::Reads { mpo, from, reads } => {
-                self.node.mpo_reads(mpo, from, reads);
-                Ok(Reply::Done)
-            }
-            Request::Pull { mpo, copy } => match self.node.replica().mpo_reads_of(mpo) {
-                Some(reads) => Ok(Reply::Reads(reads)),
-                None => self.mpo_copy(copy).map(|()| Reply::Pending),
-            },
-            Request::Sequence { mpo, shards } => return self.mpo_sequence(mpo, shards, answer),
+            return;
         };
+        let now = self.now_us();
+        let result = self.node.mpo_serve(req, shard, now).map_err(|e| match e {
+            Refusal::Malformed(m) => Status::invalid_argument(m),
+            Refusal::NotHere(m) => Status::failed_precondition(m),
+            Refusal::NotServing(m) => Status::unavailable(m),
+        });
         if let Some(a) = answer {
             let _ = a.send(result);
         }
-    }
-
-    /// Invoke this shard's copy of an MPO unless this replica holds one.
-    fn mpo_copy(&mut self, call: ProcCall) -> Result<(), Status> {
-        let mpo = MpoCall::decode(&call.args)
-            .map_err(|e| Status::invalid_argument(format!("a malformed MPO copy: {e}")))?;
-        let shard = self.shards.as_ref().map(|g| u32::from(g.shard().0));
-        if shard != Some(mpo.me) || self.directory.gate.is_some() {
-            return Err(Status::failed_precondition(format!(
-                "the copy of {} for shard {} reached replica {}, which serves {}",
-                mpo.id,
-                mpo.me,
-                self.node.id(),
-                match shard {
-                    Some(s) if self.directory.gate.is_none() => format!("shard {s}"),
-                    _ => "no shard".to_owned(),
-                }
-            )));
-        }
-        if self.node.replica().mpo_held(mpo.id) {
-            return Ok(());
-        }
-        let now = self.now_us();
-        self.node
-            .invoke_mpo_copy(call, now)
-            .map(|_| ())
-            .map_err(|e| Status::unavailable(e.to_string()))
     }
 
     /// On a directory replica: sequence `mpo` (once) and answer its
@@ -150,7 +114,7 @@ impl NodeLoop {
             ))));
             return;
         }
-        if let Some(given) = self.mpo_indices(mpo) {
+        if let Some(given) = self.node.mpo_indices(mpo) {
             let _ = answer.send(Ok(Reply::Indices(given)));
             return;
         }
@@ -180,17 +144,6 @@ impl NodeLoop {
         self.mpo.sequencing.push((mpo, Instant::now(), answer));
     }
 
-    /// The indices the directory's committed state gave `mpo`.
-    fn mpo_indices(&self, mpo: MpoId) -> Option<Vec<(u32, u64)>> {
-        use creek_exec::Engine as _;
-        let raw = self
-            .node
-            .replica()
-            .engine()
-            .read_committed(&sequenced_key(mpo.origin, mpo.seq))?;
-        decode_indices(&raw)
-    }
-
     /// After a turn: answer the sequencing requests whose op committed;
     /// drop those that waited too long (their askers ask again).
     pub(super) fn mpo_answer_sequenced(&mut self) {
@@ -198,7 +151,7 @@ impl NodeLoop {
             return;
         }
         for (mpo, since, answer) in std::mem::take(&mut self.mpo.sequencing) {
-            if let Some(given) = self.mpo_indices(mpo) {
+            if let Some(given) = self.node.mpo_indices(mpo) {
                 let _ = answer.send(Ok(Reply::Indices(given)));
             } else if since.elapsed() < SEQUENCE_WAIT && !answer.is_closed() {
                 self.mpo.sequencing.push((mpo, since, answer));
@@ -260,59 +213,16 @@ impl NodeLoop {
         }
     }
 
-    /// Every tick: if the committed order has waited on the same MPO for
-    /// a while, ask for what it misses — its index, or other shards'
-    /// reads (handing each shard its copy, in case it holds none).
+    /// Every tick: ask for what the committed order waits on, if it has
+    /// waited a while ([`creek_node::Node::mpo_chase`]).
     pub(super) fn mpo_chase(&mut self) {
         let Some(link) = self.mpo.link.clone() else {
             return;
         };
-        let replica = self.node.replica();
-        let Some((op, Some(mpo), missing)) = replica.mpo_waiting() else {
-            self.mpo.waiting = None;
-            return;
-        };
-        let indexed = replica.mpo_index(mpo).is_some();
-        let what = (op, missing.clone(), indexed);
-        let now = Instant::now();
-        match &mut self.mpo.waiting {
-            Some(w) if w.what == what => {
-                if now < w.next {
-                    return;
-                }
-                w.next = now + w.pause;
-                w.pause = (w.pause * 2).min(CHASE_MAX);
-            }
-            _ => {
-                self.mpo.waiting = Some(Waiting {
-                    what,
-                    next: now + CHASE_AFTER,
-                    pause: CHASE_AFTER,
-                });
-                return;
-            }
+        let now = self.now_us();
+        if let Some((mpo, chase)) = self.node.mpo_chase(now) {
+            tracing::debug!(%mpo, ?chase, "the committed order waits on an operation across shards: asking");
+            link.chase(mpo, chase);
         }
-        let Some(op_call) = replica.mpo_op_call(op) else {
-            return;
-        };
-        let Ok(call) = MpoCall::decode(&op_call.args) else {
-            return;
-        };
-        let chase = if !indexed {
-            Chase::Index {
-                shards: call.parts.iter().map(|p| p.shard).collect(),
-            }
-        } else if missing.is_empty() {
-            return; // the reads are here: the MPO waits for its state
-        } else {
-            Chase::Reads(
-                missing
-                    .iter()
-                    .filter_map(|s| Some((*s, call.for_shard(*s).ok()?.call(op_call))))
-                    .collect(),
-            )
-        };
-        tracing::debug!(%mpo, ?chase, "the committed order waits on an operation across shards: asking");
-        link.chase(mpo, chase);
     }
 }

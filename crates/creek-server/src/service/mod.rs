@@ -240,7 +240,7 @@ impl pb::creek_server::Creek for CreekService {
                 envelope.cluster
             )));
         }
-        let req = crate::mpo::wire::Request::decode(&envelope.body).map_err(|e| {
+        let req = creek_node::mpo::wire::Request::decode(&envelope.body).map_err(|e| {
             Status::invalid_argument(format!("a malformed message about an MPO: {e}"))
         })?;
         let (tx, rx) = oneshot::channel();

@@ -750,7 +750,7 @@ impl Sim {
             self.mpo_out(i, mpo_messages);
         }
         if self.cfg.cross_shard > 0.0 {
-            self.mpo_answer(i);
+            self.mpo_chase(i);
         }
         self.fill_cores(i);
         self.check_prefix(i);

@@ -1,19 +1,22 @@
 //! Operations across shards in the simulator (docs/cross-shard.md): what
-//! a shard's node loop does for an MPO besides running its node — forward
-//! the MPO's copy to each other involved shard, have the directory
-//! sequence it, tell each shard's replicas their index, carry the values
-//! each shard read (its confirmation) to the others.
+//! a replica's server does for an MPO besides running its node, as
+//! `creek_server::mpo` does it, over the simulated network (loss,
+//! partitions, delays, crashes):
 //!
-//! Messages travel the simulated network (loss, partitions, delays). What
-//! a lost message or a crash leaves undone, a sweep every [`SWEEP_US`]
-//! does again, from what the replicas hold: a shard none of whose
-//! replicas holds a copy gets one forwarded again (a second copy commits as
-//! a no-op), a replica at an MPO's turn that misses a shard's reads is
-//! sent them (any replica of that shard answers from its record). An MPO
-//! is forwarded
-//! and sequenced only once another replica of the origin's shard holds its
-//! op: a replica that crashes may issue an id again that no peer saw, and
-//! an MPO's id must name one MPO.
+//! - **the origin**, once its op's id is one a durable write reserved,
+//!   hands each other involved shard its copy (a replica of the shard
+//!   takes it: [`creek_node::Node::mpo_serve`]) and, once every shard took
+//!   its copy, has a directory replica sequence the MPO; a copy not taken
+//!   in [`RETRY_US`] is sent again (to another replica), and so is the
+//!   sequencing;
+//! - the directory replica that committed the sequencing tells every
+//!   replica of the MPO's shards its index;
+//! - **each shard's leader** (every replica, where none is known) sends the
+//!   values its shard read to every replica of the other shards;
+//! - **a replica whose committed order waits on an MPO** asks for what it
+//!   misses ([`creek_node::Node::mpo_chase`]): a directory replica for the
+//!   index, a replica of each shard whose reads it lacks for them, handing
+//!   it the shard's copy.
 //!
 //! The simulator also keeps what a checker needs to replay each shard's
 //! committed order: every shard's reads for every MPO (every replica of a
@@ -22,7 +25,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use creek_core::Request as Request_;
 use creek_core::ViewKind;
+use creek_node::mpo::wire::{Reply, Request};
+use creek_node::mpo::Chase;
 use creek_node::MpoMessage;
 use creek_procs::builtins::directory;
 use creek_procs::mpo::{Inputs, MpoCall, MpoId, Reads, RUN};
@@ -32,13 +38,15 @@ use creek_types::value::encode_args;
 use super::*;
 use crate::replica::MpoInput;
 
-/// How often the simulator looks for MPO work a lost message or a crash
-/// left undone.
+/// How often the simulator looks at the MPOs its origins drive.
 pub(super) const SWEEP_US: u64 = 10_000;
 
-/// How often a new MPO's origin looks whether its op may leave (another
-/// replica of its shard holds it), as a node's hold rule releases a
-/// message once the write it depends on is durable.
+/// How long an origin waits for a shard to take its copy, or for the
+/// directory to sequence, before it asks again.
+const RETRY_US: u64 = 20_000;
+
+/// How often a new MPO's origin looks whether its op may leave (its id is
+/// one a durable write reserved).
 const RELEASE_POLL_US: u64 = 100;
 
 /// The `client` of the sequencer's ops (`mpo.sequence` at the directory)
@@ -54,16 +62,18 @@ pub(super) fn is_sequencer(client: u32) -> bool {
     (SEQUENCER_CLIENT - SEQUENCER_CLIENTS + 1..=SEQUENCER_CLIENT).contains(&client)
 }
 
-/// A message between shards about an MPO.
+/// A message between groups about an MPO.
 #[derive(Clone, Debug)]
 pub(super) enum MpoNet {
-    /// A shard's copy of an MPO, for a replica of that shard to invoke.
-    Copy(ProcCall),
-    /// An input for the replica.
+    /// A request of replica `from` of another group.
+    Ask { from: usize, req: Request },
+    /// An input for the replica: an index, another shard's reads.
     Input(MpoInput),
+    /// Shard `shard` took its copy of `mpo` (for the origin).
+    Taken { mpo: MpoId, shard: u32 },
 }
 
-/// One MPO the simulator drives.
+/// One MPO an origin drives.
 #[derive(Debug)]
 struct Track {
     /// The MPO as the origin's shard runs it.
@@ -74,9 +84,13 @@ struct Track {
     origin: usize,
     /// The history record of the client's op.
     record: usize,
-    /// Another replica of the origin's shard holds the op: it may leave.
+    /// Its id is one a durable write reserved: it may leave.
     released: bool,
-    /// Shards where a replica committed it.
+    /// The shards holding a copy (the origin's among them).
+    taken: BTreeSet<u32>,
+    /// When the origin last sent copies, or asked for the sequencing.
+    sent_us: u64,
+    /// Shards where a replica committed it (bookkeeping).
     committed: BTreeSet<u32>,
 }
 
@@ -94,8 +108,6 @@ pub(super) struct MpoState {
     pub(super) violations: Vec<String>,
     /// Sequencer ops issued.
     sequenced_ops: u64,
-    /// What each replica's committed order last waited on, as answered.
-    answered: BTreeMap<usize, (MpoId, Vec<u32>)>,
     /// MPOs invoked, and completed on every shard.
     pub(super) started: u64,
     pub(super) completed: u64,
@@ -146,6 +158,7 @@ impl Sim {
         let client_call = r.call.clone();
         self.mpo.started += 1;
         self.schedule(self.now + RELEASE_POLL_US, Ev::MpoRelease { mpo });
+        let me = call.me;
         self.mpo.tracks.insert(
             mpo,
             Track {
@@ -154,14 +167,19 @@ impl Sim {
                 origin: i,
                 record,
                 released: false,
+                taken: BTreeSet::from([me]),
+                sent_us: 0,
                 committed: BTreeSet::new(),
             },
         );
     }
 
-    /// Replica `i`'s MPO messages: each shard's reads to every replica of
-    /// the shards that wait for them.
+    /// Replica `i`'s MPO messages: its shard's reads, from the shard's
+    /// leader (every replica where none is known), to every replica of the
+    /// shards that wait for them. Every replica's are recorded for the
+    /// checker.
     pub(super) fn mpo_out(&mut self, i: usize, messages: Vec<MpoMessage>) {
+        let sends = self.nodes[i].node.leads_or_no_leader();
         for m in messages {
             match m {
                 MpoMessage::Reads {
@@ -170,14 +188,9 @@ impl Sim {
                     to,
                     reads,
                 } => {
-                    match self.mpo.reads.get(&(mpo, from)) {
-                        Some(seen) if *seen != reads => self.mpo.violations.push(format!(
-                            "replica {i} of shard {from} read {reads:?} for {mpo}, another replica of it {seen:?}"
-                        )),
-                        Some(_) => {}
-                        None => {
-                            self.mpo.reads.insert((mpo, from), reads.clone());
-                        }
+                    self.mpo_record_reads(i, mpo, from, &reads);
+                    if !sends {
+                        continue;
                     }
                     for t in to {
                         for j in self.member_slots(t as usize) {
@@ -186,6 +199,20 @@ impl Sim {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Shard `from`'s reads for `mpo`, as replica `i` handed them out: every
+    /// replica of a shard must hand out the same.
+    fn mpo_record_reads(&mut self, i: usize, mpo: MpoId, from: u32, reads: &Reads) {
+        match self.mpo.reads.get(&(mpo, from)) {
+            Some(seen) if seen != reads => self.mpo.violations.push(format!(
+                "replica {i} of shard {from} read {reads:?} for {mpo}, another replica of it {seen:?}"
+            )),
+            Some(_) => {}
+            None => {
+                self.mpo.reads.insert((mpo, from), reads.clone());
             }
         }
     }
@@ -202,104 +229,200 @@ impl Sim {
         }
     }
 
+    /// A random replica of group `g` (up or not: the sender cannot tell).
+    fn mpo_pick(&mut self, g: usize) -> Option<usize> {
+        let slots = self.member_slots(g);
+        (!slots.is_empty()).then(|| slots[self.rng.index(slots.len())])
+    }
+
     /// An MPO message reaches replica `to`.
     pub(super) fn mpo_deliver(&mut self, to: usize, msg: MpoNet) {
-        let now = self.local_time(to);
-        let node = &mut self.nodes[to].node;
-        if !node.is_up() {
+        if !self.nodes[to].node.is_up() {
             return;
         }
+        let now = self.local_time(to);
         match msg {
-            MpoNet::Copy(call) => {
-                let _ = node.invoke_mpo_copy(call, now);
+            MpoNet::Input(input) => self.nodes[to].node.mpo_input(input),
+            MpoNet::Taken { mpo, shard } => {
+                let all = match self.mpo.tracks.get_mut(&mpo) {
+                    Some(t) if t.origin == to => {
+                        t.taken.insert(shard);
+                        t.taken.len() == t.call.parts.len()
+                    }
+                    _ => false,
+                };
+                if all {
+                    self.mpo_ask_sequence(mpo);
+                }
             }
-            MpoNet::Input(input) => node.mpo_input(input),
+            MpoNet::Ask {
+                from,
+                req: Request::Sequence { mpo, shards },
+            } => self.mpo_serve_sequence(to, from, mpo, &shards),
+            MpoNet::Ask { from, req } => {
+                let shard = self.group_of(to) as u32;
+                let (copy, pull) = match &req {
+                    Request::Copy(call) => (MpoCall::decode(&call.args).ok().map(|c| c.id), None),
+                    Request::Pull { mpo, .. } => (None, Some(*mpo)),
+                    _ => (None, None),
+                };
+                match self.nodes[to].node.mpo_serve(req, shard, now) {
+                    Ok(Reply::Reads(reads)) => {
+                        if let Some(mpo) = pull {
+                            self.mpo_record_reads(to, mpo, shard, &reads);
+                            let input = MpoInput::Reads(mpo, shard, reads);
+                            self.mpo_send(to, from, MpoNet::Input(input));
+                        }
+                    }
+                    Ok(Reply::Done) => {
+                        if let Some(mpo) = copy {
+                            self.mpo_send(to, from, MpoNet::Taken { mpo, shard });
+                        }
+                    }
+                    _ => {}
+                }
+            }
         }
         self.after(to);
     }
 
-    /// The sequencer's op in flight at history record `index` ended.
+    /// Directory replica `d` asked by replica `from` to sequence `mpo`: the
+    /// committed indices, answered at once, or a sequencing op (one at a
+    /// time); its commit tells every replica of the MPO's shards.
+    fn mpo_serve_sequence(&mut self, d: usize, from: usize, mpo: MpoId, shards: &[u32]) {
+        if let Some(given) = self.nodes[d].node.mpo_indices(mpo) {
+            let s = self.group_of(from) as u32;
+            if let Some((_, k)) = given.iter().find(|(g, _)| *g == s) {
+                let input = MpoInput::Sequenced(mpo, *k);
+                self.mpo_send(d, from, MpoNet::Input(input));
+            }
+            return;
+        }
+        if !self.mpo.sequencing.values().any(|m| *m == mpo) {
+            self.mpo_sequence(d, mpo, shards);
+        }
+    }
+
+    /// The sequencer's op in flight at history record `index` ended: its
+    /// replica tells every replica of the MPO's shards its index.
     pub(super) fn mpo_sequenced(&mut self, index: usize) {
         let Some(mpo) = self.mpo.sequencing.remove(&index) else {
             return;
         };
         let record = &self.history.ops[index];
         let Some(Ok(bytes)) = record.final_view().map(|v| v.outcome.clone()) else {
-            return; // refused or lost with its replica: the sweep asks again
+            return; // refused or lost with its replica: asked again
         };
-        let Some(indices) = directory::decode_indices(&bytes) else {
-            return;
-        };
-        let indices = indices.into_iter().collect();
-        self.mpo.indices.insert(mpo, indices);
-        self.mpo_sweep_one(mpo);
-    }
-
-    /// A new MPO leaves its origin as soon as it may: forwarded and
-    /// sequenced at once, not at the next sweep.
-    pub(super) fn mpo_release(&mut self, mpo: MpoId) {
-        if self.mpo.tracks.get(&mpo).is_none_or(|t| t.released) {
-            return;
-        }
-        self.mpo_sweep_one(mpo);
-        if self.mpo.tracks.get(&mpo).is_some_and(|t| !t.released) {
-            self.schedule(self.now + RELEASE_POLL_US, Ev::MpoRelease { mpo });
-        }
-    }
-
-    /// Replica `i`'s committed order waits on an MPO it has not been
-    /// answered for yet (a replica catching up meets them one after the
-    /// other, long after their reads were pushed): its index and the reads
-    /// it misses go out now, not at the next sweep.
-    pub(super) fn mpo_answer(&mut self, i: usize) {
-        if i >= self.cfg.shards * self.per_shard {
-            return;
-        }
-        let Some((Some(mpo), missing)) = self.nodes[i].node.mpo_waiting() else {
+        let Some(given) = directory::decode_indices(&bytes) else {
             return;
         };
-        let now = (mpo, missing.clone());
-        if self.mpo.answered.get(&i) == Some(&now) {
-            return;
-        }
-        self.mpo.answered.insert(i, now);
-        self.mpo_tell_waiting(i, mpo, missing);
-    }
-
-    /// Tell replica `i`, whose committed order waits on `mpo`, the MPO's
-    /// index (as a directory replica answers `mpo.next`) and the reads of
-    /// the shards it misses that are known (as any replica of those shards
-    /// answers from its record).
-    fn mpo_tell_waiting(&mut self, i: usize, mpo: MpoId, missing: Vec<u32>) {
-        let s = self.group_of(i) as u32;
-        let index = self.mpo.indices.get(&mpo).and_then(|ix| ix.get(&s));
-        if let Some(k) = index.copied() {
-            self.mpo_send(i, i, MpoNet::Input(MpoInput::Sequenced(mpo, k)));
-        }
-        for from in missing {
-            if let Some(reads) = self.mpo.reads.get(&(mpo, from)).cloned() {
-                self.mpo_send(i, i, MpoNet::Input(MpoInput::Reads(mpo, from, reads)));
+        let d = record.replica;
+        self.mpo
+            .indices
+            .insert(mpo, given.iter().copied().collect());
+        for (s, k) in given {
+            for j in self.member_slots(s as usize) {
+                self.mpo_send(d, j, MpoNet::Input(MpoInput::Sequenced(mpo, k)));
             }
         }
     }
 
-    /// Every [`SWEEP_US`]: what lost messages and crashes left undone.
+    /// A new MPO leaves its origin as soon as its id is one a durable
+    /// write reserved: its copies go out.
+    pub(super) fn mpo_release(&mut self, mpo: MpoId) {
+        let Some(t) = self.mpo.tracks.get(&mpo) else {
+            return;
+        };
+        if t.released {
+            return;
+        }
+        let origin = t.origin;
+        if !self.nodes[origin].node.is_up() {
+            return; // its shard's replicas ask for what they miss
+        }
+        if self.nodes[origin].node.seq_reserved() < mpo.seq {
+            self.schedule(self.now + RELEASE_POLL_US, Ev::MpoRelease { mpo });
+            return;
+        }
+        if let Some(t) = self.mpo.tracks.get_mut(&mpo) {
+            t.released = true;
+        }
+        self.mpo_send_copies(mpo);
+    }
+
+    /// The origin sends each shard that has not taken its copy the copy.
+    fn mpo_send_copies(&mut self, mpo: MpoId) {
+        let Some(t) = self.mpo.tracks.get(&mpo) else {
+            return;
+        };
+        let origin = t.origin;
+        let missing: Vec<u32> = t.call.others().filter(|s| !t.taken.contains(s)).collect();
+        for s in missing {
+            let (Some(copy), Some(to)) = (self.mpo_copy(mpo, s), self.mpo_pick(s as usize)) else {
+                continue;
+            };
+            let req = Request::Copy(copy);
+            self.mpo_send(origin, to, MpoNet::Ask { from: origin, req });
+        }
+        let now = self.now;
+        if let Some(t) = self.mpo.tracks.get_mut(&mpo) {
+            t.sent_us = now;
+        }
+    }
+
+    /// The origin asks a directory replica to sequence the MPO.
+    fn mpo_ask_sequence(&mut self, mpo: MpoId) {
+        let Some(t) = self.mpo.tracks.get(&mpo) else {
+            return;
+        };
+        let origin = t.origin;
+        let shards = t.call.parts.iter().map(|p| p.shard).collect();
+        let Some(d) = self.directory_group().and_then(|g| self.mpo_pick(g)) else {
+            return;
+        };
+        let req = Request::Sequence { mpo, shards };
+        self.mpo_send(origin, d, MpoNet::Ask { from: origin, req });
+        let now = self.now;
+        if let Some(t) = self.mpo.tracks.get_mut(&mpo) {
+            t.sent_us = now;
+        }
+    }
+
+    /// After an event at replica `i`: what its committed order, waiting
+    /// on an MPO, asks for ([`creek_node::Node::mpo_chase`]).
+    pub(super) fn mpo_chase(&mut self, i: usize) {
+        if i >= self.cfg.shards * self.per_shard || !self.nodes[i].node.is_up() {
+            return;
+        }
+        let now = self.local_time(i);
+        let Some((mpo, chase)) = self.nodes[i].node.mpo_chase(now) else {
+            return;
+        };
+        match chase {
+            Chase::Index { shards } => {
+                if let Some(d) = self.directory_group().and_then(|g| self.mpo_pick(g)) {
+                    let req = Request::Sequence { mpo, shards };
+                    self.mpo_send(i, d, MpoNet::Ask { from: i, req });
+                }
+            }
+            Chase::Reads(from) => {
+                for (s, copy) in from {
+                    if let Some(j) = self.mpo_pick(s as usize) {
+                        let req = Request::Pull { mpo, copy };
+                        self.mpo_send(i, j, MpoNet::Ask { from: i, req });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every [`SWEEP_US`]: each origin asks again what was not answered in
+    /// [`RETRY_US`] (a copy not taken, a sequencing not told), and MPOs
+    /// committed on every shard are done with.
     pub(super) fn mpo_sweep(&mut self) {
         let ids: Vec<MpoId> = self.mpo.tracks.keys().copied().collect();
         for mpo in ids {
             self.mpo_sweep_one(mpo);
-        }
-        // A replica whose committed order waits on an MPO (one that was
-        // down, or cut off, while the others went on), again.
-        let shard_slots = self.cfg.shards * self.per_shard;
-        for j in 0..shard_slots {
-            if !self.nodes[j].node.is_up() {
-                continue;
-            }
-            let Some((Some(mpo), missing)) = self.nodes[j].node.mpo_waiting() else {
-                continue;
-            };
-            self.mpo_tell_waiting(j, mpo, missing);
         }
         self.schedule(self.now + SWEEP_US, Ev::MpoSweep);
     }
@@ -308,47 +431,29 @@ impl Sim {
         let Some(t) = self.mpo.tracks.get(&mpo) else {
             return;
         };
-        let (origin, me) = (t.origin, t.call.me);
+        let origin = t.origin;
         let shards: Vec<u32> = t.call.parts.iter().map(|p| p.shard).collect();
-        if !t.released {
-            let held = self.member_slots(me as usize).into_iter().any(|j| {
-                j != origin && self.nodes[j].node.is_up() && self.nodes[j].node.mpo_status(mpo).0
-            });
-            if !held {
-                return;
+        let all_taken = t.taken.len() == shards.len();
+        let due = t.released && self.now >= t.sent_us + RETRY_US;
+        let origin_up = self.nodes[origin].node.is_up();
+        if due && origin_up && !self.mpo.indices.contains_key(&mpo) {
+            if all_taken {
+                if !self.mpo.sequencing.values().any(|m| *m == mpo) {
+                    self.mpo_ask_sequence(mpo);
+                }
+            } else {
+                self.mpo_send_copies(mpo);
             }
-            if let Some(t) = self.mpo.tracks.get_mut(&mpo) {
-                t.released = true;
-            }
-        }
-        let indices = self.mpo.indices.get(&mpo).cloned();
-        if indices.is_none() && !self.mpo.sequencing.values().any(|m| *m == mpo) {
-            self.mpo_sequence(mpo, &shards);
         }
         for s in &shards {
-            let members: Vec<usize> = self
+            let committed = self
                 .member_slots(*s as usize)
                 .into_iter()
                 .filter(|&j| self.nodes[j].node.is_up())
-                .collect();
-            let status: Vec<(bool, bool)> = members
-                .iter()
-                .map(|&j| self.nodes[j].node.mpo_status(mpo))
-                .collect();
-            if status.iter().any(|(_, committed)| *committed) {
+                .any(|j| self.nodes[j].node.mpo_status(mpo).1);
+            if committed {
                 if let Some(t) = self.mpo.tracks.get_mut(&mpo) {
                     t.committed.insert(*s);
-                }
-            } else if !status.iter().any(|(held, _)| *held) && !members.is_empty() {
-                let to = members[self.rng.index(members.len())];
-                let copy = self.mpo_copy(mpo, *s);
-                if let Some(copy) = copy {
-                    self.mpo_send(to, to, MpoNet::Copy(copy));
-                }
-            }
-            for &j in &members {
-                if let Some(k) = indices.as_ref().and_then(|ix| ix.get(s)) {
-                    self.mpo_send(j, j, MpoNet::Input(MpoInput::Sequenced(mpo, *k)));
                 }
             }
         }
@@ -359,7 +464,7 @@ impl Sim {
         let record = &self.history.ops[t.record];
         let answered =
             record.origin_crashed || record.views.iter().any(|v| v.kind != ViewKind::Tentative);
-        if all_committed && (answered || !self.nodes[origin].node.is_up()) {
+        if all_committed && (answered || !origin_up) {
             self.mpo.tracks.remove(&mpo);
             self.mpo.completed += 1;
         }
@@ -372,12 +477,9 @@ impl Sim {
         Some(copy.call(&t.client_call))
     }
 
-    /// Ask a directory replica to sequence `mpo`.
-    fn mpo_sequence(&mut self, mpo: MpoId, shards: &[u32]) {
-        let Some(d) = self.some_directory_replica() else {
-            return;
-        };
-        let request = Request::strong(directory::sequence_call(mpo.origin, mpo.seq, shards));
+    /// Have directory replica `d` sequence `mpo` (a strong op there).
+    fn mpo_sequence(&mut self, d: usize, mpo: MpoId, shards: &[u32]) {
+        let request = Request_::strong(directory::sequence_call(mpo.origin, mpo.seq, shards));
         if self.invoke(d, None, request, true) {
             let index = self.history.ops.len() - 1;
             let n =

@@ -1,0 +1,253 @@
+//! The node's side of operations across shards (docs/cross-shard.md): the
+//! replica's MPO inputs, each followed by a turn, and its MPO output handed
+//! to the driver as [`MpoMessage`]s in [`Ready::mpo`](crate::Ready::mpo).
+//! Messages between shards are the driver's to carry (a shard's replicas
+//! are not this group's peers): the values a shard read go to every
+//! replica of each other involved shard.
+//!
+//! What every driver does with them is here too, so the server and the
+//! simulator run the same rules: the messages between groups
+//! ([`wire`]), how a replica answers one ([`Node::mpo_serve`]), and what a
+//! replica whose committed order waits on an MPO asks for
+//! ([`Node::mpo_chase`]).
+
+pub mod wire;
+
+use creek_cab::CabStorage;
+use creek_core::{Effect, ExecKey, InvokeError, OpId};
+use creek_exec::ProcCall;
+use creek_procs::mpo::{MpoCall, MpoId, Reads};
+
+use crate::Node;
+use wire::{Reply, Request};
+
+/// How long the committed order may wait on the same MPO before the
+/// replica asks for what it misses (the origin's messages usually come
+/// sooner); the pause doubles after each ask, up to [`CHASE_MAX_US`].
+pub const CHASE_AFTER_US: u64 = 50_000;
+/// The longest pause between two asks.
+pub const CHASE_MAX_US: u64 = 1_000_000;
+
+/// What a replica whose committed order waits on an MPO misses.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Chase {
+    /// The MPO's index here: ask the directory (sequencing is
+    /// idempotent).
+    Index {
+        /// The MPO's shards.
+        shards: Vec<u32>,
+    },
+    /// Other shards' reads: ask a replica of each, handing it its copy
+    /// ([`Request::Pull`]).
+    Reads(Vec<(u32, ProcCall)>),
+}
+
+/// Why a replica does not take a request about an MPO.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The request makes no sense (a malformed copy).
+    #[error("{0}")]
+    Malformed(String),
+    /// Another replica should get it (a copy for another shard; a
+    /// sequencing at a replica that is not the directory's).
+    #[error("{0}")]
+    NotHere(String),
+    /// This replica does not serve now (not a member of its group).
+    #[error("{0}")]
+    NotServing(String),
+}
+
+/// The committed order waits on an MPO (see [`Node::mpo_chase`]).
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    /// The op, the shards whose reads it misses, whether its index is
+    /// known: a change of any is progress.
+    what: (OpId, Vec<u32>, bool),
+    next_us: u64,
+    pause_us: u64,
+    /// Whether the replica asked for it.
+    asked: bool,
+}
+
+/// What this replica tells other shards about an MPO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MpoMessage {
+    /// The values shard `from` read for `mpo` at its committed position:
+    /// for a replica of each shard in `to`
+    /// ([`Node::mpo_reads`] there).
+    Reads {
+        /// The MPO.
+        mpo: MpoId,
+        /// This replica's shard.
+        from: u32,
+        /// The other involved shards.
+        to: Vec<u32>,
+        /// The values, by key.
+        reads: Reads,
+    },
+}
+
+impl MpoMessage {
+    /// The replica's MPO effect as a message, or `None` for other effects.
+    pub(crate) fn of(effect: Effect) -> Result<Self, Effect> {
+        match effect {
+            Effect::MpoReads {
+                mpo,
+                from,
+                to,
+                reads,
+            } => Ok(MpoMessage::Reads {
+                mpo,
+                from,
+                to,
+                reads,
+            }),
+            other => Err(other),
+        }
+    }
+}
+
+impl<S: CabStorage> Node<S> {
+    /// Answer a request of another group's replica about an MPO, as a
+    /// replica of shard `shard`: take a copy (unless one is held here), an
+    /// index, another shard's reads; answer a pull with this shard's reads
+    /// (invoking the copy it carries if none is held: "not yet"). A
+    /// sequencing is the directory's ([`Refusal::NotHere`]: its driver
+    /// answers it).
+    pub fn mpo_serve(&mut self, req: Request, shard: u32, now_us: u64) -> Result<Reply, Refusal> {
+        match req {
+            Request::Copy(call) => self
+                .mpo_take_copy(call, shard, now_us)
+                .map(|()| Reply::Done),
+            Request::Sequenced { mpo, index } => {
+                self.mpo_sequenced(mpo, index);
+                Ok(Reply::Done)
+            }
+            Request::Reads { mpo, from, reads } => {
+                self.mpo_reads(mpo, from, reads);
+                Ok(Reply::Done)
+            }
+            Request::Pull { mpo, copy } => match self.replica.mpo_reads_of(mpo) {
+                Some(reads) => Ok(Reply::Reads(reads)),
+                None => self
+                    .mpo_take_copy(copy, shard, now_us)
+                    .map(|()| Reply::Pending),
+            },
+            Request::Sequence { .. } => Err(Refusal::NotHere(format!(
+                "replica {} is not a directory replica: it sequences nothing",
+                self.id()
+            ))),
+        }
+    }
+
+    fn mpo_take_copy(&mut self, call: ProcCall, shard: u32, now_us: u64) -> Result<(), Refusal> {
+        let mpo = MpoCall::decode(&call.args)
+            .map_err(|e| Refusal::Malformed(format!("a malformed MPO copy: {e}")))?;
+        if mpo.me != shard {
+            return Err(Refusal::NotHere(format!(
+                "the copy of {} for shard {} reached replica {} of shard {shard}",
+                mpo.id,
+                mpo.me,
+                self.id()
+            )));
+        }
+        if self.replica.mpo_held(mpo.id) {
+            return Ok(());
+        }
+        self.invoke_mpo_copy(call, now_us)
+            .map(|_| ())
+            .map_err(|e| Refusal::NotServing(e.to_string()))
+    }
+
+    /// If the committed order has waited on the same MPO for a while
+    /// ([`CHASE_AFTER_US`], then twice as long after each ask), what to
+    /// ask for: its index, or other shards' reads. A replica that had to
+    /// ask for the last thing it waited on is catching up (it was down or
+    /// cut off while the others went on, and meets MPOs whose messages
+    /// went out long ago, one after the other): it asks for the next at
+    /// once. Called by the driver every tick; `None` when nothing is to be
+    /// asked now.
+    pub fn mpo_chase(&mut self, now_us: u64) -> Option<(MpoId, Chase)> {
+        let Some((op, Some(mpo), missing)) = self.replica.mpo_waiting() else {
+            self.mpo_waiting = None;
+            return None;
+        };
+        let indexed = self.replica.mpo_index(mpo).is_some();
+        let what = (op, missing.clone(), indexed);
+        match &mut self.mpo_waiting {
+            Some(w) if w.what == what => {
+                if now_us < w.next_us {
+                    return None;
+                }
+                w.next_us = now_us + w.pause_us;
+                w.pause_us = (w.pause_us * 2).min(CHASE_MAX_US);
+                w.asked = true;
+            }
+            last => {
+                let catching_up = last.as_ref().is_some_and(|w| w.asked);
+                *last = Some(Waiting {
+                    what,
+                    next_us: now_us + CHASE_AFTER_US,
+                    pause_us: CHASE_AFTER_US,
+                    asked: catching_up,
+                });
+                if !catching_up {
+                    return None;
+                }
+            }
+        }
+        let op_call = self.replica.mpo_op_call(op)?;
+        let call = MpoCall::decode(&op_call.args).ok()?;
+        if !indexed {
+            let shards = call.parts.iter().map(|p| p.shard).collect();
+            return Some((mpo, Chase::Index { shards }));
+        }
+        if missing.is_empty() {
+            return None; // the reads are here: the MPO waits for its state
+        }
+        let copies = missing
+            .iter()
+            .filter_map(|s| Some((*s, call.for_shard(*s).ok()?.call(op_call))))
+            .collect();
+        Some((mpo, Chase::Reads(copies)))
+    }
+
+    /// On a directory replica: the indices its committed state gave MPO
+    /// `mpo` (`mpo.sequence`'s answer), if it was sequenced.
+    pub fn mpo_indices(&self, mpo: MpoId) -> Option<Vec<(u32, u64)>> {
+        use creek_exec::Engine as _;
+        use creek_procs::builtins::directory::{decode_indices, sequenced_key};
+        let raw = self
+            .replica
+            .engine()
+            .read_committed(&sequenced_key(mpo.origin, mpo.seq))?;
+        decode_indices(&raw)
+    }
+
+    /// Invoke this shard's copy of an MPO another shard's replica received
+    /// ([`creek_core::Replica::invoke_mpo_copy`]).
+    pub fn invoke_mpo_copy(&mut self, call: ProcCall, now_us: u64) -> Result<ExecKey, InvokeError> {
+        if !self.membership.is_member() {
+            return Err(InvokeError::NotServing(format!(
+                "replica {} is not serving its group",
+                self.id()
+            )));
+        }
+        let handle = self.replica.invoke_mpo_copy(call, now_us)?;
+        self.turn();
+        Ok(handle)
+    }
+
+    /// The directory sequenced `mpo` at `index` among this shard's MPOs
+    /// ([`creek_core::Replica::mpo_sequenced`]).
+    pub fn mpo_sequenced(&mut self, mpo: MpoId, index: u64) {
+        self.replica.mpo_sequenced(mpo, index);
+        self.turn();
+    }
+
+    /// Shard `shard`'s values for `mpo` ([`creek_core::Replica::mpo_reads`]).
+    pub fn mpo_reads(&mut self, mpo: MpoId, shard: u32, reads: Reads) {
+        self.replica.mpo_reads(mpo, shard, reads);
+        self.turn();
+    }
+}
