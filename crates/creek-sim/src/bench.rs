@@ -134,7 +134,47 @@ pub fn client_side(
         json!((done as f64 / window.seconds()).round()),
     );
     m.insert("latency_us".into(), latency_series(&ops));
+    m.extend(across_shards(&ops));
     m.extend(workload.measure(&ops));
+    m
+}
+
+/// Operations across shards among `ops` (a run without them: nothing):
+/// their share, and the stable latency of theirs and of the single-shard
+/// strong ops (`mpo_stable_p50_us`, `strong_stable_p50_us`, the p99s).
+pub fn across_shards(ops: &[&OpRecord]) -> Map<String, Json> {
+    let mut m = Map::new();
+    let is_mpo = |op: &OpRecord| op.call.name.as_ref() == creek_procs::mpo::RUN;
+    let mpos = ops.iter().filter(|op| is_mpo(op)).count();
+    if mpos == 0 {
+        return m;
+    }
+    let (mut across, mut single) = (Vec::new(), Vec::new());
+    for op in ops.iter().filter(|op| op.strong) {
+        if let Some(v) = op.final_view() {
+            let at = v.at_us - op.invoked_at_us;
+            if is_mpo(op) {
+                across.push(at);
+            } else {
+                single.push(at);
+            }
+        }
+    }
+    for v in [&mut across, &mut single] {
+        v.sort_unstable();
+    }
+    let p = |xs: &[u64], q: f64| {
+        if xs.is_empty() {
+            json!(null)
+        } else {
+            json!(percentile(xs, q))
+        }
+    };
+    m.insert("mpo_share".into(), json!(mpos as f64 / ops.len() as f64));
+    m.insert("mpo_stable_p50_us".into(), p(&across, 0.5));
+    m.insert("mpo_stable_p99_us".into(), p(&across, 0.99));
+    m.insert("strong_stable_p50_us".into(), p(&single, 0.5));
+    m.insert("strong_stable_p99_us".into(), p(&single, 0.99));
     m
 }
 

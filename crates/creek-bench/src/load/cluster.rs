@@ -47,7 +47,7 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
         let what = describe(load);
         progress.start(i, &what);
         // Built first: bad settings fail before a cluster starts.
-        let workload = p.workload(1)?;
+        let workload = p.workload(1, 0.0)?;
         let procs = Target::start_or_attach(p.replicas, 1, &p.common.attach, false)?;
         let point = rt.block_on(async {
             find_leader(&procs.clients, None).await?;

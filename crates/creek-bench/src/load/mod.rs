@@ -65,6 +65,11 @@ pub struct Common {
     /// with a summary line of the scaling efficiency T(max) / (max · T(1)).
     #[arg(long, value_delimiter = ',')]
     shards: Vec<usize>,
+    /// Shares of operations across shards to sweep (sim, with `--shards`
+    /// of 2 or more; bank and ycsb), e.g. `0,0.01,0.05,0.1,0.2`: that share
+    /// of the ops spans two shards (docs/cross-shard.md).
+    #[arg(long, value_delimiter = ',')]
+    cross_shard: Vec<f64>,
     /// One-way link latency range in microseconds, `MIN-MAX` (sim).
     #[arg(long, default_value = "200-300")]
     link_us: String,
@@ -179,6 +184,9 @@ pub struct Plan {
     make: Option<MakeWorkload>,
     /// The shard counts swept (`[1]` without `--shards`).
     shards: Vec<usize>,
+    /// The shares of operations across shards swept (`[0]` without
+    /// `--cross-shard`).
+    cross: Vec<f64>,
     /// TPC-C: `--warehouses` counts per shard.
     warehouses_per_shard: Option<u16>,
 }
@@ -189,11 +197,12 @@ pub(crate) type MakeWorkload = Box<dyn Fn() -> Result<Box<dyn Workload>, String>
 impl Plan {
     /// A fresh workload for one point on `shards` shards (same settings
     /// every time).
-    fn workload(&self, shards: usize) -> Result<Box<dyn Workload>, String> {
+    fn workload(&self, shards: usize, cross: f64) -> Result<Box<dyn Workload>, String> {
         match &self.make {
             Some(make) => make(),
             None => {
                 let mut config = self.config.clone();
+                config.cross_shard = cross;
                 if let Some(w) = self.warehouses_per_shard {
                     let total = usize::from(w) * shards;
                     let total = u16::try_from(total)
@@ -225,7 +234,7 @@ impl Plan {
     /// Run the plan, handing each point to `emit` (nothing is printed but
     /// the progress on stderr).
     pub(crate) fn run_with(&self, emit: Emit<'_>) -> Result<(), String> {
-        let progress = Progress::new(self.loads.len() * self.shards.len());
+        let progress = Progress::new(self.loads.len() * self.shards.len() * self.cross.len());
         let mut emit = |point: Map<String, Json>| {
             progress.finish();
             emit(point)
@@ -304,6 +313,17 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
     if common.shards.iter().any(|s| !(1..=max).contains(s)) {
         return Err(format!("--shards must be within 1..={max}"));
     }
+    if common.cross_shard.iter().any(|c| !(0.0..=1.0).contains(c)) {
+        return Err("--cross-shard shares must be within 0..=1".into());
+    }
+    if common.cross_shard.iter().any(|c| *c > 0.0) && common.shards.iter().all(|s| *s < 2) {
+        return Err("--cross-shard needs --shards of 2 or more".into());
+    }
+    if !common.cross_shard.is_empty() && !matches!(bench, "bank" | "ycsb") {
+        return Err(format!(
+            "--cross-shard: {bench} has no operations across shards yet (bank and ycsb do)"
+        ));
+    }
     let mut settings = Map::new();
     settings.insert("bench".into(), json!(bench));
     settings.insert(
@@ -333,6 +353,11 @@ fn plan(bench: &'static str, common: &Common, config: WorkloadConfig) -> Result<
             vec![1]
         } else {
             common.shards.clone()
+        },
+        cross: if common.cross_shard.is_empty() {
+            vec![0.0]
+        } else {
+            common.cross_shard.clone()
         },
         warehouses_per_shard: None,
     })
@@ -419,7 +444,7 @@ pub fn tickets(args: &TicketsArgs) -> Result<(), String> {
 pub(crate) type Emit<'a> = &'a mut dyn FnMut(Map<String, Json>) -> Result<(), String>;
 
 fn run(p: &Plan) -> Result<(), String> {
-    let progress = Progress::new(p.loads.len() * p.shards.len());
+    let progress = Progress::new(p.loads.len() * p.shards.len() * p.cross.len());
     let mut failed = false;
     let mut emit = |point: Map<String, Json>| {
         failed |= point.get("consistency_ok") == Some(&json!(false));

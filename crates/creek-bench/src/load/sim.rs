@@ -16,16 +16,22 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
     let sharded = p.shards != [1];
     // Throughput of each (load, shard count), for the scaling summary.
     let mut throughput: Vec<(usize, usize, f64)> = Vec::new();
+    let swept = p.cross != [0.0];
     let points = p.shards.iter().flat_map(|s| {
-        p.loads
-            .iter()
-            .enumerate()
-            .map(move |(l, load)| (*s, l, *load))
+        p.cross.iter().flat_map(move |c| {
+            p.loads
+                .iter()
+                .enumerate()
+                .map(move |(l, load)| (*s, *c, l, *load))
+        })
     });
-    for (i, (shards, load_index, load)) in points.enumerate() {
+    for (i, (shards, cross, load_index, load)) in points.enumerate() {
         let mut what = describe(load);
         if sharded {
             what = format!("{what} per shard on {shards} shards");
+        }
+        if swept {
+            what = format!("{what}, {cross} across shards");
         }
         progress.start(i, &what);
         // Loads count per shard: a sweep over shards keeps each shard's
@@ -51,18 +57,24 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
             // The paper's setting: state in memory, no fsync time.
             fsync_us: (0, 0),
             linger_us: 0,
+            cross_shard: cross,
             ..SimConfig::default()
         };
         let bar = *progress;
         let bar_what = what.clone();
         let measured = sim_point_for(
             cfg,
-            || p.workload(shards),
+            || p.workload(shards, cross),
             move |now, total| bar.update(i, now as f64 / total as f64, &bar_what),
         )?;
         let mut point = point_header(p, load);
+        if swept {
+            point.insert("cross_shard".into(), json!(cross));
+        }
         if sharded {
             point.insert("shards".into(), json!(shards));
+        }
+        if sharded && cross == 0.0 {
             let t = measured
                 .get("throughput_ops_per_sec")
                 .and_then(Json::as_f64)

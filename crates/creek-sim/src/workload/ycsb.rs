@@ -9,6 +9,11 @@
 //! reports `divergence`, the share of reads with both views whose
 //! preliminary result differs from the final one.
 //!
+//! On a sharded cluster, a `cross_shard` share of the ops become
+//! operations across shards (docs/cross-shard.md): a read becomes a
+//! strong `kv.mget` and an update a strong `kv.mput` of its record and one
+//! of another shard.
+//!
 //! Checks: strong ops are linearizable per key (the generic checker, keyed
 //! by the record); there is no workload-specific invariant (any value a put
 //! wrote is a valid value).
@@ -39,6 +44,10 @@ pub struct YcsbWorkload {
     /// (a bulk load) instead of running the load calls, each of which
     /// writes a run of records that spans shards.
     preload: bool,
+    /// The share of ops that span two shards, and the map they are picked
+    /// by (a sharded run).
+    cross_shard: f64,
+    map: Option<ShardMap>,
 }
 
 impl YcsbWorkload {
@@ -51,6 +60,8 @@ impl YcsbWorkload {
             final_share: config.final_share,
             clients: BTreeMap::new(),
             preload: config.preload,
+            cross_shard: config.cross_shard,
+            map: None,
         })
     }
 }
@@ -66,6 +77,30 @@ pub fn divergence<'a>(ops: impl IntoIterator<Item = &'a OpRecord>) -> (Option<f6
         }
     }
     ((both > 0).then(|| differ as f64 / both as f64), both)
+}
+
+impl YcsbWorkload {
+    /// `call` (a read or an update of one record) as an operation across
+    /// shards: with a record another shard owns, picked at random.
+    fn across(&self, rng: &mut Rng, call: &ProcCall) -> Option<ProcCall> {
+        let map = self.map.as_ref()?;
+        let args = args_of(call)?;
+        let key = args.first()?.as_bytes()?.clone();
+        let owner = map.owner(None, &key);
+        let other = (0..64)
+            .map(|_| ycsb::key(rng.index(self.config.records as usize) as u64))
+            .find(|k| map.owner(None, k) != owner)?;
+        let keys = Value::List(vec![Value::Bytes(key), Value::Bytes(other)]);
+        let args = match (call.name.as_ref(), args.get(1)) {
+            ("kv.put", Some(value)) => {
+                let values = Value::List(vec![value.clone(), value.clone()]);
+                ("kv.mput", creek_types::value::encode_args(&[keys, values]))
+            }
+            ("kv.get", _) => ("kv.mget", creek_types::value::encode_args(&[keys])),
+            _ => return None,
+        };
+        Some(ProcCall::new(args.0, args.1))
+    }
 }
 
 impl Workload for YcsbWorkload {
@@ -95,8 +130,9 @@ impl Workload for YcsbWorkload {
             .unwrap_or_default()
     }
 
-    fn place(&mut self, _map: &mut ShardMap) -> Result<(), String> {
+    fn place(&mut self, map: &mut ShardMap) -> Result<(), String> {
         self.preload = true;
+        self.map = Some(map.clone());
         Ok(())
     }
 
@@ -107,6 +143,15 @@ impl Workload for YcsbWorkload {
             Ycsb::new(config.clone(), rng.next_u64()).expect("validated in YcsbWorkload::new")
         });
         let op = generator.next_op();
+        if self.cross_shard > 0.0 && rng.chance(self.cross_shard) {
+            if let Some(call) = self.across(rng, &op.call) {
+                return NextOp {
+                    call,
+                    strong: true,
+                    wants_final: true,
+                };
+            }
+        }
         let wants_final = op.strong || rng.chance(self.final_share);
         NextOp {
             call: op.call,
@@ -116,6 +161,14 @@ impl Workload for YcsbWorkload {
     }
 
     fn keys(&self, call: &ProcCall) -> Vec<Bytes> {
+        if matches!(call.name.as_ref(), "kv.mget" | "kv.mput") {
+            return match args_of(call).as_deref() {
+                Some([Value::List(keys), ..]) => {
+                    keys.iter().filter_map(|k| k.as_bytes().cloned()).collect()
+                }
+                _ => Vec::new(),
+            };
+        }
         if call.name.as_ref() == ycsb::LOAD {
             // `ycsb.load(first, count, _)` writes records first..first+count.
             if let Some([Value::Int(first), Value::Int(count), _]) = args_of(call).as_deref() {
