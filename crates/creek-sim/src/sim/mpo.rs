@@ -291,6 +291,12 @@ impl Sim {
     /// time); its commit tells every replica of the MPO's shards.
     fn mpo_serve_sequence(&mut self, d: usize, from: usize, mpo: MpoId, shards: &[u32]) {
         if let Some(given) = self.nodes[d].node.mpo_indices(mpo) {
+            // Recorded for the replay here too: the replica that ran the
+            // sequencing may have crashed before its view said them.
+            self.mpo
+                .indices
+                .entry(mpo)
+                .or_insert_with(|| given.iter().copied().collect());
             let s = self.group_of(from) as u32;
             if let Some((_, k)) = given.iter().find(|(g, _)| *g == s) {
                 let input = MpoInput::Sequenced(mpo, *k);
