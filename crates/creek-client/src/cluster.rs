@@ -137,7 +137,7 @@ impl Cluster {
         map: ShardMap,
         options: ConnectOptions,
     ) -> Result<Cluster, Error> {
-        let clients = connect_shards(&map, &options).await?;
+        let clients = connect_shards(&map, &options, None).await?;
         let any = clients
             .values()
             .next()
@@ -365,10 +365,16 @@ impl Routes {
             creek_shard::decode(&status.shard_map)
                 .map_err(|e| Error::Protocol(format!("the replica's shard map: {e}")))?
         };
-        // A client of every replica of each shard, the seed's own shard
-        // included (the seed's client knows only the addresses it was
-        // given, and could not fail over to the shard's other replicas).
-        let clients = connect_shards(&map, options).await?;
+        // A client of every replica of each shard; for the seed's own
+        // shard, the replica the seed talks to first (the seed's client
+        // knows only the addresses it was given, and could not fail over
+        // to the shard's other replicas).
+        let own = u16::try_from(status.shard)
+            .ok()
+            .map(ShardId)
+            .filter(|_| !status.directory);
+        let prefer = own.map(|s| (s, client.replica_addr()));
+        let clients = connect_shards(&map, options, prefer).await?;
         Ok(Routes { map, clients })
     }
 
@@ -441,14 +447,20 @@ impl Routes {
     }
 }
 
-/// A client of every replica of each shard of `map`.
+/// A client of every replica of each shard of `map`; for shard `prefer.0`,
+/// the replica at `prefer.1` first.
 async fn connect_shards(
     map: &ShardMap,
     options: &ConnectOptions,
+    prefer: Option<(ShardId, String)>,
 ) -> Result<BTreeMap<ShardId, Client>, Error> {
     let mut clients = BTreeMap::new();
     for (id, shard) in &map.shards {
-        let addrs: Vec<String> = shard.replicas.values().map(|e| e.client.clone()).collect();
+        let mut addrs: Vec<String> = shard.replicas.values().map(|e| e.client.clone()).collect();
+        if let Some((_, first)) = prefer.as_ref().filter(|(s, _)| s == id) {
+            addrs.retain(|a| a != first);
+            addrs.insert(0, first.clone());
+        }
         let client = Client::connect_with_options(addrs, options.clone()).await?;
         clients.insert(*id, client);
     }
