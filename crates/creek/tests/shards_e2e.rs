@@ -12,7 +12,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use creek_check::linearizable::{self, LinOp, LinResult};
 use creek_client::{CallOptions, Client, Cluster, Error, Levels, ShardId, ShardMap};
+use creek_exec::{Abort, ProcCall};
 use creek_harness::launcher::{Cluster as Procs, Launch, OnDrop};
 use creek_shard::{Endpoint, Placement};
 use creek_types::value::Value;
@@ -777,8 +779,9 @@ async fn leader_of(cluster: &Sharded, first: usize) -> Option<usize> {
 /// Transfers between accounts on different shards from three clients at
 /// once while the leader of shard 0, then of shard 1, then of the
 /// directory (the sequencer) is killed and restarted: every transfer a
-/// client saw applied is applied once, none is half-applied, and the
-/// bank's total is kept.
+/// client saw applied is applied once, none is half-applied, the bank's
+/// total is kept, and the transfers as the clients saw them are
+/// linearizable over the whole cluster (each across two shards).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_across_shards_keep_the_total_while_leaders_die() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -803,9 +806,12 @@ async fn transfers_across_shards_keep_the_total_while_leaders_die() {
     // e.g. too little money: nothing applied), or unknown (an error: the
     // client gave up, it may have applied).
     let stop = Arc::new(AtomicBool::new(false));
+    let epoch = Instant::now();
+    let history: Arc<std::sync::Mutex<Vec<LinOp>>> = Arc::default();
     let mut workers = Vec::new();
     for w in 0..3usize {
         let (stop, accounts) = (stop.clone(), accounts.clone());
+        let history = history.clone();
         let addr = cluster.addr(w * 2 % (SHARDS * REPLICAS));
         workers.push(tokio::spawn(async move {
             let c = Cluster::connect([addr]).await.expect("connect");
@@ -819,6 +825,8 @@ async fn transfers_across_shards_keep_the_total_while_leaders_die() {
                 let to = (from + 1 + 2 * (n / 4 % 2)) % 4;
                 let amount = 1 + (n % 5) as i64;
                 let args = vec![b(&accounts[from]), b(&accounts[to]), Value::Int(amount)];
+                let call = ProcCall::new("kv.transfer", creek_types::value::encode_args(&args));
+                let invoked_at_us = epoch.elapsed().as_micros() as u64;
                 let options = CallOptions {
                     timeout: Some(Duration::from_secs(15)),
                     ..CallOptions::default()
@@ -830,6 +838,21 @@ async fn transfers_across_shards_keep_the_total_while_leaders_die() {
                     Ok(op) => op.final_view().await.map(|v| v.outcome),
                     Err(e) => Err(e),
                 };
+                let at = epoch.elapsed().as_micros() as u64;
+                let completed = match &outcome {
+                    Ok(Ok(v)) => Some((at, Ok(v.encode()))),
+                    Ok(Err(a)) => Some((at, Err(Abort(a.clone())))),
+                    Err(_) => None,
+                };
+                let mut h = history.lock().expect("history");
+                let index = h.len();
+                h.push(LinOp {
+                    index,
+                    call,
+                    invoked_at_us,
+                    completed,
+                });
+                drop(h);
                 match outcome {
                     Ok(Ok(_)) => {
                         applied[from] -= amount;
@@ -873,6 +896,41 @@ async fn transfers_across_shards_keep_the_total_while_leaders_die() {
         done += d;
     }
     assert!(done >= 30, "only {done} transfers applied");
+    // From the balances the setup wrote, one serial order holds every
+    // transfer at a point between its invocation and its answer.
+    let initial = accounts
+        .iter()
+        .map(|a| {
+            (
+                bytes::Bytes::from(a.clone()),
+                bytes::Bytes::from_static(b"100"),
+            )
+        })
+        .collect();
+    let keys = |c: &ProcCall| -> Vec<bytes::Bytes> {
+        creek_types::value::decode_args(&c.args)
+            .map(|a| {
+                a.iter()
+                    .take(2)
+                    .filter_map(|v| v.as_bytes().cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let ops = history.lock().expect("history").clone();
+    match linearizable::check(
+        &ops,
+        &keys,
+        &creek_procs::Registry::with_builtins(),
+        creek_exec::TxnLimits::default(),
+        &initial,
+        50_000_000,
+    ) {
+        LinResult::Ok { partitions, ops } => {
+            eprintln!("linearizable: {ops} transfers in {partitions} partitions")
+        }
+        other => panic!("transfers across shards not linearizable: {other:?}"),
+    }
 
     // Every replica of both shards ends with the same balances, which add
     // up to the bank's total; with no transfer of unknown fate, they are
