@@ -329,11 +329,13 @@ impl Sim {
             strong: true,
             views: Views::BOTH,
         };
-        if self.invoke(d, None, request, true) {
-            let index = self.history.ops.len() - 1;
-            self.history.ops[index].client = OPERATOR_CLIENT;
+        let index = self.history.ops.len();
+        if let Some(dir) = self.dir.as_mut() {
+            dir.pending = Some((index, installs));
+        }
+        if !self.invoke_as(d, OPERATOR_CLIENT, request) {
             if let Some(dir) = self.dir.as_mut() {
-                dir.pending = Some((index, installs));
+                dir.pending = None;
             }
         }
     }

@@ -639,6 +639,27 @@ impl Sim {
         request: Request,
         wants_final: bool,
     ) -> bool {
+        let recorded = client.map_or(SETUP_CLIENT, |c| c as u32);
+        self.invoke_recorded(i, client, recorded, request, wants_final)
+    }
+
+    /// [`Sim::invoke`] of an op no client session issues, recorded in the
+    /// history as `recorded`'s (the operator's, the sequencer's): its view
+    /// may come, and release it, before this returns (a disk that fails in
+    /// the same turn), so a caller keeping it in its books enters it under
+    /// the index it will have, `self.history.ops.len()`, before the call.
+    pub(super) fn invoke_as(&mut self, i: usize, recorded: u32, request: Request) -> bool {
+        self.invoke_recorded(i, None, recorded, request, true)
+    }
+
+    fn invoke_recorded(
+        &mut self,
+        i: usize,
+        client: Option<usize>,
+        recorded: u32,
+        request: Request,
+        wants_final: bool,
+    ) -> bool {
         let now = self.local_time(i);
         let node = &mut self.nodes[i].node;
         if !node.is_up() {
@@ -665,7 +686,7 @@ impl Sim {
         }
         let index = self.history.ops.len();
         self.history.ops.push(OpRecord {
-            client: client.map_or(SETUP_CLIENT, |c| c as u32),
+            client: recorded,
             replica: i,
             id: match handle {
                 ExecKey::Op(id) => Some(id),

@@ -486,13 +486,13 @@ impl Sim {
     /// Have directory replica `d` sequence `mpo` (a strong op there).
     fn mpo_sequence(&mut self, d: usize, mpo: MpoId, shards: &[u32]) {
         let request = Request_::strong(directory::sequence_call(mpo.origin, mpo.seq, shards));
-        if self.invoke(d, None, request, true) {
-            let index = self.history.ops.len() - 1;
-            let n =
-                u32::try_from(self.mpo.sequenced_ops % u64::from(SEQUENCER_CLIENTS)).unwrap_or(0);
+        let n = u32::try_from(self.mpo.sequenced_ops % u64::from(SEQUENCER_CLIENTS)).unwrap_or(0);
+        let index = self.history.ops.len();
+        self.mpo.sequencing.insert(index, mpo);
+        if self.invoke_as(d, SEQUENCER_CLIENT - n, request) {
             self.mpo.sequenced_ops += 1;
-            self.history.ops[index].client = SEQUENCER_CLIENT - n;
-            self.mpo.sequencing.insert(index, mpo);
+        } else {
+            self.mpo.sequencing.remove(&index);
         }
     }
 
