@@ -42,7 +42,7 @@ use tonic::transport::Channel;
 use crate::node_loop::messages::Event;
 use crate::shards::ShardGate;
 use creek_node::mpo::wire::{Reply, Request};
-pub use creek_node::mpo::Chase;
+use creek_node::mpo::Chase;
 
 /// Longest wait for one replica's answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -114,16 +114,6 @@ impl Link {
             chasing: Mutex::default(),
             next: Mutex::default(),
         })
-    }
-
-    /// The shard map this replica serves under.
-    pub fn gate(&self) -> &Arc<ShardGate> {
-        &self.gate
-    }
-
-    /// Whether callers must present a replica's certificate.
-    pub fn uses_tls(&self) -> bool {
-        self.tls.is_some()
     }
 
     /// Hand out a new MPO of this replica's: its copies to the other
