@@ -801,15 +801,25 @@ mod tests {
         d
     }
 
+    /// A test's directory, removed when the test ends.
+    struct Scratch(std::path::PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     /// Two shards of three and a directory of three on loopback, the map
-    /// files written; with the first replica's map file.
-    fn cluster(name: &str) -> (Vec<ServerConfig>, ShardMap, std::path::PathBuf) {
+    /// files written; with the first replica's map file, and the directory
+    /// holding them (removed when it is dropped).
+    fn cluster(name: &str) -> (Vec<ServerConfig>, ShardMap, std::path::PathBuf, Scratch) {
         let d = dir(name);
         let _ = std::fs::remove_dir_all(&d);
         let (configs, map) = local_shards(2, 3, 3, 21001, 21101, &d, 7).unwrap();
         write_map_files(&configs, &map).unwrap();
         let path = configs[0].shard_map.clone().unwrap();
-        (configs, map, path)
+        (configs, map, path, Scratch(d))
     }
 
     fn registry() -> Arc<Registry> {
@@ -822,7 +832,7 @@ mod tests {
 
     #[test]
     fn a_replica_accepts_its_keys_and_refuses_the_others() {
-        let (configs, map, _) = cluster("route");
+        let (configs, map, _, _scratch) = cluster("route");
         let gate = ShardGate::load(&configs[0], registry()).unwrap().unwrap();
         assert_eq!(gate.shard(), ShardId(0));
         let key_of = |s: u16| {
@@ -864,7 +874,7 @@ mod tests {
     /// whose shards this replica's is not among, is refused.
     #[test]
     fn a_strong_call_across_shards_becomes_an_mpo() {
-        let (configs, map, _) = cluster("across");
+        let (configs, map, _, _scratch) = cluster("across");
         let gate = ShardGate::load(&configs[0], registry()).unwrap().unwrap();
         let key_of = |s: u16, skip: usize| {
             (0..)
@@ -911,7 +921,7 @@ mod tests {
     /// refused naming them, no declaration at all cannot be routed.
     #[test]
     fn a_user_procedure_is_checked_against_its_declared_keys() {
-        let (configs, map, _) = cluster("declared");
+        let (configs, map, _, _scratch) = cluster("declared");
         let gate = ShardGate::load(&configs[0], registry()).unwrap().unwrap();
         let key_of = |s: u16| {
             (0..)
@@ -968,7 +978,7 @@ mod tests {
 
     #[test]
     fn newer_maps_are_adopted_and_saved_others_refused() {
-        let (configs, map, path) = cluster("adopt");
+        let (configs, map, path, _scratch) = cluster("adopt");
         let gate = ShardGate::load(&configs[0], registry()).unwrap().unwrap();
         // The same epoch: nothing to do.
         assert_eq!(gate.adopt(&creek_shard::encode(&map)), Ok(None));
@@ -1018,7 +1028,7 @@ mod tests {
 
     #[test]
     fn directory_replicas_serve_the_map_and_check_nothing() {
-        let (configs, map, _) = cluster("directory");
+        let (configs, map, _, _scratch) = cluster("directory");
         let d = configs.iter().find(|c| c.directory).unwrap();
         assert_eq!(d.id, 7, "the directory's ids follow the shards'");
         let gate = ShardGate::load(d, registry()).unwrap().unwrap();
@@ -1040,7 +1050,7 @@ mod tests {
 
     #[test]
     fn maps_that_do_not_fit_the_replica_are_refused() {
-        let (configs, _, path) = cluster("refuse");
+        let (configs, _, path, _scratch) = cluster("refuse");
         // A replica the map does not list.
         let mut stranger = configs[0].clone();
         stranger.id = 9;
