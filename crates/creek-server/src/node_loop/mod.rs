@@ -635,7 +635,8 @@ impl NodeLoop {
             transfer_done: &self.transfer_done,
             group: None,
             mpo: self.mpo.link.as_ref(),
-            mpo_sender: self.node.cab().leader().is_none_or(|l| l == self.node.id()),
+            mpo_sender: self.mpo.link.is_some()
+                && self.node.cab().leader().is_none_or(|l| l == self.node.id()),
         };
         self.node.drive(&mut turn);
         let group = turn.group.take();
