@@ -89,7 +89,7 @@ impl<S: CabStorage> Node<S> {
              missing={missing:?} gossip={:?} lost_peers={:?} foreign={:?} delivered={:?} \
              {:?} role={} term={} leader={:?} log={:?} cab_delivered={} decided_waiting={} \
              wanted={:?} held_wait={:?} fetch={:?} transfers={:?} timing_scale={} committed_len={} \
-             tentative={} unconfirmed={}",
+             tentative={} unconfirmed={} mpo_waiting={:?} mpo_last={} finalized={}",
             cab.held_appends(),
             self.gossip_stats(),
             self.lost_peers(),
@@ -110,6 +110,9 @@ impl<S: CabStorage> Node<S> {
             r.committed_len(),
             r.tentative_len(),
             cab.unconfirmed(),
+            r.mpo_waiting(),
+            r.mpo_last_index(),
+            r.counters().finalized,
         )
     }
 }

@@ -356,3 +356,27 @@ fn mpo_seeds() {
     }
     assert!(failed.is_empty(), "failed seeds: {failed:?}");
 }
+
+/// Found by the MPO hand swarm (bank, seed 330355): an MPO at its turn
+/// waits for the ops committed before it to become final before it reads
+/// its keys. Those ops may settle without running again (a committed op
+/// whose tentative execution stays valid), inside a delivery rather than
+/// an execution's completion, and the turn was tried again only after a
+/// completion: the shard never handed out its reads, and every involved
+/// shard stalled. The replica now tries the turn again whenever ops
+/// become final.
+#[test]
+fn an_mpo_turn_goes_on_when_the_ops_before_it_settle_in_a_delivery() {
+    let cfg = SimConfig {
+        replicas: 3,
+        shards: 2,
+        workload: "bank".into(),
+        cross_shard: 0.3,
+        duration_us: 300_000,
+        faults: Faults::parse("all").unwrap(),
+        seed: 330_355,
+        ..SimConfig::default()
+    };
+    let (report, ok) = simulate(&cfg).unwrap();
+    assert!(ok, "bank seed 330355: {}", report["violations"]);
+}

@@ -720,10 +720,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     pub fn complete(&mut self, completion: Completion<ExecKey>) {
         self.engine.complete(completion);
         self.process_settled();
-        if self.mpos.turn_waits_for_state() {
-            self.deliver_decided();
-            self.process_settled();
-        }
     }
 
     /// Run every ready execution to completion, one at a time. Convenience
@@ -745,7 +741,23 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         std::mem::take(&mut self.effects)
     }
 
+    /// Take what the engine settled (views, final executions); then, if
+    /// an MPO at its turn waited for the ops before it to become final,
+    /// try it again: those ops may have settled here, inside a call other
+    /// than [`Replica::complete`] (a committed op whose tentative
+    /// execution stays valid settles without running again).
     fn process_settled(&mut self) {
+        loop {
+            let finalized = self.counters.finalized;
+            self.drain_settled();
+            if self.counters.finalized == finalized || !self.mpos.turn_waits_for_state() {
+                return;
+            }
+            self.deliver_decided();
+        }
+    }
+
+    fn drain_settled(&mut self) {
         // Drained either way: the engine keeps them until asked.
         let mut early = Vec::new();
         self.engine.drain_installed(&mut early);
