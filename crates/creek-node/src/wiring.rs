@@ -201,7 +201,11 @@ impl<S: CabStorage> Node<S> {
             .replica
             .tentative()
             .into_iter()
-            .filter(|id| self.replica.op(*id).is_some_and(|op| op.strong))
+            .filter(|id| {
+                self.replica
+                    .op(*id)
+                    .is_some_and(|op| op.strong && self.replica.may_cast(op))
+            })
             .collect();
         for id in orphans {
             self.cab.cast(id);

@@ -379,7 +379,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             if call.name.as_ref() != creek_procs::mpo::RUN {
                 self.own_strong_tentative.insert((timestamp, id));
             }
-            self.effects.push(Effect::CabCast(id)); // line 20
             if self.config.planted.has(Bug::IgnoreCausalContext) {
                 ctx = Dvv::new();
             }
@@ -396,6 +395,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let call = creek_procs::mpo::MpoCall::name_origin(call, mpo_id);
         let op = Arc::new(Op::new(id, timestamp, call, strong, causal_context));
         self.effects.push(Effect::RbCast(op.clone())); // line 23
+        if strong && self.may_cast(&op) {
+            // Line 20, after the payload's RB-cast (the turn sends payloads
+            // first either way). An MPO's copy is cast once the directory
+            // sequenced it (`mpo.rs`).
+            self.effects.push(Effect::CabCast(id)); // line 20
+        }
         self.awaiting.insert(
             ExecKey::Op(id),
             Awaiting {

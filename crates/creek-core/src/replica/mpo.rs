@@ -72,8 +72,9 @@ pub(super) struct Mpos {
     turn: Option<Turn>,
     /// Other shards' reads, by MPO and shard (they may come early).
     received: FxHashMap<MpoId, BTreeMap<u32, Reads>>,
-    /// The copies of MPOs held here and not committed, by MPO.
-    copies: FxHashMap<MpoId, Vec<OpId>>,
+    /// The copies of MPOs held here and not committed, by MPO, with the
+    /// replica's clock when the first arrived.
+    copies: FxHashMap<MpoId, (Vec<OpId>, u64)>,
 }
 
 #[derive(Debug)]
@@ -153,7 +154,7 @@ impl Mpos {
             .then(|| MpoCall::decode(&op.call.args).ok())
             .flatten()
         {
-            if let Some(ids) = self.copies.get_mut(&mpo.id) {
+            if let Some((ids, _)) = self.copies.get_mut(&mpo.id) {
                 ids.retain(|c| *c != op.id);
                 if ids.is_empty() {
                     self.copies.remove(&mpo.id);
@@ -203,6 +204,15 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             known.is_none_or(|k| k == index),
             "{mpo} sequenced at {index} after {known:?}"
         );
+        if known.is_none() {
+            // Its copies held here may be cast now (`may_cast`).
+            let ids = self.mpos.copies.get(&mpo).map(|(ids, _)| ids.clone());
+            for id in ids.unwrap_or_default() {
+                if !self.is_committed(id) {
+                    self.effects.push(Effect::CabCast(id));
+                }
+            }
+        }
         self.deliver_decided();
         self.process_settled();
     }
@@ -234,7 +244,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             .then(|| MpoCall::decode(&op.call.args).ok())
             .flatten()
         {
-            let ids = self.mpos.copies.entry(mpo.id).or_default();
+            let now = self.now_us;
+            let (ids, _) = self.mpos.copies.entry(mpo.id).or_insert((Vec::new(), now));
             if !ids.contains(&op.id) {
                 ids.push(op.id);
             }
@@ -264,6 +275,32 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         let raw = self.engine.read_committed(&mpo::reads_key(mpo))?;
         mpo::decode_reads(&raw)
+    }
+
+    /// Whether strong op `op` may be CAB-cast now: any op but an MPO's
+    /// copy, and that once the directory sequenced it here. Ordered before
+    /// then, a copy would hold its shard's committed order until its
+    /// index came (its turn depends on it), and a directory without a
+    /// majority would stall every shard holding one; cast after, it is
+    /// parked until its turn while the ops decided after it commit.
+    pub fn may_cast(&self, op: &Op) -> bool {
+        if !is_mpo(op) {
+            return true;
+        }
+        MpoCall::decode(&op.call.args)
+            .map_or(true, |call| self.mpos.index_of.contains_key(&call.id))
+    }
+
+    /// The copy of an MPO held here whose index has not come for the
+    /// longest time, with that MPO: the one to ask the directory about
+    /// (sequencing is idempotent).
+    pub fn mpo_unsequenced(&self) -> Option<(OpId, MpoId)> {
+        self.mpos
+            .copies
+            .iter()
+            .filter(|(mpo, (ids, _))| !ids.is_empty() && !self.mpos.index_of.contains_key(mpo))
+            .min_by_key(|(mpo, (_, since))| (*since, **mpo))
+            .map(|(mpo, (ids, _))| (ids[0], *mpo))
     }
 
     /// The MPO at its turn here and the shards whose reads it still waits

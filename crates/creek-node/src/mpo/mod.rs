@@ -32,10 +32,14 @@ pub const CHASE_MAX_US: u64 = 1_000_000;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Chase {
     /// The MPO's index here: ask the directory (sequencing is
-    /// idempotent).
+    /// idempotent), after handing each other shard its copy (the origin
+    /// may have crashed before it did: a shard must not be told an index
+    /// for an MPO none of its replicas holds).
     Index {
         /// The MPO's shards.
         shards: Vec<u32>,
+        /// Each other shard's copy.
+        copies: Vec<(u32, ProcCall)>,
     },
     /// Other shards' reads: ask a replica of each, handing it its copy
     /// ([`Request::Pull`]).
@@ -168,9 +172,17 @@ impl<S: CabStorage> Node<S> {
     /// once. Called by the driver every tick; `None` when nothing is to be
     /// asked now.
     pub fn mpo_chase(&mut self, now_us: u64) -> Option<(MpoId, Chase)> {
-        let Some((op, Some(mpo), missing)) = self.replica.mpo_waiting() else {
-            self.mpo_waiting = None;
-            return None;
+        // The committed order's wait first; else a copy held here that
+        // waits for its index before it is cast (`Replica::may_cast`).
+        let (op, mpo, missing, ordered) = match self.replica.mpo_waiting() {
+            Some((op, Some(mpo), missing)) => (op, mpo, missing, true),
+            _ => match self.replica.mpo_unsequenced() {
+                Some((op, mpo)) => (op, mpo, Vec::new(), false),
+                None => {
+                    self.mpo_waiting = None;
+                    return None;
+                }
+            },
         };
         let indexed = self.replica.mpo_index(mpo).is_some();
         let what = (op, missing.clone(), indexed);
@@ -184,7 +196,9 @@ impl<S: CabStorage> Node<S> {
                 w.asked = true;
             }
             last => {
-                let catching_up = last.as_ref().is_some_and(|w| w.asked);
+                // Only the committed order catches up: copies waiting for
+                // their index come and go with every MPO.
+                let catching_up = ordered && last.as_ref().is_some_and(|w| w.asked);
                 *last = Some(Waiting {
                     what,
                     next_us: now_us + CHASE_AFTER_US,
@@ -198,17 +212,16 @@ impl<S: CabStorage> Node<S> {
         }
         let op_call = self.replica.mpo_op_call(op)?;
         let call = MpoCall::decode(&op_call.args).ok()?;
+        let copy_for = |s: u32| Some((s, call.for_shard(s).ok()?.call(op_call)));
         if !indexed {
             let shards = call.parts.iter().map(|p| p.shard).collect();
-            return Some((mpo, Chase::Index { shards }));
+            let copies = call.others().filter_map(copy_for).collect();
+            return Some((mpo, Chase::Index { shards, copies }));
         }
         if missing.is_empty() {
             return None; // the reads are here: the MPO waits for its state
         }
-        let copies = missing
-            .iter()
-            .filter_map(|s| Some((*s, call.for_shard(*s).ok()?.call(op_call))))
-            .collect();
+        let copies = missing.iter().filter_map(|s| copy_for(*s)).collect();
         Some((mpo, Chase::Reads(copies)))
     }
 

@@ -175,7 +175,10 @@ impl Link {
         let link = self.clone();
         self.runtime.spawn(async move {
             match what {
-                Chase::Index { shards } => {
+                Chase::Index { shards, copies } => {
+                    for (s, copy) in copies {
+                        link.ask_any(To::Shard(s), &Request::Copy(copy)).await;
+                    }
                     let req = Request::Sequence { mpo, shards };
                     if let Some(Reply::Indices(given)) = link.ask_any(To::Directory, &req).await {
                         link.tell_indices(mpo, &given);

@@ -405,7 +405,13 @@ impl Sim {
             return;
         };
         match chase {
-            Chase::Index { shards } => {
+            Chase::Index { shards, copies } => {
+                for (s, copy) in copies {
+                    if let Some(j) = self.mpo_pick(s as usize) {
+                        let req = Request::Copy(copy);
+                        self.mpo_send(i, j, MpoNet::Ask { from: i, req });
+                    }
+                }
                 if let Some(d) = self.directory_group().and_then(|g| self.mpo_pick(g)) {
                     let req = Request::Sequence { mpo, shards };
                     self.mpo_send(i, d, MpoNet::Ask { from: i, req });
