@@ -626,13 +626,32 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
 
     // The directory goes down: both shards keep serving with the map they
     // have; changes wait, with an error that says why.
+    // An operation across both shards waits for the directory to order
+    // it, and holds neither shard meanwhile.
     for i in SHARDS * REPLICAS..SHARDS * REPLICAS + DIRECTORY {
         cluster.procs.kill(i).expect("kill");
     }
+    let (m0, m1) = (cluster.key_of(0, "waits"), cluster.key_of(1, "waits"));
+    let list = |keys: &[&str]| Value::List(keys.iter().map(|k| b(k)).collect());
+    let across = {
+        let (client, args) = (client.clone(), vec![list(&[&m0, &m1]), list(&["p", "q"])]);
+        tokio::spawn(async move {
+            let options = CallOptions {
+                timeout: Some(Duration::from_secs(90)),
+                ..CallOptions::default()
+            };
+            let op = client
+                .invoke_with("kv.mput", args, Levels::Strong, options)
+                .await?;
+            op.final_view().await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
     for (key, value) in [(&k0, "d"), (&k1, "e")] {
         final_value(&client, "kv.put", vec![b(key), b(value)], Levels::Both).await;
         assert_eq!(strong_get(&client, key).await.expect("get"), b(value));
     }
+    assert!(!across.is_finished(), "an MPO completed with no directory");
     let (code, _, err) = creek(&["shards", "place", "later", "--pin", "0", "--addr", &a0]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("directory does not answer"), "{err}");
@@ -665,6 +684,12 @@ async fn the_directory_changes_the_map_and_its_outage_stops_only_changes() {
     }
     for i in 0..SHARDS * REPLICAS {
         assert_eq!(served_epoch(&cluster.addr(i)).await, 3, "replica {}", i + 1);
+    }
+    // The waiting operation was ordered once the directory came back.
+    let view = across.await.expect("join").expect("the MPO's final view");
+    assert!(view.outcome.is_ok(), "{view:?}");
+    for (key, value) in [(&m0, "p"), (&m1, "q")] {
+        assert_eq!(strong_get(&client, key).await.expect("get"), b(value));
     }
 
     // Shard 1 grows: the new replica is listed in the map, started with
