@@ -73,6 +73,14 @@ def test_multi_key_calls_run_on_the_shard_owning_their_keys(sharded):
             await c.call("kv.put", other, "5")
             assert await c.call("kv.transfer", a, other, 1) == [6, 6]
             assert await c.call("kv.mget", [a, other]) == [b"6", b"6"]
+            # At both levels, the preliminary view says it was computed
+            # without the other shard's values; the final view has them.
+            both = c.invoke("kv.transfer", a, other, 1, levels=creek.BOTH)
+            first = await both.preliminary()
+            assert first.across_shards
+            last = await both.final()
+            assert not last.across_shards and last.value == [5, 7]
+            assert await c.call("kv.transfer", other, a, 1) == [6, 6]
             with pytest.raises(creek.CreekError) as refused:
                 await c.call("kv.transfer", a, other, 1, levels=creek.WEAK)
             assert "its keys span shards 0, 1" in str(refused.value)

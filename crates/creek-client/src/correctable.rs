@@ -412,6 +412,7 @@ mod tests {
             kind,
             outcome: Ok(Value::Int(n)),
             latency: Duration::ZERO,
+            across_shards: false,
         }
     }
 

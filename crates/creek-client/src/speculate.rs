@@ -125,5 +125,6 @@ fn derive(source: &View, kind: ViewKind, outcome: Outcome) -> View {
         kind,
         outcome,
         latency: source.latency,
+        across_shards: source.across_shards && kind == ViewKind::Preliminary,
     }
 }

@@ -77,6 +77,11 @@ pub struct View {
     pub outcome: Outcome,
     /// Time from the invocation to this view's arrival.
     pub latency: Duration,
+    /// A preliminary view of an operation across shards (a strong call
+    /// whose keys span shards): computed on the origin shard's tentative
+    /// state, where the other shards' keys read as absent. The final view
+    /// has their values.
+    pub across_shards: bool,
 }
 
 impl View {
@@ -118,6 +123,7 @@ impl View {
             kind,
             outcome,
             latency,
+            across_shards: v.across_shards && kind == ViewKind::Preliminary,
         })
     }
 }

@@ -156,6 +156,10 @@ pub struct View {
     /// The result; for a confirmation, the confirmed result. A deterministic
     /// abort is an `Err` here and reaches the client as an error.
     pub outcome: Outcome,
+    /// A preliminary view of an operation across shards: the execution of
+    /// its copy on this shard's tentative state, where the other shards'
+    /// keys read as absent (their values come with the final view).
+    pub across_shards: bool,
 }
 
 /// What one op's execution wrote, for watchers of changes

@@ -393,6 +393,7 @@ impl BaselineNode {
                         handle: key,
                         kind: ViewKind::Tentative,
                         outcome,
+                        across_shards: false,
                     });
                 }
                 continue;
@@ -417,6 +418,7 @@ impl BaselineNode {
                 handle: key,
                 kind,
                 outcome,
+                across_shards: false,
             });
         }
     }

@@ -205,6 +205,9 @@ fn view_json(view: &View, id: RequestId) -> serde_json::Value {
         Ok(v) => j["value"] = cli::value_json(v),
         Err(abort) => j["abort"] = serde_json::Value::String(abort.to_string()),
     }
+    if view.across_shards {
+        j["across_shards"] = serde_json::Value::Bool(true);
+    }
     j
 }
 
@@ -219,8 +222,13 @@ fn format_view(view: &View) -> String {
         Ok(v) => v.to_string(),
         Err(abort) => format!("aborted: {abort}"),
     };
+    let note = if view.across_shards {
+        "  (across shards: other shards' keys read as absent)"
+    } else {
+        ""
+    };
     format!(
-        "{label:<17}  {:>9}  {outcome}",
+        "{label:<17}  {:>9}  {outcome}{note}",
         format_latency(view.latency)
     )
 }
@@ -606,6 +614,7 @@ mod tests {
             kind: ViewKind::Confirmed,
             outcome: Ok(b("v")),
             latency: Duration::from_micros(843),
+            across_shards: false,
         };
         assert_eq!(format_view(&view), "final (confirmed)     843 µs  \"v\"");
         assert_eq!(format_latency(Duration::from_nanos(12_345)), "12.3 µs");

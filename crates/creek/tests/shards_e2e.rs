@@ -285,6 +285,31 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
     assert_eq!(moved, Value::List(vec![Value::Int(15), Value::Int(15)]));
     let read = final_value(&client, "kv.mget", vec![list(&[&c0, &c1])], Levels::Strong).await;
     assert_eq!(read, list(&["15", "15"]));
+    // At both levels, its preliminary view says it was computed without
+    // the other shard's values; the final view has them.
+    let op = client
+        .invoke(
+            "kv.transfer",
+            vec![b(&c0), b(&c1), Value::Int(5)],
+            Levels::Both,
+        )
+        .await
+        .expect("transfer");
+    let first = op.preliminary().await.expect("preliminary");
+    assert!(first.across_shards, "{first:?}");
+    let last = op.final_view().await.expect("final");
+    assert!(!last.across_shards, "{last:?}");
+    assert_eq!(
+        last.outcome,
+        Ok(Value::List(vec![Value::Int(10), Value::Int(20)]))
+    );
+    final_value(
+        &client,
+        "kv.transfer",
+        vec![b(&c1), b(&c0), Value::Int(5)],
+        Levels::Strong,
+    )
+    .await;
     // Each shard holds its own key only.
     assert_eq!(strong_get(&client, &c0).await.expect("get"), b("15"));
     let plain1 = cluster.shard_client(1).await;

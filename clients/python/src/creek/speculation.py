@@ -105,4 +105,5 @@ def _derive(derived: Correctable, source: View, kind: ViewKind, result) -> View:
         value=result,
         abort=None,
         latency=time.monotonic() - derived._start,
+        across_shards=source.across_shards and kind is ViewKind.PRELIMINARY,
     )

@@ -94,6 +94,10 @@ class View:
     abort: Optional[str]
     #: Seconds from the invocation to this view's arrival.
     latency: float
+    #: A preliminary view of an operation across shards (a strong call whose
+    #: keys span shards): computed on the origin shard's tentative state, where
+    #: the other shards' keys read as absent. The final view has their values.
+    across_shards: bool = False
 
     @property
     def is_preliminary(self) -> bool:
@@ -164,7 +168,8 @@ def view_from_wire(
     else:
         raise ProtocolError(f"a {kind.name} view with no outcome")
     level = Level.WEAK if kind is ViewKind.PRELIMINARY else Level.STRONG
-    view = View(kind, level, value, abort, latency)
+    across = bool(wire.across_shards) and kind is ViewKind.PRELIMINARY
+    view = View(kind, level, value, abort, latency, across)
     if kind is ViewKind.FINAL and last_preliminary is not None and view.same_outcome(last_preliminary):
         view = View(ViewKind.CONFIRMED, level, value, abort, latency)
     return view

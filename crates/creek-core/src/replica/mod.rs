@@ -832,10 +832,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         a.last_sent = Some(outcome.clone());
         if a.client {
             self.counters.views += 1;
+            let across_shards = self.is_mpo_key(key);
             self.effects.push(Effect::View(View {
                 handle: key,
                 kind: ViewKind::Tentative,
                 outcome,
+                across_shards,
             }));
         }
     }
@@ -899,12 +901,20 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         if let (Some(kind), true) = (send, client) {
             self.counters.views += 1;
+            let across_shards = kind == ViewKind::Tentative && self.is_mpo_key(s.key);
             self.effects.push(Effect::View(View {
                 handle: s.key,
                 kind,
                 outcome: s.outcome,
+                across_shards,
             }));
         }
+    }
+
+    /// Whether `key` runs a copy of an MPO held here (its tentative
+    /// executions read the other shards' keys as absent).
+    fn is_mpo_key(&self, key: ExecKey) -> bool {
+        matches!(key, ExecKey::Op(id) if self.ops.get(&id).is_some_and(|op| mpo::is_mpo(op)))
     }
 
     /// The committed list. After [`Replica::restore`] from a checkpoint,

@@ -128,6 +128,7 @@ pub(crate) fn to_pb_view(v: &View) -> pb::View {
     pb::View {
         kind: kind as i32,
         outcome,
+        across_shards: v.across_shards,
     }
 }
 

@@ -346,6 +346,7 @@ mod tests {
             handle: creek_core::ExecKey::Local(id),
             kind,
             outcome: Ok(Bytes::from(vec![b'v'; value_bytes])),
+            across_shards: false,
         })
     }
 
