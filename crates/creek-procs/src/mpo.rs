@@ -106,8 +106,9 @@ pub struct Part {
 pub type Reads = Vec<(Bytes, Option<Bytes>)>;
 
 /// The key under which a shard's reads carry its session verdict (a
-/// reserved key, so it sorts before every user key).
-pub const VERDICT_KEY: &[u8] = b"\0mpo/verdict";
+/// reserved key starting with two zero bytes, so it sorts before every
+/// key an MPO names, keyspaces' keys `\0ks/…` among them).
+pub const VERDICT_KEY: &[u8] = b"\0\0mpo/verdict";
 
 /// What a committed execution runs with: the MPO's index in this shard's
 /// sequence, and the values the other involved shards read.
@@ -222,7 +223,7 @@ impl MpoCall {
                 return Err(format!("{RUN}: keys must be distinct and ascending"));
             }
             for k in &p.keys {
-                if k.first() == Some(&INTERNAL_KEY_PREFIX) {
+                if is_internal(k) {
                     return Err(format!("{RUN}: keys starting with 0x00 are reserved"));
                 }
                 if !all.insert(k) {
@@ -550,14 +551,55 @@ pub fn decode_seq(raw: Option<&[u8]>) -> u64 {
         .map_or(0, u64::from_be_bytes)
 }
 
-/// A snapshot in which the other shards' keys hold the values they read.
+/// Whether `key` is one of the replicas' own records rather than data a
+/// call names: keys starting with 0x00, except keyspaces' data (a user
+/// procedure's keys, `\0ks/NAME\0KEY`).
+fn is_internal(key: &[u8]) -> bool {
+    key.first() == Some(&INTERNAL_KEY_PREFIX) && !key.starts_with(crate::keyspace::DATA_PREFIX)
+}
+
+/// `key` as an error names it: a keyspace's key with its keyspace.
+fn key_name(key: &[u8]) -> String {
+    let Some(rest) = key.strip_prefix(crate::keyspace::DATA_PREFIX) else {
+        return format!("key {}", Value::Bytes(Bytes::copy_from_slice(key)));
+    };
+    match rest.iter().position(|b| *b == 0) {
+        Some(at) => format!(
+            "key {} of keyspace {}",
+            Value::Bytes(Bytes::copy_from_slice(&rest[at + 1..])),
+            String::from_utf8_lossy(&rest[..at])
+        ),
+        None => format!("key {}", Value::Bytes(Bytes::copy_from_slice(key))),
+    }
+}
+
+/// A snapshot in which the other shards' keys hold the values they read,
+/// and only the declared keys can be seen: the first access to another
+/// (a read, or a scan of data) is noted, reads as absent, and aborts the
+/// call once it returns. Every involved shard runs the call on the same
+/// values up to that access, so each notes the same one.
 struct Overlay<'a> {
     local: &'a dyn SnapshotRead,
     remote: BTreeMap<Bytes, Option<Bytes>>,
+    declared: BTreeSet<Bytes>,
+    outside: std::cell::RefCell<Option<String>>,
+}
+
+impl Overlay<'_> {
+    fn note(&self, what: impl FnOnce() -> String) {
+        let mut outside = self.outside.borrow_mut();
+        if outside.is_none() {
+            *outside = Some(what());
+        }
+    }
 }
 
 impl SnapshotRead for Overlay<'_> {
     fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        if !is_internal(key) && !self.declared.contains(key) {
+            self.note(|| key_name(key));
+            return (None, VersionNo::ABSENT);
+        }
         match self.remote.get(key) {
             Some(v) => (v.clone(), VersionNo::ABSENT),
             None => self.local.read(key),
@@ -566,6 +608,11 @@ impl SnapshotRead for Overlay<'_> {
 
     fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
         if from >= to {
+            return;
+        }
+        if !is_internal(from) || to.starts_with(crate::keyspace::DATA_PREFIX) {
+            // A range of data: its keys are not declared one by one.
+            self.note(|| format!("a scan from {}", key_name(from)));
             return;
         }
         let start = out.len();
@@ -630,9 +677,16 @@ pub(crate) fn execute(
             .flat_map(|p| p.keys.iter().map(|k| (k.clone(), None)))
             .collect(),
     };
+    let declared = mpo
+        .parts
+        .iter()
+        .flat_map(|p| p.keys.iter().cloned())
+        .collect();
     let overlay = Overlay {
         local: snapshot,
         remote,
+        declared,
+        outside: std::cell::RefCell::new(None),
     };
     let inner = ProcCall {
         name: mpo.name.clone(),
@@ -667,6 +721,31 @@ pub(crate) fn execute(
         },
         None => execute_call(registry, &overlay, limits, &inner),
     };
+    // An access outside the declared keys aborts the call, the same way on
+    // every shard: the first read of one (every shard reads the same
+    // values before it), else the least key written (no such read: every
+    // shard made the same writes).
+    let outside = overlay.outside.borrow_mut().take().or_else(|| {
+        executed
+            .writes
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| !is_internal(k) && !overlay.declared.contains(*k))
+            .min()
+            .map(|k| key_name(k))
+    });
+    if let Some(what) = outside {
+        executed.outcome = Err(Abort(format!(
+            "{}: {what} is not among the keys it declared: an operation across shards \
+             touches only those",
+            mpo.name
+        )));
+        executed.writes.clear();
+        if let Some(id) = call.request_id {
+            // Its session records the abort (a retry answers it again).
+            crate::session::after(call, id, &executed.outcome, &mut executed.writes);
+        }
+    }
     executed
         .reads
         .retain(|(k, _)| !overlay.remote.contains_key(k));

@@ -316,6 +316,7 @@ impl ShardGate {
             return Ok(None);
         };
         if let Err(RouteError::Spans { shards }) = &owner {
+            let keys: Vec<(Option<&str>, Bytes)> = keys.iter().map(|k| (None, k.clone())).collect();
             return across(call, strong, &keys, shards, shard, &held.map).map(Some);
         }
         let what = match keys.as_slice() {
@@ -362,20 +363,23 @@ impl ShardGate {
             .collect()
     }
 
-    /// Accept a call of user procedure `name` with encoded `args` if this
-    /// shard owns every key it declares (`declared`, by parameter; a
-    /// prefix by its keyspace's placement, [`creek_shard::KeyRef`]). A
-    /// user procedure that declares no keys is refused on a cluster of
-    /// several shards. Malformed arguments pass: the replica's check
-    /// refuses them.
+    /// Accept a call of a user procedure if this shard owns every key it
+    /// declares (`declared`, by parameter; a prefix by its keyspace's
+    /// placement, [`creek_shard::KeyRef`]), or, for a `strong` call whose
+    /// declared keys (not prefixes) span shards including this one, as an
+    /// operation across shards: the call its origin runs, as for
+    /// [`ShardGate::check`]. A user procedure that declares no keys is
+    /// refused on a cluster of several shards. Malformed arguments pass:
+    /// the replica's check refuses them.
     pub fn check_user(
         &self,
-        name: &str,
+        call: &ProcCall,
+        strong: bool,
         declared: &[(usize, KeyParam)],
-        args: &[u8],
-    ) -> Result<(), Status> {
+    ) -> Result<Option<MpoCall>, Status> {
+        let (name, args) = (&call.name, &call.args);
         let Some((shard, held)) = self.several_shards() else {
-            return Ok(());
+            return Ok(None);
         };
         if declared.is_empty() {
             return Err(Status::failed_precondition(format!(
@@ -386,13 +390,13 @@ impl ShardGate {
             )));
         }
         let Ok(args) = decode_args(args) else {
-            return Ok(());
+            return Ok(None);
         };
         let mut shown = Vec::new();
         let mut keys = Vec::new();
         for (at, param) in declared {
             let Some(arg) = args.get(*at).and_then(Value::as_bytes) else {
-                return Ok(());
+                return Ok(None);
             };
             let (what, key) = match param.prefix {
                 true => ("keys starting with", KeyRef::Prefix(&arg[..])),
@@ -406,11 +410,30 @@ impl ShardGate {
             keys.push((Some(param.keyspace.as_str()), key));
         }
         let owner = held.map.route_declared(keys);
+        if let Err(RouteError::Spans { shards }) = &owner {
+            if declared.iter().any(|(_, p)| p.prefix) {
+                return Err(Status::failed_precondition(format!(
+                    "{name}: its declared keys span shards, and it declares a prefix: an \
+                     operation across shards names each of its keys (key(KEYSPACE) \
+                     parameters; docs/procedures.md, \"Across shards\")"
+                )));
+            }
+            let keys: Vec<(Option<&str>, Bytes)> = declared
+                .iter()
+                .filter_map(|(at, p)| {
+                    Some((
+                        Some(p.keyspace.as_str()),
+                        args.get(*at)?.as_bytes()?.clone(),
+                    ))
+                })
+                .collect();
+            return across(call, strong, &keys, shards, shard, &held.map).map(Some);
+        }
         let what = match shown.as_slice() {
             [one] => one.clone(),
             _ => format!("its {} declared keys", shown.len()),
         };
-        judge(name, &what, owner, shard, &held.map)
+        judge(name, &what, owner, shard, &held.map).map(|()| None)
     }
 
     /// Whether calls may be refused here: a shard's replica of a cluster
@@ -466,10 +489,14 @@ fn judge(
 /// A strong call of `name` on `keys`, which span `shards`, as an
 /// operation across shards with this replica's shard `me` as its origin;
 /// refused if it is weak or `me` is not among its shards.
+/// A `strong` call whose `keys` (each with its keyspace, `None` for the
+/// default one) span `shards` as an operation across shards with this
+/// replica (of shard `me`) its origin: the call it runs. Refused when
+/// weak, on a map without a directory, or when `me` owns none of them.
 fn across(
     call: &ProcCall,
     strong: bool,
-    keys: &[Bytes],
+    keys: &[(Option<&str>, Bytes)],
     shards: &[ShardId],
     me: ShardId,
     map: &ShardMap,
@@ -494,7 +521,7 @@ fn across(
              cluster's map lists none (docs/shards.md, \"The directory\")"
         )));
     }
-    let first = keys.first().map_or(me, |k| map.owner(None, k));
+    let first = keys.first().map_or(me, |(ks, k)| map.owner(*ks, k));
     if !shards.contains(&me) {
         return Err(Status::failed_precondition(format!(
             "{WRONG_SHARD}: {spans}: shard {} owns its first key (map epoch {}), and this \
@@ -503,12 +530,14 @@ fn across(
         )));
     }
     let mut parts: std::collections::BTreeMap<u32, Vec<Bytes>> = Default::default();
-    for key in keys {
-        let owner = map.owner(None, key);
-        parts
-            .entry(u32::from(owner.0))
-            .or_default()
-            .push(key.clone());
+    for (keyspace, key) in keys {
+        let owner = map.owner(*keyspace, key);
+        // A keyspace's key is stored under its keyspace's prefix.
+        let stored = keyspace.map_or_else(
+            || key.clone(),
+            |ks| creek_procs::keyspace::data_key(ks, key),
+        );
+        parts.entry(u32::from(owner.0)).or_default().push(stored);
     }
     let parts = parts
         .into_iter()
@@ -917,8 +946,10 @@ mod tests {
     }
 
     /// A user procedure runs where every key it declares lives: a key of
-    /// another shard is WRONG_SHARD, keys and prefixes spanning shards are
-    /// refused naming them, no declaration at all cannot be routed.
+    /// another shard is WRONG_SHARD; keys spanning shards make a strong
+    /// call an operation across shards (its keyspace's keys as stored)
+    /// and a weak one is refused naming them; prefixes spanning shards are
+    /// refused; no declaration at all cannot be routed.
     #[test]
     fn a_user_procedure_is_checked_against_its_declared_keys() {
         let (configs, map, _, _scratch) = cluster("declared");
@@ -935,11 +966,14 @@ mod tests {
         };
         let two = [(0, declared(false)), (1, declared(false))];
         let args = |a: &str, b: &str| encode_args(&[Value::from(a), Value::from(b)]);
+        let call = |name: &str, a: &str, b: &str| ProcCall::new(name, args(a, b));
+        let check =
+            |name: &str, declared: &[(usize, creek_procs::lang::KeyParam)], a, b, strong| {
+                gate.check_user(&call(name, a, b), strong, declared)
+            };
         let (k0, k1) = (key_of(0), key_of(1));
-        assert!(gate.check_user("transfer", &two, &args(&k0, &k0)).is_ok());
-        let refused = gate
-            .check_user("transfer", &two, &args(&k1, &k1))
-            .unwrap_err();
+        assert_eq!(check("transfer", &two, &k0, &k0, true).unwrap(), None);
+        let refused = check("transfer", &two, &k1, &k1, true).unwrap_err();
         assert!(
             refused.message().starts_with(WRONG_SHARD)
                 && refused
@@ -948,18 +982,26 @@ mod tests {
             "{}",
             refused.message()
         );
-        let spans = gate
-            .check_user("transfer", &two, &args(&k0, &k1))
-            .unwrap_err();
+        let spans = check("transfer", &two, &k0, &k1, false).unwrap_err();
         assert!(
-            spans.message().contains("its keys span shards 0, 1"),
+            spans.message().contains("its keys span shards 0, 1")
+                && spans
+                    .message()
+                    .contains("a weak operation never spans shards"),
             "{}",
             spans.message()
         );
+        let mpo = check("transfer", &two, &k0, &k1, true).unwrap().unwrap();
+        assert_eq!((mpo.me, mpo.name.as_ref()), (0, "transfer"));
+        let stored = |k: &str| creek_procs::keyspace::data_key("accounts", k.as_bytes());
+        assert_eq!(mpo.keys_of(0), [stored(&k0)]);
+        assert_eq!(mpo.keys_of(1), [stored(&k1)]);
         let one = [(0, declared(true))];
-        let refused = gate.check_user("notes", &one, &args("a", "")).unwrap_err();
+        let refused = check("notes", &one, "a", "", true).unwrap_err();
         assert!(
-            refused.message().contains("its keys span shards 0, 1"),
+            refused
+                .message()
+                .contains("span shards, and it declares a prefix"),
             "{}",
             refused.message()
         );
@@ -967,8 +1009,8 @@ mod tests {
             .map(|n| format!("{{t{n}}}/"))
             .find(|k| map.owner(Some("accounts"), k.as_bytes()) == ShardId(0))
             .unwrap();
-        assert!(gate.check_user("notes", &one, &args(&tagged, "")).is_ok());
-        let none = gate.check_user("loose", &[], &args("a", "b")).unwrap_err();
+        assert!(check("notes", &one, &tagged, "", true).is_ok());
+        let none = check("loose", &[], "a", "b", true).unwrap_err();
         assert!(
             none.message().contains("declares no key parameters"),
             "{}",

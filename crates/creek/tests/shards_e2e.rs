@@ -331,6 +331,12 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
                   if v != nil { n = int(v) + amount }\n\
                   put(accounts, acct, str(n))\nreturn n\n}\n\
                   proc both(a: key(accounts), b: key(accounts)) -> any { return get(accounts, b) }\n\
+                  proc move(src: key(accounts), dst: key(accounts), amount: int) -> int {\n\
+                  let x = int(get(accounts, src))\nlet y = 0\n\
+                  if get(accounts, dst) != nil { y = int(get(accounts, dst)) }\n\
+                  if x < amount { abort \"insufficient funds\" }\n\
+                  put(accounts, src, str(x - amount))\nput(accounts, dst, str(y + amount))\n\
+                  return y + amount\n}\n\
                   proc loose(a: bytes) -> any { return get(accounts, a) }\n";
     final_value(&client, "proc.register", vec![b(source)], Levels::Strong).await;
     for (key, amount) in [(&k0, 5), (&k1, 7)] {
@@ -350,11 +356,21 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
         Err(Error::WrongShard { epoch, shard, .. }) => assert_eq!((epoch, shard), (1, 1)),
         other => panic!("expected WRONG_SHARD, got {:?}", other.map(|_| ())),
     }
-    for (procedure, args, want) in [
-        ("both", vec![b(&k0), b(&k1)], "its keys span shards 0, 1"),
-        ("loose", vec![b(&k0)], "declares no key parameters"),
+    for (procedure, args, levels, want) in [
+        (
+            "both",
+            vec![b(&k0), b(&k1)],
+            Levels::Weak,
+            "a weak operation never spans shards",
+        ),
+        (
+            "loose",
+            vec![b(&k0)],
+            Levels::Strong,
+            "declares no key parameters",
+        ),
     ] {
-        match client.invoke(procedure, args, Levels::Strong).await {
+        match client.invoke(procedure, args, levels).await {
             Err(e) => assert!(e.to_string().contains(want), "{procedure}: {e}"),
             Ok(_) => panic!("{procedure} was accepted"),
         }
@@ -367,6 +383,34 @@ async fn two_shards_route_refuse_refresh_and_survive_a_replica_loss() {
     )
     .await;
     assert_eq!(n, Value::Int(7), "the refused calls applied nothing");
+    // Strong, a user procedure whose declared keys span shards is one
+    // operation across shards; one that aborts applies nothing anywhere.
+    let seen = final_value(&client, "both", vec![b(&k0), b(&k1)], Levels::Strong).await;
+    assert_eq!(seen, b("7"));
+    let moved = final_value(
+        &client,
+        "move",
+        vec![b(&k0), b(&k1), Value::Int(3)],
+        Levels::Strong,
+    )
+    .await;
+    assert_eq!(moved, Value::Int(10));
+    let op = client
+        .invoke("move", vec![b(&k1), b(&k0), Value::Int(11)], Levels::Strong)
+        .await
+        .expect("move");
+    let refused = op.final_view().await.expect("final").outcome;
+    assert_eq!(refused, Err("insufficient funds".into()));
+    for (key, balance) in [(&k0, 2), (&k1, 10)] {
+        let n = final_value(
+            &client,
+            "deposit",
+            vec![b(key), Value::Int(0)],
+            Levels::Strong,
+        )
+        .await;
+        assert_eq!(n, Value::Int(balance), "{key}");
+    }
 
     // The CLI runs them too, routed by their keys.
     let a0 = cluster.addr(0);

@@ -314,3 +314,87 @@ proptest! {
         let _ = decode_id(&data);
     }
 }
+
+/// A call that touches a key no shard declared aborts on every shard with
+/// the same message naming the key, and installs nothing: here a transfer
+/// whose parts declare other keys than the ones it moves money between.
+#[test]
+fn an_access_outside_the_declared_keys_aborts_naming_the_key() {
+    let args = encode_args(&[Value::Bytes(b("a")), Value::Bytes(b("x")), Value::Int(5)]);
+    let parts = |me| {
+        let parts = vec![
+            Part {
+                shard: 1,
+                keys: vec![b("a")],
+            },
+            Part {
+                shard: 2,
+                keys: vec![b("b")],
+            },
+        ];
+        MpoCall::new(ID, me, parts, "kv.transfer", args.clone()).unwrap()
+    };
+    let (one, two) = (state(&[("a", "10"), ("x", "1")]), state(&[("b", "3")]));
+    let client = ProcCall::new("kv.transfer", Bytes::new());
+    let (c1, c2) = (parts(1), parts(2));
+    let (r1, r2) = (c1.read_local(&client, &one), c2.read_local(&client, &two));
+    let e1 = run(&c1.with_inputs(inputs(1, 2, &r2)), &one, None);
+    let e2 = run(&c2.with_inputs(inputs(1, 1, &r1)), &two, None);
+    for e in [&e1, &e2] {
+        let abort = e.outcome.as_ref().unwrap_err();
+        assert!(
+            abort
+                .0
+                .contains(r#"key "x" is not among the keys it declared"#),
+            "{abort}"
+        );
+        assert!(data(e).is_empty(), "{:?}", e.writes);
+    }
+    assert_eq!(e1.outcome, e2.outcome);
+}
+
+/// Keyspaces' keys can be an MPO's keys (a user procedure's declared
+/// keys); Creek's other records cannot.
+#[test]
+fn keyspace_keys_are_keys_and_other_records_are_not() {
+    let part = |shard, key: Bytes| Part {
+        shard,
+        keys: vec![key],
+    };
+    let ks = |k: &str| crate::keyspace::data_key("accounts", k.as_bytes());
+    let args = Bytes::new();
+    let ok = MpoCall::new(
+        ID,
+        1,
+        vec![part(1, ks("a")), part(2, ks("b"))],
+        "p",
+        args.clone(),
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+    let session = Bytes::from_static(b"\0sess/1");
+    let refused = MpoCall::new(ID, 1, vec![part(1, ks("a")), part(2, session)], "p", args);
+    assert!(refused.unwrap_err().contains("reserved"));
+    assert_eq!(key_name(&ks("b")), r#"key "b" of keyspace accounts"#);
+}
+
+/// A shard's reads start with its verdict and stay strictly ascending
+/// with a keyspace's keys (`\0ks/…`) too, so they cross the wire.
+#[test]
+fn reads_of_keyspace_keys_keep_the_verdict_first() {
+    let ks = |k: &str| crate::keyspace::data_key("accounts", k.as_bytes());
+    let parts = vec![
+        Part {
+            shard: 1,
+            keys: vec![ks("a")],
+        },
+        Part {
+            shard: 2,
+            keys: vec![ks("b")],
+        },
+    ];
+    let call = MpoCall::new(ID, 1, parts, "both", Bytes::new()).unwrap();
+    let on = MapSnapshot([(ks("a"), b("1"))].into_iter().collect());
+    let reads = call.read_local(&ProcCall::new("both", Bytes::new()), &on);
+    assert!(call.reads_fit(1, &reads), "{reads:?}");
+    assert_eq!(reads_from_value(&reads_value(&reads)), Some(reads));
+}

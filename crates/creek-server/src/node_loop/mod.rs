@@ -405,10 +405,15 @@ impl NodeLoop {
             // again at the op's place in the order.
             inv.request.call.user = Some(Arc::from(who.user.as_str()));
         }
-        if let Err(refused) = self.check_user_shard(&inv.request.call) {
-            self.metrics.op(strong, "rejected");
-            let _ = inv.reply.send(Reply::Refused(refused));
-            return;
+        match self.check_user_shard(&inv.request.call, strong) {
+            Ok(None) => {}
+            // An operation across shards, this replica its origin.
+            Ok(Some(mpo)) => inv.request.call = mpo.call(&inv.request.call),
+            Err(refused) => {
+                self.metrics.op(strong, "rejected");
+                let _ = inv.reply.send(Reply::Refused(refused));
+                return;
+            }
         }
         let views = inv.request.views;
         let procedure = inv.request.call.name.clone();
@@ -449,24 +454,29 @@ impl NodeLoop {
     }
 
     /// On a cluster of several shards, a user procedure's call runs on
-    /// this shard only if this shard owns every key it declares (the
-    /// front door checks built-ins; a user procedure's declarations are
-    /// in the replicated state). Other calls pass.
+    /// this shard only if this shard owns every key it declares, or as
+    /// an operation across shards (the front door checks built-ins; a user
+    /// procedure's declarations are in the replicated state). Other calls
+    /// pass.
     #[allow(clippy::result_large_err)] // Sent on as it is, once per call.
-    fn check_user_shard(&self, call: &creek_types::ProcCall) -> Result<(), tonic::Status> {
+    fn check_user_shard(
+        &self,
+        call: &creek_types::ProcCall,
+        strong: bool,
+    ) -> Result<Option<creek_procs::mpo::MpoCall>, tonic::Status> {
         let Some(gate) = self.shards.as_ref().filter(|g| g.routes_calls()) else {
-            return Ok(());
+            return Ok(None);
         };
         let replica = self.node.replica();
         if replica.registry().get(&call.name).is_some() {
-            return Ok(());
+            return Ok(None);
         }
         // An unknown procedure is refused by the replica's own check.
         let Some(user) = replica.user_procedure(&call.name) else {
-            return Ok(());
+            return Ok(None);
         };
         let declared = user.compiled().map_or(&[][..], |p| p.declared_keys());
-        gate.check_user(&call.name, declared, &call.args)
+        gate.check_user(call, strong, declared)
     }
 
     fn tick(&mut self) {
