@@ -110,6 +110,16 @@ proc deposit(owner: key(wallets), amount: int) -> int {
 proc listing(owner: prefix(wallets)) -> list {
     return scan(wallets, owner, owner ++ "~", 10)
 }
+
+proc give(src: key(wallets), dst: key(wallets), amount: int) -> int {
+    let x = int(get(wallets, src))
+    if x < amount { abort "insufficient funds" }
+    let y = 0
+    if get(wallets, dst) != nil { y = int(get(wallets, dst)) }
+    put(wallets, src, str(x - amount))
+    put(wallets, dst, str(y + amount))
+    return y + amount
+}
 """
 
 
@@ -129,14 +139,24 @@ def test_user_procedures_run_on_the_shard_owning_their_declared_keys(sharded):
             assert c.shard_of("listing", tagged) == 1
             assert await c.call("deposit", tagged + "x", 1) == 1
             assert await c.call("listing", tagged) == [[(tagged + "x").encode(), b"1"]]
-            # A prefix whose keys hash anywhere spans the shards.
+            # A prefix whose keys hash anywhere spans the shards: refused.
             with pytest.raises(creek.CreekError) as refused:
                 await c.call("listing", "w")
-            assert "its keys span shards 0, 1" in str(refused.value)
+            assert "span shards, and it declares a prefix" in str(refused.value)
+            # Keys on both shards: one operation across shards (strong),
+            # all or nothing; weak, refused.
+            assert await c.call("give", k0, k1, 2) == 5
+            with pytest.raises(creek.ProcedureAborted) as refused:
+                await c.call("give", k1, k0, 9)
+            assert "insufficient funds" in str(refused.value)
+            with pytest.raises(creek.CreekError) as refused:
+                await c.call("give", k1, k0, 1, levels=creek.WEAK)
+            assert "a weak operation never spans shards" in str(refused.value)
+            assert await c.call("deposit", k0, 0) == 0
             async with creek.Client([sharded.clients[0]]) as plain:
                 with pytest.raises(creek.WrongShard):
                     await plain.call("deposit", k1, 1)
-            assert await c.call("deposit", k1, 0) == 3
+            assert await c.call("deposit", k1, 0) == 5
 
     run(body())
 

@@ -412,7 +412,8 @@ impl Routes {
     /// The shard owning every key a user procedure's call declares
     /// (`declared`: argument, keyspace, prefix); with malformed arguments
     /// or keys spanning shards, the first declared key's shard, which
-    /// refuses the call saying why.
+    /// runs a strong call across shards as its origin or refuses the call
+    /// saying why.
     fn declared_shard(
         &self,
         declared: &[(usize, String, bool)],

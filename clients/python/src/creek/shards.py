@@ -318,7 +318,8 @@ class Cluster:
     def _declared_shard(self, declared: list, args: tuple, first: int) -> int:
         """The shard owning every key a user procedure's call declares;
         with malformed arguments or keys spanning shards, the first
-        declared key's shard, which refuses the call saying why."""
+        declared key's shard, which runs a strong call across shards as
+        its origin or refuses the call saying why."""
         owners: List[List[int]] = []
         for n, keyspace, prefix in declared:
             arg = args[n] if n < len(args) else None
