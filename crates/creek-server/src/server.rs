@@ -185,6 +185,7 @@ impl Server {
             .as_ref()
             .filter(|g| g.role() != crate::shards::Role::Directory)
             .map(|g| crate::mpo::Link::new(g.clone(), config.tls.clone(), me, events_tx.clone()));
+        let front_mpo = mpo.clone();
         let node_loop = NodeLoop::new(
             node,
             persister,
@@ -228,6 +229,7 @@ impl Server {
             stopping: stopping.clone(),
             auth: auth.clone(),
             shards,
+            mpo: front_mpo,
         };
         let admin = AdminService {
             events: events_tx.clone(),

@@ -39,6 +39,8 @@ pub(crate) struct FrontDoor {
     pub(crate) auth: Option<Arc<crate::auth::Auth>>,
     /// The shard map and this replica's shard, on a sharded cluster.
     pub(crate) shards: Option<Arc<crate::shards::ShardGate>>,
+    /// The messages of operations across shards, on a shard's replica.
+    pub(crate) mpo: Option<Arc<crate::mpo::Link>>,
 }
 
 /// The answer to a call that comes while the replica stops (or after).
@@ -106,6 +108,7 @@ impl FrontDoor {
             transport: self.transport.clone(),
             me: self.me,
             strong,
+            across: None,
         }
     }
 }
@@ -132,16 +135,45 @@ pub(crate) struct Late {
     transport: Arc<Transport>,
     me: ReplicaId,
     pub(crate) strong: bool,
+    /// The op, if it may be an operation across shards this replica
+    /// originated.
+    across: Option<(Arc<crate::mpo::Link>, creek_procs::mpo::MpoId)>,
 }
 
 impl Late {
+    /// For the op `handle` names: an operation across shards says how far
+    /// it got.
+    pub(crate) fn of(
+        mut self,
+        handle: creek_core::ExecKey,
+        mpo: Option<&Arc<crate::mpo::Link>>,
+    ) -> Self {
+        if let (creek_core::ExecKey::Op(id), Some(link)) = (handle, mpo) {
+            let mpo = creek_procs::mpo::MpoId {
+                origin: u64::from(id.origin.0),
+                seq: id.seq,
+            };
+            self.across = Some((link.clone(), mpo));
+        }
+        self
+    }
+
     /// The status of an op whose deadline passed before its final view,
-    /// saying so when this replica cannot reach a majority of the group.
+    /// saying so when this replica cannot reach a majority of the group,
+    /// and for an operation across shards what it waits for.
     pub(crate) fn deadline(&self) -> Status {
         self.metrics.op(self.strong, "deadline");
         let peers = self.transport.peers();
         let message = "the final view did not come before the deadline; the op may still \
                        commit — retry with the same request id to learn its result";
+        let progress = self
+            .across
+            .as_ref()
+            .and_then(|(link, mpo)| link.progress(*mpo));
+        if let Some(progress) = progress {
+            let why = format!("an operation across shards: {progress}");
+            return Status::new(Code::DeadlineExceeded, format!("{why}; {message}"));
+        }
         match no_quorum(self.me, &peers) {
             Some(why) => Status::new(Code::DeadlineExceeded, format!("{why}; {message}")),
             None => Status::new(Code::DeadlineExceeded, message),

@@ -28,7 +28,7 @@
 //! of a shard read the same values at the same committed position), so a
 //! request that fails is tried at the next one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,47 @@ pub struct Origin {
     pub op_call: ProcCall,
 }
 
+/// How many MPOs' progress the origin remembers (to explain a deadline).
+const PROGRESS_KEPT: usize = 4096;
+
+/// How far the origin got in handing out one of its MPOs: what a client
+/// whose deadline passed is told it waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Shards that have not taken their copy yet (no replica answered).
+    Copies(Vec<u32>),
+    /// Every shard holds its copy; the directory has not ordered it.
+    Sequencing,
+    /// Ordered by the directory: each shard runs it at its turn, once the
+    /// MPOs before it there have run and every involved shard's reads
+    /// are in.
+    Sequenced,
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Progress::Copies(shards) => {
+                let names: Vec<String> = shards.iter().map(u32::to_string).collect();
+                write!(
+                    f,
+                    "no replica of shard {} has taken its copy yet (is a majority of it up?)",
+                    names.join(", ")
+                )
+            }
+            Progress::Sequencing => write!(
+                f,
+                "the directory group has not ordered it yet (is a majority of it up?)"
+            ),
+            Progress::Sequenced => write!(
+                f,
+                "the directory ordered it; it waits for each involved shard to run it at its \
+                 turn (a shard without a majority holds it)"
+            ),
+        }
+    }
+}
+
 /// Which group a request goes to.
 #[derive(Clone, Copy, Debug)]
 enum To {
@@ -91,6 +132,8 @@ pub struct Link {
     /// Where the next ask of each group starts, so asks spread over its
     /// replicas and one that does not answer is passed.
     next: Mutex<HashMap<Option<u32>, usize>>,
+    /// How far each of this replica's last MPOs got, oldest first.
+    progress: Mutex<(HashMap<MpoId, Progress>, VecDeque<MpoId>)>,
 }
 
 impl Link {
@@ -113,7 +156,28 @@ impl Link {
             channels: Mutex::default(),
             chasing: Mutex::default(),
             next: Mutex::default(),
+            progress: Mutex::default(),
         })
+    }
+
+    /// How far MPO `mpo` of this replica got, if it is one of the last
+    /// ones this replica originated.
+    pub fn progress(&self, mpo: MpoId) -> Option<Progress> {
+        let held = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        held.0.get(&mpo).cloned()
+    }
+
+    fn note(&self, mpo: MpoId, now: Progress) {
+        let mut held = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        let (map, order) = &mut *held;
+        if map.insert(mpo, now).is_none() {
+            order.push_back(mpo);
+            if order.len() > PROGRESS_KEPT {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+        }
     }
 
     /// Hand out a new MPO of this replica's: its copies to the other
@@ -124,23 +188,33 @@ impl Link {
         self.runtime.spawn(async move {
             let mpo = origin.call.id;
             let started = Instant::now();
+            let others: Vec<u32> = origin.call.others().collect();
+            link.note(mpo, Progress::Copies(others.clone()));
             // Every other shard's copy at once.
-            let copies = origin.call.others().filter_map(|s| {
+            let copies = others.into_iter().filter_map(|s| {
                 let copy = origin.call.for_shard(s).ok()?;
                 let req = Request::Copy(copy.call(&origin.op_call));
                 let link = &link;
                 Some(async move { (s, link.persist(To::Shard(s), &req, started).await) })
             });
-            for (s, taken) in futures_util::future::join_all(copies).await {
-                if taken.is_none() {
-                    tracing::warn!(%mpo, shard = s, "no replica of the shard took the operation's copy; its replicas will ask for it");
-                    return;
-                }
+            let missing: Vec<u32> = futures_util::future::join_all(copies)
+                .await
+                .into_iter()
+                .filter_map(|(s, taken)| taken.is_none().then_some(s))
+                .collect();
+            if !missing.is_empty() {
+                tracing::warn!(%mpo, shards = ?missing, "no replica of these shards took the operation's copy; the replicas holding one will hand it out");
+                link.note(mpo, Progress::Copies(missing));
+                return;
             }
+            link.note(mpo, Progress::Sequencing);
             let shards = origin.call.parts.iter().map(|p| p.shard).collect();
             let req = Request::Sequence { mpo, shards };
             match link.persist(To::Directory, &req, started).await {
-                Some(Reply::Indices(given)) => link.tell_indices(mpo, &given),
+                Some(Reply::Indices(given)) => {
+                    link.note(mpo, Progress::Sequenced);
+                    link.tell_indices(mpo, &given);
+                }
                 _ => tracing::warn!(%mpo, "the directory did not sequence the operation across shards; its replicas will ask"),
             }
         });
@@ -206,6 +280,10 @@ impl Link {
 
     /// Tell every replica of each shard in `given` its index of `mpo`.
     fn tell_indices(self: &Arc<Self>, mpo: MpoId, given: &[(u32, u64)]) {
+        if self.progress(mpo).is_some() {
+            // One of this replica's, sequenced on a chase.
+            self.note(mpo, Progress::Sequenced);
+        }
         for (s, index) in given {
             let req = Request::Sequenced { mpo, index: *index };
             for (id, addr) in self.gate.endpoints(Some(*s)) {

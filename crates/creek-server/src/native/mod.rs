@@ -259,7 +259,10 @@ impl Connection {
         if let Err(status) = self.front.submit(inv).await {
             // The node loop never had it: nothing else closed it.
             let closed = self.out.lock().close_call(id);
-            assert!(closed, "call {id} closed before it was handed over");
+            assert!(
+                closed.is_some(),
+                "call {id} closed before it was handed over"
+            );
             return Err(status);
         }
         if let Some(t) = timeout {
@@ -280,8 +283,12 @@ impl Connection {
                 break;
             }
             self.deadlines.pop_first();
-            if st.close_call(id) {
-                put_error(&mut frames, id, &self.front.late(strong).deadline());
+            if let Some(op) = st.close_call(id) {
+                let mut late = self.front.late(strong);
+                if let Some(op) = op {
+                    late = late.of(op, self.front.mpo.as_ref());
+                }
+                put_error(&mut frames, id, &late.deadline());
             }
         }
         if !frames.is_empty() {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use creek_core::ViewKind;
+use creek_core::{ExecKey, ViewKind};
 use creek_proto::native::{self, Kind};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -39,10 +39,10 @@ pub(super) struct Out {
 enum Phase {
     /// Handed to the node loop: its first reply says accepted or refused.
     Handed,
-    /// Accepted: views follow.
-    Accepted,
+    /// Accepted as this op: views follow.
+    Accepted(ExecKey),
     /// It had its first view (the `answered` stage is timed).
-    Viewed,
+    Viewed(ExecKey),
 }
 
 #[derive(Default)]
@@ -86,9 +86,13 @@ impl OutState {
     }
 
     /// Call `id`'s closing frame is queued (or it never reached the node
-    /// loop): no frame for it follows. `false` if it was not open.
-    pub(super) fn close_call(&mut self, id: u64) -> bool {
-        self.open.remove(&id).is_some()
+    /// loop): no frame for it follows. `None` if it was not open, else
+    /// the op it was accepted as, if it was.
+    pub(super) fn close_call(&mut self, id: u64) -> Option<Option<ExecKey>> {
+        self.open.remove(&id).map(|phase| match phase {
+            Phase::Handed => None,
+            Phase::Accepted(op) | Phase::Viewed(op) => Some(op),
+        })
     }
 }
 
@@ -251,7 +255,7 @@ impl Call {
         let closes = match answer(reply) {
             Answer::Accepted(handle) => {
                 assert_eq!(*phase, Phase::Handed, "call {id} accepted twice");
-                *phase = Phase::Accepted;
+                *phase = Phase::Accepted(handle);
                 let op = op_name(handle).unwrap_or_default();
                 native::put_frame(frames, Kind::Accepted, id, op.as_bytes());
                 false
@@ -262,8 +266,8 @@ impl Call {
                     Phase::Handed,
                     "a view of call {id} before its acceptance"
                 );
-                if *phase == Phase::Accepted {
-                    *phase = Phase::Viewed;
+                if let Phase::Accepted(op) = *phase {
+                    *phase = Phase::Viewed(op);
                     first_view(&self.metrics, self.strong, self.received);
                 }
                 let view = to_pb_view(&v);
@@ -436,7 +440,7 @@ mod tests {
         assert_eq!(weak.send(view(1, ViewKind::Stable, 8)), Err(Gone));
         // A call whose deadline closed it (the task removes it) too.
         let strong = call(&out, &corked, 2, true);
-        assert!(out.lock().close_call(2));
+        assert!(out.lock().close_call(2).is_some());
         assert_eq!(strong.send(view(2, ViewKind::Stable, 8)), Err(Gone));
         corked.uncork();
         let got = read_until_ends(&mut client, 1).await;

@@ -176,7 +176,8 @@ impl pb::creek_server::Creek for CreekService {
             Some(Answer::View(_)) | None => return Err(shutting_down()),
         };
         let until = timeout.map(|t| tokio::time::Instant::from_std(received) + t);
-        let stream = view_stream(rx, until, self.front.late(strong), received);
+        let late = self.front.late(strong).of(handle, self.front.mpo.as_ref());
+        let stream = view_stream(rx, until, late, received);
         let mut response = tonic::Response::new(Box::pin(stream) as ViewStream);
         if let Some(op) = op_name(handle) {
             if let Ok(value) = op.parse() {
