@@ -24,9 +24,15 @@ const ID: MpoId = MpoId { origin: 3, seq: 9 };
 /// `kv.transfer(a, b, amount)` with `a` on shard 1 and `b` on shard 2, as
 /// shard `me` runs it.
 fn transfer(me: u32, amount: i64) -> MpoCall {
+    transfer_between(me, "a", "b", amount)
+}
+
+/// `kv.transfer(from, to, amount)` declaring key `a` on shard 1 and `b`
+/// on shard 2, as shard `me` runs it.
+fn transfer_between(me: u32, from: &str, to: &str, amount: i64) -> MpoCall {
     let args = encode_args(&[
-        Value::Bytes(b("a")),
-        Value::Bytes(b("b")),
+        Value::Bytes(b(from)),
+        Value::Bytes(b(to)),
         Value::Int(amount),
     ]);
     let parts = vec![
@@ -320,23 +326,12 @@ proptest! {
 /// whose parts declare other keys than the ones it moves money between.
 #[test]
 fn an_access_outside_the_declared_keys_aborts_naming_the_key() {
-    let args = encode_args(&[Value::Bytes(b("a")), Value::Bytes(b("x")), Value::Int(5)]);
-    let parts = |me| {
-        let parts = vec![
-            Part {
-                shard: 1,
-                keys: vec![b("a")],
-            },
-            Part {
-                shard: 2,
-                keys: vec![b("b")],
-            },
-        ];
-        MpoCall::new(ID, me, parts, "kv.transfer", args.clone()).unwrap()
-    };
     let (one, two) = (state(&[("a", "10"), ("x", "1")]), state(&[("b", "3")]));
     let client = ProcCall::new("kv.transfer", Bytes::new());
-    let (c1, c2) = (parts(1), parts(2));
+    let (c1, c2) = (
+        transfer_between(1, "a", "x", 5),
+        transfer_between(2, "a", "x", 5),
+    );
     let (r1, r2) = (c1.read_local(&client, &one), c2.read_local(&client, &two));
     let e1 = run(&c1.with_inputs(inputs(1, 2, &r2)), &one, None);
     let e2 = run(&c2.with_inputs(inputs(1, 1, &r1)), &two, None);
