@@ -183,7 +183,6 @@ impl Server {
         let corked = Arc::new(crate::native::out::Corked::default());
         let mpo = shards
             .as_ref()
-            .filter(|g| g.role() != crate::shards::Role::Directory)
             .map(|g| crate::mpo::Link::new(g.clone(), config.tls.clone(), me, events_tx.clone()));
         let front_mpo = mpo.clone();
         let node_loop = NodeLoop::new(

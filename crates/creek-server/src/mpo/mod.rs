@@ -9,11 +9,13 @@
 //! - **the origin** (the replica a client called), once its op's id
 //!   cannot be issued again after a crash, hands each other involved
 //!   shard its copy (a replica of that
-//!   shard invokes it), then has the directory sequence the MPO and tells
-//!   every replica of every involved shard its index ([`Link::originate`]).
-//!   The copies go first: an MPO is sequenced only once every involved
-//!   shard holds it, so a shard never waits for an MPO no shard can give
-//!   it;
+//!   shard invokes it), then has the directory sequence the MPO
+//!   ([`Link::originate`]). The copies go first: an MPO is sequenced only
+//!   once every involved shard holds it, so a shard never waits for an
+//!   MPO no shard can give it;
+//! - **the directory replica** that sequenced it tells every replica of
+//!   every involved shard its index once the sequencing is committed
+//!   ([`Link::tell_indices`]);
 //! - **each shard's leader**, at an MPO's committed position, sends the
 //!   values it read to every replica of the other involved shards
 //!   ([`Link::push_reads`]);
@@ -120,7 +122,8 @@ pub struct Link {
     gate: Arc<ShardGate>,
     tls: Option<crate::config::TlsConfig>,
     me: ReplicaId,
-    /// This replica's shard.
+    /// This replica's shard (0 on a directory replica, which sends no
+    /// reads).
     shard: u32,
     events: mpsc::Sender<Event>,
     runtime: tokio::runtime::Handle,
@@ -210,11 +213,9 @@ impl Link {
             link.note(mpo, Progress::Sequencing);
             let shards = origin.call.parts.iter().map(|p| p.shard).collect();
             let req = Request::Sequence { mpo, shards };
+            // The directory replica that sequenced it tells the shards.
             match link.persist(To::Directory, &req, started).await {
-                Some(Reply::Indices(given)) => {
-                    link.note(mpo, Progress::Sequenced);
-                    link.tell_indices(mpo, &given);
-                }
+                Some(Reply::Indices(_)) => link.note(mpo, Progress::Sequenced),
                 _ => tracing::warn!(%mpo, "the directory did not sequence the operation across shards; its replicas will ask"),
             }
         });
@@ -254,8 +255,15 @@ impl Link {
                         link.ask_any(To::Shard(s), &Request::Copy(copy)).await;
                     }
                     let req = Request::Sequence { mpo, shards };
+                    // The directory replica tells every shard; this one
+                    // takes its own index from the answer too.
                     if let Some(Reply::Indices(given)) = link.ask_any(To::Directory, &req).await {
-                        link.tell_indices(mpo, &given);
+                        if link.progress(mpo).is_some() {
+                            link.note(mpo, Progress::Sequenced);
+                        }
+                        if let Some((_, index)) = given.iter().find(|(s, _)| *s == link.shard) {
+                            link.to_self(Request::Sequenced { mpo, index: *index });
+                        }
                     }
                 }
                 Chase::Reads(from) => {
@@ -279,11 +287,7 @@ impl Link {
     }
 
     /// Tell every replica of each shard in `given` its index of `mpo`.
-    fn tell_indices(self: &Arc<Self>, mpo: MpoId, given: &[(u32, u64)]) {
-        if self.progress(mpo).is_some() {
-            // One of this replica's, sequenced on a chase.
-            self.note(mpo, Progress::Sequenced);
-        }
+    pub fn tell_indices(self: &Arc<Self>, mpo: MpoId, given: &[(u32, u64)]) {
         for (s, index) in given {
             let req = Request::Sequenced { mpo, index: *index };
             for (id, addr) in self.gate.endpoints(Some(*s)) {

@@ -115,6 +115,11 @@ impl NodeLoop {
             return;
         }
         if let Some(given) = self.node.mpo_indices(mpo) {
+            // Sequenced before: its shards may not have heard (the replica
+            // that sequenced it may have crashed before it told them).
+            if let Some(link) = &self.mpo.link {
+                link.tell_indices(mpo, &given);
+            }
             let _ = answer.send(Ok(Reply::Indices(given)));
             return;
         }
@@ -144,10 +149,12 @@ impl NodeLoop {
         self.mpo.sequencing.push((mpo, Instant::now(), answer));
     }
 
-    /// After a turn: answer the sequencing requests whose op committed;
-    /// drop those that waited too long (their askers ask again).
+    /// After a turn: answer the sequencing requests whose op committed,
+    /// and tell the shards of each MPO this replica sequenced their
+    /// indices; drop requests that waited too long (their askers ask
+    /// again).
     pub(super) fn mpo_answer_sequenced(&mut self) {
-        if self.mpo.sequencing.is_empty() {
+        if self.mpo.invoked.is_empty() && self.mpo.sequencing.is_empty() {
             return;
         }
         for (mpo, since, answer) in std::mem::take(&mut self.mpo.sequencing) {
@@ -157,7 +164,19 @@ impl NodeLoop {
                 self.mpo.sequencing.push((mpo, since, answer));
             }
         }
-        self.mpo.invoked.retain(|_, t| t.elapsed() < SEQUENCE_WAIT);
+        let node = &self.node;
+        let link = self.mpo.link.as_ref();
+        self.mpo
+            .invoked
+            .retain(|mpo, t| match node.mpo_indices(*mpo) {
+                Some(given) => {
+                    if let Some(link) = link {
+                        link.tell_indices(*mpo, &given);
+                    }
+                    false
+                }
+                None => t.elapsed() < SEQUENCE_WAIT,
+            });
     }
 
     /// Op `id` this replica took from a client is an MPO (`op_call`, a
