@@ -256,9 +256,9 @@ impl Sim {
                 }
             }
             MpoNet::Ask {
-                from,
                 req: Request::Sequence { mpo, shards },
-            } => self.mpo_serve_sequence(to, from, mpo, &shards),
+                ..
+            } => self.mpo_serve_sequence(to, mpo, &shards),
             MpoNet::Ask { from, req } => {
                 let shard = self.group_of(to) as u32;
                 let (copy, pull) = match &req {
@@ -286,10 +286,10 @@ impl Sim {
         self.after(to);
     }
 
-    /// Directory replica `d` asked by replica `from` to sequence `mpo`: the
-    /// committed indices, answered at once, or a sequencing op (one at a
-    /// time); its commit tells every replica of the MPO's shards.
-    fn mpo_serve_sequence(&mut self, d: usize, from: usize, mpo: MpoId, shards: &[u32]) {
+    /// Directory replica `d` asked to sequence `mpo`: the committed
+    /// indices, told every replica of the MPO's shards at once, or a
+    /// sequencing op (one at a time), whose commit tells them.
+    fn mpo_serve_sequence(&mut self, d: usize, mpo: MpoId, shards: &[u32]) {
         if let Some(given) = self.nodes[d].node.mpo_indices(mpo) {
             // Recorded for the replay here too: the replica that ran the
             // sequencing may have crashed before its view said them.
@@ -297,11 +297,9 @@ impl Sim {
                 .indices
                 .entry(mpo)
                 .or_insert_with(|| given.iter().copied().collect());
-            let s = self.group_of(from) as u32;
-            if let Some((_, k)) = given.iter().find(|(g, _)| *g == s) {
-                let input = MpoInput::Sequenced(mpo, *k);
-                self.mpo_send(d, from, MpoNet::Input(input));
-            }
+            // As a server's directory replica does: the replica that
+            // sequenced it may have crashed before it told the shards.
+            self.mpo_tell(d, mpo, &given);
             return;
         }
         if !self.mpo.sequencing.values().any(|m| *m == mpo) {
@@ -326,7 +324,13 @@ impl Sim {
         self.mpo
             .indices
             .insert(mpo, given.iter().copied().collect());
-        for (s, k) in given {
+        self.mpo_tell(d, mpo, &given);
+    }
+
+    /// Directory replica `d` tells every replica of each shard in `given`
+    /// its index of `mpo`.
+    fn mpo_tell(&mut self, d: usize, mpo: MpoId, given: &[(u32, u64)]) {
+        for &(s, k) in given {
             for j in self.member_slots(s as usize) {
                 self.mpo_send(d, j, MpoNet::Input(MpoInput::Sequenced(mpo, k)));
             }
