@@ -141,6 +141,13 @@ impl<S: CabStorage> Node<S> {
                 "replica {} is not a directory replica: it sequences nothing",
                 self.id()
             ))),
+            Request::Batch(all) => {
+                // Decoded batches carry only indices and reads.
+                for one in all.into_iter().filter(Request::batches) {
+                    self.mpo_serve(one, shard, now_us)?;
+                }
+                Ok(Reply::Done)
+            }
         }
     }
 

@@ -46,7 +46,14 @@ pub enum Request {
         /// The receiver's shard's copy.
         copy: ProcCall,
     },
+    /// Messages that need no answer ([`Request::Sequenced`] and
+    /// [`Request::Reads`]), several to one replica at once: each is taken
+    /// in as if it came alone; answered [`Reply::Done`].
+    Batch(Vec<Request>),
 }
+
+/// Most messages one [`Request::Batch`] carries.
+pub const BATCH_MAX: usize = 256;
 
 /// The answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -148,8 +155,17 @@ fn call_of(v: &Value) -> Result<ProcCall, String> {
 }
 
 impl Request {
+    /// Whether it needs no answer, so it may travel in a batch.
+    pub fn batches(&self) -> bool {
+        matches!(self, Request::Sequenced { .. } | Request::Reads { .. })
+    }
+
     /// The message's bytes.
     pub fn encode(&self) -> Bytes {
+        self.to_value().encode()
+    }
+
+    fn to_value(&self) -> Value {
         let items = match self {
             Request::Copy(call) => vec![Value::Int(0), call_value(call)],
             Request::Sequence { mpo, shards } => {
@@ -175,13 +191,37 @@ impl Request {
                 let [o, s] = mpo_value(*mpo);
                 vec![Value::Int(4), o, s, call_value(copy)]
             }
+            Request::Batch(all) => vec![
+                Value::Int(5),
+                Value::List(all.iter().map(Request::to_value).collect()),
+            ],
         };
-        Value::List(items).encode()
+        Value::List(items)
     }
 
     /// The message in `raw`, or why it is malformed.
     pub fn decode(raw: &[u8]) -> Result<Self, String> {
         let value = Value::decode(raw).map_err(|e| e.to_string())?;
+        match value.as_list() {
+            Some([Value::Int(5), Value::List(all)]) => {
+                if all.len() > BATCH_MAX {
+                    return Err(format!("a batch of more than {BATCH_MAX} messages"));
+                }
+                let all: Vec<Request> = all
+                    .iter()
+                    .map(Request::from_value)
+                    .collect::<Result<_, _>>()?;
+                if !all.iter().all(Request::batches) {
+                    return Err("a batch may carry only indices and reads".to_owned());
+                }
+                Ok(Request::Batch(all))
+            }
+            _ => Request::from_value(&value),
+        }
+    }
+
+    /// One message that is not a batch.
+    fn from_value(value: &Value) -> Result<Self, String> {
         let items = value.as_list().ok_or("not a list")?;
         let shard = |v: &Value| {
             uint(v).and_then(|n| u32::try_from(n).map_err(|_| format!("shard {n} is too large")))
@@ -287,9 +327,29 @@ mod tests {
                 from: 1,
                 reads: reads.clone(),
             },
-            Request::Pull { mpo, copy: call },
+            Request::Pull {
+                mpo,
+                copy: call.clone(),
+            },
+            Request::Batch(vec![
+                Request::Sequenced { mpo, index: 5 },
+                Request::Reads {
+                    mpo,
+                    from: 1,
+                    reads: reads.clone(),
+                },
+            ]),
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        }
+        // A batch carries only messages that need no answer, and is never
+        // nested.
+        for bad in [
+            Request::Batch(vec![Request::Pull { mpo, copy: call }]),
+            Request::Batch(vec![Request::Batch(Vec::new())]),
+            Request::Batch(vec![Request::Sequenced { mpo, index: 1 }; BATCH_MAX + 1]),
+        ] {
+            assert!(Request::decode(&bad.encode()).is_err(), "{bad:?}");
         }
         for a in [
             Reply::Done,

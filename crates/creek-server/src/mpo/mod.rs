@@ -43,7 +43,7 @@ use tonic::transport::Channel;
 
 use crate::node_loop::messages::Event;
 use crate::shards::ShardGate;
-use creek_node::mpo::wire::{Reply, Request};
+use creek_node::mpo::wire::{Reply, Request, BATCH_MAX};
 use creek_node::mpo::Chase;
 
 /// Longest wait for one replica's answer.
@@ -137,7 +137,20 @@ pub struct Link {
     next: Mutex<HashMap<Option<u32>, usize>>,
     /// How far each of this replica's last MPOs got, oldest first.
     progress: Mutex<(HashMap<MpoId, Progress>, VecDeque<MpoId>)>,
+    /// Messages waiting for the call out to each replica, by id.
+    outboxes: Mutex<HashMap<u16, Outbox>>,
 }
+
+/// The messages [`Link::fire`] holds for one replica.
+#[derive(Default)]
+struct Outbox {
+    queued: Vec<Request>,
+    /// A task is sending this replica's messages.
+    sending: bool,
+}
+
+/// Most messages waiting for one replica.
+const QUEUED_MAX: usize = 16_384;
 
 impl Link {
     /// The link of replica `me` of a sharded cluster. Must be called
@@ -160,6 +173,7 @@ impl Link {
             chasing: Mutex::default(),
             next: Mutex::default(),
             progress: Mutex::default(),
+            outboxes: Mutex::default(),
         })
     }
 
@@ -307,12 +321,44 @@ impl Link {
         let _ = self.events.try_send(Event::Mpo(req, None));
     }
 
-    /// Send `req` to replica `id` at `addr` without waiting for it.
+    /// Send `req` (a message that needs no answer) to replica `id` at
+    /// `addr` without waiting for it. Messages to one replica go one call
+    /// at a time: those queued while a call is out leave together in the
+    /// next ([`Request::Batch`]), so a busy replica sends fewer, larger
+    /// calls and an idle one sends each at once. Past [`QUEUED_MAX`]
+    /// queued, more are dropped (their receivers ask for what they miss).
     fn fire(self: &Arc<Self>, id: u16, addr: String, req: Request) {
+        {
+            let mut out = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
+            let outbox = out.entry(id).or_default();
+            if outbox.queued.len() >= QUEUED_MAX {
+                return;
+            }
+            outbox.queued.push(req);
+            if std::mem::replace(&mut outbox.sending, true) {
+                return; // the call out takes it next
+            }
+        }
         let link = self.clone();
         self.runtime.spawn(async move {
-            if let Err(e) = link.ask(id, &addr, &req).await {
-                tracing::debug!(replica = id, %addr, error = %e, "an MPO message was not taken");
+            loop {
+                let mut next = {
+                    let mut out = link.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
+                    let outbox = out.entry(id).or_default();
+                    if outbox.queued.is_empty() {
+                        outbox.sending = false;
+                        return;
+                    }
+                    let n = outbox.queued.len().min(BATCH_MAX);
+                    outbox.queued.drain(..n).collect::<Vec<_>>()
+                };
+                let req = match next.len() {
+                    1 => next.remove(0),
+                    _ => Request::Batch(next),
+                };
+                if let Err(e) = link.ask(id, &addr, &req).await {
+                    tracing::debug!(replica = id, %addr, error = %e, "MPO messages were not taken");
+                }
             }
         });
     }
