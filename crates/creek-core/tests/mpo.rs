@@ -339,3 +339,39 @@ fn the_origin_names_the_mpo_after_its_own_op_and_knows_what_it_holds() {
     assert!(r1.mpo_committed(mpo) && r2.mpo_committed(mpo));
     assert!(r2.mpo_held(mpo));
 }
+
+/// The CAB-casts among a replica's effects.
+fn casts(r: &mut Replica) -> Vec<OpId> {
+    r.take_effects()
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::CabCast(id) => Some(id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A copy of an MPO is held, gossiped and run tentatively, but not
+/// CAB-cast until the directory has sequenced it: ordered earlier, it
+/// would hold its shard's committed order until its index came. Told the
+/// index, the replica casts it; a single-shard strong op is cast at once.
+#[test]
+fn a_copy_is_cast_only_once_the_directory_sequenced_it() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    let (mpo, origin_op, copy_op) = invoke_pair(&mut r1, &mut r2, "a", "b", 1);
+    assert_eq!(casts(&mut r1), Vec::<OpId>::new(), "the origin's op");
+    assert_eq!(casts(&mut r2), Vec::<OpId>::new(), "the copy");
+    assert!(!r2.may_cast(r2.op(copy_op).unwrap()));
+    assert_eq!(r2.mpo_unsequenced(), Some((copy_op, mpo)));
+    r1.mpo_sequenced(mpo, 1);
+    r2.mpo_sequenced(mpo, 1);
+    assert_eq!(casts(&mut r1), vec![origin_op]);
+    assert_eq!(casts(&mut r2), vec![copy_op]);
+    assert_eq!(r2.mpo_unsequenced(), None);
+    let put = ProcCall::new(
+        "kv.put",
+        encode_args(&[Value::Bytes(b("a")), Value::Bytes(b("1"))]),
+    );
+    let h = r1.invoke(Request::strong(put), 0).unwrap();
+    assert_eq!(casts(&mut r1), vec![op_id(h)]);
+}
