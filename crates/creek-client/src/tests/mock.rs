@@ -56,6 +56,7 @@ fn view(kind: pb::view::Kind, outcome: Option<pb::view::Outcome>) -> Step {
     Step::View(pb::View {
         kind: kind as i32,
         outcome,
+        across_shards: false,
     })
 }
 
