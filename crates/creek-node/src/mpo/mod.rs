@@ -142,10 +142,18 @@ impl<S: CabStorage> Node<S> {
                 self.id()
             ))),
             Request::Batch(all) => {
-                // Decoded batches carry only indices and reads.
-                for one in all.into_iter().filter(Request::batches) {
-                    self.mpo_serve(one, shard, now_us)?;
+                // Each taken in, then one turn for them all (decoded
+                // batches carry only indices and reads).
+                for one in all {
+                    match one {
+                        Request::Sequenced { mpo, index } => self.replica.mpo_sequenced(mpo, index),
+                        Request::Reads { mpo, from, reads } => {
+                            self.replica.mpo_reads(mpo, from, reads);
+                        }
+                        _ => {}
+                    }
                 }
+                self.turn();
                 Ok(Reply::Done)
             }
         }
