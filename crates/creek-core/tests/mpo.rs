@@ -363,6 +363,8 @@ fn a_copy_is_cast_only_once_the_directory_sequenced_it() {
     assert_eq!(casts(&mut r2), Vec::<OpId>::new(), "the copy");
     assert!(!r2.may_cast(r2.op(copy_op).unwrap()));
     assert_eq!(r2.mpo_unsequenced(), Some((copy_op, mpo)));
+    // The origin's own op is never asked about.
+    assert_eq!(r1.mpo_unsequenced(), None);
     r1.mpo_sequenced(mpo, 1);
     r2.mpo_sequenced(mpo, 1);
     assert_eq!(casts(&mut r1), vec![origin_op]);

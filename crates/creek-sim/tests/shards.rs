@@ -380,3 +380,28 @@ fn an_mpo_turn_goes_on_when_the_ops_before_it_settle_in_a_delivery() {
     let (report, ok) = simulate(&cfg).unwrap();
     assert!(ok, "bank seed 330355: {}", report["violations"]);
 }
+
+/// Found on wide-area links (bank, seeds 700019 and 700046): a replica
+/// holding an MPO's copy that waited for its index asked the directory to
+/// sequence it — the origin's own op too, held by the origin's peers
+/// before the origin released it. Its id is not yet safe then: the origin
+/// may lose it (a crash before the write, a rebuild after a lost disk)
+/// and the op be voided on its shard, while the other shards, told its
+/// index, run it. Only other shards' copies (which exist only once the
+/// origin released the MPO) ask now.
+#[test]
+fn only_a_released_mpo_is_sequenced_on_a_replicas_own_asking() {
+    let cfg = SimConfig {
+        replicas: 3,
+        shards: 2,
+        workload: "bank".into(),
+        cross_shard: 0.3,
+        links: creek_sim::config::Links::Wan,
+        duration_us: 4_000_000,
+        faults: Faults::parse("all").unwrap(),
+        seed: 700_046,
+        ..SimConfig::default()
+    };
+    let (report, ok) = simulate(&cfg).unwrap();
+    assert!(ok, "bank seed 700046 (wan): {}", report["violations"]);
+}

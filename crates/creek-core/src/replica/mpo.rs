@@ -293,14 +293,26 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// The copy of an MPO held here whose index has not come for the
     /// longest time, with that MPO: the one to ask the directory about
-    /// (sequencing is idempotent).
+    /// (sequencing is idempotent). Only another shard's copy counts: one
+    /// exists only once the origin released the MPO (its id reserved by a
+    /// durable write). The origin's own op, held by its peers before that,
+    /// never does: its origin may lose it (a crash before the write, a
+    /// rebuild after a lost disk) and the op be voided on its shard, while
+    /// the other shards, told its index, would run it (simulator, wide-area
+    /// seeds 700019 and 700046).
     pub fn mpo_unsequenced(&self) -> Option<(OpId, MpoId)> {
+        let origin_op =
+            |mpo: &MpoId, id: &OpId| (u64::from(id.origin.0), id.seq) == (mpo.origin, mpo.seq);
         self.mpos
             .copies
             .iter()
-            .filter(|(mpo, (ids, _))| !ids.is_empty() && !self.mpos.index_of.contains_key(mpo))
-            .min_by_key(|(mpo, (_, since))| (*since, **mpo))
-            .map(|(mpo, (ids, _))| (ids[0], *mpo))
+            .filter(|(mpo, _)| !self.mpos.index_of.contains_key(mpo))
+            .filter_map(|(mpo, (ids, since))| {
+                let copy = ids.iter().find(|id| !origin_op(mpo, id))?;
+                Some((*since, *mpo, *copy))
+            })
+            .min()
+            .map(|(_, mpo, copy)| (copy, mpo))
     }
 
     /// The MPO at its turn here and the shards whose reads it still waits

@@ -191,6 +191,7 @@ impl<S: CabStorage> Node<S> {
         // waits for its index before it is cast (`Replica::may_cast`).
         let (op, mpo, missing, ordered) = match self.replica.mpo_waiting() {
             Some((op, Some(mpo), missing)) => (op, mpo, missing, true),
+            // Only other shards' copies (`Replica::mpo_unsequenced`).
             _ => match self.replica.mpo_unsequenced() {
                 Some((op, mpo)) => (op, mpo, Vec::new(), false),
                 None => {
