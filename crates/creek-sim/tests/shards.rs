@@ -367,18 +367,25 @@ fn mpo_seeds() {
 /// become final.
 #[test]
 fn an_mpo_turn_goes_on_when_the_ops_before_it_settle_in_a_delivery() {
-    let cfg = SimConfig {
+    let (report, ok) = simulate(&mpo_seed(330_355)).unwrap();
+    assert!(ok, "bank seed 330355: {}", report["violations"]);
+}
+
+/// Seed `seed` of bank transfers across shards as `creek sim --replicas 3
+/// --shards 2 --workload bank --cross-shard 0.3 --duration 300ms --faults
+/// all` runs it (the command line's defaults otherwise, so a swarm seed
+/// replays here).
+fn mpo_seed(seed: u64) -> SimConfig {
+    SimConfig {
         replicas: 3,
         shards: 2,
         workload: "bank".into(),
         cross_shard: 0.3,
         duration_us: 300_000,
         faults: Faults::parse("all").unwrap(),
-        seed: 330_355,
+        seed,
         ..SimConfig::default()
-    };
-    let (report, ok) = simulate(&cfg).unwrap();
-    assert!(ok, "bank seed 330355: {}", report["violations"]);
+    }
 }
 
 /// Found on wide-area links (bank, seeds 700019 and 700046): a replica
@@ -392,15 +399,9 @@ fn an_mpo_turn_goes_on_when_the_ops_before_it_settle_in_a_delivery() {
 #[test]
 fn only_a_released_mpo_is_sequenced_on_a_replicas_own_asking() {
     let cfg = SimConfig {
-        replicas: 3,
-        shards: 2,
-        workload: "bank".into(),
-        cross_shard: 0.3,
         links: creek_sim::config::Links::Wan,
         duration_us: 4_000_000,
-        faults: Faults::parse("all").unwrap(),
-        seed: 700_046,
-        ..SimConfig::default()
+        ..mpo_seed(700_046)
     };
     let (report, ok) = simulate(&cfg).unwrap();
     assert!(ok, "bank seed 700046 (wan): {}", report["violations"]);
