@@ -57,14 +57,8 @@ fn transfer(id: MpoId, me: u32, from: &str, to: &str, amount: i64) -> ProcCall {
         Value::Int(amount),
     ]);
     let parts = vec![
-        Part {
-            shard: 1,
-            keys: vec![b(from)],
-        },
-        Part {
-            shard: 2,
-            keys: vec![b(to)],
-        },
+        Part::new(1, vec![b(from)]),
+        Part::new(2, vec![b(to)]),
     ];
     let mpo = MpoCall::new(id, me, parts, "kv.transfer", args).unwrap();
     let mut client = ProcCall::new("kv.transfer", Bytes::new());

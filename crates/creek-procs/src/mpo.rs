@@ -95,8 +95,30 @@ impl std::fmt::Display for MpoId {
 pub struct Part {
     /// The shard.
     pub shard: u32,
-    /// Its keys, strictly ascending.
+    /// Its keys, strictly ascending: the call may read and write them, and
+    /// the shard sends their values to the others.
     pub keys: Vec<Bytes>,
+    /// Its write-only prefixes, strictly ascending: the call may write any
+    /// key starting with one (rows it creates under ids it computes as it
+    /// runs, such as a new order's), but reads none it does not also name
+    /// in `keys`, so no shard needs their values. Usually empty.
+    pub prefixes: Vec<Bytes>,
+}
+
+impl Part {
+    /// Shard `shard` with `keys` and no prefix.
+    pub fn new(shard: u32, keys: Vec<Bytes>) -> Part {
+        Part {
+            shard,
+            keys,
+            prefixes: Vec::new(),
+        }
+    }
+
+    /// Whether `key` starts with one of the part's prefixes.
+    pub fn covers(&self, key: &[u8]) -> bool {
+        self.prefixes.iter().any(|p| key.starts_with(p))
+    }
 }
 
 /// Values read by one shard: each of its keys with its value (`None`:
@@ -154,6 +176,8 @@ impl MpoCall {
         for p in &mut parts {
             p.keys.sort();
             p.keys.dedup();
+            p.prefixes.sort();
+            p.prefixes.dedup();
         }
         let call = MpoCall {
             id,
@@ -216,7 +240,7 @@ impl MpoCall {
         }
         let mut all = BTreeSet::new();
         for p in &self.parts {
-            if p.keys.is_empty() {
+            if p.keys.is_empty() && p.prefixes.is_empty() {
                 return Err(format!("{RUN}: shard {} has no key", p.shard));
             }
             if p.keys.windows(2).any(|w| w[0] >= w[1]) {
@@ -234,8 +258,34 @@ impl MpoCall {
                 }
             }
         }
-        if all.len() > KEYS_MAX {
-            return Err(format!("{RUN}: more than {KEYS_MAX} keys"));
+        let mut prefixes = 0;
+        for p in &self.parts {
+            if p.prefixes.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!("{RUN}: prefixes must be distinct and ascending"));
+            }
+            for prefix in &p.prefixes {
+                prefixes += 1;
+                if prefix.is_empty() || is_internal(prefix) {
+                    return Err(format!(
+                        "{RUN}: a prefix must not be empty or start with 0x00"
+                    ));
+                }
+                for q in &self.parts {
+                    let nested = q.prefixes.iter().any(|other| {
+                        other != prefix && (other.starts_with(prefix) || prefix.starts_with(other))
+                    });
+                    let claimed = q.shard != p.shard && q.keys.iter().any(|k| k.starts_with(prefix));
+                    if nested || (q.shard != p.shard && q.prefixes.contains(prefix)) || claimed {
+                        return Err(format!(
+                            "{RUN}: prefix {} overlaps another shard's keys or prefixes",
+                            Value::Bytes(prefix.clone())
+                        ));
+                    }
+                }
+            }
+        }
+        if all.len() + prefixes > KEYS_MAX {
+            return Err(format!("{RUN}: more than {KEYS_MAX} keys and prefixes"));
         }
         if self.name.is_empty() || self.name.as_ref() == RUN {
             return Err(format!("{RUN}: no procedure to run"));
@@ -314,10 +364,16 @@ impl MpoCall {
             .parts
             .iter()
             .map(|p| {
-                Value::List(vec![
+                let mut part = vec![
                     Value::Int(i64::from(p.shard)),
                     Value::List(p.keys.iter().cloned().map(Value::Bytes).collect()),
-                ])
+                ];
+                if !p.prefixes.is_empty() {
+                    part.push(Value::List(
+                        p.prefixes.iter().cloned().map(Value::Bytes).collect(),
+                    ));
+                }
+                Value::List(part)
             })
             .collect();
         let inputs = match &self.inputs {
@@ -359,17 +415,27 @@ impl MpoCall {
         else {
             return Err(bad("expected (origin, seq, me, parts, name, args, inputs)"));
         };
+        let byte_list = |items: &[Value], what: &str| {
+            items
+                .iter()
+                .map(|k| k.as_bytes().cloned().ok_or_else(|| bad(what)))
+                .collect::<Result<Vec<_>, _>>()
+        };
         let parts = parts
             .iter()
-            .map(|p| match p.as_list() {
-                Some([Value::Int(shard), Value::List(keys)]) => Ok(Part {
+            .map(|p| {
+                let (shard, keys, prefixes) = match p.as_list() {
+                    Some([Value::Int(shard), Value::List(keys)]) => (shard, keys, &[][..]),
+                    Some([Value::Int(shard), Value::List(keys), Value::List(prefixes)]) => {
+                        (shard, keys, prefixes.as_slice())
+                    }
+                    _ => return Err(bad("part")),
+                };
+                Ok(Part {
                     shard: u32::try_from(*shard).map_err(|_| bad("shard"))?,
-                    keys: keys
-                        .iter()
-                        .map(|k| k.as_bytes().cloned().ok_or_else(|| bad("key")))
-                        .collect::<Result<_, _>>()?,
-                }),
-                _ => Err(bad("part")),
+                    keys: byte_list(keys, "key")?,
+                    prefixes: byte_list(prefixes, "prefix")?,
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let inputs = match inputs {
@@ -586,6 +652,24 @@ struct Overlay<'a> {
 }
 
 impl Overlay<'_> {
+    /// Whether the call may write `key`: one of the replicas' records, a
+    /// declared key, or under a declared prefix.
+    fn writable(&self, mpo: &MpoCall, key: &[u8]) -> bool {
+        is_internal(key) || self.declared.contains(key) || mpo.parts.iter().any(|p| p.covers(key))
+    }
+
+    /// Whether `key` is another shard's to install: one of its keys, or
+    /// under one of its prefixes.
+    fn foreign(&self, mpo: &MpoCall, key: &[u8]) -> bool {
+        self.remote.contains_key(key)
+            || mpo
+                .parts
+                .iter()
+                .any(|p| p.shard != mpo.me && p.covers(key))
+    }
+}
+
+impl Overlay<'_> {
     fn note(&self, what: impl FnOnce() -> String) {
         let mut outside = self.outside.borrow_mut();
         if outside.is_none() {
@@ -730,7 +814,7 @@ pub(crate) fn execute(
             .writes
             .iter()
             .map(|(k, _)| k)
-            .filter(|k| !is_internal(k) && !overlay.declared.contains(*k))
+            .filter(|k| !overlay.writable(&mpo, k))
             .min()
             .map(|k| key_name(k))
     });
@@ -753,9 +837,7 @@ pub(crate) fn execute(
         .planted()
         .has(creek_types::planted::Bug::MpoInstallRemoteWrite)
     {
-        executed
-            .writes
-            .retain(|(k, _)| !overlay.remote.contains_key(k));
+        executed.writes.retain(|(k, _)| !overlay.foreign(&mpo, k));
     }
     for scan in &mut executed.scans {
         scan.keys.retain(|k| !overlay.remote.contains_key(k));

@@ -179,17 +179,20 @@ fn directory_checks(cfg: &SimConfig, out: &Outcome, dir: &DirectoryEnd) -> Vec<C
     checks
 }
 
+/// Whether shard `s` keeps record `key` of the workload's data: it owns
+/// it, or every shard keeps it ([`Workload::record_route`]).
+fn owns(out: &Outcome, s: usize, key: &Bytes) -> bool {
+    out.workload
+        .record_route(key)
+        .is_none_or(|(ks, k)| usize::from(out.map.owner(ks.as_deref(), &k).0) == s)
+}
+
 /// The checks of shard `s`: its replicas, the ops invoked at them and
 /// broadcast by them, and the data it owns.
 fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
     let slots = out.shard_slots(s);
-    let owned = |key: &Bytes| {
-        cfg.shards == 1
-            || workload
-                .record_route(key)
-                .is_none_or(|(ks, k)| usize::from(out.map.owner(ks.as_deref(), &k).0) == s)
-    };
+    let owned = |key: &Bytes| cfg.shards == 1 || owns(out, s, key);
     let initial_state = if out.preloaded {
         workload
             .preload()
@@ -233,18 +236,16 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
         let Some(i) = reference_replica(out, s) else {
             continue;
         };
+        // Each record from its owner (a table every shard keeps, from
+        // each: they hold the same).
         let owned = out.nodes[i].committed_state().into_iter().filter(|(k, _)| {
-            k.first() != Some(&creek_procs::registry::INTERNAL_KEY_PREFIX)
-                && usize::from(out.map.owner(None, k).0) == s
+            k.first() != Some(&creek_procs::registry::INTERNAL_KEY_PREFIX) && owns(out, s, k)
         });
         state.extend(owned);
     }
-    let mut violations = workload.check(&out.history, &state);
-    violations.extend(out.mpo_violations.iter().cloned());
-    violations.extend(mpo_outcome_violations(out));
-    violations.extend(mpo_order_violations(out));
-    // Linearizability over every shard's ops together, each MPO as the
-    // client's call it runs (its keys on several shards).
+    // Every shard's ops together, each MPO as the client's call it runs
+    // (its keys on several shards): the workload's invariants and
+    // linearizability judge them.
     let history = History {
         ops: out
             .history
@@ -265,6 +266,10 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
             })
             .collect(),
     };
+    let mut violations = workload.check(&history, &state);
+    violations.extend(out.mpo_violations.iter().cloned());
+    violations.extend(mpo_outcome_violations(out));
+    violations.extend(mpo_order_violations(out));
     let initial_state = if out.preloaded {
         workload.preload().into_iter().collect()
     } else {
@@ -378,7 +383,7 @@ fn mpo_outcome_violations(out: &Outcome) -> Vec<String> {
             out.workload
                 .preload()
                 .into_iter()
-                .filter(|(k, _)| usize::from(out.map.owner(None, k).0) == s)
+                .filter(|(k, _)| owns(out, s, k))
                 .collect()
         } else {
             BTreeMap::new()

@@ -36,14 +36,8 @@ fn transfer_between(me: u32, from: &str, to: &str, amount: i64) -> MpoCall {
         Value::Int(amount),
     ]);
     let parts = vec![
-        Part {
-            shard: 2,
-            keys: vec![b("b")],
-        },
-        Part {
-            shard: 1,
-            keys: vec![b("a")],
-        },
+        Part::new(2, vec![b("b")]),
+        Part::new(1, vec![b("a")]),
     ];
     MpoCall::new(ID, me, parts, "kv.transfer", args).unwrap()
 }
@@ -221,14 +215,8 @@ fn a_multi_key_read_sees_every_shards_values() {
         Value::Bytes(b("z")),
     ])]);
     let parts = vec![
-        Part {
-            shard: 0,
-            keys: vec![b("x"), b("z")],
-        },
-        Part {
-            shard: 5,
-            keys: vec![b("y")],
-        },
+        Part::new(0, vec![b("x"), b("z")]),
+        Part::new(5, vec![b("y")]),
     ];
     let call = MpoCall::new(ID, 5, parts, "kv.mget", args).unwrap();
     let remote = vec![(b("x"), Some(b("1"))), (b("z"), None)];
@@ -248,23 +236,14 @@ fn a_multi_key_read_sees_every_shards_values() {
 #[test]
 fn malformed_mpos_are_refused_with_the_reason() {
     let args = Bytes::new();
-    let one = vec![Part {
-        shard: 1,
-        keys: vec![b("a")],
-    }];
+    let one = vec![Part::new(1, vec![b("a")])];
     assert!(MpoCall::new(ID, 1, one, "kv.get", args.clone())
         .unwrap_err()
         .contains("2 to"));
     let two = |ka: &str, kb: &str| {
         vec![
-            Part {
-                shard: 1,
-                keys: vec![b(ka)],
-            },
-            Part {
-                shard: 2,
-                keys: vec![b(kb)],
-            },
+            Part::new(1, vec![b(ka)]),
+            Part::new(2, vec![b(kb)]),
         ]
     };
     assert!(MpoCall::new(ID, 3, two("a", "b"), "kv.get", args.clone())
@@ -352,10 +331,7 @@ fn an_access_outside_the_declared_keys_aborts_naming_the_key() {
 /// keys); Creek's other records cannot.
 #[test]
 fn keyspace_keys_are_keys_and_other_records_are_not() {
-    let part = |shard, key: Bytes| Part {
-        shard,
-        keys: vec![key],
-    };
+    let part = |shard, key: Bytes| Part::new(shard, vec![key]);
     let ks = |k: &str| crate::keyspace::data_key("accounts", k.as_bytes());
     let args = Bytes::new();
     let ok = MpoCall::new(
@@ -378,18 +354,93 @@ fn keyspace_keys_are_keys_and_other_records_are_not() {
 fn reads_of_keyspace_keys_keep_the_verdict_first() {
     let ks = |k: &str| crate::keyspace::data_key("accounts", k.as_bytes());
     let parts = vec![
-        Part {
-            shard: 1,
-            keys: vec![ks("a")],
-        },
-        Part {
-            shard: 2,
-            keys: vec![ks("b")],
-        },
+        Part::new(1, vec![ks("a")]),
+        Part::new(2, vec![ks("b")]),
     ];
     let call = MpoCall::new(ID, 1, parts, "both", Bytes::new()).unwrap();
     let on = MapSnapshot([(ks("a"), b("1"))].into_iter().collect());
     let reads = call.read_local(&ProcCall::new("both", Bytes::new()), &on);
     assert!(call.reads_fit(1, &reads), "{reads:?}");
     assert_eq!(reads_from_value(&reads_value(&reads)), Some(reads));
+}
+
+/// `kv.mput` writing key `a` (shard 1) and `p/x` under shard 2's prefix
+/// `p/`, as shard `me` runs it.
+fn put_under_prefix(me: u32, key: &str) -> MpoCall {
+    let list = |xs: [&str; 2]| Value::List(xs.iter().map(|x| Value::Bytes(b(x))).collect());
+    let args = encode_args(&[list(["a", key]), list(["1", "2"])]);
+    let parts = vec![
+        Part::new(1, vec![b("a")]),
+        Part {
+            shard: 2,
+            keys: Vec::new(),
+            prefixes: vec![b("p/")],
+        },
+    ];
+    MpoCall::new(ID, me, parts, "kv.mput", args).unwrap()
+}
+
+/// A write under a part's prefix is installed by that shard only, a part
+/// may hold only prefixes (it sends just its verdict), and prefixes cross
+/// the wire.
+#[test]
+fn a_write_under_a_prefix_is_installed_by_its_shard_only() {
+    let (one, two) = (state(&[]), state(&[]));
+    let client = ProcCall::new("kv.mput", Bytes::new());
+    let (c1, c2) = (put_under_prefix(1, "p/x"), put_under_prefix(2, "p/x"));
+    assert_eq!(MpoCall::decode(&c2.encode()), Ok(c2.clone()));
+    let (r1, r2) = (c1.read_local(&client, &one), c2.read_local(&client, &two));
+    assert_eq!(r2.len(), 1, "only the verdict: {r2:?}");
+    let e1 = run(&c1.with_inputs(inputs(1, 2, &r2)), &one, None);
+    let e2 = run(&c2.with_inputs(inputs(1, 1, &r1)), &two, None);
+    assert!(e1.outcome.is_ok() && e2.outcome.is_ok(), "{e1:?} {e2:?}");
+    assert_eq!(data(&e1), vec![(b("a"), Some(b("1")))]);
+    assert_eq!(data(&e2), vec![(b("p/x"), Some(b("2")))]);
+    // A key under no prefix and not declared aborts on both.
+    let (c1, c2) = (put_under_prefix(1, "q/x"), put_under_prefix(2, "q/x"));
+    let e1 = run(&c1.with_inputs(inputs(1, 2, &r2)), &one, None);
+    let e2 = run(&c2.with_inputs(inputs(1, 1, &r1)), &two, None);
+    assert_eq!(e1.outcome, e2.outcome);
+    assert!(e1.outcome.unwrap_err().0.contains(r#"key "q/x" is not among"#));
+}
+
+/// A prefix is for writing: a read of a key under it that no part names
+/// aborts the same way as any undeclared key.
+#[test]
+fn a_read_under_a_prefix_aborts() {
+    let parts = vec![
+        Part::new(1, vec![b("a")]),
+        Part {
+            shard: 2,
+            keys: vec![b("b")],
+            prefixes: vec![b("p/")],
+        },
+    ];
+    let args = encode_args(&[Value::List(vec![
+        Value::Bytes(b("a")),
+        Value::Bytes(b("p/x")),
+    ])]);
+    let call = MpoCall::new(ID, 2, parts, "kv.mget", args).unwrap();
+    let e = run(&call, &state(&[("p/x", "1")]), None);
+    assert!(e.outcome.unwrap_err().0.contains(r#"key "p/x" is not among"#));
+}
+
+/// Prefixes must not overlap another part's keys or prefixes, nor each
+/// other.
+#[test]
+fn overlapping_prefixes_are_refused() {
+    let with = |keys: &[&str], prefixes: &[&str]| Part {
+        shard: 2,
+        keys: keys.iter().map(|k| b(k)).collect(),
+        prefixes: prefixes.iter().map(|k| b(k)).collect(),
+    };
+    let try_parts = |two: Part| {
+        MpoCall::new(ID, 1, vec![Part::new(1, vec![b("p/a")]), two], "kv.mget", Bytes::new())
+    };
+    assert!(try_parts(with(&["b"], &["q/"])).is_ok());
+    assert!(try_parts(with(&["p/b"], &["p/b/"])).is_ok(), "own key under own prefix");
+    for bad in [with(&[], &["p/"]), with(&["b"], &["q/", "q/r"]), with(&["b"], &[""])] {
+        let e = try_parts(bad).unwrap_err();
+        assert!(e.contains("prefix"), "{e}");
+    }
 }

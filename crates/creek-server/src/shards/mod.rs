@@ -541,7 +541,7 @@ fn across(
     }
     let parts = parts
         .into_iter()
-        .map(|(shard, keys)| Part { shard, keys })
+        .map(|(shard, keys)| Part::new(shard, keys))
         .collect();
     MpoCall::new(
         MpoId::UNSET,

@@ -115,26 +115,13 @@ pub(super) struct MpoState {
 
 impl Sim {
     /// A client's op whose keys span shards: as an MPO, the call its
-    /// origin (on the shard owning its first key) runs, and that shard;
+    /// origin runs (on the shard the workload picks), and that shard;
     /// `None` if the run makes no MPOs or the keys cannot make one.
     pub(super) fn as_mpo(&self, map: &ShardMap, call: &ProcCall) -> Option<(usize, ProcCall)> {
         if self.cfg.cross_shard <= 0.0 {
             return None;
         }
-        let keys = self.workload.route_keys(call);
-        let mut parts: BTreeMap<u32, Vec<Bytes>> = BTreeMap::new();
-        for (ks, key) in &keys {
-            if ks.is_some() {
-                return None; // keyspace keys: not yet
-            }
-            let owner = u32::from(map.owner(None, key).0);
-            parts.entry(owner).or_default().push(key.clone());
-        }
-        let first = u32::from(map.owner(None, &keys.first()?.1).0);
-        let parts = parts
-            .into_iter()
-            .map(|(shard, keys)| creek_procs::mpo::Part { shard, keys })
-            .collect();
+        let (first, parts) = self.workload.mpo_parts(call, map)?;
         let mpo = MpoCall::new(MpoId::UNSET, first, parts, &call.name, call.args.clone()).ok()?;
         Some((first as usize, mpo.call(call)))
     }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use creek_check::history::{History, OpRecord};
+use creek_procs::mpo::Part;
 use creek_procs::Registry;
 use creek_shard::{ShardId, ShardMap};
 use creek_types::value::{decode_args, Value};
@@ -67,6 +68,28 @@ pub trait Workload: Send + Sync {
     /// (ops on one key each always stay on one shard).
     fn place(&mut self, _map: &mut ShardMap) -> Result<(), String> {
         Ok(())
+    }
+    /// `call`, whose route keys span shards under `map`, as an operation
+    /// across shards (docs/cross-shard.md): the shard its origin is on and
+    /// every involved shard's part, or `None` if it cannot run as one.
+    /// The default: each route key is a key of the built-in data, declared
+    /// on its owner's part, and the origin is the first key's shard.
+    fn mpo_parts(&self, call: &ProcCall, map: &ShardMap) -> Option<(u32, Vec<Part>)> {
+        let keys = self.route_keys(call);
+        let mut parts: BTreeMap<u32, Vec<Bytes>> = BTreeMap::new();
+        for (ks, key) in &keys {
+            if ks.is_some() {
+                return None; // a keyspace's keys: declared by its procedures
+            }
+            let owner = u32::from(map.owner(None, key).0);
+            parts.entry(owner).or_default().push(key.clone());
+        }
+        let first = u32::from(map.owner(None, &keys.first()?.1).0);
+        let parts = parts
+            .into_iter()
+            .map(|(shard, keys)| Part::new(shard, keys))
+            .collect();
+        Some((first, parts))
     }
     /// Where a preloaded record lives on a sharded cluster: the shard
     /// owning this key, or `None` for a record every shard keeps (a
@@ -147,9 +170,15 @@ pub struct WorkloadConfig {
     pub preload: bool,
     /// `ycsb`: the generator's settings.
     pub ycsb: YcsbConfig,
-    /// `bank` on a sharded cluster: the share of transfers between
-    /// accounts of two shards.
+    /// `bank` and `ycsb` on a sharded cluster: the share of ops across
+    /// two shards; `tpcc`: above 0, remote warehouses are drawn from every
+    /// warehouse as the specification does (New-Orders and Payments whose
+    /// remote warehouse is on another shard run across shards), else from
+    /// the home warehouse's shard.
     pub cross_shard: f64,
+    /// `tpcc`: no remote warehouse at all (every New-Order line supplied
+    /// and every Payment made at the home warehouse).
+    pub tpcc_local: bool,
 }
 
 impl Default for WorkloadConfig {
@@ -172,6 +201,7 @@ impl Default for WorkloadConfig {
                 ..YcsbConfig::default()
             },
             cross_shard: 0.0,
+            tpcc_local: false,
         }
     }
 }
@@ -283,7 +313,8 @@ pub(crate) mod testkit {
     use creek_core::{OpId, ReplicaId, ViewKind};
     use creek_exec::basic::replay;
     use creek_exec::{Outcome, ProcCall, TxnLimits};
-    use creek_procs::Registry;
+    use creek_procs::mpo::Part;
+use creek_procs::Registry;
     use creek_types::value::{encode_args, Value};
 
     use super::Workload;

@@ -21,10 +21,11 @@
 //! empty): the transactions touch too many keys for the checker to be
 //! useful.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use creek_check::history::History;
+use creek_procs::mpo::Part;
 use creek_procs::Registry;
 use creek_shard::{Placement, ShardMap};
 use creek_types::value::Value;
@@ -60,8 +61,13 @@ pub struct TpccWorkload {
     /// What it was built from (a sharded run rebuilds it bulk-loaded).
     config: WorkloadConfig,
     /// On a sharded cluster, the first warehouse of each shard, in order:
-    /// a terminal draws its remote warehouses from its home shard's.
+    /// a terminal draws its remote warehouses from its home shard's, but
+    /// with `cross_shard` from every warehouse.
     shard_starts: Option<Vec<u16>>,
+    /// With `cross_shard`: the customer each name index record picks (a
+    /// terminal's lookup before a remote Payment by last name, which
+    /// declares the customer; TPC-C never renames one).
+    by_name: HashMap<Bytes, u32>,
 }
 
 /// The keyspace name TPC-C's data is placed under on a sharded cluster
@@ -119,13 +125,19 @@ impl TpccWorkload {
             ops_issued: 0,
             config: config.clone(),
             shard_starts: None,
+            by_name: HashMap::new(),
         })
     }
 
-    /// The warehouses (first, last) of the shard holding `w`, or all of
-    /// them unsharded.
-    fn shard_range(&self, w: u16) -> (u16, u16) {
-        let Some(starts) = &self.shard_starts else {
+    /// The warehouses (first, last) a terminal of `w` draws remote ones
+    /// from: the shard holding `w` on a sharded cluster, all of them
+    /// unsharded or across shards, none but `w` itself when local.
+    fn remote_range(&self, w: u16) -> (u16, u16) {
+        if self.config.tpcc_local {
+            return (w, w);
+        }
+        let Some(starts) = self.shard_starts.as_ref().filter(|_| self.config.cross_shard <= 0.0)
+        else {
             return (1, self.scale.warehouses);
         };
         let i = starts.partition_point(|first| *first <= w).max(1) - 1;
@@ -160,7 +172,7 @@ impl Workload for TpccWorkload {
         // each its own session, share them.
         let slot = client % (10 * u32::from(scale.warehouses));
         let w = slot % u32::from(scale.warehouses) + 1;
-        let (first, last) = self.shard_range(w as u16);
+        let (first, last) = self.remote_range(w as u16);
         let terminal = self.terminals.entry(slot).or_insert_with(|| {
             let d =
                 slot / u32::from(scale.warehouses) % u32::from(scale.districts_per_warehouse) + 1;
@@ -261,7 +273,34 @@ impl Workload for TpccWorkload {
             .place(map.epoch, Some(KEYSPACE), Placement::Ranges(ranges))
             .map_err(|e| e.to_string())?;
         self.shard_starts = Some(starts);
+        if self.config.cross_shard > 0.0 {
+            let name_index = [tpcc::keys::PREFIX, tpcc::keys::tag::CUSTOMER_BY_LAST];
+            self.by_name = self
+                .preload
+                .iter()
+                .filter(|(k, _)| k.starts_with(&name_index))
+                .filter_map(|(k, v)| Some((k.clone(), tpcc::customer_of_name_index(v).ok()?)))
+                .collect();
+        }
         Ok(())
+    }
+
+    /// A New-Order or Payment with a remote warehouse on another shard:
+    /// the records it declares (`tpcc::declared`) on their warehouses'
+    /// shards, its origin the home warehouse's.
+    fn mpo_parts(&self, call: &ProcCall, map: &ShardMap) -> Option<(u32, Vec<Part>)> {
+        let d = tpcc::declared::declared(call, |index| self.by_name.get(index).copied())?;
+        let shard = |w: u16| u32::from(map.owner(Some(KEYSPACE), &warehouse_key(w).1).0);
+        let mut parts: BTreeMap<u32, Part> = BTreeMap::new();
+        for (w, key) in d.keys {
+            let s = shard(w);
+            parts.entry(s).or_insert_with(|| Part::new(s, Vec::new())).keys.push(key);
+        }
+        for (w, prefix) in d.prefixes {
+            let s = shard(w);
+            parts.entry(s).or_insert_with(|| Part::new(s, Vec::new())).prefixes.push(prefix);
+        }
+        Some((shard(d.home), parts.into_values().collect()))
     }
 
     fn record_route(&self, key: &Bytes) -> Option<RouteKey> {
@@ -270,6 +309,23 @@ impl Workload for TpccWorkload {
             None if key.first() == Some(&tpcc::keys::PREFIX) => None,
             None => Some((None, key.clone())),
         }
+    }
+
+    /// Across shards, a Payment's history row lives on its customer's
+    /// shard and its YTDs on the home warehouse's: the conditions hold
+    /// only over every shard's data together (the cross-shard check runs
+    /// [`Workload::check`] on it).
+    fn check_shard(
+        &self,
+        _map: &ShardMap,
+        _shard: creek_shard::ShardId,
+        history: &History,
+        committed_state: &BTreeMap<Bytes, Bytes>,
+    ) -> Vec<String> {
+        if self.config.cross_shard > 0.0 {
+            return Vec::new();
+        }
+        self.check(history, committed_state)
     }
 
     fn check(&self, history: &History, committed_state: &BTreeMap<Bytes, Bytes>) -> Vec<String> {

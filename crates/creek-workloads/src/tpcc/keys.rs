@@ -98,6 +98,21 @@ fn district_key(tag: u8, w: u16, d: u8, extra: usize) -> BytesMut {
     k
 }
 
+/// The prefix of district `d` of warehouse `w`'s rows of table `tag`: the
+/// new orders, orders or order lines a New-Order creates under the order
+/// id it draws as it runs.
+pub fn district_rows(tag: u8, w: u16, d: u8) -> Bytes {
+    district_key(tag, w, d, 0).freeze()
+}
+
+/// The prefix of customer `c`'s history rows (a Payment adds one keyed by
+/// the payment count it reads).
+pub fn customer_history(w: u16, d: u8, c: u32) -> Bytes {
+    let mut k = district_key(tag::HISTORY, w, d, 4);
+    k.put_u32(c);
+    k.freeze()
+}
+
 /// Warehouse `w`.
 pub fn warehouse(w: u16) -> Bytes {
     let mut k = start(tag::WAREHOUSE, 2);

@@ -100,6 +100,7 @@ use creek_procs::{Registry, Signature};
 use creek_types::value::{decode_args_shared, Value};
 
 pub mod check;
+pub mod declared;
 pub mod delivery;
 pub mod generator;
 pub mod keys;
@@ -351,6 +352,18 @@ pub(crate) fn read_row<T>(
     }
 }
 
+/// The customer a by-last-name selection picks from the name's index
+/// record: the one at position ceil(n/2) of those sorted by first name.
+pub fn customer_of_name_index(raw: &Bytes) -> Result<u32, Abort> {
+    let entries = rows::decode_name_index(raw)?;
+    let n = entries.len();
+    // Position ceil(n/2), 1-based, is index (n - 1) / 2.
+    entries
+        .get(n.saturating_sub(1) / 2)
+        .map(|(_, c)| *c)
+        .ok_or_else(|| Abort::new("empty customer name index"))
+}
+
 /// Resolve a customer selector to a C_ID (clause 2.5.2.2: by last name, the
 /// customer at position ceil(n/2) of those sorted by first name).
 pub(crate) fn resolve_customer(
@@ -369,13 +382,7 @@ pub(crate) fn resolve_customer(
                     String::from_utf8_lossy(last)
                 ))
             })?;
-            let entries = rows::decode_name_index(&raw)?;
-            let n = entries.len();
-            // Position ceil(n/2), 1-based, is index (n - 1) / 2.
-            entries
-                .get(n.saturating_sub(1) / 2)
-                .map(|(_, c)| *c)
-                .ok_or_else(|| Abort::new("empty customer name index"))
+            customer_of_name_index(&raw)
         }
     }
 }

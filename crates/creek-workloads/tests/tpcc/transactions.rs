@@ -508,3 +508,50 @@ fn stock_level_counts_distinct_low_items_of_the_last_20_orders() {
     let ex = db.exec(tpcc::STOCK_LEVEL, input(10).encode());
     assert!(ex.writes.is_empty());
 }
+
+/// Every record a New-Order or Payment reads is among the keys it
+/// declares, and every record it writes is one of them or under a declared
+/// prefix: what lets it run as an operation across shards.
+#[test]
+fn new_order_and_payment_touch_only_what_they_declare() {
+    use creek_workloads::tpcc::{declared::declared, Generator, GeneratorConfig, NuRandC};
+    let mut db = Db::new(&TINY, 7);
+    let mut rng = tpcc::Rng::new(5);
+    let constants = NuRandC::for_run(db.load_c, &mut rng);
+    let mut terminals: Vec<Generator> = (1..=TINY.warehouses)
+        .map(|w| {
+            let cfg = GeneratorConfig {
+                scale: TINY,
+                home_w_id: w,
+                stock_level_d_id: 1,
+                constants,
+            };
+            Generator::new(cfg, u64::from(w) * 77).expect("valid terminal")
+        })
+        .collect();
+    let (mut checked, mut remote) = (0, 0);
+    let count = terminals.len();
+    for n in 0..600 {
+        let call = terminals[n % count].next(3000 + n as i64);
+        let proc_call = ProcCall::new(call.name, call.args.clone());
+        let state = db.state.clone();
+        let by_name = |index: &Bytes| tpcc::customer_of_name_index(state.get(index)?).ok();
+        let Some(d) = declared(&proc_call, by_name) else {
+            assert!(!matches!(call.name, tpcc::NEW_ORDER | tpcc::PAYMENT));
+            continue;
+        };
+        let homes: BTreeSet<u16> = d.keys.iter().map(|(w, _)| *w).collect();
+        remote += usize::from(homes.len() > 1);
+        let ex = db.exec(call.name, call.args);
+        let is_key = |k: &Bytes| d.keys.iter().any(|(_, key)| key == k);
+        for (k, _) in &ex.reads {
+            assert!(is_key(k), "{} read undeclared {k:?}", call.name);
+        }
+        for (k, _) in &ex.writes {
+            let under = d.prefixes.iter().any(|(_, p)| k.starts_with(p));
+            assert!(is_key(k) || under, "{} wrote undeclared {k:?}", call.name);
+        }
+        checked += 1;
+    }
+    assert!(checked > 400 && remote > 10, "{checked} checked, {remote} remote");
+}
