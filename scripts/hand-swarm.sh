@@ -19,10 +19,11 @@
 # minutes on an idle machine.
 #
 # `scripts/hand-swarm.sh mpo` runs the swarm of operations across shards:
-# 2,000 seeds of bank on clusters of shards of 3 replicas where 30 % of
-# the transfers go between two shards (docs/cross-shard.md), 300 ms of
-# clients on a LAN: 1,600 on 2 shards and 300 on 3; on wide-area links
-# (4 s): 100 on 2 shards.
+# 2,100 seeds on clusters of shards of 3 replicas, 300 ms of clients on a
+# LAN: bank where 30 % of the transfers go between two shards
+# (docs/cross-shard.md), 1,600 on 2 shards and 300 on 3, and TPC-C with
+# the specification's remote warehouses, 100 on 2 shards; on wide-area
+# links (4 s): bank, 100 on 2 shards.
 #
 # SWARM_OFFSET=N moves every seed range up by N (another set of seeds than
 # the last run's).
@@ -62,6 +63,7 @@ if [ "${1:-}" = mpo ]; then
   cross=0.3
   plan="mpo2 creek lan bank 300000 1600 300ms 2 3
 mpo3 creek lan bank 300000 300 300ms 3 3
+mpo-tpcc2 creek lan tpcc 300000 100 300ms 2 3
 wan-mpo2 creek wan bank 300000 100 4s 2 3"
 fi
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CI swarm: 279 seeds, every fault class (the simulated disk and a lost
+# The CI swarm: 283 seeds, every fault class (the simulated disk and a lost
 # disk included), two runs at a time (2 cores). On Creek: 32 seeds each of
 # queue and bank, 22 each of kv and list, 10 of procs (user procedures
 # registered at run time; a seed costs about two kv seeds) and 14 each of
@@ -11,7 +11,8 @@
 # ownership check): 10 kv, 4 bank and 4 procs seeds on a LAN (500 ms), 4
 # kv seeds on wide-area links (4 s); operations across shards (bank with
 # 30 % of transfers between shards, the cross-shard check): 10 seeds on a
-# LAN (500 ms), 3 on wide-area links (4 s). Exits
+# LAN (500 ms), 3 on wide-area links (4 s), and 4 TPC-C seeds with the
+# specification's remote warehouses (500 ms). Exits
 # non-zero if any seed fails; each failure prints the command that
 # reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
 #
@@ -50,6 +51,7 @@ shard-bank creek lan bank 1000..1004 500ms all 2 3
 shard-procs creek lan procs 1000..1004 500ms all 2 3
 shard-wan-kv creek wan kv 1000..1004 4s all 2 3
 shard-mpo-bank creek lan bank 1000..1010 500ms all 2 3 0.3
+shard-mpo-tpcc creek lan tpcc 1000..1004 500ms all 2 3 0.3
 shard-wan-mpo-bank creek wan bank 1000..1003 4s all 2 3 0.3"
 
 run() {

@@ -57,6 +57,26 @@ pub(crate) fn start(
     start_on(clients, peers, 1, name, log_filter, tls, edit)
 }
 
+/// Start `shards` shards of `per_shard` replicas each and the directory
+/// group's [`DIRECTORY`] (the last ones), keys hashed over the shards, as
+/// [`start`] does one group.
+pub(crate) fn start_sharded(
+    shards: usize,
+    per_shard: usize,
+    name: &str,
+    log_filter: &str,
+    edit: impl Fn(&mut ServerConfig),
+) -> Result<Servers, String> {
+    let n = shards * per_shard + DIRECTORY;
+    let mut clients = creek_harness::ports::reserve(2 * n)?;
+    let peers = clients.split_off(n);
+    start_on(clients, peers, shards, name, log_filter, false, edit)
+}
+
+/// The file, in the servers' directory, a sharded cluster's replicas read
+/// the map from.
+pub(crate) const MAP_FILE: &str = "shard-map.bin";
+
 /// Replicas of the directory group a cluster of several shards runs
 /// beside them (it holds the map and sequences operations across shards).
 pub(crate) const DIRECTORY: usize = 3;
@@ -95,7 +115,7 @@ fn start_on(
     };
     let directory = if shards > 1 { DIRECTORY } else { 0 };
     let per_shard = n.saturating_sub(directory) / shards.max(1);
-    let map_path = servers.dir.join("shard-map.bin");
+    let map_path = servers.dir.join(MAP_FILE);
     if shards > 1 {
         write_map(&servers, shards, &map_path)?;
     }

@@ -307,6 +307,36 @@ fn a_second_copy_of_an_mpo_on_one_shard_changes_nothing() {
     assert!(r2.is_quiescent(), "{:?}", r2.mpo_waiting());
 }
 
+/// Another shard handed the origin's shard a copy of the MPO while the
+/// origin's own op was late (on a cluster: a leader change), and the copy
+/// committed first: the origin's op commits as the second, and its client
+/// still learns how the MPO ended (before, the second op ran as a no-op
+/// and the client's final view said nil — found by `creek chaos --shards
+/// 2`).
+#[test]
+fn an_origin_whose_op_commits_after_a_copy_answers_the_mpos_outcome() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    put(&mut r1, "a", "10");
+    put(&mut r2, "b", "5");
+    let (mpo, id1, id2) = invoke_pair(&mut r1, &mut r2, "a", "b", 4);
+    let copy = r1
+        .invoke_mpo_copy(transfer(mpo, 1, "a", "b", 4), 0)
+        .unwrap();
+    r1.cab_deliver(op_id(copy));
+    r1.cab_deliver(id1);
+    r2.cab_deliver(id2);
+    r1.mpo_sequenced(mpo, 1);
+    r2.mpo_sequenced(mpo, 1);
+    let views = exchange(&mut r1, &mut r2);
+    assert_eq!(value(&r1, "a").as_deref(), Some("6"), "transferred once");
+    assert_eq!(value(&r2, "b").as_deref(), Some("9"));
+    let stable: Vec<_> = views
+        .iter()
+        .filter(|(n, kind, _)| *n == 1 && *kind != ViewKind::Tentative)
+        .collect();
+    assert_eq!(stable, vec![&(1, ViewKind::Stable, Ok(pair(6, 9)))]);
+}
+
 #[test]
 fn the_origin_names_the_mpo_after_its_own_op_and_knows_what_it_holds() {
     let (mut r1, mut r2) = (replica(1), replica(2));

@@ -29,8 +29,15 @@
 //! replica protocol can find it again after a restart and answer a shard
 //! that asks for its reads again: [`SEQ_KEY`], the index of the last MPO
 //! the shard committed, and for each of its last [`READS_KEPT`] MPOs the
-//! values it read ([`reads_key`]) and which MPO holds each index
-//! ([`order_key`], so the oldest record can be found and deleted).
+//! values it read ([`reads_key`]), how it ended ([`outcome_key`]) and
+//! which MPO holds each index ([`order_key`], so the oldest record can be
+//! found and deleted).
+//!
+//! A shard may hold two ops of one MPO (its own, and a copy another
+//! shard handed it while its own was late): the first to commit runs the
+//! call, the other commits as [`ANSWER`], which answers how the MPO ended
+//! here — so an origin whose own op was the second still tells its client
+//! the MPO's outcome.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -46,6 +53,10 @@ use creek_types::ProcCall;
 /// replicas invoke it.
 pub const RUN: &str = "creek.mpo.run";
 
+/// What a second op of an MPO on one shard runs: the outcome the first
+/// recorded ([`outcome_key`]). Internal: only replicas invoke it.
+pub const ANSWER: &str = "creek.mpo.answer";
+
 /// Most shards one MPO involves.
 pub const PARTS_MAX: usize = 64;
 
@@ -59,6 +70,10 @@ pub const SEQ_KEY: &[u8] = b"\0mpo/seq";
 /// Where a shard keeps the values it read for an MPO (the MPO's id, 16
 /// bytes, after the prefix).
 pub const READS_PREFIX: &[u8] = b"\0mpo/reads/";
+
+/// Where a shard keeps how an MPO ended, as [`encode_answer`] writes it
+/// (the MPO's id, 16 bytes, after the prefix).
+pub const OUTCOMES_PREFIX: &[u8] = b"\0mpo/outcome/";
 
 /// Where a shard keeps which MPO holds each index (8 bytes after the
 /// prefix).
@@ -585,6 +600,22 @@ pub fn reads_key(id: MpoId) -> Bytes {
     Bytes::from(key)
 }
 
+/// Where a shard keeps how MPO `id` ended.
+pub fn outcome_key(id: MpoId) -> Bytes {
+    let mut key = OUTCOMES_PREFIX.to_vec();
+    key.extend_from_slice(&id.origin.to_be_bytes());
+    key.extend_from_slice(&id.seq.to_be_bytes());
+    Bytes::from(key)
+}
+
+/// The call a second op of MPO `id` on one shard runs instead of the MPO
+/// ([`ANSWER`]).
+pub fn answer_call(id: MpoId) -> ProcCall {
+    let mut call = ProcCall::new(ANSWER, encode_id(id));
+    call.strong = true;
+    call
+}
+
 /// Where a shard keeps which MPO holds index `index`.
 pub fn order_key(index: u64) -> Bytes {
     let mut key = ORDER_PREFIX.to_vec();
@@ -729,6 +760,27 @@ pub(crate) fn register(r: &mut Registry) {
         |a| MpoCall::decode(&Bytes::copy_from_slice(a)).map(drop),
         |_, _| Err(Abort::new(format!("{RUN} runs through execute_call"))),
     );
+    r.register_fn(
+        ANSWER,
+        true,
+        |a| {
+            decode_id(a)
+                .filter(|_| a.len() == 16)
+                .map(drop)
+                .ok_or_else(|| format!("{ANSWER}: malformed arguments: expected an MPO id"))
+        },
+        |txn, args| {
+            let id = decode_id(args).ok_or_else(|| Abort::new(format!("{ANSWER}: no MPO id")))?;
+            let raw = txn.get(&outcome_key(id)).ok_or_else(|| {
+                Abort::new(format!(
+                    "{id} ran as another op of this shard, and how it ended is no longer kept"
+                ))
+            })?;
+            decode_answer(&raw).unwrap_or_else(|| {
+                Err(Abort::new(format!("{ANSWER}: a malformed outcome record")))
+            })
+        },
+    );
 }
 
 /// Run a [`RUN`] call: the client's call with the other shards' keys read
@@ -869,6 +921,7 @@ fn record(
             Some(Bytes::copy_from_slice(&index.to_be_bytes())),
         ),
         (reads_key(mpo.id), Some(reads_value(&local).encode())),
+        (outcome_key(mpo.id), Some(encode_answer(&executed.outcome))),
         (order_key(index), Some(encode_id(mpo.id))),
     ];
     if let Some(old) = index.checked_sub(READS_KEPT).filter(|k| *k > 0) {
@@ -877,6 +930,7 @@ fn record(
         reads.push((at.clone(), version));
         if let Some(id) = held.as_deref().and_then(decode_id) {
             writes.push((reads_key(id), None));
+            writes.push((outcome_key(id), None));
         }
         writes.push((at, None));
     }

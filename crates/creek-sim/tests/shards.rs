@@ -291,6 +291,28 @@ fn transfers_across_shards_keep_the_total() {
     assert!(report["latency_us"]["mpo_stable"]["p50"].as_u64().unwrap() > 0);
 }
 
+/// TPC-C with the specification's remote warehouses: New-Orders and
+/// Payments whose remote warehouse is on the other shard run across
+/// shards, and the consistency conditions hold over both shards' data.
+#[test]
+fn tpcc_with_remote_warehouses_on_other_shards_runs_them_across_shards() {
+    let cfg = SimConfig {
+        faults: Faults::default(),
+        cross_shard: 1.0,
+        ..config("tpcc", 2)
+    };
+    let (report, ok) = simulate(&cfg).unwrap();
+    assert!(ok, "{}", report["violations"]);
+    assert_eq!(report["checks"]["cross_shard"], true);
+    let started = report["faults"]["mpo_started"].as_u64().unwrap_or(0);
+    assert!(started > 5, "{}", report["faults"]);
+    assert_eq!(
+        report["faults"]["mpo_completed"],
+        report["faults"]["mpo_started"]
+    );
+    assert!(report["faults"].get("route_refused").is_none());
+}
+
 /// Each planted bug of operations across shards is caught within 20
 /// seeds (transfers across shards, every fault class).
 #[test]

@@ -16,6 +16,7 @@
 
 mod client;
 mod nemesis;
+mod sharded;
 mod verdict;
 mod world;
 
@@ -41,9 +42,15 @@ pub struct Args {
     /// the clock, printed in the report).
     #[arg(long)]
     seed: Option<u64>,
-    /// Replicas the cluster starts with (3 to 5).
+    /// Replicas the cluster starts with (3 to 5); with `--shards`, per
+    /// shard.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
+    /// Shards (2 or more: a sharded cluster, with the directory group's
+    /// three replicas, bank transfers across shards and a nemesis on
+    /// every group; see `sharded.rs`). 1: one group.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
     /// Clients: half on registers and counters, half on bank transfers;
     /// the second half of them issue weak ops only.
     #[arg(long, default_value_t = 6)]
@@ -74,6 +81,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
     if !(3..=5).contains(&args.replicas) {
         return Err("--replicas must be between 3 and 5".into());
     }
+    if !(1..=4).contains(&args.shards) {
+        return Err("--shards must be between 1 and 4".into());
+    }
     if args.clients < 2 {
         return Err("--clients must be at least 2 (registers and bank)".into());
     }
@@ -94,8 +104,15 @@ pub fn run(args: &Args) -> Result<bool, String> {
     let (report, ok) = runtime.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| e.to_string())?;
+        let run = async {
+            if args.shards > 1 {
+                sharded::run(args, seed).await
+            } else {
+                chaos(args, seed).await
+            }
+        };
         tokio::select! {
-            r = chaos(args, seed) => r,
+            r = run => r,
             _ = tokio::signal::ctrl_c() => Err("interrupted".to_string()),
             _ = term.recv() => Err("terminated".to_string()),
         }

@@ -130,7 +130,7 @@ fn settle_ids(
     ids_twice
 }
 
-fn check(name: &'static str, violations: Vec<String>, note: Option<String>) -> Check {
+pub(super) fn check(name: &'static str, violations: Vec<String>, note: Option<String>) -> Check {
     Check {
         note,
         ..Check::new(name, violations)

@@ -118,6 +118,24 @@ pub struct TpccArgs {
     /// sweep to 8 shards of 5 replicas fit in this machine's memory.
     #[arg(long, default_value_t = 1)]
     row_divisor: u32,
+    /// Remote warehouses (New-Order's supplying warehouses, 1 % of lines;
+    /// Payment's customer's, 15 %): `shard` draws them from the home
+    /// warehouse's shard (every transaction on one shard), `spec` from
+    /// every warehouse as the specification does (those on another shard
+    /// run across shards), `off` uses none (all at the home warehouse).
+    #[arg(long, value_enum, default_value = "shard")]
+    remote: Remote,
+}
+
+/// Where TPC-C's remote warehouses are drawn from (`--remote`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Remote {
+    /// The home warehouse's shard.
+    Shard,
+    /// Every warehouse (the specification).
+    Spec,
+    /// None: every access at the home warehouse.
+    Off,
 }
 
 /// `creek bench ycsb`.
@@ -376,9 +394,22 @@ pub fn tpcc(args: &TpccArgs) -> Result<(), String> {
         // and the final latencies are measured for all of them.
         final_share: 1.0,
         preload: args.common.target == Target::Sim,
+        tpcc_local: args.remote == Remote::Off,
         ..WorkloadConfig::default()
     };
     let mut p = plan("tpcc", &args.common, config)?;
+    if args.remote == Remote::Spec {
+        // Above 0, the workload draws remote warehouses from all of them.
+        p.cross = vec![1.0];
+    }
+    p.settings.insert(
+        "remote".into(),
+        json!(match args.remote {
+            Remote::Shard => "shard",
+            Remote::Spec => "spec",
+            Remote::Off => "off",
+        }),
+    );
     p.settings
         .insert("warehouses".into(), json!(args.warehouses));
     if args.row_divisor != 1 {

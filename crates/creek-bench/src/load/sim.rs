@@ -16,7 +16,8 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
     let sharded = p.shards != [1];
     // Throughput of each (load, shard count), for the scaling summary.
     let mut throughput: Vec<(usize, usize, f64)> = Vec::new();
-    let swept = p.cross != [0.0];
+    // TPC-C says where its remote warehouses come from instead (`remote`).
+    let swept = p.cross != [0.0] && p.bench != "tpcc";
     let points = p.shards.iter().flat_map(|s| {
         p.cross.iter().flat_map(move |c| {
             p.loads
@@ -87,7 +88,7 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
         point.extend(measured);
         emit(point)?;
     }
-    if sharded {
+    if sharded && !throughput.is_empty() {
         for summary in scaling_summaries(p, &throughput) {
             emit(summary)?;
         }

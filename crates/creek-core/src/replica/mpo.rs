@@ -34,10 +34,8 @@ use bytes::Bytes;
 use creek_exec::txn::{SnapshotRead, VersionNo};
 use creek_exec::Engine;
 use creek_exec::ProcCall;
-use creek_procs::builtins::NOOP;
 use creek_procs::mpo::{self, Inputs, MpoCall, MpoId, Reads};
 use creek_types::planted::Bug;
-use creek_types::value::encode_args;
 use rustc_hash::FxHashMap;
 
 use super::Replica;
@@ -375,11 +373,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             index <= self.mpos.last || self.mpo_committed(call.id)
         };
         if duplicate {
-            // Another copy of this MPO committed here: this one changes
-            // nothing.
-            let mut noop = ProcCall::new(NOOP, encode_args(&[]));
-            noop.strong = true;
-            return Step::Go(noop);
+            // Another op of this MPO committed here: this one changes
+            // nothing, and answers how the MPO ended (its client, if the
+            // origin's op is this one, learns the MPO's outcome).
+            return Step::Go(mpo::answer_call(call.id));
         }
         if index > self.mpos.last + 1 && !out_of_sequence {
             return Step::Park(index);

@@ -122,7 +122,18 @@ fn a_committed_copy_records_its_index_and_reads_and_forgets_old_records() {
     assert_eq!(decode_id(w[&order_key(index)].as_ref().unwrap()), Some(ID));
     assert_eq!(w[&order_key(4)], None);
     assert_eq!(w[&reads_key(old)], None);
+    assert_eq!(w[&outcome_key(old)], None);
     assert_eq!(decode_seq(None), 0);
+    // How it ended, which a second op of the MPO on this shard answers.
+    let mut after = a.clone();
+    after.0.insert(outcome_key(ID), w[&outcome_key(ID)].clone().unwrap());
+    let registry = Registry::with_builtins();
+    let answer = |on: &MapSnapshot| {
+        execute_call(&registry, on, TxnLimits::default(), &answer_call(ID)).outcome
+    };
+    assert_eq!(answer(&after), e1.outcome);
+    assert!(e1.outcome.is_ok());
+    assert!(answer(&a).unwrap_err().0.contains("no longer kept"));
 }
 
 #[test]
