@@ -393,6 +393,19 @@ fn an_mpo_turn_goes_on_when_the_ops_before_it_settle_in_a_delivery() {
     assert!(ok, "bank seed 330355: {}", report["violations"]);
 }
 
+/// Seed 300015: the origin's shard took a copy of the MPO from the other
+/// shard before its own op committed, and the origin's op committed
+/// second. It answers how the MPO ended (`creek.mpo.answer`); as a no-op
+/// it told the client nil (the bank's transfer answers nil when it
+/// succeeds, so only an abort showed it; found on processes by `creek
+/// chaos --shards 2`). The replay runs the answer too, so a client told
+/// anything else fails `replay_matches`.
+#[test]
+fn an_origin_op_committing_after_a_copy_tells_the_client_the_mpos_outcome() {
+    let (report, ok) = simulate(&mpo_seed(300_015)).unwrap();
+    assert!(ok, "bank seed 300015: {}", report["violations"]);
+}
+
 /// Seed `seed` of bank transfers across shards as `creek sim --replicas 3
 /// --shards 2 --workload bank --cross-shard 0.3 --duration 300ms --faults
 /// all` runs it (the command line's defaults otherwise, so a swarm seed

@@ -33,7 +33,6 @@ use creek_node::MpoMessage;
 use creek_procs::builtins::directory;
 use creek_procs::mpo::{Inputs, MpoCall, MpoId, Reads, RUN};
 use creek_shard::RouteError;
-use creek_types::value::encode_args;
 
 use super::*;
 use crate::replica::MpoInput;
@@ -495,8 +494,8 @@ impl Sim {
 
     /// The calls shard `s`'s committed ops ran, in its committed order
     /// `ids`: an MPO's first copy with its inputs (the index the directory
-    /// gave and the other shards' reads), a later copy as the no-op it
-    /// ran as; `None` for an op whose call is not known.
+    /// gave and the other shards' reads), a later op of it as the answer
+    /// it ran as; `None` for an op whose call is not known.
     pub(super) fn mpo_replay_calls(&self, s: usize, ids: &[OpId]) -> BTreeMap<OpId, ProcCall> {
         let mut out = BTreeMap::new();
         let mut seen = BTreeSet::new();
@@ -511,9 +510,7 @@ impl Sim {
                 continue;
             };
             if !seen.insert(call.id) {
-                let mut noop = ProcCall::new(creek_procs::builtins::NOOP, encode_args(&[]));
-                noop.strong = true;
-                out.insert(*id, noop);
+                out.insert(*id, creek_procs::mpo::answer_call(call.id));
                 continue;
             }
             let index = self
