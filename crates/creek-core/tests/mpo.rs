@@ -56,10 +56,7 @@ fn transfer(id: MpoId, me: u32, from: &str, to: &str, amount: i64) -> ProcCall {
         Value::Bytes(b(to)),
         Value::Int(amount),
     ]);
-    let parts = vec![
-        Part::new(1, vec![b(from)]),
-        Part::new(2, vec![b(to)]),
-    ];
+    let parts = vec![Part::new(1, vec![b(from)]), Part::new(2, vec![b(to)])];
     let mpo = MpoCall::new(id, me, parts, "kv.transfer", args).unwrap();
     let mut client = ProcCall::new("kv.transfer", Bytes::new());
     client.strong = true;

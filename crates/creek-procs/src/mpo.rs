@@ -289,7 +289,8 @@ impl MpoCall {
                     let nested = q.prefixes.iter().any(|other| {
                         other != prefix && (other.starts_with(prefix) || prefix.starts_with(other))
                     });
-                    let claimed = q.shard != p.shard && q.keys.iter().any(|k| k.starts_with(prefix));
+                    let claimed =
+                        q.shard != p.shard && q.keys.iter().any(|k| k.starts_with(prefix));
                     if nested || (q.shard != p.shard && q.prefixes.contains(prefix)) || claimed {
                         return Err(format!(
                             "{RUN}: prefix {} overlaps another shard's keys or prefixes",
@@ -693,10 +694,7 @@ impl Overlay<'_> {
     /// under one of its prefixes.
     fn foreign(&self, mpo: &MpoCall, key: &[u8]) -> bool {
         self.remote.contains_key(key)
-            || mpo
-                .parts
-                .iter()
-                .any(|p| p.shard != mpo.me && p.covers(key))
+            || mpo.parts.iter().any(|p| p.shard != mpo.me && p.covers(key))
     }
 }
 
@@ -776,9 +774,8 @@ pub(crate) fn register(r: &mut Registry) {
                     "{id} ran as another op of this shard, and how it ended is no longer kept"
                 ))
             })?;
-            decode_answer(&raw).unwrap_or_else(|| {
-                Err(Abort::new(format!("{ANSWER}: a malformed outcome record")))
-            })
+            decode_answer(&raw)
+                .unwrap_or_else(|| Err(Abort::new(format!("{ANSWER}: a malformed outcome record"))))
         },
     );
 }

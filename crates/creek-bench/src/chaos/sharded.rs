@@ -200,7 +200,7 @@ pub(super) async fn run(args: &Args, seed: u64) -> Result<(serde_json::Value, bo
     }
 
     let mut nemesis = Nemesis {
-        rng: Rng::new(seed ^ 0x7368_6172_6465_64),
+        rng: Rng::new(seed ^ 0x0073_6861_7264_6564),
         layout: &layout,
         paused: Vec::new(),
         exits: Vec::new(),
@@ -637,7 +637,12 @@ impl Nemesis<'_> {
 
     /// Inject one fault on group `g` and heal it; `Ok(false)`: it did not
     /// apply now (no leader known).
-    async fn inject(&mut self, kind: &str, g: usize, servers: &mut Servers) -> Result<bool, String> {
+    async fn inject(
+        &mut self,
+        kind: &str,
+        g: usize,
+        servers: &mut Servers,
+    ) -> Result<bool, String> {
         let group = self.layout.groups[g].clone();
         let target = if kind.ends_with("-leader") {
             match leader(servers, &group).await {
@@ -665,8 +670,10 @@ impl Nemesis<'_> {
                 // group's and the other groups' (operations across shards
                 // talk between groups).
                 let all = self.layout.all();
-                set_faults(servers, &all, |a, b| (a == target || b == target).then_some(CUT))
-                    .await;
+                set_faults(servers, &all, |a, b| {
+                    (a == target || b == target).then_some(CUT)
+                })
+                .await;
                 tokio::time::sleep(self.ms(1000, 5000)).await;
                 set_faults(servers, &all, |_, _| None).await;
             }
@@ -676,7 +683,7 @@ impl Nemesis<'_> {
                     loss: self.rng.range(0, 10) as f64 / 100.0,
                     ..Default::default()
                 };
-                set_faults(servers, &group, |_, _| Some(slow.clone())).await;
+                set_faults(servers, &group, |_, _| Some(slow)).await;
                 tokio::time::sleep(self.ms(1000, 5000)).await;
                 set_faults(servers, &group, |_, _| None).await;
             }
@@ -741,7 +748,9 @@ async fn set_faults(
         else {
             continue;
         };
-        let channel = channel.connect_timeout(Duration::from_millis(500)).connect_lazy();
+        let channel = channel
+            .connect_timeout(Duration::from_millis(500))
+            .connect_lazy();
         let mut admin = pb::admin_client::AdminClient::new(channel);
         let call = admin.set_faults(pb::SetFaultsRequest { links });
         let _ = tokio::time::timeout(Duration::from_secs(1), call).await;

@@ -35,10 +35,7 @@ fn transfer_between(me: u32, from: &str, to: &str, amount: i64) -> MpoCall {
         Value::Bytes(b(to)),
         Value::Int(amount),
     ]);
-    let parts = vec![
-        Part::new(2, vec![b("b")]),
-        Part::new(1, vec![b("a")]),
-    ];
+    let parts = vec![Part::new(2, vec![b("b")]), Part::new(1, vec![b("a")])];
     MpoCall::new(ID, me, parts, "kv.transfer", args).unwrap()
 }
 
@@ -126,7 +123,9 @@ fn a_committed_copy_records_its_index_and_reads_and_forgets_old_records() {
     assert_eq!(decode_seq(None), 0);
     // How it ended, which a second op of the MPO on this shard answers.
     let mut after = a.clone();
-    after.0.insert(outcome_key(ID), w[&outcome_key(ID)].clone().unwrap());
+    after
+        .0
+        .insert(outcome_key(ID), w[&outcome_key(ID)].clone().unwrap());
     let registry = Registry::with_builtins();
     let answer = |on: &MapSnapshot| {
         execute_call(&registry, on, TxnLimits::default(), &answer_call(ID)).outcome
@@ -251,12 +250,7 @@ fn malformed_mpos_are_refused_with_the_reason() {
     assert!(MpoCall::new(ID, 1, one, "kv.get", args.clone())
         .unwrap_err()
         .contains("2 to"));
-    let two = |ka: &str, kb: &str| {
-        vec![
-            Part::new(1, vec![b(ka)]),
-            Part::new(2, vec![b(kb)]),
-        ]
-    };
+    let two = |ka: &str, kb: &str| vec![Part::new(1, vec![b(ka)]), Part::new(2, vec![b(kb)])];
     assert!(MpoCall::new(ID, 3, two("a", "b"), "kv.get", args.clone())
         .unwrap_err()
         .contains("not involved"));
@@ -364,10 +358,7 @@ fn keyspace_keys_are_keys_and_other_records_are_not() {
 #[test]
 fn reads_of_keyspace_keys_keep_the_verdict_first() {
     let ks = |k: &str| crate::keyspace::data_key("accounts", k.as_bytes());
-    let parts = vec![
-        Part::new(1, vec![ks("a")]),
-        Part::new(2, vec![ks("b")]),
-    ];
+    let parts = vec![Part::new(1, vec![ks("a")]), Part::new(2, vec![ks("b")])];
     let call = MpoCall::new(ID, 1, parts, "both", Bytes::new()).unwrap();
     let on = MapSnapshot([(ks("a"), b("1"))].into_iter().collect());
     let reads = call.read_local(&ProcCall::new("both", Bytes::new()), &on);
@@ -412,7 +403,11 @@ fn a_write_under_a_prefix_is_installed_by_its_shard_only() {
     let e1 = run(&c1.with_inputs(inputs(1, 2, &r2)), &one, None);
     let e2 = run(&c2.with_inputs(inputs(1, 1, &r1)), &two, None);
     assert_eq!(e1.outcome, e2.outcome);
-    assert!(e1.outcome.unwrap_err().0.contains(r#"key "q/x" is not among"#));
+    assert!(e1
+        .outcome
+        .unwrap_err()
+        .0
+        .contains(r#"key "q/x" is not among"#));
 }
 
 /// A prefix is for writing: a read of a key under it that no part names
@@ -433,7 +428,11 @@ fn a_read_under_a_prefix_aborts() {
     ])]);
     let call = MpoCall::new(ID, 2, parts, "kv.mget", args).unwrap();
     let e = run(&call, &state(&[("p/x", "1")]), None);
-    assert!(e.outcome.unwrap_err().0.contains(r#"key "p/x" is not among"#));
+    assert!(e
+        .outcome
+        .unwrap_err()
+        .0
+        .contains(r#"key "p/x" is not among"#));
 }
 
 /// Prefixes must not overlap another part's keys or prefixes, nor each
@@ -446,11 +445,24 @@ fn overlapping_prefixes_are_refused() {
         prefixes: prefixes.iter().map(|k| b(k)).collect(),
     };
     let try_parts = |two: Part| {
-        MpoCall::new(ID, 1, vec![Part::new(1, vec![b("p/a")]), two], "kv.mget", Bytes::new())
+        MpoCall::new(
+            ID,
+            1,
+            vec![Part::new(1, vec![b("p/a")]), two],
+            "kv.mget",
+            Bytes::new(),
+        )
     };
     assert!(try_parts(with(&["b"], &["q/"])).is_ok());
-    assert!(try_parts(with(&["p/b"], &["p/b/"])).is_ok(), "own key under own prefix");
-    for bad in [with(&[], &["p/"]), with(&["b"], &["q/", "q/r"]), with(&["b"], &[""])] {
+    assert!(
+        try_parts(with(&["p/b"], &["p/b/"])).is_ok(),
+        "own key under own prefix"
+    );
+    for bad in [
+        with(&[], &["p/"]),
+        with(&["b"], &["q/", "q/r"]),
+        with(&["b"], &[""]),
+    ] {
         let e = try_parts(bad).unwrap_err();
         assert!(e.contains("prefix"), "{e}");
     }

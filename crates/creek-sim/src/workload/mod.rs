@@ -313,8 +313,7 @@ pub(crate) mod testkit {
     use creek_core::{OpId, ReplicaId, ViewKind};
     use creek_exec::basic::replay;
     use creek_exec::{Outcome, ProcCall, TxnLimits};
-    use creek_procs::mpo::Part;
-use creek_procs::Registry;
+    use creek_procs::Registry;
     use creek_types::value::{encode_args, Value};
 
     use super::Workload;

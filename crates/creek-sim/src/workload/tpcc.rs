@@ -136,7 +136,10 @@ impl TpccWorkload {
         if self.config.tpcc_local {
             return (w, w);
         }
-        let Some(starts) = self.shard_starts.as_ref().filter(|_| self.config.cross_shard <= 0.0)
+        let Some(starts) = self
+            .shard_starts
+            .as_ref()
+            .filter(|_| self.config.cross_shard <= 0.0)
         else {
             return (1, self.scale.warehouses);
         };
@@ -294,11 +297,19 @@ impl Workload for TpccWorkload {
         let mut parts: BTreeMap<u32, Part> = BTreeMap::new();
         for (w, key) in d.keys {
             let s = shard(w);
-            parts.entry(s).or_insert_with(|| Part::new(s, Vec::new())).keys.push(key);
+            parts
+                .entry(s)
+                .or_insert_with(|| Part::new(s, Vec::new()))
+                .keys
+                .push(key);
         }
         for (w, prefix) in d.prefixes {
             let s = shard(w);
-            parts.entry(s).or_insert_with(|| Part::new(s, Vec::new())).prefixes.push(prefix);
+            parts
+                .entry(s)
+                .or_insert_with(|| Part::new(s, Vec::new()))
+                .prefixes
+                .push(prefix);
         }
         Some((shard(d.home), parts.into_values().collect()))
     }

@@ -54,10 +54,14 @@ pub fn declared(
                 keys.push((w, keys::item(line.i_id)));
                 keys.push((line.supply_w_id, keys::stock(line.supply_w_id, line.i_id)));
             }
-            let prefixes = [keys::tag::ORDER, keys::tag::NEW_ORDER, keys::tag::ORDER_LINE]
-                .into_iter()
-                .map(|tag| (w, keys::district_rows(tag, w, d)))
-                .collect();
+            let prefixes = [
+                keys::tag::ORDER,
+                keys::tag::NEW_ORDER,
+                keys::tag::ORDER_LINE,
+            ]
+            .into_iter()
+            .map(|tag| (w, keys::district_rows(tag, w, d)))
+            .collect();
             Some(Declared {
                 home: w,
                 keys,

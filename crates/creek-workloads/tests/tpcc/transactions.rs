@@ -553,5 +553,8 @@ fn new_order_and_payment_touch_only_what_they_declare() {
         }
         checked += 1;
     }
-    assert!(checked > 400 && remote > 10, "{checked} checked, {remote} remote");
+    assert!(
+        checked > 400 && remote > 10,
+        "{checked} checked, {remote} remote"
+    );
 }
