@@ -383,14 +383,44 @@ fn a_copy_is_cast_only_once_the_directory_sequenced_it() {
     assert_eq!(casts(&mut r1), Vec::<OpId>::new(), "the origin's op");
     assert_eq!(casts(&mut r2), Vec::<OpId>::new(), "the copy");
     assert!(!r2.may_cast(r2.op(copy_op).unwrap()));
-    assert_eq!(r2.mpo_unsequenced(), Some((copy_op, mpo)));
-    // The origin's own op is never asked about.
-    assert_eq!(r1.mpo_unsequenced(), None);
+    assert_eq!(r2.mpo_unsequenced(0, true), Some((copy_op, mpo)));
+    // The origin asks about its own op once a durable write reserved its
+    // seq (an origin restarted before its copies went out drives it on),
+    // and not for a seq it reclaims from peers (a rebuilt replica may
+    // void those); a peer holding the origin's op never asks.
+    assert_eq!(r1.mpo_unsequenced(origin_op.seq - 1, true), None);
+    assert_eq!(
+        r1.mpo_unsequenced(origin_op.seq, true),
+        Some((origin_op, mpo))
+    );
+    let mut peer = Replica::new(
+        Config::for_replica(ReplicaId(3)),
+        Arc::new(Registry::with_builtins()),
+    )
+    .unwrap();
+    peer.rb_deliver(r1.op(origin_op).unwrap().clone());
+    assert!(peer.mpo_held(mpo));
+    assert_eq!(peer.mpo_unsequenced(u64::MAX, true), None);
+    let mut rebuilt = replica(1);
+    let _ = invoke_pair(&mut rebuilt, &mut replica(2), "a", "b", 1);
+    rebuilt.reclaim_own(origin_op.seq);
+    assert_eq!(rebuilt.mpo_unsequenced(u64::MAX, false), None);
+    assert!(
+        rebuilt.mpo_unsequenced(u64::MAX, true).is_some(),
+        "reclaimed: held, kept"
+    );
+    rebuilt.void_own(&[origin_op.seq], 0);
+    assert_eq!(
+        rebuilt.mpo_unsequenced(u64::MAX, true),
+        None,
+        "a void pending"
+    );
     r1.mpo_sequenced(mpo, 1);
     r2.mpo_sequenced(mpo, 1);
     assert_eq!(casts(&mut r1), vec![origin_op]);
     assert_eq!(casts(&mut r2), vec![copy_op]);
-    assert_eq!(r2.mpo_unsequenced(), None);
+    assert_eq!(r2.mpo_unsequenced(0, true), None);
+    assert_eq!(r1.mpo_unsequenced(u64::MAX, true), None);
     let put = ProcCall::new(
         "kv.put",
         encode_args(&[Value::Bytes(b("a")), Value::Bytes(b("1"))]),

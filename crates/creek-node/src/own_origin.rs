@@ -50,6 +50,13 @@ pub(crate) struct OwnOrigin {
     to_void: BTreeSet<u64>,
 }
 
+impl OwnOrigin {
+    /// Whether forged seqs wait to be put in a void op.
+    pub(crate) fn voids_pending(&self) -> bool {
+        !self.to_void.is_empty()
+    }
+}
+
 impl<S: CabStorage> Node<S> {
     /// Gossip refused these claims about this replica's own ops.
     pub(crate) fn on_own_origin_refusals(&mut self, refused: Vec<Refusal>) {

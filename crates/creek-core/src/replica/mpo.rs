@@ -291,22 +291,40 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// The copy of an MPO held here whose index has not come for the
     /// longest time, with that MPO: the one to ask the directory about
-    /// (sequencing is idempotent). Only another shard's copy counts: one
-    /// exists only once the origin released the MPO (its id reserved by a
-    /// durable write). The origin's own op, held by its peers before that,
-    /// never does: its origin may lose it (a crash before the write, a
-    /// rebuild after a lost disk) and the op be voided on its shard, while
-    /// the other shards, told its index, would run it (simulator, wide-area
-    /// seeds 700019 and 700046).
-    pub fn mpo_unsequenced(&self) -> Option<(OpId, MpoId)> {
+    /// (sequencing is idempotent). Another shard's copy counts: one exists
+    /// only once the origin released the MPO (its id reserved by a durable
+    /// write). So does this replica's own op for an MPO it originated, once
+    /// its seq is within `own_durable` (a durable write reserved it) and
+    /// either past the seqs it reclaims from peers after a crash, or
+    /// `reclaimed` (the driver closed that range) with no void of its own
+    /// pending: a replica voids only own seqs it lost, so an op it holds
+    /// then is never voided, and an origin restarted before its copies
+    /// went out drives its MPO on.
+    /// The origin's op held by its peers never counts: its origin may lose
+    /// it (a crash before the write, a rebuild after a lost disk) and the
+    /// op be voided on its shard, while the other shards, told its index,
+    /// would run it (simulator, wide-area seeds 700019 and 700046).
+    pub fn mpo_unsequenced(&self, own_durable: u64, reclaimed: bool) -> Option<(OpId, MpoId)> {
         let origin_op =
             |mpo: &MpoId, id: &OpId| (u64::from(id.origin.0), id.seq) == (mpo.origin, mpo.seq);
+        let voiding = || {
+            self.own_strong_tentative.iter().any(|(_, id)| {
+                self.ops
+                    .get(id)
+                    .is_some_and(|op| op.call.name.as_ref() == creek_procs::void::VOID)
+            })
+        };
+        let mine = |id: &OpId| {
+            id.origin == self.config.id
+                && id.seq <= own_durable
+                && (id.seq > self.reclaim_upto || (reclaimed && !voiding()))
+        };
         self.mpos
             .copies
             .iter()
             .filter(|(mpo, _)| !self.mpos.index_of.contains_key(mpo))
             .filter_map(|(mpo, (ids, since))| {
-                let copy = ids.iter().find(|id| !origin_op(mpo, id))?;
+                let copy = ids.iter().find(|id| !origin_op(mpo, id) || mine(id))?;
                 Some((*since, *mpo, *copy))
             })
             .min()

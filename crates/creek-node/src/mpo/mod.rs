@@ -191,8 +191,12 @@ impl<S: CabStorage> Node<S> {
         // waits for its index before it is cast (`Replica::may_cast`).
         let (op, mpo, missing, ordered) = match self.replica.mpo_waiting() {
             Some((op, Some(mpo), missing)) => (op, mpo, missing, true),
-            // Only other shards' copies (`Replica::mpo_unsequenced`).
-            _ => match self.replica.mpo_unsequenced() {
+            // Other shards' copies and this replica's own released ops
+            // (`Replica::mpo_unsequenced`).
+            _ => match self.replica.mpo_unsequenced(
+                self.seq_reserved(),
+                !self.reclaiming() && !self.own_origin.voids_pending(),
+            ) {
                 Some((op, mpo)) => (op, mpo, Vec::new(), false),
                 None => {
                     self.mpo_waiting = None;

@@ -334,7 +334,7 @@ impl Sim {
         }
         let origin = t.origin;
         if !self.nodes[origin].node.is_up() {
-            return; // its shard's replicas ask for what they miss
+            return; // back up, it asks on its own (`Replica::mpo_unsequenced`)
         }
         if self.nodes[origin].node.seq_reserved() < mpo.seq {
             self.schedule(self.now + RELEASE_POLL_US, Ev::MpoRelease { mpo });
