@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use creek_check::linearizable::{self, LinOp, LinResult};
 use creek_check::run::Check;
-use creek_client::{CallOptions, Client, Cluster, Levels};
+use creek_client::{CallOptions, Client, Cluster, Levels, RequestId};
 use creek_exec::Abort;
 use creek_harness::launcher::Signal;
 use creek_proto::pb;
@@ -59,16 +59,20 @@ const ACCOUNTS_PER_SHARD: usize = 3;
 /// Every account's opening balance.
 const OPENING: i64 = 100;
 
-/// How long a client waits for one op's final view before it gives up
-/// (the op's fate is then unknown).
-const OP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client waits for one attempt's final view before it sends
+/// the op again under the same request id.
+const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a client keeps sending an op again before it gives up (the
+/// op's fate is then unknown).
+const GIVE_UP_AFTER: Duration = Duration::from_secs(60);
 
 /// How long the cluster may take to answer the final read and to converge
 /// once every fault is healed.
 const SETTLE_BOUND: Duration = Duration::from_secs(60);
 
 /// Steps the linearizability search may take.
-const LIN_BUDGET: u64 = 50_000_000;
+const LIN_BUDGET: u64 = 200_000_000;
 
 /// The faults, with their weights.
 const FAULTS: &[(&str, u64)] = &[
@@ -190,6 +194,7 @@ pub(super) async fn run(args: &Args, seed: u64) -> Result<(serde_json::Value, bo
     for c in 0..args.clients {
         let home = addrs[c as usize % (shards * args.replicas)].clone();
         clients.push(tokio::spawn(client(
+            c,
             home,
             accounts.clone(),
             seen.clone(),
@@ -359,8 +364,11 @@ fn balances_of(v: &Value) -> Result<Vec<i64>, String> {
 
 /// One client: strong transfers between two accounts (any two: most are
 /// on different shards), strong reads of every account, weak reads of
-/// one, until `stop`.
+/// one, until `stop`. An attempt without a final view is sent again under
+/// the same request id (the cluster answers a request once) until
+/// [`GIVE_UP_AFTER`].
 async fn client(
+    n: u32,
     home: String,
     accounts: Vec<String>,
     seen: Arc<Mutex<Seen>>,
@@ -373,6 +381,10 @@ async fn client(
         return;
     };
     let list = Value::List(accounts.iter().map(|k| bytes(k)).collect());
+    let mut request = RequestId {
+        client: (seed | 1) ^ u64::from(n) << 1,
+        seq: 0,
+    };
     while !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(rng.range(5, 30))).await;
         let roll = rng.range(0, 100);
@@ -402,16 +414,25 @@ async fn client(
         };
         let call = ProcCall::new(procedure, encode_args(&args));
         let invoked_at_us = epoch.elapsed().as_micros() as u64;
-        let options = CallOptions {
-            timeout: Some(OP_TIMEOUT),
-            ..CallOptions::default()
-        };
-        let outcome = match c
-            .invoke_with(procedure, args, Levels::Strong, options)
-            .await
-        {
-            Ok(op) => op.final_view().await.map(|v| v.outcome),
-            Err(e) => Err(e),
+        request.seq += 1;
+        let give_up = Instant::now() + GIVE_UP_AFTER;
+        let outcome = loop {
+            let options = CallOptions {
+                timeout: Some(OP_TIMEOUT),
+                request_id: Some(request),
+                ..CallOptions::default()
+            };
+            let attempt = match c
+                .invoke_with(procedure, args.clone(), Levels::Strong, options)
+                .await
+            {
+                Ok(op) => op.final_view().await.map(|v| v.outcome),
+                Err(e) => Err(e),
+            };
+            if attempt.is_ok() || Instant::now() > give_up {
+                break attempt;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let at = epoch.elapsed().as_micros() as u64;
         let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
