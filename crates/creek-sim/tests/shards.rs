@@ -406,6 +406,20 @@ fn an_origin_op_committing_after_a_copy_tells_the_client_the_mpos_outcome() {
     assert!(ok, "bank seed 300015: {}", report["violations"]);
 }
 
+/// Seeds 300229 (an origin restarted after a crash) and 620070 (one
+/// rebuilt): the origin had released its MPO but its copies had not gone
+/// out, and no replica may ask the directory about an origin's op but the
+/// origin: its op stayed tentative for ever and held its shard's later
+/// ops. A restarted origin now asks about its own released op itself, and
+/// a rebuilt one once it has taken its ops back.
+#[test]
+fn a_restarted_origin_drives_its_released_mpo_on() {
+    for seed in [300_229, 620_070] {
+        let (report, ok) = simulate(&mpo_seed(seed)).unwrap();
+        assert!(ok, "bank seed {seed}: {}", report["violations"]);
+    }
+}
+
 /// Seed `seed` of bank transfers across shards as `creek sim --replicas 3
 /// --shards 2 --workload bank --cross-shard 0.3 --duration 300ms --faults
 /// all` runs it (the command line's defaults otherwise, so a swarm seed
