@@ -411,6 +411,7 @@ mod tests {
             [
                 "auth.role_list",
                 "auth.user_list",
+                "creek.mpo.answer",
                 "keyspace.list",
                 "kv.get",
                 "kv.mget",
