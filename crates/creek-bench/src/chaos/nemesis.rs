@@ -23,6 +23,23 @@ fn pick(rng: &mut Rng, from: &[usize]) -> usize {
     from[rng.index(from.len())]
 }
 
+/// One of `faults`' kinds, each as likely as its weight.
+pub(super) fn pick_weighted(rng: &mut Rng, faults: &[(&'static str, u64)]) -> &'static str {
+    let total: u64 = faults.iter().map(|(_, w)| w).sum();
+    let mut roll = rng.range(0, total);
+    faults
+        .iter()
+        .find(|(_, w)| {
+            if roll < *w {
+                true
+            } else {
+                roll -= w;
+                false
+            }
+        })
+        .map_or("kill", |(k, _)| *k)
+}
+
 /// Most replica slots a run uses (ids are never reused: each add takes one).
 const MAX_SLOTS: usize = 9;
 
@@ -61,23 +78,11 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
 
     /// Inject faults until `until`.
     pub(crate) async fn run(&mut self, servers: &mut Servers, until: std::time::Instant) {
-        let total: u64 = FAULTS.iter().map(|(_, w)| w).sum();
         while std::time::Instant::now() < until {
             let gap = self.ms(300, 1500);
             tokio::time::sleep(gap).await;
             self.note_exits(servers);
-            let mut roll = self.rng.range(0, total);
-            let kind = FAULTS
-                .iter()
-                .find(|(_, w)| {
-                    if roll < *w {
-                        true
-                    } else {
-                        roll -= w;
-                        false
-                    }
-                })
-                .map_or("kill", |(k, _)| *k);
+            let kind = pick_weighted(&mut self.rng, FAULTS);
             match self.inject(kind, servers).await {
                 Ok(true) => self.world.lock().count(kind),
                 Ok(false) => {}

@@ -617,23 +617,11 @@ impl Nemesis<'_> {
     }
 
     async fn run(&mut self, servers: &mut Servers, until: Instant) {
-        let total: u64 = FAULTS.iter().map(|(_, w)| w).sum();
         while Instant::now() < until {
             let gap = self.ms(300, 1500);
             tokio::time::sleep(gap).await;
             self.note_exits(servers);
-            let mut roll = self.rng.range(0, total);
-            let kind = FAULTS
-                .iter()
-                .find(|(_, w)| {
-                    if roll < *w {
-                        true
-                    } else {
-                        roll -= w;
-                        false
-                    }
-                })
-                .map_or("kill", |(k, _)| *k);
+            let kind = super::nemesis::pick_weighted(&mut self.rng, FAULTS);
             let g = self.rng.index(self.layout.groups.len());
             let what = format!("{kind} ({})", self.layout.name(g));
             match self.inject(kind, g, servers).await {

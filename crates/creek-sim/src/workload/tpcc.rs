@@ -295,21 +295,16 @@ impl Workload for TpccWorkload {
         let d = tpcc::declared::declared(call, |index| self.by_name.get(index).copied())?;
         let shard = |w: u16| u32::from(map.owner(Some(KEYSPACE), &warehouse_key(w).1).0);
         let mut parts: BTreeMap<u32, Part> = BTreeMap::new();
-        for (w, key) in d.keys {
+        let keys = d.keys.into_iter().map(|(w, k)| (w, k, false));
+        for (w, k, prefix) in keys.chain(d.prefixes.into_iter().map(|(w, p)| (w, p, true))) {
             let s = shard(w);
-            parts
-                .entry(s)
-                .or_insert_with(|| Part::new(s, Vec::new()))
-                .keys
-                .push(key);
-        }
-        for (w, prefix) in d.prefixes {
-            let s = shard(w);
-            parts
-                .entry(s)
-                .or_insert_with(|| Part::new(s, Vec::new()))
-                .prefixes
-                .push(prefix);
+            let part = parts.entry(s).or_insert_with(|| Part::new(s, Vec::new()));
+            if prefix {
+                &mut part.prefixes
+            } else {
+                &mut part.keys
+            }
+            .push(k);
         }
         Some((shard(d.home), parts.into_values().collect()))
     }

@@ -7,9 +7,7 @@ use bytes::Bytes;
 use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 use creek_workloads::tpcc::rows::{self, Customer, History, Order, OrderLine};
-use creek_workloads::tpcc::{
-    self, check, delivery, keys, load, new_order, Generator, GeneratorConfig, NuRandC, Rng,
-};
+use creek_workloads::tpcc::{self, check, delivery, keys, load, new_order};
 
 use super::*;
 
@@ -55,19 +53,7 @@ fn malformed_arguments_are_refused() {
 /// against `db`; returns the calls per procedure, the New-Order rollbacks
 /// and the Payments.
 fn run_mix(db: &mut Db, runs: usize) -> (BTreeMap<&'static str, u32>, u32, u32) {
-    let mut rng = Rng::new(99);
-    let constants = NuRandC::for_run(db.load_c, &mut rng);
-    let mut terminals: Vec<Generator> = (1..=TINY.warehouses)
-        .map(|w| {
-            let cfg = GeneratorConfig {
-                scale: TINY,
-                home_w_id: w,
-                stock_level_d_id: 1,
-                constants,
-            };
-            Generator::new(cfg, u64::from(w) * 1000).expect("valid terminal")
-        })
-        .collect();
+    let mut terminals = tiny_terminals(db, 99, 1000);
     let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
     let (mut rollbacks, mut payments) = (0u32, 0u32);
     for n in 0..runs {

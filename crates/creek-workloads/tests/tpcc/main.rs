@@ -197,3 +197,21 @@ pub fn shared_last_name(db: &mut Db) -> Bytes {
     );
     last
 }
+
+/// One terminal per warehouse of [`TINY`], each generator seeded with
+/// `seed_per_warehouse` times its warehouse.
+pub fn tiny_terminals(db: &Db, rng_seed: u64, seed_per_warehouse: u64) -> Vec<tpcc::Generator> {
+    let mut rng = Rng::new(rng_seed);
+    let constants = NuRandC::for_run(db.load_c, &mut rng);
+    (1..=TINY.warehouses)
+        .map(|w| {
+            let cfg = tpcc::GeneratorConfig {
+                scale: TINY,
+                home_w_id: w,
+                stock_level_d_id: 1,
+                constants,
+            };
+            tpcc::Generator::new(cfg, u64::from(w) * seed_per_warehouse).expect("valid terminal")
+        })
+        .collect()
+}

@@ -514,21 +514,9 @@ fn stock_level_counts_distinct_low_items_of_the_last_20_orders() {
 /// prefix: what lets it run as an operation across shards.
 #[test]
 fn new_order_and_payment_touch_only_what_they_declare() {
-    use creek_workloads::tpcc::{declared::declared, Generator, GeneratorConfig, NuRandC};
+    use creek_workloads::tpcc::declared::declared;
     let mut db = Db::new(&TINY, 7);
-    let mut rng = tpcc::Rng::new(5);
-    let constants = NuRandC::for_run(db.load_c, &mut rng);
-    let mut terminals: Vec<Generator> = (1..=TINY.warehouses)
-        .map(|w| {
-            let cfg = GeneratorConfig {
-                scale: TINY,
-                home_w_id: w,
-                stock_level_d_id: 1,
-                constants,
-            };
-            Generator::new(cfg, u64::from(w) * 77).expect("valid terminal")
-        })
-        .collect();
+    let mut terminals = tiny_terminals(&db, 5, 77);
     let (mut checked, mut remote) = (0, 0);
     let count = terminals.len();
     for n in 0..600 {
