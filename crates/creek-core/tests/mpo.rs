@@ -428,3 +428,40 @@ fn a_copy_is_cast_only_once_the_directory_sequenced_it() {
     let h = r1.invoke(Request::strong(put), 0).unwrap();
     assert_eq!(casts(&mut r1), vec![op_id(h)]);
 }
+
+/// A replica catching up meets decided MPOs one after the other: it can
+/// name, past the one its committed order waits on, those that still miss
+/// an index or another shard's reads, and takes both ahead of their turn.
+#[test]
+fn a_replica_names_the_mpos_ahead_that_miss_an_index_or_reads() {
+    let (mut r1, mut r2) = (replica(1), replica(2));
+    put(&mut r1, "a", "10");
+    put(&mut r2, "b", "5");
+    let (m1, _, a2) = invoke_pair(&mut r1, &mut r2, "a", "b", 1);
+    let (m2, _, b2) = invoke_pair(&mut r1, &mut r2, "a", "b", 2);
+    let (m3, _, c2) = invoke_pair(&mut r1, &mut r2, "a", "b", 3);
+    // Shard 2 decides all three and knows only the first's index.
+    r2.mpo_sequenced(m1, 1);
+    for id in [a2, b2, c2] {
+        r2.cab_deliver(id);
+    }
+    r2.execute_all();
+    let ahead = |r: &Replica| {
+        r.mpo_ahead(8)
+            .into_iter()
+            .map(|(_, m, indexed, missing)| (m, indexed, missing))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ahead(&r2),
+        vec![(m2, false, vec![1]), (m3, false, vec![1])],
+        "the MPO at its turn is not ahead"
+    );
+    // The later ones' indices and shard 1's reads of the second come
+    // early: the second then misses nothing, the third its reads.
+    r2.mpo_sequenced(m2, 2);
+    r2.mpo_sequenced(m3, 3);
+    r2.mpo_reads(m2, 1, Vec::new());
+    assert_eq!(ahead(&r2), vec![(m3, true, vec![1])]);
+    assert_eq!(r2.mpo_ahead(0), vec![]);
+}

@@ -71,7 +71,7 @@ pub struct Node<S: CabStorage> {
     mpo_out: Vec<MpoMessage>,
     /// What the committed order waits on, and when to ask next
     /// ([`Node::mpo_chase`]).
-    mpo_waiting: Option<mpo::Waiting>,
+    mpo_chasing: mpo::Chasing,
     /// Frames refused by the decoder.
     refused_frames: u64,
     /// Ticks since the last adoption sweep.

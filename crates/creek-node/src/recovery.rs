@@ -110,7 +110,7 @@ impl<S: CabStorage> Node<S> {
             early: Vec::new(),
             views: Vec::new(),
             mpo_out: Vec::new(),
-            mpo_waiting: None,
+            mpo_chasing: crate::mpo::Chasing::default(),
             refused_frames: 0,
             ticks_since_adoption: 0,
             new_payloads: Vec::new(),

@@ -193,8 +193,8 @@ pub trait SimReplica: Send + Sync {
     }
     /// What its committed order, waiting on an MPO, asks for now
     /// (`creek_node::Node::mpo_chase`).
-    fn mpo_chase(&mut self, _now_us: u64) -> Option<(MpoId, Chase)> {
-        None
+    fn mpo_chase(&mut self, _now_us: u64) -> Vec<(MpoId, Chase)> {
+        Vec::new()
     }
     /// On a directory replica: the indices its committed state gave `mpo`.
     fn mpo_indices(&self, _mpo: MpoId) -> Option<Vec<(u32, u64)>> {
@@ -673,8 +673,10 @@ impl SimReplica for CreekReplica {
         r
     }
 
-    fn mpo_chase(&mut self, now_us: u64) -> Option<(MpoId, Chase)> {
-        self.node.as_mut()?.mpo_chase(now_us)
+    fn mpo_chase(&mut self, now_us: u64) -> Vec<(MpoId, Chase)> {
+        self.node
+            .as_mut()
+            .map_or_else(Vec::new, |n| n.mpo_chase(now_us))
     }
 
     fn mpo_indices(&self, mpo: MpoId) -> Option<Vec<(u32, u64)>> {

@@ -351,6 +351,39 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         (!self.mpos.index_of.contains_key(&mpo)).then_some((op.id, Some(mpo), Vec::new()))
     }
 
+    /// Up to `n` decided MPO ops after the one the committed order waits
+    /// on (those the decided order delivers next, then the parked ones, by
+    /// index), each with its MPO, whether its index is known and the
+    /// shards whose reads it still misses; ops that miss nothing are left
+    /// out. What a replica catching up asks for ahead: one that was down
+    /// while the others went on meets MPOs whose messages went out long
+    /// ago, one after another, and asking for each only at its turn costs
+    /// a round trip per MPO.
+    pub fn mpo_ahead(&self, n: usize) -> Vec<(OpId, MpoId, bool, Vec<u32>)> {
+        let at_turn = self.mpos.turn.as_ref().map(|t| t.op);
+        let parked = self.mpos.parked.values().flatten();
+        self.decided
+            .iter()
+            .chain(parked)
+            .filter(|id| Some(**id) != at_turn && !self.is_committed(**id))
+            .filter_map(|id| {
+                let op = self.ops.get(id).filter(|op| is_mpo(op))?;
+                let call = MpoCall::decode(&op.call.args).ok()?;
+                if self.mpo_committed(call.id) {
+                    return None; // a second copy: it needs nothing
+                }
+                let have = self.mpos.received.get(&call.id);
+                let missing: Vec<u32> = call
+                    .others()
+                    .filter(|s| have.is_none_or(|h| !h.contains_key(s)))
+                    .collect();
+                let indexed = self.mpos.index_of.contains_key(&call.id);
+                (!indexed || !missing.is_empty()).then_some((*id, call.id, indexed, missing))
+            })
+            .take(n)
+            .collect()
+    }
+
     /// MPO `mpo`'s index in this shard's sequence, if the driver told it
     /// (kept for the last recorded ones).
     pub fn mpo_index(&self, mpo: MpoId) -> Option<u64> {

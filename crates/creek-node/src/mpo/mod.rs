@@ -61,12 +61,32 @@ pub enum Refusal {
     NotServing(String),
 }
 
+/// How many decided MPOs after the one the committed order waits on a
+/// replica asks about at once ([`Node::mpo_chase`]).
+pub const AHEAD: usize = 32;
+/// How long before a replica asks again about an MPO ahead (its answer
+/// may have been lost).
+pub const AHEAD_AGAIN_US: u64 = 200_000;
+
+/// What a replica has asked about the MPOs it waits on
+/// ([`Node::mpo_chase`]).
+#[derive(Debug, Default)]
+pub(crate) struct Chasing {
+    /// What the committed order (or a copy's cast) waits on.
+    waiting: Option<Waiting>,
+    /// The MPOs ahead of it asked about, and whether their index was
+    /// known then, with when.
+    ahead: std::collections::HashMap<(MpoId, bool), u64>,
+}
+
 /// The committed order waits on an MPO (see [`Node::mpo_chase`]).
 #[derive(Debug)]
-pub(crate) struct Waiting {
+struct Waiting {
     /// The op, the shards whose reads it misses, whether its index is
     /// known: a change of any is progress.
     what: (OpId, Vec<u32>, bool),
+    /// Whether the committed order waits (not a copy's cast).
+    ordered: bool,
     next_us: u64,
     pause_us: u64,
     /// Whether the replica asked for it.
@@ -184,9 +204,35 @@ impl<S: CabStorage> Node<S> {
     /// ask for the last thing it waited on is catching up (it was down or
     /// cut off while the others went on, and meets MPOs whose messages
     /// went out long ago, one after the other): it asks for the next at
-    /// once. Called by the driver every tick; `None` when nothing is to be
-    /// asked now.
-    pub fn mpo_chase(&mut self, now_us: u64) -> Option<(MpoId, Chase)> {
+    /// once, and whenever it asks for what the committed order waits on,
+    /// it asks for what the next [`AHEAD`] decided MPOs miss too
+    /// ([`creek_core::Replica::mpo_ahead`]; each once an
+    /// [`AHEAD_AGAIN_US`]), so it catches up at the pace of its links, not
+    /// a round trip per MPO. Called by the driver every tick; empty when
+    /// nothing is to be asked now.
+    pub fn mpo_chase(&mut self, now_us: u64) -> Vec<(MpoId, Chase)> {
+        let Some((op, mpo, missing)) = self.mpo_chase_due(now_us) else {
+            return Vec::new();
+        };
+        let mut asks: Vec<(MpoId, Chase)> = self.chase_of(op, mpo, &missing).into_iter().collect();
+        if self.mpo_chasing.waiting.as_ref().is_some_and(|w| w.ordered) {
+            let ahead = self.replica.mpo_ahead(AHEAD + 1);
+            let asked = &mut self.mpo_chasing.ahead;
+            asked.retain(|_, at| now_us < *at + AHEAD_AGAIN_US);
+            let due: Vec<_> = ahead
+                .into_iter()
+                .filter(|(ahead_op, ..)| *ahead_op != op)
+                .filter(|(_, mpo, indexed, _)| asked.insert((*mpo, *indexed), now_us).is_none())
+                .collect();
+            for (op, mpo, _, missing) in due {
+                asks.extend(self.chase_of(op, mpo, &missing));
+            }
+        }
+        asks
+    }
+
+    /// The op, MPO and missing shards to chase now, if the wait is due.
+    fn mpo_chase_due(&mut self, now_us: u64) -> Option<(OpId, MpoId, Vec<u32>)> {
         // The committed order's wait first; else a copy held here that
         // waits for its index before it is cast (`Replica::may_cast`).
         let (op, mpo, missing, ordered) = match self.replica.mpo_waiting() {
@@ -199,14 +245,15 @@ impl<S: CabStorage> Node<S> {
             ) {
                 Some((op, mpo)) => (op, mpo, Vec::new(), false),
                 None => {
-                    self.mpo_waiting = None;
+                    self.mpo_chasing.waiting = None;
                     return None;
                 }
             },
         };
         let indexed = self.replica.mpo_index(mpo).is_some();
         let what = (op, missing.clone(), indexed);
-        match &mut self.mpo_waiting {
+        let asked_ahead = !self.mpo_chasing.ahead.is_empty();
+        match &mut self.mpo_chasing.waiting {
             Some(w) if w.what == what => {
                 if now_us < w.next_us {
                     return None;
@@ -217,10 +264,14 @@ impl<S: CabStorage> Node<S> {
             }
             last => {
                 // Only the committed order catches up: copies waiting for
-                // their index come and go with every MPO.
-                let catching_up = ordered && last.as_ref().is_some_and(|w| w.asked);
+                // their index come and go with every MPO. So does one that
+                // asked ahead lately (what it waits on now may have been
+                // asked for ahead, and not by its turn).
+                let catching_up =
+                    ordered && (last.as_ref().is_some_and(|w| w.asked) || asked_ahead);
                 *last = Some(Waiting {
                     what,
+                    ordered,
                     next_us: now_us + CHASE_AFTER_US,
                     pause_us: CHASE_AFTER_US,
                     asked: catching_up,
@@ -230,10 +281,16 @@ impl<S: CabStorage> Node<S> {
                 }
             }
         }
+        Some((op, mpo, missing))
+    }
+
+    /// What to ask about op `op` of MPO `mpo`, missing the reads of
+    /// `missing`: its index if not known, else those reads.
+    fn chase_of(&self, op: OpId, mpo: MpoId, missing: &[u32]) -> Option<(MpoId, Chase)> {
         let op_call = self.replica.mpo_op_call(op)?;
         let call = MpoCall::decode(&op_call.args).ok()?;
         let copy_for = |s: u32| Some((s, call.for_shard(s).ok()?.call(op_call)));
-        if !indexed {
+        if self.replica.mpo_index(mpo).is_none() {
             let shards = call.parts.iter().map(|p| p.shard).collect();
             let copies = call.others().filter_map(copy_for).collect();
             return Some((mpo, Chase::Index { shards, copies }));

@@ -263,6 +263,11 @@ impl Link {
         }
         let link = self.clone();
         self.runtime.spawn(async move {
+            // What the answers give this replica; handed to its loop only
+            // once the chase is done with, so a chase the loop asks for
+            // next (the MPO's reads, once its index is here) is not taken
+            // for this one still running and dropped.
+            let mut learnt = Vec::new();
             match what {
                 Chase::Index { shards, copies } => {
                     for (s, copy) in copies {
@@ -276,7 +281,7 @@ impl Link {
                             link.note(mpo, Progress::Sequenced);
                         }
                         if let Some((_, index)) = given.iter().find(|(s, _)| *s == link.shard) {
-                            link.to_self(Request::Sequenced { mpo, index: *index });
+                            learnt.push(Request::Sequenced { mpo, index: *index });
                         }
                     }
                 }
@@ -284,7 +289,7 @@ impl Link {
                     for (s, copy) in from {
                         let req = Request::Pull { mpo, copy };
                         if let Some(Reply::Reads(reads)) = link.ask_any(To::Shard(s), &req).await {
-                            link.to_self(Request::Reads {
+                            learnt.push(Request::Reads {
                                 mpo,
                                 from: s,
                                 reads,
@@ -297,6 +302,11 @@ impl Link {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&mpo);
+            match learnt.len() {
+                0 => {}
+                1 => link.to_self(learnt.remove(0)),
+                _ => link.to_self(Request::Batch(learnt)),
+            }
         });
     }
 

@@ -239,7 +239,7 @@ impl NodeLoop {
             return;
         };
         let now = self.now_us();
-        if let Some((mpo, chase)) = self.node.mpo_chase(now) {
+        for (mpo, chase) in self.node.mpo_chase(now) {
             tracing::debug!(%mpo, ?chase, "the committed order waits on an operation across shards: asking");
             link.chase(mpo, chase);
         }

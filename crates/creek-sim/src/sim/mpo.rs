@@ -391,9 +391,13 @@ impl Sim {
             return;
         }
         let now = self.local_time(i);
-        let Some((mpo, chase)) = self.nodes[i].node.mpo_chase(now) else {
-            return;
-        };
+        for (mpo, chase) in self.nodes[i].node.mpo_chase(now) {
+            self.mpo_ask(i, mpo, chase);
+        }
+    }
+
+    /// Send what replica `i` asks about `mpo`.
+    fn mpo_ask(&mut self, i: usize, mpo: MpoId, chase: Chase) {
         match chase {
             Chase::Index { shards, copies } => {
                 for (s, copy) in copies {
