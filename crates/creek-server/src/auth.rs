@@ -130,6 +130,36 @@ pub fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
+/// The current Unix time in seconds (0 if the clock is before 1970).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Unix time `unix_s` as `YYYY-MM-DDTHH:MM:SSZ` (UTC; the proleptic
+/// Gregorian calendar, by the days-from-civil inverse).
+pub fn utc(unix_s: u64) -> String {
+    let days = unix_s / 86_400;
+    let secs = unix_s % 86_400;
+    // Days since 0000-03-01, in 400-year eras of 146,097 days.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3_600,
+        secs % 3_600 / 60,
+        secs % 60
+    )
+}
+
 /// Equal, in time that depends only on the length.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -277,6 +307,14 @@ impl Auth {
         if !same(&record.hash, &hash) {
             return Err(unknown());
         }
+        if record.expired(unix_now()) {
+            return Err(Status::unauthenticated(format!(
+                "token {} expired at {}: make a new one (creek user token {} --ttl …)",
+                token.id,
+                utc(record.expires_unix_s),
+                record.user
+            )));
+        }
         rules.principal(&record.user).ok_or_else(|| {
             Status::unauthenticated(format!(
                 "token {}: its user {} no longer exists",
@@ -382,6 +420,7 @@ mod tests {
         let record = TokenRecord {
             user: "alice".into(),
             hash: alice.hash(),
+            expires_unix_s: 0,
         }
         .encode();
         auth.set_rules(Rules::from_records([
@@ -414,5 +453,50 @@ mod tests {
         );
         auth.set_rules(Rules::default());
         assert_eq!(code(&meta(&alice.to_string())), Some(Code::Unauthenticated));
+    }
+
+    #[test]
+    fn an_expired_token_is_refused_saying_when_it_expired() {
+        let alice = Token::generate(false).expect("rng");
+        let auth = Auth::new(None);
+        let user_key = [USER_PREFIX, b"alice"].concat();
+        let roles = Value::List(vec![Value::from("readonly")]).encode();
+        let token_key = [TOKEN_PREFIX, alice.id.as_bytes()].concat();
+        let with_expiry = |expires_unix_s| {
+            let record = TokenRecord {
+                user: "alice".into(),
+                hash: alice.hash(),
+                expires_unix_s,
+            }
+            .encode();
+            auth.set_rules(Rules::from_records([
+                (&user_key[..], &roles[..]),
+                (&token_key[..], &record[..]),
+            ]));
+            auth.authenticate(&meta(&alice.to_string()), None)
+        };
+        let later = unix_now() + 3_600;
+        assert_eq!(
+            with_expiry(later).map(|p| p.user).ok(),
+            Some("alice".into())
+        );
+        let refused = with_expiry(1_000_000_000).expect_err("expired");
+        assert_eq!(refused.code(), Code::Unauthenticated);
+        assert_eq!(
+            refused.message(),
+            format!(
+                "token {} expired at 2001-09-09T01:46:40Z: make a new one (creek user token \
+                 alice --ttl …)",
+                alice.id
+            )
+        );
+    }
+
+    #[test]
+    fn utc_times_are_calendar_dates() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_795_996_799), "2026-11-29T23:59:59Z");
+        assert_eq!(utc(4_102_444_800), "2100-01-01T00:00:00Z");
     }
 }

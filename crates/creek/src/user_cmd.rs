@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use creek_client::Levels;
-use creek_server::auth::Token;
+use creek_server::auth::{self, Token};
 use creek_types::value::Value;
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
@@ -47,6 +47,11 @@ enum UserCommand {
     Token {
         /// The user.
         name: String,
+        /// How long the token authenticates, e.g. 90s, 30m, 12h, 7d; it
+        /// never expires without. Refresh by making a new token before it
+        /// expires (and revoking the old one).
+        #[arg(long, value_parser = parse_ttl)]
+        ttl: Option<u64>,
     },
     /// Revoke a token, given whole or by its id (the 16 hex digits after
     /// `creek_`).
@@ -103,22 +108,58 @@ async fn call(
         .map_err(|abort| Failure::new(exit::ABORTED, abort))
 }
 
+/// A token's lifetime in seconds: a positive number with a unit, s, m, h
+/// or d.
+fn parse_ttl(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let bad =
+        || format!("a TTL is a whole number with a unit s, m, h or d (e.g. 12h), not {text:?}");
+    let unit = text.chars().last().ok_or_else(bad)?;
+    let scale = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        'd' => 86_400,
+        _ => return Err(bad()),
+    };
+    let n: u64 = text[..text.len() - 1].parse().map_err(|_| bad())?;
+    match n.checked_mul(scale) {
+        Some(0) => Err(format!("a TTL must be positive, not {text:?}")),
+        Some(secs) if secs <= TTL_MAX_S => Ok(secs),
+        _ => Err(format!(
+            "a TTL is at most {} days, not {text:?}",
+            TTL_MAX_S / 86_400
+        )),
+    }
+}
+
+/// The longest TTL `creek user token --ttl` takes (ten years).
+const TTL_MAX_S: u64 = 3_650 * 86_400;
+
 fn new_token() -> Result<Token, Failure> {
     Token::generate(false).map_err(|e| Failure::new(exit::FAILED, e))
 }
 
-fn print_token(output: Format, user: &str, token: &Token) {
+/// Print a new token; `expires_unix_s` when it expires (0 never).
+fn print_token(output: Format, user: &str, token: &Token, expires_unix_s: u64) {
+    let expires = (expires_unix_s != 0).then(|| auth::utc(expires_unix_s));
     match output {
         Format::Json => out!(
             "{}",
-            serde_json::json!({ "user": user, "token_id": token.id, "token": token.to_string() })
+            serde_json::json!({
+                "user": user,
+                "token_id": token.id,
+                "token": token.to_string(),
+                "expires": expires,
+            })
         ),
         Format::Value => out!("{token}"),
         Format::Table => {
             out!("{token}");
+            let until = expires.map_or(String::new(), |at| format!(", valid until {at}"));
             eprintln!(
-                "token {} for user {user}: shown only now; give it to clients as CREEK_TOKEN \
-                 (or --token)",
+                "token {} for user {user}{until}: shown only now; give it to clients as \
+                 CREEK_TOKEN (or --token)",
                 token.id
             );
         }
@@ -136,14 +177,26 @@ pub fn run_user(args: &UserArgs) -> Result<(), Failure> {
                 let hash = Value::Bytes(Bytes::copy_from_slice(&token.hash()));
                 let call_args = vec![bytes(name), bytes(&roles.join(",")), bytes(&token.id), hash];
                 call(e, "auth.user_add", call_args, Levels::Strong).await?;
-                print_token(out, name, &token);
+                print_token(out, name, &token, 0);
             }
-            UserCommand::Token { name } => {
+            UserCommand::Token { name, ttl } => {
                 let token = new_token()?;
                 let hash = Value::Bytes(Bytes::copy_from_slice(&token.hash()));
-                let call_args = vec![bytes(name), bytes(&token.id), hash];
-                call(e, "auth.token_create", call_args, Levels::Strong).await?;
-                print_token(out, name, &token);
+                let mut call_args = vec![bytes(name), bytes(&token.id), hash];
+                let expires = match ttl {
+                    // The replicas compare the expiry with their clocks.
+                    Some(ttl) => {
+                        let at = auth::unix_now() + ttl;
+                        call_args.push(Value::Int(i64::try_from(at).unwrap_or(i64::MAX)));
+                        call(e, "auth.token_create_expiring", call_args, Levels::Strong).await?;
+                        at
+                    }
+                    None => {
+                        call(e, "auth.token_create", call_args, Levels::Strong).await?;
+                        0
+                    }
+                };
+                print_token(out, name, &token, expires);
             }
             UserCommand::Remove { name } => {
                 let existed =
@@ -233,4 +286,28 @@ pub fn run_role(args: &RoleArgs) -> Result<(), Failure> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ttl;
+
+    #[test]
+    fn ttls_take_a_unit_and_stay_in_bounds() {
+        assert_eq!(parse_ttl("90s"), Ok(90));
+        assert_eq!(parse_ttl("30m"), Ok(1_800));
+        assert_eq!(parse_ttl(" 12h "), Ok(43_200));
+        assert_eq!(parse_ttl("7d"), Ok(604_800));
+        for bad in ["", "12", "h", "1.5h", "-1h", "3w"] {
+            let e = parse_ttl(bad).expect_err(bad);
+            assert!(e.contains("unit s, m, h or d"), "{bad}: {e}");
+        }
+        assert!(parse_ttl("0s").unwrap_err().contains("positive"));
+        assert!(parse_ttl("3651d")
+            .unwrap_err()
+            .contains("at most 3650 days"));
+        assert!(parse_ttl("99999999999999999d")
+            .unwrap_err()
+            .contains("at most"));
+    }
 }

@@ -227,6 +227,30 @@ async fn tokens_authenticate_and_roles_limit_what_users_do() {
     let r2 = client(&c, &[0], Some(&second)).await;
     known_soon(&r2).await;
     assert_eq!(strong(&r2, "kv.get", vec![b("k")]).await, Ok(Ok(b("v1"))));
+    // A token made with a TTL works until then, and is refused after,
+    // saying it expired.
+    let (ok, out, err) = creek(
+        &c,
+        &root,
+        &["user", "token", "reader", "--ttl", "3s", "-o", "json"],
+    );
+    assert!(ok, "{err}");
+    let made: serde_json::Value = serde_json::from_str(out.trim()).expect("JSON");
+    assert!(
+        made["expires"].as_str().is_some_and(|at| at.ends_with('Z')),
+        "{made}"
+    );
+    let brief = Token::parse(made["token"].as_str().expect("a token")).expect("a token");
+    let r3 = client(&c, &[1], Some(&brief)).await;
+    known_soon(&r3).await;
+    assert_eq!(strong(&r3, "kv.get", vec![b("k")]).await, Ok(Ok(b("v1"))));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    match strong(&r3, "kv.get", vec![b("k")]).await {
+        Err(Error::Unauthenticated(m)) => assert!(m.contains("expired at"), "{m}"),
+        other => panic!("an expired token still works: {other:?}"),
+    }
+    let (ok, _, err) = creek(&c, &root, &["user", "token", "reader", "--ttl", "2w"]);
+    assert!(!ok && err.contains("unit s, m, h or d"), "{err}");
     let (ok, _, err) = creek(&c, &root, &["user", "remove", "reader"]);
     assert!(ok, "{err}");
     refused_soon(&r2, "the second token of a removed user").await;

@@ -15,35 +15,54 @@ use crate::keyspace;
 use creek_exec::txn::{Abort, Outcome, Txn};
 use creek_types::value::Value;
 
-/// A stored token: whose it is and the SHA-256 of its secret.
+/// A stored token: whose it is, the SHA-256 of its secret, and when it
+/// expires.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenRecord {
     /// The user it authenticates as.
     pub user: String,
     /// SHA-256 of the secret.
     pub hash: [u8; TOKEN_HASH_BYTES],
+    /// The Unix time (seconds, UTC) from which it no longer authenticates;
+    /// 0: never.
+    pub expires_unix_s: u64,
 }
 
 impl TokenRecord {
-    /// The stored form.
+    /// The stored form: `[user, hash]`, with the expiry third if it has one.
     pub fn encode(&self) -> Bytes {
-        Value::List(vec![
+        let mut fields = vec![
             Value::from(self.user.as_str()),
             Value::Bytes(Bytes::copy_from_slice(&self.hash)),
-        ])
-        .encode()
+        ];
+        if self.expires_unix_s != 0 {
+            fields.push(Value::Int(
+                i64::try_from(self.expires_unix_s).unwrap_or(i64::MAX),
+            ));
+        }
+        Value::List(fields).encode()
     }
 
     /// Decode a stored record.
     pub fn decode(raw: &[u8]) -> Result<TokenRecord, String> {
         let value = Value::decode(raw).map_err(|e| e.to_string())?;
-        let Some([Value::Bytes(user), Value::Bytes(hash)]) = value.as_list() else {
-            return Err("not [user, hash]".into());
+        let (user, hash, expires) = match value.as_list() {
+            Some([Value::Bytes(user), Value::Bytes(hash)]) => (user, hash, 0),
+            Some([Value::Bytes(user), Value::Bytes(hash), Value::Int(at)]) if *at > 0 => {
+                (user, hash, *at as u64)
+            }
+            _ => return Err("not [user, hash] or [user, hash, expiry]".into()),
         };
         Ok(TokenRecord {
             user: String::from_utf8(user.to_vec()).map_err(|_| "user not UTF-8")?,
             hash: hash.as_ref().try_into().map_err(|_| "hash not 32 bytes")?,
+            expires_unix_s: expires,
         })
+    }
+
+    /// Whether it has expired at Unix time `now_unix_s`.
+    pub fn expired(&self, now_unix_s: u64) -> bool {
+        self.expires_unix_s != 0 && now_unix_s >= self.expires_unix_s
     }
 }
 
@@ -184,6 +203,7 @@ pub(crate) fn user_add(
     let record = TokenRecord {
         user: name.to_owned(),
         hash,
+        expires_unix_s: 0,
     };
     txn.put(token_key, record.encode());
     Ok(Value::Nil.encode())
@@ -247,19 +267,32 @@ pub(crate) fn user_list(txn: &mut Txn<'_>) -> Outcome {
 }
 
 /// `auth.token_create(user, token_id, token_hash)`: another token for an
-/// existing user.
-pub(crate) fn token_create(txn: &mut Txn<'_>, user: &[u8], id: &[u8], hash: &[u8]) -> Outcome {
+/// existing user; `expires_unix_s` (`auth.token_create_expiring`) the Unix
+/// time from which it no longer authenticates, 0 never.
+pub(crate) fn token_create(
+    txn: &mut Txn<'_>,
+    user: &[u8],
+    id: &[u8],
+    hash: &[u8],
+    expires_unix_s: i64,
+) -> Outcome {
     const OP: &str = "auth.token_create";
     let user = user_name(OP, user)?;
     if txn.get(&key(USER_PREFIX, user)).is_none() {
         return Err(Abort::new(format!("{OP}: no user named {user}")));
     }
+    let expires_unix_s = u64::try_from(expires_unix_s).map_err(|_| {
+        Abort::new(format!(
+            "{OP}: an expiry is a Unix time in seconds, or 0 for none (got {expires_unix_s})"
+        ))
+    })?;
     let (k, hash) = new_token(OP, txn, id, hash)?;
     txn.put(
         k,
         TokenRecord {
             user: user.to_owned(),
             hash,
+            expires_unix_s,
         }
         .encode(),
     );

@@ -107,7 +107,8 @@ fn user_add_stores_roles_and_a_hashed_token_that_rules_resolve() {
         r.token("0123456789abcdef"),
         Some(&TokenRecord {
             user: "alice".into(),
-            hash: HASH
+            hash: HASH,
+            expires_unix_s: 0,
         })
     );
     let alice = r.principal("alice").expect("alice");
@@ -237,8 +238,18 @@ fn records_round_trip_and_corrupt_ones_grant_nothing() {
     let t = TokenRecord {
         user: "alice".into(),
         hash: HASH,
+        expires_unix_s: 0,
     };
-    assert_eq!(TokenRecord::decode(&t.encode()), Ok(t));
+    assert_eq!(TokenRecord::decode(&t.encode()), Ok(t.clone()));
+    let expiring = TokenRecord {
+        expires_unix_s: 1_800_000_000,
+        ..t
+    };
+    assert_eq!(
+        TokenRecord::decode(&expiring.encode()),
+        Ok(expiring.clone())
+    );
+    assert!(!expiring.expired(1_799_999_999) && expiring.expired(1_800_000_000));
     assert!(TokenRecord::decode(b"\xff").is_err());
     let r = Rules::from_records([
         (&b"\0auth/user/eve"[..], &b"\xff\xff"[..]),
@@ -344,4 +355,46 @@ fn every_execution_checks_its_user_in_the_state_it_reads() {
     let mut anyone = put("x");
     anyone.user = None;
     assert!(h.exec(&anyone).outcome.is_ok());
+}
+
+#[test]
+fn an_expiring_token_stores_its_expiry_and_a_bad_one_changes_nothing() {
+    let mut h = Harness::new();
+    strong(&mut h, "auth.user_add", &[b"bob", b"readonly", ID, &HASH]).expect("ok");
+    let token = |id: &[u8], at: i64| {
+        let mut call = ProcCall::new(
+            "auth.token_create_expiring",
+            encode_args(&[
+                Value::from("bob"),
+                Value::Bytes(Bytes::copy_from_slice(id)),
+                Value::Bytes(Bytes::copy_from_slice(&HASH)),
+                Value::Int(at),
+            ]),
+        );
+        call.strong = true;
+        call
+    };
+    let before = h.snap.0.clone();
+    let e = h
+        .exec(&token(b"fedcba9876543210", -5))
+        .outcome
+        .expect_err("refused");
+    assert!(
+        e.0.contains("an expiry is a Unix time in seconds"),
+        "{}",
+        e.0
+    );
+    assert_eq!(h.snap.0, before, "a refused token changes nothing");
+    h.exec(&token(b"fedcba9876543210", 1_800_000_000))
+        .outcome
+        .expect("ok");
+    assert_eq!(
+        rules(&h)
+            .token("fedcba9876543210")
+            .map(|t| t.expires_unix_s),
+        Some(1_800_000_000)
+    );
+    let mut weak = token(b"00000000000000ff", 1_800_000_000);
+    weak.strong = false;
+    assert!(h.exec(&weak).outcome.is_err(), "strong only");
 }

@@ -8,6 +8,7 @@
 //! | `auth.user_remove`  | `name: bytes`                                          | bool: existed                            |           | yes         |
 //! | `auth.user_list`    | none                                                   | list of `[name, [role…], [token id…]]`   | yes       |             |
 //! | `auth.token_create` | `user: bytes, token_id: bytes, token_hash: bytes`      | nil                                      |           | yes         |
+//! | `auth.token_create_expiring` | `user: bytes, token_id: bytes, token_hash: bytes, expires_unix_s: int` | nil         |           | yes         |
 //! | `auth.token_revoke` | `token_id: bytes`                                      | bool: existed                            |           | yes         |
 //! | `auth.role_set`     | `name: bytes, grants: bytes`                           | nil                                      |           | yes         |
 //! | `auth.role_list`    | none                                                   | list of `[name, [grant…]]`               | yes       |             |
@@ -52,6 +53,16 @@ const TOKEN_CREATE: Sig = Sig {
     ],
     subject: Subject::None,
 };
+const TOKEN_CREATE_EXPIRING: Sig = Sig {
+    name: "auth.token_create_expiring",
+    params: &[
+        ("user", Ty::Bytes),
+        ("token_id", Ty::Bytes),
+        ("token_hash", Ty::Bytes),
+        ("expires_unix_s", Ty::Int),
+    ],
+    subject: Subject::None,
+};
 const TOKEN_REVOKE: Sig = Sig {
     name: "auth.token_revoke",
     params: &[("token_id", Ty::Bytes)],
@@ -73,6 +84,7 @@ const STRONG_ONLY: &[&str] = &[
     USER_ADD.name,
     USER_REMOVE.name,
     TOKEN_CREATE.name,
+    TOKEN_CREATE_EXPIRING.name,
     TOKEN_REVOKE.name,
     ROLE_SET.name,
 ];
@@ -113,9 +125,21 @@ pub(super) fn register(r: &mut Registry) {
         |a| TOKEN_CREATE.check(a),
         |txn, raw| match TOKEN_CREATE.args(raw).as_deref() {
             Ok([Value::Bytes(u), Value::Bytes(id), Value::Bytes(hash)]) => {
-                auth::token_create(txn, u, id, hash)
+                auth::token_create(txn, u, id, hash, 0)
             }
             Ok(_) => Err(TOKEN_CREATE.mismatch()),
+            Err(e) => Err(e.clone()),
+        },
+    );
+    r.register_fn(
+        TOKEN_CREATE_EXPIRING.name,
+        false,
+        |a| TOKEN_CREATE_EXPIRING.check(a),
+        |txn, raw| match TOKEN_CREATE_EXPIRING.args(raw).as_deref() {
+            Ok([Value::Bytes(u), Value::Bytes(id), Value::Bytes(hash), Value::Int(at)]) => {
+                auth::token_create(txn, u, id, hash, *at)
+            }
+            Ok(_) => Err(TOKEN_CREATE_EXPIRING.mismatch()),
             Err(e) => Err(e.clone()),
         },
     );
@@ -152,6 +176,7 @@ pub(super) fn register(r: &mut Registry) {
             (&USER_REMOVE, "bool: existed", "Remove a user and its tokens (strong op only, admin)."),
             (&USER_LIST, "list of [name, [role], [token id]]", "The users (admin)."),
             (&TOKEN_CREATE, "nil", "Add a token for a user (strong op only, admin)."),
+            (&TOKEN_CREATE_EXPIRING, "nil", "Add a token for a user that stops authenticating at a Unix time in seconds (strong op only, admin)."),
             (&TOKEN_REVOKE, "bool: existed", "Revoke a token by id (strong op only, admin)."),
             (&ROLE_SET, "nil", "Define a role by comma-separated grants RIGHT:keyspace|proc:NAME (strong op only, admin)."),
             (&ROLE_LIST, "list of [name, [grant]]", "The roles (admin)."),
