@@ -211,6 +211,10 @@ impl<S: CabStorage> Node<S> {
     /// a round trip per MPO. Called by the driver every tick; empty when
     /// nothing is to be asked now.
     pub fn mpo_chase(&mut self, now_us: u64) -> Vec<(MpoId, Chase)> {
+        // Asks ahead age out: once none is recent, the replica no longer
+        // counts as catching up.
+        let ahead = &mut self.mpo_chasing.ahead;
+        ahead.retain(|_, at| now_us < *at + AHEAD_AGAIN_US);
         let Some((op, mpo, missing)) = self.mpo_chase_due(now_us) else {
             return Vec::new();
         };
@@ -218,7 +222,6 @@ impl<S: CabStorage> Node<S> {
         if self.mpo_chasing.waiting.as_ref().is_some_and(|w| w.ordered) {
             let ahead = self.replica.mpo_ahead(AHEAD + 1);
             let asked = &mut self.mpo_chasing.ahead;
-            asked.retain(|_, at| now_us < *at + AHEAD_AGAIN_US);
             let due: Vec<_> = ahead
                 .into_iter()
                 .filter(|(ahead_op, ..)| *ahead_op != op)
