@@ -207,7 +207,15 @@ impl Drop for Slot {
 pub struct CappedStream {
     stream: TcpStream,
     _slot: Slot,
+    /// The first bytes, read to learn the protocol ([`Self::first_bytes`]),
+    /// and how many of them reads have handed on since.
+    sniffed: [u8; SNIFFED],
+    filled: usize,
+    replayed: usize,
 }
+
+/// How many first bytes say which protocol a connection speaks.
+const SNIFFED: usize = 4;
 
 impl CappedStream {
     /// `stream` under the caps, or `None` (the stream closed) past a cap.
@@ -217,31 +225,34 @@ impl CappedStream {
         Some(CappedStream {
             stream,
             _slot: slot,
+            sniffed: [0; SNIFFED],
+            filled: 0,
+            replayed: 0,
         })
     }
 
     /// The socket, and its place under the caps (held until the
-    /// connection closes).
+    /// connection closes). The bytes [`Self::first_bytes`] read are not
+    /// in the socket any more: the caller knows them.
     pub fn into_parts(self) -> (TcpStream, Slot) {
         (self.stream, self._slot)
     }
 
-    /// The first four bytes the peer sent, left unread; an error if it
-    /// closed before sending any. A peer that stops after fewer waits
-    /// here: the caller bounds the wait.
-    pub async fn first_bytes(&self) -> std::io::Result<[u8; 4]> {
-        let mut buf = [0u8; 4];
-        loop {
-            let n = self.stream.peek(&mut buf).await?;
-            if n == buf.len() {
-                return Ok(buf);
-            }
+    /// The first four bytes the peer sent; reads of the stream still
+    /// begin with them. An error if it closed before sending four. The
+    /// wait is on the socket's readiness (a peer that sends one byte at a
+    /// time costs a wake-up per byte, not a poll per millisecond); a peer
+    /// that stops after fewer waits here: the caller bounds the wait.
+    pub async fn first_bytes(&mut self) -> std::io::Result<[u8; SNIFFED]> {
+        use tokio::io::AsyncReadExt as _;
+        while self.filled < SNIFFED {
+            let n = self.stream.read(&mut self.sniffed[self.filled..]).await?;
             if n == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
-            // Part of them: the rest is on its way.
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            self.filled += n;
         }
+        Ok(self.sniffed)
     }
 }
 
@@ -259,7 +270,15 @@ impl AsyncRead for CappedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        if this.replayed < this.filled {
+            // The sniffed bytes first.
+            let n = buf.remaining().min(this.filled - this.replayed);
+            buf.put_slice(&this.sniffed[this.replayed..this.replayed + n]);
+            this.replayed += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
     }
 }
 
@@ -310,6 +329,44 @@ mod tests {
         drop(first);
         assert_eq!(caps.open(a), (1, 2));
         assert!(caps.admit(a).is_ok());
+    }
+
+    /// The sniff reads the first bytes as they trickle in, and the stream
+    /// still reads from its first byte after it.
+    #[tokio::test]
+    async fn first_bytes_come_one_at_a_time_and_reads_replay_them() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let sender = tokio::spawn(async move {
+            let mut out = TcpStream::connect(addr).await.expect("connect");
+            for b in b"CRK1 and the rest" {
+                out.write_all(&[*b]).await.expect("write");
+                out.flush().await.expect("flush");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        });
+        let (socket, _) = listener.accept().await.expect("accept");
+        let caps = Arc::new(ConnectionCaps::new(4, 4));
+        let mut stream = CappedStream::admit(socket, &caps).expect("admitted");
+        assert_eq!(stream.first_bytes().await.expect("four bytes"), *b"CRK1");
+        assert_eq!(stream.first_bytes().await.expect("again"), *b"CRK1");
+        let mut all = Vec::new();
+        stream.read_to_end(&mut all).await.expect("read");
+        assert_eq!(all, b"CRK1 and the rest");
+        sender.await.expect("sender");
+        // A peer that closes after fewer bytes is an error, not a wait.
+        let sender = tokio::spawn(async move {
+            let mut out = TcpStream::connect(addr).await.expect("connect");
+            out.write_all(b"CR").await.expect("write");
+        });
+        let (socket, _) = listener.accept().await.expect("accept");
+        let mut short = CappedStream::admit(socket, &caps).expect("admitted");
+        sender.await.expect("sender");
+        let e = short.first_bytes().await.expect_err("closed early");
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 
     #[test]

@@ -142,6 +142,9 @@ pub struct Metrics {
     pub own_origin_refused: Gauge,
     /// Client connections open now over the native protocol.
     pub native_connections: Gauge,
+    /// Client connections closed before they were served: a TLS handshake
+    /// that failed or timed out, or no first bytes in time.
+    pub client_connections_refused: Counter,
     /// The largest round trip to a peer measured anywhere in the group (µs).
     pub peer_rtt_us: Gauge,
     /// This replica's consensus election timeout now (ms; grows on slow links).
@@ -183,6 +186,7 @@ impl Metrics {
             peer_frames_malformed: Gauge::default(),
             own_origin_refused: Gauge::default(),
             native_connections: Gauge::default(),
+            client_connections_refused: Counter::default(),
             peer_rtt_us: Gauge::default(),
             election_timeout_ms: Gauge::default(),
             view_buckets: Default::default(),
@@ -292,6 +296,12 @@ impl Metrics {
             "native_connections",
             "Client connections open now over the native protocol",
             m.native_connections.clone(),
+        );
+        registry.register(
+            "client_connections_refused",
+            "Client connections closed before they were served (a TLS handshake that failed or \
+             timed out, no first bytes in time)",
+            m.client_connections_refused.clone(),
         );
         registry.register(
             "peer_rtt_us",

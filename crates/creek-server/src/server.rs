@@ -650,6 +650,10 @@ impl Clients {
             .add_service(crate::limits::Oversized(
                 pb::admin_server::AdminServer::new(self.admin).max_decoding_message_size(limit),
             ));
+        let refusals = Arc::new(Refusals {
+            counted: self.front.metrics.client_connections_refused.clone(),
+            ..Refusals::default()
+        });
         let native = Native {
             front: self.front,
             corked: self.corked,
@@ -671,11 +675,11 @@ impl Clients {
             // connection is closed as soon as it is accepted.
             let result = match tls {
                 None => {
-                    let incoming = plain_incoming(listener, caps, native);
+                    let incoming = plain_incoming(listener, caps, native, refusals);
                     router.serve_with_incoming_shutdown(incoming, stop).await
                 }
                 Some(tls) => {
-                    let incoming = tls_incoming(listener, tls, caps);
+                    let incoming = tls_incoming(listener, tls, caps, refusals);
                     router.serve_with_incoming_shutdown(incoming, stop).await
                 }
             };
@@ -750,6 +754,30 @@ where
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
+/// Client connections closed before they were served, by why: each kind
+/// logged at most once per [`crate::throttle::LOGGED_EVERY`] (anyone who
+/// reaches the port can cause them), all counted.
+#[derive(Default)]
+struct Refusals {
+    counted: prometheus_client::metrics::counter::Counter,
+    silent: crate::throttle::Throttle,
+    handshake_failed: crate::throttle::Throttle,
+    handshake_timed_out: crate::throttle::Throttle,
+}
+
+impl Refusals {
+    fn refused(&self, kind: &crate::throttle::Throttle, remote: SocketAddr, why: &str) {
+        self.counted.inc();
+        if let Some(n) = kind.admit(std::time::Instant::now()) {
+            tracing::info!(
+                %remote,
+                "refused a client connection: {why}{}",
+                crate::throttle::unlogged(n, "creek_client_connections_refused_total")
+            );
+        }
+    }
+}
+
 /// Plaintext client connections: each one's first bytes say whether it
 /// speaks the native protocol (served here) or gRPC (handed to the gRPC
 /// server, its bytes still unread).
@@ -757,13 +785,16 @@ fn plain_incoming(
     listener: TcpListener,
     caps: Arc<crate::limits::ConnectionCaps>,
     native: Native,
+    refusals: Arc<Refusals>,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<crate::limits::CappedStream>> {
     accept_clients(listener, caps, move |stream, remote, tx| {
+        let refusals = refusals.clone();
         let front = native.front.clone();
         let limits = native.limits;
         let corked = native.corked.clone();
         let shutdown = native.shutdown.clone();
         async move {
+            let mut stream = stream;
             let sniffed =
                 tokio::time::timeout(crate::native::SNIFF_TIMEOUT, stream.first_bytes()).await;
             match sniffed {
@@ -777,7 +808,11 @@ fn plain_incoming(
                     tracing::debug!(%remote, error = %e, "a client connection closed before its first bytes");
                 }
                 Err(_) => {
-                    tracing::info!(%remote, "refused a client connection: it sent nothing");
+                    let why = format!(
+                        "it sent fewer than 4 bytes in {} s",
+                        crate::native::SNIFF_TIMEOUT.as_secs()
+                    );
+                    refusals.refused(&refusals.silent, remote, &why);
                 }
             }
         }
@@ -790,10 +825,12 @@ fn tls_incoming(
     listener: TcpListener,
     tls: Arc<Tls>,
     caps: Arc<crate::limits::ConnectionCaps>,
+    refusals: Arc<Refusals>,
 ) -> impl tokio_stream::Stream<
     Item = std::io::Result<tokio_rustls::server::TlsStream<crate::limits::CappedStream>>,
 > {
     accept_clients(listener, caps, move |stream, remote, tx| {
+        let refusals = refusals.clone();
         let acceptor = tls.client_acceptor();
         async move {
             let handshake =
@@ -803,10 +840,15 @@ fn tls_incoming(
                     let _ = tx.send(Ok(s)).await;
                 }
                 Ok(Err(e)) => {
-                    tracing::info!(%remote, error = %e, "refused a client connection: TLS handshake failed");
+                    let why = format!("TLS handshake failed: {e}");
+                    refusals.refused(&refusals.handshake_failed, remote, &why);
                 }
                 Err(_) => {
-                    tracing::info!(%remote, "refused a client connection: TLS handshake timed out");
+                    refusals.refused(
+                        &refusals.handshake_timed_out,
+                        remote,
+                        "TLS handshake timed out",
+                    );
                 }
             }
         }

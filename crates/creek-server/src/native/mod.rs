@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use creek_procs::auth::Need;
 use creek_proto::native::{self, FrameReader, Header, Kind, Read};
 use tokio::net::TcpStream;
@@ -48,9 +48,9 @@ pub(crate) struct NativeLimits {
 /// which protocol it speaks.
 pub(crate) const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serve one native connection whose first bytes are [`native::MAGIC`]
-/// (not yet read) until the client closes it, it breaks the framing, or
-/// the replica stops.
+/// Serve one native connection whose first bytes were [`native::MAGIC`]
+/// (read by the accept loop's sniff) until the client closes it, it breaks
+/// the framing, or the replica stops.
 pub(crate) async fn serve(
     front: FrontDoor,
     stream: crate::limits::CappedStream,
@@ -71,7 +71,6 @@ pub(crate) async fn serve(
         deadlines: BTreeSet::new(),
     };
     let mut input = BytesMut::with_capacity(8 * 1024);
-    let mut magic_read = false;
     loop {
         let next_deadline = conn.deadlines.first().map(|(at, _, _)| *at);
         tokio::select! {
@@ -90,14 +89,6 @@ pub(crate) async fn serve(
                 match read_some(&socket, &mut input) {
                     Ok(true) => {}
                     Ok(false) | Err(_) => break,
-                }
-                // The accept loop sniffed the magic bytes: drop them.
-                if !magic_read {
-                    if input.len() < native::MAGIC.len() {
-                        continue;
-                    }
-                    input.advance(native::MAGIC.len());
-                    magic_read = true;
                 }
                 if conn.take_frames(&mut input).await.is_err() {
                     break;
