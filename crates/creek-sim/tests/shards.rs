@@ -455,3 +455,20 @@ fn only_a_released_mpo_is_sequenced_on_a_replicas_own_asking() {
     let (report, ok) = simulate(&cfg).unwrap();
     assert!(ok, "bank seed 700046 (wan): {}", report["violations"]);
 }
+
+/// Found by the hand swarm on wide-area links (bank, seed 300056): the
+/// operator that keeps the directory's map true to the groups sent its
+/// op to a directory replica the group then removed, which never learnt
+/// it and never answered; the operator waited on it forever, so the map
+/// never listed the directory's new members and the run never settled.
+/// It now gives up on an op whose replica left the group, as clients do.
+#[test]
+fn the_map_operator_moves_on_from_a_removed_directory_replica() {
+    let cfg = SimConfig {
+        links: creek_sim::config::Links::Wan,
+        duration_us: 4_000_000,
+        ..mpo_seed(300_056)
+    };
+    let (report, ok) = simulate(&cfg).unwrap();
+    assert!(ok, "bank seed 300056 (wan): {}", report["violations"]);
+}

@@ -292,12 +292,30 @@ impl Sim {
     /// it does not know it, form the directory if it holds none, or
     /// install a map listing the groups' members if they changed.
     fn operator_step(&mut self) {
+        let Some(pending) = self.dir.as_ref().map(|d| d.pending.as_ref().map(|p| p.0)) else {
+            return;
+        };
+        if let Some(index) = pending {
+            let at = self.history.ops[index].replica;
+            if self.nodes[at].slot == Slot::Member {
+                return;
+            }
+            // Its replica left the group: a removed replica may never
+            // answer (one that has not learnt it was removed keeps the op
+            // and asks for elections nobody holds). Like a client, the
+            // operator gives up on the op and reads the map again at a
+            // member; a `directory.set` that commits after all only makes
+            // the next one, for the epoch it read, refused and read again.
+            self.history.ops[index].origin_left = true;
+            self.nodes[at].handles.retain(|_, i| *i != index);
+            if let Some(dir) = self.dir.as_mut() {
+                dir.pending = None;
+                dir.known = Known::Unread;
+            }
+        }
         let Some(dir) = &self.dir else {
             return;
         };
-        if dir.pending.is_some() {
-            return;
-        }
         let (args, name, installs) = match &dir.known {
             Known::Unread => (Vec::new(), MAP, None),
             Known::Empty => {
