@@ -337,13 +337,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// `None`: no MPO holds the committed order here.
     pub fn mpo_waiting(&self) -> Option<(OpId, Option<MpoId>, Vec<u32>)> {
         if let Some(turn) = &self.mpos.turn {
-            let have = self.mpos.received.get(&turn.call.id);
-            let missing = turn
-                .call
-                .others()
-                .filter(|s| have.is_none_or(|h| !h.contains_key(s)))
-                .collect();
-            return Some((turn.op, Some(turn.call.id), missing));
+            return Some((turn.op, Some(turn.call.id), self.reads_missing(&turn.call)));
         }
         let front = self.decided.front()?;
         let op = self.ops.get(front).filter(|op| is_mpo(op))?;
@@ -372,15 +366,19 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 if self.mpo_committed(call.id) {
                     return None; // a second copy: it needs nothing
                 }
-                let have = self.mpos.received.get(&call.id);
-                let missing: Vec<u32> = call
-                    .others()
-                    .filter(|s| have.is_none_or(|h| !h.contains_key(s)))
-                    .collect();
+                let missing = self.reads_missing(&call);
                 let indexed = self.mpos.index_of.contains_key(&call.id);
                 (!indexed || !missing.is_empty()).then_some((*id, call.id, indexed, missing))
             })
             .take(n)
+            .collect()
+    }
+
+    /// The other shards of `call` whose reads are not here.
+    fn reads_missing(&self, call: &MpoCall) -> Vec<u32> {
+        let have = self.mpos.received.get(&call.id);
+        call.others()
+            .filter(|s| have.is_none_or(|h| !h.contains_key(s)))
             .collect()
     }
 

@@ -85,12 +85,22 @@ struct Waiting {
     /// The op, the shards whose reads it misses, whether its index is
     /// known: a change of any is progress.
     what: (OpId, Vec<u32>, bool),
-    /// Whether the committed order waits (not a copy's cast).
-    ordered: bool,
     next_us: u64,
     pause_us: u64,
     /// Whether the replica asked for it.
     asked: bool,
+}
+
+/// What a replica's chase is due to ask about ([`Node::mpo_chase`]).
+struct Due {
+    op: OpId,
+    mpo: MpoId,
+    /// Whether its index is known here.
+    indexed: bool,
+    /// The shards whose reads it misses.
+    missing: Vec<u32>,
+    /// Whether the committed order waits on it (not a copy's cast).
+    ordered: bool,
 }
 
 /// What this replica tells other shards about an MPO.
@@ -213,29 +223,31 @@ impl<S: CabStorage> Node<S> {
     pub fn mpo_chase(&mut self, now_us: u64) -> Vec<(MpoId, Chase)> {
         // Asks ahead age out: once none is recent, the replica no longer
         // counts as catching up.
-        let ahead = &mut self.mpo_chasing.ahead;
-        ahead.retain(|_, at| now_us < *at + AHEAD_AGAIN_US);
-        let Some((op, mpo, missing)) = self.mpo_chase_due(now_us) else {
+        self.mpo_chasing
+            .ahead
+            .retain(|_, at| now_us < *at + AHEAD_AGAIN_US);
+        let Some(due) = self.mpo_chase_due(now_us) else {
             return Vec::new();
         };
-        let mut asks: Vec<(MpoId, Chase)> = self.chase_of(op, mpo, &missing).into_iter().collect();
-        if self.mpo_chasing.waiting.as_ref().is_some_and(|w| w.ordered) {
-            let ahead = self.replica.mpo_ahead(AHEAD + 1);
+        let mut asks: Vec<(MpoId, Chase)> = self
+            .chase_of(due.op, due.mpo, due.indexed, &due.missing)
+            .into_iter()
+            .collect();
+        if due.ordered {
             let asked = &mut self.mpo_chasing.ahead;
-            let due: Vec<_> = ahead
-                .into_iter()
-                .filter(|(ahead_op, ..)| *ahead_op != op)
+            let ahead: Vec<_> = (self.replica.mpo_ahead(AHEAD + 1).into_iter())
+                .filter(|(op, ..)| *op != due.op)
                 .filter(|(_, mpo, indexed, _)| asked.insert((*mpo, *indexed), now_us).is_none())
                 .collect();
-            for (op, mpo, _, missing) in due {
-                asks.extend(self.chase_of(op, mpo, &missing));
+            for (op, mpo, indexed, missing) in ahead {
+                asks.extend(self.chase_of(op, mpo, indexed, &missing));
             }
         }
         asks
     }
 
-    /// The op, MPO and missing shards to chase now, if the wait is due.
-    fn mpo_chase_due(&mut self, now_us: u64) -> Option<(OpId, MpoId, Vec<u32>)> {
+    /// What the replica waits on, if asking for it is due now.
+    fn mpo_chase_due(&mut self, now_us: u64) -> Option<Due> {
         // The committed order's wait first; else a copy held here that
         // waits for its index before it is cast (`Replica::may_cast`).
         let (op, mpo, missing, ordered) = match self.replica.mpo_waiting() {
@@ -274,7 +286,6 @@ impl<S: CabStorage> Node<S> {
                     ordered && (last.as_ref().is_some_and(|w| w.asked) || asked_ahead);
                 *last = Some(Waiting {
                     what,
-                    ordered,
                     next_us: now_us + CHASE_AFTER_US,
                     pause_us: CHASE_AFTER_US,
                     asked: catching_up,
@@ -284,16 +295,28 @@ impl<S: CabStorage> Node<S> {
                 }
             }
         }
-        Some((op, mpo, missing))
+        Some(Due {
+            op,
+            mpo,
+            indexed,
+            missing,
+            ordered,
+        })
     }
 
     /// What to ask about op `op` of MPO `mpo`, missing the reads of
     /// `missing`: its index if not known, else those reads.
-    fn chase_of(&self, op: OpId, mpo: MpoId, missing: &[u32]) -> Option<(MpoId, Chase)> {
+    fn chase_of(
+        &self,
+        op: OpId,
+        mpo: MpoId,
+        indexed: bool,
+        missing: &[u32],
+    ) -> Option<(MpoId, Chase)> {
         let op_call = self.replica.mpo_op_call(op)?;
         let call = MpoCall::decode(&op_call.args).ok()?;
         let copy_for = |s: u32| Some((s, call.for_shard(s).ok()?.call(op_call)));
-        if self.replica.mpo_index(mpo).is_none() {
+        if !indexed {
             let shards = call.parts.iter().map(|p| p.shard).collect();
             let copies = call.others().filter_map(copy_for).collect();
             return Some((mpo, Chase::Index { shards, copies }));
