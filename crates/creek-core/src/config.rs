@@ -42,6 +42,26 @@ pub struct Config {
     /// `IgnoreCausalContext` (strong ops carry an empty causal context),
     /// and hands the set to its executor (`SkipInvalidation`).
     pub planted: PlantedBugs,
+    /// How this shard's operations across shards get their order
+    /// (docs/cross-shard.md, "Order").
+    pub mpo_order: MpoOrder,
+}
+
+/// How MPOs are ordered across the shards they involve.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MpoOrder {
+    /// The directory's group sequences MPO ids and tells each shard its
+    /// index (what servers run).
+    #[default]
+    Sequencer,
+    /// A genuine atomic multicast among the involved shards only: Skeen's
+    /// protocol over groups (each shard's log gives an MPO a timestamp,
+    /// the shards exchange them, and each logs the largest as the final
+    /// one). Built in the simulator to measure against the sequencer; a
+    /// replica rebuilt from a checkpoint does not carry its ordering
+    /// state, so runs with it have no crashes, disk faults or membership
+    /// changes.
+    Genuine,
 }
 
 impl Default for Config {
@@ -55,6 +75,7 @@ impl Default for Config {
             schedule: Schedule::default(),
             session_ttl_us: 3_600_000_000,
             planted: PlantedBugs::NONE,
+            mpo_order: MpoOrder::Sequencer,
         }
     }
 }

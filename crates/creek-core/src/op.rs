@@ -206,4 +206,17 @@ pub enum Effect {
         /// The values, by key.
         reads: creek_procs::mpo::Reads,
     },
+    /// Under [`crate::MpoOrder::Genuine`]: this shard's log gave MPO `mpo`
+    /// timestamp `ts`; send it to the replicas of each shard in `to` (and
+    /// again when one asks: [`crate::Replica::mpo_timestamp_of`]).
+    MpoTimestamp {
+        /// The MPO.
+        mpo: creek_procs::mpo::MpoId,
+        /// This replica's shard.
+        from: u32,
+        /// The other involved shards.
+        to: Vec<u32>,
+        /// The timestamp.
+        ts: u64,
+    },
 }

@@ -57,6 +57,13 @@ pub const RUN: &str = "creek.mpo.run";
 /// recorded ([`outcome_key`]). Internal: only replicas invoke it.
 pub const ANSWER: &str = "creek.mpo.answer";
 
+/// A shard's final timestamp for an MPO when MPOs are ordered by a
+/// genuine atomic multicast among their shards (Skeen's protocol over
+/// groups; [`stamp_call`]): it changes nothing when it runs, and the
+/// replicas read it where their log decides it. Internal: only replicas
+/// invoke it.
+pub const STAMP: &str = "creek.mpo.stamp";
+
 /// Most shards one MPO involves.
 pub const PARTS_MAX: usize = 64;
 
@@ -617,6 +624,22 @@ pub fn answer_call(id: MpoId) -> ProcCall {
     call
 }
 
+/// The op that records MPO `id`'s final timestamp `ts` in a shard's log
+/// ([`STAMP`]).
+pub fn stamp_call(id: MpoId, ts: u64) -> ProcCall {
+    let mut args = encode_id(id).to_vec();
+    args.extend_from_slice(&ts.to_be_bytes());
+    let mut call = ProcCall::new(STAMP, Bytes::from(args));
+    call.strong = true;
+    call
+}
+
+/// The MPO and final timestamp a [`STAMP`] call records.
+pub fn decode_stamp(args: &[u8]) -> Option<(MpoId, u64)> {
+    let (id, ts) = args.split_at_checked(16)?;
+    Some((decode_id(id)?, u64::from_be_bytes(ts.try_into().ok()?)))
+}
+
 /// Where a shard keeps which MPO holds index `index`.
 pub fn order_key(index: u64) -> Bytes {
     let mut key = ORDER_PREFIX.to_vec();
@@ -757,6 +780,16 @@ pub(crate) fn register(r: &mut Registry) {
         false,
         |a| MpoCall::decode(&Bytes::copy_from_slice(a)).map(drop),
         |_, _| Err(Abort::new(format!("{RUN} runs through execute_call"))),
+    );
+    r.register_fn(
+        STAMP,
+        false,
+        |a| {
+            decode_stamp(a)
+                .map(drop)
+                .ok_or_else(|| format!("{STAMP}: malformed arguments: expected an MPO id and a timestamp"))
+        },
+        |_, _| Ok(Bytes::new()),
     );
     r.register_fn(
         ANSWER,

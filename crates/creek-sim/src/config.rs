@@ -197,6 +197,12 @@ pub struct SimConfig {
     /// is an operation across shards (docs/cross-shard.md). 0: every op
     /// stays on one shard.
     pub cross_shard: f64,
+    /// How MPOs are ordered: the directory's sequencer (what servers run)
+    /// or a genuine atomic multicast among their shards (measured against
+    /// it; runs without crashes, disk faults, partitions or membership
+    /// changes: a replica rebuilt from a checkpoint would not carry its
+    /// ordering state).
+    pub mpo_order: creek_core::MpoOrder,
     /// Cores per replica.
     pub cores: usize,
     /// PRNG seed.
@@ -290,6 +296,7 @@ impl Default for SimConfig {
             replicas: 5,
             shards: 1,
             cross_shard: 0.0,
+            mpo_order: creek_core::MpoOrder::Sequencer,
             cores: 4,
             seed: 1,
             workload: "kv".into(),
@@ -338,6 +345,12 @@ impl SimConfig {
         }
         if self.protocol != Protocol::Creek && self.plant_bug.is_some() {
             return Err("planted bugs are bugs of Creek's protocol: use --protocol creek".into());
+        }
+        if self.mpo_order == creek_core::MpoOrder::Genuine {
+            let f = &self.faults;
+            if f.crash || f.disk || f.wipes > 0 || f.members || f.partition {
+                return Err("the genuine multicast runs without crashes, disk faults, partitions or membership changes (a replica rebuilt from a checkpoint would not carry its ordering state): use --faults loss,clock or none".into());
+            }
         }
         if self.archie_window == 0 {
             return Err("archie_window must be positive".into());

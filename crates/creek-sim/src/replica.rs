@@ -200,6 +200,19 @@ pub trait SimReplica: Send + Sync {
     fn mpo_indices(&self, _mpo: MpoId) -> Option<Vec<(u32, u64)>> {
         None
     }
+    /// `mpo`'s index among its shard's MPOs, if known here.
+    fn mpo_index(&self, _mpo: MpoId) -> Option<u64> {
+        None
+    }
+    /// Under the genuine multicast: this shard's timestamp for `mpo`.
+    fn mpo_timestamp_of(&self, _mpo: MpoId) -> Option<u64> {
+        None
+    }
+    /// Under the genuine multicast: stamps due, and the MPOs that wait for
+    /// other shards' timestamps (`creek_node::Node::mpo_stamps_due`).
+    fn mpo_stamps_due(&mut self, _now_us: u64) -> Vec<(MpoId, Vec<(u32, ProcCall)>)> {
+        Vec::new()
+    }
     /// The own seqs a durable write reserved (`creek_node::Node::seq_reserved`).
     fn seq_reserved(&self) -> u64 {
         0
@@ -217,6 +230,8 @@ pub enum MpoInput {
     Sequenced(MpoId, u64),
     /// Shard `.1`'s values for the MPO.
     Reads(MpoId, u32, Reads),
+    /// Shard `.1`'s timestamp for the MPO (the genuine multicast).
+    Timestamp(MpoId, u32, u64),
 }
 
 impl ReplicaCounts {
@@ -650,6 +665,7 @@ impl SimReplica for CreekReplica {
             match input {
                 MpoInput::Sequenced(mpo, index) => n.mpo_sequenced(mpo, index),
                 MpoInput::Reads(mpo, shard, reads) => n.mpo_reads(mpo, shard, reads),
+                MpoInput::Timestamp(mpo, shard, ts) => n.mpo_timestamp(mpo, shard, ts),
             }
         }
         self.collect();
@@ -681,6 +697,23 @@ impl SimReplica for CreekReplica {
 
     fn mpo_indices(&self, mpo: MpoId) -> Option<Vec<(u32, u64)>> {
         self.node.as_ref()?.mpo_indices(mpo)
+    }
+
+    fn mpo_index(&self, mpo: MpoId) -> Option<u64> {
+        self.replica()?.mpo_index(mpo)
+    }
+
+    fn mpo_timestamp_of(&self, mpo: MpoId) -> Option<u64> {
+        self.replica()?.mpo_timestamp_of(mpo)
+    }
+
+    fn mpo_stamps_due(&mut self, now_us: u64) -> Vec<(MpoId, Vec<(u32, ProcCall)>)> {
+        let asks = self
+            .node
+            .as_mut()
+            .map_or_else(Vec::new, |n| n.mpo_stamps_due(now_us));
+        self.collect();
+        asks
     }
 
     fn seq_reserved(&self) -> u64 {

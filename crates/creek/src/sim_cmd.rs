@@ -24,6 +24,12 @@ pub struct Args {
     /// across shards (docs/cross-shard.md); 0 keeps every op on one shard.
     #[arg(long, default_value_t = 0.0)]
     cross_shard: f64,
+    /// How operations across shards are ordered: sequencer (the
+    /// directory's group, what servers run) or genuine (an atomic
+    /// multicast among their shards only; without crashes, disk faults,
+    /// partitions or membership changes).
+    #[arg(long, default_value = "sequencer", value_parser = creek_bench::flags::parse_mpo_order)]
+    mpo_order: creek_core::MpoOrder,
     /// Cores per replica.
     #[arg(long, default_value_t = 4)]
     cores: usize,
@@ -88,6 +94,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         replicas: args.replicas,
         shards: args.shards,
         cross_shard: args.cross_shard,
+        mpo_order: args.mpo_order,
         cores: args.cores,
         seed: args.seed,
         workload: args.workload.clone(),

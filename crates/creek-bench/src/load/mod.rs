@@ -70,6 +70,11 @@ pub struct Common {
     /// of the ops spans two shards (docs/cross-shard.md).
     #[arg(long, value_delimiter = ',')]
     cross_shard: Vec<f64>,
+    /// How operations across shards are ordered (sim): `sequencer` (the
+    /// directory's group, what servers run) or `genuine` (an atomic
+    /// multicast among their shards only, measured against it).
+    #[arg(long, default_value = "sequencer", value_parser = crate::flags::parse_mpo_order)]
+    pub(crate) mpo_order: creek_core::MpoOrder,
     /// One-way link latency range in microseconds, `MIN-MAX` (sim).
     #[arg(long, default_value = "200-300")]
     link_us: String,

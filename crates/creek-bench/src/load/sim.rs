@@ -59,6 +59,7 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
             fsync_us: (0, 0),
             linger_us: 0,
             cross_shard: cross,
+            mpo_order: p.common.mpo_order,
             ..SimConfig::default()
         };
         let bar = *progress;

@@ -31,6 +31,7 @@ use crate::op::{Change, Effect, ExecKey, Op, Pos, Request, Views};
 
 mod mpo;
 mod restore;
+mod skeen;
 mod sessions;
 mod user_calls;
 mod views;
@@ -377,7 +378,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             // An MPO commits at its turn in the directory's sequence
             // (`mpo.rs`): a later op of this replica must not carry it
             // along before then.
-            if call.name.as_ref() != creek_procs::mpo::RUN {
+            // Nor a stamp (`skeen.rs`): the ordering reads it where its own
+            // decision comes.
+            if ![creek_procs::mpo::RUN, creek_procs::mpo::STAMP].contains(&call.name.as_ref()) {
                 self.own_strong_tentative.insert((timestamp, id));
             }
             if self.config.planted.has(Bug::IgnoreCausalContext) {
@@ -523,11 +526,13 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             return;
         }
         self.decided.push_back(id);
+        self.skeen_decided(id);
         self.deliver_decided();
         self.process_settled();
     }
 
     fn deliver_decided(&mut self) {
+        self.skeen_scan();
         loop {
             // An MPO at its turn, or parked earlier and its turn come,
             // goes first.
@@ -548,12 +553,18 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                             self.mpos.park(index, id);
                             continue;
                         }
+                        mpo::Step::Hold(mpo) => {
+                            self.decided.pop_front();
+                            self.mpos.hold(mpo, id);
+                            continue;
+                        }
                         mpo::Step::Go(call) => run = Some((op, call)),
                     }
                 }
             }
             if !self.mpos.unpark(id) {
                 self.decided.pop_front();
+                self.skeen_release(id);
             }
             if self.is_committed(id) {
                 // Committed meanwhile with a later strong op of its origin

@@ -73,6 +73,12 @@ pub(super) struct Mpos {
     /// The copies of MPOs held here and not committed, by MPO, with the
     /// replica's clock when the first arrived.
     copies: FxHashMap<MpoId, (Vec<OpId>, u64)>,
+    /// Decided MPO ops whose index is not known yet, under
+    /// [`crate::MpoOrder::Genuine`] (the shards' own logs give it, after
+    /// the copy's decision: `skeen.rs`); parked once it is.
+    held: FxHashMap<MpoId, Vec<OpId>>,
+    /// The genuine multicast's ordering state (`skeen.rs`).
+    pub(super) skeen: super::skeen::Skeen,
 }
 
 #[derive(Debug)]
@@ -90,6 +96,9 @@ pub(super) enum Step {
     Wait,
     /// Its turn has not come: park it.
     Park(u64),
+    /// Its index is not known yet, and the shards' logs give it
+    /// ([`crate::MpoOrder::Genuine`]): hold it until they do.
+    Hold(MpoId),
     /// Commit it, running this call.
     Go(ProcCall),
 }
@@ -167,7 +176,15 @@ impl Mpos {
     }
 
     pub(super) fn is_idle(&self) -> bool {
-        self.parked.is_empty() && self.turn.is_none()
+        self.parked.is_empty() && self.turn.is_none() && self.held.is_empty()
+    }
+
+    /// Decided op `id` of MPO `mpo` waits for its index.
+    pub(super) fn hold(&mut self, mpo: MpoId, id: OpId) {
+        let ids = self.held.entry(mpo).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
     }
 }
 
@@ -194,15 +211,30 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// The directory's sequence gives MPO `mpo` index `index` among this
     /// shard's MPOs. Every replica of the shard must be told the same.
     pub fn mpo_sequenced(&mut self, mpo: MpoId, index: u64) {
-        if index == 0 {
-            return;
+        if index == 0 || self.genuine() {
+            return; // under the genuine multicast, the shards' logs index
         }
+        self.mpo_indexed(mpo, index);
+        self.deliver_decided();
+        self.process_settled();
+    }
+
+    /// MPO `mpo` holds index `index` among this shard's MPOs.
+    pub(super) fn mpo_indexed(&mut self, mpo: MpoId, index: u64) {
         let known = self.mpos.index_of.insert(mpo, index);
         debug_assert!(
             known.is_none_or(|k| k == index),
             "{mpo} sequenced at {index} after {known:?}"
         );
-        if known.is_none() {
+        if known.is_some() {
+            return;
+        }
+        if let Some(ids) = self.mpos.held.remove(&mpo) {
+            for id in ids {
+                self.mpos.park(index, id);
+            }
+        }
+        if !self.genuine() {
             // Its copies held here may be cast now (`may_cast`).
             let ids = self.mpos.copies.get(&mpo).map(|(ids, _)| ids.clone());
             for id in ids.unwrap_or_default() {
@@ -211,8 +243,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 }
             }
         }
-        self.deliver_decided();
-        self.process_settled();
     }
 
     /// The values shard `shard` read for MPO `mpo` at its committed
@@ -282,7 +312,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// majority would stall every shard holding one; cast after, it is
     /// parked until its turn while the ops decided after it commit.
     pub fn may_cast(&self, op: &Op) -> bool {
-        if !is_mpo(op) {
+        if !is_mpo(op) || self.genuine() {
             return true;
         }
         MpoCall::decode(&op.call.args)
@@ -305,6 +335,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// op be voided on its shard, while the other shards, told its index,
     /// would run it (simulator, wide-area seeds 700019 and 700046).
     pub fn mpo_unsequenced(&self, own_durable: u64, reclaimed: bool) -> Option<(OpId, MpoId)> {
+        if self.genuine() {
+            return None; // no directory to ask
+        }
         let origin_op =
             |mpo: &MpoId, id: &OpId| (u64::from(id.origin.0), id.seq) == (mpo.origin, mpo.seq);
         let voiding = || {
@@ -342,7 +375,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let front = self.decided.front()?;
         let op = self.ops.get(front).filter(|op| is_mpo(op))?;
         let mpo = MpoCall::decode(&op.call.args).ok()?.id;
-        (!self.mpos.index_of.contains_key(&mpo)).then_some((op.id, Some(mpo), Vec::new()))
+        (!self.mpos.index_of.contains_key(&mpo) && !self.genuine())
+            .then_some((op.id, Some(mpo), Vec::new()))
     }
 
     /// Up to `n` decided MPO ops after the one the committed order waits
@@ -368,6 +402,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 }
                 let missing = self.reads_missing(&call);
                 let indexed = self.mpos.index_of.contains_key(&call.id);
+                if !indexed && self.genuine() {
+                    return None; // the shards' logs index it, not the directory
+                }
                 (!indexed || !missing.is_empty()).then_some((*id, call.id, indexed, missing))
             })
             .take(n)
@@ -413,6 +450,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             },
         };
         let Some(&index) = self.mpos.index_of.get(&call.id) else {
+            if self.genuine() {
+                return Step::Hold(call.id);
+            }
             return Step::Wait;
         };
         let out_of_sequence = self.config.planted.has(Bug::MpoOutOfSequence) && call.me == 0;
@@ -516,6 +556,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if self.mpos.recent.len() as u64 > mpo::READS_KEPT {
             if let Some(old) = self.mpos.recent.pop_front() {
                 self.mpos.index_of.remove(&old);
+                self.mpos.skeen.forget(old);
             }
         }
     }

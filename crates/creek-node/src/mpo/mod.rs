@@ -119,6 +119,19 @@ pub enum MpoMessage {
         /// The values, by key.
         reads: Reads,
     },
+    /// Under [`creek_core::MpoOrder::Genuine`]: shard `from`'s log gave
+    /// `mpo` timestamp `ts`, for a replica of each shard in `to`
+    /// ([`Node::mpo_timestamp`] there).
+    Timestamp {
+        /// The MPO.
+        mpo: MpoId,
+        /// This replica's shard.
+        from: u32,
+        /// The other involved shards.
+        to: Vec<u32>,
+        /// The timestamp.
+        ts: u64,
+    },
 }
 
 impl MpoMessage {
@@ -136,6 +149,9 @@ impl MpoMessage {
                 to,
                 reads,
             }),
+            Effect::MpoTimestamp { mpo, from, to, ts } => {
+                Ok(MpoMessage::Timestamp { mpo, from, to, ts })
+            }
             other => Err(other),
         }
     }
@@ -359,6 +375,37 @@ impl<S: CabStorage> Node<S> {
     pub fn mpo_sequenced(&mut self, mpo: MpoId, index: u64) {
         self.replica.mpo_sequenced(mpo, index);
         self.turn();
+    }
+
+    /// Shard `shard`'s log gave `mpo` timestamp `ts`
+    /// ([`creek_core::Replica::mpo_timestamp`]).
+    pub fn mpo_timestamp(&mut self, mpo: MpoId, shard: u32, ts: u64) {
+        self.replica.mpo_timestamp(mpo, shard, ts);
+        self.turn();
+    }
+
+    /// Under [`creek_core::MpoOrder::Genuine`]: record the final
+    /// timestamps that are due (this replica leading, or its leader
+    /// silent for a while), and name the MPOs that wait for another
+    /// shard's timestamp too long, each with the copies to hand the
+    /// shards to ask ([`creek_core::Replica::mpo_stamps_due`]). Called by
+    /// the driver every tick.
+    pub fn mpo_stamps_due(&mut self, now_us: u64) -> Vec<(MpoId, Vec<(u32, ProcCall)>)> {
+        let leads = self.cab.leader().is_none_or(|l| l == self.id());
+        let due = self.replica.mpo_stamps_due(now_us, leads);
+        let asks = due
+            .into_iter()
+            .filter_map(|(op, shards)| {
+                let op_call = self.replica.mpo_op_call(op)?;
+                let call = MpoCall::decode(&op_call.args).ok()?;
+                let copies = (shards.into_iter())
+                    .filter_map(|s| Some((s, call.for_shard(s).ok()?.call(op_call))))
+                    .collect();
+                Some((call.id, copies))
+            })
+            .collect();
+        self.turn();
+        asks
     }
 
     /// Shard `shard`'s values for `mpo` ([`creek_core::Replica::mpo_reads`]).

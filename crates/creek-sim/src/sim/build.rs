@@ -271,6 +271,7 @@ fn node_config(cfg: &SimConfig, me: ReplicaId, group: &[ReplicaId]) -> (NodeConf
     let mut config = NodeConfig::for_group(me, group);
     config.replica.schedule = cfg.schedule;
     config.replica.session_ttl_us = cfg.session_ttl_us;
+    config.replica.mpo_order = cfg.mpo_order;
     config.tick_us = cfg.tick_us;
     if cfg.faults.crashes() && cfg.checkpoint_every_us > 0 {
         config.checkpoint_every_ticks = (cfg.checkpoint_every_us / cfg.tick_us).max(1);

@@ -70,6 +70,13 @@ pub(super) enum MpoNet {
     Input(MpoInput),
     /// Shard `shard` took its copy of `mpo` (for the origin).
     Taken { mpo: MpoId, shard: u32 },
+    /// Under the genuine multicast: replica `from` asks for the
+    /// receiver's shard's timestamp of `mpo`, handing it the shard's copy.
+    TsPull {
+        from: usize,
+        mpo: MpoId,
+        copy: ProcCall,
+    },
 }
 
 /// One MPO an origin drives.
@@ -175,6 +182,9 @@ impl Sim {
                     reads,
                 } => {
                     self.mpo_record_reads(i, mpo, from, &reads);
+                    if self.genuine() {
+                        self.mpo_record_index(i, mpo, from);
+                    }
                     if !sends {
                         continue;
                     }
@@ -185,7 +195,38 @@ impl Sim {
                         }
                     }
                 }
+                MpoMessage::Timestamp { mpo, from, to, ts } => {
+                    if !sends {
+                        continue;
+                    }
+                    for t in to {
+                        for j in self.member_slots(t as usize) {
+                            let input = MpoInput::Timestamp(mpo, from, ts);
+                            self.mpo_send(i, j, MpoNet::Input(input));
+                        }
+                    }
+                }
             }
+        }
+    }
+
+    fn genuine(&self) -> bool {
+        self.cfg.mpo_order == creek_core::MpoOrder::Genuine
+    }
+
+    /// Under the genuine multicast, the shards' logs index MPOs: the index
+    /// replica `i` of shard `shard` ran `mpo` at, for the replay (every
+    /// replica of a shard must run it at the same).
+    fn mpo_record_index(&mut self, i: usize, mpo: MpoId, shard: u32) {
+        let Some(index) = self.nodes[i].node.mpo_index(mpo) else {
+            return;
+        };
+        let seen = self.mpo.indices.entry(mpo).or_default();
+        match seen.insert(shard, index) {
+            Some(other) if other != index => self.mpo.violations.push(format!(
+                "replica {i} of shard {shard} ran {mpo} at index {index}, another replica of it at {other}"
+            )),
+            _ => {}
         }
     }
 
@@ -237,8 +278,20 @@ impl Sim {
                     }
                     _ => false,
                 };
-                if all {
+                if all && !self.genuine() {
                     self.mpo_ask_sequence(mpo);
+                }
+            }
+            MpoNet::TsPull { from, mpo, copy } => {
+                let shard = self.group_of(to) as u32;
+                match self.nodes[to].node.mpo_timestamp_of(mpo) {
+                    Some(ts) => {
+                        let input = MpoInput::Timestamp(mpo, shard, ts);
+                        self.mpo_send(to, from, MpoNet::Input(input));
+                    }
+                    None => {
+                        let _ = self.nodes[to].node.mpo_serve(Request::Copy(copy), shard, now);
+                    }
                 }
             }
             MpoNet::Ask {
@@ -394,6 +447,20 @@ impl Sim {
         for (mpo, chase) in self.nodes[i].node.mpo_chase(now) {
             self.mpo_ask(i, mpo, chase);
         }
+        if !self.genuine() {
+            return;
+        }
+        for (mpo, copies) in self.nodes[i].node.mpo_stamps_due(now) {
+            for (s, copy) in copies {
+                if let Some(j) = self.mpo_pick(s as usize) {
+                    self.mpo_send(i, j, MpoNet::TsPull { from: i, mpo, copy });
+                }
+            }
+        }
+        // A stamp invoked just now goes out at once.
+        for (to, msg) in self.nodes[i].node.take_outbox() {
+            self.send(i, usize::from(to.0).saturating_sub(1), msg);
+        }
     }
 
     /// Send what replica `i` asks about `mpo`.
@@ -444,7 +511,7 @@ impl Sim {
         let origin_up = self.nodes[origin].node.is_up();
         if due && origin_up && !self.mpo.indices.contains_key(&mpo) {
             if all_taken {
-                if !self.mpo.sequencing.values().any(|m| *m == mpo) {
+                if !self.genuine() && !self.mpo.sequencing.values().any(|m| *m == mpo) {
                     self.mpo_ask_sequence(mpo);
                 }
             } else {
