@@ -465,3 +465,113 @@ fn a_replica_names_the_mpos_ahead_that_miss_an_index_or_reads() {
     assert_eq!(ahead(&r2), vec![(m3, true, vec![1])]);
     assert_eq!(r2.mpo_ahead(0), vec![]);
 }
+
+/// Shard `n`'s replica ordering MPOs by the genuine multicast.
+fn genuine_replica(n: u16) -> Replica {
+    let config = Config {
+        mpo_order: creek_core::MpoOrder::Genuine,
+        ..Config::for_replica(ReplicaId(n))
+    };
+    Replica::new(config, Arc::new(Registry::with_builtins())).unwrap()
+}
+
+/// Run two genuine-multicast replicas (one per shard, each its own
+/// group) until nothing moves: timestamps and reads go to the other, each
+/// records its final timestamps (it leads), and its stamps are decided at
+/// once.
+fn exchange_genuine(r1: &mut Replica, r2: &mut Replica) {
+    for _ in 0..16 {
+        for (n, r) in [(1u16, &mut *r1), (2, &mut *r2)] {
+            assert!(r.mpo_stamps_due(0, true).is_empty(), "replica {n} asks");
+            r.execute_all();
+        }
+        let effects = [(1u16, r1.take_effects()), (2, r2.take_effects())];
+        for (n, effects) in effects {
+            let (me, other) = if n == 1 {
+                (&mut *r1, &mut *r2)
+            } else {
+                (&mut *r2, &mut *r1)
+            };
+            for e in effects {
+                match e {
+                    Effect::MpoTimestamp { mpo, from, ts, .. } => other.mpo_timestamp(mpo, from, ts),
+                    Effect::MpoReads {
+                        mpo, from, reads, ..
+                    } => other.mpo_reads(mpo, from, reads),
+                    Effect::RbCast(op) if op.call.name.as_ref() == creek_procs::mpo::STAMP => {
+                        me.cab_deliver(op.id);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn under_the_genuine_multicast_two_shards_that_decide_two_mpos_in_opposite_orders_commit_them_alike(
+) {
+    let (mut r1, mut r2) = (genuine_replica(1), genuine_replica(2));
+    put(&mut r1, "a", "10");
+    put(&mut r1, "c", "10");
+    let (x, x1, x2) = invoke_pair(&mut r1, &mut r2, "a", "b", 1);
+    let (y, y1, y2) = invoke_pair(&mut r1, &mut r2, "c", "b", 2);
+    // A copy is cast at once: no directory round first.
+    assert!(r2
+        .take_effects()
+        .iter()
+        .any(|e| matches!(e, Effect::CabCast(id) if *id == x2)));
+    r1.cab_deliver(x1);
+    r1.cab_deliver(y1);
+    r2.cab_deliver(y2);
+    r2.cab_deliver(x2);
+    assert_eq!(r1.mpo_timestamp_of(x), Some(1));
+    assert_eq!(r2.mpo_timestamp_of(x), Some(2));
+    assert_eq!(
+        value(&r1, "a").as_deref(),
+        Some("10"),
+        "nothing commits before the final timestamps are logged"
+    );
+    exchange_genuine(&mut r1, &mut r2);
+    // Both end with final timestamp 2: the tie goes to the lower id, x.
+    assert_eq!((r1.mpo_index(x), r1.mpo_index(y)), (Some(1), Some(2)));
+    assert_eq!((r2.mpo_index(x), r2.mpo_index(y)), (Some(1), Some(2)));
+    let order = |r: &Replica, a: OpId, b: OpId| {
+        let at = |id| r.committed().iter().position(|c| *c == id).unwrap();
+        at(a) < at(b)
+    };
+    assert!(order(&r1, x1, y1) && order(&r2, x2, y2));
+    assert_eq!(value(&r1, "a").as_deref(), Some("9"));
+    assert_eq!(value(&r1, "c").as_deref(), Some("8"));
+    assert_eq!(value(&r2, "b").as_deref(), Some("3"));
+    assert!(r1.is_quiescent() && r2.is_quiescent());
+    r1.check_invariants().unwrap();
+    r2.check_invariants().unwrap();
+}
+
+#[test]
+fn under_the_genuine_multicast_an_mpo_waits_for_one_with_a_smaller_timestamp_here() {
+    let (mut r1, mut r2) = (genuine_replica(1), genuine_replica(2));
+    put(&mut r1, "c", "10");
+    let (x, x1, x2) = invoke_pair(&mut r1, &mut r2, "a", "b", 1);
+    let (y, y1, y2) = invoke_pair(&mut r1, &mut r2, "c", "d", 2);
+    // Shard 1 decides x then y; shard 2 decides only y: x has a timestamp
+    // on shard 1 and none on shard 2, so y, stamped, must wait on shard 1.
+    r1.cab_deliver(x1);
+    r1.cab_deliver(y1);
+    r2.cab_deliver(y2);
+    exchange_genuine(&mut r1, &mut r2);
+    assert_eq!(r1.mpo_index(y), None, "y waits behind x, which has no final timestamp");
+    assert_eq!(r1.mpo_index(x), None);
+    r2.cab_deliver(x2);
+    exchange_genuine(&mut r1, &mut r2);
+    // y: max(2, 1) = 2, logged on shard 2 before x's copy was decided
+    // there, so x's timestamp there is 3 and its final one too: y goes
+    // first on both shards, though shard 1 decided x first.
+    assert_eq!((r1.mpo_index(y), r1.mpo_index(x)), (Some(1), Some(2)));
+    assert_eq!((r2.mpo_index(y), r2.mpo_index(x)), (Some(1), Some(2)));
+    let at = |id| r1.committed().iter().position(|c| *c == id).unwrap();
+    assert!(at(y1) < at(x1));
+    assert_eq!(value(&r2, "d").as_deref(), Some("2"));
+    assert!(r1.is_quiescent() && r2.is_quiescent());
+}
