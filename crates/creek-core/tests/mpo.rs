@@ -494,7 +494,9 @@ fn exchange_genuine(r1: &mut Replica, r2: &mut Replica) {
             };
             for e in effects {
                 match e {
-                    Effect::MpoTimestamp { mpo, from, ts, .. } => other.mpo_timestamp(mpo, from, ts),
+                    Effect::MpoTimestamp { mpo, from, ts, .. } => {
+                        other.mpo_timestamp(mpo, from, ts)
+                    }
                     Effect::MpoReads {
                         mpo, from, reads, ..
                     } => other.mpo_reads(mpo, from, reads),
@@ -561,7 +563,11 @@ fn under_the_genuine_multicast_an_mpo_waits_for_one_with_a_smaller_timestamp_her
     r1.cab_deliver(y1);
     r2.cab_deliver(y2);
     exchange_genuine(&mut r1, &mut r2);
-    assert_eq!(r1.mpo_index(y), None, "y waits behind x, which has no final timestamp");
+    assert_eq!(
+        r1.mpo_index(y),
+        None,
+        "y waits behind x, which has no final timestamp"
+    );
     assert_eq!(r1.mpo_index(x), None);
     r2.cab_deliver(x2);
     exchange_genuine(&mut r1, &mut r2);

@@ -785,9 +785,9 @@ pub(crate) fn register(r: &mut Registry) {
         STAMP,
         false,
         |a| {
-            decode_stamp(a)
-                .map(drop)
-                .ok_or_else(|| format!("{STAMP}: malformed arguments: expected an MPO id and a timestamp"))
+            decode_stamp(a).map(drop).ok_or_else(|| {
+                format!("{STAMP}: malformed arguments: expected an MPO id and a timestamp")
+            })
         },
         |_, _| Ok(Bytes::new()),
     );

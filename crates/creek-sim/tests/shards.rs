@@ -323,7 +323,10 @@ fn the_genuine_multicast_orders_mpos_alike_on_every_shard() {
         ..config("bank", 1)
     };
     let err = simulate(&cfg).err().unwrap();
-    assert!(err.contains("genuine multicast runs without crashes"), "{err}");
+    assert!(
+        err.contains("genuine multicast runs without crashes"),
+        "{err}"
+    );
 }
 
 /// TPC-C with the specification's remote warehouses: New-Orders and

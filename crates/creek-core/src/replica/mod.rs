@@ -31,8 +31,8 @@ use crate::op::{Change, Effect, ExecKey, Op, Pos, Request, Views};
 
 mod mpo;
 mod restore;
-mod skeen;
 mod sessions;
+mod skeen;
 mod user_calls;
 mod views;
 

@@ -375,8 +375,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let front = self.decided.front()?;
         let op = self.ops.get(front).filter(|op| is_mpo(op))?;
         let mpo = MpoCall::decode(&op.call.args).ok()?.id;
-        (!self.mpos.index_of.contains_key(&mpo) && !self.genuine())
-            .then_some((op.id, Some(mpo), Vec::new()))
+        (!self.mpos.index_of.contains_key(&mpo) && !self.genuine()).then_some((
+            op.id,
+            Some(mpo),
+            Vec::new(),
+        ))
     }
 
     /// Up to `n` decided MPO ops after the one the committed order waits

@@ -197,7 +197,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if local.stamped {
             return; // a second stamp (two replicas invoked one)
         }
-        debug_assert!(ts >= local.ts, "{mpo}: final {ts} below this shard's {}", local.ts);
+        debug_assert!(
+            ts >= local.ts,
+            "{mpo}: final {ts} below this shard's {}",
+            local.ts
+        );
         local.stamped = true;
         sk.pending.remove(&(local.ts, mpo));
         sk.stamped.insert((ts.max(local.ts), mpo));
@@ -272,7 +276,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 .collect();
             let waited = now_us >= local.at_us + STAMP_AFTER_US;
             if !missing.is_empty() {
-                if waited && local.asked_us.is_none_or(|at| now_us >= at + STAMP_AGAIN_US) {
+                if waited
+                    && local
+                        .asked_us
+                        .is_none_or(|at| now_us >= at + STAMP_AGAIN_US)
+                {
                     local.asked_us = Some(now_us);
                     asks.push((local.op, missing));
                 }
@@ -283,7 +291,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 .is_none_or(|at| now_us >= at + STAMP_AGAIN_US);
             if again && (leads || waited) {
                 local.stamp_sent_us = Some(now_us);
-                let fin = remote.into_iter().flat_map(|r| r.values()).fold(local.ts, |a, b| a.max(*b));
+                let fin = remote
+                    .into_iter()
+                    .flat_map(|r| r.values())
+                    .fold(local.ts, |a, b| a.max(*b));
                 stamps.push(mpo::stamp_call(mpo, fin));
             }
         }

@@ -160,7 +160,7 @@ impl<E: TestEngine> Cluster<E> {
                 // No replica of this harness loses its data, so none voids.
                 Effect::Voided(_) => {}
                 // A group of this harness is no shard of a cluster.
-                Effect::MpoReads { .. } => {}
+                Effect::MpoReads { .. } | Effect::MpoTimestamp { .. } => {}
             }
         }
         if self.check_each_step {

@@ -290,7 +290,9 @@ impl Sim {
                         self.mpo_send(to, from, MpoNet::Input(input));
                     }
                     None => {
-                        let _ = self.nodes[to].node.mpo_serve(Request::Copy(copy), shard, now);
+                        let _ = self.nodes[to]
+                            .node
+                            .mpo_serve(Request::Copy(copy), shard, now);
                     }
                 }
             }
