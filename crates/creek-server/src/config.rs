@@ -126,6 +126,38 @@ impl AuthConfig {
     }
 }
 
+/// The bounds of `GET /health` and `GET /ready` (`[health]` in the
+/// configuration file).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// `/health` answers 503 when the node loop has not answered it for
+    /// this long (it is stuck, or too busy to serve).
+    pub loop_stall_ms: u64,
+    /// `/health` answers 503 when a disk write has waited this long for
+    /// its fsync: the disk is behind.
+    pub disk_behind_ms: u64,
+    /// `/ready` answers 503 while more than this many consensus entries
+    /// this replica knows committed are not applied here yet.
+    pub ready_lag_entries: u64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            loop_stall_ms: 2_000,
+            disk_behind_ms: 2_000,
+            ready_lag_entries: 1_000,
+        }
+    }
+}
+
+impl HealthConfig {
+    fn is_default(&self) -> bool {
+        *self == HealthConfig::default()
+    }
+}
+
 /// A validated server configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -260,6 +292,10 @@ pub struct ServerConfig {
     /// Users, roles and tokens; off if unset.
     #[serde(default, skip_serializing_if = "AuthConfig::is_off")]
     pub auth: AuthConfig,
+    /// The bounds `GET /health` and `GET /ready` judge by
+    /// (docs/operations.md, "Health and readiness").
+    #[serde(default, skip_serializing_if = "HealthConfig::is_default")]
+    pub health: HealthConfig,
     /// The cluster's shard map (a file of `creek_shard::encode`'s bytes,
     /// as `creek dev --shards` writes it) when this replica is one of a
     /// shard of a sharded cluster: it must list this replica, with the
@@ -443,6 +479,7 @@ impl ServerConfig {
             tls: None,
             insecure: false,
             auth: AuthConfig::default(),
+            health: HealthConfig::default(),
             shard_map: None,
             directory: false,
             plant_bug: None,
@@ -548,6 +585,13 @@ impl ServerConfig {
         }
         if self.checkpoint_every_secs == 0 {
             return bad("checkpoint_every_secs must be at least 1".into());
+        }
+        let h = &self.health;
+        if !(100..=600_000).contains(&h.loop_stall_ms) || !(100..=600_000).contains(&h.disk_behind_ms) {
+            return bad(format!(
+                "health.loop_stall_ms = {} and health.disk_behind_ms = {} must be within 100..=600000",
+                h.loop_stall_ms, h.disk_behind_ms
+            ));
         }
         if self.session_ttl_secs > 365 * 24 * 3600 {
             return bad(format!(

@@ -28,6 +28,7 @@ pub(crate) mod call;
 pub mod config;
 pub mod console;
 pub mod faults;
+pub mod health;
 pub mod http_guard;
 pub mod limits;
 pub mod metrics;

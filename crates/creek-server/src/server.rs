@@ -248,7 +248,8 @@ impl Server {
         if let Some(listener) = listeners.metrics {
             let console = crate::console::Console::new(service.clone(), console_body_bytes_max);
             let guard = crate::http_guard::HttpGuard::new(&config, auth.clone());
-            serve_console(listener, metrics, console, guard, &shutdown_rx, &mut tasks);
+            let health = crate::health::router(front.events.clone(), config.health.clone());
+            serve_console(listener, metrics, (console, health), guard, &shutdown_rx, &mut tasks);
         }
         let clients = Clients {
             listener: listeners.client,
@@ -589,11 +590,12 @@ fn spawn_ticker(
     })
 }
 
-/// Serve the metrics and the console on `listener` until shutdown.
+/// Serve the metrics, the console and the health routes on `listener`
+/// until shutdown.
 fn serve_console(
     listener: TcpListener,
     metrics: Arc<Metrics>,
-    console: crate::console::Console,
+    (console, health): (crate::console::Console, axum::Router),
     guard: crate::http_guard::HttpGuard,
     shutdown: &watch::Receiver<bool>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
@@ -601,7 +603,7 @@ fn serve_console(
     let mut rx = shutdown.clone();
     let console = Arc::new(console);
     tasks.push(tokio::spawn(console.clone().run_sampler()));
-    let routes = crate::console::router(console);
+    let routes = crate::console::router(console).merge(health);
     tasks.push(tokio::spawn(async move {
         let stop = async move {
             let _ = rx.wait_for(|s| *s).await;

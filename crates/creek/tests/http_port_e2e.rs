@@ -1,7 +1,10 @@
-//! End-to-end: the HTTP port (console, its API, `/metrics`) of a real
-//! `creek serve` process refuses what an attacker tries (docs/security.md,
-//! "The HTTP port"): a DNS-rebinding request naming another host, and, on
-//! a cluster that checks users, the API and the metrics without a token.
+//! End-to-end: the HTTP port (console, its API, `/metrics`, `/health`,
+//! `/ready`) of real `creek serve` processes. It refuses what an attacker
+//! tries (docs/security.md, "The HTTP port"): a DNS-rebinding request
+//! naming another host, and, on a cluster that checks users, the API and
+//! the metrics without a token. Health and readiness answer without one,
+//! and readiness follows a replica that loses its quorum and gets it back
+//! (docs/operations.md, "Health and readiness").
 
 mod common;
 #[path = "console_e2e/webdriver.rs"]
@@ -62,8 +65,13 @@ async fn the_http_port_refuses_rebound_hosts_and_callers_without_a_token() {
     assert!(report.contains("\"replica\":1"), "{report}");
     let metrics = answers(console, "/metrics", &auth, 200).await;
     assert!(metrics.contains("creek_"), "{metrics}");
-    // The page carries no data: served to anyone.
+    // The page carries no data: served to anyone. So do health and
+    // readiness, for load balancers that send no token.
     answers(console, "/", &[], 200).await;
+    let health = answers(console, "/health", &[], 200).await;
+    assert!(health.contains("\"status\":\"ok\""), "{health}");
+    let ready = answers(console, "/ready", &[], 200).await;
+    assert!(ready.contains("\"leader\":1"), "{ready}");
 
     // The console's invoke form, with the token as a Bearer header: the op
     // runs; without it, 401 and nothing applied.
@@ -113,4 +121,35 @@ async fn the_http_port_refuses_rebound_hosts_and_callers_without_a_token() {
     .expect("invoke");
     assert_eq!(code, 200, "{answer}");
     assert!(answer.contains("\"value\":\"open\""), "{answer}");
+}
+
+/// `GET /ready` on a replica cut off from the other two: 503 naming the
+/// lost leader within a few election timeouts, while `/health` stays 200
+/// (the process serves); back to 200 once the links heal. The others stay
+/// ready throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_a_replica_that_loses_its_quorum_and_gets_it_back() {
+    let ports: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
+    let mut cluster = Cluster::prepare_with(3, |_| {});
+    for (i, addr) in ports.iter().enumerate() {
+        cluster.configure(i, |c| c.metrics_addr = Some(*addr));
+    }
+    cluster.spawn_all();
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await;
+    for addr in &ports {
+        answers(*addr, "/ready", &[], 200).await;
+        answers(*addr, "/health", &[], 200).await;
+    }
+    // A follower, so the other two keep their leader.
+    let cut = (leader + 1) % 3;
+    cluster.isolate(cut, true).await;
+    let why = answers(ports[cut], "/ready", &[], 503).await;
+    assert!(why.contains("no known leader"), "{why}");
+    answers(ports[cut], "/health", &[], 200).await;
+    for i in (0..3).filter(|i| *i != cut) {
+        answers(ports[i], "/ready", &[], 200).await;
+    }
+    cluster.isolate(cut, false).await;
+    let ready = answers(ports[cut], "/ready", &[], 200).await;
+    assert!(ready.contains("\"status\":\"ready\""), "{ready}");
 }

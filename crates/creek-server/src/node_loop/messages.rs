@@ -32,6 +32,8 @@ pub enum Event {
     Tick,
     /// A status request.
     Status(oneshot::Sender<StatusSnapshot>),
+    /// What `/health` and `/ready` judge by.
+    Health(oneshot::Sender<HealthSnapshot>),
     /// The console's strip: recent ops and the ends of the two lists.
     Strip(oneshot::Sender<crate::console::journal::Strip>),
     /// The user procedures of the replica's latest state, for the
@@ -182,4 +184,26 @@ pub struct StatusSnapshot {
     /// How to reach each member (and initial replica): the configuration's
     /// addresses, then those of members added since.
     pub addrs: BTreeMap<ReplicaId, Addrs>,
+}
+
+/// What the node loop tells `/health` and `/ready` (`crate::health`).
+#[derive(Clone, Debug)]
+pub struct HealthSnapshot {
+    /// Why the replica stopped, if it did (the process exits next).
+    pub failed: Option<String>,
+    /// How long the oldest disk write not yet durable has waited, if one
+    /// waits.
+    pub disk_waiting: Option<std::time::Duration>,
+    /// `member`, `joining`, `lost` or `removed`.
+    pub standing: &'static str,
+    /// Whether this replica votes in its group as applied here.
+    pub voter: bool,
+    /// `leader`, `follower`, `candidate` or `pre-candidate`.
+    pub role: &'static str,
+    /// The leader this replica knows of (0 if none).
+    pub leader: u16,
+    /// The consensus commit index known here.
+    pub commit_index: u64,
+    /// The last index whose ids were all delivered here.
+    pub applied_index: u64,
 }

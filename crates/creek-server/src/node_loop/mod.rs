@@ -48,7 +48,8 @@ mod turn;
 
 pub use durability::Durability;
 pub use messages::{
-    CommittedPart, Event, Gone, GroupRefusal, Invocation, Reply, ReplyTo, StatusSnapshot,
+    CommittedPart, Event, Gone, GroupRefusal, HealthSnapshot, Invocation, Reply, ReplyTo,
+    StatusSnapshot,
 };
 
 use crate::metrics::{Metrics, Stage};
@@ -141,6 +142,9 @@ pub struct NodeLoop {
     /// (see [`Durability::wake_at`]).
     log_writes: std::collections::VecDeque<u64>,
     failed: Option<Fatal>,
+    /// The last durable write `/health` saw, and since when (the disk is
+    /// behind while writes wait and it does not move).
+    disk_seen: (u64, Instant),
     epoch: Instant,
     ticks: u64,
     /// The consensus tick scale last logged.
@@ -223,6 +227,7 @@ impl NodeLoop {
             unpersisted: Unpersisted::default(),
             log_writes: std::collections::VecDeque::new(),
             failed: None,
+            disk_seen: (0, Instant::now()),
             epoch: Instant::now(),
             ticks: 0,
             commit_progress: (0, Instant::now()),
@@ -309,6 +314,10 @@ impl NodeLoop {
             Event::Tick => self.tick(),
             Event::Status(reply) => {
                 let _ = reply.send(self.status());
+            }
+            Event::Health(reply) => {
+                let health = self.health();
+                let _ = reply.send(health);
             }
             Event::Strip(reply) => {
                 let r = self.node.replica();

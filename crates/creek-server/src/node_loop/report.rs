@@ -122,6 +122,35 @@ impl NodeLoop {
         }
     }
 
+    fn standing_name(&self) -> &'static str {
+        match self.node.standing() {
+            creek_node::Standing::Member => "member",
+            creek_node::Standing::Joining { .. } => "joining",
+            creek_node::Standing::Lost { .. } => "lost",
+            creek_node::Standing::Removed => "removed",
+        }
+    }
+
+    /// What `/health` and `/ready` judge by.
+    pub(super) fn health(&mut self) -> super::HealthSnapshot {
+        let durable = self.durability.durable();
+        if durable != self.disk_seen.0 {
+            self.disk_seen = (durable, Instant::now());
+        }
+        let cab = self.node.cab();
+        super::HealthSnapshot {
+            failed: (self.failed.as_ref().map(|f| f.to_string()))
+                .or_else(|| self.durability.failure()),
+            disk_waiting: (self.node.written() > durable).then(|| self.disk_seen.1.elapsed()),
+            standing: self.standing_name(),
+            voter: self.group.is_voter(self.node.id()),
+            role: cab.role(),
+            leader: cab.leader().map_or(0, |l| l.0),
+            commit_index: cab.log_mark().2,
+            applied_index: cab.delivered_through(),
+        }
+    }
+
     pub(super) fn committed_part(&self, from: u64, max: usize) -> CommittedPart {
         let r = self.node.replica();
         let list = r.committed();
@@ -147,12 +176,7 @@ impl NodeLoop {
                 && r.decided_waiting() == 0
                 && self.node.cab().decided_waiting() == 0
                 && finalized == committed,
-            standing: match self.node.standing() {
-                creek_node::Standing::Member => "member",
-                creek_node::Standing::Joining { .. } => "joining",
-                creek_node::Standing::Lost { .. } => "lost",
-                creek_node::Standing::Removed => "removed",
-            },
+            standing: self.standing_name(),
         }
     }
 
