@@ -201,7 +201,7 @@ mod tests {
             s.role = "pre-candidate";
         });
         assert!(reason(ready(&alone, &cfg)).contains("no known leader"));
-        let behind = with(|s| s.applied_index = 10);
-        assert!(reason(ready(&behind, &cfg)).contains("490 committed entries not applied"));
+        let behind = with(|s| s.commit_index = 1_490);
+        assert!(reason(ready(&behind, &cfg)).contains("1010 committed entries not applied"));
     }
 }
