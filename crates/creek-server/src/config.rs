@@ -587,7 +587,9 @@ impl ServerConfig {
             return bad("checkpoint_every_secs must be at least 1".into());
         }
         let h = &self.health;
-        if !(100..=600_000).contains(&h.loop_stall_ms) || !(100..=600_000).contains(&h.disk_behind_ms) {
+        if !(100..=600_000).contains(&h.loop_stall_ms)
+            || !(100..=600_000).contains(&h.disk_behind_ms)
+        {
             return bad(format!(
                 "health.loop_stall_ms = {} and health.disk_behind_ms = {} must be within 100..=600000",
                 h.loop_stall_ms, h.disk_behind_ms

@@ -99,7 +99,10 @@ fn ready(
     health(asked, cfg)?;
     let s = asked.as_ref().map_err(Clone::clone)?;
     if s.standing != "member" {
-        return Err(format!("the replica is {}, not a member serving its group", s.standing));
+        return Err(format!(
+            "the replica is {}, not a member serving its group",
+            s.standing
+        ));
     }
     if !s.voter {
         return Err("the replica is a learner of its group, not yet a voter".into());
@@ -186,9 +189,13 @@ mod tests {
         let stuck = Err("the node loop has not answered".to_owned());
         assert!(health(&stuck, &cfg).unwrap_err().contains("not answered"));
         let failed = with(|s| s.failed = Some("fsync failed".into()));
-        assert!(health(&failed, &cfg).unwrap_err().contains("stopped: fsync failed"));
+        assert!(health(&failed, &cfg)
+            .unwrap_err()
+            .contains("stopped: fsync failed"));
         let slow_disk = with(|s| s.disk_waiting = Some(Duration::from_secs(3)));
-        assert!(health(&slow_disk, &cfg).unwrap_err().contains("the disk is behind"));
+        assert!(health(&slow_disk, &cfg)
+            .unwrap_err()
+            .contains("the disk is behind"));
         let brief = with(|s| s.disk_waiting = Some(Duration::from_millis(5)));
         assert!(health(&brief, &cfg).is_ok(), "a write in flight is normal");
         assert!(reason(ready(&slow_disk, &cfg)).contains("the disk is behind"));

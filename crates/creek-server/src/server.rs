@@ -249,7 +249,14 @@ impl Server {
             let console = crate::console::Console::new(service.clone(), console_body_bytes_max);
             let guard = crate::http_guard::HttpGuard::new(&config, auth.clone());
             let health = crate::health::router(front.events.clone(), config.health.clone());
-            serve_console(listener, metrics, (console, health), guard, &shutdown_rx, &mut tasks);
+            serve_console(
+                listener,
+                metrics,
+                (console, health),
+                guard,
+                &shutdown_rx,
+                &mut tasks,
+            );
         }
         let clients = Clients {
             listener: listeners.client,
