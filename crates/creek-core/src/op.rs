@@ -160,6 +160,11 @@ pub struct View {
     /// its copy on this shard's tentative state, where the other shards'
     /// keys read as absent (their values come with the final view).
     pub across_shards: bool,
+    /// How many times this replica executed the op up to this view: on a
+    /// final view (stable or confirmation) all of them, so those beyond
+    /// the first are its re-executions here; 0 where not counted (an
+    /// early preliminary view).
+    pub executions: u32,
 }
 
 /// What one op's execution wrote, for watchers of changes

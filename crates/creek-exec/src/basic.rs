@@ -139,7 +139,7 @@ pub struct BasicEngine<K, P> {
     committed_upto: Option<P>,
     running: Option<(K, u64)>,
     next_gen: u64,
-    ever_executed: FxHashMap<K, ()>,
+    ever_executed: FxHashMap<K, u32>,
     settled: Vec<Settled<K>>,
     counters: ExecCounters,
 }
@@ -262,7 +262,9 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
         self.next_gen += 1;
         self.running = Some((key, self.next_gen));
         self.counters.executions += 1;
-        if self.ever_executed.insert(key, ()).is_some() {
+        let runs = self.ever_executed.entry(key).or_insert(0);
+        *runs += 1;
+        if *runs > 1 {
             self.counters.reexecutions += 1;
         }
         Some(Task {
@@ -299,6 +301,11 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
                 key: completion.key,
                 outcome: outcome.clone(),
                 committed: false,
+                executions: self
+                    .ever_executed
+                    .get(&completion.key)
+                    .copied()
+                    .unwrap_or(1),
             });
         }
         self.executed.push(Done {
@@ -324,11 +331,12 @@ impl<K: OpKey, P: Position> Engine<K, P> for BasicEngine<K, P> {
             if let Some((pos, _)) = self.ops.remove(&done.key) {
                 self.order.remove(&pos);
             }
-            self.ever_executed.remove(&done.key);
+            let executions = self.ever_executed.remove(&done.key).unwrap_or(1);
             self.settled.push(Settled {
                 key: done.key,
                 outcome: done.outcome,
                 committed: true,
+                executions,
             });
         }
         out.append(&mut self.settled);

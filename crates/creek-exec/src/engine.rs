@@ -66,6 +66,9 @@ pub struct Settled<K> {
     /// The op is committed: this result is final and the engine has
     /// forgotten the op. Reported exactly once per op.
     pub committed: bool,
+    /// How many times the engine has executed the op so far (all of them
+    /// when `committed`; beyond the first are re-executions).
+    pub executions: u32,
 }
 
 /// What one settled execution wrote, for watchers of changes

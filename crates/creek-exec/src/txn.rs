@@ -99,6 +99,13 @@ impl Default for TxnLimits {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Abort(pub String);
 
+/// In the message of an execution that went past a bound (the
+/// [`TxnLimits`], and the procedures' own: keys per call, roles per user).
+pub const OVER_LIMIT: &str = "the limit of";
+
+/// The message of a read-only procedure's execution that wrote.
+pub const READ_ONLY_WRITE: &str = "read-only procedure attempted a write";
+
 impl Abort {
     /// An abort with the given message.
     pub fn new(msg: impl Into<String>) -> Self {
@@ -328,21 +335,21 @@ impl<'a> Txn<'a> {
         }
         let value_len = value.map_or(0, |v| v.len());
         self.violation = if self.read_only {
-            Some(Abort::new("read-only procedure attempted a write"))
+            Some(Abort::new(READ_ONLY_WRITE))
         } else if key.len() > self.limits.key_bytes_max {
             Some(Abort::new(format!(
-                "key of {} bytes exceeds the limit of {}",
+                "key of {} bytes exceeds {OVER_LIMIT} {}",
                 key.len(),
                 self.limits.key_bytes_max
             )))
         } else if value_len > self.limits.value_bytes_max {
             Some(Abort::new(format!(
-                "value of {} bytes exceeds the limit of {}",
+                "value of {} bytes exceeds {OVER_LIMIT} {}",
                 value_len, self.limits.value_bytes_max
             )))
         } else if self.write_bytes + key.len() + value_len > self.limits.write_bytes_max {
             Some(Abort::new(format!(
-                "transaction writes exceed the limit of {} bytes",
+                "transaction writes exceed {OVER_LIMIT} {} bytes",
                 self.limits.write_bytes_max
             )))
         } else {

@@ -11,6 +11,7 @@
 //! sends anything.
 #![deny(missing_docs)]
 
+pub mod abort;
 pub mod auth;
 pub mod builtins;
 pub mod keyspace;

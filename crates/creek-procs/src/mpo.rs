@@ -64,6 +64,9 @@ pub const ANSWER: &str = "creek.mpo.answer";
 /// invoke it.
 pub const STAMP: &str = "creek.mpo.stamp";
 
+/// In the message of an MPO's call that touched a key it did not declare.
+pub const UNDECLARED: &str = "is not among the keys it declared";
+
 /// Most shards one MPO involves.
 pub const PARTS_MAX: usize = 64;
 
@@ -902,8 +905,7 @@ pub(crate) fn execute(
     });
     if let Some(what) = outside {
         executed.outcome = Err(Abort(format!(
-            "{}: {what} is not among the keys it declared: an operation across shards \
-             touches only those",
+            "{}: {what} {UNDECLARED}: an operation across shards touches only those",
             mpo.name
         )));
         executed.writes.clear();

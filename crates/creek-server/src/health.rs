@@ -187,14 +187,16 @@ mod tests {
             Ok(s)
         };
         let stuck = Err("the node loop has not answered".to_owned());
-        assert!(health(&stuck, &cfg).unwrap_err().contains("not answered"));
+        assert!(health(&stuck, &cfg)
+            .expect_err("unhealthy")
+            .contains("not answered"));
         let failed = with(|s| s.failed = Some("fsync failed".into()));
         assert!(health(&failed, &cfg)
-            .unwrap_err()
+            .expect_err("unhealthy")
             .contains("stopped: fsync failed"));
         let slow_disk = with(|s| s.disk_waiting = Some(Duration::from_secs(3)));
         assert!(health(&slow_disk, &cfg)
-            .unwrap_err()
+            .expect_err("unhealthy")
             .contains("the disk is behind"));
         let brief = with(|s| s.disk_waiting = Some(Duration::from_millis(5)));
         assert!(health(&brief, &cfg).is_ok(), "a write in flight is normal");

@@ -42,6 +42,7 @@ pub mod server;
 pub mod service;
 pub mod shards;
 mod socket;
+pub mod telemetry;
 pub mod throttle;
 pub mod tls;
 pub mod transport;

@@ -151,6 +151,8 @@ pub struct Metrics {
     pub election_timeout_ms: Gauge,
     /// View latencies again, in buckets the console can read back.
     pub view_buckets: crate::console::series::ViewBuckets,
+    /// Speculation telemetry by procedure.
+    pub procedures: crate::telemetry::Procedures,
 }
 
 impl Default for Metrics {
@@ -190,8 +192,10 @@ impl Metrics {
             peer_rtt_us: Gauge::default(),
             election_timeout_ms: Gauge::default(),
             view_buckets: Default::default(),
+            procedures: Default::default(),
             registry: Registry::default(),
         };
+        m.procedures.register(&mut registry);
         registry.register("ops", "Client ops by level and outcome", m.ops.clone());
         registry.register(
             "view_latency_seconds",

@@ -373,6 +373,7 @@ impl BaselineNode {
             key,
             outcome,
             committed,
+            executions,
         } in settled
         {
             let ExecKey::Op(id) = key else { continue };
@@ -394,6 +395,7 @@ impl BaselineNode {
                         kind: ViewKind::Tentative,
                         outcome,
                         across_shards: false,
+                        executions,
                     });
                 }
                 continue;
@@ -419,6 +421,7 @@ impl BaselineNode {
                 kind,
                 outcome,
                 across_shards: false,
+                executions,
             });
         }
     }

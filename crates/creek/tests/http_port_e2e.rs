@@ -153,3 +153,62 @@ async fn readiness_follows_a_replica_that_loses_its_quorum_and_gets_it_back() {
     let ready = answers(ports[cut], "/ready", &[], 200).await;
     assert!(ready.contains("\"status\":\"ready\""), "{ready}");
 }
+
+/// Speculation telemetry by procedure on a live replica: after strong
+/// calls with both views and a transfer that aborts, `/metrics` carries
+/// `creek_procedure_*` lines labelled with each procedure, and the
+/// console's report a row per procedure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_the_console_break_speculation_down_by_procedure() {
+    use creek_proto::pb::Level;
+    let console = free_addr();
+    let mut cluster = Cluster::prepare_with(1, |cfg| cfg.metrics_addr = Some(console));
+    cluster.spawn_all();
+    cluster.wait_for_leader(Duration::from_secs(20)).await;
+    let mut c = cluster.client(0).await;
+    let t = Duration::from_secs(20);
+    for i in 0..5 {
+        let put = req(
+            "kv.put",
+            &[b("k"), b(&i.to_string())],
+            &[Level::Weak, Level::Strong],
+        );
+        call(&mut c, put, t).await.expect("put");
+    }
+    let poor = req(
+        "kv.transfer",
+        &[b("empty"), b("k2"), creek_types::value::Value::Int(5)],
+        &[Level::Strong],
+    );
+    let views = call(&mut c, poor, t).await.expect("transfer");
+    assert!(result(&views).is_err(), "{views:?}");
+
+    let metrics = answers(console, "/metrics", &[], 200).await;
+    for line in [
+        r#"creek_procedure_calls_total{procedure="kv.put",level="strong",outcome="ok"} 5"#,
+        r#"creek_procedure_calls_total{procedure="kv.transfer",level="strong",outcome="abort"} 1"#,
+        r#"creek_procedure_aborts_total{procedure="kv.transfer",kind="procedure"} 1"#,
+        r#"creek_procedure_preliminary_views_total{procedure="kv.put",kind="held"} 5"#,
+        r#"creek_procedure_final_views_total{procedure="kv.put",kind="confirmed"} 5"#,
+        r#"creek_procedure_view_latency_seconds_count{procedure="kv.put",kind="final"} 5"#,
+    ] {
+        assert!(metrics.contains(line), "{line} is not in\n{metrics}");
+    }
+    // The console samples once a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let report = answers(console, "/api/console", &[], 200).await;
+        let r: serde_json::Value = serde_json::from_str(&report).expect("JSON");
+        let rows = r["procedures"].as_array().cloned().unwrap_or_default();
+        if let Some(put) = rows.iter().find(|p| p["procedure"] == "kv.put") {
+            assert_eq!(put["strong"], 5, "{put}");
+            assert_eq!(put["accuracy"], 1.0, "{put}");
+            assert!(rows
+                .iter()
+                .any(|p| p["procedure"] == "kv.transfer" && p["aborts"] == 1));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no procedures table: {report}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

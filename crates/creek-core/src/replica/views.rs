@@ -108,6 +108,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 kind: ViewKind::Tentative,
                 outcome,
                 across_shards,
+                executions: 0,
             }));
         }
     }
@@ -177,6 +178,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 kind,
                 outcome: s.outcome,
                 across_shards,
+                executions: s.executions,
             }));
         }
     }

@@ -332,11 +332,12 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         // waiting to be reported: report it now, skipping the queue.
         let settled = self.not_installed.first().is_none_or(|f| pos < *f);
         if invalid.is_empty() && settled && self.unannounced.is_empty() && !self.is_committed(pos) {
-            if let Some(outcome) = self.ops.get(&key).and_then(|op| op.outcome.clone()) {
+            if let Some((outcome, executions)) = self.settled_outcome(key) {
                 self.settled.push(Settled {
                     key,
                     outcome,
                     committed: false,
+                    executions,
                 });
                 self.record_tentative_writes(key);
             }
@@ -434,11 +435,12 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             let Some(&key) = self.order.get(&pos) else {
                 continue;
             };
-            if let Some(outcome) = self.ops.get(&key).and_then(|op| op.outcome.clone()) {
+            if let Some((outcome, executions)) = self.settled_outcome(key) {
                 self.settled.push(Settled {
                     key,
                     outcome,
                     committed: false,
+                    executions,
                 });
                 self.record_tentative_writes(key);
             }
@@ -500,6 +502,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 key,
                 outcome,
                 committed: true,
+                executions: u32::try_from(op.executions).unwrap_or(u32::MAX),
             });
             if self.record_committed {
                 self.write_sets.push(WriteSet {
@@ -513,6 +516,14 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
 
     /// Record what the installed execution of `key` (settled, not
     /// committed) wrote, if asked to.
+    /// The outcome of op `key`'s installed execution, with how many times
+    /// it executed.
+    fn settled_outcome(&self, key: K) -> Option<(Outcome, u32)> {
+        let op = self.ops.get(&key)?;
+        let executions = u32::try_from(op.executions).unwrap_or(u32::MAX);
+        Some((op.outcome.clone()?, executions))
+    }
+
     fn record_tentative_writes(&mut self, key: K) {
         if !self.record_tentative {
             return;

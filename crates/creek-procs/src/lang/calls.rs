@@ -8,6 +8,10 @@ use super::ir::{Builtin, Expr, ExprKind};
 use super::val::Val;
 use super::SCAN_LIMIT_MAX;
 
+/// In the message of a procedure's access to a key its declared key
+/// parameters do not cover.
+pub const OUTSIDE_DECLARED: &str = "is outside the keys the procedure declares";
+
 /// A key as messages show it: quoted, at most 40 characters.
 fn shown(key: &[u8]) -> String {
     let text: String = String::from_utf8_lossy(key).chars().take(40).collect();
@@ -106,7 +110,7 @@ impl Run<'_> {
         Err(self.fail(
             pos,
             format!(
-                "{} of key {} in keyspace {ksn} is outside the keys the procedure declares ({})",
+                "{} of key {} in keyspace {ksn} {OUTSIDE_DECLARED} ({})",
                 f.name(),
                 shown(key),
                 self.declarations()

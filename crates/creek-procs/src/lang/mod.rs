@@ -44,6 +44,7 @@ use creek_types::value::{decode_args, Value};
 
 mod ast;
 mod calls;
+pub use calls::OUTSIDE_DECLARED;
 mod check;
 mod error;
 mod flow;

@@ -137,6 +137,9 @@ pub struct Report {
     pub strip: Strip,
     /// The cluster's groups, on a sharded cluster.
     pub shards: Option<ShardsView>,
+    /// Speculation telemetry by procedure, most called first
+    /// (`crate::telemetry`).
+    pub procedures: Vec<serde_json::Value>,
 }
 
 /// A sharded cluster as the serving replica sees it: the map's epoch and
@@ -361,6 +364,7 @@ impl Console {
                 series: st.history.samples(),
                 strip,
                 shards,
+                procedures: self.metrics.procedures.table(),
             };
             serde_json::to_string(&report).ok()
         }

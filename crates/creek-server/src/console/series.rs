@@ -43,6 +43,13 @@ impl ViewBuckets {
         row[i].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The `q` quantile (0..=1) in milliseconds of every view counted
+    /// (stable ones, or tentative ones), or `None` if there were none.
+    pub fn quantile_ms(&self, stable: bool, q: f64) -> Option<f64> {
+        let counts = self.counts();
+        quantile_ms(&[0; BUCKETS], &counts[usize::from(stable)], q)
+    }
+
     /// The counts now.
     pub fn counts(&self) -> BucketCounts {
         let mut out = [[0; BUCKETS]; 2];

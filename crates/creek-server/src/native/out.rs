@@ -351,6 +351,7 @@ mod tests {
             kind,
             outcome: Ok(Bytes::from(vec![b'v'; value_bytes])),
             across_shards: false,
+            executions: 1,
         })
     }
 

@@ -404,9 +404,14 @@ impl NodeLoop {
             return;
         }
         let strong = inv.request.strong;
+        let refused = |metrics: &Metrics, name: &str, outcome| {
+            metrics.op(strong, outcome);
+            let label = metrics.procedures.label_if_known(name);
+            metrics.procedures.finished(label, strong, outcome, None);
+        };
         if let Some(who) = &inv.principal {
             if let Err(denied) = self.authorize(who, &inv.request.call) {
-                self.metrics.op(strong, "denied");
+                refused(&self.metrics, &telemetry_name(&inv.request.call), "denied");
                 let _ = inv.reply.send(Reply::Denied(denied));
                 return;
             }
@@ -418,14 +423,19 @@ impl NodeLoop {
             Ok(None) => {}
             // An operation across shards, this replica its origin.
             Ok(Some(mpo)) => inv.request.call = mpo.call(&inv.request.call),
-            Err(refused) => {
-                self.metrics.op(strong, "rejected");
-                let _ = inv.reply.send(Reply::Refused(refused));
+            Err(why) => {
+                refused(
+                    &self.metrics,
+                    &telemetry_name(&inv.request.call),
+                    "rejected",
+                );
+                let _ = inv.reply.send(Reply::Refused(why));
                 return;
             }
         }
         let views = inv.request.views;
         let procedure = inv.request.call.name.clone();
+        let call_name = telemetry_name(&inv.request.call);
         let across =
             (procedure.as_ref() == creek_procs::mpo::RUN).then(|| inv.request.call.clone());
         match self.node.invoke(inv.request, self.now_us()) {
@@ -452,11 +462,13 @@ impl NodeLoop {
                         strong,
                         received: inv.received,
                         executed: false,
+                        procedure: self.metrics.procedures.label(&call_name),
+                        first: None,
                     },
                 );
             }
             Err(e) => {
-                self.metrics.op(strong, "rejected");
+                refused(&self.metrics, &call_name, "rejected");
                 let _ = inv.reply.send(Reply::Rejected(e));
             }
         }
@@ -783,4 +795,15 @@ fn yield_to_serving_threads() {
     if let Err(e) = rustix::process::setpriority_process(None, TRANSFER_NICE) {
         tracing::debug!(error = %e, "cannot lower the state-transfer thread's priority");
     }
+}
+
+/// The name a call's telemetry counts it under: the client's procedure
+/// (for an operation across shards, the call its copies run).
+fn telemetry_name(call: &creek_types::ProcCall) -> String {
+    if call.name.as_ref() == creek_procs::mpo::RUN {
+        if let Ok(mpo) = creek_procs::mpo::MpoCall::decode(&call.args) {
+            return mpo.name.to_string();
+        }
+    }
+    call.name.to_string()
 }

@@ -87,6 +87,23 @@ function renderMembers(r) {
   }
 }
 
+function renderProcedures(r) {
+  const body = $("procedures").querySelector("tbody");
+  body.replaceChildren();
+  const ms = (x) => (x === null || x === undefined ? "–" : x < 10 ? x.toFixed(2) : x.toFixed(0));
+  const pct = (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1) + " %");
+  for (const p of r.procedures || []) {
+    const tr = document.createElement("tr");
+    tr.dataset.procedure = p.procedure;
+    tr.append(td(p.procedure), td(fmt(p.weak)), td(fmt(p.strong)), td(fmt(p.aborts)),
+      td(pct(p.accuracy)), td(fmt(p.confirmed)), td(fmt(p.corrected), p.corrected ? "corrected" : ""),
+      td(p.reexecutions_per_final === null ? "–" : p.reexecutions_per_final.toFixed(2)),
+      td(`${ms(p.preliminary_p50_ms)} / ${ms(p.preliminary_p99_ms)}`),
+      td(`${ms(p.final_p50_ms)} / ${ms(p.final_p99_ms)}`));
+    body.append(tr);
+  }
+}
+
 function renderShards(r) {
   const sec = $("shards");
   sec.hidden = !r.shards;
@@ -214,7 +231,7 @@ async function poll() {
     const staleS = (now - lastUpdate.at) / 1000;
     $("error").textContent = staleS > 3 ? `no new sample for ${staleS.toFixed(0)} s: the replica's node loop is busy or stuck`
       : r.local.quorum_lost ? "a majority lost its data: strong ops are refused" : (r.local.standing_detail || "");
-    renderMembers(r); renderShards(r); renderCharts(r); renderStrip(r);
+    renderMembers(r); renderShards(r); renderProcedures(r); renderCharts(r); renderStrip(r);
     document.body.dataset.updated = r.updated_ms;
   } catch (e) {
     $("error").textContent = "this replica does not answer: " + e.message;
