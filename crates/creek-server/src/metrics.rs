@@ -124,6 +124,13 @@ pub struct Metrics {
     pub durable_batches: Gauge,
     /// Folds of the write-ahead log into the database.
     pub wal_folds: Gauge,
+    /// Entries held in the consensus log (compaction keeps it bounded).
+    pub log_entries: Gauge,
+    /// Disk writes handed out and not yet durable (client invocations are
+    /// refused past `pending_writes_max`: the disk pushes back).
+    pub pending_writes: Gauge,
+    /// Payloads of committed ops kept for peers that may still ask.
+    pub payloads_retained: Gauge,
     /// Peer frames dropped (full queues and injected faults).
     pub peer_frames_dropped: Gauge,
     /// Peer bytes sent.
@@ -181,6 +188,9 @@ impl Metrics {
             decided_waiting: Gauge::default(),
             durable_batches: Gauge::default(),
             wal_folds: Gauge::default(),
+            log_entries: Gauge::default(),
+            pending_writes: Gauge::default(),
+            payloads_retained: Gauge::default(),
             peer_frames_dropped: Gauge::default(),
             peer_bytes_sent: Gauge::default(),
             peer_connections_refused: Gauge::default(),
@@ -306,6 +316,22 @@ impl Metrics {
             "Client connections closed before they were served (a TLS handshake that failed or \
              timed out, no first bytes in time)",
             m.client_connections_refused.clone(),
+        );
+        registry.register(
+            "log_entries",
+            "Entries held in the consensus log",
+            m.log_entries.clone(),
+        );
+        registry.register(
+            "pending_writes",
+            "Disk writes handed out and not yet durable (invocations are refused past \
+             pending_writes_max)",
+            m.pending_writes.clone(),
+        );
+        registry.register(
+            "payloads_retained",
+            "Payloads of committed ops kept for peers that may still ask",
+            m.payloads_retained.clone(),
         );
         registry.register(
             "peer_rtt_us",

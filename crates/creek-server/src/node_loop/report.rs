@@ -223,6 +223,14 @@ impl NodeLoop {
             .set(self.node.own_origin_refused() as i64);
         m.durable_batches
             .set(self.durability.batches.load(Relaxed) as i64);
+        m.log_entries.set(self.node.raft_log_entries() as i64);
+        let pending = self
+            .node
+            .written()
+            .saturating_sub(self.durability.durable());
+        m.pending_writes.set(pending as i64);
+        m.payloads_retained
+            .set(self.node.retained_payloads() as i64);
         if let Some(p) = &self.persister {
             m.wal_folds.set(p.folds() as i64);
         }
