@@ -176,7 +176,7 @@ impl<S: CabStorage> Cab<S> {
 
     /// Leader only: propose `change`, with `context` (recorded with the
     /// change and handed back in [`ConfApplied`]). It takes effect when
-    /// committed; [`CabReady::conf_applied`] reports it.
+    /// committed; `CabReady::conf_applied` reports it.
     pub fn propose_change(
         &mut self,
         change: MemberChange,

@@ -51,7 +51,7 @@ pub struct GossipStats {
     pub payloads_held: usize,
     /// Ops buffered until an earlier op of their origin arrives.
     pub buffered: usize,
-    /// Own ops queued for the next [`Gossip::take_messages`].
+    /// Own ops queued for the next `Gossip::take_messages`.
     pub pushes_queued: usize,
     /// Ops sent (each copy to each peer counts).
     pub ops_sent: u64,

@@ -74,7 +74,7 @@ struct InFlight {
 /// it takes them all back as a rebuilt replica takes back the ops it lost
 /// with its disk: it resumes issuing past the reservation, pulls its own
 /// ops in that range from its peers, and has the committed order void
-/// those no peer gave back ([`Node::reclaim_own_ops`]). No id is ever
+/// those no peer gave back (`Node::reclaim_own_ops`). No id is ever
 /// issued twice, and none of the ops is waited for. A clean shutdown
 /// lowers the reservation to what was issued.
 pub const RESERVE_AHEAD: u64 = 1024;

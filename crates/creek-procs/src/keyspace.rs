@@ -205,7 +205,7 @@ impl lang::Store for TxnStore<'_, '_> {
     }
 
     /// `[from, to)` of `ks` is `[\0ks/ks\0from, \0ks/ks\0to)`; the limit is
-    /// clamped to the transaction's [`crate::TxnLimits::scan_items_max`].
+    /// clamped to the transaction's `crate::TxnLimits::scan_items_max`.
     fn scan(&mut self, ks: &str, from: &[u8], to: &[u8], limit: usize) -> Vec<(Bytes, Bytes)> {
         let prefix = data_prefix(ks).freeze();
         let (lo, hi) = (data_key(ks, from), data_key(ks, to));

@@ -53,7 +53,7 @@
 //! # Durability contract
 //!
 //! **Nothing is durable until the persister reports it**: a write to
-//! [`DurableCabStorage`] or a submitted batch may be lost by a crash until
+//! `DurableCabStorage` or a submitted batch may be lost by a crash until
 //! `on_durable(Ok(s))` arrives with `s` at or above that batch's sequence
 //! number. Batches become durable in submission order, whole or not at all.
 //! `on_durable(Err(_))` means the disk failed: that group and every later

@@ -1,5 +1,5 @@
 //! A disk in memory with an unsynced tail, as a redb storage backend and a
-//! [`WalFile`]: the simulator's disk. It holds several files (the database
+//! `WalFile`: the simulator's disk. It holds several files (the database
 //! and its write-ahead log, [`SimDisk::file`]) in one write order. Reads see
 //! every write; a write is durable only once a `sync_data` that followed it
 //! (on any file of the disk) has *completed*, which the simulator decides in

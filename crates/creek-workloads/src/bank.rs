@@ -5,7 +5,7 @@
 //!
 //! Accounts `acct/0..acct/{accounts-1}` hold their balance as the decimal
 //! text of an `i64` under the account name. Procedures (arguments encoded
-//! with [`encode_args`], results one encoded [`Value`]):
+//! with `encode_args`, results one encoded [`Value`]):
 //!
 //! | procedure       | arguments                            | result               | read-only |
 //! |-----------------|--------------------------------------|----------------------|-----------|

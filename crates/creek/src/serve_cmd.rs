@@ -56,7 +56,7 @@ pub struct ServeArgs {
     rebuild_despite_data_loss: bool,
     /// TLS on client and peer links with the files `creek certs` wrote to
     /// DIR: DIR/ca.crt, DIR/node-ID.crt and DIR/node-ID.key (replaces the
-    /// file's [tls] table).
+    /// file's `[tls]` table).
     #[arg(long, value_name = "DIR")]
     certs_dir: Option<PathBuf>,
     /// Listen without TLS on addresses that are not loopback (refused

@@ -254,9 +254,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// The MPOs this shard's log ordered that still lack a final
     /// timestamp: a stamp is invoked for each whose timestamps are all
     /// here (at once by the leader, `leads`, by any replica after
-    /// [`STAMP_AFTER_US`]; again after [`STAMP_AGAIN_US`]); returned are
+    /// `STAMP_AFTER_US`; again after `STAMP_AGAIN_US`); returned are
     /// those that miss other shards' timestamps for longer than
-    /// [`STAMP_AFTER_US`] (what to ask them), each with its copy here and
+    /// `STAMP_AFTER_US` (what to ask them), each with its copy here and
     /// the shards to ask.
     pub fn mpo_stamps_due(&mut self, now_us: u64, leads: bool) -> Vec<(OpId, Vec<u32>)> {
         if !self.genuine() {

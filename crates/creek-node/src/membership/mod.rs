@@ -38,7 +38,7 @@
 //!
 //! The group changes through consensus (`creek-cab`'s configuration
 //! changes); the node tells this state machine the members it applied
-//! ([`Membership::set_group`]). A new replica starts with an empty data
+//! (`Membership::set_group`). A new replica starts with an empty data
 //! directory, a configuration naming the current members, and an id the
 //! group never had: to the members it looks like a replica that lost its
 //! data (it is not among the founders), and it takes the same path — it

@@ -22,7 +22,7 @@ pub enum Event {
         /// The frame, as received.
         frame: Bytes,
     },
-    /// The persister failed (the message is in [`Durability`]).
+    /// The persister failed (the message is in `Durability`).
     DiskFailure,
     /// A write consensus waits for is durable (the persister's callback
     /// released the frames it held itself; the loop tells consensus, so a
@@ -100,7 +100,7 @@ pub enum ReplyTo {
     Stream(mpsc::UnboundedSender<Reply>),
     /// A call on a native connection: its replies are queued on the
     /// connection and written by the node loop at the end of its turn
-    /// ([`crate::native::out::Call`], [`crate::native::out::Corked`]).
+    /// (`crate::native::out::Call`, `crate::native::out::Corked`).
     Native(crate::native::out::Call),
 }
 

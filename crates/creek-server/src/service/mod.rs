@@ -1,5 +1,5 @@
 //! The gRPC services of `proto/creek.proto`: `Creek` for clients, and
-//! `Admin` (in [`admin`]) for membership, backups, state dumps and fault
+//! `Admin` (in `admin`) for membership, backups, state dumps and fault
 //! injection.
 
 // tonic's handlers return `Status` by value; boxing it in the helpers would

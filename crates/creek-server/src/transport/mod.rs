@@ -11,7 +11,7 @@
 //! writes the frames to the socket itself, without waking the connection's
 //! task; what the socket does not take at once waits for the task, and so
 //! does everything after it until the task has written it all, so frames
-//! keep their order ([`Outbox`]). TLS links are written by the task only.
+//! keep their order (`Outbox`). TLS links are written by the task only.
 //!
 //! Backpressure and bounds: frames toward a peer wait in a bounded queue of
 //! `peer_queue_frames`; when it is full (the peer is slow or unreachable) new
@@ -27,7 +27,7 @@
 //! running); frames queued while a peer is down are dropped at the queue
 //! bound.
 //!
-//! Inbound connections ([`inbound`]) are capped, their handshakes and
+//! Inbound connections (`inbound`) are capped, their handshakes and
 //! frames timed, their buffers grown only as bytes arrive; each refusal is
 //! counted and logged at most once per 10 s per kind, with the count of
 //! those not logged.
