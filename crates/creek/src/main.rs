@@ -11,6 +11,7 @@ mod certs_cmd;
 mod dev_cmd;
 mod keyspace_cmd;
 mod proc_cmd;
+mod reference_cmd;
 mod serve_cmd;
 mod shards_cmd;
 mod sim_cmd;
@@ -72,6 +73,9 @@ enum Command {
     /// Make a certificate authority and the replica and client
     /// certificates signed by it, for TLS (docs/security.md).
     Certs(certs_cmd::Args),
+    /// Print this command line's reference as Markdown (what the
+    /// documentation site's docs/reference/cli.md holds).
+    Reference,
     /// Print a completion script for a shell: bash, zsh or fish (e.g.
     /// `source <(creek completion bash)`).
     Completion {
@@ -121,6 +125,10 @@ fn main() -> ExitCode {
         Command::User(args) => return cli::finish(user_cmd::run_user(&args)),
         Command::Role(args) => return cli::finish(user_cmd::run_role(&args)),
         Command::Certs(args) => certs_cmd::run(&args),
+        Command::Reference => {
+            let command = <Cli as clap::CommandFactory>::command();
+            print_bytes(reference_cmd::markdown(&command).as_bytes())
+        }
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();
