@@ -792,7 +792,12 @@ pub(crate) fn register(r: &mut Registry) {
                 format!("{STAMP}: malformed arguments: expected an MPO id and a timestamp")
             })
         },
-        |_, _| Ok(Bytes::new()),
+        |_, args| {
+            // It changes nothing; a malformed one aborts like any call.
+            decode_stamp(args)
+                .map(|_| Bytes::new())
+                .ok_or_else(|| Abort::new(format!("{STAMP}: malformed arguments")))
+        },
     );
     r.register_fn(
         ANSWER,
