@@ -115,7 +115,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// Look at the decided ids in order, as far as their payloads are
     /// here: an MPO copy's decision gives it this shard's timestamp, a
-    /// stamp's records its final one. Then index what may be.
+    /// stamp's records its final one and gives the indices that allows,
+    /// which hold once the committed order passes the stamp
+    /// (`skeen_release`).
     pub(super) fn skeen_scan(&mut self) {
         if !self.genuine() {
             return;
