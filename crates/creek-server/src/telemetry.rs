@@ -60,7 +60,10 @@ fn view_histogram() -> Histogram {
 }
 
 /// One procedure's row of the console's table (since the replica
-/// started).
+/// started). It counts beside the Prometheus families rather than being
+/// read back from them: a family yields a label set's value only by
+/// creating it (every combination would show on `/metrics` as a zero),
+/// and a histogram gives no quantiles back at all.
 #[derive(Default)]
 struct Row {
     weak: u64,

@@ -435,11 +435,14 @@ impl NodeLoop {
         }
         let views = inv.request.views;
         let procedure = inv.request.call.name.clone();
-        let call_name = telemetry_name(&inv.request.call);
         let across =
             (procedure.as_ref() == creek_procs::mpo::RUN).then(|| inv.request.call.clone());
         match self.node.invoke(inv.request, self.now_us()) {
             Ok(handle) => {
+                let name = across
+                    .as_ref()
+                    .map_or(procedure.as_ref().into(), telemetry_name);
+                let label = self.metrics.procedures.label(&name);
                 if let (Some(call), ExecKey::Op(id)) = (across, handle) {
                     self.mpo_invoked(id, call);
                 }
@@ -447,7 +450,7 @@ impl NodeLoop {
                 if let ExecKey::Op(id) = handle {
                     self.clients
                         .journal
-                        .invoked(id, procedure, strong, inv.received);
+                        .invoked(id, procedure.clone(), strong, inv.received);
                 }
                 self.metrics
                     .stage(strong, Stage::Invoked, inv.received.elapsed().as_secs_f64());
@@ -461,14 +464,16 @@ impl NodeLoop {
                         views,
                         strong,
                         received: inv.received,
-                        executed: false,
-                        procedure: self.metrics.procedures.label(&call_name),
+                        procedure: label,
                         first: None,
                     },
                 );
             }
             Err(e) => {
-                refused(&self.metrics, &call_name, "rejected");
+                let name = across
+                    .as_ref()
+                    .map_or(procedure.as_ref().into(), telemetry_name);
+                refused(&self.metrics, &name, "rejected");
                 let _ = inv.reply.send(Reply::Rejected(e));
             }
         }
@@ -799,11 +804,11 @@ fn yield_to_serving_threads() {
 
 /// The name a call's telemetry counts it under: the client's procedure
 /// (for an operation across shards, the call its copies run).
-fn telemetry_name(call: &creek_types::ProcCall) -> String {
+fn telemetry_name(call: &creek_types::ProcCall) -> std::borrow::Cow<'_, str> {
     if call.name.as_ref() == creek_procs::mpo::RUN {
         if let Ok(mpo) = creek_procs::mpo::MpoCall::decode(&call.args) {
-            return mpo.name.to_string();
+            return mpo.name.to_string().into();
         }
     }
-    call.name.to_string()
+    call.name.as_ref().into()
 }

@@ -28,11 +28,10 @@ pub(super) struct Route {
     pub views: Views,
     pub strong: bool,
     pub received: Instant,
-    /// A tentative view was routed (the `executed` stage is timed once).
-    pub executed: bool,
     /// Its procedure's telemetry label (`crate::telemetry`).
     pub procedure: &'static str,
-    /// The first preliminary view's result, once routed.
+    /// The first preliminary view's result, once one was routed (the
+    /// `executed` stage is timed then, once).
     pub first: Option<creek_exec::Outcome>,
 }
 
@@ -85,29 +84,26 @@ impl Clients {
             // Held: the first preliminary view equalled the final one;
             // corrected: the final view is not a confirmation of the last.
             let held = route.first.as_ref().map(|first| *first == v.outcome);
-            let corrected = route.executed.then_some(v.kind == ViewKind::Stable);
+            let corrected = route.first.is_some().then_some(v.kind == ViewKind::Stable);
             let reexecutions = v.executions.saturating_sub(1);
             telemetry.final_view(route.procedure, since, held, corrected, reexecutions);
-        } else if !route.executed {
-            route.executed = true;
+        } else if route.first.is_none() {
             route.first = Some(v.outcome.clone());
             self.metrics.stage(route.strong, Stage::Executed, since);
             telemetry.preliminary(route.procedure, since);
         }
         let last = stable || !route.views.final_view;
-        let outcome = if v.outcome.is_ok() { "ok" } else { "abort" };
-        let reason = match &v.outcome {
-            Err(abort) => Some(creek_procs::abort::reason(&abort.0)),
-            Ok(_) => None,
-        };
         let strong = route.strong;
         let procedure = route.procedure;
         let gone = route.reply.send(Reply::View(v.clone())).is_err();
         if last || gone {
             self.routes.remove(&v.handle);
-            let outcome = if gone { "cancelled" } else { outcome };
+            let (outcome, reason) = match &v.outcome {
+                _ if gone => ("cancelled", None),
+                Ok(_) => ("ok", None),
+                Err(abort) => ("abort", Some(creek_procs::abort::reason(&abort.0))),
+            };
             self.metrics.op(strong, outcome);
-            let reason = reason.filter(|_| last && !gone);
             self.metrics
                 .procedures
                 .finished(procedure, strong, outcome, reason);
