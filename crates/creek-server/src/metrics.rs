@@ -84,7 +84,9 @@ fn stage_histogram() -> Histogram {
     Histogram::new(exponential_buckets(10e-6, 1.25, 62))
 }
 
-fn latency_histogram() -> Histogram {
+/// The buckets of view latencies (here and by procedure,
+/// `crate::telemetry`).
+pub(crate) fn latency_histogram() -> Histogram {
     // 10 µs … ~5 s.
     Histogram::new(exponential_buckets(10e-6, 2.0, 20))
 }

@@ -17,7 +17,7 @@ use std::sync::{Mutex, PoisonError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::console::series::ViewBuckets;
@@ -52,11 +52,6 @@ pub struct KindLabels {
 pub struct ProcLabels {
     /// The procedure's name, or `other`.
     pub procedure: &'static str,
-}
-
-fn view_histogram() -> Histogram {
-    // 10 µs … ~5 s, as `creek_view_latency_seconds`.
-    Histogram::new(exponential_buckets(10e-6, 2.0, 20))
 }
 
 /// One procedure's row of the console's table (since the replica
@@ -105,7 +100,9 @@ impl Default for Procedures {
             final_views: Family::default(),
             reexecutions: Family::default(),
             aborts: Family::default(),
-            latency: Family::new_with_constructor(view_histogram as fn() -> Histogram),
+            latency: Family::new_with_constructor(
+                crate::metrics::latency_histogram as fn() -> Histogram,
+            ),
         }
     }
 }
