@@ -34,12 +34,3 @@ pub fn parse_duration_or_zero(s: &str) -> Result<u64, String> {
     }
     Ok((n * mult as f64) as u64)
 }
-
-/// Parse `--mpo-order`.
-pub fn parse_mpo_order(s: &str) -> Result<creek_core::MpoOrder, String> {
-    match s {
-        "sequencer" => Ok(creek_core::MpoOrder::Sequencer),
-        "genuine" => Ok(creek_core::MpoOrder::Genuine),
-        _ => Err(format!("--mpo-order is sequencer or genuine, not {s:?}")),
-    }
-}

@@ -64,6 +64,17 @@ pub enum MpoOrder {
     Genuine,
 }
 
+impl MpoOrder {
+    /// Parse `sequencer` or `genuine` (`--mpo-order`).
+    pub fn parse(s: &str) -> Result<MpoOrder, String> {
+        match s {
+            "sequencer" => Ok(MpoOrder::Sequencer),
+            "genuine" => Ok(MpoOrder::Genuine),
+            _ => Err(format!("--mpo-order is sequencer or genuine, not {s:?}")),
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {

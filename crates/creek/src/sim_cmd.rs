@@ -28,7 +28,7 @@ pub struct Args {
     /// directory's group, what servers run) or genuine (an atomic
     /// multicast among their shards only; without crashes, disk faults,
     /// partitions or membership changes).
-    #[arg(long, default_value = "sequencer", value_parser = creek_bench::flags::parse_mpo_order)]
+    #[arg(long, default_value = "sequencer", value_parser = creek_core::MpoOrder::parse)]
     mpo_order: creek_core::MpoOrder,
     /// Cores per replica.
     #[arg(long, default_value_t = 4)]

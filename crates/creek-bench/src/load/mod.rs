@@ -73,7 +73,7 @@ pub struct Common {
     /// How operations across shards are ordered (sim): `sequencer` (the
     /// directory's group, what servers run) or `genuine` (an atomic
     /// multicast among their shards only, measured against it).
-    #[arg(long, default_value = "sequencer", value_parser = crate::flags::parse_mpo_order)]
+    #[arg(long, default_value = "sequencer", value_parser = creek_core::MpoOrder::parse)]
     pub(crate) mpo_order: creek_core::MpoOrder,
     /// One-way link latency range in microseconds, `MIN-MAX` (sim).
     #[arg(long, default_value = "200-300")]
