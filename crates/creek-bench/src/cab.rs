@@ -57,6 +57,7 @@ fn delays(net: &mut TestNet, origin: usize, leader: usize, samples: u64) -> (f64
                 call: incr(i),
                 strong: true,
                 views: Views::STRONG,
+                read_time: 0,
             },
         ) else {
             continue;
@@ -129,6 +130,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             } else {
                 Views::WEAK
             },
+            read_time: 0,
         };
         if let Some(creek_core::ExecKey::Op(id)) = net.invoke(at, request) {
             cast.push(id);

@@ -15,6 +15,9 @@ pub struct SeenView {
     pub kind: ViewKind,
     /// The result carried (for a confirmation, the confirmed result).
     pub outcome: Outcome,
+    /// A snapshot view's commit time, a final view's the op's commit time
+    /// (0 for a preliminary view, or where the driver does not know it).
+    pub time: u64,
 }
 
 /// One client invocation.
@@ -60,7 +63,7 @@ impl OpRecord {
 
     /// The final view (stable or confirmation), if received.
     pub fn final_view(&self) -> Option<&SeenView> {
-        self.views.iter().find(|v| v.kind != ViewKind::Tentative)
+        self.views.iter().find(|v| v.kind.is_final())
     }
 
     /// The first tentative view, if received.

@@ -35,6 +35,7 @@
 //!         at_us: seq * 10 + 1,
 //!         kind: ViewKind::Tentative,
 //!         outcome: Ok(bytes::Bytes::new()),
+//!         time: 0,
 //!     }],
 //!     origin_crashed: false,
 //!     origin_left: false,
@@ -52,3 +53,4 @@ pub mod history;
 pub mod linearizable;
 pub mod order;
 pub mod run;
+pub mod snapshot;

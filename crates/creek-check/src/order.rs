@@ -202,6 +202,7 @@ mod tests {
                     at_us,
                     kind: ViewKind::Stable,
                     outcome: Ok(Bytes::new()),
+                    time: 0,
                 })
                 .into_iter()
                 .collect(),

@@ -18,7 +18,7 @@ use creek_procs::registry::INTERNAL_KEY_PREFIX;
 use creek_procs::Registry;
 
 use crate::history::History;
-use crate::{linearizable, order};
+use crate::{linearizable, order, snapshot};
 
 /// The verdict of one checker.
 #[derive(Clone, Debug)]
@@ -60,6 +60,9 @@ pub struct ReplicaEnd<'a> {
     pub finalized: u64,
     /// Ops known here and not yet committed.
     pub pending: usize,
+    /// The commit time of each op of `committed` (0 where the driver does
+    /// not know it; empty where it knows none).
+    pub commit_times: &'a [u64],
     /// The state the committed ops' final executions produced.
     pub committed_state: BTreeMap<Bytes, Bytes>,
     /// The replica takes no part at the end — it knows it lost its data
@@ -175,6 +178,14 @@ pub fn check_run(
         replay_v.push("an op appears twice in the committed order".into());
     }
     let linearizable = linearizable_check(&run, keys);
+    let (times, mut snapshot_v) = snapshot::commit_times(&run, &canonical);
+    snapshot_v.extend(snapshot::check_snapshot_views(
+        &run,
+        &canonical,
+        &times,
+        &run.initial_state,
+    ));
+    snapshot_v.extend(snapshot::check_read_times(run.history));
     let initial = std::mem::take(&mut run.initial_state);
     let replayed = replay_committed(
         &run,
@@ -203,6 +214,7 @@ pub fn check_run(
         "session_order",
         order::check_session_order(run.history, &canonical),
     ));
+    checks.push(Check::new("snapshot_reads", snapshot_v));
     checks.push(Check::new("workload", invariants(run.history, &state)));
     checks
 }
@@ -455,6 +467,9 @@ mod tests {
         OpId::new(ReplicaId(1), seq)
     }
 
+    /// The commit times of the fixture's three ops.
+    const TIMES: [u64; 3] = [100, 200, 300];
+
     fn fixture() -> Fixture {
         let registry = Registry::with_builtins();
         let calls = vec![put("a", "1"), put("b", "2"), put("a", "3")];
@@ -477,6 +492,7 @@ mod tests {
                         at_us: seq * 10 + 5,
                         kind: ViewKind::Stable,
                         outcome,
+                        time: TIMES[i],
                     }],
                     origin_crashed: false,
                     origin_left: false,
@@ -501,6 +517,7 @@ mod tests {
         ReplicaEnd {
             id: ReplicaId(id),
             committed,
+            commit_times: &TIMES,
             finalized: committed.len() as u64,
             pending: 0,
             committed_state: state.clone(),
@@ -547,6 +564,67 @@ mod tests {
             .collect()
     }
 
+    /// A snapshot read of `key` by client 0, invoked at `at_us`, answered
+    /// with `value` read at commit time `time`.
+    fn snapshot_read(at_us: u64, key: &str, value: &str, time: u64) -> OpRecord {
+        OpRecord {
+            client: 0,
+            replica: 1,
+            id: None,
+            call: ProcCall::new("kv.get", encode_args(&[Value::from(key)])),
+            strong: false,
+            wants_final: false,
+            invoked_at_us: at_us,
+            views: vec![SeenView {
+                at_us: at_us + 1,
+                kind: ViewKind::Snapshot,
+                outcome: Ok(Value::from(value).encode()),
+                time,
+            }],
+            origin_crashed: false,
+            origin_left: false,
+            lost: false,
+        }
+    }
+
+    #[test]
+    fn snapshot_views_are_judged_against_the_order_cut_at_their_time() {
+        let mut f = fixture();
+        // At 250 the first two puts are in: `a` is "1". At 300, "3". (A
+        // client of its own: client 0 saw time 300 already.)
+        f.history.ops.push(snapshot_read(100, "a", "1", 250));
+        f.history.ops.push(snapshot_read(110, "a", "3", 300));
+        for r in &mut f.history.ops[3..] {
+            r.client = 1;
+        }
+        let checks = check_run(run_end(&f), &first_arg_key, &|_, _| Vec::new());
+        assert!(checks.iter().all(|c| c.ok), "{checks:?}");
+        // A view showing the third put at 250 saw past its time.
+        f.history.ops.push(snapshot_read(120, "a", "3", 250));
+        f.history.ops.last_mut().unwrap().client = 1;
+        assert_eq!(failed(run_end(&f)), ["snapshot_reads"]);
+    }
+
+    #[test]
+    fn a_client_that_reads_older_than_it_saw_fails_the_read_times() {
+        let mut f = fixture();
+        // Client 0 saw op 3's final view (time 300) at 35, then read at 150.
+        f.history.ops.push(snapshot_read(40, "b", "", 150));
+        f.history.ops.last_mut().unwrap().views[0].outcome = Ok(Value::Nil.encode());
+        let checks = check_run(run_end(&f), &first_arg_key, &|_, _| Vec::new());
+        let snap = checks.iter().find(|c| c.name == "snapshot_reads").unwrap();
+        assert_eq!(snap.violations.len(), 1, "{snap:?}");
+        assert!(snap.violations[0].contains("went back in time"), "{snap:?}");
+    }
+
+    #[test]
+    fn replicas_that_time_a_position_differently_fail() {
+        let f = fixture();
+        let mut run = run_end(&f);
+        run.replicas[1].commit_times = &[100, 250, 300];
+        assert_eq!(failed(run), ["snapshot_reads"]);
+    }
+
     #[test]
     fn a_clean_run_passes_every_check_in_report_order() {
         let f = fixture();
@@ -563,6 +641,7 @@ mod tests {
                 "linearizable",
                 "real_time",
                 "session_order",
+                "snapshot_reads",
                 "workload",
             ]
         );

@@ -163,6 +163,10 @@ struct Inner {
     /// to acknowledge (the cluster then forgets their deduplication
     /// entries).
     acks: Acks,
+    /// The largest snapshot or commit time this client saw (µs): its
+    /// snapshot reads never read an older state, on any replica, and its
+    /// ops are stamped after it (docs/snapshot-reads.md).
+    read_time: Arc<AtomicU64>,
 }
 
 struct Replica {
@@ -268,6 +272,7 @@ impl Client {
                 client_id: random_client_id(),
                 next_seq: AtomicU64::new(1),
                 acks: Acks::default(),
+                read_time: Arc::default(),
             }),
         })
     }
@@ -382,6 +387,7 @@ impl Client {
             } else {
                 Vec::new()
             },
+            read_time: self.inner.read_time.load(Ordering::Relaxed),
         };
         self.renew_native().await;
         let sends = std::sync::atomic::AtomicU32::new(0);
@@ -411,7 +417,9 @@ impl Client {
         let stream = within(deadline, options.timeout, call).await?;
         let (feeder, correctable) = Correctable::channel();
         let expect = Expect {
-            final_view: levels != Levels::Weak || options.weak_final,
+            final_view: levels.is_strong() || options.weak_final,
+            snapshot_after_weak: levels == Levels::WeakSnapshot,
+            read_time: self.inner.read_time.clone(),
             start,
             deadline,
             timeout: options.timeout,
@@ -433,6 +441,19 @@ impl Client {
             tokio::spawn(reader.run());
         }
         Ok(correctable)
+    }
+
+    /// This client's read time: the largest snapshot or commit time it
+    /// saw (µs, 0 before any), sent with every call.
+    pub fn read_time(&self) -> u64 {
+        self.inner.read_time.load(Ordering::Relaxed)
+    }
+
+    /// Raise this client's read time to `time` (one seen by another
+    /// client of the same user, say): its next snapshot reads are never
+    /// older.
+    pub fn observe_read_time(&self, time: u64) {
+        self.inner.read_time.fetch_max(time, Ordering::Relaxed);
     }
 
     /// The id the next call gets: `given`, or this client's next one.

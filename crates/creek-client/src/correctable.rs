@@ -413,6 +413,7 @@ mod tests {
             outcome: Ok(Value::Int(n)),
             latency: Duration::ZERO,
             across_shards: false,
+            time: 0,
         }
     }
 

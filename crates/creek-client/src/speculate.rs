@@ -126,5 +126,6 @@ fn derive(source: &View, kind: ViewKind, outcome: Outcome) -> View {
         outcome,
         latency: source.latency,
         across_shards: source.across_shards && kind == ViewKind::Preliminary,
+        time: source.time,
     }
 }

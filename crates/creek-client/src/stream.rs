@@ -27,8 +27,11 @@ const SERVER_WORD_GRACE: Duration = Duration::from_millis(250);
 
 /// What the reader needs to know about the request.
 pub(crate) struct Expect {
-    /// Whether a stable view will come; if not, the first view closes.
+    /// Whether a stable view will come (it closes the call).
     pub(crate) final_view: bool,
+    /// Without a final view: whether a snapshot view follows a preliminary
+    /// one (it closes the call); otherwise the first view closes it.
+    pub(crate) snapshot_after_weak: bool,
     /// When the invocation started (views' latency is measured from it).
     pub(crate) start: Instant,
     /// The caller's deadline for the closing view.
@@ -38,6 +41,8 @@ pub(crate) struct Expect {
     /// Where to acknowledge the request once its closing view arrived, if
     /// it was sent once.
     pub(crate) ack: Option<(Acks, u64)>,
+    /// The client's read time, raised to every view's time.
+    pub(crate) read_time: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The views of one accepted call, from either protocol.
@@ -122,10 +127,15 @@ impl ViewReader {
                     return false;
                 }
             };
-        let closes = view.kind.is_stable() || !expect.final_view;
-        if view.kind == ViewKind::Preliminary {
+        let closes = view.kind.is_stable()
+            || (!expect.final_view
+                && (!expect.snapshot_after_weak || view.kind == ViewKind::Snapshot));
+        if matches!(view.kind, ViewKind::Preliminary | ViewKind::Snapshot) {
             self.last_preliminary = Some(view.outcome.clone());
         }
+        expect
+            .read_time
+            .fetch_max(view.time, std::sync::atomic::Ordering::Relaxed);
         self.feeder.view(view, closes);
         if closes {
             if let Some((acks, seq)) = &expect.ack {
@@ -138,7 +148,7 @@ impl ViewReader {
     /// Whether the Correctable's closing view comes first: a weak op's one
     /// view.
     pub(crate) fn first_view_closes(&self) -> bool {
-        !self.expect.final_view
+        !self.expect.final_view && !self.expect.snapshot_after_weak
     }
 
     /// Finish the call once the Correctable closed: a gRPC stream is read

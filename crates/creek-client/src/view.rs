@@ -17,6 +17,10 @@ pub type Outcome = Result<Value, String>;
 pub enum Level {
     /// From the replica's tentative execution: fast, may still change.
     Weak,
+    /// From the committed state at one commit time the replica applied:
+    /// never a tentative op, never older than what this client saw
+    /// (docs/snapshot-reads.md).
+    Snapshot,
     /// From the op's committed position: stable.
     Strong,
 }
@@ -32,16 +36,73 @@ pub enum Levels {
     /// A strong op: preliminary view(s), then the final view.
     #[default]
     Both,
+    /// A read-only op, snapshot view only: answered from the committed
+    /// state, never waiting for consensus.
+    Snapshot,
+    /// A read-only weak op: its preliminary view, then its snapshot view.
+    WeakSnapshot,
+    /// A read-only strong op: its snapshot view, then its final view.
+    SnapshotStrong,
+    /// A read-only strong op with all three views: preliminary, snapshot,
+    /// final.
+    All,
 }
 
 impl Levels {
     /// The wire form (`InvokeRequest.levels`).
     pub fn to_wire(self) -> Vec<i32> {
+        let (w, s, f) = (
+            pb::Level::Weak as i32,
+            pb::Level::Snapshot as i32,
+            pb::Level::Strong as i32,
+        );
         match self {
-            Levels::Weak => vec![pb::Level::Weak as i32],
-            Levels::Strong => vec![pb::Level::Strong as i32],
-            Levels::Both => vec![pb::Level::Weak as i32, pb::Level::Strong as i32],
+            Levels::Weak => vec![w],
+            Levels::Strong => vec![f],
+            Levels::Both => vec![w, f],
+            Levels::Snapshot => vec![s],
+            Levels::WeakSnapshot => vec![w, s],
+            Levels::SnapshotStrong => vec![s, f],
+            Levels::All => vec![w, s, f],
         }
+    }
+
+    /// Whether the op is strong (a final view comes).
+    pub fn is_strong(self) -> bool {
+        matches!(
+            self,
+            Levels::Strong | Levels::Both | Levels::SnapshotStrong | Levels::All
+        )
+    }
+
+    /// Whether a preliminary view is asked for.
+    pub fn has_weak(self) -> bool {
+        matches!(
+            self,
+            Levels::Weak | Levels::Both | Levels::WeakSnapshot | Levels::All
+        )
+    }
+
+    /// Whether a snapshot view is asked for.
+    pub fn has_snapshot(self) -> bool {
+        matches!(
+            self,
+            Levels::Snapshot | Levels::WeakSnapshot | Levels::SnapshotStrong | Levels::All
+        )
+    }
+
+    /// The levels named by `weak`, `snapshot` and `strong` (`None`: none).
+    pub fn of(weak: bool, snapshot: bool, strong: bool) -> Option<Levels> {
+        Some(match (weak, snapshot, strong) {
+            (true, false, false) => Levels::Weak,
+            (false, false, true) => Levels::Strong,
+            (true, false, true) => Levels::Both,
+            (false, true, false) => Levels::Snapshot,
+            (true, true, false) => Levels::WeakSnapshot,
+            (false, true, true) => Levels::SnapshotStrong,
+            (true, true, true) => Levels::All,
+            (false, false, false) => return None,
+        })
     }
 }
 
@@ -53,8 +114,11 @@ pub enum ViewKind {
     /// The stable response, differing from the last preliminary view (or
     /// with none before it).
     Final,
-    /// The stable response, equal to the last preliminary view.
+    /// The stable response, equal to the last view before it
+    /// (preliminary or snapshot).
     Confirmed,
+    /// The result on the committed state at commit time [`View::time`].
+    Snapshot,
 }
 
 impl ViewKind {
@@ -82,12 +146,16 @@ pub struct View {
     /// state, where the other shards' keys read as absent. The final view
     /// has their values.
     pub across_shards: bool,
+    /// A snapshot view's commit time, or a final view's (the op's commit
+    /// time), in microseconds; 0 on a preliminary view.
+    pub time: u64,
 }
 
 impl View {
     /// Convert a view from the wire (for callers of the generated stubs
-    /// in [`crate::pb`]). `last_preliminary` supplies the outcome of a
-    /// CONFIRMED view, which the server omits.
+    /// in [`crate::pb`]). `last_preliminary` (the last view before it,
+    /// preliminary or snapshot) supplies the outcome of a CONFIRMED view,
+    /// which the server omits.
     pub fn from_wire(
         v: pb::View,
         last_preliminary: Option<&Outcome>,
@@ -97,6 +165,7 @@ impl View {
             Ok(pb::view::Kind::Preliminary) => ViewKind::Preliminary,
             Ok(pb::view::Kind::Final) => ViewKind::Final,
             Ok(pb::view::Kind::Confirmed) => ViewKind::Confirmed,
+            Ok(pb::view::Kind::Snapshot) => ViewKind::Snapshot,
             Ok(pb::view::Kind::Unspecified) | Err(_) => {
                 return Err(Error::Protocol(format!(
                     "a view of unknown kind {}",
@@ -113,10 +182,10 @@ impl View {
             })?,
             (None, _) => return Err(Error::Protocol(format!("a {kind:?} view with no outcome"))),
         };
-        let level = if kind.is_stable() {
-            Level::Strong
-        } else {
-            Level::Weak
+        let level = match kind {
+            ViewKind::Final | ViewKind::Confirmed => Level::Strong,
+            ViewKind::Snapshot => Level::Snapshot,
+            ViewKind::Preliminary => Level::Weak,
         };
         Ok(View {
             level,
@@ -124,6 +193,7 @@ impl View {
             outcome,
             latency,
             across_shards: v.across_shards && kind == ViewKind::Preliminary,
+            time: v.time,
         })
     }
 }

@@ -37,6 +37,9 @@ pub struct Checkpoint {
     pub hlc: Timestamp,
     /// The seq the replica's next own op would get (its event counter + 1).
     pub next_event_no: u64,
+    /// The commit time of the last committed op (docs/snapshot-reads.md):
+    /// the next one's is above it.
+    pub commit_time: u64,
     /// The replica group as the checkpointing replica had applied it (the
     /// node fills it in; unknown for a checkpoint written before groups
     /// were recorded).

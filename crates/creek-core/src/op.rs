@@ -75,11 +75,15 @@ pub enum Pos {
     Tentative(Timestamp, ExecKey),
 }
 
-/// Which views a client wants for one invocation (DESIGN §7).
+/// Which views a client wants for one invocation (DESIGN §7): up to
+/// three, delivered in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Views {
     /// A preliminary view from the first valid execution.
     pub tentative: bool,
+    /// A snapshot view: the op (read-only) run on the committed state at
+    /// a time the replica has applied (docs/snapshot-reads.md).
+    pub snapshot: bool,
     /// A final view once the op's position is committed.
     pub final_view: bool,
 }
@@ -88,18 +92,38 @@ impl Views {
     /// `[weak]`: one preliminary view.
     pub const WEAK: Views = Views {
         tentative: true,
+        snapshot: false,
+        final_view: false,
+    };
+    /// `[snapshot]`: the snapshot view only.
+    pub const SNAPSHOT: Views = Views {
+        tentative: false,
+        snapshot: true,
         final_view: false,
     };
     /// `[strong]`: the final view only.
     pub const STRONG: Views = Views {
         tentative: false,
+        snapshot: false,
         final_view: true,
     };
     /// `[weak, strong]`: both.
     pub const BOTH: Views = Views {
         tentative: true,
+        snapshot: false,
         final_view: true,
     };
+    /// `[weak, snapshot, strong]`: all three.
+    pub const ALL: Views = Views {
+        tentative: true,
+        snapshot: true,
+        final_view: true,
+    };
+
+    /// Whether no view at all is wanted.
+    pub fn is_empty(self) -> bool {
+        !(self.tentative || self.snapshot || self.final_view)
+    }
 }
 
 /// A client's request to a replica.
@@ -111,6 +135,10 @@ pub struct Request {
     pub strong: bool,
     /// Views the client wants.
     pub views: Views,
+    /// The client's read time: the largest snapshot or commit time it has
+    /// seen (µs; 0 if none). A snapshot view is never older, and the op is
+    /// stamped after it (docs/snapshot-reads.md).
+    pub read_time: u64,
 }
 
 impl Request {
@@ -120,6 +148,7 @@ impl Request {
             call,
             strong: false,
             views: Views::WEAK,
+            read_time: 0,
         }
     }
 
@@ -129,6 +158,18 @@ impl Request {
             call,
             strong: true,
             views: Views::BOTH,
+            read_time: 0,
+        }
+    }
+
+    /// A read-only op with a snapshot view only, read at `read_time` or
+    /// later.
+    pub fn snapshot(call: ProcCall, read_time: u64) -> Self {
+        Request {
+            call,
+            strong: false,
+            views: Views::SNAPSHOT,
+            read_time,
         }
     }
 }
@@ -141,9 +182,31 @@ pub enum ViewKind {
     /// The result at the op's committed position, differing from the last
     /// tentative view sent (or with none sent).
     Stable,
-    /// The committed result equals the last tentative view sent; the payload
-    /// is not repeated.
+    /// The committed result equals the last view sent (preliminary or
+    /// snapshot); the payload is not repeated.
     Confirmation,
+    /// The result on the committed state at one time the replica has
+    /// applied ([`View::time`]): nothing tentative in it.
+    Snapshot,
+}
+
+impl ViewKind {
+    /// A final view: stable or a confirmation.
+    pub fn is_final(self) -> bool {
+        matches!(self, ViewKind::Stable | ViewKind::Confirmation)
+    }
+}
+
+impl Views {
+    /// Whether a view of `kind` is the last one an op asking for these
+    /// views gets (views come in the order preliminary, snapshot, final).
+    pub fn closes_with(self, kind: ViewKind) -> bool {
+        match kind {
+            ViewKind::Stable | ViewKind::Confirmation => true,
+            ViewKind::Snapshot => !self.final_view,
+            ViewKind::Tentative => !self.final_view && !self.snapshot,
+        }
+    }
 }
 
 /// A response for the client of an op invoked on this replica.
@@ -165,6 +228,11 @@ pub struct View {
     /// the first are its re-executions here; 0 where not counted (an
     /// early preliminary view).
     pub executions: u32,
+    /// For a snapshot view, the commit time it read at; for a final view,
+    /// the op's commit time (µs on the commit-time scale,
+    /// docs/snapshot-reads.md); 0 for a preliminary view. A client keeps
+    /// the largest as its read time.
+    pub time: u64,
 }
 
 /// What one op's execution wrote, for watchers of changes

@@ -704,6 +704,7 @@ fn a_void_op_lets_the_ops_that_name_a_lost_op_commit_everywhere() {
     // back `b` and voids seq 1.
     let checkpoint = creek_core::Checkpoint {
         next_event_no: 3,
+        commit_time: 0,
         group: Default::default(),
         ..Default::default()
     };

@@ -177,7 +177,7 @@ fn the_final_view_waits_for_every_shards_reads() {
     let finals = |effects: Vec<Effect>| {
         effects
             .iter()
-            .filter(|e| matches!(e, Effect::View(v) if v.kind != ViewKind::Tentative))
+            .filter(|e| matches!(e, Effect::View(v) if v.kind.is_final()))
             .count()
     };
     let from2: Vec<Effect> = r2.take_effects();
@@ -329,7 +329,7 @@ fn an_origin_whose_op_commits_after_a_copy_answers_the_mpos_outcome() {
     assert_eq!(value(&r2, "b").as_deref(), Some("9"));
     let stable: Vec<_> = views
         .iter()
-        .filter(|(n, kind, _)| *n == 1 && *kind != ViewKind::Tentative)
+        .filter(|(n, kind, _)| *n == 1 && kind.is_final())
         .collect();
     assert_eq!(stable, vec![&(1, ViewKind::Stable, Ok(pair(6, 9)))]);
 }

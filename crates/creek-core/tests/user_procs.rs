@@ -7,7 +7,7 @@
 
 mod harness;
 
-use creek_core::{ExecKey, InvokeError, Pos, Request, ViewKind, Views};
+use creek_core::{ExecKey, InvokeError, Pos, Request, Views};
 use creek_exec::basic::BasicEngine;
 use creek_exec::mvcc::MvccExecutor;
 use creek_exec::{Outcome, ProcCall};
@@ -52,7 +52,7 @@ fn last_outcome<E: TestEngine>(c: &Cluster<E>, i: usize, h: ExecKey) -> Outcome 
     views
         .iter()
         .rev()
-        .find(|v| v.kind != ViewKind::Tentative)
+        .find(|v| v.kind.is_final())
         .or_else(|| views.last())
         .unwrap()
         .outcome

@@ -192,6 +192,20 @@ pub trait Engine<K: OpKey, P: Position> {
     /// byte order, stopping after `limit` of them. Appends nothing when
     /// `from >= to`.
     fn scan_latest(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes)>);
+    /// Append to `out` the keys of `[from, to)` in the committed state (as
+    /// [`Engine::committed_state`] holds it), in ascending byte order,
+    /// stopping after `limit` of them. Appends nothing when `from >= to`.
+    fn scan_committed(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes)>) {
+        if from >= to {
+            return;
+        }
+        let state = self.committed_state();
+        let range = state.range::<[u8], _>((
+            std::ops::Bound::Included(from),
+            std::ops::Bound::Excluded(to),
+        ));
+        out.extend(range.take(limit).map(|(k, v)| (k.clone(), v.clone())));
+    }
     /// Tasks handed out and not yet completed (or known to be stale).
     fn running(&self) -> usize;
     /// Forget every task handed out: their completions will be discarded and

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use creek_core::{OpId, Request, ViewKind, Views};
+use creek_core::{OpId, Request, Views};
 use creek_harness::testnet::{NetConfig, TestNet};
 use creek_rng::Rng;
 use creek_types::value::{encode_args, Value};
@@ -140,6 +140,7 @@ fn run_scenario(n: usize, seed: u64, faults: bool) -> TestNet {
             call: call(&mut rng),
             strong,
             views: if strong { Views::BOTH } else { Views::WEAK },
+            read_time: 0,
         };
         net.invoke(at, request);
     }
@@ -177,9 +178,7 @@ fn fault_free_runs_answer_every_strong_op_stably() {
             let finals = net
                 .views
                 .iter()
-                .filter(|(_, _, v)| {
-                    v.handle == creek_core::ExecKey::Op(*id) && v.kind != ViewKind::Tentative
-                })
+                .filter(|(_, _, v)| v.handle == creek_core::ExecKey::Op(*id) && v.kind.is_final())
                 .count();
             assert_eq!(finals, 1, "strong {id} got {finals} final views");
         }
@@ -262,7 +261,7 @@ fn ids_in_flight_survive_a_leader_crash() {
     let finals: Vec<_> = net
         .views
         .iter()
-        .filter(|(i, _, v)| *i == 3 && v.kind != ViewKind::Tentative)
+        .filter(|(i, _, v)| *i == 3 && v.kind.is_final())
         .collect();
     assert_eq!(finals.len(), 5, "every strong op answered stably once");
     let state = net.node(2).unwrap().replica().committed_state();

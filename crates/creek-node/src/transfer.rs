@@ -692,6 +692,7 @@ mod tests {
                 .collect(),
             hlc: Timestamp(5),
             next_event_no: 2,
+            commit_time: 0,
             group: Default::default(),
         }
     }

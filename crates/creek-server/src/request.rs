@@ -20,14 +20,16 @@ use tonic::Status;
 /// The op a request asks for: (strong, views).
 pub(crate) fn levels(req: &pb::InvokeRequest) -> Result<(bool, Views), Status> {
     let mut weak = false;
+    let mut snapshot = false;
     let mut strong = false;
     for l in &req.levels {
         match pb::Level::try_from(*l) {
             Ok(pb::Level::Weak) => weak = true,
+            Ok(pb::Level::Snapshot) => snapshot = true,
             Ok(pb::Level::Strong) => strong = true,
             _ => {
                 return Err(Status::invalid_argument(format!(
-                    "unknown level {l}: use WEAK, STRONG or both"
+                    "unknown level {l}: use WEAK, SNAPSHOT, STRONG or several"
                 )))
             }
         }
@@ -37,11 +39,25 @@ pub(crate) fn levels(req: &pb::InvokeRequest) -> Result<(bool, Views), Status> {
             false,
             Views {
                 tentative: true,
+                snapshot,
                 final_view: req.weak_final,
             },
         ),
-        (false, true) => (true, Views::STRONG),
-        _ => (true, Views::BOTH),
+        (false, false) if snapshot => (false, Views::SNAPSHOT),
+        (false, true) => (
+            true,
+            Views {
+                snapshot,
+                ..Views::STRONG
+            },
+        ),
+        _ => (
+            true,
+            Views {
+                snapshot,
+                ..Views::BOTH
+            },
+        ),
     })
 }
 
@@ -87,6 +103,7 @@ pub fn to_request(req: &pb::InvokeRequest, max_request_bytes: usize) -> Result<R
         call,
         strong,
         views,
+        read_time: req.read_time,
     })
 }
 

@@ -396,6 +396,7 @@ impl BaselineNode {
                         outcome,
                         across_shards: false,
                         executions,
+                        time: 0,
                     });
                 }
                 continue;
@@ -422,6 +423,7 @@ impl BaselineNode {
                 outcome,
                 across_shards: false,
                 executions,
+                time: 0,
             });
         }
     }

@@ -38,6 +38,7 @@ fn checkpoint(tag: &str, keys: usize) -> Checkpoint {
             .collect(),
         hlc: Timestamp::new(9_000, 1),
         next_event_no: 3,
+        commit_time: 0,
         group: Default::default(),
         ..Checkpoint::default()
     }

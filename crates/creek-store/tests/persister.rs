@@ -76,6 +76,7 @@ fn checkpoint(committed: &[OpId]) -> Checkpoint {
         ],
         hlc: Timestamp::new(5_000, 3),
         next_event_no: 7,
+        commit_time: 0,
         group: Default::default(),
     }
 }

@@ -405,7 +405,7 @@ fn scenario(victim: usize) {
     let mut incr_acked = 0;
     for ((i, h), (kind, strong)) in &c.invoked {
         let kinds = c.acked.get(&(*i, *h)).cloned().unwrap_or_default();
-        let stable = kinds.iter().any(|k| *k != ViewKind::Tentative);
+        let stable = kinds.iter().any(|k| k.is_final());
         let acked = if *strong { stable } else { !kinds.is_empty() };
         if *strong && *h == strong_after {
             assert!(stable, "the strong op after recovery got its final view");

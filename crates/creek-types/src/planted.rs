@@ -63,11 +63,17 @@ pub enum Bug {
     /// A shard installs an operation across shards' writes to other
     /// shards' keys too.
     MpoInstallRemoteWrite,
+    /// A snapshot read runs on the replica's latest state, tentative ops
+    /// included, instead of its committed state.
+    SnapshotServesTentative,
+    /// A snapshot read is served at once at the replica's applied time,
+    /// even below the time the client read at before.
+    SnapshotIgnoresReadTime,
 }
 
 impl Bug {
     /// Every planted bug with its command-line name (`--plant-bug`).
-    pub const ALL: [(&'static str, Bug); 11] = [
+    pub const ALL: [(&'static str, Bug); 13] = [
         ("skip-invalidation", Bug::SkipInvalidation),
         ("deliver-without-cab", Bug::DeliverWithoutCab),
         ("ignore-causal-context", Bug::IgnoreCausalContext),
@@ -79,6 +85,8 @@ impl Bug {
         ("mpo-skip-confirmation", Bug::MpoSkipConfirmation),
         ("mpo-out-of-sequence", Bug::MpoOutOfSequence),
         ("mpo-install-remote-write", Bug::MpoInstallRemoteWrite),
+        ("snapshot-serves-tentative", Bug::SnapshotServesTentative),
+        ("snapshot-ignores-read-time", Bug::SnapshotIgnoresReadTime),
     ];
 
     /// Parse a command-line name.

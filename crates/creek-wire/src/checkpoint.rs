@@ -5,14 +5,17 @@
 //!
 //! | field | encoding |
 //! |---|---|
-//! | format | 1 byte, [`FORMAT`] (= 2) |
+//! | format | 1 byte, [`FORMAT`] (= 3) |
 //! | `cab_applied`, `committed_len`, `hlc`, `next_event_no` | 4 varints |
+//! | `commit_time` | 1 varint (format 3 on) |
 //! | committed ids | `count`, then per origin: `origin` (≤ u16), `counter`, `n`, `n` gaps (exception `x1 = counter + g1 + 1`, `xi = x(i-1) + gi + 1`), as `Dvv::to_records` gives them |
 //! | group | `conf_index`, `auto_leave` (0 or 1), then voters, outgoing voters, learners, next learners: each `count` and that many ids (≤ u16); `max_id` (≤ u16); `count` addresses: `id`, `len`, peer address, `len`, client address (UTF-8) |
 //! | state | `count`, then per key: `len`, key bytes, `len`, value bytes; keys strictly increasing |
 //!
 //! Format 1 (written before groups were recorded) has no group section; it
-//! decodes with an unknown group. Nothing may follow. Decoding is total: any byte string yields a
+//! decodes with an unknown group. Formats 1 and 2 (written before commit
+//! times) have no `commit_time`; they decode with 0, and the next commit
+//! time follows the next op's clock (docs/snapshot-reads.md). Nothing may follow. Decoding is total: any byte string yields a
 //! checkpoint or a [`CheckpointError`], never a panic, and allocates in
 //! proportion to the input.
 
@@ -28,7 +31,11 @@ use crate::codec::{exception_gaps, run_seqs, RunsFromGaps};
 pub struct CheckpointError(pub String);
 
 /// The checkpoint format this build writes and reads.
-pub const FORMAT: u8 = 2;
+pub const FORMAT: u8 = 3;
+
+/// The format written before commit times were recorded (read, never
+/// written).
+const FORMAT_NO_COMMIT_TIME: u8 = 2;
 
 /// The format written before groups were recorded (read, never written).
 const FORMAT_NO_GROUP: u8 = 1;
@@ -60,7 +67,13 @@ impl Encoder {
     pub fn next_piece(&mut self, c: &Checkpoint, out: &mut Vec<u8>, target: usize) -> bool {
         let Some(mut i) = self.next else {
             out.push(FORMAT);
-            for v in [c.cab_applied, c.committed_len, c.hlc.0, c.next_event_no] {
+            for v in [
+                c.cab_applied,
+                c.committed_len,
+                c.hlc.0,
+                c.next_event_no,
+                c.commit_time,
+            ] {
                 out.put_varint(v);
             }
             let records = c.causal_ctx.to_runs();
@@ -98,15 +111,20 @@ impl Encoder {
 pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
     let mut r = Reader(creek_types::Reader::new(bytes));
     let format = r.byte()?;
-    if format != FORMAT && format != FORMAT_NO_GROUP {
+    if !(FORMAT_NO_GROUP..=FORMAT).contains(&format) {
         return Err(corrupt(format!(
-            "checkpoint format {format} (this build reads {FORMAT_NO_GROUP} and {FORMAT})"
+            "checkpoint format {format} (this build reads {FORMAT_NO_GROUP} to {FORMAT})"
         )));
     }
     let cab_applied = r.varint()?;
     let committed_len = r.varint()?;
     let hlc = Timestamp(r.varint()?);
     let next_event_no = r.varint()?;
+    let commit_time = if format > FORMAT_NO_COMMIT_TIME {
+        r.varint()?
+    } else {
+        0
+    };
     // A record takes at least 3 bytes, an exception gap 1.
     let n_records = r.count(3)?;
     let mut records = Vec::with_capacity(n_records);
@@ -124,7 +142,7 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         records.push((ReplicaId(origin), counter, runs.finish()));
     }
     let causal_ctx = Dvv::from_runs(records);
-    let group = if format == FORMAT {
+    let group = if format > FORMAT_NO_GROUP {
         r.group()?
     } else {
         Group::default()
@@ -148,6 +166,7 @@ pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         state,
         hlc,
         next_event_no,
+        commit_time,
         group,
     })
 }
@@ -330,7 +349,7 @@ mod tests {
         )
             .prop_map(|(o, c, x)| (ReplicaId(o), c, x));
         (
-            any::<[u64; 4]>(),
+            any::<[u64; 5]>(),
             prop::collection::vec(record, 0..4),
             prop::collection::btree_map(
                 prop::collection::vec(any::<u8>(), 0..6),
@@ -339,7 +358,7 @@ mod tests {
             ),
             arb_group(),
         )
-            .prop_map(|([a, b, c, d], records, state, group)| Checkpoint {
+            .prop_map(|([a, b, c, d, e], records, state, group)| Checkpoint {
                 cab_applied: a,
                 committed_len: b,
                 causal_ctx: Dvv::from_records(records),
@@ -349,6 +368,7 @@ mod tests {
                     .collect(),
                 hlc: Timestamp(c),
                 next_event_no: d,
+                commit_time: e,
                 group,
             })
     }
@@ -362,6 +382,16 @@ mod tests {
         assert_eq!(c.cab_applied, 7);
         assert!(c.group.is_unknown());
         assert_eq!(c.state, vec![(Bytes::from("k"), Bytes::from("v"))]);
+    }
+
+    #[test]
+    fn a_checkpoint_written_before_commit_times_decodes_with_time_zero() {
+        // Format 2: header without the commit time, no committed ids, an
+        // unknown group (all lists empty, no addresses), no keys.
+        let bytes = vec![2, 7, 2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let c = decode(&bytes).unwrap();
+        assert_eq!((c.cab_applied, c.next_event_no, c.commit_time), (7, 3, 0));
+        assert!(c.state.is_empty());
     }
 
     proptest! {
@@ -412,8 +442,8 @@ mod tests {
     #[test]
     fn other_formats_are_refused_by_name() {
         let mut bytes = encode(&Checkpoint::default());
-        bytes[0] = 3;
+        bytes[0] = 4;
         let e = decode(&bytes).unwrap_err();
-        assert!(e.0.contains("format 3"), "{e}");
+        assert!(e.0.contains("format 4"), "{e}");
     }
 }

@@ -39,9 +39,11 @@ pub struct Args {
     endpoints: Endpoints,
     #[command(flatten)]
     output: Output,
-    /// Levels: weak (one preliminary view), strong (final view only) or
-    /// both (preliminary, then final).
-    #[arg(long, default_value = "both", value_parser = parse_levels)]
+    /// Levels, comma-separated, each adding a view: weak (a preliminary
+    /// view), snapshot (for read-only calls: the committed state at a
+    /// stable time, never waiting for consensus), strong (the final view);
+    /// both = weak,strong.
+    #[arg(long, visible_alias = "levels", default_value = "both", value_parser = parse_levels)]
     level: Levels,
     /// With --level weak: also wait for the weak op's final view.
     #[arg(long)]
@@ -190,9 +192,11 @@ fn view_json(view: &View, id: RequestId) -> serde_json::Value {
         ViewKind::Preliminary => "preliminary",
         ViewKind::Final => "final",
         ViewKind::Confirmed => "confirmed",
+        ViewKind::Snapshot => "snapshot",
     };
     let level = match view.level {
         creek_client::Level::Weak => "weak",
+        creek_client::Level::Snapshot => "snapshot",
         creek_client::Level::Strong => "strong",
     };
     let mut j = serde_json::json!({
@@ -208,6 +212,9 @@ fn view_json(view: &View, id: RequestId) -> serde_json::Value {
     if view.across_shards {
         j["across_shards"] = serde_json::Value::Bool(true);
     }
+    if view.time != 0 {
+        j["time_us"] = view.time.into();
+    }
     j
 }
 
@@ -217,6 +224,7 @@ fn format_view(view: &View) -> String {
         ViewKind::Preliminary => "preliminary",
         ViewKind::Final => "final",
         ViewKind::Confirmed => "final (confirmed)",
+        ViewKind::Snapshot => "snapshot",
     };
     let outcome = match &view.outcome {
         Ok(v) => v.to_string(),
@@ -247,12 +255,22 @@ fn format_latency(d: Duration) -> String {
 }
 
 fn parse_levels(s: &str) -> Result<Levels, String> {
-    match s {
-        "weak" => Ok(Levels::Weak),
-        "strong" => Ok(Levels::Strong),
-        "both" => Ok(Levels::Both),
-        _ => Err(format!("unknown level {s:?}: weak, strong or both")),
+    let (mut weak, mut snapshot, mut strong) = (false, false, false);
+    for level in s.split(',').map(str::trim) {
+        match level {
+            "weak" => weak = true,
+            "snapshot" => snapshot = true,
+            "strong" => strong = true,
+            "both" => (weak, strong) = (true, true),
+            _ => {
+                return Err(format!(
+                    "unknown level {level:?}: weak, snapshot, strong or both, \
+                     or several separated by commas"
+                ))
+            }
+        }
     }
+    Levels::of(weak, snapshot, strong).ok_or_else(|| "no level given".to_owned())
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
@@ -615,6 +633,7 @@ mod tests {
             outcome: Ok(b("v")),
             latency: Duration::from_micros(843),
             across_shards: false,
+            time: 0,
         };
         assert_eq!(format_view(&view), "final (confirmed)     843 µs  \"v\"");
         assert_eq!(format_latency(Duration::from_nanos(12_345)), "12.3 µs");
@@ -627,6 +646,10 @@ mod tests {
         assert_eq!(parse_timeout("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_timeout("5").is_err() && parse_timeout("0s").is_err());
         assert_eq!(parse_levels("weak"), Ok(Levels::Weak));
+        assert_eq!(parse_levels("snapshot"), Ok(Levels::Snapshot));
+        assert_eq!(parse_levels("weak,snapshot,strong"), Ok(Levels::All));
+        assert_eq!(parse_levels("snapshot, strong"), Ok(Levels::SnapshotStrong));
+        assert!(parse_levels("weak,bogus").is_err());
         assert!(parse_levels("strongest").is_err());
     }
 }

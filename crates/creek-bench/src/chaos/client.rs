@@ -41,8 +41,10 @@ fn seen(view: View, at_us: u64) -> SeenView {
             ClientViewKind::Preliminary => ViewKind::Tentative,
             ClientViewKind::Final => ViewKind::Stable,
             ClientViewKind::Confirmed => ViewKind::Confirmation,
+            ClientViewKind::Snapshot => ViewKind::Snapshot,
         },
         outcome: view.outcome.map(|v| v.encode()).map_err(Abort::new),
+        time: view.time,
     }
 }
 
@@ -76,6 +78,7 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
         client_id: id.client,
         request_seq: id.seq,
         acked: Vec::new(),
+        read_time: 0,
     };
     let mut request = tonic::Request::new(request);
     request.set_timeout(OP_TIMEOUT);

@@ -487,6 +487,7 @@ mod tests {
             at_us: 120,
             kind: ViewKind::Stable,
             outcome: Ok(Bytes::new()),
+            time: 0,
         });
         assert_eq!(settled(&mut ops, &[], &[150]).len(), 1);
     }

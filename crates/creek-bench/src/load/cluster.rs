@@ -121,8 +121,10 @@ impl Shared {
                     ViewKind::Preliminary => creek_core::ViewKind::Tentative,
                     ViewKind::Final => creek_core::ViewKind::Stable,
                     ViewKind::Confirmed => creek_core::ViewKind::Confirmation,
+                    ViewKind::Snapshot => creek_core::ViewKind::Snapshot,
                 },
                 outcome: v.outcome.map(|x| x.encode()).map_err(Abort),
+                time: v.time,
             }),
             Err(e) => self.error(&e),
         }

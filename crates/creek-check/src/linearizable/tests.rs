@@ -303,6 +303,7 @@ fn strong_ops_take_final_views() {
         at_us,
         kind,
         outcome,
+        time: 0,
     };
     let rec = |strong, id: Option<u64>, views| OpRecord {
         client: 0,

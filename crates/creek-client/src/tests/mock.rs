@@ -57,6 +57,11 @@ fn view(kind: pb::view::Kind, outcome: Option<pb::view::Outcome>) -> Step {
         kind: kind as i32,
         outcome,
         across_shards: false,
+        time: if kind == pb::view::Kind::Preliminary {
+            0
+        } else {
+            7
+        },
     })
 }
 

@@ -33,10 +33,12 @@ mod mpo;
 mod restore;
 mod sessions;
 mod skeen;
+mod snapshot;
 mod user_calls;
 mod views;
 
 pub use sessions::SessionStats;
+pub use snapshot::READ_TIME_AHEAD_MAX_US;
 pub use user_calls::USER_PROCS_LIST_MAX;
 
 /// Why an invocation is refused. Nothing is applied or broadcast.
@@ -65,6 +67,22 @@ pub enum InvokeError {
     /// ordered without risking acknowledged ones (the text says what to do).
     #[error("{0}")]
     QuorumLostData(String),
+    /// A snapshot view was asked of an op that may write: the snapshot
+    /// level serves read-only operations.
+    #[error("the snapshot level serves read-only operations; {0} may write")]
+    SnapshotWrites(String),
+    /// The client's read time is further ahead of this replica's clock
+    /// than [`READ_TIME_AHEAD_MAX_US`].
+    #[error(
+        "read time {read_time} µs is more than {}s ahead of this replica's clock ({now} µs)",
+        READ_TIME_AHEAD_MAX_US / 1_000_000
+    )]
+    ReadTimeAhead {
+        /// The client's read time.
+        read_time: u64,
+        /// The replica's clock.
+        now: u64,
+    },
 }
 
 /// Protocol counters of one replica.
@@ -101,6 +119,8 @@ pub struct Counters {
     /// Ops voided by a committed void op (see [`creek_procs::void`]): held
     /// here and dropped, or never held.
     pub voided: u64,
+    /// Snapshot reads invoked here (docs/snapshot-reads.md).
+    pub snapshot_reads: u64,
 }
 
 /// What the origin remembers of an op until its final result
@@ -177,6 +197,8 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     /// Operations across shards: their turns, read exchange and
     /// confirmations (`mpo.rs`).
     mpos: mpo::Mpos,
+    /// Commit times and snapshot reads (`snapshot.rs`).
+    snapshots: snapshot::Snapshots,
 }
 
 impl Replica {
@@ -230,6 +252,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             changes: Vec::new(),
             recording: (false, false),
             mpos: mpo::Mpos::default(),
+            snapshots: snapshot::Snapshots::default(),
         })
     }
 
@@ -249,6 +272,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let n = usize::try_from(n).map_or(self.committed.len(), |n| n.min(self.committed.len()));
         self.committed.drain(..n);
         self.committed_requests.drain(..n);
+        self.snapshots.trim(n);
         self.committed_base += n as u64;
     }
 
@@ -295,8 +319,20 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             ),
             None => (self.check_user_call(&request.call, request.strong)?, false),
         };
-        if !request.views.tentative && !request.views.final_view {
+        if request.views.is_empty() {
             return Err(InvokeError::NoView);
+        }
+        if request.views.snapshot {
+            if !read_only {
+                return Err(InvokeError::SnapshotWrites(request.call.name.to_string()));
+            }
+            let now = now_us.max(self.now_us);
+            if request.read_time > now.saturating_add(READ_TIME_AHEAD_MAX_US) {
+                return Err(InvokeError::ReadTimeAhead {
+                    read_time: request.read_time,
+                    now,
+                });
+            }
         }
         if request.call.name.as_ref() == creek_procs::mpo::RUN && !request.strong {
             return Err(InvokeError::Call(CallError::MalformedArgs {
@@ -315,10 +351,30 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         let mut call = request.call;
         self.sessions.route_acks(&mut call, read_only);
-        if !request.strong && read_only && local_ok && !request.views.final_view {
-            return Ok(self.invoke_local_read(call, now_us));
+        // An op invoked here is stamped after everything its client saw.
+        self.hlc
+            .observe(Timestamp::new(request.read_time, Timestamp::MAX_LOGICAL));
+        let views = request.views;
+        let snapshot_call = views.snapshot.then(|| call.clone());
+        let key = if !views.tentative && !views.final_view {
+            // A snapshot read alone: never broadcast nor executed by the
+            // engine.
+            self.next_local += 1;
+            ExecKey::Local(self.next_local)
+        } else if !request.strong && read_only && local_ok && !views.final_view {
+            self.invoke_local_read(call, now_us)
+        } else {
+            self.invoke_op(call, request.strong, views, true, now_us)
+        };
+        if let Some(call) = snapshot_call {
+            let after_tentative = views.tentative
+                && self
+                    .awaiting
+                    .get(&key)
+                    .is_some_and(|a| a.last_sent.is_none());
+            self.snapshot_invoked(key, call, request.read_time, after_tentative);
         }
-        Ok(self.invoke_op(call, request.strong, request.views, true, now_us))
+        Ok(key)
     }
 
     /// A weak read-only op: executed at the end of the current order and
@@ -626,6 +682,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let pos = Pos::Committed(self.committed_len());
         self.committed.push(id); // line 51
         let op = self.ops.get(&id);
+        self.snapshots.commit(op.map(|op| &**op));
         self.committed_requests
             .push(op.and_then(|op| op.call.request_id));
         self.counters.committed += 1;
@@ -677,6 +734,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 self.tentative.remove(&op.order_key());
                 self.own_strong_tentative.remove(&op.order_key());
                 self.awaiting.remove(&ExecKey::Op(id));
+                self.snapshot_before_final(ExecKey::Op(id));
                 self.engine.remove(ExecKey::Op(id));
             }
             self.causal_ctx.insert(id);
@@ -872,6 +930,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 "{id} is delivered but neither known nor in the causal set"
             ));
         }
-        Ok(())
+        self.check_snapshots()
     }
 }

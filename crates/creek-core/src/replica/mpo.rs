@@ -30,8 +30,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use bytes::Bytes;
-use creek_exec::txn::{SnapshotRead, VersionNo};
 use creek_exec::Engine;
 use creek_exec::ProcCall;
 use creek_procs::mpo::{self, Inputs, MpoCall, MpoId, Reads};
@@ -101,19 +99,6 @@ pub(super) enum Step {
     Hold(MpoId),
     /// Commit it, running this call.
     Go(ProcCall),
-}
-
-/// The committed state as a snapshot (reads are never recorded).
-struct Committed<'a, E>(&'a E);
-
-impl<E: Engine<ExecKey, Pos>> SnapshotRead for Committed<'_, E> {
-    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
-        (self.0.read_committed(key), VersionNo::ABSENT)
-    }
-
-    fn scan(&self, _: &[u8], _: &[u8], _: usize, _: &mut Vec<(Bytes, Bytes, VersionNo)>) {
-        // An MPO's reads are point reads of its declared keys.
-    }
 }
 
 impl Mpos {
@@ -492,7 +477,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 self.mpos.turn = Some(turn);
                 return Step::Wait; // the state is not yet that at its position
             }
-            let local = turn.call.read_local(&op.call, &Committed(&self.engine));
+            let local = turn
+                .call
+                .read_local(&op.call, &super::snapshot::Committed(&self.engine));
             self.effects.push(Effect::MpoReads {
                 mpo: turn.call.id,
                 from: turn.call.me,

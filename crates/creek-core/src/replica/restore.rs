@@ -97,6 +97,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             state: self.engine.committed_state().into_iter().collect(),
             hlc: self.hlc.last(),
             next_event_no: self.curr_event_no.saturating_add(1),
+            commit_time: self.last_commit_time(),
             group: Default::default(),
         })
     }
@@ -112,6 +113,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.counters.committed = checkpoint.committed_len;
         self.counters.finalized = checkpoint.committed_len;
         self.hlc.observe(checkpoint.hlc);
+        self.snapshots.resume(checkpoint.commit_time);
         self.curr_event_no = checkpoint.next_event_no.saturating_sub(1);
         let last_mpo = self.engine.read_committed(creek_procs::mpo::SEQ_KEY);
         self.mpos

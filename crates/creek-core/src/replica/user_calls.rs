@@ -27,7 +27,7 @@ pub const USER_PROCS_LIST_MAX: usize = 4096;
 
 /// An engine's latest state as a snapshot, for invoke-time checks. Its
 /// reads are never recorded (every version reads as [`VersionNo::ABSENT`]).
-struct Latest<'a, E>(&'a E);
+pub(super) struct Latest<'a, E>(pub(super) &'a E);
 
 impl<E: Engine<ExecKey, Pos>> SnapshotRead for Latest<'_, E> {
     fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {

@@ -26,10 +26,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             let finalized = self.counters.finalized;
             self.drain_settled();
             if self.counters.finalized == finalized || !self.mpos.turn_waits_for_state() {
-                return;
+                break;
             }
             self.deliver_decided();
         }
+        self.serve_parked_snapshots();
     }
 
     fn drain_settled(&mut self) {
@@ -109,7 +110,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 outcome,
                 across_shards,
                 executions: 0,
+                time: 0,
             }));
+            self.snapshot_after_tentative(key);
         }
     }
 
@@ -119,16 +122,18 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// the committed position, a confirmation when the result equals the last
     /// view sent, the stable result otherwise.
     fn on_settled(&mut self, s: Settled<ExecKey>) {
+        let mut time = 0;
         if s.committed {
+            let at = self.counters.finalized.saturating_sub(self.committed_base);
             if let ExecKey::Op(id) = s.key {
                 self.ops.remove(&id);
-                let at = self.counters.finalized.saturating_sub(self.committed_base);
                 debug_assert_eq!(
                     self.committed.get(at as usize),
                     Some(&id),
                     "ops become final in committed order"
                 );
             }
+            time = self.snapshots.finalized(at as usize);
             self.counters.finalized += 1;
         }
         let Some(a) = self.awaiting.get_mut(&s.key) else {
@@ -171,15 +176,23 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             self.engine.remove(s.key);
         }
         if let (Some(kind), true) = (send, client) {
+            let tentative = kind == ViewKind::Tentative;
+            if !tentative {
+                self.snapshot_before_final(s.key);
+            }
             self.counters.views += 1;
-            let across_shards = kind == ViewKind::Tentative && self.is_mpo_key(s.key);
+            let across_shards = tentative && self.is_mpo_key(s.key);
             self.effects.push(Effect::View(View {
                 handle: s.key,
                 kind,
                 outcome: s.outcome,
                 across_shards,
                 executions: s.executions,
+                time: if tentative { 0 } else { time },
             }));
+            if tentative {
+                self.snapshot_after_tentative(s.key);
+            }
         }
     }
 

@@ -350,10 +350,7 @@ impl<E: TestEngine> Cluster<E> {
                     .iter()
                     .filter(|v| v.kind == ViewKind::Tentative)
                     .collect();
-                let finals: Vec<&View> = views
-                    .iter()
-                    .filter(|v| v.kind != ViewKind::Tentative)
-                    .collect();
+                let finals: Vec<&View> = views.iter().filter(|v| v.kind.is_final()).collect();
                 assert!(
                     req.views.tentative || tentative.is_empty(),
                     "unrequested tentative view"
@@ -400,7 +397,7 @@ impl<E: TestEngine> Cluster<E> {
         let mut out = BTreeMap::new();
         for (i, n) in self.nodes.iter().enumerate() {
             for (h, views) in &n.views {
-                if let Some(v) = views.iter().find(|v| v.kind != ViewKind::Tentative) {
+                if let Some(v) = views.iter().find(|v| v.kind.is_final()) {
                     out.insert((i, *h), v.outcome.clone());
                 }
             }
@@ -527,6 +524,7 @@ impl<E: TestEngine> Cluster<E> {
                         call,
                         strong,
                         views,
+                        read_time: 0,
                     },
                 );
             }

@@ -934,6 +934,20 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         });
     }
 
+    fn scan_committed(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes)>) {
+        let mut left = limit;
+        if left == 0 {
+            return;
+        }
+        self.keys.for_each_in(from, to, |k, ks| {
+            if let Some(value) = ks.base.as_ref().and_then(|b| b.value.as_ref()) {
+                out.push((k.clone(), value.clone()));
+                left -= 1;
+            }
+            left > 0
+        });
+    }
+
     fn running(&self) -> usize {
         self.running
     }

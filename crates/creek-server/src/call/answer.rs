@@ -99,6 +99,8 @@ pub(crate) fn rejected(e: InvokeError) -> Status {
         }
         E::NotServing(why) => Status::unavailable(why),
         E::QuorumLostData(why) => Status::failed_precondition(why),
+        e @ E::SnapshotWrites(_) => Status::invalid_argument(e.to_string()),
+        e @ E::ReadTimeAhead { .. } => Status::out_of_range(e.to_string()),
         other => Status::internal(other.to_string()),
     }
 }
@@ -110,6 +112,7 @@ pub(crate) fn to_pb_view(v: &View) -> pb::View {
         ViewKind::Tentative => Kind::Preliminary,
         ViewKind::Stable => Kind::Final,
         ViewKind::Confirmation => Kind::Confirmed,
+        ViewKind::Snapshot => Kind::Snapshot,
     };
     let outcome = if v.kind == ViewKind::Confirmation {
         None
@@ -129,6 +132,7 @@ pub(crate) fn to_pb_view(v: &View) -> pb::View {
         kind: kind as i32,
         outcome,
         across_shards: v.across_shards,
+        time: v.time,
     }
 }
 

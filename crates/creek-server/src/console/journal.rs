@@ -52,6 +52,11 @@ pub struct OpTrace {
     pub preliminary_ms: Option<f64>,
     /// The first preliminary result, shortened.
     pub preliminary: Option<String>,
+    /// The snapshot result (read at a commit time this replica applied),
+    /// shortened, if one was asked for.
+    pub snapshot: Option<String>,
+    /// Milliseconds from receipt to the snapshot view.
+    pub snapshot_ms: Option<f64>,
     /// `confirmed` (the final view equals the last preliminary one),
     /// `corrected` (it differs: the speculation was wrong) or `final` (no
     /// preliminary view was asked for); none before the final view or when
@@ -159,6 +164,8 @@ impl Journal {
             preliminary_views: 0,
             preliminary_ms: None,
             preliminary: None,
+            snapshot: None,
+            snapshot_ms: None,
             final_kind: None,
             final_outcome: None,
             final_ms: None,
@@ -183,6 +190,12 @@ impl Journal {
                 if t.preliminary.is_none() {
                     t.preliminary = Some(short(outcome));
                     t.preliminary_ms = Some(ms);
+                }
+            }
+            ViewKind::Snapshot => {
+                if t.snapshot.is_none() {
+                    t.snapshot = Some(short(outcome));
+                    t.snapshot_ms = Some(ms);
                 }
             }
             ViewKind::Confirmation | ViewKind::Stable => {

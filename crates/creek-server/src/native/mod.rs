@@ -236,7 +236,7 @@ impl Connection {
             self.out.clone(),
             self.corked.clone(),
             id,
-            request.views.final_view,
+            request.views,
             strong,
             received,
             self.front.metrics.clone(),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use creek_core::{ExecKey, ViewKind};
+use creek_core::{ExecKey, Views};
 use creek_proto::native::{self, Kind};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -192,8 +192,8 @@ pub struct Call {
     out: Arc<Out>,
     corked: Arc<Corked>,
     id: u64,
-    /// A stable view will come: the first view does not close the call.
-    final_view: bool,
+    /// The views the call asked for: which one closes it.
+    views: Views,
     strong: bool,
     received: Instant,
     metrics: Arc<Metrics>,
@@ -206,7 +206,7 @@ impl Call {
         out: Arc<Out>,
         corked: Arc<Corked>,
         id: u64,
-        final_view: bool,
+        views: Views,
         strong: bool,
         received: Instant,
         metrics: Arc<Metrics>,
@@ -216,7 +216,7 @@ impl Call {
             out,
             corked,
             id,
-            final_view,
+            views,
             strong,
             received,
             metrics,
@@ -272,7 +272,7 @@ impl Call {
                 }
                 let view = to_pb_view(&v);
                 native::put_message(frames, Kind::View, id, &view);
-                let closes = v.kind != ViewKind::Tentative || !self.final_view;
+                let closes = self.views.closes_with(v.kind);
                 if closes {
                     native::put_frame(frames, Kind::End, id, &[]);
                 }
@@ -338,20 +338,21 @@ mod tests {
             out.clone(),
             corked.clone(),
             id,
-            final_view,
+            if final_view { Views::BOTH } else { Views::WEAK },
             false,
             Instant::now(),
             Arc::new(Metrics::new()),
         )
     }
 
-    fn view(id: u64, kind: ViewKind, value_bytes: usize) -> Reply {
+    fn view(id: u64, kind: creek_core::ViewKind, value_bytes: usize) -> Reply {
         Reply::View(creek_core::View {
             handle: creek_core::ExecKey::Local(id),
             kind,
             outcome: Ok(Bytes::from(vec![b'v'; value_bytes])),
             across_shards: false,
             executions: 1,
+            time: 0,
         })
     }
 
@@ -406,9 +407,10 @@ mod tests {
                 for c in turn {
                     c.send(Reply::Accepted(creek_core::ExecKey::Local(c.id)))
                         .expect("open");
-                    c.send(view(c.id, ViewKind::Tentative, 16 << 10))
+                    c.send(view(c.id, creek_core::ViewKind::Tentative, 16 << 10))
                         .expect("open");
-                    c.send(view(c.id, ViewKind::Stable, 8)).expect("open");
+                    c.send(view(c.id, creek_core::ViewKind::Stable, 8))
+                        .expect("open");
                 }
                 corked.uncork();
                 // The client reads meanwhile: the socket takes more while
@@ -436,13 +438,20 @@ mod tests {
         let weak = call(&out, &corked, 1, false);
         weak.send(Reply::Accepted(creek_core::ExecKey::Local(1)))
             .expect("open");
-        weak.send(view(1, ViewKind::Tentative, 8)).expect("open");
+        weak.send(view(1, creek_core::ViewKind::Tentative, 8))
+            .expect("open");
         assert!(weak.is_closed());
-        assert_eq!(weak.send(view(1, ViewKind::Stable, 8)), Err(Gone));
+        assert_eq!(
+            weak.send(view(1, creek_core::ViewKind::Stable, 8)),
+            Err(Gone)
+        );
         // A call whose deadline closed it (the task removes it) too.
         let strong = call(&out, &corked, 2, true);
         assert!(out.lock().close_call(2).is_some());
-        assert_eq!(strong.send(view(2, ViewKind::Stable, 8)), Err(Gone));
+        assert_eq!(
+            strong.send(view(2, creek_core::ViewKind::Stable, 8)),
+            Err(Gone)
+        );
         corked.uncork();
         let got = read_until_ends(&mut client, 1).await;
         let kinds = [Kind::Accepted, Kind::View, Kind::End].map(|k| (k as u8, 1));
@@ -450,7 +459,10 @@ mod tests {
         // A broken connection refuses every reply.
         let third = call(&out, &corked, 3, true);
         out.lock().broken = true;
-        assert_eq!(third.send(view(3, ViewKind::Stable, 8)), Err(Gone));
+        assert_eq!(
+            third.send(view(3, creek_core::ViewKind::Stable, 8)),
+            Err(Gone)
+        );
         assert!(third.is_closed());
     }
 }

@@ -72,7 +72,7 @@ impl Clients {
         let Some(route) = self.routes.get_mut(&v.handle) else {
             return;
         };
-        let stable = v.kind != ViewKind::Tentative;
+        let stable = v.kind.is_final();
         if let ExecKey::Op(id) = v.handle {
             self.journal.view(id, v.kind, &v.outcome);
         }
@@ -87,12 +87,12 @@ impl Clients {
             let corrected = route.first.is_some().then_some(v.kind == ViewKind::Stable);
             let reexecutions = v.executions.saturating_sub(1);
             telemetry.final_view(route.procedure, since, held, corrected, reexecutions);
-        } else if route.first.is_none() {
+        } else if v.kind == ViewKind::Tentative && route.first.is_none() {
             route.first = Some(v.outcome.clone());
             self.metrics.stage(route.strong, Stage::Executed, since);
             telemetry.preliminary(route.procedure, since);
         }
-        let last = stable || !route.views.final_view;
+        let last = route.views.closes_with(v.kind);
         let strong = route.strong;
         let procedure = route.procedure;
         let gone = route.reply.send(Reply::View(v.clone())).is_err();

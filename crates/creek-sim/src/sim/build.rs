@@ -222,6 +222,7 @@ impl Sim {
                     call: call.clone(),
                     strong: true,
                     views: Views::BOTH,
+                    read_time: 0,
                 };
                 out.push_back((s * self.per_shard, request));
             }

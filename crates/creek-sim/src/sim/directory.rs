@@ -346,6 +346,7 @@ impl Sim {
             call: ProcCall::new(name, encode_args(&args)),
             strong: true,
             views: Views::BOTH,
+            read_time: 0,
         };
         let index = self.history.ops.len();
         if let Some(dir) = self.dir.as_mut() {

@@ -229,6 +229,7 @@ fn request_of(next: crate::workload::NextOp) -> (Request, bool) {
         call: next.call,
         strong: next.strong,
         views,
+        read_time: 0,
     };
     (request, wants_final)
 }
@@ -533,11 +534,12 @@ impl Sim {
                 continue;
             };
             let record = &mut self.history.ops[index];
-            let is_final = v.kind != creek_core::ViewKind::Tentative;
+            let is_final = v.kind.is_final();
             record.views.push(SeenView {
                 at_us: self.now,
                 kind: v.kind,
                 outcome: v.outcome,
+                time: v.time,
             });
             let done = is_final
                 || !record.wants_final

@@ -26,7 +26,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use creek_core::Request as Request_;
-use creek_core::ViewKind;
 use creek_node::mpo::wire::{Reply, Request};
 use creek_node::mpo::Chase;
 use creek_node::MpoMessage;
@@ -537,8 +536,7 @@ impl Sim {
         };
         let all_committed = t.committed.len() == shards.len();
         let record = &self.history.ops[t.record];
-        let answered =
-            record.origin_crashed || record.views.iter().any(|v| v.kind != ViewKind::Tentative);
+        let answered = record.origin_crashed || record.views.iter().any(|v| v.kind.is_final());
         if all_committed && (answered || !origin_up) {
             self.mpo.tracks.remove(&mpo);
             self.mpo.completed += 1;

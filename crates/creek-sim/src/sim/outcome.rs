@@ -236,7 +236,7 @@ impl Sim {
             .count() as u64;
         let refused_expired = |r: &OpRecord| {
             r.views.iter().any(|v| {
-                v.kind != creek_core::ViewKind::Tentative
+                v.kind.is_final()
                     && v.outcome
                         .as_ref()
                         .is_err_and(|a| a.0.starts_with(creek_procs::session::SESSION_EXPIRED))

@@ -342,6 +342,7 @@ pub(crate) mod testkit {
                     at_us: seq + i as u64 + 1,
                     kind,
                     outcome,
+                    time: 0,
                 })
                 .collect(),
             origin_crashed: false,
@@ -397,6 +398,7 @@ pub(crate) mod testkit {
                     at_us: i as u64 + 2,
                     kind: ViewKind::Stable,
                     outcome: outcome.clone(),
+                    time: 0,
                 });
                 r
             })

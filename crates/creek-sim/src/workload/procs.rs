@@ -650,6 +650,7 @@ mod tests {
                 at_us: r.invoked_at_us + 1,
                 kind: ViewKind::Stable,
                 outcome,
+                time: 0,
             });
         }
         (state, history(ops))

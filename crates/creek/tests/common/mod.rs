@@ -321,6 +321,8 @@ pub enum Got {
     Preliminary(Result<Value, String>),
     Final(Result<Value, String>),
     Confirmed,
+    /// A snapshot view and the commit time it read at.
+    Snapshot(Result<Value, String>, u64),
 }
 
 fn got(v: pb::View) -> Got {
@@ -334,6 +336,7 @@ fn got(v: pb::View) -> Got {
         Kind::Preliminary => Got::Preliminary(outcome),
         Kind::Final => Got::Final(outcome),
         Kind::Confirmed => Got::Confirmed,
+        Kind::Snapshot => Got::Snapshot(outcome, v.time),
         Kind::Unspecified => panic!("unspecified view kind"),
     }
 }
@@ -359,7 +362,7 @@ pub fn result(views: &[Got]) -> Result<Value, String> {
     let mut last = Err("no view".to_owned());
     for v in views {
         match v {
-            Got::Preliminary(o) | Got::Final(o) => last = o.clone(),
+            Got::Preliminary(o) | Got::Final(o) | Got::Snapshot(o, _) => last = o.clone(),
             Got::Confirmed => {}
         }
     }

@@ -188,9 +188,11 @@ function renderStrip(r) {
     tr.dataset.id = o.id;
     tr.append(td(o.id), td(o.procedure), td(o.level), td(o.preliminary || "–"),
       td(o.preliminary_ms === null ? "" : o.preliminary_ms.toFixed(2) + " ms"),
+      td(o.snapshot || "–"),
+      td(o.snapshot_ms === null ? "" : o.snapshot_ms.toFixed(2) + " ms"),
       td(o.final_kind ? `${o.final_kind}: ${o.final_outcome}` : "–", corrected ? "corrected" : ""),
       td(o.final_ms === null ? "" : o.final_ms.toFixed(1) + " ms"),
-      td(String(o.preliminary_views + (o.final_kind ? 1 : 0))),
+      td(String(o.preliminary_views + (o.snapshot ? 1 : 0) + (o.final_kind ? 1 : 0))),
       td(o.committed_at === null ? "–" : "#" + o.committed_at));
     body.append(tr);
   }

@@ -1,0 +1,169 @@
+//! Checks of the `snapshot` level (docs/snapshot-reads.md).
+//!
+//! * [`commit_times`]: the replicas give every committed position the same
+//!   commit time, and the times strictly increase along the order.
+//! * [`check_snapshot_views`]: every snapshot view equals its call run on
+//!   the state after exactly the committed ops whose commit time is at most
+//!   the view's time — one cut of the committed order, nothing tentative.
+//! * [`check_read_times`]: a client never reads an older state than it
+//!   saw: each snapshot view's time is at least every time (snapshot or
+//!   final) the client received before it invoked the op, whichever
+//!   replica answered.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use creek_core::{OpId, ViewKind};
+use creek_exec::basic::MapSnapshot;
+use creek_exec::{Procedures, TxnLimits};
+
+use crate::history::{History, SETUP_CLIENT};
+use crate::run::RunEnd;
+
+/// The commit time of each position of `canonical`, as the replicas that
+/// listed the same op there report it (0 where none knows it), with a
+/// violation for every position two replicas time differently and for
+/// times that do not increase.
+pub fn commit_times(run: &RunEnd<'_>, canonical: &[OpId]) -> (Vec<u64>, Vec<String>) {
+    let mut times = vec![0; canonical.len()];
+    let mut violations = Vec::new();
+    for r in &run.replicas {
+        for (pos, (id, t)) in r.committed.iter().zip(r.commit_times).enumerate() {
+            if *t == 0 || canonical.get(pos) != Some(id) {
+                continue;
+            }
+            match times[pos] {
+                0 => times[pos] = *t,
+                known if known != *t => violations.push(format!(
+                    "replica {} gives position {pos} ({id}) commit time {t}, another {known}",
+                    r.id
+                )),
+                _ => {}
+            }
+        }
+    }
+    let mut last = (0, None);
+    for (pos, t) in times.iter().enumerate().filter(|(_, t)| **t != 0) {
+        if *t <= last.0 {
+            violations.push(format!(
+                "commit time {t} at position {pos} is not above {} at {:?}",
+                last.0, last.1
+            ));
+        }
+        last = (*t, Some(pos));
+    }
+    (times, violations)
+}
+
+/// Every snapshot view against the committed order cut at its time:
+/// `canonical` with its commit `times` (0: unknown; such a position
+/// counts as before every later known time), replayed from
+/// `initial_state` with the calls `run.broadcast` holds.
+pub fn check_snapshot_views(
+    run: &RunEnd<'_>,
+    canonical: &[OpId],
+    times: &[u64],
+    initial_state: &BTreeMap<Bytes, Bytes>,
+) -> Vec<String> {
+    let mut reads: Vec<(u64, usize)> = Vec::new();
+    for (i, r) in run.history.ops.iter().enumerate() {
+        for v in r.views.iter().filter(|v| v.kind == ViewKind::Snapshot) {
+            reads.push((v.time, i));
+        }
+    }
+    if reads.is_empty() {
+        return Vec::new();
+    }
+    reads.sort_unstable();
+    // The last position with a known time at or below each read's time:
+    // everything up to it is in the snapshot.
+    let mut state = initial_state.clone();
+    let mut applied = 0; // positions of `canonical` applied to `state`
+    let mut violations = Vec::new();
+    for (time, i) in reads {
+        let upto = canonical
+            .iter()
+            .enumerate()
+            .skip(applied)
+            .filter(|(pos, _)| times.get(*pos).is_some_and(|t| *t != 0 && *t <= time))
+            .map(|(pos, _)| pos + 1)
+            .last()
+            .unwrap_or(applied);
+        for id in &canonical[applied..upto] {
+            let Some(call) = run.broadcast.get(id) else {
+                continue;
+            };
+            let e = run
+                .registry
+                .execute(&MapSnapshot(state.clone()), TxnLimits::default(), call);
+            for (k, v) in e.writes {
+                match v {
+                    Some(v) => state.insert(k, v),
+                    None => state.remove(&k),
+                };
+            }
+        }
+        applied = applied.max(upto);
+        let r = &run.history.ops[i];
+        let expected = run
+            .registry
+            .execute(&MapSnapshot(state.clone()), TxnLimits::default(), &r.call)
+            .outcome;
+        let Some(seen) = r.views.iter().find(|v| v.kind == ViewKind::Snapshot) else {
+            continue;
+        };
+        if seen.outcome != expected {
+            violations.push(format!(
+                "snapshot view of {} by client {} at time {time} is {:?}; the committed \
+                 state at that time ({applied} ops) gives {:?}",
+                r.call.name, r.client, seen.outcome, expected
+            ));
+        }
+    }
+    violations
+}
+
+/// No client reads an older state than one it saw: every snapshot view's
+/// time is at least the largest time of any view the same client received
+/// before it invoked that op.
+pub fn check_read_times(history: &History) -> Vec<String> {
+    let mut by_client: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, r) in history.ops.iter().enumerate() {
+        if r.client != SETUP_CLIENT {
+            by_client.entry(r.client).or_default().push(i);
+        }
+    }
+    let mut violations = Vec::new();
+    for (client, ops) in by_client {
+        // (received at, time) of every timed view of this client.
+        let mut seen: Vec<(u64, u64)> = ops
+            .iter()
+            .flat_map(|&i| history.ops[i].views.iter())
+            .filter(|v| v.time != 0)
+            .map(|v| (v.at_us, v.time))
+            .collect();
+        seen.sort_unstable();
+        let mut best = Vec::with_capacity(seen.len());
+        let mut max = 0;
+        for (_, t) in &seen {
+            max = max.max(*t);
+            best.push(max);
+        }
+        for &i in &ops {
+            let r = &history.ops[i];
+            let Some(v) = r.views.iter().find(|v| v.kind == ViewKind::Snapshot) else {
+                continue;
+            };
+            let before = seen.partition_point(|(at, _)| *at < r.invoked_at_us);
+            let floor = before.checked_sub(1).map_or(0, |j| best[j]);
+            if v.time < floor {
+                violations.push(format!(
+                    "client {client} read {} at time {} from replica {}, after it had seen \
+                     time {floor}: it went back in time",
+                    r.call.name, v.time, r.replica
+                ));
+            }
+        }
+    }
+    violations
+}

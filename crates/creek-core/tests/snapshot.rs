@@ -1,0 +1,189 @@
+//! The `snapshot` level at one replica (docs/snapshot-reads.md): commit
+//! times along the committed list, reads of the committed state only, a
+//! client's read time parking a read until it is applied, and the three
+//! views of `[weak, snapshot, strong]` in order.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use creek_core::{
+    Config, Effect, ExecKey, InvokeError, OpId, Replica, ReplicaId, Request, View, ViewKind, Views,
+};
+use creek_exec::ProcCall;
+use creek_procs::Registry;
+use creek_types::value::{encode_args, Value};
+
+fn call(name: &str, args: &[Value]) -> ProcCall {
+    ProcCall::new(name, encode_args(args))
+}
+
+fn put(key: &str, value: &str) -> ProcCall {
+    call("kv.put", &[Value::from(key), Value::from(value)])
+}
+
+fn get(key: &str) -> ProcCall {
+    call("kv.get", &[Value::from(key)])
+}
+
+fn replica() -> Replica {
+    let registry = Arc::new(Registry::with_builtins());
+    Replica::new(Config::for_replica(ReplicaId(1)), registry).unwrap()
+}
+
+/// Run every execution; the views and the ids cast to CAB so far.
+fn settle(r: &mut Replica) -> (Vec<View>, Vec<OpId>) {
+    r.execute_all();
+    let (mut views, mut cast) = (Vec::new(), Vec::new());
+    for e in r.take_effects() {
+        match e {
+            Effect::View(v) => views.push(v),
+            Effect::CabCast(id) => cast.push(id),
+            _ => {}
+        }
+    }
+    (views, cast)
+}
+
+/// Commit every id in `ids` (as CAB would decide them) and settle.
+fn commit(r: &mut Replica, ids: &[OpId]) -> Vec<View> {
+    for id in ids {
+        r.cab_deliver(*id);
+    }
+    settle(r).0
+}
+
+fn value(v: &View) -> Value {
+    Value::decode(v.outcome.as_ref().unwrap()).unwrap()
+}
+
+#[test]
+fn a_snapshot_read_sees_the_committed_state_and_never_a_tentative_op() {
+    let mut r = replica();
+    let (_, cast) = {
+        r.invoke(Request::strong(put("k", "1")), 1_000).unwrap();
+        settle(&mut r)
+    };
+    commit(&mut r, &cast);
+    let t1 = r.applied_time();
+    assert!(t1 >= 1_000, "the commit time follows the op's clock: {t1}");
+    // A weak write, tentative: a weak read sees it, a snapshot read does not.
+    r.invoke(Request::weak(put("k", "2")), 2_000).unwrap();
+    settle(&mut r);
+    let key = r.invoke(Request::snapshot(get("k"), 0), 3_000).unwrap();
+    assert!(matches!(key, ExecKey::Local(_)));
+    let (views, cast) = settle(&mut r);
+    assert!(cast.is_empty(), "a snapshot read is never ordered");
+    assert_eq!(views.len(), 1);
+    assert_eq!(views[0].kind, ViewKind::Snapshot);
+    assert_eq!(value(&views[0]), Value::from("1"));
+    assert_eq!(views[0].time, t1);
+    assert_eq!(r.counters().snapshot_reads, 1);
+}
+
+#[test]
+fn a_snapshot_view_is_refused_for_an_op_that_may_write() {
+    let mut r = replica();
+    let e = r
+        .invoke(Request::snapshot(put("k", "v"), 0), 1_000)
+        .unwrap_err();
+    assert!(
+        matches!(e, InvokeError::SnapshotWrites(ref n) if n == "kv.put"),
+        "{e}"
+    );
+    let (views, cast) = settle(&mut r);
+    assert!(views.is_empty() && cast.is_empty(), "nothing ran");
+    let e = r
+        .invoke(Request::snapshot(get("k"), 1_000 + 61_000_000), 1_000)
+        .unwrap_err();
+    assert!(matches!(e, InvokeError::ReadTimeAhead { .. }), "{e}");
+}
+
+#[test]
+fn a_read_time_above_the_applied_time_waits_until_it_is_applied() {
+    let mut r = replica();
+    r.invoke(Request::strong(put("k", "1")), 1_000).unwrap();
+    let (_, first) = settle(&mut r);
+    r.invoke(Request::strong(put("k", "2")), 2_000).unwrap();
+    let (_, second) = settle(&mut r);
+    let views = commit(&mut r, &first);
+    let t1 = views.iter().find(|v| v.kind.is_final()).unwrap().time;
+    assert_eq!(t1, r.applied_time());
+    // The client saw a later time elsewhere (the second op commits at
+    // its clock's 2,000 µs).
+    let seen = t1 + 500;
+    r.invoke(Request::snapshot(get("k"), seen), 3_000).unwrap();
+    let (views, _) = settle(&mut r);
+    assert!(views.is_empty(), "parked: {views:?}");
+    assert_eq!(r.snapshot_reads_parked(), 1);
+    let views = commit(&mut r, &second);
+    let snap = views.iter().find(|v| v.kind == ViewKind::Snapshot).unwrap();
+    assert_eq!(value(snap), Value::from("2"));
+    assert!(snap.time >= 2_000 && snap.time == r.applied_time());
+    assert_eq!(r.snapshot_reads_parked(), 0);
+    r.check_invariants().unwrap();
+}
+
+#[test]
+fn an_op_is_stamped_after_the_read_time_its_client_sent() {
+    let mut r = replica();
+    let mut request = Request::strong(put("k", "1"));
+    request.read_time = 50_000;
+    r.invoke(request, 1_000).unwrap();
+    let (_, cast) = settle(&mut r);
+    let views = commit(&mut r, &cast);
+    let fin = views.iter().find(|v| v.kind.is_final()).unwrap();
+    assert!(
+        fin.time > 50_000,
+        "commit time {} after the read time",
+        fin.time
+    );
+}
+
+#[test]
+fn three_views_come_in_order_and_the_final_one_confirms_the_snapshot() {
+    let mut r = replica();
+    r.invoke(Request::strong(put("k", "1")), 1_000).unwrap();
+    let (_, cast) = settle(&mut r);
+    commit(&mut r, &cast);
+    let mut request = Request::strong(get("k"));
+    request.views = Views::ALL;
+    let key = r.invoke(request, 2_000).unwrap();
+    let (views, cast) = settle(&mut r);
+    let kinds: Vec<ViewKind> = views.iter().map(|v| v.kind).collect();
+    assert_eq!(kinds, [ViewKind::Tentative, ViewKind::Snapshot]);
+    let views = commit(&mut r, &cast);
+    let fin: Vec<&View> = views.iter().filter(|v| v.handle == key).collect();
+    assert_eq!(fin.len(), 1);
+    assert_eq!(fin[0].kind, ViewKind::Confirmation);
+    assert!(fin[0].time > 0);
+    assert!(Views::ALL.closes_with(ViewKind::Confirmation));
+    assert!(!Views::ALL.closes_with(ViewKind::Snapshot));
+}
+
+#[test]
+fn commit_times_increase_and_survive_a_checkpoint() {
+    let mut r = replica();
+    // Three ops stamped at the same clock reading: times still increase.
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        r.invoke(Request::strong(put("k", &i.to_string())), 1_000)
+            .unwrap();
+        ids.extend(settle(&mut r).1);
+    }
+    commit(&mut r, &ids);
+    let times = r.commit_times().to_vec();
+    assert_eq!(times.len(), 3);
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    let cp = r.checkpoint().unwrap();
+    assert_eq!(cp.commit_time, times[2]);
+    let registry = Arc::new(Registry::with_builtins());
+    let restored = Replica::restore(
+        Config::for_replica(ReplicaId(1)),
+        registry,
+        Some(cp),
+        Vec::new(),
+    )
+    .unwrap();
+    assert_eq!(restored.applied_time(), times[2]);
+    assert_eq!(restored.last_commit_time(), times[2]);
+}
