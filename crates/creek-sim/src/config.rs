@@ -203,6 +203,11 @@ pub struct SimConfig {
     /// changes: a replica rebuilt from a checkpoint would not carry its
     /// ordering state).
     pub mpo_order: creek_core::MpoOrder,
+    /// The share of the workload's read-only ops a session issues at the
+    /// snapshot level (docs/snapshot-reads.md), each to a random replica
+    /// of its shard with the session's read time: a weak one with its
+    /// snapshot view alone, a strong one with all three views. 0: none.
+    pub snapshot_reads: f64,
     /// Cores per replica.
     pub cores: usize,
     /// PRNG seed.
@@ -297,6 +302,7 @@ impl Default for SimConfig {
             shards: 1,
             cross_shard: 0.0,
             mpo_order: creek_core::MpoOrder::Sequencer,
+            snapshot_reads: 0.0,
             cores: 4,
             seed: 1,
             workload: "kv".into(),
@@ -351,6 +357,12 @@ impl SimConfig {
             if f.crash || f.disk || f.wipes > 0 || f.members || f.partition {
                 return Err("the genuine multicast runs without crashes, disk faults, partitions or membership changes (a replica rebuilt from a checkpoint would not carry its ordering state): use --faults loss,clock or none".into());
             }
+        }
+        if !(0.0..=1.0).contains(&self.snapshot_reads) {
+            return Err("the share of snapshot reads must be within 0..=1".into());
+        }
+        if self.snapshot_reads > 0.0 && self.protocol != Protocol::Creek {
+            return Err("snapshot reads are Creek's level: use --protocol creek".into());
         }
         if self.archie_window == 0 {
             return Err("archie_window must be positive".into());

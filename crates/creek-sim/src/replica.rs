@@ -82,6 +82,11 @@ pub trait SimReplica: Send + Sync {
     /// The committed order (every position, also those a recovery took
     /// from a checkpoint).
     fn committed(&self) -> &[OpId];
+    /// The commit time of each op of [`SimReplica::committed`] (0 where
+    /// not seen; empty for a protocol without commit times).
+    fn commit_times(&self) -> &[u64] {
+        &[]
+    }
     /// How many committed ops have their final execution (a prefix).
     fn finalized(&self) -> u64;
     /// Ops known here and not yet committed.

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use creek_check::history::History;
 use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
+use creek_core::ViewKind;
 use creek_shard::{RouteError, ShardId};
 use serde_json::{json, Value};
 
@@ -86,6 +87,7 @@ fn group_run<'a>(
         .map(|(i, n, member)| ReplicaEnd {
             id: creek_core::ReplicaId(i as u16 + 1),
             committed: n.committed(),
+            commit_times: n.commit_times(),
             finalized: n.finalized(),
             pending: n.pending_len(),
             committed_state: n.committed_state(),
@@ -513,6 +515,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
     let weak = h.len() - strong;
     let mut tentative = Vec::new();
     let mut stable = Vec::new();
+    let mut snapshot = Vec::new();
     let mut completed = 0u64;
     // Operations across shards apart from the strong ops of one shard.
     let (mut mpo_stable, mut single_stable) = (Vec::new(), Vec::new());
@@ -523,6 +526,9 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
     for r in h {
         if let Some(v) = r.first_tentative() {
             tentative.push(v.at_us - r.invoked_at_us);
+        }
+        if let Some(v) = r.views.iter().find(|v| v.kind == ViewKind::Snapshot) {
+            snapshot.push(v.at_us - r.invoked_at_us);
         }
         if let Some(v) = r.final_view() {
             if r.strong {
@@ -579,7 +585,13 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         "shards": cfg.shards,
         "cores": cfg.cores,
         "duration_us": out.duration_us,
-        "ops": { "total": h.len(), "weak": weak, "strong": strong, "local_reads": local },
+        "ops": {
+            "total": h.len(),
+            "weak": weak,
+            "strong": strong,
+            "local_reads": local,
+            "snapshot_views": snapshot.len(),
+        },
         "ops_by_shard": ops_by_shard,
         "directory": out.directory.as_ref().map(|d| json!({
             "epoch": d.epoch,
@@ -594,6 +606,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
         "latency_us": {
             "tentative": crate::bench::percentiles(tentative),
             "stable": crate::bench::percentiles(stable),
+            "snapshot": crate::bench::percentiles(snapshot),
             "mpo_stable": crate::bench::percentiles(mpo_stable),
             "single_shard_strong_stable": crate::bench::percentiles(single_stable),
         },

@@ -30,6 +30,12 @@ pub struct Args {
     /// partitions or membership changes).
     #[arg(long, default_value = "sequencer", value_parser = creek_core::MpoOrder::parse)]
     mpo_order: creek_core::MpoOrder,
+    /// The share of read-only ops issued at the snapshot level (each to a
+    /// random replica of its shard, with the client's read time; strong
+    /// ones with all three views), checked against the committed order
+    /// cut at each view's time (docs/snapshot-reads.md).
+    #[arg(long, default_value_t = 0.0)]
+    snapshot_reads: f64,
     /// Cores per replica.
     #[arg(long, default_value_t = 4)]
     cores: usize,
@@ -95,6 +101,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         shards: args.shards,
         cross_shard: args.cross_shard,
         mpo_order: args.mpo_order,
+        snapshot_reads: args.snapshot_reads,
         cores: args.cores,
         seed: args.seed,
         workload: args.workload.clone(),

@@ -177,6 +177,7 @@ pub(crate) fn judge(
             ReplicaEnd {
                 id: creek_core::ReplicaId(i as u16 + 1),
                 committed: &lists[i],
+                commit_times: &[],
                 finalized: last.map_or(0, |p| p.finalized),
                 pending: last.map_or(0, |p| p.pending as usize),
                 committed_state: dumps.remove(&i).unwrap_or_default(),

@@ -54,6 +54,9 @@ pub struct CreekReplica {
     /// Positions taken from a peer's checkpoint hold [`UNSEEN`] until
     /// [`SimReplica::fill_unseen`].
     committed: Vec<OpId>,
+    /// The commit time of each op of `committed` (0 at positions taken
+    /// from a peer's checkpoint).
+    commit_times: Vec<u64>,
     /// The first position holding [`UNSEEN`], if any.
     unseen_from: Option<usize>,
     /// Counters of earlier lives.
@@ -220,6 +223,7 @@ impl CreekReplica {
             views: Vec::new(),
             mpo: Vec::new(),
             committed: Vec::new(),
+            commit_times: Vec::new(),
             unseen_from: None,
             counts_before: ReplicaCounts::default(),
             transfers_before: creek_node::TransferStats::default(),
@@ -269,6 +273,11 @@ impl CreekReplica {
         let skip = (have - base) as usize;
         if skip < list.len() {
             self.committed.extend_from_slice(&list[skip..]);
+        }
+        let times = r.commit_times();
+        self.commit_times.resize(have as usize, 0);
+        if skip < times.len() {
+            self.commit_times.extend_from_slice(&times[skip..]);
         }
     }
 
@@ -520,6 +529,10 @@ impl SimReplica for CreekReplica {
         &self.committed
     }
 
+    fn commit_times(&self) -> &[u64] {
+        &self.commit_times
+    }
+
     /// 0 while down: its memory is gone.
     fn finalized(&self) -> u64 {
         self.replica().map_or(0, |r| r.counters().finalized)
@@ -629,6 +642,7 @@ impl SimReplica for CreekReplica {
         // up from its checkpoint.
         let base = node.replica().committed_len() - node.replica().committed().len() as u64;
         self.committed.truncate(base as usize);
+        self.commit_times.truncate(base as usize);
         self.node = Some(node);
         self.store = Some(
             loaded
@@ -702,6 +716,7 @@ impl SimReplica for CreekReplica {
         // What it committed went with the disk: a replica that rejoins
         // empty (only ever told to) starts its committed list again.
         self.committed.clear();
+        self.commit_times.clear();
         self.unseen_from = None;
     }
 

@@ -162,6 +162,7 @@ impl Sim {
                 acks: Vec::new(),
                 map: map.clone(),
                 refresh: false,
+                read_times: vec![0; cfg.shards],
             })
             .collect();
         let canonical = vec![Vec::new(); groups];

@@ -5,7 +5,7 @@
 //! released for its next op.
 
 use creek_check::history::{OpRecord, SETUP_CLIENT};
-use creek_core::{ExecKey, InvokeError, Request};
+use creek_core::{ExecKey, InvokeError, Request, Views};
 use creek_shard::{RouteError, ShardMap};
 use creek_types::{ClientRequestId, ProcCall};
 
@@ -70,7 +70,7 @@ impl Sim {
             };
             (s, Some(next))
         };
-        let replica = self.client_replica(c, shard);
+        let mut replica = self.client_replica(c, shard);
         if !self.nodes[replica].node.is_up() {
             let at = self.now + 10 * self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
@@ -81,6 +81,16 @@ impl Sim {
             None => self.workload.next_op(&mut self.rng, c as u32),
         };
         let (mut request, wants_final) = request_of(next);
+        if self.snapshot_read(&mut request, c, shard) && !request.strong {
+            // Any replica of its shard serves a snapshot read (a strong
+            // one goes to the session's replica: session order holds per
+            // replica).
+            let members = self.member_slots(shard);
+            let other = members[self.rng.index(members.len())];
+            if self.nodes[other].node.is_up() {
+                replica = other;
+            }
+        }
         let client = &mut self.clients[c];
         client.seq += 1;
         request.call.request_id = Some(ClientRequestId {
@@ -94,6 +104,30 @@ impl Sim {
             let at = self.now + self.cfg.think_us;
             self.schedule(at, Ev::Client { client: c });
         }
+    }
+
+    /// Whether session `c` issues `request` at the snapshot level (a
+    /// read-only built-in, drawn at the configured share): then it asks
+    /// for the snapshot view (a strong one for all three) and carries the
+    /// session's read time in `shard`.
+    fn snapshot_read(&mut self, request: &mut Request, c: usize, shard: usize) -> bool {
+        if self.cfg.snapshot_reads <= 0.0 || self.registry.get(&request.call.name).is_none() {
+            return false;
+        }
+        let read_only = self
+            .registry
+            .check(&request.call, &creek_exec::TxnLimits::default())
+            .is_ok_and(|c| c.read_only);
+        if !read_only || !self.rng.chance(self.cfg.snapshot_reads) {
+            return false;
+        }
+        request.views = if request.strong {
+            Views::ALL
+        } else {
+            Views::SNAPSHOT
+        };
+        request.read_time = self.clients[c].read_times.get(shard).copied().unwrap_or(0);
+        true
     }
 
     /// An open-loop arrival: a one-op session at a random replica.

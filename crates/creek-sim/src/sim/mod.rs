@@ -177,6 +177,9 @@ struct Client {
     /// It wants a newer map (its replica left, or answered under a newer
     /// epoch): it asks the directory at the next directory step.
     refresh: bool,
+    /// Its read time in each shard: the largest snapshot or commit time
+    /// it saw there (docs/snapshot-reads.md).
+    read_times: Vec<u64>,
 }
 
 /// Counts of injected faults by class (and of what they caused:
@@ -535,6 +538,16 @@ impl Sim {
             };
             let record = &mut self.history.ops[index];
             let is_final = v.kind.is_final();
+            if v.time != 0 {
+                let shard = i / self.per_shard;
+                let seen = self
+                    .clients
+                    .get_mut(record.client as usize)
+                    .and_then(|c| c.read_times.get_mut(shard));
+                if let Some(t) = seen {
+                    *t = (*t).max(v.time);
+                }
+            }
             record.views.push(SeenView {
                 at_us: self.now,
                 kind: v.kind,
