@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CI swarm: 283 seeds, every fault class (the simulated disk and a lost
+# The CI swarm: 321 seeds, every fault class (the simulated disk and a lost
 # disk included), two runs at a time (2 cores). On Creek: 32 seeds each of
 # queue and bank, 22 each of kv and list, 10 of procs (user procedures
 # registered at run time; a seed costs about two kv seeds) and 14 each of
@@ -12,7 +12,10 @@
 # kv seeds on wide-area links (4 s); operations across shards (bank with
 # 30 % of transfers between shards, the cross-shard check): 10 seeds on a
 # LAN (500 ms), 3 on wide-area links (4 s), and 4 TPC-C seeds with the
-# specification's remote warehouses (500 ms). Exits
+# specification's remote warehouses (500 ms). Snapshot reads (30 % of
+# read-only ops at the snapshot level, the snapshot_reads check): 12 kv,
+# 10 bank and 6 ycsb seeds on a LAN (500 ms), 4 kv seeds on wide-area
+# links (4 s), 6 sharded bank seeds with operations across shards. Exits
 # non-zero if any seed fails; each failure prints the command that
 # reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
 #
@@ -52,11 +55,17 @@ shard-procs creek lan procs 1000..1004 500ms all 2 3
 shard-wan-kv creek wan kv 1000..1004 4s all 2 3
 shard-mpo-bank creek lan bank 1000..1010 500ms all 2 3 0.3
 shard-mpo-tpcc creek lan tpcc 1000..1004 500ms all 2 3 0.3
-shard-wan-mpo-bank creek wan bank 1000..1003 4s all 2 3 0.3"
+shard-wan-mpo-bank creek wan bank 1000..1003 4s all 2 3 0.3
+snap-kv creek lan kv 1000..1012 500ms all 1 5 0 0.3
+snap-bank creek lan bank 1000..1010 500ms all 1 5 0 0.3
+snap-ycsb creek lan ycsb 1000..1006 500ms all 1 5 0 0.3
+snap-wan-kv creek wan kv 1000..1004 4s all 1 5 0 0.3
+shard-snap-mpo-bank creek lan bank 1000..1006 500ms all 2 3 0.3 0.3"
 
 run() {
   "$bin" sim --protocol "$2" --links "$3" --replicas "${9:-5}" --shards "${8:-1}" \
-    --cross-shard "${10:-0}" --workload "$4" --seeds "$5" --duration "$6" --faults "$7" \
+    --cross-shard "${10:-0}" --snapshot-reads "${11:-0}" --workload "$4" --seeds "$5" \
+    --duration "$6" --faults "$7" \
     > "$logs/$1.log" 2>&1
 }
 export -f run
