@@ -157,6 +157,51 @@ pub type Reads = Vec<(Bytes, Option<Bytes>)>;
 /// key an MPO names, keyspaces' keys `\0ks/…` among them).
 pub const VERDICT_KEY: &[u8] = b"\0\0mpo/verdict";
 
+/// The key under which a shard's reads carry, after its verdict, its
+/// proposal for the MPO's commit time (a big-endian u64): the MPO commits
+/// on every involved shard at the largest proposal (docs/snapshot-reads.md,
+/// "Commit times"). It sorts after [`VERDICT_KEY`] and before every key an
+/// MPO names.
+pub const TIME_KEY: &[u8] = b"\0\0mpo/when";
+
+/// Add this shard's commit-time proposal `time` to its `reads` (after the
+/// verdict).
+pub fn put_time(reads: &mut Reads, time: u64) {
+    let at = usize::from(
+        reads
+            .first()
+            .is_some_and(|(k, _)| k.as_ref() == VERDICT_KEY),
+    );
+    if reads.get(at).is_none_or(|(k, _)| k.as_ref() != TIME_KEY) {
+        reads.insert(
+            at,
+            (
+                Bytes::from_static(TIME_KEY),
+                Some(Bytes::copy_from_slice(&time.to_be_bytes())),
+            ),
+        );
+    }
+}
+
+/// A shard's reads split into its verdict entry's value, its commit-time
+/// proposal (0 if it sent none) and its keys' values.
+pub fn split_reads(reads: &Reads) -> (Option<Bytes>, u64, &[(Bytes, Option<Bytes>)]) {
+    let (verdict, rest) = match reads.split_first() {
+        Some(((k, v), rest)) if k.as_ref() == VERDICT_KEY => (v.clone(), rest),
+        _ => (None, &reads[..]),
+    };
+    match rest.split_first() {
+        Some(((k, v), keys)) if k.as_ref() == TIME_KEY => {
+            let time = v
+                .as_deref()
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map_or(0, u64::from_be_bytes);
+            (verdict, time, keys)
+        }
+        _ => (verdict, 0, rest),
+    }
+}
+
 /// What a committed execution runs with: the MPO's index in this shard's
 /// sequence, and the values the other involved shards read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,6 +213,9 @@ pub struct Inputs {
     /// Every other involved shard's session verdict, by shard ascending
     /// (`None`: run; else the encoded answer).
     pub verdicts: Vec<(u32, Option<Bytes>)>,
+    /// This shard's commit-time proposal, recorded with its reads (0:
+    /// none).
+    pub time: u64,
 }
 
 /// The call one involved shard runs for an MPO.
@@ -343,18 +391,16 @@ impl MpoCall {
             .map_or(&[], |p| &p.keys)
     }
 
-    /// Whether `reads` are what shard `shard` sends: its verdict, then
-    /// exactly its keys, each once, in order.
+    /// Whether `reads` are what shard `shard` sends: its verdict, its
+    /// commit-time proposal if any, then exactly its keys, each once, in
+    /// order.
     pub fn reads_fit(&self, shard: u32, reads: &Reads) -> bool {
         let keys = self.keys_of(shard);
-        match reads.split_first() {
-            Some(((verdict, _), rest)) => {
-                verdict.as_ref() == VERDICT_KEY
-                    && keys.len() == rest.len()
-                    && keys.iter().zip(rest).all(|(k, (r, _))| k == r)
-            }
-            None => false,
-        }
+        let has_verdict = reads
+            .first()
+            .is_some_and(|(k, _)| k.as_ref() == VERDICT_KEY);
+        let (_, _, rest) = split_reads(reads);
+        has_verdict && keys.len() == rest.len() && keys.iter().zip(rest).all(|(k, (r, _))| k == r)
     }
 
     /// What shard `me` sends the others, read from `snapshot` (its state
@@ -407,6 +453,7 @@ impl MpoCall {
             Some(i) => Value::List(vec![
                 Value::Int(int(i.index)),
                 reads_value(&i.remote),
+                Value::Int(int(i.time)),
                 Value::List(
                     i.verdicts
                         .iter()
@@ -467,23 +514,26 @@ impl MpoCall {
         let inputs = match inputs {
             Value::Nil => None,
             Value::List(items) => match items.as_slice() {
-                [Value::Int(index), remote, Value::List(verdicts)] => Some(Inputs {
-                    index: u64::try_from(*index).map_err(|_| bad("index"))?,
-                    remote: reads_from_value(remote).ok_or_else(|| bad("remote reads"))?,
-                    verdicts: verdicts
-                        .iter()
-                        .map(|v| match v.as_list() {
-                            Some([Value::Int(s), Value::Nil]) => {
-                                Some((u32::try_from(*s).ok()?, None))
-                            }
-                            Some([Value::Int(s), Value::Bytes(b)]) => {
-                                Some((u32::try_from(*s).ok()?, Some(b.clone())))
-                            }
-                            _ => None,
-                        })
-                        .collect::<Option<_>>()
-                        .ok_or_else(|| bad("verdicts"))?,
-                }),
+                [Value::Int(index), remote, Value::Int(time), Value::List(verdicts)] => {
+                    Some(Inputs {
+                        index: u64::try_from(*index).map_err(|_| bad("index"))?,
+                        remote: reads_from_value(remote).ok_or_else(|| bad("remote reads"))?,
+                        time: u64::try_from(*time).map_err(|_| bad("time"))?,
+                        verdicts: verdicts
+                            .iter()
+                            .map(|v| match v.as_list() {
+                                Some([Value::Int(s), Value::Nil]) => {
+                                    Some((u32::try_from(*s).ok()?, None))
+                                }
+                                Some([Value::Int(s), Value::Bytes(b)]) => {
+                                    Some((u32::try_from(*s).ok()?, Some(b.clone())))
+                                }
+                                _ => None,
+                            })
+                            .collect::<Option<_>>()
+                            .ok_or_else(|| bad("verdicts"))?,
+                    })
+                }
                 _ => return Err(bad("inputs")),
             },
             _ => return Err(bad("inputs")),
@@ -932,7 +982,7 @@ pub(crate) fn execute(
         scan.keys.retain(|k| !overlay.remote.contains_key(k));
     }
     if let Some(inputs) = &mpo.inputs {
-        record(&mpo, call, inputs.index, snapshot, &mut executed);
+        record(&mpo, call, inputs, snapshot, &mut executed);
     }
     executed
 }
@@ -942,16 +992,20 @@ pub(crate) fn execute(
 fn record(
     mpo: &MpoCall,
     client: &ProcCall,
-    index: u64,
+    inputs: &Inputs,
     snapshot: &dyn SnapshotRead,
     executed: &mut Executed,
 ) {
+    let index = inputs.index;
     let mut reads: Vec<(Bytes, VersionNo)> = mpo
         .local_keys()
         .iter()
         .map(|k| (k.clone(), snapshot.read(k).1))
         .collect();
-    let local = mpo.read_local(client, snapshot);
+    let mut local = mpo.read_local(client, snapshot);
+    if inputs.time != 0 {
+        put_time(&mut local, inputs.time);
+    }
     let mut writes = vec![
         (
             Bytes::from_static(SEQ_KEY),

@@ -272,6 +272,7 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     violations.extend(out.mpo_violations.iter().cloned());
     violations.extend(mpo_outcome_violations(out));
     violations.extend(mpo_order_violations(out));
+    violations.extend(mpo_time_violations(out));
     let initial_state = if out.preloaded {
         workload.preload().into_iter().collect()
     } else {
@@ -300,6 +301,36 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
 fn reference_replica(out: &Outcome, s: usize) -> Option<usize> {
     out.shard_slots(s)
         .find(|&i| out.members[i] && out.nodes[i].is_up() && !out.nodes[i].is_lost())
+}
+
+/// An MPO commits at the same commit time on every shard it involves
+/// (docs/snapshot-reads.md, "Commit times"): its first copy's time on each
+/// shard's reference replica.
+fn mpo_time_violations(out: &Outcome) -> Vec<String> {
+    use creek_procs::mpo::{MpoCall, MpoId, RUN};
+    let mut times: BTreeMap<MpoId, BTreeMap<usize, u64>> = BTreeMap::new();
+    for s in 0..out.map.shards.len() {
+        let Some(i) = reference_replica(out, s) else {
+            continue;
+        };
+        let node = &out.nodes[i];
+        for (id, t) in node.committed().iter().zip(node.commit_times()) {
+            let Some(op) = out.ops.get(id).filter(|op| op.call.name.as_ref() == RUN) else {
+                continue;
+            };
+            if let (Ok(call), true) = (MpoCall::decode(&op.call.args), *t != 0) {
+                times.entry(call.id).or_default().entry(s).or_insert(*t);
+            }
+        }
+    }
+    times
+        .into_iter()
+        .filter(|(_, by_shard)| by_shard.values().collect::<BTreeSet<_>>().len() > 1)
+        .take(10)
+        .map(|(mpo, by_shard)| {
+            format!("operation across shards {mpo} commits at different times on its shards: {by_shard:?}")
+        })
+        .collect()
 }
 
 /// The shards' committed orders agree on the MPOs they share: the graph

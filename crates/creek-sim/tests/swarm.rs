@@ -94,7 +94,11 @@ fn planted_bugs_are_caught() {
         .filter(|(n, _)| !n.starts_with("mpo-"))
     {
         // A bug of snapshot reads shows only where there are some.
-        let snapshot_reads = if name.starts_with("snapshot-") { 0.3 } else { 0.0 };
+        let snapshot_reads = if name.starts_with("snapshot-") {
+            0.3
+        } else {
+            0.0
+        };
         let caught = (0..40).any(|seed| {
             let cfg = SimConfig {
                 replicas: 5,

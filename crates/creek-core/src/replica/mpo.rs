@@ -85,6 +85,11 @@ struct Turn {
     call: MpoCall,
     /// This shard's values, once read.
     local: Option<Reads>,
+    /// This shard's commit-time proposal, sent with its values.
+    time: u64,
+    /// The largest proposal of every involved shard: the MPO's commit
+    /// time on each (known once every shard's reads are here).
+    agreed: u64,
 }
 
 /// What the decided MPO at the front may do.
@@ -469,6 +474,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                     op: id,
                     call,
                     local: None,
+                    time: 0,
+                    agreed: 0,
                 }
             }
         };
@@ -477,9 +484,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 self.mpos.turn = Some(turn);
                 return Step::Wait; // the state is not yet that at its position
             }
-            let local = turn
+            let mut local = turn
                 .call
                 .read_local(&op.call, &super::snapshot::Committed(&self.engine));
+            turn.time = self.snapshots.proposal(Some(op));
+            mpo::put_time(&mut local, turn.time);
             self.effects.push(Effect::MpoReads {
                 mpo: turn.call.id,
                 from: turn.call.me,
@@ -489,6 +498,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             turn.local = Some(local);
         }
         let call = turn.call.clone();
+        let own_time = turn.time;
+        let mut agreed = own_time;
         self.mpos.turn = Some(turn);
         let received = self.mpos.received.get(&call.id);
         let mut remote: Reads = Vec::new();
@@ -505,17 +516,23 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             match received.and_then(|r| r.get(&shard)) {
                 Some(reads) if call.reads_fit(shard, reads) => {
                     // `reads_fit`: the verdict first, then the keys.
-                    verdicts.push((shard, reads[0].1.clone()));
-                    remote.extend(reads[1..].iter().cloned());
+                    let (verdict, time, keys) = mpo::split_reads(reads);
+                    verdicts.push((shard, verdict));
+                    remote.extend(keys.iter().cloned());
+                    agreed = agreed.max(time);
                 }
                 _ => return Step::Wait,
             }
         }
         remote.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(turn) = self.mpos.turn.as_mut() {
+            turn.agreed = agreed;
+        }
         let inputs = Inputs {
             index,
             remote,
             verdicts,
+            time: own_time,
         };
         Step::Go(call.with_inputs(inputs).call(&op.call))
     }
@@ -532,6 +549,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             return; // a second copy, or a malformed one: no turn
         };
         let mpo = turn.call.id;
+        // Every involved shard commits it at the same time.
+        self.snapshots.floor_next(turn.agreed);
         self.mpos.received.remove(&mpo);
         if let Some(&index) = self.mpos.index_of.get(&mpo) {
             // Invariant: a shard commits its MPOs at indices 1, 2, 3, …

@@ -74,6 +74,9 @@ pub(super) struct Snapshots {
     pending: FxHashMap<ExecKey, Pending>,
     /// Reads waiting for this replica to apply their read time.
     parked: BTreeSet<(u64, ExecKey)>,
+    /// The least commit time of the next entry: an MPO's, agreed with
+    /// the other shards it involves (0: none).
+    floor: u64,
 }
 
 impl Snapshots {
@@ -83,10 +86,22 @@ impl Snapshots {
         self.applied = time;
     }
 
+    /// The commit time the next entry would get if it were `op`: what
+    /// this shard proposes for an MPO at its turn.
+    pub(super) fn proposal(&self, op: Option<&Op>) -> u64 {
+        let stamped = op.map_or(0, |op| op.timestamp.physical_us());
+        self.last.saturating_add(1).max(stamped)
+    }
+
+    /// The next entry, an MPO, commits at `time` or later: the largest
+    /// proposal of the shards it involves, the same on each.
+    pub(super) fn floor_next(&mut self, time: u64) {
+        self.floor = time;
+    }
+
     /// The commit time of the next entry, `op` (its payload, if held).
     pub(super) fn commit(&mut self, op: Option<&Op>) -> u64 {
-        let stamped = op.map_or(0, |op| op.timestamp.physical_us());
-        let time = self.last.saturating_add(1).max(stamped);
+        let time = self.proposal(op).max(std::mem::take(&mut self.floor));
         self.last = time;
         self.times.push(time);
         time

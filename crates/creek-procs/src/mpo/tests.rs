@@ -62,6 +62,7 @@ fn inputs(index: u64, from: u32, reads: &Reads) -> Inputs {
         index,
         remote: reads[1..].to_vec(),
         verdicts: vec![(from, reads[0].1.clone())],
+        time: 0,
     }
 }
 
@@ -160,6 +161,7 @@ fn a_retried_request_answers_what_it_answered_on_every_shard() {
         index: 1,
         remote: vec![(b("b"), Some(b("5")))],
         verdicts: vec![(2, None)],
+        time: 0,
     });
     let first = run(&on1, &a, rid);
     // The state after the first run, the session entry included.
@@ -193,6 +195,7 @@ fn every_shard_follows_the_session_verdict_of_the_lowest_shard_with_one() {
             index: 1,
             remote: vec![(b("b"), Some(b("5")))],
             verdicts: vec![(2, None)],
+            time: 0,
         }),
         &state(&[("a", "10")]),
         Some(rid),
@@ -235,6 +238,7 @@ fn a_multi_key_read_sees_every_shards_values() {
             index: 2,
             remote,
             verdicts: vec![(0, None)],
+            time: 0,
         }),
         &state(&[("y", "2")]),
         None,
@@ -266,6 +270,7 @@ fn malformed_mpos_are_refused_with_the_reason() {
         index: 1,
         remote: vec![(b("c"), None)],
         verdicts: vec![(2, None)],
+        time: 0,
     });
     assert!(MpoCall::decode(&call.encode())
         .unwrap_err()
@@ -292,7 +297,7 @@ proptest! {
         if with_inputs {
             let other = if me == 1 { "b" } else { "a" };
             let verdicts = vec![(3 - me, Some(encode_answer(&Ok(b("x")))))];
-            call = call.with_inputs(Inputs { index, remote: vec![(b(other), Some(b("4")))], verdicts });
+            call = call.with_inputs(Inputs { index, remote: vec![(b(other), Some(b("4")))], verdicts, time: index * 7 });
         }
         prop_assert_eq!(MpoCall::decode(&call.encode()), Ok(call));
     }

@@ -595,18 +595,26 @@ impl Sim {
             for t in call.others() {
                 match self.mpo.reads.get(&(call.id, t)) {
                     Some(r) if call.reads_fit(t, r) => {
-                        verdicts.push((t, r[0].1.clone()));
-                        remote.extend(r[1..].iter().cloned());
+                        let (verdict, _, keys) = creek_procs::mpo::split_reads(r);
+                        verdicts.push((t, verdict));
+                        remote.extend(keys.iter().cloned());
                     }
                     _ => complete = false,
                 }
             }
             if let (true, Some(index)) = (complete, index) {
                 remote.sort_by(|a, b| a.0.cmp(&b.0));
+                // This shard's commit-time proposal, as its reads carried it.
+                let time = self
+                    .mpo
+                    .reads
+                    .get(&(call.id, s as u32))
+                    .map_or(0, |r| creek_procs::mpo::split_reads(r).1);
                 let inputs = Inputs {
                     index,
                     remote,
                     verdicts,
+                    time,
                 };
                 out.insert(*id, call.with_inputs(inputs).call(&op.call));
             }
