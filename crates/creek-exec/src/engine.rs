@@ -11,6 +11,14 @@
 //! [`Engine::next_task`] hands out work, [`Engine::run`] executes it against a
 //! snapshot through a shared reference (a worker thread or the simulator's
 //! virtual core), and [`Engine::complete`] validates and installs the result.
+//!
+//! Reads of the *final* state (committed and settled) come in two kinds:
+//! the newest one ([`Engine::read_committed`], [`Engine::scan_committed`])
+//! and, when the engine keeps a history of final versions, the one before a
+//! given position ([`Engine::read_final_before`],
+//! [`Engine::scan_final_before`]) for the `snapshot` level
+//! (docs/snapshot-reads.md), back to a horizon the caller moves with
+//! [`Engine::set_final_horizon`].
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -100,8 +108,49 @@ pub struct ExecCounters {
     pub conflicts: u64,
     /// Completions discarded because the op had been invalidated meanwhile.
     pub stale: u64,
-    /// Versions currently stored.
+    /// Versions currently stored: live ones and the newest final version of
+    /// each key (older final versions are counted in `history_versions`).
     pub versions_alive: u64,
+    /// Older final versions kept for reads of the final state before a
+    /// position ([`Engine::set_final_horizon`]); 0 while no history is kept.
+    pub history_versions: u64,
+    /// Bytes of those versions: key plus value length of each (a tombstone
+    /// counts its key), not allocator overhead.
+    pub history_bytes: u64,
+}
+
+/// A read of the final state before a position the engine no longer keeps
+/// (at or below its horizon), or one made while it keeps no history at all.
+/// The caller answers it from elsewhere (a peer, the strong level) or
+/// refuses it; nothing was read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the snapshot is older than the versions kept ({})", kept(.horizon))]
+#[non_exhaustive]
+pub struct BelowHorizon {
+    /// The horizon in force, as its `Debug` text (`None`: no history kept).
+    pub horizon: Option<String>,
+}
+
+/// What [`BelowHorizon`]'s message says is kept.
+fn kept(horizon: &Option<String>) -> String {
+    match horizon {
+        Some(h) => format!("only states after position {h} are kept"),
+        None => "no older versions are kept".to_owned(),
+    }
+}
+
+impl BelowHorizon {
+    /// No history is kept: every position is below the horizon.
+    pub fn no_history() -> Self {
+        BelowHorizon { horizon: None }
+    }
+
+    /// Reads must be after `horizon`.
+    pub fn at(horizon: impl Debug) -> Self {
+        BelowHorizon {
+            horizon: Some(format!("{horizon:?}")),
+        }
+    }
 }
 
 /// An execution engine driven by the replica protocol.
@@ -205,6 +254,50 @@ pub trait Engine<K: OpKey, P: Position> {
             std::ops::Bound::Excluded(to),
         ));
         out.extend(range.take(limit).map(|(k, v)| (k.clone(), v.clone())));
+    }
+    /// Keep the final versions a read of the final state before a position
+    /// after `horizon` needs ([`Engine::read_final_before`]), or (`None`)
+    /// keep none: only the newest final version of each key, as when the
+    /// engine starts, with every older one dropped now.
+    ///
+    /// `Some(h)` promises that no read will ask for a position at or below
+    /// `h`: a final version superseded at a position `<= h` may be dropped.
+    /// While a history is kept the horizon only moves forward: a lower one
+    /// is a caller bug (asserted in debug builds, otherwise ignored).
+    /// Versions superseded before the history was turned on are gone, so
+    /// reads at or below the newest final position at that moment (or a
+    /// loaded checkpoint's committed bound) stay refused too. Engines that
+    /// keep no history ignore this.
+    fn set_final_horizon(&mut self, horizon: Option<P>) {
+        let _ = horizon;
+    }
+    /// The value of `key` in the final state before `before`: what the
+    /// newest final version written at a position `< before` holds (`None`:
+    /// absent or deleted there). `Err` when no history is kept or `before`
+    /// is at or below the horizon ([`Engine::set_final_horizon`]).
+    ///
+    /// Ask only for positions up to the finalized frontier (the position
+    /// after the last final op): beyond it, committed ops not yet final are
+    /// missing and the newest final version is read.
+    fn read_final_before(&self, key: &[u8], before: P) -> Result<Option<Bytes>, BelowHorizon> {
+        let _ = (key, before);
+        Err(BelowHorizon::no_history())
+    }
+    /// Append to `out` the live keys of `[from, to)` in the final state
+    /// before `before` (as [`Engine::read_final_before`] sees them), in
+    /// ascending byte order, stopping after `limit` of them; nothing when
+    /// `from >= to`. `Err` (and nothing appended) as for
+    /// [`Engine::read_final_before`].
+    fn scan_final_before(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        before: P,
+        out: &mut Vec<(Bytes, Bytes)>,
+    ) -> Result<(), BelowHorizon> {
+        let _ = (from, to, limit, before, out);
+        Err(BelowHorizon::no_history())
     }
     /// Tasks handed out and not yet completed (or known to be stale).
     fn running(&self) -> usize;

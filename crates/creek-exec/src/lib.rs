@@ -22,7 +22,9 @@ pub mod txn;
 mod testkit;
 
 pub use creek_types::ProcCall;
-pub use engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet};
+pub use engine::{
+    BelowHorizon, Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet,
+};
 pub use procedures::Procedures;
 pub use txn::{
     Abort, Executed, KeyRef, Outcome, ScanRead, SnapshotRead, Txn, TxnLimits, VersionNo,

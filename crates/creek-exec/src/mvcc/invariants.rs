@@ -1,6 +1,7 @@
 //! The executor's invariant, checked after every step by the tests and the
 //! simulator: every installed execution's recorded reads are the versions
-//! visible at its position.
+//! visible at its position; the kept history of final versions matches its
+//! counters and pruning list (`history.rs`).
 
 use super::*;
 
@@ -84,6 +85,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             self.check_scans(*key, *pos, &op.scans)?;
         }
         self.check_scanner_index()?;
+        self.check_history()?;
         Ok(())
     }
 }

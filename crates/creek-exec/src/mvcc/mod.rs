@@ -15,7 +15,8 @@
 //!   current state and reruns it on a conflict.
 //! * **Garbage collection.** Ops below the committed bound whose execution is
 //!   settled are final: their reader entries go, and on each key they wrote
-//!   only the newest final version survives.
+//!   only the newest final version survives — unless a history of final
+//!   versions is kept for reads of the past (`history.rs`).
 //!
 //! Invariant (checked by [`MvccExecutor::check_invariants`]): every installed
 //! execution's recorded reads equal the versions visible at its current
@@ -24,6 +25,7 @@
 //! is its outcome reported, so every reported outcome equals the result of
 //! executing the current order sequentially.
 
+mod history;
 mod invariants;
 mod scans;
 mod schedule;
@@ -38,11 +40,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
-use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet};
+use crate::engine::{
+    BelowHorizon, Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet,
+};
 use crate::procedures::Procedures;
 use crate::txn::{Executed, Outcome, ScanRead, SnapshotRead, TxnLimits, VersionNo};
 use creek_types::planted::{Bug, PlantedBugs};
 use creek_types::ProcCall;
+use history::History;
 use store::{KeyState, Keys, Version};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +123,12 @@ pub struct MvccExecutor<K, P> {
     scanners: BTreeMap<P, K>,
     /// Every position up to this one is committed.
     committed_upto: Option<P>,
+    /// The position of the last final op (or the loaded checkpoint's
+    /// committed bound): the final state is the state after it.
+    final_upto: Option<P>,
+    /// Older final versions kept for reads of the past; `None` (the
+    /// default): only the newest final version of each key is kept.
+    history: Option<History<P>>,
     next_version: u64,
     settled: Vec<Settled<K>>,
     counters: ExecCounters,
@@ -198,6 +209,8 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             keys: Keys::default(),
             scanners: BTreeMap::new(),
             committed_upto: None,
+            final_upto: None,
+            history: None,
             next_version: 1,
             settled: Vec::new(),
             counters: ExecCounters::default(),
@@ -215,7 +228,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
     /// [`Engine::commit`]s continue after it. Call on a fresh executor, before
     /// any op is inserted (then the state is exactly `state`); on a used one
     /// it is a caller bug (asserted in debug builds) and the loaded values
-    /// override the final ones.
+    /// override the final ones. The checkpoint holds only the state after
+    /// `committed_upto`: reads of the final state before a position at or
+    /// below it are refused ([`Engine::read_final_before`]).
     pub fn load_committed(
         &mut self,
         state: impl IntoIterator<Item = (Bytes, Bytes)>,
@@ -240,8 +255,10 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 self.counters.versions_alive += 1;
             }
         }
-        if committed_upto.is_some() {
-            self.committed_upto = committed_upto;
+        if let Some(upto) = committed_upto {
+            self.committed_upto = Some(upto);
+            self.final_upto = Some(upto);
+            self.history_loaded(upto);
         }
     }
 
@@ -449,17 +466,26 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             if !(self.is_committed(pos) && settled_at(pos)) {
                 break;
             }
-            self.finalize(key);
+            self.finalize(key, pos);
         }
     }
 
-    /// The op is committed and settled: report it, drop its reader entries
-    /// and every version its writes supersede.
-    fn finalize(&mut self, key: K) {
+    /// The op is committed at `committed_at` and settled: report it, drop
+    /// its reader entries and every version its writes supersede (or keep
+    /// them in the history). Its versions may still stand at an earlier,
+    /// tentative position (`commit`'s fast path): the base records
+    /// `committed_at`, the position reads of the past are asked in.
+    fn finalize(&mut self, key: K, committed_at: P) {
         let Some(op) = self.ops.remove(&key) else {
             return;
         };
         let pos = op.pos;
+        // The pair of the order `commit` asserts: ops become final in it.
+        debug_assert!(
+            self.final_upto < Some(committed_at),
+            "final out of order at {committed_at:?}"
+        );
+        self.final_upto = Some(committed_at);
         self.order.remove(&pos);
         self.unannounced.remove(&pos);
         for (k, _) in &op.reads {
@@ -473,6 +499,8 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             let Some(ks) = self.keys.get_mut(k) else {
                 continue;
             };
+            // The base superseded here, when a history may keep it.
+            let mut superseded = None;
             // Every op before this one is final, so its version is the oldest
             // live one: it becomes the base, superseding the previous base.
             match ks.versions.remove(&pos) {
@@ -486,13 +514,19 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                     if self.record_committed {
                         recorded.push((k.clone(), version.value.clone()));
                     }
-                    if ks.base.replace(version).is_some() {
+                    let old_at = ks.base_at.replace(committed_at);
+                    if let Some(old) = ks.base.replace(version) {
                         self.counters.versions_alive -= 1;
+                        if self.history.is_some() {
+                            superseded = Some((old_at, old));
+                        }
                     }
                 }
                 None => debug_assert!(false, "final op without its version"),
             }
-            if ks.is_empty() {
+            if let Some((old_at, old)) = superseded {
+                self.keep_final(k, committed_at, old_at, old);
+            } else if ks.is_empty() {
                 self.counters.versions_alive -= ks.version_count();
                 self.keys.remove(k);
             }
@@ -758,7 +792,7 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
             .get(&key)
             .is_some_and(|op| op.state == OpState::Installed);
         if first == Some(key) && installed {
-            self.finalize(key);
+            self.finalize(key, pos);
             return;
         }
         self.reposition(key, pos);
@@ -948,6 +982,25 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
         });
     }
 
+    fn set_final_horizon(&mut self, horizon: Option<P>) {
+        self.move_final_horizon(horizon);
+    }
+
+    fn read_final_before(&self, key: &[u8], before: P) -> Result<Option<Bytes>, BelowHorizon> {
+        self.final_value_before(key, before)
+    }
+
+    fn scan_final_before(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        before: P,
+        out: &mut Vec<(Bytes, Bytes)>,
+    ) -> Result<(), BelowHorizon> {
+        self.final_scan_before(from, to, limit, before, out)
+    }
+
     fn running(&self) -> usize {
         self.running
     }
@@ -969,6 +1022,8 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
     }
 }
 
+#[cfg(test)]
+mod history_tests;
 #[cfg(test)]
 mod scan_tests;
 #[cfg(test)]

@@ -62,6 +62,31 @@ impl<P: Ord + Copy, V> SortedDeque<P, V> {
         removed
     }
 
+    /// Remove the first entry (giving an emptied buffer back, as
+    /// [`Self::remove`] does).
+    pub(crate) fn pop_first(&mut self) -> Option<(P, V)> {
+        let first = self.items.pop_front();
+        if self.items.is_empty() && self.items.capacity() > 0 {
+            self.items = VecDeque::new();
+        }
+        first
+    }
+
+    /// The position of the first entry.
+    pub(crate) fn first_key(&self) -> Option<P> {
+        self.items.front().map(|(p, _)| *p)
+    }
+
+    /// The position of the last entry.
+    pub(crate) fn last_key(&self) -> Option<P> {
+        self.items.back().map(|(p, _)| *p)
+    }
+
+    /// Every entry, in position order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &(P, V)> {
+        self.items.iter()
+    }
+
     /// The value at `pos`.
     pub(crate) fn get(&self, pos: &P) -> Option<&V> {
         self.find(pos)
@@ -124,13 +149,14 @@ mod tests {
 
     proptest! {
         #[test]
-        fn behaves_like_a_btreemap(ops in proptest::collection::vec((0u8..3, 0u16..50, 0u16..50), 0..200)) {
+        fn behaves_like_a_btreemap(ops in proptest::collection::vec((0u8..4, 0u16..50, 0u16..50), 0..200)) {
             let mut d: SortedDeque<u16, u16> = SortedDeque::default();
             let mut m: BTreeMap<u16, u16> = BTreeMap::new();
             for (kind, a, b) in ops {
                 match kind {
                     0 => prop_assert_eq!(d.insert(a, b), m.insert(a, b)),
                     1 => prop_assert_eq!(d.remove(&a), m.remove(&a)),
+                    2 => prop_assert_eq!(d.pop_first(), m.pop_first()),
                     _ => {
                         prop_assert_eq!(d.get(&a), m.get(&a));
                         prop_assert_eq!(d.last_before(a), m.range(..a).next_back().map(|(_, v)| v));
@@ -143,6 +169,10 @@ mod tests {
                         prop_assert_eq!(all, want_all);
                     }
                 }
+                prop_assert_eq!(d.first_key(), m.keys().next().copied());
+                prop_assert_eq!(d.last_key(), m.keys().next_back().copied());
+                let all: Vec<(u16, u16)> = d.iter().copied().collect();
+                prop_assert_eq!(all, m.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
                 prop_assert_eq!(d.len(), m.len());
                 prop_assert_eq!(d.is_empty(), m.is_empty());
                 if d.is_empty() {

@@ -5,6 +5,9 @@
 //! reader index is what makes "rollback only if necessary" cheap: when a
 //! version appears or disappears at position `w`, only readers between `w` and
 //! the next version of that key can see a difference.
+//!
+//! Older final versions are kept only while the executor keeps a history
+//! (`history.rs`); otherwise each key holds its newest final version alone.
 
 use std::collections::hash_map::Entry;
 use std::collections::BTreeSet;
@@ -29,8 +32,17 @@ pub(crate) struct Version {
 #[derive(Debug)]
 pub(crate) struct KeyState<P, K> {
     /// The newest version written by a final (committed and settled) op. It
-    /// lies before every live position; older final versions are collected.
+    /// lies before every live position; older final versions are collected,
+    /// or kept in `history` while the executor keeps one.
     pub(crate) base: Option<Version>,
+    /// The position of the op that wrote `base`; `None` for a value loaded
+    /// from a checkpoint (or no base), which counts as before every position.
+    pub(crate) base_at: Option<P>,
+    /// Final versions older than `base`, by writer position (`None`: loaded
+    /// from a checkpoint), oldest first; empty unless the executor keeps a
+    /// history. Each one is superseded at the position of the next one, the
+    /// last at `base_at`.
+    pub(crate) history: SortedDeque<Option<P>, Version>,
     /// Versions of live ops, by writer position.
     pub(crate) versions: SortedDeque<P, Version>,
     /// Installed, not yet committed executions that read this key, by position.
@@ -41,6 +53,8 @@ impl<P, K> Default for KeyState<P, K> {
     fn default() -> Self {
         KeyState {
             base: None,
+            base_at: None,
+            history: SortedDeque::default(),
             versions: SortedDeque::default(),
             readers: SortedDeque::default(),
         }
@@ -76,15 +90,29 @@ impl<P: Position, K: Copy> KeyState<P, K> {
         self.readers.after_up_to(lo, next_writer).copied().collect()
     }
 
-    /// Nothing worth keeping: no live version or reader, and no final value
-    /// (a final tombstone reads the same as an absent key).
+    /// The final version a read of the final state before `before` sees:
+    /// the newest one written at a position below `before` (`None`: the key
+    /// had no final version there, or only versions the history dropped).
+    pub(crate) fn final_before(&self, before: P) -> Option<&Version> {
+        // `None < Some(before)`: a checkpoint's value is before everything.
+        if self.base_at < Some(before) {
+            return self.base.as_ref();
+        }
+        self.history.last_before(Some(before))
+    }
+
+    /// Nothing worth keeping: no live version or reader, no older final
+    /// version kept for reads of the past, and no final value (a final
+    /// tombstone reads the same as an absent key — unless the history holds
+    /// what it deleted, which old reads must still see).
     pub(crate) fn is_empty(&self) -> bool {
         self.versions.is_empty()
             && self.readers.is_empty()
+            && self.history.is_empty()
             && self.base.as_ref().is_none_or(|v| v.value.is_none())
     }
 
-    /// Versions held, the base included.
+    /// Versions held, the base included (the history is counted apart).
     pub(crate) fn version_count(&self) -> u64 {
         self.versions.len() as u64 + u64::from(self.base.is_some())
     }
@@ -131,10 +159,21 @@ impl<P, K> Keys<P, K> {
         debug_assert!(previous.is_none(), "insert_new of a present key");
     }
 
-    /// Give `key` the final version `version`: whether the key had none.
+    /// The key as the map holds it (its own allocation, shared), for
+    /// indexes that outlive the caller's copy.
+    pub(crate) fn key(&self, key: &[u8]) -> Option<Bytes> {
+        self.map.get_key_value(key).map(|(k, _)| k.clone())
+    }
+
+    /// Give `key` the final version `version` loaded from a checkpoint
+    /// (before every position): whether the key had none.
     pub(crate) fn load_base(&mut self, key: Bytes, version: Version) -> bool {
         match self.map.entry(key) {
-            Entry::Occupied(mut e) => e.get_mut().base.replace(version).is_none(),
+            Entry::Occupied(mut e) => {
+                let ks = e.get_mut();
+                ks.base_at = None;
+                ks.base.replace(version).is_none()
+            }
             Entry::Vacant(e) => {
                 if let Some(ordered) = &mut self.ordered {
                     ordered.insert(e.key().clone());
