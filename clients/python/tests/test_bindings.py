@@ -128,7 +128,7 @@ def test_cache_failures_and_bad_input(redis_server, postgres_server):
                 table.get(42)
             with pytest.raises(TypeError, match="value must be str or bytes"):
                 await table.put(k, 42)
-            with pytest.raises(ValueError, match='"weak" or "strong"'):
+            with pytest.raises(ValueError, match='"weak", "snapshot" or "strong"'):
                 table.get(k, levels="eventual")
             with pytest.raises(ValueError, match="table must be a non-empty str"):
                 CachedTable(table.cache, table.db, table="")

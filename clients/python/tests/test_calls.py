@@ -85,6 +85,40 @@ def test_weak_and_strong_levels(dev):
     run(body())
 
 
+def test_snapshot_reads_show_the_committed_state_never_older_than_seen(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            k = key("snapshot")
+            # A strong write: its final view carries its commit time, which
+            # the client keeps as its read time.
+            put = await c.invoke("kv.put", k, "v1").final()
+            assert put.time > 0 and c.read_time >= put.time
+            # [SNAPSHOT]: one view, of the committed state, never older
+            # than the client's read time (the write is in it).
+            views = [v async for v in c.invoke("kv.get", k, levels=creek.SNAPSHOT)]
+            assert kinds(views) == [(ViewKind.SNAPSHOT, b"v1")]
+            assert views[0].level is creek.Level.SNAPSHOT and views[0].time >= put.time
+            # [WEAK, SNAPSHOT, STRONG]: three views in order; the final one
+            # confirms the snapshot.
+            views = [v async for v in c.invoke("kv.get", k, levels=creek.ALL)]
+            assert [v.kind for v in views] == [
+                ViewKind.PRELIMINARY,
+                ViewKind.SNAPSHOT,
+                ViewKind.CONFIRMED,
+            ]
+            assert all(v.value == b"v1" for v in views)
+            # [WEAK, SNAPSHOT]: the snapshot view closes it.
+            both = c.invoke("kv.get", k, levels=["weak", "snapshot"])
+            views = [v async for v in both]
+            assert [v.kind for v in views] == [ViewKind.PRELIMINARY, ViewKind.SNAPSHOT]
+            # A write at the snapshot level is refused, and changes nothing.
+            with pytest.raises(creek.InvalidArgument, match="read-only"):
+                await c.invoke("kv.put", k, "v2", levels=creek.SNAPSHOT).final()
+            assert (await c.invoke("kv.get", k, levels=creek.SNAPSHOT).final()).value == b"v1"
+
+    run(body())
+
+
 def test_levels_by_name(dev):
     async def body():
         async with creek.Client(dev.clients, timeout=T) as c:
@@ -105,11 +139,11 @@ def test_levels_by_name(dev):
             assert views[0].is_preliminary and views[-1].is_stable and views[-1].value == 4
 
             # Anything else is refused before anything is sent.
-            with pytest.raises(ValueError, match='"weak" or "strong"'):
+            with pytest.raises(ValueError, match='"weak", "snapshot" or "strong"'):
                 c.invoke("kv.incr", k, 1, levels="eventual")
             with pytest.raises(ValueError, match="unknown level 'both'"):
                 c.kv_incr(k, 1, levels=["weak", "both"])
-            with pytest.raises(TypeError, match='"weak" or "strong"'):
+            with pytest.raises(TypeError, match='"weak", "snapshot" or "strong"'):
                 c.invoke("kv.incr", k, 1, levels=1)
             with pytest.raises(ValueError, match="weak_final"):
                 c.invoke("kv.incr", k, 1, levels="strong", weak_final=True)
@@ -127,9 +161,9 @@ def test_levels_by_name_with_the_blocking_client(dev):
         views = c.kv_incr(k, 1, levels=["weak", "strong"]).views_blocking(timeout=T)
         assert kinds(views) == [(ViewKind.PRELIMINARY, 3), (ViewKind.CONFIRMED, 3)]
         assert c.call("kv.get", k, levels="Strong") == b"3"
-        with pytest.raises(ValueError, match='"weak" or "strong"'):
+        with pytest.raises(ValueError, match='"weak", "snapshot" or "strong"'):
             c.invoke("kv.get", k, levels="eventual")
-        with pytest.raises(TypeError, match='"weak" or "strong"'):
+        with pytest.raises(TypeError, match='"weak", "snapshot" or "strong"'):
             c.call("kv.get", k, levels=object())
 
 

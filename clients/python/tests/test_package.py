@@ -56,10 +56,10 @@ def test_levels_are_checked():
     assert parse_levels(("Weak", creek.STRONG)) == {Level.WEAK, Level.STRONG}
     assert parse_levels({creek.STRONG}) == {Level.STRONG}
     for bad in ([], (), "both", "", ["weak", "eventual"]):
-        with pytest.raises(ValueError, match='"weak" or "strong"'):
+        with pytest.raises(ValueError, match='"weak", "snapshot" or "strong"'):
             parse_levels(bad)
     for bad in (3, None, b"weak", {"weak": 1}, ["weak", 3], iter([creek.WEAK])):
-        with pytest.raises(TypeError, match='"weak" or "strong"'):
+        with pytest.raises(TypeError, match='"weak", "snapshot" or "strong"'):
             parse_levels(bad)
 
 

@@ -166,7 +166,7 @@ def test_bad_arguments_are_refused_at_once():
         ok = answers(1)
         with pytest.raises(TypeError, match="callables"):
             from_readers(b"not a reader", ok)
-        with pytest.raises(ValueError, match='"weak" or "strong"'):
+        with pytest.raises(ValueError, match='"weak", "snapshot" or "strong"'):
             from_readers(ok, ok, levels="eventual")
         with pytest.raises(ValueError, match="timeout"):
             from_readers(ok, ok, timeout=0)

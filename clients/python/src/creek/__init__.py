@@ -55,10 +55,11 @@ from .errors import (
 )
 from .shards import Cluster, ShardMap, slot_of
 from .procedures import Keyspace, KeyspaceLabel, NotRegistered, ProcedureSource, Refused, Registered
-from .views import BOTH, STRONG, WEAK, Level, View, ViewKind
+from .views import ALL, BOTH, SNAPSHOT, STRONG, WEAK, Level, View, ViewKind
 from .watch import WatchEvent
 
 __all__ = [
+    "ALL",
     "BOTH",
     "BlockingClient",
     "Client",
@@ -80,6 +81,7 @@ __all__ = [
     "ShardMap",
     "Registered",
     "ResourceExhausted",
+    "SNAPSHOT",
     "STRONG",
     "State",
     "Unauthenticated",

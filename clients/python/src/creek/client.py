@@ -203,6 +203,8 @@ class Client(Builtins, Procedures):
         # Seqs answered after one send: the next requests acknowledge them,
         # and the cluster forgets their deduplication entries.
         self._acks: List[int] = []
+        # The largest snapshot or commit time seen (docs/snapshot-reads.md).
+        self._read_time = 0
         self._current = 0
         self._channels: Dict[int, grpc.aio.Channel] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -242,6 +244,10 @@ class Client(Builtins, Procedures):
         `levels`: `BOTH` (default: a strong op, preliminary view(s) then the
         final one), `STRONG` (final view only) or `WEAK` (a weak op, one
         preliminary view; `weak_final=True` also streams its final view).
+        `SNAPSHOT`, alone or added to the others, for a read-only call: a
+        snapshot view of the committed state, after the preliminary view and
+        before the final one, never older than what this client saw
+        (`ALL` asks for the three).
         A level may also be given by name, in any case (`levels="weak"`,
         `levels=["weak", "strong"]`); anything else raises `ValueError` (an
         unknown name, no level) or `TypeError` (another type) here.
@@ -253,8 +259,8 @@ class Client(Builtins, Procedures):
         if not isinstance(procedure, str):
             raise TypeError(f"procedure must be a str, not {type(procedure).__name__}")
         wanted = parse_levels(levels)
-        if weak_final and wanted != {Level.WEAK}:
-            raise ValueError("weak_final applies to levels=WEAK only")
+        if weak_final and (Level.WEAK not in wanted or Level.STRONG in wanted):
+            raise ValueError("weak_final applies to a weak op only (levels without STRONG)")
         request = pb.InvokeRequest(
             procedure=procedure,
             args=[to_wire(a) for a in args],
@@ -263,12 +269,27 @@ class Client(Builtins, Procedures):
             client_id=self._client_id,
             request_seq=self._take_seq(),
             acked=self._take_acks(),
+            read_time=self._read_time,
         )
         timeout = self._timeout if timeout is DEFAULT else timeout
         correctable = Correctable(loop, threading.get_ident(), fns_in_thread=self._fns_in_thread)
-        closing_is_stable = wanted != {Level.WEAK} or weak_final
-        self._spawn(self._run_invoke(request, correctable, closing_is_stable, timeout))
+        closing_is_stable = Level.STRONG in wanted or weak_final
+        snapshot_after_weak = wanted == {Level.WEAK, Level.SNAPSHOT} and not weak_final
+        reader = _Reader(self, correctable, closing_is_stable, snapshot_after_weak)
+        self._spawn(self._run_invoke(request, correctable, reader, timeout))
         return correctable
+
+    @property
+    def read_time(self) -> int:
+        """The largest snapshot or commit time this client saw (µs; 0
+        before any): its snapshot reads never read an older state, on any
+        replica, and its ops are stamped after it."""
+        return self._read_time
+
+    def observe_read_time(self, time_us: int) -> None:
+        """Raise this client's read time to `time_us` (one another client
+        saw, say): its next snapshot reads are never older."""
+        self._read_time = max(self._read_time, int(time_us))
 
     def invoke_weak(self, procedure: str, *args, weak_final: bool = False, timeout=DEFAULT) -> Correctable:
         """A weak op: one preliminary view, which closes the Correctable
@@ -494,7 +515,7 @@ class Client(Builtins, Procedures):
         self,
         request: pb.InvokeRequest,
         c: Correctable,
-        closing_is_stable: bool,
+        reader: "_Reader",
         timeout: Optional[float],
     ) -> None:
         """Send `request` until a replica streams its closing view; feed `c`."""
@@ -502,7 +523,6 @@ class Client(Builtins, Procedures):
         tried: Set[int] = set()
         failures: List[str] = []
         index = self._current
-        reader = _Reader(c, closing_is_stable)
         try:
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -546,10 +566,15 @@ class Client(Builtins, Procedures):
 class _Reader:
     """Turns `Invoke` streams (one per attempt) into one Correctable's views."""
 
-    def __init__(self, c: Correctable, closing_is_stable: bool):
+    def __init__(self, client, c: Correctable, closing_is_stable: bool, snapshot_after_weak: bool):
+        self.client = client
         self.c = c
-        # Whether a stable view will come; if not, the first view closes.
+        # Whether a stable view will come (it closes the call).
         self.closing_is_stable = closing_is_stable
+        # Without one: whether a snapshot view follows the preliminary one
+        # (it closes the call); otherwise the first view closes it.
+        self.snapshot_after_weak = snapshot_after_weak
+        # The last preliminary or snapshot view: what a confirmation repeats.
         self.last_preliminary: Optional[View] = None
 
     async def attempt(self, channel: grpc.aio.Channel, request: pb.InvokeRequest, timeout) -> None:
@@ -563,8 +588,14 @@ class _Reader:
                 if wire.kind == pb.View.CONFIRMED and not preliminary_in_stream:
                     raise ProtocolError("a confirmed view with no preliminary view before it")
                 view = view_from_wire(wire, self.last_preliminary, time.monotonic() - self.c._start)
-                closes = view.is_stable or not self.closing_is_stable
-                if view.is_preliminary:
+                self.client.observe_read_time(view.time)
+                closes = view.is_stable or (
+                    not self.closing_is_stable and (not self.snapshot_after_weak or view.is_snapshot)
+                )
+                if view.is_snapshot:
+                    preliminary_in_stream = True
+                    self.last_preliminary = view
+                elif view.is_preliminary:
                     preliminary_in_stream = True
                     if not closes and self.last_preliminary is not None and view.same_outcome(
                         self.last_preliminary

@@ -18,21 +18,28 @@ class Level(enum.Enum):
 
     #: From the replica's tentative execution: fast, may still change.
     WEAK = "weak"
+    #: For read-only calls: the committed state at one commit time the
+    #: replica applied, never a tentative op, never older than what this
+    #: client saw (docs/snapshot-reads.md).
+    SNAPSHOT = "snapshot"
     #: From the op's committed position: stable.
     STRONG = "strong"
 
 
 WEAK = Level.WEAK
+SNAPSHOT = Level.SNAPSHOT
 STRONG = Level.STRONG
 #: The default of `invoke`: a strong op with preliminary view(s) first.
 BOTH: Tuple[Level, ...] = (Level.WEAK, Level.STRONG)
+#: All three views of a read-only call: preliminary, snapshot, final.
+ALL: Tuple[Level, ...] = (Level.WEAK, Level.SNAPSHOT, Level.STRONG)
 
 #: What `levels=` accepts: a `Level` or its name ("weak", "strong", any
 #: case), or a list/tuple (or set) of them.
 LevelsArg = Union[Level, str, Iterable[Union[Level, str]]]
 
 _ACCEPTED = (
-    'a creek.Level (WEAK or STRONG), "weak" or "strong" (any case), '
+    'a creek.Level (WEAK, SNAPSHOT or STRONG), "weak", "snapshot" or "strong" (any case), '
     'or a list/tuple of them (e.g. ["weak", "strong"])'
 )
 
@@ -64,7 +71,8 @@ def parse_levels(levels: LevelsArg) -> frozenset:
 
 
 def levels_to_wire(levels: frozenset) -> list:
-    return [pb.Level.Value(level.name) for level in (Level.WEAK, Level.STRONG) if level in levels]
+    order = (Level.WEAK, Level.SNAPSHOT, Level.STRONG)
+    return [pb.Level.Value(level.name) for level in order if level in levels]
 
 
 class ViewKind(enum.Enum):
@@ -75,8 +83,11 @@ class ViewKind(enum.Enum):
     #: The stable result, differing from the last preliminary view (or with
     #: no preliminary view before it).
     FINAL = "final"
-    #: The stable result, equal to the last preliminary view: a confirmation.
+    #: The stable result, equal to the last view before it (preliminary or
+    #: snapshot): a confirmation.
     CONFIRMED = "confirmed"
+    #: The result on the committed state at commit time `View.time`.
+    SNAPSHOT = "snapshot"
 
 
 @dataclass(frozen=True)
@@ -98,15 +109,22 @@ class View:
     #: keys span shards): computed on the origin shard's tentative state, where
     #: the other shards' keys read as absent. The final view has their values.
     across_shards: bool = False
+    #: A snapshot view's commit time, or a final view's (the op's commit
+    #: time), in microseconds; 0 on a preliminary view.
+    time: int = 0
 
     @property
     def is_preliminary(self) -> bool:
         return self.kind is ViewKind.PRELIMINARY
 
     @property
+    def is_snapshot(self) -> bool:
+        return self.kind is ViewKind.SNAPSHOT
+
+    @property
     def is_stable(self) -> bool:
         """Whether this is the op's stable result (FINAL or CONFIRMED)."""
-        return self.kind is not ViewKind.PRELIMINARY
+        return self.kind in (ViewKind.FINAL, ViewKind.CONFIRMED)
 
     @property
     def is_confirmation(self) -> bool:
@@ -143,12 +161,15 @@ def view_from_wire(
     last_preliminary: Optional[View],
     latency: float,
 ) -> View:
-    """A view from the wire. `last_preliminary` is the last preliminary view
-    of this Correctable: it supplies a CONFIRMED view's outcome, and decides
-    whether a stable view confirms it (after a failover the new replica's
-    kinds refer to its own stream, so the client recomputes them)."""
+    """A view from the wire. `last_preliminary` is the last view before it
+    of this Correctable (preliminary or snapshot): it supplies a CONFIRMED
+    view's outcome, and decides whether a stable view confirms it (after a
+    failover the new replica's kinds refer to its own stream, so the client
+    recomputes them)."""
     if wire.kind == pb.View.PRELIMINARY:
         kind = ViewKind.PRELIMINARY
+    elif wire.kind == pb.View.SNAPSHOT:
+        kind = ViewKind.SNAPSHOT
     elif wire.kind in (pb.View.FINAL, pb.View.CONFIRMED):
         kind = ViewKind.FINAL
     else:
@@ -167,10 +188,13 @@ def view_from_wire(
         value, abort = last_preliminary.value, last_preliminary.abort
     else:
         raise ProtocolError(f"a {kind.name} view with no outcome")
-    level = Level.WEAK if kind is ViewKind.PRELIMINARY else Level.STRONG
+    level = {
+        ViewKind.PRELIMINARY: Level.WEAK,
+        ViewKind.SNAPSHOT: Level.SNAPSHOT,
+    }.get(kind, Level.STRONG)
     across = bool(wire.across_shards) and kind is ViewKind.PRELIMINARY
-    view = View(kind, level, value, abort, latency, across)
+    view = View(kind, level, value, abort, latency, across, int(wire.time))
     if kind is ViewKind.FINAL and last_preliminary is not None and view.same_outcome(last_preliminary):
-        view = View(ViewKind.CONFIRMED, level, value, abort, latency)
+        view = View(ViewKind.CONFIRMED, level, value, abort, latency, time=int(wire.time))
     return view
 
