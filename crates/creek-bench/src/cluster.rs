@@ -8,6 +8,10 @@
 //! the leader; throughput runs closed-loop clients spread round-robin over
 //! the replicas, each with its own connection, after a warm-up.
 //!
+//! Levels `read-weak`, `read-snapshot` and `read-strong` time a `kv.get`
+//! to its one view at that level (the snapshot view: the committed state,
+//! without consensus; docs/snapshot-reads.md).
+//!
 //! With `--shards 2` or more, level `mpo` measures operations across
 //! shards: a strong `kv.mput` of two keys on different shards, timed to
 //! its final view, beside `strong`'s single-shard `kv.put`
@@ -61,7 +65,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub(crate) attach: Vec<SocketAddr>,
     /// Levels to measure: weak, strong, and with --shards 2 or more mpo
-    /// (a strong two-key write across shards).
+    /// (a strong two-key write across shards); read-weak, read-snapshot,
+    /// read-strong (a `kv.get` to its view at that level).
     #[arg(long, value_delimiter = ',', default_value = "weak,strong")]
     pub(crate) levels: Vec<String>,
     /// Then weak latency again while this many clients write strong ops
@@ -120,6 +125,8 @@ enum Op {
     Strong,
     /// `kv.mput` of two keys on different shards of the map, strong.
     Across(std::sync::Arc<ShardMap>),
+    /// `kv.get` at one level, to its one view.
+    Read(Levels),
 }
 
 impl Op {
@@ -129,7 +136,12 @@ impl Op {
             ("strong", _) => Ok(Op::Strong),
             ("mpo", Some(map)) => Ok(Op::Across(std::sync::Arc::new(map.clone()))),
             ("mpo", None) => Err("level mpo needs --shards 2 or more".into()),
-            (other, _) => Err(format!("unknown level {other}: weak, strong or mpo")),
+            ("read-weak", _) => Ok(Op::Read(Levels::Weak)),
+            ("read-snapshot", _) => Ok(Op::Read(Levels::Snapshot)),
+            ("read-strong", _) => Ok(Op::Read(Levels::Strong)),
+            (other, _) => Err(format!(
+                "unknown level {other}: weak, strong, mpo, read-weak, read-snapshot or read-strong"
+            )),
         }
     }
 }
@@ -202,10 +214,14 @@ impl Conn for CreekConn {
                     Value::List(vec![value.clone(), value]),
                 ],
             ),
+            Op::Read(_) => ("kv.get", vec![bytes(driver::key(n))]),
             _ => ("kv.put", vec![bytes(driver::key(n)), value]),
         };
-        let strong = !matches!(self.op, Op::Weak);
-        let levels = if strong { Levels::Strong } else { Levels::Weak };
+        let (levels, strong) = match self.op {
+            Op::Weak => (Levels::Weak, false),
+            Op::Read(levels) => (levels, true),
+            _ => (Levels::Strong, true),
+        };
         let op = match &self.client {
             Via::One(c) => c.invoke(procedure, args, levels).await,
             Via::Routed(c) => c.invoke(procedure, args, levels).await,
@@ -387,7 +403,14 @@ pub(crate) fn measure(
                 None => Ok(None),
             }
         };
-        for name in ["weak", "strong", "mpo"] {
+        for name in [
+            "weak",
+            "strong",
+            "mpo",
+            "read-weak",
+            "read-snapshot",
+            "read-strong",
+        ] {
             if !args.levels.iter().any(|l| l == name) {
                 continue;
             }
@@ -398,7 +421,8 @@ pub(crate) fn measure(
             let (p50, p99) = driver::latency(conn, args.latency_ops, args.keys, &value).await?;
             let stages = match (before, scrape().await?) {
                 // An MPO's stages are a strong op's, at the shard's leader.
-                (Some(b), Some(a)) => {
+                // Local reads (weak, snapshot) have no stages.
+                (Some(b), Some(a)) if !matches!(name, "read-weak" | "read-snapshot") => {
                     let level = if name == "weak" { "weak" } else { "strong" };
                     json!(stages::medians(&b, &a, level))
                 }
