@@ -15,7 +15,9 @@
 # specification's remote warehouses (500 ms). Snapshot reads (30 % of
 # read-only ops at the snapshot level, the snapshot_reads check): 12 kv,
 # 10 bank and 6 ycsb seeds on a LAN (500 ms), 4 kv seeds on wide-area
-# links (4 s), 6 sharded bank seeds with operations across shards. Exits
+# links (4 s), 6 sharded bank seeds with operations across shards; all
+# but ycsb's with stable times every 5 ms (reports, publication between
+# shards, clock no-ops). Exits
 # non-zero if any seed fails; each failure prints the command that
 # reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
 #
@@ -56,15 +58,16 @@ shard-wan-kv creek wan kv 1000..1004 4s all 2 3
 shard-mpo-bank creek lan bank 1000..1010 500ms all 2 3 0.3
 shard-mpo-tpcc creek lan tpcc 1000..1004 500ms all 2 3 0.3
 shard-wan-mpo-bank creek wan bank 1000..1003 4s all 2 3 0.3
-snap-kv creek lan kv 1000..1012 500ms all 1 5 0 0.3
-snap-bank creek lan bank 1000..1010 500ms all 1 5 0 0.3
+snap-kv creek lan kv 1000..1012 500ms all 1 5 0 0.3 5ms
+snap-bank creek lan bank 1000..1010 500ms all 1 5 0 0.3 5ms
 snap-ycsb creek lan ycsb 1000..1006 500ms all 1 5 0 0.3
-snap-wan-kv creek wan kv 1000..1004 4s all 1 5 0 0.3
-shard-snap-mpo-bank creek lan bank 1000..1006 500ms all 2 3 0.3 0.3"
+snap-wan-kv creek wan kv 1000..1004 4s all 1 5 0 0.3 5ms
+shard-snap-mpo-bank creek lan bank 1000..1006 500ms all 2 3 0.3 0.3 5ms"
 
 run() {
   "$bin" sim --protocol "$2" --links "$3" --replicas "${9:-5}" --shards "${8:-1}" \
-    --cross-shard "${10:-0}" --snapshot-reads "${11:-0}" --workload "$4" --seeds "$5" \
+    --cross-shard "${10:-0}" --snapshot-reads "${11:-0}" --stable-every "${12:-0}" \
+    --workload "$4" --seeds "$5" \
     --duration "$6" --faults "$7" \
     > "$logs/$1.log" 2>&1
 }

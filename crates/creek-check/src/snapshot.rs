@@ -81,14 +81,15 @@ pub fn check_snapshot_views(
     let mut applied = 0; // positions of `canonical` applied to `state`
     let mut violations = Vec::new();
     for (time, i) in reads {
-        let upto = canonical
-            .iter()
-            .enumerate()
-            .skip(applied)
-            .filter(|(pos, _)| times.get(*pos).is_some_and(|t| *t != 0 && *t <= time))
-            .map(|(pos, _)| pos + 1)
-            .last()
-            .unwrap_or(applied);
+        // Known times increase along the order: stop at the first above.
+        let mut upto = applied;
+        for pos in applied..canonical.len() {
+            match times.get(pos).copied().unwrap_or(0) {
+                0 => {}
+                t if t <= time => upto = pos + 1,
+                _ => break,
+            }
+        }
         for id in &canonical[applied..upto] {
             let Some(call) = run.broadcast.get(id) else {
                 continue;

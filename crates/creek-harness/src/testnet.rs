@@ -427,7 +427,8 @@ impl TestNet {
             PeerMessage::Cab(_)
             | PeerMessage::Probe(_)
             | PeerMessage::Hello(_)
-            | PeerMessage::Snapshot(_) => {
+            | PeerMessage::Snapshot(_)
+            | PeerMessage::Stable(_) => {
                 self.traffic.cab_msgs += 1;
                 self.traffic.cab_bytes += frame.len() as u64;
             }

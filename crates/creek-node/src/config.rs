@@ -53,6 +53,8 @@ pub struct NodeConfig {
     /// their write was durable, and issues their ids again), and hands the
     /// set down to the replica (and its executor) and CAB when it starts.
     pub planted: PlantedBugs,
+    /// Stable times (docs/snapshot-reads.md): off by default.
+    pub stable: crate::stable::StableConfig,
 }
 
 impl NodeConfig {
@@ -98,6 +100,7 @@ impl NodeConfig {
             checkpoint_every_ticks: 0,
             pending_writes_max: PENDING_WRITES_MAX,
             rebuild_despite_data_loss: false,
+            stable: crate::stable::StableConfig::default(),
             planted: PlantedBugs::NONE,
         }
     }

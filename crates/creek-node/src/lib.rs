@@ -26,6 +26,7 @@ pub mod mpo;
 pub mod own_origin;
 pub mod ready;
 mod recovery;
+pub mod stable;
 pub mod timing;
 pub mod transfer;
 mod wiring;
@@ -69,6 +70,8 @@ pub struct Node<S: CabStorage> {
     views: Vec<View>,
     /// MPO messages for other shards (see [`mpo`]).
     mpo_out: Vec<MpoMessage>,
+    /// Stable times (see [`stable`]).
+    stable: stable::StableTimes,
     /// What the committed order waits on, and when to ask next
     /// ([`Node::mpo_chase`]).
     mpo_chasing: mpo::Chasing,

@@ -68,6 +68,7 @@ impl<S: CabStorage> Node<S> {
             timing,
             membership,
         );
+        node.stable = crate::stable::StableTimes::new(&config.stable);
         node.aim_at_group();
         Ok(node)
     }
@@ -110,6 +111,7 @@ impl<S: CabStorage> Node<S> {
             early: Vec::new(),
             views: Vec::new(),
             mpo_out: Vec::new(),
+            stable: crate::stable::StableTimes::default(),
             mpo_chasing: crate::mpo::Chasing::default(),
             refused_frames: 0,
             ticks_since_adoption: 0,
@@ -215,6 +217,7 @@ impl<S: CabStorage> Node<S> {
             timing,
             membership,
         );
+        node.stable = crate::stable::StableTimes::new(&config.stable);
         node.retained = covered.into_iter().collect();
         node.directory = directory;
         node.aim_at_group();

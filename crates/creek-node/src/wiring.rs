@@ -123,6 +123,11 @@ impl<S: CabStorage> Node<S> {
                 self.gossip.set_tick_scale(self.timing.scale());
             }
             PeerMessage::Snapshot(m) => self.on_snapshot(from, m),
+            PeerMessage::Stable(s) => {
+                if self.membership.accepts(from) {
+                    self.on_stable(from, s);
+                }
+            }
         }
         self.turn();
     }
@@ -174,6 +179,7 @@ impl<S: CabStorage> Node<S> {
             return;
         }
         self.replica.tick(now_us);
+        self.stable_tick(now_us);
         self.replica.expire_sessions(now_us, self.cab.is_leader());
         self.gossip.tick();
         self.reclaim_tick(now_us);

@@ -183,9 +183,12 @@ pub fn put_time(reads: &mut Reads, time: u64) {
     }
 }
 
+/// One key's value in a shard's reads (`None`: absent).
+pub type Read = (Bytes, Option<Bytes>);
+
 /// A shard's reads split into its verdict entry's value, its commit-time
 /// proposal (0 if it sent none) and its keys' values.
-pub fn split_reads(reads: &Reads) -> (Option<Bytes>, u64, &[(Bytes, Option<Bytes>)]) {
+pub fn split_reads(reads: &Reads) -> (Option<Bytes>, u64, &[Read]) {
     let (verdict, rest) = match reads.split_first() {
         Some(((k, v), rest)) if k.as_ref() == VERDICT_KEY => (v.clone(), rest),
         _ => (None, &reads[..]),

@@ -62,6 +62,8 @@ pub enum BPos {
     Pending(u64, OpId),
 }
 
+// One per baseline replica, built once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Exec {
     Basic(BasicEngine<ExecKey, BPos>),
     Mvcc(MvccExecutor<ExecKey, BPos>),
@@ -489,7 +491,10 @@ impl SimReplica for BaselineNode {
             }
             // The baselines keep the configured consensus timing and a
             // fixed membership.
-            PeerMessage::Probe(_) | PeerMessage::Hello(_) | PeerMessage::Snapshot(_) => {}
+            PeerMessage::Probe(_)
+            | PeerMessage::Hello(_)
+            | PeerMessage::Snapshot(_)
+            | PeerMessage::Stable(_) => {}
         }
         self.turn();
     }

@@ -208,6 +208,11 @@ pub struct SimConfig {
     /// of its shard with the session's read time: a weak one with its
     /// snapshot view alone, a strong one with all three views. 0: none.
     pub snapshot_reads: f64,
+    /// Stable times (docs/snapshot-reads.md): every replica reports its
+    /// applied time to its group and a shard's leader publishes its
+    /// shard's stable time this often, and an idle leader commits a clock
+    /// no-op (µs); 0: off.
+    pub stable_every_us: u64,
     /// Cores per replica.
     pub cores: usize,
     /// PRNG seed.
@@ -303,6 +308,7 @@ impl Default for SimConfig {
             cross_shard: 0.0,
             mpo_order: creek_core::MpoOrder::Sequencer,
             snapshot_reads: 0.0,
+            stable_every_us: 0,
             cores: 4,
             seed: 1,
             workload: "kv".into(),

@@ -87,6 +87,14 @@ pub trait SimReplica: Send + Sync {
     fn commit_times(&self) -> &[u64] {
         &[]
     }
+    /// Its group's and the global stable time as it knows them (0, 0:
+    /// none; docs/snapshot-reads.md).
+    fn stable_times(&self) -> (u64, u64) {
+        (0, 0)
+    }
+    /// The clients stopped: commit nothing of its own accord from now on,
+    /// in this life and the next (clock no-ops), so the cluster settles.
+    fn stop_clock_noops(&mut self) {}
     /// How many committed ops have their final execution (a prefix).
     fn finalized(&self) -> u64;
     /// Ops known here and not yet committed.
@@ -234,6 +242,8 @@ pub enum MpoInput {
     Reads(MpoId, u32, Reads),
     /// Shard `.1`'s timestamp for the MPO (the genuine multicast).
     Timestamp(MpoId, u32, u64),
+    /// Shard `.0`'s stable time.
+    Stable(u32, u64),
 }
 
 impl ReplicaCounts {

@@ -81,6 +81,47 @@ fn snapshot_reads_pass_every_check() {
     }
 }
 
+/// Stable times across shards: the global stable time moves past every
+/// strong op's commit time (each becomes visible in it), on one group and
+/// on four shards, and runs with them under every fault pass every check.
+#[test]
+fn the_global_stable_time_passes_every_commit() {
+    for shards in [1, 4] {
+        let cfg = SimConfig {
+            shards,
+            stable_every_us: 5_000,
+            faults: Faults::parse("none").unwrap(),
+            ..config("kv", 7)
+        };
+        let (report, ok) = simulate(&cfg).unwrap();
+        assert!(ok, "{shards} shards: {}", report["violations"]);
+        let strong_finals = report["latency_us"]["stable"]["count"].as_u64().unwrap();
+        let visible = report["stable"]["visibility_us"]["count"].as_u64().unwrap();
+        assert!(
+            strong_finals > 50,
+            "{shards} shards: {}",
+            report["latency_us"]
+        );
+        assert_eq!(
+            visible, strong_finals,
+            "{shards} shards: {}",
+            report["stable"]
+        );
+    }
+    for seed in 0..3 {
+        let cfg = SimConfig {
+            shards: 2,
+            replicas: 3,
+            cross_shard: 0.3,
+            snapshot_reads: 0.3,
+            stable_every_us: 5_000,
+            ..config("bank", seed)
+        };
+        let (report, ok) = simulate(&cfg).unwrap();
+        assert!(ok, "bank seed {seed}: {}", report["violations"]);
+    }
+}
+
 /// Each planted bug is caught within a few dozen seeds: the checkers can
 /// fail. (Seeds stop at the first that catches it; forgetting the unsynced
 /// tail needs a crash right after ops went out unsynced, which about one

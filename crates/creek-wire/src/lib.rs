@@ -40,6 +40,19 @@ pub enum PeerMessage {
     Hello(Hello),
     /// State transfer: a checkpoint fetched from a peer in chunks.
     Snapshot(SnapshotMessage),
+    /// Stable times: how far the sender has applied its group's committed
+    /// order, and the global stable time it knows (docs/snapshot-reads.md).
+    Stable(Stable),
+}
+
+/// A replica's report to its group's peers, every stable-time interval:
+/// two scalars, as Wren's stabilization messages carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stable {
+    /// The commit time of the sender's last final entry (µs).
+    pub applied_us: u64,
+    /// The global stable time the sender knows (µs; 0: none).
+    pub global_us: u64,
 }
 
 /// A replica's identity in its cluster. A replica draws a random `nonce`

@@ -126,6 +126,8 @@ fn arb_msg() -> impl Strategy<Value = PeerMessage> {
         1 => any::<u64>().prop_map(|through| PeerMessage::Cab(CabMessage::Compact { through })),
         1 => (any::<u64>(), any::<bool>(), any::<u64>())
             .prop_map(|(stamp_us, echo, rtt_us)| PeerMessage::Probe(Probe { stamp_us, echo, rtt_us })),
+        1 => (any::<u64>(), any::<u64>())
+            .prop_map(|(applied_us, global_us)| PeerMessage::Stable(creek_wire::Stable { applied_us, global_us })),
         1 => (
             any::<u64>(),
             prop_oneof![Just(MemberState::Joining), Just(MemberState::Member), Just(MemberState::Lost)],

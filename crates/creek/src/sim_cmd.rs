@@ -36,6 +36,12 @@ pub struct Args {
     /// cut at each view's time (docs/snapshot-reads.md).
     #[arg(long, default_value_t = 0.0)]
     snapshot_reads: f64,
+    /// Stable times every this long (e.g. 5ms; 0: off): replicas report
+    /// their applied times, shards publish their stable times, idle
+    /// leaders commit clock no-ops; the report gives the global stable
+    /// time's lag and visibility latency (docs/snapshot-reads.md).
+    #[arg(long, default_value = "0", value_parser = parse_duration_or_zero)]
+    stable_every: u64,
     /// Cores per replica.
     #[arg(long, default_value_t = 4)]
     cores: usize,
@@ -102,6 +108,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         cross_shard: args.cross_shard,
         mpo_order: args.mpo_order,
         snapshot_reads: args.snapshot_reads,
+        stable_every_us: args.stable_every,
         cores: args.cores,
         seed: args.seed,
         workload: args.workload.clone(),
@@ -158,7 +165,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
                 args.faults,
                 args.clients,
                 args.rate,
-                args.plant_bug.as_ref().map(|b| format!(" --plant-bug {b}")).unwrap_or_default(),
+                extra_flags(args),
                 report["violations"]
             );
             failed.push(seed);
@@ -175,4 +182,26 @@ pub fn run(args: &Args) -> Result<bool, String> {
         }
     );
     Ok(failed.is_empty())
+}
+
+/// The flags of a run's reproduce line beyond those every line names:
+/// those given other than their defaults.
+fn extra_flags(args: &Args) -> String {
+    let mut out = String::new();
+    if args.cross_shard > 0.0 {
+        out += &format!(" --cross-shard {}", args.cross_shard);
+    }
+    if args.mpo_order != creek_core::MpoOrder::Sequencer {
+        out += " --mpo-order genuine";
+    }
+    if args.snapshot_reads > 0.0 {
+        out += &format!(" --snapshot-reads {}", args.snapshot_reads);
+    }
+    if args.stable_every > 0 {
+        out += &format!(" --stable-every {}us", args.stable_every);
+    }
+    if let Some(b) = &args.plant_bug {
+        out += &format!(" --plant-bug {b}");
+    }
+    out
 }

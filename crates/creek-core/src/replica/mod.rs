@@ -778,6 +778,23 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
     }
 
+    /// As its group's leader, with stable times every `every_us`: commit a
+    /// clock no-op if the last commit time is older than `now_us - every_us`
+    /// and no strong op of this replica is in flight, so the commit times
+    /// (and the stable times built on them) move while nothing is written
+    /// (docs/snapshot-reads.md). Returns whether it issued one.
+    pub fn clock_tick(&mut self, now_us: u64, every_us: u64) -> bool {
+        self.now_us = self.now_us.max(now_us);
+        let idle = self.last_commit_time().saturating_add(every_us) < now_us;
+        if every_us == 0 || !idle || !self.own_strong_tentative.is_empty() {
+            return false;
+        }
+        self.counters.stabilizer_noops += 1;
+        let call = ProcCall::new(NOOP, creek_types::value::encode_args(&[]));
+        self.invoke_op(call, true, Views::STRONG, false, now_us);
+        true
+    }
+
     /// The next execution to run, if any is ready. Call repeatedly to run
     /// several at once.
     pub fn next_execution(&mut self) -> Option<Task<ExecKey>> {

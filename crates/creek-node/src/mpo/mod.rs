@@ -132,6 +132,16 @@ pub enum MpoMessage {
         /// The timestamp.
         ts: u64,
     },
+    /// Shard `from`'s stable time, for every replica of each shard in
+    /// `to` ([`Node::stable_from`] there; docs/snapshot-reads.md).
+    Stable {
+        /// This replica's shard.
+        from: u32,
+        /// The cluster's other shards.
+        to: Vec<u32>,
+        /// The shard's stable time.
+        time: u64,
+    },
 }
 
 impl MpoMessage {

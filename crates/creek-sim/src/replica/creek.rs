@@ -388,6 +388,7 @@ impl SimReplica for CreekReplica {
                 MpoInput::Sequenced(mpo, index) => n.mpo_sequenced(mpo, index),
                 MpoInput::Reads(mpo, shard, reads) => n.mpo_reads(mpo, shard, reads),
                 MpoInput::Timestamp(mpo, shard, ts) => n.mpo_timestamp(mpo, shard, ts),
+                MpoInput::Stable(shard, time) => n.stable_from(shard, time),
             }
         }
         self.collect();
@@ -531,6 +532,20 @@ impl SimReplica for CreekReplica {
 
     fn commit_times(&self) -> &[u64] {
         &self.commit_times
+    }
+
+    fn stop_clock_noops(&mut self) {
+        self.config.stable.no_clock_noops = true;
+        if let Some(n) = self.node.as_mut() {
+            n.stop_clock_noops();
+        }
+    }
+
+    fn stable_times(&self) -> (u64, u64) {
+        self.node.as_ref().map_or((0, 0), |n| {
+            let st = n.stable_times();
+            (st.group(), st.global())
+        })
     }
 
     /// 0 while down: its memory is gone.

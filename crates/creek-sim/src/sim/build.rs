@@ -97,7 +97,11 @@ impl Sim {
                 let spare = !ids.contains(&me);
                 let group: Vec<ReplicaId> =
                     ids.iter().copied().chain(spare.then_some(me)).collect();
-                let (config, setup) = node_config(&cfg, me, &group);
+                let (mut config, setup) = node_config(&cfg, me, &group);
+                if cfg.shards > 1 && !is_directory {
+                    config.stable.shard = Some((base / per_shard) as u32);
+                    config.stable.shards = (0..cfg.shards as u32).collect();
+                }
                 let storage = MemCabStorage::new(voters.clone());
                 let node: Box<dyn SimReplica> = match cfg.protocol {
                     Protocol::Creek if spare => {
@@ -191,6 +195,7 @@ impl Sim {
             trace: 0xCBF2_9CE4_8422_2325,
             faults,
             traffic: Traffic::default(),
+            stable: Default::default(),
             running_clients: true,
             setup_pending: 0,
             setup_backlog: VecDeque::new(),
@@ -275,6 +280,7 @@ fn node_config(cfg: &SimConfig, me: ReplicaId, group: &[ReplicaId]) -> (NodeConf
     config.replica.session_ttl_us = cfg.session_ttl_us;
     config.replica.mpo_order = cfg.mpo_order;
     config.tick_us = cfg.tick_us;
+    config.stable.every_us = cfg.stable_every_us;
     if cfg.faults.crashes() && cfg.checkpoint_every_us > 0 {
         config.checkpoint_every_ticks = (cfg.checkpoint_every_us / cfg.tick_us).max(1);
     }

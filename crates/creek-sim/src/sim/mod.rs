@@ -36,7 +36,7 @@ mod mpo;
 mod outcome;
 
 use directory::{Dir, OPERATOR_CLIENT};
-pub use outcome::{DirectoryEnd, Outcome, Readings, Totals, Traffic};
+pub use outcome::{DirectoryEnd, Outcome, Readings, StableSeen, Totals, Traffic};
 
 enum Ev {
     Deliver {
@@ -273,6 +273,7 @@ pub struct Sim {
     trace: u64,
     faults: FaultCounts,
     traffic: Traffic,
+    stable: StableSeen,
     running_clients: bool,
     /// Setup calls without their final view yet.
     setup_pending: usize,
@@ -384,6 +385,11 @@ impl Sim {
                         "not settled at {} us: quiet {quiet:?} lag {lag:?}",
                         self.now
                     );
+                    for (i, quiet, _) in &quiet {
+                        if !quiet {
+                            eprintln!("  replica {i}: {}", self.nodes[*i].node.debug());
+                        }
+                    }
                 }
             }
         }
@@ -451,6 +457,7 @@ impl Sim {
                         self.after(i);
                     }
                 }
+                self.sample_stable();
                 self.schedule(self.now + self.cfg.tick_us, Ev::Tick);
             }
             Ev::ExecDone { node, epoch, done } => {
@@ -495,6 +502,10 @@ impl Sim {
                 self.readings.end = self.totals();
                 self.ended = true;
                 self.running_clients = false;
+                // Clock no-ops would keep the cluster from ever settling.
+                for n in &mut self.nodes {
+                    n.node.stop_clock_noops();
+                }
                 self.net.heal();
                 self.net.loss = 0.0;
                 self.net.duplicate = 0.0;
@@ -505,6 +516,34 @@ impl Sim {
                     }
                 }
             }
+        }
+    }
+
+    /// Each shard's largest known global stable time, after a tick: its
+    /// growth and its lag behind the virtual clock.
+    fn sample_stable(&mut self) {
+        if self.cfg.stable_every_us == 0 {
+            return;
+        }
+        let shards = self.cfg.shards;
+        self.stable.global.resize(shards, Vec::new());
+        for s in 0..shards {
+            // The replica that knows the largest, with its own clock (the
+            // times are the replicas' clocks').
+            let best = self
+                .group_slots(s)
+                .filter(|&i| self.nodes[i].node.is_up())
+                .map(|i| (self.nodes[i].node.stable_times().1, i))
+                .max();
+            let Some((global, i)) = best.filter(|(g, _)| *g > 0) else {
+                continue;
+            };
+            let lag = self.local_time(i).saturating_sub(global);
+            let seen = &mut self.stable.global[s];
+            if seen.last().is_none_or(|(_, g)| *g < global) {
+                seen.push((self.now, global));
+            }
+            self.stable.lag_us.push(lag);
         }
     }
 
@@ -680,6 +719,7 @@ impl Sim {
             | PeerMessage::Probe(_)
             | PeerMessage::Hello(_)
             | PeerMessage::Snapshot(_) => self.traffic.cab_bytes += frame.len() as u64,
+            PeerMessage::Stable(_) => self.traffic.stable_bytes += frame.len() as u64,
         }
         for at in self
             .net

@@ -194,6 +194,17 @@ impl Sim {
                         }
                     }
                 }
+                MpoMessage::Stable { from, to, time } => {
+                    for t in to {
+                        for j in self.member_slots(t as usize) {
+                            // Two varints and a frame header, as a peer
+                            // message carries them.
+                            self.traffic.stable_bytes += 2 + 2 * 5;
+                            let input = MpoInput::Stable(from, time);
+                            self.mpo_send(i, j, MpoNet::Input(input));
+                        }
+                    }
+                }
                 MpoMessage::Timestamp { mpo, from, to, ts } => {
                     if !sends {
                         continue;

@@ -10,6 +10,21 @@ pub struct Traffic {
     pub gossip_bytes: u64,
     /// CAB frame bytes (link probes included).
     pub cab_bytes: u64,
+    /// Stable-time bytes: the reports within groups and the shards'
+    /// publications to each other (docs/snapshot-reads.md).
+    pub stable_bytes: u64,
+}
+
+/// The global stable time as the run went: per shard, each time the
+/// largest any of its replicas knew grew, `(virtual time, global stable
+/// time)`; and every tick, each shard's lag (its replicas' largest known
+/// global stable time behind the virtual clock, µs).
+#[derive(Clone, Debug, Default)]
+pub struct StableSeen {
+    /// Per shard, the growth of its replicas' largest known global time.
+    pub global: Vec<Vec<(u64, u64)>>,
+    /// Lag samples, µs.
+    pub lag_us: Vec<u64>,
 }
 
 /// Cumulative counters over every replica at one moment, for measuring a
@@ -36,6 +51,7 @@ impl Totals {
             traffic: Traffic {
                 gossip_bytes: self.traffic.gossip_bytes - earlier.traffic.gossip_bytes,
                 cab_bytes: self.traffic.cab_bytes - earlier.traffic.cab_bytes,
+                stable_bytes: self.traffic.stable_bytes - earlier.traffic.stable_bytes,
             },
         }
     }
@@ -71,6 +87,8 @@ pub struct Outcome {
     pub faults: FaultCounts,
     /// Bytes on the wire.
     pub traffic: Traffic,
+    /// The stable times seen (docs/snapshot-reads.md).
+    pub stable: StableSeen,
     /// Hash of the sequence of processed events and the final orders.
     pub trace_hash: u64,
     /// The registry the replicas ran.
@@ -271,6 +289,7 @@ impl Sim {
             prefix_violation: self.prefix_violation,
             faults: self.faults,
             traffic: self.traffic,
+            stable: self.stable,
             trace_hash: self.trace,
             registry: self.registry,
             duration_us: self.cfg.duration_us,

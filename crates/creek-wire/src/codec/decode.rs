@@ -326,6 +326,10 @@ impl Reader<'_> {
                 echo: kind == KIND_PROBE_ECHO,
             }),
             kind @ (KIND_HELLO | KIND_HELLO_REPLY) => PeerMessage::Hello(self.hello(kind)?),
+            KIND_STABLE => PeerMessage::Stable(Stable {
+                applied_us: self.varint()?,
+                global_us: self.varint()?,
+            }),
             KIND_SNAPSHOT_FETCH => PeerMessage::Snapshot(SnapshotMessage::Fetch {
                 transfer: self.varint()?,
                 min_index: self.varint()?,

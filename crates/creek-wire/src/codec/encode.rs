@@ -110,7 +110,9 @@ fn check(msg: &PeerMessage, limits: &Limits) -> Result<(), EncodeError> {
         PeerMessage::Gossip(GossipMessage::Pull { ids: list })
         | PeerMessage::Cab(CabMessage::Forward { ids: list }) => ids(list),
         PeerMessage::Cab(CabMessage::Raft(payload)) => over(Limit::RaftBytes, payload.len()),
-        PeerMessage::Probe(_) | PeerMessage::Cab(CabMessage::Compact { .. }) => Ok(()),
+        PeerMessage::Probe(_)
+        | PeerMessage::Stable(_)
+        | PeerMessage::Cab(CabMessage::Compact { .. }) => Ok(()),
         PeerMessage::Hello(h) => over(
             Limit::IdsPerMessage,
             h.founders.len().max(h.group.len()).max(h.voters.len()),
@@ -213,6 +215,11 @@ fn write_msg<S: Sink>(s: &mut S, msg: &PeerMessage) {
             s.put_byte(if p.echo { KIND_PROBE_ECHO } else { KIND_PROBE });
             s.put_varint(p.stamp_us);
             s.put_varint(p.rtt_us);
+        }
+        PeerMessage::Stable(st) => {
+            s.put_byte(KIND_STABLE);
+            s.put_varint(st.applied_us);
+            s.put_varint(st.global_us);
         }
         PeerMessage::Hello(h) => {
             s.put_byte(if h.reply {

@@ -29,6 +29,7 @@
 //! | 0x22 | [`Probe`] (its echo)      | `stamp_us`, `rtt_us`                           |
 //! | 0x23 | [`Hello`]                 | `nonce: u64le`, `state` (1 byte: 0 joining, 1 member, 2 lost), `count` (≤ `ids_per_message_max`), `count` × (`origin`, `nonce: u64le`), `term`, `peer_seq`, `reserved`, `peer_reserved`, `floor`, `last_index`, the group and then its voters, each `count` (≤ `ids_per_message_max`), `count` × `replica`; `conf_index`, `len`, `len` bytes (the directory, as the checkpoint's group section writes it) |
 //! | 0x24 | [`Hello`] (a reply)       | as 0x23                                        |
+//! | 0x25 | [`Stable`]                | `applied_us`, `global_us`                      |
 //! | 0x31 | [`SnapshotMessage::Fetch`] | `transfer`, `min_index`, `offset`            |
 //! | 0x32 | [`SnapshotMessage::Chunk`] | `transfer`, `index`, `term`, `total_len`, `checksum: u32le`, `offset`, `len`, `len` bytes |
 //! | 0x33 | [`SnapshotMessage::Refused`] | `transfer`, `retry` (1 byte: 0 or 1)       |
@@ -125,7 +126,7 @@ use creek_types::ProcCall;
 
 use crate::{
     CabMessage, GossipMessage, Hello, MemberState, PeerMessage, Probe, SnapshotChunk,
-    SnapshotMessage,
+    SnapshotMessage, Stable,
 };
 
 /// Version of the frame format, the first byte of every frame.
@@ -139,6 +140,7 @@ const KIND_FORWARD: u8 = 0x12;
 const KIND_COMPACT: u8 = 0x13;
 const KIND_PROBE: u8 = 0x21;
 const KIND_PROBE_ECHO: u8 = 0x22;
+const KIND_STABLE: u8 = 0x25;
 const KIND_HELLO: u8 = 0x23;
 const KIND_HELLO_REPLY: u8 = 0x24;
 const KIND_SNAPSHOT_FETCH: u8 = 0x31;

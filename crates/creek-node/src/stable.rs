@@ -1,0 +1,230 @@
+//! Stable times (docs/snapshot-reads.md, "Stable times"): how far every
+//! shard's committed order is applied, as two scalars per message.
+//!
+//! * Every [`StableConfig::every_us`] a replica tells its group's peers
+//!   its **applied time** (the commit time of its last final entry) and
+//!   the global stable time it knows ([`creek_wire::Stable`]).
+//! * A group's **stable time** is the largest time a majority of its
+//!   voters has applied, from their last reports (stale reports only make
+//!   it lower); it never goes backwards here.
+//! * In a cluster of shards, a shard's leader sends its shard's stable
+//!   time to the replicas of every other shard ([`MpoMessage::Stable`]);
+//!   each keeps the largest it heard from each shard. The **global stable
+//!   time** is the least of every shard's (its own included), once every
+//!   shard has been heard from; a replica also takes the largest a peer of
+//!   its group reports. Every shard has applied it at a majority. In a
+//!   cluster of one group it is the group's stable time.
+//! * An idle leader commits a clock no-op when its group's last commit
+//!   time is older than the interval, so the times move while nothing is
+//!   written.
+//!
+//! Invariants (asserted by [`StableTimes::check`]): neither the group's
+//! nor the global stable time decreases, and the global one is never
+//! above the group's.
+
+use std::collections::BTreeMap;
+
+use creek_cab::CabStorage;
+use creek_core::ReplicaId;
+use creek_wire::{PeerMessage, Stable};
+
+use crate::mpo::MpoMessage;
+use crate::Node;
+
+/// Stable-time settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StableConfig {
+    /// How often a replica reports its applied time, a shard's leader
+    /// publishes its shard's stable time, and an idle leader commits a
+    /// clock no-op (µs); 0: stable times off.
+    pub every_us: u64,
+    /// This replica's shard in a cluster of shards (`None`: a cluster of
+    /// one group, or the directory group).
+    pub shard: Option<u32>,
+    /// Every shard of the cluster (this one included).
+    pub shards: Vec<u32>,
+    /// No clock no-ops (the simulator's settling phase, which needs a
+    /// cluster that stops committing once its clients stop).
+    pub no_clock_noops: bool,
+}
+
+/// What one replica knows of the stable times.
+#[derive(Debug, Default)]
+pub struct StableTimes {
+    config: StableConfig,
+    next_us: u64,
+    /// Each peer's last report: (applied, global).
+    peers: BTreeMap<ReplicaId, (u64, u64)>,
+    /// This replica's shard and the cluster's other shards (none: a
+    /// cluster of one group, or the directory group).
+    shard: Option<u32>,
+    others: BTreeMap<u32, u64>,
+    group: u64,
+    global: u64,
+    /// Clock no-ops this replica issued.
+    clock_noops: u64,
+}
+
+impl StableTimes {
+    pub(crate) fn new(config: &StableConfig) -> Self {
+        let others = match config.shard {
+            Some(me) => config
+                .shards
+                .iter()
+                .filter(|s| **s != me)
+                .map(|s| (*s, 0))
+                .collect(),
+            None => BTreeMap::new(),
+        };
+        StableTimes {
+            config: config.clone(),
+            shard: config.shard,
+            others,
+            ..StableTimes::default()
+        }
+    }
+
+    /// The group's stable time known here.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// The global stable time known here.
+    pub fn global(&self) -> u64 {
+        self.global
+    }
+
+    /// Clock no-ops this replica issued.
+    pub fn clock_noops(&self) -> u64 {
+        self.clock_noops
+    }
+
+    /// The stable time each other shard published, as heard here (0: not
+    /// yet).
+    pub fn others(&self) -> &BTreeMap<u32, u64> {
+        &self.others
+    }
+
+    fn on_report(&mut self, from: ReplicaId, report: Stable) {
+        let seen = self.peers.entry(from).or_default();
+        seen.0 = seen.0.max(report.applied_us);
+        seen.1 = seen.1.max(report.global_us);
+    }
+
+    /// Recompute the group's and the global stable time from `applied`
+    /// (this replica's) and the voters' reports.
+    fn update(&mut self, me: ReplicaId, applied: u64, voters: &[ReplicaId]) {
+        let mut times: Vec<u64> = voters
+            .iter()
+            .map(|v| {
+                if *v == me {
+                    applied
+                } else {
+                    self.peers.get(v).map_or(0, |p| p.0)
+                }
+            })
+            .collect();
+        if !times.is_empty() {
+            times.sort_unstable_by(|a, b| b.cmp(a));
+            let majority = times.len() / 2;
+            self.group = self.group.max(times[majority]);
+        }
+        let heard = self.peers.values().map(|p| p.1).max().unwrap_or(0);
+        let mine = if self.shard.is_none() {
+            self.group
+        } else if self.others.values().all(|t| *t > 0) {
+            self.others.values().copied().fold(self.group, u64::min)
+        } else {
+            0
+        };
+        self.global = self.global.max(mine).max(heard.min(self.group));
+    }
+
+    /// The invariants: see the module's text.
+    pub(crate) fn check(&self, before: (u64, u64)) -> Result<(), String> {
+        if self.group < before.0 || self.global < before.1 {
+            return Err(format!(
+                "stable times went back: group {} → {}, global {} → {}",
+                before.0, self.group, before.1, self.global
+            ));
+        }
+        if self.global > self.group {
+            return Err(format!(
+                "the global stable time {} is above the group's {}",
+                self.global, self.group
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<S: CabStorage> Node<S> {
+    /// Shard `shard` published stable time `time` (a message from another
+    /// group).
+    pub fn stable_from(&mut self, shard: u32, time: u64) {
+        if let Some(t) = self.stable.others.get_mut(&shard) {
+            *t = (*t).max(time);
+        }
+    }
+
+    /// Commit no more clock no-ops (see [`StableConfig::no_clock_noops`]).
+    pub fn stop_clock_noops(&mut self) {
+        self.stable.config.no_clock_noops = true;
+    }
+
+    /// The stable times known here.
+    pub fn stable_times(&self) -> &StableTimes {
+        &self.stable
+    }
+
+    pub(crate) fn on_stable(&mut self, from: ReplicaId, report: Stable) {
+        self.stable.on_report(from, report);
+    }
+
+    /// A tick: recompute, report to the group's peers and publish to the
+    /// other shards when due, and commit a clock no-op if this replica
+    /// leads an idle group.
+    pub(crate) fn stable_tick(&mut self, now_us: u64) {
+        let every = self.stable.config.every_us;
+        if every == 0 {
+            return;
+        }
+        let before = (self.stable.group, self.stable.global);
+        let me = self.id();
+        let group = self.group();
+        let applied = self.replica.applied_time();
+        self.stable.update(me, applied, &group.voters);
+        if let Err(e) = self.stable.check(before) {
+            debug_assert!(false, "{e}");
+        }
+        if now_us < self.stable.next_us {
+            return;
+        }
+        self.stable.next_us = now_us + every;
+        let report = Stable {
+            applied_us: applied,
+            global_us: self.stable.global,
+        };
+        for peer in group.voters.iter().chain(&group.learners) {
+            if *peer != me {
+                self.early.push((*peer, PeerMessage::Stable(report)));
+            }
+        }
+        if !self.cab.is_leader() {
+            return;
+        }
+        if let (Some(shard), false) = (self.stable.shard, self.stable.others.is_empty()) {
+            self.mpo_out.push(MpoMessage::Stable {
+                from: shard,
+                to: self.stable.others.keys().copied().collect(),
+                time: self.stable.group,
+            });
+        }
+        if self.stable.config.no_clock_noops {
+            return;
+        }
+        if self.replica.clock_tick(now_us, every) {
+            self.stable.clock_noops += 1;
+        }
+    }
+}
