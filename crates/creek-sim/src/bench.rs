@@ -77,6 +77,7 @@ pub fn measured(history: &History, window: Window) -> Vec<&OpRecord> {
 /// Latency percentiles by level and view: `weak_tentative`, `weak_final`,
 /// `strong_tentative`, `strong_stable` (time from invocation to the first
 /// tentative view, and to the final view, whether stable or confirmation),
+/// `snapshot` (to the snapshot view, docs/snapshot-reads.md),
 /// and `response`: every op, to the view its client waited for
 /// ([`completed_at`]) — the one latency of protocols that answer once.
 pub fn latency_series(ops: &[&OpRecord]) -> Json {
@@ -95,7 +96,15 @@ pub fn latency_series(ops: &[&OpRecord]) -> Json {
         }
     }
     let [wt, wf, st, ss] = series;
+    let snapshot: Vec<u64> = ops
+        .iter()
+        .filter_map(|op| {
+            let v = op.views.iter().find(|v| v.kind == creek_core::ViewKind::Snapshot)?;
+            Some(v.at_us - op.invoked_at_us)
+        })
+        .collect();
     json!({
+        "snapshot": percentiles(snapshot),
         "weak_tentative": percentiles(wt),
         "weak_final": percentiles(wf),
         "strong_tentative": percentiles(st),

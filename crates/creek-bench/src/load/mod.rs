@@ -75,6 +75,14 @@ pub struct Common {
     /// multicast among their shards only, measured against it).
     #[arg(long, default_value = "sequencer", value_parser = creek_core::MpoOrder::parse)]
     pub(crate) mpo_order: creek_core::MpoOrder,
+    /// The share of read-only ops issued at the snapshot level (sim): the
+    /// committed state at the replica's applied time, never ordered
+    /// (docs/snapshot-reads.md).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) snapshot_reads: f64,
+    /// Stable times every this long (sim; e.g. 5ms; 0: off).
+    #[arg(long, default_value = "0", value_parser = crate::flags::parse_duration_or_zero)]
+    pub(crate) stable_every: u64,
     /// One-way link latency range in microseconds, `MIN-MAX` (sim).
     #[arg(long, default_value = "200-300")]
     link_us: String,

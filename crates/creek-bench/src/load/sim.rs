@@ -60,6 +60,8 @@ pub(super) fn run(p: &Plan, progress: &Progress, emit: Emit<'_>) -> Result<(), S
             linger_us: 0,
             cross_shard: cross,
             mpo_order: p.common.mpo_order,
+            snapshot_reads: p.common.snapshot_reads,
+            stable_every_us: p.common.stable_every,
             ..SimConfig::default()
         };
         let bar = *progress;

@@ -151,6 +151,7 @@ impl Sim {
                     installed: 0,
                     disk_wake_at: None,
                     next_invariants_at: 0,
+                    loop_free_at: 0,
                 });
             }
         }

@@ -92,6 +92,12 @@ enum Ev {
     MpoRelease {
         mpo: creek_procs::mpo::MpoId,
     },
+    /// A snapshot view leaves its replica (`Sim::snapshot_view_later`).
+    View {
+        node: usize,
+        epoch: u64,
+        view: creek_core::View,
+    },
     End,
 }
 
@@ -115,6 +121,7 @@ impl Ev {
             Ev::Mpo { to, .. } => 16 + 32 * (*to as u64),
             Ev::MpoSweep => 17,
             Ev::MpoRelease { mpo } => 18 + 32 * mpo.seq,
+            Ev::View { node, .. } => 19 + 32 * (*node as u64),
             Ev::End => 8,
         }
     }
@@ -144,6 +151,8 @@ struct SimNode {
     stalled_until: u64,
     /// Its place in the replica group.
     slot: Slot,
+    /// Its loop is busy with snapshot reads until this time.
+    loop_free_at: u64,
 }
 
 /// A replica's place in the group (membership changes, `--faults member`).
@@ -498,6 +507,12 @@ impl Sim {
                     self.after(node);
                 }
             }
+            Ev::View { node, epoch, view } => {
+                // A crash lost the views its loop had not sent.
+                if self.nodes[node].epoch == epoch && self.nodes[node].node.is_up() {
+                    self.deliver_view(node, view);
+                }
+            }
             Ev::End => {
                 self.readings.end = self.totals();
                 self.ended = true;
@@ -516,6 +531,65 @@ impl Sim {
                     }
                 }
             }
+        }
+    }
+
+    /// A snapshot read ran on the replica's loop when it was answered, one
+    /// after another, not on a core: its view leaves once the loop has run
+    /// it (the procedure's cost after the loop is free).
+    fn snapshot_view_later(&mut self, i: usize, v: creek_core::View) {
+        let Some(&index) = self.nodes[i].handles.get(&v.handle) else {
+            return;
+        };
+        let cost = self.cfg.cost_of(&self.history.ops[index].call.name);
+        let n = &mut self.nodes[i];
+        let done = n.loop_free_at.max(self.now) + cost;
+        n.loop_free_at = done;
+        n.busy_us += cost;
+        let epoch = n.epoch;
+        self.schedule(done, Ev::View { node: i, epoch, view: v });
+    }
+
+    /// View `v` of replica `i` reaches its client: recorded, and the
+    /// client released if it was the last it waits for.
+    fn deliver_view(&mut self, i: usize, v: creek_core::View) {
+        let Some(&index) = self.nodes[i].handles.get(&v.handle) else {
+            return;
+        };
+        let record = &mut self.history.ops[index];
+        let is_final = v.kind.is_final();
+        if v.time != 0 {
+            let shard = i / self.per_shard;
+            let seen = self
+                .clients
+                .get_mut(record.client as usize)
+                .and_then(|c| c.read_times.get_mut(shard));
+            if let Some(t) = seen {
+                *t = (*t).max(v.time);
+            }
+        }
+        let record = &mut self.history.ops[index];
+        record.views.push(SeenView {
+            at_us: self.now,
+            kind: v.kind,
+            outcome: v.outcome,
+            time: v.time,
+        });
+        let done = is_final
+            || !record.wants_final
+            || (!record.strong && self.cfg.weak_answer_on_preliminary);
+        if is_final || matches!(v.handle, ExecKey::Local(_)) {
+            self.nodes[i].handles.remove(&v.handle);
+        }
+        if done {
+            // Answered after one send: the next request acknowledges it.
+            let (client, rid) = (record.client as usize, record.call.request_id);
+            if let (Some(c), Some(rid)) = (self.clients.get_mut(client), rid) {
+                if c.pending == Some(index) {
+                    c.acks.push(rid.seq);
+                }
+            }
+            self.release_client(index);
         }
     }
 
@@ -572,42 +646,10 @@ impl Sim {
         let outbox = node.take_outbox();
         let mpo_messages = node.take_mpo();
         for v in views {
-            let Some(&index) = self.nodes[i].handles.get(&v.handle) else {
-                continue;
-            };
-            let record = &mut self.history.ops[index];
-            let is_final = v.kind.is_final();
-            if v.time != 0 {
-                let shard = i / self.per_shard;
-                let seen = self
-                    .clients
-                    .get_mut(record.client as usize)
-                    .and_then(|c| c.read_times.get_mut(shard));
-                if let Some(t) = seen {
-                    *t = (*t).max(v.time);
-                }
-            }
-            record.views.push(SeenView {
-                at_us: self.now,
-                kind: v.kind,
-                outcome: v.outcome,
-                time: v.time,
-            });
-            let done = is_final
-                || !record.wants_final
-                || (!record.strong && self.cfg.weak_answer_on_preliminary);
-            if is_final || matches!(v.handle, ExecKey::Local(_)) {
-                self.nodes[i].handles.remove(&v.handle);
-            }
-            if done {
-                // Answered after one send: the next request acknowledges it.
-                let (client, rid) = (record.client as usize, record.call.request_id);
-                if let (Some(c), Some(rid)) = (self.clients.get_mut(client), rid) {
-                    if c.pending == Some(index) {
-                        c.acks.push(rid.seq);
-                    }
-                }
-                self.release_client(index);
+            if v.kind == creek_core::ViewKind::Snapshot {
+                self.snapshot_view_later(i, v);
+            } else {
+                self.deliver_view(i, v);
             }
         }
         let t = self.nodes[i].node.transfers();
