@@ -25,6 +25,15 @@
 # the specification's remote warehouses, 100 on 2 shards; on wide-area
 # links (4 s): bank, 100 on 2 shards.
 #
+# `scripts/hand-swarm.sh snapshot` runs the swarm of snapshot reads: 2,100
+# seeds where 30 % of read-only ops are at the snapshot level (weak ones
+# to a random replica of their shard with the session's read time; a
+# quarter of the strong ones with all three views) and stable times every
+# 5 ms (reports, publication between shards, clock no-ops): on a LAN, kv
+# 800 and bank 150 and ycsb 150 on one group of 5 replicas (500 ms), kv
+# 500 on 2 shards of 3 (300 ms), bank with 30 % of transfers across 2
+# shards 400 (300 ms); on wide-area links (4 s), kv 100.
+#
 # SWARM_OFFSET=N moves every seed range up by N (another set of seeds than
 # the last run's).
 set -euo pipefail
@@ -59,6 +68,18 @@ ycsb2 creek lan ycsb 200000 100 300ms 2 3
 wan-kv2 creek wan kv 200000 100 4s 2 3"
 fi
 cross=0
+snapshot=0
+stable=0
+if [ "${1:-}" = snapshot ]; then
+  snapshot=0.3
+  stable=5ms
+  plan="snap-kv creek lan kv 400000 800 500ms 1 5
+snap-bank creek lan bank 400000 150 500ms 1 5
+snap-ycsb creek lan ycsb 400000 150 500ms 1 5
+snap-kv2 creek lan kv 400000 500 300ms 2 3
+snap-wan-kv creek wan kv 400000 100 4s 1 5"
+  mpo_plan="snap-mpo2 creek lan bank 400000 400 300ms 2 3"
+fi
 if [ "${1:-}" = mpo ]; then
   cross=0.3
   plan="mpo2 creek lan bank 300000 1600 300ms 2 3
@@ -67,23 +88,29 @@ mpo-tpcc2 creek lan tpcc 300000 100 300ms 2 3
 wan-mpo2 creek wan bank 300000 100 4s 2 3"
 fi
 
-# Chunks of at most 100 seeds, so the two workers stay balanced.
+# Chunks of at most 100 seeds, so the two workers stay balanced; the last
+# field is the chunk's share of operations across shards.
 offset=${SWARM_OFFSET:-0}
-chunks=$(while read -r name proto links workload first count duration shards replicas; do
-  first=$((first + offset))
-  for ((a = first; a < first + count; a += 100)); do
-    b=$((a + 100 < first + count ? a + 100 : first + count))
-    echo "$name-$a $proto $links $workload $a..$b $duration $shards $replicas"
-  done
-done <<< "$plan")
+chunks_of() {
+  while read -r name proto links workload first count duration shards replicas; do
+    [ -n "$name" ] || continue
+    first=$((first + offset))
+    for ((a = first; a < first + count; a += 100)); do
+      b=$((a + 100 < first + count ? a + 100 : first + count))
+      echo "$name-$a $proto $links $workload $a..$b $duration $shards $replicas $2"
+    done
+  done <<< "$1"
+}
+chunks=$(chunks_of "$plan" "$cross"; chunks_of "${mpo_plan:-}" 0.3)
 
 run() {
   "$bin" sim --protocol "$2" --links "$3" --replicas "$8" --shards "$7" --workload "$4" \
-    --cross-shard "$cross" --seeds "$5" --duration "$6" --faults all --json \
+    --cross-shard "$9" --snapshot-reads "$snapshot" --stable-every "$stable" \
+    --seeds "$5" --duration "$6" --faults all --json \
     > "$logs/$1.jsonl" 2> "$logs/$1.err" || true
 }
 export -f run
-export bin logs cross
+export bin logs snapshot stable
 started=$(date +%s)
 echo "$chunks" | xargs -P 2 -L 1 bash -c 'run "$@"' _
 echo "wall time: $(( $(date +%s) - started )) s"
