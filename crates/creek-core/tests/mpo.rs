@@ -154,12 +154,17 @@ fn a_transfer_across_two_shards_commits_at_its_turn_with_the_exchanged_reads() {
     assert_eq!(value(&r2, "b").as_deref(), Some("8"));
     assert_eq!(value(&r2, "a"), None);
     assert_eq!((r1.mpo_last_index(), r2.mpo_last_index()), (1, 1));
-    // Each shard answers a shard that asks again from its record.
-    let verdict = (Bytes::from_static(creek_procs::mpo::VERDICT_KEY), None);
-    assert_eq!(
-        r2.mpo_reads_of(mpo),
-        Some(vec![verdict, (b("b"), Some(b("5")))])
-    );
+    // Each shard answers a shard that asks again from its record: its
+    // verdict, its commit-time proposal, its key's value.
+    let again = r2.mpo_reads_of(mpo).unwrap();
+    let (verdict, proposal, keys) = creek_procs::mpo::split_reads(&again);
+    assert_eq!(verdict, None);
+    assert!(proposal > 0, "{again:?}");
+    assert_eq!(keys, [(b("b"), Some(b("5")))]);
+    assert_eq!(again[0].0, Bytes::from_static(creek_procs::mpo::VERDICT_KEY));
+    // Both shards commit it, their last entry, at one commit time.
+    assert_eq!(r1.last_commit_time(), r2.last_commit_time());
+    assert!(r1.last_commit_time() >= proposal);
     assert!(r1.is_quiescent() && r2.is_quiescent());
     r1.check_invariants().unwrap();
 }
