@@ -290,10 +290,10 @@ mod tests {
     #[test]
     fn other_formats_are_refused_by_name() {
         let mut bytes = encode_checkpoint(&Checkpoint::default());
-        bytes[0] = 3;
+        bytes[0] = 4;
         let e = decode_checkpoint(&bytes).unwrap_err();
         assert!(
-            matches!(&e, StoreError::Corrupt(m) if m.contains("format 3")),
+            matches!(&e, StoreError::Corrupt(m) if m.contains("format 4")),
             "{e}"
         );
     }

@@ -297,7 +297,7 @@ proptest! {
         if with_inputs {
             let other = if me == 1 { "b" } else { "a" };
             let verdicts = vec![(3 - me, Some(encode_answer(&Ok(b("x")))))];
-            call = call.with_inputs(Inputs { index, remote: vec![(b(other), Some(b("4")))], verdicts, time: index * 7 });
+            call = call.with_inputs(Inputs { index, remote: vec![(b(other), Some(b("4")))], verdicts, time: index / 3 + 1 });
         }
         prop_assert_eq!(MpoCall::decode(&call.encode()), Ok(call));
     }
