@@ -161,7 +161,10 @@ fn a_transfer_across_two_shards_commits_at_its_turn_with_the_exchanged_reads() {
     assert_eq!(verdict, None);
     assert!(proposal > 0, "{again:?}");
     assert_eq!(keys, [(b("b"), Some(b("5")))]);
-    assert_eq!(again[0].0, Bytes::from_static(creek_procs::mpo::VERDICT_KEY));
+    assert_eq!(
+        again[0].0,
+        Bytes::from_static(creek_procs::mpo::VERDICT_KEY)
+    );
     // Both shards commit it, their last entry, at one commit time.
     assert_eq!(r1.last_commit_time(), r2.last_commit_time());
     assert!(r1.last_commit_time() >= proposal);

@@ -99,7 +99,10 @@ pub fn latency_series(ops: &[&OpRecord]) -> Json {
     let snapshot: Vec<u64> = ops
         .iter()
         .filter_map(|op| {
-            let v = op.views.iter().find(|v| v.kind == creek_core::ViewKind::Snapshot)?;
+            let v = op
+                .views
+                .iter()
+                .find(|v| v.kind == creek_core::ViewKind::Snapshot)?;
             Some(v.at_us - op.invoked_at_us)
         })
         .collect();

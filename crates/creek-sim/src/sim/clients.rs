@@ -126,8 +126,7 @@ impl Sim {
         // three views, in order); otherwise, and always at share 1 (what
         // benchmarks compare against strong reads), it is read at the
         // snapshot level alone, never ordered.
-        let all_three =
-            request.strong && self.cfg.snapshot_reads < 1.0 && self.rng.chance(0.25);
+        let all_three = request.strong && self.cfg.snapshot_reads < 1.0 && self.rng.chance(0.25);
         if all_three {
             request.views = Views::ALL;
         } else {

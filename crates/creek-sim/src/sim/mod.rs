@@ -547,7 +547,14 @@ impl Sim {
         n.loop_free_at = done;
         n.busy_us += cost;
         let epoch = n.epoch;
-        self.schedule(done, Ev::View { node: i, epoch, view: v });
+        self.schedule(
+            done,
+            Ev::View {
+                node: i,
+                epoch,
+                view: v,
+            },
+        );
     }
 
     /// View `v` of replica `i` reaches its client: recorded, and the
