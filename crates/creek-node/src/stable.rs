@@ -18,7 +18,7 @@
 //!   time is older than the interval, so the times move while nothing is
 //!   written.
 //!
-//! Invariants (asserted by [`StableTimes::check`]): neither the group's
+//! Invariants (asserted at every tick where they are computed): neither the group's
 //! nor the global stable time decreases, and the global one is never
 //! above the group's.
 
