@@ -326,7 +326,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             if !read_only {
                 return Err(InvokeError::SnapshotWrites(request.call.name.to_string()));
             }
-            let now = now_us.max(self.now_us);
+            // The clock as this replica's HLC knows it: peers' clocks ahead
+            // of its own (a server's clock counts from its start) count.
+            let now = now_us.max(self.now_us).max(self.hlc.last().physical_us());
             if request.read_time > now.saturating_add(READ_TIME_AHEAD_MAX_US) {
                 return Err(InvokeError::ReadTimeAhead {
                     read_time: request.read_time,
