@@ -187,3 +187,25 @@ fn commit_times_increase_and_survive_a_checkpoint() {
     assert_eq!(restored.applied_time(), times[2]);
     assert_eq!(restored.last_commit_time(), times[2]);
 }
+
+#[test]
+fn reads_waiting_for_a_replica_behind_are_bounded() {
+    let mut r = replica();
+    let ahead = r.applied_time() + 1_000;
+    for _ in 0..creek_core::replica::SNAPSHOT_PARKED_MAX {
+        r.invoke(Request::snapshot(get("k"), ahead), 1_000).unwrap();
+    }
+    assert_eq!(
+        r.snapshot_reads_parked(),
+        creek_core::replica::SNAPSHOT_PARKED_MAX
+    );
+    let e = r
+        .invoke(Request::snapshot(get("k"), ahead), 1_000)
+        .unwrap_err();
+    assert!(matches!(e, InvokeError::SnapshotBehind(_)), "{e}");
+    // A read this replica has applied far enough for still answers.
+    r.invoke(Request::snapshot(get("k"), 0), 1_000).unwrap();
+    let (views, _) = settle(&mut r);
+    assert_eq!(views.len(), 1);
+    r.check_invariants().unwrap();
+}

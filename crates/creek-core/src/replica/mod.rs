@@ -38,7 +38,7 @@ mod user_calls;
 mod views;
 
 pub use sessions::SessionStats;
-pub use snapshot::READ_TIME_AHEAD_MAX_US;
+pub use snapshot::{READ_TIME_AHEAD_MAX_US, SNAPSHOT_PARKED_MAX};
 pub use user_calls::USER_PROCS_LIST_MAX;
 
 /// Why an invocation is refused. Nothing is applied or broadcast.
@@ -83,6 +83,14 @@ pub enum InvokeError {
         /// The replica's clock.
         now: u64,
     },
+    /// This replica is behind the client's read time and already holds
+    /// [`SNAPSHOT_PARKED_MAX`] snapshot reads waiting for it to catch up:
+    /// retry at another replica.
+    #[error(
+        "replica behind: {0} snapshot reads wait for it to apply their read time; \
+         retry at another replica"
+    )]
+    SnapshotBehind(usize),
 }
 
 /// Protocol counters of one replica.
@@ -334,6 +342,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                     read_time: request.read_time,
                     now,
                 });
+            }
+            let parked = self.snapshot_reads_parked();
+            if request.read_time > self.applied_time() && parked >= SNAPSHOT_PARKED_MAX {
+                return Err(InvokeError::SnapshotBehind(parked));
             }
         }
         if request.call.name.as_ref() == creek_procs::mpo::RUN && !request.strong {

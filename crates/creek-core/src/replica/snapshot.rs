@@ -33,6 +33,12 @@ use crate::op::{Effect, ExecKey, Op, Pos, View, ViewKind};
 /// push a replica's clock, and every commit time after it, arbitrarily far.
 pub const READ_TIME_AHEAD_MAX_US: u64 = 60_000_000;
 
+/// Most snapshot reads a replica parks until it applies their read time;
+/// past it a read that would wait is refused
+/// ([`crate::InvokeError::SnapshotBehind`]), so reads a client gave up on
+/// cannot pile up without bound.
+pub const SNAPSHOT_PARKED_MAX: usize = 16_384;
+
 /// The committed state as a snapshot: final executions only (reads are
 /// never recorded).
 pub(super) struct Committed<'a, E>(pub(super) &'a E);
