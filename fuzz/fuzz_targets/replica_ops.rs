@@ -123,6 +123,7 @@ fuzz_target!(|steps: Vec<Step>| {
                         call,
                         strong,
                         views,
+                        read_time: 0,
                     },
                     now_us,
                 );
@@ -132,6 +133,7 @@ fuzz_target!(|steps: Vec<Step>| {
                     call: ProcCall::new(&name, args),
                     strong,
                     views: Views::BOTH,
+                    read_time: 0,
                 };
                 let _ = node.invoke(request, now_us);
             }
