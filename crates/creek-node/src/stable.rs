@@ -55,9 +55,8 @@ pub struct StableTimes {
     next_us: u64,
     /// Each peer's last report: (applied, global).
     peers: BTreeMap<ReplicaId, (u64, u64)>,
-    /// This replica's shard and the cluster's other shards (none: a
-    /// cluster of one group, or the directory group).
-    shard: Option<u32>,
+    /// The cluster's other shards (none: a cluster of one group, or the
+    /// directory group), each with the largest stable time heard from it.
     others: BTreeMap<u32, u64>,
     group: u64,
     global: u64,
@@ -78,7 +77,6 @@ impl StableTimes {
         };
         StableTimes {
             config: config.clone(),
-            shard: config.shard,
             others,
             ..StableTimes::default()
         }
@@ -130,7 +128,7 @@ impl StableTimes {
             self.group = self.group.max(times[majority]);
         }
         let heard = self.peers.values().map(|p| p.1).max().unwrap_or(0);
-        let mine = if self.shard.is_none() {
+        let mine = if self.config.shard.is_none() {
             self.group
         } else if self.others.values().all(|t| *t > 0) {
             self.others.values().copied().fold(self.group, u64::min)
@@ -213,7 +211,7 @@ impl<S: CabStorage> Node<S> {
         if !self.cab.is_leader() {
             return;
         }
-        if let (Some(shard), false) = (self.stable.shard, self.stable.others.is_empty()) {
+        if let (Some(shard), false) = (self.stable.config.shard, self.stable.others.is_empty()) {
             self.mpo_out.push(MpoMessage::Stable {
                 from: shard,
                 to: self.stable.others.keys().copied().collect(),

@@ -34,6 +34,7 @@ mod restore;
 mod sessions;
 mod skeen;
 mod snapshot;
+mod state;
 mod user_calls;
 mod views;
 
@@ -786,10 +787,16 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         let oldest = self.weak_arrivals.front().and_then(|(t, _)| *t);
         if oldest.is_some_and(|t| self.now_us.saturating_sub(t) >= delay) {
-            self.counters.stabilizer_noops += 1;
-            let call = ProcCall::new(NOOP, creek_types::value::encode_args(&[]));
-            self.invoke_op(call, true, Views::STRONG, false, now_us);
+            self.invoke_noop(now_us);
         }
+    }
+
+    /// A strong no-op with no client: the stabilizer's, and an idle
+    /// leader's clock no-op.
+    fn invoke_noop(&mut self, now_us: u64) {
+        self.counters.stabilizer_noops += 1;
+        let call = ProcCall::new(NOOP, creek_types::value::encode_args(&[]));
+        self.invoke_op(call, true, Views::STRONG, false, now_us);
     }
 
     /// As its group's leader, with stable times every `every_us`: commit a
@@ -803,9 +810,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         if every_us == 0 || !idle || !self.own_strong_tentative.is_empty() {
             return false;
         }
-        self.counters.stabilizer_noops += 1;
-        let call = ProcCall::new(NOOP, creek_types::value::encode_args(&[]));
-        self.invoke_op(call, true, Views::STRONG, false, now_us);
+        self.invoke_noop(now_us);
         true
     }
 

@@ -484,9 +484,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 self.mpos.turn = Some(turn);
                 return Step::Wait; // the state is not yet that at its position
             }
-            let mut local = turn
-                .call
-                .read_local(&op.call, &super::snapshot::Committed(&self.engine));
+            let mut local = turn.call.read_local(
+                &op.call,
+                &super::state::EngineState::committed(&self.engine),
+            );
             turn.time = self.snapshots.proposal(Some(op));
             mpo::put_time(&mut local, turn.time);
             self.effects.push(Effect::MpoReads {

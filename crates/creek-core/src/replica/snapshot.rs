@@ -20,8 +20,7 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
-use creek_exec::{Engine, Outcome, ProcCall, Procedures, SnapshotRead, VersionNo};
+use creek_exec::{Engine, Outcome, ProcCall, Procedures};
 use creek_types::planted::Bug;
 use rustc_hash::FxHashMap;
 
@@ -38,22 +37,6 @@ pub const READ_TIME_AHEAD_MAX_US: u64 = 60_000_000;
 /// ([`crate::InvokeError::SnapshotBehind`]), so reads a client gave up on
 /// cannot pile up without bound.
 pub const SNAPSHOT_PARKED_MAX: usize = 16_384;
-
-/// The committed state as a snapshot: final executions only (reads are
-/// never recorded).
-pub(super) struct Committed<'a, E>(pub(super) &'a E);
-
-impl<E: Engine<ExecKey, Pos>> SnapshotRead for Committed<'_, E> {
-    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
-        (self.0.read_committed(key), VersionNo::ABSENT)
-    }
-
-    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
-        let mut found = Vec::new();
-        self.0.scan_committed(from, to, limit, &mut found);
-        out.extend(found.into_iter().map(|(k, v)| (k, v, VersionNo::ABSENT)));
-    }
-}
 
 /// One snapshot read not answered yet.
 #[derive(Debug)]
@@ -186,12 +169,15 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 return;
             }
             let executed = if self.config.planted.has(Bug::SnapshotServesTentative) {
-                let latest = super::user_calls::Latest(&self.engine);
+                let latest = super::state::EngineState::latest(&self.engine);
                 self.registry
                     .execute(&latest, self.config.txn_limits, &p.call)
             } else {
-                self.registry
-                    .execute(&Committed(&self.engine), self.config.txn_limits, &p.call)
+                self.registry.execute(
+                    &super::state::EngineState::committed(&self.engine),
+                    self.config.txn_limits,
+                    &p.call,
+                )
             };
             p.ready = Some((executed.outcome, applied));
         }

@@ -15,31 +15,16 @@
 //! a local op's writes would never reach the other replicas.
 
 use bytes::Bytes;
-use creek_exec::{Engine, ProcCall, SnapshotRead, VersionNo};
+use creek_exec::{Engine, ProcCall};
 use creek_procs::user_procs::{self, UserProc, PROC_PREFIX};
 use creek_procs::CallError;
 
+use super::state::EngineState;
 use super::Replica;
 use crate::op::{ExecKey, Pos};
 
 /// Most user procedures [`Replica::user_procedures`] lists.
 pub const USER_PROCS_LIST_MAX: usize = 4096;
-
-/// An engine's latest state as a snapshot, for invoke-time checks. Its
-/// reads are never recorded (every version reads as [`VersionNo::ABSENT`]).
-pub(super) struct Latest<'a, E>(pub(super) &'a E);
-
-impl<E: Engine<ExecKey, Pos>> SnapshotRead for Latest<'_, E> {
-    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
-        (self.0.read_latest(key), VersionNo::ABSENT)
-    }
-
-    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
-        let mut found = Vec::new();
-        self.0.scan_latest(from, to, limit, &mut found);
-        out.extend(found.into_iter().map(|(k, v)| (k, v, VersionNo::ABSENT)));
-    }
-}
 
 impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// The newest value of `key` at the end of the current order (see
@@ -53,15 +38,19 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// one that may write a strong keyspace is called `strong`. Returns
     /// whether it is read-only.
     pub(super) fn check_user_call(&self, call: &ProcCall, strong: bool) -> Result<bool, CallError> {
-        let user =
-            user_procs::check_user_call(&self.registry, &Latest(&self.engine), call, strong)?;
+        let user = user_procs::check_user_call(
+            &self.registry,
+            &EngineState::latest(&self.engine),
+            call,
+            strong,
+        )?;
         Ok(user.compiled().is_some_and(|p| p.read_only))
     }
 
     /// The user procedure `name` in the latest state, if it is registered
     /// (a record that no longer compiles has no compiled procedure).
     pub fn user_procedure(&self, name: &str) -> Option<UserProc> {
-        user_procs::describe(&self.registry, &Latest(&self.engine), name)
+        user_procs::describe(&self.registry, &EngineState::latest(&self.engine), name)
     }
 
     /// The registered user procedures in the latest state, by name (at
@@ -72,7 +61,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let mut found = Vec::new();
         self.engine
             .scan_latest(&from, &to, USER_PROCS_LIST_MAX, &mut found);
-        let latest = Latest(&self.engine);
+        let latest = EngineState::latest(&self.engine);
         found
             .iter()
             .filter_map(|(key, _)| {

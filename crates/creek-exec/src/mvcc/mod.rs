@@ -44,11 +44,11 @@ use crate::engine::{
     BelowHorizon, Completion, Engine, ExecCounters, OpKey, Position, Settled, Task, WriteSet,
 };
 use crate::procedures::Procedures;
-use crate::txn::{Executed, Outcome, ScanRead, SnapshotRead, TxnLimits, VersionNo};
+use crate::txn::{Executed, Outcome, ScanRead, TxnLimits, VersionNo};
 use creek_types::planted::{Bug, PlantedBugs};
 use creek_types::ProcCall;
 use history::History;
-use store::{KeyState, Keys, Version};
+use store::{KeyState, Keys, SnapshotAt, Version};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpState {
@@ -143,37 +143,6 @@ pub struct MvccExecutor<K, P> {
     record_tentative: bool,
     /// Recorded write sets, for [`Engine::drain_writes`].
     write_sets: Vec<WriteSet<K>>,
-}
-
-struct SnapshotAt<'a, P, K> {
-    keys: &'a Keys<P, K>,
-    pos: P,
-}
-
-impl<P: Position, K: OpKey> SnapshotRead for SnapshotAt<'_, P, K> {
-    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
-        match self.keys.get(key) {
-            Some(ks) => {
-                let (v, no) = ks.visible(self.pos);
-                (v.cloned(), no)
-            }
-            None => (None, VersionNo::ABSENT),
-        }
-    }
-
-    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
-        let mut left = limit;
-        if left == 0 {
-            return;
-        }
-        self.keys.for_each_in(from, to, |k, ks| {
-            if let (Some(value), no) = ks.visible(self.pos) {
-                out.push((k.clone(), value.clone(), no));
-                left -= 1;
-            }
-            left > 0
-        });
-    }
 }
 
 /// The state of `k`, created on first use (without cloning the key when it

@@ -25,7 +25,8 @@
 
 use std::ops::Bound;
 
-use super::{MvccExecutor, OpState, SnapshotAt};
+use super::store::SnapshotAt;
+use super::{MvccExecutor, OpState};
 use crate::engine::{OpKey, Position};
 use crate::txn::{ScanRead, SnapshotRead};
 

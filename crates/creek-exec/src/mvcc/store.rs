@@ -17,8 +17,8 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use super::sorted::SortedDeque;
-use crate::engine::Position;
-use crate::txn::VersionNo;
+use crate::engine::{OpKey, Position};
+use crate::txn::{SnapshotRead, VersionNo};
 
 /// One installed version.
 #[derive(Clone, Debug)]
@@ -268,5 +268,38 @@ impl<P, K> Keys<P, K> {
         self.ordered
             .as_ref()
             .is_none_or(|o| o.len() == self.map.len() && o.iter().all(|k| self.map.contains_key(k)))
+    }
+}
+
+/// The keys as an execution at `pos` reads them: the newest version
+/// before `pos` of each (`KeyState::visible`).
+pub(crate) struct SnapshotAt<'a, P, K> {
+    pub(crate) keys: &'a Keys<P, K>,
+    pub(crate) pos: P,
+}
+
+impl<P: Position, K: OpKey> SnapshotRead for SnapshotAt<'_, P, K> {
+    fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        match self.keys.get(key) {
+            Some(ks) => {
+                let (v, no) = ks.visible(self.pos);
+                (v.cloned(), no)
+            }
+            None => (None, VersionNo::ABSENT),
+        }
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
+        let mut left = limit;
+        if left == 0 {
+            return;
+        }
+        self.keys.for_each_in(from, to, |k, ks| {
+            if let (Some(value), no) = ks.visible(self.pos) {
+                out.push((k.clone(), value.clone(), no));
+                left -= 1;
+            }
+            left > 0
+        });
     }
 }
