@@ -124,6 +124,7 @@ fuzz_target!(|steps: Vec<Step>| {
                         strong,
                         views,
                         read_time: 0,
+                        read_exact: false,
                     },
                     now_us,
                 );
@@ -134,6 +135,7 @@ fuzz_target!(|steps: Vec<Step>| {
                     strong,
                     views: Views::BOTH,
                     read_time: 0,
+                    read_exact: false,
                 };
                 let _ = node.invoke(request, now_us);
             }

@@ -58,6 +58,7 @@ fn delays(net: &mut TestNet, origin: usize, leader: usize, samples: u64) -> (f64
                 strong: true,
                 views: Views::STRONG,
                 read_time: 0,
+                read_exact: false,
             },
         ) else {
             continue;
@@ -131,6 +132,7 @@ pub fn run(args: &Args) -> Result<(), String> {
                 Views::WEAK
             },
             read_time: 0,
+            read_exact: false,
         };
         if let Some(creek_core::ExecKey::Op(id)) = net.invoke(at, request) {
             cast.push(id);

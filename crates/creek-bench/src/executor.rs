@@ -145,6 +145,7 @@ pub(crate) fn strong_call(
         strong: true,
         views: Views::STRONG,
         read_time: 0,
+        read_exact: false,
     };
     replica.invoke(request, now_us).map_err(|e| e.to_string())?;
     for effect in replica.take_effects() {

@@ -388,6 +388,7 @@ impl Client {
                 Vec::new()
             },
             read_time: self.inner.read_time.load(Ordering::Relaxed),
+            read_exact: false,
         };
         self.renew_native().await;
         let sends = std::sync::atomic::AtomicU32::new(0);

@@ -139,6 +139,10 @@ pub struct Request {
     /// seen (µs; 0 if none). A snapshot view is never older, and the op is
     /// stamped after it (docs/snapshot-reads.md).
     pub read_time: u64,
+    /// Read a snapshot view at exactly `read_time`, not at the later of it
+    /// and the global stable time: each shard's part of one read across
+    /// shards, all at one time (docs/snapshot-reads.md).
+    pub read_exact: bool,
 }
 
 impl Request {
@@ -149,6 +153,7 @@ impl Request {
             strong: false,
             views: Views::WEAK,
             read_time: 0,
+            read_exact: false,
         }
     }
 
@@ -159,6 +164,7 @@ impl Request {
             strong: true,
             views: Views::BOTH,
             read_time: 0,
+            read_exact: false,
         }
     }
 
@@ -170,6 +176,7 @@ impl Request {
             strong: false,
             views: Views::SNAPSHOT,
             read_time,
+            read_exact: false,
         }
     }
 }

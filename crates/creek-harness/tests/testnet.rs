@@ -141,6 +141,7 @@ fn run_scenario(n: usize, seed: u64, faults: bool) -> TestNet {
             strong,
             views: if strong { Views::BOTH } else { Views::WEAK },
             read_time: 0,
+            read_exact: false,
         };
         net.invoke(at, request);
     }

@@ -104,6 +104,7 @@ pub fn to_request(req: &pb::InvokeRequest, max_request_bytes: usize) -> Result<R
         strong,
         views,
         read_time: req.read_time,
+        read_exact: req.read_exact,
     })
 }
 

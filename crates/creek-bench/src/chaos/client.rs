@@ -79,6 +79,7 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
         request_seq: id.seq,
         acked: Vec::new(),
         read_time: 0,
+        read_exact: false,
     };
     let mut request = tonic::Request::new(request);
     request.set_timeout(OP_TIMEOUT);

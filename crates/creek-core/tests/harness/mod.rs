@@ -525,6 +525,7 @@ impl<E: TestEngine> Cluster<E> {
                         strong,
                         views,
                         read_time: 0,
+                        read_exact: false,
                     },
                 );
             }

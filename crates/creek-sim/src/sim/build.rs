@@ -230,6 +230,7 @@ impl Sim {
                     strong: true,
                     views: Views::BOTH,
                     read_time: 0,
+                    read_exact: false,
                 };
                 out.push_back((s * self.per_shard, request));
             }

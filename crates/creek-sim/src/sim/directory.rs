@@ -347,6 +347,7 @@ impl Sim {
             strong: true,
             views: Views::BOTH,
             read_time: 0,
+            read_exact: false,
         };
         let index = self.history.ops.len();
         if let Some(dir) = self.dir.as_mut() {

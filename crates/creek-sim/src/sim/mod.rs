@@ -242,6 +242,7 @@ fn request_of(next: crate::workload::NextOp) -> (Request, bool) {
         strong: next.strong,
         views,
         read_time: 0,
+        read_exact: false,
     };
     (request, wants_final)
 }
