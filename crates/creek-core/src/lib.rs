@@ -54,4 +54,4 @@ pub use group::{Addrs, Directory, Group};
 pub use hlc::Hlc;
 pub use id::{OpId, ReplicaId, Timestamp};
 pub use op::{Change, Effect, ExecKey, Op, Pos, Request, View, ViewKind, Views};
-pub use replica::{Counters, InvokeError, Replica};
+pub use replica::{Counters, InvokeError, Replica, SnapshotHistory};

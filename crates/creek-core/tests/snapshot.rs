@@ -209,3 +209,105 @@ fn reads_waiting_for_a_replica_behind_are_bounded() {
     assert_eq!(views.len(), 1);
     r.check_invariants().unwrap();
 }
+
+/// A strong write of `key` = `value` at clock `now`, committed; its commit
+/// time.
+fn write(r: &mut Replica, key: &str, value: &str, now: u64) -> u64 {
+    r.invoke(Request::strong(put(key, value)), now).unwrap();
+    let (_, cast) = settle(r);
+    commit(r, &cast);
+    r.applied_time()
+}
+
+/// The one snapshot view a read of `key` asking for `read_time` gets.
+fn snapshot_read(r: &mut Replica, key: &str, read_time: u64, exact: bool, now: u64) -> View {
+    let mut request = Request::snapshot(get(key), read_time);
+    request.read_exact = exact;
+    r.invoke(request, now).unwrap();
+    let (views, _) = settle(r);
+    assert_eq!(views.len(), 1, "{views:?}");
+    views.into_iter().next().unwrap()
+}
+
+#[test]
+fn with_stable_times_a_read_is_at_the_global_stable_time_from_kept_versions() {
+    let mut r = replica();
+    r.keep_snapshot_history(creek_core::SnapshotHistory {
+        grace_us: 500,
+        versions_max_bytes: 1 << 20,
+    });
+    let t1 = write(&mut r, "k", "1", 1_000);
+    let t2 = write(&mut r, "k", "2", 2_000);
+    let t3 = write(&mut r, "k", "3", 3_000);
+    // No global stable time yet: the applied state.
+    let v = snapshot_read(&mut r, "k", 0, false, 3_500);
+    assert_eq!((value(&v), v.time), (Value::from("3"), t3));
+    // At the global stable time, below the applied one: the kept version.
+    r.set_stable_time(t2);
+    let v = snapshot_read(&mut r, "k", 0, false, 3_600);
+    assert_eq!((value(&v), v.time), (Value::from("2"), t2));
+    // A client that saw t3 reads at t3; one asking for exactly t1 (a read
+    // across shards) gets t1's state.
+    let v = snapshot_read(&mut r, "k", t3, false, 3_700);
+    assert_eq!((value(&v), v.time), (Value::from("3"), t3));
+    let v = snapshot_read(&mut r, "k", t1, true, 3_800);
+    assert_eq!((value(&v), v.time), (Value::from("1"), t1));
+    // A time between two commits reads the earlier one's state.
+    let v = snapshot_read(&mut r, "k", t1 + 1, true, 3_900);
+    assert_eq!((value(&v), v.time), (Value::from("1"), t1 + 1));
+    // The stable time moves on: versions older than it less the grace go,
+    // and an exact read below them is refused with how stale it is.
+    r.set_stable_time(t3 + 1_000);
+    assert!(r.snapshot_kept_from() > t1);
+    let mut request = Request::snapshot(get("k"), t1);
+    request.read_exact = true;
+    let e = r.invoke(request, 10_000).unwrap_err();
+    assert!(
+        matches!(e, InvokeError::SnapshotNotKept { time, .. } if time == t1),
+        "{e}"
+    );
+    assert!(e.to_string().contains("no longer kept"), "{e}");
+    // The stable time never goes back.
+    r.set_stable_time(t1);
+    assert_eq!(r.stable_time(), t3 + 1_000);
+    r.check_invariants().unwrap();
+}
+
+#[test]
+fn kept_versions_are_bounded_and_reads_below_the_bound_are_refused() {
+    let mut r = replica();
+    r.keep_snapshot_history(creek_core::SnapshotHistory {
+        grace_us: 0,
+        versions_max_bytes: 64,
+    });
+    let t1 = write(&mut r, "k", "1", 1_000);
+    r.set_stable_time(t1);
+    // The global stable time stops at t1 (a shard stopped publishing)
+    // while writes go on: the kept versions grow past the bound and are
+    // dropped, and a read at t1 is refused rather than kept forever.
+    let mut last = t1;
+    for i in 0..20 {
+        last = write(&mut r, "k", &format!("value-{i:04}"), 2_000 + i * 100);
+    }
+    assert!(r.exec_counters().history_bytes > 64);
+    r.set_stable_time(t1);
+    assert_eq!(r.counters().snapshot_history_cuts, 1);
+    assert!(r.exec_counters().history_bytes <= 64);
+    assert_eq!(r.snapshot_kept_from(), last);
+    let e = r.invoke(Request::snapshot(get("k"), 0), 9_000).unwrap_err();
+    match e {
+        InvokeError::SnapshotNotKept {
+            time,
+            kept_from,
+            stable_age_ms,
+        } => {
+            assert_eq!((time, kept_from), (t1, last));
+            assert_eq!(stable_age_ms, (9_000 - t1) / 1_000);
+        }
+        e => panic!("refused as not kept, got {e}"),
+    }
+    // A client that read at the applied time still reads there.
+    let v = snapshot_read(&mut r, "k", last, false, 9_100);
+    assert_eq!(v.time, last);
+    r.check_invariants().unwrap();
+}

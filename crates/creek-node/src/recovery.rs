@@ -68,7 +68,7 @@ impl<S: CabStorage> Node<S> {
             timing,
             membership,
         );
-        node.stable = crate::stable::StableTimes::new(&config.stable);
+        node.start_stable(&config.stable);
         node.aim_at_group();
         Ok(node)
     }
@@ -217,7 +217,7 @@ impl<S: CabStorage> Node<S> {
             timing,
             membership,
         );
-        node.stable = crate::stable::StableTimes::new(&config.stable);
+        node.start_stable(&config.stable);
         node.retained = covered.into_iter().collect();
         node.directory = directory;
         node.aim_at_group();

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 
 use creek_cab::CabStorage;
-use creek_core::ReplicaId;
+use creek_core::{ReplicaId, SnapshotHistory};
 use creek_wire::{PeerMessage, Stable};
 
 use crate::mpo::MpoMessage;
@@ -46,6 +46,9 @@ pub struct StableConfig {
     /// No clock no-ops (the simulator's settling phase, which needs a
     /// cluster that stops committing once its clients stop).
     pub no_clock_noops: bool,
+    /// The committed versions kept for snapshot reads at the global stable
+    /// time (with stable times on).
+    pub history: SnapshotHistory,
 }
 
 /// What one replica knows of the stable times.
@@ -157,6 +160,15 @@ impl StableTimes {
 }
 
 impl<S: CabStorage> Node<S> {
+    /// Start keeping stable times as `config` says; with them on, snapshot
+    /// reads are served at the global stable time.
+    pub(crate) fn start_stable(&mut self, config: &StableConfig) {
+        self.stable = StableTimes::new(config);
+        if config.every_us > 0 {
+            self.replica.keep_snapshot_history(config.history);
+        }
+    }
+
     /// Shard `shard` published stable time `time` (a message from another
     /// group).
     pub fn stable_from(&mut self, shard: u32, time: u64) {
@@ -195,6 +207,7 @@ impl<S: CabStorage> Node<S> {
         if let Err(e) = self.stable.check(before) {
             debug_assert!(false, "{e}");
         }
+        self.replica.set_stable_time(self.stable.global);
         if now_us < self.stable.next_us {
             return;
         }

@@ -39,7 +39,7 @@ mod user_calls;
 mod views;
 
 pub use sessions::SessionStats;
-pub use snapshot::{READ_TIME_AHEAD_MAX_US, SNAPSHOT_PARKED_MAX};
+pub use snapshot::{SnapshotHistory, READ_TIME_AHEAD_MAX_US, SNAPSHOT_PARKED_MAX};
 pub use user_calls::USER_PROCS_LIST_MAX;
 
 /// Why an invocation is refused. Nothing is applied or broadcast.
@@ -92,6 +92,22 @@ pub enum InvokeError {
          retry at another replica"
     )]
     SnapshotBehind(usize),
+    /// A snapshot read would read below the oldest time whose versions this
+    /// replica keeps: the global stable time stopped moving (a shard
+    /// without a leader, or cut off) for longer than the kept versions
+    /// last, or the replica restarted since. Retry at another replica, or
+    /// read at another level.
+    #[error(
+        "snapshot at {time} µs is no longer kept here (versions kept from {kept_from} µs;          the global stable time is {stable_age_ms} ms old); retry at another replica          or read at another level"
+    )]
+    SnapshotNotKept {
+        /// The time the read would read at.
+        time: u64,
+        /// The oldest time this replica serves.
+        kept_from: u64,
+        /// How old the global stable time known here is.
+        stable_age_ms: u64,
+    },
 }
 
 /// Protocol counters of one replica.
@@ -130,6 +146,9 @@ pub struct Counters {
     pub voided: u64,
     /// Snapshot reads invoked here (docs/snapshot-reads.md).
     pub snapshot_reads: u64,
+    /// Times this replica dropped every kept version at once because they
+    /// passed [`crate::SnapshotHistory::versions_max_bytes`].
+    pub snapshot_history_cuts: u64,
 }
 
 /// What the origin remembers of an op until its final result
@@ -348,6 +367,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             if request.read_time > self.applied_time() && parked >= SNAPSHOT_PARKED_MAX {
                 return Err(InvokeError::SnapshotBehind(parked));
             }
+            self.snapshot_refused(request.read_time, request.read_exact, now)?;
         }
         if request.call.name.as_ref() == creek_procs::mpo::RUN && !request.strong {
             return Err(InvokeError::Call(CallError::MalformedArgs {
@@ -387,7 +407,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                     .awaiting
                     .get(&key)
                     .is_some_and(|a| a.last_sent.is_none());
-            self.snapshot_invoked(key, call, request.read_time, after_tentative);
+            let read = (request.read_time, request.read_exact);
+            self.snapshot_invoked(key, call, read, after_tentative);
         }
         Ok(key)
     }

@@ -9,14 +9,36 @@
 //! last final entry: its committed state is exactly the state at that time.
 //!
 //! A snapshot read runs a read-only op on the committed state (never on a
-//! tentative op) at once, at the applied time; a client's read time above
-//! it parks the read until this replica has applied that far (entries that
-//! are committed already: the read waits for no consensus), so a client
-//! never reads an older state than one it saw, on any replica.
+//! tentative op) at once, at its **read time** `T`:
+//!
+//! * without stable times, `T` is the applied time;
+//! * with them ([`Replica::keep_snapshot_history`]), `T` is the global
+//!   stable time this replica knows ([`Replica::set_stable_time`]), or its
+//!   applied time if that is lower (a replica that lags reads at what it
+//!   has, never waiting): every shard has applied the global stable time at
+//!   a majority, so a client that read at `T` finds `T` applied on most
+//!   replicas of every shard;
+//! * a request's `read_exact` asks for exactly its read time: each shard's
+//!   part of one read across shards, all at one time.
+//!
+//! A client's read time above `T` raises it: the read parks until this
+//! replica has applied that far (entries that are committed already: the
+//! read waits for no consensus), so a client never reads an older state
+//! than one it saw, on any replica.
+//!
+//! **Versions kept.** To read at a `T` below its applied time, a replica
+//! keeps the final versions superseded since `T` (the executor's history):
+//! back to `grace` before the global stable time, and no further; past
+//! `versions_max_bytes` of them it drops them all and reads older than its
+//! applied time are refused ([`crate::InvokeError::SnapshotNotKept`], with
+//! how stale the global stable time is) rather than keeping versions
+//! without bound while a shard stops publishing.
 //!
 //! Invariants (asserted by [`Replica::check_invariants`]): commit times
 //! strictly increase along the committed list; the applied time is the
-//! commit time of the last final entry and never decreases.
+//! commit time of the last final entry and never decreases; the global
+//! stable time known here never decreases; no read is served below the
+//! oldest time whose versions are kept.
 
 use std::collections::BTreeSet;
 
@@ -24,8 +46,10 @@ use creek_exec::{Engine, Outcome, ProcCall, Procedures};
 use creek_types::planted::Bug;
 use rustc_hash::FxHashMap;
 
+use super::state::EngineState;
 use super::Replica;
 use crate::op::{Effect, ExecKey, Op, Pos, View, ViewKind};
+use crate::InvokeError;
 
 /// How far ahead of a replica's clock a client's read time may be: further
 /// is refused ([`crate::InvokeError::ReadTimeAhead`]), so a client cannot
@@ -38,11 +62,40 @@ pub const READ_TIME_AHEAD_MAX_US: u64 = 60_000_000;
 /// cannot pile up without bound.
 pub const SNAPSHOT_PARKED_MAX: usize = 16_384;
 
+/// How far back a replica keeps committed versions for snapshot reads
+/// below its applied time (docs/snapshot-reads.md, "Versions kept").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotHistory {
+    /// Versions are kept back to this long (µs of commit time) before the
+    /// global stable time: a read across shards asks every shard at the
+    /// time the first one answered, which the others' stable times may
+    /// have passed meanwhile.
+    pub grace_us: u64,
+    /// Past this many bytes of kept versions (keys and values), a replica
+    /// drops them all and refuses reads below its applied time until its
+    /// history grows back.
+    pub versions_max_bytes: u64,
+}
+
+impl Default for SnapshotHistory {
+    fn default() -> Self {
+        SnapshotHistory {
+            grace_us: 1_000_000,
+            versions_max_bytes: 64 << 20,
+        }
+    }
+}
+
 /// One snapshot read not answered yet.
 #[derive(Debug)]
 struct Pending {
     call: ProcCall,
+    /// The client's read time: the read is at or after it.
     read_time: u64,
+    /// Read at exactly `read_time`.
+    exact: bool,
+    /// The time it is parked until (see `Snapshots::parked`).
+    parked_at: Option<u64>,
     /// Its result and the time it read at, once run.
     ready: Option<(Outcome, u64)>,
     /// The op's preliminary view is wanted and not sent yet: the snapshot
@@ -61,11 +114,23 @@ pub(super) struct Snapshots {
     /// The commit time of the last final entry.
     applied: u64,
     pending: FxHashMap<ExecKey, Pending>,
-    /// Reads waiting for this replica to apply their read time.
+    /// Reads waiting for this replica to apply the time they read at.
     parked: BTreeSet<(u64, ExecKey)>,
     /// The least commit time of the next entry: an MPO's, agreed with
     /// the other shards it involves (0: none).
     floor: u64,
+    /// The commit time of the last entry trimmed off the list (or of a
+    /// checkpoint's last): times at or above it map to positions.
+    trimmed: u64,
+    /// Reads below the applied time, when on.
+    history: Option<SnapshotHistory>,
+    /// The global stable time known here (0: none yet).
+    stable: u64,
+    /// The oldest read time whose versions are kept (with a history).
+    kept_from: u64,
+    /// The executor's horizon: the absolute index of the committed entry
+    /// at or before which no read is asked.
+    horizon: Option<u64>,
 }
 
 impl Snapshots {
@@ -73,6 +138,8 @@ impl Snapshots {
     pub(super) fn resume(&mut self, time: u64) {
         self.last = time;
         self.applied = time;
+        self.trimmed = time;
+        self.kept_from = self.kept_from.max(time);
     }
 
     /// The commit time the next entry would get if it were `op`: what
@@ -98,7 +165,37 @@ impl Snapshots {
 
     /// Forget the times of the first `n` entries (trimmed with the list).
     pub(super) fn trim(&mut self, n: usize) {
-        self.times.drain(..n.min(self.times.len()));
+        let n = n.min(self.times.len());
+        if n > 0 {
+            self.trimmed = self.times[n - 1];
+            self.kept_from = self.kept_from.max(self.trimmed);
+        }
+        self.times.drain(..n);
+    }
+
+    /// The time a read asking for `read_time` (exactly, if `exact`) reads
+    /// at: see the module's text.
+    fn read_at(&self, read_time: u64, exact: bool) -> u64 {
+        if exact {
+            return read_time;
+        }
+        let base = if self.history.is_some() && self.stable > 0 {
+            self.stable.min(self.applied)
+        } else {
+            self.applied
+        };
+        base.max(read_time)
+    }
+
+    /// The position a read at `time` (at most the applied time) reads
+    /// before, given the list starts at absolute index `base`: `None` for
+    /// the committed state as it is (nothing final after `time`).
+    fn before(&self, time: u64, base: u64) -> Option<Pos> {
+        if time >= self.applied {
+            return None;
+        }
+        let within = self.times.partition_point(|t| *t <= time);
+        Some(Pos::Committed(base + within as u64))
     }
 
     /// The entry at `index` of the list (after the trimmed ones) is final.
@@ -132,6 +229,81 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.snapshots.parked.len()
     }
 
+    /// The global stable time this replica knows (0: none, or no history).
+    pub fn stable_time(&self) -> u64 {
+        self.snapshots.stable
+    }
+
+    /// The oldest time a snapshot read may read at here (with a history).
+    pub fn snapshot_kept_from(&self) -> u64 {
+        self.snapshots.kept_from
+    }
+
+    /// Serve snapshot reads at the global stable time, keeping the
+    /// committed versions they need (see [`SnapshotHistory`]); from now
+    /// on, so reads older than this replica's applied time now are
+    /// refused.
+    pub fn keep_snapshot_history(&mut self, history: SnapshotHistory) {
+        let newest = self.counters.finalized.checked_sub(1);
+        self.snapshots.history = Some(history);
+        self.snapshots.kept_from = self.snapshots.kept_from.max(self.snapshots.applied);
+        self.snapshots.horizon = newest;
+        self.engine
+            .set_final_horizon(Some(Pos::Committed(newest.unwrap_or(0))));
+    }
+
+    /// The global stable time is now at least `time`: reads move up to it
+    /// and the versions older than it, less the grace, are dropped.
+    pub fn set_stable_time(&mut self, time: u64) {
+        let Some(history) = self.snapshots.history else {
+            return;
+        };
+        self.snapshots.stable = self.snapshots.stable.max(time);
+        let Some(newest) = self.counters.finalized.checked_sub(1) else {
+            return;
+        };
+        let floor = self.snapshots.stable.saturating_sub(history.grace_us);
+        let within = self.snapshots.times.partition_point(|t| *t <= floor);
+        let cut = self.engine.counters().history_bytes > history.versions_max_bytes;
+        let horizon = if cut {
+            newest
+        } else {
+            match within.checked_sub(1) {
+                Some(i) => (self.committed_base + i as u64).min(newest),
+                None => return,
+            }
+        };
+        if self.snapshots.horizon.is_some_and(|h| h >= horizon) {
+            return;
+        }
+        self.snapshots.horizon = Some(horizon);
+        self.counters.snapshot_history_cuts += u64::from(cut);
+        let at = horizon.checked_sub(self.committed_base).map(|i| i as usize);
+        let time = at.and_then(|i| self.snapshots.times.get(i).copied());
+        self.snapshots.kept_from = self.snapshots.kept_from.max(time.unwrap_or(0));
+        self.engine.set_final_horizon(Some(Pos::Committed(horizon)));
+    }
+
+    /// Refuse a snapshot read asking for `read_time` that would be served
+    /// now below the versions kept.
+    pub(super) fn snapshot_refused(
+        &self,
+        read_time: u64,
+        exact: bool,
+        now_us: u64,
+    ) -> Result<(), InvokeError> {
+        let at = self.snapshots.read_at(read_time, exact);
+        let kept = self.snapshots.history.is_some() && at >= self.snapshots.kept_from;
+        if at >= self.snapshots.applied || kept {
+            return Ok(());
+        }
+        Err(InvokeError::SnapshotNotKept {
+            time: at,
+            kept_from: self.snapshots.kept_from,
+            stable_age_ms: now_us.saturating_sub(self.snapshots.stable) / 1_000,
+        })
+    }
+
     /// Take a snapshot read of invocation `key` (its views include
     /// [`crate::Views::snapshot`]): answered at once if this replica has
     /// applied `read_time`, else parked until it has.
@@ -139,7 +311,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         &mut self,
         key: ExecKey,
         call: ProcCall,
-        read_time: u64,
+        (read_time, exact): (u64, bool),
         after_tentative: bool,
     ) {
         self.counters.snapshot_reads += 1;
@@ -148,6 +320,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             Pending {
                 call,
                 read_time,
+                exact,
+                parked_at: None,
                 ready: None,
                 after_tentative,
             },
@@ -160,27 +334,47 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     fn serve_snapshot(&mut self, key: ExecKey) {
         let applied = self.snapshots.applied;
         let ignore_read_time = self.config.planted.has(Bug::SnapshotIgnoresReadTime);
-        let Some(p) = self.snapshots.pending.get_mut(&key) else {
+        let Some(p) = self.snapshots.pending.get(&key) else {
             return;
         };
         if p.ready.is_none() {
-            if p.read_time > applied && !ignore_read_time {
-                self.snapshots.parked.insert((p.read_time, key));
+            let mut at = self.snapshots.read_at(p.read_time, p.exact);
+            if ignore_read_time {
+                at = at.min(applied);
+            }
+            if at > applied {
+                self.snapshots.parked.insert((at, key));
+                if let Some(p) = self.snapshots.pending.get_mut(&key) {
+                    p.parked_at = Some(at);
+                }
                 return;
             }
-            let executed = if self.config.planted.has(Bug::SnapshotServesTentative) {
-                let latest = super::state::EngineState::latest(&self.engine);
-                self.registry
-                    .execute(&latest, self.config.txn_limits, &p.call)
-            } else {
-                self.registry.execute(
-                    &super::state::EngineState::committed(&self.engine),
-                    self.config.txn_limits,
-                    &p.call,
-                )
+            // Without a history only the applied state can be read; with
+            // one, versions may have been dropped since the read was parked
+            // (the bound on kept versions): it reads at the oldest time kept,
+            // which its view names, rather than below it.
+            at = match self.snapshots.history {
+                None => applied,
+                Some(_) => at.max(self.snapshots.kept_from),
             };
-            p.ready = Some((executed.outcome, applied));
+            let before = self.snapshots.before(at, self.committed_base);
+            let state = match before {
+                _ if self.config.planted.has(Bug::SnapshotServesTentative) => {
+                    EngineState::latest(&self.engine)
+                }
+                Some(before) => EngineState::before(&self.engine, before),
+                None => EngineState::committed(&self.engine),
+            };
+            let executed = self
+                .registry
+                .execute(&state, self.config.txn_limits, &p.call);
+            if let Some(p) = self.snapshots.pending.get_mut(&key) {
+                p.ready = Some((executed.outcome, at));
+            }
         }
+        let Some(p) = self.snapshots.pending.get(&key) else {
+            return;
+        };
         if p.after_tentative {
             return;
         }
@@ -221,7 +415,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let Some(p) = self.snapshots.pending.remove(&key) else {
             return;
         };
-        self.snapshots.parked.remove(&(p.read_time, key));
+        if let Some(at) = p.parked_at {
+            self.snapshots.parked.remove(&(at, key));
+        }
         if let Some((outcome, time)) = p.ready {
             self.send_snapshot_view(key, outcome, time);
         }
@@ -230,8 +426,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// Answer the parked reads this replica has now applied far enough
     /// for.
     pub(super) fn serve_parked_snapshots(&mut self) {
-        while let Some(&(read_time, key)) = self.snapshots.parked.first() {
-            if read_time > self.snapshots.applied {
+        while let Some(&(at, key)) = self.snapshots.parked.first() {
+            if at > self.snapshots.applied {
                 return;
             }
             self.snapshots.parked.pop_first();
@@ -266,6 +462,22 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 return Err(format!(
                     "the applied time {} is not the last final entry's {at:?}",
                     self.snapshots.applied
+                ));
+            }
+        }
+        if self.snapshots.history.is_some() && self.snapshots.kept_from > self.snapshots.applied {
+            return Err(format!(
+                "versions are kept from {}, after the applied time {}",
+                self.snapshots.kept_from, self.snapshots.applied
+            ));
+        }
+        if let (Some(h), Some(newest)) = (
+            self.snapshots.horizon,
+            self.counters.finalized.checked_sub(1),
+        ) {
+            if h > newest {
+                return Err(format!(
+                    "the history's horizon {h} is past the last final entry {newest}"
                 ));
             }
         }

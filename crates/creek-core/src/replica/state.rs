@@ -1,8 +1,10 @@
 //! An engine's state as a [`SnapshotRead`] outside any execution: its
 //! latest state (the end of the current order, for invoke-time checks of
-//! user procedures) or its committed state (final executions only, for
-//! snapshot reads and an MPO's reads at its turn). Reads are never
-//! recorded: every version reads as [`VersionNo::ABSENT`].
+//! user procedures), its committed state (final executions only, for
+//! snapshot reads and an MPO's reads at its turn), or its committed state
+//! before a committed position (snapshot reads at a time below the applied
+//! one). Reads are never recorded: every version reads as
+//! [`VersionNo::ABSENT`].
 
 use bytes::Bytes;
 use creek_exec::{Engine, SnapshotRead, VersionNo};
@@ -14,6 +16,9 @@ use crate::op::{ExecKey, Pos};
 enum Which {
     Latest,
     Committed,
+    /// The final state before this position, which the engine's history
+    /// covers (the caller checked).
+    Before(Pos),
 }
 
 /// An engine's latest or committed state as a snapshot.
@@ -38,6 +43,22 @@ impl<'a, E> EngineState<'a, E> {
             which: Which::Committed,
         }
     }
+
+    /// The final state before committed position `before`.
+    pub(super) fn before(engine: &'a E, before: Pos) -> Self {
+        EngineState {
+            engine,
+            which: Which::Before(before),
+        }
+    }
+}
+
+/// A history read the caller promised is covered.
+fn covered<T: Default>(read: Result<T, creek_exec::BelowHorizon>) -> T {
+    read.unwrap_or_else(|e| {
+        debug_assert!(false, "a snapshot read below the versions kept: {e:?}");
+        T::default()
+    })
 }
 
 impl<E: Engine<ExecKey, Pos>> SnapshotRead for EngineState<'_, E> {
@@ -45,6 +66,7 @@ impl<E: Engine<ExecKey, Pos>> SnapshotRead for EngineState<'_, E> {
         let value = match self.which {
             Which::Latest => self.engine.read_latest(key),
             Which::Committed => self.engine.read_committed(key),
+            Which::Before(before) => covered(self.engine.read_final_before(key, before)),
         };
         (value, VersionNo::ABSENT)
     }
@@ -54,6 +76,10 @@ impl<E: Engine<ExecKey, Pos>> SnapshotRead for EngineState<'_, E> {
         match self.which {
             Which::Latest => self.engine.scan_latest(from, to, limit, &mut found),
             Which::Committed => self.engine.scan_committed(from, to, limit, &mut found),
+            Which::Before(before) => covered(
+                self.engine
+                    .scan_final_before(from, to, limit, before, &mut found),
+            ),
         }
         out.extend(found.into_iter().map(|(k, v)| (k, v, VersionNo::ABSENT)));
     }
