@@ -185,7 +185,7 @@ pub fn check_run(
         &times,
         &run.initial_state,
     ));
-    snapshot_v.extend(snapshot::check_read_times(run.history));
+    snapshot_v.extend(snapshot::check_read_times(run.history, run.registry));
     let initial = std::mem::take(&mut run.initial_state);
     let replayed = replay_committed(
         &run,

@@ -6,16 +6,25 @@
 //!   the state after exactly the committed ops whose commit time is at most
 //!   the view's time — one cut of the committed order, nothing tentative.
 //! * [`check_read_times`]: a client never reads an older state than it
-//!   saw: each snapshot view's time is at least every time (snapshot or
-//!   final) the client received before it invoked the op, whichever
-//!   replica answered.
+//!   read before: each snapshot view's time is at least every snapshot
+//!   view's and read's final view's time the client received before it
+//!   invoked the op, whichever replica answered. (Its own writes' commit
+//!   times do not count: the client cache shows those writes until the
+//!   snapshots reach them.)
+//! * [`check_read_your_writes`]: a client's snapshot `kv.get` shows its
+//!   own last acknowledged `kv.put` of the key unless the client knew that
+//!   write committed at or before the snapshot (then the snapshot holds it,
+//!   or something later).
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use creek_core::{OpId, ViewKind};
 use creek_exec::basic::MapSnapshot;
-use creek_exec::{Procedures, TxnLimits};
+use creek_exec::{Outcome, Procedures, TxnLimits};
+use creek_procs::Registry;
+use creek_types::value::{decode_args, Value};
+use creek_types::ProcCall;
 
 use crate::history::{History, SETUP_CLIENT};
 use crate::run::RunEnd;
@@ -124,10 +133,11 @@ pub fn check_snapshot_views(
     violations
 }
 
-/// No client reads an older state than one it saw: every snapshot view's
-/// time is at least the largest time of any view the same client received
-/// before it invoked that op.
-pub fn check_read_times(history: &History) -> Vec<String> {
+/// No client reads an older state than one it read: every snapshot view's
+/// time is at least the largest time of any snapshot view, or final view
+/// of a read-only call, the same client received before it invoked that
+/// op.
+pub fn check_read_times(history: &History, registry: &Registry) -> Vec<String> {
     let mut by_client: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, r) in history.ops.iter().enumerate() {
         if r.client != SETUP_CLIENT {
@@ -137,9 +147,20 @@ pub fn check_read_times(history: &History) -> Vec<String> {
     let mut violations = Vec::new();
     for (client, ops) in by_client {
         // (received at, time) of every timed view of this client.
+        let read_only = |call: &ProcCall| {
+            registry
+                .check(call, &TxnLimits::default())
+                .is_ok_and(|c| c.read_only)
+        };
         let mut seen: Vec<(u64, u64)> = ops
             .iter()
-            .flat_map(|&i| history.ops[i].views.iter())
+            .map(|&i| &history.ops[i])
+            .flat_map(|r| {
+                let reads = read_only(&r.call);
+                r.views
+                    .iter()
+                    .filter(move |v| v.kind == ViewKind::Snapshot || (reads && v.kind.is_final()))
+            })
             .filter(|v| v.time != 0)
             .map(|v| (v.at_us, v.time))
             .collect();
@@ -163,6 +184,95 @@ pub fn check_read_times(history: &History) -> Vec<String> {
                      time {floor}: it went back in time",
                     r.call.name, v.time, r.replica
                 ));
+            }
+        }
+    }
+    violations
+}
+
+/// Every snapshot `kv.get` a client returned (`returned`, by request id
+/// (client, seq)) shows the client's own last acknowledged `kv.put` of the
+/// key — unless the client had learnt, by the time the snapshot view came,
+/// that the write committed at or before the view's time (then it shows
+/// the view's result). A read whose client's last write of the key was
+/// another call (its effect unknown to the client), unacknowledged, or
+/// lost with its origin is not judged.
+pub fn check_read_your_writes(
+    history: &History,
+    returned: &BTreeMap<(u64, u64), Outcome>,
+) -> Vec<String> {
+    let first_key = |call: &ProcCall| match decode_args(&call.args).ok()?.into_iter().next() {
+        Some(Value::Bytes(k)) => Some(k),
+        _ => None,
+    };
+    let writes = ["kv.put", "kv.delete", "kv.incr", "kv.cas"];
+    // Each client's writes of each key, in invocation order.
+    let mut by_key: BTreeMap<(u32, Bytes), Vec<usize>> = BTreeMap::new();
+    let mut reads = Vec::new();
+    for (i, r) in history.ops.iter().enumerate() {
+        let Some(key) = first_key(&r.call) else {
+            continue;
+        };
+        if writes.contains(&r.call.name.as_ref()) {
+            by_key.entry((r.client, key)).or_default().push(i);
+        } else if r.call.name.as_ref() == "kv.get" {
+            reads.push((i, key));
+        }
+    }
+    let mut violations = Vec::new();
+    for (i, key) in reads {
+        let r = &history.ops[i];
+        let (Some(rid), Some(snap)) = (
+            r.call.request_id,
+            r.views.iter().find(|v| v.kind == ViewKind::Snapshot),
+        ) else {
+            continue;
+        };
+        let Some(got) = returned.get(&(rid.client, rid.seq)) else {
+            continue;
+        };
+        let mine = by_key.get(&(r.client, key.clone()));
+        let last = mine.and_then(|w| {
+            w.iter()
+                .rev()
+                .find(|&&j| history.ops[j].invoked_at_us < r.invoked_at_us)
+        });
+        let Some(&j) = last else {
+            continue;
+        };
+        let w = &history.ops[j];
+        let acked = w.views.first().is_some_and(|v| v.at_us <= r.invoked_at_us);
+        if w.call.name.as_ref() != "kv.put" || !acked || w.origin_crashed || w.origin_left || w.lost
+        {
+            continue;
+        }
+        let written = match decode_args(&w.call.args)
+            .ok()
+            .and_then(|a| a.into_iter().nth(1))
+        {
+            Some(v @ Value::Bytes(_)) => v,
+            _ => continue,
+        };
+        let own: Outcome = Ok(written.encode());
+        let fin = w.views.iter().find(|v| v.kind.is_final());
+        let covered = fin.is_some_and(|f| f.time <= snap.time);
+        let ok = match fin {
+            // Known before the snapshot came: the snapshot holds it.
+            Some(f) if f.at_us < snap.at_us && covered => *got == snap.outcome,
+            // Learnt in the same instant: either is right.
+            Some(f) if f.at_us == snap.at_us => *got == own || (covered && *got == snap.outcome),
+            _ => *got == own,
+        };
+        if !ok {
+            violations.push(format!(
+                "client {} read {key:?} at snapshot time {} and got {got:?}; its own \
+                 acknowledged kv.put of {written:?} (commit time {:?}) was not shown",
+                r.client,
+                snap.time,
+                fin.map(|f| f.time),
+            ));
+            if violations.len() >= 10 {
+                break;
             }
         }
     }

@@ -258,7 +258,7 @@ fn with_stable_times_a_read_is_at_the_global_stable_time_from_kept_versions() {
     // The stable time moves on: versions older than it less the grace go,
     // and an exact read below them is refused with how stale it is.
     r.set_stable_time(t3 + 1_000);
-    assert!(r.snapshot_kept_from() > t1);
+    assert!(r.snapshot_kept_from().unwrap() > t1);
     let mut request = Request::snapshot(get("k"), t1);
     request.read_exact = true;
     let e = r.invoke(request, 10_000).unwrap_err();
@@ -293,7 +293,7 @@ fn kept_versions_are_bounded_and_reads_below_the_bound_are_refused() {
     r.set_stable_time(t1);
     assert_eq!(r.counters().snapshot_history_cuts, 1);
     assert!(r.exec_counters().history_bytes <= 64);
-    assert_eq!(r.snapshot_kept_from(), last);
+    assert_eq!(r.snapshot_kept_from(), Some(last));
     let e = r.invoke(Request::snapshot(get("k"), 0), 9_000).unwrap_err();
     match e {
         InvokeError::SnapshotNotKept {

@@ -1,14 +1,18 @@
 //! Stable times (docs/snapshot-reads.md, "Stable times"): how far every
 //! shard's committed order is applied, as two scalars per message.
 //!
-//! * Every [`StableConfig::every_us`] a replica tells its group's peers
-//!   its **applied time** (the commit time of its last final entry) and
-//!   the global stable time it knows ([`creek_wire::Stable`]).
+//! * A replica tells its group's peers its **applied time** (the commit
+//!   time of its last final entry) and the global stable time it knows
+//!   ([`creek_wire::Stable`]) as soon as its applied time moved, at most
+//!   every quarter of [`StableConfig::every_us`], and at least every
+//!   interval.
 //! * A group's **stable time** is the largest time a majority of its
 //!   voters has applied, from their last reports (stale reports only make
 //!   it lower); it never goes backwards here.
 //! * In a cluster of shards, a shard's leader sends its shard's stable
-//!   time to the replicas of every other shard ([`MpoMessage::Stable`]);
+//!   time to the replicas of every other shard ([`MpoMessage::Stable`]),
+//!   as soon as it moved (at most every quarter interval) and at least
+//!   every interval;
 //!   each keeps the largest it heard from each shard. The **global stable
 //!   time** is the least of every shard's (its own included), once every
 //!   shard has been heard from; a replica also takes the largest a peer of
@@ -55,7 +59,10 @@ pub struct StableConfig {
 #[derive(Debug, Default)]
 pub struct StableTimes {
     config: StableConfig,
-    next_us: u64,
+    /// When this replica last reported, and the applied time it reported.
+    reported: (u64, u64),
+    /// When this replica (leading) last published, and the time it did.
+    published: (u64, u64),
     /// Each peer's last report: (applied, global).
     peers: BTreeMap<ReplicaId, (u64, u64)>,
     /// The cluster's other shards (none: a cluster of one group, or the
@@ -65,6 +72,11 @@ pub struct StableTimes {
     global: u64,
     /// Clock no-ops this replica issued.
     clock_noops: u64,
+    /// The planted bug `StableTimeRegresses`: the global time is the last
+    /// one a peer reported, not the largest known.
+    regress: bool,
+    /// The global time in the last report heard.
+    last_heard: u64,
 }
 
 impl StableTimes {
@@ -107,6 +119,7 @@ impl StableTimes {
     }
 
     fn on_report(&mut self, from: ReplicaId, report: Stable) {
+        self.last_heard = report.global_us;
         let seen = self.peers.entry(from).or_default();
         seen.0 = seen.0.max(report.applied_us);
         seen.1 = seen.1.max(report.global_us);
@@ -138,7 +151,12 @@ impl StableTimes {
         } else {
             0
         };
-        self.global = self.global.max(mine).max(heard.min(self.group));
+        let global = mine.max(heard.min(self.group));
+        self.global = if self.regress && self.last_heard > 0 {
+            self.last_heard.min(self.group)
+        } else {
+            self.global.max(global)
+        };
     }
 
     /// The invariants: see the module's text.
@@ -164,6 +182,11 @@ impl<S: CabStorage> Node<S> {
     /// reads are served at the global stable time.
     pub(crate) fn start_stable(&mut self, config: &StableConfig) {
         self.stable = StableTimes::new(config);
+        self.stable.regress = self
+            .replica
+            .config()
+            .planted
+            .has(creek_types::planted::Bug::StableTimeRegresses);
         if config.every_us > 0 {
             self.replica.keep_snapshot_history(config.history);
         }
@@ -205,31 +228,41 @@ impl<S: CabStorage> Node<S> {
         let applied = self.replica.applied_time();
         self.stable.update(me, applied, &group.voters);
         if let Err(e) = self.stable.check(before) {
-            debug_assert!(false, "{e}");
+            debug_assert!(self.stable.regress, "{e}");
         }
         self.replica.set_stable_time(self.stable.global);
-        if now_us < self.stable.next_us {
-            return;
-        }
-        self.stable.next_us = now_us + every;
-        let report = Stable {
-            applied_us: applied,
-            global_us: self.stable.global,
-        };
-        for peer in group.voters.iter().chain(&group.learners) {
-            if *peer != me {
-                self.early.push((*peer, PeerMessage::Stable(report)));
+        let report_due = due(self.stable.reported, (now_us, applied), every);
+        if report_due {
+            self.stable.reported = (now_us, applied);
+            let report = Stable {
+                applied_us: applied,
+                global_us: self.stable.global,
+            };
+            for peer in group.voters.iter().chain(&group.learners) {
+                if *peer != me {
+                    self.early.push((*peer, PeerMessage::Stable(report)));
+                }
             }
         }
         if !self.cab.is_leader() {
             return;
         }
-        if let (Some(shard), false) = (self.stable.config.shard, self.stable.others.is_empty()) {
+        let time = self.stable.group;
+        let publish_due = due(self.stable.published, (now_us, time), every);
+        if let (Some(shard), false, true) = (
+            self.stable.config.shard,
+            self.stable.others.is_empty(),
+            publish_due,
+        ) {
+            self.stable.published = (now_us, time);
             self.mpo_out.push(MpoMessage::Stable {
                 from: shard,
                 to: self.stable.others.keys().copied().collect(),
-                time: self.stable.group,
+                time,
             });
+        }
+        if !report_due {
+            return;
         }
         if self.stable.config.no_clock_noops {
             return;
@@ -238,4 +271,12 @@ impl<S: CabStorage> Node<S> {
             self.stable.clock_noops += 1;
         }
     }
+}
+
+/// Whether a report or publication last sent as `last` (when, what time)
+/// is due again at `now` (when, the time now): once a quarter interval has
+/// passed and the time moved, or once an interval has.
+fn due(last: (u64, u64), now: (u64, u64), every: u64) -> bool {
+    let since = now.0.saturating_sub(last.0);
+    since >= every || (since >= every / 4 && now.1 != last.1)
 }

@@ -40,6 +40,15 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     if cfg.shards > 1 {
         merged.push(Check::new("ownership", ownership_violations(out)));
     }
+    if cfg.stable_every_us > 0 {
+        merged.push(Check::new("stable_times", out.stable.regressions.clone()));
+    }
+    if cfg.snapshot_reads > 0.0 {
+        merged.push(Check::new(
+            "read_your_writes",
+            creek_check::snapshot::check_read_your_writes(&out.history, &out.client_reads),
+        ));
+    }
     if cfg.shards > 1 && cfg.cross_shard > 0.0 {
         for check in cross_shard_check(cfg, out) {
             merge(&mut merged, check);

@@ -140,12 +140,19 @@ fn planted_bugs_are_caught() {
         } else {
             0.0
         };
+        // One of stable times, only where they are kept.
+        let stable_every_us = if name.starts_with("stable-") {
+            5_000
+        } else {
+            0
+        };
         let caught = (0..40).any(|seed| {
             let cfg = SimConfig {
                 replicas: 5,
                 duration_us: 1_000_000,
                 plant_bug: Some(bug),
                 snapshot_reads,
+                stable_every_us,
                 ..config("kv", seed)
             };
             !simulate(&cfg).unwrap().1

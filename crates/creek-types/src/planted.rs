@@ -69,11 +69,17 @@ pub enum Bug {
     /// A snapshot read is served at once at the replica's applied time,
     /// even below the time the client read at before.
     SnapshotIgnoresReadTime,
+    /// The clients' cache of their own writes is never laid over a
+    /// snapshot read (the simulator's clients).
+    SnapshotDropsClientCache,
+    /// A replica's stable times follow the last reports and publications
+    /// it heard, not the largest: they may go back.
+    StableTimeRegresses,
 }
 
 impl Bug {
     /// Every planted bug with its command-line name (`--plant-bug`).
-    pub const ALL: [(&'static str, Bug); 13] = [
+    pub const ALL: [(&'static str, Bug); 15] = [
         ("skip-invalidation", Bug::SkipInvalidation),
         ("deliver-without-cab", Bug::DeliverWithoutCab),
         ("ignore-causal-context", Bug::IgnoreCausalContext),
@@ -87,6 +93,8 @@ impl Bug {
         ("mpo-install-remote-write", Bug::MpoInstallRemoteWrite),
         ("snapshot-serves-tentative", Bug::SnapshotServesTentative),
         ("snapshot-ignores-read-time", Bug::SnapshotIgnoresReadTime),
+        ("snapshot-drops-client-cache", Bug::SnapshotDropsClientCache),
+        ("stable-time-regresses", Bug::StableTimeRegresses),
     ];
 
     /// Parse a command-line name.

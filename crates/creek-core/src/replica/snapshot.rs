@@ -126,11 +126,15 @@ pub(super) struct Snapshots {
     history: Option<SnapshotHistory>,
     /// The global stable time known here (0: none yet).
     stable: u64,
-    /// The oldest read time whose versions are kept (with a history).
-    kept_from: u64,
+    /// The oldest read time whose versions are kept (`None`: none below
+    /// the applied time: no history, or none started yet).
+    kept_from: Option<u64>,
     /// The executor's horizon: the absolute index of the committed entry
     /// at or before which no read is asked.
     horizon: Option<u64>,
+    /// The history was started before any entry was final: it keeps
+    /// every version from the first entry on.
+    from_first: bool,
 }
 
 impl Snapshots {
@@ -139,7 +143,7 @@ impl Snapshots {
         self.last = time;
         self.applied = time;
         self.trimmed = time;
-        self.kept_from = self.kept_from.max(time);
+        self.keep_from(time);
     }
 
     /// The commit time the next entry would get if it were `op`: what
@@ -168,9 +172,16 @@ impl Snapshots {
         let n = n.min(self.times.len());
         if n > 0 {
             self.trimmed = self.times[n - 1];
-            self.kept_from = self.kept_from.max(self.trimmed);
+            self.keep_from(self.trimmed);
         }
         self.times.drain(..n);
+    }
+
+    /// Versions older than `time` are no longer kept (if any are).
+    fn keep_from(&mut self, time: u64) {
+        if let Some(k) = &mut self.kept_from {
+            *k = (*k).max(time);
+        }
     }
 
     /// The time a read asking for `read_time` (exactly, if `exact`) reads
@@ -234,8 +245,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.snapshots.stable
     }
 
-    /// The oldest time a snapshot read may read at here (with a history).
-    pub fn snapshot_kept_from(&self) -> u64 {
+    /// The oldest time a snapshot read may read at here, if versions
+    /// older than the applied time are kept.
+    pub fn snapshot_kept_from(&self) -> Option<u64> {
         self.snapshots.kept_from
     }
 
@@ -244,12 +256,37 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// on, so reads older than this replica's applied time now are
     /// refused.
     pub fn keep_snapshot_history(&mut self, history: SnapshotHistory) {
-        let newest = self.counters.finalized.checked_sub(1);
         self.snapshots.history = Some(history);
-        self.snapshots.kept_from = self.snapshots.kept_from.max(self.snapshots.applied);
-        self.snapshots.horizon = newest;
-        self.engine
-            .set_final_horizon(Some(Pos::Committed(newest.unwrap_or(0))));
+        self.start_history();
+    }
+
+    /// Start keeping versions, from the last final entry on; with none
+    /// yet, from the first, once it is final (its commit time is then
+    /// the oldest kept).
+    fn start_history(&mut self) {
+        if self.snapshots.horizon.is_some() || self.snapshots.history.is_none() {
+            return;
+        }
+        let Some(newest) = self.counters.finalized.checked_sub(1) else {
+            if !self.snapshots.from_first {
+                self.snapshots.from_first = true;
+                self.engine.set_final_horizon(Some(Pos::Committed(0)));
+            }
+            return;
+        };
+        if self.snapshots.from_first {
+            let first = self.snapshots.times.first().copied();
+            self.snapshots.horizon = Some(0);
+            self.snapshots.kept_from = Some(
+                first
+                    .unwrap_or(self.snapshots.trimmed)
+                    .max(self.snapshots.trimmed),
+            );
+        } else {
+            self.snapshots.horizon = Some(newest);
+            self.snapshots.kept_from = Some(self.snapshots.applied);
+            self.engine.set_final_horizon(Some(Pos::Committed(newest)));
+        }
     }
 
     /// The global stable time is now at least `time`: reads move up to it
@@ -259,6 +296,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             return;
         };
         self.snapshots.stable = self.snapshots.stable.max(time);
+        self.start_history();
         let Some(newest) = self.counters.finalized.checked_sub(1) else {
             return;
         };
@@ -280,7 +318,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.counters.snapshot_history_cuts += u64::from(cut);
         let at = horizon.checked_sub(self.committed_base).map(|i| i as usize);
         let time = at.and_then(|i| self.snapshots.times.get(i).copied());
-        self.snapshots.kept_from = self.snapshots.kept_from.max(time.unwrap_or(0));
+        self.snapshots.keep_from(time.unwrap_or(0));
         self.engine.set_final_horizon(Some(Pos::Committed(horizon)));
     }
 
@@ -293,13 +331,13 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         now_us: u64,
     ) -> Result<(), InvokeError> {
         let at = self.snapshots.read_at(read_time, exact);
-        let kept = self.snapshots.history.is_some() && at >= self.snapshots.kept_from;
+        let kept = self.snapshots.kept_from.is_some_and(|k| at >= k);
         if at >= self.snapshots.applied || kept {
             return Ok(());
         }
         Err(InvokeError::SnapshotNotKept {
             time: at,
-            kept_from: self.snapshots.kept_from,
+            kept_from: self.snapshots.kept_from.unwrap_or(self.snapshots.applied),
             stable_age_ms: now_us.saturating_sub(self.snapshots.stable) / 1_000,
         })
     }
@@ -353,9 +391,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             // one, versions may have been dropped since the read was parked
             // (the bound on kept versions): it reads at the oldest time kept,
             // which its view names, rather than below it.
-            at = match self.snapshots.history {
+            at = match self.snapshots.kept_from {
                 None => applied,
-                Some(_) => at.max(self.snapshots.kept_from),
+                Some(kept) => at.max(kept),
             };
             let before = self.snapshots.before(at, self.committed_base);
             let state = match before {
@@ -465,10 +503,14 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 ));
             }
         }
-        if self.snapshots.history.is_some() && self.snapshots.kept_from > self.snapshots.applied {
+        if let Some(kept) = self
+            .snapshots
+            .kept_from
+            .filter(|k| *k > self.snapshots.applied)
+        {
             return Err(format!(
-                "versions are kept from {}, after the applied time {}",
-                self.snapshots.kept_from, self.snapshots.applied
+                "versions are kept from {kept}, after the applied time {}",
+                self.snapshots.applied
             ));
         }
         if let (Some(h), Some(newest)) = (

@@ -167,7 +167,7 @@ impl Sim {
                 acks: Vec::new(),
                 map: map.clone(),
                 refresh: false,
-                read_times: vec![0; cfg.shards],
+                times: super::cache::ClientTimes::new(cfg.shards),
             })
             .collect();
         let canonical = vec![Vec::new(); groups];
@@ -197,6 +197,7 @@ impl Sim {
             faults,
             traffic: Traffic::default(),
             stable: Default::default(),
+            client_reads: Default::default(),
             running_clients: true,
             setup_pending: 0,
             setup_backlog: VecDeque::new(),

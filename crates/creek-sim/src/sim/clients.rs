@@ -81,7 +81,9 @@ impl Sim {
             None => self.workload.next_op(&mut self.rng, c as u32),
         };
         let (mut request, mut wants_final) = request_of(next);
-        if self.snapshot_read(&mut request, c, shard) && !request.strong {
+        let snapshot = self.snapshot_read(&mut request);
+        self.client_sends(c, shard, &mut request);
+        if snapshot && !request.strong {
             // A snapshot view alone: no final view comes. Any replica of
             // its shard serves it (one with strong views too goes to the
             // session's replica: session order holds per replica).
@@ -99,7 +101,9 @@ impl Sim {
             seq: client.seq,
         });
         request.call.acked = std::mem::take(&mut client.acks);
+        let index = self.history.ops.len();
         if self.invoke(replica, Some(c), request, wants_final) {
+            self.client_invoked(c, index);
             self.note_epoch(c, replica);
         } else {
             let at = self.now + self.cfg.think_us;
@@ -107,11 +111,10 @@ impl Sim {
         }
     }
 
-    /// Whether session `c` issues `request` at the snapshot level (a
+    /// Whether a session issues `request` at the snapshot level (a
     /// read-only built-in, drawn at the configured share): then it asks
-    /// for the snapshot view (a strong one for all three) and carries the
-    /// session's read time in `shard`.
-    fn snapshot_read(&mut self, request: &mut Request, c: usize, shard: usize) -> bool {
+    /// for the snapshot view (a strong one for all three).
+    fn snapshot_read(&mut self, request: &mut Request) -> bool {
         if self.cfg.snapshot_reads <= 0.0 || self.registry.get(&request.call.name).is_none() {
             return false;
         }
@@ -133,7 +136,6 @@ impl Sim {
             request.strong = false;
             request.views = Views::SNAPSHOT;
         }
-        request.read_time = self.clients[c].read_times.get(shard).copied().unwrap_or(0);
         true
     }
 

@@ -29,6 +29,7 @@ use crate::rng::Rng;
 use crate::workload::Workload;
 
 mod build;
+mod cache;
 mod clients;
 mod directory;
 mod faults;
@@ -186,9 +187,8 @@ struct Client {
     /// It wants a newer map (its replica left, or answered under a newer
     /// epoch): it asks the directory at the next directory step.
     refresh: bool,
-    /// Its read time in each shard: the largest snapshot or commit time
-    /// it saw there (docs/snapshot-reads.md).
-    read_times: Vec<u64>,
+    /// Its read and dependency times and its cache of its own writes.
+    times: cache::ClientTimes,
 }
 
 /// Counts of injected faults by class (and of what they caused:
@@ -284,6 +284,8 @@ pub struct Sim {
     faults: FaultCounts,
     traffic: Traffic,
     stable: StableSeen,
+    /// What closed-loop clients returned for their snapshot `kv.get`s.
+    client_reads: cache::ClientReads,
     running_clients: bool,
     /// Setup calls without their final view yet.
     setup_pending: usize,
@@ -564,17 +566,10 @@ impl Sim {
         let Some(&index) = self.nodes[i].handles.get(&v.handle) else {
             return;
         };
-        let record = &mut self.history.ops[index];
         let is_final = v.kind.is_final();
-        if v.time != 0 {
-            let shard = i / self.per_shard;
-            let seen = self
-                .clients
-                .get_mut(record.client as usize)
-                .and_then(|c| c.read_times.get_mut(shard));
-            if let Some(t) = seen {
-                *t = (*t).max(v.time);
-            }
+        let client = self.history.ops[index].client as usize;
+        if client < self.clients.len() {
+            self.client_receives(client, i / self.per_shard, index, &v);
         }
         let record = &mut self.history.ops[index];
         record.views.push(SeenView {
@@ -606,6 +601,24 @@ impl Sim {
     fn sample_stable(&mut self) {
         if self.cfg.stable_every_us == 0 {
             return;
+        }
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            if !n.node.is_up() {
+                continue;
+            }
+            let now = (n.epoch, n.node.stable_times().1);
+            if let Some(before) = self.stable.last_known.insert(i, now) {
+                if before.0 == now.0 && now.1 < before.1 && self.stable.regressions.len() < 10 {
+                    self.stable.regressions.push(format!(
+                        "replica {}'s global stable time went back from {} to {} at {} µs",
+                        i + 1,
+                        before.1,
+                        now.1,
+                        self.now
+                    ));
+                }
+            }
         }
         let shards = self.cfg.shards;
         self.stable.global.resize(shards, Vec::new());

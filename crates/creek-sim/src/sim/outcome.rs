@@ -25,6 +25,12 @@ pub struct StableSeen {
     pub global: Vec<Vec<(u64, u64)>>,
     /// Lag samples, µs.
     pub lag_us: Vec<u64>,
+    /// Each replica's global stable time at the last tick, with the epoch
+    /// (incarnation) it knew it in: a restart starts it over.
+    pub last_known: BTreeMap<usize, (u64, u64)>,
+    /// Every time a replica's known global stable time went back within
+    /// one incarnation (at most 10).
+    pub regressions: Vec<String>,
 }
 
 /// Cumulative counters over every replica at one moment, for measuring a
@@ -89,6 +95,9 @@ pub struct Outcome {
     pub traffic: Traffic,
     /// The stable times seen (docs/snapshot-reads.md).
     pub stable: StableSeen,
+    /// What closed-loop clients returned for their snapshot `kv.get`s (a
+    /// cached write of theirs laid over the view, or the view's result).
+    pub client_reads: super::cache::ClientReads,
     /// Hash of the sequence of processed events and the final orders.
     pub trace_hash: u64,
     /// The registry the replicas ran.
@@ -290,6 +299,7 @@ impl Sim {
             faults: self.faults,
             traffic: self.traffic,
             stable: self.stable,
+            client_reads: self.client_reads,
             trace_hash: self.trace,
             registry: self.registry,
             duration_us: self.cfg.duration_us,
