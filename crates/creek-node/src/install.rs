@@ -283,6 +283,7 @@ impl<S: CabStorage> Node<S> {
                 let (committed, tentative) = self.replica.recording();
                 self.replica = replica;
                 self.replica.record_changes(committed, tentative);
+                self.keep_history_again();
                 // The decided ids the old replica held back go to the new
                 // one (it ignores those the checkpoint committed).
                 self.cab.hand_again();

@@ -192,6 +192,16 @@ impl<S: CabStorage> Node<S> {
         }
     }
 
+    /// The replica was rebuilt from a checkpoint: it keeps versions for
+    /// snapshot reads as the old one did, from the checkpoint on.
+    pub(crate) fn keep_history_again(&mut self) {
+        if self.stable.config.every_us > 0 {
+            self.replica
+                .keep_snapshot_history(self.stable.config.history);
+            self.replica.set_stable_time(self.stable.global);
+        }
+    }
+
     /// Shard `shard` published stable time `time` (a message from another
     /// group).
     pub fn stable_from(&mut self, shard: u32, time: u64) {

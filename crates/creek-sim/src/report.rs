@@ -43,6 +43,12 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     if cfg.stable_every_us > 0 {
         merged.push(Check::new("stable_times", out.stable.regressions.clone()));
     }
+    if cfg.snapshot_reads > 0.0 && cfg.shards > 1 {
+        merged.push(Check::new(
+            "snapshot_across_shards",
+            crate::sim::split_violations(&out.history, &out.split_reads),
+        ));
+    }
     if cfg.snapshot_reads > 0.0 {
         merged.push(Check::new(
             "read_your_writes",

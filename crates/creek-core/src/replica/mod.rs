@@ -300,7 +300,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let n = usize::try_from(n).map_or(self.committed.len(), |n| n.min(self.committed.len()));
         self.committed.drain(..n);
         self.committed_requests.drain(..n);
-        self.snapshots.trim(n);
+        self.snapshots.trim(n, self.committed_base);
         self.committed_base += n as u64;
     }
 

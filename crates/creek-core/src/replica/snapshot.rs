@@ -62,6 +62,11 @@ pub const READ_TIME_AHEAD_MAX_US: u64 = 60_000_000;
 /// cannot pile up without bound.
 pub const SNAPSHOT_PARKED_MAX: usize = 16_384;
 
+/// Most commit times of entries trimmed off the committed list a replica
+/// keeps for reads at the kept versions (8 bytes each); past it, as past
+/// [`SnapshotHistory::versions_max_bytes`], it drops every kept version.
+const TIMES_KEPT_MAX: usize = 1 << 20;
+
 /// How far back a replica keeps committed versions for snapshot reads
 /// below its applied time (docs/snapshot-reads.md, "Versions kept").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,8 +111,12 @@ struct Pending {
 /// Commit times and the snapshot reads in flight.
 #[derive(Debug, Default)]
 pub(super) struct Snapshots {
-    /// The commit time of each entry of the replica's `committed` list.
+    /// The commit time of each entry of the replica's `committed` list,
+    /// after the first `lead` ones: entries trimmed off the list whose
+    /// times reads at the kept versions still need (from the history's
+    /// horizon on).
     times: Vec<u64>,
+    lead: usize,
     /// The commit time of the last committed entry (a checkpoint's, before
     /// any is committed here).
     last: u64,
@@ -167,14 +176,31 @@ impl Snapshots {
         time
     }
 
-    /// Forget the times of the first `n` entries (trimmed with the list).
-    pub(super) fn trim(&mut self, n: usize) {
-        let n = n.min(self.times.len());
-        if n > 0 {
-            self.trimmed = self.times[n - 1];
+    /// The first `n` entries of the list, which starts at absolute index
+    /// `base`, were trimmed off it: forget their times, but those from the
+    /// history's horizon on.
+    pub(super) fn trim(&mut self, n: usize, base: u64) {
+        let first = base - self.lead as u64;
+        let after = base + n as u64;
+        let keep = self.horizon.map_or(after, |h| h.min(after)).max(first);
+        let drop =
+            usize::try_from(keep - first).map_or(self.times.len(), |d| d.min(self.times.len()));
+        if drop > 0 {
+            self.trimmed = self.times[drop - 1];
             self.keep_from(self.trimmed);
         }
-        self.times.drain(..n);
+        self.times.drain(..drop);
+        self.lead = usize::try_from(after - (first + drop as u64)).unwrap_or(0);
+    }
+
+    /// The commit time of the entry at `index` of the list.
+    fn time_at(&self, index: usize) -> Option<u64> {
+        self.times.get(self.lead + index).copied()
+    }
+
+    /// The absolute index of `times[0]`, given the list starts at `base`.
+    fn first_timed(&self, base: u64) -> u64 {
+        base - self.lead as u64
     }
 
     /// Versions older than `time` are no longer kept (if any are).
@@ -206,13 +232,13 @@ impl Snapshots {
             return None;
         }
         let within = self.times.partition_point(|t| *t <= time);
-        Some(Pos::Committed(base + within as u64))
+        Some(Pos::Committed(self.first_timed(base) + within as u64))
     }
 
     /// The entry at `index` of the list (after the trimmed ones) is final.
     pub(super) fn finalized(&mut self, index: usize) -> u64 {
-        if let Some(time) = self.times.get(index) {
-            self.applied = *time;
+        if let Some(time) = self.time_at(index) {
+            self.applied = time;
         }
         self.applied
     }
@@ -221,7 +247,7 @@ impl Snapshots {
 impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// The commit time of each op of [`Replica::committed`], in order.
     pub fn commit_times(&self) -> &[u64] {
-        &self.snapshots.times
+        &self.snapshots.times[self.snapshots.lead..]
     }
 
     /// The commit time of the last committed op.
@@ -302,12 +328,14 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         };
         let floor = self.snapshots.stable.saturating_sub(history.grace_us);
         let within = self.snapshots.times.partition_point(|t| *t <= floor);
-        let cut = self.engine.counters().history_bytes > history.versions_max_bytes;
+        let first = self.snapshots.first_timed(self.committed_base);
+        let cut = self.engine.counters().history_bytes > history.versions_max_bytes
+            || self.snapshots.lead > TIMES_KEPT_MAX;
         let horizon = if cut {
             newest
         } else {
             match within.checked_sub(1) {
-                Some(i) => (self.committed_base + i as u64).min(newest),
+                Some(i) => (first + i as u64).min(newest),
                 None => return,
             }
         };
@@ -316,7 +344,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         self.snapshots.horizon = Some(horizon);
         self.counters.snapshot_history_cuts += u64::from(cut);
-        let at = horizon.checked_sub(self.committed_base).map(|i| i as usize);
+        let at = horizon.checked_sub(first).map(|i| i as usize);
         let time = at.and_then(|i| self.snapshots.times.get(i).copied());
         self.snapshots.keep_from(time.unwrap_or(0));
         self.engine.set_final_horizon(Some(Pos::Committed(horizon)));
@@ -370,6 +398,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// Run `key`'s snapshot read if this replica has applied its read time,
     /// and send its view unless its preliminary view must go first.
     fn serve_snapshot(&mut self, key: ExecKey) {
+        self.start_history();
         let applied = self.snapshots.applied;
         let ignore_read_time = self.config.planted.has(Bug::SnapshotIgnoresReadTime);
         let Some(p) = self.snapshots.pending.get(&key) else {
@@ -495,7 +524,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             .checked_sub(self.committed_base)
             .and_then(|n| n.checked_sub(1));
         if let Some(i) = final_in_list {
-            let at = self.snapshots.times.get(i as usize).copied();
+            let at = self.snapshots.time_at(i as usize);
             if at.is_some_and(|t| t != self.snapshots.applied) {
                 return Err(format!(
                     "the applied time {} is not the last final entry's {at:?}",

@@ -168,6 +168,7 @@ impl Sim {
                 map: map.clone(),
                 refresh: false,
                 times: super::cache::ClientTimes::new(cfg.shards),
+                split: None,
             })
             .collect();
         let canonical = vec![Vec::new(); groups];
@@ -198,6 +199,7 @@ impl Sim {
             traffic: Traffic::default(),
             stable: Default::default(),
             client_reads: Default::default(),
+            split_reads: Vec::new(),
             running_clients: true,
             setup_pending: 0,
             setup_backlog: VecDeque::new(),

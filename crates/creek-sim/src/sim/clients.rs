@@ -37,6 +37,16 @@ impl Sim {
         match self.route(&map, &next.call) {
             Ok(s) => Some((s, next)),
             Err(e) if self.spans(&e) => {
+                // A read across shards at the snapshot level: its first
+                // part (see `split`).
+                if let Some((s, call)) = self.split_read(client as usize, &next.call) {
+                    let next = crate::workload::NextOp {
+                        call,
+                        strong: false,
+                        wants_final: false,
+                    };
+                    return Some((s, next));
+                }
                 // Keys on several shards: an operation across shards,
                 // strong, sent once to a replica of its first key's shard.
                 let (s, call) = self.as_mpo(&map, &next.call)?;
@@ -56,6 +66,9 @@ impl Sim {
 
     pub(super) fn client_next(&mut self, c: usize) {
         if !self.running_clients || self.clients[c].pending.is_some() {
+            return;
+        }
+        if self.next_split_part(c) {
             return;
         }
         // One shard: the op is drawn once the replica is known to be up
@@ -81,7 +94,13 @@ impl Sim {
             None => self.workload.next_op(&mut self.rng, c as u32),
         };
         let (mut request, mut wants_final) = request_of(next);
-        let snapshot = self.snapshot_read(&mut request);
+        let snapshot = if self.split_first_due(c) {
+            request.strong = false;
+            request.views = Views::SNAPSHOT;
+            true
+        } else {
+            self.snapshot_read(&mut request)
+        };
         self.client_sends(c, shard, &mut request);
         if snapshot && !request.strong {
             // A snapshot view alone: no final view comes. Any replica of
@@ -102,8 +121,12 @@ impl Sim {
         });
         request.call.acked = std::mem::take(&mut client.acks);
         let index = self.history.ops.len();
+        let rid = request.call.request_id.map(|r| (r.client, r.seq));
         if self.invoke(replica, Some(c), request, wants_final) {
             self.client_invoked(c, index);
+            if let Some(rid) = rid {
+                self.split_first_invoked(c, index, rid);
+            }
             self.note_epoch(c, replica);
         } else {
             let at = self.now + self.cfg.think_us;

@@ -35,6 +35,8 @@ mod directory;
 mod faults;
 mod mpo;
 mod outcome;
+mod split;
+pub use split::split_violations;
 
 use directory::{Dir, OPERATOR_CLIENT};
 pub use outcome::{DirectoryEnd, Outcome, Readings, StableSeen, Totals, Traffic};
@@ -189,6 +191,8 @@ struct Client {
     refresh: bool,
     /// Its read and dependency times and its cache of its own writes.
     times: cache::ClientTimes,
+    /// Its read across shards in progress.
+    split: Option<split::Split>,
 }
 
 /// Counts of injected faults by class (and of what they caused:
@@ -286,6 +290,8 @@ pub struct Sim {
     stable: StableSeen,
     /// What closed-loop clients returned for their snapshot `kv.get`s.
     client_reads: cache::ClientReads,
+    /// The reads across shards at the snapshot level.
+    split_reads: split::SplitReads,
     running_clients: bool,
     /// Setup calls without their final view yet.
     setup_pending: usize,
@@ -570,6 +576,7 @@ impl Sim {
         let client = self.history.ops[index].client as usize;
         if client < self.clients.len() {
             self.client_receives(client, i / self.per_shard, index, &v);
+            self.split_view(client, index, &v);
         }
         let record = &mut self.history.ops[index];
         record.views.push(SeenView {

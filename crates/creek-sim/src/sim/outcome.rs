@@ -98,6 +98,8 @@ pub struct Outcome {
     /// What closed-loop clients returned for their snapshot `kv.get`s (a
     /// cached write of theirs laid over the view, or the view's result).
     pub client_reads: super::cache::ClientReads,
+    /// The request ids of each read across shards' parts.
+    pub split_reads: super::split::SplitReads,
     /// Hash of the sequence of processed events and the final orders.
     pub trace_hash: u64,
     /// The registry the replicas ran.
@@ -300,6 +302,7 @@ impl Sim {
             traffic: self.traffic,
             stable: self.stable,
             client_reads: self.client_reads,
+            split_reads: self.split_reads,
             trace_hash: self.trace,
             registry: self.registry,
             duration_us: self.cfg.duration_us,
