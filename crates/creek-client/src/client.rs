@@ -15,6 +15,8 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Endpoint;
 use tonic::Status;
 
+use crate::cache::CachedWrite;
+use crate::causal::{Causal, ReadAt, Track};
 use crate::correctable::Correctable;
 use crate::native::NativeConn;
 use crate::stream::{Expect, ViewReader, ViewSource};
@@ -27,9 +29,22 @@ use crate::Error;
 const GROUP_CHANGE_WAIT: Duration = Duration::from_secs(30);
 /// The pause between two tries of a group change.
 const GROUP_CHANGE_RETRY: Duration = Duration::from_millis(200);
+/// How many times a weak write whose stream broke before its final view is
+/// sent again to learn its commit time, the pause before each, and the
+/// deadline of each.
+const SETTLE_RESENDS: usize = 3;
+const SETTLE_RETRY: Duration = Duration::from_millis(200);
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A weak write whose final view the client still waits for.
+struct Settle {
+    procedure: String,
+    args: Vec<Value>,
+    id: RequestId,
+}
 
 /// How a [`Client`] reaches and authenticates to a cluster.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ConnectOptions {
     /// TLS (a cluster with a `[tls]` table); plaintext if `None`.
     pub tls: Option<TlsOptions>,
@@ -40,6 +55,31 @@ pub struct ConnectOptions {
     /// (docs/protocol.md, "The native client protocol"); over TLS every
     /// call uses gRPC.
     pub grpc_only: bool,
+    /// Keep the client cache (on by default): the client's own
+    /// acknowledged writes of plain keys (`kv.put`, `kv.delete`,
+    /// `kv.mput`, `kv.incr`, `kv.cas`, `kv.transfer`) are laid over its
+    /// snapshot reads of those keys until its read time passes their
+    /// commit times (docs/snapshot-reads.md, "The client cache"). Off, a
+    /// snapshot read shows the client's writes once they committed and
+    /// their final views came back.
+    pub cache: bool,
+    /// The most bytes of keys and values the cache holds (1 MiB by
+    /// default). A write that does not fit is acknowledged at its commit
+    /// instead (a weak call returns once its final view came), and the
+    /// client's snapshot reads are sent at its commit time.
+    pub cache_bytes_max: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            tls: None,
+            token: None,
+            grpc_only: false,
+            cache: true,
+            cache_bytes_max: crate::cache::CACHE_BYTES_MAX_DEFAULT,
+        }
+    }
 }
 
 impl std::fmt::Debug for ConnectOptions {
@@ -48,6 +88,8 @@ impl std::fmt::Debug for ConnectOptions {
             .field("tls", &self.tls.is_some())
             .field("token", &self.token.as_ref().map(|_| "<secret>"))
             .field("grpc_only", &self.grpc_only)
+            .field("cache", &self.cache)
+            .field("cache_bytes_max", &self.cache_bytes_max)
             .finish()
     }
 }
@@ -163,10 +205,10 @@ struct Inner {
     /// to acknowledge (the cluster then forgets their deduplication
     /// entries).
     acks: Acks,
-    /// The largest snapshot or commit time this client saw (µs): its
-    /// snapshot reads never read an older state, on any replica, and its
-    /// ops are stamped after it (docs/snapshot-reads.md).
-    read_time: Arc<AtomicU64>,
+    /// The client's read and dependency times and its cache of its own
+    /// writes, shared by every shard's client of a [`crate::Cluster`]
+    /// (docs/snapshot-reads.md).
+    causal: Arc<Causal>,
 }
 
 struct Replica {
@@ -245,10 +287,26 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let causal = Causal::new(options.cache.then_some(options.cache_bytes_max));
+        Self::connect_sharing(addrs, options, causal).await
+    }
+
+    /// [`connect_with_options`](Client::connect_with_options), with times
+    /// and a cache shared with other clients (a cluster's shards').
+    pub(crate) async fn connect_sharing<I, S>(
+        addrs: I,
+        options: ConnectOptions,
+        causal: Arc<Causal>,
+    ) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         let ConnectOptions {
             tls,
             token,
             grpc_only,
+            ..
         } = options;
         let credentials = Credentials::new(token.as_deref())?;
         // Invocations go natively on plaintext connections, unless the
@@ -272,7 +330,7 @@ impl Client {
                 client_id: random_client_id(),
                 next_seq: AtomicU64::new(1),
                 acks: Acks::default(),
-                read_time: Arc::default(),
+                causal,
             }),
         })
     }
@@ -371,14 +429,67 @@ impl Client {
         id: RequestId,
         fresh: bool,
     ) -> Result<Correctable, Error> {
+        self.invoke_at(
+            procedure,
+            args,
+            levels,
+            options,
+            id,
+            fresh,
+            ReadAt::default(),
+        )
+        .await
+    }
+
+    /// [`invoke_as`](Client::invoke_as), a snapshot read at `at`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn invoke_at(
+        &self,
+        procedure: String,
+        args: &[Value],
+        levels: Levels,
+        options: &CallOptions,
+        id: RequestId,
+        fresh: bool,
+        at: ReadAt,
+    ) -> Result<Correctable, Error> {
+        let (track, read_time) = self.inner.causal.track(&procedure, args, levels, at);
+        self.invoke_tracked(
+            procedure,
+            args,
+            levels,
+            options,
+            id,
+            fresh,
+            (track, read_time),
+            at,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn invoke_tracked(
+        &self,
+        procedure: String,
+        args: &[Value],
+        levels: Levels,
+        options: &CallOptions,
+        id: RequestId,
+        fresh: bool,
+        (track, read_time): (Track, u64),
+        at: ReadAt,
+    ) -> Result<Correctable, Error> {
         let start = Instant::now();
         let deadline = options.timeout.map(|t| start + t);
         let own = id.client == self.inner.client_id;
+        // A weak write's commit time matters to the cache even when the
+        // caller does not ask for its final view: the stream goes on to it.
+        let follow = levels == Levels::Weak && !options.weak_final && track.wants_final();
         let request = pb::InvokeRequest {
-            procedure,
+            procedure: procedure.clone(),
             args: args.iter().map(to_wire).collect(),
             levels: levels.to_wire(),
-            weak_final: options.weak_final,
+            weak_final: options.weak_final || follow,
             client_id: id.client,
             request_seq: id.seq,
             // Acknowledgements name this client's requests only.
@@ -387,8 +498,8 @@ impl Client {
             } else {
                 Vec::new()
             },
-            read_time: self.inner.read_time.load(Ordering::Relaxed),
-            read_exact: false,
+            read_time,
+            read_exact: at.exact.is_some() && levels.has_snapshot(),
         };
         self.renew_native().await;
         let sends = std::sync::atomic::AtomicU32::new(0);
@@ -420,7 +531,8 @@ impl Client {
         let expect = Expect {
             final_view: levels.is_strong() || options.weak_final,
             snapshot_after_weak: levels == Levels::WeakSnapshot,
-            read_time: self.inner.read_time.clone(),
+            track,
+            follow,
             start,
             deadline,
             timeout: options.timeout,
@@ -437,24 +549,133 @@ impl Client {
             // reader task's wake-up on the op's path. A gRPC stream's end
             // is read in the background.
             reader.step().await;
-            reader.finish();
+            if !reader.following() {
+                reader.finish();
+            } else if reader.track().must_settle() {
+                // The cache could not hold the write: it is acknowledged
+                // at its commit, so the client's next snapshot reads are
+                // sent at its commit time.
+                let call = Settle {
+                    procedure,
+                    args: args.to_vec(),
+                    id,
+                };
+                self.settle(reader, call).await?;
+            } else {
+                let call = Settle {
+                    procedure,
+                    args: args.to_vec(),
+                    id,
+                };
+                tokio::spawn(self.clone().settle_owned(reader, call));
+            }
         } else {
             tokio::spawn(reader.run());
         }
         Ok(correctable)
     }
 
-    /// This client's read time: the largest snapshot or commit time it
-    /// saw (µs, 0 before any), sent with every call.
+    async fn settle_owned(self, reader: ViewReader, call: Settle) {
+        // Nothing waits for it: a write whose final view never came stays
+        // in the cache with its commit time unknown.
+        let _ = self.settle(reader, call).await;
+    }
+
+    /// Read a weak write's stream on to its final view, for its commit
+    /// time. If the stream breaks first (its replica failed), send the
+    /// request again under its id, as a strong op — applied at most once,
+    /// it answers with the op's outcome — a few times.
+    fn settle(
+        &self,
+        mut reader: ViewReader,
+        call: Settle,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>> {
+        // Boxed: it sends the request again through `invoke_tracked`,
+        // which may call it.
+        Box::pin(async move {
+            let mut last = match reader.follow().await {
+                Ok(()) => {
+                    reader.finish();
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
+            let resend = reader.track().resend_on_loss();
+            let track = reader.track().resume();
+            drop(reader);
+            if !resend {
+                return Err(last);
+            }
+            let options = CallOptions {
+                timeout: Some(SETTLE_TIMEOUT),
+                request_id: Some(call.id),
+                weak_final: false,
+            };
+            let mut track = Some(track);
+            for _ in 0..SETTLE_RESENDS {
+                tokio::time::sleep(SETTLE_RETRY).await;
+                let Some(tracked) = track.take() else { break };
+                let next = tracked.resume();
+                let read_time = self.inner.causal.dep_time();
+                let sent = self
+                    .invoke_tracked(
+                        call.procedure.clone(),
+                        &call.args,
+                        Levels::Strong,
+                        &options,
+                        call.id,
+                        false,
+                        (tracked, read_time),
+                        ReadAt::default(),
+                    )
+                    .await;
+                match sent {
+                    Ok(c) => match c.final_view().await {
+                        Ok(_) => return Ok(()),
+                        Err(e) => last = e,
+                    },
+                    Err(e) => last = e,
+                }
+                track = Some(next);
+            }
+            Err(last)
+        })
+    }
+
+    /// This client's read time: the largest time of a snapshot view, or
+    /// of a read's final view, it saw (µs, 0 before any). Its snapshot
+    /// reads are sent with it, so they never read an older state, on any
+    /// replica (docs/snapshot-reads.md).
     pub fn read_time(&self) -> u64 {
-        self.inner.read_time.load(Ordering::Relaxed)
+        self.inner.causal.read_time()
+    }
+
+    /// This client's dependency time: its read time, or the commit time of
+    /// its own latest write if later (µs). Every request but a snapshot
+    /// read is sent with it, so the client's later ops commit after its
+    /// earlier ones, on any shard.
+    pub fn dep_time(&self) -> u64 {
+        self.inner.causal.dep_time()
     }
 
     /// Raise this client's read time to `time` (one seen by another
     /// client of the same user, say): its next snapshot reads are never
     /// older.
     pub fn observe_read_time(&self, time: u64) {
-        self.inner.read_time.fetch_max(time, Ordering::Relaxed);
+        self.inner.causal.observe_read(time);
+    }
+
+    /// The writes the client cache holds now (docs/snapshot-reads.md, "The
+    /// client cache"): each key the client wrote whose write some later
+    /// snapshot read may not include yet, with its commit time once known.
+    pub fn cache_entries(&self) -> Vec<CachedWrite> {
+        self.inner.causal.cache_entries()
+    }
+
+    /// The bytes of keys and values the client cache holds now (at most
+    /// [`ConnectOptions::cache_bytes_max`]).
+    pub fn cache_bytes(&self) -> usize {
+        self.inner.causal.cache_bytes()
     }
 
     /// The id the next call gets: `given`, or this client's next one.
