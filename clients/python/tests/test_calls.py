@@ -90,14 +90,16 @@ def test_snapshot_reads_show_the_committed_state_never_older_than_seen(dev):
         async with creek.Client(dev.clients, timeout=T) as c:
             k = key("snapshot")
             # A strong write: its final view carries its commit time, which
-            # the client keeps as its read time.
+            # the client keeps as its dependency time (not its read time:
+            # the client cache shows the write to its snapshot reads).
             put = await c.invoke("kv.put", k, "v1").final()
-            assert put.time > 0 and c.read_time >= put.time
+            assert put.time > 0 and c.dep_time >= put.time
             # [SNAPSHOT]: one view, of the committed state, never older
-            # than the client's read time (the write is in it).
+            # than the client's read time, with the client's write in it
+            # (from the snapshot, or from the cache if it is older).
             views = [v async for v in c.invoke("kv.get", k, levels=creek.SNAPSHOT)]
             assert kinds(views) == [(ViewKind.SNAPSHOT, b"v1")]
-            assert views[0].level is creek.Level.SNAPSHOT and views[0].time >= put.time
+            assert views[0].level is creek.Level.SNAPSHOT and c.read_time >= views[0].time
             # [WEAK, SNAPSHOT, STRONG]: three views in order; the final one
             # confirms the snapshot.
             views = [v async for v in c.invoke("kv.get", k, levels=creek.ALL)]
@@ -117,6 +119,39 @@ def test_snapshot_reads_show_the_committed_state_never_older_than_seen(dev):
             assert (await c.invoke("kv.get", k, levels=creek.SNAPSHOT).final()).value == b"v1"
 
     run(body())
+
+
+def test_a_client_reads_its_weak_write_at_snapshot_after_switching_replica(serve):
+    """The client cache: a weak write taken by a replica cut off from the
+    others, which then dies, shows in the client's snapshot reads through
+    another replica; the client sends the write again under its request id
+    for its final view, so it commits (once) and leaves the cache."""
+    leader = serve.wait_for_leader()
+    follower = (leader + 1) % 3
+    order = [follower] + [i for i in range(3) if i != follower]
+
+    async def body():
+        async with creek.Client([serve.clients[i] for i in order], timeout=T) as c:
+            k = key("ryw")
+            await c.call("kv.put", k, "before")
+            serve.isolate(follower)
+            put = await c.kv_put(k, "after", levels=creek.WEAK).final()
+            assert put.is_preliminary and c.cache_entries()[0].value == b"after"
+            serve.kill(follower)
+            view = await c.kv_get(k, levels=creek.SNAPSHOT).final()
+            assert (view.kind, view.value) == (ViewKind.SNAPSHOT, b"after")
+            assert c.replica_address != serve.clients[follower]
+            # Committed once it was sent again: a strong read shows it, and
+            # the cache learns its commit time.
+            deadline = asyncio.get_running_loop().time() + T
+            while await c.call("kv.get", k) != b"after" or any(
+                e.commit_time is None for e in c.cache_entries()
+            ):
+                assert asyncio.get_running_loop().time() < deadline, c.cache_entries()
+                await asyncio.sleep(0.1)
+            assert (await c.kv_get(k, levels=creek.SNAPSHOT).final()).value == b"after"
+
+    run(body(), timeout=90)
 
 
 def test_levels_by_name(dev):

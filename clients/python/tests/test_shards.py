@@ -10,6 +10,7 @@ import copy
 import pytest
 
 import creek
+from creek import ViewKind
 from creek.shards import Placement, decode_map, slot_of
 from conftest import run
 from cluster import DevCluster, start
@@ -92,6 +93,29 @@ def test_multi_key_calls_run_on_the_shard_owning_their_keys(sharded):
             assert (await plain.kv_transfer(b, a, 3).final()).value == [0, 9]
             assert (await plain.kv_mput({a: "1", b: "2"}).final()).value is None
             assert (await plain.kv_mget([a, b]).final()).value == [b"1", b"2"]
+
+    run(body())
+
+
+@pytest.mark.skip(reason="needs reads at exactly a read time on servers (InvokeRequest.read_exact)")
+def test_a_snapshot_mget_across_shards_reads_every_shard_at_one_time(sharded):
+    async def body():
+        async with creek.Cluster([sharded.clients[0]], timeout=20) as c:
+            m = c.map
+            k0, k1 = key_of(m, 0, "at-once"), key_of(m, 1, "at-once")
+            await c.call("kv.put", k0, "a")
+            await c.call("kv.put", k1, "b")
+            # The first key's shard answers at a time; the other shard's
+            # part is read at exactly that time; one view at that time.
+            view = await c.invoke("kv.mget", [k1, k0], levels=creek.SNAPSHOT).final()
+            assert (view.kind, view.value) == (ViewKind.SNAPSHOT, [b"b", b"a"])
+            assert view.time > 0 and c.read_time >= view.time
+            # The shards' clients share one read time and one cache: a weak
+            # write on shard 1 shows in the next read across both.
+            assert c.client(0).read_time == c.client(1).read_time == c.read_time
+            await c.invoke("kv.put", k1, "c", levels=creek.WEAK).final()
+            view = await c.invoke("kv.mget", [k0, k1], levels=creek.SNAPSHOT).final()
+            assert view.value == [b"a", b"c"]
 
     run(body())
 

@@ -15,12 +15,17 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Endpoint;
 use tonic::Status;
 
+use crate::cache::CachedWrite;
+use crate::causal::{Causal, ReadAt, Track};
 use crate::correctable::Correctable;
 use crate::native::NativeConn;
 use crate::stream::{Expect, ViewReader, ViewSource};
 use crate::tls::TlsOptions;
 use crate::view::Levels;
 use crate::Error;
+
+mod settle;
+use settle::Settle;
 
 /// How long a group change is retried (a leader hand-over, another change
 /// in progress).
@@ -29,7 +34,7 @@ const GROUP_CHANGE_WAIT: Duration = Duration::from_secs(30);
 const GROUP_CHANGE_RETRY: Duration = Duration::from_millis(200);
 
 /// How a [`Client`] reaches and authenticates to a cluster.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ConnectOptions {
     /// TLS (a cluster with a `[tls]` table); plaintext if `None`.
     pub tls: Option<TlsOptions>,
@@ -40,6 +45,31 @@ pub struct ConnectOptions {
     /// (docs/protocol.md, "The native client protocol"); over TLS every
     /// call uses gRPC.
     pub grpc_only: bool,
+    /// Keep the client cache (on by default): the client's own
+    /// acknowledged writes of plain keys (`kv.put`, `kv.delete`,
+    /// `kv.mput`, `kv.incr`, `kv.cas`, `kv.transfer`) are laid over its
+    /// snapshot reads of those keys until its read time passes their
+    /// commit times (docs/snapshot-reads.md, "The client cache"). Off, a
+    /// snapshot read shows the client's writes once they committed and
+    /// their final views came back.
+    pub cache: bool,
+    /// The most bytes of keys and values the cache holds (1 MiB by
+    /// default). A write that does not fit is acknowledged at its commit
+    /// instead (a weak call returns once its final view came), and the
+    /// client's snapshot reads are sent at its commit time.
+    pub cache_bytes_max: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            tls: None,
+            token: None,
+            grpc_only: false,
+            cache: true,
+            cache_bytes_max: crate::cache::CACHE_BYTES_MAX_DEFAULT,
+        }
+    }
 }
 
 impl std::fmt::Debug for ConnectOptions {
@@ -48,6 +78,8 @@ impl std::fmt::Debug for ConnectOptions {
             .field("tls", &self.tls.is_some())
             .field("token", &self.token.as_ref().map(|_| "<secret>"))
             .field("grpc_only", &self.grpc_only)
+            .field("cache", &self.cache)
+            .field("cache_bytes_max", &self.cache_bytes_max)
             .finish()
     }
 }
@@ -163,10 +195,10 @@ struct Inner {
     /// to acknowledge (the cluster then forgets their deduplication
     /// entries).
     acks: Acks,
-    /// The largest snapshot or commit time this client saw (µs): its
-    /// snapshot reads never read an older state, on any replica, and its
-    /// ops are stamped after it (docs/snapshot-reads.md).
-    read_time: Arc<AtomicU64>,
+    /// The client's read and dependency times and its cache of its own
+    /// writes, shared by every shard's client of a [`crate::Cluster`]
+    /// (docs/snapshot-reads.md).
+    causal: Arc<Causal>,
 }
 
 struct Replica {
@@ -245,10 +277,26 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let causal = Causal::new(options.cache.then_some(options.cache_bytes_max));
+        Self::connect_sharing(addrs, options, causal).await
+    }
+
+    /// [`connect_with_options`](Client::connect_with_options), with times
+    /// and a cache shared with other clients (a cluster's shards').
+    pub(crate) async fn connect_sharing<I, S>(
+        addrs: I,
+        options: ConnectOptions,
+        causal: Arc<Causal>,
+    ) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         let ConnectOptions {
             tls,
             token,
             grpc_only,
+            ..
         } = options;
         let credentials = Credentials::new(token.as_deref())?;
         // Invocations go natively on plaintext connections, unless the
@@ -272,7 +320,7 @@ impl Client {
                 client_id: random_client_id(),
                 next_seq: AtomicU64::new(1),
                 acks: Acks::default(),
-                read_time: Arc::default(),
+                causal,
             }),
         })
     }
@@ -371,14 +419,67 @@ impl Client {
         id: RequestId,
         fresh: bool,
     ) -> Result<Correctable, Error> {
+        self.invoke_at(
+            procedure,
+            args,
+            levels,
+            options,
+            id,
+            fresh,
+            ReadAt::default(),
+        )
+        .await
+    }
+
+    /// [`invoke_as`](Client::invoke_as), a snapshot read at `at`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn invoke_at(
+        &self,
+        procedure: String,
+        args: &[Value],
+        levels: Levels,
+        options: &CallOptions,
+        id: RequestId,
+        fresh: bool,
+        at: ReadAt,
+    ) -> Result<Correctable, Error> {
+        let (track, read_time) = self.inner.causal.track(&procedure, args, levels, at);
+        self.invoke_tracked(
+            procedure,
+            args,
+            levels,
+            options,
+            id,
+            fresh,
+            (track, read_time),
+            at,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn invoke_tracked(
+        &self,
+        procedure: String,
+        args: &[Value],
+        levels: Levels,
+        options: &CallOptions,
+        id: RequestId,
+        fresh: bool,
+        (track, read_time): (Track, u64),
+        at: ReadAt,
+    ) -> Result<Correctable, Error> {
         let start = Instant::now();
         let deadline = options.timeout.map(|t| start + t);
         let own = id.client == self.inner.client_id;
+        // A weak write's commit time matters to the cache even when the
+        // caller does not ask for its final view: the stream goes on to it.
+        let follow = levels == Levels::Weak && !options.weak_final && track.wants_final();
         let request = pb::InvokeRequest {
-            procedure,
+            procedure: procedure.clone(),
             args: args.iter().map(to_wire).collect(),
             levels: levels.to_wire(),
-            weak_final: options.weak_final,
+            weak_final: options.weak_final || follow,
             client_id: id.client,
             request_seq: id.seq,
             // Acknowledgements name this client's requests only.
@@ -387,8 +488,8 @@ impl Client {
             } else {
                 Vec::new()
             },
-            read_time: self.inner.read_time.load(Ordering::Relaxed),
-            read_exact: false,
+            read_time,
+            read_exact: at.exact.is_some() && levels.has_snapshot(),
         };
         self.renew_native().await;
         let sends = std::sync::atomic::AtomicU32::new(0);
@@ -420,7 +521,8 @@ impl Client {
         let expect = Expect {
             final_view: levels.is_strong() || options.weak_final,
             snapshot_after_weak: levels == Levels::WeakSnapshot,
-            read_time: self.inner.read_time.clone(),
+            track,
+            follow,
             start,
             deadline,
             timeout: options.timeout,
@@ -437,24 +539,66 @@ impl Client {
             // reader task's wake-up on the op's path. A gRPC stream's end
             // is read in the background.
             reader.step().await;
-            reader.finish();
+            if !reader.following() {
+                reader.finish();
+            } else if reader.track().must_settle() {
+                // The cache could not hold the write: it is acknowledged
+                // at its commit, so the client's next snapshot reads are
+                // sent at its commit time.
+                let call = Settle {
+                    procedure,
+                    args: args.to_vec(),
+                    id,
+                };
+                self.settle(reader, call).await?;
+            } else {
+                let call = Settle {
+                    procedure,
+                    args: args.to_vec(),
+                    id,
+                };
+                tokio::spawn(self.clone().settle_owned(reader, call));
+            }
         } else {
             tokio::spawn(reader.run());
         }
         Ok(correctable)
     }
 
-    /// This client's read time: the largest snapshot or commit time it
-    /// saw (µs, 0 before any), sent with every call.
+    /// This client's read time: the largest time of a snapshot view, or
+    /// of a read's final view, it saw (µs, 0 before any). Its snapshot
+    /// reads are sent with it, so they never read an older state, on any
+    /// replica (docs/snapshot-reads.md).
     pub fn read_time(&self) -> u64 {
-        self.inner.read_time.load(Ordering::Relaxed)
+        self.inner.causal.read_time()
+    }
+
+    /// This client's dependency time: its read time, or the commit time of
+    /// its own latest write if later (µs). Every request but a snapshot
+    /// read is sent with it, so the client's later ops commit after its
+    /// earlier ones, on any shard.
+    pub fn dep_time(&self) -> u64 {
+        self.inner.causal.dep_time()
     }
 
     /// Raise this client's read time to `time` (one seen by another
     /// client of the same user, say): its next snapshot reads are never
     /// older.
     pub fn observe_read_time(&self, time: u64) {
-        self.inner.read_time.fetch_max(time, Ordering::Relaxed);
+        self.inner.causal.observe_read(time);
+    }
+
+    /// The writes the client cache holds now (docs/snapshot-reads.md, "The
+    /// client cache"): each key the client wrote whose write some later
+    /// snapshot read may not include yet, with its commit time once known.
+    pub fn cache_entries(&self) -> Vec<CachedWrite> {
+        self.inner.causal.cache_entries()
+    }
+
+    /// The bytes of keys and values the client cache holds now (at most
+    /// [`ConnectOptions::cache_bytes_max`]).
+    pub fn cache_bytes(&self) -> usize {
+        self.inner.causal.cache_bytes()
     }
 
     /// The id the next call gets: `given`, or this client's next one.

@@ -15,9 +15,13 @@ use creek_shard::{Endpoint, KeyRef, Shard, ShardId, ShardMap};
 use creek_types::value::Value;
 use tokio::sync::RwLock;
 
+use crate::cache::CachedWrite;
+use crate::causal::Causal;
 use crate::{CallOptions, Client, ConnectOptions, Correctable, Error, Levels};
 
 use crate::pb;
+
+mod across;
 
 /// How many times a call refused with `WRONG_SHARD` is sent again after
 /// learning the map anew.
@@ -31,6 +35,9 @@ pub struct Cluster {
 
 struct Inner {
     options: ConnectOptions,
+    /// One read time, dependency time and client cache for every shard's
+    /// client: causal across shards (docs/snapshot-reads.md).
+    causal: Arc<Causal>,
     /// Where each procedure's calls go, as the replicas publish it
     /// (`Procedures`: `route`, `route_arg`, `declared_keys`), learnt again
     /// for a name not listed (a user procedure registered since) and after
@@ -117,12 +124,14 @@ impl Cluster {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let first = Client::connect_with_options(addrs, options.clone()).await?;
-        let routes = Routes::learn(&first, &options).await?;
+        let causal = Causal::new(options.cache.then_some(options.cache_bytes_max));
+        let first = Client::connect_sharing(addrs, options.clone(), causal.clone()).await?;
+        let routes = Routes::learn(&first, &options, &causal).await?;
         let procedures = placements(&first).await?;
         Ok(Cluster {
             inner: Arc::new(Inner {
                 options,
+                causal,
                 procedures: RwLock::new(Arc::new(procedures)),
                 routes: RwLock::new(Arc::new(routes)),
             }),
@@ -137,7 +146,8 @@ impl Cluster {
         map: ShardMap,
         options: ConnectOptions,
     ) -> Result<Cluster, Error> {
-        let clients = connect_shards(&map, &options, None).await?;
+        let causal = Causal::new(options.cache.then_some(options.cache_bytes_max));
+        let clients = connect_shards(&map, &options, &causal, None).await?;
         let any = clients
             .values()
             .next()
@@ -146,10 +156,46 @@ impl Cluster {
         Ok(Cluster {
             inner: Arc::new(Inner {
                 options,
+                causal,
                 procedures: RwLock::new(Arc::new(procedures)),
                 routes: RwLock::new(Arc::new(Routes { map, clients })),
             }),
         })
+    }
+
+    /// The cluster's read time, shared by every shard's client: the
+    /// largest time of a snapshot view, or of a read's final view, seen
+    /// through any shard (µs). Snapshot reads are sent with it, so they
+    /// never show an older state than one seen on any shard. A snapshot
+    /// `kv.mget` whose keys span shards sends the first key's shard's part
+    /// with it, then every other shard's part at exactly the time that
+    /// part answered at, and answers with one view at that time.
+    pub fn read_time(&self) -> u64 {
+        self.inner.causal.read_time()
+    }
+
+    /// The dependency time shared by every shard's client (see
+    /// [`Client::dep_time`]): the client's writes on one shard commit
+    /// after what it saw or wrote on any other.
+    pub fn dep_time(&self) -> u64 {
+        self.inner.causal.dep_time()
+    }
+
+    /// Raise the shared read time to `time` (see
+    /// [`Client::observe_read_time`]).
+    pub fn observe_read_time(&self, time: u64) {
+        self.inner.causal.observe_read(time);
+    }
+
+    /// The writes the shared client cache holds (see
+    /// [`Client::cache_entries`]).
+    pub fn cache_entries(&self) -> Vec<CachedWrite> {
+        self.inner.causal.cache_entries()
+    }
+
+    /// The bytes the shared client cache holds.
+    pub fn cache_bytes(&self) -> usize {
+        self.inner.causal.cache_bytes()
     }
 
     /// The map calls are routed by.
@@ -196,7 +242,7 @@ impl Cluster {
             .values()
             .map(|e| e.client.clone())
             .collect();
-        Client::connect_with_options(addrs, self.inner.options.clone())
+        Client::connect_sharing(addrs, self.inner.options.clone(), self.inner.causal.clone())
             .await
             .map(Some)
     }
@@ -207,7 +253,7 @@ impl Cluster {
         let current = self.inner.routes.read().await.clone();
         let mut last = Error::Unavailable("no shard answered".into());
         if let Ok(Some(directory)) = self.directory().await {
-            match Routes::learn(&directory, &self.inner.options).await {
+            match Routes::learn(&directory, &self.inner.options, &self.inner.causal).await {
                 Ok(routes) => {
                     *self.inner.routes.write().await = Arc::new(routes);
                     return Ok(());
@@ -216,7 +262,7 @@ impl Cluster {
             }
         }
         for client in current.clients.values() {
-            match Routes::learn(client, &self.inner.options).await {
+            match Routes::learn(client, &self.inner.options, &self.inner.causal).await {
                 Ok(routes) => {
                     *self.inner.routes.write().await = Arc::new(routes);
                     return Ok(());
@@ -240,7 +286,9 @@ impl Cluster {
 
     /// Invoke with per-call options. A call of a built-in on a key, or of
     /// a user procedure that declares its keys, goes to the shard owning
-    /// its keys; any other call (a definition, a user or role change)
+    /// its keys. A snapshot `kv.mget` whose keys span shards reads each
+    /// shard's part at one time (see [`Cluster::read_time`]); at other
+    /// levels it is one operation across shards. Any other call (a definition, a user or role change)
     /// goes to every shard in turn, each waiting for the previous shard's
     /// final view, and returns the last shard's Correctable (a cluster of
     /// several shards refuses calls of user procedures that declare no
@@ -253,6 +301,11 @@ impl Cluster {
         options: CallOptions,
     ) -> Result<Correctable, Error> {
         let procedure = procedure.into();
+        if procedure == "kv.mget" && levels == Levels::Snapshot {
+            if let Some(keys) = self.keys_across(&args).await {
+                return self.read_across(keys, &options).await;
+            }
+        }
         let mut placed = self.placed(&procedure).await;
         let routes = self.inner.routes.read().await.clone();
         let Some(shard) = routes.shard_of(&placed, &args) else {
@@ -345,7 +398,11 @@ impl Routes {
     /// The map `client`'s replica serves under (a cluster of one group:
     /// one shard of its replicas), with a client per shard (`client`
     /// itself for its own shard, unless it is a directory replica).
-    async fn learn(client: &Client, options: &ConnectOptions) -> Result<Routes, Error> {
+    async fn learn(
+        client: &Client,
+        options: &ConnectOptions,
+        causal: &Arc<Causal>,
+    ) -> Result<Routes, Error> {
         let status = client.status().await?;
         let map = if status.shard_map.is_empty() {
             let replicas = status
@@ -374,7 +431,7 @@ impl Routes {
             .map(ShardId)
             .filter(|_| !status.directory);
         let prefer = own.map(|s| (s, client.replica_addr()));
-        let clients = connect_shards(&map, options, prefer).await?;
+        let clients = connect_shards(&map, options, causal, prefer).await?;
         Ok(Routes { map, clients })
     }
 
@@ -448,11 +505,12 @@ impl Routes {
     }
 }
 
-/// A client of every replica of each shard of `map`; for shard `prefer.0`,
-/// the replica at `prefer.1` first.
+/// A client of every replica of each shard of `map`, all sharing `causal`;
+/// for shard `prefer.0`, the replica at `prefer.1` first.
 async fn connect_shards(
     map: &ShardMap,
     options: &ConnectOptions,
+    causal: &Arc<Causal>,
     prefer: Option<(ShardId, String)>,
 ) -> Result<BTreeMap<ShardId, Client>, Error> {
     let mut clients = BTreeMap::new();
@@ -462,7 +520,7 @@ async fn connect_shards(
             addrs.retain(|a| a != first);
             addrs.insert(0, first.clone());
         }
-        let client = Client::connect_with_options(addrs, options.clone()).await?;
+        let client = Client::connect_sharing(addrs, options.clone(), causal.clone()).await?;
         clients.insert(*id, client);
     }
     Ok(clients)

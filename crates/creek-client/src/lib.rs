@@ -70,6 +70,33 @@
 //! # }
 //! ```
 //!
+//! Read-only calls may ask for a snapshot view ([`Levels::Snapshot`]): the
+//! committed state at one time, never older than the client's
+//! [`Client::read_time`], answered without consensus; [`View::staleness`]
+//! says how old it is. The client keeps its own writes of plain keys
+//! (`kv.put`, `kv.delete`, `kv.mput`, `kv.incr`, `kv.cas`, `kv.transfer`)
+//! in a bounded cache and lays them over its snapshot views of `kv.get`
+//! and `kv.mget`, so it reads its writes after switching replica
+//! ([`ConnectOptions::cache`], docs/snapshot-reads.md, "The client
+//! cache"). A [`Cluster`]'s shards share one read time and one cache, and
+//! a snapshot `kv.mget` whose keys span shards reads them at one time.
+//!
+//! ```no_run
+//! # use creek_client::{Cluster, Levels};
+//! # use creek_types::value::Value;
+//! # async fn snapshot(cluster: Cluster) -> Result<(), creek_client::Error> {
+//! cluster
+//!     .invoke("kv.put", vec![Value::from("a"), Value::from("1")], Levels::Weak)
+//!     .await?;
+//! let keys = Value::List(vec![Value::from("a"), Value::from("b")]);
+//! let read = cluster.invoke("kv.mget", vec![keys], Levels::Snapshot).await?;
+//! let view = read.final_view().await?;
+//! // "a" reads "1" (from the cache until a snapshot includes the write).
+//! println!("{:?} at {} ({:?} old)", view.outcome, view.time, view.staleness());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! [`Client::watch`] streams the committed changes under a key prefix, in
 //! the committed order, and resumes at another replica when its replica
 //! fails, so each change is seen once.
@@ -82,10 +109,13 @@
 //! talks to one replica at a time and moves on only when it fails.
 #![deny(missing_docs)]
 
+mod cache;
+mod causal;
 mod client;
 mod cluster;
 mod correctable;
 mod error;
+mod known;
 mod native;
 mod procs;
 mod speculate;
@@ -94,6 +124,7 @@ mod tls;
 mod view;
 mod watch;
 
+pub use cache::{CachedWrite, CACHE_BYTES_MAX_DEFAULT};
 pub use client::{CallOptions, Client, ConnectOptions, RequestId};
 pub use cluster::Cluster;
 pub use correctable::{Correctable, State, Views};

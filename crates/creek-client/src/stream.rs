@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use creek_proto::pb;
 use tonic::{Status, Streaming};
 
+use crate::causal::Track;
 use crate::client::Acks;
 use crate::correctable::Feeder;
 use crate::native::NativeViews;
@@ -18,6 +19,8 @@ use crate::Error;
 const DRAIN_MESSAGES_MAX: usize = 4;
 /// Longest wait for the stream's end after the closing view.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest wait for a followed final view (a weak write's commit).
+const FOLLOW_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long past the deadline the reader waits for the server's own
 /// deadline status, which says why the final view did not come (no
@@ -41,8 +44,13 @@ pub(crate) struct Expect {
     /// Where to acknowledge the request once its closing view arrived, if
     /// it was sent once.
     pub(crate) ack: Option<(Acks, u64)>,
-    /// The client's read time, raised to every view's time.
-    pub(crate) read_time: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// What the views tell the client's times and cache, and what the
+    /// cache lays over a snapshot view.
+    pub(crate) track: Track,
+    /// Whether the stream goes on past the Correctable's closing view to
+    /// the op's final view, which the client reads for its times and cache
+    /// only (a weak write's, with the cache on).
+    pub(crate) follow: bool,
 }
 
 /// The views of one accepted call, from either protocol.
@@ -66,7 +74,12 @@ pub(crate) struct ViewReader {
     stream: ViewSource,
     feeder: Feeder,
     expect: Expect,
+    /// The last preliminary or snapshot view's outcome as the server sent
+    /// it: what a confirmation repeats.
     last_preliminary: Option<Outcome>,
+    /// The last view's outcome as the caller was shown it (with the cache
+    /// laid over a snapshot view).
+    last_shown: Option<Outcome>,
 }
 
 impl ViewReader {
@@ -76,6 +89,7 @@ impl ViewReader {
             feeder,
             expect,
             last_preliminary: None,
+            last_shown: None,
         }
     }
 
@@ -97,7 +111,7 @@ impl ViewReader {
                     Ok(next) => next,
                     Err(_) => {
                         let within = expect.timeout.unwrap_or_default();
-                        self.feeder.fail(Error::DeadlineExceeded(format!(
+                        self.fail(Error::DeadlineExceeded(format!(
                             "no final view within {within:?}"
                         )));
                         return false;
@@ -109,13 +123,13 @@ impl ViewReader {
         let wire = match next {
             Ok(Some(wire)) => wire,
             Ok(None) => {
-                self.feeder.fail(Error::Protocol(
+                self.fail(Error::Protocol(
                     "the server ended the stream before the final view".into(),
                 ));
                 return false;
             }
             Err(status) => {
-                self.feeder.fail(status.into());
+                self.fail(status.into());
                 return false;
             }
         };
@@ -123,7 +137,7 @@ impl ViewReader {
             match View::from_wire(wire, self.last_preliminary.as_ref(), expect.start.elapsed()) {
                 Ok(view) => view,
                 Err(e) => {
-                    self.feeder.fail(e);
+                    self.fail(e);
                     return false;
                 }
             };
@@ -133,16 +147,81 @@ impl ViewReader {
         if matches!(view.kind, ViewKind::Preliminary | ViewKind::Snapshot) {
             self.last_preliminary = Some(view.outcome.clone());
         }
-        expect
-            .read_time
-            .fetch_max(view.time, std::sync::atomic::Ordering::Relaxed);
+        let mut view = self.expect.track.on_view(view);
+        // A stable view confirms the last view the caller was shown, which
+        // differs from the one the server sent where the client cache was
+        // laid over a snapshot view.
+        let shown = self.last_shown.as_ref() == Some(&view.outcome);
+        match view.kind {
+            ViewKind::Confirmed if !shown => view.kind = ViewKind::Final,
+            ViewKind::Final if shown => view.kind = ViewKind::Confirmed,
+            _ => {}
+        }
+        self.last_shown = Some(view.outcome.clone());
         self.feeder.view(view, closes);
-        if closes {
-            if let Some((acks, seq)) = &expect.ack {
-                acks.push(*seq);
-            }
+        if closes && !self.following() {
+            self.ack();
         }
         !closes
+    }
+
+    /// Close the Correctable with `error`.
+    fn fail(&mut self, error: Error) {
+        self.expect.track.on_failed();
+        self.feeder.fail(error);
+    }
+
+    fn ack(&self) {
+        if let Some((acks, seq)) = &self.expect.ack {
+            acks.push(*seq);
+        }
+    }
+
+    /// Whether the stream is read on past the closing view, to the op's
+    /// final view.
+    pub(crate) fn following(&self) -> bool {
+        self.expect.follow && !self.expect.track.settled()
+    }
+
+    /// After the Correctable closed: read the stream to the op's final
+    /// view for the client's times and cache. An error if the stream
+    /// broke or ended first, or none came within [`FOLLOW_TIMEOUT`].
+    pub(crate) async fn follow(&mut self) -> Result<(), Error> {
+        let outcome = tokio::time::timeout(FOLLOW_TIMEOUT, async {
+            while !self.expect.track.settled() {
+                let wire = match self.stream.message().await {
+                    Ok(Some(wire)) => wire,
+                    Ok(None) => {
+                        return Err(Error::Protocol(
+                            "the server ended the stream before the final view".into(),
+                        ))
+                    }
+                    Err(status) => return Err(Error::from(status)),
+                };
+                let view = View::from_wire(
+                    wire,
+                    self.last_preliminary.as_ref(),
+                    self.expect.start.elapsed(),
+                )?;
+                self.expect.track.on_view(view);
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::DeadlineExceeded(format!(
+                "no final view within {FOLLOW_TIMEOUT:?}"
+            )))
+        });
+        if outcome.is_ok() {
+            self.ack();
+        }
+        outcome
+    }
+
+    /// This call's tracking, to go on with a resend of the request.
+    pub(crate) fn track(&self) -> &Track {
+        &self.expect.track
     }
 
     /// Whether the Correctable's closing view comes first: a weak op's one

@@ -152,6 +152,20 @@ pub struct View {
 }
 
 impl View {
+    /// How old a snapshot view's state is: now less its commit time
+    /// ([`View::time`], wall-clock microseconds). `None` for any other
+    /// view, or one without a time. Zero if the replica's clock is ahead
+    /// of this machine's.
+    pub fn staleness(&self) -> Option<Duration> {
+        if self.kind != ViewKind::Snapshot || self.time == 0 {
+            return None;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?;
+        Some(now.saturating_sub(Duration::from_micros(self.time)))
+    }
+
     /// Convert a view from the wire (for callers of the generated stubs
     /// in [`crate::pb`]). `last_preliminary` (the last view before it,
     /// preliminary or snapshot) supplies the outcome of a CONFIRMED view,

@@ -38,6 +38,7 @@ whose `abort` holds its message. A `CreekError` means the outcome is unknown
 """
 
 from .blocking import BlockingClient
+from .cache import CachedWrite
 from .client import Client
 from .correctable import Correctable, State
 from .errors import (
@@ -62,6 +63,7 @@ __all__ = [
     "ALL",
     "BOTH",
     "BlockingClient",
+    "CachedWrite",
     "Client",
     "Cluster",
     "Compacted",

@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence, Union
 
 from ._pb import creek_pb2 as pb
 from .builtins import Builtins
+from .cache import CACHE_BYTES_MAX_DEFAULT, CachedWrite
 from .client import DEFAULT, Client
 from .correctable import Correctable
 from .procedures import DEFINITION_TIMEOUT_S, Keyspace, KeyspaceLabel, ProcedureSource, Registered
@@ -42,9 +43,19 @@ class BlockingClient(Builtins):
         cert: Optional[str] = None,
         key: Optional[str] = None,
         token: Optional[str] = None,
+        cache: bool = True,
+        cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT,
     ):
         self._client = Client(
-            addresses, timeout=timeout, client_id=client_id, ca=ca, cert=cert, key=key, token=token
+            addresses,
+            timeout=timeout,
+            client_id=client_id,
+            ca=ca,
+            cert=cert,
+            key=key,
+            token=token,
+            cache=cache,
+            cache_bytes_max=cache_bytes_max,
         )
         self._client._fns_in_thread = True
         self._loop = asyncio.new_event_loop()
@@ -60,6 +71,20 @@ class BlockingClient(Builtins):
     def replica_address(self) -> str:
         """The replica calls currently go to."""
         return self._client.replica_address
+
+    @property
+    def read_time(self) -> int:
+        """`Client.read_time`."""
+        return self._client.read_time
+
+    @property
+    def dep_time(self) -> int:
+        """`Client.dep_time`."""
+        return self._client.dep_time
+
+    def cache_entries(self) -> List[CachedWrite]:
+        """`Client.cache_entries`."""
+        return self._step(self._client.cache_entries)
 
     def invoke(
         self,

@@ -18,6 +18,7 @@ import grpc
 from ._pb import creek_pb2 as pb
 from ._pb import creek_pb2_grpc as pb_grpc
 from .builtins import Builtins
+from .cache import CACHE_BYTES_MAX_DEFAULT, CachedWrite, Causal, Track
 from .correctable import Correctable
 from .errors import CreekError, DeadlineExceeded, ProtocolError, Unavailable, from_rpc_error
 from .procedures import Procedures
@@ -174,6 +175,17 @@ class Client(Builtins, Procedures):
     User procedures: `register_procedures`, `drop_procedure`,
     `show_procedure`, `create_keyspace`, `list_keyspaces` and `procedures`
     (creek.procedures); call them by name with `invoke` or `call`.
+
+    The client cache (docs/snapshot-reads.md, "The client cache"; on unless
+    `cache=False`): the client's own acknowledged writes of plain keys
+    (`kv.put`, `kv.delete`, `kv.mput`, `kv.incr`, `kv.cas`, `kv.transfer`)
+    are laid over its snapshot reads of those keys (`kv.get`, `kv.mget`)
+    until its read time passes their commit times, so it reads its writes
+    after switching replica. A weak write is followed to its final view in
+    the background for its commit time. `cache_bytes_max` (default 1 MiB)
+    bounds the keys' and values' bytes; a weak write that does not fit
+    closes its Correctable only once its final view came, and the client's
+    snapshot reads are then sent at its commit time.
     """
 
     def __init__(
@@ -186,6 +198,9 @@ class Client(Builtins, Procedures):
         cert: Optional[str] = None,
         key: Optional[str] = None,
         token: Optional[str] = None,
+        cache: bool = True,
+        cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT,
+        _causal: Optional[Causal] = None,
     ):
         if isinstance(addresses, str):
             addresses = [addresses]
@@ -203,8 +218,9 @@ class Client(Builtins, Procedures):
         # Seqs answered after one send: the next requests acknowledge them,
         # and the cluster forgets their deduplication entries.
         self._acks: List[int] = []
-        # The largest snapshot or commit time seen (docs/snapshot-reads.md).
-        self._read_time = 0
+        # The read and dependency times and the cache of the client's own
+        # writes, shared with the other shards' clients of a Cluster.
+        self._causal = _causal if _causal is not None else Causal(cache, cache_bytes_max)
         self._current = 0
         self._channels: Dict[int, grpc.aio.Channel] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -238,6 +254,7 @@ class Client(Builtins, Procedures):
         levels: LevelsArg = BOTH,
         weak_final: bool = False,
         timeout=DEFAULT,
+        _read_exact: Optional[int] = None,
     ) -> Correctable:
         """Invoke `procedure(*args)` and return its Correctable at once.
 
@@ -261,35 +278,64 @@ class Client(Builtins, Procedures):
         wanted = parse_levels(levels)
         if weak_final and (Level.WEAK not in wanted or Level.STRONG in wanted):
             raise ValueError("weak_final applies to a weak op only (levels without STRONG)")
+        wire_args = [to_wire(a) for a in args]
+        snapshot = Level.SNAPSHOT in wanted
+        weak_only = wanted == {Level.WEAK}
+        track, read_time = self._causal.track(procedure, args, snapshot, weak_only, _read_exact)
+        # A weak write's commit time matters to the cache even when the
+        # caller does not ask for its final view: the stream goes on to it.
+        follow = weak_only and not weak_final and track.is_write
         request = pb.InvokeRequest(
             procedure=procedure,
-            args=[to_wire(a) for a in args],
+            args=wire_args,
             levels=levels_to_wire(wanted),
-            weak_final=weak_final,
+            weak_final=weak_final or follow,
             client_id=self._client_id,
             request_seq=self._take_seq(),
             acked=self._take_acks(),
-            read_time=self._read_time,
+            read_time=read_time,
+            read_exact=snapshot and _read_exact is not None,
         )
         timeout = self._timeout if timeout is DEFAULT else timeout
         correctable = Correctable(loop, threading.get_ident(), fns_in_thread=self._fns_in_thread)
         closing_is_stable = Level.STRONG in wanted or weak_final
         snapshot_after_weak = wanted == {Level.WEAK, Level.SNAPSHOT} and not weak_final
-        reader = _Reader(self, correctable, closing_is_stable, snapshot_after_weak)
+        reader = _Reader(self, correctable, closing_is_stable, snapshot_after_weak, track, follow)
         self._spawn(self._run_invoke(request, correctable, reader, timeout))
         return correctable
 
     @property
     def read_time(self) -> int:
-        """The largest snapshot or commit time this client saw (µs; 0
-        before any): its snapshot reads never read an older state, on any
-        replica, and its ops are stamped after it."""
-        return self._read_time
+        """The largest time of a snapshot view, or of a read's final view,
+        this client saw (µs; 0 before any). Its snapshot reads are sent
+        with it, so they never read an older state, on any replica."""
+        return self._causal.read_time
+
+    @property
+    def dep_time(self) -> int:
+        """The read time, or the commit time of the client's own latest
+        write if later (µs). Every request but a snapshot read is sent with
+        it, so the client's later ops commit after its earlier ones, on
+        any shard."""
+        return self._causal.dep_time
 
     def observe_read_time(self, time_us: int) -> None:
         """Raise this client's read time to `time_us` (one another client
         saw, say): its next snapshot reads are never older."""
-        self._read_time = max(self._read_time, int(time_us))
+        self._causal.observe_read(int(time_us))
+
+    def cache_entries(self) -> List[CachedWrite]:
+        """The writes the client cache holds now: each key the client wrote
+        whose write a later snapshot read may not include yet, with its
+        value (None: deleted) and its commit time once known."""
+        cache = self._causal.cache
+        return cache.entries() if cache is not None else []
+
+    @property
+    def cache_bytes(self) -> int:
+        """The bytes of keys and values the client cache holds now."""
+        cache = self._causal.cache
+        return cache.bytes if cache is not None else 0
 
     def invoke_weak(self, procedure: str, *args, weak_final: bool = False, timeout=DEFAULT) -> Correctable:
         """A weak op: one preliminary view, which closes the Correctable
@@ -527,7 +573,7 @@ class Client(Builtins, Procedures):
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    c._fail(
+                    reader.fail(
                         DeadlineExceeded(
                             f"no final view within {timeout} s", grpc.StatusCode.DEADLINE_EXCEEDED
                         )
@@ -543,30 +589,39 @@ class Client(Builtins, Procedures):
                 except grpc.aio.AioRpcError as e:
                     error = from_rpc_error(e)
                 if not isinstance(error, Unavailable):
-                    c._fail(error)
+                    reader.fail(error)
                     return
                 failures.append(f"{self._addresses[index]}: {error.message}")
                 if len(tried) >= len(self._addresses):
-                    c._fail(
+                    reader.fail(
                         Unavailable("no replica could serve the call: " + "; ".join(failures), error.code)
                     )
                     return
                 # Same (client_id, request_seq): applied at most once.
                 index = self._next_replica(index, tried)
         except asyncio.CancelledError:
-            c._fail(CreekError("the call was cancelled: the client was closed"))
+            reader.fail(CreekError("the call was cancelled: the client was closed"))
             raise
         except CreekError as e:
-            c._fail(e)
+            reader.fail(e)
         except Exception as e:  # a bug: never leave a Correctable hanging
-            c._fail(e)
+            reader.fail(e)
             raise
 
 
 class _Reader:
-    """Turns `Invoke` streams (one per attempt) into one Correctable's views."""
+    """Turns `Invoke` streams (one per attempt) into one Correctable's views,
+    and tells the client's times and cache what each view says."""
 
-    def __init__(self, client, c: Correctable, closing_is_stable: bool, snapshot_after_weak: bool):
+    def __init__(
+        self,
+        client,
+        c: Correctable,
+        closing_is_stable: bool,
+        snapshot_after_weak: bool,
+        track: Track,
+        follow: bool,
+    ):
         self.client = client
         self.c = c
         # Whether a stable view will come (it closes the call).
@@ -574,8 +629,28 @@ class _Reader:
         # Without one: whether a snapshot view follows the preliminary one
         # (it closes the call); otherwise the first view closes it.
         self.snapshot_after_weak = snapshot_after_weak
-        # The last preliminary or snapshot view: what a confirmation repeats.
+        self.track = track
+        # Whether the stream goes on past the closing view to the op's final
+        # view, read for the client's times and cache only.
+        self.follow = follow
+        # The last preliminary or snapshot view as the server sent it: what
+        # a confirmation repeats.
         self.last_preliminary: Optional[View] = None
+        # The last view the caller was shown (the cache laid over a
+        # snapshot view).
+        self.last_shown: Optional[View] = None
+        # A weak write's closing view, held until its final view came (the
+        # cache could not hold the write: it is acknowledged at commit).
+        self.held: Optional[View] = None
+
+    def fail(self, error: BaseException) -> None:
+        """The call failed (or its final view was lost after it closed)."""
+        self.track.on_failed()
+        if self.held is not None:
+            # The write's closing view was held for its commit: the outcome
+            # of that is unknown.
+            self.held = None
+        self.c._fail(error)
 
     async def attempt(self, channel: grpc.aio.Channel, request: pb.InvokeRequest, timeout) -> None:
         call = pb_grpc.CreekStub(channel).Invoke(request, timeout=timeout)
@@ -587,24 +662,44 @@ class _Reader:
                     break
                 if wire.kind == pb.View.CONFIRMED and not preliminary_in_stream:
                     raise ProtocolError("a confirmed view with no preliminary view before it")
-                view = view_from_wire(wire, self.last_preliminary, time.monotonic() - self.c._start)
-                self.client.observe_read_time(view.time)
+                view = view_from_wire(
+                    wire,
+                    self.last_preliminary,
+                    time.monotonic() - self.c._start,
+                    shown=self.last_shown,
+                )
+                if view.is_snapshot or view.is_preliminary:
+                    preliminary_in_stream = True
+                if not self.c._is_open or self.held is not None:
+                    # Closed (or its closing view held): the views are for
+                    # the client's times and cache only.
+                    self.track.on_view(view)
+                    if self.track.settled:
+                        if self.held is not None:
+                            held, self.held = self.held, None
+                            self.c._push(held, True)
+                        await _drain(call)
+                        return
+                    continue
                 closes = view.is_stable or (
                     not self.closing_is_stable and (not self.snapshot_after_weak or view.is_snapshot)
                 )
-                if view.is_snapshot:
-                    preliminary_in_stream = True
+                if view.is_preliminary and not closes and self.last_preliminary is not None and view.same_outcome(
+                    self.last_preliminary
+                ):
+                    # A retry at another replica repeating what we know.
+                    continue
+                if view.is_snapshot or view.is_preliminary:
                     self.last_preliminary = view
-                elif view.is_preliminary:
-                    preliminary_in_stream = True
-                    if not closes and self.last_preliminary is not None and view.same_outcome(
-                        self.last_preliminary
-                    ):
-                        # A retry at another replica repeating what we know.
-                        continue
-                    self.last_preliminary = view
-                self.c._push(view, closes)
+                shown = self.track.on_view(view)
+                self.last_shown = shown
+                if closes and self.follow and self.track.must_settle():
+                    self.held = shown
+                    continue
+                self.c._push(shown, closes)
                 if closes:
+                    if self.follow and not self.track.settled:
+                        continue
                     await _drain(call)
                     return
         except BaseException:

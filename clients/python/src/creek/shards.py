@@ -12,21 +12,29 @@ and sends the call to the owner.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
 from ._pb import creek_pb2 as pb
-from .client import Client
+from .cache import CACHE_BYTES_MAX_DEFAULT, CachedWrite, Causal
+from .client import DEFAULT, Client
 from .correctable import Correctable
-from .errors import ProtocolError, WrongShard
-from .views import STRONG, LevelsArg
+from .errors import ProtocolError, Unavailable, WrongShard
+from .views import SNAPSHOT, STRONG, Level, LevelsArg, View, ViewKind, parse_levels
 
 #: Hash slots a hashed placement divides keys into.
 SLOTS = 4096
 
 #: Times `Cluster.call` sends a call again after a `WrongShard` refusal.
 WRONG_SHARD_RETRIES = 3
+
+#: Times a snapshot `kv.mget` across shards starts again after a part
+#: answered `Unavailable` (a replica no longer keeps that time's versions).
+UNAVAILABLE_RETRIES = 1
 
 
 def _fmix32(h: int) -> int:
@@ -206,11 +214,22 @@ class Cluster:
     """A client of every shard of a cluster: `Client`s per shard, each call
     sent to the shard owning its key by the map the replicas hand out. On
     a cluster of one group it is one `Client`. Connect with `await
-    cluster.connect()` or `async with`."""
+    cluster.connect()` or `async with`.
+
+    The shards' clients share one read time, one dependency time and one
+    client cache (`Client`'s `cache` and `cache_bytes_max` options), so the
+    client is causal across shards and reads its own writes on any of them.
+    A snapshot `kv.mget` whose keys span shards reads the first key's
+    shard's part at the read time, then every other shard's part at exactly
+    the time that part answered at, and answers with one view at that
+    time."""
 
     def __init__(self, addresses: List[str], **options):
-        self._options = options
-        self._seed = Client(addresses, **options)
+        self._causal = Causal(
+            options.pop("cache", True), options.pop("cache_bytes_max", CACHE_BYTES_MAX_DEFAULT)
+        )
+        self._options = dict(options, _causal=self._causal)
+        self._seed = Client(addresses, **self._options)
         self._map: Optional[ShardMap] = None
         self._clients: Dict[int, Client] = {}
         # Procedure name → where its calls' keys are, as the replicas
@@ -250,6 +269,33 @@ class Cluster:
     def map(self) -> Optional[ShardMap]:
         """The map calls are routed by (None before `connect`)."""
         return self._map
+
+    @property
+    def read_time(self) -> int:
+        """The read time every shard's client shares (see `Client.read_time`)."""
+        return self._causal.read_time
+
+    @property
+    def dep_time(self) -> int:
+        """The dependency time every shard's client shares (see
+        `Client.dep_time`): the client's writes on one shard commit after
+        what it saw or wrote on any other."""
+        return self._causal.dep_time
+
+    def observe_read_time(self, time_us: int) -> None:
+        """Raise the shared read time to `time_us`."""
+        self._causal.observe_read(int(time_us))
+
+    def cache_entries(self) -> List[CachedWrite]:
+        """The writes the shared client cache holds (see `Client.cache_entries`)."""
+        cache = self._causal.cache
+        return cache.entries() if cache is not None else []
+
+    @property
+    def cache_bytes(self) -> int:
+        """The bytes the shared client cache holds."""
+        cache = self._causal.cache
+        return cache.bytes if cache is not None else 0
 
     async def refresh(self) -> None:
         """Learn the map again: from the directory, which holds the newest,
@@ -341,7 +387,11 @@ class Cluster:
     def invoke(self, procedure: str, *args, **options) -> Correctable:
         """Invoke on the owning shard by the current map (see
         `Client.invoke`); a call without a key goes to the first shard.
-        A stale map's call closes its Correctable with `WrongShard`."""
+        A stale map's call closes its Correctable with `WrongShard`. A
+        snapshot `kv.mget` whose keys span shards is read at one time
+        across them (at other levels it is one operation across shards)."""
+        if procedure == "kv.mget" and len(args) == 1 and self._across(args[0], options.get("levels")):
+            return self._read_across(list(args[0]), options.get("timeout", DEFAULT))
         shard = self.shard_of(procedure, *args)
         first = next(iter(self._clients))
         return self._clients[first if shard is None else shard].invoke(procedure, *args, **options)
@@ -373,6 +423,82 @@ class Cluster:
                     # Registered again, perhaps with other declared keys.
                     await self._learn_routes()
         raise AssertionError("unreachable")
+
+    def _across(self, keys, levels) -> bool:
+        """Whether a `kv.mget` of `keys` at `levels` is a snapshot read whose
+        keys span shards."""
+        if self._map is None or levels is None or not isinstance(keys, (list, tuple)):
+            return False
+        if parse_levels(levels) != {Level.SNAPSHOT}:
+            return False
+        if not all(isinstance(k, (bytes, str)) for k in keys):
+            return False
+        return len({self._map.owner(k) for k in keys}) > 1
+
+    def _parts(self, keys: list) -> List[Tuple[int, List[int]]]:
+        """The keys' positions by shard, in the order of their shards'
+        first keys."""
+        parts: Dict[int, List[int]] = {}
+        for at, key in enumerate(keys):
+            parts.setdefault(self._map.owner(key), []).append(at)
+        return list(parts.items())
+
+    def _read_across(self, keys: list, timeout) -> Correctable:
+        first = next(iter(self._clients.values()))
+        loop = first._bind_loop()
+        c = Correctable(loop, threading.get_ident(), fns_in_thread=first._fns_in_thread)
+        first._spawn(self._run_across(c, keys, timeout))
+        return c
+
+    async def _run_across(self, c: Correctable, keys: list, timeout) -> None:
+        unavailable, wrong_shard = UNAVAILABLE_RETRIES, WRONG_SHARD_RETRIES
+        try:
+            while True:
+                try:
+                    value, abort, at = await self._read_parts(keys, timeout)
+                except Unavailable:
+                    if unavailable == 0:
+                        raise
+                    unavailable -= 1
+                    continue
+                except WrongShard:
+                    if wrong_shard == 0:
+                        raise
+                    wrong_shard -= 1
+                    await self.refresh()
+                    continue
+                view = View(ViewKind.SNAPSHOT, Level.SNAPSHOT, value, abort, time.monotonic() - c._start, time=at)
+                c._push(view, True)
+                return
+        except asyncio.CancelledError:
+            c._fail(ProtocolError("the read was cancelled: the client was closed"))
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure closes the Correctable
+            c._fail(e)
+
+    async def _read_parts(self, keys: list, timeout):
+        """Read every shard's part of a `kv.mget`: (values, abort, time)."""
+        parts = self._parts(keys)
+        options = {"levels": SNAPSHOT, "timeout": timeout}
+        (shard, positions), rest = parts[0], parts[1:]
+        first = await self._clients[shard].invoke("kv.mget", [keys[i] for i in positions], **options).final()
+        at = first.time
+        reads = [
+            self._clients[s].invoke("kv.mget", [keys[i] for i in ps], _read_exact=at, **options).final()
+            for s, ps in rest
+        ]
+        views = [first, *await asyncio.gather(*reads)]
+        values: list = [None] * len(keys)
+        for (shard, positions), view in zip(parts, views):
+            if view.time != at:
+                raise ProtocolError(f"shard {shard} read at {view.time} when asked for exactly {at}")
+            if view.abort is not None:
+                return None, view.abort, at
+            if not isinstance(view.value, list) or len(view.value) != len(positions):
+                raise ProtocolError(f"a kv.mget of {len(positions)} keys answered {view.value!r}")
+            for i, v in zip(positions, view.value):
+                values[i] = v
+        return values, None, at
 
     async def close(self) -> None:
         clients = {id(c): c for c in [self._seed, *self._clients.values()]}

@@ -4,6 +4,7 @@ consistency levels a request asks for (DESIGN §7)."""
 from __future__ import annotations
 
 import enum
+import time as _time
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Tuple, Union
 
@@ -114,6 +115,16 @@ class View:
     time: int = 0
 
     @property
+    def staleness(self) -> Optional[float]:
+        """How old a snapshot view's state is, in seconds: now less its
+        commit time (`time`, wall-clock µs); 0 if the replica's clock is
+        ahead of this machine's. None for any other view, or one without a
+        time."""
+        if self.kind is not ViewKind.SNAPSHOT or not self.time:
+            return None
+        return max(0.0, _time.time() - self.time / 1e6)
+
+    @property
     def is_preliminary(self) -> bool:
         return self.kind is ViewKind.PRELIMINARY
 
@@ -160,12 +171,15 @@ def view_from_wire(
     wire: pb.View,
     last_preliminary: Optional[View],
     latency: float,
+    shown: Optional[View] = None,
 ) -> View:
     """A view from the wire. `last_preliminary` is the last view before it
-    of this Correctable (preliminary or snapshot): it supplies a CONFIRMED
-    view's outcome, and decides whether a stable view confirms it (after a
-    failover the new replica's kinds refer to its own stream, so the client
-    recomputes them)."""
+    of this Correctable (preliminary or snapshot) as the server sent it: it
+    supplies a CONFIRMED view's outcome, and decides whether a stable view
+    confirms it (after a failover the new replica's kinds refer to its own
+    stream, so the client recomputes them) — unless `shown`, the last view
+    as the caller saw it (the client cache laid over a snapshot view), is
+    given: a stable view confirms that one."""
     if wire.kind == pb.View.PRELIMINARY:
         kind = ViewKind.PRELIMINARY
     elif wire.kind == pb.View.SNAPSHOT:
@@ -194,7 +208,8 @@ def view_from_wire(
     }.get(kind, Level.STRONG)
     across = bool(wire.across_shards) and kind is ViewKind.PRELIMINARY
     view = View(kind, level, value, abort, latency, across, int(wire.time))
-    if kind is ViewKind.FINAL and last_preliminary is not None and view.same_outcome(last_preliminary):
+    before = shown if shown is not None else last_preliminary
+    if kind is ViewKind.FINAL and before is not None and view.same_outcome(before):
         view = View(ViewKind.CONFIRMED, level, value, abort, latency, time=int(wire.time))
     return view
 

@@ -48,6 +48,30 @@ pub fn confirmed() -> Step {
     view(pb::view::Kind::Confirmed, None)
 }
 
+/// A snapshot view of `v` at commit time `time`.
+pub fn snapshot_at(v: impl Into<Value>, time: u64) -> Step {
+    view_at(pb::view::Kind::Snapshot, Some(value(v)), time)
+}
+
+/// A final view of `v` at commit time `time`.
+pub fn final_at(v: impl Into<Value>, time: u64) -> Step {
+    view_at(pb::view::Kind::Final, Some(value(v)), time)
+}
+
+/// A confirmation at commit time `time`.
+pub fn confirmed_at(time: u64) -> Step {
+    view_at(pb::view::Kind::Confirmed, None, time)
+}
+
+fn view_at(kind: pb::view::Kind, outcome: Option<pb::view::Outcome>, time: u64) -> Step {
+    Step::View(pb::View {
+        kind: kind as i32,
+        outcome,
+        across_shards: false,
+        time,
+    })
+}
+
 fn value(v: impl Into<Value>) -> pb::view::Outcome {
     pb::view::Outcome::Value(to_wire(&v.into()))
 }
@@ -209,7 +233,19 @@ impl Creek for Mock {
         &self,
         _request: Request<pb::ProceduresRequest>,
     ) -> Result<Response<pb::ProceduresReply>, Status> {
-        Ok(Response::new(pb::ProceduresReply::default()))
+        // The routes of the built-ins the tests call through a cluster.
+        let route = |name: &str, route: pb::Route| pb::ProcedureInfo {
+            name: name.into(),
+            route: route as i32,
+            ..Default::default()
+        };
+        Ok(Response::new(pb::ProceduresReply {
+            procedures: vec![
+                route("kv.get", pb::Route::ByArg),
+                route("kv.put", pb::Route::ByArg),
+                route("kv.mget", pb::Route::ByListArg),
+            ],
+        }))
     }
 
     async fn mpo(

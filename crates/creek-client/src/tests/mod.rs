@@ -1,5 +1,7 @@
 //! The client against scripted replicas (see `mock`).
 
+mod across;
+mod cache;
 mod mock;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
