@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CI swarm: 321 seeds, every fault class (the simulated disk and a lost
+# The CI swarm: 325 seeds, every fault class (the simulated disk and a lost
 # disk included), two runs at a time (2 cores). On Creek: 32 seeds each of
 # queue and bank, 22 each of kv and list, 10 of procs (user procedures
 # registered at run time; a seed costs about two kv seeds) and 14 each of
@@ -15,9 +15,11 @@
 # specification's remote warehouses (500 ms). Snapshot reads (30 % of
 # read-only ops at the snapshot level, the snapshot_reads check): 12 kv,
 # 10 bank and 6 ycsb seeds on a LAN (500 ms), 4 kv seeds on wide-area
-# links (4 s), 6 sharded bank seeds with operations across shards; all
-# but ycsb's with stable times every 5 ms (reports, publication between
-# shards, clock no-ops). Exits
+# links (4 s), 6 sharded bank seeds with operations across shards, 4
+# sharded ycsb seeds with reads across shards at one time (the
+# snapshot_across_shards check); all but the one-group ycsb's with stable
+# times every 5 ms (reports, publication between shards, clock no-ops).
+# Exits
 # non-zero if any seed fails; each failure prints the command that
 # reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
 #
@@ -62,7 +64,8 @@ snap-kv creek lan kv 1000..1012 500ms all 1 5 0 0.3 5ms
 snap-bank creek lan bank 1000..1010 500ms all 1 5 0 0.3 5ms
 snap-ycsb creek lan ycsb 1000..1006 500ms all 1 5 0 0.3
 snap-wan-kv creek wan kv 1000..1004 4s all 1 5 0 0.3 5ms
-shard-snap-mpo-bank creek lan bank 1000..1006 500ms all 2 3 0.3 0.3 5ms"
+shard-snap-mpo-bank creek lan bank 1000..1006 500ms all 2 3 0.3 0.3 5ms
+shard-snap-ycsb creek lan ycsb 1000..1004 500ms all 2 3 0.3 0.3 5ms"
 
 run() {
   "$bin" sim --protocol "$2" --links "$3" --replicas "${9:-5}" --shards "${8:-1}" \
