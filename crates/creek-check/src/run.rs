@@ -608,13 +608,37 @@ mod tests {
     #[test]
     fn a_client_that_reads_older_than_it_saw_fails_the_read_times() {
         let mut f = fixture();
-        // Client 0 saw op 3's final view (time 300) at 35, then read at 150.
+        // Client 0 read at time 300 (its own write's final view at 300
+        // does not count: the client cache shows its writes), then at 150.
+        f.history.ops.push(snapshot_read(36, "a", "3", 300));
         f.history.ops.push(snapshot_read(40, "b", "", 150));
         f.history.ops.last_mut().unwrap().views[0].outcome = Ok(Value::Nil.encode());
         let checks = check_run(run_end(&f), &first_arg_key, &|_, _| Vec::new());
         let snap = checks.iter().find(|c| c.name == "snapshot_reads").unwrap();
         assert_eq!(snap.violations.len(), 1, "{snap:?}");
         assert!(snap.violations[0].contains("went back in time"), "{snap:?}");
+    }
+
+    #[test]
+    fn a_snapshot_read_must_show_the_clients_own_write_until_the_snapshot_has_it() {
+        let mut f = fixture();
+        // Client 0's last write of `a` ("3") committed at 300; it reads `a`
+        // at 250, where the committed state has "1".
+        let mut read = snapshot_read(40, "a", "1", 250);
+        read.call.request_id = Some(creek_types::ClientRequestId { client: 1, seq: 9 });
+        f.history.ops.push(read);
+        let judge = |history: &History, got: &str| {
+            let returned = BTreeMap::from([((1, 9), Ok(Value::from(got).encode()))]);
+            crate::snapshot::check_read_your_writes(history, &returned)
+        };
+        assert!(judge(&f.history, "3").is_empty(), "the cached write laid over the snapshot");
+        let v = judge(&f.history, "1");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("was not shown"), "{v:?}");
+        // Read at 300, the snapshot holds the write: the view as it is.
+        f.history.ops.last_mut().unwrap().views[0].time = 300;
+        f.history.ops.last_mut().unwrap().views[0].outcome = Ok(Value::from("3").encode());
+        assert!(judge(&f.history, "3").is_empty());
     }
 
     #[test]
