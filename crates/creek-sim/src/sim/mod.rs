@@ -102,6 +102,8 @@ enum Ev {
         view: creek_core::View,
     },
     End,
+    /// Replicas stop their clock no-ops (some time after the end).
+    NoopsEnd,
 }
 
 impl Ev {
@@ -126,6 +128,7 @@ impl Ev {
             Ev::MpoRelease { mpo } => 18 + 32 * mpo.seq,
             Ev::View { node, .. } => 19 + 32 * (*node as u64),
             Ev::End => 8,
+            Ev::NoopsEnd => 24,
         }
     }
 }
@@ -522,13 +525,17 @@ impl Sim {
                     self.deliver_view(node, view);
                 }
             }
+            Ev::NoopsEnd => self.stop_clock_noops(),
             Ev::End => {
                 self.readings.end = self.totals();
                 self.ended = true;
                 self.running_clients = false;
-                // Clock no-ops would keep the cluster from ever settling.
-                for n in &mut self.nodes {
-                    n.node.stop_clock_noops();
+                // Clock no-ops would keep the cluster from ever settling:
+                // they stop once the last ops' commit times had a few
+                // intervals to become stable on every shard.
+                match self.cfg.stable_every_us {
+                    0 => self.stop_clock_noops(),
+                    every => self.schedule(self.now + 3 * every, Ev::NoopsEnd),
                 }
                 self.net.heal();
                 self.net.loss = 0.0;
@@ -600,6 +607,12 @@ impl Sim {
                 }
             }
             self.release_client(index);
+        }
+    }
+
+    fn stop_clock_noops(&mut self) {
+        for n in &mut self.nodes {
+            n.node.stop_clock_noops();
         }
     }
 
