@@ -80,6 +80,9 @@ impl NodeLoop {
         put("session_expiry_ops", sessions.expiry_ops);
         put("session_entries_expired", sessions.expiry_listed);
         put("exec_versions_alive", e.versions_alive);
+        if self.stable_every_us > 0 {
+            crate::stable::counters(self.node.stable_times(), self.now_us(), &mut put);
+        }
         let fetch = self.node.fetch_status();
         put("snapshot_fetch_received", fetch.map_or(0, |f| f.received));
         put("snapshot_fetch_total", fetch.map_or(0, |f| f.total));
@@ -238,6 +241,13 @@ impl NodeLoop {
         m.peer_rtt_us.set(timing.group_rtt_us as i64);
         m.election_timeout_ms
             .set((timing.election_timeout_us / 1000) as i64);
+        let global = self.node.stable_times().global();
+        m.stable_global_age_ms
+            .set(if self.stable_every_us > 0 && global > 0 {
+                (self.now_us().saturating_sub(global) / 1000) as i64
+            } else {
+                -1
+            });
     }
 
     /// Log what the node learnt about its place in the cluster. A replica
