@@ -97,7 +97,6 @@ def test_multi_key_calls_run_on_the_shard_owning_their_keys(sharded):
     run(body())
 
 
-@pytest.mark.skip(reason="needs reads at exactly a read time on servers (InvokeRequest.read_exact)")
 def test_a_snapshot_mget_across_shards_reads_every_shard_at_one_time(sharded):
     async def body():
         async with creek.Cluster([sharded.clients[0]], timeout=20) as c:

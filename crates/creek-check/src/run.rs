@@ -631,7 +631,10 @@ mod tests {
             let returned = BTreeMap::from([((1, 9), Ok(Value::from(got).encode()))]);
             crate::snapshot::check_read_your_writes(history, &returned)
         };
-        assert!(judge(&f.history, "3").is_empty(), "the cached write laid over the snapshot");
+        assert!(
+            judge(&f.history, "3").is_empty(),
+            "the cached write laid over the snapshot"
+        );
         let v = judge(&f.history, "1");
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("was not shown"), "{v:?}");

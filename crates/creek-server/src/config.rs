@@ -158,6 +158,33 @@ impl HealthConfig {
     }
 }
 
+/// Stable-snapshot reads (`[snapshot]` in the configuration file;
+/// docs/snapshot-reads.md, docs/operations.md "Stable times").
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotConfig {
+    /// How often a replica reports its applied time to its group's peers,
+    /// a shard's leader publishes its shard's stable time to the replicas
+    /// of the other shards, and an idle leader commits a clock no-op so
+    /// the times move (ms; 0: stable times off). Acted on at the protocol
+    /// tick, so an interval below `tick_ms` is every tick. A directory
+    /// replica keeps no stable times whatever this says. Unset: 5 on a
+    /// replica of a sharded cluster, off on a cluster of one group (there a
+    /// snapshot read is at the replica's applied time, and an idle
+    /// cluster's clock no-ops would cost about a fifth of a core).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stable_every_ms: Option<u64>,
+}
+
+/// `[snapshot] stable_every_ms` on a replica of a sharded cluster when unset.
+pub const STABLE_EVERY_MS_SHARDS: u64 = 5;
+
+impl SnapshotConfig {
+    fn is_default(&self) -> bool {
+        *self == SnapshotConfig::default()
+    }
+}
+
 /// A validated server configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -296,6 +323,10 @@ pub struct ServerConfig {
     /// (docs/operations.md, "Health and readiness").
     #[serde(default, skip_serializing_if = "HealthConfig::is_default")]
     pub health: HealthConfig,
+    /// Stable times for snapshot reads (docs/operations.md, "Stable
+    /// times").
+    #[serde(default, skip_serializing_if = "SnapshotConfig::is_default")]
+    pub snapshot: SnapshotConfig,
     /// The cluster's shard map (a file of `creek_shard::encode`'s bytes,
     /// as `creek dev --shards` writes it) when this replica is one of a
     /// shard of a sharded cluster: it must list this replica, with the
@@ -480,6 +511,7 @@ impl ServerConfig {
             insecure: false,
             auth: AuthConfig::default(),
             health: HealthConfig::default(),
+            snapshot: SnapshotConfig::default(),
             shard_map: None,
             directory: false,
             plant_bug: None,
@@ -593,6 +625,16 @@ impl ServerConfig {
             return bad(format!(
                 "health.loop_stall_ms = {} and health.disk_behind_ms = {} must be within 100..=600000",
                 h.loop_stall_ms, h.disk_behind_ms
+            ));
+        }
+        if let Some(ms) = self
+            .snapshot
+            .stable_every_ms
+            .filter(|ms| *ms > STABLE_EVERY_MS_MAX)
+        {
+            return bad(format!(
+                "snapshot.stable_every_ms = {ms} must be at most {STABLE_EVERY_MS_MAX} (0 turns \
+                 stable times off)"
             ));
         }
         if self.session_ttl_secs > 365 * 24 * 3600 {
@@ -798,6 +840,10 @@ fn default_io_threads_for(cores: usize) -> usize {
     (cores / 2).max(1)
 }
 
+/// The longest stable-time interval: past it, a snapshot read's staleness
+/// would be counted in minutes.
+const STABLE_EVERY_MS_MAX: u64 = 60_000;
+
 /// The most runtime threads a configuration may ask for.
 const IO_THREADS_MAX: usize = 1024;
 
@@ -836,6 +882,7 @@ mod tests {
         assert_eq!(c.me().client_addr.port(), 7002);
         assert!(!c.allow_fault_injection);
         assert!(c.early_preliminary_views);
+        assert_eq!(c.snapshot.stable_every_ms, None);
         let strict = format!("early_preliminary_views = false\n{GOOD}");
         let c = ServerConfig::from_toml(&strict).expect("valid");
         assert!(!c.early_preliminary_views);
@@ -855,6 +902,12 @@ mod tests {
         let tick = format!("tick_ms = 0\n{GOOD}");
         let e = ServerConfig::from_toml(&tick).expect_err("tick 0");
         assert!(e.to_string().contains("tick_ms"), "{e}");
+        let stable = format!("{GOOD}\n[snapshot]\nstable_every_ms = 600000");
+        let e = ServerConfig::from_toml(&stable).expect_err("too long an interval");
+        assert!(e.to_string().contains("snapshot.stable_every_ms"), "{e}");
+        let off = format!("{GOOD}\n[snapshot]\nstable_every_ms = 0");
+        let c = ServerConfig::from_toml(&off).expect("off is valid");
+        assert_eq!(c.snapshot.stable_every_ms, Some(0));
     }
 
     #[test]
@@ -862,6 +915,7 @@ mod tests {
         let mut g = ServerConfig::local_group(3, 7001, 7101, Path::new("/tmp/d")).expect("group");
         g[1].metrics_addr = Some("127.0.0.1:9102".parse().expect("addr"));
         g[1].allow_fault_injection = true;
+        g[1].snapshot.stable_every_ms = Some(20);
         let text = g[1].to_toml().expect("toml");
         assert_eq!(ServerConfig::from_toml(&text).expect("parses"), g[1]);
     }

@@ -13,7 +13,9 @@
 //! * [`service`]: the gRPC `Creek` and `Admin` services of
 //!   `proto/creek.proto` (tonic);
 //! * [`shards`] and [`mpo`]: on a cluster of several shards, the map a
-//!   replica serves under and the messages of operations across shards;
+//!   replica serves under and the messages of operations across shards
+//!   (shard leaders' stable times among them);
+//! * `stable`: the stable times' settings and status figures;
 //! * a ticker for the protocol clock;
 //! * the HTTP endpoint: Prometheus [`metrics`] and the live web
 //!   [`console`];
@@ -42,6 +44,7 @@ pub mod server;
 pub mod service;
 pub mod shards;
 mod socket;
+mod stable;
 pub mod telemetry;
 pub mod throttle;
 pub mod tls;

@@ -158,6 +158,9 @@ pub struct Metrics {
     pub peer_rtt_us: Gauge,
     /// This replica's consensus election timeout now (ms; grows on slow links).
     pub election_timeout_ms: Gauge,
+    /// How old the global stable time is at this replica (ms; -1 while it
+    /// is not known, or stable times are off).
+    pub stable_global_age_ms: Gauge,
     /// View latencies again, in buckets the console can read back.
     pub view_buckets: crate::console::series::ViewBuckets,
     /// Speculation telemetry by procedure.
@@ -203,6 +206,7 @@ impl Metrics {
             client_connections_refused: Counter::default(),
             peer_rtt_us: Gauge::default(),
             election_timeout_ms: Gauge::default(),
+            stable_global_age_ms: Gauge::default(),
             view_buckets: Default::default(),
             procedures: Default::default(),
             registry: Registry::default(),
@@ -344,6 +348,13 @@ impl Metrics {
             "election_timeout_ms",
             "Consensus election timeout now (milliseconds; stretched for slow links)",
             m.election_timeout_ms.clone(),
+        );
+        m.stable_global_age_ms.set(-1);
+        registry.register(
+            "stable_global_age_ms",
+            "Age of the global stable time at this replica (milliseconds; -1: not known, or \
+             stable times off)",
+            m.stable_global_age_ms.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -154,10 +154,11 @@ impl Server {
         // persister thread.
         let durability = Arc::new(Durability::default());
         let opened = open_data_dir(&config, durability.callback(events_tx.clone()))?;
-        let node_config = node_config(&config);
-        let limits = node_config.wire;
-        let procedures = Arc::new(crate::call::answer::procedures_reply(&registry));
         let shards = crate::shards::ShardGate::load(&config, registry.clone())?;
+        let node_config = node_config(&config, shards.as_deref());
+        let limits = node_config.wire;
+        let stable_every_us = node_config.stable.every_us;
+        let procedures = Arc::new(crate::call::answer::procedures_reply(&registry));
         let (node, persister) = recover(&config, node_config, registry, opened)?;
         let tls = load_tls(&config)?;
         let listeners = Listeners::bind(&config).await?;
@@ -198,6 +199,7 @@ impl Server {
                 corked.clone(),
                 shards.clone(),
                 mpo,
+                stable_every_us,
             ),
         );
         let fatal: FatalCell = Arc::new(watch::channel(None).0);
@@ -378,9 +380,10 @@ fn open_data_dir(
     })
 }
 
-/// The node's configuration from the server's, with a warning for each
-/// setting that gives up a guarantee on purpose.
-fn node_config(config: &ServerConfig) -> NodeConfig {
+/// The node's configuration from the server's (and the shard map it
+/// starts with, if any), with a warning for each setting that gives up a
+/// guarantee on purpose.
+fn node_config(config: &ServerConfig, shards: Option<&crate::shards::ShardGate>) -> NodeConfig {
     let me = config.replica_id();
     let mut node_config = NodeConfig::for_group(me, &config.group());
     node_config.tick_us = config.tick_ms * 1000;
@@ -392,6 +395,7 @@ fn node_config(config: &ServerConfig) -> NodeConfig {
     node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
     node_config.pending_writes_max = config.pending_writes_max;
     node_config.cab.compaction_lag_max = config.compaction_lag_max;
+    node_config.stable = crate::stable::config(config, shards);
     if let Some(bug) = config.planted_bug() {
         // `ServerConfig::validate` refused a bug this build cannot plant.
         let planted = node_config.planted.plant(bug);
@@ -556,10 +560,12 @@ fn loop_config(
     corked: Arc<crate::native::out::Corked>,
     shards: Option<Arc<crate::shards::ShardGate>>,
     mpo: Option<Arc<crate::mpo::Link>>,
+    stable_every_us: u64,
 ) -> LoopConfig {
     LoopConfig {
         shards,
         mpo,
+        stable_every_us,
         workers: config.worker_threads(),
         watch_history_bytes: config.watch_history_bytes,
         auth,

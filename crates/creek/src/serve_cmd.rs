@@ -46,6 +46,12 @@ pub struct ServeArgs {
     /// Protocol tick in milliseconds.
     #[arg(long)]
     tick_ms: Option<u64>,
+    /// Stable-time interval in milliseconds (`[snapshot] stable_every_ms`,
+    /// 5 by default; 0: off): how often a replica reports how far it
+    /// applied, a shard's leader publishes its shard's stable time, and an
+    /// idle leader commits a clock no-op.
+    #[arg(long, value_name = "MS")]
+    stable_every_ms: Option<u64>,
     /// Accept Admin.SetFaults (tests and benchmarks only).
     #[arg(long)]
     allow_fault_injection: bool,
@@ -119,6 +125,9 @@ impl ServeArgs {
         }
         if let Some(t) = self.tick_ms {
             c.tick_ms = t;
+        }
+        if let Some(ms) = self.stable_every_ms {
+            c.snapshot.stable_every_ms = Some(ms);
         }
         c.allow_fault_injection |= self.allow_fault_injection;
         c.rebuild_despite_data_loss |= self.rebuild_despite_data_loss;

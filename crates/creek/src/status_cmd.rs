@@ -7,13 +7,19 @@ use creek_client::{pb, Client, ConnectOptions};
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 
-/// Counters shown in the table: (column, counter names summed).
-const COLUMNS: [(&str, &[&str]); 5] = [
+/// Counters shown in the table: (column, counter names summed). The
+/// stable times show as their ages at the replica (its group's, the
+/// global one), with the clock no-ops it committed; `-` where stable
+/// times are off (or not known yet).
+const COLUMNS: [(&str, &[&str]); 8] = [
     ("weak", &["invoked_weak"]),
     ("strong", &["invoked_strong"]),
     ("views", &["views"]),
     ("finalized", &["finalized"]),
     ("reexec", &["reexecutions"]),
+    ("stable-age-ms", &["stable_group_age_ms"]),
+    ("gst-age-ms", &["stable_global_age_ms"]),
+    ("noops", &["clock_noops"]),
 ];
 
 /// Roles of a replica that takes part in the group.
@@ -501,9 +507,13 @@ mod tests {
             committed: 120,
             tentative: 3,
             raft_log_entries: 42,
-            counters: [("invoked_weak".to_string(), 7), ("views".to_string(), 9)]
-                .into_iter()
-                .collect(),
+            counters: [
+                ("invoked_weak".to_string(), 7),
+                ("views".to_string(), 9),
+                ("stable_global_age_ms".to_string(), 12),
+            ]
+            .into_iter()
+            .collect(),
             ..Default::default()
         };
         let rows = vec![
@@ -531,6 +541,9 @@ mod tests {
                 "-",
                 "9",
                 "-",
+                "-",
+                "-",
+                "12",
                 "-"
             ]
         );

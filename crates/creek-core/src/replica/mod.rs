@@ -98,16 +98,27 @@ pub enum InvokeError {
     /// last, or the replica restarted since. Retry at another replica, or
     /// read at another level.
     #[error(
-        "snapshot at {time} µs is no longer kept here (versions kept from {kept_from} µs;          the global stable time is {stable_age_ms} ms old); retry at another replica          or read at another level"
+        "snapshot at {time} µs is no longer kept here (versions kept from {kept_from} µs; \
+         {}); retry at another replica or read at another level",
+        stable_age(.stable_age_ms)
     )]
     SnapshotNotKept {
         /// The time the read would read at.
         time: u64,
         /// The oldest time this replica serves.
         kept_from: u64,
-        /// How old the global stable time known here is.
-        stable_age_ms: u64,
+        /// How old the global stable time known here is (`None`: it knows
+        /// none yet).
+        stable_age_ms: Option<u64>,
     },
+}
+
+/// What [`InvokeError::SnapshotNotKept`] says of the global stable time.
+fn stable_age(age_ms: &Option<u64>) -> String {
+    match age_ms {
+        Some(ms) => format!("the global stable time is {ms} ms old"),
+        None => "no global stable time known yet".to_owned(),
+    }
 }
 
 /// Protocol counters of one replica.

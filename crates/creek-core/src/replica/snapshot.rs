@@ -141,9 +141,6 @@ pub(super) struct Snapshots {
     /// The executor's horizon: the absolute index of the committed entry
     /// at or before which no read is asked.
     horizon: Option<u64>,
-    /// The history was started before any entry was final: it keeps
-    /// every version from the first entry on.
-    from_first: bool,
 }
 
 impl Snapshots {
@@ -286,32 +283,26 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.start_history();
     }
 
-    /// Start keeping versions, from the last final entry on; with none
-    /// yet, from the first, once it is final (its commit time is then
-    /// the oldest kept).
+    /// Start keeping versions, from the last final entry on; on a replica
+    /// that started empty, from its first entry on (and the empty state
+    /// before it), once that is final.
     fn start_history(&mut self) {
-        if self.snapshots.horizon.is_some() || self.snapshots.history.is_none() {
+        if self.snapshots.history.is_none() || self.snapshots.kept_from.is_some() {
             return;
         }
-        let Some(newest) = self.counters.finalized.checked_sub(1) else {
-            if !self.snapshots.from_first {
-                self.snapshots.from_first = true;
+        let newest = self.counters.finalized.checked_sub(1);
+        match (self.snapshots.horizon, newest) {
+            (None, None) => {
+                self.snapshots.horizon = Some(0);
                 self.engine.set_final_horizon(Some(Pos::Committed(0)));
             }
-            return;
-        };
-        if self.snapshots.from_first {
-            let first = self.snapshots.times.first().copied();
-            self.snapshots.horizon = Some(0);
-            self.snapshots.kept_from = Some(
-                first
-                    .unwrap_or(self.snapshots.trimmed)
-                    .max(self.snapshots.trimmed),
-            );
-        } else {
-            self.snapshots.horizon = Some(newest);
-            self.snapshots.kept_from = Some(self.snapshots.applied);
-            self.engine.set_final_horizon(Some(Pos::Committed(newest)));
+            (None, Some(newest)) => {
+                self.snapshots.horizon = Some(newest);
+                self.snapshots.kept_from = Some(self.snapshots.applied);
+                self.engine.set_final_horizon(Some(Pos::Committed(newest)));
+            }
+            (Some(_), Some(_)) => self.snapshots.kept_from = Some(0),
+            (Some(_), None) => {}
         }
     }
 
@@ -366,7 +357,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         Err(InvokeError::SnapshotNotKept {
             time: at,
             kept_from: self.snapshots.kept_from.unwrap_or(self.snapshots.applied),
-            stable_age_ms: now_us.saturating_sub(self.snapshots.stable) / 1_000,
+            stable_age_ms: (self.snapshots.stable > 0)
+                .then(|| now_us.saturating_sub(self.snapshots.stable) / 1_000),
         })
     }
 
@@ -429,6 +421,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 _ if self.config.planted.has(Bug::SnapshotServesTentative) => {
                     EngineState::latest(&self.engine)
                 }
+                // Before the first entry of a replica that started empty.
+                Some(Pos::Committed(0)) => EngineState::empty(&self.engine),
                 Some(before) => EngineState::before(&self.engine, before),
                 None => EngineState::committed(&self.engine),
             };

@@ -170,10 +170,10 @@ impl MpoMessage {
 impl<S: CabStorage> Node<S> {
     /// Answer a request of another group's replica about an MPO, as a
     /// replica of shard `shard`: take a copy (unless one is held here), an
-    /// index, another shard's reads; answer a pull with this shard's reads
-    /// (invoking the copy it carries if none is held: "not yet"). A
-    /// sequencing is the directory's ([`Refusal::NotHere`]: its driver
-    /// answers it).
+    /// index, another shard's reads or stable time; answer a pull with
+    /// this shard's reads (invoking the copy it carries if none is held:
+    /// "not yet"). A sequencing is the directory's ([`Refusal::NotHere`]:
+    /// its driver answers it).
     pub fn mpo_serve(&mut self, req: Request, shard: u32, now_us: u64) -> Result<Reply, Refusal> {
         match req {
             Request::Copy(call) => self
@@ -197,15 +197,20 @@ impl<S: CabStorage> Node<S> {
                 "replica {} is not a directory replica: it sequences nothing",
                 self.id()
             ))),
+            Request::Stable { from, time } => {
+                self.stable_from(from, time);
+                Ok(Reply::Done)
+            }
             Request::Batch(all) => {
                 // Each taken in, then one turn for them all (decoded
-                // batches carry only indices and reads).
+                // batches carry only indices, reads and stable times).
                 for one in all {
                     match one {
                         Request::Sequenced { mpo, index } => self.replica.mpo_sequenced(mpo, index),
                         Request::Reads { mpo, from, reads } => {
                             self.replica.mpo_reads(mpo, from, reads);
                         }
+                        Request::Stable { from, time } => self.stable_from(from, time),
                         _ => {}
                     }
                 }

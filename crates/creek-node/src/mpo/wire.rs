@@ -46,9 +46,19 @@ pub enum Request {
         /// The receiver's shard's copy.
         copy: ProcCall,
     },
-    /// Messages that need no answer ([`Request::Sequenced`] and
-    /// [`Request::Reads`]), several to one replica at once: each is taken
-    /// in as if it came alone; answered [`Reply::Done`].
+    /// Shard `from`'s stable time (docs/snapshot-reads.md, "Stable
+    /// times"): two scalars, sent by the shard's leader to every replica
+    /// of the other shards ([`crate::Node::stable_from`] there).
+    Stable {
+        /// The shard that published it.
+        from: u32,
+        /// Its stable time (µs).
+        time: u64,
+    },
+    /// Messages that need no answer ([`Request::Sequenced`],
+    /// [`Request::Reads`] and [`Request::Stable`]), several to one replica
+    /// at once: each is taken in as if it came alone; answered
+    /// [`Reply::Done`].
     Batch(Vec<Request>),
 }
 
@@ -157,7 +167,10 @@ fn call_of(v: &Value) -> Result<ProcCall, String> {
 impl Request {
     /// Whether it needs no answer, so it may travel in a batch.
     pub fn batches(&self) -> bool {
-        matches!(self, Request::Sequenced { .. } | Request::Reads { .. })
+        matches!(
+            self,
+            Request::Sequenced { .. } | Request::Reads { .. } | Request::Stable { .. }
+        )
     }
 
     /// The message's bytes.
@@ -191,6 +204,9 @@ impl Request {
                 let [o, s] = mpo_value(*mpo);
                 vec![Value::Int(4), o, s, call_value(copy)]
             }
+            Request::Stable { from, time } => {
+                vec![Value::Int(6), Value::Int(i64::from(*from)), int(*time)]
+            }
             Request::Batch(all) => vec![
                 Value::Int(5),
                 Value::List(all.iter().map(Request::to_value).collect()),
@@ -212,7 +228,7 @@ impl Request {
                     .map(Request::from_value)
                     .collect::<Result<_, _>>()?;
                 if !all.iter().all(Request::batches) {
-                    return Err("a batch may carry only indices and reads".to_owned());
+                    return Err("a batch may carry only indices, reads and stable times".to_owned());
                 }
                 Ok(Request::Batch(all))
             }
@@ -244,6 +260,10 @@ impl Request {
             [Value::Int(4), o, s, copy] => Ok(Request::Pull {
                 mpo: mpo_of(o, s)?,
                 copy: call_of(copy)?,
+            }),
+            [Value::Int(6), from, time] => Ok(Request::Stable {
+                from: shard(from)?,
+                time: uint(time)?,
             }),
             _ => Err("an unknown kind of message".to_owned()),
         }
@@ -331,6 +351,10 @@ mod tests {
                 mpo,
                 copy: call.clone(),
             },
+            Request::Stable {
+                from: 1,
+                time: 1_733_000_000_000_000,
+            },
             Request::Batch(vec![
                 Request::Sequenced { mpo, index: 5 },
                 Request::Reads {
@@ -338,6 +362,7 @@ mod tests {
                     from: 1,
                     reads: reads.clone(),
                 },
+                Request::Stable { from: 0, time: 9 },
             ]),
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);

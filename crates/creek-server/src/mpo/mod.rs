@@ -19,6 +19,11 @@
 //! - **each shard's leader**, at an MPO's committed position, sends the
 //!   values it read to every replica of the other involved shards
 //!   ([`Link::push_reads`]);
+//! - **each shard's leader**, every stable-time interval, sends its
+//!   shard's stable time to every replica of the other shards
+//!   ([`Link::push_stable`]; docs/snapshot-reads.md, "Stable times"): not
+//!   about an MPO, but between the same replicas, and as cheap to carry
+//!   along;
 //! - **a replica whose committed order waits** on an MPO for a while —
 //!   its index or another shard's reads did not come (a lost message, a
 //!   crashed origin, a replica catching up) — asks for them itself
@@ -250,6 +255,18 @@ impl Link {
         }
     }
 
+    /// Send shard `from`'s stable time `time` to every replica of the
+    /// shards in `to`. Only the newest matters: one still waiting for a
+    /// replica is overwritten, so a replica that does not answer holds
+    /// one stable time in its queue, not one per interval.
+    pub fn push_stable(self: &Arc<Self>, from: u32, to: &[u32], time: u64) {
+        for s in to {
+            for (id, addr) in self.gate.endpoints(Some(*s)) {
+                self.fire(id, addr, Request::Stable { from, time });
+            }
+        }
+    }
+
     /// Ask for what the committed order waiting on `mpo` misses (one
     /// chase of each MPO at a time; a call while one runs does nothing).
     pub fn chase(self: &Arc<Self>, mpo: MpoId, what: Chase) {
@@ -335,12 +352,24 @@ impl Link {
     /// `addr` without waiting for it. Messages to one replica go one call
     /// at a time: those queued while a call is out leave together in the
     /// next ([`Request::Batch`]), so a busy replica sends fewer, larger
-    /// calls and an idle one sends each at once. Past [`QUEUED_MAX`]
-    /// queued, more are dropped (their receivers ask for what they miss).
+    /// calls and an idle one sends each at once. A stable time replaces
+    /// the one of its shard still queued. Past [`QUEUED_MAX`] queued, more
+    /// are dropped (their receivers ask for what they miss; the next
+    /// stable time comes an interval later).
     fn fire(self: &Arc<Self>, id: u16, addr: String, req: Request) {
         {
             let mut out = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
             let outbox = out.entry(id).or_default();
+            if let Request::Stable { from, time } = req {
+                let queued = outbox.queued.iter_mut().find_map(|q| match q {
+                    Request::Stable { from: f, time: t } if *f == from => Some(t),
+                    _ => None,
+                });
+                if let Some(t) = queued {
+                    *t = (*t).max(time);
+                    return;
+                }
+            }
             if outbox.queued.len() >= QUEUED_MAX {
                 return;
             }

@@ -117,6 +117,9 @@ pub struct LoopConfig {
     /// The carrier of operations across shards, on a shard's replica of
     /// a cluster of several shards.
     pub mpo: Option<Arc<crate::mpo::Link>>,
+    /// The node's stable-time interval (µs; 0: no stable times, and the
+    /// status shows none).
+    pub stable_every_us: u64,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -145,7 +148,9 @@ pub struct NodeLoop {
     /// The last durable write `/health` saw, and since when (the disk is
     /// behind while writes wait and it does not move).
     disk_seen: (u64, Instant),
-    epoch: Instant,
+    /// The node's clock: µs since the Unix epoch when the loop started,
+    /// and the monotonic instant it was read at (see [`NodeLoop::now_us`]).
+    epoch: (u64, Instant),
     ticks: u64,
     /// The consensus tick scale last logged.
     timing_scale: u64,
@@ -179,6 +184,8 @@ pub struct NodeLoop {
     peer_logs: report::PeerLogs,
     /// Operations across shards.
     mpo: mpo::MpoState,
+    /// See [`LoopConfig::stable_every_us`].
+    stable_every_us: u64,
 }
 
 impl NodeLoop {
@@ -228,7 +235,7 @@ impl NodeLoop {
             log_writes: std::collections::VecDeque::new(),
             failed: None,
             disk_seen: (0, Instant::now()),
-            epoch: Instant::now(),
+            epoch: (wall_clock_us(), Instant::now()),
             ticks: 0,
             commit_progress: (0, Instant::now()),
             timing_scale: 1,
@@ -251,6 +258,7 @@ impl NodeLoop {
             shards: config.shards,
             peer_logs: report::PeerLogs::default(),
             mpo: mpo::MpoState::new(config.mpo),
+            stable_every_us: config.stable_every_us,
         };
         this.reload_auth();
         this
@@ -292,8 +300,17 @@ impl NodeLoop {
         }
     }
 
+    /// The node's clock: wall-clock time (µs since the Unix epoch) as
+    /// read once at the loop's start, advanced by the monotonic clock
+    /// since. So commit times and snapshot times are Unix times a client
+    /// can subtract from its own clock (a snapshot's staleness), while a
+    /// wall clock stepped under a running replica moves nothing. Commit
+    /// times never go back along the committed list whatever this clock
+    /// does (each is at least the one before plus one), a restart after
+    /// the wall clock was set back included.
     fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
+        let (wall_us, at) = self.epoch;
+        wall_us.saturating_add(at.elapsed().as_micros() as u64)
     }
 
     fn handle(&mut self, event: Event) {
@@ -765,6 +782,14 @@ impl NodeLoop {
         self.clients.corked.uncork();
         result
     }
+}
+
+/// Now, in µs since the Unix epoch (0 from a clock set before 1970: the
+/// node's clock then counts from the loop's start, as before).
+fn wall_clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// Every replica's addresses: the configured ones, then those of the

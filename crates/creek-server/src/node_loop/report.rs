@@ -38,6 +38,10 @@ impl NodeLoop {
         put("stabilizer_noops", c.stabilizer_noops);
         put("views", c.views);
         put("finalized", c.finalized);
+        put("snapshot_reads", c.snapshot_reads);
+        put("snapshot_reads_parked", r.snapshot_reads_parked() as u64);
+        put("snapshot_history_cuts", c.snapshot_history_cuts);
+        put("snapshot_history_bytes", e.history_bytes);
         put("watchers", self.watch.watchers() as u64);
         put("watch_oldest_position", self.watch.bounds().0);
         put("accuracy_checked", c.accuracy_checked);
@@ -80,6 +84,9 @@ impl NodeLoop {
         put("session_expiry_ops", sessions.expiry_ops);
         put("session_entries_expired", sessions.expiry_listed);
         put("exec_versions_alive", e.versions_alive);
+        if self.stable_every_us > 0 {
+            crate::stable::counters(self.node.stable_times(), self.now_us(), &mut put);
+        }
         let fetch = self.node.fetch_status();
         put("snapshot_fetch_received", fetch.map_or(0, |f| f.received));
         put("snapshot_fetch_total", fetch.map_or(0, |f| f.total));
@@ -238,6 +245,13 @@ impl NodeLoop {
         m.peer_rtt_us.set(timing.group_rtt_us as i64);
         m.election_timeout_ms
             .set((timing.election_timeout_us / 1000) as i64);
+        let global = self.node.stable_times().global();
+        m.stable_global_age_ms
+            .set(if self.stable_every_us > 0 && global > 0 {
+                (self.now_us().saturating_sub(global) / 1000) as i64
+            } else {
+                -1
+            });
     }
 
     /// Log what the node learnt about its place in the cluster. A replica

@@ -216,7 +216,9 @@ impl Driver for Turn<'_> {
     /// Each shard's reads to every replica of the shards waiting for them,
     /// from the shard's leader (the first to reach an MPO's turn; a
     /// replica whose leader is unknown sends them too). A replica the
-    /// leader's reads miss asks for them (`node_loop/mpo.rs`).
+    /// leader's reads miss asks for them (`node_loop/mpo.rs`). The shard's
+    /// stable time, which only its leader publishes, to every replica of
+    /// the other shards.
     fn mpo(&mut self, messages: Vec<MpoMessage>) {
         let Some(link) = self.mpo.filter(|_| self.mpo_sender) else {
             return;
@@ -227,9 +229,7 @@ impl Driver for Turn<'_> {
                 // Servers order MPOs with the directory's sequencer; the
                 // genuine multicast runs in the simulator only.
                 MpoMessage::Timestamp { .. } => {}
-                // Stable times are off on servers for now (their
-                // publication between shards is not wired yet).
-                MpoMessage::Stable { .. } => {}
+                MpoMessage::Stable { from, to, time } => link.push_stable(from, &to, time),
             }
         }
     }
