@@ -46,8 +46,9 @@ pub struct ServeArgs {
     /// Protocol tick in milliseconds.
     #[arg(long)]
     tick_ms: Option<u64>,
-    /// Stable-time interval in milliseconds (`[snapshot] stable_every_ms`,
-    /// 5 by default; 0: off): how often a replica reports how far it
+    /// Stable-time interval in milliseconds (`[snapshot] stable_every_ms`;
+    /// 5 by default on a shard, off on a cluster of one group; 0: off):
+    /// how often a replica reports how far it
     /// applied, a shard's leader publishes its shard's stable time, and an
     /// idle leader commits a clock no-op.
     #[arg(long, value_name = "MS")]
