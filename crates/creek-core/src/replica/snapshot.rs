@@ -133,6 +133,10 @@ pub(super) struct Snapshots {
     trimmed: u64,
     /// Reads below the applied time, when on.
     history: Option<SnapshotHistory>,
+    /// The replica began from a checkpoint (a restart's, a rebuild's, or a
+    /// preloaded state), not empty: the state before its first entry is
+    /// not known to be empty.
+    restored: bool,
     /// The global stable time known here (0: none yet).
     stable: u64,
     /// The oldest read time whose versions are kept (`None`: none below
@@ -149,6 +153,7 @@ impl Snapshots {
         self.last = time;
         self.applied = time;
         self.trimmed = time;
+        self.restored = true;
         self.keep_from(time);
     }
 
@@ -301,7 +306,16 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 self.snapshots.kept_from = Some(self.snapshots.applied);
                 self.engine.set_final_horizon(Some(Pos::Committed(newest)));
             }
-            (Some(_), Some(_)) => self.snapshots.kept_from = Some(0),
+            // From the first entry on (its time is kept while the horizon
+            // is there), and on a replica that started empty the empty
+            // state before it.
+            (Some(_), Some(_)) => {
+                let first = self.snapshots.times.first().copied();
+                self.snapshots.kept_from = Some(match self.snapshots.restored {
+                    false => 0,
+                    true => first.unwrap_or(self.snapshots.applied),
+                });
+            }
             (Some(_), None) => {}
         }
     }
@@ -422,7 +436,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                     EngineState::latest(&self.engine)
                 }
                 // Before the first entry of a replica that started empty.
-                Some(Pos::Committed(0)) => EngineState::empty(&self.engine),
+                Some(Pos::Committed(0)) if !self.snapshots.restored => {
+                    EngineState::empty(&self.engine)
+                }
                 Some(before) => EngineState::before(&self.engine, before),
                 None => EngineState::committed(&self.engine),
             };

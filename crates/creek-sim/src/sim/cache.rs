@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use creek_check::history::History;
 use creek_core::{Request, View, ViewKind};
 use creek_exec::Outcome;
 use creek_types::planted::Bug;
@@ -50,6 +51,10 @@ pub(super) struct ClientTimes {
     /// Dependency time per slot.
     dep: Vec<u64>,
     cache: BTreeMap<Bytes, Cached>,
+    /// The history record of the client's last write of each key it
+    /// wrote: only that one's effect enters the cache (an earlier write's
+    /// view may come later, from a replica that took it before a resend).
+    last_write: BTreeMap<Bytes, usize>,
 }
 
 impl ClientTimes {
@@ -58,6 +63,7 @@ impl ClientTimes {
             read: vec![0; slots],
             dep: vec![0; slots],
             cache: BTreeMap::new(),
+            last_write: BTreeMap::new(),
         }
     }
 }
@@ -82,6 +88,46 @@ fn kv_write(call: &ProcCall) -> Option<(Bytes, Option<Option<Bytes>>)> {
         "kv.delete" => Some((key, Some(None))),
         "kv.incr" | "kv.cas" => Some((key, None)),
         _ => None,
+    }
+}
+
+/// The key a `kv.get` reads.
+fn read_key(call: &ProcCall) -> Option<Bytes> {
+    if call.name.as_ref() != "kv.get" {
+        return None;
+    }
+    match decode_args(&call.args).ok()?.into_iter().next()? {
+        Value::Bytes(k) => Some(k),
+        _ => None,
+    }
+}
+
+/// The history records `removed` (ops that never took effect) leave the
+/// history: a snapshot read of a key by a client that wrote it in one
+/// of them before the read is no longer judged (the client laid what
+/// it had been told over it, and the history no longer says what).
+pub(super) fn forget_reads_over(history: &History, reads: &mut ClientReads, removed: &[usize]) {
+    let mut writes: BTreeMap<(u32, Bytes), u64> = BTreeMap::new();
+    for &i in removed {
+        let r = &history.ops[i];
+        if let Some((key, _)) = kv_write(&r.call) {
+            let at = writes.entry((r.client, key)).or_insert(r.invoked_at_us);
+            *at = (*at).min(r.invoked_at_us);
+        }
+    }
+    if writes.is_empty() {
+        return;
+    }
+    for r in &history.ops {
+        let (Some(rid), Some(key)) = (r.call.request_id, read_key(&r.call)) else {
+            continue;
+        };
+        if writes
+            .get(&(r.client, key))
+            .is_some_and(|at| *at < r.invoked_at_us)
+        {
+            reads.remove(&(rid.client, rid.seq));
+        }
     }
 }
 
@@ -125,6 +171,7 @@ impl Sim {
         };
         if let Some(client) = self.clients.get_mut(c) {
             client.times.cache.remove(&key);
+            client.times.last_write.insert(key, index);
         }
     }
 
@@ -142,13 +189,7 @@ impl Sim {
         let first = record.views.is_empty();
         let written = kv_write(&record.call);
         let request_id = record.call.request_id;
-        let read_key = (record.call.name.as_ref() == "kv.get")
-            .then(|| decode_args(&record.call.args).ok())
-            .flatten()
-            .and_then(|args| match args.into_iter().next() {
-                Some(Value::Bytes(k)) => Some(k),
-                _ => None,
-            });
+        let read_key = read_key(&record.call);
         let gone = |i: usize| {
             let r = &self.history.ops[i];
             r.origin_crashed || r.origin_left || r.lost
@@ -173,7 +214,7 @@ impl Sim {
         // The cache learns the write's effect when it is acknowledged and
         // its commit time with its final view.
         if let Some((key, Some(value))) = written {
-            if first {
+            if first && times.last_write.get(&key) == Some(&index) {
                 times.cache.insert(
                     key.clone(),
                     Cached {

@@ -280,6 +280,10 @@ impl Sim {
         // Lost ops never took effect, nor did ops refused as expired (a sim
         // client sends each request once, so no copy of them ran): the
         // checkers judge what remains.
+        let removed: Vec<usize> = (0..self.history.ops.len())
+            .filter(|&i| self.history.ops[i].lost || refused_expired(&self.history.ops[i]))
+            .collect();
+        super::cache::forget_reads_over(&self.history, &mut self.client_reads, &removed);
         self.history.ops.retain(|r| !r.lost && !refused_expired(r));
         for (k, n) in [
             ("session_expiry_ops", expiries),
