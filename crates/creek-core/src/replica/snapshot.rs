@@ -365,7 +365,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     ) -> Result<(), InvokeError> {
         let at = self.snapshots.read_at(read_time, exact);
         let kept = self.snapshots.kept_from.is_some_and(|k| at >= k);
-        if at >= self.snapshots.applied || kept {
+        // A read at exactly its time is refused until versions are kept
+        // here at all: one parked now could otherwise find the oldest kept
+        // time past its own once it is served.
+        let unkept = exact && self.snapshots.history.is_some() && self.snapshots.kept_from.is_none();
+        if (at >= self.snapshots.applied || kept) && !unkept {
             return Ok(());
         }
         Err(InvokeError::SnapshotNotKept {
