@@ -368,7 +368,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         // A read at exactly its time is refused until versions are kept
         // here at all: one parked now could otherwise find the oldest kept
         // time past its own once it is served.
-        let unkept = exact && self.snapshots.history.is_some() && self.snapshots.kept_from.is_none();
+        let unkept =
+            exact && self.snapshots.history.is_some() && self.snapshots.kept_from.is_none();
         if (at >= self.snapshots.applied || kept) && !unkept {
             return Ok(());
         }
