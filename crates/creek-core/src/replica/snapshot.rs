@@ -148,12 +148,13 @@ pub(super) struct Snapshots {
 }
 
 impl Snapshots {
-    /// Continue after a checkpoint whose last entry committed at `time`.
-    pub(super) fn resume(&mut self, time: u64) {
+    /// Continue after a checkpoint whose last entry committed at `time`
+    /// (`empty`: one of no entries and no state, as a new replica's).
+    pub(super) fn resume(&mut self, time: u64, empty: bool) {
         self.last = time;
         self.applied = time;
         self.trimmed = time;
-        self.restored = true;
+        self.restored |= !empty;
         self.keep_from(time);
     }
 
@@ -365,12 +366,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     ) -> Result<(), InvokeError> {
         let at = self.snapshots.read_at(read_time, exact);
         let kept = self.snapshots.kept_from.is_some_and(|k| at >= k);
-        // A read at exactly its time is refused until versions are kept
-        // here at all: one parked now could otherwise find the oldest kept
-        // time past its own once it is served.
-        let unkept =
-            exact && self.snapshots.history.is_some() && self.snapshots.kept_from.is_none();
-        if (at >= self.snapshots.applied || kept) && !unkept {
+        if at >= self.snapshots.applied || kept {
             return Ok(());
         }
         Err(InvokeError::SnapshotNotKept {
