@@ -171,7 +171,7 @@ pub struct SnapshotConfig {
     /// replica keeps no stable times whatever this says. Unset: 5 on a
     /// replica of a sharded cluster, off on a cluster of one group (there a
     /// snapshot read is at the replica's applied time, and an idle
-    /// cluster's clock no-ops would cost about a fifth of a core).
+    /// cluster's clock no-ops would cost CPU for nothing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stable_every_ms: Option<u64>,
 }
