@@ -29,6 +29,7 @@ use crate::hlc::Hlc;
 use crate::id::{OpId, ReplicaId, Timestamp};
 use crate::op::{Change, Effect, ExecKey, Op, Pos, Request, Views};
 
+mod errors;
 mod mpo;
 mod restore;
 mod sessions;
@@ -38,88 +39,10 @@ mod state;
 mod user_calls;
 mod views;
 
+pub use errors::InvokeError;
 pub use sessions::SessionStats;
 pub use snapshot::{SnapshotHistory, READ_TIME_AHEAD_MAX_US, SNAPSHOT_PARKED_MAX};
 pub use user_calls::USER_PROCS_LIST_MAX;
-
-/// Why an invocation is refused. Nothing is applied or broadcast.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvokeError {
-    /// Unknown procedure, malformed arguments, or a weak call of a user
-    /// procedure that may write a strong keyspace.
-    #[error(transparent)]
-    Call(#[from] CallError),
-    /// The request asks for no view at all.
-    #[error("the request asks for no view")]
-    NoView,
-    /// The tentative list is full; retry later.
-    #[error("replica overloaded: {0} ops on the tentative list")]
-    Overloaded(usize),
-    /// The replica's disk is behind: this many writes wait for their fsync
-    /// (and the peer messages they hold back with them); retry later.
-    #[error("replica overloaded: {0} writes wait for its disk")]
-    DiskBehind(u64),
-    /// The replica does not serve: it is joining its cluster, or it lost
-    /// its data and waits to be rebuilt (the text says which).
-    #[error("{0}")]
-    NotServing(String),
-    /// A majority of the replicas lost their data: no strong op can be
-    /// ordered without risking acknowledged ones (the text says what to do).
-    #[error("{0}")]
-    QuorumLostData(String),
-    /// A snapshot view was asked of an op that may write: the snapshot
-    /// level serves read-only operations.
-    #[error("the snapshot level serves read-only operations; {0} may write")]
-    SnapshotWrites(String),
-    /// The client's read time is further ahead of this replica's clock
-    /// than [`READ_TIME_AHEAD_MAX_US`].
-    #[error(
-        "read time {read_time} µs is more than {}s ahead of this replica's clock ({now} µs)",
-        READ_TIME_AHEAD_MAX_US / 1_000_000
-    )]
-    ReadTimeAhead {
-        /// The client's read time.
-        read_time: u64,
-        /// The replica's clock.
-        now: u64,
-    },
-    /// This replica is behind the client's read time and already holds
-    /// [`SNAPSHOT_PARKED_MAX`] snapshot reads waiting for it to catch up:
-    /// retry at another replica.
-    #[error(
-        "replica behind: {0} snapshot reads wait for it to apply their read time; \
-         retry at another replica"
-    )]
-    SnapshotBehind(usize),
-    /// A snapshot read would read below the oldest time whose versions this
-    /// replica keeps: the global stable time stopped moving (a shard
-    /// without a leader, or cut off) for longer than the kept versions
-    /// last, or the replica restarted since. Retry at another replica, or
-    /// read at another level.
-    #[error(
-        "snapshot at {time} µs is no longer kept here (versions kept from {kept_from} µs; \
-         {}); retry at another replica or read at another level",
-        stable_age(.stable_age_ms)
-    )]
-    SnapshotNotKept {
-        /// The time the read would read at.
-        time: u64,
-        /// The oldest time this replica serves.
-        kept_from: u64,
-        /// How old the global stable time known here is (`None`: it knows
-        /// none yet).
-        stable_age_ms: Option<u64>,
-    },
-}
-
-/// What [`InvokeError::SnapshotNotKept`] says of the global stable time.
-fn stable_age(age_ms: &Option<u64>) -> String {
-    match age_ms {
-        Some(ms) => format!("the global stable time is {ms} ms old"),
-        None => "no global stable time known yet".to_owned(),
-    }
-}
 
 /// Protocol counters of one replica.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
