@@ -47,7 +47,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-base=$((30000 + RANDOM % 10000))
+# (below the ephemeral port range, so no outgoing connection holds one)
+base=$((20000 + RANDOM % 12000))
 addrs=() attach=
 for i in 0 1 2; do
   addrs+=(--addr "127.0.0.1:$((base + i))")

@@ -9,23 +9,40 @@ cd "$(dirname "$0")/.."
 bin=${CREEK_BIN:-./target/release/creek}
 dir=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
-base=$((30000 + RANDOM % 10000))
-c1=$base c2=$((base + 1)) c3=$((base + 2))
-addrs="--addr 127.0.0.1:$c1 --addr 127.0.0.1:$c2 --addr 127.0.0.1:$c3"
-$bin dev --data-dir "$dir/data" --client-port $c1 --peer-port $((base + 100)) --metrics-port $((base + 200)) >"$dir/out" 2>"$dir/err" &
-pid=$!
-for _ in $(seq 1 100); do
-  if ! kill -0 $pid 2>/dev/null; then
-    echo "creek dev exited:" >&2
+# Ports below the kernel's ephemeral range (32768 and up on Linux), so an
+# outgoing connection cannot hold one; a port taken anyway (another cluster)
+# makes `creek dev` exit at once, and the script tries another base.
+start() {
+  base=$((20000 + RANDOM % 12000))
+  c1=$base c2=$((base + 1)) c3=$((base + 2))
+  addrs="--addr 127.0.0.1:$c1 --addr 127.0.0.1:$c2 --addr 127.0.0.1:$c3"
+  rm -rf "$dir/data"
+  $bin dev --data-dir "$dir/data" --client-port $c1 --peer-port $((base + 100)) --metrics-port $((base + 200)) >"$dir/out" 2>"$dir/err" &
+  pid=$!
+}
+up=
+for attempt in 1 2 3 4 5; do
+  start
+  for _ in $(seq 1 100); do
+    if ! kill -0 $pid 2>/dev/null; then
+      break
+    fi
+    status=$($bin status $addrs 2>/dev/null || true)
+    if grep -qE '^[0-9]+ +[^ ]+ +leader ' <<<"$status"; then
+      up=1
+      break
+    fi
+    sleep 0.1
+  done
+  [ -n "$up" ] && break
+  if kill -0 $pid 2>/dev/null || ! grep -q "is taken" "$dir/err"; then
+    echo "creek dev did not come up:" >&2
     cat "$dir/err" >&2
     exit 1
   fi
-  status=$($bin status $addrs 2>/dev/null || true)
-  if grep -qE '^[0-9]+ +[^ ]+ +leader ' <<<"$status"; then
-    break
-  fi
-  sleep 0.1
+  echo "dev smoke: a port was taken (attempt $attempt), trying other ports" >&2
 done
+[ -n "$up" ] || { echo "creek dev: no free ports found in 5 attempts" >&2; cat "$dir/err" >&2; exit 1; }
 cat "$dir/out"
 $bin call --addr 127.0.0.1:$c2 kv.put smoke '"ok"'
 $bin call --addr 127.0.0.1:$c3 --level strong kv.get smoke | tee "$dir/get"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CI swarm: 325 seeds, every fault class (the simulated disk and a lost
+# The CI swarm: 339 seeds, every fault class (the simulated disk and a lost
 # disk included), two runs at a time (2 cores). On Creek: 32 seeds each of
 # queue and bank, 22 each of kv and list, 10 of procs (user procedures
 # registered at run time; a seed costs about two kv seeds) and 14 each of
@@ -19,6 +19,11 @@
 # sharded ycsb seeds with reads across shards at one time (the
 # snapshot_across_shards check); all but the one-group ycsb's with stable
 # times every 5 ms (reports, publication between shards, clock no-ops).
+# Moves of keys between shards under load (the reshard fault class, three
+# moves a run, checked across the whole cluster): 8 kv seeds on 2 shards
+# (500 ms) and 6 bank seeds on 3 shards with operations across shards,
+# where the third shard is added while keys move and a shard is drained
+# and dropped after them (600 ms).
 # Exits
 # non-zero if any seed fails; each failure prints the command that
 # reproduces it. Logs go to $SWARM_LOGS (default /tmp/creek-swarm).
@@ -36,7 +41,8 @@ logs=${SWARM_LOGS:-/tmp/creek-swarm}
 mkdir -p "$logs"
 rm -f "$logs"/*.log
 
-# name protocol links workload seeds duration faults [shards replicas]
+# name protocol links workload seeds duration faults [shards replicas
+#   cross-shard snapshot-reads stable-every moves]
 jobs="bank creek lan bank 1000..1032 500ms all
 list creek lan list 1000..1022 500ms all
 kv creek lan kv 1000..1022 500ms all
@@ -65,11 +71,14 @@ snap-bank creek lan bank 1000..1010 500ms all 1 5 0 0.3 5ms
 snap-ycsb creek lan ycsb 1000..1006 500ms all 1 5 0 0.3
 snap-wan-kv creek wan kv 1000..1004 4s all 1 5 0 0.3 5ms
 shard-snap-mpo-bank creek lan bank 1000..1006 500ms all 2 3 0.3 0.3 5ms
-shard-snap-ycsb creek lan ycsb 1000..1004 500ms all 2 3 0.3 0.3 5ms"
+shard-snap-ycsb creek lan ycsb 1000..1004 500ms all 2 3 0.3 0.3 5ms
+shard-move-kv creek lan kv 1000..1008 500ms all 2 3 0 0 0 3
+shard-move-mpo-bank creek lan bank 1000..1006 600ms all 3 3 0.3 0 0 3"
 
 run() {
   "$bin" sim --protocol "$2" --links "$3" --replicas "${9:-5}" --shards "${8:-1}" \
     --cross-shard "${10:-0}" --snapshot-reads "${11:-0}" --stable-every "${12:-0}" \
+    --moves "${13:-0}" \
     --workload "$4" --seeds "$5" \
     --duration "$6" --faults "$7" \
     > "$logs/$1.log" 2>&1

@@ -460,3 +460,26 @@ def test_members_and_refused_group_changes(dev):
     run(body())
     with creek.BlockingClient(dev.clients, timeout=T) as c:
         assert len(c.members().members) == 3
+
+
+def test_range_reads_page_through_a_prefix_and_bad_ranges_are_refused(dev):
+    async def body():
+        async with creek.Client(dev.clients, timeout=T) as c:
+            p = key("range") + "/"
+            for i in range(5):
+                await c.kv_put(f"{p}{i}", f"v{i}", levels=creek.STRONG).final()
+            end = p[:-1] + "0"  # the first key past the prefix ("/" + 1)
+            page, nxt = (await c.kv_scan(p, end, 3, levels=creek.STRONG).final()).result()
+            assert page == [[f"{p}{i}".encode(), f"v{i}".encode()] for i in range(3)]
+            keys, done = (await c.kv_scan_keys(nxt, end, 3, levels=creek.STRONG).final()).result()
+            assert keys == [f"{p}3".encode(), f"{p}4".encode()] and done is None
+            assert (await c.kv_count(p, end, levels=creek.STRONG).final()).result() == [5, None]
+            deleted, _ = (await c.kv_delete_range(p, end, levels=creek.STRONG).final()).result()
+            assert deleted == 5
+            assert (await c.kv_count(p, end, levels=creek.STRONG).final()).result() == [0, None]
+            with pytest.raises(creek.InvalidArgument, match="the range is empty"):
+                await c.kv_scan("b", "a", levels=creek.STRONG).final()
+            with pytest.raises(creek.InvalidArgument, match="limit must be within"):
+                await c.kv_scan("a", None, 0, levels=creek.STRONG).final()
+
+    asyncio.run(body())

@@ -1,10 +1,12 @@
 """A sharded cluster (`creek dev --shards 2`): the map from any replica,
 calls routed by key, a replica refusing another shard's key with
 `WrongShard` (nothing applied), a strong call across shards run as one
-operation on both, a stale map learned again."""
+operation on both, a stale map learned again, keys moved between the
+shards while the client writes them."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pytest
@@ -13,7 +15,7 @@ import creek
 from creek import ViewKind
 from creek.shards import Placement, decode_map, slot_of
 from conftest import run
-from cluster import DevCluster, start
+from cluster import DevCluster, creek_bin, start
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,27 @@ def test_calls_go_to_the_owning_shard(sharded):
                     await plain.call("kv.put", k1, "wrong")
                 assert (refused.value.epoch, refused.value.shard) == (1, 1)
             assert await c.call("kv.get", k1) == b"b"
+
+    run(body())
+
+
+def test_a_scan_merges_every_shards_page_in_key_order(sharded):
+    async def body():
+        async with creek.Cluster([sharded.clients[0]]) as c:
+            keys = [f"scan/{n:02}".encode() for n in range(30)]
+            for k in keys:
+                await c.call("kv.put", k, "v")
+            assert {c.map.owner(k) for k in keys} == {0, 1}
+            seen, at = [], b"scan/"
+            while at is not None:
+                page, at = await c.scan(at, b"scan0", 7, keys_only=True)
+                assert len(page) <= 7
+                seen.extend(page)
+            assert seen == keys
+            items, nxt = await c.scan(b"scan/", b"scan0", 100)
+            assert items == [(k, b"v") for k in keys] and nxt is None
+            assert await c.delete_range(b"scan/", b"scan0") == 30
+            assert await c.scan(b"scan/", b"scan0") == ([], None)
 
     run(body())
 
@@ -222,3 +245,64 @@ def test_a_map_that_does_not_decode_is_a_protocol_error():
         decode_map(b"\x07")
     with pytest.raises(creek.ProtocolError):
         decode_map(b"\x01\x05")
+
+
+def test_a_map_with_a_move_in_flight_decodes():
+    # Format 3 (creek_shard::encode): two shards, slots 0..2048 on shard 0,
+    # one move switched so far, and slots 10..20 on their way to shard 1.
+    data = bytes(
+        [3, 7, 2, 2, 0, 0, 1, 0, 1, 2, 0, 0, 0x80, 0x10, 1, 0, 0, 1, 1, 0, 0, 10, 20, 0, 1]
+    )
+    m = decode_map(data)
+    assert (m.epoch, m.moved) == (2, 1)
+    assert m.moving == creek.shards.Move(None, "slots", 10, 20, 0, 1)
+    assert m.finishing is None
+    # The same move switched and finishing (state 2).
+    finishing = decode_map(data[:18] + bytes([2]) + data[19:])
+    assert (finishing.moving, finishing.finishing) == (None, m.moving)
+    with pytest.raises(creek.ProtocolError):
+        decode_map(data[:18] + bytes([3]) + data[19:])
+    # Format 2 has neither.
+    older = decode_map(bytes([2]) + data[1:-8])
+    assert (older.moving, older.moved) == (None, 0)
+    with pytest.raises(creek.ProtocolError):
+        decode_map(data[:-1])
+
+
+def test_keys_move_between_shards_while_the_cluster_client_writes(sharded):
+    # Last in this file: it changes the map the other tests start from.
+    async def body():
+        async with creek.Cluster([sharded.clients[0]]) as c:
+            keys = [f"py{n}" for n in range(80)]
+            moving = [k for k in keys if slot_of(k) < 1024]
+            assert moving and all(c.map.owner(k) == 0 for k in moving)
+            for k in keys:
+                await c.call("kv.put", k, "v0")
+            mover = await asyncio.create_subprocess_exec(
+                str(creek_bin()), "shards", "move", "--from", "0", "--to", "1",
+                "--slots", "0..1024", "--wait-secs", "90", "--addr", sharded.clients[6],
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            last, n = {}, 0
+            # Writes go on through the move: each one is applied once, at
+            # the shard that owns its key when it runs.
+            while mover.returncode is None:
+                k = moving[n % len(moving)]
+                await c.call("kv.put", k, f"w{n}")
+                last[k] = f"w{n}"
+                n += 1
+                try:
+                    await asyncio.wait_for(mover.wait(), 0.001)
+                except asyncio.TimeoutError:
+                    pass
+            out, err = await mover.communicate()
+            assert mover.returncode == 0, (out, err)
+            assert b"over" in out, out
+            await c.refresh()
+            assert c.map.moved == 1 and c.map.moving is None and c.map.finishing is None
+            assert all(c.map.owner(k) == 1 for k in moving)
+            for k in keys:
+                assert await c.call("kv.get", k) == last.get(k, "v0").encode(), k
+            assert n > 0
+
+    run(body())

@@ -117,3 +117,26 @@ def test_tentative_changes_are_marked_then_committed(dev):
             await events.aclose()
 
     run(body())
+
+
+def test_a_keyspace_is_watched_by_its_name(dev):
+    async def body():
+        async with creek.Client(dev.clients[:1], timeout=T) as c:
+            source = """
+keyspace pywatch: weak
+proc note(k: bytes, v: bytes) {
+    put(pywatch, k, v)
+}
+"""
+            await c.register_procedures(source)
+            events = c.watch("n/", keyspace="pywatch")
+            pending = asyncio.ensure_future(next_event(events))
+            await asyncio.sleep(0.5)
+            await c.invoke_strong("note", "n/1", "hello").final()
+            got = await pending
+            assert (got.key, got.value) == (b"n/1", b"hello")
+            await events.aclose()
+            with pytest.raises(creek.InvalidArgument, match="is not a name"):
+                await next_event(c.watch("", keyspace="no such"))
+
+    run(body())

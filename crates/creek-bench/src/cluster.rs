@@ -82,6 +82,10 @@ pub struct Args {
     /// and print both with the TLS/plaintext ratios of the p50s.
     #[arg(long, conflicts_with_all = ["attach", "tls"])]
     pub(crate) compare_tls: bool,
+    /// Invoke over gRPC (the client's `grpc_only`) instead of Creek's
+    /// native protocol.
+    #[arg(long)]
+    pub(crate) grpc_only: bool,
     /// Print one JSON line.
     #[arg(long)]
     pub(crate) json: bool,
@@ -167,17 +171,18 @@ enum Via {
 /// every weak write to its final view (one more frame per write, for
 /// read-your-writes at the snapshot level); the benchmark measures the
 /// replicas' cost of each level.
-fn bench_options(tls: Option<&TlsOptions>) -> ConnectOptions {
+fn bench_options(tls: Option<&TlsOptions>, grpc_only: bool) -> ConnectOptions {
     ConnectOptions {
         tls: tls.cloned(),
+        grpc_only,
         cache: false,
         ..ConnectOptions::default()
     }
 }
 
 impl CreekConn {
-    async fn connect(addr: SocketAddr, tls: Option<&TlsOptions>, op: Op) -> Result<Self, String> {
-        let client = Client::connect_with_options([addr.to_string()], bench_options(tls))
+    async fn connect(addr: SocketAddr, options: &ConnectOptions, op: Op) -> Result<Self, String> {
+        let client = Client::connect_with_options([addr.to_string()], options.clone())
             .await
             .map_err(|e| e.to_string())?;
         Ok(CreekConn {
@@ -190,7 +195,7 @@ impl CreekConn {
     /// `pick` chooses among the shard's (by id).
     async fn routed(
         map: &ShardMap,
-        tls: Option<&TlsOptions>,
+        options: &ConnectOptions,
         op: Op,
         pick: impl Fn(&[u16]) -> u16,
     ) -> Result<Self, String> {
@@ -200,7 +205,7 @@ impl CreekConn {
             let keep = pick(&ids);
             shard.replicas.retain(|id, _| *id == keep);
         }
-        let cluster = Cluster::connect_with_map(one_each, bench_options(tls))
+        let cluster = Cluster::connect_with_map(one_each, options.clone())
             .await
             .map_err(|e| e.to_string())?;
         Ok(CreekConn {
@@ -344,6 +349,7 @@ pub(crate) fn measure(
     let metrics = target.metrics.clone();
     let tls = target.tls.clone();
     let tls = tls.as_ref();
+    let options = &bench_options(tls, args.grpc_only);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -371,7 +377,7 @@ pub(crate) fn measure(
             async move {
                 match map {
                     Some(map) => {
-                        CreekConn::routed(map, tls, op, |ids| {
+                        CreekConn::routed(map, options, op, |ids| {
                             ids.iter()
                                 .copied()
                                 .find(|id| leaders.contains(id))
@@ -379,7 +385,7 @@ pub(crate) fn measure(
                         })
                         .await
                     }
-                    None => CreekConn::connect(clients[leader], tls, op).await,
+                    None => CreekConn::connect(clients[leader], options, op).await,
                 }
             }
         };
@@ -387,8 +393,10 @@ pub(crate) fn measure(
             let map = &map;
             async move {
                 match map {
-                    Some(map) => CreekConn::routed(map, tls, op, |ids| ids[i % ids.len()]).await,
-                    None => CreekConn::connect(clients[i % clients.len()], tls, op).await,
+                    Some(map) => {
+                        CreekConn::routed(map, options, op, |ids| ids[i % ids.len()]).await
+                    }
+                    None => CreekConn::connect(clients[i % clients.len()], options, op).await,
                 }
             }
         };
@@ -407,7 +415,7 @@ pub(crate) fn measure(
         // command started serves `/metrics`; an attached one may not).
         let scrape = || async {
             match metrics.get(leader) {
-                Some(&m) => stages::scrape(m).await.map(Some),
+                Some(&m) => stages::scrape(m, tls).await.map(Some),
                 None => Ok(None),
             }
         };
@@ -526,6 +534,7 @@ pub(crate) fn measure(
     out.insert("shards".into(), json!(args.shards));
     out.insert("value_bytes".into(), json!(args.value_bytes));
     out.insert("tls".into(), json!(args.tls));
+    out.insert("grpc_only".into(), json!(args.grpc_only));
     out.insert(
         "cores".into(),
         json!(std::thread::available_parallelism().map_or(1, |n| n.get())),

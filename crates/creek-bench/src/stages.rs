@@ -12,14 +12,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Cumulative bucket counts per (level, stage): upper bound (s) → count.
 pub(crate) type Buckets = BTreeMap<(String, String), Vec<(f64, f64)>>;
 
-/// The stage histogram of the replica serving `/metrics` at `addr`.
-pub(crate) async fn scrape(addr: SocketAddr) -> Result<Buckets, String> {
+/// The stage histogram of the replica serving `/metrics` at `addr`: over
+/// HTTPS, checked against `tls`'s CA by the address's IP, on a cluster
+/// with TLS (its HTTP port then serves HTTPS).
+pub(crate) async fn scrape(
+    addr: SocketAddr,
+    tls: Option<&creek_client::TlsOptions>,
+) -> Result<Buckets, String> {
+    let connector = tls.map(connector).transpose()?;
     let fetch = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        let s = tokio::net::TcpStream::connect(addr).await?;
         let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-        s.write_all(request.as_bytes()).await?;
         let mut body = String::new();
-        s.read_to_string(&mut body).await?;
+        match &connector {
+            None => get(s, &request, &mut body).await?,
+            Some(c) => {
+                let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+                get(c.connect(name, s).await?, &request, &mut body).await?;
+            }
+        }
         Ok::<_, std::io::Error>(body)
     };
     let text = tokio::time::timeout(Duration::from_secs(5), fetch)
@@ -31,6 +42,38 @@ pub(crate) async fn scrape(addr: SocketAddr) -> Result<Buckets, String> {
         return Err(format!("{addr}/metrics answered {status:?}"));
     }
     Ok(parse(&text))
+}
+
+/// Send `request` on `s` and read the whole answer into `body`.
+async fn get<S>(mut s: S, request: &str, body: &mut String) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    s.write_all(request.as_bytes()).await?;
+    s.read_to_string(body).await?;
+    Ok(())
+}
+
+/// A TLS connector trusting `tls`'s CA (the HTTP port asks no client
+/// certificate).
+fn connector(tls: &creek_client::TlsOptions) -> Result<tokio_rustls::TlsConnector, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &tls.ca_pem()[..]) {
+        let cert = cert.map_err(|e| format!("the CA certificate: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("the CA certificate: {e}"))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        config,
+    )))
 }
 
 /// The `creek_op_stage_seconds_bucket` lines of a text exposition.

@@ -1,7 +1,6 @@
 //! [`Client`]: a connection to a Creek cluster that fails over between
 //! replicas and numbers its requests so retries are applied at most once.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -10,167 +9,25 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use creek_proto::{pb, to_wire};
 use creek_types::value::Value;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Endpoint;
 use tonic::Status;
 
 use crate::cache::CachedWrite;
 use crate::causal::{Causal, ReadAt, Track};
 use crate::correctable::Correctable;
-use crate::native::NativeConn;
 use crate::stream::{Expect, ViewReader, ViewSource};
 use crate::tls::TlsOptions;
 use crate::view::Levels;
 use crate::Error;
 
+mod admin;
+mod options;
+mod replica;
 mod settle;
+
+pub use options::{CallOptions, ConnectOptions, RequestId};
+pub(crate) use options::{Channel, Credentials};
+use replica::{connect_from, Connected, Replica};
 use settle::Settle;
-
-/// How long a group change is retried (a leader hand-over, another change
-/// in progress).
-const GROUP_CHANGE_WAIT: Duration = Duration::from_secs(30);
-/// The pause between two tries of a group change.
-const GROUP_CHANGE_RETRY: Duration = Duration::from_millis(200);
-
-/// How a [`Client`] reaches and authenticates to a cluster.
-#[derive(Clone)]
-pub struct ConnectOptions {
-    /// TLS (a cluster with a `[tls]` table); plaintext if `None`.
-    pub tls: Option<TlsOptions>,
-    /// A token (`creek_<id>_<secret>`) for a cluster with `[auth] enabled`.
-    pub token: Option<String>,
-    /// Send invocations over gRPC too. By default a plaintext client
-    /// invokes over Creek's native protocol, which answers sooner
-    /// (docs/protocol.md, "The native client protocol"); over TLS every
-    /// call uses gRPC.
-    pub grpc_only: bool,
-    /// Keep the client cache (on by default): the client's own
-    /// acknowledged writes of plain keys (`kv.put`, `kv.delete`,
-    /// `kv.mput`, `kv.incr`, `kv.cas`, `kv.transfer`) are laid over its
-    /// snapshot reads of those keys until its read time passes their
-    /// commit times (docs/snapshot-reads.md, "The client cache"). Off, a
-    /// snapshot read shows the client's writes once they committed and
-    /// their final views came back.
-    pub cache: bool,
-    /// The most bytes of keys and values the cache holds (1 MiB by
-    /// default). A write that does not fit is acknowledged at its commit
-    /// instead (a weak call returns once its final view came), and the
-    /// client's snapshot reads are sent at its commit time.
-    pub cache_bytes_max: usize,
-}
-
-impl Default for ConnectOptions {
-    fn default() -> Self {
-        ConnectOptions {
-            tls: None,
-            token: None,
-            grpc_only: false,
-            cache: true,
-            cache_bytes_max: crate::cache::CACHE_BYTES_MAX_DEFAULT,
-        }
-    }
-}
-
-impl std::fmt::Debug for ConnectOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnectOptions")
-            .field("tls", &self.tls.is_some())
-            .field("token", &self.token.as_ref().map(|_| "<secret>"))
-            .field("grpc_only", &self.grpc_only)
-            .field("cache", &self.cache)
-            .field("cache_bytes_max", &self.cache_bytes_max)
-            .finish()
-    }
-}
-
-/// A connection to one replica, with the caller's token on every call.
-pub(crate) type Channel = InterceptedService<tonic::transport::Channel, Credentials>;
-
-/// The `authorization: Bearer <token>` header every call carries, if the
-/// client was given a token (a cluster with `[auth] enabled`).
-#[derive(Clone, Default)]
-pub(crate) struct Credentials(Option<MetadataValue<Ascii>>);
-
-impl Credentials {
-    fn new(token: Option<&str>) -> Result<Credentials, Error> {
-        let Some(token) = token else {
-            return Ok(Credentials(None));
-        };
-        let value = format!("Bearer {}", token.trim()).parse().map_err(|_| {
-            Error::InvalidArgument("the token is not printable ASCII (creek_<id>_<secret>)".into())
-        })?;
-        Ok(Credentials(Some(value)))
-    }
-}
-
-impl tonic::service::Interceptor for Credentials {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
-
-/// Longest wait for a TCP connection to one replica.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// HTTP/2 pings on an open connection, so a replica that vanished without
-/// closing its sockets fails the calls waiting on it.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Options of one call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CallOptions {
-    /// Deadline for the closing view, from the invocation. Sent to the
-    /// server as the gRPC timeout; when it passes the Correctable closes
-    /// with [`Error::DeadlineExceeded`], carrying the server's reason (no
-    /// quorum, for one). A server that stays silent is given up on here
-    /// a quarter second later.
-    pub timeout: Option<Duration>,
-    /// With [`Levels::Weak`]: also receive the weak op's final view once it
-    /// is committed, so the caller learns whether its preliminary view held.
-    pub weak_final: bool,
-    /// Send the call under this request id instead of the client's next
-    /// one: to learn the outcome of an earlier call whose answer was lost
-    /// (a deadline, a crash), send it again with its id. The cluster
-    /// applies a request id once, and answers a retry with its outcome.
-    pub request_id: Option<RequestId>,
-}
-
-/// A request's id: the client's id and the request's number within it.
-/// Written `CLIENT:SEQ` with the client id in hex (`3f9a1c2b7d4e5f60:1`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RequestId {
-    /// The client's id (never zero).
-    pub client: u64,
-    /// The request's number within the client.
-    pub seq: u64,
-}
-
-impl std::fmt::Display for RequestId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:016x}:{}", self.client, self.seq)
-    }
-}
-
-impl std::str::FromStr for RequestId {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("request id {s:?} is not CLIENT:SEQ (a hex client id, a number)");
-        let (client, seq) = s.split_once(':').ok_or_else(bad)?;
-        let client = u64::from_str_radix(client, 16).map_err(|_| bad())?;
-        let seq = seq.parse().map_err(|_| bad())?;
-        if client == 0 {
-            return Err(format!("request id {s:?}: the client id cannot be zero"));
-        }
-        Ok(RequestId { client, seq })
-    }
-}
 
 /// A client of a Creek cluster. Cheap to clone and share across tasks:
 /// clones share the connection, the client id and the request numbering.
@@ -199,23 +56,6 @@ struct Inner {
     /// writes, shared by every shard's client of a [`crate::Cluster`]
     /// (docs/snapshot-reads.md).
     causal: Arc<Causal>,
-}
-
-struct Replica {
-    addr: String,
-    endpoint: Endpoint,
-    credentials: Credentials,
-    /// Where and as whom invocations go over the native protocol
-    /// (`host:port`, the token), if they do.
-    native: Option<(String, Option<String>)>,
-}
-
-#[derive(Clone)]
-struct Connected {
-    index: usize,
-    channel: Channel,
-    /// The native connection to the same replica, if it answered.
-    native: Option<Arc<NativeConn>>,
 }
 
 /// Sequence numbers waiting to be acknowledged, shared with the tasks that
@@ -299,12 +139,18 @@ impl Client {
             ..
         } = options;
         let credentials = Credentials::new(token.as_deref())?;
-        // Invocations go natively on plaintext connections, unless the
+        // Invocations go natively (inside TLS if it is on), unless the
         // caller keeps everything on gRPC.
-        let native_token = (!grpc_only && tls.is_none()).then_some(token);
+        let native = match grpc_only {
+            true => None,
+            false => Some(crate::native::Native {
+                token,
+                tls: tls.as_ref().map(TlsOptions::native_config).transpose()?,
+            }),
+        };
         let replicas = addrs
             .into_iter()
-            .map(|a| Replica::new(a.into(), tls.as_ref(), &credentials, native_token.clone()))
+            .map(|a| Replica::new(a.into(), tls.as_ref(), &credentials, native.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         if replicas.is_empty() {
             return Err(Error::InvalidArgument("no replica address given".into()));
@@ -699,134 +545,6 @@ impl Client {
         Ok(reply.into_inner())
     }
 
-    /// The connected replica's committed key-value state (`Admin.Dump`),
-    /// with the committed length it reflects. Meant for checks after a run
-    /// and for small databases: the whole state is held in memory.
-    pub async fn dump(&self) -> Result<(u64, BTreeMap<Bytes, Bytes>), Error> {
-        let conn = lock(&self.inner.current).clone();
-        let mut stream = pb::admin_client::AdminClient::new(conn.channel.clone())
-            .dump(pb::DumpRequest {})
-            .await
-            .map_err(Error::from)?
-            .into_inner();
-        let (mut committed, mut state) = (0, BTreeMap::new());
-        while let Some(chunk) = stream.message().await.map_err(Error::from)? {
-            committed = chunk.committed;
-            for r in chunk.records {
-                state.insert(r.key, r.value);
-            }
-        }
-        Ok((committed, state))
-    }
-
-    /// The replica group as the connected replica applied it
-    /// (`Admin.Members`).
-    pub async fn members(&self) -> Result<pb::MembersReply, Error> {
-        let reply = self
-            .with_failover(|channel| async move {
-                pb::admin_client::AdminClient::new(channel)
-                    .members(pb::MembersRequest {})
-                    .await
-            })
-            .await?;
-        Ok(reply.into_inner())
-    }
-
-    /// Add a replica to the group under `replica` (an id the group never
-    /// had), reachable at `peer_addr` and `client_addr`: it joins as a
-    /// learner, and the leader makes it a voter once it has caught up.
-    /// Start the new replica's `creek serve` with a configuration naming
-    /// the current members and itself. Goes to the leader (followed from
-    /// any replica). Returns the group once the change is applied.
-    pub async fn add_replica(
-        &self,
-        replica: u16,
-        peer_addr: &str,
-        client_addr: &str,
-    ) -> Result<pb::MembersReply, Error> {
-        let request = pb::AddReplicaRequest {
-            replica: u32::from(replica),
-            peer_addr: peer_addr.to_owned(),
-            client_addr: client_addr.to_owned(),
-        };
-        self.at_leader(move |mut admin| {
-            let request = request.clone();
-            async move { admin.add_replica(request).await }
-        })
-        .await
-    }
-
-    /// Remove `replica` from the group (it may be down). Removing the
-    /// leader hands leadership over first. Returns the group once the
-    /// change is applied.
-    pub async fn remove_replica(&self, replica: u16) -> Result<pb::MembersReply, Error> {
-        let request = pb::RemoveReplicaRequest {
-            replica: u32::from(replica),
-        };
-        self.at_leader(move |mut admin| async move { admin.remove_replica(request).await })
-            .await
-    }
-
-    /// Run a group change at the leader: a replica that is not the leader
-    /// names it (followed), one busy with another change or handing
-    /// leadership over says so (retried), for up to [`GROUP_CHANGE_WAIT`].
-    async fn at_leader<Fut>(
-        &self,
-        mut call: impl FnMut(pb::admin_client::AdminClient<Channel>) -> Fut,
-    ) -> Result<pb::MembersReply, Error>
-    where
-        Fut: Future<Output = Result<tonic::Response<pb::MembersReply>, Status>>,
-    {
-        let give_up = Instant::now() + GROUP_CHANGE_WAIT;
-        let mut channel = lock(&self.inner.current).channel.clone();
-        loop {
-            let status = match call(pb::admin_client::AdminClient::new(channel.clone())).await {
-                Ok(reply) => return Ok(reply.into_inner()),
-                Err(status) => status,
-            };
-            let leader = status
-                .metadata()
-                .get("creek-leader-addr")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let error = Error::from(status.clone());
-            let retry = match (status.code(), leader) {
-                (tonic::Code::FailedPrecondition, Some(addr)) => {
-                    // A leader that just went down is still named until the
-                    // others elect a new one: asked again after a pause.
-                    // Group changes go over gRPC: no native connection.
-                    match Replica::new(
-                        addr,
-                        self.inner.tls.as_ref(),
-                        &self.inner.credentials,
-                        None,
-                    )?
-                    .connect()
-                    .await
-                    {
-                        Ok((leader, _)) => channel = leader,
-                        Err(_) => tokio::time::sleep(GROUP_CHANGE_RETRY).await,
-                    }
-                    true
-                }
-                (tonic::Code::Aborted, _) => {
-                    tokio::time::sleep(GROUP_CHANGE_RETRY).await;
-                    true
-                }
-                _ if error.is_unavailable() => {
-                    tokio::time::sleep(GROUP_CHANGE_RETRY).await;
-                    let failed = lock(&self.inner.current).index;
-                    channel = self.fail_over(failed).await?.channel;
-                    true
-                }
-                _ => false,
-            };
-            if !retry || Instant::now() >= give_up {
-                return Err(error);
-            }
-        }
-    }
-
     /// Run `call` on the current replica; while it fails as unavailable,
     /// move to the next replica and run it again, trying each at most once.
     async fn with_failover<T, Fut>(&self, mut call: impl FnMut(Channel) -> Fut) -> Result<T, Error>
@@ -910,12 +628,7 @@ impl Client {
             return;
         }
         let _one_at_a_time = self.inner.failover.lock().await;
-        let native = match &self.inner.replicas[current.index].native {
-            Some((addr, token)) => {
-                NativeConn::connect(addr, token.as_deref(), CONNECT_TIMEOUT).await
-            }
-            None => None,
-        };
+        let native = self.inner.replicas[current.index].connect_native().await;
         let mut now = lock(&self.inner.current);
         // Unless a failover moved on meanwhile.
         if now.index == current.index && now.native.as_ref().is_some_and(|n| n.is_closed()) {
@@ -946,91 +659,6 @@ impl std::fmt::Debug for Client {
             .field("replica", &self.replica_addr())
             .finish_non_exhaustive()
     }
-}
-
-impl Replica {
-    fn new(
-        addr: String,
-        tls: Option<&TlsOptions>,
-        credentials: &Credentials,
-        native_token: Option<Option<String>>,
-    ) -> Result<Replica, Error> {
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let uri = match addr.split_once("://") {
-            // A leader's address comes without a scheme; one given by hand
-            // must agree with the TLS setting.
-            Some((given, _)) if given != scheme => {
-                return Err(Error::InvalidArgument(format!(
-                    "replica address {addr:?} says {given}, but TLS is {}: use {scheme}:// or \
-                     host:port",
-                    if tls.is_some() { "on" } else { "off" }
-                )))
-            }
-            Some(_) => addr.clone(),
-            None => format!("{scheme}://{addr}"),
-        };
-        let mut endpoint = Endpoint::from_shared(uri)
-            .map_err(|e| Error::InvalidArgument(format!("bad replica address {addr:?}: {e}")))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-        if let Some(tls) = tls {
-            endpoint = endpoint
-                .tls_config(tls.tonic())
-                .map_err(|e| Error::InvalidArgument(format!("TLS options for {addr:?}: {e}")))?;
-        }
-        let native = native_token.and_then(|token| {
-            let uri = endpoint.uri();
-            Some((format!("{}:{}", uri.host()?, uri.port_u16()?), token))
-        });
-        Ok(Replica {
-            addr,
-            endpoint,
-            credentials: credentials.clone(),
-            native,
-        })
-    }
-
-    /// Connect over gRPC, then natively if this client does: a replica
-    /// that does not speak the native protocol is called over gRPC only.
-    async fn connect(&self) -> Result<(Channel, Option<Arc<NativeConn>>), tonic::transport::Error> {
-        let channel = self.endpoint.connect().await?;
-        let native = match &self.native {
-            Some((addr, token)) => {
-                NativeConn::connect(addr, token.as_deref(), CONNECT_TIMEOUT).await
-            }
-            None => None,
-        };
-        Ok((
-            InterceptedService::new(channel, self.credentials.clone()),
-            native,
-        ))
-    }
-}
-
-/// Connect to the first replica that answers, trying them all in order
-/// from `first` (wrapping around).
-async fn connect_from(replicas: &[Replica], first: usize) -> Result<Connected, Error> {
-    let mut failures = Vec::new();
-    for k in 0..replicas.len() {
-        let index = (first + k) % replicas.len();
-        let replica = &replicas[index];
-        match replica.connect().await {
-            Ok((channel, native)) => {
-                return Ok(Connected {
-                    index,
-                    channel,
-                    native,
-                })
-            }
-            Err(e) => failures.push(format!("{}: {}", replica.addr, Error::from(e))),
-        }
-    }
-    Err(Error::Unavailable(format!(
-        "no replica answered: {}",
-        failures.join("; ")
-    )))
 }
 
 /// Run `f`, failing with [`Error::DeadlineExceeded`] if `deadline` passes.

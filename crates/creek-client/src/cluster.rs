@@ -22,10 +22,30 @@ use crate::{CallOptions, Client, ConnectOptions, Correctable, Error, Levels};
 use crate::pb;
 
 mod across;
+mod moved;
+mod range;
+
+pub use range::Page;
 
 /// How many times a call refused with `WRONG_SHARD` is sent again after
-/// learning the map anew.
-const WRONG_SHARD_RETRIES: usize = 3;
+/// learning the map anew: the first time at once (the client's map was
+/// old), then after a pause that doubles from [`WRONG_SHARD_PAUSE`]
+/// (keys switching shards are served by neither for a moment: about
+/// 0.63 s of pauses in all: 10 + 20 + … + 320 ms).
+const WRONG_SHARD_RETRIES: usize = 7;
+
+/// The first pause between two attempts of a call refused with
+/// `WRONG_SHARD`.
+const WRONG_SHARD_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Before attempt `attempt` (1, 2, …) of a call refused with
+/// `WRONG_SHARD`: nothing the first time, then a doubling pause.
+async fn wrong_shard_pause(attempt: usize) {
+    if attempt > 1 {
+        let doublings = u32::try_from(attempt - 2).unwrap_or(u32::MAX).min(8);
+        tokio::time::sleep(WRONG_SHARD_PAUSE * 2u32.pow(doublings)).await;
+    }
+}
 
 /// A client of every shard of a cluster. Cheap to clone.
 #[derive(Clone)]
@@ -306,7 +326,7 @@ impl Cluster {
                 return self.read_across(keys, &options).await;
             }
         }
-        let mut placed = self.placed(&procedure).await;
+        let placed = self.placed(&procedure).await;
         let routes = self.inner.routes.read().await.clone();
         let Some(shard) = routes.shard_of(&placed, &args) else {
             return self
@@ -315,26 +335,56 @@ impl Cluster {
         };
         let client = routes.client(shard)?;
         let id = client.request_id(options.request_id);
-        let mut fresh = options.request_id.is_none();
-        let mut sent_by = client.clone();
+        let fresh = options.request_id.is_none();
+        let op = self
+            .send_routed(
+                &procedure, &args, levels, &options, id, fresh, placed, shard, client,
+            )
+            .await?;
+        // Keys move only on a cluster with a directory: elsewhere the op's
+        // own Correctable is the caller's (no task to follow it).
+        if routes.map.directory.replicas.is_empty() {
+            return Ok(op);
+        }
+        Ok(self.follow_moves(op, procedure, args, levels, options, id))
+    }
+
+    /// Send a routed call under request id `id` to `client` (of `shard`),
+    /// and again, under the same id, to the shard the map names after a
+    /// `WRONG_SHARD` refusal learnt it anew.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_routed(
+        &self,
+        procedure: &str,
+        args: &[Value],
+        levels: Levels,
+        options: &CallOptions,
+        id: crate::RequestId,
+        mut fresh: bool,
+        mut placed: Placed,
+        shard: ShardId,
+        client: Client,
+    ) -> Result<Correctable, Error> {
+        let mut sent_by = client;
         let mut attempt = 0;
         loop {
             match sent_by
-                .invoke_as(procedure.clone(), &args, levels, &options, id, fresh)
+                .invoke_as(procedure.to_owned(), args, levels, options, id, fresh)
                 .await
             {
                 Err(Error::WrongShard { .. }) if attempt < WRONG_SHARD_RETRIES => {
                     attempt += 1;
+                    wrong_shard_pause(attempt).await;
                     self.refresh().await?;
                     // A user procedure may have been registered again
                     // with other declared keys.
                     if matches!(placed, Placed::Declared(_))
                         && self.learn_procedures().await.is_ok()
                     {
-                        placed = self.placed(&procedure).await;
+                        placed = self.placed(procedure).await;
                     }
                     let routes = self.inner.routes.read().await.clone();
-                    let shard = routes.shard_of(&placed, &args).unwrap_or(shard);
+                    let shard = routes.shard_of(&placed, args).unwrap_or(shard);
                     sent_by = routes.client(shard)?;
                     // Another shard's client sends it: it may not
                     // acknowledge an id that is not its own.

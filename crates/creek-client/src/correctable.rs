@@ -195,6 +195,13 @@ impl Correctable {
         }
     }
 
+    /// How many views it closed with (`None`: still open, or closed by an
+    /// error).
+    pub(crate) fn closed_with(&self) -> Option<usize> {
+        let p = lock(&self.shared.progress);
+        matches!(p.end, End::Final).then_some(p.views.len())
+    }
+
     /// Call `cb` on every view, in order: those received so far at once
     /// (from this thread), then each new one from the background task. The
     /// closing view is passed too, before [`Correctable::on_final`]'s

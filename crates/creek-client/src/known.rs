@@ -15,9 +15,15 @@ use creek_types::value::Value;
 
 use crate::view::Outcome;
 
-/// Read-only built-ins that read no plain key (`creek-procs`' builtins
-/// registered read-only): their final views are reads.
+/// Read-only built-ins the cache is not laid over (`creek-procs`' builtins
+/// registered read-only): their final views are reads. The range reads
+/// read plain keys, but a page's keys are known only from its answer: a
+/// snapshot page does not show the client's own writes the snapshot does
+/// not hold yet (docs/api.md).
 const OTHER_READS: &[&str] = &[
+    "kv.scan",
+    "kv.scan_keys",
+    "kv.count",
     "queue.len",
     "queue.peek",
     "list.read",

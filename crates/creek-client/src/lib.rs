@@ -126,7 +126,7 @@ mod watch;
 
 pub use cache::{CachedWrite, CACHE_BYTES_MAX_DEFAULT};
 pub use client::{CallOptions, Client, ConnectOptions, RequestId};
-pub use cluster::Cluster;
+pub use cluster::{Cluster, Page};
 pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
 pub use creek_shard::{ShardId, ShardMap};

@@ -1,10 +1,8 @@
 //! The client's side of the native protocol ([`creek_proto::native`]):
-//! `Invoke` over one plain TCP connection per replica, beside the gRPC
-//! channel that carries everything else. The calling task writes its
-//! request itself; one reader task hands each answer to its call.
-//!
-//! Used on plaintext connections only: over TLS every call goes through
-//! gRPC.
+//! `Invoke` over one TCP connection per replica (inside TLS when the
+//! client uses TLS), beside the gRPC channel that carries everything
+//! else. The calling task writes its request itself; one reader task
+//! hands each answer to its call.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,8 +13,8 @@ use bytes::BytesMut;
 use creek_proto::native::{self, FrameReader, Header, Kind, Read, HEADER_BYTES};
 use creek_proto::pb;
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tonic::{Code, Status};
@@ -42,11 +40,44 @@ struct Calls {
     closed: Option<String>,
 }
 
+/// How a client invokes natively: the token its `Hello`s carry and, with
+/// TLS, the one configuration its connections share.
+#[derive(Clone, Debug)]
+pub(crate) struct Native {
+    pub(crate) token: Option<String>,
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// Where and how to reach one replica natively.
+#[derive(Clone, Debug)]
+pub(crate) struct Dial {
+    /// `host:port`.
+    pub(crate) addr: String,
+    /// The token its `Hello` carries.
+    pub(crate) token: Option<String>,
+    /// The TLS configuration and the name the replica's certificate is
+    /// checked for, when the client uses TLS.
+    pub(crate) tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+}
+
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// A native connection to one replica.
 pub(crate) struct NativeConn {
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<Writer>,
     calls: Arc<Mutex<Calls>>,
     next_id: AtomicU64,
+    /// The reader task: stopped when the connection is dropped, which
+    /// closes the socket (through TLS, its halves share one stream, so
+    /// dropping the writer alone would not).
+    reader: tokio::task::AbortHandle,
+}
+
+impl Drop for NativeConn {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -54,35 +85,44 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl NativeConn {
-    /// Connect to `host:port` and say hello with `token`; `None` when the
-    /// replica does not answer `Ready` within `timeout`.
-    pub(crate) async fn connect(
-        addr: &str,
-        token: Option<&str>,
-        timeout: Duration,
-    ) -> Option<Arc<NativeConn>> {
-        let connected = tokio::time::timeout(timeout, async {
-            let mut stream = TcpStream::connect(addr).await.ok()?;
+    /// Connect as `dial` says and say hello: `None` when the replica does
+    /// not answer `Ready` within `timeout`.
+    pub(crate) async fn connect(dial: &Dial, timeout: Duration) -> Option<Arc<NativeConn>> {
+        let (rd, wr) = tokio::time::timeout(timeout, async {
+            let stream = TcpStream::connect(&dial.addr).await.ok()?;
             stream.set_nodelay(true).ok()?;
+            let (mut rd, mut wr): (Reader, Writer) = match &dial.tls {
+                None => {
+                    let (rd, wr) = stream.into_split();
+                    (Box::new(rd), Box::new(wr))
+                }
+                Some((config, name)) => {
+                    let connector = tokio_rustls::TlsConnector::from(config.clone());
+                    let stream = connector.connect(name.clone(), stream).await.ok()?;
+                    let (rd, wr) = tokio::io::split(stream);
+                    (Box::new(rd), Box::new(wr))
+                }
+            };
             let mut hello = BytesMut::new();
             hello.extend_from_slice(&native::MAGIC);
-            let token = token.unwrap_or_default().trim();
+            let token = dial.token.as_deref().unwrap_or_default().trim();
             native::put_frame(&mut hello, Kind::Hello, 0, token.as_bytes());
-            stream.write_all(&hello).await.ok()?;
+            wr.write_all(&hello).await.ok()?;
+            wr.flush().await.ok()?;
             let mut ready = [0u8; HEADER_BYTES];
-            stream.read_exact(&mut ready).await.ok()?;
+            rd.read_exact(&mut ready).await.ok()?;
             let header = Header::peek(&ready)?;
-            (header.kind == Kind::Ready as u8 && header.body_bytes == 0).then_some(stream)
+            (header.kind == Kind::Ready as u8 && header.body_bytes == 0).then_some((rd, wr))
         })
         .await
         .ok()??;
-        let (rd, wr) = connected.into_split();
         let calls = Arc::new(Mutex::new(Calls::default()));
-        tokio::spawn(read_answers(rd, calls.clone()));
+        let reader = tokio::spawn(read_answers(rd, calls.clone())).abort_handle();
         Some(Arc::new(NativeConn {
             writer: tokio::sync::Mutex::new(wr),
             calls,
             next_id: AtomicU64::new(1),
+            reader,
         }))
     }
 
@@ -120,7 +160,13 @@ impl NativeConn {
             // frame: the stream is then out of step, and no call may use
             // the connection again.
             let unfinished = Unfinished(&self.calls);
-            if let Err(e) = writer.write_all(&frame).await {
+            // Through TLS, the last record may wait in the session until
+            // flushed.
+            let written = match writer.write_all(&frame).await {
+                Ok(()) => writer.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
                 return Err(lost(&e.to_string()));
             }
             std::mem::forget(unfinished);
@@ -181,7 +227,7 @@ fn lost(why: &str) -> Status {
 
 /// Read answers until the connection ends, then fail every call still
 /// waiting.
-async fn read_answers(mut rd: OwnedReadHalf, calls: Arc<Mutex<Calls>>) {
+async fn read_answers(mut rd: Reader, calls: Arc<Mutex<Calls>>) {
     let mut input = BytesMut::with_capacity(8 * 1024);
     let mut frames = FrameReader::new(FRAME_BYTES_MAX);
     let why = loop {

@@ -33,6 +33,12 @@ impl TlsOptions {
         self
     }
 
+    /// The CA certificate (PEM) the replicas' certificates are checked
+    /// against.
+    pub fn ca_pem(&self) -> &[u8] {
+        &self.ca_pem
+    }
+
     /// Check the replicas' certificates for this name instead of the host
     /// of each address.
     pub fn domain_name(mut self, name: impl Into<String>) -> Self {
@@ -87,6 +93,56 @@ impl TlsOptions {
             c = c.domain_name(d.clone());
         }
         c
+    }
+
+    /// The same options as one rustls configuration for the native
+    /// connections (built once per client, shared by every replica's).
+    pub(crate) fn native_config(&self) -> Result<std::sync::Arc<rustls::ClientConfig>, Error> {
+        let bad = |why: String| Error::InvalidArgument(format!("TLS options: {why}"));
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile::certs(&mut &self.ca_pem[..]) {
+            let cert = cert.map_err(|e| bad(format!("the CA does not read as PEM: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| bad(format!("the CA certificate cannot be used: {e}")))?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(e.to_string()))?
+            .with_root_certificates(roots);
+        let config = match &self.identity {
+            None => builder.with_no_client_auth(),
+            Some((cert_pem, key_pem)) => {
+                let certs = rustls_pemfile::certs(&mut &cert_pem[..])
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| bad(format!("the client certificate: {e}")))?;
+                let key = rustls_pemfile::private_key(&mut &key_pem[..])
+                    .map_err(|e| bad(format!("the client key: {e}")))?
+                    .ok_or_else(|| bad("the client key file holds no private key".into()))?;
+                builder
+                    .with_client_auth_cert(certs, key)
+                    .map_err(|e| bad(format!("the client certificate and key: {e}")))?
+            }
+        };
+        Ok(std::sync::Arc::new(config))
+    }
+
+    /// The name a replica at `host` must show in its certificate: the
+    /// domain name set, else the host itself.
+    pub(crate) fn server_name(
+        &self,
+        host: &str,
+    ) -> Result<rustls::pki_types::ServerName<'static>, Error> {
+        let name = self
+            .domain
+            .as_deref()
+            .unwrap_or(host.trim_start_matches('[').trim_end_matches(']'));
+        rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "TLS options: {name:?} is not a name a certificate can hold: {e}"
+            ))
+        })
     }
 }
 

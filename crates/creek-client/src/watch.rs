@@ -25,13 +25,16 @@ const RECONNECT_WAIT: Duration = Duration::from_secs(30);
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
 /// Options of [`Client::watch`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WatchOptions {
     /// The first committed position wanted; `None`: changes committed from
     /// now on.
     pub from: Option<u64>,
     /// Also deliver tentative changes ([`WatchEvent::tentative`]).
     pub tentative: bool,
+    /// Watch the keys of this keyspace (of user procedures) instead of the
+    /// built-in data; the prefix and the changes' keys are within it.
+    pub keyspace: Option<String>,
 }
 
 /// An op's id: the replica it was invoked at and its sequence number there.
@@ -72,6 +75,7 @@ pub(crate) struct Watching {
     client: Client,
     prefix: Bytes,
     tentative: bool,
+    keyspace: String,
     /// The position to resume from: every committed change before it was
     /// received (`None`: nothing known yet, resume as first asked).
     next: Option<u64>,
@@ -86,6 +90,7 @@ impl Watching {
             client,
             prefix,
             tentative: options.tentative,
+            keyspace: options.keyspace.unwrap_or_default(),
             next: options.from,
             buffer: VecDeque::new(),
             stream: None,
@@ -191,6 +196,7 @@ impl Watching {
                 prefix: self.prefix.clone(),
                 from: self.next,
                 tentative: self.tentative,
+                keyspace: self.keyspace.clone(),
             };
             let error = match pb::creek_client::CreekClient::new(channel)
                 .watch(request)

@@ -311,3 +311,57 @@ fn kept_versions_are_bounded_and_reads_below_the_bound_are_refused() {
     assert_eq!(v.time, last);
     r.check_invariants().unwrap();
 }
+
+/// A part of a read across shards asks for exactly a time this replica
+/// has not applied yet, before its first entry: it waits, and reads the
+/// state it started from (empty, or a bulk load) at exactly that time.
+#[test]
+fn an_exact_read_before_the_first_entry_reads_the_starting_state() {
+    for loaded in [None, Some("0")] {
+        let checkpoint = creek_core::Checkpoint {
+            state: loaded
+                .map(|v| (bytes::Bytes::from("k"), bytes::Bytes::from(v)))
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let registry = Arc::new(Registry::with_builtins());
+        let config = Config::for_replica(ReplicaId(1));
+        let mut r = Replica::restore(config, registry, Some(checkpoint), Vec::new()).unwrap();
+        r.keep_snapshot_history(creek_core::SnapshotHistory::default());
+        let mut request = Request::snapshot(get("k"), 500);
+        request.read_exact = true;
+        r.invoke(request, 100).unwrap();
+        assert_eq!(settle(&mut r).0, Vec::new(), "waits for time 500");
+        assert_eq!(r.snapshot_reads_parked(), 1);
+        r.invoke(Request::strong(put("k", "1")), 1_000).unwrap();
+        let (_, cast) = settle(&mut r);
+        let views = commit(&mut r, &cast);
+        let read = views.iter().find(|v| v.kind == ViewKind::Snapshot).unwrap();
+        assert_eq!(read.time, 500);
+        let want = loaded.map_or(Value::Nil, Value::from);
+        assert_eq!(value(read), want, "loaded {loaded:?}");
+        r.check_invariants().unwrap();
+    }
+}
+
+/// Without stable times a replica keeps no older versions: a read at
+/// exactly a time other than its applied one is refused, never answered
+/// at another time.
+#[test]
+fn an_exact_read_without_kept_versions_is_refused() {
+    let mut r = replica();
+    let t1 = write(&mut r, "k", "1", 1_000);
+    let v = snapshot_read(&mut r, "k", t1, true, 1_500);
+    assert_eq!((value(&v), v.time), (Value::from("1"), t1));
+    for time in [t1 - 1, t1 + 1] {
+        let mut request = Request::snapshot(get("k"), time);
+        request.read_exact = true;
+        let e = r.invoke(request, 2_000).unwrap_err();
+        assert!(
+            matches!(e, InvokeError::SnapshotExactUnavailable { time: t, applied } if t == time && applied == t1),
+            "{e}"
+        );
+    }
+    r.check_invariants().unwrap();
+}

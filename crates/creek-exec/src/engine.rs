@@ -271,6 +271,13 @@ pub trait Engine<K: OpKey, P: Position> {
     fn set_final_horizon(&mut self, horizon: Option<P>) {
         let _ = horizon;
     }
+    /// Start keeping final versions from now on, with no horizon yet: reads
+    /// of the final state before any position after the newest final one
+    /// are answered — on an engine with nothing final, before the first
+    /// position too (the empty or loaded state). A history already kept is
+    /// left as it is. [`Engine::set_final_horizon`] moves the horizon up
+    /// later. Engines that keep no history ignore this.
+    fn keep_final_history(&mut self) {}
     /// The value of `key` in the final state before `before`: what the
     /// newest final version written at a position `< before` holds (`None`:
     /// absent or deleted there). `Err` when no history is kept or `before`

@@ -215,6 +215,11 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// The limits this transaction enforces.
+    pub fn limits(&self) -> TxnLimits {
+        self.limits
+    }
+
     /// The current value of `key`: this transaction's own write if any, else
     /// the snapshot's version (recorded in the read set).
     pub fn get<Q: KeyRef + ?Sized>(&mut self, key: &Q) -> Option<Bytes> {

@@ -22,6 +22,7 @@ pub mod group;
 mod install;
 mod invariants;
 pub mod membership;
+pub mod moves;
 pub mod mpo;
 pub mod own_origin;
 pub mod ready;

@@ -118,6 +118,18 @@ impl StableTimes {
         &self.others
     }
 
+    /// Follow the cluster's shards (see [`Node::set_stable_shards`]).
+    fn set_shards(&mut self, shards: &[u32]) {
+        let Some(me) = self.config.shard else {
+            return;
+        };
+        self.config.shards = shards.to_vec();
+        self.others.retain(|s, _| shards.contains(s));
+        for s in shards.iter().filter(|s| **s != me) {
+            self.others.entry(*s).or_insert(0);
+        }
+    }
+
     fn on_report(&mut self, from: ReplicaId, report: Stable) {
         self.last_heard = report.global_us;
         let seen = self.peers.entry(from).or_default();
@@ -200,6 +212,14 @@ impl<S: CabStorage> Node<S> {
                 .keep_snapshot_history(self.stable.config.history);
             self.replica.set_stable_time(self.stable.global);
         }
+    }
+
+    /// The cluster's shards are `shards` now (a shard added or dropped by
+    /// a move of keys): a dropped shard no longer holds the global stable
+    /// time back; an added one holds it (where it is, it never goes back)
+    /// until it publishes, as every shard does at the start.
+    pub fn set_stable_shards(&mut self, shards: &[u32]) {
+        self.stable.set_shards(shards);
     }
 
     /// Shard `shard` published stable time `time` (a message from another
@@ -289,4 +309,46 @@ impl<S: CabStorage> Node<S> {
 fn due(last: (u64, u64), now: (u64, u64), every: u64) -> bool {
     let since = now.0.saturating_sub(last.0);
     since >= every || (since >= every / 4 && now.1 != last.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shard 0 of shards 0 and 1, one voter (itself), applied at 100.
+    fn times() -> StableTimes {
+        StableTimes::new(&StableConfig {
+            every_us: 5_000,
+            shard: Some(0),
+            shards: vec![0, 1],
+            ..StableConfig::default()
+        })
+    }
+
+    #[test]
+    fn the_global_time_follows_shards_added_and_dropped_and_never_goes_back() {
+        let me = ReplicaId(1);
+        let mut t = times();
+        t.others.insert(1, 80);
+        t.update(me, 100, &[me]);
+        assert_eq!(t.global(), 80);
+        // A shard added: not heard from yet, it holds the global time
+        // where it is.
+        t.set_shards(&[0, 1, 2]);
+        t.update(me, 120, &[me]);
+        assert_eq!(t.global(), 80);
+        t.others.insert(2, 90);
+        t.others.insert(1, 110);
+        t.update(me, 130, &[me]);
+        assert_eq!(t.global(), 90);
+        // Shard 2 dropped (it owns nothing any more): it no longer holds
+        // the global time back.
+        t.set_shards(&[0, 1]);
+        t.update(me, 140, &[me]);
+        assert_eq!((t.global(), t.others().len()), (110, 1));
+        // A replica outside any shard follows nothing.
+        let mut dir = StableTimes::new(&StableConfig::default());
+        dir.set_shards(&[0, 1]);
+        assert!(dir.others().is_empty());
+    }
 }

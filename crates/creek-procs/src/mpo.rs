@@ -351,7 +351,7 @@ impl MpoCall {
     /// at the MPO's position): its session verdict on `client`'s request,
     /// then its keys' values.
     pub fn read_local(&self, client: &ProcCall, snapshot: &dyn SnapshotRead) -> Reads {
-        let (verdict, _) = verdict_of(client, snapshot);
+        let (verdict, _) = verdict_of(self, client, snapshot);
         let mut reads = vec![(
             Bytes::from_static(VERDICT_KEY),
             verdict.as_ref().map(encode_answer),
@@ -545,20 +545,26 @@ pub fn decode_answer(raw: &Bytes) -> Option<creek_exec::txn::Outcome> {
     }
 }
 
-/// This shard's session verdict on `client`'s request at `snapshot`: an
-/// answer without running (a recorded outcome, or the expiry refusal), or
-/// `None` to run it; and the reads that decided it.
+/// This shard's verdict on `client`'s request at `snapshot`: an answer
+/// without running (a recorded outcome, the session-expiry refusal, or
+/// `WRONG_SHARD` when the shard's map gives one of its keys of `mpo`
+/// another shard, [`crate::ownership::refuse_part`]), or `None` to run
+/// it; and the reads that decided it.
 fn verdict_of(
+    mpo: &MpoCall,
     client: &ProcCall,
     snapshot: &dyn SnapshotRead,
 ) -> (Option<creek_exec::txn::Outcome>, Vec<(Bytes, VersionNo)>) {
+    let part = mpo.parts.iter().find(|p| p.shard == mpo.me);
+    let refused =
+        part.and_then(|p| crate::ownership::refuse_part(snapshot, &mpo.name, &p.keys, &p.prefixes));
     let Some(id) = client.request_id else {
-        return (None, Vec::new());
+        return (refused.map(Err), Vec::new());
     };
     let mut txn = creek_exec::txn::Txn::new(snapshot, TxnLimits::default(), true);
     let verdict = match crate::session::before(&mut txn, id, client.time_us) {
         crate::session::Before::Answer(outcome) => Some(outcome),
-        crate::session::Before::Run => None,
+        crate::session::Before::Run => refused.map(Err),
     };
     (verdict, txn.finish(Ok(Bytes::new())).reads)
 }
@@ -699,6 +705,13 @@ impl Overlay<'_> {
 
 impl SnapshotRead for Overlay<'_> {
     fn read(&self, key: &[u8]) -> (Option<Bytes>, VersionNo) {
+        // The shard's own map does not judge an operation across shards:
+        // its parts are each shard's keys as the directory placed them when
+        // it sequenced the operation (and reads of other shards' keys are
+        // its inputs). Read as absent, and left out of its reads.
+        if key == crate::ownership::MAP_KEY {
+            return (None, VersionNo::ABSENT);
+        }
         if !is_internal(key) && !self.declared.contains(key) {
             self.note(|| key_name(key));
             return (None, VersionNo::ABSENT);
@@ -834,7 +847,7 @@ pub(crate) fn execute(
     // With inputs, every shard follows the same session verdict: the
     // lowest involved shard's answer, if one has an answer.
     let answer = mpo.inputs.as_ref().and_then(|inputs| {
-        let (own, reads) = verdict_of(call, snapshot);
+        let (own, reads) = verdict_of(&mpo, call, snapshot);
         let mut all: Vec<(u32, Option<creek_exec::txn::Outcome>)> = inputs
             .verdicts
             .iter()
@@ -885,7 +898,7 @@ pub(crate) fn execute(
     }
     executed
         .reads
-        .retain(|(k, _)| !overlay.remote.contains_key(k));
+        .retain(|(k, _)| !overlay.remote.contains_key(k) && k != crate::ownership::MAP_KEY);
     if !registry
         .planted()
         .has(creek_types::planted::Bug::MpoInstallRemoteWrite)

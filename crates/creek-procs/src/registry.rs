@@ -178,6 +178,9 @@ pub enum CallError {
 pub struct Registry {
     procs: FxHashMap<Arc<str>, Procedure>,
     programs: Arc<ProgramCache>,
+    /// The shard's map as its state last held it, decoded
+    /// ([`crate::ownership`]).
+    owned: Arc<crate::ownership::DecodedMap>,
     /// Bugs planted in what runs here (empty in production builds).
     planted: creek_types::planted::PlantedBugs,
 }
@@ -195,6 +198,7 @@ impl Registry {
         crate::session::register(&mut r);
         crate::void::register(&mut r);
         crate::mpo::register(&mut r);
+        crate::moves::register(&mut r);
         r
     }
 
@@ -368,26 +372,35 @@ pub fn execute_call(
     let mut txn = Txn::new(snapshot, limits, procedure.read_only);
     let violation = crate::builtins::defs::level_violation(call)
         .or_else(|| crate::builtins::auth::level_violation(call))
-        .or_else(|| crate::builtins::directory::level_violation(call));
+        .or_else(|| crate::builtins::directory::level_violation(call))
+        .or_else(|| crate::moves::level_violation(call));
     if let Some(abort) = violation {
         return txn.finish(Err(abort));
     }
     if let Err(denied) = crate::auth::check_execution(registry, &mut txn, call, None) {
         return txn.finish(Err(denied));
     }
-    run_in_session(txn, call, procedure.read_only, |txn| {
+    run_in_session(registry, txn, call, procedure.read_only, |txn| {
         crate::builtins::defs::run(registry, txn, call)
             .unwrap_or_else(|| (procedure.run)(txn, &call.args))
     })
 }
 
-/// Run `body` in `txn` with the session rules of [`execute_call`].
+/// Run `body` in `txn` with the session rules of [`execute_call`], and
+/// abort it, unrecorded, if it touched a key its shard's state says
+/// another shard owns ([`crate::ownership`]).
 pub(crate) fn run_in_session(
+    registry: &Registry,
     mut txn: Txn<'_>,
     call: &ProcCall,
     read_only: bool,
     body: impl FnOnce(&mut Txn<'_>) -> Outcome,
 ) -> Executed {
+    let owned = match crate::moves::is_move_op(&call.name) {
+        // A move's own ops check their keys against the move instead.
+        true => None,
+        false => crate::ownership::read(&registry.owned, &mut txn),
+    };
     let dedup = call.request_id.filter(|_| !read_only);
     if let Some(id) = dedup {
         if let Before::Answer(outcome) = session::before(&mut txn, id, call.time_us) {
@@ -401,6 +414,11 @@ pub(crate) fn run_in_session(
     }
     let result = body(&mut txn);
     let mut executed = txn.finish(result);
+    if let Some(refused) = owned.and_then(|o| o.check(&call.name, &executed).err()) {
+        executed.writes.clear();
+        executed.outcome = Err(refused);
+        return executed;
+    }
     if let Some(id) = dedup {
         session::after(call, id, &executed.outcome, &mut executed.writes);
     }

@@ -383,7 +383,7 @@ pub(crate) fn execute(
     }
     let read_only = compiled.read_only;
     let ctx = exec_context(call);
-    crate::registry::run_in_session(txn, call, read_only, |txn| {
+    crate::registry::run_in_session(registry, txn, call, read_only, |txn| {
         let mut store = TxnStore::new(txn, read_only);
         let outcome = compiled.run(&mut store, &call.args, &ctx);
         match store.into_violation() {

@@ -102,6 +102,9 @@ pub enum Read {
     Oversized(Header),
 }
 
+/// The most room the reader reserves ahead of a frame's bytes.
+pub const RESERVE_AHEAD: usize = 64 << 10;
+
 /// Splits a byte stream into frames, both ends' one decoder.
 #[derive(Clone, Debug)]
 pub struct FrameReader {
@@ -119,8 +122,14 @@ impl FrameReader {
         }
     }
 
+    /// Whether the reader is in the middle of an oversized body it skips.
+    pub fn skipping(&self) -> bool {
+        self.skip > 0
+    }
+
     /// The next frame at the front of `input`, taken out of it; `None`
-    /// until more bytes arrive (room for the frame is reserved).
+    /// until more bytes arrive (room for up to [`RESERVE_AHEAD`] more of
+    /// the frame is reserved).
     pub fn next(&mut self, input: &mut BytesMut) -> Option<Read> {
         if self.skip > 0 {
             let n = self.skip.min(input.len());
@@ -138,7 +147,10 @@ impl FrameReader {
             return Some(Read::Oversized(header));
         }
         if input.len() < HEADER_BYTES + body_bytes {
-            input.reserve(HEADER_BYTES + body_bytes - input.len());
+            // Room grows as the bytes arrive, never from the declared
+            // length alone: a peer that declares a large frame and sends a
+            // byte makes the reader hold a byte, not the frame.
+            input.reserve((HEADER_BYTES + body_bytes - input.len()).min(RESERVE_AHEAD));
             return None;
         }
         input.advance(HEADER_BYTES);

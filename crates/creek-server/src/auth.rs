@@ -22,6 +22,7 @@
 // tonic's handlers return `Status` by value.
 #![allow(clippy::result_large_err)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use creek_procs::auth::{Need, Principal, Rules, TOKEN_HASH_BYTES, TOKEN_ID_CHARS};
@@ -226,10 +227,18 @@ pub fn common_name(cert: &[u8]) -> Option<String> {
     None
 }
 
-/// What a replica with `[auth] enabled` checks calls against.
+/// What a replica checks calls against: the users, roles and tokens of
+/// the committed state, once it checks users at all — because its
+/// `[auth]` says so, or because the cluster's replicated switch
+/// (`auth.enable`) is on, whatever its own configuration says.
 #[derive(Debug, Default)]
 pub struct Auth {
+    /// `[auth] enabled` in this replica's configuration.
+    configured: bool,
+    /// The root token's hash of `[auth]`.
     root: Option<[u8; TOKEN_HASH_BYTES]>,
+    /// The replicated switch is on (its root hash is in `rules`).
+    switched: AtomicBool,
     rules: RwLock<Arc<Rules>>,
 }
 
@@ -237,14 +246,44 @@ impl Auth {
     /// Checks with the root token hashed as `root`, and no users yet.
     pub fn new(root: Option<[u8; TOKEN_HASH_BYTES]>) -> Auth {
         Auth {
+            configured: true,
             root,
-            rules: RwLock::default(),
+            ..Auth::default()
         }
+    }
+
+    /// No checks until the cluster's switch is on (`[auth]` off here).
+    pub fn off() -> Auth {
+        Auth::default()
+    }
+
+    /// Whether calls are checked: `[auth] enabled` here, or the cluster's
+    /// switch on.
+    pub fn enabled(&self) -> bool {
+        self.configured || self.switched.load(Ordering::Acquire)
+    }
+
+    /// Whether this replica's `[auth]` enables the checks.
+    pub fn configured(&self) -> bool {
+        self.configured
+    }
+
+    /// The root token's hash `[auth]` configures.
+    pub fn configured_root(&self) -> Option<[u8; TOKEN_HASH_BYTES]> {
+        self.root
     }
 
     /// Use `rules` from now on.
     pub fn set_rules(&self, rules: Rules) {
+        let switched = rules.enabled.is_some();
         *self.rules.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(rules);
+        self.switched.store(switched, Ordering::Release);
+    }
+
+    /// The root token's hash: the cluster's switch's, once on (it is
+    /// what every replica checks), else `[auth]`'s.
+    fn root(&self) -> Option<[u8; TOKEN_HASH_BYTES]> {
+        self.rules().enabled.or(self.root)
     }
 
     fn rules(&self) -> Arc<Rules> {
@@ -297,7 +336,7 @@ impl Auth {
         let hash = token.hash();
         let unknown = || Status::unauthenticated(format!("unknown or revoked token {}", token.id));
         if token.id == ROOT_TOKEN_ID {
-            return match &self.root {
+            return match &self.root() {
                 Some(root) if same(root, &hash) => Ok(Principal::root()),
                 _ => Err(unknown()),
             };

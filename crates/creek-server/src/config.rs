@@ -28,8 +28,10 @@
 //! require_client_cert = true   # the default: clients present a certificate of the CA
 //! ```
 //!
-//! Without it, a replica refuses to listen on any address that is not
-//! loopback unless `insecure = true` (`creek serve --insecure`).
+//! With it, the HTTP port (`metrics_addr`) is served over TLS too. Without
+//! it, a replica refuses to listen on any address that is not loopback,
+//! the HTTP port's included, unless `insecure = true` (`creek serve
+//! --insecure`).
 
 use creek_types::planted::Bug;
 use std::collections::BTreeSet;
@@ -195,7 +197,9 @@ pub struct ServerConfig {
     pub replicas: Vec<ReplicaAddr>,
     /// Where the consensus log, payloads and checkpoints live.
     pub data_dir: PathBuf,
-    /// Prometheus endpoint (`GET /metrics`); none if unset.
+    /// The HTTP port: the console, its API, `GET /metrics`, `/health` and
+    /// `/ready`; none if unset. HTTPS with this replica's certificate when
+    /// `tls` is set, plaintext HTTP (loopback unless `insecure`) when not.
     #[serde(default)]
     pub metrics_addr: Option<SocketAddr>,
     /// Host names the HTTP port (console, metrics) answers to besides
@@ -278,6 +282,21 @@ pub struct ServerConfig {
     /// during a pause (docs/security.md, "Limits").
     #[serde(default = "defaults::pending_reset_streams_max")]
     pub pending_reset_streams_max: usize,
+    /// A client connection with no call in progress and nothing received
+    /// for this long is closed (ms; 0 keeps idle connections open). A
+    /// client connects again on its next call (docs/security.md, "Limits").
+    #[serde(default = "defaults::client_idle_timeout_ms")]
+    pub client_idle_timeout_ms: u64,
+    /// A native client frame must be whole this long after its first byte,
+    /// and a write to a client connection must make progress within it, or
+    /// the connection is closed (ms).
+    #[serde(default = "defaults::client_io_timeout_ms")]
+    pub client_io_timeout_ms: u64,
+    /// Answers queued for one native client connection that its client has
+    /// not read yet (bytes): past it, the client is reading too slowly, and
+    /// the connection is closed; its calls fail as unavailable.
+    #[serde(default = "defaults::client_out_bytes_max")]
+    pub client_out_bytes_max: usize,
     /// Frames queued toward one peer before new ones are dropped (the
     /// protocol retransmits: raft resends, gossip repairs by anti-entropy).
     #[serde(default = "defaults::peer_queue_frames")]
@@ -410,6 +429,15 @@ mod defaults {
     pub fn pending_reset_streams_max() -> usize {
         1024
     }
+    pub fn client_idle_timeout_ms() -> u64 {
+        300_000
+    }
+    pub fn client_io_timeout_ms() -> u64 {
+        10_000
+    }
+    pub fn client_out_bytes_max() -> usize {
+        32 << 20
+    }
     pub fn peer_queue_frames() -> usize {
         8192
     }
@@ -501,6 +529,9 @@ impl ServerConfig {
             connections_max: defaults::connections_max(),
             streams_per_connection_max: defaults::streams_per_connection_max(),
             pending_reset_streams_max: defaults::pending_reset_streams_max(),
+            client_idle_timeout_ms: defaults::client_idle_timeout_ms(),
+            client_io_timeout_ms: defaults::client_io_timeout_ms(),
+            client_out_bytes_max: defaults::client_out_bytes_max(),
             peer_queue_frames: defaults::peer_queue_frames(),
             peer_connections_max: defaults::peer_connections_max(),
             peer_read_timeout_ms: defaults::peer_read_timeout_ms(),
@@ -672,6 +703,27 @@ impl ServerConfig {
                 "pending_reset_streams_max = {} must be within 20..=65536 (20 is HTTP/2's \
                  own default; more than 65536 gives up the rapid-reset defence)",
                 self.pending_reset_streams_max
+            ));
+        }
+        if self.client_idle_timeout_ms != 0
+            && !(1_000..=86_400_000).contains(&self.client_idle_timeout_ms)
+        {
+            return bad(format!(
+                "client_idle_timeout_ms = {} must be 0 (never) or within 1000..=86400000",
+                self.client_idle_timeout_ms
+            ));
+        }
+        if !(100..=600_000).contains(&self.client_io_timeout_ms) {
+            return bad(format!(
+                "client_io_timeout_ms = {} must be within 100..=600000 (a client frame must be \
+                 whole, and a write to a client make progress, this long after it began)",
+                self.client_io_timeout_ms
+            ));
+        }
+        if !((64 << 10)..=(1 << 30)).contains(&self.client_out_bytes_max) {
+            return bad(format!(
+                "client_out_bytes_max = {} must be within 65536..=1073741824",
+                self.client_out_bytes_max
             ));
         }
         if self.peer_queue_frames == 0 {
@@ -959,6 +1011,25 @@ mod tests {
                 .expect("insecure")
                 .insecure
         );
+    }
+
+    /// With TLS the HTTP port is served over it too, so it may leave
+    /// loopback without --insecure (docs/security.md, "Safe defaults").
+    #[test]
+    fn the_http_port_may_leave_loopback_with_tls() {
+        let dir = std::env::temp_dir().join(format!("creek-http-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for f in ["ca.crt", "n.crt", "n.key"] {
+            std::fs::write(dir.join(f), "").expect("a file");
+        }
+        let d = dir.display();
+        let http = format!(
+            "metrics_addr = \"0.0.0.0:9101\"\n{GOOD}\n[tls]\nca = \"{d}/ca.crt\"\ncert = \"{d}/n.crt\"\nkey = \"{d}/n.key\"\n"
+        );
+        let c = ServerConfig::from_toml(&http);
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = c.expect("an HTTPS port off loopback");
+        assert!(c.tls.is_some() && !c.insecure);
     }
 
     #[test]

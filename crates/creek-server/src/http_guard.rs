@@ -82,7 +82,7 @@ impl HttpGuard {
 
     /// Whether a request for `path` needs a token.
     fn needs_token(&self, path: &str) -> bool {
-        self.auth.is_some()
+        self.auth.as_ref().is_some_and(|a| a.enabled())
             && (path.starts_with("/api/") || (path == "/metrics" && !self.metrics_open))
     }
 }

@@ -27,16 +27,21 @@
 
 pub mod auth;
 pub(crate) mod call;
+pub(crate) mod client_port;
 pub mod config;
 pub mod console;
 pub mod faults;
 pub mod health;
 pub mod http_guard;
+pub mod http_port;
+pub mod idle;
 pub mod limits;
 pub mod metrics;
+pub mod mover;
 pub mod mpo;
 pub(crate) mod native;
 pub mod node_loop;
+pub mod over_cap;
 pub mod replica_log;
 pub mod request;
 pub mod restore;

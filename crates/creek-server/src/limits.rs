@@ -9,6 +9,12 @@
 //!   `max_request_bytes`, so a client sees the same code whatever the size.
 //! * [`ConnectionCaps`]: client connections open at once, from one address
 //!   and in all; a connection past either cap is closed when accepted.
+//! * [`Authenticated`]: with `[auth] enabled`, a call's credentials are
+//!   checked from its headers before its message is decoded, so a caller
+//!   without them makes the replica decode nothing.
+//! * [`Closes`]: client connections the replica closes after serving them
+//!   (idle, a frame stalled, a client reading too slowly), counted and
+//!   logged at most once per interval per kind.
 //!
 //! Streams per connection and HTTP/2's reset bound are settings of the
 //! tonic server (see `server.rs`).
@@ -105,6 +111,166 @@ where
     }
 }
 
+/// A gRPC service whose calls, with `[auth] enabled`, are authenticated
+/// from their headers (a token, or a client certificate naming a user)
+/// before their message is decoded; the user found rides in the request's
+/// extensions, and the service checks the rights each call needs once it
+/// has decoded it. The calls open to anyone (`Status`,
+/// `Members`) and the replicas' own `Mpo` (checked by certificate in the
+/// service) pass as they are.
+#[derive(Clone, Debug)]
+pub struct Authenticated<S> {
+    /// The service.
+    pub inner: S,
+    /// Users and their tokens, when `[auth] enabled`.
+    pub auth: Option<Arc<crate::auth::Auth>>,
+}
+
+impl<S: NamedService> NamedService for Authenticated<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+/// The methods any caller may call (the path's last part).
+const OPEN_METHODS: [&str; 3] = ["Status", "Members", "Mpo"];
+
+impl<S, B> Service<Request<B>> for Authenticated<S>
+where
+    S: Service<Request<B>, Response = Response<BoxBody>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<BoxBody>;
+    type Error = Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Response<BoxBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if let Some(auth) = self.auth.as_ref().filter(|a| a.enabled()) {
+            let method = req.uri().path().rsplit('/').next().unwrap_or_default();
+            if !OPEN_METHODS.contains(&method) {
+                let meta = tonic::metadata::MetadataMap::from_headers(req.headers().clone());
+                let certs = req
+                    .extensions()
+                    .get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>()
+                    .and_then(|i| i.peer_certs());
+                match auth.authenticate(&meta, certs.as_deref().map(Vec::as_slice)) {
+                    // The service checks the rights the call needs from
+                    // this, without authenticating it again.
+                    Ok(who) => {
+                        req.extensions_mut().insert(who);
+                    }
+                    Err(status) => return Box::pin(std::future::ready(Ok(status.into_http()))),
+                }
+            }
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+/// Why the replica closed a client connection it was serving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Close {
+    /// No call in progress and nothing received for `client_idle_timeout_ms`.
+    Idle,
+    /// A frame begun and not finished within `client_io_timeout_ms`.
+    FrameStalled,
+    /// A write made no progress within `client_io_timeout_ms`.
+    WriteStalled,
+    /// More than `client_out_bytes_max` of answers not read.
+    SlowReader,
+}
+
+impl Close {
+    /// What the log line and the client's error say.
+    pub fn why(self, limits: &ClientTimeouts) -> String {
+        match self {
+            Close::Idle => format!(
+                "idle: no call and nothing received for {} ms (client_idle_timeout_ms)",
+                limits.idle.map_or(0, |d| d.as_millis())
+            ),
+            Close::FrameStalled => format!(
+                "a frame was not finished within {} ms of its first byte (client_io_timeout_ms)",
+                limits.io.as_millis()
+            ),
+            Close::WriteStalled => format!(
+                "the client took no answer bytes for {} ms (client_io_timeout_ms)",
+                limits.io.as_millis()
+            ),
+            Close::SlowReader => format!(
+                "the client left more than {} bytes of answers unread (client_out_bytes_max)",
+                limits.out_bytes_max
+            ),
+        }
+    }
+}
+
+/// The time and space a client connection may take while served.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientTimeouts {
+    /// Closed with no call in progress and nothing received this long
+    /// (`None`: never).
+    pub idle: Option<std::time::Duration>,
+    /// A frame must be whole, and a write progress, within this.
+    pub io: std::time::Duration,
+    /// Answers not yet read by the client, at most.
+    pub out_bytes_max: usize,
+}
+
+impl ClientTimeouts {
+    /// The settings of `config`.
+    pub fn of(config: &crate::config::ServerConfig) -> ClientTimeouts {
+        ClientTimeouts {
+            idle: (config.client_idle_timeout_ms > 0)
+                .then(|| std::time::Duration::from_millis(config.client_idle_timeout_ms)),
+            io: std::time::Duration::from_millis(config.client_io_timeout_ms),
+            out_bytes_max: config.client_out_bytes_max,
+        }
+    }
+}
+
+/// The client connections the replica closed, counted, with one log line
+/// per kind per [`crate::throttle::LOGGED_EVERY`] (a client can cause them
+/// at will).
+#[derive(Debug, Default)]
+pub struct Closes {
+    counted: prometheus_client::metrics::counter::Counter,
+    idle: crate::throttle::Throttle,
+    frame_stalled: crate::throttle::Throttle,
+    write_stalled: crate::throttle::Throttle,
+    slow_reader: crate::throttle::Throttle,
+}
+
+impl Closes {
+    /// Counted in `counted` (the `client_connections_closed` metric).
+    pub fn new(counted: prometheus_client::metrics::counter::Counter) -> Arc<Closes> {
+        Arc::new(Closes {
+            counted,
+            ..Closes::default()
+        })
+    }
+
+    /// The replica closed `remote`'s connection, for `why`.
+    pub fn closed(&self, close: Close, remote: std::net::SocketAddr, why: &str) {
+        self.counted.inc();
+        let throttle = match close {
+            Close::Idle => &self.idle,
+            Close::FrameStalled => &self.frame_stalled,
+            Close::WriteStalled => &self.write_stalled,
+            Close::SlowReader => &self.slow_reader,
+        };
+        if let Some(n) = throttle.admit(std::time::Instant::now()) {
+            tracing::info!(
+                %remote,
+                "closed a client connection: {why}{}",
+                crate::throttle::unlogged(n, "creek_client_connections_closed_total")
+            );
+        }
+    }
+}
+
 /// Counts of open client connections, by address and in all.
 #[derive(Debug)]
 pub struct ConnectionCaps {
@@ -158,11 +324,16 @@ impl ConnectionCaps {
             // One warning per power of two refused: a flood does not flood
             // the log.
             if open.refused.is_power_of_two() {
+                let setting = match cap {
+                    CapReached::PerClient => "connections_per_client_max",
+                    CapReached::Total => "connections_max",
+                };
                 tracing::warn!(
                     client = %ip,
-                    ?cap,
                     refused = open.refused,
-                    "client connection closed: connection cap reached"
+                    "refused a client connection past {setting} = {} (logged at the 1st, 2nd, \
+                     4th, 8th… refusal): the client is told on a plaintext port",
+                    self.cap(cap)
                 );
             }
             return Err(cap);
@@ -173,6 +344,14 @@ impl ConnectionCaps {
             caps: Arc::clone(self),
             ip,
         })
+    }
+
+    /// The value of `cap`.
+    pub fn cap(&self, cap: CapReached) -> usize {
+        match cap {
+            CapReached::PerClient => self.per_client_max,
+            CapReached::Total => self.total_max,
+        }
     }
 
     /// Connections open now from `ip`, and in all.
@@ -206,53 +385,53 @@ impl Drop for Slot {
 #[derive(Debug)]
 pub struct CappedStream {
     stream: TcpStream,
-    _slot: Slot,
-    /// The first bytes, read to learn the protocol ([`Self::first_bytes`]),
-    /// and how many of them reads have handed on since.
-    sniffed: [u8; SNIFFED],
-    filled: usize,
-    replayed: usize,
+    /// Its client's address.
+    ip: IpAddr,
+    /// `None` for a connection past a cap, kept only to be told so
+    /// ([`crate::over_cap`]).
+    _slot: Option<Slot>,
+    /// Ends its reads once the connection idled (a gRPC connection).
+    idle: Option<crate::idle::Watch>,
 }
 
-/// How many first bytes say which protocol a connection speaks.
-const SNIFFED: usize = 4;
-
 impl CappedStream {
-    /// `stream` under the caps, or `None` (the stream closed) past a cap.
-    pub fn admit(stream: TcpStream, caps: &Arc<ConnectionCaps>) -> Option<Self> {
+    /// `stream` under the caps; past a cap, the stream without a slot and
+    /// the cap it reached. `None` if its address is gone (it closed).
+    pub fn admit(
+        stream: TcpStream,
+        caps: &Arc<ConnectionCaps>,
+    ) -> Option<Result<Self, (Self, CapReached)>> {
         let ip = stream.peer_addr().ok()?.ip();
-        let slot = caps.admit(ip).ok()?;
-        Some(CappedStream {
+        let admitted = caps.admit(ip);
+        let capped = |slot| CappedStream {
             stream,
+            ip,
             _slot: slot,
-            sniffed: [0; SNIFFED],
-            filled: 0,
-            replayed: 0,
+            idle: None,
+        };
+        Some(match admitted {
+            Ok(slot) => Ok(capped(Some(slot))),
+            Err(cap) => Err((capped(None), cap)),
         })
     }
 
-    /// The socket, and its place under the caps (held until the
-    /// connection closes). The bytes [`Self::first_bytes`] read are not
-    /// in the socket any more: the caller knows them.
-    pub fn into_parts(self) -> (TcpStream, Slot) {
-        (self.stream, self._slot)
+    /// From now on, end its reads once it has had no call in progress for
+    /// the idle timeout of `conns` (its calls counted there).
+    pub fn watch_idle(&mut self, conns: &Arc<crate::idle::Conns>) {
+        if let Ok(remote) = self.stream.peer_addr() {
+            self.idle = Some(crate::idle::Watch::new(remote, conns));
+        }
     }
 
-    /// The first four bytes the peer sent; reads of the stream still
-    /// begin with them. An error if it closed before sending four. The
-    /// wait is on the socket's readiness (a peer that sends one byte at a
-    /// time costs a wake-up per byte, not a poll per millisecond); a peer
-    /// that stops after fewer waits here: the caller bounds the wait.
-    pub async fn first_bytes(&mut self) -> std::io::Result<[u8; SNIFFED]> {
-        use tokio::io::AsyncReadExt as _;
-        while self.filled < SNIFFED {
-            let n = self.stream.read(&mut self.sniffed[self.filled..]).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            self.filled += n;
-        }
-        Ok(self.sniffed)
+    /// Its client's address.
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    /// The socket, and its place under the caps (held until the
+    /// connection closes).
+    pub fn into_parts(self) -> (TcpStream, Option<Slot>) {
+        (self.stream, self._slot)
     }
 }
 
@@ -271,11 +450,8 @@ impl AsyncRead for CappedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
-        if this.replayed < this.filled {
-            // The sniffed bytes first.
-            let n = buf.remaining().min(this.filled - this.replayed);
-            buf.put_slice(&this.sniffed[this.replayed..this.replayed + n]);
-            this.replayed += n;
+        if this.idle.as_mut().is_some_and(|w| w.ended(cx)) {
+            // The end of the stream: hyper closes the connection.
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.stream).poll_read(cx, buf)
@@ -329,44 +505,6 @@ mod tests {
         drop(first);
         assert_eq!(caps.open(a), (1, 2));
         assert!(caps.admit(a).is_ok());
-    }
-
-    /// The sniff reads the first bytes as they trickle in, and the stream
-    /// still reads from its first byte after it.
-    #[tokio::test]
-    async fn first_bytes_come_one_at_a_time_and_reads_replay_them() {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let sender = tokio::spawn(async move {
-            let mut out = TcpStream::connect(addr).await.expect("connect");
-            for b in b"CRK1 and the rest" {
-                out.write_all(&[*b]).await.expect("write");
-                out.flush().await.expect("flush");
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-        });
-        let (socket, _) = listener.accept().await.expect("accept");
-        let caps = Arc::new(ConnectionCaps::new(4, 4));
-        let mut stream = CappedStream::admit(socket, &caps).expect("admitted");
-        assert_eq!(stream.first_bytes().await.expect("four bytes"), *b"CRK1");
-        assert_eq!(stream.first_bytes().await.expect("again"), *b"CRK1");
-        let mut all = Vec::new();
-        stream.read_to_end(&mut all).await.expect("read");
-        assert_eq!(all, b"CRK1 and the rest");
-        sender.await.expect("sender");
-        // A peer that closes after fewer bytes is an error, not a wait.
-        let sender = tokio::spawn(async move {
-            let mut out = TcpStream::connect(addr).await.expect("connect");
-            out.write_all(b"CR").await.expect("write");
-        });
-        let (socket, _) = listener.accept().await.expect("accept");
-        let mut short = CappedStream::admit(socket, &caps).expect("admitted");
-        sender.await.expect("sender");
-        let e = short.first_bytes().await.expect_err("closed early");
-        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 
     #[test]

@@ -154,6 +154,12 @@ pub struct Metrics {
     /// Client connections closed before they were served: a TLS handshake
     /// that failed or timed out, or no first bytes in time.
     pub client_connections_refused: Counter,
+    /// Client connections the replica closed while serving them: idle, a
+    /// frame stalled, a client reading too slowly.
+    pub client_connections_closed: Counter,
+    /// HTTP port connections closed before they were served: a TLS
+    /// handshake that failed or timed out.
+    pub http_connections_refused: Counter,
     /// The largest round trip to a peer measured anywhere in the group (µs).
     pub peer_rtt_us: Gauge,
     /// This replica's consensus election timeout now (ms; grows on slow links).
@@ -204,6 +210,8 @@ impl Metrics {
             own_origin_refused: Gauge::default(),
             native_connections: Gauge::default(),
             client_connections_refused: Counter::default(),
+            client_connections_closed: Counter::default(),
+            http_connections_refused: Counter::default(),
             peer_rtt_us: Gauge::default(),
             election_timeout_ms: Gauge::default(),
             stable_global_age_ms: Gauge::default(),
@@ -324,6 +332,19 @@ impl Metrics {
             m.client_connections_refused.clone(),
         );
         registry.register(
+            "client_connections_closed",
+            "Client connections the replica closed while serving them (idle past \
+             client_idle_timeout_ms, a frame or a write stalled past client_io_timeout_ms, \
+             answers unread past client_out_bytes_max)",
+            m.client_connections_closed.clone(),
+        );
+        registry.register(
+            "http_connections_refused",
+            "Connections to the HTTP port (console, metrics) closed before they were served (a \
+             TLS handshake that failed or timed out)",
+            m.http_connections_refused.clone(),
+        );
+        registry.register(
             "log_entries",
             "Entries held in the consensus log",
             m.log_entries.clone(),
@@ -396,15 +417,17 @@ impl Metrics {
 }
 
 /// Serve `GET /metrics` on `listener`, beside the `routes` given (the
-/// console's), every request through `guard` first, until `shutdown`
-/// resolves.
+/// console's), every request through `guard` first, over TLS with `tls`
+/// (`crate::http_port`), until `shutdown` says `true`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     routes: axum::Router,
     guard: crate::http_guard::HttpGuard,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    tls: Option<Arc<crate::tls::Tls>>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let refused = metrics.http_connections_refused.clone();
     use axum::routing::get;
     let app = axum::Router::new().route(
         "/metrics",
@@ -427,7 +450,5 @@ pub async fn serve(
             guard,
             crate::http_guard::guard,
         ));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::http_port::serve(listener, app, tls, refused, shutdown).await
 }

@@ -1,6 +1,7 @@
 //! Starting and stopping one replica: open the data directory, recover the
 //! node, bind the sockets, start the transport, the node loop, the ticker,
-//! the gRPC server and the HTTP endpoint (metrics and console).
+//! the gRPC server and the HTTP endpoint (metrics and console; over TLS
+//! with `[tls]`, `crate::http_port`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,7 +10,6 @@ use std::sync::Arc;
 use creek_core::ReplicaId;
 use creek_node::{Node, NodeConfig};
 use creek_procs::Registry;
-use creek_proto::pb;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
@@ -80,11 +80,11 @@ pub struct Server {
 }
 
 /// The first fatal failure of a replica, for whoever waits on it.
-type FatalCell = Arc<watch::Sender<Option<Fatal>>>;
+pub(crate) type FatalCell = Arc<watch::Sender<Option<Fatal>>>;
 
 /// Record `why` as the replica's failure, unless one is recorded already
 /// (the first cause is the one to report).
-fn publish(fatal: &FatalCell, why: Fatal) {
+pub(crate) fn publish(fatal: &FatalCell, why: Fatal) {
     fatal.send_if_modified(|f| {
         if f.is_some() {
             return false;
@@ -176,8 +176,10 @@ impl Server {
         );
         durability.set_transport(transport.clone());
         let metrics = Arc::new(Metrics::new());
+        // Every replica follows the cluster's switch (`auth.enable`), so
+        // it checks users once its group does, whatever its `[auth]` says.
         let auth = match config.auth.root_hash() {
-            _ if !config.auth.enabled => None,
+            _ if !config.auth.enabled => Some(Arc::new(crate::auth::Auth::off())),
             Ok(root) => Some(Arc::new(crate::auth::Auth::new(root))),
             Err(e) => return Err(StartError::Config(crate::ConfigError::Invalid(e))),
         };
@@ -186,6 +188,23 @@ impl Server {
             .as_ref()
             .map(|g| crate::mpo::Link::new(g.clone(), config.tls.clone(), me, events_tx.clone()));
         let front_mpo = mpo.clone();
+        // A shard replica drives the moves of keys to its shard while it
+        // leads it (`crate::mover`).
+        let moves = match (&mpo, &shards, config.directory) {
+            (Some(link), Some(gate), false) => {
+                let mut planted = creek_types::planted::PlantedBugs::NONE;
+                if let Some(bug) = config.planted_bug() {
+                    let _ = planted.plant(bug);
+                }
+                Some(crate::mover::start(
+                    link.clone(),
+                    gate.clone(),
+                    events_tx.clone(),
+                    planted,
+                ))
+            }
+            _ => None,
+        };
         let node_loop = NodeLoop::new(
             node,
             persister,
@@ -202,6 +221,11 @@ impl Server {
                 stable_every_us,
             ),
         );
+        if let Some(why) = node_loop.auth_refusal() {
+            return Err(StartError::Config(crate::ConfigError::Invalid(format!(
+                "refusing to start: {why} (docs/security.md, \"One switch per cluster\")"
+            ))));
+        }
         let fatal: FatalCell = Arc::new(watch::channel(None).0);
         let node_fatal = fatal.clone();
         let node_thread = std::thread::Builder::new()
@@ -221,8 +245,10 @@ impl Server {
                 config.tls.clone(),
             )));
         }
+        let status = crate::service::StatusCache::new(events_tx.clone());
         let front = FrontDoor {
             events: events_tx.clone(),
+            status: status.clone(),
             metrics: metrics.clone(),
             transport,
             me,
@@ -231,6 +257,7 @@ impl Server {
             auth: auth.clone(),
             shards,
             mpo: front_mpo,
+            moves,
         };
         let admin = AdminService {
             events: events_tx.clone(),
@@ -238,6 +265,7 @@ impl Server {
             allowed: config.allow_fault_injection,
             me,
             auth: auth.clone(),
+            status,
         };
         let service = CreekService {
             front: front.clone(),
@@ -248,11 +276,12 @@ impl Server {
         // limit with the JSON's overhead.
         let console_body_bytes_max = crate::limits::decode_limit(config.max_request_bytes) * 2;
         if let Some(listener) = listeners.metrics {
-            let console = crate::console::Console::new(service.clone(), console_body_bytes_max);
+            let console =
+                crate::console::Console::new(service.clone(), console_body_bytes_max, tls.clone());
             let guard = crate::http_guard::HttpGuard::new(&config, auth.clone());
             let health = crate::health::router(front.events.clone(), config.health.clone());
             serve_console(
-                listener,
+                (listener, tls.clone()),
                 metrics,
                 (console, health),
                 guard,
@@ -260,7 +289,7 @@ impl Server {
                 &mut tasks,
             );
         }
-        let clients = Clients {
+        let clients = crate::client_port::Clients {
             listener: listeners.client,
             service,
             admin,
@@ -317,6 +346,12 @@ impl Server {
     /// Where metrics are served, if anywhere.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Whether the replica serves over TLS (its client, peer and HTTP
+    /// ports).
+    pub fn tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Resolves when the replica fails, with the cause (never, while it
@@ -604,270 +639,24 @@ fn spawn_ticker(
 }
 
 /// Serve the metrics, the console and the health routes on `listener`
-/// until shutdown.
+/// (over TLS with `tls`) until shutdown.
 fn serve_console(
-    listener: TcpListener,
+    (listener, tls): (TcpListener, Option<Arc<Tls>>),
     metrics: Arc<Metrics>,
     (console, health): (crate::console::Console, axum::Router),
     guard: crate::http_guard::HttpGuard,
     shutdown: &watch::Receiver<bool>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) {
-    let mut rx = shutdown.clone();
+    let stop = shutdown.clone();
     let console = Arc::new(console);
     tasks.push(tokio::spawn(console.clone().run_sampler()));
     let routes = crate::console::router(console).merge(health);
     tasks.push(tokio::spawn(async move {
-        let stop = async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        if let Err(e) = crate::metrics::serve(listener, metrics, routes, guard, stop).await {
+        if let Err(e) = crate::metrics::serve(listener, metrics, routes, guard, tls, stop).await {
             tracing::error!(error = %e, "the metrics and console endpoint stopped");
         }
     }));
-}
-
-/// What the client port serves: gRPC (`Creek`, `Admin`) and, on a
-/// plaintext port, the native protocol.
-struct Clients {
-    listener: TcpListener,
-    service: CreekService,
-    admin: AdminService,
-    front: FrontDoor,
-    corked: Arc<crate::native::out::Corked>,
-    tls: Option<Arc<Tls>>,
-    shutdown: watch::Receiver<bool>,
-    fatal: FatalCell,
-    stopping: Arc<AtomicBool>,
-}
-
-impl Clients {
-    /// Serve clients until shutdown; a client API that stops on its own
-    /// is the replica's failure.
-    fn serve(self, config: &ServerConfig) -> tokio::task::JoinHandle<()> {
-        // The decoder's limit sits above ours, so the service answers every
-        // request up to it, and `Oversized` gives larger ones the same
-        // answer (docs/security.md, "Limits").
-        let limit = crate::limits::decode_limit(config.max_request_bytes);
-        let caps = crate::limits::ConnectionCaps::new(
-            config.connections_per_client_max,
-            config.connections_max,
-        );
-        let streams_max = config.streams_per_connection_max;
-        let resets_max = config.pending_reset_streams_max;
-        let router = tonic::transport::Server::builder()
-            .max_concurrent_streams(streams_max)
-            .concurrency_limit_per_connection(streams_max as usize)
-            .http2_max_pending_accept_reset_streams(Some(resets_max))
-            .add_service(crate::limits::Oversized(
-                pb::creek_server::CreekServer::new(self.service).max_decoding_message_size(limit),
-            ))
-            .add_service(crate::limits::Oversized(
-                pb::admin_server::AdminServer::new(self.admin).max_decoding_message_size(limit),
-            ));
-        let refusals = Arc::new(Refusals {
-            counted: self.front.metrics.client_connections_refused.clone(),
-            ..Refusals::default()
-        });
-        let native = Native {
-            front: self.front,
-            corked: self.corked,
-            limits: crate::native::NativeLimits {
-                frame_bytes_max: limit,
-                calls_max: streams_max as usize,
-            },
-            shutdown: self.shutdown.clone(),
-        };
-        let mut shutdown = self.shutdown;
-        let (listener, tls, fatal, stopping) = (self.listener, self.tls, self.fatal, self.stopping);
-        tokio::spawn(async move {
-            let stop = async move {
-                let _ = shutdown.wait_for(|s| *s).await;
-            };
-            // Our own listener: tonic's tcp_nodelay applies only to sockets
-            // it accepts itself, and Nagle's algorithm would hold each view
-            // for a delayed ACK (~40 ms). Past a connection cap, a
-            // connection is closed as soon as it is accepted.
-            let result = match tls {
-                None => {
-                    let incoming = plain_incoming(listener, caps, native, refusals);
-                    router.serve_with_incoming_shutdown(incoming, stop).await
-                }
-                Some(tls) => {
-                    let incoming = tls_incoming(listener, tls, caps, refusals);
-                    router.serve_with_incoming_shutdown(incoming, stop).await
-                }
-            };
-            if let Err(e) = result {
-                tracing::error!(error = %e, "the client API stopped");
-                if !stopping.load(Ordering::Relaxed) {
-                    publish(&fatal, Fatal::ClientApi(e.to_string()));
-                }
-            }
-        })
-    }
-}
-
-/// How long an accepted client connection may take to finish its TLS
-/// handshake; until then it holds its slot under the connection caps.
-const CLIENT_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// What a plaintext client port needs to serve the native protocol.
-struct Native {
-    front: FrontDoor,
-    corked: Arc<crate::native::out::Corked>,
-    limits: crate::native::NativeLimits,
-    shutdown: tokio::sync::watch::Receiver<bool>,
-}
-
-/// Accept client connections until the gRPC server drops its end of the
-/// returned stream (at shutdown; the listener closes, so the address is
-/// free again). Each connection is admitted under the caps, with Nagle's
-/// algorithm off (it would hold each view for a delayed ACK, ~40 ms), and
-/// handed to `admitted` in a task of its own, so a slow one holds up no
-/// one; `admitted` sends what the gRPC server should serve.
-fn accept_clients<T, F, Fut>(
-    listener: TcpListener,
-    caps: Arc<crate::limits::ConnectionCaps>,
-    admitted: F,
-) -> impl tokio_stream::Stream<Item = std::io::Result<T>>
-where
-    T: Send + 'static,
-    F: Fn(
-            crate::limits::CappedStream,
-            std::net::SocketAddr,
-            mpsc::Sender<std::io::Result<T>>,
-        ) -> Fut
-        + Send
-        + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                () = tx.closed() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (stream, remote) = match accepted {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a client connection failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            // The slot is taken first, so connections still in their TLS
-            // handshake or not yet sniffed count under the caps too.
-            let Some(stream) = crate::limits::CappedStream::admit(stream, &caps) else {
-                continue;
-            };
-            tokio::spawn(admitted(stream, remote, tx.clone()));
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
-}
-
-/// Client connections closed before they were served, by why: each kind
-/// logged at most once per [`crate::throttle::LOGGED_EVERY`] (anyone who
-/// reaches the port can cause them), all counted.
-#[derive(Default)]
-struct Refusals {
-    counted: prometheus_client::metrics::counter::Counter,
-    silent: crate::throttle::Throttle,
-    handshake_failed: crate::throttle::Throttle,
-    handshake_timed_out: crate::throttle::Throttle,
-}
-
-impl Refusals {
-    fn refused(&self, kind: &crate::throttle::Throttle, remote: SocketAddr, why: &str) {
-        self.counted.inc();
-        if let Some(n) = kind.admit(std::time::Instant::now()) {
-            tracing::info!(
-                %remote,
-                "refused a client connection: {why}{}",
-                crate::throttle::unlogged(n, "creek_client_connections_refused_total")
-            );
-        }
-    }
-}
-
-/// Plaintext client connections: each one's first bytes say whether it
-/// speaks the native protocol (served here) or gRPC (handed to the gRPC
-/// server, its bytes still unread).
-fn plain_incoming(
-    listener: TcpListener,
-    caps: Arc<crate::limits::ConnectionCaps>,
-    native: Native,
-    refusals: Arc<Refusals>,
-) -> impl tokio_stream::Stream<Item = std::io::Result<crate::limits::CappedStream>> {
-    accept_clients(listener, caps, move |stream, remote, tx| {
-        let refusals = refusals.clone();
-        let front = native.front.clone();
-        let limits = native.limits;
-        let corked = native.corked.clone();
-        let shutdown = native.shutdown.clone();
-        async move {
-            let mut stream = stream;
-            let sniffed =
-                tokio::time::timeout(crate::native::SNIFF_TIMEOUT, stream.first_bytes()).await;
-            match sniffed {
-                Ok(Ok(first)) if first == creek_proto::native::MAGIC => {
-                    crate::native::serve(front, stream, limits, corked, shutdown).await;
-                }
-                Ok(Ok(_)) => {
-                    let _ = tx.send(Ok(stream)).await;
-                }
-                Ok(Err(e)) => {
-                    tracing::debug!(%remote, error = %e, "a client connection closed before its first bytes");
-                }
-                Err(_) => {
-                    let why = format!(
-                        "it sent fewer than 4 bytes in {} s",
-                        crate::native::SNIFF_TIMEOUT.as_secs()
-                    );
-                    refusals.refused(&refusals.silent, remote, &why);
-                }
-            }
-        }
-    })
-}
-
-/// Client connections through TLS: the ones whose handshake succeeds are
-/// handed to the gRPC server in order of completion.
-fn tls_incoming(
-    listener: TcpListener,
-    tls: Arc<Tls>,
-    caps: Arc<crate::limits::ConnectionCaps>,
-    refusals: Arc<Refusals>,
-) -> impl tokio_stream::Stream<
-    Item = std::io::Result<tokio_rustls::server::TlsStream<crate::limits::CappedStream>>,
-> {
-    accept_clients(listener, caps, move |stream, remote, tx| {
-        let refusals = refusals.clone();
-        let acceptor = tls.client_acceptor();
-        async move {
-            let handshake =
-                tokio::time::timeout(CLIENT_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
-            match handshake {
-                Ok(Ok(s)) => {
-                    let _ = tx.send(Ok(s)).await;
-                }
-                Ok(Err(e)) => {
-                    let why = format!("TLS handshake failed: {e}");
-                    refusals.refused(&refusals.handshake_failed, remote, &why);
-                }
-                Err(_) => {
-                    refusals.refused(
-                        &refusals.handshake_timed_out,
-                        remote,
-                        "TLS handshake timed out",
-                    );
-                }
-            }
-        }
-    })
 }
 
 /// A random nonce for a new data directory (see `creek_node::membership`):

@@ -6,11 +6,21 @@
 use tokio::net::TcpStream;
 
 /// Write all of `bytes` to a socket other threads may write to directly
-/// too (under the caller's ordering rule), waiting for room as needed.
-pub(crate) async fn write_all_shared(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+/// too (under the caller's ordering rule), waiting for room as needed: at
+/// most `stall` each time, if given (then `TimedOut`).
+pub(crate) async fn write_all_shared(
+    stream: &TcpStream,
+    bytes: &[u8],
+    stall: Option<std::time::Duration>,
+) -> std::io::Result<()> {
     let mut written = 0;
     while written < bytes.len() {
-        stream.writable().await?;
+        match stall {
+            None => stream.writable().await?,
+            Some(stall) => tokio::time::timeout(stall, stream.writable())
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??,
+        }
         written += write_now(stream, &bytes[written..])?;
     }
     Ok(())

@@ -11,7 +11,14 @@
 //!   which must chain to the CA *and* be bound to the replica id it claims
 //!   in the transport's handshake;
 //! * **peers, outbound**: the replica we dial must present a certificate
-//!   bound to the id we dialed.
+//!   bound to the id we dialed;
+//! * **the HTTP port** (console, its API, `/metrics`, `/health`, `/ready`)
+//!   presents this certificate too, and asks browsers and scrapers for no
+//!   certificate: a bearer token is their credential (`crate::http_guard`);
+//! * **the console, outbound**: it asks the other replicas for their
+//!   `Status` at their client ports, presenting this certificate (the
+//!   client port wants one of the CA by default) and checking that the
+//!   replica reached is bound to the id it dialed, as a peer link does.
 //!
 //! **Identity binding.** Replica N's certificate carries the DNS name
 //! `replica-N.creek` ([`replica_name`]) among its subject alternative
@@ -27,8 +34,8 @@
 //! ones keep theirs. A reload that fails changes nothing.
 //!
 //! Not here: authentication of users beyond "the CA signed the client's
-//! certificate", and the HTTP endpoint (metrics and console), which stays
-//! plaintext (keep it on loopback).
+//! certificate" (`crate::auth`), and the HTTP port's serving
+//! (`crate::http_port`).
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -160,11 +167,13 @@ pub fn read_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// The three rustls configurations one set of files makes.
+/// The rustls configurations one set of files makes.
 struct Configs {
     clients: Arc<rustls::ServerConfig>,
     peers_in: Arc<rustls::ServerConfig>,
     peers_out: Arc<rustls::ClientConfig>,
+    http: Arc<rustls::ServerConfig>,
+    replicas_out: Arc<rustls::ClientConfig>,
 }
 
 /// The TLS state of one replica: its files and the configurations last
@@ -227,6 +236,20 @@ impl Tls {
     pub fn peer_connector(&self) -> TlsConnector {
         TlsConnector::from(self.configs().peers_out.clone())
     }
+
+    /// Accepts connections to the HTTP port (HTTP/1.1 by ALPN), asking for
+    /// no client certificate.
+    pub fn http_acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.configs().http.clone())
+    }
+
+    /// Dials other replicas' client ports (gRPC, HTTP/2 by ALPN) as a
+    /// client, presenting this replica's certificate and checking that
+    /// the replica reached is bound to the id dialed ([`replica_name`] is
+    /// the server name).
+    pub fn replica_connector(&self) -> TlsConnector {
+        TlsConnector::from(self.configs().replicas_out.clone())
+    }
 }
 
 fn build(me: ReplicaId, files: &TlsConfig) -> Result<Configs, TlsError> {
@@ -268,15 +291,111 @@ fn build(me: ReplicaId, files: &TlsConfig) -> Result<Configs, TlsError> {
     let mut peers_in = server(false)?;
     // Peer links are long-lived and never resumed.
     peers_in.send_tls13_tickets = 0;
+    let mut http = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(rustls_err("the TLS protocol versions"))?
+        .with_no_client_auth()
+        .with_single_cert(chain.clone(), key.clone_key())
+        .map_err(rustls_err("this replica's certificate and key"))?;
+    http.alpn_protocols = vec![b"http/1.1".to_vec()];
     let peers_out = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(rustls_err("the TLS protocol versions"))?
         .with_root_certificates(roots.clone())
         .with_client_auth_cert(chain, key)
         .map_err(rustls_err("this replica's certificate and key"))?;
+    let mut replicas_out = peers_out.clone();
+    replicas_out.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Configs {
         clients: Arc::new(clients),
         peers_in: Arc::new(peers_in),
         peers_out: Arc::new(peers_out),
+        http: Arc::new(http),
+        replicas_out: Arc::new(replicas_out),
     })
+}
+
+/// Certificates for tests, made with rcgen.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::config::TlsConfig;
+
+    /// A CA and replica 1's certificate (`replica-1.creek`, `localhost`)
+    /// in `dir`, the CA's roots, and a function that writes a new
+    /// certificate of the CA for replica 1 in place.
+    pub(crate) fn certs(dir: &std::path::Path) -> (TlsConfig, rustls::RootCertStore, impl Fn()) {
+        std::fs::create_dir_all(dir).expect("temp dir");
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let mut ca = rcgen::CertificateParams::new(Vec::new()).expect("params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("CA");
+        let files = TlsConfig::in_dir(dir, 1);
+        std::fs::write(&files.ca, ca_cert.pem()).expect("write");
+        let roots = crate::tls::read_roots(&files.ca).expect("roots");
+        let (cert, key) = (files.cert.clone(), files.key.clone());
+        let renew = move || {
+            let node_key = rcgen::KeyPair::generate().expect("key");
+            let names = vec!["replica-1.creek".into(), "localhost".into()];
+            let node = rcgen::CertificateParams::new(names)
+                .expect("params")
+                .signed_by(&node_key, &ca_cert, &ca_key)
+                .expect("node");
+            std::fs::write(&cert, node.pem()).expect("write");
+            std::fs::write(&key, node_key.serialize_pem()).expect("write");
+        };
+        renew();
+        (files, roots, renew)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The console's connector presents this replica's certificate, which
+    /// a client port that requires client certificates takes, and reaches
+    /// only the replica whose id it dials.
+    #[tokio::test]
+    async fn the_replica_connector_is_a_client_bound_to_the_id_dialed() {
+        let dir = std::env::temp_dir().join(format!("creek-tls-dial-{}", std::process::id()));
+        let (files, _, _) = testing::certs(&dir);
+        let tls = Arc::new(Tls::load(ReplicaId(1), files).expect("TLS"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let acceptor = tls.client_acceptor();
+        // What the server saw of each session: the client's certificate.
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, seen_tx) = (acceptor.clone(), seen_tx.clone());
+                tokio::spawn(async move {
+                    if let Ok(s) = acceptor.accept(tcp).await {
+                        let (_, session) = s.get_ref();
+                        let cert = session.peer_certificates().and_then(|c| c.first());
+                        let _ = seen_tx.send(cert.is_some_and(|c| names_replica(c, ReplicaId(1))));
+                    }
+                });
+            }
+        });
+        let dial = |id: u16| {
+            let connector = tls.replica_connector();
+            async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                let name = ServerName::try_from(replica_name(ReplicaId(id))).expect("name");
+                connector.connect(name, tcp).await
+            }
+        };
+        let s = dial(1).await.expect("replica 1 reached as replica 1");
+        assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        assert_eq!(
+            seen.recv().await,
+            Some(true),
+            "replica 1's certificate presented"
+        );
+        let e = dial(2).await.expect_err("replica 1 is not replica 2");
+        assert!(e.to_string().contains("certificate"), "{e}");
+    }
 }

@@ -45,8 +45,12 @@ pub type WatchSender = mpsc::Sender<Result<pb::WatchEvent, Status>>;
 
 /// A watch request the service checked.
 pub struct WatchRequest {
-    /// Keys starting with it.
+    /// Stored keys starting with it (a keyspace's data prefix first, for a
+    /// watch of a keyspace).
     pub prefix: Bytes,
+    /// How many bytes of each stored key the changes leave out (a
+    /// keyspace's data prefix: they name the keys as its procedures do).
+    pub strip: usize,
     /// The first committed position wanted (`None`: from now).
     pub from: Option<u64>,
     /// Tentative changes too.
@@ -55,7 +59,7 @@ pub struct WatchRequest {
     pub tx: WatchSender,
 }
 
-/// One committed op's changes outside Creek's internal keys.
+/// One committed op's changes outside Creek's own tables.
 struct Entry {
     position: u64,
     op: OpId,
@@ -65,6 +69,7 @@ struct Entry {
 
 struct Watcher {
     prefix: Bytes,
+    strip: usize,
     tentative: bool,
     /// Every committed position before it has been dealt with.
     cursor: u64,
@@ -85,22 +90,28 @@ pub fn compacted(asked: u64, oldest: u64) -> Status {
     s
 }
 
-/// The changes of `writes` under `prefix`, outside the internal keys.
-fn matching(prefix: &[u8], writes: &[Write]) -> Vec<pb::Change> {
+/// The changes of `writes` under `prefix`, their keys without their first
+/// `strip` bytes: a watch of the built-in data (`strip` 0) sees no key
+/// starting with 0x00, a watch of a keyspace (its data prefix stripped)
+/// only that keyspace's.
+fn matching(prefix: &[u8], strip: usize, writes: &[Write]) -> Vec<pb::Change> {
+    let user_key = |k: &[u8]| k.first() != Some(&creek_procs::registry::INTERNAL_KEY_PREFIX);
     writes
         .iter()
-        .filter(|(k, _)| k.starts_with(prefix) && !internal(k))
+        .filter(|(k, _)| k.starts_with(prefix) && (strip > 0 || user_key(k)))
         .map(|(k, v)| pb::Change {
-            key: k.clone(),
+            key: k.slice(strip..),
             deleted: v.is_none(),
             value: v.clone().unwrap_or_default(),
         })
         .collect()
 }
 
-/// A key of Creek's own tables (sessions, procedures).
+/// A key of Creek's own tables (sessions, procedures, definitions, users)
+/// — not a keyspace's data, which users write.
 fn internal(key: &[u8]) -> bool {
     key.first() == Some(&creek_procs::registry::INTERNAL_KEY_PREFIX)
+        && !key.starts_with(creek_procs::keyspace::DATA_PREFIX)
 }
 
 fn op_ref(op: OpId) -> pb::OpRef {
@@ -159,6 +170,7 @@ impl WatchHub {
         };
         self.watchers.push(Watcher {
             prefix: req.prefix,
+            strip: req.strip,
             tentative: req.tentative,
             cursor,
             progress: None,
@@ -245,7 +257,7 @@ impl WatchHub {
             if !w.tentative || w.cursor < self.pumped || w.tx.capacity() <= 1 {
                 continue;
             }
-            let changes = matching(&w.prefix, writes);
+            let changes = matching(&w.prefix, w.strip, writes);
             if changes.is_empty() {
                 continue;
             }
@@ -274,7 +286,7 @@ impl WatchHub {
             }
             let first = history.partition_point(|e| e.position < w.cursor);
             for e in history.range(first..) {
-                let changes = matching(&w.prefix, &e.writes);
+                let changes = matching(&w.prefix, w.strip, &e.writes);
                 if !changes.is_empty() {
                     if w.tx.capacity() <= 1 {
                         return true;
@@ -356,6 +368,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(WATCH_CHANNEL);
         hub.watch(WatchRequest {
             prefix: Bytes::from_static(b"a/"),
+            strip: 0,
             from: Some(0),
             tentative: false,
             tx,
@@ -381,6 +394,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(4);
         hub.watch(WatchRequest {
             prefix: Bytes::new(),
+            strip: 0,
             from: Some(0),
             tentative: false,
             tx,
@@ -414,6 +428,7 @@ mod tests {
         let e = hub
             .watch(WatchRequest {
                 prefix: Bytes::new(),
+                strip: 0,
                 from: Some(3),
                 tentative: false,
                 tx,
@@ -442,14 +457,47 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(8);
         hub.watch(WatchRequest {
             prefix: Bytes::new(),
+            strip: 0,
             from: Some(0),
             tentative: false,
             tx,
         })
         .expect("watch");
         let secret = (Bytes::from_static(b"\0sessions"), Some(Bytes::new()));
-        hub.on_changes(vec![committed(0, vec![secret])], 1);
+        let keyspace = put("\0ks/orders\0o1", "x");
+        hub.on_changes(vec![committed(0, vec![secret, keyspace])], 1);
         hub.pump();
         assert_eq!(drain(&mut rx), vec![(P, 1, 0)]);
+    }
+
+    #[test]
+    fn a_keyspace_watcher_gets_its_keyspace_keys_as_its_procedures_name_them() {
+        let mut hub = WatchHub::new(0, 1 << 20);
+        let (tx, mut rx) = mpsc::channel(8);
+        let prefix = creek_procs::keyspace::data_key("orders", b"o");
+        hub.watch(WatchRequest {
+            strip: prefix.len() - 1,
+            prefix,
+            from: Some(0),
+            tentative: false,
+            tx,
+        })
+        .expect("watch");
+        hub.on_changes(
+            vec![committed(
+                0,
+                vec![
+                    put("\0ks/orders\0o1", "x"),
+                    put("\0ks/orders\0p1", "y"),
+                    put("\0ks/other\0o1", "z"),
+                    put("o1", "plain"),
+                ],
+            )],
+            1,
+        );
+        hub.pump();
+        let got = rx.try_recv().expect("an event").expect("not an error");
+        let keys: Vec<&[u8]> = got.changes.iter().map(|c| c.key.as_ref()).collect();
+        assert_eq!(keys, [&b"o1"[..]]);
     }
 }

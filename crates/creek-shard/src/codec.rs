@@ -7,14 +7,20 @@
 //!              placement
 //!              count:varint { name:bytes placement }
 //!              count:varint { replica:varint client:bytes peer:bytes }   (version 2: the directory)
+//!              moved:varint (0 | 1 move | 2 move)                         (version 3: moves;
+//!                                                           1: in flight, 2: finishing)
+//! move       = (0 | 1 keyspace:bytes) keys from:varint to:varint
+//! keys       = 0 first_slot:varint end_slot:varint
+//!            | 1 first_key:bytes (0 | 1 end_key:bytes)
+//!            | 2
 //! placement  = 0 shard:varint
 //!            | 1 count:varint { first_slot:varint shard:varint }
 //!            | 2 count:varint { first_key:bytes shard:varint }
 //! bytes      = len:varint byte*
 //! ```
 //!
-//! Version 1 (a map without its directory's members) still decodes, with
-//! no directory. Decoding is bounded by the input (the one [`Reader`]) and ends with
+//! Versions 1 (a map without its directory's members) and 2 (without
+//! moves) still decode, with no directory and no moves. Decoding is bounded by the input (the one [`Reader`]) and ends with
 //! [`ShardMap::validate`]: what decodes is a valid map.
 
 use std::collections::BTreeMap;
@@ -22,11 +28,16 @@ use std::collections::BTreeMap;
 use bytes::{BufMut, Bytes};
 use creek_types::{DecodeError, Reader, Writer};
 
-use crate::{Endpoint, MapError, Placement, Shard, ShardId, ShardMap};
+use crate::{Endpoint, MapError, Move, MoveKeys, Placement, Shard, ShardId, ShardMap};
 
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 /// The first format, without the directory's members.
 const VERSION_1: u8 = 1;
+/// The second, without moves.
+const VERSION_2: u8 = 2;
+const SLOT_RANGE: u8 = 0;
+const KEY_RANGE: u8 = 1;
+const ALL_KEYS: u8 = 2;
 const PINNED: u8 = 0;
 const HASHED: u8 = 1;
 const RANGES: u8 = 2;
@@ -88,7 +99,48 @@ pub fn encode(map: &ShardMap) -> Bytes {
         put_placement(&mut out, p);
     }
     put_replicas(&mut out, &map.directory);
+    out.put_varint(map.moved);
+    match (&map.moving, &map.finishing) {
+        (Some(m), _) => {
+            out.put_u8(1);
+            put_move(&mut out, m);
+        }
+        (None, Some(m)) => {
+            out.put_u8(2);
+            put_move(&mut out, m);
+        }
+        (None, None) => out.put_u8(0),
+    }
     Bytes::from(out)
+}
+
+fn put_option(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        None => out.put_u8(0),
+        Some(b) => {
+            out.put_u8(1);
+            out.put_prefixed(b);
+        }
+    }
+}
+
+fn put_move(out: &mut Vec<u8>, m: &Move) {
+    put_option(out, m.keyspace.as_deref().map(str::as_bytes));
+    match &m.keys {
+        MoveKeys::Slots { first, end } => {
+            out.put_u8(SLOT_RANGE);
+            out.put_varint(u64::from(*first));
+            out.put_varint(u64::from(*end));
+        }
+        MoveKeys::Range { first, end } => {
+            out.put_u8(KEY_RANGE);
+            out.put_prefixed(first);
+            put_option(out, end.as_deref());
+        }
+        MoveKeys::All => out.put_u8(ALL_KEYS),
+    }
+    out.put_varint(u64::from(m.from.0));
+    out.put_varint(u64::from(m.to.0));
 }
 
 fn put_replicas(out: &mut Vec<u8>, shard: &Shard) {
@@ -129,7 +181,7 @@ fn put_placement(out: &mut Vec<u8>, p: &Placement) {
 pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
     let mut r = Reader::shared(bytes);
     let version = r.byte()?;
-    if version != VERSION && version != VERSION_1 {
+    if ![VERSION, VERSION_2, VERSION_1].contains(&version) {
         return Err(MapDecodeError::Version(version));
     }
     let cluster = r.varint()?;
@@ -160,6 +212,23 @@ pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
     } else {
         replicas(&mut r)?
     };
+    let (moved, moving, finishing) = if version == VERSION {
+        let moved = r.varint()?;
+        let offset = r.pos();
+        match r.byte()? {
+            0 => (moved, None, None),
+            1 => (moved, Some(read_move(&mut r)?), None),
+            2 => (moved, None, Some(read_move(&mut r)?)),
+            _ => {
+                return Err(MapDecodeError::Range {
+                    what: "a move's state",
+                    offset,
+                })
+            }
+        }
+    } else {
+        (0, None, None)
+    };
     r.finish()?;
     let map = ShardMap {
         cluster,
@@ -168,6 +237,9 @@ pub fn decode(bytes: &Bytes) -> Result<ShardMap, MapDecodeError> {
         default,
         keyspaces,
         directory,
+        moving,
+        finishing,
+        moved,
     };
     map.validate()?;
     Ok(map)
@@ -217,6 +289,45 @@ fn placement(r: &mut Reader<'_>) -> Result<Placement, MapDecodeError> {
         }
         tag => Err(MapDecodeError::Placement { tag, offset }),
     }
+}
+
+/// A flag byte, then `read`'s value if it is 1.
+fn option<T>(
+    r: &mut Reader<'_>,
+    read: impl FnOnce(&mut Reader<'_>) -> Result<T, MapDecodeError>,
+) -> Result<Option<T>, MapDecodeError> {
+    let offset = r.pos();
+    match r.byte()? {
+        0 => Ok(None),
+        1 => read(r).map(Some),
+        _ => Err(MapDecodeError::Range {
+            what: "a presence flag",
+            offset,
+        }),
+    }
+}
+
+fn read_move(r: &mut Reader<'_>) -> Result<Move, MapDecodeError> {
+    let keyspace = option(r, |r| text(r, "a keyspace name"))?;
+    let offset = r.pos();
+    let keys = match r.byte()? {
+        SLOT_RANGE => MoveKeys::Slots {
+            first: u16_of(r, "a slot")?,
+            end: u16_of(r, "a slot")?,
+        },
+        KEY_RANGE => MoveKeys::Range {
+            first: r.bytes()?,
+            end: option(r, |r| Ok(r.bytes()?))?,
+        },
+        ALL_KEYS => MoveKeys::All,
+        tag => return Err(MapDecodeError::Placement { tag, offset }),
+    };
+    Ok(Move {
+        keyspace,
+        keys,
+        from: ShardId(u16_of(r, "a shard id")?),
+        to: ShardId(u16_of(r, "a shard id")?),
+    })
 }
 
 fn repeated(what: &'static str, offset: usize) -> MapDecodeError {

@@ -33,13 +33,17 @@
 #![deny(missing_docs)]
 
 mod codec;
+mod moves;
 mod placement;
+mod rebalance;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 pub use codec::{decode, encode, MapDecodeError};
+pub use moves::{Move, MoveKeys};
 pub use placement::{prefix_end, slot_of, Placement, SLOTS};
+pub use rebalance::rebalance_slots;
 
 /// A shard's number in its cluster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -88,6 +92,17 @@ pub struct ShardMap {
     /// its state and orders its changes (empty: a map given to replicas as
     /// a file only).
     pub directory: Shard,
+    /// The keys on their way from one shard to another, if a move is in
+    /// flight (they belong to the shard they leave until it switches).
+    pub moving: Option<Move>,
+    /// The last move switched, until its mover has finished it (the
+    /// target executes under the switched map and the source deleted the
+    /// keys): no move begins meanwhile, so keys never move again before
+    /// the shard they went to holds them.
+    pub finishing: Option<Move>,
+    /// How many moves have switched since the cluster was formed: a map
+    /// with more has given keys other owners, one move at a time.
+    pub moved: u64,
 }
 
 /// Why a map is not valid, or a change to it is refused.
@@ -165,13 +180,33 @@ pub enum MapError {
         actual: u64,
     },
     /// A change that would give keys that have an owner another owner
-    /// (moving data between shards is not a map change).
+    /// other than by a move's switch.
     #[error(
-        "the change moves keys: {what} changes; moving keys between shards is not a map change"
+        "the change moves keys: {what}; keys change owner only when a move switches \
+         (creek admin move)"
     )]
     MovesKeys {
         /// Which placement, or which shard is dropped.
         what: String,
+    },
+    /// A move that cannot begin, or is not what the map holds.
+    #[error("moving {what}: {why}")]
+    BadMove {
+        /// The move.
+        what: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A switch or cancel with no move in flight.
+    #[error("no move is in flight")]
+    NoMove,
+    /// A shard dropped while it still owns keys (or is not listed).
+    #[error("shard {} cannot be removed: {why}", .shard.0)]
+    ShardNotEmpty {
+        /// The shard.
+        shard: ShardId,
+        /// Why not.
+        why: String,
     },
 }
 
@@ -216,6 +251,9 @@ impl ShardMap {
             default: Placement::Pinned(ShardId(0)),
             keyspaces: BTreeMap::new(),
             directory: Shard::default(),
+            moving: None,
+            finishing: None,
+            moved: 0,
         }
     }
 
@@ -229,6 +267,9 @@ impl ShardMap {
             default: Placement::even_slots(shards),
             keyspaces: BTreeMap::new(),
             directory: Shard::default(),
+            moving: None,
+            finishing: None,
+            moved: 0,
         }
     }
 
@@ -321,6 +362,25 @@ impl ShardMap {
                 });
             }
         }
+        if let Some(m) = &self.moving {
+            m.validate(self)?;
+        }
+        if let Some(m) = &self.finishing {
+            if self.moving.is_some() {
+                return Err(MapError::BadMove {
+                    what: m.to_string(),
+                    why: "a move is in flight while the last one is finishing".into(),
+                });
+            }
+            for shard in [m.from, m.to] {
+                if !self.shards.contains_key(&shard) {
+                    return Err(MapError::BadMove {
+                        what: m.to_string(),
+                        why: format!("the map does not list shard {}", shard.0),
+                    });
+                }
+            }
+        }
         Ok(())
     }
 
@@ -330,12 +390,22 @@ impl ShardMap {
     /// stay as they are and no shard is dropped. New keyspace placements,
     /// new shards, and changes of members and addresses (of shards and of
     /// the directory) are what a change may bring.
+    ///
+    /// Keys change owner only through a move's steps (`moves.rs`): one
+    /// begins, switches or is cancelled, or a shard that owns nothing is
+    /// dropped.
     pub fn check_next(&self, next: &ShardMap) -> Result<(), MapError> {
         if next.cluster == self.cluster && next.epoch != self.epoch + 1 {
             return Err(MapError::EpochNotNext {
                 expected: self.epoch + 1,
                 actual: next.epoch,
             });
+        }
+        if next.cluster == self.cluster {
+            if let Some(step) = self.check_move_step(next) {
+                next.validate()?;
+                return step;
+            }
         }
         self.check_later(next)
     }
@@ -354,9 +424,10 @@ impl ShardMap {
 
     /// Whether `next`, a map of any later epoch, may have come from this
     /// one by changes [`ShardMap::check_next`] allows: the same cluster, a
-    /// greater epoch, a valid map, and every key with the owner it has here.
-    /// What a replica or client that skipped epochs checks of the map it
-    /// adopts.
+    /// greater epoch, a valid map, and every key with the owner it has here
+    /// — unless moves switched in between (each checked as the directory
+    /// ordered it). What a replica or client that skipped epochs checks of
+    /// the map it adopts.
     pub fn check_later(&self, next: &ShardMap) -> Result<(), MapError> {
         if next.cluster != self.cluster {
             return Err(MapError::OtherCluster {
@@ -371,6 +442,17 @@ impl ShardMap {
             });
         }
         next.validate()?;
+        if next.moved > self.moved {
+            return Ok(());
+        }
+        if next.moved < self.moved {
+            return Err(MapError::MovesKeys {
+                what: format!(
+                    "it counts {} moves switched, this map {}",
+                    next.moved, self.moved
+                ),
+            });
+        }
         if next.default != self.default {
             return Err(MapError::MovesKeys {
                 what: "the default placement".into(),
@@ -383,10 +465,13 @@ impl ShardMap {
                 });
             }
         }
-        if let Some(gone) = self.shards.keys().find(|s| !next.shards.contains_key(s)) {
-            return Err(MapError::MovesKeys {
-                what: format!("shard {} is dropped", gone.0),
-            });
+        let dropped = self.shards.keys().filter(|s| !next.shards.contains_key(s));
+        for gone in dropped {
+            if let Some(why) = self.keys_of(*gone) {
+                return Err(MapError::MovesKeys {
+                    what: format!("shard {} is dropped and {why}", gone.0),
+                });
+            }
         }
         Ok(())
     }
@@ -430,5 +515,7 @@ impl ShardMap {
     }
 }
 
+#[cfg(test)]
+mod moves_tests;
 #[cfg(test)]
 mod tests;

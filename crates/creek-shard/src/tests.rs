@@ -25,6 +25,12 @@ fn two_shards() -> ShardMap {
         let replicas = ids.map(|r| (r, endpoint(7000 + r))).collect();
         map.shards.insert(shard, Shard { replicas });
     }
+    with_keyspaces(map)
+}
+
+/// `map` with keyspace `orders` by ranges (shard 0 below "m", shard 1
+/// from it) and `config` pinned on shard 1; checked.
+pub(crate) fn with_keyspaces(mut map: ShardMap) -> ShardMap {
     map.keyspaces.insert(
         "orders".into(),
         Placement::Ranges(vec![(Bytes::new(), s(0)), (Bytes::from_static(b"m"), s(1))]),
@@ -244,8 +250,13 @@ fn encodes_and_decodes() {
 #[test]
 fn the_first_format_decodes_without_a_directory() {
     let map = two_shards();
-    // Version 1 is version 2 without the directory's count at the end.
-    let mut v1 = encode(&map).to_vec();
+    // Version 2 is version 3 without the moves (a count and a flag) at
+    // the end; version 1 is version 2 without the directory's count.
+    let mut v2 = encode(&map).to_vec();
+    v2[0] = 2;
+    v2.truncate(v2.len() - 2);
+    assert_eq!(decode(&Bytes::from(v2.clone())).unwrap(), map);
+    let mut v1 = v2;
     v1[0] = 1;
     v1.pop();
     assert_eq!(decode(&Bytes::from(v1)).unwrap(), map);
@@ -386,8 +397,8 @@ fn malformed_bytes_are_refused_with_the_reason() {
     ));
     // A keyspace listed twice (the encoding of a map is canonical: each
     // once, in order).
-    // The encoding ends with the keyspace count, the keyspaces and the
-    // directory's (empty) replica count.
+    // The encoding ends with the keyspace count, the keyspaces, the
+    // directory's (empty) replica count and the moves (none).
     let base = encode(&ShardMap {
         keyspaces: BTreeMap::new(),
         ..map.clone()
@@ -397,13 +408,14 @@ fn malformed_bytes_are_refused_with_the_reason() {
         keyspaces: [("config".to_owned(), Placement::Pinned(s(1)))].into(),
         ..map.clone()
     });
-    let head = base.len() - 2;
+    let tail = [0, 0, 0];
+    let head = base.len() - 1 - tail.len();
     // The keyspace count from 2 to 3, "config" again after the others.
     let mut twice = base[..head].to_vec();
     twice.push(3);
-    twice.extend_from_slice(&full[head + 1..full.len() - 1]);
-    twice.extend_from_slice(&one[head + 1..one.len() - 1]);
-    twice.push(0);
+    twice.extend_from_slice(&full[head + 1..full.len() - tail.len()]);
+    twice.extend_from_slice(&one[head + 1..one.len() - tail.len()]);
+    twice.extend_from_slice(&tail);
     assert!(matches!(
         decode(&Bytes::from(twice)),
         Err(MapDecodeError::Repeated {

@@ -203,6 +203,10 @@ pub struct SimConfig {
     /// changes: a replica rebuilt from a checkpoint would not carry its
     /// ordering state).
     pub mpo_order: creek_core::MpoOrder,
+    /// On a sharded cluster, how many moves of keys between shards run
+    /// one after another while the clients run (the reshard fault class,
+    /// `sim/moves.rs`); 0: none.
+    pub moves: usize,
     /// The share of the workload's read-only ops a session issues at the
     /// snapshot level (docs/snapshot-reads.md), each to a random replica
     /// of its shard with the session's read time: a weak one with its
@@ -307,6 +311,7 @@ impl Default for SimConfig {
             shards: 1,
             cross_shard: 0.0,
             mpo_order: creek_core::MpoOrder::Sequencer,
+            moves: 0,
             snapshot_reads: 0.0,
             stable_every_us: 0,
             cores: 4,
@@ -362,6 +367,19 @@ impl SimConfig {
             let f = &self.faults;
             if f.crash || f.disk || f.wipes > 0 || f.members || f.partition {
                 return Err("the genuine multicast runs without crashes, disk faults, partitions or membership changes (a replica rebuilt from a checkpoint would not carry its ordering state): use --faults loss,clock or none".into());
+            }
+        }
+        if self.moves > 0 {
+            if self.shards < 2 || self.protocol != Protocol::Creek {
+                return Err(
+                    "moves of keys need a sharded Creek cluster: --shards 2 or more".into(),
+                );
+            }
+            if self.mpo_order != creek_core::MpoOrder::Sequencer
+                || self.snapshot_reads > 0.0
+                || !["kv", "bank"].contains(&self.workload.as_str())
+            {
+                return Err("moves of keys run with the kv or bank workload, the sequencer, and no snapshot reads".into());
             }
         }
         if !(0.0..=1.0).contains(&self.snapshot_reads) {

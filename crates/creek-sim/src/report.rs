@@ -7,7 +7,9 @@ use bytes::Bytes;
 use creek_check::history::History;
 use creek_check::run::{check_run, Check, ReplicaEnd, RunEnd};
 use creek_core::ViewKind;
-use creek_shard::{RouteError, ShardId};
+use std::sync::Arc;
+
+use creek_shard::{RouteError, ShardId, ShardMap};
 use serde_json::{json, Value};
 
 use crate::config::SimConfig;
@@ -55,7 +57,7 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
             creek_check::snapshot::check_read_your_writes(&out.history, &out.client_reads),
         ));
     }
-    if cfg.shards > 1 && cfg.cross_shard > 0.0 {
+    if cfg.shards > 1 && (cfg.cross_shard > 0.0 || cfg.moves > 0) {
         for check in cross_shard_check(cfg, out) {
             merge(&mut merged, check);
         }
@@ -196,12 +198,13 @@ fn directory_checks(cfg: &SimConfig, out: &Outcome, dir: &DirectoryEnd) -> Vec<C
     checks
 }
 
-/// Whether shard `s` keeps record `key` of the workload's data: it owns
-/// it, or every shard keeps it ([`Workload::record_route`]).
-fn owns(out: &Outcome, s: usize, key: &Bytes) -> bool {
+/// Whether shard `s` keeps record `key` of the workload's data under
+/// `map`: it owns it, or every shard keeps it
+/// ([`Workload::record_route`]).
+fn owns(out: &Outcome, map: &ShardMap, s: usize, key: &Bytes) -> bool {
     out.workload
         .record_route(key)
-        .is_none_or(|(ks, k)| usize::from(out.map.owner(ks.as_deref(), &k).0) == s)
+        .is_none_or(|(ks, k)| usize::from(map.owner(ks.as_deref(), &k).0) == s)
 }
 
 /// The checks of shard `s`: its replicas, the ops invoked at them and
@@ -209,7 +212,7 @@ fn owns(out: &Outcome, s: usize, key: &Bytes) -> bool {
 fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
     let slots = out.shard_slots(s);
-    let owned = |key: &Bytes| cfg.shards == 1 || owns(out, s, key);
+    let owned = |key: &Bytes| cfg.shards == 1 || owns(out, &out.map, s, key);
     let initial_state = if out.preloaded {
         workload
             .preload()
@@ -228,11 +231,15 @@ fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
     let invariants = |h: &History, state: &BTreeMap<Bytes, Bytes>| {
         if cfg.shards == 1 {
             workload.check(h, state)
+        } else if cfg.moves > 0 {
+            // Keys changed shards: the workload's invariants hold over the
+            // whole cluster (`cross_shard_check`).
+            Vec::new()
         } else {
             workload.check_shard(&out.map, shard, h, state)
         }
     };
-    let across = cfg.cross_shard > 0.0;
+    let across = cfg.cross_shard > 0.0 || cfg.moves > 0;
     check_run(
         run,
         &|c| if across { Vec::new() } else { workload.keys(c) },
@@ -249,25 +256,38 @@ fn shard_checks(cfg: &SimConfig, out: &Outcome, s: usize) -> Vec<Check> {
 fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     let workload: &dyn Workload = out.workload.as_ref();
     let mut state = BTreeMap::new();
-    for s in 0..out.map.shards.len() {
+    for s in 0..out.shard_groups() {
         let Some(i) = reference_replica(out, s) else {
             continue;
         };
-        // Each record from its owner (a table every shard keeps, from
-        // each: they hold the same).
+        // Each record from its owner at the end (a table every shard
+        // keeps, from each: they hold the same).
         let owned = out.nodes[i].committed_state().into_iter().filter(|(k, _)| {
-            k.first() != Some(&creek_procs::registry::INTERNAL_KEY_PREFIX) && owns(out, s, k)
+            k.first() != Some(&creek_procs::registry::INTERNAL_KEY_PREFIX)
+                && owns(out, &out.final_map, s, k)
         });
         state.extend(owned);
     }
     // Every shard's ops together, each MPO as the client's call it runs
     // (its keys on several shards): the workload's invariants and
     // linearizability judge them.
+    // The movers' ops copy data between shards: a key's history is the
+    // clients' ops on it, wherever they ran. An op refused because its
+    // keys had moved (`WRONG_SHARD`, recorded nowhere) took effect
+    // nowhere: it is left out, as ops refused as expired are.
+    let moved_away = |r: &creek_check::history::OpRecord| {
+        r.final_view().is_some_and(|v| {
+            v.outcome
+                .as_ref()
+                .is_err_and(|a| a.0.starts_with(creek_procs::ownership::WRONG_SHARD))
+        })
+    };
     let history = History {
         ops: out
             .history
             .ops
             .iter()
+            .filter(|r| !crate::sim::is_mover(r.client) && !moved_away(r))
             .map(|r| match creek_procs::mpo::MpoCall::decode(&r.call.args) {
                 Ok(mpo) if r.call.name.as_ref() == creek_procs::mpo::RUN => {
                     creek_check::history::OpRecord {
@@ -324,7 +344,7 @@ fn reference_replica(out: &Outcome, s: usize) -> Option<usize> {
 fn mpo_time_violations(out: &Outcome) -> Vec<String> {
     use creek_procs::mpo::{MpoCall, MpoId, RUN};
     let mut times: BTreeMap<MpoId, BTreeMap<usize, u64>> = BTreeMap::new();
-    for s in 0..out.map.shards.len() {
+    for s in 0..out.shard_groups() {
         let Some(i) = reference_replica(out, s) else {
             continue;
         };
@@ -361,7 +381,7 @@ fn mpo_order_violations(out: &Outcome) -> Vec<String> {
     use creek_procs::mpo::{MpoCall, MpoId, RUN};
     let mut edges: BTreeMap<MpoId, BTreeSet<MpoId>> = BTreeMap::new();
     let mut nodes: BTreeSet<MpoId> = BTreeSet::new();
-    for s in 0..out.map.shards.len() {
+    for s in 0..out.shard_groups() {
         let Some(i) = reference_replica(out, s) else {
             continue;
         };
@@ -421,7 +441,7 @@ fn mpo_order_violations(out: &Outcome) -> Vec<String> {
 fn mpo_outcome_violations(out: &Outcome) -> Vec<String> {
     use creek_procs::mpo::{MpoCall, MpoId, RUN};
     let mut outcomes: BTreeMap<MpoId, Vec<(usize, creek_exec::Outcome)>> = BTreeMap::new();
-    for s in 0..out.map.shards.len() {
+    for s in 0..out.shard_groups() {
         let Some(i) = reference_replica(out, s) else {
             continue;
         };
@@ -437,7 +457,7 @@ fn mpo_outcome_violations(out: &Outcome) -> Vec<String> {
             out.workload
                 .preload()
                 .into_iter()
-                .filter(|(k, _)| owns(out, s, k))
+                .filter(|(k, _)| owns(out, &out.map, s, k))
                 .collect()
         } else {
             BTreeMap::new()
@@ -476,16 +496,31 @@ fn mpo_outcome_violations(out: &Outcome) -> Vec<String> {
 pub fn ownership_violations(out: &Outcome) -> Vec<String> {
     let workload: &dyn Workload = out.workload.as_ref();
     let shard_of_slot = |i: usize| i / out.per_shard;
-    let owner = |call: &creek_types::ProcCall| {
+    // With moves, an op may run on any shard that owned its keys in one
+    // of the maps the directory held meanwhile (the check at execution
+    // refuses it where the shard's own state says otherwise; linearizability
+    // across the cluster judges the rest).
+    let seed = [out.map.clone()];
+    let maps: &[Arc<ShardMap>] = if out.move_maps.is_empty() {
+        &seed
+    } else {
+        &out.move_maps
+    };
+    let owner = |call: &creek_types::ProcCall, shard: usize| {
         let keys = workload.route_keys(call);
-        out.map
-            .route(keys.iter().map(|(ks, k)| (ks.as_deref(), &k[..])))
-            .map(|s| usize::from(s.0))
+        let route = |map: &ShardMap| {
+            map.route(keys.iter().map(|(ks, k)| (ks.as_deref(), &k[..])))
+                .map(|s| usize::from(s.0))
+        };
+        maps.iter()
+            .map(|m| route(m))
+            .find(|r| *r == Ok(shard))
+            .unwrap_or_else(|| route(&maps[0]))
     };
     let mut violations = Vec::new();
     // No shard's data holds a key another shard owns (an operation across
     // shards installs only the writes of the keys its shard owns).
-    for s in 0..out.map.shards.len() {
+    for s in 0..out.shard_groups() {
         for i in out
             .shard_slots(s)
             .filter(|&i| out.members[i] && out.nodes[i].is_up())
@@ -493,7 +528,7 @@ pub fn ownership_violations(out: &Outcome) -> Vec<String> {
             let owner = |k: &Bytes| {
                 workload
                     .record_route(k)
-                    .map(|(ks, k)| usize::from(out.map.owner(ks.as_deref(), &k).0))
+                    .map(|(ks, k)| usize::from(out.final_map.owner(ks.as_deref(), &k).0))
             };
             let foreign = out.nodes[i].committed_state().into_keys().find_map(|k| {
                 let user = k.first() != Some(&creek_procs::registry::INTERNAL_KEY_PREFIX);
@@ -512,30 +547,31 @@ pub fn ownership_violations(out: &Outcome) -> Vec<String> {
     let own = |call: &creek_types::ProcCall| {
         [creek_procs::session::EXPIRE, creek_procs::void::VOID].contains(&&*call.name)
     };
-    let mut judge = |what: String, call: &creek_types::ProcCall, shard: usize| match owner(call) {
-        _ if own(call) => {}
-        // A shard's copy of an operation across shards runs on a shard it
-        // involves.
-        _ if call.name.as_ref() == creek_procs::mpo::RUN => {
-            match creek_procs::mpo::MpoCall::decode(&call.args) {
-                Ok(mpo) if mpo.parts.iter().any(|p| p.shard as usize == shard) => {}
-                Ok(mpo) => violations.push(format!(
-                    "{what} ({}, {}) ran on shard {shard}, which it does not involve",
-                    call.name, mpo.id
-                )),
-                Err(_) => {}
+    let mut judge =
+        |what: String, call: &creek_types::ProcCall, shard: usize| match owner(call, shard) {
+            _ if own(call) => {}
+            // A shard's copy of an operation across shards runs on a shard it
+            // involves.
+            _ if call.name.as_ref() == creek_procs::mpo::RUN => {
+                match creek_procs::mpo::MpoCall::decode(&call.args) {
+                    Ok(mpo) if mpo.parts.iter().any(|p| p.shard as usize == shard) => {}
+                    Ok(mpo) => violations.push(format!(
+                        "{what} ({}, {}) ran on shard {shard}, which it does not involve",
+                        call.name, mpo.id
+                    )),
+                    Err(_) => {}
+                }
             }
-        }
-        Ok(s) if s != shard => violations.push(format!(
-            "{what} ({}) ran on shard {shard}; shard {s} owns its keys",
-            call.name
-        )),
-        Err(RouteError::Spans { shards }) => violations.push(format!(
-            "{what} ({}) ran on shard {shard}; its keys span shards {shards:?}",
-            call.name
-        )),
-        _ => {}
-    };
+            Ok(s) if s != shard => violations.push(format!(
+                "{what} ({}) ran on shard {shard}; shard {s} owns its keys",
+                call.name
+            )),
+            Err(RouteError::Spans { shards }) => violations.push(format!(
+                "{what} ({}) ran on shard {shard}; its keys span shards {shards:?}",
+                call.name
+            )),
+            _ => {}
+        };
     for r in &out.history.ops {
         let what = match r.id {
             Some(id) => format!("op {id} invoked at replica {}", r.replica),
@@ -544,7 +580,7 @@ pub fn ownership_violations(out: &Outcome) -> Vec<String> {
         judge(what, &r.call, shard_of_slot(r.replica));
     }
     // The shards' replicas (the directory's run only `directory.*`).
-    let shard_slots = out.map.shards.len() * out.per_shard;
+    let shard_slots = out.shard_groups() * out.per_shard;
     for (i, node) in out.nodes[..shard_slots].iter().enumerate() {
         for id in node.committed() {
             if let Some(op) = out.ops.get(id) {
@@ -734,6 +770,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
 pub fn simulate(cfg: &SimConfig) -> Result<(Value, bool), String> {
     let config = crate::workload::WorkloadConfig {
         cross_shard: cfg.cross_shard,
+        ranges: cfg.shards <= 1,
         ..crate::workload::WorkloadConfig::default()
     };
     let workload = crate::workload::by_name(&cfg.workload, &config)?;

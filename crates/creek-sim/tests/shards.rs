@@ -375,6 +375,78 @@ fn planted_mpo_bugs_are_caught() {
     }
 }
 
+/// Keys move between shards under load and every fault class (the
+/// reshard fault class): every move finishes, and the checks across the
+/// whole cluster pass, with operations across shards among the ops.
+#[test]
+fn moves_of_keys_under_load_pass_every_check() {
+    for (workload, cross_shard, seed) in [("kv", 0.0, 1), ("bank", 0.3, 2), ("bank", 0.3, 3)] {
+        let cfg = SimConfig {
+            moves: 3,
+            cross_shard,
+            duration_us: 400_000,
+            ..config(workload, seed)
+        };
+        let (report, ok) = simulate(&cfg).unwrap();
+        assert!(ok, "{workload} seed {seed}: {}", report["violations"]);
+        // Moves begin while the clients run, and every one begun finished
+        // (a run settles only then).
+        let ended = report["faults"]["moves_ended"].as_u64().unwrap_or(0);
+        assert!(ended >= 1, "{}", report["faults"]);
+        assert_eq!(report["checks"]["linearizable"], true);
+        assert_eq!(report["checks"]["ownership"], true);
+    }
+}
+
+/// On three shards, the run adds the third while keys move (it starts
+/// outside the map), moves keys to and from it, then drains a shard and
+/// drops it from the map, under every fault class.
+#[test]
+fn a_shard_is_added_and_another_drained_and_dropped_under_load() {
+    let cfg = SimConfig {
+        shards: 3,
+        moves: 3,
+        cross_shard: 0.3,
+        duration_us: 600_000,
+        ..config("bank", 5)
+    };
+    let (report, ok) = simulate(&cfg).unwrap();
+    assert!(ok, "{}", report["violations"]);
+    assert_eq!(report["faults"]["shards_added"], 1, "{}", report["faults"]);
+    assert_eq!(
+        report["faults"]["shards_dropped"], 1,
+        "{}",
+        report["faults"]
+    );
+    assert_eq!(report["checks"]["linearizable"], true);
+}
+
+/// Each planted bug of moves is caught within 20 seeds (moves under load,
+/// every fault class).
+#[test]
+fn planted_move_bugs_are_caught() {
+    for (name, bug) in creek_types::planted::Bug::ALL
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("move-"))
+    {
+        let caught = (0..20).find_map(|seed| {
+            let cfg = SimConfig {
+                moves: 3,
+                plant_bug: Some(bug),
+                duration_us: 400_000,
+                ..config("kv", seed)
+            };
+            let (report, ok) = simulate(&cfg).unwrap();
+            (!ok).then(|| (seed, report["violations"][0].to_string()))
+        });
+        eprintln!("{name}: caught at {caught:?}");
+        assert!(
+            caught.is_some(),
+            "planted bug {name} went unnoticed in 20 seeds"
+        );
+    }
+}
+
 /// Many seeds of transfers across shards under every fault class (run by
 /// hand: `MPO_SEEDS=0..40 cargo test -p creek-sim --test shards mpo_seeds -- --ignored`).
 #[test]

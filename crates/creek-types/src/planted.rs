@@ -75,11 +75,22 @@ pub enum Bug {
     /// A replica's stable times follow the last reports and publications
     /// it heard, not the largest: they may go back.
     StableTimeRegresses,
+    /// A move of keys switches ownership before its copy caught up: the
+    /// target takes the keys with the copy of the last round before the
+    /// switch, missing what the source committed since.
+    MoveSwitchBeforeCaughtUp,
+    /// The shard a move takes keys from keeps executing ops on them after
+    /// the switch (it never adopts the switched map).
+    MoveSourceKeepsServing,
+    /// Installing a version never invalidates the scans whose range holds
+    /// its key (phantoms: a scan misses a key put into its range by an op
+    /// before it); point reads are still invalidated.
+    SkipScanInvalidation,
 }
 
 impl Bug {
     /// Every planted bug with its command-line name (`--plant-bug`).
-    pub const ALL: [(&'static str, Bug); 15] = [
+    pub const ALL: [(&'static str, Bug); 18] = [
         ("skip-invalidation", Bug::SkipInvalidation),
         ("deliver-without-cab", Bug::DeliverWithoutCab),
         ("ignore-causal-context", Bug::IgnoreCausalContext),
@@ -95,6 +106,12 @@ impl Bug {
         ("snapshot-ignores-read-time", Bug::SnapshotIgnoresReadTime),
         ("snapshot-drops-client-cache", Bug::SnapshotDropsClientCache),
         ("stable-time-regresses", Bug::StableTimeRegresses),
+        (
+            "move-switch-before-caught-up",
+            Bug::MoveSwitchBeforeCaughtUp,
+        ),
+        ("move-source-keeps-serving", Bug::MoveSourceKeepsServing),
+        ("skip-scan-invalidation", Bug::SkipScanInvalidation),
     ];
 
     /// Parse a command-line name.
@@ -110,8 +127,8 @@ impl Bug {
     }
 
     /// The bug's bit in a [`PlantedBugs`].
-    const fn bit(self) -> u16 {
-        1 << self as u16
+    const fn bit(self) -> u32 {
+        1 << self as u32
     }
 }
 
@@ -125,7 +142,7 @@ pub struct NotBuilt;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlantedBugs {
     /// One bit per [`Bug`] planted.
-    bits: u16,
+    bits: u32,
 }
 
 impl PlantedBugs {
@@ -169,7 +186,7 @@ mod tests {
 
     #[test]
     fn every_bug_has_its_own_bit_and_name() {
-        let mut seen = 0u16;
+        let mut seen = 0u32;
         for (name, bug) in Bug::ALL {
             assert_eq!(seen & bug.bit(), 0, "{name} shares a bit");
             seen |= bug.bit();

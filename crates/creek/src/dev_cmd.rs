@@ -8,9 +8,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use creek_client::Levels;
 use creek_harness::launcher::{Cluster, Launch, OnDrop, Signal};
 use creek_harness::ports;
 use creek_server::{ReplicaAddr, Server, ServerConfig};
+use creek_types::value::Value;
 
 use crate::serve_cmd::{self, LogArgs, LogFormat};
 
@@ -74,6 +76,14 @@ pub enum DevAction {
     /// is written to DATA_DIR/rN.toml (`creek serve --config` restarts it,
     /// and so does the next `creek dev`).
     AddReplica,
+    /// Add a shard to the running sharded `creek dev` cluster (with the
+    /// same flags, `--shards` included): its replicas (as many as each
+    /// shard has) run in this process under the next free ids, on the
+    /// next ports, listed in the directory's map owning no key yet, and
+    /// serve until Ctrl-C. Give it keys with `creek shards rebalance`.
+    /// Their configurations are written to DATA_DIR/rN.toml (`creek serve
+    /// --config` restarts them).
+    AddShard,
 }
 
 const HELP: &str = "\
@@ -95,6 +105,14 @@ pub fn dev(args: &DevArgs, log: &LogArgs) -> Result<(), String> {
                 .into());
         }
         return add_replica(args);
+    }
+    if let Some(DevAction::AddShard) = args.action {
+        if args.shards < 2 {
+            return Err(
+                "add-shard grows a sharded dev cluster (started with --shards 2 or more)".into(),
+            );
+        }
+        return add_shard(args);
     }
     if !(1..=SHARDS_MAX).contains(&args.shards) {
         return Err(format!(
@@ -296,9 +314,15 @@ impl DevCluster {
                 self.procs.len()
             );
         }
+        // With TLS the HTTP port is HTTPS, with the replicas' certificates.
+        let scheme = if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         for (i, metrics) in self.metrics.iter().enumerate() {
             let metrics = metrics
-                .map(|a| format!("   console http://{a}/   metrics http://{a}/metrics"))
+                .map(|a| format!("   console {scheme}://{a}/   metrics {scheme}://{a}/metrics"))
                 .unwrap_or_default();
             let in_shards = usize::from(self.shards * self.replicas);
             let shard = if self.shards > 1 && i >= in_shards {
@@ -316,9 +340,16 @@ impl DevCluster {
         }
         if let Some(a) = self.metrics.first().copied().flatten() {
             println!(
-                "open http://{a}/ for the live console (every replica serves one; it shows a \
+                "open {scheme}://{a}/ for the live console (every replica serves one; it shows a \
                  stopped or killed replica as down)"
             );
+            if let Some(dir) = &self.certs {
+                println!(
+                    "  (a browser that does not trust {}/ca.crt warns first; the page asks for \
+                     the root token)",
+                    dir.display()
+                );
+            }
         }
         let endpoints = self.endpoints_export();
         if let Some(dir) = &self.certs {
@@ -620,6 +651,128 @@ fn add_replica(args: &DevArgs) -> Result<(), String> {
             file.display()
         );
         serve_cmd::serve_until_stopped(server, panics, false).await
+    })
+}
+
+/// `creek dev add-shard`: list a new shard in the directory's map, then
+/// run its replicas here until Ctrl-C.
+fn add_shard(args: &DevArgs) -> Result<(), String> {
+    if args.secure {
+        return Err(
+            "`creek dev --secure add-shard` is not supported yet: start the shard's replicas \
+             with `creek serve` and list them with `creek shards add-shard`"
+                .into(),
+        );
+    }
+    let first = port_at(args.client_port, 0)?.to_string();
+    serve_cmd::run_server(creek_server::default_io_threads(), |panics| async move {
+        let cluster = creek_client::Cluster::connect([first.clone()])
+            .await
+            .map_err(|e| format!("no `creek dev` replica answered at {first}: {e}"))?;
+        let directory = cluster
+            .directory()
+            .await
+            .map_err(|e| format!("the directory does not answer: {e}"))?
+            .ok_or("this dev cluster has no directory: start it with --shards 2 or more")?;
+        let strong = |name: &'static str, call_args: Vec<Value>| {
+            let directory = directory.clone();
+            async move {
+                let op = directory
+                    .invoke(name, call_args, Levels::Strong)
+                    .await
+                    .map_err(|e| format!("{name}: {e}"))?;
+                let view = op.final_view().await.map_err(|e| format!("{name}: {e}"))?;
+                view.outcome.map_err(|abort| format!("{name}: {abort}"))
+            }
+        };
+        let Value::Bytes(held) = strong("directory.map", Vec::new()).await? else {
+            return Err("the directory holds no map yet: try again in a moment".into());
+        };
+        let map = creek_shard::decode(&held).map_err(|e| e.to_string())?;
+        let shard = creek_shard::ShardId(map.shards.keys().map(|s| s.0).max().unwrap_or(0) + 1);
+        let last_id = map
+            .shards
+            .values()
+            .chain(std::iter::once(&map.directory))
+            .flat_map(|g| g.replicas.keys().copied())
+            .max()
+            .unwrap_or(0);
+        let mut group = Vec::new();
+        for id in (last_id + 1..).take(usize::from(args.replicas.max(1))) {
+            group.push(ReplicaAddr {
+                id,
+                peer_addr: port_at(args.peer_port, id - 1)?,
+                client_addr: port_at(args.client_port, id - 1)?,
+            });
+        }
+        let mut next = map.clone();
+        next.shards.insert(
+            shard,
+            creek_shard::Shard {
+                replicas: group
+                    .iter()
+                    .map(|r| {
+                        let endpoint = creek_shard::Endpoint {
+                            client: r.client_addr.to_string(),
+                            peer: r.peer_addr.to_string(),
+                        };
+                        (r.id, endpoint)
+                    })
+                    .collect(),
+            },
+        );
+        next.epoch += 1;
+        let epoch = i64::try_from(map.epoch).unwrap_or(i64::MAX);
+        strong(
+            "directory.set",
+            vec![Value::Int(epoch), Value::Bytes(creek_shard::encode(&next))],
+        )
+        .await?;
+        let mut servers = Vec::new();
+        for r in &group {
+            let dir = args.data_dir.join(format!("r{}", r.id));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            let map_file = dir.join("shard-map.bin");
+            std::fs::write(&map_file, creek_shard::encode(&next))
+                .map_err(|e| format!("writing {}: {e}", map_file.display()))?;
+            let mut config = ServerConfig::new(r.id, group.clone(), dir);
+            config.workers = 1;
+            config.shard_map = Some(map_file);
+            config.allow_fault_injection = args.allow_fault_injection;
+            if args.metrics_port != 0 {
+                config.metrics_addr = Some(port_at(args.metrics_port, r.id - 1)?);
+            }
+            config.validate().map_err(|e| e.to_string())?;
+            let file = args.data_dir.join(format!("r{}.toml", r.id));
+            let toml = config.to_toml().map_err(|e| e.to_string())?;
+            std::fs::write(&file, toml).map_err(|e| format!("writing {}: {e}", file.display()))?;
+            servers.push(Server::start(config).await.map_err(|e| e.to_string())?);
+        }
+        let ids: Vec<String> = group.iter().map(|r| r.id.to_string()).collect();
+        println!(
+            "creek dev: shard {} added (replicas {}, map epoch {}), owning no key yet: give it \
+             keys with `creek shards rebalance --addr {first}`. Ctrl-C stops its replicas; \
+             restart one with creek serve --config DATA_DIR/rN.toml",
+            shard.0,
+            ids.join(", "),
+            next.epoch
+        );
+        let mut rest = Vec::new();
+        let last = servers.pop().ok_or("no replica to run")?;
+        for server in servers {
+            rest.push(tokio::spawn(serve_cmd::serve_until_stopped(
+                server,
+                panics.clone(),
+                false,
+            )));
+        }
+        let mut result = serve_cmd::serve_until_stopped(last, panics, false).await;
+        for r in rest {
+            let done = r.await.map_err(|e| e.to_string()).and_then(|r| r);
+            result = result.and(done);
+        }
+        result
     })
 }
 

@@ -10,6 +10,7 @@ mod call_cmd;
 mod certs_cmd;
 mod dev_cmd;
 mod keyspace_cmd;
+mod kv_cmd;
 mod proc_cmd;
 mod reference_cmd;
 mod serve_cmd;
@@ -53,6 +54,12 @@ enum Command {
     Sim(sim_cmd::Args),
     /// Invoke a procedure on a running cluster and print each view as it arrives.
     Call(call_cmd::Args),
+    /// Read a key, or the keys of a prefix or a range (`--prefix`,
+    /// `--from-key`, `--range-end`), as `etcdctl get` does.
+    Get(kv_cmd::GetArgs),
+    /// Delete a key, or the keys of a prefix or a range, and print how
+    /// many were deleted, as `etcdctl del` does.
+    Del(kv_cmd::DelArgs),
     /// Print each replica's role, term, log lengths and counters, and
     /// whether the group has a quorum (exit code 3: a member down, 4: no
     /// quorum).
@@ -70,6 +77,9 @@ enum Command {
     User(user_cmd::UserArgs),
     /// Define and list the roles users are given.
     Role(user_cmd::RoleArgs),
+    /// Make a running cluster check users (the one switch every replica
+    /// follows).
+    Auth(user_cmd::AuthArgs),
     /// Make a certificate authority and the replica and client
     /// certificates signed by it, for TLS (docs/security.md).
     Certs(certs_cmd::Args),
@@ -118,12 +128,15 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve_cmd::serve(&args, &cli.log),
         Command::Dev(args) => dev_cmd::dev(&args, &cli.log),
         Command::Call(args) => return cli::finish(call_cmd::run(&args)),
+        Command::Get(args) => return cli::finish(kv_cmd::get(&args)),
+        Command::Del(args) => return cli::finish(kv_cmd::del(&args)),
         Command::Status(args) => return cli::finish(status_cmd::run(&args)),
         Command::Shards(args) => return cli::finish(shards_cmd::run(&args)),
         Command::Proc(args) => return cli::finish(proc_cmd::run(&args)),
         Command::Keyspace(args) => return cli::finish(keyspace_cmd::run(&args)),
         Command::User(args) => return cli::finish(user_cmd::run_user(&args)),
         Command::Role(args) => return cli::finish(user_cmd::run_role(&args)),
+        Command::Auth(args) => return cli::finish(user_cmd::run_auth(&args)),
         Command::Certs(args) => certs_cmd::run(&args),
         Command::Reference => {
             let command = <Cli as clap::CommandFactory>::command();

@@ -297,7 +297,9 @@ pub fn serve(args: &ServeArgs, log: &LogArgs) -> Result<(), String> {
             server.client_addr()
         );
         if let Some(a) = server.metrics_addr() {
-            println!("  console http://{a}/   metrics http://{a}/metrics");
+            // With TLS the HTTP port is HTTPS too.
+            let scheme = if server.tls() { "https" } else { "http" };
+            println!("  console {scheme}://{a}/   metrics {scheme}://{a}/metrics");
         }
         serve_until_stopped(server, panics, with_parent).await
     })

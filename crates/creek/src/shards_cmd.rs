@@ -17,6 +17,10 @@ use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
 pub struct Args {
     #[command(subcommand)]
     action: Option<Action>,
+    /// Also write the map (its bytes, as a replica's `shard_map` file
+    /// holds them) to this file: what a new shard's replicas start with.
+    #[arg(long)]
+    save: Option<std::path::PathBuf>,
     #[command(flatten)]
     endpoints: Endpoints,
     #[command(flatten)]
@@ -67,6 +71,77 @@ enum Action {
         #[arg(long, default_value_t = 10)]
         wait_secs: u64,
     },
+    /// Move keys from one shard to another while both serve: hash slots
+    /// of the built-in data (`--slots 100..200`), a key range of a
+    /// keyspace placed by ranges (`--keyspace K --range a..m`, `a..` to the
+    /// end), or every key of a pinned keyspace (`--keyspace K`). Begins
+    /// the move in the directory; the leader of the target shard copies
+    /// the keys, switches them and cleans the source up. Waits until the
+    /// move is over (exit 3 if it is not within --wait-secs: it goes on,
+    /// and `creek shards` shows it). `--cancel` cancels a move that has
+    /// not switched yet.
+    Move {
+        /// The shard the keys leave.
+        #[arg(long, required_unless_present = "cancel")]
+        from: Option<u16>,
+        /// The shard they go to.
+        #[arg(long, required_unless_present = "cancel")]
+        to: Option<u16>,
+        /// Hash slots FIRST..END (END excluded, at most 4096).
+        #[arg(long, conflicts_with_all = ["range", "cancel"])]
+        slots: Option<String>,
+        /// A keyspace's keys (with --range, those of the range).
+        #[arg(long, conflicts_with = "cancel")]
+        keyspace: Option<String>,
+        /// Keys FIRST..END of the keyspace (END excluded; empty: to the
+        /// end).
+        #[arg(long, requires = "keyspace")]
+        range: Option<String>,
+        /// Cancel the move in flight instead (before its switch).
+        #[arg(long)]
+        cancel: bool,
+        /// How long to wait for the move to be over.
+        #[arg(long, default_value_t = 120)]
+        wait_secs: u64,
+    },
+    /// Even out the hash slots of the built-in data over the shards the map
+    /// lists (a shard just added gets its share): prints the moves, then
+    /// makes them one after another with `creek shards move` (not with
+    /// --dry-run). Keys are hashed evenly over the slots, so even slots are
+    /// even keys.
+    Rebalance {
+        /// Print the plan only.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long to wait for each move to be over.
+        #[arg(long, default_value_t = 120)]
+        wait_secs: u64,
+    },
+    /// List a new shard in the map, owning no key yet: its replicas (ID,
+    /// client address, peer address; started as a group of their own with
+    /// the map `creek shards --save FILE` writes after this) take keys with
+    /// `creek shards move` or `rebalance`.
+    AddShard {
+        /// The new shard's id: unused in the map.
+        shard: u16,
+        /// A replica: ID=CLIENT_ADDR,PEER_ADDR (ids unused in the whole
+        /// cluster). Once per replica.
+        #[arg(long = "replica", required = true)]
+        replicas: Vec<String>,
+        /// How long to wait for every replica to serve under the new map.
+        #[arg(long, default_value_t = 10)]
+        wait_secs: u64,
+    },
+    /// Drop a shard that owns no key any more (its keys moved away with
+    /// `creek shards move`) from the map; its replicas can be stopped
+    /// after.
+    RemoveShard {
+        /// The shard.
+        shard: u16,
+        /// How long to wait for every replica to serve under the new map.
+        #[arg(long, default_value_t = 10)]
+        wait_secs: u64,
+    },
     /// Drop a replica from the map, after it was removed from its group
     /// (`creek admin remove-replica`).
     RemoveReplica {
@@ -79,11 +154,15 @@ enum Action {
 }
 
 /// One shard as printed: its id, replicas (id, client address) and the
-/// leader its replicas know (0: none answered or none elected).
+/// leader its replicas know (0: none answered or none elected), with what
+/// the replica asked said: its stored versions (about its keys: a size),
+/// ops committed (a load, since it started) and the progress of a move of
+/// keys it drives (`move_*` counters).
 struct Row {
     shard: u16,
     replicas: Vec<(u16, String)>,
     leader: u32,
+    counters: std::collections::BTreeMap<String, u64>,
 }
 
 /// Run `creek shards`.
@@ -120,6 +199,85 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                     let wait = Duration::from_secs(*wait_secs);
                     member(&cluster, &options, *id, listing, wait).await
                 }
+                Action::Move {
+                    from,
+                    to,
+                    slots,
+                    keyspace,
+                    range,
+                    cancel,
+                    wait_secs,
+                } => {
+                    let wait = Duration::from_secs(*wait_secs);
+                    if *cancel {
+                        return step(&cluster, wait, |map| {
+                            let next = map
+                                .cancel_move(map.epoch)
+                                .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+                            Ok((next, "the move in flight is cancelled".to_owned()))
+                        })
+                        .await
+                        .map(drop);
+                    }
+                    let (Some(from), Some(to)) = (from, to) else {
+                        return Err(Failure::new(
+                            exit::FAILED,
+                            "--from and --to name the shards",
+                        ));
+                    };
+                    let m = move_of(
+                        *from,
+                        *to,
+                        slots.as_deref(),
+                        keyspace.as_deref(),
+                        range.as_deref(),
+                    )?;
+                    move_keys(&cluster, m, wait).await
+                }
+                Action::Rebalance { dry_run, wait_secs } => {
+                    rebalance(&cluster, *dry_run, Duration::from_secs(*wait_secs)).await
+                }
+                Action::AddShard {
+                    shard,
+                    replicas,
+                    wait_secs,
+                } => {
+                    let listed = replicas
+                        .iter()
+                        .map(|r| replica_of(r))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let wait = Duration::from_secs(*wait_secs);
+                    change(&cluster, &options, wait, |map| {
+                        let id = ShardId(*shard);
+                        if map.shards.contains_key(&id) {
+                            return Err(Failure::new(
+                                exit::FAILED,
+                                format!("the map lists shard {shard} already"),
+                            ));
+                        }
+                        let mut next = map.clone();
+                        next.shards.insert(
+                            id,
+                            creek_shard::Shard {
+                                replicas: listed.into_iter().collect(),
+                            },
+                        );
+                        next.epoch += 1;
+                        Ok((next, format!("shard {shard} is listed, owning no key yet")))
+                    })
+                    .await
+                }
+                Action::RemoveShard { shard, wait_secs } => {
+                    let wait = Duration::from_secs(*wait_secs);
+                    step(&cluster, wait, |map| {
+                        let next = map
+                            .drop_shard(map.epoch, ShardId(*shard))
+                            .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+                        Ok((next, format!("shard {shard} is dropped from the map")))
+                    })
+                    .await
+                    .map(drop)
+                }
                 Action::RemoveReplica { id, wait_secs } => {
                     member(
                         &cluster,
@@ -146,6 +304,10 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         };
         Ok::<_, Failure>((map, rows, directory))
     })?;
+    if let Some(path) = &args.save {
+        std::fs::write(path, creek_shard::encode(&map))
+            .map_err(|e| Failure::new(exit::FAILED, format!("writing {}: {e}", path.display())))?;
+    }
     match args.output.output {
         Format::Json => out!("{}", to_json(&map, &rows, directory)),
         Format::Value => out!("{}", map.epoch),
@@ -276,22 +438,13 @@ async fn change(
     wait: Duration,
     next: impl FnOnce(&ShardMap) -> Result<(ShardMap, String), Failure>,
 ) -> Result<(), Failure> {
-    let (directory, dir_addrs) = directory_of(cluster).await?;
-    let map = held_map(&directory, &dir_addrs, wait).await?;
-    let (next, what) = next(&map)?;
-    map.check_next(&next)
-        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
-    let epoch = i64::try_from(map.epoch).unwrap_or(i64::MAX);
-    cli::call_closing(
-        &directory,
-        &dir_addrs,
-        "directory.set",
-        vec![Value::Int(epoch), Value::Bytes(creek_shard::encode(&next))],
-        Levels::Strong,
-    )
-    .await?
-    .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
-    out!("epoch {}: {what}", next.epoch);
+    let (map, next) = install(cluster, wait, "directory.set", |map| {
+        let (next, what) = next(map)?;
+        map.check_next(&next)
+            .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+        Ok((next, what))
+    })
+    .await?;
     let lagging = wait_for_epoch(&map, &next, options, wait).await;
     if lagging.is_empty() {
         out!("every replica serves under epoch {}", next.epoch);
@@ -311,6 +464,194 @@ async fn change(
             ),
         ))
     }
+}
+
+/// A replica as `creek shards add-shard --replica` names it:
+/// `ID=CLIENT,PEER`.
+fn replica_of(spec: &str) -> Result<(u16, creek_shard::Endpoint), Failure> {
+    let bad = || {
+        Failure::new(
+            exit::FAILED,
+            format!("{spec:?}: write a replica as ID=CLIENT_ADDR,PEER_ADDR"),
+        )
+    };
+    let (id, addrs) = spec.split_once('=').ok_or_else(bad)?;
+    let (client, peer) = addrs.split_once(',').ok_or_else(bad)?;
+    let id = id.trim().parse::<u16>().map_err(|_| bad())?;
+    Ok((
+        id,
+        creek_shard::Endpoint {
+            client: client.trim().to_owned(),
+            peer: peer.trim().to_owned(),
+        },
+    ))
+}
+
+/// Plan the moves that even out the slots, print them, and (unless
+/// `dry_run`) make them one after another.
+async fn rebalance(cluster: &Cluster, dry_run: bool, wait: Duration) -> Result<(), Failure> {
+    let (directory, dir_addrs) = directory_of(cluster).await?;
+    let map = held_map(&directory, &dir_addrs, wait).await?;
+    let plan = creek_shard::rebalance_slots(&map)
+        .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+    if plan.is_empty() {
+        out!(
+            "the slots are even over the {} shards: nothing to move",
+            map.shards.len()
+        );
+        return Ok(());
+    }
+    out!("{} moves:", plan.len());
+    for m in &plan {
+        out!("  {m}");
+    }
+    if dry_run {
+        return Ok(());
+    }
+    for m in plan {
+        move_keys(cluster, m, wait).await?;
+    }
+    Ok(())
+}
+
+/// The move the flags of `creek shards move` name.
+fn move_of(
+    from: u16,
+    to: u16,
+    slots: Option<&str>,
+    keyspace: Option<&str>,
+    range: Option<&str>,
+) -> Result<creek_shard::Move, Failure> {
+    let usage = |why: String| Failure::new(exit::FAILED, why);
+    let split = |s: &str| -> Result<(String, String), Failure> {
+        s.split_once("..")
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .ok_or_else(|| usage(format!("{s:?}: write FIRST..END")))
+    };
+    let keys = match (slots, keyspace, range) {
+        (Some(slots), None, None) => {
+            let (a, b) = split(slots)?;
+            let slot = |v: &str| {
+                v.trim()
+                    .parse::<u16>()
+                    .map_err(|_| usage(format!("{v:?} is not a slot (0..4096)")))
+            };
+            creek_shard::MoveKeys::Slots {
+                first: slot(&a)?,
+                end: slot(&b)?,
+            }
+        }
+        (None, Some(_), Some(range)) => {
+            let (a, b) = split(range)?;
+            creek_shard::MoveKeys::Range {
+                first: Bytes::from(a),
+                end: (!b.is_empty()).then(|| Bytes::from(b)),
+            }
+        }
+        (None, Some(_), None) => creek_shard::MoveKeys::All,
+        _ => {
+            return Err(usage(
+                "name the keys: --slots FIRST..END, --keyspace K --range FIRST..END, or \
+                 --keyspace K"
+                    .to_owned(),
+            ))
+        }
+    };
+    Ok(creek_shard::Move {
+        keyspace: keyspace.map(str::to_owned),
+        keys,
+        from: ShardId(from),
+        to: ShardId(to),
+    })
+}
+
+/// Read the directory's map (strong), make the next one with `next`,
+/// install it with `procedure` (`directory.set`, or `directory.move` for a
+/// step of a move) against the epoch read, and print `what` it did. The
+/// map read and the new one.
+async fn install(
+    cluster: &Cluster,
+    wait: Duration,
+    procedure: &str,
+    next: impl FnOnce(&ShardMap) -> Result<(ShardMap, String), Failure>,
+) -> Result<(ShardMap, ShardMap), Failure> {
+    let (directory, dir_addrs) = directory_of(cluster).await?;
+    let map = held_map(&directory, &dir_addrs, wait).await?;
+    let (next, what) = next(&map)?;
+    let epoch = i64::try_from(map.epoch).unwrap_or(i64::MAX);
+    cli::call_closing(
+        &directory,
+        &dir_addrs,
+        procedure,
+        vec![Value::Int(epoch), Value::Bytes(creek_shard::encode(&next))],
+        Levels::Strong,
+    )
+    .await?
+    .map_err(|abort| Failure::new(exit::ABORTED, abort))?;
+    out!("epoch {}: {what}", next.epoch);
+    Ok((map, next))
+}
+
+/// Take a step of a move in the directory ([`install`] with
+/// `directory.move`): the new map.
+async fn step(
+    cluster: &Cluster,
+    wait: Duration,
+    next: impl FnOnce(&ShardMap) -> Result<(ShardMap, String), Failure>,
+) -> Result<ShardMap, Failure> {
+    install(cluster, wait, "directory.move", next)
+        .await
+        .map(|(_, next)| next)
+}
+
+/// Begin move `m` and wait up to `wait` for it to be over, saying when it
+/// switches.
+async fn move_keys(cluster: &Cluster, m: creek_shard::Move, wait: Duration) -> Result<(), Failure> {
+    let what = m.to_string();
+    step(cluster, wait, |map| {
+        let next = map
+            .begin_move(map.epoch, m.clone())
+            .map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+        Ok((next, format!("{what}: begun")))
+    })
+    .await?;
+    let (directory, dir_addrs) = directory_of(cluster).await?;
+    let until = Instant::now() + wait;
+    let mut switched = false;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let Ok(map) = held_map(&directory, &dir_addrs, wait).await else {
+            continue;
+        };
+        let ours = |x: &Option<creek_shard::Move>| x.as_ref() == Some(&m);
+        if ours(&map.finishing) && !switched {
+            switched = true;
+            out!(
+                "epoch {}: {what}: switched (the target serves the keys)",
+                map.epoch
+            );
+        } else if !ours(&map.moving) && !ours(&map.finishing) {
+            let given = map.moving.is_none() && map.finishing.is_none();
+            out!(
+                "epoch {}: {what}: {}",
+                map.epoch,
+                if switched || given {
+                    "over"
+                } else {
+                    "no longer in the map (cancelled?)"
+                }
+            );
+            return Ok(());
+        }
+    }
+    Err(Failure::new(
+        exit::DEGRADED,
+        format!(
+            "{what} is not over after {} s; it goes on (the target shard's leader drives it): \
+             `creek shards` shows it",
+            wait.as_secs()
+        ),
+    ))
 }
 
 /// Place `keyspace` by `placement`, if no shard holds it yet.
@@ -476,11 +817,21 @@ async fn served_epoch(client: Option<&Client>) -> Option<u64> {
 async fn survey(cluster: &Cluster, map: &ShardMap) -> Vec<Row> {
     let mut rows = Vec::new();
     for (id, shard) in &map.shards {
-        let leader = match cluster.shard(*id).await {
-            Some(client) => client.status().await.map_or(0, |s| s.leader),
-            None => 0,
+        let status = match cluster.shard(*id).await {
+            Some(client) => client.status().await.ok(),
+            None => None,
         };
+        let leader = status.as_ref().map_or(0, |s| s.leader);
+        let counters = status
+            .map(|s| {
+                let mut c: std::collections::BTreeMap<String, u64> =
+                    s.counters.into_iter().collect();
+                c.insert("committed".into(), s.committed);
+                c
+            })
+            .unwrap_or_default();
         rows.push(Row {
+            counters,
             shard: id.0,
             replicas: shard
                 .replicas
@@ -535,6 +886,12 @@ fn print_table(map: &ShardMap, rows: &[Row], directory: Option<u32>) {
     for (name, p) in &map.keyspaces {
         out!("keyspace {name}: {}", describe(p));
     }
+    if let Some(m) = &map.moving {
+        out!("moving: {m} (copying)");
+    }
+    if let Some(m) = &map.finishing {
+        out!("moving: {m} (switched, cleaning up)");
+    }
     for r in rows {
         let replicas: Vec<String> = r
             .replicas
@@ -546,11 +903,22 @@ fn print_table(map: &ShardMap, rows: &[Row], directory: Option<u32>) {
         } else {
             r.leader.to_string()
         };
+        let get = |k: &str| r.counters.get(k).copied().unwrap_or(0);
         out!(
-            "shard {}  leader {leader}  replicas {}",
+            "shard {}  leader {leader}  versions {}  committed {}  replicas {}",
             r.shard,
+            get("exec_versions_alive"),
+            get("committed"),
             replicas.join(" ")
         );
+        if get("move_active") == 1 {
+            out!(
+                "  moving keys here: round {}, {} keys ({} bytes) copied",
+                get("move_rounds") + 1,
+                get("move_keys_copied"),
+                get("move_bytes_copied")
+            );
+        }
     }
     if let Some(leader) = directory {
         let replicas: Vec<String> = map
@@ -582,6 +950,9 @@ fn to_json(map: &ShardMap, rows: &[Row], directory: Option<u32>) -> serde_json::
         "cluster": format!("{:016x}", map.cluster),
         "epoch": map.epoch,
         "placement": describe(&map.default),
+        "moving": map.moving.as_ref().map(|m| m.to_string()),
+        "finishing": map.finishing.as_ref().map(|m| m.to_string()),
+        "moves_switched": map.moved,
         "keyspaces": map
             .keyspaces
             .iter()
@@ -592,6 +963,15 @@ fn to_json(map: &ShardMap, rows: &[Row], directory: Option<u32>) -> serde_json::
             .map(|r| serde_json::json!({
                 "shard": r.shard,
                 "leader": r.leader,
+                "versions": r.counters.get("exec_versions_alive"),
+                "committed": r.counters.get("committed"),
+                "move": r.counters.get("move_active").map(|active| serde_json::json!({
+                    "active": *active == 1,
+                    "rounds": r.counters.get("move_rounds"),
+                    "keys_copied": r.counters.get("move_keys_copied"),
+                    "bytes_copied": r.counters.get("move_bytes_copied"),
+                    "keys_cleaned": r.counters.get("move_keys_cleaned"),
+                })),
                 "replicas": r.replicas.iter().map(|(id, addr)| serde_json::json!({
                     "id": id, "client": addr,
                 })).collect::<Vec<_>>(),

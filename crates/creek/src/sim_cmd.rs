@@ -30,6 +30,13 @@ pub struct Args {
     /// partitions or membership changes).
     #[arg(long, default_value = "sequencer", value_parser = creek_core::MpoOrder::parse)]
     mpo_order: creek_core::MpoOrder,
+    /// With --shards: move keys between shards while the clients run (the
+    /// reshard fault class): this many moves one after another, each of a
+    /// random slot range of one shard to another, driven by the
+    /// protocol's mover under the run's faults and checked across the
+    /// whole cluster (docs/shards.md, "Moving keys between shards").
+    #[arg(long, default_value_t = 0)]
+    moves: usize,
     /// The share of read-only ops issued at the snapshot level (each to a
     /// random replica of its shard, with the client's read time; strong
     /// ones with all three views), checked against the committed order
@@ -107,6 +114,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         shards: args.shards,
         cross_shard: args.cross_shard,
         mpo_order: args.mpo_order,
+        moves: args.moves,
         snapshot_reads: args.snapshot_reads,
         stable_every_us: args.stable_every,
         cores: args.cores,
@@ -193,6 +201,9 @@ fn extra_flags(args: &Args) -> String {
     }
     if args.mpo_order != creek_core::MpoOrder::Sequencer {
         out += " --mpo-order genuine";
+    }
+    if args.moves > 0 {
+        out += &format!(" --moves {}", args.moves);
     }
     if args.snapshot_reads > 0.0 {
         out += &format!(" --snapshot-reads {}", args.snapshot_reads);

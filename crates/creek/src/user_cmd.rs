@@ -90,6 +90,95 @@ enum RoleCommand {
     List,
 }
 
+/// Arguments of `creek auth`.
+#[derive(clap::Args, Debug)]
+pub struct AuthArgs {
+    #[command(flatten)]
+    endpoints: Endpoints,
+    #[command(flatten)]
+    output: Output,
+    #[command(subcommand)]
+    command: AuthCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum AuthCommand {
+    /// Make every replica of a running cluster check users from now on (a
+    /// strong op): calls without a token or a client certificate naming a
+    /// user are refused at every replica. Prints the new root token (shown
+    /// once) and the `[auth]` lines each replica's configuration needs
+    /// before its next start.
+    Enable {
+        /// The SHA-256 (hex) of a root token made beforehand (`creek certs`
+        /// and `creek dev --secure` make one); without it, a new root token
+        /// is made and printed.
+        #[arg(long, value_name = "HEX")]
+        root_token_sha256: Option<String>,
+    },
+}
+
+/// Run `creek auth`.
+pub fn run_auth(args: &AuthArgs) -> Result<(), Failure> {
+    let out = args.output.output;
+    let AuthCommand::Enable { root_token_sha256 } = &args.command;
+    let (token, hash) = match root_token_sha256 {
+        Some(hex) => {
+            let hash = auth::from_hex::<32>(hex.trim()).ok_or_else(|| {
+                Failure::new(
+                    exit::FAILED,
+                    format!("--root-token-sha256 must be 64 hex digits, not {hex:?}"),
+                )
+            })?;
+            (None, hash)
+        }
+        None => {
+            let token = Token::generate(true).map_err(|e| Failure::new(exit::FAILED, e))?;
+            let hash = token.hash();
+            (Some(token), hash)
+        }
+    };
+    cli::runtime()?.block_on(async {
+        let hash_arg = Value::Bytes(Bytes::copy_from_slice(&hash));
+        let now = call(
+            &args.endpoints,
+            "auth.enable",
+            vec![hash_arg],
+            Levels::Strong,
+        )
+        .await?;
+        let hex = auth::to_hex(&hash);
+        match (out, &token) {
+            (Format::Json, _) => out!(
+                "{}",
+                serde_json::json!({
+                    "switched_now": now == Value::Bool(true),
+                    "root_token": token.as_ref().map(Token::to_string),
+                    "root_token_sha256": hex,
+                })
+            ),
+            (Format::Value, Some(token)) => out!("{token}"),
+            (Format::Value, None) => out!("{hex}"),
+            (Format::Table, _) => {
+                if let Some(token) = &token {
+                    out!("{token}");
+                    eprintln!("the root token: shown only now; give it to clients as CREEK_TOKEN");
+                }
+                eprintln!(
+                    "{}; before each replica's next start, add to its configuration:\n\n\
+                     [auth]\nenabled = true\nroot_token_sha256 = \"{hex}\"\n\n(a replica \
+                     whose [auth] disagrees with the cluster's refuses to start)",
+                    if now == Value::Bool(true) {
+                        "the cluster checks users from now on"
+                    } else {
+                        "the cluster already checked users with this root token"
+                    }
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
 fn bytes(s: &str) -> Value {
     Value::Bytes(Bytes::copy_from_slice(s.as_bytes()))
 }

@@ -24,6 +24,10 @@ pub struct Args {
     /// never commit).
     #[arg(long)]
     tentative: bool,
+    /// Watch the keys of this keyspace (written by user procedures)
+    /// instead of the built-in data; PREFIX is within the keyspace.
+    #[arg(long, value_name = "NAME")]
+    keyspace: Option<String>,
     /// Keys starting with this (text; empty: every key).
     #[arg(value_name = "PREFIX", default_value = "")]
     prefix: String,
@@ -43,6 +47,7 @@ async fn watch(args: &Args) -> Result<(), String> {
     let options = WatchOptions {
         from: args.from,
         tentative: args.tentative,
+        keyspace: args.keyspace.clone(),
     };
     let mut events = std::pin::pin!(client.watch(args.prefix.as_bytes(), options));
     let mut out = std::io::stdout();

@@ -391,6 +391,39 @@ async fn roles_grant_rights_on_keyspaces_and_procedures() {
         strong(&a, "kv.get", vec![b("k")]).await,
         Err(Error::PermissionDenied(_))
     ));
+
+    // Watches need the same rights: the auditor watches the keyspace it
+    // reads, not the built-in data.
+    use tokio_stream::StreamExt as _;
+    let mut denied = Box::pin(a.watch("", creek_client::WatchOptions::default()));
+    match tokio::time::timeout(Duration::from_secs(20), denied.next()).await {
+        Ok(Some(Err(Error::PermissionDenied(m)))) => {
+            assert!(m.contains("lacks read on keyspace default"), "{m}")
+        }
+        other => panic!("an auditor watched the built-in data: {other:?}"),
+    }
+    let options = creek_client::WatchOptions {
+        from: Some(0),
+        keyspace: Some("accounts".into()),
+        ..Default::default()
+    };
+    let mut events = Box::pin(a.watch("", options));
+    assert_eq!(
+        strong(
+            &admin,
+            "deposit",
+            vec![b("bob"), creek_types::value::Value::Int(3)]
+        )
+        .await,
+        Ok(Ok(creek_types::value::Value::Int(3)))
+    );
+    match tokio::time::timeout(Duration::from_secs(20), events.next()).await {
+        Ok(Some(Ok(e))) => assert_eq!(
+            (e.key.as_ref(), e.value.as_deref()),
+            (&b"bob"[..], Some(&b"3"[..]))
+        ),
+        other => panic!("no change of accounts: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,4 +490,152 @@ async fn a_client_certificate_names_its_user() {
     let mut other = c.client(1).await;
     let refused = call(&mut other, get, T).await.expect_err("root is no user");
     assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+}
+
+/// A call's credentials are checked before its message is decoded: a
+/// request too large to decode, sent without a token, is refused as
+/// unauthenticated (the decoder would say it is too large), and the same
+/// request with the root token meets the size limit; `Status` stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_checked_before_the_message_is_decoded() {
+    let (c, root) = auth_cluster().await;
+    let huge = req("kv.put", &[b("k"), b(&"v".repeat(3 << 20))], &[Level::Weak]);
+    let mut anonymous = c.client(0).await;
+    let refused = anonymous.invoke(huge.clone()).await.expect_err("no token");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    assert!(anonymous
+        .status(creek_proto::pb::StatusRequest {})
+        .await
+        .is_ok());
+    let mut with_token = tonic::Request::new(huge);
+    with_token.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {root}").parse().expect("ascii"),
+    );
+    let too_large = anonymous.invoke(with_token).await.expect_err("too large");
+    assert_eq!(
+        too_large.code(),
+        tonic::Code::ResourceExhausted,
+        "{too_large:?}"
+    );
+}
+
+/// One switch per cluster: replicas 1 and 2 have `[auth]` on, replica 3
+/// off. The switch they propose commits, replica 3 then refuses a call
+/// without a token like the others, and restarted with `[auth]` still off
+/// it refuses to start, saying why; `creek auth enable` again with the
+/// same root changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_auth_off_follows_the_clusters_switch_and_refuses_to_start() {
+    let root = Token::generate(true).expect("rng");
+    let mut c = Cluster::prepare_with(3, |cfg| cfg.auth = auth_config(&root));
+    c.configure(2, |cfg| cfg.auth = AuthConfig::default());
+    c.spawn_all();
+    c.wait_for_leader(T).await;
+    let anonymous = client(&c, &[2], None).await;
+    let deadline = Instant::now() + T;
+    loop {
+        let put = anonymous.kv_put("k", "v").await;
+        match put {
+            Err(Error::Unauthenticated(_)) => break,
+            other => {
+                assert!(
+                    Instant::now() < deadline,
+                    "replica 3 still serves a caller without a token: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    assert!(
+        std::fs::read_to_string(c.log_path(2))
+            .unwrap_or_default()
+            .contains("this replica checks users as the cluster does"),
+        "replica 3 says it follows the switch:\n{}",
+        c.log_tail(2)
+    );
+    let hex = to_hex(&root.hash());
+    let (ok, out, err) = creek(&c, &root, &["auth", "enable", "--root-token-sha256", &hex]);
+    assert!(ok, "{out} {err}");
+    assert!(
+        err.contains("already checked users with this root token"),
+        "{err}"
+    );
+
+    // A start reads the switch from what the replica holds on disk: let a
+    // checkpoint (every second here) take it in first. (A replica that
+    // learns of it only from its peers after it started follows it, as
+    // above.)
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.kill(2);
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args(["serve", "--config"])
+        .arg(c.config_path(2))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run creek serve");
+    let deadline = Instant::now() + T;
+    let status = loop {
+        if let Some(status) = serve.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = serve.kill();
+            let _ = serve.wait();
+            panic!("replica 3 started with [auth] off in a cluster that checks users");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(serve.stderr.as_mut().expect("piped"), &mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "it started: {stderr}");
+    assert!(
+        stderr.contains("refusing to start") && stderr.contains("[auth] enabled = false"),
+        "{stderr}"
+    );
+}
+
+/// `creek auth enable` on a running cluster without `[auth]`: it prints a
+/// new root token, and from then on every replica refuses callers without
+/// a token and serves the root token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_is_enabled_on_a_running_cluster_by_one_strong_op() {
+    let c = Cluster::start(3).await;
+    let endpoints: Vec<String> = c.clients.iter().map(|a| a.to_string()).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args(["auth", "enable", "-o", "value"])
+        .env("CREEK_ENDPOINTS", endpoints.join(","))
+        .output()
+        .expect("run creek auth enable");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = Token::parse(String::from_utf8_lossy(&out.stdout).trim()).expect("a root token");
+    for i in 0..3 {
+        let deadline = Instant::now() + T;
+        let anonymous = client(&c, &[i], None).await;
+        while !matches!(
+            anonymous.kv_put("k", "v").await,
+            Err(Error::Unauthenticated(_))
+        ) {
+            assert!(
+                Instant::now() < deadline,
+                "replica {} serves anonymous calls",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let served = strong(
+            &client(&c, &[i], Some(&root)).await,
+            "kv.put",
+            vec![b("k"), b("v")],
+        )
+        .await
+        .expect("the root token is served");
+        assert!(served.is_ok(), "{served:?}");
+    }
 }

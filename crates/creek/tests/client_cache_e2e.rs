@@ -5,110 +5,21 @@
 //! replica that took it is killed; a snapshot `kv.mget` whose keys span
 //! the shards answers with one time for all of them.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use creek_client::{pb, CallOptions, Cluster, Error, Levels, ShardId, ShardMap, View, ViewKind};
-use creek_harness::launcher::{Cluster as Procs, Launch, OnDrop};
-use creek_shard::Endpoint;
+use creek_client::{CallOptions, Cluster, Error, Levels, ShardId, View, ViewKind};
 use creek_types::value::Value;
 
+mod common;
+use common::sharded::{Sharded, REPLICAS};
+
 const T: Duration = Duration::from_secs(20);
-const REPLICAS: usize = 3;
-const SHARDS: usize = 2;
 
 /// One cluster at a time: six processes on a machine of two cores.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn b(s: &str) -> Value {
     Value::Bytes(bytes::Bytes::copy_from_slice(s.as_bytes()))
-}
-
-/// Replicas 1-3 shard 0 and 4-6 shard 1, every one naming the map file;
-/// started and accepting clients.
-struct Sharded {
-    procs: Procs,
-    map: ShardMap,
-}
-
-impl Sharded {
-    fn start() -> Sharded {
-        let dir = std::env::temp_dir().join(format!(
-            "creek-cache-e2e-{}-{}",
-            std::process::id(),
-            creek_harness::ports::reserve_one().expect("port").port()
-        ));
-        let launch = Launch {
-            on_drop: OnDrop::RemoveDirUnlessPanicking,
-            ..Launch::new(env!("CARGO_BIN_EXE_creek").into(), dir).log_filter("info")
-        };
-        let mut procs = Procs::on_loopback(launch, SHARDS * REPLICAS).expect("ports");
-        let ids: Vec<ShardId> = (0..SHARDS as u16).map(ShardId).collect();
-        let mut map = ShardMap::hashed(0xcac4e, &ids);
-        for i in 0..SHARDS * REPLICAS {
-            let shard = map
-                .shards
-                .get_mut(&ShardId((i / REPLICAS) as u16))
-                .expect("shard");
-            shard.replicas.insert(
-                (i + 1) as u16,
-                Endpoint {
-                    client: procs.clients[i].to_string(),
-                    peer: procs.peers[i].to_string(),
-                },
-            );
-        }
-        let map_path: PathBuf = procs.dir.join("shard-map.bin");
-        std::fs::write(&map_path, creek_shard::encode(&map)).expect("map file");
-        for i in 0..SHARDS * REPLICAS {
-            let first = i / REPLICAS * REPLICAS;
-            let members: Vec<usize> = (first..first + REPLICAS).collect();
-            procs
-                .configure_valid(i, &members, |c| {
-                    c.workers = 1;
-                    c.shard_map = Some(map_path.clone());
-                    c.allow_fault_injection = true;
-                })
-                .expect("config");
-            procs.spawn(i).expect("spawn");
-        }
-        procs.wait_accepting(T).expect("replicas accept clients");
-        Sharded { procs, map }
-    }
-
-    fn addr(&self, i: usize) -> String {
-        self.procs.clients[i].to_string()
-    }
-
-    /// Cut replica `i` off from the other replicas of its shard.
-    async fn isolate(&self, i: usize) {
-        let first = i / REPLICAS * REPLICAS;
-        let links = (first..first + REPLICAS)
-            .filter(|j| *j != i)
-            .map(|j| pb::LinkFault {
-                peer: (j + 1) as u32,
-                partitioned: true,
-                ..Default::default()
-            })
-            .collect();
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr(i)))
-            .expect("address")
-            .connect()
-            .await
-            .expect("admin channel");
-        pb::admin_client::AdminClient::new(channel)
-            .set_faults(pb::SetFaultsRequest { links })
-            .await
-            .expect("set faults");
-    }
-
-    /// A key shard `s` owns, made from `stem`.
-    fn key_of(&self, s: u16, stem: &str) -> String {
-        (0..)
-            .map(|n| format!("{stem}{n}"))
-            .find(|k| self.map.owner(None, k.as_bytes()) == ShardId(s))
-            .expect("a key")
-    }
 }
 
 async fn try_call(
@@ -163,7 +74,9 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_weak_write_shows_in_snapshot_reads_after_its_replica_is_killed() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let mut cluster = Sharded::start();
+    let mut cluster = Sharded::start("cache-e2e", 0xcac4e, false, |_, c| {
+        c.allow_fault_injection = true;
+    });
     let k0 = cluster.key_of(0, "mine");
     let client = Cluster::connect([cluster.addr(0)]).await.expect("connect");
     seed(&client, &k0, "before").await;
@@ -216,7 +129,9 @@ async fn a_weak_write_shows_in_snapshot_reads_after_its_replica_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_mget_across_shards_answers_at_one_time() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Sharded::start();
+    let cluster = Sharded::start("cache-e2e", 0xcac4e, false, |_, c| {
+        c.allow_fault_injection = true;
+    });
     let (k0, k1) = (cluster.key_of(0, "left"), cluster.key_of(1, "right"));
     let client = Cluster::connect([cluster.addr(3)]).await.expect("connect");
     seed(&client, &k0, "a").await;

@@ -312,28 +312,18 @@ async fn the_client_invokes_natively_and_over_grpc_alike() {
     assert_eq!(natives, [1.0, 0.0]);
 }
 
-/// The replica's `creek_native_connections` gauge, once it settles (a
-/// dropped client's connection closes a moment later).
+/// The replica's `creek_native_connections` gauge, once it settles.
 async fn native_connections(metrics: std::net::SocketAddr) -> f64 {
-    let mut last = None;
-    for _ in 0..50 {
+    common::native_connections(|| async move {
         let mut s = TcpStream::connect(metrics).await.expect("metrics endpoint");
         let request =
             format!("GET /metrics HTTP/1.1\r\nHost: {metrics}\r\nConnection: close\r\n\r\n");
         s.write_all(request.as_bytes()).await.expect("request");
         let mut body = String::new();
         s.read_to_string(&mut body).await.expect("response");
-        let open = body
-            .lines()
-            .find_map(|l| l.strip_prefix("creek_native_connections "))
-            .and_then(|v| v.trim().parse::<f64>().ok());
-        if open.is_some() && open == last {
-            return open.unwrap_or_default();
-        }
-        last = open;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("creek_native_connections did not settle at {metrics}: {last:?}");
+        body
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{b, call, free_addr, req, result, strong_get, Cluster, Value};
+use common::{b, call, free_addr, req, result, rss_kib, strong_get, Cluster, Value};
 use creek_core::{Op, OpId, ReplicaId, Timestamp};
 use creek_proto::pb;
 use creek_types::ProcCall;
@@ -24,16 +24,6 @@ fn hello(from: u16, to: u16) -> Vec<u8> {
     h.extend_from_slice(&from.to_be_bytes());
     h.extend_from_slice(&to.to_be_bytes());
     h
-}
-
-/// Resident memory of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 /// Whether `s` is closed by the other end within `within` (`false`: still

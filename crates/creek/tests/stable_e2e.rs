@@ -7,20 +7,17 @@
 //! snapshot read of another shard's key, and once the shard is back the
 //! age drops again.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use creek_client::{CallOptions, Client, Cluster, Levels, ShardId, ShardMap, ViewKind};
-use creek_harness::launcher::{Cluster as Procs, Launch, OnDrop, Signal};
+use creek_client::{CallOptions, Client, Cluster, Levels, ViewKind};
+use creek_harness::launcher::Signal;
 use creek_proto::pb;
-use creek_shard::Endpoint;
 use creek_types::value::Value;
 
+mod common;
+use common::sharded::{Sharded, DIRECTORY, REPLICAS, SHARDS};
+
 const T: Duration = Duration::from_secs(20);
-const REPLICAS: usize = 3;
-const SHARDS: usize = 2;
-/// The directory group's replicas (ids 7-9, after the shards').
-const DIRECTORY: usize = 3;
 /// What "near the wall clock" means here: a healthy cluster's global
 /// stable time lags by about an interval plus a commit (milliseconds).
 const NEAR_MS: u64 = 1_000;
@@ -40,72 +37,7 @@ fn wall_us() -> u64 {
         .as_micros() as u64
 }
 
-/// Six shard replicas (ids 1-3 shard 0, 4-6 shard 1) and the directory's
-/// 7-9, with the default `[snapshot]` settings; started and accepting
-/// clients.
-struct Sharded {
-    procs: Procs,
-    map: ShardMap,
-}
-
 impl Sharded {
-    fn start() -> Sharded {
-        let dir = std::env::temp_dir().join(format!(
-            "creek-stable-e2e-{}-{}",
-            std::process::id(),
-            creek_harness::ports::reserve_one().expect("port").port()
-        ));
-        let launch = Launch {
-            on_drop: OnDrop::RemoveDirUnlessPanicking,
-            ..Launch::new(env!("CARGO_BIN_EXE_creek").into(), dir).log_filter("info")
-        };
-        let mut procs = Procs::on_loopback(launch, SHARDS * REPLICAS + DIRECTORY).expect("ports");
-        let ids: Vec<ShardId> = (0..SHARDS as u16).map(ShardId).collect();
-        let mut map = ShardMap::hashed(0x57ab, &ids);
-        for i in 0..SHARDS * REPLICAS + DIRECTORY {
-            let endpoint = Endpoint {
-                client: procs.clients[i].to_string(),
-                peer: procs.peers[i].to_string(),
-            };
-            let group = if i < SHARDS * REPLICAS {
-                map.shards
-                    .get_mut(&ShardId((i / REPLICAS) as u16))
-                    .expect("shard")
-            } else {
-                &mut map.directory
-            };
-            group.replicas.insert((i + 1) as u16, endpoint);
-        }
-        let map_path: PathBuf = procs.dir.join("shard-map.bin");
-        std::fs::write(&map_path, creek_shard::encode(&map)).expect("map file");
-        for i in 0..SHARDS * REPLICAS + DIRECTORY {
-            let first = i / REPLICAS * REPLICAS;
-            let members: Vec<usize> = (first..first + REPLICAS).collect();
-            procs
-                .configure_valid(i, &members, |c| {
-                    c.workers = 1;
-                    c.shard_map = Some(map_path.clone());
-                    c.directory = i >= SHARDS * REPLICAS;
-                })
-                .expect("config");
-            procs.spawn(i).expect("spawn");
-        }
-        procs.wait_accepting(T).expect("replicas accept clients");
-        Sharded { procs, map }
-    }
-
-    fn addr(&self, i: usize) -> String {
-        self.procs.clients[i].to_string()
-    }
-
-    /// A key shard `s` owns, made from `stem`.
-    fn key_of(&self, s: usize, stem: &str) -> String {
-        (0..)
-            .map(|n| format!("{stem}{n}"))
-            .find(|k| self.map.owner(None, k.as_bytes()) == ShardId(s as u16))
-            .expect("a key")
-    }
-
     /// Replica `i`'s status, if it answers within a second.
     async fn status(&self, i: usize) -> Option<pb::StatusReply> {
         let ask = async {
@@ -198,13 +130,13 @@ async fn put(c: &Cluster, key: &str, value: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_global_stable_time_moves_on_every_shard_replica_near_the_wall_clock() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Sharded::start();
+    let cluster = Sharded::start("stable-e2e", 0x57ab, true, |_, _| {});
     let client = Cluster::connect([cluster.addr(0)]).await.expect("connect");
 
     // Commit times are Unix times: a client subtracts them from its own
     // clock.
     for s in 0..SHARDS {
-        let key = cluster.key_of(s, "at");
+        let key = cluster.key_of(s as u16, "at");
         let before = wall_us();
         let time = put(&client, &key, "v").await;
         let after = wall_us();
@@ -262,7 +194,7 @@ async fn the_global_stable_time_moves_on_every_shard_replica_near_the_wall_clock
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_without_a_leader_holds_back_the_global_stable_time_not_snapshot_reads() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cluster = Sharded::start();
+    let cluster = Sharded::start("stable-e2e", 0x57ab, true, |_, _| {});
     let client = Cluster::connect([cluster.addr(0)]).await.expect("connect");
     let key = cluster.key_of(0, "left");
     let written = put(&client, &key, "1").await;

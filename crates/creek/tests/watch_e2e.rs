@@ -82,6 +82,7 @@ async fn a_watcher_sees_each_committed_change_once_in_order_across_leader_and_re
         WatchOptions {
             from: Some(0),
             tentative: false,
+            ..Default::default()
         },
     ));
     let writer = Client::connect(addrs.clone())
@@ -146,6 +147,7 @@ async fn a_watcher_sees_each_committed_change_once_in_order_across_leader_and_re
         WatchOptions {
             from: Some(0),
             tentative: false,
+            ..Default::default()
         },
     ));
     let mut want = Vec::new();
@@ -177,6 +179,7 @@ async fn a_compacted_position_is_a_typed_error_and_bad_requests_are_refused() {
         WatchOptions {
             from: Some(0),
             tentative: false,
+            ..Default::default()
         },
     ));
     let oldest = match tokio::time::timeout(T, events.next()).await {
@@ -198,6 +201,7 @@ async fn a_compacted_position_is_a_typed_error_and_bad_requests_are_refused() {
         WatchOptions {
             from: Some(oldest),
             tentative: false,
+            ..Default::default()
         },
     ));
     let first = next(&mut events).await;
@@ -213,6 +217,7 @@ async fn a_compacted_position_is_a_typed_error_and_bad_requests_are_refused() {
             prefix: Bytes::from_static(b"\0sessions"),
             from: None,
             tentative: false,
+            ..Default::default()
         })
         .await
         .expect_err("an internal prefix");
@@ -222,6 +227,7 @@ async fn a_compacted_position_is_a_typed_error_and_bad_requests_are_refused() {
             prefix: Bytes::from(vec![b'a'; 5000]),
             from: None,
             tentative: false,
+            ..Default::default()
         })
         .await
         .expect_err("a long prefix");
@@ -231,6 +237,7 @@ async fn a_compacted_position_is_a_typed_error_and_bad_requests_are_refused() {
             prefix: Bytes::new(),
             from: Some(1),
             tentative: false,
+            ..Default::default()
         })
         .await
         .expect_err("compacted");
@@ -249,6 +256,7 @@ async fn a_compacted_position_is_a_typed_error_and_bad_requests_are_refused() {
             prefix: Bytes::new(),
             from: Some(u64::MAX),
             tentative: false,
+            ..Default::default()
         })
         .await;
     assert!(future.is_ok());
@@ -267,6 +275,7 @@ async fn tentative_changes_are_marked_and_then_committed() {
         WatchOptions {
             from: None,
             tentative: true,
+            ..Default::default()
         },
     );
     let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -346,4 +355,58 @@ async fn creek_watch_prints_one_json_object_per_change() {
     assert_eq!(objects[1]["key"], "j/1");
     assert_eq!(objects[1]["deleted"], true);
     assert!(objects[0]["position"].as_u64() < objects[1]["position"].as_u64());
+}
+
+/// A keyspace's keys, written by user procedures, are watched by naming
+/// the keyspace: the changes name the keys as the procedures do, and the
+/// built-in data's watchers never see them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyspace_is_watched_by_its_name() {
+    let cluster = Cluster::start(3).await;
+    let addrs: Vec<String> = cluster.clients.iter().map(|a| a.to_string()).collect();
+    let client = Client::connect(addrs.clone()).await.expect("connect");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/procedures/message_groups.creek"
+    );
+    let source = std::fs::read_to_string(source).expect("the example");
+    client
+        .register_procedures(&source)
+        .await
+        .expect("registered");
+    // From the first position: a watch opens when first polled.
+    let options = |keyspace: Option<&str>| WatchOptions {
+        from: Some(0),
+        tentative: false,
+        keyspace: keyspace.map(str::to_owned),
+    };
+    let mut members = Box::pin(client.watch("dev/", options(Some("members"))));
+    let mut plain = Box::pin(client.watch("", options(None)));
+    let joined = client
+        .invoke_strong("join", vec![common::b("dev"), common::b("ann")])
+        .await
+        .expect("join");
+    joined.final_view().await.expect("committed");
+    put(&client, "after", "plain").await;
+    let e = next(&mut members).await;
+    assert_eq!(
+        (text(&e.key), e.value.as_ref().map(text)),
+        ("dev/ann".into(), Some("ann".into()))
+    );
+    // The plain watcher's first change is the plain key: the keyspace's
+    // write went by unseen.
+    let e = next(&mut plain).await;
+    assert_eq!(text(&e.key), "after");
+
+    // A bad keyspace name is refused by name.
+    let refused = pb::creek_client::CreekClient::connect(format!("http://{}", addrs[0]))
+        .await
+        .expect("connect")
+        .watch(pb::WatchRequest {
+            keyspace: "no such".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a bad name");
+    assert!(refused.message().contains("is not a name"), "{refused:?}");
 }

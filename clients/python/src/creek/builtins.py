@@ -15,6 +15,10 @@ as the table below says. For user procedures use `invoke` (or `call`).
 | `kv_mget`       | list: each key's value (bytes), or None if absent |
 | `kv_mput`       | None                                   |
 | `kv_transfer`   | list of two ints: from's and to's new values |
+| `kv_scan`       | `[[[key, value], ...], next key or None]` |
+| `kv_scan_keys`  | `[[key, ...], next key or None]`       |
+| `kv_count`      | `[count, next key or None]`            |
+| `kv_delete_range` | `[keys deleted, next key or None]`   |
 | `queue_enqueue` | int: the item's position               |
 | `queue_dequeue` | bytes, or None if empty                |
 | `queue_len`     | int                                    |
@@ -120,6 +124,53 @@ class Builtins:
         return self.invoke(
             "kv.transfer", _bytes("from", source), _bytes("to", dest), amount, levels=levels, **options
         )
+
+    # -------------------------------------------------------------- ranges
+    # `[from, to)` (`to` None: to the last key), at most `limit` keys
+    # (1-10,000) and 4 MiB a page; pass `next` as `from` for the next page
+    # (docs/api.md, "Ranges and prefixes"). On a sharded cluster each shard
+    # answers for its own keys: `Cluster.scan` merges the pages.
+
+    def _range(self, procedure, start, end, limit, levels, options) -> Correctable:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+        return self.invoke(
+            procedure,
+            _bytes("from", start),
+            _bytes_or_none("to", end),
+            limit,
+            levels=levels,
+            **options,
+        )
+
+    def kv_scan(
+        self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000, *,
+        levels: LevelsArg = BOTH, **options
+    ) -> Correctable:
+        """`kv.scan(from, to, limit)`: `[[[key, value], ...], next]`."""
+        return self._range("kv.scan", start, end, limit, levels, options)
+
+    def kv_scan_keys(
+        self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000, *,
+        levels: LevelsArg = BOTH, **options
+    ) -> Correctable:
+        """`kv.scan_keys(from, to, limit)`: `[[key, ...], next]`."""
+        return self._range("kv.scan_keys", start, end, limit, levels, options)
+
+    def kv_count(
+        self, start: Bytes, end: Optional[Bytes] = None, limit: int = 10_000, *,
+        levels: LevelsArg = BOTH, **options
+    ) -> Correctable:
+        """`kv.count(from, to, limit)`: `[count, next]`."""
+        return self._range("kv.count", start, end, limit, levels, options)
+
+    def kv_delete_range(
+        self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000, *,
+        levels: LevelsArg = BOTH, **options
+    ) -> Correctable:
+        """`kv.delete_range(from, to, limit)`: one page deleted at once,
+        `[deleted, next]`."""
+        return self._range("kv.delete_range", start, end, limit, levels, options)
 
     # --------------------------------------------------------------- queue
 

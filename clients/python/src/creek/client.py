@@ -370,6 +370,7 @@ class Client(Builtins, Procedures):
         *,
         start: Optional[int] = None,
         tentative: bool = False,
+        keyspace: Optional[str] = None,
     ) -> AsyncIterator[WatchEvent]:
         """The changes to keys under `prefix`, as an async iterator of
         `WatchEvent`s: committed changes in the committed order, each
@@ -377,16 +378,20 @@ class Client(Builtins, Procedures):
         committed from now on); with `tentative=True`, tentative changes
         too, marked. When the replica fails the iterator resumes at another
         one from the position after the last committed change it delivered.
+        With `keyspace`, the keys of that keyspace (written by user
+        procedures) instead of the built-in data: `prefix` and the keys of
+        the changes are within it.
         It never ends on its own: it raises `Compacted` when no replica
         still holds the changes from the position it needs,
         `InvalidArgument` for a prefix in Creek's internal key space or
-        over 4 KiB, and `Unavailable` (or another `CreekError`) when no
-        replica could be reached for 30 s.
+        over 4 KiB or a bad keyspace name, `PermissionDenied` without the
+        right to read the keyspace, and `Unavailable` (or another
+        `CreekError`) when no replica could be reached for 30 s.
 
             async for e in client.watch("user/"):
                 print(e.position, e.key, e.value)
         """
-        return _watch(self, prefix, start, tentative)
+        return _watch(self, prefix, start, tentative, keyspace)
 
     # ------------------------------------------------------- membership
 

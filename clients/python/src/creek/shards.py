@@ -23,14 +23,19 @@ from ._pb import creek_pb2 as pb
 from .cache import CACHE_BYTES_MAX_DEFAULT, CachedWrite, Causal
 from .client import DEFAULT, Client
 from .correctable import Correctable
-from .errors import ProtocolError, Unavailable, WrongShard
+from .errors import WRONG_SHARD, ProcedureAborted, ProtocolError, Unavailable, WrongShard
 from .views import SNAPSHOT, STRONG, Level, LevelsArg, View, ViewKind, parse_levels
 
 #: Hash slots a hashed placement divides keys into.
 SLOTS = 4096
 
-#: Times `Cluster.call` sends a call again after a `WrongShard` refusal.
-WRONG_SHARD_RETRIES = 3
+#: Times `Cluster.call` sends a call again after a `WrongShard` refusal (or
+#: a `WRONG_SHARD` abort where it ran: its key moved to another shard as it
+#: ran): at once the first time, then after a pause that doubles from
+#: `WRONG_SHARD_PAUSE` seconds (keys switching shards are served by neither
+#: for a moment: 0.63 s of pauses in all, 10 + 20 + ... + 320 ms).
+WRONG_SHARD_RETRIES = 7
+WRONG_SHARD_PAUSE = 0.010
 
 #: Times a snapshot `kv.mget` across shards starts again after a part
 #: answered `Unavailable` (a replica no longer keeps that time's versions).
@@ -115,6 +120,22 @@ class Placement:
 
 
 @dataclass
+class Move:
+    """Keys on their way between shards (docs/shards.md, "Moves in the
+    map"): of `keyspace`'s placement (None: the default's), `kind` "slots"
+    (`first`..`end` slot numbers), "range" (`first`..`end` keys, `end`
+    None: to the end) or "all"; owned by shard `source` until the move
+    switches, then by `target`."""
+
+    keyspace: Optional[str]
+    kind: str
+    first: Union[int, bytes, None]
+    end: Union[int, bytes, None]
+    source: int
+    target: int
+
+
+@dataclass
 class ShardMap:
     """A cluster's shard map: its id, epoch, every shard's replicas (id →
     client address), the default placement, each keyspace's own, and the
@@ -127,6 +148,13 @@ class ShardMap:
     default: Placement
     keyspaces: Dict[str, Placement]
     directory: Dict[int, str] = field(default_factory=dict)
+    #: The move in flight, if any (its keys still belong to its source).
+    moving: Optional[Move] = None
+    #: How many moves have switched since the cluster was formed.
+    moved: int = 0
+    #: The last move switched, until it finishes (its keys belong to its
+    #: target; no move begins meanwhile).
+    finishing: Optional[Move] = None
 
     def placement(self, keyspace: Optional[str] = None) -> Placement:
         """The placement of `keyspace` (None: the built-in data)."""
@@ -170,6 +198,12 @@ class _Reader:
         self.at += n
         return out
 
+    def flag(self) -> bool:
+        b = self.byte()
+        if b > 1:
+            raise ProtocolError(f"shard map: presence flag {b} at byte {self.at - 1}")
+        return b == 1
+
     def placement(self) -> Placement:
         tag = self.byte()
         if tag == 0:
@@ -185,7 +219,7 @@ def decode_map(data: bytes) -> ShardMap:
     """A shard map from its bytes (as `Status.shard_map` carries them)."""
     r = _Reader(data)
     version = r.byte()
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         raise ProtocolError(f"shard map: unknown format version {version}")
     cluster, epoch = r.varint(), r.varint()
 
@@ -203,11 +237,45 @@ def decode_map(data: bytes) -> ShardMap:
         shards[shard] = replicas()
     default = r.placement()
     keyspaces = {r.prefixed().decode(): r.placement() for _ in range(r.varint())}
-    # Version 2 ends with the directory group's replicas.
-    directory = replicas() if version == 2 else {}
+    # Version 2 ends with the directory group's replicas, version 3 with
+    # the count of switched moves and the move in flight.
+    directory = replicas() if version >= 2 else {}
+    moved, moving, finishing = 0, None, None
+    if version >= 3:
+        moved = r.varint()
+        state = r.byte()
+        if state not in (0, 1, 2):
+            raise ProtocolError(f"shard map: unknown state of a move {state} at byte {r.at - 1}")
+        if state:
+            keyspace = r.prefixed().decode() if r.flag() else None
+            tag = r.byte()
+            if tag == 0:
+                kind, first, end = "slots", r.varint(), r.varint()
+            elif tag == 1:
+                kind, first = "range", r.prefixed()
+                end = r.prefixed() if r.flag() else None
+            elif tag == 2:
+                kind, first, end = "all", None, None
+            else:
+                raise ProtocolError(f"shard map: unknown kind of moving keys {tag} at byte {r.at - 1}")
+            m = Move(keyspace, kind, first, end, r.varint(), r.varint())
+            moving, finishing = (m, None) if state == 1 else (None, m)
     if r.at != len(data):
         raise ProtocolError(f"shard map: {len(data) - r.at} bytes after the map")
-    return ShardMap(cluster, epoch, shards, default, keyspaces, directory)
+    return ShardMap(cluster, epoch, shards, default, keyspaces, directory, moving, moved, finishing)
+
+
+async def _page(client: Client, procedure: str, start, end, limit: int, levels):
+    """One shard's `[page, next]`, asked again after a pause while the shard
+    aborts it with `WRONG_SHARD` (it read a key moving between shards)."""
+    for attempt in range(WRONG_SHARD_RETRIES + 1):
+        if attempt > 1:
+            await asyncio.sleep(WRONG_SHARD_PAUSE * 2 ** min(attempt - 2, 8))
+        try:
+            return (await client._range(procedure, start, end, limit, levels, {}).final()).result()
+        except ProcedureAborted as e:
+            if not e.message.startswith(WRONG_SHARD) or attempt == WRONG_SHARD_RETRIES:
+                raise
 
 
 class Cluster:
@@ -398,9 +466,10 @@ class Cluster:
 
     async def call(self, procedure: str, *args, levels: LevelsArg = STRONG, timeout=None):
         """Invoke and return the closing view's result. A call refused as
-        another shard's (it applied nowhere) makes the client learn the map
-        again and send it to the owner; a call without a key (a definition,
-        a user change) goes to every shard in turn."""
+        another shard's, or aborted with `WRONG_SHARD` where it ran (its key
+        moved away meanwhile: either way it applied nowhere), makes the
+        client learn the map again and send it to the owner; a call without
+        a key (a definition, a user change) goes to every shard in turn."""
         options = {"levels": levels}
         if timeout is not None:
             options["timeout"] = timeout
@@ -415,14 +484,61 @@ class Cluster:
         for attempt in range(WRONG_SHARD_RETRIES + 1):
             try:
                 return (await self.invoke(procedure, *args, **options).final()).result()
-            except WrongShard:
-                if attempt == WRONG_SHARD_RETRIES:
+            except (WrongShard, ProcedureAborted) as e:
+                moved = isinstance(e, WrongShard) or e.message.startswith(WRONG_SHARD)
+                if not moved or attempt == WRONG_SHARD_RETRIES:
                     raise
+                if attempt > 0:
+                    await asyncio.sleep(WRONG_SHARD_PAUSE * 2 ** min(attempt - 1, 8))
                 await self.refresh()
                 if self._routes.get(procedure, ("",))[0] == "declared":
                     # Registered again, perhaps with other declared keys.
                     await self._learn_routes()
         raise AssertionError("unreachable")
+
+    async def scan(
+        self, start, end=None, limit: int = 1000, *, keys_only: bool = False,
+        levels: LevelsArg = STRONG,
+    ):
+        """One page of `[start, end)` from every shard, merged in key order:
+        `(items, next)`, items `(key, value)` pairs (keys alone with
+        `keys_only`), `next` the key to go on from or None (docs/api.md,
+        "Ranges and prefixes"). A shard that had more gave every key it
+        holds below its `next` and no more, so the page stops before the
+        least of those."""
+        procedure = "kv.scan_keys" if keys_only else "kv.scan"
+        parts = await asyncio.gather(
+            *(_page(c, procedure, start, end, limit, levels) for c in list(self._clients.values()))
+        )
+        nexts = [bytes(n) for _, n in parts if n is not None]
+        cut = min(nexts) if nexts else None
+        items = {}
+        for page, _ in parts:
+            for item in page:
+                k = bytes(item if keys_only else item[0])
+                if cut is None or k < cut:
+                    items.setdefault(k, k if keys_only else (k, bytes(item[1])))
+        ordered = [items[k] for k in sorted(items)]
+        more = cut is not None or len(ordered) > limit
+        ordered = ordered[:limit]
+        nxt = None
+        if more and ordered:
+            last = ordered[-1] if keys_only else ordered[-1][0]
+            nxt = last + b"\0"
+        return ordered, nxt
+
+    async def delete_range(self, start, end=None, *, levels: LevelsArg = STRONG) -> int:
+        """Delete every key of `[start, end)` on every shard, a page at a
+        time (each page at once, the range not): how many were deleted."""
+        deleted = 0
+        for client in list(self._clients.values()):
+            at = start
+            while True:
+                n, at = await _page(client, "kv.delete_range", at, end, 1000, levels)
+                deleted += n
+                if at is None:
+                    break
+        return deleted
 
     def _across(self, keys, levels) -> bool:
         """Whether a `kv.mget` of `keys` at `levels` is a snapshot read whose

@@ -75,6 +75,7 @@ async def watch(
     prefix: Union[str, bytes],
     start: Optional[int],
     tentative: bool,
+    keyspace: Optional[str] = None,
 ) -> AsyncIterator[WatchEvent]:
     """See `Client.watch`."""
     client._bind_loop()
@@ -86,7 +87,7 @@ async def watch(
     give_up: Optional[float] = None
     index = client._current
     while True:
-        request = pb.WatchRequest(prefix=key_prefix, tentative=tentative)
+        request = pb.WatchRequest(prefix=key_prefix, tentative=tentative, keyspace=keyspace or "")
         if resume is not None:
             setattr(request, "from", resume)
         call = pb_grpc.CreekStub(client._channel(index)).Watch(request)

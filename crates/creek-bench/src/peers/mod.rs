@@ -147,6 +147,7 @@ fn creek(args: &Args) -> Result<Map<String, Value>, String> {
         under_load: 0,
         tls: false,
         compare_tls: false,
+        grpc_only: false,
         json: args.json,
     };
     let mut out = cluster::measure(&cluster, true)?;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use creek_shard::ShardId;
 use creek_types::value::Value;
 
-use super::{Cluster, Routes, WRONG_SHARD_RETRIES};
+use super::{wrong_shard_pause, Cluster, Routes, WRONG_SHARD_RETRIES};
 use crate::causal::ReadAt;
 use crate::view::{Level, Outcome, View, ViewKind};
 use crate::{CallOptions, Client, Correctable, Error, Levels};
@@ -64,6 +64,7 @@ impl Cluster {
                 }
                 Err(Error::WrongShard { .. }) if wrong_shard > 0 => {
                     wrong_shard -= 1;
+                    wrong_shard_pause(WRONG_SHARD_RETRIES - wrong_shard).await;
                     self.refresh().await?;
                 }
                 Err(e) if e.is_unavailable() && unavailable > 0 => unavailable -= 1,

@@ -588,6 +588,7 @@ async fn a_watch_resumes_at_the_next_replica_after_the_last_position_it_delivere
         crate::WatchOptions {
             from: Some(0),
             tentative: false,
+            ..Default::default()
         },
     );
     let got: Vec<_> =
@@ -635,6 +636,7 @@ async fn a_watch_from_a_position_no_replica_holds_is_a_typed_error() {
         crate::WatchOptions {
             from: Some(3),
             tentative: false,
+            ..Default::default()
         },
     ));
     match events.next().await {

@@ -73,6 +73,20 @@ pub enum InvokeError {
         /// none yet).
         stable_age_ms: Option<u64>,
     },
+    /// A read at exactly a time other than the applied one, at a replica
+    /// that keeps no older versions (stable times are off here): it can
+    /// read only its applied state, which moves on while the read waits.
+    #[error(
+        "a snapshot read at exactly {time} µs needs stable times, which are off here \
+         (applied time {applied} µs): turn on [snapshot] stable_every_ms, or read at \
+         another level"
+    )]
+    SnapshotExactUnavailable {
+        /// The time asked for.
+        time: u64,
+        /// This replica's applied time.
+        applied: u64,
+    },
 }
 
 /// What [`InvokeError::SnapshotNotKept`] says of the global stable time.

@@ -52,11 +52,10 @@ impl Replica {
         let mut checkpoint = checkpoint.unwrap_or_default();
         let mut engine = Self::executor(&config, &registry);
         let state = std::mem::take(&mut checkpoint.state);
-        let empty = checkpoint.committed_len == 0 && state.is_empty();
         let upto = checkpoint.committed_len.checked_sub(1).map(Pos::Committed);
         engine.load_committed(state, upto);
         let mut replica = Self::with_engine(config, registry, engine)?;
-        replica.resume(checkpoint, ops, empty);
+        replica.resume(checkpoint, ops);
         Ok(replica)
     }
 }
@@ -105,9 +104,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// Continue from `checkpoint` (whose state the engine already holds as
     /// its committed base) with the kept `ops`. Only on a fresh replica.
-    /// (`empty`: the checkpoint holds no entries and no state, as a new
-    /// replica's.)
-    fn resume(&mut self, checkpoint: Checkpoint, mut ops: Vec<Arc<Op>>, empty: bool) {
+    fn resume(&mut self, checkpoint: Checkpoint, mut ops: Vec<Arc<Op>>) {
         debug_assert!(
             self.committed.is_empty() && self.ops.is_empty() && self.causal_ctx.is_empty(),
             "resume on a used replica"
@@ -116,7 +113,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.counters.committed = checkpoint.committed_len;
         self.counters.finalized = checkpoint.committed_len;
         self.hlc.observe(checkpoint.hlc);
-        self.snapshots.resume(checkpoint.commit_time, empty);
+        self.snapshots.resume(checkpoint.commit_time);
         self.curr_event_no = checkpoint.next_event_no.saturating_sub(1);
         let last_mpo = self.engine.read_committed(creek_procs::mpo::SEQ_KEY);
         self.mpos

@@ -133,28 +133,22 @@ pub(super) struct Snapshots {
     trimmed: u64,
     /// Reads below the applied time, when on.
     history: Option<SnapshotHistory>,
-    /// The replica began from a checkpoint (a restart's, a rebuild's, or a
-    /// preloaded state), not empty: the state before its first entry is
-    /// not known to be empty.
-    restored: bool,
     /// The global stable time known here (0: none yet).
     stable: u64,
-    /// The oldest read time whose versions are kept (`None`: none below
-    /// the applied time: no history, or none started yet).
+    /// The oldest read time whose versions are kept (`None`: no history).
     kept_from: Option<u64>,
     /// The executor's horizon: the absolute index of the committed entry
-    /// at or before which no read is asked.
+    /// at or before which no read is asked (`None`: none yet, every entry's
+    /// time is kept).
     horizon: Option<u64>,
 }
 
 impl Snapshots {
-    /// Continue after a checkpoint whose last entry committed at `time`
-    /// (`empty`: one of no entries and no state, as a new replica's).
-    pub(super) fn resume(&mut self, time: u64, empty: bool) {
+    /// Continue after a checkpoint whose last entry committed at `time`.
+    pub(super) fn resume(&mut self, time: u64) {
         self.last = time;
         self.applied = time;
         self.trimmed = time;
-        self.restored |= !empty;
         self.keep_from(time);
     }
 
@@ -181,11 +175,15 @@ impl Snapshots {
 
     /// The first `n` entries of the list, which starts at absolute index
     /// `base`, were trimmed off it: forget their times, but those from the
-    /// history's horizon on.
+    /// history's horizon on (all, while it has none).
     pub(super) fn trim(&mut self, n: usize, base: u64) {
         let first = base - self.lead as u64;
         let after = base + n as u64;
-        let keep = self.horizon.map_or(after, |h| h.min(after)).max(first);
+        let keep = match (self.kept_from, self.horizon) {
+            (None, _) => after,
+            (Some(_), None) => first,
+            (Some(_), Some(h)) => h.min(after).max(first),
+        };
         let drop =
             usize::try_from(keep - first).map_or(self.times.len(), |d| d.min(self.times.len()));
         if drop > 0 {
@@ -289,36 +287,15 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.start_history();
     }
 
-    /// Start keeping versions, from the last final entry on; on a replica
-    /// that started empty, from its first entry on (and the empty state
-    /// before it), once that is final.
+    /// Start keeping versions, from the committed state now on: the
+    /// state at the applied time (on a replica that has no entry yet, its
+    /// checkpoint's or the empty one).
     fn start_history(&mut self) {
         if self.snapshots.history.is_none() || self.snapshots.kept_from.is_some() {
             return;
         }
-        let newest = self.counters.finalized.checked_sub(1);
-        match (self.snapshots.horizon, newest) {
-            (None, None) => {
-                self.snapshots.horizon = Some(0);
-                self.engine.set_final_horizon(Some(Pos::Committed(0)));
-            }
-            (None, Some(newest)) => {
-                self.snapshots.horizon = Some(newest);
-                self.snapshots.kept_from = Some(self.snapshots.applied);
-                self.engine.set_final_horizon(Some(Pos::Committed(newest)));
-            }
-            // From the first entry on (its time is kept while the horizon
-            // is there), and on a replica that started empty the empty
-            // state before it.
-            (Some(_), Some(_)) => {
-                let first = self.snapshots.times.first().copied();
-                self.snapshots.kept_from = Some(match self.snapshots.restored {
-                    false => 0,
-                    true => first.unwrap_or(self.snapshots.applied),
-                });
-            }
-            (Some(_), None) => {}
-        }
+        self.engine.keep_final_history();
+        self.snapshots.kept_from = Some(self.snapshots.applied);
     }
 
     /// The global stable time is now at least `time`: reads move up to it
@@ -328,7 +305,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             return;
         };
         self.snapshots.stable = self.snapshots.stable.max(time);
-        self.start_history();
         let Some(newest) = self.counters.finalized.checked_sub(1) else {
             return;
         };
@@ -365,8 +341,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         now_us: u64,
     ) -> Result<(), InvokeError> {
         let at = self.snapshots.read_at(read_time, exact);
+        let applied = self.snapshots.applied;
+        if exact && at != applied && self.snapshots.history.is_none() {
+            return Err(InvokeError::SnapshotExactUnavailable { time: at, applied });
+        }
         let kept = self.snapshots.kept_from.is_some_and(|k| at >= k);
-        if at >= self.snapshots.applied || kept {
+        if at >= applied || kept {
             return Ok(());
         }
         Err(InvokeError::SnapshotNotKept {
@@ -405,7 +385,6 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// Run `key`'s snapshot read if this replica has applied its read time,
     /// and send its view unless its preliminary view must go first.
     fn serve_snapshot(&mut self, key: ExecKey) {
-        self.start_history();
         let applied = self.snapshots.applied;
         let ignore_read_time = self.config.planted.has(Bug::SnapshotIgnoresReadTime);
         let Some(p) = self.snapshots.pending.get(&key) else {
@@ -423,22 +402,25 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
                 }
                 return;
             }
-            // Without a history only the applied state can be read; with
-            // one, versions may have been dropped since the read was parked
-            // (the bound on kept versions): it reads at the oldest time kept,
-            // which its view names, rather than below it.
+            // Without a history only the applied state can be read (an exact
+            // read was refused at invocation unless that is its time). With
+            // one, versions are kept from at most the applied time when the
+            // read was invoked or parked, below its time, and serving a
+            // parked read comes with the entry that reaches its time.
             at = match self.snapshots.kept_from {
                 None => applied,
-                Some(kept) => at.max(kept),
+                Some(kept) => {
+                    debug_assert!(
+                        kept <= at,
+                        "a snapshot read at {at} below the versions kept"
+                    );
+                    at.max(kept)
+                }
             };
             let before = self.snapshots.before(at, self.committed_base);
             let state = match before {
                 _ if self.config.planted.has(Bug::SnapshotServesTentative) => {
                     EngineState::latest(&self.engine)
-                }
-                // Before the first entry of a replica that started empty.
-                Some(Pos::Committed(0)) if !self.snapshots.restored => {
-                    EngineState::empty(&self.engine)
                 }
                 Some(before) => EngineState::before(&self.engine, before),
                 None => EngineState::committed(&self.engine),

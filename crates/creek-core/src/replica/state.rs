@@ -16,9 +16,6 @@ use crate::op::{ExecKey, Pos};
 enum Which {
     Latest,
     Committed,
-    /// Nothing: the state before the first committed entry of a replica
-    /// that started empty.
-    Empty,
     /// The final state before this position, which the engine's history
     /// covers (the caller checked).
     Before(Pos),
@@ -47,14 +44,6 @@ impl<'a, E> EngineState<'a, E> {
         }
     }
 
-    /// The empty state (before any entry of a replica that started empty).
-    pub(super) fn empty(engine: &'a E) -> Self {
-        EngineState {
-            engine,
-            which: Which::Empty,
-        }
-    }
-
     /// The final state before committed position `before`.
     pub(super) fn before(engine: &'a E, before: Pos) -> Self {
         EngineState {
@@ -78,7 +67,6 @@ impl<E: Engine<ExecKey, Pos>> SnapshotRead for EngineState<'_, E> {
             Which::Latest => self.engine.read_latest(key),
             Which::Committed => self.engine.read_committed(key),
             Which::Before(before) => covered(self.engine.read_final_before(key, before)),
-            Which::Empty => None,
         };
         (value, VersionNo::ABSENT)
     }
@@ -92,7 +80,6 @@ impl<E: Engine<ExecKey, Pos>> SnapshotRead for EngineState<'_, E> {
                 self.engine
                     .scan_final_before(from, to, limit, before, &mut found),
             ),
-            Which::Empty => {}
         }
         out.extend(found.into_iter().map(|(k, v)| (k, v, VersionNo::ABSENT)));
     }

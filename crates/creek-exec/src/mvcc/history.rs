@@ -5,10 +5,11 @@
 //!
 //! Without a history (the default) every key keeps only its newest final
 //! version, its `base`; finalizing an op drops the base it supersedes.
-//! With one ([`crate::Engine::set_final_horizon`] with `Some(horizon)`), the
+//! With one ([`crate::Engine::keep_final_history`], or
+//! [`crate::Engine::set_final_horizon`] with `Some(horizon)`), the
 //! superseded base moves to the key's `history` instead, tagged with the
 //! position of the op that wrote it, so the final state before any position
-//! `p` above the horizon is, for every key, the newest final version written
+//! `p` above the horizon (any at all while none is set) is, for every key, the newest final version written
 //! before `p` (`KeyState::final_before`). Tombstones are kept like values:
 //! a delete stays visible to old reads, and the value before it too.
 //!
@@ -38,8 +39,9 @@ use crate::engine::{BelowHorizon, OpKey, Position};
 /// What the executor keeps for reads of the final state before a position.
 #[derive(Debug)]
 pub(super) struct History<P> {
-    /// The caller's promise: no read asks for a position at or below it.
-    horizon: P,
+    /// The caller's promise: no read asks for a position at or below it
+    /// (`None`: none given yet, every position may be read).
+    horizon: Option<P>,
     /// The newest final position when the history started (or the
     /// checkpoint's committed bound): the versions it superseded up to there
     /// were dropped before anything was kept, so reads at or below it are
@@ -53,15 +55,17 @@ pub(super) struct History<P> {
 impl<P: Position> History<P> {
     /// Whether reads before `before` are refused.
     fn refuses(&self, before: P) -> bool {
-        before <= self.horizon || self.kept_after.is_some_and(|k| before <= k)
+        self.horizon
+            .max(self.kept_after)
+            .is_some_and(|h| before <= h)
     }
 
     /// The error for a refused read: the effective horizon.
     fn below(&self) -> BelowHorizon {
-        BelowHorizon::at(
-            self.kept_after
-                .map_or(self.horizon, |k| k.max(self.horizon)),
-        )
+        match self.horizon.max(self.kept_after) {
+            Some(h) => BelowHorizon::at(h),
+            None => BelowHorizon::no_history(),
+        }
     }
 }
 
@@ -84,21 +88,31 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         match &mut self.history {
             Some(history) => {
                 debug_assert!(
-                    h >= history.horizon,
+                    history.horizon.is_none_or(|old| h >= old),
                     "final horizon moved back from {:?} to {h:?}",
                     history.horizon
                 );
-                history.horizon = history.horizon.max(h);
+                history.horizon = history.horizon.max(Some(h));
                 let horizon = history.horizon;
-                self.drop_superseded(Some(horizon));
+                self.drop_superseded(horizon);
             }
-            None => {
-                self.history = Some(History {
-                    horizon: h,
-                    kept_after: self.final_upto,
-                    superseded: VecDeque::new(),
-                });
-            }
+            None => self.history = Some(self.new_history(Some(h))),
+        }
+    }
+
+    /// [`crate::Engine::keep_final_history`].
+    pub(super) fn start_final_history(&mut self) {
+        if self.history.is_none() {
+            self.history = Some(self.new_history(None));
+        }
+    }
+
+    /// A history from now on, with `horizon`.
+    fn new_history(&self, horizon: Option<P>) -> History<P> {
+        History {
+            horizon,
+            kept_after: self.final_upto,
+            superseded: VecDeque::new(),
         }
     }
 
@@ -155,7 +169,10 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
     /// it if a read above the horizon may need it; forget the key if it is
     /// left with nothing worth keeping.
     pub(super) fn keep_final(&mut self, key: &[u8], pos: P, old_at: Option<P>, old: Version) {
-        let keeps = self.history.as_ref().is_some_and(|h| pos > h.horizon);
+        let keeps = self
+            .history
+            .as_ref()
+            .is_some_and(|h| h.horizon.is_none_or(|horizon| pos > horizon));
         let shared = if keeps { self.keys.key(key) } else { None };
         debug_assert!(!keeps || shared.is_some(), "finalized {key:?} is gone");
         if let (Some(shared), Some(ks)) = (shared, self.keys.get_mut(key)) {
@@ -267,7 +284,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
         let mut listed: FxHashMap<&Bytes, Vec<P>> = FxHashMap::default();
         let mut previous = None;
         for (at, k) in &history.superseded {
-            if *at <= history.horizon || previous.is_some_and(|p| p > *at) {
+            if Some(*at) <= history.horizon || previous.is_some_and(|p| p > *at) {
                 return Err(format!(
                     "pruning list out of order or due at {at:?} ({k:?})"
                 ));

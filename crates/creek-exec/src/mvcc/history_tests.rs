@@ -264,6 +264,37 @@ fn a_checkpoint_counts_as_before_every_position() {
     assert_eq!((n.history_versions, n.history_bytes), (4, 2 + 2 + 2 + 1));
 }
 
+/// A history started with no horizon answers reads before the first
+/// position too: the empty state, or a loaded one that has no committed
+/// bound (a bulk load before any op); a horizon set later refuses what is
+/// at or below it.
+#[test]
+fn a_history_without_a_horizon_reads_before_the_first_position() {
+    let calls = nine_ops();
+    for loaded in [
+        BTreeMap::new(),
+        BTreeMap::from([(Bytes::from("a"), Bytes::from("x"))]),
+    ] {
+        let mut e = executor();
+        e.load_committed(loaded.clone(), None);
+        e.keep_final_history();
+        check(&e);
+        for (i, call) in calls.iter().enumerate() {
+            final_op(&mut e, i as u32 + 1, i as u64 + 1, call);
+        }
+        let states = states(&loaded, &calls);
+        for before in 0..=10 {
+            assert_reads(&e, before, &states[(before as usize).max(1) - 1]);
+        }
+        e.keep_final_history();
+        assert_reads(&e, 0, &loaded);
+        e.set_final_horizon(Some(2));
+        check(&e);
+        assert_refused(&e, 2, Some(2));
+        assert_reads(&e, 3, &states[2]);
+    }
+}
+
 /// Off (the default) nothing is kept and every read of the past is refused;
 /// turning a history off drops all of it, and the executor is then the one
 /// that never kept any: the same counters, keys and committed state.

@@ -307,7 +307,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             let candidates = ks.readers_affected(pos, pos);
             if !self.planted.has(Bug::SkipInvalidation) {
                 self.stale_readers(&k, candidates, key, &mut invalid);
-                self.stale_scanners(&k, pos, pos, key, &mut invalid);
+                if !self.planted.has(Bug::SkipScanInvalidation) {
+                    self.stale_scanners(&k, pos, pos, key, &mut invalid);
+                }
             }
             written.push(k);
         }
@@ -953,6 +955,10 @@ impl<K: OpKey, P: Position> Engine<K, P> for MvccExecutor<K, P> {
 
     fn set_final_horizon(&mut self, horizon: Option<P>) {
         self.move_final_horizon(horizon);
+    }
+
+    fn keep_final_history(&mut self) {
+        self.start_final_history();
     }
 
     fn read_final_before(&self, key: &[u8], before: P) -> Result<Option<Bytes>, BelowHorizon> {

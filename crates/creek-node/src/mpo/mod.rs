@@ -193,6 +193,24 @@ impl<S: CabStorage> Node<S> {
                     .mpo_take_copy(copy, shard, now_us)
                     .map(|()| Reply::Pending),
             },
+            Request::Export {
+                map,
+                from,
+                digests,
+                adopted,
+            } => self.move_export(&map, from, digests, adopted),
+            Request::Fetch { keys, adopted } => Ok(self.move_fetch(keys, adopted)),
+            Request::Mine {
+                map,
+                from,
+                next,
+                fence,
+            } => self.move_mine(&map, from, next, fence),
+            Request::Run(call) => Err(Refusal::NotHere(format!(
+                "replica {} runs no op for another group here: {}",
+                self.id(),
+                call.name
+            ))),
             Request::Sequence { .. } => Err(Refusal::NotHere(format!(
                 "replica {} is not a directory replica: it sequences nothing",
                 self.id()

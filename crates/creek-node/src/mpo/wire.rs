@@ -3,6 +3,8 @@
 //! with Creek's value encoding (a list whose first item is the kind).
 
 use bytes::Bytes;
+use creek_procs::moves::copy::{Entry, Page};
+use creek_procs::moves::Fence;
 use creek_procs::mpo::{reads_from_value, reads_value, MpoId, Reads};
 use creek_types::value::Value;
 use creek_types::{ClientRequestId, ProcCall};
@@ -55,6 +57,46 @@ pub enum Request {
         /// Its stable time (µs).
         time: u64,
     },
+    /// A page of the committed state of the move `map` holds (in flight or
+    /// finishing; `creek_procs::moves::copy::export`) from stored key
+    /// `from`, with digests instead of values if `digests`; answered
+    /// [`Reply::Page`], or [`Reply::Pending`] while the replica's state
+    /// executes under a map older than epoch `adopted` (0: any).
+    Export {
+        /// The encoded map holding the move.
+        map: Bytes,
+        /// The first stored key of the page.
+        from: Bytes,
+        /// Digests instead of values.
+        digests: bool,
+        /// The least epoch of the map the state must execute under.
+        adopted: u64,
+    },
+    /// The committed values of `keys` ([`Reply::Reads`]; `None`: absent),
+    /// or [`Reply::Pending`] as for [`Request::Export`].
+    Fetch {
+        /// The keys.
+        keys: Vec<Bytes>,
+        /// As for [`Request::Export`].
+        adopted: u64,
+    },
+    /// The committed keys of the move `map` holds in `[from, next)`
+    /// (`next` `None`: to the end), with their values ([`Reply::Reads`]),
+    /// if the replica's state holds the mover's last chunk `fence`, else
+    /// [`Reply::Pending`]: the target's copy as its mover compares it.
+    Mine {
+        /// The encoded map holding the move.
+        map: Bytes,
+        /// The first stored key of the range.
+        from: Bytes,
+        /// The first stored key after it.
+        next: Option<Bytes>,
+        /// The last chunk the state must hold.
+        fence: Fence,
+    },
+    /// Run `call` as a strong op of the receiver's group; answered with
+    /// its final outcome ([`Reply::Outcome`]) once it has one.
+    Run(ProcCall),
     /// Messages that need no answer ([`Request::Sequenced`],
     /// [`Request::Reads`] and [`Request::Stable`]), several to one replica
     /// at once: each is taken in as if it came alone; answered
@@ -80,6 +122,10 @@ pub enum Reply {
     /// first: a directory replica that is not the leader learns that a
     /// sequencing committed only with the leader's next message).
     Elsewhere(u16),
+    /// A page of a move's keys.
+    Page(Page),
+    /// The final outcome of a [`Request::Run`]: its result, or its abort.
+    Outcome(Result<Bytes, String>),
 }
 
 fn int(n: u64) -> Value {
@@ -211,6 +257,37 @@ impl Request {
                 Value::Int(5),
                 Value::List(all.iter().map(Request::to_value).collect()),
             ],
+            Request::Export {
+                map,
+                from,
+                digests,
+                adopted,
+            } => vec![
+                Value::Int(7),
+                Value::Bytes(map.clone()),
+                Value::Bytes(from.clone()),
+                Value::Bool(*digests),
+                int(*adopted),
+            ],
+            Request::Fetch { keys, adopted } => vec![
+                Value::Int(8),
+                Value::List(keys.iter().cloned().map(Value::Bytes).collect()),
+                int(*adopted),
+            ],
+            Request::Mine {
+                map,
+                from,
+                next,
+                fence,
+            } => vec![
+                Value::Int(9),
+                Value::Bytes(map.clone()),
+                Value::Bytes(from.clone()),
+                next.clone().map_or(Value::Nil, Value::Bytes),
+                int(fence.term),
+                int(fence.n),
+            ],
+            Request::Run(call) => vec![Value::Int(10), call_value(call)],
         };
         Value::List(items)
     }
@@ -265,6 +342,40 @@ impl Request {
                 from: shard(from)?,
                 time: uint(time)?,
             }),
+            [Value::Int(7), Value::Bytes(map), Value::Bytes(from), Value::Bool(digests), adopted] => {
+                Ok(Request::Export {
+                    map: map.clone(),
+                    from: from.clone(),
+                    digests: *digests,
+                    adopted: uint(adopted)?,
+                })
+            }
+            [Value::Int(8), Value::List(keys), adopted] => Ok(Request::Fetch {
+                keys: keys
+                    .iter()
+                    .map(|k| match k {
+                        Value::Bytes(k) => Ok(k.clone()),
+                        _ => Err("a malformed key".to_owned()),
+                    })
+                    .collect::<Result<_, _>>()?,
+                adopted: uint(adopted)?,
+            }),
+            [Value::Int(9), Value::Bytes(map), Value::Bytes(from), next, term, n] => {
+                Ok(Request::Mine {
+                    map: map.clone(),
+                    from: from.clone(),
+                    next: match next {
+                        Value::Nil => None,
+                        Value::Bytes(b) => Some(b.clone()),
+                        _ => return Err("a malformed range end".to_owned()),
+                    },
+                    fence: Fence {
+                        term: uint(term)?,
+                        n: uint(n)?,
+                    },
+                })
+            }
+            [Value::Int(10), call] => Ok(Request::Run(call_of(call)?)),
             _ => Err("an unknown kind of message".to_owned()),
         }
     }
@@ -287,6 +398,35 @@ impl Reply {
             Reply::Reads(reads) => vec![Value::Int(2), reads_value(reads)],
             Reply::Pending => vec![Value::Int(3)],
             Reply::Elsewhere(id) => vec![Value::Int(4), Value::Int(i64::from(*id))],
+            Reply::Page(page) => vec![
+                Value::Int(5),
+                Value::Bytes(page.from.clone()),
+                Value::List(
+                    page.entries
+                        .iter()
+                        .map(|(k, e)| {
+                            let (digest, bytes) = match e {
+                                Entry::Value(v) => (false, v.clone()),
+                                Entry::Digest(d) => (true, Bytes::copy_from_slice(d)),
+                            };
+                            Value::List(vec![
+                                Value::Bytes(k.clone()),
+                                Value::Bool(digest),
+                                Value::Bytes(bytes),
+                            ])
+                        })
+                        .collect(),
+                ),
+                page.next.clone().map_or(Value::Nil, Value::Bytes),
+            ],
+            Reply::Outcome(outcome) => match outcome {
+                Ok(r) => vec![Value::Int(6), Value::Bool(true), Value::Bytes(r.clone())],
+                Err(e) => vec![
+                    Value::Int(6),
+                    Value::Bool(false),
+                    Value::Bytes(Bytes::copy_from_slice(e.as_bytes())),
+                ],
+            },
         };
         Value::List(items).encode()
     }
@@ -308,6 +448,38 @@ impl Reply {
             [Value::Int(4), id] => Ok(Reply::Elsewhere(
                 u16::try_from(uint(id)?).map_err(|_| "a replica id past 65535".to_owned())?,
             )),
+            [Value::Int(5), Value::Bytes(from), Value::List(entries), next] => {
+                let entries = entries
+                    .iter()
+                    .map(|e| match e.as_list() {
+                        Some([Value::Bytes(k), Value::Bool(false), Value::Bytes(v)]) => {
+                            Ok((k.clone(), Entry::Value(v.clone())))
+                        }
+                        Some([Value::Bytes(k), Value::Bool(true), Value::Bytes(d)]) => {
+                            let d: [u8; 16] = d[..]
+                                .try_into()
+                                .map_err(|_| "a digest of 16 bytes".to_owned())?;
+                            Ok((k.clone(), Entry::Digest(d)))
+                        }
+                        _ => Err("a malformed page entry".to_owned()),
+                    })
+                    .collect::<Result<_, String>>()?;
+                Ok(Reply::Page(Page {
+                    from: from.clone(),
+                    entries,
+                    next: match next {
+                        Value::Nil => None,
+                        Value::Bytes(b) => Some(b.clone()),
+                        _ => return Err("a malformed page end".to_owned()),
+                    },
+                }))
+            }
+            [Value::Int(6), Value::Bool(true), Value::Bytes(r)] => {
+                Ok(Reply::Outcome(Ok(r.clone())))
+            }
+            [Value::Int(6), Value::Bool(false), Value::Bytes(e)] => {
+                Ok(Reply::Outcome(Err(String::from_utf8_lossy(e).into_owned())))
+            }
             _ => Err("an unknown kind of answer".to_owned()),
         }
     }
@@ -364,6 +536,23 @@ mod tests {
                 },
                 Request::Stable { from: 0, time: 9 },
             ]),
+            Request::Export {
+                map: Bytes::from_static(b"map"),
+                from: Bytes::from_static(b"k"),
+                digests: true,
+                adopted: 7,
+            },
+            Request::Fetch {
+                keys: vec![Bytes::from_static(b"a"), Bytes::new()],
+                adopted: 0,
+            },
+            Request::Mine {
+                map: Bytes::from_static(b"map"),
+                from: Bytes::new(),
+                next: Some(Bytes::from_static(b"z")),
+                fence: Fence { term: 3, n: 9 },
+            },
+            Request::Run(call.clone()),
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
@@ -382,6 +571,20 @@ mod tests {
             Reply::Reads(reads),
             Reply::Pending,
             Reply::Elsewhere(8),
+            Reply::Page(Page {
+                from: Bytes::from_static(b"a"),
+                entries: vec![
+                    (
+                        Bytes::from_static(b"b"),
+                        Entry::Value(Bytes::from_static(b"v")),
+                    ),
+                    (Bytes::from_static(b"c"), Entry::Digest([7; 16])),
+                ],
+                next: Some(Bytes::from_static(b"d")),
+            }),
+            Reply::Page(Page::default()),
+            Reply::Outcome(Ok(Bytes::from_static(b"r"))),
+            Reply::Outcome(Err("WRONG_SHARD: no".into())),
         ] {
             assert_eq!(Reply::decode(&a.encode()).unwrap(), a);
         }

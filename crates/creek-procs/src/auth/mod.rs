@@ -12,6 +12,7 @@
 //! | `\0auth/user/NAME`    | `[role, …]`                               |
 //! | `\0auth/role/NAME`    | `[grant, …]`, each `RIGHT:KIND:TARGET`    |
 //! | `\0auth/token/ID`     | `[user, sha256(secret)]`                  |
+//! | `\0auth/enabled`      | `sha256(root token)`: the cluster checks users |
 //!
 //! The records are written only by the `auth.*` built-ins, which are
 //! strong-only: every replica sees the same users at the same point of the
@@ -42,6 +43,9 @@ pub const USER_PREFIX: &[u8] = b"\0auth/user/";
 pub const ROLE_PREFIX: &[u8] = b"\0auth/role/";
 /// Prefix of token records: `\0auth/token/ID` → user and hash.
 pub const TOKEN_PREFIX: &[u8] = b"\0auth/token/";
+/// The switch that makes every replica of the cluster check users:
+/// present (holding the root token's SHA-256) once `auth.enable` ran.
+pub const ENABLED_KEY: &[u8] = b"\0auth/enabled";
 /// Length of a token id: lowercase hexadecimal digits.
 pub const TOKEN_ID_CHARS: usize = 16;
 /// Length of a token's hash (SHA-256).
@@ -300,7 +304,8 @@ pub fn need(registry: &Registry, call: &ProcCall, user: Option<&UserProc>) -> Ne
             "directory.map" => Need::Nothing,
             n if n.starts_with("proc.")
                 || n.starts_with("auth.")
-                || n.starts_with("directory.") =>
+                || n.starts_with("directory.")
+                || n.starts_with("creek.move.") =>
             {
                 Need::Cluster
             }
@@ -385,6 +390,9 @@ pub const DENIED_PREFIX: &str = "permission denied: ";
 /// committed `\0auth/` records by [`Rules::from_records`].
 #[derive(Clone, Debug, Default)]
 pub struct Rules {
+    /// The root token's SHA-256, once the cluster checks users
+    /// ([`ENABLED_KEY`]).
+    pub enabled: Option<[u8; TOKEN_HASH_BYTES]>,
     tokens: HashMap<String, TokenRecord>,
     users: HashMap<String, Arc<[Grant]>>,
     /// Records that did not decode (only a bug or a foreign write can make
@@ -416,6 +424,8 @@ impl Rules {
                 TokenRecord::decode(value).map(|t| {
                     rules.tokens.insert(n, t);
                 })
+            } else if key == ENABLED_KEY {
+                records::decode_enabled(value).map(|root| rules.enabled = Some(root))
             } else {
                 continue;
             };
@@ -449,7 +459,7 @@ mod records;
 pub use records::TokenRecord;
 use records::{decode_grants, decode_names};
 pub(crate) use records::{
-    role_list, role_set, token_create, token_revoke, user_add, user_list, user_remove,
+    enable, role_list, role_set, token_create, token_revoke, user_add, user_list, user_remove,
 };
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use std::fmt;
 use bytes::{Bytes, BytesMut};
 
 use super::{
-    all, Grant, BUILTIN_ROLES, GRANTS_PER_ROLE_MAX, ROLES_PER_USER_MAX, ROLE_PREFIX, ROOT_USER,
-    TOKEN_HASH_BYTES, TOKEN_ID_CHARS, TOKEN_PREFIX, USER_PREFIX,
+    all, Grant, BUILTIN_ROLES, ENABLED_KEY, GRANTS_PER_ROLE_MAX, ROLES_PER_USER_MAX, ROLE_PREFIX,
+    ROOT_USER, TOKEN_HASH_BYTES, TOKEN_ID_CHARS, TOKEN_PREFIX, USER_PREFIX,
 };
 use crate::keyspace;
 use creek_exec::txn::{Abort, Outcome, Txn};
@@ -211,6 +211,39 @@ pub(crate) fn user_add(
 
 /// `auth.user_remove(name)`: remove a user and every token of theirs;
 /// whether the user existed.
+/// `auth.enable(root_hash)`: from this point of the order, every replica
+/// checks users, with the root token hashed as `root_hash`. Again with the
+/// same hash: nothing changes (`false`); with another one: refused (the
+/// root token is changed by the replicas' configuration, not by a call).
+pub(crate) fn enable(txn: &mut Txn<'_>, root_hash: &[u8]) -> Outcome {
+    const OP: &str = "auth.enable";
+    if root_hash.len() != TOKEN_HASH_BYTES {
+        return Err(Abort::new(format!(
+            "{OP}: the root token's hash is {} bytes, not {TOKEN_HASH_BYTES} (SHA-256)",
+            root_hash.len()
+        )));
+    }
+    let stored = Value::Bytes(Bytes::copy_from_slice(root_hash)).encode();
+    match txn.get(ENABLED_KEY) {
+        Some(v) if v == stored => Ok(Value::Bool(false).encode()),
+        Some(_) => Err(Abort::new(format!(
+            "{OP}: the cluster already checks users, with another root token"
+        ))),
+        None => {
+            txn.put(Bytes::from_static(ENABLED_KEY), stored);
+            Ok(Value::Bool(true).encode())
+        }
+    }
+}
+
+/// The root token's hash in a stored [`ENABLED_KEY`] record.
+pub(crate) fn decode_enabled(raw: &[u8]) -> Result<[u8; TOKEN_HASH_BYTES], String> {
+    match Value::decode(raw).map_err(|e| e.to_string())? {
+        Value::Bytes(b) => b.as_ref().try_into().map_err(|_| "not 32 bytes".to_owned()),
+        _ => Err("not bytes".into()),
+    }
+}
+
 pub(crate) fn user_remove(txn: &mut Txn<'_>, name: &[u8]) -> Outcome {
     let Ok(name) = user_name("auth.user_remove", name) else {
         return Ok(Value::Bool(false).encode());

@@ -398,3 +398,25 @@ fn an_expiring_token_stores_its_expiry_and_a_bad_one_changes_nothing() {
     weak.strong = false;
     assert!(h.exec(&weak).outcome.is_err(), "strong only");
 }
+
+#[test]
+fn the_switch_is_set_once_and_read_into_the_rules() {
+    let mut h = Harness::new();
+    assert_eq!(rules(&h).enabled, None);
+    assert_eq!(
+        strong(&mut h, "auth.enable", &[&HASH]).expect("on"),
+        Value::Bool(true)
+    );
+    assert_eq!(rules(&h).enabled, Some(HASH));
+    assert_eq!(
+        strong(&mut h, "auth.enable", &[&HASH]).expect("again"),
+        Value::Bool(false),
+        "the same root: nothing changes"
+    );
+    let other = strong(&mut h, "auth.enable", &[&[8; 32]]).expect_err("another root");
+    assert!(other.to_string().contains("another root token"), "{other}");
+    let short = strong(&mut h, "auth.enable", &[b"short"]).expect_err("not a hash");
+    assert!(short.to_string().contains("5 bytes, not 32"), "{short}");
+    assert_eq!(rules(&h).enabled, Some(HASH));
+    assert!(rules(&h).corrupt.is_empty());
+}

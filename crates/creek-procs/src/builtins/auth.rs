@@ -12,6 +12,7 @@
 //! | `auth.token_revoke` | `token_id: bytes`                                      | bool: existed                            |           | yes         |
 //! | `auth.role_set`     | `name: bytes, grants: bytes`                           | nil                                      |           | yes         |
 //! | `auth.role_list`    | none                                                   | list of `[name, [grant…]]`               | yes       |             |
+//! | `auth.enable`       | `root_hash: bytes` (SHA-256 of the root token)         | bool: switched on now                    |           | yes         |
 //!
 //! The server lets only a user with admin on every keyspace call any of
 //! them. A strong-only one called in a weak op aborts before it runs,
@@ -73,6 +74,11 @@ const ROLE_SET: Sig = Sig {
     params: &[("name", Ty::Bytes), ("grants", Ty::Bytes)],
     subject: Subject::None,
 };
+const ENABLE: Sig = Sig {
+    name: "auth.enable",
+    params: &[("root_hash", Ty::Bytes)],
+    subject: Subject::None,
+};
 const ROLE_LIST: Sig = Sig {
     name: "auth.role_list",
     params: &[],
@@ -87,10 +93,21 @@ const STRONG_ONLY: &[&str] = &[
     TOKEN_CREATE_EXPIRING.name,
     TOKEN_REVOKE.name,
     ROLE_SET.name,
+    ENABLE.name,
 ];
 
 /// Register the `auth.*` procedures.
 pub(super) fn register(r: &mut Registry) {
+    r.register_fn(
+        ENABLE.name,
+        false,
+        |a| ENABLE.check(a),
+        |txn, raw| match ENABLE.args(raw).as_deref() {
+            Ok([Value::Bytes(hash)]) => auth::enable(txn, hash),
+            Ok(_) => Err(ENABLE.mismatch()),
+            Err(e) => Err(e.clone()),
+        },
+    );
     r.register_fn(
         USER_ADD.name,
         false,
@@ -180,6 +197,7 @@ pub(super) fn register(r: &mut Registry) {
             (&TOKEN_REVOKE, "bool: existed", "Revoke a token by id (strong op only, admin)."),
             (&ROLE_SET, "nil", "Define a role by comma-separated grants RIGHT:keyspace|proc:NAME (strong op only, admin)."),
             (&ROLE_LIST, "list of [name, [grant]]", "The roles (admin)."),
+            (&ENABLE, "bool: switched on now", "From here on every replica checks users, with the root token whose SHA-256 this is (strong op only; admin once on)."),
         ],
     );
 }

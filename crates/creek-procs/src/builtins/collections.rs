@@ -81,6 +81,19 @@ pub(super) fn register(r: &mut Registry) {
     );
 }
 
+/// Where set `name` is stored. A name starting with `essions/` is
+/// refused: `\0s` and it would be one of the session table's keys
+/// (`\0sessions/…`), which a set must never overwrite.
+fn set_key(name: &[u8]) -> Result<Bytes, Abort> {
+    if name.starts_with(b"essions/") {
+        return Err(Abort::new(format!(
+            "set name {:?} is reserved: set names may not start with \"essions/\"",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(key(b's', name))
+}
+
 fn key(kind: u8, name: &[u8]) -> Bytes {
     let mut k = BytesMut::with_capacity(2 + name.len());
     k.put_slice(&[INTERNAL_KEY_PREFIX, kind]);
@@ -163,7 +176,7 @@ fn list_len(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
 /// `set.add(set, item)` → whether the item was new.
 fn set_add(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (name, item) = name_item_args(&SET_ADD, raw)?;
-    let key = key(b's', &name);
+    let key = set_key(&name)?;
     let mut items = load(txn, &key, true)?;
     let Err(at) = items.binary_search(&item) else {
         return Ok(Value::Bool(false).encode());
@@ -176,7 +189,7 @@ fn set_add(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
 /// `set.remove(set, item)` → whether the item was there.
 fn set_remove(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (name, item) = name_item_args(&SET_REMOVE, raw)?;
-    let key = key(b's', &name);
+    let key = set_key(&name)?;
     let mut items = load(txn, &key, true)?;
     let Ok(at) = items.binary_search(&item) else {
         return Ok(Value::Bool(false).encode());
@@ -193,14 +206,14 @@ fn set_remove(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
 /// `set.contains(set, item)` → whether the item is there.
 fn set_contains(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (name, item) = name_item_args(&SET_CONTAINS, raw)?;
-    let items = load(txn, &key(b's', &name), true)?;
+    let items = load(txn, &set_key(&name)?, true)?;
     Ok(Value::Bool(items.binary_search(&item).is_ok()).encode())
 }
 
 /// `set.read(set)` → its items, sorted.
 fn set_read(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let name = name_arg(&SET_READ, raw)?;
-    Ok(items_value(load(txn, &key(b's', &name), true)?).encode())
+    Ok(items_value(load(txn, &set_key(&name)?, true)?).encode())
 }
 
 #[cfg(test)]
@@ -258,6 +271,27 @@ mod tests {
         h.ok("set.remove", &[b("s"), b("a")]);
         h.ok("set.remove", &[b("s"), b("c")]);
         assert!(h.keys().is_empty());
+    }
+
+    /// A set whose key would be one of the session table's is refused and
+    /// writes nothing.
+    #[test]
+    fn a_set_named_into_the_session_table_is_refused() {
+        let mut h = Harness::new();
+        for name in ["set.add", "set.read"] {
+            let args = match name {
+                "set.add" => encode_args(&[b("essions/horizon"), b("x")]),
+                _ => encode_args(&[b("essions/horizon")]),
+            };
+            let ex = h.exec(&ProcCall::new(name, args));
+            let abort = ex.outcome.expect_err("refused").0;
+            assert!(abort.contains("reserved"), "{abort}");
+            assert!(ex.writes.is_empty());
+        }
+        assert_eq!(
+            h.ok("set.add", &[b("sessions/x"), b("x")]),
+            Value::Bool(true)
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! |------------------|------------------------------|-----------------------------|-----------|
 //! | `directory.map`  | none                         | the map's bytes, or nil     | yes       |
 //! | `directory.set`  | `expected: int, map: bytes`  | int: the new map's epoch    |           |
+//! | `directory.move` | `expected: int, map: bytes`  | int: the new map's epoch    |           |
 //!
 //! | `mpo.sequence`   | `origin: int, seq: int, shards: list of int` | list of `[shard, index]` |        |
 //! | `mpo.next`       | `shard: int, index: int`     | `[origin, seq, shards]`, or nil | yes |
@@ -22,8 +23,17 @@
 //! `creek_shard::encode`) if the directory's map is at epoch `expected`
 //! (0: the directory holds no map yet, and `map` must be at epoch 1) and
 //! `map` may follow it (`creek_shard::ShardMap::check_next`: the same
-//! cluster, the next epoch, no key given another owner); otherwise it
+//! cluster, the next epoch, no key given another owner) without a step of
+//! a move of keys (those come with the data they carry); otherwise it
 //! aborts with the reason and changes nothing.
+//!
+//! `directory.move` is `directory.set` for the steps of a move of keys
+//! (docs/shards.md, "Moving keys between shards"): `map` must be exactly
+//! the directory's map with one step taken — a move begun, the move in
+//! flight switched or cancelled, the last one switched finished, or a
+//! shard that owns nothing dropped —
+//! at the next epoch. The mover of a move makes these; an operator's
+//! `creek admin move` begins one.
 
 use bytes::Bytes;
 
@@ -31,6 +41,7 @@ use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::Registry;
 use crate::registry::Signature;
 use creek_exec::txn::{Abort, Outcome, Txn};
+use creek_shard::ShardMap;
 use creek_types::value::{decode_args, Value};
 use creek_types::ProcCall;
 
@@ -41,6 +52,8 @@ pub const MAP_KEY: &[u8] = b"\0dir/shard-map";
 pub const MAP: &str = "directory.map";
 /// Name of the procedure changing it.
 pub const SET: &str = "directory.set";
+/// Name of the procedure taking a step of a move of keys.
+pub const MOVE: &str = "directory.move";
 
 const MAP_SIG: Sig = Sig {
     name: MAP,
@@ -49,6 +62,11 @@ const MAP_SIG: Sig = Sig {
 };
 const SET_SIG: Sig = Sig {
     name: SET,
+    params: &[("expected", Ty::Int), ("map", Ty::Bytes)],
+    subject: Subject::None,
+};
+const MOVE_SIG: Sig = Sig {
+    name: MOVE,
     params: &[("expected", Ty::Int), ("map", Ty::Bytes)],
     subject: Subject::None,
 };
@@ -73,6 +91,7 @@ const SEQ_OF: &[u8] = b"\0dir/mpo/of/";
 pub fn register(r: &mut Registry) {
     r.register_fn(MAP, true, |a| MAP_SIG.check(a), map);
     r.register_fn(SET, false, |a| SET_SIG.check(a), set);
+    r.register_fn(MOVE, false, |a| MOVE_SIG.check(a), move_step);
     r.register_fn(SEQUENCE, false, |a| sequence_args(a).map(drop), sequence);
     r.register_fn(NEXT, true, |a| next_args(a).map(drop), next);
     r.describe(
@@ -104,6 +123,11 @@ pub fn register(r: &mut Registry) {
                 "int: the new epoch",
                 "Install the next shard map, made against epoch expected (strong op only, admin).",
             ),
+            (
+                &MOVE_SIG,
+                "int: the new epoch",
+                "Take a step of a move of keys: the map with a move begun, switched or cancelled, or an empty shard dropped (strong op only, admin).",
+            ),
         ],
     );
 }
@@ -119,29 +143,28 @@ fn set(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
         return Err(SET_SIG.mismatch());
     };
     let next = creek_shard::decode(bytes).map_err(|e| Abort(format!("{SET}: {e}")))?;
-    let current = match txn.get(MAP_KEY) {
-        None => None,
-        Some(b) => Some(creek_shard::decode(&b).map_err(|e| {
-            Abort(format!(
-                "{SET}: the directory's own map does not decode: {e}"
-            ))
-        })?),
-    };
-    let epoch = current.as_ref().map_or(0, |m| m.epoch);
-    if u64::try_from(*expected).ok() != Some(epoch) {
-        return Err(Abort(format!(
-            "{SET}: the change was made against epoch {expected}, the directory's map is at \
-             epoch {epoch}: read the map again and make the change against it"
-        )));
-    }
+    let current = held(txn, SET)?;
+    check_expected(SET, *expected, current.as_ref().map_or(0, |m| m.epoch))?;
     match &current {
-        None if next.epoch != 1 => {
+        None if next.epoch != 1 || next.moving.is_some() || next.moved != 0 => {
             return Err(Abort(format!(
-                "{SET}: the first map of a directory has epoch 1; this one has epoch {}",
+                "{SET}: the first map of a directory has epoch 1 and no move; this one has \
+                 epoch {}",
                 next.epoch
             )))
         }
         None => {}
+        // A move's steps come with the data they carry, never as a bare
+        // map change.
+        Some(current)
+            if (&current.moving, &current.finishing, current.moved)
+                != (&next.moving, &next.finishing, next.moved) =>
+        {
+            return Err(Abort(format!(
+                "{SET}: the change begins, switches or cancels a move of keys; moves are made \
+                 with the data they carry (creek admin move), not set"
+            )))
+        }
         Some(current) => current
             .check_next(&next)
             .map_err(|e| Abort(format!("{SET}: {e}")))?,
@@ -150,14 +173,79 @@ fn set(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     Ok(Value::Int(i64::try_from(next.epoch).unwrap_or(i64::MAX)).encode())
 }
 
-/// The abort of `directory.set` or `mpo.sequence` called in a weak op.
+/// The directory's map, decoded (`None`: it holds none yet).
+fn held(txn: &mut Txn<'_>, name: &str) -> Result<Option<ShardMap>, Abort> {
+    txn.get(MAP_KEY)
+        .map(|b| {
+            creek_shard::decode(&b).map_err(|e| {
+                Abort(format!(
+                    "{name}: the directory's own map does not decode: {e}"
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// The abort of a change made against another epoch than the map's.
+fn check_expected(name: &str, expected: i64, epoch: u64) -> Result<(), Abort> {
+    if u64::try_from(expected).ok() == Some(epoch) {
+        return Ok(());
+    }
+    Err(Abort(format!(
+        "{name}: the change was made against epoch {expected}, the directory's map is at \
+         epoch {epoch}: read the map again and make the change against it"
+    )))
+}
+
+fn move_step(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = MOVE_SIG.args(raw)?;
+    let [Value::Int(expected), Value::Bytes(bytes)] = args.as_slice() else {
+        return Err(MOVE_SIG.mismatch());
+    };
+    let fail = |why: String| Abort(format!("{MOVE}: {why}"));
+    let next = creek_shard::decode(bytes).map_err(|e| fail(e.to_string()))?;
+    let current = held(txn, MOVE)?.ok_or_else(|| fail("the directory holds no map yet".into()))?;
+    check_expected(MOVE, *expected, current.epoch)?;
+    let e = current.epoch;
+    // The one step that can lead from the current map to `next`.
+    let step =
+        match (&current.moving, &next.moving) {
+            (None, Some(m)) => current.begin_move(e, m.clone()),
+            (Some(_), None) if next.moved > current.moved => current.switch_move(e),
+            (Some(_), None) => current.cancel_move(e),
+            (None, None) if current.finishing.is_some() && next.finishing.is_none() => {
+                current.finish_move(e)
+            }
+            _ => match current.shards.keys().find(|s| !next.shards.contains_key(s)) {
+                Some(gone) => current.drop_shard(e, *gone),
+                None => return Err(fail(
+                    "the map takes no step of a move (begin, switch, cancel, finish, drop a shard)"
+                        .into(),
+                )),
+            },
+        }
+        .map_err(|e| fail(e.to_string()))?;
+    if step != next {
+        return Err(fail(format!(
+            "the map (epoch {}) is not the directory's map (epoch {e}) with one step of a move \
+             taken",
+            next.epoch
+        )));
+    }
+    txn.put(Bytes::from_static(MAP_KEY), bytes.clone());
+    Ok(Value::Int(i64::try_from(next.epoch).unwrap_or(i64::MAX)).encode())
+}
+
+/// The abort of `directory.set`, `directory.move` or `mpo.sequence` called
+/// in a weak op.
 pub(crate) fn level_violation(call: &ProcCall) -> Option<Abort> {
     if call.strong {
         return None;
     }
     match &*call.name {
-        SET => Some(Abort::new(format!(
-            "{SET} changes the shard map, which is strong state: invoke it at the strong level"
+        SET | MOVE => Some(Abort::new(format!(
+            "{} changes the shard map, which is strong state: invoke it at the strong level",
+            call.name
         ))),
         SEQUENCE => Some(Abort::new(format!(
             "{SEQUENCE} orders operations across shards: invoke it at the strong level"
@@ -366,6 +454,17 @@ mod tests {
             .outcome
             .unwrap_err();
         assert!(e.0.contains("shard map"), "{}", e.0);
+        // A move's step, even one the map rules allow: refused (moves carry
+        // their data).
+        let m = creek_shard::Move {
+            keyspace: None,
+            keys: creek_shard::MoveKeys::Slots { first: 0, end: 8 },
+            from: ShardId(0),
+            to: ShardId(1),
+        };
+        let begun = next.begin_move(2, m).unwrap();
+        let e = h.exec(&set_call(2, &begun, true)).outcome.unwrap_err();
+        assert!(e.0.contains("not set"), "{}", e.0);
         assert_eq!(held(&mut h), Some(next));
     }
 

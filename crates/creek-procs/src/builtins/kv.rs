@@ -353,7 +353,9 @@ mod tests {
         let mut h = Harness::new();
         let ex = h.exec(&ProcCall::new("kv.get", encode_args(&[b("k")])));
         assert!(ex.writes.is_empty());
-        assert_eq!(ex.reads.len(), 1);
+        // The key, and the map its shard executes under.
+        let read: Vec<&[u8]> = ex.reads.iter().map(|(k, _)| &k[..]).collect();
+        assert_eq!(read, [crate::ownership::MAP_KEY, b"k"]);
         assert!(h.reg.get("kv.get").is_some_and(|p| p.read_only));
     }
 

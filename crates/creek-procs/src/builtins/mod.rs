@@ -13,6 +13,10 @@
 //! | `kv.delete`      | `key: bytes`                                | bool: existed            |           |
 //! | `kv.cas`         | `key: bytes, expected: bytes?, new: bytes?` | bool: swapped            |           |
 //! | `kv.incr`        | `key: bytes, delta: int`                    | int: new value           |           |
+//! | `kv.scan`        | `from: bytes, to: bytes?, limit: int`       | `[[[key, value]…], next]`| yes       |
+//! | `kv.scan_keys`   | `from: bytes, to: bytes?, limit: int`       | `[[key…], next]`         | yes       |
+//! | `kv.count`       | `from: bytes, to: bytes?, limit: int`       | `[int, next]`            | yes       |
+//! | `kv.delete_range`| `from: bytes, to: bytes?, limit: int`       | `[int: deleted, next]`   |           |
 //! | `queue.enqueue`  | `queue: bytes, item: bytes`                 | int: position            |           |
 //! | `queue.dequeue`  | `queue: bytes`                              | bytes, or nil if empty   |           |
 //! | `queue.len`      | `queue: bytes`                              | int                      | yes       |
@@ -46,6 +50,7 @@ pub(crate) mod defs;
 pub mod directory;
 mod kv;
 mod queue;
+pub mod range;
 
 /// Name of the no-op procedure (no arguments, returns nil, read-only); the
 /// stabilizer uses it for its strong no-op.
@@ -66,6 +71,7 @@ pub fn register_all(r: &mut Registry) {
     );
     r.route(NOOP, Route::Everywhere);
     kv::register(r);
+    range::register(r);
     queue::register(r);
     collections::register(r);
     defs::register(r);
@@ -358,7 +364,9 @@ mod tests {
         assert!(h.check_raw(NOOP, Bytes::new()).is_ok());
         let ex = h.exec(&ProcCall::new(NOOP, Bytes::new()));
         assert_eq!(ex.outcome, Ok(Value::Nil.encode()));
-        assert!(ex.writes.is_empty() && ex.reads.is_empty());
+        // Nothing but the map its shard executes under.
+        let read: Vec<&[u8]> = ex.reads.iter().map(|(k, _)| &k[..]).collect();
+        assert!(ex.writes.is_empty() && read == [crate::ownership::MAP_KEY]);
         assert_eq!(
             h.check(NOOP, &[Value::Nil]),
             Err("sys.noop expects (), got 1 argument".to_string())
@@ -391,6 +399,10 @@ mod tests {
             "set.contains",
             "set.read",
             NOOP,
+            "kv.scan",
+            "kv.scan_keys",
+            "kv.count",
+            "kv.delete_range",
             "auth.user_add",
             "auth.user_remove",
             "auth.user_list",
@@ -413,8 +425,11 @@ mod tests {
                 "auth.user_list",
                 "creek.mpo.answer",
                 "keyspace.list",
+                "kv.count",
                 "kv.get",
                 "kv.mget",
+                "kv.scan",
+                "kv.scan_keys",
                 "list.len",
                 "list.read",
                 "proc.list",

@@ -91,6 +91,46 @@ fn each_shard_computes_the_same_result_and_installs_only_its_own_writes() {
     assert!(e2.reads.iter().all(|(k, _)| k != "a"));
 }
 
+/// A shard's own map (kept once its keys can move) judges its part of an
+/// operation across shards: when it gives one of the part's keys another
+/// shard (the key moved away since the directory sequenced the
+/// operation), that shard's verdict is `WRONG_SHARD`, every shard follows
+/// it, and nothing is written or recorded, so the client's retry runs
+/// afresh. A shard whose map still places its keys there runs as before.
+#[test]
+fn a_part_whose_keys_moved_away_is_refused_on_every_shard() {
+    let elsewhere = creek_shard::ShardMap::single(1, creek_shard::Shard::default());
+    let mut bs = state(&[("b", "5")]);
+    bs.0.insert(
+        Bytes::from_static(crate::ownership::MAP_KEY),
+        crate::ownership::encode_owned(creek_shard::ShardId(2), &elsewhere),
+    );
+    let a = state(&[("a", "10")]);
+    let (e1, e2) = exchange(&a, &bs, 3, 1);
+    for e in [&e1, &e2] {
+        let abort = e.outcome.clone().unwrap_err().0;
+        assert!(
+            abort.starts_with("WRONG_SHARD: kv.transfer on key \"b\""),
+            "{abort}"
+        );
+        assert!(data(e).is_empty(), "{:?}", data(e));
+        assert!(e.writes.iter().all(|(k, _)| !k.starts_with(b"\0sessions/")));
+        assert!(e.reads.iter().all(|(k, _)| k != crate::ownership::MAP_KEY));
+    }
+    // Placed there by its own map, a part runs.
+    let mut here = creek_shard::ShardMap::single(1, creek_shard::Shard::default());
+    here.default = creek_shard::Placement::Pinned(creek_shard::ShardId(2));
+    here.shards = [(creek_shard::ShardId(2), creek_shard::Shard::default())].into();
+    let mut bs = state(&[("b", "5")]);
+    bs.0.insert(
+        Bytes::from_static(crate::ownership::MAP_KEY),
+        crate::ownership::encode_owned(creek_shard::ShardId(2), &here),
+    );
+    let (e1, e2) = exchange(&a, &bs, 3, 1);
+    assert!(e1.outcome.is_ok() && e2.outcome.is_ok(), "{:?}", e2.outcome);
+    assert_eq!(data(&e2), vec![(b("b"), Some(b("8")))]);
+}
+
 #[test]
 fn an_abort_is_the_same_on_every_shard_and_writes_no_data() {
     let (a, bs) = (state(&[("a", "2")]), state(&[("b", "5")]));

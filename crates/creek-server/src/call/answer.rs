@@ -101,9 +101,9 @@ pub(crate) fn rejected(e: InvokeError) -> Status {
         E::QuorumLostData(why) => Status::failed_precondition(why),
         e @ E::SnapshotWrites(_) => Status::invalid_argument(e.to_string()),
         e @ E::ReadTimeAhead { .. } => Status::out_of_range(e.to_string()),
-        e @ (E::SnapshotBehind(_) | E::SnapshotNotKept { .. }) => {
-            Status::unavailable(e.to_string())
-        }
+        e @ (E::SnapshotBehind(_)
+        | E::SnapshotNotKept { .. }
+        | E::SnapshotExactUnavailable { .. }) => Status::unavailable(e.to_string()),
         other => Status::internal(other.to_string()),
     }
 }

@@ -30,6 +30,8 @@ use crate::transport::Transport;
 #[derive(Clone)]
 pub(crate) struct FrontDoor {
     pub(crate) events: mpsc::Sender<Event>,
+    /// Status snapshots, asked of the node loop at most once per interval.
+    pub(crate) status: Arc<crate::service::StatusCache>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) transport: Arc<Transport>,
     pub(crate) me: ReplicaId,
@@ -41,6 +43,9 @@ pub(crate) struct FrontDoor {
     pub(crate) shards: Option<Arc<crate::shards::ShardGate>>,
     /// The messages of operations across shards, on a shard's replica.
     pub(crate) mpo: Option<Arc<crate::mpo::Link>>,
+    /// How far the move of keys this replica drives has come, on a
+    /// shard's replica.
+    pub(crate) moves: Option<crate::mover::MoveProgress>,
 }
 
 /// The answer to a call that comes while the replica stops (or after).
@@ -123,7 +128,7 @@ pub(crate) fn authorize(
     certs: Option<&[CertificateDer<'_>]>,
     need: &Need,
 ) -> Result<Option<Principal>, Status> {
-    let Some(auth) = auth else {
+    let Some(auth) = auth.filter(|a| a.enabled()) else {
         return Ok(None);
     };
     auth.authorize(credentials, certs, need).map(Some)

@@ -100,21 +100,27 @@ fn refused(s: &tonic::Status) -> Response {
     json_error(status, code, s.message())
 }
 
-/// Whether a browser's `Origin` (if any) is this server.
-fn same_origin(headers: &HeaderMap) -> bool {
+/// Whether a browser's `Origin` (if any) is this server, which serves
+/// `scheme` (`http`, or `https` over TLS).
+fn same_origin(headers: &HeaderMap, scheme: &str) -> bool {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return true;
     };
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     match (origin.to_str().ok(), host) {
-        (Some(o), Some(h)) => o == format!("http://{h}"),
+        (Some(o), Some(h)) => o == format!("{scheme}://{h}"),
         _ => false,
     }
 }
 
-/// Check and convert the request into the service's.
-fn parse(headers: &HeaderMap, body: &[u8]) -> Result<(pb::InvokeRequest, Duration), Response> {
-    if !same_origin(headers) {
+/// Check and convert the request into the service's (this server serves
+/// `scheme`).
+fn parse(
+    headers: &HeaderMap,
+    body: &[u8],
+    scheme: &str,
+) -> Result<(pb::InvokeRequest, Duration), Response> {
+    if !same_origin(headers, scheme) {
         return Err(json_error(
             StatusCode::FORBIDDEN,
             "cross_origin",
@@ -220,7 +226,7 @@ pub async fn handle(console: Arc<Console>, headers: HeaderMap, body: Body) -> Re
             ),
         );
     };
-    let (request, timeout) = match parse(&headers, &bytes) {
+    let (request, timeout) = match parse(&headers, &bytes, console.scheme()) {
         Ok(r) => r,
         Err(response) => return response,
     };
@@ -283,17 +289,20 @@ pub async fn handle(console: Arc<Console>, headers: HeaderMap, body: Body) -> Re
 }
 
 /// The views of `request`, invoked at the first replica of `addrs` (the
-/// owning shard's) that takes it.
+/// owning shard's: ids and client addresses) that takes it, with the
+/// caller's token.
 async fn forward(
     console: &Console,
-    addrs: &[String],
+    addrs: &[(u16, String)],
     request: pb::InvokeRequest,
     headers: &HeaderMap,
     timeout: Duration,
 ) -> Result<tonic::Response<crate::service::ViewStream>, tonic::Status> {
     let mut last = tonic::Status::unavailable("the owning shard lists no replica");
-    for addr in addrs {
-        let channel = console.channel(addr).map_err(tonic::Status::unavailable)?;
+    for (id, addr) in addrs {
+        let channel = console
+            .channel(creek_core::ReplicaId(*id), addr)
+            .map_err(tonic::Status::unavailable)?;
         let mut r = tonic::Request::new(request.clone());
         r.set_timeout(timeout);
         with_token(&mut r, headers);
@@ -323,7 +332,7 @@ mod tests {
     }
 
     fn refused_with(h: &HeaderMap, body: &str) -> StatusCode {
-        match parse(h, body.as_bytes()) {
+        match parse(h, body.as_bytes(), "http") {
             Ok(_) => StatusCode::OK,
             Err(r) => r.status(),
         }
@@ -335,6 +344,7 @@ mod tests {
         let (r, t) = parse(
             &h,
             br#"{"procedure":"kv.incr","args":["n",5],"level":"weak","timeout_ms":500}"#,
+            "http",
         )
         .map_err(|r| r.status())
         .expect("a good request");
@@ -388,5 +398,30 @@ mod tests {
             refused_with(&same_site, r#"{"procedure":"kv.get"}"#),
             StatusCode::OK
         );
+    }
+
+    /// Over TLS the page's origin is `https://` and this host; the same
+    /// host under `http://` is another origin.
+    #[test]
+    fn an_https_port_takes_its_own_origin_only() {
+        let with_origin = |origin: &str| {
+            let mut h = headers("application/json");
+            h.insert(header::ORIGIN, origin.parse().expect("ascii"));
+            h
+        };
+        let body = br#"{"procedure":"kv.get"}"#;
+        let https = with_origin("https://127.0.0.1:9101");
+        assert!(parse(&https, body, "https").is_ok());
+        let status = |r: Result<_, Response>| r.map(|_| ()).map_err(|r| r.status());
+        assert_eq!(
+            status(parse(&https, body, "http")),
+            Err(StatusCode::FORBIDDEN)
+        );
+        let http = with_origin("http://127.0.0.1:9101");
+        assert_eq!(
+            status(parse(&http, body, "https")),
+            Err(StatusCode::FORBIDDEN)
+        );
+        assert!(parse(&headers("application/json"), body, "https").is_ok());
     }
 }

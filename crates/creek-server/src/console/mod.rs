@@ -9,7 +9,8 @@
 //! already has: the node loop's status snapshot (the data of the `Status`
 //! RPC that `creek status` prints), the journal of recent ops the node loop
 //! keeps for the strip ([`journal`]), the transport's peer links, and each
-//! other member's own `Status`, asked over its client address. The page and
+//! other member's own `Status`, asked over its client address (over TLS
+//! when the replica has a `[tls]` table: [`dial`]). The page and
 //! scripts read the last report, so any number of open pages cost the node
 //! loop nothing more.
 //!
@@ -26,6 +27,7 @@
 //! This module is not an API for programs to change the cluster: the only
 //! write is the invoke endpoint, which is exactly a client's `Invoke`.
 
+pub mod dial;
 pub mod invoke;
 pub mod journal;
 pub mod series;
@@ -39,7 +41,7 @@ use creek_core::ReplicaId;
 use creek_proto::pb;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::metrics::Metrics;
 use crate::node_loop::{Event, StatusSnapshot};
@@ -153,6 +155,9 @@ pub struct ShardsView {
     pub serves: String,
     /// Every group.
     pub groups: Vec<GroupView>,
+    /// The move of keys in flight or finishing in this replica's map, if
+    /// any (`slots 0..1024 of … from shard 0 to shard 1 (copying)`).
+    pub moving: Option<String>,
 }
 
 /// One group of a sharded cluster.
@@ -164,6 +169,14 @@ pub struct GroupView {
     pub leader: u16,
     /// Its replicas.
     pub replicas: Vec<GroupReplica>,
+    /// Stored versions at one of its replicas (about its keys: a size),
+    /// if one other than this replica's group answered.
+    pub versions: Option<u64>,
+    /// Ops committed there (a load, since that replica started).
+    pub committed: Option<u64>,
+    /// A move of keys its leader is copying into it: round, keys and bytes
+    /// copied so far.
+    pub moving_in: Option<String>,
 }
 
 /// One replica of a group.
@@ -189,6 +202,9 @@ pub struct Console {
     metrics: Arc<Metrics>,
     started: Instant,
     body_bytes_max: usize,
+    /// This replica's TLS, if it has a `[tls]` table: the console then
+    /// reaches the other replicas over it and its own page is `https`.
+    tls: Option<Arc<crate::tls::Tls>>,
     state: Mutex<State>,
 }
 
@@ -196,13 +212,19 @@ pub struct Console {
 struct State {
     history: History,
     report: Option<Arc<String>>,
-    channels: BTreeMap<String, Channel>,
+    /// By replica and client address.
+    channels: BTreeMap<(u16, String), Channel>,
     last_seen: BTreeMap<u16, Instant>,
 }
 
 impl Console {
-    /// A console over this replica's service.
-    pub fn new(service: CreekService, body_bytes_max: usize) -> Console {
+    /// A console over this replica's service; with `tls`, it reaches the
+    /// other replicas over TLS with this replica's certificate.
+    pub fn new(
+        service: CreekService,
+        body_bytes_max: usize,
+        tls: Option<Arc<crate::tls::Tls>>,
+    ) -> Console {
         Console {
             me: service.front.me,
             events: service.front.events.clone(),
@@ -211,6 +233,7 @@ impl Console {
             service,
             started: Instant::now(),
             body_bytes_max,
+            tls,
             state: Mutex::new(State::default()),
         }
     }
@@ -269,7 +292,7 @@ impl Console {
         let asked = futures_util::future::join_all(
             members_addrs
                 .iter()
-                .map(|(_, addr)| self.peer_status(addr.clone())),
+                .map(|(id, addr)| self.peer_status(*id, addr.clone())),
         )
         .await;
         // What this sample already knows of its own group's members, for
@@ -404,23 +427,56 @@ impl Console {
     ) -> Option<ShardsView> {
         let gate = self.service.front.shards.clone()?;
         let crate::shards::Groups { own, epoch, groups } = gate.groups();
+        let map = gate.map();
+        let moving = match (&map.moving, &map.finishing) {
+            (Some(m), _) => Some(format!("{m} (copying)")),
+            (None, Some(m)) => Some(format!("{m} (switched, cleaning up)")),
+            (None, None) => None,
+        };
         let mut view = ShardsView {
             epoch,
             serves: own,
             groups: Vec::with_capacity(groups.len()),
+            moving,
         };
         for (name, replicas) in groups {
-            let answers = futures_util::future::join_all(replicas.iter().map(|(id, addr)| {
+            let statuses = futures_util::future::join_all(replicas.iter().map(|(id, addr)| {
                 let seen = known.get(id).cloned();
                 async move {
                     if let Some(seen) = seen {
-                        return seen;
+                        return seen.map(|s| (s, None));
                     }
-                    let s = self.peer_status(addr.clone()).await.ok()?;
-                    Some((s.role, u16::try_from(s.leader).unwrap_or(0)))
+                    let s = self.peer_status(ReplicaId(*id), addr.clone()).await.ok()?;
+                    let counters: BTreeMap<String, u64> = s.counters.into_iter().collect();
+                    let about = (s.role, u16::try_from(s.leader).unwrap_or(0));
+                    Some((about, Some((counters, s.committed))))
                 }
             }))
             .await;
+            let counted: Vec<&(BTreeMap<String, u64>, u64)> = statuses
+                .iter()
+                .flatten()
+                .filter_map(|(_, c)| c.as_ref())
+                .collect();
+            let versions = counted
+                .first()
+                .and_then(|(c, _)| c.get("exec_versions_alive").copied());
+            let committed = counted.first().map(|(_, n)| *n);
+            let moving_in = counted.iter().find_map(|(c, _)| {
+                (c.get("move_active") == Some(&1)).then(|| {
+                    let get = |k: &str| c.get(k).copied().unwrap_or(0);
+                    format!(
+                        "round {}: {} keys, {} bytes copied",
+                        get("move_rounds") + 1,
+                        get("move_keys_copied"),
+                        get("move_bytes_copied")
+                    )
+                })
+            });
+            let answers: Vec<Option<(String, u16)>> = statuses
+                .into_iter()
+                .map(|s| s.map(|(about, _)| about))
+                .collect();
             let leader = answers
                 .iter()
                 .flatten()
@@ -441,31 +497,41 @@ impl Console {
                 name,
                 leader,
                 replicas,
+                versions,
+                committed,
+                moving_in,
             });
         }
         Some(view)
     }
 
-    /// A channel to the client address `addr` (kept for the next call).
-    pub(crate) fn channel(&self, addr: &str) -> Result<Channel, String> {
+    /// A channel to replica `id` at the client address `addr` (kept for
+    /// the next call), over TLS when this replica has it ([`dial`]).
+    pub(crate) fn channel(&self, id: ReplicaId, addr: &str) -> Result<Channel, String> {
         let mut st = self.state();
-        if let Some(c) = st.channels.get(addr) {
+        let key = (id.0, addr.to_owned());
+        if let Some(c) = st.channels.get(&key) {
             return Ok(c.clone());
         }
-        let c = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| format!("bad address {addr}: {e}"))?
-            .connect_timeout(PEER_STATUS_TIMEOUT)
-            .tcp_nodelay(true)
-            .connect_lazy();
-        st.channels.insert(addr.to_owned(), c.clone());
+        let c = dial::channel(id, addr, self.tls.as_ref(), PEER_STATUS_TIMEOUT)?;
+        st.channels.insert(key, c.clone());
         Ok(c)
     }
 
-    async fn peer_status(&self, addr: String) -> Result<pb::StatusReply, String> {
+    /// The scheme of this replica's own HTTP port.
+    pub(crate) fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    async fn peer_status(&self, id: ReplicaId, addr: String) -> Result<pb::StatusReply, String> {
         if addr.is_empty() {
             return Err("no known client address".to_owned());
         }
-        let channel = self.channel(&addr)?;
+        let channel = self.channel(id, &addr)?;
         let mut client = pb::creek_client::CreekClient::new(channel);
         match tokio::time::timeout(PEER_STATUS_TIMEOUT, client.status(pb::StatusRequest {})).await {
             Ok(Ok(r)) => Ok(r.into_inner()),

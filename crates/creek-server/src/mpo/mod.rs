@@ -117,7 +117,7 @@ impl std::fmt::Display for Progress {
 
 /// Which group a request goes to.
 #[derive(Clone, Copy, Debug)]
-enum To {
+pub(crate) enum To {
     Shard(u32),
     Directory,
 }
@@ -187,6 +187,11 @@ impl Link {
     pub fn progress(&self, mpo: MpoId) -> Option<Progress> {
         let held = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
         held.0.get(&mpo).cloned()
+    }
+
+    /// The runtime its messages travel on.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
     }
 
     fn note(&self, mpo: MpoId, now: Progress) {
@@ -423,7 +428,7 @@ impl Link {
     /// ask of the group left off (a replica that says to ask another is
     /// asked next), until one answers with anything but
     /// [`Reply::Pending`]; each replica once.
-    async fn ask_any(&self, to: To, req: &Request) -> Option<Reply> {
+    pub(crate) async fn ask_any(&self, to: To, req: &Request) -> Option<Reply> {
         let key = match to {
             To::Shard(s) => Some(s),
             To::Directory => None,

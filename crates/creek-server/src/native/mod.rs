@@ -7,6 +7,8 @@
 //! connection's at the end of it, from its own thread, when nothing else
 //! waits to be written there (no thread is woken to answer); what the
 //! socket does not take at once waits, in order, for the connection's task.
+//! A connection inside TLS is served the same way, its frames sealed and
+//! opened in its session ([`tls`]).
 //!
 //! The checks are the gRPC service's, from the same place
 //! ([`crate::call`]): the same limits, the same token check (the token
@@ -16,6 +18,7 @@
 //! body skipped; the connection goes on.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,9 +32,11 @@ use tonic::Status;
 
 use crate::call::answer::{put_error, Gone};
 use crate::call::check::FrontDoor;
+use crate::limits::{ClientTimeouts, Close, Closes};
 use crate::node_loop::messages::{Invocation, ReplyTo};
 
 pub(crate) mod out;
+pub(crate) mod tls;
 
 use out::{Call, Corked, Out};
 
@@ -42,59 +47,120 @@ pub(crate) struct NativeLimits {
     pub(crate) frame_bytes_max: usize,
     /// Calls in flight at once (gRPC's streams per connection).
     pub(crate) calls_max: usize,
+    /// How long it may idle, stall a frame or a write, and what it may
+    /// leave unread.
+    pub(crate) timeouts: ClientTimeouts,
 }
 
 /// How long a connection may take to send its first bytes, which say
 /// which protocol it speaks.
 pub(crate) const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most bytes read from a connection before its frames are answered:
+/// a client that sends faster than the replica reads fills its socket,
+/// not the replica's memory.
+const READ_CHUNK_MAX: usize = 256 << 10;
+
 /// Serve one native connection whose first bytes were [`native::MAGIC`]
-/// (read by the accept loop's sniff) until the client closes it, it breaks
-/// the framing, or the replica stops.
+/// (read by the accept loop's sniff; inside `tls`, its session, if it has
+/// one) until the client closes it, it breaks the framing, the replica
+/// stops, or it goes past one of its [`ClientTimeouts`] (closed, counted
+/// and logged in `closes`).
 pub(crate) async fn serve(
     front: FrontDoor,
-    stream: crate::limits::CappedStream,
+    (stream, tls, remote): (
+        crate::limits::CappedStream,
+        Option<rustls::ServerConnection>,
+        SocketAddr,
+    ),
     limits: NativeLimits,
-    corked: Arc<Corked>,
+    (corked, closes): (Arc<Corked>, Arc<Closes>),
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (socket, _slot) = stream.into_parts();
     let _open = Open::new(&front.metrics.native_connections);
     let socket = Arc::new(socket);
+    let timeouts = limits.timeouts;
+    // The session may hold the first frames already: they are read
+    // before waiting on the socket.
+    let inside_tls = tls.is_some();
+    let mut unread = inside_tls;
+    let certs = tls
+        .as_ref()
+        .and_then(|t| t.peer_certificates())
+        .map(<[_]>::to_vec);
     let mut conn = Connection {
-        out: Arc::new(Out::new(socket.clone())),
+        out: Arc::new(Out::new(socket.clone(), timeouts.out_bytes_max, tls)),
         corked,
         front,
         limits,
         credentials: MetadataMap::new(),
+        tls: inside_tls,
+        certs,
         frames: FrameReader::new(limits.frame_bytes_max),
         deadlines: BTreeSet::new(),
     };
     let mut input = BytesMut::with_capacity(8 * 1024);
-    loop {
+    // When it last received bytes or was seen with a call in flight.
+    let mut busy_at = tokio::time::Instant::now();
+    // When the frame not yet whole began.
+    let mut frame_began: Option<tokio::time::Instant> = None;
+    let closed = loop {
         let next_deadline = conn.deadlines.first().map(|(at, _, _)| *at);
+        let idle_at = timeouts.idle.map(|idle| busy_at + idle);
+        let stalled_at = frame_began.map(|began| began + timeouts.io);
         tokio::select! {
             biased;
-            () = stopped(&mut shutdown) => break,
+            () = stopped(&mut shutdown) => break None,
             () = conn.out.wake.notified() => {
-                if conn.out.flush().await.is_err() {
-                    break;
+                if let Err(closed) = conn.out.flush(timeouts.io).await {
+                    break closed;
                 }
             }
             () = sleep_until(next_deadline) => conn.expire(),
-            ready = socket.readable() => {
+            () = sleep_until(stalled_at) => break Some(Close::FrameStalled),
+            () = sleep_until(idle_at) => {
+                if conn.out.lock().calls_open() == 0 {
+                    break Some(Close::Idle);
+                }
+                busy_at = tokio::time::Instant::now();
+            }
+            ready = readable(&socket, &mut unread) => {
                 if ready.is_err() {
-                    break;
+                    break None;
                 }
-                match read_some(&socket, &mut input) {
-                    Ok(true) => {}
-                    Ok(false) | Err(_) => break,
+                match conn.read_some(&socket, &mut input) {
+                    Ok(true) => busy_at = tokio::time::Instant::now(),
+                    Ok(false) | Err(_) => break None,
                 }
-                if conn.take_frames(&mut input).await.is_err() {
-                    break;
+                match conn.take_frames(&mut input).await {
+                    Ok(taken) => {
+                        if taken > 0 {
+                            frame_began = None;
+                        }
+                        if !input.is_empty() || conn.frames.skipping() {
+                            frame_began.get_or_insert(busy_at);
+                        }
+                    }
+                    Err(Gone) => break conn.out.lock().overflowed.then_some(Close::SlowReader),
                 }
             }
         }
+    };
+    if let Some(close) = closed {
+        let why = close.why(&timeouts);
+        if matches!(close, Close::Idle | Close::FrameStalled) {
+            // Told to a client still reading (best effort: it may not be).
+            let mut frames = BytesMut::new();
+            put_error(
+                &mut frames,
+                0,
+                &Status::unavailable(format!("connection closed: {why}")),
+            );
+            let st = conn.out.lock();
+            let _ = conn.out.write(st, &frames);
+        }
+        closes.closed(close, remote, &why);
     }
     // Calls still open get nothing more: the node loop's next reply to
     // each fails, and it forgets them.
@@ -114,17 +180,29 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Read what the socket has into `input`: `Ok(false)` at its end.
-fn read_some(socket: &TcpStream, input: &mut BytesMut) -> std::io::Result<bool> {
-    loop {
+/// Once the socket has bytes to read, or at once the first time if
+/// `unread`.
+async fn readable(socket: &TcpStream, unread: &mut bool) -> std::io::Result<()> {
+    if std::mem::take(unread) {
+        return Ok(());
+    }
+    socket.readable().await
+}
+
+/// Read what the socket has into `input`, up to [`READ_CHUNK_MAX`]:
+/// `Ok(false)` at its end.
+fn read_plain(socket: &TcpStream, input: &mut BytesMut) -> std::io::Result<bool> {
+    let mut read = 0;
+    while read < READ_CHUNK_MAX {
         input.reserve(8 * 1024);
         match socket.try_read_buf(input) {
             Ok(0) => return Ok(false),
-            Ok(_) => {}
+            Ok(n) => read += n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
             Err(e) => return Err(e),
         }
     }
+    Ok(true)
 }
 
 /// One count in the open connections' gauge, taken back however the
@@ -152,6 +230,10 @@ struct Connection {
     limits: NativeLimits,
     /// The `authorization` header the `Hello`'s token stands for.
     credentials: MetadataMap,
+    /// Inside TLS (its session is in `out`).
+    tls: bool,
+    /// The certificates the client presented in its TLS handshake.
+    certs: Option<Vec<rustls::pki_types::CertificateDer<'static>>>,
     frames: FrameReader,
     /// The calls with a deadline, soonest first, with whether each is
     /// strong (the deadline's error says so in the metrics).
@@ -159,11 +241,23 @@ struct Connection {
 }
 
 impl Connection {
-    /// Take every whole frame out of `input` and answer it; `Err` once the
-    /// connection is gone.
-    async fn take_frames(&mut self, input: &mut BytesMut) -> Result<(), Gone> {
+    /// Read what the socket has into `input` (opened from its TLS
+    /// records, if it has a session): `Ok(false)` at its end.
+    fn read_some(&self, socket: &TcpStream, input: &mut BytesMut) -> std::io::Result<bool> {
+        if self.tls {
+            tls::read_some(socket, &self.out, input)
+        } else {
+            read_plain(socket, input)
+        }
+    }
+
+    /// Take every whole frame out of `input` and answer it: how many there
+    /// were; `Err` once the connection is gone.
+    async fn take_frames(&mut self, input: &mut BytesMut) -> Result<usize, Gone> {
         let mut out = BytesMut::new();
+        let mut taken = 0;
         while let Some(read) = self.frames.next(input) {
+            taken += 1;
             match read {
                 Read::Frame(header, body) => self.on_frame(header, body, &mut out).await,
                 Read::Oversized(header) => {
@@ -177,10 +271,10 @@ impl Connection {
             }
         }
         if out.is_empty() {
-            return Ok(());
+            return Ok(taken);
         }
         let st = self.out.lock();
-        self.out.write(st, &out)
+        self.out.write(st, &out).map(|()| taken)
     }
 
     /// Answer one frame: `Ready` and refusals go to `out`; an accepted
@@ -228,7 +322,9 @@ impl Connection {
             }
         }
         let (timeout, req) = native::parse_invoke(body).map_err(Status::invalid_argument)?;
-        let principal = self.front.caller(&self.credentials, None, &Need::Nothing)?;
+        let principal =
+            self.front
+                .caller(&self.credentials, self.certs.as_deref(), &Need::Nothing)?;
         let request = self.front.prepare(&req, timeout)?;
         let strong = request.strong;
         self.out.lock().open_call(id, self.limits.calls_max);

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use crate::call::answer::{
     answer, first_view, op_name, put_error, to_pb_view, Answer, Gone, Reply,
 };
+use crate::limits::Close;
 use crate::metrics::Metrics;
 
 /// A connection's writing side, shared by its task and the node loop.
@@ -29,6 +30,9 @@ use crate::metrics::Metrics;
 /// writes, so frames never interleave.
 pub(super) struct Out {
     socket: Arc<TcpStream>,
+    /// Bytes queued and not yet written, at most: past it the client reads
+    /// too slowly, and the connection breaks ([`OutState::overflowed`]).
+    queued_max: usize,
     state: Mutex<OutState>,
     /// Wakes the task: bytes are pending, or the connection broke.
     pub(super) wake: Notify,
@@ -53,12 +57,18 @@ pub(super) struct OutState {
     writing: bool,
     /// The connection is gone: nothing more is written.
     pub(super) broken: bool,
+    /// It broke because its client left more than the queue holds unread.
+    pub(super) overflowed: bool,
     /// The calls still open (no closing frame written), and where each
     /// stands; see [`OutState::open_call`] and [`OutState::close_call`].
     open: HashMap<u64, Phase>,
     /// Frames the node loop wrote this turn, written at its end
     /// ([`Corked`]).
     corked: BytesMut,
+    /// The connection's TLS session, if it has one: what is written is
+    /// sealed in it first, and `pending` holds its records
+    /// ([`super::tls`]).
+    pub(super) tls: Option<rustls::ServerConnection>,
 }
 
 impl OutState {
@@ -94,13 +104,40 @@ impl OutState {
             Phase::Accepted(op) | Phase::Viewed(op) => Some(op),
         })
     }
+
+    /// Whether `more` bytes fit beside those queued under `queued_max`;
+    /// if not, the connection is broken as overflowed.
+    fn room_for(&mut self, more: usize, queued_max: usize) -> bool {
+        if self.pending.len() + self.corked.len() + more <= queued_max {
+            return true;
+        }
+        self.broken = true;
+        self.overflowed = true;
+        false
+    }
 }
 
 impl Out {
-    pub(super) fn new(socket: Arc<TcpStream>) -> Out {
+    /// The writing side of `socket` (through `tls`, if given), queueing
+    /// at most `queued_max` bytes.
+    pub(super) fn new(
+        socket: Arc<TcpStream>,
+        queued_max: usize,
+        mut tls: Option<rustls::ServerConnection>,
+    ) -> Out {
+        if let Some(tls) = tls.as_mut() {
+            // `seal` empties the session's buffer each time, so it needs
+            // no bound of its own (the queue's bound applies to what is
+            // sealed).
+            tls.set_buffer_limit(None);
+        }
         Out {
             socket,
-            state: Mutex::new(OutState::default()),
+            queued_max,
+            state: Mutex::new(OutState {
+                tls,
+                ..OutState::default()
+            }),
             wake: Notify::new(),
         }
     }
@@ -118,10 +155,26 @@ impl Out {
         if st.broken {
             return Err(Gone);
         }
+        let sealed;
+        let frames = match st.tls.as_mut() {
+            None => frames,
+            Some(tls) => {
+                let mut records = Vec::with_capacity(frames.len() + 64);
+                if super::tls::seal(tls, frames, &mut records).is_err() {
+                    st.broken = true;
+                    drop(st);
+                    self.wake.notify_one();
+                    return Err(Gone);
+                }
+                sealed = records;
+                &sealed
+            }
+        };
+        let mut rest = frames;
         if st.pending.is_empty() && !st.writing {
             match crate::socket::write_now(&self.socket, frames) {
                 Ok(n) if n == frames.len() => return Ok(()),
-                Ok(n) => st.pending.extend_from_slice(&frames[n..]),
+                Ok(n) => rest = &frames[n..],
                 Err(_) => {
                     st.broken = true;
                     drop(st);
@@ -129,21 +182,27 @@ impl Out {
                     return Err(Gone);
                 }
             }
-        } else {
-            st.pending.extend_from_slice(frames);
         }
+        if !st.room_for(rest.len(), self.queued_max) {
+            drop(st);
+            self.wake.notify_one();
+            return Err(Gone);
+        }
+        st.pending.extend_from_slice(rest);
         drop(st);
         self.wake.notify_one();
         Ok(())
     }
 
-    /// Write what is pending, until nothing is.
-    pub(super) async fn flush(&self) -> Result<(), Gone> {
+    /// Write what is pending, until nothing is; each write must make
+    /// progress within `stall`. `Err` once the connection is gone, with why
+    /// the replica closed it, if it did.
+    pub(super) async fn flush(&self, stall: std::time::Duration) -> Result<(), Option<Close>> {
         loop {
             let bytes = {
                 let mut st = self.lock();
                 if st.broken {
-                    return Err(Gone);
+                    return Err(st.overflowed.then_some(Close::SlowReader));
                 }
                 if st.pending.is_empty() {
                     st.writing = false;
@@ -152,12 +211,11 @@ impl Out {
                 st.writing = true;
                 st.pending.split().freeze()
             };
-            if crate::socket::write_all_shared(&self.socket, &bytes)
-                .await
-                .is_err()
-            {
+            let written = crate::socket::write_all_shared(&self.socket, &bytes, Some(stall)).await;
+            if let Err(e) = written {
                 self.lock().broken = true;
-                return Err(Gone);
+                let stalled = e.kind() == std::io::ErrorKind::TimedOut;
+                return Err(stalled.then_some(Close::WriteStalled));
             }
         }
     }
@@ -286,6 +344,11 @@ impl Call {
         if closes {
             st.close_call(id);
         }
+        if !st.room_for(0, self.out.queued_max) {
+            // The task closes the connection; the frames are never written.
+            self.out.wake.notify_one();
+            return Err(Gone);
+        }
         if first {
             self.corked
                 .0
@@ -314,6 +377,11 @@ mod tests {
     /// [`Out`], the client's as a plain socket. Small socket buffers, so
     /// large answers fill them.
     async fn pair() -> (Arc<Out>, tokio::net::TcpStream) {
+        pair_holding(usize::MAX).await
+    }
+
+    /// [`pair`], its queue holding at most `queued_max` bytes.
+    async fn pair_holding(queued_max: usize) -> (Arc<Out>, tokio::net::TcpStream) {
         let small = |s: &tokio::net::TcpSocket| {
             s.set_send_buffer_size(4096).expect("sndbuf");
             s.set_recv_buffer_size(4096).expect("rcvbuf");
@@ -328,7 +396,11 @@ mod tests {
         small(&socket);
         let client = socket.connect(listener.local_addr().expect("addr"));
         let (client, accepted) = tokio::join!(client, listener.accept());
-        let out = Arc::new(Out::new(Arc::new(accepted.expect("accept").0)));
+        let out = Arc::new(Out::new(
+            Arc::new(accepted.expect("accept").0),
+            queued_max,
+            None,
+        ));
         (out, client.expect("connect"))
     }
 
@@ -393,7 +465,7 @@ mod tests {
             loop {
                 task_out.wake.notified().await;
                 tokio::time::sleep(Duration::from_millis(2)).await;
-                if task_out.flush().await.is_err() {
+                if task_out.flush(Duration::from_secs(10)).await.is_err() {
                     return;
                 }
             }
@@ -464,5 +536,53 @@ mod tests {
             Err(Gone)
         );
         assert!(third.is_closed());
+    }
+
+    /// A client that never reads: the answers fill the socket, then the
+    /// queue up to its bound, and the connection breaks as overflowed
+    /// instead of holding more.
+    #[tokio::test]
+    async fn a_client_that_does_not_read_is_cut_off_at_the_queue_bound() {
+        let (out, _client) = pair_holding(256 << 10).await;
+        let corked = Arc::new(Corked::default());
+        let mut refused = None;
+        for id in 1..=64 {
+            let c = call(&out, &corked, id, false);
+            let sent = c
+                .send(Reply::Accepted(creek_core::ExecKey::Local(id)))
+                .and_then(|()| c.send(view(id, creek_core::ViewKind::Tentative, 16 << 10)));
+            corked.uncork();
+            if sent.is_err() || out.lock().broken {
+                refused = Some(id);
+                break;
+            }
+        }
+        let id = refused.expect("cut off before 64 views of 16 KiB (1 MiB)");
+        let (overflowed, queued) = {
+            let st = out.lock();
+            (st.overflowed && st.broken, st.pending.len())
+        };
+        assert!(overflowed, "call {id}: broken as overflowed");
+        assert!(queued <= 256 << 10, "{queued} bytes queued");
+        assert_eq!(
+            out.flush(Duration::from_secs(1)).await,
+            Err(Some(Close::SlowReader))
+        );
+    }
+
+    /// A write that makes no progress within the stall bound ends the
+    /// connection as stalled.
+    #[tokio::test]
+    async fn a_write_stalled_past_its_bound_ends_the_connection() {
+        let (out, _client) = pair().await;
+        {
+            let st = out.lock();
+            out.write(st, &vec![b'x'; 4 << 20]).expect("queued");
+        }
+        assert_eq!(
+            out.flush(Duration::from_millis(200)).await,
+            Err(Some(Close::WriteStalled))
+        );
+        assert!(out.lock().broken);
     }
 }

@@ -38,6 +38,40 @@ impl NodeLoop {
         }
     }
 
+    /// On a shard's replica: a map the turn's committed changes wrote into
+    /// the shard's own state (a move's release, adoption or first chunk;
+    /// docs/shards.md, "Moving keys between shards") goes to the gate at
+    /// once if it is newer than the gate's, so the invoke check agrees
+    /// with the state from that point instead of a directory poll later.
+    pub(super) fn on_owned_changes(&mut self, changes: &[creek_core::Change]) {
+        if self.directory.gate.is_some() {
+            return;
+        }
+        let Some(gate) = &self.shards else {
+            return;
+        };
+        let written = changes
+            .iter()
+            .filter(|c| c.position.is_some())
+            .flat_map(|c| c.writes.iter())
+            .filter(|(k, _)| k.as_ref() == creek_procs::ownership::MAP_KEY)
+            .filter_map(|(_, v)| v.clone())
+            .last();
+        let Some((_, map)) = written
+            .as_ref()
+            .and_then(creek_procs::ownership::split_owned)
+        else {
+            return;
+        };
+        match gate.adopt(&map) {
+            Ok(Some(epoch)) => {
+                tracing::info!(epoch, "serving under the map this shard's state adopted")
+            }
+            Ok(None) => {}
+            Err(why) => tracing::warn!("the map this shard's state holds: {why}"),
+        }
+    }
+
     fn publish_directory_map(&mut self, bytes: Bytes) {
         let Some(gate) = &self.directory.gate else {
             return;

@@ -75,6 +75,10 @@ pub enum Event {
         creek_node::mpo::wire::Request,
         Option<oneshot::Sender<Result<creek_node::mpo::wire::Reply, tonic::Status>>>,
     ),
+    /// Whether this replica leads its group, and its consensus term: the
+    /// mover of a move of keys runs at the leader of the shard the keys go
+    /// to, in its term (`crate::mover`).
+    Leadership(oneshot::Sender<(bool, u64)>),
     /// Stop after making everything durable.
     Shutdown,
 }

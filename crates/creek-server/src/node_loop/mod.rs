@@ -152,6 +152,9 @@ pub struct NodeLoop {
     /// and the monotonic instant it was read at (see [`NodeLoop::now_us`]).
     epoch: (u64, Instant),
     ticks: u64,
+    /// The epoch of the map whose shards the stable times follow (0: none
+    /// yet; see `follow_stable_shards`).
+    stable_shards_epoch: u64,
     /// The consensus tick scale last logged.
     timing_scale: u64,
     stopping: bool,
@@ -176,6 +179,9 @@ pub struct NodeLoop {
     /// up to date from the committed changes (read from the state only at
     /// start and after a jump).
     auth_records: BTreeMap<Bytes, Bytes>,
+    /// When this replica last proposed the cluster's auth switch, and
+    /// whether it said the switch disagrees with its `[auth]`.
+    auth_switch: auth::SwitchState,
     /// The committed shard map, on a directory replica.
     directory: directory::DirectoryState,
     /// The shard map, on a sharded cluster (see [`LoopConfig::shards`]).
@@ -237,6 +243,7 @@ impl NodeLoop {
             disk_seen: (0, Instant::now()),
             epoch: (wall_clock_us(), Instant::now()),
             ticks: 0,
+            stable_shards_epoch: 0,
             commit_progress: (0, Instant::now()),
             timing_scale: 1,
             stopping: false,
@@ -248,6 +255,7 @@ impl NodeLoop {
             auth: config.auth,
             auth_next: 0,
             auth_records: BTreeMap::new(),
+            auth_switch: auth::SwitchState::default(),
             directory: directory::DirectoryState {
                 gate: config
                     .shards
@@ -370,6 +378,10 @@ impl NodeLoop {
                 let _ = reply.send(self.add_watcher(req));
             }
             Event::Mpo(req, answer) => self.on_mpo(req, answer),
+            Event::Leadership(reply) => {
+                let leads = self.node.cab().leader() == Some(self.node.id());
+                let _ = reply.send((leads, self.node.cab().term()));
+            }
             Event::Shutdown => {
                 self.stopping = true;
                 self.node.sync_pending_writes();
@@ -405,6 +417,7 @@ impl NodeLoop {
         let changes = self.node.take_changes();
         self.on_auth_changes(&changes);
         self.on_directory_changes(&changes);
+        self.on_owned_changes(&changes);
         self.mpo_answer_sequenced();
         let finalized = self.node.replica().counters().finalized;
         self.watch.on_changes(changes, finalized);
@@ -533,9 +546,11 @@ impl NodeLoop {
         if self.ticks.is_multiple_of(10) {
             self.refresh_gauges();
             self.watch_commit_stall();
+            self.follow_stable_shards();
         }
         if self.ticks.is_multiple_of(100) {
             self.follow_directory_state();
+            self.propose_auth_switch();
         }
         if self
             .pending_change
@@ -549,6 +564,26 @@ impl NodeLoop {
                 }));
             }
         }
+    }
+
+    /// On a shard's replica: the global stable time is the least over the
+    /// shards the map it serves under lists (a shard added or dropped
+    /// since it started included).
+    fn follow_stable_shards(&mut self) {
+        let Some(gate) = self
+            .shards
+            .as_ref()
+            .filter(|_| self.directory.gate.is_none())
+        else {
+            return;
+        };
+        let epoch = gate.epoch();
+        if epoch == self.stable_shards_epoch {
+            return;
+        }
+        self.stable_shards_epoch = epoch;
+        let shards: Vec<u32> = gate.map().shards.keys().map(|s| u32::from(s.0)).collect();
+        self.node.set_stable_shards(&shards);
     }
 
     /// Every replica's addresses: the configured ones, then those of the

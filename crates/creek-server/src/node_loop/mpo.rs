@@ -34,6 +34,10 @@ use creek_node::mpo::Refusal;
 /// its op to commit (the asker's own timeout is about as long).
 const SEQUENCE_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a replica keeps a mover's op waiting for its final view
+/// before it answers [`Reply::Pending`] (below the asker's own timeout).
+const RUN_WAIT: Duration = Duration::from_millis(1500);
+
 /// Where an answer goes.
 type Answer = oneshot::Sender<Result<Reply, Status>>;
 
@@ -75,6 +79,9 @@ impl NodeLoop {
         }
         if let Request::Sequence { mpo, shards } = req {
             return self.mpo_sequence(mpo, shards, answer);
+        }
+        if let Request::Run(call) = req {
+            return self.move_run(call, answer);
         }
         let Some(shard) = self
             .shards
@@ -147,6 +154,49 @@ impl NodeLoop {
             });
         }
         self.mpo.sequencing.push((mpo, Instant::now(), answer));
+    }
+
+    /// A mover's op (`crate::mover`): run `call` as a strong op of this
+    /// group and answer its final outcome, or [`Reply::Pending`] if it has
+    /// none within [`RUN_WAIT`] (the mover asks again: its ops are safe to
+    /// repeat).
+    fn move_run(&mut self, call: ProcCall, answer: Option<Answer>) {
+        let (Some(answer), Some(link)) = (answer, self.mpo.link.clone()) else {
+            return;
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        self.invoke(Invocation {
+            request: OpRequest::strong(call),
+            reply: ReplyTo::Stream(tx),
+            received: Instant::now(),
+            principal: None,
+        });
+        link.runtime().spawn(async move {
+            let outcome = tokio::time::timeout(RUN_WAIT, async move {
+                while let Some(reply) = rx.recv().await {
+                    match reply {
+                        crate::node_loop::Reply::View(v) if v.kind.is_final() => {
+                            return Ok(Reply::Outcome(v.outcome.map_err(|a| a.0)));
+                        }
+                        crate::node_loop::Reply::View(_) | crate::node_loop::Reply::Accepted(_) => {
+                        }
+                        crate::node_loop::Reply::Rejected(e) => {
+                            return Err(Status::unavailable(e.to_string()))
+                        }
+                        crate::node_loop::Reply::Denied(d) => {
+                            return Err(Status::permission_denied(d.to_string()))
+                        }
+                        crate::node_loop::Reply::Refused(s) => return Err(s),
+                        crate::node_loop::Reply::Failed(why) => {
+                            return Err(Status::unavailable(why))
+                        }
+                    }
+                }
+                Err(Status::unavailable("the op ended without a final view"))
+            })
+            .await;
+            let _ = answer.send(outcome.unwrap_or(Ok(Reply::Pending)));
+        });
     }
 
     /// After a turn: answer the sequencing requests whose op committed,

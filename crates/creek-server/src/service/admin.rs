@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
 use tonic::Status;
 
-use super::{caller, status_snapshot};
+use super::{caller, StatusCache};
 use crate::faults::{Faults, LinkFault};
 use crate::node_loop::{Event, GroupRefusal, StatusSnapshot};
 
@@ -34,6 +34,8 @@ pub struct AdminService {
     /// Users and their rights, when `[auth] enabled`: every call but
     /// `Members` needs admin on the cluster.
     pub(crate) auth: Option<Arc<crate::auth::Auth>>,
+    /// Status snapshots, shared with the `Creek` service.
+    pub(crate) status: Arc<StatusCache>,
 }
 
 /// Bytes of records per `Dump` chunk (well under gRPC's 4 MiB message limit).
@@ -275,7 +277,7 @@ impl pb::admin_server::Admin for AdminService {
         _request: tonic::Request<pb::MembersRequest>,
     ) -> Result<tonic::Response<pb::MembersReply>, Status> {
         // Open without a token, as `Status` is: who is a member, where.
-        let s = status_snapshot(&self.events).await?;
+        let s = self.status.get().await?;
         if matches!(s.role, "joining" | "lost" | "removed") {
             // Its view of the group is not the group's: another replica
             // answers (clients fail over on UNAVAILABLE).
@@ -341,29 +343,30 @@ impl pb::admin_server::Admin for AdminService {
         let (committed, state) = rx
             .await
             .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-        let mut chunks = Vec::new();
-        let mut chunk = pb::DumpChunk {
-            committed,
-            records: Vec::new(),
-        };
-        let mut size = 0;
-        for (key, value) in state {
-            size += key.len() + value.len() + 8;
-            chunk.records.push(pb::Record { key, value });
-            if size >= DUMP_CHUNK_BYTES {
-                size = 0;
-                chunks.push(Ok(std::mem::replace(
-                    &mut chunk,
-                    pb::DumpChunk {
-                        committed,
-                        records: Vec::new(),
-                    },
-                )));
+        // The state is a list of references to the committed keys and
+        // values (shared, not copied); each chunk is built when the stream
+        // is read, so a client reading slowly holds up no more than one.
+        let mut records = state.into_iter().peekable();
+        let mut first = true;
+        let chunks = std::iter::from_fn(move || {
+            if records.peek().is_none() && !first {
+                return None;
             }
-        }
-        if !chunk.records.is_empty() || chunks.is_empty() {
-            chunks.push(Ok(chunk));
-        }
+            first = false;
+            let mut chunk = pb::DumpChunk {
+                committed,
+                records: Vec::new(),
+            };
+            let mut size = 0;
+            while size < DUMP_CHUNK_BYTES {
+                let Some((key, value)) = records.next() else {
+                    break;
+                };
+                size += key.len() + value.len() + 8;
+                chunk.records.push(pb::Record { key, value });
+            }
+            Some(Ok(chunk))
+        });
         Ok(tonic::Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 

@@ -60,6 +60,13 @@ fn caller<T>(
     request: &tonic::Request<T>,
     need: &Need,
 ) -> Result<Option<Principal>, Status> {
+    // Authenticated from its headers before it was decoded
+    // (`limits::Authenticated`): only the right it needs is left to check.
+    if let Some(who) = request.extensions().get::<Principal>() {
+        who.check(need)
+            .map_err(|d| Status::permission_denied(d.to_string()))?;
+        return Ok(Some(who.clone()));
+    }
     let certs = request.peer_certs();
     authorize(
         auth,
@@ -107,8 +114,15 @@ impl pb::creek_server::Creek for CreekService {
     ) -> Result<tonic::Response<WatchStream>, Status> {
         use crate::watch::{WATCH_CHANNEL, WATCH_PREFIX_MAX};
         self.front.serving()?;
-        let default = Need::Keyspace(Right::Read, creek_procs::auth::DEFAULT_KEYSPACE.to_owned());
-        self.caller(&request, &default)?;
+        let keyspace = &request.get_ref().keyspace;
+        let read = if keyspace.is_empty() {
+            creek_procs::auth::DEFAULT_KEYSPACE.to_owned()
+        } else {
+            creek_procs::keyspace::check_name("keyspace", keyspace.as_bytes())
+                .map_err(Status::invalid_argument)?
+                .to_owned()
+        };
+        self.caller(&request, &Need::Keyspace(Right::Read, read))?;
         let req = request.into_inner();
         if req.prefix.len() > WATCH_PREFIX_MAX {
             return Err(Status::invalid_argument(format!(
@@ -116,18 +130,29 @@ impl pb::creek_server::Creek for CreekService {
                 req.prefix.len()
             )));
         }
-        if req.prefix.first() == Some(&creek_procs::registry::INTERNAL_KEY_PREFIX) {
-            return Err(Status::invalid_argument(
-                "keys starting with the byte 0x00 are Creek's own tables and cannot be watched",
-            ));
-        }
+        // A keyspace's keys are stored under its data prefix; the changes
+        // name them without it.
+        let (prefix, strip) = if req.keyspace.is_empty() {
+            if req.prefix.first() == Some(&creek_procs::registry::INTERNAL_KEY_PREFIX) {
+                return Err(Status::invalid_argument(
+                    "keys starting with the byte 0x00 are Creek's own tables and cannot be \
+                     watched (a keyspace's keys: give its name)",
+                ));
+            }
+            (req.prefix, 0)
+        } else {
+            let stored = creek_procs::keyspace::data_key(&req.keyspace, &req.prefix);
+            let strip = stored.len() - req.prefix.len();
+            (stored, strip)
+        };
         let (tx, rx) = mpsc::channel(WATCH_CHANNEL);
         let (accepted_tx, accepted) = oneshot::channel();
         self.front
             .events
             .send(Event::Watch(
                 crate::watch::WatchRequest {
-                    prefix: req.prefix,
+                    prefix,
+                    strip,
                     from: req.from,
                     tentative: req.tentative,
                     tx,
@@ -265,7 +290,10 @@ impl pb::creek_server::Creek for CreekService {
     ) -> Result<tonic::Response<pb::StatusReply>, Status> {
         // Open without a token, like a health check: roles, terms and
         // counters, no data (docs/security.md).
-        let s = status_snapshot(&self.front.events).await?;
+        let mut s = self.front.status.get().await?;
+        if let Some(moves) = &self.front.moves {
+            s.counters.extend(crate::mover::counters(moves));
+        }
         let peers = self
             .front
             .transport
@@ -349,14 +377,55 @@ fn view_stream(
     })
 }
 
-/// The node loop's status snapshot.
-async fn status_snapshot(events: &mpsc::Sender<Event>) -> Result<StatusSnapshot, Status> {
-    let (tx, rx) = oneshot::channel();
-    events
-        .send(Event::Status(tx))
-        .await
-        .map_err(|_| shutting_down())?;
-    rx.await.map_err(|_| shutting_down())
+/// The least time between two status snapshots the node loop is asked for.
+pub const STATUS_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The node loop's status snapshots for `Status` and `Members` calls
+/// (open to anyone, without a token): one asked at a time, at most one per
+/// [`STATUS_EVERY`], each shared by every call that arrived before it was
+/// asked. A call's answer is always a snapshot asked after the call
+/// arrived (never an older one), and a flood of calls costs the node loop
+/// at most one snapshot per interval, not one per call.
+#[derive(Debug)]
+pub struct StatusCache {
+    events: mpsc::Sender<Event>,
+    /// The last snapshot and when it was asked for; held while one is
+    /// being asked for, so calls queue behind it.
+    latest: tokio::sync::Mutex<Option<(std::time::Instant, StatusSnapshot)>>,
+}
+
+impl StatusCache {
+    /// Snapshots of the node loop that `events` reaches.
+    pub fn new(events: mpsc::Sender<Event>) -> Arc<StatusCache> {
+        Arc::new(StatusCache {
+            events,
+            latest: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// A snapshot asked for after this call.
+    pub(crate) async fn get(&self) -> Result<StatusSnapshot, Status> {
+        let arrived = std::time::Instant::now();
+        let mut latest = self.latest.lock().await;
+        if let Some((asked, s)) = &*latest {
+            if *asked >= arrived {
+                return Ok(s.clone());
+            }
+            let next = *asked + STATUS_EVERY;
+            if next > std::time::Instant::now() {
+                tokio::time::sleep_until(next.into()).await;
+            }
+        }
+        let asked = std::time::Instant::now();
+        let (tx, rx) = oneshot::channel();
+        self.events
+            .send(Event::Status(tx))
+            .await
+            .map_err(|_| shutting_down())?;
+        let s = rx.await.map_err(|_| shutting_down())?;
+        *latest = Some((asked, s.clone()));
+        Ok(s)
+    }
 }
 
 #[cfg(test)]

@@ -162,6 +162,11 @@ impl ShardGate {
         self.held().encoded.clone()
     }
 
+    /// The epoch of the map this replica serves under.
+    pub fn epoch(&self) -> u64 {
+        self.held().map.epoch
+    }
+
     /// The map this replica serves under.
     pub fn map(&self) -> ShardMap {
         self.held().map.clone()
@@ -235,10 +240,10 @@ impl ShardGate {
         Ok(Some(epoch))
     }
 
-    /// The shard owning `call`'s key and its replicas' client addresses,
+    /// The shard owning `call`'s key and its replicas' ids and client addresses,
     /// when that is another shard than this replica's (what the console
     /// forwards a call to); `None` when this replica may take it.
-    pub fn owner_elsewhere(&self, call: &ProcCall) -> Option<(ShardId, Vec<String>)> {
+    pub fn owner_elsewhere(&self, call: &ProcCall) -> Option<(ShardId, Vec<(u16, String)>)> {
         let Role::Shard(shard) = self.role else {
             return None;
         };
@@ -250,8 +255,11 @@ impl ShardGate {
         if owner == shard {
             return None;
         }
-        let addrs = held.map.shards.get(&owner)?.replicas.values();
-        Some((owner, addrs.map(|e| e.client.clone()).collect()))
+        let replicas = held.map.shards.get(&owner)?.replicas.iter();
+        Some((
+            owner,
+            replicas.map(|(id, e)| (*id, e.client.clone())).collect(),
+        ))
     }
 
     /// Every group of the map — each shard by name (`shard 1`) and the

@@ -8,7 +8,7 @@
 //! - at most `connections_max` inbound connections at once: one past the
 //!   cap is closed as soon as it is accepted;
 //! - the TLS and transport handshakes finish within
-//!   [`HANDSHAKE_TIMEOUT`](super::HANDSHAKE_TIMEOUT);
+//!   the transport's `HANDSHAKE_TIMEOUT`;
 //! - a frame's buffer grows as its bytes arrive, never from the length it
 //!   declares: a peer that declares a 16 MiB frame and sends one byte costs
 //!   one byte (plus the connection's fixed read buffer);
@@ -45,7 +45,7 @@ use crate::tls::{names_replica, replica_name, Tls};
 /// The read buffer of an inbound peer connection.
 const READ_BUFFER_BYTES: usize = 64 << 10;
 /// A frame's buffer grows by at most this much per read.
-const READ_CHUNK_BYTES: usize = 64 << 10;
+pub const READ_CHUNK_BYTES: usize = 64 << 10;
 
 /// The bounds on inbound peer connections (see the module docs).
 #[derive(Clone, Copy, Debug)]
@@ -160,7 +160,7 @@ pub(super) async fn accept(listener: TcpListener, ctx: Arc<Inbound>) {
 
 /// Read the transport handshake; the sender's id if it is a known peer
 /// of this group addressing this replica.
-async fn read_handshake(
+pub async fn read_handshake(
     r: &mut (impl AsyncRead + Unpin),
     me: ReplicaId,
     known: &RwLock<HashSet<ReplicaId>>,
@@ -219,7 +219,8 @@ async fn accept_peer(
 }
 
 /// Why a connection stopped in the middle of a frame.
-enum Cut {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Cut {
     /// The peer closed it, or the socket failed.
     Gone,
     /// It declared a frame longer than `frame_bytes_max`.
@@ -227,8 +228,10 @@ enum Cut {
 }
 
 /// Read the rest of a frame whose first byte is `first` into `buf`
-/// (empty), growing it as the bytes arrive.
-async fn read_frame(
+/// (empty), growing it as the bytes arrive, [`READ_CHUNK_BYTES`] at a time
+/// (the allocation doubles as it grows: at most about twice the bytes that
+/// arrived and a chunk, never what the length declared).
+pub async fn read_frame(
     stream: &mut (impl AsyncRead + Unpin),
     first: u8,
     buf: &mut BytesMut,

@@ -46,7 +46,7 @@
 //! each link: loss and partitions drop frames in both directions; latency
 //! is added to the frames this replica sends, which keep their order.
 
-mod inbound;
+pub mod inbound;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -475,7 +475,7 @@ enum Link {
 impl Link {
     async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         match self {
-            Link::Plain(stream) => write_all_shared(stream, bytes).await,
+            Link::Plain(stream) => write_all_shared(stream, bytes, None).await,
             Link::Tls(w) => {
                 w.write_all(bytes).await?;
                 w.flush().await

@@ -172,6 +172,7 @@ impl Sim {
             })
             .collect();
         let canonical = vec![Vec::new(); groups];
+        let moves = moves::Moves::new(spare_shard(&cfg), cfg.shards >= 3);
         let mut sim = Sim {
             checked_len: vec![0; slots],
             per_shard,
@@ -210,6 +211,7 @@ impl Sim {
             initial_states,
             progress: None,
             mpo: mpo::MpoState::default(),
+            moves,
         };
         sim.setup_backlog = sim.setup_calls()?;
         Ok(sim)
@@ -242,6 +244,12 @@ impl Sim {
     }
 }
 
+/// The shard a run with moves adds while it runs (its group starts
+/// outside the map): the last, on three shards or more.
+pub(super) fn spare_shard(cfg: &SimConfig) -> Option<ShardId> {
+    (cfg.moves > 0 && cfg.shards >= 3).then(|| ShardId(cfg.shards as u16 - 1))
+}
+
 /// The cluster's map: one shard per group, slots hashed evenly over them,
 /// every shard listing its initial replicas; on a sharded cluster the
 /// workload adds the placements its data needs (or refuses to run).
@@ -250,7 +258,10 @@ fn shard_map(
     per_shard: usize,
     workload: &mut dyn Workload,
 ) -> Result<ShardMap, String> {
-    let ids: Vec<ShardId> = (0..cfg.shards as u16).map(ShardId).collect();
+    // With moves on three shards or more, the last one starts outside the
+    // map, a spare the run adds while it moves keys (`moves.rs`).
+    let formed = cfg.shards - usize::from(spare_shard(cfg).is_some());
+    let ids: Vec<ShardId> = (0..formed as u16).map(ShardId).collect();
     let mut map = ShardMap::hashed(cfg.seed, &ids);
     for (s, shard) in map.shards.values_mut().enumerate() {
         for k in 1..=cfg.replicas {

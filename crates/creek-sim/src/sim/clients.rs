@@ -287,6 +287,10 @@ impl Sim {
             self.operator_done(index);
             return;
         }
+        if super::moves::is_mover(self.history.ops[index].client) {
+            self.mover_done(index);
+            return;
+        }
         if mpo::is_sequencer(self.history.ops[index].client) {
             self.mpo_sequenced(index);
             return;
@@ -302,7 +306,26 @@ impl Sim {
             return;
         }
         let client = self.history.ops[index].client as usize;
+        // Refused by a shard that no longer owns its keys (they moved):
+        // the client asks the directory for the newer map.
+        let moved = self.history.ops[index].final_view().is_some_and(|v| {
+            v.outcome
+                .as_ref()
+                .is_err_and(|a| a.0.starts_with(creek_procs::ownership::WRONG_SHARD))
+        });
+        if moved {
+            let mpo = self.history.ops[index].call.name.as_ref() == creek_procs::mpo::RUN;
+            let what = if mpo {
+                "refused_moved_mpo"
+            } else {
+                "refused_moved"
+            };
+            *self.faults.entry(what).or_default() += 1;
+        }
         if let Some(c) = self.clients.get_mut(client) {
+            if moved {
+                c.refresh = true;
+            }
             if c.pending == Some(index) {
                 c.pending = None;
                 let at = self.now + self.cfg.think_us;

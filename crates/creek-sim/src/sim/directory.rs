@@ -326,6 +326,14 @@ impl Sim {
             Known::Map(map) => {
                 let mut next = self.desired(map);
                 if next == **map {
+                    // Nothing to change as far as it knows. While keys
+                    // move, others change the map too (a shard added or
+                    // dropped): read it again before the next step.
+                    if self.cfg.moves > 0 {
+                        if let Some(dir) = self.dir.as_mut() {
+                            dir.known = Known::Unread;
+                        }
+                    }
                     return;
                 }
                 next.epoch += 1;
@@ -407,7 +415,7 @@ impl Sim {
     }
 
     /// The map the directory's replicas in the group hold, if one does.
-    fn directory_map(&self, in_group: &[bool]) -> Option<Arc<ShardMap>> {
+    pub(super) fn directory_map(&self, in_group: &[bool]) -> Option<Arc<ShardMap>> {
         let g = self.directory_group()?;
         self.group_slots(g)
             .filter(|&d| in_group[d])
@@ -431,6 +439,12 @@ impl Sim {
             return vec!["no directory replica holds a map".into()];
         };
         let mut out = Vec::new();
+        if self.moves.under_way() || map.moving.is_some() || map.finishing.is_some() {
+            out.push(format!(
+                "a move of keys is under way (map epoch {}, {} moves switched)",
+                map.epoch, map.moved
+            ));
+        }
         if *map != self.desired(&map) {
             out.push(format!(
                 "the directory's map (epoch {}) does not list the groups' members",
@@ -438,6 +452,11 @@ impl Sim {
             ));
         }
         for i in (0..g * self.per_shard).filter(|&i| in_group[i]) {
+            // A shard outside the map (not added yet, or dropped) serves
+            // under the last map that placed it.
+            if !map.shards.contains_key(&ShardId(self.group_of(i) as u16)) {
+                continue;
+            }
             if dir.held[i].epoch != map.epoch {
                 out.push(format!(
                     "replica {i} serves under map epoch {}, the directory's is {}",

@@ -33,9 +33,11 @@ mod cache;
 mod clients;
 mod directory;
 mod faults;
+mod moves;
 mod mpo;
 mod outcome;
 mod split;
+pub use moves::is_mover;
 pub use split::split_violations;
 
 use directory::{Dir, OPERATOR_CLIENT};
@@ -104,6 +106,9 @@ enum Ev {
     End,
     /// Replicas stop their clock no-ops (some time after the end).
     NoopsEnd,
+    /// The mover of keys between shards looks whether it can go on
+    /// (`moves.rs`).
+    Mover,
 }
 
 impl Ev {
@@ -129,6 +134,7 @@ impl Ev {
             Ev::View { node, .. } => 19 + 32 * (*node as u64),
             Ev::End => 8,
             Ev::NoopsEnd => 24,
+            Ev::Mover => 25,
         }
     }
 }
@@ -312,6 +318,8 @@ pub struct Sim {
     progress: Option<Box<dyn FnMut(u64, u64)>>,
     /// Operations across shards being driven (`mpo.rs`).
     mpo: mpo::MpoState,
+    /// Moves of keys between shards (`moves.rs`).
+    moves: moves::Moves,
 }
 
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
@@ -352,6 +360,9 @@ impl Sim {
             self.schedule(self.cfg.tick_us, Ev::Directory);
             if self.cfg.cross_shard > 0.0 {
                 self.schedule(self.cfg.tick_us, Ev::MpoSweep);
+            }
+            if self.cfg.moves > 0 {
+                self.schedule(self.cfg.tick_us, Ev::Mover);
             }
         }
         if self.setup_pending == 0 {
@@ -526,6 +537,7 @@ impl Sim {
                 }
             }
             Ev::NoopsEnd => self.stop_clock_noops(),
+            Ev::Mover => self.mover_tick(),
             Ev::End => {
                 self.readings.end = self.totals();
                 self.ended = true;

@@ -123,6 +123,14 @@ pub struct Outcome {
     pub preloaded: bool,
     /// The map the cluster was formed with.
     pub map: Arc<ShardMap>,
+    /// The map the directory ended with (the formation map without a
+    /// directory): where each key lives at the end.
+    pub final_map: Arc<ShardMap>,
+    /// Every map the directory held while keys moved (empty without
+    /// moves).
+    pub move_maps: Vec<Arc<ShardMap>>,
+    /// How each move of keys ended.
+    pub moves_ended: Vec<creek_procs::moves::mover::Progress>,
     /// Slots per group: shard `s`'s replicas are `nodes[s * per_shard ..]`,
     /// then the directory's.
     pub per_shard: usize,
@@ -157,6 +165,14 @@ pub struct DirectoryEnd {
 }
 
 impl Outcome {
+    /// How many shard groups the run had (those of its maps, a shard
+    /// added or dropped while it ran included).
+    pub fn shard_groups(&self) -> usize {
+        self.directory
+            .as_ref()
+            .map_or(1, |d| d.slots.start / self.per_shard)
+    }
+
     /// The slots of shard `s`'s replicas.
     pub fn shard_slots(&self, s: usize) -> std::ops::Range<usize> {
         s * self.per_shard..(s + 1) * self.per_shard
@@ -211,11 +227,27 @@ impl Sim {
         let members = self.in_group();
         let lag = self.directory_lag(&members);
         let epoch = self.directory_epoch(&members);
+        let final_map = self
+            .directory_map(&members)
+            .unwrap_or_else(|| self.map.clone());
+        let mut move_maps = std::mem::take(&mut self.moves.maps);
+        if self.cfg.moves > 0 {
+            move_maps.push(final_map.clone());
+        }
+        let moves_ended = std::mem::take(&mut self.moves.ended);
+        let directory_slots = self.directory_group().map(|g| self.group_slots(g));
         // The operator's ops are the directory's history, not the
         // workload's.
         let (operator, ops): (Vec<OpRecord>, Vec<OpRecord>) = std::mem::take(&mut self.history.ops)
             .into_iter()
-            .partition(|r| r.client == OPERATOR_CLIENT || super::mpo::is_sequencer(r.client));
+            .partition(|r| {
+                r.client == OPERATOR_CLIENT
+                    || super::mpo::is_sequencer(r.client)
+                    || (super::moves::is_mover(r.client)
+                        && directory_slots
+                            .as_ref()
+                            .is_some_and(|d| d.contains(&r.replica)))
+            });
         self.history.ops = ops;
         let directory = self.dir.take().map(|dir| {
             let g = self.cfg.shards;
@@ -315,6 +347,9 @@ impl Sim {
             readings: self.readings,
             preloaded: self.preloaded,
             map: self.map,
+            final_map,
+            move_maps,
+            moves_ended,
             per_shard: self.per_shard,
             directory,
             mpo_calls,

@@ -1,12 +1,20 @@
 //! `kv`: registers and counters over the built-in `kv.*` procedures.
 //!
 //! Registers `r0..r{keys-1}` are read with `kv.get`, written with `kv.put`
-//! and `kv.cas` (every written value is unique: `c{client}-{n}`); counters
-//! `n0..n{keys-1}` are bumped by one with `kv.incr`.
+//! and `kv.cas` (every written value is unique: `c{client}-{n}`), read a
+//! range at a time with `kv.scan`, and now and then deleted with
+//! `kv.delete_range` over the range of one register; counters
+//! `n0..n{keys-1}` are bumped by one with `kv.incr`. (Every final view, a
+//! scan's included, must also equal a sequential replay of the committed
+//! order: the run's `replay_matches`, which is what shows a scan
+//! phantom-safe.)
 //!
 //! Invariants:
 //! - a final view of `kv.get` on a register returns nil or a value some
 //!   `kv.put`/`kv.cas` wrote to that register; so does the committed state;
+//! - a final view of `kv.scan` over registers is a page of at most its
+//!   limit registers, in ascending key order, within its range, each with
+//!   a value some write gave it, and a next key only if the page is full;
 //! - a counter's committed value lies between the increments known to be
 //!   applied (final view with a result) and those possibly applied (every
 //!   invocation without a final abort or result).
@@ -33,6 +41,10 @@ pub const PUT: &str = "kv.put";
 pub const INCR: &str = "kv.incr";
 /// `kv.cas(key, expected, new)`.
 pub const CAS: &str = "kv.cas";
+/// `kv.scan(from, to, limit)`.
+pub const SCAN: &str = "kv.scan";
+/// `kv.delete_range(from, to, limit)`.
+pub const DELETE_RANGE: &str = "kv.delete_range";
 
 /// The key of register `i`.
 pub fn register_key(i: usize) -> Bytes {
@@ -50,6 +62,8 @@ pub struct KvWorkload {
     keys: usize,
     strong_share: f64,
     final_share: f64,
+    /// Scans and range deletes among the ops ([`WorkloadConfig::ranges`]).
+    ranges: bool,
     /// Values generated so far (makes every written value unique).
     next_value: u64,
     /// The last value generated for each register, used as a plausible
@@ -65,6 +79,7 @@ impl KvWorkload {
             keys,
             strong_share: config.strong_share,
             final_share: config.final_share,
+            ranges: config.ranges,
             next_value: 0,
             last_written: vec![None; keys],
         }
@@ -92,6 +107,56 @@ fn written_values<'a>(
         }
     }
     written
+}
+
+/// Why the outcome of scan `call` is not a page of written registers in
+/// order within its range (`None`: it is one).
+fn bad_page(
+    call: &ProcCall,
+    result: Result<Value, String>,
+    written: &BTreeMap<Bytes, BTreeSet<Bytes>>,
+    incremented: &BTreeSet<Bytes>,
+) -> Option<String> {
+    let args = args_of(call);
+    let Some([Value::Bytes(from), Value::Bytes(to), Value::Int(limit)]) = args.as_deref() else {
+        return Some("not a scan of the workload's shape".into());
+    };
+    let limit = usize::try_from(*limit).unwrap_or(0);
+    let page = match result {
+        Ok(Value::List(two)) if two.len() == 2 => two,
+        Ok(v) => return Some(format!("answered {v}, not [page, next]")),
+        Err(e) => return Some(e),
+    };
+    let (Value::List(items), next) = (&page[0], &page[1]) else {
+        return Some(format!("answered {}, not [page, next]", page[0]));
+    };
+    if items.len() > limit {
+        return Some(format!("{} keys, over its limit of {limit}", items.len()));
+    }
+    if !matches!(next, Value::Nil) && items.len() < limit {
+        return Some(format!(
+            "a next key after a page of {} of {limit}",
+            items.len()
+        ));
+    }
+    let mut last: Option<&Bytes> = None;
+    for item in items {
+        let Some([Value::Bytes(k), Value::Bytes(v)]) = item.as_list() else {
+            return Some(format!("an item {item} that is not [key, value]"));
+        };
+        if k < from || k >= to || last.is_some_and(|l| l >= k) {
+            return Some(format!("key {} out of order or out of its range", show(k)));
+        }
+        last = Some(k);
+        if !incremented.contains(k) && !written.get(k).is_some_and(|s| s.contains(v)) {
+            return Some(format!(
+                "{} = {}, which no kv.put or kv.cas wrote there",
+                show(k),
+                show(v)
+            ));
+        }
+    }
+    None
 }
 
 /// The counter and delta of a `kv.incr` call.
@@ -134,6 +199,29 @@ impl Workload for KvWorkload {
                 INCR,
                 encode_args(&[Value::Bytes(counter_key(i)), Value::Int(1)]),
             )
+        } else if roll < 90 && self.ranges {
+            // From a register to the end of the registers (`s` follows
+            // every `r…` key), a page of some of them.
+            let limit = 1 + rng.index(self.keys) as i64;
+            ProcCall::new(
+                SCAN,
+                encode_args(&[
+                    Value::Bytes(register_key(i)),
+                    Value::from("s"),
+                    Value::Int(limit),
+                ]),
+            )
+        } else if roll < 91 && self.ranges {
+            // The range of one register (nothing sorts between `r1` and
+            // `r1\0`), so the linearizability check, which follows each
+            // key alone, can place it.
+            let key = register_key(i);
+            let mut end = key.to_vec();
+            end.push(0);
+            ProcCall::new(
+                DELETE_RANGE,
+                encode_args(&[Value::Bytes(key), Value::Bytes(end.into()), Value::Int(2)]),
+            )
         } else {
             let expected = self.last_written[i]
                 .clone()
@@ -154,7 +242,7 @@ impl Workload for KvWorkload {
 
     fn keys(&self, call: &ProcCall) -> Vec<Bytes> {
         match call.name.as_ref() {
-            GET | PUT | INCR | CAS => first_bytes_arg(call).into_iter().collect(),
+            GET | PUT | INCR | CAS | DELETE_RANGE => first_bytes_arg(call).into_iter().collect(),
             _ => Vec::new(),
         }
     }
@@ -188,6 +276,23 @@ impl Workload for KvWorkload {
                     "kv: final view of kv.get({}) by {what}: {e}",
                     show(&key)
                 )),
+            }
+        }
+
+        // Final scans: a page of written registers, in order, in range.
+        for op in history
+            .ops
+            .iter()
+            .filter(|op| op.call.name.as_ref() == SCAN)
+        {
+            let Some(result) = final_result(op) else {
+                continue;
+            };
+            if let Some(why) = bad_page(&op.call, result, &written, &incremented) {
+                out.push(format!(
+                    "kv: final view of kv.scan by {}: {why}",
+                    describe(op)
+                ));
             }
         }
 
@@ -351,6 +456,49 @@ mod tests {
         assert!(out[0].contains("\"n0\" = 0, outside [1, 2]"), "{out:?}");
     }
 
+    fn page(items: &[(&str, &str)], next: Value) -> Value {
+        let items = items
+            .iter()
+            .map(|(k, v)| Value::List(vec![b(k), b(v)]))
+            .collect();
+        Value::List(vec![Value::List(items), next])
+    }
+
+    #[test]
+    fn scans_return_pages_of_written_registers_in_order() {
+        let scan = |limit| call(SCAN, &[b("r0"), b("s"), Value::Int(limit)]);
+        let mut ops = honest_ops();
+        ops.push(stable(10, scan(2), page(&[("r0", "c0-2")], Value::Nil)));
+        ops.push(stable(11, scan(1), page(&[("r0", "c0-2")], b("r0\0"))));
+        let s = state(&[("r0", "c0-2"), ("n0", "1")]);
+        assert_eq!(w().check(&history(ops), &s), Vec::<String>::new());
+        for (bad, says) in [
+            (
+                page(&[("r0", "c9-9")], Value::Nil),
+                "which no kv.put or kv.cas wrote",
+            ),
+            (
+                page(&[("r0", "c0-2"), ("r0", "c0-1")], Value::Nil),
+                "out of order",
+            ),
+            (page(&[("q", "c0-1")], Value::Nil), "out of its range"),
+            (
+                page(
+                    &[("r0", "c0-1"), ("r0", "c0-2"), ("r0", "c0-2")],
+                    Value::Nil,
+                ),
+                "over its limit",
+            ),
+            (page(&[], b("r0\0")), "a next key after a page of 0"),
+        ] {
+            let mut ops = honest_ops();
+            ops.push(stable(10, scan(2), bad));
+            let out = w().check(&history(ops), &s);
+            assert_eq!(out.len(), 1, "{out:?}");
+            assert!(out[0].contains(says), "{says}: {out:?}");
+        }
+    }
+
     #[test]
     fn keys_are_the_key_argument() {
         let w = w();
@@ -367,7 +515,19 @@ mod tests {
         let (state, h) = run_sequential(&mut w, 7, 400);
         assert_eq!(w.check(&h, &state), Vec::<String>::new());
         let names: BTreeSet<&str> = h.ops.iter().map(|op| op.call.name.as_ref()).collect();
-        assert_eq!(names, BTreeSet::from([GET, PUT, INCR, CAS]));
+        assert_eq!(
+            names,
+            BTreeSet::from([GET, PUT, INCR, CAS, SCAN, DELETE_RANGE])
+        );
+        let scanned = h
+            .ops
+            .iter()
+            .filter(|op| op.call.name.as_ref() == SCAN)
+            .filter(|op| {
+                matches!(final_result(op), Some(Ok(Value::List(p))) if p[0].as_list().is_some_and(|i| !i.is_empty()))
+            })
+            .count();
+        assert!(scanned > 0, "no scan found a register");
         let swapped = h
             .ops
             .iter()

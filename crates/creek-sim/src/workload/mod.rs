@@ -176,6 +176,11 @@ pub struct WorkloadConfig {
     /// remote warehouse is on another shard run across shards), else from
     /// the home warehouse's shard.
     pub cross_shard: f64,
+    /// `kv`: scan registers and delete them through the range calls. Off
+    /// on a sharded cluster: there a client sends a range call to every
+    /// shard and merges the pages (docs/api.md), and a simulated client
+    /// sends each call to one shard.
+    pub ranges: bool,
     /// `tpcc`: no remote warehouse at all (every New-Order line supplied
     /// and every Payment made at the home warehouse).
     pub tpcc_local: bool,
@@ -201,6 +206,7 @@ impl Default for WorkloadConfig {
                 ..YcsbConfig::default()
             },
             cross_shard: 0.0,
+            ranges: true,
             tpcc_local: false,
         }
     }

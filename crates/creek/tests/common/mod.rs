@@ -18,6 +18,21 @@ use tonic::transport::Channel;
 
 pub use creek_types::value::Value;
 
+pub mod sharded;
+
+/// Run the CLI: its exit code, standard output and standard error.
+pub fn creek(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args(args)
+        .output()
+        .expect("creek");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `report[key]` as a number (any JSON number), or a panic naming it.
 pub fn number(report: &serde_json::Value, key: &str) -> f64 {
     report[key]
@@ -83,6 +98,16 @@ impl std::ops::DerefMut for Cluster {
     fn deref_mut(&mut self) -> &mut creek_harness::Cluster {
         &mut self.procs
     }
+}
+
+/// Resident memory of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
 }
 
 /// A loopback address with a port free now and never handed out before in
@@ -380,4 +405,29 @@ pub async fn strong_get(cluster: &Cluster, i: usize, key: &str) -> Value {
     .await
     .expect("strong get");
     result(&views).expect("get never aborts")
+}
+
+/// The `creek_native_connections` gauge in the `/metrics` text `scrape`
+/// returns, once two scrapes 100 ms apart agree (a dropped client's
+/// connection closes a moment later).
+#[allow(dead_code)]
+pub async fn native_connections<F, Fut>(mut scrape: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    let mut last = None;
+    for _ in 0..50 {
+        let open = scrape()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix("creek_native_connections "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if open.is_some() && open == last {
+            return open.unwrap_or_default();
+        }
+        last = open;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("creek_native_connections did not settle: {last:?}");
 }

@@ -110,6 +110,7 @@ function renderShards(r) {
   if (!r.shards) return;
   $("shards-epoch").textContent = r.shards.epoch;
   $("shards-serves").textContent = r.shards.serves;
+  $("shards-moving").textContent = r.shards.moving ? "Moving keys: " + r.shards.moving : "";
   const body = $("shards-table").querySelector("tbody");
   body.replaceChildren();
   for (const g of r.shards.groups) {
@@ -127,8 +128,10 @@ function renderShards(r) {
       span.style.marginRight = "1em";
       reps.append(span);
     }
+    const num = (v) => (v === null || v === undefined ? "–" : v);
     tr.append(td(g.name + (own ? " (this)" : ""), own ? "me" : ""), td(g.leader ? g.leader : "none"),
-      td(down ? `${down} down` : "all up", "health " + (down ? (g.leader ? "unreachable" : "down") : "up")), reps);
+      td(down ? `${down} down` : "all up", "health " + (down ? (g.leader ? "unreachable" : "down") : "up")),
+      td(num(g.versions)), td(num(g.committed)), td(g.moving_in || ""), reps);
     body.append(tr);
   }
 }
