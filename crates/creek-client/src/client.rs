@@ -132,6 +132,36 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        Self::open(addrs, options, causal, false).await
+    }
+
+    /// [`connect_sharing`](Client::connect_sharing), but when no replica
+    /// answers now, a client whose calls connect when they are made (and
+    /// fail as unavailable until a replica answers): a shard that is down,
+    /// or listed before its replicas start, leaves the rest of a cluster
+    /// reachable.
+    pub(crate) async fn connect_sharing_or_later<I, S>(
+        addrs: I,
+        options: ConnectOptions,
+        causal: Arc<Causal>,
+    ) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::open(addrs, options, causal, true).await
+    }
+
+    async fn open<I, S>(
+        addrs: I,
+        options: ConnectOptions,
+        causal: Arc<Causal>,
+        later: bool,
+    ) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         let ConnectOptions {
             tls,
             token,
@@ -155,7 +185,15 @@ impl Client {
         if replicas.is_empty() {
             return Err(Error::InvalidArgument("no replica address given".into()));
         }
-        let current = connect_from(&replicas, 0).await?;
+        let current = match connect_from(&replicas, 0).await {
+            Ok(c) => c,
+            Err(e) if later && e.is_unavailable() => Connected {
+                index: 0,
+                channel: replicas[0].connect_later(),
+                native: None,
+            },
+            Err(e) => return Err(e),
+        };
         Ok(Client {
             inner: Arc::new(Inner {
                 replicas,

@@ -570,7 +570,8 @@ async fn connect_shards(
             addrs.retain(|a| a != first);
             addrs.insert(0, first.clone());
         }
-        let client = Client::connect_sharing(addrs, options.clone(), causal.clone()).await?;
+        let client =
+            Client::connect_sharing_or_later(addrs, options.clone(), causal.clone()).await?;
         clients.insert(*id, client);
     }
     Ok(clients)

@@ -98,3 +98,64 @@ fn a_planted_bug_fails_the_round() {
     }
     panic!("the planted bug went unnoticed: {reports:?}");
 }
+
+#[test]
+fn a_sharded_cluster_grows_and_shrinks_under_transfers_across_shards() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // Two shards and the directory; a third shard is added with `creek
+    // shards add-shard`, gets a third of each shard's slots, then shard 0
+    // is drained into shard 1 and dropped — all while clients move money
+    // between accounts across the shards.
+    let (ok, report) = chaos(&[
+        "--shards",
+        "2",
+        "--reshard",
+        "--no-nemesis",
+        "--minutes",
+        "0.2",
+        "--clients",
+        "4",
+        "--seed",
+        "21",
+    ]);
+    assert!(ok, "checks failed: {:?}\n{report}", failed(&report));
+    let steps: Vec<&str> = report["reshard"]["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(|s| s["step"].as_str())
+        .collect();
+    for step in [
+        "add-shard",
+        "start-shard",
+        "move-third-of-0",
+        "move-third-of-1",
+        "drain-0-to-1",
+        "remove-shard-0",
+        "stop-shard-0",
+    ] {
+        assert!(steps.contains(&step), "{step} not taken: {steps:?}");
+    }
+    // Shard 0 is gone; the new shard 2 holds some accounts.
+    let by_shard = report["reshard"]["accounts_by_shard"]
+        .as_object()
+        .expect("accounts by shard");
+    assert!(!by_shard.contains_key("0"), "{by_shard:?}");
+    assert!(by_shard["2"].as_u64() > Some(0), "{by_shard:?}");
+    let ops = &report["ops"];
+    assert!(ops["transfers_across_shards"].as_u64() > Some(50), "{ops}");
+    for name in [
+        "linearizable",
+        "total_kept",
+        "exactly_once",
+        "converged",
+        "reshard",
+    ] {
+        let passed = report["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .any(|c| c["name"] == name && c["ok"] == Value::Bool(true));
+        assert!(passed, "{name} did not pass: {report}");
+    }
+}

@@ -16,6 +16,7 @@
 
 mod client;
 mod nemesis;
+mod reshard;
 mod sharded;
 mod verdict;
 mod world;
@@ -55,6 +56,16 @@ pub struct Args {
     /// the second half of them issue weak ops only.
     #[arg(long, default_value_t = 6)]
     clients: u32,
+    /// With `--shards`: grow and shrink the cluster while it serves — add
+    /// a shard, move a third of the accounts to it, move everything off
+    /// shard 0 and drop it (`reshard.rs`) — with the `creek shards`
+    /// commands an operator runs.
+    #[arg(long)]
+    reshard: bool,
+    /// Inject no fault (with `--reshard`: the cluster only grows and
+    /// shrinks under the clients).
+    #[arg(long, requires = "reshard")]
+    no_nemesis: bool,
     /// Plant a protocol bug in every replica, to show the checkers catch it
     /// (deliver-on-propose, send-before-durable, amnesiac-voter; needs a
     /// build with `--features creek-node/planted-bugs`).
@@ -83,6 +94,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
     }
     if !(1..=4).contains(&args.shards) {
         return Err("--shards must be between 1 and 4".into());
+    }
+    if args.reshard && args.shards < 2 {
+        return Err("--reshard needs a sharded cluster: --shards 2 or more".into());
     }
     if args.clients < 2 {
         return Err("--clients must be at least 2 (registers and bank)".into());

@@ -49,6 +49,7 @@ use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 use serde_json::json;
 
+use super::reshard::Resharder;
 use super::verdict::{check, Verdict};
 use super::Args;
 use crate::servers::{self, Servers, DIRECTORY};
@@ -70,6 +71,9 @@ const GIVE_UP_AFTER: Duration = Duration::from_secs(60);
 /// How long the cluster may take to answer the final read and to converge
 /// once every fault is healed.
 const SETTLE_BOUND: Duration = Duration::from_secs(60);
+
+/// How long the resharding may go on after the nemesis's time is up.
+const RESHARD_BOUND: Duration = Duration::from_secs(300);
 
 /// Steps the linearizability search may take.
 const LIN_BUDGET: u64 = 200_000_000;
@@ -101,32 +105,67 @@ struct Seen {
     weak_errors: u64,
 }
 
-/// The cluster's groups: each shard's replicas (0-based slots), then the
-/// directory's.
-struct Layout {
-    groups: Vec<Vec<usize>>,
+/// The cluster's groups: each shard's replicas (0-based slots), by shard
+/// id, then the directory's. Shards join and leave it when `--reshard`
+/// adds and drops them.
+pub(super) struct Layout {
+    shards: Vec<(ShardId, Vec<usize>)>,
+    directory: Vec<usize>,
 }
 
 impl Layout {
     fn new(shards: usize, per_shard: usize) -> Layout {
-        let mut groups: Vec<Vec<usize>> = (0..shards)
-            .map(|s| (s * per_shard..(s + 1) * per_shard).collect())
-            .collect();
         let first = shards * per_shard;
-        groups.push((first..first + DIRECTORY).collect());
-        Layout { groups }
+        Layout {
+            shards: (0..shards)
+                .map(|s| {
+                    (
+                        ShardId(s as u16),
+                        (s * per_shard..(s + 1) * per_shard).collect(),
+                    )
+                })
+                .collect(),
+            directory: (first..first + DIRECTORY).collect(),
+        }
+    }
+
+    /// How many groups there are: the shards and the directory.
+    fn groups(&self) -> usize {
+        self.shards.len() + 1
+    }
+
+    /// Group `g`'s replicas: a shard's, or (the last) the directory's.
+    fn group(&self, g: usize) -> &[usize] {
+        self.shards.get(g).map_or(&self.directory, |(_, r)| r)
     }
 
     fn all(&self) -> Vec<usize> {
-        self.groups.iter().flatten().copied().collect()
+        (0..self.groups())
+            .flat_map(|g| self.group(g).to_vec())
+            .collect()
     }
 
     fn name(&self, g: usize) -> String {
-        if g + 1 == self.groups.len() {
-            "directory".into()
-        } else {
-            format!("shard {g}")
-        }
+        self.shards
+            .get(g)
+            .map_or_else(|| "directory".into(), |(s, _)| format!("shard {}", s.0))
+    }
+
+    /// A shard whose replicas were started.
+    pub(super) fn add_shard(&mut self, shard: ShardId, replicas: Vec<usize>) {
+        self.shards.push((shard, replicas));
+    }
+
+    /// Forget `shard` (dropped from the map): its replicas.
+    pub(super) fn remove_shard(&mut self, shard: ShardId) -> Vec<usize> {
+        let mut gone = Vec::new();
+        self.shards.retain(|(s, r)| {
+            if *s == shard {
+                gone.clone_from(r);
+            }
+            *s != shard
+        });
+        gone
     }
 }
 
@@ -167,6 +206,18 @@ pub(super) async fn run(args: &Args, seed: u64) -> Result<(serde_json::Value, bo
         .map_err(|e| format!("reading {}: {e}", map_file.display()))
         .and_then(|raw| creek_shard::decode(&Bytes::from(raw)).map_err(|e| e.to_string()))?;
     let accounts = accounts(&map, shards);
+    let mut resharder = if args.reshard {
+        let settings = super::configure(args.plant_bug.clone());
+        Some(Resharder::new(
+            &mut servers,
+            &map,
+            &accounts,
+            args.replicas,
+            settings,
+        )?)
+    } else {
+        None
+    };
     let addrs: Vec<String> = servers.clients.iter().map(|a| a.to_string()).collect();
     let epoch = Instant::now();
 
@@ -206,14 +257,27 @@ pub(super) async fn run(args: &Args, seed: u64) -> Result<(serde_json::Value, bo
 
     let mut nemesis = Nemesis {
         rng: Rng::new(seed ^ 0x0073_6861_7264_6564),
-        layout: &layout,
+        layout,
+        faults_on: !args.no_nemesis,
         paused: Vec::new(),
         exits: Vec::new(),
         faults: std::collections::BTreeMap::new(),
         skipped: std::collections::BTreeMap::new(),
     };
     let until = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
-    nemesis.run(&mut servers, until).await;
+    nemesis
+        .run(&mut servers, until, resharder.as_mut(), &setup)
+        .await;
+    // The clients go on until the resharding is over.
+    if let Some(r) = resharder.as_mut() {
+        let deadline = Instant::now() + RESHARD_BOUND;
+        while !r.finished() && Instant::now() < deadline {
+            nemesis.note_exits(&mut servers);
+            r.poll(&mut servers, &mut nemesis.layout, &setup).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        r.abandon();
+    }
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         let _ = c.await;
@@ -245,6 +309,11 @@ pub(super) async fn run(args: &Args, seed: u64) -> Result<(serde_json::Value, bo
         });
     }
     let total = OPENING * accounts.len() as i64;
+    // The map the accounts ended on (moved by `--reshard`).
+    let final_map = match setup.refresh().await {
+        Ok(()) => setup.map().await,
+        Err(_) => map.clone(),
+    };
     match &balances {
         Ok(b) => {
             let sum: i64 = b.iter().sum();
@@ -270,7 +339,7 @@ pub(super) async fn run(args: &Args, seed: u64) -> Result<(serde_json::Value, bo
                     )
                 }),
             ));
-            checks.push(converged(&servers, &layout, &accounts, b).await);
+            checks.push(converged(&servers, &nemesis.layout, &final_map, &accounts, b).await);
         }
         Err(_) => {
             for name in ["total_kept", "exactly_once", "converged"] {
@@ -279,6 +348,9 @@ pub(super) async fn run(args: &Args, seed: u64) -> Result<(serde_json::Value, bo
         }
     }
     checks.push(linearizable_check(&seen.ops, &accounts, seed));
+    if let Some(r) = &resharder {
+        checks.push(check("reshard", r.failure.iter().cloned().collect(), None));
+    }
     nemesis.note_exits(&mut servers);
     checks.push(check("no_replica_crashed", nemesis.exits.clone(), None));
 
@@ -309,11 +381,27 @@ pub(super) async fn run(args: &Args, seed: u64) -> Result<(serde_json::Value, bo
         "faults": nemesis.faults,
         "nemesis_skipped": nemesis.skipped,
         "ops": verdict.ops,
+        "reshard": resharder.as_ref().map(|r| json!({
+            "steps": r.taken,
+            "accounts_moved": moved_accounts(&map, &final_map, &accounts),
+            "accounts_by_shard": final_map.shards.keys().map(|s| {
+                let n = accounts.iter().filter(|a| final_map.owner(None, a.as_bytes()) == *s).count();
+                (s.0.to_string(), n)
+            }).collect::<std::collections::BTreeMap<_, _>>(),
+        })),
         "checks": verdict.checks_json(),
         "ok": ok,
         "dir": args.keep.then(|| servers.dir.display().to_string()),
     });
     Ok((report, ok))
+}
+
+/// How many of `accounts` `after` gives another shard than `before`.
+fn moved_accounts(before: &ShardMap, after: &ShardMap, accounts: &[String]) -> usize {
+    accounts
+        .iter()
+        .filter(|a| before.owner(None, a.as_bytes()) != after.owner(None, a.as_bytes()))
+        .count()
 }
 
 /// Call `procedure` strongly until its final view says something (the
@@ -468,19 +556,25 @@ async fn client(
 }
 
 /// Whether every replica of each shard comes to hold `balances` for the
-/// shard's accounts (a weak read at that replica alone).
+/// accounts `map` gives the shard (a weak read at that replica alone).
 async fn converged(
     servers: &Servers,
     layout: &Layout,
+    map: &ShardMap,
     accounts: &[String],
     balances: &[i64],
 ) -> Check {
     let mut violations = Vec::new();
     let deadline = Instant::now() + SETTLE_BOUND;
-    for (s, group) in layout.groups[..layout.groups.len() - 1].iter().enumerate() {
-        let range = s * ACCOUNTS_PER_SHARD..(s + 1) * ACCOUNTS_PER_SHARD;
-        let keys = Value::List(accounts[range.clone()].iter().map(|k| bytes(k)).collect());
-        let want = &balances[range];
+    for (s, group) in &layout.shards {
+        let owned: Vec<usize> = (0..accounts.len())
+            .filter(|&a| map.owner(None, accounts[a].as_bytes()) == *s)
+            .collect();
+        if owned.is_empty() {
+            continue;
+        }
+        let keys = Value::List(owned.iter().map(|&a| bytes(&accounts[a])).collect());
+        let want: Vec<i64> = owned.iter().map(|&a| balances[a]).collect();
         for &i in group {
             let mut last = String::from("no answer");
             let mut matched = false;
@@ -504,8 +598,9 @@ async fn converged(
             }
             if !matched {
                 violations.push(format!(
-                    "replica {} (shard {s}) did not come to hold {want:?}: {last}",
-                    i + 1
+                    "replica {} (shard {}) did not come to hold {want:?}: {last}",
+                    i + 1,
+                    s.0
                 ));
             }
         }
@@ -598,9 +693,12 @@ fn linearizable_check(ops: &[LinOp], accounts: &[String], seed: u64) -> Check {
 }
 
 /// The nemesis of a sharded run: one fault at a time, on one group.
-struct Nemesis<'a> {
+struct Nemesis {
     rng: Rng,
-    layout: &'a Layout,
+    layout: Layout,
+    /// Whether it injects faults (`--no-nemesis`: it only takes the
+    /// resharding on).
+    faults_on: bool,
     /// Replicas stopped with `SIGSTOP`.
     paused: Vec<usize>,
     /// Processes that exited by themselves.
@@ -611,18 +709,32 @@ struct Nemesis<'a> {
     skipped: std::collections::BTreeMap<String, u64>,
 }
 
-impl Nemesis<'_> {
+impl Nemesis {
     fn ms(&mut self, lo: u64, hi: u64) -> Duration {
         Duration::from_millis(self.rng.range(lo, hi))
     }
 
-    async fn run(&mut self, servers: &mut Servers, until: Instant) {
+    /// Inject faults until `until`, taking `resharder`'s steps on between
+    /// them (a step's command runs on while faults come and go).
+    async fn run(
+        &mut self,
+        servers: &mut Servers,
+        until: Instant,
+        mut resharder: Option<&mut Resharder>,
+        cluster: &Cluster,
+    ) {
         while Instant::now() < until {
+            if let Some(r) = resharder.as_deref_mut() {
+                r.poll(servers, &mut self.layout, cluster).await;
+            }
             let gap = self.ms(300, 1500);
             tokio::time::sleep(gap).await;
             self.note_exits(servers);
+            if !self.faults_on {
+                continue;
+            }
             let kind = super::nemesis::pick_weighted(&mut self.rng, FAULTS);
-            let g = self.rng.index(self.layout.groups.len());
+            let g = self.rng.index(self.layout.groups());
             let what = format!("{kind} ({})", self.layout.name(g));
             match self.inject(kind, g, servers).await {
                 Ok(true) => *self.faults.entry(what).or_default() += 1,
@@ -652,7 +764,7 @@ impl Nemesis<'_> {
         g: usize,
         servers: &mut Servers,
     ) -> Result<bool, String> {
-        let group = self.layout.groups[g].clone();
+        let group = self.layout.group(g).to_vec();
         let target = if kind.ends_with("-leader") {
             match leader(servers, &group).await {
                 Some(l) => l,

@@ -107,6 +107,12 @@ impl Replica {
         ))
     }
 
+    /// A gRPC channel that connects when a call is made over it (and
+    /// again after it fails).
+    pub(super) fn connect_later(&self) -> Channel {
+        InterceptedService::new(self.endpoint.connect_lazy(), self.credentials.clone())
+    }
+
     /// A native connection, if this client invokes natively and the
     /// replica answers the native hello.
     pub(super) async fn connect_native(&self) -> Option<Arc<NativeConn>> {
