@@ -36,6 +36,7 @@ mod executor_procs;
 pub mod flags;
 mod groups;
 mod load;
+mod moves;
 mod peers;
 mod servers;
 mod soak;
@@ -77,6 +78,9 @@ pub enum Bench {
     /// A replica that lost its data rebuilt from a peer's checkpoint on a
     /// local cluster: transfer rate and client stalls (docs/bench/transfer.md).
     Transfer(transfer::Args),
+    /// Keys moved between the shards of a local cluster while clients use
+    /// them: duration, copy rate and client stalls (docs/bench/moves.md).
+    Move(moves::Args),
 }
 
 /// Run the benchmark `which` names; its report goes to standard output,
@@ -94,6 +98,7 @@ pub fn run(which: &Bench) -> Result<(), String> {
         Bench::Paper(args) => load::paper(args),
         Bench::Soak(args) => soak::run(args),
         Bench::Transfer(args) => transfer::run(args),
+        Bench::Move(args) => moves::run(args),
     }
 }
 

@@ -15,16 +15,16 @@ use super::{OP_TIMEOUT, POLL};
 
 /// One probe op.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct ProbeOp {
-    pub(super) start: Instant,
-    pub(super) end: Instant,
-    pub(super) ok: bool,
+pub(crate) struct ProbeOp {
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+    pub(crate) ok: bool,
 }
 
 /// Ask `addr` for its status (connecting first when `client` is `None`),
 /// with when it was asked and when it answered. A failure drops the
 /// connection, so the next call connects again.
-pub(super) async fn ask_status(
+pub(crate) async fn ask_status(
     client: &mut Option<Client>,
     addr: SocketAddr,
 ) -> Result<(creek_client::pb::StatusReply, Instant, Instant), String> {
@@ -47,17 +47,17 @@ pub(super) async fn ask_status(
 /// One status reply of a replica, for the stalls of its node thread
 /// (status is answered there) and of its disk writes.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct StatusSample {
-    pub(super) asked: Instant,
-    pub(super) replied: Instant,
+pub(crate) struct StatusSample {
+    pub(crate) asked: Instant,
+    pub(crate) replied: Instant,
     /// The last write submitted to the disk, and the last one durable.
-    pub(super) submitted: u64,
-    pub(super) durable: u64,
+    pub(crate) submitted: u64,
+    pub(crate) durable: u64,
 }
 
 /// Poll `addr`'s status every [`POLL`] until `stop`; a replica that does
 /// not answer (killed, restarting) is asked again at the next poll.
-pub(super) async fn monitor(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<StatusSample> {
+pub(crate) async fn monitor(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<StatusSample> {
     let mut samples = Vec::new();
     let mut client: Option<Client> = None;
     while !stop.load(Ordering::Relaxed) {
@@ -80,16 +80,16 @@ pub(super) async fn monitor(addr: SocketAddr, stop: Arc<AtomicBool>) -> Vec<Stat
 
 /// A replica's worst stalls in a window, from its status replies.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(super) struct Stalls {
+pub(crate) struct Stalls {
     /// The slowest status reply overlapping the window: how long its node
     /// thread was busy with something else.
-    pub(super) status_max_us: u64,
+    pub(crate) status_max_us: u64,
     /// The longest time writes were pending without any becoming durable,
     /// overlapping the window: how long its disk writer was busy.
-    pub(super) write_wait_max_us: u64,
+    pub(crate) write_wait_max_us: u64,
 }
 
-pub(super) fn stalls(samples: &[StatusSample], from: Instant, to: Instant) -> Stalls {
+pub(crate) fn stalls(samples: &[StatusSample], from: Instant, to: Instant) -> Stalls {
     let overlaps = |a: Instant, b: Instant| a < to && b > from;
     let status_max_us = samples
         .iter()
@@ -130,25 +130,25 @@ pub(super) fn stalls(samples: &[StatusSample], from: Instant, to: Instant) -> St
 /// Latency percentiles and gaps of the probe ops in a stretch of the run
 /// (before the kill, during the rebuild, after it).
 #[derive(Debug, Default, PartialEq)]
-pub(super) struct ProbeStats {
-    pub(super) ops: usize,
-    pub(super) failed: usize,
-    pub(super) p50_us: u64,
-    pub(super) p99_us: u64,
-    pub(super) max_us: u64,
+pub(crate) struct ProbeStats {
+    pub(crate) ops: usize,
+    pub(crate) failed: usize,
+    pub(crate) p50_us: u64,
+    pub(crate) p99_us: u64,
+    pub(crate) max_us: u64,
     /// The longest time between two consecutive successful completions
     /// where that interval overlaps the window (a stall that began before
     /// it counts whole).
-    pub(super) max_gap_us: u64,
+    pub(crate) max_gap_us: u64,
 }
 
-pub(super) fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The ops `within` admits, and the gaps between completions overlapping
 /// `[from, to]`.
-pub(super) fn probe_stats(
+pub(crate) fn probe_stats(
     ops: &[ProbeOp],
     from: Instant,
     to: Instant,

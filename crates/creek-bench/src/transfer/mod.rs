@@ -49,7 +49,7 @@ use crate::servers::Servers;
 use measure::{ask_status, monitor, ProbeOp, StatusSample};
 use report::{report, summary};
 
-mod measure;
+pub(crate) mod measure;
 mod report;
 
 /// Replicas in the cluster.
