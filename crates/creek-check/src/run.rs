@@ -427,15 +427,55 @@ fn replay_committed(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     };
-    let differs = match reference {
-        Some(r) if run.broadcast_complete => *r != state,
-        Some(r) => user(r) != user(&state),
-        None => false,
+    let (held, replayed) = match reference {
+        Some(r) if run.broadcast_complete => (r.clone(), state.clone()),
+        Some(r) => (user(r), user(&state)),
+        None => return state,
     };
-    if differs {
-        replay_v.push("the committed state differs from a replay of the committed order".into());
+    if held != replayed {
+        replay_v.push(format!(
+            "the committed state differs from a replay of the committed order: {}",
+            first_differences(&held, &replayed, 5)
+        ));
     }
     state
+}
+
+/// The first `n` keys whose values differ between `held` and `replayed`,
+/// written `key: held → replayed` (`-` for no value).
+fn first_differences(
+    held: &BTreeMap<Bytes, Bytes>,
+    replayed: &BTreeMap<Bytes, Bytes>,
+    n: usize,
+) -> String {
+    let keys: BTreeSet<&Bytes> = held.keys().chain(replayed.keys()).collect();
+    let show = |v: Option<&Bytes>| {
+        v.map_or_else(
+            || "-".to_owned(),
+            |b| {
+                let text = String::from_utf8_lossy(b);
+                text.chars().take(40).collect()
+            },
+        )
+    };
+    let differing: Vec<String> = keys
+        .into_iter()
+        .filter(|k| held.get(*k) != replayed.get(*k))
+        .map(|k| {
+            format!(
+                "{}: {} → {}",
+                String::from_utf8_lossy(k),
+                show(held.get(k)),
+                show(replayed.get(k))
+            )
+        })
+        .collect();
+    let more = differing.len().saturating_sub(n);
+    let mut text = differing[..differing.len().min(n)].join("; ");
+    if more > 0 {
+        text.push_str(&format!(" (and {more} more keys)"));
+    }
+    text
 }
 
 #[cfg(test)]

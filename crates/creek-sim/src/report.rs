@@ -1,6 +1,8 @@
 //! Runs every checker (`creek_check`) over a finished simulation and builds
 //! its report.
 
+mod moves;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
@@ -719,6 +721,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             "operator_ops": d.history.ops.len(),
         })),
         "faults": out.faults,
+        "moves": moves::report(out),
         "checks": checks_obj,
         "violations": violations,
         "notes": checks.iter().filter_map(|c| c.note.clone()).collect::<Vec<_>>(),

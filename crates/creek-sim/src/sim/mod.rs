@@ -37,7 +37,7 @@ mod moves;
 mod mpo;
 mod outcome;
 mod split;
-pub use moves::is_mover;
+pub use moves::{is_mover, MoveTimes};
 pub use split::split_violations;
 
 use directory::{Dir, OPERATOR_CLIENT};

@@ -72,6 +72,8 @@ pub(super) struct Moves {
     pub(super) maps: Vec<Arc<ShardMap>>,
     /// How each move ended.
     pub(super) ended: Vec<Progress>,
+    /// When each move begun reached each of its steps.
+    pub(super) timeline: Vec<MoveTimes>,
     /// When the next move may begin (spread over the run, so that moves
     /// meet the faults).
     next_at: Option<u64>,
@@ -105,6 +107,53 @@ impl Moves {
         if self.maps.iter().all(|m| m.epoch != map.epoch) {
             self.maps.push(Arc::new(map.clone()));
         }
+    }
+}
+
+/// When one move reached its steps, in simulated microseconds (the
+/// first mover to reach a step counts; a later term's mover goes over
+/// steps again).
+#[derive(Clone, Debug)]
+pub struct MoveTimes {
+    /// The keys that moved.
+    pub the_move: Move,
+    /// The mover began (the directory's map names the move).
+    pub begun_us: u64,
+    /// The copy was caught up and the switch asked of the directory.
+    pub switching_us: Option<u64>,
+    /// The directory switched; the source's release asked.
+    pub releasing_us: Option<u64>,
+    /// The source released the keys; the target's adoption asked. From
+    /// here until `cleaning_us` no shard executes the moving keys.
+    pub adopting_us: Option<u64>,
+    /// The target executes the moving keys.
+    pub cleaning_us: Option<u64>,
+    /// The move was over.
+    pub ended_us: Option<u64>,
+}
+
+impl MoveTimes {
+    fn new(the_move: Move, now: u64) -> MoveTimes {
+        MoveTimes {
+            the_move,
+            begun_us: now,
+            switching_us: None,
+            releasing_us: None,
+            adopting_us: None,
+            cleaning_us: None,
+            ended_us: None,
+        }
+    }
+
+    fn note(&mut self, phase: &str, now: u64) {
+        let slot = match phase {
+            "switching" => &mut self.switching_us,
+            "releasing" => &mut self.releasing_us,
+            "adopting" => &mut self.adopting_us,
+            "cleaning up" => &mut self.cleaning_us,
+            _ => return,
+        };
+        slot.get_or_insert(now);
     }
 }
 
@@ -196,6 +245,10 @@ impl Sim {
                 return;
             };
             let step = mover.step();
+            let phase = mover.progress().phase;
+            if let Some(t) = self.moves.timeline.last_mut() {
+                t.note(phase, self.now);
+            }
             if debug_log() {
                 let what = match &step {
                     Step::Run { at, call } => format!("run {} at {at:?}", call.name),
@@ -209,6 +262,9 @@ impl Sim {
             }
             match step {
                 Step::Done => {
+                    if let Some(t) = self.moves.timeline.last_mut() {
+                        t.ended_us.get_or_insert(self.now);
+                    }
                     if let Some(done) = self.moves.mover.take() {
                         let gap = self.cfg.duration_us / (2 * self.cfg.moves as u64 + 1);
                         self.moves.next_at = Some(self.now + self.rng.range(gap / 2, gap));
@@ -375,6 +431,9 @@ impl Sim {
             // gave up on it): take it over, as a target's new leader does.
             self.moves.term += 1;
             let planted = self.planted();
+            if self.moves.timeline.last().is_none_or(|t| t.the_move != m) {
+                self.moves.timeline.push(MoveTimes::new(m.clone(), self.now));
+            }
             self.moves.mover = Some(Mover::new(m, self.moves.term, planted));
             *self.faults.entry("mover_resumed").or_default() += 1;
             return;
@@ -516,6 +575,9 @@ impl Sim {
         // The mover starts once the begin commits.
         self.moves.term += 1;
         let planted = self.planted();
+        if self.moves.pending.is_some() {
+            self.moves.timeline.push(MoveTimes::new(m.clone(), self.now));
+        }
         self.moves.mover = self
             .moves
             .pending

@@ -131,6 +131,8 @@ pub struct Outcome {
     pub move_maps: Vec<Arc<ShardMap>>,
     /// How each move of keys ended.
     pub moves_ended: Vec<creek_procs::moves::mover::Progress>,
+    /// When each move of keys reached its steps.
+    pub move_times: Vec<super::moves::MoveTimes>,
     /// Slots per group: shard `s`'s replicas are `nodes[s * per_shard ..]`,
     /// then the directory's.
     pub per_shard: usize,
@@ -235,6 +237,7 @@ impl Sim {
             move_maps.push(final_map.clone());
         }
         let moves_ended = std::mem::take(&mut self.moves.ended);
+        let move_times = std::mem::take(&mut self.moves.timeline);
         let directory_slots = self.directory_group().map(|g| self.group_slots(g));
         // The operator's ops are the directory's history, not the
         // workload's.
@@ -350,6 +353,7 @@ impl Sim {
             final_map,
             move_maps,
             moves_ended,
+            move_times,
             per_shard: self.per_shard,
             directory,
             mpo_calls,
