@@ -81,6 +81,12 @@ pub fn report(out: &Outcome) -> Json {
         }
     }
     let moving_us: u64 = out.move_times.iter().map(|t| ended(t) - t.begun_us).sum();
+    let during_ops = staying.len() + on_moving.len() + moving_refused as usize;
+    let per_s = |ops: usize, us: u64| ops as f64 * 1e6 / us.max(1) as f64;
+    let throughput = json!({
+        "outside_moves": per_s(outside.len(), out.duration_us.saturating_sub(moving_us)),
+        "during_moves": per_s(during_ops, moving_us),
+    });
     json!({
         "count": out.move_times.len(),
         "ended": out.move_times.iter().filter(|t| t.ended_us.is_some()).count(),
@@ -91,6 +97,7 @@ pub fn report(out: &Outcome) -> Json {
             "no_shard_executes": percentiles(collect(&|t| span(t.adopting_us, t.cleaning_us))),
         },
         "share_of_run_moving": moving_us as f64 / out.duration_us.max(1) as f64,
+        "strong_final_views_per_s": throughput,
         "strong_latency_us": {
             "outside_moves": percentiles(outside),
             "during_moves_keys_staying": percentiles(staying),
