@@ -431,7 +431,7 @@ mod tests {
         let mut map = ShardMap::hashed(1, &[ShardId(0), ShardId(1)]);
         assert_eq!(owned_ranges(&map, ShardId(0)), vec![(0, SLOTS / 2)]);
         assert_eq!(owned_ranges(&map, ShardId(1)), vec![(SLOTS / 2, SLOTS)]);
-        map.placement = Placement::Hashed(vec![
+        map.default = Placement::Hashed(vec![
             (0, ShardId(0)),
             (10, ShardId(2)),
             (20, ShardId(0)),

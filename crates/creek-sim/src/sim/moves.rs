@@ -432,7 +432,9 @@ impl Sim {
             self.moves.term += 1;
             let planted = self.planted();
             if self.moves.timeline.last().is_none_or(|t| t.the_move != m) {
-                self.moves.timeline.push(MoveTimes::new(m.clone(), self.now));
+                self.moves
+                    .timeline
+                    .push(MoveTimes::new(m.clone(), self.now));
             }
             self.moves.mover = Some(Mover::new(m, self.moves.term, planted));
             *self.faults.entry("mover_resumed").or_default() += 1;
@@ -576,7 +578,9 @@ impl Sim {
         self.moves.term += 1;
         let planted = self.planted();
         if self.moves.pending.is_some() {
-            self.moves.timeline.push(MoveTimes::new(m.clone(), self.now));
+            self.moves
+                .timeline
+                .push(MoveTimes::new(m.clone(), self.now));
         }
         self.moves.mover = self
             .moves
