@@ -69,6 +69,10 @@ pub struct Args {
     /// Probing before the move begins, the baseline.
     #[arg(long, default_value_t = 5)]
     baseline_secs: u64,
+    /// Keep the replicas' directory (configurations, logs, data) after the
+    /// run, and print where it is.
+    #[arg(long)]
+    keep: bool,
     /// Print one JSON line.
     #[arg(long)]
     json: bool,
@@ -227,6 +231,7 @@ async fn measure(args: &Args) -> Result<serde_json::Value, String> {
     let mut servers = servers::start_sharded(2, 3, "move", "warn", |c| {
         c.max_request_bytes = c.max_request_bytes.max(len + (64 << 10));
     })?;
+    servers.keep = args.keep;
     servers.wait_accepting(Duration::from_secs(60))?;
     let shard_addrs: Vec<String> = servers.clients[..6].iter().map(|a| a.to_string()).collect();
     let directory: Vec<String> = servers.clients[6..].iter().map(|a| a.to_string()).collect();
@@ -371,5 +376,6 @@ async fn measure(args: &Args) -> Result<serde_json::Value, String> {
         "sample_mismatched": mismatched,
         "move_us": micros(move_end - move_start),
         "probes": probes_json,
+        "dir": args.keep.then(|| servers.dir.display().to_string()),
     }))
 }
