@@ -7,7 +7,8 @@
 //! directory's map and the shards' states say:
 //!
 //! 1. **Copy.** Claim the target (an empty chunk under a new fence), then
-//!    copy in rounds: the first with values, each later one with digests,
+//!    copy in rounds: the first with values (unless the move has
+//!    switched already), each later one with digests,
 //!    so only keys that changed since travel again, and the keys the
 //!    source deleted are deleted. A round that changed at most
 //!    [`SWITCH_KEYS`] keys (or the [`ROUNDS_MAX`]th) is followed by the
@@ -275,7 +276,12 @@ impl Mover {
             (Phase::Page { from: at }, _) => Step::Export {
                 shard: from,
                 from: at.clone(),
-                digests: self.progress.rounds > 0,
+                // Values in the first round only: a mover that took a
+                // switched move over (the keys refused by both shards
+                // until the target adopts) compares digests from the
+                // start, so the copy already at the target does not
+                // travel again.
+                digests: self.progress.rounds > 0 || self.final_round,
                 adopted: self.adopted(),
                 mine: Some(self.fence),
             },

@@ -328,3 +328,55 @@ fn a_cancelled_move_is_undone() {
     // The source still serves them.
     apply(&mut c.shards[0], &c.registry, &put(&keys[0], "after")).unwrap();
 }
+
+#[test]
+fn a_mover_taking_a_switched_move_over_compares_digests_and_sends_no_copy_again() {
+    let (map, mut c) = Cluster::formed();
+    let m = slots(0, 1024);
+    let keys: Vec<String> = (0..400)
+        .map(|n| format!("k{n}"))
+        .filter(|k| moving(&m, k.as_bytes()))
+        .collect();
+    for k in &keys {
+        apply(&mut c.shards[0], &c.registry, &put(k, "v")).unwrap();
+    }
+    let begun = map.begin_move(map.epoch, m.clone()).unwrap();
+    apply(&mut c.dir, &c.dir_registry, &directory_step(&map, &begun)).unwrap();
+    // The first mover copies and switches, then is gone (its leader
+    // failed over) before the target adopts.
+    let mut first = Mover::new(m.clone(), 1, PlantedBugs::NONE);
+    while first.progress().phase != "releasing" {
+        let step = first.step();
+        assert_ne!(step, Step::Done);
+        c.serve(&mut first, &m, step);
+    }
+    let copied = first.progress().bytes_copied;
+    assert!(copied > 0);
+    let mut next = Mover::new(m.clone(), 2, PlantedBugs::NONE);
+    for _ in 0..10_000 {
+        let step = next.step();
+        if step == Step::Done {
+            break;
+        }
+        if let Step::Export { digests, shard, .. } = &step {
+            if *shard == m.from && next.progress().phase != "cleaning up" {
+                assert!(*digests, "a page of values asked after the switch");
+            }
+        }
+        c.serve(&mut next, &m, step);
+    }
+    let p = next.progress();
+    assert_eq!(p.ended.as_deref(), Some("the move is finished"), "{p:?}");
+    assert_eq!(p.bytes_copied, 0, "the copy was installed again: {p:?}");
+    for k in &keys {
+        assert_eq!(
+            c.shards[1].0.get(k.as_bytes()).map(|v| &v[..]),
+            Some(&b"v"[..]),
+            "{k} at the target"
+        );
+        assert!(
+            !c.shards[0].0.contains_key(k.as_bytes()),
+            "{k} left at the source"
+        );
+    }
+}
