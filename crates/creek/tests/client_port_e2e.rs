@@ -17,21 +17,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_stream::StreamExt;
 
-/// How many of replica `i`'s log lines contain `needle`.
-fn log_count(cluster: &Cluster, i: usize, needle: &str) -> usize {
-    std::fs::read_to_string(cluster.log_path(i))
-        .unwrap_or_default()
-        .matches(needle)
-        .count()
+/// How many of replica `i`'s log lines contain one of `needles`.
+fn log_count(cluster: &Cluster, i: usize, needles: &[&str]) -> usize {
+    let log = std::fs::read_to_string(cluster.log_path(i)).unwrap_or_default();
+    needles.iter().map(|n| log.matches(n).count()).sum()
 }
 
-/// Waits until replica `i`'s log holds `n` lines with `needle`.
-async fn log_shows(cluster: &Cluster, i: usize, needle: &str, n: usize, within: Duration) {
+/// Waits until replica `i`'s log holds `n` lines with one of `needles`.
+async fn log_shows(cluster: &Cluster, i: usize, needles: &[&str], n: usize, within: Duration) {
     let deadline = Instant::now() + within;
-    while log_count(cluster, i, needle) < n {
+    while log_count(cluster, i, needles) < n {
         assert!(
             Instant::now() < deadline,
-            "no {n} lines {needle:?} within {within:?}; log:\n{}",
+            "no {n} lines with one of {needles:?} within {within:?}; log:\n{}",
             cluster.log_tail(i)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -104,7 +102,7 @@ async fn idle_connections_are_closed_and_open_calls_are_not() {
     let why = error_message(kind, &body);
     assert!(why.contains("client_idle_timeout_ms"), "{why}");
     assert!(closed_within(&mut native_conn, Duration::from_secs(5)).await);
-    log_shows(&cluster, 0, idle_lines, 1, Duration::from_secs(5)).await;
+    log_shows(&cluster, 0, &[idle_lines], 1, Duration::from_secs(5)).await;
 
     // A gRPC connection that only said HTTP/2's preface and its settings:
     // closed too (the server's keepalive pings start only after 30 s).
@@ -195,7 +193,7 @@ async fn a_frame_that_trickles_in_is_closed() {
     log_shows(
         &cluster,
         0,
-        "was not finished within 1000 ms",
+        &["was not finished within 1000 ms"],
         1,
         Duration::from_secs(5),
     )
@@ -204,7 +202,7 @@ async fn a_frame_that_trickles_in_is_closed() {
 
 /// A client that pipelines 20,000 gets of a 16 KiB value (320 MiB of
 /// answers) and never reads: the replica cuts it off once 4 MiB of answers
-/// wait, and its memory stays bounded: under 160 MiB more at the cut and
+/// wait (or its writes stall 10 s, whichever comes first), and its memory stays bounded: under 160 MiB more at the cut and
 /// under 64 MiB more within 20 s (once the ops it got in commit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_cut_off() {
@@ -236,10 +234,17 @@ async fn a_client_that_never_reads_is_cut_off() {
         let _ = tokio::time::timeout(Duration::from_secs(20), wr.write_all(&frames)).await;
         wr
     });
+    // Cut off by the answers it left unread or, when the replica serves
+    // the gets slower than the socket's buffers fill (a loaded machine:
+    // CI saw it), by its writes making no progress: either way the same
+    // close, and the same bounds on memory below.
     log_shows(
         &cluster,
         0,
-        "left more than 4194304 bytes of answers unread (client_out_bytes_max)",
+        &[
+            "left more than 4194304 bytes of answers unread (client_out_bytes_max)",
+            "the client took no answer bytes for",
+        ],
         1,
         Duration::from_secs(20),
     )
