@@ -188,6 +188,8 @@ pub struct NodeLoop {
     shards: Option<Arc<crate::shards::ShardGate>>,
     /// Log lines peers can cause (see [`crate::throttle`]).
     peer_logs: report::PeerLogs,
+    /// Turns that held the loop too long.
+    turns: report::SlowTurns,
     /// Operations across shards.
     mpo: mpo::MpoState,
     /// See [`LoopConfig::stable_every_us`].
@@ -265,6 +267,7 @@ impl NodeLoop {
             },
             shards: config.shards,
             peer_logs: report::PeerLogs::default(),
+            turns: report::SlowTurns::default(),
             mpo: mpo::MpoState::new(config.mpo),
             stable_every_us: config.stable_every_us,
         };
@@ -280,16 +283,24 @@ impl NodeLoop {
             let Some(event) = events.blocking_recv() else {
                 return self.abandon(Fatal::Orphaned);
             };
+            let began = Instant::now();
             self.handle(event);
             // Group everything already queued into this turn.
+            let mut handled = 1;
             for _ in 0..4096 {
                 match events.try_recv() {
-                    Ok(event) => self.handle(event),
+                    Ok(event) => {
+                        self.handle(event);
+                        handled += 1;
+                    }
                     Err(_) => break,
                 }
             }
+            let events_done = began.elapsed();
             self.execute();
+            let executed = began.elapsed();
             self.flush();
+            self.turns.timed(began, handled, events_done, executed);
             self.pump_watchers();
             // A failure report whose nudge found the channel full is seen
             // here.

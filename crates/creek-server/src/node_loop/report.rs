@@ -3,7 +3,7 @@
 //! consensus timing and a commit path that stands still.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use creek_core::ReplicaId;
 
@@ -16,6 +16,51 @@ use crate::throttle::{unlogged, Throttle};
 pub(super) struct PeerLogs {
     malformed: Throttle,
     own_origin: Throttle,
+}
+
+/// A turn of the node loop longer than this is logged: every client and
+/// peer of the replica waited that long for it.
+const SLOW_TURN: Duration = Duration::from_millis(200);
+
+/// The turns that held the node loop longer than [`SLOW_TURN`]: counted,
+/// the longest kept, and one line per interval saying where the time went.
+#[derive(Debug, Default)]
+pub(super) struct SlowTurns {
+    slow: u64,
+    longest: Duration,
+    logs: Throttle,
+}
+
+impl SlowTurns {
+    /// A turn that began at `began` took its `handled` events in
+    /// `events`, and ran its executions by `executed`; its end (the
+    /// flush: consensus, gossip, the writes handed over, the answers
+    /// sent) is now.
+    pub(super) fn timed(
+        &mut self,
+        began: Instant,
+        handled: usize,
+        events: Duration,
+        executed: Duration,
+    ) {
+        let took = began.elapsed();
+        if took < SLOW_TURN {
+            return;
+        }
+        self.slow += 1;
+        self.longest = self.longest.max(took);
+        if let Some(n) = self.logs.admit(Instant::now()) {
+            tracing::warn!(
+                took_ms = took.as_millis() as u64,
+                events = handled,
+                events_ms = events.as_millis() as u64,
+                execute_ms = executed.saturating_sub(events).as_millis() as u64,
+                flush_ms = took.saturating_sub(executed).as_millis() as u64,
+                "a turn of the node loop held every call and peer of this replica{}",
+                unlogged(n, "the status counter slow_turns")
+            );
+        }
+    }
 }
 
 impl NodeLoop {
@@ -69,6 +114,8 @@ impl NodeLoop {
         put("peer_rtt_us", timing.group_rtt_us);
         put("election_timeout_ms", timing.election_timeout_us / 1000);
         put("failed", u64::from(self.failed.is_some()));
+        put("slow_turns", self.turns.slow);
+        put("longest_turn_us", self.turns.longest.as_micros() as u64);
         put("refused_non_members", self.node.refused_non_members());
         put("own_origin_refused", self.node.own_origin_refused());
         put("own_last_issued_seq", r.last_issued_seq());
