@@ -33,6 +33,14 @@ pub struct NodeConfig {
     /// the background (at the first clean point; see
     /// [`CheckpointJob`](crate::CheckpointJob)); 0: never.
     pub checkpoint_every_ticks: u64,
+    /// A checkpoint writes the whole state again, so a periodic one waits,
+    /// past its interval, until the log since the previous checkpoint holds
+    /// at least 1/`checkpoint_rewrite_ratio` of that checkpoint's state
+    /// bytes, or [`CHECKPOINT_OPS`] ops: what is written to save a restart
+    /// its replay stays within this ratio of what the replay would read
+    /// (etcd's snapshot count bounds the same by entries alone). 0: a
+    /// checkpoint at every interval, whatever it rewrites.
+    pub checkpoint_rewrite_ratio: u64,
     /// Client invocations are refused
     /// ([`InvokeError::DiskBehind`](creek_core::InvokeError::DiskBehind)) while
     /// this many writes handed out are not yet durable: a disk that falls
@@ -98,6 +106,7 @@ impl NodeConfig {
             wire: Limits::default(),
             tick_us: 10_000,
             checkpoint_every_ticks: 0,
+            checkpoint_rewrite_ratio: 0,
             pending_writes_max: PENDING_WRITES_MAX,
             rebuild_despite_data_loss: false,
             stable: crate::stable::StableConfig::default(),
@@ -105,6 +114,15 @@ impl NodeConfig {
         }
     }
 }
+
+/// The servers' [`NodeConfig::checkpoint_rewrite_ratio`] by default (and
+/// the simulator's).
+pub const CHECKPOINT_REWRITE_RATIO: u64 = 4;
+
+/// Ops logged since the previous checkpoint that make a periodic one due
+/// however small they are ([`NodeConfig::checkpoint_rewrite_ratio`]):
+/// they bound the payloads held for a restart's replay by count.
+pub const CHECKPOINT_OPS: u64 = 100_000;
 
 /// The default [`NodeConfig::pending_writes_max`]. A healthy disk keeps a
 /// few writes pending (group commit takes all queued writes in one fsync);

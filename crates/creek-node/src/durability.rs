@@ -8,10 +8,11 @@
 use std::collections::VecDeque;
 
 use creek_cab::CabStorage;
-use creek_core::{Checkpoint, OpId, ReplicaId};
+use creek_core::{Checkpoint, Op, OpId, ReplicaId};
 use creek_types::planted::Bug;
 use creek_wire::PeerMessage;
 
+use crate::config::CHECKPOINT_OPS;
 use crate::recovery::log_restarts_at;
 use crate::{CheckpointJob, Node, NodeConfig, OwnSeqs, Ready, Write};
 
@@ -29,6 +30,14 @@ pub(crate) struct Durability {
     /// Shutting down cleanly (see [`Node::sync_pending_writes`]).
     closing: bool,
     checkpoint_every_ticks: u64,
+    /// See [`NodeConfig::checkpoint_rewrite_ratio`].
+    rewrite_ratio: u64,
+    /// Bytes and ops of the payloads handed to writes since the last
+    /// checkpoint began (or was installed, or recovered from).
+    logged_bytes: u64,
+    logged_ops: u64,
+    /// The state bytes of that checkpoint.
+    checkpoint_state_bytes: u64,
     /// Refuse client invocations at this many pending writes (0: never).
     pub(crate) pending_writes_max: u64,
     pub(crate) ticks_since_checkpoint: u64,
@@ -98,17 +107,50 @@ const RETAINED_MAX: usize = 200_000;
 const COMMITTED_TAIL: u64 = 65_536;
 
 impl Durability {
-    pub(crate) fn new(config: &NodeConfig, checkpointed_len: u64) -> Self {
+    pub(crate) fn new(config: &NodeConfig, recovered: Option<&Checkpoint>) -> Self {
         Durability {
             checkpoint_every_ticks: config.checkpoint_every_ticks,
+            rewrite_ratio: config.checkpoint_rewrite_ratio,
+            checkpoint_state_bytes: recovered.map_or(0, state_bytes),
+            checkpointed_len: recovered.map_or(0, |c| c.committed_len),
             pending_writes_max: config.pending_writes_max,
-            checkpointed_len,
             send_before_durable: config.planted.has(Bug::SendBeforeDurable),
             forget_sent_ops: config.planted.has(Bug::ForgetSentOps),
             ..Durability::default()
         }
     }
 }
+
+impl Durability {
+    /// Whether the periodic checkpoint is due: its interval passed, and
+    /// the log since the last one is worth rewriting the state for
+    /// ([`NodeConfig::checkpoint_rewrite_ratio`]).
+    fn periodic_due(&self) -> bool {
+        self.checkpoint_every_ticks > 0
+            && self.ticks_since_checkpoint >= self.checkpoint_every_ticks
+            && (self.rewrite_ratio == 0
+                || self.logged_ops >= CHECKPOINT_OPS
+                || self.logged_bytes.saturating_mul(self.rewrite_ratio)
+                    >= self.checkpoint_state_bytes)
+    }
+}
+
+/// About how many bytes a checkpoint of `c` writes.
+fn state_bytes(c: &Checkpoint) -> u64 {
+    c.state
+        .iter()
+        .map(|(k, v)| (k.len() + v.len()) as u64)
+        .sum()
+}
+
+/// About how many bytes the log holds for `op`.
+fn op_bytes(op: &Op) -> u64 {
+    (op.call.name.len() + op.call.args.len() + OP_OVERHEAD) as u64
+}
+
+/// What an op costs the log beyond its procedure's name and arguments
+/// (id, timestamp, context, framing), about.
+const OP_OVERHEAD: usize = 48;
 
 impl<S: CabStorage> Node<S> {
     /// Everything the driver must do now (see [`ready`](crate::ready)): the
@@ -217,15 +259,19 @@ impl<S: CabStorage> Node<S> {
             d.checkpoint_writing = None;
             d.checkpoint_done = None;
             None
-        } else if d.checkpoint_writing.is_none()
-            && (d.checkpoint_requested
-                || (d.checkpoint_every_ticks > 0
-                    && d.ticks_since_checkpoint >= d.checkpoint_every_ticks))
-        {
+        } else if d.checkpoint_writing.is_none() && (d.checkpoint_requested || d.periodic_due()) {
             self.checkpoint()
         } else {
             None
         };
+        let d = &mut self.durability;
+        if let Some(c) = installed.as_ref().or(job.as_ref()) {
+            d.checkpoint_state_bytes = state_bytes(c);
+            d.logged_bytes = 0;
+            d.logged_ops = 0;
+        }
+        d.logged_ops += ops.len() as u64;
+        d.logged_bytes += ops.iter().map(|op| op_bytes(op)).sum::<u64>();
         // What a durable checkpoint lets go: the log up to its restart point
         // once every replica acknowledged it (CAB's compaction point), and
         // the payloads of the ops it covers.
@@ -507,5 +553,57 @@ impl<S: CabStorage> Node<S> {
         list.get(at(from_len)..at(to_len).max(at(from_len)))
             .map(<[OpId]>::to_vec)
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    /// A node configuration checkpointing every 10 ticks with `ratio`, and
+    /// durability recovered from a checkpoint of 4 MiB of state.
+    fn recovered(ratio: u64) -> Durability {
+        let mut config = NodeConfig::for_group(ReplicaId(1), &[ReplicaId(1)]);
+        config.checkpoint_every_ticks = 10;
+        config.checkpoint_rewrite_ratio = ratio;
+        let state = (0..64u32)
+            .map(|i| {
+                (
+                    Bytes::from(i.to_be_bytes().to_vec()),
+                    Bytes::from(vec![0u8; 64 << 10]),
+                )
+            })
+            .collect();
+        let c = Checkpoint {
+            state,
+            ..Checkpoint::default()
+        };
+        let mut d = Durability::new(&config, Some(&c));
+        d.ticks_since_checkpoint = 10;
+        d
+    }
+
+    /// Past its interval, a periodic checkpoint waits for a quarter of the
+    /// state's bytes logged, or for the ops' count; with the ratio 0 it is
+    /// due at every interval; never before the interval.
+    #[test]
+    fn a_periodic_checkpoint_waits_for_a_log_worth_the_rewrite() {
+        let mut d = recovered(4);
+        assert_eq!(d.checkpoint_state_bytes, 64 * (4 + (64 << 10)));
+        assert!(!d.periodic_due(), "nothing logged since: no rewrite");
+        d.logged_bytes = d.checkpoint_state_bytes / 4 - 1;
+        assert!(!d.periodic_due());
+        d.logged_bytes += 1;
+        assert!(d.periodic_due());
+        d.ticks_since_checkpoint = 9;
+        assert!(!d.periodic_due(), "never before the interval");
+
+        let mut d = recovered(4);
+        d.logged_ops = CHECKPOINT_OPS;
+        assert!(d.periodic_due(), "many small ops make it due");
+
+        assert!(recovered(0).periodic_due(), "ratio 0: every interval");
     }
 }

@@ -43,7 +43,10 @@ use durability::Durability;
 use membership::Membership;
 use transfer::Transfers;
 
-pub use config::{NodeConfig, NodeError, PENDING_WRITES_MAX, PLANTED_BUGS};
+pub use config::{
+    NodeConfig, NodeError, CHECKPOINT_OPS, CHECKPOINT_REWRITE_RATIO, PENDING_WRITES_MAX,
+    PLANTED_BUGS,
+};
 pub use driver::Driver;
 pub use durability::RESERVE_AHEAD;
 pub use group::GroupError;

@@ -56,7 +56,7 @@ impl<S: CabStorage> Node<S> {
     ) -> Result<Self, NodeError> {
         config.validate()?;
         let config = config.handed_down();
-        let durability = Durability::new(&config, 0);
+        let durability = Durability::new(&config, None);
         let timing = Timing::for_config(&config);
         let membership = membership_of(&config, Identity::founding(&config.cab.replicas), false);
         let mut node = Self::assemble(
@@ -182,8 +182,7 @@ impl<S: CabStorage> Node<S> {
             None => (Identity::joining(fresh_nonce), true),
         };
         let membership = membership_of(&config, identity, dirty);
-        let checkpointed_len = checkpoint.as_ref().map_or(0, |c| c.committed_len);
-        let durability = Durability::new(&config, checkpointed_len);
+        let durability = Durability::new(&config, checkpoint.as_ref());
         let timing = Timing::for_config(&config);
         // Everything the replica holds, per origin: the checkpoint's
         // committed ids and the kept payloads.

@@ -238,6 +238,13 @@ pub struct ServerConfig {
     /// started (written in the background, a chunk at a time).
     #[serde(default = "defaults::checkpoint_every_secs")]
     pub checkpoint_every_secs: u64,
+    /// A checkpoint writes the whole state again: past its interval, the
+    /// next one waits until the ops logged since the last hold at least
+    /// 1/N of that checkpoint's state bytes (or 100,000 ops), so a large,
+    /// little-changed state is not rewritten every interval. 0: a
+    /// checkpoint every interval, whatever it rewrites.
+    #[serde(default = "defaults::checkpoint_rewrite_ratio")]
+    pub checkpoint_rewrite_ratio: u64,
     /// Client sessions: a retry of a request is answered from the request's
     /// deduplication entry for this long; a request that reaches the
     /// committed order later than this after it was invoked, without an
@@ -405,6 +412,9 @@ mod defaults {
     pub fn checkpoint_every_secs() -> u64 {
         30
     }
+    pub fn checkpoint_rewrite_ratio() -> u64 {
+        creek_node::CHECKPOINT_REWRITE_RATIO
+    }
     pub fn session_ttl_secs() -> u64 {
         3600
     }
@@ -521,6 +531,7 @@ impl ServerConfig {
             stabilize_after_ms: defaults::stabilize_after_ms(),
             early_preliminary_views: defaults::early_preliminary_views(),
             checkpoint_every_secs: defaults::checkpoint_every_secs(),
+            checkpoint_rewrite_ratio: defaults::checkpoint_rewrite_ratio(),
             session_ttl_secs: defaults::session_ttl_secs(),
             pending_writes_max: defaults::pending_writes_max(),
             compaction_lag_max: defaults::compaction_lag_max(),

@@ -426,6 +426,7 @@ fn node_config(config: &ServerConfig, shards: Option<&crate::shards::ShardGate>)
     node_config.replica.early_tentative_views = config.early_preliminary_views;
     node_config.checkpoint_every_ticks =
         (config.checkpoint_every_secs * 1000 / config.tick_ms).max(1);
+    node_config.checkpoint_rewrite_ratio = config.checkpoint_rewrite_ratio;
     node_config.rebuild_despite_data_loss = config.rebuild_despite_data_loss;
     node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
     node_config.pending_writes_max = config.pending_writes_max;

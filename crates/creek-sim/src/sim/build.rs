@@ -299,6 +299,7 @@ fn node_config(cfg: &SimConfig, me: ReplicaId, group: &[ReplicaId]) -> (NodeConf
     config.stable.every_us = cfg.stable_every_us;
     if cfg.faults.crashes() && cfg.checkpoint_every_us > 0 {
         config.checkpoint_every_ticks = (cfg.checkpoint_every_us / cfg.tick_us).max(1);
+        config.checkpoint_rewrite_ratio = creek_node::CHECKPOINT_REWRITE_RATIO;
     }
     // Low enough that a stalled disk makes the node push back.
     config.pending_writes_max = SIM_PENDING_WRITES_MAX;
