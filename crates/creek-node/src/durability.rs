@@ -119,9 +119,7 @@ impl Durability {
             ..Durability::default()
         }
     }
-}
 
-impl Durability {
     /// Whether the periodic checkpoint is due: its interval passed, and
     /// the log since the last one is worth rewriting the state for
     /// ([`NodeConfig::checkpoint_rewrite_ratio`]).

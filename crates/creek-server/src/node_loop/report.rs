@@ -432,3 +432,32 @@ impl NodeLoop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A turn under the bound is not counted; one over it is, and the
+    /// longest is kept.
+    #[test]
+    fn slow_turns_are_counted_with_the_longest() {
+        let mut turns = SlowTurns::default();
+        turns.timed(Instant::now(), 1, Duration::ZERO, Duration::ZERO);
+        assert_eq!((turns.slow, turns.longest), (0, Duration::ZERO));
+        let Some(began) = Instant::now().checked_sub(Duration::from_millis(300)) else {
+            return; // a monotonic clock too young to look back 300 ms
+        };
+        turns.timed(
+            began,
+            3,
+            Duration::from_millis(10),
+            Duration::from_millis(250),
+        );
+        assert_eq!(turns.slow, 1);
+        assert!(
+            turns.longest >= Duration::from_millis(300),
+            "{:?}",
+            turns.longest
+        );
+    }
+}
