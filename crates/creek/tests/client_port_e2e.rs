@@ -202,8 +202,9 @@ async fn a_frame_that_trickles_in_is_closed() {
 
 /// A client that pipelines 20,000 gets of a 16 KiB value (320 MiB of
 /// answers) and never reads: the replica cuts it off once 4 MiB of answers
-/// wait (or its writes stall 10 s, whichever comes first), and its memory stays bounded: under 160 MiB more at the cut and
-/// under 64 MiB more within 20 s (once the ops it got in commit).
+/// wait (or its writes stall 10 s, whichever comes first), and its
+/// memory stays bounded: under 160 MiB more at the cut and under 64 MiB
+/// more within 20 s (once the ops it got in commit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_cut_off() {
     let cluster = Cluster::start_with(3, |c| c.client_out_bytes_max = 4 << 20).await;
