@@ -3,9 +3,11 @@
 //! outside moves, during them on keys that stay, and during them on the
 //! keys that move.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Value as Json};
 
-use crate::bench::percentiles;
+use crate::bench::{percentile, percentiles};
 use crate::sim::{is_mover, MoveTimes, Outcome};
 use creek_check::history::OpRecord;
 use creek_procs::moves::copy::moving;
@@ -49,6 +51,10 @@ pub fn report(out: &Outcome) -> Json {
     // stay or on keys that move (those refused as moved, applied nowhere
     // and sent again by the client, are counted apart).
     let (mut outside, mut staying, mut on_moving) = (Vec::new(), Vec::new(), Vec::new());
+    // The staying keys' ops again, by the shard they ran on (the move's
+    // source, its target, or another) and the step the move was at when
+    // they were invoked: where a tail during moves comes from.
+    let mut staying_by: BTreeMap<(&str, &str), Vec<u64>> = BTreeMap::new();
     let (mut moving_without_final, mut moving_refused) = (0u64, 0u64);
     for op in &out.history.ops {
         if !op.strong || is_mover(op.client) || op.invoked_at_us > out.duration_us {
@@ -62,7 +68,7 @@ pub fn report(out: &Outcome) -> Json {
             .final_view()
             .map(|v| v.at_us.saturating_sub(op.invoked_at_us));
         let Some(t) = during else {
-            outside.extend(latency);
+            outside.extend(latency.map(|l| (op.invoked_at_us, l)));
             continue;
         };
         if keys_of(op).iter().any(|k| moving(&t.the_move, k)) {
@@ -76,10 +82,55 @@ pub fn report(out: &Outcome) -> Json {
                 Some(l) => on_moving.push(l),
                 None => moving_without_final += 1,
             }
-        } else {
-            staying.extend(latency);
+        } else if let Some(l) = latency {
+            staying.push(l);
+            let shard = (op.replica / out.per_shard.max(1)) as u16;
+            let role = match shard {
+                s if s == t.the_move.from.0 => "source",
+                s if s == t.the_move.to.0 => "target",
+                _ => "other",
+            };
+            staying_by
+                .entry((role, step_at(t, op.invoked_at_us)))
+                .or_default()
+                .push(l);
         }
     }
+    // The same windows shifted away from the moves, as a control: ops
+    // come in bursts and a slow fsync or election slows all of a few
+    // milliseconds at once, so the p99 of a few short windows swings more
+    // than that of the whole run.
+    let shifted: Vec<Json> = [-150i64, -100, -50, 50, 100, 150]
+        .into_iter()
+        .map(|shift_ms| {
+            let shift = |t: u64| t.saturating_add_signed(shift_ms * 1_000);
+            let ls: Vec<u64> = outside
+                .iter()
+                .filter(|(at, _)| {
+                    out.move_times
+                        .iter()
+                        .any(|t| (shift(t.begun_us)..shift(ended(t))).contains(at))
+                })
+                .map(|&(_, l)| l)
+                .collect();
+            json!({"shift_ms": shift_ms, "latency_us": percentiles(ls)})
+        })
+        .collect();
+    let outside: Vec<u64> = outside.into_iter().map(|(_, l)| l).collect();
+    let outside_p99 = {
+        let mut sorted = outside.clone();
+        sorted.sort_unstable();
+        percentile(&sorted, 0.99)
+    };
+    let staying_by: serde_json::Map<String, Json> = staying_by
+        .into_iter()
+        .map(|((role, step), ls)| {
+            let over = ls.iter().filter(|&&l| l > outside_p99).count();
+            let mut p = percentiles(ls);
+            p["over_outside_p99"] = json!(over);
+            (format!("{role}/{step}"), p)
+        })
+        .collect();
     let moving_us: u64 = out.move_times.iter().map(|t| ended(t) - t.begun_us).sum();
     let during_ops = staying.len() + on_moving.len() + moving_refused as usize;
     let per_s = |ops: usize, us: u64| ops as f64 * 1e6 / us.max(1) as f64;
@@ -102,8 +153,29 @@ pub fn report(out: &Outcome) -> Json {
             "outside_moves": percentiles(outside),
             "during_moves_keys_staying": percentiles(staying),
             "during_moves_keys_moving": percentiles(on_moving),
+            "during_moves_keys_staying_by_shard_and_step": staying_by,
+            "outside_moves_in_the_moves_windows_shifted": shifted,
         },
         "strong_ops_on_moving_keys_without_final_view": moving_without_final,
         "strong_ops_on_moving_keys_refused_as_moved": moving_refused,
     })
+}
+
+/// The step move `t` was at, at time `at`: copying (until the switch was
+/// asked), switching (until the directory switched), releasing (until the
+/// source released), adopting (until the target executes the keys), or
+/// cleaning (the source's copies deleted, until the move ends).
+fn step_at(t: &MoveTimes, at: u64) -> &'static str {
+    let reached = |step: Option<u64>| step.is_some_and(|s| s <= at);
+    if reached(t.cleaning_us) {
+        "cleaning"
+    } else if reached(t.adopting_us) {
+        "adopting"
+    } else if reached(t.releasing_us) {
+        "releasing"
+    } else if reached(t.switching_us) {
+        "switching"
+    } else {
+        "copying"
+    }
 }
