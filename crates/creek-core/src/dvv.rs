@@ -290,6 +290,15 @@ impl Dvv {
         })
     }
 
+    /// The set as `(origin, start, end)` runs of seqs (inclusive), the
+    /// contiguous range of each origin first: about one per origin, so
+    /// walking another collection by them costs per run, not per id.
+    pub fn intervals(&self) -> impl Iterator<Item = (ReplicaId, u64, u64)> + '_ {
+        self.entries
+            .iter()
+            .flat_map(|(&origin, e)| e.intervals().map(move |(s, end)| (origin, s, end)))
+    }
+
     /// The contiguous part for `origin`: the largest `n` such that all seqs
     /// `1..=n` of `origin` are present (0 if seq 1 is absent).
     pub fn counter(&self, origin: ReplicaId) -> u64 {

@@ -36,6 +36,7 @@ mod sessions;
 mod skeen;
 mod snapshot;
 mod state;
+mod tentative;
 mod user_calls;
 mod views;
 
@@ -117,7 +118,7 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     /// replica was restored from (0 otherwise).
     committed_base: u64,
     /// The tentative list, sorted by `(timestamp, id)`.
-    tentative: BTreeSet<(Timestamp, OpId)>,
+    tentative: tentative::Tentative,
     /// Known ops that are not yet final.
     ops: FxHashMap<OpId, Arc<Op>>,
     /// Algorithm 1's `causalCtx`: RB-delivered weak ids and CAB-delivered
@@ -196,7 +197,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             committed: Vec::new(),
             committed_requests: Vec::new(),
             committed_base: 0,
-            tentative: BTreeSet::new(),
+            tentative: tentative::Tentative::default(),
             ops: FxHashMap::default(),
             causal_ctx: Dvv::new(),
             delivered: Dvv::new(),
@@ -632,13 +633,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// An MPO's copy does this at its turn, before it reads its keys
     /// (`mpo.rs`), so that what it reads is the state at its position.
     fn commit_context(&mut self, r: &Op) {
-        let ctx = r.causal_context.as_ref();
-        let committed_ext: Vec<(Timestamp, OpId)> = self
-            .tentative
-            .iter()
-            .filter(|(_, id)| *id != r.id && ctx.is_some_and(|c| c.contains(*id)))
-            .copied()
-            .collect(); // line 49
+        let Some(ctx) = r.causal_context.as_ref() else {
+            return;
+        };
+        let committed_ext = self.tentative.in_context(ctx, r.id); // line 49
         for entry in committed_ext {
             self.commit_entry(entry);
         }
@@ -886,7 +884,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// Check the protocol invariants; `Err` says which one broke.
     pub fn check_invariants(&self) -> Result<(), String> {
-        for (_, id) in &self.tentative {
+        for (_, id) in self.tentative.iter() {
             let op = self
                 .ops
                 .get(id)
