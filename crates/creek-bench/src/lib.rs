@@ -33,6 +33,7 @@ mod cluster;
 mod driver;
 mod executor;
 mod executor_procs;
+mod failover;
 pub mod flags;
 mod groups;
 mod load;
@@ -81,6 +82,10 @@ pub enum Bench {
     /// Keys moved between the shards of a local cluster while clients use
     /// them: duration, copy rate and client stalls (docs/bench/moves.md).
     Move(moves::Args),
+    /// The leader of a local 3-replica cluster killed, paused and cut off
+    /// under steady load: how long strong ops stop, which weak ops go
+    /// unanswered (docs/bench/failover.md).
+    Failover(failover::Args),
 }
 
 /// Run the benchmark `which` names; its report goes to standard output,
@@ -99,6 +104,7 @@ pub fn run(which: &Bench) -> Result<(), String> {
         Bench::Soak(args) => soak::run(args),
         Bench::Transfer(args) => transfer::run(args),
         Bench::Move(args) => moves::run(args),
+        Bench::Failover(args) => failover::run(args),
     }
 }
 
