@@ -28,6 +28,19 @@
 //! need (no flapping). Timing decides liveness only: a scale that is wrong
 //! for a moment delays an election, never breaks safety.
 //!
+//! A round trip measured by the node loop also holds the time the probe
+//! and its echo waited for a loop held up at either end (a long turn, CPU
+//! starvation on a busy machine, a replica catching up after a restart),
+//! which is not the network. A node sees its own stalls as a gap between
+//! two ticks longer than [`STALL_TICKS`] ticks (and [`STALL_MIN_US`]): a
+//! sample whose probe was sent before the node's last stall is no sample,
+//! and a probe handled at the tick that ended a stall is not echoed (it
+//! waited in this node's queue), so a stalled replica neither measures
+//! nor reports its stall. And however slow the links look, the scale
+//! stops at [`SCALE_MAX`]: a timing stretched further would keep a group
+//! without a leader for longer than any link the configuration serves
+//! needs.
+//!
 //! A peer not heard from for [`STALE_AFTER_US`] (down, paused, cut off)
 //! counts for nothing: its samples and its last report are stale. When it
 //! is heard again, its samples start over, and echoes of probes sent
@@ -54,6 +67,18 @@ pub const ELECTION_RTTS: u64 = 4;
 /// The smallest election timeout in ticks before scaling (that of
 /// `CabConfig::for_group`'s lowest-ranked replica).
 pub const ELECTION_TICKS_BASE: u64 = 10;
+
+/// A gap of more than this many ticks between two of a node's ticks is a
+/// stall of the node itself.
+pub const STALL_TICKS: u64 = 10;
+
+/// ... and of at least this long (microseconds).
+pub const STALL_MIN_US: u64 = 50_000;
+
+/// The largest tick scale: an election timeout of 50 times the configured
+/// one (5 s at the server's default timing), enough for round trips of
+/// 1.25 s, five times a 250 ms one-way wide-area link's.
+pub const SCALE_MAX: u64 = 50;
 
 /// A sample above this is a clock jump, not a link (microseconds).
 const SAMPLE_MAX_US: u64 = 10_000_000;
@@ -121,6 +146,10 @@ pub(crate) struct Timing {
     now_us: u64,
     next_probe_us: u64,
     scale: u64,
+    /// The node's last tick (`None`: none yet).
+    last_tick_us: Option<u64>,
+    /// The tick that ended the node's last stall.
+    stall_ended_us: Option<u64>,
 }
 
 impl Timing {
@@ -147,6 +176,8 @@ impl Timing {
             now_us: 0,
             next_probe_us: 0,
             scale: 1,
+            last_tick_us: None,
+            stall_ended_us: None,
         }
     }
 
@@ -162,6 +193,14 @@ impl Timing {
     /// A tick at `now_us`: the probes due, if any.
     pub(crate) fn tick(&mut self, now_us: u64) -> Vec<(ReplicaId, Probe)> {
         self.now_us = now_us;
+        let stall_us = (STALL_TICKS * self.tick_us).max(STALL_MIN_US);
+        if self
+            .last_tick_us
+            .is_some_and(|last| now_us.saturating_sub(last) > stall_us)
+        {
+            self.stall_ended_us = Some(now_us);
+        }
+        self.last_tick_us = Some(now_us);
         // A clock that jumped back far must not silence the probes.
         if now_us < self.next_probe_us.saturating_sub(PROBE_EVERY_US) {
             self.next_probe_us = now_us;
@@ -194,7 +233,10 @@ impl Timing {
         // An echo stamped in the future is from before a backward clock
         // jump, one stamped before the peer was back waited in a queue, and
         // one past SAMPLE_MAX_US is a forward jump: no sample.
-        let queued = peer.back_us.is_some_and(|back| probe.stamp_us <= back);
+        // An echo of a probe sent before this node's last stall holds the
+        // stall.
+        let queued = peer.back_us.is_some_and(|back| probe.stamp_us <= back)
+            || self.stall_ended_us.is_some_and(|s| probe.stamp_us < s);
         let rtt = now
             .checked_sub(probe.stamp_us)
             .filter(|rtt| probe.echo && !queued && *rtt <= SAMPLE_MAX_US);
@@ -205,7 +247,10 @@ impl Timing {
             peer.samples.push_back(rtt);
         }
         self.update_scale();
-        (!probe.echo).then(|| Probe {
+        // A probe handled at the tick that ended a stall of this node
+        // waited in its queue: its echo would carry the stall.
+        let just_stalled = self.stall_ended_us == Some(now);
+        (!probe.echo && !just_stalled).then(|| Probe {
             stamp_us: probe.stamp_us,
             echo: true,
             rtt_us: self.own_rtt_us(),
@@ -240,7 +285,7 @@ impl Timing {
         let base_us = ELECTION_TICKS_BASE * self.tick_us;
         let needed = (ELECTION_RTTS * self.group_rtt_us())
             .div_ceil(base_us)
-            .max(1);
+            .clamp(1, SCALE_MAX);
         if needed > self.scale || needed * 2 <= self.scale {
             self.scale = needed;
         }
@@ -344,7 +389,7 @@ mod tests {
             rtt_us: 3_000_000,
         };
         t.on_probe(ReplicaId(3), report);
-        assert_eq!(t.scale(), 120);
+        assert_eq!(t.scale(), SCALE_MAX, "3 s round trips need 120: capped");
         // Replica 2 goes on answering; replica 3 stays silent.
         for _ in 0..12 {
             let now = t.now_us + PROBE_EVERY_US;
@@ -384,6 +429,45 @@ mod tests {
         t.tick(now + PROBE_EVERY_US);
         echo_after(&mut t, ReplicaId(2), 30_000);
         assert_eq!(t.status().own_rtt_us, 30_000);
+    }
+
+    /// A node whose own loop was held up for 600 ms (ticks 10 ms apart,
+    /// then none for 600 ms) neither measures nor echoes that stall.
+    #[test]
+    fn a_stall_of_the_node_itself_is_not_the_network() {
+        let mut t = Timing::new(10_000, 10, 2, [ReplicaId(2)]);
+        t.tick(0);
+        echo_after(&mut t, ReplicaId(2), 1_000);
+        for now in (10_000..200_000).step_by(10_000) {
+            t.tick(now);
+        }
+        // A probe goes out at 200 ms; the loop stalls until 800 ms.
+        assert_eq!(t.tick(200_000).len(), 1, "a probe is due");
+        t.tick(800_000);
+        let late_echo = Probe {
+            stamp_us: 200_000,
+            echo: true,
+            rtt_us: 0,
+        };
+        assert_eq!(t.on_probe(ReplicaId(2), late_echo), None);
+        assert_eq!(t.status().own_rtt_us, 1_000, "the stall is no sample");
+        assert_eq!(t.scale(), 1);
+        // A peer's probe handled at the tick that ended the stall waited
+        // here: no echo. At the next tick it is echoed again.
+        let probe = Probe {
+            stamp_us: 7,
+            echo: false,
+            rtt_us: 0,
+        };
+        assert_eq!(t.on_probe(ReplicaId(2), probe), None);
+        t.tick(810_000);
+        assert!(t.on_probe(ReplicaId(2), probe).is_some());
+        // Probes sent after the stall are measured.
+        t.tick(1_000_000);
+        echo_after(&mut t, ReplicaId(2), 2_000);
+        assert_eq!(t.status().own_rtt_us, 1_000);
+        echo_after(&mut t, ReplicaId(2), 3_000);
+        assert_eq!(t.status().own_rtt_us, 2_000);
     }
 
     #[test]
