@@ -34,9 +34,10 @@
 //! which is not the network. A node sees its own stalls as a gap between
 //! two ticks longer than [`STALL_TICKS`] ticks (and [`STALL_MIN_US`]): a
 //! sample whose probe was sent before the node's last stall is no sample,
-//! and a probe handled at the tick that ended a stall is not echoed (it
-//! waited in this node's queue), so a stalled replica neither measures
-//! nor reports its stall. And however slow the links look, the scale
+//! and a probe handled within one stall's length of the tick that ended a
+//! stall is not echoed (it may have waited in this node's queue), so a
+//! stalled replica neither measures nor reports its stall, and its peers
+//! measure it only once it keeps up again. And however slow the links look, the scale
 //! stops at [`SCALE_MAX`]: a timing stretched further would keep a group
 //! without a leader for longer than any link the configuration serves
 //! needs.
@@ -193,7 +194,7 @@ impl Timing {
     /// A tick at `now_us`: the probes due, if any.
     pub(crate) fn tick(&mut self, now_us: u64) -> Vec<(ReplicaId, Probe)> {
         self.now_us = now_us;
-        let stall_us = (STALL_TICKS * self.tick_us).max(STALL_MIN_US);
+        let stall_us = self.stall_us();
         if self
             .last_tick_us
             .is_some_and(|last| now_us.saturating_sub(last) > stall_us)
@@ -247,14 +248,23 @@ impl Timing {
             peer.samples.push_back(rtt);
         }
         self.update_scale();
-        // A probe handled at the tick that ended a stall of this node
-        // waited in its queue: its echo would carry the stall.
-        let just_stalled = self.stall_ended_us == Some(now);
+        // A probe handled soon after a stall of this node ended may have
+        // waited in its queue (a node catching up stalls turn after turn):
+        // its echo would carry the stall.
+        let stall_us = self.stall_us();
+        let just_stalled = self
+            .stall_ended_us
+            .is_some_and(|s| now < s.saturating_add(stall_us));
         (!probe.echo && !just_stalled).then(|| Probe {
             stamp_us: probe.stamp_us,
             echo: true,
             rtt_us: self.own_rtt_us(),
         })
+    }
+
+    /// A gap between two ticks longer than this is a stall of the node.
+    fn stall_us(&self) -> u64 {
+        (STALL_TICKS * self.tick_us).max(STALL_MIN_US)
     }
 
     /// CAB's tick scale now.
@@ -452,8 +462,9 @@ mod tests {
         assert_eq!(t.on_probe(ReplicaId(2), late_echo), None);
         assert_eq!(t.status().own_rtt_us, 1_000, "the stall is no sample");
         assert_eq!(t.scale(), 1);
-        // A peer's probe handled at the tick that ended the stall waited
-        // here: no echo. At the next tick it is echoed again.
+        // A peer's probe handled soon after the stall may have waited here:
+        // no echo. Once the node keeps up (a stall's length later) it is
+        // echoed again.
         let probe = Probe {
             stamp_us: 7,
             echo: false,
@@ -461,6 +472,10 @@ mod tests {
         };
         assert_eq!(t.on_probe(ReplicaId(2), probe), None);
         t.tick(810_000);
+        assert_eq!(t.on_probe(ReplicaId(2), probe), None);
+        for now in (820_000..=900_000).step_by(10_000) {
+            t.tick(now);
+        }
         assert!(t.on_probe(ReplicaId(2), probe).is_some());
         // Probes sent after the stall are measured.
         t.tick(1_000_000);
