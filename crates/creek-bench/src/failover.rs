@@ -140,11 +140,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let lines = runtime.block_on(measure(args))?;
+    let (lines, failed) = runtime.block_on(measure(args))?;
     for line in &lines {
         crate::print_report(line, args.json)?;
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// One probe op: where and when it was invoked, and when its closing view
@@ -352,7 +352,10 @@ fn judge(
     }
 }
 
-async fn measure(args: &Args) -> Result<Vec<Json>, String> {
+/// The rounds' lines and the summary; with the error that stopped the
+/// run early, if one did (the rounds before it are reported all the same,
+/// and the summary says why it is short).
+async fn measure(args: &Args) -> Result<(Vec<Json>, Option<String>), String> {
     let mut servers = servers::start(REPLICAS, "failover", "warn", false, |c| {
         c.allow_fault_injection = true;
     })?;
@@ -379,14 +382,31 @@ async fn measure(args: &Args) -> Result<Vec<Json>, String> {
         let c = connect(servers.clients[n % REPLICAS]).await?;
         probes.push(tokio::spawn(load(n, c)));
     }
-    let result = rounds(args, &mut servers, &clients, &channels, &probed).await;
+    let mut done = Vec::new();
+    let mut lines = Vec::new();
+    let failed = rounds(
+        args,
+        &mut servers,
+        &clients,
+        &channels,
+        &probed,
+        &mut done,
+        &mut lines,
+    )
+    .await
+    .err();
     for p in probes {
         p.abort();
     }
     if args.keep {
         eprintln!("bench failover: kept {}", servers.dir.display());
     }
-    result
+    let mut summary = summary(&args.kinds, args.hold(), &done);
+    if let Some(e) = &failed {
+        summary["stopped_early"] = json!(e);
+    }
+    lines.push(summary);
+    Ok((lines, failed))
 }
 
 async fn connect(addr: SocketAddr) -> Result<Client, String> {
@@ -395,16 +415,18 @@ async fn connect(addr: SocketAddr) -> Result<Client, String> {
         .map_err(|e| format!("connecting to {addr}: {e}"))
 }
 
+/// Every round of every kind, each pushed to `done` and `lines` as it
+/// ends.
 async fn rounds(
     args: &Args,
     servers: &mut Servers,
     clients: &[Client],
     channels: &[Channel],
     probed: &Probed,
-) -> Result<Vec<Json>, String> {
+    done: &mut Vec<Round>,
+    lines: &mut Vec<Json>,
+) -> Result<(), String> {
     let hold = args.hold();
-    let mut lines = Vec::new();
-    let mut done: Vec<Round> = Vec::new();
     for &kind in &args.kinds {
         for round in 1..=args.rounds {
             healthy(clients, probed).await?;
@@ -454,12 +476,12 @@ async fn rounds(
             done.push(r);
         }
     }
-    lines.push(summary(&args.kinds, hold, &done));
-    Ok(lines)
+    Ok(())
 }
 
 /// Per kind: failover percentiles (a round without failover counts as the
-/// hold) and the weak ops unanswered.
+/// hold; `null` for a kind no round of which ran) and the weak ops
+/// unanswered.
 fn summary(kinds: &[Kind], hold: Duration, done: &[Round]) -> Json {
     let mut out = serde_json::Map::new();
     out.insert("summary".into(), json!("failover"));
@@ -478,9 +500,9 @@ fn summary(kinds: &[Kind], hold: Duration, done: &[Round]) -> Json {
             json!({
                 "rounds": rounds.len(),
                 "not_failed_over": rounds.iter().filter(|r| r.failover_ms.is_none()).count(),
-                "failover_ms_p50": percentile(&ms, 0.5),
-                "failover_ms_p99": percentile(&ms, 0.99),
-                "failover_ms_max": ms.last().copied().unwrap_or(0),
+                "failover_ms_p50": (!ms.is_empty()).then(|| percentile(&ms, 0.5)),
+                "failover_ms_p99": (!ms.is_empty()).then(|| percentile(&ms, 0.99)),
+                "failover_ms_max": ms.last(),
                 "weak_at_others": sum(|r| r.weak_at_others),
                 "weak_unanswered_at_others": sum(|r| r.weak_unanswered_at_others),
                 "weak_at_cut_leader": sum(|r| r.weak_at_cut_leader),
