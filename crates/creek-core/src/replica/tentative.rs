@@ -100,7 +100,10 @@ mod tests {
                 }
             }
         }
-        let removed = *list.iter().nth(17).unwrap();
+        let removed = *list
+            .iter()
+            .nth(17)
+            .expect("the list holds more than 17 ops");
         assert!(list.remove(&removed));
         assert!(!list.remove(&removed));
         for _ in 0..50 {
