@@ -24,11 +24,12 @@ impl<S: CabStorage> Cab<S> {
 
     /// A new leader is known: every id cast here and not yet decided goes
     /// to it at this poll (proposed here if this node leads, else
-    /// forwarded), not at its next retry. An id the old leader proposed may be decided
-    /// twice in the log; delivery keeps its first place. Without this, a
-    /// strong op invoked at a follower while the old leader was failing
-    /// waited for the forward retry — 20 ticks, stretched with the timing
-    /// (2.2 s at ×11) — after the new leader was elected.
+    /// forwarded), not at its next retry. An id the old leader proposed
+    /// may be decided twice in the log; delivery keeps its first place.
+    /// Without this, a strong op invoked at a follower while the old
+    /// leader was failing waited for the forward retry — 20 ticks,
+    /// stretched with the timing (2.2 s at ×11) — after the new leader was
+    /// elected.
     pub(crate) fn resend_unconfirmed(&mut self) {
         let ids: Vec<OpId> = self
             .unconfirmed

@@ -645,8 +645,6 @@ mod tests {
         assert_eq!(cab.held_appends(), 0);
     }
 
-    /// A heartbeat within the log is stepped as usual (the follower answers
-    /// it); one from a stale term is the library's to ignore.
     /// An id cast at a follower goes to the leader; when another leader
     /// becomes known it is forwarded to that one at once, before any
     /// retry is due.
@@ -685,6 +683,8 @@ mod tests {
         assert_eq!(forwards_to(&mut cab, 3), Vec::<OpId>::new());
     }
 
+    /// A heartbeat within the log is stepped as usual (the follower answers
+    /// it); one from a stale term is the library's to ignore.
     #[test]
     fn heartbeats_within_the_log_or_from_a_stale_term_do_not_stop_cab() {
         let mut cab = follower(2);

@@ -37,10 +37,10 @@
 //! and a probe handled within one stall's length of the tick that ended a
 //! stall is not echoed (it may have waited in this node's queue), so a
 //! stalled replica neither measures nor reports its stall, and its peers
-//! measure it only once it keeps up again. And however slow the links look, the scale
-//! stops at [`SCALE_MAX`]: a timing stretched further would keep a group
-//! without a leader for longer than any link the configuration serves
-//! needs.
+//! measure it only once it keeps up again. And however slow the links
+//! look, the scale stops at [`SCALE_MAX`]: a timing stretched further
+//! would keep a group without a leader for longer than any link the
+//! configuration serves needs.
 //!
 //! A peer not heard from for [`STALE_AFTER_US`] (down, paused, cut off)
 //! counts for nothing: its samples and its last report are stale. When it

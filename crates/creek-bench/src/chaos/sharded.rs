@@ -42,6 +42,7 @@ use creek_check::run::Check;
 use creek_client::{CallOptions, Client, Cluster, Levels, RequestId};
 use creek_exec::Abort;
 use creek_harness::launcher::Signal;
+use creek_procs::ownership::WRONG_SHARD;
 use creek_proto::pb;
 use creek_shard::{ShardId, ShardMap};
 use creek_sim::rng::Rng;
@@ -524,7 +525,14 @@ async fn client(
         };
         let at = epoch.elapsed().as_micros() as u64;
         let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+        // Refused as another shard's after the routing client's last
+        // retry (keys moving for longer than its retries last): this
+        // attempt applied nothing, but an earlier one under the same
+        // request id may have been applied at the owner and its answer
+        // lost, so the fate is unknown — not an abort of the transfer.
+        let moved = matches!(&outcome, Ok(Err(a)) if a.starts_with(WRONG_SHARD));
         let completed = match &outcome {
+            _ if moved => None,
             Ok(Ok(v)) => Some((at, Ok(v.encode()))),
             Ok(Err(a)) => Some((at, Err(Abort(a.clone())))),
             Err(_) => None,
@@ -543,6 +551,7 @@ async fn client(
                 let per = ACCOUNTS_PER_SHARD;
                 s.across += u64::from(from / per != to / per);
                 match outcome {
+                    _ if moved => s.unknown += 1,
                     Ok(Ok(_)) => {
                         s.applied[from] -= amount;
                         s.applied[to] += amount;
