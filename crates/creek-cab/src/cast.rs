@@ -22,27 +22,6 @@ impl<S: CabStorage> Cab<S> {
         self.route(id);
     }
 
-    /// A new leader is known: every id cast here and not yet decided goes
-    /// to it at this poll (proposed here if this node leads, else
-    /// forwarded), not at its next retry. An id the old leader proposed
-    /// may be decided twice in the log; delivery keeps its first place.
-    /// Without this, a strong op invoked at a follower while the old
-    /// leader was failing waited for the forward retry — 20 ticks,
-    /// stretched with the timing (2.2 s at ×11) — after the new leader was
-    /// elected.
-    pub(crate) fn resend_unconfirmed(&mut self) {
-        let ids: Vec<OpId> = self
-            .unconfirmed
-            .keys()
-            .copied()
-            .filter(|id| !self.in_flight.contains(id))
-            .collect();
-        for id in ids {
-            self.unconfirmed.insert(id, self.ticks);
-            self.route(id);
-        }
-    }
-
     /// Queue `id` for proposal here if leader, else for forwarding.
     pub(crate) fn route(&mut self, id: OpId) {
         if self.is_leader() {

@@ -201,12 +201,6 @@ pub struct Cab<S: CabStorage> {
     /// Calls of [`Cab::tick`] since the library last ticked.
     sub_ticks: u64,
     was_leader: bool,
-    /// The leader this node last learnt of (raft's id; `INVALID_ID`: none).
-    known_leader: u64,
-    /// A new leader became known at the last poll: the ids cast here and
-    /// not yet decided go to it at the next one (the Ready of the poll
-    /// that learnt it is handled whole first).
-    leader_changed: bool,
     out: Vec<(ReplicaId, CabMessage)>,
     /// Messages that may leave before this node's pending writes are
     /// durable (see [`CabReady::early`]).
@@ -285,8 +279,6 @@ impl<S: CabStorage> Cab<S> {
             tick_scale: 1,
             sub_ticks: 0,
             was_leader: false,
-            known_leader: raft::INVALID_ID,
-            leader_changed: false,
             out: Vec::new(),
             early: Vec::new(),
             written_ready: 0,
@@ -348,9 +340,6 @@ impl<S: CabStorage> Cab<S> {
     /// produces waits for [`Cab::ready`].
     pub(crate) fn poll(&mut self, holds: Deps<'_>) {
         if self.failed.is_none() {
-            if std::mem::take(&mut self.leader_changed) {
-                self.resend_unconfirmed();
-            }
             self.release_held(holds);
             self.propose(holds);
             self.forward();
@@ -643,44 +632,6 @@ mod tests {
         // A late append of the old term is not held either.
         cab.on_message(ReplicaId(1), append(1, 2, 1, 0, 0, &[lost]), &holds);
         assert_eq!(cab.held_appends(), 0);
-    }
-
-    /// An id cast at a follower goes to the leader; when another leader
-    /// becomes known it is forwarded to that one at once, before any
-    /// retry is due.
-    #[test]
-    fn undecided_casts_go_to_a_new_leader_at_once() {
-        let forwards_to = |cab: &mut Cab<MemCabStorage>, to: u16| -> Vec<OpId> {
-            let ready = cab.ready(&|_| true);
-            ready
-                .early
-                .into_iter()
-                .chain(ready.messages)
-                .filter(|(r, _)| *r == ReplicaId(to))
-                .flat_map(|(_, m)| match m {
-                    CabMessage::Forward { ids } => ids,
-                    _ => Vec::new(),
-                })
-                .collect()
-        };
-        let mut cab = follower(2);
-        cab.on_message(ReplicaId(1), heartbeat(1, 2, 5, 0), &|_| true);
-        cab.poll(&|_| true);
-        let id = OpId::new(ReplicaId(2), 1);
-        cab.cast(id);
-        cab.poll(&|_| true);
-        assert_eq!(forwards_to(&mut cab, 1), vec![id]);
-        // Replica 3 leads in a later term: at the next poll, with no tick
-        // in between, the id goes to it.
-        cab.on_message(ReplicaId(3), heartbeat(3, 2, 6, 0), &|_| true);
-        cab.poll(&|_| true);
-        assert_eq!(cab.leader(), Some(ReplicaId(3)));
-        cab.poll(&|_| true);
-        assert_eq!(forwards_to(&mut cab, 3), vec![id], "not forwarded at once");
-        // The same leader heard again sends nothing more.
-        cab.on_message(ReplicaId(3), heartbeat(3, 2, 6, 0), &|_| true);
-        cab.poll(&|_| true);
-        assert_eq!(forwards_to(&mut cab, 3), Vec::<OpId>::new());
     }
 
     /// A heartbeat within the log is stepped as usual (the follower answers

@@ -23,10 +23,6 @@ impl<S: CabStorage> Cab<S> {
                     self.to_forward.extend(pending);
                 }
                 self.was_leader = leader;
-                if ss.leader_id != self.known_leader {
-                    self.known_leader = ss.leader_id;
-                    self.leader_changed = ss.leader_id != raft::INVALID_ID;
-                }
             }
             let deferred = self.defers_writes();
             let now = rd.take_messages();

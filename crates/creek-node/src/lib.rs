@@ -151,6 +151,19 @@ impl<S: CabStorage> Node<S> {
         self.replica.id()
     }
 
+    /// A node-loop turn longer than this is a stall of this replica's own
+    /// loop: tell [`Node::stalled`].
+    pub fn stall_us(&self) -> u64 {
+        self.timing.stall_us()
+    }
+
+    /// The driver's loop was held up (a turn longer than
+    /// [`Node::stall_us`]): the link timing takes no sample and sends no
+    /// echo that may hold the stall (`creek_node::timing`).
+    pub fn stalled(&mut self) {
+        self.timing.stalled();
+    }
+
     /// The measured round trips and the consensus timing they led to (see
     /// [`timing`]).
     pub fn link_timing(&self) -> LinkTiming {

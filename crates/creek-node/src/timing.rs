@@ -31,16 +31,14 @@
 //! A round trip measured by the node loop also holds the time the probe
 //! and its echo waited for a loop held up at either end (a long turn, CPU
 //! starvation on a busy machine, a replica catching up after a restart),
-//! which is not the network. A node sees its own stalls as a gap between
-//! two ticks longer than [`STALL_TICKS`] ticks (and [`STALL_MIN_US`]): a
-//! sample whose probe was sent before the node's last stall is no sample,
-//! and a probe handled within one stall's length of the tick that ended a
-//! stall is not echoed (it may have waited in this node's queue), so a
+//! which is not the network. The driver says when its own loop stalled
+//! ([`Timing::stalled`]: the server, after a node-loop turn longer than
+//! [`STALL_TICKS`] ticks and [`STALL_MIN_US`]; the simulator, whose loop
+//! never stalls, never does): a sample whose probe was sent before that
+//! stall is no sample, and a probe handled within one stall's length
+//! after it is not echoed (it may have waited in this node's queue), so a
 //! stalled replica neither measures nor reports its stall, and its peers
-//! measure it only once it keeps up again. And however slow the links
-//! look, the scale stops at [`SCALE_MAX`]: a timing stretched further
-//! would keep a group without a leader for longer than any link the
-//! configuration serves needs.
+//! measure it only once it keeps up again.
 //!
 //! A peer not heard from for [`STALE_AFTER_US`] (down, paused, cut off)
 //! counts for nothing: its samples and its last report are stale. When it
@@ -69,17 +67,12 @@ pub const ELECTION_RTTS: u64 = 4;
 /// `CabConfig::for_group`'s lowest-ranked replica).
 pub const ELECTION_TICKS_BASE: u64 = 10;
 
-/// A gap of more than this many ticks between two of a node's ticks is a
-/// stall of the node itself.
+/// A node-loop turn longer than this many ticks is a stall of the node
+/// itself.
 pub const STALL_TICKS: u64 = 10;
 
 /// ... and of at least this long (microseconds).
 pub const STALL_MIN_US: u64 = 50_000;
-
-/// The largest tick scale: an election timeout of 50 times the configured
-/// one (5 s at the server's default timing), enough for round trips of
-/// 1.25 s, five times a 250 ms one-way wide-area link's.
-pub const SCALE_MAX: u64 = 50;
 
 /// A sample above this is a clock jump, not a link (microseconds).
 const SAMPLE_MAX_US: u64 = 10_000_000;
@@ -147,9 +140,7 @@ pub(crate) struct Timing {
     now_us: u64,
     next_probe_us: u64,
     scale: u64,
-    /// The node's last tick (`None`: none yet).
-    last_tick_us: Option<u64>,
-    /// The tick that ended the node's last stall.
+    /// The node's clock (at its last tick) when its last stall ended.
     stall_ended_us: Option<u64>,
 }
 
@@ -177,7 +168,6 @@ impl Timing {
             now_us: 0,
             next_probe_us: 0,
             scale: 1,
-            last_tick_us: None,
             stall_ended_us: None,
         }
     }
@@ -194,14 +184,6 @@ impl Timing {
     /// A tick at `now_us`: the probes due, if any.
     pub(crate) fn tick(&mut self, now_us: u64) -> Vec<(ReplicaId, Probe)> {
         self.now_us = now_us;
-        let stall_us = self.stall_us();
-        if self
-            .last_tick_us
-            .is_some_and(|last| now_us.saturating_sub(last) > stall_us)
-        {
-            self.stall_ended_us = Some(now_us);
-        }
-        self.last_tick_us = Some(now_us);
         // A clock that jumped back far must not silence the probes.
         if now_us < self.next_probe_us.saturating_sub(PROBE_EVERY_US) {
             self.next_probe_us = now_us;
@@ -262,9 +244,16 @@ impl Timing {
         })
     }
 
-    /// A gap between two ticks longer than this is a stall of the node.
-    fn stall_us(&self) -> u64 {
+    /// A node-loop turn longer than this is a stall of the node.
+    pub(crate) fn stall_us(&self) -> u64 {
         (STALL_TICKS * self.tick_us).max(STALL_MIN_US)
+    }
+
+    /// The node's own loop was held up until now (a turn longer than
+    /// [`Timing::stall_us`]): what it measures or echoes next may hold the
+    /// stall.
+    pub(crate) fn stalled(&mut self) {
+        self.stall_ended_us = Some(self.now_us);
     }
 
     /// CAB's tick scale now.
@@ -295,7 +284,7 @@ impl Timing {
         let base_us = ELECTION_TICKS_BASE * self.tick_us;
         let needed = (ELECTION_RTTS * self.group_rtt_us())
             .div_ceil(base_us)
-            .clamp(1, SCALE_MAX);
+            .max(1);
         if needed > self.scale || needed * 2 <= self.scale {
             self.scale = needed;
         }
@@ -399,7 +388,7 @@ mod tests {
             rtt_us: 3_000_000,
         };
         t.on_probe(ReplicaId(3), report);
-        assert_eq!(t.scale(), SCALE_MAX, "3 s round trips need 120: capped");
+        assert_eq!(t.scale(), 120);
         // Replica 2 goes on answering; replica 3 stays silent.
         for _ in 0..12 {
             let now = t.now_us + PROBE_EVERY_US;
@@ -441,8 +430,8 @@ mod tests {
         assert_eq!(t.status().own_rtt_us, 30_000);
     }
 
-    /// A node whose own loop was held up for 600 ms (ticks 10 ms apart,
-    /// then none for 600 ms) neither measures nor echoes that stall.
+    /// A node whose own loop was held up for 600 ms neither measures nor
+    /// echoes that stall.
     #[test]
     fn a_stall_of_the_node_itself_is_not_the_network() {
         let mut t = Timing::new(10_000, 10, 2, [ReplicaId(2)]);
@@ -451,9 +440,11 @@ mod tests {
         for now in (10_000..200_000).step_by(10_000) {
             t.tick(now);
         }
-        // A probe goes out at 200 ms; the loop stalls until 800 ms.
+        // A probe goes out at 200 ms; the loop stalls until 800 ms, and its
+        // driver says so.
         assert_eq!(t.tick(200_000).len(), 1, "a probe is due");
         t.tick(800_000);
+        t.stalled();
         let late_echo = Probe {
             stamp_us: 200_000,
             echo: true,

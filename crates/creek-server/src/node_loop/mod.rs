@@ -301,6 +301,11 @@ impl NodeLoop {
             let executed = began.elapsed();
             self.flush();
             self.turns.timed(began, handled, events_done, executed);
+            // A turn this long held every probe and echo it handled: the
+            // link timing must not take it for the network.
+            if began.elapsed().as_micros() as u64 > self.node.stall_us() {
+                self.node.stalled();
+            }
             self.pump_watchers();
             // A failure report whose nudge found the channel full is seen
             // here.
