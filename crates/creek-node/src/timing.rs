@@ -32,13 +32,14 @@
 //! and its echo waited for a loop held up at either end (a long turn, CPU
 //! starvation on a busy machine, a replica catching up after a restart),
 //! which is not the network. The driver says when its own loop stalled
-//! ([`Timing::stalled`]: the server, after a node-loop turn longer than
-//! [`STALL_TICKS`] ticks and [`STALL_MIN_US`]; the simulator, whose loop
-//! never stalls, never does): a sample whose probe was sent before that
-//! stall is no sample, and a probe handled within one stall's length
-//! after it is not echoed (it may have waited in this node's queue), so a
-//! stalled replica neither measures nor reports its stall, and its peers
-//! measure it only once it keeps up again.
+//! ([`Node::stalled`](crate::Node::stalled): the server, after a
+//! node-loop turn longer than [`STALL_TICKS`] ticks and
+//! [`STALL_MIN_US`]; the simulator, whose loop never stalls, never does):
+//! a sample whose probe was sent before that stall is no sample, and a
+//! probe handled within one stall's length after it is not echoed (it may
+//! have waited in this node's queue), so a stalled replica neither
+//! measures nor reports its stall, and its peers measure it only once it
+//! keeps up again.
 //!
 //! A peer not heard from for [`STALE_AFTER_US`] (down, paused, cut off)
 //! counts for nothing: its samples and its last report are stale. When it
