@@ -217,10 +217,11 @@ impl Timing {
         // An echo stamped in the future is from before a backward clock
         // jump, one stamped before the peer was back waited in a queue, and
         // one past SAMPLE_MAX_US is a forward jump: no sample.
-        // An echo of a probe sent before this node's last stall holds the
-        // stall.
+        // An echo of a probe sent before this node's last stall, or in the
+        // turn that stalled (stamped at its tick, sent at its end), holds
+        // the stall.
         let queued = peer.back_us.is_some_and(|back| probe.stamp_us <= back)
-            || self.stall_ended_us.is_some_and(|s| probe.stamp_us < s);
+            || self.stall_ended_us.is_some_and(|s| probe.stamp_us <= s);
         let rtt = now
             .checked_sub(probe.stamp_us)
             .filter(|rtt| probe.echo && !queued && *rtt <= SAMPLE_MAX_US);
@@ -452,6 +453,14 @@ mod tests {
             rtt_us: 0,
         };
         assert_eq!(t.on_probe(ReplicaId(2), late_echo), None);
+        // Nor is the echo of a probe stamped at the tick of the turn that
+        // stalled.
+        let same_turn = Probe {
+            stamp_us: 800_000,
+            ..late_echo
+        };
+        t.tick(850_000);
+        assert_eq!(t.on_probe(ReplicaId(2), same_turn), None);
         assert_eq!(t.status().own_rtt_us, 1_000, "the stall is no sample");
         assert_eq!(t.scale(), 1);
         // A peer's probe handled soon after the stall may have waited here:

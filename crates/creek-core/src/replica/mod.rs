@@ -884,6 +884,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// Check the protocol invariants; `Err` says which one broke.
     pub fn check_invariants(&self) -> Result<(), String> {
+        self.tentative.check()?;
         for (_, id) in self.tentative.iter() {
             let op = self
                 .ops

@@ -52,6 +52,23 @@ impl Tentative {
         removed
     }
 
+    /// The index names every entry of the list and nothing else.
+    pub(super) fn check(&self) -> Result<(), String> {
+        if self.by_id.len() != self.order.len()
+            || self
+                .order
+                .iter()
+                .any(|(ts, id)| self.by_id.get(id) != Some(ts))
+        {
+            return Err(format!(
+                "the tentative list's index ({} ids) does not match the list ({} entries)",
+                self.by_id.len(),
+                self.order.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// The entries whose ids are in `ctx`, but `except`, in list order.
     pub(super) fn in_context(&self, ctx: &Dvv, except: OpId) -> Vec<(Timestamp, OpId)> {
         let mut found: Vec<(Timestamp, OpId)> = ctx
@@ -106,6 +123,7 @@ mod tests {
             .expect("the list holds more than 17 ops");
         assert!(list.remove(&removed));
         assert!(!list.remove(&removed));
+        list.check().expect("the index matches the list");
         for _ in 0..50 {
             let mut ctx = Dvv::new();
             for origin in 1..=4 {
