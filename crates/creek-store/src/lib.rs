@@ -119,7 +119,7 @@ pub use checkpoints::{CheckpointWriter, Piece, CHECKPOINT_CHUNK_BYTES, REMOVED_P
 pub use creek_cab::LogStore;
 pub use persister::{OnDurable, Persister, CHECKPOINT_BYTES_PER_SEC, LINGER};
 pub use sim_disk::SimDisk;
-pub use wal::{FileWal, WalFile, WAL_BYTES, WAL_FILE_NAME};
+pub use wal::{FileWal, WalFile, WalId, HEADER_BLOCK, WAL_BYTES, WAL_FILE_NAME};
 
 /// How long a writer waits to gather more when everything queued is
 /// payloads alone (weak ops). One transaction per weak op would cost each
@@ -155,6 +155,9 @@ pub(crate) const OWN_SEQS: &str = "own_seqs";
 /// The number of the last write-ahead log record the tables hold (8 bytes,
 /// little-endian; absent: 0, none).
 pub(crate) const WAL_APPLIED: &str = "wal_applied";
+/// The id of the data directory's write-ahead log (16 bytes; absent: a
+/// database not yet created, or one written before logs had headers).
+pub(crate) const WAL_ID: &str = "wal_id";
 
 /// What can go wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +195,29 @@ pub enum StoreError {
     /// The write-ahead log's file failed (I/O).
     #[error("write-ahead log: {0}")]
     Wal(String),
+    /// The database's write-ahead log is missing, or was replaced by an
+    /// empty or older file: started, the replica would forget what only the
+    /// log held.
+    #[error(
+        "{WAL_FILE_NAME} is missing beside {FILE_NAME}, or replaced by a file that is not its log: started like this the replica would forget votes and log entries it acknowledged. Put the directory's own {WAL_FILE_NAME} back; if it is lost, treat the replica as one that lost its disk (empty the directory and start it again: docs/operations.md, \"Lost a disk\")"
+    )]
+    WalMissing,
+    /// The write-ahead log belongs to another data directory.
+    #[error(
+        "{WAL_FILE_NAME} belongs to another data directory (its id {found}; {FILE_NAME} was created with {expected}): the two files must come from the same directory. Put the directory's own {WAL_FILE_NAME} back; if it is lost, treat the replica as one that lost its disk (docs/operations.md, \"Lost a disk\")"
+    )]
+    WalForeign {
+        /// The id in the log's header.
+        found: WalId,
+        /// The id the database holds.
+        expected: WalId,
+    },
+    /// A new database beside a write-ahead log that holds records: the
+    /// log's own database was lost.
+    #[error(
+        "{FILE_NAME} is missing or new, but {WAL_FILE_NAME} beside it holds records of a database: the database they belong to was lost or moved. Put it back; if it is lost, treat the replica as one that lost its disk (empty the directory and start it again: docs/operations.md, \"Lost a disk\")"
+    )]
+    WalOrphaned,
     /// A stored record does not decode, or the records contradict each
     /// other.
     #[error("corrupt store: {0}")]
@@ -325,9 +351,15 @@ pub fn load(dir: &Path, voters: Vec<u64>) -> Result<Loaded, StoreError> {
             }
             Err(e) => return Err(db_err(e)),
         };
-        // Opened only once the database's lock is held.
-        let wal = FileWal::open(&wal_path).map_err(|e| StoreError::Wal(format!("opening: {e}")))?;
-        load_db(db, Box::new(wal), voters, repaired.load(Ordering::Relaxed))
+        // Opened only once the database's lock is held, and created only
+        // beside a new database.
+        let wal = match wal_path.try_exists() {
+            Ok(true) => Some(Box::new(FileWal::open(&wal_path)?) as Box<dyn WalFile>),
+            Ok(false) => None,
+            Err(e) => return Err(StoreError::Wal(format!("opening: {e}"))),
+        };
+        let create = || Ok(Box::new(FileWal::create(&wal_path)?) as Box<dyn WalFile>);
+        load_db(db, wal, create, voters, repaired.load(Ordering::Relaxed))
     })
 }
 
@@ -369,17 +401,19 @@ pub fn load_backend(
         let db = builder(&repaired)
             .create_with_backend(backend)
             .map_err(db_err)?;
-        load_db(db, Box::new(wal), voters, repaired.load(Ordering::Relaxed))
+        let never = || unreachable!("a backend's log file is always there");
+        load_db(db, Some(Box::new(wal)), never, voters, repaired.load(Ordering::Relaxed))
     })
 }
 
 fn load_db(
     db: Database,
-    wal: Box<dyn WalFile>,
+    wal: Option<Box<dyn WalFile>>,
+    create: impl FnOnce() -> std::io::Result<Box<dyn WalFile>>,
     voters: Vec<u64>,
     repaired: bool,
 ) -> Result<Loaded, StoreError> {
-    let (storage, mut recovered, next_generation, wal) = read_all(&db, wal, voters)?;
+    let (storage, mut recovered, next_generation, wal) = read_all(&db, wal, create, voters)?;
     recovered.repaired = repaired;
     Ok(Loaded {
         store: Store {
@@ -562,16 +596,30 @@ fn is_empty(w: &Write) -> bool {
 /// a fresh database.
 fn read_all(
     db: &Database,
-    wal_file: Box<dyn WalFile>,
+    wal_file: Option<Box<dyn WalFile>>,
+    create: impl FnOnce() -> std::io::Result<Box<dyn WalFile>>,
     voters: Vec<u64>,
 ) -> Result<(LogStore, Recovered, u64, wal::Wal), StoreError> {
     let txn = db.begin_write().map_err(db_err)?;
-    let loaded = {
+    let (loaded, settle) = {
         let mut t = checkpoints::Tables::open(&txn)?;
         let mut log = txn.open_table(LOG).map_err(db_err)?;
         let mut ops = txn.open_table(OPS).map_err(db_err)?;
         let applied = read_u64(&t.meta, WAL_APPLIED)?;
-        let (wal, replay) = wal::Wal::open(wal_file, applied)?;
+        // A database is created with its hard state and its log's id in one
+        // commit (below).
+        let expect = match t.meta.get(WAL_ID).map_err(db_err)? {
+            Some(v) => wal::Expect::Id(
+                WalId::decode(v.value())
+                    .ok_or_else(|| corrupt(format!("{WAL_ID} of {} bytes", v.value().len())))?,
+            ),
+            None if t.meta.get(HARD_STATE).map_err(db_err)?.is_none() => wal::Expect::Fresh,
+            None => wal::Expect::Legacy,
+        };
+        let (wal, replay, settle) = wal::Wal::open(wal_file, create, applied, expect)?;
+        if let wal::Settle::Store(id) = settle {
+            t.meta.insert(WAL_ID, id.0.as_slice()).map_err(db_err)?;
+        }
         if replay.last > applied {
             wal::apply(
                 &replay.changes,
@@ -664,10 +712,22 @@ fn read_all(
             own_seqs,
             repaired: false,
         };
-        (storage, recovered, next_generation, wal)
+        ((storage, recovered, next_generation, wal), settle)
     };
     txn.commit().map_err(db_err)?;
-    Ok(loaded)
+    let (storage, recovered, next_generation, mut wal) = loaded;
+    if let wal::Settle::StartOver = settle {
+        // The old layout's records are folded and durable: the file can
+        // start over, and the database learn its id.
+        let id = wal.start_over()?;
+        let txn = db.begin_write().map_err(db_err)?;
+        txn.open_table(META)
+            .map_err(db_err)?
+            .insert(WAL_ID, id.0.as_slice())
+            .map_err(db_err)?;
+        txn.commit().map_err(db_err)?;
+    }
+    Ok((storage, recovered, next_generation, wal))
 }
 
 /// The `u64` stored under `key` in `raft_meta` (absent: 0).

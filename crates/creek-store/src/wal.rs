@@ -4,10 +4,12 @@
 //!
 //! # Shape
 //!
-//! `creek.wal` is a file of [`WAL_BYTES`] zeroed when it is created (so an
-//! append overwrites blocks the file system already has: no metadata to
-//! sync). A group of writes is encoded as a list of *changes* to the
-//! database's tables ([`encode_group`]) and appended as one record:
+//! `creek.wal` is a file zeroed when it is created (so an append
+//! overwrites blocks the file system already has: no metadata to sync).
+//! Its first block ([`HEADER_BLOCK`] bytes) is a header naming the data
+//! directory the log belongs to; [`WAL_BYTES`] of records follow it. A
+//! group of writes is encoded as a list of *changes* to the database's
+//! tables ([`encode_group`]) and appended as one record:
 //!
 //! | bytes | field |
 //! |---|---|
@@ -23,10 +25,25 @@
 //! happens when the next record would not fit, before a checkpoint is
 //! installed, and at a clean close.
 //!
+//! # Whose log
+//!
+//! The database and its log are created together: a new database gets a
+//! random 16-byte id (`wal_id` in `raft_meta`), written first into the
+//! log's header (and synced), then into the database. From then on each
+//! open checks that the log is there and carries that id. A database whose
+//! log is missing, replaced by an empty or older file, or taken from another
+//! data directory would forget the records only the log held — votes and
+//! entries this replica acknowledged — so the open is refused
+//! ([`StoreError::WalMissing`], [`StoreError::WalForeign`]), as is a log
+//! holding records beside a database that is new (its own database was
+//! lost). A database written before logs had headers (no `wal_id`) is
+//! adopted: its log is read in the old layout (records from the file's
+//! start), folded, and the file started over with a header.
+//!
 //! # Recovery
 //!
 //! At open the records that follow `wal_applied` are read from the start of
-//! the file, each the next number with a matching CRC, and folded. The scan
+//! the records, each the next number with a matching CRC, and folded. The scan
 //! stops at the first that is not: a torn or never-synced append (whose
 //! group was never reported durable), zeros, or a record of an earlier round
 //! (its number is at or below `wal_applied`, since every round starts after
@@ -57,6 +74,85 @@ pub const WAL_BYTES: u64 = 2 << 20;
 /// The write-ahead log's file inside a data directory.
 pub const WAL_FILE_NAME: &str = "creek.wal";
 
+/// The log file's first block: its header. Records follow it.
+pub const HEADER_BLOCK: u64 = 4096;
+
+/// The header: [`MAGIC`], the layout number (4 bytes), the log's id (16),
+/// and a CRC-32 of those (4), little-endian; the rest of the block zeros.
+const MAGIC: [u8; 8] = *b"CREEKWAL";
+const LAYOUT: u32 = 1;
+const HEAD_BYTES: usize = 8 + 4 + 16 + 4;
+
+/// The identity of one data directory's log, chosen when its database is
+/// created and stored in both (see the module docs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct WalId(pub [u8; 16]);
+
+impl WalId {
+    /// A fresh id: random enough that two data directories never share one
+    /// (the standard library's randomly keyed hasher, fed the time and the
+    /// process id). It is compared, never used for any decision of the
+    /// protocol, so the simulator stays deterministic.
+    fn new() -> WalId {
+        use std::hash::{BuildHasher, Hasher};
+        let mut id = [0u8; 16];
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        for (i, half) in id.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(now);
+            h.write_u32(std::process::id());
+            h.write_usize(i);
+            half.copy_from_slice(&h.finish().to_le_bytes());
+        }
+        WalId(id)
+    }
+
+    /// The id stored under `wal_id`, if it is one.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<WalId> {
+        <[u8; 16]>::try_from(bytes).ok().map(WalId)
+    }
+}
+
+impl std::fmt::Display for WalId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::fmt::Debug for WalId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WalId({self})")
+    }
+}
+
+/// What the database says of its log.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Expect {
+    /// The database is new (nothing committed yet): any log beside it must
+    /// hold no records.
+    Fresh,
+    /// The database predates logs with headers.
+    Legacy,
+    /// The log must carry this id.
+    Id(WalId),
+}
+
+/// What the open leaves for the database to do once it has folded the
+/// replayed records.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Settle {
+    /// The database holds the log's id already.
+    Nothing,
+    /// Store this id (the log's header carries it, synced).
+    Store(WalId),
+    /// A log in the old layout: once the database has folded its records
+    /// (durably), start the file over with a header
+    /// ([`Wal::start_over`]) and store the new id.
+    StartOver,
+}
+
 /// A record's header: length, CRC, number.
 const HEADER_BYTES: u64 = 16;
 
@@ -82,20 +178,26 @@ pub trait WalFile: Send + Sync + std::fmt::Debug + 'static {
 pub struct FileWal(std::fs::File);
 
 impl FileWal {
-    /// Open (or create) the log file at `path`. A file created here is made
-    /// durable in its directory before it is used.
-    pub fn open(path: &std::path::Path) -> io::Result<Self> {
-        let existed = path.exists();
+    /// Open the log file at `path`.
+    pub fn open(path: &std::path::Path) -> Result<Self, StoreError> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map(FileWal)
+            .map_err(|e| wal_err("opening", e))
+    }
+
+    /// Create the log file at `path` (it must not exist), durable in its
+    /// directory before it is used.
+    pub fn create(path: &std::path::Path) -> io::Result<Self> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(false)
+            .create_new(true)
             .open(path)?;
-        if !existed {
-            if let Some(dir) = path.parent() {
-                std::fs::File::open(dir)?.sync_all()?;
-            }
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
         }
         Ok(FileWal(file))
     }
@@ -164,24 +266,69 @@ pub(crate) struct Replay {
 }
 
 impl Wal {
-    /// Make `file` the log's file (zeroed up to [`WAL_BYTES`] if shorter),
-    /// and read the records after `applied`, the last one the database
-    /// holds. The log then starts a new round after them (once they are
-    /// folded).
-    pub(crate) fn open(file: Box<dyn WalFile>, applied: u64) -> Result<(Self, Replay), StoreError> {
+    /// Open the log beside a database that `expect`s it, and read the
+    /// records after `applied`, the last one the database holds. `file` is
+    /// `None` when there is no file; `create` makes one (only for a new
+    /// database). The log then starts a new round after the records read
+    /// (once the database has folded them), and [`Settle`] says what the
+    /// database must store.
+    pub(crate) fn open(
+        file: Option<Box<dyn WalFile>>,
+        create: impl FnOnce() -> io::Result<Box<dyn WalFile>>,
+        applied: u64,
+        expect: Expect,
+    ) -> Result<(Self, Replay, Settle), StoreError> {
+        let file = match (file, expect) {
+            (Some(file), _) => file,
+            (None, Expect::Fresh) => create().map_err(|e| wal_err("creating", e))?,
+            (None, _) => return Err(StoreError::WalMissing),
+        };
         let len = file.size().map_err(|e| wal_err("reading its length", e))?;
-        let replay = scan(file.as_ref(), len, applied)?;
-        if len < WAL_BYTES {
-            let zeros = vec![0u8; 256 << 10];
-            let mut at = len;
-            while at < WAL_BYTES {
-                let n = (WAL_BYTES - at).min(zeros.len() as u64);
-                file.write_at(at, &zeros[..n as usize])
-                    .map_err(|e| wal_err("zeroing", e))?;
-                at += n;
+        let head = read_head(file.as_ref(), len)?;
+        let (replay, settle) = match (expect, head) {
+            (Expect::Id(want), Head::Id(got)) if got == want => {
+                (scan(file.as_ref(), HEADER_BLOCK, len, applied)?, Settle::Nothing)
             }
-            file.sync_data().map_err(|e| wal_err("syncing", e))?;
-        }
+            (Expect::Id(expected), Head::Id(found)) => {
+                return Err(StoreError::WalForeign { found, expected })
+            }
+            (Expect::Id(_), Head::Nothing) => return Err(StoreError::WalMissing),
+            (Expect::Id(_), Head::Damaged) => {
+                return Err(corrupt(format!(
+                    "the header of {WAL_FILE_NAME} is damaged (or of a layout this creek does not know)"
+                )))
+            }
+            (Expect::Fresh, head) => {
+                let start = match head {
+                    Head::Id(_) | Head::Damaged => HEADER_BLOCK,
+                    Head::Nothing => 0,
+                };
+                if let Found::Record { .. } = record_at(file.as_ref(), start, len)? {
+                    return Err(StoreError::WalOrphaned);
+                }
+                let id = WalId::new();
+                write_fresh(file.as_ref(), id)?;
+                let none = Replay {
+                    changes: Vec::new(),
+                    last: applied,
+                };
+                (none, Settle::Store(id))
+            }
+            (Expect::Legacy, Head::Nothing) if len == 0 => return Err(StoreError::WalMissing),
+            (Expect::Legacy, Head::Nothing) => (scan(file.as_ref(), 0, len, applied)?, Settle::StartOver),
+            // A start-over torn by a crash: its records were folded.
+            (Expect::Legacy, Head::Damaged) => (
+                Replay {
+                    changes: Vec::new(),
+                    last: applied,
+                },
+                Settle::StartOver,
+            ),
+            // A start-over that stopped before the database stored the id.
+            (Expect::Legacy, Head::Id(id)) => {
+                (scan(file.as_ref(), HEADER_BLOCK, len, applied)?, Settle::Store(id))
+            }
+        };
         let wal = Wal {
             file,
             end: 0,
@@ -189,7 +336,20 @@ impl Wal {
             capacity: WAL_BYTES,
             pending: Vec::new(),
         };
-        Ok((wal, replay))
+        Ok((wal, replay, settle))
+    }
+
+    /// Start the file over with a header naming a new id, and return the
+    /// id. Only once every record in it is folded, durably, and before any
+    /// append.
+    pub(crate) fn start_over(&mut self) -> Result<WalId, StoreError> {
+        assert!(
+            self.pending.is_empty() && self.end == 0,
+            "the log started over with records not folded"
+        );
+        let id = WalId::new();
+        write_fresh(self.file.as_ref(), id)?;
+        Ok(id)
     }
 
     /// Let records fill at most `bytes` of the file (at least one 4 KiB
@@ -229,7 +389,7 @@ impl Wal {
         record.extend_from_slice(&lsn.to_le_bytes());
         record.extend_from_slice(body);
         self.file
-            .write_at(self.end, &record)
+            .write_at(HEADER_BLOCK + self.end, &record)
             .map_err(|e| wal_err("appending", e))?;
         self.file.sync_data().map_err(|e| wal_err("syncing", e))?;
         self.end += record.len() as u64;
@@ -263,14 +423,14 @@ fn checksum(lsn: u64, body: &[u8]) -> u32 {
     h.finalize()
 }
 
-/// The records after `applied` at the start of the file (see the module
-/// docs).
-fn scan(file: &dyn WalFile, len: u64, applied: u64) -> Result<Replay, StoreError> {
+/// The records after `applied` from `start`, where the records begin (see
+/// the module docs).
+fn scan(file: &dyn WalFile, start: u64, len: u64, applied: u64) -> Result<Replay, StoreError> {
     let mut replay = Replay {
         changes: Vec::new(),
         last: applied,
     };
-    let mut at = 0;
+    let mut at = start;
     loop {
         let want = replay.last + 1;
         match record_at(file, at, len)? {
@@ -302,6 +462,61 @@ fn scan(file: &dyn WalFile, len: u64, applied: u64) -> Result<Replay, StoreError
             }
         }
     }
+}
+
+/// What the file's first block holds.
+enum Head {
+    /// A header naming the log's id.
+    Id(WalId),
+    /// No header: zeros, a file too short for one, or the old layout's
+    /// first record.
+    Nothing,
+    /// The magic, but the rest does not check: damage, or a header write
+    /// torn by a crash while the log was being created.
+    Damaged,
+}
+
+fn read_head(file: &dyn WalFile, len: u64) -> Result<Head, StoreError> {
+    if len < HEAD_BYTES as u64 {
+        return Ok(Head::Nothing);
+    }
+    let mut head = [0u8; HEAD_BYTES];
+    file.read_at(0, &mut head)
+        .map_err(|e| wal_err("reading its header", e))?;
+    if head[..8] != MAGIC {
+        // An old layout's record starts with its length, which is never
+        // the magic's first four bytes read as one (over a gigabyte).
+        return Ok(Head::Nothing);
+    }
+    let crc = crc32fast::hash(&head[..HEAD_BYTES - 4]);
+    let layout = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+    if head[HEAD_BYTES - 4..] != crc.to_le_bytes() || layout != LAYOUT {
+        return Ok(Head::Damaged);
+    }
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&head[12..28]);
+    Ok(Head::Id(WalId(id)))
+}
+
+/// Zero the file (header and records) and write a header naming `id`,
+/// durably.
+fn write_fresh(file: &dyn WalFile, id: WalId) -> Result<(), StoreError> {
+    let zeros = vec![0u8; 256 << 10];
+    let mut at = 0;
+    while at < HEADER_BLOCK + WAL_BYTES {
+        let n = (HEADER_BLOCK + WAL_BYTES - at).min(zeros.len() as u64);
+        file.write_at(at, &zeros[..n as usize])
+            .map_err(|e| wal_err("zeroing", e))?;
+        at += n;
+    }
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    head.extend_from_slice(&MAGIC);
+    head.extend_from_slice(&LAYOUT.to_le_bytes());
+    head.extend_from_slice(&id.0);
+    head.extend_from_slice(&crc32fast::hash(&head).to_le_bytes());
+    file.write_at(0, &head)
+        .map_err(|e| wal_err("writing its header", e))?;
+    file.sync_data().map_err(|e| wal_err("syncing", e))
 }
 
 /// What lies at an offset of the log.

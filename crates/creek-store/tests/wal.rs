@@ -7,7 +7,7 @@
 mod common;
 
 use common::{put_raw, write_entries, TempDir};
-use creek_store::{load_backend, SimDisk, StoreError, WAL_BYTES};
+use creek_store::{load_backend, SimDisk, StoreError, HEADER_BLOCK, WAL_BYTES};
 use raft::{GetEntriesContext, Storage};
 
 fn voters() -> Vec<u64> {
@@ -105,10 +105,10 @@ fn a_clean_close_leaves_everything_in_the_database() {
     let want = entries_of(&loaded.storage);
     loaded.store.fold_wal().unwrap();
     drop(loaded);
-    // The log's file zeroed: nothing to replay.
+    // The log's records zeroed: nothing to replay.
     let wal = disk.wal();
     let zeros = vec![0u8; WAL_BYTES as usize];
-    redb::StorageBackend::write(&wal, 0, &zeros).unwrap();
+    redb::StorageBackend::write(&wal, HEADER_BLOCK, &zeros).unwrap();
     let reopened = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
     assert_eq!(entries_of(&reopened.storage), want);
 }
@@ -117,7 +117,7 @@ fn a_clean_close_leaves_everything_in_the_database() {
 fn a_damaged_record_followed_by_the_next_is_refused() {
     // A byte of the first record's CRC, number or body flipped: the second
     // record still follows it.
-    for at in [4, 8, 40] {
+    for at in [4, 8, 40].map(|at| HEADER_BLOCK + at) {
         let disk = SimDisk::new();
         let mut loaded = load_backend(disk.clone(), disk.wal(), voters()).unwrap();
         write_entries(&mut loaded, 1, 3, 1, 100);

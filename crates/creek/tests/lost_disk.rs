@@ -388,3 +388,42 @@ async fn a_majority_lost_at_once_is_refused_not_rebuilt_from_the_minority() {
         assert_eq!(as_int(&strong_get(&cluster, i, "n").await), acked);
     }
 }
+
+/// A replica whose write-ahead log was removed from beside its database
+/// would forget votes and entries it acknowledged: `creek serve` refuses
+/// to start it, with the reason, and creates nothing; with its own log put
+/// back it starts and catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_missing_its_write_ahead_log_refuses_to_start() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader(T).await;
+    for k in 0..20 {
+        strong_incr(&cluster, k % 3).await.expect("strong incr");
+    }
+    let f = (leader + 1) % 3;
+    cluster.kill(f);
+    let wal = cluster.data_dir(f).join("creek.wal");
+    let aside = cluster.dir.join("creek.wal.aside");
+    std::fs::rename(&wal, &aside).expect("move the log aside");
+    cluster.spawn_all();
+    let status = cluster
+        .wait_exit(f, Duration::from_secs(30))
+        .expect("wait")
+        .expect("it was started");
+    assert_eq!(status.code(), Some(1), "refused: {}", log_of(&cluster, f));
+    let log = log_of(&cluster, f);
+    assert!(
+        log.contains("creek.wal is missing beside creek.redb"),
+        "the reason is logged: {log}"
+    );
+    assert!(!wal.exists(), "the refusal created a log");
+    // The others serve meanwhile.
+    strong_incr(&cluster, leader).await.expect("strong incr");
+    std::fs::rename(&aside, &wal).expect("put the log back");
+    cluster.restart(f).await;
+    let deadline = Instant::now() + T;
+    while weak_n(&cluster, f).await != 21 {
+        assert!(Instant::now() < deadline, "replica {} did not catch up", f + 1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
