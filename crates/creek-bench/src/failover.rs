@@ -16,7 +16,10 @@
 //! - `pause`: the leader is stopped (`SIGSTOP`) and continued after
 //!   `--hold-secs`;
 //! - `partition`: every link between the leader and the others is cut
-//!   (`Admin.SetFaults`, both ways) and healed after `--hold-secs`.
+//!   (`Admin.SetFaults`, both ways) and healed after `--hold-secs`;
+//! - `stop`: the leader is stopped as an operator stops it before an
+//!   upgrade (`SIGTERM`: it hands its leadership over first) and started
+//!   again after `--hold-secs`.
 //!
 //! A round's **failover time** is from the fault to the first completed
 //! strong op — its stable view — among those invoked at the other
@@ -68,6 +71,9 @@ pub enum Kind {
     Pause,
     /// Cut off from the other replicas, healed after the hold.
     Partition,
+    /// `SIGTERM`, a planned stop (the leader hands its leadership over
+    /// first), started again after the hold.
+    Stop,
 }
 
 impl Kind {
@@ -76,6 +82,7 @@ impl Kind {
             Kind::Kill => "kill",
             Kind::Pause => "pause",
             Kind::Partition => "partition",
+            Kind::Stop => "stop",
         }
     }
 }
@@ -87,7 +94,7 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// The fault kinds, in this order, each `--rounds` times.
-    #[arg(long, value_delimiter = ',', default_value = "kill,pause,partition")]
+    #[arg(long, value_delimiter = ',', default_value = "kill,pause,partition,stop")]
     kinds: Vec<Kind>,
     /// Closed-loop clients putting beside the probes (0: none).
     #[arg(long, default_value_t = 8)]
@@ -439,6 +446,7 @@ async fn rounds(
                 }
                 Kind::Pause => servers.signal(leader, Signal::Stop)?,
                 Kind::Partition => set_cut(channels, leader, true).await?,
+                Kind::Stop => servers.signal(leader, Signal::Term)?,
             }
             let injected = Instant::now();
             tokio::time::sleep(hold.saturating_sub(injected - at)).await;
@@ -448,6 +456,11 @@ async fn rounds(
                 Kind::Kill => servers.spawn(leader)?,
                 Kind::Pause => servers.signal(leader, Signal::Cont)?,
                 Kind::Partition => set_cut(channels, leader, false).await?,
+                Kind::Stop => {
+                    // Stopped by now, unless it hangs: then it is killed.
+                    servers.wait_exit(leader, Duration::from_secs(10))?;
+                    servers.spawn(leader)?;
+                }
             }
             // The hold's last weak ops have their answer window, its
             // strong ops their deadline.

@@ -220,8 +220,15 @@ impl<S: CabStorage> Cab<S> {
     }
 
     /// Hand leadership to the voter whose log is furthest along, among
-    /// those heard from lately (one that is down would never take it).
-    fn hand_over(&mut self) {
+    /// those heard from lately (one that is down would never take it):
+    /// before this replica leaves the group, or stops for a while. Returns
+    /// the voter asked, if this replica leads and has one to ask; the
+    /// library then stops proposing until the transfer ends (it is taken
+    /// back after an election timeout if the voter does not take over).
+    pub fn hand_over(&mut self) -> Option<ReplicaId> {
+        if !self.is_leader() {
+            return None;
+        }
         let me = raft_id(self.config.me);
         let voters = voters_of(&self.conf_state());
         let best = self
@@ -232,9 +239,9 @@ impl<S: CabStorage> Cab<S> {
             .filter(|(id, _)| **id != me && replica_of(**id).is_some_and(|r| voters.contains(&r)))
             .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
             .map(|(id, _)| *id);
-        if let Some(to) = best {
-            self.node.transfer_leader(to);
-        }
+        let to = best?;
+        self.node.transfer_leader(to);
+        replica_of(to)
     }
 
     /// Leader: promote one learner whose log has caught up (one change at a

@@ -250,6 +250,16 @@ impl<S: CabStorage> Node<S> {
         }
     }
 
+    /// Hand CAB's leadership to the most up-to-date voter heard from
+    /// lately, before a planned stop (see `Cab::hand_over`). Returns the
+    /// voter asked, or `None` if this replica does not lead or has no one
+    /// to ask.
+    pub fn hand_over_leadership(&mut self) -> Option<ReplicaId> {
+        let to = self.cab.hand_over();
+        self.turn();
+        to
+    }
+
     /// One turn, after every input: each room's output is taken as one
     /// value and handed to the rooms that consume it, in the order the
     /// protocol needs (in the manner of raft-rs's `ready()` / `advance()`,

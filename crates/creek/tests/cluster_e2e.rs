@@ -318,6 +318,37 @@ async fn the_leader_killed_mid_load_and_a_replica_restarted_from_disk_lose_nothi
     }
 }
 
+/// A leader stopped as an operator stops it (SIGTERM) hands its
+/// leadership over before it exits: the moment it has exited, the other
+/// two already follow a new leader of a later term — no election timeout
+/// passes without one — and strong ops go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_on_purpose_hands_over_before_it_exits() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader(T).await;
+    let term = cluster.status(leader).await.expect("status").term;
+    let status = cluster
+        .stop(leader, Duration::from_secs(10))
+        .expect("stop")
+        .expect("it ran");
+    assert!(status.success(), "a clean stop: {status}");
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    for &i in &others {
+        let s = cluster.status(i).await.expect("status");
+        assert!(
+            s.term > term && s.leader != 0 && s.leader as usize != leader + 1,
+            "replica {} follows a new leader at once: {s:?}",
+            i + 1
+        );
+    }
+    let log = std::fs::read_to_string(cluster.log_path(leader)).unwrap_or_default();
+    assert!(log.contains("handing leadership over first"), "{log}");
+    let mut c = cluster.client(others[0]).await;
+    let r = req("kv.put", &[b("after"), b("stop")], STRONG);
+    let views = call(&mut c, r, T).await.expect("a strong op after the stop");
+    assert!(matches!(views.last(), Some(Got::Final(Ok(_)))), "{views:?}");
+}
+
 /// Wide-area round trips, injected in the transport: with 120 ms of one-way
 /// delay on every link (a 240 ms round trip, more than twice the configured
 /// 100 ms election timeout), the group keeps or finds a leader, stretches
