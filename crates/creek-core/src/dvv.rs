@@ -81,6 +81,17 @@ impl Entry {
         if start > end || self.counter == u64::MAX {
             return;
         }
+        // The common case, a run past every run held and not touching the
+        // last: no merging to look for.
+        let past_last = match self.runs.last_key_value() {
+            Some((_, &last_end)) => last_end.saturating_add(1) < start,
+            None => true,
+        };
+        if past_last {
+            self.runs.insert(start, end);
+            self.absorb();
+            return;
+        }
         let (mut lo, mut hi) = (start, end);
         // A run ending at or after `start - 1` that starts at or before
         // `end + 1` touches the new one.
@@ -155,6 +166,21 @@ impl Entry {
 /// One origin of a [`Dvv`] as its contiguous counter and its runs of
 /// exception seqs, `(start, end)` inclusive (see [`Dvv::to_runs`]).
 pub type RunRecord = (ReplicaId, u64, Vec<(u64, u64)>);
+
+/// Whether `runs` are as [`Dvv::to_runs`] gives them after `counter`:
+/// each non-empty, past the counter, increasing with a missing seq
+/// between each two (one that starts right after the counter is absorbed
+/// by [`Entry::absorb`]).
+fn are_normal(counter: u64, runs: &[(u64, u64)]) -> bool {
+    let mut after = counter; // the least seq a run may start at, minus one
+    for &(s, e) in runs {
+        if s <= after || s > e {
+            return false;
+        }
+        after = e.saturating_add(1);
+    }
+    true
+}
 
 /// A set of [`OpId`]s: per origin, a contiguous counter plus runs of
 /// exceptions. See the [module docs](self).
@@ -364,6 +390,13 @@ impl Dvv {
                 e.counter = counter;
                 e.normalize();
             }
+            if e.runs.is_empty() && are_normal(e.counter, &runs) {
+                // What the encoders produce: built in one pass, without a
+                // search per run (a context can hold thousands of runs).
+                e.runs = runs.into_iter().collect();
+                e.absorb();
+                continue;
+            }
             for (s, end) in runs {
                 if s <= end {
                     e.add_run(s.max(1), end);
@@ -565,6 +598,28 @@ mod tests {
         assert_normalized(&d);
         assert_eq!(d.to_runs(), vec![(ReplicaId(1), 8, vec![(12, 20)])]);
         assert_eq!(Dvv::from_runs(d.to_runs()), d);
+    }
+
+    /// Runs as encoders give them are built in one pass; the result is the
+    /// set of their seqs, as inserting them one by one gives it, also when
+    /// the first run continues the counter (it is absorbed) or two runs
+    /// touch (that input takes the merging path).
+    #[test]
+    fn from_runs_in_encoder_order_equals_the_seqs_inserted() {
+        let cases: Vec<(u64, Vec<(u64, u64)>)> = vec![
+            (3, vec![(5, 6), (8, 8), (10, 2000)]),
+            (3, vec![(4, 6), (8, 9)]),
+            (0, vec![(1, 1), (3, 3), (5, 5)]),
+            (3, vec![(5, 6), (7, 9)]),
+            (0, (1..=500).map(|k| (2 * k, 2 * k)).collect()),
+        ];
+        for (counter, runs) in cases {
+            let fast = Dvv::from_runs(vec![(ReplicaId(1), counter, runs.clone())]);
+            assert_normalized(&fast);
+            let seqs = (1..=counter).chain(runs.iter().flat_map(|&(s, e)| s..=e));
+            let slow: Dvv = seqs.map(|q| id(1, q)).collect();
+            assert_eq!(fast, slow, "counter {counter}, runs {runs:?}");
+        }
     }
 
     #[test]

@@ -47,6 +47,16 @@ pub struct NodeConfig {
     /// behind pushes back on clients instead of letting the writes and the peer
     /// messages they hold grow without bound.
     pub pending_writes_max: u64,
+    /// Strong client invocations are refused
+    /// ([`InvokeError::StrongBacklog`](creek_core::InvokeError::StrongBacklog))
+    /// while this many of this replica's strong ops wait for their place in
+    /// the consensus order (0: no bound). Without a leader, or with one
+    /// that cannot keep up, more would only pile up: each is a gap in the
+    /// causal context of every strong op its peers issue meanwhile (they
+    /// know a strong op only once it is ordered), so contexts, and the
+    /// work of decoding them, grow with the backlog until the replicas'
+    /// loops have no time left for consensus itself.
+    pub strong_pending_max: usize,
     /// A replica that lost its data is rebuilt from the members left even
     /// when a majority of the group lost its data (they may lack ops only
     /// the lost replicas acknowledged, which are then gone for good). The
@@ -108,6 +118,7 @@ impl NodeConfig {
             checkpoint_every_ticks: 0,
             checkpoint_rewrite_ratio: 0,
             pending_writes_max: PENDING_WRITES_MAX,
+            strong_pending_max: STRONG_PENDING_MAX,
             rebuild_despite_data_loss: false,
             stable: crate::stable::StableConfig::default(),
             planted: PlantedBugs::NONE,
@@ -149,3 +160,8 @@ pub enum NodeError {
     #[error("inconsistent configuration: {0}")]
     Inconsistent(String),
 }
+
+/// The default [`NodeConfig::strong_pending_max`]: far above what closed-loop
+/// clients keep in flight (one strong op each), reached in seconds by a
+/// steady open-loop load while no leader orders anything.
+pub const STRONG_PENDING_MAX: usize = 1024;

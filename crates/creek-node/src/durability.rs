@@ -40,6 +40,10 @@ pub(crate) struct Durability {
     checkpoint_state_bytes: u64,
     /// Refuse client invocations at this many pending writes (0: never).
     pub(crate) pending_writes_max: u64,
+    /// Refuse strong client invocations at this many own strong ops not
+    /// yet ordered (0: never; `NodeConfig::strong_pending_max`). Not about
+    /// the disk, but the same kind of push-back, checked beside it.
+    pub(crate) strong_pending_max: usize,
     pub(crate) ticks_since_checkpoint: u64,
     checkpoint_requested: bool,
     /// The committed length the last durable checkpoint covered.
@@ -114,6 +118,7 @@ impl Durability {
             checkpoint_state_bytes: recovered.map_or(0, state_bytes),
             checkpointed_len: recovered.map_or(0, |c| c.committed_len),
             pending_writes_max: config.pending_writes_max,
+            strong_pending_max: config.strong_pending_max,
             send_before_durable: config.planted.has(Bug::SendBeforeDurable),
             forget_sent_ops: config.planted.has(Bug::ForgetSentOps),
             ..Durability::default()

@@ -45,7 +45,7 @@ use transfer::Transfers;
 
 pub use config::{
     NodeConfig, NodeError, CHECKPOINT_OPS, CHECKPOINT_REWRITE_RATIO, PENDING_WRITES_MAX,
-    PLANTED_BUGS,
+    PLANTED_BUGS, STRONG_PENDING_MAX,
 };
 pub use driver::Driver;
 pub use durability::RESERVE_AHEAD;
@@ -378,6 +378,49 @@ mod tests {
         // The disk catches up: accepted again.
         node.on_durable(node.written());
         assert!(node.invoke(put(1000), 1000).is_ok());
+    }
+
+    /// Without a leader, strong ops cannot be ordered: at
+    /// `strong_pending_max` of them waiting, new strong invocations are
+    /// refused with `StrongBacklog`; weak ones are still taken.
+    #[test]
+    fn strong_ops_that_cannot_be_ordered_are_bounded() {
+        let me = ReplicaId(1);
+        let group = [me, ReplicaId(2), ReplicaId(3)];
+        let mut config = NodeConfig::for_group(me, &group);
+        config.strong_pending_max = 4;
+        let storage = MemCabStorage::new(group.iter().map(|r| creek_cab::raft_id(*r)).collect());
+        let registry = Arc::new(Registry::with_builtins());
+        let mut node = Node::new(config, registry, storage, 0).expect("starts");
+        let put = |i: u64, strong: bool| {
+            let key = Value::Bytes(Bytes::from(format!("k{i}")));
+            let args = encode_args(&[key, Value::Bytes(Bytes::from_static(b"v"))]);
+            let call = ProcCall::new("kv.put", args);
+            if strong {
+                Request::strong(call)
+            } else {
+                Request::weak(call)
+            }
+        };
+        let mut refused = None;
+        for i in 0..100 {
+            match node.invoke(put(i, true), i) {
+                Ok(_) => {
+                    node.execute_all();
+                    let _ = node.ready();
+                    node.on_durable(node.written());
+                }
+                Err(e) => {
+                    refused = Some((i, e));
+                    break;
+                }
+            }
+        }
+        let (at, e) = refused.expect("refused before 100 strong ops");
+        assert!(matches!(e, InvokeError::StrongBacklog(4)), "{e}");
+        assert_eq!(at, 4, "refused at the bound");
+        assert_eq!(node.cab().unconfirmed(), 4);
+        assert!(node.invoke(put(1000, false), 1000).is_ok(), "weak ops are taken");
     }
 
     /// Group changes a single-replica group's leader refuses, and one it

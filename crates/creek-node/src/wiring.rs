@@ -60,6 +60,10 @@ impl<S: CabStorage> Node<S> {
         if d.pending_writes_max > 0 && pending >= d.pending_writes_max {
             return Err(InvokeError::DiskBehind(pending));
         }
+        let max = d.strong_pending_max;
+        if request.strong && max > 0 && self.cab.unconfirmed() >= max {
+            return Err(InvokeError::StrongBacklog(self.cab.unconfirmed()));
+        }
         let handle = self.replica.invoke(request, now_us)?;
         self.turn();
         Ok(handle)

@@ -257,6 +257,11 @@ pub struct ServerConfig {
     /// disk writes are handed out and not yet durable.
     #[serde(default = "defaults::pending_writes_max")]
     pub pending_writes_max: u64,
+    /// Strong client invocations are refused (RESOURCE_EXHAUSTED, with a
+    /// retry hint) while this many of this replica's strong ops wait for
+    /// their place in the consensus order; 0: no bound.
+    #[serde(default = "defaults::strong_pending_max")]
+    pub strong_pending_max: usize,
     /// The leader compacts its consensus log past a follower this many
     /// entries behind and sends it a snapshot instead.
     #[serde(default = "defaults::compaction_lag_max")]
@@ -421,6 +426,9 @@ mod defaults {
     pub fn pending_writes_max() -> u64 {
         creek_node::PENDING_WRITES_MAX
     }
+    pub fn strong_pending_max() -> usize {
+        creek_node::STRONG_PENDING_MAX
+    }
     pub fn compaction_lag_max() -> u64 {
         creek_cab::COMPACTION_LAG_MAX
     }
@@ -534,6 +542,7 @@ impl ServerConfig {
             checkpoint_rewrite_ratio: defaults::checkpoint_rewrite_ratio(),
             session_ttl_secs: defaults::session_ttl_secs(),
             pending_writes_max: defaults::pending_writes_max(),
+            strong_pending_max: defaults::strong_pending_max(),
             compaction_lag_max: defaults::compaction_lag_max(),
             max_request_bytes: defaults::max_request_bytes(),
             connections_per_client_max: defaults::connections_per_client_max(),

@@ -132,3 +132,64 @@ async fn a_backup_of_a_loaded_cluster_restores_to_a_cluster_with_its_state() {
         "{views:?}"
     );
 }
+
+/// A backup taken while clients keep writing, strong and weak, without a
+/// pause, completes (the replica answers at the first turn of its loop
+/// that ends at a clean point of the committed order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_under_sustained_writes_completes() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let cluster = Cluster::start(3).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stable = Arc::new(AtomicU64::new(0));
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let addr = cluster.clients[w % 3].to_string();
+        let (stop, stable) = (stop.clone(), stable.clone());
+        writers.push(tokio::spawn(async move {
+            let c = Client::connect([addr]).await.expect("connect");
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let args = vec![b(&format!("w{w}")), b(&n.to_string())];
+                let strong = n % 2 == 0;
+                if strong {
+                    let op = c.invoke_strong("kv.put", args).await;
+                    if let Ok(op) = op {
+                        if op.final_view().await.is_ok() {
+                            stable.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                } else {
+                    let _ = c.invoke_weak("kv.put", args).await;
+                }
+                n += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dir = cluster.dir.join("backup-busy");
+    let mut args = vec!["backup".to_owned(), "--to".to_owned(), path(&dir).to_owned()];
+    for a in &cluster.clients {
+        args.extend(["--addr".to_owned(), a.to_string()]);
+    }
+    let before = stable.load(Ordering::Relaxed);
+    let out = tokio::task::spawn_blocking(move || {
+        creek(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .expect("backup");
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        let _ = w.await;
+    }
+    let (ok, out) = out;
+    assert!(ok, "a backup under load: {out}");
+    assert!(before > 0, "the writers wrote");
+    let after = stable.load(Ordering::Relaxed);
+    assert!(after > before, "the writers kept writing during the backup");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
+            .expect("json");
+    assert!(manifest["keys"].as_u64().expect("keys") >= 1, "{manifest}");
+}

@@ -22,6 +22,11 @@ pub enum InvokeError {
     /// (and the peer messages they hold back with them); retry later.
     #[error("replica overloaded: {0} writes wait for its disk")]
     DiskBehind(u64),
+    /// This many of the replica's strong ops wait for their place in the
+    /// consensus order (no leader, or one that cannot keep up); retry
+    /// later.
+    #[error("replica overloaded: {0} strong ops wait for the consensus order")]
+    StrongBacklog(usize),
     /// The replica does not serve: it is joining its cluster, or it lost
     /// its data and waits to be rebuilt (the text says which).
     #[error("{0}")]

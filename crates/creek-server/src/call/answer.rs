@@ -73,6 +73,10 @@ pub(crate) fn answer(reply: Reply) -> Answer {
 /// disk.
 const DISK_BEHIND_RETRY_MS: u64 = 100;
 
+/// How long a client refused for the strong backlog should wait: about
+/// an election (the usual reason nothing is ordered).
+const STRONG_BACKLOG_RETRY_MS: u64 = 200;
+
 /// The gRPC status for a refused invocation.
 pub(crate) fn rejected(e: InvokeError) -> Status {
     use creek_core::InvokeError as E;
@@ -95,6 +99,16 @@ pub(crate) fn rejected(e: InvokeError) -> Status {
             status
                 .metadata_mut()
                 .insert("retry-after-ms", DISK_BEHIND_RETRY_MS.into());
+            status
+        }
+        E::StrongBacklog(n) => {
+            let mut status = Status::resource_exhausted(format!(
+                "replica overloaded: {n} strong ops wait for the consensus order (no leader, or \
+                 one that cannot keep up); retry in about {STRONG_BACKLOG_RETRY_MS} ms"
+            ));
+            status
+                .metadata_mut()
+                .insert("retry-after-ms", STRONG_BACKLOG_RETRY_MS.into());
             status
         }
         E::NotServing(why) => Status::unavailable(why),

@@ -50,9 +50,15 @@ pub enum Event {
         /// The answer.
         reply: oneshot::Sender<CommittedPart>,
     },
-    /// A checkpoint of the committed state now, with the cluster's id
-    /// (`None` when the replica is not at a clean point: ask again).
-    Checkpoint(oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>),
+    /// A checkpoint of the committed state at the first clean point, with
+    /// the cluster's id (`None`: none came `within`, or the replica is not
+    /// a member).
+    Checkpoint {
+        /// The answer.
+        reply: oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>,
+        /// How long to wait for a clean point.
+        within: std::time::Duration,
+    },
     /// Change the replica group (leader only): answered once the change is
     /// applied here, or refused.
     ChangeGroup {

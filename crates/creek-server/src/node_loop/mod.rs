@@ -161,6 +161,9 @@ pub struct NodeLoop {
     /// A stop waiting for the leadership it handed over to be taken (at
     /// most until this instant; see [`NodeLoop::begin_stop`]).
     handing_over: Option<Instant>,
+    /// Checkpoints asked for (backups), each answered at the first turn
+    /// that ends at a clean point, or refused after its instant.
+    backups: Vec<(oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>, Instant)>,
     /// State-transfer work done on other threads, for the next turn.
     transfer_done: Arc<std::sync::Mutex<Vec<creek_node::TransferDone>>>,
     /// The configured replicas' addresses.
@@ -253,6 +256,7 @@ impl NodeLoop {
             timing_scale: 1,
             stopping: false,
             handing_over: None,
+            backups: Vec::new(),
             transfer_done: Arc::default(),
             config_addrs: config.addrs,
             group,
@@ -311,6 +315,7 @@ impl NodeLoop {
                 self.node.stalled();
             }
             self.pump_watchers();
+            self.answer_backups();
             // A failure report whose nudge found the channel full is seen
             // here.
             self.check_disk();
@@ -357,6 +362,34 @@ impl NodeLoop {
                 // Its messages leave with this turn's flush.
             }
             None => self.stop_now(),
+        }
+    }
+
+    /// Answer the checkpoints asked for (backups) if this turn ends at a
+    /// clean point; refuse those whose wait is over, or all of them when
+    /// this replica is not a member. A busy replica is at a clean point
+    /// only now and then, between turns: asking at every turn's end finds
+    /// one, where asking at moments of a client's choosing may not.
+    fn answer_backups(&mut self) {
+        if self.backups.is_empty() {
+            return;
+        }
+        let member = self.node.standing() == creek_node::Standing::Member;
+        let taken = member.then(|| self.node.checkpoint()).flatten();
+        let cluster = self.node.identity().cluster_id();
+        let now = Instant::now();
+        for (reply, until) in std::mem::take(&mut self.backups) {
+            match &taken {
+                Some(c) => {
+                    let _ = reply.send(Some((c.clone(), cluster)));
+                }
+                None if member && now < until && !reply.is_closed() => {
+                    self.backups.push((reply, until));
+                }
+                None => {
+                    let _ = reply.send(None);
+                }
+            }
         }
     }
 
@@ -425,11 +458,9 @@ impl NodeLoop {
                 addrs,
                 reply,
             } => self.change_group(change, addrs, reply),
-            Event::Checkpoint(reply) => {
-                let member = self.node.standing() == creek_node::Standing::Member;
-                let taken = member.then(|| self.node.checkpoint()).flatten();
-                let cluster = self.node.identity().cluster_id();
-                let _ = reply.send(taken.map(|c| (c, cluster)));
+            Event::Checkpoint { reply, within } => {
+                self.backups.push((reply, Instant::now() + within));
+                self.answer_backups();
             }
             Event::Watch(req, reply) => {
                 let _ = reply.send(self.add_watcher(req));

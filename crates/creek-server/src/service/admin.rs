@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use creek_core::ReplicaId;
 use creek_node::GroupError;
@@ -205,28 +205,25 @@ impl pb::admin_server::Admin for AdminService {
         request: tonic::Request<pb::BackupRequest>,
     ) -> Result<tonic::Response<BackupStream>, Status> {
         self.check(&request, &Need::Cluster)?;
-        let give_up = Instant::now() + BACKUP_CLEAN_POINT_WAIT;
-        let (checkpoint, cluster) =
-            loop {
-                let (tx, rx) = oneshot::channel();
-                self.events
-                    .send(Event::Checkpoint(tx))
-                    .await
-                    .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-                let taken = rx
-                    .await
-                    .map_err(|_| Status::unavailable("the replica is shutting down"))?;
-                match taken {
-                    Some(t) => break t,
-                    None if Instant::now() < give_up => {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    None => return Err(Status::unavailable(
-                        "no clean point of the committed order within 10 s (the replica is not a \
-                         member, or never idle between commits): retry, or ask another replica",
-                    )),
-                }
-            };
+        let (tx, rx) = oneshot::channel();
+        let asked = Event::Checkpoint {
+            reply: tx,
+            within: BACKUP_CLEAN_POINT_WAIT,
+        };
+        self.events
+            .send(asked)
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let taken = rx
+            .await
+            .map_err(|_| Status::unavailable("the replica is shutting down"))?;
+        let Some((checkpoint, cluster)) = taken else {
+            return Err(Status::unavailable(
+                "no clean point of the committed order within 10 s (the replica is not a \
+                 member, or never between commits at the end of a turn): retry, or ask another \
+                 replica",
+            ));
+        };
         tracing::info!(
             committed = checkpoint.committed_len,
             keys = checkpoint.state.len(),
