@@ -93,6 +93,9 @@ const STALL_AFTER: Duration = Duration::from_secs(10);
 /// Ready executions below this count run inline on the node loop thread.
 const POOL_MIN_TASKS: usize = 16;
 
+/// Most executions run in one round of [`NodeLoop::execute`].
+const EXEC_ROUND_MAX: usize = 1024;
+
 /// How the loop is set up.
 pub struct LoopConfig {
     /// Worker threads for executions.
@@ -161,6 +164,8 @@ pub struct NodeLoop {
     /// A stop waiting for the leadership it handed over to be taken (at
     /// most until this instant; see [`NodeLoop::begin_stop`]).
     handing_over: Option<Instant>,
+    /// How many executions the next round of [`NodeLoop::execute`] runs.
+    exec_round: usize,
     /// Checkpoints asked for (backups), each answered at the first turn
     /// that ends at a clean point, or refused after its instant.
     backups: Vec<(oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>, Instant)>,
@@ -256,6 +261,7 @@ impl NodeLoop {
             timing_scale: 1,
             stopping: false,
             handing_over: None,
+            exec_round: EXEC_ROUND_MAX,
             backups: Vec::new(),
             transfer_done: Arc::default(),
             config_addrs: config.addrs,
@@ -739,18 +745,30 @@ impl NodeLoop {
 
     /// Run every ready execution: on the worker pool when many are ready,
     /// inline otherwise (waking the pool costs more than a few small ops).
+    /// Run the executions that are ready, round after round, until none
+    /// is. A round runs its executions side by side on snapshots taken
+    /// before any of them completes, so on a hot key (a counter every op
+    /// increments) all but the first of a round read a version the first
+    /// replaces, and run again: a round of n wastes n − 1 executions, and a
+    /// tentative list of thousands on one key cost thousands of executions
+    /// per op. So a round is as wide as the last one was useful: halved when
+    /// most of its executions were wasted (rejected at validation,
+    /// discarded, or installed and rolled back), doubled up to
+    /// [`EXEC_ROUND_MAX`] otherwise.
     fn execute(&mut self) {
         loop {
             let mut tasks = Vec::new();
             while let Some(t) = self.node.next_execution() {
                 tasks.push(t);
-                if tasks.len() >= 1024 {
+                if tasks.len() >= self.exec_round {
                     break;
                 }
             }
             if tasks.is_empty() {
                 return;
             }
+            let ran = tasks.len();
+            let before = self.node.replica().exec_counters();
             let replica = self.node.replica();
             let done = match (&self.pool, tasks.len()) {
                 (Some(pool), n) if n >= POOL_MIN_TASKS => pool.install(|| {
@@ -762,6 +780,15 @@ impl NodeLoop {
             for c in done {
                 self.node.complete(c);
             }
+            let after = self.node.replica().exec_counters();
+            let wasted = (after.conflicts - before.conflicts)
+                + (after.stale - before.stale)
+                + (after.invalidations - before.invalidations);
+            self.exec_round = if wasted as usize * 2 > ran {
+                (self.exec_round / 2).max(1)
+            } else {
+                (self.exec_round * 2).min(EXEC_ROUND_MAX)
+            };
         }
     }
 
