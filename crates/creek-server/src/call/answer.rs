@@ -73,8 +73,9 @@ pub(crate) fn answer(reply: Reply) -> Answer {
 /// disk.
 const DISK_BEHIND_RETRY_MS: u64 = 100;
 
-/// How long a client refused for the strong backlog should wait: about
-/// an election (the usual reason nothing is ordered).
+/// How long a client refused for the strong backlog, or a full tentative
+/// list, should wait: about an election (the usual reason nothing is
+/// ordered).
 const STRONG_BACKLOG_RETRY_MS: u64 = 200;
 
 /// The gRPC status for a refused invocation.
@@ -88,9 +89,16 @@ pub(crate) fn rejected(e: InvokeError) -> Status {
         E::Call(c @ CallError::NeedsStrong { .. }) => Status::invalid_argument(c.to_string()),
         E::Call(c @ CallError::KeyTooLarge { .. }) => Status::invalid_argument(c.to_string()),
         E::NoView => Status::invalid_argument("the request asks for no view"),
-        E::Overloaded(n) => Status::resource_exhausted(format!(
-            "replica overloaded: {n} ops on the tentative list; retry later"
-        )),
+        E::Overloaded(n) => {
+            let mut status = Status::resource_exhausted(format!(
+                "replica overloaded: {n} ops on the tentative list; retry in about \
+                 {STRONG_BACKLOG_RETRY_MS} ms"
+            ));
+            status
+                .metadata_mut()
+                .insert("retry-after-ms", STRONG_BACKLOG_RETRY_MS.into());
+            status
+        }
         E::DiskBehind(n) => {
             let mut status = Status::resource_exhausted(format!(
                 "replica overloaded: {n} writes wait for its disk; retry in about \
