@@ -94,7 +94,11 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// The fault kinds, in this order, each `--rounds` times.
-    #[arg(long, value_delimiter = ',', default_value = "kill,pause,partition,stop")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill,pause,partition,stop"
+    )]
     kinds: Vec<Kind>,
     /// Closed-loop clients putting beside the probes (0: none).
     #[arg(long, default_value_t = 8)]

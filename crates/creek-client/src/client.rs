@@ -571,6 +571,13 @@ impl Client {
         .await
     }
 
+    /// `kv.txn`: `txn`'s compares, then its success or failure ops,
+    /// atomically at `levels` ([`TxnAnswer::from_outcome`](crate::TxnAnswer::from_outcome)
+    /// reads the answer).
+    pub async fn kv_txn(&self, txn: &crate::Txn, levels: Levels) -> Result<Correctable, Error> {
+        self.invoke("kv.txn", txn.args(), levels).await
+    }
+
     /// The status of the replica calls currently go to.
     pub async fn status(&self) -> Result<pb::StatusReply, Error> {
         let reply = self

@@ -121,6 +121,7 @@ mod procs;
 mod speculate;
 mod stream;
 mod tls;
+mod txn;
 mod view;
 mod watch;
 
@@ -133,6 +134,7 @@ pub use creek_shard::{ShardId, ShardMap};
 pub use error::Error;
 pub use procs::{Keyspace, KeyspaceLabel, ProcedureSource, Registered, DEFINITION_TIMEOUT};
 pub use tls::{TlsFiles, TlsOptions};
+pub use txn::{Cmp, Txn, TxnAnswer, TxnOp};
 pub use view::{Level, Levels, Outcome, View, ViewKind};
 pub use watch::{OpRef, WatchEvent, WatchOptions};
 

@@ -420,7 +420,10 @@ mod tests {
         assert!(matches!(e, InvokeError::StrongBacklog(4)), "{e}");
         assert_eq!(at, 4, "refused at the bound");
         assert_eq!(node.cab().unconfirmed(), 4);
-        assert!(node.invoke(put(1000, false), 1000).is_ok(), "weak ops are taken");
+        assert!(
+            node.invoke(put(1000, false), 1000).is_ok(),
+            "weak ops are taken"
+        );
     }
 
     /// Group changes a single-replica group's leader refuses, and one it

@@ -402,7 +402,13 @@ pub fn load_backend(
             .create_with_backend(backend)
             .map_err(db_err)?;
         let never = || unreachable!("a backend's log file is always there");
-        load_db(db, Some(Box::new(wal)), never, voters, repaired.load(Ordering::Relaxed))
+        load_db(
+            db,
+            Some(Box::new(wal)),
+            never,
+            voters,
+            repaired.load(Ordering::Relaxed),
+        )
     })
 }
 

@@ -51,7 +51,10 @@ fn a_missing_log_is_refused_and_nothing_is_created() {
     let e = refused(dir.path());
     assert!(matches!(e, StoreError::WalMissing), "{e}");
     assert!(e.to_string().contains("Lost a disk"), "{e}");
-    assert!(!dir.sub(WAL_FILE_NAME).exists(), "the refusal created a log");
+    assert!(
+        !dir.sub(WAL_FILE_NAME).exists(),
+        "the refusal created a log"
+    );
     // Refused again, the same way.
     assert!(matches!(refused(dir.path()), StoreError::WalMissing));
 }
@@ -74,7 +77,10 @@ fn another_directorys_log_is_refused() {
     let ours = std::fs::read(a.sub(WAL_FILE_NAME)).unwrap();
     std::fs::write(a.sub(WAL_FILE_NAME), &theirs).unwrap();
     let e = refused(a.path());
-    assert!(matches!(e, StoreError::WalForeign { found, expected } if found != expected), "{e}");
+    assert!(
+        matches!(e, StoreError::WalForeign { found, expected } if found != expected),
+        "{e}"
+    );
     // Its own log back: it opens with everything.
     std::fs::write(a.sub(WAL_FILE_NAME), &ours).unwrap();
     assert_eq!(entries_of(&load(a.path(), voters()).unwrap()), want);
@@ -131,15 +137,18 @@ fn a_directory_from_before_headers_is_adopted_with_its_unfolded_records() {
         let db = redb::Database::create(dir.sub(FILE_NAME)).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let meta: redb::TableDefinition<&str, &[u8]> =
-                redb::TableDefinition::new("raft_meta");
+            let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("raft_meta");
             let mut t = txn.open_table(meta).unwrap();
             assert!(t.remove("wal_id").unwrap().is_some());
         }
         txn.commit().unwrap();
     }
     let loaded = load(dir.path(), voters()).unwrap();
-    assert_eq!(entries_of(&loaded), want, "the old layout's records replayed");
+    assert_eq!(
+        entries_of(&loaded),
+        want,
+        "the old layout's records replayed"
+    );
     drop(loaded);
     // Started over with a header: the next open checks it, and a later
     // loss of the log is refused.

@@ -17,6 +17,7 @@ mod serve_cmd;
 mod shards_cmd;
 mod sim_cmd;
 mod status_cmd;
+mod txn_cmd;
 mod user_cmd;
 mod watch_cmd;
 
@@ -60,6 +61,10 @@ enum Command {
     /// Delete a key, or the keys of a prefix or a range, and print how
     /// many were deleted, as `etcdctl del` does.
     Del(kv_cmd::DelArgs),
+    /// Run a conditional transaction read from standard input in
+    /// etcdctl's txn format: compares, a blank line, the ops if they all
+    /// hold, a blank line, the ops otherwise.
+    Txn(txn_cmd::Args),
     /// Print each replica's role, term, log lengths and counters, and
     /// whether the group has a quorum (exit code 3: a member down, 4: no
     /// quorum).
@@ -130,6 +135,7 @@ fn main() -> ExitCode {
         Command::Call(args) => return cli::finish(call_cmd::run(&args)),
         Command::Get(args) => return cli::finish(kv_cmd::get(&args)),
         Command::Del(args) => return cli::finish(kv_cmd::del(&args)),
+        Command::Txn(args) => return cli::finish(txn_cmd::run(&args)),
         Command::Status(args) => return cli::finish(status_cmd::run(&args)),
         Command::Shards(args) => return cli::finish(shards_cmd::run(&args)),
         Command::Proc(args) => return cli::finish(proc_cmd::run(&args)),

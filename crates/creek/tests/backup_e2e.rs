@@ -169,7 +169,11 @@ async fn a_backup_under_sustained_writes_completes() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let dir = cluster.dir.join("backup-busy");
-    let mut args = vec!["backup".to_owned(), "--to".to_owned(), path(&dir).to_owned()];
+    let mut args = vec![
+        "backup".to_owned(),
+        "--to".to_owned(),
+        path(&dir).to_owned(),
+    ];
     for a in &cluster.clients {
         args.extend(["--addr".to_owned(), a.to_string()]);
     }

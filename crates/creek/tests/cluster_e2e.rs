@@ -345,7 +345,9 @@ async fn a_leader_stopped_on_purpose_hands_over_before_it_exits() {
     assert!(log.contains("handing leadership over first"), "{log}");
     let mut c = cluster.client(others[0]).await;
     let r = req("kv.put", &[b("after"), b("stop")], STRONG);
-    let views = call(&mut c, r, T).await.expect("a strong op after the stop");
+    let views = call(&mut c, r, T)
+        .await
+        .expect("a strong op after the stop");
     assert!(matches!(views.last(), Some(Got::Final(Ok(_)))), "{views:?}");
 }
 

@@ -423,7 +423,11 @@ async fn a_replica_missing_its_write_ahead_log_refuses_to_start() {
     cluster.restart(f).await;
     let deadline = Instant::now() + T;
     while weak_n(&cluster, f).await != 21 {
-        assert!(Instant::now() < deadline, "replica {} did not catch up", f + 1);
+        assert!(
+            Instant::now() < deadline,
+            "replica {} did not catch up",
+            f + 1
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -56,6 +56,7 @@ from .errors import (
 )
 from .shards import Cluster, ShardMap, slot_of
 from .procedures import Keyspace, KeyspaceLabel, NotRegistered, ProcedureSource, Refused, Registered
+from .txn import Txn, TxnAnswer
 from .views import ALL, BOTH, SNAPSHOT, STRONG, WEAK, Level, View, ViewKind
 from .watch import WatchEvent
 
@@ -86,6 +87,8 @@ __all__ = [
     "SNAPSHOT",
     "STRONG",
     "State",
+    "Txn",
+    "TxnAnswer",
     "Unauthenticated",
     "Unavailable",
     "View",

@@ -19,6 +19,7 @@ as the table below says. For user procedures use `invoke` (or `call`).
 | `kv_scan_keys`  | `[[key, ...], next key or None]`       |
 | `kv_count`      | `[count, next key or None]`            |
 | `kv_delete_range` | `[keys deleted, next key or None]`   |
+| `kv_txn`        | `[succeeded, [each op's result, ...]]` (see `creek.Txn`) |
 | `queue_enqueue` | int: the item's position               |
 | `queue_dequeue` | bytes, or None if empty                |
 | `queue_len`     | int                                    |
@@ -171,6 +172,12 @@ class Builtins:
         """`kv.delete_range(from, to, limit)`: one page deleted at once,
         `[deleted, next]`."""
         return self._range("kv.delete_range", start, end, limit, levels, options)
+
+    def kv_txn(self, txn, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.txn(compares, success, failure)` from a `creek.Txn`:
+        `[succeeded, [result, ...]]` (`creek.TxnAnswer.of(view)` reads it)."""
+        compares, success, failure = txn.args()
+        return self.invoke("kv.txn", compares, success, failure, levels=levels, **options)
 
     # --------------------------------------------------------------- queue
 

@@ -17,6 +17,7 @@
 //! | `kv.scan_keys`   | `from: bytes, to: bytes?, limit: int`       | `[[key…], next]`         | yes       |
 //! | `kv.count`       | `from: bytes, to: bytes?, limit: int`       | `[int, next]`            | yes       |
 //! | `kv.delete_range`| `from: bytes, to: bytes?, limit: int`       | `[int: deleted, next]`   |           |
+//! | `kv.txn`         | `compares: list, success: list, failure: list` | `[bool: succeeded, [result…]]` |   |
 //! | `queue.enqueue`  | `queue: bytes, item: bytes`                 | int: position            |           |
 //! | `queue.dequeue`  | `queue: bytes`                              | bytes, or nil if empty   |           |
 //! | `queue.len`      | `queue: bytes`                              | int                      | yes       |
@@ -51,6 +52,7 @@ pub mod directory;
 mod kv;
 mod queue;
 pub mod range;
+pub mod txn;
 
 /// Name of the no-op procedure (no arguments, returns nil, read-only); the
 /// stabilizer uses it for its strong no-op.
@@ -72,6 +74,7 @@ pub fn register_all(r: &mut Registry) {
     r.route(NOOP, Route::Everywhere);
     kv::register(r);
     range::register(r);
+    txn::register(r);
     queue::register(r);
     collections::register(r);
     defs::register(r);
@@ -114,6 +117,8 @@ enum Ty {
     BytesOrNil,
     /// A list of byte strings (keys, or values).
     BytesList,
+    /// A list of anything (the procedure's body checks its items).
+    List,
 }
 
 impl Ty {
@@ -123,6 +128,7 @@ impl Ty {
             Ty::Int => "int",
             Ty::BytesOrNil => "bytes or nil",
             Ty::BytesList => "a list of bytes",
+            Ty::List => "a list",
         }
     }
 
@@ -132,7 +138,7 @@ impl Ty {
             Ty::Bytes => "bytes",
             Ty::Int => "int",
             Ty::BytesOrNil => "bytes?",
-            Ty::BytesList => "list",
+            Ty::BytesList | Ty::List => "list",
         }
     }
 
@@ -141,6 +147,7 @@ impl Ty {
             (Ty::BytesList, Value::List(items)) => {
                 items.iter().all(|i| matches!(i, Value::Bytes(_)))
             }
+            (Ty::List, Value::List(_)) => true,
             _ => matches!(
                 (self, v),
                 (Ty::Bytes | Ty::BytesOrNil, Value::Bytes(_))

@@ -33,7 +33,7 @@ const RANGE: &[(&str, Ty)] = &[
     ("limit", Ty::Int),
 ];
 
-const SCAN: Sig = Sig {
+pub(super) const SCAN: Sig = Sig {
     name: "kv.scan",
     params: RANGE,
     subject: Subject::None,
@@ -48,7 +48,7 @@ const COUNT: Sig = Sig {
     params: RANGE,
     subject: Subject::None,
 };
-const DELETE_RANGE: Sig = Sig {
+pub(super) const DELETE_RANGE: Sig = Sig {
     name: "kv.delete_range",
     params: RANGE,
     subject: Subject::None,
@@ -99,14 +99,14 @@ pub(super) fn register(r: &mut Registry) {
 
 /// A range call's arguments, checked: the range (its start raised to the
 /// first user key) and the limit.
-struct Range {
+pub(super) struct Range {
     from: Bytes,
     to: Option<Bytes>,
     limit: usize,
 }
 
 impl Range {
-    fn parse(sig: &Sig, args: &[Value]) -> Result<Range, String> {
+    pub(super) fn parse(sig: &Sig, args: &[Value]) -> Result<Range, String> {
         let [Value::Bytes(from), to, Value::Int(limit)] = args else {
             return Err(format!("{} expects {}", sig.name, sig.signature()));
         };
@@ -141,7 +141,7 @@ impl Range {
 
     /// One page of the range's live keys and their values, and the key
     /// the next page starts at (none once the range is exhausted).
-    fn page(&self, txn: &mut Txn<'_>) -> (Vec<(Bytes, Bytes)>, Option<Bytes>) {
+    pub(super) fn page(&self, txn: &mut Txn<'_>) -> (Vec<(Bytes, Bytes)>, Option<Bytes>) {
         let limits = txn.limits();
         // Past every key this replica admits.
         let end = self

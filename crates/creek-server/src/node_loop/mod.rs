@@ -168,7 +168,10 @@ pub struct NodeLoop {
     exec_round: usize,
     /// Checkpoints asked for (backups), each answered at the first turn
     /// that ends at a clean point, or refused after its instant.
-    backups: Vec<(oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>, Instant)>,
+    backups: Vec<(
+        oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>,
+        Instant,
+    )>,
     /// State-transfer work done on other threads, for the next turn.
     transfer_done: Arc<std::sync::Mutex<Vec<creek_node::TransferDone>>>,
     /// The configured replicas' addresses.
@@ -333,9 +336,10 @@ impl NodeLoop {
             if let Some(fatal) = self.failed.clone() {
                 return self.abandon(fatal);
             }
-            if self.handing_over.is_some_and(|until| {
-                Instant::now() >= until || !self.node.cab().is_leader()
-            }) {
+            if self
+                .handing_over
+                .is_some_and(|until| Instant::now() >= until || !self.node.cab().is_leader())
+            {
                 self.handing_over = None;
                 self.stop_now();
             }

@@ -1,0 +1,135 @@
+"""`Txn`: a builder for `kv.txn`, the built-in conditional transaction over
+plain keys (docs/api.md, "Transactions") — etcd's `Txn`: compares, then the
+ops to run if they all hold, else the others, atomically.
+
+    txn = (creek.Txn()
+           .when("user/1", "=", "alice")
+           .when_absent("lock")
+           .then_put("user/1", "bob")
+           .then_put("lock", "held")
+           .otherwise_get("user/1"))
+    view = await client.kv_txn(txn, levels=creek.STRONG).final()
+    answer = creek.TxnAnswer.of(view)   # .succeeded, .results
+
+A compare on an absent key is false, whatever its op; `when_absent` and
+`when_present` test existence. Ops of a branch run in order, a later one
+seeing an earlier one's writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Union
+
+Bytes = Union[str, bytes]
+
+_OPS = ("=", "!=", "<", ">")
+
+
+def _key(what: str, value) -> Union[str, bytes]:
+    if not isinstance(value, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be str or bytes, not {type(value).__name__}")
+    return value
+
+
+class Txn:
+    """A `kv.txn` call being built: compares, success ops, failure ops."""
+
+    def __init__(self) -> None:
+        self.compares: List[list] = []
+        self.success: List[list] = []
+        self.failure: List[list] = []
+
+    # ------------------------------------------------------------ compares
+
+    def when(self, key: Bytes, op: str, value: Bytes) -> "Txn":
+        """Compare `key`'s value with `value` (`=`, `!=`, `<`, `>`, byte order)."""
+        if op not in _OPS:
+            raise ValueError(f"compare op must be one of {', '.join(_OPS)}, not {op!r}")
+        self.compares.append([_key("key", key), "value", op, _key("value", value)])
+        return self
+
+    def when_absent(self, key: Bytes) -> "Txn":
+        """Holds when `key` is absent."""
+        self.compares.append([_key("key", key), "value", "=", None])
+        return self
+
+    def when_present(self, key: Bytes) -> "Txn":
+        """Holds when `key` is present."""
+        self.compares.append([_key("key", key), "value", "!=", None])
+        return self
+
+    # ----------------------------------------------------------------- ops
+
+    @staticmethod
+    def _op(kind: str, *args) -> list:
+        return [kind, *args]
+
+    def then_get(self, key: Bytes) -> "Txn":
+        self.success.append(["get", _key("key", key)])
+        return self
+
+    def then_put(self, key: Bytes, value: Bytes) -> "Txn":
+        self.success.append(["put", _key("key", key), _key("value", value)])
+        return self
+
+    def then_delete(self, key: Bytes) -> "Txn":
+        self.success.append(["delete", _key("key", key)])
+        return self
+
+    def then_scan(self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> "Txn":
+        self.success.append(["scan", _key("start", start), end, limit])
+        return self
+
+    def then_delete_range(self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> "Txn":
+        self.success.append(["delete_range", _key("start", start), end, limit])
+        return self
+
+    def otherwise_get(self, key: Bytes) -> "Txn":
+        self.failure.append(["get", _key("key", key)])
+        return self
+
+    def otherwise_put(self, key: Bytes, value: Bytes) -> "Txn":
+        self.failure.append(["put", _key("key", key), _key("value", value)])
+        return self
+
+    def otherwise_delete(self, key: Bytes) -> "Txn":
+        self.failure.append(["delete", _key("key", key)])
+        return self
+
+    def otherwise_scan(self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> "Txn":
+        self.failure.append(["scan", _key("start", start), end, limit])
+        return self
+
+    def otherwise_delete_range(self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> "Txn":
+        self.failure.append(["delete_range", _key("start", start), end, limit])
+        return self
+
+    def args(self) -> list:
+        """`kv.txn`'s three arguments."""
+        return [self.compares, self.success, self.failure]
+
+
+@dataclass(frozen=True)
+class TxnAnswer:
+    """What a `kv.txn` answered: whether the success ops ran, and each op's
+    result in order."""
+
+    succeeded: bool
+    results: List[Any]
+
+    @staticmethod
+    def of(view) -> "TxnAnswer":
+        """Read a view of a `kv.txn`; `ValueError` for an abort (nothing was
+        applied) or an answer of another shape."""
+        if view.abort is not None:
+            raise ValueError(f"kv.txn aborted: {view.abort}")
+        value = view.value
+        if (
+            isinstance(value, list)
+            and len(value) == 2
+            and isinstance(value[0], bool)
+            and isinstance(value[1], list)
+        ):
+            return TxnAnswer(value[0], value[1])
+        raise ValueError(f"kv.txn answered {value!r}, not [succeeded, results]")
