@@ -3,7 +3,9 @@
 //! Registers `r0..r{keys-1}` are read with `kv.get`, written with `kv.put`
 //! and `kv.cas` (every written value is unique: `c{client}-{n}`), read a
 //! range at a time with `kv.scan`, and now and then deleted with
-//! `kv.delete_range` over the range of one register; counters
+//! `kv.delete_range` over the range of one register, and two at a time
+//! with `kv.txn` (if register `i` holds the value last generated for it,
+//! put one fresh value into `i` and `i + 1`, else read `i`); counters
 //! `n0..n{keys-1}` are bumped by one with `kv.incr`. (Every final view, a
 //! scan's included, must also equal a sequential replay of the committed
 //! order: the run's `replay_matches`, which is what shows a scan
@@ -15,6 +17,10 @@
 //! - a final view of `kv.scan` over registers is a page of at most its
 //!   limit registers, in ascending key order, within its range, each with
 //!   a value some write gave it, and a next key only if the page is full;
+//! - a final view of `kv.txn` is `[true, [nil, nil]]` (both puts ran) or
+//!   `[false, [v]]` with `v` nil or a value some write gave register `i`
+//!   (its atomicity and the branch it took are what `replay_matches` and
+//!   `linearizable`, which see both its keys, check against the order);
 //! - a counter's committed value lies between the increments known to be
 //!   applied (final view with a result) and those possibly applied (every
 //!   invocation without a final abort or result).
@@ -45,6 +51,8 @@ pub const CAS: &str = "kv.cas";
 pub const SCAN: &str = "kv.scan";
 /// `kv.delete_range(from, to, limit)`.
 pub const DELETE_RANGE: &str = "kv.delete_range";
+/// `kv.txn(compares, success, failure)`.
+pub const TXN: &str = "kv.txn";
 
 /// The key of register `i`.
 pub fn register_key(i: usize) -> Bytes {
@@ -62,7 +70,9 @@ pub struct KvWorkload {
     keys: usize,
     strong_share: f64,
     final_share: f64,
-    /// Scans and range deletes among the ops ([`WorkloadConfig::ranges`]).
+    /// Scans, range deletes and transactions among the ops
+    /// ([`WorkloadConfig::ranges`]: all three are refused or split on a
+    /// cluster of shards).
     ranges: bool,
     /// Values generated so far (makes every written value unique).
     next_value: u64,
@@ -97,12 +107,23 @@ fn written_values<'a>(
 ) -> BTreeMap<Bytes, BTreeSet<Bytes>> {
     let mut written: BTreeMap<Bytes, BTreeSet<Bytes>> = BTreeMap::new();
     for call in calls {
-        let value = match (call.name.as_ref(), args_of(call).as_deref()) {
-            (PUT, Some([Value::Bytes(k), Value::Bytes(v)])) => Some((k.clone(), v.clone())),
-            (CAS, Some([Value::Bytes(k), _, Value::Bytes(v)])) => Some((k.clone(), v.clone())),
-            _ => None,
+        let values = match (call.name.as_ref(), args_of(call).as_deref()) {
+            (PUT, Some([Value::Bytes(k), Value::Bytes(v)])) => vec![(k.clone(), v.clone())],
+            (CAS, Some([Value::Bytes(k), _, Value::Bytes(v)])) => vec![(k.clone(), v.clone())],
+            (TXN, Some([_, Value::List(success), _])) => success
+                .iter()
+                .filter_map(|op| match op.as_list() {
+                    Some([Value::Bytes(put), Value::Bytes(k), Value::Bytes(v)])
+                        if put.as_ref() == b"put" =>
+                    {
+                        Some((k.clone(), v.clone()))
+                    }
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
         };
-        if let Some((k, v)) = value {
+        for (k, v) in values {
             written.entry(k).or_default().insert(v);
         }
     }
@@ -157,6 +178,60 @@ fn bad_page(
         }
     }
     None
+}
+
+/// The registers a workload `kv.txn` names: the compared one first.
+fn txn_keys(call: &ProcCall) -> Vec<Bytes> {
+    let Some(args) = args_of(call) else {
+        return Vec::new();
+    };
+    let mut keys: Vec<Bytes> = Vec::new();
+    let mut add = |k: &Value| {
+        if let Value::Bytes(k) = k {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        }
+    };
+    for list in &args {
+        for item in list.as_list().unwrap_or_default() {
+            match item.as_list() {
+                // A compare names its key first, an op second.
+                Some([k, Value::Bytes(t), ..]) if t.as_ref() == b"value" => add(k),
+                Some([_, k, ..]) => add(k),
+                _ => {}
+            }
+        }
+    }
+    keys
+}
+
+impl KvWorkload {
+    /// If register `i` holds the value last generated for it, one fresh
+    /// value into registers `i` and `i + 1`; else read register `i`.
+    fn txn(&mut self, i: usize, client: u32) -> ProcCall {
+        let j = (i + 1) % self.keys;
+        let (ki, kj) = (register_key(i), register_key(j));
+        let expected = self.last_written[i]
+            .clone()
+            .map_or(Value::Nil, Value::Bytes);
+        let v = self.fresh_value(client);
+        self.last_written[i] = Some(v.clone());
+        self.last_written[j] = Some(v.clone());
+        let op = |items: &[Value]| Value::List(items.to_vec());
+        let compare = op(&[
+            Value::Bytes(ki.clone()),
+            Value::from("value"),
+            Value::from("="),
+            expected,
+        ]);
+        let success = op(&[
+            op(&[Value::from("put"), Value::Bytes(ki.clone()), Value::Bytes(v.clone())]),
+            op(&[Value::from("put"), Value::Bytes(kj), Value::Bytes(v)]),
+        ]);
+        let failure = op(&[op(&[Value::from("get"), Value::Bytes(ki)])]);
+        ProcCall::new(TXN, encode_args(&[op(&[compare]), success, failure]))
+    }
 }
 
 /// The counter and delta of a `kv.incr` call.
@@ -222,6 +297,8 @@ impl Workload for KvWorkload {
                 DELETE_RANGE,
                 encode_args(&[Value::Bytes(key), Value::Bytes(end.into()), Value::Int(2)]),
             )
+        } else if roll < 95 && self.ranges {
+            self.txn(i, client)
         } else {
             let expected = self.last_written[i]
                 .clone()
@@ -243,6 +320,7 @@ impl Workload for KvWorkload {
     fn keys(&self, call: &ProcCall) -> Vec<Bytes> {
         match call.name.as_ref() {
             GET | PUT | INCR | CAS | DELETE_RANGE => first_bytes_arg(call).into_iter().collect(),
+            TXN => txn_keys(call),
             _ => Vec::new(),
         }
     }
@@ -292,6 +370,38 @@ impl Workload for KvWorkload {
                 out.push(format!(
                     "kv: final view of kv.scan by {}: {why}",
                     describe(op)
+                ));
+            }
+        }
+
+        // Final transactions: both puts, or the read of register i.
+        for op in history.ops.iter().filter(|op| op.call.name.as_ref() == TXN) {
+            let Some(result) = final_result(op) else {
+                continue;
+            };
+            let first = txn_keys(&op.call).into_iter().next().unwrap_or_default();
+            let ok = match &result {
+                Ok(Value::List(two)) => match two.as_slice() {
+                    [Value::Bool(true), Value::List(r)] => {
+                        r.len() == 2 && r.iter().all(|v| matches!(v, Value::Nil))
+                    }
+                    [Value::Bool(false), Value::List(r)] => match r.as_slice() {
+                        [Value::Nil] => true,
+                        [Value::Bytes(v)] => written.get(&first).is_some_and(|s| s.contains(v)),
+                        _ => false,
+                    },
+                    _ => false,
+                },
+                _ => false,
+            };
+            if !ok {
+                out.push(format!(
+                    "kv: final view of kv.txn by {}: {}",
+                    describe(op),
+                    match result {
+                        Ok(v) => format!("answered {v}"),
+                        Err(e) => e,
+                    }
                 ));
             }
         }
@@ -500,6 +610,40 @@ mod tests {
     }
 
     #[test]
+    fn transactions_answer_both_puts_or_a_written_value() {
+        let mut wl = w();
+        let txn = wl.txn(0, 0);
+        assert_eq!(
+            wl.keys(&txn),
+            vec![Bytes::from_static(b"r0"), Bytes::from_static(b"r1")]
+        );
+        let s = state(&[("r0", "c0-2"), ("n0", "1")]);
+        let l = |items: &[Value]| Value::List(items.to_vec());
+        let good = [
+            l(&[Value::Bool(true), l(&[Value::Nil, Value::Nil])]),
+            l(&[Value::Bool(false), l(&[b("c0-2")])]),
+            l(&[Value::Bool(false), l(&[Value::Nil])]),
+        ];
+        for answer in good {
+            let mut ops = honest_ops();
+            ops.push(stable(10, txn.clone(), answer));
+            assert_eq!(wl.check(&history(ops), &s), Vec::<String>::new());
+        }
+        let bad = [
+            l(&[Value::Bool(true), l(&[Value::Nil])]),
+            l(&[Value::Bool(false), l(&[b("c9-9")])]),
+            Value::Nil,
+        ];
+        for answer in bad {
+            let mut ops = honest_ops();
+            ops.push(stable(10, txn.clone(), answer.clone()));
+            let out = wl.check(&history(ops), &s);
+            assert_eq!(out.len(), 1, "{answer}: {out:?}");
+            assert!(out[0].contains("kv.txn"), "{out:?}");
+        }
+    }
+
+    #[test]
     fn keys_are_the_key_argument() {
         let w = w();
         assert_eq!(
@@ -517,8 +661,15 @@ mod tests {
         let names: BTreeSet<&str> = h.ops.iter().map(|op| op.call.name.as_ref()).collect();
         assert_eq!(
             names,
-            BTreeSet::from([GET, PUT, INCR, CAS, SCAN, DELETE_RANGE])
+            BTreeSet::from([GET, PUT, INCR, CAS, SCAN, DELETE_RANGE, TXN])
         );
+        let both = h
+            .ops
+            .iter()
+            .filter(|op| op.call.name.as_ref() == TXN)
+            .filter(|op| matches!(final_result(op), Some(Ok(Value::List(r))) if r[0] == Value::Bool(true)))
+            .count();
+        assert!(both > 0, "no transaction swapped");
         let scanned = h
             .ops
             .iter()
