@@ -185,9 +185,11 @@ fn op(line: &str) -> Result<(Kind, Value), String> {
                 vec![b("delete_range"), from, to, Value::Int(PREFIX_KEYS)],
             )
         }
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "not an op: {line:?} (write get KEY [--prefix], put KEY VALUE or del KEY [--prefix])"
-        )),
+        ))
+        }
     };
     Ok((kind, Value::List(items)))
 }

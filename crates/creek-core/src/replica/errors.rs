@@ -25,7 +25,10 @@ pub enum InvokeError {
     /// This many of the replica's strong ops wait for their place in the
     /// consensus order (no leader, or one that cannot keep up); retry
     /// later.
-    #[error("replica overloaded: {0} strong ops wait for the consensus order")]
+    #[error(
+        "replica overloaded: {0} strong ops wait for the consensus order (no leader, or one \
+         that cannot keep up)"
+    )]
     StrongBacklog(usize),
     /// The replica does not serve: it is joining its cluster, or it lost
     /// its data and waits to be rebuilt (the text says which).

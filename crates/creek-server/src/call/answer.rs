@@ -78,6 +78,16 @@ const DISK_BEHIND_RETRY_MS: u64 = 100;
 /// ordered).
 const STRONG_BACKLOG_RETRY_MS: u64 = 200;
 
+/// `RESOURCE_EXHAUSTED` for a replica pushing back: the reason, and when
+/// to try again (in the message and as `retry-after-ms` metadata).
+fn try_again(e: InvokeError, retry_ms: u64) -> Status {
+    let mut status = Status::resource_exhausted(format!("{e}; retry in about {retry_ms} ms"));
+    status
+        .metadata_mut()
+        .insert("retry-after-ms", retry_ms.into());
+    status
+}
+
 /// The gRPC status for a refused invocation.
 pub(crate) fn rejected(e: InvokeError) -> Status {
     use creek_core::InvokeError as E;
@@ -89,36 +99,9 @@ pub(crate) fn rejected(e: InvokeError) -> Status {
         E::Call(c @ CallError::NeedsStrong { .. }) => Status::invalid_argument(c.to_string()),
         E::Call(c @ CallError::KeyTooLarge { .. }) => Status::invalid_argument(c.to_string()),
         E::NoView => Status::invalid_argument("the request asks for no view"),
-        E::Overloaded(n) => {
-            let mut status = Status::resource_exhausted(format!(
-                "replica overloaded: {n} ops on the tentative list; retry in about \
-                 {STRONG_BACKLOG_RETRY_MS} ms"
-            ));
-            status
-                .metadata_mut()
-                .insert("retry-after-ms", STRONG_BACKLOG_RETRY_MS.into());
-            status
-        }
-        E::DiskBehind(n) => {
-            let mut status = Status::resource_exhausted(format!(
-                "replica overloaded: {n} writes wait for its disk; retry in about \
-                 {DISK_BEHIND_RETRY_MS} ms"
-            ));
-            status
-                .metadata_mut()
-                .insert("retry-after-ms", DISK_BEHIND_RETRY_MS.into());
-            status
-        }
-        E::StrongBacklog(n) => {
-            let mut status = Status::resource_exhausted(format!(
-                "replica overloaded: {n} strong ops wait for the consensus order (no leader, or \
-                 one that cannot keep up); retry in about {STRONG_BACKLOG_RETRY_MS} ms"
-            ));
-            status
-                .metadata_mut()
-                .insert("retry-after-ms", STRONG_BACKLOG_RETRY_MS.into());
-            status
-        }
+        e @ E::Overloaded(_) => try_again(e, STRONG_BACKLOG_RETRY_MS),
+        e @ E::DiskBehind(_) => try_again(e, DISK_BEHIND_RETRY_MS),
+        e @ E::StrongBacklog(_) => try_again(e, STRONG_BACKLOG_RETRY_MS),
         E::NotServing(why) => Status::unavailable(why),
         E::QuorumLostData(why) => Status::failed_precondition(why),
         e @ E::SnapshotWrites(_) => Status::invalid_argument(e.to_string()),

@@ -226,7 +226,11 @@ impl KvWorkload {
             expected,
         ]);
         let success = op(&[
-            op(&[Value::from("put"), Value::Bytes(ki.clone()), Value::Bytes(v.clone())]),
+            op(&[
+                Value::from("put"),
+                Value::Bytes(ki.clone()),
+                Value::Bytes(v.clone()),
+            ]),
             op(&[Value::from("put"), Value::Bytes(kj), Value::Bytes(v)]),
         ]);
         let failure = op(&[op(&[Value::from("get"), Value::Bytes(ki)])]);
