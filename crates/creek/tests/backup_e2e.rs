@@ -152,7 +152,7 @@ async fn a_backup_under_sustained_writes_completes() {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let args = vec![b(&format!("w{w}")), b(&n.to_string())];
-                let strong = n % 2 == 0;
+                let strong = n.is_multiple_of(2);
                 if strong {
                     let op = c.invoke_strong("kv.put", args).await;
                     if let Ok(op) = op {

@@ -11,6 +11,9 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use crate::call::answer::{Gone, Reply};
 
+/// Where a checkpoint asked for goes: it and the cluster's id, or `None`.
+pub type CheckpointReply = oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>;
+
 /// What the node loop reacts to.
 pub enum Event {
     /// A client invocation.
@@ -55,7 +58,7 @@ pub enum Event {
     /// a member).
     Checkpoint {
         /// The answer.
-        reply: oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>,
+        reply: CheckpointReply,
         /// How long to wait for a clean point.
         within: std::time::Duration,
     },

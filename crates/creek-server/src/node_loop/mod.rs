@@ -168,10 +168,7 @@ pub struct NodeLoop {
     exec_round: usize,
     /// Checkpoints asked for (backups), each answered at the first turn
     /// that ends at a clean point, or refused after its instant.
-    backups: Vec<(
-        oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>,
-        Instant,
-    )>,
+    backups: Vec<(messages::CheckpointReply, Instant)>,
     /// State-transfer work done on other threads, for the next turn.
     transfer_done: Arc<std::sync::Mutex<Vec<creek_node::TransferDone>>>,
     /// The configured replicas' addresses.
