@@ -61,10 +61,6 @@ class Txn:
 
     # ----------------------------------------------------------------- ops
 
-    @staticmethod
-    def _op(kind: str, *args) -> list:
-        return [kind, *args]
-
     def then_get(self, key: Bytes) -> "Txn":
         self.success.append(["get", _key("key", key)])
         return self

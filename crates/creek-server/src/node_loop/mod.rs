@@ -744,10 +744,9 @@ impl NodeLoop {
         }
     }
 
-    /// Run every ready execution: on the worker pool when many are ready,
-    /// inline otherwise (waking the pool costs more than a few small ops).
     /// Run the executions that are ready, round after round, until none
-    /// is. A round runs its executions side by side on snapshots taken
+    /// is: a round on the worker pool when it is large, inline otherwise
+    /// (waking the pool costs more than a few small ops). A round runs its executions side by side on snapshots taken
     /// before any of them completes, so on a hot key (a counter every op
     /// increments) all but the first of a round read a version the first
     /// replaces, and run again: a round of n wastes n − 1 executions, and a
