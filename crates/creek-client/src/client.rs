@@ -90,6 +90,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The response header naming an accepted op (`r2.1841`), as the replica
+/// sets it.
+const OP_HEADER: &str = "creek-op";
+
 impl Client {
     /// Connect to the first of `addrs` that answers. Each address is a
     /// replica's client endpoint, `http://host:port` or `host:port`. Later
@@ -385,10 +389,10 @@ impl Client {
             let request = &request;
             async move {
                 if let Some(native) = native {
-                    return native
-                        .invoke(request, timeout)
-                        .await
-                        .map(ViewSource::Native);
+                    return native.invoke(request, timeout).await.map(|views| {
+                        let op = views.op;
+                        (ViewSource::Native(views), op)
+                    });
                 }
                 let mut req = tonic::Request::new(request.clone());
                 if let Some(t) = timeout {
@@ -397,11 +401,19 @@ impl Client {
                 pb::creek_client::CreekClient::new(channel)
                     .invoke(req)
                     .await
-                    .map(|r| ViewSource::Grpc(Box::new(r.into_inner())))
+                    .map(|r| {
+                        let op = r
+                            .metadata()
+                            .get(OP_HEADER)
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(crate::OpRef::parse);
+                        (ViewSource::Grpc(Box::new(r.into_inner())), op)
+                    })
             }
         });
-        let stream = within(deadline, options.timeout, call).await?;
+        let (stream, op) = within(deadline, options.timeout, call).await?;
         let (feeder, correctable) = Correctable::channel();
+        let correctable = correctable.with_op(op);
         let expect = Expect {
             final_view: levels.is_strong() || options.weak_final,
             snapshot_after_weak: levels == Levels::WeakSnapshot,

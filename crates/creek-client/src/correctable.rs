@@ -38,6 +38,8 @@ pub enum State {
 #[derive(Clone)]
 pub struct Correctable {
     shared: Arc<Shared>,
+    /// The op's id, when a replica accepted the call as one.
+    op: Option<crate::OpRef>,
 }
 
 /// The writing side of a [`Correctable`]. Dropping it before a closing view
@@ -117,8 +119,22 @@ impl Correctable {
                 shared: shared.clone(),
                 notify,
             },
-            Correctable { shared },
+            Correctable { shared, op: None },
         )
+    }
+
+    /// This Correctable, naming op `op`.
+    pub(crate) fn with_op(mut self, op: Option<crate::OpRef>) -> Self {
+        self.op = op;
+        self
+    }
+
+    /// The op this call is, as logs, `Admin.Committed` and watchers name it
+    /// (`r2.1841`: the 1841st op replica 2 issued); `None` for a call no
+    /// replica ordered as an op (a read-only weak call, answered locally)
+    /// or one answered without a replica (from the client cache).
+    pub fn op(&self) -> Option<crate::OpRef> {
+        self.op
     }
 
     /// Where the Correctable is: updating, final or error.

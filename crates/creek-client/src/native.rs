@@ -25,7 +25,8 @@ const FRAME_BYTES_MAX: usize = 256 << 20;
 
 /// What the reader hands a call.
 enum Answer {
-    Accepted,
+    /// The op's id as the replica names it (empty: a read-only weak call).
+    Accepted(String),
     View(pb::View),
     End,
     Failed(Status),
@@ -151,6 +152,7 @@ impl NativeConn {
             rx,
             conn: self.clone(),
             id,
+            op: None,
         };
         let mut frame = BytesMut::new();
         native::put_invoke(&mut frame, id, timeout, req);
@@ -172,7 +174,10 @@ impl NativeConn {
             std::mem::forget(unfinished);
         }
         match views.rx.recv().await {
-            Some(Answer::Accepted) => Ok(views),
+            Some(Answer::Accepted(op)) => {
+                views.op = crate::OpRef::parse(&op);
+                Ok(views)
+            }
             Some(Answer::Failed(status)) => Err(status),
             Some(Answer::View(_) | Answer::End) => Err(Status::internal(
                 "the replica answered a call before accepting it",
@@ -198,6 +203,8 @@ pub(crate) struct NativeViews {
     rx: mpsc::UnboundedReceiver<Answer>,
     conn: Arc<NativeConn>,
     id: u64,
+    /// The op's id, from the acceptance.
+    pub(crate) op: Option<crate::OpRef>,
 }
 
 impl NativeViews {
@@ -207,7 +214,9 @@ impl NativeViews {
             Some(Answer::View(v)) => Ok(Some(v)),
             Some(Answer::End) => Ok(None),
             Some(Answer::Failed(status)) => Err(status),
-            Some(Answer::Accepted) => Err(Status::internal("the replica accepted a call twice")),
+            Some(Answer::Accepted(_)) => {
+                Err(Status::internal("the replica accepted a call twice"))
+            }
             None => Err(lost("the reader stopped")),
         }
     }
@@ -265,7 +274,7 @@ fn dispatch(
             }
         };
         let answer = match Kind::from_u8(header.kind) {
-            Some(Kind::Accepted) => Answer::Accepted,
+            Some(Kind::Accepted) => Answer::Accepted(String::from_utf8_lossy(&body).into_owned()),
             Some(Kind::View) => match pb::View::decode(body) {
                 Ok(v) => Answer::View(v),
                 Err(_) => Answer::Failed(Status::internal("the replica sent a malformed view")),
@@ -337,10 +346,10 @@ mod tests {
         );
         input.extend_from_slice(&tail);
         dispatch(&mut input, &mut frames, &calls).expect("well-framed");
-        assert!(matches!(one.try_recv(), Ok(Answer::Accepted)));
+        assert!(matches!(one.try_recv(), Ok(Answer::Accepted(op)) if op == "r1.1"));
         assert!(matches!(one.try_recv(), Ok(Answer::View(_))));
         assert!(matches!(one.try_recv(), Ok(Answer::End)));
-        assert!(matches!(two.try_recv(), Ok(Answer::Accepted)));
+        assert!(matches!(two.try_recv(), Ok(Answer::Accepted(op)) if op == "r1.2"));
         match two.try_recv() {
             Ok(Answer::Failed(s)) => {
                 assert_eq!((s.code(), s.message()), (Code::DeadlineExceeded, "late"))

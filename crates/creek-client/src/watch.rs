@@ -52,6 +52,17 @@ impl fmt::Display for OpRef {
     }
 }
 
+impl OpRef {
+    /// An id as replicas write it (`r3.17`); `None` for anything else.
+    pub fn parse(s: &str) -> Option<OpRef> {
+        let (origin, seq) = s.strip_prefix('r')?.split_once('.')?;
+        Some(OpRef {
+            origin: origin.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
 /// One change to one key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchEvent {

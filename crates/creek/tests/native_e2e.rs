@@ -297,6 +297,14 @@ async fn the_client_invokes_natively_and_over_grpc_alike() {
         let c = client.kv_incr(&key, 2).await.expect("invoke");
         let done = c.final_view().await.expect("a final view");
         assert_eq!(done.outcome, Ok(Value::Int(2)));
+        // Either way the Correctable names its op as the replica does.
+        let op = c.op().expect("an op id");
+        assert_eq!(op.origin, 1, "{grpc_only}: {op}");
+        let read = client
+            .invoke("kv.get", vec![Value::from(key.as_str())], creek_client::Levels::Weak)
+            .await
+            .expect("a weak read");
+        assert_eq!(read.op(), None, "a local read is no op");
         let refused = client
             .invoke_strong("kv.nope", vec![])
             .await
