@@ -1,8 +1,12 @@
 //! The chaos clients: each issues one op at a time, weak or strong, to its
-//! home replica and records every attempt with the op's id (the `creek-op`
-//! response header) and each view as it arrives. An attempt that fails is
-//! tried again with the same request id until it gets what it asked for;
-//! a client moves to another replica only when its home leaves the group.
+//! home replica and records every attempt with the op's id and each view
+//! as it arrives. An attempt that fails is tried again with the same
+//! request id until it gets what it asked for; a client moves to another
+//! replica only when its home leaves the group. Even-numbered clients
+//! speak raw gRPC, as a client in any language would (the id from the
+//! `creek-op` response header); odd-numbered ones use the Rust client,
+//! which invokes over the native protocol (the id from
+//! `Correctable::op`), so both paths users take are checked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,12 +56,18 @@ fn seen(view: View, at_us: u64) -> SeenView {
 /// recorded in the history unless nothing came back (no op id, no view:
 /// the op was not accepted). Returns whether it is done: a strong op got
 /// its final view, a weak op its preliminary one.
-pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op) -> bool {
-    let Some((channel, serving)) = world
+pub(crate) async fn attempt(
+    world: &World,
+    client: u32,
+    replica: usize,
+    op: &Op,
+    natives: &mut Natives,
+) -> bool {
+    let Some((channel, addr, serving)) = world
         .lock()
         .slots
         .get(replica)
-        .map(|s| (s.channel.clone(), s.serving()))
+        .map(|s| (s.channel.clone(), s.addr, s.serving()))
     else {
         return false;
     };
@@ -96,7 +106,11 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
         origin_left: false,
         lost: false,
     };
+    let native = client % 2 == 1;
     let run = async {
+        if native {
+            return run_native(natives, replica, addr, op, &args, id, &mut record, world).await;
+        }
         let response = pb::creek_client::CreekClient::new(channel)
             .invoke(request)
             .await
@@ -119,6 +133,10 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
         Ok::<(), String>(())
     };
     let ended = tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(1), run).await;
+    if native && !matches!(ended, Ok(Ok(()))) {
+        // Its connection may be what failed: the next attempt makes one.
+        natives.remove(&replica);
+    }
     // A weak op with a preliminary view is in the system: asking again
     // would only wait for the final view once more.
     let done = if op.strong {
@@ -143,6 +161,59 @@ pub(crate) async fn attempt(world: &World, client: u32, replica: usize, op: &Op)
     done
 }
 
+/// A client's Rust clients, one per replica it sent to (each connected to
+/// that replica alone: the chaos client chooses where its ops go).
+pub(crate) type Natives = std::collections::HashMap<usize, creek_client::Client>;
+
+/// One attempt through the Rust client: the op's id and each view into
+/// `record` as they come.
+#[allow(clippy::too_many_arguments)]
+async fn run_native(
+    natives: &mut Natives,
+    replica: usize,
+    addr: std::net::SocketAddr,
+    op: &Op,
+    args: &[creek_types::value::Value],
+    id: ClientRequestId,
+    record: &mut OpRecord,
+    world: &World,
+) -> Result<(), String> {
+    let client = match natives.get(&replica) {
+        Some(c) => c.clone(),
+        None => {
+            let c = creek_client::Client::connect([addr.to_string()])
+                .await
+                .map_err(|e| e.to_string())?;
+            natives.insert(replica, c.clone());
+            c
+        }
+    };
+    let levels = if op.strong {
+        Levels::Both
+    } else {
+        Levels::Weak
+    };
+    let options = creek_client::CallOptions {
+        timeout: Some(OP_TIMEOUT),
+        weak_final: !op.strong && op.wants_final,
+        request_id: Some(creek_client::RequestId {
+            client: id.client,
+            seq: id.seq,
+        }),
+    };
+    let correctable = client
+        .invoke_with(op.call.name.to_string(), args.to_vec(), levels, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    record.id = correctable.op().and_then(|o| o.to_string().parse().ok());
+    let mut views = correctable.views();
+    while let Some(view) = views.next_view().await {
+        let view = view.map_err(|e| e.to_string())?;
+        record.views.push(seen(view, world.now_us()));
+    }
+    Ok(())
+}
+
 /// Run `op` at `home` until an attempt gets what it asked for, or the
 /// clients are stopped (with `stop_too`). Moves `home` when it leaves the
 /// group.
@@ -153,9 +224,10 @@ async fn until_done(
     op: &Op,
     rng: &mut Rng,
     stop_too: bool,
+    natives: &mut Natives,
 ) -> bool {
     loop {
-        if attempt(world, client, *home, op).await {
+        if attempt(world, client, *home, op, natives).await {
             return true;
         }
         if stop_too && world.clients_stopped() {
@@ -201,6 +273,7 @@ pub(crate) async fn run(
 ) {
     let mut rng = Rng::new(seed);
     let mut seq = 0;
+    let mut natives = Natives::new();
     while !world.clients_stopped() {
         stay_in_group(&world, client, &mut home, &mut rng);
         let next = workload
@@ -218,7 +291,7 @@ pub(crate) async fn run(
             strong: next.strong && !weak_only,
             wants_final: next.wants_final && !weak_only,
         };
-        until_done(&world, client, &mut home, &op, &mut rng, true).await;
+        until_done(&world, client, &mut home, &op, &mut rng, true, &mut natives).await;
         if weak_only {
             // Preliminary views come back in microseconds: without a pause,
             // a few clients would offer more than consensus commits, and
@@ -239,6 +312,7 @@ pub(crate) async fn run_strong(
     within: Duration,
 ) -> Result<(), String> {
     let mut rng = Rng::new(seed);
+    let mut natives = Natives::new();
     let mut home = world.lock().members().first().copied().unwrap_or(0);
     let deadline = tokio::time::Instant::now() + within;
     for (seq, mut call) in (1..).zip(calls) {
@@ -254,7 +328,7 @@ pub(crate) async fn run_strong(
         };
         let done = tokio::time::timeout_at(
             deadline,
-            until_done(world, client, &mut home, &op, &mut rng, false),
+            until_done(world, client, &mut home, &op, &mut rng, false, &mut natives),
         )
         .await;
         if done.is_err() {
