@@ -214,9 +214,7 @@ impl NativeViews {
             Some(Answer::View(v)) => Ok(Some(v)),
             Some(Answer::End) => Ok(None),
             Some(Answer::Failed(status)) => Err(status),
-            Some(Answer::Accepted(_)) => {
-                Err(Status::internal("the replica accepted a call twice"))
-            }
+            Some(Answer::Accepted(_)) => Err(Status::internal("the replica accepted a call twice")),
             None => Err(lost("the reader stopped")),
         }
     }

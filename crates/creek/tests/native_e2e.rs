@@ -301,7 +301,11 @@ async fn the_client_invokes_natively_and_over_grpc_alike() {
         let op = c.op().expect("an op id");
         assert_eq!(op.origin, 1, "{grpc_only}: {op}");
         let read = client
-            .invoke("kv.get", vec![Value::from(key.as_str())], creek_client::Levels::Weak)
+            .invoke(
+                "kv.get",
+                vec![Value::from(key.as_str())],
+                creek_client::Levels::Weak,
+            )
             .await
             .expect("a weak read");
         assert_eq!(read.op(), None, "a local read is no op");
