@@ -319,14 +319,15 @@ def test_a_transaction_swaps_across_keys_or_runs_its_failure_ops(dev):
         async with creek.Client(dev.clients, timeout=T) as c:
             a, b = key("txn-a"), key("txn-b")
             await c.kv_put(a, "1", levels=creek.STRONG).final()
-            txn = creek.Txn().when(a, "=", "1").when_absent(b).then_put(b, "2").then_get(a).otherwise_get(b)
+            op = creek.TxnOp
+            txn = creek.Txn().when(a, "=", "1").when_absent(b).then(op.put(b, "2")).then(op.get(a)).otherwise(op.get(b))
             first = creek.TxnAnswer.of(await c.kv_txn(txn, levels=creek.STRONG).final())
             assert first == creek.TxnAnswer(True, [None, b"1"])
             # b exists now: the failure ops run, and nothing else changes.
             again = creek.TxnAnswer.of(await c.kv_txn(txn, levels=creek.STRONG).final())
             assert again == creek.TxnAnswer(False, [b"2"])
             # A range op inside, and a delete: one page, atomically.
-            wipe = creek.Txn().when_present(b).then_delete_range(b, b + "~", 10).then_delete(a)
+            wipe = creek.Txn().when_present(b).then(op.delete_range(b, b + "~", 10)).then(op.delete(a))
             done = creek.TxnAnswer.of(await c.kv_txn(wipe, levels=creek.STRONG).final())
             assert done == creek.TxnAnswer(True, [[1, None], True])
             assert await c.call("kv.get", b) is None

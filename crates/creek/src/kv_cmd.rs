@@ -242,7 +242,7 @@ fn print_count(format: Format, n: u64) -> Result<(), Failure> {
 }
 
 /// One level: weak, snapshot or strong.
-fn parse_level(s: &str) -> Result<Levels, String> {
+pub(crate) fn parse_level(s: &str) -> Result<Levels, String> {
     match s {
         "weak" => Ok(Levels::Weak),
         "snapshot" => Ok(Levels::Snapshot),

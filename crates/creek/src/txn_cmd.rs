@@ -38,8 +38,9 @@ pub struct Args {
     #[command(flatten)]
     output: Output,
     /// The level: strong (linearizable) or weak (this replica's tentative
-    /// state, answered at once).
-    #[arg(long, default_value = "strong", value_parser = parse_level)]
+    /// state, answered at once); snapshot is refused, as for any call that
+    /// may write.
+    #[arg(long, default_value = "strong", value_parser = crate::kv_cmd::parse_level)]
     level: Levels,
 }
 
@@ -49,14 +50,6 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let prompt = stdin.is_terminal();
     let txn = read(stdin.lock(), prompt).map_err(|e| Failure::new(exit::FAILED, e))?;
     cli::runtime()?.block_on(send(args, txn))
-}
-
-fn parse_level(s: &str) -> Result<Levels, String> {
-    match s {
-        "weak" => Ok(Levels::Weak),
-        "strong" => Ok(Levels::Strong),
-        _ => Err(format!("unknown level {s:?}: weak or strong")),
-    }
 }
 
 /// A transaction as read: `kv.txn`'s three arguments, and what each op

@@ -56,7 +56,7 @@ from .errors import (
 )
 from .shards import Cluster, ShardMap, slot_of
 from .procedures import Keyspace, KeyspaceLabel, NotRegistered, ProcedureSource, Refused, Registered
-from .txn import Txn, TxnAnswer
+from .txn import Txn, TxnAnswer, TxnOp
 from .views import ALL, BOTH, SNAPSHOT, STRONG, WEAK, Level, View, ViewKind
 from .watch import WatchEvent
 
@@ -89,6 +89,7 @@ __all__ = [
     "State",
     "Txn",
     "TxnAnswer",
+    "TxnOp",
     "Unauthenticated",
     "Unavailable",
     "View",

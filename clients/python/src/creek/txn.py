@@ -5,9 +5,9 @@ ops to run if they all hold, else the others, atomically.
     txn = (creek.Txn()
            .when("user/1", "=", "alice")
            .when_absent("lock")
-           .then_put("user/1", "bob")
-           .then_put("lock", "held")
-           .otherwise_get("user/1"))
+           .then(creek.TxnOp.put("user/1", "bob"))
+           .then(creek.TxnOp.put("lock", "held"))
+           .otherwise(creek.TxnOp.get("user/1")))
     view = await client.kv_txn(txn, levels=creek.STRONG).final()
     answer = creek.TxnAnswer.of(view)   # .succeeded, .results
 
@@ -61,49 +61,48 @@ class Txn:
 
     # ----------------------------------------------------------------- ops
 
-    def then_get(self, key: Bytes) -> "Txn":
-        self.success.append(["get", _key("key", key)])
+    def then(self, op: list) -> "Txn":
+        """Run `op` (a `TxnOp`) if every compare holds, in the order added."""
+        self.success.append(op)
         return self
 
-    def then_put(self, key: Bytes, value: Bytes) -> "Txn":
-        self.success.append(["put", _key("key", key), _key("value", value)])
-        return self
-
-    def then_delete(self, key: Bytes) -> "Txn":
-        self.success.append(["delete", _key("key", key)])
-        return self
-
-    def then_scan(self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> "Txn":
-        self.success.append(["scan", _key("start", start), end, limit])
-        return self
-
-    def then_delete_range(self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> "Txn":
-        self.success.append(["delete_range", _key("start", start), end, limit])
-        return self
-
-    def otherwise_get(self, key: Bytes) -> "Txn":
-        self.failure.append(["get", _key("key", key)])
-        return self
-
-    def otherwise_put(self, key: Bytes, value: Bytes) -> "Txn":
-        self.failure.append(["put", _key("key", key), _key("value", value)])
-        return self
-
-    def otherwise_delete(self, key: Bytes) -> "Txn":
-        self.failure.append(["delete", _key("key", key)])
-        return self
-
-    def otherwise_scan(self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> "Txn":
-        self.failure.append(["scan", _key("start", start), end, limit])
-        return self
-
-    def otherwise_delete_range(self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> "Txn":
-        self.failure.append(["delete_range", _key("start", start), end, limit])
+    def otherwise(self, op: list) -> "Txn":
+        """Run `op` (a `TxnOp`) if a compare does not hold, in the order added."""
+        self.failure.append(op)
         return self
 
     def args(self) -> list:
         """`kv.txn`'s three arguments."""
         return [self.compares, self.success, self.failure]
+
+
+class TxnOp:
+    """The ops of a branch, each answered as the `kv.*` call of its name."""
+
+    @staticmethod
+    def get(key: Bytes) -> list:
+        """The value, or None."""
+        return ["get", _key("key", key)]
+
+    @staticmethod
+    def put(key: Bytes, value: Bytes) -> list:
+        """None."""
+        return ["put", _key("key", key), _key("value", value)]
+
+    @staticmethod
+    def delete(key: Bytes) -> list:
+        """Whether the key existed."""
+        return ["delete", _key("key", key)]
+
+    @staticmethod
+    def scan(start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> list:
+        """`[[[key, value], ...], next]`, one page."""
+        return ["scan", _key("start", start), end, limit]
+
+    @staticmethod
+    def delete_range(start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> list:
+        """`[deleted, next]`, one page deleted at once."""
+        return ["delete_range", _key("start", start), end, limit]
 
 
 @dataclass(frozen=True)

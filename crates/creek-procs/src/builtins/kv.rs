@@ -269,11 +269,16 @@ fn delete(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let [Value::Bytes(key)] = args.as_slice() else {
         return Err(DELETE.mismatch());
     };
+    Ok(Value::Bool(delete_key(txn, key)).encode())
+}
+
+/// Delete `key`; whether it existed (`kv.delete`, and `kv.txn`'s delete).
+pub(super) fn delete_key(txn: &mut Txn<'_>, key: &Bytes) -> bool {
     let existed = txn.get(key).is_some();
     if existed {
         txn.delete(key.clone());
     }
-    Ok(Value::Bool(existed).encode())
+    existed
 }
 
 /// `kv.cas(key, expected, new)` → whether the swap happened. A nil

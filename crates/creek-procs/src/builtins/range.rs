@@ -172,6 +172,29 @@ impl Range {
     }
 }
 
+impl Range {
+    /// `kv.scan`'s answer for this range: `[[[key, value], …], next]`.
+    pub(super) fn scan(&self, txn: &mut Txn<'_>) -> Value {
+        let (items, next) = self.page(txn);
+        let pairs = items
+            .into_iter()
+            .map(|(k, v)| Value::List(vec![Value::Bytes(k), Value::Bytes(v)]))
+            .collect();
+        answer(Value::List(pairs), next)
+    }
+
+    /// Delete one page of this range, atomically: `kv.delete_range`'s
+    /// answer, `[deleted, next]`.
+    pub(super) fn delete(&self, txn: &mut Txn<'_>) -> Value {
+        let (items, next) = self.page(txn);
+        let deleted = items.len() as i64;
+        for (k, _) in items {
+            txn.delete(k);
+        }
+        answer(Value::Int(deleted), next)
+    }
+}
+
 /// A range call's `check_args`.
 fn check(sig: &Sig, raw: &[u8]) -> Result<(), String> {
     Range::parse(sig, &sig.parse(raw)?).map(drop)
@@ -179,50 +202,43 @@ fn check(sig: &Sig, raw: &[u8]) -> Result<(), String> {
 
 /// The page of `sig`'s call in `raw`.
 fn page(sig: &Sig, txn: &mut Txn<'_>, raw: &Bytes) -> Result<PageOf, Abort> {
-    let args = sig.args(raw)?;
-    let range = Range::parse(sig, &args).map_err(Abort)?;
-    Ok(range.page(txn))
+    Ok(range_of(sig, raw)?.page(txn))
 }
 
 type PageOf = (Vec<(Bytes, Bytes)>, Option<Bytes>);
 
 /// `[page, next]`.
-fn answer(page: Value, next: Option<Bytes>) -> Bytes {
-    Value::List(vec![page, next.map_or(Value::Nil, Value::Bytes)]).encode()
+fn answer(page: Value, next: Option<Bytes>) -> Value {
+    Value::List(vec![page, next.map_or(Value::Nil, Value::Bytes)])
+}
+
+/// The range of `sig`'s call in `raw`.
+fn range_of(sig: &Sig, raw: &Bytes) -> Result<Range, Abort> {
+    Range::parse(sig, &sig.args(raw)?).map_err(Abort)
 }
 
 /// `kv.scan(from, to, limit)` → `[[[key, value], …], next]`.
 fn scan(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
-    let (items, next) = page(&SCAN, txn, raw)?;
-    let pairs = items
-        .into_iter()
-        .map(|(k, v)| Value::List(vec![Value::Bytes(k), Value::Bytes(v)]))
-        .collect();
-    Ok(answer(Value::List(pairs), next))
+    Ok(range_of(&SCAN, raw)?.scan(txn).encode())
 }
 
 /// `kv.scan_keys(from, to, limit)` → `[[key, …], next]`.
 fn scan_keys(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (items, next) = page(&SCAN_KEYS, txn, raw)?;
     let keys = items.into_iter().map(|(k, _)| Value::Bytes(k)).collect();
-    Ok(answer(Value::List(keys), next))
+    Ok(answer(Value::List(keys), next).encode())
 }
 
 /// `kv.count(from, to, limit)` → `[count, next]`.
 fn count(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (items, next) = page(&COUNT, txn, raw)?;
-    Ok(answer(Value::Int(items.len() as i64), next))
+    Ok(answer(Value::Int(items.len() as i64), next).encode())
 }
 
 /// `kv.delete_range(from, to, limit)` → `[deleted, next]`: the keys of one
 /// page are deleted, atomically.
 fn delete_range(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
-    let (items, next) = page(&DELETE_RANGE, txn, raw)?;
-    let deleted = items.len() as i64;
-    for (k, _) in items {
-        txn.delete(k);
-    }
-    Ok(answer(Value::Int(deleted), next))
+    Ok(range_of(&DELETE_RANGE, raw)?.delete(txn).encode())
 }
 
 #[cfg(test)]

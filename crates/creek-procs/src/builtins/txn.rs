@@ -269,40 +269,18 @@ fn check(raw: &[u8]) -> Result<(), String> {
     parse(&TXN.parse(raw)?).map(drop)
 }
 
-/// Run one op, answering its result.
+/// Run one op, answering its result (as the `kv.*` call of the same
+/// name answers).
 fn run(txn: &mut Txn<'_>, op: &Op) -> Value {
-    let pair = |page: Value, next: Option<Bytes>| {
-        Value::List(vec![page, next.map_or(Value::Nil, Value::Bytes)])
-    };
     match op {
         Op::Get(k) => txn.get(k).map_or(Value::Nil, Value::Bytes),
         Op::Put(k, v) => {
             txn.put(k.clone(), v.clone());
             Value::Nil
         }
-        Op::Delete(k) => {
-            let existed = txn.get(k).is_some();
-            if existed {
-                txn.delete(k.clone());
-            }
-            Value::Bool(existed)
-        }
-        Op::Scan(range) => {
-            let (items, next) = range.page(txn);
-            let items = items
-                .into_iter()
-                .map(|(k, v)| Value::List(vec![Value::Bytes(k), Value::Bytes(v)]))
-                .collect();
-            pair(Value::List(items), next)
-        }
-        Op::DeleteRange(range) => {
-            let (items, next) = range.page(txn);
-            let deleted = items.len() as i64;
-            for (k, _) in items {
-                txn.delete(k);
-            }
-            pair(Value::Int(deleted), next)
-        }
+        Op::Delete(k) => Value::Bool(super::kv::delete_key(txn, k)),
+        Op::Scan(range) => range.scan(txn),
+        Op::DeleteRange(range) => range.delete(txn),
     }
 }
 
