@@ -6,7 +6,8 @@
 # Installs cargo-fuzz if missing. Exits non-zero on
 # the first crash; libFuzzer leaves the input under
 # fuzz/artifacts/TARGET/ and `cargo +nightly fuzz run TARGET FILE` replays
-# it. The corpus grows in fuzz/corpus/TARGET/ (not committed).
+# it. The corpus grows in fuzz/corpus/TARGET/ (not committed); inputs that
+# once crashed are kept in fuzz/regressions/TARGET/ and replay first.
 # docs/security.md, "Fuzzing", records the long run.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
@@ -30,6 +31,14 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
+  # Inputs that once crashed (fuzz/regressions/TARGET/) replay first.
+  if compgen -G "regressions/$t/*" >/dev/null; then
+    if ! cargo +nightly fuzz run "${build[@]}" "${dir[@]}" "$t" regressions/"$t"/* >"$log" 2>&1; then
+      tail -n 60 "$log" >&2
+      echo "fuzz $t: a kept regression input crashes again (fuzz/regressions/$t)" >&2
+      exit 1
+    fi
+  fi
   # -rss_limit_mb: a decoder whose memory grows past its input's size fails.
   if ! cargo +nightly fuzz run "${build[@]}" "${dir[@]}" "$t" -- -max_total_time="$seconds" \
       -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then

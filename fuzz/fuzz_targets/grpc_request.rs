@@ -26,5 +26,6 @@ fuzz_target!(|data: &[u8]| {
     };
     let wire: Vec<pb::Value> = args.iter().map(creek_proto::to_wire).collect();
     assert_eq!(wire, req.args);
-    assert!(request.views.tentative || request.views.final_view);
+    let views = request.views;
+    assert!(views.tentative || views.snapshot || views.final_view);
 });
