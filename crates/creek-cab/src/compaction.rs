@@ -12,23 +12,38 @@ pub const ANNOUNCE_TICKS: u64 = 50;
 
 impl<S: CabStorage> Cab<S> {
     /// Leader: the compaction point is the least index every replica has
-    /// acknowledged (and at most the commit index). Announced to every peer
-    /// when it moves, and again every [`ANNOUNCE_TICKS`] ticks for peers
-    /// that restarted and forgot it.
+    /// acknowledged (and at most the commit index), a follower being sent
+    /// a snapshot counting at the snapshot's index (see [`compaction_point`]).
+    /// Announced to every peer when it moves, and again every
+    /// [`ANNOUNCE_TICKS`] ticks for peers that restarted and forgot it.
     pub(crate) fn announce_compaction(&mut self) {
         if !self.is_leader() {
+            self.fetch_holds.clear();
             return;
         }
         let raft = &self.node.raft;
         let commit = raft.raft_log.committed;
         let lag = self.config.compaction_lag_max;
-        let matched = raft
-            .prs()
-            .iter()
-            .map(|(_, pr)| pr.matched)
-            .filter(|m| m.saturating_add(lag) >= commit)
-            .min();
-        let point = matched.unwrap_or(0).min(commit);
+        for (id, pr) in raft.prs().iter() {
+            if pr.state == raft::ProgressState::Snapshot && pr.pending_snapshot > 0 {
+                self.fetch_holds.insert(*id, pr.pending_snapshot);
+            }
+        }
+        // Until it caught up to the snapshot, or is no longer heard from.
+        self.fetch_holds.retain(|id, index| {
+            raft.prs()
+                .get(*id)
+                .is_some_and(|pr| pr.recent_active && pr.matched < *index)
+        });
+        let holds = &self.fetch_holds;
+        let point = compaction_point(
+            commit,
+            lag,
+            raft.prs().iter().map(|(id, pr)| Follower {
+                matched: pr.matched,
+                fetching: holds.get(id).copied(),
+            }),
+        );
         self.compactable = self.compactable.max(point);
         let (last, at) = self.announced;
         if point == 0 || (point == last && self.ticks - at < ANNOUNCE_TICKS) {
@@ -64,5 +79,87 @@ impl<S: CabStorage> Cab<S> {
         let base = store.first_index().map_err(CabError::from)? - 1;
         self.seen.retain(|_, index| *index > base);
         Ok(base)
+    }
+}
+
+/// A replica's progress as the compaction point sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Follower {
+    /// The last index it acknowledged.
+    pub(crate) matched: u64,
+    /// The index of the snapshot the leader is sending it, while it is
+    /// still heard from (it fetches the checkpoint that covers it).
+    pub(crate) fetching: Option<u64>,
+}
+
+/// The compaction point: the least index of the replicas that keep up —
+/// those at most `lag` entries behind `commit` (one down, or further
+/// behind, is left to catch up by state transfer) — and at most `commit`.
+///
+/// A replica fetching a checkpoint for a snapshot counts at that
+/// snapshot's index while it is at most [`SNAPSHOT_HOLD`] times `lag`
+/// behind: compacting past it would make the leader send it a newer
+/// snapshot, and a fetch still short of that index starts over, so under
+/// steady writes a checkpoint larger than one compaction interval's worth
+/// of transfer never arrives (chaos seed 106, docs/reliability.md). etcd
+/// skips compaction while a snapshot is in flight for the same reason.
+pub(crate) fn compaction_point(
+    commit: u64,
+    lag: u64,
+    replicas: impl Iterator<Item = Follower>,
+) -> u64 {
+    replicas
+        .filter_map(|f| match f.fetching {
+            Some(index) if index.saturating_add(lag.saturating_mul(SNAPSHOT_HOLD)) >= commit => {
+                Some(index)
+            }
+            _ => (f.matched.saturating_add(lag) >= commit).then_some(f.matched),
+        })
+        .min()
+        .unwrap_or(0)
+        .min(commit)
+}
+
+/// How far (in multiples of the compaction lag) a replica fetching a
+/// checkpoint holds the compaction point back; past it, the log is
+/// compacted anyway and the fetch starts over at a newer snapshot.
+pub const SNAPSHOT_HOLD: u64 = 4;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keeping_up(matched: u64) -> Follower {
+        Follower {
+            matched,
+            fetching: None,
+        }
+    }
+
+    #[test]
+    fn the_point_is_the_least_index_of_the_replicas_keeping_up() {
+        let all = [keeping_up(900), keeping_up(950), keeping_up(1000)];
+        assert_eq!(compaction_point(1000, 100, all.into_iter()), 900);
+        // One 500 behind with a lag of 100: left to state transfer.
+        let all = [keeping_up(500), keeping_up(950), keeping_up(1000)];
+        assert_eq!(compaction_point(1000, 100, all.into_iter()), 950);
+    }
+
+    #[test]
+    fn a_replica_fetching_a_checkpoint_holds_the_point_at_its_snapshot() {
+        let fetching = |index| Follower {
+            matched: 10,
+            fetching: Some(index),
+        };
+        // Being sent the snapshot at 700, 300 behind: held there, though
+        // its acknowledgements are far behind.
+        let all = [fetching(700), keeping_up(950), keeping_up(1000)];
+        assert_eq!(compaction_point(1000, 100, all.into_iter()), 700);
+        // Past SNAPSHOT_HOLD x lag behind: no longer held.
+        let all = [fetching(500), keeping_up(950), keeping_up(1000)];
+        assert_eq!(compaction_point(1000, 100, all.into_iter()), 950);
+        // Not heard from (`fetching: None`): as any replica far behind.
+        let all = [keeping_up(10), keeping_up(950), keeping_up(1000)];
+        assert_eq!(compaction_point(1000, 100, all.into_iter()), 950);
     }
 }

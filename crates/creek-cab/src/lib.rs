@@ -34,7 +34,10 @@
 //!   anyone. A replica compacts its log to at most that point and its own
 //!   latest checkpoint ([`Cab::compact`]), and forgets the ids decided there.
 //!   The log stays bounded while every replica keeps up; a replica that is
-//!   down holds the point back (its peers keep what it will need).
+//!   down or far behind is left out of the point (it catches up by state
+//!   transfer), except that one fetching a checkpoint for a snapshot holds
+//!   the point at that snapshot's index for a while, so the leader's next
+//!   snapshot to it is the same one and its fetch need not start over.
 //!
 //! Time and randomness are pinned: every replica has a fixed election timeout
 //! (the library draws from `[election_tick, election_tick + 1)`), and the
@@ -167,6 +170,11 @@ pub struct Cab<S: CabStorage> {
     /// Leader: followers (raft ids) the library is sending a snapshot, with
     /// the library tick it started.
     snapshots_out: FxHashMap<u64, u64>,
+    /// Leader: followers sent a snapshot and not yet caught up to it (raft
+    /// id → the snapshot's index), which hold the compaction point there
+    /// (see [`compaction::compaction_point`]), also between a retry's
+    /// report and the library's next send.
+    fetch_holds: FxHashMap<u64, u64>,
     /// The library's ticks.
     raft_ticks: u64,
     /// A replica rebuilt after it lost its data: until its commit index
@@ -266,6 +274,7 @@ impl<S: CabStorage> Cab<S> {
             held_term: 0,
             held_snapshot: None,
             snapshots_out: FxHashMap::default(),
+            fetch_holds: FxHashMap::default(),
             raft_ticks: 0,
             catch_up_to: 0,
             decided: VecDeque::new(),

@@ -57,6 +57,15 @@ pub struct NodeConfig {
     /// work of decoding them, grow with the backlog until the replicas'
     /// loops have no time left for consensus itself.
     pub strong_pending_max: usize,
+    /// Weak client invocations are refused
+    /// ([`InvokeError::WeakBacklog`](creek_core::InvokeError::WeakBacklog))
+    /// while this many of this replica's own ops are not yet committed and
+    /// the group has a leader (0: no bound): the clients write faster than
+    /// the group commits, and every op waiting is executed again and again
+    /// on every replica's tentative list until it commits. Cut off from a
+    /// leader, weak ops are taken up to the tentative list's bound
+    /// (`tentative_len_max`): they are what keeps working in a partition.
+    pub weak_pending_max: usize,
     /// A replica that lost its data is rebuilt from the members left even
     /// when a majority of the group lost its data (they may lack ops only
     /// the lost replicas acknowledged, which are then gone for good). The
@@ -119,6 +128,7 @@ impl NodeConfig {
             checkpoint_rewrite_ratio: 0,
             pending_writes_max: PENDING_WRITES_MAX,
             strong_pending_max: STRONG_PENDING_MAX,
+            weak_pending_max: WEAK_PENDING_MAX,
             rebuild_despite_data_loss: false,
             stable: crate::stable::StableConfig::default(),
             planted: PlantedBugs::NONE,
@@ -165,3 +175,8 @@ pub enum NodeError {
 /// clients keep in flight (one strong op each), reached in seconds by a
 /// steady open-loop load while no leader orders anything.
 pub const STRONG_PENDING_MAX: usize = 1024;
+
+/// The default [`NodeConfig::weak_pending_max`]: seconds of the weak ops a
+/// group commits at its peak (docs/bench/cluster.md), and a sixth of the
+/// tentative list's bound, so a replica's own backlog alone never fills it.
+pub const WEAK_PENDING_MAX: usize = 16_384;

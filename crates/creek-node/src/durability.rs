@@ -44,6 +44,10 @@ pub(crate) struct Durability {
     /// yet ordered (0: never; `NodeConfig::strong_pending_max`). Not about
     /// the disk, but the same kind of push-back, checked beside it.
     pub(crate) strong_pending_max: usize,
+    /// Refuse weak client invocations, while a leader is known, at this
+    /// many own ops not yet committed (0: never;
+    /// `NodeConfig::weak_pending_max`).
+    pub(crate) weak_pending_max: usize,
     pub(crate) ticks_since_checkpoint: u64,
     checkpoint_requested: bool,
     /// The committed length the last durable checkpoint covered.
@@ -119,6 +123,7 @@ impl Durability {
             checkpointed_len: recovered.map_or(0, |c| c.committed_len),
             pending_writes_max: config.pending_writes_max,
             strong_pending_max: config.strong_pending_max,
+            weak_pending_max: config.weak_pending_max,
             send_before_durable: config.planted.has(Bug::SendBeforeDurable),
             forget_sent_ops: config.planted.has(Bug::ForgetSentOps),
             ..Durability::default()

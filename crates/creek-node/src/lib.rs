@@ -45,7 +45,7 @@ use transfer::Transfers;
 
 pub use config::{
     NodeConfig, NodeError, CHECKPOINT_OPS, CHECKPOINT_REWRITE_RATIO, PENDING_WRITES_MAX,
-    PLANTED_BUGS, STRONG_PENDING_MAX,
+    PLANTED_BUGS, STRONG_PENDING_MAX, WEAK_PENDING_MAX,
 };
 pub use driver::Driver;
 pub use durability::RESERVE_AHEAD;
@@ -424,6 +424,81 @@ mod tests {
             node.invoke(put(1000, false), 1000).is_ok(),
             "weak ops are taken"
         );
+    }
+
+    /// With a leader, a replica takes weak ops only while fewer than
+    /// `weak_pending_max` of its own wait to be committed; once they
+    /// commit it takes them again. Without one (cut off from the group),
+    /// it takes them past the bound.
+    #[test]
+    fn weak_ops_past_what_the_group_commits_are_refused_while_a_leader_orders() {
+        let weak_put = |i: u64| {
+            let key = Value::Bytes(Bytes::from(format!("k{i}")));
+            let args = encode_args(&[key, Value::Bytes(Bytes::from_static(b"v"))]);
+            Request::weak(ProcCall::new("kv.put", args))
+        };
+        let group = [ReplicaId(1), ReplicaId(2), ReplicaId(3)];
+        let voters: Vec<u64> = group.iter().map(|r| creek_cab::raft_id(*r)).collect();
+        let mut nodes: Vec<Node<MemCabStorage>> = group
+            .iter()
+            .map(|me| {
+                let mut config = NodeConfig::for_group(*me, &group);
+                config.weak_pending_max = 4;
+                let registry = Arc::new(Registry::with_builtins());
+                Node::new(config, registry, MemCabStorage::new(voters.clone()), 0).expect("starts")
+            })
+            .collect();
+        // Every node's messages delivered at once, every write durable.
+        let pump = |nodes: &mut Vec<Node<MemCabStorage>>, now: &mut u64, ticks: u64| {
+            for _ in 0..ticks {
+                *now += 10_000;
+                let mut sent = Vec::new();
+                for n in nodes.iter_mut() {
+                    n.tick(*now);
+                    n.execute_all();
+                    let r = n.ready();
+                    n.on_durable(n.written());
+                    let from = n.id();
+                    sent.extend(r.early.into_iter().map(|m| (from, m)));
+                    sent.extend(r.messages.into_iter().map(|m| (from, m)));
+                    sent.extend(r.held.into_iter().map(|m| (from, m)));
+                }
+                for (from, (to, m)) in sent {
+                    nodes[usize::from(to.0) - 1].on_message(from, m);
+                }
+            }
+        };
+        let mut now = 0;
+        pump(&mut nodes, &mut now, 200);
+        assert!(nodes.iter().any(|n| n.cab().is_leader()));
+        let n = &mut nodes[0];
+        assert!(n.cab().leader().is_some());
+        // Nothing delivered meanwhile: nothing commits.
+        for i in 0..4 {
+            n.invoke(weak_put(i), now).expect("taken under the bound");
+        }
+        let e = n
+            .invoke(weak_put(4), now)
+            .expect_err("refused at the bound");
+        assert!(matches!(e, InvokeError::WeakBacklog(4)), "{e}");
+        // The stabilizer has them committed: taken again.
+        pump(&mut nodes, &mut now, 50);
+        assert_eq!(nodes[0].replica().own_uncommitted(), 0);
+        nodes[0]
+            .invoke(weak_put(5), now)
+            .expect("taken once committed");
+
+        // A replica that knows no leader.
+        let me = ReplicaId(1);
+        let mut config = NodeConfig::for_group(me, &group);
+        config.weak_pending_max = 4;
+        let registry = Arc::new(Registry::with_builtins());
+        let mut node = Node::new(config, registry, MemCabStorage::new(voters), 0).expect("starts");
+        for i in 0..20 {
+            node.invoke(weak_put(i), i)
+                .expect("cut off: taken past the bound");
+        }
+        assert_eq!(node.replica().own_uncommitted(), 20);
     }
 
     /// Group changes a single-replica group's leader refuses, and one it

@@ -114,6 +114,8 @@ struct Serving {
     /// Fetches that arrived while it was being encoded: (peer, offset).
     waiting: Vec<(ReplicaId, u64)>,
     idle_ticks: u64,
+    /// The last peer sent a chunk of it.
+    last_reader: Option<ReplicaId>,
 }
 
 /// Work of state transfer that may take long — encoding a checkpoint to
@@ -437,10 +439,10 @@ impl Transfers {
     /// A fetch from `peer`. `take` produces a checkpoint of the committed
     /// state with the term of its index, or `None` when this is not a clean
     /// point; `current` is the index such a checkpoint would have now. A new
-    /// transfer shares the one being served only if nothing was delivered
-    /// since it was taken: a receiver should start as close to the present
+    /// transfer shares the one being served if nothing was delivered
+    /// since it was taken — a receiver should start as close to the present
     /// as it can (payloads of ops committed after its checkpoint must still
-    /// be found somewhere).
+    /// be found somewhere) — or if another peer is still reading it.
     pub(crate) fn on_fetch(
         &mut self,
         peer: ReplicaId,
@@ -453,8 +455,13 @@ impl Transfers {
         let usable = self.serving.as_ref().is_some_and(|s| {
             if transfer == 0 {
                 // One still being encoded is as fresh as can be had: a new
-                // one would only start the encoding over.
-                s.index >= min_index && (s.encoded.is_none() || s.index >= current)
+                // one would only start the encoding over. One another peer
+                // is still reading is shared: replacing it would refuse
+                // that peer's next chunk, and two fetchers would start each
+                // other over for as long as writes go on.
+                let shared =
+                    s.last_reader.is_some_and(|p| p != peer) && s.idle_ticks < FETCH_RETRY_TICKS;
+                s.index >= min_index && (s.encoded.is_none() || s.index >= current || shared)
             } else {
                 s.transfer == transfer
             }
@@ -502,6 +509,7 @@ impl Transfers {
             encoded: None,
             waiting: Vec::new(),
             idle_ticks: 0,
+            last_reader: None,
         });
         self.jobs.push(TransferJob(Job::Encode {
             transfer,
@@ -556,6 +564,7 @@ impl Transfers {
             s.waiting.push((peer, offset));
             return;
         };
+        s.last_reader = Some(peer);
         let total = e.bytes.len();
         let start = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
         let end = start.saturating_add(CHUNK_BYTES).min(total);
@@ -821,9 +830,13 @@ mod tests {
         assert!(sent
             .iter()
             .all(|(_, m)| matches!(m, SnapshotMessage::Chunk(c) if c.offset == 0)));
-        // A fetch joins a transfer still being encoded if it covers the
-        // index asked; otherwise a new transfer replaces it, and the older
-        // one's late encoding is dropped.
+        // Once no peer read it for a while, a fetch after deliveries gets a
+        // new transfer. A fetch joins a transfer still being encoded if it
+        // covers the index asked; otherwise a new transfer replaces it, and
+        // the older one's late encoding is dropped.
+        for _ in 0..FETCH_RETRY_TICKS {
+            tx.tick(1);
+        }
         let at = |index: u64| {
             let mut later = cp.clone();
             later.cab_applied = index;
@@ -839,6 +852,44 @@ mod tests {
         assert!(matches!(
             tx.take_messages().as_slice(),
             [(_, SnapshotMessage::Chunk(c))] if c.index == 60
+        ));
+    }
+
+    /// Two members fetching while writes go on: the second shares the
+    /// transfer the first is reading instead of replacing it (which would
+    /// refuse the first's next chunk and start it over).
+    #[test]
+    fn a_second_fetcher_shares_the_transfer_another_is_reading() {
+        let cp = checkpoint(40, 10);
+        let mut tx = Transfers::new(ReplicaId(2), vec![ReplicaId(1), ReplicaId(3)]);
+        tx.on_fetch(ReplicaId(1), 0, 1, 0, 0, || Some((cp.clone(), 3)));
+        assert!(work(&mut tx).is_none());
+        let transfer = match tx.take_messages().as_slice() {
+            [(_, SnapshotMessage::Chunk(c))] => c.transfer,
+            other => panic!("{other:?}"),
+        };
+        // Delivered through 70 since: replica 3's fetch shares it all the same.
+        tx.on_fetch(ReplicaId(3), 0, 30, 0, 70, || unreachable!());
+        assert!(matches!(
+            tx.take_messages().as_slice(),
+            [(_, SnapshotMessage::Chunk(c))] if c.transfer == transfer
+        ));
+        // Replica 1 reads on.
+        tx.on_fetch(ReplicaId(1), transfer, 1, 5, 70, || unreachable!());
+        assert!(matches!(
+            tx.take_messages().as_slice(),
+            [(_, SnapshotMessage::Chunk(c))] if c.transfer == transfer && c.offset == 5
+        ));
+        // One asking past its index still gets a newer one.
+        tx.on_fetch(ReplicaId(3), 0, 60, 0, 70, || {
+            let mut later = cp.clone();
+            later.cab_applied = 70;
+            Some((later, 4))
+        });
+        assert!(work(&mut tx).is_none());
+        assert!(matches!(
+            tx.take_messages().as_slice(),
+            [(_, SnapshotMessage::Chunk(c))] if c.transfer != transfer && c.index == 70
         ));
     }
 

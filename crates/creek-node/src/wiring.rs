@@ -64,6 +64,15 @@ impl<S: CabStorage> Node<S> {
         if request.strong && max > 0 && self.cab.unconfirmed() >= max {
             return Err(InvokeError::StrongBacklog(self.cab.unconfirmed()));
         }
+        // Only while a leader orders: cut off from it, weak ops are what
+        // keeps working, bounded by the tentative list alone.
+        let max = d.weak_pending_max;
+        if !request.strong && max > 0 && self.cab.leader().is_some() {
+            let waiting = self.replica.own_uncommitted();
+            if waiting >= max {
+                return Err(InvokeError::WeakBacklog(waiting));
+            }
+        }
         let handle = self.replica.invoke(request, now_us)?;
         self.turn();
         Ok(handle)

@@ -262,6 +262,12 @@ pub struct ServerConfig {
     /// their place in the consensus order; 0: no bound.
     #[serde(default = "defaults::strong_pending_max")]
     pub strong_pending_max: usize,
+    /// Weak client invocations are refused (RESOURCE_EXHAUSTED, with a
+    /// retry hint) while this many of this replica's own ops wait to be
+    /// committed and the group has a leader; 0: no bound. Cut off from a
+    /// leader, weak ops are still taken.
+    #[serde(default = "defaults::weak_pending_max")]
+    pub weak_pending_max: usize,
     /// The leader compacts its consensus log past a follower this many
     /// entries behind and sends it a snapshot instead.
     #[serde(default = "defaults::compaction_lag_max")]
@@ -429,6 +435,9 @@ mod defaults {
     pub fn strong_pending_max() -> usize {
         creek_node::STRONG_PENDING_MAX
     }
+    pub fn weak_pending_max() -> usize {
+        creek_node::WEAK_PENDING_MAX
+    }
     pub fn compaction_lag_max() -> u64 {
         creek_cab::COMPACTION_LAG_MAX
     }
@@ -543,6 +552,7 @@ impl ServerConfig {
             session_ttl_secs: defaults::session_ttl_secs(),
             pending_writes_max: defaults::pending_writes_max(),
             strong_pending_max: defaults::strong_pending_max(),
+            weak_pending_max: defaults::weak_pending_max(),
             compaction_lag_max: defaults::compaction_lag_max(),
             max_request_bytes: defaults::max_request_bytes(),
             connections_per_client_max: defaults::connections_per_client_max(),

@@ -431,6 +431,7 @@ fn node_config(config: &ServerConfig, shards: Option<&crate::shards::ShardGate>)
     node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
     node_config.pending_writes_max = config.pending_writes_max;
     node_config.strong_pending_max = config.strong_pending_max;
+    node_config.weak_pending_max = config.weak_pending_max;
     node_config.cab.compaction_lag_max = config.compaction_lag_max;
     node_config.stable = crate::stable::config(config, shards);
     if let Some(bug) = config.planted_bug() {

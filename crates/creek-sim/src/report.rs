@@ -750,6 +750,7 @@ pub fn report(cfg: &SimConfig, out: &Outcome, checks: &[Check]) -> Value {
             "installed": transfers.installed,
             "bytes": transfers.bytes_received,
             "past_held": transfers.past_held,
+            "restarts": transfers.restarts,
         },
         "unsynced_writes_lost": disk.unsynced_writes_lost,
         "disk": {

@@ -30,6 +30,14 @@ pub enum InvokeError {
          that cannot keep up)"
     )]
     StrongBacklog(usize),
+    /// This many of the replica's own ops wait to be committed while the
+    /// group has a leader: clients write faster than the group commits;
+    /// retry later.
+    #[error(
+        "replica overloaded: {0} of its ops wait to be committed (clients write faster than \
+         the group commits)"
+    )]
+    WeakBacklog(usize),
     /// The replica does not serve: it is joining its cluster, or it lost
     /// its data and waits to be rebuilt (the text says which).
     #[error("{0}")]

@@ -821,6 +821,12 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             .saturating_add(self.committed.len() as u64)
     }
 
+    /// How many of the ops this replica issued are still tentative (not
+    /// committed, not voided).
+    pub fn own_uncommitted(&self) -> usize {
+        self.tentative.of_origin(self.id())
+    }
+
     /// How many ops are on the tentative list.
     pub fn tentative_len(&self) -> usize {
         self.tentative.len()

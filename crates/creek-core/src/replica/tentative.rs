@@ -12,8 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 
+use rustc_hash::FxHashMap;
+
 use crate::dvv::Dvv;
-use crate::id::{OpId, Timestamp};
+use crate::id::{OpId, ReplicaId, Timestamp};
 
 /// The tentative list: read like the sorted set it is, changed only
 /// through [`insert`](Tentative::insert) and
@@ -22,6 +24,8 @@ use crate::id::{OpId, Timestamp};
 pub(super) struct Tentative {
     order: BTreeSet<(Timestamp, OpId)>,
     by_id: BTreeMap<OpId, Timestamp>,
+    /// Entries of each origin.
+    per_origin: FxHashMap<ReplicaId, usize>,
 }
 
 impl Deref for Tentative {
@@ -39,6 +43,7 @@ impl Tentative {
         if new {
             let earlier = self.by_id.insert(entry.1, entry.0);
             debug_assert!(earlier.is_none(), "{} is tentative twice", entry.1);
+            *self.per_origin.entry(entry.1.origin).or_default() += 1;
         }
         new
     }
@@ -48,6 +53,9 @@ impl Tentative {
         let removed = self.order.remove(entry);
         if removed {
             self.by_id.remove(&entry.1);
+            if let Some(n) = self.per_origin.get_mut(&entry.1.origin) {
+                *n -= 1;
+            }
         }
         removed
     }
@@ -66,7 +74,19 @@ impl Tentative {
                 self.order.len()
             ));
         }
+        let counted: usize = self.per_origin.values().sum();
+        if counted != self.order.len() {
+            return Err(format!(
+                "the tentative list's counts per origin ({counted}) do not match the list ({})",
+                self.order.len()
+            ));
+        }
         Ok(())
+    }
+
+    /// How many entries are ops of `origin`.
+    pub(super) fn of_origin(&self, origin: ReplicaId) -> usize {
+        self.per_origin.get(&origin).copied().unwrap_or(0)
     }
 
     /// The entries whose ids are in `ctx`, but `except`, in list order.

@@ -101,7 +101,7 @@ pub(crate) fn rejected(e: InvokeError) -> Status {
         E::NoView => Status::invalid_argument("the request asks for no view"),
         e @ E::Overloaded(_) => try_again(e, STRONG_BACKLOG_RETRY_MS),
         e @ E::DiskBehind(_) => try_again(e, DISK_BEHIND_RETRY_MS),
-        e @ E::StrongBacklog(_) => try_again(e, STRONG_BACKLOG_RETRY_MS),
+        e @ (E::StrongBacklog(_) | E::WeakBacklog(_)) => try_again(e, STRONG_BACKLOG_RETRY_MS),
         E::NotServing(why) => Status::unavailable(why),
         E::QuorumLostData(why) => Status::failed_precondition(why),
         e @ E::SnapshotWrites(_) => Status::invalid_argument(e.to_string()),
