@@ -73,6 +73,10 @@ pub(crate) fn start_sharded(
     start_on(clients, peers, shards, name, log_filter, false, edit)
 }
 
+/// Replica certificates made beyond the replicas started, for those a run
+/// adds (`creek chaos` adds up to six).
+const SPARE_CERTS: usize = 8;
+
 /// The file, in the servers' directory, a sharded cluster's replicas read
 /// the map from.
 pub(crate) const MAP_FILE: &str = "shard-map.bin";
@@ -104,7 +108,8 @@ fn start_on(
     let mut servers = Servers::on(launch, clients, peers)?;
     let certs = certs_dir(&servers);
     if tls {
-        let n = u16::try_from(n).map_err(|_| format!("{n} replicas are too many"))?;
+        // Certificates for the replicas a run may add too.
+        let n = u16::try_from(n + SPARE_CERTS).map_err(|_| format!("{n} replicas are too many"))?;
         create_certs(&certs, n)?;
     }
     let edit = |c: &mut ServerConfig| {

@@ -181,7 +181,8 @@ async fn run_native(
     let client = match natives.get(&replica) {
         Some(c) => c.clone(),
         None => {
-            let c = creek_client::Client::connect([addr.to_string()])
+            let c = world
+                .connect([addr.to_string()])
                 .await
                 .map_err(|e| e.to_string())?;
             natives.insert(replica, c.clone());

@@ -31,7 +31,7 @@ use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 use serde_json::json;
 
-use world::{Membership, Slot, World};
+use world::{Membership, Security, Slot, World};
 
 /// Arguments of `creek chaos`.
 #[derive(clap::Args)]
@@ -71,6 +71,12 @@ pub struct Args {
     /// build with `--features creek-node/planted-bugs`).
     #[arg(long)]
     plant_bug: Option<String>,
+    /// Run the cluster as production runs it: TLS on every client and peer
+    /// link (mutual, certificates made for the run) and `[auth]` on, every
+    /// call of the clients and the nemesis carrying the root token (one
+    /// group only).
+    #[arg(long)]
+    secure: bool,
     /// Keep the replicas' directory (configurations, logs, data) after the
     /// run, and print where it is.
     #[arg(long)]
@@ -94,6 +100,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
     }
     if !(1..=4).contains(&args.shards) {
         return Err("--shards must be between 1 and 4".into());
+    }
+    if args.secure && args.shards > 1 {
+        return Err("--secure runs one group: leave out --shards".into());
     }
     if args.reshard && args.shards < 2 {
         return Err("--reshard needs a sharded cluster: --shards 2 or more".into());
@@ -158,27 +167,53 @@ fn workload_config() -> WorkloadConfig {
 
 async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), String> {
     let configured = configure(args.plant_bug.clone());
+    let root = if args.secure {
+        Some(creek_server::auth::Token::generate(true)?)
+    } else {
+        None
+    };
+    let auth = creek_server::AuthConfig {
+        enabled: root.is_some(),
+        root_token_sha256: root.as_ref().map(|t| creek_server::auth::to_hex(&t.hash())),
+    };
     // The ending waits for the group to settle (nothing committing), which
     // an idle leader's clock no-ops never let it do: stable times off (the
     // sharded run, which waits for no such point, keeps them on).
     let edit = move |c: &mut ServerConfig| {
         configured(c);
         c.snapshot.stable_every_ms = Some(0);
+        c.auth = auth.clone();
     };
     let mut servers = crate::servers::start(
         args.replicas,
         &format!("chaos-{seed}"),
         "info",
-        false,
+        args.secure,
         &edit,
     )?;
     servers.keep = args.keep;
+    let security = match &root {
+        Some(token) => Some(Security {
+            tls: crate::servers::client_tls(&servers)?,
+            token: token.to_string(),
+        }),
+        None => None,
+    };
+    // Replicas the nemesis adds get the same settings, and their
+    // certificates (made for every slot) when the run is secure.
+    let certs = args.secure.then(|| crate::servers::certs_dir(&servers));
+    let edit = move |c: &mut ServerConfig| {
+        edit(c);
+        if let Some(dir) = &certs {
+            c.tls = Some(creek_server::TlsConfig::in_dir(dir, c.id));
+        }
+    };
     let slots = servers
         .clients
         .iter()
-        .map(|a| Slot::new(*a, Membership::Member))
+        .map(|a| Slot::new(*a, Membership::Member, security.as_ref()))
         .collect::<Result<_, _>>()?;
-    let world = Arc::new(World::new(slots));
+    let world = Arc::new(World::new(slots, security));
     let poller = tokio::spawn(nemesis::poll(world.clone()));
     let run_nonce = seed.rotate_left(17) | 1;
 
@@ -292,6 +327,7 @@ async fn chaos(args: &Args, seed: u64) -> Result<(serde_json::Value, bool), Stri
         "replica_slots": state.slots.len(),
         "clients": args.clients,
         "plant_bug": args.plant_bug,
+        "secure": args.secure,
         "faults": state.faults,
         "nemesis_skipped": state.skipped,
         "ops": verdict.ops,

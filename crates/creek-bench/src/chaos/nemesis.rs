@@ -14,7 +14,7 @@ use creek_sim::rng::Rng;
 use creek_core::OpId;
 use creek_types::ClientRequestId;
 
-use super::world::{Membership, Polled, Slot, World};
+use super::world::{Membership, Polled, World};
 use crate::servers::Servers;
 use creek_harness::launcher::Signal;
 
@@ -271,7 +271,9 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
         }
         let i = crate::servers::add(servers, members, &self.edit)?;
         {
-            let slot = Slot::new(servers.clients[i], Membership::NeverAdded)?;
+            let slot = self
+                .world
+                .slot(servers.clients[i], Membership::NeverAdded)?;
             self.world.lock().slots.push(slot);
         }
         let admin = admin_client(&self.world, members).await?;
@@ -483,9 +485,7 @@ async fn admin_client(world: &World, members: &[usize]) -> Result<creek_client::
             .map(|&i| state.slots[i].addr.to_string())
             .collect()
     };
-    creek_client::Client::connect(addrs)
-        .await
-        .map_err(|e| e.to_string())
+    world.connect(addrs).await.map_err(|e| e.to_string())
 }
 
 /// Whether replica `i` (0-based) is in the group, as the group says.
@@ -678,7 +678,7 @@ pub(crate) async fn dump_members(
     for i in members {
         let addr = world.lock().slots[i].addr.to_string();
         let dump = async {
-            let client = creek_client::Client::connect([addr]).await?;
+            let client = world.connect([addr]).await?;
             client.dump().await
         };
         match tokio::time::timeout(Duration::from_secs(30), dump).await {

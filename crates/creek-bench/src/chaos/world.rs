@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use creek_check::history::OpRecord;
 use creek_core::{OpId, ReplicaId};
 use creek_types::ClientRequestId;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 /// A committed position the driver never saw a replica list (it took the
@@ -33,12 +35,38 @@ pub(crate) enum Membership {
     NeverAdded,
 }
 
+/// TLS on every link and a token on every call (`creek chaos --secure`):
+/// what the driver's clients connect with.
+#[derive(Clone)]
+pub(crate) struct Security {
+    /// The run's CA and the client certificate `root`.
+    pub(crate) tls: creek_client::TlsOptions,
+    /// The root token (the configured one: every right).
+    pub(crate) token: String,
+}
+
+/// Puts the run's token, if any, on every raw gRPC call.
+#[derive(Clone)]
+pub(crate) struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A raw gRPC connection to a replica, with the run's credentials.
+pub(crate) type Conn = InterceptedService<Channel, Bearer>;
+
 /// One replica slot (replica id `index + 1`).
 pub(crate) struct Slot {
     /// Its client endpoint.
     pub(crate) addr: SocketAddr,
     /// A lazily connected channel to it.
-    pub(crate) channel: Channel,
+    pub(crate) channel: Conn,
     pub(crate) membership: Membership,
     /// Its process runs (possibly stopped).
     pub(crate) running: bool,
@@ -70,12 +98,27 @@ pub(crate) struct Polled {
 }
 
 impl Slot {
-    pub(crate) fn new(addr: SocketAddr, membership: Membership) -> Result<Slot, String> {
-        let channel = Channel::from_shared(format!("http://{addr}"))
+    pub(crate) fn new(
+        addr: SocketAddr,
+        membership: Membership,
+        security: Option<&Security>,
+    ) -> Result<Slot, String> {
+        let scheme = if security.is_some() { "https" } else { "http" };
+        let mut endpoint = Channel::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| format!("replica address {addr}: {e}"))?
             .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let mut bearer = None;
+        if let Some(s) = security {
+            endpoint = endpoint
+                .tls_config(s.tls.tonic())
+                .map_err(|e| format!("TLS for {addr}: {e}"))?;
+            let value = format!("Bearer {}", s.token)
+                .parse()
+                .map_err(|_| "the token is not valid metadata".to_owned())?;
+            bearer = Some(value);
+        }
+        let channel = InterceptedService::new(endpoint.connect_lazy(), Bearer(bearer));
         Ok(Slot {
             addr,
             channel,
@@ -106,6 +149,8 @@ impl Slot {
 /// Everything the driver's tasks share.
 pub(crate) struct World {
     start: Instant,
+    /// What every connection of the run uses (`--secure`), if anything.
+    pub(crate) security: Option<Security>,
     state: Mutex<State>,
     /// Clients stop issuing new ops.
     pub(crate) stop_clients: AtomicBool,
@@ -139,9 +184,10 @@ pub(crate) struct State {
 }
 
 impl World {
-    pub(crate) fn new(slots: Vec<Slot>) -> World {
+    pub(crate) fn new(slots: Vec<Slot>, security: Option<Security>) -> World {
         World {
             start: Instant::now(),
+            security,
             state: Mutex::new(State {
                 slots,
                 history: Vec::new(),
@@ -157,6 +203,25 @@ impl World {
             stop_clients: AtomicBool::new(false),
             stop_polling: AtomicBool::new(false),
         }
+    }
+
+    /// A slot for a replica at `addr`, connected with the run's
+    /// credentials.
+    pub(crate) fn slot(&self, addr: SocketAddr, membership: Membership) -> Result<Slot, String> {
+        Slot::new(addr, membership, self.security.as_ref())
+    }
+
+    /// A client of the replicas at `addrs`, with the run's credentials.
+    pub(crate) async fn connect(
+        &self,
+        addrs: impl IntoIterator<Item = String>,
+    ) -> Result<creek_client::Client, creek_client::Error> {
+        let options = creek_client::ConnectOptions {
+            tls: self.security.as_ref().map(|s| s.tls.clone()),
+            token: self.security.as_ref().map(|s| s.token.clone()),
+            ..Default::default()
+        };
+        creek_client::Client::connect_with_options(addrs, options).await
     }
 
     /// Microseconds since the run started: the history's clock.
@@ -255,10 +320,10 @@ mod tests {
     async fn polls_build_the_committed_order_and_catch_a_disagreement() {
         let addr: SocketAddr = "127.0.0.1:1".parse().unwrap_or_else(|_| unreachable!());
         let slots = (0..2)
-            .map(|_| Slot::new(addr, Membership::Member))
+            .map(|_| Slot::new(addr, Membership::Member, None))
             .collect::<Result<Vec<_>, _>>()
             .unwrap_or_else(|e| panic!("{e}"));
-        let world = World::new(slots);
+        let world = World::new(slots, None);
         let mut state = world.lock();
         state.merge(0, 0, vec![id(1, 1), id(1, 2)], polled(2), 10);
         // Replica 2 forgot positions 0 and 1 (a checkpoint) before a poll.
