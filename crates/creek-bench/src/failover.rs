@@ -52,15 +52,15 @@ use crate::servers::{self, Servers};
 /// Replicas in the cluster.
 const REPLICAS: usize = 3;
 /// Each replica's probes invoke a strong and a weak op this often.
-const PROBE_EVERY: Duration = Duration::from_millis(10);
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// A probe op's deadline.
-const OP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(10);
 /// A weak op answered later than this counts as unanswered.
-const WEAK_ANSWER_WITHIN: Duration = Duration::from_secs(1);
+pub(crate) const WEAK_ANSWER_WITHIN: Duration = Duration::from_secs(1);
 /// Quiet time before each fault, once the cluster is healthy.
-const SETTLE: Duration = Duration::from_secs(2);
+pub(crate) const SETTLE: Duration = Duration::from_secs(2);
 /// How long the cluster may take to be healthy again after a heal.
-const HEAL_WITHIN: Duration = Duration::from_secs(60);
+pub(crate) const HEAL_WITHIN: Duration = Duration::from_secs(60);
 
 /// The faults a round injects at the leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -77,7 +77,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Kill => "kill",
             Kind::Pause => "pause",
@@ -92,31 +92,31 @@ impl Kind {
 pub struct Args {
     /// Rounds of each fault kind.
     #[arg(long, default_value_t = 5)]
-    rounds: usize,
+    pub(crate) rounds: usize,
     /// The fault kinds, in this order, each `--rounds` times.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "kill,pause,partition,stop"
     )]
-    kinds: Vec<Kind>,
+    pub(crate) kinds: Vec<Kind>,
     /// Closed-loop clients putting beside the probes (0: none).
     #[arg(long, default_value_t = 8)]
-    load_clients: usize,
+    pub(crate) load_clients: usize,
     /// How long each fault lasts before it is healed.
     #[arg(long, default_value_t = 4.0)]
-    hold_secs: f64,
+    pub(crate) hold_secs: f64,
     /// Keep the replicas' directory (configurations, logs, data) after the
     /// run, and print where it is.
     #[arg(long)]
-    keep: bool,
+    pub(crate) keep: bool,
     /// One JSON line per round and for the summary (else indented).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl Args {
-    fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if !(1..=100).contains(&self.rounds) {
             return Err(format!("--rounds {} must be within 1..=100", self.rounds));
         }
@@ -138,7 +138,7 @@ impl Args {
         Ok(())
     }
 
-    fn hold(&self) -> Duration {
+    pub(crate) fn hold(&self) -> Duration {
         Duration::from_secs_f64(self.hold_secs)
     }
 }
@@ -161,16 +161,16 @@ pub fn run(args: &Args) -> Result<(), String> {
 /// One probe op: where and when it was invoked, and when its closing view
 /// came (`None`: it failed or timed out).
 #[derive(Clone, Copy, Debug)]
-struct ProbeOp {
-    replica: usize,
-    strong: bool,
-    invoked: Instant,
-    done: Option<Instant>,
+pub(crate) struct ProbeOp {
+    pub(crate) replica: usize,
+    pub(crate) strong: bool,
+    pub(crate) invoked: Instant,
+    pub(crate) done: Option<Instant>,
 }
 
-type Probed = Arc<Mutex<Vec<ProbeOp>>>;
+pub(crate) type Probed = Arc<Mutex<Vec<ProbeOp>>>;
 
-fn lock(probed: &Probed) -> std::sync::MutexGuard<'_, Vec<ProbeOp>> {
+pub(crate) fn lock(probed: &Probed) -> std::sync::MutexGuard<'_, Vec<ProbeOp>> {
     probed.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -310,11 +310,11 @@ async fn set_cut(channels: &[Channel], victim: usize, cut: bool) -> Result<(), S
 }
 
 /// What one round measured.
-struct Round {
+pub(crate) struct Round {
     kind: Kind,
     /// Milliseconds from the fault to the first stable view at another
     /// replica; `None`: none within the hold.
-    failover_ms: Option<f64>,
+    pub(crate) failover_ms: Option<f64>,
     weak_at_others: usize,
     weak_unanswered_at_others: usize,
     weak_at_cut_leader: usize,
@@ -324,7 +324,7 @@ struct Round {
 /// Measure a `kind` fault at `leader`, whose injection began at `at` and
 /// was in place at `injected`, from what the probes recorded once the
 /// hold (and the answer window of its last weak ops) passed.
-fn judge(
+pub(crate) fn judge(
     kind: Kind,
     leader: usize,
     (at, injected): (Instant, Instant),
@@ -366,7 +366,7 @@ fn judge(
 /// The rounds' lines and the summary; with the error that stopped the
 /// run early, if one did (the rounds before it are reported all the same,
 /// and the summary says why it is short).
-async fn measure(args: &Args) -> Result<(Vec<Json>, Option<String>), String> {
+pub(crate) async fn measure(args: &Args) -> Result<(Vec<Json>, Option<String>), String> {
     let mut servers = servers::start(REPLICAS, "failover", "warn", false, |c| {
         c.allow_fault_injection = true;
     })?;
@@ -499,7 +499,7 @@ async fn rounds(
 /// Per kind: failover percentiles (a round without failover counts as the
 /// hold; `null` for a kind no round of which ran) and the weak ops
 /// unanswered.
-fn summary(kinds: &[Kind], hold: Duration, done: &[Round]) -> Json {
+pub(crate) fn summary(kinds: &[Kind], hold: Duration, done: &[Round]) -> Json {
     let mut out = serde_json::Map::new();
     out.insert("summary".into(), json!("failover"));
     out.insert("hold_ms".into(), json!(hold.as_millis() as u64));

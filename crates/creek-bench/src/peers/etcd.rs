@@ -4,7 +4,7 @@
 //! with client `i` connected to member `i mod 3`.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use etcd_client::Client;
@@ -15,7 +15,7 @@ use super::procs::{self, Procs};
 use super::Settings;
 
 /// Members in the cluster.
-const MEMBERS: usize = 3;
+pub(crate) const MEMBERS: usize = 3;
 
 struct EtcdConn(Client);
 
@@ -29,14 +29,14 @@ impl Conn for EtcdConn {
     }
 }
 
-async fn connect(endpoint: &str) -> Result<Client, String> {
+pub(crate) async fn connect(endpoint: &str) -> Result<Client, String> {
     Client::connect([endpoint], None)
         .await
         .map_err(|e| format!("connecting to etcd at {endpoint}: {e}"))
 }
 
 /// `v3.6.14 (git fc04cf7)` from `etcd --version`'s lines.
-fn version(etcd: &Path) -> Result<String, String> {
+pub(crate) fn version(etcd: &Path) -> Result<String, String> {
     let out = Command::new(etcd)
         .arg("--version")
         .output()
@@ -58,7 +58,7 @@ fn version(etcd: &Path) -> Result<String, String> {
 }
 
 /// The index of the member all members name as leader, once they do.
-async fn leader(endpoints: &[String]) -> Result<Option<usize>, String> {
+pub(crate) async fn leader(endpoints: &[String]) -> Result<Option<usize>, String> {
     let mut ids = Vec::with_capacity(endpoints.len());
     let mut leaders = Vec::with_capacity(endpoints.len());
     for ep in endpoints {
@@ -74,38 +74,44 @@ async fn leader(endpoints: &[String]) -> Result<Option<usize>, String> {
     Ok(ids.iter().position(|&id| id == first))
 }
 
-/// Start the members, measure, stop them: the report's `etcd` object.
-pub(crate) async fn measure(
-    settings: &Settings,
-    etcd: &Path,
-) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    if !etcd.exists() {
-        return Err(format!(
-            "no etcd binary at {} (scripts/bench-peers-setup.sh builds it and exports CREEK_BENCH_ETCD; or pass --etcd-bin)",
-            etcd.display()
-        ));
+/// The members' addresses and what starts each one.
+pub(crate) struct Members {
+    etcd: PathBuf,
+    dir: PathBuf,
+    clients: Vec<SocketAddr>,
+    peers: Vec<SocketAddr>,
+}
+
+impl Members {
+    /// The members' client URLs, in member order.
+    pub(crate) fn endpoints(&self) -> Vec<String> {
+        self.clients.iter().map(|a| format!("http://{a}")).collect()
     }
-    let version = version(etcd)?;
-    let mut procs = Procs::new("etcd", "KILL")?;
-    // The cluster's ports, reserved together.
-    let mut clients: Vec<SocketAddr> = creek_harness::ports::reserve(2 * MEMBERS)?;
-    let peers: Vec<SocketAddr> = clients.split_off(MEMBERS);
-    let initial = peers
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("m{}=http://{p}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    for i in 0..MEMBERS {
+
+    /// The process name of member `i` (0-based).
+    pub(crate) fn name(i: usize) -> String {
+        format!("m{}", i + 1)
+    }
+
+    /// The command that starts member `i` (0-based) with etcd's defaults;
+    /// started again, it rejoins with its data directory.
+    pub(crate) fn command(&self, i: usize) -> Command {
+        let initial = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}=http://{p}", Members::name(i)))
+            .collect::<Vec<_>>()
+            .join(",");
         let (client, peer) = (
-            format!("http://{}", clients[i]),
-            format!("http://{}", peers[i]),
+            format!("http://{}", self.clients[i]),
+            format!("http://{}", self.peers[i]),
         );
-        let mut cmd = Command::new(etcd);
+        let mut cmd = Command::new(&self.etcd);
         cmd.arg("--name")
-            .arg(format!("m{}", i + 1))
+            .arg(Members::name(i))
             .arg("--data-dir")
-            .arg(procs.dir.join(format!("m{}", i + 1)))
+            .arg(self.dir.join(Members::name(i)))
             .args([
                 "--listen-client-urls",
                 &client,
@@ -130,9 +136,42 @@ pub(crate) async fn measure(
                 "--log-level",
                 "warn",
             ]);
-        procs.spawn(&format!("m{}", i + 1), cmd)?;
+        cmd
     }
-    let endpoints: Vec<String> = clients.iter().map(|a| format!("http://{a}")).collect();
+}
+
+/// Start [`MEMBERS`] members on loopback ports reserved together, in a
+/// directory of their own.
+pub(crate) fn start(etcd: &Path) -> Result<(Procs, Members), String> {
+    if !etcd.exists() {
+        return Err(format!(
+            "no etcd binary at {} (scripts/bench-peers-setup.sh builds it and exports CREEK_BENCH_ETCD; or pass --etcd-bin)",
+            etcd.display()
+        ));
+    }
+    let mut procs = Procs::new("etcd", "KILL")?;
+    let mut clients: Vec<SocketAddr> = creek_harness::ports::reserve(2 * MEMBERS)?;
+    let peers: Vec<SocketAddr> = clients.split_off(MEMBERS);
+    let members = Members {
+        etcd: etcd.to_path_buf(),
+        dir: procs.dir.clone(),
+        clients,
+        peers,
+    };
+    for i in 0..MEMBERS {
+        procs.spawn(&Members::name(i), members.command(i))?;
+    }
+    Ok((procs, members))
+}
+
+/// Start the members, measure, stop them: the report's `etcd` object.
+pub(crate) async fn measure(
+    settings: &Settings,
+    etcd: &Path,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let version = version(etcd)?;
+    let (mut procs, members) = start(etcd)?;
+    let endpoints = members.endpoints();
     let lead = procs::wait_for(&mut procs, "etcd elected no leader", || leader(&endpoints)).await?;
     eprintln!("bench peers: etcd {version} up, leader m{}", lead + 1);
     let put = driver::measure(

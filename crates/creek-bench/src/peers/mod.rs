@@ -17,6 +17,8 @@ use crate::driver::{self as driver, Settings};
 #[cfg(feature = "peers")]
 mod etcd;
 #[cfg(feature = "peers")]
+mod etcd_failover;
+#[cfg(feature = "peers")]
 mod postgres;
 #[cfg(feature = "peers")]
 mod procs;
@@ -28,6 +30,7 @@ use std::path::PathBuf;
 use serde_json::{json, Map, Value};
 
 use crate::cluster;
+use crate::failover;
 
 /// The systems `--systems` names, in their default order.
 const SYSTEMS: [&str; 4] = ["creek", "etcd", "postgres", "redis"];
@@ -79,6 +82,23 @@ pub struct Args {
     #[cfg_attr(not(feature = "peers"), allow(dead_code))]
     #[arg(long, default_value_t = 1000)]
     wait_timeout_ms: u64,
+    /// Measure failover instead: `creek bench failover`'s rounds on Creek,
+    /// then the same rounds on etcd (creek and etcd only; partition is
+    /// Creek's alone: etcd has no fault injection).
+    #[arg(long)]
+    failover: bool,
+    /// With --failover: rounds of each fault kind.
+    #[arg(long, default_value_t = 5)]
+    failover_rounds: usize,
+    /// With --failover: the fault kinds, each --failover-rounds times.
+    #[arg(long, value_delimiter = ',', default_value = "kill,pause,stop")]
+    failover_kinds: Vec<failover::Kind>,
+    /// With --failover: closed-loop clients writing beside the probes.
+    #[arg(long, default_value_t = 8)]
+    load_clients: usize,
+    /// With --failover: how long each fault lasts before it is healed.
+    #[arg(long, default_value_t = 4.0)]
+    hold_secs: f64,
     /// Print one JSON line per system, then the summary line.
     #[arg(long)]
     json: bool,
@@ -122,6 +142,18 @@ fn validate(args: &Args) -> Result<(), String> {
         if !others.is_empty() {
             return Err(needs_feature(&others));
         }
+    }
+    if args.failover {
+        if let Some(s) = args
+            .systems
+            .iter()
+            .find(|s| !["creek", "etcd"].contains(&s.as_str()))
+        {
+            return Err(format!(
+                "--failover measures creek and etcd only, not {s}: pass --systems creek,etcd"
+            ));
+        }
+        failover_args(args).validate()?;
     }
     if args.clients.is_empty() || args.clients.contains(&0) || args.latency_ops == 0 {
         return Err("--clients and --latency-ops must be positive".into());
@@ -313,9 +345,96 @@ fn ratios(results: &Map<String, Value>) -> Map<String, Value> {
     out
 }
 
+/// `creek bench failover`'s arguments for `--failover`.
+fn failover_args(args: &Args) -> failover::Args {
+    failover::Args {
+        rounds: args.failover_rounds,
+        kinds: args.failover_kinds.clone(),
+        load_clients: args.load_clients,
+        hold_secs: args.hold_secs,
+        keep: false,
+        json: args.json,
+    }
+}
+
+/// The summary of `--failover`: each system's summary, and per fault kind
+/// Creek's failover p50 and p99 over etcd's (`null` where either is
+/// missing or zero).
+fn failover_summary(summaries: &Map<String, Value>) -> Value {
+    let mut ratios = Map::new();
+    if let (Some(creek), Some(etcd)) = (summaries.get("creek"), summaries.get("etcd")) {
+        for kind in [
+            failover::Kind::Kill,
+            failover::Kind::Pause,
+            failover::Kind::Stop,
+        ] {
+            for p in ["p50", "p99"] {
+                let field = format!("failover_ms_{p}");
+                let get = |s: &Value| s.get(kind.name())?.get(&field)?.as_f64();
+                if creek.get(kind.name()).is_none() || etcd.get(kind.name()).is_none() {
+                    continue;
+                }
+                let ratio = match (get(creek), get(etcd)) {
+                    (Some(a), Some(b)) if b > 0.0 => json!((a / b * 1000.0).round() / 1000.0),
+                    _ => Value::Null,
+                };
+                ratios.insert(format!("{}_{p}_vs_etcd", kind.name()), ratio);
+            }
+        }
+    }
+    let mut out = Map::new();
+    out.insert("summary".into(), json!("peers_failover"));
+    out.insert("ratios".into(), Value::Object(ratios));
+    out.extend(summaries.clone());
+    Value::Object(out)
+}
+
+/// `--failover`: each system's rounds, one after the other, then the
+/// summary. A system stopped early is reported all the same, and makes
+/// the run fail once every system ran.
+fn run_failover(args: &Args) -> Result<(), String> {
+    let fo = failover_args(args);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut summaries = Map::new();
+    let mut failed = None;
+    for system in &args.systems {
+        eprintln!("bench peers --failover: {system}…");
+        let work = async {
+            match system.as_str() {
+                "creek" => failover::measure(&fo).await,
+                #[cfg(feature = "peers")]
+                "etcd" => etcd_failover::measure(&etcd_bin(args), &fo).await,
+                other => Err(needs_feature(&[other])),
+            }
+        };
+        let (mut lines, stopped) = rt.block_on(async {
+            tokio::select! {
+                r = work => r,
+                _ = tokio::signal::ctrl_c() => Err("interrupted".to_string()),
+            }
+        })?;
+        let summary = lines.pop().unwrap_or(Value::Null);
+        for mut line in lines {
+            line["system"] = json!(system);
+            crate::print_report(&line, args.json)?;
+        }
+        summaries.insert(system.clone(), summary);
+        failed = failed.or(stopped.map(|e| format!("{system}: {e}")));
+    }
+    crate::print_report(&failover_summary(&summaries), args.json)?;
+    failed.map_or(Ok(()), Err)
+}
+
 /// Run the benchmark.
 pub fn run(args: &Args) -> Result<(), String> {
     validate(args)?;
+    if args.failover {
+        return run_failover(args);
+    }
     // Ctrl-C, watched for the whole run: the system being measured stops
     // and its directory goes (Creek's run listens for it itself).
     #[cfg(feature = "peers")]
@@ -447,8 +566,38 @@ mod tests {
             pg_bin: None,
             redis_bin: None,
             wait_timeout_ms: 1000,
+            failover: false,
+            failover_rounds: 1,
+            failover_kinds: vec![failover::Kind::Kill],
+            load_clients: 0,
+            hold_secs: 1.0,
             json: true,
         }
+    }
+
+    #[test]
+    fn failover_compares_creek_and_etcd_only_and_divides_per_kind() {
+        let mut a = args(&["creek", "redis"]);
+        a.failover = true;
+        let e = validate(&a).err().unwrap_or_default();
+        assert!(e.contains("not redis"), "{e}");
+        a.systems = vec!["creek".into()];
+        a.failover_rounds = 0;
+        assert!(validate(&a).is_err(), "rounds are checked");
+        let mut s = Map::new();
+        s.insert(
+            "creek".into(),
+            json!({"kill": {"failover_ms_p50": 150, "failover_ms_p99": 300}}),
+        );
+        s.insert(
+            "etcd".into(),
+            json!({"kill": {"failover_ms_p50": 1200, "failover_ms_p99": 0}}),
+        );
+        let out = failover_summary(&s);
+        assert_eq!(out["ratios"]["kill_p50_vs_etcd"], json!(0.125));
+        assert_eq!(out["ratios"]["kill_p99_vs_etcd"], Value::Null);
+        assert!(out["ratios"].get("pause_p50_vs_etcd").is_none());
+        assert_eq!(out["creek"]["kill"]["failover_ms_p50"], json!(150));
     }
 
     #[test]

@@ -39,9 +39,13 @@ impl Procs {
         self.dir.join(format!("{name}.log"))
     }
 
-    /// Start `cmd` as the process named `name`, its output to its log.
+    /// Start `cmd` as the process named `name`, its output to its log
+    /// (appended to, when it ran before).
     pub(crate) fn spawn(&mut self, name: &str, mut cmd: Command) -> Result<(), String> {
-        let log = std::fs::File::create(self.log_path(name))
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(name))
             .map_err(|e| format!("creating the log of {name}: {e}"))?;
         let err = log
             .try_clone()
@@ -53,6 +57,47 @@ impl Procs {
             .spawn()
             .map_err(|e| format!("starting {name} ({:?}): {e}", cmd.get_program()))?;
         self.children.push((name.to_owned(), child));
+        Ok(())
+    }
+
+    /// Send `signal` (`kill -SIGNAL`: `STOP`, `CONT`, `TERM`) to the
+    /// process named `name`.
+    pub(crate) fn signal(&self, name: &str, signal: &str) -> Result<(), String> {
+        let (_, child) = self
+            .children
+            .iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| format!("no process named {name}"))?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| format!("running kill: {e}"))?;
+        if !status.success() {
+            return Err(format!("kill -{signal} {name} failed ({status})"));
+        }
+        Ok(())
+    }
+
+    /// Wait up to `within` for the process named `name` to exit, then kill
+    /// it (`SIGKILL`), and forget it: it may be spawned again under its
+    /// name.
+    pub(crate) fn reap(&mut self, name: &str, within: Duration) -> Result<(), String> {
+        let i = self
+            .children
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| format!("no process named {name}"))?;
+        let (_, mut child) = self.children.remove(i);
+        let deadline = Instant::now() + within;
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        child
+            .wait()
+            .map_err(|e| format!("waiting for {name}: {e}"))?;
         Ok(())
     }
 
