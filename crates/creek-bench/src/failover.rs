@@ -50,7 +50,7 @@ use tonic::transport::Channel;
 use crate::servers::{self, Servers};
 
 /// Replicas in the cluster.
-const REPLICAS: usize = 3;
+pub(crate) const REPLICAS: usize = 3;
 /// Each replica's probes invoke a strong and a weak op this often.
 pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// A probe op's deadline.
@@ -262,10 +262,25 @@ async fn agreed_leader(clients: &[Client], among: &[usize]) -> Option<usize> {
 /// Wait until every replica names the same leader and each completed a
 /// strong op invoked after the wait began; the leader.
 async fn healthy(clients: &[Client], probed: &Probed) -> Result<usize, String> {
-    let from = Instant::now();
     let all: Vec<usize> = (0..REPLICAS).collect();
+    wait_healthy(probed, "the cluster", || agreed_leader(clients, &all)).await
+}
+
+/// Wait until `leader` names the leader the [`REPLICAS`] replicas agree
+/// on and each of them completed a strong op invoked after the wait
+/// began; the leader. `what` names the system in the error.
+pub(crate) async fn wait_healthy<F, Fut>(
+    probed: &Probed,
+    what: &str,
+    leader: F,
+) -> Result<usize, String>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<usize>>,
+{
+    let from = Instant::now();
     while from.elapsed() < HEAL_WITHIN {
-        if let Some(leader) = agreed_leader(clients, &all).await {
+        if let Some(leader) = leader().await {
             let served = lock(probed)
                 .iter()
                 .filter(|p| p.strong && p.invoked >= from && p.done.is_some())
@@ -280,7 +295,7 @@ async fn healthy(clients: &[Client], probed: &Probed) -> Result<usize, String> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(format!(
-        "the cluster was not healthy again within {} s",
+        "{what} was not healthy again within {} s",
         HEAL_WITHIN.as_secs()
     ))
 }

@@ -21,10 +21,14 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value as Json};
 
 use super::etcd::{self, Members, MEMBERS};
+
+const _: () = assert!(
+    MEMBERS == failover::REPLICAS,
+    "the probes' judge counts three replicas"
+);
 use super::procs::Procs;
 use crate::failover::{
-    self, judge, lock, Kind, ProbeOp, Probed, HEAL_WITHIN, OP_TIMEOUT, PROBE_EVERY, SETTLE,
-    WEAK_ANSWER_WITHIN,
+    self, judge, lock, Kind, ProbeOp, Probed, OP_TIMEOUT, PROBE_EVERY, SETTLE, WEAK_ANSWER_WITHIN,
 };
 
 /// How long a member stopped with `SIGTERM` may take to exit.
@@ -77,27 +81,8 @@ async fn agreed_leader(endpoints: &[String], among: &[usize]) -> Option<usize> {
 /// Wait until the members agree on a leader and each completed a put
 /// invoked after the wait began; the leader.
 async fn healthy(endpoints: &[String], probed: &Probed) -> Result<usize, String> {
-    let from = Instant::now();
     let all: Vec<usize> = (0..MEMBERS).collect();
-    while from.elapsed() < HEAL_WITHIN {
-        if let Some(leader) = agreed_leader(endpoints, &all).await {
-            let served = lock(probed)
-                .iter()
-                .filter(|p| p.invoked >= from && p.done.is_some())
-                .fold([false; MEMBERS], |mut seen, p| {
-                    seen[p.replica] = true;
-                    seen
-                });
-            if served.iter().all(|&s| s) {
-                return Ok(leader);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!(
-        "etcd was not healthy again within {} s",
-        HEAL_WITHIN.as_secs()
-    ))
+    failover::wait_healthy(probed, "etcd", || agreed_leader(endpoints, &all)).await
 }
 
 /// The rounds' lines and the summary of etcd's failover, as `creek bench
