@@ -29,11 +29,14 @@ impl<S: CabStorage> Cab<S> {
                 self.fetch_holds.insert(*id, pr.pending_snapshot);
             }
         }
-        // Until it caught up to the snapshot, or is no longer heard from.
+        // Until it caught up to the snapshot, or fell too far behind for
+        // the hold (one down for good holds the log back only that far).
+        // Not by `recent_active`: the library clears it at every quorum
+        // check, before the follower's next answer.
+        let reach = lag.saturating_mul(SNAPSHOT_HOLD);
         self.fetch_holds.retain(|id, index| {
-            raft.prs()
-                .get(*id)
-                .is_some_and(|pr| pr.recent_active && pr.matched < *index)
+            index.saturating_add(reach) >= commit
+                && raft.prs().get(*id).is_some_and(|pr| pr.matched < *index)
         });
         let holds = &self.fetch_holds;
         let point = compaction_point(
@@ -87,8 +90,8 @@ impl<S: CabStorage> Cab<S> {
 pub(crate) struct Follower {
     /// The last index it acknowledged.
     pub(crate) matched: u64,
-    /// The index of the snapshot the leader is sending it, while it is
-    /// still heard from (it fetches the checkpoint that covers it).
+    /// The index of the snapshot the leader sent it, until it caught up
+    /// to it (it fetches the checkpoint that covers it).
     pub(crate) fetching: Option<u64>,
 }
 
@@ -158,7 +161,7 @@ mod tests {
         // Past SNAPSHOT_HOLD x lag behind: no longer held.
         let all = [fetching(500), keeping_up(950), keeping_up(1000)];
         assert_eq!(compaction_point(1000, 100, all.into_iter()), 950);
-        // Not heard from (`fetching: None`): as any replica far behind.
+        // Caught up, or never sent one (`fetching: None`): as any replica.
         let all = [keeping_up(10), keeping_up(950), keeping_up(1000)];
         assert_eq!(compaction_point(1000, 100, all.into_iter()), 950);
     }

@@ -35,9 +35,10 @@
 //!   latest checkpoint ([`Cab::compact`]), and forgets the ids decided there.
 //!   The log stays bounded while every replica keeps up; a replica that is
 //!   down or far behind is left out of the point (it catches up by state
-//!   transfer), except that one fetching a checkpoint for a snapshot holds
-//!   the point at that snapshot's index for a while, so the leader's next
-//!   snapshot to it is the same one and its fetch need not start over.
+//!   transfer), except that one sent a snapshot holds the point at that
+//!   snapshot's index until it caught up (or fell 4× the lag behind), so
+//!   the leader's next snapshot to it is the same one and its fetch need
+//!   not start over.
 //!
 //! Time and randomness are pinned: every replica has a fixed election timeout
 //! (the library draws from `[election_tick, election_tick + 1)`), and the
@@ -173,7 +174,8 @@ pub struct Cab<S: CabStorage> {
     /// Leader: followers sent a snapshot and not yet caught up to it (raft
     /// id → the snapshot's index), which hold the compaction point there
     /// (see [`compaction::compaction_point`]), also between a retry's
-    /// report and the library's next send.
+    /// report and the library's next send, and while the follower is down
+    /// (then only up to `SNAPSHOT_HOLD` times the lag).
     fetch_holds: FxHashMap<u64, u64>,
     /// The library's ticks.
     raft_ticks: u64,
