@@ -21,15 +21,14 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value as Json};
 
 use super::etcd::{self, Members, MEMBERS};
-
-const _: () = assert!(
-    MEMBERS == failover::REPLICAS,
-    "the probes' judge counts three replicas"
-);
 use super::procs::Procs;
 use crate::failover::{
     self, judge, lock, Kind, ProbeOp, Probed, OP_TIMEOUT, PROBE_EVERY, SETTLE, WEAK_ANSWER_WITHIN,
 };
+
+// The probes' bookkeeping (`failover::wait_healthy`) counts the replicas
+// of Creek's cluster.
+const _: () = assert!(MEMBERS == failover::REPLICAS);
 
 /// How long a member stopped with `SIGTERM` may take to exit.
 const STOP_WITHIN: Duration = Duration::from_secs(10);

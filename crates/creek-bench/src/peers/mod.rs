@@ -132,17 +132,6 @@ fn validate(args: &Args) -> Result<(), String> {
             return Err(format!("--systems names {s} twice"));
         }
     }
-    if !cfg!(feature = "peers") {
-        let others: Vec<&str> = args
-            .systems
-            .iter()
-            .map(String::as_str)
-            .filter(|s| *s != "creek")
-            .collect();
-        if !others.is_empty() {
-            return Err(needs_feature(&others));
-        }
-    }
     if args.failover {
         if let Some(s) = args
             .systems
@@ -154,6 +143,17 @@ fn validate(args: &Args) -> Result<(), String> {
             ));
         }
         failover_args(args).validate()?;
+    }
+    if !cfg!(feature = "peers") {
+        let others: Vec<&str> = args
+            .systems
+            .iter()
+            .map(String::as_str)
+            .filter(|s| *s != "creek")
+            .collect();
+        if !others.is_empty() {
+            return Err(needs_feature(&others));
+        }
     }
     if args.clients.is_empty() || args.clients.contains(&0) || args.latency_ops == 0 {
         return Err("--clients and --latency-ops must be positive".into());
