@@ -56,11 +56,11 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// A probe op's deadline.
 pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(10);
 /// A weak op answered later than this counts as unanswered.
-pub(crate) const WEAK_ANSWER_WITHIN: Duration = Duration::from_secs(1);
+const WEAK_ANSWER_WITHIN: Duration = Duration::from_secs(1);
 /// Quiet time before each fault, once the cluster is healthy.
-pub(crate) const SETTLE: Duration = Duration::from_secs(2);
+const SETTLE: Duration = Duration::from_secs(2);
 /// How long the cluster may take to be healthy again after a heal.
-pub(crate) const HEAL_WITHIN: Duration = Duration::from_secs(60);
+const HEAL_WITHIN: Duration = Duration::from_secs(60);
 
 /// The faults a round injects at the leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -259,21 +259,10 @@ async fn agreed_leader(clients: &[Client], among: &[usize]) -> Option<usize> {
     named
 }
 
-/// Wait until every replica names the same leader and each completed a
-/// strong op invoked after the wait began; the leader.
-async fn healthy(clients: &[Client], probed: &Probed) -> Result<usize, String> {
-    let all: Vec<usize> = (0..REPLICAS).collect();
-    wait_healthy(probed, "the cluster", || agreed_leader(clients, &all)).await
-}
-
 /// Wait until `leader` names the leader the [`REPLICAS`] replicas agree
 /// on and each of them completed a strong op invoked after the wait
 /// began; the leader. `what` names the system in the error.
-pub(crate) async fn wait_healthy<F, Fut>(
-    probed: &Probed,
-    what: &str,
-    leader: F,
-) -> Result<usize, String>
+async fn wait_healthy<F, Fut>(probed: &Probed, what: &str, leader: F) -> Result<usize, String>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Option<usize>>,
@@ -325,11 +314,11 @@ async fn set_cut(channels: &[Channel], victim: usize, cut: bool) -> Result<(), S
 }
 
 /// What one round measured.
-pub(crate) struct Round {
+struct Round {
     kind: Kind,
     /// Milliseconds from the fault to the first stable view at another
     /// replica; `None`: none within the hold.
-    pub(crate) failover_ms: Option<f64>,
+    failover_ms: Option<f64>,
     weak_at_others: usize,
     weak_unanswered_at_others: usize,
     weak_at_cut_leader: usize,
@@ -339,7 +328,7 @@ pub(crate) struct Round {
 /// Measure a `kind` fault at `leader`, whose injection began at `at` and
 /// was in place at `injected`, from what the probes recorded once the
 /// hold (and the answer window of its last weak ops) passed.
-pub(crate) fn judge(
+fn judge(
     kind: Kind,
     leader: usize,
     (at, injected): (Instant, Instant),
@@ -408,31 +397,98 @@ pub(crate) async fn measure(args: &Args) -> Result<(Vec<Json>, Option<String>), 
         let c = connect(servers.clients[n % REPLICAS]).await?;
         probes.push(tokio::spawn(load(n, c)));
     }
-    let mut done = Vec::new();
-    let mut lines = Vec::new();
-    let failed = rounds(
-        args,
-        &mut servers,
-        &clients,
-        &channels,
-        &probed,
-        &mut done,
-        &mut lines,
-    )
-    .await
-    .err();
+    let mut target = Creek {
+        servers: &mut servers,
+        clients: &clients,
+        channels: &channels,
+    };
+    let (mut lines, failed) = run_rounds(&mut target, args, &args.kinds, &probed).await;
     for p in probes {
         p.abort();
     }
     if args.keep {
         eprintln!("bench failover: kept {}", servers.dir.display());
     }
-    let mut summary = summary(&args.kinds, args.hold(), &done);
+    if let Some(summary) = lines.last_mut() {
+        summary["system"] = json!("creek");
+    }
+    Ok((lines, failed))
+}
+
+/// A system whose leader the rounds fail: how to learn its leader, inject
+/// a fault at it and heal it.
+pub(crate) trait Target {
+    /// The system's name in progress lines and errors.
+    const NAME: &'static str;
+    /// Whether it has weak operations (their counts go in the lines).
+    const WEAK: bool;
+    /// The leader the replicas in `among` agree on, if they agree on one
+    /// of them.
+    async fn agreed_leader(&self, among: &[usize]) -> Option<usize>;
+    /// Inject `kind` at `leader`.
+    async fn inject(&mut self, kind: Kind, leader: usize) -> Result<(), String>;
+    /// Heal the fault `kind` at `leader` once the hold passed.
+    async fn heal(&mut self, kind: Kind, leader: usize) -> Result<(), String>;
+}
+
+/// Creek's cluster as the rounds fail it.
+struct Creek<'a> {
+    servers: &'a mut Servers,
+    clients: &'a [Client],
+    channels: &'a [Channel],
+}
+
+impl Target for Creek<'_> {
+    const NAME: &'static str = "creek";
+    const WEAK: bool = true;
+
+    async fn agreed_leader(&self, among: &[usize]) -> Option<usize> {
+        agreed_leader(self.clients, among).await
+    }
+
+    async fn inject(&mut self, kind: Kind, leader: usize) -> Result<(), String> {
+        match kind {
+            Kind::Kill => self.servers.kill(leader).map(drop),
+            Kind::Pause => self.servers.signal(leader, Signal::Stop),
+            Kind::Partition => set_cut(self.channels, leader, true).await,
+            Kind::Stop => self.servers.signal(leader, Signal::Term),
+        }
+    }
+
+    async fn heal(&mut self, kind: Kind, leader: usize) -> Result<(), String> {
+        match kind {
+            Kind::Kill => self.servers.spawn(leader),
+            Kind::Pause => self.servers.signal(leader, Signal::Cont),
+            Kind::Partition => set_cut(self.channels, leader, false).await,
+            Kind::Stop => {
+                // Stopped by now, unless it hangs: then it is killed.
+                self.servers.wait_exit(leader, Duration::from_secs(10))?;
+                self.servers.spawn(leader)
+            }
+        }
+    }
+}
+
+/// Every round of every kind in `kinds` on `target`, whose probes record
+/// in `probed`: one line per round, then the summary (with
+/// `stopped_early` and the error when a round could not go on).
+pub(crate) async fn run_rounds<T: Target>(
+    target: &mut T,
+    args: &Args,
+    kinds: &[Kind],
+    probed: &Probed,
+) -> (Vec<Json>, Option<String>) {
+    let mut done = Vec::new();
+    let mut lines = Vec::new();
+    let failed = rounds(target, args, kinds, probed, &mut done, &mut lines)
+        .await
+        .err();
+    let mut summary = summary(kinds, args.hold(), &done);
     if let Some(e) = &failed {
         summary["stopped_early"] = json!(e);
     }
     lines.push(summary);
-    Ok((lines, failed))
+    (lines, failed)
 }
 
 async fn connect(addr: SocketAddr) -> Result<Client, String> {
@@ -443,68 +499,58 @@ async fn connect(addr: SocketAddr) -> Result<Client, String> {
 
 /// Every round of every kind, each pushed to `done` and `lines` as it
 /// ends.
-async fn rounds(
+async fn rounds<T: Target>(
+    target: &mut T,
     args: &Args,
-    servers: &mut Servers,
-    clients: &[Client],
-    channels: &[Channel],
+    kinds: &[Kind],
     probed: &Probed,
     done: &mut Vec<Round>,
     lines: &mut Vec<Json>,
 ) -> Result<(), String> {
     let hold = args.hold();
-    for &kind in &args.kinds {
+    let all: Vec<usize> = (0..REPLICAS).collect();
+    for &kind in kinds {
         for round in 1..=args.rounds {
-            healthy(clients, probed).await?;
+            let healthy = || wait_healthy(probed, T::NAME, || target.agreed_leader(&all));
+            healthy().await?;
             tokio::time::sleep(SETTLE).await;
-            let leader = healthy(clients, probed).await?;
+            let leader = healthy().await?;
             let at = Instant::now();
-            match kind {
-                Kind::Kill => {
-                    servers.kill(leader)?;
-                }
-                Kind::Pause => servers.signal(leader, Signal::Stop)?,
-                Kind::Partition => set_cut(channels, leader, true).await?,
-                Kind::Stop => servers.signal(leader, Signal::Term)?,
-            }
+            target.inject(kind, leader).await?;
             let injected = Instant::now();
             tokio::time::sleep(hold.saturating_sub(injected - at)).await;
             let others: Vec<usize> = (0..REPLICAS).filter(|&i| i != leader).collect();
-            let new_leader = agreed_leader(clients, &others).await;
-            match kind {
-                Kind::Kill => servers.spawn(leader)?,
-                Kind::Pause => servers.signal(leader, Signal::Cont)?,
-                Kind::Partition => set_cut(channels, leader, false).await?,
-                Kind::Stop => {
-                    // Stopped by now, unless it hangs: then it is killed.
-                    servers.wait_exit(leader, Duration::from_secs(10))?;
-                    servers.spawn(leader)?;
-                }
-            }
+            let new_leader = target.agreed_leader(&others).await;
+            target.heal(kind, leader).await?;
             // The hold's last weak ops have their answer window, its
             // strong ops their deadline.
             tokio::time::sleep(WEAK_ANSWER_WITHIN).await;
             let r = judge(kind, leader, (at, injected), hold, &lock(probed));
             eprintln!(
-                "bench failover: {} round {round}: leader {} -> {}, strong ops again after {}",
+                "bench failover: {} {} round {round}: leader {} -> {}, strong ops again after {}",
+                T::NAME,
                 kind.name(),
                 leader + 1,
                 new_leader.map_or("none".into(), |l| (l + 1).to_string()),
                 r.failover_ms
                     .map_or_else(|| "none within the hold".into(), |ms| format!("{ms:.0} ms")),
             );
-            lines.push(json!({
+            let mut line = json!({
+                "system": T::NAME,
                 "kind": kind.name(),
                 "round": round,
                 "leader": leader + 1,
                 "new_leader": new_leader.map(|l| l + 1),
                 "failover_ms": r.failover_ms,
                 "hold_ms": hold.as_millis() as u64,
-                "weak_at_others": r.weak_at_others,
-                "weak_unanswered_at_others": r.weak_unanswered_at_others,
-                "weak_at_cut_leader": r.weak_at_cut_leader,
-                "weak_unanswered_at_cut_leader": r.weak_unanswered_at_cut_leader,
-            }));
+            });
+            if T::WEAK {
+                line["weak_at_others"] = json!(r.weak_at_others);
+                line["weak_unanswered_at_others"] = json!(r.weak_unanswered_at_others);
+                line["weak_at_cut_leader"] = json!(r.weak_at_cut_leader);
+                line["weak_unanswered_at_cut_leader"] = json!(r.weak_unanswered_at_cut_leader);
+            }
+            lines.push(line);
             done.push(r);
         }
     }
@@ -514,7 +560,7 @@ async fn rounds(
 /// Per kind: failover percentiles (a round without failover counts as the
 /// hold; `null` for a kind no round of which ran) and the weak ops
 /// unanswered.
-pub(crate) fn summary(kinds: &[Kind], hold: Duration, done: &[Round]) -> Json {
+fn summary(kinds: &[Kind], hold: Duration, done: &[Round]) -> Json {
     let mut out = serde_json::Map::new();
     out.insert("summary".into(), json!("failover"));
     out.insert("hold_ms".into(), json!(hold.as_millis() as u64));

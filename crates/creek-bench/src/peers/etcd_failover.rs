@@ -5,9 +5,8 @@
 //!
 //! At every member a put is invoked every [`PROBE_EVERY`] (open loop, each
 //! in a task of its own, [`OP_TIMEOUT`] each), beside `load_clients`
-//! closed-loop clients putting their own keys. Each round waits until the
-//! members agree on a leader and every member completed a put since, then
-//! [`SETTLE`], and injects the fault at the leader: `kill` (`SIGKILL`,
+//! closed-loop clients putting their own keys. The rounds are
+//! `failover::run_rounds`'s, with the fault at the leader: `kill` (`SIGKILL`,
 //! started again with its data after the hold), `pause` (`SIGSTOP`,
 //! continued after the hold) or `stop` (`SIGTERM`: etcd hands its
 //! leadership over before it exits; started again after the hold). A
@@ -22,12 +21,9 @@ use serde_json::{json, Value as Json};
 
 use super::etcd::{self, Members, MEMBERS};
 use super::procs::Procs;
-use crate::failover::{
-    self, judge, lock, Kind, ProbeOp, Probed, OP_TIMEOUT, PROBE_EVERY, SETTLE, WEAK_ANSWER_WITHIN,
-};
+use crate::failover::{self, lock, Kind, ProbeOp, Probed, Target, OP_TIMEOUT, PROBE_EVERY};
 
-// The probes' bookkeeping (`failover::wait_healthy`) counts the replicas
-// of Creek's cluster.
+// The rounds' bookkeeping counts the replicas of Creek's cluster.
 const _: () = assert!(MEMBERS == failover::REPLICAS);
 
 /// How long a member stopped with `SIGTERM` may take to exit.
@@ -67,21 +63,47 @@ async fn load(n: usize, mut client: etcd_client::Client) {
     }
 }
 
-/// The leader the members of `among` name, if they agree on one of them.
-async fn agreed_leader(endpoints: &[String], among: &[usize]) -> Option<usize> {
-    let asked: Vec<String> = among.iter().map(|&i| endpoints[i].clone()).collect();
-    let at = tokio::time::timeout(Duration::from_secs(1), etcd::leader(&asked))
-        .await
-        .ok()?
-        .ok()??;
-    among.get(at).copied()
+/// etcd's members as the rounds fail them.
+struct Etcd<'a> {
+    procs: &'a mut Procs,
+    members: &'a Members,
+    endpoints: Vec<String>,
 }
 
-/// Wait until the members agree on a leader and each completed a put
-/// invoked after the wait began; the leader.
-async fn healthy(endpoints: &[String], probed: &Probed) -> Result<usize, String> {
-    let all: Vec<usize> = (0..MEMBERS).collect();
-    failover::wait_healthy(probed, "etcd", || agreed_leader(endpoints, &all)).await
+impl Target for Etcd<'_> {
+    const NAME: &'static str = "etcd";
+    const WEAK: bool = false;
+
+    async fn agreed_leader(&self, among: &[usize]) -> Option<usize> {
+        let asked: Vec<String> = among.iter().map(|&i| self.endpoints[i].clone()).collect();
+        let at = tokio::time::timeout(Duration::from_secs(1), etcd::leader(&asked))
+            .await
+            .ok()?
+            .ok()??;
+        among.get(at).copied()
+    }
+
+    async fn inject(&mut self, kind: Kind, leader: usize) -> Result<(), String> {
+        let signal = match kind {
+            Kind::Kill => "KILL",
+            Kind::Pause => "STOP",
+            Kind::Stop => "TERM",
+            Kind::Partition => return Err("etcd has no fault injection to partition".into()),
+        };
+        self.procs.signal(&Members::name(leader), signal)
+    }
+
+    async fn heal(&mut self, kind: Kind, leader: usize) -> Result<(), String> {
+        let name = Members::name(leader);
+        match kind {
+            Kind::Kill | Kind::Stop => {
+                self.procs.reap(&name, STOP_WITHIN)?;
+                self.procs.spawn(&name, self.members.command(leader))
+            }
+            Kind::Pause => self.procs.signal(&name, "CONT"),
+            Kind::Partition => Ok(()),
+        }
+    }
 }
 
 /// The rounds' lines and the summary of etcd's failover, as `creek bench
@@ -113,89 +135,18 @@ pub(crate) async fn measure(
         .copied()
         .filter(|k| *k != Kind::Partition)
         .collect();
-    let mut done = Vec::new();
-    let mut lines = Vec::new();
-    let failed = rounds(
-        args,
-        &kinds,
-        (&mut procs, &members),
-        &probed,
-        &mut done,
-        &mut lines,
-    )
-    .await
-    .err();
+    let mut target = Etcd {
+        procs: &mut procs,
+        members: &members,
+        endpoints,
+    };
+    let (mut lines, failed) = failover::run_rounds(&mut target, args, &kinds, &probed).await;
     for t in tasks {
         t.abort();
     }
-    let mut summary = failover::summary(&kinds, args.hold(), &done);
-    summary["system"] = json!("etcd");
-    summary["version"] = json!(version);
-    if let Some(e) = &failed {
-        summary["stopped_early"] = json!(e);
+    if let Some(summary) = lines.last_mut() {
+        summary["system"] = json!("etcd");
+        summary["version"] = json!(version);
     }
-    lines.push(summary);
     Ok((lines, failed))
-}
-
-/// Every round of every kind, each pushed to `done` and `lines` as it
-/// ends.
-async fn rounds(
-    args: &failover::Args,
-    kinds: &[Kind],
-    (procs, members): (&mut Procs, &Members),
-    probed: &Probed,
-    done: &mut Vec<failover::Round>,
-    lines: &mut Vec<Json>,
-) -> Result<(), String> {
-    let endpoints = members.endpoints();
-    let hold = args.hold();
-    for &kind in kinds {
-        for round in 1..=args.rounds {
-            healthy(&endpoints, probed).await?;
-            tokio::time::sleep(SETTLE).await;
-            let leader = healthy(&endpoints, probed).await?;
-            let name = Members::name(leader);
-            let at = Instant::now();
-            match kind {
-                Kind::Kill => procs.signal(&name, "KILL")?,
-                Kind::Pause => procs.signal(&name, "STOP")?,
-                Kind::Stop => procs.signal(&name, "TERM")?,
-                Kind::Partition => unreachable!("etcd has no fault injection"),
-            }
-            let injected = Instant::now();
-            tokio::time::sleep(hold.saturating_sub(injected - at)).await;
-            let others: Vec<usize> = (0..MEMBERS).filter(|&i| i != leader).collect();
-            let new_leader = agreed_leader(&endpoints, &others).await;
-            match kind {
-                Kind::Kill | Kind::Stop => {
-                    procs.reap(&name, STOP_WITHIN)?;
-                    procs.spawn(&name, members.command(leader))?;
-                }
-                Kind::Pause => procs.signal(&name, "CONT")?,
-                Kind::Partition => {}
-            }
-            tokio::time::sleep(WEAK_ANSWER_WITHIN).await;
-            let r = judge(kind, leader, (at, injected), hold, &lock(probed));
-            eprintln!(
-                "bench peers --failover: etcd {} round {round}: leader m{} -> {}, puts again after {}",
-                kind.name(),
-                leader + 1,
-                new_leader.map_or("none".into(), |l| format!("m{}", l + 1)),
-                r.failover_ms
-                    .map_or_else(|| "none within the hold".into(), |ms| format!("{ms:.0} ms")),
-            );
-            lines.push(json!({
-                "system": "etcd",
-                "kind": kind.name(),
-                "round": round,
-                "leader": leader + 1,
-                "new_leader": new_leader.map(|l| l + 1),
-                "failover_ms": r.failover_ms,
-                "hold_ms": hold.as_millis() as u64,
-            }));
-            done.push(r);
-        }
-    }
-    Ok(())
 }

@@ -418,9 +418,8 @@ fn run_failover(args: &Args) -> Result<(), String> {
             }
         })?;
         let summary = lines.pop().unwrap_or(Value::Null);
-        for mut line in lines {
-            line["system"] = json!(system);
-            crate::print_report(&line, args.json)?;
+        for line in &lines {
+            crate::print_report(line, args.json)?;
         }
         summaries.insert(system.clone(), summary);
         failed = failed.or(stopped.map(|e| format!("{system}: {e}")));
