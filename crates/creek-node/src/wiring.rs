@@ -194,6 +194,7 @@ impl<S: CabStorage> Node<S> {
         self.replica.tick(now_us);
         self.stable_tick(now_us);
         self.replica.expire_sessions(now_us, self.cab.is_leader());
+        self.replica.expire_leases(now_us, self.cab.is_leader());
         self.gossip.tick();
         self.reclaim_tick(now_us);
         self.void_forged(now_us);

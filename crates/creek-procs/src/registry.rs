@@ -373,7 +373,8 @@ pub fn execute_call(
     let violation = crate::builtins::defs::level_violation(call)
         .or_else(|| crate::builtins::auth::level_violation(call))
         .or_else(|| crate::builtins::directory::level_violation(call))
-        .or_else(|| crate::moves::level_violation(call));
+        .or_else(|| crate::moves::level_violation(call))
+        .or_else(|| crate::builtins::lease::level_violation(call));
     if let Some(abort) = violation {
         return txn.finish(Err(abort));
     }
@@ -382,6 +383,7 @@ pub fn execute_call(
     }
     run_in_session(registry, txn, call, procedure.read_only, |txn| {
         crate::builtins::defs::run(registry, txn, call)
+            .or_else(|| crate::builtins::lease::run(txn, call))
             .unwrap_or_else(|| (procedure.run)(txn, &call.args))
     })
 }

@@ -30,6 +30,7 @@ use crate::id::{OpId, ReplicaId, Timestamp};
 use crate::op::{Change, Effect, ExecKey, Op, Pos, Request, Views};
 
 mod errors;
+mod leases;
 mod mpo;
 mod restore;
 mod sessions;
@@ -41,6 +42,7 @@ mod user_calls;
 mod views;
 
 pub use errors::InvokeError;
+pub use leases::LeaseStats;
 pub use sessions::SessionStats;
 pub use snapshot::{SnapshotHistory, READ_TIME_AHEAD_MAX_US, SNAPSHOT_PARKED_MAX};
 pub use user_calls::USER_PROCS_LIST_MAX;
@@ -153,6 +155,7 @@ pub struct Replica<E = MvccExecutor<ExecKey, Pos>> {
     settled: Vec<Settled<ExecKey>>,
     counters: Counters,
     sessions: sessions::Sessions,
+    leases: leases::Leases,
     /// Changes recorded for the driver ([`Replica::record_changes`]).
     changes: Vec<Change>,
     /// Whether committed, and tentative, changes are recorded.
@@ -212,6 +215,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             settled: Vec::new(),
             counters: Counters::default(),
             sessions: sessions::Sessions::default(),
+            leases: leases::Leases::default(),
             changes: Vec::new(),
             recording: (false, false),
             mpos: mpo::Mpos::default(),
@@ -321,6 +325,9 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         }
         let mut call = request.call;
         self.sessions.route_acks(&mut call, read_only);
+        // Calls that read the clock (a lease's time to live) see this
+        // replica's; an op's own time replaces it where the op is made.
+        call.time_us = now_us.max(self.hlc.last().physical_us());
         // An op invoked here is stamped after everything its client saw.
         self.hlc
             .observe(Timestamp::new(request.read_time, Timestamp::MAX_LOGICAL));

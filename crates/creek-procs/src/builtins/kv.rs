@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::{describe_all, Sig, Subject, Ty};
+use super::{describe_all, lease, Sig, Subject, Ty};
 use crate::registry::{Registry, Route, INTERNAL_KEY_PREFIX};
 use creek_exec::txn::{Abort, Outcome, Txn};
 use creek_types::value::Value;
@@ -64,7 +64,7 @@ pub const MULTI_KEYS_MAX: usize = 1024;
 /// Register the `kv.*` procedures.
 pub(super) fn register(r: &mut Registry) {
     r.register_fn(GET.name, true, |a| GET.check(a), get);
-    r.register_fn(PUT.name, false, |a| PUT.check(a), put);
+    r.register_fn(PUT.name, false, check_put, put);
     r.register_fn(DELETE.name, false, |a| DELETE.check(a), delete);
     r.register_fn(CAS.name, false, |a| CAS.check(a), cas);
     r.register_fn(INCR.name, false, |a| INCR.check(a), incr);
@@ -75,7 +75,11 @@ pub(super) fn register(r: &mut Registry) {
         r,
         &[
             (&GET, "bytes, or nil if absent", "Read a key."),
-            (&PUT, "nil", "Write a key."),
+            (
+                &PUT,
+                "nil",
+                "Write a key (a third argument, a lease id, attaches it to that lease).",
+            ),
             (&DELETE, "bool: existed", "Delete a key."),
             (
                 &CAS,
@@ -206,7 +210,7 @@ fn mput(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = MPUT.args(raw)?;
     let (keys, values) = mput_items(&args).map_err(Abort)?;
     for (k, v) in keys.into_iter().zip(values) {
-        txn.put(k.clone(), v.clone());
+        lease::put_plain(txn, k, v);
     }
     Ok(Value::Nil.encode())
 }
@@ -253,14 +257,35 @@ fn get(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     Ok(txn.get(key).map_or(Value::Nil, Value::Bytes).encode())
 }
 
-/// `kv.put(key, value)` → nil.
+/// `kv.put`'s arguments: `(key, value)`, or `(key, value, lease)`.
+fn check_put(raw: &[u8]) -> Result<(), String> {
+    match creek_types::value::decode_args(raw) {
+        Ok(args) if args.len() == 3 => lease::check_put_lease(raw),
+        _ => PUT.check(raw),
+    }
+}
+
+/// `kv.put(key, value)` → nil; `kv.put(key, value, lease)` attaches the key
+/// to the lease, and a put without one detaches it from any.
 fn put(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
-    let args = PUT.args(raw)?;
-    let [Value::Bytes(key), Value::Bytes(value)] = args.as_slice() else {
-        return Err(PUT.mismatch());
+    let args = creek_types::value::decode_args_shared(raw)
+        .map_err(|e| Abort(format!("kv.put: malformed arguments: {e}")))?;
+    let sig = if args.len() == 3 {
+        &lease::PUT_LEASE
+    } else {
+        &PUT
     };
-    txn.put(key.clone(), value.clone());
-    Ok(Value::Nil.encode())
+    sig.check_values(&args).map_err(Abort)?;
+    match args.as_slice() {
+        [Value::Bytes(key), Value::Bytes(value)] => {
+            lease::put_plain(txn, key, value);
+            Ok(Value::Nil.encode())
+        }
+        [Value::Bytes(key), Value::Bytes(value), Value::Int(id)] => {
+            lease::put_with_lease(txn, key, value, *id)
+        }
+        _ => Err(sig.mismatch()),
+    }
 }
 
 /// `kv.delete(key)` → whether the key existed.
@@ -276,6 +301,7 @@ fn delete(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
 pub(super) fn delete_key(txn: &mut Txn<'_>, key: &Bytes) -> bool {
     let existed = txn.get(key).is_some();
     if existed {
+        lease::detach(txn, key);
         txn.delete(key.clone());
     }
     existed
@@ -296,8 +322,11 @@ fn cas(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
         return Ok(Value::Bool(false).encode());
     }
     match new {
-        Some(v) => txn.put(key.clone(), v),
-        None if current.is_some() => txn.delete(key.clone()),
+        Some(v) => lease::put_plain(txn, key, &v),
+        None if current.is_some() => {
+            lease::detach(txn, key);
+            txn.delete(key.clone());
+        }
         None => {}
     }
     Ok(Value::Bool(true).encode())

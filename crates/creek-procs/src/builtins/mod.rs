@@ -50,6 +50,7 @@ mod collections;
 pub(crate) mod defs;
 pub mod directory;
 mod kv;
+pub mod lease;
 mod queue;
 pub mod range;
 pub mod txn;
@@ -75,6 +76,7 @@ pub fn register_all(r: &mut Registry) {
     kv::register(r);
     range::register(r);
     txn::register(r);
+    lease::register(r);
     queue::register(r);
     collections::register(r);
     defs::register(r);
@@ -437,6 +439,8 @@ mod tests {
                 "kv.mget",
                 "kv.scan",
                 "kv.scan_keys",
+                "lease.list",
+                "lease.ttl",
                 "list.len",
                 "list.read",
                 "proc.list",
@@ -481,14 +485,16 @@ mod route_tests {
     /// Every built-in a client calls says where it runs on a sharded
     /// cluster: data ops by their key or collection name, definitions and
     /// users everywhere; only unregistered names (user procedures) are
-    /// unknown, and `kv.txn`, whose keys sit inside its lists (a sharded
-    /// cluster refuses it, docs/api.md).
+    /// unknown, `kv.txn`, whose keys sit inside its lists, and the
+    /// `lease.*` calls, whose leases live in one shard's group (a sharded
+    /// cluster refuses them, docs/api.md).
     #[test]
     fn every_builtin_has_a_route() {
         let mut r = Registry::new();
         register_all(&mut r);
         for (name, p) in r.procedures() {
-            if name != "kv.txn" {
+            // Leases live in one shard's group (docs/api.md).
+            if name != "kv.txn" && !name.starts_with("lease.") {
                 assert_ne!(p.route, Route::Unknown, "{name}");
             }
         }

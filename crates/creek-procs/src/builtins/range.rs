@@ -189,6 +189,7 @@ impl Range {
         let (items, next) = self.page(txn);
         let deleted = items.len() as i64;
         for (k, _) in items {
+            super::lease::detach(txn, &k);
             txn.delete(k);
         }
         answer(Value::Int(deleted), next)

@@ -275,7 +275,7 @@ fn run(txn: &mut Txn<'_>, op: &Op) -> Value {
     match op {
         Op::Get(k) => txn.get(k).map_or(Value::Nil, Value::Bytes),
         Op::Put(k, v) => {
-            txn.put(k.clone(), v.clone());
+            super::lease::put_plain(txn, k, v);
             Value::Nil
         }
         Op::Delete(k) => Value::Bool(super::kv::delete_key(txn, k)),

@@ -311,6 +311,14 @@ impl ShardGate {
         if route == Route::Everywhere {
             return Ok(None);
         }
+        if route == Route::Unknown && call.name.starts_with("lease.") {
+            return Err(Status::failed_precondition(format!(
+                "{}: a lease lives in one shard's group, and a cluster of {} shards does not \
+                 route lease calls; kv.put_ttl gives a key a lease of its own on its shard",
+                call.name,
+                held.map.shards.len()
+            )));
+        }
         if route == Route::Unknown {
             return Err(Status::failed_precondition(format!(
                 "{}: its keys are known only as it runs, so a cluster of {} shards cannot \
