@@ -56,6 +56,10 @@ pub enum Error {
     /// does not exist ([`crate::Client::drop_procedure`]).
     #[error("refused: {0}")]
     Refused(String),
+    /// The lease a call named expired, was revoked or was never granted
+    /// (the server's message names it). Nothing was applied.
+    #[error("{0}")]
+    LeaseNotFound(String),
     /// The cluster checks users and the call carried no token, or one it
     /// does not know (mistyped, revoked, its user removed).
     #[error("unauthenticated: {0}")]

@@ -67,6 +67,17 @@ impl TxnOp {
         TxnOp(Value::List(vec![b("put"), b(key), b(value)]))
     }
 
+    /// Write a key attached to lease `lease` (deleted with it): nil; the
+    /// transaction aborts if the lease is not live.
+    pub fn put_with_lease(key: impl AsRef<[u8]>, value: impl AsRef<[u8]>, lease: i64) -> Self {
+        TxnOp(Value::List(vec![
+            b("put"),
+            b(key),
+            b(value),
+            Value::Int(lease),
+        ]))
+    }
+
     /// Delete a key: whether it existed.
     pub fn delete(key: impl AsRef<[u8]>) -> Self {
         TxnOp(Value::List(vec![b("delete"), b(key)]))

@@ -56,6 +56,10 @@ pub struct Args {
     /// cluster applies an id once and answers a retry with its outcome.
     #[arg(long, value_name = "CLIENT:SEQ")]
     request_id: Option<RequestId>,
+    /// With kv.put: attach the key to this lease (`creek lease grant`),
+    /// so it is deleted when the lease expires or is revoked.
+    #[arg(long, value_name = "ID")]
+    lease: Option<i64>,
     /// The procedure, e.g. kv.put.
     #[arg(value_name = "PROC")]
     procedure: String,
@@ -83,7 +87,16 @@ async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
         .await
         .map_err(|e| Failure::new(exit::FAILED, cli::explain(&e, &addrs)))?;
     let procedures = cli::procedures(&first, &addrs).await?;
-    let values = match procedures.iter().find(|p| p.name == args.procedure) {
+    if args.lease.is_some() && args.procedure != "kv.put" {
+        return Err(Failure::new(
+            exit::FAILED,
+            format!(
+                "--lease attaches a key written by kv.put, not by {}",
+                args.procedure
+            ),
+        ));
+    }
+    let mut values = match procedures.iter().find(|p| p.name == args.procedure) {
         Some(p) if p.described => typed(p, parsed)?,
         Some(_) => parsed.into_iter().map(|a| a.value).collect(),
         None => {
@@ -96,6 +109,7 @@ async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
             ))
         }
     };
+    values.extend(args.lease.map(Value::Int));
     // The id comes from the client of the shard the call goes to (its
     // sessions are that shard's).
     let client = cluster

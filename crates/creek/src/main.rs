@@ -11,6 +11,7 @@ mod certs_cmd;
 mod dev_cmd;
 mod keyspace_cmd;
 mod kv_cmd;
+mod lease_cmd;
 mod proc_cmd;
 mod reference_cmd;
 mod serve_cmd;
@@ -65,6 +66,12 @@ enum Command {
     /// etcdctl's txn format: compares, a blank line, the ops if they all
     /// hold, a blank line, the ops otherwise.
     Txn(txn_cmd::Args),
+    /// Grant, keep alive, revoke and list leases; keys put with a lease
+    /// (`creek call --lease ID kv.put K V`) are deleted when it expires.
+    Lease(lease_cmd::Args),
+    /// Run a command while holding a lock (a key held through a lease),
+    /// as `etcdctl lock`: `creek lock NAME -- CMD ARGS…`.
+    Lock(lease_cmd::LockArgs),
     /// Print each replica's role, term, log lengths and counters, and
     /// whether the group has a quorum (exit code 3: a member down, 4: no
     /// quorum).
@@ -136,6 +143,8 @@ fn main() -> ExitCode {
         Command::Get(args) => return cli::finish(kv_cmd::get(&args)),
         Command::Del(args) => return cli::finish(kv_cmd::del(&args)),
         Command::Txn(args) => return cli::finish(txn_cmd::run(&args)),
+        Command::Lease(args) => return cli::finish(lease_cmd::run(&args)),
+        Command::Lock(args) => return cli::finish(lease_cmd::lock(&args)),
         Command::Status(args) => return cli::finish(status_cmd::run(&args)),
         Command::Shards(args) => return cli::finish(shards_cmd::run(&args)),
         Command::Proc(args) => return cli::finish(proc_cmd::run(&args)),

@@ -21,7 +21,7 @@
 //! | op | answers |
 //! | --- | --- |
 //! | `["get", key]` | the value, or nil |
-//! | `["put", key, value]` | nil |
+//! | `["put", key, value]`, `["put", key, value, lease]` | nil |
 //! | `["delete", key]` | whether it existed |
 //! | `["scan", from, to, limit]` | `[[[key, value], …], next]`, as `kv.scan` |
 //! | `["delete_range", from, to, limit]` | `[deleted, next]`, as `kv.delete_range` |
@@ -108,7 +108,8 @@ impl Compare {
 /// One op of a branch, checked.
 enum Op {
     Get(Bytes),
-    Put(Bytes, Bytes),
+    /// A key, its value and the lease it is attached to, if any.
+    Put(Bytes, Bytes, Option<i64>),
     Delete(Bytes),
     Scan(Range),
     DeleteRange(Range),
@@ -203,7 +204,10 @@ fn parse_op(branch: &str, i: usize, v: &Value) -> Result<Op, String> {
     };
     match (parts.first().and_then(text), &parts[1.min(parts.len())..]) {
         (Some("get"), [k]) => Ok(Op::Get(user_key(k, &what)?)),
-        (Some("put"), [k, Value::Bytes(v)]) => Ok(Op::Put(user_key(k, &what)?, v.clone())),
+        (Some("put"), [k, Value::Bytes(v)]) => Ok(Op::Put(user_key(k, &what)?, v.clone(), None)),
+        (Some("put"), [k, Value::Bytes(v), Value::Int(lease)]) if *lease > 0 => {
+            Ok(Op::Put(user_key(k, &what)?, v.clone(), Some(*lease)))
+        }
         (Some("delete"), [k]) => Ok(Op::Delete(user_key(k, &what)?)),
         (Some("scan"), args @ [_, _, _]) => Ok(Op::Scan(range(&SCAN, args)?)),
         (Some("delete_range"), args @ [_, _, _]) => {
@@ -212,7 +216,7 @@ fn parse_op(branch: &str, i: usize, v: &Value) -> Result<Op, String> {
         (Some(name @ ("get" | "put" | "delete" | "scan" | "delete_range")), _) => {
             let shape = match name {
                 "get" => "[\"get\", key]",
-                "put" => "[\"put\", key, value: bytes]",
+                "put" => "[\"put\", key, value: bytes] or [\"put\", key, value, lease: int > 0]",
                 "delete" => "[\"delete\", key]",
                 "scan" => "[\"scan\", from, to, limit]",
                 _ => "[\"delete_range\", from, to, limit]",
@@ -270,18 +274,23 @@ fn check(raw: &[u8]) -> Result<(), String> {
 }
 
 /// Run one op, answering its result (as the `kv.*` call of the same
-/// name answers).
-fn run(txn: &mut Txn<'_>, op: &Op) -> Value {
-    match op {
+/// name answers); a put with a lease that is not live aborts the whole
+/// transaction.
+fn run(txn: &mut Txn<'_>, op: &Op) -> Result<Value, Abort> {
+    Ok(match op {
         Op::Get(k) => txn.get(k).map_or(Value::Nil, Value::Bytes),
-        Op::Put(k, v) => {
+        Op::Put(k, v, None) => {
             super::lease::put_plain(txn, k, v);
+            Value::Nil
+        }
+        Op::Put(k, v, Some(lease)) => {
+            super::lease::put_with_lease(txn, k, v, *lease)?;
             Value::Nil
         }
         Op::Delete(k) => Value::Bool(super::kv::delete_key(txn, k)),
         Op::Scan(range) => range.scan(txn),
         Op::DeleteRange(range) => range.delete(txn),
-    }
+    })
 }
 
 /// `kv.txn(compares, success, failure)` → `[succeeded, [result, …]]`.
@@ -296,7 +305,10 @@ fn txn(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     } else {
         &parsed.failure
     };
-    let results = branch.iter().map(|op| run(txn, op)).collect();
+    let results = branch
+        .iter()
+        .map(|op| run(txn, op))
+        .collect::<Result<_, _>>()?;
     Ok(Value::List(vec![Value::Bool(succeeded), Value::List(results)]).encode())
 }
 
