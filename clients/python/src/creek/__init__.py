@@ -54,6 +54,7 @@ from .errors import (
     Unavailable,
     WrongShard,
 )
+from .lease import Election, KeepAlive, LeaseNotFound, LeaseTtl, Lock
 from .shards import Cluster, ShardMap, slot_of
 from .procedures import Keyspace, KeyspaceLabel, NotRegistered, ProcedureSource, Refused, Registered
 from .txn import Txn, TxnAnswer, TxnOp
@@ -69,6 +70,11 @@ __all__ = [
     "Cluster",
     "Compacted",
     "Correctable",
+    "Election",
+    "KeepAlive",
+    "LeaseNotFound",
+    "LeaseTtl",
+    "Lock",
     "CreekError",
     "DeadlineExceeded",
     "InvalidArgument",

@@ -8,7 +8,8 @@ as the table below says. For user procedures use `invoke` (or `call`).
 | helper          | result                                 |
 |-----------------|----------------------------------------|
 | `kv_get`        | bytes, or None if absent               |
-| `kv_put`        | None                                   |
+| `kv_put`        | None (`lease=` attaches the key to a lease) |
+| `kv_put_ttl`    | None                                   |
 | `kv_delete`     | bool: the key existed                  |
 | `kv_cas`        | bool: swapped (None expected = absent, None new = delete) |
 | `kv_incr`       | int: the new value (stored as decimal text) |
@@ -65,11 +66,26 @@ class Builtins:
         """`kv.get(key)`: the value, or None if absent."""
         return self.invoke("kv.get", _bytes("key", key), levels=levels, **options)
 
-    def kv_put(self, key: Bytes, value: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
-        """`kv.put(key, value)`: None."""
-        return self.invoke(
-            "kv.put", _bytes("key", key), _bytes("value", value), levels=levels, **options
-        )
+    def kv_put(
+        self,
+        key: Bytes,
+        value: Bytes,
+        *,
+        lease: Optional[int] = None,
+        levels: LevelsArg = BOTH,
+        **options,
+    ) -> Correctable:
+        """`kv.put(key, value)`: None. With `lease` (`lease_grant`), the key
+        is attached to it and deleted when it expires or is revoked."""
+        args = [_bytes("key", key), _bytes("value", value)]
+        if lease is not None:
+            args.append(int(lease))
+        return self.invoke("kv.put", *args, levels=levels, **options)
+
+    def kv_put_ttl(self, key: Bytes, value: Bytes, ttl: int, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.put_ttl(key, value, ttl)`: None; the key is deleted `ttl`
+        seconds from now (a lease of its own; Redis's `SET key value EX ttl`)."""
+        return self.invoke("kv.put_ttl", _bytes("key", key), _bytes("value", value), int(ttl), levels=levels, **options)
 
     def kv_delete(self, key: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
         """`kv.delete(key)`: whether the key existed."""

@@ -18,6 +18,7 @@ import grpc
 from ._pb import creek_pb2 as pb
 from ._pb import creek_pb2_grpc as pb_grpc
 from .builtins import Builtins
+from .lease import Leases
 from .cache import CACHE_BYTES_MAX_DEFAULT, CachedWrite, Causal, Track
 from .correctable import Correctable
 from .errors import CreekError, DeadlineExceeded, ProtocolError, Unavailable, from_rpc_error
@@ -145,7 +146,7 @@ def _token_interceptors(token: Optional[str]) -> list:
     return [_UnaryToken(header), _StreamToken(header)]
 
 
-class Client(Builtins, Procedures):
+class Client(Builtins, Procedures, Leases):
     """A client of a Creek cluster, for asyncio code.
 
     `addresses` are replicas' client endpoints (`host:port`), tried in order:

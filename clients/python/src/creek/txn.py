@@ -85,9 +85,12 @@ class TxnOp:
         return ["get", _key("key", key)]
 
     @staticmethod
-    def put(key: Bytes, value: Bytes) -> list:
-        """None."""
-        return ["put", _key("key", key), _key("value", value)]
+    def put(key: Bytes, value: Bytes, lease: Optional[int] = None) -> list:
+        """None. With `lease`, the key is attached to that lease (the
+        transaction aborts if the lease is not live)."""
+        if lease is None:
+            return ["put", _key("key", key), _key("value", value)]
+        return ["put", _key("key", key), _key("value", value), int(lease)]
 
     @staticmethod
     def delete(key: Bytes) -> list:
