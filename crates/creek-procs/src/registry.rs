@@ -383,7 +383,7 @@ pub fn execute_call(
     }
     run_in_session(registry, txn, call, procedure.read_only, |txn| {
         crate::builtins::defs::run(registry, txn, call)
-            .or_else(|| crate::builtins::lease::run(txn, call))
+            .or_else(|| crate::builtins::lease::run(txn, call, registry.planted()))
             .unwrap_or_else(|| (procedure.run)(txn, &call.args))
     })
 }

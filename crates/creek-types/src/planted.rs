@@ -86,11 +86,14 @@ pub enum Bug {
     /// its key (phantoms: a scan misses a key put into its range by an op
     /// before it); point reads are still invalidated.
     SkipScanInvalidation,
+    /// The leader orders the expiry of leases 0.7 s before their deadline
+    /// by its clock, and the expiry op does not check deadlines again.
+    LeaseEarlyExpiry,
 }
 
 impl Bug {
     /// Every planted bug with its command-line name (`--plant-bug`).
-    pub const ALL: [(&'static str, Bug); 18] = [
+    pub const ALL: [(&'static str, Bug); 19] = [
         ("skip-invalidation", Bug::SkipInvalidation),
         ("deliver-without-cab", Bug::DeliverWithoutCab),
         ("ignore-causal-context", Bug::IgnoreCausalContext),
@@ -112,6 +115,7 @@ impl Bug {
         ),
         ("move-source-keeps-serving", Bug::MoveSourceKeepsServing),
         ("skip-scan-invalidation", Bug::SkipScanInvalidation),
+        ("lease-early-expiry", Bug::LeaseEarlyExpiry),
     ];
 
     /// Parse a command-line name.

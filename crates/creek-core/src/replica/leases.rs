@@ -3,6 +3,7 @@
 //! a replica that becomes leader first extends every live lease by its TTL.
 
 use creek_exec::Engine;
+use creek_types::planted::Bug;
 use creek_procs::builtins::lease::{self, Record, EXPIRE_BATCH_MAX, LEASES_MAX};
 
 use super::Replica;
@@ -87,7 +88,10 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             lease::extend_call()
         } else {
             // The op's time will be at least this clock.
-            let now = now_us.max(self.hlc.last().physical_us());
+            let mut now = now_us.max(self.hlc.last().physical_us());
+            if self.config.planted.has(Bug::LeaseEarlyExpiry) {
+                now += lease::PLANTED_EARLY_US;
+            }
             let end = lease::prefix_end(lease::RECORD_PREFIX);
             let mut records = Vec::new();
             self.engine.scan_committed(

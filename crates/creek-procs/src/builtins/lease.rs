@@ -38,6 +38,7 @@ use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::{Registry, Route};
 use creek_exec::txn::{Abort, Outcome, Txn};
 use creek_types::value::{encode_args, Value};
+use creek_types::planted::{Bug, PlantedBugs};
 use creek_types::ProcCall;
 
 /// Shortest TTL a lease may be granted, in seconds.
@@ -55,6 +56,9 @@ pub const KEYS_PER_OP: usize = 1_000;
 pub const EXPIRE_BATCH_MAX: usize = 256;
 /// Most keys `lease.ttl` lists.
 pub const TTL_KEYS_MAX: usize = 1_000;
+
+/// How early the planted bug `lease-early-expiry` expires leases, in µs.
+pub const PLANTED_EARLY_US: u64 = 700_000;
 
 /// The internal procedure the leader orders to expire due leases.
 pub const EXPIRE: &str = "creek.lease.expire";
@@ -345,7 +349,7 @@ pub(crate) fn level_violation(call: &ProcCall) -> Option<Abort> {
 
 /// Run `call` if it is a lease call that needs its op's time (`None`
 /// otherwise).
-pub(crate) fn run(txn: &mut Txn<'_>, call: &ProcCall) -> Option<Outcome> {
+pub(crate) fn run(txn: &mut Txn<'_>, call: &ProcCall, planted: PlantedBugs) -> Option<Outcome> {
     if !is_lease_call(&call.name) {
         return None;
     }
@@ -371,6 +375,7 @@ pub(crate) fn run(txn: &mut Txn<'_>, call: &ProcCall) -> Option<Outcome> {
         }),
         n if n == TTL.name => int(&TTL).and_then(|id| ttl(txn, id, now)),
         n if n == PUT_TTL.name => put_ttl(txn, raw, now),
+        EXPIRE if planted.has(Bug::LeaseEarlyExpiry) => expire(txn, raw, u64::MAX),
         EXPIRE => expire(txn, raw, now),
         EXTEND => extend(txn, raw, now),
         // revoke and list need no time: their bodies run as registered.

@@ -130,6 +130,11 @@ impl NodeLoop {
         put("session_expired_clients", sessions.clients);
         put("session_expiry_ops", sessions.expiry_ops);
         put("session_entries_expired", sessions.expiry_listed);
+        let leases = r.lease_stats();
+        put("leases_live", leases.live);
+        put("lease_expiry_ops", leases.expiry_ops);
+        put("leases_expiry_listed", leases.expiry_listed);
+        put("lease_extend_ops", leases.extend_ops);
         put("exec_versions_alive", e.versions_alive);
         if self.stable_every_us > 0 {
             crate::stable::counters(self.node.stable_times(), self.now_us(), &mut put);

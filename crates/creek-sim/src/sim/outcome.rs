@@ -293,6 +293,14 @@ impl Sim {
             .values()
             .filter(|op| &*op.call.name == creek_procs::session::EXPIRE)
             .count() as u64;
+        let count = |name: &str| {
+            self.ops
+                .values()
+                .filter(|op| &*op.call.name == name)
+                .count() as u64
+        };
+        let lease_expiries = count(creek_procs::builtins::lease::EXPIRE);
+        let lease_extensions = count(creek_procs::builtins::lease::EXTEND);
         let voids = self
             .ops
             .values()
@@ -324,6 +332,8 @@ impl Sim {
             ("session_expiry_ops", expiries),
             ("session_refused", refused),
             ("void_ops", voids),
+            ("lease_expiry_ops", lease_expiries),
+            ("lease_extend_ops", lease_extensions),
         ] {
             if n > 0 {
                 self.faults.insert(k, n);

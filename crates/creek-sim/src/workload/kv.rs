@@ -24,6 +24,9 @@
 //! - a counter's committed value lies between the increments known to be
 //!   applied (final view with a result) and those possibly applied (every
 //!   invocation without a final abort or result).
+//!
+//! With the range calls, 12 % of ops are lease ops on keys of their own
+//! (`leases`), checked by the lease invariants.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -53,6 +56,9 @@ pub const SCAN: &str = "kv.scan";
 pub const DELETE_RANGE: &str = "kv.delete_range";
 /// `kv.txn(compares, success, failure)`.
 pub const TXN: &str = "kv.txn";
+/// Share of ops that are lease ops (`super::leases`), when the range
+/// calls are on.
+const LEASE_OPS_PERCENT: usize = 12;
 
 /// The key of register `i`.
 pub fn register_key(i: usize) -> Bytes {
@@ -79,6 +85,8 @@ pub struct KvWorkload {
     /// The last value generated for each register, used as a plausible
     /// `expected` of `kv.cas`.
     last_written: Vec<Option<Bytes>>,
+    /// The lease part (with the range calls: leases live in one group).
+    leases: super::leases::LeaseOps,
 }
 
 impl KvWorkload {
@@ -92,6 +100,7 @@ impl KvWorkload {
             ranges: config.ranges,
             next_value: 0,
             last_written: vec![None; keys],
+            leases: super::leases::LeaseOps::default(),
         }
     }
 
@@ -261,6 +270,9 @@ impl Workload for KvWorkload {
     }
 
     fn next_op(&mut self, rng: &mut Rng, client: u32) -> NextOp {
+        if self.ranges && rng.index(100) < LEASE_OPS_PERCENT {
+            return self.leases.next_op(rng, client);
+        }
         let (strong, wants_final) = pick_mode(rng, self.strong_share, self.final_share);
         let roll = rng.index(100);
         let i = rng.index(self.keys);
@@ -323,6 +335,11 @@ impl Workload for KvWorkload {
 
     fn keys(&self, call: &ProcCall) -> Vec<Bytes> {
         match call.name.as_ref() {
+            // Leased keys change by expiry, an op no client invoked: they
+            // have their own checks (`leases`).
+            GET | PUT if first_bytes_arg(call).is_some_and(|k| super::leases::is_lease_key(&k)) => {
+                Vec::new()
+            }
             GET | PUT | INCR | CAS | DELETE_RANGE => first_bytes_arg(call).into_iter().collect(),
             TXN => txn_keys(call),
             _ => Vec::new(),
@@ -343,7 +360,7 @@ impl Workload for KvWorkload {
             let (Some(key), Some(result)) = (first_bytes_arg(&op.call), final_result(op)) else {
                 continue;
             };
-            if incremented.contains(&key) {
+            if incremented.contains(&key) || super::leases::is_lease_key(&key) {
                 continue;
             }
             let what = describe(op);
@@ -483,6 +500,7 @@ impl Workload for KvWorkload {
                 ));
             }
         }
+        super::leases::check(history, committed_state, &mut out);
         bounded(out)
     }
 }
@@ -493,6 +511,7 @@ mod tests {
     use creek_exec::Abort;
 
     use super::*;
+    use crate::workload::leases;
     use crate::workload::testkit::{call, history, record, run_sequential, stable};
 
     fn b(s: &str) -> Value {
@@ -662,10 +681,26 @@ mod tests {
         let mut w = w();
         let (state, h) = run_sequential(&mut w, 7, 400);
         assert_eq!(w.check(&h, &state), Vec::<String>::new());
-        let names: BTreeSet<&str> = h.ops.iter().map(|op| op.call.name.as_ref()).collect();
+        let names: BTreeSet<&str> = h
+            .ops
+            .iter()
+            .map(|op| op.call.name.as_ref())
+            .filter(|n| *n != leases::REVOKE)
+            .collect();
         assert_eq!(
             names,
-            BTreeSet::from([GET, PUT, INCR, CAS, SCAN, DELETE_RANGE, TXN])
+            BTreeSet::from([
+                GET,
+                PUT,
+                INCR,
+                CAS,
+                SCAN,
+                DELETE_RANGE,
+                TXN,
+                leases::GRANT,
+                leases::KEEP_ALIVE,
+                leases::PUT_TTL
+            ])
         );
         let both = h
             .ops

@@ -118,6 +118,7 @@ pub trait Workload: Send + Sync {
 
 pub mod bank;
 pub mod kv;
+pub mod leases;
 pub mod list;
 pub mod procs;
 pub mod queue;
