@@ -94,6 +94,17 @@ impl TxnOp {
         ]))
     }
 
+    /// Read the *last* keys of `[from, to)`, descending, at most `limit`:
+    /// `[[[key, value], …], next]`, as `kv.scan_reverse`.
+    pub fn scan_reverse(from: impl AsRef<[u8]>, to: Option<&[u8]>, limit: u32) -> Self {
+        TxnOp(Value::List(vec![
+            b("scan_reverse"),
+            b(from),
+            to.map_or(Value::Nil, b),
+            Value::Int(i64::from(limit)),
+        ]))
+    }
+
     /// Delete the keys of `[from, to)`, at most `limit`: `[deleted,
     /// next]`, as `kv.delete_range`.
     pub fn delete_range(from: impl AsRef<[u8]>, to: Option<&[u8]>, limit: u32) -> Self {

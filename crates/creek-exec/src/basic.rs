@@ -49,6 +49,27 @@ impl SnapshotRead for MapSnapshot {
     fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>) {
         scan_map(&self.0, from, to, limit, VersionNo(1), out);
     }
+
+    fn scan_rev(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        out: &mut Vec<(Bytes, Bytes, VersionNo)>,
+    ) {
+        if from >= to {
+            return;
+        }
+        let range = self
+            .0
+            .range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)));
+        out.extend(
+            range
+                .rev()
+                .take(limit)
+                .map(|(k, v)| (k.clone(), v.clone(), VersionNo(1))),
+        );
+    }
 }
 
 /// [`SnapshotRead::scan`] over a plain map whose every key is at version

@@ -33,6 +33,22 @@ pub trait SnapshotRead {
     /// `limit` of them. Appends nothing when `from >= to` (never panics).
     /// Each appended entry must agree with [`SnapshotRead::read`] of its key.
     fn scan(&self, from: &[u8], to: &[u8], limit: usize, out: &mut Vec<(Bytes, Bytes, VersionNo)>);
+    /// Like [`SnapshotRead::scan`], from the end of `[from, to)` down:
+    /// the *last* `limit` live keys of the range, in descending order.
+    /// The default scans the whole range forward and keeps its tail;
+    /// snapshots with an ordered index go backwards instead.
+    fn scan_rev(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        out: &mut Vec<(Bytes, Bytes, VersionNo)>,
+    ) {
+        let mut all = Vec::new();
+        self.scan(from, to, usize::MAX, &mut all);
+        let skip = all.len().saturating_sub(limit);
+        out.extend(all.into_iter().skip(skip).rev());
+    }
 }
 
 /// One range read of an execution, as the multiversion engine must re-check
@@ -306,6 +322,74 @@ impl<'a> Txn<'a> {
         self.scans.push(ScanRead {
             from: Bytes::copy_from_slice(from),
             to: end,
+            keys,
+        });
+        out
+    }
+
+    /// The *last* `limit` live keys of `[from, to)` with their values, in
+    /// descending order: [`Txn::scan`] from the end of the range down.
+    /// Recorded like it: every key returned from the snapshot as a point
+    /// read, and the range as a [`ScanRead`] — `[from, to)` when fewer
+    /// than `limit` items came back, else from the last (least) key
+    /// returned up to `to`.
+    pub fn scan_rev(&mut self, from: &[u8], to: &[u8], limit: usize) -> Vec<(Bytes, Bytes)> {
+        let limit = limit.min(self.limits.scan_items_max);
+        if from >= to || limit == 0 {
+            return Vec::new();
+        }
+        let in_range = |k: &[u8]| from <= k && k < to;
+        let mut own: Vec<&Write> = self.writes.iter().filter(|(k, _)| in_range(k)).collect();
+        own.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        let hidden = own.iter().filter(|(_, v)| v.is_none()).count();
+        let mut snap = Vec::new();
+        self.snapshot
+            .scan_rev(from, to, limit.saturating_add(hidden), &mut snap);
+        debug_assert!(
+            snap.windows(2).all(|w| w[0].0 > w[1].0),
+            "snapshot reverse scan out of order"
+        );
+        debug_assert!(
+            snap.iter().all(|(k, _, _)| in_range(k)),
+            "snapshot reverse scan out of range"
+        );
+        let mut out = Vec::new();
+        let (mut s, mut o) = (snap.iter().peekable(), own.iter().peekable());
+        while out.len() < limit {
+            // Descending: the greater key comes first.
+            let order = match (s.peek(), o.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((sk, _, _)), Some((ok, _))) => ok.cmp(sk),
+            };
+            if order == Ordering::Less {
+                if let Some((k, v, no)) = s.next() {
+                    self.scan_reads.push((k.clone(), *no));
+                    out.push((k.clone(), v.clone()));
+                }
+                continue;
+            }
+            if order == Ordering::Equal {
+                s.next(); // replaced or hidden by the own write
+            }
+            if let Some((k, Some(v))) = o.next() {
+                out.push((k.clone(), v.clone()));
+            }
+        }
+        let start = match out.last() {
+            Some((last, _)) if out.len() == limit => last.clone(),
+            _ => Bytes::copy_from_slice(from),
+        };
+        let mut keys: Vec<Bytes> = snap
+            .into_iter()
+            .map(|(k, _, _)| k)
+            .take_while(|k| *k >= start)
+            .collect();
+        keys.reverse();
+        self.scans.push(ScanRead {
+            from: start,
+            to: Bytes::copy_from_slice(to),
             keys,
         });
         out

@@ -72,6 +72,10 @@ pub struct GetArgs {
     /// Print how many keys there are.
     #[arg(long)]
     count_only: bool,
+    /// From the last key down (etcdctl's `--sort-order DESCEND`):
+    /// `--limit N` then prints the last N keys.
+    #[arg(long, conflicts_with = "count_only")]
+    reverse: bool,
 }
 
 /// Arguments of `creek del`.
@@ -100,7 +104,7 @@ async fn run_get(args: &GetArgs) -> Result<(), Failure> {
     let cluster = cli::connect_cluster(&args.endpoints, &addrs).await?;
     let failed = |e: Error| Failure::new(exit::FAILED, cli::explain(&e, &addrs));
     let level = args.keys.level;
-    let Some((mut from, to)) = args.keys.range() else {
+    let Some((mut from, mut to)) = args.keys.range() else {
         let key = Bytes::copy_from_slice(args.keys.start.as_bytes());
         let op = cluster
             .invoke("kv.get", vec![Value::Bytes(key.clone())], level)
@@ -145,6 +149,8 @@ async fn run_get(args: &GetArgs) -> Result<(), Failure> {
             next
         };
         match next {
+            // A reverse page's next is where the next page ends.
+            Some(next) if args.reverse => to = Some(next),
             Some(next) => from = next,
             None => break,
         }
@@ -163,12 +169,12 @@ async fn page(
     want: usize,
 ) -> Result<Page, Error> {
     let level = args.keys.level;
-    if args.keys_only {
-        cluster
-            .kv_scan_keys(from.clone(), to.clone(), want, level)
-            .await
-    } else {
-        cluster.kv_scan(from.clone(), to.clone(), want, level).await
+    let (from, to) = (from.clone(), to.clone());
+    match (args.keys_only, args.reverse) {
+        (true, false) => cluster.kv_scan_keys(from, to, want, level).await,
+        (false, false) => cluster.kv_scan(from, to, want, level).await,
+        (true, true) => cluster.kv_scan_keys_reverse(from, to, want, level).await,
+        (false, true) => cluster.kv_scan_reverse(from, to, want, level).await,
     }
 }
 

@@ -42,6 +42,13 @@ async fn the_cli_reads_and_deletes_prefixes_and_ranges() {
         "user/1 ann\nuser/2 bob\nuser/3 cy\n"
     );
     assert_eq!(run(&addr, &["get", "user/2"]), "user/2 bob\n");
+    assert_eq!(
+        run(
+            &addr,
+            &["get", "user/", "--prefix", "--reverse", "--limit", "2"]
+        ),
+        "user/3 cy\nuser/2 bob\n"
+    );
     assert_eq!(run(&addr, &["get", "nobody"]), "");
     assert_eq!(
         run(
@@ -139,6 +146,40 @@ async fn a_scan_of_two_shards_is_merged_in_key_order() {
         }
     }
     assert_eq!(seen, keys);
+    // Going down, pages of 6: the same keys, descending.
+    let mut seen = Vec::new();
+    let mut to = None;
+    loop {
+        let page = cluster
+            .kv_scan_keys_reverse("k", to.clone(), 6, Levels::Strong)
+            .await
+            .expect("reverse scan");
+        assert!(page.items.len() <= 6);
+        seen.extend(
+            page.items
+                .iter()
+                .map(|(k, _)| String::from_utf8_lossy(k).into_owned()),
+        );
+        match page.next {
+            Some(next) => to = Some(next),
+            None => break,
+        }
+    }
+    let descending: Vec<String> = keys.iter().rev().cloned().collect();
+    assert_eq!(seen, descending);
+    let out = run(
+        &sharded.addr(4),
+        &[
+            "get",
+            "k",
+            "--prefix",
+            "--reverse",
+            "--limit",
+            "3",
+            "--keys-only",
+        ],
+    );
+    assert_eq!(out, "k39\nk38\nk37\n");
     let (n, next) = cluster
         .kv_count("k", None, 100, Levels::Snapshot)
         .await

@@ -26,7 +26,8 @@ use crate::{CallOptions, Client, Error, Levels};
 pub struct Page {
     /// The keys, and their values where read.
     pub items: Vec<(Bytes, Bytes)>,
-    /// Where the next page starts (pass it as `from`).
+    /// Where the next page starts (pass it as `from`; for a reverse
+    /// page, where the next one ends: pass it as `to`).
     pub next: Option<Bytes>,
 }
 
@@ -61,6 +62,36 @@ impl Cluster {
     ) -> Result<Page, Error> {
         self.page("kv.scan_keys", range_args(from, to, limit), limit, levels)
             .await
+    }
+
+    /// The *last* keys of `[from, to)` and their values, descending, at
+    /// most `limit` of them; the page's `next` is the `to` of the next
+    /// page (etcd's `--sort-order DESCEND`).
+    pub async fn kv_scan_reverse(
+        &self,
+        from: impl Into<Bytes>,
+        to: Option<Bytes>,
+        limit: usize,
+        levels: Levels,
+    ) -> Result<Page, Error> {
+        let args = range_args(from, to, limit);
+        let parts = self.each_shard("kv.scan_reverse", args, levels).await?;
+        Ok(merge_reverse(parts, limit))
+    }
+
+    /// The last keys of `[from, to)`, descending, at most `limit`.
+    pub async fn kv_scan_keys_reverse(
+        &self,
+        from: impl Into<Bytes>,
+        to: Option<Bytes>,
+        limit: usize,
+        levels: Levels,
+    ) -> Result<Page, Error> {
+        let args = range_args(from, to, limit);
+        let parts = self
+            .each_shard("kv.scan_keys_reverse", args, levels)
+            .await?;
+        Ok(merge_reverse(parts, limit))
     }
 
     /// How many keys `[from, to)` holds, counting at most `limit`, and
@@ -252,6 +283,31 @@ fn merge(parts: Vec<Part>, limit: usize) -> Page {
     Page { items, next }
 }
 
+/// [`merge`] going down: the first `limit` keys of the shards' pages in
+/// descending order. A shard that had more gave every key it holds from
+/// its `next` (its least key returned) up, and no more: only keys at or
+/// above the greatest such `next` are known to be all there, and the next
+/// page ends before the last key of this one.
+fn merge_reverse(parts: Vec<Part>, limit: usize) -> Page {
+    let cut = parts.iter().filter_map(|p| p.next.clone()).max();
+    let mut more = cut.is_some();
+    let mut items: Vec<(Bytes, Bytes)> = parts.into_iter().flat_map(|p| p.items).collect();
+    if let Some(cut) = &cut {
+        items.retain(|(k, _)| k >= cut);
+    }
+    items.sort_by(|a, b| b.0.cmp(&a.0));
+    items.dedup_by(|a, b| a.0 == b.0);
+    if items.len() > limit {
+        items.truncate(limit);
+        more = true;
+    }
+    let next = match items.last() {
+        Some((last, _)) if more => Some(last.clone()),
+        _ => None,
+    };
+    Page { items, next }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,5 +349,26 @@ mod tests {
         let page = merge(vec![part(&["a"], Some("a\0")), part(&["b", "z"], None)], 3);
         assert_eq!(keys(&page), [&b"a"[..]]);
         assert_eq!(page.next.as_deref(), Some(&b"a\0"[..]));
+    }
+
+    #[test]
+    fn reverse_pages_merge_descending_and_the_next_page_misses_nothing() {
+        // Shard 0 had more below "c"; shard 1 was exhausted.
+        let page = merge_reverse(
+            vec![part(&["e", "c"], Some("c")), part(&["d", "a"], None)],
+            3,
+        );
+        assert_eq!(keys(&page), [&b"e"[..], b"d", b"c"]);
+        assert_eq!(page.next.as_deref(), Some(&b"c"[..]));
+        // Shard 1's "a" lies below what shard 0 covered: it waits.
+        let page = merge_reverse(
+            vec![part(&["e", "c"], Some("c")), part(&["d", "a"], None)],
+            10,
+        );
+        assert_eq!(keys(&page), [&b"e"[..], b"d", b"c"]);
+        assert_eq!(page.next.as_deref(), Some(&b"c"[..]));
+        let page = merge_reverse(vec![part(&["b"], None), part(&["a"], None)], 3);
+        assert_eq!(keys(&page), [&b"b"[..], b"a"]);
+        assert_eq!(page.next, None);
     }
 }

@@ -3,8 +3,8 @@
 //! a replica that becomes leader first extends every live lease by its TTL.
 
 use creek_exec::Engine;
-use creek_types::planted::Bug;
 use creek_procs::builtins::lease::{self, Record, EXPIRE_BATCH_MAX, LEASES_MAX};
+use creek_types::planted::Bug;
 
 use super::Replica;
 use crate::id::OpId;

@@ -18,7 +18,8 @@ use creek_types::value::{decode_args_shared, encode_args, Value};
 type Ex = MvccExecutor<u32, u64>;
 
 /// `test.scan(from, to, limit, out, own_put, own_delete)`: put `own_put`
-/// and delete `own_delete` first (empty: skip), scan, write the result as
+/// and delete `own_delete` first (empty: skip), scan (from the end down
+/// when `limit` is negative, `Txn::scan_rev`), write the result as
 /// `count|k=v,…` under `out` (empty: skip) and answer the same text.
 fn scan_proc(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let args = decode_args_shared(raw).map_err(|e| Abort::new(format!("{e:?}")))?;
@@ -36,7 +37,12 @@ fn scan_proc(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     if !own_delete.is_empty() {
         txn.delete(own_delete);
     }
-    let found = txn.scan(&from, &to, usize::try_from(limit).unwrap_or(0));
+    let n = usize::try_from(limit.unsigned_abs()).unwrap_or(0);
+    let found = if limit < 0 {
+        txn.scan_rev(&from, &to, n)
+    } else {
+        txn.scan(&from, &to, n)
+    };
     let mut text = format!("{}|", found.len()).into_bytes();
     for (k, v) in &found {
         text.extend_from_slice(k);
@@ -202,6 +208,29 @@ fn writes_outside_the_range_or_past_a_full_page_do_not_invalidate() {
     assert_eq!(answer(&mut e, 1).unwrap(), "2|b=v,bb=v,");
 }
 
+/// A reverse scan returns the last keys of its range, descending; writes
+/// below the least key of a full page do not invalidate it, a write
+/// inside the part it covered does.
+#[test]
+fn a_reverse_scan_covers_from_its_least_key_up() {
+    let (mut e, first) = with_scanner(&["b", "c", "d"], -2);
+    assert_eq!(first, "2|d=v,c=v,");
+    e.insert(2, 50, put("bb", "v"));
+    e.insert(3, 51, delete("b"));
+    e.insert(4, 52, put("zz", "v"));
+    run_all(&mut e);
+    let n = e.counters();
+    assert_eq!((n.invalidations, n.reexecutions), (0, 0));
+
+    e.insert(5, 53, put("cc", "v"));
+    run_all(&mut e);
+    assert_eq!(e.counters().invalidations, 1);
+    assert_eq!(answer(&mut e, 1).unwrap(), "2|d=v,cc=v,");
+    e.insert(6, 54, delete("d"));
+    run_all(&mut e);
+    assert_eq!(answer(&mut e, 1).unwrap(), "2|cc=v,c=v,");
+}
+
 /// A writer moved across the scanner takes its phantom with it.
 #[test]
 fn reposition_of_a_writer_across_the_scanner_invalidates_it() {
@@ -358,7 +387,7 @@ enum Call {
     Scan {
         from: u8,
         to: u8,
-        limit: u8,
+        limit: i8,
         out: u8,
         own_put: u8,
         own_delete: u8,
@@ -411,7 +440,7 @@ fn call_strategy() -> impl Strategy<Value = Call> {
     prop_oneof![
         3 => (0u8..7, 0u8..3).prop_map(|(k, v)| Call::Put(k, v)),
         2 => (0u8..7).prop_map(Call::Delete),
-        3 => (0u8..7, 0u8..7, 0u8..5, 0u8..14, 0u8..14, 0u8..14).prop_map(
+        3 => (0u8..7, 0u8..7, -4i8..5, 0u8..14, 0u8..14, 0u8..14).prop_map(
             |(from, to, limit, out, own_put, own_delete)| Call::Scan {
                 from,
                 to,

@@ -228,6 +228,26 @@ impl<P, K> Keys<P, K> {
         &self,
         from: &[u8],
         to: &[u8],
+        f: impl FnMut(&Bytes, &KeyState<P, K>) -> bool,
+    ) {
+        self.walk(from, to, false, f);
+    }
+
+    /// [`Keys::for_each_in`] from the last key of the range down.
+    pub(crate) fn for_each_in_rev(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        f: impl FnMut(&Bytes, &KeyState<P, K>) -> bool,
+    ) {
+        self.walk(from, to, true, f);
+    }
+
+    fn walk(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        reverse: bool,
         mut f: impl FnMut(&Bytes, &KeyState<P, K>) -> bool,
     ) {
         if from >= to {
@@ -236,7 +256,13 @@ impl<P, K> Keys<P, K> {
         let bounds = (Bound::Included(from), Bound::Excluded(to));
         match &self.ordered {
             Some(ordered) => {
-                for k in ordered.range::<[u8], _>(bounds) {
+                let range = ordered.range::<[u8], _>(bounds);
+                let keys: Box<dyn Iterator<Item = &Bytes>> = if reverse {
+                    Box::new(range.rev())
+                } else {
+                    Box::new(range)
+                };
+                for k in keys {
                     match self.map.get_key_value(k.as_ref()) {
                         Some((k, ks)) => {
                             if !f(k, ks) {
@@ -254,6 +280,9 @@ impl<P, K> Keys<P, K> {
                     .filter(|(k, _)| from <= k.as_ref() && k.as_ref() < to)
                     .collect();
                 found.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                if reverse {
+                    found.reverse();
+                }
                 for (k, ks) in found {
                     if !f(k, ks) {
                         return;
@@ -295,6 +324,26 @@ impl<P: Position, K: OpKey> SnapshotRead for SnapshotAt<'_, P, K> {
             return;
         }
         self.keys.for_each_in(from, to, |k, ks| {
+            if let (Some(value), no) = ks.visible(self.pos) {
+                out.push((k.clone(), value.clone(), no));
+                left -= 1;
+            }
+            left > 0
+        });
+    }
+
+    fn scan_rev(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        out: &mut Vec<(Bytes, Bytes, VersionNo)>,
+    ) {
+        let mut left = limit;
+        if left == 0 {
+            return;
+        }
+        self.keys.for_each_in_rev(from, to, |k, ks| {
             if let (Some(value), no) = ks.visible(self.pos) {
                 out.push((k.clone(), value.clone(), no));
                 left -= 1;

@@ -37,8 +37,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::{Registry, Route};
 use creek_exec::txn::{Abort, Outcome, Txn};
-use creek_types::value::{encode_args, Value};
 use creek_types::planted::{Bug, PlantedBugs};
+use creek_types::value::{encode_args, Value};
 use creek_types::ProcCall;
 
 /// Shortest TTL a lease may be granted, in seconds.

@@ -439,6 +439,8 @@ mod tests {
                 "kv.mget",
                 "kv.scan",
                 "kv.scan_keys",
+                "kv.scan_keys_reverse",
+                "kv.scan_reverse",
                 "lease.list",
                 "lease.ttl",
                 "list.len",

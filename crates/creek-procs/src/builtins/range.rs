@@ -1,6 +1,8 @@
 //! `kv.scan`, `kv.scan_keys`, `kv.count`, `kv.delete_range`: the plain
 //! keys of a range, read or deleted a page at a time (docs/api.md,
-//! "Ranges and prefixes").
+//! "Ranges and prefixes"); `kv.scan_reverse` and `kv.scan_keys_reverse`
+//! read from the end of the range down, and their `next` is the `to` of
+//! the next page (the least key of this one).
 //!
 //! Each takes `from` (inclusive), `to` (exclusive; nil: to the last key)
 //! and a `limit` of keys (1 to [`RANGE_LIMIT_MAX`]), and answers
@@ -53,12 +55,34 @@ pub(super) const DELETE_RANGE: Sig = Sig {
     params: RANGE,
     subject: Subject::None,
 };
+pub(super) const SCAN_REVERSE: Sig = Sig {
+    name: "kv.scan_reverse",
+    params: RANGE,
+    subject: Subject::None,
+};
+const SCAN_KEYS_REVERSE: Sig = Sig {
+    name: "kv.scan_keys_reverse",
+    params: RANGE,
+    subject: Subject::None,
+};
 
 /// Register the range procedures.
 pub(super) fn register(r: &mut Registry) {
     r.register_fn(SCAN.name, true, |a| check(&SCAN, a), scan);
     r.register_fn(SCAN_KEYS.name, true, |a| check(&SCAN_KEYS, a), scan_keys);
     r.register_fn(COUNT.name, true, |a| check(&COUNT, a), count);
+    r.register_fn(
+        SCAN_REVERSE.name,
+        true,
+        |a| check(&SCAN_REVERSE, a),
+        scan_reverse,
+    );
+    r.register_fn(
+        SCAN_KEYS_REVERSE.name,
+        true,
+        |a| check(&SCAN_KEYS_REVERSE, a),
+        scan_keys_reverse,
+    );
     r.register_fn(
         DELETE_RANGE.name,
         false,
@@ -88,11 +112,28 @@ pub(super) fn register(r: &mut Registry) {
                 "list: [keys deleted, next key or nil]",
                 "Delete the keys of [from, to) in order, at most limit of them.",
             ),
+            (
+                &SCAN_REVERSE,
+                "list: [[[key, value], …], next to or nil]",
+                "Read the last keys of [from, to), descending, at most limit of them; pass next as to for the next page.",
+            ),
+            (
+                &SCAN_KEYS_REVERSE,
+                "list: [[key, …], next to or nil]",
+                "List the last keys of [from, to), descending, at most limit of them.",
+            ),
         ],
     );
     // Every shard holds keys of any range (hashed placement): each answers
     // for its own, and a client merges the pages (docs/api.md).
-    for sig in [&SCAN, &SCAN_KEYS, &COUNT, &DELETE_RANGE] {
+    for sig in [
+        &SCAN,
+        &SCAN_KEYS,
+        &COUNT,
+        &DELETE_RANGE,
+        &SCAN_REVERSE,
+        &SCAN_KEYS_REVERSE,
+    ] {
         r.route(sig.name, Route::Everywhere);
     }
 }
@@ -103,6 +144,8 @@ pub(super) struct Range {
     from: Bytes,
     to: Option<Bytes>,
     limit: usize,
+    /// From the end of the range down (the `_reverse` calls).
+    reverse: bool,
 }
 
 impl Range {
@@ -136,7 +179,13 @@ impl Range {
             ));
         }
         let limit = usize::try_from(*limit).unwrap_or(0);
-        Ok(Range { from, to, limit })
+        let reverse = sig.name.ends_with("_reverse");
+        Ok(Range {
+            from,
+            to,
+            limit,
+            reverse,
+        })
     }
 
     /// One page of the range's live keys and their values, and the key
@@ -149,7 +198,11 @@ impl Range {
             .clone()
             .unwrap_or_else(|| Bytes::from(vec![0xff; limits.key_bytes_max + 1]));
         let limit = self.limit.min(limits.scan_items_max);
-        let mut items = txn.scan(&self.from, &end, limit);
+        let mut items = if self.reverse {
+            txn.scan_rev(&self.from, &end, limit)
+        } else {
+            txn.scan(&self.from, &end, limit)
+        };
         let mut more = items.len() == limit;
         let mut bytes = 0;
         if let Some(fit) = items.iter().position(|(k, v)| {
@@ -160,6 +213,8 @@ impl Range {
             more = true;
         }
         let next = match items.last() {
+            // Going down, the next page ends before the least key here.
+            Some((last, _)) if more && self.reverse => Some(last.clone()),
             Some((last, _)) if more => {
                 let mut successor = Vec::with_capacity(last.len() + 1);
                 successor.extend_from_slice(last);
@@ -230,6 +285,19 @@ fn scan_keys(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     Ok(answer(Value::List(keys), next).encode())
 }
 
+/// `kv.scan_reverse(from, to, limit)` → `[[[key, value], …], next]`, the
+/// last keys of the range descending; `next` is the `to` of the next page.
+fn scan_reverse(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    Ok(range_of(&SCAN_REVERSE, raw)?.scan(txn).encode())
+}
+
+/// `kv.scan_keys_reverse(from, to, limit)` → `[[key, …], next]`.
+fn scan_keys_reverse(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let (items, next) = page(&SCAN_KEYS_REVERSE, txn, raw)?;
+    let keys = items.into_iter().map(|(k, _)| Value::Bytes(k)).collect();
+    Ok(answer(Value::List(keys), next).encode())
+}
+
 /// `kv.count(from, to, limit)` → `[count, next]`.
 fn count(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let (items, next) = page(&COUNT, txn, raw)?;
@@ -294,6 +362,53 @@ mod tests {
         assert_eq!(next, Value::Nil);
         let (n, _) = page(h.ok("kv.count", &[b("b"), b("bz"), Value::Int(100)]));
         assert_eq!(n, vec![Value::Int(3)]);
+    }
+
+    #[test]
+    fn a_reverse_scan_pages_down_from_the_end_of_a_range() {
+        let mut h = filled();
+        let (items, next) = page(h.ok("kv.scan_reverse", &[b("b"), b("c"), Value::Int(2)]));
+        assert_eq!(
+            items,
+            vec![
+                Value::List(vec![b("bb"), b("BB")]),
+                Value::List(vec![b("ba"), b("BA")])
+            ]
+        );
+        assert_eq!(next, b("ba"), "the next page's to: the least key here");
+        let (items, next) = page(h.ok("kv.scan_reverse", &[b("b"), next, Value::Int(2)]));
+        assert_eq!(items, vec![Value::List(vec![b("b"), b("B")])]);
+        assert_eq!(next, Value::Nil);
+        let (keys, next) = page(h.ok("kv.scan_keys_reverse", &[b(""), Value::Nil, Value::Int(3)]));
+        assert_eq!(keys, vec![b("d"), b("c"), b("bb")]);
+        assert_eq!(next, b("bb"));
+        // In a transaction, after its own writes.
+        let scan = Value::List(vec![b("scan_reverse"), b("a"), b("bz"), Value::Int(2)]);
+        let put = Value::List(vec![b("put"), b("bz0"), b("X")]);
+        let del = Value::List(vec![b("delete"), b("bb")]);
+        let answer = h.ok(
+            "kv.txn",
+            &[
+                Value::List(vec![]),
+                Value::List(vec![put, del, scan]),
+                Value::List(vec![]),
+            ],
+        );
+        let Value::List(two) = answer else {
+            panic!("not [succeeded, results]")
+        };
+        let Value::List(results) = &two[1] else {
+            panic!("no results")
+        };
+        let (items, _) = page(results[2].clone());
+        assert_eq!(
+            items,
+            vec![
+                Value::List(vec![b("ba"), b("BA")]),
+                Value::List(vec![b("b"), b("B")])
+            ],
+            "bb deleted, bz0 beyond the range"
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! | `["put", key, value]`, `["put", key, value, lease]` | nil |
 //! | `["delete", key]` | whether it existed |
 //! | `["scan", from, to, limit]` | `[[[key, value], …], next]`, as `kv.scan` |
+//! | `["scan_reverse", from, to, limit]` | as `kv.scan_reverse` |
 //! | `["delete_range", from, to, limit]` | `[deleted, next]`, as `kv.delete_range` |
 //!
 //! At most [`TXN_COMPARES_MAX`] compares and [`TXN_OPS_MAX`] ops in each
@@ -32,7 +33,7 @@
 
 use bytes::Bytes;
 
-use super::range::{Range, DELETE_RANGE, SCAN};
+use super::range::{Range, DELETE_RANGE, SCAN, SCAN_REVERSE};
 use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::{Registry, Route, INTERNAL_KEY_PREFIX};
 use creek_exec::txn::{Abort, Outcome, Txn};
@@ -210,21 +211,23 @@ fn parse_op(branch: &str, i: usize, v: &Value) -> Result<Op, String> {
         }
         (Some("delete"), [k]) => Ok(Op::Delete(user_key(k, &what)?)),
         (Some("scan"), args @ [_, _, _]) => Ok(Op::Scan(range(&SCAN, args)?)),
+        (Some("scan_reverse"), args @ [_, _, _]) => Ok(Op::Scan(range(&SCAN_REVERSE, args)?)),
         (Some("delete_range"), args @ [_, _, _]) => {
             Ok(Op::DeleteRange(range(&DELETE_RANGE, args)?))
         }
-        (Some(name @ ("get" | "put" | "delete" | "scan" | "delete_range")), _) => {
+        (Some(name @ ("get" | "put" | "delete" | "scan" | "scan_reverse" | "delete_range")), _) => {
             let shape = match name {
                 "get" => "[\"get\", key]",
                 "put" => "[\"put\", key, value: bytes] or [\"put\", key, value, lease: int > 0]",
                 "delete" => "[\"delete\", key]",
                 "scan" => "[\"scan\", from, to, limit]",
+                "scan_reverse" => "[\"scan_reverse\", from, to, limit]",
                 _ => "[\"delete_range\", from, to, limit]",
             };
             Err(format!("kv.txn: {what} must be {shape}"))
         }
         _ => Err(format!(
-            "kv.txn: {what}: unknown op {}: use get, put, delete, scan or delete_range",
+            "kv.txn: {what}: unknown op {}: use get, put, delete, scan, scan_reverse or delete_range",
             parts
                 .first()
                 .map_or_else(|| "(none)".to_owned(), Value::to_string)

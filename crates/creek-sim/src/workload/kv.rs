@@ -2,7 +2,8 @@
 //!
 //! Registers `r0..r{keys-1}` are read with `kv.get`, written with `kv.put`
 //! and `kv.cas` (every written value is unique: `c{client}-{n}`), read a
-//! range at a time with `kv.scan`, and now and then deleted with
+//! range at a time with `kv.scan` (or from its end down with
+//! `kv.scan_reverse`), and now and then deleted with
 //! `kv.delete_range` over the range of one register, and two at a time
 //! with `kv.txn` (if register `i` holds the value last generated for it,
 //! put one fresh value into `i` and `i + 1`, else read `i`); counters
@@ -52,6 +53,8 @@ pub const INCR: &str = "kv.incr";
 pub const CAS: &str = "kv.cas";
 /// `kv.scan(from, to, limit)`.
 pub const SCAN: &str = "kv.scan";
+/// `kv.scan_reverse(from, to, limit)`: the last keys of the range, down.
+pub const SCAN_REVERSE: &str = "kv.scan_reverse";
 /// `kv.delete_range(from, to, limit)`.
 pub const DELETE_RANGE: &str = "kv.delete_range";
 /// `kv.txn(compares, success, failure)`.
@@ -140,7 +143,8 @@ fn written_values<'a>(
 }
 
 /// Why the outcome of scan `call` is not a page of written registers in
-/// order within its range (`None`: it is one).
+/// order (descending for `kv.scan_reverse`) within its range (`None`: it
+/// is one).
 fn bad_page(
     call: &ProcCall,
     result: Result<Value, String>,
@@ -152,6 +156,7 @@ fn bad_page(
         return Some("not a scan of the workload's shape".into());
     };
     let limit = usize::try_from(*limit).unwrap_or(0);
+    let reverse = call.name.as_ref() == SCAN_REVERSE;
     let page = match result {
         Ok(Value::List(two)) if two.len() == 2 => two,
         Ok(v) => return Some(format!("answered {v}, not [page, next]")),
@@ -174,7 +179,8 @@ fn bad_page(
         let Some([Value::Bytes(k), Value::Bytes(v)]) = item.as_list() else {
             return Some(format!("an item {item} that is not [key, value]"));
         };
-        if k < from || k >= to || last.is_some_and(|l| l >= k) {
+        let out_of_order = last.is_some_and(|l| if reverse { l <= k } else { l >= k });
+        if k < from || k >= to || out_of_order {
             return Some(format!("key {} out of order or out of its range", show(k)));
         }
         last = Some(k);
@@ -294,8 +300,9 @@ impl Workload for KvWorkload {
             // From a register to the end of the registers (`s` follows
             // every `r…` key), a page of some of them.
             let limit = 1 + rng.index(self.keys) as i64;
+            // Every other register's scans go down from the end.
             ProcCall::new(
-                SCAN,
+                if i % 2 == 1 { SCAN_REVERSE } else { SCAN },
                 encode_args(&[
                     Value::Bytes(register_key(i)),
                     Value::from("s"),
@@ -382,14 +389,15 @@ impl Workload for KvWorkload {
         for op in history
             .ops
             .iter()
-            .filter(|op| op.call.name.as_ref() == SCAN)
+            .filter(|op| [SCAN, SCAN_REVERSE].contains(&op.call.name.as_ref()))
         {
             let Some(result) = final_result(op) else {
                 continue;
             };
             if let Some(why) = bad_page(&op.call, result, &written, &incremented) {
                 out.push(format!(
-                    "kv: final view of kv.scan by {}: {why}",
+                    "kv: final view of {} by {}: {why}",
+                    op.call.name,
                     describe(op)
                 ));
             }
@@ -695,6 +703,7 @@ mod tests {
                 INCR,
                 CAS,
                 SCAN,
+                SCAN_REVERSE,
                 DELETE_RANGE,
                 TXN,
                 leases::GRANT,
