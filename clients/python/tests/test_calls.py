@@ -501,6 +501,12 @@ def test_range_reads_page_through_a_prefix_and_bad_ranges_are_refused(dev):
             assert page == [[f"{p}{i}".encode(), f"v{i}".encode()] for i in range(3)]
             keys, done = (await c.kv_scan_keys(nxt, end, 3, levels=creek.STRONG).final()).result()
             assert keys == [f"{p}3".encode(), f"{p}4".encode()] and done is None
+            # From the end down: the next page ends before this one's last key.
+            page, below = (await c.kv_scan_reverse(p, end, 2, levels=creek.STRONG).final()).result()
+            assert page == [[f"{p}{i}".encode(), f"v{i}".encode()] for i in (4, 3)]
+            assert below == f"{p}3".encode()
+            keys, _ = (await c.kv_scan_keys_reverse(p, below, 10, levels=creek.STRONG).final()).result()
+            assert keys == [f"{p}{i}".encode() for i in (2, 1, 0)]
             assert (await c.kv_count(p, end, levels=creek.STRONG).final()).result() == [5, None]
             deleted, _ = (await c.kv_delete_range(p, end, levels=creek.STRONG).final()).result()
             assert deleted == 5

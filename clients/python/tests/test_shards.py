@@ -72,6 +72,12 @@ def test_a_scan_merges_every_shards_page_in_key_order(sharded):
                 assert len(page) <= 7
                 seen.extend(page)
             assert seen == keys
+            seen, below = [], b"scan0"
+            while below is not None:
+                page, below = await c.scan(b"scan/", below, 4, keys_only=True, reverse=True)
+                assert len(page) <= 4
+                seen.extend(page)
+            assert seen == keys[::-1]
             items, nxt = await c.scan(b"scan/", b"scan0", 100)
             assert items == [(k, b"v") for k in keys] and nxt is None
             assert await c.delete_range(b"scan/", b"scan0") == 30

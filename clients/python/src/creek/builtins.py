@@ -18,6 +18,7 @@ as the table below says. For user procedures use `invoke` (or `call`).
 | `kv_transfer`   | list of two ints: from's and to's new values |
 | `kv_scan`       | `[[[key, value], ...], next key or None]` |
 | `kv_scan_keys`  | `[[key, ...], next key or None]`       |
+| `kv_scan_reverse`, `kv_scan_keys_reverse` | the same, the last keys descending; `next` is the next page's `to` |
 | `kv_count`      | `[count, next key or None]`            |
 | `kv_delete_range` | `[keys deleted, next key or None]`   |
 | `kv_txn`        | `[succeeded, [each op's result, ...]]` (see `creek.Txn`) |
@@ -173,6 +174,22 @@ class Builtins:
     ) -> Correctable:
         """`kv.scan_keys(from, to, limit)`: `[[key, ...], next]`."""
         return self._range("kv.scan_keys", start, end, limit, levels, options)
+
+    def kv_scan_reverse(
+        self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000, *,
+        levels: LevelsArg = BOTH, **options
+    ) -> Correctable:
+        """`kv.scan_reverse(from, to, limit)`: the last keys of the range,
+        descending, `[[[key, value], ...], next]`; pass `next` as `end` for
+        the next page."""
+        return self._range("kv.scan_reverse", start, end, limit, levels, options)
+
+    def kv_scan_keys_reverse(
+        self, start: Bytes, end: Optional[Bytes] = None, limit: int = 1000, *,
+        levels: LevelsArg = BOTH, **options
+    ) -> Correctable:
+        """`kv.scan_keys_reverse(from, to, limit)`: `[[key, ...], next]`, descending."""
+        return self._range("kv.scan_keys_reverse", start, end, limit, levels, options)
 
     def kv_count(
         self, start: Bytes, end: Optional[Bytes] = None, limit: int = 10_000, *,

@@ -498,33 +498,38 @@ class Cluster:
 
     async def scan(
         self, start, end=None, limit: int = 1000, *, keys_only: bool = False,
-        levels: LevelsArg = STRONG,
+        reverse: bool = False, levels: LevelsArg = STRONG,
     ):
         """One page of `[start, end)` from every shard, merged in key order:
         `(items, next)`, items `(key, value)` pairs (keys alone with
         `keys_only`), `next` the key to go on from or None (docs/api.md,
         "Ranges and prefixes"). A shard that had more gave every key it
         holds below its `next` and no more, so the page stops before the
-        least of those."""
+        least of those. With `reverse`, the last keys of the range,
+        descending (`kv.scan_reverse`): `next` is then where the next page
+        ends (pass it as `end`), and the page stops at the greatest of the
+        shards' `next`s."""
         procedure = "kv.scan_keys" if keys_only else "kv.scan"
+        if reverse:
+            procedure += "_reverse"
         parts = await asyncio.gather(
             *(_page(c, procedure, start, end, limit, levels) for c in list(self._clients.values()))
         )
         nexts = [bytes(n) for _, n in parts if n is not None]
-        cut = min(nexts) if nexts else None
+        cut = (max(nexts) if reverse else min(nexts)) if nexts else None
         items = {}
         for page, _ in parts:
             for item in page:
                 k = bytes(item if keys_only else item[0])
-                if cut is None or k < cut:
+                if cut is None or (k >= cut if reverse else k < cut):
                     items.setdefault(k, k if keys_only else (k, bytes(item[1])))
-        ordered = [items[k] for k in sorted(items)]
+        ordered = [items[k] for k in sorted(items, reverse=reverse)]
         more = cut is not None or len(ordered) > limit
         ordered = ordered[:limit]
         nxt = None
         if more and ordered:
             last = ordered[-1] if keys_only else ordered[-1][0]
-            nxt = last + b"\0"
+            nxt = last if reverse else last + b"\0"
         return ordered, nxt
 
     async def delete_range(self, start, end=None, *, levels: LevelsArg = STRONG) -> int:

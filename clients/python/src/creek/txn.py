@@ -103,6 +103,11 @@ class TxnOp:
         return ["scan", _key("start", start), end, limit]
 
     @staticmethod
+    def scan_reverse(start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> list:
+        """`[[[key, value], ...], next]`, the last keys of the range, descending."""
+        return ["scan_reverse", _key("start", start), end, limit]
+
+    @staticmethod
     def delete_range(start: Bytes, end: Optional[Bytes] = None, limit: int = 1000) -> list:
         """`[deleted, next]`, one page deleted at once."""
         return ["delete_range", _key("start", start), end, limit]

@@ -9,14 +9,22 @@
 //! | procedure        | arguments                                   | result                   | read-only |
 //! |------------------|---------------------------------------------|--------------------------|-----------|
 //! | `kv.get`         | `key: bytes`                                | bytes, or nil if absent  | yes       |
-//! | `kv.put`         | `key: bytes, value: bytes`                  | nil                      |           |
+//! | `kv.put`         | `key: bytes, value: bytes[, lease: int]`    | nil                      |           |
 //! | `kv.delete`      | `key: bytes`                                | bool: existed            |           |
 //! | `kv.cas`         | `key: bytes, expected: bytes?, new: bytes?` | bool: swapped            |           |
 //! | `kv.incr`        | `key: bytes, delta: int`                    | int: new value           |           |
 //! | `kv.scan`        | `from: bytes, to: bytes?, limit: int`       | `[[[key, value]…], next]`| yes       |
 //! | `kv.scan_keys`   | `from: bytes, to: bytes?, limit: int`       | `[[key…], next]`         | yes       |
+//! | `kv.scan_reverse`| `from: bytes, to: bytes?, limit: int`       | `[[[key, value]…], next]`, descending | yes |
+//! | `kv.scan_keys_reverse` | `from: bytes, to: bytes?, limit: int` | `[[key…], next]`, descending | yes |
 //! | `kv.count`       | `from: bytes, to: bytes?, limit: int`       | `[int, next]`            | yes       |
 //! | `kv.delete_range`| `from: bytes, to: bytes?, limit: int`       | `[int: deleted, next]`   |           |
+//! | `kv.put_ttl`     | `key: bytes, value: bytes, ttl: int`        | nil                      |           |
+//! | `lease.grant`    | `ttl: int` (strong only)                    | int: lease id            |           |
+//! | `lease.keep_alive` | `lease: int` (strong only)                | int: ttl                 |           |
+//! | `lease.revoke`   | `lease: int`                                | int: keys deleted        |           |
+//! | `lease.ttl`      | `lease: int`                                | `[ttl, remaining, [key…]]` | yes     |
+//! | `lease.list`     | none                                        | list of ids              | yes       |
 //! | `kv.txn`         | `compares: list, success: list, failure: list` | `[bool: succeeded, [result…]]` |   |
 //! | `queue.enqueue`  | `queue: bytes, item: bytes`                 | int: position            |           |
 //! | `queue.dequeue`  | `queue: bytes`                              | bytes, or nil if empty   |           |
