@@ -56,8 +56,21 @@ async fn a_backup_of_a_loaded_cluster_restores_to_a_cluster_with_its_state() {
             .await
             .expect("put");
     }
-    let source = state_of(&cluster, 0).await;
-    assert!(source.len() >= 200);
+    // Replica 0 may not be in the majority that committed the last puts:
+    // wait until it applied them all.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let source = loop {
+        let state = state_of(&cluster, 0).await;
+        if state.len() >= 200 {
+            break state;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica 1 holds {} keys",
+            state.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
 
     let dir = cluster.dir.join("backup");
     let addrs: Vec<String> = cluster
