@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The CI swarm: 134 seeds, every fault class (the simulated disk and a lost
+# The CI swarm: 142 seeds, every fault class (the simulated disk and a lost
 # disk included), two runs at a time (2 cores). On Creek: 12 seeds each of
-# queue and bank, 8 each of kv and list, 4 of procs (user procedures
+# queue and bank, 8 each of kv and list, 4 kv seeds of 3 s (long enough for
+# leases of 1-2 s to expire under every fault), 4 of procs (user procedures
 # registered at run time; a seed costs about two kv seeds) and 5 each of
 # the benchmark workloads (ycsb, tickets) on a LAN, 500 ms each; 6 kv and
 # 3 queue seeds on wide-area links (10-150 ms one way, asymmetric,
@@ -11,7 +12,8 @@
 # time, the ownership check): 4 kv, 2 bank and 2 procs seeds on a LAN
 # (500 ms), 2 kv seeds on wide-area links (4 s); operations across shards
 # (bank with 30 % of transfers between shards, the cross-shard check): 4
-# seeds on a LAN (500 ms), 2 on wide-area links (4 s), and 2 TPC-C seeds
+# seeds on a LAN (500 ms), 2 on wide-area links (4 s), 4 kv seeds whose
+# transactions over two registers span the shards (500 ms), and 2 TPC-C seeds
 # with the specification's remote warehouses (500 ms). Snapshot reads (30 %
 # of read-only ops at the snapshot level, the snapshot_reads check): 4 kv,
 # 4 bank and 3 ycsb seeds on a LAN (500 ms), 2 kv seeds on wide-area links
@@ -50,6 +52,7 @@ rm -f "$logs"/*.log
 jobs="bank creek lan bank 1000..1012 500ms all
 list creek lan list 1000..1008 500ms all
 kv creek lan kv 1000..1008 500ms all
+lease-kv creek lan kv 1000..1004 3s all
 procs creek lan procs 1000..1004 500ms all
 queue creek lan queue 1000..1012 500ms all
 ycsb creek lan ycsb 1000..1005 500ms all
@@ -68,6 +71,7 @@ shard-bank creek lan bank 1000..1002 500ms all 2 3
 shard-procs creek lan procs 1000..1002 500ms all 2 3
 shard-wan-kv creek wan kv 1000..1002 4s all 2 3
 shard-mpo-bank creek lan bank 1000..1004 500ms all 2 3 0.3
+shard-mpo-kv creek lan kv 1000..1004 500ms all 2 3 0.3
 shard-mpo-tpcc creek lan tpcc 1000..1002 500ms all 2 3 0.3
 shard-wan-mpo-bank creek wan bank 1000..1002 4s all 2 3 0.3
 snap-kv creek lan kv 1000..1004 500ms all 1 5 0 0.3 5ms

@@ -126,6 +126,26 @@ def test_multi_key_calls_run_on_the_shard_owning_their_keys(sharded):
     run(body())
 
 
+def test_a_transaction_across_shards_runs_on_both_or_is_refused_saying_why(sharded):
+    async def body():
+        async with creek.Cluster([sharded.clients[0]]) as c:
+            m = c.map
+            a, b = key_of(m, 0, "txn-a"), key_of(m, 1, "txn-b")
+            op = creek.TxnOp
+            txn = creek.Txn().when_absent(a).then(op.put(a, "1")).then(op.put(b, "2")).otherwise(op.get(b))
+            compares, success, failure = txn.args()
+            assert c.shard_of("kv.txn", compares, success, failure) == 0
+            assert await c.call("kv.txn", compares, success, failure) == [True, [None, None]]
+            assert await c.call("kv.mget", [a, b]) == [b"1", b"2"]
+            assert await c.call("kv.txn", compares, success, failure) == [False, [b"2"]]
+            ranged = creek.Txn().then(op.put(a, "x")).then(op.scan(b"txn", None, 10)).args()
+            with pytest.raises(creek.CreekError, match="a range op reads keys of every shard"):
+                await c.call("kv.txn", *ranged)
+            assert await c.call("kv.get", a) == b"1"
+
+    run(body())
+
+
 def test_a_snapshot_mget_across_shards_reads_every_shard_at_one_time(sharded):
     async def body():
         async with creek.Cluster([sharded.clients[0]], timeout=20) as c:

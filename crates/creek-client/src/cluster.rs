@@ -81,6 +81,9 @@ enum Placed {
     /// To the shard owning the keys a user procedure declares: argument,
     /// keyspace, and whether it is a prefix.
     Declared(Vec<(usize, String, bool)>),
+    /// To the shard owning the keys of a `kv.txn`'s compares and point
+    /// ops (`creek_shard::txn_keys`).
+    TxnKeys,
     /// To every shard in turn.
     Everywhere,
 }
@@ -101,6 +104,7 @@ async fn placements(client: &Client) -> Result<BTreeMap<String, Placed>, Error> 
                         .collect::<Option<_>>()?,
                 ),
                 pb::Route::ByListArg => Placed::ByListArg(usize::try_from(p.route_arg).ok()?),
+                pb::Route::ByTxnKeys => Placed::TxnKeys,
                 pb::Route::ByDeclaredKeys => Placed::Declared(
                     p.declared_keys
                         .iter()
@@ -495,8 +499,18 @@ impl Routes {
             Some(Value::Bytes(key)) => Some(key),
             _ => None,
         };
+        let txn_keys;
         let keys: Option<Vec<&bytes::Bytes>> = match placed {
             Placed::Everywhere => return None,
+            Placed::TxnKeys => match creek_shard::txn_keys(args) {
+                creek_shard::TxnKeys::Keys(keys) if !keys.is_empty() => {
+                    txn_keys = keys;
+                    Some(txn_keys.iter().collect())
+                }
+                // No key, a range op or a lease: any shard runs it or
+                // refuses it, saying why.
+                _ => None,
+            },
             Placed::Declared(declared) => return self.declared_shard(declared, args).or(first),
             Placed::ByArg(n) => key(n).map(|k| vec![k]),
             Placed::ByArgs(ns) => ns.iter().map(key).collect(),

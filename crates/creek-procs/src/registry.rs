@@ -58,6 +58,11 @@ pub enum Route {
     /// and writes); keys on several shards make it an operation across
     /// shards, and an empty list names no key.
     List(usize),
+    /// On the shard owning every key a `kv.txn` names in its compares and
+    /// point ops (`creek_shard::txn_keys`); keys on several shards make it
+    /// an operation across shards. One with a range op or a put with a
+    /// lease cannot be routed (a sharded cluster refuses it).
+    Txn,
     /// On every shard: state every shard keeps (procedures, keyspaces,
     /// users, roles, tokens), or nothing at all (`sys.noop`).
     Everywhere,
@@ -82,6 +87,10 @@ impl Route {
                 creek_types::value::Value::List(items) => {
                     items.iter().map(|v| v.as_bytes().cloned()).collect()
                 }
+                _ => None,
+            },
+            Route::Txn => match creek_shard::txn_keys(args) {
+                creek_shard::TxnKeys::Keys(keys) => Some(keys),
                 _ => None,
             },
             Route::Everywhere | Route::Unknown => None,
@@ -300,7 +309,7 @@ impl Registry {
         // The keys the call names as keys of the built-in data (its key
         // argument, or every key its route names), each checked against
         // the limit before the op is ordered.
-        let multi = matches!(p.route, Route::Args(..) | Route::List(_));
+        let multi = matches!(p.route, Route::Args(..) | Route::List(_) | Route::Txn);
         if p.key_arg.is_some() || multi {
             let args = creek_types::value::decode_args(&call.args).unwrap_or_default();
             let keys = match p.key_arg {

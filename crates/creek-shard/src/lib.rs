@@ -36,6 +36,7 @@ mod codec;
 mod moves;
 mod placement;
 mod rebalance;
+mod txn;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -44,6 +45,7 @@ pub use codec::{decode, encode, MapDecodeError};
 pub use moves::{Move, MoveKeys};
 pub use placement::{prefix_end, slot_of, Placement, SLOTS};
 pub use rebalance::rebalance_slots;
+pub use txn::{txn_keys, TxnKeys};
 
 /// A shard's number in its cluster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -775,6 +775,7 @@ pub fn simulate(cfg: &SimConfig) -> Result<(Value, bool), String> {
     let config = crate::workload::WorkloadConfig {
         cross_shard: cfg.cross_shard,
         ranges: cfg.shards <= 1,
+        txns: cfg.shards <= 1 || cfg.cross_shard > 0.0,
         ..crate::workload::WorkloadConfig::default()
     };
     let workload = crate::workload::by_name(&cfg.workload, &config)?;

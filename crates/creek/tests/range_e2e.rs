@@ -200,6 +200,87 @@ async fn a_scan_of_two_shards_is_merged_in_key_order() {
     assert_eq!(out, "20\n");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_across_shards_runs_atomically_on_both() {
+    let sharded = Sharded::start("txn-e2e", 0x7a9f, true, |_, _| {});
+    let cluster = creek_client::Cluster::connect([sharded.addr(0)])
+        .await
+        .expect("connect");
+    let (a, b_key) = (sharded.key_of(0, "acct"), sharded.key_of(1, "acct"));
+    let strong_get = |key: String| {
+        let cluster = cluster.clone();
+        async move {
+            let op = cluster
+                .invoke("kv.get", vec![common::b(&key)], Levels::Strong)
+                .await
+                .expect("get");
+            op.final_view().await.expect("view").outcome.expect("read")
+        }
+    };
+    // Compare on shard 0's key, write both: an operation across shards.
+    let swap = creek_client::Txn::new()
+        .when_absent(&a)
+        .then(creek_client::TxnOp::put(&a, "x"))
+        .then(creek_client::TxnOp::put(&b_key, "y"))
+        .otherwise(creek_client::TxnOp::get(&b_key));
+    let answer = |outcome: &creek_client::Outcome| {
+        creek_client::TxnAnswer::from_outcome(outcome).expect("an answer")
+    };
+    let op = cluster
+        .invoke("kv.txn", swap.args(), Levels::Strong)
+        .await
+        .expect("txn");
+    let first = answer(&op.final_view().await.expect("final").outcome);
+    assert!(first.succeeded, "{first:?}");
+    assert_eq!(strong_get(a.clone()).await, common::b("x"));
+    assert_eq!(strong_get(b_key.clone()).await, common::b("y"));
+    // Again: the compare fails on shard 0, the failure op reads shard 1.
+    let op = cluster
+        .invoke("kv.txn", swap.args(), Levels::Strong)
+        .await
+        .expect("txn");
+    let again = answer(&op.final_view().await.expect("final").outcome);
+    assert_eq!(
+        (again.succeeded, again.results),
+        (false, vec![common::b("y")])
+    );
+    // The CLI, given a replica of either shard.
+    let input = format!("value(\"{a}\") = \"x\"\n\ndel {a}\ndel {b_key}\n\n");
+    let (code, out, err) = txn(&sharded.addr(4), &input);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "SUCCESS\n\n1\n\n1\n");
+    assert_eq!(
+        strong_get(b_key.clone()).await,
+        creek_types::value::Value::Nil
+    );
+    // What cannot be routed is refused, saying why, and nothing runs.
+    let (code, _, err) = txn(
+        &sharded.addr(0),
+        &format!("\nput {a} z\nget k --prefix\n\n"),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("a range op reads keys of every shard"),
+        "{err}"
+    );
+    let weak = cluster
+        .invoke(
+            "kv.txn",
+            creek_client::Txn::new()
+                .then(creek_client::TxnOp::put(&a, "w"))
+                .then(creek_client::TxnOp::put(&b_key, "w"))
+                .args(),
+            Levels::Weak,
+        )
+        .await;
+    assert!(
+        matches!(&weak, Err(e) if e.to_string().contains("a weak operation never spans shards")),
+        "{:?}",
+        weak.err()
+    );
+    assert_eq!(strong_get(a.clone()).await, creek_types::value::Value::Nil);
+}
+
 /// `creek txn --addr ADDR` with `input` on its standard input: (exit code,
 /// stdout, stderr).
 fn txn(addr: &str, input: &str) -> (Option<i32>, String, String) {

@@ -24,6 +24,7 @@ from .cache import CACHE_BYTES_MAX_DEFAULT, CachedWrite, Causal
 from .client import DEFAULT, Client
 from .correctable import Correctable
 from .errors import WRONG_SHARD, ProcedureAborted, ProtocolError, Unavailable, WrongShard
+from .txn import txn_keys
 from .views import SNAPSHOT, STRONG, Level, LevelsArg, View, ViewKind, parse_levels
 
 #: Hash slots a hashed placement divides keys into.
@@ -326,6 +327,8 @@ class Cluster:
                 routes[p.name] = ("arg", list(p.route_args))
             elif p.route == pb.ROUTE_BY_LIST_ARG:
                 routes[p.name] = ("list", [p.route_arg])
+            elif p.route == pb.ROUTE_BY_TXN_KEYS:
+                routes[p.name] = ("txn", [])
             elif p.route == pb.ROUTE_BY_DECLARED_KEYS:
                 declared = [(d.arg, d.keyspace, d.prefix) for d in p.declared_keys]
                 routes[p.name] = ("declared", declared)
@@ -415,6 +418,12 @@ class Cluster:
         kind, ns = route
         if kind == "declared":
             return self._declared_shard(ns, args, first)
+        if kind == "txn":
+            # No key, a range op or a lease: any shard runs it or refuses
+            # it, saying why; keys on several shards: the first key's
+            # shard runs a strong one across shards.
+            keys = txn_keys(args)
+            return self._map.owner(keys[0]) if keys else first
         if kind == "list":
             keys = args[ns[0]] if ns[0] < len(args) else None
         else:

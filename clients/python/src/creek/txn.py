@@ -136,3 +136,37 @@ class TxnAnswer:
         ):
             return TxnAnswer(value[0], value[1])
         raise ValueError(f"kv.txn answered {value!r}, not [succeeded, results]")
+
+
+def txn_keys(args) -> Optional[list]:
+    """The keys a `kv.txn` call names in its compares and get, put and
+    delete ops, each once, in order; None when it cannot be routed to
+    shards by them (a range op, a put with a lease, or not `kv.txn`'s
+    shape). Mirrors the replicas' routing (creek_shard::txn_keys)."""
+    if len(args) != 3 or not all(isinstance(a, (list, tuple)) for a in args):
+        return None
+    keys: list = []
+
+    def add(k) -> bool:
+        if isinstance(k, str):
+            k = k.encode()
+        if not isinstance(k, (bytes, bytearray)):
+            return False
+        if bytes(k) not in keys:
+            keys.append(bytes(k))
+        return True
+
+    compares, success, failure = args
+    for c in compares:
+        if not isinstance(c, (list, tuple)) or not c or not add(c[0]):
+            return None
+    for op in list(success) + list(failure):
+        if not isinstance(op, (list, tuple)) or not op:
+            return None
+        name = op[0].decode() if isinstance(op[0], bytes) else op[0]
+        if name == "put" and len(op) == 4:
+            return None
+        if name in ("get", "put", "delete") and len(op) >= 2 and add(op[1]):
+            continue
+        return None
+    return keys

@@ -495,20 +495,20 @@ mod route_tests {
     /// Every built-in a client calls says where it runs on a sharded
     /// cluster: data ops by their key or collection name, definitions and
     /// users everywhere; only unregistered names (user procedures) are
-    /// unknown, `kv.txn`, whose keys sit inside its lists, and the
-    /// `lease.*` calls, whose leases live in one shard's group (a sharded
-    /// cluster refuses them, docs/api.md).
+    /// unknown, and the `lease.*` calls, whose leases live in one shard's
+    /// group (a sharded cluster refuses them, docs/api.md); `kv.txn` goes
+    /// by the keys inside its lists.
     #[test]
     fn every_builtin_has_a_route() {
         let mut r = Registry::new();
         register_all(&mut r);
         for (name, p) in r.procedures() {
             // Leases live in one shard's group (docs/api.md).
-            if name != "kv.txn" && !name.starts_with("lease.") {
+            if !name.starts_with("lease.") {
                 assert_ne!(p.route, Route::Unknown, "{name}");
             }
         }
-        assert_eq!(r.route_of("kv.txn"), Route::Unknown);
+        assert_eq!(r.route_of("kv.txn"), Route::Txn);
         assert_eq!(r.route_of("kv.put"), Route::Arg(0));
         assert_eq!(r.route_of("queue.enqueue"), Route::Arg(0));
         assert_eq!(r.route_of("proc.register"), Route::Everywhere);

@@ -64,12 +64,14 @@ pub(super) fn register(r: &mut Registry) {
             "list: [bool: succeeded, [each op's result, …]]",
             "If every compare [key, \"value\", =|!=|<|>, operand] holds, run the success ops, \
              else the failure ops ([\"get\", k], [\"put\", k, v], [\"delete\", k], \
-             [\"scan\", from, to, limit], [\"delete_range\", from, to, limit]), atomically.",
+             [\"scan\", from, to, limit], [\"scan_reverse\", from, to, limit], \
+             [\"delete_range\", from, to, limit]), atomically.",
         )],
     );
-    // Its keys sit inside its lists: a cluster of several shards refuses
-    // it (docs/api.md).
-    r.route(TXN.name, Route::Unknown);
+    // Its keys sit inside its lists: on a cluster of several shards it
+    // runs where they are, across shards if they span several
+    // (docs/api.md).
+    r.route(TXN.name, Route::Txn);
 }
 
 /// How a compare compares.

@@ -250,6 +250,7 @@ fn route_of(route: creek_procs::Route) -> pb::Route {
         creek_procs::Route::Arg(_) => pb::Route::ByArg,
         creek_procs::Route::Args(..) => pb::Route::ByArgs,
         creek_procs::Route::List(_) => pb::Route::ByListArg,
+        creek_procs::Route::Txn => pb::Route::ByTxnKeys,
         creek_procs::Route::Everywhere => pb::Route::Everywhere,
         creek_procs::Route::Unknown => pb::Route::Unknown,
     }

@@ -319,6 +319,27 @@ impl ShardGate {
                 held.map.shards.len()
             )));
         }
+        if route == Route::Txn {
+            let shards = held.map.shards.len();
+            let refused = |why: &str| {
+                Err(Status::failed_precondition(format!(
+                    "{}: {why}, so a cluster of {shards} shards cannot route it",
+                    call.name
+                )))
+            };
+            match creek_shard::txn_keys(&decode_args(&call.args).unwrap_or_default()) {
+                creek_shard::TxnKeys::Range => {
+                    return refused("a range op reads keys of every shard")
+                }
+                creek_shard::TxnKeys::Lease => {
+                    return refused("a put with a lease needs its lease's group")
+                }
+                // Its own check refuses it; no keys: it touches none.
+                creek_shard::TxnKeys::Malformed => return Ok(None),
+                creek_shard::TxnKeys::Keys(keys) if keys.is_empty() => return Ok(None),
+                creek_shard::TxnKeys::Keys(_) => {}
+            }
+        }
         if route == Route::Unknown {
             return Err(Status::failed_precondition(format!(
                 "{}: its keys are known only as it runs, so a cluster of {} shards cannot \

@@ -182,6 +182,10 @@ pub struct WorkloadConfig {
     /// shard and merges the pages (docs/api.md), and a simulated client
     /// sends each call to one shard.
     pub ranges: bool,
+    /// `kv`: conditional transactions (`kv.txn`) over two registers. On a
+    /// sharded cluster only with operations across shards, which run the
+    /// ones whose registers lie on two shards.
+    pub txns: bool,
     /// `tpcc`: no remote warehouse at all (every New-Order line supplied
     /// and every Payment made at the home warehouse).
     pub tpcc_local: bool,
@@ -208,6 +212,7 @@ impl Default for WorkloadConfig {
             },
             cross_shard: 0.0,
             ranges: true,
+            txns: true,
             tpcc_local: false,
         }
     }
