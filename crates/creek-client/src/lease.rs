@@ -304,12 +304,18 @@ impl Lock {
 
     /// Release the lock: revoke its lease, deleting its key.
     pub async fn release(self) -> Result<(), Error> {
-        let id = self.keep.id();
-        drop(self.keep);
-        match self.client.lease_revoke(id).await {
-            Ok(_) | Err(Error::LeaseNotFound(_)) => Ok(()),
-            Err(e) => Err(e),
-        }
+        end(&self.client, self.keep).await
+    }
+}
+
+/// Stop renewing `keep`'s lease and revoke it (its keys go with it); a
+/// lease already gone is no error.
+async fn end(client: &Client, keep: KeepAlive) -> Result<(), Error> {
+    let id = keep.id();
+    drop(keep);
+    match client.lease_revoke(id).await {
+        Ok(_) | Err(Error::LeaseNotFound(_)) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -452,11 +458,6 @@ impl Leadership {
 
     /// Step down: revoke the lease, deleting the key.
     pub async fn resign(self) -> Result<(), Error> {
-        let id = self.keep.id();
-        drop(self.keep);
-        match self.client.lease_revoke(id).await {
-            Ok(_) | Err(Error::LeaseNotFound(_)) => Ok(()),
-            Err(e) => Err(e),
-        }
+        end(&self.client, self.keep).await
     }
 }

@@ -261,70 +261,7 @@ impl<'a> Txn<'a> {
     /// than `limit` items came back, else up to and including the last key
     /// returned.
     pub fn scan(&mut self, from: &[u8], to: &[u8], limit: usize) -> Vec<(Bytes, Bytes)> {
-        let limit = limit.min(self.limits.scan_items_max);
-        if from >= to || limit == 0 {
-            return Vec::new();
-        }
-        let in_range = |k: &[u8]| from <= k && k < to;
-        let mut own: Vec<&Write> = self.writes.iter().filter(|(k, _)| in_range(k)).collect();
-        own.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        // Each own delete hides at most one snapshot key, so this many
-        // snapshot items always fill `limit` when the range holds enough.
-        let hidden = own.iter().filter(|(_, v)| v.is_none()).count();
-        let mut snap = Vec::new();
-        self.snapshot
-            .scan(from, to, limit.saturating_add(hidden), &mut snap);
-        debug_assert!(
-            snap.windows(2).all(|w| w[0].0 < w[1].0),
-            "snapshot scan out of order"
-        );
-        debug_assert!(
-            snap.iter().all(|(k, _, _)| in_range(k)),
-            "snapshot scan out of range"
-        );
-        let mut out = Vec::new();
-        let (mut s, mut o) = (snap.iter().peekable(), own.iter().peekable());
-        while out.len() < limit {
-            let order = match (s.peek(), o.peek()) {
-                (None, None) => break,
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some((sk, _, _)), Some((ok, _))) => sk.cmp(ok),
-            };
-            if order == Ordering::Less {
-                if let Some((k, v, no)) = s.next() {
-                    self.scan_reads.push((k.clone(), *no));
-                    out.push((k.clone(), v.clone()));
-                }
-                continue;
-            }
-            if order == Ordering::Equal {
-                s.next(); // replaced or hidden by the own write
-            }
-            if let Some((k, Some(v))) = o.next() {
-                out.push((k.clone(), v.clone()));
-            }
-        }
-        let end = match out.last() {
-            Some((last, _)) if out.len() == limit => {
-                let mut successor = Vec::with_capacity(last.len() + 1);
-                successor.extend_from_slice(last);
-                successor.push(0);
-                Bytes::from(successor)
-            }
-            _ => Bytes::copy_from_slice(to),
-        };
-        let keys = snap
-            .into_iter()
-            .map(|(k, _, _)| k)
-            .take_while(|k| *k < end)
-            .collect();
-        self.scans.push(ScanRead {
-            from: Bytes::copy_from_slice(from),
-            to: end,
-            keys,
-        });
-        out
+        self.scan_in(from, to, limit, false)
     }
 
     /// The *last* `limit` live keys of `[from, to)` with their values, in
@@ -334,62 +271,92 @@ impl<'a> Txn<'a> {
     /// than `limit` items came back, else from the last (least) key
     /// returned up to `to`.
     pub fn scan_rev(&mut self, from: &[u8], to: &[u8], limit: usize) -> Vec<(Bytes, Bytes)> {
+        self.scan_in(from, to, limit, true)
+    }
+
+    /// [`Txn::scan`] (`reverse`: [`Txn::scan_rev`]).
+    fn scan_in(
+        &mut self,
+        from: &[u8],
+        to: &[u8],
+        limit: usize,
+        reverse: bool,
+    ) -> Vec<(Bytes, Bytes)> {
         let limit = limit.min(self.limits.scan_items_max);
         if from >= to || limit == 0 {
             return Vec::new();
         }
+        // The order the page goes in: ascending, or descending.
+        let order = |a: &[u8], b: &[u8]| if reverse { b.cmp(a) } else { a.cmp(b) };
         let in_range = |k: &[u8]| from <= k && k < to;
         let mut own: Vec<&Write> = self.writes.iter().filter(|(k, _)| in_range(k)).collect();
-        own.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        own.sort_unstable_by(|a, b| order(&a.0, &b.0));
+        // Each own delete hides at most one snapshot key, so this many
+        // snapshot items always fill `limit` when the range holds enough.
         let hidden = own.iter().filter(|(_, v)| v.is_none()).count();
         let mut snap = Vec::new();
-        self.snapshot
-            .scan_rev(from, to, limit.saturating_add(hidden), &mut snap);
+        let want = limit.saturating_add(hidden);
+        if reverse {
+            self.snapshot.scan_rev(from, to, want, &mut snap);
+        } else {
+            self.snapshot.scan(from, to, want, &mut snap);
+        }
         debug_assert!(
-            snap.windows(2).all(|w| w[0].0 > w[1].0),
-            "snapshot reverse scan out of order"
+            snap.windows(2)
+                .all(|w| order(&w[0].0, &w[1].0) == Ordering::Less),
+            "snapshot scan out of order"
         );
         debug_assert!(
             snap.iter().all(|(k, _, _)| in_range(k)),
-            "snapshot reverse scan out of range"
+            "snapshot scan out of range"
         );
         let mut out = Vec::new();
         let (mut s, mut o) = (snap.iter().peekable(), own.iter().peekable());
         while out.len() < limit {
-            // Descending: the greater key comes first.
-            let order = match (s.peek(), o.peek()) {
+            let next = match (s.peek(), o.peek()) {
                 (None, None) => break,
                 (Some(_), None) => Ordering::Less,
                 (None, Some(_)) => Ordering::Greater,
-                (Some((sk, _, _)), Some((ok, _))) => ok.cmp(sk),
+                (Some((sk, _, _)), Some((ok, _))) => order(sk, ok),
             };
-            if order == Ordering::Less {
+            if next == Ordering::Less {
                 if let Some((k, v, no)) = s.next() {
                     self.scan_reads.push((k.clone(), *no));
                     out.push((k.clone(), v.clone()));
                 }
                 continue;
             }
-            if order == Ordering::Equal {
+            if next == Ordering::Equal {
                 s.next(); // replaced or hidden by the own write
             }
             if let Some((k, Some(v))) = o.next() {
                 out.push((k.clone(), v.clone()));
             }
         }
-        let start = match out.last() {
-            Some((last, _)) if out.len() == limit => last.clone(),
-            _ => Bytes::copy_from_slice(from),
-        };
+        // The part of the range the page covers: all of it, or up to
+        // (down to) its last key when it is full.
+        let (mut start, mut end) = (Bytes::copy_from_slice(from), Bytes::copy_from_slice(to));
+        if let Some((last, _)) = out.last().filter(|_| out.len() == limit) {
+            if reverse {
+                start = last.clone();
+            } else {
+                let mut successor = Vec::with_capacity(last.len() + 1);
+                successor.extend_from_slice(last);
+                successor.push(0);
+                end = Bytes::from(successor);
+            }
+        }
         let mut keys: Vec<Bytes> = snap
             .into_iter()
             .map(|(k, _, _)| k)
-            .take_while(|k| *k >= start)
+            .take_while(|k| *k >= start && *k < end)
             .collect();
-        keys.reverse();
+        if reverse {
+            keys.reverse();
+        }
         self.scans.push(ScanRead {
             from: start,
-            to: Bytes::copy_from_slice(to),
+            to: end,
             keys,
         });
         out

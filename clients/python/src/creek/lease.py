@@ -164,6 +164,17 @@ async def _hold(client, key: Bytes, value: Bytes, ttl: float, wait: float, what:
         await asyncio.sleep(RETRY_EVERY_S)
 
 
+async def _end(client, keep: Optional[KeepAlive]) -> None:
+    """Stop renewing `keep`'s lease and revoke it (its keys go with it)."""
+    if keep is None:
+        return
+    await keep.stop()
+    try:
+        await client.lease_revoke(keep.lease)
+    except LeaseNotFound:
+        pass
+
+
 class Lock:
     """A lock held through a lease: the key `lock/<name>` exists, attached
     to the holder's lease, while the holder keeps it alive; taking it is a
@@ -194,13 +205,7 @@ class Lock:
     async def release(self) -> None:
         """Release the lock: revoke its lease, deleting its key."""
         keep, self._keep = self._keep, None
-        if keep is None:
-            return
-        await keep.stop()
-        try:
-            await self._client.lease_revoke(keep.lease)
-        except LeaseNotFound:
-            pass
+        await _end(self._client, keep)
 
     async def __aenter__(self) -> "Lock":
         return await self.acquire()
@@ -247,10 +252,4 @@ class Election:
     async def resign(self) -> None:
         """Step down: revoke the lease, deleting the key."""
         keep, self._keep = self._keep, None
-        if keep is None:
-            return
-        await keep.stop()
-        try:
-            await self._client.lease_revoke(keep.lease)
-        except LeaseNotFound:
-            pass
+        await _end(self._client, keep)

@@ -259,28 +259,7 @@ fn part(value: Value) -> Option<Part> {
 /// its `next`, and no more: only keys below the least such `next` are
 /// known to be all there, so the page stops before it.
 fn merge(parts: Vec<Part>, limit: usize) -> Page {
-    let cut = parts.iter().filter_map(|p| p.next.clone()).min();
-    let mut more = cut.is_some();
-    let mut items: Vec<(Bytes, Bytes)> = parts.into_iter().flat_map(|p| p.items).collect();
-    if let Some(cut) = &cut {
-        items.retain(|(k, _)| k < cut);
-    }
-    items.sort_by(|a, b| a.0.cmp(&b.0));
-    // A key both shards hold while it moves between them: once.
-    items.dedup_by(|a, b| a.0 == b.0);
-    if items.len() > limit {
-        items.truncate(limit);
-        more = true;
-    }
-    let next = match items.last() {
-        Some((last, _)) if more => {
-            let mut successor = last.to_vec();
-            successor.push(0);
-            Some(Bytes::from(successor))
-        }
-        _ => None,
-    };
-    Page { items, next }
+    merge_in(parts, limit, false)
 }
 
 /// [`merge`] going down: the first `limit` keys of the shards' pages in
@@ -289,20 +268,37 @@ fn merge(parts: Vec<Part>, limit: usize) -> Page {
 /// above the greatest such `next` are known to be all there, and the next
 /// page ends before the last key of this one.
 fn merge_reverse(parts: Vec<Part>, limit: usize) -> Page {
-    let cut = parts.iter().filter_map(|p| p.next.clone()).max();
+    merge_in(parts, limit, true)
+}
+
+fn merge_in(parts: Vec<Part>, limit: usize, reverse: bool) -> Page {
+    let nexts = parts.iter().filter_map(|p| p.next.clone());
+    let cut = if reverse { nexts.max() } else { nexts.min() };
     let mut more = cut.is_some();
     let mut items: Vec<(Bytes, Bytes)> = parts.into_iter().flat_map(|p| p.items).collect();
     if let Some(cut) = &cut {
-        items.retain(|(k, _)| k >= cut);
+        items.retain(|(k, _)| if reverse { k >= cut } else { k < cut });
     }
-    items.sort_by(|a, b| b.0.cmp(&a.0));
+    items.sort_by(|a, b| {
+        if reverse {
+            b.0.cmp(&a.0)
+        } else {
+            a.0.cmp(&b.0)
+        }
+    });
+    // A key both shards hold while it moves between them: once.
     items.dedup_by(|a, b| a.0 == b.0);
     if items.len() > limit {
         items.truncate(limit);
         more = true;
     }
     let next = match items.last() {
-        Some((last, _)) if more => Some(last.clone()),
+        Some((last, _)) if more && reverse => Some(last.clone()),
+        Some((last, _)) if more => {
+            let mut successor = last.to_vec();
+            successor.push(0);
+            Some(Bytes::from(successor))
+        }
         _ => None,
     };
     Page { items, next }
