@@ -178,7 +178,7 @@ async fn a_lock_is_held_by_one_client_at_a_time_while_the_leader_is_killed() {
                 let from = Instant::now();
                 tokio::time::sleep(Duration::from_millis(150)).await;
                 let until = Instant::now().min(lock.held_until());
-                held.lock().unwrap().push((from, until, who));
+                held.lock().expect("the turns").push((from, until, who));
                 let _ = lock.release().await;
             }
         }));
@@ -192,7 +192,7 @@ async fn a_lock_is_held_by_one_client_at_a_time_while_the_leader_is_killed() {
             .expect("the lock loop ends")
             .expect("a lock task");
     }
-    let mut held = held.lock().unwrap().clone();
+    let mut held = held.lock().expect("the turns").clone();
     held.sort();
     assert!(held.len() >= 6, "too few turns with the lock: {held:?}");
     let holders: std::collections::BTreeSet<usize> = held.iter().map(|h| h.2).collect();
