@@ -48,7 +48,7 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         self.leases.stats
     }
 
-    /// When `leader`, every [`SCAN_EVERY_US`]: on the first scan since it
+    /// When `leader`, every 100 ms: on the first scan since it
     /// became leader, order the extension of every live lease; after that,
     /// order the expiry of the committed leases whose deadline passed by
     /// this replica's clock (the op checks each again at its place in the
