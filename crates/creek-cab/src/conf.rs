@@ -124,6 +124,17 @@ pub fn voters_of(conf: &ConfState) -> BTreeSet<ReplicaId> {
         .collect()
 }
 
+/// The voters of each half of a configuration: one set, or two while
+/// joint. A decision by a majority needs a majority of each.
+pub fn voter_halves(conf: &ConfState) -> Vec<BTreeSet<ReplicaId>> {
+    let half = |ids: &[u64]| ids.iter().filter_map(|id| replica_of(*id)).collect();
+    let mut halves = vec![half(&conf.voters)];
+    if !conf.voters_outgoing.is_empty() {
+        halves.push(half(&conf.voters_outgoing));
+    }
+    halves
+}
+
 fn single(r: ReplicaId, ty: ConfChangeType) -> ConfChangeSingle {
     let mut s = ConfChangeSingle::default();
     s.set_change_type(ty);

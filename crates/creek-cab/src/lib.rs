@@ -66,7 +66,9 @@ use raft::{RawNode, StateRole};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 pub use compaction::ANNOUNCE_TICKS;
-pub use conf::{members_of, voters_of, ChangeRefused, ConfApplied, MemberChange, PROMOTE_LAG};
+pub use conf::{
+    members_of, voter_halves, voters_of, ChangeRefused, ConfApplied, MemberChange, PROMOTE_LAG,
+};
 pub use config::{CabConfig, CabError, COMPACTION_LAG_MAX};
 pub use log_store::{Conf, LogBase, LogStore, LogWrites};
 /// The consensus library's configuration (voters and learners by raft id).

@@ -378,6 +378,7 @@ impl Client {
             },
             read_time,
             read_exact: at.exact.is_some() && levels.has_snapshot(),
+            durability: options.durability as i32,
         };
         self.renew_native().await;
         let sends = std::sync::atomic::AtomicU32::new(0);

@@ -131,6 +131,7 @@ pub use client::{CallOptions, Client, ConnectOptions, RequestId};
 pub use cluster::{Cluster, Page};
 pub use correctable::{Correctable, State, Views};
 pub use creek_proto::pb;
+pub use creek_proto::pb::Durability;
 pub use creek_shard::{ShardId, ShardMap};
 pub use error::Error;
 pub use lease::{Election, KeepAlive, Leadership, LeaseTtl, Lock};

@@ -458,6 +458,12 @@ impl Gossip {
             .all(|&p| self.store.acked(p, id.origin) >= id.seq)
     }
 
+    /// Whether `peer` has reported (in a digest) that it holds `id`; a
+    /// digest leaves a replica only once what it reports is durable there.
+    pub fn peer_holds(&self, peer: ReplicaId, id: OpId) -> bool {
+        self.store.acked(peer, id.origin) >= id.seq
+    }
+
     /// Whether `id` is delivered here (own ops: broadcast).
     pub fn has_delivered(&self, id: OpId) -> bool {
         self.fifo.has_delivered(id)

@@ -166,7 +166,7 @@ impl<S: CabStorage> Node<S> {
     /// durable, and the views. Call after every step; what is not taken
     /// accumulates.
     pub fn ready(&mut self) -> Ready {
-        let views = std::mem::take(&mut self.views);
+        let mut views = std::mem::take(&mut self.views);
         let mpo = std::mem::take(&mut self.mpo_out);
         // Hellos first: a peer verifies this replica before its other
         // messages arrive.
@@ -226,6 +226,10 @@ impl<S: CabStorage> Node<S> {
         // Transfers go first among the early ones, never held.
         let early: Vec<(ReplicaId, PeerMessage)> = transfers.chain(early).collect();
         let (write, checkpoint) = self.take_write();
+        if write.is_some() {
+            self.answer_after.written(self.durability.written);
+        }
+        self.release_held_views(&mut views);
         let group = std::mem::take(&mut self.group_changed).then(|| self.group());
         let d = &self.durability;
         let (messages, held) = if d.durable >= d.written || d.send_before_durable {
@@ -245,6 +249,20 @@ impl<S: CabStorage> Node<S> {
             transfer_jobs: self.transfers.take_jobs(),
             group,
         }
+    }
+
+    /// The held preliminary views whose ops are now durable enough
+    /// ([`AnswerAfter`](crate::AnswerAfter)), into `views`.
+    fn release_held_views(&mut self, views: &mut Vec<creek_core::View>) {
+        let halves = creek_cab::voter_halves(&self.cab.conf_state());
+        let gossip = &self.gossip;
+        self.answer_after.release(
+            self.replica.id(),
+            self.durability.durable,
+            &halves,
+            |peer, id| gossip.peer_holds(peer, id),
+            views,
+        );
     }
 
     /// The step's write, if there is anything to persist, and the background

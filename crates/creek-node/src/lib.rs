@@ -15,6 +15,7 @@
 //! `creek serve` runs. This crate does no I/O itself.
 #![deny(missing_docs)]
 
+mod answer_after;
 mod config;
 pub mod driver;
 mod durability;
@@ -43,6 +44,7 @@ use durability::Durability;
 use membership::Membership;
 use transfer::Transfers;
 
+pub use answer_after::AnswerAfter;
 pub use config::{
     NodeConfig, NodeError, CHECKPOINT_OPS, CHECKPOINT_REWRITE_RATIO, PENDING_WRITES_MAX,
     PLANTED_BUGS, STRONG_PENDING_MAX, WEAK_PENDING_MAX,
@@ -72,6 +74,9 @@ pub struct Node<S: CabStorage> {
     /// durable (see [`Ready::early`]).
     early: Vec<(ReplicaId, PeerMessage)>,
     views: Vec<View>,
+    /// Preliminary views held until their op is durable enough
+    /// ([`AnswerAfter`]).
+    answer_after: answer_after::Waiting,
     /// MPO messages for other shards (see [`mpo`]).
     mpo_out: Vec<MpoMessage>,
     /// Stable times (see [`stable`]).
@@ -146,6 +151,12 @@ pub struct Node<S: CabStorage> {
 }
 
 impl<S: CabStorage> Node<S> {
+    /// Preliminary views held until their op is durable enough
+    /// ([`AnswerAfter`]).
+    pub fn views_held(&self) -> usize {
+        self.answer_after.held()
+    }
+
     /// This replica.
     pub fn id(&self) -> ReplicaId {
         self.replica.id()
@@ -326,7 +337,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use creek_cab::MemCabStorage;
-    use creek_core::{InvokeError, Request};
+    use creek_core::{InvokeError, Request, View};
     use creek_exec::ProcCall;
     use creek_procs::Registry;
     use creek_types::planted::Bug;
@@ -499,6 +510,94 @@ mod tests {
                 .expect("cut off: taken past the bound");
         }
         assert_eq!(node.replica().own_uncommitted(), 20);
+    }
+
+    /// A weak op's preliminary view asked to wait for durability: at
+    /// `Local` it leaves once the replica's write is durable, at `Majority`
+    /// once a peer's digest reports holding it too; cut off from its
+    /// peers, a `Majority` view stays held.
+    #[test]
+    fn a_preliminary_view_waits_for_the_durability_its_invocation_asked() {
+        let weak_put = |key: &str| {
+            let args = encode_args(&[Value::from(key), Value::from("v")]);
+            Request::weak(ProcCall::new("kv.put", args))
+        };
+        let group = [ReplicaId(1), ReplicaId(2), ReplicaId(3)];
+        let voters: Vec<u64> = group.iter().map(|r| creek_cab::raft_id(*r)).collect();
+        let mut nodes: Vec<Node<MemCabStorage>> = group
+            .iter()
+            .map(|me| {
+                let config = NodeConfig::for_group(*me, &group);
+                let registry = Arc::new(Registry::with_builtins());
+                Node::new(config, registry, MemCabStorage::new(voters.clone()), 0).expect("starts")
+            })
+            .collect();
+        // One step of every node: replica 1's writes made durable only if
+        // `durable`, its messages delivered only if `linked`; the views it
+        // released.
+        let step =
+            |nodes: &mut Vec<Node<MemCabStorage>>, now: &mut u64, durable: bool, linked: bool| {
+                *now += 10_000;
+                let mut sent = Vec::new();
+                let mut views = Vec::new();
+                for n in nodes.iter_mut() {
+                    n.tick(*now);
+                    n.execute_all();
+                    let r = n.ready();
+                    let from = n.id();
+                    if from == ReplicaId(1) {
+                        views.extend(r.views);
+                        if durable {
+                            n.on_durable(n.written());
+                        }
+                        if !linked {
+                            continue;
+                        }
+                    } else {
+                        n.on_durable(n.written());
+                    }
+                    sent.extend(r.early.into_iter().map(|m| (from, m)));
+                    sent.extend(r.messages.into_iter().map(|m| (from, m)));
+                    sent.extend(r.held.into_iter().map(|m| (from, m)));
+                }
+                for (from, (to, m)) in sent {
+                    if linked || to != ReplicaId(1) {
+                        nodes[usize::from(to.0) - 1].on_message(from, m);
+                    }
+                }
+                views
+            };
+        let mut now = 0;
+        for _ in 0..200 {
+            step(&mut nodes, &mut now, true, true);
+        }
+        let invoke = |n: &mut Node<MemCabStorage>, key: &str, after, now| {
+            n.invoke_answering(weak_put(key), after, now)
+                .expect("taken")
+        };
+        // Cut off, and its disk not done yet: only the plain view leaves.
+        let plain = invoke(&mut nodes[0], "plain", AnswerAfter::Execution, now);
+        let local = invoke(&mut nodes[0], "local", AnswerAfter::Local, now);
+        let majority = invoke(&mut nodes[0], "majority", AnswerAfter::Majority, now);
+        let seen = |views: &[View]| views.iter().map(|v| v.handle).collect::<Vec<_>>();
+        let first = step(&mut nodes, &mut now, false, false);
+        assert_eq!(seen(&first), [plain]);
+        assert_eq!(nodes[0].views_held(), 2);
+        // Its write durable: the local one leaves; the majority one waits
+        // for a peer, which hears nothing.
+        let mut later = Vec::new();
+        for _ in 0..20 {
+            later.extend(step(&mut nodes, &mut now, true, false));
+        }
+        assert_eq!(seen(&later), [local]);
+        assert_eq!(nodes[0].views_held(), 1);
+        // Linked again: a peer holds it, reports so, and the view leaves.
+        let mut healed = Vec::new();
+        for _ in 0..20 {
+            healed.extend(step(&mut nodes, &mut now, true, true));
+        }
+        assert_eq!(seen(&healed), [majority]);
+        assert_eq!(nodes[0].views_held(), 0);
     }
 
     /// Group changes a single-replica group's leader refuses, and one it

@@ -110,6 +110,7 @@ impl<S: CabStorage> Node<S> {
             outbox: Vec::new(),
             early: Vec::new(),
             views: Vec::new(),
+            answer_after: Default::default(),
             mpo_out: Vec::new(),
             stable: crate::stable::StableTimes::default(),
             mpo_chasing: crate::mpo::Chasing::default(),

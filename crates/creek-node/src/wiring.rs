@@ -12,7 +12,7 @@ use creek_exec::{Completion, Task};
 use creek_gossip::GossipOutput;
 use creek_wire::{GossipMessage, PeerMessage};
 
-use crate::{MpoMessage, Node, Standing};
+use crate::{AnswerAfter, MpoMessage, Node, Standing};
 
 /// Every this many ticks, a replica CAB-casts the strong ops that are still
 /// tentative here, whatever their origin: an origin that crashed (or lost
@@ -30,6 +30,17 @@ const TURN_ROUNDS_MAX: usize = 1000;
 impl<S: CabStorage> Node<S> {
     /// A client invocation.
     pub fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
+        self.invoke_answering(request, AnswerAfter::Execution, now_us)
+    }
+
+    /// [`Node::invoke`], its preliminary view held until the op is
+    /// durable as `after` says ([`AnswerAfter`]).
+    pub fn invoke_answering(
+        &mut self,
+        request: Request,
+        after: AnswerAfter,
+        now_us: u64,
+    ) -> Result<ExecKey, InvokeError> {
         match self.membership.standing() {
             Standing::Member => {}
             Standing::Joining { waiting_for } => {
@@ -74,6 +85,7 @@ impl<S: CabStorage> Node<S> {
             }
         }
         let handle = self.replica.invoke(request, now_us)?;
+        self.answer_after.ask(handle, after);
         self.turn();
         Ok(handle)
     }
@@ -175,6 +187,7 @@ impl<S: CabStorage> Node<S> {
 
     /// Advance time: the replica's stabilizer, gossip anti-entropy, CAB.
     pub fn tick(&mut self, now_us: u64) {
+        self.answer_after.tick(now_us);
         self.membership.tick();
         self.transfers.tick(self.timing.scale());
         self.want_state();
@@ -333,7 +346,7 @@ impl<S: CabStorage> Node<S> {
                     self.gossip.broadcast(op);
                 }
                 Effect::CabCast(id) => self.cab.cast(id),
-                Effect::View(v) => self.views.push(v),
+                Effect::View(v) => self.answer_after.route(v, &mut self.views),
                 Effect::Voided(id) => {
                     self.gossip.void(id);
                     self.voided.push(id);

@@ -12,6 +12,7 @@
 #![allow(clippy::result_large_err)]
 
 use creek_core::{Request, Views};
+use creek_node::AnswerAfter;
 use creek_proto::pb;
 use creek_types::ClientRequestId;
 use creek_types::ProcCall;
@@ -106,6 +107,19 @@ pub fn to_request(req: &pb::InvokeRequest, max_request_bytes: usize) -> Result<R
         read_time: req.read_time,
         read_exact: req.read_exact,
     })
+}
+
+/// When the request's preliminary view may leave (its `durability`).
+pub fn answer_after(req: &pb::InvokeRequest) -> Result<AnswerAfter, Status> {
+    match pb::Durability::try_from(req.durability) {
+        Ok(pb::Durability::None) => Ok(AnswerAfter::Execution),
+        Ok(pb::Durability::Local) => Ok(AnswerAfter::Local),
+        Ok(pb::Durability::Majority) => Ok(AnswerAfter::Majority),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "durability must be none, local or majority, got {}",
+            req.durability
+        ))),
+    }
 }
 
 /// The answer to a request over `max_request_bytes`, whichever layer

@@ -212,6 +212,12 @@ pub struct SimConfig {
     /// of its shard with the session's read time: a weak one with its
     /// snapshot view alone, a strong one with all three views. 0: none.
     pub snapshot_reads: f64,
+    /// The share of a session's weak ops that ask for their preliminary
+    /// view only once durable (docs/api.md, "Durable weak writes"): half
+    /// of them after the replica's own write, half once a majority holds
+    /// them; the run then checks that none of them is lost where that
+    /// promise says it cannot be. 0: none.
+    pub durable_weak: f64,
     /// Stable times (docs/snapshot-reads.md): every replica reports its
     /// applied time to its group and a shard's leader publishes its
     /// shard's stable time this often, and an idle leader commits a clock
@@ -313,6 +319,7 @@ impl Default for SimConfig {
             mpo_order: creek_core::MpoOrder::Sequencer,
             moves: 0,
             snapshot_reads: 0.0,
+            durable_weak: 0.0,
             stable_every_us: 0,
             cores: 4,
             seed: 1,
@@ -381,6 +388,15 @@ impl SimConfig {
             {
                 return Err("moves of keys run with the kv or bank workload, the sequencer, and no snapshot reads".into());
             }
+        }
+        if !(0.0..=1.0).contains(&self.durable_weak) {
+            return Err(format!(
+                "--durable-weak is a share within 0..=1, got {}",
+                self.durable_weak
+            ));
+        }
+        if self.durable_weak > 0.0 && self.protocol != Protocol::Creek {
+            return Err("durable weak writes are Creek's: use --protocol creek".into());
         }
         if !(0.0..=1.0).contains(&self.snapshot_reads) {
             return Err("the share of snapshot reads must be within 0..=1".into());

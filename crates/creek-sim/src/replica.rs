@@ -58,6 +58,16 @@ pub enum DiskPoll {
 pub trait SimReplica: Send + Sync {
     /// A client invocation; the handle its views will carry.
     fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError>;
+    /// [`SimReplica::invoke`], its preliminary view held until the op is
+    /// durable as `after` says (Creek only; others ignore it).
+    fn invoke_answering(
+        &mut self,
+        request: Request,
+        _after: creek_node::AnswerAfter,
+        now_us: u64,
+    ) -> Result<ExecKey, InvokeError> {
+        self.invoke(request, now_us)
+    }
     /// A frame from a peer (a malformed one is refused and counted).
     fn on_frame(&mut self, from: ReplicaId, frame: &Bytes);
     /// Advance time.

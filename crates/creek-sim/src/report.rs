@@ -47,6 +47,12 @@ pub fn run_checks(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
     if cfg.stable_every_us > 0 {
         merged.push(Check::new("stable_times", out.stable.regressions.clone()));
     }
+    if cfg.durable_weak > 0.0 {
+        merged.push(Check::new(
+            "durable_weak",
+            out.durability_violations.clone(),
+        ));
+    }
     if cfg.snapshot_reads > 0.0 && cfg.shards > 1 {
         merged.push(Check::new(
             "snapshot_across_shards",

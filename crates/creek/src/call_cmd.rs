@@ -56,6 +56,12 @@ pub struct Args {
     /// cluster applies an id once and answers a retry with its outcome.
     #[arg(long, value_name = "CLIENT:SEQ")]
     request_id: Option<RequestId>,
+    /// When the preliminary view may leave: none (at once, from the
+    /// replica's tentative execution), local (once the replica's write of
+    /// the op is durable) or majority (once a majority of the replicas
+    /// hold it durably); always before the op commits.
+    #[arg(long, default_value = "none", value_parser = parse_durability)]
+    durability: creek_client::Durability,
     /// With kv.put: attach the key to this lease (`creek lease grant`),
     /// so it is deleted when the lease expires or is revoked.
     #[arg(long, value_name = "ID")]
@@ -118,6 +124,7 @@ async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
         .unwrap_or(first);
     let id = client.request_id(args.request_id);
     let options = CallOptions {
+        durability: args.durability,
         timeout: Some(args.timeout),
         weak_final: args.weak_final,
         request_id: Some(id),
@@ -143,6 +150,18 @@ async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
             format!("{} aborted: {abort}", args.procedure),
         )),
         _ => Ok(()),
+    }
+}
+
+/// `none`, `local` or `majority`.
+fn parse_durability(s: &str) -> Result<creek_client::Durability, String> {
+    match s {
+        "none" => Ok(creek_client::Durability::None),
+        "local" => Ok(creek_client::Durability::Local),
+        "majority" => Ok(creek_client::Durability::Majority),
+        other => Err(format!(
+            "durability is none, local or majority, not {other:?}"
+        )),
     }
 }
 

@@ -43,6 +43,11 @@ pub struct Args {
     /// cut at each view's time (docs/snapshot-reads.md).
     #[arg(long, default_value_t = 0.0)]
     snapshot_reads: f64,
+    /// The share of weak ops that ask for their preliminary view only once
+    /// durable (half after their replica's write, half once a majority
+    /// holds them), checked never to be lost where that promises.
+    #[arg(long, default_value_t = 0.0)]
+    durable_weak: f64,
     /// Stable times every this long (e.g. 5ms; 0: off): replicas report
     /// their applied times, shards publish their stable times, idle
     /// leaders commit clock no-ops; the report gives the global stable
@@ -116,6 +121,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         mpo_order: args.mpo_order,
         moves: args.moves,
         snapshot_reads: args.snapshot_reads,
+        durable_weak: args.durable_weak,
         stable_every_us: args.stable_every,
         cores: args.cores,
         seed: args.seed,
@@ -207,6 +213,9 @@ fn extra_flags(args: &Args) -> String {
     }
     if args.snapshot_reads > 0.0 {
         out += &format!(" --snapshot-reads {}", args.snapshot_reads);
+    }
+    if args.durable_weak > 0.0 {
+        out += &format!(" --durable-weak {}", args.durable_weak);
     }
     if args.stable_every > 0 {
         out += &format!(" --stable-every {}us", args.stable_every);

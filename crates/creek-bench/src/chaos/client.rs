@@ -81,6 +81,7 @@ pub(crate) async fn attempt(
         Levels::Weak
     };
     let request = pb::InvokeRequest {
+        durability: 0,
         procedure: op.call.name.to_string(),
         args: args.iter().map(creek_proto::to_wire).collect(),
         levels: levels.to_wire(),
@@ -195,6 +196,7 @@ async fn run_native(
         Levels::Weak
     };
     let options = creek_client::CallOptions {
+        durability: creek_client::Durability::None,
         timeout: Some(OP_TIMEOUT),
         weak_final: !op.strong && op.wants_final,
         request_id: Some(creek_client::RequestId {

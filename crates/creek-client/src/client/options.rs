@@ -10,6 +10,7 @@ use tonic::Status;
 
 use crate::tls::TlsOptions;
 use crate::Error;
+use creek_proto::pb;
 
 /// How a [`Client`](super::Client) reaches and authenticates to a cluster.
 #[derive(Clone)]
@@ -109,6 +110,11 @@ pub struct CallOptions {
     /// (a deadline, a crash), send it again with its id. The cluster
     /// applies a request id once, and answers a retry with its outcome.
     pub request_id: Option<RequestId>,
+    /// When a preliminary view may leave (docs/api.md, "Durable weak
+    /// writes"): at once (`None`, the default), once the replica's write
+    /// of the op is durable (`Local`), or once a majority of the replicas
+    /// hold it durably (`Majority`); always before the op commits.
+    pub durability: pb::Durability,
 }
 
 /// A request's id: the client's id and the request's number within it.

@@ -62,6 +62,7 @@ impl Client {
                 return Err(last);
             }
             let options = CallOptions {
+                durability: crate::pb::Durability::None,
                 timeout: Some(SETTLE_TIMEOUT),
                 request_id: Some(call.id),
                 weak_final: false,

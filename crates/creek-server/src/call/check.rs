@@ -81,9 +81,10 @@ impl FrontDoor {
         &self,
         req: &pb::InvokeRequest,
         timeout: Option<Duration>,
-    ) -> Result<creek_core::Request, Status> {
+    ) -> Result<(creek_core::Request, creek_node::AnswerAfter), Status> {
         self.serving()?;
         let mut request = crate::request::to_request(req, self.max_request_bytes)?;
+        let after = crate::request::answer_after(req)?;
         if let Some(gate) = &self.shards {
             if let Some(mpo) = gate.check(&request.call, request.strong)? {
                 // An operation across shards, this replica its origin.
@@ -95,7 +96,7 @@ impl FrontDoor {
                 "the deadline passed before the op was accepted",
             ));
         }
-        Ok(request)
+        Ok((request, after))
     }
 
     /// Hand `inv` to the node loop.

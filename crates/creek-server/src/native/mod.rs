@@ -325,7 +325,7 @@ impl Connection {
         let principal =
             self.front
                 .caller(&self.credentials, self.certs.as_deref(), &Need::Nothing)?;
-        let request = self.front.prepare(&req, timeout)?;
+        let (request, answer_after) = self.front.prepare(&req, timeout)?;
         let strong = request.strong;
         self.out.lock().open_call(id, self.limits.calls_max);
         let call = Call::new(
@@ -339,6 +339,7 @@ impl Connection {
         );
         let inv = Invocation {
             request,
+            answer_after,
             reply: ReplyTo::Native(call),
             received,
             principal,

@@ -166,6 +166,7 @@ impl NodeLoop {
         tracing::info!("proposing the cluster's auth switch ([auth] enabled here)");
         let (tx, _rx) = mpsc::unbounded_channel();
         self.invoke(Invocation {
+            answer_after: creek_node::AnswerAfter::Execution,
             request: Request::strong(ProcCall::new(
                 "auth.enable",
                 encode_args(&[Value::Bytes(bytes::Bytes::copy_from_slice(&root))]),

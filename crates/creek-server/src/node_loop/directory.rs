@@ -127,6 +127,7 @@ impl NodeLoop {
         // Nobody waits for the answer: the committed state says what won.
         let (tx, _rx) = mpsc::unbounded_channel();
         self.invoke(Invocation {
+            answer_after: creek_node::AnswerAfter::Execution,
             request: Request::strong(ProcCall::new(
                 SET,
                 encode_args(&[Value::Int(0), Value::Bytes(seed)]),

@@ -96,6 +96,8 @@ pub enum Event {
 pub struct Invocation {
     /// The op.
     pub request: Request,
+    /// When its preliminary view may leave.
+    pub answer_after: creek_node::AnswerAfter,
     /// Replies, in order.
     pub reply: ReplyTo,
     /// When the server received it.

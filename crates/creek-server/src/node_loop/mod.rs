@@ -559,7 +559,10 @@ impl NodeLoop {
         let procedure = inv.request.call.name.clone();
         let across =
             (procedure.as_ref() == creek_procs::mpo::RUN).then(|| inv.request.call.clone());
-        match self.node.invoke(inv.request, self.now_us()) {
+        match self
+            .node
+            .invoke_answering(inv.request, inv.answer_after, self.now_us())
+        {
             Ok(handle) => {
                 let name = across
                     .as_ref()

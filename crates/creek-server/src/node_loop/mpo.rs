@@ -147,6 +147,7 @@ impl NodeLoop {
             // Nobody reads the views: the committed state says the indices.
             let (tx, _rx) = mpsc::unbounded_channel();
             self.invoke(Invocation {
+                answer_after: creek_node::AnswerAfter::Execution,
                 request: OpRequest::strong(sequence_call(mpo.origin, mpo.seq, &shards)),
                 reply: ReplyTo::Stream(tx),
                 received: Instant::now(),
@@ -166,6 +167,7 @@ impl NodeLoop {
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         self.invoke(Invocation {
+            answer_after: creek_node::AnswerAfter::Execution,
             request: OpRequest::strong(call),
             reply: ReplyTo::Stream(tx),
             received: Instant::now(),

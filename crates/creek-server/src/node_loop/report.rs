@@ -130,6 +130,7 @@ impl NodeLoop {
         put("session_expired_clients", sessions.clients);
         put("session_expiry_ops", sessions.expiry_ops);
         put("session_entries_expired", sessions.expiry_listed);
+        put("views_held_for_durability", self.node.views_held() as u64);
         let leases = r.lease_stats();
         put("leases_live", leases.live);
         put("lease_expiry_ops", leases.expiry_ops);

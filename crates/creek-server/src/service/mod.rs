@@ -184,11 +184,12 @@ impl pb::creek_server::Creek for CreekService {
         // procedure's definition); it checks the principal.
         let principal = self.caller(&request, &Need::Nothing)?;
         let req = request.into_inner();
-        let request = self.front.prepare(&req, timeout)?;
+        let (request, answer_after) = self.front.prepare(&req, timeout)?;
         let strong = request.strong;
         let (tx, mut rx) = mpsc::unbounded_channel();
         let inv = Invocation {
             request,
+            answer_after,
             reply: ReplyTo::Stream(tx),
             received,
             principal,

@@ -321,8 +321,17 @@ impl CreekReplica {
 
 impl SimReplica for CreekReplica {
     fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
+        self.invoke_answering(request, creek_node::AnswerAfter::Execution, now_us)
+    }
+
+    fn invoke_answering(
+        &mut self,
+        request: Request,
+        after: creek_node::AnswerAfter,
+        now_us: u64,
+    ) -> Result<ExecKey, InvokeError> {
         let r = match self.node.as_mut() {
-            Some(n) => n.invoke(request, now_us),
+            Some(n) => n.invoke_answering(request, after, now_us),
             // Not reached: the simulator never invokes a replica that is down.
             None => Err(InvokeError::Overloaded(0)),
         };

@@ -94,6 +94,14 @@ impl Sim {
             None => self.workload.next_op(&mut self.rng, c as u32),
         };
         let (mut request, mut wants_final) = request_of(next);
+        if !request.strong && self.cfg.durable_weak > 0.0 && self.rng.chance(self.cfg.durable_weak)
+        {
+            self.answer_after_next = if self.rng.index(2) == 0 {
+                creek_node::AnswerAfter::Local
+            } else {
+                creek_node::AnswerAfter::Majority
+            };
+        }
         let snapshot = if self.split_first_due(c) {
             request.strong = false;
             request.views = Views::SNAPSHOT;
@@ -233,7 +241,8 @@ impl Sim {
         }
         let call = request.call.clone();
         let strong = request.strong;
-        let handle = match node.invoke(request, now) {
+        let after = std::mem::take(&mut self.answer_after_next);
+        let handle = match node.invoke_answering(request, after, now) {
             Ok(handle) => handle,
             Err(e) => {
                 if matches!(e, InvokeError::DiskBehind(_)) {
@@ -251,6 +260,9 @@ impl Sim {
             }
         }
         let index = self.history.ops.len();
+        if let (ExecKey::Op(id), true) = (handle, after != creek_node::AnswerAfter::Execution) {
+            self.durable_asked.insert(index, (after, id));
+        }
         self.history.ops.push(OpRecord {
             client: recorded,
             replica: i,

@@ -207,6 +207,7 @@ impl Sim {
             self.crash(victim, false);
             self.nodes[victim].node.lose_disk();
             self.nodes[victim].wiped = true;
+            self.disks_lost.insert(victim);
             let at = self.now + self.rng.range(50_000, 400_000);
             self.schedule(at, Ev::Restart { node: victim });
         }

@@ -288,6 +288,15 @@ pub struct Sim {
     ops: BTreeMap<OpId, Arc<Op>>,
     /// Ids of ops lost with their origin's disk (a client saw them).
     lost_ids: BTreeSet<OpId>,
+    /// What the next client invocation asks of its preliminary view
+    /// (`SimConfig::durable_weak`).
+    answer_after_next: creek_node::AnswerAfter,
+    /// History records whose preliminary view was asked to wait for
+    /// durability: what they asked, and their op's id (a lost op's record
+    /// forgets it).
+    durable_asked: BTreeMap<usize, (creek_node::AnswerAfter, OpId)>,
+    /// Replicas that lost their disk at some point of the run.
+    disks_lost: BTreeSet<usize>,
     /// Each shard's one committed order, as far as any replica got.
     canonical: Vec<Vec<OpId>>,
     checked_len: Vec<usize>,

@@ -144,6 +144,9 @@ pub struct Outcome {
     pub mpo_calls: BTreeMap<OpId, ProcCall>,
     /// Replicas of one shard that handed out different reads for an MPO.
     pub mpo_violations: Vec<String>,
+    /// Ops answered as durable ([`creek_node::AnswerAfter`]), then lost
+    /// where that said they could not be.
+    pub durability_violations: Vec<String>,
 }
 
 /// What a sharded run's directory ended with, for its checks.
@@ -201,6 +204,40 @@ impl Outcome {
 }
 
 impl Sim {
+    /// The ops answered as durable ([`creek_node::AnswerAfter`]), and
+    /// those of them the end state contradicts: once the run settled,
+    /// every op answered after a majority held it is in the committed
+    /// order, and so is every op answered after its replica's own write,
+    /// unless that replica lost its disk.
+    fn durability_violations(&self, settled: bool) -> (u64, Vec<String>) {
+        let committed: BTreeSet<OpId> = self.canonical.iter().flatten().copied().collect();
+        let mut answered = 0;
+        let mut out = Vec::new();
+        for (&index, &(after, id)) in &self.durable_asked {
+            let r = &self.history.ops[index];
+            if !r
+                .views
+                .iter()
+                .any(|v| v.kind == creek_core::ViewKind::Tentative)
+            {
+                continue;
+            }
+            answered += 1;
+            let promised = match after {
+                creek_node::AnswerAfter::Majority => true,
+                creek_node::AnswerAfter::Local => !self.disks_lost.contains(&r.replica),
+                creek_node::AnswerAfter::Execution => false,
+            };
+            if settled && promised && !committed.contains(&id) {
+                out.push(format!(
+                    "{id} ({}) was answered once {after:?} held it, but is not in the committed order",
+                    r.call.name
+                ));
+            }
+        }
+        (answered, out)
+    }
+
     /// The counters now, summed over every replica (up or down).
     pub(super) fn totals(&self) -> Totals {
         let mut t = Totals {
@@ -285,6 +322,11 @@ impl Sim {
             }
         }
         let mpo_violations = std::mem::take(&mut self.mpo.violations);
+        let (durable_answered, durability_violations) = self.durability_violations(settled);
+        if durable_answered > 0 {
+            self.faults
+                .insert("durable_weak_answered", durable_answered);
+        }
         let nodes = self.nodes.into_iter().map(|n| n.node).collect();
         let settled_after_us = settled.then(|| self.now - self.cfg.duration_us);
         // What client sessions did: expiry ops ordered, late copies refused.
@@ -368,6 +410,7 @@ impl Sim {
             directory,
             mpo_calls,
             mpo_violations,
+            durability_violations,
         }
     }
 }
