@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CI swarm: 142 seeds, every fault class (the simulated disk and a lost
+# The CI swarm: 146 seeds, every fault class (the simulated disk and a lost
 # disk included), two runs at a time (2 cores). On Creek: 12 seeds each of
 # queue and bank, 8 each of kv and list, 4 kv seeds of 3 s (long enough for
 # leases of 1-2 s to expire under every fault), 4 of procs (user procedures
@@ -25,7 +25,9 @@
 # moves a run, checked across the whole cluster): 4 kv seeds on 2 shards
 # (500 ms) and 3 bank seeds on 3 shards with operations across shards,
 # where the third shard is added while keys move and a shard is drained
-# and dropped after them (600 ms).
+# and dropped after them (600 ms). Durable weak writes: 4 kv seeds where
+# 30 % of weak ops wait for their replica's disk or a majority (500 ms),
+# the durable_weak check.
 #
 # It is a regression net of fixed seeds, sized so CI stays short (about 7
 # minutes of the test build's binary); the search for new failures is the
@@ -48,7 +50,7 @@ mkdir -p "$logs"
 rm -f "$logs"/*.log
 
 # name protocol links workload seeds duration faults [shards replicas
-#   cross-shard snapshot-reads stable-every moves]
+#   cross-shard snapshot-reads stable-every moves durable-weak]
 jobs="bank creek lan bank 1000..1012 500ms all
 list creek lan list 1000..1008 500ms all
 kv creek lan kv 1000..1008 500ms all
@@ -81,12 +83,13 @@ snap-wan-kv creek wan kv 1000..1002 4s all 1 5 0 0.3 5ms
 shard-snap-mpo-bank creek lan bank 1000..1003 500ms all 2 3 0.3 0.3 5ms
 shard-snap-ycsb creek lan ycsb 1000..1002 500ms all 2 3 0.3 0.3 5ms
 shard-move-kv creek lan kv 1000..1004 500ms all 2 3 0 0 0 3
-shard-move-mpo-bank creek lan bank 1000..1003 600ms all 3 3 0.3 0 0 3"
+shard-move-mpo-bank creek lan bank 1000..1003 600ms all 3 3 0.3 0 0 3
+durable-kv creek lan kv 1000..1004 500ms all 1 5 0 0 0 0 0.3"
 
 run() {
   "$bin" sim --protocol "$2" --links "$3" --replicas "${9:-5}" --shards "${8:-1}" \
     --cross-shard "${10:-0}" --snapshot-reads "${11:-0}" --stable-every "${12:-0}" \
-    --moves "${13:-0}" \
+    --moves "${13:-0}" --durable-weak "${14:-0}" \
     --workload "$4" --seeds "$5" \
     --duration "$6" --faults "$7" \
     > "$logs/$1.log" 2>&1

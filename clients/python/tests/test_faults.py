@@ -144,3 +144,27 @@ def test_a_replica_killed_mid_op_the_op_completes_elsewhere_exactly_once(serve):
             assert await b.call("kv.get", "d") == b"5"
 
     run(body(), timeout=90)
+
+
+def test_a_majority_durable_weak_write_waits_for_a_majority(serve):
+    """docs/api.md, "Durable weak writes": cut off from its peers, a
+    replica answers a weak write at once (`none`) and after its own disk
+    (`local`), but holds a `majority` one until the peers hold it."""
+    leader = serve.wait_for_leader()
+    cut = (leader + 1) % 3
+
+    async def body():
+        async with creek.Client([serve.clients[cut]], timeout=T) as c:
+            for durability in ("none", "local", "majority"):
+                view = await c.invoke("kv.put", f"dur/{durability}", "v", levels=creek.WEAK, durability=durability).preliminary()
+                assert view.value is None, durability
+            with pytest.raises(ValueError, match="durability must be none, local or majority"):
+                c.invoke("kv.put", "dur/x", "v", levels=creek.WEAK, durability="all")
+            serve.isolate(cut)
+            await c.invoke("kv.put", "dur/cut-local", "v", levels=creek.WEAK, durability="local", timeout=2).preliminary()
+            with pytest.raises(creek.DeadlineExceeded):
+                await c.invoke("kv.put", "dur/cut-majority", "v", levels=creek.WEAK, durability="majority", timeout=1.5).preliminary()
+            serve.isolate(cut, partitioned=False)
+            await c.invoke("kv.put", "dur/healed", "v", levels=creek.WEAK, durability="majority").preliminary()
+
+    run(body())

@@ -65,8 +65,10 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub(crate) attach: Vec<SocketAddr>,
     /// Levels to measure: weak, strong, and with --shards 2 or more mpo
-    /// (a strong two-key write across shards); read-weak, read-snapshot,
-    /// read-strong (a `kv.get` to its view at that level).
+    /// (a strong two-key write across shards); weak-local, weak-majority
+    /// (a weak write answered once durable at its replica, or at a
+    /// majority: `--durability`); read-weak, read-snapshot, read-strong (a
+    /// `kv.get` to its view at that level).
     #[arg(long, value_delimiter = ',', default_value = "weak,strong")]
     pub(crate) levels: Vec<String>,
     /// Then weak latency again while this many clients write strong ops
@@ -123,8 +125,8 @@ struct CreekConn {
 /// What a connection writes.
 #[derive(Clone)]
 enum Op {
-    /// `kv.put`, weak.
-    Weak,
+    /// `kv.put`, weak, answered as the durability says.
+    Weak(creek_client::Durability),
     /// `kv.put`, strong.
     Strong,
     /// `kv.mput` of two keys on different shards of the map, strong.
@@ -136,7 +138,9 @@ enum Op {
 impl Op {
     fn of(level: &str, map: Option<&ShardMap>) -> Result<Op, String> {
         match (level, map) {
-            ("weak", _) => Ok(Op::Weak),
+            ("weak", _) => Ok(Op::Weak(creek_client::Durability::None)),
+            ("weak-local", _) => Ok(Op::Weak(creek_client::Durability::Local)),
+            ("weak-majority", _) => Ok(Op::Weak(creek_client::Durability::Majority)),
             ("strong", _) => Ok(Op::Strong),
             ("mpo", Some(map)) => Ok(Op::Across(std::sync::Arc::new(map.clone()))),
             ("mpo", None) => Err("level mpo needs --shards 2 or more".into()),
@@ -144,7 +148,8 @@ impl Op {
             ("read-snapshot", _) => Ok(Op::Read(Levels::Snapshot)),
             ("read-strong", _) => Ok(Op::Read(Levels::Strong)),
             (other, _) => Err(format!(
-                "unknown level {other}: weak, strong, mpo, read-weak, read-snapshot or read-strong"
+                "unknown level {other}: weak, weak-local, weak-majority, strong, mpo, read-weak, \
+                 read-snapshot or read-strong"
             )),
         }
     }
@@ -230,14 +235,18 @@ impl Conn for CreekConn {
             Op::Read(_) => ("kv.get", vec![bytes(driver::key(n))]),
             _ => ("kv.put", vec![bytes(driver::key(n)), value]),
         };
-        let (levels, strong) = match self.op {
-            Op::Weak => (Levels::Weak, false),
-            Op::Read(levels) => (levels, true),
-            _ => (Levels::Strong, true),
+        let (levels, strong, durability) = match self.op {
+            Op::Weak(durability) => (Levels::Weak, false, durability),
+            Op::Read(levels) => (levels, true, creek_client::Durability::None),
+            _ => (Levels::Strong, true, creek_client::Durability::None),
+        };
+        let options = creek_client::CallOptions {
+            durability,
+            ..Default::default()
         };
         let op = match &self.client {
-            Via::One(c) => c.invoke(procedure, args, levels).await,
-            Via::Routed(c) => c.invoke(procedure, args, levels).await,
+            Via::One(c) => c.invoke_with(procedure, args, levels, options).await,
+            Via::Routed(c) => c.invoke_with(procedure, args, levels, options).await,
         }
         .map_err(|e| e.to_string())?;
         if strong {
@@ -421,6 +430,8 @@ pub(crate) fn measure(
         };
         for name in [
             "weak",
+            "weak-local",
+            "weak-majority",
             "strong",
             "mpo",
             "read-weak",
@@ -439,7 +450,11 @@ pub(crate) fn measure(
                 // An MPO's stages are a strong op's, at the shard's leader.
                 // Local reads (weak, snapshot) have no stages.
                 (Some(b), Some(a)) if !matches!(name, "read-weak" | "read-snapshot") => {
-                    let level = if name == "weak" { "weak" } else { "strong" };
+                    let level = if name.starts_with("weak") {
+                        "weak"
+                    } else {
+                        "strong"
+                    };
                     json!(stages::medians(&b, &a, level))
                 }
                 _ => json!(null),
@@ -493,7 +508,7 @@ pub(crate) fn measure(
             for i in 0..args.under_load {
                 load.push(load_conn(i, Op::Strong).await?);
             }
-            let weak = latency_conn(Op::Weak).await?;
+            let weak = latency_conn(Op::Weak(creek_client::Durability::None)).await?;
             let before = scrape().await?;
             let timed = driver::latency(weak, args.latency_ops, args.keys, &value);
             let (strong_tput, weak_latency) =

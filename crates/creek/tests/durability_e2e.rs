@@ -42,8 +42,9 @@ async fn weak_put(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_majority_write_is_answered_only_once_a_majority_holds_it() {
     let cluster = Cluster::start(3).await;
-    // One replica only: no failover to the others.
-    let client = Client::connect([cluster.clients[0].to_string()])
+    // A follower, and only it: no failover to the others.
+    let cut = (cluster.wait_for_leader(Duration::from_secs(10)).await + 1) % 3;
+    let client = Client::connect([cluster.clients[cut].to_string()])
         .await
         .expect("connect");
     let t = Duration::from_secs(10);
@@ -56,8 +57,8 @@ async fn a_majority_write_is_answered_only_once_a_majority_holds_it() {
         assert_eq!(kind, ViewKind::Preliminary, "{key}");
     }
 
-    // Cut replica 1 off: its peers never get its new ops.
-    cluster.isolate(0, true).await;
+    // Cut it off: its peers never get its new ops.
+    cluster.isolate(cut, true).await;
     let short = Duration::from_millis(1500);
     weak_put(&client, "cut/none", Durability::None, short)
         .await
@@ -71,14 +72,14 @@ async fn a_majority_write_is_answered_only_once_a_majority_holds_it() {
         "a majority write in a minority: {held:?}"
     );
     // Healed: the peers get the ops, and a majority write is answered.
-    cluster.isolate(0, false).await;
+    cluster.isolate(cut, false).await;
     let kind = weak_put(&client, "healed/majority", Durability::Majority, t)
         .await
         .expect("answered once healed");
     assert_eq!(kind, ViewKind::Preliminary);
 
     // The CLI, and a bad value.
-    let addr = cluster.clients[0].to_string();
+    let addr = cluster.clients[cut].to_string();
     let (code, out, err) = creek(&[
         "call",
         "--addr",

@@ -93,11 +93,17 @@ class BlockingClient(Builtins):
         levels: LevelsArg = BOTH,
         weak_final: bool = False,
         timeout=DEFAULT,
+        durability: str = "none",
     ) -> Correctable:
         """`Client.invoke`: returns the Correctable once the call started."""
         return self._step(
             lambda: self._client.invoke(
-                procedure, *args, levels=levels, weak_final=weak_final, timeout=timeout
+                procedure,
+                *args,
+                levels=levels,
+                weak_final=weak_final,
+                timeout=timeout,
+                durability=durability,
             )
         )
 

@@ -18,10 +18,10 @@ import grpc
 from ._pb import creek_pb2 as pb
 from ._pb import creek_pb2_grpc as pb_grpc
 from .builtins import Builtins
-from .lease import Leases
 from .cache import CACHE_BYTES_MAX_DEFAULT, CachedWrite, Causal, Track
 from .correctable import Correctable
 from .errors import CreekError, DeadlineExceeded, ProtocolError, Unavailable, from_rpc_error
+from .lease import Leases
 from .procedures import Procedures
 from .values import to_wire
 from .views import BOTH, STRONG, Level, LevelsArg, View, levels_to_wire, parse_levels, view_from_wire
@@ -58,6 +58,14 @@ _CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
 ]
+
+
+#: `durability=` values and their wire enum.
+_DURABILITY = {
+    "none": pb.DURABILITY_NONE,
+    "local": pb.DURABILITY_LOCAL,
+    "majority": pb.DURABILITY_MAJORITY,
+}
 
 
 class _Default:
@@ -255,6 +263,7 @@ class Client(Builtins, Procedures, Leases):
         levels: LevelsArg = BOTH,
         weak_final: bool = False,
         timeout=DEFAULT,
+        durability: str = "none",
         _read_exact: Optional[int] = None,
     ) -> Correctable:
         """Invoke `procedure(*args)` and return its Correctable at once.
@@ -269,6 +278,11 @@ class Client(Builtins, Procedures, Leases):
         A level may also be given by name, in any case (`levels="weak"`,
         `levels=["weak", "strong"]`); anything else raises `ValueError` (an
         unknown name, no level) or `TypeError` (another type) here.
+        `durability`: when a preliminary view may leave (docs/api.md,
+        "Durable weak writes"): `"none"` (at once, the default), `"local"`
+        (once the replica's write of the op is durable) or `"majority"`
+        (once a majority of the replicas hold it durably); always before
+        the op commits. Another value raises `ValueError` here.
         Arguments are converted as `creek.values` says (`TypeError` or
         `ValueError` here if one cannot be). Errors of the call (refusal,
         deadline, no replica) close the Correctable.
@@ -279,6 +293,8 @@ class Client(Builtins, Procedures, Leases):
         wanted = parse_levels(levels)
         if weak_final and (Level.WEAK not in wanted or Level.STRONG in wanted):
             raise ValueError("weak_final applies to a weak op only (levels without STRONG)")
+        if durability not in _DURABILITY:
+            raise ValueError(f"durability must be none, local or majority, not {durability!r}")
         wire_args = [to_wire(a) for a in args]
         snapshot = Level.SNAPSHOT in wanted
         weak_only = wanted == {Level.WEAK}
@@ -296,6 +312,7 @@ class Client(Builtins, Procedures, Leases):
             acked=self._take_acks(),
             read_time=read_time,
             read_exact=snapshot and _read_exact is not None,
+            durability=_DURABILITY[durability],
         )
         timeout = self._timeout if timeout is DEFAULT else timeout
         correctable = Correctable(loop, threading.get_ident(), fns_in_thread=self._fns_in_thread)

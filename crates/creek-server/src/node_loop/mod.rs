@@ -810,7 +810,15 @@ impl NodeLoop {
         while self.log_writes.front().is_some_and(|s| *s <= durable) {
             self.log_writes.pop_front();
         }
-        let first = self.log_writes.front().copied().unwrap_or(0);
+        let mut first = self.log_writes.front().copied().unwrap_or(0);
+        if self.node.views_held() > 0 {
+            // Views wait for durability (`AnswerAfter`): any next write's
+            // report may release them.
+            first = match first {
+                0 => durable + 1,
+                f => f.min(durable + 1),
+            };
+        }
         self.durability.wake_at.store(first, Ordering::Release);
         self.mpo_wake();
         self.time_persisted();
