@@ -782,6 +782,7 @@ pub fn simulate(cfg: &SimConfig) -> Result<(Value, bool), String> {
         cross_shard: cfg.cross_shard,
         ranges: cfg.shards <= 1,
         txns: cfg.shards <= 1 || cfg.cross_shard > 0.0,
+        leases: cfg.shards <= 1,
         ..crate::workload::WorkloadConfig::default()
     };
     let workload = crate::workload::by_name(&cfg.workload, &config)?;

@@ -26,7 +26,7 @@
 //!   applied (final view with a result) and those possibly applied (every
 //!   invocation without a final abort or result).
 //!
-//! With the range calls, 12 % of ops are lease ops on keys of their own
+//! With leases on (`WorkloadConfig::leases`), 12 % of ops are lease ops on keys of their own
 //! (`leases`), checked by the lease invariants.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -93,8 +93,8 @@ pub struct KvWorkload {
     /// The last value generated for each register, used as a plausible
     /// `expected` of `kv.cas`.
     last_written: Vec<Option<Bytes>>,
-    /// The lease part (with the range calls: leases live in one group).
-    leases: super::leases::LeaseOps,
+    /// The lease part ([`WorkloadConfig::leases`]), if on.
+    leases: Option<super::leases::LeaseOps>,
 }
 
 impl KvWorkload {
@@ -110,7 +110,7 @@ impl KvWorkload {
             across_shards: config.cross_shard > 0.0,
             next_value: 0,
             last_written: vec![None; keys],
-            leases: super::leases::LeaseOps::default(),
+            leases: config.leases.then(super::leases::LeaseOps::default),
         }
     }
 
@@ -283,8 +283,10 @@ impl Workload for KvWorkload {
     }
 
     fn next_op(&mut self, rng: &mut Rng, client: u32) -> NextOp {
-        if self.ranges && rng.index(100) < LEASE_OPS_PERCENT {
-            return self.leases.next_op(rng, client);
+        if let Some(leases) = self.leases.as_mut() {
+            if rng.index(100) < LEASE_OPS_PERCENT {
+                return leases.next_op(rng, client);
+            }
         }
         let (strong, wants_final) = pick_mode(rng, self.strong_share, self.final_share);
         let roll = rng.index(100);
@@ -559,6 +561,7 @@ mod tests {
     fn w() -> KvWorkload {
         KvWorkload::new(&WorkloadConfig {
             keys: 2,
+            leases: true,
             ..WorkloadConfig::default()
         })
     }

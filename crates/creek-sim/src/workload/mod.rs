@@ -186,6 +186,11 @@ pub struct WorkloadConfig {
     /// sharded cluster only with operations across shards, which run the
     /// ones whose registers lie on two shards.
     pub txns: bool,
+    /// `kv`: lease ops among them (`leases`). Off by default: a driver of
+    /// real processes cannot replay the leader's expiry ops, and the
+    /// benchmarks keep their op mix; the simulator turns them on for one
+    /// group.
+    pub leases: bool,
     /// `tpcc`: no remote warehouse at all (every New-Order line supplied
     /// and every Payment made at the home warehouse).
     pub tpcc_local: bool,
@@ -213,6 +218,7 @@ impl Default for WorkloadConfig {
             cross_shard: 0.0,
             ranges: true,
             txns: true,
+            leases: false,
             tpcc_local: false,
         }
     }
