@@ -51,7 +51,7 @@ struct Held {
 pub(crate) struct Waiting {
     /// Invocations asked to wait, by handle, until their first
     /// preliminary view.
-    asked: HashMap<ExecKey, AnswerAfter>,
+    asked: HashMap<ExecKey, (AnswerAfter, u64)>,
     held: Vec<Held>,
     /// The node's clock at its last tick.
     now_us: u64,
@@ -63,7 +63,7 @@ impl Waiting {
     /// local read, which writes nothing anywhere).
     pub(crate) fn ask(&mut self, handle: ExecKey, after: AnswerAfter) {
         if after != AnswerAfter::Execution && matches!(handle, ExecKey::Op(_)) {
-            self.asked.insert(handle, after);
+            self.asked.insert(handle, (after, self.now_us));
         }
     }
 
@@ -84,7 +84,7 @@ impl Waiting {
                     self.held[at].view = view;
                     return;
                 }
-                if let Some(after) = self.asked.remove(&view.handle) {
+                if let Some((after, _)) = self.asked.remove(&view.handle) {
                     self.held.push(Held {
                         view,
                         id,
@@ -127,10 +127,14 @@ impl Waiting {
         holds: impl Fn(ReplicaId, OpId) -> bool,
         out: &mut Vec<View>,
     ) {
+        let now_us = self.now_us;
+        // An op that never gets a view (voided with its origin's data)
+        // leaves its entry here: bounded by the same time.
+        self.asked
+            .retain(|_, (_, since)| now_us.saturating_sub(*since) < HELD_FOR_US);
         if self.held.is_empty() {
             return;
         }
-        let now_us = self.now_us;
         let mut kept = Vec::with_capacity(self.held.len());
         for h in std::mem::take(&mut self.held) {
             // This replica's own write comes first at every level.

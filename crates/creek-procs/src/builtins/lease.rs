@@ -182,17 +182,10 @@ fn of_key(key: &[u8]) -> Bytes {
     k.freeze()
 }
 
-/// The first key past every key starting with `prefix`.
+/// The first key past every key starting with `prefix` (an internal
+/// prefix, never all 0xff bytes).
 pub fn prefix_end(prefix: &[u8]) -> Bytes {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Bytes::from(end);
-        }
-    }
-    // Only all-0xff prefixes get here; internal prefixes never are.
-    Bytes::from_static(&[0xff; 16])
+    Bytes::from(creek_shard::prefix_end(prefix).unwrap_or_else(|| vec![0xff; prefix.len() + 1]))
 }
 
 fn read_u64(txn: &mut Txn<'_>, key: &'static [u8]) -> u64 {
