@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use creek_core::{OpId, ReplicaId};
-use creek_exec::basic::replay_from;
+use creek_exec::basic::replay_versioned;
 use creek_exec::{Outcome, ProcCall, TxnLimits};
 use creek_procs::registry::INTERNAL_KEY_PREFIX;
 use creek_procs::Registry;
@@ -393,15 +393,21 @@ fn replay_committed(
     reference: Option<&BTreeMap<Bytes, Bytes>>,
     replay_v: &mut Vec<String>,
 ) -> BTreeMap<Bytes, Bytes> {
-    let mut calls: Vec<&ProcCall> = Vec::new();
-    for id in canonical {
+    let mut calls: Vec<(u64, &ProcCall)> = Vec::new();
+    for (revision, id) in (1..).zip(canonical) {
         match run.broadcast.get(id) {
-            Some(call) => calls.push(call),
+            Some(call) => calls.push((revision, call)),
             None if !run.broadcast_complete => {}
             None => replay_v.push(format!("{id} committed but never broadcast (invented)")),
         }
     }
-    let (outcomes, state) = replay_from(run.registry, TxnLimits::default(), initial_state, calls);
+    let (outcomes, state) = replay_versioned(
+        run.registry,
+        TxnLimits::default(),
+        initial_state,
+        creek_procs::versions::meta_key,
+        calls,
+    );
     let outcome_of: BTreeMap<OpId, &Outcome> = canonical
         .iter()
         .copied()
@@ -483,7 +489,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use creek_core::ViewKind;
-    use creek_exec::basic::replay;
     use creek_types::value::{encode_args, Value};
 
     use super::*;
@@ -497,6 +502,21 @@ mod tests {
         calls: Vec<ProcCall>,
         state: BTreeMap<Bytes, Bytes>,
         registry: Registry,
+    }
+
+    /// The committed order `calls` replayed from an empty state, version
+    /// records kept as a replica keeps them.
+    fn replay_kept<'a>(
+        registry: &Registry,
+        calls: impl IntoIterator<Item = &'a ProcCall>,
+    ) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
+        replay_versioned(
+            registry,
+            TxnLimits::default(),
+            BTreeMap::new(),
+            creek_procs::versions::meta_key,
+            (1..).zip(calls),
+        )
     }
 
     fn put(k: &str, v: &str) -> ProcCall {
@@ -513,7 +533,7 @@ mod tests {
     fn fixture() -> Fixture {
         let registry = Registry::with_builtins();
         let calls = vec![put("a", "1"), put("b", "2"), put("a", "3")];
-        let (outcomes, state) = replay(&registry, TxnLimits::default(), &calls);
+        let (outcomes, state) = replay_kept(&registry, &calls);
         let ops = calls
             .iter()
             .zip(outcomes)
@@ -725,7 +745,8 @@ mod tests {
         let f = fixture();
         let checks = check_run(run_end(&f), &first_arg_key, &|h, state| {
             assert_eq!(h.ops.len(), 3);
-            vec![format!("{} keys", state.len())]
+            let user = state.keys().filter(|k| k.first() != Some(&0)).count();
+            vec![format!("{user} keys")]
         });
         let workload = checks.iter().find(|c| c.name == "workload").unwrap();
         assert_eq!(workload.violations, ["2 keys"]);
@@ -734,7 +755,7 @@ mod tests {
     #[test]
     fn a_replica_behind_fails_convergence_and_a_diverging_one_the_prefix() {
         let f = fixture();
-        let behind = replay(&f.registry, TxnLimits::default(), &f.calls[..2]).1;
+        let behind = replay_kept(&f.registry, &f.calls[..2]).1;
         let mut run = run_end(&f);
         run.replicas[1] = replica(2, &f.committed[..2], &behind);
         assert_eq!(failed(run), ["converged"]);
@@ -743,12 +764,14 @@ mod tests {
         let mut run = run_end(&f);
         run.replicas[1].committed = &swapped;
         // The reference order is the longest list, the last of equal ones:
-        // here the swapped one, which also inverts the client's ops.
+        // here the swapped one, which also inverts the client's ops; its
+        // replay gives the keys other revisions than the state holds.
         assert_eq!(
             failed(run),
             [
                 "committed_prefix",
                 "converged",
+                "replay_matches",
                 "real_time",
                 "session_order"
             ]
@@ -793,7 +816,7 @@ mod tests {
         let mut f = fixture();
         // r1.3 was answered and broadcast, yet no replica committed it.
         f.committed.pop();
-        f.state = replay(&f.registry, TxnLimits::default(), &f.calls[..2]).1;
+        f.state = replay_kept(&f.registry, &f.calls[..2]).1;
         let mut run = run_end(&f);
         run.broadcast.insert(id(3), &f.calls[2]);
         let checks = check_run(run, &first_arg_key, &|_, _| Vec::new());
@@ -831,7 +854,7 @@ mod tests {
     fn an_unacknowledged_op_may_be_gone_with_its_origins_disk() {
         let mut f = fixture();
         f.committed.pop();
-        f.state = replay(&f.registry, TxnLimits::default(), &f.calls[..2]).1;
+        f.state = replay_kept(&f.registry, &f.calls[..2]).1;
         // r1.3 never got a view: its origin lost its disk before sending it on.
         f.history.ops[2].views.clear();
         f.history.ops[2].origin_crashed = true;
@@ -854,7 +877,7 @@ mod tests {
         f.committed.push(id(4));
         let mut calls = f.calls[..2].to_vec();
         calls.push(void.clone());
-        f.state = replay(&f.registry, TxnLimits::default(), &calls).1;
+        f.state = replay_kept(&f.registry, &calls).1;
         let broadcast: BTreeMap<OpId, &ProcCall> = [
             (id(1), &f.calls[0]),
             (id(2), &f.calls[1]),
@@ -870,7 +893,7 @@ mod tests {
         // Without the void op in the order, it is lost.
         let mut f2 = fixture();
         f2.committed.pop();
-        f2.state = replay(&f2.registry, TxnLimits::default(), &f2.calls[..2]).1;
+        f2.state = replay_kept(&f2.registry, &f2.calls[..2]).1;
         f2.history.ops[2].views.clear();
         f2.history.ops[2].origin_crashed = true;
         let mut run = run_end(&f2);

@@ -75,6 +75,18 @@ pub enum Pos {
     Tentative(Timestamp, ExecKey),
 }
 
+impl Pos {
+    /// The revision of a committed position: its 1-based place in the
+    /// committed order (docs/api.md, "Versions and revisions"); 0 for a
+    /// tentative one, which has none.
+    pub fn revision(self) -> u64 {
+        match self {
+            Pos::Committed(n) => n.saturating_add(1),
+            Pos::Tentative(..) => 0,
+        }
+    }
+}
+
 /// Which views a client wants for one invocation (DESIGN §7): up to
 /// three, delivered in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use creek_core::{Config, ExecKey, OpId, Replica, ReplicaId, Request};
-use creek_exec::basic::replay;
+use creek_exec::basic::replay_versioned;
 use creek_exec::mvcc::MvccExecutor;
 use creek_exec::{ProcCall, TxnLimits};
 use creek_types::value::{encode_args, Value};
@@ -106,7 +106,13 @@ fn restore_case(
     let committed = c.nodes[0].committed();
     prop_assert_eq!(cp.committed_len, committed.len() as u64);
     let calls: Vec<&ProcCall> = committed.iter().map(|id| &c.ops[id].call).collect();
-    let (_, state) = replay(&*c.registry, TxnLimits::default(), calls);
+    let (_, state) = replay_versioned(
+        &*c.registry,
+        TxnLimits::default(),
+        BTreeMap::new(),
+        creek_procs::versions::meta_key,
+        (1..).zip(calls),
+    );
     prop_assert_eq!(
         &cp.state.iter().cloned().collect::<BTreeMap<_, _>>(),
         &state

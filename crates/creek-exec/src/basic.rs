@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 use crate::engine::{Completion, Engine, ExecCounters, OpKey, Position, Settled, Task};
 use crate::procedures::Procedures;
 use crate::txn::{Outcome, SnapshotRead, TxnLimits, VersionNo};
+use crate::versions::{self, MetaKey};
 use creek_types::ProcCall;
 
 /// A plain key-value database as a snapshot.
@@ -137,6 +138,29 @@ pub fn replay_from<'a>(
     for call in calls {
         let e = procedures.execute(&Db(&db), limits, call);
         apply(&mut db, e.writes);
+        outcomes.push(e.outcome);
+    }
+    (outcomes, db)
+}
+
+/// [`replay_from`] keeping versions of keys ([`crate::versions`]) as an
+/// engine with [`crate::mvcc::MvccExecutor::keep_versions`] does: each call
+/// comes with the revision it is final at.
+pub fn replay_versioned<'a>(
+    procedures: &dyn Procedures,
+    limits: TxnLimits,
+    initial: BTreeMap<Bytes, Bytes>,
+    meta_key: MetaKey,
+    calls: impl IntoIterator<Item = (u64, &'a ProcCall)>,
+) -> (Vec<Outcome>, BTreeMap<Bytes, Bytes>) {
+    let mut db = initial;
+    let mut outcomes = Vec::new();
+    for (revision, call) in calls {
+        let e = procedures.execute(&Db(&db), limits, call);
+        let records =
+            versions::record_writes(meta_key, &e.writes, revision, |k| db.get(k).cloned());
+        apply(&mut db, e.writes);
+        apply(&mut db, records);
         outcomes.push(e.outcome);
     }
     (outcomes, db)

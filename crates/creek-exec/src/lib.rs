@@ -17,6 +17,7 @@ pub mod engine;
 pub mod mvcc;
 pub mod procedures;
 pub mod txn;
+pub mod versions;
 
 #[cfg(test)]
 mod testkit;

@@ -22,6 +22,7 @@ pub mod ownership;
 pub mod registry;
 pub mod session;
 pub mod user_procs;
+pub mod versions;
 pub mod void;
 
 pub use registry::{execute_call, CallError, Procedure, Registry, Route, Signature};

@@ -470,11 +470,12 @@ fn mpo_outcome_violations(out: &Outcome) -> Vec<String> {
         } else {
             BTreeMap::new()
         };
-        let (results, _) = creek_exec::basic::replay_from(
+        let (results, _) = creek_exec::basic::replay_versioned(
             out.registry.as_ref(),
             creek_exec::TxnLimits::default(),
             initial,
-            calls.iter().copied(),
+            creek_procs::versions::meta_key,
+            (1..).zip(calls.iter().copied()),
         );
         for (call, outcome) in calls.iter().zip(results) {
             if call.name.as_ref() != RUN {

@@ -179,6 +179,7 @@ impl Replica {
         let mut engine = MvccExecutor::new(registry.clone(), config.txn_limits);
         engine.planted = config.planted;
         engine.set_schedule(config.schedule);
+        engine.keep_versions(creek_procs::versions::meta_key, Pos::revision);
         engine
     }
 }

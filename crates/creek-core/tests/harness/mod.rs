@@ -10,7 +10,7 @@ use bytes::Bytes;
 use creek_core::{
     Config, Effect, ExecKey, Op, OpId, Pos, Replica, ReplicaId, Request, View, ViewKind, Views,
 };
-use creek_exec::basic::{replay, BasicEngine};
+use creek_exec::basic::{replay, replay_versioned, BasicEngine};
 use creek_exec::mvcc::MvccExecutor;
 use creek_exec::{Completion, Engine, Outcome, ProcCall, Task, TxnLimits};
 use creek_procs::Registry;
@@ -20,6 +20,8 @@ use proptest::prelude::*;
 
 /// An engine the harness can build.
 pub trait TestEngine: Engine<ExecKey, Pos> + Sized {
+    /// Whether it keeps version records, as a replica's engine does.
+    const KEEPS_VERSIONS: bool;
     /// The engine a replica with `config` runs.
     fn build(registry: Arc<Registry>, config: &Config) -> Self;
     fn invariants(&self) -> Result<(), String> {
@@ -28,9 +30,11 @@ pub trait TestEngine: Engine<ExecKey, Pos> + Sized {
 }
 
 impl TestEngine for MvccExecutor<ExecKey, Pos> {
+    const KEEPS_VERSIONS: bool = true;
     fn build(registry: Arc<Registry>, config: &Config) -> Self {
         let mut e = MvccExecutor::new(registry, TxnLimits::default());
         e.set_schedule(config.schedule);
+        e.keep_versions(creek_procs::versions::meta_key, Pos::revision);
         e
     }
     fn invariants(&self) -> Result<(), String> {
@@ -39,6 +43,7 @@ impl TestEngine for MvccExecutor<ExecKey, Pos> {
 }
 
 impl TestEngine for BasicEngine<ExecKey, Pos> {
+    const KEEPS_VERSIONS: bool = false;
     fn build(registry: Arc<Registry>, _: &Config) -> Self {
         BasicEngine::new(registry, TxnLimits::default())
     }
@@ -319,7 +324,16 @@ impl<E: TestEngine> Cluster<E> {
     pub fn check_final(&self) -> Vec<OpId> {
         let canonical = self.nodes[0].committed();
         let calls: Vec<&ProcCall> = canonical.iter().map(|id| &self.ops[id].call).collect();
-        let (outcomes, state) = replay(&*self.registry, TxnLimits::default(), calls);
+        let (outcomes, mut state) = replay_versioned(
+            &*self.registry,
+            TxnLimits::default(),
+            BTreeMap::new(),
+            creek_procs::versions::meta_key,
+            (1..).zip(calls),
+        );
+        if !E::KEEPS_VERSIONS {
+            state.retain(|k, _| !k.starts_with(creek_procs::versions::META_PREFIX));
+        }
         let outcome_of: BTreeMap<OpId, &Outcome> =
             canonical.iter().copied().zip(outcomes.iter()).collect();
         // No op lost, duplicated or invented.
@@ -405,8 +419,12 @@ impl<E: TestEngine> Cluster<E> {
         out
     }
 
+    /// Node `i`'s committed state without the version records (which only
+    /// an engine that keeps them holds).
     pub fn state(&self, i: usize) -> BTreeMap<Bytes, Bytes> {
-        self.nodes[i].replica.committed_state()
+        let mut state = self.nodes[i].replica.committed_state();
+        state.retain(|k, _| !k.starts_with(creek_procs::versions::META_PREFIX));
+        state
     }
 }
 

@@ -45,6 +45,7 @@ use crate::engine::{
 };
 use crate::procedures::Procedures;
 use crate::txn::{Executed, Outcome, ScanRead, TxnLimits, VersionNo};
+use crate::versions::{self, MetaKey, Revision};
 use creek_types::planted::{Bug, PlantedBugs};
 use creek_types::ProcCall;
 use history::History;
@@ -143,6 +144,10 @@ pub struct MvccExecutor<K, P> {
     record_tentative: bool,
     /// Recorded write sets, for [`Engine::drain_writes`].
     write_sets: Vec<WriteSet<K>>,
+    /// Where versioned keys keep their records and the revision of a
+    /// committed position ([`MvccExecutor::keep_versions`]); `None`: no
+    /// records kept.
+    versions: Option<(MetaKey, Revision<P>)>,
 }
 
 /// The state of `k`, created on first use (without cloning the key when it
@@ -188,7 +193,15 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             record_committed: false,
             record_tentative: false,
             write_sets: Vec::new(),
+            versions: None,
         }
+    }
+
+    /// Keep a version record for every key `meta_key` names one for
+    /// ([`crate::versions`]), `revision` giving the revision of a
+    /// committed position. Call before any op is inserted.
+    pub fn keep_versions(&mut self, meta_key: MetaKey, revision: Revision<P>) {
+        self.versions = Some((meta_key, revision));
     }
 
     /// Start from a committed state, as restored from a checkpoint: every
@@ -433,8 +446,11 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 self.record_tentative_writes(key);
             }
         }
+        // Finalizing may run later executions again (a version record
+        // advanced, `record_versions`): the frontier is read each time.
         while let Some((&pos, &key)) = self.order.first_key_value() {
-            if !(self.is_committed(pos) && settled_at(pos)) {
+            let settled = self.not_installed.first().is_none_or(|f| pos < *f);
+            if !(self.is_committed(pos) && settled) {
                 break;
             }
             self.finalize(key, pos);
@@ -466,6 +482,8 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
             self.scanners.remove(&pos);
         }
         let mut recorded = Vec::new();
+        // The final writes of versioned keys, when versions are kept.
+        let mut versioned = Vec::new();
         for k in &op.writes {
             let Some(ks) = self.keys.get_mut(k) else {
                 continue;
@@ -485,6 +503,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                     if self.record_committed {
                         recorded.push((k.clone(), version.value.clone()));
                     }
+                    if self.versions.is_some() {
+                        versioned.push((k.clone(), version.value.clone()));
+                    }
                     let old_at = ks.base_at.replace(committed_at);
                     if let Some(old) = ks.base.replace(version) {
                         self.counters.versions_alive -= 1;
@@ -502,6 +523,7 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 self.keys.remove(k);
             }
         }
+        self.record_versions(key, committed_at, &versioned);
         if let Some(outcome) = op.outcome {
             self.settled.push(Settled {
                 key,
@@ -517,6 +539,45 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                 });
             }
         }
+    }
+
+    /// Advance the version records of the versioned keys in `written`, the
+    /// final writes of op `writer` now final at `at` ([`crate::versions`]):
+    /// each record becomes the key's new final version, and the executions
+    /// that read the old one run again.
+    fn record_versions(&mut self, writer: K, at: P, written: &[(Bytes, Option<Bytes>)]) {
+        let Some((meta_key, revision)) = self.versions else {
+            return;
+        };
+        let records = versions::record_writes(meta_key, written, revision(at), |k| {
+            self.keys
+                .get(k)
+                .and_then(|ks| ks.base.as_ref())
+                .and_then(|v| v.value.clone())
+        });
+        let mut invalid = Vec::new();
+        for (meta, value) in records {
+            let no = VersionNo(self.next_version);
+            self.next_version += 1;
+            let ks = key_state(&mut self.keys, &meta);
+            let old_at = ks.base_at.replace(at);
+            match ks.base.replace(Version { no, value }) {
+                Some(old) if self.history.is_some() => self.keep_final(&meta, at, old_at, old),
+                Some(_) => self.drop_if_empty(&meta),
+                None => {
+                    self.counters.versions_alive += 1;
+                    self.drop_if_empty(&meta);
+                }
+            }
+            // Every reader left is after `at` (ops become final in order)
+            // and read the record this one replaced.
+            if let Some(ks) = self.keys.get(&meta) {
+                let candidates = ks.readers_affected(at, at);
+                self.stale_readers(&meta, candidates, writer, &mut invalid);
+            }
+            self.stale_scanners(&meta, at, at, writer, &mut invalid);
+        }
+        self.invalidate(invalid);
     }
 
     /// Record what the installed execution of `key` (settled, not
@@ -1003,3 +1064,5 @@ mod history_tests;
 mod scan_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod version_tests;

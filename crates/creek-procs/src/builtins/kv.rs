@@ -7,11 +7,17 @@ use bytes::Bytes;
 
 use super::{describe_all, lease, Sig, Subject, Ty};
 use crate::registry::{Registry, Route, INTERNAL_KEY_PREFIX};
+use crate::versions;
 use creek_exec::txn::{Abort, Outcome, Txn};
 use creek_types::value::Value;
 
 const GET: Sig = Sig {
     name: "kv.get",
+    params: &[("key", Ty::Bytes)],
+    subject: Subject::Key,
+};
+const GET_META: Sig = Sig {
+    name: "kv.get_meta",
     params: &[("key", Ty::Bytes)],
     subject: Subject::Key,
 };
@@ -64,6 +70,7 @@ pub const MULTI_KEYS_MAX: usize = 1024;
 /// Register the `kv.*` procedures.
 pub(super) fn register(r: &mut Registry) {
     r.register_fn(GET.name, true, |a| GET.check(a), get);
+    r.register_fn(GET_META.name, true, |a| GET_META.check(a), get_meta);
     r.register_fn(PUT.name, false, check_put, put);
     r.register_fn(DELETE.name, false, |a| DELETE.check(a), delete);
     r.register_fn(CAS.name, false, |a| CAS.check(a), cas);
@@ -75,6 +82,13 @@ pub(super) fn register(r: &mut Registry) {
         r,
         &[
             (&GET, "bytes, or nil if absent", "Read a key."),
+            (
+                &GET_META,
+                "list: [value, version, create_revision, mod_revision, lease], or nil if absent",
+                "Read a key with its version (writes since its creation), the revisions of its \
+                 creation and last write (0: written before any was kept), and its lease (0: none). \
+                 Revisions are those of committed writes.",
+            ),
             (
                 &PUT,
                 "nil",
@@ -257,6 +271,29 @@ fn get(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     Ok(txn.get(key).map_or(Value::Nil, Value::Bytes).encode())
 }
 
+/// `kv.get_meta(key)` → nil if absent, else `[value, version,
+/// create_revision, mod_revision, lease]` (docs/api.md, "Versions and
+/// revisions").
+fn get_meta(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
+    let args = GET_META.args(raw)?;
+    let [Value::Bytes(key)] = args.as_slice() else {
+        return Err(GET_META.mismatch());
+    };
+    let Some(value) = txn.get(key) else {
+        return Ok(Value::Nil.encode());
+    };
+    let meta = versions::read(txn, key);
+    let int = |n: u64| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
+    Ok(Value::List(vec![
+        Value::Bytes(value),
+        int(meta.version),
+        int(meta.create),
+        int(meta.modified),
+        Value::Int(lease::lease_of(txn, key)),
+    ])
+    .encode())
+}
+
 /// `kv.put`'s arguments: `(key, value)`, or `(key, value, lease)`.
 fn check_put(raw: &[u8]) -> Result<(), String> {
     match creek_types::value::decode_args(raw) {
@@ -366,6 +403,79 @@ mod tests {
 
     fn b(s: &str) -> Value {
         Value::from(s)
+    }
+
+    /// `[value, version, create, mod, lease]`, as `kv.get_meta` answers.
+    fn meta(value: &str, version: i64, create: i64, modified: i64, lease: i64) -> Value {
+        Value::List(vec![
+            b(value),
+            Value::Int(version),
+            Value::Int(create),
+            Value::Int(modified),
+            Value::Int(lease),
+        ])
+    }
+
+    #[test]
+    fn a_key_carries_its_version_and_revisions_until_deleted() {
+        let mut h = Harness::new();
+        // Every call is final at the next revision, reads included.
+        assert_eq!(h.ok("kv.get_meta", &[b("k")]), Value::Nil); // revision 1
+        h.ok("kv.put", &[b("k"), b("a")]); // 2
+        h.ok("kv.put", &[b("other"), b("x")]); // 3
+        h.ok("kv.incr", &[b("n"), Value::Int(1)]); // 4
+        h.ok("kv.put", &[b("k"), b("b")]); // 5
+        assert_eq!(h.ok("kv.get_meta", &[b("k")]), meta("b", 2, 2, 5, 0));
+        assert_eq!(h.ok("kv.get_meta", &[b("n")]), meta("1", 1, 4, 4, 0));
+        // A read, a refused write and an abort leave the record alone.
+        h.ok("kv.cas", &[b("k"), b("zzz"), b("c")]);
+        assert!(h.call("kv.incr", &[b("k"), Value::Int(1)]).is_err());
+        assert_eq!(h.ok("kv.get_meta", &[b("k")]), meta("b", 2, 2, 5, 0));
+        h.ok("kv.delete", &[b("k")]); // 11
+        assert_eq!(h.ok("kv.get_meta", &[b("k")]), Value::Nil);
+        h.ok("kv.put", &[b("k"), b("c")]); // 13: created again
+        assert_eq!(h.ok("kv.get_meta", &[b("k")]), meta("c", 1, 13, 13, 0));
+        let e = h.call("kv.get_meta", &[b("\0tv/k")]).expect_err("reserved");
+        assert!(e.0.contains("reserved"), "{e}");
+        assert!(h.check("kv.get_meta", &[b("k"), b("x")]).is_err());
+    }
+
+    #[test]
+    fn transactions_compare_versions_revisions_and_leases() {
+        let mut h = Harness::new();
+        h.ok("kv.put", &[b("k"), b("a")]); // revision 1
+        h.ok("kv.put", &[b("k"), b("b")]); // 2
+                                           // Each compare below runs at a later revision and writes nothing.
+        let cmp = |target: &str, op: &str, n: i64| {
+            Value::List(vec![b("k"), b(target), b(op), Value::Int(n)])
+        };
+        let absent = |target: &str| Value::List(vec![b("gone"), b(target), b("="), Value::Int(0)]);
+        let holds = |h: &mut Harness, c: Value| {
+            let got = h.ok(
+                "kv.txn",
+                &[
+                    Value::List(vec![c]),
+                    Value::List(vec![]),
+                    Value::List(vec![]),
+                ],
+            );
+            got == Value::List(vec![Value::Bool(true), Value::List(vec![])])
+        };
+        for (c, want) in [
+            (cmp("version", "=", 2), true),
+            (cmp("version", ">", 2), false),
+            (cmp("create", "=", 1), true),
+            (cmp("mod", "=", 2), true),
+            (cmp("mod", "<", 2), false),
+            (cmp("mod", "!=", 1), true),
+            (cmp("lease", "=", 0), true),
+            (absent("version"), true),
+            (absent("create"), true),
+            (absent("mod"), true),
+            (absent("lease"), true),
+        ] {
+            assert_eq!(holds(&mut h, c.clone()), want, "{c}");
+        }
     }
 
     #[test]

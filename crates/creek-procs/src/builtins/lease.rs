@@ -511,6 +511,15 @@ pub(super) fn detach(txn: &mut Txn<'_>, key: &[u8]) {
     }
 }
 
+/// The lease `key` is attached to (0: none).
+pub(super) fn lease_of(txn: &mut Txn<'_>, key: &[u8]) -> i64 {
+    txn.get(&of_key(key))
+        .and_then(|id| <[u8; 8]>::try_from(id.as_ref()).ok())
+        .map_or(0, |id| {
+            i64::try_from(u64::from_be_bytes(id)).unwrap_or(i64::MAX)
+        })
+}
+
 /// Write `key` (detached from any lease): what every plain put does.
 pub(super) fn put_plain(txn: &mut Txn<'_>, key: &Bytes, value: &Bytes) {
     detach(txn, key);

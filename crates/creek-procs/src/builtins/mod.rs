@@ -305,6 +305,9 @@ pub(crate) mod testkit {
     pub struct Harness {
         pub reg: Registry,
         pub snap: MapSnap,
+        /// The revision of the last call run (each call is final at the
+        /// next one, and advances the version records as the executor does).
+        pub revision: u64,
     }
 
     impl Harness {
@@ -312,13 +315,22 @@ pub(crate) mod testkit {
             Harness {
                 reg: Registry::with_builtins(),
                 snap: MapSnap::default(),
+                revision: 0,
             }
         }
 
-        /// Run `call` and apply its writes.
+        /// Run `call` and apply its writes and the version records they
+        /// advance.
         pub fn exec(&mut self, call: &ProcCall) -> Executed {
             let ex = execute_call(&self.reg, &self.snap, TxnLimits::default(), call);
-            for (k, v) in &ex.writes {
+            self.revision += 1;
+            let records = creek_exec::versions::record_writes(
+                crate::versions::meta_key,
+                &ex.writes,
+                self.revision,
+                |k| self.snap.0.get(k).cloned(),
+            );
+            for (k, v) in ex.writes.iter().chain(&records) {
                 match v {
                     Some(v) => self.snap.0.insert(k.clone(), v.clone()),
                     None => self.snap.0.remove(k),
@@ -397,6 +409,7 @@ mod tests {
         let names = h.reg.names();
         for n in [
             "kv.get",
+            "kv.get_meta",
             "kv.put",
             "kv.delete",
             "kv.cas",
@@ -444,6 +457,7 @@ mod tests {
                 "keyspace.list",
                 "kv.count",
                 "kv.get",
+                "kv.get_meta",
                 "kv.mget",
                 "kv.scan",
                 "kv.scan_keys",

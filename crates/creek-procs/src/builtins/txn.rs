@@ -10,11 +10,14 @@
 //! its read set (a range op's range too), so it runs again at its place
 //! in the order if an op before it changed what it read.
 //!
-//! A compare is `[key, "value", op, operand]` with `op` one of `=`, `!=`,
-//! `<`, `>` (byte order). As in etcd, a compare on a key that does not
-//! exist is false, whatever the op — except against the operand nil,
-//! which tests existence: `[k, "value", "=", nil]` holds when `k` is
-//! absent, `[k, "value", "!=", nil]` when it is present.
+//! A compare is `[key, target, op, operand]` with `op` one of `=`, `!=`,
+//! `<`, `>`. Target `"value"` compares bytes (byte order); as in etcd, a
+//! compare of the value of a key that does not exist is false, whatever
+//! the op — except against the operand nil, which tests existence:
+//! `[k, "value", "=", nil]` holds when `k` is absent, `[k, "value", "!=",
+//! nil]` when it is present. Targets `"version"`, `"create"`, `"mod"`
+//! (the key's version record, `crate::versions`) and `"lease"` compare
+//! an int operand with the key's number, 0 when the key is absent.
 //!
 //! An op is one of
 //!
@@ -36,6 +39,7 @@ use bytes::Bytes;
 use super::range::{Range, DELETE_RANGE, SCAN, SCAN_REVERSE};
 use super::{describe_all, Sig, Subject, Ty};
 use crate::registry::{Registry, Route, INTERNAL_KEY_PREFIX};
+use crate::versions;
 use creek_exec::txn::{Abort, Outcome, Txn};
 use creek_types::value::Value;
 
@@ -62,7 +66,8 @@ pub(super) fn register(r: &mut Registry) {
         &[(
             &TXN,
             "list: [bool: succeeded, [each op's result, …]]",
-            "If every compare [key, \"value\", =|!=|<|>, operand] holds, run the success ops, \
+            "If every compare [key, value|version|create|mod|lease, =|!=|<|>, operand] holds, \
+             run the success ops, \
              else the failure ops ([\"get\", k], [\"put\", k, v], [\"delete\", k], \
              [\"scan\", from, to, limit], [\"scan_reverse\", from, to, limit], \
              [\"delete_range\", from, to, limit]), atomically.",
@@ -83,27 +88,73 @@ enum CmpOp {
     Gt,
 }
 
+/// What a compare reads of its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// The value (bytes, or nil for existence).
+    Value,
+    /// Writes since creation.
+    Version,
+    /// The revision of its creation.
+    Create,
+    /// The revision of its last write.
+    Mod,
+    /// The lease it is attached to.
+    Lease,
+}
+
+/// A compare's operand.
+#[derive(Debug)]
+enum Operand {
+    /// Existence (against nil).
+    Exists,
+    Bytes(Bytes),
+    Int(i64),
+}
+
 /// One compare, checked.
 #[derive(Debug)]
 struct Compare {
     key: Bytes,
+    target: Target,
     op: CmpOp,
-    /// `None`: existence (against nil).
-    operand: Option<Bytes>,
+    operand: Operand,
+}
+
+impl CmpOp {
+    fn holds<T: Ord>(self, have: &T, want: &T) -> bool {
+        match self {
+            CmpOp::Eq => have == want,
+            CmpOp::Ne => have != want,
+            CmpOp::Lt => have < want,
+            CmpOp::Gt => have > want,
+        }
+    }
 }
 
 impl Compare {
-    /// Whether it holds for the key's value (`None`: absent).
-    fn holds(&self, value: Option<&Bytes>) -> bool {
-        match (&self.operand, value) {
-            (None, v) => (self.op == CmpOp::Eq) == v.is_none(),
-            (Some(_), None) => false,
-            (Some(want), Some(have)) => match self.op {
-                CmpOp::Eq => have == want,
-                CmpOp::Ne => have != want,
-                CmpOp::Lt => have < want,
-                CmpOp::Gt => have > want,
-            },
+    /// Whether it holds in the state `txn` reads. A key's number (version,
+    /// revisions, lease) is 0 when it is absent, as in etcd.
+    fn holds(&self, txn: &mut Txn<'_>) -> bool {
+        let value = txn.get(&self.key);
+        let number = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let have = match self.target {
+            Target::Value => {
+                return match (&self.operand, value) {
+                    (Operand::Bytes(want), Some(have)) => self.op.holds(&have, want),
+                    (Operand::Exists, v) => (self.op == CmpOp::Eq) == v.is_none(),
+                    _ => false,
+                }
+            }
+            _ if value.is_none() => 0,
+            Target::Lease => super::lease::lease_of(txn, &self.key),
+            Target::Version => number(versions::read(txn, &self.key).version),
+            Target::Create => number(versions::read(txn, &self.key).create),
+            Target::Mod => number(versions::read(txn, &self.key).modified),
+        };
+        match &self.operand {
+            Operand::Int(want) => self.op.holds(&have, want),
+            _ => false,
         }
     }
 }
@@ -155,20 +206,19 @@ fn parse_compare(i: usize, v: &Value) -> Result<Compare, String> {
         ));
     };
     let key = user_key(key, &what)?;
-    match text(target) {
-        Some("value") => {}
-        Some("version" | "create" | "mod" | "lease") => {
-            return Err(format!(
-                "kv.txn: {what}: keys carry no versions or leases yet: compare on \"value\" \
-                 (nil tests existence)"
-            ))
-        }
+    let target = match text(target) {
+        Some("value") => Target::Value,
+        Some("version") => Target::Version,
+        Some("create") => Target::Create,
+        Some("mod") => Target::Mod,
+        Some("lease") => Target::Lease,
         _ => {
             return Err(format!(
-                "kv.txn: {what}: the target must be \"value\", got {target}"
+                "kv.txn: {what}: the target must be one of value, version, create, mod, lease, \
+                 got {target}"
             ))
         }
-    }
+    };
     let op = match text(op) {
         Some("=" | "==") => CmpOp::Eq,
         Some("!=") => CmpOp::Ne,
@@ -180,21 +230,32 @@ fn parse_compare(i: usize, v: &Value) -> Result<Compare, String> {
             ))
         }
     };
-    let operand = match operand {
-        Value::Nil if matches!(op, CmpOp::Eq | CmpOp::Ne) => None,
-        Value::Nil => {
+    let operand = match (target, operand) {
+        (Target::Value, Value::Nil) if matches!(op, CmpOp::Eq | CmpOp::Ne) => Operand::Exists,
+        (Target::Value, Value::Nil) => {
             return Err(format!(
                 "kv.txn: {what}: nil tests existence, with = or != only"
             ))
         }
-        Value::Bytes(b) => Some(b.clone()),
-        other => {
+        (Target::Value, Value::Bytes(b)) => Operand::Bytes(b.clone()),
+        (Target::Value, other) => {
             return Err(format!(
                 "kv.txn: {what}: the operand must be bytes or nil, got {other}"
             ))
         }
+        (_, Value::Int(n)) => Operand::Int(*n),
+        (_, other) => {
+            return Err(format!(
+                "kv.txn: {what}: a version, revision or lease compare takes an int, got {other}"
+            ))
+        }
     };
-    Ok(Compare { key, op, operand })
+    Ok(Compare {
+        key,
+        target,
+        op,
+        operand,
+    })
 }
 
 fn parse_op(branch: &str, i: usize, v: &Value) -> Result<Op, String> {
@@ -301,10 +362,7 @@ fn run(txn: &mut Txn<'_>, op: &Op) -> Result<Value, Abort> {
 /// `kv.txn(compares, success, failure)` → `[succeeded, [result, …]]`.
 fn txn(txn: &mut Txn<'_>, raw: &Bytes) -> Outcome {
     let parsed = parse(&TXN.args(raw)?).map_err(Abort)?;
-    let succeeded = parsed
-        .compares
-        .iter()
-        .all(|c| c.holds(txn.get(&c.key).as_ref()));
+    let succeeded = parsed.compares.iter().all(|c| c.holds(txn));
     let branch = if succeeded {
         &parsed.success
     } else {
@@ -437,7 +495,15 @@ mod tests {
                     l(&[]),
                     l(&[]),
                 ],
-                "keys carry no versions",
+                "compare 1: a version, revision or lease compare takes an int, got",
+            ),
+            (
+                vec![
+                    l(&[l(&[b("a"), b("size"), b("="), b("1")])]),
+                    l(&[]),
+                    l(&[]),
+                ],
+                "the target must be one of value, version",
             ),
             (
                 vec![l(&[cmp("a", "~", b("1"))]), l(&[]), l(&[])],

@@ -745,11 +745,12 @@ impl Sim {
                     .filter_map(|id| mpo_calls.get(id).or(self.ops.get(id).map(|o| &o.call)))
                     .collect();
                 if calls.len() == prefix.len() {
-                    let (_, state) = creek_exec::basic::replay_from(
+                    let (_, state) = creek_exec::basic::replay_versioned(
                         self.registry_of(self.group_of(j)),
                         creek_exec::TxnLimits::default(),
                         self.initial_states[self.group_of(j)].clone(),
-                        calls,
+                        creek_procs::versions::meta_key,
+                        (1..).zip(calls),
                     );
                     if state != r.committed_state() {
                         panic!("replica {j} at {} us: committed state differs from a replay of its {} committed ops", self.now, r.committed().len());
