@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use creek_core::{OpId, ReplicaId};
-use creek_exec::basic::replay_versioned;
+use creek_exec::basic::{replay_from, replay_versioned};
 use creek_exec::{Outcome, ProcCall, TxnLimits};
 use creek_procs::registry::INTERNAL_KEY_PREFIX;
 use creek_procs::Registry;
@@ -94,6 +94,11 @@ pub struct RunEnd<'a> {
     pub broadcast_complete: bool,
     /// The procedures the replicas ran: the sequential specification.
     pub registry: &'a Registry,
+    /// Whether the replicas' engines keep version records
+    /// (`creek_exec::versions`): Creek's do, the baselines' do not. The
+    /// replay keeps them too, so final views reading them and the state
+    /// are judged with them.
+    pub keeps_versions: bool,
     /// The state every replica started from (a replay starts there).
     pub initial_state: BTreeMap<Bytes, Bytes>,
     /// A violation of the committed-prefix property the driver saw during
@@ -401,13 +406,22 @@ fn replay_committed(
             None => replay_v.push(format!("{id} committed but never broadcast (invented)")),
         }
     }
-    let (outcomes, state) = replay_versioned(
-        run.registry,
-        TxnLimits::default(),
-        initial_state,
-        creek_procs::versions::meta_key,
-        calls,
-    );
+    let (outcomes, state) = if run.keeps_versions {
+        replay_versioned(
+            run.registry,
+            TxnLimits::default(),
+            initial_state,
+            creek_procs::versions::meta_key,
+            calls,
+        )
+    } else {
+        replay_from(
+            run.registry,
+            TxnLimits::default(),
+            initial_state,
+            calls.into_iter().map(|(_, call)| call),
+        )
+    };
     let outcome_of: BTreeMap<OpId, &Outcome> = canonical
         .iter()
         .copied()
@@ -596,6 +610,7 @@ mod tests {
             broadcast: f.committed.iter().copied().zip(&f.calls).collect(),
             broadcast_complete: true,
             registry: &f.registry,
+            keeps_versions: true,
             initial_state: BTreeMap::new(),
             prefix_violation: None,
             settled: true,

@@ -123,6 +123,7 @@ mod speculate;
 mod stream;
 mod tls;
 mod txn;
+mod versions;
 mod view;
 mod watch;
 
@@ -137,7 +138,8 @@ pub use error::Error;
 pub use lease::{Election, KeepAlive, Leadership, LeaseTtl, Lock};
 pub use procs::{Keyspace, KeyspaceLabel, ProcedureSource, Registered, DEFINITION_TIMEOUT};
 pub use tls::{TlsFiles, TlsOptions};
-pub use txn::{Cmp, Txn, TxnAnswer, TxnOp};
+pub use txn::{Cmp, Field, Txn, TxnAnswer, TxnOp};
+pub use versions::KeyMeta;
 pub use view::{Level, Levels, Outcome, View, ViewKind};
 pub use watch::{OpRef, WatchEvent, WatchOptions};
 

@@ -24,7 +24,8 @@ use creek_types::value::Value;
 
 use crate::view::Outcome;
 
-/// How a compare compares a key's value with its operand (byte order).
+/// How a compare compares a key's value with its operand (byte order), or
+/// one of its numbers ([`Field`]) with an int.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cmp {
     /// Equal.
@@ -44,6 +45,31 @@ impl Cmp {
             Cmp::Ne => "!=",
             Cmp::Lt => "<",
             Cmp::Gt => ">",
+        }
+    }
+}
+
+/// A key's number a compare reads, 0 when the key is absent (etcd's
+/// compare targets other than the value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// Writes since its creation.
+    Version,
+    /// The revision of its creation.
+    Create,
+    /// The revision of its last committed write.
+    Mod,
+    /// The lease it is attached to (0: none).
+    Lease,
+}
+
+impl Field {
+    fn text(self) -> &'static str {
+        match self {
+            Field::Version => "version",
+            Field::Create => "create",
+            Field::Mod => "mod",
+            Field::Lease => "lease",
         }
     }
 }
@@ -142,6 +168,17 @@ impl Txn {
         self
     }
 
+    /// Compare `key`'s `field` (0 when the key is absent) with `n`.
+    pub fn when_field(mut self, key: impl AsRef<[u8]>, field: Field, cmp: Cmp, n: i64) -> Self {
+        self.compares.push(Value::List(vec![
+            b(key),
+            b(field.text()),
+            b(cmp.text()),
+            Value::Int(n),
+        ]));
+        self
+    }
+
     /// Holds when `key` is absent.
     pub fn when_absent(mut self, key: impl AsRef<[u8]>) -> Self {
         self.compares
@@ -216,6 +253,7 @@ mod tests {
         let txn = Txn::new()
             .when("a", Cmp::Gt, "1")
             .when_absent("b")
+            .when_field("c", Field::Mod, Cmp::Lt, 7)
             .then(TxnOp::put("b", "2"))
             .otherwise(TxnOp::scan("p/", Some(b"p0"), 10));
         let args = txn.args();
@@ -224,6 +262,7 @@ mod tests {
             Value::List(vec![
                 Value::List(vec![b("a"), b("value"), b(">"), b("1")]),
                 Value::List(vec![b("b"), b("value"), b("="), Value::Nil]),
+                Value::List(vec![b("c"), b("mod"), b("<"), Value::Int(7)]),
             ])
         );
         assert_eq!(

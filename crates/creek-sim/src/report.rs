@@ -14,7 +14,7 @@ use std::sync::Arc;
 use creek_shard::{RouteError, ShardId, ShardMap};
 use serde_json::{json, Value};
 
-use crate::config::SimConfig;
+use crate::config::{Protocol, SimConfig};
 use crate::sim::{DirectoryEnd, Outcome};
 use crate::workload::Workload;
 
@@ -131,6 +131,7 @@ fn group_run<'a>(
             .collect(),
         broadcast_complete: true,
         registry,
+        keeps_versions: cfg.protocol == Protocol::Creek,
         initial_state,
         prefix_violation: out
             .prefix_violation
@@ -327,6 +328,7 @@ fn cross_shard_check(cfg: &SimConfig, out: &Outcome) -> Vec<Check> {
         broadcast: BTreeMap::new(),
         broadcast_complete: false,
         registry: &out.registry,
+        keeps_versions: true,
         initial_state,
         prefix_violation: None,
         settled: out.settled,

@@ -57,6 +57,7 @@ from .errors import (
 from .lease import Election, KeepAlive, LeaseNotFound, LeaseTtl, Lock
 from .shards import Cluster, ShardMap, slot_of
 from .procedures import Keyspace, KeyspaceLabel, NotRegistered, ProcedureSource, Refused, Registered
+from .builtins import KeyMeta
 from .txn import Txn, TxnAnswer, TxnOp
 from .views import ALL, BOTH, SNAPSHOT, STRONG, WEAK, Level, View, ViewKind
 from .watch import WatchEvent
@@ -93,6 +94,7 @@ __all__ = [
     "SNAPSHOT",
     "STRONG",
     "State",
+    "KeyMeta",
     "Txn",
     "TxnAnswer",
     "TxnOp",

@@ -8,6 +8,7 @@ as the table below says. For user procedures use `invoke` (or `call`).
 | helper          | result                                 |
 |-----------------|----------------------------------------|
 | `kv_get`        | bytes, or None if absent               |
+| `kv_get_meta`   | `[value, version, create_revision, mod_revision, lease]`, or None (`KeyMeta.of`) |
 | `kv_put`        | None (`lease=` attaches the key to a lease) |
 | `kv_put_ttl`    | None                                   |
 | `kv_delete`     | bool: the key existed                  |
@@ -37,6 +38,8 @@ as the table below says. For user procedures use `invoke` (or `call`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Optional, Union
 
 from .correctable import Correctable
@@ -55,6 +58,30 @@ def _bytes_or_none(what: str, value):
     return None if value is None else _bytes(what, value)
 
 
+@dataclass(frozen=True)
+class KeyMeta:
+    """A key's value with etcd's KeyValue fields, as `kv.get_meta` answers."""
+
+    value: bytes
+    version: int
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+    @staticmethod
+    def of(view) -> Optional["KeyMeta"]:
+        """Read a view of a `kv.get_meta`: None for an absent key;
+        `ValueError` for an abort or an answer of another shape."""
+        if view.abort is not None:
+            raise ValueError(f"kv.get_meta aborted: {view.abort}")
+        value = view.value
+        if value is None:
+            return None
+        if isinstance(value, list) and len(value) == 5 and isinstance(value[0], bytes):
+            return KeyMeta(*value)
+        raise ValueError(f"kv.get_meta answered {value!r}")
+
+
 class Builtins:
     """Mixed into the clients: needs `self.invoke(procedure, *args, levels=)`."""
 
@@ -66,6 +93,13 @@ class Builtins:
     def kv_get(self, key: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
         """`kv.get(key)`: the value, or None if absent."""
         return self.invoke("kv.get", _bytes("key", key), levels=levels, **options)
+
+    def kv_get_meta(self, key: Bytes, *, levels: LevelsArg = BOTH, **options) -> Correctable:
+        """`kv.get_meta(key)`: None if absent, else `[value, version,
+        create_revision, mod_revision, lease]` (`KeyMeta.of(view)` reads it).
+        Revisions are those of committed writes: a preliminary view shows
+        the record of the last write committed before it."""
+        return self.invoke("kv.get_meta", _bytes("key", key), levels=levels, **options)
 
     def kv_put(
         self,

@@ -11,8 +11,9 @@ ops to run if they all hold, else the others, atomically.
     view = await client.kv_txn(txn, levels=creek.STRONG).final()
     answer = creek.TxnAnswer.of(view)   # .succeeded, .results
 
-A compare on an absent key is false, whatever its op; `when_absent` and
-`when_present` test existence. Ops of a branch run in order, a later one
+A compare of the value of an absent key is false, whatever its op;
+`when_absent` and `when_present` test existence; `when_field` compares a
+key's version, create or mod revision or lease (0 when absent). Ops of a branch run in order, a later one
 seeing an earlier one's writes.
 """
 
@@ -24,6 +25,7 @@ from typing import Any, List, Optional, Union
 Bytes = Union[str, bytes]
 
 _OPS = ("=", "!=", "<", ">")
+_FIELDS = ("version", "create", "mod", "lease")
 
 
 def _key(what: str, value) -> Union[str, bytes]:
@@ -47,6 +49,19 @@ class Txn:
         if op not in _OPS:
             raise ValueError(f"compare op must be one of {', '.join(_OPS)}, not {op!r}")
         self.compares.append([_key("key", key), "value", op, _key("value", value)])
+        return self
+
+    def when_field(self, key: Bytes, field: str, op: str, n: int) -> "Txn":
+        """Compare `key`'s `field` — "version" (writes since its creation),
+        "create" or "mod" (the revisions of its creation and last write) or
+        "lease" — with the int `n`; each is 0 when the key is absent."""
+        if field not in _FIELDS:
+            raise ValueError(f"compare field must be one of {', '.join(_FIELDS)}, not {field!r}")
+        if op not in _OPS:
+            raise ValueError(f"compare op must be one of {', '.join(_OPS)}, not {op!r}")
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise TypeError(f"a {field} compare takes an int, not {type(n).__name__}")
+        self.compares.append([_key("key", key), field, op, n])
         return self
 
     def when_absent(self, key: Bytes) -> "Txn":

@@ -224,6 +224,7 @@ pub(crate) fn judge(
             broadcast,
             broadcast_complete: false,
             registry: &registry,
+            keeps_versions: true,
             initial_state: BTreeMap::new(),
             prefix_violation: state.prefix_violation.clone(),
             settled: ending.settled,

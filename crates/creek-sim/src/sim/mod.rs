@@ -745,13 +745,18 @@ impl Sim {
                     .filter_map(|id| mpo_calls.get(id).or(self.ops.get(id).map(|o| &o.call)))
                     .collect();
                 if calls.len() == prefix.len() {
-                    let (_, state) = creek_exec::basic::replay_versioned(
-                        self.registry_of(self.group_of(j)),
-                        creek_exec::TxnLimits::default(),
-                        self.initial_states[self.group_of(j)].clone(),
-                        creek_procs::versions::meta_key,
-                        (1..).zip(calls),
-                    );
+                    let initial = self.initial_states[self.group_of(j)].clone();
+                    let registry = self.registry_of(self.group_of(j));
+                    let limits = creek_exec::TxnLimits::default();
+                    let (_, state) = if self.cfg.protocol == Protocol::Creek {
+                        let meta_key = creek_procs::versions::meta_key;
+                        let calls = (1..).zip(calls);
+                        creek_exec::basic::replay_versioned(
+                            registry, limits, initial, meta_key, calls,
+                        )
+                    } else {
+                        creek_exec::basic::replay_from(registry, limits, initial, calls)
+                    };
                     if state != r.committed_state() {
                         panic!("replica {j} at {} us: committed state differs from a replay of its {} committed ops", self.now, r.committed().len());
                     }
