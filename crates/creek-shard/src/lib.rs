@@ -45,7 +45,7 @@ pub use codec::{decode, encode, MapDecodeError};
 pub use moves::{Move, MoveKeys};
 pub use placement::{prefix_end, slot_of, Placement, SLOTS};
 pub use rebalance::rebalance_slots;
-pub use txn::{txn_keys, TxnKeys};
+pub use txn::{txn_compares_records, txn_keys, TxnKeys};
 
 /// A shard's number in its cluster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

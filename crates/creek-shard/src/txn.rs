@@ -57,6 +57,20 @@ pub fn txn_keys(args: &[Value]) -> TxnKeys {
     TxnKeys::Keys(keys)
 }
 
+/// Whether a `kv.txn` with arguments `args` compares a key's version,
+/// revision or lease: those are records of the key's own shard, which a
+/// transaction across shards cannot read on the others (the replicas
+/// refuse it there).
+pub fn txn_compares_records(args: &[Value]) -> bool {
+    let Some(Value::List(compares)) = args.first() else {
+        return false;
+    };
+    compares.iter().any(|c| match c.as_list() {
+        Some([_, Value::Bytes(target), ..]) => target.as_ref() != b"value",
+        _ => false,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +105,13 @@ mod tests {
         ];
         assert_eq!(txn_keys(&leased), TxnKeys::Lease);
         assert_eq!(txn_keys(&[l(&[]), l(&[])]), TxnKeys::Malformed);
+        assert!(!txn_compares_records(&args));
+        let versioned = [
+            l(&[l(&[b("a"), b("mod"), b("<"), Value::Int(4)])]),
+            l(&[]),
+            l(&[]),
+        ];
+        assert!(txn_compares_records(&versioned));
         assert_eq!(
             txn_keys(&[l(&[]), l(&[]), l(&[])]),
             TxnKeys::Keys(Vec::new())

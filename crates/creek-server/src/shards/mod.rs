@@ -353,6 +353,15 @@ impl ShardGate {
             return Ok(None);
         };
         if let Err(RouteError::Spans { shards }) = &owner {
+            let args = || decode_args(&call.args).unwrap_or_default();
+            if route == Route::Txn && creek_shard::txn_compares_records(&args()) {
+                return Err(Status::failed_precondition(format!(
+                    "{}: a version, revision or lease compare reads its key's own shard's \
+                     records, so a transaction comparing them cannot span {} shards",
+                    call.name,
+                    shards.len()
+                )));
+            }
             let keys: Vec<(Option<&str>, Bytes)> = keys.iter().map(|k| (None, k.clone())).collect();
             return across(call, strong, &keys, shards, shard, &held.map).map(Some);
         }

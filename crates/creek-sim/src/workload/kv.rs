@@ -26,6 +26,13 @@
 //!   applied (final view with a result) and those possibly applied (every
 //!   invocation without a final abort or result).
 //!
+//! With transactions on, registers are also read with their version
+//! records (`kv.get_meta`: a final view shows a written value, at least one
+//! write, created no later than last written) and written by transactions
+//! comparing a register's version or mod revision; both are judged exactly
+//! by `replay_matches` (the replay keeps version records), and left out of
+//! `linearizable`, whose specification does not know revisions.
+//!
 //! With leases on (`WorkloadConfig::leases`), 12 % of ops are lease ops on keys of their own
 //! (`leases`), checked by the lease invariants.
 
@@ -59,6 +66,10 @@ pub const SCAN_REVERSE: &str = "kv.scan_reverse";
 pub const DELETE_RANGE: &str = "kv.delete_range";
 /// `kv.txn(compares, success, failure)`.
 pub const TXN: &str = "kv.txn";
+/// `kv.get_meta(key)`: the value with its version record.
+pub const GET_META: &str = "kv.get_meta";
+/// The compare targets of a `kv.txn` besides the value.
+const NUMBER_TARGETS: [&str; 4] = ["version", "create", "mod", "lease"];
 /// Share of ops that are lease ops (`super::leases`), when the range
 /// calls are on.
 const LEASE_OPS_PERCENT: usize = 12;
@@ -219,7 +230,12 @@ fn txn_keys(call: &ProcCall) -> Vec<Bytes> {
         for item in list.as_list().unwrap_or_default() {
             match item.as_list() {
                 // A compare names its key first, an op second.
-                Some([k, Value::Bytes(t), ..]) if t.as_ref() == b"value" => add(k),
+                Some([k, Value::Bytes(t), ..])
+                    if t.as_ref() == b"value"
+                        || NUMBER_TARGETS.iter().any(|n| n.as_bytes() == t.as_ref()) =>
+                {
+                    add(k)
+                }
                 Some([_, k, ..]) => add(k),
                 _ => {}
             }
@@ -228,7 +244,49 @@ fn txn_keys(call: &ProcCall) -> Vec<Bytes> {
     keys
 }
 
+/// Whether a `kv.txn` compares a version, revision or lease: the
+/// linearizability check's specification does not know them (only the
+/// replay of the committed order does).
+fn compares_numbers(call: &ProcCall) -> bool {
+    let Some(args) = args_of(call) else {
+        return false;
+    };
+    let compares = args.first().and_then(Value::as_list).unwrap_or_default();
+    compares.iter().any(|c| {
+        matches!(c.as_list(), Some([_, Value::Bytes(t), ..])
+            if NUMBER_TARGETS.iter().any(|n| n.as_bytes() == t.as_ref()))
+    })
+}
+
 impl KvWorkload {
+    /// If register `i`'s version compares with a small number as `op` says,
+    /// one fresh value into registers `i` and `i + 1`; else read register
+    /// `i` (the shape of [`KvWorkload::txn`]'s answers).
+    fn version_txn(&mut self, rng: &mut Rng, i: usize, client: u32) -> ProcCall {
+        let j = (i + 1) % self.keys;
+        let (ki, kj) = (register_key(i), register_key(j));
+        let v = self.fresh_value(client);
+        self.last_written[i] = Some(v.clone());
+        self.last_written[j] = Some(v.clone());
+        let op = |items: &[Value]| Value::List(items.to_vec());
+        let compare = op(&[
+            Value::Bytes(ki.clone()),
+            Value::from(["version", "mod"][rng.index(2)]),
+            Value::from(["=", ">", "<"][rng.index(3)]),
+            Value::Int(rng.index(3) as i64),
+        ]);
+        let success = op(&[
+            op(&[
+                Value::from("put"),
+                Value::Bytes(ki.clone()),
+                Value::Bytes(v.clone()),
+            ]),
+            op(&[Value::from("put"), Value::Bytes(kj), Value::Bytes(v)]),
+        ]);
+        let failure = op(&[op(&[Value::from("get"), Value::Bytes(ki)])]);
+        ProcCall::new(TXN, encode_args(&[op(&[compare]), success, failure]))
+    }
+
     /// If register `i` holds the value last generated for it, one fresh
     /// value into registers `i` and `i + 1`; else read register `i`.
     fn txn(&mut self, i: usize, client: u32) -> ProcCall {
@@ -329,8 +387,14 @@ impl Workload for KvWorkload {
                 DELETE_RANGE,
                 encode_args(&[Value::Bytes(key), Value::Bytes(end.into()), Value::Int(2)]),
             )
-        } else if roll < 95 && self.txns {
+        } else if roll < 93 && self.txns {
             self.txn(i, client)
+        } else if roll < 94 && self.txns && !self.across_shards {
+            // Records are each shard's own: a cluster of shards refuses a
+            // transaction comparing them across shards.
+            self.version_txn(rng, i, client)
+        } else if roll < 95 && self.txns {
+            ProcCall::new(GET_META, encode_args(&[Value::Bytes(register_key(i))]))
         } else {
             let expected = self.last_written[i]
                 .clone()
@@ -357,6 +421,9 @@ impl Workload for KvWorkload {
                 Vec::new()
             }
             GET | PUT | INCR | CAS | DELETE_RANGE => first_bytes_arg(call).into_iter().collect(),
+            // Version records follow the committed order: the replay of
+            // the order judges their final views, not this specification.
+            TXN if compares_numbers(call) => Vec::new(),
             TXN => txn_keys(call),
             _ => Vec::new(),
         }
@@ -407,6 +474,42 @@ impl Workload for KvWorkload {
                     "kv: final view of kv.get({}) by {what}: {e}",
                     show(&key)
                 )),
+            }
+        }
+
+        // Final version reads: a written value, with a record that counts
+        // at least one write, created no later than last written.
+        for op in history
+            .ops
+            .iter()
+            .filter(|op| op.call.name.as_ref() == GET_META)
+        {
+            let (Some(key), Some(result)) = (first_bytes_arg(&op.call), final_result(op)) else {
+                continue;
+            };
+            let ok = match &result {
+                Ok(Value::Nil) => true,
+                Ok(Value::List(items)) => match items.as_slice() {
+                    [Value::Bytes(v), Value::Int(version), Value::Int(create), Value::Int(modified), Value::Int(0)] => {
+                        written.get(&key).is_some_and(|s| s.contains(v))
+                            && *version >= 1
+                            && 1 <= *create
+                            && create <= modified
+                    }
+                    _ => false,
+                },
+                _ => false,
+            };
+            if !ok {
+                out.push(format!(
+                    "kv: final view of kv.get_meta({}) by {}: {}",
+                    show(&key),
+                    describe(op),
+                    match result {
+                        Ok(v) => format!("answered {v}"),
+                        Err(e) => e,
+                    }
+                ));
             }
         }
 
