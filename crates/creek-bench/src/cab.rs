@@ -59,6 +59,7 @@ fn delays(net: &mut TestNet, origin: usize, leader: usize, samples: u64) -> (f64
                 views: Views::STRONG,
                 read_time: 0,
                 read_exact: false,
+                read_revision: None,
             },
         ) else {
             continue;
@@ -133,6 +134,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             },
             read_time: 0,
             read_exact: false,
+            read_revision: None,
         };
         if let Some(creek_core::ExecKey::Op(id)) = net.invoke(at, request) {
             cast.push(id);

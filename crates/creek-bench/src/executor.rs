@@ -146,6 +146,7 @@ pub(crate) fn strong_call(
         views: Views::STRONG,
         read_time: 0,
         read_exact: false,
+        read_revision: None,
     };
     replica.invoke(request, now_us).map_err(|e| e.to_string())?;
     for effect in replica.take_effects() {

@@ -44,6 +44,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct ReadAt {
     /// Exactly this time (`read_exact`): a part of a read across shards.
     pub(crate) exact: Option<u64>,
+    /// At a past revision: the state of the past, which no own write of
+    /// the client's cache is laid over.
+    pub(crate) past: bool,
 }
 
 impl Causal {
@@ -127,6 +130,7 @@ impl Causal {
             (false, _) => self.dep_time(),
         };
         let kind = match known {
+            Known::KeyRead { .. } if at.past => Kind::Read,
             Known::KeyRead { keys, list } => Kind::KeyRead { keys, list },
             _ if read => Kind::Read,
             Known::Write(effect) if self.cache_on() => Kind::Write {

@@ -314,7 +314,10 @@ impl Client {
             options,
             id,
             fresh,
-            ReadAt::default(),
+            ReadAt {
+                past: options.revision.is_some(),
+                ..ReadAt::default()
+            },
         )
         .await
     }
@@ -379,6 +382,7 @@ impl Client {
             read_time,
             read_exact: at.exact.is_some() && levels.has_snapshot(),
             durability: options.durability as i32,
+            revision: options.revision.unwrap_or(0),
         };
         self.renew_native().await;
         let sends = std::sync::atomic::AtomicU32::new(0);

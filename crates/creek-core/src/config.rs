@@ -45,6 +45,10 @@ pub struct Config {
     /// How this shard's operations across shards get their order
     /// (docs/cross-shard.md, "Order").
     pub mpo_order: MpoOrder,
+    /// Reads at each of this many revisions before the newest final one
+    /// are served ([`crate::Replica::keep_revisions`]; `etcdctl get --rev`);
+    /// 0 serves the newest final revision only.
+    pub revisions_kept: u64,
 }
 
 /// How MPOs are ordered across the shards they involve.
@@ -87,9 +91,13 @@ impl Default for Config {
             session_ttl_us: 3_600_000_000,
             planted: PlantedBugs::NONE,
             mpo_order: MpoOrder::Sequencer,
+            revisions_kept: REVISIONS_KEPT_DEFAULT,
         }
     }
 }
+
+/// How many past revisions a replica serves reads at by default.
+pub const REVISIONS_KEPT_DEFAULT: u64 = 10_000;
 
 /// Why a bug cannot be planted in a build without the `planted-bugs` cargo
 /// feature (every configuration that refuses one says the same).

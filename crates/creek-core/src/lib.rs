@@ -48,7 +48,7 @@ pub mod op;
 pub mod replica;
 
 pub use checkpoint::Checkpoint;
-pub use config::{Config, ConfigError, MpoOrder, PLANTED_BUGS_OFF};
+pub use config::{Config, ConfigError, MpoOrder, PLANTED_BUGS_OFF, REVISIONS_KEPT_DEFAULT};
 pub use dvv::{Dvv, RunRecord};
 pub use group::{Addrs, Directory, Group};
 pub use hlc::Hlc;

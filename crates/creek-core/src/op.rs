@@ -155,6 +155,11 @@ pub struct Request {
     /// and the global stable time: each shard's part of one read across
     /// shards, all at one time (docs/snapshot-reads.md).
     pub read_exact: bool,
+    /// A snapshot read at this revision: the state after the op at that
+    /// 1-based place of the committed order ([`crate::Replica::revision_time`]
+    /// gives the exact read time; `etcdctl get --rev`). Only with the
+    /// snapshot view alone.
+    pub read_revision: Option<u64>,
 }
 
 impl Request {
@@ -166,6 +171,7 @@ impl Request {
             views: Views::WEAK,
             read_time: 0,
             read_exact: false,
+            read_revision: None,
         }
     }
 
@@ -177,6 +183,7 @@ impl Request {
             views: Views::BOTH,
             read_time: 0,
             read_exact: false,
+            read_revision: None,
         }
     }
 
@@ -189,6 +196,7 @@ impl Request {
             views: Views::SNAPSHOT,
             read_time,
             read_exact: false,
+            read_revision: None,
         }
     }
 }

@@ -26,8 +26,19 @@ fn get(key: &str) -> ProcCall {
 }
 
 fn replica() -> Replica {
+    replica_keeping(creek_core::REVISIONS_KEPT_DEFAULT)
+}
+
+/// A replica serving reads at the last `revisions` revisions (0: none
+/// older than its applied state, so versions are kept only for stable
+/// reads).
+fn replica_keeping(revisions: u64) -> Replica {
     let registry = Arc::new(Registry::with_builtins());
-    Replica::new(Config::for_replica(ReplicaId(1)), registry).unwrap()
+    let config = Config {
+        revisions_kept: revisions,
+        ..Config::for_replica(ReplicaId(1))
+    };
+    Replica::new(config, registry).unwrap()
 }
 
 /// Run every execution; the views and the ids cast to CAB so far.
@@ -231,7 +242,7 @@ fn snapshot_read(r: &mut Replica, key: &str, read_time: u64, exact: bool, now: u
 
 #[test]
 fn with_stable_times_a_read_is_at_the_global_stable_time_from_kept_versions() {
-    let mut r = replica();
+    let mut r = replica_keeping(0);
     r.keep_snapshot_history(creek_core::SnapshotHistory {
         grace_us: 500,
         versions_max_bytes: 1 << 20,
@@ -345,12 +356,12 @@ fn an_exact_read_before_the_first_entry_reads_the_starting_state() {
     }
 }
 
-/// Without stable times a replica keeps no older versions: a read at
-/// exactly a time other than its applied one is refused, never answered
-/// at another time.
+/// Without stable times or revisions kept a replica keeps no older
+/// versions: a read at exactly a time other than its applied one is
+/// refused, never answered at another time.
 #[test]
 fn an_exact_read_without_kept_versions_is_refused() {
-    let mut r = replica();
+    let mut r = replica_keeping(0);
     let t1 = write(&mut r, "k", "1", 1_000);
     let v = snapshot_read(&mut r, "k", t1, true, 1_500);
     assert_eq!((value(&v), v.time), (Value::from("1"), t1));
@@ -363,5 +374,82 @@ fn an_exact_read_without_kept_versions_is_refused() {
             "{e}"
         );
     }
+    r.check_invariants().unwrap();
+}
+
+/// The snapshot read of `key` at `revision`.
+fn read_at_revision(r: &mut Replica, key: &str, revision: u64) -> Result<View, InvokeError> {
+    let mut request = Request::snapshot(get(key), 0);
+    request.read_revision = Some(revision);
+    r.invoke(request, 100_000)?;
+    let (views, _) = settle(r);
+    assert_eq!(views.len(), 1, "{views:?}");
+    Ok(views.into_iter().next().unwrap())
+}
+
+/// A read at a revision sees the state right after the op at that place
+/// of the committed order, for each revision kept; older ones (past the
+/// revisions kept) and ones not committed yet are out of range, and a
+/// read at a revision with other views is refused.
+#[test]
+fn a_read_at_a_revision_sees_the_state_right_after_that_op() {
+    let mut r = replica_keeping(3);
+    for (i, v) in ["1", "2", "3", "4", "5", "6"].iter().enumerate() {
+        write(&mut r, "k", v, 1_000 * (i as u64 + 1));
+    }
+    // Revisions 1..=6 wrote k = 1..=6. A trim runs every 64 final ops:
+    // before one, every revision is still read.
+    assert_eq!(
+        value(&read_at_revision(&mut r, "k", 2).unwrap()),
+        Value::from("2")
+    );
+    assert_eq!(
+        value(&read_at_revision(&mut r, "k", 6).unwrap()),
+        Value::from("6")
+    );
+    let e = read_at_revision(&mut r, "k", 7).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            InvokeError::RevisionOutOfRange {
+                revision: 7,
+                newest: 6,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(
+        read_at_revision(&mut r, "k", 0),
+        Err(InvokeError::RevisionOutOfRange { .. })
+    ));
+    let mut both = Request::strong(get("k"));
+    both.read_revision = Some(3);
+    assert!(matches!(
+        r.invoke(both, 100_000),
+        Err(InvokeError::RevisionLevels)
+    ));
+    // Past a trim (every 64 final ops) the last three revisions before
+    // the newest are kept at least, and those before the trim's are gone.
+    for i in 0..64 {
+        write(&mut r, "other", &i.to_string(), 10_000 + i);
+    }
+    let newest = r.committed_len();
+    assert_eq!(newest, 70);
+    assert_eq!(
+        value(&read_at_revision(&mut r, "k", 70).unwrap()),
+        Value::from("6")
+    );
+    assert_eq!(
+        value(&read_at_revision(&mut r, "k", 67).unwrap()),
+        Value::from("6")
+    );
+    let e = read_at_revision(&mut r, "k", 6).unwrap_err();
+    assert!(
+        matches!(e, InvokeError::RevisionOutOfRange { revision: 6, oldest, newest: 70 }
+            if oldest > 6 && oldest <= 67),
+        "{e}"
+    );
+    assert!(e.to_string().contains("compacted"), "{e}");
     r.check_invariants().unwrap();
 }

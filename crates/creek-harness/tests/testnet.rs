@@ -142,6 +142,7 @@ fn run_scenario(n: usize, seed: u64, faults: bool) -> TestNet {
             views: if strong { Views::BOTH } else { Views::WEAK },
             read_time: 0,
             read_exact: false,
+            read_revision: None,
         };
         net.invoke(at, request);
     }

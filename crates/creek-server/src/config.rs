@@ -176,7 +176,17 @@ pub struct SnapshotConfig {
     /// cluster's clock no-ops would cost CPU for nothing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stable_every_ms: Option<u64>,
+    /// How many revisions before the newest final one a replica serves
+    /// reads at (`creek get --rev`; docs/api.md, "Versions and revisions").
+    /// Unset: 10,000. 0 serves the newest only. The versions kept for them
+    /// share the snapshot history's bound (64 MiB): past it they are all
+    /// dropped and older revisions refused until the history grows back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revisions_kept: Option<u64>,
 }
+
+/// `[snapshot] revisions_kept`'s largest value.
+pub const REVISIONS_KEPT_MAX: u64 = 100_000_000;
 
 /// `[snapshot] stable_every_ms` on a replica of a sharded cluster when unset.
 pub const STABLE_EVERY_MS_SHARDS: u64 = 5;
@@ -696,6 +706,16 @@ impl ServerConfig {
             return bad(format!(
                 "snapshot.stable_every_ms = {ms} must be at most {STABLE_EVERY_MS_MAX} (0 turns \
                  stable times off)"
+            ));
+        }
+        if let Some(n) = self
+            .snapshot
+            .revisions_kept
+            .filter(|n| *n > REVISIONS_KEPT_MAX)
+        {
+            return bad(format!(
+                "snapshot.revisions_kept = {n} must be at most {REVISIONS_KEPT_MAX} (0 serves \
+                 the newest revision only)"
             ));
         }
         if self.session_ttl_secs > 365 * 24 * 3600 {

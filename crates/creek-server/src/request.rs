@@ -106,6 +106,7 @@ pub fn to_request(req: &pb::InvokeRequest, max_request_bytes: usize) -> Result<R
         views,
         read_time: req.read_time,
         read_exact: req.read_exact,
+        read_revision: (req.revision > 0).then_some(req.revision),
     })
 }
 

@@ -429,6 +429,9 @@ fn node_config(config: &ServerConfig, shards: Option<&crate::shards::ShardGate>)
     node_config.checkpoint_rewrite_ratio = config.checkpoint_rewrite_ratio;
     node_config.rebuild_despite_data_loss = config.rebuild_despite_data_loss;
     node_config.replica.session_ttl_us = config.session_ttl_secs * 1_000_000;
+    if let Some(n) = config.snapshot.revisions_kept {
+        node_config.replica.revisions_kept = n;
+    }
     node_config.pending_writes_max = config.pending_writes_max;
     node_config.strong_pending_max = config.strong_pending_max;
     node_config.weak_pending_max = config.weak_pending_max;

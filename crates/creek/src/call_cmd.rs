@@ -62,6 +62,10 @@ pub struct Args {
     /// hold it durably); always before the op commits.
     #[arg(long, default_value = "none", value_parser = parse_durability)]
     durability: creek_client::Durability,
+    /// Read the committed state right after the op at this revision (a
+    /// read-only call at the snapshot level alone; `etcdctl get --rev`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    rev: Option<u64>,
     /// With kv.put: attach the key to this lease (`creek lease grant`),
     /// so it is deleted when the lease expires or is revoked.
     #[arg(long, value_name = "ID")]
@@ -128,10 +132,17 @@ async fn call(args: &Args, parsed: Vec<Arg>) -> Result<(), Failure> {
         timeout: Some(args.timeout),
         weak_final: args.weak_final,
         request_id: Some(id),
+        revision: args.rev,
+    };
+    // A read at a revision is a snapshot read, whatever the default level.
+    let level = if args.rev.is_some() {
+        Levels::Snapshot
+    } else {
+        args.level
     };
     let failed = |e: Error| failure(&e, &addrs, args, id);
     let op = cluster
-        .invoke_with(args.procedure.as_str(), values, args.level, options)
+        .invoke_with(args.procedure.as_str(), values, level, options)
         .await
         .map_err(failed)?;
     let mut views = op.views();

@@ -4,7 +4,7 @@
 use std::io::Write as _;
 
 use bytes::Bytes;
-use creek_client::{Cluster, Error, Levels, Page};
+use creek_client::{CallOptions, Cluster, Error, KeyMeta, Levels, Page};
 use creek_types::value::Value;
 
 use crate::cli::{self, exit, Endpoints, Failure, Format, Output};
@@ -76,6 +76,17 @@ pub struct GetArgs {
     /// `--limit N` then prints the last N keys.
     #[arg(long, conflicts_with = "count_only")]
     reverse: bool,
+    /// With one key: also print its version (writes since its creation),
+    /// the revisions of its creation and last write, and its lease
+    /// (etcdctl's `-w json` fields; `-o json` names them).
+    #[arg(long, conflicts_with_all = ["count_only", "keys_only", "prefix", "from_key", "range_end"])]
+    meta: bool,
+    /// With one key: read it as it was right after the op at this revision
+    /// (etcdctl's `--rev`): a snapshot read of the state at that place of
+    /// the committed order, while the replica keeps it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
+          conflicts_with_all = ["prefix", "from_key", "range_end"])]
+    rev: Option<u64>,
 }
 
 /// Arguments of `creek del`.
@@ -106,11 +117,27 @@ async fn run_get(args: &GetArgs) -> Result<(), Failure> {
     let level = args.keys.level;
     let Some((mut from, mut to)) = args.keys.range() else {
         let key = Bytes::copy_from_slice(args.keys.start.as_bytes());
+        let procedure = if args.meta { "kv.get_meta" } else { "kv.get" };
+        // A read at a revision is a snapshot read.
+        let level = if args.rev.is_some() {
+            Levels::Snapshot
+        } else {
+            level
+        };
+        let options = CallOptions {
+            revision: args.rev,
+            ..CallOptions::default()
+        };
         let op = cluster
-            .invoke("kv.get", vec![Value::Bytes(key.clone())], level)
+            .invoke_with(procedure, vec![Value::Bytes(key.clone())], level, options)
             .await
             .map_err(failed)?;
         let view = op.final_view().await.map_err(failed)?;
+        if args.meta {
+            let meta = KeyMeta::from_outcome(&view.outcome)
+                .map_err(|why| Failure::new(exit::ABORTED, format!("kv.get_meta: {why}")))?;
+            return meta.map_or(Ok(()), |m| print_meta(args.output.output, &key, &m));
+        }
         let value = view
             .outcome
             .map_err(|abort| Failure::new(exit::ABORTED, format!("kv.get aborted: {abort}")))?;
@@ -236,6 +263,34 @@ fn print(format: Format, items: &[(Bytes, Bytes)], keys_only: bool) -> Result<()
     }
     out.flush()
         .map_err(|e| Failure::new(exit::FAILED, e.to_string()))
+}
+
+/// Print a key with its version and revisions in `format`.
+fn print_meta(format: Format, key: &Bytes, m: &KeyMeta) -> Result<(), Failure> {
+    match format {
+        Format::Json => out!(
+            "{}",
+            serde_json::json!({
+                "key": cli::value_json(&Value::Bytes(key.clone())),
+                "value": cli::value_json(&Value::Bytes(m.value.clone())),
+                "version": m.version,
+                "create_revision": m.create_revision,
+                "mod_revision": m.mod_revision,
+                "lease": m.lease,
+            })
+        ),
+        Format::Table => out!(
+            "{} {} version={} create_revision={} mod_revision={} lease={}",
+            key.escape_ascii(),
+            m.value.escape_ascii(),
+            m.version,
+            m.create_revision,
+            m.mod_revision,
+            m.lease
+        ),
+        Format::Value => out!("{}", m.value.escape_ascii()),
+    }
+    Ok(())
 }
 
 /// Print a count in `format`.

@@ -91,6 +91,7 @@ pub(crate) async fn attempt(
         acked: Vec::new(),
         read_time: 0,
         read_exact: false,
+        revision: 0,
     };
     let mut request = tonic::Request::new(request);
     request.set_timeout(OP_TIMEOUT);
@@ -197,6 +198,7 @@ async fn run_native(
     };
     let options = creek_client::CallOptions {
         durability: creek_client::Durability::None,
+        revision: None,
         timeout: Some(OP_TIMEOUT),
         weak_final: !op.strong && op.wants_final,
         request_id: Some(creek_client::RequestId {

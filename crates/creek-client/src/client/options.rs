@@ -115,6 +115,12 @@ pub struct CallOptions {
     /// of the op is durable (`Local`), or once a majority of the replicas
     /// hold it durably (`Majority`); always before the op commits.
     pub durability: pb::Durability,
+    /// With [`Levels::Snapshot`](crate::Levels::Snapshot) and a read-only
+    /// call: read the committed state right after the op at this revision
+    /// (its 1-based place in the committed order; `etcdctl get --rev`). A
+    /// revision the replica no longer keeps, or has not committed yet, is
+    /// refused as out of range (docs/api.md, "Versions and revisions").
+    pub revision: Option<u64>,
 }
 
 /// A request's id: the client's id and the request's number within it.

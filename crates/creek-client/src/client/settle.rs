@@ -66,6 +66,7 @@ impl Client {
                 timeout: Some(SETTLE_TIMEOUT),
                 request_id: Some(call.id),
                 weak_final: false,
+                revision: None,
             };
             let mut track = Some(track);
             for _ in 0..SETTLE_RESENDS {

@@ -169,7 +169,7 @@ async fn read_part(
             &options,
             id,
             true,
-            ReadAt { exact },
+            ReadAt { exact, past: false },
         )
         .await?
         .final_view()

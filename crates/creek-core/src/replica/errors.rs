@@ -89,6 +89,25 @@ pub enum InvokeError {
         /// none yet).
         stable_age_ms: Option<u64>,
     },
+    /// A read at a revision asked for other views than the snapshot view
+    /// alone: it reads the committed state at that revision, nothing else.
+    #[error("a read at a revision is a snapshot read: ask for the snapshot level alone")]
+    RevisionLevels,
+    /// A read at a revision this replica does not serve: not committed
+    /// here yet, or older than the versions it keeps (compacted; etcd's
+    /// "required revision has been compacted").
+    #[error(
+        "revision {revision} is out of range here: this replica reads revisions {oldest} to \
+         {newest} (older ones are compacted; a newer one is not committed here yet)"
+    )]
+    RevisionOutOfRange {
+        /// The revision asked for.
+        revision: u64,
+        /// The oldest revision served.
+        oldest: u64,
+        /// The newest committed revision.
+        newest: u64,
+    },
     /// A read at exactly a time other than the applied one, at a replica
     /// that keeps no older versions (stable times are off here): it can
     /// read only its applied state, which moves on while the read waits.

@@ -192,7 +192,8 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         engine: E,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        Ok(Replica {
+        let revisions_kept = config.revisions_kept;
+        let mut replica = Replica {
             config,
             registry,
             hlc: Hlc::new(),
@@ -221,7 +222,11 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             recording: (false, false),
             mpos: mpo::Mpos::default(),
             snapshots: snapshot::Snapshots::default(),
-        })
+        };
+        if revisions_kept > 0 {
+            replica.keep_revisions(revisions_kept);
+        }
+        Ok(replica)
     }
 
     /// This replica's id.
@@ -275,7 +280,15 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
 
     /// Algorithm 1, `invoke` (lines 15–25). `now_us` is the driver's clock.
     /// Returns the handle its views will carry.
-    pub fn invoke(&mut self, request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
+    pub fn invoke(&mut self, mut request: Request, now_us: u64) -> Result<ExecKey, InvokeError> {
+        if let Some(revision) = request.read_revision {
+            // A read at a revision is a snapshot read at exactly its time.
+            if request.views != crate::op::Views::SNAPSHOT {
+                return Err(InvokeError::RevisionLevels);
+            }
+            request.read_time = self.revision_time(revision)?;
+            request.read_exact = true;
+        }
         // A name that is no built-in may be a user procedure; those are
         // always broadcast (see `user_calls`).
         let (read_only, local_ok) = match self.registry.get(&request.call.name) {

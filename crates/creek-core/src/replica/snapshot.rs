@@ -141,6 +141,13 @@ pub(super) struct Snapshots {
     /// at or before which no read is asked (`None`: none yet, every entry's
     /// time is kept).
     horizon: Option<u64>,
+    /// Snapshot reads at the global stable time are served
+    /// ([`Replica::keep_snapshot_history`]): the versions back to its
+    /// floor are kept.
+    stable_reads: bool,
+    /// Reads at this many revisions before the newest final one are served
+    /// ([`Replica::keep_revisions`]).
+    revisions_kept: Option<u64>,
 }
 
 impl Snapshots {
@@ -284,7 +291,57 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// refused.
     pub fn keep_snapshot_history(&mut self, history: SnapshotHistory) {
         self.snapshots.history = Some(history);
+        self.snapshots.stable_reads = true;
         self.start_history();
+    }
+
+    /// Serve reads at each of the last `revisions` revisions (the
+    /// state after the op at that 1-based place of the committed order,
+    /// [`Replica::revision_time`]), keeping the versions they need from
+    /// now on, within [`SnapshotHistory::versions_max_bytes`] (past it every
+    /// kept version is dropped, as for snapshot reads). With 0, only the
+    /// newest final revision is read.
+    pub fn keep_revisions(&mut self, revisions: u64) {
+        self.snapshots.revisions_kept = Some(revisions);
+        if self.snapshots.history.is_none() {
+            self.snapshots.history = Some(SnapshotHistory::default());
+        }
+        self.start_history();
+    }
+
+    /// The commit time of revision `revision`: a snapshot read at exactly
+    /// that time reads the state after the op at that place of the
+    /// committed order (`etcdctl get --rev`; docs/api.md, "Versions and
+    /// revisions"). A revision committed here but not yet final is read
+    /// once it is; one not committed here yet, or whose versions are no
+    /// longer kept, is refused ([`InvokeError::RevisionOutOfRange`]).
+    pub fn revision_time(&self, revision: u64) -> Result<u64, InvokeError> {
+        let newest = self.committed_len();
+        let first = self.snapshots.first_timed(self.committed_base);
+        let times = &self.snapshots.times;
+        // The oldest revision served: the first whose time is kept.
+        let oldest = match self.snapshots.kept_from {
+            Some(kept) => first + times.partition_point(|t| *t < kept) as u64 + 1,
+            None => self.counters.finalized.max(1),
+        };
+        let refused = || InvokeError::RevisionOutOfRange {
+            revision,
+            oldest,
+            newest,
+        };
+        if revision == 0 || revision > newest {
+            return Err(refused());
+        }
+        let time = (revision - 1)
+            .checked_sub(first)
+            .and_then(|i| times.get(usize::try_from(i).ok()?))
+            .copied();
+        match time {
+            Some(t) if self.snapshots.kept_from.is_some_and(|k| t >= k) => Ok(t),
+            // Without kept versions only the applied state is read.
+            Some(t) if t == self.snapshots.applied && revision == self.counters.finalized => Ok(t),
+            _ => Err(refused()),
+        }
     }
 
     /// Start keeping versions, from the committed state now on: the
@@ -301,24 +358,47 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
     /// The global stable time is now at least `time`: reads move up to it
     /// and the versions older than it, less the grace, are dropped.
     pub fn set_stable_time(&mut self, time: u64) {
+        if self.snapshots.history.is_none() {
+            return;
+        }
+        self.snapshots.stable = self.snapshots.stable.max(time);
+        self.move_horizon();
+    }
+
+    /// Drop the versions no read served here needs any more: those older
+    /// than both the global stable time's floor (with stable reads) and the
+    /// revisions kept (with [`Replica::keep_revisions`]); every one past
+    /// the history's byte bound.
+    pub(super) fn move_horizon(&mut self) {
         let Some(history) = self.snapshots.history else {
             return;
         };
-        self.snapshots.stable = self.snapshots.stable.max(time);
         let Some(newest) = self.counters.finalized.checked_sub(1) else {
             return;
         };
-        let floor = self.snapshots.stable.saturating_sub(history.grace_us);
-        let within = self.snapshots.times.partition_point(|t| *t <= floor);
         let first = self.snapshots.first_timed(self.committed_base);
         let cut = self.engine.counters().history_bytes > history.versions_max_bytes
             || self.snapshots.lead > TIMES_KEPT_MAX;
+        // What each kind of read needs kept (`None`: every version yet).
+        let by_stable = if self.snapshots.stable_reads {
+            let floor = self.snapshots.stable.saturating_sub(history.grace_us);
+            let within = self.snapshots.times.partition_point(|t| *t <= floor);
+            within
+                .checked_sub(1)
+                .map(|i| (first + i as u64).min(newest))
+        } else {
+            Some(newest)
+        };
+        let by_revisions = match self.snapshots.revisions_kept {
+            Some(n) => newest.checked_sub(n),
+            None => Some(newest),
+        };
         let horizon = if cut {
             newest
         } else {
-            match within.checked_sub(1) {
-                Some(i) => (first + i as u64).min(newest),
-                None => return,
+            match (by_stable, by_revisions) {
+                (Some(a), Some(b)) => a.min(b),
+                _ => return,
             }
         };
         if self.snapshots.horizon.is_some_and(|h| h >= horizon) {

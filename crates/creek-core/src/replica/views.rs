@@ -8,6 +8,10 @@ use creek_exec::{Engine, Outcome, Settled};
 use rustc_hash::FxHashMap;
 
 use super::{mpo, Replica};
+
+/// Every how many final ops the versions kept for reads at past
+/// revisions are trimmed.
+const REVISION_HORIZON_EVERY: u64 = 64;
 use crate::op::{Change, Effect, ExecKey, Pos, View, ViewKind};
 
 impl<E: Engine<ExecKey, Pos>> Replica<E> {
@@ -135,6 +139,15 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
             }
             time = self.snapshots.finalized(at as usize);
             self.counters.finalized += 1;
+            // Reads at past revisions move the kept versions on with the
+            // final state (stable reads move them with the stable time).
+            if self
+                .counters
+                .finalized
+                .is_multiple_of(REVISION_HORIZON_EVERY)
+            {
+                self.move_horizon();
+            }
         }
         let Some(a) = self.awaiting.get_mut(&s.key) else {
             return;

@@ -544,6 +544,7 @@ impl<E: TestEngine> Cluster<E> {
                         views,
                         read_time: 0,
                         read_exact: false,
+                        read_revision: None,
                     },
                 );
             }

@@ -105,7 +105,10 @@ pub(crate) fn rejected(e: InvokeError) -> Status {
         E::NotServing(why) => Status::unavailable(why),
         E::QuorumLostData(why) => Status::failed_precondition(why),
         e @ E::SnapshotWrites(_) => Status::invalid_argument(e.to_string()),
-        e @ E::ReadTimeAhead { .. } => Status::out_of_range(e.to_string()),
+        e @ (E::ReadTimeAhead { .. } | E::RevisionOutOfRange { .. }) => {
+            Status::out_of_range(e.to_string())
+        }
+        e @ E::RevisionLevels => Status::invalid_argument(e.to_string()),
         e @ (E::SnapshotBehind(_)
         | E::SnapshotNotKept { .. }
         | E::SnapshotExactUnavailable { .. }) => Status::unavailable(e.to_string()),

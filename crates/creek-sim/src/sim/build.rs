@@ -239,6 +239,7 @@ impl Sim {
                     views: Views::BOTH,
                     read_time: 0,
                     read_exact: false,
+                    read_revision: None,
                 };
                 out.push_back((s * self.per_shard, request));
             }

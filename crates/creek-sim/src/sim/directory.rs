@@ -356,6 +356,7 @@ impl Sim {
             views: Views::BOTH,
             read_time: 0,
             read_exact: false,
+            read_revision: None,
         };
         let index = self.history.ops.len();
         if let Some(dir) = self.dir.as_mut() {

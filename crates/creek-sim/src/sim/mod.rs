@@ -256,6 +256,7 @@ fn request_of(next: crate::workload::NextOp) -> (Request, bool) {
         views,
         read_time: 0,
         read_exact: false,
+        read_revision: None,
     };
     (request, wants_final)
 }

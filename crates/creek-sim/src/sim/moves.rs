@@ -410,6 +410,7 @@ impl Sim {
             views: Views::BOTH,
             read_time: 0,
             read_exact: false,
+            read_revision: None,
         };
         let index = self.history.ops.len();
         let client = MOVER_CLIENT_LAST - (self.moves.term % u64::from(MOVER_CLIENTS)) as u32;
