@@ -116,8 +116,9 @@ def test_errors_carry_the_status_code_name_and_the_message():
     assert (got.code, got.oldest, got.message) == ("OUT_OF_RANGE", 57, "position 3 is compacted")
     again = pickle.loads(pickle.dumps(got))
     assert (type(again), again.oldest) == (creek.Compacted, 57)
-    # OUT_OF_RANGE without it is a plain CreekError.
-    assert type(from_rpc_error(Failed(grpc.StatusCode.OUT_OF_RANGE, "x"))) is creek.CreekError
+    # OUT_OF_RANGE without it (a revision not kept, a read time ahead).
+    assert type(from_rpc_error(Failed(grpc.StatusCode.OUT_OF_RANGE, "x"))) is creek.OutOfRange
+    assert isinstance(got, creek.OutOfRange)
 
 
 def test_the_async_client_refuses_to_run_without_an_event_loop():

@@ -43,6 +43,7 @@ from .client import Client
 from .correctable import Correctable, State
 from .errors import (
     Compacted,
+    OutOfRange,
     CreekError,
     DeadlineExceeded,
     InvalidArgument,
@@ -70,6 +71,7 @@ __all__ = [
     "Client",
     "Cluster",
     "Compacted",
+    "OutOfRange",
     "Correctable",
     "Election",
     "KeepAlive",

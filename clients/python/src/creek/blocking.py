@@ -94,6 +94,7 @@ class BlockingClient(Builtins):
         weak_final: bool = False,
         timeout=DEFAULT,
         durability: str = "none",
+        revision: Optional[int] = None,
     ) -> Correctable:
         """`Client.invoke`: returns the Correctable once the call started."""
         return self._step(
@@ -104,6 +105,7 @@ class BlockingClient(Builtins):
                 weak_final=weak_final,
                 timeout=timeout,
                 durability=durability,
+                revision=revision,
             )
         )
 

@@ -260,11 +260,23 @@ class Causal:
         if not cached:
             self.uncached_time = max(self.uncached_time, time)
 
-    def track(self, procedure: str, args: tuple, snapshot: bool, weak_only: bool, exact: Optional[int] = None):
+    def track(
+        self,
+        procedure: str,
+        args: tuple,
+        snapshot: bool,
+        weak_only: bool,
+        exact: Optional[int] = None,
+        past: bool = False,
+    ):
         """The tracking of a call, and the read time to send it with.
         `snapshot`: its levels include SNAPSHOT; `weak_only`: it is a weak
-        op (its preliminary view acknowledges it)."""
+        op (its preliminary view acknowledges it); `past`: a read at a past
+        revision, over which the cache of the client's own writes is not
+        laid."""
         what, detail = known(procedure, args)
+        if past and what == "key_read":
+            what = "read"
         if snapshot:
             time = exact if exact is not None else self.snapshot_time()
         else:

@@ -264,6 +264,7 @@ class Client(Builtins, Procedures, Leases):
         weak_final: bool = False,
         timeout=DEFAULT,
         durability: str = "none",
+        revision: Optional[int] = None,
         _read_exact: Optional[int] = None,
     ) -> Correctable:
         """Invoke `procedure(*args)` and return its Correctable at once.
@@ -283,6 +284,11 @@ class Client(Builtins, Procedures, Leases):
         (once the replica's write of the op is durable) or `"majority"`
         (once a majority of the replicas hold it durably); always before
         the op commits. Another value raises `ValueError` here.
+        `revision`: with `levels=SNAPSHOT` alone and a read-only call, read
+        the committed state right after the op at that revision (its
+        1-based place in the committed order; `etcdctl get --rev`); a
+        revision the replica no longer keeps, or has not committed yet,
+        closes the Correctable with an out-of-range error.
         Arguments are converted as `creek.values` says (`TypeError` or
         `ValueError` here if one cannot be). Errors of the call (refusal,
         deadline, no replica) close the Correctable.
@@ -295,10 +301,17 @@ class Client(Builtins, Procedures, Leases):
             raise ValueError("weak_final applies to a weak op only (levels without STRONG)")
         if durability not in _DURABILITY:
             raise ValueError(f"durability must be none, local or majority, not {durability!r}")
+        if revision is not None:
+            if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
+                raise ValueError(f"revision must be an int of at least 1, not {revision!r}")
+            if wanted != {Level.SNAPSHOT}:
+                raise ValueError("a read at a revision is a snapshot read: levels=SNAPSHOT alone")
         wire_args = [to_wire(a) for a in args]
         snapshot = Level.SNAPSHOT in wanted
         weak_only = wanted == {Level.WEAK}
-        track, read_time = self._causal.track(procedure, args, snapshot, weak_only, _read_exact)
+        track, read_time = self._causal.track(
+            procedure, args, snapshot, weak_only, _read_exact, past=revision is not None
+        )
         # A weak write's commit time matters to the cache even when the
         # caller does not ask for its final view: the stream goes on to it.
         follow = weak_only and not weak_final and track.is_write
@@ -313,6 +326,7 @@ class Client(Builtins, Procedures, Leases):
             read_time=read_time,
             read_exact=snapshot and _read_exact is not None,
             durability=_DURABILITY[durability],
+            revision=revision or 0,
         )
         timeout = self._timeout if timeout is DEFAULT else timeout
         correctable = Correctable(loop, threading.get_ident(), fns_in_thread=self._fns_in_thread)

@@ -106,7 +106,15 @@ class PermissionDenied(CreekError):
     default_code = "PERMISSION_DENIED"
 
 
-class Compacted(CreekError):
+class OutOfRange(CreekError):
+    """A position, revision or time outside what the replica serves: a read
+    at a revision it no longer keeps or has not committed yet, a read time
+    too far ahead of its clock."""
+
+    default_code = "OUT_OF_RANGE"
+
+
+class Compacted(OutOfRange):
     """A watch asked for changes from a committed position that no replica
     still holds (compacted, or the watcher fell that far behind). `oldest`
     is the oldest position the replica that answered can resume from."""
@@ -172,6 +180,7 @@ _BY_CODE = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.OUT_OF_RANGE: OutOfRange,
 }
 
 
