@@ -89,11 +89,15 @@ pub enum Bug {
     /// The leader orders the expiry of leases 0.7 s before their deadline
     /// by its clock, and the expiry op does not check deadlines again.
     LeaseEarlyExpiry,
+    /// A key's version record advancing as a write becomes final never
+    /// sends the executions that read the old record back: they keep the
+    /// record of the write before.
+    StaleVersionRecords,
 }
 
 impl Bug {
     /// Every planted bug with its command-line name (`--plant-bug`).
-    pub const ALL: [(&'static str, Bug); 19] = [
+    pub const ALL: [(&'static str, Bug); 20] = [
         ("skip-invalidation", Bug::SkipInvalidation),
         ("deliver-without-cab", Bug::DeliverWithoutCab),
         ("ignore-causal-context", Bug::IgnoreCausalContext),
@@ -116,6 +120,7 @@ impl Bug {
         ("move-source-keeps-serving", Bug::MoveSourceKeepsServing),
         ("skip-scan-invalidation", Bug::SkipScanInvalidation),
         ("lease-early-expiry", Bug::LeaseEarlyExpiry),
+        ("stale-version-records", Bug::StaleVersionRecords),
     ];
 
     /// Parse a command-line name.

@@ -569,6 +569,9 @@ impl<K: OpKey, P: Position> MvccExecutor<K, P> {
                     self.drop_if_empty(&meta);
                 }
             }
+            if self.planted.has(Bug::StaleVersionRecords) {
+                continue;
+            }
             // Every reader left is after `at` (ops become final in order)
             // and read the record this one replaced.
             if let Some(ks) = self.keys.get(&meta) {

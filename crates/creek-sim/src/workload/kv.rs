@@ -87,11 +87,6 @@ pub fn versioned_key(i: usize) -> Bytes {
     Bytes::from(format!("v{i}"))
 }
 
-/// Whether `key` is a versioned register.
-fn is_versioned_key(key: &[u8]) -> bool {
-    key.first() == Some(&b'v')
-}
-
 /// The key of counter `i`.
 pub fn counter_key(i: usize) -> Bytes {
     Bytes::from(format!("n{i}"))
