@@ -263,6 +263,32 @@ async fn a_transaction_across_shards_runs_atomically_on_both() {
         err.contains("a range op reads keys of every shard"),
         "{err}"
     );
+    // A compare on a key's version record reads its own shard's records.
+    let (code, _, err) = txn(
+        &sharded.addr(0),
+        &format!("mod(\"{a}\") = \"0\"\n\nput {a} z\nput {b_key} z\n\n"),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot span 2 shards"), "{err}");
+    // On one shard it runs, and the key's record is that shard's.
+    let (code, out, err) = txn(
+        &sharded.addr(0),
+        &format!("version(\"{a}\") = \"0\"\n\nput {a} v\n\n"),
+    );
+    assert_eq!((code, out.as_str()), (Some(0), "SUCCESS\n\nOK\n"), "{err}");
+    let op = cluster
+        .invoke("kv.get_meta", vec![common::b(&a)], Levels::Strong)
+        .await
+        .expect("get_meta");
+    let meta = creek_client::KeyMeta::from_outcome(&op.final_view().await.expect("view").outcome)
+        .expect("an answer")
+        .expect("present");
+    assert_eq!((meta.value.as_ref(), meta.version), (&b"v"[..], 1));
+    let op = cluster
+        .invoke("kv.delete", vec![common::b(&a)], Levels::Strong)
+        .await
+        .expect("delete");
+    op.final_view().await.expect("deleted");
     let weak = cluster
         .invoke(
             "kv.txn",
