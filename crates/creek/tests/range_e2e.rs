@@ -12,7 +12,7 @@ mod common;
 
 use bytes::Bytes;
 use common::sharded::Sharded;
-use common::{creek, Cluster};
+use common::{creek, creek_txn as txn, Cluster};
 use creek_client::Levels;
 
 /// `creek ARGS` against `addr`: its stdout, asserting it succeeded.
@@ -307,31 +307,6 @@ async fn a_transaction_across_shards_runs_atomically_on_both() {
     assert_eq!(strong_get(a.clone()).await, creek_types::value::Value::Nil);
 }
 
-/// `creek txn --addr ADDR` with `input` on its standard input: (exit code,
-/// stdout, stderr).
-fn txn(addr: &str, input: &str) -> (Option<i32>, String, String) {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_creek"))
-        .args(["txn", "--addr", addr])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run creek txn");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write the transaction");
-    let out = child.wait_with_output().expect("creek txn");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_compare_and_swap_across_keys() {
     let cluster = Cluster::start(3).await;
@@ -347,9 +322,15 @@ async fn transactions_compare_and_swap_across_keys() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "FAILURE\n\nb\n2\n");
     // A compare on what keys do not carry is refused, and nothing runs.
-    let (code, _, err) = txn(&addr, "mod(\"a\") > \"0\"\n\nput c 3\n");
+    let (code, _, err) = txn(&addr, "size(\"a\") > \"0\"\n\nput c 3\n");
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("keys carry no versions"), "{err}");
+    assert!(
+        err.contains("the target must be one of value, version"),
+        "{err}"
+    );
+    let (code, _, err) = txn(&addr, "mod(\"a\") > \"zero\"\n\nput c 3\n");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("a mod compare takes an integer"), "{err}");
     assert_eq!(run(&addr, &["get", "c"]), "");
 
     // Concurrent compare-and-swaps: each client reads the counter and

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{creek, Cluster};
+use common::{creek, creek_txn, Cluster};
 use creek_client::{CallOptions, Client, Cmp, Field, KeyMeta, Levels, Txn, TxnAnswer, TxnOp};
 
 /// `creek ARGS` against `addr`: exit code, stdout, stderr.
@@ -151,29 +151,8 @@ async fn keys_carry_versions_and_revisions_and_past_revisions_are_read() {
         "mod(\"k\") = \"{}\"\nversion(\"k\") > \"2\"\nversion(\"absent\") = \"0\"\n\nput k four\n\n\n",
         first.mod_revision
     );
-    let out = {
-        use std::io::Write as _;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_creek"))
-            .args(["txn", "--addr", &addrs[2]])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("creek txn");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("write");
-        child.wait_with_output().expect("creek txn")
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, stdout, err) = creek_txn(&addrs[2], &input);
+    assert_eq!(code, Some(0), "{err}");
     assert!(stdout.starts_with("SUCCESS"), "{stdout}");
     let after = meta(&client, "k").await.expect("present");
     assert_eq!((after.value.as_ref(), after.version), (&b"four"[..], 4));

@@ -275,23 +275,10 @@ impl KvWorkload {
         let j = (i + 1) % self.keys;
         let (ki, kj) = (versioned_key(i), versioned_key(j));
         let v = self.fresh_value(client);
-        let op = |items: &[Value]| Value::List(items.to_vec());
-        let compare = op(&[
-            Value::Bytes(ki.clone()),
-            Value::from(["version", "mod"][rng.index(2)]),
-            Value::from(["=", ">", "<"][rng.index(3)]),
-            Value::Int(rng.index(3) as i64),
-        ]);
-        let success = op(&[
-            op(&[
-                Value::from("put"),
-                Value::Bytes(ki.clone()),
-                Value::Bytes(v.clone()),
-            ]),
-            op(&[Value::from("put"), Value::Bytes(kj), Value::Bytes(v)]),
-        ]);
-        let failure = op(&[op(&[Value::from("get"), Value::Bytes(ki)])]);
-        ProcCall::new(TXN, encode_args(&[op(&[compare]), success, failure]))
+        let target = ["version", "mod"][rng.index(2)];
+        let cmp = ["=", ">", "<"][rng.index(3)];
+        let n = Value::Int(rng.index(3) as i64);
+        put_both_else_get(&ki, &kj, &v, (target, cmp, n))
     }
 
     /// If register `i` holds the value last generated for it, one fresh
@@ -305,24 +292,25 @@ impl KvWorkload {
         let v = self.fresh_value(client);
         self.last_written[i] = Some(v.clone());
         self.last_written[j] = Some(v.clone());
-        let op = |items: &[Value]| Value::List(items.to_vec());
-        let compare = op(&[
-            Value::Bytes(ki.clone()),
-            Value::from("value"),
-            Value::from("="),
-            expected,
-        ]);
-        let success = op(&[
-            op(&[
-                Value::from("put"),
-                Value::Bytes(ki.clone()),
-                Value::Bytes(v.clone()),
-            ]),
-            op(&[Value::from("put"), Value::Bytes(kj), Value::Bytes(v)]),
-        ]);
-        let failure = op(&[op(&[Value::from("get"), Value::Bytes(ki)])]);
-        ProcCall::new(TXN, encode_args(&[op(&[compare]), success, failure]))
+        put_both_else_get(&ki, &kj, &v, ("value", "=", expected))
     }
+}
+
+/// `kv.txn`: if `ki`'s `target` compares with `operand` as `cmp` says, put
+/// `v` into `ki` and `kj`, else read `ki`.
+fn put_both_else_get(
+    ki: &Bytes,
+    kj: &Bytes,
+    v: &Bytes,
+    (target, cmp, operand): (&str, &str, Value),
+) -> ProcCall {
+    let op = |items: &[Value]| Value::List(items.to_vec());
+    let key = |k: &Bytes| Value::Bytes(k.clone());
+    let compare = op(&[key(ki), Value::from(target), Value::from(cmp), operand]);
+    let put = |k: &Bytes| op(&[Value::from("put"), key(k), key(v)]);
+    let success = op(&[put(ki), put(kj)]);
+    let failure = op(&[op(&[Value::from("get"), key(ki)])]);
+    ProcCall::new(TXN, encode_args(&[op(&[compare]), success, failure]))
 }
 
 /// The counter and delta of a `kv.incr` call.
@@ -848,6 +836,7 @@ mod tests {
                 SCAN_REVERSE,
                 DELETE_RANGE,
                 TXN,
+                GET_META,
                 leases::GRANT,
                 leases::KEEP_ALIVE,
                 leases::PUT_TTL

@@ -329,7 +329,7 @@ pub(crate) mod testkit {
 
     use bytes::Bytes;
     use creek_core::{OpId, ReplicaId, ViewKind};
-    use creek_exec::basic::replay;
+    use creek_exec::basic::replay_versioned;
     use creek_exec::{Outcome, ProcCall, TxnLimits};
     use creek_procs::Registry;
     use creek_types::value::{encode_args, Value};
@@ -402,7 +402,14 @@ pub(crate) mod testkit {
             let checked = registry.check(c, &creek_exec::TxnLimits::default());
             assert!(checked.is_ok(), "{} refused: {checked:?}", c.name);
         }
-        let (outcomes, state) = replay(&registry, TxnLimits::default(), &calls);
+        // As a Creek replica runs them: with version records.
+        let (outcomes, state) = replay_versioned(
+            &registry,
+            TxnLimits::default(),
+            BTreeMap::new(),
+            creek_procs::versions::meta_key,
+            (1..).zip(&calls),
+        );
         let ops = generated
             .iter()
             .zip(&outcomes[setup.len()..])

@@ -20,6 +20,31 @@ pub use creek_types::value::Value;
 
 pub mod sharded;
 
+/// `creek txn --addr ADDR` with `input` on its standard input: (exit code,
+/// stdout, stderr).
+pub fn creek_txn(addr: &str, input: &str) -> (Option<i32>, String, String) {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_creek"))
+        .args(["txn", "--addr", addr])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run creek txn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write the transaction");
+    let out = child.wait_with_output().expect("creek txn");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Run the CLI: its exit code, standard output and standard error.
 pub fn creek(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_creek"))
