@@ -109,10 +109,23 @@ async fn a_scan_of_two_shards_is_merged_in_key_order() {
         .expect("connect");
     let keys: Vec<String> = (0..40).map(|n| format!("k{n:02}")).collect();
     for k in &keys {
-        let op = cluster
-            .invoke("kv.put", vec![common::b(k), common::b("v")], Levels::Strong)
-            .await
-            .expect("put");
+        // Replicas accept clients before every group has formed: a put may
+        // meet one still joining its cluster at first.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let op = loop {
+            match cluster
+                .invoke("kv.put", vec![common::b(k), common::b("v")], Levels::Strong)
+                .await
+            {
+                Err(e)
+                    if e.to_string().contains("joining its cluster")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                other => break other.expect("put"),
+            }
+        };
         op.final_view().await.expect("committed");
     }
     // Both shards hold some of them.
