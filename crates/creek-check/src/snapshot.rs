@@ -99,13 +99,24 @@ pub fn check_snapshot_views(
                 _ => break,
             }
         }
-        for id in &canonical[applied..upto] {
+        for (pos, id) in canonical.iter().enumerate().take(upto).skip(applied) {
             let Some(call) = run.broadcast.get(id) else {
                 continue;
             };
-            let e = run
-                .registry
-                .execute(&MapSnapshot(state.clone()), TxnLimits::default(), call);
+            let mut e =
+                run.registry
+                    .execute(&MapSnapshot(state.clone()), TxnLimits::default(), call);
+            if run.keeps_versions {
+                // Version records, as the replicas advance them: at the
+                // op's revision, its 1-based place in the order.
+                let records = creek_exec::versions::record_writes(
+                    creek_procs::versions::meta_key,
+                    &e.writes,
+                    pos as u64 + 1,
+                    |k| state.get(k).cloned(),
+                );
+                e.writes.extend(records);
+            }
             for (k, v) in e.writes {
                 match v {
                     Some(v) => state.insert(k, v),
