@@ -331,10 +331,15 @@ def test_a_transaction_swaps_across_keys_or_runs_its_failure_ops(dev):
             done = creek.TxnAnswer.of(await c.kv_txn(wipe, levels=creek.STRONG).final())
             assert done == creek.TxnAnswer(True, [[1, None], True])
             assert await c.call("kv.get", b) is None
-            # A compare on what keys do not carry is refused before it runs.
+            # A compare on what keys do not carry, or of the wrong type, is
+            # refused before it runs.
+            bad = creek.Txn()
+            bad.compares.append([a, "size", "=", "1"])
+            with pytest.raises(creek.InvalidArgument, match="the target must be one of"):
+                await c.kv_txn(bad, levels=creek.STRONG).final()
             bad = creek.Txn()
             bad.compares.append([a, "version", "=", "1"])
-            with pytest.raises(creek.InvalidArgument, match="keys carry no versions"):
+            with pytest.raises(creek.InvalidArgument, match="takes an int"):
                 await c.kv_txn(bad, levels=creek.STRONG).final()
             with pytest.raises(ValueError):
                 creek.Txn().when(a, "~", "1")
