@@ -319,14 +319,14 @@ impl<E: Engine<ExecKey, Pos>> Replica<E> {
         let newest = self.committed_len();
         let first = self.snapshots.first_timed(self.committed_base);
         let times = &self.snapshots.times;
-        // The oldest revision served: the first whose time is kept.
-        let oldest = match self.snapshots.kept_from {
-            Some(kept) => first + times.partition_point(|t| *t < kept) as u64 + 1,
-            None => self.counters.finalized.max(1),
-        };
+        // Only a refusal names the oldest revision served: the first whose
+        // time is kept.
         let refused = || InvokeError::RevisionOutOfRange {
             revision,
-            oldest,
+            oldest: match self.snapshots.kept_from {
+                Some(kept) => first + times.partition_point(|t| *t < kept) as u64 + 1,
+                None => self.counters.finalized.max(1),
+            },
             newest,
         };
         if revision == 0 || revision > newest {
