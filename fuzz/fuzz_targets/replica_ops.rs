@@ -120,22 +120,18 @@ fuzz_target!(|steps: Vec<Step>| {
                 };
                 let _ = node.invoke(
                     Request {
-                        call,
                         strong,
                         views,
-                        read_time: 0,
-                        read_exact: false,
+                        ..Request::weak(call)
                     },
                     now_us,
                 );
             }
             Step::Raw { name, args, strong } => {
                 let request = Request {
-                    call: ProcCall::new(&name, args),
                     strong,
                     views: Views::BOTH,
-                    read_time: 0,
-                    read_exact: false,
+                    ..Request::weak(ProcCall::new(&name, args))
                 };
                 let _ = node.invoke(request, now_us);
             }
