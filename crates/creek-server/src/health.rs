@@ -11,7 +11,8 @@
 //!   leader (consensus checks quorum: a leader that loses its majority
 //!   steps down within an election timeout, and a follower cut off from
 //!   its leader forgets it) and has applied all but at most
-//!   `health.ready_lag_entries` of the entries it knows committed.
+//!   `health.ready_lag_entries` of the entries it knows committed, the
+//!   ops it recovered from its log after a restart run again.
 //!   CockroachDB's `/health?ready=1` in spirit.
 
 use std::time::Duration;
@@ -113,6 +114,13 @@ fn ready(
             s.role
         ));
     }
+    if s.recovering_ops > 0 {
+        return Err(format!(
+            "running the {} ops it recovered from its data directory again (client calls are \
+             refused until then)",
+            s.recovering_ops
+        ));
+    }
     let lag = s.commit_index.saturating_sub(s.applied_index);
     if lag > cfg.ready_lag_entries {
         return Err(format!(
@@ -162,6 +170,7 @@ mod tests {
             leader: 1,
             commit_index: 500,
             applied_index: 480,
+            recovering_ops: 0,
         }
     }
 
@@ -212,5 +221,8 @@ mod tests {
         assert!(reason(ready(&alone, &cfg)).contains("no known leader"));
         let behind = with(|s| s.commit_index = 1_490);
         assert!(reason(ready(&behind, &cfg)).contains("1010 committed entries not applied"));
+        let recovering = with(|s| s.recovering_ops = 70_000);
+        assert!(health(&recovering, &cfg).is_ok(), "it turns: healthy");
+        assert!(reason(ready(&recovering, &cfg)).contains("the 70000 ops it recovered"));
     }
 }

@@ -159,7 +159,7 @@ impl Server {
         let limits = node_config.wire;
         let stable_every_us = node_config.stable.every_us;
         let procedures = Arc::new(crate::call::answer::procedures_reply(&registry));
-        let (node, persister) = recover(&config, node_config, registry, opened)?;
+        let (node, persister, recovered_ops) = recover(&config, node_config, registry, opened)?;
         let tls = load_tls(&config)?;
         let listeners = Listeners::bind(&config).await?;
         let client_addr = listeners.client_addr;
@@ -211,15 +211,18 @@ impl Server {
             durability,
             transport.clone(),
             metrics.clone(),
-            loop_config(
-                &config,
-                auth.clone(),
-                limits,
-                corked.clone(),
-                shards.clone(),
-                mpo,
-                stable_every_us,
-            ),
+            LoopConfig {
+                recovered_ops,
+                ..loop_config(
+                    &config,
+                    auth.clone(),
+                    limits,
+                    corked.clone(),
+                    shards.clone(),
+                    mpo,
+                    stable_every_us,
+                )
+            },
         );
         if let Some(why) = node_loop.auth_refusal() {
             return Err(StartError::Config(crate::ConfigError::Invalid(format!(
@@ -467,7 +470,7 @@ fn recover(
     node_config: NodeConfig,
     registry: Arc<Registry>,
     opened: creek_store::Opened,
-) -> Result<(Node<creek_store::LogStore>, creek_store::Persister), StartError> {
+) -> Result<(Node<creek_store::LogStore>, creek_store::Persister, usize), StartError> {
     let me = config.replica_id();
     let recovered_ops = opened.recovered.ops.len();
     if opened.recovered.repaired {
@@ -497,7 +500,7 @@ fn recover(
         checkpoint = ?from_checkpoint,
         "recovered from the data directory"
     );
-    Ok((node, opened.persister))
+    Ok((node, opened.persister, recovered_ops))
 }
 
 /// The TLS files, if configured; a warning when neither TLS nor loopback
@@ -607,6 +610,7 @@ fn loop_config(
         shards,
         mpo,
         stable_every_us,
+        recovered_ops: 0,
         workers: config.worker_threads(),
         watch_history_bytes: config.watch_history_bytes,
         auth,

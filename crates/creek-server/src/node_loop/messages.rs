@@ -221,4 +221,7 @@ pub struct HealthSnapshot {
     pub commit_index: u64,
     /// The last index whose ids were all delivered here.
     pub applied_index: u64,
+    /// Ops recovered from the data directory still being run again (0
+    /// once they ran): client calls are refused until then.
+    pub recovering_ops: u64,
 }

@@ -96,6 +96,12 @@ const POOL_MIN_TASKS: usize = 16;
 /// Most executions run in one round of [`NodeLoop::execute`].
 const EXEC_ROUND_MAX: usize = 1024;
 
+/// A turn starts no new round of executions past this age; the rest run
+/// in the turns after it (see [`NodeLoop::execute`]). Well under an
+/// election timeout (160 ms by default), so a replica with a long backlog
+/// still answers its peers in time.
+const EXEC_TURN_BUDGET: Duration = Duration::from_millis(20);
+
 /// How the loop is set up.
 pub struct LoopConfig {
     /// Worker threads for executions.
@@ -123,6 +129,10 @@ pub struct LoopConfig {
     /// The node's stable-time interval (µs; 0: no stable times, and the
     /// status shows none).
     pub stable_every_us: u64,
+    /// How many ops the replica recovered from its data directory (they
+    /// run again before it takes client calls: see
+    /// [`NodeLoop::recovering`]).
+    pub recovered_ops: usize,
 }
 
 /// A group change proposed here, waiting to be applied.
@@ -166,6 +176,15 @@ pub struct NodeLoop {
     handing_over: Option<Instant>,
     /// How many executions the next round of [`NodeLoop::execute`] runs.
     exec_round: usize,
+    /// Executions were left for the next turn when this one's ran out of
+    /// [`EXEC_TURN_BUDGET`]: the loop then turns again at once instead of
+    /// waiting for an event.
+    exec_backlog: bool,
+    /// While the ops recovered from the data directory run again: how
+    /// many there were, and since when. Client calls are refused meanwhile
+    /// (`UNAVAILABLE`, retry at another replica): each would wait behind
+    /// all of them, seconds after a busy run's crash.
+    recovering: Option<(usize, Instant)>,
     /// Checkpoints asked for (backups), each answered at the first turn
     /// that ends at a clean point, or refused after its instant.
     backups: Vec<(messages::CheckpointReply, Instant)>,
@@ -262,6 +281,8 @@ impl NodeLoop {
             stopping: false,
             handing_over: None,
             exec_round: EXEC_ROUND_MAX,
+            exec_backlog: false,
+            recovering: (config.recovered_ops > 0).then(|| (config.recovered_ops, Instant::now())),
             backups: Vec::new(),
             transfer_done: Arc::default(),
             config_addrs: config.addrs,
@@ -286,6 +307,10 @@ impl NodeLoop {
             stable_every_us: config.stable_every_us,
         };
         this.reload_auth();
+        // The group as recovered, members added since the configuration
+        // was written included: their links are up before the first turn.
+        let peers = turn::group_peers(this.node.id(), &this.config_addrs, &this.group);
+        this.transport.set_peers(&peers);
         this
     }
 
@@ -294,13 +319,29 @@ impl NodeLoop {
     /// caller, which must take the process down.
     pub fn run(mut self, mut events: mpsc::Receiver<Event>) -> Result<(), Fatal> {
         loop {
-            let Some(event) = events.blocking_recv() else {
-                return self.abandon(Fatal::Orphaned);
+            // With executions left over, a turn without an event goes on
+            // with them.
+            let event = if self.exec_backlog {
+                match events.try_recv() {
+                    Ok(event) => Some(event),
+                    Err(mpsc::error::TryRecvError::Empty) => None,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        return self.abandon(Fatal::Orphaned)
+                    }
+                }
+            } else {
+                let Some(event) = events.blocking_recv() else {
+                    return self.abandon(Fatal::Orphaned);
+                };
+                Some(event)
             };
             let began = Instant::now();
-            self.handle(event);
+            let mut handled = 0;
+            if let Some(event) = event {
+                self.handle(event);
+                handled += 1;
+            }
             // Group everything already queued into this turn.
-            let mut handled = 1;
             for _ in 0..4096 {
                 match events.try_recv() {
                     Ok(event) => {
@@ -311,7 +352,7 @@ impl NodeLoop {
                 }
             }
             let events_done = began.elapsed();
-            self.execute();
+            self.execute(began);
             let executed = began.elapsed();
             self.flush();
             self.turns.timed(began, handled, events_done, executed);
@@ -531,6 +572,15 @@ impl NodeLoop {
             let label = metrics.procedures.label_if_known(name);
             metrics.procedures.finished(label, strong, outcome, None);
         };
+        if let Some((ops, _)) = self.recovering {
+            refused(&self.metrics, &telemetry_name(&inv.request.call), "rejected");
+            let _ = inv.reply.send(Reply::Rejected(creek_core::InvokeError::NotServing(format!(
+                "replica {} is running the {ops} ops it recovered from its data directory \
+                 again; retry at another replica",
+                self.node.id()
+            ))));
+            return;
+        }
         if let Some(who) = &inv.principal {
             if let Err(denied) = self.authorize(who, &inv.request.call) {
                 refused(&self.metrics, &telemetry_name(&inv.request.call), "denied");
@@ -758,8 +808,20 @@ impl NodeLoop {
     /// most of its executions were wasted (rejected at validation,
     /// discarded, or installed and rolled back), doubled up to
     /// [`EXEC_ROUND_MAX`] otherwise.
-    fn execute(&mut self) {
+    ///
+    /// A turn that began at `began` stops starting rounds once it is
+    /// [`EXEC_TURN_BUDGET`] old (a first round always runs), and the next
+    /// turn goes on: a backlog of thousands of executions (a restart's
+    /// recovered ops, a catch-up) then holds calls and peer messages for
+    /// a round at a time, not for seconds.
+    fn execute(&mut self, began: Instant) {
+        let mut first = true;
         loop {
+            if !first && began.elapsed() >= EXEC_TURN_BUDGET {
+                self.exec_backlog = true;
+                return;
+            }
+            first = false;
             let mut tasks = Vec::new();
             while let Some(t) = self.node.next_execution() {
                 tasks.push(t);
@@ -768,6 +830,14 @@ impl NodeLoop {
                 }
             }
             if tasks.is_empty() {
+                self.exec_backlog = false;
+                if let Some((ops, since)) = self.recovering.take() {
+                    tracing::info!(
+                        recovered_ops = ops,
+                        took_ms = since.elapsed().as_millis() as u64,
+                        "ran the ops recovered from the data directory again: taking client calls"
+                    );
+                }
                 return;
             }
             let ran = tasks.len();

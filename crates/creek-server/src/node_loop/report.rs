@@ -115,6 +115,10 @@ impl NodeLoop {
         put("election_timeout_ms", timing.election_timeout_us / 1000);
         put("failed", u64::from(self.failed.is_some()));
         put("slow_turns", self.turns.slow);
+        put(
+            "recovering_ops",
+            self.recovering.map_or(0, |(ops, _)| ops as u64),
+        );
         put("longest_turn_us", self.turns.longest.as_micros() as u64);
         put("refused_non_members", self.node.refused_non_members());
         put("own_origin_refused", self.node.own_origin_refused());
@@ -208,6 +212,7 @@ impl NodeLoop {
             leader: cab.leader().map_or(0, |l| l.0),
             commit_index: cab.log_mark().2,
             applied_index: cab.delivered_through(),
+            recovering_ops: self.recovering.map_or(0, |(ops, _)| ops as u64),
         }
     }
 

@@ -158,25 +158,36 @@ impl Turn<'_> {
     }
 }
 
+/// The peer addresses of `group`'s members other than `me`: the configured
+/// ones, and the directory's for members added since.
+pub(super) fn group_peers(
+    me: ReplicaId,
+    config_addrs: &BTreeMap<ReplicaId, Addrs>,
+    group: &Group,
+) -> Vec<(ReplicaId, std::net::SocketAddr)> {
+    let addrs = super::all_addrs(config_addrs, group);
+    let mut peers = Vec::new();
+    for id in group.members() {
+        if id == me {
+            continue;
+        }
+        match addrs.get(&id).map(|a| resolve(&a.peer)) {
+            Some(Ok(addr)) => peers.push((id, addr)),
+            Some(Err(e)) => {
+                tracing::warn!(peer = %id, error = %e, "cannot reach a member: bad peer address");
+            }
+            None => tracing::warn!(peer = %id, "a member without a known peer address"),
+        }
+    }
+    peers
+}
+
 impl Driver for Turn<'_> {
     /// Connect to the group's members (and only them) before any message
     /// of this turn leaves.
     fn group(&mut self, group: Group) {
-        let addrs = super::all_addrs(self.config_addrs, &group);
-        let mut peers = Vec::new();
-        for id in group.members() {
-            if id == self.me {
-                continue;
-            }
-            match addrs.get(&id).map(|a| resolve(&a.peer)) {
-                Some(Ok(addr)) => peers.push((id, addr)),
-                Some(Err(e)) => {
-                    tracing::warn!(peer = %id, error = %e, "cannot reach a member: bad peer address");
-                }
-                None => tracing::warn!(peer = %id, "a member without a known peer address"),
-            }
-        }
-        self.transport.set_peers(&peers);
+        self.transport
+            .set_peers(&group_peers(self.me, self.config_addrs, &group));
         self.group = Some(group);
     }
 
