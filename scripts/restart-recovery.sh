@@ -9,7 +9,8 @@
 # what replica 3 logged about it: the ops recovered, the node loop's slow
 # turns (with where their time went), the consensus timing it measured,
 # and when it took client calls again; then the bench's JSON line.
-# $CREEK_BIN picks the binary (default ./target/release/creek).
+# $CREEK_BIN picks the binary (default ./target/release/creek); KEEP=1 keeps
+# the temporary directory (its path is printed last).
 # docs/reliability.md, "A restarted replica's long first turns", has runs.
 set -euo pipefail
 bin=$(realpath "${CREEK_BIN:-./target/release/creek}")
@@ -24,7 +25,7 @@ holder=$!
 "$bin" dev --data-dir "$dir/data" --client-port 7901 --peer-port 7951 --metrics-port 7981 \
   <"$dir/in" >"$dir/dev.log" 2>&1 &
 dev=$!
-trap 'kill $dev $holder 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $dev $holder 2>/dev/null; wait $dev 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 exec 3>"$dir/in"
 for _ in $(seq 100); do
   "$bin" status --addr "$addrs" -o json 2>/dev/null | grep -q '"role":"leader"' && break
@@ -42,3 +43,4 @@ sleep 5
 grep -E "recovered|took_ms|stretched|fast again|taking client calls" "$dir/data/r3.log" |
   sed -n '/recovered_ops=[1-9]/,$p'
 tail -n 1 "$dir/bench.jsonl"
+echo "$dir"

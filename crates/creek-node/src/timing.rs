@@ -41,6 +41,15 @@
 //! measures nor reports its stall, and its peers measure it only once it
 //! keeps up again.
 //!
+//! A loop that turns in short turns can still hold frames in its queue
+//! (thousands of peer frames after a restart, a catch-up, CPU starvation).
+//! A driver that knows when a frame arrived says so
+//! ([`Node::on_frame_at`](crate::Node::on_frame_at); the server does, the
+//! simulator has no queue): an echo's round trip ends at its receipt, and
+//! an echo's stamp is the probe's moved on by how long the probe waited at
+//! the echoing end before its echo, so neither end's queue is counted as
+//! the link.
+//!
 //! A peer not heard from for [`STALE_AFTER_US`] (down, paused, cut off)
 //! counts for nothing: its samples and its last report are stale. When it
 //! is heard again, its samples start over, and echoes of probes sent
@@ -81,6 +90,16 @@ const SAMPLE_MAX_US: u64 = 10_000_000;
 /// A peer silent this long counts for nothing in the timing (ten probe
 /// intervals; microseconds).
 pub const STALE_AFTER_US: u64 = 10 * PROBE_EVERY_US;
+
+/// When a driver received a frame and when it handed it to the node (the
+/// node's clock, microseconds; see [`Node::on_frame_at`](crate::Node::on_frame_at)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    /// When the frame was read whole.
+    pub received_us: u64,
+    /// When the node was given it (after it waited in the driver's queue).
+    pub handled_us: u64,
+}
 
 /// What the node knows of its links' timing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -203,10 +222,22 @@ impl Timing {
         self.peers.keys().map(|p| (*p, probe)).collect()
     }
 
-    /// A probe or echo from `from`: the echo to send back, if any. What it
+    /// A probe or echo from `from`: the echo to send back, if any. `at`
+    /// is when the driver received it and when it hands it over (the
+    /// node's clock), if it knows; else both are the last tick. What it
     /// reports or measures may change the scale ([`Timing::scale`]).
-    pub(crate) fn on_probe(&mut self, from: ReplicaId, probe: Probe) -> Option<Probe> {
+    pub(crate) fn on_probe(
+        &mut self,
+        from: ReplicaId,
+        probe: Probe,
+        at: Option<Receipt>,
+    ) -> Option<Probe> {
         let now = self.now_us;
+        // Measured to the receipt: the time the frame then waited in this
+        // node's queue is not the link's.
+        let (arrived, handled) = at.map_or((now, now), |r| {
+            (r.received_us.min(r.handled_us), r.handled_us)
+        });
         let peer = self.peers.get_mut(&from)?;
         if peer.heard_us.is_some() && !peer.live(now) {
             peer.samples.clear();
@@ -222,7 +253,7 @@ impl Timing {
         // the stall.
         let queued = peer.back_us.is_some_and(|back| probe.stamp_us <= back)
             || self.stall_ended_us.is_some_and(|s| probe.stamp_us <= s);
-        let rtt = now
+        let rtt = arrived
             .checked_sub(probe.stamp_us)
             .filter(|rtt| probe.echo && !queued && *rtt <= SAMPLE_MAX_US);
         if let Some(rtt) = rtt {
@@ -239,8 +270,14 @@ impl Timing {
         let just_stalled = self
             .stall_ended_us
             .is_some_and(|s| now < s.saturating_add(stall_us));
+        // The echo's stamp is the probe's moved on by the time the probe
+        // waited here before its echo: the prober, measuring from the
+        // stamp, does not count this node's queue either. The stamp is the
+        // prober's clock plus a duration, never compared with this node's
+        // clock.
+        let held = handled - arrived;
         (!probe.echo && !just_stalled).then(|| Probe {
-            stamp_us: probe.stamp_us,
+            stamp_us: probe.stamp_us.saturating_add(held),
             echo: true,
             rtt_us: self.own_rtt_us(),
         })
@@ -316,7 +353,7 @@ mod tests {
             echo: true,
             rtt_us: 0,
         };
-        assert_eq!(t.on_probe(from, echo), None);
+        assert_eq!(t.on_probe(from, echo, None), None);
     }
 
     #[test]
@@ -345,7 +382,9 @@ mod tests {
             echo: false,
             rtt_us: 400_000,
         };
-        let echo = t.on_probe(ReplicaId(3), probe).expect("a probe is echoed");
+        let echo = t
+            .on_probe(ReplicaId(3), probe, None)
+            .expect("a probe is echoed");
         assert!(echo.echo && echo.stamp_us == 5 && echo.rtt_us == 240_000);
         assert_eq!(t.scale(), 16);
     }
@@ -389,7 +428,7 @@ mod tests {
             echo: false,
             rtt_us: 3_000_000,
         };
-        t.on_probe(ReplicaId(3), report);
+        t.on_probe(ReplicaId(3), report, None);
         assert_eq!(t.scale(), 120);
         // Replica 2 goes on answering; replica 3 stays silent.
         for _ in 0..12 {
@@ -421,7 +460,7 @@ mod tests {
                 echo: true,
                 rtt_us: 0,
             };
-            t.on_probe(ReplicaId(2), echo);
+            t.on_probe(ReplicaId(2), echo, None);
         }
         assert_eq!(t.status().own_rtt_us, 0, "no sample from the queue");
         assert_eq!(t.scale(), 1);
@@ -452,7 +491,7 @@ mod tests {
             echo: true,
             rtt_us: 0,
         };
-        assert_eq!(t.on_probe(ReplicaId(2), late_echo), None);
+        assert_eq!(t.on_probe(ReplicaId(2), late_echo, None), None);
         // Nor is the echo of a probe stamped at the tick of the turn that
         // stalled.
         let same_turn = Probe {
@@ -460,7 +499,7 @@ mod tests {
             ..late_echo
         };
         t.tick(850_000);
-        assert_eq!(t.on_probe(ReplicaId(2), same_turn), None);
+        assert_eq!(t.on_probe(ReplicaId(2), same_turn, None), None);
         assert_eq!(t.status().own_rtt_us, 1_000, "the stall is no sample");
         assert_eq!(t.scale(), 1);
         // A peer's probe handled soon after the stall may have waited here:
@@ -471,19 +510,73 @@ mod tests {
             echo: false,
             rtt_us: 0,
         };
-        assert_eq!(t.on_probe(ReplicaId(2), probe), None);
+        assert_eq!(t.on_probe(ReplicaId(2), probe, None), None);
         t.tick(810_000);
-        assert_eq!(t.on_probe(ReplicaId(2), probe), None);
+        assert_eq!(t.on_probe(ReplicaId(2), probe, None), None);
         for now in (820_000..=900_000).step_by(10_000) {
             t.tick(now);
         }
-        assert!(t.on_probe(ReplicaId(2), probe).is_some());
+        assert!(t.on_probe(ReplicaId(2), probe, None).is_some());
         // Probes sent after the stall are measured.
         t.tick(1_000_000);
         echo_after(&mut t, ReplicaId(2), 2_000);
         assert_eq!(t.status().own_rtt_us, 1_000);
         echo_after(&mut t, ReplicaId(2), 3_000);
         assert_eq!(t.status().own_rtt_us, 2_000);
+    }
+
+    /// Frames that waited in a node's queue (a busy loop that still turns
+    /// in short turns: no stall) are measured to their receipt, at both
+    /// ends: a 2 ms link stays a 2 ms link while each end's queue holds
+    /// frames for 400 ms.
+    #[test]
+    fn a_frame_that_waited_in_the_queue_is_measured_to_its_receipt() {
+        // The echoing end: a probe stamped 50 by the prober's clock,
+        // received here at 1_000, handled at 401_000 (after the tick at
+        // 390_000).
+        let mut echoer = Timing::new(10_000, 10, 2, [ReplicaId(1)]);
+        echoer.tick(390_000);
+        let probe = Probe {
+            stamp_us: 50,
+            echo: false,
+            rtt_us: 0,
+        };
+        let at = |received_us, handled_us| {
+            Some(Receipt {
+                received_us,
+                handled_us,
+            })
+        };
+        let echo = echoer
+            .on_probe(ReplicaId(1), probe, at(1_000, 401_000))
+            .expect("echoed");
+        assert_eq!(echo.stamp_us, 50 + 400_000, "the hold moves the stamp on");
+        // Without a receipt time the hold is unknown: the stamp comes back
+        // as it went.
+        let plain = echoer.on_probe(ReplicaId(1), probe, None).expect("echoed");
+        assert_eq!(plain.stamp_us, 50);
+
+        // The probing end: it sent at 0; the echo left the peer (stamp
+        // moved on by the peer's 400 ms hold), arrived here at 402_000 and
+        // waited behind 400 ms of frames: 2 ms of network in all.
+        let mut prober = Timing::new(10_000, 10, 2, [ReplicaId(2)]);
+        prober.tick(0);
+        prober.tick(802_000);
+        let echo = Probe {
+            stamp_us: 400_000,
+            echo: true,
+            rtt_us: 0,
+        };
+        assert_eq!(
+            prober.on_probe(ReplicaId(2), echo, at(402_000, 802_500)),
+            None
+        );
+        assert_eq!(prober.status().own_rtt_us, 2_000);
+        assert_eq!(prober.scale(), 1);
+        // Handled without its receipt time, the same echo is 402 ms.
+        prober.on_probe(ReplicaId(2), echo, None);
+        prober.on_probe(ReplicaId(2), echo, None);
+        assert_eq!(prober.status().own_rtt_us, 402_000);
     }
 
     #[test]
@@ -498,9 +591,9 @@ mod tests {
             echo: true,
             rtt_us: 0,
         };
-        assert_eq!(t.on_probe(ReplicaId(2), echo), None);
+        assert_eq!(t.on_probe(ReplicaId(2), echo, None), None);
         assert_eq!(t.status().own_rtt_us, 0);
         // Probes from strangers are ignored.
-        assert_eq!(t.on_probe(ReplicaId(9), echo), None);
+        assert_eq!(t.on_probe(ReplicaId(9), echo, None), None);
     }
 }

@@ -140,13 +140,7 @@ impl<S: CabStorage> Node<S> {
                 self.cab
                     .on_message(from, m, &|id| replica.holds_payloads(id));
             }
-            PeerMessage::Probe(p) => {
-                if let Some(echo) = self.timing.on_probe(from, p) {
-                    self.outbox.push((from, PeerMessage::Probe(echo)));
-                }
-                self.cab.set_tick_scale(self.timing.scale());
-                self.gossip.set_tick_scale(self.timing.scale());
-            }
+            PeerMessage::Probe(p) => self.on_probe(from, p, None),
             PeerMessage::Snapshot(m) => self.on_snapshot(from, m),
             PeerMessage::Stable(s) => {
                 if self.membership.accepts(from) {
@@ -155,6 +149,21 @@ impl<S: CabStorage> Node<S> {
             }
         }
         self.turn();
+    }
+
+    /// A link probe or echo from `from`, with its receipt when the driver
+    /// knows it (see [`Node::on_frame_at`]).
+    fn on_probe(
+        &mut self,
+        from: ReplicaId,
+        probe: creek_wire::Probe,
+        at: Option<crate::timing::Receipt>,
+    ) {
+        if let Some(echo) = self.timing.on_probe(from, probe, at) {
+            self.outbox.push((from, PeerMessage::Probe(echo)));
+        }
+        self.cab.set_tick_scale(self.timing.scale());
+        self.gossip.set_tick_scale(self.timing.scale());
     }
 
     /// Let `peer`'s ops up to `floor` arrive in any order (a loose range).
@@ -174,6 +183,39 @@ impl<S: CabStorage> Node<S> {
         frame: &Bytes,
     ) -> Result<(), creek_wire::DecodeError> {
         match creek_wire::decode_bytes(frame, &self.limits) {
+            Ok(msg) => {
+                self.on_message(from, msg);
+                Ok(())
+            }
+            Err(e) => {
+                self.refused_frames += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Node::on_frame`] for a frame the driver read whole at `received_us`
+    /// and hands over only at `now_us` (the node's clock), after it waited
+    /// in the driver's queue: a link probe's round trip is measured to its
+    /// receipt, and an echo says how long the probe waited here, so
+    /// neither end's queue counts as the network ([`crate::timing`]).
+    pub fn on_frame_at(
+        &mut self,
+        from: ReplicaId,
+        frame: &Bytes,
+        received_us: u64,
+        now_us: u64,
+    ) -> Result<(), creek_wire::DecodeError> {
+        match creek_wire::decode_bytes(frame, &self.limits) {
+            Ok(PeerMessage::Probe(p)) => {
+                let at = crate::timing::Receipt {
+                    received_us,
+                    handled_us: now_us,
+                };
+                self.on_probe(from, p, Some(at));
+                self.turn();
+                Ok(())
+            }
             Ok(msg) => {
                 self.on_message(from, msg);
                 Ok(())

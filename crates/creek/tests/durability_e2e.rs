@@ -144,7 +144,9 @@ async fn a_replica_running_its_recovered_ops_again_keeps_answering() {
                     &[Value::List(keys.collect()), Value::List(values.collect())],
                     &[pb::Level::Weak],
                 );
-                call(&mut c, r, Duration::from_secs(30)).await.expect("weak mput");
+                call(&mut c, r, Duration::from_secs(30))
+                    .await
+                    .expect("weak mput");
             }
         });
     }
@@ -186,13 +188,21 @@ async fn a_replica_running_its_recovered_ops_again_keeps_answering() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(seen_recovering, "the recovery ended before the first status");
+    assert!(
+        seen_recovering,
+        "the recovery ended before the first status"
+    );
     assert!(refused > 0);
     // A loaded CI machine runs a 2-core cluster: a bound well above a
     // turn's budget, well below the seconds a recovery takes.
-    assert!(longest_gap < Duration::from_secs(2), "status silent {longest_gap:?}");
+    assert!(
+        longest_gap < Duration::from_secs(2),
+        "status silent {longest_gap:?}"
+    );
 
     let put = req("kv.put", &[b("r/after"), b("y")], &[pb::Level::Weak]);
-    let views = call(&mut c, put, Duration::from_secs(10)).await.expect("taken again");
+    let views = call(&mut c, put, Duration::from_secs(10))
+        .await
+        .expect("taken again");
     assert!(common::result(&views).is_ok(), "{views:?}");
 }

@@ -146,8 +146,11 @@ pub(crate) async fn attempt(
     } else {
         !record.views.is_empty()
     };
+    // A restarted replica refuses calls while it runs its recovered ops
+    // again: not serving yet, as before its start.
+    let recovering = matches!(&ended, Ok(Err(why)) if why.contains(RECOVERING));
     let mut state = world.lock();
-    if !op.strong && serving {
+    if !op.strong && serving && !recovering {
         let answered = match ended {
             _ if !record.views.is_empty() => Ok(()),
             Ok(Err(why)) => Err(why),
@@ -162,6 +165,10 @@ pub(crate) async fn attempt(
     }
     done
 }
+
+/// What a replica's refusal says while it runs its recovered ops again
+/// (creek-server's node loop).
+const RECOVERING: &str = "ops it recovered from its data directory again";
 
 /// A client's Rust clients, one per replica it sent to (each connected to
 /// that replica alone: the chaos client chooses where its ops go).

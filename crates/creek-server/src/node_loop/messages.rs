@@ -24,6 +24,9 @@ pub enum Event {
         from: creek_core::ReplicaId,
         /// The frame, as received.
         frame: Bytes,
+        /// When the transport had read it whole (it may wait in the
+        /// loop's queue after that).
+        received: std::time::Instant,
     },
     /// The persister failed (the message is in `Durability`).
     DiskFailure,

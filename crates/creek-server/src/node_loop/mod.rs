@@ -455,19 +455,30 @@ impl NodeLoop {
     /// does (each is at least the one before plus one), a restart after
     /// the wall clock was set back included.
     fn now_us(&self) -> u64 {
+        self.clock_at(Instant::now())
+    }
+
+    /// The node's clock at `instant` (the loop's start for an instant
+    /// before it).
+    fn clock_at(&self, instant: Instant) -> u64 {
         let (wall_us, at) = self.epoch;
-        wall_us.saturating_add(at.elapsed().as_micros() as u64)
+        wall_us.saturating_add(instant.saturating_duration_since(at).as_micros() as u64)
     }
 
     fn handle(&mut self, event: Event) {
         match event {
             Event::Invoke(inv) => self.invoke(inv),
-            Event::Frame { from, frame } => {
+            Event::Frame {
+                from,
+                frame,
+                received,
+            } => {
                 // The frame may answer one the persister's callback released:
                 // consensus must count the write that released it first (a
                 // candidate's votes come back only after its own write).
                 self.node.on_durable(self.durability.durable());
-                if let Err(e) = self.node.on_frame(from, &frame) {
+                let (received_us, now_us) = (self.clock_at(received), self.now_us());
+                if let Err(e) = self.node.on_frame_at(from, &frame, received_us, now_us) {
                     self.log_malformed_frame(from, &e);
                 }
             }
@@ -573,12 +584,20 @@ impl NodeLoop {
             metrics.procedures.finished(label, strong, outcome, None);
         };
         if let Some((ops, _)) = self.recovering {
-            refused(&self.metrics, &telemetry_name(&inv.request.call), "rejected");
-            let _ = inv.reply.send(Reply::Rejected(creek_core::InvokeError::NotServing(format!(
-                "replica {} is running the {ops} ops it recovered from its data directory \
+            refused(
+                &self.metrics,
+                &telemetry_name(&inv.request.call),
+                "rejected",
+            );
+            let _ = inv
+                .reply
+                .send(Reply::Rejected(creek_core::InvokeError::NotServing(
+                    format!(
+                        "replica {} is running the {ops} ops it recovered from its data directory \
                  again; retry at another replica",
-                self.node.id()
-            ))));
+                        self.node.id()
+                    ),
+                )));
             return;
         }
         if let Some(who) = &inv.principal {

@@ -312,7 +312,13 @@ async fn inbound_conn(stream: TcpStream, remote: SocketAddr, open: Open) {
             Verdict::Pass(_) => {}
         }
         ctx.stats.frames_received.fetch_add(1, Ordering::Relaxed);
-        if ctx.events.send(Event::Frame { from, frame }).await.is_err() {
+        let received = std::time::Instant::now();
+        let event = Event::Frame {
+            from,
+            frame,
+            received,
+        };
+        if ctx.events.send(event).await.is_err() {
             return; // the node loop has stopped
         }
     }

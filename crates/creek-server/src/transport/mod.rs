@@ -719,7 +719,10 @@ mod tests {
                 .await
                 .expect("every frame arrives")
                 .expect("the transport runs");
-            let Event::Frame { from, frame: got } = event else {
+            let Event::Frame {
+                from, frame: got, ..
+            } = event
+            else {
                 panic!("only frames are sent")
             };
             assert_eq!(from, a);
