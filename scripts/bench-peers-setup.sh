@@ -7,16 +7,26 @@
 #     shared with scripts/bench-etcd.sh);
 #   - a `protoc` for the build of the `etcd-client` crate (feature `peers`):
 #     the one on PATH, else the workspace's vendored one (protoc-bin-vendored).
-# Prints on stdout only `export` lines for the build and the command, so
+#     A protoc of version 3.x is exported as PROTOC; a newer one (the vendored
+#     libprotoc is 30+) is put first on PATH instead and PROTOC unset:
+#     `raft-proto`'s build script (protobuf-build 0.14) panics on a PROTOC it
+#     cannot use ("PROTOC version not usable") but passes over a `protoc` on
+#     PATH it cannot use and takes its bundled one, while etcd-client's
+#     build (prost-build) takes either.
+# Prints on stdout only `export`/`unset` lines for the build and the
+# command, so
 #
 #   eval "$(scripts/bench-peers-setup.sh)"
 #   cargo run --release -p creek --features peers -- bench peers
 #
 # Progress and errors go to stderr. Running it again only checks.
 # Environment: ETCD_VERSION, ETCD_BENCH_CACHE, ETCD_SRC (see the helper).
-# Not run by CI.
+# `--protoc-only` finds the protoc alone (what CI does before it builds
+# the feature in a clean target directory; it runs no peer).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+protoc_only=false
+[[ ${1:-} == --protoc-only ]] && protoc_only=true
 
 log() { echo "bench-peers-setup: $*" >&2; }
 die() { log "$*" && exit 1; }
@@ -56,6 +66,7 @@ pg_bindir() {
   fi
 }
 
+if ! $protoc_only; then
 missing=()
 [[ -n $(pg_bindir) ]] || missing+=(postgresql)
 command -v redis-server >/dev/null || missing+=(redis-server)
@@ -80,6 +91,7 @@ source "$ROOT/scripts/lib/etcd-build.sh"
 etcd_ensure_binaries etcd || die "building etcd $ETCD_VERSION failed"
 ETCD=$ETCD_BIN_DIR/etcd
 log "$("$ETCD" --version | tr '\n' ' ')"
+fi
 
 # ---------------------------------------------------------------- protoc --
 # etcd-client generates its gRPC code at build time and asks for `protoc`.
@@ -108,9 +120,16 @@ for p in found:
 ') || true
   [[ -n $protoc ]] || die "no protoc: neither on PATH nor vendored by the workspace (cargo metadata found none that runs); install Debian's protobuf-compiler"
 fi
-log "protoc: $protoc ($("$protoc" --version))"
+version=$("$protoc" --version)
+log "protoc: $protoc ($version)"
 
-printf 'export PROTOC=%q\n' "$protoc"
+if [[ $version =~ ^libprotoc\ 3\. ]]; then
+  printf 'export PROTOC=%q\n' "$protoc"
+else
+  printf 'unset PROTOC\n'
+  printf 'export PATH=%q:"$PATH"\n' "$(dirname "$protoc")"
+fi
+$protoc_only && exit 0
 printf 'export CREEK_BENCH_ETCD=%q\n' "$ETCD"
 printf 'export CREEK_BENCH_PG_BIN=%q\n' "$PG_BIN"
 printf 'export CREEK_BENCH_REDIS=%q\n' "$REDIS"

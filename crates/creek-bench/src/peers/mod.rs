@@ -307,14 +307,16 @@ fn peer(
 
 /// The ratios of the summary line, for the systems in `results`: Creek's
 /// strong p50 to etcd's put p50 and to PostgreSQL's write p50, Creek's
-/// strong throughput at 64 clients to etcd's, and Creek's weak p50 to
-/// Redis' SET p50. A ratio whose systems did not both run is left out; one
-/// whose numbers are missing (no 64-client point) or zero is `null`.
+/// strong throughput at 64 clients to etcd's, and Creek's weak p50, p99
+/// and throughput at 64 clients to Redis' SET's. A ratio whose systems did
+/// not both run is left out; one whose numbers are missing (no 64-client
+/// point) or zero is `null`.
 fn ratios(results: &Map<String, Value>) -> Map<String, Value> {
     const P50: &[&str] = &["p50_us"];
+    const P99: &[&str] = &["p99_us"];
     const OPS64: &[&str] = &["throughput_ops_per_sec", "clients_64"];
     // (ratio, Creek's level, peer, peer's measurement, the number in each)
-    let defs: [(&str, &str, &str, &str, &[&str]); 4] = [
+    let defs: [(&str, &str, &str, &str, &[&str]); 6] = [
         ("strong_p50_vs_etcd_put_p50", "strong", "etcd", "put", P50),
         (
             "strong_p50_vs_pg_write_p50",
@@ -325,6 +327,8 @@ fn ratios(results: &Map<String, Value>) -> Map<String, Value> {
         ),
         ("strong_ops64_vs_etcd_ops64", "strong", "etcd", "put", OPS64),
         ("weak_p50_vs_redis_set_p50", "weak", "redis", "set", P50),
+        ("weak_p99_vs_redis_set_p99", "weak", "redis", "set", P99),
+        ("weak_ops64_vs_redis_ops64", "weak", "redis", "set", OPS64),
     ];
     let mut out = Map::new();
     for (name, level, peer, measurement, path) in defs {
@@ -341,6 +345,38 @@ fn ratios(results: &Map<String, Value>) -> Map<String, Value> {
             _ => Value::Null,
         };
         out.insert(name.into(), ratio);
+    }
+    out
+}
+
+/// Where Creek means to be against its peers (docs/bench/peers.md,
+/// "Targets"): (ratio, at most, at least).
+const TARGETS: [(&str, Option<f64>, Option<f64>); 5] = [
+    ("weak_p50_vs_redis_set_p50", Some(1.5), None),
+    ("weak_p99_vs_redis_set_p99", Some(3.0), None),
+    ("weak_ops64_vs_redis_ops64", None, Some(0.5)),
+    ("strong_p50_vs_etcd_put_p50", Some(0.5), None),
+    ("strong_ops64_vs_etcd_ops64", None, Some(2.0)),
+];
+
+/// The summary line's `targets`: for each target whose ratio was formed,
+/// the ratio, the target (`"<= 1.5"`, `">= 2"`) and whether it was met
+/// (`null` when the ratio is).
+fn targets(ratios: &Map<String, Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (name, at_most, at_least) in TARGETS {
+        let Some(ratio) = ratios.get(name) else {
+            continue;
+        };
+        let (target, met) = match (at_most, at_least) {
+            (Some(max), _) => (format!("<= {max}"), ratio.as_f64().map(|r| r <= max)),
+            (None, Some(min)) => (format!(">= {min}"), ratio.as_f64().map(|r| r >= min)),
+            (None, None) => continue,
+        };
+        out.insert(
+            name.into(),
+            json!({"ratio": ratio, "target": target, "met": met}),
+        );
     }
     out
 }
@@ -480,7 +516,9 @@ pub fn run(args: &Args) -> Result<(), String> {
         results.insert(system.clone(), line);
     }
     let mut summary = Map::new();
-    summary.insert("ratios".into(), Value::Object(ratios(&results)));
+    let ratios = ratios(&results);
+    summary.insert("targets".into(), Value::Object(targets(&ratios)));
+    summary.insert("ratios".into(), Value::Object(ratios));
     summary.extend(results);
     crate::print_report(&Value::Object(summary), args.json)
 }
@@ -521,7 +559,29 @@ mod tests {
         assert_eq!(r["strong_p50_vs_pg_write_p50"], json!(0.5));
         assert_eq!(r["strong_ops64_vs_etcd_ops64"], json!(1.5));
         assert_eq!(r["weak_p50_vs_redis_set_p50"], json!(4.0));
-        assert_eq!(r.len(), 4);
+        assert_eq!(r["weak_p99_vs_redis_set_p99"], json!(4.0));
+        assert_eq!(r["weak_ops64_vs_redis_ops64"], json!(0.5));
+        assert_eq!(r.len(), 6);
+    }
+
+    #[test]
+    fn targets_say_whether_each_ratio_meets_its_bound() {
+        let t = targets(&ratios(&results(&SYSTEMS, true)));
+        assert_eq!(t.len(), 5);
+        let met = |name: &str| t[name]["met"].clone();
+        // Weak p50 4.0 against <= 1.5: missed; weak throughput 0.5 against
+        // >= 0.5: met (the bound is inclusive).
+        assert_eq!(met("weak_p50_vs_redis_set_p50"), json!(false));
+        assert_eq!(t["weak_p50_vs_redis_set_p50"]["target"], json!("<= 1.5"));
+        assert_eq!(met("weak_ops64_vs_redis_ops64"), json!(true));
+        assert_eq!(t["strong_ops64_vs_etcd_ops64"]["target"], json!(">= 2"));
+        assert_eq!(met("strong_ops64_vs_etcd_ops64"), json!(false));
+        // Without a 64-client point the throughput targets are unknown.
+        let t = targets(&ratios(&results(&SYSTEMS, false)));
+        assert_eq!(t["strong_ops64_vs_etcd_ops64"]["met"], Value::Null);
+        assert_eq!(t["weak_p50_vs_redis_set_p50"]["met"], json!(false));
+        // Only Creek: no target can be judged.
+        assert!(targets(&ratios(&results(&["creek"], true))).is_empty());
     }
 
     #[test]
@@ -529,7 +589,14 @@ mod tests {
         assert!(ratios(&results(&["creek"], true)).is_empty());
         assert!(ratios(&results(&["etcd", "postgres", "redis"], true)).is_empty());
         let r = ratios(&results(&["creek", "redis"], true));
-        assert_eq!(r.keys().collect::<Vec<_>>(), ["weak_p50_vs_redis_set_p50"]);
+        assert_eq!(
+            r.keys().collect::<Vec<_>>(),
+            [
+                "weak_ops64_vs_redis_ops64",
+                "weak_p50_vs_redis_set_p50",
+                "weak_p99_vs_redis_set_p99"
+            ]
+        );
     }
 
     #[test]
