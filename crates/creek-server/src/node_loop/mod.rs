@@ -354,7 +354,7 @@ impl NodeLoop {
             let events_done = began.elapsed();
             self.execute(began);
             let executed = began.elapsed();
-            self.flush();
+            self.flush(began);
             self.turns.timed(began, handled, events_done, executed);
             // A turn this long held every probe and echo it handled: the
             // link timing must not take it for the network.
@@ -885,7 +885,7 @@ impl NodeLoop {
     }
 
     /// End of a turn: carry out the node's `Ready`.
-    fn flush(&mut self) {
+    fn flush(&mut self, began: Instant) {
         let durable = self.durability.durable();
         // Paired with the persister, which reports only writes it took (and
         // asserts that they come in write order).
@@ -937,6 +937,7 @@ impl NodeLoop {
             mpo: self.mpo.link.as_ref(),
             mpo_sender: self.mpo.link.is_some()
                 && self.node.cab().leader().is_none_or(|l| l == self.node.id()),
+            echoes_until: began + Duration::from_micros(self.node.stall_us()),
         };
         self.node.drive(&mut turn);
         let group = turn.group.take();
@@ -1011,7 +1012,7 @@ impl NodeLoop {
     /// The requested stop: make everything durable. A write failing now is
     /// still a disk failure: not everything acknowledged may be on disk.
     fn stop(&mut self) -> Result<(), Fatal> {
-        self.flush();
+        self.flush(Instant::now());
         let mut result = Ok(());
         if let Some(p) = self.persister.take() {
             if let Err(e) = p.close() {

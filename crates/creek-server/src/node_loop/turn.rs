@@ -143,12 +143,22 @@ pub(super) struct Turn<'a> {
     pub mpo: Option<&'a Arc<crate::mpo::Link>>,
     /// Whether this replica sends its shard's reads (see `Driver::mpo`).
     pub mpo_sender: bool,
+    /// Echoes of link probes are not sent past this instant: an echo made
+    /// early in a turn that then stalled would carry the stall to the
+    /// prober as a round trip (`creek_node::timing`: a stalled replica
+    /// neither measures nor reports its stall). The prober's next probe is
+    /// due 200 ms later.
+    pub echoes_until: Instant,
 }
 
 impl Turn<'_> {
     fn encode(&self, messages: Vec<(ReplicaId, PeerMessage)>) -> Vec<(ReplicaId, Bytes)> {
         let mut frames = Vec::with_capacity(messages.len());
+        let echoes = Instant::now() <= self.echoes_until;
         for (to, msg) in messages {
+            if !echoes && matches!(msg, PeerMessage::Probe(p) if p.echo) {
+                continue;
+            }
             match creek_wire::encode(&msg, &self.limits) {
                 Ok(frame) => frames.push((to, frame)),
                 Err(e) => tracing::warn!(%to, error = %e, "dropping an unencodable peer message"),
