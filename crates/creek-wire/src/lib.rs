@@ -23,8 +23,8 @@ pub mod codec;
 
 pub use checkpoint::{decode_directory, encode_directory, CheckpointError};
 pub use codec::{
-    decode, decode_bytes, decode_op, encode, encode_op, encoded_len, DecodeError, EncodeError,
-    Limit, Limits, LimitsError, WIRE_VERSION,
+    decode, decode_bytes, decode_op, encode, encode_op, encoded_len, frame_kind, DecodeError,
+    EncodeError, Limit, Limits, LimitsError, WIRE_VERSION,
 };
 
 /// One replica-to-replica message.

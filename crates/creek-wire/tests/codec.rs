@@ -9,9 +9,9 @@ use creek_core::{Addrs, Directory, Dvv, Op, OpId, ReplicaId, Timestamp};
 use creek_types::ClientRequestId;
 use creek_types::ProcCall;
 use creek_wire::{
-    decode, decode_bytes, decode_op, encode, encode_op, encoded_len, CabMessage, DecodeError,
-    EncodeError, GossipMessage, Hello, Limit, Limits, LimitsError, MemberState, PeerMessage, Probe,
-    SnapshotChunk, SnapshotMessage, WIRE_VERSION,
+    decode, decode_bytes, decode_op, encode, encode_op, encoded_len, frame_kind, CabMessage,
+    DecodeError, EncodeError, GossipMessage, Hello, Limit, Limits, LimitsError, MemberState,
+    PeerMessage, Probe, SnapshotChunk, SnapshotMessage, WIRE_VERSION,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -302,6 +302,20 @@ proptest! {
         prop_assert_eq!(frame.first(), Some(&WIRE_VERSION));
         prop_assert_eq!(decode(&frame, &limits()), Ok(msg.clone()));
         let shared = decode_bytes(&frame, &limits());
+        // The frame's kind names its message without decoding it.
+        let kind = match &msg {
+            PeerMessage::Gossip(GossipMessage::Ops(_)) => "ops",
+            PeerMessage::Gossip(GossipMessage::Digest { .. }) => "digest",
+            PeerMessage::Gossip(GossipMessage::Pull { .. }) => "pull",
+            PeerMessage::Cab(CabMessage::Raft(_)) => "raft",
+            PeerMessage::Cab(CabMessage::Forward { .. }) => "forward",
+            PeerMessage::Cab(CabMessage::Compact { .. }) => "compact",
+            PeerMessage::Probe(_) => "probe",
+            PeerMessage::Stable(_) => "stable",
+            PeerMessage::Hello(_) => "hello",
+            PeerMessage::Snapshot(_) => "snapshot",
+        };
+        prop_assert_eq!(frame_kind(&frame), kind);
         prop_assert_eq!(&shared, &Ok(msg));
         // Byte strings decoded from a `Bytes` frame point into it.
         let range = frame.as_ptr_range();

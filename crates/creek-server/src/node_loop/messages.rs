@@ -14,6 +14,22 @@ pub use crate::call::answer::{Gone, Reply};
 /// Where a checkpoint asked for goes: it and the cluster's id, or `None`.
 pub type CheckpointReply = oneshot::Sender<Option<(creek_core::Checkpoint, u64)>>;
 
+impl Event {
+    /// Its kind, for the account of what a turn's events cost: a peer
+    /// frame by its message kind (`creek_wire::frame_kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Invoke(_) => "invoke",
+            Event::Frame { frame, .. } => creek_wire::frame_kind(frame),
+            Event::Tick => "tick",
+            Event::Durable | Event::DiskFailure => "disk",
+            Event::Mpo(..) => "mpo",
+            Event::Watch(..) | Event::Committed { .. } => "watch",
+            _ => "admin",
+        }
+    }
+}
+
 /// What the node loop reacts to.
 pub enum Event {
     /// A client invocation.

@@ -338,14 +338,14 @@ impl NodeLoop {
             let began = Instant::now();
             let mut handled = 0;
             if let Some(event) = event {
-                self.handle(event);
+                self.handle_timed(event);
                 handled += 1;
             }
             // Group everything already queued into this turn.
             for _ in 0..4096 {
                 match events.try_recv() {
                     Ok(event) => {
-                        self.handle(event);
+                        self.handle_timed(event);
                         handled += 1;
                     }
                     Err(_) => break,
@@ -463,6 +463,14 @@ impl NodeLoop {
     fn clock_at(&self, instant: Instant) -> u64 {
         let (wall_us, at) = self.epoch;
         wall_us.saturating_add(instant.saturating_duration_since(at).as_micros() as u64)
+    }
+
+    /// [`NodeLoop::handle`], its cost counted by kind for the slow-turn
+    /// report.
+    fn handle_timed(&mut self, event: Event) {
+        let (kind, began) = (event.kind(), Instant::now());
+        self.handle(event);
+        self.turns.event(kind, began.elapsed());
     }
 
     fn handle(&mut self, event: Event) {

@@ -29,9 +29,34 @@ pub(super) struct SlowTurns {
     slow: u64,
     longest: Duration,
     logs: Throttle,
+    /// What this turn's events cost so far, by kind: (kind, events, time).
+    kinds: Vec<(&'static str, u32, Duration)>,
 }
 
 impl SlowTurns {
+    /// An event of `kind` took `took` to handle.
+    pub(super) fn event(&mut self, kind: &'static str, took: Duration) {
+        match self.kinds.iter_mut().find(|(k, _, _)| *k == kind) {
+            Some((_, n, t)) => {
+                *n += 1;
+                *t += took;
+            }
+            None => self.kinds.push((kind, 1, took)),
+        }
+    }
+
+    /// The three kinds of event that cost the most, `kind ×n in t ms`.
+    fn costliest(&mut self) -> String {
+        self.kinds.sort_by(|a, b| b.2.cmp(&a.2));
+        let top: Vec<String> = self
+            .kinds
+            .iter()
+            .take(3)
+            .map(|(k, n, t)| format!("{k} ×{n} in {} ms", t.as_millis()))
+            .collect();
+        top.join(", ")
+    }
+
     /// A turn that began at `began` took its `handled` events in
     /// `events`, and ran its executions by `executed`; its end (the
     /// flush: consensus, gossip, the writes handed over, the answers
@@ -45,8 +70,11 @@ impl SlowTurns {
     ) {
         let took = began.elapsed();
         if took < SLOW_TURN {
+            self.kinds.clear();
             return;
         }
+        let costliest = self.costliest();
+        self.kinds.clear();
         self.slow += 1;
         self.longest = self.longest.max(took);
         if let Some(n) = self.logs.admit(Instant::now()) {
@@ -56,6 +84,7 @@ impl SlowTurns {
                 events_ms = events.as_millis() as u64,
                 execute_ms = executed.saturating_sub(events).as_millis() as u64,
                 flush_ms = took.saturating_sub(executed).as_millis() as u64,
+                costliest_events = %costliest,
                 "a turn of the node loop held every call and peer of this replica{}",
                 unlogged(n, "the status counter slow_turns")
             );
@@ -446,6 +475,29 @@ impl NodeLoop {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_slow_turn_names_its_costliest_kinds_of_event() {
+        let mut t = SlowTurns::default();
+        let ms = Duration::from_millis;
+        for (kind, took) in [
+            ("ops", 30),
+            ("tick", 1),
+            ("raft", 5),
+            ("ops", 40),
+            ("probe", 2),
+        ] {
+            t.event(kind, ms(took));
+        }
+        t.event("invoke", ms(3));
+        assert_eq!(
+            t.costliest(),
+            "ops ×2 in 70 ms, raft ×1 in 5 ms, invoke ×1 in 3 ms"
+        );
+        // A turn's account starts afresh after it is timed.
+        t.timed(Instant::now(), 6, ms(0), ms(0));
+        assert!(t.kinds.is_empty());
+    }
     use super::*;
 
     /// A turn under the bound is not counted; one over it is, and the

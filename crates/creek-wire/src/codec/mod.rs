@@ -132,6 +132,25 @@ use crate::{
 /// Version of the frame format, the first byte of every frame.
 pub const WIRE_VERSION: u8 = 2;
 
+/// The name of the message kind an encoded frame holds, read from its
+/// second byte without decoding it (for accounting: what a node loop spent
+/// its time on); `"unknown"` for a frame too short or of no known kind.
+pub fn frame_kind(frame: &[u8]) -> &'static str {
+    match frame.get(1).copied() {
+        Some(KIND_OPS) => "ops",
+        Some(KIND_DIGEST) => "digest",
+        Some(KIND_PULL) => "pull",
+        Some(KIND_RAFT) => "raft",
+        Some(KIND_FORWARD) => "forward",
+        Some(KIND_COMPACT) => "compact",
+        Some(KIND_PROBE | KIND_PROBE_ECHO) => "probe",
+        Some(KIND_STABLE) => "stable",
+        Some(KIND_HELLO | KIND_HELLO_REPLY) => "hello",
+        Some(KIND_SNAPSHOT_FETCH | KIND_SNAPSHOT_CHUNK | KIND_SNAPSHOT_REFUSED) => "snapshot",
+        _ => "unknown",
+    }
+}
+
 const KIND_OPS: u8 = 0x01;
 const KIND_DIGEST: u8 = 0x02;
 const KIND_PULL: u8 = 0x03;
