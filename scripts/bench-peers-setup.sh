@@ -67,30 +67,30 @@ pg_bindir() {
 }
 
 if ! $protoc_only; then
-missing=()
-[[ -n $(pg_bindir) ]] || missing+=(postgresql)
-command -v redis-server >/dev/null || missing+=(redis-server)
-((${#missing[@]} == 0)) || apt_install "${missing[@]}"
-PG_BIN=$(pg_bindir)
-[[ -n $PG_BIN ]] || die "no PostgreSQL server found after installing it (initdb)"
-for t in initdb postgres pg_basebackup; do
-  [[ -x $PG_BIN/$t ]] || die "$PG_BIN/$t is missing"
-done
-REDIS=$(command -v redis-server) || die "no redis-server found after installing it"
-log "$("$PG_BIN/postgres" --version)"
-log "$("$REDIS" --version)"
-# PostgreSQL refuses to run as root: the benchmark then runs it as the
-# user the Debian package made.
-if [[ $(id -u) -eq 0 ]] && ! id postgres >/dev/null 2>&1; then
-  die "running as root, and there is no user 'postgres' to run PostgreSQL as (the Debian package makes one)"
-fi
+  missing=()
+  [[ -n $(pg_bindir) ]] || missing+=(postgresql)
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  ((${#missing[@]} == 0)) || apt_install "${missing[@]}"
+  PG_BIN=$(pg_bindir)
+  [[ -n $PG_BIN ]] || die "no PostgreSQL server found after installing it (initdb)"
+  for t in initdb postgres pg_basebackup; do
+    [[ -x $PG_BIN/$t ]] || die "$PG_BIN/$t is missing"
+  done
+  REDIS=$(command -v redis-server) || die "no redis-server found after installing it"
+  log "$("$PG_BIN/postgres" --version)"
+  log "$("$REDIS" --version)"
+  # PostgreSQL refuses to run as root: the benchmark then runs it as the
+  # user the Debian package made.
+  if [[ $(id -u) -eq 0 ]] && ! id postgres >/dev/null 2>&1; then
+    die "running as root, and there is no user 'postgres' to run PostgreSQL as (the Debian package makes one)"
+  fi
 
-# ----------------------------------------------------------------- etcd --
-# shellcheck source=lib/etcd-build.sh
-source "$ROOT/scripts/lib/etcd-build.sh"
-etcd_ensure_binaries etcd || die "building etcd $ETCD_VERSION failed"
-ETCD=$ETCD_BIN_DIR/etcd
-log "$("$ETCD" --version | tr '\n' ' ')"
+  # ----------------------------------------------------------------- etcd --
+  # shellcheck source=lib/etcd-build.sh
+  source "$ROOT/scripts/lib/etcd-build.sh"
+  etcd_ensure_binaries etcd || die "building etcd $ETCD_VERSION failed"
+  ETCD=$ETCD_BIN_DIR/etcd
+  log "$("$ETCD" --version | tr '\n' ' ')"
 fi
 
 # ---------------------------------------------------------------- protoc --
