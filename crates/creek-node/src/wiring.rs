@@ -182,16 +182,7 @@ impl<S: CabStorage> Node<S> {
         from: ReplicaId,
         frame: &Bytes,
     ) -> Result<(), creek_wire::DecodeError> {
-        match creek_wire::decode_bytes(frame, &self.limits) {
-            Ok(msg) => {
-                self.on_message(from, msg);
-                Ok(())
-            }
-            Err(e) => {
-                self.refused_frames += 1;
-                Err(e)
-            }
-        }
+        self.take_frame(from, frame, None)
     }
 
     /// [`Node::on_frame`] for a frame the driver read whole at `received_us`
@@ -206,13 +197,22 @@ impl<S: CabStorage> Node<S> {
         received_us: u64,
         now_us: u64,
     ) -> Result<(), creek_wire::DecodeError> {
+        let at = crate::timing::Receipt {
+            received_us,
+            handled_us: now_us,
+        };
+        self.take_frame(from, frame, Some(at))
+    }
+
+    fn take_frame(
+        &mut self,
+        from: ReplicaId,
+        frame: &Bytes,
+        at: Option<crate::timing::Receipt>,
+    ) -> Result<(), creek_wire::DecodeError> {
         match creek_wire::decode_bytes(frame, &self.limits) {
             Ok(PeerMessage::Probe(p)) => {
-                let at = crate::timing::Receipt {
-                    received_us,
-                    handled_us: now_us,
-                };
-                self.on_probe(from, p, Some(at));
+                self.on_probe(from, p, at);
                 self.turn();
                 Ok(())
             }
