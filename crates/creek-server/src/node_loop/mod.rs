@@ -129,9 +129,10 @@ pub struct LoopConfig {
     /// The node's stable-time interval (µs; 0: no stable times, and the
     /// status shows none).
     pub stable_every_us: u64,
-    /// How many ops the replica recovered from its data directory (they
-    /// run again before it takes client calls: see
-    /// [`NodeLoop::recovering`]).
+    /// How many ops the replica recovered from its data directory: they
+    /// run again before it takes client calls (until then it refuses them
+    /// with `UNAVAILABLE`, and the status counter `recovering_ops` shows
+    /// this number).
     pub recovered_ops: usize,
 }
 
@@ -592,20 +593,16 @@ impl NodeLoop {
             metrics.procedures.finished(label, strong, outcome, None);
         };
         if let Some((ops, _)) = self.recovering {
-            refused(
-                &self.metrics,
-                &telemetry_name(&inv.request.call),
-                "rejected",
+            let name = telemetry_name(&inv.request.call);
+            refused(&self.metrics, &name, "rejected");
+            let why = format!(
+                "replica {} is running the {ops} ops it recovered from its data directory again; \
+                 retry at another replica",
+                self.node.id()
             );
             let _ = inv
                 .reply
-                .send(Reply::Rejected(creek_core::InvokeError::NotServing(
-                    format!(
-                        "replica {} is running the {ops} ops it recovered from its data directory \
-                 again; retry at another replica",
-                        self.node.id()
-                    ),
-                )));
+                .send(Reply::Rejected(creek_core::InvokeError::NotServing(why)));
             return;
         }
         if let Some(who) = &inv.principal {

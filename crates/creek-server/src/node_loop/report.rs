@@ -47,7 +47,8 @@ impl SlowTurns {
 
     /// The three kinds of event that cost the most, `kind ×n in t ms`.
     fn costliest(&mut self) -> String {
-        self.kinds.sort_by(|a, b| b.2.cmp(&a.2));
+        self.kinds
+            .sort_by_key(|(_, _, took)| std::cmp::Reverse(*took));
         let top: Vec<String> = self
             .kinds
             .iter()
