@@ -319,16 +319,22 @@ impl<E: Fn(&mut ServerConfig)> Nemesis<E> {
             admin.remove_replica((i + 1) as u16),
         )
         .await;
-        let removed = match result {
-            Ok(Ok(_)) => true,
-            Ok(Err(e)) => return Err(format!("removing replica {}: {e}", i + 1)),
-            Err(_) => !in_group(&admin, i).await,
+        let failed = match result {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("timed out".to_owned()),
         };
-        if removed {
-            self.world.lock().slots[i].membership = Membership::Removed;
-        } else {
-            return Err(format!("removing replica {}: timed out", i + 1));
+        if let Some(why) = failed {
+            // A change answered as failed may still apply (the admin API
+            // says so: its deadline passed, or the leader changed under
+            // it): the group decides, asked for a while. Taking it for a
+            // member still, the nemesis once wiped a removed replica and
+            // waited for it to come back as a member.
+            if !left_group(&admin, i, Duration::from_secs(15)).await {
+                return Err(format!("removing replica {}: {why}", i + 1));
+            }
         }
+        self.world.lock().slots[i].membership = Membership::Removed;
         Ok(true)
     }
 
@@ -495,6 +501,24 @@ async fn in_group(admin: &creek_client::Client, i: usize) -> bool {
         tokio::time::timeout(Duration::from_secs(5), call).await,
         Ok(Ok(m)) if m.members.iter().any(|m| m.replica as usize == i + 1)
     )
+}
+
+/// Whether replica `i` has left the group, as the group says within
+/// `within` (asked every half second; no answer is no news).
+async fn left_group(admin: &creek_client::Client, i: usize, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let call = admin.members();
+        if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_secs(5), call).await {
+            if !m.members.iter().any(|m| m.replica as usize == i + 1) {
+                return true;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Wait (at most `within`) until replica `i` says it is a member; past
