@@ -494,13 +494,18 @@ async fn admin_client(world: &World, members: &[usize]) -> Result<creek_client::
     world.connect(addrs).await.map_err(|e| e.to_string())
 }
 
-/// Whether replica `i` (0-based) is in the group, as the group says.
+/// Whether replica `i` (0-based) is in the group, as the group says
+/// within 5 s (`None`: no answer).
+async fn membership(admin: &creek_client::Client, i: usize) -> Option<bool> {
+    match tokio::time::timeout(Duration::from_secs(5), admin.members()).await {
+        Ok(Ok(m)) => Some(m.members.iter().any(|m| m.replica as usize == i + 1)),
+        _ => None,
+    }
+}
+
+/// Whether replica `i` is in the group, as the group says (no answer: no).
 async fn in_group(admin: &creek_client::Client, i: usize) -> bool {
-    let call = admin.members();
-    matches!(
-        tokio::time::timeout(Duration::from_secs(5), call).await,
-        Ok(Ok(m)) if m.members.iter().any(|m| m.replica as usize == i + 1)
-    )
+    membership(admin, i).await == Some(true)
 }
 
 /// Whether replica `i` has left the group, as the group says within
@@ -508,11 +513,8 @@ async fn in_group(admin: &creek_client::Client, i: usize) -> bool {
 async fn left_group(admin: &creek_client::Client, i: usize, within: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let call = admin.members();
-        if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_secs(5), call).await {
-            if !m.members.iter().any(|m| m.replica as usize == i + 1) {
-                return true;
-            }
+        if membership(admin, i).await == Some(false) {
+            return true;
         }
         if tokio::time::Instant::now() >= deadline {
             return false;

@@ -41,10 +41,13 @@ use tokio::sync::{mpsc, oneshot};
 mod auth;
 mod directory;
 mod durability;
+mod execute;
 pub(crate) mod messages;
 mod mpo;
 mod report;
 mod turn;
+
+pub(crate) use turn::resolve;
 
 pub use durability::Durability;
 pub use messages::{
@@ -89,18 +92,6 @@ const GROUP_CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long ops may wait with the committed order standing still before the
 /// log says what the commit path waits for.
 const STALL_AFTER: Duration = Duration::from_secs(10);
-
-/// Ready executions below this count run inline on the node loop thread.
-const POOL_MIN_TASKS: usize = 16;
-
-/// Most executions run in one round of [`NodeLoop::execute`].
-const EXEC_ROUND_MAX: usize = 1024;
-
-/// A turn starts no new round of executions past this age; the rest run
-/// in the turns after it (see [`NodeLoop::execute`]). Well under an
-/// election timeout (160 ms by default), so a replica with a long backlog
-/// still answers its peers in time.
-const EXEC_TURN_BUDGET: Duration = Duration::from_millis(20);
 
 /// How the loop is set up.
 pub struct LoopConfig {
@@ -178,7 +169,7 @@ pub struct NodeLoop {
     /// How many executions the next round of [`NodeLoop::execute`] runs.
     exec_round: usize,
     /// Executions were left for the next turn when this one's ran out of
-    /// [`EXEC_TURN_BUDGET`]: the loop then turns again at once instead of
+    /// [`execute::EXEC_TURN_BUDGET`]: the loop then turns again at once instead of
     /// waiting for an event.
     exec_backlog: bool,
     /// While the ops recovered from the data directory run again: how
@@ -281,7 +272,7 @@ impl NodeLoop {
             timing_scale: 1,
             stopping: false,
             handing_over: None,
-            exec_round: EXEC_ROUND_MAX,
+            exec_round: execute::EXEC_ROUND_MAX,
             exec_backlog: false,
             recovering: (config.recovered_ops > 0).then(|| (config.recovered_ops, Instant::now())),
             backups: Vec::new(),
@@ -592,13 +583,11 @@ impl NodeLoop {
             let label = metrics.procedures.label_if_known(name);
             metrics.procedures.finished(label, strong, outcome, None);
         };
-        if let Some((ops, _)) = self.recovering {
-            let name = telemetry_name(&inv.request.call);
-            refused(&self.metrics, &name, "rejected");
-            let why = format!(
-                "replica {} is running the {ops} ops it recovered from its data directory again; \
-                 retry at another replica",
-                self.node.id()
+        if let Some(why) = self.recovery_refusal() {
+            refused(
+                &self.metrics,
+                &telemetry_name(&inv.request.call),
+                "rejected",
             );
             let _ = inv
                 .reply
@@ -758,7 +747,7 @@ impl NodeLoop {
     /// Every replica's addresses: the configured ones, then those of the
     /// members added since.
     fn addrs(&self) -> BTreeMap<ReplicaId, Addrs> {
-        all_addrs(&self.config_addrs, &self.group)
+        turn::all_addrs(&self.config_addrs, &self.group)
     }
 
     /// The group changed (the turn connected to its members): answer a
@@ -818,74 +807,6 @@ impl NodeLoop {
                 };
                 let _ = reply.send(Err(GroupRefusal { error, leader }));
             }
-        }
-    }
-
-    /// Run the executions that are ready, round after round, until none
-    /// is: a round on the worker pool when it is large, inline otherwise
-    /// (waking the pool costs more than a few small ops). A round runs its executions side by side on snapshots taken
-    /// before any of them completes, so on a hot key (a counter every op
-    /// increments) all but the first of a round read a version the first
-    /// replaces, and run again: a round of n wastes n − 1 executions, and a
-    /// tentative list of thousands on one key cost thousands of executions
-    /// per op. So a round is as wide as the last one was useful: halved when
-    /// most of its executions were wasted (rejected at validation,
-    /// discarded, or installed and rolled back), doubled up to
-    /// [`EXEC_ROUND_MAX`] otherwise.
-    ///
-    /// A turn that began at `began` stops starting rounds once it is
-    /// [`EXEC_TURN_BUDGET`] old (a first round always runs), and the next
-    /// turn goes on: a backlog of thousands of executions (a restart's
-    /// recovered ops, a catch-up) then holds calls and peer messages for
-    /// a round at a time, not for seconds.
-    fn execute(&mut self, began: Instant) {
-        let mut first = true;
-        loop {
-            if !first && began.elapsed() >= EXEC_TURN_BUDGET {
-                self.exec_backlog = true;
-                return;
-            }
-            first = false;
-            let mut tasks = Vec::new();
-            while let Some(t) = self.node.next_execution() {
-                tasks.push(t);
-                if tasks.len() >= self.exec_round {
-                    break;
-                }
-            }
-            if tasks.is_empty() {
-                self.exec_backlog = false;
-                if let Some((ops, since)) = self.recovering.take() {
-                    tracing::info!(
-                        recovered_ops = ops,
-                        took_ms = since.elapsed().as_millis() as u64,
-                        "ran the ops recovered from the data directory again: taking client calls"
-                    );
-                }
-                return;
-            }
-            let ran = tasks.len();
-            let before = self.node.replica().exec_counters();
-            let replica = self.node.replica();
-            let done = match (&self.pool, tasks.len()) {
-                (Some(pool), n) if n >= POOL_MIN_TASKS => pool.install(|| {
-                    use rayon::prelude::*;
-                    tasks.par_iter().map(|t| replica.run(t)).collect::<Vec<_>>()
-                }),
-                _ => tasks.iter().map(|t| replica.run(t)).collect(),
-            };
-            for c in done {
-                self.node.complete(c);
-            }
-            let after = self.node.replica().exec_counters();
-            let wasted = (after.conflicts - before.conflicts)
-                + (after.stale - before.stale)
-                + (after.invalidations - before.invalidations);
-            self.exec_round = if wasted as usize * 2 > ran {
-                (self.exec_round / 2).max(1)
-            } else {
-                (self.exec_round * 2).min(EXEC_ROUND_MAX)
-            };
         }
     }
 
@@ -1043,27 +964,6 @@ fn wall_clock_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-}
-
-/// Every replica's addresses: the configured ones, then those of the
-/// members added since (the group's directory).
-fn all_addrs(configured: &BTreeMap<ReplicaId, Addrs>, group: &Group) -> BTreeMap<ReplicaId, Addrs> {
-    let mut all = configured.clone();
-    for (id, a) in &group.directory.addrs {
-        all.insert(*id, a.clone());
-    }
-    all
-}
-
-/// A `host:port` peer address as a socket address (a name is looked up).
-pub(crate) fn resolve(addr: &str) -> std::io::Result<std::net::SocketAddr> {
-    use std::net::ToSocketAddrs;
-    addr.to_socket_addrs()?.next().ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            format!("{addr} resolves to nothing"),
-        )
-    })
 }
 
 /// The nice value of state-transfer threads: encoding and checking a whole

@@ -17,7 +17,6 @@ use creek_wire::{Limits, PeerMessage};
 
 use super::durability::Durability;
 use super::messages::{Reply, ReplyTo};
-use super::resolve;
 
 use crate::metrics::{Metrics, Stage};
 use crate::transport::Transport;
@@ -168,6 +167,30 @@ impl Turn<'_> {
     }
 }
 
+/// Every replica's addresses: the configured ones, then those of the
+/// members added since (the group's directory).
+pub(super) fn all_addrs(
+    configured: &BTreeMap<ReplicaId, Addrs>,
+    group: &Group,
+) -> BTreeMap<ReplicaId, Addrs> {
+    let mut all = configured.clone();
+    for (id, a) in &group.directory.addrs {
+        all.insert(*id, a.clone());
+    }
+    all
+}
+
+/// A `host:port` peer address as a socket address (a name is looked up).
+pub(crate) fn resolve(addr: &str) -> std::io::Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{addr} resolves to nothing"),
+        )
+    })
+}
+
 /// The peer addresses of `group`'s members other than `me`: the configured
 /// ones, and the directory's for members added since.
 pub(super) fn group_peers(
@@ -175,7 +198,7 @@ pub(super) fn group_peers(
     config_addrs: &BTreeMap<ReplicaId, Addrs>,
     group: &Group,
 ) -> Vec<(ReplicaId, std::net::SocketAddr)> {
-    let addrs = super::all_addrs(config_addrs, group);
+    let addrs = all_addrs(config_addrs, group);
     let mut peers = Vec::new();
     for id in group.members() {
         if id == me {
